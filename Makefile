@@ -1,0 +1,54 @@
+# gpupass build, test and benchmark entry points. See README.md.
+SHELL := /bin/bash
+GO ?= go
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+export PATH := $(GOBIN_DIR):/usr/lib/postgresql/15/bin:$(PATH)
+export CGO_CFLAGS := -Wno-deprecated-declarations
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/gpupass/gpupass/internal/cli.Version=$(VERSION)
+BIN := bin
+# Bumped by slower suites; `go test` kills a package past this.
+TEST_TIMEOUT ?= 30m
+
+.PHONY: all build test test-short bench lint deps generate demo clean
+
+all: build
+
+## build: the three binaries into ./bin
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+## deps: install what the tests need (apt packages, pinned Go tools)
+deps:
+	@scripts/setup.sh
+
+## test: every package with the race detector, end-to-end tests included
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race -tags e2e -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## test-short: unit tests only, no e2e tag
+test-short:
+	$(GO) test -race -count=1 ./...
+
+## bench: the figures named in the issues, as a table
+bench: deps
+	@scripts/bench.sh
+
+## lint: gofmt, go vet, staticcheck
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet -tags e2e ./...
+	staticcheck -tags e2e ./...
+
+## generate: regenerate committed generated code with pinned tools
+generate:
+	@scripts/generate.sh
+
+## demo: the main job on this machine
+demo: build
+	@scripts/demo.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,57 @@
+// Package spec parses and validates the environment spec (gpupass.yaml, or
+// lightning-cloud.yaml), and computes its fingerprint. It is pure: no I/O
+// beyond the bytes it is given, no network code.
+package spec
+
+// Spec is a parsed environment spec. Fields hold the values as written
+// (trimmed); normalised forms are produced by the fingerprint code.
+type Spec struct {
+	Name        string    `json:"name"`
+	Description string    `json:"description,omitempty"`
+	Runtime     Runtime   `json:"runtime"`
+	Security    Security  `json:"security"`
+	Resources   Resources `json:"resources"`
+}
+
+// Runtime is the declared software environment. With Security it makes
+// up the fingerprint.
+type Runtime struct {
+	CUDA                            string   `json:"cuda"`
+	NvidiaDriver                    string   `json:"nvidia-driver"`
+	Python                          string   `json:"python"`
+	PyTorch                         string   `json:"pytorch"`
+	CUDAMallocAsync                 bool     `json:"cuda-malloc-async"`
+	CUDAMallocAsyncReleaseThreshold string   `json:"cuda-malloc-async-release-threshold,omitempty"`
+	Packages                        []string `json:"packages"`
+	// Bundle is an OCI reference (by tag or digest) of the wheel bundle
+	// that jobs install from when security.no-internet-access is set.
+	Bundle string `json:"bundle,omitempty"`
+}
+
+// Security holds the security requirements of the environment.
+type Security struct {
+	FIPSCompliant    bool `json:"fips-compliant"`
+	NoInternetAccess bool `json:"no-internet-access"`
+}
+
+// Resources are placement constraints. They are not part of the
+// fingerprint: a provider may swap an A100 for an H100 and the job stays
+// the same.
+type Resources struct {
+	Accelerator string  `json:"accelerator"`
+	Count       int     `json:"count"`
+	Storage     Storage `json:"storage"`
+	Network     Network `json:"network"`
+}
+
+// Storage is the storage constraint.
+type Storage struct {
+	Type   string `json:"type"` // standard | high-iops-nvme | ultra-nvme
+	SizeGB int    `json:"size_gb"`
+}
+
+// Network is the network constraint.
+type Network struct {
+	BandwidthGbps      float64 `json:"bandwidth_gbps"`
+	LatencyToleranceMS float64 `json:"latency_tolerance_ms"`
+}

@@ -1,0 +1,8 @@
+package testutil
+
+import "sync"
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]string{}
+)

@@ -1,0 +1,70 @@
+// Package testutil holds helpers shared by tests. It is imported only from
+// _test.go files.
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI (CI=true), where a missing
+// real component is a failure, not a skip.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Missing stops the test because a real component it needs (a binary, a
+// server, an interpreter) is absent: a skip on a developer machine, a
+// failure in CI, so that CI can never go green by skipping.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("required component missing (CI=true): "+format, args...)
+	}
+	t.Skipf("skipping, component missing: "+format+" (run `make deps` to install it)", args...)
+}
+
+// Tool returns the path of an executable on PATH or calls Missing.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, "%s not found on PATH", name)
+	}
+	return p
+}
+
+// RepoRoot returns the repository root (the directory holding go.mod).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate testutil source")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// BuildBinary builds a main package of this module (e.g. "./cmd/gpupass")
+// into a temporary directory, once per test binary, and returns its path.
+func BuildBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	dir, err := os.MkdirTemp("", "gpupass-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = RepoRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
