@@ -8,4 +8,8 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require github.com/inconshreveable/mousetrap v1.1.0 // indirect
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/sethvargo/go-envconfig v0.8.0 // indirect
+	github.com/sethvargo/go-githubactions v1.1.0 // indirect
+)
