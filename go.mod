@@ -9,6 +9,7 @@ require (
 )
 
 require (
+	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/sethvargo/go-envconfig v0.8.0 // indirect
 	github.com/sethvargo/go-githubactions v1.1.0 // indirect
