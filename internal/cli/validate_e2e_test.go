@@ -89,7 +89,7 @@ func TestE2EValidate(t *testing.T) {
 	// GitHub Actions: annotations on stdout, the fingerprint as step output.
 	ghOut := filepath.Join(dir, "gh_output")
 	os.WriteFile(spec, b, 0o644)
-	out, _, code = run(t, bin, proj, []string{"GITHUB_ACTIONS=true", "GITHUB_OUTPUT=" + ghOut}, "validate")
+	_, _, code = run(t, bin, proj, []string{"GITHUB_ACTIONS=true", "GITHUB_OUTPUT=" + ghOut}, "validate")
 	got, _ := os.ReadFile(ghOut)
 	if code != 0 || !strings.Contains(string(got), res.Fingerprint) {
 		t.Errorf("GitHub output: exit %d, GITHUB_OUTPUT %q, want fingerprint %s", code, got, res.Fingerprint)
