@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +47,9 @@ type ValidateOptions struct {
 	Getenv func(string) string
 	// Logger receives diagnostics.
 	Logger *slog.Logger
+	// ErrOut receives human output that must not mix into a JSON stdout
+	// (the --local report with --format sarif or gitlab).
+	ErrOut io.Writer
 }
 
 // AddFlags registers validate's flags.
@@ -76,6 +81,7 @@ mismatches, 2 usage or I/O error.`,
 			o.Dir = dir
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
+			o.ErrOut = cmd.ErrOrStderr()
 			o.Color = isTerminal(cmd.OutOrStdout()) && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"
 			return RunValidate(cmd.Context(), o, cmd.OutOrStdout())
 		},
@@ -194,35 +200,79 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
 	results := []*spec.Result{res}
-	if err := findings.Write(out, format, results, fo); err != nil {
+
+	// With JSON output the local check's report (itself JSON) goes inside
+	// the one document under "local", so stdout stays a single JSON value.
+	var local json.RawMessage
+	var localErr error
+	mismatches := 0
+	runLocal := o.Local && res.Valid
+	if runLocal && format == "json" {
+		var buf bytes.Buffer
+		mismatches, localErr = localCheck(ctx, o, res.Spec, &buf)
+		if json.Valid(buf.Bytes()) {
+			local = json.RawMessage(bytes.TrimSpace(buf.Bytes()))
+		} else if buf.Len() > 0 {
+			local, _ = json.Marshal(buf.String())
+		}
+		runLocal = false
+	}
+
+	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
+	if format == "json" {
+		err = writeJSON(out, validateReport{Result: res, Local: local})
+	} else {
+		err = findings.Write(out, format, results, fo)
+	}
+	if err != nil {
 		return fmt.Errorf("writing findings: %w", err)
 	}
-	if getenv("GITHUB_ACTIONS") == "true" {
+	if getenv("GITHUB_ACTIONS") == "true" && format != "github" {
 		// In a workflow, annotate the spec's lines too; with JSON output,
 		// stdout must stay JSON, so only the step output is set.
 		w := out
 		if format != "text" {
 			w = io.Discard
 		}
-		if format != "github" {
-			if err := findings.GitHub(w, results, getenv); err != nil {
-				return err
-			}
+		if err := findings.GitHub(w, results, getenv); err != nil {
+			return err
 		}
 	}
 	if !res.Valid {
 		return Findings(nil)
 	}
-	if o.Local {
-		n, err := localCheck(ctx, o, res.Spec, out)
+	if localErr != nil {
+		return localErr
+	}
+	if runLocal {
+		w := out
+		if format != "text" && o.ErrOut != nil {
+			w = o.ErrOut // keep a machine-readable stdout clean
+		}
+		n, err := localCheck(ctx, o, res.Spec, w)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			return Findings(nil)
-		}
+		mismatches = n
+	}
+	if mismatches > 0 {
+		return Findings(nil)
 	}
 	return nil
+}
+
+// validateReport is validate's JSON document: the spec result, plus the
+// local runtime check's report when --local ran. Later checks (a broker
+// dry run) add their own field here.
+type validateReport struct {
+	*spec.Result
+	Local json.RawMessage `json:"local,omitempty"`
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
