@@ -72,7 +72,7 @@ func TestDataTables(t *testing.T) {
 // python rules; the same torch with an unpublished tag does not.
 func TestTorchMatrix(t *testing.T) {
 	t.Parallel()
-	for _, r := range data.torch {
+	for _, r := range tbl().torch {
 		for _, tag := range r.CUDA {
 			digits := strings.TrimPrefix(tag, "cu")
 			cuda := digits[:len(digits)-1] + "." + digits[len(digits)-1:] + ".0"
