@@ -91,3 +91,26 @@ func TestTorchMatrix(t *testing.T) {
 		}
 	}
 }
+
+func TestFlashAttnCUDAFloor(t *testing.T) {
+	t.Parallel()
+	// flash-attn's setup.py refuses older nvcc: 11.4 through v2.1, 11.6
+	// from v2.2, 11.7 by v2.7.4.
+	tests := []struct {
+		fa, cuda, torch string
+		want            bool // package.cuda-unsupported expected
+	}{
+		{"2.1.0", "11.4.4", "", false},
+		{"2.2.0", "11.4.4", "", true},
+		{"2.5.5", "11.6.124", "", false},
+		{"2.7.4.post1", "11.6.124", "", true},
+		{"2.7.4.post1", "12.4.131", "", false},
+	}
+	for _, tt := range tests {
+		spec := fmt.Sprintf("name: m\nruntime:\n  cuda: %s\n  nvidia-driver: 999.1.1\n  python: 3.10.1\n  pytorch: 2.1.0+cu121\n  packages: [flash-attn==%s]\n", tt.cuda, tt.fa)
+		got := slices.Contains(rulesOf(Validate("m.yaml", []byte(spec)).Findings), "package.cuda-unsupported")
+		if got != tt.want {
+			t.Errorf("flash-attn %s on CUDA %s: cuda-unsupported = %v, want %v", tt.fa, tt.cuda, got, tt.want)
+		}
+	}
+}
