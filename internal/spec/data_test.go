@@ -114,3 +114,23 @@ func TestFlashAttnCUDAFloor(t *testing.T) {
 		}
 	}
 }
+
+func TestBitsandbytesCUDARange(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		bnb, cuda, torch string
+		want             bool
+	}{
+		{"0.43.0", "12.4.131", "2.4.1+cu124", true},
+		{"0.43.1", "12.4.131", "2.4.1+cu124", false},
+		{"0.43.3", "12.6.85", "2.6.0+cu126", true},
+		{"0.45.0", "12.6.85", "2.6.0+cu126", false},
+	} {
+		spec := fmt.Sprintf("name: m\nruntime:\n  cuda: %s\n  nvidia-driver: 999.1.1\n  python: 3.10.1\n  pytorch: %s\n  packages: [bitsandbytes==%s]\n", tt.cuda, tt.torch, tt.bnb)
+		res := Validate("m.yaml", []byte(spec))
+		got := slices.Contains(rulesOf(res.Findings), "package.cuda-unsupported")
+		if got != tt.want {
+			t.Errorf("bitsandbytes %s on CUDA %s: cuda-unsupported = %v, want %v (%+v)", tt.bnb, tt.cuda, got, tt.want, res.Findings)
+		}
+	}
+}
