@@ -33,14 +33,34 @@ func (e *NoOverlapError) Error() string {
 // linear interpolation on step otherwise, so runs with different logging
 // intervals compare like for like.
 func Align(a, b *Series) (*Aligned, error) {
+	out := &Aligned{}
+	n, interp, note, err := AlignFunc(a, b, func(step int64, x, y float64) {
+		out.Steps = append(out.Steps, step)
+		out.A = append(out.A, x)
+		out.B = append(out.B, y)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		out.Steps, out.A, out.B = []int64{}, []float64{}, []float64{}
+	}
+	out.Interpolated, out.Note = interp, note
+	return out, nil
+}
+
+// AlignFunc is Align without the arrays: it calls fn for each common step
+// in order, so comparing million-point runs allocates nothing. It returns
+// the number of steps, how many values were interpolated, and the note.
+func AlignFunc(a, b *Series, fn func(step int64, x, y float64)) (n, interpolated int, note string, err error) {
 	pa, pb := a.Points, b.Points
 	if len(pa) == 0 || len(pb) == 0 {
-		return nil, fmt.Errorf("aligning %s and %s: a series is empty", a.Label, b.Label)
+		return 0, 0, "", fmt.Errorf("aligning %s and %s: a series is empty", a.Label, b.Label)
 	}
 	lo := max(pa[0].Step, pb[0].Step)
 	hi := min(pa[len(pa)-1].Step, pb[len(pb)-1].Step)
 	if lo > hi {
-		return nil, &NoOverlapError{A: a.Label, B: b.Label, AFirst: pa[0].Step, ALast: pa[len(pa)-1].Step, BFirst: pb[0].Step, BLast: pb[len(pb)-1].Step}
+		return 0, 0, "", &NoOverlapError{A: a.Label, B: b.Label, AFirst: pa[0].Step, ALast: pa[len(pa)-1].Step, BFirst: pb[0].Step, BLast: pb[len(pb)-1].Step}
 	}
 	// The grid is the sparser window; the other series is read from all
 	// its points, since the neighbours of a grid step may lie outside it.
@@ -51,9 +71,8 @@ func Align(a, b *Series) (*Aligned, error) {
 		grid, full = wb, pa
 		swapped = true
 	}
-	out := &Aligned{Steps: make([]int64, len(grid)), A: make([]float64, len(grid)), B: make([]float64, len(grid))}
 	j := 0
-	for i, p := range grid {
+	for _, p := range grid {
 		for j+1 < len(full) && full[j+1].Step <= p.Step {
 			j++
 		}
@@ -64,24 +83,23 @@ func Align(a, b *Series) (*Aligned, error) {
 			// lo <= p.Step <= hi guarantees full[j] < p.Step < full[j+1].
 			l, r := full[j], full[j+1]
 			v = l.Value + (r.Value-l.Value)*float64(p.Step-l.Step)/float64(r.Step-l.Step)
-			out.Interpolated++
+			interpolated++
 		}
-		out.Steps[i] = p.Step
 		if swapped {
-			out.A[i], out.B[i] = v, p.Value
+			fn(p.Step, v, p.Value)
 		} else {
-			out.A[i], out.B[i] = p.Value, v
+			fn(p.Step, p.Value, v)
 		}
 	}
 	gridLabel, other := a.Label, b.Label
 	if swapped {
 		gridLabel, other = other, gridLabel
 	}
-	out.Note = fmt.Sprintf("compared at %d step(s) of %s in %d..%d", len(grid), gridLabel, lo, hi)
-	if out.Interpolated > 0 {
-		out.Note += fmt.Sprintf("; logging intervals differ: %d value(s) of %s interpolated linearly on step", out.Interpolated, other)
+	note = fmt.Sprintf("compared at %d step(s) of %s in %d..%d", len(grid), gridLabel, lo, hi)
+	if interpolated > 0 {
+		note += fmt.Sprintf("; logging intervals differ: %d value(s) of %s interpolated linearly on step", interpolated, other)
 	}
-	return out, nil
+	return len(grid), interpolated, note, nil
 }
 
 // window returns the points with lo <= step <= hi of a sorted slice.

@@ -89,9 +89,9 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 			return nil, fmt.Errorf("reading %s: %w", source, err)
 		}
 		line, _ := cr.FieldPos(0)
-		where := "line " + strconv.Itoa(line)
+		where := lineRef(line)
 		if len(rec) != len(header) {
-			s.Problems.Add(where, fmt.Sprintf("%d fields, header has %d", len(rec), len(header)))
+			s.Problems.Add(where.String(), fmt.Sprintf("%d fields, header has %d", len(rec), len(header)))
 			continue
 		}
 		v := strings.TrimSpace(rec[valCol])
@@ -100,12 +100,12 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 		}
 		val, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			s.Problems.Add(where, fmt.Sprintf("%s %q is not a number", metric, v))
+			s.Problems.Add(where.String(), fmt.Sprintf("%s %q is not a number", metric, v))
 			continue
 		}
 		stepF, err := strconv.ParseFloat(strings.TrimSpace(rec[stepCol]), 64)
 		if err != nil || stepF != math.Trunc(stepF) {
-			s.Problems.Add(where, fmt.Sprintf("step %q is not an integer", rec[stepCol]))
+			s.Problems.Add(where.String(), fmt.Sprintf("step %q is not an integer", rec[stepCol]))
 			continue
 		}
 		p := Point{Step: int64(stepF), Value: val}
@@ -113,13 +113,16 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 			if t := strings.TrimSpace(rec[timeCol]); t != "" {
 				ts, err := parseTime(t)
 				if err != nil {
-					s.Problems.Add(where, err.Error())
+					s.Problems.Add(where.String(), err.Error())
 					continue
 				}
 				p.Time = ts
 			}
 		}
 		s.Points = append(s.Points, p)
+		if len(s.Points) == sizeSample && opt.SizeHint > 0 {
+			s.Points = presize(s.Points, cr.InputOffset(), opt.SizeHint)
+		}
 	}
 	if len(s.Points) == 0 {
 		return nil, &EmptyError{Source: source, Metric: metric, Problems: s.Problems}

@@ -42,6 +42,7 @@ func ReadFile(path string, opt Options) (*Series, error) {
 		return nil, fmt.Errorf("reading metrics: %w", err)
 	}
 	defer f.Close()
+	opt.SizeHint = fi.Size()
 	base := strings.ToLower(filepath.Base(path))
 	switch {
 	case strings.Contains(base, "tfevents"):

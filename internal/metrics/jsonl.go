@@ -22,6 +22,9 @@ type Options struct {
 	// picks the loss: "loss" in JSONL, the first training-loss column or
 	// tag otherwise.
 	Metric string
+	// SizeHint is the input size in bytes when known; readers use it to
+	// size their buffers once.
+	SizeHint int64
 }
 
 // ReadJSONL reads gpupass JSONL: one flat JSON object a line with "step",
@@ -50,9 +53,9 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", source, err)
 		}
-		where := "line " + strconv.Itoa(ln.n)
+		where := lineRef(ln.n)
 		if ln.long {
-			s.Problems.Add(where, "line longer than 1 MiB")
+			s.Problems.Add(where.String(), "line longer than 1 MiB")
 			continue
 		}
 		line = bytes.TrimSpace(line)
@@ -63,12 +66,12 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 			markers++
 			line = bytes.TrimSpace(line[i+len(marker):])
 		} else if line[0] != '{' {
-			plain.Add(where, "not a JSON object")
+			plain.Add(where.String(), "not a JSON object")
 			continue
 		}
 		rec, perr := parseFlat(line, metric)
 		if perr != nil {
-			s.Problems.Add(where, perr.Error())
+			s.Problems.Add(where.String(), perr.Error())
 			continue
 		}
 		switch rec.event {
@@ -87,10 +90,13 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 			continue
 		}
 		if !rec.hasStep {
-			s.Problems.Add(where, `no "step"`)
+			s.Problems.Add(where.String(), `no "step"`)
 			continue
 		}
 		s.Points = append(s.Points, Point{Step: rec.step, Value: rec.value, Time: rec.time})
+		if len(s.Points) == sizeSample && opt.SizeHint > 0 {
+			s.Points = presize(s.Points, ln.bytes, opt.SizeHint)
+		}
 	}
 	if markers == 0 && plain.Count > 0 {
 		// Not a log after all: non-JSON lines are problems, reported in
@@ -309,6 +315,9 @@ func (p *scanner) num() (float64, bool, error) {
 	if p.i == start {
 		return 0, false, fmt.Errorf("expected a number at column %d", start+1)
 	}
+	if f, ok := smallInt(p.b[start:p.i]); ok {
+		return f, true, nil
+	}
 	f, err := strconv.ParseFloat(string(p.b[start:p.i]), 64)
 	if err != nil {
 		return 0, false, fmt.Errorf("bad number %q", p.b[start:p.i])
@@ -396,7 +405,36 @@ func (p *scanner) skip() error {
 	}
 }
 
+// lineRef formats a line location lazily: most lines are fine, and
+// formatting a string per line costs more than parsing it.
+type lineRef int
+
+func (l lineRef) String() string { return "line " + strconv.Itoa(int(l)) }
+
 func lineOf(where string) int {
 	n, _ := strconv.Atoi(where[len("line "):])
 	return n
+}
+
+// smallInt parses plain integers (steps, epoch seconds) without
+// strconv.ParseFloat, which is most of the cost of a line.
+func smallInt(b []byte) (float64, bool) {
+	neg := false
+	if len(b) > 0 && b[0] == '-' {
+		neg, b = true, b[1:]
+	}
+	if len(b) == 0 || len(b) > 15 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return float64(n), true
 }

@@ -303,14 +303,6 @@ func runFigures(s *metrics.Series) Run {
 
 func comparePair(a, b *metrics.Series, tol Tolerance) Pair {
 	p := Pair{A: a.Label, B: b.Label, MaxAbsDelta: Float(math.NaN()), RelFinalDiff: Float(math.NaN())}
-	al, err := metrics.Align(a, b)
-	if err != nil {
-		p.Error = err.Error()
-		p.Verdict = Inconclusive
-		return p
-	}
-	p.CommonSteps = len(al.Steps)
-	p.Note = al.Note
 	var checks []*Check
 	if tol.HasAbs {
 		checks = append(checks, &Check{Kind: "abs", Limit: tol.Abs, Worst: Float(math.NaN())})
@@ -318,8 +310,9 @@ func comparePair(a, b *metrics.Series, tol Tolerance) Pair {
 	if tol.HasRel {
 		checks = append(checks, &Check{Kind: "rel", Limit: tol.Rel, Worst: Float(math.NaN())})
 	}
-	for i, step := range al.Steps {
-		x, y := al.A[i], al.B[i]
+	var lastX, lastY float64
+	n, _, note, err := metrics.AlignFunc(a, b, func(step int64, x, y float64) {
+		lastX, lastY = x, y
 		d := math.Abs(y - x)
 		nonFinite := !finite(x) || !finite(y)
 		if nonFinite {
@@ -354,9 +347,15 @@ func comparePair(a, b *metrics.Series, tol Tolerance) Pair {
 			s := step
 			p.FirstDivergence = &s
 		}
+	})
+	if err != nil {
+		p.Error = err.Error()
+		p.Verdict = Inconclusive
+		return p
 	}
-	n := len(al.Steps) - 1
-	x, y := al.A[n], al.B[n]
+	p.CommonSteps = n
+	p.Note = note
+	x, y := lastX, lastY
 	if x != 0 {
 		p.RelFinalDiff = Float((y - x) / math.Abs(x))
 	} else if y == 0 {
