@@ -104,7 +104,7 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 			continue
 		}
 		stepF, err := strconv.ParseFloat(strings.TrimSpace(rec[stepCol]), 64)
-		if err != nil || stepF != math.Trunc(stepF) {
+		if err != nil || stepF != math.Trunc(stepF) || math.Abs(stepF) > MaxStep {
 			s.Problems.Add(where.String(), fmt.Sprintf("step %q is not an integer", rec[stepCol]))
 			continue
 		}

@@ -159,6 +159,9 @@ func parseFlat(b []byte, metric string) (flatRecord, error) {
 			if !ok || f != math.Trunc(f) || math.IsInf(f, 0) {
 				return rec, fmt.Errorf(`"step" is not an integer`)
 			}
+			if math.Abs(f) > MaxStep {
+				return rec, fmt.Errorf(`"step" %g out of range`, f)
+			}
 			rec.step, rec.hasStep = int64(f), true
 		case metric:
 			f, ok, err := p.num()

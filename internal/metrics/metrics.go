@@ -49,6 +49,10 @@ type Series struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
+// MaxStep bounds steps (2^53, exact in a float64) so step arithmetic in
+// alignment and charts cannot overflow.
+const MaxStep = 1 << 53
+
 // MaxReported is how many problems keep their location; the rest are
 // only counted.
 const MaxReported = 5

@@ -312,6 +312,9 @@ func (st *tbState) value(b []byte, step, t int64) error {
 	if !has || tag == "" {
 		return nil
 	}
+	if step > MaxStep || step < -MaxStep {
+		return fmt.Errorf("step %d out of range", step)
+	}
 	if _, ok := st.tags[tag]; !ok {
 		st.order = append(st.order, tag)
 	}

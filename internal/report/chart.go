@@ -59,7 +59,7 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 	}
 	c := &Chart{Lo: lo, Hi: hi, Steps: make([]int64, n), Min: math.Inf(1), Max: math.Inf(-1)}
 	for i := range n {
-		c.Steps[i] = lo + (span*int64(i)+span/2)/int64(n)
+		c.Steps[i] = lo + int64((float64(i)+0.5)*float64(span)/float64(n))
 	}
 	if n == 1 {
 		c.Steps[0] = lo
@@ -73,7 +73,7 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 			if p.Step < lo || p.Step > hi || !finite(p.Value) {
 				continue
 			}
-			b := int((p.Step - lo) * int64(n) / span)
+			b := min(int(float64(p.Step-lo)/float64(span)*float64(n)), n-1)
 			sums[b] += p.Value
 			counts[b]++
 		}
