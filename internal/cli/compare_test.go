@@ -139,7 +139,7 @@ func TestCompareBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, stderr, code := runCLI(t, map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": ""}, tc.args...)
+			_, stderr, code := runCLI(t, map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": ""}, tc.args...)
 			if tc.want == "" {
 				// The same path twice is one run, not a duplicate label.
 				if code != 0 {
@@ -234,7 +234,7 @@ func TestCompareGitLabJobToken(t *testing.T) {
 	us, eu, _ := writeRuns(t, dir)
 	env := map[string]string{
 		"GITHUB_ACTIONS": "", "GITLAB_CI": "true", "CI_API_V4_URL": "http://127.0.0.1:1/api/v4", "CI_MERGE_REQUEST_PROJECT_ID": "4",
-		"CI_MERGE_REQUEST_IID": "2", "CI_JOB_TOKEN": "job", "GITLAB_TOKEN": "", "GPUPASS_GITLAB_TOKEN": "",
+		"CI_MERGE_REQUEST_IID": "2", "CI_JOB_TOKEN": "job", "GITLAB_TOKEN": "", "GPUPASS_GITLAB_TOKEN": "", "GITHUB_STEP_SUMMARY": "",
 	}
 	_, stderr, code := runCLI(t, env, us, eu)
 	if code != ExitUsage || !strings.Contains(stderr, "only CI_JOB_TOKEN is available: a CI job token cannot post merge request notes: create a project access token") {
