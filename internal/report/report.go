@@ -7,6 +7,7 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -72,6 +73,18 @@ func ParseTolerance(s string) (Tolerance, error) {
 		}
 	}
 	return t, nil
+}
+
+// MarshalJSON writes only the bounds that are set, zero included.
+func (t Tolerance) MarshalJSON() ([]byte, error) {
+	m := map[string]float64{}
+	if t.HasAbs {
+		m["abs"] = t.Abs
+	}
+	if t.HasRel {
+		m["rel"] = t.Rel
+	}
+	return json.Marshal(m)
 }
 
 // String renders the tolerance for people.

@@ -82,7 +82,7 @@ func New(t Target, token string, hc *http.Client) (*Client, error) {
 	c := gh.NewClient(hc).WithAuthToken(token)
 	api := t.APIURL
 	if api == "" {
-		api = "https://api.github.com"
+		return nil, errors.New("GITHUB_API_URL is not set: cannot tell which GitHub API to call")
 	}
 	u, err := url.Parse(strings.TrimSuffix(api, "/") + "/")
 	if err != nil || u.Scheme == "" || u.Host == "" {
