@@ -24,6 +24,8 @@ type Chart struct {
 	// Held counts buckets with no finite value, drawn at the previous
 	// value.
 	Held int
+	// Dropped lists runs with no finite value in the chart range.
+	Dropped []string
 }
 
 // Line is one run's values on the chart grid.
@@ -104,6 +106,12 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 				break
 			}
 		}
+		if !finite(first) {
+			// Nothing drawable: Mermaid cannot parse NaN, so the run is
+			// left out of the chart (the tables still show it).
+			c.Dropped = append(c.Dropped, s.Label)
+			continue
+		}
 		for i, v := range line.Values {
 			if !finite(v) {
 				line.Values[i] = first
@@ -111,7 +119,7 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 		}
 		c.Lines = append(c.Lines, line)
 	}
-	if !finite(c.Min) {
+	if !finite(c.Min) || len(c.Lines) == 0 {
 		return nil
 	}
 	return c

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/metrics"
@@ -39,6 +40,15 @@ func FuzzBuild(f *testing.F) {
 		for _, render := range []func(io.Writer, *Report) error{Markdown, SVG, JSON, JUnit} {
 			if err := render(io.Discard, r); err != nil {
 				t.Fatal(err)
+			}
+		}
+		// Mermaid cannot parse NaN or Inf: the chart must hold none.
+		var md strings.Builder
+		Markdown(&md, r)
+		if _, chart, ok := strings.Cut(md.String(), "xychart-beta"); ok {
+			chart, _, _ = strings.Cut(chart, "```")
+			if strings.Contains(chart, "NaN") || strings.Contains(chart, "Inf") {
+				t.Fatalf("non-finite value in the Mermaid chart:\n%s", chart)
 			}
 		}
 	})

@@ -115,6 +115,9 @@ func notesOf(r *Report) []string {
 			out = append(out, fmt.Sprintf("%s vs %s: %d common step(s) with NaN/Inf", p.A, p.B, p.NonFiniteSteps))
 		}
 	}
+	if r.Chart != nil && len(r.Chart.Dropped) > 0 {
+		out = append(out, "chart: no finite values to draw for "+strings.Join(r.Chart.Dropped, ", "))
+	}
 	if r.Chart != nil && r.Chart.Held > 0 {
 		out = append(out, fmt.Sprintf("chart: %d bucket(s) without a finite value drawn at the previous value", r.Chart.Held))
 	}
@@ -150,6 +153,10 @@ func mermaid(b *bytes.Buffer, c *Chart, metric string) {
 // axisRange pads [lo, hi] by 5% so lines do not sit on the frame.
 func axisRange(lo, hi float64) (float64, float64) {
 	pad := (hi - lo) * 0.05
+	if !finite(pad) || !finite(lo-pad) || !finite(hi+pad) {
+		// Values near the float64 limits: no padding rather than ±Inf.
+		return lo, hi
+	}
 	if pad == 0 {
 		pad = max(0.05*abs(hi), 0.5)
 	}

@@ -254,3 +254,32 @@ func TestDownsampleKeepsSpikes(t *testing.T) {
 		t.Errorf("spike %v nan %v ends %d..%d", spike, nan, d[0].Step, d[len(d)-1].Step)
 	}
 }
+
+func TestChartExtremeValues(t *testing.T) {
+	t.Parallel()
+	a := &metrics.Series{Label: "a", Points: []metrics.Point{{Step: 0, Value: -1e308}, {Step: 10, Value: 1e308}}}
+	b := &metrics.Series{Label: "b", Points: []metrics.Point{{Step: 0, Value: math.NaN()}, {Step: 10, Value: math.Inf(1)}}}
+	r, err := Build([]*metrics.Series{a, b}, DefaultTolerance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := Markdown(&md, r); err != nil {
+		t.Fatal(err)
+	}
+	_, chart, _ := strings.Cut(md.String(), "xychart-beta")
+	chart, _, _ = strings.Cut(chart, "```")
+	if strings.Contains(chart, "Inf") || strings.Contains(chart, "NaN") || strings.Count(chart, "line [") != 1 {
+		t.Errorf("chart:\n%s", chart)
+	}
+	if !strings.Contains(md.String(), "chart: no finite values to draw for b") {
+		t.Error("dropped run not noted")
+	}
+	var svg bytes.Buffer
+	if err := SVG(&svg, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(svg.String(), "NaN\"") || strings.Contains(svg.String(), "NaN,") {
+		t.Errorf("NaN coordinate in SVG:\n%s", svg.String())
+	}
+}

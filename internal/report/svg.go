@@ -44,11 +44,12 @@ func SVG(w io.Writer, r *Report) error {
 	}
 	y0, y1 = axisRange(y0, y1)
 	sx := func(s int64) float64 { return svgLeft + float64(s-x0)/float64(x1-x0)*svgPlotW }
-	sy := func(v float64) float64 { return svgTop + (y1-v)/(y1-y0)*svgPlotH }
+	// Halves keep the arithmetic finite for values near the float64 limits.
+	sy := func(v float64) float64 { return svgTop + (y1/2-v/2)/(y1/2-y0/2)*svgPlotH }
 	// Frame, ticks and grid.
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%s" height="%s" fill="none" stroke="#888888"/>`+"\n", svgLeft, svgTop, f1(svgPlotW), f1(svgPlotH))
 	for i := 0; i <= 4; i++ {
-		v := y0 + (y1-y0)*float64(i)/4
+		v := y0 + (y1/2-y0/2)*float64(i)/2
 		y := sy(v)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%s" x2="%s" y2="%s" stroke="#eeeeee"/>`+"\n", svgLeft, f1(y), f1(svgLeft+svgPlotW), f1(y))
 		fmt.Fprintf(&b, `<text x="%d" y="%s" text-anchor="end">%s</text>`+"\n", svgLeft-6, f1(y+4), Num(round5(v)))
