@@ -43,6 +43,7 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 	s := &Series{Source: source, Metric: metric, Format: "jsonl"}
 	var plain Problems // non-JSON lines; problems only if no marker line is seen
 	markers := 0
+	maxAttempt := 0
 	ln := newLines(r)
 	marker := []byte(LogMarker)
 	for {
@@ -93,6 +94,9 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 			s.Problems.Add(where.String(), `no "step"`)
 			continue
 		}
+		if rec.attempt > maxAttempt {
+			maxAttempt = rec.attempt
+		}
 		s.Points = append(s.Points, Point{Step: rec.step, Value: rec.value, Time: rec.time})
 		if len(s.Points) == sizeSample && opt.SizeHint > 0 {
 			s.Points = presize(s.Points, ln.bytes, opt.SizeHint)
@@ -109,6 +113,10 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 	if len(s.Points) == 0 {
 		return nil, &EmptyError{Source: source, Metric: metric, Problems: s.Problems}
 	}
+	if maxAttempt > 1 && s.Restarts == 0 {
+		// Attempt n is the n-th process start of the run.
+		s.Restarts = maxAttempt - 1
+	}
 	s.Normalize()
 	return s, nil
 }
@@ -118,6 +126,7 @@ type flatRecord struct {
 	value             float64
 	time              int64
 	event             string
+	attempt           int
 	hasStep, hasValue bool
 	hasTime           bool
 }
@@ -177,6 +186,34 @@ func parseFlat(b []byte, metric string) (flatRecord, error) {
 				return rec, fmt.Errorf(`"value": %w`, err)
 			}
 			nvValue, hasNV = f, ok
+		case "values":
+			// gpupass run metrics (the agent spool and broker export):
+			// {"step":..,"ts":..,"attempt":..,"values":{"loss":..}}.
+			if p.peek() != '{' {
+				if err := p.skip(); err != nil {
+					return rec, err
+				}
+				break
+			}
+			start := p.i
+			if err := p.skip(); err != nil {
+				return rec, err
+			}
+			inner, err := parseFlat(p.b[start:p.i], metric)
+			if err != nil {
+				return rec, fmt.Errorf(`"values": %w`, err)
+			}
+			if inner.hasValue {
+				rec.value, rec.hasValue = inner.value, true
+			}
+		case "attempt":
+			f, ok, err := p.num()
+			if err != nil {
+				return rec, fmt.Errorf(`"attempt": %w`, err)
+			}
+			if ok && f >= 1 && f < 1e9 {
+				rec.attempt = int(f)
+			}
 		case "name", "metric", "event":
 			if p.peek() != '"' {
 				if err := p.skip(); err != nil {

@@ -67,6 +67,15 @@ func TestReadFile(t *testing.T) {
 			wantStart:    ts("2026-03-01T07:59:50Z"),
 		},
 		{
+			file: "spool.jsonl", wantFormat: "jsonl", wantMetric: "loss",
+			want: []Point{
+				{1, 0.9, ts("2026-03-01T08:00:01Z")},
+				{2, 0.8, ts("2026-03-01T08:00:05Z")},
+				{3, math.Inf(-1), ts("2026-03-01T08:00:06Z")},
+			},
+			wantRestarts: 1,
+		},
+		{
 			file: "metrics.csv", wantFormat: "csv", wantMetric: "train_loss",
 			want:      []Point{{0, 2.5, 0}, {49, 2.1, 0}, {149, 1.5, 0}},
 			wantCount: 2,
