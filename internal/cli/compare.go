@@ -306,7 +306,7 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 	}
 	posted, postErr := o.post(ctx, getenv, behavior, md.String(), log)
 	if o.Output == "json" {
-		if err := writeJSON(out, compareJSON{Report: rep, Posted: posted}); err != nil {
+		if err := report.EncodeJSON(out, compareJSON{Report: rep, Posted: posted}); err != nil {
 			return err
 		}
 	} else if _, err := out.Write(md.Bytes()); err != nil {
@@ -439,8 +439,4 @@ func appendFile(path string, b []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func writeJSON(w io.Writer, v any) error {
-	return report.EncodeJSON(w, v)
 }
