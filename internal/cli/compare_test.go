@@ -241,3 +241,57 @@ func TestCompareGitLabJobToken(t *testing.T) {
 		t.Errorf("exit %d stderr %q", code, stderr)
 	}
 }
+
+// gitlabMR is a minimal GitLab MR-notes endpoint for the CLI test;
+// internal/forge/gitlab tests the API in depth.
+type gitlabMR struct {
+	mu    sync.Mutex
+	notes []string
+	token string
+}
+
+func (g *gitlabMR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.token = r.Header.Get("PRIVATE-TOKEN")
+	const path = "/api/v4/projects/4/merge_requests/2/notes"
+	switch {
+	case r.Method == "GET" && r.URL.Path == path:
+		io.WriteString(w, "[]")
+	case r.Method == "POST" && r.URL.Path == path:
+		var n struct{ Body string }
+		json.NewDecoder(r.Body).Decode(&n)
+		g.notes = append(g.notes, n.Body)
+		w.WriteHeader(201)
+		io.WriteString(w, `{"id":5}`)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func TestComparePostsToGitLab(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	g := &gitlabMR{}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("glpat-secret\n"), 0o600)
+	env := map[string]string{
+		"GITHUB_ACTIONS": "", "GITLAB_CI": "true", "GITHUB_STEP_SUMMARY": "", "CI_API_V4_URL": srv.URL + "/api/v4",
+		"CI_MERGE_REQUEST_PROJECT_ID": "4", "CI_MERGE_REQUEST_IID": "2", "CI_PIPELINE_ID": "31",
+		"CI_COMMIT_TIMESTAMP": "2026-03-02T10:00:00+01:00", "CI_COMMIT_SHA": "c0ffee", "GITLAB_TOKEN": "",
+		"GPUPASS_GITLAB_TOKEN_FILE": tokenFile,
+	}
+	_, stderr, code := runCLI(t, env, us, eu, "--tag", "nightly")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := `<!-- gpupass:report tag="nightly" run=31 commit_time=2026-03-02T09:00:00Z sha=c0ffee -->`
+	if len(g.notes) != 1 || !strings.HasPrefix(g.notes[0], want+"\n### ✅ gpupass compare: consistent") {
+		t.Errorf("notes %q, want one starting with %s", g.notes, want)
+	}
+	if g.token != "glpat-secret" {
+		t.Errorf("token %q, want the one from GPUPASS_GITLAB_TOKEN_FILE", g.token)
+	}
+}
