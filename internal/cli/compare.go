@@ -43,6 +43,7 @@ type CompareOptions struct {
 	CommentBehavior  string
 	Post             string
 	SVG              string
+	PNG              string
 	JUnit            string
 	JSON             string
 	Markdown         string
@@ -71,6 +72,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.CommentBehavior, "comment-behavior", "update", "existing comment: update, new or delete-and-new")
 	f.StringVar(&o.Post, "post", "auto", "where to post: auto (detect CI), github, gitlab or none")
 	f.StringVar(&o.SVG, "svg", "", "write the chart as SVG to this path")
+	f.StringVar(&o.PNG, "png", "", "write the chart as PNG to this path")
 	f.StringVar(&o.JUnit, "junit", "", "write JUnit XML (one test case per pair and tolerance) to this path")
 	f.StringVar(&o.JSON, "json", "", "write the report as JSON to this path")
 	f.StringVar(&o.Markdown, "markdown", "", "write the full markdown report to this path (keep it as an artifact: long comments are truncated)")
@@ -289,7 +291,7 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 		render func(io.Writer, *report.Report) error
 	}{
 		{o.Markdown, func(w io.Writer, _ *report.Report) error { _, err := w.Write(md.Bytes()); return err }},
-		{o.JSON, report.JSON}, {o.SVG, report.SVG}, {o.JUnit, report.JUnit},
+		{o.JSON, report.JSON}, {o.SVG, report.SVG}, {o.PNG, report.PNG}, {o.JUnit, report.JUnit},
 	}
 	for _, f := range files {
 		if f.path == "" {

@@ -60,9 +60,9 @@ func TestCompareText(t *testing.T) {
 	dir := t.TempDir()
 	us, eu, bad := writeRuns(t, dir)
 	summary := filepath.Join(dir, "summary.md")
-	svg, junit, js, md := filepath.Join(dir, "c.svg"), filepath.Join(dir, "c.xml"), filepath.Join(dir, "c.json"), filepath.Join(dir, "c.md")
+	svg, junit, js, md, png := filepath.Join(dir, "c.svg"), filepath.Join(dir, "c.xml"), filepath.Join(dir, "c.json"), filepath.Join(dir, "c.md"), filepath.Join(dir, "c.png")
 	clean := map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": summary}
-	out, stderr, code := runCLI(t, clean, us, eu, "--label", "ap="+bad, "--tolerance", "abs=0.1", "--svg", svg, "--junit", junit, "--json", js, "--markdown", md)
+	out, stderr, code := runCLI(t, clean, us, eu, "--label", "ap="+bad, "--tolerance", "abs=0.1", "--svg", svg, "--junit", junit, "--json", js, "--markdown", md, "--png", png)
 	if code != 0 {
 		t.Fatalf("exit %d without --fail-on-divergence; stderr %s", code, stderr)
 	}
@@ -74,7 +74,7 @@ func TestCompareText(t *testing.T) {
 	if !strings.Contains(stderr, "skipped malformed input") {
 		t.Errorf("stderr lacks the malformed-input warning: %s", stderr)
 	}
-	for _, p := range []string{svg, junit, js, md, summary} {
+	for _, p := range []string{svg, junit, js, md, png, summary} {
 		b, err := os.ReadFile(p)
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v (%d bytes)", p, err, len(b))

@@ -129,15 +129,17 @@ func (s *Series) Normalize() {
 			sorted = false
 		}
 	}
-	if s.Restarts == 0 {
+	counted := ""
+	if s.Restarts == 0 && backwards > 0 {
 		// Explicit restart events already count what the step jumps show.
 		s.Restarts = backwards
+		counted = " (counted as restarts)"
 	}
 	if !sorted {
 		// Stable sort keeps logging order within a step, so "last wins"
 		// below picks the most recent value.
 		sort.SliceStable(pts, func(i, j int) bool { return pts[i].Step < pts[j].Step })
-		s.Notes = append(s.Notes, fmt.Sprintf("steps went backwards %d time(s) (counted as restarts); sorted by step", backwards))
+		s.Notes = append(s.Notes, fmt.Sprintf("steps went backwards %d time(s)%s; sorted by step", backwards, counted))
 	}
 	out := pts[:0]
 	dups := 0

@@ -37,7 +37,7 @@ func FuzzBuild(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, render := range []func(io.Writer, *Report) error{Markdown, SVG, JSON, JUnit} {
+		for _, render := range []func(io.Writer, *Report) error{Markdown, SVG, PNG, JSON, JUnit} {
 			if err := render(io.Discard, r); err != nil {
 				t.Fatal(err)
 			}
