@@ -3,8 +3,9 @@ module github.com/gpupass/gpupass
 go 1.26
 
 require (
-	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/google/go-cmp v0.7.0
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.10
 )
+
+require github.com/inconshreveable/mousetrap v1.1.0 // indirect
