@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -125,3 +126,9 @@ func assertNoPull(t *testing.T, dir string) {
 }
 
 func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+func registryHandler() http.Handler { return registry.New(registry.Logger(nopLogger())) }
+
+type emptyKeychain struct{}
+
+func (emptyKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return authn.Anonymous, nil }

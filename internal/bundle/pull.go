@@ -83,7 +83,7 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 	}
 	desc, err := p.Get(ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("fetching manifest of %s: %w", ref, err)
+		return nil, fmt.Errorf("fetching manifest of %s: %w", ref, explain(err))
 	}
 	if !desc.MediaType.IsImage() || desc.MediaType.IsSchema1() {
 		return nil, fmt.Errorf("%s is a %s, not an OCI artifact manifest", ref, desc.MediaType)
@@ -144,17 +144,17 @@ func (f *fetched) readLock(ctx context.Context) (*Lock, error) {
 	}
 	l, err := f.puller.Layer(ctx, f.ref.Context().Digest(f.lockDesc.Digest.String()))
 	if err != nil {
-		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, err)
+		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, explain(err))
 	}
 	rc, err := l.Compressed()
 	if err != nil {
-		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, err)
+		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, explain(err))
 	}
 	defer rc.Close()
 	// ggcr checks the digest at EOF, so read to the end.
 	b, err := io.ReadAll(io.LimitReader(rc, maxManifest+1))
 	if err != nil {
-		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, err)
+		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, explain(err))
 	}
 	if int64(len(b)) != f.lockDesc.Size {
 		return nil, fmt.Errorf("lock blob %s: %d bytes, manifest says %d", f.lockDesc.Digest, len(b), f.lockDesc.Size)
@@ -315,7 +315,7 @@ func lockMatches(lock Lock, layers []v1.Descriptor) error {
 func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, prog Progress, sync bool) (Wheel, error) {
 	title := d.Annotations[AnnotationTitle]
 	fail := func(err error) (Wheel, error) {
-		return Wheel{}, fmt.Errorf("wheel %s (blob %s): %w", title, d.Digest, err)
+		return Wheel{}, fmt.Errorf("wheel %s (blob %s): %w", title, d.Digest, explain(err))
 	}
 	fn, err := wheel.ParseFilename(title)
 	if err != nil {

@@ -132,7 +132,7 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 
 	pusher, err := remote.NewPusher(o.Registry.remoteOptions(ctx)...)
 	if err != nil {
-		return PushResult{}, fmt.Errorf("pushing %s: %w", ref, err)
+		return PushResult{}, fmt.Errorf("pushing %s: %w", ref, explain(err))
 	}
 	repo := r.Context()
 	var sent atomic.Int64
@@ -166,7 +166,7 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 			if err != nil {
 				d, _ := l.Digest()
 				errMu.Lock()
-				errs = append(errs, fmt.Errorf("uploading %s (blob %s) to %s: %w", title, d, repo, err))
+				errs = append(errs, fmt.Errorf("uploading %s (blob %s) to %s: %w", title, d, repo, explain(err)))
 				errMu.Unlock()
 				return nil
 			}
@@ -196,7 +196,7 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 		return PushResult{}, fmt.Errorf("pushing %s: %w (nothing was tagged; a re-run sends only the missing blobs)", ref, errors.Join(errs...))
 	}
 	if err := pusher.Put(ctx, r, rawManifest(raw)); err != nil {
-		return PushResult{}, fmt.Errorf("pushing %s: writing the manifest: %w", ref, err)
+		return PushResult{}, fmt.Errorf("pushing %s: writing the manifest: %w", ref, explain(err))
 	}
 	digest, _, _ := v1.SHA256(bytes.NewReader(raw))
 	res := PushResult{

@@ -3,12 +3,14 @@ package bundle
 import (
 	"context"
 	"fmt"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
 // RegistryOptions say how to reach and authenticate to the registry.
@@ -102,3 +104,27 @@ func (t tlsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // DefaultRetry is the backoff the CLI uses.
 var DefaultRetry = remote.Backoff{Duration: time.Second, Factor: 3.0, Jitter: 0.1, Steps: 3}
+
+// explain adds what to do about a registry's refusal; ggcr's error says
+// only what the registry said.
+func explain(err error) error {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return err
+	}
+	switch te.StatusCode {
+	case http.StatusUnauthorized:
+		return fmt.Errorf("%w (HTTP 401: log in with `docker login` or set GPUPASS_REGISTRY_USERNAME and GPUPASS_REGISTRY_PASSWORD)", err)
+	case http.StatusForbidden:
+		return fmt.Errorf("%w (HTTP 403: the credentials lack permission on this repository)", err)
+	case http.StatusNotFound:
+		return fmt.Errorf("%w (HTTP 404: no such repository, tag or blob)", err)
+	case http.StatusTooManyRequests:
+		return fmt.Errorf("%w (HTTP 429: rate limited; try again later)", err)
+	default:
+		if te.StatusCode >= 500 {
+			return fmt.Errorf("%w (HTTP %d: the registry failed; a re-run resumes)", err, te.StatusCode)
+		}
+	}
+	return err
+}
