@@ -139,7 +139,7 @@ func pushRaw(t *testing.T, ref string, titles []string, blobs [][]byte) {
 
 type rawTaggable []byte
 
-func (m rawTaggable) RawManifest() ([]byte, error)          { return m, nil }
+func (m rawTaggable) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawTaggable) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
 
 func TestPullRefusesBadArtifacts(t *testing.T) {

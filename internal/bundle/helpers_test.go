@@ -131,4 +131,6 @@ func registryHandler() http.Handler { return registry.New(registry.Logger(nopLog
 
 type emptyKeychain struct{}
 
-func (emptyKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return authn.Anonymous, nil }
+func (emptyKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
+	return authn.Anonymous, nil
+}

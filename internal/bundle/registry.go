@@ -2,8 +2,8 @@ package bundle
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
