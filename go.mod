@@ -17,7 +17,10 @@ require (
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/sethvargo/go-envconfig v0.8.0 // indirect
+	github.com/sethvargo/go-githubactions v1.1.0
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	golang.org/x/sys v0.47.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1
 	gotest.tools/v3 v3.5.2 // indirect
 )
