@@ -2,9 +2,9 @@ package bundle
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
+	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/wheel"
 )
 
@@ -15,18 +15,20 @@ type Pin struct {
 	Raw     string `json:"requirement"`
 }
 
-var pinRe = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*===?\s*([^\s;,]+)$`)
-
 // ParsePins parses a spec's runtime.packages. Every entry must be pinned
 // with == (the spec's rule); anything else is an error naming the entry.
 func ParsePins(pkgs []string) ([]Pin, error) {
 	var out []Pin
 	for i, p := range pkgs {
-		m := pinRe.FindStringSubmatch(strings.TrimSpace(p))
-		if m == nil || strings.Contains(m[3], "*") {
-			return nil, fmt.Errorf("runtime.packages[%d] %q: want name==version (an exact pin)", i, p)
+		r, err := spec.ParseRequirement(p)
+		if err != nil {
+			return nil, fmt.Errorf("runtime.packages[%d] %q: %w", i, p, err)
 		}
-		out = append(out, Pin{Name: wheel.NormalizeName(m[1]), Version: m[3], Raw: p})
+		v, ok := r.Pinned()
+		if !ok || r.Marker != "" {
+			return nil, fmt.Errorf("runtime.packages[%d] %q: want name==version (an exact pin, no marker)", i, p)
+		}
+		out = append(out, Pin{Name: spec.NormalizeName(r.Name), Version: v.String(), Raw: p})
 	}
 	return out, nil
 }

@@ -101,11 +101,11 @@ func TestParsePins(t *testing.T) {
 			t.Errorf("ParsePins(%q) error = %v, want one naming runtime.packages[0]", bad, err)
 		}
 	}
-	pins, err := bundle.ParsePins([]string{"Flash_Attn[triton]==2.5.5", "torch === 2.1.0+cu121"})
+	pins, err := bundle.ParsePins([]string{"Flash_Attn[triton]==2.5.5", "torch == 2.1.0+cu121"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []bundle.Pin{{Name: "flash-attn", Version: "2.5.5", Raw: "Flash_Attn[triton]==2.5.5"}, {Name: "torch", Version: "2.1.0+cu121", Raw: "torch === 2.1.0+cu121"}}
+	want := []bundle.Pin{{Name: "flash-attn", Version: "2.5.5", Raw: "Flash_Attn[triton]==2.5.5"}, {Name: "torch", Version: "2.1.0+cu121", Raw: "torch == 2.1.0+cu121"}}
 	if diff := cmp.Diff(want, pins); diff != "" {
 		t.Errorf("pins (-want +got):\n%s", diff)
 	}

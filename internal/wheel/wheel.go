@@ -45,13 +45,7 @@ var (
 	versionRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+!]*$`)
 	buildRe   = regexp.MustCompile(`^[0-9][A-Za-z0-9_.]*$`)
 	tagRe     = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
-	nameRunRe = regexp.MustCompile(`[-_.]+`)
 )
-
-// NormalizeName normalises a distribution name (PEP 503).
-func NormalizeName(s string) string {
-	return strings.ToLower(nameRunRe.ReplaceAllString(s, "-"))
-}
 
 // ParseFilename parses a wheel file name. It refuses anything that is not
 // a plain file name, so a name from a registry or a zip can never carry a
