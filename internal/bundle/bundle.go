@@ -12,6 +12,7 @@ package bundle
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -39,6 +40,11 @@ const (
 	// wheels so that a wheelhouse records what it was pulled as.
 	LockFile = "gpupass-bundle.lock.json"
 )
+
+// ErrVerification marks failures where content is not what it claims to
+// be (digest, size, RECORD, lock, unsafe names), as opposed to failures to
+// reach or read it. Callers report it as a finding, not an I/O error.
+var ErrVerification = errors.New("verification failed")
 
 // Wheel is one wheel of a wheelhouse or bundle, as the lock lists it.
 type Wheel struct {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -98,7 +99,7 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 		return nil, err
 	}
 	if got != desc.Digest {
-		return nil, fmt.Errorf("manifest of %s: registry said %s but the bytes hash to %s", ref, desc.Digest, got)
+		return nil, fmt.Errorf("%w: manifest of %s: registry said %s but the bytes hash to %s", ErrVerification, ref, desc.Digest, got)
 	}
 	var m v1.Manifest
 	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
@@ -112,7 +113,7 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 			return nil, fmt.Errorf("%s: layer %d (%s) has no %s annotation; a bundle names every file", ref, i, l.Digest, AnnotationTitle)
 		}
 		if seen[title] {
-			return nil, fmt.Errorf("%s: title %q appears twice", ref, title)
+			return nil, fmt.Errorf("%w: %s: title %q appears twice", ErrVerification, ref, title)
 		}
 		seen[title] = true
 		if title == LockFile && string(l.MediaType) == LockMediaType {
@@ -125,7 +126,7 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 		// The title becomes a file name on disk: only a plain wheel
 		// file name passes (no separators, no "..", no odd characters).
 		if _, err := wheel.ParseFilename(title); err != nil {
-			return nil, fmt.Errorf("%s: layer %d (%s) title refused: %w", ref, i, l.Digest, err)
+			return nil, fmt.Errorf("%w: %s: layer %d (%s) title refused: %w", ErrVerification, ref, i, l.Digest, err)
 		}
 		if l.Size < 0 {
 			return nil, fmt.Errorf("%s: layer %s has a negative size", ref, title)
@@ -213,7 +214,7 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 	}
 	if lock != nil {
 		if err := lockMatches(*lock, f.wheels); err != nil {
-			return PullResult{}, fmt.Errorf("%s: %w", ref, err)
+			return PullResult{}, fmt.Errorf("%w: %s: %w", ErrVerification, ref, err)
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
@@ -341,10 +342,14 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	// ggcr's reader checks the sha256 when it reaches EOF.
 	n, err := io.Copy(out, progressReader{io.LimitReader(rc, d.Size+1), title, prog})
 	if err != nil {
+		// ggcr checks the digest at EOF and says so in an untyped error.
+		if strings.Contains(err.Error(), "error verifying") {
+			return fail(fmt.Errorf("%w: %w", ErrVerification, err))
+		}
 		return fail(fmt.Errorf("download: %w", err))
 	}
 	if n != d.Size {
-		return fail(fmt.Errorf("got %d bytes, manifest says %d", n, d.Size))
+		return fail(fmt.Errorf("%w: got %d bytes, manifest says %d", ErrVerification, n, d.Size))
 	}
 	if sync {
 		if err := out.Sync(); err != nil {
@@ -357,7 +362,7 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	}
 	defer rf.Close()
 	if err := wheel.VerifyReader(rf, n, fn); err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("%w: %w", ErrVerification, err))
 	}
 	return Wheel{
 		File: title, Name: fn.Name(), Version: fn.Version, Tags: tagStrings(fn.Tags),

@@ -150,7 +150,9 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 				return nil
 			}
 			size, _ := l.Size()
-			prog.Start(title, size)
+			if fl != nil {
+				prog.Start(title, size)
+			}
 			var before int64
 			if fl != nil {
 				before = fl.sent.Load()
@@ -162,7 +164,9 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 			}
 			err := pusher.Upload(ctx, repo, up)
 			wasSkipped := err == nil && fl != nil && fl.sent.Load() == before
-			prog.Done(title, wasSkipped, err)
+			if fl != nil {
+				prog.Done(title, wasSkipped, err)
+			}
 			if err != nil {
 				d, _ := l.Digest()
 				errMu.Lock()
