@@ -9,7 +9,7 @@ if [ ! -x "$REGISTRY_CACHE/usr/bin/docker-registry" ]; then
 	if [ -z "$_apt_updated" ] && ! apt-cache show docker-registry >/dev/null 2>&1; then
 		apt-get update -qq >&2 && _apt_updated=1
 	fi
-	(cd "$_tmp" && apt-get download -qq docker-registry >&2) &&
+	chmod 755 "$_tmp"; (cd "$_tmp" && apt-get download -qq docker-registry >&2) &&
 		mkdir -p "$REGISTRY_CACHE" &&
 		dpkg-deb -x "$_tmp"/docker-registry_*.deb "$REGISTRY_CACHE"
 	rm -rf "$_tmp"
