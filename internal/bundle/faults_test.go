@@ -241,7 +241,7 @@ func TestScanFaults(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "Good-1.0-py3-none-any.whl"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := bundle.Scan(context.Background(), dir, 2)
+	_, err := bundle.Scan(context.Background(), dir, bundle.ScanOptions{Jobs: 2})
 	var we *bundle.WheelhouseError
 	if !errors.As(err, &we) {
 		t.Fatalf("Scan error = %v, want a WheelhouseError", err)

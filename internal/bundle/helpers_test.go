@@ -105,7 +105,7 @@ func wheelhouse(t *testing.T, n int) string {
 
 func scan(t *testing.T, dir string) []bundle.Wheel {
 	t.Helper()
-	ws, err := bundle.Scan(context.Background(), dir, 2)
+	ws, err := bundle.Scan(context.Background(), dir, bundle.ScanOptions{Jobs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

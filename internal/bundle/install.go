@@ -29,7 +29,7 @@ func Install(ctx context.Context, dir string, requirements []string, o InstallOp
 		python = "python3"
 	}
 	if len(requirements) == 0 {
-		res, err := Scan(ctx, dir, 4)
+		res, err := Scan(ctx, dir, ScanOptions{Jobs: 4})
 		if err != nil {
 			return err
 		}

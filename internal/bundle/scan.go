@@ -4,24 +4,42 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpupass/gpupass/internal/wheel"
 )
 
+// wheelsRead counts wheels Scan actually read (tests of the cache).
+var wheelsRead atomic.Int64
+
+// ScanOptions configure Scan.
+type ScanOptions struct {
+	// Jobs is how many wheels are checked at once.
+	Jobs int
+	// Cache is the scan cache file (DefaultScanCache); empty: no cache.
+	Cache string
+}
+
 // Scan reads a wheelhouse: every entry of dir must be a regular .whl file
 // with a valid PEP 427 name, a readable zip whose RECORD matches its
 // contents, and no two wheels may be the same distribution, version and
-// tags. It hashes each wheel (streaming) with up to jobs in parallel and
+// tags. It hashes each wheel (streaming) with up to Jobs in parallel and
 // returns the wheels sorted by file name, or every problem at once.
-func Scan(ctx context.Context, dir string, jobs int) ([]Wheel, error) {
+// Wheels the cache knows unchanged since they last passed are not read.
+func Scan(ctx context.Context, dir string, o ScanOptions) ([]Wheel, error) {
+	started := time.Now()
+	jobs := o.Jobs
+	cache := loadScanCache(o.Cache)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading wheelhouse: %w", err)
@@ -69,7 +87,25 @@ func Scan(ctx context.Context, dir string, jobs int) ([]Wheel, error) {
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			errs[i] = checkWheelFile(&wheels[i], names[i])
+			w := &wheels[i]
+			abs, _ := filepath.Abs(w.path)
+			fi, err := os.Stat(w.path)
+			if err != nil {
+				errs[i] = err
+				return nil
+			}
+			st, cacheable := statOf(fi)
+			if cacheable {
+				if sha, ok := cache.lookup(abs, st); ok {
+					w.SHA256, w.Size = sha, st.Size
+					return nil
+				}
+			}
+			wheelsRead.Add(1)
+			errs[i] = checkWheelFile(w, names[i])
+			if errs[i] == nil && cacheable && w.Size == st.Size {
+				cache.remember(abs, st, w.SHA256, started)
+			}
 			return nil
 		})
 	}
@@ -77,6 +113,7 @@ func Scan(ctx context.Context, dir string, jobs int) ([]Wheel, error) {
 		return nil, err
 	}
 	problems = append(problems, nonNil(errs)...)
+	_ = cache.save()
 	if len(problems) > 0 {
 		return nil, &WheelhouseError{Dir: dir, Problems: problems}
 	}
@@ -84,8 +121,8 @@ func Scan(ctx context.Context, dir string, jobs int) ([]Wheel, error) {
 	return wheels, nil
 }
 
-// checkWheelFile hashes the file and checks its zip and RECORD through
-// one open file.
+// checkWheelFile hashes the file and checks its zip and RECORD in one
+// sequential pass, then reads the zip's central directory to match.
 func checkWheelFile(w *Wheel, f wheel.Filename) error {
 	fh, err := os.Open(w.path)
 	if err != nil {
@@ -93,12 +130,31 @@ func checkWheelFile(w *Wheel, f wheel.Filename) error {
 	}
 	defer fh.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, fh)
-	if err != nil {
-		return fmt.Errorf("wheel %s: %w", w.File, err)
+	cw := &countWriter{w: h}
+	s, verr := wheel.VerifyStream(io.TeeReader(fh, cw), f)
+	var re *wheel.ReadError
+	if errors.As(verr, &re) {
+		return fmt.Errorf("wheel %s: %w", w.File, verr)
 	}
-	w.SHA256, w.Size = hex.EncodeToString(h.Sum(nil)), n
-	return wheel.VerifyReader(fh, n, f)
+	w.SHA256, w.Size = hex.EncodeToString(h.Sum(nil)), cw.n
+	switch {
+	case errors.Is(verr, wheel.ErrNotStreamable):
+		return wheel.VerifyReader(fh, cw.n, f)
+	case verr != nil:
+		return verr
+	}
+	return s.Check(fh, cw.n)
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // WheelhouseError lists every problem found in a wheelhouse.

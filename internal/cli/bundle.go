@@ -147,6 +147,7 @@ type BundlePushOptions struct {
 	Wheelhouse string
 	MountFrom  string
 	Source     string
+	NoCache    bool
 	// Progress is where progress goes (stderr); TTY selects the bar.
 	Progress io.Writer
 	TTY      bool
@@ -161,6 +162,7 @@ func (o *BundlePushOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVarP(&o.Wheelhouse, "wheelhouse", "w", "", "directory of .whl files to push (required)")
 	f.StringVar(&o.MountFrom, "mount-from", "", "repository on the same registry to mount existing blobs from (REGISTRY/REPO)")
+	f.BoolVar(&o.NoCache, "no-cache", false, "re-read every wheel instead of trusting the scan cache for files unchanged since they last passed")
 	f.StringVar(&o.Source, "source", "", "source repository URL for the org.opencontainers.image.source annotation (default: from CI variables)")
 }
 
@@ -207,7 +209,11 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 	if err != nil {
 		return err
 	}
-	wheels, err := bundle.Scan(ctx, o.Wheelhouse, ropts.Jobs)
+	sopts := bundle.ScanOptions{Jobs: ropts.Jobs}
+	if !o.NoCache {
+		sopts.Cache = bundle.DefaultScanCache()
+	}
+	wheels, err := bundle.Scan(ctx, o.Wheelhouse, sopts)
 	if err != nil {
 		var we *bundle.WheelhouseError
 		if errors.As(err, &we) {
@@ -278,6 +284,7 @@ type BundlePullOptions struct {
 	Global   *GlobalOptions
 	Registry RegistryFlags
 	To       string
+	Fsync    bool
 	Progress io.Writer
 	TTY      bool
 	Logger   *slog.Logger
@@ -287,6 +294,7 @@ type BundlePullOptions struct {
 func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
 	o.Registry.AddFlags(cmd)
 	cmd.Flags().StringVar(&o.To, "to", "", "directory to write the wheelhouse to; must not exist or be empty (required)")
+	cmd.Flags().BoolVar(&o.Fsync, "fsync", false, "fsync every wheel before the wheelhouse is moved into place (survives power loss; slower)")
 }
 
 func newBundlePullCmd(g *GlobalOptions) *cobra.Command {
@@ -321,7 +329,7 @@ func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io
 	if err != nil {
 		return err
 	}
-	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger}
+	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger, Sync: o.Fsync}
 	var prog *bundle.TextProgress
 	if o.Progress != nil {
 		prog = bundle.NewTextProgress(o.Progress, o.TTY, "pulled")
@@ -433,7 +441,7 @@ func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, ou
 		return err
 	}
 	res := verifyOutput{Dir: dir, Wheels: []bundle.Wheel{}, Problems: []string{}}
-	wheels, err := bundle.Scan(ctx, dir, o.Jobs)
+	wheels, err := bundle.Scan(ctx, dir, bundle.ScanOptions{Jobs: o.Jobs})
 	var we *bundle.WheelhouseError
 	switch {
 	case errors.As(err, &we):

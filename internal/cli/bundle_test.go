@@ -72,7 +72,7 @@ func TestBundleCommands(t *testing.T) {
 	ref := host + "/team/wheels:v1"
 
 	// Incomplete coverage refuses to push and says what is missing.
-	code, _, stderr := runCLI(t, "bundle", "push", "--plain-http", "-w", house, "--spec", short, ref)
+	code, _, stderr := runCLI(t, "bundle", "push", "--no-cache", "--plain-http", "-w", house, "--spec", short, ref)
 	if code != cli.ExitFindings || !strings.Contains(stderr, "gamma==3.0: no wheel") || !strings.Contains(stderr, "nothing was pushed") {
 		t.Fatalf("incomplete push: exit %d, stderr:\n%s", code, stderr)
 	}
@@ -81,7 +81,7 @@ func TestBundleCommands(t *testing.T) {
 		t.Fatal("the tag exists after a refused push")
 	}
 
-	code, stdout, stderr := runCLI(t, "-o", "json", "bundle", "push", "--plain-http", "-w", house, "--spec", specPath, ref)
+	code, stdout, stderr := runCLI(t, "-o", "json", "bundle", "push", "--no-cache", "--plain-http", "-w", house, "--spec", specPath, ref)
 	if code != 0 {
 		t.Fatalf("push: exit %d\n%s", code, stderr)
 	}
@@ -104,7 +104,7 @@ func TestBundleCommands(t *testing.T) {
 	}
 
 	// Text push prints REF@digest alone; progress lines go to stderr.
-	code, stdout, stderr = runCLI(t, "bundle", "push", "--plain-http", "-w", house, ref)
+	code, stdout, stderr = runCLI(t, "bundle", "push", "--no-cache", "--plain-http", "-w", house, ref)
 	if code != 0 || !strings.HasPrefix(stdout, host+"/team/wheels@sha256:") || !strings.Contains(stderr, "exists  alpha-1.0-py3-none-any.whl") {
 		t.Errorf("text push: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}

@@ -2,7 +2,7 @@ package wheel
 
 import (
 	"archive/zip"
-	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/csv"
@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"path"
 	"strconv"
 	"strings"
 )
@@ -56,24 +55,30 @@ func verify(zr *zip.Reader, f Filename) error {
 			return fmt.Errorf("wheel %s: entry %q appears twice in the archive", f.File, name)
 		}
 		files[name] = zf
-		dir, base := path.Split(name)
-		if base == "RECORD" && strings.HasSuffix(dir, ".dist-info/") && strings.Count(dir, "/") == 1 {
-			distInfo := strings.TrimSuffix(dir, ".dist-info/")
-			if i := strings.LastIndexByte(distInfo, '-'); i > 0 && NormalizeName(distInfo[:i]) == f.Name() {
-				if record != nil {
-					return fmt.Errorf("wheel %s: more than one .dist-info/RECORD", f.File)
-				}
-				record = zf
+		if isRecordName(name, f) {
+			if record != nil {
+				return fmt.Errorf("wheel %s: more than one .dist-info/RECORD", f.File)
 			}
+			record = zf
 		}
 	}
 	if record == nil {
 		return fmt.Errorf("wheel %s: no %s-%s.dist-info/RECORD (not a valid wheel)", f.File, f.Distribution, f.Version)
 	}
-	entries, err := readRecord(record)
+	b, err := readAll(record)
 	if err != nil {
 		return fmt.Errorf("wheel %s: %s: %w", f.File, record.Name, err)
 	}
+	entries, err := parseRecord(b)
+	if err != nil {
+		return fmt.Errorf("wheel %s: %s: %w", f.File, record.Name, err)
+	}
+	return checkRecord(f, files, record, entries, checkEntry)
+}
+
+// checkRecord checks that RECORD and the archive list the same files and
+// that each file matches its hash, through check.
+func checkRecord(f Filename, files map[string]*zip.File, record *zip.File, entries map[string]recordEntry, check func(*zip.File, recordEntry) error) error {
 	for name, zf := range files {
 		if strings.HasSuffix(name, "/") {
 			continue
@@ -92,7 +97,7 @@ func verify(zr *zip.Reader, f Filename) error {
 		if e.algo == "" {
 			return fmt.Errorf("wheel %s: RECORD lists %s without a hash", f.File, name)
 		}
-		if err := checkEntry(zf, e); err != nil {
+		if err := check(zf, e); err != nil {
 			return fmt.Errorf("wheel %s: %s: %w", f.File, name, err)
 		}
 	}
@@ -119,7 +124,7 @@ func safeEntry(name string) error {
 	return nil
 }
 
-func readRecord(zf *zip.File) (map[string]recordEntry, error) {
+func readAll(zf *zip.File) ([]byte, error) {
 	if zf.UncompressedSize64 > 64<<20 {
 		return nil, errors.New("RECORD larger than 64 MiB")
 	}
@@ -128,7 +133,11 @@ func readRecord(zf *zip.File) (map[string]recordEntry, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	r := csv.NewReader(bufio.NewReader(rc))
+	return io.ReadAll(io.LimitReader(rc, 64<<20))
+}
+
+func parseRecord(b []byte) (map[string]recordEntry, error) {
+	r := csv.NewReader(bytes.NewReader(b))
 	r.FieldsPerRecord = -1
 	out := map[string]recordEntry{}
 	for line := 1; ; line++ {
@@ -194,7 +203,7 @@ func hashEntry(zf *zip.File, e recordEntry, h hash.Hash) error {
 		return fmt.Errorf("reading: %w", err)
 	}
 	got := base64.RawURLEncoding.EncodeToString(h.Sum(nil))
-	if got != strings.TrimRight(e.digest, "=") {
+	if got != trimPad(e.digest) {
 		return fmt.Errorf("RECORD says %s=%s but the file hashes to %s=%s", e.algo, e.digest, e.algo, got)
 	}
 	if e.hasSize && n != e.size {
@@ -202,3 +211,15 @@ func hashEntry(zf *zip.File, e recordEntry, h hash.Hash) error {
 	}
 	return nil
 }
+
+func trimPad(s string) string { return strings.TrimRight(s, "=") }
+
+func cutLast(s, sep string) (string, string, bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+len(sep):], true
+}
+
+func cutSuffix(s, suffix string) (string, bool) { return strings.CutSuffix(s, suffix) }

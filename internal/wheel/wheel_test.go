@@ -1,6 +1,7 @@
 package wheel_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,16 +184,70 @@ func TestInspect(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = wheel.Inspect(tt.path, f)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Inspect: %v", err)
+			for _, check := range []struct {
+				name string
+				fn   func(string, wheel.Filename) error
+			}{{"Inspect", wheel.Inspect}, {"VerifyStream", verifyStream}} {
+				err := check.fn(tt.path, f)
+				if tt.wantErr == "" {
+					if err != nil {
+						t.Errorf("%s: %v", check.name, err)
+					}
+					continue
 				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), filepath.Base(tt.path)) {
-				t.Fatalf("Inspect error = %v, want it to name the wheel and contain %q", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), filepath.Base(tt.path)) {
+					t.Errorf("%s error = %v, want it to name the wheel and contain %q", check.name, err, tt.wantErr)
+				}
 			}
 		})
+	}
+}
+
+// verifyStream checks a wheel file the way a download does: one pass,
+// then the central directory.
+func verifyStream(p string, f wheel.Filename) error {
+	fh, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	s, err := wheel.VerifyStream(fh, f)
+	if err != nil {
+		return err
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	return s.Check(fh, st.Size())
+}
+
+// A zip whose central directory points at other bytes than the local
+// entries (the classic way to show a scanner one file and pip another)
+// fails the stream check.
+func TestVerifyStreamDirectoryMismatch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p, err := wheeltest.Write(dir, "demo-1.0-py3-none-any.whl", "demo", "1.0",
+		[]wheeltest.File{{Name: "demo/__init__.py", Data: strings.NewReader("x = 1\n")}}, wheeltest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flip one byte of the first central directory entry's CRC.
+	i := bytes.Index(b, []byte("PK\x01\x02"))
+	if i < 0 {
+		t.Fatal("no central directory")
+	}
+	b[i+16] ^= 0xff
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := wheel.ParseFilename("demo-1.0-py3-none-any.whl")
+	if err := verifyStream(p, f); err == nil || !strings.Contains(err.Error(), "disagree") {
+		t.Fatalf("verifyStream = %v, want a central directory mismatch", err)
 	}
 }
