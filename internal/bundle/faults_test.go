@@ -3,6 +3,7 @@ package bundle_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -317,5 +318,31 @@ func TestBasicAuth(t *testing.T) {
 	o.Password = "s3cret"
 	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err != nil {
 		t.Fatalf("push with credentials: %v", err)
+	}
+}
+
+// Not parallel: DOCKER_CONFIG is process-wide.
+func TestDockerConfigKeychain(t *testing.T) {
+	ctx := context.Background()
+	inner := registryHandler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "robot" || p != "from-config" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	cfg := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte("robot:from-config"))
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"auths":{"`+host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_CONFIG", cfg)
+	wheels := scan(t, wheelhouse(t, 1))
+	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: regOpts()}); err != nil {
+		t.Fatalf("push with docker config credentials: %v", err)
 	}
 }

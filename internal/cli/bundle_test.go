@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -154,5 +155,41 @@ func TestBundleFlagErrors(t *testing.T) {
 		if code != cli.ExitUsage || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
 		}
+	}
+}
+
+// Not parallel: it sets GPUPASS_REGISTRY_* in the process environment.
+func TestBundleRegistryCredentialsFromEnv(t *testing.T) {
+	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "ci-bot" || p != "t0ps3cret-value" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	house := t.TempDir()
+	if _, err := wheeltest.Simple(house, "alpha", "1.0"); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(secret, []byte("wrong-password-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GPUPASS_REGISTRY_USERNAME", "ci-bot")
+	t.Setenv("GPUPASS_REGISTRY_PASSWORD_FILE", secret)
+	code, stdout, stderr := runCLI(t, "-v", "bundle", "push", "--no-cache", "--plain-http", "-w", house, host+"/t/w:v1")
+	if code == 0 || strings.Contains(stdout+stderr, "wrong-password-value") || !strings.Contains(stderr, "HTTP 401") {
+		t.Fatalf("push with a wrong password: exit %d, output must name the 401 and never the secret:\n%s%s", code, stdout, stderr)
+	}
+	if err := os.WriteFile(secret, []byte("t0ps3cret-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, "-v", "bundle", "push", "--no-cache", "--plain-http", "-w", house, host+"/t/w:v1")
+	if code != 0 || strings.Contains(stdout+stderr, "t0ps3cret-value") {
+		t.Fatalf("push with GPUPASS_REGISTRY_PASSWORD_FILE: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
