@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -403,4 +404,45 @@ func syncDir(dir string) {
 		_ = d.Sync()
 		d.Close()
 	}
+}
+
+// CheckLock compares a wheelhouse's lock file (written by Pull), when it
+// has one, with the wheels Scan found: the same files with the same
+// digests, nothing missing, nothing added. It returns false when dir has
+// no lock.
+func CheckLock(dir string, wheels []Wheel) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, LockFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	lock, err := parseLock(b)
+	if err != nil {
+		return true, fmt.Errorf("%w: %s: %w", ErrVerification, dir, err)
+	}
+	have := map[string]Wheel{}
+	for _, w := range wheels {
+		have[w.File] = w
+	}
+	var problems []string
+	for _, lw := range lock.Wheels {
+		w, ok := have[lw.File]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s: in the lock but not in the wheelhouse", lw.File))
+		case w.SHA256 != lw.SHA256 || w.Size != lw.Size:
+			problems = append(problems, fmt.Sprintf("%s: sha256:%s (%d bytes), the lock says sha256:%s (%d bytes)", lw.File, w.SHA256, w.Size, lw.SHA256, lw.Size))
+		}
+		delete(have, lw.File)
+	}
+	for f := range have {
+		problems = append(problems, fmt.Sprintf("%s: not in the lock", f))
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return true, fmt.Errorf("%w: %s does not match its %s:\n  - %s", ErrVerification, dir, LockFile, strings.Join(problems, "\n  - "))
+	}
+	return true, nil
 }

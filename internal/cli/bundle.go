@@ -429,6 +429,7 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 type verifyOutput struct {
 	Dir      string           `json:"dir"`
 	OK       bool             `json:"ok"`
+	Locked   bool             `json:"locked"`
 	Wheels   []bundle.Wheel   `json:"wheels"`
 	Problems []string         `json:"problems"`
 	Coverage *bundle.Coverage `json:"coverage,omitempty"`
@@ -452,6 +453,12 @@ func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, ou
 		return err
 	default:
 		res.Wheels = wheels
+		// A pulled wheelhouse carries its lock: hold it to it.
+		locked, err := bundle.CheckLock(dir, wheels)
+		res.Locked = locked
+		if err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
 	}
 	if s != nil && err == nil {
 		t, err := o.Target.target(s)
@@ -472,6 +479,9 @@ func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, ou
 		}
 	} else if res.OK {
 		msg := fmt.Sprintf("%s: %d wheels ok", dir, len(res.Wheels))
+		if res.Locked {
+			msg += ", matching " + bundle.LockFile
+		}
 		if res.Coverage != nil {
 			msg += fmt.Sprintf(", all %d pinned packages covered for python %s / %s", len(res.Coverage.Covered), res.Coverage.Python, res.Coverage.Platform)
 		}

@@ -121,7 +121,7 @@ func TestBundleCommands(t *testing.T) {
 		t.Fatalf("pull: exit %d\n%s%s", code, stdout, stderr)
 	}
 	code, stdout, _ = runCLI(t, "bundle", "verify", to, "--spec", specPath)
-	if code != 0 || !strings.Contains(stdout, "all 2 pinned packages covered") {
+	if code != 0 || !strings.Contains(stdout, "all 2 pinned packages covered") || !strings.Contains(stdout, "matching "+bundle.LockFile) {
 		t.Errorf("verify: exit %d\n%s", code, stdout)
 	}
 	code, stdout, _ = runCLI(t, "-o", "json", "bundle", "verify", to, "--spec", short)
@@ -131,6 +131,26 @@ func TestBundleCommands(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(stdout), &v); err != nil || code != cli.ExitFindings || v.OK || len(v.Problems) != 1 {
 		t.Errorf("verify of an incomplete wheelhouse: exit %d, %+v (%v)", code, v, err)
+	}
+	// A wheel swapped after the pull no longer matches the lock.
+	swapped := t.TempDir()
+	if _, err := wheeltest.Write(swapped, "alpha-1.0-py3-none-any.whl", "alpha", "1.0",
+		[]wheeltest.File{{Name: "alpha/__init__.py", Data: strings.NewReader("EVIL = True\n")}}, wheeltest.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(swapped, "alpha-1.0-py3-none-any.whl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := filepath.Join(dir, "tampered")
+	if code, _, stderr := runCLI(t, "bundle", "pull", "--plain-http", ref, "--to", tampered); code != 0 {
+		t.Fatal(stderr)
+	}
+	if err := os.WriteFile(filepath.Join(tampered, "alpha-1.0-py3-none-any.whl"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, _ = runCLI(t, "bundle", "verify", tampered); code != cli.ExitFindings || !strings.Contains(stdout, "alpha-1.0-py3-none-any.whl: sha256:") {
+		t.Errorf("verify of a tampered wheelhouse: exit %d\n%s", code, stdout)
 	}
 	// A second pull into the now full directory is refused.
 	if code, _, stderr = runCLI(t, "bundle", "pull", "--plain-http", ref, "--to", to); code != cli.ExitUsage || !strings.Contains(stderr, "not empty") {
