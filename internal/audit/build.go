@@ -140,6 +140,11 @@ func Build(ctx context.Context, r *Run, opts BuildOptions) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allocation %s: %w", r.AllocationID, err)
 	}
+	// A record whose agent signature does not verify is corrupt; signing
+	// an audit over it would lend it credibility it does not have.
+	if err := conformance.Verify([]byte(r.Conformance.AgentPublicKeyPEM), r.Conformance.Report, r.Conformance.Signature); err != nil {
+		return nil, fmt.Errorf("allocation %s: the agent signature over the conformance report does not verify (%w): the run record is corrupt", r.AllocationID, err)
+	}
 	simulated := r.Simulated || rep.Simulated
 
 	env := Environment{
@@ -310,10 +315,10 @@ func ConformanceLog(r *conformance.Report) []byte {
 // averaged, because JSON cannot carry them.
 func SummarizeMetrics(points []MetricPoint) []MetricSummary {
 	type acc struct {
-		s                   MetricSummary
-		sum                 float64
-		finite              int
-		seen                bool
+		s      MetricSummary
+		sum    float64
+		finite int
+		seen   bool
 	}
 	by := map[string]*acc{}
 	for _, p := range points {

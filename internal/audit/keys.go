@@ -33,30 +33,24 @@ func (k KeyRef) envVar() (string, bool) {
 	return strings.CutPrefix(string(k), "env://")
 }
 
-// read returns the key bytes. For files it warns when group or others may
-// read them: a signing key that others can read no longer proves who
-// signed.
-func (k KeyRef) read(getenv func(string) string, log *slog.Logger, private bool) ([]byte, error) {
+// read returns the key bytes, and for files their permissions.
+func (k KeyRef) read(getenv func(string) string) ([]byte, os.FileMode, error) {
 	if v, ok := k.envVar(); ok {
 		b := getenv(v)
 		if b == "" {
-			return nil, fmt.Errorf("key %s: variable %s is empty or unset", k, v)
+			return nil, 0, fmt.Errorf("key %s: variable %s is empty or unset", k, v)
 		}
-		return []byte(b), nil
+		return []byte(b), 0, nil
 	}
 	fi, err := os.Stat(string(k))
 	if err != nil {
-		return nil, fmt.Errorf("reading key: %w", err)
-	}
-	if private && fi.Mode().Perm()&0o077 != 0 && log != nil {
-		log.Warn("signing key file is readable by group or others: run chmod 600 on it",
-			"file", string(k), "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
+		return nil, 0, fmt.Errorf("reading key: %w", err)
 	}
 	b, err := os.ReadFile(string(k))
 	if err != nil {
-		return nil, fmt.Errorf("reading key: %w", err)
+		return nil, 0, fmt.Errorf("reading key: %w", err)
 	}
-	return b, nil
+	return b, fi.Mode().Perm(), nil
 }
 
 // LoadPrivateKey loads a cosign private key (the encrypted PEM that
@@ -64,7 +58,7 @@ func (k KeyRef) read(getenv func(string) string, log *slog.Logger, private bool)
 // decrypts it with password. Plain PKCS#8 and SEC 1 EC keys are accepted
 // too, as cosign does.
 func LoadPrivateKey(ref KeyRef, password []byte, getenv func(string) string, log *slog.Logger) (*ecdsa.PrivateKey, error) {
-	b, err := ref.read(getenv, log, true)
+	b, perm, err := ref.read(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +89,11 @@ func LoadPrivateKey(ref KeyRef, password []byte, getenv func(string) string, log
 	if err != nil {
 		return nil, fmt.Errorf("key %s: %w", ref, err)
 	}
+	// A signing key that others can read no longer proves who signed.
+	if perm&0o077 != 0 && log != nil {
+		log.Warn("signing key file is readable by group or others: run chmod 600 on it",
+			"file", string(ref), "mode", fmt.Sprintf("%04o", perm))
+	}
 	ec, ok := key.(*ecdsa.PrivateKey)
 	if !ok || ec.Curve != elliptic.P256() {
 		return nil, fmt.Errorf("key %s: %T keys are not supported: use an ECDSA P-256 key (cosign generate-key-pair's default)", ref, key)
@@ -105,7 +104,7 @@ func LoadPrivateKey(ref KeyRef, password []byte, getenv func(string) string, log
 // LoadPublicKey loads a PEM public key (cosign.pub, agent.pub) from a file
 // or env://VAR.
 func LoadPublicKey(ref KeyRef, getenv func(string) string) (crypto.PublicKey, []byte, error) {
-	b, err := ref.read(getenv, nil, false)
+	b, _, err := ref.read(getenv)
 	if err != nil {
 		return nil, nil, err
 	}
