@@ -41,9 +41,9 @@ const MinimalTrustedRoot = `{"mediaType":"application/vnd.dev.sigstore.trustedro
 // AgentKey is an agent public key the verifier trusts, valid for reports
 // generated between NotBefore and NotAfter (zero: unbounded).
 type AgentKey struct {
-	PEM       []byte    `json:"pem"`
-	NotBefore time.Time `json:"not_before,omitzero"`
-	NotAfter  time.Time `json:"not_after,omitzero"`
+	PEM       []byte
+	NotBefore time.Time
+	NotAfter  time.Time
 }
 
 // VerifyOptions control Verify.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/spf13/cobra"
 )
 
@@ -327,9 +328,20 @@ func loadAgentKeys(ref string, getenv func(string) string) ([]audit.AgentKey, er
 		}
 	}
 	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '[' {
-		var ks []audit.AgentKey
-		if err := json.Unmarshal(t, &ks); err != nil {
+		var list []struct {
+			PEM       string    `json:"pem"`
+			NotBefore time.Time `json:"not_before"`
+			NotAfter  time.Time `json:"not_after"`
+		}
+		if err := json.Unmarshal(t, &list); err != nil {
 			return nil, fmt.Errorf("--agent-key %s: parsing key list: %w (want [{\"pem\":…,\"not_before\":…,\"not_after\":…}])", ref, err)
+		}
+		var ks []audit.AgentKey
+		for i, k := range list {
+			if _, err := conformance.ParsePublicKey([]byte(k.PEM)); err != nil {
+				return nil, fmt.Errorf("--agent-key %s: entry %d: %w", ref, i, err)
+			}
+			ks = append(ks, audit.AgentKey{PEM: []byte(k.PEM), NotBefore: k.NotBefore, NotAfter: k.NotAfter})
 		}
 		return ks, nil
 	}
