@@ -53,7 +53,11 @@ type VerifyOptions struct {
 	// AgentKeys pin the agent keys accepted for the conformance report.
 	// Empty: the key inside the report is used, and the layer says so.
 	AgentKeys []AgentKey
-	Limits    Limits
+	// Fingerprint, when set, recomputes the declared fingerprint from the
+	// declared spec source (spec.Parse + spec.Fingerprint), so a report
+	// cannot pair a spec with another spec's fingerprint.
+	Fingerprint func(file string, source []byte) (string, error)
+	Limits      Limits
 }
 
 // Result is the outcome of Verify, layer by layer.
@@ -139,7 +143,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 		verifySignature(ctx, files, opts.Key),
 		verifyManifest(files, m, manifestErr),
 		verifyAgent(files, opts.AgentKeys),
-		verifyFingerprint(files),
+		verifyFingerprint(files, opts.Fingerprint),
 	)
 	if _, ok := files[FileAttestation]; ok {
 		res.Layers = append(res.Layers, verifyAttestation(ctx, files, opts.Key))
@@ -328,7 +332,7 @@ func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
 	return b.l
 }
 
-func verifyFingerprint(files map[string][]byte) Layer {
+func verifyFingerprint(files map[string][]byte, recompute func(string, []byte) (string, error)) Layer {
 	b := &layerBuilder{l: Layer{Name: LayerFingerprint}}
 	var env Environment
 	eb, ok := files[FileEnvironment]
@@ -359,8 +363,20 @@ func verifyFingerprint(files map[string][]byte) Layer {
 	if want := r.RuntimeFingerprint != "" && r.RuntimeFingerprint == env.Declared.Fingerprint; env.Match != want {
 		b.fail(FileEnvironment, "match", "match is %v but the fingerprints say %v", env.Match, want)
 	}
+	recomputed := ""
+	if recompute != nil {
+		fp, err := recompute(env.Declared.File, []byte(env.Declared.Source))
+		switch {
+		case err != nil:
+			b.fail(FileEnvironment, "declared-recomputed", "the declared spec does not parse: %v", err)
+		case fp != env.Declared.Fingerprint:
+			b.fail(FileEnvironment, "declared-recomputed", "the declared spec's fingerprint is %s, the report claims %s", fp, env.Declared.Fingerprint)
+		default:
+			recomputed = " (recomputed from the declared spec)"
+		}
+	}
 	if len(b.l.Problems) == 0 {
-		b.l.Detail = "the signed report's fingerprint " + r.RuntimeFingerprint + " matches the declared one"
+		b.l.Detail = "the signed report's fingerprint " + r.RuntimeFingerprint + " matches the declared one" + recomputed
 	}
 	return b.l
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 )
@@ -129,4 +130,38 @@ func checkName(name string) error {
 		}
 	}
 	return nil
+}
+
+// Extract writes the entries of an audit report into dir (created if
+// needed) for a person to read. Names pass the same checks as Verify, and
+// writes go through an os.Root so nothing can land outside dir, not even
+// through a symlink planted there; existing files are never overwritten.
+func Extract(zipBytes []byte, dir string, lim Limits) ([]string, error) {
+	if lim == (Limits{}) {
+		lim = DefaultLimits
+	}
+	files, order, err := readZip(zipBytes, lim)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("extracting: %w", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("extracting: %w", err)
+	}
+	defer root.Close()
+	for _, name := range order {
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("extracting %s: %w", name, err)
+		}
+		_, werr := f.Write(files[name])
+		cerr := f.Close()
+		if werr != nil || cerr != nil {
+			return nil, fmt.Errorf("extracting %s: %w", name, errors.Join(werr, cerr))
+		}
+	}
+	return order, nil
 }

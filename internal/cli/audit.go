@@ -61,6 +61,7 @@ type AuditVerifyOptions struct {
 	Path      string
 	Key       string
 	AgentKeys []string
+	Extract   string
 	Output    string
 	Getenv    func(string) string
 }
@@ -70,6 +71,7 @@ func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file or env://VAR (required)")
 	f.StringSliceVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]); repeatable")
+	f.StringVar(&o.Extract, "extract", "", "also write the report's files into this directory (never overwrites)")
 }
 
 // AuditKeygenOptions are the options of `gpupass audit keygen`.
@@ -278,11 +280,23 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 	if err != nil {
 		return err
 	}
+	extracted := ""
+	if o.Extract != "" && res.FailedLayer != audit.LayerArchive {
+		zb, err := os.ReadFile(o.Path)
+		if err != nil {
+			return fmt.Errorf("reading audit report: %w", err)
+		}
+		if _, err := audit.Extract(zb, o.Extract, audit.Limits{}); err != nil {
+			return err
+		}
+		extracted = o.Extract
+	}
 	if o.Output == "json" {
 		if err := auditWriteJSON(out, struct {
-			File string `json:"file"`
+			File        string `json:"file"`
+			ExtractedTo string `json:"extracted_to,omitempty"`
 			*audit.Result
-		}{o.Path, res}); err != nil {
+		}{o.Path, extracted, res}); err != nil {
 			return err
 		}
 	} else {
@@ -299,6 +313,9 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 			for _, p := range l.Problems {
 				fmt.Fprintf(&b, "     %s [%s]: %s\n", p.File, p.Check, p.Message)
 			}
+		}
+		if extracted != "" {
+			fmt.Fprintf(&b, "extracted the report's files into %s\n", extracted)
 		}
 		if res.OK {
 			fmt.Fprintf(&b, "verified %s (allocation %s)\n", o.Path, res.AllocationID)

@@ -70,6 +70,21 @@ func TestRunAuditAndVerify(t *testing.T) {
 		t.Fatalf("verify: %v %v", err, m)
 	}
 
+	// Text output, with extraction.
+	var tout bytes.Buffer
+	exDir := filepath.Join(dir, "extracted")
+	if err := RunAuditVerify(context.Background(), AuditVerifyOptions{Path: zipPath, Key: filepath.Join(dir, "cosign.pub"), Extract: exDir, Output: "text", Getenv: getenv}, &tout); err != nil {
+		t.Fatalf("verify text: %v\n%s", err, tout.String())
+	}
+	for _, want := range []string{"SIMULATED", "ok   signature", "ok   manifest", "ok   agent-signature", "pass --agent-key to pin it", "ok   fingerprint", "ok   attestation", "extracted the report's files into " + exDir, "verified " + zipPath} {
+		if !strings.Contains(tout.String(), want) {
+			t.Errorf("text output lacks %q:\n%s", want, tout.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(exDir, audit.FileManifest)); err != nil {
+		t.Errorf("not extracted: %v", err)
+	}
+
 	// An agent key list with a validity window that ended before the report.
 	list, _ := json.Marshal([]map[string]string{{"pem": mustRead(t, filepath.Join(dir, "agent.pub")), "not_after": "2026-01-01T00:00:00Z"}})
 	expired := filepath.Join(dir, "agents.json")
