@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gpupass/gpupass/internal/ci"
 )
 
 // EnvPrefix is the prefix of every environment variable gpupass reads for
@@ -62,5 +64,15 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 	}
 	cmd.Flags().VisitAll(set)
 	cmd.InheritedFlags().VisitAll(set)
+	// Mask every secret before the command can print anything, whether it
+	// came from the command line, GPUPASS_<FLAG> or GPUPASS_<FLAG>_FILE.
+	env := ci.Detect(getenv, cmd.ErrOrStderr())
+	mask := func(f *pflag.Flag) {
+		if secretFlags[f.Name] && f.Changed {
+			env.Mask(f.Value.String())
+		}
+	}
+	cmd.Flags().VisitAll(mask)
+	cmd.InheritedFlags().VisitAll(mask)
 	return firstErr
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/ci"
 )
 
 // Version is set at build time with -ldflags "-X ...cli.Version=v1.2.3".
@@ -84,6 +86,7 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newCompareCmd,
 	newBundleCmd,
 	newAuditCmd,
+	newCICmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.
@@ -97,7 +100,15 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {
-			fmt.Fprintf(stderr, "gpupass: %v\n", err)
+			// In a workflow the error is one annotation, titled with the
+			// command, instead of a plain line.
+			title := "gpupass"
+			if c, _, ferr := root.Find(args); ferr == nil && c != root {
+				title = c.CommandPath()
+			}
+			if !ci.Detect(os.Getenv, stderr).Error(title, err.Error()) {
+				fmt.Fprintf(stderr, "gpupass: %v\n", err)
+			}
 		}
 	}
 	return ExitCode(err)
