@@ -340,7 +340,25 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 			return err
 		}
 	}
+	if env.Kind() == ci.GitLab {
+		if err := o.gitlabAnnotations(md, rep.Verdict); err != nil {
+			return err
+		}
+	}
 	return runErr
+}
+
+// gitlabAnnotations writes the annotations report GitLab shows on the
+// job page: a link to the full report among the job's artifacts.
+func (o *CIStepOptions) gitlabAnnotations(md, verdict string) error {
+	link := map[string]string{"label": "gpupass compare report: " + verdict}
+	if u := o.Getenv("CI_JOB_URL"); u != "" {
+		link["url"] = u + "/artifacts/file/" + filepath.ToSlash(md)
+	} else {
+		return nil // nothing to link to outside a real GitLab job
+	}
+	doc := map[string][]map[string]map[string]string{"gpupass": {{"external_link": link}}}
+	return writeFile(filepath.Join(o.ReportDir, "annotations.json"), func(w io.Writer) error { return writeJSON(w, doc) })
 }
 
 func (o *CIStepOptions) bundleFlags(args ...string) []string {

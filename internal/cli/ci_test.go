@@ -66,7 +66,8 @@ func TestRunCIStep(t *testing.T) {
 		{name: "compare-report diverged fails and still hands off the verdict", kind: "gitlab",
 			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl far=far.jsonl", Tolerance: "abs=0.01", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
 			wantCode: ExitFindings,
-			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_VERDICT=diverged", "GPUPASS_REPORT_PATH=rep/report.md"}}},
+			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_VERDICT=diverged", "GPUPASS_REPORT_PATH=rep/report.md"},
+				"rep/annotations.json": {`"label": "gpupass compare report: diverged"`, `"url": "https://gitlab.invalid/g/p/-/jobs/7/artifacts/file/`}}},
 		{name: "compare-report without runs", kind: "gitlab", opts: CIStepOptions{Command: "compare-report"}, wantCode: ExitUsage},
 	}
 	for _, tt := range tests {
@@ -85,7 +86,7 @@ func TestRunCIStep(t *testing.T) {
 			if tt.kind == "github" {
 				env = map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": filepath.Join(dir, "output"), "GITHUB_STEP_SUMMARY": filepath.Join(dir, "summary")}
 			} else {
-				env = map[string]string{"GITLAB_CI": "true", "GPUPASS_DOTENV": filepath.Join(dir, "gpupass.env")}
+				env = map[string]string{"GITLAB_CI": "true", "GPUPASS_DOTENV": filepath.Join(dir, "gpupass.env"), "CI_JOB_URL": "https://gitlab.invalid/g/p/-/jobs/7"}
 			}
 			o := tt.opts
 			o.Getenv = func(k string) string { return env[k] }

@@ -1,0 +1,134 @@
+//go:build e2e
+
+package ci_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// notesServer records the merge request notes gpupass posts, as GitLab's
+// notes API does (list, create), and checks the project access token.
+type notesServer struct {
+	mu     sync.Mutex
+	token  string
+	bodies []string
+	denied int
+}
+
+func (s *notesServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	const base = "/api/v4/projects/42/merge_requests/3/notes"
+	auth := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("PRIVATE-TOKEN") != s.token {
+			s.mu.Lock()
+			s.denied++
+			s.mu.Unlock()
+			http.Error(w, `{"message":"401 Unauthorized"}`, http.StatusUnauthorized)
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("GET "+base, func(w http.ResponseWriter, r *http.Request) {
+		if auth(w, r) {
+			w.Write([]byte("[]"))
+		}
+	})
+	mux.HandleFunc("POST "+base, func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		var n struct {
+			Body string `json:"body"`
+		}
+		json.NewDecoder(r.Body).Decode(&n)
+		s.mu.Lock()
+		s.bodies = append(s.bodies, n.Body)
+		id := len(s.bodies)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(map[string]any{"id": id, "body": n.Body})
+	})
+	return mux
+}
+
+// TestGitLabComponents runs the component project's own pipeline
+// (components/gitlab/.gitlab-ci.yml: validate and compare-report included
+// with `include: component:` at $CI_COMMIT_SHA, then a job that reads
+// their dotenv) through gitlab-ci-local on the shell executor.
+func TestGitLabComponents(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	path := toolsPath(t, bin)
+	glci := lookPath(t, path, "gitlab-ci-local")
+	lookPath(t, path, "rsync")
+
+	const token = "glpat-e2e-secret-7c1d"
+	srv := &notesServer{token: token}
+	ts := httptest.NewServer(srv.handler())
+	defer ts.Close()
+
+	dir := gitRepo(t, "components/gitlab", "git@gitlab.invalid:gpupass/components.git")
+	cmd := exec.Command(glci,
+		"--shell-executor-no-image", "--force-shell-executor",
+		// gitlab-ci-local marks its jobs GITLAB_CI=false; this pipeline
+		// stands in for a real GitLab merge request pipeline.
+		"--variable", "GITLAB_CI=true",
+		"--variable", "CI_API_V4_URL="+ts.URL+"/api/v4",
+		"--variable", "CI_MERGE_REQUEST_IID=3",
+		"--variable", "CI_MERGE_REQUEST_PROJECT_ID=42",
+		"--variable", "GPUPASS_GITLAB_TOKEN="+token,
+	)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+path, "GITHUB_ACTIONS=", "CI=")
+	out, err := cmd.CombinedOutput()
+	log := string(out)
+	if err != nil {
+		t.Fatalf("gitlab-ci-local: %v\n%s", err, log)
+	}
+	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-compare-report", "PASS  check-handoff", "section_start:"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("pipeline log lacks %q", want)
+		}
+	}
+	// The artifacts GitLab reads.
+	for _, f := range []string{
+		"gpupass-validate/.gitlab-ci-reports/dotenv/gpupass.env",
+		"gpupass-validate/.gitlab-ci-reports/codequality/gl-code-quality-report.json",
+		"gpupass-compare-report/.gitlab-ci-reports/junit/gpupass-report/junit.xml",
+		"gpupass-compare-report/gpupass-report/report.md",
+	} {
+		if _, err := os.Stat(filepath.Join(dir, ".gitlab-ci-local", "artifacts", f)); err != nil {
+			t.Errorf("artifact %s: %v", f, err)
+		}
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.bodies) != 1 || !strings.Contains(srv.bodies[0], "gpupass compare: consistent") {
+		t.Errorf("MR notes posted = %q, want one compare report", srv.bodies)
+	}
+	if srv.denied != 0 {
+		t.Errorf("%d requests without the project access token", srv.denied)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, ".gitlab-ci-local", "output", "*.log"))
+	for _, l := range append(logs, "") {
+		b := out
+		if l != "" {
+			b, _ = os.ReadFile(l)
+		}
+		if strings.Contains(string(b), token) {
+			t.Errorf("the token reached the job log %s", l)
+		}
+	}
+	if t.Failed() {
+		t.Logf("pipeline log:\n%s", log)
+	}
+}
