@@ -1,0 +1,172 @@
+//go:build e2e
+
+package ci_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// commentServer records the pull request comments gpupass posts, as the
+// GitHub issues comments API does (list, create), and checks the token.
+type commentServer struct {
+	mu     sync.Mutex
+	token  string
+	bodies []string
+	denied int
+}
+
+func (s *commentServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	const base = "/api/v3/repos/acme/train/issues/7/comments"
+	auth := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("Authorization") != "Bearer "+s.token {
+			s.mu.Lock()
+			s.denied++
+			s.mu.Unlock()
+			http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("GET "+base, func(w http.ResponseWriter, r *http.Request) {
+		if auth(w, r) {
+			w.Write([]byte("[]"))
+		}
+	})
+	mux.HandleFunc("POST "+base, func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		var c struct {
+			Body string `json:"body"`
+		}
+		json.NewDecoder(r.Body).Decode(&c)
+		s.mu.Lock()
+		s.bodies = append(s.bodies, c.Body)
+		id := len(s.bodies)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(map[string]any{"id": id, "body": c.Body})
+	})
+	return mux
+}
+
+// TestActionThroughAct runs internal/ci/testdata/act's workflow through
+// act on the host (-P ubuntu-latest=-self-hosted): the root action with
+// `uses: ./` and `version: source` validates the starter spec and compares
+// two metric files, posting the report to a loopback GitHub API; a second
+// job passes an unknown command and must fail with one annotation.
+func TestActionThroughAct(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	path := toolsPath(t, bin)
+	act := lookPath(t, path, "act")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		testutil.Missing(t, "go on PATH (the action builds gpupass from source)")
+	}
+
+	const token, brokerToken = "ghs-e2e-secret-51b0", "brk-e2e-secret-a9e2"
+	srv := &commentServer{token: token}
+	ts := httptest.NewServer(srv.handler())
+	defer ts.Close()
+
+	dir := gitRepo(t, ".", "https://github.com/acme/train.git")
+	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "act", ".github", "workflows", "action.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the test workflow: act would run the project's own too.
+	os.RemoveAll(filepath.Join(dir, ".github", "workflows"))
+	if err := os.MkdirAll(filepath.Join(dir, ".github", "workflows"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".github", "workflows", "action.yml"), wf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	event := filepath.Join(t.TempDir(), "event.json")
+	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"0123456789abcdef0123456789abcdef01234567"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
+	out := t.TempDir()
+	goenv := func(k string) string {
+		b, _ := exec.Command(gobin, "env", k).Output()
+		return strings.TrimSpace(string(b))
+	}
+	cmd := exec.Command(act, "pull_request",
+		"-P", "ubuntu-latest=-self-hosted",
+		"-e", event,
+		"--env", "E2E_OUT="+out,
+		"--env", "GITHUB_API_URL="+ts.URL+"/api/v3",
+		"--env", "GITHUB_REPOSITORY=acme/train",
+		// The host build reuses this machine's Go caches: act gives the
+		// job its own HOME.
+		"--env", "GOCACHE="+goenv("GOCACHE"),
+		"--env", "GOMODCACHE="+goenv("GOMODCACHE"),
+		"--env", "GOFLAGS=-mod=mod",
+		"-s", "GITHUB_TOKEN="+token,
+		"-s", "BROKER_TOKEN_US="+brokerToken,
+	)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+path)
+	b, runErr := cmd.CombinedOutput()
+	log := string(b)
+	defer func() {
+		if t.Failed() {
+			t.Logf("act log:\n%s", log)
+		}
+	}()
+	if runErr == nil {
+		t.Errorf("act succeeded, but the bad-input job must fail")
+	}
+	for _, want := range []string{
+		"Success - Main ./",                    // the pipeline job's action steps
+		"Job succeeded",                        // the pipeline job
+		`input command "deploy": unknown step`, // bad input: one clear error
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("act log lacks %q", want)
+		}
+	}
+	if n := strings.Count(log, `input command \"deploy\"`) + strings.Count(log, `input command "deploy"`); n == 0 {
+		t.Errorf("no annotation for the unknown command")
+	}
+	got, err := os.ReadFile(filepath.Join(out, "outputs.txt"))
+	if err != nil {
+		t.Fatalf("the workflow did not hand over its outputs: %v", err)
+	}
+	for _, want := range []string{"fingerprint=sha256:", "verdict=consistent", "report-path=gpupass-report/report.md"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("outputs lack %q:\n%s", want, got)
+		}
+	}
+	sum, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	if err != nil {
+		t.Fatalf("step summary: %v", err)
+	}
+	for _, want := range []string{"gpupass validate", "is valid", "gpupass compare: consistent"} {
+		if !strings.Contains(string(sum), want) {
+			t.Errorf("step summary lacks %q:\n%s", want, sum)
+		}
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.bodies) != 1 || !strings.Contains(srv.bodies[0], "gpupass compare: consistent") {
+		t.Errorf("PR comments posted = %q, want one compare report", srv.bodies)
+	}
+	if srv.denied != 0 {
+		t.Errorf("%d requests without the token", srv.denied)
+	}
+	for _, s := range []string{token, brokerToken} {
+		if strings.Contains(log, s) {
+			t.Errorf("a secret reached the act log")
+		}
+	}
+}
