@@ -136,3 +136,56 @@ func TestGitLabComponents(t *testing.T) {
 		t.Logf("pipeline log:\n%s", log)
 	}
 }
+
+// TestGitLabComponentBadInput includes the validate component with a spec
+// that does not exist: the job fails with one clear error naming the file,
+// and the token given to the pipeline never reaches the log.
+func TestGitLabComponentBadInput(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	path := toolsPath(t, bin)
+	glci := lookPath(t, path, "gitlab-ci-local")
+	lookPath(t, path, "rsync")
+
+	dir := gitRepo(t, "components/gitlab", "git@gitlab.invalid:gpupass/components.git")
+	pipeline := `include:
+  - component: $CI_SERVER_FQDN/$CI_PROJECT_PATH/validate@$CI_COMMIT_SHA
+    inputs:
+      spec: missing.yaml
+`
+	if err := os.WriteFile(filepath.Join(dir, ".gitlab-ci.yml"), []byte(pipeline), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"add", "-A"}, {"-c", "user.email=ci@gpupass.test", "-c", "user.name=gpupass test", "commit", "-q", "-m", "bad input"}} {
+		c := exec.Command("git", args...)
+		c.Dir = dir
+		if b, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, b)
+		}
+	}
+	const token = "glpat-e2e-secret-bad-input"
+	cmd := exec.Command(glci, "--shell-executor-no-image", "--force-shell-executor",
+		"--variable", "GITLAB_CI=true", "--variable", "GPUPASS_GITLAB_TOKEN="+token)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+path, "GITHUB_ACTIONS=", "CI=")
+	out, err := cmd.CombinedOutput()
+	log := string(out)
+	if err == nil {
+		t.Errorf("the pipeline passed with a missing spec")
+	}
+	for _, want := range []string{"FAIL  gpupass-validate", "reading spec missing.yaml: file does not exist"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("pipeline log lacks %q", want)
+		}
+	}
+	// The job's own log (the console repeats a failed job's tail).
+	jobLog, _ := os.ReadFile(filepath.Join(dir, ".gitlab-ci-local", "output", "gpupass-validate.log"))
+	if n := strings.Count(string(jobLog), "reading spec missing.yaml"); n != 1 {
+		t.Errorf("the error appears %d times in the job log, want once:\n%s", n, jobLog)
+	}
+	if strings.Contains(log, token) || strings.Contains(log, "goroutine ") {
+		t.Errorf("the log holds a secret or a stack trace")
+	}
+	if t.Failed() {
+		t.Logf("pipeline log:\n%s", log)
+	}
+}
