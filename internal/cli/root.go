@@ -81,6 +81,7 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newVersionCmd,
 	newValidateCmd,
 	newInitCmd,
+	newCompareCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.
