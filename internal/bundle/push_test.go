@@ -70,6 +70,10 @@ func TestPushPullRoundTrip(t *testing.T) {
 		t.Errorf("inspect = %+v", info)
 	}
 
+	if _, err := bundle.Pull(ctx, ref, filepath.Join(t.TempDir(), "w"), bundle.PullOptions{Registry: regOpts(), RequireDigest: true}); err == nil || !strings.Contains(err.Error(), "by digest") {
+		t.Errorf("pull by tag with RequireDigest: %v", err)
+	}
+
 	// Pull by tag and by digest; the files are byte-identical.
 	for _, pullRef := range []string{ref, res.Reference} {
 		dst := filepath.Join(t.TempDir(), "wheelhouse")
