@@ -269,10 +269,3 @@ type validateReport struct {
 	*spec.Result
 	Local json.RawMessage `json:"local,omitempty"`
 }
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
