@@ -15,15 +15,15 @@ import (
 
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/conformance"
-	cosignoptions "github.com/sigstore/cosign/v2/cmd/cosign/cli/options"
 	"github.com/spf13/cobra"
 )
 
-// Keyless signing uses cosign's own defaults (the public Sigstore
-// instances), so gpupass and cosign always agree on where they are.
+// Public Sigstore instances: the same defaults cosign's own flags have
+// (its cli/options package is not imported: it drags in every cloud's
+// credential helper).
 const (
-	defaultFulcioURL = cosignoptions.DefaultFulcioURL
-	defaultRekorURL  = cosignoptions.DefaultRekorURL
+	defaultFulcioURL = "https://fulcio.sigstore.dev"
+	defaultRekorURL  = "https://rekor.sigstore.dev"
 )
 
 // AuditOptions are the options of `gpupass audit ALLOC`.
