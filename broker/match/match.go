@@ -119,6 +119,8 @@ type Input struct {
 	MinScore float64
 	// MaxPrice per hour; 0 means no limit.
 	MaxPrice float64
+	// Beats are heartbeats not yet in the store (newer ones win).
+	Beats map[string]store.Heartbeat
 	// Now and OfflineAfter decide liveness.
 	Now          time.Time
 	OfflineAfter time.Duration
@@ -136,6 +138,12 @@ func Run(in Input) Output {
 	means := classMeans(in.Nodes)
 	var out Output
 	for _, n := range in.Nodes {
+		if hb, ok := in.Beats[n.ID]; ok && hb.At.After(n.LastSeen) {
+			n.LastSeen = hb.At
+			if hb.RTTMS >= 0 {
+				n.RTTMS = hb.RTTMS
+			}
+		}
 		r := Result{Node: n}
 		region := Region(n)
 		if !MatchRegion(in.Scope, region) {
