@@ -64,10 +64,15 @@ func section(f spec.Finding) string {
 	if f.Path == "" {
 		return "file"
 	}
-	if i := strings.IndexAny(f.Path, ".["); i >= 0 {
-		return f.Path[:i]
+	top := f.Path
+	if i := strings.IndexAny(top, ".["); i >= 0 {
+		top = top[:i]
 	}
-	return f.Path
+	switch top {
+	case "runtime", "security", "resources":
+		return top
+	}
+	return "spec" // name, description, and keys that are not in the schema
 }
 
 func plural(n int, word string) string {

@@ -42,8 +42,13 @@ type Document struct {
 	// Packages holds the position of each runtime.packages entry.
 	pos     map[string]Position // value positions by dotted path
 	keyPos  map[string]Position // key positions by dotted path
-	present map[string]bool
+	present map[string]bool     // set, with a value of the right type
+	invalid map[string]bool     // set, with a value of the wrong type
 }
+
+// Invalid reports whether path was set to a value of the wrong type
+// (already reported; rules should not pile on).
+func (d *Document) Invalid(path string) bool { return d.invalid[path] }
 
 // Has reports whether the spec sets path ("runtime.bundle").
 func (d *Document) Has(path string) bool { return d.present[path] }
@@ -80,10 +85,19 @@ func parent(p string) string {
 // nil when nothing of the spec could be read.
 func Parse(file string, data []byte) (*Document, []Finding) {
 	p := &parser{doc: &Document{
-		File: file, pos: map[string]Position{}, keyPos: map[string]Position{}, present: map[string]bool{},
+		File: file, pos: map[string]Position{}, keyPos: map[string]Position{},
+		present: map[string]bool{}, invalid: map[string]bool{},
 	}}
 	root := p.load(data)
 	if root == nil {
+		return nil, p.findings
+	}
+	if root.Kind != yaml.MappingNode {
+		// Nothing of the schema can be read from a list or a scalar; a
+		// finding per missing field would only bury this one.
+		p.add("yaml.type", SevError, p.at(root), "",
+			"the spec must be a mapping of keys (name, runtime, security, resources), got "+kindName(root),
+			"run `gpupass init` for a starter spec")
 		return nil, p.findings
 	}
 	p.top(root)
@@ -252,6 +266,14 @@ func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 
 func (p *parser) at(n *yaml.Node) Position { return Position{n.Line, n.Column} }
 
+// typeErr reports a value of the wrong type and marks the path invalid,
+// so rules treat it as neither present nor missing.
+func (p *parser) typeErr(n *yaml.Node, path, msg, fix string) {
+	p.add("yaml.type", SevError, p.at(n), path, msg, fix)
+	delete(p.doc.present, path)
+	p.doc.invalid[path] = true
+}
+
 // kindName is how a node's type is named in messages.
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
@@ -295,7 +317,7 @@ func (p *parser) mapping(n *yaml.Node, path string, fields []field) bool {
 		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 			return false
 		}
-		p.add("yaml.type", SevError, p.at(n), path,
+		p.typeErr(n, path,
 			fmt.Sprintf("%s must be a mapping of keys, got %s", orTop(path), kindName(n)),
 			"write it as `key: value` lines indented under it")
 		return false
@@ -323,9 +345,9 @@ func (p *parser) mapping(n *yaml.Node, path string, fields []field) bool {
 		if i < 0 {
 			msg := fmt.Sprintf("unknown key %q in %s", clip(k.Value), orTop(path))
 			fix := "known keys here: " + strings.Join(names, ", ")
-			if s := suggest(k.Value, names); s != "" {
-				msg += fmt.Sprintf("; did you mean %q?", s)
-				fix = fmt.Sprintf("rename it to %q", s)
+			if s := suggest(k.Value, names); len(s) > 0 {
+				msg += didYouMean(s)
+				fix = fmt.Sprintf("rename it to %q", s[0])
 			}
 			p.add("yaml.unknown-key", SevError, p.at(k), sub, msg, fix)
 			continue
@@ -333,7 +355,7 @@ func (p *parser) mapping(n *yaml.Node, path string, fields []field) bool {
 		vr := p.resolve(v)
 		p.doc.present[sub] = true
 		p.doc.keyPos[sub] = p.at(k)
-		p.doc.pos[sub] = p.at(vr)
+		p.doc.pos[sub] = p.at(v) // where it is written, even through an alias
 		fields[i].fn(sub, vr)
 	}
 	return true
@@ -353,25 +375,47 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// suggest returns the known name closest to an unknown key, if close
-// enough to be a typo: same name with other separators or case, or within
-// a small edit distance.
-func suggest(key string, names []string) string {
+// suggest returns the known names an unknown value is likely a typo of:
+// the same name with other separators or case, the names it is a prefix
+// of ("h100" -> h100-pcie, h100-sxm5, ...), or the closest within a small
+// edit distance.
+func suggest(key string, names []string) []string {
 	flat := func(s string) string { return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s)) }
+	var prefixed []string
 	best, bestD := "", 1<<30
 	for _, n := range names {
 		if flat(n) == flat(key) {
-			return n
+			return []string{n}
+		}
+		if len(key) >= 2 && strings.HasPrefix(n, strings.ToLower(key)) {
+			prefixed = append(prefixed, n)
 		}
 		if d := editDistance(strings.ToLower(key), n); d < bestD {
 			best, bestD = n, d
 		}
 	}
-	limit := max(2, len(best)/3)
-	if bestD <= limit {
-		return best
+	if len(prefixed) > 0 {
+		return prefixed
 	}
-	return ""
+	if bestD <= max(2, len(best)/3) {
+		return []string{best}
+	}
+	return nil
+}
+
+// didYouMean formats suggestions for a message: `; did you mean "a"?`.
+func didYouMean(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	q := make([]string, len(s))
+	for i, n := range s {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) == 1 {
+		return "; did you mean " + q[0] + "?"
+	}
+	return "; did you mean " + strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1] + "?"
 }
 
 // editDistance is the Levenshtein distance (bounded input: keys only).
@@ -403,7 +447,7 @@ func editDistance(a, b string) int {
 func (p *parser) str(dst *string) func(string, *yaml.Node) {
 	return func(path string, v *yaml.Node) {
 		if v.Kind != yaml.ScalarNode {
-			p.add("yaml.type", SevError, p.at(v), path,
+			p.typeErr(v, path,
 				fmt.Sprintf("%s must be a single value, got %s", path, kindName(v)), "write it on one line: `key: value`")
 			return
 		}
@@ -417,7 +461,7 @@ func (p *parser) str(dst *string) func(string, *yaml.Node) {
 func (p *parser) boolean(dst *bool) func(string, *yaml.Node) {
 	return func(path string, v *yaml.Node) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
-			p.add("yaml.type", SevError, p.at(v), path,
+			p.typeErr(v, path,
 				fmt.Sprintf("%s must be true or false, got %s", path, kindName(v)), "write true or false")
 			return
 		}
@@ -428,13 +472,13 @@ func (p *parser) boolean(dst *bool) func(string, *yaml.Node) {
 func (p *parser) integer(dst *int) func(string, *yaml.Node) {
 	return func(path string, v *yaml.Node) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-			p.add("yaml.type", SevError, p.at(v), path,
+			p.typeErr(v, path,
 				fmt.Sprintf("%s must be an integer, got %s", path, kindName(v)), "write a whole number without quotes, e.g. 8")
 			return
 		}
 		n, err := strconv.ParseInt(strings.ReplaceAll(v.Value, "_", ""), 0, 32)
 		if err != nil {
-			p.add("yaml.type", SevError, p.at(v), path,
+			p.typeErr(v, path,
 				fmt.Sprintf("%s: %q is out of range", path, clip(v.Value)), "write a smaller whole number")
 			return
 		}
@@ -445,13 +489,13 @@ func (p *parser) integer(dst *int) func(string, *yaml.Node) {
 func (p *parser) number(dst *float64) func(string, *yaml.Node) {
 	return func(path string, v *yaml.Node) {
 		if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
-			p.add("yaml.type", SevError, p.at(v), path,
+			p.typeErr(v, path,
 				fmt.Sprintf("%s must be a number, got %s", path, kindName(v)), "write a number without quotes, e.g. 200")
 			return
 		}
 		f, err := strconv.ParseFloat(strings.ReplaceAll(v.Value, "_", ""), 64)
 		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			p.add("yaml.type", SevError, p.at(v), path,
+			p.typeErr(v, path,
 				fmt.Sprintf("%s: %q is not a finite number", path, clip(v.Value)), "write a finite number, e.g. 200")
 			return
 		}
@@ -512,20 +556,20 @@ func (p *parser) packages(dst *[]string) func(string, *yaml.Node) {
 			return
 		}
 		if v.Kind != yaml.SequenceNode {
-			p.add("yaml.type", SevError, p.at(v), path,
+			p.typeErr(v, path,
 				fmt.Sprintf("%s must be a list, got %s", path, kindName(v)), "write one `- name==version` line per package")
 			return
 		}
-		for _, item := range v.Content {
-			item = p.resolve(item)
+		for _, written := range v.Content {
+			item := p.resolve(written)
 			sub := fmt.Sprintf("%s[%d]", path, len(*dst))
 			if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
-				p.add("yaml.type", SevError, p.at(item), path,
+				p.typeErr(written, path,
 					fmt.Sprintf("each package must be a `name==version` string, got %s", kindName(item)),
 					"write `- name==version`")
 				continue
 			}
-			p.doc.pos[sub] = p.at(item)
+			p.doc.pos[sub] = p.at(written)
 			p.doc.present[sub] = true
 			*dst = append(*dst, strings.TrimSpace(item.Value))
 		}

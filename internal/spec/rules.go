@@ -51,14 +51,23 @@ func Check(d *Document) []Finding {
 
 func (c *checker) required() {
 	s := &c.d.Spec
+	if !c.d.Has("name") && !c.d.Invalid("name") {
+		c.add("spec.required", SevError, "name", "name is required", "add `name: my-training-job`")
+	}
+	if !c.d.Has("runtime") {
+		if !c.d.Invalid("runtime") {
+			c.add("spec.required", SevError, "runtime", "runtime is required: it declares cuda, nvidia-driver, python, pytorch and packages",
+				"run `gpupass init` in an empty directory to see a complete spec")
+		}
+		return
+	}
 	for _, f := range []struct{ path, val, fix string }{
-		{"name", s.Name, "add `name: my-training-job`"},
 		{"runtime.cuda", s.Runtime.CUDA, "add `cuda: 12.1.105` (the exact toolkit version from `nvcc --version`)"},
 		{"runtime.nvidia-driver", s.Runtime.NvidiaDriver, "add `nvidia-driver: 535.104.05` (from `nvidia-smi`)"},
 		{"runtime.python", s.Runtime.Python, "add `python: 3.10.12`"},
 		{"runtime.pytorch", s.Runtime.PyTorch, "add `pytorch: 2.1.0+cu121` (version with its CUDA tag)"},
 	} {
-		if f.val == "" {
+		if f.val == "" && !c.d.Invalid(f.path) {
 			c.add("spec.required", SevError, f.path, f.path+" is required", f.fix)
 		}
 	}
@@ -384,14 +393,14 @@ func (c *checker) resources() {
 	if !c.d.Has("resources") {
 		return
 	}
-	if r.Accelerator == "" {
+	if r.Accelerator == "" && !c.d.Invalid("resources.accelerator") {
 		c.add("spec.required", SevError, "resources.accelerator", "resources.accelerator is required",
 			"add `accelerator: h100-sxm5` (one of: "+strings.Join(data.acceleratorNames(), ", ")+")")
-	} else if a, ok := data.accelerator(r.Accelerator); !ok {
+	} else if a, ok := data.accelerator(r.Accelerator); r.Accelerator == "" {
+		// wrong type, already reported
+	} else if !ok {
 		msg := fmt.Sprintf("unknown accelerator class %q", clip(r.Accelerator))
-		if s := suggest(r.Accelerator, data.acceleratorNames()); s != "" {
-			msg += fmt.Sprintf("; did you mean %q?", s)
-		}
+		msg += didYouMean(suggest(r.Accelerator, data.acceleratorNames()))
 		c.add("resources.accelerator", SevError, "resources.accelerator", msg,
 			"use one of: "+strings.Join(data.acceleratorNames(), ", "))
 	} else if c.cudaMM != "" && mustVersion(c.cudaMM).Compare(mustVersion(a.MinCUDA)) < 0 {
@@ -404,14 +413,12 @@ func (c *checker) resources() {
 			fmt.Sprintf("resources.count is %d; it must be at least 1", r.Count), "write the number of accelerators, e.g. 8")
 	}
 	if c.d.Has("resources.storage") {
-		if r.Storage.Type == "" {
+		if r.Storage.Type == "" && !c.d.Invalid("resources.storage.type") {
 			c.add("spec.required", SevError, "resources.storage.type", "resources.storage.type is required",
 				"add `type: standard` (or high-iops-nvme, ultra-nvme)")
 		} else if !slices.Contains(storageTypes, r.Storage.Type) {
 			msg := fmt.Sprintf("unknown storage type %q", clip(r.Storage.Type))
-			if s := suggest(r.Storage.Type, storageTypes); s != "" {
-				msg += fmt.Sprintf("; did you mean %q?", s)
-			}
+			msg += didYouMean(suggest(r.Storage.Type, storageTypes))
 			c.add("resources.storage-type", SevError, "resources.storage.type", msg, "use one of: "+strings.Join(storageTypes, ", "))
 		}
 		if c.d.Has("resources.storage.size_gb") && r.Storage.SizeGB <= 0 {
