@@ -246,4 +246,3 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 	cmd.InheritedFlags().VisitAll(set)
 	return firstErr
 }
-
