@@ -285,4 +285,3 @@ func RunTokenRevoke(ctx context.Context, db, id string, out io.Writer) error {
 	_, err = fmt.Fprintf(out, "revoked %s\n", id)
 	return err
 }
-
