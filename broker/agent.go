@@ -124,10 +124,11 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	}
 	b.beatsMu.Lock()
 	hb := store.Heartbeat{AgentID: req.Msg.AgentId, At: now, RTTMS: rtt}
-	if prev, ok := b.beats[hb.AgentID]; ok && rtt < 0 {
-		hb.RTTMS = prev.RTTMS // keep a measured RTT that is not flushed yet
+	if prev, ok := b.seen[hb.AgentID]; ok && rtt < 0 {
+		hb.RTTMS = prev.RTTMS // keep the last measured RTT
 	}
-	b.beats[hb.AgentID] = hb
+	b.seen[hb.AgentID] = hb
+	b.dirty[hb.AgentID] = struct{}{}
 	b.beatsMu.Unlock()
 	b.agentsMu.Lock()
 	wanted := !e.hasReport

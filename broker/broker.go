@@ -57,8 +57,12 @@ type Broker struct {
 	agentsMu sync.Mutex
 	agents   map[string]*agentEntry
 
-	beatsMu sync.Mutex
-	beats   map[string]store.Heartbeat
+	// seen holds the newest heartbeat this broker received per agent (it
+	// overlays the store, so a beat counts before it is flushed and while
+	// a cached snapshot is older than it); dirty lists those to flush.
+	beatsMu sync.RWMutex
+	seen    map[string]store.Heartbeat
+	dirty   map[string]struct{}
 
 	snapMu sync.Mutex
 	snap   *snapshot
@@ -104,7 +108,8 @@ func New(cfg Config) *Broker {
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
 		tokens: tokenCache{m: map[string]cachedToken{}},
 		agents: map[string]*agentEntry{},
-		beats:  map[string]store.Heartbeat{},
+		seen:   map[string]store.Heartbeat{},
+		dirty:  map[string]struct{}{},
 		online: map[string]bool{},
 		stop:   make(chan struct{}),
 	}
@@ -155,32 +160,37 @@ func (b *Broker) flushLoop() {
 	}
 }
 
-// flush writes buffered heartbeats. On failure they are put back (unless a
-// newer beat arrived meanwhile) so a store hiccup loses no liveness.
+// flush writes buffered heartbeats. On failure they stay dirty, so a
+// store hiccup loses no liveness.
 func (b *Broker) flush(ctx context.Context) error {
 	b.beatsMu.Lock()
-	if len(b.beats) == 0 {
+	if len(b.dirty) == 0 {
 		b.beatsMu.Unlock()
 		return nil
 	}
-	pending := b.beats
-	b.beats = make(map[string]store.Heartbeat, len(pending))
-	b.beatsMu.Unlock()
-	batch := make([]store.Heartbeat, 0, len(pending))
-	for _, hb := range pending {
-		batch = append(batch, hb)
+	batch := make([]store.Heartbeat, 0, len(b.dirty))
+	for id := range b.dirty {
+		batch = append(batch, b.seen[id])
 	}
+	clear(b.dirty)
+	b.beatsMu.Unlock()
 	if err := b.store.RecordHeartbeats(ctx, batch); err != nil {
 		b.beatsMu.Lock()
-		for id, hb := range pending {
-			if cur, ok := b.beats[id]; !ok || cur.At.Before(hb.At) {
-				b.beats[id] = hb
-			}
+		for _, hb := range batch {
+			b.dirty[hb.AgentID] = struct{}{}
 		}
 		b.beatsMu.Unlock()
 		return err
 	}
 	return nil
+}
+
+// beat returns the newest heartbeat this broker received from an agent.
+func (b *Broker) beat(id string) (store.Heartbeat, bool) {
+	b.beatsMu.RLock()
+	hb, ok := b.seen[id]
+	b.beatsMu.RUnlock()
+	return hb, ok
 }
 
 // offlineLoop logs nodes going offline and coming back; liveness itself

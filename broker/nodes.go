@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"path"
 	"strings"
 	"time"
@@ -39,15 +38,6 @@ func checkFilter(tok store.Token, regions []string) error {
 	return nil
 }
 
-func (b *Broker) pendingBeats() map[string]store.Heartbeat {
-	b.beatsMu.Lock()
-	defer b.beatsMu.Unlock()
-	if len(b.beats) == 0 {
-		return nil
-	}
-	return maps.Clone(b.beats)
-}
-
 func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupassv1.ListNodesRequest]) (*connect.Response[gpupassv1.ListNodesResponse], error) {
 	b := s.b
 	tok, _ := TokenFrom(ctx)
@@ -59,7 +49,7 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 		b.log.Error("reading registry", "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
-	out := match.Run(match.Input{Nodes: snap.nodes, Launches: snap.launches, Beats: b.pendingBeats(), Scope: tok.Regions,
+	out := match.Run(match.Input{Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: tok.Regions,
 		Regions: req.Msg.Regions, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
 	resp := &gpupassv1.ListNodesResponse{}
 	for _, r := range append(out.Candidates, out.Excluded...) {
@@ -132,7 +122,7 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		b.log.Error("reading registry", "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
-	out := match.Run(match.Input{Spec: sp, Nodes: snap.nodes, Launches: snap.launches, Beats: b.pendingBeats(), Scope: tok.Regions,
+	out := match.Run(match.Input{Spec: sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: tok.Regions,
 		Regions: m.Regions, MinScore: minScore, MaxPrice: m.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
 	resp := &gpupassv1.DryRunResponse{SpecFingerprint: fp, MinHealthScore: minScore}
 	for _, r := range out.Candidates {

@@ -119,8 +119,9 @@ type Input struct {
 	MinScore float64
 	// MaxPrice per hour; 0 means no limit.
 	MaxPrice float64
-	// Beats are heartbeats not yet in the store (newer ones win).
-	Beats map[string]store.Heartbeat
+	// Beat, when set, returns a heartbeat newer than the store may hold
+	// (the broker's own, before it is flushed); newer ones win.
+	Beat func(id string) (store.Heartbeat, bool)
 	// Now and OfflineAfter decide liveness.
 	Now          time.Time
 	OfflineAfter time.Duration
@@ -138,10 +139,12 @@ func Run(in Input) Output {
 	means := classMeans(in.Nodes)
 	var out Output
 	for _, n := range in.Nodes {
-		if hb, ok := in.Beats[n.ID]; ok && hb.At.After(n.LastSeen) {
-			n.LastSeen = hb.At
-			if hb.RTTMS >= 0 {
-				n.RTTMS = hb.RTTMS
+		if in.Beat != nil {
+			if hb, ok := in.Beat(n.ID); ok && hb.At.After(n.LastSeen) {
+				n.LastSeen = hb.At
+				if hb.RTTMS >= 0 {
+					n.RTTMS = hb.RTTMS
+				}
 			}
 		}
 		r := Result{Node: n}

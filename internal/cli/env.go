@@ -64,3 +64,7 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 	cmd.InheritedFlags().VisitAll(set)
 	return firstErr
 }
+
+// ApplyEnv sets cmd's unset flags from their GPUPASS_* variables. The other
+// binaries (gpupass-broker) call it so every flag follows the same rule.
+func ApplyEnv(cmd *cobra.Command) error { return applyEnv(cmd, os.Getenv) }

@@ -133,16 +133,17 @@ var queries = map[string]string{
 	"insertNode": `INSERT INTO nodes (id, has_report, last_seen, rtt_ms, updated_at) VALUES (?, FALSE, 0, -1, ?)
 		ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at`,
 	"insertReport": `INSERT INTO reports (agent_id, report, signature, received_at) VALUES (?, ?, ?, ?)`,
-	"indexNode": `UPDATE nodes SET has_report = TRUE, idx = ?, updated_at = ? WHERE id = ?`,
+	"indexNode":    `UPDATE nodes SET has_report = TRUE, idx = ?, updated_at = ? WHERE id = ?`,
 	"latestReport": `SELECT agent_id, report, signature, received_at FROM reports WHERE agent_id = ?
 		ORDER BY received_at DESC, id DESC LIMIT 1`,
-	"heartbeat": `UPDATE nodes SET last_seen = ?, rtt_ms = CASE WHEN ? >= 0 THEN ? ELSE rtt_ms END
+	// Casts: PostgreSQL would otherwise infer an integer parameter from "? >= 0".
+	"heartbeat": `UPDATE nodes SET last_seen = CAST(? AS BIGINT), rtt_ms = CASE WHEN CAST(? AS DOUBLE PRECISION) >= 0 THEN CAST(? AS DOUBLE PRECISION) ELSE rtt_ms END
 		WHERE id = ? AND last_seen <= ?`,
 	"nodes": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
 		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
 		FROM nodes n JOIN agents a ON a.id = n.id ORDER BY n.id`,
 	"recordLaunch": `INSERT INTO launches (node_id, at, failed, reason, alloc_id) VALUES (?, ?, ?, ?, ?)`,
-	"launchStats": `SELECT node_id, COUNT(*), SUM(CASE WHEN failed THEN 1 ELSE 0 END) FROM launches WHERE at >= ? GROUP BY node_id`,
+	"launchStats":  `SELECT node_id, COUNT(*), SUM(CASE WHEN failed THEN 1 ELSE 0 END) FROM launches WHERE at >= ? GROUP BY node_id`,
 }
 
 // CreateToken implements store.Store.

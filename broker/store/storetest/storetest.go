@@ -153,8 +153,8 @@ func Run(t *testing.T, open Factory) {
 			}
 		}
 		beats := []store.Heartbeat{
-			{AgentID: "agt-1", At: t0.Add(2 * time.Second), RTTMS: 12.5},
-			{AgentID: "agt-1", At: t0.Add(1 * time.Second), RTTMS: 99}, // late, older: ignored
+			{AgentID: "agt-1", At: t0.Add(2 * time.Second), RTTMS: 12.5}, // fractional: typed as a float on every backend
+			{AgentID: "agt-1", At: t0.Add(1 * time.Second), RTTMS: 99},   // late, older: ignored
 			{AgentID: "agt-2", At: t0, RTTMS: 3},
 			{AgentID: "agt-2", At: t0.Add(time.Second), RTTMS: -1}, // no RTT: keeps 3
 			{AgentID: "agt-unknown", At: t0, RTTMS: 1},
