@@ -85,6 +85,8 @@ func TestCheckCommand(t *testing.T) {
 		{"simulated h100", []string{"--simulate", "h100-sxm5-8x"}, ExitOK, []string{"PASS    gpu.count", "simulated: true (profile h100-sxm5-8x)"}},
 		{"simulated 4090", []string{"--simulate", "rtx-4090-1x"}, ExitOK, []string{"nvlink.state", "no NVLink"}},
 		{"unknown profile", []string{"--simulate", "tpu-v5"}, ExitUsage, nil},
+		{"profile file", []string{"--simulate", "testdata/l40s-2x.json"}, ExitOK, []string{"l40s", "simulated: true (profile l40s-2x)", "Gen4 x16 on 2"}},
+		{"broken profile file", []string{"--simulate", "testdata/h100.yaml"}, ExitUsage, nil},
 		{"bad storage class", []string{"--simulate", "h100-sxm5-8x", "--storage-class", "floppy"}, ExitUsage, nil},
 	}
 	for _, tt := range tests {

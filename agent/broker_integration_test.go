@@ -7,10 +7,12 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,7 +76,7 @@ type running struct {
 func startAgent(t *testing.T, url, tok, stateDir string, n node) *running {
 	t.Helper()
 	o := &agent.Options{
-		BrokerURL: url, Token: tok, StateDir: stateDir, QueryAddr: "127.0.0.1:0",
+		BrokerURL: url, Token: tok, StateDir: stateDir, QueryAddr: "127.0.0.1:0", AddrFile: filepath.Join(stateDir, "query.url"),
 		Provider: "sim", Region: n.region, Zone: n.region + "a", PricePerHour: n.price, StorageClass: "standard",
 		Python: "python3", Simulate: n.profile, SuiteInterval: time.Hour, ReadProbeMB: 1,
 	}
@@ -272,6 +274,33 @@ func TestTamperedReportRejected(t *testing.T) {
 	if err := upload(report); err != nil {
 		t.Fatalf("the untouched report was refused: %s", api.Describe(err))
 	}
+	// An on-demand run through the local endpoint signs and uploads a
+	// fresh report: the broker's copy moves on.
+	qurl, err := os.ReadFile(r.opts.AddrFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(strings.TrimSpace(string(qurl))+"/v1/conformance/run", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh struct {
+		Report struct {
+			AgentID     string `json:"agent_id"`
+			GeneratedAt string `json:"generated_at"`
+		} `json:"report"`
+		Uploaded bool `json:"uploaded"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&fresh)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || !fresh.Uploaded || fresh.Report.AgentID != listed[0].Id {
+		t.Errorf("on-demand run: %d %+v %v", resp.StatusCode, fresh, err)
+	}
+	again := listNodes(t, reader, 1)
+	if ts := time.Unix(0, again[0].ReportGeneratedUnixNano).UTC().Format("2006-01-02T15:04:05.000Z"); ts != fresh.Report.GeneratedAt {
+		t.Errorf("broker holds the report of %s, the on-demand one is of %s", ts, fresh.Report.GeneratedAt)
+	}
+
 	tampered := bytes.Replace(report, []byte(`"simulated":true`), []byte(`"simulated":false`), 1)
 	if bytes.Equal(tampered, report) {
 		t.Fatal("report does not say simulated")

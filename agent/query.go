@@ -98,49 +98,70 @@ func (a *Agent) QueryHandler() http.Handler {
 }
 
 func (a *Agent) fingerprint(w http.ResponseWriter, r *http.Request, sp *spec.Result) {
-	exp := a.expectations()
-	if sp != nil {
-		exp = suite.FromSpec(sp.Spec)
-		exp.StorageClass = a.o.StorageClass
-	}
-	res, err := a.suite.Run(r.Context(), exp)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
-	}
-	f := res.Facts
-	out := Fingerprint{Simulated: f.Simulated(), Profile: f.GPU.Profile, MeasuredAt: time.Now().UTC().Format(time.RFC3339Nano), SuiteMS: float64(res.Wall.Microseconds()) / 1000}
-	a.mu.Lock()
-	out.AgentID = a.agentID
-	a.mu.Unlock()
+	var (
+		out *Fingerprint
+		err error
+	)
 	if sp == nil {
-		out.RuntimeFingerprint, err = suite.RuntimeFingerprint(&f, nil)
+		out, err = a.CheckSpec(r.Context(), nil)
 	} else {
-		if names := exp.PackageNames(); len(names) > 0 {
-			// The suite's Python probe asks about no packages; this spec's
-			// are looked up now.
-			sec, perr := a.python(names).Measure(r.Context())
-			if perr != nil {
-				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": perr.Error()})
-				return
-			}
-			f.Apply(sec)
-		}
-		out.RuntimeFingerprint, err = suite.RuntimeFingerprint(&f, sp.Spec)
-		out.SpecFingerprint = sp.Fingerprint
-		m := out.RuntimeFingerprint == sp.Fingerprint
-		out.Match = &m
-		for _, c := range suite.Evaluate(&f, exp) {
-			if c.Status == conformance.Fail {
-				out.Failed = append(out.Failed, c)
-			}
-		}
+		out, err = a.CheckSpec(r.Context(), sp.Spec)
 	}
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// CheckSpec runs the suite now (reusing what cannot have changed) and
+// returns the node's runtime fingerprint. With a spec, the fingerprint
+// covers the spec's packages as installed here and its job settings, so
+// it equals the spec's fingerprint exactly when the node runs what the
+// spec declares; the checks that fail against the spec are listed. This
+// is the check a run's start-up repeats.
+func (a *Agent) CheckSpec(ctx context.Context, sp *spec.Spec) (*Fingerprint, error) {
+	exp := a.expectations()
+	if sp != nil {
+		exp = suite.FromSpec(sp)
+		exp.StorageClass = a.o.StorageClass
+	}
+	res, err := a.suite.Run(ctx, exp)
+	if err != nil {
+		return nil, err
+	}
+	f := res.Facts
+	out := &Fingerprint{Simulated: f.Simulated(), Profile: f.GPU.Profile, MeasuredAt: time.Now().UTC().Format(time.RFC3339Nano), SuiteMS: float64(res.Wall.Microseconds()) / 1000}
+	a.mu.Lock()
+	out.AgentID = a.agentID
+	a.mu.Unlock()
+	if sp == nil {
+		out.RuntimeFingerprint, err = suite.RuntimeFingerprint(&f, nil)
+		return out, err
+	}
+	if names := exp.PackageNames(); len(names) > 0 {
+		// The suite's Python probe asks about no packages; the spec's are
+		// looked up now.
+		sec, err := a.python(names).Measure(ctx)
+		if err != nil {
+			return nil, err
+		}
+		f.Apply(sec)
+	}
+	if out.RuntimeFingerprint, err = suite.RuntimeFingerprint(&f, sp); err != nil {
+		return nil, err
+	}
+	if out.SpecFingerprint, err = spec.Fingerprint(sp); err != nil {
+		return nil, err
+	}
+	m := out.RuntimeFingerprint == out.SpecFingerprint
+	out.Match = &m
+	for _, c := range suite.Evaluate(&f, exp) {
+		if c.Status == conformance.Fail {
+			out.Failed = append(out.Failed, c)
+		}
+	}
+	return out, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
