@@ -159,6 +159,23 @@ func TestAgentsWithRealBroker(t *testing.T) {
 			t.Errorf("%s: simulated=%v profile=%q price=%v passed=%v", n.region, got.Simulated, got.Profile, got.PricePerHour, got.ConformancePassed)
 		}
 	}
+	// RTT is measured by the broker from the agent's echoed heartbeats.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		measured := 0
+		for _, n := range listNodes(t, reader, 3) {
+			if n.RttMs >= 0 {
+				measured++
+			}
+		}
+		if measured == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("RTT measured for %d of 3 nodes after 30 s", measured)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 	if c := byRegion["us-west-2"]; c.Accelerator != "h100-sxm5" || c.GpuCount != 8 || c.Runtime.GetPytorch() != "2.1.0+cu121" {
 		t.Errorf("h100 node indexed as %s x%d torch %s", c.Accelerator, c.GpuCount, c.Runtime.GetPytorch())
 	}

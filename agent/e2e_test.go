@@ -246,6 +246,10 @@ func TestE2EBrokerAndThreeAgents(t *testing.T) {
 	// Graceful stop, restart on the same state dir: same identity.
 	eu := agents[1]
 	eu.p.stop(t)
+	waitFor(t, "the broker to mark the stopped node offline", func() (bool, string) {
+		n := list()["eu-central-1"]
+		return !n.Online, broker.Stderr()
+	})
 	startAgent(eu)
 	time.Sleep(2 * time.Second)
 	waitFor(t, "the restarted agent to report again", func() (bool, string) {

@@ -184,6 +184,9 @@ var checks = []check{
 		var held []string
 		for _, g := range f.GPU.GPUs {
 			for _, p := range g.Processes {
+				if e.OwnPIDs[p.PID] {
+					continue
+				}
 				held = append(held, fmt.Sprintf("GPU %d: pid %d (%d MiB)", g.Index, p.PID, p.UsedMemoryMiB))
 			}
 		}
