@@ -57,7 +57,9 @@ var localGPUProbe = nvmlprobe.Default
 // localCheck compares this machine's runtime with the spec: NVML for the
 // driver, nvcc for the toolkit, the --python interpreter for Python,
 // torch and the declared packages, and FIPS mode when the spec asks for it.
-// Each difference is one line; with JSON output, one JSON document.
+// Each difference is one line; with --format json, one JSON value (the
+// LocalResult); other machine formats get the lines (validate sends them
+// to stderr).
 func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Writer) (mismatches int, err error) {
 	exp := suite.FromSpec(s)
 	ss := suite.New(localGPUProbe(), probe.NVCC{}, probe.Python{Exe: o.Python, Packages: exp.PackageNames()}, probe.FIPS{})
@@ -73,10 +75,11 @@ func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Wr
 	if err != nil {
 		return 0, err
 	}
-	if format != "text" && format != "github" {
+	if format == "json" {
+		// One JSON value: validate puts it under "local" in its document.
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"local": lr}); err != nil {
+		if err := enc.Encode(lr); err != nil {
 			return 0, fmt.Errorf("writing local check: %w", err)
 		}
 		return len(lr.Mismatches), nil

@@ -128,7 +128,9 @@ func TestValidateLocalJSON(t *testing.T) {
 	if code != ExitFindings {
 		t.Errorf("exit code %d, want %d; stderr: %s", code, ExitFindings, stderr.String())
 	}
-	// stdout holds only JSON documents: the findings, then the local check.
+	// stdout holds only JSON: validate's document with the local check
+	// under "local" (a validate that prints the check as a second value
+	// is accepted too).
 	dec := json.NewDecoder(&stdout)
 	var local *LocalResult
 	for {
@@ -140,11 +142,16 @@ func TestValidateLocalJSON(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stdout is not only JSON: %v", err)
 		}
-		if raw, ok := doc["local"]; ok {
-			local = &LocalResult{}
-			if err := json.Unmarshal(raw, local); err != nil {
-				t.Fatal(err)
+		raw, ok := doc["local"]
+		if !ok {
+			if _, isLocal := doc["mismatches"]; !isLocal {
+				continue
 			}
+			raw, _ = json.Marshal(doc)
+		}
+		local = &LocalResult{}
+		if err := json.Unmarshal(raw, local); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if local == nil {
