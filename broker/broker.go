@@ -89,13 +89,12 @@ type snapshot struct {
 	launches map[string]store.LaunchStats
 	at       time.Time // when it was read
 	full     time.Time // when it was last read in full
-	updated  time.Time // newest UpdatedAt seen
 }
 
 // Registry refresh: a full read every fullRefresh, in between only what
-// changed (entries re-indexed since the newest seen, beats since the last
-// read), each looked back refreshMargin to cover flush delay and clock
-// skew between replicas.
+// changed since the last read (entries re-indexed, beats), looking back
+// refreshMargin to cover commits that land after their timestamp, the
+// heartbeat flush delay and clock skew between replicas.
 const (
 	fullRefresh   = 30 * time.Second
 	refreshMargin = 2 * time.Second
@@ -269,12 +268,9 @@ func (b *Broker) snapshot(ctx context.Context) (*snapshot, error) {
 		next.pos = make(map[string]int, len(nodes))
 		for i, n := range nodes {
 			next.pos[n.ID] = i
-			if n.UpdatedAt.After(next.updated) {
-				next.updated = n.UpdatedAt
-			}
 		}
 	} else {
-		changed, err := b.store.NodesUpdatedSince(ctx, old.updated.Add(-refreshMargin))
+		changed, err := b.store.NodesUpdatedSince(ctx, old.at.Add(-refreshMargin))
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +278,7 @@ func (b *Broker) snapshot(ctx context.Context) (*snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
-		next.nodes, next.pos, next.full, next.updated = slices.Clone(old.nodes), old.pos, old.full, old.updated
+		next.nodes, next.pos, next.full = slices.Clone(old.nodes), old.pos, old.full
 		for _, n := range changed {
 			i, ok := next.pos[n.ID]
 			if !ok {
@@ -293,10 +289,11 @@ func (b *Broker) snapshot(ctx context.Context) (*snapshot, error) {
 				next.nodes = append(next.nodes, n)
 				next.pos[n.ID] = i
 			}
-			next.nodes[i] = n
-			if n.UpdatedAt.After(next.updated) {
-				next.updated = n.UpdatedAt
+			// Keep the newer liveness: the row may predate a beat we hold.
+			if prev := next.nodes[i]; prev.LastSeen.After(n.LastSeen) {
+				n.LastSeen, n.RTTMS = prev.LastSeen, prev.RTTMS
 			}
+			next.nodes[i] = n
 		}
 		for _, hb := range live {
 			if i, ok := next.pos[hb.AgentID]; ok && hb.At.After(next.nodes[i].LastSeen) {
