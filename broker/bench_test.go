@@ -56,7 +56,7 @@ func populate(b *testing.B, s store.Store, n int) {
 		if err := s.SaveReport(ctx, store.Report{AgentID: id, Bytes: []byte("{}"), Signature: "bench", ReceivedAt: now, Index: ix}); err != nil {
 			b.Fatal(err)
 		}
-		beats = append(beats, store.Heartbeat{AgentID: id, At: now.Add(time.Hour), RTTMS: float64(i % 40)})
+		beats = append(beats, store.Heartbeat{AgentID: id, At: now, RTTMS: float64(i % 40)})
 	}
 	if err := s.RecordHeartbeats(ctx, beats); err != nil {
 		b.Fatal(err)
