@@ -58,7 +58,9 @@ func TestTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- broker.Serve(ctx, ln, b, broker.ServeOptions{TLSCertFile: certFile, TLSKeyFile: keyFile}) }()
+	go func() {
+		done <- broker.Serve(ctx, ln, b, broker.ServeOptions{TLSCertFile: certFile, TLSKeyFile: keyFile})
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
