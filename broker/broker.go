@@ -17,7 +17,9 @@ package broker
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,8 +66,9 @@ type Broker struct {
 	seen    map[string]store.Heartbeat
 	dirty   map[string]struct{}
 
-	snapMu sync.Mutex
-	snap   *snapshot
+	snapMu    sync.Mutex
+	snap      *snapshot
+	snapStale bool
 
 	offlineMu sync.Mutex
 	online    map[string]bool // last seen state, to log transitions
@@ -82,9 +85,20 @@ type agentEntry struct {
 
 type snapshot struct {
 	nodes    []store.Node
+	pos      map[string]int // node id -> index in nodes
 	launches map[string]store.LaunchStats
-	at       time.Time
+	at       time.Time // when it was read
+	full     time.Time // when it was last read in full
 }
+
+// Registry refresh: a full read every fullRefresh, in between only what
+// changed since the last read (entries re-indexed, beats), looking back
+// refreshMargin to cover commits that land after their timestamp, the
+// heartbeat flush delay and clock skew between replicas.
+const (
+	fullRefresh   = 30 * time.Second
+	refreshMargin = 2 * time.Second
+)
 
 // New returns a broker over cfg.Store and starts its background work
 // (heartbeat flushing, offline detection). Call Close to stop it.
@@ -233,30 +247,73 @@ func (b *Broker) offlineLoop() {
 	}
 }
 
-// snapshot returns the registry and 24 h launch statistics, read again
-// when older than SnapshotTTL.
+// snapshot returns the registry and 24 h launch statistics, refreshed
+// when older than SnapshotTTL. A snapshot is never modified once
+// returned: refreshes build a new one.
 func (b *Broker) snapshot(ctx context.Context) (*snapshot, error) {
 	b.snapMu.Lock()
 	defer b.snapMu.Unlock()
-	if b.snap != nil && time.Since(b.snap.at) < b.cfg.SnapshotTTL {
-		return b.snap, nil
+	old := b.snap
+	if old != nil && !b.snapStale && time.Since(old.at) < b.cfg.SnapshotTTL {
+		return old, nil
 	}
 	now := time.Now()
-	nodes, err := b.store.Nodes(ctx)
-	if err != nil {
-		return nil, err
+	next := &snapshot{at: now}
+	if old == nil || now.Sub(old.full) >= fullRefresh {
+		nodes, err := b.store.Nodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		next.nodes, next.full = nodes, now
+		next.pos = make(map[string]int, len(nodes))
+		for i, n := range nodes {
+			next.pos[n.ID] = i
+		}
+	} else {
+		changed, err := b.store.NodesUpdatedSince(ctx, old.at.Add(-refreshMargin))
+		if err != nil {
+			return nil, err
+		}
+		live, err := b.store.Liveness(ctx, old.at.Add(-refreshMargin))
+		if err != nil {
+			return nil, err
+		}
+		next.nodes, next.pos, next.full = slices.Clone(old.nodes), old.pos, old.full
+		for _, n := range changed {
+			i, ok := next.pos[n.ID]
+			if !ok {
+				if len(next.pos) == len(old.pos) {
+					next.pos = maps.Clone(old.pos)
+				}
+				i = len(next.nodes)
+				next.nodes = append(next.nodes, n)
+				next.pos[n.ID] = i
+			}
+			// Keep the newer liveness: the row may predate a beat we hold.
+			if prev := next.nodes[i]; prev.LastSeen.After(n.LastSeen) {
+				n.LastSeen, n.RTTMS = prev.LastSeen, prev.RTTMS
+			}
+			next.nodes[i] = n
+		}
+		for _, hb := range live {
+			if i, ok := next.pos[hb.AgentID]; ok && hb.At.After(next.nodes[i].LastSeen) {
+				next.nodes[i].LastSeen, next.nodes[i].RTTMS = hb.At, hb.RTTMS
+			}
+		}
 	}
 	launches, err := b.store.LaunchStats(ctx, now.Add(-24*time.Hour))
 	if err != nil {
 		return nil, err
 	}
-	b.snap = &snapshot{nodes: nodes, launches: launches, at: now}
-	return b.snap, nil
+	next.launches = launches
+	b.snap, b.snapStale = next, false
+	return next, nil
 }
 
-// invalidate drops the snapshot after a registry write.
+// invalidate makes the next read refresh the snapshot (incrementally)
+// after a registry write through this broker, so callers read their writes.
 func (b *Broker) invalidate() {
 	b.snapMu.Lock()
-	b.snap = nil
+	b.snapStale = true
 	b.snapMu.Unlock()
 }

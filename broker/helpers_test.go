@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"crypto/ecdsa"
+	"os"
+	"testing"
 
 	"connectrpc.com/connect"
 
@@ -22,4 +24,13 @@ func gpupassv1connectNodeClient(hc connect.HTTPClient, url, token string, o conn
 			return next(ctx, req)
 		}
 	})))
+}
+
+func mustRead(tb testing.TB, path string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }

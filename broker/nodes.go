@@ -129,7 +129,9 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		resp.Candidates = append(resp.Candidates, &gpupassv1.Candidate{Node: toProto(r)})
 	}
 	for _, r := range out.Excluded {
-		x := &gpupassv1.Excluded{Node: toProto(r)}
+		// Excluded nodes travel lean (the reasons carry the measured
+		// values that matter): a dry-run lists every one of them.
+		x := &gpupassv1.Excluded{Node: leanProto(r)}
 		if r.OutOfScope {
 			// Out of scope: say where, not what.
 			x.Node = &gpupassv1.Node{Id: r.Node.ID, Region: match.Region(r.Node)}
@@ -142,19 +144,36 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	return connect.NewResponse(resp), nil
 }
 
-func toProto(r match.Result) *gpupassv1.Node {
+// leanProto is the short form of a node: identity, offer, liveness, score.
+func leanProto(r *match.Result) *gpupassv1.Node {
+	n := r.Node
+	p := &gpupassv1.Node{Id: n.ID, Provider: n.Labels.Provider, Region: match.Region(n), PricePerHour: match.Price(n),
+		Online: r.Online, RttMs: n.RTTMS, ConformancePassed: n.Index.Passed, Health: healthProto(r.Score)}
+	if n.HasReport {
+		p.Provider, p.Accelerator, p.GpuCount, p.Simulated = n.Index.Provider, n.Index.Accelerator, int32(n.Index.GPUCount), n.Index.Simulated
+	}
+	if !n.LastSeen.IsZero() {
+		p.LastSeenUnixNano = n.LastSeen.UnixNano()
+	}
+	return p
+}
+
+func healthProto(s match.Score) *gpupassv1.HealthScore {
+	return &gpupassv1.HealthScore{
+		Score: s.Score, LatencyMs: s.LatencyMS, LatencyUsedMs: s.LatencyUsedMS, LatencyCapMs: s.LatencyCapMS,
+		LatencyPenalty: s.LatencyPenalty, FailureRatePct: s.FailureRatePct, Launches_24H: s.Launches24h,
+		LaunchFailures_24H: s.LaunchFailures24h, FailurePenalty: s.FailurePenalty, ClassMeanPrice: s.ClassMeanPrice,
+		PricePremiumPct: s.PricePremiumPct, PricePenalty: s.PricePenalty,
+	}
+}
+
+func toProto(r *match.Result) *gpupassv1.Node {
 	n := r.Node
 	ix := n.Index
 	p := &gpupassv1.Node{
 		Id: n.ID, Provider: n.Labels.Provider, Region: match.Region(n), Zone: n.Labels.Zone, Hostname: n.Labels.Hostname,
 		StorageClass: n.Labels.StorageClass, BandwidthGbps: n.Labels.BandwidthGbps, PricePerHour: match.Price(n),
-		Online: r.Online, RttMs: n.RTTMS, ConformancePassed: ix.Passed,
-		Health: &gpupassv1.HealthScore{
-			Score: r.Score.Score, LatencyMs: r.Score.LatencyMS, LatencyUsedMs: r.Score.LatencyUsedMS, LatencyCapMs: r.Score.LatencyCapMS,
-			LatencyPenalty: r.Score.LatencyPenalty, FailureRatePct: r.Score.FailureRatePct, Launches_24H: r.Score.Launches24h,
-			LaunchFailures_24H: r.Score.LaunchFailures24h, FailurePenalty: r.Score.FailurePenalty, ClassMeanPrice: r.Score.ClassMeanPrice,
-			PricePremiumPct: r.Score.PricePremiumPct, PricePenalty: r.Score.PricePenalty,
-		},
+		Online: r.Online, RttMs: n.RTTMS, ConformancePassed: ix.Passed, Health: healthProto(r.Score),
 	}
 	if !n.LastSeen.IsZero() {
 		p.LastSeenUnixNano = n.LastSeen.UnixNano()

@@ -130,15 +130,18 @@ type Input struct {
 // Output is the verdicts: candidates by score (then price, then id), then
 // excluded nodes (in scope by score then id, out of scope last).
 type Output struct {
-	Candidates []Result
-	Excluded   []Result
+	Candidates []*Result
+	Excluded   []*Result
 }
 
 // Run matches and scores every node.
 func Run(in Input) Output {
 	means := classMeans(in.Nodes)
+	// Results are handled by pointer: a Result is large, and sorting ten
+	// thousand of them by value dominated a dry-run.
+	all := make([]Result, len(in.Nodes))
 	var out Output
-	for _, n := range in.Nodes {
+	for i, n := range in.Nodes {
 		if in.Beat != nil {
 			if hb, ok := in.Beat(n.ID); ok && hb.At.After(n.LastSeen) {
 				n.LastSeen = hb.At
@@ -147,7 +150,8 @@ func Run(in Input) Output {
 				}
 			}
 		}
-		r := Result{Node: n}
+		r := &all[i]
+		r.Node = n
 		region := Region(n)
 		if !MatchRegion(in.Scope, region) {
 			r.OutOfScope = true
@@ -199,7 +203,7 @@ func Run(in Input) Output {
 			out.Excluded = append(out.Excluded, r)
 		}
 	}
-	slices.SortFunc(out.Candidates, func(a, b Result) int {
+	slices.SortFunc(out.Candidates, func(a, b *Result) int {
 		if c := cmpFloat(b.Score.Score, a.Score.Score); c != 0 {
 			return c
 		}
@@ -208,7 +212,7 @@ func Run(in Input) Output {
 		}
 		return strings.Compare(a.Node.ID, b.Node.ID)
 	})
-	slices.SortFunc(out.Excluded, func(a, b Result) int {
+	slices.SortFunc(out.Excluded, func(a, b *Result) int {
 		if a.OutOfScope != b.OutOfScope {
 			if a.OutOfScope {
 				return 1

@@ -62,7 +62,7 @@ func TestScoreTerms(t *testing.T) {
 	}
 }
 
-func ids(rs []Result) []string {
+func ids(rs []*Result) []string {
 	var out []string
 	for _, r := range rs {
 		out = append(out, r.Node.ID)
@@ -70,7 +70,7 @@ func ids(rs []Result) []string {
 	return out
 }
 
-func codes(r Result) []string {
+func codes(r *Result) []string {
 	var out []string
 	for _, x := range r.Reasons {
 		out = append(out, x.Code+":"+x.Field)

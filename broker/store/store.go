@@ -180,6 +180,11 @@ type Store interface {
 
 	// Nodes lists every registry entry.
 	Nodes(ctx context.Context) ([]Node, error)
+	// NodesUpdatedSince lists entries enrolled or re-indexed at or after
+	// t (UpdatedAt, the writer's clock): incremental registry refresh.
+	NodesUpdatedSince(ctx context.Context, t time.Time) ([]Node, error)
+	// Liveness returns last-seen and RTT of nodes seen at or after since.
+	Liveness(ctx context.Context, since time.Time) ([]Heartbeat, error)
 
 	// RecordLaunch stores a launch attempt.
 	RecordLaunch(ctx context.Context, l Launch) error

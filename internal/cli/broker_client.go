@@ -122,7 +122,7 @@ func writeExcluded(out io.Writer, xs []*gpupassv1.Excluded) error {
 			why = append(why, r.Message)
 		}
 		score := ""
-		if n.GetHealth() != nil && n.Runtime != nil {
+		if n.GetHealth() != nil {
 			score = fmt.Sprintf(", score %.1f", n.GetHealth().GetScore())
 		}
 		if _, err := fmt.Fprintf(out, "  %s (%s%s): %s\n", n.Id, n.Region, score, strings.Join(why, "; ")); err != nil {

@@ -64,6 +64,9 @@ var Migrations = []string{
 		alloc_id TEXT NOT NULL DEFAULT ''
 	);
 	CREATE INDEX launches_at ON launches(at, node_id);`,
+	// 2: incremental registry refresh reads recent changes and beats.
+	`CREATE INDEX nodes_updated ON nodes(updated_at);
+	CREATE INDEX nodes_last_seen ON nodes(last_seen);`,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

@@ -142,6 +142,10 @@ var queries = map[string]string{
 	"nodes": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
 		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
 		FROM nodes n JOIN agents a ON a.id = n.id ORDER BY n.id`,
+	"nodesSince": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
+		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
+		FROM nodes n JOIN agents a ON a.id = n.id WHERE n.updated_at >= ? ORDER BY n.id`,
+	"liveness":     `SELECT id, last_seen, rtt_ms FROM nodes WHERE last_seen >= ?`,
 	"recordLaunch": `INSERT INTO launches (node_id, at, failed, reason, alloc_id) VALUES (?, ?, ?, ?, ?)`,
 	"launchStats":  `SELECT node_id, COUNT(*), SUM(CASE WHEN failed THEN 1 ELSE 0 END) FROM launches WHERE at >= ? GROUP BY node_id`,
 }
@@ -355,7 +359,39 @@ func (s *Store) RecordHeartbeats(ctx context.Context, beats []store.Heartbeat) e
 
 // Nodes implements store.Store.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
-	rows, err := s.db.QueryContext(ctx, s.q["nodes"])
+	return s.nodes(ctx, s.q["nodes"])
+}
+
+// NodesUpdatedSince implements store.Store.
+func (s *Store) NodesUpdatedSince(ctx context.Context, t time.Time) ([]store.Node, error) {
+	return s.nodes(ctx, s.q["nodesSince"], t.UnixNano())
+}
+
+// Liveness implements store.Store.
+func (s *Store) Liveness(ctx context.Context, since time.Time) ([]store.Heartbeat, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["liveness"], since.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("reading liveness: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Heartbeat
+	for rows.Next() {
+		var hb store.Heartbeat
+		var seen int64
+		if err := rows.Scan(&hb.AgentID, &seen, &hb.RTTMS); err != nil {
+			return nil, fmt.Errorf("reading liveness: %w", err)
+		}
+		hb.At = time.Unix(0, seen).UTC()
+		out = append(out, hb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading liveness: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) nodes(ctx context.Context, q string, args ...any) ([]store.Node, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}

@@ -139,6 +139,12 @@ func Run(t *testing.T, open Factory) {
 		if !nodes[0].HasReport {
 			t.Error("node has no report after SaveReport")
 		}
+		if since, err := s.NodesUpdatedSince(ctx, nodes[0].UpdatedAt); err != nil || len(since) != 1 {
+			t.Errorf("NodesUpdatedSince(its own update) = %d nodes, %v; want 1", len(since), err)
+		}
+		if since, err := s.NodesUpdatedSince(ctx, nodes[0].UpdatedAt.Add(time.Nanosecond)); err != nil || len(since) != 0 {
+			t.Errorf("NodesUpdatedSince(after its update) = %d nodes, %v; want 0", len(since), err)
+		}
 		if diff := cmp.Diff(idx, nodes[0].Index); diff != "" {
 			t.Errorf("index (-want +got):\n%s", diff)
 		}
@@ -178,6 +184,13 @@ func Run(t *testing.T, open Factory) {
 		want := []seen{{"agt-1", t0.Add(2 * time.Second), 12.5}, {"agt-2", t0.Add(time.Second), 3}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("liveness (-want +got):\n%s", diff)
+		}
+		live, err := s.Liveness(ctx, t0.Add(1500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]store.Heartbeat{{AgentID: "agt-1", At: t0.Add(2 * time.Second), RTTMS: 12.5}}, live); diff != "" {
+			t.Errorf("Liveness since t0+1.5s (-want +got):\n%s", diff)
 		}
 	})
 
