@@ -8,6 +8,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,7 +149,7 @@ func (s FileSource) Run(_ context.Context, allocationID string) (*Run, error) {
 		return nil, fmt.Errorf("reading run record: %w", err)
 	}
 	var r Run
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("parsing run record %s: %w", s.Path, err)

@@ -26,6 +26,9 @@ type PullOptions struct {
 	Registry RegistryOptions
 	Progress Progress
 	Logger   *slog.Logger
+	// RequireDigest refuses references by tag: a node pulling for a run
+	// must get exactly the bundle the spec pinned.
+	RequireDigest bool
 	// Sync fsyncs every pulled file before the wheelhouse is renamed into
 	// place, so that it survives a power loss, at the price of waiting for
 	// the disk (about 3x slower on the shared benchmark disk).
@@ -205,6 +208,15 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 	dir = filepath.Clean(dir)
 	if err := checkTarget(dir); err != nil {
 		return PullResult{}, err
+	}
+	if o.RequireDigest {
+		r, err := o.Registry.parseRef(ref)
+		if err != nil {
+			return PullResult{}, err
+		}
+		if _, ok := r.(name.Digest); !ok {
+			return PullResult{}, fmt.Errorf("bundle %s: a run pulls by digest (REPO@sha256:...), not by tag", ref)
+		}
 	}
 	f, err := fetchManifest(ctx, ref, o.Registry)
 	if err != nil {

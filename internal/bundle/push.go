@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,9 @@ type PushOptions struct {
 	// MountFrom is a repository on the same registry that may already hold
 	// the wheels: blobs are mounted from it instead of uploaded.
 	MountFrom string
+	// ScanCache is the scan cache file for wheels not yet checked
+	// (from List); empty: no cache.
+	ScanCache string
 	Progress  Progress
 	Logger    *slog.Logger
 }
@@ -51,9 +55,11 @@ type PushResult struct {
 	BlobsSkipped   int   `json:"blobsSkipped"`
 }
 
-// Push uploads wheels (from Scan) as a bundle to ref. Blobs go first, in
-// parallel; the manifest — and so the tag — goes last, only once every
-// blob is in the registry, so a tag never points to a partial bundle.
+// Push uploads wheels (from List or Scan) as a bundle to ref. Wheels not
+// yet checked are checked as they go; blobs go first, in parallel; the
+// manifest — and so the tag — goes last, only once every wheel passed and
+// every blob is in the registry, so a tag never points to a partial or
+// broken bundle. Bad wheels come back as a *WheelhouseError.
 func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushResult, error) {
 	log := orDiscard(o.Logger)
 	prog := orNop(o.Progress)
@@ -79,6 +85,103 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 		}
 	}
 
+	wheels = append([]Wheel(nil), wheels...)
+	for _, w := range wheels {
+		if w.path == "" {
+			return PushResult{}, fmt.Errorf("wheel %s: no file on disk (use List or Scan)", w.File)
+		}
+	}
+	pusher, err := remote.NewPusher(o.Registry.remoteOptions(ctx)...)
+	if err != nil {
+		return PushResult{}, fmt.Errorf("pushing %s: %w", ref, explain(err))
+	}
+	repo := r.Context()
+	var sent atomic.Int64
+	var uploaded, skipped atomic.Int32
+	// One failed blob does not cancel the others: whatever made it into
+	// the registry is skipped by the next push, so a retry sends only
+	// what failed.
+	var g errgroup.Group
+	g.SetLimit(o.Registry.jobs())
+	var errMu sync.Mutex
+	var errs, problems []error
+	fail := func(list *[]error, err error) {
+		errMu.Lock()
+		*list = append(*list, err)
+		errMu.Unlock()
+	}
+	upload := func(title string, l v1.Layer, fl *fileLayer) error {
+		var before int64
+		if fl != nil {
+			before = fl.sent.Load()
+		}
+		var up v1.Layer = l
+		if o.MountFrom != "" {
+			d, _ := l.Digest()
+			up = &remote.MountableLayer{Layer: l, Reference: mountFrom.Digest(d.String())}
+		}
+		err := pusher.Upload(ctx, repo, up)
+		if fl != nil {
+			prog.Done(title, err == nil && fl.sent.Load() == before, err)
+		}
+		if err != nil {
+			d, _ := l.Digest()
+			return fmt.Errorf("uploading %s (blob %s) to %s: %w", title, d, repo, explain(err))
+		}
+		if fl != nil {
+			n := fl.sent.Load() - before
+			sent.Add(n)
+			if n == 0 {
+				skipped.Add(1)
+			} else {
+				uploaded.Add(1)
+			}
+			log.Debug("blob done", "wheel", title, "bytes_sent", n)
+		}
+		return nil
+	}
+	// Each wheel is checked (zip, RECORD, digest) and then uploaded in
+	// the same worker, so checking one overlaps uploading another. A wheel
+	// that fails its check is never uploaded, and nothing is tagged.
+	ck := newChecker(o.ScanCache)
+	for i := range wheels {
+		g.Go(func() error {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w := &wheels[i]
+			if w.SHA256 == "" {
+				if err := ck.check(w); err != nil {
+					fail(&problems, err)
+					return nil
+				}
+			}
+			h, err := v1.NewHash("sha256:" + w.SHA256)
+			if err != nil {
+				fail(&problems, fmt.Errorf("wheel %s: %w", w.File, err))
+				return nil
+			}
+			prog.Start(w.File, w.Size)
+			fl := &fileLayer{path: w.path, title: w.File, digest: h, size: w.Size, prog: prog}
+			if err := upload(w.File, fl, fl); err != nil {
+				fail(&errs, err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	_ = ck.cache.save()
+	if len(problems) > 0 {
+		return PushResult{}, &WheelhouseError{Dir: filepath.Dir(wheels[0].path), Problems: problems}
+	}
+	if err := ctx.Err(); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return PushResult{}, fmt.Errorf("pushing %s: %w (nothing was tagged; a re-run sends only the missing blobs)", ref, errors.Join(errs...))
+	}
+
+	// Every wheel is in the registry: the lock, config and manifest last.
 	lock := Lock{SchemaVersion: 1, Python: o.Python, Fingerprint: o.Fingerprint, Wheels: wheels}
 	lockBytes, err := lock.marshal()
 	if err != nil {
@@ -88,6 +191,17 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 	lockDigest, _ := lockLayer.Digest()
 	config := static.NewLayer([]byte(EmptyConfig), EmptyMediaType)
 	configDigest, _ := config.Digest()
+	for _, l := range []struct {
+		title string
+		layer v1.Layer
+	}{{EmptyMediaType, config}, {LockFile, lockLayer}} {
+		g.Go(func() error {
+			if err := upload(l.title, l.layer, nil); err != nil {
+				fail(&errs, err)
+			}
+			return nil
+		})
+	}
 
 	annotations := map[string]string{AnnotationCreated: now().Format(time.RFC3339)}
 	if o.Source != "" {
@@ -106,16 +220,8 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 		Config:        v1.Descriptor{MediaType: EmptyMediaType, Size: int64(len(EmptyConfig)), Digest: configDigest, Data: []byte(EmptyConfig)},
 		Annotations:   annotations,
 	}
-	var layers []*fileLayer
 	for _, w := range wheels {
-		h, err := v1.NewHash("sha256:" + w.SHA256)
-		if err != nil {
-			return PushResult{}, fmt.Errorf("wheel %s: %w", w.File, err)
-		}
-		if w.path == "" {
-			return PushResult{}, fmt.Errorf("wheel %s: no file on disk (use Scan)", w.File)
-		}
-		layers = append(layers, &fileLayer{path: w.path, title: w.File, digest: h, size: w.Size, prog: prog})
+		h, _ := v1.NewHash("sha256:" + w.SHA256)
 		m.Layers = append(m.Layers, v1.Descriptor{
 			MediaType: WheelMediaType, Size: w.Size, Digest: h,
 			Annotations: map[string]string{AnnotationTitle: w.File},
@@ -128,69 +234,6 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return PushResult{}, err
-	}
-
-	pusher, err := remote.NewPusher(o.Registry.remoteOptions(ctx)...)
-	if err != nil {
-		return PushResult{}, fmt.Errorf("pushing %s: %w", ref, explain(err))
-	}
-	repo := r.Context()
-	var sent atomic.Int64
-	var uploaded, skipped atomic.Int32
-	// One failed blob does not cancel the others: whatever made it into
-	// the registry is skipped by the next push, so a retry sends only
-	// what failed.
-	var g errgroup.Group
-	g.SetLimit(o.Registry.jobs())
-	var errMu sync.Mutex
-	var errs []error
-	upload := func(title string, l v1.Layer, fl *fileLayer) {
-		g.Go(func() error {
-			if ctx.Err() != nil {
-				return nil
-			}
-			size, _ := l.Size()
-			if fl != nil {
-				prog.Start(title, size)
-			}
-			var before int64
-			if fl != nil {
-				before = fl.sent.Load()
-			}
-			var up v1.Layer = l
-			if o.MountFrom != "" {
-				d, _ := l.Digest()
-				up = &remote.MountableLayer{Layer: l, Reference: mountFrom.Digest(d.String())}
-			}
-			err := pusher.Upload(ctx, repo, up)
-			wasSkipped := err == nil && fl != nil && fl.sent.Load() == before
-			if fl != nil {
-				prog.Done(title, wasSkipped, err)
-			}
-			if err != nil {
-				d, _ := l.Digest()
-				errMu.Lock()
-				errs = append(errs, fmt.Errorf("uploading %s (blob %s) to %s: %w", title, d, repo, explain(err)))
-				errMu.Unlock()
-				return nil
-			}
-			if fl != nil {
-				n := fl.sent.Load() - before
-				sent.Add(n)
-				if n == 0 {
-					skipped.Add(1)
-				} else {
-					uploaded.Add(1)
-				}
-				log.Debug("blob done", "wheel", title, "bytes_sent", n)
-			}
-			return nil
-		})
-	}
-	upload(EmptyMediaType, config, nil)
-	upload(LockFile, lockLayer, nil)
-	for _, l := range layers {
-		upload(l.title, l, l)
 	}
 	_ = g.Wait()
 	if err := ctx.Err(); err != nil && len(errs) == 0 {

@@ -3,6 +3,7 @@ package bundle_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
 )
 
 func TestPushPullRoundTrip(t *testing.T) {
@@ -66,6 +68,10 @@ func TestPushPullRoundTrip(t *testing.T) {
 	}
 	if info.Lock == nil || len(info.Lock.Wheels) != 5 || info.Lock.Fingerprint != "sha256:abc" || info.Digest != res.Digest {
 		t.Errorf("inspect = %+v", info)
+	}
+
+	if _, err := bundle.Pull(ctx, ref, filepath.Join(t.TempDir(), "w"), bundle.PullOptions{Registry: regOpts(), RequireDigest: true}); err == nil || !strings.Contains(err.Error(), "by digest") {
+		t.Errorf("pull by tag with RequireDigest: %v", err)
 	}
 
 	// Pull by tag and by digest; the files are byte-identical.
@@ -150,8 +156,10 @@ func TestInterruptedPushResumesAndNeverTags(t *testing.T) {
 	if res.BlobsUploaded != 1 || res.LayerBytesSent != victim.Size {
 		t.Errorf("resumed push uploaded %d blobs, %d bytes; want 1 blob of %d bytes", res.BlobsUploaded, res.LayerBytesSent, victim.Size)
 	}
-	if got := reg.blobBytes.Load() - before; got != victim.Size {
-		t.Errorf("resumed push sent %d bytes on the wire, want %d", got, victim.Size)
+	// On the wire: the missing wheel, plus the lock and the config, which
+	// go only after every wheel made it.
+	if got := reg.blobBytes.Load() - before; got < victim.Size || got > victim.Size+4096 {
+		t.Errorf("resumed push sent %d bytes on the wire, want %d plus the lock", got, victim.Size)
 	}
 }
 
@@ -197,5 +205,45 @@ func TestCrossRepositoryMount(t *testing.T) {
 	}
 	if _, err := bundle.Push(ctx, reg.Host+"/team-b/wheels:v1", wheels, bundle.PushOptions{Registry: regOpts(), MountFrom: "elsewhere.test/x"}); err == nil {
 		t.Error("mount from another registry was accepted")
+	}
+}
+
+func TestPushChecksListedWheels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := newRegistry(t)
+	dir := wheelhouse(t, 3)
+	if _, err := wheeltest.Write(dir, "liar-1.0-py3-none-any.whl", "liar", "1.0",
+		[]wheeltest.File{{Name: "liar/x.py", Data: strings.NewReader("x")}}, wheeltest.Options{LieAbout: "liar/x.py"}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := bundle.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.Host + "/team/wheels:v1"
+	_, err = bundle.Push(ctx, ref, listed, bundle.PushOptions{Registry: regOpts()})
+	var we *bundle.WheelhouseError
+	if !errors.As(err, &we) || !strings.Contains(err.Error(), "liar-1.0-py3-none-any.whl") {
+		t.Fatalf("push of a wheelhouse with a lying RECORD: %v", err)
+	}
+	r, _ := name.ParseReference(ref, name.Insecure)
+	if _, err := remote.Head(r); err == nil {
+		t.Fatal("the tag exists after a refused push")
+	}
+	os.Remove(filepath.Join(dir, "liar-1.0-py3-none-any.whl"))
+	listed, err = bundle.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bundle.Push(ctx, ref, listed, bundle.PushOptions{Registry: regOpts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Wheels) != 3 || res.Wheels[0].SHA256 == "" {
+		t.Errorf("push of listed wheels: %+v", res.Wheels)
+	}
+	if _, err := bundle.Pull(ctx, ref, filepath.Join(t.TempDir(), "w"), bundle.PullOptions{Registry: regOpts()}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -30,23 +30,29 @@ type ScanOptions struct {
 	Cache string
 }
 
-// Scan reads a wheelhouse: every entry of dir must be a regular .whl file
-// with a valid PEP 427 name, a readable zip whose RECORD matches its
-// contents, and no two wheels may be the same distribution, version and
-// tags. It hashes each wheel (streaming) with up to Jobs in parallel and
-// returns the wheels sorted by file name, or every problem at once.
-// Wheels the cache knows unchanged since they last passed are not read.
-func Scan(ctx context.Context, dir string, o ScanOptions) ([]Wheel, error) {
-	started := time.Now()
-	jobs := o.Jobs
-	cache := loadScanCache(o.Cache)
+// List reads a wheelhouse's directory without reading the wheels: every
+// entry of dir must be a regular .whl file with a valid PEP 427 name, and
+// no two wheels may be the same distribution, version and tags. The
+// wheels it returns have no digest yet (Scan, or Push, checks them).
+func List(dir string) ([]Wheel, error) {
+	wheels, problems, err := listDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		return nil, &WheelhouseError{Dir: dir, Problems: problems}
+	}
+	return wheels, nil
+}
+
+// listDir returns the good wheels of dir and the problems with the rest.
+func listDir(dir string) ([]Wheel, []error, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading wheelhouse: %w", err)
+		return nil, nil, fmt.Errorf("reading wheelhouse: %w", err)
 	}
 	var problems []error
 	var wheels []Wheel
-	var names []wheel.Filename
 	seen := map[string]string{}
 	for _, e := range entries {
 		name := e.Name()
@@ -70,7 +76,6 @@ func Scan(ctx context.Context, dir string, o ScanOptions) ([]Wheel, error) {
 			continue
 		}
 		seen[key] = name
-		names = append(names, f)
 		wheels = append(wheels, Wheel{
 			File: name, Name: f.Name(), Version: f.Version, Tags: tagStrings(f.Tags),
 			path: filepath.Join(dir, name),
@@ -79,33 +84,32 @@ func Scan(ctx context.Context, dir string, o ScanOptions) ([]Wheel, error) {
 	if len(entries) == 0 {
 		problems = append(problems, fmt.Errorf("wheelhouse %s is empty", dir))
 	}
+	sort.Slice(wheels, func(i, j int) bool { return wheels[i].File < wheels[j].File })
+	return wheels, problems, nil
+}
+
+// Scan is List plus a check of every wheel: a readable zip whose RECORD
+// matches its contents. It hashes each wheel (streaming) with up to Jobs
+// in parallel and returns the wheels sorted by file name, or every
+// problem at once. Wheels the cache knows unchanged since they last
+// passed are not read.
+func Scan(ctx context.Context, dir string, o ScanOptions) ([]Wheel, error) {
+	// Check what can be checked even when some entries are bad, to
+	// report every problem at once.
+	wheels, problems, err := listDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck := newChecker(o.Cache)
 	errs := make([]error, len(wheels))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(jobs, 1))
+	g.SetLimit(max(o.Jobs, 1))
 	for i := range wheels {
 		g.Go(func() error {
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			w := &wheels[i]
-			abs, _ := filepath.Abs(w.path)
-			fi, err := os.Stat(w.path)
-			if err != nil {
-				errs[i] = err
-				return nil
-			}
-			st, cacheable := statOf(fi)
-			if cacheable {
-				if sha, ok := cache.lookup(abs, st); ok {
-					w.SHA256, w.Size = sha, st.Size
-					return nil
-				}
-			}
-			wheelsRead.Add(1)
-			errs[i] = checkWheelFile(w, names[i])
-			if errs[i] == nil && cacheable && w.Size == st.Size {
-				cache.remember(abs, st, w.SHA256, started)
-			}
+			errs[i] = ck.check(&wheels[i])
 			return nil
 		})
 	}
@@ -113,12 +117,50 @@ func Scan(ctx context.Context, dir string, o ScanOptions) ([]Wheel, error) {
 		return nil, err
 	}
 	problems = append(problems, nonNil(errs)...)
-	_ = cache.save()
+	_ = ck.cache.save()
 	if len(problems) > 0 {
 		return nil, &WheelhouseError{Dir: dir, Problems: problems}
 	}
-	sort.Slice(wheels, func(i, j int) bool { return wheels[i].File < wheels[j].File })
 	return wheels, nil
+}
+
+// checker checks wheels, through the scan cache when it has one.
+type checker struct {
+	cache   *scanCache
+	started time.Time
+}
+
+func newChecker(cacheFile string) *checker {
+	return &checker{cache: loadScanCache(cacheFile), started: time.Now()}
+}
+
+// check fills in w's digest and size after checking the file, or from
+// the cache when the file is unchanged since it last passed.
+func (c *checker) check(w *Wheel) error {
+	f, err := wheel.ParseFilename(w.File)
+	if err != nil {
+		return err
+	}
+	abs, _ := filepath.Abs(w.path)
+	fi, err := os.Stat(w.path)
+	if err != nil {
+		return err
+	}
+	st, cacheable := statOf(fi)
+	if cacheable {
+		if sha, ok := c.cache.lookup(abs, st); ok {
+			w.SHA256, w.Size = sha, st.Size
+			return nil
+		}
+	}
+	wheelsRead.Add(1)
+	if err := checkWheelFile(w, f); err != nil {
+		return err
+	}
+	if cacheable && w.Size == st.Size {
+		c.cache.remember(abs, st, w.SHA256, c.started)
+	}
+	return nil
 }
 
 // checkWheelFile hashes the file and checks its zip and RECORD in one

@@ -208,11 +208,9 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 	if err != nil {
 		return err
 	}
-	sopts := bundle.ScanOptions{Jobs: ropts.Jobs}
-	if !o.NoCache {
-		sopts.Cache = bundle.DefaultScanCache()
-	}
-	wheels, err := bundle.Scan(ctx, o.Wheelhouse, sopts)
+	// Names are enough for the coverage check; Push checks each wheel's
+	// zip and RECORD as it uploads, so checking overlaps the upload.
+	wheels, err := bundle.List(o.Wheelhouse)
 	if err != nil {
 		var we *bundle.WheelhouseError
 		if errors.As(err, &we) {
@@ -248,6 +246,9 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 	popts := bundle.PushOptions{
 		Registry: ropts, Python: python, Source: o.source(), MountFrom: o.MountFrom, Logger: o.Logger,
 	}
+	if !o.NoCache {
+		popts.ScanCache = bundle.DefaultScanCache()
+	}
 	if prog != nil {
 		popts.Progress = prog
 	}
@@ -257,6 +258,10 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 	res, err := bundle.Push(ctx, ref, wheels, popts)
 	if prog != nil {
 		prog.Finish()
+	}
+	var we *bundle.WheelhouseError
+	if errors.As(err, &we) {
+		return Findings(fmt.Errorf("%w\nnothing was tagged", err))
 	}
 	if err != nil {
 		return err

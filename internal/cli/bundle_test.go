@@ -72,8 +72,35 @@ func TestBundleCommands(t *testing.T) {
 	}
 	ref := host + "/team/wheels:v1"
 
+	// A wheelhouse with a stray file and a corrupt wheel: every problem
+	// at once, exit 1, nothing tagged.
+	bad := filepath.Join(dir, "bad")
+	if err := os.Mkdir(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wheeltest.Simple(bad, "alpha", "1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "notes.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "gamma-3.0-py3-none-any.whl"), []byte("PK"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "bundle", "push", "--no-cache", "--plain-http", "-w", bad, ref)
+	if code != cli.ExitFindings || !strings.Contains(stderr, "notes.txt") {
+		t.Fatalf("push of a bad wheelhouse: exit %d\n%s", code, stderr)
+	}
+	if err := os.Remove(filepath.Join(bad, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI(t, "bundle", "push", "--no-cache", "--plain-http", "-w", bad, ref)
+	if code != cli.ExitFindings || !strings.Contains(stderr, "gamma-3.0-py3-none-any.whl: not a readable zip") || !strings.Contains(stderr, "nothing was tagged") {
+		t.Fatalf("push with a corrupt wheel: exit %d\n%s", code, stderr)
+	}
+
 	// Incomplete coverage refuses to push and says what is missing.
-	code, _, stderr := runCLI(t, "bundle", "push", "--no-cache", "--plain-http", "-w", house, "--spec", short, ref)
+	code, _, stderr = runCLI(t, "bundle", "push", "--no-cache", "--plain-http", "-w", house, "--spec", short, ref)
 	if code != cli.ExitFindings || !strings.Contains(stderr, "gamma==3.0: no wheel") || !strings.Contains(stderr, "nothing was pushed") {
 		t.Fatalf("incomplete push: exit %d, stderr:\n%s", code, stderr)
 	}

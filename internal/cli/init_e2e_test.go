@@ -30,7 +30,7 @@ func torchPython(t *testing.T) string {
 type metric struct {
 	Step int
 	Loss float64
-	Time string
+	Time string `json:"ts"`
 }
 
 func readMetrics(t *testing.T, path string) []metric {
@@ -68,7 +68,7 @@ func TestE2EInitStarterTrains(t *testing.T) {
 	train := func(steps string, extra ...string) {
 		cmd := exec.Command(py, "train.py")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GPUPASS_STEPS="+steps, "GPUPASS_METRICS_FILE="+metrics, "GPUPASS_CHECKPOINT_DIR="+ckpt)
+		cmd.Env = append(os.Environ(), "GPUPASS_EXAMPLE_STEPS="+steps, "GPUPASS_METRICS_FILE="+metrics, "GPUPASS_CHECKPOINT_DIR="+ckpt)
 		cmd.Env = append(cmd.Env, extra...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("train.py: %v\n%s", err, out)
@@ -76,8 +76,8 @@ func TestE2EInitStarterTrains(t *testing.T) {
 	}
 	train("60")
 	ms := readMetrics(t, metrics)
-	if len(ms) != 60 || ms[0].Step != 0 || ms[59].Step != 59 {
-		t.Fatalf("got %d metric lines (%+v...), want steps 0..59", len(ms), ms[:min(len(ms), 2)])
+	if len(ms) != 60 || ms[0].Step != 1 || ms[59].Step != 60 {
+		t.Fatalf("got %d metric lines (%+v...), want steps 1..60", len(ms), ms[:min(len(ms), 2)])
 	}
 	if !(ms[59].Loss < ms[0].Loss/10) {
 		t.Errorf("loss did not fall: first %g, last %g", ms[0].Loss, ms[59].Loss)
@@ -85,16 +85,16 @@ func TestE2EInitStarterTrains(t *testing.T) {
 	if !strings.HasSuffix(ms[0].Time, "Z") {
 		t.Errorf("timestamp %q is not UTC", ms[0].Time)
 	}
-	resume := filepath.Join(ckpt, "step-000049.pt")
+	resume := filepath.Join(ckpt, "ckpt-00000050.pt")
 	if _, err := os.Stat(resume); err != nil {
-		t.Fatalf("no checkpoint at step 49: %v", err)
+		t.Fatalf("no checkpoint at step 50: %v", err)
 	}
 	train("70", "GPUPASS_RESUME_FROM="+resume)
 	ms = readMetrics(t, metrics)
 	if len(ms) != 80 {
 		t.Fatalf("resume: %d metric lines, want 80", len(ms))
 	}
-	if ms[60].Step != 50 || ms[79].Step != 69 {
-		t.Errorf("resume: steps %d..%d, want 50..69", ms[60].Step, ms[79].Step)
+	if ms[60].Step != 51 || ms[79].Step != 70 {
+		t.Errorf("resume: steps %d..%d, want 51..70", ms[60].Step, ms[79].Step)
 	}
 }

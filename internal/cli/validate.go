@@ -37,6 +37,8 @@ type ValidateOptions struct {
 	Local bool
 	// Python is the interpreter probed by --local.
 	Python string
+	// DryRun asks the broker which nodes match (validate_dryrun.go).
+	DryRun DryRunOptions
 
 	// Dir is where the spec is looked up (the working directory).
 	Dir string
@@ -59,6 +61,7 @@ func (o *ValidateOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Format, "format", "", "findings format: "+strings.Join(findings.Formats, ", ")+" (default text; json with --output json)")
 	f.BoolVar(&o.Local, "local", false, "also check this machine's runtime (driver, nvcc, python, torch, packages) against the spec")
 	f.StringVar(&o.Python, "python", "python3", "Python interpreter probed by --local")
+	o.DryRun.AddFlags(cmd)
 }
 
 func newValidateCmd(g *GlobalOptions) *cobra.Command {
@@ -201,7 +204,6 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		getenv = func(string) string { return "" }
 	}
 	results := []*spec.Result{res}
-
 	// With JSON output the local check's report (itself JSON) goes inside
 	// the one document under "local", so stdout stays a single JSON value.
 	var local json.RawMessage
@@ -220,10 +222,17 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	}
 
 	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
+	// A dry-run with JSON output prints one object holding both the
+	// validation and the dry-run, so the validation waits in a buffer.
+	w := out
+	var held bytes.Buffer
+	if o.DryRun.Enabled && format == "json" {
+		w = &held
+	}
 	if format == "json" {
-		err = writeJSON(out, validateReport{Result: res, Local: local})
+		err = writeJSON(w, validateReport{Result: res, Local: local})
 	} else {
-		err = findings.Write(out, format, results, fo)
+		err = findings.Write(w, format, results, fo)
 	}
 	if err != nil {
 		return fmt.Errorf("writing findings: %w", err)
@@ -240,6 +249,9 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		}
 	}
 	if !res.Valid {
+		if _, err := held.WriteTo(out); err != nil {
+			return err
+		}
 		return Findings(nil)
 	}
 	if localErr != nil {
@@ -259,6 +271,9 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if mismatches > 0 {
 		return Findings(nil)
 	}
+	if o.DryRun.Enabled {
+		return runDryRun(ctx, &o.DryRun, b, bytes.TrimSpace(held.Bytes()), format == "json", out)
+	}
 	return nil
 }
 
@@ -268,11 +283,4 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 type validateReport struct {
 	*spec.Result
 	Local json.RawMessage `json:"local,omitempty"`
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }

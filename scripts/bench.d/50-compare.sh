@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compare-report (issue 5): 4 runs x 1,000,000 points each, end to end
-# (read, align, render markdown + SVG + JSON + JUnit) with the built binary.
+# (read, align, render markdown + SVG + PNG + JSON + JUnit) with the built binary.
 # Goal: < 1.5 s wall and < 300 MB peak RSS. Peer, same data, same run: a
 # Python stdlib ETL script (json.loads per line, dict join on step, max
 # |delta| per pair, no rendering) - what people write today.
@@ -18,7 +18,7 @@ done
 runs=()
 for r in 1 2 3; do
 	/usr/bin/time -o "$tmp/t$r" -f "%e %U %S %M" "$tmp/gpupass" compare "$tmp"/r{1,2,3,4}.jsonl --post none \
-		--svg "$tmp/c.svg" --junit "$tmp/c.xml" --json "$tmp/c.json" --markdown "$tmp/c.md" >/dev/null
+		--svg "$tmp/c.svg" --png "$tmp/c.png" --junit "$tmp/c.xml" --json "$tmp/c.json" --markdown "$tmp/c.md" >/dev/null
 	runs+=("$(cat "$tmp/t$r")")
 done
 grep -q "consistent" "$tmp/c.md" || { echo "50-compare: unexpected report" >&2; exit 1; }
