@@ -6,8 +6,9 @@
 set -euo pipefail
 : "${GOOS:?}" "${GOARCH:?}" "${VERSION:?}"
 ldflags="-s -w -X github.com/gpupass/gpupass/internal/cli.Version=${VERSION}"
-out="build/${GOOS}_${GOARCH}"
-mkdir -p "$out" dist
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+mkdir -p dist
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass" ./cmd/gpupass
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-broker" ./cmd/gpupass-broker
 CGO_ENABLED=1 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-agent" ./cmd/gpupass-agent
