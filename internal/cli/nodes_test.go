@@ -72,7 +72,7 @@ func TestNodesAndDryRun(t *testing.T) {
 		{name: "dry-run text", args: []string{"validate", "-f", specPath, "--dry-run", "--broker", url, "--broker-token", read},
 			contains: []string{"2 candidate(s), 1 excluded", ids["west"], "excluded:", ids["east"] + " (us-east-1", "runtime.cuda: expected 12.1.105, measured 12.2.140"}},
 		{name: "dry-run json", args: []string{"validate", "-f", specPath, "-o", "json", "--dry-run", "--broker-url", url, "--broker-token", read}, json: true,
-			contains: []string{`"validation"`, `"dry_run"`, `"candidates"`, `"runtime_mismatch"`}},
+			contains: []string{`"fingerprint"`, `"dry_run"`, `"candidates"`, `"runtime_mismatch"`}},
 		{name: "dry-run nothing matches", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--max-price", "5"},
 			code: 1, contains: []string{"0 candidate(s), 3 excluded", "above --max-price 5/h"}},
 		{name: "dry-run region", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--region", "us-west-2", "--min-health-score", "50"},

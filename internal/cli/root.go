@@ -82,6 +82,8 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newNodesCmd,
 	newValidateCmd,
 	newInitCmd,
+	newCompareCmd,
+	newAuditCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.
