@@ -18,7 +18,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Public Sigstore instances: cosign's defaults for keyless signing.
+// Public Sigstore instances: the same defaults cosign's own flags have
+// (its cli/options package is not imported: it drags in every cloud's
+// credential helper).
 const (
 	defaultFulcioURL = "https://fulcio.sigstore.dev"
 	defaultRekorURL  = "https://rekor.sigstore.dev"
@@ -244,7 +246,7 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 		res.Files++
 	}
 	if o.Output == "json" {
-		return auditWriteJSON(out, res)
+		return writeJSON(out, res)
 	}
 	var b strings.Builder
 	if res.Simulated {
@@ -292,7 +294,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		extracted = o.Extract
 	}
 	if o.Output == "json" {
-		if err := auditWriteJSON(out, struct {
+		if err := writeJSON(out, struct {
 			File        string `json:"file"`
 			ExtractedTo string `json:"extracted_to,omitempty"`
 			*audit.Result
@@ -380,14 +382,8 @@ func RunAuditKeygen(_ context.Context, o AuditKeygenOptions, out io.Writer) erro
 		return err
 	}
 	if o.Output == "json" {
-		return auditWriteJSON(out, map[string]string{"private_key": keyPath, "public_key": pubPath})
+		return writeJSON(out, map[string]string{"private_key": keyPath, "public_key": pubPath})
 	}
 	_, err = fmt.Fprintf(out, "wrote %s (private, mode 0600) and %s (public)\n", keyPath, pubPath)
 	return err
-}
-
-func auditWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,9 +117,7 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 		written = append(written, f.dst)
 	}
 	if o.Global != nil && o.Global.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"dir": o.Dir, "name": name, "files": written})
+		return writeJSON(out, map[string]any{"dir": o.Dir, "name": name, "files": written})
 	}
 	for _, w := range written {
 		fmt.Fprintf(out, "wrote %s\n", w)

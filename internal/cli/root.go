@@ -84,6 +84,7 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newInitCmd,
 	newCompareCmd,
 	newAuditCmd,
+	newBundleCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.

@@ -299,10 +299,3 @@ type validateReport struct {
 	// DryRun is the broker's answer to --dry-run (protobuf JSON names).
 	DryRun json.RawMessage `json:"dry_run,omitempty"`
 }
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
