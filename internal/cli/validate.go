@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -204,6 +205,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		getenv = func(string) string { return "" }
 	}
 	results := []*spec.Result{res}
+
 	// With JSON output the local check's report (itself JSON) goes inside
 	// the one document under "local", so stdout stays a single JSON value.
 	var local json.RawMessage
@@ -221,18 +223,23 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		runLocal = false
 	}
 
-	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
-	// A dry-run with JSON output prints one object holding both the
-	// validation and the dry-run, so the validation waits in a buffer.
-	w := out
-	var held bytes.Buffer
-	if o.DryRun.Enabled && format == "json" {
-		w = &held
+	// Likewise the broker's dry-run answer goes under "dry_run".
+	var dry *gpupassv1.DryRunResponse
+	var dryJSON json.RawMessage
+	if o.DryRun.Enabled && res.Valid && format == "json" {
+		if dry, err = o.DryRun.run(ctx, b); err != nil {
+			return err
+		}
+		if dryJSON, err = protoJSON.Marshal(dry); err != nil {
+			return fmt.Errorf("encoding JSON: %w", err)
+		}
 	}
+
+	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
 	if format == "json" {
-		err = writeJSON(w, validateReport{Result: res, Local: local})
+		err = writeJSON(out, validateReport{Result: res, Local: local, DryRun: dryJSON})
 	} else {
-		err = findings.Write(w, format, results, fo)
+		err = findings.Write(out, format, results, fo)
 	}
 	if err != nil {
 		return fmt.Errorf("writing findings: %w", err)
@@ -249,9 +256,6 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		}
 	}
 	if !res.Valid {
-		if _, err := held.WriteTo(out); err != nil {
-			return err
-		}
 		return Findings(nil)
 	}
 	if localErr != nil {
@@ -268,11 +272,20 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		}
 		mismatches = n
 	}
-	if mismatches > 0 {
-		return Findings(nil)
+	if o.DryRun.Enabled && dry == nil {
+		if dry, err = o.DryRun.run(ctx, b); err != nil {
+			return err
+		}
+		w := out
+		if format != "text" && o.ErrOut != nil {
+			w = o.ErrOut // keep a machine-readable stdout clean
+		}
+		if err := writeDryRunText(w, o.DryRun.Broker.URL, dry); err != nil {
+			return err
+		}
 	}
-	if o.DryRun.Enabled {
-		return runDryRun(ctx, &o.DryRun, b, bytes.TrimSpace(held.Bytes()), format == "json", out)
+	if mismatches > 0 || (dry != nil && len(dry.Candidates) == 0) {
+		return Findings(nil)
 	}
 	return nil
 }
@@ -283,4 +296,6 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 type validateReport struct {
 	*spec.Result
 	Local json.RawMessage `json:"local,omitempty"`
+	// DryRun is the broker's answer to --dry-run (protobuf JSON names).
+	DryRun json.RawMessage `json:"dry_run,omitempty"`
 }
