@@ -79,6 +79,8 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 // commands lists the subcommand constructors, one file per command.
 var commands = []func(*GlobalOptions) *cobra.Command{
 	newVersionCmd,
+	newValidateCmd,
+	newInitCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/examples"
+)
+
+// InitOptions are the flags of `gpupass init`.
+type InitOptions struct {
+	Global *GlobalOptions
+	// Dir is where the starter project is written.
+	Dir string
+	// Name is the spec's name; empty: derived from Dir.
+	Name string
+	// Force overwrites existing files.
+	Force bool
+}
+
+// AddFlags registers init's flags.
+func (o *InitOptions) AddFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Name, "name", "", "name of the job in gpupass.yaml (default: the directory's name)")
+	cmd.Flags().BoolVar(&o.Force, "force", false, "overwrite files that already exist")
+}
+
+func newInitCmd(g *GlobalOptions) *cobra.Command {
+	o := &InitOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "init [DIR]",
+		Short: "Write a starter gpupass.yaml, training script and README snippet",
+		Long: `Write a valid starter spec (gpupass.yaml), a small training script (train.py)
+and a README snippet (GPUPASS.md) into DIR (default: the working directory).
+Existing files are left alone unless --force is given.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Dir = "."
+			if len(args) == 1 {
+				o.Dir = args[0]
+			}
+			return RunInit(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+var (
+	starterName = "name: my-training-job"
+	nameUnsafe  = regexp.MustCompile(`[^a-z0-9]+`)
+)
+
+// jobName makes a spec name from a directory name: lowercase letters,
+// digits and dashes.
+func jobName(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "my-training-job"
+	}
+	n := strings.Trim(nameUnsafe.ReplaceAllString(strings.ToLower(filepath.Base(abs)), "-"), "-")
+	if n == "" {
+		return "my-training-job"
+	}
+	return n
+}
+
+// RunInit writes the starter project. It checks every target before
+// writing any, so a refusal leaves the directory as it was.
+func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
+	name := o.Name
+	if name == "" {
+		name = jobName(o.Dir)
+	}
+	if strings.ContainsAny(name, "\n\r\"'#:") {
+		return fmt.Errorf("--name %q: use letters, digits and dashes", name)
+	}
+	entries, err := fs.ReadDir(examples.Starter, "starter")
+	if err != nil {
+		return fmt.Errorf("reading the embedded starter: %w", err)
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", o.Dir, err)
+	}
+	type file struct {
+		dst  string
+		body []byte
+	}
+	var files []file
+	for _, e := range entries {
+		body, err := fs.ReadFile(examples.Starter, path.Join("starter", e.Name()))
+		if err != nil {
+			return fmt.Errorf("reading the embedded starter: %w", err)
+		}
+		if e.Name() == "gpupass.yaml" {
+			body = []byte(strings.Replace(string(body), starterName, "name: "+name, 1))
+		}
+		dst := filepath.Join(o.Dir, e.Name())
+		if !o.Force {
+			if _, err := os.Lstat(dst); err == nil {
+				return fmt.Errorf("%s already exists: pass --force to overwrite it", dst)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("checking %s: %w", dst, err)
+			}
+		}
+		files = append(files, file{dst, body})
+	}
+	var written []string
+	for _, f := range files {
+		if err := writeFileAtomic(f.dst, f.body); err != nil {
+			return err
+		}
+		written = append(written, f.dst)
+	}
+	if o.Global != nil && o.Global.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"dir": o.Dir, "name": name, "files": written})
+	}
+	for _, w := range written {
+		fmt.Fprintf(out, "wrote %s\n", w)
+	}
+	_, err = fmt.Fprintf(out, "\nNext: cd %s && gpupass validate\n", o.Dir)
+	return err
+}
+
+// writeFileAtomic writes through a temporary file and a rename, so an
+// interrupted init never leaves a half-written spec.
+func writeFileAtomic(dst string, body []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".gpupass-init-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(body); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	return nil
+}

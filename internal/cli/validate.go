@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/findings"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// SpecFileNames are the spec files looked up in the working directory, in
+// order: gpupass.yaml wins when both are present.
+var SpecFileNames = []string{"gpupass.yaml", "lightning-cloud.yaml"}
+
+// ValidateOptions are the flags of `gpupass validate`. Other branches add
+// fields here (dry run against a broker); keep each group's flags in its
+// own AddFlags section.
+type ValidateOptions struct {
+	Global *GlobalOptions
+	// Spec is the spec file; empty: look up SpecFileNames in Dir.
+	Spec string
+	// Format is the findings format; empty: text, or json with --output json.
+	Format string
+	// Local checks this machine's runtime against the spec.
+	Local bool
+	// Python is the interpreter probed by --local.
+	Python string
+
+	// Dir is where the spec is looked up (the working directory).
+	Dir string
+	// Color enables colour in text output (decided by the caller: only on
+	// a terminal).
+	Color bool
+	// Getenv reads the environment (GITHUB_ACTIONS, GITHUB_OUTPUT).
+	Getenv func(string) string
+	// Logger receives diagnostics.
+	Logger *slog.Logger
+}
+
+// AddFlags registers validate's flags.
+func (o *ValidateOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVarP(&o.Spec, "spec", "f", "", "spec file (default: gpupass.yaml, or lightning-cloud.yaml, in the working directory)")
+	f.StringVar(&o.Format, "format", "", "findings format: "+strings.Join(findings.Formats, ", ")+" (default text; json with --output json)")
+	f.BoolVar(&o.Local, "local", false, "also check this machine's runtime (driver, nvcc, python, torch, packages) against the spec")
+	f.StringVar(&o.Python, "python", "python3", "Python interpreter probed by --local")
+}
+
+func newValidateCmd(g *GlobalOptions) *cobra.Command {
+	o := &ValidateOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Check the environment spec and print its fingerprint",
+		Long: `Parse and lint gpupass.yaml (or lightning-cloud.yaml): every problem at once,
+each with file:line:column, a rule id and a fix hint; print the fingerprint of a
+valid spec. --local also checks this machine's runtime against it.
+
+Exit codes: 0 valid (warnings allowed), 1 errors in the spec or runtime
+mismatches, 2 usage or I/O error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := os.Getwd()
+			if err != nil {
+				return fmt.Errorf("finding the working directory: %w", err)
+			}
+			o.Dir = dir
+			o.Getenv = os.Getenv
+			o.Logger = g.Logger(cmd.ErrOrStderr())
+			o.Color = isTerminal(cmd.OutOrStdout()) && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"
+			return RunValidate(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// format resolves --format against the global --output.
+func (o *ValidateOptions) format() (string, error) {
+	jsonOnly := o.Global != nil && o.Global.Output == "json"
+	f := o.Format
+	if f == "" {
+		f = "text"
+		if jsonOnly {
+			f = "json"
+		}
+	}
+	if !slices.Contains(findings.Formats, f) {
+		return "", fmt.Errorf("--format %q: use one of %s", f, strings.Join(findings.Formats, ", "))
+	}
+	if jsonOnly && (f == "text" || f == "github") {
+		return "", fmt.Errorf("--format %s does not print JSON; with --output json use --format json, gitlab or sarif", f)
+	}
+	return f, nil
+}
+
+// findSpec returns the spec path: --spec, or the first SpecFileNames entry
+// present in dir.
+func (o *ValidateOptions) findSpec() (string, error) {
+	if o.Spec != "" {
+		return o.Spec, nil
+	}
+	var found []string
+	for _, n := range SpecFileNames {
+		if _, err := os.Stat(filepath.Join(o.Dir, n)); err == nil {
+			found = append(found, n)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no %s in %s: run `gpupass init` for a starter spec, or pass --spec FILE",
+			strings.Join(SpecFileNames, " or "), o.Dir)
+	case 2:
+		o.logger().Warn("both spec files present; using the first", "using", found[0], "ignored", found[1])
+	}
+	return found[0], nil
+}
+
+func (o *ValidateOptions) logger() *slog.Logger {
+	if o.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Logger
+}
+
+// readSpec reads at most spec.MaxSize+1 bytes: enough for the parser to
+// tell a file is too large without holding all of it.
+func readSpec(dir, path string) ([]byte, error) {
+	full := path
+	if !filepath.IsAbs(full) && dir != "" {
+		full = filepath.Join(dir, path)
+	}
+	f, err := os.Open(full)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("reading spec %s: file does not exist", path)
+		}
+		return nil, fmt.Errorf("reading spec %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading spec %s: %w", path, err)
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("reading spec %s: it is a directory; pass the spec file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, spec.MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading spec %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// RunValidate validates the spec and prints the findings in the chosen
+// format. It returns an ExitError with ExitFindings when the spec has
+// errors or --local found mismatches.
+func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
+	format, err := o.format()
+	if err != nil {
+		return err
+	}
+	path, err := o.findSpec()
+	if err != nil {
+		return err
+	}
+	b, err := readSpec(o.Dir, path)
+	if err != nil {
+		return err
+	}
+	res := spec.Validate(path, b)
+	o.logger().Debug("validated spec", "file", path, "errors", res.Errors, "warnings", res.Warnings, "fingerprint", res.Fingerprint)
+
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
+	results := []*spec.Result{res}
+	if err := findings.Write(out, format, results, fo); err != nil {
+		return fmt.Errorf("writing findings: %w", err)
+	}
+	if getenv("GITHUB_ACTIONS") == "true" {
+		// In a workflow, annotate the spec's lines too; with JSON output,
+		// stdout must stay JSON, so only the step output is set.
+		w := out
+		if format != "text" {
+			w = io.Discard
+		}
+		if format != "github" {
+			if err := findings.GitHub(w, results, getenv); err != nil {
+				return err
+			}
+		}
+	}
+	if !res.Valid {
+		return Findings(nil)
+	}
+	if o.Local {
+		n, err := localCheck(ctx, o, res.Spec, out)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return Findings(nil)
+		}
+	}
+	return nil
+}
