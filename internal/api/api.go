@@ -1,0 +1,142 @@
+// Package api is the wire contract between broker, agents and clients: the
+// .proto files under proto/, the generated protobuf and ConnectRPC code under
+// gen/ (regenerate with `make generate`), and small helpers to dial the
+// broker. It is the only package that broker and agent both import for the
+// wire; internal/cli reaches the broker only through it.
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+)
+
+// Request size limits the broker enforces, per message. They are part of
+// the contract (see broker.proto): clients should not send more.
+const (
+	// MaxAgentMessageBytes bounds AgentService requests (a signed report).
+	MaxAgentMessageBytes = 4 << 20
+	// MaxClientMessageBytes bounds NodeService requests (a spec).
+	MaxClientMessageBytes = 1 << 20
+)
+
+// DefaultMinHealthScore is the dry-run threshold when none is given.
+const DefaultMinHealthScore = 85.0
+
+// AuthHeader is the header that carries the bearer token.
+const AuthHeader = "Authorization"
+
+// Clients are the broker's services, dialed with one token.
+type Clients struct {
+	Agent gpupassv1connect.AgentServiceClient
+	Node  gpupassv1connect.NodeServiceClient
+}
+
+// DialOptions tune Dial.
+type DialOptions struct {
+	// Token is sent as a bearer token on every call.
+	Token string
+	// GRPC selects the gRPC protocol instead of Connect (agents use it: one
+	// HTTP/2 connection, binary).
+	GRPC bool
+	// TLSConfig is used for https URLs; nil means system roots.
+	TLSConfig *tls.Config
+	// Timeout bounds each call; 0 means 30 s.
+	Timeout time.Duration
+}
+
+// Dial returns clients for the broker at baseURL (http:// for cleartext
+// HTTP/2 on loopback or a private network, https:// with TLS).
+func Dial(baseURL string, o DialOptions) (*Clients, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("broker URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
+	}
+	base := strings.TrimRight(baseURL, "/")
+	hc := HTTPClient(u.Scheme == "https", o.TLSConfig)
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	hc.Timeout = o.Timeout
+	opts := []connect.ClientOption{connect.WithInterceptors(bearer(o.Token))}
+	if o.GRPC {
+		opts = append(opts, connect.WithGRPC())
+	}
+	return &Clients{
+		Agent: gpupassv1connect.NewAgentServiceClient(hc, base, opts...),
+		Node:  gpupassv1connect.NewNodeServiceClient(hc, base, opts...),
+	}, nil
+}
+
+// HTTPClient returns an HTTP/2 client: with TLS for https, and cleartext
+// HTTP/2 (h2c, prior knowledge) otherwise, which gRPC needs.
+func HTTPClient(useTLS bool, cfg *tls.Config) *http.Client {
+	if useTLS {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = cfg
+		tr.ForceAttemptHTTP2 = true
+		return &http.Client{Transport: tr}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr}
+}
+
+// bearer adds the token to every request. The token is never logged.
+func bearer(token string) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				req.Header().Set(AuthHeader, "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	})
+}
+
+// Describe turns an RPC error into a sentence for users: the broker's own
+// message with the code in words (unauthenticated -> "401 unauthenticated").
+func Describe(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s (%d %s)", ce.Message(), httpStatus(ce.Code()), ce.Code())
+}
+
+func httpStatus(c connect.Code) int {
+	switch c {
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Type aliases so callers need not import the generated package for the
+// common messages.
+type (
+	Node        = gpupassv1.Node
+	HealthScore = gpupassv1.HealthScore
+	Reason      = gpupassv1.Reason
+)
