@@ -65,7 +65,6 @@ var (
 	pyLogging  = regexp.MustCompile(`^(DEBUG|INFO|WARNING|ERROR|CRITICAL):([^:\s]{1,80}):(.*)$`)
 	levelWord  = regexp.MustCompile(`^\[?(DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\]?(?::\s*|\s+)(.*)$`)
 	lowerLevel = regexp.MustCompile(`^(debug|info|warn|warning|error|critical|fatal):\s*(.*)$`)
-	compPrefix = regexp.MustCompile(`^([a-z][a-z0-9_]*(?:[.\-][a-z0-9_]+)*): (.*)$`)
 	exception  = regexp.MustCompile(`^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fault)(?::|$)`)
 	pyWarning  = regexp.MustCompile(`^\S+:\d+: [A-Za-z_]\w*Warning: `)
 )
@@ -101,31 +100,81 @@ func (c *Classifier) Classify(line string) Class {
 		out.Level = Error
 		return out
 	}
-	if m := pyLogging.FindStringSubmatch(trimmed); m != nil {
-		lv, _ := ParseLevel(m[1])
-		out.Level, out.Component, out.Message = lv, m[2], m[3]
-		return out
+	if startsUpperLevel(trimmed) {
+		if m := pyLogging.FindStringSubmatch(trimmed); m != nil {
+			lv, _ := ParseLevel(m[1])
+			out.Level, out.Component, out.Message = lv, m[2], m[3]
+			return out
+		}
 	}
 	rest := trimmed
 	levelSet := false
-	if m := levelWord.FindStringSubmatch(rest); m != nil {
-		out.Level, _ = ParseLevel(m[1])
-		rest, levelSet = m[2], true
-	} else if m := lowerLevel.FindStringSubmatch(rest); m != nil {
-		out.Level, _ = ParseLevel(m[1])
-		rest, levelSet = m[2], true
+	if mayHaveLevelWord(rest) {
+		if m := levelWord.FindStringSubmatch(rest); m != nil {
+			out.Level, _ = ParseLevel(m[1])
+			rest, levelSet = m[2], true
+		} else if m := lowerLevel.FindStringSubmatch(rest); m != nil {
+			out.Level, _ = ParseLevel(m[1])
+			rest, levelSet = m[2], true
+		}
 	}
-	if m := compPrefix.FindStringSubmatch(rest); m != nil && len(m[1]) <= maxComponent {
-		out.Component, rest = m[1], m[2]
+	if comp, msg, ok := componentPrefix(rest); ok {
+		out.Component, rest = comp, msg
 	}
 	out.Message = rest
 	if !levelSet {
 		switch {
-		case exception.MatchString(rest):
+		case mayBeException(rest) && exception.MatchString(rest):
 			out.Level = Error
-		case pyWarning.MatchString(rest):
+		case strings.Contains(rest, "Warning: ") && pyWarning.MatchString(rest):
 			out.Level = Warn
 		}
 	}
 	return out
+}
+
+// The checks below are cheap filters in front of the regular
+// expressions: the agent classifies every output line, and most lines
+// match none of them.
+
+func startsUpperLevel(s string) bool {
+	return len(s) > 4 && strings.IndexByte("DIWEC", s[0]) >= 0 && strings.IndexByte(s[:min(len(s), 9)], ':') > 0
+}
+
+func mayHaveLevelWord(s string) bool {
+	return len(s) > 3 && strings.IndexByte("DIWECFTdiwecf[", s[0]) >= 0
+}
+
+func mayBeException(s string) bool {
+	return strings.Contains(s, "Error") || strings.Contains(s, "Exception") || strings.Contains(s, "Interrupt") ||
+		strings.Contains(s, "Exit") || strings.Contains(s, "Fault")
+}
+
+// componentPrefix reads "component: message" where component is a
+// lower-case identifier with dots, dashes or underscores between parts.
+func componentPrefix(s string) (comp, msg string, ok bool) {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return "", "", false
+	}
+	prevSep := false
+	for i := 1; i < len(s) && i <= maxComponent; i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_':
+			prevSep = false
+		case c == '.' || c == '-':
+			if prevSep {
+				return "", "", false
+			}
+			prevSep = true
+		case c == ':':
+			if prevSep || i+1 >= len(s) || s[i+1] != ' ' {
+				return "", "", false
+			}
+			return s[:i], s[i+2:], true
+		default:
+			return "", "", false
+		}
+	}
+	return "", "", false
 }

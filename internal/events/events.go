@@ -150,7 +150,59 @@ const JSONTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // MarshalJSON writes {"seq":1,"ts":"2024-04-12T08:23:15.221Z","level":"INFO",...}.
 func (e Event) MarshalJSON() ([]byte, error) {
-	return json.Marshal(eventJSON{e.Seq, e.Time.UTC().Format(JSONTimeLayout), e.Level, e.Component, e.Message, e.Fields})
+	return e.AppendJSON(nil), nil
+}
+
+// AppendJSON appends the JSON form to b. It is what MarshalJSON returns,
+// written by hand because the agent encodes every output line and
+// encoding/json's reflection and re-compaction cost several times more.
+func (e Event) AppendJSON(b []byte) []byte {
+	b = append(b, '{')
+	if e.Seq != 0 {
+		b = append(b, `"seq":`...)
+		b = strconv.AppendUint(b, e.Seq, 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"ts":"`...)
+	b = e.Time.UTC().AppendFormat(b, JSONTimeLayout)
+	b = append(b, `","level":"`...)
+	b = append(b, e.Level.String()...)
+	b = append(b, `","component":`...)
+	b = appendJSONString(b, e.Component)
+	b = append(b, `,"msg":`...)
+	b = appendJSONString(b, e.Message)
+	if len(e.Fields) > 0 {
+		keys := make([]string, 0, len(e.Fields))
+		for k := range e.Fields {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b = append(b, `,"fields":{`...)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, e.Fields[k])
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendJSONString writes s as a JSON string: printable ASCII is copied,
+// anything else goes through encoding/json so escaping stays exact.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // UnmarshalJSON reads the JSON form.

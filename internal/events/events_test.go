@@ -216,3 +216,20 @@ func TestContinuous(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 }
+
+// TestAppendJSONMatchesEncodingJSON: the hand-written encoder must write
+// what encoding/json would, for any text a process can print.
+func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, msg := range []string{"plain", `quote " and \ backslash`, "tab\t nl\n cr\r", "<html> & co", "ünïcödé ✓", "\x00\x1f\x7f", "\uFFFD", "\u2028 line sep"} {
+		e := Event{Seq: 3, Time: ts, Level: Warn, Component: "c<>", Message: msg, Fields: map[string]string{"k\"": msg, "a": "1"}}
+		got := e.AppendJSON(nil)
+		want, err := json.Marshal(eventJSON{e.Seq, e.Time.UTC().Format(JSONTimeLayout), e.Level, e.Component, e.Message, e.Fields})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("message %q:\n got %s\nwant %s", msg, got, want)
+		}
+	}
+}
