@@ -196,14 +196,14 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		if ctx.Err() != nil {
 			return cancelled(ctx, parent, attempt, restarts)
 		}
-		if step, val, ok := guard.tripped(); ok {
+		if step, val, at, ok := guard.tripped(); ok {
 			if restarts >= job.MaxRestarts {
 				msg := fmt.Sprintf("non-finite loss %s at step %d; giving up after %d restart(s) (--max-restarts %d)", fmtVal(val), step, restarts, job.MaxRestarts)
 				rec.event(events.Error, events.NaNGuard, msg, map[string]string{"step": strconv.FormatInt(step, 10), "attempt": strconv.Itoa(attempt)})
 				return Result{State: Failed, Reason: msg, ExitCode: ex.Code, Attempts: attempt, Restarts: restarts}
 			}
 			restarts++
-			ckpt, cerr := newestCheckpoint(ckptDir)
+			ckpt, cerr := newestCheckpoint(ckptDir, at)
 			fields := map[string]string{"step": strconv.FormatInt(step, 10), "attempt": strconv.Itoa(attempt + 1), "restart": strconv.Itoa(restarts)}
 			from := "from the start (no checkpoint in " + ckptDir + ")"
 			if cerr != nil {
@@ -319,6 +319,7 @@ type nanGuard struct {
 	hit  bool
 	step int64
 	val  float64
+	at   time.Time
 }
 
 func (g *nanGuard) check(stop context.CancelCauseFunc) func(events.Metric) {
@@ -330,7 +331,7 @@ func (g *nanGuard) check(stop context.CancelCauseFunc) func(events.Metric) {
 		g.mu.Lock()
 		first := !g.hit
 		if first {
-			g.hit, g.step, g.val = true, m.Step, loss
+			g.hit, g.step, g.val, g.at = true, m.Step, loss, m.Time
 		}
 		g.mu.Unlock()
 		if first {
@@ -339,16 +340,18 @@ func (g *nanGuard) check(stop context.CancelCauseFunc) func(events.Metric) {
 	}
 }
 
-func (g *nanGuard) tripped() (int64, float64, bool) {
+func (g *nanGuard) tripped() (int64, float64, time.Time, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.step, g.val, g.hit
+	return g.step, g.val, g.at, g.hit
 }
 
 // newestCheckpoint returns the most recently modified entry of dir
-// (files or directories, as frameworks save either), ignoring hidden and
-// *.tmp entries that are still being written; ties go to the larger name.
-func newestCheckpoint(dir string) (string, error) {
+// (files or directories, as frameworks save either) modified before the
+// non-finite loss was logged: a checkpoint saved after it may hold the
+// poisoned weights the restart is meant to escape. Hidden and *.tmp
+// entries (still being written) are ignored; ties go to the larger name.
+func newestCheckpoint(dir string, before time.Time) (string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -367,7 +370,11 @@ func newestCheckpoint(dir string) (string, error) {
 		if err != nil {
 			continue
 		}
-		if t := info.ModTime(); best == "" || t.After(bestT) || (t.Equal(bestT) && n > filepath.Base(best)) {
+		t := info.ModTime()
+		if !before.IsZero() && !t.Before(before) {
+			continue
+		}
+		if best == "" || t.After(bestT) || (t.Equal(bestT) && n > filepath.Base(best)) {
 			best, bestT = filepath.Join(dir, n), t
 		}
 	}
