@@ -36,7 +36,6 @@ while [ $i -le 6 ]; do
 done
 `
 
-
 func TestNaNGuardRestartsFromCheckpoint(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -118,6 +118,7 @@ type Spool struct {
 	broken    error
 	closed    bool
 	truncated int64
+	cursor    cursor
 
 	syncMu  sync.Mutex
 	written atomic.Uint64 // highest seq written to a file
@@ -494,7 +495,10 @@ func (s *Spool) syncLoop() {
 func (s *Spool) Sync() error { return s.syncTo(s.written.Load()) }
 
 // Pending returns up to max records with seq > after that are not yet
-// acknowledged, in seq order (at most a few MiB at once).
+// acknowledged, in seq order (at most a few MiB at once). Reading on
+// from where the previous call stopped seeks straight there; frames
+// before the first wanted one are skipped by their length, since seqs run
+// without gaps inside a segment.
 func (s *Spool) Pending(after uint64, max int) ([]Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -515,28 +519,69 @@ func (s *Spool) Pending(after uint64, max int) ([]Record, error) {
 		if err != nil {
 			return out, fmt.Errorf("reading spool %s: %w", s.dir, err)
 		}
+		seq, off := seg.first, int64(0)
+		if c := s.cursor; c.path == seg.path && c.seq <= from && c.seq > seq {
+			seq, off = c.seq, c.off
+		}
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			f.Close()
+			return out, fmt.Errorf("reading spool %s: %w", s.dir, err)
+		}
 		br := bufio.NewReaderSize(f, 1<<16)
-		var off int64
-		for seq := seg.first; seq <= seg.last; seq++ {
+		for ; seq <= seg.last; seq++ {
+			if seq < from {
+				n, err := skipFrame(br)
+				if err != nil {
+					f.Close()
+					return out, &CorruptError{Path: seg.path, Offset: off, Reason: err.Error()}
+				}
+				off += n
+				continue
+			}
 			rec, n, reason := readFrame(br)
+			if reason == "" && rec.Seq != seq {
+				reason = fmt.Sprintf("seq %d where %d was expected", rec.Seq, seq)
+			}
 			if reason != "" {
 				f.Close()
 				return out, &CorruptError{Path: seg.path, Offset: off, Reason: reason}
 			}
 			off += n
-			if rec.Seq < from {
-				continue
-			}
 			out = append(out, rec)
 			bytes += len(rec.Data)
 			if len(out) >= max || bytes >= pendingBytes {
+				s.cursor = cursor{path: seg.path, seq: seq + 1, off: off}
 				f.Close()
 				return out, nil
 			}
 		}
+		s.cursor = cursor{path: seg.path, seq: seq, off: off}
 		f.Close()
 	}
 	return out, nil
+}
+
+// cursor is where the last Pending stopped: the frame of seq starts at
+// off in path.
+type cursor struct {
+	path string
+	seq  uint64
+	off  int64
+}
+
+func skipFrame(br *bufio.Reader) (int64, error) {
+	var h [headerSize]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return 0, fmt.Errorf("short header: %w", err)
+	}
+	size := binary.LittleEndian.Uint32(h[0:4])
+	if size < bodyHead || size > MaxData+bodyHead {
+		return 0, fmt.Errorf("impossible frame length %d", size)
+	}
+	if _, err := br.Discard(int(size)); err != nil {
+		return 0, fmt.Errorf("short frame: %w", err)
+	}
+	return int64(headerSize) + int64(size), nil
 }
 
 // Ack records that the broker holds every record up to seq and deletes

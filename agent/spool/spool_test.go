@@ -437,3 +437,43 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// TestPendingPaging pages through a spool of several segments with
+// different page sizes, also jumping back, and must always read exactly
+// the records after the given seq.
+func TestPendingPaging(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), spool.Options{SegmentSize: 200})
+	var all []string
+	for i := 1; i <= 60; i++ {
+		s.Append(rec(strings.Repeat("r", i%13)))
+		all = append(all, fmt.Sprintf("%d:%s", i, strings.Repeat("r", i%13)))
+	}
+	for _, page := range []int{1, 3, 7, 60} {
+		var got []string
+		after := uint64(0)
+		for {
+			recs, err := s.Pending(after, page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) == 0 {
+				break
+			}
+			got = append(got, datas(recs)...)
+			after = recs[len(recs)-1].Seq
+		}
+		if d := cmp.Diff(all, got); d != "" {
+			t.Errorf("page %d (-want +got):\n%s", page, d)
+		}
+	}
+	for _, after := range []uint64{59, 0, 33, 12, 13, 40, 1} {
+		recs, err := s.Pending(after, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(all[after:min(int(after)+5, 60)], datas(recs)); d != "" {
+			t.Errorf("after %d (-want +got):\n%s", after, d)
+		}
+	}
+}
