@@ -10,7 +10,7 @@ package uploader
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
