@@ -73,6 +73,17 @@ type Executor struct {
 	// MetricsPoll is how often the metrics file is read while the job
 	// runs (default 100ms).
 	MetricsPoll time.Duration
+	// Checks run in runtime-init before the package check and the
+	// command, in order; the agent adds the conformance re-check and the
+	// refusal of GPUs held by foreign processes here.
+	Checks []RuntimeCheck
+}
+
+// RuntimeCheck is one runtime-init check. Run returns a short detail for
+// the log, or an error that fails the run before the command starts.
+type RuntimeCheck struct {
+	Name string
+	Run  func(ctx context.Context, job Job) (detail string, err error)
 }
 
 // State is the terminal state of a run.
@@ -171,6 +182,18 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 	if err != nil {
 		rec.event(events.Error, events.RuntimeInit, err.Error(), nil)
 		return Result{State: Failed, Reason: "runtime-init: " + err.Error(), ExitCode: -1}
+	}
+	for _, c := range x.Checks {
+		detail, err := c.Run(ctx, job)
+		if ctx.Err() != nil {
+			return cancelled(ctx, parent, 0, 0)
+		}
+		if err != nil {
+			msg := fmt.Sprintf("%s: %v", c.Name, err)
+			rec.event(events.Error, events.RuntimeInit, msg, map[string]string{"check": c.Name})
+			return Result{State: Failed, Reason: "runtime-init: " + msg, ExitCode: -1}
+		}
+		rec.event(events.Info, events.RuntimeInit, fmt.Sprintf("%s: %s", c.Name, detail), map[string]string{"check": c.Name})
 	}
 	if reason := runtimeInit(ctx, job, rec); reason != "" {
 		if ctx.Err() != nil {

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,5 +101,46 @@ func TestRuntimeInitNoPython(t *testing.T) {
 	out := execute(t, context.Background(), job, nil)
 	if out.res.State != executor.Failed || !strings.Contains(out.res.Reason, "runtime-init: the run's Python is not usable: not found: /nonexistent/python3") {
 		t.Errorf("result %+v", out.res)
+	}
+}
+
+func TestRuntimeChecks(t *testing.T) {
+	t.Parallel()
+	ok := executor.RuntimeCheck{Name: "conformance", Run: func(context.Context, executor.Job) (string, error) { return "18 checks passed (cached)", nil }}
+	busy := executor.RuntimeCheck{Name: "gpu.foreign-processes", Run: func(_ context.Context, j executor.Job) (string, error) {
+		return "", fmt.Errorf("GPU 0 is held by pid 4242 (not part of %s)", j.AllocID)
+	}}
+	tests := []struct {
+		name   string
+		checks []executor.RuntimeCheck
+		state  executor.State
+		reason string
+		want   []string
+	}{
+		{"all pass", []executor.RuntimeCheck{ok}, executor.Succeeded, "exited with status 0", []string{"INFO conformance: 18 checks passed (cached)"}},
+		{"a check refuses", []executor.RuntimeCheck{ok, busy}, executor.Failed, "runtime-init: gpu.foreign-processes: GPU 0 is held by pid 4242 (not part of alloc-0000test)",
+			[]string{"INFO conformance: 18 checks passed (cached)", "ERROR gpu.foreign-processes: GPU 0 is held by pid 4242 (not part of alloc-0000test)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			marker := filepath.Join(t.TempDir(), "ran")
+			out := execute(t, context.Background(), executor.Job{Command: []string{"touch", marker}}, &executor.Executor{Checks: tt.checks})
+			if out.res.State != tt.state || out.res.Reason != tt.reason {
+				t.Errorf("result %s %q, want %s %q", out.res.State, out.res.Reason, tt.state, tt.reason)
+			}
+			var got []string
+			for _, e := range out.find(events.RuntimeInit) {
+				if e.Fields["check"] != "" {
+					got = append(got, e.Level.String()+" "+e.Message)
+				}
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+			if _, err := os.Stat(marker); (err == nil) != (tt.state == executor.Succeeded) {
+				t.Errorf("command ran = %v with state %s", err == nil, tt.state)
+			}
+		})
 	}
 }
