@@ -143,16 +143,23 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 			return Result{}, fmt.Errorf("creating work dir of %s: %w", job.AllocID, err)
 		}
 	}
-	if f, err := os.OpenFile(metricsPath, os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
+	f, err := os.OpenFile(metricsPath, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
 		return Result{}, fmt.Errorf("creating metrics file of %s: %w", job.AllocID, err)
-	} else {
-		f.Close()
 	}
+	// A run executed again in the same work dir (the agent restarted)
+	// must not spool the points of its earlier execution a second time.
+	st, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return Result{}, fmt.Errorf("creating metrics file of %s: %w", job.AllocID, err)
+	}
+	metricsStart := st.Size()
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
 	rec := newRecorder(sp, func(err error) { stopRun(err) })
-	res := x.execute(runCtx, ctx, job, rec, workDir, ckptDir, metricsPath)
+	res := x.execute(runCtx, ctx, job, rec, workDir, ckptDir, metricsPath, metricsStart)
 	res.WorkDir = workDir
 	lvl := events.Info
 	if res.State != Succeeded {
@@ -172,7 +179,7 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	return res, nil
 }
 
-func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, workDir, ckptDir, metricsPath string) Result {
+func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, workDir, ckptDir, metricsPath string, metricsStart int64) Result {
 	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir),
 		map[string]string{"alloc": job.AllocID, "region": job.Region, "command": strings.Join(job.Command, " ")})
 	if len(job.Command) == 0 {
@@ -202,7 +209,7 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		return Result{State: Failed, Reason: "runtime-init: " + reason, ExitCode: -1}
 	}
 
-	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20}
+	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20, off: metricsStart}
 	resume := ""
 	restarts := 0
 	for attempt := 1; ; attempt++ {

@@ -385,3 +385,16 @@ func TestBadAllocID(t *testing.T) {
 }
 
 var _ = math.NaN
+
+// TestSameWorkDirAgain: executing a run again in its work dir (after an
+// agent restart) spools only the new metric points.
+func TestSameWorkDirAgain(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	job := executor.Job{AllocID: "alloc-again", WorkRoot: root, Command: []string{"sh", "-c", `echo '{"step":'$(( $(wc -l < "$GPUPASS_METRICS_FILE") + 1 ))',"loss":1}' >> "$GPUPASS_METRICS_FILE"`}}
+	first := execute(t, context.Background(), job, nil)
+	second := execute(t, context.Background(), job, nil)
+	if len(first.metrics) != 1 || len(second.metrics) != 1 || first.metrics[0].Step != 1 || second.metrics[0].Step != 2 {
+		t.Errorf("first run points %+v, second %+v; want step 1 then only step 2", first.metrics, second.metrics)
+	}
+}
