@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,7 +57,11 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 		// and Python's os.getcwd users expect it to match the work dir.
 		cmd.Env = append(withoutKey(a.Env, "PWD"), "PWD="+a.Dir)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: if the agent itself dies (kill -9), the job's leader
+	// is killed rather than left training unsupervised. The signal
+	// follows the thread that forked, so Start runs on a locked thread;
+	// the Go runtime does not retire threads otherwise.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	rOut, wOut, err := os.Pipe()
 	if err != nil {
 		return Exit{Code: -1, StartErr: fmt.Errorf("creating stdout pipe: %w", err)}
@@ -68,7 +73,9 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 		return Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
 	}
 	cmd.Stdout, cmd.Stderr = wOut, wErr
+	runtime.LockOSThread()
 	startErr := cmd.Start()
+	runtime.UnlockOSThread()
 	wOut.Close()
 	wErr.Close()
 	if startErr != nil {
