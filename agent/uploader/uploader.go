@@ -162,3 +162,14 @@ func wait(ctx context.Context, d time.Duration, kick <-chan struct{}) error {
 		return nil
 	}
 }
+
+// Append spools records and wakes the uploader, so an uploader can stand
+// in for the spool as the executor's Appender: records go out as soon as
+// they are durable here.
+func (u *Uploader) Append(recs ...spool.Record) (first, last uint64, err error) {
+	first, last, err = u.Spool.Append(recs...)
+	if err == nil {
+		u.Kick()
+	}
+	return first, last, err
+}
