@@ -71,6 +71,7 @@ func TestOutputBecomesEvents(t *testing.T) {
 echo "dataloader: 4096 samples"
 echo "plain stdout"
 echo "something odd" >&2
+echo "trainer: warming up" >&2
 printf 'bad \377 bytes\n'
 echo 'gpupass:metric {"step":1,"loss":0.5,"acc":0.25}'
 echo '{"step":2,"loss":0.4,"lr":0.1}' >> "$GPUPASS_METRICS_FILE"
@@ -108,13 +109,14 @@ exit 0
 		return out
 	}
 	wantOut := []ev{
-		{events.Info, "dataloader", "4096 samples", map[string]string{"stream": "stdout"}},
+		{events.Info, "dataloader", "4096 samples", nil},
 		{events.Info, "stdout", "plain stdout", nil},
 		{events.Info, "stdout", "bad \uFFFD bytes", map[string]string{"invalid_utf8": "true"}},
 		{events.Debug, "metrics", `gpupass:metric {"step":1,"loss":0.5,"acc":0.25}`, nil},
 	}
 	wantErr := []ev{
 		{events.Warn, "stderr", "something odd", nil},
+		{events.Warn, "trainer", "warming up", map[string]string{"stream": "stderr"}},
 		{events.Error, "stderr", "Traceback (most recent call last):", nil},
 		{events.Error, "stderr", `  File "x.py", line 1`, nil},
 		{events.Error, "stderr", "ValueError: boom", nil},

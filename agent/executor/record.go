@@ -137,11 +137,13 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 		return
 	}
 	cl := c.Classify(msg)
-	if cl.Component != l.Stream.String() && cl.Component != "" {
+	if l.Stream == events.Stderr && cl.Component != events.StderrComponent {
+		// The component hides the stream; stdout is the default and
+		// goes unsaid, to keep the text form of ordinary lines clean.
 		if fields == nil {
 			fields = map[string]string{}
 		}
-		fields["stream"] = l.Stream.String()
+		fields["stream"] = events.StderrComponent
 	}
 	r.put(events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields})
 }
