@@ -1,0 +1,512 @@
+// Package executor runs a job on the node: runtime init (declared packages
+// checked in the run's Python), a per-run work dir, the verified
+// environment, the command through a Runner (a process group here), every
+// output line as a structured event, metric points from
+// $GPUPASS_METRICS_FILE and `gpupass:metric` lines, and the NaN guard
+// that restarts the job from its newest checkpoint. Everything goes to the
+// run's spool first; uploading it is the agent's uploader's business.
+//
+// It never imports the broker.
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// DefaultMaxRestarts is the NaN guard's default limit (--max-restarts).
+const DefaultMaxRestarts = 3
+
+// Appender is where records go: the run's *spool.Spool.
+type Appender interface {
+	Append(recs ...spool.Record) (first, last uint64, err error)
+}
+
+// Job is one run to execute.
+type Job struct {
+	AllocID string
+	Region  string
+	Command []string
+	// Spec is the run's environment spec; nil runs with no runtime
+	// checks and no allocator setting.
+	Spec *spec.Spec
+	// WorkRoot holds the per-run work dirs (WorkRoot/AllocID).
+	WorkRoot string
+	// Python is the run's interpreter for the package check (default
+	// python3 on PATH).
+	Python string
+	// CUDAHome is exported as CUDA_HOME; its lib64 leads LD_LIBRARY_PATH.
+	CUDAHome string
+	// LibraryPaths follow CUDA_HOME/lib64 at the front of LD_LIBRARY_PATH.
+	LibraryPaths []string
+	// MaxRestarts bounds NaN restarts (the CLI's default is
+	// DefaultMaxRestarts; 0 means none).
+	MaxRestarts int
+	// Grace is the SIGTERM-to-SIGKILL period (default DefaultGrace).
+	Grace time.Duration
+	// BaseEnv is the environment the job's own variables are added to
+	// (default os.Environ()).
+	BaseEnv []string
+}
+
+// Executor runs jobs.
+type Executor struct {
+	Runner Runner
+	// Log is for the agent's own diagnostics (default: discard).
+	Log *slog.Logger
+	// MaxLine bounds an output line (default DefaultMaxLine).
+	MaxLine int
+	// MetricsPoll is how often the metrics file is read while the job
+	// runs (default 100ms).
+	MetricsPoll time.Duration
+	// Checks run in runtime-init before the package check and the
+	// command, in order; the agent adds the conformance re-check and the
+	// refusal of GPUs held by foreign processes here.
+	Checks []RuntimeCheck
+}
+
+// RuntimeCheck is one runtime-init check. Run returns a short detail for
+// the log, or an error that fails the run before the command starts.
+type RuntimeCheck struct {
+	Name string
+	Run  func(ctx context.Context, job Job) (detail string, err error)
+}
+
+// State is the terminal state of a run.
+type State string
+
+// Terminal states.
+const (
+	Succeeded State = "succeeded"
+	Failed    State = "failed"
+	Cancelled State = "cancelled"
+)
+
+// Result is how a run ended. Reason is never empty.
+type Result struct {
+	State    State  `json:"state"`
+	Reason   string `json:"reason"`
+	ExitCode int    `json:"exit_code"`
+	Attempts int    `json:"attempts"`
+	Restarts int    `json:"restarts"`
+	WorkDir  string `json:"work_dir"`
+	// LastSeq is the seq of the run's last spooled record.
+	LastSeq uint64 `json:"last_seq"`
+}
+
+// Variables the executor sets for the job.
+const (
+	EnvAllocID       = "GPUPASS_ALLOC_ID"
+	EnvRegion        = "GPUPASS_REGION"
+	EnvMetricsFile   = "GPUPASS_METRICS_FILE"
+	EnvCheckpointDir = "GPUPASS_CHECKPOINT_DIR"
+	EnvResumeFrom    = "GPUPASS_RESUME_FROM"
+	EnvAttempt       = "GPUPASS_ATTEMPT"
+	// EnvReleaseThreshold carries cuda-malloc-async-release-threshold in
+	// bytes. PyTorch's PYTORCH_CUDA_ALLOC_CONF has no key for the pool's
+	// release threshold (cudaMemPoolAttrReleaseThreshold), so the job
+	// applies it itself if it cares.
+	EnvReleaseThreshold = "GPUPASS_CUDA_MALLOC_ASYNC_RELEASE_THRESHOLD"
+)
+
+// Execute runs the job to a terminal result, writing every event and
+// metric point to sp. It returns an error only for what prevents running
+// at all (no work dir); everything about the job itself is in the Result
+// and the events.
+func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, error) {
+	log := x.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if job.AllocID == "" || strings.ContainsAny(job.AllocID, `/\`) || job.AllocID == "." || job.AllocID == ".." {
+		return Result{}, fmt.Errorf("executing run: allocation id %q is not a valid directory name", job.AllocID)
+	}
+	workDir := filepath.Join(job.WorkRoot, job.AllocID)
+	ckptDir := filepath.Join(workDir, "checkpoints")
+	metricsPath := filepath.Join(workDir, "metrics.jsonl")
+	for _, d := range []string{workDir, ckptDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Result{}, fmt.Errorf("creating work dir of %s: %w", job.AllocID, err)
+		}
+	}
+	f, err := os.OpenFile(metricsPath, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return Result{}, fmt.Errorf("creating metrics file of %s: %w", job.AllocID, err)
+	}
+	// A run executed again in the same work dir (the agent restarted)
+	// must not spool the points of its earlier execution a second time.
+	st, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return Result{}, fmt.Errorf("creating metrics file of %s: %w", job.AllocID, err)
+	}
+	metricsStart := st.Size()
+
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	rec := newRecorder(sp, func(err error) { stopRun(err) })
+	res := x.execute(runCtx, ctx, job, rec, workDir, ckptDir, metricsPath, metricsStart)
+	res.WorkDir = workDir
+	lvl := events.Info
+	if res.State != Succeeded {
+		lvl = events.Error
+	}
+	rec.event(lvl, events.ExecutorComp, fmt.Sprintf("run %s %s: %s", job.AllocID, res.State, res.Reason),
+		map[string]string{"state": string(res.State), "exit_code": strconv.Itoa(res.ExitCode), "attempts": strconv.Itoa(res.Attempts), "restarts": strconv.Itoa(res.Restarts)})
+	last, err := rec.close()
+	res.LastSeq = last
+	if err != nil {
+		log.Error("spooling run records", "alloc", job.AllocID, "err", err)
+		if res.State == Succeeded {
+			res.State = Failed
+		}
+		res.Reason = fmt.Sprintf("%s; spool: %v", res.Reason, err)
+	}
+	return res, nil
+}
+
+func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, workDir, ckptDir, metricsPath string, metricsStart int64) Result {
+	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir),
+		map[string]string{"alloc": job.AllocID, "region": job.Region, "command": strings.Join(job.Command, " ")})
+	if len(job.Command) == 0 {
+		return Result{State: Failed, Reason: "runtime-init: the run has no command", ExitCode: -1}
+	}
+	env, err := buildEnv(job, workDir, ckptDir, metricsPath)
+	if err != nil {
+		rec.event(events.Error, events.RuntimeInit, err.Error(), nil)
+		return Result{State: Failed, Reason: "runtime-init: " + err.Error(), ExitCode: -1}
+	}
+	for _, c := range x.Checks {
+		detail, err := c.Run(ctx, job)
+		if ctx.Err() != nil {
+			return cancelled(ctx, parent, 0, 0)
+		}
+		if err != nil {
+			msg := fmt.Sprintf("%s: %v", c.Name, err)
+			rec.event(events.Error, events.RuntimeInit, msg, map[string]string{"check": c.Name})
+			return Result{State: Failed, Reason: "runtime-init: " + msg, ExitCode: -1}
+		}
+		rec.event(events.Info, events.RuntimeInit, fmt.Sprintf("%s: %s", c.Name, detail), map[string]string{"check": c.Name})
+	}
+	if reason := runtimeInit(ctx, job, rec); reason != "" {
+		if ctx.Err() != nil {
+			return cancelled(ctx, parent, 0, 0)
+		}
+		return Result{State: Failed, Reason: "runtime-init: " + reason, ExitCode: -1}
+	}
+
+	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20, off: metricsStart}
+	resume := ""
+	restarts := 0
+	for attempt := 1; ; attempt++ {
+		attemptEnv := append(env[:len(env):len(env)], EnvAttempt+"="+strconv.Itoa(attempt))
+		if resume != "" {
+			attemptEnv = append(attemptEnv, EnvResumeFrom+"="+resume)
+		}
+		guard := &nanGuard{}
+		actx, stopAttempt := context.WithCancelCause(ctx)
+		tail.attempt, tail.onMetric = attempt, guard.check(stopAttempt)
+		ex := x.runAttempt(actx, job, attemptEnv, workDir, attempt, rec, tail, guard.check(stopAttempt))
+		stopAttempt(nil)
+
+		if ctx.Err() != nil {
+			return cancelled(ctx, parent, attempt, restarts)
+		}
+		if step, val, at, ok := guard.tripped(); ok {
+			if restarts >= job.MaxRestarts {
+				msg := fmt.Sprintf("non-finite loss %s at step %d; giving up after %d restart(s) (--max-restarts %d)", fmtVal(val), step, restarts, job.MaxRestarts)
+				rec.event(events.Error, events.NaNGuard, msg, map[string]string{"step": strconv.FormatInt(step, 10), "attempt": strconv.Itoa(attempt)})
+				return Result{State: Failed, Reason: msg, ExitCode: ex.Code, Attempts: attempt, Restarts: restarts}
+			}
+			restarts++
+			ckpt, cerr := newestCheckpoint(ckptDir, at)
+			fields := map[string]string{"step": strconv.FormatInt(step, 10), "attempt": strconv.Itoa(attempt + 1), "restart": strconv.Itoa(restarts)}
+			from := "from the start (no checkpoint in " + ckptDir + ")"
+			if cerr != nil {
+				from = fmt.Sprintf("from the start (reading %s: %v)", ckptDir, cerr)
+			} else if ckpt != "" {
+				from = "from " + ckpt
+				fields["resume_from"] = ckpt
+			}
+			rec.event(events.Error, events.NaNGuard, fmt.Sprintf("non-finite loss %s at step %d: stopped the process; restart %d of %d %s",
+				fmtVal(val), step, restarts, job.MaxRestarts, from), fields)
+			resume = ckpt
+			continue
+		}
+		return finished(ex, attempt, restarts)
+	}
+}
+
+func cancelled(ctx, parent context.Context, attempts, restarts int) Result {
+	reason := "cancelled"
+	if parent.Err() == nil {
+		// The run context was stopped from inside (the spool failed).
+		reason = context.Cause(ctx).Error()
+		return Result{State: Failed, Reason: reason, ExitCode: -1, Attempts: attempts, Restarts: restarts}
+	}
+	if c := context.Cause(parent); c != nil && !errors.Is(c, context.Canceled) {
+		reason = "cancelled: " + c.Error()
+	}
+	return Result{State: Cancelled, Reason: reason, ExitCode: -1, Attempts: attempts, Restarts: restarts}
+}
+
+func finished(ex Exit, attempts, restarts int) Result {
+	r := Result{ExitCode: ex.Code, Attempts: attempts, Restarts: restarts}
+	switch {
+	case ex.StartErr != nil:
+		r.State, r.Reason = Failed, "starting the command: "+ex.StartErr.Error()
+	case ex.Signal != "":
+		r.State, r.Reason = Failed, "killed by signal "+ex.Signal
+	case ex.Code != 0:
+		r.State, r.Reason = Failed, "exited with status "+strconv.Itoa(ex.Code)
+	default:
+		r.State, r.Reason = Succeeded, "exited with status 0"
+	}
+	return r
+}
+
+func fmtVal(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "Infinity"
+	case math.IsInf(v, -1):
+		return "-Infinity"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// runAttempt runs one process and tails its metrics file meanwhile.
+func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, attempt int, rec *recorder, tail *metricsTail, onMetric func(events.Metric)) Exit {
+	poll := x.MetricsPoll
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("attempt %d: starting %s", attempt, strings.Join(job.Command, " ")),
+		map[string]string{"attempt": strconv.Itoa(attempt)})
+	tailDone := make(chan struct{})
+	tailStop := make(chan struct{})
+	go func() {
+		defer close(tailDone)
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-tailStop:
+				return
+			case <-t.C:
+				tail.read()
+			}
+		}
+	}()
+	classifiers := [2]*events.Classifier{{Stream: events.Stdout}, {Stream: events.Stderr}}
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine}, func(l Line) {
+		rec.line(classifiers[l.Stream], l, attempt, onMetric)
+	})
+	close(tailStop)
+	<-tailDone
+	tail.read() // what the process wrote just before it ended
+	tail.finish()
+
+	fields := map[string]string{"attempt": strconv.Itoa(attempt), "exit_code": strconv.Itoa(ex.Code)}
+	msg := fmt.Sprintf("attempt %d: exited with status %d", attempt, ex.Code)
+	lvl := events.Info
+	switch {
+	case ex.StartErr != nil:
+		lvl, msg = events.Error, fmt.Sprintf("attempt %d: could not start %q: %v", attempt, job.Command[0], ex.StartErr)
+	case ex.Signal != "":
+		lvl, msg = events.Warn, fmt.Sprintf("attempt %d: ended by signal %s", attempt, ex.Signal)
+		fields["signal"] = ex.Signal
+	case ex.Code != 0:
+		lvl = events.Warn
+	}
+	if ex.Stopped {
+		fields["stopped"] = "true"
+		msg += fmt.Sprintf(" (stopped: SIGTERM to the process group%s)", map[bool]string{true: ", SIGKILL after the grace period", false: ""}[ex.Killed])
+	}
+	rec.event(lvl, events.ExecutorComp, msg, fields)
+	return ex
+}
+
+// nanGuard notices the first non-finite loss of an attempt and stops it.
+type nanGuard struct {
+	mu   sync.Mutex
+	hit  bool
+	step int64
+	val  float64
+	at   time.Time
+}
+
+func (g *nanGuard) check(stop context.CancelCauseFunc) func(events.Metric) {
+	return func(m events.Metric) {
+		loss, ok := m.Loss()
+		if !ok || (!math.IsNaN(loss) && !math.IsInf(loss, 0)) {
+			return
+		}
+		g.mu.Lock()
+		first := !g.hit
+		if first {
+			g.hit, g.step, g.val, g.at = true, m.Step, loss, m.Time
+		}
+		g.mu.Unlock()
+		if first {
+			stop(fmt.Errorf("non-finite loss at step %d", m.Step))
+		}
+	}
+}
+
+func (g *nanGuard) tripped() (int64, float64, time.Time, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.step, g.val, g.at, g.hit
+}
+
+// newestCheckpoint returns the most recently modified entry of dir
+// (files or directories, as frameworks save either) modified before the
+// non-finite loss was logged: a checkpoint saved after it may hold the
+// poisoned weights the restart is meant to escape. Hidden and *.tmp
+// entries (still being written) are ignored; ties go to the larger name.
+func newestCheckpoint(dir string, before time.Time) (string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", nil
+		}
+		return "", err
+	}
+	var best string
+	var bestT time.Time
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || strings.HasSuffix(n, ".tmp") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		t := info.ModTime()
+		if !before.IsZero() && !t.Before(before) {
+			continue
+		}
+		if best == "" || t.After(bestT) || (t.Equal(bestT) && n > filepath.Base(best)) {
+			best, bestT = filepath.Join(dir, n), t
+		}
+	}
+	return best, nil
+}
+
+// buildEnv is the job's environment: the base minus what gpupass sets,
+// then gpupass's variables.
+func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
+	base := job.BaseEnv
+	if base == nil {
+		base = os.Environ()
+	}
+	set := map[string]string{
+		EnvAllocID:       job.AllocID,
+		EnvRegion:        job.Region,
+		EnvMetricsFile:   metricsPath,
+		EnvCheckpointDir: ckptDir,
+	}
+	var ld []string
+	if job.CUDAHome != "" {
+		set["CUDA_HOME"] = job.CUDAHome
+		ld = append(ld, filepath.Join(job.CUDAHome, "lib64"))
+	}
+	ld = append(ld, job.LibraryPaths...)
+	if s := job.Spec; s != nil {
+		if s.Runtime.CUDAMallocAsync {
+			set["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+		} else {
+			// Explicit, so an inherited setting cannot change the
+			// allocator the spec declared.
+			set["PYTORCH_CUDA_ALLOC_CONF"] = "backend:native"
+		}
+		if th := s.Runtime.CUDAMallocAsyncReleaseThreshold; th != "" {
+			n, err := spec.ParseSize(th)
+			if err != nil {
+				return nil, fmt.Errorf("spec runtime.cuda-malloc-async-release-threshold: %w", err)
+			}
+			set[EnvReleaseThreshold] = strconv.FormatInt(n, 10)
+		}
+	}
+	var env []string
+	for _, kv := range base {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, ours := set[k]; ours || k == EnvResumeFrom || k == EnvAttempt {
+			continue
+		}
+		if k == "LD_LIBRARY_PATH" {
+			for _, p := range strings.Split(v, ":") {
+				if p != "" {
+					ld = append(ld, p)
+				}
+			}
+			continue
+		}
+		env = append(env, kv)
+	}
+	if len(ld) > 0 {
+		env = append(env, "LD_LIBRARY_PATH="+strings.Join(dedupe(ld), ":"))
+	}
+	for _, k := range []string{"CUDA_HOME", "PYTORCH_CUDA_ALLOC_CONF", EnvReleaseThreshold, EnvAllocID, EnvRegion, EnvMetricsFile, EnvCheckpointDir} {
+		if v, ok := set[k]; ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env, nil
+}
+
+func dedupe(xs []string) []string {
+	seen := map[string]bool{}
+	out := xs[:0:0]
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// DecodeEvent reads an event record of the spool, with its seq.
+func DecodeEvent(r spool.Record) (events.Event, error) {
+	var e events.Event
+	if r.Kind != spool.KindEvent {
+		return e, fmt.Errorf("record %d is not an event (kind %d)", r.Seq, r.Kind)
+	}
+	if err := json.Unmarshal(r.Data, &e); err != nil {
+		return e, fmt.Errorf("decoding event record %d: %w", r.Seq, err)
+	}
+	e.Seq = r.Seq
+	return e, nil
+}
+
+// DecodeMetric reads a metric record of the spool, with its seq.
+func DecodeMetric(r spool.Record) (events.Metric, error) {
+	var m events.Metric
+	if r.Kind != spool.KindMetric {
+		return m, fmt.Errorf("record %d is not a metric point (kind %d)", r.Seq, r.Kind)
+	}
+	if err := json.Unmarshal(r.Data, &m); err != nil {
+		return m, fmt.Errorf("decoding metric record %d: %w", r.Seq, err)
+	}
+	m.Seq = r.Seq
+	return m, nil
+}

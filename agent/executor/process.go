@@ -1,0 +1,184 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/gpupass/gpupass/internal/events"
+)
+
+// ProcessRunner runs an attempt as a process group on this node.
+//
+// The command is the leader of its own process group (Setpgid), so a stop
+// reaches everything it started: SIGTERM to the group, SIGKILL to the
+// group after the grace period. When the leader ends by itself, whatever
+// it left running in its group is killed too, so no process outlives its
+// run. (A process that leaves the group with setsid escapes this; a
+// cgroup-based runner would catch it.)
+type ProcessRunner struct {
+	// DrainTimeout bounds the wait for output after the group is gone
+	// (default 2s); a process that escaped the group may hold the pipes.
+	DrainTimeout time.Duration
+}
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when an attempt
+// does not say.
+const DefaultGrace = 10 * time.Second
+
+// Run implements Runner.
+func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit {
+	if len(a.Command) == 0 {
+		return Exit{Code: -1, StartErr: errors.New("empty command")}
+	}
+	grace := a.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	drain := p.DrainTimeout
+	if drain <= 0 {
+		drain = 2 * time.Second
+	}
+	cmd := exec.Command(a.Command[0], a.Command[1:]...)
+	if cmd.Err != nil {
+		return Exit{Code: -1, StartErr: cmd.Err}
+	}
+	cmd.Dir, cmd.Env = a.Dir, a.Env
+	if a.Dir != "" {
+		// os/exec sets PWD only for an inherited environment; shells
+		// and Python's os.getcwd users expect it to match the work dir.
+		cmd.Env = append(withoutKey(a.Env, "PWD"), "PWD="+a.Dir)
+	}
+	// Pdeathsig: if the agent itself dies (kill -9), the job's leader
+	// is killed rather than left training unsupervised. The signal
+	// follows the thread that forked, so Start runs on a locked thread;
+	// the Go runtime does not retire threads otherwise.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	rOut, wOut, err := os.Pipe()
+	if err != nil {
+		return Exit{Code: -1, StartErr: fmt.Errorf("creating stdout pipe: %w", err)}
+	}
+	rErr, wErr, err := os.Pipe()
+	if err != nil {
+		rOut.Close()
+		wOut.Close()
+		return Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
+	}
+	cmd.Stdout, cmd.Stderr = wOut, wErr
+	runtime.LockOSThread()
+	startErr := cmd.Start()
+	runtime.UnlockOSThread()
+	wOut.Close()
+	wErr.Close()
+	if startErr != nil {
+		rOut.Close()
+		rErr.Close()
+		return Exit{Code: -1, StartErr: startErr}
+	}
+	pid := cmd.Process.Pid
+
+	var readers sync.WaitGroup
+	for _, s := range []struct {
+		f  *os.File
+		st events.Stream
+	}{{rOut, events.Stdout}, {rErr, events.Stderr}} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			// A read error other than EOF (the pipe closed under us
+			// after the drain timeout) ends the stream; the exit status
+			// still tells the story.
+			_ = readLines(s.f, s.st, a.MaxLine, out)
+		}()
+	}
+
+	exited := make(chan error, 1)
+	go func() { exited <- waitNoReap(pid) }()
+
+	var ex Exit
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		ex.Stopped = true
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		select {
+		case <-exited:
+			t.Stop()
+		case <-t.C:
+			ex.Killed = true
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			<-exited
+		}
+	}
+	// The leader is a zombie now, so its pid (and so the group id)
+	// cannot be reused yet: killing the group reaches only its own
+	// leftovers.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	waitErr := cmd.Wait()
+
+	done := make(chan struct{})
+	go func() { readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drain):
+		rOut.Close()
+		rErr.Close()
+		<-done
+	}
+	rOut.Close()
+	rErr.Close()
+
+	ex.Code = -1
+	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case st.Exited():
+			ex.Code = st.ExitStatus()
+		case st.Signaled():
+			ex.Signal = st.Signal().String()
+			ex.Killed = ex.Killed || st.Signal() == syscall.SIGKILL
+		}
+	} else if waitErr != nil {
+		ex.StartErr = fmt.Errorf("waiting for the process: %w", waitErr)
+	}
+	return ex
+}
+
+// waitNoReap waits until pid has exited without reaping it
+// (waitid(P_PID, pid, WEXITED|WNOWAIT)).
+func waitNoReap(pid int) error {
+	const (
+		pPID    = 1
+		wExited = 0x4
+		wNoWait = 0x1000000
+	)
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])), wExited|wNoWait, 0, 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+}
+
+func withoutKey(env []string, key string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

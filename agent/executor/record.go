@@ -1,0 +1,248 @@
+package executor
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/internal/events"
+)
+
+// recorder turns events and metric points into spool records. One
+// goroutine appends them in batches (group commit: one write, and under
+// SyncAlways one fsync, for whatever queued up meanwhile). The queue is
+// bounded, so a process flooding its output is slowed down to the
+// spool's pace instead of growing memory.
+type recorder struct {
+	sp    Appender
+	ch    chan spool.Record
+	done  chan struct{}
+	onErr func(error)
+
+	mu   sync.Mutex
+	err  error
+	last uint64
+}
+
+const (
+	queueLen = 1024
+	maxBatch = 1024
+)
+
+func newRecorder(sp Appender, onErr func(error)) *recorder {
+	r := &recorder{sp: sp, ch: make(chan spool.Record, queueLen), done: make(chan struct{}), onErr: onErr}
+	go r.loop()
+	return r
+}
+
+func (r *recorder) loop() {
+	defer close(r.done)
+	batch := make([]spool.Record, 0, maxBatch)
+	for rec := range r.ch {
+		batch = append(batch[:0], rec)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case more, ok := <-r.ch:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, more)
+			default:
+				break fill
+			}
+		}
+		r.mu.Lock()
+		failed := r.err != nil
+		r.mu.Unlock()
+		if failed {
+			continue // keep draining so producers never block
+		}
+		_, last, err := r.sp.Append(batch...)
+		r.mu.Lock()
+		if err != nil {
+			r.err = err
+		} else {
+			r.last = last
+		}
+		r.mu.Unlock()
+		if err != nil {
+			r.onErr(fmt.Errorf("spooling the run's records: %w", err))
+		}
+	}
+}
+
+func (r *recorder) close() (uint64, error) {
+	close(r.ch)
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last, r.err
+}
+
+func (r *recorder) put(e events.Event) {
+	r.ch <- spool.Record{Kind: spool.KindEvent, Data: e.AppendJSON(make([]byte, 0, 96+len(e.Message)))}
+}
+
+func (r *recorder) event(level events.Level, component, msg string, fields map[string]string) {
+	r.put(events.Event{Time: events.Now(), Level: level, Component: component, Message: msg, Fields: fields})
+}
+
+func (r *recorder) metric(m events.Metric) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		r.event(events.Warn, events.MetricsComp, "unencodable metric point: "+err.Error(), nil)
+		return
+	}
+	r.ch <- spool.Record{Kind: spool.KindMetric, Data: b}
+}
+
+// line records one output line: a `gpupass:metric` line as a metric
+// point (and a DEBUG event, so the log still shows every line), anything
+// else as a classified event.
+func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func(events.Metric)) {
+	now := events.Now()
+	var fields map[string]string
+	if l.Cut > 0 || l.InvalidUTF8 {
+		fields = map[string]string{}
+		if l.Cut > 0 {
+			fields["cut_bytes"] = strconv.Itoa(l.Cut)
+		}
+		if l.InvalidUTF8 {
+			fields["invalid_utf8"] = "true"
+		}
+	}
+	msg := l.Text
+	if l.Cut > 0 {
+		msg += fmt.Sprintf(" … [line cut: %d more bytes dropped]", l.Cut)
+	}
+	if strings.HasPrefix(strings.TrimSpace(l.Text), events.MetricMarker) && l.Stream == events.Stdout {
+		m, err := events.ParseMetric([]byte(l.Text), now)
+		lvl := events.Debug
+		if err != nil {
+			lvl = events.Warn
+			msg = "malformed metric line (" + err.Error() + "): " + msg
+		} else {
+			m.Attempt, m.Source = attempt, "stdout"
+			r.metric(m)
+			onMetric(m)
+		}
+		r.put(events.Event{Time: now, Level: lvl, Component: events.MetricsComp, Message: msg, Fields: fields})
+		return
+	}
+	cl := c.Classify(msg)
+	if l.Stream == events.Stderr && cl.Component != events.StderrComponent {
+		// The component hides the stream; stdout is the default and
+		// goes unsaid, to keep the text form of ordinary lines clean.
+		if fields == nil {
+			fields = map[string]string{}
+		}
+		fields["stream"] = events.StderrComponent
+	}
+	r.put(events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields})
+}
+
+// metricsTail follows $GPUPASS_METRICS_FILE: the job appends JSON lines,
+// the tail reads complete lines from where it stopped. The file is shared
+// by all attempts of a run, so the offset carries over.
+type metricsTail struct {
+	path    string
+	rec     *recorder
+	maxLine int
+
+	off      int64
+	partial  []byte
+	skipping bool // inside a line over maxLine
+	lineNo   int
+
+	attempt  int
+	onMetric func(events.Metric)
+}
+
+func (t *metricsTail) read() {
+	f, err := os.Open(t.path)
+	if err != nil {
+		return // the job may have removed it; nothing to read
+	}
+	defer f.Close()
+	if _, err := f.Seek(t.off, io.SeekStart); err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		t.off += int64(n)
+		chunk := buf[:n]
+		for len(chunk) > 0 {
+			i := bytes.IndexByte(chunk, '\n')
+			if i < 0 {
+				t.add(chunk)
+				break
+			}
+			t.add(chunk[:i])
+			t.endLine()
+			chunk = chunk[i+1:]
+		}
+		if err != nil || n == 0 {
+			return
+		}
+	}
+}
+
+func (t *metricsTail) add(b []byte) {
+	if t.skipping {
+		return
+	}
+	if len(t.partial)+len(b) > t.maxLine {
+		t.skipping = true
+		t.partial = t.partial[:0]
+		return
+	}
+	t.partial = append(t.partial, b...)
+}
+
+func (t *metricsTail) endLine() {
+	t.lineNo++
+	where := fmt.Sprintf("%s line %d", EnvMetricsFile, t.lineNo)
+	line := bytes.TrimSpace(t.partial)
+	skipped := t.skipping
+	t.partial, t.skipping = t.partial[:0], false
+	switch {
+	case skipped:
+		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s: longer than %d bytes, skipped", where, t.maxLine), nil)
+		return
+	case len(line) == 0:
+		return
+	}
+	m, err := events.ParseMetric(line, events.Now())
+	if err != nil {
+		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s: %v: %s", where, err, truncate(string(bytes.ToValidUTF8(line, []byte("\uFFFD"))), 200)), nil)
+		return
+	}
+	m.Attempt, m.Source = t.attempt, "file"
+	t.rec.metric(m)
+	t.onMetric(m)
+}
+
+// finish drops an unterminated last line that an attempt left (it was
+// killed mid-write); the next attempt's lines must not be glued to it.
+func (t *metricsTail) finish() {
+	if len(t.partial) > 0 || t.skipping {
+		t.lineNo++
+		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s line %d: unterminated when attempt %d ended, skipped", EnvMetricsFile, t.lineNo, t.attempt), nil)
+	}
+	t.partial, t.skipping = t.partial[:0], false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

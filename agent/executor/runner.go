@@ -1,0 +1,64 @@
+package executor
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/events"
+)
+
+// Runner starts one attempt of a job and reports its output and its end.
+// It is the plug-in point for where a job runs: ProcessRunner runs it as a
+// process group on this node; container and Kubernetes-Job runners fit
+// the same contract (output lines stream back, cancel stops everything
+// the attempt started, Run returns only when nothing of it is left).
+//
+// The Executor above a Runner owns what is the same everywhere: runtime
+// init, the environment, events, metrics, the spool and the NaN guard.
+type Runner interface {
+	// Run runs the attempt to its end and returns how it ended. Every
+	// output line goes to out as it arrives; out may be called from one
+	// goroutine per stream at once, and never after Run returns. When
+	// ctx is cancelled the runner stops the attempt: SIGTERM (or its
+	// equivalent), then after a.Grace SIGKILL. Run returns only when
+	// every process the attempt started has been stopped.
+	Run(ctx context.Context, a Attempt, out func(Line)) Exit
+}
+
+// Attempt is what a Runner needs to start one process of a run.
+type Attempt struct {
+	Command []string
+	Dir     string
+	// Env is the complete environment of the process.
+	Env []string
+	// Grace is how long a stopped attempt gets between SIGTERM and
+	// SIGKILL.
+	Grace time.Duration
+	// MaxLine bounds one output line; the rest of a longer line is
+	// dropped and counted.
+	MaxLine int
+}
+
+// Line is one line of output, without its line ending, always valid UTF-8.
+type Line struct {
+	Stream events.Stream
+	Text   string
+	// Cut counts bytes dropped from a line longer than MaxLine.
+	Cut int
+	// InvalidUTF8 says bytes that were not UTF-8 were replaced by U+FFFD.
+	InvalidUTF8 bool
+}
+
+// Exit is how an attempt ended.
+type Exit struct {
+	// StartErr is set when the command could not be started at all
+	// (not found, not executable, bad work dir).
+	StartErr error
+	// Code is the exit status, -1 when killed by a signal or not started.
+	Code int
+	// Signal names the signal that ended the process, if any.
+	Signal string
+	// Stopped says the attempt was stopped because ctx was cancelled;
+	// Killed that it needed SIGKILL after the grace period.
+	Stopped, Killed bool
+}

@@ -1,0 +1,99 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// runtimeInit checks the spec's declared packages in the run's Python
+// (through importlib.metadata, by internal/probe's Python probe) before
+// the command starts. It returns "" when the run may start, else why not;
+// each mismatch is an ERROR event naming package, expected and installed
+// version.
+func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
+	s := job.Spec
+	if s == nil || len(s.Runtime.Packages) == 0 {
+		rec.event(events.Info, events.RuntimeInit, "no declared packages to check", nil)
+		return ""
+	}
+	type want struct {
+		name, norm string
+		pinned     spec.Version
+		as         string
+	}
+	var wants []want
+	for _, p := range s.Runtime.Packages {
+		req, err := spec.ParseRequirement(p)
+		if err != nil {
+			msg := fmt.Sprintf("spec runtime.packages entry %q: %v", p, err)
+			rec.event(events.Error, events.RuntimeInit, msg, nil)
+			return msg
+		}
+		v, ok := req.Pinned()
+		if !ok {
+			rec.event(events.Warn, events.RuntimeInit, fmt.Sprintf("package %s is not pinned with ==; not checked", req.Name), map[string]string{"package": req.Name})
+			continue
+		}
+		wants = append(wants, want{name: req.Name, norm: probe.NormalizePackage(req.Name), pinned: v, as: req.Specs[0].Version})
+	}
+	if len(wants) == 0 {
+		return ""
+	}
+	names := make([]string, len(wants))
+	for i, w := range wants {
+		names[i] = w.norm
+	}
+	sec, err := probe.Python{Exe: job.Python, Packages: names}.Measure(ctx)
+	if err != nil {
+		return "cancelled while checking packages"
+	}
+	ps, _ := sec.(probe.PythonSection)
+	if !ps.Found {
+		msg := fmt.Sprintf("the run's Python is not usable: %s", ps.Reason)
+		rec.event(events.Error, events.RuntimeInit, msg, nil)
+		return msg
+	}
+	rec.event(events.Info, events.RuntimeInit, fmt.Sprintf("python %s at %s", ps.Version, ps.Executable), map[string]string{"python": ps.Version})
+	var bad []string
+	sort.Slice(wants, func(i, j int) bool { return wants[i].norm < wants[j].norm })
+	for _, w := range wants {
+		got := ps.Packages[w.norm]
+		fields := map[string]string{"package": w.name, "expected": w.as, "installed": got}
+		if got == "" {
+			fields["installed"] = "none"
+			rec.event(events.Error, events.RuntimeInit, fmt.Sprintf("package %s: expected %s, not installed", w.name, w.as), fields)
+			bad = append(bad, fmt.Sprintf("%s expected %s, not installed", w.name, w.as))
+			continue
+		}
+		if !versionMatches(w.pinned, got) {
+			rec.event(events.Error, events.RuntimeInit, fmt.Sprintf("package %s: expected %s, installed %s", w.name, w.as, got), fields)
+			bad = append(bad, fmt.Sprintf("%s expected %s, installed %s", w.name, w.as, got))
+			continue
+		}
+		rec.event(events.Info, events.RuntimeInit, fmt.Sprintf("package %s %s (expected %s)", w.name, got, w.as), fields)
+	}
+	if len(bad) > 0 {
+		return "package mismatch: " + strings.Join(bad, "; ")
+	}
+	return ""
+}
+
+// versionMatches applies PEP 440 "==": equal public versions; a local
+// label ("+cu121") in the pin must match too, one in the installed
+// version alone is fine.
+func versionMatches(pinned spec.Version, installed string) bool {
+	v, err := spec.ParseVersion(installed)
+	if err != nil {
+		return false
+	}
+	if pinned.Compare(v) != 0 {
+		return false
+	}
+	return pinned.Local == "" || pinned.Local == v.Local
+}

@@ -1,0 +1,146 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// fakePython is a real interpreter that sees a site dir holding the
+// distributions given (name -> version), as importlib.metadata reads them.
+func fakePython(t *testing.T, dists map[string]string) string {
+	t.Helper()
+	py := testutil.Tool(t, "python3")
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site")
+	for name, ver := range dists {
+		d := filepath.Join(site, name+"-"+ver+".dist-info")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		meta := "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + ver + "\n"
+		if err := os.WriteFile(filepath.Join(d, "METADATA"), []byte(meta), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrapper := filepath.Join(dir, "python")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nPYTHONPATH="+site+" exec "+py+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper
+}
+
+func TestRuntimeInitPackages(t *testing.T) {
+	t.Parallel()
+	py := fakePython(t, map[string]string{"transformers": "4.30.0", "flash_attn": "2.5.5", "torchlocal": "2.1.0+cu121"})
+	type ev struct {
+		Level   events.Level
+		Message string
+	}
+	tests := []struct {
+		name     string
+		packages []string
+		state    executor.State
+		reason   string
+		want     []ev
+	}{
+		{"all match", []string{"Flash-Attn==2.5.5", "torchlocal==2.1.0+cu121"}, executor.Succeeded, "exited with status 0", []ev{
+			{events.Info, "package Flash-Attn 2.5.5 (expected 2.5.5)"},
+			{events.Info, "package torchlocal 2.1.0+cu121 (expected 2.1.0+cu121)"},
+		}},
+		{"version and local label mismatches, missing package", []string{"transformers==4.38.2", "flash-attn==2.5.5", "torchlocal==2.1.0+cu118", "absent-pkg==1.0"},
+			executor.Failed, "runtime-init: package mismatch: absent-pkg expected 1.0, not installed; torchlocal expected 2.1.0+cu118, installed 2.1.0+cu121; transformers expected 4.38.2, installed 4.30.0", []ev{
+				{events.Error, "package absent-pkg: expected 1.0, not installed"},
+				{events.Info, "package flash-attn 2.5.5 (expected 2.5.5)"},
+				{events.Error, "package torchlocal: expected 2.1.0+cu118, installed 2.1.0+cu121"},
+				{events.Error, "package transformers: expected 4.38.2, installed 4.30.0"},
+			}},
+		{"unpinned is not checked", []string{"transformers>=4"}, executor.Succeeded, "exited with status 0", []ev{
+			{events.Warn, "package transformers is not pinned with ==; not checked"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			marker := filepath.Join(t.TempDir(), "ran")
+			job := executor.Job{Command: []string{"touch", marker}, Python: py, Spec: &spec.Spec{Runtime: spec.Runtime{Packages: tt.packages}}}
+			out := execute(t, context.Background(), job, nil)
+			if out.res.State != tt.state || out.res.Reason != tt.reason {
+				t.Errorf("result %s %q, want %s %q", out.res.State, out.res.Reason, tt.state, tt.reason)
+			}
+			var got []ev
+			for _, e := range out.find(events.RuntimeInit) {
+				if strings.HasPrefix(e.Message, "package ") {
+					got = append(got, ev{e.Level, e.Message})
+				}
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("runtime.init events (-want +got):\n%s", d)
+			}
+			_, err := os.Stat(marker)
+			if ran := err == nil; ran != (tt.state == executor.Succeeded) {
+				t.Errorf("command ran = %v with state %s: a mismatch must stop the run before the command", ran, out.res.State)
+			}
+		})
+	}
+}
+
+func TestRuntimeInitNoPython(t *testing.T) {
+	t.Parallel()
+	job := executor.Job{Command: []string{"true"}, Python: "/nonexistent/python3", Spec: &spec.Spec{Runtime: spec.Runtime{Packages: []string{"a==1"}}}}
+	out := execute(t, context.Background(), job, nil)
+	if out.res.State != executor.Failed || !strings.Contains(out.res.Reason, "runtime-init: the run's Python is not usable: not found: /nonexistent/python3") {
+		t.Errorf("result %+v", out.res)
+	}
+}
+
+func TestRuntimeChecks(t *testing.T) {
+	t.Parallel()
+	ok := executor.RuntimeCheck{Name: "conformance", Run: func(context.Context, executor.Job) (string, error) { return "18 checks passed (cached)", nil }}
+	busy := executor.RuntimeCheck{Name: "gpu.foreign-processes", Run: func(_ context.Context, j executor.Job) (string, error) {
+		return "", fmt.Errorf("GPU 0 is held by pid 4242 (not part of %s)", j.AllocID)
+	}}
+	tests := []struct {
+		name   string
+		checks []executor.RuntimeCheck
+		state  executor.State
+		reason string
+		want   []string
+	}{
+		{"all pass", []executor.RuntimeCheck{ok}, executor.Succeeded, "exited with status 0", []string{"INFO conformance: 18 checks passed (cached)"}},
+		{"a check refuses", []executor.RuntimeCheck{ok, busy}, executor.Failed, "runtime-init: gpu.foreign-processes: GPU 0 is held by pid 4242 (not part of alloc-0000test)",
+			[]string{"INFO conformance: 18 checks passed (cached)", "ERROR gpu.foreign-processes: GPU 0 is held by pid 4242 (not part of alloc-0000test)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			marker := filepath.Join(t.TempDir(), "ran")
+			out := execute(t, context.Background(), executor.Job{Command: []string{"touch", marker}}, &executor.Executor{Checks: tt.checks})
+			if out.res.State != tt.state || out.res.Reason != tt.reason {
+				t.Errorf("result %s %q, want %s %q", out.res.State, out.res.Reason, tt.state, tt.reason)
+			}
+			var got []string
+			for _, e := range out.find(events.RuntimeInit) {
+				if e.Fields["check"] != "" {
+					got = append(got, e.Level.String()+" "+e.Message)
+				}
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+			if _, err := os.Stat(marker); (err == nil) != (tt.state == executor.Succeeded) {
+				t.Errorf("command ran = %v with state %s", err == nil, tt.state)
+			}
+		})
+	}
+}

@@ -1,0 +1,102 @@
+//go:build e2e
+
+package executor_test
+
+import (
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// torchPython is Debian's interpreter with python3-torch (the first
+// python3 on PATH may lack it).
+func torchPython(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		testutil.Missing(t, "%s (python3-torch)", py)
+	}
+	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
+		testutil.Missing(t, "torch in %s: %v", py, err)
+	}
+	return py
+}
+
+// TestTrainExampleNaNRestart runs the real PyTorch example with a NaN
+// injected at step 60: the guard stops it, restarts it from the step-50
+// checkpoint, the run finishes, and its metrics are one continuous
+// series equal to an undisturbed run's.
+func TestTrainExampleNaNRestart(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	script := filepath.Join(testutil.RepoRoot(t), "examples", "train", "train.py")
+	args := []string{py, script, "--steps", "100", "--checkpoint-every", "25"}
+	clean, nan := make(chan runOut, 1), make(chan runOut, 1)
+	go func() {
+		clean <- execute(t, context.Background(), executor.Job{AllocID: "alloc-clean", Command: args, MaxRestarts: 3}, nil)
+	}()
+	go func() {
+		nan <- execute(t, context.Background(), executor.Job{AllocID: "alloc-nan", Command: append(args, "--nan-at-step", "60"), MaxRestarts: 3, Grace: 30 * time.Second}, nil)
+	}()
+	c, n := <-clean, <-nan
+	if c.res.State != executor.Succeeded {
+		t.Fatalf("clean run: %+v\n%s", c.res, dump(c))
+	}
+	if n.res.State != executor.Succeeded || n.res.Restarts != 1 || n.res.Attempts != 2 {
+		t.Fatalf("NaN run: %+v\n%s", n.res, dump(n))
+	}
+	ckpt := filepath.Join(n.res.WorkDir, "checkpoints", "ckpt-00000050.pt")
+	var restart *events.Event
+	for _, e := range n.find(events.NaNGuard) {
+		if e.Level == events.Error {
+			e := e
+			restart = &e
+		}
+	}
+	if restart == nil || restart.Fields["step"] != "60" || restart.Fields["resume_from"] != ckpt || !strings.Contains(restart.Text(), "ERROR nan-guard non-finite loss NaN at step 60") {
+		t.Fatalf("restart event %+v, want an ERROR naming step 60 and %s", restart, ckpt)
+	}
+	var resumed bool
+	for _, e := range n.find("checkpoint") {
+		resumed = resumed || strings.Contains(e.Message, "resumed from "+ckpt+" at step 50")
+	}
+	if !resumed {
+		t.Error("the example did not report resuming from the checkpoint")
+	}
+
+	want, got := events.Continuous(c.metrics), events.Continuous(n.metrics)
+	if len(want) != 100 || len(got) != 100 {
+		t.Fatalf("series lengths %d and %d, want 100", len(want), len(got))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		gl, _ := g.Loss()
+		wl, _ := w.Loss()
+		if g.Step != int64(i+1) || math.IsNaN(gl) || math.IsInf(gl, 0) {
+			t.Fatalf("point %d: step %d loss %v", i, g.Step, gl)
+		}
+		if wantAttempt := map[bool]int{true: 1, false: 2}[g.Step <= 50]; g.Attempt != wantAttempt {
+			t.Errorf("step %d comes from attempt %d, want %d", g.Step, g.Attempt, wantAttempt)
+		}
+		if math.Abs(gl-wl) > 1e-6*math.Max(1, math.Abs(wl)) {
+			t.Errorf("step %d: loss %v after the restart, %v undisturbed", g.Step, gl, wl)
+		}
+	}
+}
+
+func dump(o runOut) string {
+	var b strings.Builder
+	for _, e := range o.events {
+		b.WriteString(e.Text() + "\n")
+	}
+	return b.String()
+}
