@@ -89,13 +89,17 @@ type RunRecord struct {
 type Runs interface {
 	// CreateAlloc stores a new allocation.
 	CreateAlloc(ctx context.Context, a Alloc) error
-	// Alloc returns an allocation or ErrNotFound.
+	// Alloc returns an allocation (without Workdir, which can be large)
+	// or ErrNotFound.
 	Alloc(ctx context.Context, id string) (Alloc, error)
-	// UpdateAlloc reads the allocation, lets fn change it and writes it
+	// Workdir returns the allocation's work dir archive (nil for none).
+	Workdir(ctx context.Context, id string) ([]byte, error)
+	// UpdateAlloc reads the allocation (without Workdir, which it keeps), lets fn change it and writes it
 	// back in one transaction (row-locked where the database can), so
 	// two brokers never both move one allocation. An error from fn
 	// aborts and is returned as is. UpdatedAt is set by the store.
 	UpdateAlloc(ctx context.Context, id string, fn func(a *Alloc) error) (Alloc, error)
+	// ListAllocs and ActiveAllocs leave Workdir empty.
 	// ListAllocs returns the newest allocations first, at most limit.
 	ListAllocs(ctx context.Context, limit int) ([]Alloc, error)
 	// ActiveAllocs returns every allocation not in a terminal state.

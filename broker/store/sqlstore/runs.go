@@ -119,10 +119,20 @@ func (s *Store) Alloc(ctx context.Context, id string) (store.Alloc, error) {
 	if err != nil {
 		return a, fmt.Errorf("reading allocation %s: %w", id, err)
 	}
-	if err := s.db.QueryRowContext(ctx, s.rq("allocWork"), id).Scan(&a.Workdir); err != nil {
-		return a, fmt.Errorf("reading allocation %s: %w", id, err)
-	}
 	return a, nil
+}
+
+// Workdir implements store.Runs.
+func (s *Store) Workdir(ctx context.Context, id string) ([]byte, error) {
+	var w []byte
+	err := s.db.QueryRowContext(ctx, s.rq("allocWork"), id).Scan(&w)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading work dir of %s: %w", id, err)
+	}
+	return w, nil
 }
 
 // UpdateAlloc implements store.Runs.

@@ -67,7 +67,12 @@ func runRuns(t *testing.T, open Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		w, err := r.Workdir(ctx, a.ID)
+		if err != nil || !cmp.Equal(w, a.Workdir) {
+			t.Errorf("Workdir = %x, %v; want %x", w, err, a.Workdir)
+		}
 		want := a
+		want.Workdir = nil
 		want.State, want.NodeID, want.Fence, want.ScoreJSON = store.AllocMatched, "agt-1", 1, []byte(`{"score":97}`)
 		if diff := cmp.Diff(want, back, cmpopts.IgnoreFields(store.Alloc{}, "UpdatedAt")); diff != "" {
 			t.Errorf("Alloc after reopen (-want +got):\n%s", diff)
