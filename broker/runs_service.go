@@ -436,35 +436,42 @@ func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1
 	after := m.AfterSeq
 	for {
 		wake := b.runs.changeWait()
-		// Read the run before its records: a run seen terminal here
-		// has every record it will upload before its end counted in
-		// LastSeq, so records read afterwards are not missed.
+		// Following, read the run before its records and send only up to
+		// its gap-free mark: records past a gap are sent once the gap is
+		// filled, so a follower sees every seq once and in order.
+		limit := uint64(math.MaxUint64)
 		if m.Follow {
 			if a, err = rs.Alloc(ctx, m.AllocId); err != nil {
 				return b.storeErr("run "+m.AllocId, err)
 			}
+			limit = a.HeldThrough
 		}
-		for {
+	page:
+		for after < limit {
 			recs, err := rs.Records(ctx, m.AllocId, after, kind, 1000)
 			if err != nil {
 				return b.storeErr("reading logs of "+m.AllocId, err)
 			}
-			if len(recs) == 0 {
-				break
+			resp := &gpupassv1.GetLogsResponse{}
+			for _, r := range recs {
+				if r.Seq > limit {
+					break
+				}
+				resp.Records = append(resp.Records, &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data})
 			}
-			resp := &gpupassv1.GetLogsResponse{Records: make([]*gpupassv1.Record, len(recs))}
-			for i, r := range recs {
-				resp.Records[i] = &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data}
+			if len(resp.Records) == 0 {
+				break page
 			}
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
-			after = recs[len(recs)-1].Seq
+			after = resp.Records[len(resp.Records)-1].Seq
 		}
 		if !m.Follow {
 			return nil
 		}
-		if a.State.Terminal() && (after >= a.LastSeq || a.HeldThrough >= a.LastSeq || time.Since(a.FinishedAt) > followGrace) {
+		after = max(after, limit) // the rest up to the mark are of another kind
+		if a.State.Terminal() && (a.HeldThrough >= a.LastSeq || time.Since(a.FinishedAt) > followGrace) {
 			return stream.Send(&gpupassv1.GetLogsResponse{Run: runProto(a)})
 		}
 		t := time.NewTimer(time.Second)

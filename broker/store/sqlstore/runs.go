@@ -28,11 +28,11 @@ var runQueries = map[string]string{
 	"listAllocs":  `SELECT body, fence, held_through FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
 	"activeAllocs": `SELECT body, fence, held_through FROM allocs
 		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
-	"fenceOf":      `SELECT fence, held_through FROM allocs WHERE id = ?`,
-	"seqsAfter":    `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
-	"setHeld":      `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
-	"records":      `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-	"recordsKind":  `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
+	"fenceOf":     `SELECT fence, held_through FROM allocs WHERE id = ?`,
+	"seqsAfter":   `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
+	"setHeld":     `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
+	"records":     `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+	"recordsKind": `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
 }
 
 func (s *Store) rq(name string) string {
