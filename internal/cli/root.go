@@ -83,6 +83,10 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newValidateCmd,
 	newInitCmd,
 	newCompareCmd,
+	newTrainCmd,
+	newLogsCmd,
+	newRunsCmd,
+	newCancelCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.
