@@ -87,6 +87,8 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newLogsCmd,
 	newRunsCmd,
 	newCancelCmd,
+	newAuditCmd,
+	newBundleCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.
