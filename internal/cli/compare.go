@@ -84,6 +84,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 
 func newCompareCmd(g *GlobalOptions) *cobra.Command {
 	o := &CompareOptions{}
+	broker := &BrokerFlags{}
 	cmd := &cobra.Command{
 		Use:   "compare FILE|ALLOC...",
 		Short: "Compare loss curves of runs across regions and post the report",
@@ -103,10 +104,14 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 			o.Output = g.Output
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
+			if broker.URL != "" {
+				o.Source = &BrokerMetrics{Broker: broker} // allocation ids
+			}
 			return RunCompare(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
 	o.AddFlags(cmd)
+	broker.AddFlags(cmd)
 	return cmd
 }
 
@@ -211,7 +216,7 @@ func (o *CompareOptions) loadOne(ctx context.Context, in input) (*metrics.Series
 			return nil, fmt.Errorf("%s: no such file", in.ref)
 		}
 		if o.Source == nil {
-			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker, which this build cannot reach yet; export the run's metrics to a file and pass that", in.ref)
+			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker: pass --broker-url and --broker-token (or export the run's metrics to a file and pass that)", in.ref)
 		}
 		s, err = o.Source.Metrics(ctx, in.ref, o.Metric)
 		if err != nil {
