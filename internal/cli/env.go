@@ -83,7 +83,7 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 	// came from the command line, GPUPASS_<FLAG> or GPUPASS_<FLAG>_FILE.
 	env := ci.Detect(getenv, cmd.ErrOrStderr())
 	mask := func(f *pflag.Flag) {
-		if secretFlags[f.Name] && f.Changed {
+		if isSecret(f.Name) && f.Changed {
 			env.Mask(f.Value.String())
 		}
 	}
