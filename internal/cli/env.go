@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -21,11 +22,25 @@ func EnvName(flag string) string {
 
 // secretFlags lists flags whose value is a secret. They also accept
 // GPUPASS_<NAME>_FILE, and their values are never echoed.
-var secretFlags = map[string]bool{}
+var (
+	secretMu    sync.RWMutex
+	secretFlags = map[string]bool{}
+)
 
 // MarkSecret declares a flag as a secret (token, password). Call it from
-// the options' AddFlags.
-func MarkSecret(flag string) { secretFlags[flag] = true }
+// the options' AddFlags. Commands may be built concurrently (parallel
+// tests each run Main), hence the lock.
+func MarkSecret(flag string) {
+	secretMu.Lock()
+	secretFlags[flag] = true
+	secretMu.Unlock()
+}
+
+func isSecret(flag string) bool {
+	secretMu.RLock()
+	defer secretMu.RUnlock()
+	return secretFlags[flag]
+}
 
 // applyEnv sets every flag of cmd (and its parents' persistent flags) that
 // was not given on the command line from its environment variable.
@@ -37,7 +52,7 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 		}
 		name := EnvName(f.Name)
 		v := getenv(name)
-		if v == "" && secretFlags[f.Name] {
+		if v == "" && isSecret(f.Name) {
 			if path := getenv(name + "_FILE"); path != "" {
 				b, err := os.ReadFile(path)
 				if err != nil {
@@ -51,7 +66,7 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 			return
 		}
 		if err := f.Value.Set(v); err != nil {
-			if secretFlags[f.Name] {
+			if isSecret(f.Name) {
 				firstErr = fmt.Errorf("invalid value in %s", name)
 			} else {
 				firstErr = fmt.Errorf("invalid value %q in %s: %w", v, name, err)
@@ -64,3 +79,7 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 	cmd.InheritedFlags().VisitAll(set)
 	return firstErr
 }
+
+// ApplyEnv sets cmd's unset flags from their GPUPASS_* variables. The other
+// binaries (gpupass-broker) call it so every flag follows the same rule.
+func ApplyEnv(cmd *cobra.Command) error { return applyEnv(cmd, os.Getenv) }

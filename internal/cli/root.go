@@ -79,6 +79,7 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 // commands lists the subcommand constructors, one file per command.
 var commands = []func(*GlobalOptions) *cobra.Command{
 	newVersionCmd,
+	newNodesCmd,
 	newValidateCmd,
 	newInitCmd,
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,8 @@ type ValidateOptions struct {
 	Local bool
 	// Python is the interpreter probed by --local.
 	Python string
+	// DryRun asks the broker which nodes match (validate_dryrun.go).
+	DryRun DryRunOptions
 
 	// Dir is where the spec is looked up (the working directory).
 	Dir string
@@ -54,6 +57,7 @@ func (o *ValidateOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Format, "format", "", "findings format: "+strings.Join(findings.Formats, ", ")+" (default text; json with --output json)")
 	f.BoolVar(&o.Local, "local", false, "also check this machine's runtime (driver, nvcc, python, torch, packages) against the spec")
 	f.StringVar(&o.Python, "python", "python3", "Python interpreter probed by --local")
+	o.DryRun.AddFlags(cmd)
 }
 
 func newValidateCmd(g *GlobalOptions) *cobra.Command {
@@ -196,7 +200,14 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	}
 	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
 	results := []*spec.Result{res}
-	if err := findings.Write(out, format, results, fo); err != nil {
+	// A dry-run with JSON output prints one object holding both the
+	// findings and the dry-run, so the findings wait in a buffer.
+	w := out
+	var held bytes.Buffer
+	if o.DryRun.Enabled && format == "json" {
+		w = &held
+	}
+	if err := findings.Write(w, format, results, fo); err != nil {
 		return fmt.Errorf("writing findings: %w", err)
 	}
 	if getenv("GITHUB_ACTIONS") == "true" {
@@ -213,6 +224,9 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		}
 	}
 	if !res.Valid {
+		if _, err := held.WriteTo(out); err != nil {
+			return err
+		}
 		return Findings(nil)
 	}
 	if o.Local {
@@ -223,6 +237,9 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		if n > 0 {
 			return Findings(nil)
 		}
+	}
+	if o.DryRun.Enabled {
+		return runDryRun(ctx, &o.DryRun, b, bytes.TrimSpace(held.Bytes()), format == "json", out)
 	}
 	return nil
 }

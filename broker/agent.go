@@ -1,0 +1,233 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
+)
+
+type agentService struct{ b *Broker }
+
+// maxEchoAge bounds how old an echoed broker timestamp may be for an RTT:
+// anything older is a stale or replayed echo, not a round trip.
+const maxEchoAge = 10 * time.Minute
+
+func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv1.EnrollRequest]) (*connect.Response[gpupassv1.EnrollResponse], error) {
+	b := s.b
+	tok, _ := TokenFrom(ctx)
+	m := req.Msg
+	l := m.GetLabels()
+	if l == nil || strings.TrimSpace(l.Region) == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("labels.region is required (e.g. us-west-2)"))
+	}
+	if err := checkRegion(tok, l.Region); err != nil {
+		b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", err)
+		return nil, err
+	}
+	if l.PricePerHour < 0 || l.BandwidthGbps < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("labels.price_per_hour and labels.bandwidth_gbps must not be negative"))
+	}
+	pub, err := conformance.ParsePublicKey(m.PublicKeyPem)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("public_key_pem: %w", err))
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("public_key_pem: %w", err))
+	}
+	fp := sha256.Sum256(der)
+	idb := make([]byte, 8)
+	_, _ = rand.Read(idb)
+	a, created, err := b.store.EnrollAgent(ctx, store.Agent{
+		ID: "agt-" + hex.EncodeToString(idb), PublicKeyPEM: m.PublicKeyPem, KeyFingerprint: hex.EncodeToString(fp[:]),
+		AgentVersion: m.AgentVersion, TokenID: tok.ID, EnrolledAt: time.Now().UTC(),
+		Labels: store.Labels{Provider: l.Provider, Region: l.Region, Zone: l.Zone, PricePerHour: l.PricePerHour,
+			StorageClass: l.StorageClass, BandwidthGbps: l.BandwidthGbps, Hostname: l.Hostname},
+	})
+	if err != nil {
+		b.log.Error("enrolling agent", "err", err)
+		return nil, connect.NewError(connect.CodeInternal, errors.New("storing enrollment failed"))
+	}
+	b.agentsMu.Lock()
+	if e, ok := b.agents[a.ID]; ok {
+		e.agent = a
+	} else {
+		b.agents[a.ID] = &agentEntry{agent: a}
+	}
+	b.agentsMu.Unlock()
+	b.invalidate()
+	b.log.Info("agent enrolled", "agent", a.ID, "new", created, "region", l.Region, "provider", l.Provider, "token", tok.ID)
+	return connect.NewResponse(&gpupassv1.EnrollResponse{
+		AgentId:                  a.ID,
+		HeartbeatIntervalSeconds: int64(b.cfg.HeartbeatInterval / time.Second),
+		OfflineAfterSeconds:      int64(b.cfg.OfflineAfter / time.Second),
+		BrokerTimeUnixNano:       time.Now().UnixNano(),
+	}), nil
+}
+
+// agent returns an enrolled agent (cached: heartbeats are hot) after
+// checking the caller's token covers its region.
+func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
+	if id == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("agent_id is required"))
+	}
+	b.agentsMu.Lock()
+	e, ok := b.agents[id]
+	b.agentsMu.Unlock()
+	if !ok {
+		a, err := b.store.Agent(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown agent id %q: enroll first", id))
+		}
+		if err != nil {
+			b.log.Error("reading agent", "agent", id, "err", err)
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("agent store unavailable"))
+		}
+		_, rerr := b.store.LatestReport(ctx, id)
+		e = &agentEntry{agent: a, hasReport: rerr == nil}
+		b.agentsMu.Lock()
+		b.agents[id] = e
+		b.agentsMu.Unlock()
+	}
+	tok, _ := TokenFrom(ctx)
+	if err := checkRegion(tok, e.agent.Labels.Region); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupassv1.HeartbeatRequest]) (*connect.Response[gpupassv1.HeartbeatResponse], error) {
+	b := s.b
+	e, err := b.agent(ctx, req.Msg.AgentId)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	rtt := -1.0
+	if echo := req.Msg.EchoBrokerTimeUnixNano; echo > 0 {
+		d := now.Sub(time.Unix(0, echo)) - time.Duration(req.Msg.AgentHoldNanos)
+		if age := now.Sub(time.Unix(0, echo)); age >= 0 && age <= maxEchoAge && d >= 0 && req.Msg.AgentHoldNanos >= 0 {
+			rtt = float64(d) / float64(time.Millisecond)
+		}
+	}
+	b.beatsMu.Lock()
+	hb := store.Heartbeat{AgentID: req.Msg.AgentId, At: now, RTTMS: rtt}
+	if prev, ok := b.seen[hb.AgentID]; ok && rtt < 0 {
+		hb.RTTMS = prev.RTTMS // keep the last measured RTT
+	}
+	b.seen[hb.AgentID] = hb
+	b.dirty[hb.AgentID] = struct{}{}
+	b.beatsMu.Unlock()
+	b.agentsMu.Lock()
+	wanted := !e.hasReport
+	b.agentsMu.Unlock()
+	return connect.NewResponse(&gpupassv1.HeartbeatResponse{
+		BrokerTimeUnixNano:       time.Now().UnixNano(),
+		HeartbeatIntervalSeconds: int64(b.cfg.HeartbeatInterval / time.Second),
+		RttMs:                    rtt,
+		ReportWanted:             wanted,
+	}), nil
+}
+
+func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
+	b := s.b
+	m := req.Msg
+	e, err := b.agent(ctx, m.AgentId)
+	if err != nil {
+		return nil, err
+	}
+	reject := func(code connect.Code, err error) error {
+		b.log.Warn("rejected conformance report", "agent", m.AgentId, "peer", req.Peer().Addr, "reason", err.Error())
+		return connect.NewError(code, err)
+	}
+	if err := conformance.Verify(e.agent.PublicKeyPEM, m.Report, m.Signature); err != nil {
+		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: signature does not verify against the key enrolled for %s: %v", m.AgentId, err))
+	}
+	rep, err := conformance.Parse(m.Report)
+	if err != nil {
+		return nil, reject(connect.CodeInvalidArgument, fmt.Errorf("report rejected: %v", err))
+	}
+	if rep.AgentID != m.AgentId {
+		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: it names agent %q but was uploaded as %s", rep.AgentID, m.AgentId))
+	}
+	if rep.Node.Region != e.agent.Labels.Region {
+		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: it names region %q but %s enrolled in %s", rep.Node.Region, m.AgentId, e.agent.Labels.Region))
+	}
+	idx, err := indexReport(rep, e.agent.Labels)
+	if err != nil {
+		return nil, reject(connect.CodeInvalidArgument, fmt.Errorf("report rejected: %v", err))
+	}
+	if err := b.store.SaveReport(ctx, store.Report{AgentID: m.AgentId, Bytes: m.Report, Signature: m.Signature, ReceivedAt: time.Now().UTC(), Index: idx}); err != nil {
+		b.log.Error("saving report", "agent", m.AgentId, "err", err)
+		return nil, connect.NewError(connect.CodeInternal, errors.New("storing report failed"))
+	}
+	b.agentsMu.Lock()
+	e.hasReport = true
+	b.agentsMu.Unlock()
+	b.invalidate()
+	b.log.Info("report accepted", "agent", m.AgentId, "passed", idx.Passed, "simulated", idx.Simulated, "fingerprint", idx.RuntimeFingerprint)
+	return connect.NewResponse(&gpupassv1.UploadReportResponse{NodeId: m.AgentId, Passed: idx.Passed, RuntimeFingerprint: idx.RuntimeFingerprint}), nil
+}
+
+// indexReport extracts what the registry indexes from a verified report.
+// Labels fill only what the report leaves empty: the signed report wins.
+func indexReport(r *conformance.Report, l store.Labels) (store.NodeIndex, error) {
+	ix := store.NodeIndex{
+		Provider: r.Node.Provider, Region: r.Node.Region, Zone: r.Node.Zone, Hostname: r.Node.Hostname,
+		GPUCount: len(r.GPUs), StorageClass: r.Storage.Class, StorageFreeGB: r.Storage.FreeGB, StorageReadMBps: r.Storage.ReadMBps,
+		BandwidthGbps: r.Node.BandwidthGbps, PricePerHour: r.Node.PricePerHour,
+		Runtime: store.Runtime{NvidiaDriver: r.Runtime.NvidiaDriver, CUDADriverAPI: r.Runtime.CUDADriverAPI, CUDA: r.Runtime.CUDA,
+			Python: r.Runtime.Python, PyTorch: r.Runtime.PyTorch, TorchCUDA: r.Runtime.TorchCUDA, CuDNN: r.Runtime.CuDNN, FIPSEnabled: r.Runtime.FIPSEnabled},
+		RuntimeFingerprint: r.RuntimeFingerprint, Simulated: r.Simulated, Profile: r.Profile, Passed: r.Passed(),
+	}
+	if r.GeneratedAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, r.GeneratedAt)
+		if err != nil {
+			return ix, fmt.Errorf("generated_at %q: want RFC 3339 UTC", r.GeneratedAt)
+		}
+		ix.GeneratedAt = t.UTC()
+	}
+	for i, g := range r.GPUs {
+		if i == 0 {
+			ix.Accelerator, ix.GPUName, ix.GPUMemoryMiB = g.Class, g.Name, g.MemoryTotalMiB
+			continue
+		}
+		if g.Class != ix.Accelerator {
+			return ix, fmt.Errorf("gpus[%d].class %q differs from gpus[0].class %q: a node offers one accelerator class", i, g.Class, ix.Accelerator)
+		}
+		if g.MemoryTotalMiB < ix.GPUMemoryMiB {
+			ix.GPUMemoryMiB = g.MemoryTotalMiB
+		}
+	}
+	if ix.Provider == "" {
+		ix.Provider = l.Provider
+	}
+	if ix.Zone == "" {
+		ix.Zone = l.Zone
+	}
+	if ix.Hostname == "" {
+		ix.Hostname = l.Hostname
+	}
+	if ix.StorageClass == "" {
+		ix.StorageClass = l.StorageClass
+	}
+	if ix.BandwidthGbps == 0 {
+		ix.BandwidthGbps = l.BandwidthGbps
+	}
+	if ix.PricePerHour == 0 {
+		ix.PricePerHour = l.PricePerHour
+	}
+	return ix, nil
+}

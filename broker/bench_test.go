@@ -1,0 +1,180 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker"
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
+)
+
+var regions = []string{"us-west-2", "us-east-1", "eu-central-1", "eu-west-1", "ap-south-1", "ap-northeast-1"}
+
+// populate registers n nodes straight into the store (enrollment, a
+// verified-shape report index, a heartbeat): the API path is measured by
+// the benchmarks, not by the fixture.
+func populate(b *testing.B, s store.Store, n int) {
+	b.Helper()
+	ctx := context.Background()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pem, _ := conformance.PublicKeyPEM(key)
+	now := time.Now()
+	beats := make([]store.Heartbeat, 0, n)
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("agt-bench%06d", i)
+		region := regions[i%len(regions)]
+		spec := brokertest.H100(region, 18+float64(i%13))
+		if i%7 == 0 {
+			spec.CUDA = "12.2.140"
+		}
+		if i%5 == 0 {
+			spec.Class, spec.Count = "a100-80gb", 4
+		}
+		a := store.Agent{ID: id, PublicKeyPEM: pem, KeyFingerprint: id, EnrolledAt: now,
+			Labels: store.Labels{Provider: "bench", Region: region, PricePerHour: spec.Price, StorageClass: spec.StorageClass, BandwidthGbps: spec.BandwidthGbps}}
+		if _, _, err := s.EnrollAgent(ctx, a); err != nil {
+			b.Fatal(err)
+		}
+		ix := store.NodeIndex{Provider: "bench", Region: region, Accelerator: spec.Class, GPUName: spec.GPUName, GPUCount: spec.Count, GPUMemoryMiB: 81559,
+			StorageClass: spec.StorageClass, StorageFreeGB: spec.FreeGB, StorageReadMBps: 5000, BandwidthGbps: spec.BandwidthGbps, PricePerHour: spec.Price,
+			Runtime:            store.Runtime{NvidiaDriver: spec.Driver, CUDA: spec.CUDA, Python: spec.Python, PyTorch: spec.PyTorch},
+			RuntimeFingerprint: "sha256:bench", Simulated: true, Passed: true, GeneratedAt: now}
+		if err := s.SaveReport(ctx, store.Report{AgentID: id, Bytes: []byte("{}"), Signature: "bench", ReceivedAt: now, Index: ix}); err != nil {
+			b.Fatal(err)
+		}
+		beats = append(beats, store.Heartbeat{AgentID: id, At: now, RTTMS: float64(i % 40)})
+	}
+	if err := s.RecordHeartbeats(ctx, beats); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func percentile(d []time.Duration, p float64) float64 {
+	slices.Sort(d)
+	i := int(float64(len(d)-1) * p)
+	return float64(d[i]) / float64(time.Millisecond)
+}
+
+// BenchmarkDryRun measures dry-run latency over the API (Connect protocol
+// on loopback, the CLI's path) with 1,000 and 10,000 registered nodes.
+// "cached" is the default configuration (registry snapshot reused for
+// 500 ms); "uncached" reads the whole registry from the store every call.
+func BenchmarkDryRun(b *testing.B) {
+	for _, kind := range brokertest.Stores {
+		for _, n := range []int{1000, 10000} {
+			db := brokertest.NewDB(b, kind)
+			populate(b, db.Open(b), n)
+			for _, mode := range []string{"cached", "uncached"} {
+				b.Run(fmt.Sprintf("store=%s/nodes=%d/%s", kind, n, mode), func(b *testing.B) {
+					cfg := broker.Config{OfflineAfter: 2 * time.Hour}
+					if mode == "uncached" {
+						cfg.SnapshotTTL = time.Nanosecond
+					}
+					srv := brokertest.Start(b, db, cfg)
+					c := srv.Clients(b, srv.Token(b, store.RoleRead, "*"))
+					req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}}
+					ctx := context.Background()
+					if _, err := c.Node.DryRun(ctx, connect.NewRequest(req)); err != nil { // warm up
+						b.Fatal(err)
+					}
+					lat := make([]time.Duration, 0, b.N)
+					var cands int
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
+						lat = append(lat, time.Since(t0))
+						if err != nil {
+							b.Fatal(err)
+						}
+						cands = len(resp.Msg.Candidates)
+					}
+					b.StopTimer()
+					if cands == 0 {
+						b.Fatal("no candidates: the fixture does not match the spec")
+					}
+					b.ReportMetric(percentile(lat, 0.50), "p50-ms")
+					b.ReportMetric(percentile(lat, 0.95), "p95-ms")
+					b.ReportMetric(float64(cands), "candidates")
+				})
+			}
+		}
+	}
+}
+
+func benchSpec(b *testing.B) []byte {
+	b.Helper()
+	return mustRead(b, "testdata/h100.yaml")
+}
+
+// BenchmarkHeartbeats measures heartbeats per second one broker sustains:
+// 64 concurrent gRPC agents (the agent's protocol), 1,000 enrolled nodes,
+// beats batched to the store as in production. Client and broker share
+// this machine's CPUs.
+func BenchmarkHeartbeats(b *testing.B) {
+	for _, kind := range brokertest.Stores {
+		b.Run("store="+kind, func(b *testing.B) {
+			db := brokertest.NewDB(b, kind)
+			populate(b, db.Open(b), 1000)
+			srv := brokertest.Start(b, db, broker.Config{})
+			tok := srv.Token(b, store.RoleAgent, "*")
+			const workers = 64
+			clients := make([]*api.Clients, workers)
+			for i := range clients {
+				c, err := api.Dial(srv.URL, api.DialOptions{Token: tok, GRPC: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				clients[i] = c
+			}
+			var next atomic.Int64
+			var failed atomic.Int64
+			b.ResetTimer()
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func(c *api.Clients) {
+					defer wg.Done()
+					ctx := context.Background()
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						id := fmt.Sprintf("agt-bench%06d", i%1000)
+						if _, err := c.Agent.Heartbeat(ctx, connect.NewRequest(&gpupassv1.HeartbeatRequest{AgentId: id})); err != nil {
+							failed.Add(1)
+						}
+					}
+				}(clients[w])
+			}
+			wg.Wait()
+			el := time.Since(t0)
+			b.StopTimer()
+			if failed.Load() > 0 {
+				b.Fatalf("%d heartbeats failed", failed.Load())
+			}
+			// The batch writer must keep up: every beat is in the store
+			// after a final flush.
+			if err := srv.Broker.Close(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/el.Seconds(), "beats/s")
+		})
+	}
+}

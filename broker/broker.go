@@ -1,0 +1,319 @@
+// Package broker is the gpupass control plane: the certified-node registry
+// (enrollment, heartbeats, verified conformance reports), matching and
+// health scores, and auth by region- and role-scoped tokens. It serves the
+// internal/api services with ConnectRPC (gRPC, gRPC-Web and HTTP/JSON on
+// one port). Agents dial out to it; it never dials an agent.
+//
+// Limits: AgentService messages up to api.MaxAgentMessageBytes (4 MiB),
+// NodeService messages up to api.MaxClientMessageBytes (1 MiB), request
+// headers up to 64 KiB. Larger or malformed requests are refused.
+//
+// Liveness: heartbeats are kept in memory and written to the store in one
+// batch every FlushInterval, so one broker sustains thousands of beats per
+// second on SQLite; a node is offline when its last beat in the store is
+// older than OfflineAfter, which every replica computes the same way.
+package broker
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+)
+
+// Config configures a Broker. Zero durations take the defaults.
+type Config struct {
+	Store  store.Store
+	Logger *slog.Logger
+	// HeartbeatInterval is what agents are told to beat at (default 10 s).
+	HeartbeatInterval time.Duration
+	// OfflineAfter marks a node offline after this long without a beat
+	// (default 3 heartbeat intervals).
+	OfflineAfter time.Duration
+	// FlushInterval is how often buffered heartbeats are written (default
+	// 250 ms; keep it well below OfflineAfter).
+	FlushInterval time.Duration
+	// SnapshotTTL is how long a registry snapshot serves list and dry-run
+	// calls before it is read again (default 500 ms). Writes through this
+	// broker drop it at once; other replicas' writes show within the TTL.
+	SnapshotTTL time.Duration
+}
+
+// Broker is the control plane service.
+type Broker struct {
+	cfg   Config
+	store store.Store
+	log   *slog.Logger
+
+	tokens tokenCache
+
+	agentsMu sync.Mutex
+	agents   map[string]*agentEntry
+
+	// seen holds the newest heartbeat this broker received per agent (it
+	// overlays the store, so a beat counts before it is flushed and while
+	// a cached snapshot is older than it); dirty lists those to flush.
+	beatsMu sync.RWMutex
+	seen    map[string]store.Heartbeat
+	dirty   map[string]struct{}
+
+	snapMu    sync.Mutex
+	snap      *snapshot
+	snapStale bool
+
+	offlineMu sync.Mutex
+	online    map[string]bool // last seen state, to log transitions
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+type agentEntry struct {
+	agent     store.Agent
+	hasReport bool
+}
+
+type snapshot struct {
+	nodes    []store.Node
+	pos      map[string]int // node id -> index in nodes
+	launches map[string]store.LaunchStats
+	at       time.Time // when it was read
+	full     time.Time // when it was last read in full
+}
+
+// Registry refresh: a full read every fullRefresh, in between only what
+// changed since the last read (entries re-indexed, beats), looking back
+// refreshMargin to cover commits that land after their timestamp, the
+// heartbeat flush delay and clock skew between replicas.
+const (
+	fullRefresh   = 30 * time.Second
+	refreshMargin = 2 * time.Second
+)
+
+// New returns a broker over cfg.Store and starts its background work
+// (heartbeat flushing, offline detection). Call Close to stop it.
+func New(cfg Config) *Broker {
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = 3 * cfg.HeartbeatInterval
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 250 * time.Millisecond
+	}
+	if cfg.SnapshotTTL <= 0 {
+		cfg.SnapshotTTL = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	b := &Broker{
+		cfg: cfg, store: cfg.Store, log: cfg.Logger,
+		tokens: tokenCache{m: map[string]cachedToken{}},
+		agents: map[string]*agentEntry{},
+		seen:   map[string]store.Heartbeat{},
+		dirty:  map[string]struct{}{},
+		online: map[string]bool{},
+		stop:   make(chan struct{}),
+	}
+	b.wg.Add(2)
+	go b.flushLoop()
+	go b.offlineLoop()
+	return b
+}
+
+// Handler returns the HTTP handler serving every broker service.
+func (b *Broker) Handler() http.Handler {
+	mux := http.NewServeMux()
+	auth := connect.WithInterceptors(b.authInterceptor())
+	p, h := gpupassv1connect.NewAgentServiceHandler(&agentService{b}, auth, connect.WithReadMaxBytes(api.MaxAgentMessageBytes))
+	mux.Handle(p, h)
+	p, h = gpupassv1connect.NewNodeServiceHandler(&nodeService{b}, auth, connect.WithReadMaxBytes(api.MaxClientMessageBytes))
+	mux.Handle(p, h)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Close flushes buffered heartbeats and stops background work. The store
+// stays open (the caller owns it).
+func (b *Broker) Close(ctx context.Context) error {
+	b.stopOnce.Do(func() { close(b.stop) })
+	b.wg.Wait()
+	return b.flush(ctx)
+}
+
+func (b *Broker) flushLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := b.flush(ctx); err != nil {
+				b.log.Error("writing heartbeats", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// flush writes buffered heartbeats. On failure they stay dirty, so a
+// store hiccup loses no liveness.
+func (b *Broker) flush(ctx context.Context) error {
+	b.beatsMu.Lock()
+	if len(b.dirty) == 0 {
+		b.beatsMu.Unlock()
+		return nil
+	}
+	batch := make([]store.Heartbeat, 0, len(b.dirty))
+	for id := range b.dirty {
+		batch = append(batch, b.seen[id])
+	}
+	clear(b.dirty)
+	b.beatsMu.Unlock()
+	if err := b.store.RecordHeartbeats(ctx, batch); err != nil {
+		b.beatsMu.Lock()
+		for _, hb := range batch {
+			b.dirty[hb.AgentID] = struct{}{}
+		}
+		b.beatsMu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// beat returns the newest heartbeat this broker received from an agent.
+func (b *Broker) beat(id string) (store.Heartbeat, bool) {
+	b.beatsMu.RLock()
+	hb, ok := b.seen[id]
+	b.beatsMu.RUnlock()
+	return hb, ok
+}
+
+// offlineLoop logs nodes going offline and coming back; liveness itself
+// is computed from last-seen at read time, so replicas agree.
+func (b *Broker) offlineLoop() {
+	defer b.wg.Done()
+	every := b.cfg.OfflineAfter / 3
+	if every < 100*time.Millisecond {
+		every = 100 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			snap, err := b.snapshot(ctx)
+			cancel()
+			if err != nil {
+				b.log.Error("checking liveness", "err", err)
+				continue
+			}
+			now := time.Now()
+			b.offlineMu.Lock()
+			for _, n := range snap.nodes {
+				on := !n.LastSeen.IsZero() && now.Sub(n.LastSeen) <= b.cfg.OfflineAfter
+				was, known := b.online[n.ID]
+				switch {
+				case known && was && !on:
+					b.log.Warn("node offline: missed heartbeats", "node", n.ID, "region", n.Labels.Region, "last_seen", n.LastSeen)
+				case (!known || !was) && on:
+					b.log.Info("node online", "node", n.ID, "region", n.Labels.Region)
+				}
+				b.online[n.ID] = on
+			}
+			b.offlineMu.Unlock()
+		}
+	}
+}
+
+// snapshot returns the registry and 24 h launch statistics, refreshed
+// when older than SnapshotTTL. A snapshot is never modified once
+// returned: refreshes build a new one.
+func (b *Broker) snapshot(ctx context.Context) (*snapshot, error) {
+	b.snapMu.Lock()
+	defer b.snapMu.Unlock()
+	old := b.snap
+	if old != nil && !b.snapStale && time.Since(old.at) < b.cfg.SnapshotTTL {
+		return old, nil
+	}
+	now := time.Now()
+	next := &snapshot{at: now}
+	if old == nil || now.Sub(old.full) >= fullRefresh {
+		nodes, err := b.store.Nodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		next.nodes, next.full = nodes, now
+		next.pos = make(map[string]int, len(nodes))
+		for i, n := range nodes {
+			next.pos[n.ID] = i
+		}
+	} else {
+		changed, err := b.store.NodesUpdatedSince(ctx, old.at.Add(-refreshMargin))
+		if err != nil {
+			return nil, err
+		}
+		live, err := b.store.Liveness(ctx, old.at.Add(-refreshMargin))
+		if err != nil {
+			return nil, err
+		}
+		next.nodes, next.pos, next.full = slices.Clone(old.nodes), old.pos, old.full
+		for _, n := range changed {
+			i, ok := next.pos[n.ID]
+			if !ok {
+				if len(next.pos) == len(old.pos) {
+					next.pos = maps.Clone(old.pos)
+				}
+				i = len(next.nodes)
+				next.nodes = append(next.nodes, n)
+				next.pos[n.ID] = i
+			}
+			// Keep the newer liveness: the row may predate a beat we hold.
+			if prev := next.nodes[i]; prev.LastSeen.After(n.LastSeen) {
+				n.LastSeen, n.RTTMS = prev.LastSeen, prev.RTTMS
+			}
+			next.nodes[i] = n
+		}
+		for _, hb := range live {
+			if i, ok := next.pos[hb.AgentID]; ok && hb.At.After(next.nodes[i].LastSeen) {
+				next.nodes[i].LastSeen, next.nodes[i].RTTMS = hb.At, hb.RTTMS
+			}
+		}
+	}
+	launches, err := b.store.LaunchStats(ctx, now.Add(-24*time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	next.launches = launches
+	b.snap, b.snapStale = next, false
+	return next, nil
+}
+
+// invalidate makes the next read refresh the snapshot (incrementally)
+// after a registry write through this broker, so callers read their writes.
+func (b *Broker) invalidate() {
+	b.snapMu.Lock()
+	b.snapStale = true
+	b.snapMu.Unlock()
+}

@@ -1,0 +1,287 @@
+// Package brokercli is the command line of gpupass-broker: cobra wiring,
+// options structs with AddFlags, and Run functions that do not need cobra.
+package brokercli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/broker"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/broker/store/postgres"
+	"github.com/gpupass/gpupass/broker/store/sqlite"
+	"github.com/gpupass/gpupass/internal/cli"
+)
+
+// DefaultDB is the embedded default store.
+const DefaultDB = "sqlite://gpupass-broker.db"
+
+// OpenStore opens the store named by a --db URL: sqlite://PATH (sqlite:///abs/path
+// or sqlite://relative/path) or postgres://… / postgresql://….
+func OpenStore(ctx context.Context, dbURL string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(dbURL, "sqlite://"):
+		p := strings.TrimPrefix(dbURL, "sqlite://")
+		if p == "" {
+			return nil, errors.New("--db sqlite:// needs a file path, e.g. sqlite:///var/lib/gpupass/broker.db")
+		}
+		return sqlite.Open(ctx, p)
+	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+		return postgres.Open(ctx, dbURL)
+	}
+	return nil, errors.New("--db: want sqlite:///path/to/file.db or postgres://user@host:port/db")
+}
+
+type globals struct {
+	Output  string
+	Verbose bool
+	DB      string
+}
+
+func (g *globals) logger(w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	if g.Verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// Main runs gpupass-broker with args and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "gpupass-broker",
+		Short: "gpupass control plane: certified-node registry, matching, auth",
+		Long: `gpupass-broker keeps the registry of certified GPU nodes: agents enroll,
+heartbeat and upload signed conformance reports; clients list nodes and
+dry-run specs. One port serves gRPC, gRPC-Web and HTTP/JSON (Connect).
+
+Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       cli.Version,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.ApplyEnv(cmd); err != nil {
+				return err
+			}
+			if g.Output != "text" && g.Output != "json" {
+				return fmt.Errorf("--output %q: must be text or json", g.Output)
+			}
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVarP(&g.Output, "output", "o", "text", "output format: text or json")
+	root.PersistentFlags().BoolVarP(&g.Verbose, "verbose", "v", false, "debug logging")
+	root.PersistentFlags().StringVar(&g.DB, "db", DefaultDB, "store: sqlite:///path/file.db or postgres://user@host:port/db")
+	root.AddCommand(newServeCmd(g), newTokenCmd(g))
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "gpupass-broker: %v\n", err)
+		return cli.ExitCode(err)
+	}
+	return 0
+}
+
+// ServeOptions are the flags of `serve`.
+type ServeOptions struct {
+	DB                string
+	Listen            string
+	TLSCert, TLSKey   string
+	HeartbeatInterval time.Duration
+	OfflineAfter      time.Duration
+	Logger            *slog.Logger
+	// Ready, when set, receives the listening address once serving.
+	Ready func(addr string)
+}
+
+// AddFlags registers serve's flags.
+func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Listen, "listen", "127.0.0.1:7070", "address to listen on (host:port)")
+	f.StringVar(&o.TLSCert, "tls-cert", "", "TLS certificate (PEM); with --tls-key enables TLS")
+	f.StringVar(&o.TLSKey, "tls-key", "", "TLS private key (PEM)")
+	f.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "interval agents are told to heartbeat at")
+	f.DurationVar(&o.OfflineAfter, "offline-after", 30*time.Second, "mark a node offline after this long without a heartbeat")
+}
+
+func newServeCmd(g *globals) *cobra.Command {
+	o := &ServeOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the broker API (migrates the store on start; Ctrl-C shuts down gracefully)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.DB = g.DB
+			o.Logger = g.logger(cmd.ErrOrStderr())
+			return RunServe(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// RunServe serves until ctx is cancelled.
+func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s, err := OpenStore(ctx, o.DB)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", o.Listen, err)
+	}
+	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter})
+	scheme := "http"
+	if o.TLSCert != "" {
+		scheme = "https"
+	}
+	o.Logger.Info("broker serving", "url", scheme+"://"+ln.Addr().String(), "store", strings.SplitN(o.DB, ":", 2)[0])
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	err = broker.Serve(ctx, ln, b, broker.ServeOptions{TLSCertFile: o.TLSCert, TLSKeyFile: o.TLSKey})
+	if err == nil {
+		o.Logger.Info("broker stopped")
+	}
+	return err
+}
+
+// TokenCreateOptions are the flags of `token create`.
+type TokenCreateOptions struct {
+	DB      string
+	Role    string
+	Regions string
+	Note    string
+	Output  string
+}
+
+// AddFlags registers token create's flags.
+func (o *TokenCreateOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Role, "role", "", "agent | submit | read | admin (required)")
+	f.StringVar(&o.Regions, "regions", "", "region scope, comma-separated glob patterns: 'us-*,eu-central-1' or '*' (required)")
+	f.StringVar(&o.Note, "note", "", "a note to recognise the token by in `token list`")
+}
+
+func newTokenCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke API tokens (stored hashed)"}
+	co := &TokenCreateOptions{}
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a token and print it once (stdout); only its hash is stored",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			co.DB, co.Output = g.DB, g.Output
+			return RunTokenCreate(cmd.Context(), co, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	co.AddFlags(create)
+	list := &cobra.Command{
+		Use: "list", Short: "List tokens (ids, roles, scopes; never secrets)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return RunTokenList(cmd.Context(), g.DB, g.Output, cmd.OutOrStdout())
+		},
+	}
+	revoke := &cobra.Command{
+		Use: "revoke TOKEN_ID", Short: "Revoke a token by id (brokers stop accepting it within 10 s)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return RunTokenRevoke(cmd.Context(), g.DB, args[0], cmd.OutOrStdout())
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+type tokenJSON struct {
+	ID        string    `json:"id"`
+	Role      string    `json:"role"`
+	Regions   []string  `json:"regions"`
+	Note      string    `json:"note,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	Token     string    `json:"token,omitempty"`
+}
+
+// RunTokenCreate creates a token; the secret goes to out, once.
+func RunTokenCreate(ctx context.Context, o *TokenCreateOptions, out, errw io.Writer) error {
+	if o.Role == "" {
+		return errors.New("--role is required: agent, submit, read or admin")
+	}
+	regions, err := broker.ParseRegions(o.Regions)
+	if err != nil {
+		return fmt.Errorf("--regions: %w", err)
+	}
+	s, err := OpenStore(ctx, o.DB)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	secret, t, err := broker.CreateToken(ctx, s, store.Role(o.Role), regions, o.Note)
+	if err != nil {
+		return fmt.Errorf("--role: %w", err)
+	}
+	if o.Output == "json" {
+		return json.NewEncoder(out).Encode(tokenJSON{ID: t.ID, Role: string(t.Role), Regions: t.Regions, Note: t.Note, CreatedAt: t.CreatedAt, Token: secret})
+	}
+	fmt.Fprintf(errw, "created %s (role %s, regions %s); the token is shown once:\n", t.ID, t.Role, strings.Join(t.Regions, ","))
+	_, err = fmt.Fprintln(out, secret)
+	return err
+}
+
+// RunTokenList lists tokens without secrets.
+func RunTokenList(ctx context.Context, db, output string, out io.Writer) error {
+	s, err := OpenStore(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ts, err := s.ListTokens(ctx)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		list := []tokenJSON{}
+		for _, t := range ts {
+			list = append(list, tokenJSON{ID: t.ID, Role: string(t.Role), Regions: t.Regions, Note: t.Note, CreatedAt: t.CreatedAt})
+		}
+		return json.NewEncoder(out).Encode(list)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tREGIONS\tCREATED\tNOTE")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Role, strings.Join(t.Regions, ","), t.CreatedAt.Format(time.RFC3339), t.Note)
+	}
+	return tw.Flush()
+}
+
+// RunTokenRevoke deletes a token.
+func RunTokenRevoke(ctx context.Context, db, id string, out io.Writer) error {
+	s, err := OpenStore(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.DeleteToken(ctx, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("no token %s (see gpupass-broker token list)", id)
+		}
+		return err
+	}
+	_, err = fmt.Fprintf(out, "revoked %s\n", id)
+	return err
+}

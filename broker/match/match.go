@@ -1,0 +1,349 @@
+// Package match decides which registered nodes can run a spec, and scores
+// them. It is pure: the broker hands it the registry snapshot, launch
+// statistics, the caller's scope and filters, and the time.
+//
+// Health score (DESIGN §3), every term kept in Score:
+//
+//	score = min(100, 100 - 0.1*latency_ms - 5*failure_rate_pct_24h - 2*price_premium_pct)
+//
+// latency_ms is the broker↔agent RTT from heartbeats, capped at the spec's
+// network.latency_tolerance_ms when set (0 when not measured yet);
+// failure_rate_pct_24h is failed launches over launches in the last 24 h
+// (0 with no launches); price_premium_pct is the node's price against the
+// mean price per hour of every node with a report of the same accelerator
+// class (negative when cheaper, which can lift the score to the cap).
+package match
+
+import (
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// DefaultMinScore is the threshold when the caller sets none.
+const DefaultMinScore = 85.0
+
+// Reason codes (stable: clients and tests match on them).
+const (
+	CodeRuntimeMismatch   = "runtime_mismatch"
+	CodeResourceMismatch  = "resource_mismatch"
+	CodeScoreBelow        = "score_below_threshold"
+	CodeRegionFilter      = "region_filter"
+	CodeRegionScope       = "region_scope"
+	CodePriceAboveMax     = "price_above_max"
+	CodeOffline           = "offline"
+	CodeNoReport          = "no_report"
+	CodeConformanceFailed = "conformance_failed"
+)
+
+// Reason is why a node was excluded.
+type Reason struct {
+	Code     string `json:"code"`
+	Field    string `json:"field,omitempty"`
+	Expected string `json:"expected,omitempty"`
+	Measured string `json:"measured,omitempty"`
+	Message  string `json:"message"`
+}
+
+// Score is the health score with each of its terms.
+type Score struct {
+	Score             float64 `json:"score"`
+	LatencyMS         float64 `json:"latency_ms"`
+	LatencyUsedMS     float64 `json:"latency_used_ms"`
+	LatencyCapMS      float64 `json:"latency_cap_ms"`
+	LatencyPenalty    float64 `json:"latency_penalty"`
+	FailureRatePct    float64 `json:"failure_rate_pct"`
+	Launches24h       int64   `json:"launches_24h"`
+	LaunchFailures24h int64   `json:"launch_failures_24h"`
+	FailurePenalty    float64 `json:"failure_penalty"`
+	ClassMeanPrice    float64 `json:"class_mean_price"`
+	PricePremiumPct   float64 `json:"price_premium_pct"`
+	PricePenalty      float64 `json:"price_penalty"`
+}
+
+// Result is one node's verdict.
+type Result struct {
+	Node       store.Node
+	Online     bool
+	OutOfScope bool
+	Score      Score
+	Reasons    []Reason
+}
+
+// Price is the node's price per hour: the signed report's, else its label.
+func Price(n store.Node) float64 {
+	if n.HasReport && n.Index.PricePerHour > 0 {
+		return n.Index.PricePerHour
+	}
+	return n.Labels.PricePerHour
+}
+
+// Region is the node's region: the signed report's, else its label.
+func Region(n store.Node) string {
+	if n.HasReport && n.Index.Region != "" {
+		return n.Index.Region
+	}
+	return n.Labels.Region
+}
+
+// MatchRegion reports whether region matches any glob pattern.
+func MatchRegion(patterns []string, region string) bool {
+	for _, p := range patterns {
+		if ok, err := path.Match(p, region); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Input is everything a match needs.
+type Input struct {
+	// Spec may be nil: then only scope, filters, liveness and score apply
+	// (node listing).
+	Spec  *spec.Spec
+	Nodes []store.Node
+	// Launches are launch statistics over the last 24 h per node id.
+	Launches map[string]store.LaunchStats
+	// Scope are the caller token's region patterns.
+	Scope []string
+	// Regions filter nodes further; empty means no filter.
+	Regions []string
+	// MinScore is the threshold (applied only with a Spec).
+	MinScore float64
+	// MaxPrice per hour; 0 means no limit.
+	MaxPrice float64
+	// Beat, when set, returns a heartbeat newer than the store may hold
+	// (the broker's own, before it is flushed); newer ones win.
+	Beat func(id string) (store.Heartbeat, bool)
+	// Now and OfflineAfter decide liveness.
+	Now          time.Time
+	OfflineAfter time.Duration
+}
+
+// Output is the verdicts: candidates by score (then price, then id), then
+// excluded nodes (in scope by score then id, out of scope last).
+type Output struct {
+	Candidates []*Result
+	Excluded   []*Result
+}
+
+// Run matches and scores every node.
+func Run(in Input) Output {
+	means := classMeans(in.Nodes)
+	// Results are handled by pointer: a Result is large, and sorting ten
+	// thousand of them by value dominated a dry-run.
+	all := make([]Result, len(in.Nodes))
+	var out Output
+	for i, n := range in.Nodes {
+		if in.Beat != nil {
+			if hb, ok := in.Beat(n.ID); ok && hb.At.After(n.LastSeen) {
+				n.LastSeen = hb.At
+				if hb.RTTMS >= 0 {
+					n.RTTMS = hb.RTTMS
+				}
+			}
+		}
+		r := &all[i]
+		r.Node = n
+		region := Region(n)
+		if !MatchRegion(in.Scope, region) {
+			r.OutOfScope = true
+			r.Reasons = []Reason{{Code: CodeRegionScope, Field: "region", Expected: strings.Join(in.Scope, ","), Measured: region,
+				Message: fmt.Sprintf("region %s is outside the token's scope %s", region, strings.Join(in.Scope, ","))}}
+			out.Excluded = append(out.Excluded, r)
+			continue
+		}
+		r.Online = !n.LastSeen.IsZero() && in.Now.Sub(n.LastSeen) <= in.OfflineAfter
+		var capMS float64
+		if in.Spec != nil {
+			capMS = in.Spec.Resources.Network.LatencyToleranceMS
+		}
+		r.Score = score(n, in.Launches[n.ID], means, capMS)
+		if len(in.Regions) > 0 && !MatchRegion(in.Regions, region) {
+			r.Reasons = append(r.Reasons, Reason{Code: CodeRegionFilter, Field: "region", Expected: strings.Join(in.Regions, ","), Measured: region,
+				Message: fmt.Sprintf("region %s is not in --region %s", region, strings.Join(in.Regions, ","))})
+		}
+		if !n.HasReport {
+			r.Reasons = append(r.Reasons, Reason{Code: CodeNoReport, Message: "no verified conformance report yet"})
+		}
+		if !r.Online {
+			msg := "never sent a heartbeat"
+			measured := "never"
+			if !n.LastSeen.IsZero() {
+				measured = n.LastSeen.UTC().Format(time.RFC3339)
+				msg = fmt.Sprintf("last heartbeat %s ago (offline after %s)", in.Now.Sub(n.LastSeen).Round(time.Second), in.OfflineAfter)
+			}
+			r.Reasons = append(r.Reasons, Reason{Code: CodeOffline, Field: "heartbeat", Measured: measured, Message: msg})
+		}
+		if in.Spec != nil && n.HasReport {
+			if !n.Index.Passed {
+				r.Reasons = append(r.Reasons, Reason{Code: CodeConformanceFailed, Message: "the node's last conformance report has failed checks"})
+			}
+			r.Reasons = append(r.Reasons, runtimeMismatches(in.Spec, n.Index)...)
+			r.Reasons = append(r.Reasons, resourceMismatches(in.Spec, n.Index)...)
+		}
+		if p := Price(n); in.MaxPrice > 0 && p > in.MaxPrice {
+			r.Reasons = append(r.Reasons, Reason{Code: CodePriceAboveMax, Field: "price_per_hour", Expected: "<= " + num(in.MaxPrice), Measured: num(p),
+				Message: fmt.Sprintf("price %s/h is above --max-price %s/h", num(p), num(in.MaxPrice))})
+		}
+		if in.Spec != nil && r.Score.Score < in.MinScore {
+			r.Reasons = append(r.Reasons, Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + num(in.MinScore), Measured: num(r.Score.Score),
+				Message: fmt.Sprintf("health score %s is below --min-health-score %s", num(r.Score.Score), num(in.MinScore))})
+		}
+		if len(r.Reasons) == 0 {
+			out.Candidates = append(out.Candidates, r)
+		} else {
+			out.Excluded = append(out.Excluded, r)
+		}
+	}
+	slices.SortFunc(out.Candidates, func(a, b *Result) int {
+		if c := cmpFloat(b.Score.Score, a.Score.Score); c != 0 {
+			return c
+		}
+		if c := cmpFloat(Price(a.Node), Price(b.Node)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Node.ID, b.Node.ID)
+	})
+	slices.SortFunc(out.Excluded, func(a, b *Result) int {
+		if a.OutOfScope != b.OutOfScope {
+			if a.OutOfScope {
+				return 1
+			}
+			return -1
+		}
+		if c := cmpFloat(b.Score.Score, a.Score.Score); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Node.ID, b.Node.ID)
+	})
+	return out
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func classMeans(nodes []store.Node) map[string]float64 {
+	sum := map[string]float64{}
+	cnt := map[string]int{}
+	for _, n := range nodes {
+		if !n.HasReport || n.Index.Accelerator == "" {
+			continue
+		}
+		if p := Price(n); p > 0 {
+			sum[n.Index.Accelerator] += p
+			cnt[n.Index.Accelerator]++
+		}
+	}
+	means := map[string]float64{}
+	for k, s := range sum {
+		means[k] = s / float64(cnt[k])
+	}
+	return means
+}
+
+// score computes the health score and its terms.
+func score(n store.Node, ls store.LaunchStats, means map[string]float64, capMS float64) Score {
+	s := Score{LatencyCapMS: capMS, Launches24h: ls.Launches, LaunchFailures24h: ls.Failures}
+	if n.RTTMS > 0 {
+		s.LatencyMS = n.RTTMS
+	}
+	s.LatencyUsedMS = s.LatencyMS
+	if capMS > 0 && s.LatencyUsedMS > capMS {
+		s.LatencyUsedMS = capMS
+	}
+	s.LatencyPenalty = 0.1 * s.LatencyUsedMS
+	if ls.Launches > 0 {
+		s.FailureRatePct = 100 * float64(ls.Failures) / float64(ls.Launches)
+	}
+	s.FailurePenalty = 5 * s.FailureRatePct
+	if n.HasReport {
+		s.ClassMeanPrice = means[n.Index.Accelerator]
+	}
+	if p := Price(n); s.ClassMeanPrice > 0 && p > 0 {
+		s.PricePremiumPct = (p - s.ClassMeanPrice) / s.ClassMeanPrice * 100
+	}
+	s.PricePenalty = 2 * s.PricePremiumPct
+	s.Score = math.Min(100, 100-s.LatencyPenalty-s.FailurePenalty-s.PricePenalty)
+	return s
+}
+
+func runtimeMismatches(sp *spec.Spec, ix store.NodeIndex) []Reason {
+	var rs []Reason
+	check := func(field, want, got string) {
+		want = strings.TrimSpace(want)
+		if want == "" || want == strings.TrimSpace(got) {
+			return
+		}
+		if got == "" {
+			got = "(not found)"
+		}
+		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: field, Expected: want, Measured: got,
+			Message: fmt.Sprintf("%s: expected %s, measured %s", field, want, got)})
+	}
+	check("runtime.nvidia-driver", sp.Runtime.NvidiaDriver, ix.Runtime.NvidiaDriver)
+	check("runtime.cuda", sp.Runtime.CUDA, ix.Runtime.CUDA)
+	check("runtime.python", sp.Runtime.Python, ix.Runtime.Python)
+	check("runtime.pytorch", sp.Runtime.PyTorch, ix.Runtime.PyTorch)
+	if sp.Security.FIPSCompliant && !ix.Runtime.FIPSEnabled {
+		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: "security.fips-compliant", Expected: "true", Measured: "false",
+			Message: "security.fips-compliant: expected FIPS mode enabled, measured disabled"})
+	}
+	return rs
+}
+
+// storageRank orders storage classes: a better class satisfies a lesser one.
+var storageRank = map[string]int{"standard": 1, "high-iops-nvme": 2, "ultra-nvme": 3}
+
+func resourceMismatches(sp *spec.Spec, ix store.NodeIndex) []Reason {
+	var rs []Reason
+	add := func(field, want, got, msg string) {
+		rs = append(rs, Reason{Code: CodeResourceMismatch, Field: field, Expected: want, Measured: got, Message: field + ": " + msg})
+	}
+	res := sp.Resources
+	if res.Accelerator != "" && res.Accelerator != ix.Accelerator {
+		add("resources.accelerator", res.Accelerator, orNone(ix.Accelerator), fmt.Sprintf("expected %s, measured %s", res.Accelerator, orNone(ix.Accelerator)))
+	}
+	if res.Count > 0 && ix.GPUCount < res.Count {
+		add("resources.count", ">= "+strconv.Itoa(res.Count), strconv.Itoa(ix.GPUCount), fmt.Sprintf("expected at least %d GPUs, measured %d", res.Count, ix.GPUCount))
+	}
+	if want := res.Storage.Type; want != "" {
+		wr, known := storageRank[want]
+		gr := storageRank[ix.StorageClass]
+		if (known && gr < wr) || (!known && want != ix.StorageClass) {
+			add("resources.storage.type", want, orNone(ix.StorageClass), fmt.Sprintf("expected %s or better, node has %s", want, orNone(ix.StorageClass)))
+		}
+	}
+	if res.Storage.SizeGB > 0 && ix.StorageFreeGB < float64(res.Storage.SizeGB) {
+		add("resources.storage.size_gb", ">= "+strconv.Itoa(res.Storage.SizeGB), num(ix.StorageFreeGB),
+			fmt.Sprintf("expected at least %d GB free, measured %s GB", res.Storage.SizeGB, num(ix.StorageFreeGB)))
+	}
+	if bw := res.Network.BandwidthGbps; bw > 0 && ix.BandwidthGbps < bw {
+		add("resources.network.bandwidth_gbps", ">= "+num(bw), num(ix.BandwidthGbps),
+			fmt.Sprintf("expected at least %s Gbps, node has %s Gbps", num(bw), num(ix.BandwidthGbps)))
+	}
+	return rs
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func num(f float64) string { return strconv.FormatFloat(math.Round(f*100)/100, 'f', -1, 64) }

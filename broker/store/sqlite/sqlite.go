@@ -1,0 +1,100 @@
+// Package sqlite is the embedded default store: one SQLite file in WAL
+// mode, pure Go (modernc.org/sqlite), for a broker that serves a team.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+
+	"github.com/gpupass/gpupass/broker/store/sqlstore"
+)
+
+// Migrations of the SQLite schema; index+1 is the version.
+var Migrations = []string{
+	`CREATE TABLE tokens (
+		id TEXT PRIMARY KEY,
+		hash TEXT NOT NULL UNIQUE,
+		role TEXT NOT NULL,
+		regions TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		note TEXT NOT NULL DEFAULT ''
+	);
+	CREATE TABLE agents (
+		id TEXT PRIMARY KEY,
+		public_key_pem BLOB NOT NULL,
+		key_fingerprint TEXT NOT NULL UNIQUE,
+		agent_version TEXT NOT NULL DEFAULT '',
+		token_id TEXT NOT NULL DEFAULT '',
+		enrolled_at INTEGER NOT NULL,
+		provider TEXT NOT NULL DEFAULT '',
+		region TEXT NOT NULL,
+		zone TEXT NOT NULL DEFAULT '',
+		price_per_hour REAL NOT NULL DEFAULT 0,
+		storage_class TEXT NOT NULL DEFAULT '',
+		bandwidth_gbps REAL NOT NULL DEFAULT 0,
+		hostname TEXT NOT NULL DEFAULT ''
+	);
+	CREATE TABLE nodes (
+		id TEXT PRIMARY KEY REFERENCES agents(id),
+		has_report BOOLEAN NOT NULL DEFAULT FALSE,
+		idx TEXT,
+		last_seen INTEGER NOT NULL DEFAULT 0,
+		rtt_ms REAL NOT NULL DEFAULT -1,
+		updated_at INTEGER NOT NULL
+	);
+	CREATE TABLE reports (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		agent_id TEXT NOT NULL REFERENCES agents(id),
+		report BLOB NOT NULL,
+		signature TEXT NOT NULL,
+		received_at INTEGER NOT NULL
+	);
+	CREATE INDEX reports_agent ON reports(agent_id, received_at);
+	CREATE TABLE launches (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		node_id TEXT NOT NULL,
+		at INTEGER NOT NULL,
+		failed BOOLEAN NOT NULL,
+		reason TEXT NOT NULL DEFAULT '',
+		alloc_id TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX launches_at ON launches(at, node_id);`,
+	// 2: incremental registry refresh reads recent changes and beats.
+	`CREATE INDEX nodes_updated ON nodes(updated_at);
+	CREATE INDEX nodes_last_seen ON nodes(last_seen);`,
+}
+
+// Open opens (creating it when absent) the SQLite database at path and
+// migrates it.
+func Open(ctx context.Context, path string) (*sqlstore.Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
+	}
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "foreign_keys(ON)"} {
+		q.Add("_pragma", p)
+	}
+	// Write transactions take the lock up front so two writers never
+	// deadlock upgrading a read lock (SQLITE_BUSY mid-transaction).
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
+	}
+	s, err := sqlstore.Open(ctx, db, sqlstore.Dialect{Name: "sqlite", Migrations: Migrations})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,460 @@
+// Package sqlstore implements store.Store over database/sql for the SQL
+// dialects the broker supports (SQLite, PostgreSQL). The backends differ
+// only in their schema types, placeholders and migration lock, which a
+// Dialect describes; queries are written once, with ? placeholders.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/broker/store"
+)
+
+// Dialect is what differs between SQL backends.
+type Dialect struct {
+	Name string
+	// Dollar placeholders ($1, $2…) instead of ?.
+	Dollar bool
+	// Migrations are applied in order; index+1 is the schema version.
+	// Never edit a released migration: append a new one.
+	Migrations []string
+	// Lock serialises migrations between processes sharing the database
+	// (PostgreSQL: an advisory lock); it runs inside the migration tx.
+	Lock func(ctx context.Context, tx *sql.Tx) error
+}
+
+// Store is a store.Store over a *sql.DB.
+type Store struct {
+	db *sql.DB
+	d  Dialect
+	q  map[string]string // rebound queries
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open migrates db to the newest schema and returns the store. It owns db.
+func Open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
+	s := &Store{db: db, d: d, q: map[string]string{}}
+	for k, v := range queries {
+		s.q[k] = s.rebind(v)
+	}
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// DB returns the underlying database (for later features' own tables).
+func (s *Store) DB() *sql.DB { return s.db }
+
+// SchemaVersion returns the applied schema version.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("reading schema version: %w", err)
+	}
+	return v, nil
+}
+
+func (s *Store) rebind(q string) string {
+	if !s.d.Dollar {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrating %s schema: %w", s.d.Name, err)
+	}
+	defer tx.Rollback()
+	if s.d.Lock != nil {
+		if err := s.d.Lock(ctx, tx); err != nil {
+			return fmt.Errorf("migrating %s schema: taking lock: %w", s.d.Name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("migrating %s schema: %w", s.d.Name, err)
+	}
+	var have int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("migrating %s schema: %w", s.d.Name, err)
+	}
+	if have > len(s.d.Migrations) {
+		return fmt.Errorf("migrating %s schema: database is at version %d, this broker knows up to %d: upgrade the broker", s.d.Name, have, len(s.d.Migrations))
+	}
+	for i := have; i < len(s.d.Migrations); i++ {
+		if _, err := tx.ExecContext(ctx, s.d.Migrations[i]); err != nil {
+			return fmt.Errorf("migrating %s schema to version %d: %w", s.d.Name, i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), i+1, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("migrating %s schema to version %d: %w", s.d.Name, i+1, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrating %s schema: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+var queries = map[string]string{
+	"createToken": `INSERT INTO tokens (id, hash, role, regions, created_at, note) VALUES (?, ?, ?, ?, ?, ?)`,
+	"tokenByHash": `SELECT id, hash, role, regions, created_at, note FROM tokens WHERE hash = ?`,
+	"listTokens":  `SELECT id, hash, role, regions, created_at, note FROM tokens ORDER BY created_at, id`,
+	"deleteToken": `DELETE FROM tokens WHERE id = ?`,
+	"agentByKey":  `SELECT id FROM agents WHERE key_fingerprint = ?`,
+	"insertAgent": `INSERT INTO agents (id, public_key_pem, key_fingerprint, agent_version, token_id, enrolled_at,
+		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	"updateAgent": `UPDATE agents SET agent_version = ?, token_id = ?,
+		provider = ?, region = ?, zone = ?, price_per_hour = ?, storage_class = ?, bandwidth_gbps = ?, hostname = ?
+		WHERE id = ?`,
+	"agent": `SELECT id, public_key_pem, key_fingerprint, agent_version, token_id, enrolled_at,
+		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname FROM agents WHERE id = ?`,
+	"insertNode": `INSERT INTO nodes (id, has_report, last_seen, rtt_ms, updated_at) VALUES (?, FALSE, 0, -1, ?)
+		ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at`,
+	"insertReport": `INSERT INTO reports (agent_id, report, signature, received_at) VALUES (?, ?, ?, ?)`,
+	"indexNode":    `UPDATE nodes SET has_report = TRUE, idx = ?, updated_at = ? WHERE id = ?`,
+	"latestReport": `SELECT agent_id, report, signature, received_at FROM reports WHERE agent_id = ?
+		ORDER BY received_at DESC, id DESC LIMIT 1`,
+	// Casts: PostgreSQL would otherwise infer an integer parameter from "? >= 0".
+	"heartbeat": `UPDATE nodes SET last_seen = CAST(? AS BIGINT), rtt_ms = CASE WHEN CAST(? AS DOUBLE PRECISION) >= 0 THEN CAST(? AS DOUBLE PRECISION) ELSE rtt_ms END
+		WHERE id = ? AND last_seen <= ?`,
+	"nodes": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
+		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
+		FROM nodes n JOIN agents a ON a.id = n.id ORDER BY n.id`,
+	"nodesSince": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
+		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
+		FROM nodes n JOIN agents a ON a.id = n.id WHERE n.updated_at >= ? ORDER BY n.id`,
+	"liveness":     `SELECT id, last_seen, rtt_ms FROM nodes WHERE last_seen >= ?`,
+	"recordLaunch": `INSERT INTO launches (node_id, at, failed, reason, alloc_id) VALUES (?, ?, ?, ?, ?)`,
+	"launchStats":  `SELECT node_id, COUNT(*), SUM(CASE WHEN failed THEN 1 ELSE 0 END) FROM launches WHERE at >= ? GROUP BY node_id`,
+}
+
+// CreateToken implements store.Store.
+func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
+	regions, err := json.Marshal(t.Regions)
+	if err != nil {
+		return fmt.Errorf("storing token: %w", err)
+	}
+	if _, err := s.db.ExecContext(ctx, s.q["createToken"], t.ID, t.Hash, string(t.Role), string(regions), t.CreatedAt.UnixNano(), t.Note); err != nil {
+		return fmt.Errorf("storing token %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanToken(r scanner) (store.Token, error) {
+	var t store.Token
+	var role, regions string
+	var created int64
+	if err := r.Scan(&t.ID, &t.Hash, &role, &regions, &created, &t.Note); err != nil {
+		return t, err
+	}
+	t.Role = store.Role(role)
+	t.CreatedAt = time.Unix(0, created).UTC()
+	if err := json.Unmarshal([]byte(regions), &t.Regions); err != nil {
+		return t, fmt.Errorf("token %s: corrupt regions: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+// TokenByHash implements store.Store.
+func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+	t, err := scanToken(s.db.QueryRowContext(ctx, s.q["tokenByHash"], hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, store.ErrNotFound
+	}
+	if err != nil {
+		return t, fmt.Errorf("looking up token: %w", err)
+	}
+	return t, nil
+}
+
+// ListTokens implements store.Store.
+func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["listTokens"])
+	if err != nil {
+		return nil, fmt.Errorf("listing tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Token
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing tokens: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing tokens: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteToken implements store.Store.
+func (s *Store) DeleteToken(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, s.q["deleteToken"], id)
+	if err != nil {
+		return fmt.Errorf("deleting token %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("deleting token %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// EnrollAgent implements store.Store.
+func (s *Store) EnrollAgent(ctx context.Context, a store.Agent) (store.Agent, bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return a, false, fmt.Errorf("enrolling agent: %w", err)
+	}
+	defer tx.Rollback()
+	l := a.Labels
+	var existing string
+	err = tx.QueryRowContext(ctx, s.q["agentByKey"], a.KeyFingerprint).Scan(&existing)
+	created := false
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		created = true
+		if _, err := tx.ExecContext(ctx, s.q["insertAgent"], a.ID, a.PublicKeyPEM, a.KeyFingerprint, a.AgentVersion, a.TokenID, a.EnrolledAt.UnixNano(),
+			l.Provider, l.Region, l.Zone, l.PricePerHour, l.StorageClass, l.BandwidthGbps, l.Hostname); err != nil {
+			return a, false, fmt.Errorf("enrolling agent: %w", err)
+		}
+	case err != nil:
+		return a, false, fmt.Errorf("enrolling agent: %w", err)
+	default:
+		a.ID = existing
+		if _, err := tx.ExecContext(ctx, s.q["updateAgent"], a.AgentVersion, a.TokenID,
+			l.Provider, l.Region, l.Zone, l.PricePerHour, l.StorageClass, l.BandwidthGbps, l.Hostname, a.ID); err != nil {
+			return a, false, fmt.Errorf("enrolling agent %s: %w", a.ID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.q["insertNode"], a.ID, time.Now().UnixNano()); err != nil {
+		return a, false, fmt.Errorf("enrolling agent %s: %w", a.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return a, false, fmt.Errorf("enrolling agent %s: %w", a.ID, err)
+	}
+	stored, err := s.Agent(ctx, a.ID)
+	return stored, created, err
+}
+
+// Agent implements store.Store.
+func (s *Store) Agent(ctx context.Context, id string) (store.Agent, error) {
+	var a store.Agent
+	var enrolled int64
+	l := &a.Labels
+	err := s.db.QueryRowContext(ctx, s.q["agent"], id).Scan(&a.ID, &a.PublicKeyPEM, &a.KeyFingerprint, &a.AgentVersion, &a.TokenID, &enrolled,
+		&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname)
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, store.ErrNotFound
+	}
+	if err != nil {
+		return a, fmt.Errorf("reading agent %s: %w", id, err)
+	}
+	a.EnrolledAt = time.Unix(0, enrolled).UTC()
+	return a, nil
+}
+
+// index is the stored JSON form of store.NodeIndex. It is a column of its
+// own so adding an indexed field needs no migration; the fields dry-run
+// filters on are few and filtering happens in the broker.
+type index struct {
+	store.NodeIndex
+	GeneratedAtNS int64 `json:"generated_at_ns"`
+}
+
+// SaveReport implements store.Store.
+func (s *Store) SaveReport(ctx context.Context, r store.Report) error {
+	idx := index{NodeIndex: r.Index, GeneratedAtNS: r.Index.GeneratedAt.UnixNano()}
+	idx.GeneratedAt = time.Time{}
+	b, err := json.Marshal(idx)
+	if err != nil {
+		return fmt.Errorf("saving report of %s: %w", r.AgentID, err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("saving report of %s: %w", r.AgentID, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, s.q["insertReport"], r.AgentID, r.Bytes, r.Signature, r.ReceivedAt.UnixNano()); err != nil {
+		return fmt.Errorf("saving report of %s: %w", r.AgentID, err)
+	}
+	res, err := tx.ExecContext(ctx, s.q["indexNode"], string(b), time.Now().UnixNano(), r.AgentID)
+	if err != nil {
+		return fmt.Errorf("indexing node %s: %w", r.AgentID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("indexing node %s: %w", r.AgentID, store.ErrNotFound)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("saving report of %s: %w", r.AgentID, err)
+	}
+	return nil
+}
+
+// LatestReport implements store.Store.
+func (s *Store) LatestReport(ctx context.Context, agentID string) (store.Report, error) {
+	var r store.Report
+	var received int64
+	err := s.db.QueryRowContext(ctx, s.q["latestReport"], agentID).Scan(&r.AgentID, &r.Bytes, &r.Signature, &received)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, store.ErrNotFound
+	}
+	if err != nil {
+		return r, fmt.Errorf("reading report of %s: %w", agentID, err)
+	}
+	r.ReceivedAt = time.Unix(0, received).UTC()
+	return r, nil
+}
+
+// RecordHeartbeats implements store.Store.
+func (s *Store) RecordHeartbeats(ctx context.Context, beats []store.Heartbeat) error {
+	if len(beats) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("recording heartbeats: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, s.q["heartbeat"])
+	if err != nil {
+		return fmt.Errorf("recording heartbeats: %w", err)
+	}
+	defer stmt.Close()
+	for _, b := range beats {
+		at := b.At.UnixNano()
+		if _, err := stmt.ExecContext(ctx, at, b.RTTMS, b.RTTMS, b.AgentID, at); err != nil {
+			return fmt.Errorf("recording heartbeat of %s: %w", b.AgentID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("recording heartbeats: %w", err)
+	}
+	return nil
+}
+
+// Nodes implements store.Store.
+func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
+	return s.nodes(ctx, s.q["nodes"])
+}
+
+// NodesUpdatedSince implements store.Store.
+func (s *Store) NodesUpdatedSince(ctx context.Context, t time.Time) ([]store.Node, error) {
+	return s.nodes(ctx, s.q["nodesSince"], t.UnixNano())
+}
+
+// Liveness implements store.Store.
+func (s *Store) Liveness(ctx context.Context, since time.Time) ([]store.Heartbeat, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["liveness"], since.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("reading liveness: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Heartbeat
+	for rows.Next() {
+		var hb store.Heartbeat
+		var seen int64
+		if err := rows.Scan(&hb.AgentID, &seen, &hb.RTTMS); err != nil {
+			return nil, fmt.Errorf("reading liveness: %w", err)
+		}
+		hb.At = time.Unix(0, seen).UTC()
+		out = append(out, hb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading liveness: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) nodes(ctx context.Context, q string, args ...any) ([]store.Node, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Node
+	for rows.Next() {
+		var n store.Node
+		var idx sql.NullString
+		var seen, updated int64
+		l := &n.Labels
+		if err := rows.Scan(&n.ID, &n.HasReport, &idx, &seen, &n.RTTMS, &updated,
+			&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname); err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		if seen > 0 {
+			n.LastSeen = time.Unix(0, seen).UTC()
+		}
+		n.UpdatedAt = time.Unix(0, updated).UTC()
+		if n.HasReport && idx.Valid {
+			var ix index
+			if err := json.Unmarshal([]byte(idx.String), &ix); err != nil {
+				return nil, fmt.Errorf("listing nodes: node %s: corrupt index: %w", n.ID, err)
+			}
+			n.Index = ix.NodeIndex
+			n.Index.GeneratedAt = time.Unix(0, ix.GeneratedAtNS).UTC()
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	return out, nil
+}
+
+// RecordLaunch implements store.Store.
+func (s *Store) RecordLaunch(ctx context.Context, l store.Launch) error {
+	if _, err := s.db.ExecContext(ctx, s.q["recordLaunch"], l.NodeID, l.At.UnixNano(), l.Failed, l.Reason, l.AllocID); err != nil {
+		return fmt.Errorf("recording launch on %s: %w", l.NodeID, err)
+	}
+	return nil
+}
+
+// LaunchStats implements store.Store.
+func (s *Store) LaunchStats(ctx context.Context, since time.Time) (map[string]store.LaunchStats, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["launchStats"], since.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("counting launches: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]store.LaunchStats{}
+	for rows.Next() {
+		var id string
+		var st store.LaunchStats
+		if err := rows.Scan(&id, &st.Launches, &st.Failures); err != nil {
+			return nil, fmt.Errorf("counting launches: %w", err)
+		}
+		out[id] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("counting launches: %w", err)
+	}
+	return out, nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return s.db.Close() }
