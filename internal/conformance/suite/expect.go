@@ -28,6 +28,9 @@ type Expectations struct {
 	// MinFreeMemoryPct is the share of each GPU's memory that must be
 	// free (default 95: an idle GPU shows a few MiB used by the driver).
 	MinFreeMemoryPct float64
+	// OwnPIDs are processes the agent itself started (a run's job): they
+	// hold GPU memory by right and are not foreign.
+	OwnPIDs map[uint32]bool
 }
 
 // FromSpec derives expectations from a parsed spec.

@@ -223,6 +223,13 @@ func TestDegradedH100(t *testing.T) {
 		"gpu.class":             {Name: "gpu.class", Expected: "h100-sxm5", Actual: "h100-sxm5", Status: conformance.Pass},
 		"gpu.count":             {Name: "gpu.count", Expected: ">= 8", Actual: "8", Status: conformance.Pass},
 	}
+	own, err := New(nvmlprobe.New(s)).Run(context.Background(), Expectations{OwnPIDs: map[uint32]bool{777: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := statuses(own)["gpu.foreign_processes"]; st != conformance.Pass {
+		t.Errorf("the agent's own job counted as foreign: %s", st)
+	}
 	for _, c := range r.Checks {
 		w, ok := want[c.Name]
 		if !ok {

@@ -1,0 +1,405 @@
+// Package agent is gpupass-agent, the daemon on each GPU node: it creates
+// and keeps the node's ECDSA identity, enrolls with the broker using an
+// agent token, heartbeats, runs the conformance suite at start, on a
+// timer and on demand, and uploads each signed report. It serves a small
+// local HTTP endpoint (loopback by default) that answers "what is this
+// node's runtime fingerprint right now".
+//
+// It dials out only; the broker never dials it. It stays small: no cosign,
+// no forge clients, no broker code (internal/depcheck enforces it).
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
+)
+
+// Version is the agent version sent at enrollment (set with -ldflags).
+var Version = "dev"
+
+// Files in the state directory.
+const (
+	KeyFile       = "agent.key"   // PKCS#8 PEM, mode 0600: the node's identity
+	PublicKeyFile = "agent.pub"   // PKIX PEM: what the broker and cosign verify with
+	StateFile     = "agent.json"  // agent id given by the broker
+	ReportFile    = "report.json" // last signed report, byte for byte
+	SigFile       = "report.sig"  // its base64 signature
+)
+
+// Agent is one running node daemon.
+type Agent struct {
+	o      *Options
+	log    *slog.Logger
+	key    *ecdsa.PrivateKey
+	pubPEM []byte
+	suite  *suite.Suite
+	// python builds the Python probe for a package list (a spec's).
+	python  func(packages []string) probe.Probe
+	profile *probe.Profile
+
+	mu       sync.Mutex
+	agentID  string
+	last     *signedReport
+	lastFacs *probe.Facts
+	// runNow asks the main loop for an on-demand suite run.
+	runNow chan chan runResult
+}
+
+type signedReport struct {
+	Report    *conformance.Report
+	Bytes     []byte // canonical bytes, exactly as signed
+	Signature string
+	Uploaded  bool
+}
+
+// MarshalJSON writes the report as the signed bytes themselves, so a
+// client can verify the signature over exactly what it received (the
+// "report" value), with no HTML escaping or re-encoding in between.
+func (sr *signedReport) MarshalJSON() ([]byte, error) {
+	sig, err := json.Marshal(sr.Signature)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"report":`)
+	b.Write(sr.Bytes)
+	b.WriteString(`,"signature":`)
+	b.Write(sig)
+	fmt.Fprintf(&b, `,"uploaded":%t}`, sr.Uploaded)
+	return b.Bytes(), nil
+}
+
+type runResult struct {
+	rep *signedReport
+	err error
+}
+
+type persisted struct {
+	AgentID   string `json:"agent_id"`
+	BrokerURL string `json:"broker_url"`
+}
+
+// New prepares an agent: it loads or creates the identity key (0600) in
+// the state dir and sets up the probes. It does not touch the network.
+func New(o *Options, log *slog.Logger) (*Agent, error) {
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir %s: %w", o.StateDir, err)
+	}
+	key, err := conformance.LoadOrCreateKey(filepath.Join(o.StateDir, KeyFile))
+	if err != nil {
+		return nil, err
+	}
+	pub, err := conformance.PublicKeyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(o.StateDir, PublicKeyFile), pub, 0o644); err != nil {
+		return nil, err
+	}
+	a := &Agent{o: o, log: log, key: key, pubPEM: pub, runNow: make(chan chan runResult)}
+	if b, err := os.ReadFile(filepath.Join(o.StateDir, StateFile)); err == nil {
+		var p persisted
+		if json.Unmarshal(b, &p) == nil && p.BrokerURL == o.BrokerURL {
+			a.agentID = p.AgentID
+		}
+	}
+	storage := o.StoragePath
+	if storage == "" {
+		storage = o.StateDir
+	}
+	gpu := nvmlprobe.Default()
+	var nvcc probe.Probe = probe.NVCC{Path: o.NVCC}
+	a.python = func(pk []string) probe.Probe { return probe.Python{Exe: o.Python, Packages: pk} }
+	if o.Simulate != "" {
+		p, err := probe.LoadProfile(o.Simulate)
+		if err != nil {
+			return nil, err
+		}
+		// The seed is the identity key, so a node keeps its simulated GPU
+		// UUIDs across restarts and two nodes never share them.
+		p = p.WithSeed(string(pub))
+		a.profile = p
+		gpu = p.GPUProbe()
+		if n := p.NVCCProbe(); n != nil {
+			nvcc = n
+		}
+		if p.Runtime != nil {
+			a.python = func(pk []string) probe.Probe { return p.PythonProbe(pk) }
+		}
+	}
+	a.suite = suite.New(gpu, nvcc, a.python(nil), probe.Storage{Path: storage},
+		probe.ReadThroughput{Path: storage, Bytes: int64(o.ReadProbeMB) << 20}, probe.FIPS{})
+	return a, nil
+}
+
+// PublicKeyPEM returns the agent's PKIX PEM public key.
+func (a *Agent) PublicKeyPEM() []byte { return a.pubPEM }
+
+// expectations are what the node promises by its labels.
+func (a *Agent) expectations() suite.Expectations {
+	return suite.Expectations{StorageClass: a.o.StorageClass}
+}
+
+// RunOnce runs the suite and returns the signed report, without a broker.
+func (a *Agent) RunOnce(ctx context.Context) (*signedReport, error) {
+	return a.measure(ctx)
+}
+
+func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
+	res, err := a.suite.Run(ctx, a.expectations())
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	id := a.agentID
+	a.lastFacs = &res.Facts
+	a.mu.Unlock()
+	rep, err := res.Report(suite.ReportInput{AgentID: id, Node: a.o.node(), StorageClass: a.o.StorageClass, Now: time.Now()})
+	if err != nil {
+		return nil, err
+	}
+	b, err := rep.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	sig, err := conformance.Sign(a.key, b)
+	if err != nil {
+		return nil, err
+	}
+	sr := &signedReport{Report: rep, Bytes: b, Signature: sig}
+	a.log.Info("conformance suite ran", "passed", rep.Passed(), "wall_ms", rep.SuiteDurationMS, "reused", res.Reused, "simulated", rep.Simulated, "fingerprint", rep.RuntimeFingerprint)
+	if id != "" {
+		// Keep the last report next to the key: auditors and `cosign
+		// verify-blob` read it from there.
+		if err := writeFileAtomic(filepath.Join(a.o.StateDir, ReportFile), b, 0o644); err != nil {
+			return nil, err
+		}
+		if err := writeFileAtomic(filepath.Join(a.o.StateDir, SigFile), []byte(sig+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	a.mu.Lock()
+	a.last = sr
+	a.mu.Unlock()
+	return sr, nil
+}
+
+// Run enrolls, reports and heartbeats until ctx ends, then shuts down
+// gracefully (the query endpoint finishes in-flight requests).
+func (a *Agent) Run(ctx context.Context) error {
+	if a.profile == nil {
+		a.log.Info("probing real hardware")
+	} else {
+		a.log.Warn("simulated hardware profile: reports say simulated", "profile", a.profile.Name)
+	}
+	ln, err := net.Listen("tcp", a.o.QueryAddr)
+	if err != nil {
+		return fmt.Errorf("query endpoint on %s: %w", a.o.QueryAddr, err)
+	}
+	a.log.Info("query endpoint listening", "addr", ln.Addr().String())
+	qctx, stopQuery := context.WithCancel(context.Background())
+	qdone := make(chan error, 1)
+	go func() { qdone <- a.serveQuery(qctx, ln) }()
+	defer func() {
+		stopQuery()
+		<-qdone
+	}()
+	if a.o.AddrFile != "" {
+		if err := writeFileAtomic(a.o.AddrFile, []byte("http://"+ln.Addr().String()+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+
+	clients, err := api.Dial(a.o.BrokerURL, api.DialOptions{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second})
+	if err != nil {
+		return err
+	}
+	// The suite runs at start, before enrollment finishes, so a broker
+	// that is down does not delay the node's own view of itself.
+	if _, err := a.measure(ctx); err != nil {
+		return err
+	}
+	enr, err := a.enroll(ctx, clients)
+	if err != nil {
+		return err
+	}
+	interval := seconds(enr.HeartbeatIntervalSeconds, 10*time.Second)
+	if _, err := a.measureAndUpload(ctx, clients); err != nil && ctx.Err() == nil {
+		a.log.Warn("uploading report", "err", api.Describe(err))
+	}
+	hb := &beat{echo: enr.BrokerTimeUnixNano, got: time.Now()}
+	beatT := time.NewTimer(0)
+	defer beatT.Stop()
+	suiteT := time.NewTicker(a.o.SuiteInterval)
+	defer suiteT.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			a.log.Info("agent stopping")
+			return nil
+		case <-beatT.C:
+			resp, err := a.heartbeat(ctx, clients, hb)
+			switch {
+			case err == nil:
+				interval = seconds(resp.HeartbeatIntervalSeconds, interval)
+				if resp.ReportWanted {
+					if err := a.upload(ctx, clients); err != nil && ctx.Err() == nil {
+						a.log.Warn("uploading report", "err", api.Describe(err))
+					}
+				}
+			case connect.CodeOf(err) == connect.CodeNotFound && ctx.Err() == nil:
+				// The broker lost us (a wiped store): enroll again.
+				a.log.Warn("broker does not know this agent; enrolling again", "err", api.Describe(err))
+				if e, err := a.enroll(ctx, clients); err == nil {
+					hb = &beat{echo: e.BrokerTimeUnixNano, got: time.Now()}
+					_ = a.upload(ctx, clients)
+				}
+			case ctx.Err() == nil:
+				a.log.Warn("heartbeat failed", "err", api.Describe(err))
+			}
+			beatT.Reset(interval)
+		case <-suiteT.C:
+			if _, err := a.measureAndUpload(ctx, clients); err != nil && ctx.Err() == nil {
+				a.log.Warn("periodic conformance run", "err", api.Describe(err))
+			}
+		case reply := <-a.runNow:
+			sr, err := a.measureAndUpload(ctx, clients)
+			reply <- runResult{sr, err}
+		}
+	}
+}
+
+type beat struct {
+	echo int64
+	got  time.Time
+}
+
+func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupassv1.HeartbeatResponse, error) {
+	a.mu.Lock()
+	id := a.agentID
+	a.mu.Unlock()
+	req := &gpupassv1.HeartbeatRequest{AgentId: id, EchoBrokerTimeUnixNano: hb.echo, AgentHoldNanos: int64(time.Since(hb.got))}
+	resp, err := c.Agent.Heartbeat(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	hb.echo, hb.got = resp.Msg.BrokerTimeUnixNano, time.Now()
+	return resp.Msg, nil
+}
+
+// enroll retries with backoff while the broker is unreachable; a refusal
+// (bad token, region out of scope, bad labels) ends the agent at once,
+// since retrying cannot fix it.
+func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollResponse, error) {
+	req := &gpupassv1.EnrollRequest{PublicKeyPem: a.pubPEM, Labels: a.o.labels(), AgentVersion: Version}
+	backoff := 500 * time.Millisecond
+	for {
+		resp, err := c.Agent.Enroll(ctx, connect.NewRequest(req))
+		if err == nil {
+			a.mu.Lock()
+			a.agentID = resp.Msg.AgentId
+			a.mu.Unlock()
+			b, _ := json.Marshal(persisted{AgentID: resp.Msg.AgentId, BrokerURL: a.o.BrokerURL})
+			if err := writeFileAtomic(filepath.Join(a.o.StateDir, StateFile), b, 0o600); err != nil {
+				return nil, err
+			}
+			a.log.Info("enrolled", "agent", resp.Msg.AgentId, "region", a.o.Region, "broker", a.o.BrokerURL)
+			return resp.Msg, nil
+		}
+		switch connect.CodeOf(err) {
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument:
+			return nil, fmt.Errorf("enrolling with %s: %s", a.o.BrokerURL, api.Describe(err))
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
+		}
+		a.log.Warn("broker unreachable; retrying", "broker", a.o.BrokerURL, "in", backoff, "err", api.Describe(err))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*signedReport, error) {
+	sr, err := a.measure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sr, a.upload(ctx, c)
+}
+
+func (a *Agent) upload(ctx context.Context, c *api.Clients) error {
+	a.mu.Lock()
+	sr, id := a.last, a.agentID
+	a.mu.Unlock()
+	if sr == nil || sr.Report.AgentID != id {
+		// Measured before the agent id was known: sign again with it.
+		var err error
+		if sr, err = a.measure(ctx); err != nil {
+			return err
+		}
+	}
+	resp, err := c.Agent.UploadReport(ctx, connect.NewRequest(&gpupassv1.UploadReportRequest{AgentId: id, Report: sr.Bytes, Signature: sr.Signature}))
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	sr.Uploaded = true
+	a.mu.Unlock()
+	a.log.Info("report uploaded", "agent", id, "passed", resp.Msg.Passed, "fingerprint", resp.Msg.RuntimeFingerprint)
+	return nil
+}
+
+func seconds(n int64, def time.Duration) time.Duration {
+	if n <= 0 {
+		return def
+	}
+	return time.Duration(n) * time.Second
+}
+
+func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+var errNotRunning = errors.New("the agent's main loop is not running")

@@ -1,0 +1,289 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/conformance/suite"
+)
+
+func simOptions(t *testing.T, profile string) *Options {
+	t.Helper()
+	o := &Options{
+		StateDir: t.TempDir(), Region: "us-west-2", Provider: "sim", StorageClass: "standard",
+		Simulate: profile, Python: "python3", SuiteInterval: 1 << 40, ReadProbeMB: 1,
+	}
+	if err := o.Validate(false); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestIdentityKeptAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	o := simOptions(t, "h100-sxm5-8x")
+	a1, err := New(o, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(o.StateDir, KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("identity key mode %04o, want 0600", fi.Mode().Perm())
+	}
+	a2, err := New(o, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a1.PublicKeyPEM(), a2.PublicKeyPEM()) {
+		t.Error("restart changed the agent identity")
+	}
+	pub, _ := os.ReadFile(filepath.Join(o.StateDir, PublicKeyFile))
+	if !bytes.Equal(pub, a1.PublicKeyPEM()) {
+		t.Error("agent.pub differs from the identity key")
+	}
+	r1, _ := a1.RunOnce(context.Background())
+	r2, _ := a2.RunOnce(context.Background())
+	if r1.Report.GPUs[0].UUID != r2.Report.GPUs[0].UUID {
+		t.Error("simulated GPU UUIDs changed across a restart")
+	}
+	other, _ := New(simOptions(t, "h100-sxm5-8x"), quiet())
+	r3, _ := other.RunOnce(context.Background())
+	if r3.Report.GPUs[0].UUID == r1.Report.GPUs[0].UUID {
+		t.Error("two simulated nodes share GPU UUIDs")
+	}
+	if err := os.Chmod(filepath.Join(o.StateDir, KeyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(o, quiet()); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("world-readable key accepted: %v", err)
+	}
+}
+
+func TestCheckCommand(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  []string
+	}{
+		{"simulated h100", []string{"--simulate", "h100-sxm5-8x"}, ExitOK, []string{"PASS    gpu.count", "simulated: true (profile h100-sxm5-8x)"}},
+		{"simulated 4090", []string{"--simulate", "rtx-4090-1x"}, ExitOK, []string{"nvlink.state", "no NVLink"}},
+		{"unknown profile", []string{"--simulate", "tpu-v5"}, ExitUsage, nil},
+		{"profile file", []string{"--simulate", "testdata/l40s-2x.json"}, ExitOK, []string{"l40s", "simulated: true (profile l40s-2x)", "Gen4 x16 on 2"}},
+		{"broken profile file", []string{"--simulate", "testdata/h100.yaml"}, ExitUsage, nil},
+		{"bad storage class", []string{"--simulate", "h100-sxm5-8x", "--storage-class", "floppy"}, ExitUsage, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errw bytes.Buffer
+			args := append([]string{"check", "--state-dir", t.TempDir(), "--read-probe-mb", "1"}, tt.args...)
+			code := Main(context.Background(), args, &out, &errw)
+			if code != tt.wantCode {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.wantCode, out.String(), errw.String())
+			}
+			for _, w := range tt.wantOut {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}
+
+// TestCheckNoGPU runs the real NVML binding: on a machine without the
+// driver the node has nothing to offer and says why.
+func TestCheckNoGPU(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/driver/nvidia/version"); err == nil {
+		t.Skip("an NVIDIA driver is loaded here")
+	}
+	var out, errw bytes.Buffer
+	code := Main(context.Background(), []string{"check", "--state-dir", t.TempDir(), "--read-probe-mb", "1", "--python", filepath.Join(t.TempDir(), "nopython")}, &out, &errw)
+	if code != ExitFindings {
+		t.Errorf("exit %d, want %d", code, ExitFindings)
+	}
+	for _, w := range []string{"FAIL    gpu.count", "no GPUs: NVML not available: ", "note: NVML not available: "} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+func TestCheckJSONSigned(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var out, errw bytes.Buffer
+	code := Main(context.Background(), []string{"check", "--state-dir", dir, "--read-probe-mb", "1", "--simulate", "a100-80gb-4x", "-o", "json", "--region", "eu-central-1"}, &out, &errw)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errw.String())
+	}
+	var got struct {
+		Report    json.RawMessage `json:"report"`
+		Signature string          `json:"signature"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s", err, out.String())
+	}
+	pub, err := os.ReadFile(filepath.Join(dir, PublicKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conformance.Verify(pub, got.Report, got.Signature); err != nil {
+		t.Errorf("signature does not verify: %v", err)
+	}
+	rep, err := conformance.Parse(got.Report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Simulated || rep.Profile != "a100-80gb-4x" || rep.Node.Region != "eu-central-1" || len(rep.GPUs) != 4 {
+		t.Errorf("report %+v", rep)
+	}
+	tampered := bytes.Replace(got.Report, []byte(`"simulated":true`), []byte(`"simulated":false`), 1)
+	if err := conformance.Verify(pub, tampered, got.Signature); err == nil {
+		t.Error("a report claiming real hardware verified with the simulated report's signature")
+	}
+}
+
+func TestDaemonFlagErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no broker", []string{"--token", "x", "--region", "r"}, nil, "--broker-url is required"},
+		{"no token", []string{"--broker-url", "http://127.0.0.1:1", "--region", "r"}, nil, "--token is required"},
+		{"no region", []string{"--broker-url", "http://127.0.0.1:1", "--token", "x"}, nil, "--region is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errw bytes.Buffer
+			code := Main(context.Background(), append(tt.args, "--state-dir", t.TempDir()), &out, &errw)
+			if code != ExitUsage || !strings.Contains(errw.String(), tt.want) {
+				t.Errorf("exit %d stderr %q, want %d and %q", code, errw.String(), ExitUsage, tt.want)
+			}
+		})
+	}
+}
+
+func TestApplyEnvTokenFile(t *testing.T) {
+	t.Parallel()
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte("gpa_secret_value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := NewCommand(io.Discard)
+	env := map[string]string{"GPUPASS_TOKEN_FILE": tokFile, "GPUPASS_REGION": "eu-west-1", "GPUPASS_PRICE_PER_HOUR": "nope"}
+	err := applyEnv(cmd, func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "GPUPASS_PRICE_PER_HOUR") {
+		t.Errorf("bad number accepted: %v", err)
+	}
+	delete(env, "GPUPASS_PRICE_PER_HOUR")
+	cmd = NewCommand(io.Discard)
+	if err := applyEnv(cmd, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := cmd.Flags().GetString("token"); v != "gpa_secret_value" {
+		t.Errorf("token from file = %q", v)
+	}
+	if v, _ := cmd.Flags().GetString("region"); v != "eu-west-1" {
+		t.Errorf("region = %q", v)
+	}
+}
+
+func TestQueryEndpoint(t *testing.T) {
+	t.Parallel()
+	a, err := New(simOptions(t, "h100-sxm5-8x"), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.QueryHandler())
+	defer srv.Close()
+	get := func(method, path string, body []byte) (int, []byte) {
+		req, _ := http.NewRequest(method, srv.URL+path, bytes.NewReader(body))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	code, _ := get("GET", "/v1/report", nil)
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("report before the first run: %d", code)
+	}
+	code, b := get("GET", "/v1/fingerprint", nil)
+	var fp Fingerprint
+	if code != 200 || json.Unmarshal(b, &fp) != nil {
+		t.Fatalf("GET fingerprint: %d %s", code, b)
+	}
+	sr, _ := a.RunOnce(context.Background())
+	if fp.RuntimeFingerprint != sr.Report.RuntimeFingerprint || !fp.Simulated || fp.Profile != "h100-sxm5-8x" {
+		t.Errorf("fingerprint %+v, report says %s", fp, sr.Report.RuntimeFingerprint)
+	}
+	tests := []struct {
+		file      string
+		match     bool
+		wantFails []string
+	}{
+		{"h100.yaml", true, nil},
+		{"h100-other-torch.yaml", false, []string{"torch.version"}},
+	}
+	for _, tt := range tests {
+		specBytes, err := os.ReadFile(filepath.Join("testdata", tt.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, b := get("POST", "/v1/fingerprint", specBytes)
+		var got Fingerprint
+		if code != 200 || json.Unmarshal(b, &got) != nil || got.Match == nil {
+			t.Fatalf("POST %s: %d %s", tt.file, code, b)
+		}
+		var fails []string
+		for _, c := range got.Failed {
+			fails = append(fails, c.Name)
+		}
+		if *got.Match != tt.match || strings.Join(fails, ",") != strings.Join(tt.wantFails, ",") {
+			t.Errorf("%s: match=%v failed=%v, want %v %v", tt.file, *got.Match, fails, tt.match, tt.wantFails)
+		}
+		if tt.match && got.RuntimeFingerprint != got.SpecFingerprint {
+			t.Errorf("%s: match but fingerprints differ", tt.file)
+		}
+	}
+	code, b = get("POST", "/v1/fingerprint", []byte("runtime: [oops"))
+	if code != http.StatusBadRequest || !strings.Contains(string(b), "findings") {
+		t.Errorf("bad spec: %d %s", code, b)
+	}
+	code, b = get("GET", "/v1/report", nil)
+	var rep struct {
+		Report    *conformance.Report `json:"report"`
+		Signature string              `json:"signature"`
+	}
+	if code != 200 || json.Unmarshal(b, &rep) != nil || rep.Signature == "" || len(rep.Report.Checks) != len(suite.CheckNames) {
+		t.Errorf("GET report: %d %s", code, b)
+	}
+	code, _ = get("POST", "/v1/conformance/run", nil)
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("on-demand run without the main loop: %d, want 503", code)
+	}
+}

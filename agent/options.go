@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
+)
+
+// Options configure the agent. Every flag is also GPUPASS_<FLAG>; the
+// token also GPUPASS_TOKEN_FILE.
+type Options struct {
+	BrokerURL string
+	Token     string
+	StateDir  string
+	QueryAddr string
+	// AddrFile, when set, receives the query endpoint's URL once it
+	// listens (useful with --query-addr 127.0.0.1:0).
+	AddrFile string
+
+	Provider      string
+	Region        string
+	Zone          string
+	PricePerHour  float64
+	StorageClass  string
+	BandwidthGbps float64
+	Hostname      string
+
+	StoragePath   string
+	Python        string
+	NVCC          string
+	Simulate      string
+	SuiteInterval time.Duration
+	ReadProbeMB   int
+}
+
+// secretFlags are never echoed and also read from GPUPASS_<FLAG>_FILE.
+var secretFlags = map[string]bool{"token": true}
+
+// AddFlags registers the daemon's flags.
+func (o *Options) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.BrokerURL, "broker-url", "", "broker URL, http://HOST:PORT or https://HOST:PORT (required)")
+	f.StringVar(&o.Token, "token", "", "agent enrollment token (secret; or GPUPASS_TOKEN_FILE)")
+	f.StringVar(&o.StateDir, "state-dir", "/var/lib/gpupass-agent", "directory for the identity key (0600), agent id and last signed report")
+	f.StringVar(&o.QueryAddr, "query-addr", "127.0.0.1:7465", "local query endpoint (HTTP JSON); loopback unless you mean otherwise")
+	f.StringVar(&o.AddrFile, "addr-file", "", "write the query endpoint URL to this file once listening")
+	f.StringVar(&o.Provider, "provider", "", "label: provider (coreweave, lambda, aws, onprem, …)")
+	f.StringVar(&o.Region, "region", "", "label: region, e.g. us-west-2 (required)")
+	f.StringVar(&o.Zone, "zone", "", "label: zone")
+	f.Float64Var(&o.PricePerHour, "price-per-hour", 0, "label: USD per hour for the whole node")
+	f.StringVar(&o.StorageClass, "storage-class", "standard", "label: storage class: standard, high-iops-nvme or ultra-nvme")
+	f.Float64Var(&o.BandwidthGbps, "bandwidth-gbps", 0, "label: network bandwidth in Gbit/s")
+	f.StringVar(&o.Hostname, "hostname", "", "label: hostname (default: this machine's)")
+	o.addProbeFlags(cmd)
+	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
+}
+
+func (o *Options) addProbeFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.StoragePath, "storage-path", "", "work path whose storage is probed (default: the state dir)")
+	f.StringVar(&o.Python, "python", "python3", "Python interpreter of the jobs")
+	f.StringVar(&o.NVCC, "nvcc", "", "nvcc to probe (default: on PATH, then /usr/local/cuda/bin)")
+	f.StringVar(&o.Simulate, "simulate", "", "simulated hardware profile: a built-in name (h100-sxm5-8x, a100-80gb-4x, rtx-4090-1x) or PROFILE.json")
+	f.IntVar(&o.ReadProbeMB, "read-probe-mb", 64, "size of the sequential read-throughput probe in MiB")
+}
+
+var storageClasses = []string{"standard", "high-iops-nvme", "ultra-nvme"}
+
+// Validate checks the options and fills defaults.
+func (o *Options) Validate(daemon bool) error {
+	if daemon {
+		if o.BrokerURL == "" {
+			return fmt.Errorf("--broker-url is required (or GPUPASS_BROKER_URL)")
+		}
+		if o.Token == "" {
+			return fmt.Errorf("--token is required (or GPUPASS_TOKEN, GPUPASS_TOKEN_FILE)")
+		}
+		if strings.TrimSpace(o.Region) == "" {
+			return fmt.Errorf("--region is required, e.g. --region us-west-2")
+		}
+	}
+	ok := false
+	for _, c := range storageClasses {
+		ok = ok || c == o.StorageClass
+	}
+	if !ok {
+		return fmt.Errorf("--storage-class %q: use one of %s", o.StorageClass, strings.Join(storageClasses, ", "))
+	}
+	if o.PricePerHour < 0 || o.BandwidthGbps < 0 {
+		return fmt.Errorf("--price-per-hour and --bandwidth-gbps must not be negative")
+	}
+	if o.SuiteInterval < time.Second {
+		return fmt.Errorf("--suite-interval %s: must be at least 1s", o.SuiteInterval)
+	}
+	if o.ReadProbeMB < 0 || o.ReadProbeMB > 4096 {
+		return fmt.Errorf("--read-probe-mb %d: must be between 0 and 4096", o.ReadProbeMB)
+	}
+	if o.Hostname == "" {
+		o.Hostname, _ = os.Hostname()
+	}
+	return nil
+}
+
+func (o *Options) labels() *gpupassv1.NodeLabels {
+	return &gpupassv1.NodeLabels{
+		Provider: o.Provider, Region: o.Region, Zone: o.Zone, PricePerHour: o.PricePerHour,
+		StorageClass: o.StorageClass, BandwidthGbps: o.BandwidthGbps, Hostname: o.Hostname,
+	}
+}
+
+func (o *Options) node() conformance.Node {
+	return conformance.Node{
+		Provider: o.Provider, Region: o.Region, Zone: o.Zone, PricePerHour: o.PricePerHour,
+		BandwidthGbps: o.BandwidthGbps, Hostname: o.Hostname,
+	}
+}
