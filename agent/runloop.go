@@ -269,7 +269,13 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	}
 	// Every record must be held by the broker before the final state, so
 	// a client that sees "succeeded" also sees the whole log.
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.drainTimeout())
+	drain := l.drainTimeout()
+	if ctx.Err() != nil {
+		// The agent is stopping: what the broker does not take now stays
+		// in the spool.
+		drain = min(drain, 5*time.Second)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	derr := up.Drain(dctx)
 	cancel()
 	stopUp()
@@ -350,4 +356,29 @@ func (a *Agent) Recheck(ctx context.Context, sp *spec.Spec) ([]conformance.Check
 		return nil, err
 	}
 	return fp.Failed, nil
+}
+
+// startRunLoop runs the work loop against the broker until ctx ends; the
+// returned func waits for it (a run in flight is stopped and reported).
+func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
+	id := func() string {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.agentID
+	}
+	src, err := newBrokerSource(a.o.BrokerURL, a.o.Token, id)
+	if err != nil {
+		return nil, err
+	}
+	l := &RunLoop{
+		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
+		Recheck:  a.Recheck,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	return func() { <-done }, nil
 }
