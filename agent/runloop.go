@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
@@ -124,10 +126,15 @@ func (l *RunLoop) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			l.log().Warn("polling for work", "err", err)
+			wait := retry
+			if connect.CodeOf(err) == connect.CodeUnimplemented {
+				// A broker without the runs API: registry only.
+				wait = 30 * time.Second
+			}
+			l.log().Warn("polling for work", "err", err, "retry_in", wait)
 			select {
 			case <-ctx.Done():
-			case <-time.After(retry):
+			case <-time.After(wait):
 			}
 			continue
 		}

@@ -82,6 +82,7 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newNodesCmd,
 	newValidateCmd,
 	newInitCmd,
+	newUpCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.
