@@ -73,6 +73,8 @@ type Broker struct {
 	offlineMu sync.Mutex
 	online    map[string]bool // last seen state, to log transitions
 
+	runs *runsState // wake-ups for long polls and log followers (runs.go)
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -126,10 +128,12 @@ func New(cfg Config) *Broker {
 		dirty:  map[string]struct{}{},
 		online: map[string]bool{},
 		stop:   make(chan struct{}),
+		runs:   newRunsState(),
 	}
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go b.flushLoop()
 	go b.offlineLoop()
+	go b.runLoop()
 	return b
 }
 
@@ -141,6 +145,7 @@ func (b *Broker) Handler() http.Handler {
 	mux.Handle(p, h)
 	p, h = gpupassv1connect.NewNodeServiceHandler(&nodeService{b}, auth, connect.WithReadMaxBytes(api.MaxClientMessageBytes))
 	mux.Handle(p, h)
+	b.handleRuns(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))

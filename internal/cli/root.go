@@ -83,6 +83,7 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newValidateCmd,
 	newInitCmd,
 	newUpCmd,
+	newCompareCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.

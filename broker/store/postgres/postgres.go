@@ -67,6 +67,8 @@ var Migrations = []string{
 	// 2: incremental registry refresh reads recent changes and beats.
 	`CREATE INDEX nodes_updated ON nodes(updated_at);
 	CREATE INDEX nodes_last_seen ON nodes(last_seen);`,
+	// 3: runs (allocations, events and metric points); see runs.go.
+	runsMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

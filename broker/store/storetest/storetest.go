@@ -32,6 +32,7 @@ func agent(id, key, region string) store.Agent {
 // Run runs the contract suite.
 func Run(t *testing.T, open Factory) {
 	ctx := context.Background()
+	runRuns(t, open)
 
 	t.Run("tokens", func(t *testing.T) {
 		t.Parallel()

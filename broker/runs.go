@@ -1,0 +1,409 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/match"
+	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+func init() {
+	for _, p := range []string{
+		gpupassv1connect.AgentWorkServicePollWorkProcedure,
+		gpupassv1connect.AgentWorkServiceUpdateAllocationProcedure,
+		gpupassv1connect.AgentWorkServiceUploadRecordsProcedure,
+	} {
+		AllowRoles(p, store.RoleAgent, store.RoleAdmin)
+	}
+	AllowRoles(gpupassv1connect.RunServiceSubmitProcedure, store.RoleSubmit, store.RoleAdmin)
+	AllowRoles(gpupassv1connect.RunServiceCancelProcedure, store.RoleSubmit, store.RoleAdmin)
+	for _, p := range []string{
+		gpupassv1connect.RunServiceGetRunProcedure,
+		gpupassv1connect.RunServiceListRunsProcedure,
+		gpupassv1connect.RunServiceGetLogsProcedure,
+		gpupassv1connect.RunServiceGetMetricsProcedure,
+	} {
+		AllowRoles(p, store.RoleRead, store.RoleSubmit, store.RoleAdmin)
+	}
+}
+
+// runsState is the broker's in-memory side of runs: wake-ups only. All
+// run state lives in the store, so a restarted broker (or a second one
+// on the same PostgreSQL) carries on; waiters also re-read the store
+// periodically because another replica's writes do not wake them.
+type runsState struct {
+	mu      sync.Mutex
+	nodes   map[string]chan struct{} // closed when work may wait for the node
+	changed chan struct{}            // closed when any run changed
+}
+
+func newRunsState() *runsState {
+	return &runsState{nodes: map[string]chan struct{}{}, changed: make(chan struct{})}
+}
+
+func (r *runsState) nodeWait(id string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch, ok := r.nodes[id]
+	if !ok {
+		ch = make(chan struct{})
+		r.nodes[id] = ch
+	}
+	return ch
+}
+
+func (r *runsState) wakeNode(id string) {
+	r.mu.Lock()
+	if ch, ok := r.nodes[id]; ok {
+		close(ch)
+		delete(r.nodes, id)
+	}
+	r.mu.Unlock()
+}
+
+func (r *runsState) changeWait() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+func (r *runsState) notify() {
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (b *Broker) runStore() (store.Runs, error) {
+	rs, ok := b.store.(store.Runs)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this broker's store does not support runs"))
+	}
+	return rs, nil
+}
+
+func newAllocID() string {
+	id := make([]byte, 4)
+	_, _ = rand.Read(id)
+	return "alloc-" + hex.EncodeToString(id)
+}
+
+// storeErr maps a store failure to a wire error, logging the detail.
+func (b *Broker) storeErr(what string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: not found", what))
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	b.log.Error("run store", "what", what, "err", err)
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: run store unavailable", what))
+}
+
+var stateProto = map[store.AllocState]gpupassv1.AllocState{
+	store.AllocPending: gpupassv1.AllocState_ALLOC_STATE_PENDING, store.AllocMatched: gpupassv1.AllocState_ALLOC_STATE_MATCHED,
+	store.AllocStarting: gpupassv1.AllocState_ALLOC_STATE_STARTING, store.AllocRunning: gpupassv1.AllocState_ALLOC_STATE_RUNNING,
+	store.AllocSucceeded: gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, store.AllocFailed: gpupassv1.AllocState_ALLOC_STATE_FAILED,
+	store.AllocCancelled: gpupassv1.AllocState_ALLOC_STATE_CANCELLED,
+}
+
+// stateRank orders the lifecycle; an agent may only move an allocation
+// forward (terminal states share the last rank).
+var stateRank = map[store.AllocState]int{
+	store.AllocPending: 0, store.AllocMatched: 1, store.AllocStarting: 2, store.AllocRunning: 3,
+	store.AllocSucceeded: 4, store.AllocFailed: 4, store.AllocCancelled: 4,
+}
+
+func runProto(a store.Alloc) *gpupassv1.Run {
+	r := &gpupassv1.Run{
+		Id: a.ID, Name: a.Name, Region: a.Region, State: stateProto[a.State], Reason: a.Reason, NodeId: a.NodeID,
+		PricePerHour: a.PricePerHour, SpecFingerprint: a.SpecFingerprint, Command: a.Command, ExitCode: int32(a.ExitCode),
+		Attempts: int32(a.Attempts), Restarts: int32(a.Restarts), HeldThrough: a.HeldThrough, FencingToken: a.Fence,
+		CancelRequested: a.CancelRequested, Simulated: a.Simulated, MaxPrice: a.MaxPrice, ResumeElsewhere: a.ResumeElsewhere,
+		ReplacedNodes:   a.Replaced,
+		CreatedUnixNano: nsOf(a.CreatedAt), UpdatedUnixNano: nsOf(a.UpdatedAt), StartedUnixNano: nsOf(a.StartedAt), FinishedUnixNano: nsOf(a.FinishedAt),
+	}
+	if len(a.ScoreJSON) > 0 {
+		var s match.Score
+		if json.Unmarshal(a.ScoreJSON, &s) == nil {
+			r.Score = healthProto(s)
+		}
+	}
+	return r
+}
+
+func nsOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// runLoop re-places pending runs and notices nodes lost under runs.
+func (b *Broker) runLoop() {
+	defer b.wg.Done()
+	every := min(b.cfg.OfflineAfter/3, time.Second)
+	every = max(every, 50*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := b.superviseRuns(ctx); err != nil {
+				b.log.Error("supervising runs", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// nodeOnline reports whether a node beat (or polled) within OfflineAfter.
+func (b *Broker) nodeOnline(snap *snapshot, id string, now time.Time) bool {
+	var seen time.Time
+	if i, ok := snap.pos[id]; ok {
+		seen = snap.nodes[i].LastSeen
+	}
+	if hb, ok := b.beat(id); ok && hb.At.After(seen) {
+		seen = hb.At
+	}
+	return !seen.IsZero() && now.Sub(seen) <= b.cfg.OfflineAfter
+}
+
+func (b *Broker) superviseRuns(ctx context.Context) error {
+	rs, ok := b.store.(store.Runs)
+	if !ok {
+		return nil
+	}
+	active, err := rs.ActiveAllocs(ctx)
+	if err != nil {
+		return err
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	snap, err := b.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, a := range active {
+		switch a.State {
+		case store.AllocPending:
+			if _, err := b.place(ctx, rs, a.ID); err != nil {
+				b.log.Error("placing run", "alloc", a.ID, "err", err)
+			}
+		case store.AllocMatched, store.AllocStarting:
+			if !b.nodeOnline(snap, a.NodeID, now) {
+				b.nodeLost(ctx, rs, a, false)
+			}
+		case store.AllocRunning:
+			if !b.nodeOnline(snap, a.NodeID, now) {
+				b.nodeLost(ctx, rs, a, true)
+			}
+		}
+	}
+	return nil
+}
+
+// nodeLost handles the node of a run going offline: before start the run
+// is placed on the next candidate (and the node's launch counts as
+// failed); mid-run it fails with "node lost" unless it may resume
+// elsewhere.
+func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, started bool) {
+	var replace bool
+	a, err := rs.UpdateAlloc(ctx, seen.ID, func(a *store.Alloc) error {
+		if a.State != seen.State || a.Fence != seen.Fence {
+			return errMoved
+		}
+		lost := a.NodeID
+		if started && !a.ResumeElsewhere {
+			a.State, a.Reason, a.FinishedAt = store.AllocFailed, "node lost: "+lost+" stopped sending heartbeats mid-run", time.Now().UTC()
+			return nil
+		}
+		replace = true
+		a.Replaced = append(a.Replaced, lost)
+		a.State, a.NodeID, a.ScoreJSON = store.AllocPending, "", nil
+		if started {
+			a.ResumeAfterSeq = a.HeldThrough
+			a.Reason = "node " + lost + " lost mid-run; resuming elsewhere"
+		} else {
+			a.Reason = "node " + lost + " lost before start; re-placing"
+		}
+		return nil
+	})
+	if errors.Is(err, errMoved) {
+		return
+	}
+	if err != nil {
+		b.log.Error("handling lost node", "alloc", seen.ID, "err", err)
+		return
+	}
+	b.log.Warn("node lost under run", "alloc", a.ID, "node", seen.NodeID, "started", started, "state", a.State)
+	if !started {
+		b.recordLaunch(ctx, store.Launch{NodeID: seen.NodeID, At: time.Now().UTC(), Failed: true, Reason: "node lost before start", AllocID: a.ID})
+	}
+	b.runs.notify()
+	if replace {
+		if _, err := b.place(ctx, rs, a.ID); err != nil {
+			b.log.Error("re-placing run", "alloc", a.ID, "err", err)
+		}
+	}
+}
+
+var errMoved = errors.New("allocation changed meanwhile")
+
+func (b *Broker) recordLaunch(ctx context.Context, l store.Launch) {
+	if err := b.store.RecordLaunch(ctx, l); err != nil {
+		b.log.Error("recording launch", "node", l.NodeID, "alloc", l.AllocID, "err", err)
+		return
+	}
+	b.invalidate()
+}
+
+// place matches a pending run and leases it to the best idle candidate
+// (DryRun's order), skipping nodes it was lost on. With candidates that
+// are all busy it stays pending; with none it fails with the reasons.
+func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.Alloc, error) {
+	a, err := rs.Alloc(ctx, id)
+	if err != nil {
+		return a, err
+	}
+	if a.State != store.AllocPending {
+		return a, nil
+	}
+	var sp spec.Spec
+	if err := json.Unmarshal(a.SpecJSON, &sp); err != nil {
+		return b.finish(ctx, rs, a, store.AllocFailed, "stored spec is unreadable: "+err.Error())
+	}
+	snap, err := b.snapshot(ctx)
+	if err != nil {
+		return a, err
+	}
+	active, err := rs.ActiveAllocs(ctx)
+	if err != nil {
+		return a, err
+	}
+	busy := map[string]bool{}
+	for _, x := range active {
+		if x.ID != a.ID && x.NodeID != "" {
+			busy[x.NodeID] = true
+		}
+	}
+	skip := map[string]bool{}
+	for _, n := range a.Replaced {
+		skip[n] = true
+	}
+	out := match.Run(match.Input{Spec: &sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
+		Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
+	var pick *match.Result
+	waiting := false
+	for _, c := range out.Candidates {
+		switch {
+		case skip[c.Node.ID]:
+		case busy[c.Node.ID]:
+			waiting = true
+		default:
+			pick = c
+		}
+		if pick != nil {
+			break
+		}
+	}
+	if pick == nil {
+		if waiting {
+			if a.Reason == "" || !strings.Contains(a.Reason, "waiting") {
+				a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+					if x.State != store.AllocPending {
+						return errMoved
+					}
+					x.Reason = strings.TrimPrefix(x.Reason+"; ", "; ") + "waiting for a free node"
+					return nil
+				})
+				if errors.Is(err, errMoved) {
+					err = nil
+				}
+			}
+			return a, err
+		}
+		return b.finish(ctx, rs, a, store.AllocFailed, noCandidate(a, out))
+	}
+	score, _ := json.Marshal(pick.Score)
+	a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+		if x.State != store.AllocPending {
+			return errMoved
+		}
+		x.State, x.NodeID, x.Fence, x.ScoreJSON = store.AllocMatched, pick.Node.ID, x.Fence+1, score
+		x.PricePerHour, x.Simulated, x.Reason = match.Price(pick.Node), pick.Node.Index.Simulated, ""
+		return nil
+	})
+	if errors.Is(err, errMoved) {
+		return rs.Alloc(ctx, id)
+	}
+	if err != nil {
+		return a, err
+	}
+	b.log.Info("run placed", "alloc", a.ID, "node", a.NodeID, "score", pick.Score.Score, "fence", a.Fence)
+	b.runs.wakeNode(a.NodeID)
+	b.runs.notify()
+	return a, nil
+}
+
+// noCandidate explains an empty match: the first reason of up to three
+// excluded nodes of the region.
+func noCandidate(a store.Alloc, out match.Output) string {
+	var why []string
+	for _, x := range out.Excluded {
+		if x.OutOfScope || len(x.Reasons) == 0 || match.Region(x.Node) != a.Region {
+			continue
+		}
+		if len(why) == 3 {
+			why = append(why, "…")
+			break
+		}
+		why = append(why, x.Node.ID+": "+x.Reasons[0].Message)
+	}
+	prefix := ""
+	if len(a.Replaced) > 0 {
+		prefix = "lost on " + strings.Join(a.Replaced, ", ") + "; "
+	}
+	if len(why) == 0 {
+		return prefix + "no candidate node: no certified node in region " + a.Region
+	}
+	return prefix + "no candidate node in " + a.Region + ": " + strings.Join(why, "; ")
+}
+
+// finish moves a non-terminal run to a terminal state with a reason.
+func (b *Broker) finish(ctx context.Context, rs store.Runs, a store.Alloc, st store.AllocState, reason string) (store.Alloc, error) {
+	out, err := rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+		if x.State.Terminal() {
+			return errMoved
+		}
+		x.State, x.Reason, x.FinishedAt = st, reason, time.Now().UTC()
+		return nil
+	})
+	if errors.Is(err, errMoved) {
+		return rs.Alloc(ctx, a.ID)
+	}
+	if err == nil {
+		b.log.Info("run finished", "alloc", a.ID, "state", st, "reason", reason)
+		b.runs.notify()
+	}
+	return out, err
+}

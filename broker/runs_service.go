@@ -1,0 +1,534 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/match"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/events"
+)
+
+func (b *Broker) handleRuns(mux *http.ServeMux) {
+	auth := connect.WithInterceptors(b.authInterceptor(), streamAuth{b})
+	p, h := gpupassv1connect.NewAgentWorkServiceHandler(&workService{b}, auth, connect.WithReadMaxBytes(api.MaxRecordsBytes))
+	mux.Handle(p, h)
+	p, h = gpupassv1connect.NewRunServiceHandler(&runService{b}, auth, connect.WithReadMaxBytes(api.MaxSubmitBytes))
+	mux.Handle(p, h)
+}
+
+// streamAuth authenticates streaming calls (GetLogs) the way
+// authInterceptor does unary ones, which it does not see.
+type streamAuth struct{ b *Broker }
+
+func (streamAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (streamAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a streamAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		proc := conn.Spec().Procedure
+		t, err := a.b.authenticate(ctx, conn.RequestHeader().Get(api.AuthHeader))
+		if err != nil {
+			return err
+		}
+		for _, r := range roles[proc] {
+			if r == t.Role {
+				return next(context.WithValue(ctx, tokenKey{}, t), conn)
+			}
+		}
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s has role %s, which may not call %s", t.ID, t.Role, proc))
+	}
+}
+
+type workService struct{ b *Broker }
+
+// touch counts an agent's run call as a sign of life, like a heartbeat
+// without an RTT.
+func (b *Broker) touch(id string) {
+	b.beatsMu.Lock()
+	hb := store.Heartbeat{AgentID: id, At: time.Now(), RTTMS: -1}
+	if prev, ok := b.seen[id]; ok {
+		hb.RTTMS = prev.RTTMS
+	}
+	b.seen[id] = hb
+	b.dirty[id] = struct{}{}
+	b.beatsMu.Unlock()
+}
+
+func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupassv1.PollWorkRequest]) (*connect.Response[gpupassv1.PollWorkResponse], error) {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	id := req.Msg.AgentId
+	if _, err := b.agent(ctx, id); err != nil {
+		return nil, err
+	}
+	wait := time.Duration(req.Msg.WaitSeconds) * time.Second
+	if wait <= 0 {
+		wait = 20 * time.Second
+	}
+	wait = min(wait, 60*time.Second)
+	deadline := time.Now().Add(wait)
+	for {
+		b.touch(id)
+		wake := b.runs.nodeWait(id)
+		active, err := rs.ActiveAllocs(ctx)
+		if err != nil {
+			return nil, b.storeErr("polling work", err)
+		}
+		for _, a := range active {
+			if a.NodeID != id || a.State != store.AllocMatched {
+				continue
+			}
+			w, err := rs.Workdir(ctx, a.ID)
+			if err != nil {
+				return nil, b.storeErr("reading work dir of "+a.ID, err)
+			}
+			return connect.NewResponse(&gpupassv1.PollWorkResponse{Assignment: assignment(a, w)}), nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return connect.NewResponse(&gpupassv1.PollWorkResponse{}), nil
+		}
+		// Re-read at least every second: another broker replica may
+		// have placed work here without waking this one.
+		t := time.NewTimer(min(left, time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+		case <-b.stop:
+			t.Stop()
+			return connect.NewResponse(&gpupassv1.PollWorkResponse{}), nil
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func assignment(a store.Alloc, workdir []byte) *gpupassv1.Assignment {
+	as := &gpupassv1.Assignment{AllocId: a.ID, FencingToken: a.Fence, Name: a.Name, Region: a.Region, SpecJson: a.SpecJSON,
+		Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(a.MaxRestarts), GraceSeconds: int32(a.GraceSeconds),
+		ResumeAfterSeq: a.ResumeAfterSeq}
+	if len(workdir) > 0 {
+		as.WorkdirDigest = digest(workdir)
+	}
+	return as
+}
+
+var stateFromProto = map[gpupassv1.AllocState]store.AllocState{
+	gpupassv1.AllocState_ALLOC_STATE_STARTING: store.AllocStarting, gpupassv1.AllocState_ALLOC_STATE_RUNNING: store.AllocRunning,
+	gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED: store.AllocSucceeded, gpupassv1.AllocState_ALLOC_STATE_FAILED: store.AllocFailed,
+	gpupassv1.AllocState_ALLOC_STATE_CANCELLED: store.AllocCancelled,
+}
+
+func staleFence(a store.Alloc, agent string, fence uint64) error {
+	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+		"allocation %s is no longer leased to %s with fencing token %d (now node %q, token %d, state %s): stop the run",
+		a.ID, agent, fence, a.NodeID, a.Fence, a.State))
+}
+
+func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request[gpupassv1.UpdateAllocationRequest]) (*connect.Response[gpupassv1.UpdateAllocationResponse], error) {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	if _, err := b.agent(ctx, m.AgentId); err != nil {
+		return nil, err
+	}
+	b.touch(m.AgentId)
+	target, ok := stateFromProto[m.State]
+	if !ok {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("state %s: an agent reports STARTING, RUNNING, SUCCEEDED, FAILED or CANCELLED", m.State))
+	}
+	if (target == store.AllocFailed || target == store.AllocCancelled) && strings.TrimSpace(m.Reason) == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason is required for state %s", target))
+	}
+	var launch *store.Launch
+	now := time.Now().UTC()
+	a, err := rs.UpdateAlloc(ctx, m.AllocId, func(a *store.Alloc) error {
+		if a.NodeID != m.AgentId || a.Fence != m.FencingToken {
+			return staleFence(*a, m.AgentId, m.FencingToken)
+		}
+		a.Attempts, a.Restarts = max(a.Attempts, int(m.Attempts)), max(a.Restarts, int(m.Restarts))
+		a.LastSeq = max(a.LastSeq, m.LastSeq)
+		if a.State == target {
+			return nil // a retried update
+		}
+		if a.State.Terminal() || stateRank[target] < stateRank[a.State] {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("allocation %s is %s (%s): cannot move it to %s", a.ID, a.State, a.Reason, target))
+		}
+		switch {
+		case target == store.AllocRunning:
+			a.StartedAt = now
+			launch = &store.Launch{NodeID: a.NodeID, At: now, AllocID: a.ID}
+		case target == store.AllocFailed && a.State != store.AllocRunning:
+			launch = &store.Launch{NodeID: a.NodeID, At: now, AllocID: a.ID, Failed: true, Reason: m.Reason}
+		}
+		a.State = target
+		if target.Terminal() {
+			a.FinishedAt, a.ExitCode, a.Reason = now, int(m.ExitCode), m.Reason
+			if a.Reason == "" {
+				a.Reason = fmt.Sprintf("exited with code %d", m.ExitCode)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.storeErr("updating allocation "+m.AllocId, err)
+	}
+	if launch != nil {
+		b.recordLaunch(ctx, *launch)
+	}
+	b.runs.notify()
+	return connect.NewResponse(&gpupassv1.UpdateAllocationResponse{CancelRequested: a.CancelRequested}), nil
+}
+
+func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gpupassv1.UploadRecordsRequest]) (*connect.Response[gpupassv1.UploadRecordsResponse], error) {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	if _, err := b.agent(ctx, m.AgentId); err != nil {
+		return nil, err
+	}
+	b.touch(m.AgentId)
+	a, err := rs.Alloc(ctx, m.AllocId)
+	if err != nil {
+		return nil, b.storeErr("allocation "+m.AllocId, err)
+	}
+	if a.NodeID != m.AgentId || a.Fence != m.FencingToken {
+		return nil, staleFence(a, m.AgentId, m.FencingToken)
+	}
+	recs := make([]store.RunRecord, len(m.Records))
+	for i, r := range m.Records {
+		if r.Seq == 0 || (r.Kind != gpupassv1.RecordKind_RECORD_KIND_EVENT && r.Kind != gpupassv1.RecordKind_RECORD_KIND_METRIC) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("records[%d]: seq must be >= 1 and kind EVENT or METRIC (got seq %d, kind %s)", i, r.Seq, r.Kind))
+		}
+		recs[i] = store.RunRecord{Seq: r.Seq, Kind: store.RecordKind(r.Kind), Data: r.Data}
+	}
+	held, err := rs.AppendRecords(ctx, m.AllocId, m.FencingToken, recs)
+	if errors.Is(err, store.ErrStaleFence) {
+		a, _ = rs.Alloc(ctx, m.AllocId)
+		return nil, staleFence(a, m.AgentId, m.FencingToken)
+	}
+	if err != nil {
+		return nil, b.storeErr("storing records of "+m.AllocId, err)
+	}
+	if len(recs) > 0 {
+		b.runs.notify()
+	}
+	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: held, CancelRequested: a.CancelRequested}), nil
+}
+
+type runService struct{ b *Broker }
+
+func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.SubmitRequest]) (*connect.Response[gpupassv1.SubmitResponse], error) {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	tok, _ := TokenFrom(ctx)
+	m := req.Msg
+	region := strings.TrimSpace(m.Region)
+	if region == "" || strings.ContainsAny(region, "*?[]") {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("region %q: name exactly one region (e.g. us-west-2), not a pattern", m.Region))
+	}
+	if err := checkRegion(tok, region); err != nil {
+		return nil, err
+	}
+	dr := &gpupassv1.DryRunRequest{}
+	switch {
+	case len(m.GetSpecYaml()) > 0:
+		dr.Spec = &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: m.GetSpecYaml()}
+	case len(m.GetSpecJson()) > 0:
+		dr.Spec = &gpupassv1.DryRunRequest_SpecJson{SpecJson: m.GetSpecJson()}
+	}
+	sp, fp, err := parseSpec(dr)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if len(m.Command) == 0 || strings.TrimSpace(m.Command[0]) == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("command is required: gpupass train … -- COMMAND ARGS…"))
+	}
+	if m.MaxPrice < 0 || math.IsNaN(m.MaxPrice) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("max_price must not be negative (0 = no limit)"))
+	}
+	restarts := int32(3)
+	if m.MaxRestarts != nil {
+		restarts = m.GetMaxRestarts()
+	}
+	grace := m.GraceSeconds
+	if grace == 0 {
+		grace = 10
+	}
+	if restarts < 0 || restarts > 100 || grace < 0 || grace > 3600 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("max_restarts must be 0..100 and grace_seconds 0..3600"))
+	}
+	minScore := match.DefaultMinScore
+	if m.MinHealthScore != nil {
+		minScore = m.GetMinHealthScore()
+	}
+	specJSON, err := json.Marshal(sp)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec: %v", err))
+	}
+	name := strings.TrimSpace(m.Name)
+	if name == "" {
+		name = sp.Name
+	}
+	if name == "" {
+		name = "run"
+	}
+	if !strings.HasSuffix(name, "-"+region) {
+		name += "-" + region
+	}
+	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, State: store.AllocPending, SpecJSON: specJSON, SpecFingerprint: fp,
+		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
+		GraceSeconds: int(grace), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC()}
+	if err := rs.CreateAlloc(ctx, a); err != nil {
+		return nil, b.storeErr("storing run", err)
+	}
+	b.log.Info("run submitted", "alloc", a.ID, "name", a.Name, "region", region, "token", tok.ID)
+	placed, err := b.place(ctx, rs, a.ID)
+	if err != nil {
+		// Stored as pending: the run loop places it when the registry
+		// or store is back.
+		b.log.Error("placing run", "alloc", a.ID, "err", err)
+		placed = a
+	}
+	return connect.NewResponse(&gpupassv1.SubmitResponse{Run: runProto(placed)}), nil
+}
+
+// visibleRun reads a run the caller's token may see; others are not
+// found, so a token does not learn which ids exist elsewhere.
+func (b *Broker) visibleRun(ctx context.Context, rs store.Runs, id string) (store.Alloc, error) {
+	tok, _ := TokenFrom(ctx)
+	a, err := rs.Alloc(ctx, id)
+	if err == nil && !match.MatchRegion(tok.Regions, a.Region) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return a, b.storeErr("run "+id, err)
+	}
+	return a, nil
+}
+
+func (s *runService) GetRun(ctx context.Context, req *connect.Request[gpupassv1.GetRunRequest]) (*connect.Response[gpupassv1.GetRunResponse], error) {
+	rs, err := s.b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.b.visibleRun(ctx, rs, req.Msg.AllocId)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&gpupassv1.GetRunResponse{Run: runProto(a)}), nil
+}
+
+func (s *runService) ListRuns(ctx context.Context, req *connect.Request[gpupassv1.ListRunsRequest]) (*connect.Response[gpupassv1.ListRunsResponse], error) {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	tok, _ := TokenFrom(ctx)
+	if err := checkFilter(tok, req.Msg.Regions); err != nil {
+		return nil, err
+	}
+	limit := int(req.Msg.Limit)
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	// Read more than limit: some rows may be outside the token scope.
+	all, err := rs.ListAllocs(ctx, 4*limit)
+	if err != nil {
+		return nil, b.storeErr("listing runs", err)
+	}
+	resp := &gpupassv1.ListRunsResponse{}
+	for _, a := range all {
+		if len(resp.Runs) == limit {
+			break
+		}
+		if !match.MatchRegion(tok.Regions, a.Region) || (len(req.Msg.Regions) > 0 && !match.MatchRegion(req.Msg.Regions, a.Region)) {
+			continue
+		}
+		resp.Runs = append(resp.Runs, runProto(a))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.CancelRequest]) (*connect.Response[gpupassv1.CancelResponse], error) {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.visibleRun(ctx, rs, req.Msg.AllocId); err != nil {
+		return nil, err
+	}
+	reason := strings.TrimSpace(req.Msg.Reason)
+	if reason == "" {
+		reason = "cancelled by user"
+	}
+	a, err := rs.UpdateAlloc(ctx, req.Msg.AllocId, func(a *store.Alloc) error {
+		switch a.State {
+		case store.AllocPending, store.AllocMatched:
+			// Not started: nothing to stop. An agent that already took
+			// the assignment is refused on its first update.
+			a.State, a.Reason, a.FinishedAt = store.AllocCancelled, reason, time.Now().UTC()
+		case store.AllocStarting, store.AllocRunning:
+			a.CancelRequested = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.storeErr("cancelling run "+req.Msg.AllocId, err)
+	}
+	b.log.Info("run cancel requested", "alloc", a.ID, "state", a.State)
+	b.runs.notify()
+	return connect.NewResponse(&gpupassv1.CancelResponse{Run: runProto(a)}), nil
+}
+
+// followGrace bounds how long a follower waits, after a run ended, for
+// records the agent said it spooled but has not uploaded yet.
+const followGrace = 30 * time.Second
+
+func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1.GetLogsRequest], stream *connect.ServerStream[gpupassv1.GetLogsResponse]) error {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return err
+	}
+	m := req.Msg
+	a, err := b.visibleRun(ctx, rs, m.AllocId)
+	if err != nil {
+		return err
+	}
+	kind := store.RecordEvent
+	if m.IncludeMetrics {
+		kind = 0
+	}
+	after := m.AfterSeq
+	for {
+		wake := b.runs.changeWait()
+		// Following, read the run before its records and send only up to
+		// its gap-free mark: records past a gap are sent once the gap is
+		// filled, so a follower sees every seq once and in order.
+		limit := uint64(math.MaxUint64)
+		if m.Follow {
+			if a, err = rs.Alloc(ctx, m.AllocId); err != nil {
+				return b.storeErr("run "+m.AllocId, err)
+			}
+			limit = a.HeldThrough
+		}
+	page:
+		for after < limit {
+			recs, err := rs.Records(ctx, m.AllocId, after, kind, 1000)
+			if err != nil {
+				return b.storeErr("reading logs of "+m.AllocId, err)
+			}
+			resp := &gpupassv1.GetLogsResponse{}
+			for _, r := range recs {
+				if r.Seq > limit {
+					break
+				}
+				resp.Records = append(resp.Records, &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data})
+			}
+			if len(resp.Records) == 0 {
+				break page
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			after = resp.Records[len(resp.Records)-1].Seq
+		}
+		if !m.Follow {
+			return nil
+		}
+		after = max(after, limit) // the rest up to the mark are of another kind
+		if a.State.Terminal() && (a.HeldThrough >= a.LastSeq || time.Since(a.FinishedAt) > followGrace) {
+			return stream.Send(&gpupassv1.GetLogsResponse{Run: runProto(a)})
+		}
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-b.stop:
+			t.Stop()
+			return connect.NewError(connect.CodeUnavailable, errors.New("broker shutting down: follow again"))
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (s *runService) GetMetrics(ctx context.Context, req *connect.Request[gpupassv1.GetMetricsRequest]) (*connect.Response[gpupassv1.GetMetricsResponse], error) {
+	b := s.b
+	rs, err := b.runStore()
+	if err != nil {
+		return nil, err
+	}
+	a, err := b.visibleRun(ctx, rs, req.Msg.AllocId)
+	if err != nil {
+		return nil, err
+	}
+	var points []events.Metric
+	var after uint64
+	for {
+		recs, err := rs.Records(ctx, a.ID, after, store.RecordMetric, 5000)
+		if err != nil {
+			return nil, b.storeErr("reading metrics of "+a.ID, err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			var p events.Metric
+			if err := json.Unmarshal(r.Data, &p); err != nil {
+				b.log.Warn("skipping unreadable metric record", "alloc", a.ID, "seq", r.Seq, "err", err)
+				continue
+			}
+			p.Seq = r.Seq
+			points = append(points, p)
+		}
+		after = recs[len(recs)-1].Seq
+	}
+	resp := &gpupassv1.GetMetricsResponse{Run: runProto(a)}
+	for _, p := range events.Continuous(points) {
+		resp.Points = append(resp.Points, &gpupassv1.MetricPoint{Seq: p.Seq, Step: p.Step, TimeUnixNano: nsOf(p.Time),
+			Attempt: int32(p.Attempt), Values: p.Values, Source: p.Source})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

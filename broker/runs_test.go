@@ -1,0 +1,527 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// worker is an API-level agent speaking the real run protocol (gRPC,
+// like gpupass-agent) with a real enrolled identity.
+type worker struct {
+	*brokertest.Agent
+	runs *api.RunClients
+}
+
+func newWorker(t *testing.T, b *brokertest.Broker, tok string, n brokertest.NodeSpec) *worker {
+	t.Helper()
+	a := brokertest.Register(t, b.URL, tok, n)
+	rc, err := api.DialRuns(b.URL, api.DialOptions{Token: tok, GRPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &worker{Agent: a, runs: rc}
+}
+
+// keepAlive beats until the test ends.
+func (w *worker) keepAlive(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+				_, _ = w.Beat(ctx)
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (w *worker) poll(t *testing.T, wait int32) *gpupassv1.Assignment {
+	t.Helper()
+	resp, err := w.runs.Work.PollWork(context.Background(), connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: w.ID, WaitSeconds: wait}))
+	if err != nil {
+		t.Fatalf("PollWork: %v", err)
+	}
+	return resp.Msg.Assignment
+}
+
+func (w *worker) update(as *gpupassv1.Assignment, st gpupassv1.AllocState, reason string, lastSeq uint64) (*gpupassv1.UpdateAllocationResponse, error) {
+	resp, err := w.runs.Work.UpdateAllocation(context.Background(), connect.NewRequest(&gpupassv1.UpdateAllocationRequest{
+		AgentId: w.ID, AllocId: as.AllocId, FencingToken: as.FencingToken, State: st, Reason: reason, Attempts: 1, LastSeq: lastSeq}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+func (w *worker) upload(as *gpupassv1.Assignment, recs []*gpupassv1.Record) (uint64, error) {
+	resp, err := w.runs.Work.UploadRecords(context.Background(), connect.NewRequest(&gpupassv1.UploadRecordsRequest{
+		AgentId: w.ID, AllocId: as.AllocId, FencingToken: as.FencingToken, Records: recs}))
+	if err != nil {
+		return 0, err
+	}
+	return resp.Msg.HeldThrough, nil
+}
+
+// records makes seqs from..to: every third a metric point (step = seq).
+func records(from, to uint64) []*gpupassv1.Record {
+	var out []*gpupassv1.Record
+	for s := from; s <= to; s++ {
+		if s%3 == 0 {
+			out = append(out, &gpupassv1.Record{Seq: s, Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
+				Data: fmt.Appendf(nil, `{"step":%d,"ts":"2026-11-29T12:00:00Z","attempt":1,"values":{"loss":%d}}`, s, 100-s)})
+			continue
+		}
+		out = append(out, &gpupassv1.Record{Seq: s, Kind: gpupassv1.RecordKind_RECORD_KIND_EVENT,
+			Data: fmt.Appendf(nil, `{"ts":"2026-11-29T12:00:00Z","level":"INFO","component":"trainer","msg":"line %d"}`, s)})
+	}
+	return out
+}
+
+func submit(t *testing.T, c *api.RunClients, region string, mod func(*gpupassv1.SubmitRequest)) *gpupassv1.Run {
+	t.Helper()
+	req := &gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: region,
+		Command: []string{"python3", "train.py"}}
+	if mod != nil {
+		mod(req)
+	}
+	resp, err := c.Run.Submit(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	return resp.Msg.Run
+}
+
+func getRun(t *testing.T, c *api.RunClients, id string) *gpupassv1.Run {
+	t.Helper()
+	resp, err := c.Run.GetRun(context.Background(), connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+	if err != nil {
+		t.Fatalf("GetRun %s: %v", id, err)
+	}
+	return resp.Msg.Run
+}
+
+// waitRun polls GetRun until cond holds (no fixed sleeps).
+func waitRun(t *testing.T, c *api.RunClients, id string, what string, cond func(*gpupassv1.Run) bool) *gpupassv1.Run {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := getRun(t, c, id)
+		if cond(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s never got %s; last: %v %s", id, what, r.State, r.Reason)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func dialRuns(t *testing.T, b *brokertest.Broker, tok string) *api.RunClients {
+	t.Helper()
+	c, err := api.DialRuns(b.URL, api.DialOptions{Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRunLifecycle(t *testing.T) {
+	t.Parallel()
+	for _, kind := range brokertest.Stores {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := brokertest.Start(t, brokertest.NewDB(t, kind), brokertest.Fast())
+			agentTok := b.Token(t, store.RoleAgent, "*")
+			cheap := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 20))
+			dear := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 26))
+			cheap.keepAlive(t)
+			dear.keepAlive(t)
+			c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "us-*"))
+
+			run := submit(t, c, "us-west-2", func(r *gpupassv1.SubmitRequest) { r.Name = "bert" })
+			if run.State != gpupassv1.AllocState_ALLOC_STATE_MATCHED || run.NodeId != cheap.ID || run.Name != "bert-us-west-2" ||
+				!strings.HasPrefix(run.Id, "alloc-") || len(run.Id) != len("alloc-8a3f9b21") || run.Score.GetScore() <= 0 {
+				t.Fatalf("submitted run = %v", run)
+			}
+			as := cheap.poll(t, 5)
+			if as == nil || as.AllocId != run.Id || as.FencingToken != 1 || as.MaxRestarts != 3 || !cmp.Equal(as.Command, []string{"python3", "train.py"}) {
+				t.Fatalf("assignment = %v", as)
+			}
+			if other := dear.poll(t, 1); other != nil {
+				t.Fatalf("the other node got the run too: %v", other)
+			}
+
+			// A follower started now sees every record and the end.
+			type followed struct {
+				seqs []uint64
+				last *gpupassv1.Run
+				err  error
+			}
+			done := make(chan followed, 1)
+			go func() {
+				var f followed
+				st, err := c.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, Follow: true, IncludeMetrics: true}))
+				if err != nil {
+					f.err = err
+					done <- f
+					return
+				}
+				for st.Receive() {
+					for _, r := range st.Msg().Records {
+						f.seqs = append(f.seqs, r.Seq)
+					}
+					if st.Msg().Run != nil {
+						f.last = st.Msg().Run
+					}
+				}
+				f.err = st.Err()
+				done <- f
+			}()
+
+			for _, st := range []gpupassv1.AllocState{gpupassv1.AllocState_ALLOC_STATE_STARTING, gpupassv1.AllocState_ALLOC_STATE_RUNNING,
+				gpupassv1.AllocState_ALLOC_STATE_RUNNING} { // the repeat is a retried call
+				if _, err := cheap.update(as, st, "", 0); err != nil {
+					t.Fatalf("update %v: %v", st, err)
+				}
+			}
+			steps := []struct {
+				name string
+				recs []*gpupassv1.Record
+				held uint64
+			}{
+				{"first batch", records(1, 50), 50},
+				{"sent again after a lost reply", records(1, 50), 50},
+				{"after a gap", records(61, 70), 50},
+				{"gap filled", records(51, 60), 70},
+			}
+			for _, s := range steps {
+				held, err := cheap.upload(as, s.recs)
+				if err != nil || held != s.held {
+					t.Fatalf("%s: held %d, %v; want %d", s.name, held, err, s.held)
+				}
+			}
+			if _, err := cheap.upload(as, []*gpupassv1.Record{{Seq: 0, Kind: gpupassv1.RecordKind_RECORD_KIND_EVENT}}); brokertest.Code(err) != connect.CodeInvalidArgument {
+				t.Errorf("seq 0: err = %v, want invalid_argument", err)
+			}
+			if _, err := cheap.update(as, gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, "", 70); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cheap.update(as, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 70); brokertest.Code(err) != connect.CodeFailedPrecondition {
+				t.Errorf("moving a finished run back: err = %v, want failed_precondition", err)
+			}
+
+			f := <-done
+			if f.err != nil {
+				t.Fatalf("follow: %v", f.err)
+			}
+			if len(f.seqs) != 70 || f.seqs[0] != 1 || f.seqs[69] != 70 {
+				t.Errorf("follower got %d records (%v…), want seq 1..70 once each", len(f.seqs), f.seqs[:min(5, len(f.seqs))])
+			}
+			for i, s := range f.seqs {
+				if s != uint64(i+1) {
+					t.Fatalf("follower record %d has seq %d: lost or duplicated", i, s)
+				}
+			}
+			if f.last.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || f.last.Reason != "exited with code 0" {
+				t.Errorf("final run = %v", f.last)
+			}
+
+			// Logs without metrics; metrics as one series.
+			st, err := c.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, AfterSeq: 60}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var evs []uint64
+			for st.Receive() {
+				for _, r := range st.Msg().Records {
+					if r.Kind != gpupassv1.RecordKind_RECORD_KIND_EVENT {
+						t.Errorf("logs without metrics sent a %v", r.Kind)
+					}
+					evs = append(evs, r.Seq)
+				}
+			}
+			if diff := cmp.Diff([]uint64{61, 62, 64, 65, 67, 68, 70}, evs); diff != "" || st.Err() != nil {
+				t.Errorf("events after 60 (-want +got):\n%s %v", diff, st.Err())
+			}
+			mr, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(mr.Msg.Points) != 23 || mr.Msg.Points[0].Step != 3 || mr.Msg.Points[0].Values["loss"] != 97 || mr.Msg.Run.Region != "us-west-2" {
+				t.Errorf("metrics = %d points, first %v", len(mr.Msg.Points), mr.Msg.Points[0])
+			}
+
+			got := getRun(t, c, run.Id)
+			if got.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || got.HeldThrough != 70 || got.StartedUnixNano == 0 || got.FinishedUnixNano == 0 {
+				t.Errorf("final GetRun = %v", got)
+			}
+			list, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+			if err != nil || len(list.Msg.Runs) != 1 || list.Msg.Runs[0].Id != run.Id {
+				t.Errorf("ListRuns = %v, %v", list, err)
+			}
+
+			// The successful launch counts in the node's 24 h statistics.
+			nodes, err := b.Clients(t, b.Token(t, store.RoleRead, "*")).Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes.Msg.Nodes {
+				if n.Id == cheap.ID && (n.Health.Launches_24H != 1 || n.Health.LaunchFailures_24H != 0) {
+					t.Errorf("launch stats of the node = %d launches, %d failures; want 1, 0", n.Health.Launches_24H, n.Health.LaunchFailures_24H)
+				}
+			}
+		})
+	}
+}
+
+func TestRunScopeAndRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	agentTok := b.Token(t, store.RoleAgent, "*")
+	newWorker(t, b, agentTok, brokertest.H100("us-west-2", 20)).keepAlive(t)
+	newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 20)).keepAlive(t)
+	us := dialRuns(t, b, b.Token(t, store.RoleSubmit, "us-*"))
+	all := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+	reader := dialRuns(t, b, b.Token(t, store.RoleRead, "*"))
+
+	euRun := submit(t, all, "eu-central-1", nil)
+	if euRun.State != gpupassv1.AllocState_ALLOC_STATE_MATCHED || euRun.Name != "llm-finetune-eu-central-1" {
+		t.Fatalf("eu run = %v", euRun)
+	}
+	tests := []struct {
+		name string
+		call func() error
+		want connect.Code
+	}{
+		{"submit outside scope", func() error {
+			_, err := us.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "eu-central-1", Command: []string{"true"}}))
+			return err
+		}, connect.CodePermissionDenied},
+		{"read a run outside scope", func() error {
+			_, err := us.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: euRun.Id}))
+			return err
+		}, connect.CodeNotFound},
+		{"cancel a run outside scope", func() error {
+			_, err := us.Run.Cancel(ctx, connect.NewRequest(&gpupassv1.CancelRequest{AllocId: euRun.Id}))
+			return err
+		}, connect.CodeNotFound},
+		{"logs of a run outside scope", func() error {
+			st, err := us.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: euRun.Id}))
+			if err != nil {
+				return err
+			}
+			for st.Receive() {
+			}
+			return st.Err()
+		}, connect.CodeNotFound},
+		{"read token submits", func() error {
+			_, err := reader.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2", Command: []string{"true"}}))
+			return err
+		}, connect.CodePermissionDenied},
+		{"region pattern", func() error {
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-*", Command: []string{"true"}}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"no command", func() error {
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2"}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"bad spec", func() error {
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte("name: [")}, Region: "us-west-2", Command: []string{"true"}}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"logs without a token", func() error {
+			c := dialRuns(t, b, "")
+			st, err := c.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: euRun.Id}))
+			if err != nil {
+				return err
+			}
+			for st.Receive() {
+			}
+			return st.Err()
+		}, connect.CodeUnauthenticated},
+		{"agent token reads runs", func() error {
+			_, err := dialRuns(t, b, agentTok).Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: euRun.Id}))
+			return err
+		}, connect.CodePermissionDenied},
+	}
+	for _, tt := range tests {
+		if got := brokertest.Code(tt.call()); got != tt.want {
+			t.Errorf("%s: code %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	list, err := us.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+	if err != nil || len(list.Msg.Runs) != 0 {
+		t.Errorf("a us-* token lists %v, %v; want no runs", list, err)
+	}
+
+	// --max-price below every node: failed with the reason, never placed.
+	cheapOnly := submit(t, all, "us-west-2", func(r *gpupassv1.SubmitRequest) { r.MaxPrice = 10 })
+	if cheapOnly.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(cheapOnly.Reason, "above --max-price 10/h") || cheapOnly.NodeId != "" {
+		t.Errorf("run over max price = %v %q", cheapOnly.State, cheapOnly.Reason)
+	}
+	nowhere := submit(t, all, "ap-south-1", nil)
+	if nowhere.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(nowhere.Reason, "no certified node in region ap-south-1") {
+		t.Errorf("run in an empty region = %v %q", nowhere.State, nowhere.Reason)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	w := newWorker(t, b, b.Token(t, store.RoleAgent, "*"), brokertest.H100("us-west-2", 20))
+	w.keepAlive(t)
+	c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+	ctx := context.Background()
+	cancel := func(id string) *gpupassv1.Run {
+		t.Helper()
+		resp, err := c.Run.Cancel(ctx, connect.NewRequest(&gpupassv1.CancelRequest{AllocId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.Run
+	}
+
+	// Before start: cancelled at once; the agent that took it is refused.
+	r1 := submit(t, c, "us-west-2", nil)
+	as1 := w.poll(t, 5)
+	if got := cancel(r1.Id); got.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED || got.Reason != "cancelled by user" {
+		t.Fatalf("cancel before start = %v %q", got.State, got.Reason)
+	}
+	if _, err := w.update(as1, gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0); brokertest.Code(err) != connect.CodeFailedPrecondition {
+		t.Errorf("starting a cancelled run: err = %v, want failed_precondition", err)
+	}
+
+	// Running: the agent learns it from its next call, then ends it.
+	r2 := submit(t, c, "us-west-2", nil)
+	as2 := w.poll(t, 5)
+	if as2 == nil || as2.AllocId != r2.Id {
+		t.Fatalf("assignment = %v, want %s", as2, r2.Id)
+	}
+	if _, err := w.update(as2, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := cancel(r2.Id); got.State != gpupassv1.AllocState_ALLOC_STATE_RUNNING || !got.CancelRequested {
+		t.Fatalf("cancel while running = %v cancel_requested=%v", got.State, got.CancelRequested)
+	}
+	resp, err := w.update(as2, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 3)
+	if err != nil || !resp.CancelRequested {
+		t.Fatalf("agent not told to cancel: %v %v", resp, err)
+	}
+	if _, err := w.update(as2, gpupassv1.AllocState_ALLOC_STATE_CANCELLED, "", 3); brokertest.Code(err) != connect.CodeInvalidArgument {
+		t.Errorf("cancelled without reason: err = %v, want invalid_argument", err)
+	}
+	if _, err := w.update(as2, gpupassv1.AllocState_ALLOC_STATE_CANCELLED, "cancelled by user (SIGTERM)", 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := getRun(t, c, r2.Id); got.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED || got.Reason != "cancelled by user (SIGTERM)" {
+		t.Errorf("after the agent stopped = %v %q", got.State, got.Reason)
+	}
+}
+
+func TestNodeLoss(t *testing.T) {
+	t.Parallel()
+	for _, kind := range brokertest.Stores {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			cfg := brokertest.Fast()
+			cfg.OfflineAfter = time.Second
+			b := brokertest.Start(t, brokertest.NewDB(t, kind), cfg)
+			agentTok := b.Token(t, store.RoleAgent, "*")
+			// first is the best candidate but stops beating after it took
+			// the run; second stays alive.
+			first := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 20))
+			second := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 22))
+			second.keepAlive(t)
+			c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+
+			run := submit(t, c, "us-west-2", nil)
+			if run.NodeId != first.ID {
+				t.Fatalf("placed on %s, want the cheaper %s", run.NodeId, first.ID)
+			}
+			stale := first.poll(t, 5)
+			if _, err := first.update(stale, gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			// first goes silent: the run moves to second with a new token.
+			moved := waitRun(t, c, run.Id, "re-placed", func(r *gpupassv1.Run) bool { return r.NodeId == second.ID })
+			if moved.FencingToken != 2 || !cmp.Equal(moved.ReplacedNodes, []string{first.ID}) {
+				t.Errorf("re-placed run = token %d, replaced %v", moved.FencingToken, moved.ReplacedNodes)
+			}
+			as := second.poll(t, 5)
+			if as == nil || as.AllocId != run.Id || as.FencingToken != 2 {
+				t.Fatalf("second's assignment = %v", as)
+			}
+			// The old lease is fenced off.
+			if _, err := first.update(stale, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); brokertest.Code(err) != connect.CodeFailedPrecondition {
+				t.Errorf("stale update: err = %v, want failed_precondition", err)
+			}
+			if _, err := first.upload(stale, records(1, 3)); brokertest.Code(err) != connect.CodeFailedPrecondition {
+				t.Errorf("stale upload: err = %v, want failed_precondition", err)
+			}
+			if _, err := second.update(as, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := second.upload(as, records(1, 3)); err != nil || held != 3 {
+				t.Fatalf("upload by the new holder: %d, %v", held, err)
+			}
+			// The lost launch counts against first.
+			nodes, err := b.Clients(t, b.Token(t, store.RoleRead, "*")).Node.ListNodes(context.Background(),
+				connect.NewRequest(&gpupassv1.ListNodesRequest{IncludeOffline: true}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes.Msg.Nodes {
+				if n.Id == first.ID && n.Health.LaunchFailures_24H != 1 {
+					t.Errorf("first's launch failures = %d, want 1", n.Health.LaunchFailures_24H)
+				}
+			}
+
+			// Lost mid-run (without --resume-elsewhere): failed, node lost.
+			run2 := submit(t, c, "us-west-2", nil) // second is busy, first offline: waits
+			if run2.State != gpupassv1.AllocState_ALLOC_STATE_FAILED && run2.State != gpupassv1.AllocState_ALLOC_STATE_PENDING {
+				t.Fatalf("second run = %v %q", run2.State, run2.Reason)
+			}
+			third := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 21))
+			_ = third
+			as3 := third.poll(t, 10)
+			if as3 == nil {
+				// run2 failed before third enrolled (no free candidate
+				// and none busy): submit again.
+				run2 = submit(t, c, "us-west-2", nil)
+				as3 = third.poll(t, 10)
+			}
+			if as3 == nil || as3.AllocId != run2.Id {
+				t.Fatalf("third's assignment = %v, want %s", as3, run2.Id)
+			}
+			if _, err := third.update(as3, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			lost := waitRun(t, c, run2.Id, "failed", func(r *gpupassv1.Run) bool { return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED })
+			if !strings.HasPrefix(lost.Reason, "node lost") {
+				t.Errorf("reason = %q, want node lost", lost.Reason)
+			}
+		})
+	}
+}
+

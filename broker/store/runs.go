@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrStaleFence is returned when a call about an allocation carries a
+// fencing token older than the allocation's: another placement owns it.
+var ErrStaleFence = errors.New("stale fencing token")
+
+// AllocState is a step of the allocation lifecycle:
+// pending -> matched -> starting -> running -> succeeded | failed | cancelled.
+type AllocState string
+
+// Allocation states.
+const (
+	AllocPending   AllocState = "pending"
+	AllocMatched   AllocState = "matched"
+	AllocStarting  AllocState = "starting"
+	AllocRunning   AllocState = "running"
+	AllocSucceeded AllocState = "succeeded"
+	AllocFailed    AllocState = "failed"
+	AllocCancelled AllocState = "cancelled"
+)
+
+// Terminal reports whether no further edge leaves s.
+func (s AllocState) Terminal() bool {
+	return s == AllocSucceeded || s == AllocFailed || s == AllocCancelled
+}
+
+// Alloc is one run placed (or to be placed) on one node.
+type Alloc struct {
+	ID              string
+	Name            string
+	Region          string
+	State           AllocState
+	Reason          string // set on every terminal state
+	NodeID          string // empty until matched
+	ScoreJSON       []byte // the node's health score terms when chosen (broker-defined JSON)
+	PricePerHour    float64
+	Simulated       bool
+	SpecJSON        []byte
+	SpecFingerprint string
+	Command         []string
+	Workdir         []byte // gzip tar, may be empty
+	MaxPrice        float64
+	MinScore        float64
+	MaxRestarts     int
+	GraceSeconds    int
+	ResumeElsewhere bool
+	// Fence is the fencing token of the current placement; every
+	// placement increments it.
+	Fence           uint64
+	CancelRequested bool
+	ExitCode        int
+	Attempts        int
+	Restarts        int
+	LastSeq         uint64   // highest seq the agent said it spooled
+	HeldThrough     uint64   // records stored without a gap
+	ResumeAfterSeq  uint64   // set when re-placed mid-run
+	Replaced        []string // nodes tried before NodeID
+	TokenID         string   // who submitted it
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	StartedAt       time.Time // zero until running
+	FinishedAt      time.Time // zero until terminal
+}
+
+// RecordKind says what a stored run record holds.
+type RecordKind int
+
+// Record kinds (the wire's RecordKind values).
+const (
+	RecordEvent  RecordKind = 1
+	RecordMetric RecordKind = 2
+)
+
+// RunRecord is one event or metric point of a run, by per-run seq.
+type RunRecord struct {
+	Seq  uint64
+	Kind RecordKind
+	Data []byte
+}
+
+// Runs is the persistence of allocations and their records. The SQL
+// backends implement it next to Store.
+type Runs interface {
+	// CreateAlloc stores a new allocation.
+	CreateAlloc(ctx context.Context, a Alloc) error
+	// Alloc returns an allocation (without Workdir, which can be large)
+	// or ErrNotFound.
+	Alloc(ctx context.Context, id string) (Alloc, error)
+	// Workdir returns the allocation's work dir archive (nil for none).
+	Workdir(ctx context.Context, id string) ([]byte, error)
+	// UpdateAlloc reads the allocation (without Workdir, which it keeps), lets fn change it and writes it
+	// back in one transaction (row-locked where the database can), so
+	// two brokers never both move one allocation. An error from fn
+	// aborts and is returned as is. UpdatedAt is set by the store.
+	UpdateAlloc(ctx context.Context, id string, fn func(a *Alloc) error) (Alloc, error)
+	// ListAllocs and ActiveAllocs leave Workdir empty.
+	// ListAllocs returns the newest allocations first, at most limit.
+	ListAllocs(ctx context.Context, limit int) ([]Alloc, error)
+	// ActiveAllocs returns every allocation not in a terminal state.
+	ActiveAllocs(ctx context.Context) ([]Alloc, error)
+	// AppendRecords stores records of an allocation, each (alloc, seq)
+	// only if absent, after checking fence is the allocation's current
+	// one (ErrStaleFence otherwise; ErrNotFound for an unknown id). It
+	// returns the highest seq held with every lower seq also held.
+	AppendRecords(ctx context.Context, allocID string, fence uint64, recs []RunRecord) (heldThrough uint64, err error)
+	// Records returns records with seq > afterSeq in seq order, at most
+	// limit; kind 0 means every kind.
+	Records(ctx context.Context, allocID string, afterSeq uint64, kind RecordKind, limit int) ([]RunRecord, error)
+}

@@ -1,0 +1,312 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/broker/store"
+)
+
+var _ store.Runs = (*Store)(nil)
+
+// Allocations keep the columns the broker filters or updates alone
+// (state, node, fence, held_through) as columns and everything else as one
+// JSON body, so a new allocation field needs no migration. held_through is
+// written only by AppendRecords (its column is authoritative).
+var runQueries = map[string]string{
+	"insertAlloc": `INSERT INTO allocs (id, name, region, state, node_id, fence, held_through, created_at, updated_at, body, workdir)
+		VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)`,
+	"alloc":       `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
+	"allocLock":   `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
+	"allocWork":   `SELECT workdir FROM allocs WHERE id = ?`,
+	"updateAlloc": `UPDATE allocs SET name = ?, region = ?, state = ?, node_id = ?, fence = ?, updated_at = ?, body = ? WHERE id = ?`,
+	"listAllocs":  `SELECT body, fence, held_through FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
+	"activeAllocs": `SELECT body, fence, held_through FROM allocs
+		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
+	"fenceOf":     `SELECT fence, held_through FROM allocs WHERE id = ?`,
+	"seqsAfter":   `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
+	"setHeld":     `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
+	"records":     `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+	"recordsKind": `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
+}
+
+func (s *Store) rq(name string) string {
+	q := runQueries[name]
+	if name == "allocLock" && s.d.Dollar {
+		// PostgreSQL: lock the row so concurrent brokers serialise
+		// (SQLite transactions here are already exclusive: _txlock=immediate).
+		q += " FOR UPDATE"
+	}
+	return s.rebind(q)
+}
+
+// allocBody is the JSON body: the Alloc minus the columns kept apart.
+type allocBody struct {
+	store.Alloc
+	CreatedNS  int64 `json:"created_ns"`
+	UpdatedNS  int64 `json:"updated_ns"`
+	StartedNS  int64 `json:"started_ns"`
+	FinishedNS int64 `json:"finished_ns"`
+}
+
+func encodeAlloc(a store.Alloc) (string, error) {
+	b := allocBody{Alloc: a, CreatedNS: ns(a.CreatedAt), UpdatedNS: ns(a.UpdatedAt), StartedNS: ns(a.StartedAt), FinishedNS: ns(a.FinishedAt)}
+	b.Workdir = nil
+	b.CreatedAt, b.UpdatedAt, b.StartedAt, b.FinishedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	out, err := json.Marshal(b)
+	return string(out), err
+}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNS(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func decodeAlloc(r scanner) (store.Alloc, error) {
+	var body string
+	var fence, held int64
+	if err := r.Scan(&body, &fence, &held); err != nil {
+		return store.Alloc{}, err
+	}
+	var b allocBody
+	if err := json.Unmarshal([]byte(body), &b); err != nil {
+		return store.Alloc{}, fmt.Errorf("corrupt allocation body: %w", err)
+	}
+	a := b.Alloc
+	a.Fence, a.HeldThrough = uint64(fence), uint64(held)
+	a.CreatedAt, a.UpdatedAt, a.StartedAt, a.FinishedAt = fromNS(b.CreatedNS), fromNS(b.UpdatedNS), fromNS(b.StartedNS), fromNS(b.FinishedNS)
+	return a, nil
+}
+
+// CreateAlloc implements store.Runs.
+func (s *Store) CreateAlloc(ctx context.Context, a store.Alloc) error {
+	now := time.Now().UTC()
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = now
+	}
+	a.UpdatedAt = now
+	body, err := encodeAlloc(a)
+	if err != nil {
+		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
+	}
+	if _, err := s.db.ExecContext(ctx, s.rq("insertAlloc"), a.ID, a.Name, a.Region, string(a.State), a.NodeID, int64(a.Fence),
+		a.CreatedAt.UnixNano(), a.UpdatedAt.UnixNano(), body, a.Workdir); err != nil {
+		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// Alloc implements store.Runs.
+func (s *Store) Alloc(ctx context.Context, id string) (store.Alloc, error) {
+	a, err := decodeAlloc(s.db.QueryRowContext(ctx, s.rq("alloc"), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, store.ErrNotFound
+	}
+	if err != nil {
+		return a, fmt.Errorf("reading allocation %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// Workdir implements store.Runs.
+func (s *Store) Workdir(ctx context.Context, id string) ([]byte, error) {
+	var w []byte
+	err := s.db.QueryRowContext(ctx, s.rq("allocWork"), id).Scan(&w)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading work dir of %s: %w", id, err)
+	}
+	return w, nil
+}
+
+// UpdateAlloc implements store.Runs.
+func (s *Store) UpdateAlloc(ctx context.Context, id string, fn func(a *store.Alloc) error) (store.Alloc, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return store.Alloc{}, fmt.Errorf("updating allocation %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	a, err := decodeAlloc(tx.QueryRowContext(ctx, s.rq("allocLock"), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, store.ErrNotFound
+	}
+	if err != nil {
+		return a, fmt.Errorf("updating allocation %s: %w", id, err)
+	}
+	if err := fn(&a); err != nil {
+		return a, err
+	}
+	a.ID = id
+	a.UpdatedAt = time.Now().UTC()
+	body, err := encodeAlloc(a)
+	if err != nil {
+		return a, fmt.Errorf("updating allocation %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.rq("updateAlloc"), a.Name, a.Region, string(a.State), a.NodeID, int64(a.Fence),
+		a.UpdatedAt.UnixNano(), body, id); err != nil {
+		return a, fmt.Errorf("updating allocation %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return a, fmt.Errorf("updating allocation %s: %w", id, err)
+	}
+	return a, nil
+}
+
+func (s *Store) allocs(ctx context.Context, q string, args ...any) ([]store.Alloc, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing allocations: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Alloc
+	for rows.Next() {
+		a, err := decodeAlloc(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing allocations: %w", err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing allocations: %w", err)
+	}
+	return out, nil
+}
+
+// ListAllocs implements store.Runs.
+func (s *Store) ListAllocs(ctx context.Context, limit int) ([]store.Alloc, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return s.allocs(ctx, s.rq("listAllocs"), limit)
+}
+
+// ActiveAllocs implements store.Runs.
+func (s *Store) ActiveAllocs(ctx context.Context) ([]store.Alloc, error) {
+	return s.allocs(ctx, s.rq("activeAllocs"))
+}
+
+// recordsPerInsert bounds rows per multi-row INSERT (4 parameters each;
+// well under SQLite's and PostgreSQL's parameter limits).
+const recordsPerInsert = 256
+
+// AppendRecords implements store.Runs.
+func (s *Store) AppendRecords(ctx context.Context, allocID string, fence uint64, recs []store.RunRecord) (uint64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("storing records of %s: %w", allocID, err)
+	}
+	defer tx.Rollback()
+	var cur, held int64
+	err = tx.QueryRowContext(ctx, s.rq("fenceOf"), allocID).Scan(&cur, &held)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, store.ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("storing records of %s: %w", allocID, err)
+	}
+	if uint64(cur) != fence {
+		return uint64(held), store.ErrStaleFence
+	}
+	// Multi-row inserts: one statement per chunk instead of per record
+	// is what makes tens of thousands of events per second possible.
+	for len(recs) > 0 {
+		n := min(len(recs), recordsPerInsert)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO run_records (alloc_id, seq, kind, data) VALUES `)
+		args := make([]any, 0, 4*n)
+		for i, r := range recs[:n] {
+			if r.Seq == 0 {
+				return uint64(held), fmt.Errorf("storing records of %s: seq 0 is not a valid sequence number (they start at 1)", allocID)
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?)")
+			args = append(args, allocID, int64(r.Seq), int(r.Kind), r.Data)
+		}
+		q.WriteString(` ON CONFLICT (alloc_id, seq) DO NOTHING`)
+		if _, err := tx.ExecContext(ctx, s.rebind(q.String()), args...); err != nil {
+			return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+		}
+		recs = recs[n:]
+	}
+	// Advance the gap-free mark over what is stored now.
+	rows, err := tx.QueryContext(ctx, s.rq("seqsAfter"), allocID, held)
+	if err != nil {
+		return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+	}
+	next := held
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			rows.Close()
+			return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+		}
+		if seq != next+1 {
+			break
+		}
+		next = seq
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+	}
+	if next > held {
+		if _, err := tx.ExecContext(ctx, s.rq("setHeld"), next, allocID, next); err != nil {
+			return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+	}
+	return uint64(next), nil
+}
+
+// Records implements store.Runs.
+func (s *Store) Records(ctx context.Context, allocID string, afterSeq uint64, kind store.RecordKind, limit int) ([]store.RunRecord, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var rows *sql.Rows
+	var err error
+	if kind == 0 {
+		rows, err = s.db.QueryContext(ctx, s.rq("records"), allocID, int64(afterSeq), limit)
+	} else {
+		rows, err = s.db.QueryContext(ctx, s.rq("recordsKind"), allocID, int64(afterSeq), int(kind), limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading records of %s: %w", allocID, err)
+	}
+	defer rows.Close()
+	var out []store.RunRecord
+	for rows.Next() {
+		var r store.RunRecord
+		var seq int64
+		var k int
+		if err := rows.Scan(&seq, &k, &r.Data); err != nil {
+			return nil, fmt.Errorf("reading records of %s: %w", allocID, err)
+		}
+		r.Seq, r.Kind = uint64(seq), store.RecordKind(k)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading records of %s: %w", allocID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,221 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpupass/gpupass/broker/store"
+)
+
+func runsOf(t *testing.T, s store.Store) store.Runs {
+	t.Helper()
+	r, ok := s.(store.Runs)
+	if !ok {
+		t.Fatalf("%T does not implement store.Runs", s)
+	}
+	return r
+}
+
+func recs(from, to uint64) []store.RunRecord {
+	var out []store.RunRecord
+	for i := from; i <= to; i++ {
+		out = append(out, store.RunRecord{Seq: i, Kind: store.RecordEvent, Data: fmt.Appendf(nil, `{"msg":"line %d"}`, i)})
+	}
+	return out
+}
+
+// runRuns is the allocation and record part of the contract.
+func runRuns(t *testing.T, open Factory) {
+	ctx := context.Background()
+
+	t.Run("alloc lifecycle round trip", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r := runsOf(t, s)
+		a := store.Alloc{ID: "alloc-00000001", Name: "bert-us-west-2", Region: "us-west-2", State: store.AllocPending,
+			SpecJSON: []byte(`{"name":"bert"}`), Command: []string{"python3", "train.py"}, Workdir: []byte{0x1f, 0x8b, 0},
+			MaxRestarts: 3, GraceSeconds: 10, MaxPrice: 30, MinScore: 85, CreatedAt: t0, TokenID: "tok-1"}
+		if err := r.CreateAlloc(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.CreateAlloc(ctx, a); err == nil {
+			t.Error("a second allocation with the same id was accepted")
+		}
+		got, err := r.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+			x.State, x.NodeID, x.Fence, x.ScoreJSON = store.AllocMatched, "agt-1", 1, []byte(`{"score":97}`)
+			return nil
+		})
+		if err != nil || got.State != store.AllocMatched || got.Fence != 1 {
+			t.Fatalf("UpdateAlloc = %+v, %v", got, err)
+		}
+		boom := errors.New("refused")
+		if _, err := r.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error { x.State = store.AllocFailed; return boom }); !errors.Is(err, boom) {
+			t.Fatalf("UpdateAlloc with failing fn: err = %v, want it returned", err)
+		}
+		if _, err := r.UpdateAlloc(ctx, "alloc-nope", func(*store.Alloc) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("UpdateAlloc of unknown id: err = %v, want ErrNotFound", err)
+		}
+		// A restarted broker reads the same allocation back.
+		back, err := runsOf(t, reopen(t)).Alloc(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := r.Workdir(ctx, a.ID)
+		if err != nil || !cmp.Equal(w, a.Workdir) {
+			t.Errorf("Workdir = %x, %v; want %x", w, err, a.Workdir)
+		}
+		want := a
+		want.Workdir = nil
+		want.State, want.NodeID, want.Fence, want.ScoreJSON = store.AllocMatched, "agt-1", 1, []byte(`{"score":97}`)
+		if diff := cmp.Diff(want, back, cmpopts.IgnoreFields(store.Alloc{}, "UpdatedAt")); diff != "" {
+			t.Errorf("Alloc after reopen (-want +got):\n%s", diff)
+		}
+		if _, err := r.Alloc(ctx, "alloc-nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Alloc of unknown id: err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("active and listed allocs", func(t *testing.T) {
+		t.Parallel()
+		s, _ := open(t)
+		r := runsOf(t, s)
+		for i, st := range []store.AllocState{store.AllocPending, store.AllocRunning, store.AllocSucceeded, store.AllocFailed, store.AllocMatched} {
+			a := store.Alloc{ID: fmt.Sprintf("alloc-%08d", i), Name: "n", Region: "us-west-2", State: st, CreatedAt: t0.Add(time.Duration(i) * time.Second)}
+			if err := r.CreateAlloc(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		active, err := r.ActiveAllocs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, a := range active {
+			ids = append(ids, a.ID)
+		}
+		if diff := cmp.Diff([]string{"alloc-00000000", "alloc-00000001", "alloc-00000004"}, ids); diff != "" {
+			t.Errorf("ActiveAllocs (-want +got):\n%s", diff)
+		}
+		list, err := r.ListAllocs(ctx, 2)
+		if err != nil || len(list) != 2 || list[0].ID != "alloc-00000004" || list[1].ID != "alloc-00000003" {
+			t.Errorf("ListAllocs(2) = %v, %v; want the newest two, newest first", list, err)
+		}
+	})
+
+	t.Run("records are idempotent, fenced and gap-aware", func(t *testing.T) {
+		t.Parallel()
+		s, _ := open(t)
+		r := runsOf(t, s)
+		if err := r.CreateAlloc(ctx, store.Alloc{ID: "alloc-0000000a", Name: "n", Region: "eu-central-1", State: store.AllocRunning, Fence: 2}); err != nil {
+			t.Fatal(err)
+		}
+		steps := []struct {
+			name  string
+			fence uint64
+			recs  []store.RunRecord
+			held  uint64
+			err   error
+		}{
+			{"first batch", 2, recs(1, 100), 100, nil},
+			{"same batch again after a lost reply", 2, recs(1, 100), 100, nil},
+			{"overlapping batch", 2, recs(90, 150), 150, nil},
+			{"batch after a gap is stored, mark stays", 2, recs(160, 170), 150, nil},
+			{"gap filled", 2, recs(151, 159), 170, nil},
+			{"stale fence", 1, recs(171, 180), 170, store.ErrStaleFence},
+			{"empty batch reports the mark", 2, nil, 170, nil},
+		}
+		for _, st := range steps {
+			held, err := r.AppendRecords(ctx, "alloc-0000000a", st.fence, st.recs)
+			if !errors.Is(err, st.err) || (err == nil && held != st.held) {
+				t.Fatalf("%s: AppendRecords = %d, %v; want %d, %v", st.name, held, err, st.held, st.err)
+			}
+		}
+		if _, err := r.AppendRecords(ctx, "alloc-nope", 0, recs(1, 1)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("unknown alloc: err = %v, want ErrNotFound", err)
+		}
+		all, err := r.Records(ctx, "alloc-0000000a", 0, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != 170 {
+			t.Fatalf("stored %d records, want 170 (each seq once)", len(all))
+		}
+		for i, rec := range all {
+			if rec.Seq != uint64(i+1) || string(rec.Data) != fmt.Sprintf(`{"msg":"line %d"}`, i+1) {
+				t.Fatalf("record %d = seq %d %q", i, rec.Seq, rec.Data)
+			}
+		}
+		page, err := r.Records(ctx, "alloc-0000000a", 165, 0, 3)
+		if err != nil || len(page) != 3 || page[0].Seq != 166 {
+			t.Errorf("Records after 165 limit 3 = %v, %v", page, err)
+		}
+		a, err := r.Alloc(ctx, "alloc-0000000a")
+		if err != nil || a.HeldThrough != 170 {
+			t.Errorf("HeldThrough = %d, %v; want 170", a.HeldThrough, err)
+		}
+	})
+
+	t.Run("records of kind", func(t *testing.T) {
+		t.Parallel()
+		s, _ := open(t)
+		r := runsOf(t, s)
+		if err := r.CreateAlloc(ctx, store.Alloc{ID: "alloc-0000000b", Name: "n", Region: "us-west-2", State: store.AllocRunning, Fence: 1}); err != nil {
+			t.Fatal(err)
+		}
+		in := recs(1, 10)
+		for i := range in {
+			if i%3 == 0 {
+				in[i].Kind = store.RecordMetric
+			}
+		}
+		if _, err := r.AppendRecords(ctx, "alloc-0000000b", 1, in); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.Records(ctx, "alloc-0000000b", 0, store.RecordMetric, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		for _, x := range got {
+			seqs = append(seqs, x.Seq)
+		}
+		if diff := cmp.Diff([]uint64{1, 4, 7, 10}, seqs); diff != "" {
+			t.Errorf("metric seqs (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("concurrent updates serialise", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r1, r2 := runsOf(t, s), runsOf(t, reopen(t))
+		if err := r1.CreateAlloc(ctx, store.Alloc{ID: "alloc-0000000c", Name: "n", Region: "us-west-2", State: store.AllocRunning}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := 0; i < 20; i++ {
+			r := r1
+			if i%2 == 1 {
+				r = r2 // a second broker on the same database
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := r.UpdateAlloc(ctx, "alloc-0000000c", func(a *store.Alloc) error { a.Fence++; return nil }); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		a, err := r1.Alloc(ctx, "alloc-0000000c")
+		if err != nil || a.Fence != 20 {
+			t.Errorf("fence after 20 concurrent increments = %d, %v; want 20 (no lost update)", a.Fence, err)
+		}
+	})
+}

@@ -1,0 +1,444 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/forge"
+	ghforge "github.com/gpupass/gpupass/internal/forge/github"
+	glforge "github.com/gpupass/gpupass/internal/forge/gitlab"
+	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/report"
+)
+
+// MetricsSource fetches the metric series of an allocation (the broker's
+// runs API). The broker side must return the points in logging order with
+// step, value and UTC time, the run start, restarts, the price per hour
+// when known, the region as Label, and Simulated for simulated hardware.
+type MetricsSource interface {
+	Metrics(ctx context.Context, allocID, metric string) (*metrics.Series, error)
+}
+
+// CompareOptions are the flags of `gpupass compare`.
+type CompareOptions struct {
+	Labels           []string
+	Prices           []string
+	Metric           string
+	Tolerance        string
+	FailOnDivergence bool
+	Tag              string
+	CommentBehavior  string
+	Post             string
+	SVG              string
+	PNG              string
+	JUnit            string
+	JSON             string
+	Markdown         string
+	GitHubToken      string
+	GitLabToken      string
+
+	// Set by the caller, not by flags.
+	Inputs []string
+	Output string // text | json
+	Getenv func(string) string
+	// Source resolves allocation ids; nil until the broker client exists.
+	Source     MetricsSource
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+}
+
+// AddFlags registers the compare flags.
+func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringArrayVar(&o.Labels, "label", nil, "name a run: NAME=INPUT (file or allocation id); repeatable")
+	f.StringArrayVar(&o.Prices, "price", nil, "hardware price of a run in USD per hour: NAME=3.5; repeatable")
+	f.StringVar(&o.Metric, "metric", "", "metric key, CSV column or TensorBoard tag (default: the training loss)")
+	f.StringVar(&o.Tolerance, "tolerance", "5%", "allowed loss difference at every common step: 0.05 (absolute), 2% (relative) or abs=0.05,rel=2%")
+	f.BoolVar(&o.FailOnDivergence, "fail-on-divergence", false, "exit 1 when runs diverge past the tolerance or cannot be compared")
+	f.StringVar(&o.Tag, "tag", "compare", "report kind: one sticky comment per tag")
+	f.StringVar(&o.CommentBehavior, "comment-behavior", "update", "existing comment: update, new or delete-and-new")
+	f.StringVar(&o.Post, "post", "auto", "where to post: auto (detect CI), github, gitlab or none")
+	f.StringVar(&o.SVG, "svg", "", "write the chart as SVG to this path")
+	f.StringVar(&o.PNG, "png", "", "write the chart as PNG to this path")
+	f.StringVar(&o.JUnit, "junit", "", "write JUnit XML (one test case per pair and tolerance) to this path")
+	f.StringVar(&o.JSON, "json", "", "write the report as JSON to this path")
+	f.StringVar(&o.Markdown, "markdown", "", "write the full markdown report to this path (keep it as an artifact: long comments are truncated)")
+	f.StringVar(&o.GitHubToken, "github-token", "", "token for PR comments (default $GITHUB_TOKEN); needs pull-requests: write")
+	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token for MR notes (default $GITLAB_TOKEN); a job token cannot post notes")
+	MarkSecret("github-token")
+	MarkSecret("gitlab-token")
+}
+
+func newCompareCmd(g *GlobalOptions) *cobra.Command {
+	o := &CompareOptions{}
+	cmd := &cobra.Command{
+		Use:   "compare FILE|ALLOC...",
+		Short: "Compare loss curves of runs across regions and post the report",
+		Long: `Compare the training loss of several runs (gpupass JSONL or training logs with
+gpupass:metric lines, Lightning CSVLogger metrics.csv, TensorBoard event files
+or directories, allocation ids) at common steps, and render a verdict against
+--tolerance as markdown with a Mermaid chart, SVG, JSON and JUnit.
+
+In GitHub Actions on a pull request, and in GitLab merge request pipelines,
+the report is posted as one sticky comment per --tag; $GITHUB_STEP_SUMMARY is
+always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
+1 diverged or not comparable with --fail-on-divergence, 2 bad input or I/O.`,
+		Example: `  gpupass compare --label us=runs/us/metrics.jsonl --label eu=runs/eu/metrics.csv
+  gpupass compare us.jsonl eu.jsonl --tolerance abs=0.05,rel=2% --fail-on-divergence --svg chart.svg --junit compare.xml`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Inputs = args
+			o.Output = g.Output
+			o.Getenv = os.Getenv
+			o.Logger = g.Logger(cmd.ErrOrStderr())
+			return RunCompare(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+type input struct {
+	label, ref string
+	price      float64
+}
+
+// resolveInputs pairs each input with its label and price.
+func (o *CompareOptions) resolveInputs() ([]input, error) {
+	var ins []input
+	index := map[string]int{}
+	add := func(ref string) int {
+		if i, ok := index[ref]; ok {
+			return i
+		}
+		ins = append(ins, input{ref: ref})
+		index[ref] = len(ins) - 1
+		return len(ins) - 1
+	}
+	for _, ref := range o.Inputs {
+		add(ref)
+	}
+	labelled := map[string]bool{}
+	for _, l := range o.Labels {
+		name, ref, ok := strings.Cut(l, "=")
+		if !ok || name == "" || ref == "" {
+			return nil, fmt.Errorf("--label %q: want NAME=INPUT, e.g. --label us=runs/us/metrics.jsonl", l)
+		}
+		if labelled[name] {
+			return nil, fmt.Errorf("--label %q: the name %q is given twice; each run needs its own", l, name)
+		}
+		labelled[name] = true
+		ins[add(ref)].label = name
+	}
+	if len(ins) == 0 {
+		return nil, errors.New("nothing to compare: give metric files or allocation ids, e.g. gpupass compare us.jsonl eu.jsonl")
+	}
+	for _, p := range o.Prices {
+		name, v, ok := strings.Cut(p, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil || f < 0 {
+			return nil, fmt.Errorf("--price %q: want NAME=USD_PER_HOUR, e.g. --price us=3.5", p)
+		}
+		found := false
+		for i := range ins {
+			if ins[i].label == name || (ins[i].label == "" && defaultLabel(ins[i].ref) == name) {
+				ins[i].price, found = f, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--price %q: no run named %q", p, name)
+		}
+	}
+	return ins, nil
+}
+
+// defaultLabel names a file run: the file name without extension, or the
+// directory name when the file name is a logger default (metrics.csv,
+// events.out.tfevents.*).
+func defaultLabel(ref string) string {
+	base := filepath.Base(ref)
+	stem := strings.TrimSuffix(base, filepath.Ext(base))
+	switch {
+	case strings.HasPrefix(base, "events.out.tfevents"), stem == "metrics", stem == "train", stem == "loss", stem == "log":
+		if d := filepath.Base(filepath.Dir(ref)); d != "." && d != "/" {
+			return d
+		}
+	}
+	return stem
+}
+
+func (o *CompareOptions) load(ctx context.Context, ins []input) ([]*metrics.Series, error) {
+	series := make([]*metrics.Series, len(ins))
+	errs := make([]error, len(ins))
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		wg.Go(func() {
+			s, err := o.loadOne(ctx, in)
+			series[i], errs[i] = s, err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return series, nil
+}
+
+func (o *CompareOptions) loadOne(ctx context.Context, in input) (*metrics.Series, error) {
+	var s *metrics.Series
+	if _, err := os.Stat(in.ref); err == nil {
+		s, err = metrics.ReadFile(in.ref, metrics.Options{Metric: o.Metric})
+		if err != nil {
+			return nil, err
+		}
+		if in.label == "" {
+			s.Label = defaultLabel(in.ref)
+		}
+	} else {
+		if !looksLikeAlloc(in.ref) {
+			return nil, fmt.Errorf("%s: no such file", in.ref)
+		}
+		if o.Source == nil {
+			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker, which this build cannot reach yet; export the run's metrics to a file and pass that", in.ref)
+		}
+		s, err = o.Source.Metrics(ctx, in.ref, o.Metric)
+		if err != nil {
+			return nil, fmt.Errorf("fetching metrics of %s: %w", in.ref, err)
+		}
+		s.Normalize()
+		if s.Label == "" {
+			s.Label = in.ref
+		}
+	}
+	if in.label != "" {
+		s.Label = in.label
+	}
+	if in.price > 0 {
+		s.PricePerHour = in.price
+	}
+	return s, nil
+}
+
+func looksLikeAlloc(ref string) bool {
+	return strings.HasPrefix(ref, "alloc-") && !strings.ContainsAny(ref, `/\.`)
+}
+
+// compareJSON is what --output json prints: the report and what posting did.
+type compareJSON struct {
+	*report.Report
+	Posted *forge.Result `json:"posted,omitempty"`
+}
+
+// RunCompare reads the inputs, builds the report, writes the requested
+// files, posts to the forge and prints the report on out.
+func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	tol, err := report.ParseTolerance(o.Tolerance)
+	if err != nil {
+		return err
+	}
+	behavior, err := forge.ParseBehavior(o.CommentBehavior)
+	if err != nil {
+		return err
+	}
+	switch o.Post {
+	case "auto", "github", "gitlab", "none":
+	default:
+		return fmt.Errorf("--post %q: must be auto, github, gitlab or none", o.Post)
+	}
+	ins, err := o.resolveInputs()
+	if err != nil {
+		return err
+	}
+	series, err := o.load(ctx, ins)
+	if err != nil {
+		return err
+	}
+	for _, s := range series {
+		if s.Problems.Count > 0 {
+			log.Warn("skipped malformed input", "run", s.Label, "source", s.Source, "problems", s.Problems.String())
+		}
+	}
+	rep, err := report.Build(series, tol)
+	if err != nil {
+		return err
+	}
+	var md bytes.Buffer
+	if err := report.Markdown(&md, rep); err != nil {
+		return err
+	}
+	files := []struct {
+		path   string
+		render func(io.Writer, *report.Report) error
+	}{
+		{o.Markdown, func(w io.Writer, _ *report.Report) error { _, err := w.Write(md.Bytes()); return err }},
+		{o.JSON, report.JSON}, {o.SVG, report.SVG}, {o.PNG, report.PNG}, {o.JUnit, report.JUnit},
+	}
+	for _, f := range files {
+		if f.path == "" {
+			continue
+		}
+		if err := writeFile(f.path, func(w io.Writer) error { return f.render(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if p := getenv("GITHUB_STEP_SUMMARY"); p != "" {
+		if err := appendFile(p, md.Bytes()); err != nil {
+			return fmt.Errorf("writing GITHUB_STEP_SUMMARY: %w", err)
+		}
+	}
+	posted, postErr := o.post(ctx, getenv, behavior, md.String(), log)
+	if o.Output == "json" {
+		if err := report.EncodeJSON(out, compareJSON{Report: rep, Posted: posted}); err != nil {
+			return err
+		}
+	} else if _, err := out.Write(md.Bytes()); err != nil {
+		return err
+	}
+	if postErr != nil {
+		return postErr
+	}
+	if posted != nil {
+		log.Info("report posted", "action", posted.Action, "reason", posted.Reason, "url", posted.URL)
+	}
+	if o.FailOnDivergence && rep.Verdict != report.Consistent {
+		return Findings(fmt.Errorf("runs %s (tolerance %s)", rep.Verdict, rep.Tolerance))
+	}
+	return nil
+}
+
+func (o *CompareOptions) post(ctx context.Context, getenv func(string) string, b forge.Behavior, md string, log *slog.Logger) (*forge.Result, error) {
+	mode := o.Post
+	if mode == "none" {
+		return nil, nil
+	}
+	if mode == "auto" {
+		switch {
+		case getenv("GITHUB_ACTIONS") == "true":
+			mode = "github"
+		case getenv("GITLAB_CI") == "true":
+			mode = "gitlab"
+		default:
+			return nil, nil
+		}
+	}
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	rt := hc.Transport
+	if _, ok := rt.(*forge.Retry); !ok {
+		c := *hc
+		c.Transport = &forge.Retry{Base: rt, Logger: log}
+		hc = &c
+	}
+	full := "the job log"
+	if o.Markdown != "" {
+		full = "`" + filepath.Base(o.Markdown) + "` among the job's artifacts"
+	}
+	var store forge.Store
+	var meta forge.Meta
+	switch mode {
+	case "github":
+		tgt, run, ok, err := ghforge.FromEnv(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if o.Post == "auto" {
+				log.Info("not a pull request event: nothing posted")
+				return nil, nil
+			}
+			return nil, errors.New("--post github: the workflow was not triggered by a pull request (no pull_request in GITHUB_EVENT_PATH)")
+		}
+		token := firstNonEmpty(o.GitHubToken, getenv("GITHUB_TOKEN"))
+		c, err := ghforge.New(tgt, token, hc)
+		if err != nil {
+			return nil, err
+		}
+		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.RunID, SHA: run.SHA}
+	case "gitlab":
+		tgt, run, ok, err := glforge.FromEnv(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if o.Post == "auto" {
+				log.Info("not a merge request pipeline: nothing posted")
+				return nil, nil
+			}
+			return nil, errors.New("--post gitlab: not a merge request pipeline (CI_MERGE_REQUEST_IID is not set)")
+		}
+		token := firstNonEmpty(o.GitLabToken, getenv("GITLAB_TOKEN"))
+		if token == "" && getenv("CI_JOB_TOKEN") != "" {
+			return nil, errors.New("only CI_JOB_TOKEN is available: " + glforge.TokenHelp)
+		}
+		c, err := glforge.New(tgt, token, hc)
+		if err != nil {
+			return nil, err
+		}
+		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.PipelineID, SHA: run.SHA, CommitTime: run.CommitTime}
+	}
+	body := forge.Compose(meta, md, forge.MaxChars-1, full)
+	res, err := forge.Post(ctx, store, meta, body, b)
+	if err != nil {
+		return nil, fmt.Errorf("posting the report to %s: %w", mode, err)
+	}
+	return &res, nil
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func writeFile(path string, render func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := render(&b); err != nil {
+		return err
+	}
+	// Write then rename, so a failed run never leaves half a report.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func appendFile(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,173 @@
+// Package github posts gpupass reports as sticky pull request comments
+// through the GitHub REST API (google/go-github), for github.com and
+// GitHub Enterprise (GITHUB_API_URL).
+package github
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	gh "github.com/google/go-github/v73/github"
+	"github.com/sethvargo/go-githubactions"
+
+	"github.com/gpupass/gpupass/internal/forge"
+)
+
+// Target is the pull request to comment on.
+type Target struct {
+	APIURL string // e.g. https://api.github.com or https://ghe.example/api/v3
+	Owner  string
+	Repo   string
+	Number int
+}
+
+// Run describes the workflow run, for the sticky marker.
+type Run struct {
+	RunID int64
+	SHA   string
+}
+
+// FromEnv reads the pull request from the Actions event payload
+// (GITHUB_EVENT_PATH) and the run from the environment. ok is false when
+// the workflow was not triggered by a pull request.
+func FromEnv(getenv func(string) string) (Target, Run, bool, error) {
+	c, err := githubactions.New(githubactions.WithGetenv(getenv)).Context()
+	if err != nil {
+		return Target{}, Run{}, false, fmt.Errorf("reading the GitHub Actions context: %w", err)
+	}
+	owner, repo := c.Repo()
+	t := Target{APIURL: c.APIURL, Owner: owner, Repo: repo}
+	r := Run{RunID: c.RunID, SHA: c.SHA}
+	if pr, ok := c.Event["pull_request"].(map[string]any); ok {
+		if n, ok := pr["number"].(float64); ok {
+			t.Number = int(n)
+		}
+		if head, ok := pr["head"].(map[string]any); ok {
+			if sha, ok := head["sha"].(string); ok && sha != "" {
+				r.SHA = sha
+			}
+		}
+	} else if issue, ok := c.Event["issue"].(map[string]any); ok {
+		if _, isPR := issue["pull_request"]; isPR {
+			if n, ok := issue["number"].(float64); ok {
+				t.Number = int(n)
+			}
+		}
+	}
+	if t.Number == 0 {
+		return t, r, false, nil
+	}
+	if t.Owner == "" || t.Repo == "" {
+		return t, r, false, fmt.Errorf("GITHUB_REPOSITORY is not set: cannot tell which repository to comment on")
+	}
+	return t, r, true, nil
+}
+
+// Client posts to one pull request.
+type Client struct {
+	gh *gh.Client
+	t  Target
+}
+
+// New returns a client for t that authenticates with token and sends
+// requests through hc (which should carry forge.Retry).
+func New(t Target, token string, hc *http.Client) (*Client, error) {
+	if token == "" {
+		return nil, errors.New("no GitHub token: set GITHUB_TOKEN (or --github-token) with `pull-requests: write` permission, e.g. `env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}` and `permissions: pull-requests: write`")
+	}
+	c := gh.NewClient(hc).WithAuthToken(token)
+	api := t.APIURL
+	if api == "" {
+		return nil, errors.New("GITHUB_API_URL is not set: cannot tell which GitHub API to call")
+	}
+	u, err := url.Parse(strings.TrimSuffix(api, "/") + "/")
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("GITHUB_API_URL %q is not a URL", api)
+	}
+	c.BaseURL = u
+	return &Client{gh: c, t: t}, nil
+}
+
+var _ forge.Store = (*Client)(nil)
+
+// List returns every issue comment of the pull request, all pages.
+func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
+	var out []forge.Comment
+	opt := &gh.IssueListCommentsOptions{ListOptions: gh.ListOptions{PerPage: 100}}
+	for {
+		cs, resp, err := c.gh.Issues.ListComments(ctx, c.t.Owner, c.t.Repo, c.t.Number, opt)
+		if err != nil {
+			return nil, explain(err, "listing comments")
+		}
+		for _, cm := range cs {
+			out = append(out, forge.Comment{ID: cm.GetID(), Body: cm.GetBody()})
+		}
+		if resp.NextPage == 0 {
+			return out, nil
+		}
+		opt.Page = resp.NextPage
+	}
+}
+
+// Create adds a comment.
+func (c *Client) Create(ctx context.Context, body string) (int64, string, error) {
+	cm, _, err := c.gh.Issues.CreateComment(ctx, c.t.Owner, c.t.Repo, c.t.Number, &gh.IssueComment{Body: gh.Ptr(body)})
+	if err != nil {
+		return 0, "", explain(err, "creating the report comment")
+	}
+	return cm.GetID(), cm.GetHTMLURL(), nil
+}
+
+// Update edits a comment.
+func (c *Client) Update(ctx context.Context, id int64, body string) (string, error) {
+	cm, _, err := c.gh.Issues.EditComment(ctx, c.t.Owner, c.t.Repo, id, &gh.IssueComment{Body: gh.Ptr(body)})
+	if err != nil {
+		return "", explain(err, "updating the report comment")
+	}
+	return cm.GetHTMLURL(), nil
+}
+
+// Delete removes a comment.
+func (c *Client) Delete(ctx context.Context, id int64) error {
+	if _, err := c.gh.Issues.DeleteComment(ctx, c.t.Owner, c.t.Repo, id); err != nil {
+		return explain(err, "deleting an old report comment")
+	}
+	return nil
+}
+
+// explain turns an API error into one that names the status, the
+// endpoint and the permission that is likely missing.
+func explain(err error, doing string) error {
+	var er *gh.ErrorResponse
+	var ar *gh.AbuseRateLimitError
+	var rl *gh.RateLimitError
+	switch {
+	case errors.As(err, &er) && er.Response != nil:
+		resp := er.Response
+		endpoint := resp.Request.Method + " " + resp.Request.URL.Path
+		return fmt.Errorf("%s: GitHub answered %s to %s: %s%s", doing, resp.Status, endpoint, er.Message, hint(resp.StatusCode))
+	case errors.As(err, &ar) && ar.Response != nil:
+		return fmt.Errorf("%s: GitHub secondary rate limit on %s %s persisted after retries: %s", doing, ar.Response.Request.Method, ar.Response.Request.URL.Path, ar.Message)
+	case errors.As(err, &rl) && rl.Response != nil:
+		return fmt.Errorf("%s: GitHub rate limit exhausted on %s %s until %s", doing, rl.Response.Request.Method, rl.Response.Request.URL.Path, rl.Rate.Reset.UTC().Format("15:04:05 UTC"))
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+func hint(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return " (the token is missing, expired or invalid: check GITHUB_TOKEN)"
+	case http.StatusForbidden:
+		return " (the token likely lacks `pull-requests: write` permission — add `permissions: pull-requests: write` to the job; on pull requests from forks GITHUB_TOKEN is read-only)"
+	case http.StatusNotFound:
+		return " (repository, pull request or comment not found, or the token cannot see it: a private repository needs `contents: read` and `pull-requests: write`)"
+	case http.StatusUnprocessableEntity:
+		return " (GitHub rejected the body; it may be over the 65,536-character limit)"
+	}
+	return ""
+}

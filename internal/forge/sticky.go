@@ -1,0 +1,271 @@
+// Package forge holds what the GitHub and GitLab posters share: the hidden
+// marker that makes a report comment sticky, the decision what to do with
+// the comments already there, safe truncation, and HTTP retries.
+// Implementations live in forge/github and forge/gitlab.
+package forge
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Behavior says what to do with an existing sticky comment.
+type Behavior string
+
+// Behaviours of --comment-behavior.
+const (
+	Update       Behavior = "update"         // edit the comment in place (default)
+	New          Behavior = "new"            // add a comment, leave older ones
+	DeleteAndNew Behavior = "delete-and-new" // delete older ones, then add
+)
+
+// ParseBehavior validates a --comment-behavior value.
+func ParseBehavior(s string) (Behavior, error) {
+	switch b := Behavior(s); b {
+	case Update, New, DeleteAndNew:
+		return b, nil
+	}
+	return "", fmt.Errorf("--comment-behavior %q: must be update, new or delete-and-new", s)
+}
+
+// Meta identifies a report: its tag (one sticky comment per tag) and the
+// pipeline that made it, so an older pipeline never overwrites a newer
+// one's report.
+type Meta struct {
+	Tag string
+	// CommitTime is the committer time of the commit the pipeline ran on
+	// (zero when unknown).
+	CommitTime time.Time
+	// RunID is the CI run or pipeline id; ids grow over time.
+	RunID int64
+	SHA   string
+}
+
+var markerRE = regexp.MustCompile(`<!-- gpupass:report tag="([^"]*)" run=(\d+) commit_time=(\S*) sha=(\S*) -->`)
+
+// Marker is the hidden first line of a sticky comment.
+func (m Meta) Marker() string {
+	ct := "-"
+	if !m.CommitTime.IsZero() {
+		ct = m.CommitTime.UTC().Format(time.RFC3339)
+	}
+	sha := m.SHA
+	if sha == "" {
+		sha = "-"
+	}
+	return fmt.Sprintf(`<!-- gpupass:report tag="%s" run=%d commit_time=%s sha=%s -->`, sanitizeTag(m.Tag), m.RunID, ct, sha)
+}
+
+func sanitizeTag(t string) string {
+	return strings.NewReplacer(`"`, "'", "-->", "- ->", "\n", " ").Replace(t)
+}
+
+// ParseMarker finds a gpupass marker in a comment body.
+func ParseMarker(body string) (Meta, bool) {
+	m := markerRE.FindStringSubmatch(body)
+	if m == nil {
+		return Meta{}, false
+	}
+	run, _ := strconv.ParseInt(m[2], 10, 64)
+	meta := Meta{Tag: m[1], RunID: run}
+	if m[3] != "-" {
+		meta.CommitTime, _ = time.Parse(time.RFC3339, m[3])
+	}
+	if m[4] != "-" {
+		meta.SHA = m[4]
+	}
+	return meta, true
+}
+
+// Newer reports whether m comes from a later pipeline than o: a later
+// commit first, then a higher run id for the same commit time.
+func (m Meta) Newer(o Meta) bool {
+	if !m.CommitTime.IsZero() && !o.CommitTime.IsZero() && !m.CommitTime.Equal(o.CommitTime) {
+		return m.CommitTime.After(o.CommitTime)
+	}
+	return m.RunID > o.RunID
+}
+
+// Comment is a comment or note already on the pull/merge request.
+type Comment struct {
+	ID   int64
+	Body string
+}
+
+// Action kinds.
+const (
+	ActCreate = "create"
+	ActUpdate = "update"
+	ActSkip   = "skip"
+)
+
+// Action is what Plan decided.
+type Action struct {
+	Kind   string
+	Update int64   // comment to edit (ActUpdate)
+	Delete []int64 // comments to delete first
+	Reason string
+}
+
+// Plan decides what to do with body given the comments already there.
+// Comments are in creation order. Only comments whose marker carries
+// meta.Tag are considered.
+func Plan(existing []Comment, meta Meta, body string, b Behavior) Action {
+	var mine []Comment
+	var newest *Meta
+	for _, c := range existing {
+		m, ok := ParseMarker(c.Body)
+		if !ok || m.Tag != meta.Tag {
+			continue
+		}
+		mine = append(mine, c)
+		if newest == nil || m.Newer(*newest) {
+			mm := m
+			newest = &mm
+		}
+	}
+	if len(mine) == 0 {
+		return Action{Kind: ActCreate, Reason: "no report comment with this tag yet"}
+	}
+	if newest.Newer(meta) {
+		return Action{Kind: ActSkip, Reason: fmt.Sprintf("a newer pipeline's report is posted (run %d%s); not overwriting it with run %d", newest.RunID, commitNote(newest.CommitTime), meta.RunID)}
+	}
+	last := mine[len(mine)-1]
+	if stripMarker(last.Body) == stripMarker(body) {
+		return Action{Kind: ActSkip, Reason: "report unchanged"}
+	}
+	switch b {
+	case New:
+		return Action{Kind: ActCreate, Reason: "behavior new"}
+	case DeleteAndNew:
+		a := Action{Kind: ActCreate, Reason: "behavior delete-and-new"}
+		for _, c := range mine {
+			a.Delete = append(a.Delete, c.ID)
+		}
+		return a
+	}
+	a := Action{Kind: ActUpdate, Update: last.ID, Reason: "updating the report comment in place"}
+	// Duplicates (from "new" runs or races) are cleaned up so one stays.
+	for _, c := range mine[:len(mine)-1] {
+		a.Delete = append(a.Delete, c.ID)
+	}
+	return a
+}
+
+func commitNote(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return ", commit time " + t.UTC().Format(time.RFC3339)
+}
+
+func stripMarker(body string) string {
+	return strings.TrimSpace(markerRE.ReplaceAllString(body, ""))
+}
+
+// MaxChars is the GitHub comment limit (65,536 characters); bodies are
+// cut below it.
+const MaxChars = 65536
+
+// Compose builds the comment body: marker, then markdown cut to fit
+// limit characters with a note pointing at the full report.
+func Compose(meta Meta, markdown string, limit int, fullReport string) string {
+	head := meta.Marker() + "\n"
+	return head + Truncate(markdown, limit-utf8.RuneCountInString(head), fullReport)
+}
+
+// Truncate cuts md to at most limit characters (runes) at a line
+// boundary, closes an open code fence so the rest still renders, and
+// appends a note naming where the full report is.
+func Truncate(md string, limit int, fullReport string) string {
+	total := utf8.RuneCountInString(md)
+	if total <= limit {
+		return md
+	}
+	if fullReport == "" {
+		fullReport = "the job's artifacts"
+	}
+	note := fmt.Sprintf("\n\n> ✂️ Report truncated at %%d of %d characters; the full report is in %s.\n", total, fullReport)
+	budget := limit - utf8.RuneCountInString(fmt.Sprintf(note, total)) - len("```\n") - 8
+	if budget < 0 {
+		budget = 0
+	}
+	// Cut at a rune, then back to the last newline.
+	cut := md
+	n := 0
+	for i := range md {
+		if n == budget {
+			cut = md[:i]
+			break
+		}
+		n++
+	}
+	if j := strings.LastIndexByte(cut, '\n'); j > 0 {
+		cut = cut[:j+1]
+	}
+	if strings.Count(cut, "```")%2 == 1 {
+		cut += "```\n"
+	}
+	// A cut inside <details> would swallow the note.
+	if strings.Count(cut, "<details>") > strings.Count(cut, "</details>") {
+		cut += "\n</details>\n"
+	}
+	return cut + fmt.Sprintf(note, utf8.RuneCountInString(cut))
+}
+
+// Result says what a poster did.
+type Result struct {
+	Action  string `json:"action"` // created | updated | skipped
+	ID      int64  `json:"id,omitempty"`
+	URL     string `json:"url,omitempty"`
+	Deleted int    `json:"deleted,omitempty"`
+	Reason  string `json:"reason"`
+}
+
+// Store is the forge side a sticky comment needs: comments of one pull or
+// merge request.
+type Store interface {
+	List(ctx context.Context) ([]Comment, error)
+	Create(ctx context.Context, body string) (id int64, url string, err error)
+	Update(ctx context.Context, id int64, body string) (url string, err error)
+	Delete(ctx context.Context, id int64) error
+}
+
+// Post makes body the sticky report for meta.Tag on s.
+func Post(ctx context.Context, s Store, meta Meta, body string, b Behavior) (Result, error) {
+	existing, err := s.List(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	a := Plan(existing, meta, body, b)
+	res := Result{Reason: a.Reason}
+	if a.Kind == ActSkip {
+		res.Action = "skipped"
+		return res, nil
+	}
+	for _, id := range a.Delete {
+		if err := s.Delete(ctx, id); err != nil {
+			return res, err
+		}
+		res.Deleted++
+	}
+	if a.Kind == ActUpdate {
+		url, err := s.Update(ctx, a.Update, body)
+		if err != nil {
+			return res, err
+		}
+		res.Action, res.ID, res.URL = "updated", a.Update, url
+		return res, nil
+	}
+	id, url, err := s.Create(ctx, body)
+	if err != nil {
+		return res, err
+	}
+	res.Action, res.ID, res.URL = "created", id, url
+	return res, nil
+}

@@ -1,0 +1,200 @@
+package forge
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var (
+	monday  = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	tuesday = monday.Add(24 * time.Hour)
+)
+
+func body(m Meta, text string) string { return m.Marker() + "\n" + text }
+
+func TestMarkerRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, m := range []Meta{
+		{Tag: "compare", RunID: 42, CommitTime: monday, SHA: "abc123"},
+		{Tag: `we"ird --> tag`, RunID: 0},
+	} {
+		got, ok := ParseMarker("hello\n" + m.Marker() + "\nworld")
+		if !ok {
+			t.Fatalf("marker %q not found", m.Marker())
+		}
+		want := m
+		want.Tag = sanitizeTag(m.Tag)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("(-want +got):\n%s", d)
+		}
+	}
+	if _, ok := ParseMarker("<!-- something else -->"); ok {
+		t.Error("foreign comment parsed as marker")
+	}
+}
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+	old := Meta{Tag: "compare", RunID: 10, CommitTime: monday}
+	cur := Meta{Tag: "compare", RunID: 11, CommitTime: tuesday}
+	otherTag := Meta{Tag: "audit", RunID: 99, CommitTime: tuesday.Add(time.Hour)}
+	existing := []Comment{
+		{ID: 1, Body: "LGTM"},
+		{ID: 2, Body: body(otherTag, "audit report")},
+		{ID: 3, Body: body(old, "old report")},
+	}
+	tests := []struct {
+		name     string
+		existing []Comment
+		meta     Meta
+		body     string
+		behavior Behavior
+		want     Action
+	}{
+		{"first post", existing[:2], cur, body(cur, "new"), Update, Action{Kind: ActCreate, Reason: "no report comment with this tag yet"}},
+		{"update", existing, cur, body(cur, "new"), Update, Action{Kind: ActUpdate, Update: 3, Reason: "updating the report comment in place"}},
+		{"new", existing, cur, body(cur, "new"), New, Action{Kind: ActCreate, Reason: "behavior new"}},
+		{"delete and new", existing, cur, body(cur, "new"), DeleteAndNew, Action{Kind: ActCreate, Delete: []int64{3}, Reason: "behavior delete-and-new"}},
+		{"unchanged body skipped despite a new run id", existing, cur, body(cur, "old report"), Update, Action{Kind: ActSkip, Reason: "report unchanged"}},
+		{"older pipeline does not overwrite", existing, Meta{Tag: "compare", RunID: 12, CommitTime: monday.Add(-time.Hour)}, "x", Update,
+			Action{Kind: ActSkip, Reason: "a newer pipeline's report is posted (run 10, commit time 2026-03-02T09:00:00Z); not overwriting it with run 12"}},
+		{"same commit, older run id", existing, Meta{Tag: "compare", RunID: 9, CommitTime: monday}, "x", DeleteAndNew,
+			Action{Kind: ActSkip, Reason: "a newer pipeline's report is posted (run 10, commit time 2026-03-02T09:00:00Z); not overwriting it with run 9"}},
+		{"no commit times: run ids decide", []Comment{{ID: 5, Body: body(Meta{Tag: "compare", RunID: 7}, "a")}}, Meta{Tag: "compare", RunID: 8}, "b", Update,
+			Action{Kind: ActUpdate, Update: 5, Reason: "updating the report comment in place"}},
+		{"duplicates cleaned on update", append(append([]Comment{}, existing...), Comment{ID: 4, Body: body(old, "dup")}), cur, "new", Update,
+			Action{Kind: ActUpdate, Update: 4, Delete: []int64{3}, Reason: "updating the report comment in place"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := Plan(tc.existing, tc.meta, tc.body, tc.behavior)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("### report\n\n```mermaid\n")
+	for b.Len() < 100000 {
+		b.WriteString("line [1, 2, 3] ünïcødé\n")
+	}
+	b.WriteString("```\nend\n")
+	md := b.String()
+	got := Compose(Meta{Tag: "t", RunID: 1}, md, MaxChars-1, "artifact `gpupass-compare`")
+	n := utf8.RuneCountInString(got)
+	if n >= MaxChars {
+		t.Errorf("%d characters, want < %d", n, MaxChars)
+	}
+	if n < MaxChars-200 {
+		t.Errorf("%d characters: cut far more than needed", n)
+	}
+	if strings.Count(got, "```")%2 != 0 {
+		t.Error("code fence left open")
+	}
+	if !strings.Contains(got, "the full report is in artifact `gpupass-compare`") || !utf8.ValidString(got) {
+		t.Error("note missing or invalid UTF-8")
+	}
+	if short := Truncate("small", 100, ""); short != "small" {
+		t.Errorf("short body changed: %q", short)
+	}
+}
+
+// flaky answers with the queued faults first, then 200 with the request
+// body echoed.
+type flaky struct {
+	mu     sync.Mutex
+	faults []func(http.ResponseWriter)
+	bodies []string
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	f.bodies = append(f.bodies, string(b))
+	var fault func(http.ResponseWriter)
+	if len(f.faults) > 0 {
+		fault, f.faults = f.faults[0], f.faults[1:]
+	}
+	f.mu.Unlock()
+	if fault != nil {
+		fault(w)
+		return
+	}
+	w.Write(b)
+}
+
+func TestRetry(t *testing.T) {
+	t.Parallel()
+	status := func(code int, hdr, msg string) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			if hdr != "" {
+				w.Header().Set("Retry-After", hdr)
+			}
+			w.WriteHeader(code)
+			io.WriteString(w, msg)
+		}
+	}
+	tests := []struct {
+		name       string
+		faults     []func(http.ResponseWriter)
+		wantStatus int
+		wantTries  int
+		wantWaits  []time.Duration
+	}{
+		{"ok", nil, 200, 1, nil},
+		{"5xx then ok", []func(http.ResponseWriter){status(502, "", ""), status(503, "", "")}, 200, 3, []time.Duration{time.Second, 2 * time.Second}},
+		{"secondary rate limit message", []func(http.ResponseWriter){status(403, "", `{"message":"You have exceeded a secondary rate limit"}`)}, 200, 2, []time.Duration{time.Second}},
+		{"retry-after honoured", []func(http.ResponseWriter){status(429, "7", "")}, 200, 2, []time.Duration{7 * time.Second}},
+		{"plain 403 not retried", []func(http.ResponseWriter){status(403, "", `{"message":"Resource not accessible by integration"}`)}, 403, 1, nil},
+		{"gives up after attempts", []func(http.ResponseWriter){status(500, "", ""), status(500, "", ""), status(500, "", ""), status(500, "", "")}, 500, 4, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
+		{"too long a wait is not slept", []func(http.ResponseWriter){status(403, "3600", "")}, 403, 1, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &flaky{faults: tc.faults}
+			srv := httptest.NewServer(f)
+			defer srv.Close()
+			var waits []time.Duration
+			rt := &Retry{Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}
+			c := &http.Client{Transport: rt}
+			resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("payload"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantStatus {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.wantStatus)
+			}
+			if tc.wantStatus == 200 && string(got) != "payload" {
+				t.Errorf("body %q: request body not replayed", got)
+			}
+			if len(f.bodies) != tc.wantTries {
+				t.Errorf("%d tries, want %d", len(f.bodies), tc.wantTries)
+			}
+			for _, b := range f.bodies {
+				if b != "payload" {
+					t.Errorf("try sent body %q", b)
+				}
+			}
+			if d := cmp.Diff(tc.wantWaits, waits); d != "" {
+				t.Errorf("waits (-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package metrics
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+)
+
+// maxLine bounds one line of a text input; longer lines are reported and
+// skipped so a binary or corrupt file cannot make a reader buffer it whole.
+const maxLine = 1 << 20
+
+// lines streams the lines of r without keeping more than one in memory.
+type lines struct {
+	br    *bufio.Reader
+	n     int
+	bytes int64 // bytes consumed so far
+	long  bool  // the last line was over maxLine and was skipped
+}
+
+func newLines(r io.Reader) *lines {
+	return &lines{br: bufio.NewReaderSize(r, maxLine)}
+}
+
+// next returns the next line without its line ending. The slice is valid
+// until the following call. It returns io.EOF after the last line.
+func (l *lines) next() ([]byte, error) {
+	l.long = false
+	line, err := l.br.ReadSlice('\n')
+	l.bytes += int64(len(line))
+	if errors.Is(err, bufio.ErrBufferFull) {
+		l.long = true
+		for errors.Is(err, bufio.ErrBufferFull) {
+			var rest []byte
+			rest, err = l.br.ReadSlice('\n')
+			l.bytes += int64(len(rest))
+		}
+		l.n++
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		return nil, nil
+	}
+	if err == io.EOF && len(line) == 0 {
+		return nil, io.EOF
+	}
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	l.n++
+	line = bytes.TrimRight(line, "\r\n")
+	return line, nil
+}
+
+// sizeSample is how many points a reader collects before it sizes the
+// point slice from the input size, so a million-point file is not copied
+// again and again while its slice grows.
+const sizeSample = 4096
+
+// presize grows p to hold the points that total input bytes likely hold,
+// given that read bytes held len(p).
+func presize(p []Point, read, total int64) []Point {
+	if read <= 0 || total <= read {
+		return p
+	}
+	est := int(float64(total) / float64(read) * float64(len(p)) * 1.02)
+	if est <= cap(p) || est > 1<<31 {
+		return p
+	}
+	return slices.Grow(p, est-len(p))
+}

@@ -1,0 +1,324 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"flag"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpupass/gpupass/internal/metrics"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+const t0 = int64(1772352000) * 1e9 // 2026-03-01T08:00:00Z
+
+// curve builds a run logging every `every` steps up to last, one step a
+// second, loss decaying from 2.5 with a per-run offset.
+func curve(label string, every, last int64, offset float64) *metrics.Series {
+	s := &metrics.Series{Label: label, Source: label + ".jsonl", Metric: "loss", Format: "jsonl", Start: t0 - 30e9, PricePerHour: 3.5}
+	for st := int64(0); st <= last; st += every {
+		s.Points = append(s.Points, metrics.Point{Step: st, Value: 0.5 + 2*math.Exp(-float64(st)/40) + offset, Time: t0 + st*1e9})
+	}
+	return s
+}
+
+func scenarios() map[string]struct {
+	series []*metrics.Series
+	tol    Tolerance
+} {
+	diverging := curve("ap|south", 10, 100, 0)
+	for i := range diverging.Points {
+		if diverging.Points[i].Step >= 60 {
+			diverging.Points[i].Value += 0.3
+		}
+	}
+	diverging.Points[8].Value = math.NaN()
+	diverging.Problems.Add("line 7", "not a JSON object")
+	diverging.Restarts = 1
+	diverging.Start, diverging.PricePerHour = 0, 0
+	noTimes := curve("late", 10, 50, 0)
+	for i := range noTimes.Points {
+		noTimes.Points[i].Step += 500
+		noTimes.Points[i].Time = 0
+	}
+	return map[string]struct {
+		series []*metrics.Series
+		tol    Tolerance
+	}{
+		"consistent": {[]*metrics.Series{curve("us", 10, 100, 0), curve("eu", 5, 100, 0.01)}, Tolerance{Abs: 0.05, HasAbs: true, Rel: 0.02, HasRel: true}},
+		"diverged":   {[]*metrics.Series{curve("us", 10, 100, 0), curve("eu", 5, 100, 0.01), diverging}, Tolerance{Abs: 0.1, HasAbs: true}},
+		"no-overlap": {[]*metrics.Series{curve("us", 10, 100, 0), noTimes}, DefaultTolerance},
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("%s (-want +got):\n%s", path, d)
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	t.Parallel()
+	renderers := map[string]func(*bytes.Buffer, *Report) error{
+		"md":   func(b *bytes.Buffer, r *Report) error { return Markdown(b, r) },
+		"json": func(b *bytes.Buffer, r *Report) error { return JSON(b, r) },
+		"xml":  func(b *bytes.Buffer, r *Report) error { return JUnit(b, r) },
+		"svg":  func(b *bytes.Buffer, r *Report) error { return SVG(b, r) },
+	}
+	for name, sc := range scenarios() {
+		for ext, render := range renderers {
+			t.Run(name+"."+ext, func(t *testing.T) {
+				t.Parallel()
+				r, err := Build(sc.series, sc.tol)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var b bytes.Buffer
+				if err := render(&b, r); err != nil {
+					t.Fatal(err)
+				}
+				golden(t, name+"."+ext, b.Bytes())
+				switch ext {
+				case "json":
+					if !json.Valid(b.Bytes()) {
+						t.Error("invalid JSON")
+					}
+				case "xml", "svg":
+					if err := xml.Unmarshal(b.Bytes(), new(struct{})); err != nil {
+						t.Errorf("invalid XML: %v", err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestFigures(t *testing.T) {
+	t.Parallel()
+	sc := scenarios()["diverged"]
+	r, err := Build(sc.series, sc.tol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != Diverged {
+		t.Errorf("verdict %s, want diverged", r.Verdict)
+	}
+	us := r.Runs[0]
+	wall, tp, ttf := 100.0, 1.0, 30.0
+	cost := 130.0 / 3600 * 3.5
+	want := Run{
+		Label: "us", Source: "us.jsonl", Format: "jsonl", Metric: "loss", Points: 11, FirstStep: 0, LastStep: 100,
+		FinalLoss: Float(0.5 + 2*math.Exp(-2.5)), MinLoss: Float(0.5 + 2*math.Exp(-2.5)), MinStep: 100,
+		WallSeconds: &wall, StepsPerSecond: &tp, TimeToFirstStep: &ttf, CostUSD: &cost,
+	}
+	if d := cmp.Diff(want, us, cmpopts.EquateApprox(0, 1e-9)); d != "" {
+		t.Errorf("us (-want +got):\n%s", d)
+	}
+	ap := r.Runs[2]
+	if ap.NonFinite != 1 || ap.Restarts != 1 || ap.TimeToFirstStep != nil || ap.CostUSD != nil {
+		t.Errorf("ap: non-finite %d restarts %d ttf %v cost %v", ap.NonFinite, ap.Restarts, ap.TimeToFirstStep, ap.CostUSD)
+	}
+	// us vs eu: eu is +0.01 everywhere; us vs ap diverges at step 60.
+	ue, ua := r.Pairs[0], r.Pairs[1]
+	if ue.Verdict != Consistent || ue.FirstDivergence != nil || math.Abs(float64(ue.MaxAbsDelta)-0.01) > 1e-9 || ue.CommonSteps != 11 {
+		t.Errorf("us vs eu: %+v", ue)
+	}
+	if ua.Verdict != Diverged || ua.FirstDivergence == nil || *ua.FirstDivergence != 60 || ua.NonFiniteSteps != 1 {
+		t.Errorf("us vs ap: %+v", ua)
+	}
+	if ua.Checks[0].Failures != 5 {
+		t.Errorf("us vs ap failures %d, want 5 (steps 60..100, NaN at 80 included)", ua.Checks[0].Failures)
+	}
+	if got := float64(ua.MaxAbsDelta); math.Abs(got-0.3) > 1e-9 || ua.MaxAbsDeltaStep != 60 {
+		t.Errorf("max |Δ| %v at %d, want 0.3 at 60", got, ua.MaxAbsDeltaStep)
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		series []*metrics.Series
+		want   string
+	}{
+		{"none", nil, "no runs to compare"},
+		{"duplicate", []*metrics.Series{curve("us", 10, 20, 0), curve("us", 10, 20, 0)}, `duplicate label "us" for us.jsonl and us.jsonl`},
+		{"unlabelled", []*metrics.Series{{Source: "x.csv"}}, "run from x.csv has no label"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Build(tc.series, DefaultTolerance)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSinglePointAndSingleRun(t *testing.T) {
+	t.Parallel()
+	one := &metrics.Series{Label: "solo", Source: "s", Metric: "loss", Points: []metrics.Point{{Step: 5, Value: 1}}}
+	r, err := Build([]*metrics.Series{one}, DefaultTolerance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, f := range []func() error{func() error { return Markdown(&b, r) }, func() error { return SVG(&b, r) }, func() error { return JUnit(&b, r) }, func() error { return JSON(&b, r) }} {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"only one run", "solo: a single point", "x-axis \"step\" 5 --> 5"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+func TestParseTolerance(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    Tolerance
+		wantErr string
+	}{
+		{"", DefaultTolerance, ""},
+		{"0.05", Tolerance{Abs: 0.05, HasAbs: true}, ""},
+		{"2%", Tolerance{Rel: 0.02, HasRel: true}, ""},
+		{"abs=0.1, rel=0.5%", Tolerance{Abs: 0.1, HasAbs: true, Rel: 0.005, HasRel: true}, ""},
+		{"rel=0.03", Tolerance{Rel: 0.03, HasRel: true}, ""},
+		{"abs=5%", Tolerance{}, "abs takes a plain number"},
+		{"-1", Tolerance{}, "not a non-negative number"},
+		{"max=1", Tolerance{}, `unknown kind "max"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseTolerance(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestDownsampleKeepsSpikes(t *testing.T) {
+	t.Parallel()
+	var p []metrics.Point
+	for i := range 10000 {
+		p = append(p, metrics.Point{Step: int64(i), Value: 1})
+	}
+	p[4321].Value = 50
+	p[7000].Value = math.NaN()
+	d := Downsample(p, 100)
+	if len(d) > 102 {
+		t.Errorf("%d points, want at most 102", len(d))
+	}
+	var spike, nan bool
+	for _, q := range d {
+		spike = spike || q.Value == 50
+		nan = nan || math.IsNaN(q.Value)
+	}
+	if !spike || !nan || d[0].Step != 0 || d[len(d)-1].Step != 9999 {
+		t.Errorf("spike %v nan %v ends %d..%d", spike, nan, d[0].Step, d[len(d)-1].Step)
+	}
+}
+
+func TestChartExtremeValues(t *testing.T) {
+	t.Parallel()
+	a := &metrics.Series{Label: "a", Points: []metrics.Point{{Step: 0, Value: -1e308}, {Step: 10, Value: 1e308}}}
+	b := &metrics.Series{Label: "b", Points: []metrics.Point{{Step: 0, Value: math.NaN()}, {Step: 10, Value: math.Inf(1)}}}
+	r, err := Build([]*metrics.Series{a, b}, DefaultTolerance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := Markdown(&md, r); err != nil {
+		t.Fatal(err)
+	}
+	_, chart, _ := strings.Cut(md.String(), "xychart-beta")
+	chart, _, _ = strings.Cut(chart, "```")
+	if strings.Contains(chart, "Inf") || strings.Contains(chart, "NaN") || strings.Count(chart, "line [") != 1 {
+		t.Errorf("chart:\n%s", chart)
+	}
+	if !strings.Contains(md.String(), "chart: no finite values to draw for b") {
+		t.Error("dropped run not noted")
+	}
+	var svg bytes.Buffer
+	if err := SVG(&svg, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(svg.String(), "NaN\"") || strings.Contains(svg.String(), "NaN,") {
+		t.Errorf("NaN coordinate in SVG:\n%s", svg.String())
+	}
+}
+
+func TestPNG(t *testing.T) {
+	t.Parallel()
+	sc := scenarios()["diverged"]
+	r, err := Build(sc.series, sc.tol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := PNG(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := img.Bounds().Size(); got != image.Pt(svgW, svgH) {
+		t.Errorf("size %v", got)
+	}
+	if c := color.RGBAModel.Convert(img.At(1, 1)).(color.RGBA); c != (color.RGBA{0xff, 0xff, 0xff, 0xff}) {
+		t.Errorf("background %v, want white", c)
+	}
+	// Every run's colour is drawn, in the plot area (not only the legend).
+	for i := range r.Curves {
+		want := hexColor(palette[i].hex)
+		found := false
+		for y := svgTop; y < svgTop+int(svgPlotH) && !found; y++ {
+			for x := svgLeft + 1; x < svgLeft+int(svgPlotW) && !found; x++ {
+				found = color.RGBAModel.Convert(img.At(x, y)).(color.RGBA) == want
+			}
+		}
+		if !found {
+			t.Errorf("run %d (%s) not drawn in the plot", i, palette[i].hex)
+		}
+	}
+}
