@@ -144,8 +144,8 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	st := &upStack{dir: dir, exited: make(chan *child, 64)}
 	defer st.stop(o.Log)
 
-	st.broker, err = st.start("broker", brokerBin, []string{"--db", db, "serve", "--listen", addr,
-		"--heartbeat-interval", "2s", "--offline-after", "10s"}, nil)
+	brokerArgs := []string{"--db", db, "serve", "--listen", addr, "--heartbeat-interval", "2s", "--offline-after", "10s"}
+	st.broker, err = st.start("broker", brokerBin, brokerArgs, nil)
 	if err != nil {
 		return err
 	}
@@ -187,14 +187,37 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	if o.Demo {
 		return RunDemo(ctx, &o.DemoOptions, st.cfg, out, o.Log)
 	}
-	select {
-	case <-ctx.Done():
-		if o.Output != "json" {
-			fmt.Fprintln(out, "stopping…")
+	restarts := 0
+	for {
+		select {
+		case <-ctx.Done():
+			if o.Output != "json" {
+				fmt.Fprintln(out, "stopping…")
+			}
+			return nil
+		case c := <-st.exited:
+			if c != st.broker || restarts >= 5 {
+				return fmt.Errorf("%s exited unexpectedly (%v); see %s", c.name, c.err, c.log)
+			}
+			// A crashed broker is started again on the same address and
+			// database: agents keep their runs going and their records
+			// in the spool meanwhile, and nothing is lost.
+			restarts++
+			o.Log.Warn("broker exited; starting it again", "err", c.err, "log", c.log)
+			if o.Output != "json" {
+				fmt.Fprintf(out, "broker exited (%v); starting it again\n", c.err)
+			}
+			if _, err := st.start("broker", brokerBin, brokerArgs, nil); err != nil {
+				return err
+			}
+			if err := waitListening(ctx, addr, st.broker, 20*time.Second); err != nil {
+				return err
+			}
+			st.cfg.BrokerPID = st.broker.cmd.Process.Pid
+			if _, err := writeLocalConfig(dir, st.cfg); err != nil {
+				return err
+			}
 		}
-		return nil
-	case c := <-st.exited:
-		return fmt.Errorf("%s exited unexpectedly (%v); see %s", c.name, c.err, c.log)
 	}
 }
 
