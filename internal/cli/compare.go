@@ -84,6 +84,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 
 func newCompareCmd(g *GlobalOptions) *cobra.Command {
 	o := &CompareOptions{}
+	broker := &BrokerFlags{}
 	cmd := &cobra.Command{
 		Use:   "compare FILE|ALLOC...",
 		Short: "Compare loss curves of runs across regions and post the report",
@@ -103,10 +104,12 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 			o.Output = g.Output
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
+			o.Source = &BrokerMetrics{Broker: broker} // allocation ids
 			return RunCompare(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
 	o.AddFlags(cmd)
+	broker.AddFlags(cmd)
 	return cmd
 }
 

@@ -84,6 +84,10 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newInitCmd,
 	newUpCmd,
 	newCompareCmd,
+	newTrainCmd,
+	newLogsCmd,
+	newRunsCmd,
+	newCancelCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.

@@ -1,0 +1,305 @@
+package cli
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// TrainOptions are the flags of `gpupass train`.
+type TrainOptions struct {
+	Global          *GlobalOptions
+	Broker          BrokerFlags
+	Spec            string
+	Regions         []string
+	Name            string
+	Follow          bool
+	MaxPrice        float64
+	MaxRestarts     int
+	ResumeElsewhere bool
+	MinHealthScore  float64
+	Workdir         string
+	// Command is what runs on each node (after --).
+	Command []string
+	// Getenv reads CI variables for the run name (os.Getenv by default).
+	Getenv func(string) string
+}
+
+// AddFlags registers train's flags.
+func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
+	o.Broker.AddFlags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.Spec, "spec", "gpupass.yaml", "the run's spec file")
+	f.StringArrayVar(&o.Regions, "region", nil, "region to train in; repeat for one run per region (required)")
+	f.StringVar(&o.Name, "name", "", "run name (default: the spec's name); the region and, in CI, the short commit are added")
+	f.BoolVar(&o.Follow, "follow", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
+	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
+	f.IntVar(&o.MaxRestarts, "max-restarts", 3, "restarts after a NaN/Inf loss, from the newest checkpoint")
+	f.BoolVar(&o.ResumeElsewhere, "resume-elsewhere", false, "when a node is lost mid-run, restart on another candidate from the newest checkpoint instead of failing")
+	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "lowest node health score to place on")
+	f.StringVar(&o.Workdir, "workdir", "", "directory shipped to each node as the command's work dir (at most 64 MiB compressed)")
+}
+
+func newTrainCmd(g *GlobalOptions) *cobra.Command {
+	o := &TrainOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "train --spec FILE --region R [--region R2 …] [flags] -- COMMAND [ARG…]",
+		Short: "Run the training command on certified nodes, one run per region",
+		Long: `Submit one run per --region to the broker. Each is placed on the best certified
+node of its region (the order of validate --dry-run) and printed with its
+allocation id, node and health score. With --follow, the logs of all runs are
+streamed, each line prefixed by its region, and the exit code is the worst
+result: 0 all succeeded, 1 any failed or was cancelled, 2 bad input.`,
+		Example: `  gpupass train --spec gpupass.yaml --region us-west-2 --region eu-central-1 --follow -- python3 train.py
+  gpupass train --region us-west-2 --max-price 30 --workdir . -- python3 train.py --epochs 3`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() < 0 && len(args) > 0 || cmd.ArgsLenAtDash() > 0 {
+				return fmt.Errorf("put the training command after --: gpupass train … -- %s", strings.Join(args, " "))
+			}
+			o.Command = args
+			o.Getenv = os.Getenv
+			return RunTrain(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// runName is the base name of the runs: --name or the spec's name, plus
+// the short commit in CI (the broker adds the region).
+func (o *TrainOptions) runName(specYAML []byte) string {
+	name := o.Name
+	if name == "" {
+		var s struct {
+			Name string `yaml:"name"`
+		}
+		_ = yaml.Unmarshal(specYAML, &s) // the broker reports a bad spec
+		name = s.Name
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	sha := getenv("CI_COMMIT_SHORT_SHA")
+	if sha == "" {
+		sha = getenv("GITHUB_SHA")
+	}
+	if len(sha) > 7 {
+		sha = sha[:7]
+	}
+	if sha != "" {
+		if name == "" {
+			name = "run"
+		}
+		name += "-" + sha
+	}
+	return name
+}
+
+// RunTrain submits the runs and, with Follow, streams them to the end.
+func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error {
+	if len(o.Regions) == 0 {
+		return errors.New("no region: pass --region R (repeat for several)")
+	}
+	seen := map[string]bool{}
+	for _, r := range o.Regions {
+		if seen[r] {
+			return fmt.Errorf("--region %s is given twice; one run per region", r)
+		}
+		seen[r] = true
+	}
+	if len(o.Command) == 0 {
+		return errors.New("no command: gpupass train … -- COMMAND [ARG…]")
+	}
+	if o.MaxPrice < 0 || o.MaxRestarts < 0 {
+		return errors.New("--max-price and --max-restarts must not be negative")
+	}
+	specYAML, err := os.ReadFile(o.Spec)
+	if err != nil {
+		return fmt.Errorf("reading spec: %w", err)
+	}
+	var archive []byte
+	if o.Workdir != "" {
+		if archive, err = archiveDir(o.Workdir); err != nil {
+			return err
+		}
+	}
+	c, err := o.Broker.DialRuns()
+	if err != nil {
+		return err
+	}
+	jsonOut := o.Global != nil && o.Global.Output == "json"
+	name := o.runName(specYAML)
+	restarts := int32(o.MaxRestarts)
+	minScore := o.MinHealthScore
+	var runs []*gpupassv1.Run
+	for _, region := range o.Regions {
+		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
+			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
+			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
+			MinHealthScore: &minScore}))
+		if err != nil {
+			return rpcError("submitting the run in "+region, o.Broker.URL, err)
+		}
+		runs = append(runs, resp.Msg.Run)
+	}
+	if !jsonOut {
+		writeRunTable(out, runs)
+	}
+	if o.Follow {
+		log := o.Global.logger(errOut)
+		p := &logPrinter{out: out, json: jsonOut, prefix: !jsonOut}
+		var wg sync.WaitGroup
+		errs := make([]error, len(runs))
+		for i, r := range runs {
+			if terminal(r.State) {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fin, err := followRun(ctx, c, r, 0, true, false, p, log)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				runs[i] = fin
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	if jsonOut {
+		if err := writeProtoJSON(out, &gpupassv1.ListRunsResponse{Runs: runs}); err != nil {
+			return err
+		}
+	} else if o.Follow {
+		fmt.Fprintln(out)
+		writeRunTable(out, runs)
+	}
+	var bad []string
+	for _, r := range runs {
+		if r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+			bad = append(bad, fmt.Sprintf("%s (%s) %s: %s", r.Id, r.Region, stateName(r.State), r.Reason))
+		}
+	}
+	if len(bad) > 0 {
+		return Findings(fmt.Errorf("%d of %d runs did not succeed: %s", len(bad), len(runs), strings.Join(bad, "; ")))
+	}
+	return nil
+}
+
+// logger tolerates a nil GlobalOptions (library callers).
+func (o *GlobalOptions) logger(w io.Writer) *slog.Logger {
+	if o == nil {
+		return (&GlobalOptions{}).Logger(w)
+	}
+	return o.Logger(w)
+}
+
+// writeRunTable prints runs: id, region, state, node, score, price.
+func writeRunTable(out io.Writer, runs []*gpupassv1.Run) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ALLOC\tNAME\tREGION\tSTATE\tNODE\tSCORE\tPRICE/H\tREASON")
+	for _, r := range runs {
+		score, price := "-", "-"
+		if r.Score != nil {
+			score = fmt.Sprintf("%.1f", r.Score.Score)
+		}
+		if r.PricePerHour > 0 {
+			price = f2(r.PricePerHour)
+		}
+		st := stateName(r.State)
+		if r.CancelRequested && !terminal(r.State) {
+			st += " (cancelling)"
+		}
+		if r.Simulated {
+			st += ", simulated"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Id, r.Name, r.Region, st, dash(r.NodeId), score, price, dash(r.Reason))
+	}
+	_ = tw.Flush()
+}
+
+// maxArchive is the broker's Submit limit less room for the rest.
+const maxArchive = api.MaxSubmitBytes - 1<<20
+
+// archiveDir packs dir as a gzip tar of regular files and directories
+// (.git is left out; links are refused rather than followed out of dir).
+func archiveDir(dir string) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !info.Mode().IsRegular() {
+			return fmt.Errorf("%s: only regular files and directories can be shipped (links and devices cannot)", path)
+		}
+		hdr, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.Copy(tw, f); err != nil {
+			return err
+		}
+		if buf.Len() > maxArchive {
+			return fmt.Errorf("more than %d MiB compressed; ship less (e.g. data from storage, not the work dir)", maxArchive>>20)
+		}
+		return nil
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("packing --workdir %s: %w", dir, err)
+	}
+	return buf.Bytes(), nil
+}
