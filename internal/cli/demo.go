@@ -137,7 +137,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			finals[i], errs[i] = followRun(ctx, rc, run, func(line string) {
+			finals[i], errs[i] = demoFollow(ctx, rc, run, func(line string) {
 				mu.Lock()
 				defer mu.Unlock()
 				fmt.Fprintf(out, "%-14s %s\n", run.Region, line)
@@ -170,8 +170,9 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	}
 	md, svg := filepath.Join(demoDir, "compare.md"), filepath.Join(demoDir, "compare.svg")
 	args := []string{"compare", "--post", "none", "--markdown", md, "--svg", svg}
-	for i, run := range runs {
-		args = append(args, "--label", run.Region+"="+files[i])
+	for _, run := range runs {
+		// By allocation id: compare reads the series from the broker.
+		args = append(args, "--label", run.Region+"="+run.Id)
 	}
 	if err := sub(args...); err != nil {
 		return fmt.Errorf("compare: %w", err)
@@ -197,8 +198,8 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	return nil
 }
 
-// followRun streams a run's events as text lines until it is terminal.
-func followRun(ctx context.Context, rc gpupassv1connect.RunServiceClient, run *gpupassv1.Run, line func(string)) (*gpupassv1.Run, error) {
+// demoFollow streams a run's events as text lines until it is terminal.
+func demoFollow(ctx context.Context, rc gpupassv1connect.RunServiceClient, run *gpupassv1.Run, line func(string)) (*gpupassv1.Run, error) {
 	var after uint64
 	for {
 		st, err := rc.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, AfterSeq: after, Follow: true}))
