@@ -156,15 +156,38 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		u.AllocID, u.FencingToken = a.AllocID, a.FencingToken
 		return l.Source.UpdateAllocation(ctx, u)
 	}
+	// An edge must reach the broker even when it is restarting: retry
+	// all but a refused lease, for up to limit.
+	edge := func(ctx context.Context, u AllocUpdate, limit time.Duration) error {
+		deadline := time.Now().Add(limit)
+		backoff := 100 * time.Millisecond
+		for {
+			_, err := update(ctx, u)
+			if err == nil || errors.Is(err, ErrStaleLease) || time.Now().After(deadline) {
+				return err
+			}
+			log.Warn("allocation update failed; retrying", "state", u.State, "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
 	fail := func(reason string) AllocUpdate {
 		final.State, final.Reason, final.ExitCode = StateFailed, reason, -1
 		log.Error("run failed before start", "reason", reason)
-		if _, err := update(context.WithoutCancel(ctx), final); err != nil {
+		limit := l.drainTimeout()
+		if ctx.Err() != nil {
+			limit = 5 * time.Second
+		}
+		if err := edge(context.WithoutCancel(ctx), final, limit); err != nil {
 			log.Warn("reporting failure", "err", err)
 		}
 		return final
 	}
-	if _, err := update(ctx, AllocUpdate{State: StateStarting}); err != nil {
+	if err := edge(ctx, AllocUpdate{State: StateStarting}, time.Minute); err != nil {
 		log.Warn("refusing run: starting update not accepted", "err", err)
 		final.State, final.Reason = StateFailed, err.Error()
 		return final
@@ -201,7 +224,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	// The last check marks the run running: every check before the
 	// command passed, so the next thing that happens is the command.
 	x.Checks = append(x.Checks, executor.RuntimeCheck{Name: "lease", Run: func(ctx context.Context, _ executor.Job) (string, error) {
-		if _, err := update(ctx, AllocUpdate{State: StateRunning}); err != nil {
+		if err := edge(ctx, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("running under fencing token %d", a.FencingToken), nil
@@ -290,7 +313,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	if derr != nil {
 		log.Warn("not every record reached the broker; they stay in the spool", "err", derr)
 	}
-	if _, err := update(context.WithoutCancel(ctx), final); err != nil {
+	if err := edge(context.WithoutCancel(ctx), final, drain); err != nil {
 		log.Warn("reporting the final state", "state", final.State, "err", err)
 	}
 	log.Info("run ended", "state", final.State, "reason", final.Reason, "last_seq", final.LastSeq)
