@@ -330,3 +330,45 @@ func tail(s string, n int) string {
 	}
 	return "…" + s[len(s)-n:]
 }
+
+// TestUpDemo is `make demo`: the whole pipeline on the example, exit 0,
+// and every result where the demo says it is.
+func TestUpDemo(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, numpy").Run(); err != nil {
+		testutil.Missing(t, "%s with torch and numpy (python3-torch, python3-numpy)", py)
+	}
+	bin := buildAll(t)
+	state := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "gpupass"), "up", "--demo", "--listen", "127.0.0.1:0", "--state-dir", state, "--demo-steps", "20")
+	cmd.Dir = testutil.RepoRoot(t)
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("up --demo: %v\n%s", err, tail(out, 6000))
+	}
+	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", `"simulated": true`, "results:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, tail(out, 6000))
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(state, "demo", "compare.md"))
+	if err != nil || !strings.Contains(string(md), "us-west-2") {
+		t.Errorf("compare report: %v\n%s", err, md)
+	}
+	files, _ := filepath.Glob(filepath.Join(state, "demo", "alloc-*-metrics.jsonl"))
+	if len(files) != 2 {
+		t.Fatalf("metrics files %v, want two", files)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n != 20 {
+			t.Errorf("%s: %d points, want 20", f, n)
+		}
+	}
+}
