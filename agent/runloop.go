@@ -396,7 +396,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		defer a.mu.Unlock()
 		return a.agentID
 	}
-	src, err := newBrokerSource(a.o.BrokerURL, a.o.Token, id)
+	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, id)
 	if err != nil {
 		return nil, err
 	}

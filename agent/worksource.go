@@ -26,10 +26,11 @@ type brokerSource struct {
 	call time.Duration
 }
 
-// newBrokerSource dials the AgentWorkService. The HTTP client has no
+// NewBrokerSource returns the WorkSource of the broker at baseURL; it
+// dials the AgentWorkService. The HTTP client has no
 // overall timeout (the long poll would trip it); each call carries its
 // own deadline instead.
-func newBrokerSource(baseURL, token string, agentID func() string) (*brokerSource, error) {
+func NewBrokerSource(baseURL, token string, agentID func() string) (WorkSource, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("broker URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
