@@ -96,6 +96,9 @@ type RunLoop struct {
 	// changed); nil skips it.
 	Recheck func(ctx context.Context, sp *spec.Spec) ([]conformance.Check, error)
 	Log     *slog.Logger
+	// CUDAHome returns the verified toolkit's root (exported as
+	// CUDA_HOME, its lib64 first on LD_LIBRARY_PATH); "" for none.
+	CUDAHome func() string
 	// UpdateEvery is how often a running run asks whether it should be
 	// cancelled (default 1s).
 	UpdateEvery time.Duration
@@ -274,6 +277,9 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		AllocID: a.AllocID, Region: a.Region, Command: a.Command, Spec: sp, WorkRoot: workRoot,
 		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace,
 	}
+	if l.CUDAHome != nil {
+		job.CUDAHome = l.CUDAHome()
+	}
 	res, err := x.Execute(runCtx, job, up)
 	stopRun(nil)
 	<-watchDone
@@ -403,7 +409,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
-		Recheck:  a.Recheck,
+		Recheck:  a.Recheck, CUDAHome: a.cudaHome,
 	}
 	done := make(chan struct{})
 	go func() {
@@ -411,4 +417,15 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		_ = l.Run(ctx)
 	}()
 	return func() { <-done }, nil
+}
+
+// cudaHome is the root of the nvcc the suite verified (…/bin/nvcc ->
+// …). A simulated toolkit has no files, so none is exported for it.
+func (a *Agent) cudaHome() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastFacs == nil || !a.lastFacs.NVCC.Found || a.lastFacs.NVCC.Simulated || a.lastFacs.NVCC.Path == "" {
+		return ""
+	}
+	return filepath.Dir(filepath.Dir(a.lastFacs.NVCC.Path))
 }
