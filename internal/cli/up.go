@@ -73,6 +73,11 @@ GPUPASS_STATE_DIR for those commands. --demo runs the example pipeline.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Output, o.Log, o.Getenv = g.Output, g.Logger(cmd.ErrOrStderr()), os.Getenv
+			if o.Demo && !cmd.Flags().Changed("listen") && os.Getenv(EnvName("listen")) == "" {
+				// The demo stops its stack when done: any free port will
+				// do, and a busy 7070 must not fail it.
+				o.Listen = "127.0.0.1:0"
+			}
 			return RunUp(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
