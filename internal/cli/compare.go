@@ -104,7 +104,9 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 			o.Output = g.Output
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
-			o.Source = &BrokerMetrics{Broker: broker} // allocation ids
+			if broker.URL != "" {
+				o.Source = &BrokerMetrics{Broker: broker} // allocation ids
+			}
 			return RunCompare(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -214,7 +216,7 @@ func (o *CompareOptions) loadOne(ctx context.Context, in input) (*metrics.Series
 			return nil, fmt.Errorf("%s: no such file", in.ref)
 		}
 		if o.Source == nil {
-			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker, which this build cannot reach yet; export the run's metrics to a file and pass that", in.ref)
+			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker: pass --broker-url and --broker-token (or export the run's metrics to a file and pass that)", in.ref)
 		}
 		s, err = o.Source.Metrics(ctx, in.ref, o.Metric)
 		if err != nil {
