@@ -13,6 +13,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -229,7 +231,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	clients, err := api.Dial(a.o.BrokerURL, api.DialOptions{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second})
+	tlsConf, err := a.o.tlsConfig()
+	if err != nil {
+		return err
+	}
+	clients, err := api.Dial(a.o.BrokerURL, api.DialOptions{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf})
 	if err != nil {
 		return err
 	}
@@ -410,3 +416,22 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 }
 
 var errNotRunning = errors.New("the agent's main loop is not running")
+
+// tlsConfig trusts the system roots plus --tls-ca.
+func (o *Options) tlsConfig() (*tls.Config, error) {
+	if o.TLSCA == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(o.TLSCA)
+	if err != nil {
+		return nil, fmt.Errorf("reading --tls-ca: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", o.TLSCA)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}

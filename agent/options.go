@@ -17,6 +17,9 @@ import (
 type Options struct {
 	BrokerURL string
 	Token     string
+	// TLSCA is a PEM bundle of CAs trusted for an https broker URL, in
+	// addition to the system roots (a private CA or a self-signed broker).
+	TLSCA     string
 	StateDir  string
 	QueryAddr string
 	// AddrFile, when set, receives the query endpoint's URL once it
@@ -49,6 +52,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.BrokerURL, "broker-url", "", "broker URL, http://HOST:PORT or https://HOST:PORT (required)")
 	f.StringVar(&o.Token, "token", "", "agent enrollment token (secret; or GPUPASS_TOKEN_FILE)")
+	f.StringVar(&o.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
 	f.StringVar(&o.StateDir, "state-dir", "/var/lib/gpupass-agent", "directory for the identity key (0600), agent id and last signed report")
 	f.StringVar(&o.QueryAddr, "query-addr", "127.0.0.1:7465", "local query endpoint (HTTP JSON); loopback unless you mean otherwise")
 	f.StringVar(&o.AddrFile, "addr-file", "", "write the query endpoint URL to this file once listening")

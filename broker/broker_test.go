@@ -291,6 +291,16 @@ func TestRejectedReports(t *testing.T) {
 			a := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
 			other := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
 			ctx := context.Background()
+			// RTT: none on the first beat (nothing echoed yet), measured
+			// on the broker's clock from the second; a report is wanted
+			// until one is accepted.
+			hb, err := (&brokertest.Agent{ID: a.ID, Clients: a.Clients}).Beat(ctx)
+			if err != nil || hb.RttMs != -1 || !hb.ReportWanted {
+				t.Errorf("first beat = %v, %v; want rtt -1 and report wanted", hb, err)
+			}
+			if hb, err := a.Beat(ctx); err != nil || hb.RttMs < 0 {
+				t.Errorf("echoing beat = %v, %v; want a measured RTT", hb, err)
+			}
 			good, sig, err := brokertest.Sign(a.Key, a.Report())
 			if err != nil {
 				t.Fatal(err)
@@ -335,6 +345,9 @@ func TestRejectedReports(t *testing.T) {
 			}
 			if err := a.UploadRaw(ctx, good, sig); err != nil {
 				t.Errorf("the untampered report is refused: %v", err)
+			}
+			if hb, err := a.Beat(ctx); err != nil || hb.ReportWanted {
+				t.Errorf("beat after an accepted report = %v, %v; want no report wanted", hb, err)
 			}
 			r, err := b.Store.LatestReport(ctx, a.ID)
 			if err != nil || !bytes.Equal(r.Bytes, good) || r.Signature != sig {
