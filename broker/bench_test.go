@@ -86,44 +86,46 @@ func percentile(d []time.Duration, p float64) float64 {
 func BenchmarkDryRun(b *testing.B) {
 	for _, kind := range brokertest.Stores {
 		for _, n := range []int{1000, 10000} {
-			db := brokertest.NewDB(b, kind)
-			populate(b, db.Open(b), n)
-			for _, mode := range []string{"cached", "uncached"} {
-				b.Run(fmt.Sprintf("store=%s/nodes=%d/%s", kind, n, mode), func(b *testing.B) {
-					cfg := broker.Config{OfflineAfter: 2 * time.Hour}
-					if mode == "uncached" {
-						cfg.SnapshotTTL = time.Nanosecond
-					}
-					srv := brokertest.Start(b, db, cfg)
-					c := srv.Clients(b, srv.Token(b, store.RoleRead, "*"))
-					req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}}
-					ctx := context.Background()
-					if _, err := c.Node.DryRun(ctx, connect.NewRequest(req)); err != nil { // warm up
-						b.Fatal(err)
-					}
-					lat := make([]time.Duration, 0, b.N)
-					var cands int
-					cpu0 := cpuTime()
-					b.ResetTimer()
-					for i := 0; i < b.N; i++ {
-						t0 := time.Now()
-						resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
-						lat = append(lat, time.Since(t0))
-						if err != nil {
+			b.Run(fmt.Sprintf("store=%s/nodes=%d", kind, n), func(b *testing.B) {
+				db := brokertest.NewDB(b, kind)
+				populate(b, db.Open(b), n)
+				for _, mode := range []string{"cached", "uncached"} {
+					b.Run(mode, func(b *testing.B) {
+						cfg := broker.Config{OfflineAfter: 2 * time.Hour}
+						if mode == "uncached" {
+							cfg.SnapshotTTL = time.Nanosecond
+						}
+						srv := brokertest.Start(b, db, cfg)
+						c := srv.Clients(b, srv.Token(b, store.RoleRead, "*"))
+						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}}
+						ctx := context.Background()
+						if _, err := c.Node.DryRun(ctx, connect.NewRequest(req)); err != nil { // warm up
 							b.Fatal(err)
 						}
-						cands = len(resp.Msg.Candidates)
-					}
-					b.StopTimer()
-					b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
-					if cands == 0 {
-						b.Fatal("no candidates: the fixture does not match the spec")
-					}
-					b.ReportMetric(percentile(lat, 0.50), "p50-ms")
-					b.ReportMetric(percentile(lat, 0.95), "p95-ms")
-					b.ReportMetric(float64(cands), "candidates")
-				})
-			}
+						lat := make([]time.Duration, 0, b.N)
+						var cands int
+						cpu0 := cpuTime()
+						b.ResetTimer()
+						for i := 0; i < b.N; i++ {
+							t0 := time.Now()
+							resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
+							lat = append(lat, time.Since(t0))
+							if err != nil {
+								b.Fatal(err)
+							}
+							cands = len(resp.Msg.Candidates)
+						}
+						b.StopTimer()
+						b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+						if cands == 0 {
+							b.Fatal("no candidates: the fixture does not match the spec")
+						}
+						b.ReportMetric(percentile(lat, 0.50), "p50-ms")
+						b.ReportMetric(percentile(lat, 0.95), "p95-ms")
+						b.ReportMetric(float64(cands), "candidates")
+					})
+				}
+			})
 		}
 	}
 }

@@ -134,7 +134,7 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		x := &gpupassv1.Excluded{Node: leanProto(r)}
 		if r.OutOfScope {
 			// Out of scope: say where, not what.
-			x.Node = &gpupassv1.Node{Id: r.Node.ID, Region: match.Region(r.Node)}
+			x.Node = &gpupassv1.Node{Id: r.Node.ID, Region: match.Region(&r.Node)}
 		}
 		for _, why := range r.Reasons {
 			x.Reasons = append(x.Reasons, &gpupassv1.Reason{Code: why.Code, Field: why.Field, Expected: why.Expected, Measured: why.Measured, Message: why.Message})
@@ -146,7 +146,7 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 
 // leanProto is the short form of a node: identity, offer, liveness, score.
 func leanProto(r *match.Result) *gpupassv1.Node {
-	n := r.Node
+	n := &r.Node
 	p := &gpupassv1.Node{Id: n.ID, Provider: n.Labels.Provider, Region: match.Region(n), PricePerHour: match.Price(n),
 		Online: r.Online, RttMs: n.RTTMS, ConformancePassed: n.Index.Passed, Health: healthProto(r.Score)}
 	if n.HasReport {
@@ -168,8 +168,8 @@ func healthProto(s match.Score) *gpupassv1.HealthScore {
 }
 
 func toProto(r *match.Result) *gpupassv1.Node {
-	n := r.Node
-	ix := n.Index
+	n := &r.Node
+	ix := &n.Index
 	p := &gpupassv1.Node{
 		Id: n.ID, Provider: n.Labels.Provider, Region: match.Region(n), Zone: n.Labels.Zone, Hostname: n.Labels.Hostname,
 		StorageClass: n.Labels.StorageClass, BandwidthGbps: n.Labels.BandwidthGbps, PricePerHour: match.Price(n),

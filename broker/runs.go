@@ -350,7 +350,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 			return errMoved
 		}
 		x.State, x.NodeID, x.Fence, x.ScoreJSON = store.AllocMatched, pick.Node.ID, x.Fence+1, score
-		x.PricePerHour, x.Simulated, x.Reason = match.Price(pick.Node), pick.Node.Index.Simulated, ""
+		x.PricePerHour, x.Simulated, x.Reason = match.Price(&pick.Node), pick.Node.Index.Simulated, ""
 		return nil
 	})
 	if errors.Is(err, errMoved) {
@@ -370,7 +370,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 func noCandidate(a store.Alloc, out match.Output) string {
 	var why []string
 	for _, x := range out.Excluded {
-		if x.OutOfScope || len(x.Reasons) == 0 || match.Region(x.Node) != a.Region {
+		if x.OutOfScope || len(x.Reasons) == 0 || match.Region(&x.Node) != a.Region {
 			continue
 		}
 		if len(why) == 3 {

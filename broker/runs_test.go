@@ -524,4 +524,3 @@ func TestNodeLoss(t *testing.T) {
 		})
 	}
 }
-

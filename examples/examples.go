@@ -1,11 +1,19 @@
-// Package examples holds the starter project that `gpupass init` writes:
-// a valid gpupass.yaml, a small training script that reports metrics the
-// way the agent reads them, and a README snippet.
+// Package examples holds the example project: the real PyTorch training
+// script (train/train.py) that the demo and the end-to-end tests run, and
+// the starter files that `gpupass init` writes around it.
 package examples
 
 import "embed"
 
-// Starter is the starter project; files sit under "starter/".
+// Files holds the embedded example files.
 //
-//go:embed starter/gpupass.yaml starter/train.py starter/GPUPASS.md
-var Starter embed.FS
+//go:embed starter/gpupass.yaml starter/GPUPASS.md train/train.py
+var Files embed.FS
+
+// Starter maps each file `gpupass init` writes (its name in the new
+// project) to its path in Files, in the order they are written.
+var Starter = []struct{ Name, Path string }{
+	{"GPUPASS.md", "starter/GPUPASS.md"},
+	{"gpupass.yaml", "starter/gpupass.yaml"},
+	{"train.py", "train/train.py"},
+}

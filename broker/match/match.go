@@ -78,7 +78,7 @@ type Result struct {
 }
 
 // Price is the node's price per hour: the signed report's, else its label.
-func Price(n store.Node) float64 {
+func Price(n *store.Node) float64 {
 	if n.HasReport && n.Index.PricePerHour > 0 {
 		return n.Index.PricePerHour
 	}
@@ -86,7 +86,7 @@ func Price(n store.Node) float64 {
 }
 
 // Region is the node's region: the signed report's, else its label.
-func Region(n store.Node) string {
+func Region(n *store.Node) string {
 	if n.HasReport && n.Index.Region != "" {
 		return n.Index.Region
 	}
@@ -152,7 +152,7 @@ func Run(in Input) Output {
 		}
 		r := &all[i]
 		r.Node = n
-		region := Region(n)
+		region := Region(&n)
 		if !MatchRegion(in.Scope, region) {
 			r.OutOfScope = true
 			r.Reasons = []Reason{{Code: CodeRegionScope, Field: "region", Expected: strings.Join(in.Scope, ","), Measured: region,
@@ -165,7 +165,7 @@ func Run(in Input) Output {
 		if in.Spec != nil {
 			capMS = in.Spec.Resources.Network.LatencyToleranceMS
 		}
-		r.Score = score(n, in.Launches[n.ID], means, capMS)
+		r.Score = score(&n, in.Launches[n.ID], means, capMS)
 		if len(in.Regions) > 0 && !MatchRegion(in.Regions, region) {
 			r.Reasons = append(r.Reasons, Reason{Code: CodeRegionFilter, Field: "region", Expected: strings.Join(in.Regions, ","), Measured: region,
 				Message: fmt.Sprintf("region %s is not in --region %s", region, strings.Join(in.Regions, ","))})
@@ -189,7 +189,7 @@ func Run(in Input) Output {
 			r.Reasons = append(r.Reasons, runtimeMismatches(in.Spec, n.Index)...)
 			r.Reasons = append(r.Reasons, resourceMismatches(in.Spec, n.Index)...)
 		}
-		if p := Price(n); in.MaxPrice > 0 && p > in.MaxPrice {
+		if p := Price(&n); in.MaxPrice > 0 && p > in.MaxPrice {
 			r.Reasons = append(r.Reasons, Reason{Code: CodePriceAboveMax, Field: "price_per_hour", Expected: "<= " + num(in.MaxPrice), Measured: num(p),
 				Message: fmt.Sprintf("price %s/h is above --max-price %s/h", num(p), num(in.MaxPrice))})
 		}
@@ -207,7 +207,7 @@ func Run(in Input) Output {
 		if c := cmpFloat(b.Score.Score, a.Score.Score); c != 0 {
 			return c
 		}
-		if c := cmpFloat(Price(a.Node), Price(b.Node)); c != 0 {
+		if c := cmpFloat(Price(&a.Node), Price(&b.Node)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Node.ID, b.Node.ID)
@@ -240,7 +240,8 @@ func cmpFloat(a, b float64) int {
 func classMeans(nodes []store.Node) map[string]float64 {
 	sum := map[string]float64{}
 	cnt := map[string]int{}
-	for _, n := range nodes {
+	for i := range nodes {
+		n := &nodes[i]
 		if !n.HasReport || n.Index.Accelerator == "" {
 			continue
 		}
@@ -257,7 +258,7 @@ func classMeans(nodes []store.Node) map[string]float64 {
 }
 
 // score computes the health score and its terms.
-func score(n store.Node, ls store.LaunchStats, means map[string]float64, capMS float64) Score {
+func score(n *store.Node, ls store.LaunchStats, means map[string]float64, capMS float64) Score {
 	s := Score{LatencyCapMS: capMS, Launches24h: ls.Launches, LaunchFailures24h: ls.Failures}
 	if n.RTTMS > 0 {
 		s.LatencyMS = n.RTTMS

@@ -2,13 +2,11 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -85,10 +83,6 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	if strings.ContainsAny(name, "\n\r\"'#:") {
 		return fmt.Errorf("--name %q: use letters, digits and dashes", name)
 	}
-	entries, err := fs.ReadDir(examples.Starter, "starter")
-	if err != nil {
-		return fmt.Errorf("reading the embedded starter: %w", err)
-	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", o.Dir, err)
 	}
@@ -97,15 +91,15 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 		body []byte
 	}
 	var files []file
-	for _, e := range entries {
-		body, err := fs.ReadFile(examples.Starter, path.Join("starter", e.Name()))
+	for _, e := range examples.Starter {
+		body, err := fs.ReadFile(examples.Files, e.Path)
 		if err != nil {
 			return fmt.Errorf("reading the embedded starter: %w", err)
 		}
-		if e.Name() == "gpupass.yaml" {
+		if e.Name == "gpupass.yaml" {
 			body = []byte(strings.Replace(string(body), starterName, "name: "+name, 1))
 		}
-		dst := filepath.Join(o.Dir, e.Name())
+		dst := filepath.Join(o.Dir, e.Name)
 		if !o.Force {
 			if _, err := os.Lstat(dst); err == nil {
 				return fmt.Errorf("%s already exists: pass --force to overwrite it", dst)
@@ -123,14 +117,12 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 		written = append(written, f.dst)
 	}
 	if o.Global != nil && o.Global.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"dir": o.Dir, "name": name, "files": written})
+		return writeJSON(out, map[string]any{"dir": o.Dir, "name": name, "files": written})
 	}
 	for _, w := range written {
 		fmt.Fprintf(out, "wrote %s\n", w)
 	}
-	_, err = fmt.Fprintf(out, "\nNext: cd %s && gpupass validate\n", o.Dir)
+	_, err := fmt.Fprintf(out, "\nNext: cd %s && gpupass validate\n", o.Dir)
 	return err
 }
 

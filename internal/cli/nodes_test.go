@@ -31,14 +31,14 @@ func cliBroker(t *testing.T) (url, read string, ids map[string]string) {
 	return b.URL, b.Token(t, store.RoleRead, "*"), ids
 }
 
-func run(t *testing.T, args ...string) (int, string, string) {
+func runMain(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := cli.Main(context.Background(), args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
-func writeSpec(t *testing.T) string {
+func writeH100Spec(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("../../broker/testdata/h100.yaml")
 	if err != nil {
@@ -54,7 +54,7 @@ func writeSpec(t *testing.T) string {
 func TestNodesAndDryRun(t *testing.T) {
 	t.Parallel()
 	url, read, ids := cliBroker(t)
-	specPath := writeSpec(t)
+	specPath := writeH100Spec(t)
 	tests := []struct {
 		name     string
 		args     []string
@@ -72,7 +72,7 @@ func TestNodesAndDryRun(t *testing.T) {
 		{name: "dry-run text", args: []string{"validate", "-f", specPath, "--dry-run", "--broker", url, "--broker-token", read},
 			contains: []string{"2 candidate(s), 1 excluded", ids["west"], "excluded:", ids["east"] + " (us-east-1", "runtime.cuda: expected 12.1.105, measured 12.2.140"}},
 		{name: "dry-run json", args: []string{"validate", "-f", specPath, "-o", "json", "--dry-run", "--broker-url", url, "--broker-token", read}, json: true,
-			contains: []string{`"validation"`, `"dry_run"`, `"candidates"`, `"runtime_mismatch"`}},
+			contains: []string{`"fingerprint"`, `"dry_run"`, `"candidates"`, `"runtime_mismatch"`}},
 		{name: "dry-run nothing matches", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--max-price", "5"},
 			code: 1, contains: []string{"0 candidate(s), 3 excluded", "above --max-price 5/h"}},
 		{name: "dry-run region", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--region", "us-west-2", "--min-health-score", "50"},
@@ -81,7 +81,7 @@ func TestNodesAndDryRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			code, out, errs := run(t, tt.args...)
+			code, out, errs := runMain(t, tt.args...)
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, out, errs)
 			}
@@ -120,7 +120,7 @@ func TestBrokerErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			code, out, errs := run(t, tt.args...)
+			code, out, errs := runMain(t, tt.args...)
 			if code != cli.ExitUsage || !strings.Contains(errs, tt.contains) {
 				t.Errorf("exit %d, stderr %q; want 2 mentioning %q", code, errs, tt.contains)
 			}

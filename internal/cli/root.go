@@ -84,6 +84,8 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newInitCmd,
 	newUpCmd,
 	newCompareCmd,
+	newAuditCmd,
+	newBundleCmd,
 	newTrainCmd,
 	newLogsCmd,
 	newRunsCmd,

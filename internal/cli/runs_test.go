@@ -82,11 +82,11 @@ var allocRE = regexp.MustCompile(`alloc-[0-9a-f]{8}`)
 func TestTrainFollowLogsRunsCompare(t *testing.T) {
 	t.Parallel()
 	url, tok := runsBroker(t, false)
-	spec := writeSpec(t)
+	spec := writeH100Spec(t)
 	broker := []string{"--broker-url", url, "--broker-token", tok}
 
 	args := append([]string{"train", "--spec", spec, "--region", "us-west-2", "--region", "eu-central-1", "--name", "bert", "--follow"}, broker...)
-	code, out, errOut := run(t, append(args, "--", "python3", "train.py")...)
+	code, out, errOut := runMain(t, append(args, "--", "python3", "train.py")...)
 	if code != 0 {
 		t.Fatalf("train exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -108,7 +108,7 @@ func TestTrainFollowLogsRunsCompare(t *testing.T) {
 	}
 	us, eu := ids[0], ids[1]
 
-	code, out, _ = run(t, append([]string{"runs", "-o", "json"}, broker...)...)
+	code, out, _ = runMain(t, append([]string{"runs", "-o", "json"}, broker...)...)
 	var list struct {
 		Runs []struct {
 			ID     string `json:"id"`
@@ -126,7 +126,7 @@ func TestTrainFollowLogsRunsCompare(t *testing.T) {
 		}
 	}
 
-	code, out, _ = run(t, append([]string{"logs", us, "-o", "json"}, broker...)...)
+	code, out, _ = runMain(t, append([]string{"logs", us, "-o", "json"}, broker...)...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 5 {
 		t.Fatalf("logs -o json: exit %d, %d lines:\n%s", code, len(lines), out)
@@ -135,12 +135,12 @@ func TestTrainFollowLogsRunsCompare(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &ev); err != nil || ev["msg"] != "step 1 in us-west-2" || ev["seq"] != 1.0 || ev["region"] != "us-west-2" {
 		t.Errorf("first JSON event = %v, %v", ev, err)
 	}
-	code, out, _ = run(t, append([]string{"logs", eu, "--metrics", "--follow"}, broker...)...)
+	code, out, _ = runMain(t, append([]string{"logs", eu, "--metrics", "--follow"}, broker...)...)
 	if code != 0 || strings.Count(out, "METRIC step=") != 5 || strings.Count(out, "INFO trainer") != 5 {
 		t.Errorf("logs --metrics --follow: exit %d:\n%s", code, out)
 	}
 
-	code, out, errOut = run(t, append([]string{"compare", us, eu, "--post", "none", "-o", "json"}, broker...)...)
+	code, out, errOut = runMain(t, append([]string{"compare", us, eu, "--post", "none", "-o", "json"}, broker...)...)
 	if code != 0 || !strings.Contains(out, `"us-west-2"`) || !strings.Contains(out, `"eu-central-1"`) {
 		t.Errorf("compare of two allocations: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -149,26 +149,26 @@ func TestTrainFollowLogsRunsCompare(t *testing.T) {
 func TestTrainWorstResultAndCancel(t *testing.T) {
 	t.Parallel()
 	url, tok := runsBroker(t, true)
-	spec := writeSpec(t)
+	spec := writeH100Spec(t)
 	broker := []string{"--broker-url", url, "--broker-token", tok}
 
 	args := append([]string{"train", "--spec", spec, "--region", "us-west-2", "--region", "eu-central-1", "--follow"}, broker...)
-	code, out, errOut := run(t, append(args, "--", "python3", "train.py")...)
+	code, out, errOut := runMain(t, append(args, "--", "python3", "train.py")...)
 	if code != 1 || !strings.Contains(errOut, "1 of 2 runs did not succeed") || !strings.Contains(errOut, "command exited with code 3") {
 		t.Errorf("train with a failing region: exit %d\n%s\n%s", code, out, errOut)
 	}
 
 	// Placed on the node that never takes work, then cancelled.
-	code, out, _ = run(t, append(append([]string{"train", "--spec", spec, "--region", "ap-south-1"}, broker...), "--", "true")...)
+	code, out, _ = runMain(t, append(append([]string{"train", "--spec", spec, "--region", "ap-south-1"}, broker...), "--", "true")...)
 	id := allocRE.FindString(out)
 	if code != 0 || id == "" || !strings.Contains(out, "matched") {
 		t.Fatalf("train in ap-south-1: exit %d\n%s", code, out)
 	}
-	code, out, _ = run(t, append([]string{"cancel", id}, broker...)...)
+	code, out, _ = runMain(t, append([]string{"cancel", id}, broker...)...)
 	if code != 0 || out != id+" cancelled: cancelled by user\n" {
 		t.Errorf("cancel: exit %d %q", code, out)
 	}
-	code, _, errOut = run(t, append([]string{"logs", id, "--follow"}, broker...)...)
+	code, _, errOut = runMain(t, append([]string{"logs", id, "--follow"}, broker...)...)
 	if code != 1 || !strings.Contains(errOut, "cancelled") {
 		t.Errorf("logs --follow of a cancelled run: exit %d %s", code, errOut)
 	}
@@ -186,7 +186,7 @@ func TestTrainWorstResultAndCancel(t *testing.T) {
 		{"unknown alloc", []string{"logs", "alloc-00000000"}, "not found"},
 	}
 	for _, tt := range tests {
-		code, _, errOut := run(t, append(tt.args, broker...)...)
+		code, _, errOut := runMain(t, append(tt.args, broker...)...)
 		if code != 2 || !strings.Contains(errOut, tt.want) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tt.name, code, errOut, tt.want)
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -48,6 +50,9 @@ type ValidateOptions struct {
 	Getenv func(string) string
 	// Logger receives diagnostics.
 	Logger *slog.Logger
+	// ErrOut receives human output that must not mix into a JSON stdout
+	// (the --local report with --format sarif or gitlab).
+	ErrOut io.Writer
 }
 
 // AddFlags registers validate's flags.
@@ -80,6 +85,7 @@ mismatches, 2 usage or I/O error.`,
 			o.Dir = dir
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
+			o.ErrOut = cmd.ErrOrStderr()
 			o.Color = isTerminal(cmd.OutOrStdout()) && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"
 			return RunValidate(cmd.Context(), o, cmd.OutOrStdout())
 		},
@@ -198,48 +204,98 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
 	results := []*spec.Result{res}
-	// A dry-run with JSON output prints one object holding both the
-	// findings and the dry-run, so the findings wait in a buffer.
-	w := out
-	var held bytes.Buffer
-	if o.DryRun.Enabled && format == "json" {
-		w = &held
+
+	// With JSON output the local check's report (itself JSON) goes inside
+	// the one document under "local", so stdout stays a single JSON value.
+	var local json.RawMessage
+	var localErr error
+	mismatches := 0
+	runLocal := o.Local && res.Valid
+	if runLocal && format == "json" {
+		var buf bytes.Buffer
+		mismatches, localErr = localCheck(ctx, o, res.Spec, &buf)
+		if json.Valid(buf.Bytes()) {
+			local = json.RawMessage(bytes.TrimSpace(buf.Bytes()))
+		} else if buf.Len() > 0 {
+			local, _ = json.Marshal(buf.String())
+		}
+		runLocal = false
 	}
-	if err := findings.Write(w, format, results, fo); err != nil {
+
+	// Likewise the broker's dry-run answer goes under "dry_run".
+	var dry *gpupassv1.DryRunResponse
+	var dryJSON json.RawMessage
+	if o.DryRun.Enabled && res.Valid && format == "json" {
+		if dry, err = o.DryRun.run(ctx, b); err != nil {
+			return err
+		}
+		if dryJSON, err = protoJSON.Marshal(dry); err != nil {
+			return fmt.Errorf("encoding JSON: %w", err)
+		}
+	}
+
+	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
+	if format == "json" {
+		err = writeJSON(out, validateReport{Result: res, Local: local, DryRun: dryJSON})
+	} else {
+		err = findings.Write(out, format, results, fo)
+	}
+	if err != nil {
 		return fmt.Errorf("writing findings: %w", err)
 	}
-	if getenv("GITHUB_ACTIONS") == "true" {
+	if getenv("GITHUB_ACTIONS") == "true" && format != "github" {
 		// In a workflow, annotate the spec's lines too; with JSON output,
 		// stdout must stay JSON, so only the step output is set.
 		w := out
 		if format != "text" {
 			w = io.Discard
 		}
-		if format != "github" {
-			if err := findings.GitHub(w, results, getenv); err != nil {
-				return err
-			}
+		if err := findings.GitHub(w, results, getenv); err != nil {
+			return err
 		}
 	}
 	if !res.Valid {
-		if _, err := held.WriteTo(out); err != nil {
-			return err
-		}
 		return Findings(nil)
 	}
-	if o.Local {
-		n, err := localCheck(ctx, o, res.Spec, out)
+	if localErr != nil {
+		return localErr
+	}
+	if runLocal {
+		w := out
+		if format != "text" && o.ErrOut != nil {
+			w = o.ErrOut // keep a machine-readable stdout clean
+		}
+		n, err := localCheck(ctx, o, res.Spec, w)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			return Findings(nil)
+		mismatches = n
+	}
+	if o.DryRun.Enabled && dry == nil {
+		if dry, err = o.DryRun.run(ctx, b); err != nil {
+			return err
+		}
+		w := out
+		if format != "text" && o.ErrOut != nil {
+			w = o.ErrOut // keep a machine-readable stdout clean
+		}
+		if err := writeDryRunText(w, o.DryRun.Broker.URL, dry); err != nil {
+			return err
 		}
 	}
-	if o.DryRun.Enabled {
-		return runDryRun(ctx, &o.DryRun, b, bytes.TrimSpace(held.Bytes()), format == "json", out)
+	if mismatches > 0 || (dry != nil && len(dry.Candidates) == 0) {
+		return Findings(nil)
 	}
 	return nil
+}
+
+// validateReport is validate's JSON document: the spec result, plus the
+// local runtime check's report when --local ran. Later checks (a broker
+// dry run) add their own field here.
+type validateReport struct {
+	*spec.Result
+	Local json.RawMessage `json:"local,omitempty"`
+	// DryRun is the broker's answer to --dry-run (protobuf JSON names).
+	DryRun json.RawMessage `json:"dry_run,omitempty"`
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -33,54 +32,41 @@ func (o *DryRunOptions) AddFlags(cmd *cobra.Command) {
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "dry-run: exclude nodes above this price per hour (0: no limit)")
 }
 
-// runDryRun sends the spec file as written; validation is JSON
-// (the findings document) when the output is JSON, so both travel in one
-// object.
-func runDryRun(ctx context.Context, o *DryRunOptions, specBytes []byte, validation json.RawMessage, jsonOut bool, out io.Writer) error {
+// run sends the spec file as written: the broker validates it with the
+// same rules and matches it against its registry.
+func (o *DryRunOptions) run(ctx context.Context, specBytes []byte) (*gpupassv1.DryRunResponse, error) {
 	c, err := o.Broker.Dial()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	min := o.MinHealthScore
 	resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{
 		Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specBytes}, Regions: o.Regions, MinHealthScore: &min, MaxPrice: o.MaxPrice,
 	}))
 	if err != nil {
-		return rpcError("dry-run", o.Broker.URL, err)
+		return nil, rpcError("dry-run", o.Broker.URL, err)
 	}
-	m := resp.Msg
-	if jsonOut {
-		dr, err := protoJSON.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("encoding JSON: %w", err)
+	return resp.Msg, nil
+}
+
+// writeDryRunText prints candidates by score with each term, then every
+// excluded node with its reasons.
+func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) error {
+	fmt.Fprintf(out, "\ndry-run at %s: %d candidate(s), %d excluded (min health score %s)\n", url, len(m.Candidates), len(m.Excluded), f2(m.MinHealthScore))
+	if len(m.Candidates) > 0 {
+		nodes := make([]*gpupassv1.Node, len(m.Candidates))
+		for i, cd := range m.Candidates {
+			nodes[i] = cd.Node
 		}
-		doc := struct {
-			Validation json.RawMessage `json:"validation,omitempty"`
-			DryRun     json.RawMessage `json:"dry_run"`
-		}{validation, dr}
-		if err := json.NewEncoder(out).Encode(doc); err != nil {
+		if err := writeNodeTable(out, nodes); err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprintf(out, "\ndry-run at %s: %d candidate(s), %d excluded (min health score %s)\n", o.Broker.URL, len(m.Candidates), len(m.Excluded), f2(m.MinHealthScore))
-		if len(m.Candidates) > 0 {
-			nodes := make([]*gpupassv1.Node, len(m.Candidates))
-			for i, cd := range m.Candidates {
-				nodes[i] = cd.Node
-			}
-			if err := writeNodeTable(out, nodes); err != nil {
-				return err
-			}
-		}
-		if len(m.Excluded) > 0 {
-			fmt.Fprintln(out, "excluded:")
-			if err := writeExcluded(out, m.Excluded); err != nil {
-				return err
-			}
-		}
 	}
-	if len(m.Candidates) == 0 {
-		return Findings(nil)
+	if len(m.Excluded) > 0 {
+		if _, err := fmt.Fprintln(out, "excluded:"); err != nil {
+			return err
+		}
+		return writeExcluded(out, m.Excluded)
 	}
 	return nil
 }

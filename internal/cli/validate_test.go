@@ -18,7 +18,7 @@ const invalidSpec = "name: x\nruntime:\n  cuda: \"12.1\"\n  nvidia-driver: 535.1
 
 func starterSpec(t *testing.T) string {
 	t.Helper()
-	b, err := examples.Starter.ReadFile("starter/gpupass.yaml")
+	b, err := examples.Files.ReadFile("starter/gpupass.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

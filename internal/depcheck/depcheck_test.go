@@ -60,6 +60,7 @@ var rules = []struct {
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure"},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure"},
 	{"internal/report", []string{"net/http", "net", "connectrpc.com/"}, "report is pure"},
+	{"internal/conformance", []string{"github.com/sigstore/", "./internal/audit", "net/http"}, "the agent imports conformance: it stays free of cosign and network code"},
 }
 
 func TestImportRules(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -166,7 +168,7 @@ func GitHub(w io.Writer, results []*spec.Result, getenv func(string) string) (er
 	for _, r := range results {
 		for _, f := range r.Findings {
 			aa := a.WithFieldsMap(map[string]string{
-				"file":  f.File,
+				"file":  workspacePath(f.File, getenv("GITHUB_WORKSPACE")),
 				"line":  fmt.Sprint(f.Line),
 				"col":   fmt.Sprint(f.Column),
 				"title": "gpupass " + f.Rule,
@@ -189,6 +191,32 @@ func GitHub(w io.Writer, results []*spec.Result, getenv func(string) string) (er
 		}
 	}
 	return nil
+}
+
+// workspacePath makes file relative to the workflow's checkout: GitHub
+// attaches an annotation to a line only when the path is repo-relative.
+func workspacePath(file, workspace string) string {
+	if workspace == "" {
+		return file
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return file
+	}
+	rel, err := filepath.Rel(workspace, abs)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return file
+	}
+	return filepath.ToSlash(rel)
+}
+
+// sarifURI turns a path into a SARIF artifact URI: relative paths stay
+// relative (resolved against the checkout), absolute ones become file URIs.
+func sarifURI(file string) string {
+	if filepath.IsAbs(file) {
+		return (&url.URL{Scheme: "file", Path: filepath.ToSlash(file)}).String()
+	}
+	return filepath.ToSlash(file)
 }
 
 // gitlabIssue is one entry of a GitLab code-quality report (the Code
@@ -315,7 +343,7 @@ func SARIF(w io.Writer, results []*spec.Result, version string) error {
 				msg += " Fix: " + f.Fix
 			}
 			var loc sarifLocation
-			loc.PhysicalLocation.ArtifactLocation.URI = f.File
+			loc.PhysicalLocation.ArtifactLocation.URI = sarifURI(f.File)
 			loc.PhysicalLocation.Region.StartLine = f.Line
 			loc.PhysicalLocation.Region.StartColumn = f.Column
 			run.Results = append(run.Results, sarifResult{

@@ -202,3 +202,21 @@ func TestUnknownFormat(t *testing.T) {
 		t.Error("want an error for an unknown format")
 	}
 }
+
+func TestPaths(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, got, want string
+	}{
+		{"workspace-relative", workspacePath("/ws/repo/train/gpupass.yaml", "/ws/repo"), "train/gpupass.yaml"},
+		{"outside the workspace", workspacePath("/elsewhere/gpupass.yaml", "/ws/repo"), "/elsewhere/gpupass.yaml"},
+		{"no workspace", workspacePath("gpupass.yaml", ""), "gpupass.yaml"},
+		{"sarif relative", sarifURI("sub/gpupass.yaml"), "sub/gpupass.yaml"},
+		{"sarif absolute", sarifURI("/tmp/my spec.yaml"), "file:///tmp/my%20spec.yaml"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, tt.got, tt.want)
+		}
+	}
+}

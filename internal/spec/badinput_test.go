@@ -50,6 +50,14 @@ func TestBadInput(t *testing.T) {
 		{"negative size", []byte("name: x\nresources: {accelerator: h200, storage: {type: standard, size_gb: -5}}\n"), "resources.size"},
 		{"infinite bandwidth", []byte("name: x\nresources: {accelerator: h200, network: {bandwidth_gbps: .inf}}\n"), "yaml.type"},
 		{"key is a mapping", []byte("? {a: b}\n: c\n"), "yaml.type"},
+		{"thousands of unknown keys", []byte(strings.Repeat("k: 1\nj: 2\n", 1) + func() string {
+			var b strings.Builder
+			for i := range 2000 {
+				fmt.Fprintf(&b, "key%d: 1\n", i)
+			}
+			return b.String()
+		}()), "spec.truncated"},
+		{"node flood", []byte("name: x\nlist: [" + strings.Repeat("1,", maxNodes+1) + "]\n"), "yaml.too-large"},
 		{"very long key", []byte(strings.Repeat("k", 100_000) + ": 1\n"), "yaml.syntax"},
 	}
 	for _, tt := range tests {

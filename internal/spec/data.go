@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // The data tables ship inside the binary; each file names its source.
@@ -53,7 +54,9 @@ type tables struct {
 	compiled     map[string]compiledPackage
 }
 
-var data = mustLoadTables()
+// tbl returns the tables, decoded on first use so that commands which
+// never validate a spec do not pay for it at start-up.
+var tbl = sync.OnceValue(mustLoadTables)
 
 func mustLoadTables() *tables {
 	t, err := loadTables()

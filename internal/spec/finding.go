@@ -49,6 +49,7 @@ var Rules = []Rule{
 	{"yaml.unknown-key", SevError, "a key the schema does not define"},
 	{"yaml.type", SevError, "a value of the wrong type"},
 	{"spec.required", SevError, "a required field is missing or empty"},
+	{"spec.truncated", SevError, "too many findings; the rest are not shown"},
 	{"cuda.exact-version", SevError, "CUDA must be exact major.minor.patch"},
 	{"cuda.unknown-release", SevWarning, "a CUDA release gpupass has no data for"},
 	{"driver.version", SevError, "the NVIDIA driver must be a full version"},

@@ -162,10 +162,16 @@ func (p *parser) load(data []byte) *yaml.Node {
 	}
 	nodes, aliases, first := 0, 0, Position{}
 	countNodes(&doc, &nodes, &aliases, &first)
-	if nodes > maxNodes || aliases > maxAliases {
+	if aliases > maxAliases {
 		p.add("yaml.aliases", SevError, firstOr(first), "",
-			fmt.Sprintf("document has %d nodes and %d aliases; a spec needs far fewer (alias-expansion bomb?)", nodes, aliases),
+			fmt.Sprintf("document has more than %d aliases; a spec needs few (alias-expansion bomb?)", maxAliases),
 			"write the values out instead of using anchors and aliases")
+		return nil
+	}
+	if nodes > maxNodes {
+		p.add("yaml.too-large", SevError, Position{1, 1}, "",
+			fmt.Sprintf("document has more than %d YAML nodes; a spec has a few hundred", maxNodes),
+			"check that --spec names the spec and not another file")
 		return nil
 	}
 	if len(doc.Content) == 0 {
@@ -380,7 +386,7 @@ func join(path, key string) string {
 // of ("h100" -> h100-pcie, h100-sxm5, ...), or the closest within a small
 // edit distance.
 func suggest(key string, names []string) []string {
-	flat := func(s string) string { return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s)) }
+	flat := func(s string) string { return strings.ToLower(separators.Replace(s)) }
 	var prefixed []string
 	best, bestD := "", 1<<30
 	for _, n := range names {
@@ -402,6 +408,8 @@ func suggest(key string, names []string) []string {
 	}
 	return nil
 }
+
+var separators = strings.NewReplacer("-", "", "_", "")
 
 // didYouMean formats suggestions for a message: `; did you mean "a"?`.
 func didYouMean(s []string) string {

@@ -198,7 +198,7 @@ func TestSuggest(t *testing.T) {
 	for _, tt := range tests {
 		names := keys
 		if tt.in == "h100" {
-			names = data.acceleratorNames()
+			names = tbl().acceleratorNames()
 		}
 		if diff := cmp.Diff(tt.want, suggest(tt.in, names)); diff != "" {
 			t.Errorf("suggest(%q) (-want +got):\n%s", tt.in, diff)

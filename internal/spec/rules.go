@@ -84,17 +84,17 @@ func (c *checker) cuda() {
 		if c.cudaMM == m[1]+"." {
 			c.cudaMM += "0"
 		}
-		if _, ok := data.cuda[c.cudaMM]; !ok {
+		if _, ok := tbl().cuda[c.cudaMM]; !ok {
 			c.add("cuda.unknown-release", SevWarning, "runtime.cuda",
 				fmt.Sprintf("CUDA %s is not in gpupass's driver table (covers %s to %s); the driver cannot be checked against it",
-					c.cudaMM, data.cudaOrder[0], data.cudaOrder[len(data.cudaOrder)-1]),
+					c.cudaMM, tbl().cudaOrder[0], tbl().cudaOrder[len(tbl().cudaOrder)-1]),
 				"check the version, or add the release to internal/spec/data/cuda.json")
 		}
 		return
 	}
 	example := "12.1.105"
 	if m := cudaPartial.FindStringSubmatch(v); m != nil && m[2] != "" {
-		if t, ok := data.cuda[m[1]+"."+m[2]]; ok && t.NVCC != "" {
+		if t, ok := tbl().cuda[m[1]+"."+m[2]]; ok && t.NVCC != "" {
 			example = t.NVCC
 		} else {
 			example = m[1] + "." + m[2] + ".<patch>"
@@ -144,7 +144,7 @@ func (c *checker) driver() {
 	if c.cudaMM == "" {
 		return
 	}
-	t, ok := data.cuda[c.cudaMM]
+	t, ok := tbl().cuda[c.cudaMM]
 	if !ok {
 		return
 	}
@@ -186,7 +186,7 @@ func (c *checker) torchAndPython() {
 	if c.cudaMM != "" {
 		wantTag = "cu" + strings.ReplaceAll(c.cudaMM, ".", "")
 	}
-	rel, known := data.torchRelease(tv)
+	rel, known := tbl().torchRelease(tv)
 	switch {
 	case tv.Local == "":
 		fix := fmt.Sprintf("write it with its CUDA tag, e.g. %s+%s", tv.Public(), or(wantTag, "cu121"))
@@ -213,7 +213,7 @@ func (c *checker) torchAndPython() {
 		}
 	}
 	if !known {
-		first, last := data.torch[0].v, data.torch[len(data.torch)-1].v
+		first, last := tbl().torch[0].v, tbl().torch[len(tbl().torch)-1].v
 		if tv.Compare(first) >= 0 && tv.Compare(last) <= 0 && tv.Pre == "" && tv.Dev < 0 {
 			c.add("torch.unpublished", SevError, "runtime.pytorch",
 				fmt.Sprintf("PyTorch %s does not exist (gpupass knows every release from %s to %s)", tv.Public(), first.Public(), last.Public()),
@@ -233,8 +233,8 @@ func (c *checker) torchAndPython() {
 }
 
 func nearestTorch(v Version) string {
-	best := data.torch[0]
-	for _, r := range data.torch {
+	best := tbl().torch[0]
+	for _, r := range tbl().torch {
 		if r.v.Compare(v) <= 0 {
 			best = r
 		}
@@ -300,7 +300,7 @@ func (c *checker) packages() {
 					"remove torch from packages; runtime.pytorch declares it")
 			}
 		}
-		comp, ok := data.compiled[name]
+		comp, ok := tbl().compiled[name]
 		if !ok {
 			continue
 		}
@@ -395,14 +395,14 @@ func (c *checker) resources() {
 	}
 	if r.Accelerator == "" && !c.d.Invalid("resources.accelerator") {
 		c.add("spec.required", SevError, "resources.accelerator", "resources.accelerator is required",
-			"add `accelerator: h100-sxm5` (one of: "+strings.Join(data.acceleratorNames(), ", ")+")")
-	} else if a, ok := data.accelerator(r.Accelerator); r.Accelerator == "" {
+			"add `accelerator: h100-sxm5` (one of: "+strings.Join(tbl().acceleratorNames(), ", ")+")")
+	} else if a, ok := tbl().accelerator(r.Accelerator); r.Accelerator == "" {
 		// wrong type, already reported
 	} else if !ok {
 		msg := fmt.Sprintf("unknown accelerator class %q", clip(r.Accelerator))
-		msg += didYouMean(suggest(r.Accelerator, data.acceleratorNames()))
+		msg += didYouMean(suggest(r.Accelerator, tbl().acceleratorNames()))
 		c.add("resources.accelerator", SevError, "resources.accelerator", msg,
-			"use one of: "+strings.Join(data.acceleratorNames(), ", "))
+			"use one of: "+strings.Join(tbl().acceleratorNames(), ", "))
 	} else if c.cudaMM != "" && mustVersion(c.cudaMM).Compare(mustVersion(a.MinCUDA)) < 0 {
 		c.add("resources.accelerator-cuda", SevError, "resources.accelerator",
 			fmt.Sprintf("%s (%s) needs CUDA %s or newer; runtime.cuda is %s", a.Name, a.Arch, a.MinCUDA, c.cudaMM),

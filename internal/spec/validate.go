@@ -1,6 +1,12 @@
 package spec
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// MaxFindings is the most findings Validate reports for one file.
+const MaxFindings = 500
 
 // Result is the outcome of validating one spec file.
 type Result struct {
@@ -28,6 +34,15 @@ func Validate(file string, data []byte) *Result {
 		res.Spec = &doc.Spec
 	}
 	sortFindings(fs)
+	if len(fs) > MaxFindings {
+		// Hostile or generated input can produce a finding per line; past
+		// this many, more would only flood the terminal and the CI log.
+		n := len(fs) - MaxFindings
+		fs = append(fs[:MaxFindings], Finding{
+			Rule: "spec.truncated", Severity: SevError, File: file, Line: fs[MaxFindings].Line, Column: fs[MaxFindings].Column,
+			Message: fmt.Sprintf("%d more findings not shown", n), Fix: "fix the findings above and validate again",
+		})
+	}
 	if fs == nil {
 		fs = []Finding{}
 	}

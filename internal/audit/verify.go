@@ -1,0 +1,397 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/sigstore/cosign/v2/pkg/cosign"
+	sgbundle "github.com/sigstore/sigstore-go/pkg/bundle"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	sgverify "github.com/sigstore/sigstore-go/pkg/verify"
+	"github.com/sigstore/sigstore/pkg/signature"
+)
+
+// Verification layers, in the order they are checked.
+const (
+	LayerArchive     = "archive"
+	LayerSignature   = "signature"
+	LayerManifest    = "manifest"
+	LayerAgent       = "agent-signature"
+	LayerFingerprint = "fingerprint"
+	LayerAttestation = "attestation"
+)
+
+// MinimalTrustedRoot is an empty sigstore trusted root. Key-based bundles
+// need no Fulcio or Rekor material, but cosign's new-bundle verification
+// insists on a trusted root: `cosign verify-blob --trusted-root` takes
+// this file.
+const MinimalTrustedRoot = `{"mediaType":"application/vnd.dev.sigstore.trustedroot+json;version=0.1"}`
+
+// AgentKey is an agent public key the verifier trusts, valid for reports
+// generated between NotBefore and NotAfter (zero: unbounded).
+type AgentKey struct {
+	PEM       []byte
+	NotBefore time.Time
+	NotAfter  time.Time
+}
+
+// VerifyOptions control Verify.
+type VerifyOptions struct {
+	// Key is the cosign public key the manifest must be signed with.
+	Key crypto.PublicKey
+	// AgentKeys pin the agent keys accepted for the conformance report.
+	// Empty: the key inside the report is used, and the layer says so.
+	AgentKeys []AgentKey
+	// Fingerprint, when set, recomputes the declared fingerprint from the
+	// declared spec source (spec.Parse + spec.Fingerprint), so a report
+	// cannot pair a spec with another spec's fingerprint.
+	Fingerprint func(file string, source []byte) (string, error)
+	Limits      Limits
+}
+
+// Result is the outcome of Verify, layer by layer.
+type Result struct {
+	OK           bool    `json:"ok"`
+	FailedLayer  string  `json:"failed_layer,omitempty"`
+	AllocationID string  `json:"allocation_id,omitempty"`
+	Simulated    bool    `json:"simulated"`
+	Layers       []Layer `json:"layers"`
+}
+
+// Layer is one verification step.
+type Layer struct {
+	Name     string    `json:"layer"`
+	OK       bool      `json:"ok"`
+	Detail   string    `json:"detail,omitempty"`
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Problem is one failed check, naming the file it concerns.
+type Problem struct {
+	File    string `json:"file,omitempty"`
+	Check   string `json:"check"`
+	Message string `json:"message"`
+}
+
+type layerBuilder struct{ l Layer }
+
+func (b *layerBuilder) fail(file, check, format string, args ...any) {
+	b.l.Problems = append(b.l.Problems, Problem{File: file, Check: check, Message: fmt.Sprintf(format, args...)})
+}
+
+// VerifyFile reads and verifies an audit report zip.
+func VerifyFile(ctx context.Context, path string, opts VerifyOptions) (*Result, error) {
+	lim := opts.Limits
+	if lim == (Limits{}) {
+		lim = DefaultLimits
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading audit report: %w", err)
+	}
+	// The compressed archive cannot legitimately exceed the inflated
+	// total, so refuse to read more than that.
+	if fi.Size() > lim.MaxTotal {
+		return &Result{FailedLayer: LayerArchive, Layers: []Layer{{Name: LayerArchive, Problems: []Problem{{File: path, Check: "size", Message: fmt.Sprintf("%d bytes, at most %d allowed", fi.Size(), lim.MaxTotal)}}}}}, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading audit report: %w", err)
+	}
+	return Verify(ctx, b, opts), nil
+}
+
+// Verify checks every layer of an audit report and never panics on
+// hostile input: it reports what failed instead.
+func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
+	lim := opts.Limits
+	if lim == (Limits{}) {
+		lim = DefaultLimits
+	}
+	res := &Result{}
+	files, _, err := readZip(zipBytes, lim)
+	if err != nil {
+		res.Layers = append(res.Layers, Layer{Name: LayerArchive, Problems: []Problem{{Check: "safe-archive", Message: err.Error()}}})
+		res.FailedLayer = LayerArchive
+		return res
+	}
+	res.Layers = append(res.Layers, Layer{Name: LayerArchive, OK: true, Detail: fmt.Sprintf("%d entries, names and sizes safe", len(files))})
+
+	manifestBytes := files[FileManifest]
+	var m Manifest
+	manifestErr := errors.New("missing")
+	if manifestBytes != nil {
+		dec := json.NewDecoder(bytes.NewReader(manifestBytes))
+		dec.DisallowUnknownFields()
+		manifestErr = dec.Decode(&m)
+	}
+	res.AllocationID = m.AllocationID
+	res.Simulated = m.Simulated
+
+	res.Layers = append(res.Layers,
+		verifySignature(ctx, files, opts.Key),
+		verifyManifest(files, m, manifestErr),
+		verifyAgent(files, opts.AgentKeys),
+		verifyFingerprint(files, opts.Fingerprint),
+	)
+	if _, ok := files[FileAttestation]; ok {
+		res.Layers = append(res.Layers, verifyAttestation(ctx, files, opts.Key))
+	}
+	res.OK = true
+	for i := range res.Layers {
+		l := &res.Layers[i]
+		l.OK = len(l.Problems) == 0
+		if !l.OK && res.OK {
+			res.OK = false
+			res.FailedLayer = l.Name
+		}
+	}
+	return res
+}
+
+func verifySignature(ctx context.Context, files map[string][]byte, key crypto.PublicKey) Layer {
+	b := &layerBuilder{l: Layer{Name: LayerSignature}}
+	mb, ok := files[FileManifest]
+	if !ok {
+		b.fail(FileManifest, "present", "the report has no %s", FileManifest)
+		return b.l
+	}
+	bb, ok := files[FileManifestBundle]
+	if !ok {
+		b.fail(FileManifestBundle, "present", "the report has no cosign bundle %s", FileManifestBundle)
+		return b.l
+	}
+	if key == nil {
+		b.fail(FileManifestBundle, "cosign-signature", "no public key given: pass --key cosign.pub")
+		return b.l
+	}
+	if err := verifyBundle(ctx, bb, key, sgverify.WithArtifact(bytes.NewReader(mb))); err != nil {
+		b.fail(FileManifestBundle, "cosign-signature", "the signature over %s does not verify with the given key: %v", FileManifest, err)
+		return b.l
+	}
+	b.l.Detail = fmt.Sprintf("cosign bundle over %s verified with the given key", FileManifest)
+	return b.l
+}
+
+// verifyBundle checks a key-based sigstore bundle exactly as `cosign
+// verify-blob --key K --bundle B --insecure-ignore-tlog` does.
+func verifyBundle(ctx context.Context, bundleJSON []byte, key crypto.PublicKey, artifact sgverify.ArtifactPolicyOption) error {
+	var bd sgbundle.Bundle
+	if err := bd.UnmarshalJSON(bundleJSON); err != nil {
+		return fmt.Errorf("not a sigstore bundle: %w", err)
+	}
+	if vc, err := bd.VerificationContent(); err == nil && vc.Certificate() != nil {
+		return errors.New("the bundle was signed keyless (it carries a certificate): verify it with `cosign verify-blob --certificate-identity … --certificate-oidc-issuer …`")
+	}
+	v, err := signature.LoadVerifier(key, crypto.SHA256)
+	if err != nil {
+		return fmt.Errorf("loading public key: %w", err)
+	}
+	tr, err := root.NewTrustedRootFromJSON([]byte(MinimalTrustedRoot))
+	if err != nil {
+		return fmt.Errorf("trusted root: %w", err)
+	}
+	co := &cosign.CheckOpts{SigVerifier: v, IgnoreTlog: true, TrustedMaterial: tr, NewBundleFormat: true}
+	_, err = cosign.VerifyNewBundle(ctx, co, artifact, &bd)
+	return err
+}
+
+var required = []string{FileEnvironment, FileConformanceReport, FileConformanceSig, FileAgentKey, FileConformanceLog, FileHardware, FileRunSummary}
+
+func verifyManifest(files map[string][]byte, m Manifest, manifestErr error) Layer {
+	b := &layerBuilder{l: Layer{Name: LayerManifest}}
+	if manifestErr != nil {
+		b.fail(FileManifest, "parse", "cannot read %s: %v", FileManifest, manifestErr)
+		return b.l
+	}
+	if m.ManifestVersion != ManifestVersion {
+		b.fail(FileManifest, "version", "manifest_version %d, want %d", m.ManifestVersion, ManifestVersion)
+	}
+	listed := map[string]bool{}
+	for _, f := range m.Files {
+		if listed[f.Name] {
+			b.fail(f.Name, "listed-once", "listed twice in the manifest")
+			continue
+		}
+		listed[f.Name] = true
+		data, ok := files[f.Name]
+		if !ok {
+			b.fail(f.Name, "present", "listed in the manifest but missing from the report")
+			continue
+		}
+		if int64(len(data)) != f.Size {
+			b.fail(f.Name, "size", "is %d bytes, the manifest says %d", len(data), f.Size)
+		}
+		d := sha256.Sum256(data)
+		if got := hex.EncodeToString(d[:]); got != f.SHA256 {
+			b.fail(f.Name, "sha256", "sha256 %s, the manifest says %s: the file was changed", got, f.SHA256)
+		}
+	}
+	for _, name := range required {
+		if !listed[name] {
+			b.fail(name, "listed", "required file is not in the manifest")
+		}
+	}
+	var extra []string
+	for name := range files {
+		switch name {
+		case FileManifest, FileManifestBundle, FileAttestation:
+			continue
+		}
+		if !listed[name] {
+			extra = append(extra, name)
+		}
+	}
+	sort.Strings(extra)
+	for _, name := range extra {
+		b.fail(name, "unlisted", "file is in the report but not in the manifest (added after signing)")
+	}
+	if rb, ok := files[FileConformanceReport]; ok && !m.Simulated {
+		if r, err := conformance.Parse(rb); err == nil && r.Simulated {
+			b.fail(FileManifest, "simulated", "the manifest says simulated=false but the signed conformance report is simulated")
+		}
+	}
+	if len(b.l.Problems) == 0 {
+		b.l.Detail = fmt.Sprintf("%d files match the manifest; no missing or extra files", len(m.Files))
+	}
+	return b.l
+}
+
+func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
+	b := &layerBuilder{l: Layer{Name: LayerAgent}}
+	report, okR := files[FileConformanceReport]
+	sig, okS := files[FileConformanceSig]
+	embedded, okK := files[FileAgentKey]
+	for name, ok := range map[string]bool{FileConformanceReport: okR, FileConformanceSig: okS, FileAgentKey: okK} {
+		if !ok {
+			b.fail(name, "present", "missing from the report")
+		}
+	}
+	if len(b.l.Problems) > 0 {
+		sort.Slice(b.l.Problems, func(i, j int) bool { return b.l.Problems[i].File < b.l.Problems[j].File })
+		return b.l
+	}
+	embPub, err := conformance.ParsePublicKey(embedded)
+	if err != nil {
+		b.fail(FileAgentKey, "agent-key", "%v", err)
+		return b.l
+	}
+	useKey := embedded
+	if len(pinned) > 0 {
+		var match *AgentKey
+		embDER, _ := x509.MarshalPKIXPublicKey(embPub)
+		for i := range pinned {
+			p, err := conformance.ParsePublicKey(pinned[i].PEM)
+			if err != nil {
+				continue
+			}
+			der, _ := x509.MarshalPKIXPublicKey(p)
+			if bytes.Equal(der, embDER) {
+				match = &pinned[i]
+				break
+			}
+		}
+		if match == nil {
+			b.fail(FileAgentKey, "known-agent-key", "the report was signed by an unknown agent key (not one of the --agent-key keys)")
+			return b.l
+		}
+		useKey = match.PEM
+		if r, err := conformance.Parse(report); err == nil {
+			at, err := time.Parse(time.RFC3339Nano, r.GeneratedAt)
+			switch {
+			case err != nil:
+				b.fail(FileConformanceReport, "generated_at", "generated_at %q is not RFC 3339: %v", r.GeneratedAt, err)
+			case !match.NotAfter.IsZero() && at.After(match.NotAfter):
+				b.fail(FileAgentKey, "agent-key-validity", "the agent key expired at %s, before the report was generated at %s", match.NotAfter.UTC().Format(time.RFC3339), r.GeneratedAt)
+			case !match.NotBefore.IsZero() && at.Before(match.NotBefore):
+				b.fail(FileAgentKey, "agent-key-validity", "the agent key is valid from %s, after the report was generated at %s", match.NotBefore.UTC().Format(time.RFC3339), r.GeneratedAt)
+			}
+		}
+	}
+	if err := conformance.Verify(useKey, report, string(sig)); err != nil {
+		b.fail(FileConformanceReport, "agent-signature", "the agent signature in %s does not verify over %s: %v", FileConformanceSig, FileConformanceReport, err)
+	}
+	if len(b.l.Problems) == 0 {
+		if len(pinned) > 0 {
+			b.l.Detail = "conformance report signed by a pinned agent key"
+		} else {
+			b.l.Detail = "conformance report signed by the agent key inside the report; pass --agent-key to pin it"
+		}
+	}
+	return b.l
+}
+
+func verifyFingerprint(files map[string][]byte, recompute func(string, []byte) (string, error)) Layer {
+	b := &layerBuilder{l: Layer{Name: LayerFingerprint}}
+	var env Environment
+	eb, ok := files[FileEnvironment]
+	if !ok {
+		b.fail(FileEnvironment, "present", "missing from the report")
+		return b.l
+	}
+	if err := json.Unmarshal(eb, &env); err != nil {
+		b.fail(FileEnvironment, "parse", "%v", err)
+		return b.l
+	}
+	r, err := conformance.Parse(files[FileConformanceReport])
+	if err != nil {
+		b.fail(FileConformanceReport, "parse", "%v", err)
+		return b.l
+	}
+	switch {
+	case env.Declared.Fingerprint == "":
+		b.fail(FileEnvironment, "declared-fingerprint", "declared.fingerprint is empty")
+	case r.RuntimeFingerprint == "":
+		b.fail(FileConformanceReport, "runtime_fingerprint", "the signed conformance report carries no runtime_fingerprint")
+	case r.RuntimeFingerprint != env.Declared.Fingerprint:
+		b.fail(FileConformanceReport, "fingerprint-match", "the measured fingerprint %s in the signed report differs from the declared %s: the run did not use the declared environment", r.RuntimeFingerprint, env.Declared.Fingerprint)
+	}
+	if env.Measured.Fingerprint != r.RuntimeFingerprint {
+		b.fail(FileEnvironment, "measured-fingerprint", "measured.fingerprint %s differs from the signed report's %s", env.Measured.Fingerprint, r.RuntimeFingerprint)
+	}
+	if want := r.RuntimeFingerprint != "" && r.RuntimeFingerprint == env.Declared.Fingerprint; env.Match != want {
+		b.fail(FileEnvironment, "match", "match is %v but the fingerprints say %v", env.Match, want)
+	}
+	recomputed := ""
+	if recompute != nil {
+		fp, err := recompute(env.Declared.File, []byte(env.Declared.Source))
+		switch {
+		case err != nil:
+			b.fail(FileEnvironment, "declared-recomputed", "the declared spec does not parse: %v", err)
+		case fp != env.Declared.Fingerprint:
+			b.fail(FileEnvironment, "declared-recomputed", "the declared spec's fingerprint is %s, the report claims %s", fp, env.Declared.Fingerprint)
+		default:
+			recomputed = " (recomputed from the declared spec)"
+		}
+	}
+	if len(b.l.Problems) == 0 {
+		b.l.Detail = "the signed report's fingerprint " + r.RuntimeFingerprint + " matches the declared one" + recomputed
+	}
+	return b.l
+}
+
+func verifyAttestation(ctx context.Context, files map[string][]byte, key crypto.PublicKey) Layer {
+	b := &layerBuilder{l: Layer{Name: LayerAttestation}}
+	if key == nil {
+		b.fail(FileAttestation, "dsse-signature", "no public key given: pass --key cosign.pub")
+		return b.l
+	}
+	d := sha256.Sum256(files[FileManifest])
+	if err := verifyBundle(ctx, files[FileAttestation], key, sgverify.WithArtifactDigest("sha256", d[:])); err != nil {
+		b.fail(FileAttestation, "dsse-signature", "the in-toto attestation does not verify for %s: %v", FileManifest, err)
+		return b.l
+	}
+	b.l.Detail = "in-toto statement (DSSE) verified; its subject is " + FileManifest
+	return b.l
+}

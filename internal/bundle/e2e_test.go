@@ -1,0 +1,228 @@
+//go:build e2e
+
+package bundle_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// startRealRegistry runs the distribution registry server (Debian's
+// docker-registry, installed by scripts/setup.d/30-registry.sh) on a free
+// loopback port with its storage in a temp dir, and returns host:port.
+func startRealRegistry(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("GPUPASS_TEST_REGISTRY_BIN")
+	if bin == "" {
+		bin = testutil.Tool(t, "docker-registry")
+	}
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
+	cfgPath := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "serve", cfgPath)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registry on %s did not come up: %v\n%s", addr, err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// systemPython is Debian's python3, the one with pip, setuptools and wheel
+// (the first python3 on PATH may lack them).
+func systemPython(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import setuptools, wheel, pip").Run(); err != nil {
+		testutil.Missing(t, "%s with pip, setuptools and wheel: %v", py, err)
+	}
+	return py
+}
+
+// buildRealWheels writes tiny packages and builds them with pip, offline.
+func buildRealWheels(t *testing.T, py string, pkgs map[string]string) string {
+	t.Helper()
+	src := t.TempDir()
+	house := t.TempDir()
+	args := []string{"-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--disable-pip-version-check", "-q", "-w", house}
+	for name, version := range pkgs {
+		mod := strings.ReplaceAll(name, "-", "_")
+		d := filepath.Join(src, name)
+		must(t, os.MkdirAll(filepath.Join(d, mod), 0o755))
+		must(t, os.WriteFile(filepath.Join(d, "pyproject.toml"), []byte(fmt.Sprintf(
+			"[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n[project]\nname = %q\nversion = %q\n", name, version)), 0o644))
+		must(t, os.WriteFile(filepath.Join(d, mod, "__init__.py"), []byte(fmt.Sprintf("def hello():\n    return %q\n", name+" "+version)), 0o644))
+		args = append(args, d)
+	}
+	cmd := exec.Command(py, args...)
+	cmd.Env = append(os.Environ(), "PIP_NO_INDEX=1", "PIP_CACHE_DIR="+filepath.Join(src, ".cache"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pip wheel: %v\n%s", err, out)
+	}
+	return house
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func TestE2ERealRegistryPipInstall(t *testing.T) {
+	t.Parallel()
+	py := systemPython(t)
+	host := startRealRegistry(t)
+	gp := testutil.BuildBinary(t, "./cmd/gpupass")
+	house := buildRealWheels(t, py, map[string]string{"gp-alpha": "1.0.0", "gp-beta": "2.1"})
+	pyVer, err := run(t, py, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])")
+	must(t, err)
+	specPath := filepath.Join(t.TempDir(), "gpupass.yaml")
+	must(t, os.WriteFile(specPath, []byte(strings.NewReplacer("3.10.12", strings.TrimSpace(pyVer), "alpha==1.0", "gp-alpha==1.0", "beta-pkg==2.0", "gp_beta==2.1.0").Replace(specYAML)), 0o644))
+
+	ref := host + "/ml/wheels:v1"
+	out, err := run(t, gp, "-o", "json", "bundle", "push", "--plain-http", "--wheelhouse", house, "--spec", specPath, ref)
+	must(t, err)
+	var pushed bundle.PushResult
+	must(t, json.Unmarshal([]byte(out), &pushed))
+	if pushed.BlobsUploaded != 2 || pushed.LayerBytesSent == 0 {
+		t.Fatalf("first push: %+v", pushed)
+	}
+
+	// An unchanged re-push sends no layer bytes.
+	out, err = run(t, gp, "-o", "json", "bundle", "push", "--plain-http", "--wheelhouse", house, "--spec", specPath, ref)
+	must(t, err)
+	var again bundle.PushResult
+	must(t, json.Unmarshal([]byte(out), &again))
+	if again.LayerBytesSent != 0 || again.BlobsSkipped != 2 {
+		t.Errorf("re-push sent %d bytes (%+v), want 0", again.LayerBytesSent, again)
+	}
+
+	// A sibling repository mounts the blobs instead of uploading them.
+	out, err = run(t, gp, "-o", "json", "bundle", "push", "--plain-http", "--wheelhouse", house, "--mount-from", host+"/ml/wheels", host+"/ml-prod/wheels:v1")
+	must(t, err)
+	var mounted bundle.PushResult
+	must(t, json.Unmarshal([]byte(out), &mounted))
+	if mounted.LayerBytesSent != 0 {
+		t.Errorf("mounting push sent %d bytes, want 0", mounted.LayerBytesSent)
+	}
+
+	// Pull by digest and install with pip, no index, through the library
+	// helper the node agent uses.
+	dst := filepath.Join(t.TempDir(), "wheelhouse")
+	_, err = run(t, gp, "bundle", "pull", "--plain-http", pushed.Reference, "--to", dst)
+	must(t, err)
+	target := t.TempDir()
+	var pipOut bytes.Buffer
+	if err := bundle.Install(context.Background(), dst, []string{"gp-alpha==1.0.0", "gp-beta==2.1"}, bundle.InstallOptions{Python: py, Target: target, Stdout: &pipOut, Stderr: &pipOut}); err != nil {
+		t.Fatalf("%v\n%s", err, pipOut.String())
+	}
+	got, err := run(t, py, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import gp_alpha, gp_beta; print(gp_alpha.hello(), '|', gp_beta.hello())", target)
+	must(t, err)
+	if strings.TrimSpace(got) != "gp-alpha 1.0.0 | gp-beta 2.1" {
+		t.Errorf("installed packages say %q", got)
+	}
+
+	// A pull of a tag that does not exist fails and leaves nothing.
+	missing := filepath.Join(t.TempDir(), "none")
+	if _, err := run(t, gp, "bundle", "pull", "--plain-http", host+"/ml/wheels:nope", "--to", missing); err == nil || !strings.Contains(err.Error(), "exit status 2") {
+		t.Errorf("pull of a missing tag: %v", err)
+	}
+	assertNoPull(t, missing)
+}
+
+func TestE2EOrasInterop(t *testing.T) {
+	t.Parallel()
+	py := systemPython(t)
+	oras := testutil.Tool(t, "oras")
+	host := startRealRegistry(t)
+	gp := testutil.BuildBinary(t, "./cmd/gpupass")
+	house := buildRealWheels(t, py, map[string]string{"gp-gamma": "0.3"})
+	entries, err := os.ReadDir(house)
+	must(t, err)
+	whl := entries[0].Name()
+	orig, err := os.ReadFile(filepath.Join(house, whl))
+	must(t, err)
+
+	// oras pull fetches a gpupass bundle: the wheel and the lock.
+	_, err = run(t, gp, "bundle", "push", "--plain-http", "--wheelhouse", house, host+"/interop/gp:v1")
+	must(t, err)
+	orasOut := t.TempDir()
+	_, err = run(t, oras, "pull", "--plain-http", "-o", orasOut, host+"/interop/gp:v1")
+	must(t, err)
+	b, err := os.ReadFile(filepath.Join(orasOut, whl))
+	if err != nil || !bytes.Equal(b, orig) {
+		t.Errorf("oras pull of a gpupass bundle: %s differs or is missing (%v)", whl, err)
+	}
+	if _, err := os.Stat(filepath.Join(orasOut, bundle.LockFile)); err != nil {
+		t.Errorf("oras pull: lock file missing: %v", err)
+	}
+
+	// gpupass pulls an artifact pushed by oras (no lock, oras's media types).
+	cmd := exec.Command(oras, "push", "--plain-http", host+"/interop/oras:v1", whl)
+	cmd.Dir = house
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("oras push: %v\n%s", err, out)
+	}
+	dst := filepath.Join(t.TempDir(), "w")
+	_, err = run(t, gp, "bundle", "pull", "--plain-http", host+"/interop/oras:v1", "--to", dst)
+	must(t, err)
+	b, err = os.ReadFile(filepath.Join(dst, whl))
+	if err != nil || !bytes.Equal(b, orig) {
+		t.Errorf("gpupass pull of an oras artifact: %s differs or is missing (%v)", whl, err)
+	}
+	target := t.TempDir()
+	_, err = run(t, py, "-m", "pip", "install", "--no-index", "--find-links", dst, "--target", target, "--disable-pip-version-check", "-q", "gp-gamma==0.3")
+	must(t, err)
+}

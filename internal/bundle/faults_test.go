@@ -1,0 +1,348 @@
+package bundle_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
+)
+
+func TestPullFaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	wheels := scan(t, wheelhouse(t, 3))
+	victim := wheels[1]
+	blobPath := "/blobs/sha256:" + victim.SHA256
+	tests := []struct {
+		name    string
+		tag     string
+		fault   func(w http.ResponseWriter, r *http.Request) bool
+		wantErr []string
+	}{
+		{"401", "v1", status(http.StatusUnauthorized, "/manifests/"), []string{"HTTP 401", "docker login"}},
+		{"403", "v1", status(http.StatusForbidden, "/manifests/"), []string{"HTTP 403"}},
+		{"404 manifest", "nope", nil, []string{"MANIFEST_UNKNOWN", "HTTP 404"}},
+		{"404 blob", "v1", status(http.StatusNotFound, blobPath), []string{victim.File, victim.SHA256, "404"}},
+		{"500 blob", "v1", status(http.StatusInternalServerError, blobPath), []string{victim.File, "500"}},
+		{"drop mid-blob", "v1", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
+				return false
+			}
+			w.Header().Set("Content-Length", "100000")
+			w.WriteHeader(http.StatusOK)
+			w.Write(bytes.Repeat([]byte{'x'}, 1000))
+			w.(http.Flusher).Flush()
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return true
+		}, []string{victim.File, "unexpected EOF"}},
+		{"digest mismatch", "v1", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
+				return false
+			}
+			body := bytes.Repeat([]byte{'y'}, int(victim.Size))
+			w.Write(body)
+			return true
+		}, []string{victim.File, "error verifying sha256 checksum"}},
+		{"longer blob", "v1", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
+				return false
+			}
+			w.Write(bytes.Repeat([]byte{'y'}, int(victim.Size)+10))
+			return true
+		}, []string{victim.File, "manifest says"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Each case needs its own fault on a registry holding the
+			// bundle: a fresh server over a copy would cost a push each.
+			t.Parallel()
+			reg := newRegistry(t)
+			if _, err := bundle.Push(ctx, reg.Host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: regOpts()}); err != nil {
+				t.Fatal(err)
+			}
+			reg.setFault(tt.fault)
+			dst := filepath.Join(t.TempDir(), "wheelhouse")
+			_, err := bundle.Pull(ctx, reg.Host+"/team/wheels:"+tt.tag, dst, bundle.PullOptions{Registry: regOpts()})
+			if err == nil {
+				t.Fatal("pull succeeded")
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			assertNoPull(t, dst)
+		})
+	}
+}
+
+func status(code int, pathPart string) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, pathPart) {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		codes := map[int]string{401: "UNAUTHORIZED", 403: "DENIED", 404: "BLOB_UNKNOWN", 500: "UNKNOWN"}
+		json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"code": codes[code], "message": "injected"}}})
+		return true
+	}
+}
+
+// pushRaw pushes a hand-made manifest whose layers are the given files
+// under the given titles, bypassing every check Push makes.
+func pushRaw(t *testing.T, ref string, titles []string, blobs [][]byte) {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := static.NewLayer([]byte("{}"), bundle.EmptyMediaType)
+	if err := remote.WriteLayer(r.Context(), config); err != nil {
+		t.Fatal(err)
+	}
+	cd, _ := config.Digest()
+	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: "application/vnd.unknown.artifact.v1",
+		Config: v1.Descriptor{MediaType: bundle.EmptyMediaType, Size: 2, Digest: cd}}
+	for i, b := range blobs {
+		l := static.NewLayer(b, "application/vnd.oci.image.layer.v1.tar")
+		if err := remote.WriteLayer(r.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := l.Digest()
+		m.Layers = append(m.Layers, v1.Descriptor{MediaType: "application/vnd.oci.image.layer.v1.tar", Size: int64(len(b)), Digest: d,
+			Annotations: map[string]string{bundle.AnnotationTitle: titles[i]}})
+	}
+	raw, _ := json.Marshal(m)
+	if err := remote.Put(r, rawTaggable(raw)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type rawTaggable []byte
+
+func (m rawTaggable) RawManifest() ([]byte, error)        { return m, nil }
+func (m rawTaggable) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+
+func TestPullRefusesBadArtifacts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := newRegistry(t)
+	dir := t.TempDir()
+	good, err := wheeltest.Simple(dir, "demo", "1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodBytes, _ := os.ReadFile(good)
+	lying, err := wheeltest.Write(dir, "liar-1.0-py3-none-any.whl", "liar", "1.0",
+		[]wheeltest.File{{Name: "liar/__init__.py", Data: strings.NewReader("x = 1\n")}}, wheeltest.Options{LieAbout: "liar/__init__.py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lyingBytes, _ := os.ReadFile(lying)
+	tests := []struct {
+		name    string
+		titles  []string
+		blobs   [][]byte
+		wantErr string
+	}{
+		{"dotdot", []string{"../demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes}, "path separators"},
+		{"absolute", []string{"/tmp/demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes}, "path separators"},
+		{"nested", []string{"a/demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes}, "path separators"},
+		{"odd characters", []string{"demo-1.0-py3-none-any\n.whl"}, [][]byte{goodBytes}, "refused"},
+		{"not a wheel", []string{"notes.txt"}, [][]byte{[]byte("hello")}, "does not end in .whl"},
+		{"duplicate titles", []string{"demo-1.0-py3-none-any.whl", "demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes, append(goodBytes, 0)}, "appears twice"},
+		{"lying RECORD", []string{"liar-1.0-py3-none-any.whl"}, [][]byte{lyingBytes}, "liar-1.0-py3-none-any.whl"},
+		{"corrupt zip", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes[:len(goodBytes)/2]}, "not a readable zip"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ref := reg.Host + "/bad/artifact:" + string(rune('a'+i))
+			pushRaw(t, ref, tt.titles, tt.blobs)
+			dst := filepath.Join(t.TempDir(), "wheelhouse")
+			_, err := bundle.Pull(ctx, ref, dst, bundle.PullOptions{Registry: regOpts()})
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("pull error = %v, want it to contain %q", err, tt.wantErr)
+			}
+			assertNoPull(t, dst)
+			if _, err := os.Stat(filepath.Join(filepath.Dir(dst), "demo-1.0-py3-none-any.whl")); err == nil {
+				t.Error("a wheel escaped the target directory")
+			}
+		})
+	}
+	// An artifact pushed by another tool (no lock, generic media types)
+	// pulls when its files are good wheels.
+	ref := reg.Host + "/other/tool:v1"
+	pushRaw(t, ref, []string{"demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes})
+	if _, err := bundle.Pull(ctx, ref, filepath.Join(t.TempDir(), "w"), bundle.PullOptions{Registry: regOpts()}); err != nil {
+		t.Errorf("pull of a lock-less artifact: %v", err)
+	}
+}
+
+func TestPullTargetMustBeEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := newRegistry(t)
+	ref := reg.Host + "/team/wheels:v1"
+	if _, err := bundle.Push(ctx, ref, scan(t, wheelhouse(t, 1)), bundle.PushOptions{Registry: regOpts()}); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dst, "keep.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bundle.Pull(ctx, ref, dst, bundle.PullOptions{Registry: regOpts()}); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("pull into a non-empty dir: %v", err)
+	}
+	empty := t.TempDir()
+	if _, err := bundle.Pull(ctx, ref, empty, bundle.PullOptions{Registry: regOpts()}); err != nil {
+		t.Fatalf("pull into an empty dir: %v", err)
+	}
+}
+
+func TestScanFaults(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := wheeltest.Simple(dir, "good", "1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wheeltest.Write(dir, "liar-1.0-py3-none-any.whl", "liar", "1.0",
+		[]wheeltest.File{{Name: "liar/x.py", Data: strings.NewReader("x")}}, wheeltest.Options{LieAbout: "liar/x.py"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "broken-1.0-py3-none-any.whl"), []byte("PK not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "README.txt"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "good-1.0-py3-none-any.whl"))
+	if err := os.WriteFile(filepath.Join(dir, "Good-1.0-py3-none-any.whl"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bundle.Scan(context.Background(), dir, bundle.ScanOptions{Jobs: 2})
+	var we *bundle.WheelhouseError
+	if !errors.As(err, &we) {
+		t.Fatalf("Scan error = %v, want a WheelhouseError", err)
+	}
+	for _, want := range []string{
+		"README.txt: wheel file name \"README.txt\": does not end in .whl",
+		"sub: not a regular file",
+		"duplicate of",
+		"wheel liar-1.0-py3-none-any.whl: liar/x.py: RECORD says",
+		"wheel broken-1.0-py3-none-any.whl: not a readable zip",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Scan error does not contain %q:\n%v", want, err)
+		}
+	}
+	if len(we.Problems) != 5 {
+		t.Errorf("%d problems, want 5:\n%v", len(we.Problems), err)
+	}
+}
+
+func TestTLSByDefault(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := newRegistry(t) // plain HTTP on loopback
+	wheels := scan(t, wheelhouse(t, 1))
+	o := regOpts()
+	o.PlainHTTP = false
+	if _, err := bundle.Push(ctx, reg.Host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err == nil {
+		t.Fatal("push to a plain-HTTP registry succeeded without --plain-http")
+	}
+	if reg.blobBytes.Load() != 0 {
+		t.Fatal("bytes went over plain HTTP without --plain-http")
+	}
+	// The same registry over TLS works without PlainHTTP.
+	inner := registryHandler()
+	tlsSrv := httptest.NewTLSServer(inner)
+	t.Cleanup(tlsSrv.Close)
+	o.Transport = tlsSrv.Client().Transport
+	host := strings.TrimPrefix(tlsSrv.URL, "https://")
+	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err != nil {
+		t.Fatalf("push over TLS: %v", err)
+	}
+	if _, err := bundle.Pull(ctx, host+"/team/wheels:v1", filepath.Join(t.TempDir(), "w"), bundle.PullOptions{Registry: o}); err != nil {
+		t.Fatalf("pull over TLS: %v", err)
+	}
+}
+
+func TestBasicAuth(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	inner := registryHandler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "ci" || p != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	wheels := scan(t, wheelhouse(t, 1))
+	o := regOpts()
+	o.Keychain = emptyKeychain{}
+	_, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o})
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("anonymous push error = %v, want a 401", err)
+	}
+	o.Username, o.Password = "ci", "wrong"
+	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err == nil || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("push with a wrong password: %v (and the password must never be echoed)", err)
+	}
+	o.Password = "s3cret"
+	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err != nil {
+		t.Fatalf("push with credentials: %v", err)
+	}
+}
+
+// Not parallel: DOCKER_CONFIG is process-wide.
+func TestDockerConfigKeychain(t *testing.T) {
+	ctx := context.Background()
+	inner := registryHandler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "robot" || p != "from-config" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	cfg := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte("robot:from-config"))
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"auths":{"`+host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_CONFIG", cfg)
+	wheels := scan(t, wheelhouse(t, 1))
+	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: regOpts()}); err != nil {
+		t.Fatalf("push with docker config credentials: %v", err)
+	}
+}

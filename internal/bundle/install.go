@@ -1,0 +1,51 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+)
+
+// InstallOptions configure Install.
+type InstallOptions struct {
+	// Python is the interpreter of the run's environment ("python3" when
+	// empty).
+	Python string
+	// Target, when set, installs into that directory (pip --target)
+	// instead of the interpreter's environment.
+	Target string
+	// Stdout and Stderr receive pip's output.
+	Stdout, Stderr io.Writer
+}
+
+// Install installs requirements (e.g. "transformers==4.38.2") from a
+// pulled wheelhouse with pip, never touching an index: the node agent
+// calls it after Pull when a spec has no-internet-access. With no
+// requirements it installs every wheel of the lock.
+func Install(ctx context.Context, dir string, requirements []string, o InstallOptions) error {
+	python := o.Python
+	if python == "" {
+		python = "python3"
+	}
+	if len(requirements) == 0 {
+		res, err := Scan(ctx, dir, ScanOptions{Jobs: 4})
+		if err != nil {
+			return err
+		}
+		for _, w := range res {
+			requirements = append(requirements, w.Name+"=="+w.Version)
+		}
+	}
+	args := []string{"-m", "pip", "install", "--no-index", "--find-links", dir, "--disable-pip-version-check", "--no-input"}
+	if o.Target != "" {
+		args = append(args, "--target", o.Target)
+	}
+	args = append(args, requirements...)
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Stdout, cmd.Stderr = o.Stdout, o.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("pip install --no-index --find-links %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,460 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gpupass/gpupass/internal/wheel"
+)
+
+// PullOptions configure Pull and Inspect.
+type PullOptions struct {
+	Registry RegistryOptions
+	Progress Progress
+	Logger   *slog.Logger
+	// RequireDigest refuses references by tag: a node pulling for a run
+	// must get exactly the bundle the spec pinned.
+	RequireDigest bool
+	// Sync fsyncs every pulled file before the wheelhouse is renamed into
+	// place, so that it survives a power loss, at the price of waiting for
+	// the disk (about 3x slower on the shared benchmark disk).
+	Sync bool
+}
+
+// PullResult is what Pull wrote.
+type PullResult struct {
+	Reference string  `json:"reference"` // REPO@sha256:...
+	Digest    string  `json:"digest"`
+	Dir       string  `json:"dir"`
+	Wheels    []Wheel `json:"wheels"`
+	// Lock is nil for artifacts without a gpupass lock layer (oras push).
+	Lock *Lock `json:"lock,omitempty"`
+}
+
+// maxManifest bounds what is read of a manifest or lock; real ones are a
+// few kilobytes.
+const maxManifest = 4 << 20
+
+// Info describes a bundle in a registry (Inspect).
+type Info struct {
+	Reference    string            `json:"reference"`
+	Digest       string            `json:"digest"`
+	ArtifactType string            `json:"artifactType"`
+	Annotations  map[string]string `json:"annotations"`
+	Layers       []LayerInfo       `json:"layers"`
+	Lock         *Lock             `json:"lock,omitempty"`
+}
+
+// LayerInfo is one layer of a bundle.
+type LayerInfo struct {
+	Title     string `json:"title"`
+	MediaType string `json:"mediaType"`
+	Digest    string `json:"digest"`
+	Size      int64  `json:"size"`
+}
+
+type fetched struct {
+	ref      name.Reference
+	digest   name.Digest
+	manifest *v1.Manifest
+	wheels   []v1.Descriptor
+	lockDesc *v1.Descriptor
+	puller   *remote.Puller
+}
+
+// fetchManifest gets and checks the manifest: an OCI image manifest whose
+// layers all carry safe titles, wheels or the lock, each title once.
+func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched, error) {
+	r, err := o.parseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	p, err := remote.NewPuller(o.remoteOptions(ctx)...)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := p.Get(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("fetching manifest of %s: %w", ref, explain(err))
+	}
+	if !desc.MediaType.IsImage() || desc.MediaType.IsSchema1() {
+		return nil, fmt.Errorf("%s is a %s, not an OCI artifact manifest", ref, desc.MediaType)
+	}
+	if len(desc.Manifest) > maxManifest {
+		return nil, fmt.Errorf("manifest of %s: %d bytes is too large for a bundle", ref, len(desc.Manifest))
+	}
+	// A pull by tag is pinned to what the tag pointed at now; check the
+	// bytes against the digest the registry gave (ggcr checks digest refs).
+	got, _, err := v1.SHA256(bytes.NewReader(desc.Manifest))
+	if err != nil {
+		return nil, err
+	}
+	if got != desc.Digest {
+		return nil, fmt.Errorf("%w: manifest of %s: registry said %s but the bytes hash to %s", ErrVerification, ref, desc.Digest, got)
+	}
+	var m v1.Manifest
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
+		return nil, fmt.Errorf("manifest of %s: %w", ref, err)
+	}
+	f := &fetched{ref: r, digest: r.Context().Digest(desc.Digest.String()), manifest: &m, puller: p}
+	seen := map[string]bool{}
+	for i, l := range m.Layers {
+		title := l.Annotations[AnnotationTitle]
+		if title == "" {
+			return nil, fmt.Errorf("%s: layer %d (%s) has no %s annotation; a bundle names every file", ref, i, l.Digest, AnnotationTitle)
+		}
+		if seen[title] {
+			return nil, fmt.Errorf("%w: %s: title %q appears twice", ErrVerification, ref, title)
+		}
+		seen[title] = true
+		if title == LockFile && string(l.MediaType) == LockMediaType {
+			if l.Size > maxManifest {
+				return nil, fmt.Errorf("%s: lock layer of %d bytes is too large", ref, l.Size)
+			}
+			f.lockDesc = &m.Layers[i]
+			continue
+		}
+		// The title becomes a file name on disk: only a plain wheel
+		// file name passes (no separators, no "..", no odd characters).
+		if _, err := wheel.ParseFilename(title); err != nil {
+			return nil, fmt.Errorf("%w: %s: layer %d (%s) title refused: %w", ErrVerification, ref, i, l.Digest, err)
+		}
+		if l.Size < 0 {
+			return nil, fmt.Errorf("%s: layer %s has a negative size", ref, title)
+		}
+		f.wheels = append(f.wheels, l)
+	}
+	if len(f.wheels) == 0 {
+		return nil, fmt.Errorf("%s holds no wheels", ref)
+	}
+	return f, nil
+}
+
+func (f *fetched) readLock(ctx context.Context) (*Lock, error) {
+	if f.lockDesc == nil {
+		return nil, nil
+	}
+	l, err := f.puller.Layer(ctx, f.ref.Context().Digest(f.lockDesc.Digest.String()))
+	if err != nil {
+		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, explain(err))
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, explain(err))
+	}
+	defer rc.Close()
+	// ggcr checks the digest at EOF, so read to the end.
+	b, err := io.ReadAll(io.LimitReader(rc, maxManifest+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetching lock blob %s: %w", f.lockDesc.Digest, explain(err))
+	}
+	if int64(len(b)) != f.lockDesc.Size {
+		return nil, fmt.Errorf("lock blob %s: %d bytes, manifest says %d", f.lockDesc.Digest, len(b), f.lockDesc.Size)
+	}
+	lock, err := parseLock(b)
+	if err != nil {
+		return nil, err
+	}
+	return &lock, nil
+}
+
+// Inspect reads a bundle's manifest and lock without pulling wheels.
+func Inspect(ctx context.Context, ref string, o PullOptions) (Info, error) {
+	f, err := fetchManifest(ctx, ref, o.Registry)
+	if err != nil {
+		return Info{}, err
+	}
+	lock, err := f.readLock(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	info := Info{
+		Reference: f.digest.String(), Digest: f.digest.DigestStr(),
+		ArtifactType: f.manifest.ArtifactType, Annotations: f.manifest.Annotations, Lock: lock,
+		Layers: []LayerInfo{},
+	}
+	if info.Annotations == nil {
+		info.Annotations = map[string]string{}
+	}
+	for _, l := range f.manifest.Layers {
+		info.Layers = append(info.Layers, LayerInfo{Title: l.Annotations[AnnotationTitle], MediaType: string(l.MediaType), Digest: l.Digest.String(), Size: l.Size})
+	}
+	return info, nil
+}
+
+// Pull fetches the bundle at ref (tag or digest) into dir, which must not
+// exist or be empty. Every blob is checked against its digest and size,
+// every wheel's RECORD against its files, and the wheels against the lock
+// layer. Files are staged in a sibling directory that is renamed into
+// place only when everything checked out, so a failed pull leaves nothing.
+// The node agent calls this before a run starts (then Install).
+func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, error) {
+	log := orDiscard(o.Logger)
+	prog := orNop(o.Progress)
+	dir = filepath.Clean(dir)
+	if err := checkTarget(dir); err != nil {
+		return PullResult{}, err
+	}
+	if o.RequireDigest {
+		r, err := o.Registry.parseRef(ref)
+		if err != nil {
+			return PullResult{}, err
+		}
+		if _, ok := r.(name.Digest); !ok {
+			return PullResult{}, fmt.Errorf("bundle %s: a run pulls by digest (REPO@sha256:...), not by tag", ref)
+		}
+	}
+	f, err := fetchManifest(ctx, ref, o.Registry)
+	if err != nil {
+		return PullResult{}, err
+	}
+	lock, err := f.readLock(ctx)
+	if err != nil {
+		return PullResult{}, err
+	}
+	if lock != nil {
+		if err := lockMatches(*lock, f.wheels); err != nil {
+			return PullResult{}, fmt.Errorf("%w: %s: %w", ErrVerification, ref, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return PullResult{}, fmt.Errorf("creating %s: %w", filepath.Dir(dir), err)
+	}
+	stage, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".partial-")
+	if err != nil {
+		return PullResult{}, fmt.Errorf("staging the pull: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(stage)
+		}
+	}()
+
+	wheels := make([]Wheel, len(f.wheels))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.Registry.jobs())
+	for i, d := range f.wheels {
+		g.Go(func() error {
+			title := d.Annotations[AnnotationTitle]
+			prog.Start(title, d.Size)
+			w, err := pullWheel(gctx, f, d, stage, prog, o.Sync)
+			prog.Done(title, false, err)
+			if err != nil {
+				return err
+			}
+			log.Debug("wheel pulled", "wheel", title, "digest", d.Digest.String())
+			wheels[i] = w
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return PullResult{}, fmt.Errorf("pulling %s: %w (nothing was written to %s)", ref, err, dir)
+	}
+	if lock != nil {
+		b, err := lock.marshal()
+		if err != nil {
+			return PullResult{}, err
+		}
+		if err := os.WriteFile(filepath.Join(stage, LockFile), b, 0o644); err != nil {
+			return PullResult{}, fmt.Errorf("writing %s: %w", LockFile, err)
+		}
+	}
+	if err := os.Chmod(stage, 0o755); err != nil {
+		return PullResult{}, err
+	}
+	// An empty target is replaced; rename will not replace a directory
+	// that holds anything, which checkTarget ruled out.
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return PullResult{}, fmt.Errorf("replacing %s: %w", dir, err)
+	}
+	if err := os.Rename(stage, dir); err != nil {
+		return PullResult{}, fmt.Errorf("moving the pulled wheelhouse into %s: %w", dir, err)
+	}
+	done = true
+	if o.Sync {
+		syncDir(filepath.Dir(dir))
+	}
+	for i := range wheels {
+		wheels[i].path = filepath.Join(dir, wheels[i].File)
+	}
+	return PullResult{Reference: f.digest.String(), Digest: f.digest.DigestStr(), Dir: dir, Wheels: wheels, Lock: lock}, nil
+}
+
+func checkTarget(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("pull target %s: %w", dir, err)
+	case len(entries) > 0:
+		return fmt.Errorf("pull target %s is not empty: give a new or empty directory so that a pull never mixes with other files", dir)
+	}
+	return nil
+}
+
+func lockMatches(lock Lock, layers []v1.Descriptor) error {
+	byFile := map[string]Wheel{}
+	for _, w := range lock.Wheels {
+		byFile[w.File] = w
+	}
+	if len(byFile) != len(layers) {
+		return fmt.Errorf("lock lists %d wheels, the manifest %d", len(byFile), len(layers))
+	}
+	for _, l := range layers {
+		title := l.Annotations[AnnotationTitle]
+		w, ok := byFile[title]
+		switch {
+		case !ok:
+			return fmt.Errorf("wheel %s is not in the lock", title)
+		case "sha256:"+w.SHA256 != l.Digest.String() || w.Size != l.Size:
+			return fmt.Errorf("wheel %s: lock says sha256:%s (%d bytes), manifest says %s (%d bytes)", title, w.SHA256, w.Size, l.Digest, l.Size)
+		}
+	}
+	return nil
+}
+
+func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, prog Progress, sync bool) (Wheel, error) {
+	title := d.Annotations[AnnotationTitle]
+	fail := func(err error) (Wheel, error) {
+		return Wheel{}, fmt.Errorf("wheel %s (blob %s): %w", title, d.Digest, explain(err))
+	}
+	fn, err := wheel.ParseFilename(title)
+	if err != nil {
+		return fail(err)
+	}
+	l, err := f.puller.Layer(ctx, f.ref.Context().Digest(d.Digest.String()))
+	if err != nil {
+		return fail(err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return fail(err)
+	}
+	defer rc.Close()
+	p := filepath.Join(stage, title)
+	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fail(err)
+	}
+	defer out.Close()
+	// One pass: the bytes go to disk while the zip entries are hashed for
+	// RECORD and ggcr hashes the blob (checked when it reaches EOF). Read
+	// one byte past the declared size so a registry that sends more than
+	// the manifest says is caught, not truncated into a match.
+	cw := &countWriter{w: out}
+	in := io.TeeReader(progressReader{io.LimitReader(rc, d.Size+1), title, prog}, cw)
+	s, verr := wheel.VerifyStream(in, fn)
+	var re *wheel.ReadError
+	if errors.As(verr, &re) {
+		// ggcr checks the digest at EOF and says so in an untyped error.
+		if strings.Contains(re.Error(), "error verifying") {
+			return fail(fmt.Errorf("%w: %w", ErrVerification, re.Err))
+		}
+		return fail(fmt.Errorf("download: %w", re.Err))
+	}
+	n := cw.n
+	if n != d.Size {
+		return fail(fmt.Errorf("%w: got %d bytes, manifest says %d", ErrVerification, n, d.Size))
+	}
+	if sync {
+		if err := out.Sync(); err != nil {
+			return fail(err)
+		}
+	}
+	rf, err := os.Open(p)
+	if err != nil {
+		return fail(err)
+	}
+	defer rf.Close()
+	switch {
+	case errors.Is(verr, wheel.ErrNotStreamable):
+		verr = wheel.VerifyReader(rf, n, fn)
+	case verr == nil:
+		verr = s.Check(rf, n)
+	}
+	if verr != nil {
+		return fail(fmt.Errorf("%w: %w", ErrVerification, verr))
+	}
+	return Wheel{
+		File: title, Name: fn.Name(), Version: fn.Version, Tags: tagStrings(fn.Tags),
+		SHA256: d.Digest.Hex, Size: d.Size,
+	}, nil
+}
+
+type progressReader struct {
+	r     io.Reader
+	title string
+	prog  Progress
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.prog.Add(p.title, int64(n))
+	}
+	return n, err
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+// CheckLock compares a wheelhouse's lock file (written by Pull), when it
+// has one, with the wheels Scan found: the same files with the same
+// digests, nothing missing, nothing added. It returns false when dir has
+// no lock.
+func CheckLock(dir string, wheels []Wheel) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, LockFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	lock, err := parseLock(b)
+	if err != nil {
+		return true, fmt.Errorf("%w: %s: %w", ErrVerification, dir, err)
+	}
+	have := map[string]Wheel{}
+	for _, w := range wheels {
+		have[w.File] = w
+	}
+	var problems []string
+	for _, lw := range lock.Wheels {
+		w, ok := have[lw.File]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s: in the lock but not in the wheelhouse", lw.File))
+		case w.SHA256 != lw.SHA256 || w.Size != lw.Size:
+			problems = append(problems, fmt.Sprintf("%s: sha256:%s (%d bytes), the lock says sha256:%s (%d bytes)", lw.File, w.SHA256, w.Size, lw.SHA256, lw.Size))
+		}
+		delete(have, lw.File)
+	}
+	for f := range have {
+		problems = append(problems, fmt.Sprintf("%s: not in the lock", f))
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return true, fmt.Errorf("%w: %s does not match its %s:\n  - %s", ErrVerification, dir, LockFile, strings.Join(problems, "\n  - "))
+	}
+	return true, nil
+}

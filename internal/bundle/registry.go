@@ -1,0 +1,130 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// RegistryOptions say how to reach and authenticate to the registry.
+type RegistryOptions struct {
+	// PlainHTTP allows http:// (loopback test registries). Without it
+	// every request goes over TLS, loopback included.
+	PlainHTTP bool
+	// Username and Password, when set, are used instead of the docker
+	// config keychain (GPUPASS_REGISTRY_USERNAME/PASSWORD).
+	Username string
+	Password string
+	// Keychain resolves credentials when Username is empty; nil means the
+	// docker config (~/.docker/config.json, $DOCKER_CONFIG, credential
+	// helpers).
+	Keychain authn.Keychain
+	// Transport is the base HTTP transport; nil means a clone of
+	// remote.DefaultTransport.
+	Transport http.RoundTripper
+	// Jobs is how many blobs move at once (default 4).
+	Jobs int
+	// Retry is the backoff for transient failures; zero means one try
+	// and then ggcr's default of 3 steps from 1s.
+	Retry remote.Backoff
+	// UserAgent is appended to ggcr's user agent.
+	UserAgent string
+}
+
+func (o RegistryOptions) jobs() int {
+	if o.Jobs <= 0 {
+		return 4
+	}
+	return o.Jobs
+}
+
+func (o RegistryOptions) parseRef(ref string) (name.Reference, error) {
+	var opts []name.Option
+	if o.PlainHTTP {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("reference %q: %w (want REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:...)", ref, err)
+	}
+	return r, nil
+}
+
+func (o RegistryOptions) remoteOptions(ctx context.Context) []remote.Option {
+	base := o.Transport
+	if base == nil {
+		base = remote.DefaultTransport.(*http.Transport).Clone()
+	}
+	if !o.PlainHTTP {
+		base = tlsOnly{base}
+	}
+	opts := []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithTransport(base),
+		remote.WithJobs(o.jobs()),
+	}
+	if o.UserAgent != "" {
+		opts = append(opts, remote.WithUserAgent(o.UserAgent))
+	}
+	if o.Retry.Steps > 0 {
+		opts = append(opts, remote.WithRetryBackoff(o.Retry))
+	}
+	switch {
+	case o.Username != "" || o.Password != "":
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: o.Username, Password: o.Password}))
+	case o.Keychain != nil:
+		opts = append(opts, remote.WithAuthFromKeychain(o.Keychain))
+	default:
+		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	}
+	return opts
+}
+
+// tlsOnly upgrades every plain-HTTP request to HTTPS. go-containerregistry
+// speaks plain HTTP to loopback and private addresses on its own; gpupass
+// wants TLS unless --plain-http says otherwise, so a wheel bundle is never
+// fetched in the clear by accident.
+type tlsOnly struct{ next http.RoundTripper }
+
+func (t tlsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" {
+		r := req.Clone(req.Context())
+		r.URL.Scheme = "https"
+		return t.next.RoundTrip(r)
+	}
+	return t.next.RoundTrip(req)
+}
+
+// DefaultRetry is the backoff the CLI uses.
+var DefaultRetry = remote.Backoff{Duration: time.Second, Factor: 3.0, Jitter: 0.1, Steps: 3}
+
+// explain adds what to do about a registry's refusal; ggcr's error says
+// only what the registry said.
+func explain(err error) error {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return err
+	}
+	switch te.StatusCode {
+	case http.StatusUnauthorized:
+		return fmt.Errorf("%w (HTTP 401: log in with `docker login` or set GPUPASS_REGISTRY_USERNAME and GPUPASS_REGISTRY_PASSWORD)", err)
+	case http.StatusForbidden:
+		return fmt.Errorf("%w (HTTP 403: the credentials lack permission on this repository)", err)
+	case http.StatusNotFound:
+		return fmt.Errorf("%w (HTTP 404: no such repository, tag or blob)", err)
+	case http.StatusTooManyRequests:
+		return fmt.Errorf("%w (HTTP 429: rate limited; try again later)", err)
+	default:
+		if te.StatusCode >= 500 {
+			return fmt.Errorf("%w (HTTP %d: the registry failed; a re-run resumes)", err, te.StatusCode)
+		}
+	}
+	return err
+}

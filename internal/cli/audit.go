@@ -1,0 +1,389 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/spf13/cobra"
+)
+
+// Public Sigstore instances: the same defaults cosign's own flags have
+// (its cli/options package is not imported: it drags in every cloud's
+// credential helper).
+const (
+	defaultFulcioURL = "https://fulcio.sigstore.dev"
+	defaultRekorURL  = "https://rekor.sigstore.dev"
+)
+
+// AuditOptions are the options of `gpupass audit ALLOC`.
+type AuditOptions struct {
+	AllocationID string
+	Out          string
+	RunFile      string
+	Key          string
+	Keyless      bool
+	Attest       bool
+	TlogUpload   bool
+	FulcioURL    string
+	RekorURL     string
+	Output       string
+
+	// Source overrides the run source (the broker client, later; tests).
+	Source audit.Source
+	Getenv func(string) string
+	Log    *slog.Logger
+}
+
+// AddFlags registers the flags of `gpupass audit`.
+func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Out, "out", "audit-report.zip", "where to write the audit report zip")
+	f.StringVar(&o.RunFile, "run-file", "", "JSON run record to audit (until the broker serves runs)")
+	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file or env://VAR (password in COSIGN_PASSWORD)")
+	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless with the CI's OIDC token through Fulcio and Rekor (needs network)")
+	f.BoolVar(&o.Attest, "attest", false, "also add an in-toto statement signed as a DSSE envelope")
+	f.BoolVar(&o.TlogUpload, "tlog-upload", false, "with --key, also record the signature in Rekor (default: offline)")
+	f.StringVar(&o.FulcioURL, "fulcio-url", defaultFulcioURL, "Fulcio for keyless signing")
+	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for keyless signing or --tlog-upload")
+}
+
+// AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
+type AuditVerifyOptions struct {
+	Path      string
+	Key       string
+	AgentKeys []string
+	Extract   string
+	Output    string
+	Getenv    func(string) string
+}
+
+// AddFlags registers the flags of `gpupass audit verify`.
+func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file or env://VAR (required)")
+	f.StringSliceVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]); repeatable")
+	f.StringVar(&o.Extract, "extract", "", "also write the report's files into this directory (never overwrites)")
+}
+
+// AuditKeygenOptions are the options of `gpupass audit keygen`.
+type AuditKeygenOptions struct {
+	Prefix string
+	Force  bool
+	Output string
+	Getenv func(string) string
+	Log    *slog.Logger
+}
+
+// AddFlags registers the flags of `gpupass audit keygen`.
+func (o *AuditKeygenOptions) AddFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Prefix, "out-prefix", "cosign", "write PREFIX.key and PREFIX.pub")
+	cmd.Flags().BoolVar(&o.Force, "force", false, "replace an existing key pair")
+}
+
+func newAuditCmd(g *GlobalOptions) *cobra.Command {
+	o := &AuditOptions{}
+	cmd := &cobra.Command{
+		Use:   "audit ALLOC --out audit-report.zip",
+		Short: "Build a signed audit report of a finished run, verifiable with cosign",
+		Long: `Build audit-report.zip for a finished run: the declared and measured
+environment with their fingerprints, the agent's signed conformance report,
+the hardware inventory and a run summary, listed in manifest.json, which is
+signed as a cosign bundle (manifest.sigstore.json).
+
+Signing: --key cosign.key (password in COSIGN_PASSWORD) signs offline.
+Without --key, a CI OIDC token (GitHub id-token: write, GitLab
+SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
+
+Until the broker serves runs, the run is read from --run-file.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.AllocationID = args[0]
+			o.Output = g.Output
+			o.Log = g.Logger(cmd.ErrOrStderr())
+			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+
+	vo := &AuditVerifyOptions{}
+	verify := &cobra.Command{
+		Use:   "verify audit-report.zip --key cosign.pub [--agent-key agent.pub]",
+		Short: "Verify an audit report layer by layer",
+		Long: `Verify every layer of an audit report: the cosign signature over
+manifest.json, every file against the manifest (no missing or extra files),
+the agent's signature over the conformance report, and the report's
+fingerprint against the declared one. Exit code 1 names the failed layer.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vo.Path = args[0]
+			vo.Output = g.Output
+			return RunAuditVerify(cmd.Context(), *vo, cmd.OutOrStdout())
+		},
+	}
+	vo.AddFlags(verify)
+
+	ko := &AuditKeygenOptions{}
+	keygen := &cobra.Command{
+		Use:   "keygen",
+		Short: "Write a cosign-compatible key pair (cosign.key, cosign.pub)",
+		Long: `Write an ECDSA P-256 key pair in cosign's format. The private key is
+encrypted with COSIGN_PASSWORD (empty if unset) and written with mode 0600.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ko.Output = g.Output
+			ko.Log = g.Logger(cmd.ErrOrStderr())
+			return RunAuditKeygen(cmd.Context(), *ko, cmd.OutOrStdout())
+		},
+	}
+	ko.AddFlags(keygen)
+	cmd.AddCommand(verify, keygen)
+	return cmd
+}
+
+func auditGetenv(f func(string) string) func(string) string {
+	if f != nil {
+		return f
+	}
+	return os.Getenv
+}
+
+func auditLog(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// AuditResult is the JSON output of `gpupass audit`.
+type AuditResult struct {
+	Path           string `json:"path"`
+	AllocationID   string `json:"allocation_id"`
+	ManifestSHA256 string `json:"manifest_sha256"`
+	Files          int    `json:"files"`
+	Signing        string `json:"signing"`
+	Attested       bool   `json:"attested"`
+	Match          bool   `json:"fingerprint_match"`
+	Simulated      bool   `json:"simulated"`
+}
+
+// RunAudit builds, signs and writes the audit report of a finished run.
+func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
+	getenv, log := auditGetenv(o.Getenv), auditLog(o.Log)
+	if o.Out == "" {
+		return errors.New("--out is empty: name the zip to write")
+	}
+	src := o.Source
+	if src == nil {
+		if o.RunFile == "" {
+			return errors.New("no run source: pass --run-file run.json (the broker does not serve runs yet)")
+		}
+		src = audit.FileSource{Path: o.RunFile}
+	}
+	dec, err := audit.Decide(audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, TlogUpload: o.TlogUpload}, getenv)
+	if err != nil {
+		return err
+	}
+	run, err := src.Run(ctx, o.AllocationID)
+	if err != nil {
+		return err
+	}
+	if err := run.Validate(); err != nil {
+		if errors.Is(err, audit.ErrInProgress) {
+			return Findings(err)
+		}
+		return err
+	}
+	var signer audit.Signer
+	switch dec.Mode {
+	case audit.ModeKey:
+		key, err := audit.LoadPrivateKey(audit.KeyRef(o.Key), []byte(getenv(audit.PasswordEnv)), getenv, log)
+		if err != nil {
+			return err
+		}
+		rekor := ""
+		if o.TlogUpload {
+			rekor = o.RekorURL
+		}
+		signer, err = audit.NewKeySigner(key, rekor)
+		if err != nil {
+			return err
+		}
+	case audit.ModeKeyless:
+		log.Info("signing keyless", "token", dec.TokenSource, "fulcio", o.FulcioURL, "rekor", o.RekorURL)
+		tok, err := audit.IDToken(ctx, dec, getenv, &http.Client{Timeout: 30 * time.Second})
+		if err != nil {
+			return err
+		}
+		signer = &audit.KeylessSigner{IDToken: tok, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL}
+	}
+	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: Version})
+	if err != nil {
+		return err
+	}
+	if err := audit.WriteFile(o.Out, rep.Zip); err != nil {
+		return err
+	}
+	if rep.Manifest.Simulated {
+		log.Warn("SIMULATED: this audit report describes a run on a simulated hardware profile; it proves nothing about real hardware", "allocation", run.AllocationID)
+	}
+	res := AuditResult{
+		Path: o.Out, AllocationID: run.AllocationID, ManifestSHA256: rep.ManifestSHA256,
+		Files: len(rep.Manifest.Files) + 2, Signing: dec.Mode, Attested: o.Attest,
+		Match: rep.Environment.Match, Simulated: rep.Manifest.Simulated,
+	}
+	if res.Attested {
+		res.Files++
+	}
+	if o.Output == "json" {
+		return writeJSON(out, res)
+	}
+	var b strings.Builder
+	if res.Simulated {
+		b.WriteString("!!! SIMULATED: this run used a simulated hardware profile; the report proves nothing about real hardware !!!\n")
+	}
+	fmt.Fprintf(&b, "wrote %s: %d files, manifest sha256 %s, signed with %s\n", res.Path, res.Files, res.ManifestSHA256, dec.Mode)
+	if !res.Match {
+		fmt.Fprintf(&b, "note: the measured environment fingerprint differs from the declared one; verify will fail the fingerprint layer\n")
+	}
+	_, err = io.WriteString(out, b.String())
+	return err
+}
+
+// RunAuditVerify verifies an audit report and prints each layer.
+func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) error {
+	getenv := auditGetenv(o.Getenv)
+	if o.Key == "" {
+		return errors.New("--key is required: the cosign public key (cosign.pub) the report must be signed with")
+	}
+	pub, _, err := audit.LoadPublicKey(audit.KeyRef(o.Key), getenv)
+	if err != nil {
+		return err
+	}
+	var agentKeys []audit.AgentKey
+	for _, ref := range o.AgentKeys {
+		ks, err := loadAgentKeys(ref, getenv)
+		if err != nil {
+			return err
+		}
+		agentKeys = append(agentKeys, ks...)
+	}
+	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys})
+	if err != nil {
+		return err
+	}
+	extracted := ""
+	if o.Extract != "" && res.FailedLayer != audit.LayerArchive {
+		zb, err := os.ReadFile(o.Path)
+		if err != nil {
+			return fmt.Errorf("reading audit report: %w", err)
+		}
+		if _, err := audit.Extract(zb, o.Extract, audit.Limits{}); err != nil {
+			return err
+		}
+		extracted = o.Extract
+	}
+	if o.Output == "json" {
+		if err := writeJSON(out, struct {
+			File        string `json:"file"`
+			ExtractedTo string `json:"extracted_to,omitempty"`
+			*audit.Result
+		}{o.Path, extracted, res}); err != nil {
+			return err
+		}
+	} else {
+		var b strings.Builder
+		if res.Simulated {
+			b.WriteString("!!! SIMULATED: this report describes a run on a simulated hardware profile !!!\n")
+		}
+		for _, l := range res.Layers {
+			status := "ok  "
+			if !l.OK {
+				status = "FAIL"
+			}
+			fmt.Fprintf(&b, "%s %-16s %s\n", status, l.Name, l.Detail)
+			for _, p := range l.Problems {
+				fmt.Fprintf(&b, "     %s [%s]: %s\n", p.File, p.Check, p.Message)
+			}
+		}
+		if extracted != "" {
+			fmt.Fprintf(&b, "extracted the report's files into %s\n", extracted)
+		}
+		if res.OK {
+			fmt.Fprintf(&b, "verified %s (allocation %s)\n", o.Path, res.AllocationID)
+		} else {
+			fmt.Fprintf(&b, "verification of %s failed at layer %s\n", o.Path, res.FailedLayer)
+		}
+		if _, err := io.WriteString(out, b.String()); err != nil {
+			return err
+		}
+	}
+	if !res.OK {
+		return Findings(nil)
+	}
+	return nil
+}
+
+// loadAgentKeys reads --agent-key: a PEM public key, or a JSON list of
+// keys with validity windows (what the broker's node registry exports).
+func loadAgentKeys(ref string, getenv func(string) string) ([]audit.AgentKey, error) {
+	var b []byte
+	if v, ok := strings.CutPrefix(ref, "env://"); ok {
+		b = []byte(getenv(v))
+	} else {
+		var err error
+		if b, err = os.ReadFile(ref); err != nil {
+			return nil, fmt.Errorf("reading --agent-key: %w", err)
+		}
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '[' {
+		var list []struct {
+			PEM       string    `json:"pem"`
+			NotBefore time.Time `json:"not_before"`
+			NotAfter  time.Time `json:"not_after"`
+		}
+		if err := json.Unmarshal(t, &list); err != nil {
+			return nil, fmt.Errorf("--agent-key %s: parsing key list: %w (want [{\"pem\":…,\"not_before\":…,\"not_after\":…}])", ref, err)
+		}
+		var ks []audit.AgentKey
+		for i, k := range list {
+			if _, err := conformance.ParsePublicKey([]byte(k.PEM)); err != nil {
+				return nil, fmt.Errorf("--agent-key %s: entry %d: %w", ref, i, err)
+			}
+			ks = append(ks, audit.AgentKey{PEM: []byte(k.PEM), NotBefore: k.NotBefore, NotAfter: k.NotAfter})
+		}
+		return ks, nil
+	}
+	if _, _, err := audit.LoadPublicKey(audit.KeyRef(ref), getenv); err != nil {
+		return nil, fmt.Errorf("--agent-key: %w", err)
+	}
+	return []audit.AgentKey{{PEM: b}}, nil
+}
+
+// RunAuditKeygen writes a cosign-compatible key pair.
+func RunAuditKeygen(_ context.Context, o AuditKeygenOptions, out io.Writer) error {
+	getenv, log := auditGetenv(o.Getenv), auditLog(o.Log)
+	pw := getenv(audit.PasswordEnv)
+	if pw == "" {
+		log.Warn("COSIGN_PASSWORD is empty: the private key is encrypted with an empty password")
+	}
+	keyPath, pubPath, err := audit.WriteKeyPair(o.Prefix, []byte(pw), o.Force)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		return writeJSON(out, map[string]string{"private_key": keyPath, "public_key": pubPath})
+	}
+	_, err = fmt.Fprintf(out, "wrote %s (private, mode 0600) and %s (public)\n", keyPath, pubPath)
+	return err
+}

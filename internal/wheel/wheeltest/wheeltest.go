@@ -1,0 +1,92 @@
+// Package wheeltest writes valid (or deliberately broken) wheel files for
+// tests and benchmarks, without Python. Real wheels built by pip are used
+// by the end-to-end tests; these cover the cases pip will not produce.
+package wheeltest
+
+import (
+	"archive/zip"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// File is one entry of a wheel. Data is read once, streamed into the zip.
+type File struct {
+	Name string
+	Data io.Reader
+}
+
+// Options change what Write produces, to make broken wheels.
+type Options struct {
+	// Store writes entries uncompressed (fast for random content).
+	Store bool
+	// LieAbout makes RECORD carry a wrong hash for this entry name.
+	LieAbout string
+	// Unlisted leaves this entry name out of RECORD.
+	Unlisted string
+}
+
+// Write writes a wheel named file under dir for dist and version, holding
+// files plus METADATA, WHEEL and RECORD, and returns its path. The file
+// name decides the tags; dist and version decide the .dist-info name.
+func Write(dir, file, dist, version string, files []File, o Options) (string, error) {
+	p := filepath.Join(dir, file)
+	f, err := os.Create(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	zw := zip.NewWriter(f)
+	method := zip.Deflate
+	if o.Store {
+		method = zip.Store
+	}
+	distInfo := fmt.Sprintf("%s-%s.dist-info", strings.ReplaceAll(dist, "-", "_"), version)
+	all := append([]File{}, files...)
+	all = append(all,
+		File{distInfo + "/METADATA", strings.NewReader(fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", dist, version))},
+		File{distInfo + "/WHEEL", strings.NewReader("Wheel-Version: 1.0\nGenerator: gpupass-wheeltest\nRoot-Is-Purelib: true\nTag: py3-none-any\n")},
+	)
+	var record strings.Builder
+	for _, e := range all {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: e.Name, Method: method})
+		if err != nil {
+			return "", err
+		}
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(w, h), e.Data)
+		if err != nil {
+			return "", err
+		}
+		sum := h.Sum(nil)
+		if e.Name == o.LieAbout {
+			sum[0] ^= 0xff
+		}
+		if e.Name != o.Unlisted {
+			fmt.Fprintf(&record, "%s,sha256=%s,%d\n", e.Name, base64.RawURLEncoding.EncodeToString(sum), n)
+		}
+	}
+	fmt.Fprintf(&record, "%s/RECORD,,\n", distInfo)
+	w, err := zw.Create(distInfo + "/RECORD")
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.WriteString(w, record.String()); err != nil {
+		return "", err
+	}
+	if err := zw.Close(); err != nil {
+		return "", err
+	}
+	return p, f.Close()
+}
+
+// Simple writes a small valid pure-Python wheel name-version-py3-none-any.
+func Simple(dir, dist, version string) (string, error) {
+	file := fmt.Sprintf("%s-%s-py3-none-any.whl", strings.ReplaceAll(dist, "-", "_"), version)
+	mod := strings.ReplaceAll(dist, "-", "_")
+	return Write(dir, file, dist, version, []File{{mod + "/__init__.py", strings.NewReader("VERSION = '" + version + "'\n")}}, Options{})
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Issue 6: push and pull of a 1 GB wheelhouse (20 wheels of ~50 MB, random
+# content inside valid wheel zips) against one local distribution registry,
+# gpupass vs oras in the same run, each tool with its default concurrency.
+# Order alternates between repetitions; medians are reported. Knobs:
+# BUNDLE_BENCH_WHEELS, BUNDLE_BENCH_MB, BUNDLE_BENCH_REPS.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib.sh
+N="${BUNDLE_BENCH_WHEELS:-20}"
+MB="${BUNDLE_BENCH_MB:-50}"
+REPS="${BUNDLE_BENCH_REPS:-3}"
+for tool in docker-registry oras /usr/bin/time; do
+	command -v "$tool" >/dev/null || { echo "60-bundle: $tool missing (make deps)" >&2; exit 1; }
+done
+
+work="$(mktemp -d)"
+regpid=""
+cleanup() {
+	[ -n "$regpid" ] && kill "$regpid" 2>/dev/null && wait "$regpid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+go build -o "$work/gpupass" ./cmd/gpupass
+
+# The wheelhouse: stored (uncompressed) zips, so the bytes are random.
+mkdir -p "$work/house"
+/usr/bin/python3 - "$work/house" "$N" "$MB" <<'PY'
+import base64, hashlib, os, sys, zipfile
+out, n, mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    name = "benchpkg%02d" % i
+    files = [(name + "/__init__.py", b"X = 1\n"), (name + "/blob.bin", os.urandom(mb << 20))]
+    di = name + "-1.0.dist-info/"
+    files += [(di + "METADATA", ("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name).encode()),
+              (di + "WHEEL", b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n")]
+    record = "".join("%s,sha256=%s,%d\n" % (p, base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode(), len(b)) for p, b in files)
+    record += di + "RECORD,,\n"
+    with zipfile.ZipFile(os.path.join(out, name + "-1.0-py3-none-any.whl"), "w", zipfile.ZIP_STORED) as z:
+        for p, b in files:
+            z.writestr(p, b)
+        z.writestr(di + "RECORD", record)
+PY
+total_mb=$(du -sm "$work/house" | cut -f1)
+
+start_registry() {
+	rm -rf "$work/reg"
+	mkdir -p "$work/reg"
+	port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	host="127.0.0.1:$port"
+	printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n' "$work/reg/data" "$host" >"$work/reg/config.yml"
+	docker-registry serve "$work/reg/config.yml" >"$work/reg/log" 2>&1 &
+	regpid=$!
+	for _ in $(seq 100); do
+		curl -fs "http://$host/v2/" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	echo "60-bundle: registry did not start" >&2
+	cat "$work/reg/log" >&2
+	return 1
+}
+stop_registry() {
+	kill "$regpid" 2>/dev/null || true
+	wait "$regpid" 2>/dev/null || true
+	regpid=""
+	rm -rf "$work/reg"
+}
+
+# measure LABEL CMD...: appends "seconds maxrss_kb" to $work/LABEL.
+measure() {
+	local label="$1"
+	shift
+	if ! /usr/bin/time -f "%e %M %U %S" -o "$work/time.out" "$@" >"$work/cmd.out" 2>"$work/cmd.err"; then
+		echo "60-bundle: $label failed:" >&2
+		cat "$work/cmd.err" >&2
+		return 1
+	fi
+	cat "$work/time.out" >>"$work/$label"
+}
+
+files=$(cd "$work/house" && ls *.whl)
+# gpupass keeps a scan cache (digests of wheels that passed, by stat);
+# each first push starts without one, as a first push on a CI runner does.
+export XDG_CACHE_HOME="$work/cache"
+gp_push() { rm -rf "$work/cache"; measure gp_push "$work/gpupass" bundle push --plain-http --wheelhouse "$work/house" "$host/bench/gp:v1"; }
+oras_push() { (cd "$work/house" && measure oras_push oras push --plain-http "$host/bench/oras:v1" $files); }
+gp_pull() { rm -rf "$work/out"; measure gp_pull "$work/gpupass" bundle pull --plain-http "$host/bench/gp:v1" --to "$work/out"; rm -rf "$work/out"; }
+oras_pull() { rm -rf "$work/out"; mkdir -p "$work/out"; measure oras_pull oras pull --plain-http -o "$work/out" "$host/bench/oras:v1"; rm -rf "$work/out"; }
+
+for r in $(seq "$REPS"); do
+	start_registry
+	if [ $((r % 2)) = 1 ]; then
+		gp_push; oras_push; gp_pull; oras_pull
+	else
+		oras_push; gp_push; oras_pull; gp_pull
+	fi
+	measure gp_repush "$work/gpupass" bundle push --plain-http --wheelhouse "$work/house" "$host/bench/gp:v1"
+	(cd "$work/house" && measure oras_repush oras push --plain-http "$host/bench/oras:v1" $files)
+	stop_registry
+done
+
+# median COLUMN LABEL: median of a column (1 seconds, 2 KB, 5 CPU s) of a label.
+median() {
+	awk -v c="$1" '{ if (c == 5) print $3 + $4; else print $c }' "$work/$2" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+row() { # figure label goal-text unit(s|MB) goal-check
+	local fig="$1" label="$2" goal="$3" col="$4"
+	local g o ratio
+	g=$(median "$col" "gp_$label")
+	o=$(median "$col" "oras_$label")
+	if [ "$col" = 2 ]; then
+		g=$(awk -v v="$g" 'BEGIN{printf "%.0f MB", v/1024}')
+		o=$(awk -v v="$o" 'BEGIN{printf "%.0f MB", v/1024}')
+		ratio=$(awk -v a="$(median 2 "gp_$label")" -v b="$(median 2 "oras_$label")" 'BEGIN{printf "%.2f", a/b}')
+	else
+		ratio=$(awk -v a="$g" -v b="$o" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "n/a" }')
+		g="$g s"
+		o="$o s"
+	fi
+	echo "| bundle | $fig | $g | $goal | oras $o, ratio $ratio |"
+}
+what="${total_mb} MB wheelhouse (${N}×${MB} MB), median of $REPS"
+row "push $what" push "ratio ≤ 1.0" 1
+row "pull $what (verified: digests + RECORD)" pull "ratio ≤ 1.0" 1
+row "CPU user+sys, push" push "(context)" 5
+row "CPU user+sys, pull" pull "(context)" 5
+row "peak RSS, push" push "< 150 MB" 2
+row "peak RSS, pull" pull "< 150 MB" 2
+row "unchanged re-push" repush "< 1 s" 1
