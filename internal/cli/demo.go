@@ -179,10 +179,35 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	}
 
 	fmt.Fprintf(out, "\n== 4/4 audit %s\n", runs[0].Id)
+	record := filepath.Join(demoDir, runs[0].Id+"-run.json")
+	agentPub, err := demoRunRecord(ctx, rc, cfg, runs[0].Id, specPath, specYAML, record)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	// A demo key pair: the password only protects it on this disk.
+	env = append(env, "COSIGN_PASSWORD=gpupass-demo")
+	keyPrefix := filepath.Join(demoDir, "cosign")
+	if _, err := os.Stat(keyPrefix + ".key"); err != nil {
+		if err := sub("audit", "keygen", "--out-prefix", keyPrefix); err != nil {
+			return fmt.Errorf("audit keygen: %w", err)
+		}
+	}
 	zip := filepath.Join(demoDir, "audit-"+runs[0].Id+".zip")
-	if err := sub("audit", runs[0].Id, "--out", zip); err != nil {
-		fmt.Fprintf(out, "audit of %s not produced: %v (the audit command reads runs from the broker once it is wired to the runs API)\n", runs[0].Id, err)
-		zip = ""
+	if err := sub("audit", runs[0].Id, "--run-file", record, "--key", keyPrefix+".key", "--out", zip); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	var vout bytes.Buffer
+	vcmd := exec.CommandContext(ctx, self, "audit", "verify", zip, "--key", keyPrefix+".pub", "--agent-key", agentPub)
+	vcmd.Env, vcmd.Stdout, vcmd.Stderr = env, io.MultiWriter(out, &vout), io.MultiWriter(out, &vout)
+	if err := vcmd.Run(); err != nil {
+		if !strings.Contains(vout.String(), "failed at layer fingerprint") {
+			return fmt.Errorf("audit verify: %w", err)
+		}
+		// Known gap, said plainly: the signed report in the zip is the
+		// node's periodic one, measured on the simulated profile (whose
+		// package list is not the job's Python), not a per-run report
+		// against this spec, so its fingerprint cannot match.
+		fmt.Fprintf(out, "note: every layer but the fingerprint verified; the zip carries the node's periodic signed report (simulated profile), not one measured against this spec, so the fingerprints differ\n")
 	}
 
 	fmt.Fprintf(out, "\nresults:\n")
@@ -190,9 +215,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 		fmt.Fprintf(out, "  run      %s  %s  gpupass logs %s\n", f.Id, f.Region, f.Id)
 	}
 	fmt.Fprintf(out, "  metrics  %s\n  report   %s (chart %s)\n", strings.Join(files, ", "), md, svg)
-	if zip != "" {
-		fmt.Fprintf(out, "  audit    %s\n", zip)
-	}
+	fmt.Fprintf(out, "  audit    %s (verify: gpupass audit verify %s --key %s.pub --agent-key %s)\n", zip, zip, keyPrefix, agentPub)
 	fmt.Fprintf(out, "  nodes are simulated (\"simulated\": true): the training is real, the GPUs are not\n")
 	log.Debug("demo finished")
 	return nil

@@ -349,7 +349,7 @@ func TestUpDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up --demo: %v\n%s", err, tail(out, 6000))
 	}
-	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", `"simulated": true`, "results:"} {
+	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", "== 4/4 audit", "ok   signature", "ok   agent-signature", `"simulated": true`, "results:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, tail(out, 6000))
 		}
@@ -357,6 +357,9 @@ func TestUpDemo(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(state, "demo", "compare.md"))
 	if err != nil || !strings.Contains(string(md), "us-west-2") {
 		t.Errorf("compare report: %v\n%s", err, md)
+	}
+	if zips, _ := filepath.Glob(filepath.Join(state, "demo", "audit-alloc-*.zip")); len(zips) != 1 {
+		t.Errorf("audit zips %v, want one", zips)
 	}
 	files, _ := filepath.Glob(filepath.Join(state, "demo", "alloc-*-metrics.jsonl"))
 	if len(files) != 2 {
