@@ -75,6 +75,8 @@ type Broker struct {
 
 	runs *runsState // wake-ups for long polls and log followers (runs.go)
 
+	mounts []mount
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -137,9 +139,29 @@ func New(cfg Config) *Broker {
 	return b
 }
 
+type mount struct {
+	path string
+	h    http.Handler
+}
+
+// Mount adds a later service (runs, logs, metrics) to the port the broker
+// serves; call it before Handler. Wrap its handlers with AuthInterceptor
+// and declare who may call its procedures with AllowRoles.
+func (b *Broker) Mount(path string, h http.Handler) { b.mounts = append(b.mounts, mount{path, h}) }
+
+// AuthInterceptor authenticates calls and checks their role (AllowRoles);
+// the caller's token is then available from TokenFrom.
+func (b *Broker) AuthInterceptor() connect.Interceptor { return b.authInterceptor() }
+
+// Store returns the broker's store (for services mounted beside it).
+func (b *Broker) Store() store.Store { return b.store }
+
 // Handler returns the HTTP handler serving every broker service.
 func (b *Broker) Handler() http.Handler {
 	mux := http.NewServeMux()
+	for _, m := range b.mounts {
+		mux.Handle(m.path, m.h)
+	}
 	auth := connect.WithInterceptors(b.authInterceptor())
 	p, h := gpupassv1connect.NewAgentServiceHandler(&agentService{b}, auth, connect.WithReadMaxBytes(api.MaxAgentMessageBytes))
 	mux.Handle(p, h)

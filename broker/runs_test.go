@@ -524,3 +524,97 @@ func TestNodeLoss(t *testing.T) {
 		})
 	}
 }
+
+func TestRunsSurviveBrokerRestart(t *testing.T) {
+	t.Parallel()
+	for _, kind := range brokertest.Stores {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			db := brokertest.NewDB(t, kind)
+			b1 := brokertest.Start(t, db, brokertest.Fast())
+			agentTok := b1.Token(t, store.RoleAgent, "*")
+			submitTok := b1.Token(t, store.RoleSubmit, "*")
+			w := newWorker(t, b1, agentTok, brokertest.H100("us-west-2", 20))
+			run := submit(t, dialRuns(t, b1, submitTok), "us-west-2", nil)
+			as := w.poll(t, 5)
+			if _, err := w.update(as, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := w.upload(as, records(1, 40)); err != nil || held != 40 {
+				t.Fatalf("before restart: %d, %v", held, err)
+			}
+			b1.Stop(t)
+
+			// A new broker process on the same database: the lease, the
+			// records and the tokens carry over.
+			b2 := brokertest.Start(t, db, brokertest.Fast())
+			w2 := &worker{Agent: w.Agent}
+			var err error
+			if w2.runs, err = api.DialRuns(b2.URL, api.DialOptions{Token: agentTok, GRPC: true}); err != nil {
+				t.Fatal(err)
+			}
+			// The reply to the last batch was "lost": the agent sends it again.
+			if held, err := w2.upload(as, records(31, 60)); err != nil || held != 60 {
+				t.Fatalf("after restart: %d, %v", held, err)
+			}
+			if _, err := w2.update(as, gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, "", 60); err != nil {
+				t.Fatal(err)
+			}
+			c := dialRuns(t, b2, submitTok)
+			st, err := c.Run.GetLogs(context.Background(), connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, Follow: true, IncludeMetrics: true}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seqs []uint64
+			for st.Receive() {
+				for _, r := range st.Msg().Records {
+					seqs = append(seqs, r.Seq)
+				}
+			}
+			if st.Err() != nil || len(seqs) != 60 || seqs[59] != 60 {
+				t.Fatalf("records after restart: %d (err %v), want seq 1..60 once each", len(seqs), st.Err())
+			}
+			if got := getRun(t, c, run.Id); got.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || got.HeldThrough != 60 {
+				t.Errorf("run after restart = %v held %d", got.State, got.HeldThrough)
+			}
+		})
+	}
+}
+
+func TestResumeElsewhere(t *testing.T) {
+	t.Parallel()
+	cfg := brokertest.Fast()
+	cfg.OfflineAfter = time.Second
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+	agentTok := b.Token(t, store.RoleAgent, "*")
+	first := newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 20))
+	second := newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 22))
+	second.keepAlive(t)
+	c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+	run := submit(t, c, "eu-central-1", func(r *gpupassv1.SubmitRequest) { r.ResumeElsewhere = true })
+	as := first.poll(t, 5)
+	if as == nil || run.NodeId != first.ID {
+		t.Fatalf("placed on %s, assignment %v", run.NodeId, as)
+	}
+	if _, err := first.update(as, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := first.upload(as, records(1, 12)); err != nil || held != 12 {
+		t.Fatalf("upload: %d, %v", held, err)
+	}
+	// first goes silent mid-run: the run resumes on second after seq 12.
+	as2 := second.poll(t, 20)
+	if as2 == nil || as2.AllocId != run.Id || as2.ResumeAfterSeq != 12 || as2.FencingToken != 2 {
+		t.Fatalf("resumed assignment = %v", as2)
+	}
+	got := getRun(t, c, run.Id)
+	if got.State != gpupassv1.AllocState_ALLOC_STATE_MATCHED || got.NodeId != second.ID {
+		t.Errorf("resumed run = %v on %s", got.State, got.NodeId)
+	}
+	if _, err := second.update(as2, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 12); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := second.upload(as2, records(13, 20)); err != nil || held != 20 {
+		t.Fatalf("upload after resume: %d, %v", held, err)
+	}
+}

@@ -84,12 +84,12 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newInitCmd,
 	newUpCmd,
 	newCompareCmd,
-	newAuditCmd,
-	newBundleCmd,
 	newTrainCmd,
 	newLogsCmd,
 	newRunsCmd,
 	newCancelCmd,
+	newAuditCmd,
+	newBundleCmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.

@@ -255,7 +255,7 @@ type Assignment struct {
 	FencingToken uint64                 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	Name         string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	Region       string                 `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
-	// Canonical JSON of the internal/spec.Spec the run was matched with.
+	// JSON (encoding/json) of the internal/spec.Spec the run was matched with.
 	SpecJson []byte   `protobuf:"bytes,5,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
 	Command  []string `protobuf:"bytes,6,rep,name=command,proto3" json:"command,omitempty"`
 	// gzip-compressed tar of the work dir; empty for none.
