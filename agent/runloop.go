@@ -37,6 +37,10 @@ type Assignment struct {
 	Region      string
 	MaxRestarts int
 	Grace       time.Duration
+	// ResumeAfterSeq is set when the run continues here after its node
+	// was lost: the broker holds seq 1..ResumeAfterSeq already, and this
+	// node's records follow them (its spool still counts from 1).
+	ResumeAfterSeq uint64
 }
 
 // AllocState is a state the agent reports for an allocation.
@@ -157,6 +161,9 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	final := AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken}
 	update := func(ctx context.Context, u AllocUpdate) (bool, error) {
 		u.AllocID, u.FencingToken = a.AllocID, a.FencingToken
+		if u.LastSeq > 0 {
+			u.LastSeq += a.ResumeAfterSeq
+		}
 		return l.Source.UpdateAllocation(ctx, u)
 	}
 	// An edge must reach the broker even when it is restarting: retry

@@ -61,7 +61,7 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 	return &Assignment{
 		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, Command: m.Command,
 		Workdir: m.WorkdirArchive, Region: m.Region, MaxRestarts: int(m.MaxRestarts),
-		Grace: time.Duration(m.GraceSeconds) * time.Second,
+		Grace: time.Duration(m.GraceSeconds) * time.Second, ResumeAfterSeq: m.ResumeAfterSeq,
 	}, nil
 }
 
@@ -90,13 +90,15 @@ func (b *brokerSource) UpdateAllocation(ctx context.Context, u AllocUpdate) (boo
 }
 
 func (b *brokerSource) Sink(a *Assignment) uploader.Sink {
-	return &recordSink{b: b, token: a.FencingToken}
+	return &recordSink{b: b, token: a.FencingToken, offset: a.ResumeAfterSeq}
 }
 
-// recordSink uploads one run's records under its lease.
+// recordSink uploads one run's records under its lease. offset shifts
+// the spool's seqs past what the broker held from the run's earlier node.
 type recordSink struct {
-	b     *brokerSource
-	token uint64
+	b      *brokerSource
+	token  uint64
+	offset uint64
 }
 
 func (s *recordSink) Upload(ctx context.Context, allocID string, recs []spool.Record) (uint64, error) {
@@ -104,11 +106,14 @@ func (s *recordSink) Upload(ctx context.Context, allocID string, recs []spool.Re
 	defer cancel()
 	req := &gpupassv1.UploadRecordsRequest{AgentId: s.b.agentID(), AllocId: allocID, FencingToken: s.token, Records: make([]*gpupassv1.Record, len(recs))}
 	for i, r := range recs {
-		req.Records[i] = &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data}
+		req.Records[i] = &gpupassv1.Record{Seq: r.Seq + s.offset, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data}
 	}
 	resp, err := s.b.c.UploadRecords(ctx, connect.NewRequest(req))
 	if err != nil {
 		return 0, fmt.Errorf("uploading records of %s: %s", allocID, api.Describe(err))
 	}
-	return resp.Msg.HeldThrough, nil
+	if resp.Msg.HeldThrough < s.offset {
+		return 0, nil
+	}
+	return resp.Msg.HeldThrough - s.offset, nil
 }
