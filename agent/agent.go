@@ -249,6 +249,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	interval := seconds(enr.HeartbeatIntervalSeconds, 10*time.Second)
+	if !a.o.NoWork {
+		waitWork, err := a.startRunLoop(ctx)
+		if err != nil {
+			return err
+		}
+		defer waitWork()
+	}
 	if _, err := a.measureAndUpload(ctx, clients); err != nil && ctx.Err() == nil {
 		a.log.Warn("uploading report", "err", api.Describe(err))
 	}

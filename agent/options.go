@@ -40,6 +40,8 @@ type Options struct {
 	Simulate      string
 	SuiteInterval time.Duration
 	ReadProbeMB   int
+	// NoWork keeps the agent from taking runs (registry and reports only).
+	NoWork bool
 }
 
 // secretFlags are never echoed and also read from GPUPASS_<FLAG>_FILE.
@@ -62,6 +64,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.Float64Var(&o.BandwidthGbps, "bandwidth-gbps", 0, "label: network bandwidth in Gbit/s")
 	f.StringVar(&o.Hostname, "hostname", "", "label: hostname (default: this machine's)")
 	o.addProbeFlags(cmd)
+	f.BoolVar(&o.NoWork, "no-work", false, "do not take runs from the broker (enroll, heartbeat and report only)")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 }
 

@@ -36,6 +36,9 @@ func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
 
 // Dial returns API clients, or a usage error naming the missing flag.
 func (b *BrokerFlags) Dial() (*api.Clients, error) {
+	if err := b.fromLocal(); err != nil {
+		return nil, err
+	}
 	if b.URL == "" {
 		return nil, errors.New("no broker: pass --broker-url URL or set " + EnvName("broker-url"))
 	}

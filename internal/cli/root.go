@@ -84,6 +84,7 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newNodesCmd,
 	newValidateCmd,
 	newInitCmd,
+	newUpCmd,
 	newCompareCmd,
 	newTrainCmd,
 	newLogsCmd,

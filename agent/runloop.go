@@ -1,0 +1,438 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/agent/uploader"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// Assignment is one run the broker hands this node.
+type Assignment struct {
+	AllocID string
+	// FencingToken names this node's lease on the run; every update and
+	// upload carries it, and the broker refuses a stale one, so a run
+	// that was moved elsewhere is never written to by two nodes.
+	FencingToken uint64
+	// Spec is the run's spec as JSON (spec.Spec's encoding) or YAML.
+	Spec    []byte
+	Command []string
+	// Workdir is a tar (optionally gzip-compressed) of the job's files,
+	// unpacked into the run's work dir before the command starts.
+	Workdir     []byte
+	Region      string
+	MaxRestarts int
+	Grace       time.Duration
+	// ResumeAfterSeq is set when the run continues here after its node
+	// was lost: the broker holds seq 1..ResumeAfterSeq already, and this
+	// node's records follow them (its spool still counts from 1).
+	ResumeAfterSeq uint64
+}
+
+// AllocState is a state the agent reports for an allocation.
+type AllocState string
+
+// States the agent reports; the broker owns pending and matched.
+const (
+	StateStarting  AllocState = "starting"
+	StateRunning   AllocState = "running"
+	StateSucceeded AllocState = "succeeded"
+	StateFailed    AllocState = "failed"
+	StateCancelled AllocState = "cancelled"
+)
+
+// AllocUpdate is one UpdateAllocation call.
+type AllocUpdate struct {
+	AllocID      string
+	FencingToken uint64
+	State        AllocState
+	Reason       string
+	ExitCode     int
+	Attempts     int
+	Restarts     int
+	LastSeq      uint64
+}
+
+// ErrStaleLease is what a WorkSource returns when the broker refused the
+// fencing token: the run belongs to another node (or was reset) and this
+// node must stop touching it.
+var ErrStaleLease = errors.New("the broker refused this node's lease on the run (stale fencing token)")
+
+// WorkSource is the broker as the run loop sees it. The agent's ConnectRPC
+// client implements it; tests use an in-process one.
+type WorkSource interface {
+	// PollWork waits (long poll) for a run for this node; nil, nil when
+	// the poll ended without one.
+	PollWork(ctx context.Context, agentID string) (*Assignment, error)
+	// UpdateAllocation records a state edge (or, with the current state,
+	// just asks whether a cancel is wanted). ErrStaleLease when refused.
+	UpdateAllocation(ctx context.Context, u AllocUpdate) (cancelRequested bool, err error)
+	// Sink is where the run's spooled records go.
+	Sink(a *Assignment) uploader.Sink
+}
+
+// RunLoop takes runs from a WorkSource and executes them, one at a time,
+// each with its own spool and uploader.
+type RunLoop struct {
+	Source   WorkSource
+	AgentID  func() string
+	Executor *executor.Executor
+	// StateDir holds runs/<alloc> (work dirs) and spool/<alloc>.
+	StateDir string
+	// Python is the run's interpreter (its packages are checked).
+	Python string
+	// Recheck re-runs the conformance suite against the run's spec
+	// before the command starts (the suite reuses what cannot have
+	// changed); nil skips it.
+	Recheck func(ctx context.Context, sp *spec.Spec) ([]conformance.Check, error)
+	Log     *slog.Logger
+	// CUDAHome returns the verified toolkit's root (exported as
+	// CUDA_HOME, its lib64 first on LD_LIBRARY_PATH); "" for none.
+	CUDAHome func() string
+	// UpdateEvery is how often a running run asks whether it should be
+	// cancelled (default 1s).
+	UpdateEvery time.Duration
+	// DrainTimeout bounds the wait for the broker to hold every record
+	// after the command ended (default 10 minutes: a broker restart must
+	// not lose the tail of a run).
+	DrainTimeout time.Duration
+	// Retry is the pause after a failed poll (default 1s).
+	Retry time.Duration
+}
+
+func (l *RunLoop) log() *slog.Logger {
+	if l.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l.Log
+}
+
+// Run polls for work until ctx ends.
+func (l *RunLoop) Run(ctx context.Context) error {
+	retry := l.Retry
+	if retry <= 0 {
+		retry = time.Second
+	}
+	for ctx.Err() == nil {
+		a, err := l.Source.PollWork(ctx, l.AgentID())
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			wait := retry
+			if connect.CodeOf(err) == connect.CodeUnimplemented {
+				// A broker without the runs API: registry only.
+				wait = 30 * time.Second
+			}
+			l.log().Warn("polling for work", "err", err, "retry_in", wait)
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			continue
+		}
+		if a == nil {
+			continue
+		}
+		l.RunAssignment(ctx, a)
+	}
+	return nil
+}
+
+// RunAssignment executes one run to its end and reports each edge. It
+// returns the final update it sent (or would have sent, when the lease
+// was lost).
+func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate {
+	log := l.log().With("alloc", a.AllocID)
+	final := AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken}
+	update := func(ctx context.Context, u AllocUpdate) (bool, error) {
+		u.AllocID, u.FencingToken = a.AllocID, a.FencingToken
+		if u.LastSeq > 0 {
+			u.LastSeq += a.ResumeAfterSeq
+		}
+		return l.Source.UpdateAllocation(ctx, u)
+	}
+	// An edge must reach the broker even when it is restarting: retry
+	// all but a refused lease, for up to limit.
+	edge := func(ctx context.Context, u AllocUpdate, limit time.Duration) error {
+		deadline := time.Now().Add(limit)
+		backoff := 100 * time.Millisecond
+		for {
+			_, err := update(ctx, u)
+			if err == nil || errors.Is(err, ErrStaleLease) || time.Now().After(deadline) {
+				return err
+			}
+			log.Warn("allocation update failed; retrying", "state", u.State, "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+	fail := func(reason string) AllocUpdate {
+		final.State, final.Reason, final.ExitCode = StateFailed, reason, -1
+		log.Error("run failed before start", "reason", reason)
+		limit := l.drainTimeout()
+		if ctx.Err() != nil {
+			limit = 5 * time.Second
+		}
+		if err := edge(context.WithoutCancel(ctx), final, limit); err != nil {
+			log.Warn("reporting failure", "err", err)
+		}
+		return final
+	}
+	if err := edge(ctx, AllocUpdate{State: StateStarting}, time.Minute); err != nil {
+		log.Warn("refusing run: starting update not accepted", "err", err)
+		final.State, final.Reason = StateFailed, err.Error()
+		return final
+	}
+	sp, err := decodeSpec(a.Spec)
+	if err != nil {
+		return fail(err.Error())
+	}
+	workRoot := filepath.Join(l.StateDir, "runs")
+	workDir := filepath.Join(workRoot, a.AllocID)
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return fail(fmt.Sprintf("creating work dir: %v", err))
+	}
+	if len(a.Workdir) > 0 {
+		if err := unpackWorkdir(a.Workdir, workDir); err != nil {
+			return fail(err.Error())
+		}
+	}
+	sp0, err := spool.Open(filepath.Join(l.StateDir, "spool", a.AllocID), spool.Options{})
+	if err != nil {
+		return fail(fmt.Sprintf("opening spool: %v", err))
+	}
+	defer sp0.Close()
+	up := &uploader.Uploader{AllocID: a.AllocID, Spool: sp0, Sink: l.Source.Sink(a), Log: log}
+
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	upCtx, stopUp := context.WithCancel(context.WithoutCancel(ctx))
+	upDone := make(chan error, 1)
+	go func() { upDone <- up.Run(upCtx) }()
+
+	x := *l.Executor
+	x.Checks = append(append([]executor.RuntimeCheck(nil), l.Executor.Checks...), l.checks(sp)...)
+	// The last check marks the run running: every check before the
+	// command passed, so the next thing that happens is the command.
+	x.Checks = append(x.Checks, executor.RuntimeCheck{Name: "lease", Run: func(ctx context.Context, _ executor.Job) (string, error) {
+		if err := edge(ctx, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("running under fencing token %d", a.FencingToken), nil
+	}})
+
+	var (
+		mu    sync.Mutex
+		stale bool
+	)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		every := l.UpdateEvery
+		if every <= 0 {
+			every = time.Second
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+			cancel, err := update(runCtx, AllocUpdate{State: StateRunning})
+			switch {
+			case errors.Is(err, ErrStaleLease):
+				mu.Lock()
+				stale = true
+				mu.Unlock()
+				log.Warn("lease lost: stopping the run", "err", err)
+				stopRun(ErrStaleLease)
+				return
+			case err != nil:
+				// The broker is away: the run goes on, records wait
+				// in the spool.
+				log.Debug("allocation update", "err", err)
+			case cancel:
+				log.Info("cancel requested")
+				stopRun(errors.New("cancelled by the broker"))
+				return
+			}
+		}
+	}()
+
+	job := executor.Job{
+		AllocID: a.AllocID, Region: a.Region, Command: a.Command, Spec: sp, WorkRoot: workRoot,
+		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace,
+	}
+	if l.CUDAHome != nil {
+		job.CUDAHome = l.CUDAHome()
+	}
+	res, err := x.Execute(runCtx, job, up)
+	stopRun(nil)
+	<-watchDone
+	if err != nil {
+		stopUp()
+		<-upDone
+		return fail(err.Error())
+	}
+	final.State, final.Reason, final.ExitCode = AllocState(res.State), res.Reason, res.ExitCode
+	final.Attempts, final.Restarts, final.LastSeq = res.Attempts, res.Restarts, res.LastSeq
+	if ctx.Err() != nil && res.State == executor.Cancelled {
+		// The agent itself is stopping, nobody cancelled the run.
+		final.State, final.Reason = StateFailed, "agent stopped during the run"
+	}
+	mu.Lock()
+	lost := stale
+	mu.Unlock()
+	if lost {
+		stopUp()
+		<-upDone
+		final.Reason = ErrStaleLease.Error()
+		return final
+	}
+	// Every record must be held by the broker before the final state, so
+	// a client that sees "succeeded" also sees the whole log.
+	drain := l.drainTimeout()
+	if ctx.Err() != nil {
+		// The agent is stopping: what the broker does not take now stays
+		// in the spool.
+		drain = min(drain, 5*time.Second)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	derr := up.Drain(dctx)
+	cancel()
+	stopUp()
+	<-upDone
+	if derr != nil {
+		log.Warn("not every record reached the broker; they stay in the spool", "err", derr)
+	}
+	if err := edge(context.WithoutCancel(ctx), final, drain); err != nil {
+		log.Warn("reporting the final state", "state", final.State, "err", err)
+	}
+	log.Info("run ended", "state", final.State, "reason", final.Reason, "last_seq", final.LastSeq)
+	return final
+}
+
+func (l *RunLoop) drainTimeout() time.Duration {
+	if l.DrainTimeout <= 0 {
+		return 10 * time.Minute
+	}
+	return l.DrainTimeout
+}
+
+// checks are the runtime-init checks this node adds: the conformance
+// suite again against the run's spec, which also refuses GPUs held by
+// processes this agent did not start.
+func (l *RunLoop) checks(sp *spec.Spec) []executor.RuntimeCheck {
+	if l.Recheck == nil || sp == nil {
+		return nil
+	}
+	return []executor.RuntimeCheck{{Name: "conformance", Run: func(ctx context.Context, _ executor.Job) (string, error) {
+		// Packages are checked in the run's own Python right after this
+		// (runtime-init, importlib.metadata): that is the interpreter the
+		// command uses, so the suite leaves them out here.
+		cp := *sp
+		cp.Runtime.Packages = nil
+		failed, err := l.Recheck(ctx, &cp)
+		if err != nil {
+			return "", err
+		}
+		if len(failed) > 0 {
+			var msgs []string
+			for _, c := range failed {
+				m := fmt.Sprintf("%s expected %s, found %s", c.Name, c.Expected, c.Actual)
+				if c.Message != "" {
+					m += " (" + c.Message + ")"
+				}
+				msgs = append(msgs, m)
+			}
+			return "", fmt.Errorf("node does not conform: %s", strings.Join(msgs, "; "))
+		}
+		return "node conforms to the spec (suite re-run)", nil
+	}}}
+}
+
+// decodeSpec reads the spec the broker sent: JSON of spec.Spec, else YAML
+// through the spec parser (so a bad one is reported with its findings).
+func decodeSpec(b []byte) (*spec.Spec, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var s spec.Spec
+	if json.Valid(b) {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("decoding the run's spec: %w", err)
+		}
+		return &s, nil
+	}
+	doc, fs := spec.Parse("spec", b)
+	if doc == nil {
+		return nil, fmt.Errorf("decoding the run's spec: %d finding(s)", len(fs))
+	}
+	return &doc.Spec, nil
+}
+
+// Recheck is RunLoop.Recheck for this agent: CheckSpec's failed checks.
+func (a *Agent) Recheck(ctx context.Context, sp *spec.Spec) ([]conformance.Check, error) {
+	fp, err := a.CheckSpec(ctx, sp)
+	if err != nil {
+		return nil, err
+	}
+	return fp.Failed, nil
+}
+
+// startRunLoop runs the work loop against the broker until ctx ends; the
+// returned func waits for it (a run in flight is stopped and reported).
+func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
+	id := func() string {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.agentID
+	}
+	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, id)
+	if err != nil {
+		return nil, err
+	}
+	l := &RunLoop{
+		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
+		Recheck:  a.Recheck, CUDAHome: a.cudaHome,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	return func() { <-done }, nil
+}
+
+// cudaHome is the root of the nvcc the suite verified (…/bin/nvcc ->
+// …). A simulated toolkit has no files, so none is exported for it.
+func (a *Agent) cudaHome() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastFacs == nil || !a.lastFacs.NVCC.Found || a.lastFacs.NVCC.Simulated || a.lastFacs.NVCC.Path == "" {
+		return ""
+	}
+	return filepath.Dir(filepath.Dir(a.lastFacs.NVCC.Path))
+}

@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/agent/uploader"
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+)
+
+// brokerSource is the WorkSource over the broker's AgentWorkService.
+type brokerSource struct {
+	c       gpupassv1connect.AgentWorkServiceClient
+	agentID func() string
+	// wait is the long poll's length; each call's deadline is a little
+	// longer, so a silent broker (a partition) is noticed.
+	wait time.Duration
+	call time.Duration
+}
+
+// NewBrokerSource returns the WorkSource of the broker at baseURL; it
+// dials the AgentWorkService. The HTTP client has no
+// overall timeout (the long poll would trip it); each call carries its
+// own deadline instead.
+func NewBrokerSource(baseURL, token string, agentID func() string) (WorkSource, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("broker URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
+	}
+	hc := api.HTTPClient(u.Scheme == "https", nil)
+	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set(api.AuthHeader, "Bearer "+token)
+			return next(ctx, req)
+		}
+	})
+	c := gpupassv1connect.NewAgentWorkServiceClient(hc, strings.TrimRight(baseURL, "/"),
+		connect.WithGRPC(), connect.WithInterceptors(auth), connect.WithAcceptCompression("gzip", nil, nil))
+	return &brokerSource{c: c, agentID: agentID, wait: 20 * time.Second, call: 30 * time.Second}, nil
+}
+
+func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignment, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.wait+10*time.Second)
+	defer cancel()
+	resp, err := b.c.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: agentID, WaitSeconds: int32(b.wait / time.Second)}))
+	if err != nil {
+		return nil, fmt.Errorf("polling for work: %w", err)
+	}
+	m := resp.Msg.GetAssignment()
+	if m == nil {
+		return nil, nil
+	}
+	return &Assignment{
+		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, Command: m.Command,
+		Workdir: m.WorkdirArchive, Region: m.Region, MaxRestarts: int(m.MaxRestarts),
+		Grace: time.Duration(m.GraceSeconds) * time.Second, ResumeAfterSeq: m.ResumeAfterSeq,
+	}, nil
+}
+
+var protoStates = map[AllocState]gpupassv1.AllocState{
+	StateStarting:  gpupassv1.AllocState_ALLOC_STATE_STARTING,
+	StateRunning:   gpupassv1.AllocState_ALLOC_STATE_RUNNING,
+	StateSucceeded: gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED,
+	StateFailed:    gpupassv1.AllocState_ALLOC_STATE_FAILED,
+	StateCancelled: gpupassv1.AllocState_ALLOC_STATE_CANCELLED,
+}
+
+func (b *brokerSource) UpdateAllocation(ctx context.Context, u AllocUpdate) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.call)
+	defer cancel()
+	resp, err := b.c.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{
+		AgentId: b.agentID(), AllocId: u.AllocID, FencingToken: u.FencingToken, State: protoStates[u.State],
+		Reason: u.Reason, ExitCode: int32(u.ExitCode), Attempts: int32(u.Attempts), Restarts: int32(u.Restarts), LastSeq: u.LastSeq,
+	}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			return false, fmt.Errorf("%w: %s", ErrStaleLease, api.Describe(err))
+		}
+		return false, fmt.Errorf("updating %s to %s: %s", u.AllocID, u.State, api.Describe(err))
+	}
+	return resp.Msg.CancelRequested, nil
+}
+
+func (b *brokerSource) Sink(a *Assignment) uploader.Sink {
+	return &recordSink{b: b, token: a.FencingToken, offset: a.ResumeAfterSeq}
+}
+
+// recordSink uploads one run's records under its lease. offset shifts
+// the spool's seqs past what the broker held from the run's earlier node.
+type recordSink struct {
+	b      *brokerSource
+	token  uint64
+	offset uint64
+}
+
+func (s *recordSink) Upload(ctx context.Context, allocID string, recs []spool.Record) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.b.call)
+	defer cancel()
+	req := &gpupassv1.UploadRecordsRequest{AgentId: s.b.agentID(), AllocId: allocID, FencingToken: s.token, Records: make([]*gpupassv1.Record, len(recs))}
+	for i, r := range recs {
+		req.Records[i] = &gpupassv1.Record{Seq: r.Seq + s.offset, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data}
+	}
+	resp, err := s.b.c.UploadRecords(ctx, connect.NewRequest(req))
+	if err != nil {
+		return 0, fmt.Errorf("uploading records of %s: %s", allocID, api.Describe(err))
+	}
+	if resp.Msg.HeldThrough < s.offset {
+		return 0, nil
+	}
+	return resp.Msg.HeldThrough - s.offset, nil
+}

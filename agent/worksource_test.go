@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/agent/spool"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+)
+
+// seqBroker is an AgentWorkService that stores records by seq and
+// answers the gap-free prefix, as the broker does.
+type seqBroker struct {
+	gpupassv1connect.UnimplementedAgentWorkServiceHandler
+	mu   sync.Mutex
+	seqs map[uint64]bool
+}
+
+func (b *seqBroker) UploadRecords(_ context.Context, r *connect.Request[gpupassv1.UploadRecordsRequest]) (*connect.Response[gpupassv1.UploadRecordsResponse], error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, rec := range r.Msg.Records {
+		b.seqs[rec.Seq] = true
+	}
+	var held uint64
+	for b.seqs[held+1] {
+		held++
+	}
+	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: held}), nil
+}
+
+// A run resumed on this node after its first node was lost continues the
+// broker's sequence: the spool's seq 1 is stored as ResumeAfterSeq+1, and
+// the uploader sees held-through in its own numbering.
+func TestRecordSinkContinuesAfterResume(t *testing.T) {
+	t.Parallel()
+	b := &seqBroker{seqs: map[uint64]bool{}}
+	for s := uint64(1); s <= 12; s++ {
+		b.seqs[s] = true // held from the lost node
+	}
+	path, h := gpupassv1connect.NewAgentWorkServiceHandler(b)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true) // gRPC, as the agent speaks it
+	srv.Start()
+	defer srv.Close()
+	src, err := NewBrokerSource(srv.URL, "tok", func() string { return "agt-1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := src.Sink(&Assignment{AllocID: "alloc-00000001", FencingToken: 2, ResumeAfterSeq: 12})
+	held, err := sink.Upload(context.Background(), "alloc-00000001", []spool.Record{{Seq: 1, Kind: spool.KindEvent, Data: []byte(`{}`)}, {Seq: 2, Kind: spool.KindEvent, Data: []byte(`{}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held != 2 {
+		t.Errorf("held through %d in the spool's numbering, want 2", held)
+	}
+	if !b.seqs[13] || !b.seqs[14] || len(b.seqs) != 14 {
+		t.Errorf("broker holds %v, want 1..14", b.seqs)
+	}
+}
