@@ -31,6 +31,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
 )
@@ -114,7 +115,7 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(o.StateDir, PublicKeyFile), pub, 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(o.StateDir, PublicKeyFile), pub, 0o644); err != nil {
 		return nil, err
 	}
 	a := &Agent{o: o, log: log, key: key, pubPEM: pub, runNow: make(chan chan runResult)}
@@ -192,10 +193,10 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	if id != "" {
 		// Keep the last report next to the key: auditors and `cosign
 		// verify-blob` read it from there.
-		if err := writeFileAtomic(filepath.Join(a.o.StateDir, ReportFile), b, 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(a.o.StateDir, ReportFile), b, 0o644); err != nil {
 			return nil, err
 		}
-		if err := writeFileAtomic(filepath.Join(a.o.StateDir, SigFile), []byte(sig+"\n"), 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(a.o.StateDir, SigFile), []byte(sig+"\n"), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -226,7 +227,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		<-qdone
 	}()
 	if a.o.AddrFile != "" {
-		if err := writeFileAtomic(a.o.AddrFile, []byte("http://"+ln.Addr().String()+"\n"), 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(a.o.AddrFile, []byte("http://"+ln.Addr().String()+"\n"), 0o644); err != nil {
 			return err
 		}
 	}
@@ -332,7 +333,7 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 			a.agentID = resp.Msg.AgentId
 			a.mu.Unlock()
 			b, _ := json.Marshal(persisted{AgentID: resp.Msg.AgentId, BrokerURL: a.o.BrokerURL})
-			if err := writeFileAtomic(filepath.Join(a.o.StateDir, StateFile), b, 0o600); err != nil {
+			if err := fsutil.WriteFileAtomic(filepath.Join(a.o.StateDir, StateFile), b, 0o600); err != nil {
 				return nil, err
 			}
 			a.log.Info("enrolled", "agent", resp.Msg.AgentId, "region", a.o.Region, "broker", a.o.BrokerURL)
@@ -390,29 +391,6 @@ func seconds(n int64, def time.Duration) time.Duration {
 		return def
 	}
 	return time.Duration(n) * time.Second
-}
-
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }
 
 var errNotRunning = errors.New("the agent's main loop is not running")

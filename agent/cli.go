@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
 )
 
@@ -209,40 +209,8 @@ func dash(s string) string {
 }
 
 // applyEnv sets every flag not given on the command line from
-// GPUPASS_<FLAG> (and secrets from GPUPASS_<FLAG>_FILE): the convention of
-// internal/cli, which the agent may not import.
+// GPUPASS_<FLAG> (and secrets from GPUPASS_<FLAG>_FILE), the rule all
+// gpupass binaries share.
 func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
-	var firstErr error
-	set := func(f *pflag.Flag) {
-		if f.Changed || firstErr != nil {
-			return
-		}
-		name := "GPUPASS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v := getenv(name)
-		if v == "" && secretFlags[f.Name] {
-			if path := getenv(name + "_FILE"); path != "" {
-				b, err := os.ReadFile(path)
-				if err != nil {
-					firstErr = fmt.Errorf("reading %s_FILE: %w", name, err)
-					return
-				}
-				v = strings.TrimRight(string(b), "\r\n")
-			}
-		}
-		if v == "" {
-			return
-		}
-		if err := f.Value.Set(v); err != nil {
-			if secretFlags[f.Name] {
-				firstErr = fmt.Errorf("invalid value in %s", name)
-			} else {
-				firstErr = fmt.Errorf("invalid value %q in %s: %w", v, name, err)
-			}
-			return
-		}
-		f.Changed = true
-	}
-	cmd.Flags().VisitAll(set)
-	cmd.InheritedFlags().VisitAll(set)
-	return firstErr
+	return flagenv.Apply(cmd, getenv)
 }

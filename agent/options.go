@@ -10,6 +10,7 @@ import (
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/flagenv"
 )
 
 // Options configure the agent. Every flag is also GPUPASS_<FLAG>; the
@@ -44,14 +45,12 @@ type Options struct {
 	NoWork bool
 }
 
-// secretFlags are never echoed and also read from GPUPASS_<FLAG>_FILE.
-var secretFlags = map[string]bool{"token": true}
-
 // AddFlags registers the daemon's flags.
 func (o *Options) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.BrokerURL, "broker-url", "", "broker URL, http://HOST:PORT or https://HOST:PORT (required)")
 	f.StringVar(&o.Token, "token", "", "agent enrollment token (secret; or GPUPASS_TOKEN_FILE)")
+	flagenv.MarkSecret("token") // never echoed; also read from GPUPASS_TOKEN_FILE
 	f.StringVar(&o.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
 	f.StringVar(&o.StateDir, "state-dir", "/var/lib/gpupass-agent", "directory for the identity key (0600), agent id and last signed report")
 	f.StringVar(&o.QueryAddr, "query-addr", "127.0.0.1:7465", "local query endpoint (HTTP JSON); loopback unless you mean otherwise")

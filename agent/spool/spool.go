@@ -37,6 +37,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
 // Kind says what a record holds.
@@ -598,7 +600,7 @@ func (s *Spool) Ack(seq uint64) error {
 	if seq >= s.nextSeq {
 		return fmt.Errorf("acknowledging seq %d in spool %s: only %d records were appended", seq, s.dir, s.nextSeq-1)
 	}
-	if err := writeFileAtomic(filepath.Join(s.dir, "ACK"), []byte(strconv.FormatUint(seq, 10)+"\n")); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(s.dir, "ACK"), []byte(strconv.FormatUint(seq, 10)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("acknowledging seq %d in spool %s: %w", seq, s.dir, err)
 	}
 	s.acked = seq
@@ -684,33 +686,6 @@ func (s *Spool) closeFiles() {
 	if s.lock != nil {
 		s.lock.Close()
 	}
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(path))
 }
 
 func syncDir(dir string) error {

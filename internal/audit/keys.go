@@ -10,12 +10,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/secure-systems-lab/go-securesystemslib/encrypted"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
+
+	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
 // PasswordEnv is the variable cosign reads the key password from; gpupass
@@ -142,39 +143,14 @@ func WriteKeyPair(prefix string, password []byte, force bool) (keyPath, pubPath 
 	if err != nil {
 		return "", "", err
 	}
-	if err := writeFileAtomic(keyPath, priv, 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(keyPath, priv, 0o600); err != nil {
 		return "", "", err
 	}
-	if err := writeFileAtomic(pubPath, pub, 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(pubPath, pub, 0o644); err != nil {
 		return "", "", err
 	}
 	return keyPath, pubPath, nil
 }
 
-// writeFileAtomic writes through a temporary file and a rename, so an
-// interrupted write never leaves a truncated file under the final name.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".gpupass-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
-}
-
 // WriteFile writes data to path atomically with mode 0644.
-func WriteFile(path string, data []byte) error { return writeFileAtomic(path, data, 0o644) }
+func WriteFile(path string, data []byte) error { return fsutil.WriteFileAtomic(path, data, 0o644) }

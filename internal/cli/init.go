@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/examples"
+	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
 // InitOptions are the flags of `gpupass init`.
@@ -111,7 +112,7 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	}
 	var written []string
 	for _, f := range files {
-		if err := writeFileAtomic(f.dst, f.body); err != nil {
+		if err := fsutil.WriteFileAtomic(f.dst, f.body, 0o644); err != nil {
 			return err
 		}
 		written = append(written, f.dst)
@@ -124,29 +125,4 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	}
 	_, err := fmt.Fprintf(out, "\nNext: cd %s && gpupass validate\n", o.Dir)
 	return err
-}
-
-// writeFileAtomic writes through a temporary file and a rename, so an
-// interrupted init never leaves a half-written spec.
-func writeFileAtomic(dst string, body []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".gpupass-init-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(body); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	return nil
 }

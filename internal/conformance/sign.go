@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
@@ -117,29 +119,9 @@ func createKey(path string) (*ecdsa.PrivateKey, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
-	// Write to a temporary file and rename, so a crash never leaves a
-	// truncated key behind that would change the agent's identity.
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".key-*")
-	if err != nil {
-		return nil, fmt.Errorf("writing identity key: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("writing identity key: %w", err)
-	}
-	if err := pem.Encode(tmp, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("writing identity key: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("writing identity key: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, fmt.Errorf("writing identity key: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	// Atomic, so a crash never leaves a truncated key behind that would
+	// change the agent's identity.
+	if err := fsutil.WriteFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		return nil, fmt.Errorf("writing identity key: %w", err)
 	}
 	return key, nil

@@ -1,0 +1,59 @@
+package flagenv
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+func TestApply(t *testing.T) {
+	t.Parallel()
+	secretFile := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(secretFile, []byte("s3cr3t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newCmd := func() (*cobra.Command, *string, *int, *string) {
+		cmd := &cobra.Command{Use: "x"}
+		url := cmd.Flags().String("broker-url", "", "")
+		n := cmd.Flags().Int("count", 1, "")
+		tok := cmd.Flags().String("flagenv-test-token", "", "")
+		MarkSecret("flagenv-test-token")
+		return cmd, url, n, tok
+	}
+	env := map[string]string{
+		"GPUPASS_BROKER_URL":              "http://127.0.0.1:7070",
+		"GPUPASS_COUNT":                   "3",
+		"GPUPASS_FLAGENV_TEST_TOKEN_FILE": secretFile,
+	}
+	cmd, url, n, tok := newCmd()
+	if err := Apply(cmd, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if *url != "http://127.0.0.1:7070" || *n != 3 || *tok != "s3cr3t" {
+		t.Errorf("got url=%q count=%d token=%q", *url, *n, *tok)
+	}
+
+	// A flag given on the command line wins over the environment.
+	cmd, url, _, _ = newCmd()
+	if err := cmd.Flags().Parse([]string{"--broker-url", "http://[::1]:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(cmd, func(k string) string { return env[k] }); err != nil || *url != "http://[::1]:1" {
+		t.Errorf("command line lost to env: %q, %v", *url, err)
+	}
+
+	// A bad value names the variable; a secret's value is never echoed.
+	cmd, _, _, _ = newCmd()
+	err := Apply(cmd, func(k string) string {
+		return map[string]string{"GPUPASS_COUNT": "many"}[k]
+	})
+	if err == nil || !strings.Contains(err.Error(), "GPUPASS_COUNT") {
+		t.Errorf("bad int: %v", err)
+	}
+	if Name("max-price") != "GPUPASS_MAX_PRICE" {
+		t.Errorf("Name = %q", Name("max-price"))
+	}
+}
