@@ -318,11 +318,15 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		// in the spool.
 		drain = min(drain, 5*time.Second)
 	}
+	// The background uploader stops first: two loops uploading from one
+	// spool race on the broker's gap-free mark (one sees a lower held_through
+	// than the other already acknowledged and gives up), which ended runs
+	// "succeeded" with records still in the spool. Drain alone finishes.
+	stopUp()
+	<-upDone
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	derr := up.Drain(dctx)
 	cancel()
-	stopUp()
-	<-upDone
 	if derr != nil {
 		log.Warn("not every record reached the broker; they stay in the spool", "err", derr)
 	}

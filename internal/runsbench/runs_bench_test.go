@@ -40,7 +40,7 @@ type stack struct {
 
 // start runs a SQLite broker, one protocol-level registered node and the
 // agent's real run loop on it.
-func start(b *testing.B) *stack {
+func start(b testing.TB) *stack {
 	b.Helper()
 	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), brokertest.Fast())
 	tok := br.Token(b, store.RoleAgent, "*")
@@ -62,7 +62,7 @@ func start(b *testing.B) *stack {
 	return &stack{sub: sub}
 }
 
-func (s *stack) submit(b *testing.B, ctx context.Context, command ...string) *gpupassv1.Run {
+func (s *stack) submit(b testing.TB, ctx context.Context, command ...string) *gpupassv1.Run {
 	resp, err := s.sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
 		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte(specYAML)}, Region: "us-bench-1", Command: command}))
 	if err != nil {
@@ -76,7 +76,7 @@ func (s *stack) submit(b *testing.B, ctx context.Context, command ...string) *gp
 
 // follow reads the run's events until one satisfies stop (or the run
 // ends), returning when it arrived.
-func (s *stack) follow(b *testing.B, ctx context.Context, id string, stop func(events.Event) bool) (time.Time, *gpupassv1.Run) {
+func (s *stack) follow(b testing.TB, ctx context.Context, id string, stop func(events.Event) bool) (time.Time, *gpupassv1.Run) {
 	st, err := s.sub.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id, Follow: true}))
 	if err != nil {
 		b.Fatal(err)
@@ -156,4 +156,23 @@ func BenchmarkChattyEndToEnd(b *testing.B) {
 		b.Fatalf("run %s: %s (%s), %d records held, want >= %d", r.Id, fin.State, fin.Reason, fin.HeldThrough, n)
 	}
 	b.ReportMetric(float64(fin.HeldThrough)/el.Seconds(), "events/s")
+}
+
+// TestChattyRunHoldsEverything is the regression test for a run that
+// ended "succeeded" while the broker held only part of its log: the
+// background uploader and the final drain raced on one spool. Every line
+// of a chatty command must be held, gap-free, by the time the final state
+// is visible.
+func TestChattyRunHoldsEverything(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	const n = 50000
+	r := s.submit(t, ctx, "sh", "-c", fmt.Sprintf("seq 1 %d", n))
+	_, fin := s.follow(t, ctx, r.Id, nil)
+	if fin == nil {
+		t.Fatalf("run %s: no final state", r.Id)
+	}
+	if fin.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || fin.HeldThrough < n {
+		t.Fatalf("run %s: %s (%s) with %d records held, want succeeded with >= %d", r.Id, fin.State, fin.Reason, fin.HeldThrough, n)
+	}
 }
