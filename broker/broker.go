@@ -133,9 +133,10 @@ func New(cfg Config) *Broker {
 		runs:   newRunsState(),
 	}
 	b.wg.Add(3)
-	go b.flushLoop()
-	go b.offlineLoop()
-	go b.runLoop()
+	go b.every(b.cfg.FlushInterval, 10*time.Second, "writing heartbeats", b.flush)
+	go b.every(max(b.cfg.OfflineAfter/3, 100*time.Millisecond), 10*time.Second, "checking liveness", b.checkLiveness)
+	// Runs are re-placed and lost nodes noticed at least every second.
+	go b.every(max(min(b.cfg.OfflineAfter/3, time.Second), 50*time.Millisecond), 30*time.Second, "supervising runs", b.superviseRuns)
 	return b
 }
 
@@ -183,18 +184,21 @@ func (b *Broker) Close(ctx context.Context) error {
 	return b.flush(ctx)
 }
 
-func (b *Broker) flushLoop() {
+// every runs fn each interval, with its own timeout, until the broker
+// stops; a failure is logged as what went wrong and the loop goes on. All
+// the broker's background loops go through it.
+func (b *Broker) every(interval, timeout time.Duration, what string, fn func(context.Context) error) {
 	defer b.wg.Done()
-	t := time.NewTicker(b.cfg.FlushInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-b.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := b.flush(ctx); err != nil {
-				b.log.Error("writing heartbeats", "err", err)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			if err := fn(ctx); err != nil {
+				b.log.Error(what, "err", err)
 			}
 			cancel()
 		}
@@ -234,44 +238,28 @@ func (b *Broker) beat(id string) (store.Heartbeat, bool) {
 	return hb, ok
 }
 
-// offlineLoop logs nodes going offline and coming back; liveness itself
+// checkLiveness logs nodes going offline and coming back; liveness itself
 // is computed from last-seen at read time, so replicas agree.
-func (b *Broker) offlineLoop() {
-	defer b.wg.Done()
-	every := b.cfg.OfflineAfter / 3
-	if every < 100*time.Millisecond {
-		every = 100 * time.Millisecond
+func (b *Broker) checkLiveness(ctx context.Context) error {
+	snap, err := b.snapshot(ctx)
+	if err != nil {
+		return err
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			snap, err := b.snapshot(ctx)
-			cancel()
-			if err != nil {
-				b.log.Error("checking liveness", "err", err)
-				continue
-			}
-			now := time.Now()
-			b.offlineMu.Lock()
-			for _, n := range snap.nodes {
-				on := !n.LastSeen.IsZero() && now.Sub(n.LastSeen) <= b.cfg.OfflineAfter
-				was, known := b.online[n.ID]
-				switch {
-				case known && was && !on:
-					b.log.Warn("node offline: missed heartbeats", "node", n.ID, "region", n.Labels.Region, "last_seen", n.LastSeen)
-				case (!known || !was) && on:
-					b.log.Info("node online", "node", n.ID, "region", n.Labels.Region)
-				}
-				b.online[n.ID] = on
-			}
-			b.offlineMu.Unlock()
+	now := time.Now()
+	b.offlineMu.Lock()
+	defer b.offlineMu.Unlock()
+	for _, n := range snap.nodes {
+		on := !n.LastSeen.IsZero() && now.Sub(n.LastSeen) <= b.cfg.OfflineAfter
+		was, known := b.online[n.ID]
+		switch {
+		case known && was && !on:
+			b.log.Warn("node offline: missed heartbeats", "node", n.ID, "region", n.Labels.Region, "last_seen", n.LastSeen)
+		case (!known || !was) && on:
+			b.log.Info("node online", "node", n.ID, "region", n.Labels.Region)
 		}
+		b.online[n.ID] = on
 	}
+	return nil
 }
 
 // snapshot returns the registry and 24 h launch statistics, refreshed

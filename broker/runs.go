@@ -153,27 +153,6 @@ func nsOf(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// runLoop re-places pending runs and notices nodes lost under runs.
-func (b *Broker) runLoop() {
-	defer b.wg.Done()
-	every := min(b.cfg.OfflineAfter/3, time.Second)
-	every = max(every, 50*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if err := b.superviseRuns(ctx); err != nil {
-				b.log.Error("supervising runs", "err", err)
-			}
-			cancel()
-		}
-	}
-}
-
 // nodeOnline reports whether a node beat (or polled) within OfflineAfter.
 func (b *Broker) nodeOnline(snap *snapshot, id string, now time.Time) bool {
 	var seen time.Time
