@@ -3,14 +3,12 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,53 +17,10 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/cli"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// buildAll builds the three binaries into one directory, as `make build`
-// does, so `gpupass up` finds the others next to itself.
-func buildAll(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/gpupass", "./cmd/gpupass-broker", "./cmd/gpupass-agent")
-	cmd.Dir = testutil.RepoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return dir
-}
-
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
 
 // TestUpTrainAcrossRegionsSurvivesBrokerKill is the user's path: `gpupass
 // up`, `train` in two regions with the real PyTorch example (which makes
@@ -74,62 +29,19 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // through the API, `cancel`, and Ctrl-C. The stored records of each run
 // must be exactly seq 1..N: nothing lost, nothing twice.
 func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
-	py := "/usr/bin/python3"
-	if err := exec.Command(py, "-c", "import torch, numpy").Run(); err != nil {
-		testutil.Missing(t, "%s with torch and numpy (python3-torch, python3-numpy)", py)
-	}
-	bin := buildAll(t)
-	root := testutil.RepoRoot(t)
-	state := t.TempDir()
+	py := upstack.RequireTorch(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	env := append(os.Environ(), "GPUPASS_STATE_DIR="+state)
-
-	var upOut syncBuffer
-	up := exec.Command(filepath.Join(bin, "gpupass"), "up", "--listen", "127.0.0.1:0",
-		"--region", "us-west-2", "--region", "eu-central-1")
-	up.Env, up.Stdout, up.Stderr, up.Dir = env, &upOut, &upOut, root
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	upDone := make(chan error, 1)
-	go func() { upDone <- up.Wait() }()
-	defer func() {
-		_ = up.Process.Signal(syscall.SIGINT)
-		select {
-		case <-upDone:
-		case <-time.After(30 * time.Second):
-			_ = up.Process.Kill()
-		}
-		if t.Failed() {
-			for _, f := range []string{"broker.log", "agent-us-west-2-1.log", "agent-eu-central-1-1.log"} {
-				b, _ := os.ReadFile(filepath.Join(state, "logs", f))
-				t.Logf("--- %s (tail)\n%s", f, tail(string(b), 3000))
-			}
-		}
-	}()
-	waitFor(t, ctx, "up to print the stack (output so far: "+upOut.String()+")", func() bool {
-		return strings.Contains(upOut.String(), "Ctrl-C stops everything")
-	})
-	out := upOut.String()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2", "eu-central-1"}})
+	out := stack.Out.String()
 	for _, want := range []string{"us-west-2", "eu-central-1", `"simulated": true`, "token   gpp_"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("up's output lacks %q:\n%s", want, out)
 		}
 	}
-	readCfg := func() cli.LocalConfig {
-		b, err := os.ReadFile(filepath.Join(state, "config.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c cli.LocalConfig
-		if err := json.Unmarshal(b, &c); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	readCfg := func() upstack.Config { return stack.Config(t) }
 	cfg := readCfg()
-	st, err := os.Stat(filepath.Join(state, "config.json"))
+	st, err := os.Stat(filepath.Join(stack.State, "config.json"))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("config.json mode %v (%v), want 0600: it holds a token", st.Mode().Perm(), err)
 	}
@@ -137,14 +49,10 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gp := func(args ...string) *exec.Cmd {
-		c := exec.CommandContext(ctx, filepath.Join(bin, "gpupass"), args...)
-		c.Env, c.Dir = env, root
-		return c
-	}
+	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
 
 	// train: no broker flags, `up`'s config is enough.
-	var trainOut syncBuffer
+	var trainOut upstack.Buffer
 	train := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "us-west-2", "--region", "eu-central-1",
 		"--workdir", "examples/train", "--name", "e2e", "--follow", "--",
 		py, "train.py", "--steps", "60", "--sleep", "0.15", "--checkpoint-every", "10", "--nan-at-step", "25")
@@ -156,7 +64,7 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 	go func() { trainDone <- train.Wait() }()
 
 	var runs []*gpupassv1.Run
-	waitFor(t, ctx, "two runs in the broker", func() bool {
+	upstack.WaitFor(t, ctx, "two runs in the broker", func() bool {
 		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
 		if err != nil {
 			return false
@@ -165,7 +73,7 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 		return len(runs) == 2
 	})
 	// logs --follow of one run, started while it runs.
-	var followOut syncBuffer
+	var followOut upstack.Buffer
 	follow := gp("logs", "--follow", runs[0].Id)
 	follow.Stdout, follow.Stderr = &followOut, &followOut
 	if err := follow.Start(); err != nil {
@@ -175,7 +83,7 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 	go func() { followDone <- follow.Wait() }()
 
 	// kill -9 the broker once both runs are training and records flow.
-	waitFor(t, ctx, "both runs to hold records while running", func() bool {
+	upstack.WaitFor(t, ctx, "both runs to hold records while running", func() bool {
 		for _, r := range runs {
 			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: r.Id}))
 			if err != nil || resp.Msg.Run.State != gpupassv1.AllocState_ALLOC_STATE_RUNNING || resp.Msg.Run.HeldThrough < 12 {
@@ -187,15 +95,15 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 	if err := syscall.Kill(cfg.BrokerPID, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 broker %d: %v", cfg.BrokerPID, err)
 	}
-	waitFor(t, ctx, "up to start the broker again", func() bool { return readCfg().BrokerPID != cfg.BrokerPID })
+	upstack.WaitFor(t, ctx, "up to start the broker again", func() bool { return readCfg().BrokerPID != cfg.BrokerPID })
 
 	select {
 	case err := <-trainDone:
 		if err != nil {
-			t.Fatalf("train --follow: %v\n%s", err, tail(trainOut.String(), 4000))
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(trainOut.String(), 4000))
 		}
 	case <-ctx.Done():
-		t.Fatalf("train did not finish:\n%s", tail(trainOut.String(), 4000))
+		t.Fatalf("train did not finish:\n%s", upstack.Tail(trainOut.String(), 4000))
 	}
 	for _, want := range []string{"us-west-2", "eu-central-1", "non-finite loss", "succeeded"} {
 		if !strings.Contains(trainOut.String(), want) {
@@ -203,10 +111,10 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 		}
 	}
 	if err := <-followDone; err != nil {
-		t.Errorf("logs --follow: %v\n%s", err, tail(followOut.String(), 2000))
+		t.Errorf("logs --follow: %v\n%s", err, upstack.Tail(followOut.String(), 2000))
 	}
 	if !strings.Contains(followOut.String(), "trainer done") {
-		t.Errorf("logs --follow did not stream to the end:\n%s", tail(followOut.String(), 2000))
+		t.Errorf("logs --follow did not stream to the end:\n%s", upstack.Tail(followOut.String(), 2000))
 	}
 
 	for _, r := range runs {
@@ -277,7 +185,7 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 		t.Fatalf("train (no follow): %v\n%s", err, b)
 	}
 	var longRun *gpupassv1.Run
-	waitFor(t, ctx, "the long run to start", func() bool {
+	upstack.WaitFor(t, ctx, "the long run to start", func() bool {
 		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
 		if err != nil {
 			return false
@@ -293,7 +201,7 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 	if b, err := gp("cancel", longRun.Id).CombinedOutput(); err != nil {
 		t.Fatalf("cancel: %v\n%s", err, b)
 	}
-	waitFor(t, ctx, "the cancelled run to end", func() bool {
+	upstack.WaitFor(t, ctx, "the cancelled run to end", func() bool {
 		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: longRun.Id}))
 		if err != nil {
 			return false
@@ -307,38 +215,19 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 
 	// Ctrl-C: up stops every child and exits 0.
 	broker := readCfg().BrokerPID
-	if err := up.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
+	if err := stack.Stop(); err != nil {
+		t.Errorf("up after Ctrl-C: %v\n%s", err, upstack.Tail(stack.Out.String(), 2000))
 	}
-	select {
-	case err := <-upDone:
-		if err != nil {
-			t.Errorf("up after Ctrl-C: %v\n%s", err, tail(upOut.String(), 2000))
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("up did not stop within 60s of Ctrl-C")
-	}
-	upDone <- nil // for the deferred stop
 	if err := syscall.Kill(broker, 0); err == nil {
 		t.Errorf("broker pid %d still alive after up stopped", broker)
 	}
 }
 
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
-}
-
 // TestUpDemo is `make demo`: the whole pipeline on the example, exit 0,
 // and every result where the demo says it is.
 func TestUpDemo(t *testing.T) {
-	py := "/usr/bin/python3"
-	if err := exec.Command(py, "-c", "import torch, numpy").Run(); err != nil {
-		testutil.Missing(t, "%s with torch and numpy (python3-torch, python3-numpy)", py)
-	}
-	bin := buildAll(t)
+	upstack.RequireTorch(t)
+	bin := upstack.BuildAll(t)
 	state := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -347,11 +236,11 @@ func TestUpDemo(t *testing.T) {
 	b, err := cmd.CombinedOutput()
 	out := string(b)
 	if err != nil {
-		t.Fatalf("up --demo: %v\n%s", err, tail(out, 6000))
+		t.Fatalf("up --demo: %v\n%s", err, upstack.Tail(out, 6000))
 	}
 	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", "== 4/4 audit", "ok   signature", "ok   agent-signature", `"simulated": true`, "results:"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("demo output lacks %q:\n%s", want, tail(out, 6000))
+			t.Errorf("demo output lacks %q:\n%s", want, upstack.Tail(out, 6000))
 		}
 	}
 	md, err := os.ReadFile(filepath.Join(state, "demo", "compare.md"))
