@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -112,6 +113,12 @@ type RunLoop struct {
 	DrainTimeout time.Duration
 	// Retry is the pause after a failed poll (default 1s).
 	Retry time.Duration
+
+	// finishing tracks runs whose end is still being delivered (spool
+	// upload, then final state) in the background; see runstate.go.
+	finishMu  sync.Mutex
+	finishing map[string]bool
+	finishWG  sync.WaitGroup
 }
 
 func (l *RunLoop) log() *slog.Logger {
@@ -127,6 +134,10 @@ func (l *RunLoop) Run(ctx context.Context) error {
 	if retry <= 0 {
 		retry = time.Second
 	}
+	// Runs this node took before it restarted: their spools go up and
+	// their final states follow, next to new work.
+	l.resumeRuns(ctx)
+	defer l.finishWG.Wait()
 	for ctx.Err() == nil {
 		a, err := l.Source.PollWork(ctx, l.AgentID())
 		if err != nil {
@@ -159,31 +170,9 @@ func (l *RunLoop) Run(ctx context.Context) error {
 func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate {
 	log := l.log().With("alloc", a.AllocID)
 	final := AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken}
-	update := func(ctx context.Context, u AllocUpdate) (bool, error) {
-		u.AllocID, u.FencingToken = a.AllocID, a.FencingToken
-		if u.LastSeq > 0 {
-			u.LastSeq += a.ResumeAfterSeq
-		}
-		return l.Source.UpdateAllocation(ctx, u)
-	}
-	// An edge must reach the broker even when it is restarting: retry
-	// all but a refused lease, for up to limit.
+	update := func(ctx context.Context, u AllocUpdate) (bool, error) { return l.send(ctx, a, u) }
 	edge := func(ctx context.Context, u AllocUpdate, limit time.Duration) error {
-		deadline := time.Now().Add(limit)
-		backoff := 100 * time.Millisecond
-		for {
-			_, err := update(ctx, u)
-			if err == nil || errors.Is(err, ErrStaleLease) || time.Now().After(deadline) {
-				return err
-			}
-			log.Warn("allocation update failed; retrying", "state", u.State, "err", err, "in", backoff)
-			select {
-			case <-ctx.Done():
-				return err
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
-		}
+		return l.edge(ctx, log, a, u, limit)
 	}
 	fail := func(reason string) AllocUpdate {
 		final.State, final.Reason, final.ExitCode = StateFailed, reason, -1
@@ -192,8 +181,13 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		if ctx.Err() != nil {
 			limit = 5 * time.Second
 		}
-		if err := edge(context.WithoutCancel(ctx), final, limit); err != nil {
-			log.Warn("reporting failure", "err", err)
+		e := runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq, Final: &final}
+		if done, err := l.deliver(context.WithoutCancel(ctx), log, e, nil, limit); !done {
+			log.Warn("reporting failure; retrying in the background", "err", err)
+			if err := l.writeLedger(e); err != nil {
+				log.Warn("recording the run's end", "err", err)
+			}
+			l.finishLater(ctx, e)
 		}
 		return final
 	}
@@ -201,6 +195,11 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		log.Warn("refusing run: starting update not accepted", "err", err)
 		final.State, final.Reason = StateFailed, err.Error()
 		return final
+	}
+	// From here on the run is this node's to finish: the ledger lets a
+	// restarted agent upload what is left of its spool and report it.
+	if err := l.writeLedger(runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq}); err != nil {
+		return fail(err.Error())
 	}
 	sp, err := decodeSpec(a.Spec)
 	if err != nil {
@@ -220,7 +219,12 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	if err != nil {
 		return fail(fmt.Sprintf("opening spool: %v", err))
 	}
-	defer sp0.Close()
+	spoolOpen := true
+	defer func() {
+		if spoolOpen {
+			sp0.Close()
+		}
+	}()
 	up := &uploader.Uploader{AllocID: a.AllocID, Spool: sp0, Sink: l.Source.Sink(a), Log: log}
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
@@ -229,6 +233,11 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	upDone := make(chan error, 1)
 	go func() { upDone <- up.Run(upCtx) }()
 
+	// state is what the watcher reports: starting through runtime-init
+	// (which keeps the broker's start timeout from firing), running once
+	// the lease check passed.
+	var state atomic.Value
+	state.Store(StateStarting)
 	x := *l.Executor
 	x.Checks = append(append([]executor.RuntimeCheck(nil), l.Executor.Checks...), l.checks(sp)...)
 	// The last check marks the run running: every check before the
@@ -237,6 +246,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		if err := edge(ctx, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
 			return "", err
 		}
+		state.Store(StateRunning)
 		return fmt.Sprintf("running under fencing token %d", a.FencingToken), nil
 	}})
 
@@ -259,7 +269,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 				return
 			case <-t.C:
 			}
-			cancel, err := update(runCtx, AllocUpdate{State: StateRunning})
+			cancel, err := update(runCtx, AllocUpdate{State: state.Load().(AllocState)})
 			switch {
 			case errors.Is(err, ErrStaleLease):
 				mu.Lock()
@@ -290,14 +300,21 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	res, err := x.Execute(runCtx, job, up)
 	stopRun(nil)
 	<-watchDone
+	// The background uploader stops first: two loops uploading from one
+	// spool race on the broker's gap-free mark (one sees a lower
+	// held_through than the other already acknowledged and gives up),
+	// which ended runs "succeeded" with records still in the spool. The
+	// final drain alone finishes.
+	stopUp()
+	<-upDone
 	if err != nil {
-		stopUp()
-		<-upDone
-		return fail(err.Error())
+		final.State, final.Reason, final.ExitCode = StateFailed, err.Error(), -1
+		log.Error("run failed before start", "reason", final.Reason)
+	} else {
+		final.State, final.Reason, final.ExitCode = AllocState(res.State), res.Reason, res.ExitCode
+		final.Attempts, final.Restarts, final.LastSeq = res.Attempts, res.Restarts, res.LastSeq
 	}
-	final.State, final.Reason, final.ExitCode = AllocState(res.State), res.Reason, res.ExitCode
-	final.Attempts, final.Restarts, final.LastSeq = res.Attempts, res.Restarts, res.LastSeq
-	if ctx.Err() != nil && res.State == executor.Cancelled {
+	if ctx.Err() != nil && final.State == StateCancelled {
 		// The agent itself is stopping, nobody cancelled the run.
 		final.State, final.Reason = StateFailed, "agent stopped during the run"
 	}
@@ -305,35 +322,33 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	lost := stale
 	mu.Unlock()
 	if lost {
-		stopUp()
-		<-upDone
 		final.Reason = ErrStaleLease.Error()
+		l.dropRun(log, a.AllocID, sp0.Stats())
 		return final
+	}
+	final.LastSeq = max(final.LastSeq, sp0.Stats().LastSeq)
+	e := runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq, Final: &final}
+	if err := l.writeLedger(e); err != nil {
+		// The run's end is still delivered now; only a restart before
+		// that would report it as interrupted.
+		log.Warn("recording the run's end", "err", err)
 	}
 	// Every record must be held by the broker before the final state, so
 	// a client that sees "succeeded" also sees the whole log.
 	drain := l.drainTimeout()
 	if ctx.Err() != nil {
 		// The agent is stopping: what the broker does not take now stays
-		// in the spool.
+		// in the spool, and the next start finishes it.
 		drain = min(drain, 5*time.Second)
 	}
-	// The background uploader stops first: two loops uploading from one
-	// spool race on the broker's gap-free mark (one sees a lower held_through
-	// than the other already acknowledged and gives up), which ended runs
-	// "succeeded" with records still in the spool. Drain alone finishes.
-	stopUp()
-	<-upDone
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-	derr := up.Drain(dctx)
-	cancel()
-	if derr != nil {
-		log.Warn("not every record reached the broker; they stay in the spool", "err", derr)
+	done, err := l.deliver(context.WithoutCancel(ctx), log, e, up, drain)
+	if done {
+		return final
 	}
-	if err := edge(context.WithoutCancel(ctx), final, drain); err != nil {
-		log.Warn("reporting the final state", "state", final.State, "err", err)
-	}
-	log.Info("run ended", "state", final.State, "reason", final.Reason, "last_seq", final.LastSeq)
+	log.Warn("the broker does not hold every record yet: the final state waits with the spool and is retried in the background", "state", final.State, "err", err)
+	spoolOpen = false
+	sp0.Close()
+	l.finishLater(ctx, e)
 	return final
 }
 

@@ -34,6 +34,16 @@ type memSource struct {
 	staleAfter int
 	running    int
 	work       chan *Assignment
+	// uploadErr is returned by every Upload while set (a broker away).
+	uploadErr error
+	// heldAtEnd is how many records were held when a terminal state came.
+	heldAtEnd int
+}
+
+func (m *memSource) setUploadErr(err error) {
+	m.mu.Lock()
+	m.uploadErr = err
+	m.mu.Unlock()
 }
 
 func newMemSource() *memSource {
@@ -62,6 +72,9 @@ func (m *memSource) UpdateAllocation(_ context.Context, u AllocUpdate) (bool, er
 	}
 	if n := len(m.updates); n == 0 || m.updates[n-1].State != u.State {
 		m.updates = append(m.updates, u)
+		if u.State == StateSucceeded || u.State == StateFailed || u.State == StateCancelled {
+			m.heldAtEnd = len(m.recs)
+		}
 	}
 	return m.cancelAfter > 0 && m.running > m.cancelAfter, nil
 }
@@ -71,6 +84,9 @@ func (m *memSource) Sink(*Assignment) uploader.Sink { return m }
 func (m *memSource) Upload(_ context.Context, _ string, recs []spool.Record) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.uploadErr != nil {
+		return 0, m.uploadErr
+	}
 	for _, r := range recs {
 		if _, ok := m.recs[r.Seq]; !ok {
 			m.recs[r.Seq] = r

@@ -81,7 +81,10 @@ func (b *brokerSource) UpdateAllocation(ctx context.Context, u AllocUpdate) (boo
 		Reason: u.Reason, ExitCode: int32(u.ExitCode), Attempts: int32(u.Attempts), Restarts: int32(u.Restarts), LastSeq: u.LastSeq,
 	}))
 	if err != nil {
-		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+		switch connect.CodeOf(err) {
+		case connect.CodeFailedPrecondition, connect.CodeNotFound:
+			// Moved to another lease, or gone from the broker: either
+			// way no update from this node will be taken.
 			return false, fmt.Errorf("%w: %s", ErrStaleLease, api.Describe(err))
 		}
 		return false, fmt.Errorf("updating %s to %s: %s", u.AllocID, u.State, api.Describe(err))
@@ -110,6 +113,14 @@ func (s *recordSink) Upload(ctx context.Context, allocID string, recs []spool.Re
 	}
 	resp, err := s.b.c.UploadRecords(ctx, connect.NewRequest(req))
 	if err != nil {
+		switch connect.CodeOf(err) {
+		case connect.CodeFailedPrecondition:
+			// The run belongs to another lease now: its records never will
+			// be taken from this one.
+			return 0, fmt.Errorf("uploading records of %s: %w: %w: %s", allocID, uploader.ErrRefused, ErrStaleLease, api.Describe(err))
+		case connect.CodeNotFound:
+			return 0, fmt.Errorf("uploading records of %s: %w: %s", allocID, uploader.ErrRefused, api.Describe(err))
+		}
 		return 0, fmt.Errorf("uploading records of %s: %s", allocID, api.Describe(err))
 	}
 	if resp.Msg.HeldThrough < s.offset {

@@ -382,6 +382,7 @@ func (g *nanGuard) tripped() (int64, float64, time.Time, bool) {
 // poisoned weights the restart is meant to escape. Hidden and *.tmp
 // entries (still being written) are ignored; ties go to the larger name.
 func newestCheckpoint(dir string, before time.Time) (string, error) {
+	const mtimeSlack = 20 * time.Millisecond
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -401,7 +402,12 @@ func newestCheckpoint(dir string, before time.Time) (string, error) {
 			continue
 		}
 		t := info.ModTime()
-		if !before.IsZero() && !t.Before(before) {
+		// File times come from the kernel's coarse clock, which lags
+		// the clock the job stamps its metrics with by up to a tick
+		// (4 ms at HZ=250): a checkpoint saved just after the bad step
+		// can carry an earlier time than the step. Within the slack, a
+		// checkpoint counts as saved after it.
+		if !before.IsZero() && !t.Before(before.Add(-mtimeSlack)) {
 			continue
 		}
 		if best == "" || t.After(bestT) || (t.Equal(bestT) && n > filepath.Base(best)) {

@@ -10,6 +10,7 @@ package uploader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -28,6 +29,12 @@ type Sink interface {
 	// nothing is known to be held; the uploader retries with backoff.
 	Upload(ctx context.Context, allocID string, recs []spool.Record) (heldThrough uint64, err error)
 }
+
+// ErrRefused is what a Sink wraps when the other side refuses the run's
+// records for good (the run was moved to another node, or is unknown
+// there): retrying cannot help, so the uploader stops with it instead of
+// retrying until its context ends.
+var ErrRefused = errors.New("the control plane refuses this run's records")
 
 // Uploader drains one run's spool into a Sink.
 type Uploader struct {
@@ -119,6 +126,9 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, ErrRefused) {
+				return fmt.Errorf("uploading run %s: %w", u.AllocID, err)
 			}
 			log.Warn("uploading run records failed; retrying", "alloc", u.AllocID, "records", len(recs), "first_seq", recs[0].Seq, "retry_in", backoff, "err", err)
 			if err := wait(ctx, backoff, nil); err != nil {

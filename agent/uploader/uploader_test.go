@@ -41,6 +41,9 @@ func (s *store) Upload(_ context.Context, alloc string, recs []spool.Record) (ui
 	if mode == "down" {
 		return 0, errors.New("connection refused")
 	}
+	if mode == "refused" {
+		return 0, fmt.Errorf("lease moved: %w", uploader.ErrRefused)
+	}
 	if mode == "half" {
 		recs = recs[:(len(recs)+1)/2]
 	}
@@ -206,6 +209,8 @@ func TestSinkContractViolations(t *testing.T) {
 	}{
 		{"claims more than sent", func(st *store) { st.overclaim = true }, "claims to hold seq 15, but only 5 were sent"},
 		{"lost acknowledged records", func(st *store) {}, "the sink lost records it acknowledged"},
+		// Without the stop, Drain would retry until its context ends.
+		{"refuses the run for good", func(st *store) { st.fail = func(int) string { return "refused" } }, "lease moved: the control plane refuses"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -231,6 +236,9 @@ func TestSinkContractViolations(t *testing.T) {
 			err = u.Drain(context.Background())
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+			if strings.HasPrefix(tt.name, "refuses") && !errors.Is(err, uploader.ErrRefused) {
+				t.Errorf("error %v does not wrap ErrRefused", err)
 			}
 		})
 	}

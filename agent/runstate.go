@@ -1,0 +1,231 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/agent/uploader"
+	"github.com/gpupass/gpupass/internal/fsutil"
+)
+
+// A run's end reaches the broker in one order: every spooled record
+// first, then the final state. A client that sees "succeeded" must find
+// the whole log, so while the broker does not hold every record (it is
+// restarting, the network is down, the agent itself was killed) the final
+// state waits with the spool, on disk. The ledger, StateDir/spool/<alloc>.json
+// next to the spool, says which lease the run was under and, once the run
+// ended, how; a restarted agent reads every ledger it finds and finishes
+// the delivery, so runs it ran before (ended or not) are never left
+// half-reported.
+
+// runLedger is one ledger file.
+type runLedger struct {
+	AllocID        string `json:"alloc_id"`
+	FencingToken   uint64 `json:"fencing_token"`
+	ResumeAfterSeq uint64 `json:"resume_after_seq,omitempty"`
+	// Final is the run's end as the executor saw it; nil while the run
+	// goes on (or when the agent died under it).
+	Final *AllocUpdate `json:"final,omitempty"`
+}
+
+func (e runLedger) assignment() *Assignment {
+	return &Assignment{AllocID: e.AllocID, FencingToken: e.FencingToken, ResumeAfterSeq: e.ResumeAfterSeq}
+}
+
+func (l *RunLoop) spoolDir(id string) string   { return filepath.Join(l.StateDir, "spool", id) }
+func (l *RunLoop) ledgerPath(id string) string { return filepath.Join(l.StateDir, "spool", id+".json") }
+
+func (l *RunLoop) writeLedger(e runLedger) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("recording run %s: %w", e.AllocID, err)
+	}
+	if err := os.MkdirAll(filepath.Join(l.StateDir, "spool"), 0o700); err != nil {
+		return fmt.Errorf("recording run %s: %w", e.AllocID, err)
+	}
+	if err := fsutil.WriteFileAtomic(l.ledgerPath(e.AllocID), b, 0o600); err != nil {
+		return fmt.Errorf("recording run %s: %w", e.AllocID, err)
+	}
+	return nil
+}
+
+// dropRun forgets a run whose end the broker has (or will never take):
+// the ledger goes first, so a crash in between leaves only a spool
+// without a ledger, which nothing reads.
+func (l *RunLoop) dropRun(log *slog.Logger, id string, st spool.Stats) {
+	if st.Pending > 0 {
+		log.Warn("dropping records the broker will not take (the run is no longer this node's)", "records", st.Pending)
+	}
+	if err := os.Remove(l.ledgerPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("removing run ledger", "err", err)
+		return
+	}
+	if err := os.RemoveAll(l.spoolDir(id)); err != nil {
+		log.Warn("removing delivered spool", "err", err)
+	}
+}
+
+// send is one UpdateAllocation under the run's lease, its spool seq
+// shifted past what earlier nodes of the run delivered.
+func (l *RunLoop) send(ctx context.Context, a *Assignment, u AllocUpdate) (bool, error) {
+	u.AllocID, u.FencingToken = a.AllocID, a.FencingToken
+	if u.LastSeq > 0 {
+		u.LastSeq += a.ResumeAfterSeq
+	}
+	return l.Source.UpdateAllocation(ctx, u)
+}
+
+// edge sends a state edge, which must reach the broker even while it
+// restarts: every error but a refused lease is retried, for up to limit
+// (until ctx ends when limit <= 0).
+func (l *RunLoop) edge(ctx context.Context, log *slog.Logger, a *Assignment, u AllocUpdate, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	backoff := 100 * time.Millisecond
+	for {
+		_, err := l.send(ctx, a, u)
+		if err == nil || errors.Is(err, ErrStaleLease) || (limit > 0 && time.Now().After(deadline)) {
+			return err
+		}
+		log.Warn("allocation update failed; retrying", "state", u.State, "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// deliver uploads what the spool still holds (up may be nil: nothing
+// spooled) and then reports e.Final, each for up to limit (until ctx ends
+// when limit <= 0). done means the broker has the run's end, or refused
+// the lease for good; either way the run is forgotten here.
+func (l *RunLoop) deliver(ctx context.Context, log *slog.Logger, e runLedger, up *uploader.Uploader, limit time.Duration) (done bool, err error) {
+	a := e.assignment()
+	var st spool.Stats
+	if up != nil {
+		dctx, cancel := ctx, context.CancelFunc(func() {})
+		if limit > 0 {
+			dctx, cancel = context.WithTimeout(ctx, limit)
+		}
+		err := up.Drain(dctx)
+		cancel()
+		st = up.Spool.Stats()
+		switch {
+		case errors.Is(err, uploader.ErrRefused):
+			log.Warn("the broker refuses the run's records; its end is not reported from here", "err", err)
+			l.dropRun(log, e.AllocID, st)
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+	}
+	switch err := l.edge(ctx, log, a, *e.Final, limit); {
+	case errors.Is(err, ErrStaleLease):
+		log.Warn("the broker refused the final state", "state", e.Final.State, "err", err)
+	case err != nil:
+		return false, err
+	}
+	log.Info("run ended", "state", e.Final.State, "reason", e.Final.Reason, "last_seq", e.Final.LastSeq+e.ResumeAfterSeq)
+	l.dropRun(log, e.AllocID, spool.Stats{})
+	return true, nil
+}
+
+// finishLater delivers a run's end in the background until it is done or
+// ctx ends (the ledger then waits for the next start).
+func (l *RunLoop) finishLater(ctx context.Context, e runLedger) {
+	l.finishMu.Lock()
+	defer l.finishMu.Unlock()
+	if l.finishing == nil {
+		l.finishing = map[string]bool{}
+	}
+	if l.finishing[e.AllocID] || ctx.Err() != nil {
+		return
+	}
+	l.finishing[e.AllocID] = true
+	l.finishWG.Add(1)
+	go func() {
+		defer l.finishWG.Done()
+		defer func() {
+			l.finishMu.Lock()
+			delete(l.finishing, e.AllocID)
+			l.finishMu.Unlock()
+		}()
+		l.finish(ctx, e)
+	}()
+}
+
+// WaitFinished waits for background deliveries started by RunAssignment
+// (they end when done or when their context ends).
+func (l *RunLoop) WaitFinished() { l.finishWG.Wait() }
+
+func (l *RunLoop) finish(ctx context.Context, e runLedger) {
+	log := l.log().With("alloc", e.AllocID)
+	sp, err := spool.Open(l.spoolDir(e.AllocID), spool.Options{})
+	var up *uploader.Uploader
+	if err != nil {
+		// Records that cannot be read cannot be sent; the broker still
+		// learns how the run ended.
+		log.Error("opening the run's spool; reporting its end without the records it holds", "err", err)
+	} else {
+		defer sp.Close()
+		up = &uploader.Uploader{AllocID: e.AllocID, Spool: sp, Sink: l.Source.Sink(e.assignment()), Log: log}
+	}
+	if e.Final == nil {
+		// The agent died under the run (Pdeathsig took the command
+		// down with it): what the spool holds is all there is.
+		f := AllocUpdate{State: StateFailed, Reason: "agent restarted during the run: the command was stopped with it", ExitCode: -1}
+		if sp != nil {
+			f.LastSeq = sp.Stats().LastSeq
+		}
+		e.Final = &f
+		if err := l.writeLedger(e); err != nil {
+			log.Warn("recording the run's end", "err", err)
+		}
+	}
+	log.Info("delivering the end of a run taken before", "state", e.Final.State, "pending", pending(sp))
+	if done, err := l.deliver(ctx, log, e, up, 0); !done {
+		log.Info("the run's end is still not delivered; the next start retries", "err", err)
+	}
+}
+
+func pending(sp *spool.Spool) uint64 {
+	if sp == nil {
+		return 0
+	}
+	return sp.Stats().Pending
+}
+
+// resumeRuns starts delivering every run a ledger names.
+func (l *RunLoop) resumeRuns(ctx context.Context) {
+	names, err := filepath.Glob(filepath.Join(l.StateDir, "spool", "alloc-*.json"))
+	if err != nil {
+		l.log().Warn("listing run ledgers", "err", err)
+		return
+	}
+	sort.Strings(names)
+	for _, path := range names {
+		b, err := os.ReadFile(path)
+		var e runLedger
+		if err == nil {
+			err = json.Unmarshal(b, &e)
+		}
+		if err == nil && e.AllocID != strings.TrimSuffix(filepath.Base(path), ".json") {
+			err = fmt.Errorf("names run %q", e.AllocID)
+		}
+		if err != nil {
+			l.log().Error("skipping unreadable run ledger; move it away to silence this", "path", path, "err", err)
+			continue
+		}
+		l.finishLater(ctx, e)
+	}
+}

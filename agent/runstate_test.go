@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/agent/uploader"
+)
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (m *memSource) held() (n, atEnd int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.recs), m.heldAtEnd
+}
+
+func newTestLoop(src *memSource, dir string) *RunLoop {
+	return &RunLoop{
+		Source: src, AgentID: func() string { return "agent-1" },
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		StateDir: dir, UpdateEvery: 20 * time.Millisecond, DrainTimeout: 300 * time.Millisecond, Retry: 20 * time.Millisecond,
+	}
+}
+
+// gone reports whether the run's ledger and spool were removed.
+func gone(dir, id string) bool {
+	_, e1 := os.Stat(filepath.Join(dir, "spool", id+".json"))
+	_, e2 := os.Stat(filepath.Join(dir, "spool", id))
+	return errors.Is(e1, os.ErrNotExist) && errors.Is(e2, os.ErrNotExist)
+}
+
+// TestFinalStateWaitsForTheSpool: while the broker does not hold every
+// record, no terminal state is reported; once it takes them (later, or
+// after the agent restarted) the final state follows, with the whole log
+// held, and the run's spool and ledger are gone.
+func TestFinalStateWaitsForTheSpool(t *testing.T) {
+	t.Parallel()
+	const id = "alloc-0000f1a1"
+	job := &Assignment{AllocID: id, FencingToken: 3, Command: []string{"sh", "-c", "for i in $(seq 1 500); do echo line $i; done"}}
+	brokerAway := errors.New("broker unavailable")
+	tests := []struct {
+		name    string
+		restart bool // the agent stops before the broker is back
+	}{
+		{name: "broker back while the agent runs"},
+		{name: "broker back after the agent restarted", restart: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			src := newMemSource()
+			src.setUploadErr(brokerAway)
+			l := newTestLoop(src, dir)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			a := *job
+			final := l.RunAssignment(ctx, &a)
+			if final.State != StateSucceeded {
+				t.Fatalf("run ended %s (%s)", final.State, final.Reason)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if diff := cmp.Diff([]AllocState{StateStarting, StateRunning}, src.states()); diff != "" {
+				t.Fatalf("states reported while the broker holds nothing (-want +got):\n%s", diff)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "spool", id+".json")); err != nil {
+				t.Fatalf("no ledger for the undelivered run: %v", err)
+			}
+			if tc.restart {
+				cancel()
+				l.WaitFinished()
+				src.setUploadErr(nil)
+				time.Sleep(100 * time.Millisecond)
+				if got := src.states(); len(got) != 2 {
+					t.Fatalf("a stopped agent reported %v", got)
+				}
+				l = newTestLoop(src, dir)
+				ctx, cancel = context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan error, 1)
+				go func() { done <- l.Run(ctx) }()
+				defer func() { cancel(); <-done }()
+			} else {
+				src.setUploadErr(nil)
+			}
+			waitUntil(t, "the final state", func() bool { return len(src.states()) == 3 })
+			if diff := cmp.Diff([]AllocState{StateStarting, StateRunning, StateSucceeded}, src.states()); diff != "" {
+				t.Errorf("states (-want +got):\n%s", diff)
+			}
+			n, atEnd := src.held()
+			if atEnd != n || uint64(n) != final.LastSeq || n < 500 {
+				t.Errorf("held %d records when the final state came, %d in all, last seq %d", atEnd, n, final.LastSeq)
+			}
+			if msgs := src.messages(t); !contains(msgs, "line 500") {
+				t.Errorf("the last output line is not held")
+			}
+			waitUntil(t, "the spool and ledger to go", func() bool { return gone(dir, id) })
+		})
+	}
+}
+
+// TestRestartFinishesRunsFromBefore: an agent that died under a run (or
+// whose lease moved on meanwhile) finds the run's ledger on start.
+func TestRestartFinishesRunsFromBefore(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		ledger     runLedger
+		uploadErr  error
+		wantStates []AllocState
+		wantReason string
+		wantHeld   int
+	}{
+		{
+			name:       "agent killed mid-run: records sent, then failed",
+			ledger:     runLedger{AllocID: "alloc-0000dead", FencingToken: 2},
+			wantStates: []AllocState{StateFailed},
+			wantReason: "agent restarted during the run",
+			wantHeld:   3,
+		},
+		{
+			name:       "run ended before the restart: records sent, then its own end",
+			ledger:     runLedger{AllocID: "alloc-0000e0d0", FencingToken: 2, Final: &AllocUpdate{State: StateSucceeded, Reason: "exited with status 0", LastSeq: 3}},
+			wantStates: []AllocState{StateSucceeded},
+			wantReason: "exited with status 0",
+			wantHeld:   3,
+		},
+		{
+			name:      "lease moved to another node: nothing reported, spool dropped",
+			ledger:    runLedger{AllocID: "alloc-0000a0a0", FencingToken: 2},
+			uploadErr: fmt.Errorf("uploading: %w: %w", uploader.ErrRefused, ErrStaleLease),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			sp, err := spool.Open(filepath.Join(dir, "spool", tc.ledger.AllocID), spool.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if _, _, err := sp.Append(spool.Record{Kind: spool.KindEvent, Data: fmt.Appendf(nil, `{"level":"INFO","component":"stdout","message":"before %d"}`, i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sp.Close()
+			src := newMemSource()
+			src.setUploadErr(tc.uploadErr)
+			l := newTestLoop(src, dir)
+			if err := l.writeLedger(tc.ledger); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- l.Run(ctx) }()
+			waitUntil(t, "the spool and ledger to go", func() bool { return gone(dir, tc.ledger.AllocID) })
+			cancel()
+			<-done
+			if diff := cmp.Diff(tc.wantStates, src.states()); diff != "" {
+				t.Fatalf("states (-want +got):\n%s", diff)
+			}
+			n, atEnd := src.held()
+			if n != tc.wantHeld || (len(tc.wantStates) > 0 && atEnd != tc.wantHeld) {
+				t.Errorf("held %d records (%d at the final state), want %d", n, atEnd, tc.wantHeld)
+			}
+			if len(tc.wantStates) > 0 {
+				u := src.updates[len(src.updates)-1]
+				if !strings.Contains(u.Reason, tc.wantReason) || u.LastSeq != 3 || u.FencingToken != 2 {
+					t.Errorf("final update %+v, want reason %q, last seq 3, token 2", u, tc.wantReason)
+				}
+			}
+		})
+	}
+}
