@@ -46,6 +46,10 @@ type Config struct {
 	// calls before it is read again (default 500 ms). Writes through this
 	// broker drop it at once; other replicas' writes show within the TTL.
 	SnapshotTTL time.Duration
+	// StartTimeout ends a run that sits in matched or starting this long
+	// without a word from its (heartbeating) node: an agent that took the
+	// lease and restarted, or one that never polls (default 2 minutes).
+	StartTimeout time.Duration
 }
 
 // Broker is the control plane service.
@@ -76,6 +80,10 @@ type Broker struct {
 	runs *runsState // wake-ups for long polls and log followers (runs.go)
 
 	mounts []mount
+
+	// started bounds the start timeout: agents could not report while
+	// this broker was down.
+	started time.Time
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -119,18 +127,22 @@ func New(cfg Config) *Broker {
 	if cfg.SnapshotTTL <= 0 {
 		cfg.SnapshotTTL = 500 * time.Millisecond
 	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 2 * time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	b := &Broker{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
-		tokens: tokenCache{m: map[string]cachedToken{}},
-		agents: map[string]*agentEntry{},
-		seen:   map[string]store.Heartbeat{},
-		dirty:  map[string]struct{}{},
-		online: map[string]bool{},
-		stop:   make(chan struct{}),
-		runs:   newRunsState(),
+		tokens:  tokenCache{m: map[string]cachedToken{}},
+		agents:  map[string]*agentEntry{},
+		seen:    map[string]store.Heartbeat{},
+		dirty:   map[string]struct{}{},
+		online:  map[string]bool{},
+		stop:    make(chan struct{}),
+		runs:    newRunsState(),
+		started: time.Now(),
 	}
 	b.wg.Add(3)
 	go b.every(b.cfg.FlushInterval, 10*time.Second, "writing heartbeats", b.flush)

@@ -189,8 +189,11 @@ func (b *Broker) superviseRuns(ctx context.Context) error {
 				b.log.Error("placing run", "alloc", a.ID, "err", err)
 			}
 		case store.AllocMatched, store.AllocStarting:
-			if !b.nodeOnline(snap, a.NodeID, now) {
+			switch {
+			case !b.nodeOnline(snap, a.NodeID, now):
 				b.nodeLost(ctx, rs, a, false)
+			case now.Sub(maxTime(a.UpdatedAt, b.started)) > b.cfg.StartTimeout:
+				b.startTimedOut(ctx, rs, a)
 			}
 		case store.AllocRunning:
 			if !b.nodeOnline(snap, a.NodeID, now) {
@@ -247,6 +250,53 @@ func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, 
 }
 
 var errMoved = errors.New("allocation changed meanwhile")
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// startTimedOut ends a run whose node is alive but silent about it: in
+// matched the node never took it (it is placed on the next candidate, as
+// for a node lost before start); in starting the node took the lease and
+// then said nothing (an agent restarted under it, a hung runtime-init),
+// and the run fails. The agent's watcher updates every second through
+// runtime-init, so a slow but live start never gets here. Either way the
+// node's launch counts as failed in its 24 h rate.
+func (b *Broker) startTimedOut(ctx context.Context, rs store.Runs, seen store.Alloc) {
+	node, limit := seen.NodeID, b.cfg.StartTimeout
+	a, err := rs.UpdateAlloc(ctx, seen.ID, func(a *store.Alloc) error {
+		if a.State != seen.State || a.Fence != seen.Fence {
+			return errMoved
+		}
+		if a.State == store.AllocMatched {
+			a.Replaced = append(a.Replaced, node)
+			a.State, a.NodeID, a.ScoreJSON = store.AllocPending, "", nil
+			a.Reason = fmt.Sprintf("node %s did not take the run within %s; re-placing", node, limit)
+			return nil
+		}
+		a.State, a.FinishedAt, a.ExitCode = store.AllocFailed, time.Now().UTC(), -1
+		a.Reason = fmt.Sprintf("start timed out: node %s took the run but reported nothing for %s (its agent restarted, or runtime-init hung)", node, limit)
+		return nil
+	})
+	if errors.Is(err, errMoved) {
+		return
+	}
+	if err != nil {
+		b.log.Error("timing out run start", "alloc", seen.ID, "err", err)
+		return
+	}
+	b.log.Warn("run start timed out", "alloc", a.ID, "node", node, "was", seen.State, "now", a.State)
+	b.recordLaunch(ctx, store.Launch{NodeID: node, At: time.Now().UTC(), Failed: true, Reason: "start timed out in " + string(seen.State), AllocID: a.ID})
+	b.runs.notify()
+	if a.State == store.AllocPending {
+		if _, err := b.place(ctx, rs, a.ID); err != nil {
+			b.log.Error("re-placing run", "alloc", a.ID, "err", err)
+		}
+	}
+}
 
 func (b *Broker) recordLaunch(ctx context.Context, l store.Launch) {
 	if err := b.store.RecordLaunch(ctx, l); err != nil {

@@ -618,3 +618,81 @@ func TestResumeElsewhere(t *testing.T) {
 		t.Fatalf("upload after resume: %d, %v", held, err)
 	}
 }
+
+// TestStartTimeout: a live node that never takes its run loses it to the
+// next candidate; one that took the lease and went quiet (its agent
+// restarted) fails the run with a reason. Both count as failed launches.
+func TestStartTimeout(t *testing.T) {
+	t.Parallel()
+	for _, kind := range brokertest.Stores {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			cfg := brokertest.Fast()
+			cfg.StartTimeout = 1500 * time.Millisecond
+			b := brokertest.Start(t, brokertest.NewDB(t, kind), cfg)
+			agentTok := b.Token(t, store.RoleAgent, "*")
+			first := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 20))
+			second := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 22))
+			first.keepAlive(t)
+			second.keepAlive(t)
+			c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+
+			run := submit(t, c, "us-west-2", nil)
+			if run.NodeId != first.ID {
+				t.Fatalf("placed on %s, want the cheaper %s", run.NodeId, first.ID)
+			}
+			// first beats but never polls: the run moves to second.
+			moved := waitRun(t, c, run.Id, "re-placed", func(r *gpupassv1.Run) bool { return r.NodeId == second.ID })
+			if !cmp.Equal(moved.ReplacedNodes, []string{first.ID}) || moved.FencingToken != 2 {
+				t.Errorf("re-placed run: replaced %v, token %d", moved.ReplacedNodes, moved.FencingToken)
+			}
+			as := second.poll(t, 5)
+			if as == nil || as.AllocId != run.Id {
+				t.Fatalf("second's assignment = %v", as)
+			}
+			if _, err := second.update(as, gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			// second took the lease and goes quiet while beating.
+			failed := waitRun(t, c, run.Id, "failed", func(r *gpupassv1.Run) bool { return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED })
+			if !strings.HasPrefix(failed.Reason, "start timed out: node "+second.ID+" took the run but reported nothing for 1.5s") {
+				t.Errorf("reason = %q", failed.Reason)
+			}
+			if _, err := second.update(as, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); brokertest.Code(err) != connect.CodeFailedPrecondition {
+				t.Errorf("late running update: err = %v, want failed_precondition", err)
+			}
+			nodes, err := b.Clients(t, b.Token(t, store.RoleRead, "*")).Node.ListNodes(context.Background(),
+				connect.NewRequest(&gpupassv1.ListNodesRequest{IncludeOffline: true}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, n := range nodes.Msg.Nodes {
+				got[n.Id] = n.Health.LaunchFailures_24H
+			}
+			if diff := cmp.Diff(map[string]int64{first.ID: 1, second.ID: 1}, got); diff != "" {
+				t.Errorf("launch failures in 24 h (-want +got):\n%s", diff)
+			}
+
+			// A start that keeps reporting (runtime-init taking long) is
+			// not timed out. (first and second now score too low for it.)
+			w := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 20))
+			w.keepAlive(t)
+			run2 := submit(t, c, "us-west-2", nil)
+			if run2.NodeId != w.ID {
+				t.Fatalf("run placed on %q (%s), want the node without failed launches", run2.NodeId, run2.Reason)
+			}
+			as2 := w.poll(t, 5)
+			end := time.Now().Add(3 * time.Second)
+			for time.Now().Before(end) {
+				if _, err := w.update(as2, gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0); err != nil {
+					t.Fatalf("a start that keeps reporting was ended: %v", err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if r := getRun(t, c, run2.Id); r.State != gpupassv1.AllocState_ALLOC_STATE_STARTING {
+				t.Errorf("run = %s (%s), want still starting", r.State, r.Reason)
+			}
+		})
+	}
+}

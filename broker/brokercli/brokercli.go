@@ -101,6 +101,7 @@ type ServeOptions struct {
 	TLSCert, TLSKey   string
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
+	StartTimeout      time.Duration
 	Logger            *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
@@ -114,6 +115,7 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.TLSKey, "tls-key", "", "TLS private key (PEM)")
 	f.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "interval agents are told to heartbeat at")
 	f.DurationVar(&o.OfflineAfter, "offline-after", 30*time.Second, "mark a node offline after this long without a heartbeat")
+	f.DurationVar(&o.StartTimeout, "start-timeout", 2*time.Minute, "end a run left in matched or starting this long without a word from its node")
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -146,7 +148,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", o.Listen, err)
 	}
-	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter})
+	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"
