@@ -42,6 +42,10 @@ type Assignment struct {
 	// was lost: the broker holds seq 1..ResumeAfterSeq already, and this
 	// node's records follow them (its spool still counts from 1).
 	ResumeAfterSeq uint64
+	// ResumeCheckpointName and ResumeCheckpoint are the newest checkpoint
+	// the lost node shipped; the command starts from it.
+	ResumeCheckpointName string
+	ResumeCheckpoint     []byte
 }
 
 // AllocState is a state the agent reports for an allocation.
@@ -215,6 +219,12 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 			return fail(err.Error())
 		}
 	}
+	resumeFrom := ""
+	if a.ResumeCheckpointName != "" {
+		if resumeFrom, err = placeCheckpoint(workDir, a.ResumeCheckpointName, a.ResumeCheckpoint); err != nil {
+			return fail(err.Error())
+		}
+	}
 	sp0, err := spool.Open(filepath.Join(l.StateDir, "spool", a.AllocID), spool.Options{})
 	if err != nil {
 		return fail(fmt.Sprintf("opening spool: %v", err))
@@ -254,6 +264,10 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		mu    sync.Mutex
 		stale bool
 	)
+	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond}
+	if resumeFrom != "" {
+		ship.skip(resumeFrom)
+	}
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -268,6 +282,9 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 			case <-runCtx.Done():
 				return
 			case <-t.C:
+			}
+			if state.Load() == StateRunning {
+				ship.tick(time.Now())
 			}
 			cancel, err := update(runCtx, AllocUpdate{State: state.Load().(AllocState)})
 			switch {
@@ -292,7 +309,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 
 	job := executor.Job{
 		AllocID: a.AllocID, Region: a.Region, Command: a.Command, Spec: sp, WorkRoot: workRoot,
-		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace,
+		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom,
 	}
 	if l.CUDAHome != nil {
 		job.CUDAHome = l.CUDAHome()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
+	"github.com/gpupass/gpupass/internal/api"
 )
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -191,5 +193,55 @@ func TestRestartFinishesRunsFromBefore(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckpointsTravel: the newest checkpoint goes up with the run's
+// records, and a run resumed with a shipped checkpoint starts from it.
+func TestCheckpointsTravel(t *testing.T) {
+	t.Parallel()
+	src := newMemSource()
+	l := newTestLoop(src, t.TempDir())
+	l.DrainTimeout = 10 * time.Second
+	big := strings.Repeat("w", api.CheckpointChunk+10) // two chunks
+	job := `d="$GPUPASS_CHECKPOINT_DIR"; mkdir -p "$d"
+echo step-1 > "$d/ckpt-1.pt"; sleep 0.8
+head -c ` + strconv.Itoa(len(big)) + ` /dev/zero | tr '\0' w > "$d/ckpt-2.pt.tmp"; mv "$d/ckpt-2.pt.tmp" "$d/ckpt-2.pt"; sleep 1.2`
+	a := &Assignment{AllocID: "alloc-0000c0c0", FencingToken: 1, Command: []string{"sh", "-c", job}}
+	final := l.RunAssignment(context.Background(), a)
+	if final.State != StateSucceeded {
+		t.Fatalf("run ended %s (%s)", final.State, final.Reason)
+	}
+	var asm api.CheckpointAssembler
+	src.mu.Lock()
+	for seq := uint64(1); seq <= uint64(len(src.recs)); seq++ {
+		if r := src.recs[seq]; r.Kind == spool.KindCheckpoint {
+			if err := asm.Add(r.Data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	src.mu.Unlock()
+	if name, data := asm.Newest(); name != "ckpt-2.pt" || string(data) != big {
+		t.Fatalf("newest shipped checkpoint = %q (%d bytes), want ckpt-2.pt (%d bytes)", name, len(data), len(big))
+	}
+	if final.LastSeq != uint64(len(src.recs)) {
+		t.Errorf("final last seq %d, %d records held", final.LastSeq, len(src.recs))
+	}
+
+	src2 := newMemSource()
+	l2 := newTestLoop(src2, t.TempDir())
+	l2.DrainTimeout = 10 * time.Second
+	b := &Assignment{AllocID: "alloc-0000c0c0", FencingToken: 2, ResumeAfterSeq: 40, ResumeCheckpointName: "ckpt-2.pt", ResumeCheckpoint: []byte("weights"),
+		Command: []string{"sh", "-c", `echo "resume from $(basename "$GPUPASS_RESUME_FROM"): $(cat "$GPUPASS_RESUME_FROM")"`}}
+	if final := l2.RunAssignment(context.Background(), b); final.State != StateSucceeded {
+		t.Fatalf("resumed run ended %s (%s)", final.State, final.Reason)
+	}
+	if msgs := src2.messages(t); !contains(msgs, "resume from ckpt-2.pt: weights") {
+		t.Errorf("the resumed command did not start from the shipped checkpoint: %q", msgs)
+	}
+	bad := &Assignment{AllocID: "alloc-0000c0c1", FencingToken: 2, ResumeAfterSeq: 40, ResumeCheckpointName: "../evil", ResumeCheckpoint: []byte("x"), Command: []string{"true"}}
+	if final := l2.RunAssignment(context.Background(), bad); final.State != StateFailed || !strings.Contains(final.Reason, "plain file name") {
+		t.Errorf("checkpoint named ../evil: %s (%s)", final.State, final.Reason)
 	}
 }

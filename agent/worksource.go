@@ -62,6 +62,7 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, Command: m.Command,
 		Workdir: m.WorkdirArchive, Region: m.Region, MaxRestarts: int(m.MaxRestarts),
 		Grace: time.Duration(m.GraceSeconds) * time.Second, ResumeAfterSeq: m.ResumeAfterSeq,
+		ResumeCheckpointName: m.ResumeCheckpointName, ResumeCheckpoint: m.ResumeCheckpoint,
 	}, nil
 }
 

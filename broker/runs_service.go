@@ -102,7 +102,11 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 			if err != nil {
 				return nil, b.storeErr("reading work dir of "+a.ID, err)
 			}
-			return connect.NewResponse(&gpupassv1.PollWorkResponse{Assignment: assignment(a, w)}), nil
+			as := assignment(a, w)
+			if err := b.attachCheckpoint(ctx, rs, a, as); err != nil {
+				return nil, err
+			}
+			return connect.NewResponse(&gpupassv1.PollWorkResponse{Assignment: as}), nil
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -225,8 +229,8 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 	}
 	recs := make([]store.RunRecord, len(m.Records))
 	for i, r := range m.Records {
-		if r.Seq == 0 || (r.Kind != gpupassv1.RecordKind_RECORD_KIND_EVENT && r.Kind != gpupassv1.RecordKind_RECORD_KIND_METRIC) {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("records[%d]: seq must be >= 1 and kind EVENT or METRIC (got seq %d, kind %s)", i, r.Seq, r.Kind))
+		if r.Seq == 0 || (r.Kind != gpupassv1.RecordKind_RECORD_KIND_EVENT && r.Kind != gpupassv1.RecordKind_RECORD_KIND_METRIC && r.Kind != gpupassv1.RecordKind_RECORD_KIND_CHECKPOINT) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("records[%d]: seq must be >= 1 and kind EVENT, METRIC or CHECKPOINT (got seq %d, kind %s)", i, r.Seq, r.Kind))
 		}
 		recs[i] = store.RunRecord{Seq: r.Seq, Kind: store.RecordKind(r.Kind), Data: r.Data}
 	}
@@ -453,19 +457,26 @@ func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1
 				return b.storeErr("reading logs of "+m.AllocId, err)
 			}
 			resp := &gpupassv1.GetLogsResponse{}
+			read := after
 			for _, r := range recs {
 				if r.Seq > limit {
 					break
 				}
+				read = r.Seq
+				if r.Kind == store.RecordCheckpoint {
+					continue // file chunks are for a resuming node, not a log
+				}
 				resp.Records = append(resp.Records, &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data})
 			}
-			if len(resp.Records) == 0 {
+			if read == after {
 				break page
 			}
-			if err := stream.Send(resp); err != nil {
-				return err
+			if len(resp.Records) > 0 {
+				if err := stream.Send(resp); err != nil {
+					return err
+				}
 			}
-			after = resp.Records[len(resp.Records)-1].Seq
+			after = read
 		}
 		if !m.Follow {
 			return nil

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -599,13 +600,46 @@ func TestResumeElsewhere(t *testing.T) {
 	if _, err := first.update(as, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); err != nil {
 		t.Fatal(err)
 	}
-	if held, err := first.upload(as, records(1, 12)); err != nil || held != 12 {
+	// Two checkpoints travel among the records (the older one whole, the
+	// newer one in two chunks); a third is cut short by the loss.
+	recs := records(1, 12)
+	ckpt := func(seq uint64, data []byte) *gpupassv1.Record {
+		return &gpupassv1.Record{Seq: seq, Kind: gpupassv1.RecordKind_RECORD_KIND_CHECKPOINT, Data: data}
+	}
+	newer := bytes.Repeat([]byte("n"), api.CheckpointChunk+5)
+	nc := api.CheckpointChunks("ckpt-8.pt", newer)
+	cut := api.CheckpointChunks("ckpt-12.pt", bytes.Repeat([]byte("c"), api.CheckpointChunk+5))
+	recs[3] = ckpt(4, api.CheckpointChunks("ckpt-4.pt", []byte("older"))[0])
+	recs[7], recs[8] = ckpt(8, nc[0]), ckpt(9, nc[1])
+	recs[11] = ckpt(12, cut[0])
+	if held, err := first.upload(as, recs); err != nil || held != 12 {
 		t.Fatalf("upload: %d, %v", held, err)
 	}
-	// first goes silent mid-run: the run resumes on second after seq 12.
+	// first goes silent mid-run: the run resumes on second after seq 12,
+	// from the newest whole checkpoint.
 	as2 := second.poll(t, 20)
 	if as2 == nil || as2.AllocId != run.Id || as2.ResumeAfterSeq != 12 || as2.FencingToken != 2 {
 		t.Fatalf("resumed assignment = %v", as2)
+	}
+	if as2.ResumeCheckpointName != "ckpt-8.pt" || !bytes.Equal(as2.ResumeCheckpoint, newer) {
+		t.Errorf("resumed from %q (%d bytes), want ckpt-8.pt (%d bytes)", as2.ResumeCheckpointName, len(as2.ResumeCheckpoint), len(newer))
+	}
+	// Logs leave the file chunks out.
+	st, err := c.Run.GetLogs(context.Background(), connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, IncludeMetrics: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for st.Receive() {
+		for _, r := range st.Msg().Records {
+			seqs = append(seqs, r.Seq)
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint64{1, 2, 3, 5, 6, 7, 10, 11}, seqs); diff != "" {
+		t.Errorf("logs with metrics (-want +got):\n%s", diff)
 	}
 	got := getRun(t, c, run.Id)
 	if got.State != gpupassv1.AllocState_ALLOC_STATE_MATCHED || got.NodeId != second.ID {

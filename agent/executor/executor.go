@@ -61,6 +61,9 @@ type Job struct {
 	// BaseEnv is the environment the job's own variables are added to
 	// (default os.Environ()).
 	BaseEnv []string
+	// ResumeFrom is a checkpoint the first attempt starts from (a run
+	// resumed on this node after its node was lost).
+	ResumeFrom string
 }
 
 // Executor runs jobs.
@@ -210,7 +213,11 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 	}
 
 	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20, off: metricsStart}
-	resume := ""
+	resume := job.ResumeFrom
+	if resume != "" {
+		rec.event(events.Info, events.ExecutorComp, "starting from checkpoint "+resume+" (the run resumes here after its node was lost)",
+			map[string]string{"resume_from": resume})
+	}
 	restarts := 0
 	for attempt := 1; ; attempt++ {
 		attemptEnv := append(env[:len(env):len(env)], EnvAttempt+"="+strconv.Itoa(attempt))

@@ -48,6 +48,8 @@ type Kind uint8
 const (
 	KindEvent  Kind = 1
 	KindMetric Kind = 2
+	// KindCheckpoint is a chunk of a checkpoint file (internal/api).
+	KindCheckpoint Kind = 3
 )
 
 // Record is one spooled item. Data is opaque to the spool (the executor

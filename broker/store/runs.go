@@ -75,6 +75,8 @@ type RecordKind int
 const (
 	RecordEvent  RecordKind = 1
 	RecordMetric RecordKind = 2
+	// RecordCheckpoint is a chunk of a checkpoint file (internal/api).
+	RecordCheckpoint RecordKind = 3
 )
 
 // RunRecord is one event or metric point of a run, by per-run seq.

@@ -107,6 +107,10 @@ const (
 	RecordKind_RECORD_KIND_UNSPECIFIED RecordKind = 0
 	RecordKind_RECORD_KIND_EVENT       RecordKind = 1 // data: JSON of internal/events.Event
 	RecordKind_RECORD_KIND_METRIC      RecordKind = 2 // data: JSON of internal/events.Metric
+	// data: one chunk of the run's newest checkpoint file, so a run lost
+	// mid-run can resume on another node from it (--resume-elsewhere):
+	// a JSON header line {"name","size","sha256","offset"} then the bytes.
+	RecordKind_RECORD_KIND_CHECKPOINT RecordKind = 3
 )
 
 // Enum value maps for RecordKind.
@@ -115,11 +119,13 @@ var (
 		0: "RECORD_KIND_UNSPECIFIED",
 		1: "RECORD_KIND_EVENT",
 		2: "RECORD_KIND_METRIC",
+		3: "RECORD_KIND_CHECKPOINT",
 	}
 	RecordKind_value = map[string]int32{
 		"RECORD_KIND_UNSPECIFIED": 0,
 		"RECORD_KIND_EVENT":       1,
 		"RECORD_KIND_METRIC":      2,
+		"RECORD_KIND_CHECKPOINT":  3,
 	}
 )
 
@@ -267,8 +273,15 @@ type Assignment struct {
 	// the records before it were already stored, the agent continues the
 	// sequence after it.
 	ResumeAfterSeq uint64 `protobuf:"varint,11,opt,name=resume_after_seq,json=resumeAfterSeq,proto3" json:"resume_after_seq,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The newest checkpoint the lost node shipped (complete, digest
+	// checked) before resume_after_seq; the agent puts it in the run's
+	// checkpoint dir and starts the command with GPUPASS_RESUME_FROM on it.
+	// Empty when none was shipped. Field numbers from 20 on are this
+	// feature's.
+	ResumeCheckpointName string `protobuf:"bytes,20,opt,name=resume_checkpoint_name,json=resumeCheckpointName,proto3" json:"resume_checkpoint_name,omitempty"`
+	ResumeCheckpoint     []byte `protobuf:"bytes,21,opt,name=resume_checkpoint,json=resumeCheckpoint,proto3" json:"resume_checkpoint,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
@@ -376,6 +389,20 @@ func (x *Assignment) GetResumeAfterSeq() uint64 {
 		return x.ResumeAfterSeq
 	}
 	return 0
+}
+
+func (x *Assignment) GetResumeCheckpointName() string {
+	if x != nil {
+		return x.ResumeCheckpointName
+	}
+	return ""
+}
+
+func (x *Assignment) GetResumeCheckpoint() []byte {
+	if x != nil {
+		return x.ResumeCheckpoint
+	}
+	return nil
 }
 
 type UpdateAllocationRequest struct {
@@ -1732,7 +1759,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10PollWorkResponse\x126\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x16.gpupass.v1.AssignmentR\n" +
-	"assignment\"\xf1\x02\n" +
+	"assignment\"\xd4\x03\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12#\n" +
@@ -1746,7 +1773,9 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\fmax_restarts\x18\t \x01(\x05R\vmaxRestarts\x12#\n" +
 	"\rgrace_seconds\x18\n" +
 	" \x01(\x05R\fgraceSeconds\x12(\n" +
-	"\x10resume_after_seq\x18\v \x01(\x04R\x0eresumeAfterSeq\"\xaa\x02\n" +
+	"\x10resume_after_seq\x18\v \x01(\x04R\x0eresumeAfterSeq\x124\n" +
+	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
+	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\xaa\x02\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
@@ -1861,12 +1890,13 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x13ALLOC_STATE_RUNNING\x10\x04\x12\x19\n" +
 	"\x15ALLOC_STATE_SUCCEEDED\x10\x05\x12\x16\n" +
 	"\x12ALLOC_STATE_FAILED\x10\x06\x12\x19\n" +
-	"\x15ALLOC_STATE_CANCELLED\x10\a*X\n" +
+	"\x15ALLOC_STATE_CANCELLED\x10\a*t\n" +
 	"\n" +
 	"RecordKind\x12\x1b\n" +
 	"\x17RECORD_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RECORD_KIND_EVENT\x10\x01\x12\x16\n" +
-	"\x12RECORD_KIND_METRIC\x10\x022\x94\x02\n" +
+	"\x12RECORD_KIND_METRIC\x10\x02\x12\x1a\n" +
+	"\x16RECORD_KIND_CHECKPOINT\x10\x032\x94\x02\n" +
 	"\x10AgentWorkService\x12G\n" +
 	"\bPollWork\x12\x1b.gpupass.v1.PollWorkRequest\x1a\x1c.gpupass.v1.PollWorkResponse\"\x00\x12_\n" +
 	"\x10UpdateAllocation\x12#.gpupass.v1.UpdateAllocationRequest\x1a$.gpupass.v1.UpdateAllocationResponse\"\x00\x12V\n" +
