@@ -134,7 +134,7 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		PricePerHour: a.PricePerHour, SpecFingerprint: a.SpecFingerprint, Command: a.Command, ExitCode: int32(a.ExitCode),
 		Attempts: int32(a.Attempts), Restarts: int32(a.Restarts), HeldThrough: a.HeldThrough, FencingToken: a.Fence,
 		CancelRequested: a.CancelRequested, Simulated: a.Simulated, MaxPrice: a.MaxPrice, ResumeElsewhere: a.ResumeElsewhere,
-		ReplacedNodes:   a.Replaced,
+		ReplacedNodes: a.Replaced, LastSeq: a.LastSeq,
 		CreatedUnixNano: nsOf(a.CreatedAt), UpdatedUnixNano: nsOf(a.UpdatedAt), StartedUnixNano: nsOf(a.StartedAt), FinishedUnixNano: nsOf(a.FinishedAt),
 	}
 	if len(a.ScoreJSON) > 0 {

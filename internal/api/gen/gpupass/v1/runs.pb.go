@@ -964,6 +964,10 @@ type Run struct {
 	ResumeElsewhere  bool                   `protobuf:"varint,23,opt,name=resume_elsewhere,json=resumeElsewhere,proto3" json:"resume_elsewhere,omitempty"`
 	// Nodes tried before the current one, in order (lost before start).
 	ReplacedNodes []string `protobuf:"bytes,24,rep,name=replaced_nodes,json=replacedNodes,proto3" json:"replaced_nodes,omitempty"`
+	// Highest seq the agent said it spooled; with held_through equal to it
+	// (and a terminal state) the broker holds the run's whole log. Field
+	// numbers from 40 on are the runs fault work's.
+	LastSeq       uint64 `protobuf:"varint,40,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1164,6 +1168,13 @@ func (x *Run) GetReplacedNodes() []string {
 		return x.ReplacedNodes
 	}
 	return nil
+}
+
+func (x *Run) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
 }
 
 type GetRunRequest struct {
@@ -1817,7 +1828,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xc1\x06\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xdc\x06\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -1843,7 +1854,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x12finished_unix_nano\x18\x15 \x01(\x03R\x10finishedUnixNano\x12\x1b\n" +
 	"\tmax_price\x18\x16 \x01(\x01R\bmaxPrice\x12)\n" +
 	"\x10resume_elsewhere\x18\x17 \x01(\bR\x0fresumeElsewhere\x12%\n" +
-	"\x0ereplaced_nodes\x18\x18 \x03(\tR\rreplacedNodes\"*\n" +
+	"\x0ereplaced_nodes\x18\x18 \x03(\tR\rreplacedNodes\x12\x19\n" +
+	"\blast_seq\x18( \x01(\x04R\alastSeq\"*\n" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +

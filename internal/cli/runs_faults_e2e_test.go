@@ -1,0 +1,330 @@
+//go:build e2e
+
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// faultRegion holds only the agents this test starts, kills and restarts.
+const faultRegion = "ap-south-1"
+
+// resumeJob is a tiny trainer: steps 1..40, a checkpoint (holding its
+// step, written atomically) every 5 steps, resuming from
+// $GPUPASS_RESUME_FROM.
+const resumeJob = `start=0
+if [ -n "$GPUPASS_RESUME_FROM" ]; then start=$(cat "$GPUPASS_RESUME_FROM"); echo "trainer: resumed from step $start"; fi
+i=$((start+1))
+while [ $i -le 40 ]; do
+  echo "gpupass:metric {\"step\":$i,\"loss\":0.$((100-i))}"
+  if [ $((i % 5)) -eq 0 ]; then echo $i > "$GPUPASS_CHECKPOINT_DIR/ckpt-$i.tmp"; mv "$GPUPASS_CHECKPOINT_DIR/ckpt-$i.tmp" "$GPUPASS_CHECKPOINT_DIR/ckpt-$i"; fi
+  i=$((i+1))
+  sleep 0.3
+done
+echo "trainer: done at step 40"
+`
+
+type faultStack struct {
+	t     *testing.T
+	ctx   context.Context
+	stack *upstack.Stack
+	rc    *api.RunClients
+	nc    *api.Clients
+	work  string
+}
+
+// submit runs `gpupass --output json train` in the fault region and
+// returns the run.
+func (f *faultStack) submit(name string, flags []string, command ...string) *gpupassv1.Run {
+	f.t.Helper()
+	args := append([]string{"--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", faultRegion,
+		"--workdir", f.work, "--name", name}, flags...)
+	args = append(append(args, "--"), command...)
+	out, err := f.stack.Command(f.ctx, args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%v: %s", err, ee.Stderr)
+		}
+		f.t.Fatalf("gpupass train: %v\n%s", err, out)
+	}
+	var resp gpupassv1.ListRunsResponse
+	if err := protojson.Unmarshal(out, &resp); err != nil || len(resp.Runs) != 1 {
+		f.t.Fatalf("train --output json printed %q (%v)", out, err)
+	}
+	return resp.Runs[0]
+}
+
+func (f *faultStack) run(id string) *gpupassv1.Run {
+	f.t.Helper()
+	resp, err := f.rc.Run.GetRun(f.ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+	if err != nil {
+		f.t.Fatalf("GetRun %s: %v", id, err)
+	}
+	return resp.Msg.Run
+}
+
+func (f *faultStack) wait(id, what string, cond func(*gpupassv1.Run) bool) *gpupassv1.Run {
+	f.t.Helper()
+	var r *gpupassv1.Run
+	upstack.WaitFor(f.t, f.ctx, id+" "+what, func() bool {
+		r = f.run(id)
+		return cond(r)
+	})
+	return r
+}
+
+func terminalState(r *gpupassv1.Run) bool {
+	switch r.State {
+	case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
+		return true
+	}
+	return false
+}
+
+// nodeID is the broker's id of the agent with hostname, once certified.
+func (f *faultStack) nodeID(hostname string) string {
+	f.t.Helper()
+	var id string
+	upstack.WaitFor(f.t, f.ctx, hostname+" to be certified", func() bool {
+		resp, err := f.nc.Node.ListNodes(f.ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{}))
+		if err != nil {
+			return false
+		}
+		for _, n := range resp.Msg.Nodes {
+			if n.Hostname == hostname && n.Online {
+				id = n.Id
+				return true
+			}
+		}
+		return false
+	})
+	return id
+}
+
+// logs returns the run's events (seq and message) and metric steps.
+func (f *faultStack) logs(id string) (seqs []uint64, msgs []string, steps []int64) {
+	f.t.Helper()
+	st, err := f.rc.Run.GetLogs(f.ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id, IncludeMetrics: true}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for st.Receive() {
+		for _, r := range st.Msg().Records {
+			seqs = append(seqs, r.Seq)
+			switch r.Kind {
+			case gpupassv1.RecordKind_RECORD_KIND_EVENT:
+				var e events.Event
+				if err := e.UnmarshalJSON(r.Data); err != nil {
+					f.t.Fatalf("event %d: %v", r.Seq, err)
+				}
+				msgs = append(msgs, e.Message)
+			case gpupassv1.RecordKind_RECORD_KIND_METRIC:
+				var m events.Metric
+				if err := m.UnmarshalJSON(r.Data); err != nil {
+					f.t.Fatalf("metric %d: %v", r.Seq, err)
+				}
+				steps = append(steps, m.Step)
+			}
+		}
+	}
+	if err := st.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return seqs, msgs, steps
+}
+
+func anyContains(msgs []string, sub string) bool {
+	for _, m := range msgs {
+		if strings.Contains(m, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func pidAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// TestRealAgentFaults drives real gpupass-agent processes next to `gpupass
+// up`: kill -9 before the run starts (re-placed on the next candidate),
+// kill -9 mid-run of a chatty run and a restart (the restarted agent
+// sends what its spool still held, then reports the run), kill -9 mid-run
+// (node lost, the command dies with its agent), and --resume-elsewhere
+// (the run restarts on another node from the newest checkpoint the lost
+// node shipped).
+func TestRealAgentFaults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
+	cfg := stack.Config(t)
+	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := api.Dial(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "job.sh"), []byte(resumeJob), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &faultStack{t: t, ctx: ctx, stack: stack, rc: rc, nc: nc, work: work}
+
+	// Two nodes; the cheaper one is every run's first choice.
+	cheap := stack.StartAgent(t, "node-cheap", faultRegion, "--price-per-hour", "2.4")
+	other := stack.StartAgent(t, "node-other", faultRegion, "--price-per-hour", "2.5")
+	cheapID, otherID := f.nodeID("node-cheap"), f.nodeID("node-other")
+
+	t.Run("kill -9 before start: re-placed on the next candidate", func(t *testing.T) {
+		f.t = t
+		cheap.Kill9(t)
+		r := f.submit("before-start", nil, "sh", "-c", "echo hello from $GPUPASS_REGION")
+		if r.NodeId != cheapID {
+			t.Fatalf("placed on %s, want the cheaper %s (still counted online)", r.NodeId, cheapID)
+		}
+		r = f.wait(r.Id, "to succeed", terminalState)
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || r.NodeId != otherID || len(r.ReplacedNodes) != 1 || r.ReplacedNodes[0] != cheapID {
+			t.Fatalf("run = %s (%s) on %s, replaced %v; want succeeded on %s after %s", r.State, r.Reason, r.NodeId, r.ReplacedNodes, otherID, cheapID)
+		}
+		if _, msgs, _ := f.logs(r.Id); !anyContains(msgs, "hello from "+faultRegion) {
+			t.Errorf("the output line is not in the log: %q", msgs)
+		}
+		resp, err := nc.Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{IncludeOffline: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range resp.Msg.Nodes {
+			if n.Id == cheapID && n.Health.LaunchFailures_24H != 1 {
+				t.Errorf("the lost launch does not count against %s: %d failures in 24 h", cheapID, n.Health.LaunchFailures_24H)
+			}
+		}
+	})
+
+	t.Run("kill -9 mid-run, restart: the spool is sent, then the end", func(t *testing.T) {
+		f.t = t
+		// 1M lines spool far faster than they upload: at the kill the
+		// broker holds only part of them.
+		r := f.submit("chatty", nil, "sh", "-c", "seq 1 1000000; exec sleep 600")
+		if r.NodeId != otherID {
+			t.Fatalf("placed on %s, want %s", r.NodeId, otherID)
+		}
+		f.wait(r.Id, "to run", func(r *gpupassv1.Run) bool { return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING })
+		// The broker keeps up with the spool at about 100k records/s:
+		// kill while it is well behind the command's 1M lines.
+		f.wait(r.Id, "to hold some records", func(r *gpupassv1.Run) bool { return r.HeldThrough > 50000 })
+		other.Kill9(t)
+		atKill := f.run(r.Id).HeldThrough
+		other.Restart(t)
+		r = f.wait(r.Id, "to end", terminalState)
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(r.Reason, "agent restarted during the run") {
+			t.Errorf("run = %s (%s), want failed: agent restarted during the run", r.State, r.Reason)
+		}
+		if r.HeldThrough != r.LastSeq || r.HeldThrough <= atKill {
+			t.Errorf("held through %d of last seq %d (%d at the kill): the restarted agent did not send the rest", r.HeldThrough, r.LastSeq, atKill)
+		}
+		seqs, msgs, _ := f.logs(r.Id)
+		for i, s := range seqs {
+			if s != uint64(i+1) {
+				t.Fatalf("stored seqs have a gap or duplicate at %d: seq %d", i+1, s)
+			}
+		}
+		// Every line the command printed before the kill, in order.
+		n := 0
+		for _, m := range msgs {
+			if v, err := strconv.Atoi(m); err == nil {
+				if v != n+1 {
+					t.Fatalf("line %d follows line %d", v, n)
+				}
+				n = v
+			}
+		}
+		t.Logf("broker held %d records at the kill; %d after the restart (%d output lines)", atKill, r.HeldThrough, n)
+		f.nodeID("node-other")
+	})
+
+	t.Run("kill -9 mid-run: node lost, the command dies with the agent", func(t *testing.T) {
+		f.t = t
+		pidFile := filepath.Join(t.TempDir(), "job.pid")
+		r := f.submit("lost", nil, "sh", "-c", "echo $$ > "+pidFile+"; echo trainer: step 1; exec sleep 600")
+		f.wait(r.Id, "to run", func(r *gpupassv1.Run) bool { return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING })
+		var pid int
+		upstack.WaitFor(t, ctx, "the job's pid", func() bool {
+			b, err := os.ReadFile(pidFile)
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && pid > 0
+		})
+		other.Kill9(t)
+		upstack.WaitFor(t, ctx, "the job to die with its agent", func() bool { return !pidAlive(pid) })
+		r = f.wait(r.Id, "to fail", terminalState)
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.HasPrefix(r.Reason, "node lost") {
+			t.Errorf("run = %s (%s), want failed: node lost", r.State, r.Reason)
+		}
+		other.Restart(t)
+		f.nodeID("node-other")
+	})
+
+	t.Run("kill -9 mid-run with --resume-elsewhere: restarts elsewhere from the newest checkpoint", func(t *testing.T) {
+		f.t = t
+		third := stack.StartAgent(t, "node-third", faultRegion, "--price-per-hour", "2.5")
+		thirdID := f.nodeID("node-third")
+		r := f.submit("resume", []string{"--resume-elsewhere"}, "sh", "job.sh")
+		first, next := other, thirdID
+		if r.NodeId == thirdID {
+			first, next = third, otherID
+		}
+		// Kill once a checkpoint past step 5 has reached the broker.
+		upstack.WaitFor(t, ctx, "a checkpoint to be shipped", func() bool {
+			_, msgs, _ := f.logs(r.Id)
+			return anyContains(msgs, "checkpoint ckpt-10 (") || anyContains(msgs, "checkpoint ckpt-15 (")
+		})
+		first.Kill9(t)
+		r = f.wait(r.Id, "to end", terminalState)
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || r.NodeId != next || len(r.ReplacedNodes) == 0 {
+			t.Fatalf("run = %s (%s) on %s, replaced %v; want succeeded on %s", r.State, r.Reason, r.NodeId, r.ReplacedNodes, next)
+		}
+		_, msgs, steps := f.logs(r.Id)
+		resumed := -1
+		for _, m := range msgs {
+			if v, ok := strings.CutPrefix(m, "resumed from step "); ok {
+				resumed, _ = strconv.Atoi(v)
+			}
+		}
+		if resumed < 10 || resumed%5 != 0 {
+			t.Errorf("the run did not resume from a shipped checkpoint (resumed at %d): %q", resumed, msgs)
+		}
+		if !anyContains(msgs, "done at step 40") {
+			t.Errorf("the resumed run did not finish")
+		}
+		seen := map[int64]bool{}
+		for _, s := range steps {
+			seen[s] = true
+		}
+		for s := int64(1); s <= 40; s++ {
+			if !seen[s] {
+				t.Errorf("metric step %d is missing from the series", s)
+			}
+		}
+		if r.HeldThrough != r.LastSeq {
+			t.Errorf("held through %d of %d", r.HeldThrough, r.LastSeq)
+		}
+	})
+}
