@@ -192,7 +192,13 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		}
 		a.State = target
 		if target.Terminal() {
+			cancelReason := a.Reason
 			a.FinishedAt, a.ExitCode, a.Reason = now, int(m.ExitCode), m.Reason
+			if target == store.AllocCancelled && a.CancelRequested && cancelReason != "" {
+				// The agent only knows the broker asked; the user's
+				// reason is the one to keep.
+				a.Reason = cancelReason
+			}
 			if a.Reason == "" {
 				a.Reason = fmt.Sprintf("exited with code %d", m.ExitCode)
 			}
@@ -406,7 +412,8 @@ func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.
 			// the assignment is refused on its first update.
 			a.State, a.Reason, a.FinishedAt = store.AllocCancelled, reason, time.Now().UTC()
 		case store.AllocStarting, store.AllocRunning:
-			a.CancelRequested = true
+			// The reason waits for the agent's CANCELLED, which keeps it.
+			a.CancelRequested, a.Reason = true, reason
 		}
 		return nil
 	})

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -161,7 +160,16 @@ func anyContains(msgs []string, sub string) bool {
 	return false
 }
 
-func pidAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+// pidAlive: a zombie counts as dead (it only waits to be reaped, and an
+// orphan's new parent may be slow to).
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
 
 // TestRealAgentFaults drives real gpupass-agent processes next to `gpupass
 // up`: kill -9 before the run starts (re-placed on the next candidate),
@@ -325,6 +333,73 @@ func TestRealAgentFaults(t *testing.T) {
 		}
 		if r.HeldThrough != r.LastSeq {
 			t.Errorf("held through %d of %d", r.HeldThrough, r.LastSeq)
+		}
+	})
+
+	t.Run("faulty commands end clearly and the agent stays healthy", func(t *testing.T) {
+		f.t = t
+		dir := t.TempDir()
+		tests := []struct {
+			name      string
+			command   string
+			state     gpupassv1.AllocState
+			reason    string
+			wantMsg   string
+			cancelPid string // cancel once this file holds the job's pid
+		}{
+			{name: "no such command", command: "gpupass-no-such-command-xyz", state: gpupassv1.AllocState_ALLOC_STATE_FAILED,
+				reason: `executable file not found in $PATH`},
+			{name: "non-zero exit", command: "echo bye; exit 3", state: gpupassv1.AllocState_ALLOC_STATE_FAILED, reason: "exited with status 3", wantMsg: "bye"},
+			{name: "non-UTF-8 output", command: `printf 'bad \377 bytes\n'`, state: gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED,
+				reason: "exited with status 0", wantMsg: "bad \uFFFD bytes"},
+			// 100 MB of output in 4 KiB lines: every line is stored.
+			{name: "100 MB flood", command: `head -c 100000000 /dev/zero | tr '\0' y | fold -w 4096; echo flood-end`,
+				state: gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, reason: "exited with status 0", wantMsg: "flood-end"},
+			{name: "ignores SIGTERM", command: `trap '' TERM; sleep 600 & echo $! > ` + dir + `/child; echo $$ > ` + dir + `/pid; wait`,
+				state: gpupassv1.AllocState_ALLOC_STATE_CANCELLED, reason: "cancelled by user", wantMsg: "SIGKILL after the grace period", cancelPid: dir + "/pid"},
+			{name: "the agent is healthy afterwards", command: "echo healthy", state: gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED,
+				reason: "exited with status 0", wantMsg: "healthy"},
+		}
+		for _, tc := range tests {
+			command := []string{"sh", "-c", tc.command}
+			if tc.name == "no such command" {
+				command = []string{tc.command}
+			}
+			r := f.submit("fault", nil, command...)
+			var pids []int
+			if tc.cancelPid != "" {
+				f.wait(r.Id, "to run", func(r *gpupassv1.Run) bool { return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING })
+				upstack.WaitFor(t, ctx, "the job's pids", func() bool {
+					pids = pids[:0]
+					for _, p := range []string{tc.cancelPid, dir + "/child"} {
+						b, _ := os.ReadFile(p)
+						if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+							pids = append(pids, v)
+						}
+					}
+					return len(pids) == 2
+				})
+				if out, err := stack.Command(ctx, "cancel", r.Id).CombinedOutput(); err != nil {
+					t.Fatalf("gpupass cancel: %v\n%s", err, out)
+				}
+			}
+			r = f.wait(r.Id, "to end", terminalState)
+			if r.State != tc.state || !strings.Contains(r.Reason, tc.reason) {
+				t.Errorf("%s: run = %s (%s), want %s (%s)", tc.name, r.State, r.Reason, tc.state, tc.reason)
+			}
+			if r.HeldThrough != r.LastSeq {
+				t.Errorf("%s: held through %d of %d", tc.name, r.HeldThrough, r.LastSeq)
+			}
+			seqs, msgs, _ := f.logs(r.Id)
+			if tc.wantMsg != "" && !anyContains(msgs, tc.wantMsg) {
+				t.Errorf("%s: no event says %q (last: %q)", tc.name, tc.wantMsg, msgs[max(0, len(msgs)-5):])
+			}
+			if tc.name == "100 MB flood" && len(seqs) < 100000000/4097 {
+				t.Errorf("%s: %d events stored, want every one of the %d lines", tc.name, len(seqs), 100000000/4097)
+			}
+			for _, p := range pids {
+				upstack.WaitFor(t, ctx, fmt.Sprintf("pid %d to be gone", p), func() bool { return !pidAlive(p) })
+			}
 		}
 	})
 }
