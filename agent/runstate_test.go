@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -243,5 +244,42 @@ head -c ` + strconv.Itoa(len(big)) + ` /dev/zero | tr '\0' w > "$d/ckpt-2.pt.tmp
 	bad := &Assignment{AllocID: "alloc-0000c0c1", FencingToken: 2, ResumeAfterSeq: 40, ResumeCheckpointName: "../evil", ResumeCheckpoint: []byte("x"), Command: []string{"true"}}
 	if final := l2.RunAssignment(context.Background(), bad); final.State != StateFailed || !strings.Contains(final.Reason, "plain file name") {
 		t.Errorf("checkpoint named ../evil: %s (%s)", final.State, final.Reason)
+	}
+}
+
+// TestSpoolOnFullDisk: the agent's state dir on a small tmpfs fills up
+// under a chatty job. The run fails with a reason naming the spool, what
+// the spool took before is delivered whole (seq 1..N, no gap), and then
+// the final state. Needs root to mount the tmpfs; without it, the spool's
+// own injected-writer test (agent/spool TestFullDiskInjected) covers the
+// spool side.
+func TestSpoolOnFullDisk(t *testing.T) {
+	t.Parallel()
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s); agent/spool TestFullDiskInjected covers a full spool", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	src := newMemSource()
+	l := newTestLoop(src, mnt)
+	l.DrainTimeout = 20 * time.Second
+	a := &Assignment{AllocID: "alloc-0000f011", FencingToken: 1, Command: []string{"sh", "-c", "yes 'a line of output that fills the disk'"}, Grace: time.Second}
+	final := l.RunAssignment(context.Background(), a)
+	if final.State != StateFailed || !strings.Contains(final.Reason, "no space left on device") || !strings.Contains(final.Reason, filepath.Join(mnt, "spool", a.AllocID)) {
+		t.Fatalf("run ended %s (%s), want failed naming the spool and the full disk", final.State, final.Reason)
+	}
+	if diff := cmp.Diff([]AllocState{StateStarting, StateRunning, StateFailed}, src.states()); diff != "" {
+		t.Errorf("states (-want +got):\n%s", diff)
+	}
+	n, atEnd := src.held()
+	if n == 0 || atEnd != n || uint64(n) != final.LastSeq {
+		t.Errorf("held %d records (%d when the final state came), last seq %d", n, atEnd, final.LastSeq)
+	}
+	msgs := src.messages(t) // fails on a gap
+	if !contains(msgs, "a line of output") {
+		t.Errorf("no output line held")
+	}
+	if !gone(mnt, a.AllocID) {
+		t.Errorf("the delivered run's spool or ledger is still on the full disk")
 	}
 }

@@ -54,6 +54,9 @@ type Uploader struct {
 
 	once sync.Once
 	kick chan struct{}
+	// held is the highest seq the sink acknowledged, which the spool's
+	// ACK file may lag (it cannot be written on a full disk).
+	held uint64
 }
 
 // Kick tells the uploader new records are there. It never blocks.
@@ -108,7 +111,7 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		acked := u.Spool.Stats().Acked
+		acked := max(u.Spool.Stats().Acked, u.held)
 		recs, err := u.Spool.Pending(acked, batch)
 		if err != nil {
 			return fmt.Errorf("uploading run %s: %w", u.AllocID, err)
@@ -154,8 +157,12 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 			continue
 		}
 		backoff = minB
+		u.held = held
 		if err := u.Spool.Ack(held); err != nil {
-			return fmt.Errorf("uploading run %s: %w", u.AllocID, err)
+			// The sink holds them all the same (a full disk cannot
+			// write the ACK file): go on. Until an ACK is written, a
+			// restart sends them again, which the sink ignores.
+			log.Warn("recording the acknowledgement in the spool failed; going on", "alloc", u.AllocID, "held_through", held, "err", err)
 		}
 	}
 }
