@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,6 +202,23 @@ func TestRealAgentFaults(t *testing.T) {
 	cheap := stack.StartAgent(t, "node-cheap", faultRegion, "--price-per-hour", "2.4")
 	other := stack.StartAgent(t, "node-other", faultRegion, "--price-per-hour", "2.5")
 	cheapID, otherID := f.nodeID("node-cheap"), f.nodeID("node-other")
+
+	t.Run("up starts a crashed agent of its own again", func(t *testing.T) {
+		f.t = t
+		pid := cfg.AgentPIDs[0]
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 agent %d: %v", pid, err)
+		}
+		upstack.WaitFor(t, ctx, "up to start the agent again", func() bool {
+			c := stack.Config(t)
+			return len(c.AgentPIDs) == 1 && c.AgentPIDs[0] != pid
+		})
+		if !strings.Contains(stack.Out.String(), "agent-us-west-2-1 exited") {
+			t.Errorf("up did not say the agent exited:\n%s", upstack.Tail(stack.Out.String(), 1000))
+		}
+		// Back online under its old identity.
+		f.nodeID("agent-us-west-2-1")
+	})
 
 	t.Run("kill -9 before start: re-placed on the next candidate", func(t *testing.T) {
 		f.t = t

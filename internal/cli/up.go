@@ -96,6 +96,10 @@ type upStack struct {
 
 type child struct {
 	name string
+	// bin, args and env start it again after a crash.
+	bin  string
+	args []string
+	env  []string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
@@ -201,8 +205,31 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 			}
 			return nil
 		case c := <-st.exited:
-			if c != st.broker || restarts >= 5 {
+			if restarts >= 5 {
 				return fmt.Errorf("%s exited unexpectedly (%v); see %s", c.name, c.err, c.log)
+			}
+			if c != st.broker {
+				// A crashed agent comes back with its state dir, as a
+				// node's service manager would bring it back: it sends
+				// what its spool still holds and reports the run it had.
+				restarts++
+				o.Log.Warn("agent exited; starting it again", "name", c.name, "err", c.err, "log", c.log)
+				if o.Output != "json" {
+					fmt.Fprintf(out, "%s exited (%v); starting it again\n", c.name, c.err)
+				}
+				nc, err := st.start(c.name, c.bin, c.args, c.env)
+				if err != nil {
+					return err
+				}
+				for i, pid := range st.cfg.AgentPIDs {
+					if pid == c.cmd.Process.Pid {
+						st.cfg.AgentPIDs[i] = nc.cmd.Process.Pid
+					}
+				}
+				if _, err := writeLocalConfig(dir, st.cfg); err != nil {
+					return err
+				}
+				continue
 			}
 			// A crashed broker is started again on the same address and
 			// database: agents keep their runs going and their records
@@ -368,7 +395,7 @@ func (st *upStack) start(name, bin string, args, env []string) (*child, error) {
 		lf.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	c := &child{name: name, bin: bin, args: args, env: env, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		lf.Close()
@@ -381,6 +408,12 @@ func (st *upStack) start(name, bin string, args, env []string) (*child, error) {
 	if name == "broker" {
 		st.broker = c
 	} else {
+		for i, a := range st.agents {
+			if a.name == name {
+				st.agents = append(st.agents[:i:i], st.agents[i+1:]...)
+				break
+			}
+		}
 		st.agents = append(st.agents, c)
 	}
 	return c, nil
