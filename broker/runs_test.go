@@ -34,8 +34,9 @@ func newWorker(t *testing.T, b *brokertest.Broker, tok string, n brokertest.Node
 	return &worker{Agent: a, runs: rc}
 }
 
-// keepAlive beats until the test ends.
-func (w *worker) keepAlive(t *testing.T) {
+// keepAlive beats until the test ends or stop is called (a node that
+// goes silent after taking its run).
+func (w *worker) keepAlive(t *testing.T) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -51,7 +52,9 @@ func (w *worker) keepAlive(t *testing.T) {
 			}
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
 }
 
 func (w *worker) poll(t *testing.T, wait int32) *gpupassv1.Assignment {
@@ -455,6 +458,7 @@ func TestNodeLoss(t *testing.T) {
 			first := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 20))
 			second := newWorker(t, b, agentTok, brokertest.H100("us-west-2", 22))
 			second.keepAlive(t)
+			silenceFirst := first.keepAlive(t)
 			c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
 
 			run := submit(t, c, "us-west-2", nil)
@@ -465,6 +469,7 @@ func TestNodeLoss(t *testing.T) {
 			if _, err := first.update(stale, gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0); err != nil {
 				t.Fatal(err)
 			}
+			silenceFirst()
 			// first goes silent: the run moves to second with a new token.
 			moved := waitRun(t, c, run.Id, "re-placed", func(r *gpupassv1.Run) bool { return r.NodeId == second.ID })
 			if moved.FencingToken != 2 || !cmp.Equal(moved.ReplacedNodes, []string{first.ID}) {
@@ -592,6 +597,9 @@ func TestResumeElsewhere(t *testing.T) {
 	first := newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 20))
 	second := newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 22))
 	second.keepAlive(t)
+	// first beats until it took the run (a slow test machine must not
+	// lose it before), then goes silent.
+	silenceFirst := first.keepAlive(t)
 	c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
 	run := submit(t, c, "eu-central-1", func(r *gpupassv1.SubmitRequest) { r.ResumeElsewhere = true })
 	as := first.poll(t, 5)
@@ -616,6 +624,7 @@ func TestResumeElsewhere(t *testing.T) {
 	if held, err := first.upload(as, recs); err != nil || held != 12 {
 		t.Fatalf("upload: %d, %v", held, err)
 	}
+	silenceFirst()
 	// first goes silent mid-run: the run resumes on second after seq 12,
 	// from the newest whole checkpoint.
 	as2 := second.poll(t, 20)
