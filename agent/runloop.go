@@ -178,7 +178,9 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	edge := func(ctx context.Context, u AllocUpdate, limit time.Duration) error {
 		return l.edge(ctx, log, a, u, limit)
 	}
+	ledgerWritten := func() error { return nil }
 	fail := func(reason string) AllocUpdate {
+		_ = ledgerWritten()
 		final.State, final.Reason, final.ExitCode = StateFailed, reason, -1
 		log.Error("run failed before start", "reason", reason)
 		limit := l.drainTimeout()
@@ -202,9 +204,15 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	}
 	// From here on the run is this node's to finish: the ledger lets a
 	// restarted agent upload what is left of its spool and report it.
-	if err := l.writeLedger(runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq}); err != nil {
-		return fail(err.Error())
-	}
+	// Its two fsyncs run beside runtime-init rather than before the
+	// command (they cost tens of ms on a busy disk); a crash before they
+	// finish is a crash before the run had anything to send, which the
+	// broker's start timeout covers. Every later ledger write waits for it.
+	startLedger := make(chan error, 1)
+	go func() {
+		startLedger <- l.writeLedger(runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq})
+	}()
+	ledgerWritten = sync.OnceValue(func() error { return <-startLedger })
 	sp, err := decodeSpec(a.Spec)
 	if err != nil {
 		return fail(err.Error())
@@ -339,11 +347,15 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	lost := stale
 	mu.Unlock()
 	if lost {
+		_ = ledgerWritten()
 		final.Reason = ErrStaleLease.Error()
 		l.dropRun(log, a.AllocID, sp0.Stats())
 		return final
 	}
 	final.LastSeq = max(final.LastSeq, sp0.Stats().LastSeq)
+	if err := ledgerWritten(); err != nil {
+		log.Warn("recording the run's start", "err", err)
+	}
 	e := runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq, Final: &final}
 	if err := l.writeLedger(e); err != nil {
 		// The run's end is still delivered now; only a restart before
