@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -470,10 +471,16 @@ func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1
 					break
 				}
 				read = r.Seq
+				data := r.Data
 				if r.Kind == store.RecordCheckpoint {
-					continue // file chunks are for a resuming node, not a log
+					// The file's bytes are for a resuming node, not a
+					// log: a follower gets the header line only, so the
+					// seqs it sees still run without a gap.
+					if i := bytes.IndexByte(data, '\n'); i >= 0 {
+						data = data[:i]
+					}
 				}
-				resp.Records = append(resp.Records, &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data})
+				resp.Records = append(resp.Records, &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: data})
 			}
 			if read == after {
 				break page

@@ -634,22 +634,29 @@ func TestResumeElsewhere(t *testing.T) {
 	if as2.ResumeCheckpointName != "ckpt-8.pt" || !bytes.Equal(as2.ResumeCheckpoint, newer) {
 		t.Errorf("resumed from %q (%d bytes), want ckpt-8.pt (%d bytes)", as2.ResumeCheckpointName, len(as2.ResumeCheckpoint), len(newer))
 	}
-	// Logs leave the file chunks out.
+	// Logs carry the chunks' header lines only, without a gap in seq.
 	st, err := c.Run.GetLogs(context.Background(), connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, IncludeMetrics: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var seqs []uint64
+	var headers []string
 	for st.Receive() {
 		for _, r := range st.Msg().Records {
 			seqs = append(seqs, r.Seq)
+			if r.Kind == gpupassv1.RecordKind_RECORD_KIND_CHECKPOINT {
+				headers = append(headers, string(r.Data))
+			}
 		}
 	}
 	if err := st.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]uint64{1, 2, 3, 5, 6, 7, 10, 11}, seqs); diff != "" {
+	if diff := cmp.Diff([]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, seqs); diff != "" {
 		t.Errorf("logs with metrics (-want +got):\n%s", diff)
+	}
+	if len(headers) != 4 || !strings.HasPrefix(headers[1], `{"name":"ckpt-8.pt","size":1048581,`) || strings.Contains(headers[1], "\n") {
+		t.Errorf("checkpoint records in the log: %q", headers)
 	}
 	got := getRun(t, c, run.Id)
 	if got.State != gpupassv1.AllocState_ALLOC_STATE_MATCHED || got.NodeId != second.ID {

@@ -95,8 +95,11 @@ func (p *logPrinter) print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 			obj = map[string]any{"unreadable": string(r.Data)}
 		}
 		obj["seq"], obj["alloc_id"], obj["region"] = r.Seq, run.Id, run.Region
-		if r.Kind == gpupassv1.RecordKind_RECORD_KIND_METRIC {
+		switch r.Kind {
+		case gpupassv1.RecordKind_RECORD_KIND_METRIC:
 			obj["kind"] = "metric"
+		case gpupassv1.RecordKind_RECORD_KIND_CHECKPOINT:
+			obj["kind"] = "checkpoint"
 		}
 		b, err := json.Marshal(obj)
 		if err != nil {
@@ -107,6 +110,10 @@ func (p *logPrinter) print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 	}
 	var line string
 	switch r.Kind {
+	case gpupassv1.RecordKind_RECORD_KIND_CHECKPOINT:
+		// A chunk of a shipped checkpoint file; the agent's INFO event
+		// "checkpoint … shipped" already says so in the log.
+		return nil
 	case gpupassv1.RecordKind_RECORD_KIND_METRIC:
 		var m events.Metric
 		if err := json.Unmarshal(r.Data, &m); err != nil {

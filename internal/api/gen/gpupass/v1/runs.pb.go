@@ -110,6 +110,7 @@ const (
 	// data: one chunk of the run's newest checkpoint file, so a run lost
 	// mid-run can resume on another node from it (--resume-elsewhere):
 	// a JSON header line {"name","size","sha256","offset"} then the bytes.
+	// GetLogs (with include_metrics) sends the header line only.
 	RecordKind_RECORD_KIND_CHECKPOINT RecordKind = 3
 )
 
