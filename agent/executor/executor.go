@@ -386,10 +386,13 @@ func (g *nanGuard) tripped() (int64, float64, time.Time, bool) {
 // newestCheckpoint returns the most recently modified entry of dir
 // (files or directories, as frameworks save either) modified before the
 // non-finite loss was logged: a checkpoint saved after it may hold the
-// poisoned weights the restart is meant to escape. Hidden and *.tmp
+// poisoned weights the restart is meant to escape. (File times come from
+// the kernel's coarse clock, up to a tick (4 ms at HZ=250) behind the
+// clock the job stamps metrics with, so a checkpoint saved within that
+// tick after the bad step can pass for one saved before it. A slack
+// would wrongly drop the good checkpoint of a fast trainer instead.) Hidden and *.tmp
 // entries (still being written) are ignored; ties go to the larger name.
 func newestCheckpoint(dir string, before time.Time) (string, error) {
-	const mtimeSlack = 20 * time.Millisecond
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -409,12 +412,7 @@ func newestCheckpoint(dir string, before time.Time) (string, error) {
 			continue
 		}
 		t := info.ModTime()
-		// File times come from the kernel's coarse clock, which lags
-		// the clock the job stamps its metrics with by up to a tick
-		// (4 ms at HZ=250): a checkpoint saved just after the bad step
-		// can carry an earlier time than the step. Within the slack, a
-		// checkpoint counts as saved after it.
-		if !before.IsZero() && !t.Before(before.Add(-mtimeSlack)) {
+		if !before.IsZero() && !t.Before(before) {
 			continue
 		}
 		if best == "" || t.After(bestT) || (t.Equal(bestT) && n > filepath.Base(best)) {

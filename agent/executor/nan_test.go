@@ -30,7 +30,9 @@ while [ $i -le 6 ]; do
   if [ $i -eq 4 ] && [ -z "$GPUPASS_RESUME_FROM" ]; then loss=%s; fi
   line="{\"step\":$i,\"loss\":$loss,\"ts\":\"$(date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%6NZ)\"}"
   %s
-  if [ $((i %% 2)) -eq 0 ]; then echo $i > "$GPUPASS_CHECKPOINT_DIR/ckpt-$i"; fi
+  # The pause keeps the checkpoint after the NaN step beyond the file
+  # clock's tick (see newestCheckpoint).
+  if [ $((i %% 2)) -eq 0 ]; then sleep 0.02; echo $i > "$GPUPASS_CHECKPOINT_DIR/ckpt-$i"; fi
   i=$((i+1))
   sleep 0.3
 done
