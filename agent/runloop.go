@@ -104,7 +104,7 @@ type RunLoop struct {
 	// the broker as the run's audit evidence (see runreport.go). It
 	// returns a detail for the log and the checks that fail.
 	RunReport func(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error)
-	Log     *slog.Logger
+	Log       *slog.Logger
 	// CUDAHome returns the verified toolkit's root (exported as
 	// CUDA_HOME, its lib64 first on LD_LIBRARY_PATH); "" for none.
 	CUDAHome func() string
