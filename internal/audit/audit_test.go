@@ -331,8 +331,8 @@ func TestAgentAndFingerprintLayers(t *testing.T) {
 		{"measured against another spec", otherSpecFiles, LayerFingerprint, FileConformanceReport + ":spec-fingerprint"},
 		{"measured fingerprint differs", driftFiles, LayerFingerprint, FileConformanceReport + ":fingerprint-match"},
 		{"environment claims a match", replace(driftFiles, FileEnvironment, replaceLast(getFrom(t, driftFiles, FileEnvironment), `"match": false`, `"match": true`)), LayerFingerprint, FileEnvironment + ":match"},
-		{"environment file lies about measured", replace(base, FileEnvironment, replaceLast(get(FileEnvironment), `"fingerprint": "sha256:5f1c`, `"fingerprint": "sha256:5f1d`)), LayerFingerprint, FileEnvironment + ":measured-fingerprint"},
-		{"declared fingerprint changed", replace(base, FileEnvironment, bytes.Replace(get(FileEnvironment), []byte(`"fingerprint": "sha256:5f1c`), []byte(`"fingerprint": "sha256:5f1d`), 1)), LayerFingerprint, FileConformanceReport + ":fingerprint-match"},
+		{"environment file lies about measured", replace(base, FileEnvironment, replaceLast(get(FileEnvironment), `"fingerprint": "sha256:cd6f`, `"fingerprint": "sha256:cd6e`)), LayerFingerprint, FileEnvironment + ":measured-fingerprint"},
+		{"declared fingerprint changed", replace(base, FileEnvironment, bytes.Replace(get(FileEnvironment), []byte(`"fingerprint": "sha256:cd6f`), []byte(`"fingerprint": "sha256:cd6e`), 1)), LayerFingerprint, FileConformanceReport + ":fingerprint-match"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -571,7 +571,7 @@ func TestFingerprintRecomputed(t *testing.T) {
 	rep := f.build(t, f.run(t), false)
 	// Stand-in for spec.Fingerprint: what matters here is that verify
 	// feeds it the declared source and compares.
-	const fp = "sha256:5f1c3d9e0b7a4c2e8d6f1a3b5c7e9d0f2a4b6c8e0d1f3a5b7c9e1d3f5a7b9c1d"
+	const fp = "sha256:cd6f957688f2b440eb608e433f8de5d546e92ee7827a6da7a72230c50b479a8f"
 	tests := []struct {
 		name    string
 		fn      func(string, []byte) (string, error)

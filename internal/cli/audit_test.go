@@ -13,17 +13,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpupass/gpupass/internal/audit"
-	"github.com/gpupass/gpupass/internal/conformance"
 )
 
 // auditFixture copies the audit package's fixture (run record, cosign
-// key pair encrypted with "gpupass-test", agent key) into a temp dir. The
-// record's fingerprints are made real (the declared spec's, re-signed by
-// the fixture agent key), since verify recomputes the declared one.
+// key pair encrypted with "gpupass-test", agent key) into a temp dir.
 func auditFixture(t *testing.T) (dir string, getenv func(string) string) {
 	t.Helper()
 	dir = t.TempDir()
-	for _, name := range []string{"run.json", "cosign.key", "cosign.pub", "agent.pub", "agent.key"} {
+	for _, name := range []string{"run.json", "cosign.key", "cosign.pub", "agent.pub"} {
 		b, err := os.ReadFile(filepath.Join("..", "audit", "testdata", name))
 		if err != nil {
 			t.Fatal(err)
@@ -31,39 +28,6 @@ func auditFixture(t *testing.T) (dir string, getenv func(string) string) {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-	}
-	rb, err := os.ReadFile(filepath.Join(dir, "run.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var run audit.Run
-	if err := json.Unmarshal(rb, &run); err != nil {
-		t.Fatal(err)
-	}
-	fp, err := declaredFingerprint(run.SpecFile, []byte(run.SpecBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := conformance.Parse(run.Conformance.Report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run.DeclaredFingerprint, rep.SpecFingerprint, rep.RuntimeFingerprint = fp, fp, fp
-	key, err := conformance.LoadOrCreateKey(filepath.Join(dir, "agent.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if run.Conformance.Report, err = rep.Marshal(); err != nil {
-		t.Fatal(err)
-	}
-	if run.Conformance.Signature, err = conformance.Sign(key, run.Conformance.Report); err != nil {
-		t.Fatal(err)
-	}
-	if rb, err = json.MarshalIndent(run, "", "  "); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "run.json"), rb, 0o600); err != nil {
-		t.Fatal(err)
 	}
 	env := map[string]string{audit.PasswordEnv: "gpupass-test"}
 	return dir, func(k string) string { return env[k] }
