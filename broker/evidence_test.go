@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
@@ -107,9 +108,9 @@ func TestRunEvidence(t *testing.T) {
 					return r, s, as
 				}, connect.CodePermissionDenied},
 				{"a stale fencing token", func() ([]byte, string, *gpupassv1.Assignment) {
-					old := *as
+					old := proto.Clone(as).(*gpupassv1.Assignment)
 					old.FencingToken--
-					return good, goodSig, &old
+					return good, goodSig, old
 				}, connect.CodeFailedPrecondition},
 			}
 			for _, r := range refusals {
