@@ -141,9 +141,15 @@ func (s *runService) GetRunEvidence(ctx context.Context, req *connect.Request[gp
 
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
+// bundleComponent is the component of the agent's bundle-install events
+// at runtime-init (events.RuntimeBundle); their "digest" field names the
+// bundle pulled and installed.
+const bundleComponent = "runtime.bundle"
+
 // bundleDigest finds the wheel bundle a run installed: the first event
-// with a "bundle_digest" field that the agent itself wrote (not a line
-// of the job's output, which comes after runtime-init anyway).
+// the agent wrote (not a line of the job's output, which comes after
+// runtime-init anyway) with a bundle digest: "digest" on a runtime.bundle
+// event, or "bundle_digest" on any.
 func (b *Broker) bundleDigest(ctx context.Context, rs store.Runs, allocID string) (string, error) {
 	var after uint64
 	for {
@@ -160,6 +166,9 @@ func (b *Broker) bundleDigest(ctx context.Context, rs store.Runs, allocID string
 				continue
 			}
 			if d := ev.Fields["bundle_digest"]; digestRE.MatchString(d) {
+				return d, nil
+			}
+			if d := ev.Fields["digest"]; ev.Component == bundleComponent && digestRE.MatchString(d) {
 				return d, nil
 			}
 		}

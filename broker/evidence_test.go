@@ -131,7 +131,7 @@ func TestRunEvidence(t *testing.T) {
 				{Seq: 1, Kind: gpupassv1.RecordKind_RECORD_KIND_EVENT, Data: fmt.Appendf(nil,
 					`{"ts":"2026-11-29T12:00:00Z","level":"INFO","component":"stdout","msg":"spoof","fields":{"bundle_digest":"sha256:%s"}}`, strings.Repeat("cd", 32))},
 				{Seq: 2, Kind: gpupassv1.RecordKind_RECORD_KIND_EVENT, Data: fmt.Appendf(nil,
-					`{"ts":"2026-11-29T12:00:00Z","level":"INFO","component":"runtime.init","msg":"bundle installed","fields":{"bundle_digest":%q}}`, digest)},
+					`{"ts":"2026-11-29T12:00:00Z","level":"INFO","component":"runtime.bundle","msg":"bundle pulled and verified","fields":{"digest":%q,"reference":"reg/repo@%s"}}`, digest, digest)},
 			}
 			if _, err := w.upload(as, recs); err != nil {
 				t.Fatal(err)

@@ -1920,7 +1920,8 @@ type GetRunEvidenceResponse struct {
 	// The labels the node enrolled with (provider, region, zone, …).
 	NodeLabels *NodeLabels `protobuf:"bytes,8,opt,name=node_labels,json=nodeLabels,proto3" json:"node_labels,omitempty"`
 	// sha256:… of the wheel bundle the run installed, from the run's events
-	// (an event field "bundle_digest"); empty when it installed none.
+	// (the "digest" field of the agent's runtime.bundle event, or a
+	// "bundle_digest" field); empty when it installed none.
 	BundleDigest  string `protobuf:"bytes,9,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
