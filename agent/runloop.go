@@ -104,7 +104,12 @@ type RunLoop struct {
 	// before the command starts (the suite reuses what cannot have
 	// changed); nil skips it.
 	Recheck func(ctx context.Context, sp *spec.Spec) ([]conformance.Check, error)
-	Log     *slog.Logger
+	// RunReport, when set, replaces Recheck: it signs the run's own
+	// conformance report (packages checked in python) and hands it to
+	// the broker as the run's audit evidence (see runreport.go). It
+	// returns a detail for the log and the checks that fail.
+	RunReport func(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error)
+	Log       *slog.Logger
 	// CUDAHome returns the verified toolkit's root (exported as
 	// CUDA_HOME, its lib64 first on LD_LIBRARY_PATH); "" for none.
 	CUDAHome func() string
@@ -257,7 +262,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	var state atomic.Value
 	state.Store(StateStarting)
 	x := *l.Executor
-	x.Checks = append(append([]executor.RuntimeCheck(nil), l.Executor.Checks...), l.checks(sp)...)
+	x.Checks = append(append([]executor.RuntimeCheck(nil), l.Executor.Checks...), l.checks(a, sp)...)
 	// The last check marks the run running: every check before the
 	// command passed, so the next thing that happens is the command.
 	x.Checks = append(x.Checks, executor.RuntimeCheck{Name: "lease", Run: func(ctx context.Context, _ executor.Job) (string, error) {
@@ -391,17 +396,14 @@ func (l *RunLoop) drainTimeout() time.Duration {
 // checks are the runtime-init checks this node adds: the conformance
 // suite again against the run's spec, which also refuses GPUs held by
 // processes this agent did not start.
-func (l *RunLoop) checks(sp *spec.Spec) []executor.RuntimeCheck {
-	if l.Recheck == nil || sp == nil {
+func (l *RunLoop) checks(a *Assignment, sp *spec.Spec) []executor.RuntimeCheck {
+	if (l.Recheck == nil && l.RunReport == nil) || sp == nil {
 		return nil
 	}
-	return []executor.RuntimeCheck{{Name: "conformance", Run: func(ctx context.Context, _ executor.Job) (string, error) {
-		// Packages are checked in the run's own Python right after this
-		// (runtime-init, importlib.metadata): that is the interpreter the
-		// command uses, so the suite leaves them out here.
-		cp := *sp
-		cp.Runtime.Packages = nil
-		failed, err := l.Recheck(ctx, &cp)
+	return []executor.RuntimeCheck{{Name: "conformance", Run: func(ctx context.Context, job executor.Job) (string, error) {
+		// Packages are enforced in the run's own Python right after this
+		// (runtime-init, importlib.metadata), one event per package.
+		detail, failed, err := l.recheck(ctx, a, sp, job.Python)
 		if err != nil {
 			return "", err
 		}
@@ -416,7 +418,7 @@ func (l *RunLoop) checks(sp *spec.Spec) []executor.RuntimeCheck {
 			}
 			return "", fmt.Errorf("node does not conform: %s", strings.Join(msgs, "; "))
 		}
-		return "node conforms to the spec (suite re-run)", nil
+		return detail, nil
 	}}}
 }
 
@@ -466,6 +468,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome,
 	}
+	l.RunReport = a.runReporter(src)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -318,7 +318,7 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if !strings.HasSuffix(name, "-"+region) {
 		name += "-" + region
 	}
-	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, State: store.AllocPending, SpecJSON: specJSON, SpecFingerprint: fp,
+	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, State: store.AllocPending, SpecJSON: specJSON, SpecYAML: m.GetSpecYaml(), SpecFingerprint: fp,
 		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
 		GraceSeconds: int(grace), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC()}
 	if err := rs.CreateAlloc(ctx, a); err != nil {

@@ -42,6 +42,7 @@ type Alloc struct {
 	PricePerHour    float64
 	Simulated       bool
 	SpecJSON        []byte
+	SpecYAML        []byte // the spec as submitted, when it was YAML (audits show it as written)
 	SpecFingerprint string
 	Command         []string
 	Workdir         []byte // gzip tar, may be empty

@@ -308,6 +308,14 @@ func TestAgentAndFingerprintLayers(t *testing.T) {
 	drift := f.run(t)
 	f.resignReport(t, drift, f.agentKey, func(r *conformance.Report) { r.RuntimeFingerprint = "sha256:0000" })
 	driftFiles := entries(t, f.build(t, drift, false).Zip)
+	// Another run's report by the same agent, swapped in with its signature.
+	other := f.run(t)
+	f.resignReport(t, other, f.agentKey, func(r *conformance.Report) { r.AllocationID = "alloc-other" })
+	otherFiles := replace(replace(base, FileConformanceReport, other.Conformance.Report), FileConformanceSig, []byte(other.Conformance.Signature))
+	// A report measured against another spec.
+	otherSpec := f.run(t)
+	f.resignReport(t, otherSpec, f.agentKey, func(r *conformance.Report) { r.SpecFingerprint = "sha256:1111" })
+	otherSpecFiles := entries(t, f.build(t, otherSpec, false).Zip)
 
 	tests := []struct {
 		name    string
@@ -319,10 +327,12 @@ func TestAgentAndFingerprintLayers(t *testing.T) {
 		{"agent signature swapped", replace(base, FileConformanceSig, []byte(imp.Conformance.Signature)), LayerAgent, FileConformanceReport + ":agent-signature"},
 		{"agent key swapped", replace(base, FileAgentKey, []byte(imp.Conformance.AgentPublicKeyPEM)), LayerAgent, FileConformanceReport + ":agent-signature"},
 		{"agent key garbage", replace(base, FileAgentKey, []byte("not a key")), LayerAgent, FileAgentKey + ":agent-key"},
+		{"another run's report", otherFiles, LayerFingerprint, FileConformanceReport + ":run-report"},
+		{"measured against another spec", otherSpecFiles, LayerFingerprint, FileConformanceReport + ":spec-fingerprint"},
 		{"measured fingerprint differs", driftFiles, LayerFingerprint, FileConformanceReport + ":fingerprint-match"},
 		{"environment claims a match", replace(driftFiles, FileEnvironment, replaceLast(getFrom(t, driftFiles, FileEnvironment), `"match": false`, `"match": true`)), LayerFingerprint, FileEnvironment + ":match"},
-		{"environment file lies about measured", replace(base, FileEnvironment, replaceLast(get(FileEnvironment), `"fingerprint": "sha256:5f1c`, `"fingerprint": "sha256:5f1d`)), LayerFingerprint, FileEnvironment + ":measured-fingerprint"},
-		{"declared fingerprint changed", replace(base, FileEnvironment, bytes.Replace(get(FileEnvironment), []byte(`"fingerprint": "sha256:5f1c`), []byte(`"fingerprint": "sha256:5f1d`), 1)), LayerFingerprint, FileConformanceReport + ":fingerprint-match"},
+		{"environment file lies about measured", replace(base, FileEnvironment, replaceLast(get(FileEnvironment), `"fingerprint": "sha256:cd6f`, `"fingerprint": "sha256:cd6e`)), LayerFingerprint, FileEnvironment + ":measured-fingerprint"},
+		{"declared fingerprint changed", replace(base, FileEnvironment, bytes.Replace(get(FileEnvironment), []byte(`"fingerprint": "sha256:cd6f`), []byte(`"fingerprint": "sha256:cd6e`), 1)), LayerFingerprint, FileConformanceReport + ":fingerprint-match"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -502,6 +512,12 @@ func TestRunValidation(t *testing.T) {
 		{"bad agent key", func(r *Run) { r.Conformance.AgentPublicKeyPEM = "x" }, "agent_public_key_pem"},
 		{"time reversed", func(r *Run) { r.FinishedAt = r.StartedAt.Add(-time.Hour) }, "before started_at"},
 		{"bad agent signature", func(r *Run) { r.Conformance.Signature = "AAAA" }, "record is corrupt"},
+		{"the node's periodic report", func(r *Run) {
+			f.resignReport(t, r, f.agentKey, func(c *conformance.Report) { c.AllocationID, c.SpecFingerprint = "", "" })
+		}, "periodic report"},
+		{"another run's report", func(r *Run) {
+			f.resignReport(t, r, f.agentKey, func(c *conformance.Report) { c.AllocationID = "alloc-other" })
+		}, "measured for allocation alloc-other"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -555,7 +571,7 @@ func TestFingerprintRecomputed(t *testing.T) {
 	rep := f.build(t, f.run(t), false)
 	// Stand-in for spec.Fingerprint: what matters here is that verify
 	// feeds it the declared source and compares.
-	const fp = "sha256:5f1c3d9e0b7a4c2e8d6f1a3b5c7e9d0f2a4b6c8e0d1f3a5b7c9e1d3f5a7b9c1d"
+	const fp = "sha256:cd6f957688f2b440eb608e433f8de5d546e92ee7827a6da7a72230c50b479a8f"
 	tests := []struct {
 		name    string
 		fn      func(string, []byte) (string, error)

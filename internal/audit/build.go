@@ -145,6 +145,15 @@ func Build(ctx context.Context, r *Run, opts BuildOptions) (*Report, error) {
 	if err := conformance.Verify([]byte(r.Conformance.AgentPublicKeyPEM), r.Conformance.Report, r.Conformance.Signature); err != nil {
 		return nil, fmt.Errorf("allocation %s: the agent signature over the conformance report does not verify (%w): the run record is corrupt", r.AllocationID, err)
 	}
+	// Only the run's own report (measured at its runtime-init against its
+	// spec, bound to the allocation) proves the run's environment; the
+	// node's periodic report knows neither the spec nor the packages.
+	switch {
+	case rep.AllocationID == "":
+		return nil, fmt.Errorf("allocation %s: the conformance report is the node's periodic report (it names no allocation), not the run's own signed report: it does not prove the run's environment", r.AllocationID)
+	case rep.AllocationID != r.AllocationID:
+		return nil, fmt.Errorf("allocation %s: the conformance report was measured for allocation %s, not this run", r.AllocationID, rep.AllocationID)
+	}
 	simulated := r.Simulated || rep.Simulated
 
 	env := Environment{

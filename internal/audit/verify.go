@@ -143,7 +143,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 		verifySignature(ctx, files, opts.Key),
 		verifyManifest(files, m, manifestErr),
 		verifyAgent(files, opts.AgentKeys),
-		verifyFingerprint(files, opts.Fingerprint),
+		verifyFingerprint(files, m.AllocationID, opts.Fingerprint),
 	)
 	if _, ok := files[FileAttestation]; ok {
 		res.Layers = append(res.Layers, verifyAttestation(ctx, files, opts.Key))
@@ -332,7 +332,7 @@ func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
 	return b.l
 }
 
-func verifyFingerprint(files map[string][]byte, recompute func(string, []byte) (string, error)) Layer {
+func verifyFingerprint(files map[string][]byte, allocID string, recompute func(string, []byte) (string, error)) Layer {
 	b := &layerBuilder{l: Layer{Name: LayerFingerprint}}
 	var env Environment
 	eb, ok := files[FileEnvironment]
@@ -356,6 +356,18 @@ func verifyFingerprint(files map[string][]byte, recompute func(string, []byte) (
 		b.fail(FileConformanceReport, "runtime_fingerprint", "the signed conformance report carries no runtime_fingerprint")
 	case r.RuntimeFingerprint != env.Declared.Fingerprint:
 		b.fail(FileConformanceReport, "fingerprint-match", "the measured fingerprint %s in the signed report differs from the declared %s: the run did not use the declared environment", r.RuntimeFingerprint, env.Declared.Fingerprint)
+	}
+	// The report must be the run's own: bound to this allocation and
+	// measured against the declared spec, so no other run's (or the
+	// node's periodic) report can stand in for it.
+	switch {
+	case r.AllocationID == "":
+		b.fail(FileConformanceReport, "run-report", "the signed report names no allocation: it is the node's periodic report, not one measured for this run")
+	case r.AllocationID != allocID:
+		b.fail(FileConformanceReport, "run-report", "the signed report was measured for allocation %s, the manifest is for %s", r.AllocationID, allocID)
+	}
+	if r.SpecFingerprint != "" && r.SpecFingerprint != env.Declared.Fingerprint {
+		b.fail(FileConformanceReport, "spec-fingerprint", "the signed report was measured against spec %s, the declared spec is %s", r.SpecFingerprint, env.Declared.Fingerprint)
 	}
 	if env.Measured.Fingerprint != r.RuntimeFingerprint {
 		b.fail(FileEnvironment, "measured-fingerprint", "measured.fingerprint %s differs from the signed report's %s", env.Measured.Fingerprint, r.RuntimeFingerprint)

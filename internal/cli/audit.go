@@ -31,6 +31,7 @@ type AuditOptions struct {
 	AllocationID string
 	Out          string
 	RunFile      string
+	Broker       BrokerFlags
 	Key          string
 	Keyless      bool
 	Attest       bool
@@ -49,13 +50,14 @@ type AuditOptions struct {
 func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Out, "out", "audit-report.zip", "where to write the audit report zip")
-	f.StringVar(&o.RunFile, "run-file", "", "JSON run record to audit (until the broker serves runs)")
+	f.StringVar(&o.RunFile, "run-file", "", "audit a JSON run record (audit.Run) instead of asking the broker (offline re-audits)")
 	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file or env://VAR (password in COSIGN_PASSWORD)")
 	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless with the CI's OIDC token through Fulcio and Rekor (needs network)")
 	f.BoolVar(&o.Attest, "attest", false, "also add an in-toto statement signed as a DSSE envelope")
 	f.BoolVar(&o.TlogUpload, "tlog-upload", false, "with --key, also record the signature in Rekor (default: offline)")
 	f.StringVar(&o.FulcioURL, "fulcio-url", defaultFulcioURL, "Fulcio for keyless signing")
 	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for keyless signing or --tlog-upload")
+	o.Broker.AddFlags(cmd)
 }
 
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
@@ -94,7 +96,7 @@ func (o *AuditKeygenOptions) AddFlags(cmd *cobra.Command) {
 func newAuditCmd(g *GlobalOptions) *cobra.Command {
 	o := &AuditOptions{}
 	cmd := &cobra.Command{
-		Use:   "audit ALLOC --out audit-report.zip",
+		Use:   "audit ALLOC [--out audit-report.zip]",
 		Short: "Build a signed audit report of a finished run, verifiable with cosign",
 		Long: `Build audit-report.zip for a finished run: the declared and measured
 environment with their fingerprints, the agent's signed conformance report,
@@ -105,7 +107,11 @@ Signing: --key cosign.key (password in COSIGN_PASSWORD) signs offline.
 Without --key, a CI OIDC token (GitHub id-token: write, GitLab
 SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
 
-Until the broker serves runs, the run is read from --run-file.`,
+The run comes from the broker alone (--broker-url, a read token for the
+run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
+the agent's signed report for that run, the node and the metrics. A run
+still in progress cannot be audited. The zip is named with --out (-o is the
+global --output text|json).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.AllocationID = args[0]
@@ -184,17 +190,21 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 		return errors.New("--out is empty: name the zip to write")
 	}
 	src := o.Source
-	if src == nil {
-		if o.RunFile == "" {
-			return errors.New("no run source: pass --run-file run.json (the broker does not serve runs yet)")
-		}
+	switch {
+	case src != nil:
+	case o.RunFile != "":
 		src = audit.FileSource{Path: o.RunFile}
+	default:
+		src = &BrokerRuns{Broker: &o.Broker}
 	}
 	dec, err := audit.Decide(audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, TlogUpload: o.TlogUpload}, getenv)
 	if err != nil {
 		return err
 	}
 	run, err := src.Run(ctx, o.AllocationID)
+	if errors.Is(err, audit.ErrInProgress) {
+		return Findings(err)
+	}
 	if err != nil {
 		return err
 	}
@@ -278,7 +288,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 		agentKeys = append(agentKeys, ks...)
 	}
-	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys})
+	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, Fingerprint: declaredFingerprint})
 	if err != nil {
 		return err
 	}

@@ -16,8 +16,8 @@ import (
 )
 
 // TestAuditE2E drives the real binary as a user would: keygen, audit a
-// finished run record, verify, tamper, verify again. (The broker does not
-// serve runs yet, so the run comes from --run-file.)
+// finished run record offline (--run-file; TestUpTrainAudit audits through
+// the broker), verify, tamper, verify again.
 func TestAuditE2E(t *testing.T) {
 	t.Parallel()
 	bin := testutil.BuildBinary(t, "./cmd/gpupass")

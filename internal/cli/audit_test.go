@@ -177,7 +177,7 @@ func TestRunAuditErrors(t *testing.T) {
 	}{
 		{"in progress", func(o *AuditOptions) { o.RunFile = running }, ExitFindings, "still in progress"},
 		{"other allocation", func(o *AuditOptions) { o.AllocationID = "alloc-other" }, ExitUsage, `not "alloc-other"`},
-		{"no run source", func(o *AuditOptions) { o.RunFile = "" }, ExitUsage, "--run-file"},
+		{"no run file and no broker", func(o *AuditOptions) { o.RunFile = "" }, ExitUsage, "--broker-url"},
 		{"no key", func(o *AuditOptions) { o.Key = "" }, ExitUsage, "gpupass audit keygen"},
 		{"wrong password", func(o *AuditOptions) {
 			o.Getenv = func(k string) string { return map[string]string{audit.PasswordEnv: "nope"}[k] }

@@ -238,7 +238,7 @@ func TestUpDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up --demo: %v\n%s", err, upstack.Tail(out, 6000))
 	}
-	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", "== 4/4 audit", "ok   signature", "ok   agent-signature", `"simulated": true`, "results:"} {
+	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", "== 4/4 audit", "ok   signature", "ok   agent-signature", "ok   fingerprint", `"simulated": true`, "results:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, upstack.Tail(out, 6000))
 		}

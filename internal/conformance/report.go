@@ -112,9 +112,18 @@ type Report struct {
 	// hardware profile instead of real hardware. It travels end to end.
 	Simulated bool `json:"simulated"`
 	// Profile names the simulated profile, when Simulated.
-	Profile string  `json:"profile,omitempty"`
-	Node    Node    `json:"node"`
-	Runtime Runtime `json:"runtime"`
+	Profile string `json:"profile,omitempty"`
+	// AllocationID is set on a run's own report, measured at the run's
+	// runtime-init against its spec: it binds the report to that run so it
+	// cannot be passed off as the evidence of another. Empty on the node's
+	// periodic reports.
+	AllocationID string `json:"alloc_id,omitempty"`
+	// SpecFingerprint is the fingerprint of the spec a run report was
+	// measured against; RuntimeFingerprint equals it exactly when the node
+	// ran what the spec declares.
+	SpecFingerprint string  `json:"spec_fingerprint,omitempty"`
+	Node            Node    `json:"node"`
+	Runtime         Runtime `json:"runtime"`
 	// RuntimeFingerprint is the fingerprint of the measured runtime, in
 	// the same canonical form as a spec's fingerprint.
 	RuntimeFingerprint string   `json:"runtime_fingerprint,omitempty"`

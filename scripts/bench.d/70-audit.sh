@@ -21,6 +21,15 @@ echo "| audit | build+sign, 100k metric points (in process) | $(ms "$(ns 'build\
 echo "| audit | verify, 100k metric points (in process) | $(ms "$(ns 'verify/100k')") | < 5 min for an auditor | — |"
 echo "| audit | sign manifest, key decrypted (in process) | $(awk -v v="$(ns BenchmarkSignManifest)" 'BEGIN{printf "%.0f µs", v/1e3}') | — | — |"
 
+# Through the broker, as `gpupass audit ALLOC` does it: GetRunEvidence +
+# GetMetrics of a finished run with 100k points from a real broker on
+# SQLite, build, sign, verify (key decryption excluded).
+brbench="$(go test ./internal/cli -run '^$' -bench 'BenchmarkAuditFromBroker' -benchtime 5x 2>&1)" || {
+	echo "$brbench" >&2
+	exit 1
+}
+echo "| audit | from the broker: evidence + 100k metric points + build+sign+verify (in process) | $(ms "$(awk '$1 ~ /BenchmarkAuditFromBroker/ {print $3}' <<<"$brbench" | head -1)") | — | — |"
+
 # Processes: the real binaries, the same key and manifest.
 go build -o "$work/gpupass" ./cmd/gpupass
 cp internal/audit/testdata/{run.json,cosign.pub,agent.pub} "$work/"

@@ -69,6 +69,8 @@ var Migrations = []string{
 	CREATE INDEX nodes_last_seen ON nodes(last_seen);`,
 	// 3: runs (allocations, events and metric points); see runs.go.
 	runsMigration,
+	// 4: the signed report of each run (audit evidence); see evidence.go.
+	evidenceMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

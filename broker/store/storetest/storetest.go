@@ -33,6 +33,7 @@ func agent(id, key, region string) store.Agent {
 func Run(t *testing.T, open Factory) {
 	ctx := context.Background()
 	runRuns(t, open)
+	runEvidence(t, open)
 
 	t.Run("tokens", func(t *testing.T) {
 		t.Parallel()

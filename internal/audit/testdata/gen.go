@@ -34,14 +34,21 @@ func main() {
 	check(err)
 	check(os.WriteFile(filepath.Join(dir, "agent.pub"), agentPub, 0o644))
 
-	const fp = "sha256:5f1c3d9e0b7a4c2e8d6f1a3b5c7e9d0f2a4b6c8e0d1f3a5b7c9e1d3f5a7b9c1d"
+	declared := spec.Spec{Name: "llm-finetune", Runtime: spec.Runtime{CUDA: "12.1", NvidiaDriver: "535.104.05", Python: "3.11", PyTorch: "2.1.0", Packages: []string{"numpy==1.26.2"}},
+		Security: spec.Security{NoInternetAccess: true}, Resources: spec.Resources{Accelerator: "h100-sxm5", Count: 2}}
+	// The run's own report: bound to the allocation, measured against
+	// the declared spec, and matching it.
+	fp, err := spec.Fingerprint(&declared)
+	check(err)
 	rep := conformance.Report{
-		SchemaVersion: conformance.SchemaVersion,
-		AgentID:       "agent-sim-0",
-		GeneratedAt:   "2026-11-29T10:00:00.000Z",
-		Simulated:     true,
-		Profile:       "h100-sxm5-8x",
-		Node:          conformance.Node{Provider: "sim", Region: "us-west-2", Zone: "us-west-2a", Hostname: "sim-node-0"},
+		SchemaVersion:   conformance.SchemaVersion,
+		AgentID:         "agent-sim-0",
+		GeneratedAt:     "2026-11-29T10:00:00.000Z",
+		Simulated:       true,
+		Profile:         "h100-sxm5-8x",
+		AllocationID:    "alloc-7f3a",
+		SpecFingerprint: fp,
+		Node:            conformance.Node{Provider: "sim", Region: "us-west-2", Zone: "us-west-2a", Hostname: "sim-node-0"},
 		Runtime: conformance.Runtime{
 			NvidiaDriver: "535.104.05", CUDADriverAPI: "12.2", CUDA: "12.1.105", Python: "3.11.6",
 			PyTorch: "2.1.0+cu121", TorchCUDA: "12.1", Packages: map[string]string{"numpy": "1.26.2", "torch": "2.1.0"},
@@ -74,11 +81,9 @@ func main() {
 		StartedAt: start, FinishedAt: start.Add(47*time.Minute + 12*time.Second), Restarts: 1,
 		BundleDigest: "sha256:0d2f1e3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0",
 		SpecFile:     "gpupass.yaml", SpecBytes: specYAML,
-		Spec: spec.Spec{Name: "llm-finetune", Runtime: spec.Runtime{CUDA: "12.1", NvidiaDriver: "535.104.05", Python: "3.11", PyTorch: "2.1.0", Packages: []string{"numpy==1.26.2"}},
-			Security: spec.Security{NoInternetAccess: true}, Resources: spec.Resources{Accelerator: "h100-sxm5", Count: 2}},
-		DeclaredFingerprint: fp,
-		Conformance:         audit.Evidence{Report: repBytes, Signature: sig, AgentPublicKeyPEM: string(agentPub)},
-		Simulated:           true,
+		Spec: declared, DeclaredFingerprint: fp,
+		Conformance: audit.Evidence{Report: repBytes, Signature: sig, AgentPublicKeyPEM: string(agentPub)},
+		Simulated:   true,
 	}
 	for i := range 20 {
 		r.Metrics = append(r.Metrics,

@@ -63,25 +63,39 @@ type ReportInput struct {
 	Node         conformance.Node
 	StorageClass string
 	Now          time.Time
+	// AllocID and Spec make a run's own report: bound to the allocation,
+	// with the runtime fingerprint taken against the run's spec (its
+	// packages as installed, its job settings), so it equals the spec's
+	// fingerprint exactly when the node runs what the spec declares.
+	AllocID string
+	Spec    *spec.Spec
 }
 
-// Report builds the conformance report of a result. The runtime
-// fingerprint covers no packages (the agent's suite asks about none; runs
-// check packages at start) and has cuda-malloc-async and
-// no-internet-access false.
+// Report builds the conformance report of a result. Without in.Spec the
+// runtime fingerprint covers no packages (the agent's periodic suite asks
+// about none; runs check packages at start) and has cuda-malloc-async and
+// no-internet-access false; with it, see ReportInput.
 func (r *Result) Report(in ReportInput) (*conformance.Report, error) {
 	f := &r.Facts
-	fp, err := RuntimeFingerprint(f, nil)
+	fp, err := RuntimeFingerprint(f, in.Spec)
 	if err != nil {
 		return nil, err
 	}
+	specFP := ""
+	if in.Spec != nil {
+		if specFP, err = spec.Fingerprint(in.Spec); err != nil {
+			return nil, err
+		}
+	}
 	rep := &conformance.Report{
-		SchemaVersion: conformance.SchemaVersion,
-		AgentID:       in.AgentID,
-		GeneratedAt:   in.Now.UTC().Format("2006-01-02T15:04:05.000Z"),
-		Simulated:     f.Simulated(),
-		Profile:       f.GPU.Profile,
-		Node:          in.Node,
+		SchemaVersion:   conformance.SchemaVersion,
+		AgentID:         in.AgentID,
+		GeneratedAt:     in.Now.UTC().Format("2006-01-02T15:04:05.000Z"),
+		Simulated:       f.Simulated(),
+		Profile:         f.GPU.Profile,
+		AllocationID:    in.AllocID,
+		SpecFingerprint: specFP,
+		Node:            in.Node,
 		Runtime: conformance.Runtime{
 			NvidiaDriver: f.GPU.DriverVersion, CUDADriverAPI: f.GPU.CUDADriverAPI, CUDA: f.NVCC.Version,
 			Python: f.Python.Version, PyTorch: f.Python.Torch, TorchCUDA: f.Python.TorchCUDA,

@@ -1759,6 +1759,306 @@ func (x *GetMetricsResponse) GetPoints() []*MetricPoint {
 	return nil
 }
 
+type SubmitRunReportRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AgentId      string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	AllocId      string                 `protobuf:"bytes,2,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	FencingToken uint64                 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// Canonical JSON of an internal/conformance Report with alloc_id and
+	// spec_fingerprint set, byte for byte as signed.
+	Report []byte `protobuf:"bytes,4,opt,name=report,proto3" json:"report,omitempty"`
+	// base64 ASN.1 DER ECDSA P-256 signature over SHA-256 of report.
+	Signature     string `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitRunReportRequest) Reset() {
+	*x = SubmitRunReportRequest{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitRunReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitRunReportRequest) ProtoMessage() {}
+
+func (x *SubmitRunReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitRunReportRequest.ProtoReflect.Descriptor instead.
+func (*SubmitRunReportRequest) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SubmitRunReportRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *SubmitRunReportRequest) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *SubmitRunReportRequest) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *SubmitRunReportRequest) GetReport() []byte {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *SubmitRunReportRequest) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+type SubmitRunReportResponse struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Passed             bool                   `protobuf:"varint,1,opt,name=passed,proto3" json:"passed,omitempty"` // no check failed
+	RuntimeFingerprint string                 `protobuf:"bytes,2,opt,name=runtime_fingerprint,json=runtimeFingerprint,proto3" json:"runtime_fingerprint,omitempty"`
+	// The measured fingerprint equals the run's declared spec fingerprint.
+	Match         bool `protobuf:"varint,3,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitRunReportResponse) Reset() {
+	*x = SubmitRunReportResponse{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitRunReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitRunReportResponse) ProtoMessage() {}
+
+func (x *SubmitRunReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitRunReportResponse.ProtoReflect.Descriptor instead.
+func (*SubmitRunReportResponse) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SubmitRunReportResponse) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *SubmitRunReportResponse) GetRuntimeFingerprint() string {
+	if x != nil {
+		return x.RuntimeFingerprint
+	}
+	return ""
+}
+
+func (x *SubmitRunReportResponse) GetMatch() bool {
+	if x != nil {
+		return x.Match
+	}
+	return false
+}
+
+type GetRunEvidenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AllocId       string                 `protobuf:"bytes,1,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunEvidenceRequest) Reset() {
+	*x = GetRunEvidenceRequest{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunEvidenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunEvidenceRequest) ProtoMessage() {}
+
+func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunEvidenceRequest.ProtoReflect.Descriptor instead.
+func (*GetRunEvidenceRequest) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetRunEvidenceRequest) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+type GetRunEvidenceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Run   *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The spec as submitted: spec_yaml when it was sent as YAML (empty
+	// otherwise); spec_json always (the parsed internal/spec.Spec).
+	SpecYaml []byte `protobuf:"bytes,2,opt,name=spec_yaml,json=specYaml,proto3" json:"spec_yaml,omitempty"`
+	SpecJson []byte `protobuf:"bytes,3,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
+	// The run's signed conformance report, byte for byte as signed, its
+	// signature and the agent public key (PKIX PEM) it verified against.
+	Report                 []byte `protobuf:"bytes,4,opt,name=report,proto3" json:"report,omitempty"`
+	Signature              string `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	AgentPublicKeyPem      []byte `protobuf:"bytes,6,opt,name=agent_public_key_pem,json=agentPublicKeyPem,proto3" json:"agent_public_key_pem,omitempty"`
+	ReportReceivedUnixNano int64  `protobuf:"varint,7,opt,name=report_received_unix_nano,json=reportReceivedUnixNano,proto3" json:"report_received_unix_nano,omitempty"`
+	// The labels the node enrolled with (provider, region, zone, …).
+	NodeLabels *NodeLabels `protobuf:"bytes,8,opt,name=node_labels,json=nodeLabels,proto3" json:"node_labels,omitempty"`
+	// sha256:… of the wheel bundle the run installed, from the run's events
+	// (the "digest" field of the agent's runtime.bundle event, or a
+	// "bundle_digest" field); empty when it installed none.
+	BundleDigest  string `protobuf:"bytes,9,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunEvidenceResponse) Reset() {
+	*x = GetRunEvidenceResponse{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunEvidenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunEvidenceResponse) ProtoMessage() {}
+
+func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunEvidenceResponse.ProtoReflect.Descriptor instead.
+func (*GetRunEvidenceResponse) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetRunEvidenceResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetSpecYaml() []byte {
+	if x != nil {
+		return x.SpecYaml
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetSpecJson() []byte {
+	if x != nil {
+		return x.SpecJson
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetReport() []byte {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+func (x *GetRunEvidenceResponse) GetAgentPublicKeyPem() []byte {
+	if x != nil {
+		return x.AgentPublicKeyPem
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetReportReceivedUnixNano() int64 {
+	if x != nil {
+		return x.ReportReceivedUnixNano
+	}
+	return 0
+}
+
+func (x *GetRunEvidenceResponse) GetNodeLabels() *NodeLabels {
+	if x != nil {
+		return x.NodeLabels
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetBundleDigest() string {
+	if x != nil {
+		return x.BundleDigest
+	}
+	return ""
+}
+
 var File_gpupass_v1_runs_proto protoreflect.FileDescriptor
 
 const file_gpupass_v1_runs_proto_rawDesc = "" +
@@ -1893,7 +2193,30 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"h\n" +
 	"\x12GetMetricsResponse\x12!\n" +
 	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\x12/\n" +
-	"\x06points\x18\x02 \x03(\v2\x17.gpupass.v1.MetricPointR\x06points*\xdc\x01\n" +
+	"\x06points\x18\x02 \x03(\v2\x17.gpupass.v1.MetricPointR\x06points\"\xa9\x01\n" +
+	"\x16SubmitRunReportRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
+	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12\x16\n" +
+	"\x06report\x18\x04 \x01(\fR\x06report\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\tR\tsignature\"x\n" +
+	"\x17SubmitRunReportResponse\x12\x16\n" +
+	"\x06passed\x18\x01 \x01(\bR\x06passed\x12/\n" +
+	"\x13runtime_fingerprint\x18\x02 \x01(\tR\x12runtimeFingerprint\x12\x14\n" +
+	"\x05match\x18\x03 \x01(\bR\x05match\"2\n" +
+	"\x15GetRunEvidenceRequest\x12\x19\n" +
+	"\balloc_id\x18\x01 \x01(\tR\aallocId\"\xf5\x02\n" +
+	"\x16GetRunEvidenceResponse\x12!\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\x12\x1b\n" +
+	"\tspec_yaml\x18\x02 \x01(\fR\bspecYaml\x12\x1b\n" +
+	"\tspec_json\x18\x03 \x01(\fR\bspecJson\x12\x16\n" +
+	"\x06report\x18\x04 \x01(\fR\x06report\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\tR\tsignature\x12/\n" +
+	"\x14agent_public_key_pem\x18\x06 \x01(\fR\x11agentPublicKeyPem\x129\n" +
+	"\x19report_received_unix_nano\x18\a \x01(\x03R\x16reportReceivedUnixNano\x127\n" +
+	"\vnode_labels\x18\b \x01(\v2\x16.gpupass.v1.NodeLabelsR\n" +
+	"nodeLabels\x12#\n" +
+	"\rbundle_digest\x18\t \x01(\tR\fbundleDigest*\xdc\x01\n" +
 	"\n" +
 	"AllocState\x12\x1b\n" +
 	"\x17ALLOC_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -1909,11 +2232,12 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x17RECORD_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RECORD_KIND_EVENT\x10\x01\x12\x16\n" +
 	"\x12RECORD_KIND_METRIC\x10\x02\x12\x1a\n" +
-	"\x16RECORD_KIND_CHECKPOINT\x10\x032\x94\x02\n" +
+	"\x16RECORD_KIND_CHECKPOINT\x10\x032\xf2\x02\n" +
 	"\x10AgentWorkService\x12G\n" +
 	"\bPollWork\x12\x1b.gpupass.v1.PollWorkRequest\x1a\x1c.gpupass.v1.PollWorkResponse\"\x00\x12_\n" +
 	"\x10UpdateAllocation\x12#.gpupass.v1.UpdateAllocationRequest\x1a$.gpupass.v1.UpdateAllocationResponse\"\x00\x12V\n" +
-	"\rUploadRecords\x12 .gpupass.v1.UploadRecordsRequest\x1a!.gpupass.v1.UploadRecordsResponse\"\x002\xb5\x03\n" +
+	"\rUploadRecords\x12 .gpupass.v1.UploadRecordsRequest\x1a!.gpupass.v1.UploadRecordsResponse\"\x00\x12\\\n" +
+	"\x0fSubmitRunReport\x12\".gpupass.v1.SubmitRunReportRequest\x1a#.gpupass.v1.SubmitRunReportResponse\"\x002\x90\x04\n" +
 	"\n" +
 	"RunService\x12A\n" +
 	"\x06Submit\x12\x19.gpupass.v1.SubmitRequest\x1a\x1a.gpupass.v1.SubmitResponse\"\x00\x12A\n" +
@@ -1922,7 +2246,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x06Cancel\x12\x19.gpupass.v1.CancelRequest\x1a\x1a.gpupass.v1.CancelResponse\"\x00\x12F\n" +
 	"\aGetLogs\x12\x1a.gpupass.v1.GetLogsRequest\x1a\x1b.gpupass.v1.GetLogsResponse\"\x000\x01\x12M\n" +
 	"\n" +
-	"GetMetrics\x12\x1d.gpupass.v1.GetMetricsRequest\x1a\x1e.gpupass.v1.GetMetricsResponse\"\x00BBZ@github.com/gpupass/gpupass/internal/api/gen/gpupass/v1;gpupassv1b\x06proto3"
+	"GetMetrics\x12\x1d.gpupass.v1.GetMetricsRequest\x1a\x1e.gpupass.v1.GetMetricsResponse\"\x00\x12Y\n" +
+	"\x0eGetRunEvidence\x12!.gpupass.v1.GetRunEvidenceRequest\x1a\".gpupass.v1.GetRunEvidenceResponse\"\x00BBZ@github.com/gpupass/gpupass/internal/api/gen/gpupass/v1;gpupassv1b\x06proto3"
 
 var (
 	file_gpupass_v1_runs_proto_rawDescOnce sync.Once
@@ -1937,7 +2262,7 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
@@ -1963,8 +2288,13 @@ var file_gpupass_v1_runs_proto_goTypes = []any{
 	(*GetMetricsRequest)(nil),        // 21: gpupass.v1.GetMetricsRequest
 	(*MetricPoint)(nil),              // 22: gpupass.v1.MetricPoint
 	(*GetMetricsResponse)(nil),       // 23: gpupass.v1.GetMetricsResponse
-	nil,                              // 24: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 25: gpupass.v1.HealthScore
+	(*SubmitRunReportRequest)(nil),   // 24: gpupass.v1.SubmitRunReportRequest
+	(*SubmitRunReportResponse)(nil),  // 25: gpupass.v1.SubmitRunReportResponse
+	(*GetRunEvidenceRequest)(nil),    // 26: gpupass.v1.GetRunEvidenceRequest
+	(*GetRunEvidenceResponse)(nil),   // 27: gpupass.v1.GetRunEvidenceResponse
+	nil,                              // 28: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 29: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 30: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	4,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
@@ -1973,38 +2303,44 @@ var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	7,  // 3: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
 	12, // 4: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
 	0,  // 5: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	25, // 6: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	29, // 6: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
 	12, // 7: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
 	12, // 8: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
 	12, // 9: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
 	7,  // 10: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
 	12, // 11: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	24, // 12: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	28, // 12: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
 	12, // 13: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
 	22, // 14: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
-	2,  // 15: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
-	5,  // 16: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
-	8,  // 17: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
-	10, // 18: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
-	13, // 19: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
-	15, // 20: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
-	17, // 21: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
-	19, // 22: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
-	21, // 23: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	3,  // 24: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	6,  // 25: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	9,  // 26: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	11, // 27: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	14, // 28: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	16, // 29: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	18, // 30: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	20, // 31: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	23, // 32: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	12, // 15: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
+	30, // 16: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	2,  // 17: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
+	5,  // 18: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
+	8,  // 19: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
+	24, // 20: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
+	10, // 21: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
+	13, // 22: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
+	15, // 23: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
+	17, // 24: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
+	19, // 25: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
+	21, // 26: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
+	26, // 27: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	3,  // 28: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	6,  // 29: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	9,  // 30: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	25, // 31: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	11, // 32: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	14, // 33: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	16, // 34: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	18, // 35: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	20, // 36: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	23, // 37: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	27, // 38: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_runs_proto_init() }
@@ -2023,7 +2359,7 @@ func file_gpupass_v1_runs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -60,6 +60,9 @@ const (
 	// AgentWorkServiceUploadRecordsProcedure is the fully-qualified name of the AgentWorkService's
 	// UploadRecords RPC.
 	AgentWorkServiceUploadRecordsProcedure = "/gpupass.v1.AgentWorkService/UploadRecords"
+	// AgentWorkServiceSubmitRunReportProcedure is the fully-qualified name of the AgentWorkService's
+	// SubmitRunReport RPC.
+	AgentWorkServiceSubmitRunReportProcedure = "/gpupass.v1.AgentWorkService/SubmitRunReport"
 	// RunServiceSubmitProcedure is the fully-qualified name of the RunService's Submit RPC.
 	RunServiceSubmitProcedure = "/gpupass.v1.RunService/Submit"
 	// RunServiceGetRunProcedure is the fully-qualified name of the RunService's GetRun RPC.
@@ -72,6 +75,9 @@ const (
 	RunServiceGetLogsProcedure = "/gpupass.v1.RunService/GetLogs"
 	// RunServiceGetMetricsProcedure is the fully-qualified name of the RunService's GetMetrics RPC.
 	RunServiceGetMetricsProcedure = "/gpupass.v1.RunService/GetMetrics"
+	// RunServiceGetRunEvidenceProcedure is the fully-qualified name of the RunService's GetRunEvidence
+	// RPC.
+	RunServiceGetRunEvidenceProcedure = "/gpupass.v1.RunService/GetRunEvidence"
 )
 
 // AgentWorkServiceClient is a client for the gpupass.v1.AgentWorkService service.
@@ -90,6 +96,17 @@ type AgentWorkServiceClient interface {
 	// with every lower seq also held (the uploader's Sink contract). A batch
 	// that leaves a gap is stored but held_through stays below the gap.
 	UploadRecords(context.Context, *connect.Request[v1.UploadRecordsRequest]) (*connect.Response[v1.UploadRecordsResponse], error)
+	// SubmitRunReport hands the broker the run's own signed conformance
+	// report, measured at runtime-init against the run's spec (packages
+	// checked in the run's Python). The broker verifies the signature against
+	// the key enrolled for agent_id, checks that the report names this agent,
+	// this allocation, the run's spec fingerprint and the run's region, and
+	// keeps it with the run, together with the key it verified it with: the
+	// run's audit evidence. A stale fencing token is failed_precondition; a
+	// report that does not verify or names another run is permission_denied;
+	// sending a report again replaces it (the last one before the command
+	// started is the evidence).
+	SubmitRunReport(context.Context, *connect.Request[v1.SubmitRunReportRequest]) (*connect.Response[v1.SubmitRunReportResponse], error)
 }
 
 // NewAgentWorkServiceClient constructs a client for the gpupass.v1.AgentWorkService service. By
@@ -121,6 +138,12 @@ func NewAgentWorkServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(agentWorkServiceMethods.ByName("UploadRecords")),
 			connect.WithClientOptions(opts...),
 		),
+		submitRunReport: connect.NewClient[v1.SubmitRunReportRequest, v1.SubmitRunReportResponse](
+			httpClient,
+			baseURL+AgentWorkServiceSubmitRunReportProcedure,
+			connect.WithSchema(agentWorkServiceMethods.ByName("SubmitRunReport")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -129,6 +152,7 @@ type agentWorkServiceClient struct {
 	pollWork         *connect.Client[v1.PollWorkRequest, v1.PollWorkResponse]
 	updateAllocation *connect.Client[v1.UpdateAllocationRequest, v1.UpdateAllocationResponse]
 	uploadRecords    *connect.Client[v1.UploadRecordsRequest, v1.UploadRecordsResponse]
+	submitRunReport  *connect.Client[v1.SubmitRunReportRequest, v1.SubmitRunReportResponse]
 }
 
 // PollWork calls gpupass.v1.AgentWorkService.PollWork.
@@ -144,6 +168,11 @@ func (c *agentWorkServiceClient) UpdateAllocation(ctx context.Context, req *conn
 // UploadRecords calls gpupass.v1.AgentWorkService.UploadRecords.
 func (c *agentWorkServiceClient) UploadRecords(ctx context.Context, req *connect.Request[v1.UploadRecordsRequest]) (*connect.Response[v1.UploadRecordsResponse], error) {
 	return c.uploadRecords.CallUnary(ctx, req)
+}
+
+// SubmitRunReport calls gpupass.v1.AgentWorkService.SubmitRunReport.
+func (c *agentWorkServiceClient) SubmitRunReport(ctx context.Context, req *connect.Request[v1.SubmitRunReportRequest]) (*connect.Response[v1.SubmitRunReportResponse], error) {
+	return c.submitRunReport.CallUnary(ctx, req)
 }
 
 // AgentWorkServiceHandler is an implementation of the gpupass.v1.AgentWorkService service.
@@ -162,6 +191,17 @@ type AgentWorkServiceHandler interface {
 	// with every lower seq also held (the uploader's Sink contract). A batch
 	// that leaves a gap is stored but held_through stays below the gap.
 	UploadRecords(context.Context, *connect.Request[v1.UploadRecordsRequest]) (*connect.Response[v1.UploadRecordsResponse], error)
+	// SubmitRunReport hands the broker the run's own signed conformance
+	// report, measured at runtime-init against the run's spec (packages
+	// checked in the run's Python). The broker verifies the signature against
+	// the key enrolled for agent_id, checks that the report names this agent,
+	// this allocation, the run's spec fingerprint and the run's region, and
+	// keeps it with the run, together with the key it verified it with: the
+	// run's audit evidence. A stale fencing token is failed_precondition; a
+	// report that does not verify or names another run is permission_denied;
+	// sending a report again replaces it (the last one before the command
+	// started is the evidence).
+	SubmitRunReport(context.Context, *connect.Request[v1.SubmitRunReportRequest]) (*connect.Response[v1.SubmitRunReportResponse], error)
 }
 
 // NewAgentWorkServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -189,6 +229,12 @@ func NewAgentWorkServiceHandler(svc AgentWorkServiceHandler, opts ...connect.Han
 		connect.WithSchema(agentWorkServiceMethods.ByName("UploadRecords")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentWorkServiceSubmitRunReportHandler := connect.NewUnaryHandler(
+		AgentWorkServiceSubmitRunReportProcedure,
+		svc.SubmitRunReport,
+		connect.WithSchema(agentWorkServiceMethods.ByName("SubmitRunReport")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/gpupass.v1.AgentWorkService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentWorkServicePollWorkProcedure:
@@ -197,6 +243,8 @@ func NewAgentWorkServiceHandler(svc AgentWorkServiceHandler, opts ...connect.Han
 			agentWorkServiceUpdateAllocationHandler.ServeHTTP(w, r)
 		case AgentWorkServiceUploadRecordsProcedure:
 			agentWorkServiceUploadRecordsHandler.ServeHTTP(w, r)
+		case AgentWorkServiceSubmitRunReportProcedure:
+			agentWorkServiceSubmitRunReportHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -218,6 +266,10 @@ func (UnimplementedAgentWorkServiceHandler) UploadRecords(context.Context, *conn
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.AgentWorkService.UploadRecords is not implemented"))
 }
 
+func (UnimplementedAgentWorkServiceHandler) SubmitRunReport(context.Context, *connect.Request[v1.SubmitRunReportRequest]) (*connect.Response[v1.SubmitRunReportResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.AgentWorkService.SubmitRunReport is not implemented"))
+}
+
 // RunServiceClient is a client for the gpupass.v1.RunService service.
 type RunServiceClient interface {
 	// Submit creates one allocation for one region and places it on the best
@@ -237,6 +289,14 @@ type RunServiceClient interface {
 	// GetMetrics returns the run's metric points as one continuous series
 	// (a step logged again after a NaN restart supersedes the earlier one).
 	GetMetrics(context.Context, *connect.Request[v1.GetMetricsRequest]) (*connect.Response[v1.GetMetricsResponse], error)
+	// GetRunEvidence returns what an audit of a finished run needs, from the
+	// broker's record alone: the run, its declared spec, the agent's signed
+	// per-run conformance report with its signature and the public key the
+	// broker verified it against, the node's enrolled labels and the bundle
+	// digest the run installed. A run that is not terminal is
+	// failed_precondition (audit it after it finishes); so is a finished run
+	// whose agent sent no run report (it failed before runtime-init).
+	GetRunEvidence(context.Context, *connect.Request[v1.GetRunEvidenceRequest]) (*connect.Response[v1.GetRunEvidenceResponse], error)
 }
 
 // NewRunServiceClient constructs a client for the gpupass.v1.RunService service. By default, it
@@ -286,17 +346,24 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(runServiceMethods.ByName("GetMetrics")),
 			connect.WithClientOptions(opts...),
 		),
+		getRunEvidence: connect.NewClient[v1.GetRunEvidenceRequest, v1.GetRunEvidenceResponse](
+			httpClient,
+			baseURL+RunServiceGetRunEvidenceProcedure,
+			connect.WithSchema(runServiceMethods.ByName("GetRunEvidence")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // runServiceClient implements RunServiceClient.
 type runServiceClient struct {
-	submit     *connect.Client[v1.SubmitRequest, v1.SubmitResponse]
-	getRun     *connect.Client[v1.GetRunRequest, v1.GetRunResponse]
-	listRuns   *connect.Client[v1.ListRunsRequest, v1.ListRunsResponse]
-	cancel     *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	getLogs    *connect.Client[v1.GetLogsRequest, v1.GetLogsResponse]
-	getMetrics *connect.Client[v1.GetMetricsRequest, v1.GetMetricsResponse]
+	submit         *connect.Client[v1.SubmitRequest, v1.SubmitResponse]
+	getRun         *connect.Client[v1.GetRunRequest, v1.GetRunResponse]
+	listRuns       *connect.Client[v1.ListRunsRequest, v1.ListRunsResponse]
+	cancel         *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	getLogs        *connect.Client[v1.GetLogsRequest, v1.GetLogsResponse]
+	getMetrics     *connect.Client[v1.GetMetricsRequest, v1.GetMetricsResponse]
+	getRunEvidence *connect.Client[v1.GetRunEvidenceRequest, v1.GetRunEvidenceResponse]
 }
 
 // Submit calls gpupass.v1.RunService.Submit.
@@ -329,6 +396,11 @@ func (c *runServiceClient) GetMetrics(ctx context.Context, req *connect.Request[
 	return c.getMetrics.CallUnary(ctx, req)
 }
 
+// GetRunEvidence calls gpupass.v1.RunService.GetRunEvidence.
+func (c *runServiceClient) GetRunEvidence(ctx context.Context, req *connect.Request[v1.GetRunEvidenceRequest]) (*connect.Response[v1.GetRunEvidenceResponse], error) {
+	return c.getRunEvidence.CallUnary(ctx, req)
+}
+
 // RunServiceHandler is an implementation of the gpupass.v1.RunService service.
 type RunServiceHandler interface {
 	// Submit creates one allocation for one region and places it on the best
@@ -348,6 +420,14 @@ type RunServiceHandler interface {
 	// GetMetrics returns the run's metric points as one continuous series
 	// (a step logged again after a NaN restart supersedes the earlier one).
 	GetMetrics(context.Context, *connect.Request[v1.GetMetricsRequest]) (*connect.Response[v1.GetMetricsResponse], error)
+	// GetRunEvidence returns what an audit of a finished run needs, from the
+	// broker's record alone: the run, its declared spec, the agent's signed
+	// per-run conformance report with its signature and the public key the
+	// broker verified it against, the node's enrolled labels and the bundle
+	// digest the run installed. A run that is not terminal is
+	// failed_precondition (audit it after it finishes); so is a finished run
+	// whose agent sent no run report (it failed before runtime-init).
+	GetRunEvidence(context.Context, *connect.Request[v1.GetRunEvidenceRequest]) (*connect.Response[v1.GetRunEvidenceResponse], error)
 }
 
 // NewRunServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -393,6 +473,12 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(runServiceMethods.ByName("GetMetrics")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runServiceGetRunEvidenceHandler := connect.NewUnaryHandler(
+		RunServiceGetRunEvidenceProcedure,
+		svc.GetRunEvidence,
+		connect.WithSchema(runServiceMethods.ByName("GetRunEvidence")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/gpupass.v1.RunService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RunServiceSubmitProcedure:
@@ -407,6 +493,8 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 			runServiceGetLogsHandler.ServeHTTP(w, r)
 		case RunServiceGetMetricsProcedure:
 			runServiceGetMetricsHandler.ServeHTTP(w, r)
+		case RunServiceGetRunEvidenceProcedure:
+			runServiceGetRunEvidenceHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -438,4 +526,8 @@ func (UnimplementedRunServiceHandler) GetLogs(context.Context, *connect.Request[
 
 func (UnimplementedRunServiceHandler) GetMetrics(context.Context, *connect.Request[v1.GetMetricsRequest]) (*connect.Response[v1.GetMetricsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.RunService.GetMetrics is not implemented"))
+}
+
+func (UnimplementedRunServiceHandler) GetRunEvidence(context.Context, *connect.Request[v1.GetRunEvidenceRequest]) (*connect.Response[v1.GetRunEvidenceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.RunService.GetRunEvidence is not implemented"))
 }

@@ -1,0 +1,234 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// A run's own signed report is the audit's proof of the environment the
+// run used: the node's periodic report cannot be, since it knows neither
+// the run's spec nor its packages. At runtime-init the agent measures the
+// node against the run's spec, checks the spec's packages in the run's
+// Python, signs the result (bound to the allocation) with its identity key
+// and hands it to the broker, which verifies it against the enrolled key
+// and keeps it with the run.
+
+// packageCheckPrefix names the per-package checks of a run report
+// (package.numpy). They are reported, not enforced, here: runtime-init's
+// package check right after fails the run with an event per package.
+const packageCheckPrefix = "package."
+
+// RunReportSink is a WorkSource that takes a run's signed report (the
+// broker does).
+type RunReportSink interface {
+	SubmitRunReport(ctx context.Context, a *Assignment, report []byte, signature string) error
+}
+
+// RunReport measures the node against a run's spec, checks the spec's
+// pinned packages in python (the interpreter the run's command uses) and
+// signs the report, bound to allocID, with the agent's identity key.
+func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string) (*signedReport, error) {
+	exp := suite.FromSpec(sp)
+	exp.StorageClass = a.o.StorageClass
+	res, err := a.suite.Run(ctx, exp)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	id := a.agentID
+	a.lastFacs = &res.Facts
+	a.mu.Unlock()
+
+	var notes []string
+	if pins := suite.PinnedPackages(sp); len(pins) > 0 {
+		t0 := time.Now()
+		sec, err := probe.Python{Exe: python, Packages: exp.PackageNames()}.Measure(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("checking the run's packages in %s: %w", python, err)
+		}
+		ps, _ := sec.(probe.PythonSection)
+		took := float64(time.Since(t0).Microseconds()) / 1000
+		res.Facts.Python.Packages = map[string]string{}
+		for n := range pins {
+			res.Facts.Python.Packages[n] = ps.Packages[n]
+		}
+		res.Checks = append(res.Checks, packageChecks(pins, ps, took)...)
+		notes = append(notes, fmt.Sprintf("packages checked in the run's Python %s (%s)", ps.Executable, orNone(ps.Version)))
+	}
+	rep, err := res.Report(suite.ReportInput{
+		AgentID: id, Node: a.o.node(), StorageClass: a.o.StorageClass, Now: time.Now(), AllocID: allocID, Spec: sp,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.Notes = append(rep.Notes, notes...)
+	b, err := rep.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	sig, err := conformance.Sign(a.key, b)
+	if err != nil {
+		return nil, err
+	}
+	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "fingerprint", rep.RuntimeFingerprint,
+		"spec_fingerprint", rep.SpecFingerprint, "simulated", rep.Simulated)
+	return &signedReport{Report: rep, Bytes: b, Signature: sig}, nil
+}
+
+// packageChecks compares each pinned package with what the run's Python
+// has (PEP 440 ==: equal versions; a local label in the pin must match).
+func packageChecks(pins map[string]string, ps probe.PythonSection, tookMS float64) []conformance.Check {
+	names := make([]string, 0, len(pins))
+	for n := range pins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]conformance.Check, 0, len(names))
+	for _, n := range names {
+		want, got := pins[n], ps.Packages[n]
+		c := conformance.Check{Name: packageCheckPrefix + n, Expected: want, Actual: got, Status: conformance.Pass, DurationMS: tookMS}
+		switch {
+		case !ps.Found:
+			c.Actual, c.Status, c.Message = "not found", conformance.Fail, "the run's Python is not usable: "+ps.Reason
+		case want == "":
+			c.Status, c.Message = conformance.Warn, "not pinned with ==; not checked"
+		case got == "":
+			c.Actual, c.Status, c.Message = "not installed", conformance.Fail, "not installed in the run's Python"
+		case !pinMatches(want, got):
+			c.Status, c.Message = conformance.Fail, "installed version differs from the pin"
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// pinMatches applies PEP 440 "==" as runtime-init does.
+func pinMatches(pinned, installed string) bool {
+	p, err := spec.ParseVersion(pinned)
+	if err != nil {
+		return pinned == installed
+	}
+	v, err := spec.ParseVersion(installed)
+	if err != nil {
+		return false
+	}
+	return p.Compare(v) == 0 && (p.Local == "" || p.Local == v.Local)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "version unknown"
+	}
+	return "Python " + s
+}
+
+// runReporter is RunLoop.RunReport for this agent: sign the run's report
+// and hand it to the broker through src. It returns the checks that fail
+// against the spec, packages left out (runtime-init reports those one by
+// one and fails the run right after).
+func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error) {
+	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error) {
+		sr, err := a.RunReport(ctx, as.AllocID, sp, python)
+		if err != nil {
+			return "", nil, err
+		}
+		var failed []conformance.Check
+		for _, c := range sr.Report.Checks {
+			if c.Status == conformance.Fail && !strings.HasPrefix(c.Name, packageCheckPrefix) {
+				failed = append(failed, c)
+			}
+		}
+		sink, ok := src.(RunReportSink)
+		if !ok {
+			return "node conforms to the spec (suite re-run; no broker to keep the signed run report)", failed, nil
+		}
+		match := "matches"
+		if sr.Report.RuntimeFingerprint != sr.Report.SpecFingerprint {
+			match = "differs from"
+		}
+		detail := fmt.Sprintf("signed run report sent to the broker: runtime fingerprint %s %s the spec's", sr.Report.RuntimeFingerprint, match)
+		if err := submitWithRetry(ctx, sink, as, sr, a.log); err != nil {
+			if errors.Is(err, errReportUnsupported) {
+				a.log.Warn("the broker does not keep run reports (older broker): this run cannot be audited", "alloc", as.AllocID)
+				return "node conforms to the spec (suite re-run; the broker keeps no run reports)", failed, nil
+			}
+			return "", failed, err
+		}
+		return detail, failed, nil
+	}
+}
+
+var errReportUnsupported = errors.New("the broker does not support run reports")
+
+// submitWithRetry hands the report over, retrying while the broker is
+// unreachable (a restart must not fail the run) for up to a minute. A
+// refusal is final: a report the broker does not accept leaves the run
+// without evidence, which must not pass unnoticed.
+func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *signedReport, log *slog.Logger) error {
+	deadline := time.Now().Add(time.Minute)
+	backoff := 100 * time.Millisecond
+	for {
+		err := sink.SubmitRunReport(ctx, as, sr.Bytes, sr.Signature)
+		switch {
+		case err == nil, errors.Is(err, errReportUnsupported), errors.Is(err, ErrStaleLease):
+			return err
+		case connect.CodeOf(err) != connect.CodeUnavailable && connect.CodeOf(err) != connect.CodeDeadlineExceeded && connect.CodeOf(err) != connect.CodeUnknown:
+			return err
+		case time.Now().After(deadline):
+			return err
+		}
+		log.Warn("sending the run report failed; retrying", "alloc", as.AllocID, "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// SubmitRunReport implements RunReportSink over the AgentWorkService.
+func (b *brokerSource) SubmitRunReport(ctx context.Context, a *Assignment, report []byte, signature string) error {
+	ctx, cancel := context.WithTimeout(ctx, b.call)
+	defer cancel()
+	_, err := b.c.SubmitRunReport(ctx, connect.NewRequest(&gpupassv1.SubmitRunReportRequest{
+		AgentId: b.agentID(), AllocId: a.AllocID, FencingToken: a.FencingToken, Report: report, Signature: signature,
+	}))
+	if err == nil {
+		return nil
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnimplemented:
+		return errReportUnsupported
+	case connect.CodeFailedPrecondition:
+		return fmt.Errorf("%w: %s", ErrStaleLease, api.Describe(err))
+	}
+	return fmt.Errorf("sending the signed run report of %s: %w", a.AllocID, err)
+}
+
+// recheck is runtime-init's conformance step: the run report when the
+// agent makes one, else the suite again with the packages left to
+// runtime-init.
+func (l *RunLoop) recheck(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error) {
+	if l.RunReport != nil {
+		return l.RunReport(ctx, a, sp, python)
+	}
+	cp := *sp
+	cp.Runtime.Packages = nil
+	failed, err := l.Recheck(ctx, &cp)
+	return "node conforms to the spec (suite re-run)", failed, err
+}

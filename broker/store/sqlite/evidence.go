@@ -1,0 +1,13 @@
+package sqlite
+
+// evidenceMigration (version 4) keeps each run's signed conformance
+// report (the audit's evidence) apart from the allocation body, which
+// every state update reads and writes.
+const evidenceMigration = `CREATE TABLE run_evidence (
+		alloc_id TEXT PRIMARY KEY,
+		agent_id TEXT NOT NULL,
+		report BLOB NOT NULL,
+		signature TEXT NOT NULL,
+		agent_public_key_pem BLOB NOT NULL,
+		received_at INTEGER NOT NULL
+	);`
