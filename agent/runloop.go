@@ -112,6 +112,9 @@ type RunLoop struct {
 	DrainTimeout time.Duration
 	// Retry is the pause after a failed poll (default 1s).
 	Retry time.Duration
+	// Bundles installs a spec's runtime.bundle before the command
+	// (bundleinstall.go); the zero value uses TLS and the docker config.
+	Bundles BundleInstaller
 }
 
 func (l *RunLoop) log() *slog.Logger {
@@ -231,12 +234,26 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 
 	x := *l.Executor
 	x.Checks = append(append([]executor.RuntimeCheck(nil), l.Executor.Checks...), l.checks(sp)...)
+	if c := l.Bundles.Check(sp); c != nil {
+		x.Checks = append(x.Checks, *c)
+	}
+	// Until the lease check ran, the cancel poll below reports starting:
+	// runtime-init (a bundle pull and install) can take minutes, and the
+	// broker must not count the run as launched before its command.
+	// stateMu orders the two, so a starting poll never follows running.
+	var (
+		stateMu sync.Mutex
+		started bool
+	)
 	// The last check marks the run running: every check before the
 	// command passed, so the next thing that happens is the command.
 	x.Checks = append(x.Checks, executor.RuntimeCheck{Name: "lease", Run: func(ctx context.Context, _ executor.Job) (string, error) {
+		stateMu.Lock()
+		defer stateMu.Unlock()
 		if err := edge(ctx, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
 			return "", err
 		}
+		started = true
 		return fmt.Sprintf("running under fencing token %d", a.FencingToken), nil
 	}})
 
@@ -259,7 +276,13 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 				return
 			case <-t.C:
 			}
-			cancel, err := update(runCtx, AllocUpdate{State: StateRunning})
+			stateMu.Lock()
+			state := StateStarting
+			if started {
+				state = StateRunning
+			}
+			cancel, err := update(runCtx, AllocUpdate{State: state})
+			stateMu.Unlock()
 			switch {
 			case errors.Is(err, ErrStaleLease):
 				mu.Lock()
@@ -421,6 +444,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome,
+		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	done := make(chan struct{})
 	go func() {
