@@ -21,7 +21,7 @@ import (
 // then `gpupass train` of a no-internet-access spec whose runtime.bundle is
 // the pushed digest. The agent pulls it, installs it with pip --no-index,
 // the job imports it, and the run's log names the digest and each package.
-// The same spec with a tag instead of the digest fails before the command.
+// The same spec with a tag instead of the digest is refused at submit.
 func TestUpTrainOfflineInstallsTheBundle(t *testing.T) {
 	py := regtest.SystemPython(t)
 	upstack.RequireTorch(t)
@@ -84,7 +84,9 @@ func TestUpTrainOfflineInstallsTheBundle(t *testing.T) {
 	if err == nil {
 		t.Fatalf("train of a spec pinning the bundle by tag succeeded:\n%s", upstack.Tail(got, 4000))
 	}
-	if !strings.Contains(got, "is a tag: a run with security.no-internet-access installs only a bundle pinned by digest") || strings.Contains(got, "job imported gp-alpha") {
-		t.Errorf("the tag-pinned run did not fail before its command with the reason:\n%s", upstack.Tail(got, 4000))
+	// The broker validates the spec on submit and refuses it already;
+	// the node's own refusal is tested in agent (TestBundleInstall...).
+	if !strings.Contains(got, "bundle.digest-required") || strings.Contains(got, "job imported gp-alpha") {
+		t.Errorf("the tag-pinned spec was not refused with bundle.digest-required:\n%s", upstack.Tail(got, 4000))
 	}
 }
