@@ -43,6 +43,8 @@ type Options struct {
 	ReadProbeMB   int
 	// NoWork keeps the agent from taking runs (registry and reports only).
 	NoWork bool
+	// Registry is how wheel bundles are pulled (bundleinstall.go).
+	Registry RegistryFlags
 }
 
 // AddFlags registers the daemon's flags.
@@ -65,6 +67,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	o.addProbeFlags(cmd)
 	f.BoolVar(&o.NoWork, "no-work", false, "do not take runs from the broker (enroll, heartbeat and report only)")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
+	o.Registry.AddFlags(cmd)
 }
 
 func (o *Options) addProbeFlags(cmd *cobra.Command) {
@@ -106,6 +109,9 @@ func (o *Options) Validate(daemon bool) error {
 	}
 	if o.ReadProbeMB < 0 || o.ReadProbeMB > 4096 {
 		return fmt.Errorf("--read-probe-mb %d: must be between 0 and 4096", o.ReadProbeMB)
+	}
+	if err := o.Registry.validate(); err != nil {
+		return err
 	}
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()

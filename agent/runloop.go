@@ -128,6 +128,9 @@ type RunLoop struct {
 	finishMu  sync.Mutex
 	finishing map[string]bool
 	finishWG  sync.WaitGroup
+	// Bundles installs a spec's runtime.bundle before the command
+	// (bundleinstall.go); the zero value uses TLS and the docker config.
+	Bundles BundleInstaller
 }
 
 func (l *RunLoop) log() *slog.Logger {
@@ -262,10 +265,24 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	var state atomic.Value
 	state.Store(StateStarting)
 	x := *l.Executor
-	x.Checks = append(append([]executor.RuntimeCheck(nil), l.Executor.Checks...), l.checks(a, sp)...)
+	x.Checks = append([]executor.RuntimeCheck(nil), l.Executor.Checks...)
+	// The bundle goes in before the conformance check: that check and the
+	// run's signed report measure packages in the run's own Python, which
+	// is the bundle's venv once it is installed.
+	if c := l.Bundles.Check(sp); c != nil {
+		x.Checks = append(x.Checks, *c)
+	}
+	x.Checks = append(x.Checks, l.checks(a, sp)...)
+	// Runtime-init (a bundle pull and install) can take minutes; the
+	// broker must not count the run as launched before its command.
+	// stateMu orders the watcher's polls and the lease edge, so a
+	// starting poll never follows running.
+	var stateMu sync.Mutex
 	// The last check marks the run running: every check before the
 	// command passed, so the next thing that happens is the command.
 	x.Checks = append(x.Checks, executor.RuntimeCheck{Name: "lease", Run: func(ctx context.Context, _ executor.Job) (string, error) {
+		stateMu.Lock()
+		defer stateMu.Unlock()
 		if err := edge(ctx, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
 			return "", err
 		}
@@ -299,7 +316,9 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 			if state.Load() == StateRunning {
 				ship.tick(time.Now())
 			}
+			stateMu.Lock()
 			cancel, err := update(runCtx, AllocUpdate{State: state.Load().(AllocState)})
+			stateMu.Unlock()
 			switch {
 			case errors.Is(err, ErrStaleLease):
 				mu.Lock()
@@ -467,6 +486,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome,
+		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)
 	done := make(chan struct{})

@@ -87,7 +87,15 @@ type Executor struct {
 type RuntimeCheck struct {
 	Name string
 	Run  func(ctx context.Context, job Job) (detail string, err error)
+	// Prepare, when set, runs instead of Run. It may change the job
+	// before the command starts (the wheel-bundle install points Python,
+	// PATH and the command at the environment it built, and the package
+	// check then looks there) and records its own events through emit.
+	Prepare func(ctx context.Context, job *Job, emit Emit) (detail string, err error)
 }
+
+// Emit records one event of the run.
+type Emit func(level events.Level, component, msg string, fields map[string]string)
 
 // State is the terminal state of a run.
 type State string
@@ -188,13 +196,14 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 	if len(job.Command) == 0 {
 		return Result{State: Failed, Reason: "runtime-init: the run has no command", ExitCode: -1}
 	}
-	env, err := buildEnv(job, workDir, ckptDir, metricsPath)
-	if err != nil {
-		rec.event(events.Error, events.RuntimeInit, err.Error(), nil)
-		return Result{State: Failed, Reason: "runtime-init: " + err.Error(), ExitCode: -1}
-	}
 	for _, c := range x.Checks {
-		detail, err := c.Run(ctx, job)
+		var detail string
+		var err error
+		if c.Prepare != nil {
+			detail, err = c.Prepare(ctx, &job, rec.event)
+		} else {
+			detail, err = c.Run(ctx, job)
+		}
 		if ctx.Err() != nil {
 			return cancelled(ctx, parent, 0, 0)
 		}
@@ -210,6 +219,12 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 			return cancelled(ctx, parent, 0, 0)
 		}
 		return Result{State: Failed, Reason: "runtime-init: " + reason, ExitCode: -1}
+	}
+	// After the checks: a Prepare may have changed the job's environment.
+	env, err := buildEnv(job, workDir, ckptDir, metricsPath)
+	if err != nil {
+		rec.event(events.Error, events.RuntimeInit, err.Error(), nil)
+		return Result{State: Failed, Reason: "runtime-init: " + err.Error(), ExitCode: -1}
 	}
 
 	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20, off: metricsStart}

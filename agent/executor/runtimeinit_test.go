@@ -144,3 +144,52 @@ func TestRuntimeChecks(t *testing.T) {
 		})
 	}
 }
+
+// TestRuntimePrepare: a Prepare step changes the job the command runs
+// as (command, environment), records its own events, and its failure
+// stops the run before the command.
+func TestRuntimePrepare(t *testing.T) {
+	t.Parallel()
+	rewrite := executor.RuntimeCheck{Name: "bundle", Prepare: func(_ context.Context, j *executor.Job, emit executor.Emit) (string, error) {
+		emit(events.Info, events.RuntimeBundle, "installed demo 1.0", map[string]string{"package": "demo"})
+		j.Command = []string{"sh", "-c", `echo "prepared $PREPARED"`}
+		j.BaseEnv = append(os.Environ(), "PREPARED=yes")
+		return "environment ready", nil
+	}}
+	broken := executor.RuntimeCheck{Name: "bundle", Prepare: func(context.Context, *executor.Job, executor.Emit) (string, error) {
+		return "", fmt.Errorf("pulling bundle: HTTP 404")
+	}}
+	tests := []struct {
+		name   string
+		check  executor.RuntimeCheck
+		state  executor.State
+		reason string
+		stdout []string
+		bundle []string
+	}{
+		{"changes the job", rewrite, executor.Succeeded, "exited with status 0", []string{"prepared yes"}, []string{"installed demo 1.0"}},
+		{"fails the run", broken, executor.Failed, "runtime-init: bundle: pulling bundle: HTTP 404", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out := execute(t, context.Background(), executor.Job{Command: []string{"echo", "original"}}, &executor.Executor{Checks: []executor.RuntimeCheck{tt.check}})
+			if out.res.State != tt.state || out.res.Reason != tt.reason {
+				t.Errorf("result %s %q, want %s %q", out.res.State, out.res.Reason, tt.state, tt.reason)
+			}
+			var stdout, bundle []string
+			for _, e := range out.find(events.StdoutComponent) {
+				stdout = append(stdout, e.Message)
+			}
+			for _, e := range out.find(events.RuntimeBundle) {
+				bundle = append(bundle, e.Message)
+			}
+			if d := cmp.Diff(tt.stdout, stdout); d != "" {
+				t.Errorf("stdout (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tt.bundle, bundle); d != "" {
+				t.Errorf("runtime.bundle events (-want +got):\n%s", d)
+			}
+		})
+	}
+}

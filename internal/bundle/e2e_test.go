@@ -7,99 +7,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/regtest"
 )
-
-// startRealRegistry runs the distribution registry server (Debian's
-// docker-registry, installed by scripts/setup.d/30-registry.sh) on a free
-// loopback port with its storage in a temp dir, and returns host:port.
-func startRealRegistry(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("GPUPASS_TEST_REGISTRY_BIN")
-	if bin == "" {
-		bin = testutil.Tool(t, "docker-registry")
-	}
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
-	cfgPath := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "serve", cfgPath)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("registry on %s did not come up: %v\n%s", addr, err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// systemPython is Debian's python3, the one with pip, setuptools and wheel
-// (the first python3 on PATH may lack them).
-func systemPython(t *testing.T) string {
-	t.Helper()
-	const py = "/usr/bin/python3"
-	if err := exec.Command(py, "-c", "import setuptools, wheel, pip").Run(); err != nil {
-		testutil.Missing(t, "%s with pip, setuptools and wheel: %v", py, err)
-	}
-	return py
-}
-
-// buildRealWheels writes tiny packages and builds them with pip, offline.
-func buildRealWheels(t *testing.T, py string, pkgs map[string]string) string {
-	t.Helper()
-	src := t.TempDir()
-	house := t.TempDir()
-	args := []string{"-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--disable-pip-version-check", "-q", "-w", house}
-	for name, version := range pkgs {
-		mod := strings.ReplaceAll(name, "-", "_")
-		d := filepath.Join(src, name)
-		must(t, os.MkdirAll(filepath.Join(d, mod), 0o755))
-		must(t, os.WriteFile(filepath.Join(d, "pyproject.toml"), []byte(fmt.Sprintf(
-			"[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n[project]\nname = %q\nversion = %q\n", name, version)), 0o644))
-		must(t, os.WriteFile(filepath.Join(d, mod, "__init__.py"), []byte(fmt.Sprintf("def hello():\n    return %q\n", name+" "+version)), 0o644))
-		args = append(args, d)
-	}
-	cmd := exec.Command(py, args...)
-	cmd.Env = append(os.Environ(), "PIP_NO_INDEX=1", "PIP_CACHE_DIR="+filepath.Join(src, ".cache"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pip wheel: %v\n%s", err, out)
-	}
-	return house
-}
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -122,10 +39,10 @@ func run(t *testing.T, name string, args ...string) (string, error) {
 
 func TestE2ERealRegistryPipInstall(t *testing.T) {
 	t.Parallel()
-	py := systemPython(t)
-	host := startRealRegistry(t)
+	py := regtest.SystemPython(t)
+	host := regtest.StartRegistry(t)
 	gp := testutil.BuildBinary(t, "./cmd/gpupass")
-	house := buildRealWheels(t, py, map[string]string{"gp-alpha": "1.0.0", "gp-beta": "2.1"})
+	house := regtest.BuildWheels(t, py, map[string]string{"gp-alpha": "1.0.0", "gp-beta": "2.1"})
 	pyVer, err := run(t, py, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])")
 	must(t, err)
 	specPath := filepath.Join(t.TempDir(), "gpupass.yaml")
@@ -184,11 +101,11 @@ func TestE2ERealRegistryPipInstall(t *testing.T) {
 
 func TestE2EOrasInterop(t *testing.T) {
 	t.Parallel()
-	py := systemPython(t)
+	py := regtest.SystemPython(t)
 	oras := testutil.Tool(t, "oras")
-	host := startRealRegistry(t)
+	host := regtest.StartRegistry(t)
 	gp := testutil.BuildBinary(t, "./cmd/gpupass")
-	house := buildRealWheels(t, py, map[string]string{"gp-gamma": "0.3"})
+	house := regtest.BuildWheels(t, py, map[string]string{"gp-gamma": "0.3"})
 	entries, err := os.ReadDir(house)
 	must(t, err)
 	whl := entries[0].Name()
@@ -226,3 +143,24 @@ func TestE2EOrasInterop(t *testing.T) {
 	_, err = run(t, py, "-m", "pip", "install", "--no-index", "--find-links", dst, "--target", target, "--disable-pip-version-check", "-q", "gp-gamma==0.3")
 	must(t, err)
 }
+
+// specYAML is a spec whose packages tests rewrite.
+const specYAML = `name: offline-job
+runtime:
+  cuda: 12.1.105
+  nvidia-driver: 535.104.05
+  python: 3.10.12
+  pytorch: 2.1.2+cu121
+  cuda-malloc-async: false
+  packages:
+    - alpha==1.0
+    - beta-pkg==2.0
+security:
+  fips-compliant: false
+  no-internet-access: false
+resources:
+  accelerator: h100-sxm5
+  count: 1
+  storage: {type: standard, size_gb: 100}
+  network: {bandwidth_gbps: 25, latency_tolerance_ms: 100}
+`

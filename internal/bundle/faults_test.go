@@ -159,6 +159,16 @@ func TestPullRefusesBadArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	lyingBytes, _ := os.ReadFile(lying)
+	// Entries that would land outside the install directory.
+	escaping := map[string][]byte{}
+	for _, entry := range []string{"../evil.py", "/etc/evil.py", "demo/../../evil.py"} {
+		d := t.TempDir()
+		p, err := wheeltest.Write(d, "demo-1.0-py3-none-any.whl", "demo", "1.0", []wheeltest.File{{Name: entry, Data: strings.NewReader("x = 1\n")}}, wheeltest.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		escaping[entry], _ = os.ReadFile(p)
+	}
 	tests := []struct {
 		name    string
 		titles  []string
@@ -173,6 +183,9 @@ func TestPullRefusesBadArtifacts(t *testing.T) {
 		{"duplicate titles", []string{"demo-1.0-py3-none-any.whl", "demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes, append(goodBytes, 0)}, "appears twice"},
 		{"lying RECORD", []string{"liar-1.0-py3-none-any.whl"}, [][]byte{lyingBytes}, "liar-1.0-py3-none-any.whl"},
 		{"corrupt zip", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes[:len(goodBytes)/2]}, "not a readable zip"},
+		{"entry with ..", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{escaping["../evil.py"]}, `entry "../evil.py": not a safe relative path`},
+		{"absolute entry", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{escaping["/etc/evil.py"]}, `entry "/etc/evil.py": not a safe relative path`},
+		{"entry climbing out", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{escaping["demo/../../evil.py"]}, "not a safe relative path"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,6 +242,10 @@ func TestScanFaults(t *testing.T) {
 		[]wheeltest.File{{Name: "liar/x.py", Data: strings.NewReader("x")}}, wheeltest.Options{LieAbout: "liar/x.py"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := wheeltest.Write(dir, "escape-1.0-py3-none-any.whl", "escape", "1.0",
+		[]wheeltest.File{{Name: "../escape.py", Data: strings.NewReader("x")}}, wheeltest.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "broken-1.0-py3-none-any.whl"), []byte("PK not really"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -253,13 +270,14 @@ func TestScanFaults(t *testing.T) {
 		"duplicate of",
 		"wheel liar-1.0-py3-none-any.whl: liar/x.py: RECORD says",
 		"wheel broken-1.0-py3-none-any.whl: not a readable zip",
+		`wheel escape-1.0-py3-none-any.whl: entry "../escape.py": not a safe relative path`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Scan error does not contain %q:\n%v", want, err)
 		}
 	}
-	if len(we.Problems) != 5 {
-		t.Errorf("%d problems, want 5:\n%v", len(we.Problems), err)
+	if len(we.Problems) != 6 {
+		t.Errorf("%d problems, want 6:\n%v", len(we.Problems), err)
 	}
 }
 

@@ -134,24 +134,3 @@ type emptyKeychain struct{}
 func (emptyKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
 	return authn.Anonymous, nil
 }
-
-// specYAML is a spec whose packages tests rewrite.
-const specYAML = `name: offline-job
-runtime:
-  cuda: 12.1.105
-  nvidia-driver: 535.104.05
-  python: 3.10.12
-  pytorch: 2.1.2+cu121
-  cuda-malloc-async: false
-  packages:
-    - alpha==1.0
-    - beta-pkg==2.0
-security:
-  fips-compliant: false
-  no-internet-access: false
-resources:
-  accelerator: h100-sxm5
-  count: 1
-  storage: {type: standard, size_gb: 100}
-  network: {bandwidth_gbps: 25, latency_tolerance_ms: 100}
-`

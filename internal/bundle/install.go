@@ -15,6 +15,9 @@ type InstallOptions struct {
 	// Target, when set, installs into that directory (pip --target)
 	// instead of the interpreter's environment.
 	Target string
+	// Report, when set, is where pip writes its JSON install report
+	// (--report, pip >= 22.2): what it installed, from which file.
+	Report string
 	// Stdout and Stderr receive pip's output.
 	Stdout, Stderr io.Writer
 }
@@ -37,7 +40,12 @@ func Install(ctx context.Context, dir string, requirements []string, o InstallOp
 			requirements = append(requirements, w.Name+"=="+w.Version)
 		}
 	}
-	args := []string{"-m", "pip", "install", "--no-index", "--find-links", dir, "--disable-pip-version-check", "--no-input"}
+	// --isolated: the node's pip.conf and PIP_* variables must not add an
+	// index or other find-links; the wheelhouse is the only source.
+	args := []string{"-m", "pip", "--isolated", "install", "--no-index", "--find-links", dir, "--disable-pip-version-check", "--no-input", "--no-cache-dir"}
+	if o.Report != "" {
+		args = append(args, "--report", o.Report)
+	}
 	if o.Target != "" {
 		args = append(args, "--target", o.Target)
 	}

@@ -40,6 +40,10 @@ func (p *TextProgress) Start(name string, size int64) {
 	p.sizes[name] = size
 }
 
+// WantsBytes says whether Add must be called as bytes move: a bar does;
+// quiet lines do not, and a push then lets the kernel send the files.
+func (p *TextProgress) WantsBytes() bool { return p.tty }
+
 // Add implements Progress.
 func (p *TextProgress) Add(_ string, n int64) {
 	p.mu.Lock()

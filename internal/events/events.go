@@ -71,6 +71,7 @@ func (l *Level) UnmarshalText(b []byte) error {
 // the process named (see Classifier) or StdoutComponent/StderrComponent.
 const (
 	RuntimeInit     = "runtime.init"
+	RuntimeBundle   = "runtime.bundle"
 	ExecutorComp    = "executor"
 	NaNGuard        = "nan-guard"
 	MetricsComp     = "metrics"

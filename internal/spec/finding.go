@@ -73,6 +73,7 @@ var Rules = []Rule{
 	{"bundle.required", SevError, "no-internet-access needs runtime.bundle"},
 	{"bundle.reference", SevError, "runtime.bundle is not an OCI reference"},
 	{"bundle.by-tag", SevInfo, "the bundle is referenced by a mutable tag"},
+	{"bundle.digest-required", SevError, "no-internet-access needs runtime.bundle pinned by digest"},
 	{"resources.accelerator", SevError, "unknown accelerator class"},
 	{"resources.accelerator-cuda", SevError, "the accelerator needs a newer CUDA"},
 	{"resources.count", SevError, "the accelerator count must be at least 1"},

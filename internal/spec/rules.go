@@ -379,7 +379,14 @@ func (c *checker) bundle() {
 			"write registry/repository:tag or registry/repository@sha256:<digest>")
 		return
 	}
-	if ref.Digest == "" {
+	switch {
+	case ref.Digest == "" && s.Security.NoInternetAccess:
+		// The node agent refuses it too: an offline run installs exactly
+		// the bundle the spec pinned, never what a tag points at today.
+		c.add("bundle.digest-required", SevError, "runtime.bundle",
+			fmt.Sprintf("bundle %s is referenced by tag; with no-internet-access: true the node installs only a bundle pinned by digest and refuses the run", s.Runtime.Bundle),
+			"pin it by digest: "+ref.Name+"@sha256:<digest> (`gpupass bundle push` prints it)")
+	case ref.Digest == "":
 		c.add("bundle.by-tag", SevInfo, "runtime.bundle",
 			fmt.Sprintf("bundle %s is referenced by tag; a tag can be moved to other content", s.Runtime.Bundle),
 			"pin it by digest: "+ref.Name+"@sha256:<digest> (`gpupass bundle push` prints it)")

@@ -120,7 +120,9 @@ row() { # figure label goal-text unit(s|MB) goal-check
 	fi
 	echo "| bundle | $fig | $g | $goal | oras $o, ratio $ratio |"
 }
-what="${total_mb} MB wheelhouse (${N}×${MB} MB), median of $REPS"
+# Both tools share the machine's cores with the registry; on a loaded
+# machine the ratio follows CPU time, so the load is part of the figure.
+what="${total_mb} MB wheelhouse (${N}×${MB} MB), median of $REPS, load $(cut -d' ' -f1 /proc/loadavg)"
 row "push $what" push "ratio ≤ 1.0" 1
 row "pull $what (verified: digests + RECORD)" pull "ratio ≤ 1.0" 1
 row "CPU user+sys, push" push "(context)" 5
