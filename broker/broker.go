@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
@@ -169,6 +170,13 @@ func (b *Broker) Handler() http.Handler {
 	p, h = gpupassv1connect.NewNodeServiceHandler(&nodeService{b}, auth, connect.WithReadMaxBytes(api.MaxClientMessageBytes))
 	mux.Handle(p, h)
 	b.handleRuns(mux)
+	// Reflection lets grpcurl and other gRPC tools call the broker without
+	// the .proto files. It is served without a token: it reveals only the
+	// schema, which is public (internal/api/proto), never data.
+	reflector := grpcreflect.NewStaticReflector(gpupassv1connect.AgentServiceName, gpupassv1connect.NodeServiceName,
+		gpupassv1connect.AgentWorkServiceName, gpupassv1connect.RunServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
