@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
@@ -80,49 +81,78 @@ func percentile(d []time.Duration, p float64) float64 {
 }
 
 // BenchmarkDryRun measures dry-run latency over the API (Connect protocol
-// on loopback, the CLI's path) with 1,000 and 10,000 registered nodes.
-// "cached" is the default configuration (registry snapshot reused for
-// 500 ms); "uncached" reads the whole registry from the store every call.
+// on loopback) with 1,000 and 10,000 registered nodes, client decoding
+// included. Cases:
+//   - columns: the CLI's request (DRY_RUN_VIEW_COLUMNS, expanded by the
+//     client with api.ExpandDryRun), the default broker configuration;
+//   - inline: every reason written out per node (curl's default view);
+//   - summary: per-reason counts instead of the excluded list;
+//   - uncached: columns, with the registry re-read from the store on
+//     every call (SnapshotTTL 1 ns).
 func BenchmarkDryRun(b *testing.B) {
 	for _, kind := range brokertest.Stores {
 		for _, n := range []int{1000, 10000} {
 			b.Run(fmt.Sprintf("store=%s/nodes=%d", kind, n), func(b *testing.B) {
 				db := brokertest.NewDB(b, kind)
 				populate(b, db.Open(b), n)
-				for _, mode := range []string{"cached", "uncached"} {
+				for _, mode := range []string{"columns", "inline", "summary", "uncached"} {
 					b.Run(mode, func(b *testing.B) {
 						cfg := broker.Config{OfflineAfter: 2 * time.Hour}
-						if mode == "uncached" {
+						view := gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS
+						switch mode {
+						case "uncached":
 							cfg.SnapshotTTL = time.Nanosecond
+						case "inline":
+							view = gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE
+						case "summary":
+							view = gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY
 						}
 						srv := brokertest.Start(b, db, cfg)
 						c := srv.Clients(b, srv.Token(b, store.RoleRead, "*"))
-						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}}
+						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}, View: view}
 						ctx := context.Background()
-						if _, err := c.Node.DryRun(ctx, connect.NewRequest(req)); err != nil { // warm up
+						wire := 0
+						call := func() (*gpupassv1.DryRunResponse, error) {
+							resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
+							if err != nil {
+								return nil, err
+							}
+							wire = proto.Size(resp.Msg)
+							return resp.Msg, api.ExpandDryRun(resp.Msg)
+						}
+						if _, err := call(); err != nil { // warm up
 							b.Fatal(err)
 						}
 						lat := make([]time.Duration, 0, b.N)
-						var cands int
+						var last *gpupassv1.DryRunResponse
 						cpu0 := cpuTime()
 						b.ResetTimer()
 						for i := 0; i < b.N; i++ {
 							t0 := time.Now()
-							resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
+							resp, err := call()
 							lat = append(lat, time.Since(t0))
 							if err != nil {
 								b.Fatal(err)
 							}
-							cands = len(resp.Msg.Candidates)
+							last = resp
 						}
 						b.StopTimer()
 						b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
-						if cands == 0 {
+						if len(last.Candidates) == 0 {
 							b.Fatal("no candidates: the fixture does not match the spec")
+						}
+						// Every node is accounted for, and in the per-node
+						// views each excluded one has its reasons.
+						if got := len(last.Candidates) + int(last.ExcludedTotal); got != n {
+							b.Fatalf("%d candidates + %d excluded = %d, want %d nodes", len(last.Candidates), last.ExcludedTotal, got, n)
+						}
+						if mode != "summary" && (len(last.Excluded) != int(last.ExcludedTotal) || len(last.Excluded[0].Reasons) == 0) {
+							b.Fatalf("excluded list: %d nodes of %d, want every one with reasons", len(last.Excluded), last.ExcludedTotal)
 						}
 						b.ReportMetric(percentile(lat, 0.50), "p50-ms")
 						b.ReportMetric(percentile(lat, 0.95), "p95-ms")
-						b.ReportMetric(float64(cands), "candidates")
+						b.ReportMetric(float64(len(last.Candidates)), "candidates")
+						b.ReportMetric(float64(wire), "answer-bytes")
 					})
 				}
 			})
