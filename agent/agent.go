@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -321,8 +320,8 @@ func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupa
 }
 
 // enroll retries with backoff while the broker is unreachable; a refusal
-// (bad token, region out of scope, bad labels) ends the agent at once,
-// since retrying cannot fix it.
+// (bad token, region out of scope, bad labels) or a broker certificate
+// that is not trusted ends the agent at once, since retrying cannot fix it.
 func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollResponse, error) {
 	req := &gpupassv1.EnrollRequest{PublicKeyPem: a.pubPEM, Labels: a.o.labels(), AgentVersion: Version}
 	backoff := 500 * time.Millisecond
@@ -342,6 +341,11 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 		switch connect.CodeOf(err) {
 		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument:
 			return nil, fmt.Errorf("enrolling with %s: %s", a.o.BrokerURL, api.Describe(err))
+		}
+		// An untrusted certificate is a configuration error, not an
+		// outage: waiting will not make it trusted.
+		if u, ok := api.UntrustedCert(err); ok {
+			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, u)
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
@@ -396,20 +400,4 @@ func seconds(n int64, def time.Duration) time.Duration {
 var errNotRunning = errors.New("the agent's main loop is not running")
 
 // tlsConfig trusts the system roots plus --tls-ca.
-func (o *Options) tlsConfig() (*tls.Config, error) {
-	if o.TLSCA == "" {
-		return nil, nil
-	}
-	pem, err := os.ReadFile(o.TLSCA)
-	if err != nil {
-		return nil, fmt.Errorf("reading --tls-ca: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", o.TLSCA)
-	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
-}
+func (o *Options) tlsConfig() (*tls.Config, error) { return api.TrustCA(o.TLSCA) }

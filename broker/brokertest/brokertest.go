@@ -10,10 +10,15 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -114,6 +119,65 @@ func Start(t testing.TB, db DB, cfg broker.Config) *Broker {
 	go func() { sb.done <- broker.Serve(ctx, ln, b, broker.ServeOptions{}) }()
 	t.Cleanup(func() { sb.Stop(t) })
 	return sb
+}
+
+// StartTLS serves a broker over TLS with a new self-signed certificate
+// for 127.0.0.1, whose PEM file it returns (what --tls-ca trusts).
+func StartTLS(t testing.TB, db DB, cfg broker.Config) (b *Broker, certFile string) {
+	t.Helper()
+	certFile, keyFile, _ := SelfSigned(t)
+	cfg.Store = db.Open(t)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	bk := broker.New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sb := &Broker{URL: "https://" + ln.Addr().String(), Store: cfg.Store, Broker: bk, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		sb.done <- broker.Serve(ctx, ln, bk, broker.ServeOptions{TLSCertFile: certFile, TLSKeyFile: keyFile})
+	}()
+	t.Cleanup(func() { sb.Stop(t) })
+	return sb, certFile
+}
+
+// SelfSigned writes a self-signed certificate for 127.0.0.1 and its key,
+// and returns a pool that trusts it.
+func SelfSigned(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpupass-broker test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
 
 // Stop shuts the broker down gracefully (idempotent).
