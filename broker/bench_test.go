@@ -29,7 +29,7 @@ var regions = []string{"us-west-2", "us-east-1", "eu-central-1", "eu-west-1", "a
 // populate registers n nodes straight into the store (enrollment, a
 // verified-shape report index, a heartbeat): the API path is measured by
 // the benchmarks, not by the fixture.
-func populate(b *testing.B, s store.Store, n int) {
+func populate(b *testing.B, s store.Store, n int) *ecdsa.PrivateKey {
 	b.Helper()
 	ctx := context.Background()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -63,6 +63,7 @@ func populate(b *testing.B, s store.Store, n int) {
 	if err := s.RecordHeartbeats(ctx, beats); err != nil {
 		b.Fatal(err)
 	}
+	return key
 }
 
 // cpuTime is this process's user+system CPU time. Benchmarks report CPU
@@ -166,14 +167,16 @@ func benchSpec(b *testing.B) []byte {
 }
 
 // BenchmarkHeartbeats measures heartbeats per second one broker sustains:
-// 64 concurrent gRPC agents (the agent's protocol), 1,000 enrolled nodes,
+// 64 concurrent gRPC agents (the agent's protocol: each beat signed by the
+// agent key, its signature verified by the broker), 1,000 enrolled nodes,
 // beats batched to the store as in production. Client and broker share
-// this machine's CPUs.
+// this machine's CPUs, so the signing is paid here too.
 func BenchmarkHeartbeats(b *testing.B) {
 	for _, kind := range brokertest.Stores {
 		b.Run("store="+kind, func(b *testing.B) {
 			db := brokertest.NewDB(b, kind)
-			populate(b, db.Open(b), 1000)
+			const nodes = 1000
+			key := populate(b, db.Open(b), nodes)
 			srv := brokertest.Start(b, db, broker.Config{})
 			tok := srv.Token(b, store.RoleAgent, "*")
 			const workers = 64
@@ -186,27 +189,52 @@ func BenchmarkHeartbeats(b *testing.B) {
 				clients[i] = c
 			}
 			var next atomic.Int64
-			var failed atomic.Int64
+			var failed, stale atomic.Int64
 			cpu0 := cpuTime()
 			b.ResetTimer()
 			t0 := time.Now()
 			var wg sync.WaitGroup
 			for w := 0; w < workers; w++ {
 				wg.Add(1)
-				go func(c *api.Clients) {
+				// Worker w beats for nodes w, w+64, …: one sender per node,
+				// so each node's counter rises as the broker requires.
+				go func(w int, c *api.Clients) {
 					defer wg.Done()
 					ctx := context.Background()
-					for {
-						i := next.Add(1)
-						if i > int64(b.N) {
+					type state struct {
+						echo    int64
+						counter uint64
+					}
+					mine := map[int]*state{}
+					for k := 0; ; k++ {
+						if next.Add(1) > int64(b.N) {
 							return
 						}
-						id := fmt.Sprintf("agt-bench%06d", i%1000)
-						if _, err := c.Agent.Heartbeat(ctx, connect.NewRequest(&gpupassv1.HeartbeatRequest{AgentId: id})); err != nil {
-							failed.Add(1)
+						n := w + (k*workers)%(nodes-nodes%workers)
+						st := mine[n]
+						if st == nil {
+							st = &state{}
+							mine[n] = st
 						}
+						st.counter++
+						req := &gpupassv1.HeartbeatRequest{AgentId: fmt.Sprintf("agt-bench%06d", n), Counter: st.counter, EchoBrokerTimeUnixNano: st.echo}
+						sig, err := conformance.Sign(key, api.HeartbeatPayload(req))
+						if err != nil {
+							failed.Add(1)
+							continue
+						}
+						req.Signature = sig
+						resp, err := c.Agent.Heartbeat(ctx, connect.NewRequest(req))
+						if err != nil {
+							failed.Add(1)
+							continue
+						}
+						if resp.Msg.StaleEcho {
+							stale.Add(1)
+						}
+						st.echo = resp.Msg.BrokerTimeUnixNano
 					}
-				}(clients[w])
+				}(w, clients[w])
 			}
 			wg.Wait()
 			el := time.Since(t0)
@@ -214,6 +242,10 @@ func BenchmarkHeartbeats(b *testing.B) {
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/beat")
 			if failed.Load() > 0 {
 				b.Fatalf("%d heartbeats failed", failed.Load())
+			}
+			// Only each node's first beat (no echo yet) may go uncounted.
+			if stale.Load() > nodes {
+				b.Fatalf("%d heartbeats not counted (stale echo), want at most one per node", stale.Load())
 			}
 			// The batch writer must keep up: every beat is in the store
 			// after a final flush.

@@ -16,6 +16,7 @@ package broker
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -67,6 +68,9 @@ type Broker struct {
 	beatsMu sync.RWMutex
 	seen    map[string]store.Heartbeat
 	dirty   map[string]struct{}
+	// counter is the highest heartbeat counter taken per agent: a beat
+	// must rise above it (replays are refused).
+	counter map[string]uint64
 
 	// The registry snapshot (registry.go): snapMu guards snap and writes,
 	// refreshMu makes one refresh at a time.
@@ -89,6 +93,7 @@ type Broker struct {
 
 type agentEntry struct {
 	agent     store.Agent
+	pub       *ecdsa.PublicKey // parsed once: every heartbeat is verified
 	hasReport bool
 }
 
@@ -112,13 +117,14 @@ func New(cfg Config) *Broker {
 	}
 	b := &Broker{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
-		tokens: tokenCache{m: map[string]cachedToken{}},
-		agents: map[string]*agentEntry{},
-		seen:   map[string]store.Heartbeat{},
-		dirty:  map[string]struct{}{},
-		online: map[string]bool{},
-		stop:   make(chan struct{}),
-		runs:   newRunsState(),
+		tokens:  tokenCache{m: map[string]cachedToken{}},
+		agents:  map[string]*agentEntry{},
+		seen:    map[string]store.Heartbeat{},
+		counter: map[string]uint64{},
+		dirty:   map[string]struct{}{},
+		online:  map[string]bool{},
+		stop:    make(chan struct{}),
+		runs:    newRunsState(),
 	}
 	b.wg.Add(3)
 	if b.cfg.SnapshotTTL >= minBackgroundTTL {

@@ -243,6 +243,8 @@ type Agent struct {
 	Clients *api.Clients
 	echo    int64
 	gotAt   time.Time
+	counter uint64
+	lastGen time.Time
 }
 
 // NewAgent enrolls a new agent (gRPC protocol, like gpupass-agent).
@@ -278,12 +280,27 @@ func Enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n Nod
 	return &Agent{ID: resp.Msg.AgentId, Key: key, Node: n, Clients: c, echo: resp.Msg.BrokerTimeUnixNano, gotAt: time.Now()}, nil
 }
 
+// BeatRequest makes the next heartbeat, signed as gpupass-agent signs it:
+// the last broker time echoed, the counter one higher.
+func (a *Agent) BeatRequest() (*gpupassv1.HeartbeatRequest, error) {
+	a.counter++
+	req := &gpupassv1.HeartbeatRequest{AgentId: a.ID, Counter: a.counter, EchoBrokerTimeUnixNano: a.echo}
+	if a.echo != 0 {
+		req.AgentHoldNanos = int64(time.Since(a.gotAt))
+	}
+	sig, err := conformance.Sign(a.Key, api.HeartbeatPayload(req))
+	if err != nil {
+		return nil, err
+	}
+	req.Signature = sig
+	return req, nil
+}
+
 // Beat sends one heartbeat echoing the last broker timestamp.
 func (a *Agent) Beat(ctx context.Context) (*gpupassv1.HeartbeatResponse, error) {
-	req := &gpupassv1.HeartbeatRequest{AgentId: a.ID}
-	if a.echo != 0 {
-		req.EchoBrokerTimeUnixNano = a.echo
-		req.AgentHoldNanos = int64(time.Since(a.gotAt))
+	req, err := a.BeatRequest()
+	if err != nil {
+		return nil, err
 	}
 	resp, err := a.Clients.Agent.Heartbeat(ctx, connect.NewRequest(req))
 	if err != nil {
@@ -296,9 +313,16 @@ func (a *Agent) Beat(ctx context.Context) (*gpupassv1.HeartbeatResponse, error) 
 // Report builds the agent's conformance report (simulated, all checks pass).
 func (a *Agent) Report() *conformance.Report {
 	n := a.Node
+	// Each report is generated later than the last, to the millisecond,
+	// as the broker requires.
+	gen := time.Now().UTC().Truncate(time.Millisecond)
+	if !gen.After(a.lastGen) {
+		gen = a.lastGen.Add(time.Millisecond)
+	}
+	a.lastGen = gen
 	r := &conformance.Report{
 		SchemaVersion: conformance.SchemaVersion, AgentID: a.ID, Simulated: true, Profile: "test-" + n.Class,
-		GeneratedAt:        time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		GeneratedAt:        gen.Format("2006-01-02T15:04:05.000Z07:00"),
 		Node:               conformance.Node{Provider: n.Provider, Region: n.Region, PricePerHour: n.Price, BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region},
 		Runtime:            conformance.Runtime{NvidiaDriver: n.Driver, CUDA: n.CUDA, Python: n.Python, PyTorch: n.PyTorch, FIPSEnabled: n.FIPS},
 		Storage:            conformance.Storage{Path: "/data", FSType: "xfs", FreeGB: n.FreeGB, ReadMBps: 5000, Class: n.StorageClass},

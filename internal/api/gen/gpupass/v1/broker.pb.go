@@ -322,13 +322,26 @@ func (x *EnrollResponse) GetBrokerTimeUnixNano() int64 {
 	return 0
 }
 
+// A heartbeat is signed by the agent's identity key, so a token holder
+// cannot beat for another node, and it cannot be replayed: counter rises
+// with every beat (the broker refuses one not above the last it took), and
+// the echoed broker time must be recent (see HeartbeatResponse.stale_echo).
 type HeartbeatRequest struct {
-	state                  protoimpl.MessageState `protogen:"open.v1"`
-	AgentId                string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	EchoBrokerTimeUnixNano int64                  `protobuf:"varint,2,opt,name=echo_broker_time_unix_nano,json=echoBrokerTimeUnixNano,proto3" json:"echo_broker_time_unix_nano,omitempty"` // 0 on the first beat
-	AgentHoldNanos         int64                  `protobuf:"varint,3,opt,name=agent_hold_nanos,json=agentHoldNanos,proto3" json:"agent_hold_nanos,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// broker_time_unix_nano of the last response (EnrollResponse for the
+	// first beat).
+	EchoBrokerTimeUnixNano int64 `protobuf:"varint,2,opt,name=echo_broker_time_unix_nano,json=echoBrokerTimeUnixNano,proto3" json:"echo_broker_time_unix_nano,omitempty"`
+	AgentHoldNanos         int64 `protobuf:"varint,3,opt,name=agent_hold_nanos,json=agentHoldNanos,proto3" json:"agent_hold_nanos,omitempty"`
+	// Strictly increasing per agent; the agent uses max(last + 1, its clock
+	// in Unix nanoseconds), so it keeps rising across restarts.
+	Counter uint64 `protobuf:"varint,4,opt,name=counter,proto3" json:"counter,omitempty"`
+	// base64 ASN.1 ECDSA P-256 signature, by the enrolled key, over SHA-256
+	// of "gpupass-heartbeat-v1\n<agent_id>\n<counter>\n<echo>\n<hold>\n"
+	// (decimal numbers; api.HeartbeatPayload).
+	Signature     string `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -382,6 +395,20 @@ func (x *HeartbeatRequest) GetAgentHoldNanos() int64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetCounter() uint64 {
+	if x != nil {
+		return x.Counter
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
 type HeartbeatResponse struct {
 	state                    protoimpl.MessageState `protogen:"open.v1"`
 	BrokerTimeUnixNano       int64                  `protobuf:"varint,1,opt,name=broker_time_unix_nano,json=brokerTimeUnixNano,proto3" json:"broker_time_unix_nano,omitempty"`
@@ -390,7 +417,11 @@ type HeartbeatResponse struct {
 	RttMs float64 `protobuf:"fixed64,3,opt,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"`
 	// report_wanted asks the agent to upload a fresh report (the broker has
 	// none for it yet).
-	ReportWanted  bool `protobuf:"varint,4,opt,name=report_wanted,json=reportWanted,proto3" json:"report_wanted,omitempty"`
+	ReportWanted bool `protobuf:"varint,4,opt,name=report_wanted,json=reportWanted,proto3" json:"report_wanted,omitempty"`
+	// stale_echo: the beat was not counted because its echoed broker time
+	// is too old (or missing) for it to be a fresh beat; the next beat,
+	// echoing broker_time_unix_nano above, counts.
+	StaleEcho     bool `protobuf:"varint,5,opt,name=stale_echo,json=staleEcho,proto3" json:"stale_echo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -449,6 +480,13 @@ func (x *HeartbeatResponse) GetRttMs() float64 {
 func (x *HeartbeatResponse) GetReportWanted() bool {
 	if x != nil {
 		return x.ReportWanted
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetStaleEcho() bool {
+	if x != nil {
+		return x.StaleEcho
 	}
 	return false
 }
@@ -1889,16 +1927,20 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\x03R\x18heartbeatIntervalSeconds\x122\n" +
 	"\x15offline_after_seconds\x18\x03 \x01(\x03R\x13offlineAfterSeconds\x121\n" +
-	"\x15broker_time_unix_nano\x18\x04 \x01(\x03R\x12brokerTimeUnixNano\"\x93\x01\n" +
+	"\x15broker_time_unix_nano\x18\x04 \x01(\x03R\x12brokerTimeUnixNano\"\xcb\x01\n" +
 	"\x10HeartbeatRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12:\n" +
 	"\x1aecho_broker_time_unix_nano\x18\x02 \x01(\x03R\x16echoBrokerTimeUnixNano\x12(\n" +
-	"\x10agent_hold_nanos\x18\x03 \x01(\x03R\x0eagentHoldNanos\"\xc0\x01\n" +
+	"\x10agent_hold_nanos\x18\x03 \x01(\x03R\x0eagentHoldNanos\x12\x18\n" +
+	"\acounter\x18\x04 \x01(\x04R\acounter\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\tR\tsignature\"\xdf\x01\n" +
 	"\x11HeartbeatResponse\x121\n" +
 	"\x15broker_time_unix_nano\x18\x01 \x01(\x03R\x12brokerTimeUnixNano\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\x03R\x18heartbeatIntervalSeconds\x12\x15\n" +
 	"\x06rtt_ms\x18\x03 \x01(\x01R\x05rttMs\x12#\n" +
-	"\rreport_wanted\x18\x04 \x01(\bR\freportWanted\"f\n" +
+	"\rreport_wanted\x18\x04 \x01(\bR\freportWanted\x12\x1d\n" +
+	"\n" +
+	"stale_echo\x18\x05 \x01(\bR\tstaleEcho\"f\n" +
 	"\x13UploadReportRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06report\x18\x02 \x01(\fR\x06report\x12\x1c\n" +
