@@ -363,7 +363,9 @@ func TestOfflineDetection(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			cfg := brokertest.Fast()
-			cfg.OfflineAfter = 500 * time.Millisecond
+			// Long enough that a loaded machine does not miss the first
+			// check (seen flaky at 500 ms), short enough to wait for.
+			cfg.OfflineAfter = 2 * time.Second
 			b := brokertest.Start(t, brokertest.NewDB(t, kind), cfg)
 			tok := b.Token(t, store.RoleAgent, "*")
 			a := brokertest.Register(t, b.URL, tok, brokertest.H100("us-west-2", 20))
@@ -379,7 +381,15 @@ func TestOfflineDetection(t *testing.T) {
 				}
 				return false, reasonCodes(resp.Msg.Excluded[0])
 			}
-			if ok, why := online(); !ok {
+			fresh := false
+			var why []string
+			for i := 0; i < 5 && !fresh; i++ {
+				if _, err := a.Beat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				fresh, why = online()
+			}
+			if !fresh {
 				t.Fatalf("freshly beating node excluded: %v", why)
 			}
 			// Stop beating; poll (no fixed sleep) until it is offline.
