@@ -12,6 +12,18 @@
 // batch every FlushInterval, so one broker sustains thousands of beats per
 // second on SQLite; a node is offline when its last beat in the store is
 // older than OfflineAfter, which every replica computes the same way.
+//
+// Replays: heartbeats are signed by the agent key with a rising counter
+// and an echoed broker time (agent.go); a report must be newer than the
+// last one accepted for its agent and within 15 minutes of the broker's
+// clock. A replica that restarted, or has not yet taken a beat from an
+// agent, knows no counter for it: it relies on the echo window (OfflineAfter,
+// at least two heartbeat intervals), so a captured beat could count there
+// once within that window, no longer.
+//
+// Registry reads (list, dry-run, placement) use an in-memory snapshot
+// prepared for matching (registry.go, match.Index), refreshed from the
+// store in the background; see Config.SnapshotTTL.
 package broker
 
 import (
