@@ -208,7 +208,26 @@ func columns(ix *match.Index, vs []match.Verdict) *gpupassv1.NodeColumns {
 		c.FailureRatePct[i], c.Launches_24H[i], c.LaunchFailures_24H[i], c.FailurePenalty[i] = s.FailureRatePct, s.Launches24h, s.LaunchFailures24h, s.FailurePenalty
 		c.ClassMeanPrice[i], c.PricePremiumPct[i], c.PricePenalty[i] = s.ClassMeanPrice, s.PricePremiumPct, s.PricePenalty
 	}
+	// All-zero columns travel empty: 8 bytes a node each, for nothing.
+	c.Provider, c.Accelerator, c.ReasonCount = zeroEmpty(c.Provider), zeroEmpty(c.Accelerator), zeroEmpty(c.ReasonCount)
+	c.GpuCount, c.PricePerHour, c.Online, c.LastSeenUnixNano = zeroEmpty(c.GpuCount), zeroEmpty(c.PricePerHour), zeroEmpty(c.Online), zeroEmpty(c.LastSeenUnixNano)
+	c.RttMs, c.Simulated, c.ConformancePassed, c.OutOfScope = zeroEmpty(c.RttMs), zeroEmpty(c.Simulated), zeroEmpty(c.ConformancePassed), zeroEmpty(c.OutOfScope)
+	c.Score, c.LatencyMs, c.LatencyUsedMs, c.LatencyCapMs = zeroEmpty(c.Score), zeroEmpty(c.LatencyMs), zeroEmpty(c.LatencyUsedMs), zeroEmpty(c.LatencyCapMs)
+	c.LatencyPenalty, c.FailureRatePct, c.Launches_24H = zeroEmpty(c.LatencyPenalty), zeroEmpty(c.FailureRatePct), zeroEmpty(c.Launches_24H)
+	c.LaunchFailures_24H, c.FailurePenalty, c.ClassMeanPrice = zeroEmpty(c.LaunchFailures_24H), zeroEmpty(c.FailurePenalty), zeroEmpty(c.ClassMeanPrice)
+	c.PricePremiumPct, c.PricePenalty = zeroEmpty(c.PricePremiumPct), zeroEmpty(c.PricePenalty)
 	return c
+}
+
+// zeroEmpty returns nil for a column whose every entry is the zero value.
+func zeroEmpty[T comparable](col []T) []T {
+	var zero T
+	for _, v := range col {
+		if v != zero {
+			return col
+		}
+	}
+	return nil
 }
 
 // reasonCounts counts excluded nodes per reason code and field, most

@@ -44,20 +44,42 @@ func ExpandDryRun(m *gpupassv1.DryRunResponse) error {
 // expandColumns makes the nodes of c and each one's reasons.
 func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpupassv1.Node, [][]*gpupassv1.Reason, error) {
 	n := len(c.GetId())
-	for name, l := range map[string]int{
-		"provider": len(c.GetProvider()), "region": len(c.GetRegion()), "accelerator": len(c.GetAccelerator()),
-		"gpu_count": len(c.GetGpuCount()), "price_per_hour": len(c.GetPricePerHour()), "online": len(c.GetOnline()),
-		"last_seen_unix_nano": len(c.GetLastSeenUnixNano()), "rtt_ms": len(c.GetRttMs()), "simulated": len(c.GetSimulated()),
-		"conformance_passed": len(c.GetConformancePassed()), "out_of_scope": len(c.GetOutOfScope()), "score": len(c.GetScore()),
-		"latency_ms": len(c.GetLatencyMs()), "latency_used_ms": len(c.GetLatencyUsedMs()), "latency_cap_ms": len(c.GetLatencyCapMs()),
-		"latency_penalty": len(c.GetLatencyPenalty()), "failure_rate_pct": len(c.GetFailureRatePct()), "launches_24h": len(c.GetLaunches_24H()),
-		"launch_failures_24h": len(c.GetLaunchFailures_24H()), "failure_penalty": len(c.GetFailurePenalty()),
-		"class_mean_price": len(c.GetClassMeanPrice()), "price_premium_pct": len(c.GetPricePremiumPct()),
-		"price_penalty": len(c.GetPricePenalty()), "reason_count": len(c.GetReasonCount()),
-	} {
-		if l != n {
-			return nil, nil, fmt.Errorf("column %s has %d entries for %d nodes", name, l, n)
+	if l := len(c.GetRegion()); l != n {
+		return nil, nil, fmt.Errorf("column region has %d entries for %d nodes", l, n)
+	}
+	// Other columns are empty when all zero (broker.proto): fill them in.
+	var err error
+	full := func(name string, l int) bool {
+		if l != 0 && l != n && err == nil {
+			err = fmt.Errorf("column %s has %d entries for %d nodes", name, l, n)
 		}
+		return l == n
+	}
+	c.Provider = fill(c.Provider, n, full("provider", len(c.Provider)))
+	c.Accelerator = fill(c.Accelerator, n, full("accelerator", len(c.Accelerator)))
+	c.GpuCount = fill(c.GpuCount, n, full("gpu_count", len(c.GpuCount)))
+	c.PricePerHour = fill(c.PricePerHour, n, full("price_per_hour", len(c.PricePerHour)))
+	c.Online = fill(c.Online, n, full("online", len(c.Online)))
+	c.LastSeenUnixNano = fill(c.LastSeenUnixNano, n, full("last_seen_unix_nano", len(c.LastSeenUnixNano)))
+	c.RttMs = fill(c.RttMs, n, full("rtt_ms", len(c.RttMs)))
+	c.Simulated = fill(c.Simulated, n, full("simulated", len(c.Simulated)))
+	c.ConformancePassed = fill(c.ConformancePassed, n, full("conformance_passed", len(c.ConformancePassed)))
+	c.OutOfScope = fill(c.OutOfScope, n, full("out_of_scope", len(c.OutOfScope)))
+	c.Score = fill(c.Score, n, full("score", len(c.Score)))
+	c.LatencyMs = fill(c.LatencyMs, n, full("latency_ms", len(c.LatencyMs)))
+	c.LatencyUsedMs = fill(c.LatencyUsedMs, n, full("latency_used_ms", len(c.LatencyUsedMs)))
+	c.LatencyCapMs = fill(c.LatencyCapMs, n, full("latency_cap_ms", len(c.LatencyCapMs)))
+	c.LatencyPenalty = fill(c.LatencyPenalty, n, full("latency_penalty", len(c.LatencyPenalty)))
+	c.FailureRatePct = fill(c.FailureRatePct, n, full("failure_rate_pct", len(c.FailureRatePct)))
+	c.Launches_24H = fill(c.Launches_24H, n, full("launches_24h", len(c.Launches_24H)))
+	c.LaunchFailures_24H = fill(c.LaunchFailures_24H, n, full("launch_failures_24h", len(c.LaunchFailures_24H)))
+	c.FailurePenalty = fill(c.FailurePenalty, n, full("failure_penalty", len(c.FailurePenalty)))
+	c.ClassMeanPrice = fill(c.ClassMeanPrice, n, full("class_mean_price", len(c.ClassMeanPrice)))
+	c.PricePremiumPct = fill(c.PricePremiumPct, n, full("price_premium_pct", len(c.PricePremiumPct)))
+	c.PricePenalty = fill(c.PricePenalty, n, full("price_penalty", len(c.PricePenalty)))
+	c.ReasonCount = fill(c.ReasonCount, n, full("reason_count", len(c.ReasonCount)))
+	if err != nil {
+		return nil, nil, err
 	}
 	str := func(col string, i uint32) (string, error) {
 		if int(i) >= len(c.Strings) {
@@ -74,7 +96,6 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 		p := &ns[i]
 		nodes[i] = p
 		p.Id = c.Id[i]
-		var err error
 		if p.Region, err = str("region", c.Region[i]); err != nil {
 			return nil, nil, err
 		}
@@ -112,4 +133,12 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 		return nil, nil, fmt.Errorf("%d reason references left over", len(refs))
 	}
 	return nodes, reasons, nil
+}
+
+// fill returns col, or n zero values when col was sent empty (all zero).
+func fill[T any](col []T, n int, isFull bool) []T {
+	if isFull {
+		return col
+	}
+	return make([]T, n)
 }

@@ -1470,7 +1470,9 @@ func (x *ReasonCount) GetNodes() int32 {
 }
 
 // NodeColumns holds nodes in short form by column: entry i of every column
-// is node i. Out-of-scope excluded nodes have only id and region.
+// is node i. A column other than id and region whose every entry would be
+// zero or false is sent empty (no launches in 24 h, no node out of scope).
+// Out-of-scope excluded nodes have only id and region.
 type NodeColumns struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    []string               `protobuf:"bytes,1,rep,name=id,proto3" json:"id,omitempty"`
