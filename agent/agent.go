@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,7 +71,12 @@ type signedReport struct {
 	Bytes     []byte // canonical bytes, exactly as signed
 	Signature string
 	Uploaded  bool
+	generated time.Time
 }
+
+// reportMaxAge: a report older than this is measured again before upload,
+// well within the broker's 15-minute limit.
+const reportMaxAge = 5 * time.Minute
 
 // MarshalJSON writes the report as the signed bytes themselves, so a
 // client can verify the signature over exactly what it received (the
@@ -176,7 +180,15 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	id := a.agentID
 	a.lastFacs = &res.Facts
 	a.mu.Unlock()
-	rep, err := res.Report(suite.ReportInput{AgentID: id, Node: a.o.node(), StorageClass: a.o.StorageClass, Now: time.Now()})
+	// generated_at (milliseconds) must rise from report to report: the
+	// broker refuses one that is not later than the last it took.
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	a.mu.Lock()
+	if a.last != nil && !now.After(a.last.generated) {
+		now = a.last.generated.Add(time.Millisecond)
+	}
+	a.mu.Unlock()
+	rep, err := res.Report(suite.ReportInput{AgentID: id, Node: a.o.node(), StorageClass: a.o.StorageClass, Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +200,7 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	sr := &signedReport{Report: rep, Bytes: b, Signature: sig}
+	sr := &signedReport{Report: rep, Bytes: b, Signature: sig, generated: now}
 	a.log.Info("conformance suite ran", "passed", rep.Passed(), "wall_ms", rep.SuiteDurationMS, "reused", res.Reused, "simulated", rep.Simulated, "fingerprint", rep.RuntimeFingerprint)
 	if id != "" {
 		// Keep the last report next to the key: auditors and `cosign
@@ -273,6 +285,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-beatT.C:
 			resp, err := a.heartbeat(ctx, clients, hb)
 			switch {
+			case err == nil && resp.StaleEcho:
+				// Not counted (we could not beat for a while): beat again
+				// at once, echoing the fresh broker time.
+				a.log.Info("heartbeat not counted: stale echo; beating again")
+				beatT.Reset(10 * time.Millisecond)
+				continue
 			case err == nil:
 				interval = seconds(resp.HeartbeatIntervalSeconds, interval)
 				if resp.ReportWanted {
@@ -303,15 +321,24 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 type beat struct {
-	echo int64
-	got  time.Time
+	echo    int64
+	got     time.Time
+	counter uint64
 }
 
 func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupassv1.HeartbeatResponse, error) {
 	a.mu.Lock()
 	id := a.agentID
 	a.mu.Unlock()
-	req := &gpupassv1.HeartbeatRequest{AgentId: id, EchoBrokerTimeUnixNano: hb.echo, AgentHoldNanos: int64(time.Since(hb.got))}
+	// The counter is the clock in nanoseconds (or one more than the last):
+	// it rises across restarts without being stored.
+	hb.counter = max(hb.counter+1, uint64(time.Now().UnixNano()))
+	req := &gpupassv1.HeartbeatRequest{AgentId: id, EchoBrokerTimeUnixNano: hb.echo, AgentHoldNanos: int64(time.Since(hb.got)), Counter: hb.counter}
+	sig, err := conformance.Sign(a.key, api.HeartbeatPayload(req))
+	if err != nil {
+		return nil, err
+	}
+	req.Signature = sig
 	resp, err := c.Agent.Heartbeat(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
@@ -321,8 +348,8 @@ func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupa
 }
 
 // enroll retries with backoff while the broker is unreachable; a refusal
-// (bad token, region out of scope, bad labels) ends the agent at once,
-// since retrying cannot fix it.
+// (bad token, region out of scope, bad labels) or a broker certificate
+// that is not trusted ends the agent at once, since retrying cannot fix it.
 func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollResponse, error) {
 	req := &gpupassv1.EnrollRequest{PublicKeyPem: a.pubPEM, Labels: a.o.labels(), AgentVersion: Version}
 	backoff := 500 * time.Millisecond
@@ -342,6 +369,11 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 		switch connect.CodeOf(err) {
 		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument:
 			return nil, fmt.Errorf("enrolling with %s: %s", a.o.BrokerURL, api.Describe(err))
+		}
+		// An untrusted certificate is a configuration error, not an
+		// outage: waiting will not make it trusted.
+		if u, ok := api.UntrustedCert(err); ok {
+			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, u)
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
@@ -368,8 +400,11 @@ func (a *Agent) upload(ctx context.Context, c *api.Clients) error {
 	a.mu.Lock()
 	sr, id := a.last, a.agentID
 	a.mu.Unlock()
-	if sr == nil || sr.Report.AgentID != id {
-		// Measured before the agent id was known: sign again with it.
+	if sr == nil || sr.Report.AgentID != id || sr.Uploaded || time.Since(sr.generated) > reportMaxAge {
+		// Measured before the agent id was known, already taken by the
+		// broker, or too old: the broker refuses a report that is not
+		// newer than the last it took, or older than 15 minutes.
+		// Measuring again reuses what cannot have changed.
 		var err error
 		if sr, err = a.measure(ctx); err != nil {
 			return err
@@ -396,20 +431,4 @@ func seconds(n int64, def time.Duration) time.Duration {
 var errNotRunning = errors.New("the agent's main loop is not running")
 
 // tlsConfig trusts the system roots plus --tls-ca.
-func (o *Options) tlsConfig() (*tls.Config, error) {
-	if o.TLSCA == "" {
-		return nil, nil
-	}
-	pem, err := os.ReadFile(o.TLSCA)
-	if err != nil {
-		return nil, fmt.Errorf("reading --tls-ca: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", o.TLSCA)
-	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
-}
+func (o *Options) tlsConfig() (*tls.Config, error) { return api.TrustCA(o.TLSCA) }

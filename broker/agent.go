@@ -2,9 +2,11 @@ package broker
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
 )
@@ -62,9 +65,9 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	}
 	b.agentsMu.Lock()
 	if e, ok := b.agents[a.ID]; ok {
-		e.agent = a
+		e.agent, e.pub = a, pub
 	} else {
-		b.agents[a.ID] = &agentEntry{agent: a}
+		b.agents[a.ID] = &agentEntry{agent: a, pub: pub}
 	}
 	b.agentsMu.Unlock()
 	b.invalidate()
@@ -95,8 +98,13 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 			b.log.Error("reading agent", "agent", id, "err", err)
 			return nil, connect.NewError(connect.CodeUnavailable, errors.New("agent store unavailable"))
 		}
+		pub, err := conformance.ParsePublicKey(a.PublicKeyPEM)
+		if err != nil {
+			b.log.Error("stored agent key does not parse", "agent", id, "err", err)
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("the stored key of agent %s does not parse: enroll again", id))
+		}
 		_, rerr := b.store.LatestReport(ctx, id)
-		e = &agentEntry{agent: a, hasReport: rerr == nil}
+		e = &agentEntry{agent: a, pub: pub, hasReport: rerr == nil}
 		b.agentsMu.Lock()
 		b.agents[id] = e
 		b.agentsMu.Unlock()
@@ -110,20 +118,47 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 
 func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupassv1.HeartbeatRequest]) (*connect.Response[gpupassv1.HeartbeatResponse], error) {
 	b := s.b
-	e, err := b.agent(ctx, req.Msg.AgentId)
+	m := req.Msg
+	e, err := b.agent(ctx, m.AgentId)
 	if err != nil {
 		return nil, err
 	}
+	if m.Signature == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("heartbeat of %s is not signed: upgrade gpupass-agent to the broker's version", m.AgentId))
+	}
+	if !verifySig(e.pub, api.HeartbeatPayload(m), m.Signature) {
+		b.log.Warn("refused heartbeat: bad signature", "agent", m.AgentId, "peer", req.Peer().Addr)
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("heartbeat refused: its signature does not verify against the key enrolled for %s", m.AgentId))
+	}
 	now := time.Now()
+	resp := &gpupassv1.HeartbeatResponse{
+		HeartbeatIntervalSeconds: int64(b.cfg.HeartbeatInterval / time.Second),
+		RttMs:                    -1,
+	}
+	// The echo is the broker's own clock: a recent one proves the beat was
+	// made recently, whoever delivers it. An old one is not counted; the
+	// agent's next beat echoes the time in this response.
+	age := now.Sub(time.Unix(0, m.EchoBrokerTimeUnixNano))
+	if m.EchoBrokerTimeUnixNano <= 0 || age < 0 || age > b.echoWindow() {
+		b.log.Info("heartbeat not counted: stale echo", "agent", m.AgentId, "echo_age", age.Round(time.Millisecond))
+		b.agentsMu.Lock()
+		resp.ReportWanted = !e.hasReport
+		b.agentsMu.Unlock()
+		resp.StaleEcho, resp.BrokerTimeUnixNano = true, time.Now().UnixNano()
+		return connect.NewResponse(resp), nil
+	}
 	rtt := -1.0
-	if echo := req.Msg.EchoBrokerTimeUnixNano; echo > 0 {
-		d := now.Sub(time.Unix(0, echo)) - time.Duration(req.Msg.AgentHoldNanos)
-		if age := now.Sub(time.Unix(0, echo)); age >= 0 && age <= maxEchoAge && d >= 0 && req.Msg.AgentHoldNanos >= 0 {
-			rtt = float64(d) / float64(time.Millisecond)
-		}
+	if d := age - time.Duration(m.AgentHoldNanos); age <= maxEchoAge && d >= 0 && m.AgentHoldNanos >= 0 {
+		rtt = float64(d) / float64(time.Millisecond)
 	}
 	b.beatsMu.Lock()
-	hb := store.Heartbeat{AgentID: req.Msg.AgentId, At: now, RTTMS: rtt}
+	if last := b.counter[m.AgentId]; m.Counter <= last {
+		b.beatsMu.Unlock()
+		b.log.Warn("refused heartbeat: replayed or out of order", "agent", m.AgentId, "counter", m.Counter, "last", last, "peer", req.Peer().Addr)
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("heartbeat refused: counter %d is not above %d, the last taken from %s (a replay, or a beat sent twice)", m.Counter, last, m.AgentId))
+	}
+	b.counter[m.AgentId] = m.Counter
+	hb := store.Heartbeat{AgentID: m.AgentId, At: now, RTTMS: rtt}
 	if prev, ok := b.seen[hb.AgentID]; ok && rtt < 0 {
 		hb.RTTMS = prev.RTTMS // keep the last measured RTT
 	}
@@ -131,14 +166,26 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	b.dirty[hb.AgentID] = struct{}{}
 	b.beatsMu.Unlock()
 	b.agentsMu.Lock()
-	wanted := !e.hasReport
+	resp.ReportWanted = !e.hasReport
 	b.agentsMu.Unlock()
-	return connect.NewResponse(&gpupassv1.HeartbeatResponse{
-		BrokerTimeUnixNano:       time.Now().UnixNano(),
-		HeartbeatIntervalSeconds: int64(b.cfg.HeartbeatInterval / time.Second),
-		RttMs:                    rtt,
-		ReportWanted:             wanted,
-	}), nil
+	resp.RttMs, resp.BrokerTimeUnixNano = rtt, time.Now().UnixNano()
+	return connect.NewResponse(resp), nil
+}
+
+// echoWindow is how old an echoed broker time may be for a beat to count:
+// a beat delivered later than this is stale or replayed.
+func (b *Broker) echoWindow() time.Duration {
+	return max(b.cfg.OfflineAfter, 2*b.cfg.HeartbeatInterval)
+}
+
+// verifySig checks a base64 ASN.1 ECDSA signature over SHA-256 of data.
+func verifySig(pub *ecdsa.PublicKey, data []byte, sig string) bool {
+	raw, err := base64.StdEncoding.DecodeString(sig)
+	if err != nil {
+		return false
+	}
+	digest := sha256.Sum256(data)
+	return ecdsa.VerifyASN1(pub, digest[:], raw)
 }
 
 func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
@@ -169,6 +216,9 @@ func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gp
 	if err != nil {
 		return nil, reject(connect.CodeInvalidArgument, fmt.Errorf("report rejected: %v", err))
 	}
+	if err := b.checkFresh(ctx, m.AgentId, idx.GeneratedAt); err != nil {
+		return nil, reject(connect.CodeFailedPrecondition, err)
+	}
 	if err := b.store.SaveReport(ctx, store.Report{AgentID: m.AgentId, Bytes: m.Report, Signature: m.Signature, ReceivedAt: time.Now().UTC(), Index: idx}); err != nil {
 		b.log.Error("saving report", "agent", m.AgentId, "err", err)
 		return nil, connect.NewError(connect.CodeInternal, errors.New("storing report failed"))
@@ -179,6 +229,39 @@ func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gp
 	b.invalidate()
 	b.log.Info("report accepted", "agent", m.AgentId, "passed", idx.Passed, "simulated", idx.Simulated, "fingerprint", idx.RuntimeFingerprint)
 	return connect.NewResponse(&gpupassv1.UploadReportResponse{NodeId: m.AgentId, Passed: idx.Passed, RuntimeFingerprint: idx.RuntimeFingerprint}), nil
+}
+
+// reportMaxSkew bounds how far a report's generated_at may be from the
+// broker's clock: older is a replay (or a node clock that is off).
+const reportMaxSkew = 15 * time.Minute
+
+// checkFresh refuses a replayed report: one generated too far from now, or
+// not after the last report accepted for the agent. The last report is
+// read from the store, so every broker on it and a restarted one agree.
+func (b *Broker) checkFresh(ctx context.Context, agentID string, gen time.Time) error {
+	if gen.IsZero() {
+		return errors.New("report rejected: it has no generated_at, so it could be a replay")
+	}
+	if skew := time.Since(gen); skew > reportMaxSkew || skew < -reportMaxSkew {
+		return fmt.Errorf("report rejected: generated_at %s is %s from the broker's clock (limit %s): a replayed report, or the node's clock is off (check NTP)",
+			gen.Format(time.RFC3339), skew.Round(time.Second), reportMaxSkew)
+	}
+	last, err := b.store.LatestReport(ctx, agentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("report rejected: reading the last report: %w", err)
+	}
+	prev, err := conformance.Parse(last.Bytes)
+	if err != nil {
+		return nil // an unreadable stored report cannot be replayed either
+	}
+	if pt, err := time.Parse(time.RFC3339Nano, prev.GeneratedAt); err == nil && !gen.After(pt) {
+		return fmt.Errorf("report rejected: generated_at %s is not after %s, that of the last report accepted for %s: a replayed or out-of-order report",
+			gen.Format(time.RFC3339Nano), pt.Format(time.RFC3339Nano), agentID)
+	}
+	return nil
 }
 
 // indexReport extracts what the registry indexes from a verified report.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
@@ -28,7 +29,7 @@ var regions = []string{"us-west-2", "us-east-1", "eu-central-1", "eu-west-1", "a
 // populate registers n nodes straight into the store (enrollment, a
 // verified-shape report index, a heartbeat): the API path is measured by
 // the benchmarks, not by the fixture.
-func populate(b *testing.B, s store.Store, n int) {
+func populate(b *testing.B, s store.Store, n int) *ecdsa.PrivateKey {
 	b.Helper()
 	ctx := context.Background()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -62,6 +63,7 @@ func populate(b *testing.B, s store.Store, n int) {
 	if err := s.RecordHeartbeats(ctx, beats); err != nil {
 		b.Fatal(err)
 	}
+	return key
 }
 
 // cpuTime is this process's user+system CPU time. Benchmarks report CPU
@@ -80,49 +82,78 @@ func percentile(d []time.Duration, p float64) float64 {
 }
 
 // BenchmarkDryRun measures dry-run latency over the API (Connect protocol
-// on loopback, the CLI's path) with 1,000 and 10,000 registered nodes.
-// "cached" is the default configuration (registry snapshot reused for
-// 500 ms); "uncached" reads the whole registry from the store every call.
+// on loopback) with 1,000 and 10,000 registered nodes, client decoding
+// included. Cases:
+//   - columns: the CLI's request (DRY_RUN_VIEW_COLUMNS, expanded by the
+//     client with api.ExpandDryRun), the default broker configuration;
+//   - inline: every reason written out per node (curl's default view);
+//   - summary: per-reason counts instead of the excluded list;
+//   - uncached: columns, with the registry re-read from the store on
+//     every call (SnapshotTTL 1 ns).
 func BenchmarkDryRun(b *testing.B) {
 	for _, kind := range brokertest.Stores {
 		for _, n := range []int{1000, 10000} {
 			b.Run(fmt.Sprintf("store=%s/nodes=%d", kind, n), func(b *testing.B) {
 				db := brokertest.NewDB(b, kind)
 				populate(b, db.Open(b), n)
-				for _, mode := range []string{"cached", "uncached"} {
+				for _, mode := range []string{"columns", "inline", "summary", "uncached"} {
 					b.Run(mode, func(b *testing.B) {
 						cfg := broker.Config{OfflineAfter: 2 * time.Hour}
-						if mode == "uncached" {
+						view := gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS
+						switch mode {
+						case "uncached":
 							cfg.SnapshotTTL = time.Nanosecond
+						case "inline":
+							view = gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE
+						case "summary":
+							view = gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY
 						}
 						srv := brokertest.Start(b, db, cfg)
 						c := srv.Clients(b, srv.Token(b, store.RoleRead, "*"))
-						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}}
+						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}, View: view}
 						ctx := context.Background()
-						if _, err := c.Node.DryRun(ctx, connect.NewRequest(req)); err != nil { // warm up
+						wire := 0
+						call := func() (*gpupassv1.DryRunResponse, error) {
+							resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
+							if err != nil {
+								return nil, err
+							}
+							wire = proto.Size(resp.Msg)
+							return resp.Msg, api.ExpandDryRun(resp.Msg)
+						}
+						if _, err := call(); err != nil { // warm up
 							b.Fatal(err)
 						}
 						lat := make([]time.Duration, 0, b.N)
-						var cands int
+						var last *gpupassv1.DryRunResponse
 						cpu0 := cpuTime()
 						b.ResetTimer()
 						for i := 0; i < b.N; i++ {
 							t0 := time.Now()
-							resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
+							resp, err := call()
 							lat = append(lat, time.Since(t0))
 							if err != nil {
 								b.Fatal(err)
 							}
-							cands = len(resp.Msg.Candidates)
+							last = resp
 						}
 						b.StopTimer()
 						b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
-						if cands == 0 {
+						if len(last.Candidates) == 0 {
 							b.Fatal("no candidates: the fixture does not match the spec")
+						}
+						// Every node is accounted for, and in the per-node
+						// views each excluded one has its reasons.
+						if got := len(last.Candidates) + int(last.ExcludedTotal); got != n {
+							b.Fatalf("%d candidates + %d excluded = %d, want %d nodes", len(last.Candidates), last.ExcludedTotal, got, n)
+						}
+						if mode != "summary" && (len(last.Excluded) != int(last.ExcludedTotal) || len(last.Excluded[0].Reasons) == 0) {
+							b.Fatalf("excluded list: %d nodes of %d, want every one with reasons", len(last.Excluded), last.ExcludedTotal)
 						}
 						b.ReportMetric(percentile(lat, 0.50), "p50-ms")
 						b.ReportMetric(percentile(lat, 0.95), "p95-ms")
-						b.ReportMetric(float64(cands), "candidates")
+						b.ReportMetric(float64(len(last.Candidates)), "candidates")
+						b.ReportMetric(float64(wire), "answer-bytes")
 					})
 				}
 			})
@@ -136,14 +167,16 @@ func benchSpec(b *testing.B) []byte {
 }
 
 // BenchmarkHeartbeats measures heartbeats per second one broker sustains:
-// 64 concurrent gRPC agents (the agent's protocol), 1,000 enrolled nodes,
+// 64 concurrent gRPC agents (the agent's protocol: each beat signed by the
+// agent key, its signature verified by the broker), 1,000 enrolled nodes,
 // beats batched to the store as in production. Client and broker share
-// this machine's CPUs.
+// this machine's CPUs, so the signing is paid here too.
 func BenchmarkHeartbeats(b *testing.B) {
 	for _, kind := range brokertest.Stores {
 		b.Run("store="+kind, func(b *testing.B) {
 			db := brokertest.NewDB(b, kind)
-			populate(b, db.Open(b), 1000)
+			const nodes = 1000
+			key := populate(b, db.Open(b), nodes)
 			srv := brokertest.Start(b, db, broker.Config{})
 			tok := srv.Token(b, store.RoleAgent, "*")
 			const workers = 64
@@ -156,27 +189,52 @@ func BenchmarkHeartbeats(b *testing.B) {
 				clients[i] = c
 			}
 			var next atomic.Int64
-			var failed atomic.Int64
+			var failed, stale atomic.Int64
 			cpu0 := cpuTime()
 			b.ResetTimer()
 			t0 := time.Now()
 			var wg sync.WaitGroup
 			for w := 0; w < workers; w++ {
 				wg.Add(1)
-				go func(c *api.Clients) {
+				// Worker w beats for nodes w, w+64, …: one sender per node,
+				// so each node's counter rises as the broker requires.
+				go func(w int, c *api.Clients) {
 					defer wg.Done()
 					ctx := context.Background()
-					for {
-						i := next.Add(1)
-						if i > int64(b.N) {
+					type state struct {
+						echo    int64
+						counter uint64
+					}
+					mine := map[int]*state{}
+					for k := 0; ; k++ {
+						if next.Add(1) > int64(b.N) {
 							return
 						}
-						id := fmt.Sprintf("agt-bench%06d", i%1000)
-						if _, err := c.Agent.Heartbeat(ctx, connect.NewRequest(&gpupassv1.HeartbeatRequest{AgentId: id})); err != nil {
-							failed.Add(1)
+						n := w + (k*workers)%(nodes-nodes%workers)
+						st := mine[n]
+						if st == nil {
+							st = &state{}
+							mine[n] = st
 						}
+						st.counter++
+						req := &gpupassv1.HeartbeatRequest{AgentId: fmt.Sprintf("agt-bench%06d", n), Counter: st.counter, EchoBrokerTimeUnixNano: st.echo}
+						sig, err := conformance.Sign(key, api.HeartbeatPayload(req))
+						if err != nil {
+							failed.Add(1)
+							continue
+						}
+						req.Signature = sig
+						resp, err := c.Agent.Heartbeat(ctx, connect.NewRequest(req))
+						if err != nil {
+							failed.Add(1)
+							continue
+						}
+						if resp.Msg.StaleEcho {
+							stale.Add(1)
+						}
+						st.echo = resp.Msg.BrokerTimeUnixNano
 					}
-				}(clients[w])
+				}(w, clients[w])
 			}
 			wg.Wait()
 			el := time.Since(t0)
@@ -184,6 +242,10 @@ func BenchmarkHeartbeats(b *testing.B) {
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/beat")
 			if failed.Load() > 0 {
 				b.Fatalf("%d heartbeats failed", failed.Load())
+			}
+			// Only each node's first beat (no echo yet) may go uncounted.
+			if stale.Load() > nodes {
+				b.Fatalf("%d heartbeats not counted (stale echo), want at most one per node", stale.Load())
 			}
 			// The batch writer must keep up: every beat is in the store
 			// after a final flush.

@@ -12,18 +12,30 @@
 // batch every FlushInterval, so one broker sustains thousands of beats per
 // second on SQLite; a node is offline when its last beat in the store is
 // older than OfflineAfter, which every replica computes the same way.
+//
+// Replays: heartbeats are signed by the agent key with a rising counter
+// and an echoed broker time (agent.go); a report must be newer than the
+// last one accepted for its agent and within 15 minutes of the broker's
+// clock. A replica that restarted, or has not yet taken a beat from an
+// agent, knows no counter for it: it relies on the echo window (OfflineAfter,
+// at least two heartbeat intervals), so a captured beat could count there
+// once within that window, no longer.
+//
+// Registry reads (list, dry-run, placement) use an in-memory snapshot
+// prepared for matching (registry.go, match.Index), refreshed from the
+// store in the background; see Config.SnapshotTTL.
 package broker
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"log/slog"
-	"maps"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
@@ -42,9 +54,12 @@ type Config struct {
 	// FlushInterval is how often buffered heartbeats are written (default
 	// 250 ms; keep it well below OfflineAfter).
 	FlushInterval time.Duration
-	// SnapshotTTL is how long a registry snapshot serves list and dry-run
-	// calls before it is read again (default 500 ms). Writes through this
-	// broker drop it at once; other replicas' writes show within the TTL.
+	// SnapshotTTL is how often the registry snapshot that serves list,
+	// dry-run and placement calls is refreshed from the store (default
+	// 500 ms). From 100 ms up a background loop refreshes it, so calls do
+	// not wait for the store; a call refreshes it itself only when it is
+	// older than twice the TTL. Writes through this broker drop it at
+	// once; other replicas' writes show within about the TTL.
 	SnapshotTTL time.Duration
 	// StartTimeout ends a run that sits in matched or starting this long
 	// without a word from its (heartbeating) node: an agent that took the
@@ -69,10 +84,16 @@ type Broker struct {
 	beatsMu sync.RWMutex
 	seen    map[string]store.Heartbeat
 	dirty   map[string]struct{}
+	// counter is the highest heartbeat counter taken per agent: a beat
+	// must rise above it (replays are refused).
+	counter map[string]uint64
 
+	// The registry snapshot (registry.go): snapMu guards snap and writes,
+	// refreshMu makes one refresh at a time.
 	snapMu    sync.Mutex
 	snap      *snapshot
-	snapStale bool
+	writes    uint64
+	refreshMu sync.Mutex
 
 	offlineMu sync.Mutex
 	online    map[string]bool // last seen state, to log transitions
@@ -92,25 +113,9 @@ type Broker struct {
 
 type agentEntry struct {
 	agent     store.Agent
+	pub       *ecdsa.PublicKey // parsed once: every heartbeat is verified
 	hasReport bool
 }
-
-type snapshot struct {
-	nodes    []store.Node
-	pos      map[string]int // node id -> index in nodes
-	launches map[string]store.LaunchStats
-	at       time.Time // when it was read
-	full     time.Time // when it was last read in full
-}
-
-// Registry refresh: a full read every fullRefresh, in between only what
-// changed since the last read (entries re-indexed, beats), looking back
-// refreshMargin to cover commits that land after their timestamp, the
-// heartbeat flush delay and clock skew between replicas.
-const (
-	fullRefresh   = 30 * time.Second
-	refreshMargin = 2 * time.Second
-)
 
 // New returns a broker over cfg.Store and starts its background work
 // (heartbeat flushing, offline detection). Call Close to stop it.
@@ -138,6 +143,7 @@ func New(cfg Config) *Broker {
 		tokens:  tokenCache{m: map[string]cachedToken{}},
 		agents:  map[string]*agentEntry{},
 		seen:    map[string]store.Heartbeat{},
+		counter: map[string]uint64{},
 		dirty:   map[string]struct{}{},
 		online:  map[string]bool{},
 		stop:    make(chan struct{}),
@@ -145,6 +151,10 @@ func New(cfg Config) *Broker {
 		started: time.Now(),
 	}
 	b.wg.Add(3)
+	if b.cfg.SnapshotTTL >= minBackgroundTTL {
+		b.wg.Add(1)
+		go b.every(b.cfg.SnapshotTTL, 30*time.Second, "refreshing the registry", b.refreshInBackground)
+	}
 	go b.every(b.cfg.FlushInterval, 10*time.Second, "writing heartbeats", b.flush)
 	go b.every(max(b.cfg.OfflineAfter/3, 100*time.Millisecond), 10*time.Second, "checking liveness", b.checkLiveness)
 	// Runs are re-placed and lost nodes noticed at least every second.
@@ -181,6 +191,13 @@ func (b *Broker) Handler() http.Handler {
 	p, h = gpupassv1connect.NewNodeServiceHandler(&nodeService{b}, auth, connect.WithReadMaxBytes(api.MaxClientMessageBytes))
 	mux.Handle(p, h)
 	b.handleRuns(mux)
+	// Reflection lets grpcurl and other gRPC tools call the broker without
+	// the .proto files. It is served without a token: it reveals only the
+	// schema, which is public (internal/api/proto), never data.
+	reflector := grpcreflect.NewStaticReflector(gpupassv1connect.AgentServiceName, gpupassv1connect.NodeServiceName,
+		gpupassv1connect.AgentWorkServiceName, gpupassv1connect.RunServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
@@ -272,75 +289,4 @@ func (b *Broker) checkLiveness(ctx context.Context) error {
 		b.online[n.ID] = on
 	}
 	return nil
-}
-
-// snapshot returns the registry and 24 h launch statistics, refreshed
-// when older than SnapshotTTL. A snapshot is never modified once
-// returned: refreshes build a new one.
-func (b *Broker) snapshot(ctx context.Context) (*snapshot, error) {
-	b.snapMu.Lock()
-	defer b.snapMu.Unlock()
-	old := b.snap
-	if old != nil && !b.snapStale && time.Since(old.at) < b.cfg.SnapshotTTL {
-		return old, nil
-	}
-	now := time.Now()
-	next := &snapshot{at: now}
-	if old == nil || now.Sub(old.full) >= fullRefresh {
-		nodes, err := b.store.Nodes(ctx)
-		if err != nil {
-			return nil, err
-		}
-		next.nodes, next.full = nodes, now
-		next.pos = make(map[string]int, len(nodes))
-		for i, n := range nodes {
-			next.pos[n.ID] = i
-		}
-	} else {
-		changed, err := b.store.NodesUpdatedSince(ctx, old.at.Add(-refreshMargin))
-		if err != nil {
-			return nil, err
-		}
-		live, err := b.store.Liveness(ctx, old.at.Add(-refreshMargin))
-		if err != nil {
-			return nil, err
-		}
-		next.nodes, next.pos, next.full = slices.Clone(old.nodes), old.pos, old.full
-		for _, n := range changed {
-			i, ok := next.pos[n.ID]
-			if !ok {
-				if len(next.pos) == len(old.pos) {
-					next.pos = maps.Clone(old.pos)
-				}
-				i = len(next.nodes)
-				next.nodes = append(next.nodes, n)
-				next.pos[n.ID] = i
-			}
-			// Keep the newer liveness: the row may predate a beat we hold.
-			if prev := next.nodes[i]; prev.LastSeen.After(n.LastSeen) {
-				n.LastSeen, n.RTTMS = prev.LastSeen, prev.RTTMS
-			}
-			next.nodes[i] = n
-		}
-		for _, hb := range live {
-			if i, ok := next.pos[hb.AgentID]; ok && hb.At.After(next.nodes[i].LastSeen) {
-				next.nodes[i].LastSeen, next.nodes[i].RTTMS = hb.At, hb.RTTMS
-			}
-		}
-	}
-	launches, err := b.store.LaunchStats(ctx, now.Add(-24*time.Hour))
-	if err != nil {
-		return nil, err
-	}
-	next.launches = launches
-	b.snap, b.snapStale = next, false
-	return next, nil
-}
-
-// invalidate makes the next read refresh the snapshot (incrementally)
-// after a registry write through this broker, so callers read their writes.
-func (b *Broker) invalidate() {
-	b.snapMu.Lock()
-	b.snapStale = true
-	b.snapMu.Unlock()
 }

@@ -291,12 +291,12 @@ func TestRejectedReports(t *testing.T) {
 			a := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
 			other := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
 			ctx := context.Background()
-			// RTT: none on the first beat (nothing echoed yet), measured
-			// on the broker's clock from the second; a report is wanted
-			// until one is accepted.
-			hb, err := (&brokertest.Agent{ID: a.ID, Clients: a.Clients}).Beat(ctx)
-			if err != nil || hb.RttMs != -1 || !hb.ReportWanted {
-				t.Errorf("first beat = %v, %v; want rtt -1 and report wanted", hb, err)
+			// A beat echoing nothing is not counted (stale echo) and has no
+			// RTT; the RTT is measured on the broker's clock from an
+			// echoing beat; a report is wanted until one is accepted.
+			hb, err := (&brokertest.Agent{ID: a.ID, Clients: a.Clients, Key: a.Key}).Beat(ctx)
+			if err != nil || hb.RttMs != -1 || !hb.ReportWanted || !hb.StaleEcho {
+				t.Errorf("beat without echo = %v, %v; want stale echo, rtt -1 and report wanted", hb, err)
 			}
 			if hb, err := a.Beat(ctx); err != nil || hb.RttMs < 0 {
 				t.Errorf("echoing beat = %v, %v; want a measured RTT", hb, err)
@@ -363,7 +363,9 @@ func TestOfflineDetection(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			cfg := brokertest.Fast()
-			cfg.OfflineAfter = 500 * time.Millisecond
+			// Long enough that a loaded machine does not miss the first
+			// check (seen flaky at 500 ms), short enough to wait for.
+			cfg.OfflineAfter = 2 * time.Second
 			b := brokertest.Start(t, brokertest.NewDB(t, kind), cfg)
 			tok := b.Token(t, store.RoleAgent, "*")
 			a := brokertest.Register(t, b.URL, tok, brokertest.H100("us-west-2", 20))
@@ -379,7 +381,15 @@ func TestOfflineDetection(t *testing.T) {
 				}
 				return false, reasonCodes(resp.Msg.Excluded[0])
 			}
-			if ok, why := online(); !ok {
+			fresh := false
+			var why []string
+			for i := 0; i < 5 && !fresh; i++ {
+				if _, err := a.Beat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				fresh, why = online()
+			}
+			if !fresh {
 				t.Fatalf("freshly beating node excluded: %v", why)
 			}
 			// Stop beating; poll (no fixed sleep) until it is offline.

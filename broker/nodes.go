@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,19 +50,20 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 		b.log.Error("reading registry", "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
-	out := match.Run(match.Input{Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: tok.Regions,
+	vs := snap.index.Match(match.Query{Beat: b.beat, Scope: tok.Regions,
 		Regions: req.Msg.Regions, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
 	resp := &gpupassv1.ListNodesResponse{}
-	for _, r := range append(out.Candidates, out.Excluded...) {
-		if r.OutOfScope {
+	for _, v := range append(vs.Candidates, vs.Excluded...) {
+		if v.OutOfScope {
 			continue
 		}
 		filtered := false
-		for _, x := range r.Reasons {
+		for _, id := range v.Reasons {
+			x := vs.Reasons[id]
 			filtered = filtered || x.Code == match.CodeRegionFilter || (x.Code == match.CodeOffline && !req.Msg.IncludeOffline)
 		}
 		if !filtered {
-			resp.Nodes = append(resp.Nodes, toProto(r))
+			resp.Nodes = append(resp.Nodes, toProto(snap.index.Node(v.Node), &v))
 		}
 	}
 	return connect.NewResponse(resp), nil
@@ -117,43 +119,166 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	if minScore < -1e6 || minScore > 100 || m.MaxPrice < 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("min_health_score must be at most 100 and max_price not negative"))
 	}
+	view := m.View
+	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED {
+		view = gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE
+	}
+	if _, known := gpupassv1.DryRunView_name[int32(view)]; !known {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("view %d is not one of INLINE, COLUMNS, SUMMARY", view))
+	}
 	snap, err := b.snapshot(ctx)
 	if err != nil {
 		b.log.Error("reading registry", "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
-	out := match.Run(match.Input{Spec: sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: tok.Regions,
+	ix := snap.index
+	vs := ix.Match(match.Query{Spec: sp, Beat: b.beat, Scope: tok.Regions,
 		Regions: m.Regions, MinScore: minScore, MaxPrice: m.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
-	resp := &gpupassv1.DryRunResponse{SpecFingerprint: fp, MinHealthScore: minScore}
-	for _, r := range out.Candidates {
-		resp.Candidates = append(resp.Candidates, &gpupassv1.Candidate{Node: toProto(r)})
+	resp := &gpupassv1.DryRunResponse{SpecFingerprint: fp, MinHealthScore: minScore, ExcludedTotal: int32(len(vs.Excluded)),
+		ReasonCounts: reasonCounts(vs)}
+	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS {
+		resp.Reasons = make([]*gpupassv1.Reason, len(vs.Reasons))
+		for i, why := range vs.Reasons {
+			resp.Reasons[i] = reasonProto(why)
+		}
+		resp.CandidateColumns, resp.ExcludedColumns = columns(ix, vs.Candidates), columns(ix, vs.Excluded)
+		return connect.NewResponse(resp), nil
 	}
-	for _, r := range out.Excluded {
-		// Excluded nodes travel lean (the reasons carry the measured
-		// values that matter): a dry-run lists every one of them.
-		x := &gpupassv1.Excluded{Node: leanProto(r)}
-		if r.OutOfScope {
-			// Out of scope: say where, not what.
-			x.Node = &gpupassv1.Node{Id: r.Node.ID, Region: match.Region(&r.Node)}
+	resp.Candidates = make([]*gpupassv1.Candidate, len(vs.Candidates))
+	for i := range vs.Candidates {
+		v := &vs.Candidates[i]
+		resp.Candidates[i] = &gpupassv1.Candidate{Node: toProto(ix.Node(v.Node), v)}
+	}
+	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE {
+		// Each distinct reason becomes one message, shared by the nodes
+		// that have it (marshalling writes it out for each).
+		reasons := make([]*gpupassv1.Reason, len(vs.Reasons))
+		for i, why := range vs.Reasons {
+			reasons[i] = reasonProto(why)
 		}
-		for _, why := range r.Reasons {
-			x.Reasons = append(x.Reasons, &gpupassv1.Reason{Code: why.Code, Field: why.Field, Expected: why.Expected, Measured: why.Measured, Message: why.Message})
+		resp.Excluded = make([]*gpupassv1.Excluded, len(vs.Excluded))
+		for i := range vs.Excluded {
+			v := &vs.Excluded[i]
+			x := &gpupassv1.Excluded{Node: leanProto(ix.Node(v.Node), v), Reasons: make([]*gpupassv1.Reason, len(v.Reasons))}
+			for j, id := range v.Reasons {
+				x.Reasons[j] = reasons[id]
+			}
+			resp.Excluded[i] = x
 		}
-		resp.Excluded = append(resp.Excluded, x)
 	}
 	return connect.NewResponse(resp), nil
 }
 
+// columns lays verdicts out by column (DRY_RUN_VIEW_COLUMNS), each node
+// in the short form of leanProto.
+func columns(ix *match.Index, vs []match.Verdict) *gpupassv1.NodeColumns {
+	n := len(vs)
+	c := &gpupassv1.NodeColumns{
+		Id: make([]string, n), Provider: make([]uint32, n), Region: make([]uint32, n), Accelerator: make([]uint32, n),
+		GpuCount: make([]int32, n), PricePerHour: make([]float64, n), Online: make([]bool, n), LastSeenUnixNano: make([]int64, n),
+		RttMs: make([]float64, n), Simulated: make([]bool, n), ConformancePassed: make([]bool, n), OutOfScope: make([]bool, n),
+		Score: make([]float64, n), LatencyMs: make([]float64, n), LatencyUsedMs: make([]float64, n), LatencyCapMs: make([]float64, n),
+		LatencyPenalty: make([]float64, n), FailureRatePct: make([]float64, n), Launches_24H: make([]int64, n),
+		LaunchFailures_24H: make([]int64, n), FailurePenalty: make([]float64, n), ClassMeanPrice: make([]float64, n),
+		PricePremiumPct: make([]float64, n), PricePenalty: make([]float64, n), ReasonCount: make([]uint32, n),
+	}
+	// The index's own name table: no per-node lookups.
+	c.Strings = ix.Names()
+	for i := range vs {
+		v := &vs[i]
+		node := ix.Node(v.Node)
+		provider, region, accel := ix.NameIDs(v.Node)
+		c.Id[i], c.Region[i] = node.ID, region
+		c.ReasonCount[i] = uint32(len(v.Reasons))
+		for _, id := range v.Reasons {
+			c.ReasonRefs = append(c.ReasonRefs, uint32(id))
+		}
+		if v.OutOfScope {
+			c.OutOfScope[i] = true // say where, not what
+			continue
+		}
+		c.Provider[i], c.Accelerator[i], c.GpuCount[i], c.Simulated[i] = provider, accel, int32(node.Index.GPUCount), node.Index.Simulated
+		c.PricePerHour[i], c.Online[i], c.RttMs[i] = ix.Price(v.Node), v.Online, v.RTTMS
+		c.ConformancePassed[i] = node.Index.Passed
+		if !v.LastSeen.IsZero() {
+			c.LastSeenUnixNano[i] = v.LastSeen.UnixNano()
+		}
+		s := &v.Score
+		c.Score[i], c.LatencyMs[i], c.LatencyUsedMs[i], c.LatencyCapMs[i], c.LatencyPenalty[i] = s.Score, s.LatencyMS, s.LatencyUsedMS, s.LatencyCapMS, s.LatencyPenalty
+		c.FailureRatePct[i], c.Launches_24H[i], c.LaunchFailures_24H[i], c.FailurePenalty[i] = s.FailureRatePct, s.Launches24h, s.LaunchFailures24h, s.FailurePenalty
+		c.ClassMeanPrice[i], c.PricePremiumPct[i], c.PricePenalty[i] = s.ClassMeanPrice, s.PricePremiumPct, s.PricePenalty
+	}
+	// All-zero columns travel empty: 8 bytes a node each, for nothing.
+	c.Provider, c.Accelerator, c.ReasonCount = zeroEmpty(c.Provider), zeroEmpty(c.Accelerator), zeroEmpty(c.ReasonCount)
+	c.GpuCount, c.PricePerHour, c.Online, c.LastSeenUnixNano = zeroEmpty(c.GpuCount), zeroEmpty(c.PricePerHour), zeroEmpty(c.Online), zeroEmpty(c.LastSeenUnixNano)
+	c.RttMs, c.Simulated, c.ConformancePassed, c.OutOfScope = zeroEmpty(c.RttMs), zeroEmpty(c.Simulated), zeroEmpty(c.ConformancePassed), zeroEmpty(c.OutOfScope)
+	c.Score, c.LatencyMs, c.LatencyUsedMs, c.LatencyCapMs = zeroEmpty(c.Score), zeroEmpty(c.LatencyMs), zeroEmpty(c.LatencyUsedMs), zeroEmpty(c.LatencyCapMs)
+	c.LatencyPenalty, c.FailureRatePct, c.Launches_24H = zeroEmpty(c.LatencyPenalty), zeroEmpty(c.FailureRatePct), zeroEmpty(c.Launches_24H)
+	c.LaunchFailures_24H, c.FailurePenalty, c.ClassMeanPrice = zeroEmpty(c.LaunchFailures_24H), zeroEmpty(c.FailurePenalty), zeroEmpty(c.ClassMeanPrice)
+	c.PricePremiumPct, c.PricePenalty = zeroEmpty(c.PricePremiumPct), zeroEmpty(c.PricePenalty)
+	return c
+}
+
+// zeroEmpty returns nil for a column whose every entry is the zero value.
+func zeroEmpty[T comparable](col []T) []T {
+	var zero T
+	for _, v := range col {
+		if v != zero {
+			return col
+		}
+	}
+	return nil
+}
+
+// reasonCounts counts excluded nodes per reason code and field, most
+// first (then by code and field).
+func reasonCounts(vs match.Verdicts) []*gpupassv1.ReasonCount {
+	perReason := make([]int32, len(vs.Reasons))
+	for i := range vs.Excluded {
+		for _, id := range vs.Excluded[i].Reasons {
+			perReason[id]++
+		}
+	}
+	type key struct{ code, field string }
+	sum := map[key]int32{}
+	for id, n := range perReason {
+		if n > 0 {
+			sum[key{vs.Reasons[id].Code, vs.Reasons[id].Field}] += n
+		}
+	}
+	out := make([]*gpupassv1.ReasonCount, 0, len(sum))
+	for k, n := range sum {
+		out = append(out, &gpupassv1.ReasonCount{Code: k.code, Field: k.field, Nodes: n})
+	}
+	slices.SortFunc(out, func(a, b *gpupassv1.ReasonCount) int {
+		if a.Nodes != b.Nodes {
+			return int(b.Nodes - a.Nodes)
+		}
+		if c := strings.Compare(a.Code, b.Code); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Field, b.Field)
+	})
+	return out
+}
+
+func reasonProto(r match.Reason) *gpupassv1.Reason {
+	return &gpupassv1.Reason{Code: r.Code, Field: r.Field, Expected: r.Expected, Measured: r.Measured, Message: r.Message}
+}
+
 // leanProto is the short form of a node: identity, offer, liveness, score.
-func leanProto(r *match.Result) *gpupassv1.Node {
-	n := &r.Node
+func leanProto(n *store.Node, v *match.Verdict) *gpupassv1.Node {
+	if v.OutOfScope {
+		// Out of scope: say where, not what.
+		return &gpupassv1.Node{Id: n.ID, Region: match.Region(n)}
+	}
 	p := &gpupassv1.Node{Id: n.ID, Provider: n.Labels.Provider, Region: match.Region(n), PricePerHour: match.Price(n),
-		Online: r.Online, RttMs: n.RTTMS, ConformancePassed: n.Index.Passed, Health: healthProto(r.Score)}
+		Online: v.Online, RttMs: v.RTTMS, ConformancePassed: n.Index.Passed, Health: healthProto(v.Score)}
 	if n.HasReport {
 		p.Provider, p.Accelerator, p.GpuCount, p.Simulated = n.Index.Provider, n.Index.Accelerator, int32(n.Index.GPUCount), n.Index.Simulated
 	}
-	if !n.LastSeen.IsZero() {
-		p.LastSeenUnixNano = n.LastSeen.UnixNano()
+	if !v.LastSeen.IsZero() {
+		p.LastSeenUnixNano = v.LastSeen.UnixNano()
 	}
 	return p
 }
@@ -167,16 +292,16 @@ func healthProto(s match.Score) *gpupassv1.HealthScore {
 	}
 }
 
-func toProto(r *match.Result) *gpupassv1.Node {
-	n := &r.Node
+// toProto is the full form of a node with its verdict's liveness and score.
+func toProto(n *store.Node, v *match.Verdict) *gpupassv1.Node {
 	ix := &n.Index
 	p := &gpupassv1.Node{
 		Id: n.ID, Provider: n.Labels.Provider, Region: match.Region(n), Zone: n.Labels.Zone, Hostname: n.Labels.Hostname,
 		StorageClass: n.Labels.StorageClass, BandwidthGbps: n.Labels.BandwidthGbps, PricePerHour: match.Price(n),
-		Online: r.Online, RttMs: n.RTTMS, ConformancePassed: ix.Passed, Health: healthProto(r.Score),
+		Online: v.Online, RttMs: v.RTTMS, ConformancePassed: ix.Passed, Health: healthProto(v.Score),
 	}
-	if !n.LastSeen.IsZero() {
-		p.LastSeenUnixNano = n.LastSeen.UnixNano()
+	if !v.LastSeen.IsZero() {
+		p.LastSeenUnixNano = v.LastSeen.UnixNano()
 	}
 	if n.HasReport {
 		p.Provider, p.Zone, p.Hostname = ix.Provider, ix.Zone, ix.Hostname

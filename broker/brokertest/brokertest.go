@@ -10,10 +10,15 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -116,6 +121,65 @@ func Start(t testing.TB, db DB, cfg broker.Config) *Broker {
 	return sb
 }
 
+// StartTLS serves a broker over TLS with a new self-signed certificate
+// for 127.0.0.1, whose PEM file it returns (what --tls-ca trusts).
+func StartTLS(t testing.TB, db DB, cfg broker.Config) (b *Broker, certFile string) {
+	t.Helper()
+	certFile, keyFile, _ := SelfSigned(t)
+	cfg.Store = db.Open(t)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	bk := broker.New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sb := &Broker{URL: "https://" + ln.Addr().String(), Store: cfg.Store, Broker: bk, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		sb.done <- broker.Serve(ctx, ln, bk, broker.ServeOptions{TLSCertFile: certFile, TLSKeyFile: keyFile})
+	}()
+	t.Cleanup(func() { sb.Stop(t) })
+	return sb, certFile
+}
+
+// SelfSigned writes a self-signed certificate for 127.0.0.1 and its key,
+// and returns a pool that trusts it.
+func SelfSigned(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpupass-broker test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
 // Stop shuts the broker down gracefully (idempotent).
 func (b *Broker) Stop(t testing.TB) {
 	b.once.Do(func() {
@@ -179,6 +243,8 @@ type Agent struct {
 	Clients *api.Clients
 	echo    int64
 	gotAt   time.Time
+	counter uint64
+	lastGen time.Time
 }
 
 // NewAgent enrolls a new agent (gRPC protocol, like gpupass-agent).
@@ -214,12 +280,27 @@ func Enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n Nod
 	return &Agent{ID: resp.Msg.AgentId, Key: key, Node: n, Clients: c, echo: resp.Msg.BrokerTimeUnixNano, gotAt: time.Now()}, nil
 }
 
+// BeatRequest makes the next heartbeat, signed as gpupass-agent signs it:
+// the last broker time echoed, the counter one higher.
+func (a *Agent) BeatRequest() (*gpupassv1.HeartbeatRequest, error) {
+	a.counter++
+	req := &gpupassv1.HeartbeatRequest{AgentId: a.ID, Counter: a.counter, EchoBrokerTimeUnixNano: a.echo}
+	if a.echo != 0 {
+		req.AgentHoldNanos = int64(time.Since(a.gotAt))
+	}
+	sig, err := conformance.Sign(a.Key, api.HeartbeatPayload(req))
+	if err != nil {
+		return nil, err
+	}
+	req.Signature = sig
+	return req, nil
+}
+
 // Beat sends one heartbeat echoing the last broker timestamp.
 func (a *Agent) Beat(ctx context.Context) (*gpupassv1.HeartbeatResponse, error) {
-	req := &gpupassv1.HeartbeatRequest{AgentId: a.ID}
-	if a.echo != 0 {
-		req.EchoBrokerTimeUnixNano = a.echo
-		req.AgentHoldNanos = int64(time.Since(a.gotAt))
+	req, err := a.BeatRequest()
+	if err != nil {
+		return nil, err
 	}
 	resp, err := a.Clients.Agent.Heartbeat(ctx, connect.NewRequest(req))
 	if err != nil {
@@ -232,9 +313,16 @@ func (a *Agent) Beat(ctx context.Context) (*gpupassv1.HeartbeatResponse, error) 
 // Report builds the agent's conformance report (simulated, all checks pass).
 func (a *Agent) Report() *conformance.Report {
 	n := a.Node
+	// Each report is generated later than the last, to the millisecond,
+	// as the broker requires.
+	gen := time.Now().UTC().Truncate(time.Millisecond)
+	if !gen.After(a.lastGen) {
+		gen = a.lastGen.Add(time.Millisecond)
+	}
+	a.lastGen = gen
 	r := &conformance.Report{
 		SchemaVersion: conformance.SchemaVersion, AgentID: a.ID, Simulated: true, Profile: "test-" + n.Class,
-		GeneratedAt:        time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		GeneratedAt:        gen.Format("2006-01-02T15:04:05.000Z07:00"),
 		Node:               conformance.Node{Provider: n.Provider, Region: n.Region, PricePerHour: n.Price, BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region},
 		Runtime:            conformance.Runtime{NvidiaDriver: n.Driver, CUDA: n.CUDA, Python: n.Python, PyTorch: n.PyTorch, FIPSEnabled: n.FIPS},
 		Storage:            conformance.Storage{Path: "/data", FSType: "xfs", FreeGB: n.FreeGB, ReadMBps: 5000, Class: n.StorageClass},

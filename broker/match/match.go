@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -134,107 +133,34 @@ type Output struct {
 	Excluded   []*Result
 }
 
-// Run matches and scores every node.
+// Run matches and scores every node. It is Prepare and Match in one, with
+// the verdicts written out in full; callers that match one registry often
+// keep the Index.
 func Run(in Input) Output {
-	means := classMeans(in.Nodes)
-	// Results are handled by pointer: a Result is large, and sorting ten
-	// thousand of them by value dominated a dry-run.
-	all := make([]Result, len(in.Nodes))
-	var out Output
-	for i, n := range in.Nodes {
-		if in.Beat != nil {
-			if hb, ok := in.Beat(n.ID); ok && hb.At.After(n.LastSeen) {
-				n.LastSeen = hb.At
-				if hb.RTTMS >= 0 {
-					n.RTTMS = hb.RTTMS
-				}
-			}
-		}
-		r := &all[i]
-		r.Node = n
-		region := Region(&n)
-		if !MatchRegion(in.Scope, region) {
-			r.OutOfScope = true
-			r.Reasons = []Reason{{Code: CodeRegionScope, Field: "region", Expected: strings.Join(in.Scope, ","), Measured: region,
-				Message: fmt.Sprintf("region %s is outside the token's scope %s", region, strings.Join(in.Scope, ","))}}
-			out.Excluded = append(out.Excluded, r)
-			continue
-		}
-		r.Online = !n.LastSeen.IsZero() && in.Now.Sub(n.LastSeen) <= in.OfflineAfter
-		var capMS float64
-		if in.Spec != nil {
-			capMS = in.Spec.Resources.Network.LatencyToleranceMS
-		}
-		r.Score = score(&n, in.Launches[n.ID], means, capMS)
-		if len(in.Regions) > 0 && !MatchRegion(in.Regions, region) {
-			r.Reasons = append(r.Reasons, Reason{Code: CodeRegionFilter, Field: "region", Expected: strings.Join(in.Regions, ","), Measured: region,
-				Message: fmt.Sprintf("region %s is not in --region %s", region, strings.Join(in.Regions, ","))})
-		}
-		if !n.HasReport {
-			r.Reasons = append(r.Reasons, Reason{Code: CodeNoReport, Message: "no verified conformance report yet"})
-		}
-		if !r.Online {
-			msg := "never sent a heartbeat"
-			measured := "never"
-			if !n.LastSeen.IsZero() {
-				measured = n.LastSeen.UTC().Format(time.RFC3339)
-				msg = fmt.Sprintf("last heartbeat %s ago (offline after %s)", in.Now.Sub(n.LastSeen).Round(time.Second), in.OfflineAfter)
-			}
-			r.Reasons = append(r.Reasons, Reason{Code: CodeOffline, Field: "heartbeat", Measured: measured, Message: msg})
-		}
-		if in.Spec != nil && n.HasReport {
-			if !n.Index.Passed {
-				r.Reasons = append(r.Reasons, Reason{Code: CodeConformanceFailed, Message: "the node's last conformance report has failed checks"})
-			}
-			r.Reasons = append(r.Reasons, runtimeMismatches(in.Spec, n.Index)...)
-			r.Reasons = append(r.Reasons, resourceMismatches(in.Spec, n.Index)...)
-		}
-		if p := Price(&n); in.MaxPrice > 0 && p > in.MaxPrice {
-			r.Reasons = append(r.Reasons, Reason{Code: CodePriceAboveMax, Field: "price_per_hour", Expected: "<= " + num(in.MaxPrice), Measured: num(p),
-				Message: fmt.Sprintf("price %s/h is above --max-price %s/h", num(p), num(in.MaxPrice))})
-		}
-		if in.Spec != nil && r.Score.Score < in.MinScore {
-			r.Reasons = append(r.Reasons, Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + num(in.MinScore), Measured: num(r.Score.Score),
-				Message: fmt.Sprintf("health score %s is below --min-health-score %s", num(r.Score.Score), num(in.MinScore))})
-		}
-		if len(r.Reasons) == 0 {
-			out.Candidates = append(out.Candidates, r)
-		} else {
-			out.Excluded = append(out.Excluded, r)
-		}
-	}
-	slices.SortFunc(out.Candidates, func(a, b *Result) int {
-		if c := cmpFloat(b.Score.Score, a.Score.Score); c != 0 {
-			return c
-		}
-		if c := cmpFloat(Price(&a.Node), Price(&b.Node)); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Node.ID, b.Node.ID)
-	})
-	slices.SortFunc(out.Excluded, func(a, b *Result) int {
-		if a.OutOfScope != b.OutOfScope {
-			if a.OutOfScope {
-				return 1
-			}
-			return -1
-		}
-		if c := cmpFloat(b.Score.Score, a.Score.Score); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Node.ID, b.Node.ID)
-	})
-	return out
+	ix := Prepare(in.Nodes, in.Launches)
+	vs := ix.Match(Query{Spec: in.Spec, Scope: in.Scope, Regions: in.Regions, MinScore: in.MinScore, MaxPrice: in.MaxPrice,
+		Beat: in.Beat, Now: in.Now, OfflineAfter: in.OfflineAfter})
+	return Output{Candidates: ix.results(vs.Candidates, vs.Reasons), Excluded: ix.results(vs.Excluded, vs.Reasons)}
 }
 
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// results writes verdicts out as Results (the node copied with its newest
+// liveness, the reasons spelled out).
+func (ix *Index) results(vs []Verdict, reasons []Reason) []*Result {
+	all := make([]Result, len(vs))
+	out := make([]*Result, len(vs))
+	for i := range vs {
+		v, r := &vs[i], &all[i]
+		r.Node, r.Online, r.OutOfScope, r.Score = ix.nodes[v.Node], v.Online, v.OutOfScope, v.Score
+		r.Node.LastSeen, r.Node.RTTMS = v.LastSeen, v.RTTMS
+		if len(v.Reasons) > 0 {
+			r.Reasons = make([]Reason, len(v.Reasons))
+			for j, id := range v.Reasons {
+				r.Reasons[j] = reasons[id]
+			}
+		}
+		out[i] = r
 	}
-	return 0
+	return out
 }
 
 func classMeans(nodes []store.Node) map[string]float64 {
@@ -255,32 +181,6 @@ func classMeans(nodes []store.Node) map[string]float64 {
 		means[k] = s / float64(cnt[k])
 	}
 	return means
-}
-
-// score computes the health score and its terms.
-func score(n *store.Node, ls store.LaunchStats, means map[string]float64, capMS float64) Score {
-	s := Score{LatencyCapMS: capMS, Launches24h: ls.Launches, LaunchFailures24h: ls.Failures}
-	if n.RTTMS > 0 {
-		s.LatencyMS = n.RTTMS
-	}
-	s.LatencyUsedMS = s.LatencyMS
-	if capMS > 0 && s.LatencyUsedMS > capMS {
-		s.LatencyUsedMS = capMS
-	}
-	s.LatencyPenalty = 0.1 * s.LatencyUsedMS
-	if ls.Launches > 0 {
-		s.FailureRatePct = 100 * float64(ls.Failures) / float64(ls.Launches)
-	}
-	s.FailurePenalty = 5 * s.FailureRatePct
-	if n.HasReport {
-		s.ClassMeanPrice = means[n.Index.Accelerator]
-	}
-	if p := Price(n); s.ClassMeanPrice > 0 && p > 0 {
-		s.PricePremiumPct = (p - s.ClassMeanPrice) / s.ClassMeanPrice * 100
-	}
-	s.PricePenalty = 2 * s.PricePremiumPct
-	s.Score = math.Min(100, 100-s.LatencyPenalty-s.FailurePenalty-s.PricePenalty)
-	return s
 }
 
 func runtimeMismatches(sp *spec.Spec, ix store.NodeIndex) []Reason {

@@ -120,8 +120,13 @@ func bearer(token string) connect.Interceptor {
 }
 
 // Describe turns an RPC error into a sentence for users: the broker's own
-// message with the code in words (unauthenticated -> "401 unauthenticated").
+// message with the code in words (unauthenticated -> "401 unauthenticated"),
+// or, for a broker certificate that does not verify, what is wrong and how
+// to trust it.
 func Describe(err error) string {
+	if u, ok := UntrustedCert(err); ok {
+		return u.Error()
+	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return err.Error()

@@ -22,6 +22,9 @@ import (
 type BrokerFlags struct {
 	URL   string
 	Token string
+	// TLSCA is a PEM file of CAs to trust for an https broker, besides
+	// the system roots.
+	TLSCA string
 }
 
 // AddFlags registers --broker-url (alias --broker) and --broker-token.
@@ -32,6 +35,7 @@ func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
 	_ = f.MarkHidden("broker")
 	f.StringVar(&b.Token, "broker-token", "", "broker API token (secret; also GPUPASS_BROKER_TOKEN_FILE)")
 	MarkSecret("broker-token")
+	f.StringVar(&b.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
 }
 
 // Dial returns API clients, or a usage error naming the missing flag.
@@ -45,7 +49,11 @@ func (b *BrokerFlags) Dial() (*api.Clients, error) {
 	if b.Token == "" {
 		return nil, errors.New("no broker token: pass --broker-token or set " + EnvName("broker-token") + " (or " + EnvName("broker-token") + "_FILE)")
 	}
-	return api.Dial(b.URL, api.DialOptions{Token: b.Token})
+	tlsConf, err := api.TrustCA(b.TLSCA)
+	if err != nil {
+		return nil, err
+	}
+	return api.Dial(b.URL, api.DialOptions{Token: b.Token, TLSConfig: tlsConf})
 }
 
 // rpcError words a broker error for users; auth problems are usage errors

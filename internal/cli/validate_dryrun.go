@@ -20,6 +20,9 @@ type DryRunOptions struct {
 	Regions        []string
 	MinHealthScore float64
 	MaxPrice       float64
+	// Excluded is "all" (every excluded node with its reasons) or
+	// "summary" (how many nodes each reason excludes).
+	Excluded string
 }
 
 // AddFlags registers the dry-run flags.
@@ -30,11 +33,22 @@ func (o *DryRunOptions) AddFlags(cmd *cobra.Command) {
 	f.StringSliceVar(&o.Regions, "region", nil, "dry-run: only these regions (glob patterns; repeatable)")
 	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "dry-run: exclude nodes scoring below this")
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "dry-run: exclude nodes above this price per hour (0: no limit)")
+	f.StringVar(&o.Excluded, "excluded", "all", "dry-run: all (every excluded node with its reasons) or summary (node counts per reason)")
 }
 
 // run sends the spec file as written: the broker validates it with the
 // same rules and matches it against its registry.
 func (o *DryRunOptions) run(ctx context.Context, specBytes []byte) (*gpupassv1.DryRunResponse, error) {
+	// The columns view is the cheapest to send and decode at 10,000
+	// nodes; it is expanded here, so the output is the inline layout.
+	view := gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS
+	switch o.Excluded {
+	case "all", "":
+	case "summary":
+		view = gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY
+	default:
+		return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--excluded %q: use all or summary", o.Excluded)}
+	}
 	c, err := o.Broker.Dial()
 	if err != nil {
 		return nil, err
@@ -42,9 +56,13 @@ func (o *DryRunOptions) run(ctx context.Context, specBytes []byte) (*gpupassv1.D
 	min := o.MinHealthScore
 	resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{
 		Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specBytes}, Regions: o.Regions, MinHealthScore: &min, MaxPrice: o.MaxPrice,
+		View: view,
 	}))
 	if err != nil {
 		return nil, rpcError("dry-run", o.Broker.URL, err)
+	}
+	if err := api.ExpandDryRun(resp.Msg); err != nil {
+		return nil, fmt.Errorf("reading the dry-run answer of %s: %w", o.Broker.URL, err)
 	}
 	return resp.Msg, nil
 }
@@ -52,7 +70,8 @@ func (o *DryRunOptions) run(ctx context.Context, specBytes []byte) (*gpupassv1.D
 // writeDryRunText prints candidates by score with each term, then every
 // excluded node with its reasons.
 func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) error {
-	fmt.Fprintf(out, "\ndry-run at %s: %d candidate(s), %d excluded (min health score %s)\n", url, len(m.Candidates), len(m.Excluded), f2(m.MinHealthScore))
+	excluded := max(int(m.ExcludedTotal), len(m.Excluded))
+	fmt.Fprintf(out, "\ndry-run at %s: %d candidate(s), %d excluded (min health score %s)\n", url, len(m.Candidates), excluded, f2(m.MinHealthScore))
 	if len(m.Candidates) > 0 {
 		nodes := make([]*gpupassv1.Node, len(m.Candidates))
 		for i, cd := range m.Candidates {
@@ -67,6 +86,22 @@ func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) err
 			return err
 		}
 		return writeExcluded(out, m.Excluded)
+	}
+	if excluded > 0 {
+		// --excluded summary: how many nodes each reason excludes (a node
+		// may have several).
+		if _, err := fmt.Fprintln(out, "excluded, by reason:"); err != nil {
+			return err
+		}
+		for _, c := range m.ReasonCounts {
+			what := c.Code
+			if c.Field != "" {
+				what += " (" + c.Field + ")"
+			}
+			if _, err := fmt.Fprintf(out, "  %6d  %s\n", c.Nodes, what); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -37,6 +37,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// DryRunView chooses how a dry-run answer is laid out. Every view carries
+// reason_counts and excluded_total.
+type DryRunView int32
+
+const (
+	DryRunView_DRY_RUN_VIEW_UNSPECIFIED DryRunView = 0 // same as INLINE
+	// candidates and excluded as messages: candidates in full, excluded
+	// nodes in short form with every reason written out (curl, grpcurl).
+	DryRunView_DRY_RUN_VIEW_INLINE DryRunView = 1
+	// The same verdicts by column (candidate_columns, excluded_columns):
+	// packed arrays encode and decode in one piece instead of one message
+	// per node, and each distinct reason is sent once (reasons). Every node
+	// is in short form (no runtime: a candidate's is the spec's; ListNodes
+	// has the full record). What the gpupass CLI asks for; api.ExpandDryRun
+	// turns it into the inline layout.
+	DryRunView_DRY_RUN_VIEW_COLUMNS DryRunView = 2
+	// Candidates as in INLINE; excluded nodes only counted (reason_counts).
+	DryRunView_DRY_RUN_VIEW_SUMMARY DryRunView = 3
+)
+
+// Enum value maps for DryRunView.
+var (
+	DryRunView_name = map[int32]string{
+		0: "DRY_RUN_VIEW_UNSPECIFIED",
+		1: "DRY_RUN_VIEW_INLINE",
+		2: "DRY_RUN_VIEW_COLUMNS",
+		3: "DRY_RUN_VIEW_SUMMARY",
+	}
+	DryRunView_value = map[string]int32{
+		"DRY_RUN_VIEW_UNSPECIFIED": 0,
+		"DRY_RUN_VIEW_INLINE":      1,
+		"DRY_RUN_VIEW_COLUMNS":     2,
+		"DRY_RUN_VIEW_SUMMARY":     3,
+	}
+)
+
+func (x DryRunView) Enum() *DryRunView {
+	p := new(DryRunView)
+	*p = x
+	return p
+}
+
+func (x DryRunView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DryRunView) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpupass_v1_broker_proto_enumTypes[0].Descriptor()
+}
+
+func (DryRunView) Type() protoreflect.EnumType {
+	return &file_gpupass_v1_broker_proto_enumTypes[0]
+}
+
+func (x DryRunView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DryRunView.Descriptor instead.
+func (DryRunView) EnumDescriptor() ([]byte, []int) {
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{0}
+}
+
 type EnrollRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PKIX PEM of the agent's ECDSA P-256 identity key.
@@ -259,13 +322,26 @@ func (x *EnrollResponse) GetBrokerTimeUnixNano() int64 {
 	return 0
 }
 
+// A heartbeat is signed by the agent's identity key, so a token holder
+// cannot beat for another node, and it cannot be replayed: counter rises
+// with every beat (the broker refuses one not above the last it took), and
+// the echoed broker time must be recent (see HeartbeatResponse.stale_echo).
 type HeartbeatRequest struct {
-	state                  protoimpl.MessageState `protogen:"open.v1"`
-	AgentId                string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	EchoBrokerTimeUnixNano int64                  `protobuf:"varint,2,opt,name=echo_broker_time_unix_nano,json=echoBrokerTimeUnixNano,proto3" json:"echo_broker_time_unix_nano,omitempty"` // 0 on the first beat
-	AgentHoldNanos         int64                  `protobuf:"varint,3,opt,name=agent_hold_nanos,json=agentHoldNanos,proto3" json:"agent_hold_nanos,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// broker_time_unix_nano of the last response (EnrollResponse for the
+	// first beat).
+	EchoBrokerTimeUnixNano int64 `protobuf:"varint,2,opt,name=echo_broker_time_unix_nano,json=echoBrokerTimeUnixNano,proto3" json:"echo_broker_time_unix_nano,omitempty"`
+	AgentHoldNanos         int64 `protobuf:"varint,3,opt,name=agent_hold_nanos,json=agentHoldNanos,proto3" json:"agent_hold_nanos,omitempty"`
+	// Strictly increasing per agent; the agent uses max(last + 1, its clock
+	// in Unix nanoseconds), so it keeps rising across restarts.
+	Counter uint64 `protobuf:"varint,4,opt,name=counter,proto3" json:"counter,omitempty"`
+	// base64 ASN.1 ECDSA P-256 signature, by the enrolled key, over SHA-256
+	// of "gpupass-heartbeat-v1\n<agent_id>\n<counter>\n<echo>\n<hold>\n"
+	// (decimal numbers; api.HeartbeatPayload).
+	Signature     string `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -319,6 +395,20 @@ func (x *HeartbeatRequest) GetAgentHoldNanos() int64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetCounter() uint64 {
+	if x != nil {
+		return x.Counter
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
 type HeartbeatResponse struct {
 	state                    protoimpl.MessageState `protogen:"open.v1"`
 	BrokerTimeUnixNano       int64                  `protobuf:"varint,1,opt,name=broker_time_unix_nano,json=brokerTimeUnixNano,proto3" json:"broker_time_unix_nano,omitempty"`
@@ -327,7 +417,11 @@ type HeartbeatResponse struct {
 	RttMs float64 `protobuf:"fixed64,3,opt,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"`
 	// report_wanted asks the agent to upload a fresh report (the broker has
 	// none for it yet).
-	ReportWanted  bool `protobuf:"varint,4,opt,name=report_wanted,json=reportWanted,proto3" json:"report_wanted,omitempty"`
+	ReportWanted bool `protobuf:"varint,4,opt,name=report_wanted,json=reportWanted,proto3" json:"report_wanted,omitempty"`
+	// stale_echo: the beat was not counted because its echoed broker time
+	// is too old (or missing) for it to be a fresh beat; the next beat,
+	// echoing broker_time_unix_nano above, counts.
+	StaleEcho     bool `protobuf:"varint,5,opt,name=stale_echo,json=staleEcho,proto3" json:"stale_echo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +480,13 @@ func (x *HeartbeatResponse) GetRttMs() float64 {
 func (x *HeartbeatResponse) GetReportWanted() bool {
 	if x != nil {
 		return x.ReportWanted
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetStaleEcho() bool {
+	if x != nil {
+		return x.StaleEcho
 	}
 	return false
 }
@@ -1086,7 +1187,9 @@ type DryRunRequest struct {
 	// Default 85 when unset.
 	MinHealthScore *float64 `protobuf:"fixed64,4,opt,name=min_health_score,json=minHealthScore,proto3,oneof" json:"min_health_score,omitempty"`
 	// USD per hour; 0 = no limit.
-	MaxPrice      float64 `protobuf:"fixed64,5,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`
+	MaxPrice float64 `protobuf:"fixed64,5,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`
+	// How the answer is laid out; unset is DRY_RUN_VIEW_INLINE.
+	View          DryRunView `protobuf:"varint,6,opt,name=view,proto3,enum=gpupass.v1.DryRunView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1167,6 +1270,13 @@ func (x *DryRunRequest) GetMaxPrice() float64 {
 	return 0
 }
 
+func (x *DryRunRequest) GetView() DryRunView {
+	if x != nil {
+		return x.View
+	}
+	return DryRunView_DRY_RUN_VIEW_UNSPECIFIED
+}
+
 type isDryRunRequest_Spec interface {
 	isDryRunRequest_Spec()
 }
@@ -1191,8 +1301,19 @@ type DryRunResponse struct {
 	MinHealthScore  float64                `protobuf:"fixed64,2,opt,name=min_health_score,json=minHealthScore,proto3" json:"min_health_score,omitempty"`
 	Candidates      []*Candidate           `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	Excluded        []*Excluded            `protobuf:"bytes,4,rep,name=excluded,proto3" json:"excluded,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// DRY_RUN_VIEW_COLUMNS: each distinct reason once, referenced by
+	// NodeColumns.reason_refs.
+	Reasons []*Reason `protobuf:"bytes,5,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// How many excluded nodes have each reason code and field, most first.
+	ReasonCounts []*ReasonCount `protobuf:"bytes,6,rep,name=reason_counts,json=reasonCounts,proto3" json:"reason_counts,omitempty"`
+	// Number of excluded nodes, in every view.
+	ExcludedTotal int32 `protobuf:"varint,7,opt,name=excluded_total,json=excludedTotal,proto3" json:"excluded_total,omitempty"`
+	// DRY_RUN_VIEW_COLUMNS: the candidates and the excluded nodes, in the
+	// order of candidates and excluded.
+	CandidateColumns *NodeColumns `protobuf:"bytes,8,opt,name=candidate_columns,json=candidateColumns,proto3" json:"candidate_columns,omitempty"`
+	ExcludedColumns  *NodeColumns `protobuf:"bytes,9,opt,name=excluded_columns,json=excludedColumns,proto3" json:"excluded_columns,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DryRunResponse) Reset() {
@@ -1253,6 +1374,361 @@ func (x *DryRunResponse) GetExcluded() []*Excluded {
 	return nil
 }
 
+func (x *DryRunResponse) GetReasons() []*Reason {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *DryRunResponse) GetReasonCounts() []*ReasonCount {
+	if x != nil {
+		return x.ReasonCounts
+	}
+	return nil
+}
+
+func (x *DryRunResponse) GetExcludedTotal() int32 {
+	if x != nil {
+		return x.ExcludedTotal
+	}
+	return 0
+}
+
+func (x *DryRunResponse) GetCandidateColumns() *NodeColumns {
+	if x != nil {
+		return x.CandidateColumns
+	}
+	return nil
+}
+
+func (x *DryRunResponse) GetExcludedColumns() *NodeColumns {
+	if x != nil {
+		return x.ExcludedColumns
+	}
+	return nil
+}
+
+type ReasonCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Field         string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	Nodes         int32                  `protobuf:"varint,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReasonCount) Reset() {
+	*x = ReasonCount{}
+	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReasonCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReasonCount) ProtoMessage() {}
+
+func (x *ReasonCount) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
+func (*ReasonCount) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReasonCount) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ReasonCount) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *ReasonCount) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+// NodeColumns holds nodes in short form by column: entry i of every column
+// is node i. A column other than id and region whose every entry would be
+// zero or false is sent empty (no launches in 24 h, no node out of scope).
+// Out-of-scope excluded nodes have only id and region.
+type NodeColumns struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    []string               `protobuf:"bytes,1,rep,name=id,proto3" json:"id,omitempty"`
+	// Distinct provider, region and accelerator names, referenced below.
+	Strings           []string  `protobuf:"bytes,2,rep,name=strings,proto3" json:"strings,omitempty"`
+	Provider          []uint32  `protobuf:"varint,3,rep,packed,name=provider,proto3" json:"provider,omitempty"`
+	Region            []uint32  `protobuf:"varint,4,rep,packed,name=region,proto3" json:"region,omitempty"`
+	Accelerator       []uint32  `protobuf:"varint,5,rep,packed,name=accelerator,proto3" json:"accelerator,omitempty"`
+	GpuCount          []int32   `protobuf:"varint,6,rep,packed,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
+	PricePerHour      []float64 `protobuf:"fixed64,7,rep,packed,name=price_per_hour,json=pricePerHour,proto3" json:"price_per_hour,omitempty"`
+	Online            []bool    `protobuf:"varint,8,rep,packed,name=online,proto3" json:"online,omitempty"`
+	LastSeenUnixNano  []int64   `protobuf:"varint,9,rep,packed,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	RttMs             []float64 `protobuf:"fixed64,10,rep,packed,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"`
+	Simulated         []bool    `protobuf:"varint,11,rep,packed,name=simulated,proto3" json:"simulated,omitempty"`
+	ConformancePassed []bool    `protobuf:"varint,12,rep,packed,name=conformance_passed,json=conformancePassed,proto3" json:"conformance_passed,omitempty"`
+	OutOfScope        []bool    `protobuf:"varint,13,rep,packed,name=out_of_scope,json=outOfScope,proto3" json:"out_of_scope,omitempty"`
+	// HealthScore, term by term.
+	Score              []float64 `protobuf:"fixed64,14,rep,packed,name=score,proto3" json:"score,omitempty"`
+	LatencyMs          []float64 `protobuf:"fixed64,15,rep,packed,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	LatencyUsedMs      []float64 `protobuf:"fixed64,16,rep,packed,name=latency_used_ms,json=latencyUsedMs,proto3" json:"latency_used_ms,omitempty"`
+	LatencyCapMs       []float64 `protobuf:"fixed64,17,rep,packed,name=latency_cap_ms,json=latencyCapMs,proto3" json:"latency_cap_ms,omitempty"`
+	LatencyPenalty     []float64 `protobuf:"fixed64,18,rep,packed,name=latency_penalty,json=latencyPenalty,proto3" json:"latency_penalty,omitempty"`
+	FailureRatePct     []float64 `protobuf:"fixed64,19,rep,packed,name=failure_rate_pct,json=failureRatePct,proto3" json:"failure_rate_pct,omitempty"`
+	Launches_24H       []int64   `protobuf:"varint,20,rep,packed,name=launches_24h,json=launches24h,proto3" json:"launches_24h,omitempty"`
+	LaunchFailures_24H []int64   `protobuf:"varint,21,rep,packed,name=launch_failures_24h,json=launchFailures24h,proto3" json:"launch_failures_24h,omitempty"`
+	FailurePenalty     []float64 `protobuf:"fixed64,22,rep,packed,name=failure_penalty,json=failurePenalty,proto3" json:"failure_penalty,omitempty"`
+	ClassMeanPrice     []float64 `protobuf:"fixed64,23,rep,packed,name=class_mean_price,json=classMeanPrice,proto3" json:"class_mean_price,omitempty"`
+	PricePremiumPct    []float64 `protobuf:"fixed64,24,rep,packed,name=price_premium_pct,json=pricePremiumPct,proto3" json:"price_premium_pct,omitempty"`
+	PricePenalty       []float64 `protobuf:"fixed64,25,rep,packed,name=price_penalty,json=pricePenalty,proto3" json:"price_penalty,omitempty"`
+	// Node i has reason_count[i] reasons: the next that many entries of
+	// reason_refs, indexes into DryRunResponse.reasons.
+	ReasonCount   []uint32 `protobuf:"varint,26,rep,packed,name=reason_count,json=reasonCount,proto3" json:"reason_count,omitempty"`
+	ReasonRefs    []uint32 `protobuf:"varint,27,rep,packed,name=reason_refs,json=reasonRefs,proto3" json:"reason_refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeColumns) Reset() {
+	*x = NodeColumns{}
+	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeColumns) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeColumns) ProtoMessage() {}
+
+func (x *NodeColumns) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeColumns.ProtoReflect.Descriptor instead.
+func (*NodeColumns) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *NodeColumns) GetId() []string {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetStrings() []string {
+	if x != nil {
+		return x.Strings
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetProvider() []uint32 {
+	if x != nil {
+		return x.Provider
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetRegion() []uint32 {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetAccelerator() []uint32 {
+	if x != nil {
+		return x.Accelerator
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetGpuCount() []int32 {
+	if x != nil {
+		return x.GpuCount
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetPricePerHour() []float64 {
+	if x != nil {
+		return x.PricePerHour
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetOnline() []bool {
+	if x != nil {
+		return x.Online
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetLastSeenUnixNano() []int64 {
+	if x != nil {
+		return x.LastSeenUnixNano
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetRttMs() []float64 {
+	if x != nil {
+		return x.RttMs
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetSimulated() []bool {
+	if x != nil {
+		return x.Simulated
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetConformancePassed() []bool {
+	if x != nil {
+		return x.ConformancePassed
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetOutOfScope() []bool {
+	if x != nil {
+		return x.OutOfScope
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetScore() []float64 {
+	if x != nil {
+		return x.Score
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetLatencyMs() []float64 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetLatencyUsedMs() []float64 {
+	if x != nil {
+		return x.LatencyUsedMs
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetLatencyCapMs() []float64 {
+	if x != nil {
+		return x.LatencyCapMs
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetLatencyPenalty() []float64 {
+	if x != nil {
+		return x.LatencyPenalty
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetFailureRatePct() []float64 {
+	if x != nil {
+		return x.FailureRatePct
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetLaunches_24H() []int64 {
+	if x != nil {
+		return x.Launches_24H
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetLaunchFailures_24H() []int64 {
+	if x != nil {
+		return x.LaunchFailures_24H
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetFailurePenalty() []float64 {
+	if x != nil {
+		return x.FailurePenalty
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetClassMeanPrice() []float64 {
+	if x != nil {
+		return x.ClassMeanPrice
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetPricePremiumPct() []float64 {
+	if x != nil {
+		return x.PricePremiumPct
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetPricePenalty() []float64 {
+	if x != nil {
+		return x.PricePenalty
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetReasonCount() []uint32 {
+	if x != nil {
+		return x.ReasonCount
+	}
+	return nil
+}
+
+func (x *NodeColumns) GetReasonRefs() []uint32 {
+	if x != nil {
+		return x.ReasonRefs
+	}
+	return nil
+}
+
 type Candidate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -1262,7 +1738,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1750,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1763,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Candidate) GetNode() *Node {
@@ -1308,7 +1784,7 @@ type Excluded struct {
 
 func (x *Excluded) Reset() {
 	*x = Excluded{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1796,7 @@ func (x *Excluded) String() string {
 func (*Excluded) ProtoMessage() {}
 
 func (x *Excluded) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1809,7 @@ func (x *Excluded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Excluded.ProtoReflect.Descriptor instead.
 func (*Excluded) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Excluded) GetNode() *Node {
@@ -1367,7 +1843,7 @@ type Reason struct {
 
 func (x *Reason) Reset() {
 	*x = Reason{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1855,7 @@ func (x *Reason) String() string {
 func (*Reason) ProtoMessage() {}
 
 func (x *Reason) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1868,7 @@ func (x *Reason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reason.ProtoReflect.Descriptor instead.
 func (*Reason) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Reason) GetCode() string {
@@ -1453,16 +1929,20 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\x03R\x18heartbeatIntervalSeconds\x122\n" +
 	"\x15offline_after_seconds\x18\x03 \x01(\x03R\x13offlineAfterSeconds\x121\n" +
-	"\x15broker_time_unix_nano\x18\x04 \x01(\x03R\x12brokerTimeUnixNano\"\x93\x01\n" +
+	"\x15broker_time_unix_nano\x18\x04 \x01(\x03R\x12brokerTimeUnixNano\"\xcb\x01\n" +
 	"\x10HeartbeatRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12:\n" +
 	"\x1aecho_broker_time_unix_nano\x18\x02 \x01(\x03R\x16echoBrokerTimeUnixNano\x12(\n" +
-	"\x10agent_hold_nanos\x18\x03 \x01(\x03R\x0eagentHoldNanos\"\xc0\x01\n" +
+	"\x10agent_hold_nanos\x18\x03 \x01(\x03R\x0eagentHoldNanos\x12\x18\n" +
+	"\acounter\x18\x04 \x01(\x04R\acounter\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\tR\tsignature\"\xdf\x01\n" +
 	"\x11HeartbeatResponse\x121\n" +
 	"\x15broker_time_unix_nano\x18\x01 \x01(\x03R\x12brokerTimeUnixNano\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\x03R\x18heartbeatIntervalSeconds\x12\x15\n" +
 	"\x06rtt_ms\x18\x03 \x01(\x01R\x05rttMs\x12#\n" +
-	"\rreport_wanted\x18\x04 \x01(\bR\freportWanted\"f\n" +
+	"\rreport_wanted\x18\x04 \x01(\bR\freportWanted\x12\x1d\n" +
+	"\n" +
+	"stale_echo\x18\x05 \x01(\bR\tstaleEcho\"f\n" +
 	"\x13UploadReportRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06report\x18\x02 \x01(\fR\x06report\x12\x1c\n" +
@@ -1526,22 +2006,64 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x10class_mean_price\x18\n" +
 	" \x01(\x01R\x0eclassMeanPrice\x12*\n" +
 	"\x11price_premium_pct\x18\v \x01(\x01R\x0fpricePremiumPct\x12#\n" +
-	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xd0\x01\n" +
+	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xfc\x01\n" +
 	"\rDryRunRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x18\n" +
 	"\aregions\x18\x03 \x03(\tR\aregions\x12-\n" +
 	"\x10min_health_score\x18\x04 \x01(\x01H\x01R\x0eminHealthScore\x88\x01\x01\x12\x1b\n" +
-	"\tmax_price\x18\x05 \x01(\x01R\bmaxPriceB\x06\n" +
+	"\tmax_price\x18\x05 \x01(\x01R\bmaxPrice\x12*\n" +
+	"\x04view\x18\x06 \x01(\x0e2\x16.gpupass.v1.DryRunViewR\x04viewB\x06\n" +
 	"\x04specB\x13\n" +
-	"\x11_min_health_score\"\xce\x01\n" +
+	"\x11_min_health_score\"\xeb\x03\n" +
 	"\x0eDryRunResponse\x12)\n" +
 	"\x10spec_fingerprint\x18\x01 \x01(\tR\x0fspecFingerprint\x12(\n" +
 	"\x10min_health_score\x18\x02 \x01(\x01R\x0eminHealthScore\x125\n" +
 	"\n" +
 	"candidates\x18\x03 \x03(\v2\x15.gpupass.v1.CandidateR\n" +
 	"candidates\x120\n" +
-	"\bexcluded\x18\x04 \x03(\v2\x14.gpupass.v1.ExcludedR\bexcluded\"1\n" +
+	"\bexcluded\x18\x04 \x03(\v2\x14.gpupass.v1.ExcludedR\bexcluded\x12,\n" +
+	"\areasons\x18\x05 \x03(\v2\x12.gpupass.v1.ReasonR\areasons\x12<\n" +
+	"\rreason_counts\x18\x06 \x03(\v2\x17.gpupass.v1.ReasonCountR\freasonCounts\x12%\n" +
+	"\x0eexcluded_total\x18\a \x01(\x05R\rexcludedTotal\x12D\n" +
+	"\x11candidate_columns\x18\b \x01(\v2\x17.gpupass.v1.NodeColumnsR\x10candidateColumns\x12B\n" +
+	"\x10excluded_columns\x18\t \x01(\v2\x17.gpupass.v1.NodeColumnsR\x0fexcludedColumns\"M\n" +
+	"\vReasonCount\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field\x12\x14\n" +
+	"\x05nodes\x18\x03 \x01(\x05R\x05nodes\"\xae\a\n" +
+	"\vNodeColumns\x12\x0e\n" +
+	"\x02id\x18\x01 \x03(\tR\x02id\x12\x18\n" +
+	"\astrings\x18\x02 \x03(\tR\astrings\x12\x1a\n" +
+	"\bprovider\x18\x03 \x03(\rR\bprovider\x12\x16\n" +
+	"\x06region\x18\x04 \x03(\rR\x06region\x12 \n" +
+	"\vaccelerator\x18\x05 \x03(\rR\vaccelerator\x12\x1b\n" +
+	"\tgpu_count\x18\x06 \x03(\x05R\bgpuCount\x12$\n" +
+	"\x0eprice_per_hour\x18\a \x03(\x01R\fpricePerHour\x12\x16\n" +
+	"\x06online\x18\b \x03(\bR\x06online\x12-\n" +
+	"\x13last_seen_unix_nano\x18\t \x03(\x03R\x10lastSeenUnixNano\x12\x15\n" +
+	"\x06rtt_ms\x18\n" +
+	" \x03(\x01R\x05rttMs\x12\x1c\n" +
+	"\tsimulated\x18\v \x03(\bR\tsimulated\x12-\n" +
+	"\x12conformance_passed\x18\f \x03(\bR\x11conformancePassed\x12 \n" +
+	"\fout_of_scope\x18\r \x03(\bR\n" +
+	"outOfScope\x12\x14\n" +
+	"\x05score\x18\x0e \x03(\x01R\x05score\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x0f \x03(\x01R\tlatencyMs\x12&\n" +
+	"\x0flatency_used_ms\x18\x10 \x03(\x01R\rlatencyUsedMs\x12$\n" +
+	"\x0elatency_cap_ms\x18\x11 \x03(\x01R\flatencyCapMs\x12'\n" +
+	"\x0flatency_penalty\x18\x12 \x03(\x01R\x0elatencyPenalty\x12(\n" +
+	"\x10failure_rate_pct\x18\x13 \x03(\x01R\x0efailureRatePct\x12!\n" +
+	"\flaunches_24h\x18\x14 \x03(\x03R\vlaunches24h\x12.\n" +
+	"\x13launch_failures_24h\x18\x15 \x03(\x03R\x11launchFailures24h\x12'\n" +
+	"\x0ffailure_penalty\x18\x16 \x03(\x01R\x0efailurePenalty\x12(\n" +
+	"\x10class_mean_price\x18\x17 \x03(\x01R\x0eclassMeanPrice\x12*\n" +
+	"\x11price_premium_pct\x18\x18 \x03(\x01R\x0fpricePremiumPct\x12#\n" +
+	"\rprice_penalty\x18\x19 \x03(\x01R\fpricePenalty\x12!\n" +
+	"\freason_count\x18\x1a \x03(\rR\vreasonCount\x12\x1f\n" +
+	"\vreason_refs\x18\x1b \x03(\rR\n" +
+	"reasonRefs\"1\n" +
 	"\tCandidate\x12$\n" +
 	"\x04node\x18\x01 \x01(\v2\x10.gpupass.v1.NodeR\x04node\"^\n" +
 	"\bExcluded\x12$\n" +
@@ -1552,7 +2074,13 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x1a\n" +
 	"\bexpected\x18\x03 \x01(\tR\bexpected\x12\x1a\n" +
 	"\bmeasured\x18\x04 \x01(\tR\bmeasured\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage2\xf2\x01\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage*w\n" +
+	"\n" +
+	"DryRunView\x12\x1c\n" +
+	"\x18DRY_RUN_VIEW_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13DRY_RUN_VIEW_INLINE\x10\x01\x12\x18\n" +
+	"\x14DRY_RUN_VIEW_COLUMNS\x10\x02\x12\x18\n" +
+	"\x14DRY_RUN_VIEW_SUMMARY\x10\x032\xf2\x01\n" +
 	"\fAgentService\x12A\n" +
 	"\x06Enroll\x12\x19.gpupass.v1.EnrollRequest\x1a\x1a.gpupass.v1.EnrollResponse\"\x00\x12J\n" +
 	"\tHeartbeat\x12\x1c.gpupass.v1.HeartbeatRequest\x1a\x1d.gpupass.v1.HeartbeatResponse\"\x00\x12S\n" +
@@ -1573,51 +2101,60 @@ func file_gpupass_v1_broker_proto_rawDescGZIP() []byte {
 	return file_gpupass_v1_broker_proto_rawDescData
 }
 
-var file_gpupass_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_gpupass_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_gpupass_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_gpupass_v1_broker_proto_goTypes = []any{
-	(*EnrollRequest)(nil),        // 0: gpupass.v1.EnrollRequest
-	(*NodeLabels)(nil),           // 1: gpupass.v1.NodeLabels
-	(*EnrollResponse)(nil),       // 2: gpupass.v1.EnrollResponse
-	(*HeartbeatRequest)(nil),     // 3: gpupass.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 4: gpupass.v1.HeartbeatResponse
-	(*UploadReportRequest)(nil),  // 5: gpupass.v1.UploadReportRequest
-	(*UploadReportResponse)(nil), // 6: gpupass.v1.UploadReportResponse
-	(*ListNodesRequest)(nil),     // 7: gpupass.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 8: gpupass.v1.ListNodesResponse
-	(*Node)(nil),                 // 9: gpupass.v1.Node
-	(*Runtime)(nil),              // 10: gpupass.v1.Runtime
-	(*HealthScore)(nil),          // 11: gpupass.v1.HealthScore
-	(*DryRunRequest)(nil),        // 12: gpupass.v1.DryRunRequest
-	(*DryRunResponse)(nil),       // 13: gpupass.v1.DryRunResponse
-	(*Candidate)(nil),            // 14: gpupass.v1.Candidate
-	(*Excluded)(nil),             // 15: gpupass.v1.Excluded
-	(*Reason)(nil),               // 16: gpupass.v1.Reason
+	(DryRunView)(0),              // 0: gpupass.v1.DryRunView
+	(*EnrollRequest)(nil),        // 1: gpupass.v1.EnrollRequest
+	(*NodeLabels)(nil),           // 2: gpupass.v1.NodeLabels
+	(*EnrollResponse)(nil),       // 3: gpupass.v1.EnrollResponse
+	(*HeartbeatRequest)(nil),     // 4: gpupass.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 5: gpupass.v1.HeartbeatResponse
+	(*UploadReportRequest)(nil),  // 6: gpupass.v1.UploadReportRequest
+	(*UploadReportResponse)(nil), // 7: gpupass.v1.UploadReportResponse
+	(*ListNodesRequest)(nil),     // 8: gpupass.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 9: gpupass.v1.ListNodesResponse
+	(*Node)(nil),                 // 10: gpupass.v1.Node
+	(*Runtime)(nil),              // 11: gpupass.v1.Runtime
+	(*HealthScore)(nil),          // 12: gpupass.v1.HealthScore
+	(*DryRunRequest)(nil),        // 13: gpupass.v1.DryRunRequest
+	(*DryRunResponse)(nil),       // 14: gpupass.v1.DryRunResponse
+	(*ReasonCount)(nil),          // 15: gpupass.v1.ReasonCount
+	(*NodeColumns)(nil),          // 16: gpupass.v1.NodeColumns
+	(*Candidate)(nil),            // 17: gpupass.v1.Candidate
+	(*Excluded)(nil),             // 18: gpupass.v1.Excluded
+	(*Reason)(nil),               // 19: gpupass.v1.Reason
 }
 var file_gpupass_v1_broker_proto_depIdxs = []int32{
-	1,  // 0: gpupass.v1.EnrollRequest.labels:type_name -> gpupass.v1.NodeLabels
-	9,  // 1: gpupass.v1.ListNodesResponse.nodes:type_name -> gpupass.v1.Node
-	10, // 2: gpupass.v1.Node.runtime:type_name -> gpupass.v1.Runtime
-	11, // 3: gpupass.v1.Node.health:type_name -> gpupass.v1.HealthScore
-	14, // 4: gpupass.v1.DryRunResponse.candidates:type_name -> gpupass.v1.Candidate
-	15, // 5: gpupass.v1.DryRunResponse.excluded:type_name -> gpupass.v1.Excluded
-	9,  // 6: gpupass.v1.Candidate.node:type_name -> gpupass.v1.Node
-	9,  // 7: gpupass.v1.Excluded.node:type_name -> gpupass.v1.Node
-	16, // 8: gpupass.v1.Excluded.reasons:type_name -> gpupass.v1.Reason
-	0,  // 9: gpupass.v1.AgentService.Enroll:input_type -> gpupass.v1.EnrollRequest
-	3,  // 10: gpupass.v1.AgentService.Heartbeat:input_type -> gpupass.v1.HeartbeatRequest
-	5,  // 11: gpupass.v1.AgentService.UploadReport:input_type -> gpupass.v1.UploadReportRequest
-	7,  // 12: gpupass.v1.NodeService.ListNodes:input_type -> gpupass.v1.ListNodesRequest
-	12, // 13: gpupass.v1.NodeService.DryRun:input_type -> gpupass.v1.DryRunRequest
-	2,  // 14: gpupass.v1.AgentService.Enroll:output_type -> gpupass.v1.EnrollResponse
-	4,  // 15: gpupass.v1.AgentService.Heartbeat:output_type -> gpupass.v1.HeartbeatResponse
-	6,  // 16: gpupass.v1.AgentService.UploadReport:output_type -> gpupass.v1.UploadReportResponse
-	8,  // 17: gpupass.v1.NodeService.ListNodes:output_type -> gpupass.v1.ListNodesResponse
-	13, // 18: gpupass.v1.NodeService.DryRun:output_type -> gpupass.v1.DryRunResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 0: gpupass.v1.EnrollRequest.labels:type_name -> gpupass.v1.NodeLabels
+	10, // 1: gpupass.v1.ListNodesResponse.nodes:type_name -> gpupass.v1.Node
+	11, // 2: gpupass.v1.Node.runtime:type_name -> gpupass.v1.Runtime
+	12, // 3: gpupass.v1.Node.health:type_name -> gpupass.v1.HealthScore
+	0,  // 4: gpupass.v1.DryRunRequest.view:type_name -> gpupass.v1.DryRunView
+	17, // 5: gpupass.v1.DryRunResponse.candidates:type_name -> gpupass.v1.Candidate
+	18, // 6: gpupass.v1.DryRunResponse.excluded:type_name -> gpupass.v1.Excluded
+	19, // 7: gpupass.v1.DryRunResponse.reasons:type_name -> gpupass.v1.Reason
+	15, // 8: gpupass.v1.DryRunResponse.reason_counts:type_name -> gpupass.v1.ReasonCount
+	16, // 9: gpupass.v1.DryRunResponse.candidate_columns:type_name -> gpupass.v1.NodeColumns
+	16, // 10: gpupass.v1.DryRunResponse.excluded_columns:type_name -> gpupass.v1.NodeColumns
+	10, // 11: gpupass.v1.Candidate.node:type_name -> gpupass.v1.Node
+	10, // 12: gpupass.v1.Excluded.node:type_name -> gpupass.v1.Node
+	19, // 13: gpupass.v1.Excluded.reasons:type_name -> gpupass.v1.Reason
+	1,  // 14: gpupass.v1.AgentService.Enroll:input_type -> gpupass.v1.EnrollRequest
+	4,  // 15: gpupass.v1.AgentService.Heartbeat:input_type -> gpupass.v1.HeartbeatRequest
+	6,  // 16: gpupass.v1.AgentService.UploadReport:input_type -> gpupass.v1.UploadReportRequest
+	8,  // 17: gpupass.v1.NodeService.ListNodes:input_type -> gpupass.v1.ListNodesRequest
+	13, // 18: gpupass.v1.NodeService.DryRun:input_type -> gpupass.v1.DryRunRequest
+	3,  // 19: gpupass.v1.AgentService.Enroll:output_type -> gpupass.v1.EnrollResponse
+	5,  // 20: gpupass.v1.AgentService.Heartbeat:output_type -> gpupass.v1.HeartbeatResponse
+	7,  // 21: gpupass.v1.AgentService.UploadReport:output_type -> gpupass.v1.UploadReportResponse
+	9,  // 22: gpupass.v1.NodeService.ListNodes:output_type -> gpupass.v1.ListNodesResponse
+	14, // 23: gpupass.v1.NodeService.DryRun:output_type -> gpupass.v1.DryRunResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_broker_proto_init() }
@@ -1634,13 +2171,14 @@ func file_gpupass_v1_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_broker_proto_rawDesc), len(file_gpupass_v1_broker_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   17,
+			NumEnums:      1,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_gpupass_v1_broker_proto_goTypes,
 		DependencyIndexes: file_gpupass_v1_broker_proto_depIdxs,
+		EnumInfos:         file_gpupass_v1_broker_proto_enumTypes,
 		MessageInfos:      file_gpupass_v1_broker_proto_msgTypes,
 	}.Build()
 	File_gpupass_v1_broker_proto = out.File

@@ -85,6 +85,10 @@ type AgentServiceClient interface {
 	// report names the same agent id and region, then indexes the node from
 	// it. A report that does not verify is rejected (permission_denied for a
 	// bad signature, invalid_argument for a malformed report) and logged.
+	// Replays are refused (failed_precondition) and logged: a report's
+	// generated_at must be later than that of the last report accepted for
+	// the agent (by any broker on the store) and within 15 minutes of the
+	// broker's clock.
 	UploadReport(context.Context, *connect.Request[v1.UploadReportRequest]) (*connect.Response[v1.UploadReportResponse], error)
 }
 
@@ -163,6 +167,10 @@ type AgentServiceHandler interface {
 	// report names the same agent id and region, then indexes the node from
 	// it. A report that does not verify is rejected (permission_denied for a
 	// bad signature, invalid_argument for a malformed report) and logged.
+	// Replays are refused (failed_precondition) and logged: a report's
+	// generated_at must be later than that of the last report accepted for
+	// the agent (by any broker on the store) and within 15 minutes of the
+	// broker's clock.
 	UploadReport(context.Context, *connect.Request[v1.UploadReportRequest]) (*connect.Response[v1.UploadReportResponse], error)
 }
 

@@ -1,0 +1,91 @@
+package broker_test
+
+import (
+	"context"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// TestDryRunViews checks that the three layouts of a dry-run answer carry
+// the same verdicts: the columns view, once expanded as the CLI does,
+// equals the inline view (nodes in short form), and the summary counts
+// the same excluded nodes per reason. The token sees us-* and eu-* only,
+// so out-of-scope nodes (id and region only) are in the answer too.
+func TestDryRunViews(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	fleet(t, b)
+	c := b.Clients(t, b.Token(t, store.RoleRead, "us-*", "eu-*"))
+	ctx := context.Background()
+	min := 90.0
+	ask := func(view gpupassv1.DryRunView) *gpupassv1.DryRunResponse {
+		t.Helper()
+		resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)},
+			Regions: []string{"us-*"}, MaxPrice: 24.5, MinHealthScore: &min, View: view}))
+		if err != nil {
+			t.Fatalf("dry-run, view %v: %v", view, err)
+		}
+		return resp.Msg
+	}
+	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED)
+	cols := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS)
+	summary := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY)
+
+	if len(inline.Excluded) != 5 || inline.ExcludedTotal != 5 || len(inline.Candidates) != 1 {
+		t.Fatalf("inline: %d candidates, %d excluded (total %d); want 1 and 5", len(inline.Candidates), len(inline.Excluded), inline.ExcludedTotal)
+	}
+	if len(cols.Candidates) != 0 || len(cols.Excluded) != 0 || len(cols.Reasons) == 0 || cols.ExcludedColumns == nil {
+		t.Fatalf("columns view before expansion: %d candidates, %d excluded, %d reasons", len(cols.Candidates), len(cols.Excluded), len(cols.Reasons))
+	}
+	if err := api.ExpandDryRun(cols); err != nil {
+		t.Fatal(err)
+	}
+	// Inline candidates are in full; the columns carry the short form.
+	short := func(n *gpupassv1.Node) *gpupassv1.Node {
+		return &gpupassv1.Node{Id: n.Id, Provider: n.Provider, Region: n.Region, Accelerator: n.Accelerator, GpuCount: n.GpuCount,
+			PricePerHour: n.PricePerHour, Online: n.Online, LastSeenUnixNano: n.LastSeenUnixNano, RttMs: n.RttMs,
+			Simulated: n.Simulated, ConformancePassed: n.ConformancePassed, Health: n.Health}
+	}
+	want := &gpupassv1.DryRunResponse{SpecFingerprint: inline.SpecFingerprint, MinHealthScore: inline.MinHealthScore,
+		Excluded: inline.Excluded, ReasonCounts: inline.ReasonCounts, ExcludedTotal: inline.ExcludedTotal}
+	for _, cd := range inline.Candidates {
+		want.Candidates = append(want.Candidates, &gpupassv1.Candidate{Node: short(cd.Node)})
+	}
+	if diff := cmp.Diff(want, cols, protocmp.Transform()); diff != "" {
+		t.Errorf("expanded columns view differs from the inline view (-inline +columns):\n%s", diff)
+	}
+
+	// Summary: candidates in full, excluded only counted.
+	counts := map[string]int32{}
+	for _, x := range inline.Excluded {
+		for _, r := range x.Reasons {
+			counts[r.Code+":"+r.Field]++
+		}
+	}
+	got := map[string]int32{}
+	for _, rc := range summary.ReasonCounts {
+		got[rc.Code+":"+rc.Field] = rc.Nodes
+	}
+	if diff := cmp.Diff(counts, got); diff != "" {
+		t.Errorf("summary reason counts (-counted from inline +summary):\n%s", diff)
+	}
+	if len(summary.Excluded) != 0 || summary.ExcludedTotal != 5 || len(summary.Candidates) != 1 || summary.Candidates[0].Node.Runtime == nil {
+		t.Errorf("summary: %d excluded listed (want 0), total %d (want 5), candidates %v", len(summary.Excluded), summary.ExcludedTotal, summary.Candidates)
+	}
+	if got := counts["region_scope:region"]; got != 1 {
+		t.Errorf("out-of-scope nodes counted %d, want 1 (ap-south-1)", got)
+	}
+
+	_, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}, View: 42}))
+	if brokertest.Code(err) != connect.CodeInvalidArgument {
+		t.Errorf("unknown view: %v, want invalid_argument", err)
+	}
+}

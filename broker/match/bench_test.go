@@ -1,0 +1,48 @@
+package match
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/broker/store"
+)
+
+// BenchmarkIndexMatch is the matching half of a dry-run at 10,000 nodes
+// (the fixture of the broker's BenchmarkDryRun: six regions, one node in
+// seven on another CUDA, one in five an A100), without the network.
+func BenchmarkIndexMatch(b *testing.B) {
+	regions := []string{"us-west-2", "us-east-1", "eu-central-1", "eu-west-1", "ap-south-1", "ap-northeast-1"}
+	nodes := make([]store.Node, 10000)
+	for i := range nodes {
+		n := node(fmt.Sprintf("agt-bench%06d", i), regions[i%len(regions)], "h100-sxm5", 8, 18+float64(i%13), float64(i%40))
+		if i%7 == 0 {
+			n.Index.Runtime.CUDA = "12.2.140"
+		}
+		if i%5 == 0 {
+			n.Index.Accelerator, n.Index.GPUCount = "a100-80gb", 4
+		}
+		nodes[i] = n
+	}
+	ix := Prepare(nodes, nil)
+	q := Query{Spec: testSpec(), Scope: []string{"*"}, MinScore: 85, Now: now, OfflineAfter: time.Minute}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var vs Verdicts
+	for i := 0; i < b.N; i++ {
+		vs = ix.Match(q)
+	}
+	b.ReportMetric(float64(len(vs.Candidates)), "candidates")
+}
+
+// BenchmarkPrepare is the per-snapshot cost of indexing 10,000 nodes.
+func BenchmarkPrepare(b *testing.B) {
+	nodes := make([]store.Node, 10000)
+	for i := range nodes {
+		nodes[i] = node(fmt.Sprintf("agt-bench%06d", i), "us-west-2", "h100-sxm5", 8, 18+float64(i%13), float64(i%40))
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		Prepare(nodes, nil)
+	}
+}

@@ -1,0 +1,452 @@
+package match
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// Index is a registry snapshot prepared for matching. Everything that
+// depends neither on the spec nor on the caller is computed once here: the
+// price and failure terms of the score, each node's region, and its match
+// keys (the distinct runtime and resource values a spec is compared with).
+// A match then compares a spec with each distinct key once and, per node,
+// only looks up its keys and adds up its score. An Index is read-only once
+// built and may be shared by concurrent matches.
+type Index struct {
+	nodes []store.Node
+	ent   []entry
+	// names are the distinct regions, providers and accelerator classes.
+	names    []string
+	runtimes []runtimeKey
+	res      []resourceKey
+}
+
+type entry struct {
+	rank     int32 // position by node id: ties sort by id without comparing strings
+	region   int32 // into names
+	provider int32 // into names
+	accel    int32 // into names
+	runtime  int32 // into runtimes
+	resource int32 // into res
+	price    float64
+	// Spec-independent score terms.
+	launches, failures         int64
+	failurePct, failurePenalty float64
+	classMean                  float64
+	premiumPct, pricePenalty   float64
+}
+
+// runtimeKey is what a spec's runtime and security sections are compared
+// with, and whether there is anything to compare.
+type runtimeKey struct {
+	hasReport, passed             bool
+	driver, cuda, python, pytorch string
+	fips                          bool
+}
+
+// resourceKey is what a spec's resources section is compared with.
+type resourceKey struct {
+	hasReport     bool
+	accelerator   string
+	count         int
+	storageClass  string
+	freeGB, bwGbs float64
+}
+
+// Prepare indexes nodes and their launch statistics over the last 24 h.
+// The Index keeps nodes (it does not copy them): do not modify them after.
+func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
+	ix := &Index{nodes: nodes, ent: make([]entry, len(nodes))}
+	means := classMeans(nodes)
+	nameID := map[string]int32{}
+	name := func(s string) int32 {
+		id, ok := nameID[s]
+		if !ok {
+			id = int32(len(ix.names))
+			nameID[s] = id
+			ix.names = append(ix.names, s)
+		}
+		return id
+	}
+	rtID := map[runtimeKey]int32{}
+	resID := map[resourceKey]int32{}
+	for i := range nodes {
+		n := &nodes[i]
+		e := &ix.ent[i]
+		e.region = name(Region(n))
+		if n.HasReport {
+			e.provider, e.accel = name(n.Index.Provider), name(n.Index.Accelerator)
+		} else {
+			e.provider, e.accel = name(n.Labels.Provider), name("")
+		}
+		rk := runtimeKey{hasReport: n.HasReport}
+		sk := resourceKey{hasReport: n.HasReport}
+		if n.HasReport {
+			r := &n.Index.Runtime
+			rk = runtimeKey{true, n.Index.Passed, r.NvidiaDriver, r.CUDA, r.Python, r.PyTorch, r.FIPSEnabled}
+			sk = resourceKey{true, n.Index.Accelerator, n.Index.GPUCount, n.Index.StorageClass, n.Index.StorageFreeGB, n.Index.BandwidthGbps}
+		}
+		var ok bool
+		if e.runtime, ok = rtID[rk]; !ok {
+			e.runtime = int32(len(ix.runtimes))
+			rtID[rk] = e.runtime
+			ix.runtimes = append(ix.runtimes, rk)
+		}
+		if e.resource, ok = resID[sk]; !ok {
+			e.resource = int32(len(ix.res))
+			resID[sk] = e.resource
+			ix.res = append(ix.res, sk)
+		}
+		e.price = Price(n)
+		// Spec-independent terms of the health score (package doc), computed
+		// once per snapshot.
+		ls := launches[n.ID]
+		e.launches, e.failures = ls.Launches, ls.Failures
+		if ls.Launches > 0 {
+			e.failurePct = 100 * float64(ls.Failures) / float64(ls.Launches)
+		}
+		e.failurePenalty = 5 * e.failurePct
+		if n.HasReport {
+			e.classMean = means[n.Index.Accelerator]
+		}
+		if e.classMean > 0 && e.price > 0 {
+			e.premiumPct = (e.price - e.classMean) / e.classMean * 100
+		}
+		e.pricePenalty = 2 * e.premiumPct
+	}
+	order := make([]int32, len(nodes))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(nodes[a].ID, nodes[b].ID) })
+	for r, i := range order {
+		ix.ent[i].rank = int32(r)
+	}
+	return ix
+}
+
+// WithNodes returns the Index over nodes, which must be the indexed nodes
+// in the same order with only their liveness (LastSeen, RTTMS) changed:
+// a refresh that saw only heartbeats keeps every key and score term.
+func (ix *Index) WithNodes(nodes []store.Node) *Index {
+	c := *ix
+	c.nodes = nodes
+	return &c
+}
+
+// Names are the distinct region, provider and accelerator names of the
+// indexed nodes, which NameIDs refer to. Do not modify them.
+func (ix *Index) Names() []string { return ix.names }
+
+// NameIDs returns node i's provider, region and accelerator class (its
+// report's, else its labels') as indexes into Names.
+func (ix *Index) NameIDs(i int32) (provider, region, accelerator uint32) {
+	e := &ix.ent[i]
+	return uint32(e.provider), uint32(e.region), uint32(e.accel)
+}
+
+// Price returns node i's price per hour (see Price).
+func (ix *Index) Price(i int32) float64 { return ix.ent[i].price }
+
+// Len is the number of indexed nodes.
+func (ix *Index) Len() int { return len(ix.nodes) }
+
+// Node returns indexed node i as stored (without newer heartbeats).
+func (ix *Index) Node(i int32) *store.Node { return &ix.nodes[i] }
+
+// Query is one match against an Index: the Input of Run without the nodes.
+type Query struct {
+	Spec         *spec.Spec
+	Scope        []string
+	Regions      []string
+	MinScore     float64
+	MaxPrice     float64
+	Beat         func(id string) (store.Heartbeat, bool)
+	Now          time.Time
+	OfflineAfter time.Duration
+}
+
+// Verdict is one node's verdict, by reference into its Index.
+type Verdict struct {
+	Node       int32 // index into the Index
+	OutOfScope bool
+	Online     bool
+	// LastSeen and RTTMS are the node's liveness with the newest beat.
+	LastSeen time.Time
+	RTTMS    float64
+	Score    Score
+	// Reasons index Verdicts.Reasons.
+	Reasons []int32
+}
+
+// Verdicts are the outcome of a match: candidates by score (then price,
+// then id), then excluded nodes (in scope by score then id, out of scope
+// last). Each distinct reason is in Reasons once; verdicts refer to it.
+type Verdicts struct {
+	Candidates []Verdict
+	Excluded   []Verdict
+	Reasons    []Reason
+}
+
+// matcher holds the memos of one match: each distinct key is compared
+// with the spec once, each distinct reason built once.
+type matcher struct {
+	ix  *Index
+	q   *Query
+	out *Verdicts
+
+	inScope, inFilter []int8 // per region name: 0 unknown, 1 yes, 2 no
+	scopeWhy, filter  []int32
+	runtimeWhy        [][]int32
+	runtimeDone       []bool
+	resourceWhy       [][]int32
+	resourceDone      []bool
+	byValue           map[valueKey]int32
+	byReason          map[Reason]int32
+	arena             []int32
+}
+
+type valueKey struct {
+	code string
+	v    float64
+}
+
+func (m *matcher) add(r Reason) int32 {
+	if id, ok := m.byReason[r]; ok {
+		return id
+	}
+	id := int32(len(m.out.Reasons))
+	m.out.Reasons = append(m.out.Reasons, r)
+	m.byReason[r] = id
+	return id
+}
+
+// byVal memoises a reason that depends on one number (a score, a price).
+func (m *matcher) byVal(code string, v float64, mk func() Reason) int32 {
+	k := valueKey{code, v}
+	if id, ok := m.byValue[k]; ok {
+		return id
+	}
+	id := m.add(mk())
+	m.byValue[k] = id
+	return id
+}
+
+func (m *matcher) adds(rs []Reason) []int32 {
+	ids := make([]int32, len(rs))
+	for i, r := range rs {
+		ids[i] = m.add(r)
+	}
+	return ids
+}
+
+// Match matches and scores every indexed node for q.
+func (ix *Index) Match(q Query) Verdicts {
+	var out Verdicts
+	m := &matcher{ix: ix, q: &q, out: &out,
+		inScope: make([]int8, len(ix.names)), inFilter: make([]int8, len(ix.names)),
+		scopeWhy: make([]int32, len(ix.names)), filter: make([]int32, len(ix.names)),
+		runtimeWhy: make([][]int32, len(ix.runtimes)), runtimeDone: make([]bool, len(ix.runtimes)),
+		resourceWhy: make([][]int32, len(ix.res)), resourceDone: make([]bool, len(ix.res)),
+		byValue: map[valueKey]int32{}, byReason: map[Reason]int32{},
+		arena: make([]int32, 0, 2*len(ix.nodes)),
+	}
+	var capMS float64
+	if q.Spec != nil {
+		capMS = q.Spec.Resources.Network.LatencyToleranceMS
+	}
+	scope, filter := strings.Join(q.Scope, ","), strings.Join(q.Regions, ",")
+	all := make([]Verdict, len(ix.nodes))
+	var why [16]int32
+	nIn, nOut := 0, 0
+	for i := range ix.nodes {
+		n, e, v := &ix.nodes[i], &ix.ent[i], &all[i]
+		v.Node, v.LastSeen, v.RTTMS = int32(i), n.LastSeen, n.RTTMS
+		if q.Beat != nil {
+			if hb, ok := q.Beat(n.ID); ok && hb.At.After(v.LastSeen) {
+				v.LastSeen = hb.At
+				if hb.RTTMS >= 0 {
+					v.RTTMS = hb.RTTMS
+				}
+			}
+		}
+		rs := why[:0]
+		reg := e.region
+		if m.inScope[reg] == 0 {
+			m.inScope[reg] = 2
+			if MatchRegion(q.Scope, ix.names[reg]) {
+				m.inScope[reg] = 1
+			} else {
+				region := ix.names[reg]
+				m.scopeWhy[reg] = m.add(Reason{Code: CodeRegionScope, Field: "region", Expected: scope, Measured: region,
+					Message: fmt.Sprintf("region %s is outside the token's scope %s", region, scope)})
+			}
+		}
+		if m.inScope[reg] == 2 {
+			v.OutOfScope = true
+			v.Reasons = m.keep(append(rs, m.scopeWhy[reg]))
+			nOut++
+			continue
+		}
+		v.Online = !v.LastSeen.IsZero() && q.Now.Sub(v.LastSeen) <= q.OfflineAfter
+		v.Score = e.score(v.RTTMS, capMS)
+		if len(q.Regions) > 0 {
+			if m.inFilter[reg] == 0 {
+				m.inFilter[reg] = 1
+				if region := ix.names[reg]; !MatchRegion(q.Regions, region) {
+					m.inFilter[reg] = 2
+					m.filter[reg] = m.add(Reason{Code: CodeRegionFilter, Field: "region", Expected: filter, Measured: region,
+						Message: fmt.Sprintf("region %s is not in --region %s", region, filter)})
+				}
+			}
+			if m.inFilter[reg] == 2 {
+				rs = append(rs, m.filter[reg])
+			}
+		}
+		if !n.HasReport {
+			rs = append(rs, m.add(Reason{Code: CodeNoReport, Message: "no verified conformance report yet"}))
+		}
+		if !v.Online {
+			r := Reason{Code: CodeOffline, Field: "heartbeat", Measured: "never", Message: "never sent a heartbeat"}
+			if !v.LastSeen.IsZero() {
+				r.Measured = v.LastSeen.UTC().Format(time.RFC3339)
+				r.Message = fmt.Sprintf("last heartbeat %s ago (offline after %s)", q.Now.Sub(v.LastSeen).Round(time.Second), q.OfflineAfter)
+			}
+			rs = append(rs, m.add(r))
+		}
+		if q.Spec != nil && n.HasReport {
+			rs = append(rs, m.runtime(e.runtime)...)
+			rs = append(rs, m.resource(e.resource)...)
+		}
+		if p := e.price; q.MaxPrice > 0 && p > q.MaxPrice {
+			rs = append(rs, m.byVal(CodePriceAboveMax, p, func() Reason {
+				return Reason{Code: CodePriceAboveMax, Field: "price_per_hour", Expected: "<= " + num(q.MaxPrice), Measured: num(p),
+					Message: fmt.Sprintf("price %s/h is above --max-price %s/h", num(p), num(q.MaxPrice))}
+			}))
+		}
+		if s := v.Score.Score; q.Spec != nil && s < q.MinScore {
+			rs = append(rs, m.byVal(CodeScoreBelow, s, func() Reason {
+				return Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + num(q.MinScore), Measured: num(s),
+					Message: fmt.Sprintf("health score %s is below --min-health-score %s", num(s), num(q.MinScore))}
+			}))
+		}
+		if len(rs) > 0 {
+			v.Reasons = m.keep(rs)
+			nOut++
+		} else {
+			nIn++
+		}
+	}
+	// Sort small keys, then copy each verdict once into its place.
+	cand := make([]sortKey, 0, nIn)
+	excl := make([]sortKey, 0, nOut)
+	for i := range all {
+		v := &all[i]
+		e := &ix.ent[v.Node]
+		if v.Reasons == nil {
+			cand = append(cand, sortKey{a: ^orderedBits(v.Score.Score), b: orderedBits(e.price), rank: e.rank, i: int32(i)})
+			continue
+		}
+		var out uint64
+		if v.OutOfScope {
+			out = 1
+		}
+		excl = append(excl, sortKey{a: out, b: ^orderedBits(v.Score.Score), rank: e.rank, i: int32(i)})
+	}
+	slices.SortFunc(cand, compareKeys)
+	slices.SortFunc(excl, compareKeys)
+	out.Candidates = make([]Verdict, len(cand))
+	for j, k := range cand {
+		out.Candidates[j] = all[k.i]
+	}
+	out.Excluded = make([]Verdict, len(excl))
+	for j, k := range excl {
+		out.Excluded[j] = all[k.i]
+	}
+	return out
+}
+
+// keep copies a node's reason ids into the match's arena (one allocation
+// for all nodes instead of one per node).
+func (m *matcher) keep(rs []int32) []int32 {
+	start := len(m.arena)
+	m.arena = append(m.arena, rs...)
+	return m.arena[start:len(m.arena):len(m.arena)]
+}
+
+func (m *matcher) runtime(k int32) []int32 {
+	if !m.runtimeDone[k] {
+		rk := m.ix.runtimes[k]
+		var rs []Reason
+		if !rk.passed {
+			rs = append(rs, Reason{Code: CodeConformanceFailed, Message: "the node's last conformance report has failed checks"})
+		}
+		rs = append(rs, runtimeMismatches(m.q.Spec, store.NodeIndex{Runtime: store.Runtime{NvidiaDriver: rk.driver, CUDA: rk.cuda,
+			Python: rk.python, PyTorch: rk.pytorch, FIPSEnabled: rk.fips}})...)
+		m.runtimeWhy[k], m.runtimeDone[k] = m.adds(rs), true
+	}
+	return m.runtimeWhy[k]
+}
+
+func (m *matcher) resource(k int32) []int32 {
+	if !m.resourceDone[k] {
+		sk := m.ix.res[k]
+		m.resourceWhy[k] = m.adds(resourceMismatches(m.q.Spec, store.NodeIndex{Accelerator: sk.accelerator, GPUCount: sk.count,
+			StorageClass: sk.storageClass, StorageFreeGB: sk.freeGB, BandwidthGbps: sk.bwGbs}))
+		m.resourceDone[k] = true
+	}
+	return m.resourceWhy[k]
+}
+
+// score is the health score of a node with latency rtt (as score does).
+func (e *entry) score(rtt, capMS float64) Score {
+	s := Score{LatencyCapMS: capMS, Launches24h: e.launches, LaunchFailures24h: e.failures,
+		FailureRatePct: e.failurePct, FailurePenalty: e.failurePenalty,
+		ClassMeanPrice: e.classMean, PricePremiumPct: e.premiumPct, PricePenalty: e.pricePenalty}
+	if rtt > 0 {
+		s.LatencyMS = rtt
+	}
+	s.LatencyUsedMS = s.LatencyMS
+	if capMS > 0 && s.LatencyUsedMS > capMS {
+		s.LatencyUsedMS = capMS
+	}
+	s.LatencyPenalty = 0.1 * s.LatencyUsedMS
+	s.Score = math.Min(100, 100-s.LatencyPenalty-s.FailurePenalty-s.PricePenalty)
+	return s
+}
+
+// sortKey orders verdicts by a, then b, then rank (node id order); a and
+// b encode the order of each list: candidates by score descending then
+// price ascending, excluded by in-scope first then score descending.
+// Comparing integers instead of calling back into verdicts keeps sorting
+// ten thousand nodes to about a millisecond.
+type sortKey struct {
+	a, b    uint64
+	rank, i int32
+}
+
+func compareKeys(x, y sortKey) int {
+	if c := cmp.Compare(x.a, y.a); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.b, y.b); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.rank, y.rank)
+}
+
+// orderedBits maps a float64 to a uint64 in the same order (NaN aside).
+func orderedBits(f float64) uint64 {
+	b := math.Float64bits(f)
+	if b>>63 == 1 {
+		return ^b
+	}
+	return b | 1<<63
+}

@@ -1,0 +1,76 @@
+package api
+
+import (
+	"strings"
+	"testing"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+func columns(ids ...string) *gpupassv1.NodeColumns {
+	n := len(ids)
+	return &gpupassv1.NodeColumns{
+		Id: ids, Strings: []string{"us-west-2", "lambda", "h100-sxm5"},
+		Provider: make([]uint32, n), Region: make([]uint32, n), Accelerator: make([]uint32, n),
+		GpuCount: make([]int32, n), PricePerHour: make([]float64, n), Online: make([]bool, n), LastSeenUnixNano: make([]int64, n),
+		RttMs: make([]float64, n), Simulated: make([]bool, n), ConformancePassed: make([]bool, n), OutOfScope: make([]bool, n),
+		Score: make([]float64, n), LatencyMs: make([]float64, n), LatencyUsedMs: make([]float64, n), LatencyCapMs: make([]float64, n),
+		LatencyPenalty: make([]float64, n), FailureRatePct: make([]float64, n), Launches_24H: make([]int64, n),
+		LaunchFailures_24H: make([]int64, n), FailurePenalty: make([]float64, n), ClassMeanPrice: make([]float64, n),
+		PricePremiumPct: make([]float64, n), PricePenalty: make([]float64, n), ReasonCount: make([]uint32, n),
+	}
+}
+
+func TestExpandDryRun(t *testing.T) {
+	t.Parallel()
+	reasons := []*gpupassv1.Reason{{Code: "offline"}, {Code: "runtime_mismatch", Field: "runtime.cuda"}}
+	good := func() *gpupassv1.DryRunResponse {
+		ex := columns("agt-b", "agt-c")
+		ex.Provider[0], ex.Accelerator[0], ex.Score[0] = 1, 2, 91.5
+		ex.ReasonCount = []uint32{2, 1}
+		ex.ReasonRefs = []uint32{1, 0, 1}
+		ex.OutOfScope[1] = true
+		return &gpupassv1.DryRunResponse{CandidateColumns: columns("agt-a"), ExcludedColumns: ex, Reasons: reasons}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(m *gpupassv1.DryRunResponse)
+		want   string
+	}{
+		{"short column", func(m *gpupassv1.DryRunResponse) { m.ExcludedColumns.Score = m.ExcludedColumns.Score[:1] }, "column score has 1 entries for 2 nodes"},
+		{"reference past the table", func(m *gpupassv1.DryRunResponse) { m.ExcludedColumns.ReasonRefs[2] = 7 }, "refers to reason 7 of 2"},
+		{"too few references", func(m *gpupassv1.DryRunResponse) { m.ExcludedColumns.ReasonRefs = m.ExcludedColumns.ReasonRefs[:2] }, "has 1 reasons, 0 references left"},
+		{"references left over", func(m *gpupassv1.DryRunResponse) {
+			m.ExcludedColumns.ReasonRefs = append(m.ExcludedColumns.ReasonRefs, 0)
+		}, "1 reason references left over"},
+		{"string past the table", func(m *gpupassv1.DryRunResponse) { m.CandidateColumns.Region[0] = 9 }, "candidate_columns: region refers to string 9 of 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := good()
+			tc.mutate(m)
+			if err := ExpandDryRun(m); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ExpandDryRun = %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+
+	m := good()
+	if err := ExpandDryRun(m); err != nil {
+		t.Fatal(err)
+	}
+	if m.CandidateColumns != nil || m.ExcludedColumns != nil || m.Reasons != nil {
+		t.Error("columns and reason table kept after expansion")
+	}
+	if len(m.Candidates) != 1 || m.Candidates[0].Node.Id != "agt-a" || len(m.Excluded) != 2 {
+		t.Fatalf("expanded %d candidates, %d excluded", len(m.Candidates), len(m.Excluded))
+	}
+	b := m.Excluded[0]
+	if b.Node.Id != "agt-b" || b.Node.Provider != "lambda" || b.Node.Accelerator != "h100-sxm5" || b.Node.Region != "us-west-2" ||
+		b.Node.Health.GetScore() != 91.5 || len(b.Reasons) != 2 || b.Reasons[0].Field != "runtime.cuda" || b.Reasons[1].Code != "offline" {
+		t.Errorf("excluded agt-b expanded to %v", b)
+	}
+	if c := m.Excluded[1]; c.Node.Health != nil || c.Node.Provider != "" || len(c.Reasons) != 1 || c.Reasons[0].Code != "runtime_mismatch" {
+		t.Errorf("out-of-scope agt-c expanded to %v, want id, region and its reason only", c)
+	}
+}
