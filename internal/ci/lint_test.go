@@ -99,7 +99,7 @@ func TestActionScripts(t *testing.T) {
 
 	shellcheck := testutil.Tool(t, "shellcheck")
 	dir := t.TempDir()
-	scripts := []string{filepath.Join(root, "scripts", "action", "install.sh"), filepath.Join(root, "scripts", "release", "build.sh")}
+	scripts := []string{filepath.Join(root, "scripts", "action", "install.sh"), filepath.Join(root, "scripts", "release", "build.sh"), filepath.Join(root, "scripts", "release", "checksums.sh")}
 	for i, s := range a.Runs.Steps {
 		p := filepath.Join(dir, "step"+string(rune('0'+i))+".sh")
 		if err := os.WriteFile(p, []byte("#!/usr/bin/env bash\n"+s.Run+"\n"), 0o644); err != nil {
@@ -109,5 +109,53 @@ func TestActionScripts(t *testing.T) {
 	}
 	if out, err := exec.Command(shellcheck, scripts...).CombinedOutput(); err != nil {
 		t.Errorf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// TestExampleUsesActionInputs checks the inputs the GitHub example passes
+// to gpupass/gpupass@v1 against action.yml: actionlint cannot, as it does
+// not fetch remote actions' metadata.
+func TestExampleUsesActionInputs(t *testing.T) {
+	t.Parallel()
+	root := testutil.RepoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "action.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a actionMeta
+	if err := yaml.Unmarshal(b, &a); err != nil {
+		t.Fatal(err)
+	}
+	b, err = os.ReadFile(filepath.Join(root, "examples", "ci", "github", "gpupass.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Jobs map[string]struct {
+			Steps []struct {
+				Uses string            `yaml:"uses"`
+				With map[string]string `yaml:"with"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	if err := yaml.Unmarshal(b, &wf); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for job, j := range wf.Jobs {
+		for _, s := range j.Steps {
+			if !strings.HasPrefix(s.Uses, "gpupass/gpupass@") {
+				continue
+			}
+			n++
+			for k := range s.With {
+				if _, ok := a.Inputs[k]; !ok {
+					t.Errorf("job %s passes %s, which action.yml does not declare", job, k)
+				}
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("the example uses the action %d times, want validate, train ×2, compare-report and audit", n)
 	}
 }

@@ -33,6 +33,8 @@ type CIStepOptions struct {
 	BrokerToken      string
 	Regions          string
 	Name             string
+	TrainCommand     string
+	Workdir          string
 	GitHubToken      string
 	GitLabToken      string
 	CommentBehavior  string
@@ -67,7 +69,9 @@ func (o *CIStepOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.BrokerURL, "broker-url", "", "broker URL (train)")
 	f.StringVar(&o.BrokerToken, "broker-token", "", "broker token (train); region-scoped tokens are separate secrets")
 	f.StringVar(&o.Regions, "regions", "", "regions to train in, comma-separated (train)")
-	f.StringVar(&o.Name, "name", "", "run name (train)")
+	f.StringVar(&o.Name, "name", "", "run name (train; default: the spec's name); the region and the short commit are added")
+	f.StringVar(&o.TrainCommand, "train-command", "", `command each node runs (train), e.g. "python3 train.py --steps 200"; quote words with ' or ", or give a JSON list`)
+	f.StringVar(&o.Workdir, "workdir", ".", "directory shipped to each node as the command's work dir (train); empty ships nothing")
 	f.StringVar(&o.GitHubToken, "github-token", "", "token for the PR comment (compare-report); needs pull-requests: write")
 	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token with api scope for the MR note (compare-report); a job token cannot post notes")
 	f.StringVar(&o.CommentBehavior, "comment-behavior", "update", "existing report comment: update, new or delete-and-new (compare-report)")
@@ -147,6 +151,8 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
 	switch o.Command {
 	case "validate":
 		return o.validate(ctx, env, out)
+	case "train":
+		return o.train(ctx, env, out)
 	case "compare-report":
 		return o.compare(ctx, env, out)
 	case "bundle-push":
@@ -169,8 +175,7 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
 		defer done()
 		return o.dispatch(ctx, out, "audit", "verify", o.AuditPath, "--key", key)
 	}
-	// train: the broker's run API lands on another branch.
-	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("step %s is not available in gpupass %s yet: it needs the broker's runs API", o.Command, Version)}
+	return nil // unreachable: the command was checked against CISteps
 }
 
 // require checks required inputs, given as name, value pairs, and names
@@ -323,6 +328,9 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 		SVG:         filepath.Join(o.ReportDir, "chart.svg"),
 		GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
 		Output: "text", Getenv: o.Getenv, Logger: o.Logger,
+		// Allocation ids (train's output) are read from the broker; a
+		// local `gpupass up` stack is found without the inputs.
+		Source: &BrokerMetrics{Broker: &BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}},
 	}
 	runErr := RunCompare(ctx, c, out)
 	b, err := os.ReadFile(js)
@@ -416,6 +424,9 @@ func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) e
 		}
 	}
 	args := []string{"audit", "--out", o.AuditPath, "--key", key}
+	if o.Allocation != "" {
+		args = append(args, o.brokerArgs("audit")...)
+	}
 	if o.RunFile != "" {
 		args = append(args, "--run-file", o.RunFile)
 	}
@@ -426,6 +437,24 @@ func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) e
 		return err
 	}
 	return env.SetOutput("audit-path", o.AuditPath)
+}
+
+// brokerArgs passes the broker inputs on to the command at path, when it
+// reads runs from the broker (audit ALLOC does once the broker serves a
+// run's evidence).
+func (o *CIStepOptions) brokerArgs(path ...string) []string {
+	c, _, err := newDispatchRoot().Find(path)
+	if err != nil || c.Flags().Lookup("broker-url") == nil {
+		return nil
+	}
+	var args []string
+	if o.BrokerURL != "" {
+		args = append(args, "--broker-url", o.BrokerURL)
+	}
+	if o.BrokerToken != "" {
+		args = append(args, "--broker-token", o.BrokerToken)
+	}
+	return args
 }
 
 // keyFile returns a path for the cosign-key input: the file it names, or

@@ -57,7 +57,7 @@ func TestRunCIStep(t *testing.T) {
 		{name: "missing spec is one usage error", kind: "github", opts: CIStepOptions{Command: "validate"}, wantCode: ExitUsage},
 		{name: "no command", kind: "github", opts: CIStepOptions{GitHubToken: secret}, wantCode: ExitUsage},
 		{name: "unknown command", kind: "github", opts: CIStepOptions{Command: "deploy"}, wantCode: ExitUsage},
-		{name: "train is named as not available", kind: "github", opts: CIStepOptions{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
+		{name: "train without its inputs", kind: "github", opts: CIStepOptions{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
 		{name: "bundle-push names every missing input", kind: "github", opts: CIStepOptions{Command: "bundle-push"}, wantCode: ExitUsage},
 		{name: "audit-verify rejects a mangled key without echoing it", kind: "github", opts: CIStepOptions{Command: "audit-verify", CosignKey: secret}, wantCode: ExitUsage},
 		{name: "compare-report consistent", kind: "github",

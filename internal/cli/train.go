@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -41,6 +42,10 @@ type TrainOptions struct {
 	Command []string
 	// Getenv reads CI variables for the run name (os.Getenv by default).
 	Getenv func(string) string
+	// Observe, when set, sees the runs once submitted (also when a later
+	// region's submit fails) and again once they ended: the CI step hands
+	// their allocation ids to later jobs even when a run fails.
+	Observe func(runs []*gpupassv1.Run)
 }
 
 // AddFlags registers train's flags.
@@ -157,10 +162,12 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
 			MinHealthScore: &minScore}))
 		if err != nil {
+			o.observe(runs)
 			return rpcError("submitting the run in "+region, o.Broker.URL, err)
 		}
 		runs = append(runs, resp.Msg.Run)
 	}
+	o.observe(runs)
 	if !jsonOut {
 		writeRunTable(out, runs)
 	}
@@ -197,6 +204,9 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 		fmt.Fprintln(out)
 		writeRunTable(out, runs)
 	}
+	if o.Follow {
+		o.observe(runs)
+	}
 	var bad []string
 	for _, r := range runs {
 		if r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
@@ -207,6 +217,12 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 		return Findings(fmt.Errorf("%d of %d runs did not succeed: %s", len(bad), len(runs), strings.Join(bad, "; ")))
 	}
 	return nil
+}
+
+func (o *TrainOptions) observe(runs []*gpupassv1.Run) {
+	if o.Observe != nil && len(runs) > 0 {
+		o.Observe(slices.Clone(runs))
+	}
 }
 
 // logger tolerates a nil GlobalOptions (library callers).

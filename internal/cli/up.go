@@ -388,9 +388,7 @@ func (st *upStack) start(name, bin string, args, env []string) (*child, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), env...)
-	// Each child gets its own process group (Ctrl-C in the terminal
-	// reaches only `up`, which stops them in order) and dies with `up`.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = upChildAttr()
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)

@@ -198,8 +198,6 @@ func (s ReadSection) apply(f *Facts) {
 // Name implements Probe.
 func (ReadThroughput) Name() string { return "storage.read" }
 
-const posixFadvDontneed = 4
-
 // Measure implements Probe.
 func (p ReadThroughput) Measure(ctx context.Context) (Section, error) {
 	n := p.Bytes
@@ -233,8 +231,8 @@ func (p ReadThroughput) Measure(ctx context.Context) (Section, error) {
 		return s, nil
 	}
 	s.Note = "sequential read after fsync and fadvise(DONTNEED)"
-	if _, _, e := syscall.Syscall6(syscall.SYS_FADVISE64, f.Fd(), 0, 0, posixFadvDontneed, 0, 0); e != 0 {
-		s.Note = "sequential read; page cache could not be dropped (" + e.Error() + "), figure may be memory speed"
+	if err := dropPageCache(f); err != nil {
+		s.Note = "sequential read; page cache could not be dropped (" + err.Error() + "), figure may be memory speed"
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		s.Reason = fmt.Sprintf("read probe: %v", err)

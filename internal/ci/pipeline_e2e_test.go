@@ -1,0 +1,453 @@
+//go:build e2e
+
+package ci_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// exampleSteps keeps the real PyTorch example short in the pipelines.
+const exampleSteps = "30"
+
+// pipeline is what the examples/ci pipelines need: a `gpupass up` stack
+// with agents in us and eu, region-scoped submit tokens and a read token
+// made with `gpupass-broker token create` against the stack's database, a
+// cosign key pair, and a user repository holding the example training job
+// (examples/train) at its root, as the example pipelines expect.
+type pipeline struct {
+	stack             *upstack.Stack
+	url               string
+	us, eu, read      string // broker tokens
+	cosignKey         string // PEM of the private key
+	cosignPub         string // path of the public key
+	cosignPassword    string
+	user              string // the user's repository (a git work tree)
+	gpupass, toolPath string
+}
+
+func startPipeline(t *testing.T, remote string) *pipeline {
+	t.Helper()
+	upstack.RequireTorch(t)
+	// The example runs `python3 train.py`: the agents' PATH finds the
+	// Python that has torch first (scripts/setup.d/10-python.sh).
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us", "eu"},
+		Env: []string{"PATH=" + filepath.Dir(upstack.Python) + string(os.PathListSeparator) + os.Getenv("PATH"), "GPUPASS_EXAMPLE_STEPS=" + exampleSteps}})
+	p := &pipeline{stack: stack, url: stack.Config(t).BrokerURL, gpupass: filepath.Join(stack.Bin, "gpupass")}
+	p.toolPath = toolsPath(t, p.gpupass)
+	token := func(role, regions string) string {
+		cmd := exec.Command(filepath.Join(stack.Bin, "gpupass-broker"), "--db", "sqlite://"+filepath.Join(stack.State, "broker.db"),
+			"--output", "json", "token", "create", "--role", role, "--regions", regions, "--note", "ci e2e")
+		out, err := cmd.Output()
+		var v struct {
+			Token string `json:"token"`
+		}
+		if err != nil || json.Unmarshal(out, &v) != nil || v.Token == "" {
+			t.Fatalf("token create --role %s --regions %s: %v\n%s", role, regions, err, out)
+		}
+		return v.Token
+	}
+	p.us, p.eu, p.read = token("submit", "us"), token("submit", "eu"), token("read", "us,eu")
+
+	keys := t.TempDir()
+	p.cosignPassword = "e2e-cosign-password-3f1a"
+	kg := exec.Command(p.gpupass, "audit", "keygen", "--out-prefix", filepath.Join(keys, "cosign"))
+	kg.Env = append(os.Environ(), "COSIGN_PASSWORD="+p.cosignPassword)
+	if b, err := kg.CombinedOutput(); err != nil {
+		t.Fatalf("audit keygen: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(keys, "cosign.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cosignKey, p.cosignPub = string(b), filepath.Join(keys, "cosign.pub")
+
+	p.user = gitRepo(t, "examples/train", remote)
+	return p
+}
+
+// commit adds files (path → content) to the user repository.
+func (p *pipeline) commit(t *testing.T, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		f := filepath.Join(p.user, name)
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"add", "-A"}, {"-c", "user.email=ci@gpupass.test", "-c", "user.name=gpupass test", "commit", "-q", "-m", "pipeline"}} {
+		c := exec.Command("git", args...)
+		c.Dir = p.user
+		if b, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, b)
+		}
+	}
+}
+
+func (p *pipeline) head(t *testing.T) string {
+	t.Helper()
+	c := exec.Command("git", "rev-parse", "HEAD")
+	c.Dir = p.user
+	b, err := c.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// checkRuns checks, through the broker, the runs the pipeline's train
+// jobs handed on: one per region, succeeded, named with the region and
+// the short commit.
+func (p *pipeline) checkRuns(t *testing.T, ids map[string]string, sha string) {
+	t.Helper()
+	rc, err := api.DialRuns(p.url, api.DialOptions{Token: p.read})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, region := range []string{"us", "eu"} {
+		id := ids[region]
+		if id == "" {
+			t.Errorf("no allocation id handed on for %s (got %v)", region, ids)
+			continue
+		}
+		resp, err := rc.Run.GetRun(context.Background(), connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+		if err != nil {
+			t.Errorf("run %s: %v", id, err)
+			continue
+		}
+		r := resp.Msg.Run
+		if r.Region != region || r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			t.Errorf("run %s: region %s state %s (%s), want %s succeeded", id, r.Region, r.State, r.Reason, region)
+		}
+		if !strings.Contains(r.Name, sha[:7]) || !strings.Contains(r.Name, region) {
+			t.Errorf("run %s is named %q: want the region and the short commit %s", id, r.Name, sha[:7])
+		}
+	}
+}
+
+// auditFromBroker reports whether `gpupass audit ALLOC` reads the run from
+// the broker (issue #7); until it does, the audit jobs can only fail with
+// the audit command's own message.
+func (p *pipeline) auditFromBroker(t *testing.T) bool {
+	t.Helper()
+	b, _ := exec.Command(p.gpupass, "audit", "--help").CombinedOutput()
+	return strings.Contains(string(b), "--broker-url")
+}
+
+// verifyAudit runs `gpupass audit verify` on an audit zip the pipeline made.
+func (p *pipeline) verifyAudit(t *testing.T, zip string) {
+	t.Helper()
+	if b, err := exec.Command(p.gpupass, "audit", "verify", zip, "--key", p.cosignPub).CombinedOutput(); err != nil {
+		t.Errorf("audit verify %s: %v\n%s", zip, err, b)
+	}
+}
+
+// releaseServer serves the gpupass binary as the action's install script
+// downloads a release: RELEASES/latest/download/gpupass_linux_amd64.tar.gz
+// and checksums.txt.
+func releaseServer(t *testing.T, gpupass, repo string) *httptest.Server {
+	t.Helper()
+	bin, err := os.ReadFile(gpupass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	tw.WriteHeader(&tar.Header{Name: "gpupass", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Now()})
+	tw.Write(bin)
+	tw.Close()
+	gz.Close()
+	asset := "gpupass_linux_amd64.tar.gz"
+	sums := fmt.Sprintf("%x  %s\n", sha256.Sum256(buf.Bytes()), asset)
+	mux := http.NewServeMux()
+	base := "/" + repo + "/releases/latest/download/"
+	mux.HandleFunc("GET "+base+asset, func(w http.ResponseWriter, r *http.Request) { w.Write(buf.Bytes()) })
+	mux.HandleFunc("GET "+base+"checksums.txt", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(sums)) })
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// TestExamplePipelineThroughAct runs examples/ci/github/gpupass.yml, as a
+// user copies it, through act on the host against a `gpupass up` stack:
+// validate → train us + eu (the real PyTorch example) → compare-report →
+// audit. `gpupass/gpupass@v1` is this checkout (act --local-repository)
+// and installs the released binary, checksum-verified, from a loopback
+// release server (GITHUB_SERVER_URL); GITHUB_API_URL points to a loopback
+// server that records the PR comment. actions/upload-artifact, which act
+// cannot fetch here, is a stand-in that copies the files for the test.
+func TestExamplePipelineThroughAct(t *testing.T) {
+	p := startPipeline(t, "https://github.com/acme/train.git")
+	act := lookPath(t, p.toolPath, "act")
+	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "examples", "ci", "github", "gpupass.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.commit(t, map[string]string{".github/workflows/gpupass.yml": string(wf)})
+	sha := p.head(t)
+
+	const ghToken = "ghs-e2e-pipeline-secret-0d4c"
+	comments := &commentServer{token: ghToken}
+	ghAPI := httptest.NewServer(comments.handler())
+	defer ghAPI.Close()
+	release := releaseServer(t, p.gpupass, "gpupass/gpupass")
+	action := gitRepo(t, ".", "https://github.com/gpupass/gpupass.git")
+	uploadStandIn := filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "upload-artifact")
+
+	event := filepath.Join(t.TempDir(), "event.json")
+	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"`+sha+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, act, "pull_request",
+		"-P", "ubuntu-latest=-self-hosted",
+		"-e", event,
+		"--local-repository", "gpupass/gpupass@v1="+action,
+		"--local-repository", "actions/upload-artifact@v4="+uploadStandIn,
+		"--env", "E2E_OUT="+out,
+		"--env", "GITHUB_API_URL="+ghAPI.URL+"/api/v3",
+		"--env", "GITHUB_SERVER_URL="+release.URL,
+		"--env", "GITHUB_REPOSITORY=acme/train",
+		"--var", "GPUPASS_BROKER_URL="+p.url,
+		"-s", "GITHUB_TOKEN="+ghToken,
+		"-s", "BROKER_TOKEN_US="+p.us,
+		"-s", "BROKER_TOKEN_EU="+p.eu,
+		"-s", "BROKER_TOKEN_READ="+p.read,
+		"-s", "COSIGN_KEY="+p.cosignKey,
+		"-s", "COSIGN_PASSWORD="+p.cosignPassword,
+	)
+	cmd.Dir = p.user
+	cmd.Env = append(os.Environ(), "PATH="+p.toolPath)
+	b, runErr := cmd.CombinedOutput()
+	log := string(b)
+	defer func() {
+		if t.Failed() {
+			t.Logf("act log:\n%s", upstack.Tail(log, 20000))
+		}
+	}()
+
+	audit := p.auditFromBroker(t)
+	jobs := []string{"validate", "train-us", "train-eu", "compare"}
+	if audit {
+		jobs = append(jobs, "audit")
+		if runErr != nil {
+			t.Errorf("act: %v", runErr)
+		}
+	} else if !strings.Contains(log, "::error title=gpupass ci step::no run source") {
+		t.Errorf("the audit job did not fail with the audit command's own message")
+	}
+	for _, job := range jobs {
+		// act pads job names: "[gpupass/compare ] 🏁  Job succeeded".
+		if !regexp.MustCompile(`\[gpupass/` + job + ` *\] \x{1F3C1}  Job succeeded`).MatchString(log) {
+			t.Errorf("job %s did not succeed", job)
+		}
+	}
+	// The released binary was installed (checksum checked), not built.
+	if strings.Contains(log, "building gpupass from") || !strings.Contains(log, "gpupass_linux_amd64.tar.gz: OK") {
+		t.Errorf("the action did not install the checksum-verified release")
+	}
+
+	// Outputs: the fingerprint, and the allocation ids per region.
+	if !regexp.MustCompile(`::set-output:: fingerprint=sha256:[0-9a-f]{64}`).MatchString(log) {
+		t.Errorf("no fingerprint output")
+	}
+	ids := map[string]string{}
+	for _, m := range regexp.MustCompile(`::set-output:: allocation-ids=(\{[^}]*\})`).FindAllStringSubmatch(log, -1) {
+		if err := json.Unmarshal([]byte(m[1]), &ids); err != nil {
+			t.Errorf("allocation-ids %s: %v", m[1], err)
+		}
+	}
+	p.checkRuns(t, ids, sha)
+	for _, want := range []string{"::set-output:: verdict=consistent", "::set-output:: report-path=gpupass-report/report.md"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("act log lacks the output %q", want)
+		}
+	}
+	// Step summaries (act echoes each as it reads it).
+	for _, want := range []string{"Summary - ### ✅ gpupass validate", "Summary - ### gpupass train", "Summary - ### ✅ gpupass compare: consistent"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("act log lacks the step summary %q", want)
+		}
+	}
+	// The sticky comment names both runs.
+	comments.mu.Lock()
+	bodies, denied := comments.bodies, comments.denied
+	comments.mu.Unlock()
+	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us"]) || !strings.Contains(bodies[0], ids["eu"]) {
+		t.Errorf("PR comments posted = %q, want one compare report of %v", bodies, ids)
+	}
+	if denied != 0 {
+		t.Errorf("%d comment requests without the token", denied)
+	}
+	if _, err := os.Stat(filepath.Join(out, "artifacts", "gpupass-report", "gpupass-report", "junit.xml")); err != nil {
+		t.Errorf("report artifact: %v", err)
+	}
+	if audit {
+		p.verifyAudit(t, filepath.Join(out, "artifacts", "audit-report", "audit-report.zip"))
+	}
+	for _, s := range []string{ghToken, p.us, p.eu, p.read, p.cosignPassword, strings.Split(strings.TrimSpace(p.cosignKey), "\n")[1]} {
+		if strings.Contains(log, s) {
+			t.Errorf("a secret reached the act log")
+		}
+	}
+	if strings.Contains(log, "goroutine ") {
+		t.Errorf("a stack trace reached the act log")
+	}
+}
+
+// TestExamplePipelineThroughGitLabCILocal runs examples/ci/gitlab/.gitlab-ci.yml,
+// as a user commits it, through gitlab-ci-local on the shell executor
+// against a `gpupass up` stack: validate → train us + eu (the real PyTorch
+// example) → compare-report → audit, with the allocation ids handed from
+// the train jobs to the later ones through dotenv. The catalog version the
+// example includes (gpupass/gpupass-components@1.0.0) is this commit's
+// components/gitlab, placed where gitlab-ci-local keeps fetched
+// components; CI_API_V4_URL points to a loopback server that records the
+// MR note.
+func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
+	p := startPipeline(t, "git@gitlab.invalid:acme/train.git")
+	glci := lookPath(t, p.toolPath, "gitlab-ci-local")
+	lookPath(t, p.toolPath, "rsync")
+	root := testutil.RepoRoot(t)
+	ci, err := os.ReadFile(filepath.Join(root, "examples", "ci", "gitlab", ".gitlab-ci.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.commit(t, map[string]string{".gitlab-ci.yml": string(ci)})
+	sha := p.head(t)
+	catalog := filepath.Join(p.user, ".gitlab-ci-local", "includes", "gitlab.invalid", "gpupass", "gpupass-components", "1.0.0")
+	if err := os.CopyFS(filepath.Join(catalog, "templates"), os.DirFS(filepath.Join(root, "components", "gitlab", "templates"))); err != nil {
+		t.Fatal(err)
+	}
+
+	const glToken = "glpat-e2e-pipeline-secret-61aa"
+	notes := &notesServer{token: glToken}
+	glAPI := httptest.NewServer(notes.handler())
+	defer glAPI.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, glci, "--shell-executor-no-image", "--force-shell-executor",
+		// gitlab-ci-local marks its jobs GITLAB_CI=false; this pipeline
+		// stands in for a real GitLab merge request pipeline.
+		"--variable", "GITLAB_CI=true",
+		"--variable", "CI_API_V4_URL="+glAPI.URL+"/api/v4",
+		"--variable", "CI_MERGE_REQUEST_IID=3",
+		"--variable", "CI_MERGE_REQUEST_PROJECT_ID=42",
+		"--variable", "GPUPASS_BROKER_URL="+p.url,
+		"--variable", "BROKER_TOKEN_US="+p.us,
+		"--variable", "BROKER_TOKEN_EU="+p.eu,
+		"--variable", "BROKER_TOKEN_READ="+p.read,
+		"--variable", "GPUPASS_GITLAB_TOKEN="+glToken,
+		"--variable", "COSIGN_KEY="+p.cosignKey,
+		"--variable", "COSIGN_PASSWORD="+p.cosignPassword,
+	)
+	cmd.Dir = p.user
+	cmd.Env = append(os.Environ(), "PATH="+p.toolPath, "GITHUB_ACTIONS=", "CI=")
+	b, runErr := cmd.CombinedOutput()
+	log := string(b)
+	defer func() {
+		if t.Failed() {
+			t.Logf("pipeline log:\n%s", upstack.Tail(log, 20000))
+		}
+	}()
+	audit := p.auditFromBroker(t)
+	jobs := []string{"gpupass-validate", "gpupass-train-us", "gpupass-train-eu", "gpupass-compare-report"}
+	if audit {
+		jobs = append(jobs, "gpupass-audit")
+		if runErr != nil {
+			t.Errorf("gitlab-ci-local: %v", runErr)
+		}
+	} else if !strings.Contains(log, "FAIL  gpupass-audit") || !strings.Contains(log, "no run source") {
+		t.Errorf("the audit job did not fail with the audit command's own message")
+	}
+	for _, job := range jobs {
+		if !strings.Contains(log, "PASS  "+job) {
+			t.Errorf("job %s did not pass", job)
+		}
+	}
+	// The dotenv hand-off: each train job's allocation id by region.
+	ids := map[string]string{}
+	for _, region := range []string{"us", "eu"} {
+		f := filepath.Join(p.user, ".gitlab-ci-local", "artifacts", "gpupass-train-"+region, ".gitlab-ci-reports", "dotenv", "gpupass-train-"+region+".env")
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Errorf("dotenv of train %s: %v", region, err)
+			continue
+		}
+		key := "GPUPASS_ALLOCATION_" + strings.ToUpper(region) + "="
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, key); ok {
+				ids[region] = v
+			}
+		}
+	}
+	p.checkRuns(t, ids, sha)
+	// The compare job read both ids from the dotenv: the note names them.
+	notes.mu.Lock()
+	bodies, denied := notes.bodies, notes.denied
+	notes.mu.Unlock()
+	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us"]) || !strings.Contains(bodies[0], ids["eu"]) {
+		t.Errorf("MR notes posted = %q, want one compare report of %v", bodies, ids)
+	}
+	if denied != 0 {
+		t.Errorf("%d note requests without the project access token", denied)
+	}
+	for _, f := range []string{
+		"gpupass-validate/gl-code-quality-report.json",
+		"gpupass-compare-report/gpupass-report/junit.xml",
+		"gpupass-compare-report/.gitlab-ci-reports/dotenv/gpupass.env",
+	} {
+		if _, err := os.Stat(filepath.Join(p.user, ".gitlab-ci-local", "artifacts", f)); err != nil {
+			t.Errorf("artifact %s: %v", f, err)
+		}
+	}
+	for _, want := range []string{"gpupass_train took", "gpupass_compare-report took"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("pipeline log lacks the section %q", want)
+		}
+	}
+	if audit {
+		p.verifyAudit(t, filepath.Join(p.user, ".gitlab-ci-local", "artifacts", "gpupass-audit", "audit-report.zip"))
+	}
+	logs, _ := filepath.Glob(filepath.Join(p.user, ".gitlab-ci-local", "output", "*.log"))
+	for _, l := range append(logs, "") {
+		text := log
+		if l != "" {
+			b, _ := os.ReadFile(l)
+			text = string(b)
+		}
+		for _, s := range []string{glToken, p.us, p.eu, p.read, p.cosignPassword, strings.Split(strings.TrimSpace(p.cosignKey), "\n")[1]} {
+			if strings.Contains(text, s) {
+				t.Errorf("a secret reached the job log %s", l)
+			}
+		}
+		if strings.Contains(text, "goroutine ") {
+			t.Errorf("a stack trace reached the job log %s", l)
+		}
+	}
+}

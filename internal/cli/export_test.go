@@ -1,0 +1,4 @@
+package cli
+
+// SplitCommand is splitCommand for the external tests.
+var SplitCommand = splitCommand
