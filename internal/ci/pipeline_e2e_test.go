@@ -149,15 +149,6 @@ func (p *pipeline) checkRuns(t *testing.T, ids map[string]string, sha string) {
 	}
 }
 
-// auditFromBroker reports whether `gpupass audit ALLOC` reads the run from
-// the broker (issue #7); until it does, the audit jobs can only fail with
-// the audit command's own message.
-func (p *pipeline) auditFromBroker(t *testing.T) bool {
-	t.Helper()
-	b, _ := exec.Command(p.gpupass, "audit", "--help").CombinedOutput()
-	return strings.Contains(string(b), "--broker-url")
-}
-
 // verifyAudit runs `gpupass audit verify` on an audit zip the pipeline made.
 func (p *pipeline) verifyAudit(t *testing.T, zip string) {
 	t.Helper()
@@ -251,15 +242,9 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 		}
 	}()
 
-	audit := p.auditFromBroker(t)
-	jobs := []string{"validate", "train-us", "train-eu", "compare"}
-	if audit {
-		jobs = append(jobs, "audit")
-		if runErr != nil {
-			t.Errorf("act: %v", runErr)
-		}
-	} else if !strings.Contains(log, "::error title=gpupass ci step::no run source") {
-		t.Errorf("the audit job did not fail with the audit command's own message")
+	jobs := []string{"validate", "train-us", "train-eu", "compare", "audit"}
+	if runErr != nil {
+		t.Errorf("act: %v", runErr)
 	}
 	for _, job := range jobs {
 		// act pads job names: "[gpupass/compare ] 🏁  Job succeeded".
@@ -307,9 +292,7 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "artifacts", "gpupass-report", "gpupass-report", "junit.xml")); err != nil {
 		t.Errorf("report artifact: %v", err)
 	}
-	if audit {
-		p.verifyAudit(t, filepath.Join(out, "artifacts", "audit-report", "audit-report.zip"))
-	}
+	p.verifyAudit(t, filepath.Join(out, "artifacts", "audit-report", "audit-report.zip"))
 	for _, s := range []string{ghToken, p.us, p.eu, p.read, p.cosignPassword, strings.Split(strings.TrimSpace(p.cosignKey), "\n")[1]} {
 		if strings.Contains(log, s) {
 			t.Errorf("a secret reached the act log")
@@ -375,15 +358,9 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 			t.Logf("pipeline log:\n%s", upstack.Tail(log, 20000))
 		}
 	}()
-	audit := p.auditFromBroker(t)
-	jobs := []string{"gpupass-validate", "gpupass-train-us", "gpupass-train-eu", "gpupass-compare-report"}
-	if audit {
-		jobs = append(jobs, "gpupass-audit")
-		if runErr != nil {
-			t.Errorf("gitlab-ci-local: %v", runErr)
-		}
-	} else if !strings.Contains(log, "FAIL  gpupass-audit") || !strings.Contains(log, "no run source") {
-		t.Errorf("the audit job did not fail with the audit command's own message")
+	jobs := []string{"gpupass-validate", "gpupass-train-us", "gpupass-train-eu", "gpupass-compare-report", "gpupass-audit"}
+	if runErr != nil {
+		t.Errorf("gitlab-ci-local: %v", runErr)
 	}
 	for _, job := range jobs {
 		if !strings.Contains(log, "PASS  "+job) {
@@ -431,9 +408,7 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 			t.Errorf("pipeline log lacks the section %q", want)
 		}
 	}
-	if audit {
-		p.verifyAudit(t, filepath.Join(p.user, ".gitlab-ci-local", "artifacts", "gpupass-audit", "audit-report.zip"))
-	}
+	p.verifyAudit(t, filepath.Join(p.user, ".gitlab-ci-local", "artifacts", "gpupass-audit", "audit-report.zip"))
 	logs, _ := filepath.Glob(filepath.Join(p.user, ".gitlab-ci-local", "output", "*.log"))
 	for _, l := range append(logs, "") {
 		text := log

@@ -425,7 +425,7 @@ func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) e
 	}
 	args := []string{"audit", "--out", o.AuditPath, "--key", key}
 	if o.Allocation != "" {
-		args = append(args, o.brokerArgs("audit")...)
+		args = append(args, o.brokerArgs()...)
 	}
 	if o.RunFile != "" {
 		args = append(args, "--run-file", o.RunFile)
@@ -439,14 +439,9 @@ func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) e
 	return env.SetOutput("audit-path", o.AuditPath)
 }
 
-// brokerArgs passes the broker inputs on to the command at path, when it
-// reads runs from the broker (audit ALLOC does once the broker serves a
-// run's evidence).
-func (o *CIStepOptions) brokerArgs(path ...string) []string {
-	c, _, err := newDispatchRoot().Find(path)
-	if err != nil || c.Flags().Lookup("broker-url") == nil {
-		return nil
-	}
+// brokerArgs passes the broker inputs on to a command that reads runs
+// from the broker.
+func (o *CIStepOptions) brokerArgs() []string {
 	var args []string
 	if o.BrokerURL != "" {
 		args = append(args, "--broker-url", o.BrokerURL)
