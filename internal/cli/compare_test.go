@@ -139,7 +139,9 @@ func TestCompareBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, stderr, code := runCLI(t, map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": ""}, tc.args...)
+			// No `gpupass up` config and no broker in the environment.
+			env := map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": "", "GPUPASS_STATE_DIR": dir, "GPUPASS_BROKER_URL": ""}
+			_, stderr, code := runCLI(t, env, tc.args...)
 			if tc.want == "" {
 				// The same path twice is one run, not a duplicate label.
 				if code != 0 {

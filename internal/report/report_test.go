@@ -133,7 +133,7 @@ func TestFigures(t *testing.T) {
 	want := Run{
 		Label: "us", Source: "us.jsonl", Format: "jsonl", Metric: "loss", Points: 11, FirstStep: 0, LastStep: 100,
 		FinalLoss: Float(0.5 + 2*math.Exp(-2.5)), MinLoss: Float(0.5 + 2*math.Exp(-2.5)), MinStep: 100,
-		WallSeconds: &wall, StepsPerSecond: &tp, TimeToFirstStep: &ttf, CostUSD: &cost,
+		WallSeconds: &wall, StepsPerSecond: &tp, TimeToFirstStep: &ttf, CostUSD: &cost, PricePerHour: 3.5,
 	}
 	if d := cmp.Diff(want, us, cmpopts.EquateApprox(0, 1e-9)); d != "" {
 		t.Errorf("us (-want +got):\n%s", d)
