@@ -289,7 +289,9 @@ func runFigures(s *metrics.Series) Run {
 			if t0 == 0 || q.Time < t0 {
 				t0, s0 = q.Time, q.Step
 			}
-			if q.Time > t1 {
+			// >= : with millisecond stamps several steps share the last
+			// time; the highest of them is how far the run got by then.
+			if q.Time >= t1 {
 				t1, s1 = q.Time, q.Step
 			}
 		}
