@@ -396,6 +396,15 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 		log.Info("report posted", "action", posted.Action, "reason", posted.Reason, "url", posted.URL)
 	}
 	if o.FailOnDivergence && rep.Verdict != report.Consistent {
+		var why []string
+		for _, p := range rep.Pairs {
+			if p.Error != "" {
+				why = append(why, p.Error)
+			}
+		}
+		if rep.Verdict == report.Inconclusive && len(why) > 0 {
+			return Findings(fmt.Errorf("runs cannot be compared: %s", strings.Join(why, "; ")))
+		}
 		return Findings(fmt.Errorf("runs %s (tolerance %s)", rep.Verdict, rep.Tolerance))
 	}
 	return nil
