@@ -95,6 +95,11 @@ gpupass:metric lines, Lightning CSVLogger metrics.csv, TensorBoard event files
 or directories, allocation ids) at common steps, and render a verdict against
 --tolerance as markdown with a Mermaid chart, SVG, JSON and JUnit.
 
+Allocation ids are read from the broker (--broker-url, or the config that
+` + "`gpupass up`" + ` left): the series as the run logged it, labelled by region,
+with price per hour, restarts and start time from the run record. A run
+that has not ended is refused unless --allow-running.
+
 In GitHub Actions on a pull request, and in GitLab merge request pipelines,
 the report is posted as one sticky comment per --tag; $GITHUB_STEP_SUMMARY is
 always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
