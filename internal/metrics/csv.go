@@ -160,13 +160,16 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 // bounded to this line.
 func csvFields(line []byte, rec []string) ([]string, error) {
 	if bytes.IndexByte(line, '"') < 0 {
+		// One string for the line, fields sliced from it: one allocation
+		// a row, as encoding/csv's ReuseRecord.
+		str := string(line)
 		for {
-			i := bytes.IndexByte(line, ',')
+			i := strings.IndexByte(str, ',')
 			if i < 0 {
-				return append(rec, string(line)), nil
+				return append(rec, str), nil
 			}
-			rec = append(rec, string(line[:i]))
-			line = line[i+1:]
+			rec = append(rec, str[:i])
+			str = str[i+1:]
 		}
 	}
 	cr := csv.NewReader(bytes.NewReader(line))
