@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"slices"
 )
 
 // maxLine bounds one line of a text input; longer lines are reported and
@@ -76,5 +75,10 @@ func presize(p []Point, read, total int64) []Point {
 	if est <= cap(p) {
 		return p
 	}
-	return slices.Grow(p, est-len(p))
+	// make, not slices.Grow: a large fresh allocation is not cleared, so
+	// no page is touched before adviseHuge.
+	np := make([]Point, len(p), est)
+	adviseHuge(np)
+	copy(np, p)
+	return np
 }
