@@ -39,6 +39,7 @@ type CompareOptions struct {
 	Metric           string
 	Tolerance        string
 	FailOnDivergence bool
+	AllowRunning     bool
 	Tag              string
 	CommentBehavior  string
 	Post             string
@@ -68,6 +69,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Metric, "metric", "", "metric key, CSV column or TensorBoard tag (default: the training loss)")
 	f.StringVar(&o.Tolerance, "tolerance", "5%", "allowed loss difference at every common step: 0.05 (absolute), 2% (relative) or abs=0.05,rel=2%")
 	f.BoolVar(&o.FailOnDivergence, "fail-on-divergence", false, "exit 1 when runs diverge past the tolerance or cannot be compared")
+	f.BoolVar(&o.AllowRunning, "allow-running", false, "compare allocations that have not ended yet on their partial curves (default: refuse, the figures are not final)")
 	f.StringVar(&o.Tag, "tag", "compare", "report kind: one sticky comment per tag")
 	f.StringVar(&o.CommentBehavior, "comment-behavior", "update", "existing comment: update, new or delete-and-new")
 	f.StringVar(&o.Post, "post", "auto", "where to post: auto (detect CI), github, gitlab or none")
@@ -93,6 +95,11 @@ gpupass:metric lines, Lightning CSVLogger metrics.csv, TensorBoard event files
 or directories, allocation ids) at common steps, and render a verdict against
 --tolerance as markdown with a Mermaid chart, SVG, JSON and JUnit.
 
+Allocation ids are read from the broker (--broker-url, or the config that
+` + "`gpupass up`" + ` left): the series as the run logged it, labelled by region,
+with price per hour, restarts and start time from the run record. A run
+that has not ended is refused unless --allow-running.
+
 In GitHub Actions on a pull request, and in GitLab merge request pipelines,
 the report is posted as one sticky comment per --tag; $GITHUB_STEP_SUMMARY is
 always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
@@ -104,6 +111,13 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 			o.Output = g.Output
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
+			if o.needsBroker() {
+				// After `gpupass up` its config names the broker, as for
+				// every other broker command.
+				if err := broker.fromLocal(); err != nil {
+					return err
+				}
+			}
 			if broker.URL != "" {
 				o.Source = &BrokerMetrics{Broker: broker} // allocation ids
 			}
@@ -118,6 +132,40 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 type input struct {
 	label, ref string
 	price      float64
+}
+
+// needsBroker says whether some input is an allocation id rather than a
+// file.
+func (o *CompareOptions) needsBroker() bool {
+	refs := append([]string(nil), o.Inputs...)
+	for _, l := range o.Labels {
+		_, ref, _ := strings.Cut(l, "=")
+		refs = append(refs, ref)
+	}
+	for _, ref := range refs {
+		if _, err := os.Stat(ref); err != nil && looksLikeAlloc(ref) {
+			return true
+		}
+	}
+	return false
+}
+
+// RunNotDoneError is a MetricsSource's answer for an allocation that has
+// not ended: its figures (final loss, cost, wall time) are not final yet.
+// Series holds the points logged so far.
+type RunNotDoneError struct {
+	ID, Region, State string
+	Series            *metrics.Series
+}
+
+func (e *RunNotDoneError) Error() string {
+	wait := fmt.Sprintf("`gpupass logs %s --follow` waits for it", e.ID)
+	if e.Series == nil || len(e.Series.Points) == 0 {
+		return fmt.Sprintf("%s (%s) is still %s and has logged no metrics yet; compare it once it has ended (%s)", e.ID, e.Region, e.State, wait)
+	}
+	p := e.Series.Points
+	return fmt.Sprintf("%s (%s) is still %s (%d points so far, last step %d): its final figures are not known yet; compare it once it has ended (%s), or pass --allow-running to compare the partial curve",
+		e.ID, e.Region, e.State, len(p), p[len(p)-1].Step, wait)
 }
 
 // resolveInputs pairs each input with its label and price.
@@ -216,10 +264,21 @@ func (o *CompareOptions) loadOne(ctx context.Context, in input) (*metrics.Series
 			return nil, fmt.Errorf("%s: no such file", in.ref)
 		}
 		if o.Source == nil {
-			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker: pass --broker-url and --broker-token (or export the run's metrics to a file and pass that)", in.ref)
+			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker: pass --broker-url and --broker-token, or run `gpupass up` first (or export the run's metrics to a file and pass that)", in.ref)
 		}
 		s, err = o.Source.Metrics(ctx, in.ref, o.Metric)
+		var notDone *RunNotDoneError
+		if errors.As(err, &notDone) {
+			if !o.AllowRunning || notDone.Series == nil || len(notDone.Series.Points) == 0 {
+				return nil, err
+			}
+			s, err = notDone.Series, nil
+			s.Notes = append(s.Notes, fmt.Sprintf("%s was still %s when compared: its figures are partial", in.ref, notDone.State))
+		}
 		if err != nil {
+			if strings.HasPrefix(err.Error(), in.ref+":") {
+				return nil, err // already names the allocation
+			}
 			return nil, fmt.Errorf("fetching metrics of %s: %w", in.ref, err)
 		}
 		s.Normalize()
@@ -234,6 +293,21 @@ func (o *CompareOptions) loadOne(ctx context.Context, in input) (*metrics.Series
 		s.PricePerHour = in.price
 	}
 	return s, nil
+}
+
+// disambiguate names allocations that share their default label (two runs
+// in one region) by region and id; explicit --label names and file labels
+// are left alone, so a clash there stays an error that names the fix.
+func disambiguate(ins []input, series []*metrics.Series) {
+	count := map[string]int{}
+	for _, s := range series {
+		count[s.Label]++
+	}
+	for i, s := range series {
+		if ins[i].label == "" && count[s.Label] > 1 && looksLikeAlloc(ins[i].ref) && s.Label != ins[i].ref {
+			s.Label += " " + ins[i].ref
+		}
+	}
 }
 
 func looksLikeAlloc(ref string) bool {
@@ -278,6 +352,7 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	disambiguate(ins, series)
 	for _, s := range series {
 		if s.Problems.Count > 0 {
 			log.Warn("skipped malformed input", "run", s.Label, "source", s.Source, "problems", s.Problems.String())
@@ -326,6 +401,15 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 		log.Info("report posted", "action", posted.Action, "reason", posted.Reason, "url", posted.URL)
 	}
 	if o.FailOnDivergence && rep.Verdict != report.Consistent {
+		var why []string
+		for _, p := range rep.Pairs {
+			if p.Error != "" {
+				why = append(why, p.Error)
+			}
+		}
+		if rep.Verdict == report.Inconclusive && len(why) > 0 {
+			return Findings(fmt.Errorf("runs cannot be compared: %s", strings.Join(why, "; ")))
+		}
 		return Findings(fmt.Errorf("runs %s (tolerance %s)", rep.Verdict, rep.Tolerance))
 	}
 	return nil

@@ -53,6 +53,9 @@ func (m *BrokerMetrics) Metrics(ctx context.Context, allocID, metric string) (*m
 		return nil, err
 	}
 	resp, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: allocID}))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return nil, fmt.Errorf("%s: no such run on the broker at %s (or the token's regions do not cover it); list runs with `gpupass runs`", allocID, m.Broker.URL)
+	}
 	if err != nil {
 		return nil, rpcError("reading metrics of "+allocID, m.Broker.URL, err)
 	}
@@ -70,7 +73,23 @@ func (m *BrokerMetrics) Metrics(ctx context.Context, allocID, metric string) (*m
 		}
 		s.Points = append(s.Points, metrics.Point{Step: p.Step, Value: v, Time: p.TimeUnixNano})
 	}
+	// The state decides whether the figures are final: compare refuses
+	// an unfinished run unless asked (RunNotDoneError), and says how a
+	// run ended when it did not succeed.
+	if !terminal(run.GetState()) {
+		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: stateName(run.GetState()), Series: s}
+	}
+	if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+		note := "the run ended " + stateName(run.GetState())
+		if r := run.GetReason(); r != "" {
+			note += ": " + r
+		}
+		s.Notes = append(s.Notes, note)
+	}
 	if len(s.Points) == 0 {
+		if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			return nil, fmt.Errorf("%s (%s) ended %s without logging %s values: %s", allocID, run.GetRegion(), stateName(run.GetState()), key, run.GetReason())
+		}
 		return nil, &metrics.EmptyError{Source: s.Source, Metric: key}
 	}
 	return s, nil

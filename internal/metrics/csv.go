@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"bytes"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -37,18 +38,34 @@ func pickLoss(names []string) string {
 // and metric columns, rows that fill only the columns logged at that step.
 // A "time", "timestamp" or "ts" column, when present, holds RFC 3339 or
 // epoch seconds.
+//
+// Lines are read with the same bounded reader as JSONL and parsed one at a
+// time: encoding/csv over the whole stream would buffer a 2 GB line (or
+// everything after an unclosed quote) in memory. A quoted field may
+// therefore not span lines, which CSVLogger never writes.
 func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	cr.ReuseRecord = true
-	header, err := cr.Read()
-	if err == io.EOF {
-		return nil, &EmptyError{Source: source, Metric: opt.Metric}
+	ln := newLines(r)
+	var header []string
+	for header == nil {
+		line, err := ln.next()
+		if err == io.EOF {
+			return nil, &EmptyError{Source: source, Metric: opt.Metric}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s header: %w", source, err)
+		}
+		if ln.long {
+			return nil, fmt.Errorf("%s: line %d: header line longer than 1 MiB; is this a Lightning CSVLogger metrics.csv?", source, ln.n)
+		}
+		line = bytes.TrimPrefix(line, []byte("\ufeff"))
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if header, err = csvFields(line, nil); err != nil {
+			return nil, fmt.Errorf("%s: line %d: header: %w", source, ln.n, err)
+		}
+		header = append([]string(nil), header...)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("reading %s header: %w", source, err)
-	}
-	header = append([]string(nil), header...)
 	col := map[string]int{}
 	for i, h := range header {
 		col[strings.TrimSpace(h)] = i
@@ -75,21 +92,28 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 		}
 	}
 	s := &Series{Source: source, Metric: metric, Format: "csv"}
+	var rec []string
 	for {
-		rec, err := cr.Read()
+		line, err := ln.next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				s.Problems.Add("line "+strconv.Itoa(pe.Line), pe.Err.Error())
-				continue
-			}
 			return nil, fmt.Errorf("reading %s: %w", source, err)
 		}
-		line, _ := cr.FieldPos(0)
-		where := lineRef(line)
+		where := lineRef(ln.n)
+		if ln.long {
+			s.Problems.Add(where.String(), "line longer than 1 MiB")
+			continue
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		rec, err = csvFields(line, rec[:0])
+		if err != nil {
+			s.Problems.Add(where.String(), err.Error())
+			continue
+		}
 		if len(rec) != len(header) {
 			s.Problems.Add(where.String(), fmt.Sprintf("%d fields, header has %d", len(rec), len(header)))
 			continue
@@ -121,7 +145,7 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 		}
 		s.Points = append(s.Points, p)
 		if len(s.Points) == sizeSample && opt.SizeHint > 0 {
-			s.Points = presize(s.Points, cr.InputOffset(), opt.SizeHint)
+			s.Points = presize(s.Points, ln.bytes, opt.SizeHint)
 		}
 	}
 	if len(s.Points) == 0 {
@@ -129,6 +153,39 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 	}
 	s.Normalize()
 	return s, nil
+}
+
+// csvFields splits one CSV line into rec. Lines without quotes (every
+// CSVLogger row) are split on commas; quoted ones go through encoding/csv,
+// bounded to this line.
+func csvFields(line []byte, rec []string) ([]string, error) {
+	if bytes.IndexByte(line, '"') < 0 {
+		// One string for the line, fields sliced from it: one allocation
+		// a row, as encoding/csv's ReuseRecord.
+		str := string(line)
+		for {
+			i := strings.IndexByte(str, ',')
+			if i < 0 {
+				return append(rec, str), nil
+			}
+			rec = append(rec, str[:i])
+			str = str[i+1:]
+		}
+	}
+	cr := csv.NewReader(bytes.NewReader(line))
+	cr.FieldsPerRecord = -1
+	fields, err := cr.Read()
+	if err != nil {
+		var pe *csv.ParseError
+		if errors.As(err, &pe) {
+			return nil, pe.Err
+		}
+		return nil, err
+	}
+	if _, err := cr.Read(); err != io.EOF {
+		return nil, errors.New(`quoted field spans lines (or a stray quote)`)
+	}
+	return append(rec, fields...), nil
 }
 
 func parseTime(v string) (int64, error) {

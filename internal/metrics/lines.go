@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"slices"
 )
 
 // maxLine bounds one line of a text input; longer lines are reported and
@@ -59,6 +58,9 @@ func (l *lines) next() ([]byte, error) {
 // again and again while its slice grows.
 const sizeSample = 4096
 
+// maxPresize caps the up-front reservation at 4 Mi points (96 MiB).
+const maxPresize = 4 << 20
+
 // presize grows p to hold the points that total input bytes likely hold,
 // given that read bytes held len(p).
 func presize(p []Point, read, total int64) []Point {
@@ -66,8 +68,17 @@ func presize(p []Point, read, total int64) []Point {
 		return p
 	}
 	est := int(float64(total) / float64(read) * float64(len(p)) * 1.02)
-	if est <= cap(p) || est > 1<<31 {
+	// The estimate trusts that the rest of the input looks like its start;
+	// a file padded with garbage or a hole (2 GB of NULs) would have it
+	// reserve gigabytes. Past maxPresize, append's doubling takes over.
+	est = min(est, maxPresize)
+	if est <= cap(p) {
 		return p
 	}
-	return slices.Grow(p, est-len(p))
+	// make, not slices.Grow: a large fresh allocation is not cleared, so
+	// no page is touched before adviseHuge.
+	np := make([]Point, len(p), est)
+	adviseHuge(np)
+	copy(np, p)
+	return np
 }

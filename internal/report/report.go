@@ -139,7 +139,10 @@ type Run struct {
 	StepsPerSecond  *float64 `json:"steps_per_second,omitempty"`
 	TimeToFirstStep *float64 `json:"time_to_first_step_seconds,omitempty"`
 	CostUSD         *float64 `json:"cost_usd,omitempty"`
-	Restarts        int      `json:"restarts"`
+	// PricePerHour (USD) is what CostUSD is computed from: the node's
+	// price on the broker's run record, or --price.
+	PricePerHour float64 `json:"price_per_hour,omitempty"`
+	Restarts     int     `json:"restarts"`
 	// NonFinite counts NaN/Inf values of the run.
 	NonFinite int              `json:"non_finite"`
 	Problems  metrics.Problems `json:"problems"`
@@ -261,7 +264,7 @@ func runFigures(s *metrics.Series) Run {
 	r := Run{
 		Label: s.Label, Source: s.Source, Format: s.Format, Metric: s.Metric,
 		Points: len(p), Restarts: s.Restarts, Problems: s.Problems, Notes: s.Notes,
-		Simulated: s.Simulated, MinLoss: Float(math.NaN()),
+		Simulated: s.Simulated, MinLoss: Float(math.NaN()), PricePerHour: s.PricePerHour,
 	}
 	if len(p) == 0 {
 		return r
@@ -286,7 +289,9 @@ func runFigures(s *metrics.Series) Run {
 			if t0 == 0 || q.Time < t0 {
 				t0, s0 = q.Time, q.Step
 			}
-			if q.Time > t1 {
+			// >= : with millisecond stamps several steps share the last
+			// time; the highest of them is how far the run got by then.
+			if q.Time >= t1 {
 				t1, s1 = q.Time, q.Step
 			}
 		}
@@ -307,7 +312,9 @@ func runFigures(s *metrics.Series) Run {
 			r.CostUSD = &c
 		}
 	}
-	if s.Start != 0 && t0 != 0 {
+	// A start after the first step means the clocks of broker and node
+	// disagree; no figure beats a negative one.
+	if s.Start != 0 && t0 != 0 && t0 >= s.Start {
 		ttf := float64(t0-s.Start) / 1e9
 		r.TimeToFirstStep = &ttf
 	}

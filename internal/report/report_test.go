@@ -133,7 +133,7 @@ func TestFigures(t *testing.T) {
 	want := Run{
 		Label: "us", Source: "us.jsonl", Format: "jsonl", Metric: "loss", Points: 11, FirstStep: 0, LastStep: 100,
 		FinalLoss: Float(0.5 + 2*math.Exp(-2.5)), MinLoss: Float(0.5 + 2*math.Exp(-2.5)), MinStep: 100,
-		WallSeconds: &wall, StepsPerSecond: &tp, TimeToFirstStep: &ttf, CostUSD: &cost,
+		WallSeconds: &wall, StepsPerSecond: &tp, TimeToFirstStep: &ttf, CostUSD: &cost, PricePerHour: 3.5,
 	}
 	if d := cmp.Diff(want, us, cmpopts.EquateApprox(0, 1e-9)); d != "" {
 		t.Errorf("us (-want +got):\n%s", d)
@@ -320,5 +320,53 @@ func TestPNG(t *testing.T) {
 		if !found {
 			t.Errorf("run %d (%s) not drawn in the plot", i, palette[i].hex)
 		}
+	}
+}
+
+// TestRunTimes covers the time figures at their edges: millisecond stamps
+// shared by several steps, a start stamped after the first step (clocks
+// of broker and node disagree), a price with and without a start.
+func TestRunTimes(t *testing.T) {
+	t.Parallel()
+	pts := func(times ...int64) []metrics.Point {
+		var p []metrics.Point
+		for i, tm := range times {
+			p = append(p, metrics.Point{Step: int64(i + 1), Value: 1, Time: tm})
+		}
+		return p
+	}
+	f := func(v float64) *float64 { return &v }
+	tests := []struct {
+		name  string
+		s     metrics.Series
+		tp    *float64
+		ttf   *float64
+		cost  *float64
+		price float64
+	}{
+		{"tied last stamp counts the highest step", metrics.Series{Points: pts(t0, t0+1e9, t0+2e9, t0+2e9)}, f(1.5), nil, nil, 0},
+		{"start before first step", metrics.Series{Start: t0 - 4e9, PricePerHour: 3.6, Points: pts(t0, t0+1e9, t0+2e9)}, f(1), f(4), f(0.006), 3.6},
+		{"start after first step: no time to first step", metrics.Series{Start: t0 + 5e8, PricePerHour: 3.6, Points: pts(t0, t0+1e9, t0+2e9)}, f(1), nil, f(0.002), 3.6},
+		{"no stamps", metrics.Series{PricePerHour: 3.6, Points: pts(0, 0)}, nil, nil, nil, 3.6},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.s.Label = "r"
+			got := runFigures(&tc.s)
+			approx := cmpopts.EquateApprox(0, 1e-12)
+			if d := cmp.Diff(tc.tp, got.StepsPerSecond, approx); d != "" {
+				t.Errorf("steps/s (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.ttf, got.TimeToFirstStep, approx); d != "" {
+				t.Errorf("time to first step (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.cost, got.CostUSD, approx); d != "" {
+				t.Errorf("cost (-want +got):\n%s", d)
+			}
+			if got.PricePerHour != tc.price {
+				t.Errorf("price %v, want %v", got.PricePerHour, tc.price)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -20,11 +21,13 @@ import (
 // fakeGitLab implements the merge request note endpoints gpupass uses,
 // with X-Next-Page pagination. A job token is refused like GitLab does.
 type fakeGitLab struct {
-	mu       sync.Mutex
-	next     int
-	notes    []note
-	faults   []int
-	requests []string
+	mu     sync.Mutex
+	next   int
+	notes  []note
+	faults []int
+	// faultMethod limits faults to requests of this method ("" = any).
+	faultMethod string
+	requests    []string
 }
 
 type note struct {
@@ -104,7 +107,7 @@ func (f *fakeGitLab) handler() http.Handler {
 			fmt.Fprint(w, `{"message":"401 Unauthorized"}`)
 			return
 		}
-		if len(f.faults) > 0 {
+		if len(f.faults) > 0 && (f.faultMethod == "" || f.faultMethod == r.Method) {
 			code := f.faults[0]
 			f.faults = f.faults[1:]
 			w.WriteHeader(code)
@@ -241,5 +244,34 @@ func TestFromEnv(t *testing.T) {
 	env["CI_MERGE_REQUEST_IID"] = "x"
 	if _, _, _, err := FromEnv(func(k string) string { return env[k] }); err == nil {
 		t.Error("bad IID accepted")
+	}
+}
+
+// TestPostTruncatesAndRetries updates a sticky note with a report too long
+// for one comment while GitLab answers the update with 502 and 429 first:
+// the retried PUT carries the whole (cut) body, below 65,536 characters,
+// with the note pointing at the full report.
+func TestPostTruncatesAndRetries(t *testing.T) {
+	t.Parallel()
+	old := forge.Meta{Tag: "compare", RunID: 7}
+	f, c := setup(t, "glpat-project", "system: approved", old.Marker()+"\nold")
+	f.faults, f.faultMethod = []int{502, 429}, "PUT"
+	meta := forge.Meta{Tag: "compare", RunID: 8}
+	body := forge.Compose(meta, strings.Repeat("| a | b |\n", 10000), forge.MaxChars-1, "artifact gpupass-compare")
+	res, err := forge.Post(context.Background(), c, meta, body, forge.Update)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Action != "updated" || res.ID != 2 {
+		t.Errorf("result %+v, want note 2 updated", res)
+	}
+	got := f.bodies()
+	if len(got) != 2 || got[1] != body || utf8.RuneCountInString(body) >= forge.MaxChars || !strings.Contains(body, "full report is in artifact gpupass-compare") {
+		t.Errorf("notes: %d, second is the composed body: %v (%d chars)", len(got), got[1] == body, utf8.RuneCountInString(got[1]))
+	}
+	const notes = "/api/v4/projects/42/merge_requests/3/notes"
+	want := []string{"GET " + notes, "PUT " + notes + "/2", "PUT " + notes + "/2", "PUT " + notes + "/2"}
+	if d := cmp.Diff(want, f.requests); d != "" {
+		t.Errorf("requests (-want +got):\n%s", d)
 	}
 }
