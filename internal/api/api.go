@@ -95,13 +95,16 @@ func isLoopback(host string) bool {
 // HTTPClient returns an HTTP/2 client: with TLS for https, and cleartext
 // HTTP/2 (h2c, prior knowledge) otherwise, which gRPC needs.
 func HTTPClient(useTLS bool, cfg *tls.Config) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Without this the client asks for 16 KiB frames, and a dry-run answer
+	// of a megabyte (10,000 nodes) arrives as ~70 frames, a read and a
+	// write syscall each; 1 MiB frames (the server's own default) cut that.
+	tr.HTTP2 = &http.HTTP2Config{MaxReadFrameSize: 1 << 20}
 	if useTLS {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = cfg
 		tr.ForceAttemptHTTP2 = true
 		return &http.Client{Transport: tr}
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: tr}
