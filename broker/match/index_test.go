@@ -2,6 +2,7 @@ package match
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,5 +49,34 @@ func TestIndexSharesReasons(t *testing.T) {
 		if want := fmt.Sprintf("n%04d", 2*i); ix.Node(v.Node).ID != want {
 			t.Fatalf("candidate %d is %s, want %s (equal scores order by id)", i, ix.Node(v.Node).ID, want)
 		}
+	}
+}
+
+// TestPermute: every verdict lands where dest says, whatever the cycles
+// of the permutation (identity, one long cycle, swaps, reversal).
+func TestPermute(t *testing.T) {
+	t.Parallel()
+	tests := map[string][]int32{
+		"empty":    {},
+		"identity": {0, 1, 2, 3},
+		"cycle":    {1, 2, 3, 4, 0},
+		"swaps":    {1, 0, 3, 2, 4},
+		"reverse":  {5, 4, 3, 2, 1, 0},
+		"mixed":    {2, 0, 1, 5, 3, 4, 6},
+	}
+	for name, dest := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			vs := make([]Verdict, len(dest))
+			want := make([]Verdict, len(dest))
+			for i, d := range dest {
+				vs[i] = Verdict{Node: int32(i), Reasons: []int32{int32(i)}}
+				want[d] = vs[i]
+			}
+			permute(vs, slices.Clone(dest))
+			if diff := cmp.Diff(want, vs); diff != "" {
+				t.Errorf("permute(%v) (-want +got):\n%s", dest, diff)
+			}
+		})
 	}
 }
