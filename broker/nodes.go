@@ -184,11 +184,6 @@ func columns(ix *match.Index, vs []match.Verdict) *gpupassv1.NodeColumns {
 	}
 	// The index's own name table: no per-node lookups.
 	c.Strings = ix.Names()
-	refs := 0
-	for i := range vs {
-		refs += len(vs[i].Reasons)
-	}
-	c.ReasonRefs = make([]uint32, 0, refs)
 	for i := range vs {
 		v := &vs[i]
 		node := ix.Node(v.Node)

@@ -92,8 +92,6 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 	hs := make([]gpupassv1.HealthScore, n)
 	reasons := make([][]*gpupassv1.Reason, n)
 	refs := c.GetReasonRefs()
-	// One backing array for every node's reasons, not one per node.
-	arena := make([]*gpupassv1.Reason, len(refs))
 	for i := 0; i < n; i++ {
 		p := &ns[i]
 		nodes[i] = p
@@ -105,7 +103,7 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 			if k > len(refs) {
 				return nil, nil, fmt.Errorf("node %s has %d reasons, %d references left", p.Id, k, len(refs))
 			}
-			reasons[i], arena = arena[:k:k], arena[k:]
+			reasons[i] = make([]*gpupassv1.Reason, k)
 			for j, ref := range refs[:k] {
 				if int(ref) >= len(table) {
 					return nil, nil, fmt.Errorf("node %s refers to reason %d of %d", p.Id, ref, len(table))
