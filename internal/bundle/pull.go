@@ -398,6 +398,7 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 		cp.send(b, nil)
 	}
 	v := <-vc
+	cp.release()
 	s, verr := v.s, v.err
 	if rerr != nil {
 		// ggcr checks the digest at EOF and says so in an untyped error.
