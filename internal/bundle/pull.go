@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -363,31 +362,44 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	// Two SHA-256 passes are needed, and split this way a wheel moves at
 	// the speed of one when the node has a core to spare. Read one byte
 	// past the declared size so a registry that sends more than the
-	// manifest says is caught, not truncated into a match. Writes are
-	// gathered into 1 MiB: the network hands over a few KiB per read, and
-	// a write syscall per read cost as much CPU as the second hash.
-	bw := bufio.NewWriterSize(out, 1<<20)
-	cw := &countWriter{w: bw}
-	pr, pw := io.Pipe()
+	// manifest says is caught, not truncated into a match. The bytes move
+	// in 1 MiB chunks (see chunkSize), each written once to disk and then
+	// handed over without another copy.
+	cp := newChunkPipe()
 	type verified struct {
 		s   *wheel.Streamed
 		err error
 	}
 	vc := make(chan verified, 1)
 	go func() {
-		// VerifyStream reads to EOF whatever it finds, so the copy below
-		// never blocks on the pipe.
-		s, err := wheel.VerifyStream(pr, fn)
+		// VerifyStream reads to the end of the stream whatever it finds,
+		// so the sends below never block for good.
+		s, err := wheel.VerifyStream(cp, fn)
 		vc <- verified{s, err}
 	}()
-	buf := make([]byte, 256<<10)
-	_, rerr := io.CopyBuffer(io.MultiWriter(cw, pw), progressReader{io.LimitReader(rc, d.Size+1), title, prog}, buf)
-	pw.CloseWithError(rerr)
-	v := <-vc
-	s, verr := v.s, v.err
-	if err := bw.Flush(); err != nil && rerr == nil {
-		rerr = err
+	src := progressReader{io.LimitReader(rc, d.Size+1), title, prog}
+	var n int64
+	var rerr error
+	for {
+		b, err := cp.fill(src)
+		if len(b) > 0 {
+			if _, werr := out.Write(b); werr != nil {
+				err = werr
+			}
+			n += int64(len(b))
+		}
+		if err != nil {
+			if err != io.EOF {
+				rerr = err
+			}
+			cp.send(b, err)
+			break
+		}
+		cp.send(b, nil)
 	}
+	v := <-vc
+	cp.release()
+	s, verr := v.s, v.err
 	if rerr != nil {
 		// ggcr checks the digest at EOF and says so in an untyped error.
 		if strings.Contains(rerr.Error(), "error verifying") {
@@ -395,7 +407,6 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 		}
 		return fail(fmt.Errorf("download: %w", rerr))
 	}
-	n := cw.n
 	if n != d.Size {
 		return fail(fmt.Errorf("%w: got %d bytes, manifest says %d", ErrVerification, n, d.Size))
 	}
