@@ -3,63 +3,15 @@
 package ci_test
 
 import (
-	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/testutil"
 )
-
-// commentServer records the pull request comments gpupass posts, as the
-// GitHub issues comments API does (list, create), and checks the token.
-type commentServer struct {
-	mu     sync.Mutex
-	token  string
-	bodies []string
-	denied int
-}
-
-func (s *commentServer) handler() http.Handler {
-	mux := http.NewServeMux()
-	const base = "/api/v3/repos/acme/train/issues/7/comments"
-	auth := func(w http.ResponseWriter, r *http.Request) bool {
-		if r.Header.Get("Authorization") != "Bearer "+s.token {
-			s.mu.Lock()
-			s.denied++
-			s.mu.Unlock()
-			http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
-			return false
-		}
-		return true
-	}
-	mux.HandleFunc("GET "+base, func(w http.ResponseWriter, r *http.Request) {
-		if auth(w, r) {
-			w.Write([]byte("[]"))
-		}
-	})
-	mux.HandleFunc("POST "+base, func(w http.ResponseWriter, r *http.Request) {
-		if !auth(w, r) {
-			return
-		}
-		var c struct {
-			Body string `json:"body"`
-		}
-		json.NewDecoder(r.Body).Decode(&c)
-		s.mu.Lock()
-		s.bodies = append(s.bodies, c.Body)
-		id := len(s.bodies)
-		s.mu.Unlock()
-		w.WriteHeader(http.StatusCreated)
-		json.NewEncoder(w).Encode(map[string]any{"id": id, "body": c.Body})
-	})
-	return mux
-}
 
 // TestActionThroughAct runs internal/ci/testdata/act's workflow through
 // act on the host (-P ubuntu-latest=-self-hosted): the root action with
@@ -77,7 +29,7 @@ func TestActionThroughAct(t *testing.T) {
 	}
 
 	const token, brokerToken = "ghs-e2e-secret-51b0", "brk-e2e-secret-a9e2"
-	srv := &commentServer{token: token}
+	srv := githubComments(token)
 	ts := httptest.NewServer(srv.handler())
 	defer ts.Close()
 

@@ -3,10 +3,13 @@
 package ci_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/testutil"
@@ -89,4 +92,64 @@ func gitRepo(t *testing.T, sub, remote string) string {
 		}
 	}
 	return dir
+}
+
+// forgeServer records the pull request comments or merge request notes
+// gpupass posts at base, as the forge's API does (list, create), and
+// counts requests that lack the token.
+type forgeServer struct {
+	base   string
+	authed func(*http.Request) bool
+	refuse string // the forge's 401 body
+
+	mu     sync.Mutex
+	bodies []string
+	denied int
+}
+
+// githubComments serves GitHub's issue comments API for acme/train#7.
+func githubComments(token string) *forgeServer {
+	return &forgeServer{base: "/api/v3/repos/acme/train/issues/7/comments", refuse: `{"message":"Bad credentials"}`,
+		authed: func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer "+token }}
+}
+
+// gitlabNotes serves GitLab's merge request notes API for project 42, MR 3.
+func gitlabNotes(token string) *forgeServer {
+	return &forgeServer{base: "/api/v4/projects/42/merge_requests/3/notes", refuse: `{"message":"401 Unauthorized"}`,
+		authed: func(r *http.Request) bool { return r.Header.Get("PRIVATE-TOKEN") == token }}
+}
+
+func (s *forgeServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	auth := func(w http.ResponseWriter, r *http.Request) bool {
+		if !s.authed(r) {
+			s.mu.Lock()
+			s.denied++
+			s.mu.Unlock()
+			http.Error(w, s.refuse, http.StatusUnauthorized)
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("GET "+s.base, func(w http.ResponseWriter, r *http.Request) {
+		if auth(w, r) {
+			w.Write([]byte("[]"))
+		}
+	})
+	mux.HandleFunc("POST "+s.base, func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		var c struct {
+			Body string `json:"body"`
+		}
+		json.NewDecoder(r.Body).Decode(&c)
+		s.mu.Lock()
+		s.bodies = append(s.bodies, c.Body)
+		id := len(s.bodies)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(map[string]any{"id": id, "body": c.Body})
+	})
+	return mux
 }

@@ -3,63 +3,15 @@
 package ci_test
 
 import (
-	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/testutil"
 )
-
-// notesServer records the merge request notes gpupass posts, as GitLab's
-// notes API does (list, create), and checks the project access token.
-type notesServer struct {
-	mu     sync.Mutex
-	token  string
-	bodies []string
-	denied int
-}
-
-func (s *notesServer) handler() http.Handler {
-	mux := http.NewServeMux()
-	const base = "/api/v4/projects/42/merge_requests/3/notes"
-	auth := func(w http.ResponseWriter, r *http.Request) bool {
-		if r.Header.Get("PRIVATE-TOKEN") != s.token {
-			s.mu.Lock()
-			s.denied++
-			s.mu.Unlock()
-			http.Error(w, `{"message":"401 Unauthorized"}`, http.StatusUnauthorized)
-			return false
-		}
-		return true
-	}
-	mux.HandleFunc("GET "+base, func(w http.ResponseWriter, r *http.Request) {
-		if auth(w, r) {
-			w.Write([]byte("[]"))
-		}
-	})
-	mux.HandleFunc("POST "+base, func(w http.ResponseWriter, r *http.Request) {
-		if !auth(w, r) {
-			return
-		}
-		var n struct {
-			Body string `json:"body"`
-		}
-		json.NewDecoder(r.Body).Decode(&n)
-		s.mu.Lock()
-		s.bodies = append(s.bodies, n.Body)
-		id := len(s.bodies)
-		s.mu.Unlock()
-		w.WriteHeader(http.StatusCreated)
-		json.NewEncoder(w).Encode(map[string]any{"id": id, "body": n.Body})
-	})
-	return mux
-}
 
 // TestGitLabComponents runs the component project's own pipeline
 // (components/gitlab/.gitlab-ci.yml: validate and compare-report included
@@ -72,7 +24,7 @@ func TestGitLabComponents(t *testing.T) {
 	lookPath(t, path, "rsync")
 
 	const token = "glpat-e2e-secret-7c1d"
-	srv := &notesServer{token: token}
+	srv := gitlabNotes(token)
 	ts := httptest.NewServer(srv.handler())
 	defer ts.Close()
 

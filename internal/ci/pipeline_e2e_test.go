@@ -203,7 +203,7 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 	sha := p.head(t)
 
 	const ghToken = "ghs-e2e-pipeline-secret-0d4c"
-	comments := &commentServer{token: ghToken}
+	comments := githubComments(ghToken)
 	ghAPI := httptest.NewServer(comments.handler())
 	defer ghAPI.Close()
 	release := releaseServer(t, p.gpupass, "gpupass/gpupass")
@@ -329,7 +329,7 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 	}
 
 	const glToken = "glpat-e2e-pipeline-secret-61aa"
-	notes := &notesServer{token: glToken}
+	notes := gitlabNotes(glToken)
 	glAPI := httptest.NewServer(notes.handler())
 	defer glAPI.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
