@@ -33,44 +33,28 @@ type runPlan struct {
 // reported on the run record, then the planned end.
 func compareAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, plan runPlan) {
 	t.Helper()
-	a := brokertest.Register(t, url, tok, n)
-	c, err := api.DialRuns(url, api.DialOptions{Token: tok, GRPC: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			resp, err := c.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: a.ID, WaitSeconds: 1}))
-			if err != nil || resp.Msg.Assignment == nil {
-				continue
-			}
-			as := resp.Msg.Assignment
-			update := func(st gpupassv1.AllocState, reason string, last uint64) {
-				_, _ = c.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: a.ID, AllocId: as.AllocId,
-					FencingToken: as.FencingToken, State: st, Reason: reason, Attempts: plan.restarts + 1, Restarts: plan.restarts, LastSeq: last}))
-			}
-			update(gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0)
-			update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0)
-			var recs []*gpupassv1.Record
-			for step := 1; step <= plan.steps; step++ {
-				time.Sleep(2 * time.Millisecond) // distinct timestamps
-				ts := time.Now().UTC().Format(time.RFC3339Nano)
-				recs = append(recs, &gpupassv1.Record{Seq: uint64(step), Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
-					Data: fmt.Appendf(nil, `{"step":%d,"ts":%q,"attempt":1,"values":{"loss":%g}}`, step, ts, plan.scale*2/float64(step))})
-			}
-			if _, err := c.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: a.ID, AllocId: as.AllocId,
-				FencingToken: as.FencingToken, Records: recs})); err != nil {
-				t.Errorf("uploading records of %s: %v", as.AllocId, err)
-			}
-			if plan.end != gpupassv1.AllocState_ALLOC_STATE_RUNNING {
-				update(plan.end, plan.reason, uint64(plan.steps))
-			}
+	protocolAgent(t, url, tok, n, func(ctx context.Context, c *api.RunClients, agentID string, as *gpupassv1.Assignment) {
+		update := func(st gpupassv1.AllocState, reason string, last uint64) {
+			_, _ = c.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: agentID, AllocId: as.AllocId,
+				FencingToken: as.FencingToken, State: st, Reason: reason, Attempts: plan.restarts + 1, Restarts: plan.restarts, LastSeq: last}))
 		}
-	}()
+		update(gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0)
+		update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0)
+		var recs []*gpupassv1.Record
+		for step := 1; step <= plan.steps; step++ {
+			time.Sleep(2 * time.Millisecond) // distinct timestamps
+			ts := time.Now().UTC().Format(time.RFC3339Nano)
+			recs = append(recs, &gpupassv1.Record{Seq: uint64(step), Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
+				Data: fmt.Appendf(nil, `{"step":%d,"ts":%q,"attempt":1,"values":{"loss":%g}}`, step, ts, plan.scale*2/float64(step))})
+		}
+		if _, err := c.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: agentID, AllocId: as.AllocId,
+			FencingToken: as.FencingToken, Records: recs})); err != nil {
+			t.Errorf("uploading records of %s: %v", as.AllocId, err)
+		}
+		if plan.end != gpupassv1.AllocState_ALLOC_STATE_RUNNING {
+			update(plan.end, plan.reason, uint64(plan.steps))
+		}
+	})
 }
 
 type compareRunJSON struct {

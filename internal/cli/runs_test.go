@@ -16,10 +16,9 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 )
 
-// fakeAgent works assignments over the real run protocol: it reports
-// starting and running, uploads events and loss points (twice, as after
-// a lost reply) and ends the run as outcome says for its region.
-func fakeAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, fail bool) {
+// protocolAgent registers n and, until the test ends, polls for work over
+// the real agent protocol and hands each assignment to work.
+func protocolAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, work func(ctx context.Context, c *api.RunClients, agentID string, as *gpupassv1.Assignment)) {
 	t.Helper()
 	a := brokertest.Register(t, url, tok, n)
 	c, err := api.DialRuns(url, api.DialOptions{Token: tok, GRPC: true})
@@ -33,37 +32,45 @@ func fakeAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, fail bool) 
 		defer close(done)
 		for ctx.Err() == nil {
 			resp, err := c.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: a.ID, WaitSeconds: 1}))
-			if err != nil || resp.Msg.Assignment == nil {
-				continue
-			}
-			as := resp.Msg.Assignment
-			update := func(st gpupassv1.AllocState, reason string, code int32, last uint64) {
-				_, _ = c.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: a.ID, AllocId: as.AllocId,
-					FencingToken: as.FencingToken, State: st, Reason: reason, ExitCode: code, Attempts: 1, LastSeq: last}))
-			}
-			update(gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0, 0)
-			update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0, 0)
-			var recs []*gpupassv1.Record
-			seq := uint64(0)
-			for step := 1; step <= 5; step++ {
-				seq++
-				recs = append(recs, &gpupassv1.Record{Seq: seq, Kind: gpupassv1.RecordKind_RECORD_KIND_EVENT,
-					Data: fmt.Appendf(nil, `{"ts":"2026-11-29T12:00:0%d.125Z","level":"INFO","component":"trainer","msg":"step %d in %s"}`, step, step, n.Region)})
-				seq++
-				recs = append(recs, &gpupassv1.Record{Seq: seq, Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
-					Data: fmt.Appendf(nil, `{"step":%d,"ts":"2026-11-29T12:00:0%dZ","attempt":1,"values":{"loss":%g}}`, step, step, 2.0/float64(step))})
-			}
-			for i := 0; i < 2; i++ {
-				_, _ = c.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: a.ID, AllocId: as.AllocId,
-					FencingToken: as.FencingToken, Records: recs}))
-			}
-			if fail {
-				update(gpupassv1.AllocState_ALLOC_STATE_FAILED, "command exited with code 3", 3, seq)
-			} else {
-				update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, "", 0, seq)
+			if err == nil && resp.Msg.Assignment != nil {
+				work(ctx, c, a.ID, resp.Msg.Assignment)
 			}
 		}
 	}()
+}
+
+// fakeAgent works assignments over the real run protocol: it reports
+// starting and running, uploads events and loss points (twice, as after
+// a lost reply) and ends the run as outcome says for its region.
+func fakeAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, fail bool) {
+	t.Helper()
+	protocolAgent(t, url, tok, n, func(ctx context.Context, c *api.RunClients, agentID string, as *gpupassv1.Assignment) {
+		update := func(st gpupassv1.AllocState, reason string, code int32, last uint64) {
+			_, _ = c.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: agentID, AllocId: as.AllocId,
+				FencingToken: as.FencingToken, State: st, Reason: reason, ExitCode: code, Attempts: 1, LastSeq: last}))
+		}
+		update(gpupassv1.AllocState_ALLOC_STATE_STARTING, "", 0, 0)
+		update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0, 0)
+		var recs []*gpupassv1.Record
+		seq := uint64(0)
+		for step := 1; step <= 5; step++ {
+			seq++
+			recs = append(recs, &gpupassv1.Record{Seq: seq, Kind: gpupassv1.RecordKind_RECORD_KIND_EVENT,
+				Data: fmt.Appendf(nil, `{"ts":"2026-11-29T12:00:0%d.125Z","level":"INFO","component":"trainer","msg":"step %d in %s"}`, step, step, n.Region)})
+			seq++
+			recs = append(recs, &gpupassv1.Record{Seq: seq, Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
+				Data: fmt.Appendf(nil, `{"step":%d,"ts":"2026-11-29T12:00:0%dZ","attempt":1,"values":{"loss":%g}}`, step, step, 2.0/float64(step))})
+		}
+		for i := 0; i < 2; i++ {
+			_, _ = c.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: agentID, AllocId: as.AllocId,
+				FencingToken: as.FencingToken, Records: recs}))
+		}
+		if fail {
+			update(gpupassv1.AllocState_ALLOC_STATE_FAILED, "command exited with code 3", 3, seq)
+		} else {
+			update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, "", 0, seq)
+		}
+	})
 }
 
 // runsBroker serves three nodes. The train calls pass --min-health-score 0:
