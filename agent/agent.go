@@ -26,6 +26,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
@@ -72,6 +73,9 @@ type signedReport struct {
 	Signature string
 	Uploaded  bool
 	generated time.Time
+	// python is the run's interpreter as a run report measured it (nil
+	// for node reports), handed on to runtime-init's package check.
+	python *executor.MeasuredPython
 }
 
 // reportMaxAge: a report older than this is measured again before upload,

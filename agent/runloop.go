@@ -108,7 +108,7 @@ type RunLoop struct {
 	// conformance report (packages checked in python) and hands it to
 	// the broker as the run's audit evidence (see runreport.go). It
 	// returns a detail for the log and the checks that fail.
-	RunReport func(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error)
+	RunReport func(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error)
 	Log       *slog.Logger
 	// CUDAHome returns the verified toolkit's root (exported as
 	// CUDA_HOME, its lib64 first on LD_LIBRARY_PATH); "" for none.
@@ -419,13 +419,15 @@ func (l *RunLoop) checks(a *Assignment, sp *spec.Spec) []executor.RuntimeCheck {
 	if (l.Recheck == nil && l.RunReport == nil) || sp == nil {
 		return nil
 	}
-	return []executor.RuntimeCheck{{Name: "conformance", Run: func(ctx context.Context, job executor.Job) (string, error) {
+	return []executor.RuntimeCheck{{Name: "conformance", Prepare: func(ctx context.Context, job *executor.Job, _ executor.Emit) (string, error) {
 		// Packages are enforced in the run's own Python right after this
-		// (runtime-init, importlib.metadata), one event per package.
-		detail, failed, err := l.recheck(ctx, a, sp, job.Python)
+		// (runtime-init, importlib.metadata), one event per package, from
+		// the measurement made here when there is one.
+		detail, failed, measured, err := l.recheck(ctx, a, sp, job.Python)
 		if err != nil {
 			return "", err
 		}
+		job.Measured = measured
 		if len(failed) > 0 {
 			var msgs []string
 			for _, c := range failed {

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
@@ -53,7 +54,10 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	a.lastFacs = &res.Facts
 	a.mu.Unlock()
 
-	var notes []string
+	var (
+		notes    []string
+		measured *executor.MeasuredPython
+	)
 	if pins := suite.PinnedPackages(sp); len(pins) > 0 {
 		t0 := time.Now()
 		sec, err := probe.Python{Exe: python, Packages: exp.PackageNames()}.Measure(ctx)
@@ -61,6 +65,7 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 			return nil, fmt.Errorf("checking the run's packages in %s: %w", python, err)
 		}
 		ps, _ := sec.(probe.PythonSection)
+		measured = &executor.MeasuredPython{Exe: python, Section: ps}
 		took := float64(time.Since(t0).Microseconds()) / 1000
 		res.Facts.Python.Packages = map[string]string{}
 		for n := range pins {
@@ -86,7 +91,7 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	}
 	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "fingerprint", rep.RuntimeFingerprint,
 		"spec_fingerprint", rep.SpecFingerprint, "simulated", rep.Simulated)
-	return &signedReport{Report: rep, Bytes: b, Signature: sig}, nil
+	return &signedReport{Report: rep, Bytes: b, Signature: sig, python: measured}, nil
 }
 
 // packageChecks compares each pinned package with what the run's Python
@@ -140,12 +145,13 @@ func orNone(s string) string {
 // and hand it to the broker through src. It returns the checks that fail
 // against the spec, packages left out (runtime-init reports those one by
 // one and fails the run right after).
-func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error) {
-	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error) {
+func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error) {
+	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error) {
 		sr, err := a.RunReport(ctx, as.AllocID, sp, python)
 		if err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
+		measured := sr.python
 		var failed []conformance.Check
 		for _, c := range sr.Report.Checks {
 			if c.Status == conformance.Fail && !strings.HasPrefix(c.Name, packageCheckPrefix) {
@@ -154,7 +160,7 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 		}
 		sink, ok := src.(RunReportSink)
 		if !ok {
-			return "node conforms to the spec (suite re-run; no broker to keep the signed run report)", failed, nil
+			return "node conforms to the spec (suite re-run; no broker to keep the signed run report)", failed, measured, nil
 		}
 		match := "matches"
 		if sr.Report.RuntimeFingerprint != sr.Report.SpecFingerprint {
@@ -164,11 +170,11 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 		if err := submitWithRetry(ctx, sink, as, sr, a.log); err != nil {
 			if errors.Is(err, errReportUnsupported) {
 				a.log.Warn("the broker does not keep run reports (older broker): this run cannot be audited", "alloc", as.AllocID)
-				return "node conforms to the spec (suite re-run; the broker keeps no run reports)", failed, nil
+				return "node conforms to the spec (suite re-run; the broker keeps no run reports)", failed, measured, nil
 			}
-			return "", failed, err
+			return "", failed, nil, err
 		}
-		return detail, failed, nil
+		return detail, failed, measured, nil
 	}
 }
 
@@ -223,12 +229,12 @@ func (b *brokerSource) SubmitRunReport(ctx context.Context, a *Assignment, repor
 // recheck is runtime-init's conformance step: the run report when the
 // agent makes one, else the suite again with the packages left to
 // runtime-init.
-func (l *RunLoop) recheck(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, error) {
+func (l *RunLoop) recheck(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error) {
 	if l.RunReport != nil {
 		return l.RunReport(ctx, a, sp, python)
 	}
 	cp := *sp
 	cp.Runtime.Packages = nil
 	failed, err := l.Recheck(ctx, &cp)
-	return "node conforms to the spec (suite re-run)", failed, err
+	return "node conforms to the spec (suite re-run)", failed, nil, err
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -34,6 +35,14 @@ const DefaultMaxRestarts = 3
 // Appender is where records go: the run's *spool.Spool.
 type Appender interface {
 	Append(recs ...spool.Record) (first, last uint64, err error)
+}
+
+// MeasuredPython is one measurement of an interpreter: which one (as
+// Job.Python named it) and what it reported, for at least the spec's
+// pinned packages.
+type MeasuredPython struct {
+	Exe     string
+	Section probe.PythonSection
 }
 
 // Job is one run to execute.
@@ -49,6 +58,10 @@ type Job struct {
 	// Python is the run's interpreter for the package check (default
 	// python3 on PATH).
 	Python string
+	// Measured is the run's Python as a runtime-init check already
+	// measured it. The package check reads it instead of starting the
+	// interpreter (and importing torch, ~2 s) a second time.
+	Measured *MeasuredPython
 	// CUDAHome is exported as CUDA_HOME; its lib64 leads LD_LIBRARY_PATH.
 	CUDAHome string
 	// LibraryPaths follow CUDA_HOME/lib64 at the front of LD_LIBRARY_PATH.

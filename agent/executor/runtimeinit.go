@@ -49,11 +49,16 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 	for i, w := range wants {
 		names[i] = w.norm
 	}
-	sec, err := probe.Python{Exe: job.Python, Packages: names}.Measure(ctx)
-	if err != nil {
-		return "cancelled while checking packages"
+	var ps probe.PythonSection
+	if m := job.Measured; m != nil && m.Exe == job.Python {
+		ps = m.Section
+	} else {
+		sec, err := probe.Python{Exe: job.Python, Packages: names}.Measure(ctx)
+		if err != nil {
+			return "cancelled while checking packages"
+		}
+		ps, _ = sec.(probe.PythonSection)
 	}
-	ps, _ := sec.(probe.PythonSection)
 	if !ps.Found {
 		msg := fmt.Sprintf("the run's Python is not usable: %s", ps.Reason)
 		rec.event(events.Error, events.RuntimeInit, msg, nil)

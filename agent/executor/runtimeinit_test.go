@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -189,6 +190,42 @@ func TestRuntimePrepare(t *testing.T) {
 			}
 			if d := cmp.Diff(tt.bundle, bundle); d != "" {
 				t.Errorf("runtime.bundle events (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestRuntimeInitReusesMeasurement: when a runtime-init check already
+// measured the run's Python (the run report does), the package check reads
+// that measurement instead of starting the interpreter and importing torch
+// again; one made for another interpreter is not reused. The interpreter
+// here does not exist, so only a reused measurement can pass.
+func TestRuntimeInitReusesMeasurement(t *testing.T) {
+	t.Parallel()
+	const py = "/nonexistent/python3"
+	measured := func(exe string) executor.RuntimeCheck {
+		return executor.RuntimeCheck{Name: "conformance", Prepare: func(_ context.Context, j *executor.Job, _ executor.Emit) (string, error) {
+			j.Measured = &executor.MeasuredPython{Exe: exe, Section: probe.PythonSection{Found: true, Version: "3.11.2",
+				Executable: exe, Packages: map[string]string{"flash-attn": "2.5.5"}}}
+			return "measured", nil
+		}}
+	}
+	tests := []struct {
+		name   string
+		exe    string
+		state  executor.State
+		reason string
+	}{
+		{"same interpreter", py, executor.Succeeded, "exited with status 0"},
+		{"another interpreter", "/other/python3", executor.Failed, "runtime-init: the run's Python is not usable: not found: /nonexistent/python3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			job := executor.Job{Command: []string{"true"}, Python: py, Spec: &spec.Spec{Runtime: spec.Runtime{Packages: []string{"Flash_Attn==2.5.5"}}}}
+			out := execute(t, context.Background(), job, &executor.Executor{Checks: []executor.RuntimeCheck{measured(tt.exe)}})
+			if out.res.State != tt.state || !strings.Contains(out.res.Reason, tt.reason) {
+				t.Errorf("result %s %q, want %s %q", out.res.State, out.res.Reason, tt.state, tt.reason)
 			}
 		})
 	}
