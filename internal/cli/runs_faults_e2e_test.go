@@ -310,7 +310,8 @@ func TestRealAgentFaults(t *testing.T) {
 
 	t.Run("kill -9 mid-run with --resume-elsewhere: restarts elsewhere from the newest checkpoint", func(t *testing.T) {
 		f.t = t
-		third := stack.StartAgent(t, "node-third", faultRegion, "--price-per-hour", "2.5")
+		// Dearer than node-other, so node-other takes the run and is killed.
+		third := stack.StartAgent(t, "node-third", faultRegion, "--price-per-hour", "2.6")
 		thirdID := f.nodeID("node-third")
 		r := f.submit("resume", []string{"--resume-elsewhere"}, "sh", "job.sh")
 		first, next := other, thirdID
@@ -352,10 +353,18 @@ func TestRealAgentFaults(t *testing.T) {
 		if r.HeldThrough != r.LastSeq {
 			t.Errorf("held through %d of %d", r.HeldThrough, r.LastSeq)
 		}
+		// node-third stops with this subtest; the placement tie between it
+		// and node-other decides which one was killed. Bring node-other back
+		// if it was, so the next subtest has a node either way.
+		if first == other {
+			other.Restart(t)
+		}
 	})
 
 	t.Run("faulty commands end clearly and the agent stays healthy", func(t *testing.T) {
 		f.t = t
+		// Every command below runs on node-other: it must be online.
+		f.nodeID("node-other")
 		dir := t.TempDir()
 		tests := []struct {
 			name      string
