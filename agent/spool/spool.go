@@ -177,7 +177,7 @@ func Open(dir string, opts Options) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening spool %s: %w", dir, err)
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flockWait(lock, lockWait); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("opening spool %s: another process holds it: %w", dir, err)
 	}
@@ -687,6 +687,25 @@ func (s *Spool) closeFiles() {
 	}
 	if s.lock != nil {
 		s.lock.Close()
+	}
+}
+
+// lockWait is how long Open waits for a spool lock that is held. A child
+// this process forks (the executor starts jobs) holds a copy of every open
+// descriptor until it execs, and with it the lock of a spool closed in that
+// moment: such a holder lets go within milliseconds, another agent never.
+const lockWait = 2 * time.Second
+
+// flockWait takes an exclusive flock on f, trying again until wait has
+// passed while someone else holds it.
+func flockWait(f *os.File, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
