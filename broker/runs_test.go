@@ -450,7 +450,7 @@ func TestNodeLoss(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			cfg := brokertest.Fast()
-			cfg.OfflineAfter = time.Second
+			cfg.OfflineAfter = 3 * time.Second // beats every 100 ms; see TestResumeElsewhere
 			b := brokertest.Start(t, brokertest.NewDB(t, kind), cfg)
 			agentTok := b.Token(t, store.RoleAgent, "*")
 			// first is the best candidate but stops beating after it took
@@ -591,7 +591,9 @@ func TestRunsSurviveBrokerRestart(t *testing.T) {
 func TestResumeElsewhere(t *testing.T) {
 	t.Parallel()
 	cfg := brokertest.Fast()
-	cfg.OfflineAfter = time.Second
+	// Beats come every 100 ms: 3 s of silence is a lost node, not a
+	// loaded test machine (1 s failed once under -race at load 8).
+	cfg.OfflineAfter = 3 * time.Second
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
 	agentTok := b.Token(t, store.RoleAgent, "*")
 	first := newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 20))
