@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
@@ -193,6 +194,40 @@ type Verdicts struct {
 	Candidates []Verdict
 	Excluded   []Verdict
 	Reasons    []Reason
+	buf        *matchBuf
+}
+
+// matchBuf holds the per-node buffers of one match. A match over 10,000
+// nodes needs about two megabytes of them; taking them from a pool, and
+// giving them back with Release once the answer is written, saves
+// allocating and collecting that on every call.
+type matchBuf struct {
+	all   []Verdict
+	arena []int32
+	keys  []sortKey
+	dest  []int32
+}
+
+var matchBufs = sync.Pool{New: func() any { return new(matchBuf) }}
+
+// Release gives the verdicts' buffers back for reuse by a later match.
+// The Verdicts (their Candidates, Excluded and each one's Reasons) must
+// not be used after; calling it is optional (without it the buffers are
+// garbage collected) and a second call does nothing.
+func (vs *Verdicts) Release() {
+	if vs.buf == nil {
+		return
+	}
+	matchBufs.Put(vs.buf)
+	*vs = Verdicts{}
+}
+
+// grow returns s with length n, reusing its array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // matcher holds the memos of one match: each distinct key is compared
@@ -249,26 +284,29 @@ func (m *matcher) adds(rs []Reason) []int32 {
 
 // Match matches and scores every indexed node for q.
 func (ix *Index) Match(q Query) Verdicts {
-	var out Verdicts
+	buf := matchBufs.Get().(*matchBuf)
+	out := Verdicts{buf: buf}
 	m := &matcher{ix: ix, q: &q, out: &out,
 		inScope: make([]int8, len(ix.names)), inFilter: make([]int8, len(ix.names)),
 		scopeWhy: make([]int32, len(ix.names)), filter: make([]int32, len(ix.names)),
 		runtimeWhy: make([][]int32, len(ix.runtimes)), runtimeDone: make([]bool, len(ix.runtimes)),
 		resourceWhy: make([][]int32, len(ix.res)), resourceDone: make([]bool, len(ix.res)),
 		byValue: map[valueKey]int32{}, byReason: map[Reason]int32{},
-		arena: make([]int32, 0, 2*len(ix.nodes)),
+		arena: grow(buf.arena, 2*len(ix.nodes))[:0],
 	}
 	var capMS float64
 	if q.Spec != nil {
 		capMS = q.Spec.Resources.Network.LatencyToleranceMS
 	}
 	scope, filter := strings.Join(q.Scope, ","), strings.Join(q.Regions, ",")
-	all := make([]Verdict, len(ix.nodes))
+	all := grow(buf.all, len(ix.nodes))
+	buf.all = all
 	var why [16]int32
 	nIn, nOut := 0, 0
 	for i := range ix.nodes {
 		n, e, v := &ix.nodes[i], &ix.ent[i], &all[i]
-		v.Node, v.LastSeen, v.RTTMS = int32(i), n.LastSeen, n.RTTMS
+		// Every field is set: the buffer may hold an earlier match's.
+		*v = Verdict{Node: int32(i), LastSeen: n.LastSeen, RTTMS: n.RTTMS}
 		if q.Beat != nil {
 			if hb, ok := q.Beat(n.ID); ok && hb.At.After(v.LastSeen) {
 				v.LastSeen = hb.At
@@ -345,8 +383,9 @@ func (ix *Index) Match(q Query) Verdicts {
 		}
 	}
 	// Sort small keys, then copy each verdict once into its place.
-	cand := make([]sortKey, 0, nIn)
-	excl := make([]sortKey, 0, nOut)
+	keys := grow(buf.keys, len(all))
+	buf.keys = keys
+	cand, excl := keys[:0:nIn], keys[nIn:nIn]
 	for i := range all {
 		v := &all[i]
 		e := &ix.ent[v.Node]
@@ -365,7 +404,8 @@ func (ix *Index) Match(q Query) Verdicts {
 	// Put each verdict in its place within all (candidates, then excluded)
 	// instead of copying them into new slices: ten thousand verdicts are
 	// close to two megabytes a call to allocate, clear and collect.
-	dest := make([]int32, len(all))
+	dest := grow(buf.dest, len(all))
+	buf.dest = dest
 	for j, k := range cand {
 		dest[k.i] = int32(j)
 	}
@@ -394,6 +434,7 @@ func permute(vs []Verdict, dest []int32) {
 func (m *matcher) keep(rs []int32) []int32 {
 	start := len(m.arena)
 	m.arena = append(m.arena, rs...)
+	m.out.buf.arena = m.arena
 	return m.arena[start:len(m.arena):len(m.arena)]
 }
 
