@@ -233,7 +233,7 @@ func columns(ctx context.Context, ix *match.Index, vs []match.Verdict) *gpupassv
 		v := &vs[i]
 		node := ix.Node(v.Node)
 		provider, region, accel := ix.NameIDs(v.Node)
-		c.Id[i], c.Region[i] = node.ID, region
+		c.Id[i], c.Region[i] = ix.ID(v.Node), region
 		c.ReasonCount[i] = uint32(len(v.Reasons))
 		for _, id := range v.Reasons {
 			refs = append(refs, uint32(id))
