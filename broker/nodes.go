@@ -143,7 +143,12 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		for i, why := range vs.Reasons {
 			resp.Reasons[i] = reasonProto(why)
 		}
-		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, vs.Candidates), columns(ctx, ix, vs.Excluded)
+		derive := m.DeriveScoreTerms
+		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, vs.Candidates, derive), columns(ctx, ix, vs.Excluded, derive)
+		if derive {
+			capMS := sp.Resources.Network.LatencyToleranceMS
+			resp.CandidateColumns.DerivedLatencyCapMs, resp.ExcludedColumns.DerivedLatencyCapMs = capMS, capMS
+		}
 		vs.Release()
 		return connect.NewResponse(resp), nil
 	}
@@ -209,9 +214,11 @@ func sized[T any](s []T, n int) []T {
 }
 
 // columns lays verdicts out by column (DRY_RUN_VIEW_COLUMNS), each node
-// in the short form of leanProto. Its buffers go back to the pool after
-// the answer is written when ctx carries afterWrite's list.
-func columns(ctx context.Context, ix *match.Index, vs []match.Verdict) *gpupassv1.NodeColumns {
+// in the short form of leanProto, without the score terms that the client
+// recomputes when derive is set (NodeColumns.score_terms_derived). Its
+// buffers go back to the pool after the answer is written when ctx
+// carries afterWrite's list.
+func columns(ctx context.Context, ix *match.Index, vs []match.Verdict, derive bool) *gpupassv1.NodeColumns {
 	n := len(vs)
 	buf := colBufs.Get().(*colBuf)
 	buf.str, buf.u32, buf.i32 = sized(buf.str, n), sized(buf.u32, 4*n), sized(buf.i32, n)
@@ -249,9 +256,18 @@ func columns(ctx context.Context, ix *match.Index, vs []match.Verdict) *gpupassv
 			c.LastSeenUnixNano[i] = v.LastSeen.UnixNano()
 		}
 		s := &v.Score
+		c.Launches_24H[i], c.LaunchFailures_24H[i], c.ClassMeanPrice[i] = s.Launches24h, s.LaunchFailures24h, s.ClassMeanPrice
+		if derive {
+			continue
+		}
 		c.Score[i], c.LatencyMs[i], c.LatencyUsedMs[i], c.LatencyCapMs[i], c.LatencyPenalty[i] = s.Score, s.LatencyMS, s.LatencyUsedMS, s.LatencyCapMS, s.LatencyPenalty
-		c.FailureRatePct[i], c.Launches_24H[i], c.LaunchFailures_24H[i], c.FailurePenalty[i] = s.FailureRatePct, s.Launches24h, s.LaunchFailures24h, s.FailurePenalty
-		c.ClassMeanPrice[i], c.PricePremiumPct[i], c.PricePenalty[i] = s.ClassMeanPrice, s.PricePremiumPct, s.PricePenalty
+		c.FailureRatePct[i], c.FailurePenalty[i] = s.FailureRatePct, s.FailurePenalty
+		c.PricePremiumPct[i], c.PricePenalty[i] = s.PricePremiumPct, s.PricePenalty
+	}
+	if derive {
+		c.ScoreTermsDerived = true
+		c.Score, c.LatencyMs, c.LatencyUsedMs, c.LatencyCapMs, c.LatencyPenalty = nil, nil, nil, nil, nil
+		c.FailureRatePct, c.FailurePenalty, c.PricePremiumPct, c.PricePenalty = nil, nil, nil, nil
 	}
 	c.ReasonRefs, buf.refs = refs, refs
 	if !afterWrite(ctx, func() { colBufs.Put(buf) }) {

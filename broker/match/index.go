@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -41,11 +42,9 @@ type entry struct {
 	runtime  int32 // into runtimes
 	resource int32 // into res
 	price    float64
-	// Spec-independent score terms.
-	launches, failures         int64
-	failurePct, failurePenalty float64
-	classMean                  float64
-	premiumPct, pricePenalty   float64
+	// Inputs of the health score besides latency.
+	launches, failures int64
+	classMean          float64
 }
 
 // runtimeKey is what a spec's runtime and security sections are compared
@@ -110,21 +109,11 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 			ix.res = append(ix.res, sk)
 		}
 		e.price = Price(n)
-		// Spec-independent terms of the health score (package doc), computed
-		// once per snapshot.
 		ls := launches[n.ID]
 		e.launches, e.failures = ls.Launches, ls.Failures
-		if ls.Launches > 0 {
-			e.failurePct = 100 * float64(ls.Failures) / float64(ls.Launches)
-		}
-		e.failurePenalty = 5 * e.failurePct
 		if n.HasReport {
 			e.classMean = means[n.Index.Accelerator]
 		}
-		if e.classMean > 0 && e.price > 0 {
-			e.premiumPct = (e.price - e.classMean) / e.classMean * 100
-		}
-		e.pricePenalty = 2 * e.premiumPct
 	}
 	order := make([]int32, len(nodes))
 	for i := range order {
@@ -476,21 +465,10 @@ func (m *matcher) resource(k int32) []int32 {
 	return m.resourceWhy[k]
 }
 
-// score is the health score of a node with latency rtt (as score does).
+// score is the health score of a node with latency rtt (package doc),
+// computed by internal/health as a client recomputes it.
 func (e *entry) score(rtt, capMS float64) Score {
-	s := Score{LatencyCapMS: capMS, Launches24h: e.launches, LaunchFailures24h: e.failures,
-		FailureRatePct: e.failurePct, FailurePenalty: e.failurePenalty,
-		ClassMeanPrice: e.classMean, PricePremiumPct: e.premiumPct, PricePenalty: e.pricePenalty}
-	if rtt > 0 {
-		s.LatencyMS = rtt
-	}
-	s.LatencyUsedMS = s.LatencyMS
-	if capMS > 0 && s.LatencyUsedMS > capMS {
-		s.LatencyUsedMS = capMS
-	}
-	s.LatencyPenalty = 0.1 * s.LatencyUsedMS
-	s.Score = math.Min(100, 100-s.LatencyPenalty-s.FailurePenalty-s.PricePenalty)
-	return s
+	return Score(health.Compute(rtt, capMS, e.launches, e.failures, e.price, e.classMean))
 }
 
 // sortKey orders verdicts by a, then b; a and b encode the order of each

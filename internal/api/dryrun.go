@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/health"
 )
 
 // ExpandDryRun turns a DRY_RUN_VIEW_COLUMNS answer into the inline layout:
@@ -114,10 +115,19 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 		p.GpuCount, p.PricePerHour, p.Online, p.LastSeenUnixNano = at(c.GpuCount, i), at(c.PricePerHour, i), at(c.Online, i), at(c.LastSeenUnixNano, i)
 		p.RttMs, p.Simulated, p.ConformancePassed = at(c.RttMs, i), at(c.Simulated, i), at(c.ConformancePassed, i)
 		h := &hs[i]
+		p.Health = h
+		if c.ScoreTermsDerived {
+			// The broker left the terms out: they follow from these
+			// columns by the broker's own formula (broker.proto).
+			t := health.Compute(p.RttMs, c.DerivedLatencyCapMs, at(c.Launches_24H, i), at(c.LaunchFailures_24H, i), p.PricePerHour, at(c.ClassMeanPrice, i))
+			h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs, h.LatencyPenalty = t.Score, t.LatencyMS, t.LatencyUsedMS, t.LatencyCapMS, t.LatencyPenalty
+			h.FailureRatePct, h.Launches_24H, h.LaunchFailures_24H, h.FailurePenalty = t.FailureRatePct, t.Launches24h, t.LaunchFailures24h, t.FailurePenalty
+			h.ClassMeanPrice, h.PricePremiumPct, h.PricePenalty = t.ClassMeanPrice, t.PricePremiumPct, t.PricePenalty
+			continue
+		}
 		h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs, h.LatencyPenalty = at(c.Score, i), at(c.LatencyMs, i), at(c.LatencyUsedMs, i), at(c.LatencyCapMs, i), at(c.LatencyPenalty, i)
 		h.FailureRatePct, h.Launches_24H, h.LaunchFailures_24H, h.FailurePenalty = at(c.FailureRatePct, i), at(c.Launches_24H, i), at(c.LaunchFailures_24H, i), at(c.FailurePenalty, i)
 		h.ClassMeanPrice, h.PricePremiumPct, h.PricePenalty = at(c.ClassMeanPrice, i), at(c.PricePremiumPct, i), at(c.PricePenalty, i)
-		p.Health = h
 	}
 	if len(refs) > 0 {
 		return nil, nil, fmt.Errorf("%d reason references left over", len(refs))
