@@ -84,8 +84,9 @@ func percentile(d []time.Duration, p float64) float64 {
 // BenchmarkDryRun measures dry-run latency over the API (Connect protocol
 // on loopback) with 1,000 and 10,000 registered nodes, client decoding
 // included. Cases:
-//   - columns: the CLI's request (DRY_RUN_VIEW_COLUMNS, expanded by the
-//     client with api.ExpandDryRun), the default broker configuration;
+//   - columns: the CLI's request (DRY_RUN_VIEW_COLUMNS with the score
+//     terms left to the client, expanded with api.ExpandDryRun), the
+//     default broker configuration;
 //   - inline: every reason written out per node (curl's default view);
 //   - summary: per-reason counts instead of the excluded list;
 //   - uncached: columns, with the registry re-read from the store on
@@ -110,7 +111,9 @@ func BenchmarkDryRun(b *testing.B) {
 						}
 						srv := brokertest.Start(b, db, cfg)
 						c := srv.Clients(b, srv.Token(b, store.RoleRead, "*"))
-						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}, View: view}
+						// The CLI's request lets the client derive the score terms.
+						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}, View: view,
+							DeriveScoreTerms: view == gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS}
 						ctx := context.Background()
 						wire := 0
 						call := func() (*gpupassv1.DryRunResponse, error) {

@@ -189,7 +189,8 @@ func (b *Broker) Handler() http.Handler {
 	p, h := gpupassv1connect.NewAgentServiceHandler(&agentService{b}, auth, connect.WithReadMaxBytes(api.MaxAgentMessageBytes))
 	mux.Handle(p, h)
 	p, h = gpupassv1connect.NewNodeServiceHandler(&nodeService{b}, auth, connect.WithReadMaxBytes(api.MaxClientMessageBytes))
-	mux.Handle(p, h)
+	mux.Handle(p, withAfterWrite(h)) // NodeService is unary only
+
 	b.handleRuns(mux)
 	// Reflection lets grpcurl and other gRPC tools call the broker without
 	// the .proto files. It is served without a token: it reveals only the

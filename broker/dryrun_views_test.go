@@ -26,10 +26,10 @@ func TestDryRunViews(t *testing.T) {
 	c := b.Clients(t, b.Token(t, store.RoleRead, "us-*", "eu-*"))
 	ctx := context.Background()
 	min := 90.0
-	ask := func(view gpupassv1.DryRunView) *gpupassv1.DryRunResponse {
+	ask := func(view gpupassv1.DryRunView, derive ...bool) *gpupassv1.DryRunResponse {
 		t.Helper()
 		resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)},
-			Regions: []string{"us-*"}, MaxPrice: 24.5, MinHealthScore: &min, View: view}))
+			Regions: []string{"us-*"}, MaxPrice: 24.5, MinHealthScore: &min, View: view, DeriveScoreTerms: len(derive) > 0}))
 		if err != nil {
 			t.Fatalf("dry-run, view %v: %v", view, err)
 		}
@@ -38,6 +38,7 @@ func TestDryRunViews(t *testing.T) {
 	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED)
 	cols := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS)
 	summary := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY)
+	derived := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, true)
 
 	if len(inline.Excluded) != 5 || inline.ExcludedTotal != 5 || len(inline.Candidates) != 1 {
 		t.Fatalf("inline: %d candidates, %d excluded (total %d); want 1 and 5", len(inline.Candidates), len(inline.Excluded), inline.ExcludedTotal)
@@ -61,6 +62,20 @@ func TestDryRunViews(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, cols, protocmp.Transform()); diff != "" {
 		t.Errorf("expanded columns view differs from the inline view (-inline +columns):\n%s", diff)
+	}
+	// Derived score terms: left out of the answer, recomputed by the
+	// client bit for bit (cmp compares floats exactly).
+	for _, dc := range []*gpupassv1.NodeColumns{derived.CandidateColumns, derived.ExcludedColumns} {
+		if !dc.GetScoreTermsDerived() || dc.Score != nil || dc.LatencyMs != nil || dc.PricePenalty != nil || dc.DerivedLatencyCapMs == 0 {
+			t.Fatalf("derived columns: score_terms_derived %v, score %v, latency_ms %v, price_penalty %v, cap %v; want only the inputs",
+				dc.GetScoreTermsDerived(), dc.Score, dc.LatencyMs, dc.PricePenalty, dc.DerivedLatencyCapMs)
+		}
+	}
+	if err := api.ExpandDryRun(derived); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, derived, protocmp.Transform()); diff != "" {
+		t.Errorf("expanded columns view with derived terms differs from the inline view (-inline +derived):\n%s", diff)
 	}
 
 	// Summary: candidates in full, excluded only counted.

@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -66,6 +67,7 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 			resp.Nodes = append(resp.Nodes, toProto(snap.index.Node(v.Node), &v))
 		}
 	}
+	vs.Release()
 	return connect.NewResponse(resp), nil
 }
 
@@ -141,7 +143,13 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		for i, why := range vs.Reasons {
 			resp.Reasons[i] = reasonProto(why)
 		}
-		resp.CandidateColumns, resp.ExcludedColumns = columns(ix, vs.Candidates), columns(ix, vs.Excluded)
+		derive := m.DeriveScoreTerms
+		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, vs.Candidates, derive), columns(ctx, ix, vs.Excluded, derive)
+		if derive {
+			capMS := sp.Resources.Network.LatencyToleranceMS
+			resp.CandidateColumns.DerivedLatencyCapMs, resp.ExcludedColumns.DerivedLatencyCapMs = capMS, capMS
+		}
+		vs.Release()
 		return connect.NewResponse(resp), nil
 	}
 	resp.Candidates = make([]*gpupassv1.Candidate, len(vs.Candidates))
@@ -166,32 +174,76 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 			resp.Excluded[i] = x
 		}
 	}
+	vs.Release()
 	return connect.NewResponse(resp), nil
 }
 
-// columns lays verdicts out by column (DRY_RUN_VIEW_COLUMNS), each node
-// in the short form of leanProto.
-func columns(ix *match.Index, vs []match.Verdict) *gpupassv1.NodeColumns {
-	n := len(vs)
-	c := &gpupassv1.NodeColumns{
-		Id: make([]string, n), Provider: make([]uint32, n), Region: make([]uint32, n), Accelerator: make([]uint32, n),
-		GpuCount: make([]int32, n), PricePerHour: make([]float64, n), Online: make([]bool, n), LastSeenUnixNano: make([]int64, n),
-		RttMs: make([]float64, n), Simulated: make([]bool, n), ConformancePassed: make([]bool, n), OutOfScope: make([]bool, n),
-		Score: make([]float64, n), LatencyMs: make([]float64, n), LatencyUsedMs: make([]float64, n), LatencyCapMs: make([]float64, n),
-		LatencyPenalty: make([]float64, n), FailureRatePct: make([]float64, n), Launches_24H: make([]int64, n),
-		LaunchFailures_24H: make([]int64, n), FailurePenalty: make([]float64, n), ClassMeanPrice: make([]float64, n),
-		PricePremiumPct: make([]float64, n), PricePenalty: make([]float64, n), ReasonCount: make([]uint32, n),
+// colBuf is the backing store of one NodeColumns: an array per element
+// type, cut into columns. At 10,000 nodes the columns are about two
+// megabytes; they are taken from a pool and given back once the answer is
+// written (afterWrite), instead of allocated and collected every call.
+type colBuf struct {
+	str  []string
+	u32  []uint32
+	refs []uint32
+	i32  []int32
+	i64  []int64
+	f64  []float64
+	bool []bool
+}
+
+var colBufs = sync.Pool{New: func() any { return new(colBuf) }}
+
+// cut returns the first n entries of *arr as a column and keeps the rest
+// in *arr.
+func cut[T any](arr *[]T, n int) []T {
+	c := (*arr)[:n:n]
+	*arr = (*arr)[n:]
+	return c
+}
+
+// sized returns s with length n, cleared, reusing its array when large
+// enough.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
 	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// columns lays verdicts out by column (DRY_RUN_VIEW_COLUMNS), each node
+// in the short form of leanProto, without the score terms that the client
+// recomputes when derive is set (NodeColumns.score_terms_derived). Its
+// buffers go back to the pool after the answer is written when ctx
+// carries afterWrite's list.
+func columns(ctx context.Context, ix *match.Index, vs []match.Verdict, derive bool) *gpupassv1.NodeColumns {
+	n := len(vs)
+	buf := colBufs.Get().(*colBuf)
+	buf.str, buf.u32, buf.i32 = sized(buf.str, n), sized(buf.u32, 4*n), sized(buf.i32, n)
+	buf.i64, buf.f64, buf.bool = sized(buf.i64, 3*n), sized(buf.f64, 12*n), sized(buf.bool, 4*n)
+	str, u32, i32, i64, f64, bools := buf.str, buf.u32, buf.i32, buf.i64, buf.f64, buf.bool
+	c := &gpupassv1.NodeColumns{
+		Id: cut(&str, n), Provider: cut(&u32, n), Region: cut(&u32, n), Accelerator: cut(&u32, n),
+		GpuCount: cut(&i32, n), PricePerHour: cut(&f64, n), Online: cut(&bools, n), LastSeenUnixNano: cut(&i64, n),
+		RttMs: cut(&f64, n), Simulated: cut(&bools, n), ConformancePassed: cut(&bools, n), OutOfScope: cut(&bools, n),
+		Score: cut(&f64, n), LatencyMs: cut(&f64, n), LatencyUsedMs: cut(&f64, n), LatencyCapMs: cut(&f64, n),
+		LatencyPenalty: cut(&f64, n), FailureRatePct: cut(&f64, n), Launches_24H: cut(&i64, n),
+		LaunchFailures_24H: cut(&i64, n), FailurePenalty: cut(&f64, n), ClassMeanPrice: cut(&f64, n),
+		PricePremiumPct: cut(&f64, n), PricePenalty: cut(&f64, n), ReasonCount: cut(&u32, n),
+	}
+	refs := buf.refs[:0]
 	// The index's own name table: no per-node lookups.
 	c.Strings = ix.Names()
 	for i := range vs {
 		v := &vs[i]
 		node := ix.Node(v.Node)
 		provider, region, accel := ix.NameIDs(v.Node)
-		c.Id[i], c.Region[i] = node.ID, region
+		c.Id[i], c.Region[i] = ix.ID(v.Node), region
 		c.ReasonCount[i] = uint32(len(v.Reasons))
 		for _, id := range v.Reasons {
-			c.ReasonRefs = append(c.ReasonRefs, uint32(id))
+			refs = append(refs, uint32(id))
 		}
 		if v.OutOfScope {
 			c.OutOfScope[i] = true // say where, not what
@@ -204,9 +256,25 @@ func columns(ix *match.Index, vs []match.Verdict) *gpupassv1.NodeColumns {
 			c.LastSeenUnixNano[i] = v.LastSeen.UnixNano()
 		}
 		s := &v.Score
+		c.Launches_24H[i], c.LaunchFailures_24H[i], c.ClassMeanPrice[i] = s.Launches24h, s.LaunchFailures24h, s.ClassMeanPrice
+		if derive {
+			continue
+		}
 		c.Score[i], c.LatencyMs[i], c.LatencyUsedMs[i], c.LatencyCapMs[i], c.LatencyPenalty[i] = s.Score, s.LatencyMS, s.LatencyUsedMS, s.LatencyCapMS, s.LatencyPenalty
-		c.FailureRatePct[i], c.Launches_24H[i], c.LaunchFailures_24H[i], c.FailurePenalty[i] = s.FailureRatePct, s.Launches24h, s.LaunchFailures24h, s.FailurePenalty
-		c.ClassMeanPrice[i], c.PricePremiumPct[i], c.PricePenalty[i] = s.ClassMeanPrice, s.PricePremiumPct, s.PricePenalty
+		c.FailureRatePct[i], c.FailurePenalty[i] = s.FailureRatePct, s.FailurePenalty
+		c.PricePremiumPct[i], c.PricePenalty[i] = s.PricePremiumPct, s.PricePenalty
+	}
+	if derive {
+		c.ScoreTermsDerived = true
+		c.Score, c.LatencyMs, c.LatencyUsedMs, c.LatencyCapMs, c.LatencyPenalty = nil, nil, nil, nil, nil
+		c.FailureRatePct, c.FailurePenalty, c.PricePremiumPct, c.PricePenalty = nil, nil, nil, nil
+	}
+	c.ReasonRefs, buf.refs = refs, refs
+	if !afterWrite(ctx, func() { colBufs.Put(buf) }) {
+		// Not given back: the answer keeps the arrays; drop them from
+		// the buffer (the empty buffer is still worth pooling).
+		*buf = colBuf{}
+		colBufs.Put(buf)
 	}
 	// All-zero columns travel empty: 8 bytes a node each, for nothing.
 	c.Provider, c.Accelerator, c.ReasonCount = zeroEmpty(c.Provider), zeroEmpty(c.Accelerator), zeroEmpty(c.ReasonCount)

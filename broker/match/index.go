@@ -1,14 +1,15 @@
 package match
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -22,6 +23,12 @@ import (
 type Index struct {
 	nodes []store.Node
 	ent   []entry
+	// byID are the node indexes in node id order.
+	byID []int32
+	// ids are the node ids, copied into one string: an answer writes out
+	// every id, and reading 10,000 strings spread over the heap cost a
+	// cache miss each.
+	ids []string
 	// names are the distinct regions, providers and accelerator classes.
 	names    []string
 	runtimes []runtimeKey
@@ -29,18 +36,15 @@ type Index struct {
 }
 
 type entry struct {
-	rank     int32 // position by node id: ties sort by id without comparing strings
 	region   int32 // into names
 	provider int32 // into names
 	accel    int32 // into names
 	runtime  int32 // into runtimes
 	resource int32 // into res
 	price    float64
-	// Spec-independent score terms.
-	launches, failures         int64
-	failurePct, failurePenalty float64
-	classMean                  float64
-	premiumPct, pricePenalty   float64
+	// Inputs of the health score besides latency.
+	launches, failures int64
+	classMean          float64
 }
 
 // runtimeKey is what a spec's runtime and security sections are compared
@@ -105,29 +109,32 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 			ix.res = append(ix.res, sk)
 		}
 		e.price = Price(n)
-		// Spec-independent terms of the health score (package doc), computed
-		// once per snapshot.
 		ls := launches[n.ID]
 		e.launches, e.failures = ls.Launches, ls.Failures
-		if ls.Launches > 0 {
-			e.failurePct = 100 * float64(ls.Failures) / float64(ls.Launches)
-		}
-		e.failurePenalty = 5 * e.failurePct
 		if n.HasReport {
 			e.classMean = means[n.Index.Accelerator]
 		}
-		if e.classMean > 0 && e.price > 0 {
-			e.premiumPct = (e.price - e.classMean) / e.classMean * 100
-		}
-		e.pricePenalty = 2 * e.premiumPct
 	}
 	order := make([]int32, len(nodes))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(nodes[a].ID, nodes[b].ID) })
-	for r, i := range order {
-		ix.ent[i].rank = int32(r)
+	ix.byID = order
+	size := 0
+	for i := range nodes {
+		size += len(nodes[i].ID)
+	}
+	var all strings.Builder
+	all.Grow(size)
+	for i := range nodes {
+		all.WriteString(nodes[i].ID)
+	}
+	ix.ids = make([]string, len(nodes))
+	joined, off := all.String(), 0
+	for i := range nodes {
+		ix.ids[i] = joined[off : off+len(nodes[i].ID)]
+		off += len(nodes[i].ID)
 	}
 	return ix
 }
@@ -154,6 +161,9 @@ func (ix *Index) NameIDs(i int32) (provider, region, accelerator uint32) {
 
 // Price returns node i's price per hour (see Price).
 func (ix *Index) Price(i int32) float64 { return ix.ent[i].price }
+
+// ID returns node i's id (as Node(i).ID, kept close to the others).
+func (ix *Index) ID(i int32) string { return ix.ids[i] }
 
 // Len is the number of indexed nodes.
 func (ix *Index) Len() int { return len(ix.nodes) }
@@ -193,6 +203,39 @@ type Verdicts struct {
 	Candidates []Verdict
 	Excluded   []Verdict
 	Reasons    []Reason
+	buf        *matchBuf
+}
+
+// matchBuf holds the per-node buffers of one match. A match over 10,000
+// nodes needs about two megabytes of them; taking them from a pool, and
+// giving them back with Release once the answer is written, saves
+// allocating and collecting that on every call.
+type matchBuf struct {
+	all, sorted []Verdict
+	arena       []int32
+	keys, tmp   []sortKey
+}
+
+var matchBufs = sync.Pool{New: func() any { return new(matchBuf) }}
+
+// Release gives the verdicts' buffers back for reuse by a later match.
+// The Verdicts (their Candidates, Excluded and each one's Reasons) must
+// not be used after; calling it is optional (without it the buffers are
+// garbage collected) and a second call does nothing.
+func (vs *Verdicts) Release() {
+	if vs.buf == nil {
+		return
+	}
+	matchBufs.Put(vs.buf)
+	*vs = Verdicts{}
+}
+
+// grow returns s with length n, reusing its array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // matcher holds the memos of one match: each distinct key is compared
@@ -228,13 +271,19 @@ func (m *matcher) add(r Reason) int32 {
 	return id
 }
 
-// byVal memoises a reason that depends on one number (a score, a price).
+// byVal memoises a reason that depends on one number (a score, a price)
+// as num writes it: rounded to two decimals. Scores differ in every node
+// whose latency does; the reasons of those below the threshold are built
+// once per rounded value, not once per node.
 func (m *matcher) byVal(code string, v float64, mk func() Reason) int32 {
-	k := valueKey{code, v}
+	k := valueKey{code, math.Round(v*100) / 100}
 	if id, ok := m.byValue[k]; ok {
 		return id
 	}
-	id := m.add(mk())
+	// Only byVal makes reasons of these codes, one per key: no need to
+	// look the reason up in byReason (a map keyed by five strings).
+	id := int32(len(m.out.Reasons))
+	m.out.Reasons = append(m.out.Reasons, mk())
 	m.byValue[k] = id
 	return id
 }
@@ -249,28 +298,32 @@ func (m *matcher) adds(rs []Reason) []int32 {
 
 // Match matches and scores every indexed node for q.
 func (ix *Index) Match(q Query) Verdicts {
-	var out Verdicts
+	buf := matchBufs.Get().(*matchBuf)
+	out := Verdicts{buf: buf}
 	m := &matcher{ix: ix, q: &q, out: &out,
 		inScope: make([]int8, len(ix.names)), inFilter: make([]int8, len(ix.names)),
 		scopeWhy: make([]int32, len(ix.names)), filter: make([]int32, len(ix.names)),
 		runtimeWhy: make([][]int32, len(ix.runtimes)), runtimeDone: make([]bool, len(ix.runtimes)),
 		resourceWhy: make([][]int32, len(ix.res)), resourceDone: make([]bool, len(ix.res)),
 		byValue: map[valueKey]int32{}, byReason: map[Reason]int32{},
-		arena: make([]int32, 0, 2*len(ix.nodes)),
+		arena: grow(buf.arena, 2*len(ix.nodes))[:0],
 	}
 	var capMS float64
 	if q.Spec != nil {
 		capMS = q.Spec.Resources.Network.LatencyToleranceMS
 	}
 	scope, filter := strings.Join(q.Scope, ","), strings.Join(q.Regions, ",")
-	all := make([]Verdict, len(ix.nodes))
+	maxPrice, minScore := num(q.MaxPrice), num(q.MinScore)
+	all := grow(buf.all, len(ix.nodes))
+	buf.all = all
 	var why [16]int32
 	nIn, nOut := 0, 0
 	for i := range ix.nodes {
 		n, e, v := &ix.nodes[i], &ix.ent[i], &all[i]
-		v.Node, v.LastSeen, v.RTTMS = int32(i), n.LastSeen, n.RTTMS
+		// Every field is set: the buffer may hold an earlier match's.
+		*v = Verdict{Node: int32(i), LastSeen: n.LastSeen, RTTMS: n.RTTMS}
 		if q.Beat != nil {
-			if hb, ok := q.Beat(n.ID); ok && hb.At.After(v.LastSeen) {
+			if hb, ok := q.Beat(ix.ids[i]); ok && hb.At.After(v.LastSeen) {
 				v.LastSeen = hb.At
 				if hb.RTTMS >= 0 {
 					v.RTTMS = hb.RTTMS
@@ -327,14 +380,16 @@ func (ix *Index) Match(q Query) Verdicts {
 		}
 		if p := e.price; q.MaxPrice > 0 && p > q.MaxPrice {
 			rs = append(rs, m.byVal(CodePriceAboveMax, p, func() Reason {
-				return Reason{Code: CodePriceAboveMax, Field: "price_per_hour", Expected: "<= " + num(q.MaxPrice), Measured: num(p),
-					Message: fmt.Sprintf("price %s/h is above --max-price %s/h", num(p), num(q.MaxPrice))}
+				got := num(p)
+				return Reason{Code: CodePriceAboveMax, Field: "price_per_hour", Expected: "<= " + maxPrice, Measured: got,
+					Message: "price " + got + "/h is above --max-price " + maxPrice + "/h"}
 			}))
 		}
 		if s := v.Score.Score; q.Spec != nil && s < q.MinScore {
 			rs = append(rs, m.byVal(CodeScoreBelow, s, func() Reason {
-				return Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + num(q.MinScore), Measured: num(s),
-					Message: fmt.Sprintf("health score %s is below --min-health-score %s", num(s), num(q.MinScore))}
+				got := num(s)
+				return Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + minScore, Measured: got,
+					Message: "health score " + got + " is below --min-health-score " + minScore}
 			}))
 		}
 		if len(rs) > 0 {
@@ -344,49 +399,37 @@ func (ix *Index) Match(q Query) Verdicts {
 			nIn++
 		}
 	}
-	// Sort small keys, then copy each verdict once into its place.
-	cand := make([]sortKey, 0, nIn)
-	excl := make([]sortKey, 0, nOut)
-	for i := range all {
+	// Sort small keys, then copy each verdict once into its place. The
+	// keys are made in node id order and the sort is stable: equal keys
+	// stay in id order.
+	keys := grow(buf.keys, len(all))
+	buf.keys = keys
+	cand, excl := keys[:0:nIn], keys[nIn:nIn]
+	for _, i := range ix.byID {
 		v := &all[i]
-		e := &ix.ent[v.Node]
 		if v.Reasons == nil {
-			cand = append(cand, sortKey{a: ^orderedBits(v.Score.Score), b: orderedBits(e.price), rank: e.rank, i: int32(i)})
+			cand = append(cand, sortKey{a: ^orderedBits(v.Score.Score), b: orderedBits(ix.ent[i].price), i: i})
 			continue
 		}
 		var out uint64
 		if v.OutOfScope {
 			out = 1
 		}
-		excl = append(excl, sortKey{a: out, b: ^orderedBits(v.Score.Score), rank: e.rank, i: int32(i)})
+		excl = append(excl, sortKey{a: out, b: ^orderedBits(v.Score.Score), i: i})
 	}
-	slices.SortFunc(cand, compareKeys)
-	slices.SortFunc(excl, compareKeys)
-	// Put each verdict in its place within all (candidates, then excluded)
-	// instead of copying them into new slices: ten thousand verdicts are
-	// close to two megabytes a call to allocate, clear and collect.
-	dest := make([]int32, len(all))
+	buf.tmp = grow(buf.tmp, len(all))
+	cand = radixSort(cand, buf.tmp[:len(cand)])
+	excl = radixSort(excl, buf.tmp[len(cand):])
+	sorted := grow(buf.sorted, len(all))
+	buf.sorted = sorted
 	for j, k := range cand {
-		dest[k.i] = int32(j)
+		sorted[j] = all[k.i]
 	}
 	for j, k := range excl {
-		dest[k.i] = int32(len(cand) + j)
+		sorted[len(cand)+j] = all[k.i]
 	}
-	permute(all, dest)
-	out.Candidates, out.Excluded = all[:len(cand):len(cand)], all[len(cand):]
+	out.Candidates, out.Excluded = sorted[:len(cand):len(cand)], sorted[len(cand):]
 	return out
-}
-
-// permute moves vs[i] to vs[dest[i]] for every i, in place, following
-// each cycle of the permutation dest (which it leaves as the identity).
-func permute(vs []Verdict, dest []int32) {
-	for i := range vs {
-		for int(dest[i]) != i {
-			d := dest[i]
-			vs[i], vs[d] = vs[d], vs[i]
-			dest[i], dest[d] = dest[d], d
-		}
-	}
 }
 
 // keep copies a node's reason ids into the match's arena (one allocation
@@ -394,6 +437,7 @@ func permute(vs []Verdict, dest []int32) {
 func (m *matcher) keep(rs []int32) []int32 {
 	start := len(m.arena)
 	m.arena = append(m.arena, rs...)
+	m.out.buf.arena = m.arena
 	return m.arena[start:len(m.arena):len(m.arena)]
 }
 
@@ -421,41 +465,66 @@ func (m *matcher) resource(k int32) []int32 {
 	return m.resourceWhy[k]
 }
 
-// score is the health score of a node with latency rtt (as score does).
+// score is the health score of a node with latency rtt (package doc),
+// computed by internal/health as a client recomputes it.
 func (e *entry) score(rtt, capMS float64) Score {
-	s := Score{LatencyCapMS: capMS, Launches24h: e.launches, LaunchFailures24h: e.failures,
-		FailureRatePct: e.failurePct, FailurePenalty: e.failurePenalty,
-		ClassMeanPrice: e.classMean, PricePremiumPct: e.premiumPct, PricePenalty: e.pricePenalty}
-	if rtt > 0 {
-		s.LatencyMS = rtt
-	}
-	s.LatencyUsedMS = s.LatencyMS
-	if capMS > 0 && s.LatencyUsedMS > capMS {
-		s.LatencyUsedMS = capMS
-	}
-	s.LatencyPenalty = 0.1 * s.LatencyUsedMS
-	s.Score = math.Min(100, 100-s.LatencyPenalty-s.FailurePenalty-s.PricePenalty)
-	return s
+	return Score(health.Compute(rtt, capMS, e.launches, e.failures, e.price, e.classMean))
 }
 
-// sortKey orders verdicts by a, then b, then rank (node id order); a and
-// b encode the order of each list: candidates by score descending then
-// price ascending, excluded by in-scope first then score descending.
-// Comparing integers instead of calling back into verdicts keeps sorting
-// ten thousand nodes to about a millisecond.
+// sortKey orders verdicts by a, then b; a and b encode the order of each
+// list: candidates by score descending then price ascending, excluded by
+// in-scope first then score descending. i is the verdict's index.
 type sortKey struct {
-	a, b    uint64
-	rank, i int32
+	a, b uint64
+	i    int32
 }
 
-func compareKeys(x, y sortKey) int {
-	if c := cmp.Compare(x.a, y.a); c != 0 {
-		return c
+// radixSort sorts keys by (a, b), stably, using tmp (as long as keys) for
+// the passes, and returns the sorted keys (in keys' or tmp's array). It is
+// a least-significant-digit radix sort a byte at a time, skipping the
+// bytes that every key shares (the exponent bytes of scores and prices,
+// the zero bytes of round prices): ten thousand keys sort in a fraction
+// of the time a comparison sort takes.
+func radixSort(keys, tmp []sortKey) []sortKey {
+	if len(keys) < 2 {
+		return keys
 	}
-	if c := cmp.Compare(x.b, y.b); c != 0 {
-		return c
+	var hist [16][256]int32
+	for i := range keys {
+		a, b := keys[i].a, keys[i].b
+		for d := range 8 {
+			hist[d][byte(b>>(8*d))]++
+			hist[8+d][byte(a>>(8*d))]++
+		}
 	}
-	return cmp.Compare(x.rank, y.rank)
+	src, dst := keys, tmp[:len(keys)]
+	n := int32(len(keys))
+	for d := range 16 {
+		shift := uint(8 * (d % 8))
+		digit := func(k *sortKey) byte {
+			if d < 8 {
+				return byte(k.b >> shift)
+			}
+			return byte(k.a >> shift)
+		}
+		h := &hist[d]
+		if h[digit(&src[0])] == n {
+			continue // every key has this byte
+		}
+		var off int32
+		for c, cnt := range h {
+			h[c] = off
+			off += cnt
+		}
+		for i := range src {
+			k := &src[i]
+			c := digit(k)
+			dst[h[c]] = *k
+			h[c]++
+		}
+		src, dst = dst, src
+	}
+	return src
 }
 
 // orderedBits maps a float64 to a uint64 in the same order (NaN aside).

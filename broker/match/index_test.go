@@ -2,7 +2,9 @@ package match
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,31 +54,88 @@ func TestIndexSharesReasons(t *testing.T) {
 	}
 }
 
-// TestPermute: every verdict lands where dest says, whatever the cycles
-// of the permutation (identity, one long cycle, swaps, reversal).
-func TestPermute(t *testing.T) {
+// TestMatchOrder: candidates by score descending, then price, then id;
+// excluded in scope first, then by score descending, then id; checked
+// against a comparison sort over nodes whose scores and prices tie often,
+// differ in the last bits, and go negative.
+func TestMatchOrder(t *testing.T) {
 	t.Parallel()
-	tests := map[string][]int32{
-		"empty":    {},
-		"identity": {0, 1, 2, 3},
-		"cycle":    {1, 2, 3, 4, 0},
-		"swaps":    {1, 0, 3, 2, 4},
-		"reverse":  {5, 4, 3, 2, 1, 0},
-		"mixed":    {2, 0, 1, 5, 3, 4, 6},
-	}
-	for name, dest := range tests {
-		t.Run(name, func(t *testing.T) {
+	for _, size := range []int{0, 1, 2, 3, 50, 3000, 3001} {
+		// Odd sizes: prices far apart (most candidates at the score cap,
+		// ordered by price); even: close (ordered by score).
+		wide := size%2 == 1
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			t.Parallel()
-			vs := make([]Verdict, len(dest))
-			want := make([]Verdict, len(dest))
-			for i, d := range dest {
-				vs[i] = Verdict{Node: int32(i), Reasons: []int32{int32(i)}}
-				want[d] = vs[i]
+			rng := rand.New(rand.NewPCG(uint64(size), 2))
+			var nodes []store.Node
+			for i := range size {
+				region := "us-west-2"
+				if rng.IntN(10) == 0 {
+					region = "eu-west-1"
+				}
+				price := []float64{29, 30, 30.25, 31, 28 + 4*rng.Float64()}[rng.IntN(5)]
+				if wide {
+					price = []float64{10, 30, 30.25, 500, 1e-9, 40 * rng.Float64()}[rng.IntN(6)]
+				}
+				rtt := []float64{0, 5, 5.000000001, 49, 1e4, 60 * rng.Float64()}[rng.IntN(6)] + float64(rng.IntN(3))
+				n := node(fmt.Sprintf("n%05d-%04d", rng.IntN(size*10+1), i), region, "h100-sxm5", 8, price, rtt)
+				if rng.IntN(3) == 0 {
+					n.Index.Runtime.CUDA = "12.2.140"
+				}
+				nodes = append(nodes, n)
 			}
-			permute(vs, slices.Clone(dest))
-			if diff := cmp.Diff(want, vs); diff != "" {
-				t.Errorf("permute(%v) (-want +got):\n%s", dest, diff)
+			ix := Prepare(nodes, nil)
+			for range 2 { // the second match reuses the first one's buffers
+				vs := ix.Match(Query{Spec: testSpec(), Scope: []string{"us-*"}, MinScore: 85, Now: now, OfflineAfter: time.Minute})
+				if len(vs.Candidates)+len(vs.Excluded) != size {
+					t.Fatalf("%d candidates + %d excluded, want %d", len(vs.Candidates), len(vs.Excluded), size)
+				}
+				id := func(v Verdict) string { return ix.Node(v.Node).ID }
+				want := slices.Clone(vs.Candidates)
+				slices.SortFunc(want, func(x, y Verdict) int {
+					return cmpOr(-compare(x.Score.Score, y.Score.Score), compare(ix.Price(x.Node), ix.Price(y.Node)), strings.Compare(id(x), id(y)))
+				})
+				if diff := cmp.Diff(want, vs.Candidates); diff != "" {
+					t.Fatalf("candidates out of order (-want +got):\n%s", diff)
+				}
+				want = slices.Clone(vs.Excluded)
+				slices.SortFunc(want, func(x, y Verdict) int {
+					return cmpOr(compareBool(x.OutOfScope, y.OutOfScope), -compare(x.Score.Score, y.Score.Score), strings.Compare(id(x), id(y)))
+				})
+				if diff := cmp.Diff(want, vs.Excluded); diff != "" {
+					t.Fatalf("excluded out of order (-want +got):\n%s", diff)
+				}
+				vs.Release()
 			}
 		})
 	}
+}
+
+func compare(x, y float64) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+func compareBool(x, y bool) int {
+	if x == y {
+		return 0
+	}
+	if x {
+		return 1
+	}
+	return -1
+}
+
+func cmpOr(cs ...int) int {
+	for _, c := range cs {
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
 }

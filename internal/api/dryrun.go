@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/health"
 )
 
 // ExpandDryRun turns a DRY_RUN_VIEW_COLUMNS answer into the inline layout:
@@ -47,40 +48,26 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 	if l := len(c.GetRegion()); l != n {
 		return nil, nil, fmt.Errorf("column region has %d entries for %d nodes", l, n)
 	}
-	// Other columns are empty when all zero (broker.proto): fill them in.
-	var err error
-	full := func(name string, l int) bool {
-		if l != 0 && l != n && err == nil {
-			err = fmt.Errorf("column %s has %d entries for %d nodes", name, l, n)
+	// Other columns are empty when all zero (broker.proto): check the
+	// lengths here; at reads them as zero when empty.
+	for _, col := range []struct {
+		name string
+		l    int
+	}{
+		{"provider", len(c.Provider)}, {"accelerator", len(c.Accelerator)}, {"gpu_count", len(c.GpuCount)},
+		{"price_per_hour", len(c.PricePerHour)}, {"online", len(c.Online)}, {"last_seen_unix_nano", len(c.LastSeenUnixNano)},
+		{"rtt_ms", len(c.RttMs)}, {"simulated", len(c.Simulated)}, {"conformance_passed", len(c.ConformancePassed)},
+		{"out_of_scope", len(c.OutOfScope)}, {"score", len(c.Score)}, {"latency_ms", len(c.LatencyMs)},
+		{"latency_used_ms", len(c.LatencyUsedMs)}, {"latency_cap_ms", len(c.LatencyCapMs)}, {"latency_penalty", len(c.LatencyPenalty)},
+		{"failure_rate_pct", len(c.FailureRatePct)}, {"launches_24h", len(c.Launches_24H)}, {"launch_failures_24h", len(c.LaunchFailures_24H)},
+		{"failure_penalty", len(c.FailurePenalty)}, {"class_mean_price", len(c.ClassMeanPrice)}, {"price_premium_pct", len(c.PricePremiumPct)},
+		{"price_penalty", len(c.PricePenalty)}, {"reason_count", len(c.ReasonCount)},
+	} {
+		if col.l != 0 && col.l != n {
+			return nil, nil, fmt.Errorf("column %s has %d entries for %d nodes", col.name, col.l, n)
 		}
-		return l == n
 	}
-	c.Provider = fill(c.Provider, n, full("provider", len(c.Provider)))
-	c.Accelerator = fill(c.Accelerator, n, full("accelerator", len(c.Accelerator)))
-	c.GpuCount = fill(c.GpuCount, n, full("gpu_count", len(c.GpuCount)))
-	c.PricePerHour = fill(c.PricePerHour, n, full("price_per_hour", len(c.PricePerHour)))
-	c.Online = fill(c.Online, n, full("online", len(c.Online)))
-	c.LastSeenUnixNano = fill(c.LastSeenUnixNano, n, full("last_seen_unix_nano", len(c.LastSeenUnixNano)))
-	c.RttMs = fill(c.RttMs, n, full("rtt_ms", len(c.RttMs)))
-	c.Simulated = fill(c.Simulated, n, full("simulated", len(c.Simulated)))
-	c.ConformancePassed = fill(c.ConformancePassed, n, full("conformance_passed", len(c.ConformancePassed)))
-	c.OutOfScope = fill(c.OutOfScope, n, full("out_of_scope", len(c.OutOfScope)))
-	c.Score = fill(c.Score, n, full("score", len(c.Score)))
-	c.LatencyMs = fill(c.LatencyMs, n, full("latency_ms", len(c.LatencyMs)))
-	c.LatencyUsedMs = fill(c.LatencyUsedMs, n, full("latency_used_ms", len(c.LatencyUsedMs)))
-	c.LatencyCapMs = fill(c.LatencyCapMs, n, full("latency_cap_ms", len(c.LatencyCapMs)))
-	c.LatencyPenalty = fill(c.LatencyPenalty, n, full("latency_penalty", len(c.LatencyPenalty)))
-	c.FailureRatePct = fill(c.FailureRatePct, n, full("failure_rate_pct", len(c.FailureRatePct)))
-	c.Launches_24H = fill(c.Launches_24H, n, full("launches_24h", len(c.Launches_24H)))
-	c.LaunchFailures_24H = fill(c.LaunchFailures_24H, n, full("launch_failures_24h", len(c.LaunchFailures_24H)))
-	c.FailurePenalty = fill(c.FailurePenalty, n, full("failure_penalty", len(c.FailurePenalty)))
-	c.ClassMeanPrice = fill(c.ClassMeanPrice, n, full("class_mean_price", len(c.ClassMeanPrice)))
-	c.PricePremiumPct = fill(c.PricePremiumPct, n, full("price_premium_pct", len(c.PricePremiumPct)))
-	c.PricePenalty = fill(c.PricePenalty, n, full("price_penalty", len(c.PricePenalty)))
-	c.ReasonCount = fill(c.ReasonCount, n, full("reason_count", len(c.ReasonCount)))
-	if err != nil {
-		return nil, nil, err
-	}
+	var err error
 	str := func(col string, i uint32) (string, error) {
 		if int(i) >= len(c.Strings) {
 			return "", fmt.Errorf("%s refers to string %d of %d", col, i, len(c.Strings))
@@ -92,6 +79,8 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 	hs := make([]gpupassv1.HealthScore, n)
 	reasons := make([][]*gpupassv1.Reason, n)
 	refs := c.GetReasonRefs()
+	// One array for every node's reasons, not one each.
+	arena := make([]*gpupassv1.Reason, len(refs))
 	for i := 0; i < n; i++ {
 		p := &ns[i]
 		nodes[i] = p
@@ -99,35 +88,46 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 		if p.Region, err = str("region", c.Region[i]); err != nil {
 			return nil, nil, err
 		}
-		if k := int(c.ReasonCount[i]); k > 0 {
+		if k := int(at(c.ReasonCount, i)); k > 0 {
 			if k > len(refs) {
 				return nil, nil, fmt.Errorf("node %s has %d reasons, %d references left", p.Id, k, len(refs))
 			}
-			reasons[i] = make([]*gpupassv1.Reason, k)
+			rs := arena[:k:k]
+			arena = arena[k:]
 			for j, ref := range refs[:k] {
 				if int(ref) >= len(table) {
 					return nil, nil, fmt.Errorf("node %s refers to reason %d of %d", p.Id, ref, len(table))
 				}
-				reasons[i][j] = table[ref]
+				rs[j] = table[ref]
 			}
+			reasons[i] = rs
 			refs = refs[k:]
 		}
-		if c.OutOfScope[i] {
+		if at(c.OutOfScope, i) {
 			continue
 		}
-		if p.Provider, err = str("provider", c.Provider[i]); err != nil {
+		if p.Provider, err = str("provider", at(c.Provider, i)); err != nil {
 			return nil, nil, err
 		}
-		if p.Accelerator, err = str("accelerator", c.Accelerator[i]); err != nil {
+		if p.Accelerator, err = str("accelerator", at(c.Accelerator, i)); err != nil {
 			return nil, nil, err
 		}
-		p.GpuCount, p.PricePerHour, p.Online, p.LastSeenUnixNano = c.GpuCount[i], c.PricePerHour[i], c.Online[i], c.LastSeenUnixNano[i]
-		p.RttMs, p.Simulated, p.ConformancePassed = c.RttMs[i], c.Simulated[i], c.ConformancePassed[i]
+		p.GpuCount, p.PricePerHour, p.Online, p.LastSeenUnixNano = at(c.GpuCount, i), at(c.PricePerHour, i), at(c.Online, i), at(c.LastSeenUnixNano, i)
+		p.RttMs, p.Simulated, p.ConformancePassed = at(c.RttMs, i), at(c.Simulated, i), at(c.ConformancePassed, i)
 		h := &hs[i]
-		h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs, h.LatencyPenalty = c.Score[i], c.LatencyMs[i], c.LatencyUsedMs[i], c.LatencyCapMs[i], c.LatencyPenalty[i]
-		h.FailureRatePct, h.Launches_24H, h.LaunchFailures_24H, h.FailurePenalty = c.FailureRatePct[i], c.Launches_24H[i], c.LaunchFailures_24H[i], c.FailurePenalty[i]
-		h.ClassMeanPrice, h.PricePremiumPct, h.PricePenalty = c.ClassMeanPrice[i], c.PricePremiumPct[i], c.PricePenalty[i]
 		p.Health = h
+		if c.ScoreTermsDerived {
+			// The broker left the terms out: they follow from these
+			// columns by the broker's own formula (broker.proto).
+			t := health.Compute(p.RttMs, c.DerivedLatencyCapMs, at(c.Launches_24H, i), at(c.LaunchFailures_24H, i), p.PricePerHour, at(c.ClassMeanPrice, i))
+			h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs, h.LatencyPenalty = t.Score, t.LatencyMS, t.LatencyUsedMS, t.LatencyCapMS, t.LatencyPenalty
+			h.FailureRatePct, h.Launches_24H, h.LaunchFailures_24H, h.FailurePenalty = t.FailureRatePct, t.Launches24h, t.LaunchFailures24h, t.FailurePenalty
+			h.ClassMeanPrice, h.PricePremiumPct, h.PricePenalty = t.ClassMeanPrice, t.PricePremiumPct, t.PricePenalty
+			continue
+		}
+		h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs, h.LatencyPenalty = at(c.Score, i), at(c.LatencyMs, i), at(c.LatencyUsedMs, i), at(c.LatencyCapMs, i), at(c.LatencyPenalty, i)
+		h.FailureRatePct, h.Launches_24H, h.LaunchFailures_24H, h.FailurePenalty = at(c.FailureRatePct, i), at(c.Launches_24H, i), at(c.LaunchFailures_24H, i), at(c.FailurePenalty, i)
+		h.ClassMeanPrice, h.PricePremiumPct, h.PricePenalty = at(c.ClassMeanPrice, i), at(c.PricePremiumPct, i), at(c.PricePenalty, i)
 	}
 	if len(refs) > 0 {
 		return nil, nil, fmt.Errorf("%d reason references left over", len(refs))
@@ -135,10 +135,12 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 	return nodes, reasons, nil
 }
 
-// fill returns col, or n zero values when col was sent empty (all zero).
-func fill[T any](col []T, n int, isFull bool) []T {
-	if isFull {
-		return col
+// at returns col[i], or the zero value when col was sent empty (all
+// zero); expandColumns has checked that every other column is full.
+func at[T any](col []T, i int) T {
+	if len(col) == 0 {
+		var zero T
+		return zero
 	}
-	return make([]T, n)
+	return col[i]
 }

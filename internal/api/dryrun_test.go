@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 )
 
@@ -72,5 +75,34 @@ func TestExpandDryRun(t *testing.T) {
 	}
 	if c := m.Excluded[1]; c.Node.Health != nil || c.Node.Provider != "" || len(c.Reasons) != 1 || c.Reasons[0].Code != "runtime_mismatch" {
 		t.Errorf("out-of-scope agt-c expanded to %v, want id, region and its reason only", c)
+	}
+}
+
+// TestExpandDerivedScoreTerms: with score_terms_derived the client
+// computes each node's terms from its inputs (internal/health), the same
+// terms the broker sends when it is not asked to leave them out.
+func TestExpandDerivedScoreTerms(t *testing.T) {
+	t.Parallel()
+	c := columns("agt-a", "agt-b")
+	c.Score, c.LatencyMs, c.LatencyUsedMs, c.LatencyCapMs, c.LatencyPenalty = nil, nil, nil, nil, nil
+	c.FailureRatePct, c.FailurePenalty, c.PricePremiumPct, c.PricePenalty = nil, nil, nil, nil
+	c.ScoreTermsDerived, c.DerivedLatencyCapMs = true, 50
+	c.RttMs = []float64{12.5, 80}
+	c.PricePerHour = []float64{33, 27}
+	c.ClassMeanPrice = []float64{30, 30}
+	c.Launches_24H, c.LaunchFailures_24H = []int64{10, 0}, []int64{1, 0}
+	m := &gpupassv1.DryRunResponse{CandidateColumns: c, ExcludedColumns: &gpupassv1.NodeColumns{}}
+	if err := ExpandDryRun(m); err != nil {
+		t.Fatal(err)
+	}
+	want := []*gpupassv1.HealthScore{
+		{Score: 100 - 1.25 - 50 - 20, LatencyMs: 12.5, LatencyUsedMs: 12.5, LatencyCapMs: 50, LatencyPenalty: 1.25, FailureRatePct: 10,
+			Launches_24H: 10, LaunchFailures_24H: 1, FailurePenalty: 50, ClassMeanPrice: 30, PricePremiumPct: 10, PricePenalty: 20},
+		{Score: 100, LatencyMs: 80, LatencyUsedMs: 50, LatencyCapMs: 50, LatencyPenalty: 5, ClassMeanPrice: 30, PricePremiumPct: -10, PricePenalty: -20},
+	}
+	for i, cd := range m.Candidates {
+		if diff := cmp.Diff(want[i], cd.Node.Health, protocmp.Transform()); diff != "" {
+			t.Errorf("%s health (-want +got):\n%s", cd.Node.Id, diff)
+		}
 	}
 }

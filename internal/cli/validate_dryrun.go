@@ -56,7 +56,7 @@ func (o *DryRunOptions) run(ctx context.Context, specBytes []byte) (*gpupassv1.D
 	min := o.MinHealthScore
 	resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{
 		Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specBytes}, Regions: o.Regions, MinHealthScore: &min, MaxPrice: o.MaxPrice,
-		View: view,
+		View: view, DeriveScoreTerms: true,
 	}))
 	if err != nil {
 		return nil, rpcError("dry-run", o.Broker.URL, err)

@@ -1189,9 +1189,13 @@ type DryRunRequest struct {
 	// USD per hour; 0 = no limit.
 	MaxPrice float64 `protobuf:"fixed64,5,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`
 	// How the answer is laid out; unset is DRY_RUN_VIEW_INLINE.
-	View          DryRunView `protobuf:"varint,6,opt,name=view,proto3,enum=gpupass.v1.DryRunView" json:"view,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	View DryRunView `protobuf:"varint,6,opt,name=view,proto3,enum=gpupass.v1.DryRunView" json:"view,omitempty"`
+	// DRY_RUN_VIEW_COLUMNS only: the client can recompute the score terms
+	// (NodeColumns.score_terms_derived); a broker that honours it leaves
+	// them out, nearly halving the answer.
+	DeriveScoreTerms bool `protobuf:"varint,7,opt,name=derive_score_terms,json=deriveScoreTerms,proto3" json:"derive_score_terms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DryRunRequest) Reset() {
@@ -1275,6 +1279,13 @@ func (x *DryRunRequest) GetView() DryRunView {
 		return x.View
 	}
 	return DryRunView_DRY_RUN_VIEW_UNSPECIFIED
+}
+
+func (x *DryRunRequest) GetDeriveScoreTerms() bool {
+	if x != nil {
+		return x.DeriveScoreTerms
+	}
+	return false
 }
 
 type isDryRunRequest_Spec interface {
@@ -1504,10 +1515,20 @@ type NodeColumns struct {
 	PricePenalty       []float64 `protobuf:"fixed64,25,rep,packed,name=price_penalty,json=pricePenalty,proto3" json:"price_penalty,omitempty"`
 	// Node i has reason_count[i] reasons: the next that many entries of
 	// reason_refs, indexes into DryRunResponse.reasons.
-	ReasonCount   []uint32 `protobuf:"varint,26,rep,packed,name=reason_count,json=reasonCount,proto3" json:"reason_count,omitempty"`
-	ReasonRefs    []uint32 `protobuf:"varint,27,rep,packed,name=reason_refs,json=reasonRefs,proto3" json:"reason_refs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReasonCount []uint32 `protobuf:"varint,26,rep,packed,name=reason_count,json=reasonCount,proto3" json:"reason_count,omitempty"`
+	ReasonRefs  []uint32 `protobuf:"varint,27,rep,packed,name=reason_refs,json=reasonRefs,proto3" json:"reason_refs,omitempty"`
+	// Set when the request asked for derive_score_terms: score,
+	// latency_ms, latency_used_ms, latency_cap_ms, latency_penalty,
+	// failure_rate_pct, failure_penalty, price_premium_pct and price_penalty
+	// are not sent. Each node in scope has the terms that internal/health
+	// Compute gives for its rtt_ms, latency_cap_ms below, launches_24h,
+	// launch_failures_24h, price_per_hour and class_mean_price, bit for bit
+	// the broker's.
+	ScoreTermsDerived bool `protobuf:"varint,28,opt,name=score_terms_derived,json=scoreTermsDerived,proto3" json:"score_terms_derived,omitempty"`
+	// With score_terms_derived: the latency cap of every node in scope.
+	DerivedLatencyCapMs float64 `protobuf:"fixed64,29,opt,name=derived_latency_cap_ms,json=derivedLatencyCapMs,proto3" json:"derived_latency_cap_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *NodeColumns) Reset() {
@@ -1727,6 +1748,20 @@ func (x *NodeColumns) GetReasonRefs() []uint32 {
 		return x.ReasonRefs
 	}
 	return nil
+}
+
+func (x *NodeColumns) GetScoreTermsDerived() bool {
+	if x != nil {
+		return x.ScoreTermsDerived
+	}
+	return false
+}
+
+func (x *NodeColumns) GetDerivedLatencyCapMs() float64 {
+	if x != nil {
+		return x.DerivedLatencyCapMs
+	}
+	return 0
 }
 
 type Candidate struct {
@@ -2006,14 +2041,15 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x10class_mean_price\x18\n" +
 	" \x01(\x01R\x0eclassMeanPrice\x12*\n" +
 	"\x11price_premium_pct\x18\v \x01(\x01R\x0fpricePremiumPct\x12#\n" +
-	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xfc\x01\n" +
+	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xaa\x02\n" +
 	"\rDryRunRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x18\n" +
 	"\aregions\x18\x03 \x03(\tR\aregions\x12-\n" +
 	"\x10min_health_score\x18\x04 \x01(\x01H\x01R\x0eminHealthScore\x88\x01\x01\x12\x1b\n" +
 	"\tmax_price\x18\x05 \x01(\x01R\bmaxPrice\x12*\n" +
-	"\x04view\x18\x06 \x01(\x0e2\x16.gpupass.v1.DryRunViewR\x04viewB\x06\n" +
+	"\x04view\x18\x06 \x01(\x0e2\x16.gpupass.v1.DryRunViewR\x04view\x12,\n" +
+	"\x12derive_score_terms\x18\a \x01(\bR\x10deriveScoreTermsB\x06\n" +
 	"\x04specB\x13\n" +
 	"\x11_min_health_score\"\xeb\x03\n" +
 	"\x0eDryRunResponse\x12)\n" +
@@ -2031,7 +2067,7 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\vReasonCount\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x14\n" +
-	"\x05nodes\x18\x03 \x01(\x05R\x05nodes\"\xae\a\n" +
+	"\x05nodes\x18\x03 \x01(\x05R\x05nodes\"\x93\b\n" +
 	"\vNodeColumns\x12\x0e\n" +
 	"\x02id\x18\x01 \x03(\tR\x02id\x12\x18\n" +
 	"\astrings\x18\x02 \x03(\tR\astrings\x12\x1a\n" +
@@ -2063,7 +2099,9 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\rprice_penalty\x18\x19 \x03(\x01R\fpricePenalty\x12!\n" +
 	"\freason_count\x18\x1a \x03(\rR\vreasonCount\x12\x1f\n" +
 	"\vreason_refs\x18\x1b \x03(\rR\n" +
-	"reasonRefs\"1\n" +
+	"reasonRefs\x12.\n" +
+	"\x13score_terms_derived\x18\x1c \x01(\bR\x11scoreTermsDerived\x123\n" +
+	"\x16derived_latency_cap_ms\x18\x1d \x01(\x01R\x13derivedLatencyCapMs\"1\n" +
 	"\tCandidate\x12$\n" +
 	"\x04node\x18\x01 \x01(\v2\x10.gpupass.v1.NodeR\x04node\"^\n" +
 	"\bExcluded\x12$\n" +

@@ -1,0 +1,54 @@
+// Package health is the node health score of DESIGN §3, in one place for
+// the broker, which scores nodes, and the client, which recomputes the
+// terms of a dry-run answer that left them out (api.ExpandDryRun):
+//
+//	score = min(100, 100 - 0.1*latency_ms - 5*failure_rate_pct_24h - 2*price_premium_pct)
+//
+// Both sides must get the same bits from the same inputs, so every
+// product is rounded by an explicit conversion: the Go spec lets a
+// compiler fuse x*y+z into one instruction otherwise (arm64 does; amd64
+// with GOAMD64=v3 does), and a client built for another architecture
+// would print a score a last bit off the broker's.
+package health
+
+// Terms are the score and each of its terms (match.Score, HealthScore).
+type Terms struct {
+	Score             float64
+	LatencyMS         float64
+	LatencyUsedMS     float64
+	LatencyCapMS      float64
+	LatencyPenalty    float64
+	FailureRatePct    float64
+	Launches24h       int64
+	LaunchFailures24h int64
+	FailurePenalty    float64
+	ClassMeanPrice    float64
+	PricePremiumPct   float64
+	PricePenalty      float64
+}
+
+// Compute scores a node from its inputs: rttMS is its heartbeat latency
+// (0 or less: not measured), capMS the spec's latency tolerance (0: none),
+// launches and failures its launches over 24 h, price its price per hour
+// and classMean the mean price of its accelerator class (0: none).
+func Compute(rttMS, capMS float64, launches, failures int64, price, classMean float64) Terms {
+	t := Terms{LatencyCapMS: capMS, Launches24h: launches, LaunchFailures24h: failures, ClassMeanPrice: classMean}
+	if launches > 0 {
+		t.FailureRatePct = float64(100*float64(failures)) / float64(launches)
+	}
+	t.FailurePenalty = float64(5 * t.FailureRatePct)
+	if classMean > 0 && price > 0 {
+		t.PricePremiumPct = float64((price - classMean) / classMean * 100)
+	}
+	t.PricePenalty = float64(2 * t.PricePremiumPct)
+	if rttMS > 0 {
+		t.LatencyMS = rttMS
+	}
+	t.LatencyUsedMS = t.LatencyMS
+	if capMS > 0 && t.LatencyUsedMS > capMS {
+		t.LatencyUsedMS = capMS
+	}
+	t.LatencyPenalty = float64(0.1 * t.LatencyUsedMS)
+	t.Score = min(100, 100-t.LatencyPenalty-t.FailurePenalty-t.PricePenalty)
+	return t
+}
