@@ -115,6 +115,13 @@ type agentEntry struct {
 	agent     store.Agent
 	pub       *ecdsa.PublicKey // parsed once: every heartbeat is verified
 	hasReport bool
+	// The heartbeat session key (session.go) as this replica last knew
+	// it: read from the store when loaded is older than sessionKeyTTL or
+	// a beat names a newer epoch, at most once per sessionReloadEvery
+	// (tried).
+	sessKey               []byte
+	sessEpoch             uint64
+	sessLoaded, sessTried time.Time
 }
 
 // New returns a broker over cfg.Store and starts its background work

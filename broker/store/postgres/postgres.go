@@ -71,6 +71,8 @@ var Migrations = []string{
 	runsMigration,
 	// 4: the signed report of each run (audit evidence); see evidence.go.
 	evidenceMigration,
+	// 5: heartbeat session keys; see session.go.
+	sessionMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

@@ -34,6 +34,7 @@ func Run(t *testing.T, open Factory) {
 	ctx := context.Background()
 	runRuns(t, open)
 	runEvidence(t, open)
+	runSessionKeys(t, open)
 
 	t.Run("tokens", func(t *testing.T) {
 		t.Parallel()
