@@ -98,6 +98,8 @@ func Open(ctx context.Context, dsn string) (*sqlstore.Store, error) {
 		Name:       "postgres",
 		Dollar:     true,
 		Migrations: Migrations,
+		// A round trip per node per flush cost more than the beats.
+		BatchHeartbeats: true,
 		Lock: func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockKey))
 			return err
