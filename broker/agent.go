@@ -54,11 +54,15 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	sk := b.sessionKeys()
 	proven := false
 	if m.Proof != "" && sk != nil {
-		if err := checkEnrollProof(pub, hex.EncodeToString(fp[:]), m, time.Now()); err != nil {
+		now := time.Now()
+		if proven, err = checkEnrollProof(pub, hex.EncodeToString(fp[:]), m, now); err != nil {
 			b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", err)
 			return nil, err
 		}
-		proven = true
+		if !proven {
+			b.log.Warn("enrollment proof time too far from the broker's clock: no session key, heartbeats must be signed (check the node's clock)",
+				"region", l.Region, "token", tok.ID, "proof_time", time.Unix(0, m.ProofTimeUnixNano).UTC(), "window", api.EnrollProofWindow)
+		}
 	}
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)

@@ -49,17 +49,16 @@ func (b *Broker) sessionKeys() store.SessionKeys {
 	return sk
 }
 
-// checkEnrollProof verifies an enrollment's proof of key possession.
-func checkEnrollProof(pub *ecdsa.PublicKey, fingerprint string, m *gpupassv1.EnrollRequest, now time.Time) error {
-	at := time.Unix(0, m.ProofTimeUnixNano)
-	if d := now.Sub(at); m.ProofTimeUnixNano <= 0 || d > api.EnrollProofWindow || d < -api.EnrollProofWindow {
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("enrollment proof refused: its time %s is more than %s from the broker's clock (%s): check the node's clock",
-			at.UTC().Format(time.RFC3339), api.EnrollProofWindow, now.UTC().Format(time.RFC3339)))
-	}
+// checkEnrollProof verifies an enrollment's proof of key possession. A
+// proof that does not verify is refused; one whose time is too far from
+// the broker's clock (a replay, or a node with a wrong clock) only earns
+// no session key: the agent then signs its beats, as before session keys.
+func checkEnrollProof(pub *ecdsa.PublicKey, fingerprint string, m *gpupassv1.EnrollRequest, now time.Time) (fresh bool, err error) {
 	if !verifySig(pub, api.EnrollProofPayload(fingerprint, m.ProofTimeUnixNano), m.Proof) {
-		return connect.NewError(connect.CodePermissionDenied, errors.New("enrollment proof refused: it does not verify against public_key_pem"))
+		return false, connect.NewError(connect.CodePermissionDenied, errors.New("enrollment proof refused: it does not verify against public_key_pem"))
 	}
-	return nil
+	d := now.Sub(time.Unix(0, m.ProofTimeUnixNano))
+	return m.ProofTimeUnixNano > 0 && d <= api.EnrollProofWindow && d >= -api.EnrollProofWindow, nil
 }
 
 // issueSessionKey makes, stores and caches a new session key for e.

@@ -111,9 +111,10 @@ func TestSessionKeys(t *testing.T) {
 				t.Errorf("beat with the new key through the other replica: %v", err)
 			}
 
-			// Proofs: by another key, or too old, are refused; an
-			// enrollment without a proof gets no key (it signs beats), and
-			// its signed beats are taken as before.
+			// A proof by another key is refused; an enrollment without a
+			// proof, or with a proof too old (a replay, or a wrong clock),
+			// gets no key (it signs beats), and its signed beats are taken
+			// as before.
 			pem, _ := conformance.PublicKeyPEM(key)
 			fp, _ := api.KeyFingerprint(&key.PublicKey)
 			other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -129,11 +130,15 @@ func TestSessionKeys(t *testing.T) {
 				wants string
 			}{
 				{"forged proof", &gpupassv1.EnrollRequest{PublicKeyPem: pem, Labels: labels, Proof: forged, ProofTimeUnixNano: now}, "does not verify"},
-				{"hour-old proof", &gpupassv1.EnrollRequest{PublicKeyPem: pem, Labels: labels, Proof: staleProof, ProofTimeUnixNano: stale}, "from the broker's clock"},
+				{"proof of another time", &gpupassv1.EnrollRequest{PublicKeyPem: pem, Labels: labels, Proof: staleProof, ProofTimeUnixNano: now}, "does not verify"},
 			} {
 				if _, err := c.Agent.Enroll(ctx, connect.NewRequest(tc.req)); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), tc.wants) {
 					t.Errorf("%s: %v, want permission_denied containing %q", tc.name, err, tc.wants)
 				}
+			}
+			resp, err := c.Agent.Enroll(ctx, connect.NewRequest(&gpupassv1.EnrollRequest{PublicKeyPem: pem, Labels: labels, Proof: staleProof, ProofTimeUnixNano: stale}))
+			if err != nil || resp.Msg.AgentId != a.ID || len(resp.Msg.SessionKey) != 0 || resp.Msg.SessionEpoch != 0 {
+				t.Errorf("enrollment with an hour-old proof: %v, %v; want %s enrolled without a session key", resp, err, a.ID)
 			}
 			legacy, err := brokertest.Enroll(ctx, b1.URL, tok, key, node)
 			if err != nil {
@@ -155,7 +160,7 @@ func TestSessionKeys(t *testing.T) {
 			}
 
 			log := logs.String()
-			for _, want := range []string{"refused heartbeat: bad mac", "refused heartbeat: not the current session key", "refused enrollment"} {
+			for _, want := range []string{"refused heartbeat: bad mac", "refused heartbeat: not the current session key", "refused enrollment", "enrollment proof time too far"} {
 				if !strings.Contains(log, want) {
 					t.Errorf("broker log lacks %q", want)
 				}

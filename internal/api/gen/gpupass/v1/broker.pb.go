@@ -108,8 +108,9 @@ type EnrollRequest struct {
 	AgentVersion string      `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// proof: base64 ASN.1 ECDSA P-256 signature, by the identity key, over
 	// SHA-256 of "gpupass-enroll-v1\n<hex SHA-256 of the PKIX DER key>\n
-	// <proof_time_unix_nano>\n" (api.EnrollProofPayload). proof_time must be
-	// within 5 minutes of the broker's clock. Without a proof the agent is
+	// <proof_time_unix_nano>\n" (api.EnrollProofPayload). A proof that does
+	// not verify is refused (permission_denied). Without a proof, or with a
+	// proof_time more than 5 minutes from the broker's clock, the agent is
 	// enrolled but gets no session key (its heartbeats must be signed).
 	Proof             string `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
 	ProofTimeUnixNano int64  `protobuf:"varint,5,opt,name=proof_time_unix_nano,json=proofTimeUnixNano,proto3" json:"proof_time_unix_nano,omitempty"`
