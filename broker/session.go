@@ -29,14 +29,9 @@ import (
 // store row, the only place it is kept, is also what a rotation replaces.
 // Its epoch rises with each rotation; a beat names the epoch it used, so
 // a replica that has not seen a key another replica issued reads it from
-// the store, and a beat with an older key is refused. A key is never
-// logged and never in an error.
-
-// sessionKeyTTL bounds how long a replica trusts its cached copy of a
-// key: a rotation through another replica retires the old key here
-// within this time (as a deleted token stops working within tokenTTL).
-// The replica that rotates retires the old key at once.
-const sessionKeyTTL = tokenTTL
+// the store, and a beat with an older key is refused: at once by the
+// replica that rotated it, within Config.SessionKeyTTL by the others. A
+// key is never logged and never in an error.
 
 // sessionReloadEvery bounds store reads caused by beats naming an epoch
 // this replica does not know: at most one per agent per interval.
@@ -85,7 +80,7 @@ func (b *Broker) checkMAC(ctx context.Context, e *agentEntry, m *gpupassv1.Heart
 	now := time.Now()
 	b.agentsMu.Lock()
 	key, epoch, loaded, tried := e.sessKey, e.sessEpoch, e.sessLoaded, e.sessTried
-	reload := (m.SessionEpoch > epoch || now.Sub(loaded) > sessionKeyTTL) && now.Sub(tried) >= sessionReloadEvery
+	reload := (m.SessionEpoch > epoch || now.Sub(loaded) > b.cfg.SessionKeyTTL) && now.Sub(tried) >= sessionReloadEvery
 	if reload {
 		e.sessTried = now
 	}
@@ -95,18 +90,24 @@ func (b *Broker) checkMAC(ctx context.Context, e *agentEntry, m *gpupassv1.Heart
 		// the current key.
 		k, ep, err := sk.SessionKey(ctx, m.AgentId)
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-			k, ep = nil, 0
-		case err != nil:
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			// A store hiccup: the cached key (if it is the beat's) still
+			// serves, and a later beat reads the store again.
 			b.log.Error("reading session key", "agent", m.AgentId, "err", err)
-			return connect.NewError(connect.CodeUnavailable, errors.New("session key store unavailable"))
+			if key == nil || m.SessionEpoch != epoch {
+				return connect.NewError(connect.CodeUnavailable, errors.New("session key store unavailable"))
+			}
+		default:
+			if err != nil { // none: the store lost it, or never had it
+				k, ep = nil, 0
+			}
+			b.agentsMu.Lock()
+			if ep >= e.sessEpoch || ep == 0 {
+				e.sessKey, e.sessEpoch, e.sessLoaded = k, ep, now
+			}
+			key, epoch = e.sessKey, e.sessEpoch
+			b.agentsMu.Unlock()
 		}
-		b.agentsMu.Lock()
-		if ep >= e.sessEpoch || ep == 0 {
-			e.sessKey, e.sessEpoch, e.sessLoaded = k, ep, now
-		}
-		key, epoch = e.sessKey, e.sessEpoch
-		b.agentsMu.Unlock()
 	}
 	if key == nil || m.SessionEpoch != epoch {
 		b.log.Warn("refused heartbeat: not the current session key", "agent", m.AgentId, "epoch", m.SessionEpoch, "current", epoch, "peer", peer)

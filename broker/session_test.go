@@ -35,6 +35,7 @@ func TestSessionKeys(t *testing.T) {
 			var logs syncBuffer
 			cfg := brokertest.Fast()
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			cfg.SessionKeyTTL = 300 * time.Millisecond
 			db := brokertest.NewDB(t, kind)
 			b1 := brokertest.Start(t, db, cfg)
 			b2 := brokertest.Start(t, db, cfg)
@@ -109,6 +110,27 @@ func TestSessionKeys(t *testing.T) {
 			next, _ := a2.BeatRequest()
 			if _, err := beat(b1, next); err != nil {
 				t.Errorf("beat with the new key through the other replica: %v", err)
+			}
+
+			// A third key, issued through b2: b1 may take the second
+			// key until its cached copy is SessionKeyTTL old, not after.
+			a3, err := brokertest.EnrollProven(ctx, b2.URL, tok, key, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, a3.SessionKey)
+			time.Sleep(500 * time.Millisecond) // SessionKeyTTL and the reload interval
+			retired, _ := a2.BeatRequest()
+			retired.Counter = next.Counter + 5
+			retired.Mac = api.HeartbeatMAC(a2.SessionKey, retired)
+			if _, err := beat(b1, retired); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 2 is not the current one (3)") {
+				t.Errorf("beat with a key rotated through the other replica, after the TTL: %v, want permission_denied", err)
+			}
+			a2 = a3
+			a2.SetCounter(next.Counter + 5)
+			next, _ = a2.BeatRequest()
+			if _, err := beat(b1, next); err != nil {
+				t.Errorf("beat with the third key: %v", err)
 			}
 
 			// A proof by another key is refused; an enrollment without a
