@@ -59,10 +59,14 @@ type Agent struct {
 	python  func(packages []string) probe.Probe
 	profile *probe.Profile
 
-	mu       sync.Mutex
-	agentID  string
-	last     *signedReport
-	lastFacs *probe.Facts
+	mu      sync.Mutex
+	agentID string
+	// The heartbeat session key from the last enrollment (nil: sign each
+	// beat). Kept in memory only: a restart enrolls again for a new one.
+	sessKey   []byte
+	sessEpoch uint64
+	last      *signedReport
+	lastFacs  *probe.Facts
 	// runNow asks the main loop for an on-demand suite run.
 	runNow chan chan runResult
 }
@@ -306,8 +310,19 @@ func (a *Agent) Run(ctx context.Context) error {
 				// The broker lost us (a wiped store): enroll again.
 				a.log.Warn("broker does not know this agent; enrolling again", "err", api.Describe(err))
 				if e, err := a.enroll(ctx, clients); err == nil {
-					hb = &beat{echo: e.BrokerTimeUnixNano, got: time.Now()}
+					hb = &beat{echo: e.BrokerTimeUnixNano, got: time.Now(), counter: hb.counter}
 					_ = a.upload(ctx, clients)
+				}
+			case connect.CodeOf(err) == connect.CodePermissionDenied && a.hasSessionKey() && ctx.Err() == nil:
+				// The session key was refused (rotated by another
+				// enrollment, or the broker's store lost it): enrolling
+				// again issues a new one.
+				a.log.Warn("heartbeat refused; enrolling again for a new session key", "err", api.Describe(err))
+				// The next beat, one interval on, uses it.
+				if e, err := a.enroll(ctx, clients); err == nil {
+					hb = &beat{echo: e.BrokerTimeUnixNano, got: time.Now(), counter: hb.counter}
+				} else if ctx.Err() == nil {
+					a.log.Warn("enrolling again", "err", err)
 				}
 			case ctx.Err() == nil:
 				a.log.Warn("heartbeat failed", "err", api.Describe(err))
@@ -324,6 +339,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+func (a *Agent) hasSessionKey() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sessKey != nil
+}
+
 type beat struct {
 	echo    int64
 	got     time.Time
@@ -332,17 +353,24 @@ type beat struct {
 
 func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupassv1.HeartbeatResponse, error) {
 	a.mu.Lock()
-	id := a.agentID
+	id, key, epoch := a.agentID, a.sessKey, a.sessEpoch
 	a.mu.Unlock()
 	// The counter is the clock in nanoseconds (or one more than the last):
 	// it rises across restarts without being stored.
 	hb.counter = max(hb.counter+1, uint64(time.Now().UnixNano()))
 	req := &gpupassv1.HeartbeatRequest{AgentId: id, EchoBrokerTimeUnixNano: hb.echo, AgentHoldNanos: int64(time.Since(hb.got)), Counter: hb.counter}
-	sig, err := conformance.Sign(a.key, api.HeartbeatPayload(req))
-	if err != nil {
-		return nil, err
+	if key != nil {
+		// The session key's HMAC costs the broker far less than
+		// verifying a signature.
+		req.SessionEpoch = epoch
+		req.Mac = api.HeartbeatMAC(key, req)
+	} else {
+		sig, err := conformance.Sign(a.key, api.HeartbeatPayload(req))
+		if err != nil {
+			return nil, err
+		}
+		req.Signature = sig
 	}
-	req.Signature = sig
 	resp, err := c.Agent.Heartbeat(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
@@ -355,13 +383,26 @@ func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupa
 // (bad token, region out of scope, bad labels) or a broker certificate
 // that is not trusted ends the agent at once, since retrying cannot fix it.
 func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollResponse, error) {
-	req := &gpupassv1.EnrollRequest{PublicKeyPem: a.pubPEM, Labels: a.o.labels(), AgentVersion: Version}
+	fp, err := api.KeyFingerprint(&a.key.PublicKey)
+	if err != nil {
+		return nil, err
+	}
 	backoff := 500 * time.Millisecond
 	for {
+		// The proof (a fresh one per try: the broker wants a recent time)
+		// gets the agent a heartbeat session key.
+		req := &gpupassv1.EnrollRequest{PublicKeyPem: a.pubPEM, Labels: a.o.labels(), AgentVersion: Version, ProofTimeUnixNano: time.Now().UnixNano()}
+		if req.Proof, err = conformance.Sign(a.key, api.EnrollProofPayload(fp, req.ProofTimeUnixNano)); err != nil {
+			return nil, err
+		}
 		resp, err := c.Agent.Enroll(ctx, connect.NewRequest(req))
 		if err == nil {
 			a.mu.Lock()
 			a.agentID = resp.Msg.AgentId
+			a.sessKey, a.sessEpoch = resp.Msg.SessionKey, resp.Msg.SessionEpoch
+			if len(a.sessKey) == 0 {
+				a.sessKey = nil // a broker without session keys: sign beats
+			}
 			a.mu.Unlock()
 			b, _ := json.Marshal(persisted{AgentID: resp.Msg.AgentId, BrokerURL: a.o.BrokerURL})
 			if err := fsutil.WriteFileAtomic(filepath.Join(a.o.StateDir, StateFile), b, 0o600); err != nil {

@@ -51,6 +51,19 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("public_key_pem: %w", err))
 	}
 	fp := sha256.Sum256(der)
+	sk := b.sessionKeys()
+	proven := false
+	if m.Proof != "" && sk != nil {
+		now := time.Now()
+		if proven, err = checkEnrollProof(pub, hex.EncodeToString(fp[:]), m, now); err != nil {
+			b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", err)
+			return nil, err
+		}
+		if !proven {
+			b.log.Warn("enrollment proof time too far from the broker's clock: no session key, heartbeats must be signed (check the node's clock)",
+				"region", l.Region, "token", tok.ID, "proof_time", time.Unix(0, m.ProofTimeUnixNano).UTC(), "window", api.EnrollProofWindow)
+		}
+	}
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)
 	a, created, err := b.store.EnrollAgent(ctx, store.Agent{
@@ -64,20 +77,31 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 		return nil, connect.NewError(connect.CodeInternal, errors.New("storing enrollment failed"))
 	}
 	b.agentsMu.Lock()
-	if e, ok := b.agents[a.ID]; ok {
+	e, ok := b.agents[a.ID]
+	if ok {
 		e.agent, e.pub = a, pub
 	} else {
-		b.agents[a.ID] = &agentEntry{agent: a, pub: pub}
+		e = &agentEntry{agent: a, pub: pub}
+		b.agents[a.ID] = e
 	}
 	b.agentsMu.Unlock()
-	b.invalidate()
-	b.log.Info("agent enrolled", "agent", a.ID, "new", created, "region", l.Region, "provider", l.Provider, "token", tok.ID)
-	return connect.NewResponse(&gpupassv1.EnrollResponse{
+	resp := &gpupassv1.EnrollResponse{
 		AgentId:                  a.ID,
 		HeartbeatIntervalSeconds: int64(b.cfg.HeartbeatInterval / time.Second),
 		OfflineAfterSeconds:      int64(b.cfg.OfflineAfter / time.Second),
-		BrokerTimeUnixNano:       time.Now().UnixNano(),
-	}), nil
+	}
+	if proven {
+		// Every proven enrollment rotates the key: an agent restart gets
+		// a new one, and the old one stops working.
+		if resp.SessionKey, resp.SessionEpoch, err = b.issueSessionKey(ctx, sk, e); err != nil {
+			b.log.Error("issuing session key", "agent", a.ID, "err", err)
+			return nil, connect.NewError(connect.CodeInternal, errors.New("storing the session key failed"))
+		}
+	}
+	b.invalidate()
+	b.log.Info("agent enrolled", "agent", a.ID, "new", created, "region", l.Region, "provider", l.Provider, "token", tok.ID, "session_epoch", resp.SessionEpoch)
+	resp.BrokerTimeUnixNano = time.Now().UnixNano()
+	return connect.NewResponse(resp), nil
 }
 
 // agent returns an enrolled agent (cached: heartbeats are hot) after
@@ -123,10 +147,15 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	if err != nil {
 		return nil, err
 	}
-	if m.Signature == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("heartbeat of %s is not signed: upgrade gpupass-agent to the broker's version", m.AgentId))
-	}
-	if !verifySig(e.pub, api.HeartbeatPayload(m), m.Signature) {
+	switch {
+	case len(m.Mac) > 0:
+		if err := b.checkMAC(ctx, e, m, req.Peer().Addr); err != nil {
+			return nil, err
+		}
+	case m.Signature == "":
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("heartbeat of %s is not signed (no signature, no session key mac): upgrade gpupass-agent to the broker's version", m.AgentId))
+	case !verifySig(e.pub, api.HeartbeatPayload(m), m.Signature):
+		// Agents that predate session keys sign every beat.
 		b.log.Warn("refused heartbeat: bad signature", "agent", m.AgentId, "peer", req.Peer().Addr)
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("heartbeat refused: its signature does not verify against the key enrolled for %s", m.AgentId))
 	}

@@ -65,6 +65,11 @@ type Config struct {
 	// without a word from its (heartbeating) node: an agent that took the
 	// lease and restarted, or one that never polls (default 2 minutes).
 	StartTimeout time.Duration
+	// SessionKeyTTL bounds how long this broker trusts its cached copy
+	// of an agent's heartbeat session key (session.go): a key rotated
+	// through another replica stops working here within it (default
+	// 10 s, as for tokens).
+	SessionKeyTTL time.Duration
 }
 
 // Broker is the control plane service.
@@ -115,6 +120,13 @@ type agentEntry struct {
 	agent     store.Agent
 	pub       *ecdsa.PublicKey // parsed once: every heartbeat is verified
 	hasReport bool
+	// The heartbeat session key (session.go) as this replica last knew
+	// it: read from the store when loaded is older than SessionKeyTTL or
+	// a beat names a newer epoch, at most once per sessionReloadEvery
+	// (tried).
+	sessKey               []byte
+	sessEpoch             uint64
+	sessLoaded, sessTried time.Time
 }
 
 // New returns a broker over cfg.Store and starts its background work
@@ -134,6 +146,9 @@ func New(cfg Config) *Broker {
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 2 * time.Minute
+	}
+	if cfg.SessionKeyTTL <= 0 {
+		cfg.SessionKeyTTL = tokenTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

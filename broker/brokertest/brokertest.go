@@ -245,6 +245,10 @@ type Agent struct {
 	gotAt   time.Time
 	counter uint64
 	lastGen time.Time
+	// SessionKey and SessionEpoch are set by EnrollProven: beats then
+	// carry an HMAC instead of a signature.
+	SessionKey   []byte
+	SessionEpoch uint64
 }
 
 // NewAgent enrolls a new agent (gRPC protocol, like gpupass-agent).
@@ -261,8 +265,19 @@ func NewAgent(t testing.TB, url, token string, n NodeSpec) *Agent {
 	return a
 }
 
-// Enroll enrolls key with labels from n.
+// Enroll enrolls key with labels from n, as agents before session keys
+// did: no proof of key possession, so every beat is signed.
 func Enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n NodeSpec) (*Agent, error) {
+	return enroll(ctx, url, token, key, n, false)
+}
+
+// EnrollProven enrolls like gpupass-agent: with a proof of key
+// possession, for a heartbeat session key.
+func EnrollProven(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n NodeSpec) (*Agent, error) {
+	return enroll(ctx, url, token, key, n, true)
+}
+
+func enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n NodeSpec, prove bool) (*Agent, error) {
 	c, err := api.Dial(url, api.DialOptions{Token: token, GRPC: true})
 	if err != nil {
 		return nil, err
@@ -271,22 +286,40 @@ func Enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n Nod
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.Agent.Enroll(ctx, connect.NewRequest(&gpupassv1.EnrollRequest{PublicKeyPem: pem, AgentVersion: "test",
+	req := &gpupassv1.EnrollRequest{PublicKeyPem: pem, AgentVersion: "test",
 		Labels: &gpupassv1.NodeLabels{Provider: n.Provider, Region: n.Region, PricePerHour: n.Price, StorageClass: n.StorageClass,
-			BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region}}))
+			BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region}}
+	if prove {
+		fp, err := api.KeyFingerprint(&key.PublicKey)
+		if err != nil {
+			return nil, err
+		}
+		req.ProofTimeUnixNano = time.Now().UnixNano()
+		if req.Proof, err = conformance.Sign(key, api.EnrollProofPayload(fp, req.ProofTimeUnixNano)); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := c.Agent.Enroll(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{ID: resp.Msg.AgentId, Key: key, Node: n, Clients: c, echo: resp.Msg.BrokerTimeUnixNano, gotAt: time.Now()}, nil
+	return &Agent{ID: resp.Msg.AgentId, Key: key, Node: n, Clients: c, echo: resp.Msg.BrokerTimeUnixNano, gotAt: time.Now(),
+		SessionKey: resp.Msg.SessionKey, SessionEpoch: resp.Msg.SessionEpoch}, nil
 }
 
-// BeatRequest makes the next heartbeat, signed as gpupass-agent signs it:
-// the last broker time echoed, the counter one higher.
+// BeatRequest makes the next heartbeat as gpupass-agent makes it (with
+// the session key's HMAC, or signed when there is none): the last broker
+// time echoed, the counter one higher.
 func (a *Agent) BeatRequest() (*gpupassv1.HeartbeatRequest, error) {
 	a.counter++
 	req := &gpupassv1.HeartbeatRequest{AgentId: a.ID, Counter: a.counter, EchoBrokerTimeUnixNano: a.echo}
 	if a.echo != 0 {
 		req.AgentHoldNanos = int64(time.Since(a.gotAt))
+	}
+	if a.SessionKey != nil {
+		req.SessionEpoch = a.SessionEpoch
+		req.Mac = api.HeartbeatMAC(a.SessionKey, req)
+		return req, nil
 	}
 	sig, err := conformance.Sign(a.Key, api.HeartbeatPayload(req))
 	if err != nil {
@@ -295,6 +328,10 @@ func (a *Agent) BeatRequest() (*gpupassv1.HeartbeatRequest, error) {
 	req.Signature = sig
 	return req, nil
 }
+
+// SetCounter sets the heartbeat counter the next beat raises by one
+// (a second handle on the same agent continues where the first stopped).
+func (a *Agent) SetCounter(c uint64) { a.counter = c }
 
 // Beat sends one heartbeat echoing the last broker timestamp.
 func (a *Agent) Beat(ctx context.Context) (*gpupassv1.HeartbeatResponse, error) {

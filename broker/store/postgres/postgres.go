@@ -71,6 +71,8 @@ var Migrations = []string{
 	runsMigration,
 	// 4: the signed report of each run (audit evidence); see evidence.go.
 	evidenceMigration,
+	// 5: heartbeat session keys; see session.go.
+	sessionMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while
@@ -96,6 +98,8 @@ func Open(ctx context.Context, dsn string) (*sqlstore.Store, error) {
 		Name:       "postgres",
 		Dollar:     true,
 		Migrations: Migrations,
+		// A round trip per node per flush cost more than the beats.
+		BatchHeartbeats: true,
 		Lock: func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockKey))
 			return err

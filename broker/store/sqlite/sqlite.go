@@ -72,6 +72,8 @@ var Migrations = []string{
 	runsMigration,
 	// 4: the signed report of each run (audit evidence); see evidence.go.
 	evidenceMigration,
+	// 5: heartbeat session keys; see session.go.
+	sessionMigration,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and

@@ -28,6 +28,11 @@ type Dialect struct {
 	// Lock serialises migrations between processes sharing the database
 	// (PostgreSQL: an advisory lock); it runs inside the migration tx.
 	Lock func(ctx context.Context, tx *sql.Tx) error
+	// BatchHeartbeats writes a heartbeat flush as a few multi-row UPDATEs
+	// (PostgreSQL: each statement is a round trip) instead of a prepared
+	// UPDATE per node (SQLite: in process, where that is cheaper than
+	// the join a multi-row UPDATE makes).
+	BatchHeartbeats bool
 }
 
 // Store is a store.Store over a *sql.DB.
@@ -134,11 +139,11 @@ var queries = map[string]string{
 		ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at`,
 	"insertReport": `INSERT INTO reports (agent_id, report, signature, received_at) VALUES (?, ?, ?, ?)`,
 	"indexNode":    `UPDATE nodes SET has_report = TRUE, idx = ?, updated_at = ? WHERE id = ?`,
-	"latestReport": `SELECT agent_id, report, signature, received_at FROM reports WHERE agent_id = ?
-		ORDER BY received_at DESC, id DESC LIMIT 1`,
 	// Casts: PostgreSQL would otherwise infer an integer parameter from "? >= 0".
 	"heartbeat": `UPDATE nodes SET last_seen = CAST(? AS BIGINT), rtt_ms = CASE WHEN CAST(? AS DOUBLE PRECISION) >= 0 THEN CAST(? AS DOUBLE PRECISION) ELSE rtt_ms END
 		WHERE id = ? AND last_seen <= ?`,
+	"latestReport": `SELECT agent_id, report, signature, received_at FROM reports WHERE agent_id = ?
+		ORDER BY received_at DESC, id DESC LIMIT 1`,
 	"nodes": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
 		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
 		FROM nodes n JOIN agents a ON a.id = n.id ORDER BY n.id`,
@@ -340,21 +345,95 @@ func (s *Store) RecordHeartbeats(ctx context.Context, beats []store.Heartbeat) e
 		return fmt.Errorf("recording heartbeats: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, s.q["heartbeat"])
-	if err != nil {
-		return fmt.Errorf("recording heartbeats: %w", err)
-	}
-	defer stmt.Close()
-	for _, b := range beats {
-		at := b.At.UnixNano()
-		if _, err := stmt.ExecContext(ctx, at, b.RTTMS, b.RTTMS, b.AgentID, at); err != nil {
-			return fmt.Errorf("recording heartbeat of %s: %w", b.AgentID, err)
+	if s.d.BatchHeartbeats {
+		// One UPDATE per chunk rather than one per node: a broker
+		// flushes every node that beat since the last flush (thousands),
+		// and a round trip per row cost more CPU than the beats did.
+		merged := mergeBeats(beats)
+		for len(merged) > 0 {
+			n := min(len(merged), beatsPerStatement)
+			q, args := beatsUpdate(merged[:n])
+			if _, err := tx.ExecContext(ctx, s.rebind(q), args...); err != nil {
+				return fmt.Errorf("recording heartbeats: %w", err)
+			}
+			merged = merged[n:]
+		}
+	} else {
+		stmt, err := tx.PrepareContext(ctx, s.q["heartbeat"])
+		if err != nil {
+			return fmt.Errorf("recording heartbeats: %w", err)
+		}
+		defer stmt.Close()
+		for _, b := range beats {
+			at := b.At.UnixNano()
+			if _, err := stmt.ExecContext(ctx, at, b.RTTMS, b.RTTMS, b.AgentID, at); err != nil {
+				return fmt.Errorf("recording heartbeat of %s: %w", b.AgentID, err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("recording heartbeats: %w", err)
 	}
 	return nil
+}
+
+// beatsPerStatement bounds the rows of one heartbeat UPDATE (4 parameters
+// each; SQLite allows 32,766 parameters, PostgreSQL 65,535).
+const beatsPerStatement = 500
+
+// mergedBeat is what a batch's beats of one node amount to, applied as
+// one row: the newest time, and the last measured RTT with the time of
+// its beat (it counts only if that beat is not older than the stored
+// last-seen, as when each beat was applied in turn).
+type mergedBeat struct {
+	id        string
+	at, rttAt int64
+	rtt       float64
+}
+
+// mergeBeats folds beats per node in order: a beat older than one
+// already taken is ignored, as the per-row UPDATE's last_seen <= at did.
+func mergeBeats(beats []store.Heartbeat) []mergedBeat {
+	out := make([]mergedBeat, 0, len(beats))
+	pos := make(map[string]int, len(beats))
+	for _, b := range beats {
+		at := b.At.UnixNano()
+		i, ok := pos[b.AgentID]
+		if !ok {
+			pos[b.AgentID] = len(out)
+			out = append(out, mergedBeat{id: b.AgentID, at: at, rtt: b.RTTMS, rttAt: at})
+			continue
+		}
+		m := &out[i]
+		if at < m.at {
+			continue
+		}
+		m.at = at
+		if b.RTTMS >= 0 {
+			m.rtt, m.rttAt = b.RTTMS, at
+		}
+	}
+	return out
+}
+
+// beatsUpdate builds one UPDATE for rows. VALUES columns are named
+// column1… on both SQLite and PostgreSQL; the casts type the parameters
+// for PostgreSQL. SET reads the row as it was before the update.
+func beatsUpdate(rows []mergedBeat) (string, []any) {
+	var q strings.Builder
+	q.WriteString(`UPDATE nodes SET last_seen = v.column2,
+		rtt_ms = CASE WHEN v.column3 >= 0 AND v.column4 >= nodes.last_seen THEN v.column3 ELSE nodes.rtt_ms END
+		FROM (VALUES `)
+	args := make([]any, 0, 4*len(rows))
+	for i, r := range rows {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS DOUBLE PRECISION), CAST(? AS BIGINT))")
+		args = append(args, r.id, r.at, r.rtt, r.rttAt)
+	}
+	q.WriteString(`) AS v WHERE nodes.id = v.column1 AND nodes.last_seen <= v.column2`)
+	return q.String(), args
 }
 
 // Nodes implements store.Store.

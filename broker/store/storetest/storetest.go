@@ -6,6 +6,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func Run(t *testing.T, open Factory) {
 	ctx := context.Background()
 	runRuns(t, open)
 	runEvidence(t, open)
+	runSessionKeys(t, open)
 
 	t.Run("tokens", func(t *testing.T) {
 		t.Parallel()
@@ -193,6 +195,47 @@ func Run(t *testing.T, open Factory) {
 		}
 		if diff := cmp.Diff([]store.Heartbeat{{AgentID: "agt-1", At: t0.Add(2 * time.Second), RTTMS: 12.5}}, live); diff != "" {
 			t.Errorf("Liveness since t0+1.5s (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("heartbeat batches as if applied beat by beat", func(t *testing.T) {
+		t.Parallel()
+		s, _ := open(t)
+		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "key-1", "us-east-1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordHeartbeats(ctx, []store.Heartbeat{{AgentID: "agt-1", At: t0.Add(5 * time.Second), RTTMS: 4}}); err != nil {
+			t.Fatal(err)
+		}
+		// More nodes than one statement takes; agt-1's RTT comes from a
+		// beat older than the stored one, so it is not taken, while the
+		// newer beat without an RTT moves last-seen.
+		var beats []store.Heartbeat
+		for i := 0; i < 1200; i++ {
+			beats = append(beats, store.Heartbeat{AgentID: fmt.Sprintf("agt-x%04d", i), At: t0, RTTMS: 1})
+		}
+		beats = append(beats, store.Heartbeat{AgentID: "agt-1", At: t0.Add(3 * time.Second), RTTMS: 7},
+			store.Heartbeat{AgentID: "agt-1", At: t0.Add(6 * time.Second), RTTMS: -1})
+		if err := s.RecordHeartbeats(ctx, beats); err != nil {
+			t.Fatal(err)
+		}
+		live, err := s.Liveness(ctx, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]store.Heartbeat{{AgentID: "agt-1", At: t0.Add(6 * time.Second), RTTMS: 4}}, live); diff != "" {
+			t.Errorf("Liveness (-want +got):\n%s", diff)
+		}
+		// A later batch with an RTT takes it.
+		if err := s.RecordHeartbeats(ctx, []store.Heartbeat{{AgentID: "agt-1", At: t0.Add(7 * time.Second), RTTMS: 9.5}}); err != nil {
+			t.Fatal(err)
+		}
+		live, err = s.Liveness(ctx, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]store.Heartbeat{{AgentID: "agt-1", At: t0.Add(7 * time.Second), RTTMS: 9.5}}, live); diff != "" {
+			t.Errorf("Liveness after a later beat (-want +got):\n%s", diff)
 		}
 	})
 

@@ -103,11 +103,19 @@ func (DryRunView) EnumDescriptor() ([]byte, []int) {
 type EnrollRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PKIX PEM of the agent's ECDSA P-256 identity key.
-	PublicKeyPem  []byte      `protobuf:"bytes,1,opt,name=public_key_pem,json=publicKeyPem,proto3" json:"public_key_pem,omitempty"`
-	Labels        *NodeLabels `protobuf:"bytes,2,opt,name=labels,proto3" json:"labels,omitempty"`
-	AgentVersion  string      `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PublicKeyPem []byte      `protobuf:"bytes,1,opt,name=public_key_pem,json=publicKeyPem,proto3" json:"public_key_pem,omitempty"`
+	Labels       *NodeLabels `protobuf:"bytes,2,opt,name=labels,proto3" json:"labels,omitempty"`
+	AgentVersion string      `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// proof: base64 ASN.1 ECDSA P-256 signature, by the identity key, over
+	// SHA-256 of "gpupass-enroll-v1\n<hex SHA-256 of the PKIX DER key>\n
+	// <proof_time_unix_nano>\n" (api.EnrollProofPayload). A proof that does
+	// not verify is refused (permission_denied). Without a proof, or with a
+	// proof_time more than 5 minutes from the broker's clock, the agent is
+	// enrolled but gets no session key (its heartbeats must be signed).
+	Proof             string `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
+	ProofTimeUnixNano int64  `protobuf:"varint,5,opt,name=proof_time_unix_nano,json=proofTimeUnixNano,proto3" json:"proof_time_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *EnrollRequest) Reset() {
@@ -159,6 +167,20 @@ func (x *EnrollRequest) GetAgentVersion() string {
 		return x.AgentVersion
 	}
 	return ""
+}
+
+func (x *EnrollRequest) GetProof() string {
+	if x != nil {
+		return x.Proof
+	}
+	return ""
+}
+
+func (x *EnrollRequest) GetProofTimeUnixNano() int64 {
+	if x != nil {
+		return x.ProofTimeUnixNano
+	}
+	return 0
 }
 
 // NodeLabels are what the agent declares about where it runs.
@@ -260,8 +282,14 @@ type EnrollResponse struct {
 	HeartbeatIntervalSeconds int64                  `protobuf:"varint,2,opt,name=heartbeat_interval_seconds,json=heartbeatIntervalSeconds,proto3" json:"heartbeat_interval_seconds,omitempty"`
 	OfflineAfterSeconds      int64                  `protobuf:"varint,3,opt,name=offline_after_seconds,json=offlineAfterSeconds,proto3" json:"offline_after_seconds,omitempty"`
 	BrokerTimeUnixNano       int64                  `protobuf:"varint,4,opt,name=broker_time_unix_nano,json=brokerTimeUnixNano,proto3" json:"broker_time_unix_nano,omitempty"` // echo it in the first Heartbeat
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// session_key (32 random bytes) authenticates heartbeats with
+	// HMAC-SHA256 instead of an ECDSA signature; session_epoch names it and
+	// rises with every key issued to the agent. Both are empty when the
+	// request had no proof. A secret: keep it in memory only.
+	SessionKey    []byte `protobuf:"bytes,5,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	SessionEpoch  uint64 `protobuf:"varint,6,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnrollResponse) Reset() {
@@ -322,10 +350,27 @@ func (x *EnrollResponse) GetBrokerTimeUnixNano() int64 {
 	return 0
 }
 
-// A heartbeat is signed by the agent's identity key, so a token holder
-// cannot beat for another node, and it cannot be replayed: counter rises
-// with every beat (the broker refuses one not above the last it took), and
-// the echoed broker time must be recent (see HeartbeatResponse.stale_echo).
+func (x *EnrollResponse) GetSessionKey() []byte {
+	if x != nil {
+		return x.SessionKey
+	}
+	return nil
+}
+
+func (x *EnrollResponse) GetSessionEpoch() uint64 {
+	if x != nil {
+		return x.SessionEpoch
+	}
+	return 0
+}
+
+// A heartbeat is authenticated by the agent's session key (mac) or signed
+// by its identity key (signature), so a token holder cannot beat for
+// another node, and it cannot be replayed: counter rises with every beat
+// (the broker refuses one not above the last it took), and the echoed
+// broker time must be recent (see HeartbeatResponse.stale_echo). A beat
+// whose mac does not verify with the agent's current session key is
+// refused with permission_denied: the agent enrolls again for a new key.
 type HeartbeatRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
@@ -338,8 +383,14 @@ type HeartbeatRequest struct {
 	Counter uint64 `protobuf:"varint,4,opt,name=counter,proto3" json:"counter,omitempty"`
 	// base64 ASN.1 ECDSA P-256 signature, by the enrolled key, over SHA-256
 	// of "gpupass-heartbeat-v1\n<agent_id>\n<counter>\n<echo>\n<hold>\n"
-	// (decimal numbers; api.HeartbeatPayload).
-	Signature     string `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	// (decimal numbers; api.HeartbeatPayload). Not needed with mac.
+	Signature string `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	// HMAC-SHA256, keyed with the session key of session_epoch
+	// (EnrollResponse), over "gpupass-heartbeat-mac-v1\n<agent_id>\n
+	// <session_epoch>\n<counter>\n<echo>\n<hold>\n" (api.HeartbeatMAC).
+	// Much cheaper for the broker to check than a signature.
+	Mac           []byte `protobuf:"bytes,6,opt,name=mac,proto3" json:"mac,omitempty"`
+	SessionEpoch  uint64 `protobuf:"varint,7,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,6 +458,20 @@ func (x *HeartbeatRequest) GetSignature() string {
 		return x.Signature
 	}
 	return ""
+}
+
+func (x *HeartbeatRequest) GetMac() []byte {
+	if x != nil {
+		return x.Mac
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetSessionEpoch() uint64 {
+	if x != nil {
+		return x.SessionEpoch
+	}
+	return 0
 }
 
 type HeartbeatResponse struct {
@@ -1946,11 +2011,13 @@ var File_gpupass_v1_broker_proto protoreflect.FileDescriptor
 const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"\x17gpupass/v1/broker.proto\x12\n" +
-	"gpupass.v1\"\x8a\x01\n" +
+	"gpupass.v1\"\xd1\x01\n" +
 	"\rEnrollRequest\x12$\n" +
 	"\x0epublic_key_pem\x18\x01 \x01(\fR\fpublicKeyPem\x12.\n" +
 	"\x06labels\x18\x02 \x01(\v2\x16.gpupass.v1.NodeLabelsR\x06labels\x12#\n" +
-	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\"\xe2\x01\n" +
+	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x14\n" +
+	"\x05proof\x18\x04 \x01(\tR\x05proof\x12/\n" +
+	"\x14proof_time_unix_nano\x18\x05 \x01(\x03R\x11proofTimeUnixNano\"\xe2\x01\n" +
 	"\n" +
 	"NodeLabels\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
@@ -1959,18 +2026,23 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x0eprice_per_hour\x18\x04 \x01(\x01R\fpricePerHour\x12#\n" +
 	"\rstorage_class\x18\x05 \x01(\tR\fstorageClass\x12%\n" +
 	"\x0ebandwidth_gbps\x18\x06 \x01(\x01R\rbandwidthGbps\x12\x1a\n" +
-	"\bhostname\x18\a \x01(\tR\bhostname\"\xd0\x01\n" +
+	"\bhostname\x18\a \x01(\tR\bhostname\"\x96\x02\n" +
 	"\x0eEnrollResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\x03R\x18heartbeatIntervalSeconds\x122\n" +
 	"\x15offline_after_seconds\x18\x03 \x01(\x03R\x13offlineAfterSeconds\x121\n" +
-	"\x15broker_time_unix_nano\x18\x04 \x01(\x03R\x12brokerTimeUnixNano\"\xcb\x01\n" +
+	"\x15broker_time_unix_nano\x18\x04 \x01(\x03R\x12brokerTimeUnixNano\x12\x1f\n" +
+	"\vsession_key\x18\x05 \x01(\fR\n" +
+	"sessionKey\x12#\n" +
+	"\rsession_epoch\x18\x06 \x01(\x04R\fsessionEpoch\"\x82\x02\n" +
 	"\x10HeartbeatRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12:\n" +
 	"\x1aecho_broker_time_unix_nano\x18\x02 \x01(\x03R\x16echoBrokerTimeUnixNano\x12(\n" +
 	"\x10agent_hold_nanos\x18\x03 \x01(\x03R\x0eagentHoldNanos\x12\x18\n" +
 	"\acounter\x18\x04 \x01(\x04R\acounter\x12\x1c\n" +
-	"\tsignature\x18\x05 \x01(\tR\tsignature\"\xdf\x01\n" +
+	"\tsignature\x18\x05 \x01(\tR\tsignature\x12\x10\n" +
+	"\x03mac\x18\x06 \x01(\fR\x03mac\x12#\n" +
+	"\rsession_epoch\x18\a \x01(\x04R\fsessionEpoch\"\xdf\x01\n" +
 	"\x11HeartbeatResponse\x121\n" +
 	"\x15broker_time_unix_nano\x18\x01 \x01(\x03R\x12brokerTimeUnixNano\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\x03R\x18heartbeatIntervalSeconds\x12\x15\n" +

@@ -68,7 +68,9 @@ const (
 type AgentServiceClient interface {
 	// Enroll registers the agent's identity key and labels and returns its
 	// agent id. Enrolling again with the same public key returns the same id
-	// (an agent restart keeps its identity) and updates the labels.
+	// (an agent restart keeps its identity) and updates the labels. An
+	// enrollment that proves possession of the key (proof) also gets a fresh
+	// heartbeat session key, which replaces any earlier one.
 	Enroll(context.Context, *connect.Request[v1.EnrollRequest]) (*connect.Response[v1.EnrollResponse], error)
 	// Heartbeat tells the broker the agent is alive. Round-trip latency is
 	// measured by the broker from consecutive beats: each response carries
@@ -150,7 +152,9 @@ func (c *agentServiceClient) UploadReport(ctx context.Context, req *connect.Requ
 type AgentServiceHandler interface {
 	// Enroll registers the agent's identity key and labels and returns its
 	// agent id. Enrolling again with the same public key returns the same id
-	// (an agent restart keeps its identity) and updates the labels.
+	// (an agent restart keeps its identity) and updates the labels. An
+	// enrollment that proves possession of the key (proof) also gets a fresh
+	// heartbeat session key, which replaces any earlier one.
 	Enroll(context.Context, *connect.Request[v1.EnrollRequest]) (*connect.Response[v1.EnrollResponse], error)
 	// Heartbeat tells the broker the agent is alive. Round-trip latency is
 	// measured by the broker from consecutive beats: each response carries

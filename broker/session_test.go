@@ -1,0 +1,199 @@
+package broker_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
+)
+
+// TestSessionKeys: a proven enrollment gets a heartbeat session key that
+// every replica on the store accepts; a re-enrollment rotates it and the
+// old key is refused; a bad mac, an unknown epoch and a bad or stale
+// proof are refused with errors that say what to do; keys never reach
+// the logs; agents that sign beats (no session key) stay accepted.
+func TestSessionKeys(t *testing.T) {
+	t.Parallel()
+	for _, kind := range brokertest.Stores {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var logs syncBuffer
+			cfg := brokertest.Fast()
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			cfg.SessionKeyTTL = 300 * time.Millisecond
+			db := brokertest.NewDB(t, kind)
+			b1 := brokertest.Start(t, db, cfg)
+			b2 := brokertest.Start(t, db, cfg)
+			tok := b1.Token(t, store.RoleAgent, "*")
+			ctx := context.Background()
+			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := brokertest.H100("us-west-2", 20)
+			a, err := brokertest.EnrollProven(ctx, b1.URL, tok, key, node)
+			if err != nil {
+				t.Fatalf("proven enrollment: %v", err)
+			}
+			if len(a.SessionKey) != api.SessionKeyBytes || a.SessionEpoch != 1 {
+				t.Fatalf("session key of %d bytes, epoch %d; want %d bytes, epoch 1", len(a.SessionKey), a.SessionEpoch, api.SessionKeyBytes)
+			}
+			keys := [][]byte{a.SessionKey}
+			beat := func(b *brokertest.Broker, req *gpupassv1.HeartbeatRequest) (*gpupassv1.HeartbeatResponse, error) {
+				resp, err := b.Clients(t, tok).Agent.Heartbeat(ctx, connect.NewRequest(req))
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg, nil
+			}
+			// Beats with the key count, through either replica.
+			if hb, err := a.Beat(ctx); err != nil || hb.StaleEcho {
+				t.Fatalf("beat with the session key: %v, %v; want it counted", hb, err)
+			}
+			req, err := a.BeatRequest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Signature != "" || len(req.Mac) == 0 {
+				t.Fatalf("beat with a session key carries signature %q and a %d-byte mac; want only the mac", req.Signature, len(req.Mac))
+			}
+			if _, err := beat(b2, req); err != nil {
+				t.Fatalf("beat with a key issued by the other replica: %v", err)
+			}
+			// A bad mac, and a mac naming an epoch never issued.
+			bad, _ := a.BeatRequest()
+			bad.Mac[0] ^= 1
+			if _, err := beat(b1, bad); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "mac does not verify") || !strings.Contains(err.Error(), "enroll again") {
+				t.Errorf("beat with a bad mac: %v, want permission_denied saying to enroll again", err)
+			}
+			future, _ := a.BeatRequest()
+			future.SessionEpoch = 99
+			future.Mac = api.HeartbeatMAC(a.SessionKey, future)
+			if _, err := beat(b2, future); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 99 is not the current one") {
+				t.Errorf("beat naming epoch 99: %v, want permission_denied naming the epoch", err)
+			}
+
+			// Re-enrolling (an agent restart) through the other replica
+			// rotates the key: same agent, new key, next epoch.
+			a2, err := brokertest.EnrollProven(ctx, b2.URL, tok, key, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, a2.SessionKey)
+			if a2.ID != a.ID || a2.SessionEpoch != 2 || bytes.Equal(a2.SessionKey, a.SessionKey) {
+				t.Fatalf("re-enrollment: agent %s epoch %d, new key %v; want %s, epoch 2, a new key", a2.ID, a2.SessionEpoch, !bytes.Equal(a2.SessionKey, a.SessionKey), a.ID)
+			}
+			old, _ := a.BeatRequest()
+			if _, err := beat(b2, old); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 1 is not the current one (2)") {
+				t.Errorf("beat with the rotated-out key: %v, want permission_denied", err)
+			}
+			// The replica that cached epoch 1 takes epoch 2 from the store.
+			a2.SetCounter(old.Counter)
+			if _, err := a2.Beat(ctx); err != nil {
+				t.Errorf("beat with the new key through the replica that issued it: %v", err)
+			}
+			next, _ := a2.BeatRequest()
+			if _, err := beat(b1, next); err != nil {
+				t.Errorf("beat with the new key through the other replica: %v", err)
+			}
+
+			// A third key, issued through b2: b1 may take the second
+			// key until its cached copy is SessionKeyTTL old, not after.
+			a3, err := brokertest.EnrollProven(ctx, b2.URL, tok, key, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, a3.SessionKey)
+			time.Sleep(500 * time.Millisecond) // SessionKeyTTL and the reload interval
+			retired, _ := a2.BeatRequest()
+			retired.Counter = next.Counter + 5
+			retired.Mac = api.HeartbeatMAC(a2.SessionKey, retired)
+			if _, err := beat(b1, retired); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 2 is not the current one (3)") {
+				t.Errorf("beat with a key rotated through the other replica, after the TTL: %v, want permission_denied", err)
+			}
+			a2 = a3
+			a2.SetCounter(next.Counter + 5)
+			next, _ = a2.BeatRequest()
+			if _, err := beat(b1, next); err != nil {
+				t.Errorf("beat with the third key: %v", err)
+			}
+
+			// A proof by another key is refused; an enrollment without a
+			// proof, or with a proof too old (a replay, or a wrong clock),
+			// gets no key (it signs beats), and its signed beats are taken
+			// as before.
+			pem, _ := conformance.PublicKeyPEM(key)
+			fp, _ := api.KeyFingerprint(&key.PublicKey)
+			other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			labels := &gpupassv1.NodeLabels{Provider: "lambda", Region: "us-west-2"}
+			now := time.Now().UnixNano()
+			forged, _ := conformance.Sign(other, api.EnrollProofPayload(fp, now))
+			stale := time.Now().Add(-time.Hour).UnixNano()
+			staleProof, _ := conformance.Sign(key, api.EnrollProofPayload(fp, stale))
+			c := b1.Clients(t, tok)
+			for _, tc := range []struct {
+				name  string
+				req   *gpupassv1.EnrollRequest
+				wants string
+			}{
+				{"forged proof", &gpupassv1.EnrollRequest{PublicKeyPem: pem, Labels: labels, Proof: forged, ProofTimeUnixNano: now}, "does not verify"},
+				{"proof of another time", &gpupassv1.EnrollRequest{PublicKeyPem: pem, Labels: labels, Proof: staleProof, ProofTimeUnixNano: now}, "does not verify"},
+			} {
+				if _, err := c.Agent.Enroll(ctx, connect.NewRequest(tc.req)); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), tc.wants) {
+					t.Errorf("%s: %v, want permission_denied containing %q", tc.name, err, tc.wants)
+				}
+			}
+			resp, err := c.Agent.Enroll(ctx, connect.NewRequest(&gpupassv1.EnrollRequest{PublicKeyPem: pem, Labels: labels, Proof: staleProof, ProofTimeUnixNano: stale}))
+			if err != nil || resp.Msg.AgentId != a.ID || len(resp.Msg.SessionKey) != 0 || resp.Msg.SessionEpoch != 0 {
+				t.Errorf("enrollment with an hour-old proof: %v, %v; want %s enrolled without a session key", resp, err, a.ID)
+			}
+			legacy, err := brokertest.Enroll(ctx, b1.URL, tok, key, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if legacy.SessionKey != nil || legacy.ID != a.ID {
+				t.Errorf("enrollment without proof: agent %s with a session key %v; want %s without one", legacy.ID, legacy.SessionKey != nil, a.ID)
+			}
+			legacy.SetCounter(next.Counter)
+			if _, err := legacy.Beat(ctx); err != nil {
+				t.Errorf("signed beat: %v", err)
+			}
+			// ... and it did not retire the proven agent's key.
+			again, _ := a2.BeatRequest()
+			again.Counter = next.Counter + 10
+			again.Mac = api.HeartbeatMAC(a2.SessionKey, again)
+			if _, err := beat(b1, again); err != nil {
+				t.Errorf("beat with the current key after an unproven enrollment: %v", err)
+			}
+
+			log := logs.String()
+			for _, want := range []string{"refused heartbeat: bad mac", "refused heartbeat: not the current session key", "refused enrollment", "enrollment proof time too far"} {
+				if !strings.Contains(log, want) {
+					t.Errorf("broker log lacks %q", want)
+				}
+			}
+			for _, k := range keys {
+				for _, enc := range []string{hex.EncodeToString(k), base64.StdEncoding.EncodeToString(k), base64.RawURLEncoding.EncodeToString(k), string(k)} {
+					if strings.Contains(log, enc) {
+						t.Errorf("broker log holds a session key")
+					}
+				}
+			}
+		})
+	}
+}
