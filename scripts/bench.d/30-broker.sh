@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-# Dry-runs: 100 calls per case (p95 over 100); heartbeats: 20,000 beats.
-if ! go test -run '^$' -bench 'BenchmarkDryRun' -benchtime 100x -timeout 40m ./broker/ >"$out" 2>&1 ||
+# Dry-runs: 400 calls per case (p95 over 400); heartbeats: 20,000 beats.
+if ! go test -run '^$' -bench 'BenchmarkDryRun' -benchtime 400x -timeout 40m ./broker/ >"$out" 2>&1 ||
 	! go test -run '^$' -bench 'BenchmarkHeartbeats' -benchtime 20000x -timeout 20m ./broker/ >>"$out" 2>&1; then
 	cat "$out" >&2
 	exit 1
