@@ -179,7 +179,7 @@ func Open(dir string, opts Options) (*Spool, error) {
 	}
 	if err := flockWait(lock, lockWait); err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("opening spool %s: another process holds it: %w", dir, err)
+		return nil, fmt.Errorf("opening spool %s: another process holds it (%w): is a second gpupass-agent running with the same --state-dir? Stop it, or give each agent its own", dir, err)
 	}
 	s := &Spool{dir: dir, opts: opts, lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := s.recover(); err != nil {
