@@ -20,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 func TestTerminalResults(t *testing.T) {
@@ -220,20 +221,10 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie is dead; it only waits for its parent to reap it.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
-}
-
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for testutil.PIDAlive(pid) {
 		if time.Now().After(deadline) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("process %d was left behind", pid)
@@ -276,7 +267,7 @@ while :; do sleep 1; done
 		done <- execute(t, ctx, executor.Job{Command: []string{script}, Grace: 300 * time.Millisecond}, nil)
 	}()
 	gc := readPid(t, pidFile)
-	if !alive(gc) {
+	if !testutil.PIDAlive(gc) {
 		t.Fatal("grandchild did not start")
 	}
 	cancel()

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -33,7 +34,7 @@ func TestAgentKilledTakesTheJobDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := readPid(t, pidFile)
-	if !alive(job) {
+	if !testutil.PIDAlive(job) {
 		t.Fatal("job did not start")
 	}
 	agent.Process.Signal(syscall.SIGKILL)

@@ -3,7 +3,6 @@
 package main_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -71,23 +70,14 @@ func compare(t *testing.T, bin string, args ...string) (result, string, int) {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"compare", "-o", "json", "--post", "none"}, args...)...)
 	cmd.Env = append(os.Environ(), "GITHUB_STEP_SUMMARY=", "GITHUB_ACTIONS=", "GITLAB_CI=")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	stdout, stderr, code := testutil.Run(t, cmd)
 	var r result
-	if stdout.Len() > 0 {
-		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-			t.Fatalf("stdout is not one JSON document: %v\n%s", err, stdout.String())
+	if stdout != "" {
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatalf("stdout is not one JSON document: %v\n%s", err, stdout)
 		}
 	}
-	return r, stderr.String(), code
+	return r, stderr, code
 }
 
 // TestCompareExampleRuns trains the example three times (two healthy

@@ -16,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/regtest"
+	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
 )
 
 func must(t *testing.T, err error) {
@@ -46,7 +47,7 @@ func TestE2ERealRegistryPipInstall(t *testing.T) {
 	pyVer, err := run(t, py, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])")
 	must(t, err)
 	specPath := filepath.Join(t.TempDir(), "gpupass.yaml")
-	must(t, os.WriteFile(specPath, []byte(strings.NewReplacer("3.10.12", strings.TrimSpace(pyVer), "alpha==1.0", "gp-alpha==1.0", "beta-pkg==2.0", "gp_beta==2.1.0").Replace(specYAML)), 0o644))
+	must(t, os.WriteFile(specPath, []byte(strings.NewReplacer("3.10.12", strings.TrimSpace(pyVer), "alpha==1.0", "gp-alpha==1.0", "beta-pkg==2.0", "gp_beta==2.1.0").Replace(wheeltest.SpecYAML)), 0o644))
 
 	ref := host + "/ml/wheels:v1"
 	out, err := run(t, gp, "-o", "json", "bundle", "push", "--plain-http", "--wheelhouse", house, "--spec", specPath, ref)
@@ -143,24 +144,3 @@ func TestE2EOrasInterop(t *testing.T) {
 	_, err = run(t, py, "-m", "pip", "install", "--no-index", "--find-links", dst, "--target", target, "--disable-pip-version-check", "-q", "gp-gamma==0.3")
 	must(t, err)
 }
-
-// specYAML is a spec whose packages tests rewrite.
-const specYAML = `name: offline-job
-runtime:
-  cuda: 12.1.105
-  nvidia-driver: 535.104.05
-  python: 3.10.12
-  pytorch: 2.1.2+cu121
-  cuda-malloc-async: false
-  packages:
-    - alpha==1.0
-    - beta-pkg==2.0
-security:
-  fips-compliant: false
-  no-internet-access: false
-resources:
-  accelerator: h100-sxm5
-  count: 1
-  storage: {type: standard, size_gb: 100}
-  network: {bandwidth_gbps: 25, latency_tolerance_ms: 100}
-`

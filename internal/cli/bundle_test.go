@@ -20,26 +20,6 @@ import (
 	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
 )
 
-const bundleSpec = `name: offline-job
-runtime:
-  cuda: 12.1.105
-  nvidia-driver: 535.104.05
-  python: 3.10.12
-  pytorch: 2.1.2+cu121
-  cuda-malloc-async: false
-  packages:
-    - alpha==1.0
-    - beta-pkg==2.0
-security:
-  fips-compliant: false
-  no-internet-access: false
-resources:
-  accelerator: h100-sxm5
-  count: 1
-  storage: {type: standard, size_gb: 100}
-  network: {bandwidth_gbps: 25, latency_tolerance_ms: 100}
-`
-
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -63,11 +43,11 @@ func TestBundleCommands(t *testing.T) {
 		}
 	}
 	specPath := filepath.Join(dir, "gpupass.yaml")
-	if err := os.WriteFile(specPath, []byte(bundleSpec), 0o644); err != nil {
+	if err := os.WriteFile(specPath, []byte(wheeltest.SpecYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	short := filepath.Join(dir, "short.yaml")
-	if err := os.WriteFile(short, []byte(strings.Replace(bundleSpec, "    - beta-pkg==2.0\n", "    - beta-pkg==2.0\n    - gamma==3.0\n", 1)), 0o644); err != nil {
+	if err := os.WriteFile(short, []byte(strings.Replace(wheeltest.SpecYAML, "    - beta-pkg==2.0\n", "    - beta-pkg==2.0\n    - gamma==3.0\n", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ref := host + "/team/wheels:v1"

@@ -3,15 +3,12 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/xml"
-	"errors"
 	"image/png"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/report"
+	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
@@ -107,17 +105,7 @@ func TestUpCompareAllocations(t *testing.T) {
 		t.Helper()
 		cmd := stack.Command(ctx, args...)
 		cmd.Env = append(append(cmd.Env, "GITHUB_ACTIONS=", "GITLAB_CI=", "GITHUB_STEP_SUMMARY=", "GPUPASS_BROKER_URL=", "GPUPASS_BROKER_TOKEN="), extraEnv...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("gpupass %v: %v", args, err)
-		}
-		return out.String(), errb.String(), code
+		return testutil.Run(t, cmd)
 	}
 	train := func(name string, regions []string, follow bool, script ...string) {
 		t.Helper()

@@ -21,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
@@ -161,17 +162,6 @@ func anyContains(msgs []string, sub string) bool {
 	return false
 }
 
-// pidAlive: a zombie counts as dead (it only waits to be reaped, and an
-// orphan's new parent may be slow to).
-func pidAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
-}
-
 // TestRealAgentFaults drives real gpupass-agent processes next to `gpupass
 // up`: kill -9 before the run starts (re-placed on the next candidate),
 // kill -9 mid-run of a chatty run and a restart (the restarted agent
@@ -299,7 +289,7 @@ func TestRealAgentFaults(t *testing.T) {
 			return err == nil && pid > 0
 		})
 		other.Kill9(t)
-		upstack.WaitFor(t, ctx, "the job to die with its agent", func() bool { return !pidAlive(pid) })
+		upstack.WaitFor(t, ctx, "the job to die with its agent", func() bool { return !testutil.PIDAlive(pid) })
 		r = f.wait(r.Id, "to fail", terminalState)
 		if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.HasPrefix(r.Reason, "node lost") {
 			t.Errorf("run = %s (%s), want failed: node lost", r.State, r.Reason)
@@ -425,7 +415,7 @@ func TestRealAgentFaults(t *testing.T) {
 				t.Errorf("%s: %d events stored, want every one of the %d lines", tc.name, len(seqs), 100000000/4097)
 			}
 			for _, p := range pids {
-				upstack.WaitFor(t, ctx, fmt.Sprintf("pid %d to be gone", p), func() bool { return !pidAlive(p) })
+				upstack.WaitFor(t, ctx, fmt.Sprintf("pid %d to be gone", p), func() bool { return !testutil.PIDAlive(p) })
 			}
 		}
 	})

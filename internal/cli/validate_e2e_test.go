@@ -3,9 +3,7 @@
 package cli_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,17 +21,7 @@ func run(t *testing.T, bin, dir string, env []string, args ...string) (string, s
 	cmd.Dir = dir
 	// A clean environment: the test must not inherit a CI's GITHUB_* vars.
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running gpupass: %v", err)
-	}
-	return stdout.String(), stderr.String(), code
+	return testutil.Run(t, cmd)
 }
 
 // TestE2EValidate builds the binary and uses it as a user would: init a

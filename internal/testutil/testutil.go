@@ -3,10 +3,14 @@
 package testutil
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -67,4 +71,32 @@ func BuildBinary(t testing.TB, pkg string) string {
 	}
 	built[pkg] = out
 	return out
+}
+
+// PIDAlive reports whether process pid is running. A zombie counts as
+// gone: it only waits for its parent to reap it, and an orphan's new
+// parent may be slow to.
+func PIDAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// Run runs cmd and returns its stdout, its stderr and its exit code; a
+// command that could not start at all fails the test.
+func Run(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %s: %v", cmd.Path, err)
+	}
+	return out.String(), errb.String(), code
 }

@@ -14,6 +14,29 @@ import (
 	"strings"
 )
 
+// SpecYAML is a gpupass.yaml that pins the two packages the bundle tests
+// build wheels for (alpha==1.0, beta-pkg==2.0); tests rewrite the pins and
+// the Python version with strings.Replace.
+const SpecYAML = `name: offline-job
+runtime:
+  cuda: 12.1.105
+  nvidia-driver: 535.104.05
+  python: 3.10.12
+  pytorch: 2.1.2+cu121
+  cuda-malloc-async: false
+  packages:
+    - alpha==1.0
+    - beta-pkg==2.0
+security:
+  fips-compliant: false
+  no-internet-access: false
+resources:
+  accelerator: h100-sxm5
+  count: 1
+  storage: {type: standard, size_gb: 100}
+  network: {bandwidth_gbps: 25, latency_tolerance_ms: 100}
+`
+
 // File is one entry of a wheel. Data is read once, streamed into the zip.
 type File struct {
 	Name string
