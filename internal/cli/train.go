@@ -300,8 +300,15 @@ func archiveDir(dir string) ([]byte, error) {
 			return err
 		}
 		defer f.Close()
-		if _, err := io.Copy(tw, f); err != nil {
+		// The header holds the size seen a moment ago; a file another
+		// process writes meanwhile (a log, a CI job's output next door) is
+		// shipped as it was then, and one that shrank is refused.
+		n, err := io.Copy(tw, io.LimitReader(f, hdr.Size))
+		if err != nil {
 			return err
+		}
+		if n < hdr.Size {
+			return fmt.Errorf("%s shrank from %d to %d bytes while it was packed: stop what writes to it, or ship a directory nothing writes to", path, hdr.Size, n)
 		}
 		if buf.Len() > maxArchive {
 			return fmt.Errorf("more than %d MiB compressed; ship less (e.g. data from storage, not the work dir)", maxArchive>>20)
