@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/cli"
@@ -50,27 +52,83 @@ func TestArchiveDirWhileAFileGrows(t *testing.T) {
 			<-done
 			t.Fatalf("pack %d: %v", i, err)
 		}
-		zr, err := gzip.NewReader(bytes.NewReader(b))
+		names := tarNames(t, b)
+		if !slices.Contains(names, "train.py") || !slices.Contains(names, "job.log") {
+			t.Fatalf("pack %d holds %v", i, names)
+		}
+	}
+}
+
+// tarNames lists the entries of a gzip tar and checks each body's size.
+func tarNames(t *testing.T, b []byte) []string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := tar.NewReader(zr)
-		names := map[string]bool{}
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("pack %d: %v", i, err)
-			}
-			if n, err := io.Copy(io.Discard, tr); err != nil || n != h.Size {
-				t.Fatalf("pack %d: %s holds %d of %d bytes (%v)", i, h.Name, n, h.Size, err)
-			}
-			names[h.Name] = true
+		if n, err := io.Copy(io.Discard, tr); err != nil || n != h.Size {
+			t.Fatalf("%s holds %d of %d bytes (%v)", h.Name, n, h.Size, err)
 		}
-		if !names["train.py"] || !names["job.log"] {
-			t.Fatalf("pack %d holds %v", i, names)
+		names = append(names, h.Name)
+	}
+}
+
+// One packer serves train --workdir and the demo: it ships the project,
+// hidden files included, and leaves out history and Python bytecode; a
+// link is refused by name rather than followed out of the directory.
+func TestArchiveDirShipsTheProject(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, f := range []string{"train.py", ".python-version", "data/x.csv", "pkg/__pycache__/m.cpython-311.pyc", ".git/HEAD", "pkg/m.py"} {
+		p := filepath.Join(dir, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := cli.ArchiveDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tarNames(t, b)
+	slices.Sort(got)
+	want := []string{".python-version", "data", "data/x.csv", "pkg", "pkg/m.py", "train.py"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("packed %v, want %v", got, want)
+	}
+
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "data", "leak")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cli.ArchiveDir(dir)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "data", "leak")) || !strings.Contains(err.Error(), "links") {
+		t.Fatalf("a link in the work dir: err %v, want one that names it", err)
+	}
+}
+
+// The demo ships the example project with the same packer.
+func TestArchiveDirPacksTheExample(t *testing.T) {
+	t.Parallel()
+	b, err := cli.ArchiveDir(filepath.Join("..", "..", "examples", "train"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tarNames(t, b)
+	for _, f := range []string{"gpupass.yaml", "train.py"} {
+		if !slices.Contains(got, f) {
+			t.Fatalf("the example's pack %v lacks %s", got, f)
 		}
 	}
 }

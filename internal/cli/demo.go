@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,7 +102,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	}
 
 	fmt.Fprintf(out, "\n== 2/4 train in %s with the real PyTorch example (%d steps)\n", strings.Join(regions, " and "), o.Steps)
-	archive, err := tarDir(o.ExampleDir)
+	archive, err := archiveDir(o.ExampleDir)
 	if err != nil {
 		return err
 	}
@@ -282,49 +280,4 @@ func writeMetricsFile(ctx context.Context, rc gpupassv1connect.RunServiceClient,
 		return 0, fmt.Errorf("writing %s: %w", path, err)
 	}
 	return len(resp.Msg.Points), nil
-}
-
-// tarDir packs a directory's regular files (not recursing into hidden
-// dirs) as a gzip tar: the run's work dir.
-func tarDir(dir string) ([]byte, error) {
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	tw := tar.NewWriter(zw)
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != dir && strings.HasPrefix(d.Name(), ".") || d.Name() == "__pycache__" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err = tw.Write(data)
-		return err
-	})
-	if err == nil {
-		err = tw.Close()
-	}
-	if err == nil {
-		err = zw.Close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("packing %s: %w", dir, err)
-	}
-	return b.Bytes(), nil
 }
