@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,8 +128,37 @@ func TestE2EOrasInterop(t *testing.T) {
 		t.Errorf("oras pull: lock file missing: %v", err)
 	}
 
+	// oras attaches an SBOM to the bundle. This registry has no referrers
+	// API, so oras keeps the list under the sha256-<hex> tag, and gpupass
+	// bundle inspect finds it there.
+	sbom := filepath.Join(t.TempDir(), "sbom.spdx.json")
+	must(t, os.WriteFile(sbom, []byte(`{"spdxVersion":"SPDX-2.3"}`), 0o644))
+	cmd := exec.Command(oras, "attach", "--plain-http", "--artifact-type", "application/spdx+json", host+"/interop/gp:v1", filepath.Base(sbom))
+	cmd.Dir = filepath.Dir(sbom)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("oras attach: %v\n%s", err, out)
+	}
+	out, err := run(t, gp, "bundle", "inspect", "--plain-http", "-o", "json", host+"/interop/gp:v1")
+	must(t, err)
+	var info bundle.Info
+	must(t, json.Unmarshal([]byte(out), &info))
+	resp, err := http.Get("http://" + host + "/v2/interop/gp/referrers/" + info.Digest)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the test registry answers the referrers API (%s); this case is meant for one without it", resp.Status)
+	}
+	if len(info.Referrers) != 1 || info.Referrers[0].ArtifactType != "application/spdx+json" || info.ReferrersError != "" {
+		t.Errorf("bundle inspect after oras attach: referrers %+v, error %q", info.Referrers, info.ReferrersError)
+	}
+	out, err = run(t, gp, "bundle", "inspect", "--plain-http", host+"/interop/gp:v1")
+	must(t, err)
+	if !strings.Contains(out, "application/spdx+json") {
+		t.Errorf("bundle inspect does not show the attached SBOM:\n%s", out)
+	}
+
 	// gpupass pulls an artifact pushed by oras (no lock, oras's media types).
-	cmd := exec.Command(oras, "push", "--plain-http", host+"/interop/oras:v1", whl)
+	cmd = exec.Command(oras, "push", "--plain-http", host+"/interop/oras:v1", whl)
 	cmd.Dir = house
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("oras push: %v\n%s", err, out)

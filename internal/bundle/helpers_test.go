@@ -37,10 +37,10 @@ type testRegistry struct {
 	mounts    atomic.Int64 // upload requests asking to mount
 }
 
-func newRegistry(t *testing.T) *testRegistry {
+func newRegistry(t *testing.T, opts ...registry.Option) *testRegistry {
 	t.Helper()
 	tr := &testRegistry{}
-	reg := registry.New(registry.Logger(nopLogger()))
+	reg := registry.New(append([]registry.Option{registry.Logger(nopLogger())}, opts...)...)
 	tr.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tr.mu.Lock()
 		fault := tr.fault

@@ -57,6 +57,23 @@ type Info struct {
 	Annotations  map[string]string `json:"annotations"`
 	Layers       []LayerInfo       `json:"layers"`
 	Lock         *Lock             `json:"lock,omitempty"`
+	// Referrers are the artifacts attached to the bundle (signatures,
+	// SBOMs, attestations: manifests whose subject is the bundle), found
+	// with the registry's referrers API or, on a registry without it, the
+	// sha256-<hex> tag that OCI 1.1 clients keep instead.
+	Referrers []Referrer `json:"referrers"`
+	// ReferrersError says why referrers could not be listed; the rest of
+	// Info is still right.
+	ReferrersError string `json:"referrersError,omitempty"`
+}
+
+// Referrer is one artifact attached to a bundle.
+type Referrer struct {
+	Digest       string            `json:"digest"`
+	ArtifactType string            `json:"artifactType,omitempty"`
+	MediaType    string            `json:"mediaType"`
+	Size         int64             `json:"size"`
+	Annotations  map[string]string `json:"annotations,omitempty"`
 }
 
 // LayerInfo is one layer of a bundle.
@@ -193,7 +210,72 @@ func Inspect(ctx context.Context, ref string, o PullOptions) (Info, error) {
 	for _, l := range f.manifest.Layers {
 		info.Layers = append(info.Layers, LayerInfo{Title: l.Annotations[AnnotationTitle], MediaType: string(l.MediaType), Digest: l.Digest.String(), Size: l.Size})
 	}
+	info.Referrers, err = referrers(ctx, f.digest, o.Registry)
+	if err != nil {
+		info.ReferrersError = fmt.Sprintf("listing referrers of %s: %v", f.digest, explain(err))
+	}
 	return info, nil
+}
+
+// maxArtifactTypeLookups bounds the manifests referrers fetches to learn
+// an artifact type the registry did not report; the rest are listed as
+// the registry gave them.
+const maxArtifactTypeLookups = 32
+
+// artifactType reads the artifactType of the manifest at d.
+func artifactType(d name.Digest, opts []remote.Option) (string, error) {
+	desc, err := remote.Get(d, opts...)
+	if err != nil {
+		return "", err
+	}
+	var m struct {
+		ArtifactType string `json:"artifactType"`
+	}
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
+		return "", err
+	}
+	return m.ArtifactType, nil
+}
+
+// referrers lists what is attached to the manifest d, sorted by artifact
+// type and digest. ggcr asks the referrers API first and, when the
+// registry does not have it (404, 400 or 406, or a reply that is not an
+// index), reads the fallback tag; no tag means nothing is attached.
+func referrers(ctx context.Context, d name.Digest, o RegistryOptions) ([]Referrer, error) {
+	opts := o.remoteOptions(ctx)
+	idx, err := remote.Referrers(d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	out := []Referrer{}
+	lookups := 0
+	for _, m := range im.Manifests {
+		r := Referrer{
+			Digest: m.Digest.String(), ArtifactType: m.ArtifactType, MediaType: string(m.MediaType),
+			Size: m.Size, Annotations: m.Annotations,
+		}
+		if (r.ArtifactType == "" || r.ArtifactType == EmptyMediaType) && lookups < maxArtifactTypeLookups {
+			// Some registries (go-containerregistry's own) report the
+			// config's media type where the manifest has an artifactType;
+			// the manifest says what the artifact is.
+			lookups++
+			if t, err := artifactType(d.Context().Digest(r.Digest), opts); err == nil && t != "" {
+				r.ArtifactType = t
+			}
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ArtifactType != out[j].ArtifactType {
+			return out[i].ArtifactType < out[j].ArtifactType
+		}
+		return out[i].Digest < out[j].Digest
+	})
+	return out, nil
 }
 
 // Pull fetches the bundle at ref (tag or digest) into dir, which must not

@@ -367,7 +367,10 @@ func newBundleInspectCmd(g *GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect REF",
 		Short: "List a bundle's wheels and annotations without pulling them",
-		Args:  cobra.ExactArgs(1),
+		Long: `List a bundle's wheels, lock and annotations without pulling them, and
+the artifacts attached to it (signatures, SBOMs, attestations): through the
+registry's referrers API, or the sha256-<hex> tag on a registry without it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return RunBundleInspect(cmd.Context(), o, args[0], cmd.OutOrStdout())
 		},
@@ -400,7 +403,24 @@ func RunBundleInspect(ctx context.Context, o *BundleInspectOptions, ref string, 
 	for _, l := range info.Layers {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", l.Title, l.Size, l.Digest)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case info.ReferrersError != "":
+		fmt.Fprintf(out, "referrers: %s\n", info.ReferrersError)
+	case len(info.Referrers) == 0:
+		fmt.Fprintln(out, "referrers: none")
+	default:
+		fmt.Fprintln(out, "referrers:")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ARTIFACT TYPE\tSIZE\tDIGEST")
+		for _, r := range info.Referrers {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", firstNonEmpty(r.ArtifactType, r.MediaType), r.Size, r.Digest)
+		}
+		return tw.Flush()
+	}
+	return nil
 }
 
 // BundleVerifyOptions are the flags of `gpupass bundle verify`.
