@@ -533,14 +533,14 @@ func (p progressReader) Read(b []byte) (int, error) {
 
 // writePiece is the most one write() call hands the kernel. The kernel
 // sizes the page-cache folios it allocates for a write by the write's
-// length. On a VM with free page reporting (the CI runners and this
-// project's build machine: firecracker, page_reporting_order=11), large
-// folios come from memory the host has taken back, and every first touch
-// of it is a host fault inside the kernel's copy: writing 1 GB in 1 MiB
-// writes took 1.6-2.7 s of system time there, in 64-256 KiB writes
-// 1.1-2.9 s, in 32 KiB writes 0.25-0.30 s (8 runs each, memory left idle
-// for 5 s before each). 32 KiB is also what io.Copy (and so oras) uses.
-// The extra syscalls cost about 30 ms per GB.
+// length (ext4 uses large folios on this 6.18 kernel). On a VM with free page
+// reporting (this project's build machine: firecracker,
+// page_reporting_order=11), large folios come from memory the host has
+// taken back, and every first touch of it is a host fault inside the
+// kernel's copy. Writing 1 GB there, with memory left idle for 5 s before
+// each run: 1 MiB writes took 1.6-2.7 s of system time, 64-256 KiB writes
+// 1.1-2.9 s, 32 KiB writes 0.25-0.30 s (8 of 8 runs). 32 KiB is also what
+// io.Copy (and so oras) uses; the extra syscalls cost about 30 ms per GB.
 const writePiece = 32 << 10
 
 // writePieces writes b to w in calls of at most writePiece bytes.
