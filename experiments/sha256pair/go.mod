@@ -1,0 +1,3 @@
+module github.com/gpupass/gpupass/experiments/sha256pair
+
+go 1.26
