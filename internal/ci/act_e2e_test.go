@@ -39,7 +39,7 @@ func TestActionThroughAct(t *testing.T) {
 	}
 	// runAct runs the workflow once, against a fresh comments API and a
 	// fresh checkout.
-	runAct := func() (log string, runErr error, srv *forgeServer, out string) {
+	runAct := func() (log string, srv *forgeServer, out string, runErr error) {
 		srv = githubComments(token)
 		ts := httptest.NewServer(srv.handler())
 		defer ts.Close()
@@ -71,7 +71,7 @@ func TestActionThroughAct(t *testing.T) {
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "PATH="+path)
 		b, err := cmd.CombinedOutput()
-		return string(b), err, srv, out
+		return string(b), srv, out, err
 	}
 	// act (v0.2.89, pkg/container/host_environment.go) returns from a step
 	// whose process exited non-zero without waiting for its pty to drain,
@@ -87,7 +87,7 @@ func TestActionThroughAct(t *testing.T) {
 		out    string
 	)
 	for attempt := 1; ; attempt++ {
-		log, runErr, srv, out = runAct()
+		log, srv, out, runErr = runAct()
 		if strings.Contains(log, unknownStep) || !strings.Contains(log, "Failure - Main gpupass deploy") || attempt == 3 {
 			break
 		}
