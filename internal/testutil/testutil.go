@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -58,7 +59,7 @@ func BuildBinary(t testing.TB, pkg string) string {
 	if p, ok := built[pkg]; ok {
 		return p
 	}
-	dir, err := os.MkdirTemp("", "gpupass-bin-")
+	dir, err := ProcessTempDir("gpupass-bin-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +72,25 @@ func BuildBinary(t testing.TB, pkg string) string {
 	}
 	built[pkg] = out
 	return out
+}
+
+// ProcessTempDir makes a temporary directory that belongs to this test
+// process, for what it builds once and many tests use (binaries: 40-100
+// MB each), so that no single test can remove it. It is named
+// PREFIX<pid>-<random>; the directories of test processes that are gone
+// are removed first, so a machine that runs the tests over and over keeps
+// only those of the processes still running.
+func ProcessTempDir(prefix string) (string, error) {
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	for _, m := range matches {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(m), prefix), "-")
+		n, err := strconv.Atoi(pid)
+		if !ok || err != nil || n <= 0 || n == os.Getpid() || PIDAlive(n) {
+			continue
+		}
+		_ = os.RemoveAll(m)
+	}
+	return os.MkdirTemp("", fmt.Sprintf("%s%d-", prefix, os.Getpid()))
 }
 
 // PIDAlive reports whether process pid is running. A zombie counts as

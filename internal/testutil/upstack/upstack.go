@@ -49,7 +49,7 @@ func BuildAll(t testing.TB) string {
 	if binDir != "" {
 		return binDir
 	}
-	dir, err := os.MkdirTemp("", "gpupass-up-bin-")
+	dir, err := testutil.ProcessTempDir("gpupass-up-bin-")
 	if err != nil {
 		t.Fatal(err)
 	}
