@@ -92,7 +92,7 @@ func TestInstallScript(t *testing.T) {
 			// PATH without go: the source fallback must say what is missing.
 			bin := filepath.Join(tmp, "bin")
 			os.Mkdir(bin, 0o755)
-			for _, tool := range []string{"curl", "sha256sum", "tar", "grep", "mkdir", "mktemp", "uname", "gzip", "dirname", "cat"} {
+			for _, tool := range []string{"curl", "sha256sum", "tar", "grep", "mkdir", "mktemp", "uname", "gzip", "dirname", "cat", "rm"} {
 				if p, err := exec.LookPath(tool); err == nil {
 					os.Symlink(p, filepath.Join(bin, tool))
 				}
@@ -107,6 +107,7 @@ func TestInstallScript(t *testing.T) {
 				"GITHUB_PATH=" + ghPath,
 				"RUNNER_OS=Linux", "RUNNER_ARCH=X64",
 				"RUNNER_TEMP=" + tmp,
+				"TMPDIR=" + tmp,
 			}
 			out, err := cmd.CombinedOutput()
 			if (err == nil) != tt.wantOK {
@@ -114,6 +115,11 @@ func TestInstallScript(t *testing.T) {
 			}
 			if !strings.Contains(string(out), tt.wantLog) {
 				t.Errorf("log lacks %q:\n%s", tt.wantLog, out)
+			}
+			// Self-hosted runners keep their temp dirs: the download is
+			// gone however the script ended.
+			if left, _ := filepath.Glob(filepath.Join(tmp, "gpupass-download*")); len(left) > 0 {
+				t.Errorf("install.sh left its download behind: %v", left)
 			}
 			p, _ := os.ReadFile(ghPath)
 			if installed := strings.TrimSpace(string(p)) == filepath.Join(tmp, "gpupass-bin"); installed != tt.wantOK {

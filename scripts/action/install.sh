@@ -11,6 +11,10 @@ action_path="${GPUPASS_ACTION_PATH:?GPUPASS_ACTION_PATH is not set}"
 repo="${GPUPASS_ACTION_REPOSITORY:-}"
 dest="${RUNNER_TEMP:-${TMPDIR:-/tmp}}/gpupass-bin"
 mkdir -p "$dest"
+# The download goes next to the install dir and is removed however the
+# script ends: self-hosted runners keep their temp dirs between jobs.
+download=""
+trap 'if [ -n "$download" ]; then rm -rf "$download"; fi' EXIT
 
 case "${RUNNER_OS:-$(uname -s)}" in
 Linux) os=linux ;;
@@ -25,22 +29,22 @@ esac
 
 from_release() {
 	[ "$version" != source ] && [ -n "$repo" ] && [ -n "$os" ] && [ -n "$arch" ] || return 1
-	local asset="gpupass_${os}_${arch}.tar.gz" base tmp
+	local asset="gpupass_${os}_${arch}.tar.gz" base
 	if [ "$version" = latest ]; then
 		base="${GITHUB_SERVER_URL:?}/${repo}/releases/latest/download"
 	else
 		base="${GITHUB_SERVER_URL:?}/${repo}/releases/download/${version}"
 	fi
-	tmp="$(mktemp -d)"
-	curl -fsSL --retry 3 -o "$tmp/$asset" "$base/$asset" || return 1
-	curl -fsSL --retry 3 -o "$tmp/checksums.txt" "$base/checksums.txt" || return 1
+	download="$(mktemp -d "$(dirname "$dest")/gpupass-download.XXXXXX")"
+	curl -fsSL --retry 3 -o "$download/$asset" "$base/$asset" || return 1
+	curl -fsSL --retry 3 -o "$download/checksums.txt" "$base/checksums.txt" || return 1
 	# A download that does not match the published checksum is an error,
 	# never a reason to fall back.
-	(cd "$tmp" && grep " ${asset}\$" checksums.txt | sha256sum -c -) >&2 || {
+	(cd "$download" && grep " ${asset}\$" checksums.txt | sha256sum -c -) >&2 || {
 		echo "::error title=gpupass install::checksum mismatch for $asset from $base"
 		exit 1
 	}
-	tar -xzf "$tmp/$asset" -C "$dest" gpupass
+	tar -xzf "$download/$asset" -C "$dest" gpupass
 }
 
 from_source() {
