@@ -17,10 +17,22 @@ import (
 // HeartbeatRequest.signature): every field but the signature, in a fixed
 // text form, so agent and broker sign and verify the same bytes.
 func HeartbeatPayload(m *gpupassv1.HeartbeatRequest) []byte {
-	b := make([]byte, 0, 96)
-	b = append(b, "gpupass-heartbeat-v1\n"...)
+	return appendHeartbeat(make([]byte, 0, 96), "gpupass-heartbeat-v1\n", m, false)
+}
+
+// appendHeartbeat appends the text form of a heartbeat that HeartbeatPayload
+// and HeartbeatMAC cover: a domain line (each use its own, so a signature
+// is never a mac's input or the other way round), the agent id, the
+// session epoch when withEpoch, the counter, the echoed broker time and the
+// hold time, one per line.
+func appendHeartbeat(b []byte, domain string, m *gpupassv1.HeartbeatRequest, withEpoch bool) []byte {
+	b = append(b, domain...)
 	b = append(b, m.GetAgentId()...)
 	b = append(b, '\n')
+	if withEpoch {
+		b = strconv.AppendUint(b, m.GetSessionEpoch(), 10)
+		b = append(b, '\n')
+	}
 	b = strconv.AppendUint(b, m.GetCounter(), 10)
 	b = append(b, '\n')
 	b = strconv.AppendInt(b, m.GetEchoBrokerTimeUnixNano(), 10)
@@ -54,17 +66,7 @@ func EnrollProofPayload(keyFingerprint string, at int64) []byte {
 // the signature and the mac, session epoch included.
 func HeartbeatMAC(key []byte, m *gpupassv1.HeartbeatRequest) []byte {
 	var buf [128]byte
-	b := append(buf[:0], "gpupass-heartbeat-mac-v1\n"...)
-	b = append(b, m.GetAgentId()...)
-	b = append(b, '\n')
-	b = strconv.AppendUint(b, m.GetSessionEpoch(), 10)
-	b = append(b, '\n')
-	b = strconv.AppendUint(b, m.GetCounter(), 10)
-	b = append(b, '\n')
-	b = strconv.AppendInt(b, m.GetEchoBrokerTimeUnixNano(), 10)
-	b = append(b, '\n')
-	b = strconv.AppendInt(b, m.GetAgentHoldNanos(), 10)
-	b = append(b, '\n')
+	b := appendHeartbeat(buf[:0], "gpupass-heartbeat-mac-v1\n", m, true)
 	h := hmac.New(sha256.New, key)
 	h.Write(b)
 	return h.Sum(nil)
