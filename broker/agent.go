@@ -5,7 +5,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -46,16 +45,15 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("public_key_pem: %w", err))
 	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	fp, err := api.KeyFingerprint(pub)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("public_key_pem: %w", err))
 	}
-	fp := sha256.Sum256(der)
 	sk := b.sessionKeys()
 	proven := false
 	if m.Proof != "" && sk != nil {
 		now := time.Now()
-		if proven, err = checkEnrollProof(pub, hex.EncodeToString(fp[:]), m, now); err != nil {
+		if proven, err = checkEnrollProof(pub, fp, m, now); err != nil {
 			b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", err)
 			return nil, err
 		}
@@ -67,7 +65,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)
 	a, created, err := b.store.EnrollAgent(ctx, store.Agent{
-		ID: "agt-" + hex.EncodeToString(idb), PublicKeyPEM: m.PublicKeyPem, KeyFingerprint: hex.EncodeToString(fp[:]),
+		ID: "agt-" + hex.EncodeToString(idb), PublicKeyPEM: m.PublicKeyPem, KeyFingerprint: fp,
 		AgentVersion: m.AgentVersion, TokenID: tok.ID, EnrolledAt: time.Now().UTC(),
 		Labels: store.Labels{Provider: l.Provider, Region: l.Region, Zone: l.Zone, PricePerHour: l.PricePerHour,
 			StorageClass: l.StorageClass, BandwidthGbps: l.BandwidthGbps, Hostname: l.Hostname},
