@@ -212,7 +212,7 @@ func Inspect(ctx context.Context, ref string, o PullOptions) (Info, error) {
 	}
 	info.Referrers, err = referrers(ctx, f.digest, o.Registry)
 	if err != nil {
-		info.ReferrersError = fmt.Sprintf("listing referrers of %s: %v", f.digest, explain(err))
+		info.ReferrersError = fmt.Sprintf("listing referrers of %s: %v (the bundle is listed in full; attached signatures or SBOMs could not be read: check the registry's access rights for the repository's referrers or its sha256-<hex> tag)", f.digest, explain(err))
 	}
 	return info, nil
 }
