@@ -20,13 +20,14 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/testutil"
 
 	"connectrpc.com/connect"
 
@@ -307,7 +308,7 @@ func TestTamperedReportRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(strings.TrimSpace(string(qurl))+"/v1/conformance/run", "", nil)
+	resp, err := testutil.HTTPClient(t).Post(strings.TrimSpace(string(qurl))+"/v1/conformance/run", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

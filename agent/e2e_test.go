@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,7 +221,7 @@ func TestE2EBrokerAndThreeAgents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.Get(strings.TrimSpace(string(b)) + "/v1/fingerprint")
+		resp, err := testutil.HTTPClient(t).Get(strings.TrimSpace(string(b)) + "/v1/fingerprint")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/testutil"
+
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 
@@ -510,13 +512,14 @@ func TestProtocolsAndLimits(t *testing.T) {
 		}
 	}
 
+	pc := testutil.HTTPClient(t)
 	post := func(body []byte, token string) (int, string) {
 		req, _ := http.NewRequest("POST", b.URL+"/gpupass.v1.NodeService/DryRun", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := pc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -142,7 +142,7 @@ func TestE2EOrasInterop(t *testing.T) {
 	must(t, err)
 	var info bundle.Info
 	must(t, json.Unmarshal([]byte(out), &info))
-	resp, err := http.Get("http://" + host + "/v2/interop/gp/referrers/" + info.Digest)
+	resp, err := testutil.HTTPClient(t).Get("http://" + host + "/v2/interop/gp/referrers/" + info.Digest)
 	must(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {

@@ -170,7 +170,7 @@ func TestRetry(t *testing.T) {
 			srv := httptest.NewServer(f)
 			defer srv.Close()
 			var waits []time.Duration
-			rt := &Retry{Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}
+			rt := &Retry{Base: srv.Client().Transport, Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}
 			c := &http.Client{Transport: rt}
 			resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("payload"))
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,4 +120,16 @@ func Run(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
 		t.Fatalf("running %s: %v", cmd.Path, err)
 	}
 	return out.String(), errb.String(), code
+}
+
+// HTTPClient returns a client with a transport of its own, closed when the
+// test ends. Tests must not share http.DefaultTransport: every
+// httptest.Server.Close in the same package calls its
+// CloseIdleConnections, and a parallel test whose request has just picked
+// up an idle connection then fails with "http: CloseIdleConnections
+// called" (CI saw it once in the forge tests).
+func HTTPClient(t testing.TB) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }

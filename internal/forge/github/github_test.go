@@ -138,7 +138,7 @@ func setup(t *testing.T, preexisting ...string) (*fakeGitHub, *Client) {
 	}
 	srv := httptest.NewServer(f.handler(t))
 	t.Cleanup(srv.Close)
-	hc := &http.Client{Transport: &forge.Retry{Sleep: func(context.Context, time.Duration) error { return nil }}}
+	hc := &http.Client{Transport: &forge.Retry{Base: srv.Client().Transport, Sleep: func(context.Context, time.Duration) error { return nil }}}
 	c, err := New(Target{APIURL: srv.URL + "/api/v3", Owner: "acme", Repo: "train", Number: 7}, "ghs_test", hc)
 	if err != nil {
 		t.Fatal(err)

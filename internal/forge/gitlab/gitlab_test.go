@@ -127,7 +127,7 @@ func setup(t *testing.T, token string, pre ...string) (*fakeGitLab, *Client) {
 	}
 	srv := httptest.NewServer(f.handler())
 	t.Cleanup(srv.Close)
-	hc := &http.Client{Transport: &forge.Retry{Sleep: func(context.Context, time.Duration) error { return nil }}}
+	hc := &http.Client{Transport: &forge.Retry{Base: srv.Client().Transport, Sleep: func(context.Context, time.Duration) error { return nil }}}
 	c, err := New(Target{APIURL: srv.URL + "/api/v4", Project: "42", IID: 3}, token, hc)
 	if err != nil {
 		t.Fatal(err)
