@@ -1,3 +1,0 @@
-module github.com/gpupass/gpupass/experiments/sha256pair
-
-go 1.26
