@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestPullFaults(t *testing.T) {
 			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
 				return false
 			}
-			w.Header().Set("Content-Length", "100000")
+			w.Header().Set("Content-Length", strconv.FormatInt(victim.Size, 10))
 			w.WriteHeader(http.StatusOK)
 			w.Write(bytes.Repeat([]byte{'x'}, 1000))
 			w.(http.Flusher).Flush()
@@ -61,7 +62,24 @@ func TestPullFaults(t *testing.T) {
 			body := bytes.Repeat([]byte{'y'}, int(victim.Size))
 			w.Write(body)
 			return true
-		}, []string{victim.File, "error verifying sha256 checksum"}},
+		}, []string{victim.File, "verification failed", "hash to sha256:", "not to the manifest's digest"}},
+		{"wrong content-length", "v1", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
+				return false
+			}
+			w.Header().Set("Content-Length", "100000")
+			w.Write(bytes.Repeat([]byte{'y'}, 100000))
+			return true
+		}, []string{victim.File, "Content-Length 100000", "manifest says"}},
+		// Registries send blobs to storage with signed URLs; when that
+		// storage fails, the error must not carry the signature.
+		{"redirect to failing storage", "v1", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
+				return false
+			}
+			http.Redirect(w, r, "http://127.0.0.1:1/storage/blob?X-Amz-Signature=SECRETSIG&X-Amz-Credential=SECRETCRED", http.StatusTemporaryRedirect)
+			return true
+		}, []string{victim.File, "127.0.0.1:1/storage/blob", "connection refused"}},
 		{"longer blob", "v1", func(w http.ResponseWriter, r *http.Request) bool {
 			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
 				return false
@@ -89,6 +107,9 @@ func TestPullFaults(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+			if strings.Contains(err.Error(), "SECRET") {
+				t.Errorf("error %q carries a signed URL's secret", err)
 			}
 			assertNoPull(t, dst)
 		})

@@ -3,11 +3,14 @@ package bundle
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -91,6 +94,7 @@ type fetched struct {
 	wheels   []v1.Descriptor
 	lockDesc *v1.Descriptor
 	puller   *remote.Puller
+	blobs    *http.Client // set by Pull: see blobClient
 }
 
 // fetchManifest gets and checks the manifest: an OCI image manifest whose
@@ -313,6 +317,9 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 			return PullResult{}, fmt.Errorf("%w: %s: %w", ErrVerification, ref, err)
 		}
 	}
+	if f.blobs, err = o.Registry.blobClient(ctx, f.ref.Context()); err != nil {
+		return PullResult{}, fmt.Errorf("pulling %s: %w", ref, explain(err))
+	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return PullResult{}, fmt.Errorf("creating %s: %w", filepath.Dir(dir), err)
 	}
@@ -420,11 +427,10 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	if err != nil {
 		return fail(err)
 	}
-	l, err := f.puller.Layer(ctx, f.ref.Context().Digest(d.Digest.String()))
-	if err != nil {
-		return fail(err)
+	if d.Digest.Algorithm != "sha256" {
+		return fail(fmt.Errorf("%w: digest algorithm %s (a bundle's blobs are sha256)", ErrVerification, d.Digest.Algorithm))
 	}
-	rc, err := l.Compressed()
+	rc, err := openBlob(ctx, f.blobs, f.ref.Context(), d)
 	if err != nil {
 		return fail(err)
 	}
@@ -439,25 +445,29 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	// growing the file block by block (and fails early on a full disk).
 	preallocate(out, d.Size)
 	// One pass over the bytes, in two goroutines: this one receives the
-	// blob (ggcr hashes it for the digest, checked at EOF) and writes it
-	// to disk; the other parses the zip and hashes every entry for RECORD.
-	// Two SHA-256 passes are needed, and split this way a wheel moves at
-	// the speed of one when the node has a core to spare. Read one byte
-	// past the declared size so a registry that sends more than the
-	// manifest says is caught, not truncated into a match. The bytes move
-	// in 1 MiB chunks (see chunkSize), each written once to disk (in
-	// writePiece calls) and then handed over without another copy.
+	// blob and writes it to disk; the other parses the zip and takes two
+	// SHA-256 hashes, the blob's digest and, for RECORD, every entry's.
+	// On SHA-NI the bytes of stored entries (most of a bundle's bytes
+	// when its wheels hold incompressible data) are hashed for both in
+	// one interleaved pass, about the cost of one hash (internal/sha256x2).
+	// Read one byte past the declared size so a registry that sends more
+	// than the manifest says is caught, not truncated into a match. The
+	// bytes move in 1 MiB chunks (see chunkSize), each written once to
+	// disk (in writePiece calls) and then handed over without another
+	// copy.
 	cp := newChunkPipe()
 	type verified struct {
 		s   *wheel.Streamed
+		sum []byte
 		err error
 	}
 	vc := make(chan verified, 1)
 	go func() {
-		// VerifyStream reads to the end of the stream whatever it finds,
-		// so the sends below never block for good.
-		s, err := wheel.VerifyStream(cp, fn)
-		vc <- verified{s, err}
+		// VerifyStreamHash reads to the end of the stream whatever it
+		// finds, so the sends below never block for good.
+		h := sha256.New()
+		s, _, err := wheel.VerifyStreamHash(cp, fn, h)
+		vc <- verified{s, h.Sum(nil), err}
 	}()
 	src := progressReader{io.LimitReader(rc, d.Size+1), title, prog}
 	var n int64
@@ -483,14 +493,13 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	cp.release()
 	s, verr := v.s, v.err
 	if rerr != nil {
-		// ggcr checks the digest at EOF and says so in an untyped error.
-		if strings.Contains(rerr.Error(), "error verifying") {
-			return fail(fmt.Errorf("%w: %w", ErrVerification, rerr))
-		}
-		return fail(fmt.Errorf("download: %w", rerr))
+		return fail(fmt.Errorf("download: %w", redactURL(rerr)))
 	}
 	if n != d.Size {
 		return fail(fmt.Errorf("%w: got %d bytes, manifest says %d", ErrVerification, n, d.Size))
+	}
+	if got := hex.EncodeToString(v.sum); got != d.Digest.Hex {
+		return fail(fmt.Errorf("%w: the blob's bytes hash to sha256:%s, not to the manifest's digest", ErrVerification, got))
 	}
 	if sync {
 		if err := out.Sync(); err != nil {

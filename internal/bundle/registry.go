@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
@@ -125,6 +130,106 @@ func explain(err error) error {
 		if te.StatusCode >= 500 {
 			return fmt.Errorf("%w (HTTP %d: the registry failed; a re-run resumes)", err, te.StatusCode)
 		}
+	}
+	return err
+}
+
+// retryStatusCodes are the answers ggcr retries by default (its
+// defaultRetryStatusCodes), which blobClient retries too.
+var retryStatusCodes = []int{
+	http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+	http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, 499, 522,
+}
+
+// retryable is ggcr's default retry predicate: a network failure before
+// the answer arrived.
+func retryable(err error) bool {
+	var temp interface{ Temporary() bool }
+	if errors.As(err, &temp) && temp.Temporary() {
+		return true
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
+}
+
+// blobClient is an HTTP client for repo's blobs with what remoteOptions
+// gives ggcr: the base transport (TLS unless PlainHTTP), credentials,
+// retries and user agent. Pull fetches wheels through it instead of
+// ggcr's layer reader, which hashes every byte for the digest on its own:
+// Pull takes that digest in the wheel verifier's pass, together with the
+// wheel's RECORD hashes (wheel.VerifyStreamHash).
+func (o RegistryOptions) blobClient(ctx context.Context, repo name.Repository) (*http.Client, error) {
+	base := o.Transport
+	if base == nil {
+		base = remote.DefaultTransport.(*http.Transport).Clone()
+	}
+	if !o.PlainHTTP {
+		base = tlsOnly{base}
+	}
+	backoff := o.Retry
+	if backoff.Steps == 0 {
+		backoff = DefaultRetry
+	}
+	rt := transport.NewRetry(base, transport.WithRetryBackoff(backoff), transport.WithRetryPredicate(retryable),
+		transport.WithRetryStatusCodes(retryStatusCodes...))
+	if o.UserAgent != "" {
+		rt = transport.NewUserAgent(rt, o.UserAgent)
+	}
+	var auth authn.Authenticator
+	if o.Username != "" || o.Password != "" {
+		auth = &authn.Basic{Username: o.Username, Password: o.Password}
+	} else {
+		kc := o.Keychain
+		if kc == nil {
+			kc = authn.DefaultKeychain
+		}
+		var err error
+		if auth, err = authn.Resolve(ctx, kc, repo); err != nil {
+			return nil, fmt.Errorf("credentials for %s: %w", repo, err)
+		}
+	}
+	tr, err := transport.NewWithContext(ctx, repo.Registry, auth, rt, []string{repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, redactURL(err)
+	}
+	return &http.Client{Transport: tr}, nil
+}
+
+// openBlob starts the download of blob d of repo. The caller checks the
+// digest; the size is checked against Content-Length here when the
+// registry sends one.
+func openBlob(ctx context.Context, c *http.Client, repo name.Repository, d v1.Descriptor) (io.ReadCloser, error) {
+	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/blobs/%s", repo.RepositoryStr(), d.Digest)}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, redactURL(err)
+	}
+	if err := transport.CheckError(resp, http.StatusOK); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	if resp.ContentLength != -1 && resp.ContentLength != d.Size {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: GET %s: Content-Length %d, the manifest says %d bytes", ErrVerification, u.Redacted(), resp.ContentLength, d.Size)
+	}
+	return resp.Body, nil
+}
+
+// redactURL drops the query from the URL in a failed request's error:
+// a registry may redirect a blob to storage with a signed URL, and the
+// signature is a credential.
+func redactURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	if u, perr := url.Parse(ue.URL); perr == nil && u.RawQuery != "" {
+		u.RawQuery = "REDACTED"
+		ue.URL = u.String()
 	}
 	return err
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -172,31 +171,19 @@ func checkWheelFile(w *Wheel, f wheel.Filename) error {
 	}
 	defer fh.Close()
 	h := sha256.New()
-	cw := &countWriter{w: h}
-	s, verr := wheel.VerifyStream(io.TeeReader(fh, cw), f)
+	s, n, verr := wheel.VerifyStreamHash(fh, f, h)
 	var re *wheel.ReadError
 	if errors.As(verr, &re) {
 		return fmt.Errorf("wheel %s: %w", w.File, verr)
 	}
-	w.SHA256, w.Size = hex.EncodeToString(h.Sum(nil)), cw.n
+	w.SHA256, w.Size = hex.EncodeToString(h.Sum(nil)), n
 	switch {
 	case errors.Is(verr, wheel.ErrNotStreamable):
-		return wheel.VerifyReader(fh, cw.n, f)
+		return wheel.VerifyReader(fh, n, f)
 	case verr != nil:
 		return verr
 	}
-	return s.Check(fh, cw.n)
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return s.Check(fh, n)
 }
 
 // WheelhouseError lists every problem found in a wheelhouse.

@@ -9,8 +9,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
+
+	"github.com/gpupass/gpupass/internal/sha256x2"
 )
 
 // ErrNotStreamable means the archive cannot be checked in one sequential
@@ -50,16 +53,30 @@ const (
 // the same bytes (the file on disk). It reads r to EOF even when it gives
 // up early, so a digest computed over r stays whole.
 func VerifyStream(r io.Reader, f Filename) (*Streamed, error) {
+	s, _, err := VerifyStreamHash(r, f, nil)
+	return s, err
+}
+
+// VerifyStreamHash is VerifyStream that also writes every byte of r, in
+// order, to whole (a crypto/sha256 hash: a blob's digest) and returns how
+// many bytes r gave. The contents of stored entries go to whole and to
+// the entry's own hash in one pass (sha256x2.Write2), so on a CPU with
+// SHA-NI the two hashes cost about as much as one. whole may be nil.
+func VerifyStreamHash(r io.Reader, f Filename, whole hash.Hash) (*Streamed, int64, error) {
 	er := &errReader{r: r}
-	cr := &countReader{r: bufio.NewReaderSize(er, 256<<10)}
+	cr := &countReader{r: bufio.NewReaderSize(er, 256<<10), whole: whole}
+	if whole != nil {
+		cr.pend = make([]byte, 0, 4096)
+	}
 	s, err := parseStream(cr, f)
 	_, _ = io.Copy(io.Discard, cr)
+	cr.flush()
 	if er.err != nil {
 		// The bytes did not arrive whole (network, digest check, disk):
 		// that, not what the zip parser made of them, is the error.
-		return nil, &ReadError{Err: er.err}
+		return nil, cr.n, &ReadError{Err: er.err}
 	}
-	return s, err
+	return s, cr.n, err
 }
 
 // ReadError is a failure of the reader given to VerifyStream, as opposed
@@ -82,18 +99,28 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// countReader counts what was consumed. It is an io.ByteReader so that
-// flate reads exactly the compressed bytes and no further (data
-// descriptors follow them).
+// countReader counts what was consumed and, when whole is set, hashes
+// it. It is an io.ByteReader so that flate reads exactly the compressed
+// bytes and no further (data descriptors follow them).
 type countReader struct {
-	r *bufio.Reader
-	n int64
+	r     *bufio.Reader
+	n     int64
+	whole hash.Hash
+	// pend holds bytes taken one at a time (flate's ReadByte) until
+	// there are enough of them for one Write to whole.
+	pend []byte
 }
 
 func (c *countReader) ReadByte() (byte, error) {
 	b, err := c.r.ReadByte()
 	if err == nil {
 		c.n++
+		if c.whole != nil {
+			c.pend = append(c.pend, b)
+			if len(c.pend) == cap(c.pend) {
+				c.flush()
+			}
+		}
 	}
 	return b, err
 }
@@ -101,7 +128,53 @@ func (c *countReader) ReadByte() (byte, error) {
 func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if c.whole != nil && n > 0 {
+		c.flush()
+		c.whole.Write(p[:n])
+	}
 	return n, err
+}
+
+// flush writes the bytes ReadByte kept to whole; every other write to
+// whole comes after it, so whole sees the stream in order.
+func (c *countReader) flush() {
+	if len(c.pend) > 0 {
+		c.whole.Write(c.pend)
+		c.pend = c.pend[:0]
+	}
+}
+
+// stored passes the n bytes of a stored entry to h (the entry's hash)
+// and to w, reading them in place from the buffer, and hashes them into
+// whole in the same pass. It returns how many bytes it passed on; fewer
+// than n only with an error.
+func (c *countReader) stored(n int64, h hash.Hash, w io.Writer) (int64, error) {
+	if c.whole != nil {
+		c.flush()
+	}
+	var done int64
+	for done < n {
+		want := int(min(n-done, int64(c.r.Size())))
+		b, err := c.r.Peek(want)
+		if len(b) > 0 {
+			if c.whole != nil {
+				sha256x2.Write2(c.whole, h, b, b)
+			} else {
+				h.Write(b)
+			}
+			w.Write(b)
+			c.r.Discard(len(b))
+			c.n += int64(len(b))
+			done += int64(len(b))
+		}
+		if len(b) < want {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 func parseStream(cr *countReader, f Filename) (*Streamed, error) {
@@ -162,13 +235,22 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 		h := sha256.New()
 		crc := crc32.NewIEEE()
 		var keep *limitedBuffer
-		var w io.Writer = io.MultiWriter(h, crc)
+		var rest io.Writer = crc // what sees the content besides h
 		isRecord := isRecordName(name, f)
 		if isRecord {
 			keep = &limitedBuffer{max: 64 << 20}
-			w = io.MultiWriter(h, crc, keep)
+			rest = io.MultiWriter(crc, keep)
 		}
-		n, err := io.Copy(w, content)
+		var n int64
+		var err error
+		if method == zip.Store {
+			// Not a copy through a buffer: hashed where it lies, and
+			// with the whole-stream hash in the same pass.
+			n, err = cr.stored(int64(e.csize), h, rest)
+			data = eof{}
+		} else {
+			n, err = io.Copy(io.MultiWriter(h, rest), content)
+		}
 		if fr != nil {
 			fr.Close()
 		}
@@ -199,6 +281,10 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 		}
 	}
 }
+
+type eof struct{}
+
+func (eof) Read([]byte) (int, error) { return 0, io.EOF }
 
 // byteLimited gives flate a ByteReader over the limited data so it never
 // reads past the entry.

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -45,8 +46,14 @@ type File struct {
 
 // Options change what Write produces, to make broken wheels.
 type Options struct {
-	// Store writes entries uncompressed (fast for random content).
+	// Store writes entries uncompressed (fast for random content), sizes
+	// and CRC in each local header, as Python's zipfile and pip write
+	// them. Each entry is held in memory while it is written.
 	Store bool
+	// StoreDescriptor writes entries uncompressed with their sizes in a
+	// data descriptor after the data, as Go's zip.Writer does; such a
+	// wheel cannot be checked as a stream.
+	StoreDescriptor bool
 	// LieAbout makes RECORD carry a wrong hash for this entry name.
 	LieAbout string
 	// Unlisted leaves this entry name out of RECORD.
@@ -65,7 +72,7 @@ func Write(dir, file, dist, version string, files []File, o Options) (string, er
 	defer f.Close()
 	zw := zip.NewWriter(f)
 	method := zip.Deflate
-	if o.Store {
+	if o.Store || o.StoreDescriptor {
 		method = zip.Store
 	}
 	distInfo := fmt.Sprintf("%s-%s.dist-info", strings.ReplaceAll(dist, "-", "_"), version)
@@ -76,14 +83,31 @@ func Write(dir, file, dist, version string, files []File, o Options) (string, er
 	)
 	var record strings.Builder
 	for _, e := range all {
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: e.Name, Method: method})
-		if err != nil {
-			return "", err
-		}
 		h := sha256.New()
-		n, err := io.Copy(io.MultiWriter(w, h), e.Data)
-		if err != nil {
-			return "", err
+		var n int64
+		if o.Store {
+			b, err := io.ReadAll(e.Data)
+			if err != nil {
+				return "", err
+			}
+			w, err := zw.CreateRaw(&zip.FileHeader{Name: e.Name, Method: zip.Store, CRC32: crc32.ChecksumIEEE(b),
+				CompressedSize64: uint64(len(b)), UncompressedSize64: uint64(len(b))})
+			if err != nil {
+				return "", err
+			}
+			if _, err := w.Write(b); err != nil {
+				return "", err
+			}
+			h.Write(b)
+			n = int64(len(b))
+		} else {
+			w, err := zw.CreateHeader(&zip.FileHeader{Name: e.Name, Method: method})
+			if err != nil {
+				return "", err
+			}
+			if n, err = io.Copy(io.MultiWriter(w, h), e.Data); err != nil {
+				return "", err
+			}
 		}
 		sum := h.Sum(nil)
 		if e.Name == o.LieAbout {

@@ -1,0 +1,137 @@
+package wheel_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/gpupass/gpupass/internal/sha256x2"
+	"github.com/gpupass/gpupass/internal/wheel"
+	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
+)
+
+// chunkReader returns at most a random number of bytes per Read, as a
+// network connection does.
+type chunkReader struct {
+	r   io.Reader
+	rnd *rand.Rand
+	max int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	n := 1 + c.rnd.IntN(c.max)
+	return c.r.Read(p[:min(len(p), n)])
+}
+
+func randomBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// TestVerifyStreamHash checks that the whole-stream hash is the SHA-256
+// of exactly the bytes given, for stored, stored-with-descriptor and
+// deflated wheels, entries of sizes around block and buffer edges, reads
+// cut at random points or one byte at a time, with the interleaved kernel
+// and without it; and that the entry hashes taken in the same pass still
+// satisfy RECORD.
+func TestVerifyStreamHash(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(9, 10))
+	fn, err := wheel.ParseFilename("demo-1.0-py3-none-any.whl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{0, 1, 63, 64, 65, 300, 4095, 256<<10 - 1, 256 << 10, 256<<10 + 1, 1<<20 + 13}
+	var files []wheeltest.File
+	for i, n := range sizes {
+		files = append(files, wheeltest.File{Name: "demo/f" + string(rune('a'+i)), Data: bytes.NewReader(randomBytes(rnd, n))})
+	}
+	var wheels []string
+	for _, o := range []wheeltest.Options{{Store: true}, {StoreDescriptor: true}, {}} {
+		for i := range files {
+			files[i].Data.(*bytes.Reader).Seek(0, io.SeekStart)
+		}
+		sub := t.TempDir()
+		p, err := wheeltest.Write(sub, fn.File, "demo", "1.0", files, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wheels = append(wheels, p)
+	}
+	was := sha256x2.Available
+	defer func() { sha256x2.Available = was }()
+	for _, kernel := range []bool{was, false} {
+		sha256x2.Available = kernel
+		for wi, p := range wheels {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := sha256.Sum256(b)
+			for ri, r := range []io.Reader{
+				bytes.NewReader(b),
+				&chunkReader{bytes.NewReader(b), rnd, 100000},
+				&chunkReader{bytes.NewReader(b), rnd, 70},
+				iotest.OneByteReader(bytes.NewReader(b)),
+			} {
+				h := sha256.New()
+				s, n, err := wheel.VerifyStreamHash(r, fn, h)
+				if got := h.Sum(nil); !bytes.Equal(got, want[:]) || n != int64(len(b)) {
+					t.Fatalf("kernel=%v wheel %d reader %d: %d bytes hashed to %x, want %d bytes, %x", kernel, wi, ri, n, got, len(b), want)
+				}
+				if wi == 1 {
+					if !errors.Is(err, wheel.ErrNotStreamable) {
+						t.Fatalf("stored entries with data descriptors: %v, want ErrNotStreamable", err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("kernel=%v wheel %d reader %d: %v", kernel, wi, ri, err)
+				}
+				if err := s.Check(bytes.NewReader(b), int64(len(b))); err != nil {
+					t.Fatalf("kernel=%v wheel %d reader %d: Check: %v", kernel, wi, ri, err)
+				}
+			}
+		}
+	}
+}
+
+// A stored entry whose RECORD hash lies is caught by the paired hash, and
+// a wheel cut off in the middle of a stored entry still hashes exactly
+// the bytes that came.
+func TestVerifyStreamHashStoredFaults(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(11, 12))
+	fn, _ := wheel.ParseFilename("demo-1.0-py3-none-any.whl")
+	data := randomBytes(rnd, 700<<10)
+	p, err := wheeltest.Write(t.TempDir(), fn.File, "demo", "1.0",
+		[]wheeltest.File{{Name: "demo/blob.bin", Data: bytes.NewReader(data)}}, wheeltest.Options{Store: true, LieAbout: "demo/blob.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	s, _, err := wheel.VerifyStreamHash(bytes.NewReader(b), fn, sha256.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(bytes.NewReader(b), int64(len(b))); err == nil || !strings.Contains(err.Error(), "demo/blob.bin") || !strings.Contains(err.Error(), "RECORD says sha256=") {
+		t.Fatalf("lying RECORD: %v", err)
+	}
+
+	cut := b[:len(b)/2]
+	h := sha256.New()
+	_, n, err := wheel.VerifyStreamHash(bytes.NewReader(cut), fn, h)
+	if err == nil || !strings.Contains(err.Error(), "demo/blob.bin") {
+		t.Fatalf("cut-off wheel: %v, want an error naming the entry", err)
+	}
+	if want := sha256.Sum256(cut); n != int64(len(cut)) || !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatalf("cut-off wheel: hashed %d bytes to %x, want %d bytes", n, h.Sum(nil), len(cut))
+	}
+}
