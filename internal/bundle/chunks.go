@@ -82,18 +82,26 @@ func (p *chunkPipe) fill(r io.Reader) ([]byte, error) {
 func (p *chunkPipe) send(b []byte, err error) { p.full <- chunk{b, err} }
 
 func (p *chunkPipe) Read(b []byte) (int, error) {
+	c, err := p.Next(len(b))
+	return copy(b, c), err
+}
+
+// Next lends up to n bytes of the current chunk (wheel.Nexter); they stay
+// valid until the next Read or Next, which may recycle their buffer.
+func (p *chunkPipe) Next(n int) ([]byte, error) {
 	for len(p.cur) == 0 {
 		if p.buf != nil {
 			p.free <- p.buf[:cap(p.buf)]
 			p.buf = nil
 		}
 		if p.err != nil {
-			return 0, p.err
+			return nil, p.err
 		}
 		c := <-p.full
 		p.cur, p.buf, p.err = c.b, c.b, c.err
 	}
-	n := copy(b, p.cur)
-	p.cur = p.cur[n:]
-	return n, nil
+	k := min(n, len(p.cur))
+	b := p.cur[:k]
+	p.cur = p.cur[k:]
+	return b, nil
 }

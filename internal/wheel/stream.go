@@ -64,7 +64,8 @@ func VerifyStream(r io.Reader, f Filename) (*Streamed, error) {
 // SHA-NI the two hashes cost about as much as one. whole may be nil.
 func VerifyStreamHash(r io.Reader, f Filename, whole hash.Hash) (*Streamed, int64, error) {
 	er := &errReader{r: r}
-	cr := &countReader{r: bufio.NewReaderSize(er, 256<<10), whole: whole}
+	er.nx, _ = r.(Nexter)
+	cr := &countReader{r: bufio.NewReaderSize(er, 256<<10), src: er, whole: whole}
 	if whole != nil {
 		cr.pend = make([]byte, 0, 4096)
 	}
@@ -88,7 +89,27 @@ func (e *ReadError) Unwrap() error { return e.Err }
 
 type errReader struct {
 	r   io.Reader
+	nx  Nexter // r, when it is one
 	err error
+}
+
+// Nexter is a reader that can lend its own buffered bytes instead of
+// copying them out (the bundle puller's chunk pipe). VerifyStreamHash
+// reads the data of stored entries that way.
+type Nexter interface {
+	io.Reader
+	// Next returns up to n bytes, at least one unless err is set; they
+	// stay valid until the next call of Next or Read. At the end it
+	// returns no bytes and io.EOF, or the error that stopped the stream.
+	Next(n int) ([]byte, error)
+}
+
+func (e *errReader) next(n int) ([]byte, error) {
+	b, err := e.nx.Next(n)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return b, err
 }
 
 func (e *errReader) Read(p []byte) (int, error) {
@@ -104,6 +125,7 @@ func (e *errReader) Read(p []byte) (int, error) {
 // bytes and no further (data descriptors follow them).
 type countReader struct {
 	r     *bufio.Reader
+	src   *errReader // what r reads
 	n     int64
 	whole hash.Hash
 	// pend holds bytes taken one at a time (flate's ReadByte) until
@@ -145,17 +167,28 @@ func (c *countReader) flush() {
 }
 
 // stored passes the n bytes of a stored entry to h (the entry's hash)
-// and to w, reading them in place from the buffer, and hashes them into
-// whole in the same pass. It returns how many bytes it passed on; fewer
-// than n only with an error.
+// and to w, reading them in place, and hashes them into whole in the same
+// pass. Once the buffer is empty it borrows the source's own buffers when
+// the source is a Nexter, so those bytes are never copied here. It returns
+// how many bytes it passed on; fewer than n only with an error.
 func (c *countReader) stored(n int64, h hash.Hash, w io.Writer) (int64, error) {
 	if c.whole != nil {
 		c.flush()
 	}
 	var done int64
 	for done < n {
-		want := int(min(n-done, int64(c.r.Size())))
-		b, err := c.r.Peek(want)
+		var b []byte
+		var err error
+		want := n - done
+		// Straight from the source only while the buffer is empty, so
+		// that the bytes stay in stream order.
+		direct := c.src.nx != nil && c.r.Buffered() == 0
+		if direct {
+			b, err = c.src.next(int(min(want, 1<<30)))
+		} else {
+			want = min(want, int64(c.r.Size()))
+			b, err = c.r.Peek(int(want))
+		}
 		if len(b) > 0 {
 			if c.whole != nil {
 				sha256x2.Write2(c.whole, h, b, b)
@@ -163,11 +196,13 @@ func (c *countReader) stored(n int64, h hash.Hash, w io.Writer) (int64, error) {
 				h.Write(b)
 			}
 			w.Write(b)
-			c.r.Discard(len(b))
+			if !direct {
+				c.r.Discard(len(b))
+			}
 			c.n += int64(len(b))
 			done += int64(len(b))
 		}
-		if len(b) < want {
+		if (direct && err != nil && done < n) || (!direct && int64(len(b)) < want) {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}

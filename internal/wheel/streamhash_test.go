@@ -29,6 +29,35 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return c.r.Read(p[:min(len(p), n)])
 }
 
+// lender is a wheel.Nexter over b that lends pieces of random size and,
+// like a recycled buffer, overwrites what it lent before at every call:
+// a reader that kept a lent slice would hash garbage.
+type lender struct {
+	b    []byte
+	rnd  *rand.Rand
+	max  int
+	lent []byte
+}
+
+func (l *lender) Next(n int) ([]byte, error) {
+	for i := range l.lent {
+		l.lent[i] = 0xAA
+	}
+	if len(l.b) == 0 {
+		return nil, io.EOF
+	}
+	k := min(n, len(l.b), 1+l.rnd.IntN(l.max))
+	// Lend a copy so that scribbling on it leaves the source intact.
+	l.lent = append([]byte(nil), l.b[:k]...)
+	l.b = l.b[k:]
+	return l.lent, nil
+}
+
+func (l *lender) Read(p []byte) (int, error) {
+	b, err := l.Next(len(p))
+	return copy(p, b), err
+}
+
 func randomBytes(r *rand.Rand, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -81,6 +110,8 @@ func TestVerifyStreamHash(t *testing.T) {
 				&chunkReader{bytes.NewReader(b), rnd, 100000},
 				&chunkReader{bytes.NewReader(b), rnd, 70},
 				iotest.OneByteReader(bytes.NewReader(b)),
+				&lender{b: b, rnd: rnd, max: 1 << 20},
+				&lender{b: b, rnd: rnd, max: 100},
 			} {
 				h := sha256.New()
 				s, n, err := wheel.VerifyStreamHash(r, fn, h)
@@ -126,12 +157,41 @@ func TestVerifyStreamHashStoredFaults(t *testing.T) {
 	}
 
 	cut := b[:len(b)/2]
-	h := sha256.New()
-	_, n, err := wheel.VerifyStreamHash(bytes.NewReader(cut), fn, h)
-	if err == nil || !strings.Contains(err.Error(), "demo/blob.bin") {
-		t.Fatalf("cut-off wheel: %v, want an error naming the entry", err)
+	for _, r := range []io.Reader{bytes.NewReader(cut), &lender{b: cut, rnd: rnd, max: 1 << 16}} {
+		h := sha256.New()
+		_, n, err := wheel.VerifyStreamHash(r, fn, h)
+		if err == nil || !strings.Contains(err.Error(), "demo/blob.bin") {
+			t.Fatalf("cut-off wheel: %v, want an error naming the entry", err)
+		}
+		if want := sha256.Sum256(cut); n != int64(len(cut)) || !bytes.Equal(h.Sum(nil), want[:]) {
+			t.Fatalf("cut-off wheel: hashed %d bytes to %x, want %d bytes", n, h.Sum(nil), len(cut))
+		}
 	}
-	if want := sha256.Sum256(cut); n != int64(len(cut)) || !bytes.Equal(h.Sum(nil), want[:]) {
-		t.Fatalf("cut-off wheel: hashed %d bytes to %x, want %d bytes", n, h.Sum(nil), len(cut))
+	// A source that fails in the middle of a stored entry: its error is
+	// the one reported, as a ReadError.
+	boom := errors.New("connection reset by registry")
+	_, _, err = wheel.VerifyStreamHash(&failingLender{lender{b: cut, rnd: rnd, max: 1 << 16}, boom}, fn, sha256.New())
+	var re *wheel.ReadError
+	if !errors.As(err, &re) || !errors.Is(err, boom) {
+		t.Fatalf("source failing mid-entry: %v, want a ReadError wrapping %v", err, boom)
 	}
+}
+
+// failingLender ends with err instead of io.EOF.
+type failingLender struct {
+	lender
+	err error
+}
+
+func (f *failingLender) Next(n int) ([]byte, error) {
+	b, err := f.lender.Next(n)
+	if err == io.EOF {
+		err = f.err
+	}
+	return b, err
+}
+
+func (f *failingLender) Read(p []byte) (int, error) {
+	b, err := f.Next(len(p))
+	return copy(p, b), err
 }
