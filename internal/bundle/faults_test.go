@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -358,6 +359,76 @@ func TestBasicAuth(t *testing.T) {
 	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err != nil {
 		t.Fatalf("push with credentials: %v", err)
 	}
+	// Pull reads the manifest through ggcr and the blobs through its own
+	// client: both must carry the credentials.
+	o.Password = "wrong"
+	dst := filepath.Join(t.TempDir(), "wheelhouse")
+	if _, err := bundle.Pull(ctx, host+"/team/wheels:v1", dst, bundle.PullOptions{Registry: o}); err == nil || !strings.Contains(err.Error(), "401") || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("pull with a wrong password: %v, want a 401 that does not echo the password", err)
+	}
+	assertNoPull(t, dst)
+	o.Password = "s3cret"
+	if _, err := bundle.Pull(ctx, host+"/team/wheels:v1", dst, bundle.PullOptions{Registry: o}); err != nil {
+		t.Fatalf("pull with credentials: %v", err)
+	}
+}
+
+// A registry that sends blob downloads to storage elsewhere (S3, GCS,
+// a CDN) with a signed URL: the pull follows the redirect, and the
+// registry's credentials go to the registry only.
+func TestPullRedirectToStorage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	inner := registryHandler()
+	var storageGets, storageAuth atomic.Int32
+	storage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		storageGets.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			storageAuth.Add(1)
+		}
+		if r.URL.Query().Get("sig") != "signed" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		// Serve what the registry holds for the digest in the path.
+		req := r.Clone(r.Context())
+		req.URL.Path = "/v2/team/wheels/blobs/" + strings.TrimPrefix(r.URL.Path, "/store/")
+		req.URL.RawQuery = ""
+		req.SetBasicAuth("ci", "s3cret")
+		inner.ServeHTTP(w, req)
+	}))
+	t.Cleanup(storage.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "ci" || p != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if _, d, ok := strings.Cut(r.URL.Path, "/blobs/sha256:"); ok && r.Method == http.MethodGet {
+			http.Redirect(w, r, storage.URL+"/store/sha256:"+d+"?sig=signed", http.StatusTemporaryRedirect)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	o := regOpts()
+	o.Username, o.Password = "ci", "s3cret"
+	wheels := scan(t, wheelhouse(t, 2))
+	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "wheelhouse")
+	res, err := bundle.Pull(ctx, host+"/team/wheels:v1", dst, bundle.PullOptions{Registry: o})
+	if err != nil {
+		t.Fatalf("pull through a storage redirect: %v", err)
+	}
+	if len(res.Wheels) != 2 || storageGets.Load() < 2 {
+		t.Fatalf("pulled %d wheels with %d storage GETs, want 2 wheels from storage", len(res.Wheels), storageGets.Load())
+	}
+	if n := storageAuth.Load(); n != 0 {
+		t.Fatalf("%d requests to storage carried the registry's Authorization header", n)
+	}
 }
 
 // Not parallel: DOCKER_CONFIG is process-wide.
@@ -383,5 +454,8 @@ func TestDockerConfigKeychain(t *testing.T) {
 	wheels := scan(t, wheelhouse(t, 1))
 	if _, err := bundle.Push(ctx, host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: regOpts()}); err != nil {
 		t.Fatalf("push with docker config credentials: %v", err)
+	}
+	if _, err := bundle.Pull(ctx, host+"/team/wheels:v1", filepath.Join(t.TempDir(), "wh"), bundle.PullOptions{Registry: regOpts()}); err != nil {
+		t.Fatalf("pull with docker config credentials: %v", err)
 	}
 }
