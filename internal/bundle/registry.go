@@ -221,15 +221,18 @@ func openBlob(ctx context.Context, c *http.Client, repo name.Repository, d v1.De
 
 // redactURL drops the query from the URL in a failed request's error:
 // a registry may redirect a blob to storage with a signed URL, and the
-// signature is a credential.
+// signature is a credential. It returns a copy and never changes err:
+// the same error can reach several goroutines at once (errgroup hands the
+// first failure to the others as their context's cause).
 func redactURL(err error) error {
-	var ue *url.Error
-	if !errors.As(err, &ue) {
+	ue, ok := err.(*url.Error)
+	if !ok {
 		return err
 	}
-	if u, perr := url.Parse(ue.URL); perr == nil && u.RawQuery != "" {
-		u.RawQuery = "REDACTED"
-		ue.URL = u.String()
+	u, perr := url.Parse(ue.URL)
+	if perr != nil || u.RawQuery == "" {
+		return err
 	}
-	return err
+	u.RawQuery = "REDACTED"
+	return &url.Error{Op: ue.Op, URL: u.String(), Err: ue.Err}
 }
