@@ -449,7 +449,8 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	// SHA-256 hashes, the blob's digest and, for RECORD, every entry's.
 	// On SHA-NI the bytes of stored entries (most of a bundle's bytes
 	// when its wheels hold incompressible data) are hashed for both in
-	// one interleaved pass, about the cost of one hash (internal/sha256x2).
+	// one interleaved pass, about two thirds of the cost of two separate
+	// passes (internal/sha256x2).
 	// Read one byte past the declared size so a registry that sends more
 	// than the manifest says is caught, not truncated into a match. The
 	// bytes move in 1 MiB chunks (see chunkSize), each written once to
