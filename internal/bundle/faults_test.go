@@ -6,8 +6,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -457,5 +460,83 @@ func TestDockerConfigKeychain(t *testing.T) {
 	}
 	if _, err := bundle.Pull(ctx, host+"/team/wheels:v1", filepath.Join(t.TempDir(), "wh"), bundle.PullOptions{Registry: regOpts()}); err != nil {
 		t.Fatalf("pull with docker config credentials: %v", err)
+	}
+}
+
+// A registry that redirects a blob download into the node's own network
+// (the cloud metadata service, a private address, loopback under another
+// name) is refused before anything is sent there. The test's transport
+// dials loopback IP literals only, so a missing check fails the test on
+// the dialer's refusal, never with traffic off the machine.
+func TestPullRefusesRedirectIntoTheNode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	wheels := scan(t, wheelhouse(t, 1))
+	blobPath := "/blobs/sha256:" + wheels[0].SHA256
+	for _, target := range []string{
+		"http://169.254.169.254/latest/meta-data/",
+		"http://10.0.0.7/blob",
+		"http://0x7f.1/blob",
+		"http://[::ffff:192.168.1.1]/blob",
+	} {
+		t.Run(target, func(t *testing.T) {
+			t.Parallel()
+			reg := newRegistry(t)
+			o := regOpts()
+			if _, err := bundle.Push(ctx, reg.Host+"/team/wheels:v1", wheels, bundle.PushOptions{Registry: o}); err != nil {
+				t.Fatal(err)
+			}
+			reg.setFault(func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, blobPath) {
+					return false
+				}
+				http.Redirect(w, r, target, http.StatusFound)
+				return true
+			})
+			o.Transport = &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				host, _, _ := net.SplitHostPort(addr)
+				if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+					return nil, fmt.Errorf("test dialer: %s is not a loopback address", addr)
+				}
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}}
+			dst := filepath.Join(t.TempDir(), "wheelhouse")
+			_, err := bundle.Pull(ctx, reg.Host+"/team/wheels:v1", dst, bundle.PullOptions{Registry: o})
+			if err == nil || !strings.Contains(err.Error(), "private or link-local address: refused") || strings.Contains(err.Error(), "test dialer") {
+				t.Fatalf("redirect to %s: %v, want it refused before any dial", target, err)
+			}
+			assertNoPull(t, dst)
+		})
+	}
+}
+
+// A pull or an inspect authenticates to the registry once: the manifest,
+// the lock, the referrers and the wheels share one handshake (with a
+// token registry, one token request instead of one per client).
+func TestOneHandshakePerPull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := newRegistry(t)
+	if _, err := bundle.Push(ctx, reg.Host+"/team/wheels:v1", scan(t, wheelhouse(t, 3)), bundle.PushOptions{Registry: regOpts()}); err != nil {
+		t.Fatal(err)
+	}
+	var pings atomic.Int32
+	reg.setFault(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/v2/" {
+			pings.Add(1)
+		}
+		return false
+	})
+	if _, err := bundle.Pull(ctx, reg.Host+"/team/wheels:v1", filepath.Join(t.TempDir(), "wh"), bundle.PullOptions{Registry: regOpts()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := pings.Swap(0); n != 1 {
+		t.Errorf("pull pinged the registry %d times, want 1", n)
+	}
+	if _, err := bundle.Inspect(ctx, reg.Host+"/team/wheels:v1", bundle.PullOptions{Registry: regOpts()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := pings.Load(); n != 1 {
+		t.Errorf("inspect pinged the registry %d times, want 1", n)
 	}
 }

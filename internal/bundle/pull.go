@@ -94,7 +94,8 @@ type fetched struct {
 	wheels   []v1.Descriptor
 	lockDesc *v1.Descriptor
 	puller   *remote.Puller
-	blobs    *http.Client // set by Pull: see blobClient
+	opts     []remote.Option // the puller's: one handshake for the repository
+	blobs    *http.Client    // wheel blobs, read past ggcr (see pullTransport)
 }
 
 // fetchManifest gets and checks the manifest: an OCI image manifest whose
@@ -104,7 +105,12 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 	if err != nil {
 		return nil, err
 	}
-	p, err := remote.NewPuller(o.remoteOptions(ctx)...)
+	tr, err := o.pullTransport(ctx, r.Context())
+	if err != nil {
+		return nil, fmt.Errorf("reaching %s: %w", ref, explain(err))
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithTransport(tr), remote.WithJobs(o.jobs())}
+	p, err := remote.NewPuller(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +137,10 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
 		return nil, fmt.Errorf("manifest of %s: %w", ref, err)
 	}
-	f := &fetched{ref: r, digest: r.Context().Digest(desc.Digest.String()), manifest: &m, puller: p}
+	f := &fetched{
+		ref: r, digest: r.Context().Digest(desc.Digest.String()), manifest: &m, puller: p, opts: opts,
+		blobs: &http.Client{Transport: tr, CheckRedirect: checkRedirect},
+	}
 	seen := map[string]bool{}
 	for i, l := range m.Layers {
 		title := l.Annotations[AnnotationTitle]
@@ -156,6 +165,9 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 		}
 		if l.Size < 0 {
 			return nil, fmt.Errorf("%s: layer %s has a negative size", ref, title)
+		}
+		if l.Digest.Algorithm != "sha256" {
+			return nil, fmt.Errorf("%w: %s: layer %s has a %s digest; a bundle's wheels are addressed by sha256", ErrVerification, ref, title, l.Digest.Algorithm)
 		}
 		f.wheels = append(f.wheels, l)
 	}
@@ -214,7 +226,7 @@ func Inspect(ctx context.Context, ref string, o PullOptions) (Info, error) {
 	for _, l := range f.manifest.Layers {
 		info.Layers = append(info.Layers, LayerInfo{Title: l.Annotations[AnnotationTitle], MediaType: string(l.MediaType), Digest: l.Digest.String(), Size: l.Size})
 	}
-	info.Referrers, err = referrers(ctx, f.digest, o.Registry)
+	info.Referrers, err = referrers(f.digest, f.opts)
 	if err != nil {
 		info.ReferrersError = fmt.Sprintf("listing referrers of %s: %v (the bundle is listed in full; attached signatures or SBOMs could not be read: check the registry's access rights for the repository's referrers or its sha256-<hex> tag)", f.digest, explain(err))
 	}
@@ -245,8 +257,7 @@ func artifactType(d name.Digest, opts []remote.Option) (string, error) {
 // type and digest. ggcr asks the referrers API first and, when the
 // registry does not have it (404, 400 or 406, or a reply that is not an
 // index), reads the fallback tag; no tag means nothing is attached.
-func referrers(ctx context.Context, d name.Digest, o RegistryOptions) ([]Referrer, error) {
-	opts := o.remoteOptions(ctx)
+func referrers(d name.Digest, opts []remote.Option) ([]Referrer, error) {
 	idx, err := remote.Referrers(d, opts...)
 	if err != nil {
 		return nil, err
@@ -316,9 +327,6 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 		if err := lockMatches(*lock, f.wheels); err != nil {
 			return PullResult{}, fmt.Errorf("%w: %s: %w", ErrVerification, ref, err)
 		}
-	}
-	if f.blobs, err = o.Registry.blobClient(ctx, f.ref.Context()); err != nil {
-		return PullResult{}, fmt.Errorf("pulling %s: %w", ref, explain(err))
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return PullResult{}, fmt.Errorf("creating %s: %w", filepath.Dir(dir), err)
@@ -426,9 +434,6 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	fn, err := wheel.ParseFilename(title)
 	if err != nil {
 		return fail(err)
-	}
-	if d.Digest.Algorithm != "sha256" {
-		return fail(fmt.Errorf("%w: digest algorithm %s (a bundle's blobs are sha256)", ErrVerification, d.Digest.Algorithm))
 	}
 	rc, err := openBlob(ctx, f.blobs, f.ref.Context(), d)
 	if err != nil {

@@ -7,7 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,7 +65,10 @@ func (o RegistryOptions) parseRef(ref string) (name.Reference, error) {
 	return r, nil
 }
 
-func (o RegistryOptions) remoteOptions(ctx context.Context) []remote.Option {
+// baseTransport is what every registry request goes through before
+// authentication: Transport or a clone of ggcr's default, TLS unless
+// PlainHTTP.
+func (o RegistryOptions) baseTransport() http.RoundTripper {
 	base := o.Transport
 	if base == nil {
 		base = remote.DefaultTransport.(*http.Transport).Clone()
@@ -70,24 +76,39 @@ func (o RegistryOptions) remoteOptions(ctx context.Context) []remote.Option {
 	if !o.PlainHTTP {
 		base = tlsOnly{base}
 	}
+	return base
+}
+
+// keychain says where credentials come from: Username and Password when
+// set, else Keychain, else the docker config.
+func (o RegistryOptions) keychain() authn.Keychain {
+	switch {
+	case o.Username != "" || o.Password != "":
+		return staticKeychain{&authn.Basic{Username: o.Username, Password: o.Password}}
+	case o.Keychain != nil:
+		return o.Keychain
+	}
+	return authn.DefaultKeychain
+}
+
+type staticKeychain struct{ auth authn.Authenticator }
+
+func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.auth, nil }
+
+// remoteOptions configure ggcr for a push: it does the registry's
+// handshake itself, per repository.
+func (o RegistryOptions) remoteOptions(ctx context.Context) []remote.Option {
 	opts := []remote.Option{
 		remote.WithContext(ctx),
-		remote.WithTransport(base),
+		remote.WithTransport(o.baseTransport()),
 		remote.WithJobs(o.jobs()),
+		remote.WithAuthFromKeychain(o.keychain()),
 	}
 	if o.UserAgent != "" {
 		opts = append(opts, remote.WithUserAgent(o.UserAgent))
 	}
 	if o.Retry.Steps > 0 {
 		opts = append(opts, remote.WithRetryBackoff(o.Retry))
-	}
-	switch {
-	case o.Username != "" || o.Password != "":
-		opts = append(opts, remote.WithAuth(&authn.Basic{Username: o.Username, Password: o.Password}))
-	case o.Keychain != nil:
-		opts = append(opts, remote.WithAuthFromKeychain(o.Keychain))
-	default:
-		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	}
 	return opts
 }
@@ -152,47 +173,88 @@ func retryable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
-// blobClient is an HTTP client for repo's blobs with what remoteOptions
-// gives ggcr: the base transport (TLS unless PlainHTTP), credentials,
-// retries and user agent. Pull fetches wheels through it instead of
-// ggcr's layer reader, which hashes every byte for the digest on its own:
-// Pull takes that digest in the wheel verifier's pass, together with the
-// wheel's RECORD hashes (wheel.VerifyStreamHash).
-func (o RegistryOptions) blobClient(ctx context.Context, repo name.Repository) (*http.Client, error) {
-	base := o.Transport
-	if base == nil {
-		base = remote.DefaultTransport.(*http.Transport).Clone()
-	}
-	if !o.PlainHTTP {
-		base = tlsOnly{base}
-	}
+// pullTransport authenticates to repo once for everything a pull or an
+// inspect reads there (manifest, lock, referrers, blobs), with what ggcr
+// would add on its own: retries of its default status codes and network
+// failures, our backoff, the user agent. Pull fetches wheels through it
+// directly rather than through ggcr's layer reader, which hashes every
+// byte for the digest on its own: Pull takes that digest in the wheel
+// verifier's pass, together with the wheel's RECORD hashes
+// (wheel.VerifyStreamHash). The result is a transport.Wrapper, which ggcr
+// uses as it is, without a handshake of its own.
+func (o RegistryOptions) pullTransport(ctx context.Context, repo name.Repository) (http.RoundTripper, error) {
 	backoff := o.Retry
 	if backoff.Steps == 0 {
 		backoff = DefaultRetry
 	}
-	rt := transport.NewRetry(base, transport.WithRetryBackoff(backoff), transport.WithRetryPredicate(retryable),
+	rt := transport.NewRetry(o.baseTransport(), transport.WithRetryBackoff(backoff), transport.WithRetryPredicate(retryable),
 		transport.WithRetryStatusCodes(retryStatusCodes...))
 	if o.UserAgent != "" {
 		rt = transport.NewUserAgent(rt, o.UserAgent)
 	}
-	var auth authn.Authenticator
-	if o.Username != "" || o.Password != "" {
-		auth = &authn.Basic{Username: o.Username, Password: o.Password}
-	} else {
-		kc := o.Keychain
-		if kc == nil {
-			kc = authn.DefaultKeychain
-		}
-		var err error
-		if auth, err = authn.Resolve(ctx, kc, repo); err != nil {
-			return nil, fmt.Errorf("credentials for %s: %w", repo, err)
-		}
+	auth, err := authn.Resolve(ctx, o.keychain(), repo)
+	if err != nil {
+		return nil, fmt.Errorf("credentials for %s: %w", repo, err)
 	}
 	tr, err := transport.NewWithContext(ctx, repo.Registry, auth, rt, []string{repo.Scope(transport.PullScope)})
 	if err != nil {
 		return nil, redactURL(err)
 	}
-	return &http.Client{Transport: tr}, nil
+	return tr, nil
+}
+
+// checkRedirect refuses a redirect from the registry to a private,
+// loopback or link-local IP literal on another host: a hostile registry
+// must not make the puller fetch from the node's metadata service
+// (169.254.169.254) or its internal network. It is ggcr's own rule
+// (remote.checkRedirectSSRF, unexported), kept for the blobs Pull fetches
+// itself; redirects to DNS names are allowed, as there.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if len(via) == 0 || req.Response == nil {
+		return nil
+	}
+	from, to := via[0].URL.Hostname(), req.URL.Hostname()
+	if to == from {
+		return nil
+	}
+	if a, ok := parseIPLiteral(to); ok && (a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsPrivate() || a.IsUnspecified()) {
+		return fmt.Errorf("registry %s redirected to %s, a private or link-local address: refused (a registry may send blobs to storage, not into the node's own network)", from, to)
+	}
+	return nil
+}
+
+// parseIPLiteral reads host as an IP address the dialer would connect
+// to: zone dropped, IPv4-mapped IPv6 as IPv4, and the legacy IPv4 forms
+// the C resolver accepts ("127.1", "0x7f.0.0.1", "2130706433").
+func parseIPLiteral(host string) (netip.Addr, bool) {
+	host, _, _ = strings.Cut(host, "%")
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.WithZone("").Unmap(), true
+	}
+	parts := strings.Split(host, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var b [4]byte
+	for i, part := range parts[:len(parts)-1] {
+		v, err := strconv.ParseUint(part, 0, 8)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		b[i] = byte(v)
+	}
+	// The last part fills the bytes that remain: "127.1" is 127.0.0.1.
+	last, err := strconv.ParseUint(parts[len(parts)-1], 0, [...]int{32, 24, 16, 8}[len(parts)-1])
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	for i := len(parts) - 1; i < 4; i++ {
+		b[i] = byte(last >> (8 * (3 - i)))
+	}
+	return netip.AddrFrom4(b), true
 }
 
 // openBlob starts the download of blob d of repo. The caller checks the
