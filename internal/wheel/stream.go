@@ -3,7 +3,6 @@ package wheel
 import (
 	"archive/zip"
 	"bufio"
-	"compress/flate"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -12,6 +11,9 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"sync"
+
+	"github.com/klauspost/compress/flate"
 
 	"github.com/gpupass/gpupass/internal/sha256x2"
 )
@@ -264,8 +266,23 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 		}
 		var content io.Reader = data
 		var fr io.ReadCloser
-		if method == zip.Deflate {
-			fr = flate.NewReader(byteLimited{data, cr})
+		var br *bufio.Reader
+		switch {
+		case method == zip.Deflate && !descriptor:
+			// The compressed size is known, so flate may read ahead
+			// within it: the bytes go through cr.Read in bulk (counted
+			// and hashed into whole a buffer at a time), and flate takes
+			// them from a bufio.Reader, which klauspost's inflater reads
+			// without an interface call per byte. Whatever it read ahead
+			// and left is still inside this entry; data's drain below
+			// takes the rest, so whole sees every byte once, in order.
+			br = getBufio(data)
+			fr = getInflater(br)
+			content = fr
+		case method == zip.Deflate:
+			// A data descriptor follows the deflate stream: flate must
+			// stop on its last byte, so it reads one byte at a time.
+			fr = getInflater(byteLimited{data, cr})
 			content = fr
 		}
 		h := sha256.New()
@@ -288,7 +305,10 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			n, err = io.Copy(io.MultiWriter(h, rest), content)
 		}
 		if fr != nil {
-			fr.Close()
+			putInflater(fr)
+		}
+		if br != nil {
+			putBufio(br)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("wheel %s: not a readable zip archive: %s: %w", f.File, name, err)
@@ -316,6 +336,49 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			s.record, s.recName = keep.b, name
 		}
 	}
+}
+
+// Inflaters and their input buffers are reused across entries: a wheel
+// such as torch's holds thousands of small files, and a fresh inflater
+// (its 32 KiB window and tables) per file would cost more than the file.
+var (
+	inflaters = sync.Pool{}
+	bufios    = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+)
+
+func getInflater(r io.Reader) io.ReadCloser {
+	if f, ok := inflaters.Get().(io.ReadCloser); ok {
+		if f.(flate.Resetter).Reset(r, nil) == nil {
+			return f
+		}
+	}
+	return flate.NewReader(r)
+}
+
+// putInflater drops the inflater's hold on the entry's reader (and so on
+// the stream behind it) before pooling it.
+func putInflater(f io.ReadCloser) {
+	f.Close()
+	f.(flate.Resetter).Reset(noBytes{}, nil)
+	inflaters.Put(f)
+}
+
+// noBytes is an empty flate.Reader; Reset keeps it as it is, where a
+// plain nil reader would be wrapped in a new bufio.Reader.
+type noBytes struct{}
+
+func (noBytes) Read([]byte) (int, error) { return 0, io.EOF }
+func (noBytes) ReadByte() (byte, error)  { return 0, io.EOF }
+
+func getBufio(r io.Reader) *bufio.Reader {
+	b := bufios.Get().(*bufio.Reader)
+	b.Reset(r)
+	return b
+}
+
+func putBufio(b *bufio.Reader) {
+	b.Reset(nil)
+	bufios.Put(b)
 }
 
 type eof struct{}

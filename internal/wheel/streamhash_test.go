@@ -58,6 +58,16 @@ func (l *lender) Read(p []byte) (int, error) {
 	return copy(p, b), err
 }
 
+// textBytes is n bytes of words picked at random: they compress.
+func textBytes(r *rand.Rand, n int) []byte {
+	words := []string{"tensor ", "kernel ", "cuda ", "float32 ", "grad\n", "0x7f3a ", "libtorch_cpu.so "}
+	var b []byte
+	for len(b) < n {
+		b = append(b, words[r.IntN(len(words))]...)
+	}
+	return b[:n]
+}
+
 func randomBytes(r *rand.Rand, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -67,8 +77,8 @@ func randomBytes(r *rand.Rand, n int) []byte {
 }
 
 // TestVerifyStreamHash checks that the whole-stream hash is the SHA-256
-// of exactly the bytes given, for stored, stored-with-descriptor and
-// deflated wheels, entries of sizes around block and buffer edges, reads
+// of exactly the bytes given, for stored, stored-with-descriptor,
+// deflated-with-descriptor and deflated-with-sizes (Python's) wheels, entries of sizes around block and buffer edges, reads
 // cut at random points or one byte at a time, with the interleaved kernel
 // and without it; and that the entry hashes taken in the same pass still
 // satisfy RECORD.
@@ -83,8 +93,13 @@ func TestVerifyStreamHash(t *testing.T) {
 	for i, n := range sizes {
 		files = append(files, wheeltest.File{Name: "demo/f" + string(rune('a'+i)), Data: bytes.NewReader(randomBytes(rnd, n))})
 	}
+	// Compressible entries, so that deflate writes Huffman blocks and
+	// inflating them reads the compressed bytes in irregular amounts.
+	for i, n := range []int{10, 5000, 700 << 10} {
+		files = append(files, wheeltest.File{Name: "demo/t" + string(rune('a'+i)), Data: bytes.NewReader(textBytes(rnd, n))})
+	}
 	var wheels []string
-	for _, o := range []wheeltest.Options{{Store: true}, {StoreDescriptor: true}, {}} {
+	for _, o := range []wheeltest.Options{{Store: true}, {StoreDescriptor: true}, {}, {DeflateSized: true}} {
 		for i := range files {
 			files[i].Data.(*bytes.Reader).Seek(0, io.SeekStart)
 		}
@@ -194,4 +209,57 @@ func (f *failingLender) Next(n int) ([]byte, error) {
 func (f *failingLender) Read(p []byte) (int, error) {
 	b, err := f.Next(len(p))
 	return copy(p, b), err
+}
+
+// Deflated entries with their sizes in the local header (Python's form)
+// are read ahead in bulk: a lying RECORD, a corrupt deflate stream and a
+// wheel cut off inside one must still be caught, and the stream hash must
+// still cover exactly the bytes that came.
+func TestVerifyStreamHashDeflatedFaults(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(13, 14))
+	fn, _ := wheel.ParseFilename("demo-1.0-py3-none-any.whl")
+	text := textBytes(rnd, 900<<10)
+	write := func(o wheeltest.Options) []byte {
+		o.DeflateSized = true
+		p, err := wheeltest.Write(t.TempDir(), fn.File, "demo", "1.0",
+			[]wheeltest.File{{Name: "demo/a.txt", Data: bytes.NewReader(text)}, {Name: "demo/b.txt", Data: strings.NewReader("small")}}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(p)
+		return b
+	}
+
+	b := write(wheeltest.Options{LieAbout: "demo/a.txt"})
+	s, _, err := wheel.VerifyStreamHash(bytes.NewReader(b), fn, sha256.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(bytes.NewReader(b), int64(len(b))); err == nil || !strings.Contains(err.Error(), "demo/a.txt") || !strings.Contains(err.Error(), "RECORD says sha256=") {
+		t.Fatalf("lying RECORD: %v", err)
+	}
+
+	good := write(wheeltest.Options{})
+	// The first entry's data starts after its 30-byte header and name.
+	start := 30 + len("demo/a.txt")
+	corrupt := append([]byte(nil), good...)
+	for i := start + 1000; i < start+1100; i++ {
+		corrupt[i] ^= 0x5a
+	}
+	cut := good[:start+len(good)/4]
+	for name, bad := range map[string][]byte{"corrupt": corrupt, "cut off": cut} {
+		for ri, r := range []io.Reader{bytes.NewReader(bad), &lender{b: bad, rnd: rnd, max: 1 << 12}} {
+			h := sha256.New()
+			s, n, err := wheel.VerifyStreamHash(r, fn, h)
+			if err == nil {
+				err = s.Check(bytes.NewReader(bad), int64(len(bad)))
+			}
+			if err == nil || !strings.Contains(err.Error(), "demo/a.txt") {
+				t.Fatalf("%s wheel, reader %d: %v, want an error naming the entry", name, ri, err)
+			}
+			if want := sha256.Sum256(bad); n != int64(len(bad)) || !bytes.Equal(h.Sum(nil), want[:]) {
+				t.Fatalf("%s wheel, reader %d: hashed %d bytes to %x, want %d bytes", name, ri, n, h.Sum(nil), len(bad))
+			}
+		}
+	}
 }

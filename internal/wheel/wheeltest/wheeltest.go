@@ -5,6 +5,8 @@ package wheeltest
 
 import (
 	"archive/zip"
+	"bytes"
+	"compress/flate"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
@@ -54,6 +56,12 @@ type Options struct {
 	// data descriptor after the data, as Go's zip.Writer does; such a
 	// wheel cannot be checked as a stream.
 	StoreDescriptor bool
+	// DeflateSized deflates entries and writes their sizes and CRC in
+	// each local header, as Python's zipfile does for pip and
+	// bdist_wheel: the form of most real wheels. Without it (and without
+	// Store), entries are deflated with data descriptors, as Go's
+	// zip.Writer writes them.
+	DeflateSized bool
 	// LieAbout makes RECORD carry a wrong hash for this entry name.
 	LieAbout string
 	// Unlisted leaves this entry name out of RECORD.
@@ -85,17 +93,25 @@ func Write(dir, file, dist, version string, files []File, o Options) (string, er
 	for _, e := range all {
 		h := sha256.New()
 		var n int64
-		if o.Store {
+		if o.Store || o.DeflateSized {
 			b, err := io.ReadAll(e.Data)
 			if err != nil {
 				return "", err
 			}
-			w, err := zw.CreateRaw(&zip.FileHeader{Name: e.Name, Method: zip.Store, CRC32: crc32.ChecksumIEEE(b),
-				CompressedSize64: uint64(len(b)), UncompressedSize64: uint64(len(b))})
+			raw, m := b, uint16(zip.Store)
+			if o.DeflateSized {
+				var c bytes.Buffer
+				fw, _ := flate.NewWriter(&c, flate.DefaultCompression)
+				fw.Write(b)
+				fw.Close()
+				raw, m = c.Bytes(), zip.Deflate
+			}
+			w, err := zw.CreateRaw(&zip.FileHeader{Name: e.Name, Method: m, CRC32: crc32.ChecksumIEEE(b),
+				CompressedSize64: uint64(len(raw)), UncompressedSize64: uint64(len(b))})
 			if err != nil {
 				return "", err
 			}
-			if _, err := w.Write(b); err != nil {
+			if _, err := w.Write(raw); err != nil {
 				return "", err
 			}
 			h.Write(b)
