@@ -44,6 +44,50 @@ for i in range(n):
 PY
 total_mb=$(du -sm "$work/house" | cut -f1)
 
+# A second wheelhouse the way real ones are: deflated at zlib's default
+# level (Python's zipfile, as pip and bdist_wheel write them), holding
+# shared libraries (slices of this machine's .so files). Verifying it
+# means inflating every entry for RECORD, which oras does not do.
+ZN="${BUNDLE_BENCH_DEFLATED_WHEELS:-20}"
+ZMB="${BUNDLE_BENCH_DEFLATED_MB:-60}"
+mkdir -p "$work/zhouse"
+/usr/bin/python3 - "$work/zhouse" "$ZN" "$ZMB" <<'PY'
+import base64, glob, hashlib, os, sys, zipfile
+out, n, mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+libs = sorted(p for p in glob.glob("/usr/lib/x86_64-linux-gnu/*.so*") + glob.glob("/usr/lib/x86_64-linux-gnu/*/*.so*")
+              if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) > (1 << 20))
+pool = bytearray()
+for p in libs:
+    pool += open(p, "rb").read()
+    if len(pool) >= n * (mb << 20):
+        break
+if not pool:
+    sys.exit("60-bundle: no shared libraries found to build the deflated wheelhouse")
+pos = 0
+def take(k):
+    global pos
+    b = bytearray()
+    while len(b) < k:
+        c = pool[pos:pos + k - len(b)]
+        b += c
+        pos = (pos + len(c)) % len(pool)
+    return bytes(b)
+for i in range(n):
+    name = "libpkg%02d" % i
+    files = [(name + "/__init__.py", b"X = 1\n")]
+    files += [("%s/lib%d.so" % (name, j), take((mb << 20) // 4)) for j in range(4)]
+    di = name + "-1.0.dist-info/"
+    files += [(di + "METADATA", ("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name).encode()),
+              (di + "WHEEL", b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: false\nTag: py3-none-any\n")]
+    record = "".join("%s,sha256=%s,%d\n" % (p, base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode(), len(b)) for p, b in files)
+    record += di + "RECORD,,\n"
+    with zipfile.ZipFile(os.path.join(out, name + "-1.0-py3-none-any.whl"), "w", zipfile.ZIP_DEFLATED) as z:
+        for p, b in files:
+            z.writestr(p, b)
+        z.writestr(di + "RECORD", record)
+PY
+z_mb=$(du -sm "$work/zhouse" | cut -f1)
+
 start_registry() {
 	rm -rf "$work/reg"
 	mkdir -p "$work/reg"
@@ -87,6 +131,7 @@ measure() {
 registry_cpu() { awk '{print $14 + $15}' "/proc/$regpid/stat"; }
 
 files=$(cd "$work/house" && ls *.whl)
+zfiles=$(cd "$work/zhouse" && ls *.whl)
 # gpupass keeps a scan cache (digests of wheels that passed, by stat);
 # each first push starts without one, as a first push on a CI runner does.
 export XDG_CACHE_HOME="$work/cache"
@@ -94,13 +139,19 @@ gp_push() { rm -rf "$work/cache"; measure gp_push "$work/gpupass" bundle push --
 oras_push() { (cd "$work/house" && measure oras_push oras push --plain-http "$host/bench/oras:v1" $files); }
 gp_pull() { rm -rf "$work/out"; measure gp_pull "$work/gpupass" bundle pull --plain-http "$host/bench/gp:v1" --to "$work/out"; rm -rf "$work/out"; }
 oras_pull() { rm -rf "$work/out"; mkdir -p "$work/out"; measure oras_pull oras pull --plain-http -o "$work/out" "$host/bench/oras:v1"; rm -rf "$work/out"; }
+gp_zpush() { rm -rf "$work/zcache"; XDG_CACHE_HOME="$work/zcache" measure gp_zpush "$work/gpupass" bundle push --plain-http --wheelhouse "$work/zhouse" "$host/bench/gpz:v1"; }
+oras_zpush() { (cd "$work/zhouse" && measure oras_zpush oras push --plain-http "$host/bench/orasz:v1" $zfiles); }
+gp_zpull() { rm -rf "$work/out"; measure gp_zpull "$work/gpupass" bundle pull --plain-http "$host/bench/gpz:v1" --to "$work/out"; rm -rf "$work/out"; }
+oras_zpull() { rm -rf "$work/out"; mkdir -p "$work/out"; measure oras_zpull oras pull --plain-http -o "$work/out" "$host/bench/orasz:v1"; rm -rf "$work/out"; }
 
 for r in $(seq "$REPS"); do
 	start_registry
 	if [ $((r % 2)) = 1 ]; then
 		gp_push; oras_push; gp_pull; oras_pull
+		gp_zpush; oras_zpush; gp_zpull; oras_zpull
 	else
 		oras_push; gp_push; oras_pull; gp_pull
+		oras_zpush; gp_zpush; oras_zpull; gp_zpull
 	fi
 	measure gp_repush "$work/gpupass" bundle push --plain-http --wheelhouse "$work/house" "$host/bench/gp:v1"
 	(cd "$work/house" && measure oras_repush oras push --plain-http "$host/bench/oras:v1" $files)
@@ -144,3 +195,7 @@ echo "| bundle | pull CPU floor: (client + registry CPU) / $(nproc) cores | $(fl
 row "peak RSS, push" push "< 150 MB" 2
 row "peak RSS, pull" pull "< 150 MB" 2
 row "unchanged re-push" repush "< 1 s" 1
+zwhat="${z_mb} MB deflated wheelhouse (${ZN} wheels of ${ZMB} MB of shared libraries, inflated), median of $REPS"
+row "push $zwhat" zpush "(context: RECORD check inflates)" 1
+row "pull $zwhat" zpull "(context: RECORD check inflates)" 1
+row "CPU user+sys, deflated pull" zpull "(context)" 6
