@@ -184,6 +184,24 @@ func TestPullRefusesBadArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	lyingBytes, _ := os.ReadFile(lying)
+	// Python's layout (deflated, sizes in the local headers): its entries
+	// are inflated after the download, from the file.
+	text := strings.Repeat("import torch  # deflates well\n", 20000)
+	pyLying, err := wheeltest.Write(t.TempDir(), "liar-1.0-py3-none-any.whl", "liar", "1.0",
+		[]wheeltest.File{{Name: "liar/big.py", Data: strings.NewReader(text)}}, wheeltest.Options{DeflateSized: true, LieAbout: "liar/big.py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pyLyingBytes, _ := os.ReadFile(pyLying)
+	pyGood, err := wheeltest.Write(t.TempDir(), "demo-1.0-py3-none-any.whl", "demo", "1.0",
+		[]wheeltest.File{{Name: "demo/big.py", Data: strings.NewReader(text)}}, wheeltest.Options{DeflateSized: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pyCorrupt, _ := os.ReadFile(pyGood)
+	for i := 30 + len("demo/big.py") + 40; i < 30+len("demo/big.py")+60; i++ {
+		pyCorrupt[i] ^= 0x5a
+	}
 	// Entries that would land outside the install directory.
 	escaping := map[string][]byte{}
 	for _, entry := range []string{"../evil.py", "/etc/evil.py", "demo/../../evil.py"} {
@@ -207,6 +225,8 @@ func TestPullRefusesBadArtifacts(t *testing.T) {
 		{"not a wheel", []string{"notes.txt"}, [][]byte{[]byte("hello")}, "does not end in .whl"},
 		{"duplicate titles", []string{"demo-1.0-py3-none-any.whl", "demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes, append(goodBytes, 0)}, "appears twice"},
 		{"lying RECORD", []string{"liar-1.0-py3-none-any.whl"}, [][]byte{lyingBytes}, "liar-1.0-py3-none-any.whl"},
+		{"lying RECORD, deflated with sizes", []string{"liar-1.0-py3-none-any.whl"}, [][]byte{pyLyingBytes}, "wheel liar-1.0-py3-none-any.whl: liar/big.py: RECORD says"},
+		{"corrupt deflated entry", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{pyCorrupt}, "wheel demo-1.0-py3-none-any.whl: demo/big.py: "},
 		{"corrupt zip", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes[:len(goodBytes)/2]}, "not a readable zip"},
 		{"entry with ..", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{escaping["../evil.py"]}, `entry "../evil.py": not a safe relative path`},
 		{"absolute entry", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{escaping["/etc/evil.py"]}, `entry "/etc/evil.py": not a safe relative path`},

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -344,12 +345,20 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 
 	wheels := make([]Wheel, len(f.wheels))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(o.Registry.jobs())
+	// --jobs bounds the downloads, not the checks after them: a wheel
+	// whose bytes are in gives its slot to the next download while its
+	// deflated entries are inflated (on every CPU, wheel.Streamed.Check).
+	downloads := make(chan struct{}, o.Registry.jobs())
 	for i, d := range f.wheels {
 		g.Go(func() error {
+			select {
+			case downloads <- struct{}{}:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
 			title := d.Annotations[AnnotationTitle]
 			prog.Start(title, d.Size)
-			w, err := pullWheel(gctx, f, d, stage, prog, o.Sync)
+			w, err := pullWheel(gctx, f, d, stage, prog, o.Sync, func() { <-downloads })
 			prog.Done(title, false, err)
 			if err != nil {
 				return err
@@ -426,7 +435,11 @@ func lockMatches(lock Lock, layers []v1.Descriptor) error {
 	return nil
 }
 
-func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, prog Progress, sync bool) (Wheel, error) {
+// pullWheel downloads and checks one wheel; it calls release once the
+// download is over, before the checks that need only the file.
+func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, prog Progress, fsync bool, release func()) (Wheel, error) {
+	var once sync.Once
+	defer once.Do(release)
 	title := d.Annotations[AnnotationTitle]
 	fail := func(err error) (Wheel, error) {
 		return Wheel{}, fmt.Errorf("wheel %s (blob %s): %w", title, d.Digest, explain(err))
@@ -497,6 +510,7 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	}
 	v := <-vc
 	cp.release()
+	once.Do(release)
 	s, verr := v.s, v.err
 	if rerr != nil {
 		return fail(fmt.Errorf("download: %w", redactURL(rerr)))
@@ -507,7 +521,7 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	if got := hex.EncodeToString(v.sum); got != d.Digest.Hex {
 		return fail(fmt.Errorf("%w: the blob's bytes hash to sha256:%s, not to the manifest's digest", ErrVerification, got))
 	}
-	if sync {
+	if fsync {
 		if err := out.Sync(); err != nil {
 			return fail(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/flate"
@@ -30,6 +31,10 @@ type streamEntry struct {
 	csize      uint64
 	usize      uint64
 	sha256     string // urlsafe base64, no padding
+	// deferred: a deflated entry with its sizes in the local header,
+	// passed over in the stream and inflated by Check from random
+	// access, in parallel with the wheel's other such entries.
+	deferred bool
 }
 
 // Streamed is what one sequential pass over a wheel learned; Check
@@ -169,9 +174,9 @@ func (c *countReader) flush() {
 	}
 }
 
-// stored passes the n bytes of a stored entry to h (the entry's hash)
-// and to w, reading them in place, and hashes them into whole in the same
-// pass. Once the buffer is empty it borrows the source's own buffers when
+// stored passes the n bytes of a stored entry to h (the entry's hash;
+// nil for none) and to w, reading them in place, and hashes them into
+// whole in the same pass. Once the buffer is empty it borrows the source's own buffers when
 // the source is a Nexter, so those bytes are never copied here. It returns
 // how many bytes it passed on; fewer than n only with an error.
 func (c *countReader) stored(n int64, h hash.Hash, w io.Writer) (int64, error) {
@@ -193,9 +198,14 @@ func (c *countReader) stored(n int64, h hash.Hash, w io.Writer) (int64, error) {
 			b, err = c.r.Peek(int(want))
 		}
 		if len(b) > 0 {
-			if c.whole != nil {
+			switch {
+			case h == nil:
+				if c.whole != nil {
+					c.whole.Write(b)
+				}
+			case c.whole != nil:
 				sha256x2.Write2(c.whole, h, b, b)
-			} else {
+			default:
 				h.Write(b)
 			}
 			w.Write(b)
@@ -264,6 +274,22 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			// The deflate stream ends itself; sizes and CRC follow it.
 			data = cr
 		}
+		isRecord := isRecordName(name, f)
+		if method == zip.Deflate && !descriptor && !isRecord {
+			// Where the entry ends is known without inflating it, so the
+			// stream only passes its compressed bytes on (hashed into
+			// whole); Check inflates it later from the file, with the
+			// wheel's other deflated entries, on several cores. Inflating
+			// is what checking a real wheel costs most, at a few hundred
+			// MB/s per core: done here it would run on this one
+			// goroutine, and hold up the download feeding it.
+			if _, err := cr.stored(int64(e.csize), nil, io.Discard); err != nil {
+				return nil, fmt.Errorf("wheel %s: not a readable zip archive: %s: %w", f.File, name, err)
+			}
+			e.deferred = true
+			s.entries[name] = e
+			continue
+		}
 		var content io.Reader = data
 		var fr io.ReadCloser
 		var br *bufio.Reader
@@ -289,7 +315,6 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 		crc := crc32.NewIEEE()
 		var keep *limitedBuffer
 		var rest io.Writer = crc // what sees the content besides h
-		isRecord := isRecordName(name, f)
 		if isRecord {
 			keep = &limitedBuffer{max: 64 << 20}
 			rest = io.MultiWriter(crc, keep)
@@ -537,6 +562,9 @@ func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 	if record == nil {
 		return fmt.Errorf("wheel %s: no %s-%s.dist-info/RECORD (not a valid wheel)", f.File, f.Distribution, f.Version)
 	}
+	if err := s.inflateDeferred(r, zr.File); err != nil {
+		return err
+	}
 	entries, err := parseRecord(s.record)
 	if err != nil {
 		return fmt.Errorf("wheel %s: %s: %w", f.File, record.Name, err)
@@ -571,4 +599,62 @@ func isRecordName(name string, f Filename) bool {
 		}
 	}
 	return false
+}
+
+// inflateSlots bounds how many entries are inflated at once in the whole
+// process, whatever the number of wheels being checked: one per CPU.
+var inflateSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+
+// inflateDeferred inflates the entries the stream passed over, reading
+// them from r at the offsets the central directory just confirmed, in
+// parallel, and takes their hashes; it checks their sizes and CRCs as the
+// stream does for the others. The first failure in archive order is
+// reported.
+func (s *Streamed) inflateDeferred(r io.ReaderAt, order []*zip.File) error {
+	var todo []*streamEntry
+	var names []string
+	for _, zf := range order {
+		if e := s.entries[zf.Name]; e.deferred && e.sha256 == "" {
+			todo = append(todo, e)
+			names = append(names, zf.Name)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	errs := make([]error, len(todo))
+	var wg sync.WaitGroup
+	for i, e := range todo {
+		inflateSlots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-inflateSlots; wg.Done() }()
+			errs[i] = inflateEntry(r, e)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("wheel %s: %s: %w", s.f.File, names[i], err)
+		}
+	}
+	return nil
+}
+
+func inflateEntry(r io.ReaderAt, e *streamEntry) error {
+	br := getBufio(io.NewSectionReader(r, e.dataOffset, int64(e.csize)))
+	defer putBufio(br)
+	fr := getInflater(br)
+	defer putInflater(fr)
+	h := sha256.New()
+	crc := crc32.NewIEEE()
+	n, err := io.Copy(io.MultiWriter(h, crc), fr)
+	if err != nil {
+		return fmt.Errorf("not a readable deflate stream: %w", err)
+	}
+	if uint64(n) != e.usize || crc.Sum32() != e.crc {
+		return errors.New("corrupt entry (size or CRC does not match its header)")
+	}
+	e.sha256 = base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+	return nil
 }

@@ -247,7 +247,16 @@ func TestVerifyStreamHashDeflatedFaults(t *testing.T) {
 		corrupt[i] ^= 0x5a
 	}
 	cut := good[:start+len(good)/4]
-	for name, bad := range map[string][]byte{"corrupt": corrupt, "cut off": cut} {
+	// The entry's bytes are sound but its CRC, the same in the local
+	// header and in the central directory, is not: pip would refuse it.
+	badCRC := append([]byte(nil), good...)
+	badCRC[14] ^= 1
+	for i := 0; i+46+len("demo/a.txt") <= len(badCRC); i++ {
+		if string(badCRC[i:i+4]) == "PK\x01\x02" && string(badCRC[i+46:i+46+len("demo/a.txt")]) == "demo/a.txt" {
+			badCRC[i+16] ^= 1
+		}
+	}
+	for name, bad := range map[string][]byte{"corrupt": corrupt, "cut off": cut, "bad CRC": badCRC} {
 		for ri, r := range []io.Reader{bytes.NewReader(bad), &lender{b: bad, rnd: rnd, max: 1 << 12}} {
 			h := sha256.New()
 			s, n, err := wheel.VerifyStreamHash(r, fn, h)
