@@ -24,42 +24,41 @@ trap cleanup EXIT
 
 go build -o "$work/gpupass" ./cmd/gpupass
 
-# The wheelhouse: stored (uncompressed) zips, so the bytes are random.
-mkdir -p "$work/house"
-/usr/bin/python3 - "$work/house" "$N" "$MB" <<'PY'
-import base64, hashlib, os, sys, zipfile
-out, n, mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    name = "benchpkg%02d" % i
-    files = [(name + "/__init__.py", b"X = 1\n"), (name + "/blob.bin", os.urandom(mb << 20))]
+# Two wheelhouses, written by Python's zipfile as pip and bdist_wheel
+# write wheels. house: stored (uncompressed) zips of random bytes, the
+# 1 GB of the goal. zhouse: the way real ones are, deflated at zlib's
+# default level, holding shared libraries (slices of this machine's .so
+# files); checking it means inflating every entry for RECORD, which oras
+# does not do.
+ZN="${BUNDLE_BENCH_DEFLATED_WHEELS:-20}"
+ZMB="${BUNDLE_BENCH_DEFLATED_MB:-60}"
+mkdir -p "$work/house" "$work/zhouse"
+/usr/bin/python3 - "$work" "$N" "$MB" "$ZN" "$ZMB" <<'PY'
+import base64, glob, hashlib, os, sys, zipfile
+work, n, mb, zn, zmb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+
+def write_wheel(out, name, files, method, purelib):
     di = name + "-1.0.dist-info/"
-    files += [(di + "METADATA", ("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name).encode()),
-              (di + "WHEEL", b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n")]
+    files = files + [(di + "METADATA", ("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name).encode()),
+                     (di + "WHEEL", ("Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: %s\nTag: py3-none-any\n" % purelib).encode())]
     record = "".join("%s,sha256=%s,%d\n" % (p, base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode(), len(b)) for p, b in files)
     record += di + "RECORD,,\n"
-    with zipfile.ZipFile(os.path.join(out, name + "-1.0-py3-none-any.whl"), "w", zipfile.ZIP_STORED) as z:
+    with zipfile.ZipFile(os.path.join(out, name + "-1.0-py3-none-any.whl"), "w", method) as z:
         for p, b in files:
             z.writestr(p, b)
         z.writestr(di + "RECORD", record)
-PY
-total_mb=$(du -sm "$work/house" | cut -f1)
 
-# A second wheelhouse the way real ones are: deflated at zlib's default
-# level (Python's zipfile, as pip and bdist_wheel write them), holding
-# shared libraries (slices of this machine's .so files). Verifying it
-# means inflating every entry for RECORD, which oras does not do.
-ZN="${BUNDLE_BENCH_DEFLATED_WHEELS:-20}"
-ZMB="${BUNDLE_BENCH_DEFLATED_MB:-60}"
-mkdir -p "$work/zhouse"
-/usr/bin/python3 - "$work/zhouse" "$ZN" "$ZMB" <<'PY'
-import base64, glob, hashlib, os, sys, zipfile
-out, n, mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    name = "benchpkg%02d" % i
+    write_wheel(work + "/house", name, [(name + "/__init__.py", b"X = 1\n"), (name + "/blob.bin", os.urandom(mb << 20))],
+                zipfile.ZIP_STORED, "true")
+
 libs = sorted(p for p in glob.glob("/usr/lib/x86_64-linux-gnu/*.so*") + glob.glob("/usr/lib/x86_64-linux-gnu/*/*.so*")
               if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) > (1 << 20))
 pool = bytearray()
 for p in libs:
     pool += open(p, "rb").read()
-    if len(pool) >= n * (mb << 20):
+    if len(pool) >= zn * (zmb << 20):
         break
 if not pool:
     sys.exit("60-bundle: no shared libraries found to build the deflated wheelhouse")
@@ -72,20 +71,12 @@ def take(k):
         b += c
         pos = (pos + len(c)) % len(pool)
     return bytes(b)
-for i in range(n):
+for i in range(zn):
     name = "libpkg%02d" % i
-    files = [(name + "/__init__.py", b"X = 1\n")]
-    files += [("%s/lib%d.so" % (name, j), take((mb << 20) // 4)) for j in range(4)]
-    di = name + "-1.0.dist-info/"
-    files += [(di + "METADATA", ("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name).encode()),
-              (di + "WHEEL", b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: false\nTag: py3-none-any\n")]
-    record = "".join("%s,sha256=%s,%d\n" % (p, base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode(), len(b)) for p, b in files)
-    record += di + "RECORD,,\n"
-    with zipfile.ZipFile(os.path.join(out, name + "-1.0-py3-none-any.whl"), "w", zipfile.ZIP_DEFLATED) as z:
-        for p, b in files:
-            z.writestr(p, b)
-        z.writestr(di + "RECORD", record)
+    files = [(name + "/__init__.py", b"X = 1\n")] + [("%s/lib%d.so" % (name, j), take((zmb << 20) // 4)) for j in range(4)]
+    write_wheel(work + "/zhouse", name, files, zipfile.ZIP_DEFLATED, "false")
 PY
+total_mb=$(du -sm "$work/house" | cut -f1)
 z_mb=$(du -sm "$work/zhouse" | cut -f1)
 
 start_registry() {
