@@ -38,7 +38,8 @@ type streamEntry struct {
 }
 
 // Streamed is what one sequential pass over a wheel learned; Check
-// finishes the job against the archive's central directory.
+// finishes the job against the archive's central directory, and inflates
+// the deflated entries the pass left for it.
 type Streamed struct {
 	entries map[string]*streamEntry
 	record  []byte
@@ -55,9 +56,12 @@ const (
 
 // VerifyStream reads a wheel sequentially from r to its end — so that it
 // can run on bytes as they are downloaded or hashed for upload — hashing
-// every entry as it passes. The archive's central directory, at its end,
-// is checked afterwards with Streamed.Check, which needs random access to
-// the same bytes (the file on disk). It reads r to EOF even when it gives
+// stored entries, RECORD and deflated entries followed by a data
+// descriptor as they pass. Deflated entries whose sizes are in their
+// local header (most real wheels) are only passed over. The archive's
+// central directory, at its end, is checked afterwards with
+// Streamed.Check, which also inflates those entries, and needs random
+// access to the same bytes (the file on disk). It reads r to EOF even when it gives
 // up early, so a digest computed over r stays whole.
 func VerifyStream(r io.Reader, f Filename) (*Streamed, error) {
 	s, _, err := VerifyStreamHash(r, f, nil)
@@ -527,7 +531,9 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // Check compares the streamed entries with the central directory of the
 // same bytes (r, size) — the directory is what pip reads, so an entry the
 // stream saw must be exactly the entry pip will extract — and then checks
-// RECORD with the hashes taken in the stream. Only the directory is read.
+// RECORD with the hashes taken in the stream. Besides the directory it
+// reads only the deflated entries the stream passed over, inflating them
+// on up to GOMAXPROCS goroutines (shared by all Checks in the process).
 func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 	f := s.f
 	zr, err := zip.NewReader(r, size)
