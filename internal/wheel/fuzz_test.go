@@ -15,7 +15,7 @@ import (
 // two must not disagree about what pip would extract).
 func FuzzVerify(f *testing.F) {
 	dir := f.TempDir()
-	for i, o := range []wheeltest.Options{{}, {Store: true}, {StoreDescriptor: true}, {LieAbout: "demo/__init__.py"}} {
+	for i, o := range []wheeltest.Options{{}, {Store: true}, {StoreDescriptor: true}, {LieAbout: "demo/__init__.py"}, {DeflateSized: true}, {DeflateSized: true, LieAbout: "demo/__init__.py"}} {
 		p, err := wheeltest.Write(dir, "demo-1.0-py3-none-any.whl", "demo", "1.0",
 			[]wheeltest.File{{Name: "demo/__init__.py", Data: strings.NewReader("x = " + string(rune('0'+i)) + "\n")}}, o)
 		if err != nil {
