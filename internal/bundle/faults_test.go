@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -559,4 +560,55 @@ func TestOneHandshakePerPull(t *testing.T) {
 	if n := pings.Load(); n != 1 {
 		t.Errorf("inspect pinged the registry %d times, want 1", n)
 	}
+}
+
+// cancelAtEnd cancels when a blob's last byte has arrived, before the
+// checks that read the file run.
+type cancelAtEnd struct {
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	size   map[string]int64
+}
+
+func (c *cancelAtEnd) Start(name string, size int64) {
+	c.mu.Lock()
+	c.size[name] = size
+	c.mu.Unlock()
+}
+
+func (c *cancelAtEnd) Add(name string, n int64) {
+	c.mu.Lock()
+	c.size[name] -= n
+	left := c.size[name]
+	c.mu.Unlock()
+	if left <= 0 {
+		c.cancel()
+	}
+}
+
+func (c *cancelAtEnd) Done(string, bool, error) {}
+
+// A pull cancelled while a wheel is checked from its file (deflated
+// entries are inflated there) stops with the cancellation, not with a
+// verification failure, and leaves nothing.
+func TestPullCancelledDuringCheck(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t)
+	text := strings.Repeat("import torch  # deflates well\n", 20000)
+	p, err := wheeltest.Write(t.TempDir(), "demo-1.0-py3-none-any.whl", "demo", "1.0",
+		[]wheeltest.File{{Name: "demo/big.py", Data: strings.NewReader(text)}}, wheeltest.Options{DeflateSized: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	ref := reg.Host + "/cancel/me:v1"
+	pushRaw(t, ref, []string{"demo-1.0-py3-none-any.whl"}, [][]byte{b})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dst := filepath.Join(t.TempDir(), "wheelhouse")
+	_, err = bundle.Pull(ctx, ref, dst, bundle.PullOptions{Registry: regOpts(), Progress: &cancelAtEnd{cancel: cancel, size: map[string]int64{}}})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, bundle.ErrVerification) {
+		t.Fatalf("pull cancelled during the check: %v, want context.Canceled and no verification failure", err)
+	}
+	assertNoPull(t, dst)
 }

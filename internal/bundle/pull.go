@@ -531,11 +531,16 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 		return fail(err)
 	}
 	defer rf.Close()
+	ra := ctxReaderAt{ctx, rf}
 	switch {
 	case errors.Is(verr, wheel.ErrNotStreamable):
-		verr = wheel.VerifyReader(rf, n, fn)
+		verr = wheel.VerifyReader(ra, n, fn)
 	case verr == nil:
-		verr = s.Check(rf, n)
+		verr = s.Check(ra, n)
+	}
+	if err := ctx.Err(); err != nil {
+		// Stopped, not refuted: whatever the check said after that.
+		return fail(err)
 	}
 	if verr != nil {
 		return fail(fmt.Errorf("%w: %w", ErrVerification, verr))
@@ -544,6 +549,21 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 		File: title, Name: fn.Name(), Version: fn.Version, Tags: tagStrings(fn.Tags),
 		SHA256: d.Digest.Hex, Size: d.Size,
 	}, nil
+}
+
+// ctxReaderAt fails reads once ctx is done, so that checking a wheel
+// from its file (inflating a big one takes seconds) stops soon after the
+// pull or push is cancelled, or another wheel failed.
+type ctxReaderAt struct {
+	ctx context.Context
+	r   io.ReaderAt
+}
+
+func (c ctxReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.ReadAt(p, off)
 }
 
 type progressReader struct {

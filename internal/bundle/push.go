@@ -161,8 +161,10 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 			}
 			w := &wheels[i]
 			if w.SHA256 == "" {
-				if err := ck.check(w); err != nil {
-					fail(&problems, err)
+				if err := ck.check(ctx, w); err != nil {
+					if ctx.Err() == nil { // cancelled is not a problem of the wheel's
+						fail(&problems, err)
+					}
 					return nil
 				}
 			}
@@ -181,11 +183,11 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 	}
 	_ = g.Wait()
 	_ = ck.cache.save()
+	if err := ctx.Err(); err != nil && len(errs) == 0 && len(problems) == 0 {
+		errs = append(errs, err)
+	}
 	if len(problems) > 0 {
 		return PushResult{}, &WheelhouseError{Dir: filepath.Dir(wheels[0].path), Problems: problems}
-	}
-	if err := ctx.Err(); err != nil && len(errs) == 0 {
-		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return PushResult{}, fmt.Errorf("pushing %s: %w (nothing was tagged; a re-run sends only the missing blobs)", ref, errors.Join(errs...))
@@ -246,9 +248,6 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 		return PushResult{}, err
 	}
 	_ = g.Wait()
-	if err := ctx.Err(); err != nil && len(errs) == 0 {
-		errs = append(errs, err)
-	}
 	if len(errs) > 0 {
 		return PushResult{}, fmt.Errorf("pushing %s: %w (nothing was tagged; a re-run sends only the missing blobs)", ref, errors.Join(errs...))
 	}

@@ -108,15 +108,19 @@ func Scan(ctx context.Context, dir string, o ScanOptions) ([]Wheel, error) {
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			errs[i] = ck.check(&wheels[i])
+			errs[i] = ck.check(gctx, &wheels[i])
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	problems = append(problems, nonNil(errs)...)
 	_ = ck.cache.save()
+	if err := ctx.Err(); err != nil {
+		// Cancelled: the wheels not yet checked are not problems.
+		return nil, err
+	}
+	problems = append(problems, nonNil(errs)...)
 	if len(problems) > 0 {
 		return nil, &WheelhouseError{Dir: dir, Problems: problems}
 	}
@@ -135,7 +139,7 @@ func newChecker(cacheFile string) *checker {
 
 // check fills in w's digest and size after checking the file, or from
 // the cache when the file is unchanged since it last passed.
-func (c *checker) check(w *Wheel) error {
+func (c *checker) check(ctx context.Context, w *Wheel) error {
 	f, err := wheel.ParseFilename(w.File)
 	if err != nil {
 		return err
@@ -153,7 +157,7 @@ func (c *checker) check(w *Wheel) error {
 		}
 	}
 	wheelsRead.Add(1)
-	if err := checkWheelFile(w, f); err != nil {
+	if err := checkWheelFile(ctx, w, f); err != nil {
 		return err
 	}
 	if cacheable && w.Size == st.Size {
@@ -164,7 +168,7 @@ func (c *checker) check(w *Wheel) error {
 
 // checkWheelFile hashes the file and checks its zip and RECORD in one
 // sequential pass, then reads the zip's central directory to match.
-func checkWheelFile(w *Wheel, f wheel.Filename) error {
+func checkWheelFile(ctx context.Context, w *Wheel, f wheel.Filename) error {
 	fh, err := os.Open(w.path)
 	if err != nil {
 		return err
@@ -177,13 +181,14 @@ func checkWheelFile(w *Wheel, f wheel.Filename) error {
 		return fmt.Errorf("wheel %s: %w", w.File, verr)
 	}
 	w.SHA256, w.Size = hex.EncodeToString(h.Sum(nil)), n
+	ra := ctxReaderAt{ctx, fh}
 	switch {
 	case errors.Is(verr, wheel.ErrNotStreamable):
-		return wheel.VerifyReader(fh, n, f)
+		return wheel.VerifyReader(ra, n, f)
 	case verr != nil:
 		return verr
 	}
-	return s.Check(fh, n)
+	return s.Check(ra, n)
 }
 
 // WheelhouseError lists every problem found in a wheelhouse.
