@@ -61,8 +61,8 @@ const (
 // local header (most real wheels) are only passed over. The archive's
 // central directory, at its end, is checked afterwards with
 // Streamed.Check, which also inflates those entries, and needs random
-// access to the same bytes (the file on disk). It reads r to EOF even when it gives
-// up early, so a digest computed over r stays whole.
+// access to the same bytes (the file on disk). It reads r to EOF even
+// when it gives up early, so a digest computed over r stays whole.
 func VerifyStream(r io.Reader, f Filename) (*Streamed, error) {
 	s, _, err := VerifyStreamHash(r, f, nil)
 	return s, err
@@ -180,9 +180,10 @@ func (c *countReader) flush() {
 
 // stored passes the n bytes of a stored entry to h (the entry's hash;
 // nil for none) and to w, reading them in place, and hashes them into
-// whole in the same pass. Once the buffer is empty it borrows the source's own buffers when
-// the source is a Nexter, so those bytes are never copied here. It returns
-// how many bytes it passed on; fewer than n only with an error.
+// whole in the same pass. Once the buffer is empty it borrows the
+// source's own buffers when the source is a Nexter, so those bytes are
+// never copied here. It returns how many bytes it passed on; fewer than
+// n only with an error.
 func (c *countReader) stored(n int64, h hash.Hash, w io.Writer) (int64, error) {
 	if c.whole != nil {
 		c.flush()
@@ -308,7 +309,9 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			// takes the rest, so whole sees every byte once, in order.
 			br = getBufio(data)
 			fr = getInflater(br)
-			content = fr
+			// One byte more than the header says is enough to refute it:
+			// a deflate bomb is not inflated to its end.
+			content = io.LimitReader(fr, int64(e.usize)+1)
 		case method == zip.Deflate:
 			// A data descriptor follows the deflate stream: flate must
 			// stop on its last byte, so it reads one byte at a time.
@@ -654,7 +657,9 @@ func inflateEntry(r io.ReaderAt, e *streamEntry) error {
 	defer putInflater(fr)
 	h := sha256.New()
 	crc := crc32.NewIEEE()
-	n, err := io.Copy(io.MultiWriter(h, crc), fr)
+	// One byte more than the header says is enough to refute it: a
+	// deflate bomb is not inflated to its end.
+	n, err := io.Copy(io.MultiWriter(h, crc), io.LimitReader(fr, int64(e.usize)+1))
 	if err != nil {
 		return fmt.Errorf("not a readable deflate stream: %w", err)
 	}

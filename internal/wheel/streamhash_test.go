@@ -1,7 +1,9 @@
 package wheel_test
 
 import (
+	"archive/zip"
 	"bytes"
+	"compress/flate"
 	"crypto/sha256"
 	"errors"
 	"io"
@@ -270,5 +272,56 @@ func TestVerifyStreamHashDeflatedFaults(t *testing.T) {
 				t.Fatalf("%s wheel, reader %d: hashed %d bytes to %x, want %d bytes", name, ri, n, h.Sum(nil), len(bad))
 			}
 		}
+	}
+}
+
+type countingReaderAt struct {
+	r io.ReaderAt
+	n int64
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n += int64(n)
+	return n, err
+}
+
+// An entry that inflates to far more than its header says (a deflate
+// bomb, or just a lie) is refused after the header's size, not inflated
+// to its end.
+func TestCheckStopsAtTheDeclaredSize(t *testing.T) {
+	fn, _ := wheel.ParseFilename("demo-1.0-py3-none-any.whl")
+	var c bytes.Buffer
+	fw, _ := flate.NewWriter(&c, flate.BestSpeed)
+	fw.Write(textBytes(rand.New(rand.NewPCG(15, 16)), 8<<20)) // about 2 MB deflated
+	fw.Close()
+	// The header says 1000 bytes, in the local header and the central
+	// directory alike, so that only inflating can tell.
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	w, err := zw.CreateRaw(&zip.FileHeader{Name: "demo/zeros.bin", Method: zip.Deflate,
+		CompressedSize64: uint64(c.Len()), UncompressedSize64: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(c.Bytes())
+	rec, _ := zw.Create("demo-1.0.dist-info/RECORD")
+	io.WriteString(rec, "demo/zeros.bin,sha256=AAAA,1000\ndemo-1.0.dist-info/RECORD,,\n")
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	whl := b.Bytes()
+	s, _, err := wheel.VerifyStreamHash(bytes.NewReader(whl), fn, sha256.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra := &countingReaderAt{r: bytes.NewReader(whl)}
+	err = s.Check(ra, int64(len(whl)))
+	t.Logf("read %d bytes of a %d-byte deflate stream", ra.n, c.Len())
+	if err == nil || !strings.Contains(err.Error(), "demo/zeros.bin: corrupt entry") {
+		t.Fatalf("entry larger than its header: %v", err)
+	}
+	if ra.n > int64(c.Len())/4 {
+		t.Fatalf("read %d bytes of a %d-byte deflate stream to refute a 1000-byte entry", ra.n, c.Len())
 	}
 }
