@@ -293,7 +293,7 @@ func TestCheckStopsAtTheDeclaredSize(t *testing.T) {
 	fn, _ := wheel.ParseFilename("demo-1.0-py3-none-any.whl")
 	var c bytes.Buffer
 	fw, _ := flate.NewWriter(&c, flate.BestSpeed)
-	fw.Write(textBytes(rand.New(rand.NewPCG(15, 16)), 8<<20)) // about 2 MB deflated
+	fw.Write(textBytes(rand.New(rand.NewPCG(15, 16)), 8<<20)) // about 1.2 MB deflated
 	fw.Close()
 	// The header says 1000 bytes, in the local header and the central
 	// directory alike, so that only inflating can tell.
