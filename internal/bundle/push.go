@@ -183,11 +183,11 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 	}
 	_ = g.Wait()
 	_ = ck.cache.save()
-	if err := ctx.Err(); err != nil && len(errs) == 0 && len(problems) == 0 {
-		errs = append(errs, err)
-	}
 	if len(problems) > 0 {
 		return PushResult{}, &WheelhouseError{Dir: filepath.Dir(wheels[0].path), Problems: problems}
+	}
+	if err := ctx.Err(); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return PushResult{}, fmt.Errorf("pushing %s: %w (nothing was tagged; a re-run sends only the missing blobs)", ref, errors.Join(errs...))
@@ -248,6 +248,9 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 		return PushResult{}, err
 	}
 	_ = g.Wait()
+	if err := ctx.Err(); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return PushResult{}, fmt.Errorf("pushing %s: %w (nothing was tagged; a re-run sends only the missing blobs)", ref, errors.Join(errs...))
 	}
