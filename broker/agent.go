@@ -102,6 +102,15 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	return connect.NewResponse(resp), nil
 }
 
+// identity is e's enrolled agent record and key. Enroll replaces them,
+// under agentsMu, when a node enrolls again while requests that already
+// hold e are being served; read them only through here.
+func (b *Broker) identity(e *agentEntry) (store.Agent, *ecdsa.PublicKey) {
+	b.agentsMu.Lock()
+	defer b.agentsMu.Unlock()
+	return e.agent, e.pub
+}
+
 // agent returns an enrolled agent (cached: heartbeats are hot) after
 // checking the caller's token covers its region.
 func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
@@ -132,7 +141,8 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 		b.agentsMu.Unlock()
 	}
 	tok, _ := TokenFrom(ctx)
-	if err := checkRegion(tok, e.agent.Labels.Region); err != nil {
+	ag, _ := b.identity(e)
+	if err := checkRegion(tok, ag.Labels.Region); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -145,6 +155,7 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	if err != nil {
 		return nil, err
 	}
+	_, pub := b.identity(e)
 	switch {
 	case len(m.Mac) > 0:
 		if err := b.checkMAC(ctx, e, m, req.Peer().Addr); err != nil {
@@ -152,7 +163,7 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 		}
 	case m.Signature == "":
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("heartbeat of %s is not signed (no signature, no session key mac): upgrade gpupass-agent to the broker's version", m.AgentId))
-	case !verifySig(e.pub, api.HeartbeatPayload(m), m.Signature):
+	case !verifySig(pub, api.HeartbeatPayload(m), m.Signature):
 		// Agents that predate session keys sign every beat.
 		b.log.Warn("refused heartbeat: bad signature", "agent", m.AgentId, "peer", req.Peer().Addr)
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("heartbeat refused: its signature does not verify against the key enrolled for %s", m.AgentId))
@@ -222,11 +233,12 @@ func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gp
 	if err != nil {
 		return nil, err
 	}
+	ag, _ := b.identity(e)
 	reject := func(code connect.Code, err error) error {
 		b.log.Warn("rejected conformance report", "agent", m.AgentId, "peer", req.Peer().Addr, "reason", err.Error())
 		return connect.NewError(code, err)
 	}
-	if err := conformance.Verify(e.agent.PublicKeyPEM, m.Report, m.Signature); err != nil {
+	if err := conformance.Verify(ag.PublicKeyPEM, m.Report, m.Signature); err != nil {
 		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: signature does not verify against the key enrolled for %s: %v", m.AgentId, err))
 	}
 	rep, err := conformance.Parse(m.Report)
@@ -236,10 +248,10 @@ func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gp
 	if rep.AgentID != m.AgentId {
 		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: it names agent %q but was uploaded as %s", rep.AgentID, m.AgentId))
 	}
-	if rep.Node.Region != e.agent.Labels.Region {
-		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: it names region %q but %s enrolled in %s", rep.Node.Region, m.AgentId, e.agent.Labels.Region))
+	if rep.Node.Region != ag.Labels.Region {
+		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: it names region %q but %s enrolled in %s", rep.Node.Region, m.AgentId, ag.Labels.Region))
 	}
-	idx, err := indexReport(rep, e.agent.Labels)
+	idx, err := indexReport(rep, ag.Labels)
 	if err != nil {
 		return nil, reject(connect.CodeInvalidArgument, fmt.Errorf("report rejected: %v", err))
 	}

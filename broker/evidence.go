@@ -50,6 +50,7 @@ func (s *workService) SubmitRunReport(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
+	ag, _ := b.identity(e)
 	b.touch(m.AgentId)
 	a, err := rs.Alloc(ctx, m.AllocId)
 	if err != nil {
@@ -62,7 +63,7 @@ func (s *workService) SubmitRunReport(ctx context.Context, req *connect.Request[
 		b.log.Warn("rejected run report", "alloc", m.AllocId, "agent", m.AgentId, "peer", req.Peer().Addr, "reason", err.Error())
 		return connect.NewError(code, fmt.Errorf("run report rejected: %w", err))
 	}
-	if err := conformance.Verify(e.agent.PublicKeyPEM, m.Report, m.Signature); err != nil {
+	if err := conformance.Verify(ag.PublicKeyPEM, m.Report, m.Signature); err != nil {
 		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("signature does not verify against the key enrolled for %s: %v", m.AgentId, err))
 	}
 	rep, err := conformance.Parse(m.Report)
@@ -83,7 +84,7 @@ func (s *workService) SubmitRunReport(ctx context.Context, req *connect.Request[
 		return nil, reject(connect.CodeInvalidArgument, fmt.Errorf("generated_at %q: want RFC 3339 UTC", rep.GeneratedAt))
 	}
 	err = es.PutRunEvidence(ctx, store.RunEvidence{AllocID: a.ID, AgentID: m.AgentId, Report: m.Report, Signature: m.Signature,
-		AgentPublicKeyPEM: e.agent.PublicKeyPEM, ReceivedAt: time.Now().UTC()}, m.FencingToken)
+		AgentPublicKeyPEM: ag.PublicKeyPEM, ReceivedAt: time.Now().UTC()}, m.FencingToken)
 	if errors.Is(err, store.ErrStaleFence) {
 		a, _ = rs.Alloc(ctx, m.AllocId)
 		return nil, staleFence(a, m.AgentId, m.FencingToken)

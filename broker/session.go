@@ -63,7 +63,8 @@ func (b *Broker) issueSessionKey(ctx context.Context, sk store.SessionKeys, e *a
 		return nil, 0, fmt.Errorf("making a session key: %w", err)
 	}
 	now := time.Now()
-	epoch, err := sk.RotateSessionKey(ctx, e.agent.ID, key, now)
+	ag, _ := b.identity(e)
+	epoch, err := sk.RotateSessionKey(ctx, ag.ID, key, now)
 	if err != nil {
 		return nil, 0, err
 	}

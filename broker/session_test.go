@@ -197,3 +197,46 @@ func TestSessionKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestReenrollWhileServing: an agent that enrolls again (a restart) while
+// its earlier instance still beats and uploads reports. Enroll replaces
+// the cached identity the other requests read; under the race detector
+// (make test) this fails if any of them reads it without the lock.
+func TestReenrollWhileServing(t *testing.T) {
+	t.Parallel()
+	db := brokertest.NewDB(t, "sqlite")
+	b := brokertest.Start(t, db, brokertest.Fast())
+	tok := b.Token(t, store.RoleAgent, "*")
+	ctx := context.Background()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := brokertest.H100("us-west-2", 20)
+	// Signed beats (no session key): they read the enrolled public key.
+	a, err := brokertest.Enroll(ctx, b.URL, tok, key, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for range 20 {
+			if _, err := brokertest.Enroll(ctx, b.URL, tok, key, node); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := range 20 {
+		if _, err := a.Beat(ctx); err != nil {
+			t.Fatalf("beat %d while the agent enrolls again: %v", i, err)
+		}
+		if err := a.Upload(ctx, nil); err != nil {
+			t.Fatalf("report %d while the agent enrolls again: %v", i, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("enrolling again: %v", err)
+	}
+}
