@@ -463,12 +463,12 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	// growing the file block by block (and fails early on a full disk).
 	preallocate(out, d.Size)
 	// One pass over the bytes, in two goroutines: this one receives the
-	// blob and writes it to disk; the other parses the zip and takes two
-	// SHA-256 hashes, the blob's digest and, for RECORD, every entry's.
-	// On SHA-NI the bytes of stored entries (most of a bundle's bytes
-	// when its wheels hold incompressible data) are hashed for both in
-	// one interleaved pass, about two thirds of the cost of two separate
-	// passes (internal/sha256x2).
+	// blob and writes it to disk; the other parses the zip and takes the
+	// blob's digest and, for RECORD, the hash of every stored entry: on
+	// SHA-NI both over the same bytes in one interleaved pass, about two
+	// thirds of the cost of two separate passes (internal/sha256x2).
+	// Deflated entries are inflated and hashed after the download, from
+	// the file, on every CPU (Check below).
 	// Read one byte past the declared size so a registry that sends more
 	// than the manifest says is caught, not truncated into a match. The
 	// bytes move in 1 MiB chunks (see chunkSize), each written once to

@@ -167,7 +167,8 @@ func (c *checker) check(ctx context.Context, w *Wheel) error {
 }
 
 // checkWheelFile hashes the file and checks its zip and RECORD in one
-// sequential pass, then reads the zip's central directory to match.
+// sequential pass, then reads the zip's central directory to match and
+// inflates its deflated entries (wheel.Streamed.Check).
 func checkWheelFile(ctx context.Context, w *Wheel, f wheel.Filename) error {
 	fh, err := os.Open(w.path)
 	if err != nil {

@@ -295,29 +295,6 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			s.entries[name] = e
 			continue
 		}
-		var content io.Reader = data
-		var fr io.ReadCloser
-		var br *bufio.Reader
-		switch {
-		case method == zip.Deflate && !descriptor:
-			// The compressed size is known, so flate may read ahead
-			// within it: the bytes go through cr.Read in bulk (counted
-			// and hashed into whole a buffer at a time), and flate takes
-			// them from a bufio.Reader, which klauspost's inflater reads
-			// without an interface call per byte. Whatever it read ahead
-			// and left is still inside this entry; data's drain below
-			// takes the rest, so whole sees every byte once, in order.
-			br = getBufio(data)
-			fr = getInflater(br)
-			// One byte more than the header says is enough to refute it:
-			// a deflate bomb is not inflated to its end.
-			content = io.LimitReader(fr, int64(e.usize)+1)
-		case method == zip.Deflate:
-			// A data descriptor follows the deflate stream: flate must
-			// stop on its last byte, so it reads one byte at a time.
-			fr = getInflater(byteLimited{data, cr})
-			content = fr
-		}
 		h := sha256.New()
 		crc := crc32.NewIEEE()
 		var keep *limitedBuffer
@@ -328,19 +305,25 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 		}
 		var n int64
 		var err error
-		if method == zip.Store {
+		switch {
+		case method == zip.Store:
 			// Not a copy through a buffer: hashed where it lies, and
 			// with the whole-stream hash in the same pass.
 			n, err = cr.stored(int64(e.csize), h, rest)
 			data = eof{}
-		} else {
-			n, err = io.Copy(io.MultiWriter(h, rest), content)
-		}
-		if fr != nil {
+		case !descriptor:
+			// RECORD, needed now. Its compressed bytes go through
+			// cr.Read in bulk (counted and hashed into whole a buffer at
+			// a time); whatever inflate reads ahead is still inside this
+			// entry, and data's drain below takes the rest, so whole
+			// sees every byte once, in order.
+			n, err = inflate(data, e.usize, io.MultiWriter(h, rest))
+		default:
+			// A data descriptor follows the deflate stream: flate must
+			// stop on its last byte, so it reads one byte at a time.
+			fr := getInflater(byteLimited{data, cr})
+			n, err = io.Copy(io.MultiWriter(h, rest), fr)
 			putInflater(fr)
-		}
-		if br != nil {
-			putBufio(br)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("wheel %s: not a readable zip archive: %s: %w", f.File, name, err)
@@ -368,6 +351,19 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			s.record, s.recName = keep.b, name
 		}
 	}
+}
+
+// inflate writes what the deflate stream in src (an entry's compressed
+// bytes and nothing after them: it reads ahead) inflates to into w,
+// stopping one byte past usize, which is enough to refute a header: a
+// deflate bomb is not inflated to its end. klauspost's inflater reads a
+// bufio.Reader without an interface call per byte.
+func inflate(src io.Reader, usize uint64, w io.Writer) (int64, error) {
+	br := getBufio(src)
+	defer putBufio(br)
+	fr := getInflater(br)
+	defer putInflater(fr)
+	return io.Copy(w, io.LimitReader(fr, int64(usize)+1))
 }
 
 // Inflaters and their input buffers are reused across entries: a wheel
@@ -651,15 +647,9 @@ func (s *Streamed) inflateDeferred(r io.ReaderAt, order []*zip.File) error {
 }
 
 func inflateEntry(r io.ReaderAt, e *streamEntry) error {
-	br := getBufio(io.NewSectionReader(r, e.dataOffset, int64(e.csize)))
-	defer putBufio(br)
-	fr := getInflater(br)
-	defer putInflater(fr)
 	h := sha256.New()
 	crc := crc32.NewIEEE()
-	// One byte more than the header says is enough to refute it: a
-	// deflate bomb is not inflated to its end.
-	n, err := io.Copy(io.MultiWriter(h, crc), io.LimitReader(fr, int64(e.usize)+1))
+	n, err := inflate(io.NewSectionReader(r, e.dataOffset, int64(e.csize)), e.usize, io.MultiWriter(h, crc))
 	if err != nil {
 		return fmt.Errorf("not a readable deflate stream: %w", err)
 	}
