@@ -46,7 +46,9 @@ type Meta struct {
 	SHA   string
 }
 
-var markerRE = regexp.MustCompile(`<!-- gpupass:report tag="([^"]*)" run=(\d+) commit_time=(\S*) sha=(\S*) -->`)
+// markerRE matches a marker at the very start of a body, where Compose
+// puts it: a marker quoted or pasted further down is not a report.
+var markerRE = regexp.MustCompile(`^<!-- gpupass:report tag="([^"]*)" run=(\d+) commit_time=(\S*) sha=(\S*) -->`)
 
 // Marker is the hidden first line of a sticky comment.
 func (m Meta) Marker() string {
@@ -65,7 +67,7 @@ func sanitizeTag(t string) string {
 	return strings.NewReplacer(`"`, "'", "-->", "- ->", "\n", " ").Replace(t)
 }
 
-// ParseMarker finds a gpupass marker in a comment body.
+// ParseMarker reads the gpupass marker that starts a comment body.
 func ParseMarker(body string) (Meta, bool) {
 	m := markerRE.FindStringSubmatch(body)
 	if m == nil {
@@ -95,6 +97,12 @@ func (m Meta) Newer(o Meta) bool {
 type Comment struct {
 	ID   int64
 	Body string
+	// Mine is set by the Store when the account gpupass posts as wrote
+	// the comment. Plan never edits, deletes or defers to anyone else's:
+	// anybody who can comment could otherwise copy a marker with a huge
+	// run id into their own comment and silence every later report, or
+	// get their comment overwritten.
+	Mine bool
 }
 
 // Action kinds.
@@ -113,14 +121,15 @@ type Action struct {
 }
 
 // Plan decides what to do with body given the comments already there.
-// Comments are in creation order. Only comments whose marker carries
-// meta.Tag are considered.
+// Comments are in creation order. Only comments of gpupass's own account
+// (Mine) whose marker carries meta.Tag are considered.
 func Plan(existing []Comment, meta Meta, body string, b Behavior) Action {
 	var mine []Comment
 	var newest *Meta
 	for _, c := range existing {
 		m, ok := ParseMarker(c.Body)
-		if !ok || m.Tag != meta.Tag {
+		// The marker holds the tag as Marker wrote it.
+		if !ok || !c.Mine || m.Tag != sanitizeTag(meta.Tag) {
 			continue
 		}
 		mine = append(mine, c)
@@ -191,7 +200,7 @@ func Truncate(md string, limit int, fullReport string) string {
 		fullReport = "the job's artifacts"
 	}
 	note := fmt.Sprintf("\n\n> ✂️ Report truncated at %%d of %d characters; the full report is in %s.\n", total, fullReport)
-	budget := limit - utf8.RuneCountInString(fmt.Sprintf(note, total)) - len("```\n") - 8
+	budget := limit - utf8.RuneCountInString(fmt.Sprintf(note, total)) - len(closeFence) - len(closeDetails)
 	if budget < 0 {
 		budget = 0
 	}
@@ -208,14 +217,33 @@ func Truncate(md string, limit int, fullReport string) string {
 	if j := strings.LastIndexByte(cut, '\n'); j > 0 {
 		cut = cut[:j+1]
 	}
-	if strings.Count(cut, "```")%2 == 1 {
-		cut += "```\n"
+	if openFence(cut) {
+		cut += closeFence
 	}
 	// A cut inside <details> would swallow the note.
 	if strings.Count(cut, "<details>") > strings.Count(cut, "</details>") {
-		cut += "\n</details>\n"
+		cut += closeDetails
 	}
 	return cut + fmt.Sprintf(note, utf8.RuneCountInString(cut))
+}
+
+// What Truncate may add to close a cut: the budget leaves room for both.
+const (
+	closeFence   = "```\n"
+	closeDetails = "\n</details>\n"
+)
+
+// openFence reports whether md ends inside a fenced code block: fences
+// are lines that start with three backticks (a backtick run inside a line,
+// say in a quoted value, opens nothing).
+func openFence(md string) bool {
+	open := false
+	for line := range strings.Lines(md) {
+		if strings.HasPrefix(strings.TrimLeft(line, " "), "```") {
+			open = !open
+		}
+	}
+	return open
 }
 
 // Result says what a poster did.
@@ -248,24 +276,26 @@ func Post(ctx context.Context, s Store, meta Meta, body string, b Behavior) (Res
 		res.Action = "skipped"
 		return res, nil
 	}
-	for _, id := range a.Delete {
-		if err := s.Delete(ctx, id); err != nil {
-			return res, err
-		}
-		res.Deleted++
-	}
+	// The new report goes up before old ones are deleted, so a refused
+	// edit or post leaves the last report in place rather than none.
 	if a.Kind == ActUpdate {
 		url, err := s.Update(ctx, a.Update, body)
 		if err != nil {
 			return res, err
 		}
 		res.Action, res.ID, res.URL = "updated", a.Update, url
-		return res, nil
+	} else {
+		id, url, err := s.Create(ctx, body)
+		if err != nil {
+			return res, err
+		}
+		res.Action, res.ID, res.URL = "created", id, url
 	}
-	id, url, err := s.Create(ctx, body)
-	if err != nil {
-		return res, err
+	for _, id := range a.Delete {
+		if err := s.Delete(ctx, id); err != nil {
+			return res, fmt.Errorf("the report is %s, but an older one is left: %w", res.Action, err)
+		}
+		res.Deleted++
 	}
-	res.Action, res.ID, res.URL = "created", id, url
 	return res, nil
 }

@@ -2,6 +2,7 @@ package forge
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -27,7 +28,7 @@ func TestMarkerRoundTrip(t *testing.T) {
 		{Tag: "compare", RunID: 42, CommitTime: monday, SHA: "abc123"},
 		{Tag: `we"ird --> tag`, RunID: 0},
 	} {
-		got, ok := ParseMarker("hello\n" + m.Marker() + "\nworld")
+		got, ok := ParseMarker(m.Marker() + "\nworld")
 		if !ok {
 			t.Fatalf("marker %q not found", m.Marker())
 		}
@@ -40,6 +41,14 @@ func TestMarkerRoundTrip(t *testing.T) {
 	if _, ok := ParseMarker("<!-- something else -->"); ok {
 		t.Error("foreign comment parsed as marker")
 	}
+	// A report quoted in a reply, or a marker further down a comment, is
+	// not a report.
+	m := Meta{Tag: "compare", RunID: 1}
+	for _, b := range []string{"@alice why red?\n\n> " + m.Marker() + "\n> report", "hello\n" + m.Marker()} {
+		if _, ok := ParseMarker(b); ok {
+			t.Errorf("marker not at the start parsed: %q", b)
+		}
+	}
 }
 
 func TestPlan(t *testing.T) {
@@ -49,9 +58,16 @@ func TestPlan(t *testing.T) {
 	otherTag := Meta{Tag: "audit", RunID: 99, CommitTime: tuesday.Add(time.Hour)}
 	existing := []Comment{
 		{ID: 1, Body: "LGTM"},
-		{ID: 2, Body: body(otherTag, "audit report")},
-		{ID: 3, Body: body(old, "old report")},
+		{ID: 2, Body: body(otherTag, "audit report"), Mine: true},
+		{ID: 3, Body: body(old, "old report"), Mine: true},
 	}
+	// Somebody else's comments carrying markers: a forged one from a far
+	// newer run, and a copy of the report pasted by a person.
+	forged := Meta{Tag: "compare", RunID: 1 << 40, CommitTime: tuesday.Add(24 * time.Hour)}
+	foreign := append(append([]Comment{}, existing...),
+		Comment{ID: 6, Body: body(forged, "✅ consistent")},
+		Comment{ID: 7, Body: body(old, "old report, pasted by a person")})
+	quirky := Meta{Tag: `nightly "A100" -->`, RunID: 1}
 	tests := []struct {
 		name     string
 		existing []Comment
@@ -69,10 +85,16 @@ func TestPlan(t *testing.T) {
 			Action{Kind: ActSkip, Reason: "a newer pipeline's report is posted (run 10, commit time 2026-03-02T09:00:00Z); not overwriting it with run 12"}},
 		{"same commit, older run id", existing, Meta{Tag: "compare", RunID: 9, CommitTime: monday}, "x", DeleteAndNew,
 			Action{Kind: ActSkip, Reason: "a newer pipeline's report is posted (run 10, commit time 2026-03-02T09:00:00Z); not overwriting it with run 9"}},
-		{"no commit times: run ids decide", []Comment{{ID: 5, Body: body(Meta{Tag: "compare", RunID: 7}, "a")}}, Meta{Tag: "compare", RunID: 8}, "b", Update,
+		{"no commit times: run ids decide", []Comment{{ID: 5, Body: body(Meta{Tag: "compare", RunID: 7}, "a"), Mine: true}}, Meta{Tag: "compare", RunID: 8}, "b", Update,
 			Action{Kind: ActUpdate, Update: 5, Reason: "updating the report comment in place"}},
-		{"duplicates cleaned on update", append(append([]Comment{}, existing...), Comment{ID: 4, Body: body(old, "dup")}), cur, "new", Update,
+		{"duplicates cleaned on update", append(append([]Comment{}, existing...), Comment{ID: 4, Body: body(old, "dup"), Mine: true}), cur, "new", Update,
 			Action{Kind: ActUpdate, Update: 4, Delete: []int64{3}, Reason: "updating the report comment in place"}},
+		{"others' markers neither silence, get edited nor get deleted", foreign, cur, body(cur, "new"), Update,
+			Action{Kind: ActUpdate, Update: 3, Reason: "updating the report comment in place"}},
+		{"others' markers alone: a new report", foreign[4:], cur, body(cur, "new"), DeleteAndNew,
+			Action{Kind: ActCreate, Reason: "no report comment with this tag yet"}},
+		{"a tag the marker had to sanitize stays sticky", []Comment{{ID: 8, Body: body(quirky, "a"), Mine: true}}, Meta{Tag: quirky.Tag, RunID: 2}, "b", Update,
+			Action{Kind: ActUpdate, Update: 8, Reason: "updating the report comment in place"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +132,87 @@ func TestTruncate(t *testing.T) {
 	}
 	if short := Truncate("small", 100, ""); short != "small" {
 		t.Errorf("short body changed: %q", short)
+	}
+}
+
+// TestTruncateStaysWithinLimit cuts bodies that need both closers (an
+// open fence inside <details>) at every position near the budget: the
+// result never goes over the limit, and a backtick run inside a line (a
+// quoted value) is not taken for a fence.
+func TestTruncateStaysWithinLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 1000
+	for pad := range 40 {
+		for _, inline := range []bool{false, true} {
+			var b strings.Builder
+			b.WriteString("<details>\n\n```text\n")
+			b.WriteString(strings.Repeat("x", pad) + "\n")
+			for b.Len() < 3*limit {
+				if inline {
+					b.WriteString("value \"```\" is not a number\n")
+				} else {
+					b.WriteString("0123456789\n")
+				}
+			}
+			got := Truncate(b.String(), limit, "")
+			if n := utf8.RuneCountInString(got); n > limit {
+				t.Fatalf("pad %d inline %v: %d characters, limit %d", pad, inline, n, limit)
+			}
+			if !strings.Contains(got, "\n```\n\n</details>\n\n\n> ✂️ Report truncated") {
+				t.Fatalf("pad %d inline %v: fence or details left open before the note:\n%s", pad, inline, got[max(0, len(got)-300):])
+			}
+		}
+	}
+}
+
+// stubStore records what Post did, and can refuse edits.
+type stubStore struct {
+	comments  []Comment
+	calls     []string
+	updateErr error
+}
+
+func (s *stubStore) List(context.Context) ([]Comment, error) { return s.comments, nil }
+func (s *stubStore) Create(_ context.Context, body string) (int64, string, error) {
+	s.calls = append(s.calls, "create")
+	return 99, "", nil
+}
+func (s *stubStore) Update(_ context.Context, id int64, body string) (string, error) {
+	s.calls = append(s.calls, "update")
+	return "", s.updateErr
+}
+func (s *stubStore) Delete(_ context.Context, id int64) error {
+	s.calls = append(s.calls, "delete")
+	return nil
+}
+
+// TestPostWritesBeforeDeleting: old reports go only once the new one is
+// up, so a refused edit leaves the last report in place.
+func TestPostWritesBeforeDeleting(t *testing.T) {
+	t.Parallel()
+	old := Meta{Tag: "compare", RunID: 1}
+	cur := Meta{Tag: "compare", RunID: 3}
+	mine := []Comment{{ID: 1, Body: body(old, "a"), Mine: true}, {ID: 2, Body: body(old, "b"), Mine: true}}
+	s := &stubStore{comments: mine}
+	if _, err := Post(context.Background(), s, cur, body(cur, "c"), Update); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"update", "delete"}, s.calls); d != "" {
+		t.Errorf("calls (-want +got):\n%s", d)
+	}
+	s = &stubStore{comments: mine}
+	if _, err := Post(context.Background(), s, cur, body(cur, "c"), DeleteAndNew); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"create", "delete", "delete"}, s.calls); d != "" {
+		t.Errorf("calls (-want +got):\n%s", d)
+	}
+	s = &stubStore{comments: mine, updateErr: errors.New("422")}
+	if _, err := Post(context.Background(), s, cur, body(cur, "c"), Update); err == nil {
+		t.Fatal("refused edit reported as success")
+	}
+	if d := cmp.Diff([]string{"update"}, s.calls); d != "" {
+		t.Errorf("a refused edit deleted reports: calls %v", s.calls)
 	}
 }
 

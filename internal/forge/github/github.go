@@ -71,6 +71,9 @@ func FromEnv(getenv func(string) string) (Target, Run, bool, error) {
 type Client struct {
 	gh *gh.Client
 	t  Target
+	// owns, once known, says whether a comment's author is the account
+	// this token posts as.
+	owns func(*gh.User) bool
 }
 
 // New returns a client for t that authenticates with token and sends
@@ -94,9 +97,11 @@ func New(t Target, token string, hc *http.Client) (*Client, error) {
 
 var _ forge.Store = (*Client)(nil)
 
-// List returns every issue comment of the pull request, all pages.
+// List returns every issue comment of the pull request, all pages,
+// with Mine set on those the token's account wrote.
 func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 	var out []forge.Comment
+	var authors []*gh.User
 	opt := &gh.IssueListCommentsOptions{ListOptions: gh.ListOptions{PerPage: 100}}
 	for {
 		cs, resp, err := c.gh.Issues.ListComments(ctx, c.t.Owner, c.t.Repo, c.t.Number, opt)
@@ -105,12 +110,52 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 		}
 		for _, cm := range cs {
 			out = append(out, forge.Comment{ID: cm.GetID(), Body: cm.GetBody()})
+			authors = append(authors, cm.GetUser())
 		}
 		if resp.NextPage == 0 {
-			return out, nil
+			break
 		}
 		opt.Page = resp.NextPage
 	}
+	for i := range out {
+		// Who the token is matters only for comments that look like
+		// reports: most pull requests have none, and need no lookup.
+		if _, ok := forge.ParseMarker(out[i].Body); !ok {
+			continue
+		}
+		owns, err := c.owner(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Mine = owns(authors[i])
+	}
+	return out, nil
+}
+
+// owner learns which account the token posts as. A personal or OAuth
+// token can read it from GET /user. GitHub App installation tokens,
+// GITHUB_TOKEN among them, are refused there (403 "Resource not
+// accessible by integration"); they post as the app's bot account
+// ("github-actions[bot]" for GITHUB_TOKEN), so comments by a Bot are
+// taken as gpupass's own and comments by people never are.
+func (c *Client) owner(ctx context.Context) (func(*gh.User) bool, error) {
+	if c.owns != nil {
+		return c.owns, nil
+	}
+	u, _, err := c.gh.Users.Get(ctx, "")
+	var er *gh.ErrorResponse
+	switch {
+	case err == nil && u.GetLogin() != "":
+		login := u.GetLogin()
+		c.owns = func(a *gh.User) bool { return strings.EqualFold(a.GetLogin(), login) }
+	case errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusForbidden:
+		c.owns = func(a *gh.User) bool { return a.GetType() == "Bot" }
+	case err == nil:
+		return nil, errors.New("finding which account the token posts as: GitHub's GET /user gave no login")
+	default:
+		return nil, explain(err, "finding which account the token posts as")
+	}
+	return c.owns, nil
 }
 
 // Create adds a comment.

@@ -35,6 +35,27 @@ type comment struct {
 	ID   int64  `json:"id"`
 	Body string `json:"body"`
 	URL  string `json:"html_url"`
+	User user   `json:"user"`
+}
+
+type user struct {
+	Login string `json:"login"`
+	Type  string `json:"type"`
+}
+
+// The accounts tokens post as: GITHUB_TOKEN (an app installation token,
+// refused by GET /user) as the Actions bot, a personal token as a user.
+var (
+	actionsBot = user{"github-actions[bot]", "Bot"}
+	ciUser     = user{"ci-user", "User"}
+	alice      = user{"alice", "User"}
+)
+
+func (f *fakeGitHub) poster() user {
+	if strings.HasPrefix(f.token, "ghp_") {
+		return ciUser
+	}
+	return actionsBot
 }
 
 func (f *fakeGitHub) handler(t *testing.T) http.Handler {
@@ -60,11 +81,20 @@ func (f *fakeGitHub) handler(t *testing.T) http.Handler {
 		}
 		json.NewEncoder(w).Encode(f.comments[lo:hi])
 	})
+	mux.HandleFunc("GET /api/v3/user", func(w http.ResponseWriter, r *http.Request) {
+		if f.poster() == actionsBot {
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `{"message":"Resource not accessible by integration"}`)
+			return
+		}
+		json.NewEncoder(w).Encode(f.poster())
+	})
 	mux.HandleFunc("POST "+base+"/7/comments", func(w http.ResponseWriter, r *http.Request) {
 		var c comment
 		json.NewDecoder(r.Body).Decode(&c)
 		f.next++
 		c.ID = f.next
+		c.User = f.poster()
 		c.URL = fmt.Sprintf("http://%s/acme/train/pull/7#issuecomment-%d", r.Host, c.ID)
 		f.comments = append(f.comments, c)
 		w.WriteHeader(http.StatusCreated)
@@ -129,17 +159,24 @@ func (f *fakeGitHub) bodies() []string {
 	return out
 }
 
+// setup starts a fake with the preexisting comments, all written by
+// the account the token posts as.
 func setup(t *testing.T, preexisting ...string) (*fakeGitHub, *Client) {
 	t.Helper()
-	f := &fakeGitHub{token: "ghs_test"}
+	return setupAs(t, "ghs_test", preexisting...)
+}
+
+func setupAs(t *testing.T, token string, preexisting ...string) (*fakeGitHub, *Client) {
+	t.Helper()
+	f := &fakeGitHub{token: token}
 	for _, b := range preexisting {
 		f.next++
-		f.comments = append(f.comments, comment{ID: f.next, Body: b})
+		f.comments = append(f.comments, comment{ID: f.next, Body: b, User: f.poster()})
 	}
 	srv := httptest.NewServer(f.handler(t))
 	t.Cleanup(srv.Close)
 	hc := &http.Client{Transport: &forge.Retry{Base: srv.Client().Transport, Sleep: func(context.Context, time.Duration) error { return nil }}}
-	c, err := New(Target{APIURL: srv.URL + "/api/v3", Owner: "acme", Repo: "train", Number: 7}, "ghs_test", hc)
+	c, err := New(Target{APIURL: srv.URL + "/api/v3", Owner: "acme", Repo: "train", Number: 7}, token, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +235,55 @@ func TestPostBehaviours(t *testing.T) {
 			}
 			if d := cmp.Diff(tc.wantLast, got[len(got)-len(tc.wantLast):]); d != "" {
 				t.Errorf("last comments (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestOthersMarkersIgnored: comments by other accounts that carry a
+// gpupass marker (forged with a far newer run, or a report pasted by a
+// person) neither stop the report nor get edited or deleted, for
+// GITHUB_TOKEN (known by being a bot) and a personal token (known by
+// GET /user).
+func TestOthersMarkersIgnored(t *testing.T) {
+	t.Parallel()
+	old := forge.Meta{Tag: "compare", RunID: 100, CommitTime: mon}
+	cur := forge.Meta{Tag: "compare", RunID: 101, CommitTime: tue}
+	forged := forge.Meta{Tag: "compare", RunID: 1 << 40, CommitTime: tue.Add(time.Hour)}
+	oldBody, newBody := old.Marker()+"\nold report", cur.Marker()+"\nnew report"
+	for _, tc := range []struct {
+		token   string
+		other   user // an account whose markers must be ignored
+		lookups int  // GET /user calls
+	}{
+		{"ghs_test", alice, 1},
+		{"ghp_test", actionsBot, 1},
+	} {
+		t.Run(tc.token, func(t *testing.T) {
+			t.Parallel()
+			f, c := setupAs(t, tc.token, oldBody)
+			f.comments = append(f.comments,
+				comment{ID: 50, Body: forged.Marker() + "\n✅ consistent", User: tc.other},
+				comment{ID: 51, Body: oldBody + "\n(pasted)", User: tc.other})
+			res, err := forge.Post(context.Background(), c, cur, newBody, forge.Update)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Action != "updated" || res.ID != 1 || res.Deleted != 0 {
+				t.Errorf("result %+v, want comment 1 updated and nothing deleted", res)
+			}
+			want := []string{newBody, forged.Marker() + "\n✅ consistent", oldBody + "\n(pasted)"}
+			if d := cmp.Diff(want, f.bodies()); d != "" {
+				t.Errorf("comments (-want +got):\n%s", d)
+			}
+			n := 0
+			for _, r := range f.requests {
+				if r == "GET /user" {
+					n++
+				}
+			}
+			if n != tc.lookups {
+				t.Errorf("%d GET /user, want %d", n, tc.lookups)
 			}
 		})
 	}

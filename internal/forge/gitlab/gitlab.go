@@ -77,6 +77,9 @@ func FromEnv(getenv func(string) string) (Target, Run, bool, error) {
 type Client struct {
 	gl *gl.Client
 	t  Target
+	// self is the id of the account the token posts as, once known
+	// (a project access token's bot user).
+	self int
 }
 
 // New returns a client for t. token must be a project (or personal)
@@ -95,9 +98,11 @@ func New(t Target, token string, hc *http.Client) (*Client, error) {
 
 var _ forge.Store = (*Client)(nil)
 
-// List returns every note of the merge request, oldest first, all pages.
+// List returns every note of the merge request, oldest first, all pages,
+// with Mine set on those the token's account wrote.
 func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 	var out []forge.Comment
+	var authors []int
 	opt := &gl.ListMergeRequestNotesOptions{ListOptions: gl.ListOptions{PerPage: 100}, OrderBy: gl.Ptr("created_at"), Sort: gl.Ptr("asc")}
 	for {
 		ns, resp, err := c.gl.Notes.ListMergeRequestNotes(c.t.Project, c.t.IID, opt, gl.WithContext(ctx))
@@ -109,12 +114,29 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 				continue
 			}
 			out = append(out, forge.Comment{ID: int64(n.ID), Body: n.Body})
+			authors = append(authors, n.Author.ID)
 		}
 		if resp.NextPage == 0 {
-			return out, nil
+			break
 		}
 		opt.Page = resp.NextPage
 	}
+	for i := range out {
+		// Who the token is matters only for notes that look like
+		// reports: most merge requests have none, and need no lookup.
+		if _, ok := forge.ParseMarker(out[i].Body); !ok {
+			continue
+		}
+		if c.self == 0 {
+			u, _, err := c.gl.Users.CurrentUser(gl.WithContext(ctx))
+			if err != nil {
+				return nil, explain(err, "finding which account the token posts as")
+			}
+			c.self = u.ID
+		}
+		out[i].Mine = authors[i] == c.self
+	}
+	return out, nil
 }
 
 // Create adds a note.

@@ -34,7 +34,20 @@ type note struct {
 	ID     int    `json:"id"`
 	Body   string `json:"body"`
 	System bool   `json:"system"`
+	Author author `json:"author"`
 }
+
+type author struct {
+	ID       int    `json:"id"`
+	Username string `json:"username"`
+}
+
+// tokenBot is the user a project access token posts as; alice is a
+// person on the merge request.
+var (
+	tokenBot = author{77, "project_42_bot_1"}
+	alice    = author{5, "alice"}
+)
 
 func (f *fakeGitLab) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -58,11 +71,15 @@ func (f *fakeGitLab) handler() http.Handler {
 		w.Header().Set("X-Page", strconv.Itoa(page))
 		json.NewEncoder(w).Encode(f.notes[lo:hi])
 	})
+	mux.HandleFunc("GET /api/v4/user", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(tokenBot)
+	})
 	mux.HandleFunc("POST "+base, func(w http.ResponseWriter, r *http.Request) {
 		var n note
 		json.NewDecoder(r.Body).Decode(&n)
 		f.next++
 		n.ID = f.next
+		n.Author = tokenBot
 		f.notes = append(f.notes, n)
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(n)
@@ -123,7 +140,7 @@ func setup(t *testing.T, token string, pre ...string) (*fakeGitLab, *Client) {
 	f := &fakeGitLab{}
 	for _, b := range pre {
 		f.next++
-		f.notes = append(f.notes, note{ID: f.next, Body: b, System: strings.HasPrefix(b, "system:")})
+		f.notes = append(f.notes, note{ID: f.next, Body: b, System: strings.HasPrefix(b, "system:"), Author: tokenBot})
 	}
 	srv := httptest.NewServer(f.handler())
 	t.Cleanup(srv.Close)
@@ -192,6 +209,33 @@ func TestPostBehaviours(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestOthersMarkersIgnored: notes by other accounts that carry a gpupass
+// marker (forged with a far newer run, or a pasted report) neither stop
+// the report nor get edited or deleted.
+func TestOthersMarkersIgnored(t *testing.T) {
+	t.Parallel()
+	mon := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	old := forge.Meta{Tag: "compare", RunID: 100, CommitTime: mon}
+	cur := forge.Meta{Tag: "compare", RunID: 101, CommitTime: mon.Add(time.Hour)}
+	forged := forge.Meta{Tag: "compare", RunID: 1 << 40, CommitTime: mon.Add(48 * time.Hour)}
+	oldBody, newBody := old.Marker()+"\nold", cur.Marker()+"\nnew"
+	f, c := setup(t, "glpat-project", oldBody)
+	f.notes = append(f.notes,
+		note{ID: 50, Body: forged.Marker() + "\n✅ consistent", Author: alice},
+		note{ID: 51, Body: oldBody + "\n(pasted)", Author: alice})
+	res, err := forge.Post(context.Background(), c, cur, newBody, forge.DeleteAndNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Action != "created" || res.Deleted != 1 {
+		t.Errorf("result %+v, want a new note and only the old report deleted", res)
+	}
+	want := []string{forged.Marker() + "\n✅ consistent", oldBody + "\n(pasted)", newBody}
+	if d := cmp.Diff(want, f.bodies()); d != "" {
+		t.Errorf("notes (-want +got):\n%s", d)
 	}
 }
 
@@ -270,7 +314,7 @@ func TestPostTruncatesAndRetries(t *testing.T) {
 		t.Errorf("notes: %d, second is the composed body: %v (%d chars)", len(got), got[1] == body, utf8.RuneCountInString(got[1]))
 	}
 	const notes = "/api/v4/projects/42/merge_requests/3/notes"
-	want := []string{"GET " + notes, "PUT " + notes + "/2", "PUT " + notes + "/2", "PUT " + notes + "/2"}
+	want := []string{"GET " + notes, "GET /api/v4/user", "PUT " + notes + "/2", "PUT " + notes + "/2", "PUT " + notes + "/2"}
 	if d := cmp.Diff(want, f.requests); d != "" {
 		t.Errorf("requests (-want +got):\n%s", d)
 	}
