@@ -432,12 +432,14 @@ func (o *CompareOptions) post(ctx context.Context, getenv func(string) string, b
 	}
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
+		hc = &http.Client{}
 	}
 	rt := hc.Transport
 	if _, ok := rt.(*forge.Retry); !ok {
+		// Each try is bounded, not the whole: a client timeout would
+		// also count the waits a Retry-After asks for.
 		c := *hc
-		c.Transport = &forge.Retry{Base: rt, Logger: log}
+		c.Transport = &forge.Retry{Base: rt, Logger: log, AttemptTimeout: 30 * time.Second}
 		hc = &c
 	}
 	full := "the job log"

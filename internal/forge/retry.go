@@ -20,6 +20,10 @@ type Retry struct {
 	Attempts int           // total tries, default 4
 	Backoff  time.Duration // first wait, default 1s, doubled each try
 	MaxWait  time.Duration // longest single wait, default 60s
+	// AttemptTimeout bounds each try, body included (0: no bound). It
+	// stands in for http.Client.Timeout, which would also count the
+	// waits between tries and so cut off a Retry-After it should honour.
+	AttemptTimeout time.Duration
 	// Sleep waits or returns ctx's error; tests replace it.
 	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
@@ -67,30 +71,34 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	wait := backoff
 	for try := 1; ; try++ {
-		rq := req.Clone(req.Context())
+		ctx, cancel := req.Context(), context.CancelFunc(func() {})
+		if r.AttemptTimeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, r.AttemptTimeout)
+		}
+		rq := req.Clone(ctx)
 		if body != nil {
 			rq.Body = io.NopCloser(bytes.NewReader(body))
 			rq.ContentLength = int64(len(body))
 		}
 		resp, err := base.RoundTrip(rq)
 		if err != nil {
+			cancel()
 			return nil, err
 		}
 		retry, after, why := shouldRetry(resp)
-		if !retry || try >= attempts {
-			return resp, nil
-		}
 		d := wait
 		if after > 0 {
 			d = after
 		}
-		if d > maxWait {
-			// Waiting longer than a CI step should is worse than failing
-			// with the forge's own message.
+		// Waiting longer than a CI step should is worse than failing with
+		// the forge's own message.
+		if !retry || try >= attempts || d > maxWait {
+			resp.Body = cancelOnClose{resp.Body, cancel}
 			return resp, nil
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		cancel()
 		if r.Logger != nil {
 			r.Logger.Warn("retrying forge request", "method", req.Method, "path", req.URL.Path, "status", resp.StatusCode, "why", why, "wait", d, "try", try)
 		}
@@ -99,6 +107,18 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		wait *= 2
 	}
+}
+
+// cancelOnClose ends a try's context once its body is read and closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 func shouldRetry(resp *http.Response) (bool, time.Duration, string) {

@@ -301,3 +301,46 @@ func TestRetry(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryAttemptTimeout: AttemptTimeout bounds each try, not the waits
+// between tries (a Retry-After longer than it is still honoured), and a
+// returned body stays readable until it is closed.
+func TestRetryAttemptTimeout(t *testing.T) {
+	t.Parallel()
+	post := func(bound time.Duration, payload string) (string, int, error) {
+		f := &flaky{faults: []func(http.ResponseWriter){func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}}}
+		srv := httptest.NewServer(f)
+		defer srv.Close()
+		c := &http.Client{Transport: &Retry{Base: srv.Client().Transport, AttemptTimeout: bound}}
+		resp, err := c.Post(srv.URL, "text/plain", strings.NewReader(payload))
+		if err != nil {
+			return "", len(f.bodies), err
+		}
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		return string(got), len(f.bodies), err
+	}
+	if got, tries, err := post(500*time.Millisecond, "payload"); err != nil || got != "payload" || tries != 2 {
+		t.Errorf("a 1 s Retry-After with a 500 ms try bound: %q after %d tries, %v", got, tries, err)
+	}
+	// A body too big to sit in the transport's buffers when the try
+	// returns: reading it needs the try's context alive.
+	big := strings.Repeat("payload ", 512<<10)
+	if got, _, err := post(time.Minute, big); err != nil || got != big {
+		t.Errorf("big body: %d of %d bytes read, %v", len(got), len(big), err)
+	}
+
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer hang.Close()
+	c := &http.Client{Transport: &Retry{Base: hang.Client().Transport, AttemptTimeout: 300 * time.Millisecond}}
+	start := time.Now()
+	if _, err := c.Get(hang.URL); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("hung try: %v, want a deadline error", err)
+	}
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Errorf("hung try took %v", d)
+	}
+}
