@@ -1,12 +1,14 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +22,9 @@ import (
 //
 // The command is the leader of its own process group (Setpgid), so a stop
 // reaches everything it started: SIGTERM to the group, SIGKILL to the
-// group after the grace period. When the leader ends by itself, whatever
+// group after the grace period. The grace period is the group's, not only
+// the leader's: a child still saving a checkpoint after its wrapper
+// exited is waited for. When the leader ends by itself, whatever
 // it left running in its group is killed too, so no process outlives its
 // run. (A process that leaves the group with setsid escapes this; a
 // cgroup-based runner would catch it.)
@@ -103,27 +107,46 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	exited := make(chan error, 1)
 	go func() { exited <- waitNoReap(pid) }()
 
-	var ex Exit
+	var (
+		ex      Exit
+		waitErr error
+		reaped  bool
+	)
 	select {
 	case <-exited:
 	case <-ctx.Done():
 		ex.Stopped = true
 		_ = syscall.Kill(-pid, syscall.SIGTERM)
 		t := time.NewTimer(grace)
+		defer t.Stop()
 		select {
 		case <-exited:
-			t.Stop()
+			// The leader is often a wrapper (sh -c, torchrun) that dies
+			// at once while its children are still saving a checkpoint:
+			// they get the rest of the grace period too. The leader is
+			// reaped first, as a zombie leader would keep the group
+			// looking alive; the group id stays reserved while any
+			// member lives, so the signals below cannot reach a
+			// stranger (unless the last member exits and its pid is
+			// reused in the instant between the check and the kill).
+			waitErr, reaped = cmd.Wait(), true
+			if !waitGroupGone(pid, t.C) {
+				ex.Killed = true
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
 		case <-t.C:
 			ex.Killed = true
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			<-exited
 		}
 	}
-	// The leader is a zombie now, so its pid (and so the group id)
-	// cannot be reused yet: killing the group reaches only its own
-	// leftovers.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	waitErr := cmd.Wait()
+	if !reaped {
+		// The leader is a zombie now, so its pid (and so the group id)
+		// cannot be reused yet: killing the group reaches only its own
+		// leftovers.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		waitErr = cmd.Wait()
+	}
 
 	done := make(chan struct{})
 	go func() { readers.Wait(); close(done) }()
@@ -171,6 +194,74 @@ func waitNoReap(pid int) error {
 		}
 		return nil
 	}
+}
+
+// groupPoll is how often a stopped attempt's process group is checked
+// for members left after its leader ended; every zombieScanEvery-th check
+// also looks for members that ended but were not reaped yet.
+const (
+	groupPoll       = 20 * time.Millisecond
+	zombieScanEvery = 10
+)
+
+// waitGroupGone waits until process group pgid has no live member left,
+// or until deadline fires; it reports whether the group is gone. A member
+// that cannot be signalled (EPERM) still counts as alive.
+func waitGroupGone(pgid int, deadline <-chan time.Time) bool {
+	t := time.NewTicker(groupPoll)
+	defer t.Stop()
+	for i := 1; ; i++ {
+		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		// The orphaned members' new parent (init, or a container's
+		// PID 1) may reap them late or never, and a zombie answers
+		// kill like a live process. A scan of /proc costs more, so it
+		// runs only now and then.
+		if i%zombieScanEvery == 0 && onlyZombies(pgid) {
+			// The zombies still hold the group id; the kill sweeps up
+			// a member forked while the scan ran.
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return true
+		}
+		select {
+		case <-deadline:
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// onlyZombies reports whether every process of group pgid has ended
+// (zombie or dead) according to /proc; false when /proc cannot be read.
+func onlyZombies(pgid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[2] != want {
+			continue
+		}
+		if f[0] != "Z" && f[0] != "X" {
+			return false
+		}
+	}
+	return true
 }
 
 func withoutKey(env []string, key string) []string {
