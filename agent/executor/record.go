@@ -230,14 +230,28 @@ func (t *metricsTail) endLine() {
 	t.onMetric(m)
 }
 
-// finish drops an unterminated last line that an attempt left (it was
-// killed mid-write); the next attempt's lines must not be glued to it.
+// finish takes the unterminated last line an attempt left: a complete
+// point (the job's last write had no newline) is recorded, as
+// metrics.ReadJSONL reads it from the file too; a fragment (the job was
+// killed mid-write) is dropped with a warning. Either way the next
+// attempt's lines are not glued to it.
 func (t *metricsTail) finish() {
-	if len(t.partial) > 0 || t.skipping {
-		t.lineNo++
-		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s line %d: unterminated when attempt %d ended, skipped", EnvMetricsFile, t.lineNo, t.attempt), nil)
+	defer func() { t.partial, t.skipping = t.partial[:0], false }()
+	line := bytes.TrimSpace(t.partial)
+	if !t.skipping && len(line) == 0 {
+		return
 	}
-	t.partial, t.skipping = t.partial[:0], false
+	t.lineNo++
+	if !t.skipping {
+		m, err := events.ParseMetric(line, events.Now())
+		if err == nil {
+			m.Attempt, m.Source = t.attempt, "file"
+			t.rec.metric(m)
+			t.onMetric(m)
+			return
+		}
+	}
+	t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s line %d: unterminated when attempt %d ended, skipped", EnvMetricsFile, t.lineNo, t.attempt), nil)
 }
 
 func truncate(s string, n int) string {
