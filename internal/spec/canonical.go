@@ -16,6 +16,8 @@ import (
 // Values are normalised so that equivalent specs encode the same:
 //   - pytorch and package versions in PEP 440 normal form, package names
 //     per PEP 503, extras sorted, packages sorted;
+//   - environment markers spelt one way (CanonicalMarker: spacing and
+//     quotes), their terms and order kept as written;
 //   - the malloc release threshold in bytes ("2GB" and "2000MB" agree);
 //   - cuda, nvidia-driver and python as written (trimmed): they are
 //     already exact numbers.

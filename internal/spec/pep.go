@@ -238,10 +238,14 @@ func ParseRequirement(s string) (Requirement, error) {
 		return r, fmt.Errorf("requirement longer than 1024 characters")
 	}
 	if i := strings.IndexByte(s, ';'); i >= 0 {
-		r.Marker = strings.Join(strings.Fields(s[i+1:]), " ")
-		if r.Marker == "" {
+		if strings.TrimSpace(s[i+1:]) == "" {
 			return r, fmt.Errorf("empty environment marker after ';'")
 		}
+		m, err := CanonicalMarker(s[i+1:])
+		if err != nil {
+			return r, err
+		}
+		r.Marker = m
 		s = strings.TrimSpace(s[:i])
 	}
 	end := strings.IndexAny(s, "[(<>=!~@ \t")

@@ -74,6 +74,7 @@ func TestParseRequirement(t *testing.T) {
 		{in: "transformers[Torch,sentencepiece]==4.38.2", canonical: "transformers[sentencepiece,torch]==4.38.2", pinned: "4.38.2"},
 		{in: "numpy (==1.26.4)", canonical: "numpy==1.26.4", pinned: "1.26.4"},
 		{in: `scipy==1.12.0 ;  python_version >= "3.9"`, canonical: `scipy==1.12.0; python_version >= "3.9"`, pinned: "1.12.0"},
+		{in: `triton==2.1.0;sys_platform=='linux'and(platform_machine=="x86_64")`, canonical: `triton==2.1.0; sys_platform == "linux" and (platform_machine == "x86_64")`, pinned: "2.1.0"},
 		{in: "requests", canonical: "requests"},
 		{in: "numpy>=1.0,<2", canonical: "numpy<2,>=1.0"},
 		{in: "numpy==1.*", canonical: "numpy==1.*"},
@@ -84,6 +85,7 @@ func TestParseRequirement(t *testing.T) {
 		{in: "numpy==one", wantErr: true},
 		{in: "numpy[==1", wantErr: true},
 		{in: "numpy; ", wantErr: true},
+		{in: `numpy==1.26.4; python_version = "3.9"`, wantErr: true},
 		{in: "", wantErr: true},
 	}
 	for _, tt := range tests {
