@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestMarkerSpellingKeepsFingerprint: spacing and quoting inside a
@@ -164,6 +166,35 @@ func TestCanonicalMarkerErrors(t *testing.T) {
 				t.Errorf("fix %q, want one containing %q", me.Fix, tt.fix)
 			}
 		})
+	}
+}
+
+// TestMarkerFinding: an invalid marker in gpupass.yaml is a package.syntax
+// error at the package entry, with the marker's own fix.
+func TestMarkerFinding(t *testing.T) {
+	t.Parallel()
+	src := []byte(`name: m
+runtime:
+  cuda: 12.1.105
+  nvidia-driver: 535.104.05
+  python: 3.10.12
+  pytorch: 2.1.2+cu121
+  packages:
+    - numpy==1.26.4
+    - triton==2.1.0; sys_platform = 'linux'
+`)
+	res := Validate("gpupass.yaml", src)
+	if res.Valid || res.Fingerprint != "" {
+		t.Fatalf("Valid = %v, fingerprint %q for an invalid marker", res.Valid, res.Fingerprint)
+	}
+	want := []Finding{{
+		Rule: "package.syntax", Severity: SevError, File: "gpupass.yaml", Line: 9, Column: 7,
+		Path:    "runtime.packages[1]",
+		Message: `package "triton==2.1.0; sys_platform = 'linux'" is not a PEP 508 requirement: invalid environment marker: "=" is not a marker operator`,
+		Fix:     fixMarkerOp,
+	}}
+	if diff := cmp.Diff(want, res.Findings); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -267,8 +268,13 @@ func (c *checker) packages() {
 		path := fmt.Sprintf("runtime.packages[%d]", i)
 		req, err := ParseRequirement(line)
 		if err != nil {
+			fix := "write `name==version`, e.g. transformers==4.38.2"
+			var me *MarkerError
+			if errors.As(err, &me) {
+				fix = me.Fix
+			}
 			c.add("package.syntax", SevError, path,
-				fmt.Sprintf("package %q is not a PEP 508 requirement: %v", clip(line), err), "write `name==version`, e.g. transformers==4.38.2")
+				fmt.Sprintf("package %q is not a PEP 508 requirement: %v", clip(line), err), fix)
 			continue
 		}
 		name := NormalizeName(req.Name)
