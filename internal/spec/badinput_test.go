@@ -95,6 +95,16 @@ func FuzzValidate(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// Environment markers: the spellings of one marker, and broken ones.
+	for _, m := range []string{
+		`'triton==2.1.0; sys_platform=="linux"'`, `'triton==2.1.0; sys_platform == "linux"'`,
+		`"triton==2.1.0; sys_platform == 'linux'"`, `'triton==2.1.0; (os_name=="nt" or extra not in "a")'`,
+		`'triton==2.1.0; sys_platform = "linux"'`, `'triton==2.1.0; sys_platform == "linux'`,
+		`'triton==2.1.0; (python_version >= "3.9"'`, `'triton==2.1.0; python_verison >= "3.9"'`,
+	} {
+		f.Add([]byte("name: m\nruntime:\n  cuda: 12.1.105\n  nvidia-driver: 535.104.05\n  python: 3.10.12\n" +
+			"  pytorch: 2.1.2+cu121\n  packages:\n    - " + m + "\n"))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res := Validate("fuzz.yaml", data)
 		errs, warns := Counts(res.Findings)
