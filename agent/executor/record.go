@@ -150,13 +150,17 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 
 // metricsTail follows $GPUPASS_METRICS_FILE: the job appends JSON lines,
 // the tail reads complete lines from where it stopped. The file is shared
-// by all attempts of a run, so the offset carries over.
+// by all attempts of a run, so the offset carries over; an attempt that
+// truncates, rewrites or replaces the file instead (open with "w") makes
+// the tail read it again from the start.
 type metricsTail struct {
 	path    string
 	rec     *recorder
 	maxLine int
 
 	off      int64
+	file     os.FileInfo // the file last read, nil before the first read
+	seen     []byte      // the last bytes read, those just before off
 	partial  []byte
 	skipping bool // inside a line over maxLine
 	lineNo   int
@@ -171,6 +175,15 @@ func (t *metricsTail) read() {
 		return // the job may have removed it; nothing to read
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return
+	}
+	if how := t.changed(f, fi); how != "" {
+		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s was %s after %d bytes were read: reading it again from the start", EnvMetricsFile, how, t.off), nil)
+		t.off, t.seen, t.partial, t.skipping, t.lineNo = 0, t.seen[:0], t.partial[:0], false, 0
+	}
+	t.file = fi
 	if _, err := f.Seek(t.off, io.SeekStart); err != nil {
 		return
 	}
@@ -179,6 +192,7 @@ func (t *metricsTail) read() {
 		n, err := f.Read(buf)
 		t.off += int64(n)
 		chunk := buf[:n]
+		t.remember(chunk)
 		for len(chunk) > 0 {
 			i := bytes.IndexByte(chunk, '\n')
 			if i < 0 {
@@ -193,6 +207,41 @@ func (t *metricsTail) read() {
 			return
 		}
 	}
+}
+
+// seenLen is how many bytes before the offset the tail keeps to notice
+// a file rewritten in place past the point it had read.
+const seenLen = 64
+
+// changed says how the file differs from the one the tail has read up to
+// its offset: "replaced" (another file at the path), "truncated" (shorter
+// than the offset) or "rewritten" (the bytes before the offset changed,
+// as when a job truncates it and writes more than the tail had read
+// before the next poll); "" when it is the same file, appended to.
+func (t *metricsTail) changed(f *os.File, fi os.FileInfo) string {
+	switch {
+	case t.file != nil && !os.SameFile(t.file, fi):
+		return "replaced"
+	case fi.Size() < t.off:
+		return "truncated"
+	case len(t.seen) > 0:
+		b := make([]byte, len(t.seen))
+		if n, _ := f.ReadAt(b, t.off-int64(len(b))); n < len(b) || !bytes.Equal(b, t.seen) {
+			return "rewritten"
+		}
+	}
+	return ""
+}
+
+func (t *metricsTail) remember(b []byte) {
+	if len(b) >= seenLen {
+		t.seen = append(t.seen[:0], b[len(b)-seenLen:]...)
+		return
+	}
+	if drop := len(t.seen) + len(b) - seenLen; drop > 0 {
+		t.seen = append(t.seen[:0], t.seen[drop:]...)
+	}
+	t.seen = append(t.seen, b...)
 }
 
 func (t *metricsTail) add(b []byte) {
