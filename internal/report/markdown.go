@@ -28,7 +28,7 @@ func Markdown(w io.Writer, r *Report) error {
 	if r.Simulated {
 		b.WriteString("> **Simulated**: figures derive from a simulated hardware profile.\n\n")
 	}
-	fmt.Fprintf(&b, "Metric `%s`, %d run(s), tolerance %s at every common step.\n\n", esc(r.Metric), len(r.Runs), r.Tolerance)
+	fmt.Fprintf(&b, "Metric %s, %d run(s), tolerance %s at every common step.\n\n", mdCode(r.Metric), len(r.Runs), r.Tolerance)
 
 	runs := [][]string{}
 	for _, run := range r.Runs {
@@ -37,7 +37,7 @@ func Markdown(w io.Writer, r *Report) error {
 			minCell += " (step " + strconv.FormatInt(run.MinStep, 10) + ")"
 		}
 		runs = append(runs, []string{
-			run.Label, run.Source, Num(float64(run.FinalLoss)), minCell,
+			mdText(run.Label), mdText(run.Source), Num(float64(run.FinalLoss)), minCell,
 			fmt.Sprintf("%d..%d (%d pts)", run.FirstStep, run.LastStep, run.Points),
 			dur(run.WallSeconds), opt(run.StepsPerSecond, "%.3g"), dur(run.TimeToFirstStep),
 			opt(run.CostUSD, "$%.2f"), strconv.Itoa(run.Restarts),
@@ -51,7 +51,7 @@ func Markdown(w io.Writer, r *Report) error {
 		pairs := [][]string{}
 		for _, p := range r.Pairs {
 			if p.Error != "" {
-				pairs = append(pairs, []string{p.A + " vs " + p.B, "0", "n/a", "n/a", "n/a", "⚠️ " + p.Error})
+				pairs = append(pairs, []string{mdText(p.A) + " vs " + mdText(p.B), "0", "n/a", "n/a", "n/a", "⚠️ " + mdText(p.Error)})
 				continue
 			}
 			maxCell := Num(float64(p.MaxAbsDelta))
@@ -66,7 +66,7 @@ func Markdown(w io.Writer, r *Report) error {
 			if p.Verdict == Diverged {
 				verdict = "❌ diverged"
 			}
-			pairs = append(pairs, []string{p.A + " vs " + p.B, strconv.Itoa(p.CommonSteps), maxCell, signedPct(float64(p.RelFinalDiff)), first, verdict})
+			pairs = append(pairs, []string{mdText(p.A) + " vs " + mdText(p.B), strconv.Itoa(p.CommonSteps), maxCell, signedPct(float64(p.RelFinalDiff)), first, verdict})
 		}
 		b.WriteString("\n#### Pairs\n\n")
 		if err := table(&b, []string{"pair", "common steps", "max abs Δ", "rel final diff", "first divergence", "verdict"}, pairs); err != nil {
@@ -81,7 +81,7 @@ func Markdown(w io.Writer, r *Report) error {
 	if len(notes) > 0 {
 		b.WriteString("\n<details><summary>Notes</summary>\n\n")
 		for _, n := range notes {
-			b.WriteString("- " + esc(n) + "\n")
+			b.WriteString("- " + mdText(n) + "\n")
 		}
 		b.WriteString("\n</details>\n")
 	}
@@ -130,7 +130,7 @@ func mermaid(b *bytes.Buffer, c *Chart, metric string) {
 	for i, l := range c.Lines {
 		p := palette[i%len(palette)]
 		colours = append(colours, p.hex)
-		legend = append(legend, p.dot+" "+esc(l.Label))
+		legend = append(legend, p.dot+" "+mdText(l.Label))
 	}
 	lo, hi := axisRange(c.Min, c.Max)
 	b.WriteString("```mermaid\n")
@@ -175,10 +175,14 @@ func round5(f float64) float64 {
 	return v
 }
 
-func mermaidText(s string) string { return strings.NewReplacer(`"`, "'", "\n", " ").Replace(s) }
+// mermaidText keeps a value inside its quoted Mermaid string and on its
+// line: a lone "\r" ends a line for markdown too, and a line of backticks
+// after it would close the code block.
+func mermaidText(s string) string { return strings.ReplaceAll(oneLine(s), `"`, "'") }
 
-// table renders a markdown table with tablewriter; cells are escaped so a
-// "|" in a label or path cannot split a column.
+// table renders a markdown table with tablewriter. Cells are markdown as
+// given: callers pass untrusted values through mdText, which also keeps a
+// "|" or newline in a label or path from splitting a row.
 func table(w io.Writer, header []string, rows [][]string) error {
 	t := tablewriter.NewTable(w,
 		tablewriter.WithRenderer(renderer.NewMarkdown()),
@@ -190,11 +194,7 @@ func table(w io.Writer, header []string, rows [][]string) error {
 	)
 	t.Header(header)
 	for _, row := range rows {
-		cells := make([]string, len(row))
-		for i, c := range row {
-			cells[i] = esc(c)
-		}
-		if err := t.Append(cells); err != nil {
+		if err := t.Append(row); err != nil {
 			return fmt.Errorf("rendering table: %w", err)
 		}
 	}
@@ -204,9 +204,79 @@ func table(w io.Writer, header []string, rows [][]string) error {
 	return nil
 }
 
-// esc makes text safe inside a markdown table cell or list item.
-func esc(s string) string {
-	return strings.NewReplacer("|", `\|`, "\r\n", " ", "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+// mdText renders an untrusted value (a label, a path, a note quoting job
+// output) as inert text in a paragraph, list item or table cell: a reader
+// sees the same characters, the forge renders no markup from them.
+//
+// Line breaks become spaces so a value cannot end a table row or list
+// item. ASCII punctuation that markdown, GFM tables, HTML, GitHub math
+// ("$") or GitLab references ("!", "~", "%", "&", "$") give a meaning is
+// backslash-escaped, as CommonMark allows for any ASCII punctuation.
+// GitHub matches mentions and issue references after rendering, where
+// "\@" is already "@" and still pings; a zero-width space after "@" and
+// "#" breaks the match on both forges and shows nothing.
+func mdText(s string) string {
+	s = oneLine(s)
+	// "-", "+", "1." and "1)" open a list only where a value starts a line,
+	// as a note's list item does; "(" and ")" act only after "]", which is
+	// escaped. Elsewhere they stay as written, so "us-west-2" and "step(s)"
+	// read the same in the markdown file as on the page.
+	lead := -1
+	if digits := len(s) - len(strings.TrimLeft(s, "0123456789")); digits > 0 && digits < len(s) && (s[digits] == '.' || s[digits] == ')') {
+		lead = digits
+	} else if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+		lead = 0
+	}
+	var b strings.Builder
+	b.Grow(len(s) + len(s)/4)
+	for i, c := range s {
+		switch {
+		case c == '@':
+			b.WriteString("@" + zwsp)
+		case c == '#':
+			b.WriteString(`\#` + zwsp)
+		case i == lead || strings.ContainsRune("\\`*_[]!|<>~&$%", c):
+			b.WriteByte('\\')
+			b.WriteRune(c)
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+// zwsp is ZERO WIDTH SPACE, U+200B.
+const zwsp = "\u200b"
+
+// mdCode renders an untrusted value as a code span, shown verbatim: the
+// fence is one backtick longer than the longest run of backticks in the
+// value, so none of them can close it (CommonMark 6.1). Nothing inside is
+// escaped, as a code span would show the escape itself.
+func mdCode(s string) string {
+	s = oneLine(s)
+	longest, run := 0, 0
+	for _, c := range s {
+		if c != '`' {
+			run = 0
+			continue
+		}
+		run++
+		longest = max(longest, run)
+	}
+	fence := strings.Repeat("`", longest+1)
+	// A value starting or ending with a backtick would merge with the
+	// fence; one starting and ending with a space would lose them. A space
+	// each side, which CommonMark strips, keeps both as they are.
+	if s == "" || s[0] == '`' || s[len(s)-1] == '`' || (s[0] == ' ' && s[len(s)-1] == ' ' && strings.Trim(s, " ") != "") {
+		s = " " + s + " "
+	}
+	return fence + s + fence
+}
+
+// oneLine turns line breaks into spaces: markdown has no way to escape
+// one inside a table row, list item or code span.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(s)
 }
 
 func dur(sec *float64) string {

@@ -1,0 +1,263 @@
+package report
+
+import (
+	"bytes"
+	"encoding/csv"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/internal/metrics"
+)
+
+// The report is posted as a PR comment / MR note, and metric names, labels
+// and notes come from the job's own output. These tests hold that none of
+// them can add markup to the comment, and that a reader still sees them as
+// they were.
+
+const asciiPunct = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+
+// codeSpan parses the code span at the start of s as CommonMark does: the
+// opening backtick run closes at the next run of exactly its length, and
+// the content loses one space each side when it has both and is not all
+// spaces.
+func codeSpan(s string) (content, rest string, ok bool) {
+	n := len(s) - len(strings.TrimLeft(s, "`"))
+	if n == 0 {
+		return "", s, false
+	}
+	for i := n; i < len(s); {
+		if s[i] != '`' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && s[j] == '`' {
+			j++
+		}
+		if j-i == n {
+			c := s[n:i]
+			if len(c) >= 2 && c[0] == ' ' && c[len(c)-1] == ' ' && strings.Trim(c, " ") != "" {
+				c = c[1 : len(c)-1]
+			}
+			return c, s[j:], true
+		}
+		i = j
+	}
+	return "", s, false
+}
+
+// plain is the text a reader sees: backslash escapes and zero-width spaces
+// gone.
+func plain(md string) string {
+	var b strings.Builder
+	for i := 0; i < len(md); i++ {
+		if md[i] == '\\' && i+1 < len(md) && strings.IndexByte(asciiPunct, md[i+1]) >= 0 {
+			i++
+		}
+		b.WriteByte(md[i])
+	}
+	return strings.ReplaceAll(b.String(), "\u200b", "")
+}
+
+var listStart = regexp.MustCompile(`^(\d{1,9}[.)]|[-+*>#])`)
+
+// active lists what in md, a piece of text from one value, a markdown or
+// HTML renderer or a forge's mention and reference matcher would act on.
+func active(md string) []string {
+	var out []string
+	if m := listStart.FindString(md); m != "" {
+		out = append(out, "block "+m)
+	}
+	for i := 0; i < len(md); i++ {
+		c := md[i]
+		switch {
+		case c == '\\' && i+1 < len(md) && strings.IndexByte(asciiPunct, md[i+1]) >= 0:
+			i++
+			if md[i] == '#' && !strings.HasPrefix(md[i+1:], "\u200b") {
+				out = append(out, "reference #")
+			}
+		case c == '@' && !strings.HasPrefix(md[i+1:], "\u200b"):
+			out = append(out, "mention @")
+		case strings.IndexByte("\\`*_[]<>!~&$%|#", c) >= 0:
+			out = append(out, string(c))
+		}
+	}
+	return out
+}
+
+// cells splits a table row on the pipes GFM splits it on.
+func cells(row string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(row); i++ {
+		switch row[i] {
+		case '\\':
+			i++
+		case '|':
+			out = append(out, strings.TrimSpace(row[start:i]))
+			start = i + 1
+		}
+	}
+	out = append(out, strings.TrimSpace(row[start:]))
+	return out[1 : len(out)-1]
+}
+
+func TestMarkdownMetricCodeSpan(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, metric string
+		csv          bool // read from a CSV header, as the job wrote it
+	}{
+		{"backticks break out", "train_loss` **[✅ consistent](https://evil.example)** @octo-org/security `", true},
+		{"runs of backticks", "a``b` **x**", false},
+		{"leading backtick", "`loss", false},
+		{"trailing backtick", "loss`", false},
+		{"spaces kept", " loss ", false},
+		{"no HTML escaping inside", "a<b &lt; c", false},
+		{"line breaks", "loss\r```\n# owned", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var series []*metrics.Series
+			for _, label := range []string{"us", "eu"} {
+				s := curve(label, 10, 20, 0)
+				s.Metric = tc.metric
+				if tc.csv {
+					var err error
+					s, err = metrics.ReadCSV(strings.NewReader("step,"+tc.metric+"\n0,2.0\n1,1.5\n"), label+"/metrics.csv", metrics.Options{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.Label = label
+				}
+				series = append(series, s)
+			}
+			r, err := Build(series, DefaultTolerance)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var md bytes.Buffer
+			if err := Markdown(&md, r); err != nil {
+				t.Fatal(err)
+			}
+			var line string
+			for _, l := range strings.Split(md.String(), "\n") {
+				if after, ok := strings.CutPrefix(l, "Metric "); ok {
+					line = after
+				}
+			}
+			content, rest, ok := codeSpan(line)
+			if !ok || !strings.HasPrefix(rest, ", 2 run(s),") {
+				t.Fatalf("metric not one code span: %q", line)
+			}
+			want := strings.NewReplacer("\r", " ", "\n", " ").Replace(tc.metric)
+			if d := cmp.Diff(want, content); d != "" {
+				t.Errorf("code span content (-want +got):\n%s", d)
+			}
+			_, chart, _ := strings.Cut(md.String(), "```mermaid\n")
+			if chart, _, _ = strings.Cut(chart, "\n```\n"); strings.Count(chart, "\n") != 6 || strings.Contains(chart, "\r") {
+				t.Errorf("metric changed the Mermaid block's lines:\n%s", chart)
+			}
+		})
+	}
+}
+
+func TestMarkdownUntrustedTextIsInert(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, value string }{
+		{"mention", "@octo-org/security please look"},
+		{"link", "[✅ consistent](https://evil.example)"},
+		{"image and HTML", "![ok](https://evil.example/a.png) <img src=x onerror=alert(1)>"},
+		{"emphasis and entity", "**all good** &#64;admin"},
+		{"pipe and newline", "a|b\n- [x](y) ~~c~~"},
+		{"ordered list", "1. @team"},
+		{"bullet list", "+ @team"},
+		{"heading and issue reference", "# see #123"},
+		{"math and html comment", "$\\color{red}x$ <!-- -->"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The value is a label, a note, and a bad loss value quoted in
+			// a note, as metrics.ReadCSV reports it.
+			var in bytes.Buffer
+			w := csv.NewWriter(&in)
+			w.WriteAll([][]string{{"step", "train_loss"}, {"0", "2.0"}, {"1", tc.value}, {"2", "1.5"}})
+			a, err := metrics.ReadCSV(&in, "us/metrics.csv", metrics.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Label = tc.value
+			a.Notes = append(a.Notes, tc.value)
+			b := curve("eu", 1, 2, 0)
+			r, err := Build([]*metrics.Series{a, b}, DefaultTolerance)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := Markdown(&out, r); err != nil {
+				t.Fatal(err)
+			}
+			md := out.String()
+			want := strings.ReplaceAll(tc.value, "\n", " ")
+
+			// Each piece of text that carries the value, and the text a
+			// reader sees there.
+			type piece struct{ where, md, reader string }
+			var pieces []piece
+			section := ""
+			for _, l := range strings.Split(md, "\n") {
+				switch {
+				case strings.HasPrefix(l, "#### "):
+					section = l
+				case strings.HasPrefix(l, "<details>"):
+					section = "notes"
+				case strings.HasPrefix(l, "🔵 "):
+					first, _, _ := strings.Cut(strings.TrimPrefix(l, "🔵 "), " · ")
+					pieces = append(pieces, piece{"legend", first, want})
+				case section == "#### Runs" && strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| run "):
+					c := cells(l)
+					if len(c) != 10 {
+						t.Errorf("runs row has %d cells, want 10: %s", len(c), l)
+						continue
+					}
+					if c[1] == "eu.jsonl" {
+						continue
+					}
+					pieces = append(pieces, piece{"run cell", c[0], want})
+				case section == "#### Pairs" && strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| pair "):
+					c := cells(l)
+					if len(c) != 6 {
+						t.Errorf("pairs row has %d cells, want 6: %s", len(c), l)
+						continue
+					}
+					pieces = append(pieces, piece{"pair cell", c[0], want + " vs eu"})
+				case section == "notes" && l != "" && l != "</details>":
+					n, ok := strings.CutPrefix(l, "- ")
+					if !ok {
+						t.Errorf("note line is not a list item: %q", l)
+						continue
+					}
+					if strings.HasPrefix(plain(n), want) {
+						pieces = append(pieces, piece{"note", n, plain(n)})
+					}
+				}
+			}
+			if len(pieces) != 6 { // legend, run, pair, 3 notes (problem, note, pair note)
+				t.Fatalf("value found in %d places, want 6:\n%s", len(pieces), md)
+			}
+			for _, p := range pieces {
+				if got := active(p.md); len(got) > 0 {
+					t.Errorf("%s %q: active markup %q", p.where, p.md, got)
+				}
+				if !strings.HasPrefix(plain(p.md), want) || plain(p.md) != p.reader {
+					t.Errorf("%s shows %q, want %q", p.where, plain(p.md), p.reader)
+				}
+			}
+		})
+	}
+}
