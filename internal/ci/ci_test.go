@@ -23,6 +23,7 @@ func TestMask(t *testing.T) {
 		want string
 	}{
 		{"github", map[string]string{"GITHUB_ACTIONS": "true"}, []string{"s3cret", "s3cret", "a\nb", " "}, "::add-mask::s3cret\n::add-mask::a\n::add-mask::b\n"},
+		{"github: command data escaped", map[string]string{"GITHUB_ACTIONS": "true"}, []string{"pa%0As%25s\rw"}, "::add-mask::pa%250As%2525s%0Dw\n"},
 		{"gitlab cannot mask", map[string]string{"GITLAB_CI": "true"}, []string{"s3cret"}, ""},
 		{"outside CI", nil, []string{"s3cret"}, ""},
 	}
