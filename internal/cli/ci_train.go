@@ -55,12 +55,27 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 	}
 	if env.Kind() == ci.GitLab {
 		for _, r := range runs {
-			if err := env.SetOutput("allocation-"+strings.ToLower(r.Region), r.Id); err != nil {
+			if err := env.SetOutput("allocation-"+outputSuffix(r.Region), r.Id); err != nil {
 				return errors.Join(runErr, err)
 			}
 		}
 	}
 	return errors.Join(runErr, env.Summary(trainSummary(runs)))
+}
+
+// outputSuffix turns a region into the tail of an output name: region
+// names are free-form (eu_central, ap.south-1), output names kebab-case,
+// so anything but a lowercase letter, digit or '-' becomes '-'.
+func outputSuffix(region string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, region)
 }
 
 // trainSummary is the job summary: one row per run.

@@ -49,6 +49,8 @@ func TestCIStepTrain(t *testing.T) {
 	agentTok := b.Token(t, store.RoleAgent, "*")
 	fakeAgent(t, b.URL, agentTok, brokertest.H100("us-west-2", 20), false)
 	fakeAgent(t, b.URL, agentTok, brokertest.H100("eu-central-1", 22), true)
+	fakeAgent(t, b.URL, agentTok, brokertest.H100("ap_south.1", 21), false)
+	apTok := b.Token(t, store.RoleSubmit, "ap*")
 	usTok := b.Token(t, store.RoleSubmit, "us-*")
 	euTok := b.Token(t, store.RoleSubmit, "eu-*")
 	readTok := b.Token(t, store.RoleRead, "*")
@@ -79,6 +81,10 @@ func TestCIStepTrain(t *testing.T) {
 			wantCode: cli.ExitFindings, wantErr: "1 of 1 runs did not succeed",
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_ALLOCATION_EU_CENTRAL_1=alloc-"}},
 			wantIDs:  []string{"eu-central-1"}},
+		{name: "a region name that is no output name", kind: "gitlab",
+			opts:     cli.CIStepOptions{BrokerURL: b.URL, BrokerToken: apTok, Regions: "ap_south.1", TrainCommand: "python3 train.py"},
+			wantFile: map[string][]string{"gpupass.env": {`GPUPASS_ALLOCATION_IDS={"ap_south.1":"alloc-`, "GPUPASS_ALLOCATION_AP_SOUTH_1=alloc-"}},
+			wantIDs:  []string{"ap_south.1"}},
 		{name: "token scoped to another region", kind: "github",
 			opts:     cli.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "eu-central-1", TrainCommand: "python3 train.py"},
 			wantCode: cli.ExitUsage, wantErr: "submitting the run in eu-central-1"},
@@ -141,7 +147,7 @@ func TestCIStepTrain(t *testing.T) {
 			if err != nil {
 				all += err.Error()
 			}
-			for _, secret := range []string{usTok, euTok, readTok} {
+			for _, secret := range []string{usTok, euTok, readTok, apTok} {
 				if strings.Contains(all, secret) {
 					t.Errorf("a token reached the output:\n%s", all)
 				}
