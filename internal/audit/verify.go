@@ -51,8 +51,13 @@ type VerifyOptions struct {
 	// Key is the cosign public key the manifest must be signed with.
 	Key crypto.PublicKey
 	// AgentKeys pin the agent keys accepted for the conformance report.
-	// Empty: the key inside the report is used, and the layer says so.
+	// Empty: the key inside the report is used, and the layer says so,
+	// unless PinAgentKeys is set.
 	AgentKeys []AgentKey
+	// PinAgentKeys says the caller asked for pinning (--agent-key was
+	// given), so an empty AgentKeys fails the agent layer instead of
+	// silently trusting the report's own key.
+	PinAgentKeys bool
 	// Fingerprint, when set, recomputes the declared fingerprint from the
 	// declared spec source (spec.Parse + spec.Fingerprint), so a report
 	// cannot pair a spec with another spec's fingerprint.
@@ -142,7 +147,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 	res.Layers = append(res.Layers,
 		verifySignature(ctx, files, opts.Key),
 		verifyManifest(files, m, manifestErr),
-		verifyAgent(files, opts.AgentKeys),
+		verifyAgent(files, opts.AgentKeys, opts.PinAgentKeys),
 		verifyFingerprint(files, m.AllocationID, opts.Fingerprint),
 	)
 	if _, ok := files[FileAttestation]; ok {
@@ -268,8 +273,12 @@ func verifyManifest(files map[string][]byte, m Manifest, manifestErr error) Laye
 	return b.l
 }
 
-func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
+func verifyAgent(files map[string][]byte, pinned []AgentKey, mustPin bool) Layer {
 	b := &layerBuilder{l: Layer{Name: LayerAgent}}
+	if mustPin && len(pinned) == 0 {
+		b.fail(FileAgentKey, "known-agent-key", "agent keys were to be pinned but none were given: the report's own key is not trusted in their place")
+		return b.l
+	}
 	report, okR := files[FileConformanceReport]
 	sig, okS := files[FileConformanceSig]
 	embedded, okK := files[FileAgentKey]

@@ -288,7 +288,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 		agentKeys = append(agentKeys, ks...)
 	}
-	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, Fingerprint: declaredFingerprint})
+	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, PinAgentKeys: len(o.AgentKeys) > 0, Fingerprint: declaredFingerprint})
 	if err != nil {
 		return err
 	}
@@ -364,6 +364,12 @@ func loadAgentKeys(ref string, getenv func(string) string) ([]audit.AgentKey, er
 		}
 		if err := json.Unmarshal(t, &list); err != nil {
 			return nil, fmt.Errorf("--agent-key %s: parsing key list: %w (want [{\"pem\":…,\"not_before\":…,\"not_after\":…}])", ref, err)
+		}
+		// An empty list pins nothing: verification would fall back to
+		// the key inside the report, which is what --agent-key is for
+		// refusing.
+		if len(list) == 0 {
+			return nil, fmt.Errorf("--agent-key %s: the key list is empty: export the agents' keys from the broker's node registry, or leave out --agent-key to trust the key inside the report", ref)
 		}
 		var ks []audit.AgentKey
 		for i, k := range list {

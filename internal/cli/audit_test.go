@@ -249,3 +249,39 @@ func TestAuditCommandWiring(t *testing.T) {
 		})
 	}
 }
+
+// auditReport builds the fixture's attested report and returns its path.
+func auditReport(t *testing.T) (dir, zipPath string, getenv func(string) string) {
+	t.Helper()
+	dir, getenv = auditFixture(t)
+	zipPath = filepath.Join(dir, "audit-report.zip")
+	err := RunAudit(context.Background(), AuditOptions{
+		AllocationID: "alloc-7f3a", Out: zipPath, RunFile: filepath.Join(dir, "run.json"),
+		Key: filepath.Join(dir, "cosign.key"), Attest: true, Getenv: getenv,
+	}, io.Discard)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	return dir, zipPath, getenv
+}
+
+// TestAuditVerifyEmptyAgentKeyList: --agent-key asks for pinning, so a
+// key list that holds no key must not fall back to the report's own key.
+func TestAuditVerifyEmptyAgentKeyList(t *testing.T) {
+	t.Parallel()
+	dir, zipPath, getenv := auditReport(t)
+	agents := filepath.Join(dir, "agents.json")
+	if err := os.WriteFile(agents, []byte("[]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := RunAuditVerify(context.Background(), AuditVerifyOptions{
+		Path: zipPath, Key: filepath.Join(dir, "cosign.pub"), AgentKeys: []string{agents}, Getenv: getenv,
+	}, &out)
+	if err == nil || !strings.Contains(err.Error(), agents) || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("verify with an empty --agent-key list: err %v, want one naming %s as empty\n%s", err, agents, out.String())
+	}
+	if strings.Contains(out.String(), "verified") {
+		t.Errorf("output claims verification:\n%s", out.String())
+	}
+}
