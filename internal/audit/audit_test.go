@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -648,5 +650,71 @@ func TestExtract(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir3, "escape.txt")); err == nil {
 		t.Error("traversal entry was written")
+	}
+}
+
+// TestAttestationStatement signs attestations with the real cosign key
+// (so the DSSE signature verifies) that are not the report's statement.
+func TestAttestationStatement(t *testing.T) {
+	t.Parallel()
+	f := loadFixture(t)
+	rep := f.build(t, f.run(t), true)
+	files := entries(t, rep.Zip)
+	ctx := context.Background()
+	signStatement := func(payloadType string, mutate func(*statement)) []byte {
+		t.Helper()
+		b, err := Statement(rep.Manifest, rep.ManifestSHA256, rep.Environment)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st statement
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		mutate(&st)
+		if b, err = json.Marshal(st); err != nil {
+			t.Fatal(err)
+		}
+		att, err := f.signer.SignDSSE(ctx, payloadType, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return att
+	}
+	tests := []struct {
+		name        string
+		attestation []byte
+		problem     string // empty: verifies; alternatives separated by |
+	}{
+		{"as built", signStatement(InTotoPayloadType, func(*statement) {}), ""},
+		{"manifest bundle in its place", getFrom(t, files, FileManifestBundle), FileAttestation + ":dsse-envelope"},
+		// sigstore-go refuses a payload that is not in-toto before
+		// verifyAttestation looks; either refusal will do.
+		{"other payload type", signStatement("application/json", func(*statement) {}), FileAttestation + ":dsse-signature|" + FileAttestation + ":dsse-envelope"},
+		{"other statement type", signStatement(InTotoPayloadType, func(s *statement) { s.Type = "https://in-toto.io/Statement/v0.1" }), FileAttestation + ":statement-type"},
+		{"other predicate type", signStatement(InTotoPayloadType, func(s *statement) { s.PredicateType = "https://slsa.dev/provenance/v1" }), FileAttestation + ":predicate-type"},
+		{"only the manifest as subject", signStatement(InTotoPayloadType, func(s *statement) { s.Subject = s.Subject[:1] }), FileAttestation + ":subject"},
+		{"other declared fingerprint", signStatement(InTotoPayloadType, func(s *statement) { s.Predicate.DeclaredFingerprint = "sha256:00" }), FileAttestation + ":predicate"},
+		{"match claimed", signStatement(InTotoPayloadType, func(s *statement) { s.Predicate.Match = !s.Predicate.Match }), FileAttestation + ":predicate"},
+		{"other allocation", signStatement(InTotoPayloadType, func(s *statement) { s.Predicate.AllocationID = "alloc-other" }), FileAttestation + ":predicate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := Verify(ctx, rezip(t, replace(files, FileAttestation, tc.attestation)), VerifyOptions{Key: f.cosignPub})
+			if tc.problem == "" {
+				if !res.OK {
+					t.Fatalf("verify failed: %+v", res.Layers)
+				}
+				return
+			}
+			if res.OK || res.FailedLayer != LayerAttestation {
+				t.Fatalf("ok=%v failed=%q, want layer %q: %+v", res.OK, res.FailedLayer, LayerAttestation, res.Layers)
+			}
+			got := problemFiles(res, LayerAttestation)
+			if !slices.ContainsFunc(strings.Split(tc.problem, "|"), func(p string) bool { return contains(got, p) }) {
+				t.Errorf("problems %v, want %q", got, tc.problem)
+			}
+		})
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -151,7 +153,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 		verifyFingerprint(files, m.AllocationID, opts.Fingerprint),
 	)
 	if _, ok := files[FileAttestation]; ok {
-		res.Layers = append(res.Layers, verifyAttestation(ctx, files, opts.Key))
+		res.Layers = append(res.Layers, verifyAttestation(ctx, files, opts.Key, m, manifestErr))
 	}
 	res.OK = true
 	for i := range res.Layers {
@@ -181,7 +183,7 @@ func verifySignature(ctx context.Context, files map[string][]byte, key crypto.Pu
 		b.fail(FileManifestBundle, "cosign-signature", "no public key given: pass --key cosign.pub")
 		return b.l
 	}
-	if err := verifyBundle(ctx, bb, key, sgverify.WithArtifact(bytes.NewReader(mb))); err != nil {
+	if _, err := verifyBundle(ctx, bb, key, sgverify.WithArtifact(bytes.NewReader(mb))); err != nil {
 		b.fail(FileManifestBundle, "cosign-signature", "the signature over %s does not verify with the given key: %v", FileManifest, err)
 		return b.l
 	}
@@ -190,26 +192,29 @@ func verifySignature(ctx context.Context, files map[string][]byte, key crypto.Pu
 }
 
 // verifyBundle checks a key-based sigstore bundle exactly as `cosign
-// verify-blob --key K --bundle B --insecure-ignore-tlog` does.
-func verifyBundle(ctx context.Context, bundleJSON []byte, key crypto.PublicKey, artifact sgverify.ArtifactPolicyOption) error {
+// verify-blob --key K --bundle B --insecure-ignore-tlog` does, and
+// returns the bundle so that the caller can check what it carries.
+func verifyBundle(ctx context.Context, bundleJSON []byte, key crypto.PublicKey, artifact sgverify.ArtifactPolicyOption) (*sgbundle.Bundle, error) {
 	var bd sgbundle.Bundle
 	if err := bd.UnmarshalJSON(bundleJSON); err != nil {
-		return fmt.Errorf("not a sigstore bundle: %w", err)
+		return nil, fmt.Errorf("not a sigstore bundle: %w", err)
 	}
 	if vc, err := bd.VerificationContent(); err == nil && vc.Certificate() != nil {
-		return errors.New("the bundle was signed keyless (it carries a certificate): verify it with `cosign verify-blob --certificate-identity … --certificate-oidc-issuer …`")
+		return nil, errors.New("the bundle was signed keyless (it carries a certificate): verify it with `cosign verify-blob --certificate-identity … --certificate-oidc-issuer …`")
 	}
 	v, err := signature.LoadVerifier(key, crypto.SHA256)
 	if err != nil {
-		return fmt.Errorf("loading public key: %w", err)
+		return nil, fmt.Errorf("loading public key: %w", err)
 	}
 	tr, err := root.NewTrustedRootFromJSON([]byte(MinimalTrustedRoot))
 	if err != nil {
-		return fmt.Errorf("trusted root: %w", err)
+		return nil, fmt.Errorf("trusted root: %w", err)
 	}
 	co := &cosign.CheckOpts{SigVerifier: v, IgnoreTlog: true, TrustedMaterial: tr, NewBundleFormat: true}
-	_, err = cosign.VerifyNewBundle(ctx, co, artifact, &bd)
-	return err
+	if _, err := cosign.VerifyNewBundle(ctx, co, artifact, &bd); err != nil {
+		return nil, err
+	}
+	return &bd, nil
 }
 
 var required = []string{FileEnvironment, FileConformanceReport, FileConformanceSig, FileAgentKey, FileConformanceLog, FileHardware, FileRunSummary}
@@ -402,17 +407,96 @@ func verifyFingerprint(files map[string][]byte, allocID string, recompute func(s
 	return b.l
 }
 
-func verifyAttestation(ctx context.Context, files map[string][]byte, key crypto.PublicKey) Layer {
+func verifyAttestation(ctx context.Context, files map[string][]byte, key crypto.PublicKey, m Manifest, manifestErr error) Layer {
 	b := &layerBuilder{l: Layer{Name: LayerAttestation}}
 	if key == nil {
 		b.fail(FileAttestation, "dsse-signature", "no public key given: pass --key cosign.pub")
 		return b.l
 	}
 	d := sha256.Sum256(files[FileManifest])
-	if err := verifyBundle(ctx, files[FileAttestation], key, sgverify.WithArtifactDigest("sha256", d[:])); err != nil {
+	bd, err := verifyBundle(ctx, files[FileAttestation], key, sgverify.WithArtifactDigest("sha256", d[:]))
+	if err != nil {
 		b.fail(FileAttestation, "dsse-signature", "the in-toto attestation does not verify for %s: %v", FileManifest, err)
 		return b.l
 	}
-	b.l.Detail = "in-toto statement (DSSE) verified; its subject is " + FileManifest
+	// A plain message signature over the manifest digest verifies just
+	// as well (manifest.sigstore.json is one), but states nothing: only
+	// a DSSE envelope carries the statement that policy engines read.
+	env := bd.GetDsseEnvelope()
+	if env == nil {
+		b.fail(FileAttestation, "dsse-envelope", "the bundle is a plain message signature, not a DSSE envelope around an in-toto statement")
+		return b.l
+	}
+	if env.GetPayloadType() != InTotoPayloadType {
+		b.fail(FileAttestation, "dsse-envelope", "the DSSE payload type is %q, want %q", env.GetPayloadType(), InTotoPayloadType)
+		return b.l
+	}
+	var got statement
+	if err := json.Unmarshal(env.GetPayload(), &got); err != nil {
+		b.fail(FileAttestation, "statement", "the DSSE payload is not an in-toto statement: %v", err)
+		return b.l
+	}
+	want, ok := expectedStatement(b, files, m, manifestErr, hex.EncodeToString(d[:]))
+	if !ok {
+		return b.l
+	}
+	checkStatement(b, got, want)
+	if len(b.l.Problems) == 0 {
+		b.l.Detail = "in-toto statement (DSSE) verified; its subjects and predicate match " + FileManifest + " and " + FileEnvironment
+	}
 	return b.l
+}
+
+// expectedStatement is the statement Build would have signed for this
+// report's manifest and environment.
+func expectedStatement(b *layerBuilder, files map[string][]byte, m Manifest, manifestErr error, manifestSHA256 string) (statement, bool) {
+	if manifestErr != nil {
+		b.fail(FileManifest, "statement", "cannot check the statement against %s: %v", FileManifest, manifestErr)
+		return statement{}, false
+	}
+	var env Environment
+	if err := json.Unmarshal(files[FileEnvironment], &env); err != nil {
+		b.fail(FileEnvironment, "statement", "cannot check the statement against %s: %v", FileEnvironment, err)
+		return statement{}, false
+	}
+	sb, err := Statement(m, manifestSHA256, env)
+	if err != nil {
+		b.fail(FileAttestation, "statement", "%v", err)
+		return statement{}, false
+	}
+	var want statement
+	if err := json.Unmarshal(sb, &want); err != nil {
+		b.fail(FileAttestation, "statement", "%v", err)
+		return statement{}, false
+	}
+	return want, true
+}
+
+func checkStatement(b *layerBuilder, got, want statement) {
+	if got.Type != want.Type {
+		b.fail(FileAttestation, "statement-type", "_type %q, want %q", got.Type, want.Type)
+	}
+	if got.PredicateType != want.PredicateType {
+		b.fail(FileAttestation, "predicate-type", "predicateType %q, want %q", got.PredicateType, want.PredicateType)
+	}
+	if !slices.EqualFunc(got.Subject, want.Subject, func(a, b subject) bool { return a.Name == b.Name && maps.Equal(a.Digest, b.Digest) }) {
+		b.fail(FileAttestation, "subject", "the statement's subjects %v differ from the report's files %v", got.Subject, want.Subject)
+	}
+	g, w := got.Predicate, want.Predicate
+	for _, f := range []struct {
+		name      string
+		got, want any
+	}{
+		{"allocation_id", g.AllocationID, w.AllocationID},
+		{"gpupass_version", g.GpupassVersion, w.GpupassVersion},
+		{"simulated", g.Simulated, w.Simulated},
+		{"declared_fingerprint", g.DeclaredFingerprint, w.DeclaredFingerprint},
+		{"measured_fingerprint", g.MeasuredFingerprint, w.MeasuredFingerprint},
+		{"match", g.Match, w.Match},
+		{"agent_id", g.AgentID, w.AgentID},
+	} {
+		if f.got != f.want {
+			b.fail(FileAttestation, "predicate", "predicate %s is %v, the report says %v", f.name, f.got, f.want)
+		}
+	}
 }

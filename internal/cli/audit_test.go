@@ -285,3 +285,47 @@ func TestAuditVerifyEmptyAgentKeyList(t *testing.T) {
 		t.Errorf("output claims verification:\n%s", out.String())
 	}
 }
+
+// TestAuditVerifyAttestationNotDSSE: a plain message-signature bundle
+// (the manifest's own) in place of the attestation verifies against the
+// manifest digest, but it is no in-toto statement.
+func TestAuditVerifyAttestationNotDSSE(t *testing.T) {
+	t.Parallel()
+	dir, zipPath, getenv := auditReport(t)
+	manifestBundle := []byte(mustReadZipEntry(t, zipPath, audit.FileManifestBundle))
+	bad := rewriteZip(t, zipPath, audit.FileAttestation, func([]byte) []byte { return manifestBundle })
+	badPath := filepath.Join(dir, "swapped.zip")
+	if err := os.WriteFile(badPath, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := RunAuditVerify(context.Background(), AuditVerifyOptions{
+		Path: badPath, Key: filepath.Join(dir, "cosign.pub"), AgentKeys: []string{filepath.Join(dir, "agent.pub")}, Output: "json", Getenv: getenv,
+	}, &out)
+	var res audit.Result
+	if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil {
+		t.Fatalf("not JSON: %v\n%s", jerr, out.String())
+	}
+	if ExitCode(err) != ExitFindings || res.OK || res.FailedLayer != audit.LayerAttestation {
+		t.Fatalf("attestation swapped for the manifest bundle: exit %d, ok %v, failed layer %q", ExitCode(err), res.OK, res.FailedLayer)
+	}
+}
+
+func mustReadZipEntry(t *testing.T, path, name string) string {
+	t.Helper()
+	zr, err := zip.OpenReader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	f, err := zr.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
