@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/sethvargo/go-githubactions"
 )
 
@@ -128,9 +129,15 @@ func (e *Env) SetOutput(name, value string) error {
 }
 
 // setDotenv writes KEY=value, replacing an earlier value of KEY, so a
-// retried step leaves one line per key.
+// retried step leaves one line per key. The file is replaced whole, never
+// rewritten in place: a step killed mid-write must not lose the earlier
+// outputs (allocation ids) that later jobs read from it.
 func setDotenv(path, key, value string) error {
 	var lines []string
+	perm := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		perm = fi.Mode().Perm()
+	}
 	if b, err := os.ReadFile(path); err == nil {
 		sc := bufio.NewScanner(strings.NewReader(string(b)))
 		for sc.Scan() {
@@ -142,8 +149,8 @@ func setDotenv(path, key, value string) error {
 		return fmt.Errorf("reading dotenv %s: %w", path, err)
 	}
 	lines = append(lines, key+"="+value)
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		return fmt.Errorf("writing dotenv %s: %w", path, err)
+	if err := fsutil.WriteFileAtomic(path, []byte(strings.Join(lines, "\n")+"\n"), perm); err != nil {
+		return fmt.Errorf("dotenv: %w", err)
 	}
 	return nil
 }

@@ -159,3 +159,49 @@ func TestGroupAndError(t *testing.T) {
 		})
 	}
 }
+
+// TestSetDotenvReplacesFile: a later output replaces the dotenv file whole
+// (a new inode renamed over it) instead of truncating it in place, so a
+// job killed mid-write still leaves the earlier outputs for later jobs.
+func TestSetDotenvReplacesFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, DefaultDotenv)
+	if err := setDotenv(path, "GPUPASS_ALLOCATION_IDS", `["a"]`); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	// A hard link keeps the old inode: had the write gone through it in
+	// place, a crash could have left it truncated.
+	before := filepath.Join(dir, "before")
+	if err := os.Link(path, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := setDotenv(path, "GPUPASS_VERDICT", "consistent"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{before, "GPUPASS_ALLOCATION_IDS=[\"a\"]\n"},
+		{path, "GPUPASS_ALLOCATION_IDS=[\"a\"]\nGPUPASS_VERDICT=consistent\n"},
+	} {
+		got, err := os.ReadFile(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(c.want, string(got)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", filepath.Base(c.path), diff)
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o640 {
+		t.Errorf("dotenv mode %v, want the file's own 0640 kept", fi.Mode().Perm())
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("files left behind: %v", entries)
+	}
+}
