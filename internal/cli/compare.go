@@ -20,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/internal/forge"
 	ghforge "github.com/gpupass/gpupass/internal/forge/github"
 	glforge "github.com/gpupass/gpupass/internal/forge/gitlab"
+	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
 )
@@ -511,15 +512,9 @@ func writeFile(path string, render func(io.Writer) error) error {
 	if err := render(&b); err != nil {
 		return err
 	}
-	// Write then rename, so a failed run never leaves half a report.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	// Rendered in full first, then replaced atomically, so a failed or
+	// killed run never leaves half a report.
+	return fsutil.WriteFileAtomic(path, b.Bytes(), 0o644)
 }
 
 func appendFile(path string, b []byte) error {

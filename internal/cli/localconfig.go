@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
 // LocalConfig is what `gpupass up` leaves for the other commands: where
@@ -61,12 +63,9 @@ func writeLocalConfig(dir string, c *LocalConfig) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, LocalConfigFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return "", fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("writing %s: %w", path, err)
+	// Mode 0600: it holds the submit token.
+	if err := fsutil.WriteFileAtomic(path, append(b, '\n'), 0o600); err != nil {
+		return "", err
 	}
 	return path, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
 // UpOptions are the flags of `gpupass up`.
@@ -355,8 +356,11 @@ func upTokens(ctx context.Context, brokerBin, db, dir string) (*upTokenFile, err
 		return nil, err
 	}
 	b, _ := json.Marshal(t)
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", path, err)
+	// Replaced whole and mode 0600 even over an older file: the tokens
+	// are secrets, and a half-written file would strand the new ones,
+	// whose hashes are already in the database.
+	if err := fsutil.WriteFileAtomic(path, b, 0o600); err != nil {
+		return nil, err
 	}
 	return &t, nil
 }
