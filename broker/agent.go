@@ -51,7 +51,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	}
 	sk := b.sessionKeys()
 	proven := false
-	if m.Proof != "" && sk != nil {
+	if m.Proof != "" {
 		now := time.Now()
 		if proven, err = checkEnrollProof(pub, fp, m, now); err != nil {
 			b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", err)
@@ -64,12 +64,20 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	}
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)
+	labels := store.Labels{Provider: l.Provider, Region: l.Region, Zone: l.Zone, PricePerHour: l.PricePerHour,
+		StorageClass: l.StorageClass, BandwidthGbps: l.BandwidthGbps, Hostname: l.Hostname}
+	var refused error
 	a, created, err := b.store.EnrollAgent(ctx, store.Agent{
 		ID: "agt-" + hex.EncodeToString(idb), PublicKeyPEM: m.PublicKeyPem, KeyFingerprint: fp,
-		AgentVersion: m.AgentVersion, TokenID: tok.ID, EnrolledAt: time.Now().UTC(),
-		Labels: store.Labels{Provider: l.Provider, Region: l.Region, Zone: l.Zone, PricePerHour: l.PricePerHour,
-			StorageClass: l.StorageClass, BandwidthGbps: l.BandwidthGbps, Hostname: l.Hostname},
+		AgentVersion: m.AgentVersion, TokenID: tok.ID, EnrolledAt: time.Now().UTC(), Labels: labels,
+	}, func(old store.Agent) error {
+		refused = allowReenroll(tok, old, labels, proven)
+		return refused
 	})
+	if refused != nil {
+		b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", refused)
+		return nil, refused
+	}
 	if err != nil {
 		b.log.Error("enrolling agent", "err", err)
 		return nil, connect.NewError(connect.CodeInternal, errors.New("storing enrollment failed"))
@@ -88,7 +96,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 		HeartbeatIntervalSeconds: int64(b.cfg.HeartbeatInterval / time.Second),
 		OfflineAfterSeconds:      int64(b.cfg.OfflineAfter / time.Second),
 	}
-	if proven {
+	if proven && sk != nil {
 		// Every proven enrollment rotates the key: an agent restart gets
 		// a new one, and the old one stops working.
 		if resp.SessionKey, resp.SessionEpoch, err = b.issueSessionKey(ctx, sk, e); err != nil {
@@ -100,6 +108,25 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	b.log.Info("agent enrolled", "agent", a.ID, "new", created, "region", l.Region, "provider", l.Provider, "token", tok.ID, "session_epoch", resp.SessionEpoch)
 	resp.BrokerTimeUnixNano = time.Now().UnixNano()
 	return connect.NewResponse(resp), nil
+}
+
+// allowReenroll decides whether tok may enroll a key that is already
+// enrolled as old, with labels. Public keys are public (audit zips hold
+// them), so a key alone proves nothing: the token must cover the region
+// the node is in now, not only the one asked for, and moving the node or
+// changing what it declares needs a fresh proof that the caller holds the
+// private key. Agents that send no proof (before session keys) may still
+// enroll again as they are, as they do on every restart.
+func allowReenroll(tok store.Token, old store.Agent, labels store.Labels, proven bool) error {
+	if err := checkRegion(tok, old.Labels.Region); err != nil {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("this key is enrolled as agent %s in %s, outside the scope of token %s (%s): it cannot enroll it into %s",
+			old.ID, old.Labels.Region, tok.ID, strings.Join(tok.Regions, ","), labels.Region))
+	}
+	if old.Labels != labels && !proven {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("agent %s is enrolled in %s with other labels: changing them (to region %s) needs a recent proof of key possession (upgrade gpupass-agent, or check the node's clock)",
+			old.ID, old.Labels.Region, labels.Region))
+	}
+	return nil
 }
 
 // identity is e's enrolled agent record and key. Enroll replaces them,

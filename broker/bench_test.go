@@ -48,7 +48,7 @@ func populate(b *testing.B, s store.Store, n int) *ecdsa.PrivateKey {
 		}
 		a := store.Agent{ID: id, PublicKeyPEM: pem, KeyFingerprint: id, EnrolledAt: now,
 			Labels: store.Labels{Provider: "bench", Region: region, PricePerHour: spec.Price, StorageClass: spec.StorageClass, BandwidthGbps: spec.BandwidthGbps}}
-		if _, _, err := s.EnrollAgent(ctx, a); err != nil {
+		if _, _, err := s.EnrollAgent(ctx, a, nil); err != nil {
 			b.Fatal(err)
 		}
 		ix := store.NodeIndex{Provider: "bench", Region: region, Accelerator: spec.Class, GPUName: spec.GPUName, GPUCount: spec.Count, GPUMemoryMiB: 81559,

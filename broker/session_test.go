@@ -140,7 +140,7 @@ func TestSessionKeys(t *testing.T) {
 			pem, _ := conformance.PublicKeyPEM(key)
 			fp, _ := api.KeyFingerprint(&key.PublicKey)
 			other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-			labels := &gpupassv1.NodeLabels{Provider: "lambda", Region: "us-west-2"}
+			labels := node.Labels() // unchanged: an unproven enrollment may not change them
 			now := time.Now().UnixNano()
 			forged, _ := conformance.Sign(other, api.EnrollProofPayload(fp, now))
 			stale := time.Now().Add(-time.Hour).UnixNano()

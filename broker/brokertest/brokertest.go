@@ -228,6 +228,12 @@ type NodeSpec struct {
 	FIPS                             bool
 }
 
+// Labels are the labels an agent of n enrolls with.
+func (n NodeSpec) Labels() *gpupassv1.NodeLabels {
+	return &gpupassv1.NodeLabels{Provider: n.Provider, Region: n.Region, PricePerHour: n.Price, StorageClass: n.StorageClass,
+		BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region}
+}
+
 // H100 is an 8×H100 SXM5 node matching testdata/h100.yaml in region.
 func H100(region string, price float64) NodeSpec {
 	return NodeSpec{Provider: "lambda", Region: region, Class: "h100-sxm5", GPUName: "NVIDIA H100 80GB HBM3", Count: 8, Price: price,
@@ -286,9 +292,7 @@ func enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n Nod
 	if err != nil {
 		return nil, err
 	}
-	req := &gpupassv1.EnrollRequest{PublicKeyPem: pem, AgentVersion: "test",
-		Labels: &gpupassv1.NodeLabels{Provider: n.Provider, Region: n.Region, PricePerHour: n.Price, StorageClass: n.StorageClass,
-			BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region}}
+	req := &gpupassv1.EnrollRequest{PublicKeyPem: pem, AgentVersion: "test", Labels: n.Labels()}
 	if prove {
 		fp, err := api.KeyFingerprint(&key.PublicKey)
 		if err != nil {

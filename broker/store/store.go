@@ -164,8 +164,12 @@ type Store interface {
 
 	// EnrollAgent stores an agent, keyed by its key fingerprint: enrolling
 	// a known key keeps the stored id (a.ID is ignored then), updates
-	// labels and version, and returns created=false.
-	EnrollAgent(ctx context.Context, a Agent) (stored Agent, created bool, err error)
+	// labels and version, and returns created=false. For a known key,
+	// allow (when not nil) is called with the stored agent inside the
+	// transaction, its row locked, before anything changes: an error from
+	// it aborts the enrollment and is returned unchanged. So two
+	// enrollments of one key never both pass allow against one stored row.
+	EnrollAgent(ctx context.Context, a Agent, allow func(stored Agent) error) (stored Agent, created bool, err error)
 	// Agent returns an agent by id or ErrNotFound.
 	Agent(ctx context.Context, id string) (Agent, error)
 

@@ -126,7 +126,8 @@ var queries = map[string]string{
 	"tokenByHash": `SELECT id, hash, role, regions, created_at, note FROM tokens WHERE hash = ?`,
 	"listTokens":  `SELECT id, hash, role, regions, created_at, note FROM tokens ORDER BY created_at, id`,
 	"deleteToken": `DELETE FROM tokens WHERE id = ?`,
-	"agentByKey":  `SELECT id FROM agents WHERE key_fingerprint = ?`,
+	"agentByKey": `SELECT id, public_key_pem, key_fingerprint, agent_version, token_id, enrolled_at,
+		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname FROM agents WHERE key_fingerprint = ?`,
 	"insertAgent": `INSERT INTO agents (id, public_key_pem, key_fingerprint, agent_version, token_id, enrolled_at,
 		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -230,15 +231,16 @@ func (s *Store) DeleteToken(ctx context.Context, id string) error {
 }
 
 // EnrollAgent implements store.Store.
-func (s *Store) EnrollAgent(ctx context.Context, a store.Agent) (store.Agent, bool, error) {
+func (s *Store) EnrollAgent(ctx context.Context, a store.Agent, allow func(store.Agent) error) (store.Agent, bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return a, false, fmt.Errorf("enrolling agent: %w", err)
 	}
 	defer tx.Rollback()
 	l := a.Labels
-	var existing string
-	err = tx.QueryRowContext(ctx, s.q["agentByKey"], a.KeyFingerprint).Scan(&existing)
+	// The row stays locked (FOR UPDATE on PostgreSQL; SQLite takes the
+	// write lock at BEGIN) until the update: allow judges what is stored.
+	existing, err := scanAgent(tx.QueryRowContext(ctx, s.q["agentByKey"]+s.forUpdate(), a.KeyFingerprint))
 	created := false
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -250,7 +252,12 @@ func (s *Store) EnrollAgent(ctx context.Context, a store.Agent) (store.Agent, bo
 	case err != nil:
 		return a, false, fmt.Errorf("enrolling agent: %w", err)
 	default:
-		a.ID = existing
+		if allow != nil {
+			if err := allow(existing); err != nil {
+				return a, false, err
+			}
+		}
+		a.ID = existing.ID
 		if _, err := tx.ExecContext(ctx, s.q["updateAgent"], a.AgentVersion, a.TokenID,
 			l.Provider, l.Region, l.Zone, l.PricePerHour, l.StorageClass, l.BandwidthGbps, l.Hostname, a.ID); err != nil {
 			return a, false, fmt.Errorf("enrolling agent %s: %w", a.ID, err)
@@ -268,16 +275,24 @@ func (s *Store) EnrollAgent(ctx context.Context, a store.Agent) (store.Agent, bo
 
 // Agent implements store.Store.
 func (s *Store) Agent(ctx context.Context, id string) (store.Agent, error) {
-	var a store.Agent
-	var enrolled int64
-	l := &a.Labels
-	err := s.db.QueryRowContext(ctx, s.q["agent"], id).Scan(&a.ID, &a.PublicKeyPEM, &a.KeyFingerprint, &a.AgentVersion, &a.TokenID, &enrolled,
-		&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname)
+	a, err := scanAgent(s.db.QueryRowContext(ctx, s.q["agent"], id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, store.ErrNotFound
 	}
 	if err != nil {
 		return a, fmt.Errorf("reading agent %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// scanAgent reads a row of the agent columns ("agent", "agentByKey").
+func scanAgent(row *sql.Row) (store.Agent, error) {
+	var a store.Agent
+	var enrolled int64
+	l := &a.Labels
+	if err := row.Scan(&a.ID, &a.PublicKeyPEM, &a.KeyFingerprint, &a.AgentVersion, &a.TokenID, &enrolled,
+		&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname); err != nil {
+		return a, err
 	}
 	a.EnrolledAt = time.Unix(0, enrolled).UTC()
 	return a, nil

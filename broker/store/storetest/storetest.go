@@ -75,14 +75,14 @@ func Run(t *testing.T, open Factory) {
 	t.Run("enroll keeps identity per key", func(t *testing.T) {
 		t.Parallel()
 		s, _ := open(t)
-		a, created, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2"))
+		a, created, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2"), nil)
 		if err != nil || !created {
 			t.Fatalf("first enroll: created=%v err=%v", created, err)
 		}
 		again := agent("agt-other", "k1", "us-west-2")
 		again.Labels.PricePerHour = 25
 		again.AgentVersion = "v2"
-		b, created, err := s.EnrollAgent(ctx, again)
+		b, created, err := s.EnrollAgent(ctx, again, nil)
 		if err != nil || created {
 			t.Fatalf("second enroll: created=%v err=%v", created, err)
 		}
@@ -109,10 +109,65 @@ func Run(t *testing.T, open Factory) {
 		}
 	})
 
+	t.Run("enroll asks allow under the row lock", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2"), func(store.Agent) error {
+			return errors.New("allow called for a new key")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		errRefused := errors.New("refused")
+		var seen store.Agent
+		_, _, err := s.EnrollAgent(ctx, agent("agt-x", "k1", "eu-central-1"), func(a store.Agent) error { seen = a; return errRefused })
+		if err != errRefused {
+			t.Errorf("refused enroll: err = %v, want allow's error unchanged", err)
+		}
+		if diff := cmp.Diff(agent("agt-1", "k1", "us-west-2"), seen); diff != "" {
+			t.Errorf("allow saw (-want +got):\n%s", diff)
+		}
+		if got, err := s.Agent(ctx, "agt-1"); err != nil || got.Labels.Region != "us-west-2" {
+			t.Errorf("after a refused enroll: %+v, %v; want it still in us-west-2", got, err)
+		}
+		// Many enrollments of one key, through two handles (two brokers),
+		// each allowed only while the key is still in us-west-2: exactly
+		// one may move it.
+		s2 := reopen(t)
+		const n = 8
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				h := s
+				if i%2 == 1 {
+					h = s2
+				}
+				_, _, err := h.EnrollAgent(ctx, agent("agt-x", "k1", fmt.Sprintf("eu-%d", i)), func(a store.Agent) error {
+					if a.Labels.Region != "us-west-2" {
+						return errRefused
+					}
+					return nil
+				})
+				errs <- err
+			}()
+		}
+		moved := 0
+		for range n {
+			switch err := <-errs; {
+			case err == nil:
+				moved++
+			case err != errRefused:
+				t.Errorf("concurrent enroll: %v", err)
+			}
+		}
+		if moved != 1 {
+			t.Errorf("%d concurrent enrollments passed allow against the same stored region, want 1", moved)
+		}
+	})
+
 	t.Run("reports index the node", func(t *testing.T) {
 		t.Parallel()
 		s, _ := open(t)
-		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "eu-central-1")); err != nil {
+		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "eu-central-1"), nil); err != nil {
 			t.Fatal(err)
 		}
 		idx := store.NodeIndex{Provider: "lambda", Region: "eu-central-1", Accelerator: "h100-sxm5", GPUName: "NVIDIA H100 80GB HBM3",
@@ -158,7 +213,7 @@ func Run(t *testing.T, open Factory) {
 		t.Parallel()
 		s, _ := open(t)
 		for _, id := range []string{"agt-1", "agt-2"} {
-			if _, _, err := s.EnrollAgent(ctx, agent(id, "key-"+id, "us-east-1")); err != nil {
+			if _, _, err := s.EnrollAgent(ctx, agent(id, "key-"+id, "us-east-1"), nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -201,7 +256,7 @@ func Run(t *testing.T, open Factory) {
 	t.Run("heartbeat batches as if applied beat by beat", func(t *testing.T) {
 		t.Parallel()
 		s, _ := open(t)
-		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "key-1", "us-east-1")); err != nil {
+		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "key-1", "us-east-1"), nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.RecordHeartbeats(ctx, []store.Heartbeat{{AgentID: "agt-1", At: t0.Add(5 * time.Second), RTTMS: 4}}); err != nil {
@@ -266,7 +321,7 @@ func Run(t *testing.T, open Factory) {
 	t.Run("registry survives reopen", func(t *testing.T) {
 		t.Parallel()
 		s, reopen := open(t)
-		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2")); err != nil {
+		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2"), nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.SaveReport(ctx, store.Report{AgentID: "agt-1", Bytes: []byte("{}"), Signature: "s", ReceivedAt: t0,

@@ -1,0 +1,96 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// TestReenrollCrossesScope: public keys are public (audit zips hold
+// them), so an agent token of another region that enrolls a known key
+// again must not move the node into its own scope, take its runs, or
+// lock the real node out.
+func TestReenrollCrossesScope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	usTok, euTok := b.Token(t, store.RoleAgent, "us-*"), b.Token(t, store.RoleAgent, "eu-*")
+	victim := newWorker(t, b, usTok, brokertest.H100("us-west-2", 20))
+	victim.keepAlive(t)
+	submit(t, dialRuns(t, b, b.Token(t, store.RoleSubmit, "*")), "us-west-2", nil)
+	for _, enroll := range []func(context.Context, string, string, *ecdsa.PrivateKey, brokertest.NodeSpec) (*brokertest.Agent, error){brokertest.Enroll, brokertest.EnrollProven} {
+		_, err := enroll(ctx, b.URL, euTok, victim.Key, brokertest.H100("eu-central-1", 20))
+		if brokertest.Code(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "in us-west-2, outside the scope") || !strings.Contains(err.Error(), "into eu-central-1") {
+			t.Errorf("eu-* token re-enrolled a us-west-2 node: %v, want permission_denied naming both regions", err)
+		}
+	}
+	rc, err := api.DialRuns(b.URL, api.DialOptions{Token: euTok, GRPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := rc.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: victim.ID, WaitSeconds: 1})); err == nil && r.Msg.Assignment != nil {
+		t.Error("eu-* token received a us-west-2 run")
+	}
+	if err := victim.Upload(ctx, nil); err != nil {
+		t.Errorf("real node locked out: %v", err)
+	}
+}
+
+// TestReenrollChangesNeedProof: a token that covers the node may enroll
+// its key again unchanged without a proof (agents before session keys do
+// on every restart), but moving it or changing its labels needs a recent
+// proof of key possession.
+func TestReenrollChangesNeedProof(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	tok := b.Token(t, store.RoleAgent, "*")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := brokertest.H100("us-west-2", 20)
+	a, err := brokertest.Enroll(ctx, b.URL, tok, key, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := brokertest.Enroll(ctx, b.URL, tok, key, node); err != nil || again.ID != a.ID {
+		t.Fatalf("unproven enrollment, labels unchanged: %v; want %s again", err, a.ID)
+	}
+	for _, n := range []brokertest.NodeSpec{brokertest.H100("eu-central-1", 20), brokertest.H100("us-west-2", 1)} {
+		_, err := brokertest.Enroll(ctx, b.URL, tok, key, n)
+		if brokertest.Code(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "needs a recent proof of key possession") {
+			t.Errorf("unproven enrollment into %s at %v/h: %v, want permission_denied asking for a proof", n.Region, n.Price, err)
+		}
+	}
+	moved := brokertest.H100("eu-central-1", 18)
+	got, err := brokertest.EnrollProven(ctx, b.URL, tok, key, moved)
+	if err != nil || got.ID != a.ID {
+		t.Fatalf("proven enrollment into eu-central-1: %v; want %s moved", err, a.ID)
+	}
+	// The node is where the proven enrollment put it: a us-* token no
+	// longer reaches it, an eu-* one does.
+	for _, c := range []struct {
+		scope string
+		code  connect.Code
+	}{{"us-*", connect.CodePermissionDenied}, {"eu-*", 0}} {
+		req, err := got.BeatRequest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.Clients(t, b.Token(t, store.RoleAgent, c.scope)).Agent.Heartbeat(ctx, connect.NewRequest(req))
+		if (c.code == 0) != (err == nil) || (err != nil && brokertest.Code(err) != c.code) {
+			t.Errorf("beat through a %s token after the move: %v, want code %v", c.scope, err, c.code)
+		}
+	}
+}
