@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/broker/match"
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -38,8 +39,9 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 		b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", err)
 		return nil, err
 	}
-	if l.PricePerHour < 0 || l.BandwidthGbps < 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("labels.price_per_hour and labels.bandwidth_gbps must not be negative"))
+	if err := errors.Join(checkDeclared("labels.price_per_hour", l.PricePerHour, match.MaxPricePerHour),
+		checkDeclared("labels.bandwidth_gbps", l.BandwidthGbps, maxBandwidthGbps)); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	pub, err := conformance.ParsePublicKey(m.PublicKeyPem)
 	if err != nil {
@@ -278,6 +280,12 @@ func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gp
 	if rep.Node.Region != ag.Labels.Region {
 		return nil, reject(connect.CodePermissionDenied, fmt.Errorf("report rejected: it names region %q but %s enrolled in %s", rep.Node.Region, m.AgentId, ag.Labels.Region))
 	}
+	if err := errors.Join(checkDeclared("node.price_per_hour", rep.Node.PricePerHour, match.MaxPricePerHour),
+		checkDeclared("node.bandwidth_gbps", rep.Node.BandwidthGbps, maxBandwidthGbps),
+		checkDeclared("storage.free_gb", rep.Storage.FreeGB, maxStorageGB),
+		checkDeclared("storage.read_mbps", rep.Storage.ReadMBps, maxReadMBps)); err != nil {
+		return nil, reject(connect.CodeInvalidArgument, fmt.Errorf("report rejected: %v", err))
+	}
 	idx, err := indexReport(rep, ag.Labels)
 	if err != nil {
 		return nil, reject(connect.CodeInvalidArgument, fmt.Errorf("report rejected: %v", err))
@@ -295,6 +303,25 @@ func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gp
 	b.invalidate()
 	b.log.Info("report accepted", "agent", m.AgentId, "passed", idx.Passed, "simulated", idx.Simulated, "fingerprint", idx.RuntimeFingerprint)
 	return connect.NewResponse(&gpupassv1.UploadReportResponse{NodeId: m.AgentId, Passed: idx.Passed, RuntimeFingerprint: idx.RuntimeFingerprint}), nil
+}
+
+// Bounds of the numbers a node declares in its labels and its report
+// (prices: match.MaxPricePerHour). Nothing real comes near them; past
+// them a number is a mistake or an attack: two prices near MaxFloat64
+// once overflowed a class mean and made health scores NaN.
+const (
+	maxBandwidthGbps = 1e6 // 1 Pb/s
+	maxStorageGB     = 1e9 // 1 EB
+	maxReadMBps      = 1e9
+)
+
+// checkDeclared refuses a declared number that is not finite or lies
+// outside [0, max], naming field and the range.
+func checkDeclared(field string, v, max float64) error {
+	if v >= 0 && v <= max { // false for NaN
+		return nil
+	}
+	return fmt.Errorf("%s is %v: want a number from 0 to %g", field, v, max)
 }
 
 // reportMaxSkew bounds how far a report's generated_at may be from the

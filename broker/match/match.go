@@ -29,6 +29,11 @@ import (
 // DefaultMinScore is the threshold when the caller sets none.
 const DefaultMinScore = 85.0
 
+// MaxPricePerHour bounds the price per hour a node may declare (the
+// broker refuses more at enrollment and in reports). No GPU node costs
+// near it, and under it the sum of any fleet's prices stays finite.
+const MaxPricePerHour = 1e6
+
 // Reason codes (stable: clients and tests match on them).
 const (
 	CodeRuntimeMismatch   = "runtime_mismatch"
@@ -171,7 +176,10 @@ func classMeans(nodes []store.Node) map[string]float64 {
 		if !n.HasReport || n.Index.Accelerator == "" {
 			continue
 		}
-		if p := Price(n); p > 0 {
+		// A price out of bounds (stored before the broker refused them)
+		// is left out: one near MaxFloat64 would overflow the sum, and
+		// an infinite mean makes every other premium NaN.
+		if p := Price(n); p > 0 && p <= MaxPricePerHour {
 			sum[n.Index.Accelerator] += p
 			cnt[n.Index.Accelerator]++
 		}

@@ -1,6 +1,7 @@
 package match
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -168,5 +169,35 @@ func TestOrdering(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"w", "v"}, ids(out.Excluded)); diff != "" {
 		t.Errorf("excluded (-want +got):\n%s", diff)
+	}
+}
+
+// TestAbsurdStoredPrices: prices stored before the broker refused them
+// (two near MaxFloat64 made the class mean +Inf and every other score
+// NaN) stay out of the class mean; the 60/h node stays excluded for its
+// price; and a NaN score, should one arise, fails the threshold and ranks
+// below every other.
+func TestAbsurdStoredPrices(t *testing.T) {
+	t.Parallel()
+	nodes := []store.Node{
+		node("a", "us-west-2", "h100-sxm5", 8, 20, 5),
+		node("b", "us-west-2", "h100-sxm5", 8, 24, 5),
+		node("c", "us-west-2", "h100-sxm5", 8, 25, 5),
+		node("ap", "us-west-2", "h100-sxm5", 8, 60, 5),
+		node("huge1", "us-west-2", "h100-sxm5", 8, 1.7e308, 5),
+		node("huge2", "us-west-2", "h100-sxm5", 8, 1.7e308, 5),
+		node("inf", "us-west-2", "h100-sxm5", 8, math.Inf(1), 5),
+	}
+	out := Run(Input{Spec: testSpec(), Nodes: nodes, Scope: []string{"*"}, MinScore: 85, Now: now, OfflineAfter: time.Minute})
+	if diff := cmp.Diff([]string{"a", "b", "c"}, ids(out.Candidates)); diff != "" {
+		t.Errorf("candidates (-want +got):\n%s", diff)
+	}
+	for _, r := range append(out.Candidates, out.Excluded...) {
+		if s := r.Score; math.IsNaN(s.Score) || s.ClassMeanPrice != (20+24+25+60)/4.0 {
+			t.Errorf("%s: score %v with class mean %v, want a number and the mean of the fair prices", r.Node.ID, s.Score, s.ClassMeanPrice)
+		}
+	}
+	if !(scoreBits(math.NaN()) < scoreBits(math.Inf(-1))) {
+		t.Error("a NaN score sorts above -Inf")
 	}
 }

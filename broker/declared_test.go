@@ -1,0 +1,86 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"math"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// TestAbsurdNumbersRefused: two signed reports at 1.7e308/h once
+// overflowed the h100 class mean to +Inf; every other premium became NaN,
+// NaN passed the threshold and ranked first, so ap (60/h, excluded for its
+// price) became a candidate. Numbers that are not finite or absurd are
+// refused where they enter, and the fleet scores as without them.
+func TestAbsurdNumbersRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	agents := fleet(t, b)
+	tok := b.Token(t, store.RoleAgent, "*")
+	for _, tc := range []struct {
+		field     string
+		price, bw float64
+	}{
+		{"labels.price_per_hour", math.NaN(), 400},
+		{"labels.price_per_hour", math.Inf(1), 400},
+		{"labels.price_per_hour", 1.7e308, 400},
+		{"labels.price_per_hour", -1, 400},
+		{"labels.bandwidth_gbps", 20, math.Inf(1)},
+		{"labels.bandwidth_gbps", 20, math.NaN()},
+	} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := brokertest.H100("us-west-2", tc.price)
+		n.BandwidthGbps = tc.bw
+		_, err = brokertest.Enroll(ctx, b.URL, tok, key, n)
+		if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), "from 0 to") {
+			t.Errorf("enrolling with price %v, bandwidth %v: %v; want invalid_argument naming %s and its range", tc.price, tc.bw, err, tc.field)
+		}
+	}
+	for range 2 {
+		a := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
+		for range 2 {
+			if _, err := a.Beat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := a.Report()
+		r.Node.PricePerHour = 1.7e308
+		if err := a.Upload(ctx, r); brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "node.price_per_hour") {
+			t.Errorf("report at 1.7e308/h: %v; want invalid_argument naming node.price_per_hour", err)
+		}
+	}
+
+	resp, err := b.Clients(t, b.Token(t, store.RoleRead, "*")).Node.DryRun(ctx,
+		connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*gpupassv1.Node
+	for _, c := range resp.Msg.Candidates {
+		if c.Node.Id == agents["ap"].ID {
+			t.Errorf("ap (60/h) is a candidate with score %v", c.Node.GetHealth().GetScore())
+		}
+		nodes = append(nodes, c.Node)
+	}
+	for _, x := range resp.Msg.Excluded {
+		nodes = append(nodes, x.Node)
+	}
+	for _, n := range nodes {
+		if s := n.GetHealth().GetScore(); math.IsNaN(s) || math.IsInf(s, 0) {
+			t.Errorf("node %s scores %v", n.Id, s)
+		}
+	}
+}
