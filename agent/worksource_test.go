@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/agent/uploader"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 )
@@ -25,6 +28,11 @@ type seqBroker struct {
 func (b *seqBroker) UploadRecords(_ context.Context, r *connect.Request[gpupassv1.UploadRecordsRequest]) (*connect.Response[gpupassv1.UploadRecordsResponse], error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for i, rec := range r.Msg.Records {
+		if len(rec.Data) == 0 {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("records[%d]: data is empty", i))
+		}
+	}
 	for _, rec := range r.Msg.Records {
 		b.seqs[rec.Seq] = true
 	}
@@ -33,6 +41,38 @@ func (b *seqBroker) UploadRecords(_ context.Context, r *connect.Request[gpupassv
 		held++
 	}
 	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: held}), nil
+}
+
+// A batch the broker refuses as invalid is refused for good: the sink
+// says so (uploader.ErrRefused), so the uploader stops instead of sending
+// the same records until the agent stops.
+func TestRecordSinkInvalidBatchIsRefused(t *testing.T) {
+	t.Parallel()
+	sink := seqSink(t, &seqBroker{seqs: map[uint64]bool{}}, 0)
+	_, err := sink.Upload(context.Background(), "alloc-00000001", []spool.Record{{Seq: 1, Kind: spool.KindEvent, Data: []byte(`{}`)}, {Seq: 2, Kind: spool.KindEvent}})
+	if !errors.Is(err, uploader.ErrRefused) || errors.Is(err, ErrStaleLease) {
+		t.Errorf("invalid batch: %v, want uploader.ErrRefused (and not a stale lease)", err)
+	}
+}
+
+// seqSink serves b over gRPC, as the broker does, and returns a sink
+// for a run resumed after seq resumeAfter.
+func seqSink(t *testing.T, b *seqBroker, resumeAfter uint64) uploader.Sink {
+	t.Helper()
+	path, h := gpupassv1connect.NewAgentWorkServiceHandler(b)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true) // gRPC, as the agent speaks it
+	srv.Start()
+	t.Cleanup(srv.Close)
+	src, err := NewBrokerSource(srv.URL, "tok", func() string { return "agt-1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.Sink(&Assignment{AllocID: "alloc-00000001", FencingToken: 2, ResumeAfterSeq: resumeAfter})
 }
 
 // A run resumed on this node after its first node was lost continues the
@@ -44,20 +84,7 @@ func TestRecordSinkContinuesAfterResume(t *testing.T) {
 	for s := uint64(1); s <= 12; s++ {
 		b.seqs[s] = true // held from the lost node
 	}
-	path, h := gpupassv1connect.NewAgentWorkServiceHandler(b)
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true) // gRPC, as the agent speaks it
-	srv.Start()
-	defer srv.Close()
-	src, err := NewBrokerSource(srv.URL, "tok", func() string { return "agt-1" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := src.Sink(&Assignment{AllocID: "alloc-00000001", FencingToken: 2, ResumeAfterSeq: 12})
+	sink := seqSink(t, b, 12)
 	held, err := sink.Upload(context.Background(), "alloc-00000001", []spool.Record{{Seq: 1, Kind: spool.KindEvent, Data: []byte(`{}`)}, {Seq: 2, Kind: spool.KindEvent, Data: []byte(`{}`)}})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"strings"
@@ -103,6 +104,19 @@ func parseSpec(m *gpupassv1.DryRunRequest) (*spec.Spec, string, error) {
 	return nil, "", errors.New("no spec: set spec_yaml or spec_json")
 }
 
+// checkLimits refuses a threshold or budget that is not a finite number
+// in range, for DryRun and Submit alike. NaN slips past plain < and >
+// checks, and a run's limits are stored as JSON, which has no NaN or Inf.
+func checkLimits(minScore, maxPrice float64) error {
+	if !(minScore >= -1e6 && minScore <= 100) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("min_health_score is %v: want a number from -1e6 to 100", minScore))
+	}
+	if !(maxPrice >= 0) || math.IsInf(maxPrice, 1) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("max_price is %v: want a finite number, 0 or more (0 = no limit)", maxPrice))
+	}
+	return nil
+}
+
 func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1.DryRunRequest]) (*connect.Response[gpupassv1.DryRunResponse], error) {
 	b := s.b
 	tok, _ := TokenFrom(ctx)
@@ -118,8 +132,8 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	if m.MinHealthScore != nil {
 		minScore = m.GetMinHealthScore()
 	}
-	if minScore < -1e6 || minScore > 100 || m.MaxPrice < 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("min_health_score must be at most 100 and max_price not negative"))
+	if err := checkLimits(minScore, m.MaxPrice); err != nil {
+		return nil, err
 	}
 	view := m.View
 	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED {

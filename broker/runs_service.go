@@ -239,6 +239,11 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 		if r.Seq == 0 || (r.Kind != gpupassv1.RecordKind_RECORD_KIND_EVENT && r.Kind != gpupassv1.RecordKind_RECORD_KIND_METRIC && r.Kind != gpupassv1.RecordKind_RECORD_KIND_CHECKPOINT) {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("records[%d]: seq must be >= 1 and kind EVENT, METRIC or CHECKPOINT (got seq %d, kind %s)", i, r.Seq, r.Kind))
 		}
+		if len(r.Data) == 0 {
+			// Every kind carries JSON (a checkpoint chunk, its header
+			// line): an empty record is a broken agent, not a log line.
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("records[%d] (seq %d, kind %s): data is empty; every record kind carries JSON", i, r.Seq, r.Kind))
+		}
 		recs[i] = store.RunRecord{Seq: r.Seq, Kind: store.RecordKind(r.Kind), Data: r.Data}
 	}
 	held, err := rs.AppendRecords(ctx, m.AllocId, m.FencingToken, recs)
@@ -286,9 +291,6 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if len(m.Command) == 0 || strings.TrimSpace(m.Command[0]) == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("command is required: gpupass train … -- COMMAND ARGS…"))
 	}
-	if m.MaxPrice < 0 || math.IsNaN(m.MaxPrice) {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("max_price must not be negative (0 = no limit)"))
-	}
 	restarts := int32(3)
 	if m.MaxRestarts != nil {
 		restarts = m.GetMaxRestarts()
@@ -303,6 +305,9 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	minScore := match.DefaultMinScore
 	if m.MinHealthScore != nil {
 		minScore = m.GetMinHealthScore()
+	}
+	if err := checkLimits(minScore, m.MaxPrice); err != nil {
+		return nil, err
 	}
 	specJSON, err := json.Marshal(sp)
 	if err != nil {
