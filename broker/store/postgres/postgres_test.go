@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/postgres"
+	"github.com/gpupass/gpupass/broker/store/sqlstore"
 	"github.com/gpupass/gpupass/broker/store/storetest"
 	"github.com/gpupass/gpupass/internal/testutil/pgtest"
 )
@@ -27,7 +28,15 @@ func TestContract(t *testing.T) {
 			return s
 		}
 		return open(t), open
-	})
+	}, storetest.Options{LockWaiters: lockWaiters})
+}
+
+// lockWaiters counts the sessions of s's database waiting for a lock.
+func lockWaiters(ctx context.Context, s store.Store) (int, error) {
+	var n int
+	err := s.(*sqlstore.Store).DB().QueryRowContext(ctx,
+		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+	return n, err
 }
 
 // Replicas starting together on an empty database migrate exactly once.

@@ -28,7 +28,7 @@ var runQueries = map[string]string{
 	"listAllocs":  `SELECT body, fence, held_through FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
 	"activeAllocs": `SELECT body, fence, held_through FROM allocs
 		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
-	"fenceOf":     `SELECT fence, held_through FROM allocs WHERE id = ?`,
+	"fenceLock":   `SELECT fence, held_through FROM allocs WHERE id = ?`,
 	"seqsAfter":   `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
 	"setHeld":     `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
 	"records":     `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
@@ -37,10 +37,10 @@ var runQueries = map[string]string{
 
 func (s *Store) rq(name string) string {
 	q := runQueries[name]
-	if name == "allocLock" && s.d.Dollar {
+	if strings.HasSuffix(name, "Lock") {
 		// PostgreSQL: lock the row so concurrent brokers serialise
 		// (SQLite transactions here are already exclusive: _txlock=immediate).
-		q += " FOR UPDATE"
+		q += s.forUpdate()
 	}
 	return s.rebind(q)
 }
@@ -212,8 +212,12 @@ func (s *Store) AppendRecords(ctx context.Context, allocID string, fence uint64,
 		return 0, fmt.Errorf("storing records of %s: %w", allocID, err)
 	}
 	defer tx.Rollback()
+	// The row stays locked to the commit (FOR UPDATE on PostgreSQL): a
+	// plain read under READ COMMITTED would let a node whose run was
+	// re-placed store records under the new placement, and two appends
+	// read the same held_through and leave the mark below what they stored.
 	var cur, held int64
-	err = tx.QueryRowContext(ctx, s.rq("fenceOf"), allocID).Scan(&cur, &held)
+	err = tx.QueryRowContext(ctx, s.rq("fenceLock"), allocID).Scan(&cur, &held)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, store.ErrNotFound
 	}

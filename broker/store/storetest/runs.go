@@ -32,7 +32,7 @@ func recs(from, to uint64) []store.RunRecord {
 }
 
 // runRuns is the allocation and record part of the contract.
-func runRuns(t *testing.T, open Factory) {
+func runRuns(t *testing.T, open Factory, o Options) {
 	ctx := context.Background()
 
 	t.Run("alloc lifecycle round trip", func(t *testing.T) {
@@ -191,6 +191,73 @@ func runRuns(t *testing.T, open Factory) {
 		}
 	})
 
+	t.Run("an append racing a re-placement is fenced", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r1, r2 := runsOf(t, s), runsOf(t, reopen(t))
+		const id = "alloc-0000000d"
+		if err := r1.CreateAlloc(ctx, store.Alloc{ID: id, Name: "n", Region: "us-west-2", State: store.AllocRunning, NodeID: "old", Fence: 1}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		_, err := r1.UpdateAlloc(ctx, id, func(a *store.Alloc) error {
+			// The old node appends while the allocation moves (row held
+			// by this transaction): it must wait and then see fence 2.
+			base := 0
+			if o.LockWaiters != nil {
+				var err error
+				if base, err = o.LockWaiters(ctx, s); err != nil {
+					return err
+				}
+			}
+			go func() {
+				_, err := r2.AppendRecords(ctx, id, 1, []store.RunRecord{{Seq: 1, Kind: store.RecordEvent, Data: []byte("stale")}})
+				done <- err
+			}()
+			waitBlocked(t, o, s, base, done)
+			a.NodeID, a.Fence, a.State = "new", 2, store.AllocMatched
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, store.ErrStaleFence) {
+			t.Errorf("append under fence 1 while the run moved to fence 2: err = %v, want ErrStaleFence", err)
+		}
+		if got, err := r1.Records(ctx, id, 0, 0, 10); err != nil || len(got) != 0 {
+			t.Errorf("records after the stale append = %d, %v; want none", len(got), err)
+		}
+	})
+
+	t.Run("concurrent appends keep the mark", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r1, r2 := runsOf(t, s), runsOf(t, reopen(t))
+		const id, n = "alloc-0000000e", 40
+		if err := r1.CreateAlloc(ctx, store.Alloc{ID: id, Name: "n", Region: "us-west-2", State: store.AllocRunning, Fence: 1}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := uint64(1); i <= n; i++ {
+			r := r1
+			if i%2 == 0 {
+				r = r2
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := r.AppendRecords(ctx, id, 1, recs(i, i)); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		a, err := r1.Alloc(ctx, id)
+		if err != nil || a.HeldThrough != n {
+			t.Errorf("HeldThrough after %d concurrent appends of seqs 1..%d = %d, %v; want %d", n, n, a.HeldThrough, err, n)
+		}
+	})
+
 	t.Run("concurrent updates serialise", func(t *testing.T) {
 		t.Parallel()
 		s, reopen := open(t)
@@ -218,4 +285,33 @@ func runRuns(t *testing.T, open Factory) {
 			t.Errorf("fence after 20 concurrent increments = %d, %v; want 20 (no lost update)", a.Fence, err)
 		}
 	})
+}
+
+// waitBlocked returns once a transaction started after base lock waiters
+// were counted is waiting for a lock, or, where the backend cannot say,
+// after a short while (the assertions after it hold either way; only
+// whether the race was staged depends on it). A call that returned
+// already (done) ends the wait too.
+func waitBlocked(t *testing.T, o Options, s store.Store, base int, done chan error) {
+	t.Helper()
+	if o.LockWaiters == nil {
+		time.Sleep(100 * time.Millisecond)
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if len(done) > 0 {
+			return
+		}
+		n, err := o.LockWaiters(context.Background(), s)
+		if err != nil {
+			t.Errorf("counting lock waiters: %v", err)
+			return
+		}
+		if n > base {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Errorf("no transaction blocked on a lock within 10s")
 }

@@ -30,10 +30,22 @@ func agent(id, key, region string) store.Agent {
 	}
 }
 
+// Options tell the suite what a backend lets it observe.
+type Options struct {
+	// LockWaiters counts the sessions of s's database that wait for a
+	// lock, so a race test knows a transaction is blocked rather than
+	// sleeping and hoping it is (nil: the backend cannot say).
+	LockWaiters func(ctx context.Context, s store.Store) (int, error)
+}
+
 // Run runs the contract suite.
-func Run(t *testing.T, open Factory) {
+func Run(t *testing.T, open Factory, opts ...Options) {
 	ctx := context.Background()
-	runRuns(t, open)
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	runRuns(t, open, o)
 	runEvidence(t, open)
 	runSessionKeys(t, open)
 
