@@ -224,10 +224,14 @@ func (b *Broker) Handler() http.Handler {
 // Close flushes buffered heartbeats and stops background work. The store
 // stays open (the caller owns it).
 func (b *Broker) Close(ctx context.Context) error {
-	b.stopOnce.Do(func() { close(b.stop) })
+	b.stopWaiting()
 	b.wg.Wait()
 	return b.flush(ctx)
 }
+
+// stopWaiting ends long polls and log follows (and background work), as
+// a shutdown begins; heartbeats that still arrive are flushed by Close.
+func (b *Broker) stopWaiting() { b.stopOnce.Do(func() { close(b.stop) }) }
 
 // every runs fn each interval, with its own timeout, until the broker
 // stops; a failure is logged as what went wrong and the loop goes on. All

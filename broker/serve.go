@@ -49,6 +49,11 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	} else {
 		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
+	// Long polls (PollWork) and log follows (GetLogs) end only when the
+	// broker stops; Shutdown waits for in-flight calls, so without this it
+	// would always run to its timeout with an agent connected. They return
+	// as shutdown begins and the agents call again, elsewhere or later.
+	srv.RegisterOnShutdown(b.stopWaiting)
 	errc := make(chan error, 1)
 	go func() {
 		if useTLS {
@@ -59,7 +64,7 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	}()
 	select {
 	case err := <-errc:
-		_ = b.Close(context.Background())
+		_ = closeBroker(b)
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
@@ -67,11 +72,24 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
-	if cerr := b.Close(sctx); err == nil {
+	if cerr := closeBroker(b); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("shutting down: %w", err)
 	}
 	return nil
+}
+
+// finalFlushTimeout bounds the last heartbeat flush, as a flush in the
+// background is bounded.
+const finalFlushTimeout = 10 * time.Second
+
+// closeBroker closes b with a context of its own: the shutdown's may have
+// run out waiting for calls, and the buffered heartbeats are still owed
+// to the store.
+func closeBroker(b *Broker) error {
+	ctx, cancel := context.WithTimeout(context.Background(), finalFlushTimeout)
+	defer cancel()
+	return b.Close(ctx)
 }

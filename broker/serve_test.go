@@ -1,0 +1,95 @@
+package broker_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker"
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// A graceful shutdown with an agent long-polling and a client following
+// logs ends those calls, returns no error and writes the heartbeats that
+// were only in memory.
+func TestServeShutdownEndsLongCallsAndFlushes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := brokertest.NewDB(t, "sqlite").Open(t)
+	cfg := brokertest.Fast()
+	cfg.Store, cfg.FlushInterval = s, time.Hour // beats stay in memory until Close
+	bk := broker.New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	// Long enough that a shutdown waiting for the calls fails.
+	go func() { served <- broker.Serve(sctx, ln, bk, broker.ServeOptions{ShutdownTimeout: 5 * time.Second}) }()
+	b := &brokertest.Broker{URL: "http://" + ln.Addr().String(), Store: s, Broker: bk}
+
+	w := newWorker(t, b, b.Token(t, store.RoleAgent, "*"), brokertest.H100("us-west-2", 20))
+	c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "us-*"))
+	run := submit(t, c, "us-west-2", nil)
+	as := w.poll(t, 5)
+	if as == nil || as.AllocId != run.Id {
+		t.Fatalf("assignment = %v", as)
+	}
+	for _, st := range []gpupassv1.AllocState{gpupassv1.AllocState_ALLOC_STATE_STARTING, gpupassv1.AllocState_ALLOC_STATE_RUNNING} {
+		if _, err := w.update(as, st, "", 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.upload(as, records(1, 3)); err != nil {
+		t.Fatal(err)
+	}
+
+	polled := make(chan error, 1)
+	go func() {
+		resp, err := w.runs.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: w.ID, WaitSeconds: 30}))
+		if err == nil && resp.Msg.Assignment != nil {
+			t.Errorf("long poll got an assignment: %v", resp.Msg.Assignment)
+		}
+		polled <- err
+	}()
+	st, err := c.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, Follow: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first message proves the follow is in flight; it then waits.
+	if !st.Receive() {
+		t.Fatalf("follow ended before its first records: %v", st.Err())
+	}
+
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve after cancel = %v, want a clean shutdown", err)
+	}
+	if err := <-polled; err != nil {
+		t.Errorf("long poll during shutdown: %v, want an empty answer", err)
+	}
+	for st.Receive() {
+	}
+	if code := brokertest.Code(st.Err()); code != connect.CodeUnavailable {
+		t.Errorf("follow during shutdown ended with %v, want unavailable (follow again)", st.Err())
+	}
+	nodes, err := s.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.ID == w.ID && n.LastSeen.IsZero() {
+			t.Errorf("node %s has no last-seen after shutdown: buffered heartbeats were lost", n.ID)
+		}
+	}
+	if len(nodes) != 1 {
+		t.Errorf("store holds %d nodes, want 1", len(nodes))
+	}
+}
