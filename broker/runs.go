@@ -341,40 +341,56 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	}
 	out := match.Run(match.Input{Spec: &sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
 		Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
-	var pick *match.Result
 	waiting := false
 	for _, c := range out.Candidates {
 		switch {
 		case skip[c.Node.ID]:
+			continue
 		case busy[c.Node.ID]:
 			waiting = true
-		default:
-			pick = c
+			continue
 		}
-		if pick != nil {
-			break
-		}
-	}
-	if pick == nil {
-		if waiting {
-			if a.Reason == "" || !strings.Contains(a.Reason, "waiting") {
-				a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
-					if x.State != store.AllocPending {
-						return errMoved
-					}
-					x.Reason = strings.TrimPrefix(x.Reason+"; ", "; ") + "waiting for a free node"
-					return nil
-				})
-				if errors.Is(err, errMoved) {
-					err = nil
-				}
-			}
+		placed, err := b.lease(ctx, rs, a.ID, c)
+		switch {
+		case errors.Is(err, store.ErrNodeBusy):
+			// Another placement took the node since ActiveAllocs was
+			// read; the store refused the second lease.
+			waiting = true
+			continue
+		case errors.Is(err, errMoved):
+			return rs.Alloc(ctx, id)
+		case err != nil:
 			return a, err
 		}
-		return b.finish(ctx, rs, a, store.AllocFailed, noCandidate(a, out))
+		b.log.Info("run placed", "alloc", placed.ID, "node", placed.NodeID, "score", c.Score.Score, "fence", placed.Fence)
+		b.runs.wakeNode(placed.NodeID)
+		b.runs.notify()
+		return placed, nil
 	}
+	if waiting {
+		if a.Reason == "" || !strings.Contains(a.Reason, "waiting") {
+			a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+				if x.State != store.AllocPending {
+					return errMoved
+				}
+				x.Reason = strings.TrimPrefix(x.Reason+"; ", "; ") + "waiting for a free node"
+				return nil
+			})
+			if errors.Is(err, errMoved) {
+				err = nil
+			}
+		}
+		return a, err
+	}
+	return b.finish(ctx, rs, a, store.AllocFailed, noCandidate(a, out))
+}
+
+// lease moves a pending run onto the candidate's node with a new fence
+// (errMoved if it is no longer pending, store.ErrNodeBusy if the node took
+// another run meanwhile).
+func (b *Broker) lease(ctx context.Context, rs store.Runs, id string, pick *match.Result) (store.Alloc, error) {
 	score, _ := json.Marshal(pick.Score)
-	a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+	return rs.UpdateAlloc(ctx, id, func(x *store.Alloc) error {
 		if x.State != store.AllocPending {
 			return errMoved
 		}
@@ -382,16 +398,6 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 		x.PricePerHour, x.Simulated, x.Reason = match.Price(&pick.Node), pick.Node.Index.Simulated, ""
 		return nil
 	})
-	if errors.Is(err, errMoved) {
-		return rs.Alloc(ctx, id)
-	}
-	if err != nil {
-		return a, err
-	}
-	b.log.Info("run placed", "alloc", a.ID, "node", a.NodeID, "score", pick.Score.Score, "fence", a.Fence)
-	b.runs.wakeNode(a.NodeID)
-	b.runs.notify()
-	return a, nil
 }
 
 // noCandidate explains an empty match: the first reason of up to three

@@ -10,6 +10,11 @@ import (
 // fencing token older than the allocation's: another placement owns it.
 var ErrStaleFence = errors.New("stale fencing token")
 
+// ErrNodeBusy is returned by UpdateAlloc when the update would put an
+// allocation on a node that already holds another (HoldsNode): an agent
+// runs one job at a time.
+var ErrNodeBusy = errors.New("node already holds an active allocation")
+
 // AllocState is a step of the allocation lifecycle:
 // pending -> matched -> starting -> running -> succeeded | failed | cancelled.
 type AllocState string
@@ -28,6 +33,11 @@ const (
 // Terminal reports whether no further edge leaves s.
 func (s AllocState) Terminal() bool {
 	return s == AllocSucceeded || s == AllocFailed || s == AllocCancelled
+}
+
+// HoldsNode reports whether an allocation in state s occupies its node.
+func (s AllocState) HoldsNode() bool {
+	return s == AllocMatched || s == AllocStarting || s == AllocRunning
 }
 
 // Alloc is one run placed (or to be placed) on one node.
@@ -101,6 +111,9 @@ type Runs interface {
 	// back in one transaction (row-locked where the database can), so
 	// two brokers never both move one allocation. An error from fn
 	// aborts and is returned as is. UpdatedAt is set by the store.
+	// When fn moves the allocation onto a node (HoldsNode) where another
+	// allocation holds it, nothing is written and ErrNodeBusy returned:
+	// the check and the write are atomic across brokers.
 	UpdateAlloc(ctx context.Context, id string, fn func(a *Alloc) error) (Alloc, error)
 	// ListAllocs and ActiveAllocs leave Workdir empty.
 	// ListAllocs returns the newest allocations first, at most limit.

@@ -28,7 +28,10 @@ var runQueries = map[string]string{
 	"listAllocs":  `SELECT body, fence, held_through FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
 	"activeAllocs": `SELECT body, fence, held_through FROM allocs
 		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
-	"fenceLock":   `SELECT fence, held_through FROM allocs WHERE id = ?`,
+	"fenceLock": `SELECT fence, held_through FROM allocs WHERE id = ?`,
+	"nodeLock":  `SELECT id FROM nodes WHERE id = ?`,
+	"nodeHolder": `SELECT id FROM allocs WHERE node_id = ? AND id <> ?
+		AND state IN ('matched', 'starting', 'running') LIMIT 1`,
 	"seqsAfter":   `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
 	"setHeld":     `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
 	"records":     `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
@@ -149,8 +152,14 @@ func (s *Store) UpdateAlloc(ctx context.Context, id string, fn func(a *store.All
 	if err != nil {
 		return a, fmt.Errorf("updating allocation %s: %w", id, err)
 	}
+	before := a
 	if err := fn(&a); err != nil {
 		return a, err
+	}
+	if a.State.HoldsNode() && a.NodeID != "" && (a.NodeID != before.NodeID || !before.State.HoldsNode()) {
+		if err := s.nodeFree(ctx, tx, a.NodeID, id); err != nil {
+			return a, err
+		}
 	}
 	a.ID = id
 	a.UpdatedAt = time.Now().UTC()
@@ -166,6 +175,28 @@ func (s *Store) UpdateAlloc(ctx context.Context, id string, fn func(a *store.All
 		return a, fmt.Errorf("updating allocation %s: %w", id, err)
 	}
 	return a, nil
+}
+
+// nodeFree returns ErrNodeBusy when an allocation other than id holds
+// node. Two placements on one node would otherwise both pass, each having
+// locked only its own allocation: on PostgreSQL the node's row is locked
+// first, so the second waits for the first to commit and then, reading
+// anew (READ COMMITTED), sees it; SQLite's write transactions are
+// serial already.
+func (s *Store) nodeFree(ctx context.Context, tx *sql.Tx, node, id string) error {
+	var got string
+	err := tx.QueryRowContext(ctx, s.rq("nodeLock"), node).Scan(&got)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) { // an unknown node has no row to lock; placement picks enrolled ones
+		return fmt.Errorf("updating allocation %s: locking node %s: %w", id, node, err)
+	}
+	err = tx.QueryRowContext(ctx, s.rq("nodeHolder"), node, id).Scan(&got)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("updating allocation %s: checking node %s: %w", id, node, err)
+	}
+	return fmt.Errorf("updating allocation %s: node %s holds %s: %w", id, node, got, store.ErrNodeBusy)
 }
 
 func (s *Store) allocs(ctx context.Context, q string, args ...any) ([]store.Alloc, error) {

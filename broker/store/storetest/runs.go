@@ -258,6 +258,63 @@ func runRuns(t *testing.T, open Factory, o Options) {
 		}
 	})
 
+	t.Run("one active allocation per node", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2")); err != nil {
+			t.Fatal(err)
+		}
+		r1, r2 := runsOf(t, s), runsOf(t, reopen(t))
+		place := func(r store.Runs, id string) error {
+			_, err := r.UpdateAlloc(ctx, id, func(a *store.Alloc) error {
+				a.State, a.NodeID, a.Fence = store.AllocMatched, "agt-1", a.Fence+1
+				return nil
+			})
+			return err
+		}
+		move := func(id string, st store.AllocState) {
+			t.Helper()
+			if _, err := r1.UpdateAlloc(ctx, id, func(a *store.Alloc) error { a.State = st; return nil }); err != nil {
+				t.Fatalf("moving %s to %s: %v", id, st, err)
+			}
+		}
+		for round := 0; round < 10; round++ {
+			a, b := fmt.Sprintf("alloc-1%07d", round), fmt.Sprintf("alloc-2%07d", round)
+			for _, id := range []string{a, b} {
+				if err := r1.CreateAlloc(ctx, store.Alloc{ID: id, Name: "n", Region: "us-west-2", State: store.AllocPending}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Two brokers place both at once: one wins, the other is told
+			// the node is busy.
+			errs := make(chan error, 2)
+			go func() { errs <- place(r1, a) }()
+			go func() { errs <- place(r2, b) }()
+			e1, e2 := <-errs, <-errs
+			if (e1 == nil) == (e2 == nil) || !errors.Is(errors.Join(e1, e2), store.ErrNodeBusy) {
+				t.Fatalf("round %d: two placements on one node: errs %v, %v; want one nil, one ErrNodeBusy", round, e1, e2)
+			}
+			holder, other := a, b
+			if got, _ := r1.Alloc(ctx, a); got.State != store.AllocMatched {
+				holder, other = b, a
+			}
+			if got, err := r1.Alloc(ctx, other); err != nil || got.State != store.AllocPending || got.NodeID != "" {
+				t.Fatalf("refused placement was written: %+v, %v", got, err)
+			}
+			// The holder goes on through its lifecycle; the node stays its.
+			move(holder, store.AllocStarting)
+			move(holder, store.AllocRunning)
+			if err := place(r1, other); !errors.Is(err, store.ErrNodeBusy) {
+				t.Fatalf("placing on a node that runs %s: err = %v, want ErrNodeBusy", holder, err)
+			}
+			move(holder, store.AllocSucceeded)
+			if err := place(r2, other); err != nil {
+				t.Fatalf("placing on a node whose run ended: %v", err)
+			}
+			move(other, store.AllocCancelled)
+		}
+	})
+
 	t.Run("concurrent updates serialise", func(t *testing.T) {
 		t.Parallel()
 		s, reopen := open(t)
