@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -465,7 +464,11 @@ func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1
 		}
 	page:
 		for after < limit {
-			recs, err := rs.Records(ctx, m.AllocId, after, kind, 1000)
+			// LogRecords: a checkpoint chunk comes as its header line
+			// only (the file's bytes are for a resuming node, not a log;
+			// read whole, a page could hold a GiB), and the seqs a
+			// follower sees still run without a gap.
+			recs, err := rs.LogRecords(ctx, m.AllocId, after, kind, 1000)
 			if err != nil {
 				return b.storeErr("reading logs of "+m.AllocId, err)
 			}
@@ -476,16 +479,7 @@ func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1
 					break
 				}
 				read = r.Seq
-				data := r.Data
-				if r.Kind == store.RecordCheckpoint {
-					// The file's bytes are for a resuming node, not a
-					// log: a follower gets the header line only, so the
-					// seqs it sees still run without a gap.
-					if i := bytes.IndexByte(data, '\n'); i >= 0 {
-						data = data[:i]
-					}
-				}
-				resp.Records = append(resp.Records, &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: data})
+				resp.Records = append(resp.Records, &gpupassv1.Record{Seq: r.Seq, Kind: gpupassv1.RecordKind(r.Kind), Data: r.Data})
 			}
 			if read == after {
 				break page

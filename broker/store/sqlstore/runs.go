@@ -36,6 +36,29 @@ var runQueries = map[string]string{
 	"setHeld":     `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
 	"records":     `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
 	"recordsKind": `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
+	// logData (logRecords) stands for the data column with checkpoint
+	// records cut to their header line, in the dialect's terms.
+	"logRecords":     `SELECT seq, kind, logData FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+	"logRecordsKind": `SELECT seq, kind, logData FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
+}
+
+// The data column up to its first newline, when it has one: SQLite's
+// instr and substr count bytes on BLOBs; PostgreSQL's bytea has position
+// and substring.
+const (
+	sqliteFirstLine = `CASE WHEN instr(data, X'0A') > 0 THEN substr(data, 1, instr(data, X'0A') - 1) ELSE data END`
+	pgFirstLine     = `CASE WHEN position(decode('0a', 'hex') IN data) > 0
+		THEN substring(data FROM 1 FOR position(decode('0a', 'hex') IN data) - 1) ELSE data END`
+)
+
+// logData is the data a log shows of a record: a checkpoint chunk's
+// header line, everything else whole.
+func (s *Store) logData() string {
+	first := sqliteFirstLine
+	if s.d.Dollar {
+		first = pgFirstLine
+	}
+	return fmt.Sprintf("CASE WHEN kind = %d THEN %s ELSE data END", store.RecordCheckpoint, first)
 }
 
 func (s *Store) rq(name string) string {
@@ -44,6 +67,9 @@ func (s *Store) rq(name string) string {
 		// PostgreSQL: lock the row so concurrent brokers serialise
 		// (SQLite transactions here are already exclusive: _txlock=immediate).
 		q += s.forUpdate()
+	}
+	if strings.HasPrefix(name, "logRecords") {
+		q = strings.Replace(q, "logData", s.logData(), 1)
 	}
 	return s.rebind(q)
 }
@@ -315,15 +341,25 @@ func (s *Store) AppendRecords(ctx context.Context, allocID string, fence uint64,
 
 // Records implements store.Runs.
 func (s *Store) Records(ctx context.Context, allocID string, afterSeq uint64, kind store.RecordKind, limit int) ([]store.RunRecord, error) {
+	return s.records(ctx, "records", allocID, afterSeq, kind, limit)
+}
+
+// LogRecords implements store.Runs.
+func (s *Store) LogRecords(ctx context.Context, allocID string, afterSeq uint64, kind store.RecordKind, limit int) ([]store.RunRecord, error) {
+	return s.records(ctx, "logRecords", allocID, afterSeq, kind, limit)
+}
+
+// records runs query (or its Kind variant for a kind other than 0).
+func (s *Store) records(ctx context.Context, query, allocID string, afterSeq uint64, kind store.RecordKind, limit int) ([]store.RunRecord, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
 	var rows *sql.Rows
 	var err error
 	if kind == 0 {
-		rows, err = s.db.QueryContext(ctx, s.rq("records"), allocID, int64(afterSeq), limit)
+		rows, err = s.db.QueryContext(ctx, s.rq(query), allocID, int64(afterSeq), limit)
 	} else {
-		rows, err = s.db.QueryContext(ctx, s.rq("recordsKind"), allocID, int64(afterSeq), int(kind), limit)
+		rows, err = s.db.QueryContext(ctx, s.rq(query+"Kind"), allocID, int64(afterSeq), int(kind), limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading records of %s: %w", allocID, err)

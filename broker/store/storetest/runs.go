@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -188,6 +189,44 @@ func runRuns(t *testing.T, open Factory, o Options) {
 		}
 		if diff := cmp.Diff([]uint64{1, 4, 7, 10}, seqs); diff != "" {
 			t.Errorf("metric seqs (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("log records cut checkpoints to their header line", func(t *testing.T) {
+		t.Parallel()
+		s, _ := open(t)
+		r := runsOf(t, s)
+		const id = "alloc-0000000f"
+		if err := r.CreateAlloc(ctx, store.Alloc{ID: id, Name: "n", Region: "us-west-2", State: store.AllocRunning, Fence: 1}); err != nil {
+			t.Fatal(err)
+		}
+		body := append([]byte{0, 0x0a, 0xff}, bytes.Repeat([]byte{0x80}, 1<<16)...) // binary, newlines in it
+		in := []store.RunRecord{
+			{Seq: 1, Kind: store.RecordEvent, Data: []byte("{\"msg\":\"a\"}\nsecond line")},
+			{Seq: 2, Kind: store.RecordCheckpoint, Data: append([]byte(`{"name":"ckpt.pt","offset":0}`+"\n"), body...)},
+			{Seq: 3, Kind: store.RecordMetric, Data: []byte(`{"step":1}`)},
+			{Seq: 4, Kind: store.RecordCheckpoint, Data: []byte(`no header line`)},
+			{Seq: 5, Kind: store.RecordCheckpoint, Data: []byte("\nbody")},
+		}
+		if _, err := r.AppendRecords(ctx, id, 1, in); err != nil {
+			t.Fatal(err)
+		}
+		want := []store.RunRecord{in[0], {Seq: 2, Kind: store.RecordCheckpoint, Data: []byte(`{"name":"ckpt.pt","offset":0}`)}, in[2], in[3],
+			{Seq: 5, Kind: store.RecordCheckpoint, Data: []byte{}}}
+		got, err := r.LogRecords(ctx, id, 0, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("LogRecords (-want +got):\n%s", diff)
+		}
+		got, err = r.LogRecords(ctx, id, 1, store.RecordCheckpoint, 1)
+		if err != nil || len(got) != 1 || string(got[0].Data) != `{"name":"ckpt.pt","offset":0}` {
+			t.Errorf("LogRecords of kind checkpoint after 1, limit 1 = %v, %v", got, err)
+		}
+		full, err := r.Records(ctx, id, 1, store.RecordCheckpoint, 1)
+		if err != nil || len(full) != 1 || !bytes.Equal(full[0].Data, in[1].Data) {
+			t.Errorf("Records still returns the whole chunk: %d records, %v", len(full), err)
 		}
 	})
 
