@@ -300,7 +300,7 @@ func runRuns(t *testing.T, open Factory, o Options) {
 	t.Run("one active allocation per node", func(t *testing.T) {
 		t.Parallel()
 		s, reopen := open(t)
-		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2")); err != nil {
+		if _, _, err := s.EnrollAgent(ctx, agent("agt-1", "k1", "us-west-2"), nil); err != nil {
 			t.Fatal(err)
 		}
 		r1, r2 := runsOf(t, s), runsOf(t, reopen(t))
