@@ -118,7 +118,11 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 		base = "python3"
 	}
 	venv := filepath.Join(root, "venv")
-	if err := makeVenv(ctx, base, venv); err != nil {
+	// Building the venv and installing into it run the bundle's
+	// interpreter and pip (and whatever .pth a wheel brings) before the
+	// command: they get the job's environment, not the agent's secrets.
+	env := job.Environ()
+	if err := makeVenv(ctx, base, venv, env); err != nil {
 		return "", err
 	}
 	py := filepath.Join(venv, "bin", "python")
@@ -129,7 +133,7 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 	report := filepath.Join(root, "pip-report.json")
 	var pipOut bytes.Buffer
 	if len(reqs) > 0 {
-		err := bundle.Install(ctx, house, reqs, bundle.InstallOptions{Python: py, Report: report, Stdout: &pipOut, Stderr: &pipOut})
+		err := bundle.Install(ctx, house, reqs, bundle.InstallOptions{Python: py, Report: report, Stdout: &pipOut, Stderr: &pipOut, Env: env})
 		if err != nil {
 			return "", fmt.Errorf("installing from bundle %s: %w: %s", res.Digest, err, tail(pipOut.String(), 12))
 		}
@@ -183,9 +187,15 @@ func countTrue(pins []bundle.Pin, m map[string]bool) int {
 // makeVenv creates the run's venv without pip of its own (pip comes from
 // the system site-packages the venv sees, so no ensurepip run and no
 // download); a Python without pip gets the one ensurepip bundles, offline.
-func makeVenv(ctx context.Context, python, dir string) error {
+// env is the environment of each step.
+func makeVenv(ctx context.Context, python, dir string, env []string) error {
+	command := func(name string, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env = env
+		return cmd
+	}
 	run := func(name string, args ...string) error {
-		out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+		out, err := command(name, args...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, tail(string(out), 6))
 		}
@@ -195,7 +205,7 @@ func makeVenv(ctx context.Context, python, dir string) error {
 		return fmt.Errorf("creating the run's venv: %w", err)
 	}
 	py := filepath.Join(dir, "bin", "python")
-	if exec.CommandContext(ctx, py, "-m", "pip", "--version").Run() == nil {
+	if command(py, "-m", "pip", "--version").Run() == nil {
 		return nil
 	}
 	if err := run(py, "-m", "ensurepip", "--default-pip"); err != nil {
@@ -214,10 +224,7 @@ func enterVenv(job *executor.Job, venv string) string {
 	bin := filepath.Join(venv, "bin")
 	base := job.Python
 	job.Python = filepath.Join(bin, "python")
-	env := job.BaseEnv
-	if env == nil {
-		env = os.Environ()
-	}
+	env := job.Environ()
 	path := os.Getenv("PATH")
 	out := make([]string, 0, len(env)+2)
 	for _, kv := range env {

@@ -7,7 +7,9 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -271,5 +273,76 @@ func TestBundleInstallCredentials(t *testing.T) {
 				t.Errorf("the job did not import the bundle's package: %q", msgs)
 			}
 		})
+	}
+}
+
+// TestBundleInstallHidesAgentSecrets: building the run's venv, pip
+// installing the bundle into it, checking its packages and the command
+// all run Python, and a wheel can bring code that runs at every start
+// (a .pth file); none of those processes may see the agent's token or
+// registry password. A sitecustomize on PYTHONPATH records what each
+// Python process saw. Not parallel: it sets the agent's environment.
+func TestBundleInstallHidesAgentSecrets(t *testing.T) {
+	py := regtest.SystemPython(t)
+	host := regtest.StartRegistry(t)
+	house := regtest.BuildWheels(t, py, map[string]string{"gp-eta": "1.0"})
+	ctx := t.Context()
+	reg := bundle.RegistryOptions{PlainHTTP: true}
+	pushed := push(ctx, t, house, host+"/ml/secret-wheels:v1", reg)
+
+	const secret = "gpa_supersecret"
+	for _, k := range []string{"GPUPASS_TOKEN", "GPUPASS_TOKEN_FILE", "GPUPASS_REGISTRY_PASSWORD", "GPUPASS_REGISTRY_PASSWORD_FILE"} {
+		t.Setenv(k, secret+"-"+k)
+	}
+	hook := t.TempDir()
+	if err := os.WriteFile(filepath.Join(hook, "sitecustomize.py"), []byte(`import os, sys
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "seen-%d" % os.getpid()), "w") as f:
+    f.write(" ".join(getattr(sys, "argv", [])) + "\n")
+    for k, v in os.environ.items():
+        if k.startswith("GPUPASS_"):
+            f.write(k + "=" + v + "\n")
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PYTHONPATH", hook)
+
+	src := newMemSource()
+	l := &RunLoop{
+		Source: src, AgentID: func() string { return "agent-1" },
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		StateDir: t.TempDir(), Python: py, UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
+		Bundles: BundleInstaller{Registry: reg},
+	}
+	sp := spec.Spec{Name: "offline", Runtime: spec.Runtime{Bundle: pushed.Reference, Packages: []string{"gp-eta==1.0"}}, Security: spec.Security{NoInternetAccess: true}}
+	a := &Assignment{AllocID: "alloc-secret01", FencingToken: 1, Spec: specJSON(t, sp),
+		Command: []string{py, "-c", "import os, gp_eta; print('job-ran', gp_eta.hello(), os.environ.get('GPUPASS_TOKEN'))", "job-marker"}}
+	if final := l.RunAssignment(ctx, a); final.State != StateSucceeded {
+		t.Fatalf("run %s: %s", final.State, final.Reason)
+	}
+	for _, m := range src.messages(t) {
+		if strings.Contains(m, secret) {
+			t.Errorf("an event carries the agent's secret: %q", m)
+		}
+	}
+	seen, err := filepath.Glob(filepath.Join(hook, "seen-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pip, job bool
+	for _, p := range seen {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		argv, _, _ := strings.Cut(s, "\n")
+		pip = pip || strings.Contains(argv, "pip") && strings.Contains(argv, " install ")
+		job = job || strings.Contains(argv, "job-marker")
+		if strings.Contains(s, secret) {
+			t.Errorf("a Python process started for the run saw the agent's secrets: %q", s)
+		}
+	}
+	if !pip || !job {
+		t.Errorf("the hook did not record pip install (%t) and the command (%t); it recorded %d processes", pip, job, len(seen))
 	}
 }

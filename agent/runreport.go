@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -60,7 +61,7 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	)
 	if pins := suite.PinnedPackages(sp); len(pins) > 0 {
 		t0 := time.Now()
-		sec, err := probe.Python{Exe: python, Packages: exp.PackageNames()}.Measure(ctx)
+		sec, err := probe.Python{Exe: python, Packages: exp.PackageNames(), Env: executor.JobEnviron(os.Environ())}.Measure(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("checking the run's packages in %s: %w", python, err)
 		}

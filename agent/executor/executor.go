@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -72,7 +73,9 @@ type Job struct {
 	// Grace is the SIGTERM-to-SIGKILL period (default DefaultGrace).
 	Grace time.Duration
 	// BaseEnv is the environment the job's own variables are added to
-	// (default os.Environ()).
+	// (default os.Environ()). Whatever it holds passes through
+	// JobEnviron first: the agent's own configuration never reaches the
+	// job.
 	BaseEnv []string
 	// ResumeFrom is a checkpoint the first attempt starts from (a run
 	// resumed on this node after its node was lost).
@@ -450,13 +453,37 @@ func newestCheckpoint(dir string, before time.Time) (string, error) {
 	return best, nil
 }
 
-// buildEnv is the job's environment: the base minus what gpupass sets,
-// then gpupass's variables.
-func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
-	base := job.BaseEnv
-	if base == nil {
-		base = os.Environ()
+// JobEnviron is what a job and the processes started for it (venv
+// creation, pip) may inherit of env: all of it but GPUPASS_* (flagenv's
+// prefix). Those variables configure the agent, and flagenv reads every
+// secret from one of them (GPUPASS_TOKEN, GPUPASS_REGISTRY_PASSWORD and
+// their _FILE forms); the job's output becomes uploaded events, so a
+// secret it could read would be one echo away from the run log. The
+// GPUPASS_* variables a job sees are the ones the executor sets for it
+// (EnvAllocID, EnvMetricsFile, ...).
+func JobEnviron(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, flagenv.Prefix) {
+			out = append(out, kv)
+		}
 	}
+	return out
+}
+
+// Environ is the environment the job and what runtime-init starts for it
+// begin from: BaseEnv (or os.Environ()) through JobEnviron.
+func (job *Job) Environ() []string {
+	if job.BaseEnv != nil {
+		return JobEnviron(job.BaseEnv)
+	}
+	return JobEnviron(os.Environ())
+}
+
+// buildEnv is the job's environment: the base minus the agent's own
+// configuration and what gpupass sets, then gpupass's variables.
+func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
+	base := job.Environ()
 	set := map[string]string{
 		EnvAllocID:       job.AllocID,
 		EnvRegion:        job.Region,

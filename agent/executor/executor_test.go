@@ -221,6 +221,58 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
+// TestEnvironmentHidesAgentSecrets: the agent reads its token and
+// registry password from GPUPASS_* variables (and their _FILE forms); a
+// job that prints its environment must find none of them, or every
+// line would go up to the broker as an event. The GPUPASS_* variables
+// the executor sets for the job still reach it. Not parallel: it sets
+// the process environment the executor starts from.
+func TestEnvironmentHidesAgentSecrets(t *testing.T) {
+	const secret = "gpa_supersecret"
+	agentVars := []string{"GPUPASS_TOKEN", "GPUPASS_TOKEN_FILE", "GPUPASS_REGISTRY_PASSWORD", "GPUPASS_REGISTRY_PASSWORD_FILE", "GPUPASS_BROKER_URL"}
+	for _, k := range agentVars {
+		t.Setenv(k, secret+"-"+k)
+	}
+	t.Setenv("KEEP_ME", "yes")
+	for _, tc := range []struct {
+		name string
+		base []string
+	}{
+		{"the agent's own environment", nil},
+		{"a base environment that carries them", os.Environ()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := executor.Job{AllocID: "alloc-envsecret", Region: "us-west-2", BaseEnv: tc.base,
+				Command: []string{"sh", "-c", `echo "t=$GPUPASS_TOKEN"; env`}}
+			out := execute(t, context.Background(), job, nil)
+			if out.res.State != executor.Succeeded {
+				t.Fatalf("run %s: %s", out.res.State, out.res.Reason)
+			}
+			got := map[string]string{}
+			for _, e := range out.events {
+				if strings.Contains(e.Message, secret) {
+					t.Errorf("an event of component %s carries the agent's secret: %q", e.Component, e.Message)
+				}
+				if e.Component == "stdout" {
+					if k, v, ok := strings.Cut(e.Message, "="); ok {
+						got[k] = v
+					}
+				}
+			}
+			for _, k := range agentVars {
+				if _, ok := got[k]; ok {
+					t.Errorf("the job inherited %s", k)
+				}
+			}
+			for _, k := range []string{executor.EnvAllocID, executor.EnvRegion, executor.EnvMetricsFile, executor.EnvCheckpointDir, executor.EnvAttempt, "KEEP_ME"} {
+				if got[k] == "" {
+					t.Errorf("the job has no %s", k)
+				}
+			}
+		})
+	}
+}
+
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

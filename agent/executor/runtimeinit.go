@@ -53,7 +53,7 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 	if m := job.Measured; m != nil && m.Exe == job.Python {
 		ps = m.Section
 	} else {
-		sec, err := probe.Python{Exe: job.Python, Packages: names}.Measure(ctx)
+		sec, err := probe.Python{Exe: job.Python, Packages: names, Env: job.Environ()}.Measure(ctx)
 		if err != nil {
 			return "cancelled while checking packages"
 		}

@@ -20,6 +20,9 @@ type InstallOptions struct {
 	Report string
 	// Stdout and Stderr receive pip's output.
 	Stdout, Stderr io.Writer
+	// Env is pip's environment (nil: this process's). The agent passes
+	// one without its own secrets.
+	Env []string
 }
 
 // Install installs requirements (e.g. "transformers==4.38.2") from a
@@ -51,7 +54,7 @@ func Install(ctx context.Context, dir string, requirements []string, o InstallOp
 	}
 	args = append(args, requirements...)
 	cmd := exec.CommandContext(ctx, python, args...)
-	cmd.Stdout, cmd.Stderr = o.Stdout, o.Stderr
+	cmd.Stdout, cmd.Stderr, cmd.Env = o.Stdout, o.Stderr, o.Env
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("pip install --no-index --find-links %s: %w", dir, err)
 	}

@@ -122,6 +122,11 @@ type Python struct {
 	Exe string
 	// Packages are names whose installed versions to report.
 	Packages []string
+	// Env is the interpreter's environment (nil: this process's). The
+	// agent measures a run's Python with the run's environment: an
+	// interpreter with a run's packages runs their code (.pth files,
+	// torch) and must not see the agent's secrets.
+	Env []string
 }
 
 // Name implements Probe.
@@ -201,7 +206,11 @@ func (p Python) Measure(ctx context.Context) (Section, error) {
 	cmd.Stderr = &stderr
 	// A user's PYTHONSTARTUP or a broken PYTHONHOME must not change the
 	// answer; PYTHONPATH is kept because it is part of the runtime.
-	cmd.Env = append(os.Environ(), "PYTHONSTARTUP=", "PYTHONDONTWRITEBYTECODE=1")
+	env := p.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(env[:len(env):len(env)], "PYTHONSTARTUP=", "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.Output()
 	if err != nil {
 		if ctx.Err() != nil {
