@@ -182,6 +182,10 @@ func (l *RunLoop) Run(ctx context.Context) error {
 func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate {
 	log := l.log().With("alloc", a.AllocID)
 	final := AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken}
+	// Before anything is named after the id: work dir, spool, ledger.
+	if err := executor.CheckAllocID(a.AllocID); err != nil {
+		return l.refuse(ctx, log, a, err)
+	}
 	update := func(ctx context.Context, u AllocUpdate) (bool, error) { return l.send(ctx, a, u) }
 	edge := func(ctx context.Context, u AllocUpdate, limit time.Duration) error {
 		return l.edge(ctx, log, a, u, limit)
@@ -402,6 +406,20 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	spoolOpen = false
 	sp0.Close()
 	l.finishLater(ctx, e)
+	return final
+}
+
+// refuse reports a run this node will not touch as failed, once and
+// briefly: nothing was spooled or written for it, so nothing waits.
+func (l *RunLoop) refuse(ctx context.Context, log *slog.Logger, a *Assignment, why error) AllocUpdate {
+	final := AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken, State: StateFailed, ExitCode: -1,
+		Reason: "the agent refused the run: " + why.Error()}
+	log.Error("refusing a run from the broker", "err", why)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := l.send(rctx, a, final); err != nil {
+		log.Warn("reporting the refused run", "err", err)
+	}
 	return final
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/fsutil"
@@ -62,6 +63,12 @@ func (l *RunLoop) writeLedger(e runLedger) error {
 // the ledger goes first, so a crash in between leaves only a spool
 // without a ledger, which nothing reads.
 func (l *RunLoop) dropRun(log *slog.Logger, id string, st spool.Stats) {
+	if err := executor.CheckAllocID(id); err != nil {
+		// RemoveAll of StateDir/spool/<id> with id ".." or "" would
+		// take the identity key or every run's spool with it.
+		log.Error("not removing the spool of a run whose id is not a plain name", "err", err)
+		return
+	}
 	if st.Pending > 0 {
 		log.Warn("dropping records the broker will not take (the run is no longer this node's)", "records", st.Pending)
 	}
@@ -221,6 +228,9 @@ func (l *RunLoop) resumeRuns(ctx context.Context) {
 		}
 		if err == nil && e.AllocID != strings.TrimSuffix(filepath.Base(path), ".json") {
 			err = fmt.Errorf("names run %q", e.AllocID)
+		}
+		if err == nil {
+			err = executor.CheckAllocID(e.AllocID)
 		}
 		if err != nil {
 			l.log().Error("skipping unreadable run ledger; move it away to silence this", "path", path, "err", err)

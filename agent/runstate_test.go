@@ -283,3 +283,63 @@ func TestSpoolOnFullDisk(t *testing.T) {
 		t.Errorf("the delivered run's spool or ledger is still on the full disk")
 	}
 }
+
+// TestUnsafeAllocIDTouchesNothing: the broker's allocation id names the
+// run's work dir, spool and ledger under the state dir. An id that is not
+// a plain name is refused (and reported failed) before any of them is
+// made: with "..", the work dir would be the state dir (the run's
+// tarball writing agent.key) and dropping the run's spool would remove
+// the state dir; with "", every run's spool would go.
+func TestUnsafeAllocIDTouchesNothing(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"..", ".", "", "../..", "alloc-1/../..", "/tmp", "alloc-x.json", "alloc-", "alloc-a\x00b", "ALLOC-1", "x" + strings.Repeat("y", 100)} {
+		t.Run(fmt.Sprintf("%q", id), func(t *testing.T) {
+			t.Parallel()
+			state := t.TempDir()
+			key := filepath.Join(state, KeyFile)
+			other := filepath.Join(state, "spool", "alloc-other")
+			for p, body := range map[string]string{key: "identity", filepath.Join(other, "seg"): "records", other + ".json": `{"alloc_id":"alloc-other"}`} {
+				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := tree(t, state)
+			src := newMemSource()
+			l := newTestLoop(src, state)
+			final := l.RunAssignment(t.Context(), &Assignment{AllocID: id, FencingToken: 1, Command: []string{"true"},
+				Workdir: tarball(t, map[string]string{KeyFile: "the run's own key"})})
+			l.WaitFinished()
+			if final.State != StateFailed || !strings.Contains(final.Reason, "not a plain name") {
+				t.Errorf("final %s (%s), want failed: not a plain name", final.State, final.Reason)
+			}
+			if diff := cmp.Diff([]AllocState{StateFailed}, src.states()); diff != "" {
+				t.Errorf("updates sent (-want +got):\n%s", diff)
+			}
+			l.dropRun(l.log(), id, spool.Stats{})
+			if diff := cmp.Diff(before, tree(t, state)); diff != "" {
+				t.Errorf("the state dir changed (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// tree maps every file under dir to its content.
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		out[strings.TrimPrefix(p, dir)] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -94,5 +95,56 @@ func TestRecordSinkContinuesAfterResume(t *testing.T) {
 	}
 	if !b.seqs[13] || !b.seqs[14] || len(b.seqs) != 14 {
 		t.Errorf("broker holds %v, want 1..14", b.seqs)
+	}
+}
+
+// badIDBroker hands out a run whose id is not a plain name and records
+// the updates it gets.
+type badIDBroker struct {
+	gpupassv1connect.UnimplementedAgentWorkServiceHandler
+	id      string
+	mu      sync.Mutex
+	updates []*gpupassv1.UpdateAllocationRequest
+}
+
+func (b *badIDBroker) PollWork(context.Context, *connect.Request[gpupassv1.PollWorkRequest]) (*connect.Response[gpupassv1.PollWorkResponse], error) {
+	return connect.NewResponse(&gpupassv1.PollWorkResponse{Assignment: &gpupassv1.Assignment{AllocId: b.id, FencingToken: 7, Command: []string{"true"}}}), nil
+}
+
+func (b *badIDBroker) UpdateAllocation(_ context.Context, r *connect.Request[gpupassv1.UpdateAllocationRequest]) (*connect.Response[gpupassv1.UpdateAllocationResponse], error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.updates = append(b.updates, r.Msg)
+	return connect.NewResponse(&gpupassv1.UpdateAllocationResponse{}), nil
+}
+
+// TestPollWorkRefusesUnsafeAllocID: a run whose id could not name a
+// directory safely never reaches the run loop; the broker hears that it
+// failed and why.
+func TestPollWorkRefusesUnsafeAllocID(t *testing.T) {
+	t.Parallel()
+	b := &badIDBroker{id: ".."}
+	path, h := gpupassv1connect.NewAgentWorkServiceHandler(b)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+	src, err := NewBrokerSource(srv.URL, "tok", func() string { return "agt-1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := src.PollWork(t.Context(), "agt-1")
+	if a != nil || err == nil || !strings.Contains(err.Error(), `allocation id ".." is not a plain name`) {
+		t.Fatalf("PollWork = %+v, %v; want no run and an error naming the id", a, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.updates) != 1 || b.updates[0].AllocId != ".." || b.updates[0].FencingToken != 7 ||
+		b.updates[0].State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(b.updates[0].Reason, "not a plain name") {
+		t.Errorf("updates %v, want one FAILED for .. under token 7 saying why", b.updates)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,25 @@ const (
 	EnvReleaseThreshold = "GPUPASS_CUDA_MALLOC_ASYNC_RELEASE_THRESHOLD"
 )
 
+// allocIDPattern is an allocation id as the broker makes them
+// (alloc-<hex>), loose enough for readable test ids: one plain path
+// element that is never "." or "..", holds no separator, and has no dot
+// (StateDir/spool/<id> must not collide with <other id>.json, the ledger
+// next to it).
+var allocIDPattern = regexp.MustCompile(`^alloc-[A-Za-z0-9_-]{1,64}$`)
+
+// CheckAllocID returns an error unless id is an allocation id that is
+// safe to name a file or directory with. The id comes from the broker,
+// and the agent joins it to its state dir for the run's work dir, spool
+// and ledger: ".." there would make the state dir (identity key included)
+// the run's work dir, and removing the run's spool would remove it.
+func CheckAllocID(id string) error {
+	if !allocIDPattern.MatchString(id) {
+		return fmt.Errorf("allocation id %q is not a plain name (want alloc- and up to 64 letters, digits, _ or -)", id)
+	}
+	return nil
+}
+
 // Execute runs the job to a terminal result, writing every event and
 // metric point to sp. It returns an error only for what prevents running
 // at all (no work dir); everything about the job itself is in the Result
@@ -159,8 +179,8 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if job.AllocID == "" || strings.ContainsAny(job.AllocID, `/\`) || job.AllocID == "." || job.AllocID == ".." {
-		return Result{}, fmt.Errorf("executing run: allocation id %q is not a valid directory name", job.AllocID)
+	if err := CheckAllocID(job.AllocID); err != nil {
+		return Result{}, fmt.Errorf("executing run: %w", err)
 	}
 	workDir := filepath.Join(job.WorkRoot, job.AllocID)
 	ckptDir := filepath.Join(workDir, "checkpoints")
