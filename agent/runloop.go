@@ -498,7 +498,13 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		defer a.mu.Unlock()
 		return a.agentID
 	}
-	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, id)
+	// The work API is on the broker that enrollment and heartbeats
+	// reach: --tls-ca is trusted here too.
+	tlsConf, err := a.o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, tlsConf, id)
 	if err != nil {
 		return nil, err
 	}

@@ -1,14 +1,20 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -69,7 +75,7 @@ func seqSink(t *testing.T, b *seqBroker, resumeAfter uint64) uploader.Sink {
 	srv.Config.Protocols.SetUnencryptedHTTP2(true) // gRPC, as the agent speaks it
 	srv.Start()
 	t.Cleanup(srv.Close)
-	src, err := NewBrokerSource(srv.URL, "tok", func() string { return "agt-1" })
+	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +139,7 @@ func TestPollWorkRefusesUnsafeAllocID(t *testing.T) {
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
 	defer srv.Close()
-	src, err := NewBrokerSource(srv.URL, "tok", func() string { return "agt-1" })
+	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,4 +153,92 @@ func TestPollWorkRefusesUnsafeAllocID(t *testing.T) {
 		b.updates[0].State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(b.updates[0].Reason, "not a plain name") {
 		t.Errorf("updates %v, want one FAILED for .. under token 7 saying why", b.updates)
 	}
+}
+
+// pollBroker answers polls with no run, counting them.
+type pollBroker struct {
+	gpupassv1connect.UnimplementedAgentWorkServiceHandler
+	polled chan struct{}
+}
+
+func (b *pollBroker) PollWork(ctx context.Context, _ *connect.Request[gpupassv1.PollWorkRequest]) (*connect.Response[gpupassv1.PollWorkResponse], error) {
+	select {
+	case b.polled <- struct{}{}:
+	default:
+	}
+	select { // a long poll that ends empty
+	case <-ctx.Done():
+	case <-time.After(50 * time.Millisecond):
+	}
+	return connect.NewResponse(&gpupassv1.PollWorkResponse{}), nil
+}
+
+// TestRunLoopTrustsTLSCA: a broker whose certificate only --tls-ca
+// trusts (a private CA, a self-signed broker) is polled for work by the
+// agent's run loop, as it is enrolled with and heartbeaten.
+func TestRunLoopTrustsTLSCA(t *testing.T) {
+	t.Parallel()
+	b := &pollBroker{polled: make(chan struct{}, 1)}
+	path, h := gpupassv1connect.NewAgentWorkServiceHandler(b)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{BrokerURL: srv.URL, Token: "tok", TLSCA: ca, StateDir: t.TempDir(), Python: "python3"}
+
+	// The work source as the agent builds it.
+	conf, err := o.tlsConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewBrokerSource(o.BrokerURL, o.Token, conf, func() string { return "agt-1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := src.PollWork(t.Context(), "agt-1"); a != nil || err != nil {
+		t.Fatalf("PollWork = %v, %v; want no run, no error", a, err)
+	}
+	<-b.polled
+
+	// The agent's own run loop.
+	logs := &lockedLog{}
+	ag := &Agent{o: o, log: slog.New(slog.NewTextHandler(logs, nil))}
+	ctx, cancel := context.WithCancel(t.Context())
+	wait, err := ag.startRunLoop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		wait()
+	}()
+	select {
+	case <-b.polled:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the run loop never reached the broker; agent log:\n%s", logs.String())
+	}
+}
+
+// lockedLog collects a log written from the run loop's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
