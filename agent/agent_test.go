@@ -13,6 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 )
@@ -285,5 +290,76 @@ func TestQueryEndpoint(t *testing.T) {
 	code, _ = get("POST", "/v1/conformance/run", nil)
 	if code != http.StatusServiceUnavailable {
 		t.Errorf("on-demand run without the main loop: %d, want 503", code)
+	}
+}
+
+// reportBroker takes every report upload.
+type reportBroker struct {
+	gpupassv1connect.UnimplementedAgentServiceHandler
+}
+
+func (reportBroker) UploadReport(context.Context, *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
+	return connect.NewResponse(&gpupassv1.UploadReportResponse{Passed: true}), nil
+}
+
+// TestReportEndpointDuringUpload: GET /v1/report encodes the last report
+// (its uploaded flag included) while the main loop uploads it and marks
+// it uploaded. Run with -race: the endpoint must read a copy taken under
+// the agent's lock.
+func TestReportEndpointDuringUpload(t *testing.T) {
+	t.Parallel()
+	path, h := gpupassv1connect.NewAgentServiceHandler(reportBroker{})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	broker := httptest.NewUnstartedServer(mux)
+	broker.Config.Protocols = new(http.Protocols)
+	broker.Config.Protocols.SetHTTP1(true)
+	broker.Config.Protocols.SetUnencryptedHTTP2(true)
+	broker.Start()
+	defer broker.Close()
+	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(simOptions(t, "h100-sxm5-8x"), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.agentID = "agt-1"
+	a.mu.Unlock()
+	ctx := t.Context()
+	if _, err := a.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := a.QueryHandler()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			q.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/report", nil))
+		}
+	}()
+	// Each upload after the first measures a new report and marks it.
+	for range 5 {
+		if err := a.upload(ctx, clients); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+	rec := httptest.NewRecorder()
+	q.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/report", nil))
+	var got struct {
+		Uploaded bool `json:"uploaded"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || !got.Uploaded {
+		t.Errorf("GET /v1/report after the upload: %d %s (%v), want uploaded true", rec.Code, rec.Body, err)
 	}
 }

@@ -68,6 +68,7 @@ func (a *Agent) QueryHandler() http.Handler {
 		a.mu.Lock()
 		sr := a.last
 		a.mu.Unlock()
+		sr = a.reportCopy(sr)
 		if sr == nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "no report yet: the first suite run has not finished"})
 			return
@@ -90,11 +91,23 @@ func (a *Agent) QueryHandler() http.Handler {
 				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": res.err.Error()})
 				return
 			}
-			writeJSON(w, http.StatusOK, res.rep)
+			writeJSON(w, http.StatusOK, a.reportCopy(res.rep))
 		case <-r.Context().Done():
 		}
 	})
 	return mux
+}
+
+// reportCopy copies sr (nil for nil) under a.mu: the main loop marks a
+// report Uploaded under the lock, while the endpoint encodes it.
+func (a *Agent) reportCopy(sr *signedReport) *signedReport {
+	if sr == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := *sr
+	return &c
 }
 
 func (a *Agent) fingerprint(w http.ResponseWriter, r *http.Request, sp *spec.Result) {
