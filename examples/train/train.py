@@ -10,7 +10,7 @@ every region computes the same curve on the same hardware class) and:
 - saves a checkpoint every --checkpoint-every steps into
   $GPUPASS_CHECKPOINT_DIR (ckpt-<step>.pt, written atomically);
 - resumes from $GPUPASS_RESUME_FROM when set (model, optimizer, RNG, step);
-- with --nan-at-step N (or GPUPASS_EXAMPLE_NAN_AT_STEP) makes the loss NaN at
+- with --nan-at-step N (or EXAMPLE_NAN_AT_STEP) makes the loss NaN at
   step N on a fresh start, to exercise gpupass's NaN guard. A resumed run
   does not inject again, as a transient fault would not recur.
 
@@ -62,13 +62,13 @@ def save_checkpoint(ckpt_dir, step, model, opt):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=int(os.environ.get("GPUPASS_EXAMPLE_STEPS", "200")))
+    p.add_argument("--steps", type=int, default=int(os.environ.get("EXAMPLE_STEPS", "200")))
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--checkpoint-every", type=int, default=25)
-    p.add_argument("--nan-at-step", type=int, default=int(os.environ.get("GPUPASS_EXAMPLE_NAN_AT_STEP", "0")))
-    p.add_argument("--sleep", type=float, default=float(os.environ.get("GPUPASS_EXAMPLE_STEP_SLEEP", "0")),
+    p.add_argument("--nan-at-step", type=int, default=int(os.environ.get("EXAMPLE_NAN_AT_STEP", "0")))
+    p.add_argument("--sleep", type=float, default=float(os.environ.get("EXAMPLE_STEP_SLEEP", "0")),
                    help="seconds to sleep per step (to watch logs stream)")
     args = p.parse_args(argv)
 

@@ -53,7 +53,7 @@ func startPipeline(t *testing.T, remote string) *pipeline {
 	// The example runs `python3 train.py`: the agents' PATH finds the
 	// Python that has torch first (scripts/setup.d/10-python.sh).
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us", "eu"},
-		Env: []string{"PATH=" + filepath.Dir(upstack.Python) + string(os.PathListSeparator) + os.Getenv("PATH"), "GPUPASS_EXAMPLE_STEPS=" + exampleSteps}})
+		Env: []string{"PATH=" + filepath.Dir(upstack.Python) + string(os.PathListSeparator) + os.Getenv("PATH"), "EXAMPLE_STEPS=" + exampleSteps}})
 	p := &pipeline{stack: stack, url: stack.Config(t).BrokerURL, gpupass: filepath.Join(stack.Bin, "gpupass")}
 	p.toolPath = toolsPath(t, p.gpupass)
 	token := func(role, regions string) string {

@@ -68,7 +68,7 @@ func TestE2EInitStarterTrains(t *testing.T) {
 	train := func(steps string, extra ...string) {
 		cmd := exec.Command(py, "train.py")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GPUPASS_EXAMPLE_STEPS="+steps, "GPUPASS_METRICS_FILE="+metrics, "GPUPASS_CHECKPOINT_DIR="+ckpt)
+		cmd.Env = append(os.Environ(), "EXAMPLE_STEPS="+steps, "GPUPASS_METRICS_FILE="+metrics, "GPUPASS_CHECKPOINT_DIR="+ckpt)
 		cmd.Env = append(cmd.Env, extra...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("train.py: %v\n%s", err, out)
