@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,6 +68,9 @@ type Agent struct {
 	sessEpoch uint64
 	last      *signedReport
 	lastFacs  *probe.Facts
+	// runs counts the runs in progress (RunLoop.Busy): periodic suite
+	// runs wait while it is above zero.
+	runs atomic.Int32
 	// runNow asks the main loop for an on-demand suite run.
 	runNow chan chan runResult
 }
@@ -329,7 +333,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			beatT.Reset(interval)
 		case <-suiteT.C:
-			if _, err := a.measureAndUpload(ctx, clients); err != nil && ctx.Err() == nil {
+			if err := a.periodic(ctx, clients); err != nil && ctx.Err() == nil {
 				a.log.Warn("periodic conformance run", "err", api.Describe(err))
 			}
 		case reply := <-a.runNow:
@@ -433,6 +437,28 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 	}
 }
 
+// busy marks a run in progress until the returned function is called.
+func (a *Agent) busy() (done func()) {
+	a.runs.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { a.runs.Add(-1) }) }
+}
+
+// periodic is the suite run on the agent's interval. It waits while a run
+// is in progress: the run's own processes would hold the GPUs (failing
+// the free-memory and foreign-process checks on a healthy node), the read
+// probe would take the run's disk bandwidth and measure it contended, and
+// the run was checked against its spec as it started. The next tick after
+// the run measures again.
+func (a *Agent) periodic(ctx context.Context, c *api.Clients) error {
+	if n := a.runs.Load(); n > 0 {
+		a.log.Debug("periodic conformance run held: a run is in progress", "runs", n)
+		return nil
+	}
+	_, err := a.measureAndUpload(ctx, c)
+	return err
+}
+
 func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*signedReport, error) {
 	sr, err := a.measure(ctx)
 	if err != nil {
@@ -449,7 +475,12 @@ func (a *Agent) upload(ctx context.Context, c *api.Clients) error {
 		// Measured before the agent id was known, already taken by the
 		// broker, or too old: the broker refuses a report that is not
 		// newer than the last it took, or older than 15 minutes.
-		// Measuring again reuses what cannot have changed.
+		// Measuring again reuses what cannot have changed; not while a
+		// run is in progress (see periodic): the broker asks again.
+		if n := a.runs.Load(); n > 0 {
+			a.log.Debug("report held: a run is in progress", "runs", n)
+			return nil
+		}
 		var err error
 		if sr, err = a.measure(ctx); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -300,6 +301,71 @@ type reportBroker struct {
 
 func (reportBroker) UploadReport(context.Context, *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
 	return connect.NewResponse(&gpupassv1.UploadReportResponse{Passed: true}), nil
+}
+
+// countingBroker takes reports and counts them.
+type countingBroker struct {
+	gpupassv1connect.UnimplementedAgentServiceHandler
+	n *atomic.Int32
+}
+
+func (b countingBroker) UploadReport(context.Context, *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
+	b.n.Add(1)
+	return connect.NewResponse(&gpupassv1.UploadReportResponse{Passed: true}), nil
+}
+
+// TestSuiteHeldDuringRun: while a run is in progress, neither the
+// periodic suite nor the broker's request for a fresh report measures the
+// node (the run's own processes hold the GPUs and its disk); once the run
+// is over, both measure and upload again.
+func TestSuiteHeldDuringRun(t *testing.T) {
+	t.Parallel()
+	var uploads atomic.Int32
+	path, h := gpupassv1connect.NewAgentServiceHandler(countingBroker{n: &uploads})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	broker := httptest.NewUnstartedServer(mux)
+	broker.Config.Protocols = new(http.Protocols)
+	broker.Config.Protocols.SetHTTP1(true)
+	broker.Config.Protocols.SetUnencryptedHTTP2(true)
+	broker.Start()
+	defer broker.Close()
+	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(simOptions(t, "h100-sxm5-8x"), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.agentID = "agt-1"
+	a.mu.Unlock()
+	ctx := t.Context()
+	measured := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.last != nil
+	}
+
+	done := a.busy()
+	if err := a.periodic(ctx, clients); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.upload(ctx, clients); err != nil { // the broker's ReportWanted
+		t.Fatal(err)
+	}
+	if measured() || uploads.Load() != 0 {
+		t.Fatalf("during a run: measured %v, %d reports uploaded; want neither", measured(), uploads.Load())
+	}
+	done()
+	done() // once only
+	if err := a.periodic(ctx, clients); err != nil {
+		t.Fatal(err)
+	}
+	if !measured() || uploads.Load() != 1 {
+		t.Errorf("after the run: measured %v, %d reports uploaded; want a report", measured(), uploads.Load())
+	}
 }
 
 // TestReportEndpointDuringUpload: GET /v1/report encodes the last report

@@ -131,6 +131,10 @@ type RunLoop struct {
 	// Bundles installs a spec's runtime.bundle before the command
 	// (bundleinstall.go); the zero value uses TLS and the docker config.
 	Bundles BundleInstaller
+	// Busy, when set, is called as a run starts; the function it returns
+	// is called when the run's command and checks are over. The agent
+	// holds its periodic conformance runs meanwhile.
+	Busy func() (done func())
 }
 
 func (l *RunLoop) log() *slog.Logger {
@@ -171,9 +175,16 @@ func (l *RunLoop) Run(ctx context.Context) error {
 		if a == nil {
 			continue
 		}
-		l.RunAssignment(ctx, a)
+		l.runBusy(ctx, a)
 	}
 	return nil
+}
+
+func (l *RunLoop) runBusy(ctx context.Context, a *Assignment) {
+	if l.Busy != nil {
+		defer l.Busy()()
+	}
+	l.RunAssignment(ctx, a)
 }
 
 // RunAssignment executes one run to its end and reports each edge. It
@@ -515,6 +526,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)
+	l.Busy = a.busy
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

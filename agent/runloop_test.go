@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,12 +288,23 @@ func TestRunLoopTakesWorkUntilStopped(t *testing.T) {
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
 		StateDir: t.TempDir(), UpdateEvery: 20 * time.Millisecond,
 	}
+	// Busy holds the agent's periodic suite while the run is in progress.
+	var calls, inRun atomic.Int32
+	var busyWhileRunning atomic.Bool
+	l.Busy = func() func() {
+		calls.Add(1)
+		inRun.Add(1)
+		return func() { inRun.Add(-1) }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
-	src.work <- &Assignment{AllocID: "alloc-00000001", FencingToken: 1, Command: []string{"echo", "one"}}
+	src.work <- &Assignment{AllocID: "alloc-00000001", FencingToken: 1, Command: []string{"sh", "-c", "echo one; sleep 0.3"}}
 	deadline := time.After(30 * time.Second)
 	for !contains(stateStrings(src.states()), string(StateSucceeded)) {
+		if contains(stateStrings(src.states()), string(StateRunning)) && inRun.Load() == 1 {
+			busyWhileRunning.Store(true)
+		}
 		select {
 		case <-deadline:
 			t.Fatalf("run never succeeded; states %v", src.states())
@@ -302,6 +314,9 @@ func TestRunLoopTakesWorkUntilStopped(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v", err)
+	}
+	if calls.Load() != 1 || inRun.Load() != 0 || !busyWhileRunning.Load() {
+		t.Errorf("Busy called %d times, %d left busy, busy while running: %v; want 1, 0, true", calls.Load(), inRun.Load(), busyWhileRunning.Load())
 	}
 }
 
