@@ -321,15 +321,9 @@ func (b countingBroker) UploadReport(context.Context, *connect.Request[gpupassv1
 func TestSuiteHeldDuringRun(t *testing.T) {
 	t.Parallel()
 	var uploads atomic.Int32
-	path, h := gpupassv1connect.NewAgentServiceHandler(countingBroker{n: &uploads})
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	broker := httptest.NewUnstartedServer(mux)
-	broker.Config.Protocols = new(http.Protocols)
-	broker.Config.Protocols.SetHTTP1(true)
-	broker.Config.Protocols.SetUnencryptedHTTP2(true)
-	broker.Start()
-	defer broker.Close()
+	mux.Handle(gpupassv1connect.NewAgentServiceHandler(countingBroker{n: &uploads}))
+	broker := serveGRPC(t, mux)
 	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
 	if err != nil {
 		t.Fatal(err)
@@ -374,15 +368,9 @@ func TestSuiteHeldDuringRun(t *testing.T) {
 // the agent's lock.
 func TestReportEndpointDuringUpload(t *testing.T) {
 	t.Parallel()
-	path, h := gpupassv1connect.NewAgentServiceHandler(reportBroker{})
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	broker := httptest.NewUnstartedServer(mux)
-	broker.Config.Protocols = new(http.Protocols)
-	broker.Config.Protocols.SetHTTP1(true)
-	broker.Config.Protocols.SetUnencryptedHTTP2(true)
-	broker.Start()
-	defer broker.Close()
+	mux.Handle(gpupassv1connect.NewAgentServiceHandler(reportBroker{}))
+	broker := serveGRPC(t, mux)
 	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
 	if err != nil {
 		t.Fatal(err)

@@ -62,19 +62,26 @@ func TestRecordSinkInvalidBatchIsRefused(t *testing.T) {
 	}
 }
 
+// serveGRPC serves h on loopback over HTTP/1.1 and unencrypted HTTP/2
+// (gRPC, as the agent speaks it) until the test ends.
+func serveGRPC(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // seqSink serves b over gRPC, as the broker does, and returns a sink
 // for a run resumed after seq resumeAfter.
 func seqSink(t *testing.T, b *seqBroker, resumeAfter uint64) uploader.Sink {
 	t.Helper()
-	path, h := gpupassv1connect.NewAgentWorkServiceHandler(b)
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true) // gRPC, as the agent speaks it
-	srv.Start()
-	t.Cleanup(srv.Close)
+	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
+	srv := serveGRPC(t, mux)
 	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" })
 	if err != nil {
 		t.Fatal(err)
@@ -130,15 +137,9 @@ func (b *badIDBroker) UpdateAllocation(_ context.Context, r *connect.Request[gpu
 func TestPollWorkRefusesUnsafeAllocID(t *testing.T) {
 	t.Parallel()
 	b := &badIDBroker{id: ".."}
-	path, h := gpupassv1connect.NewAgentWorkServiceHandler(b)
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	defer srv.Close()
+	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
+	srv := serveGRPC(t, mux)
 	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" })
 	if err != nil {
 		t.Fatal(err)
