@@ -43,6 +43,8 @@ type Options struct {
 	ReadProbeMB   int
 	// NoWork keeps the agent from taking runs (registry and reports only).
 	NoWork bool
+	// KeepRuns is how many runs' work dirs stay on the node (RunLoop).
+	KeepRuns int
 	// Registry is how wheel bundles are pulled (bundleinstall.go).
 	Registry RegistryFlags
 }
@@ -66,6 +68,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Hostname, "hostname", "", "label: hostname (default: this machine's)")
 	o.addProbeFlags(cmd)
 	f.BoolVar(&o.NoWork, "no-work", false, "do not take runs from the broker (enroll, heartbeat and report only)")
+	f.IntVar(&o.KeepRuns, "keep-runs", 3, "work dirs (files, checkpoints) of the newest runs kept under the state dir, the starting run's included; older ones are deleted as a run starts (0 keeps them all)")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	o.Registry.AddFlags(cmd)
 }
@@ -106,6 +109,9 @@ func (o *Options) Validate(daemon bool) error {
 	}
 	if o.SuiteInterval < time.Second {
 		return fmt.Errorf("--suite-interval %s: must be at least 1s", o.SuiteInterval)
+	}
+	if o.KeepRuns < 0 {
+		return fmt.Errorf("--keep-runs %d: must be 0 (keep all) or more", o.KeepRuns)
 	}
 	if o.ReadProbeMB < 0 || o.ReadProbeMB > 4096 {
 		return fmt.Errorf("--read-probe-mb %d: must be between 0 and 4096", o.ReadProbeMB)

@@ -131,6 +131,11 @@ type RunLoop struct {
 	// Bundles installs a spec's runtime.bundle before the command
 	// (bundleinstall.go); the zero value uses TLS and the docker config.
 	Bundles BundleInstaller
+	// KeepRuns bounds the work dirs under StateDir/runs: as a run starts,
+	// all but the newest KeepRuns (the starting run's included) are
+	// deleted, so checkpoints of old runs do not fill the node's disk.
+	// 0 keeps them all.
+	KeepRuns int
 	// Busy, when set, is called as a run starts; the function it returns
 	// is called when the run's command and checks are over. The agent
 	// holds its periodic conformance runs meanwhile.
@@ -242,6 +247,13 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	}
 	workRoot := filepath.Join(l.StateDir, "runs")
 	workDir := filepath.Join(workRoot, a.AllocID)
+	// A work dir already there is an earlier placement of this run on
+	// this node: the run starts afresh (from the broker's checkpoint),
+	// not on what that attempt left, symlinks included.
+	if err := os.RemoveAll(workDir); err != nil {
+		return fail(fmt.Sprintf("clearing the work dir of an earlier placement: %v", err))
+	}
+	l.pruneWorkDirs(log, workRoot, a.AllocID)
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return fail(fmt.Sprintf("creating work dir: %v", err))
 	}
@@ -522,7 +534,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
-		Recheck:  a.Recheck, CUDAHome: a.cudaHome,
+		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns,
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)

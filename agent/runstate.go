@@ -81,6 +81,45 @@ func (l *RunLoop) dropRun(log *slog.Logger, id string, st spool.Stats) {
 	}
 }
 
+// pruneWorkDirs deletes the work dirs of earlier runs past the newest
+// KeepRuns-1 (the starting run, current, takes the last place). Runs whose
+// end is still being delivered keep theirs.
+func (l *RunLoop) pruneWorkDirs(log *slog.Logger, root, current string) {
+	if l.KeepRuns <= 0 {
+		return
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			log.Warn("listing old work dirs", "err", err)
+		}
+		return
+	}
+	type dir struct {
+		name string
+		mod  time.Time
+	}
+	var old []dir
+	for _, e := range ents {
+		if !e.IsDir() || e.Name() == current || executor.CheckAllocID(e.Name()) != nil || l.isFinishing(e.Name()) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		old = append(old, dir{e.Name(), fi.ModTime()})
+	}
+	sort.Slice(old, func(i, j int) bool { return old[i].mod.After(old[j].mod) })
+	for _, d := range old[min(len(old), l.KeepRuns-1):] {
+		if err := os.RemoveAll(filepath.Join(root, d.name)); err != nil {
+			log.Warn("deleting an old work dir", "dir", d.name, "err", err)
+			continue
+		}
+		log.Info("deleted the work dir of an earlier run (--keep-runs)", "dir", d.name, "keep", l.KeepRuns)
+	}
+}
+
 // send is one UpdateAllocation under the run's lease, its spool seq
 // shifted past what earlier nodes of the run delivered.
 func (l *RunLoop) send(ctx context.Context, a *Assignment, u AllocUpdate) (bool, error) {
@@ -169,6 +208,13 @@ func (l *RunLoop) finishLater(ctx context.Context, e runLedger) {
 		}()
 		l.finish(ctx, e)
 	}()
+}
+
+// isFinishing reports whether id's end is being delivered now.
+func (l *RunLoop) isFinishing(id string) bool {
+	l.finishMu.Lock()
+	defer l.finishMu.Unlock()
+	return l.finishing[id]
 }
 
 // WaitFinished waits for background deliveries started by RunAssignment

@@ -343,3 +343,58 @@ func tree(t *testing.T, dir string) map[string]string {
 	}
 	return out
 }
+
+// TestOldWorkDirsPruned: as a run starts, the work dirs of earlier runs
+// past the newest KeepRuns-1 go (their checkpoints would fill the disk),
+// anything under runs/ that is not a run's dir stays, and a work dir left
+// by an earlier placement of the same run is cleared, symlinks and all.
+func TestOldWorkDirsPruned(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	runs := filepath.Join(state, "runs")
+	now := time.Now()
+	for i, id := range []string{"alloc-00000001", "alloc-00000002", "alloc-00000003", "notes"} {
+		d := filepath.Join(runs, id)
+		if err := os.MkdirAll(filepath.Join(d, "checkpoints"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mod := now.Add(time.Duration(i-4) * time.Hour)
+		if err := os.Chtimes(d, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := filepath.Join(runs, "alloc-00000009")
+	if err := os.MkdirAll(again, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(state, filepath.Join(again, "checkpoints")); err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLoop(newMemSource(), state)
+	l.KeepRuns = 2
+	final := l.RunAssignment(t.Context(), &Assignment{AllocID: "alloc-00000009", FencingToken: 2,
+		Command: []string{"sh", "-c", `test ! -L checkpoints && ls "$GPUPASS_CHECKPOINT_DIR"`}})
+	l.WaitFinished()
+	if final.State != StateSucceeded {
+		t.Fatalf("run %s (%s): the earlier placement's symlink was not cleared", final.State, final.Reason)
+	}
+	var left []string
+	ents, err := os.ReadDir(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if diff := cmp.Diff([]string{"alloc-00000003", "alloc-00000009", "notes"}, left); diff != "" {
+		t.Errorf("work dirs left (-want +got):\n%s", diff)
+	}
+
+	// 0 keeps them all.
+	l = newTestLoop(newMemSource(), state)
+	l.RunAssignment(t.Context(), &Assignment{AllocID: "alloc-00000010", FencingToken: 1, Command: []string{"true"}})
+	l.WaitFinished()
+	if ents, _ := os.ReadDir(runs); len(ents) != 4 {
+		t.Errorf("KeepRuns 0 deleted work dirs: %d left, want 4", len(ents))
+	}
+}
