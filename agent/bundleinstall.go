@@ -21,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -191,7 +192,7 @@ func countTrue(pins []bundle.Pin, m map[string]bool) int {
 func makeVenv(ctx context.Context, python, dir string, env []string) error {
 	command := func(name string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = env
+		cmd.Env, cmd.WaitDelay = env, probe.WaitDelay
 		return cmd
 	}
 	run := func(name string, args ...string) error {

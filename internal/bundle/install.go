@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"time"
 )
 
 // InstallOptions configure Install.
@@ -55,6 +56,9 @@ func Install(ctx context.Context, dir string, requirements []string, o InstallOp
 	args = append(args, requirements...)
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Stdout, cmd.Stderr, cmd.Env = o.Stdout, o.Stderr, o.Env
+	// A process pip's build or a package's code left running must not
+	// hold the output pipes, and so the cancelled install, open.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("pip install --no-index --find-links %s: %w", dir, err)
 	}

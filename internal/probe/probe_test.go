@@ -5,8 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -311,5 +314,37 @@ func TestClassOf(t *testing.T) {
 		if got := ClassOf(tt.name, tt.mem); got != tt.want {
 			t.Errorf("ClassOf(%q) = %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestPythonReturnsWhenAChildHoldsItsOutput: an interpreter that leaves a
+// process running with its stdout (a daemon a .pth file spawned) is
+// stopped with the probe's context, and the probe returns soon after
+// instead of waiting for that process to close the pipe.
+func TestPythonReturnsWhenAChildHoldsItsOutput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	exe := filepath.Join(dir, "python3")
+	script := "#!/bin/sh\nsleep 30 &\necho $! > " + pidFile + "\nsleep 30\n"
+	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Python{Exe: exe}.Measure(ctx)
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("probe returned after %v: it waited for the child holding its output", d)
+	}
+	if err == nil {
+		t.Error("a probe stopped by its context reported no error")
 	}
 }

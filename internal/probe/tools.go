@@ -19,6 +19,13 @@ import (
 // must not stall the suite forever.
 const toolTimeout = 60 * time.Second
 
+// WaitDelay bounds the wait for a stopped tool's output pipes: a process
+// it started in the background (a daemon a .pth file spawned, a hung
+// compiler driver's child) can hold them open long after the tool itself
+// was killed, and the probe must still return. Other packages that run
+// Python for the agent use it too.
+const WaitDelay = 2 * time.Second
+
 // NVCC probes the CUDA toolkit with `nvcc --version`.
 type NVCC struct {
 	// Path is nvcc to run; empty looks on PATH, then in /usr/local/cuda/bin.
@@ -50,7 +57,9 @@ func (p NVCC) Measure(ctx context.Context) (Section, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	cmd := exec.CommandContext(ctx, path, "--version")
+	cmd.WaitDelay = WaitDelay
+	out, err := cmd.Output()
 	if err != nil {
 		if ctxErr := context.Cause(ctx); ctxErr != nil && !errors.Is(ctxErr, context.DeadlineExceeded) {
 			return nil, ctxErr
@@ -202,6 +211,7 @@ func (p Python) Measure(ctx context.Context) (Section, error) {
 	tctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(tctx, exe, "-c", pythonScript, string(arg))
+	cmd.WaitDelay = WaitDelay
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	// A user's PYTHONSTARTUP or a broken PYTHONHOME must not change the
