@@ -87,9 +87,9 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	b.agentsMu.Lock()
 	e, ok := b.agents[a.ID]
 	if ok {
-		e.agent, e.pub = a, pub
+		e.agent, e.pub, e.loaded = a, pub, time.Now()
 	} else {
-		e = &agentEntry{agent: a, pub: pub}
+		e = &agentEntry{agent: a, pub: pub, loaded: time.Now()}
 		b.agents[a.ID] = e
 	}
 	b.agentsMu.Unlock()
@@ -148,7 +148,11 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 	}
 	b.agentsMu.Lock()
 	e, ok := b.agents[id]
+	stale := ok && time.Since(e.loaded) > b.cfg.AgentTTL
 	b.agentsMu.Unlock()
+	if stale {
+		b.reloadAgent(ctx, e, id)
+	}
 	if !ok {
 		a, err := b.store.Agent(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
@@ -164,7 +168,7 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("the stored key of agent %s does not parse: enroll again", id))
 		}
 		_, rerr := b.store.LatestReport(ctx, id)
-		e = &agentEntry{agent: a, pub: pub, hasReport: rerr == nil}
+		e = &agentEntry{agent: a, pub: pub, hasReport: rerr == nil, loaded: time.Now()}
 		b.agentsMu.Lock()
 		b.agents[id] = e
 		b.agentsMu.Unlock()
@@ -175,6 +179,25 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// reloadAgent reads e's agent again from the store: another replica may
+// have enrolled it again since (a new region or labels). On a store error
+// the cached copy stays, and is tried again on the next call.
+func (b *Broker) reloadAgent(ctx context.Context, e *agentEntry, id string) {
+	a, err := b.store.Agent(ctx, id)
+	if err != nil {
+		b.log.Warn("re-reading a cached agent; keeping the cached copy", "agent", id, "err", err)
+		return
+	}
+	pub, err := conformance.ParsePublicKey(a.PublicKeyPEM)
+	if err != nil {
+		b.log.Error("stored agent key does not parse; keeping the cached copy", "agent", id, "err", err)
+		return
+	}
+	b.agentsMu.Lock()
+	e.agent, e.pub, e.loaded = a, pub, time.Now()
+	b.agentsMu.Unlock()
 }
 
 func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupassv1.HeartbeatRequest]) (*connect.Response[gpupassv1.HeartbeatResponse], error) {

@@ -70,6 +70,10 @@ type Config struct {
 	// through another replica stops working here within it (default
 	// 10 s, as for tokens).
 	SessionKeyTTL time.Duration
+	// AgentTTL bounds how long this broker trusts its cached copy of an
+	// enrolled agent (its region, labels and key): a re-enrollment through
+	// another replica shows here within it (default 10 s, as for tokens).
+	AgentTTL time.Duration
 }
 
 // Broker is the control plane service.
@@ -120,6 +124,9 @@ type agentEntry struct {
 	agent     store.Agent
 	pub       *ecdsa.PublicKey // parsed once: every heartbeat is verified
 	hasReport bool
+	// loaded is when agent and pub were read from the store (or set by
+	// an enrollment through this broker).
+	loaded time.Time
 	// The heartbeat session key (session.go) as this replica last knew
 	// it: read from the store when loaded is older than SessionKeyTTL or
 	// a beat names a newer epoch, at most once per sessionReloadEvery
@@ -146,6 +153,9 @@ func New(cfg Config) *Broker {
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 2 * time.Minute
+	}
+	if cfg.AgentTTL <= 0 {
+		cfg.AgentTTL = tokenTTL
 	}
 	if cfg.SessionKeyTTL <= 0 {
 		cfg.SessionKeyTTL = tokenTTL

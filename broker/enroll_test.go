@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -92,5 +93,52 @@ func TestReenrollChangesNeedProof(t *testing.T) {
 		if (c.code == 0) != (err == nil) || (err != nil && brokertest.Code(err) != c.code) {
 			t.Errorf("beat through a %s token after the move: %v, want code %v", c.scope, err, c.code)
 		}
+	}
+}
+
+// TestReenrollShowsOnOtherReplicas: a node moved to another region
+// through one broker is seen there by another broker on the same store
+// within AgentTTL; its cached copy does not keep the old region (and so
+// the old scope) until a restart.
+func TestReenrollShowsOnOtherReplicas(t *testing.T) {
+	t.Parallel()
+	for _, kind := range brokertest.Stores {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cfg := brokertest.Fast()
+			cfg.AgentTTL = 200 * time.Millisecond
+			db := brokertest.NewDB(t, kind)
+			b1, b2 := brokertest.Start(t, db, cfg), brokertest.Start(t, db, cfg)
+			all, eu := b1.Token(t, store.RoleAgent, "*"), b1.Token(t, store.RoleAgent, "eu-*")
+			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := brokertest.H100("us-west-2", 20)
+			a, err := brokertest.EnrollProven(ctx, b1.URL, all, key, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			poll := func(tok string) error {
+				rc, err := api.DialRuns(b2.URL, api.DialOptions{Token: tok, GRPC: true})
+				if err != nil {
+					return err
+				}
+				_, err = rc.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: a.ID, WaitSeconds: 1}))
+				return err
+			}
+			if err := poll(all); err != nil { // b2 now holds the agent in us-west-2
+				t.Fatal(err)
+			}
+			node.Region = "eu-central-1"
+			if _, err := brokertest.EnrollProven(ctx, b1.URL, all, key, node); err != nil {
+				t.Fatalf("moving the node through b1: %v", err)
+			}
+			time.Sleep(2 * cfg.AgentTTL)
+			if err := poll(eu); err != nil {
+				t.Errorf("an eu-* token polling for the moved node through b2: %v", err)
+			}
+		})
 	}
 }
