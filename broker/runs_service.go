@@ -379,19 +379,16 @@ func (s *runService) ListRuns(ctx context.Context, req *connect.Request[gpupassv
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	// Read more than limit: some rows may be outside the token scope.
-	all, err := rs.ListAllocs(ctx, 4*limit)
+	// The store applies the scope before the limit: a token that sees
+	// few regions still gets its newest runs, however many others exist.
+	all, err := rs.ListAllocs(ctx, limit, func(region string) bool {
+		return match.MatchRegion(tok.Regions, region) && (len(req.Msg.Regions) == 0 || match.MatchRegion(req.Msg.Regions, region))
+	})
 	if err != nil {
 		return nil, b.storeErr("listing runs", err)
 	}
 	resp := &gpupassv1.ListRunsResponse{}
 	for _, a := range all {
-		if len(resp.Runs) == limit {
-			break
-		}
-		if !match.MatchRegion(tok.Regions, a.Region) || (len(req.Msg.Regions) > 0 && !match.MatchRegion(req.Msg.Regions, a.Region)) {
-			continue
-		}
 		resp.Runs = append(resp.Runs, runProto(a))
 	}
 	return connect.NewResponse(resp), nil

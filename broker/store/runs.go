@@ -116,8 +116,11 @@ type Runs interface {
 	// the check and the write are atomic across brokers.
 	UpdateAlloc(ctx context.Context, id string, fn func(a *Alloc) error) (Alloc, error)
 	// ListAllocs and ActiveAllocs leave Workdir empty.
-	// ListAllocs returns the newest allocations first, at most limit.
-	ListAllocs(ctx context.Context, limit int) ([]Alloc, error)
+	// ListAllocs returns the newest allocations first, at most limit,
+	// of the regions inScope accepts (nil: every region). The store asks
+	// inScope about each region it holds runs in, so the limit counts
+	// only runs the caller may see.
+	ListAllocs(ctx context.Context, limit int, inScope func(region string) bool) ([]Alloc, error)
 	// ActiveAllocs returns every allocation not in a terminal state.
 	ActiveAllocs(ctx context.Context) ([]Alloc, error)
 	// AppendRecords stores records of an allocation, each (alloc, seq)

@@ -21,11 +21,12 @@ var _ store.Runs = (*Store)(nil)
 var runQueries = map[string]string{
 	"insertAlloc": `INSERT INTO allocs (id, name, region, state, node_id, fence, held_through, created_at, updated_at, body, workdir)
 		VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)`,
-	"alloc":       `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
-	"allocLock":   `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
-	"allocWork":   `SELECT workdir FROM allocs WHERE id = ?`,
-	"updateAlloc": `UPDATE allocs SET name = ?, region = ?, state = ?, node_id = ?, fence = ?, updated_at = ?, body = ? WHERE id = ?`,
-	"listAllocs":  `SELECT body, fence, held_through FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
+	"alloc":        `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
+	"allocLock":    `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
+	"allocWork":    `SELECT workdir FROM allocs WHERE id = ?`,
+	"updateAlloc":  `UPDATE allocs SET name = ?, region = ?, state = ?, node_id = ?, fence = ?, updated_at = ?, body = ? WHERE id = ?`,
+	"listAllocs":   `SELECT body, fence, held_through FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
+	"allocRegions": `SELECT DISTINCT region FROM allocs`,
 	"activeAllocs": `SELECT body, fence, held_through FROM allocs
 		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
 	"fenceLock": `SELECT fence, held_through FROM allocs WHERE id = ?`,
@@ -245,12 +246,40 @@ func (s *Store) allocs(ctx context.Context, q string, args ...any) ([]store.Allo
 	return out, nil
 }
 
-// ListAllocs implements store.Runs.
-func (s *Store) ListAllocs(ctx context.Context, limit int) ([]store.Alloc, error) {
+// ListAllocs implements store.Runs. With inScope, the regions that hold
+// runs (a handful) are read first and the listing asks for those only.
+func (s *Store) ListAllocs(ctx context.Context, limit int, inScope func(string) bool) ([]store.Alloc, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return s.allocs(ctx, s.rq("listAllocs"), limit)
+	if inScope == nil {
+		return s.allocs(ctx, s.rq("listAllocs"), limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.rq("allocRegions"))
+	if err != nil {
+		return nil, fmt.Errorf("listing allocations: %w", err)
+	}
+	var args []any
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("listing allocations: %w", err)
+		}
+		if inScope(r) {
+			args = append(args, r)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing allocations: %w", err)
+	}
+	if len(args) == 0 {
+		return nil, nil
+	}
+	q := `SELECT body, fence, held_through FROM allocs WHERE region IN (?` + strings.Repeat(", ?", len(args)-1) +
+		`) ORDER BY created_at DESC, id DESC LIMIT ?`
+	return s.allocs(ctx, s.rebind(q), append(args, limit)...)
 }
 
 // ActiveAllocs implements store.Runs.

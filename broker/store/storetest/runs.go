@@ -104,9 +104,30 @@ func runRuns(t *testing.T, open Factory, o Options) {
 		if diff := cmp.Diff([]string{"alloc-00000000", "alloc-00000001", "alloc-00000004"}, ids); diff != "" {
 			t.Errorf("ActiveAllocs (-want +got):\n%s", diff)
 		}
-		list, err := r.ListAllocs(ctx, 2)
+		list, err := r.ListAllocs(ctx, 2, nil)
 		if err != nil || len(list) != 2 || list[0].ID != "alloc-00000004" || list[1].ID != "alloc-00000003" {
 			t.Errorf("ListAllocs(2) = %v, %v; want the newest two, newest first", list, err)
+		}
+		// The scope applies before the limit: the newest runs of the
+		// regions asked for, however many newer ones elsewhere.
+		for i := range 2 {
+			a := store.Alloc{ID: fmt.Sprintf("alloc-e%07d", i), Name: "n", Region: "eu-central-1", State: store.AllocSucceeded, CreatedAt: t0.Add(time.Duration(i-10) * time.Second)}
+			if err := r.CreateAlloc(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eu := func(region string) bool { return region == "eu-central-1" }
+		if list, err := r.ListAllocs(ctx, 1, eu); err != nil || len(list) != 1 || list[0].ID != "alloc-e0000001" {
+			t.Errorf("ListAllocs(1, eu) = %v, %v; want alloc-e0000001, eu's newest, behind 5 newer us runs", list, err)
+		}
+		if list, err := r.ListAllocs(ctx, 10, eu); err != nil || len(list) != 2 {
+			t.Errorf("ListAllocs(10, eu) = %v, %v; want eu's 2 runs", list, err)
+		}
+		if list, err := r.ListAllocs(ctx, 10, nil); err != nil || len(list) != 7 {
+			t.Errorf("ListAllocs(10, all) = %d runs, %v; want 7", len(list), err)
+		}
+		if list, err := r.ListAllocs(ctx, 5, func(string) bool { return false }); err != nil || len(list) != 0 {
+			t.Errorf("ListAllocs with no region in scope = %v, %v; want none", list, err)
 		}
 	})
 
