@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -22,16 +23,25 @@ import (
 // listed in RECORD with the hash and size it really has. It reads the
 // archive entry by entry and never holds a file whole in memory.
 func Inspect(p string, f Filename) error {
-	zr, err := zip.OpenReader(p)
+	fh, err := os.Open(p)
 	if err != nil {
-		return fmt.Errorf("wheel %s: not a readable zip archive: %w", f.File, err)
+		return fmt.Errorf("wheel %s: %w", f.File, err)
 	}
-	defer zr.Close()
-	return verify(&zr.Reader, f)
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return fmt.Errorf("wheel %s: %w", f.File, err)
+	}
+	return VerifyReader(fh, st.Size(), f)
 }
 
 // VerifyReader is Inspect for an archive already opened by the caller.
+// The archive's end must be unambiguous (checkEnd) before its central
+// directory is read.
 func VerifyReader(r io.ReaderAt, size int64, f Filename) error {
+	if _, err := checkEnd(r, size, f); err != nil {
+		return err
+	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return fmt.Errorf("wheel %s: not a readable zip archive: %w", f.File, err)

@@ -45,6 +45,9 @@ type Streamed struct {
 	record  []byte
 	recName string
 	f       Filename
+	// localEnd is where the local entries end: the central directory
+	// must start there (checkEnd).
+	localEnd int64
 }
 
 const (
@@ -243,6 +246,7 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			if len(s.entries) == 0 {
 				return nil, fmt.Errorf("wheel %s: empty zip archive", f.File)
 			}
+			s.localEnd = cr.n - 4
 			return s, nil
 		default:
 			return nil, fmt.Errorf("%w: unexpected data at offset %d", ErrNotStreamable, cr.n-4)
@@ -535,6 +539,13 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // on up to GOMAXPROCS goroutines (shared by all Checks in the process).
 func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 	f := s.f
+	d, err := checkEnd(r, size, f)
+	if err != nil {
+		return err
+	}
+	if d.offset != s.localEnd {
+		return fmt.Errorf("wheel %s: ambiguous zip archive: the central directory starts at offset %d, but the entries end at %d (an installer could read other files than the ones checked; rebuild the wheel)", f.File, d.offset, s.localEnd)
+	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return fmt.Errorf("wheel %s: not a readable zip archive: %w", f.File, err)
