@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -332,6 +333,9 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return PullResult{}, fmt.Errorf("creating %s: %w", filepath.Dir(dir), err)
 	}
+	if err := checkSpace(filepath.Dir(dir), f.wheels); err != nil {
+		return PullResult{}, fmt.Errorf("pulling %s: %w", ref, err)
+	}
 	stage, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".partial-")
 	if err != nil {
 		return PullResult{}, fmt.Errorf("staging the pull: %w", err)
@@ -401,6 +405,29 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 	return PullResult{Reference: f.digest.String(), Digest: f.digest.DigestStr(), Dir: dir, Wheels: wheels, Lock: lock}, nil
 }
 
+// checkSpace refuses a pull whose wheels do not fit in the free space of
+// the filesystem holding dir, before a byte is written: a pull that
+// fills the disk halfway fails anyway, after slowing everything else on
+// the node.
+func checkSpace(dir string, wheels []v1.Descriptor) error {
+	free, ok := freeSpace(dir)
+	if !ok {
+		return nil
+	}
+	var need int64
+	for _, d := range wheels {
+		need += d.Size
+		if need < 0 { // sizes near MaxInt64 from a hostile manifest
+			need = math.MaxInt64
+			break
+		}
+	}
+	if need > free {
+		return fmt.Errorf("the bundle's wheels take %s, but %s has %s free: free space or pull elsewhere", human(need), dir, human(free))
+	}
+	return nil
+}
+
 func checkTarget(dir string) error {
 	entries, err := os.ReadDir(dir)
 	switch {
@@ -448,7 +475,7 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	if err != nil {
 		return fail(err)
 	}
-	rc, err := openBlob(ctx, f.blobs, f.ref.Context(), d)
+	rc, sized, err := openBlob(ctx, f.blobs, f.ref.Context(), d)
 	if err != nil {
 		return fail(err)
 	}
@@ -461,7 +488,12 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	defer out.Close()
 	// The size is known: reserving it at once spares the filesystem
 	// growing the file block by block (and fails early on a full disk).
-	preallocate(out, d.Size)
+	// Only when the registry sends that many bytes: a manifest is not
+	// trusted to reserve disk (a chunked reply to a layer declared at
+	// 2 GiB would otherwise take 2 GiB before its first byte is checked).
+	if sized {
+		preallocate(out, d.Size)
+	}
 	// One pass over the bytes, in two goroutines: this one receives the
 	// blob and writes it to disk; the other parses the zip and takes the
 	// blob's digest and, for RECORD, the hash of every stored entry: on

@@ -260,25 +260,27 @@ func parseIPLiteral(host string) (netip.Addr, bool) {
 // openBlob starts the download of blob d of repo. The caller checks the
 // digest; the size is checked against Content-Length here when the
 // registry sends one.
-func openBlob(ctx context.Context, c *http.Client, repo name.Repository, d v1.Descriptor) (io.ReadCloser, error) {
+// openBlob starts the download of d. sized reports that the registry
+// declared d's size as the body's length (no chunked transfer).
+func openBlob(ctx context.Context, c *http.Client, repo name.Repository, d v1.Descriptor) (body io.ReadCloser, sized bool, err error) {
 	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/blobs/%s", repo.RepositoryStr(), d.Digest)}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, redactURL(err)
+		return nil, false, redactURL(err)
 	}
 	if err := transport.CheckError(resp, http.StatusOK); err != nil {
 		resp.Body.Close()
-		return nil, err
+		return nil, false, err
 	}
 	if resp.ContentLength != -1 && resp.ContentLength != d.Size {
 		resp.Body.Close()
-		return nil, fmt.Errorf("%w: GET %s: Content-Length %d, the manifest says %d bytes", ErrVerification, u.Redacted(), resp.ContentLength, d.Size)
+		return nil, false, fmt.Errorf("%w: GET %s: Content-Length %d, the manifest says %d bytes", ErrVerification, u.Redacted(), resp.ContentLength, d.Size)
 	}
-	return resp.Body, nil
+	return resp.Body, resp.ContentLength == d.Size, nil
 }
 
 // redactURL drops the query from the URL in a failed request's error:

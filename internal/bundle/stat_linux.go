@@ -16,6 +16,16 @@ func statOf(fi os.FileInfo) (fileStat, bool) {
 	}, true
 }
 
+// freeSpace is what an unprivileged writer may still write to the
+// filesystem holding dir.
+func freeSpace(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * st.Bsize, true
+}
+
 // preallocate reserves size bytes for f; a filesystem that cannot is
 // simply written to as usual.
 func preallocate(f *os.File, size int64) {
