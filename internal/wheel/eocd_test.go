@@ -1,8 +1,13 @@
 package wheel_test
 
 import (
+	"archive/zip"
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,5 +196,53 @@ func TestArchiveEnds(t *testing.T) {
 				t.Errorf("accepted: VerifyReader %v, stream %v", errR, errS)
 			}
 		})
+	}
+}
+
+// TestNamesNotMarkedUTF8Refused: an entry whose name goes beyond ASCII
+// without the UTF-8 flag is refused (pip would read it as cp437, so it
+// could land on another entry's path); the same name marked UTF-8, as
+// every writer marks it, passes.
+func TestNamesNotMarkedUTF8Refused(t *testing.T) {
+	t.Parallel()
+	fn, err := wheel.ParseFilename(demoWheel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, marked := range []bool{true, false} {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		var record strings.Builder
+		for _, e := range []struct{ name, body string }{
+			{"demo/__init__.py", "X = 1\n"}, {"demo/é.py", "Y = 2\n"},
+			{"demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n"},
+			{"demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+		} {
+			w, err := zw.CreateHeader(&zip.FileHeader{Name: e.name, Method: zip.Deflate, NonUTF8: !marked && e.name == "demo/é.py"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(w, e.body)
+			sum := sha256.Sum256([]byte(e.body))
+			fmt.Fprintf(&record, "%s,sha256=%s,%d\n", e.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(e.body))
+		}
+		record.WriteString("demo-1.0.dist-info/RECORD,,\n")
+		w, _ := zw.Create("demo-1.0.dist-info/RECORD")
+		io.WriteString(w, record.String())
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b := buf.Bytes()
+		errR := wheel.VerifyReader(bytes.NewReader(b), int64(len(b)), fn)
+		s, errS := wheel.VerifyStream(bytes.NewReader(b), fn)
+		if errS == nil {
+			errS = s.Check(bytes.NewReader(b), int64(len(b)))
+		}
+		switch {
+		case marked && (errR != nil || errS != nil):
+			t.Errorf("a UTF-8 marked name refused: %v / %v", errR, errS)
+		case !marked && (errR == nil || errS == nil || !strings.Contains(errR.Error(), "cp437") || !strings.Contains(errS.Error(), "cp437")):
+			t.Errorf("an unmarked name beyond ASCII: %v / %v, want both refused", errR, errS)
+		}
 	}
 }

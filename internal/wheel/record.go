@@ -66,6 +66,9 @@ func verify(zr *zip.Reader, f Filename) error {
 		if err := safeEntry(name); err != nil {
 			return fmt.Errorf("wheel %s: %w", f.File, err)
 		}
+		if err := utf8Entry(zf); err != nil {
+			return fmt.Errorf("wheel %s: %w", f.File, err)
+		}
 		if _, dup := files[name]; dup {
 			return fmt.Errorf("wheel %s: entry %q appears twice in the archive", f.File, name)
 		}
@@ -135,6 +138,18 @@ func safeEntry(name string) error {
 		if seg == ".." || seg == "." || seg == "" {
 			return fmt.Errorf("entry %q: not a safe relative path", name)
 		}
+	}
+	return nil
+}
+
+// utf8Entry refuses a name with bytes beyond ASCII that the archive does
+// not mark UTF-8: Python's zipfile (pip) reads such a name as cp437, so
+// two entries that differ here ("é" in UTF-8, "\x82" in cp437) would be
+// one file on disk, whichever comes last, each checked against its own
+// RECORD line. Python's zipfile and Go's archive/zip mark every such name.
+func utf8Entry(zf *zip.File) error {
+	if zf.NonUTF8 {
+		return fmt.Errorf("entry %q: a name beyond ASCII that is not marked UTF-8 (installers would read it as cp437)", zf.Name)
 	}
 	return nil
 }

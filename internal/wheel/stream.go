@@ -559,6 +559,9 @@ func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 		if err := safeEntry(zf.Name); err != nil {
 			return fmt.Errorf("wheel %s: %w", f.File, err)
 		}
+		if err := utf8Entry(zf); err != nil {
+			return fmt.Errorf("wheel %s: %w", f.File, err)
+		}
 		e, ok := s.entries[zf.Name]
 		if !ok {
 			return fmt.Errorf("wheel %s: %s is in the central directory but not in the archive", f.File, zf.Name)
