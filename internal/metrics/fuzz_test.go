@@ -2,9 +2,11 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The readers take untrusted files: whatever the bytes, they return a
@@ -50,6 +52,52 @@ func TestHugeLineStreamed(t *testing.T) {
 	}
 	if len(s.Points) != 2 || s.Problems.Count != 1 || s.Problems.First[0] != (Problem{"line 2", "line longer than 1 MiB"}) {
 		t.Errorf("points %v problems %+v", s.Points, s.Problems)
+	}
+}
+
+// TestNestedValuesIgnored: only the top-level "values" object is read;
+// one nested in it is skipped like any other nested value.
+func TestNestedValuesIgnored(t *testing.T) {
+	t.Parallel()
+	_, err := ReadJSONL(strings.NewReader(`{"step":1,"values":{"values":{"loss":1}}}`+"\n"), "nested", Options{})
+	var ee *EmptyError
+	if !errors.As(err, &ee) {
+		t.Errorf("error %v, want no loss values found", err)
+	}
+}
+
+// TestNestedValuesLinear: a line of nested "values" objects once took
+// time quadratic in its length (a 440 KB line, 10 s). It is compared with
+// a line of the same length and nesting under another key, which is
+// skipped in one pass. The linear reader takes 2 to 8 times as long, the
+// quadratic one 500 to 3000 times (race detector on or off), so a bound
+// of 50 times, best of a few tries, holds on a loaded machine.
+func TestNestedValuesLinear(t *testing.T) {
+	t.Parallel()
+	const depth = 8000
+	line := func(key string) string {
+		return `{"step":1,` + strings.Repeat(`"`+key+`":{`, depth) + `"loss":1` + strings.Repeat("}", depth) + "}\n"
+	}
+	nested, other := line("values"), line("others")
+	took := func(line string) time.Duration {
+		start := time.Now()
+		ReadJSONL(strings.NewReader(line), "x", Options{})
+		return time.Since(start)
+	}
+	base := took(other)
+	for range 4 {
+		base = min(base, took(other))
+	}
+	bound := 50*base + 5*time.Millisecond
+	var got time.Duration
+	for range 5 {
+		// A run far over the bound is no scheduling hiccup: stop there.
+		if got = took(nested); got <= bound || got > 10*bound {
+			break
+		}
+	}
+	if got > bound {
+		t.Errorf("a %d-byte line of nested \"values\" took %v, one nested under another key %v", len(nested), got, base)
 	}
 }
 

@@ -70,7 +70,7 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 			plain.Add(where.String(), "not a JSON object")
 			continue
 		}
-		rec, perr := parseFlat(line, metric)
+		rec, perr := parseFlat(line, metric, false)
 		if perr != nil {
 			s.Problems.Add(where.String(), perr.Error())
 			continue
@@ -133,8 +133,10 @@ type flatRecord struct {
 
 // parseFlat reads one JSON object by hand: encoding/json costs several
 // times more per line, and Python writes NaN/Infinity that it rejects.
-// Nested values are skipped.
-func parseFlat(b []byte, metric string) (flatRecord, error) {
+// Nested values are skipped, except a top-level "values" object, which is
+// read once; inside it (nested) nothing is looked into, so a line costs
+// time linear in its length however deep it nests.
+func parseFlat(b []byte, metric string, nested bool) (flatRecord, error) {
 	var rec flatRecord
 	p := &scanner{b: b}
 	p.ws()
@@ -189,7 +191,9 @@ func parseFlat(b []byte, metric string) (flatRecord, error) {
 		case "values":
 			// gpupass run metrics (the agent spool and broker export):
 			// {"step":..,"ts":..,"attempt":..,"values":{"loss":..}}.
-			if p.peek() != '{' {
+			// Only the top level's: recursing into "values" within
+			// "values" would skip, then re-read, every level again.
+			if nested || p.peek() != '{' {
 				if err := p.skip(); err != nil {
 					return rec, err
 				}
@@ -199,7 +203,7 @@ func parseFlat(b []byte, metric string) (flatRecord, error) {
 			if err := p.skip(); err != nil {
 				return rec, err
 			}
-			inner, err := parseFlat(p.b[start:p.i], metric)
+			inner, err := parseFlat(p.b[start:p.i], metric, true)
 			if err != nil {
 				return rec, fmt.Errorf(`"values": %w`, err)
 			}
