@@ -190,7 +190,7 @@ func csvFields(line []byte, rec []string) ([]string, error) {
 
 func parseTime(v string) (int64, error) {
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t.UTC().UnixNano(), nil
+		return unixNano(t, []byte(v))
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		return epochSeconds(f)

@@ -392,7 +392,7 @@ func (p *scanner) timestamp() (int64, error) {
 			}
 			return 0, fmt.Errorf("%q is neither RFC 3339 (2026-01-02T03:04:05Z, any offset) nor epoch seconds", s)
 		}
-		return t.UTC().UnixNano(), nil
+		return unixNano(t, s)
 	}
 	f, ok, err := p.num()
 	if err != nil {
@@ -405,10 +405,35 @@ func (p *scanner) timestamp() (int64, error) {
 }
 
 func epochSeconds(f float64) (int64, error) {
-	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1e11 {
+	ns, ok := epochNanos(f)
+	if !ok {
 		return 0, fmt.Errorf("epoch seconds %v out of range", f)
 	}
-	return int64(math.Round(f * 1e9)), nil
+	return ns, nil
+}
+
+// epochNanos converts epoch seconds to Unix nanoseconds, which an int64
+// holds up to 2262; past that the conversion would wrap to a time in 1677.
+func epochNanos(f float64) (int64, bool) {
+	ns := math.Round(f * 1e9)
+	// float64(math.MaxInt64) is 2^63, the first value that does not fit;
+	// the negated form also rejects NaN.
+	if !(ns >= 0 && ns < float64(math.MaxInt64)) {
+		return 0, false
+	}
+	return int64(ns), true
+}
+
+// Unix nanoseconds in an int64 span these times; UnixNano is undefined
+// outside them.
+var minTime, maxTime = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+
+// unixNano returns t, parsed from s, in Unix nanoseconds.
+func unixNano(t time.Time, s []byte) (int64, error) {
+	if t.Before(minTime) || t.After(maxTime) {
+		return 0, fmt.Errorf("time %q out of range (years 1678 to 2262)", s)
+	}
+	return t.UnixNano(), nil
 }
 
 // skip steps over one JSON value of any kind.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -423,3 +424,71 @@ func TestNormalizeDuplicates(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestTimeRange: Unix nanoseconds in an int64 end in 2262; times past it
+// (or before 1678) are problems, not times wrapped into another century.
+func TestTimeRange(t *testing.T) {
+	t.Parallel()
+	const lastSecond = 9223372036 // 2262-04-11T23:47:16Z
+	tests := []struct {
+		name, format, body string
+		want               []Point
+		wantProblems       []Problem
+	}{
+		{
+			name: "jsonl epoch", format: "jsonl",
+			body: `{"step":1,"loss":1,"ts":9223372036}` + "\n" + `{"step":2,"loss":1,"ts":9300000000}` + "\n" + `{"step":3,"loss":1,"ts":"99999999999"}` + "\n",
+			want: []Point{{1, 1, lastSecond * 1e9}},
+			wantProblems: []Problem{
+				{"line 2", `"ts": epoch seconds 9.3e+09 out of range`},
+				{"line 3", `"ts": epoch seconds 9.9999999999e+10 out of range`},
+			},
+		},
+		{
+			name: "jsonl rfc 3339", format: "jsonl",
+			body: `{"step":1,"loss":1,"ts":"2262-04-11T23:47:16Z"}` + "\n" + `{"step":2,"loss":1,"ts":"2300-01-01T00:00:00Z"}` + "\n" + `{"step":3,"loss":1,"time":"1600-01-01T00:00:00+01:00"}` + "\n",
+			want: []Point{{1, 1, lastSecond * 1e9}},
+			wantProblems: []Problem{
+				{"line 2", `"ts": time "2300-01-01T00:00:00Z" out of range (years 1678 to 2262)`},
+				{"line 3", `"time": time "1600-01-01T00:00:00+01:00" out of range (years 1678 to 2262)`},
+			},
+		},
+		{
+			name: "csv", format: "csv",
+			body: "step,loss,time\n1,1,2262-04-11T23:47:16Z\n2,1,2300-01-01T00:00:00Z\n3,1,9300000000\n",
+			want: []Point{{1, 1, lastSecond * 1e9}},
+			wantProblems: []Problem{
+				{"line 3", `time "2300-01-01T00:00:00Z" out of range (years 1678 to 2262)`},
+				{"line 4", `epoch seconds 9.3e+09 out of range`},
+			},
+		},
+		{
+			// An unusable wall time leaves the time unknown, as before.
+			name: "tensorboard wall_time", format: "tensorboard",
+			body: string(bytes.Join([][]byte{
+				tfrecord(event(lastSecond, 1, "loss", 1, false)),
+				tfrecord(event(9.3e9, 2, "loss", 1, false)),
+				tfrecord(event(5e10, 3, "loss", 1, false)),
+			}, nil)),
+			want: []Point{{1, 1, lastSecond * 1e9}, {2, 1, 0}, {3, 1, 0}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			read := map[string]func(io.Reader, string, Options) (*Series, error){
+				"jsonl": ReadJSONL, "csv": ReadCSV, "tensorboard": ReadTensorBoard,
+			}[tc.format]
+			s, err := read(strings.NewReader(tc.body), "mem", Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, s.Points); d != "" {
+				t.Errorf("points (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantProblems, s.Problems.First); d != "" {
+				t.Errorf("problems (-want +got):\n%s", d)
+			}
+		})
+	}
+}

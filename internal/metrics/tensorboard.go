@@ -208,10 +208,9 @@ func (st *tbState) event(b []byte) error {
 			b = b[n:]
 		}
 	}
-	var t int64
-	if wall > 0 && wall < 1e11 {
-		t = int64(math.Round(wall * 1e9))
-	}
+	// A wall time that is not a representable time leaves the time
+	// unknown (0).
+	t, _ := epochNanos(wall)
 	for _, s := range summaries {
 		if err := st.summary(s, step, t); err != nil {
 			return err
