@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -488,6 +490,104 @@ func TestTimeRange(t *testing.T) {
 			}
 			if d := cmp.Diff(tc.wantProblems, s.Problems.First); d != "" {
 				t.Errorf("problems (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestTensorBoardKeepsOneTag: a file with many tags (per-layer gradient
+// norms) holds the points of one tag in memory, not of all. The heap is
+// measured while ReadTensorBoardFiles opens its second file, after it
+// read the first. Not parallel: other tests would allocate meanwhile.
+func TestTensorBoardKeepsOneTag(t *testing.T) {
+	const steps, layers = 1000, 20
+	var file, lossOnly, layerOnly []byte
+	for step := range int64(steps) {
+		wall := 1772352000 + float64(step)
+		loss := tfrecord(event(wall, step, "train/loss", float32(step), false))
+		file = append(file, loss...)
+		lossOnly = append(lossOnly, loss...)
+		for l := range layers {
+			tag := "grad_norm/layer" + itoa(l)
+			g := tfrecord(event(wall, step, tag, float32(step*100+int64(l)), l%2 == 0))
+			file = append(file, g...)
+			if l == 7 {
+				layerOnly = append(layerOnly, g...)
+			}
+		}
+	}
+	// A point is 24 bytes; the slice holding steps of them may have
+	// grown to twice that, and twice again leaves room for the rest.
+	// All tags' points would be 21 times as many.
+	const bound = 4 * steps * 24
+	for _, tc := range []struct {
+		opt  Options
+		only []byte
+	}{
+		{Options{}, lossOnly},
+		{Options{Metric: "grad_norm/layer7"}, layerOnly},
+	} {
+		want, err := ReadTensorBoard(bytes.NewReader(tc.only), "mem", tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, during runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		open := func(name string) (io.ReadCloser, error) {
+			if name == "second" {
+				runtime.GC()
+				runtime.ReadMemStats(&during)
+				return io.NopCloser(strings.NewReader("")), nil
+			}
+			return io.NopCloser(bytes.NewReader(file)), nil
+		}
+		got, err := ReadTensorBoardFiles(open, []string{"first", "second"}, "mem", tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Metric != want.Metric || !cmp.Equal(got.Points, want.Points) {
+			t.Errorf("%+v: got %s %v, want %s %v", tc.opt, got.Metric, got.Points, want.Metric, want.Points)
+		}
+		if held := int64(during.HeapAlloc) - int64(before.HeapAlloc); held > bound {
+			t.Errorf("%+v: %d bytes held after reading %d points of %d tags, want at most %d", tc.opt, held, len(want.Points), layers+1, bound)
+		}
+	}
+}
+
+// TestTensorBoardPicksLossAsTagsAppear: the loss tag is chosen while
+// reading, so a better tag appearing later still wins, with all of its
+// points, as pickLoss would choose among all tags.
+func TestTensorBoardPicksLossAsTagsAppear(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		tags []string
+		want string
+	}{
+		{[]string{"aux_loss", "grad_norm", "loss_step", "train_loss", "loss"}, "loss"},
+		{[]string{"val_loss", "Aux_Loss", "test_loss", "extra_loss"}, "Aux_Loss"},
+		{[]string{"loss_step", "train/loss", "train_loss_step"}, "train_loss_step"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.want, func(t *testing.T) {
+			t.Parallel()
+			var b []byte
+			for step := range int64(3) {
+				for i, tag := range tc.tags {
+					b = append(b, tfrecord(event(1772352000, step, tag, float32(10*step)+float32(i), false))...)
+				}
+			}
+			s, err := ReadTensorBoard(bytes.NewReader(b), "mem", Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := pickLoss(tc.tags); s.Metric != tc.want || want != tc.want {
+				t.Fatalf("metric %q, pickLoss %q, want %q", s.Metric, want, tc.want)
+			}
+			i := float64(slices.Index(tc.tags, tc.want))
+			want := []Point{{0, i, 1772352000e9}, {1, 10 + i, 1772352000e9}, {2, 20 + i, 1772352000e9}}
+			if d := cmp.Diff(want, s.Points); d != "" {
+				t.Errorf("points (-want +got):\n%s", d)
 			}
 		})
 	}

@@ -48,20 +48,29 @@ func MaskedCRC(b []byte) uint32 {
 	return ((c >> 15) | (c << 17)) + 0xa282ead8
 }
 
-// tbState collects scalars of every tag, since the loss tag is known only
-// once all tags have been seen.
+// tbState keeps the points of one tag: the metric asked for, or else the
+// tag pickLoss would choose among the tags seen so far. A later tag can
+// displace that choice, but a tag it cannot pick now it never will, so a
+// file with many tags (per-layer gradient norms) costs memory for one.
 type tbState struct {
-	tags     map[string][]Point
-	order    []string
+	metric   string          // the tag asked for; "" picks the loss
+	keep     string          // the tag whose points pts holds
+	pts      []Point         // points of keep
+	tags     map[string]bool // every tag seen, for order
+	order    []string        // every tag in order of appearance, for messages
 	restarts int
 	seen     bool
+}
+
+func newTBState(metric string) *tbState {
+	return &tbState{metric: metric, keep: metric, tags: map[string]bool{}}
 }
 
 // ReadTensorBoard reads scalar summaries from one TensorBoard event file.
 // A truncated last record (a writer still running) and records with a bad
 // CRC are reported as problems; a corrupt length stops the file there.
 func ReadTensorBoard(r io.Reader, source string, opt Options) (*Series, error) {
-	st := &tbState{tags: map[string][]Point{}}
+	st := newTBState(opt.Metric)
 	var probs Problems
 	if err := st.read(r, source, &probs); err != nil {
 		return nil, err
@@ -72,7 +81,7 @@ func ReadTensorBoard(r io.Reader, source string, opt Options) (*Series, error) {
 // ReadTensorBoardFiles reads several event files of one run (a run
 // directory often holds one per restart) in the given order.
 func ReadTensorBoardFiles(open func(name string) (io.ReadCloser, error), names []string, source string, opt Options) (*Series, error) {
-	st := &tbState{tags: map[string][]Point{}}
+	st := newTBState(opt.Metric)
 	var probs Problems
 	for _, n := range names {
 		f, err := open(n)
@@ -89,11 +98,8 @@ func ReadTensorBoardFiles(open func(name string) (io.ReadCloser, error), names [
 }
 
 func (st *tbState) series(source string, opt Options, probs Problems) (*Series, error) {
-	metric := opt.Metric
-	if metric == "" {
-		metric = pickLoss(st.order)
-	}
-	pts := st.tags[metric]
+	// st.keep is opt.Metric, or pickLoss(st.order).
+	metric, pts := st.keep, st.pts
 	if len(pts) == 0 {
 		e := &EmptyError{Source: source, Metric: metric, Problems: probs}
 		if metric == "" && len(st.order) > 0 {
@@ -314,10 +320,16 @@ func (st *tbState) value(b []byte, step, t int64) error {
 	if step > MaxStep || step < -MaxStep {
 		return fmt.Errorf("step %d out of range", step)
 	}
-	if _, ok := st.tags[tag]; !ok {
+	if !st.tags[tag] {
+		st.tags[tag] = true
 		st.order = append(st.order, tag)
+		if st.metric == "" && tag != st.keep && pickLoss([]string{st.keep, tag}) == tag {
+			st.keep, st.pts = tag, nil
+		}
 	}
-	st.tags[tag] = append(st.tags[tag], Point{Step: step, Value: val, Time: t})
+	if tag == st.keep {
+		st.pts = append(st.pts, Point{Step: step, Value: val, Time: t})
+	}
 	st.seen = true
 	return nil
 }
