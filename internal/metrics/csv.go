@@ -68,7 +68,9 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 	}
 	col := map[string]int{}
 	for i, h := range header {
-		col[strings.TrimSpace(h)] = i
+		// Trimmed once, for the lookups below and pickLoss alike.
+		header[i] = strings.TrimSpace(h)
+		col[header[i]] = i
 	}
 	stepCol, ok := col["step"]
 	if !ok {

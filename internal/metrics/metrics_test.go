@@ -592,3 +592,16 @@ func TestTensorBoardPicksLossAsTagsAppear(t *testing.T) {
 		})
 	}
 }
+
+// TestCSVHeaderSpaces: header names are trimmed before the loss column is
+// picked, as they are for the lookups.
+func TestCSVHeaderSpaces(t *testing.T) {
+	t.Parallel()
+	s, err := ReadCSV(strings.NewReader("step, train_loss ,epoch\n1, 2.5,0\n2, 2,0\n"), "mem", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]Point{{1, 2.5, 0}, {2, 2, 0}}, s.Points); s.Metric != "train_loss" || d != "" {
+		t.Errorf("metric %q, want train_loss; points (-want +got):\n%s", s.Metric, d)
+	}
+}
