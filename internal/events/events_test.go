@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpupass/gpupass/internal/metrics"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -163,6 +165,16 @@ func TestParseMetric(t *testing.T) {
 		{`{"step":"1"}`, Metric{}, `no integer "step"`},
 		{`step=1 loss=2`, Metric{}, "not a JSON object"},
 		{`{"step":1,"loss":}`, Metric{}, "not a JSON object"},
+		// Steps are bounded as the compare report bounds them (2^53).
+		{`{"step":9007199254740992,"loss":1}`, Metric{Step: 1 << 53, Time: now, Values: map[string]float64{"loss": 1}}, ""},
+		{`{"step":-9007199254740992,"loss":1}`, Metric{Step: -1 << 53, Time: now, Values: map[string]float64{"loss": 1}}, ""},
+		{`{"step":9007199254740993,"loss":1}`, Metric{}, `no integer "step": 9007199254740993 out of range`},
+		{`{"step":9223372036854775807,"loss":1}`, Metric{}, `no integer "step": 9223372036854775807 out of range`},
+		{`{"step":-9223372036854775808,"loss":1}`, Metric{}, `out of range`},
+		{`{"step":1e17,"loss":1}`, Metric{}, `no integer "step": 1e17 out of range`},
+		// The first usable of ts, time and timestamp wins.
+		{`{"step":1,"timestamp":1,"time":"2026-01-02T03:04:06Z","ts":"yesterday"}`,
+			Metric{Step: 1, Time: now.Add(time.Second), Values: map[string]float64{}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.line, func(t *testing.T) {
@@ -182,6 +194,31 @@ func TestParseMetric(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestParseMetricTimeKeys: with several time keys the same one wins every
+// time, however the decoded map is iterated.
+func TestParseMetricTimeKeys(t *testing.T) {
+	t.Parallel()
+	line := []byte(`{"step":1,"timestamp":1700000002,"time":1700000001,"loss":1,"ts":1700000000}`)
+	want := time.Unix(1700000000, 0).UTC()
+	for range 200 {
+		m, err := ParseMetric(line, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Time.Equal(want) {
+			t.Fatalf("time %v, want %v (from \"ts\")", m.Time, want)
+		}
+	}
+}
+
+// TestMaxStep: the agent refuses what the compare report would drop.
+func TestMaxStep(t *testing.T) {
+	t.Parallel()
+	if maxStep != metrics.MaxStep {
+		t.Errorf("maxStep %d, metrics.MaxStep %d", maxStep, metrics.MaxStep)
 	}
 }
 

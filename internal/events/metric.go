@@ -109,10 +109,20 @@ func scalar(v any) (float64, bool) {
 // ErrNoStep says a metric line has no integer "step".
 var ErrNoStep = errors.New(`no integer "step"`)
 
+// maxStep bounds steps as metrics.MaxStep does (2^53, exact in a
+// float64): a step the compare report would drop is refused here, where
+// the job can be told. Not imported: the agent stays free of the readers.
+const maxStep = 1 << 53
+
+// timeKeys name a line's time, the first that parses winning; a fixed
+// order because the decoded map's iteration order is random.
+var timeKeys = []string{"ts", "time", "timestamp"}
+
 // ParseMetric reads one metric line as the job writes it to
 // $GPUPASS_METRICS_FILE (or after MetricMarker on stdout): a flat JSON
 // object with an integer "step", numeric scalars and an optional time
-// ("ts", "time" or "timestamp": RFC 3339, or epoch seconds). Python's
+// ("ts", "time" or "timestamp", the first usable in that order: RFC 3339,
+// or epoch seconds; steps are bounded by ±2^53). Python's
 // json module writes non-finite floats as bare NaN, Infinity and
 // -Infinity tokens, which are accepted. Strings, booleans, nulls and
 // nested values other than the time are ignored. now is used when the
@@ -147,18 +157,21 @@ func ParseMetric(line []byte, now time.Time) (Metric, error) {
 			s, err := strconv.ParseInt(string(n), 10, 64)
 			if err != nil {
 				f, ferr := n.Float64()
-				if ferr != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+				if ferr != nil || f != math.Trunc(f) {
 					return Metric{}, ErrNoStep
 				}
+				if math.Abs(f) > maxStep {
+					return Metric{}, fmt.Errorf("%w: %s out of range", ErrNoStep, n)
+				}
 				s = int64(f)
+			}
+			if s > maxStep || s < -maxStep {
+				return Metric{}, fmt.Errorf("%w: %s out of range", ErrNoStep, n)
 			}
 			m.Step, hasStep = s, true
 			continue
 		case "ts", "time", "timestamp":
-			if t, ok := parseTime(v); ok {
-				m.Time = t
-			}
-			continue
+			continue // below, in a fixed order
 		}
 		switch x := v.(type) {
 		case json.Number:
@@ -174,6 +187,12 @@ func ParseMetric(line []byte, now time.Time) (Metric, error) {
 	}
 	if !hasStep {
 		return Metric{}, ErrNoStep
+	}
+	for _, k := range timeKeys {
+		if t, ok := parseTime(raw[k]); ok {
+			m.Time = t
+			break
+		}
 	}
 	return m, nil
 }
