@@ -172,6 +172,11 @@ func TestParseMetric(t *testing.T) {
 		{`{"step":9223372036854775807,"loss":1}`, Metric{}, `no integer "step": 9223372036854775807 out of range`},
 		{`{"step":-9223372036854775808,"loss":1}`, Metric{}, `out of range`},
 		{`{"step":1e17,"loss":1}`, Metric{}, `no integer "step": 1e17 out of range`},
+		// Times an int64 of Unix nanoseconds cannot hold are not
+		// times: the line keeps the time it was read at.
+		{`{"step":1,"loss":1,"ts":9999999999}`, Metric{Step: 1, Time: now, Values: map[string]float64{"loss": 1}}, ""},
+		{`{"step":1,"loss":1,"ts":"2300-01-01T00:00:00Z"}`, Metric{Step: 1, Time: now, Values: map[string]float64{"loss": 1}}, ""},
+		{`{"step":1,"loss":1,"ts":9000000000}`, Metric{Step: 1, Time: time.Unix(9000000000, 0).UTC(), Values: map[string]float64{"loss": 1}}, ""},
 		// The first usable of ts, time and timestamp wins.
 		{`{"step":1,"timestamp":1,"time":"2026-01-02T03:04:06Z","ts":"yesterday"}`,
 			Metric{Step: 1, Time: now.Add(time.Second), Values: map[string]float64{}}, ""},

@@ -197,17 +197,23 @@ func ParseMetric(line []byte, now time.Time) (Metric, error) {
 	return m, nil
 }
 
+// Unix nanoseconds in an int64 span these times: the broker and
+// internal/metrics keep times so.
+var minTime, maxTime = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+
 func parseTime(v any) (time.Time, bool) {
 	switch x := v.(type) {
 	case string:
 		t, err := time.Parse(time.RFC3339Nano, x)
-		if err != nil {
+		if err != nil || t.Before(minTime) || t.After(maxTime) {
 			return time.Time{}, false
 		}
 		return t.UTC(), true
 	case json.Number:
 		f, err := x.Float64()
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1e11 {
+		// Seconds whose nanoseconds an int64 holds (to 2262), as
+		// internal/metrics reads them; the negated form rejects NaN.
+		if err != nil || !(f >= 0 && f*1e9 < float64(math.MaxInt64)) {
 			return time.Time{}, false
 		}
 		sec, frac := math.Modf(f)
