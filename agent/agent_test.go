@@ -295,23 +295,37 @@ func TestQueryEndpoint(t *testing.T) {
 }
 
 // reportBroker takes every report upload.
+// reportBroker takes reports and counts them.
 type reportBroker struct {
-	gpupassv1connect.UnimplementedAgentServiceHandler
-}
-
-func (reportBroker) UploadReport(context.Context, *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
-	return connect.NewResponse(&gpupassv1.UploadReportResponse{Passed: true}), nil
-}
-
-// countingBroker takes reports and counts them.
-type countingBroker struct {
 	gpupassv1connect.UnimplementedAgentServiceHandler
 	n *atomic.Int32
 }
 
-func (b countingBroker) UploadReport(context.Context, *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
+func (b reportBroker) UploadReport(context.Context, *connect.Request[gpupassv1.UploadReportRequest]) (*connect.Response[gpupassv1.UploadReportResponse], error) {
 	b.n.Add(1)
 	return connect.NewResponse(&gpupassv1.UploadReportResponse{Passed: true}), nil
+}
+
+// enrolledSimAgent is a simulated agent, known as agt-1 to a loopback
+// broker that takes its reports; uploads counts them.
+func enrolledSimAgent(t *testing.T) (a *Agent, clients *api.Clients, uploads *atomic.Int32) {
+	t.Helper()
+	uploads = new(atomic.Int32)
+	mux := http.NewServeMux()
+	mux.Handle(gpupassv1connect.NewAgentServiceHandler(reportBroker{n: uploads}))
+	broker := serveGRPC(t, mux)
+	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = New(simOptions(t, "h100-sxm5-8x"), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.agentID = "agt-1"
+	a.mu.Unlock()
+	return a, clients, uploads
 }
 
 // TestSuiteHeldDuringRun: while a run is in progress, neither the
@@ -320,21 +334,7 @@ func (b countingBroker) UploadReport(context.Context, *connect.Request[gpupassv1
 // is over, both measure and upload again.
 func TestSuiteHeldDuringRun(t *testing.T) {
 	t.Parallel()
-	var uploads atomic.Int32
-	mux := http.NewServeMux()
-	mux.Handle(gpupassv1connect.NewAgentServiceHandler(countingBroker{n: &uploads}))
-	broker := serveGRPC(t, mux)
-	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(simOptions(t, "h100-sxm5-8x"), quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.mu.Lock()
-	a.agentID = "agt-1"
-	a.mu.Unlock()
+	a, clients, uploads := enrolledSimAgent(t)
 	ctx := t.Context()
 	measured := func() bool {
 		a.mu.Lock()
@@ -368,20 +368,7 @@ func TestSuiteHeldDuringRun(t *testing.T) {
 // the agent's lock.
 func TestReportEndpointDuringUpload(t *testing.T) {
 	t.Parallel()
-	mux := http.NewServeMux()
-	mux.Handle(gpupassv1connect.NewAgentServiceHandler(reportBroker{}))
-	broker := serveGRPC(t, mux)
-	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(simOptions(t, "h100-sxm5-8x"), quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.mu.Lock()
-	a.agentID = "agt-1"
-	a.mu.Unlock()
+	a, clients, _ := enrolledSimAgent(t)
 	ctx := t.Context()
 	if _, err := a.RunOnce(ctx); err != nil {
 		t.Fatal(err)

@@ -142,22 +142,30 @@ func pushRaw(t *testing.T, ref string, titles []string, blobs [][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := static.NewLayer([]byte("{}"), bundle.EmptyMediaType)
-	if err := remote.WriteLayer(r.Context(), config); err != nil {
-		t.Fatal(err)
-	}
-	cd, _ := config.Digest()
-	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: "application/vnd.unknown.artifact.v1",
-		Config: v1.Descriptor{MediaType: bundle.EmptyMediaType, Size: 2, Digest: cd}}
+	var layers []v1.Descriptor
 	for i, b := range blobs {
 		l := static.NewLayer(b, "application/vnd.oci.image.layer.v1.tar")
 		if err := remote.WriteLayer(r.Context(), l); err != nil {
 			t.Fatal(err)
 		}
 		d, _ := l.Digest()
-		m.Layers = append(m.Layers, v1.Descriptor{MediaType: "application/vnd.oci.image.layer.v1.tar", Size: int64(len(b)), Digest: d,
+		layers = append(layers, v1.Descriptor{MediaType: "application/vnd.oci.image.layer.v1.tar", Size: int64(len(b)), Digest: d,
 			Annotations: map[string]string{bundle.AnnotationTitle: titles[i]}})
 	}
+	putManifest(t, r, layers)
+}
+
+// putManifest pushes an artifact manifest with the empty config and the
+// given layers (whose blobs the caller pushed, or not) under r.
+func putManifest(t *testing.T, r name.Reference, layers []v1.Descriptor) {
+	t.Helper()
+	config := static.NewLayer([]byte("{}"), bundle.EmptyMediaType)
+	if err := remote.WriteLayer(r.Context(), config); err != nil {
+		t.Fatal(err)
+	}
+	cd, _ := config.Digest()
+	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: "application/vnd.unknown.artifact.v1",
+		Config: v1.Descriptor{MediaType: bundle.EmptyMediaType, Size: 2, Digest: cd}, Layers: layers}
 	raw, _ := json.Marshal(m)
 	if err := remote.Put(r, rawTaggable(raw)); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package bundle_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,9 +13,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/gpupass/gpupass/internal/bundle"
 )
@@ -29,20 +25,9 @@ func pushDeclared(t *testing.T, ref string, size int64) v1.Hash {
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := static.NewLayer([]byte("{}"), bundle.EmptyMediaType)
-	if err := remote.WriteLayer(r.Context(), config); err != nil {
-		t.Fatal(err)
-	}
-	cd, _ := config.Digest()
 	d := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)}
-	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: "application/vnd.unknown.artifact.v1",
-		Config: v1.Descriptor{MediaType: bundle.EmptyMediaType, Size: 2, Digest: cd},
-		Layers: []v1.Descriptor{{MediaType: "application/vnd.oci.image.layer.v1.tar", Size: size, Digest: d,
-			Annotations: map[string]string{bundle.AnnotationTitle: "demo-1.0-py3-none-any.whl"}}}}
-	raw, _ := json.Marshal(m)
-	if err := remote.Put(r, rawTaggable(raw)); err != nil {
-		t.Fatal(err)
-	}
+	putManifest(t, r, []v1.Descriptor{{MediaType: "application/vnd.oci.image.layer.v1.tar", Size: size, Digest: d,
+		Annotations: map[string]string{bundle.AnnotationTitle: "demo-1.0-py3-none-any.whl"}}})
 	return d
 }
 
