@@ -259,9 +259,7 @@ func parseIPLiteral(host string) (netip.Addr, bool) {
 
 // openBlob starts the download of blob d of repo. The caller checks the
 // digest; the size is checked against Content-Length here when the
-// registry sends one.
-// openBlob starts the download of d. sized reports that the registry
-// declared d's size as the body's length (no chunked transfer).
+// registry sends one, and sized reports that it did (no chunked reply).
 func openBlob(ctx context.Context, c *http.Client, repo name.Repository, d v1.Descriptor) (body io.ReadCloser, sized bool, err error) {
 	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/blobs/%s", repo.RepositoryStr(), d.Digest)}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
