@@ -149,6 +149,12 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 	b.agentsMu.Lock()
 	e, ok := b.agents[id]
 	stale := ok && time.Since(e.loaded) > b.cfg.AgentTTL
+	if stale {
+		// Stamped before the read: concurrent calls for this agent,
+		// and every call while the store is down, do not read again
+		// until the TTL has passed once more.
+		e.loaded = time.Now()
+	}
 	b.agentsMu.Unlock()
 	if stale {
 		b.reloadAgent(ctx, e, id)
@@ -183,7 +189,7 @@ func (b *Broker) agent(ctx context.Context, id string) (*agentEntry, error) {
 
 // reloadAgent reads e's agent again from the store: another replica may
 // have enrolled it again since (a new region or labels). On a store error
-// the cached copy stays, and is tried again on the next call.
+// the cached copy stays, and is tried again after AgentTTL.
 func (b *Broker) reloadAgent(ctx context.Context, e *agentEntry, id string) {
 	a, err := b.store.Agent(ctx, id)
 	if err != nil {
@@ -196,7 +202,7 @@ func (b *Broker) reloadAgent(ctx context.Context, e *agentEntry, id string) {
 		return
 	}
 	b.agentsMu.Lock()
-	e.agent, e.pub, e.loaded = a, pub, time.Now()
+	e.agent, e.pub = a, pub
 	b.agentsMu.Unlock()
 }
 

@@ -72,7 +72,8 @@ type Config struct {
 	SessionKeyTTL time.Duration
 	// AgentTTL bounds how long this broker trusts its cached copy of an
 	// enrolled agent (its region, labels and key): a re-enrollment through
-	// another replica shows here within it (default 10 s, as for tokens).
+	// another replica shows here within it (default 1 minute: each
+	// reload is a store read, and agents beat every 10 s).
 	AgentTTL time.Duration
 }
 
@@ -155,7 +156,7 @@ func New(cfg Config) *Broker {
 		cfg.StartTimeout = 2 * time.Minute
 	}
 	if cfg.AgentTTL <= 0 {
-		cfg.AgentTTL = tokenTTL
+		cfg.AgentTTL = time.Minute
 	}
 	if cfg.SessionKeyTTL <= 0 {
 		cfg.SessionKeyTTL = tokenTTL

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -381,9 +382,13 @@ func (s *runService) ListRuns(ctx context.Context, req *connect.Request[gpupassv
 	}
 	// The store applies the scope before the limit: a token that sees
 	// few regions still gets its newest runs, however many others exist.
-	all, err := rs.ListAllocs(ctx, limit, func(region string) bool {
+	inScope := func(region string) bool {
 		return match.MatchRegion(tok.Regions, region) && (len(req.Msg.Regions) == 0 || match.MatchRegion(req.Msg.Regions, region))
-	})
+	}
+	if len(req.Msg.Regions) == 0 && slices.Contains(tok.Regions, "*") {
+		inScope = nil // every region: no need to list the regions first
+	}
+	all, err := rs.ListAllocs(ctx, limit, inScope)
 	if err != nil {
 		return nil, b.storeErr("listing runs", err)
 	}
