@@ -89,15 +89,12 @@ func (e *Env) Mask(value string) {
 			continue
 		}
 		e.masked[line] = true
-		// The runner unescapes a command's data, so a secret holding
-		// "%0A" or "%25" would be masked as another string, and leak.
-		fmt.Fprintf(e.log, "::add-mask::%s\n", commandData.Replace(line))
+		// go-githubactions escapes the data, which the runner unescapes:
+		// written raw, a secret holding "%0A" or "%25" would be masked as
+		// another string, and leak.
+		e.action().AddMask(line)
 	}
 }
-
-// commandData escapes a workflow command's data the way the runner
-// unescapes it (and go-githubactions escapes it).
-var commandData = strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A")
 
 var outputName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
 

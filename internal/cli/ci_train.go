@@ -54,8 +54,14 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 		return errors.Join(runErr, err)
 	}
 	if env.Kind() == ci.GitLab {
+		named := map[string]string{}
 		for _, r := range runs {
-			if err := env.SetOutput("allocation-"+outputSuffix(r.Region), r.Id); err != nil {
+			out := "allocation-" + outputSuffix(r.Region)
+			if other, dup := named[out]; dup && other != r.Region {
+				return errors.Join(runErr, fmt.Errorf("regions %s and %s both give the output %s: rename one, or read allocation-ids (JSON, region → id) instead", other, r.Region, out))
+			}
+			named[out] = r.Region
+			if err := env.SetOutput(out, r.Id); err != nil {
 				return errors.Join(runErr, err)
 			}
 		}

@@ -161,12 +161,12 @@ func ParseMetric(line []byte, now time.Time) (Metric, error) {
 					return Metric{}, ErrNoStep
 				}
 				if math.Abs(f) > maxStep {
-					return Metric{}, fmt.Errorf("%w: %s out of range", ErrNoStep, n)
+					return Metric{}, fmt.Errorf("%w: %s out of range (|step| ≤ 2^53)", ErrNoStep, n)
 				}
 				s = int64(f)
 			}
 			if s > maxStep || s < -maxStep {
-				return Metric{}, fmt.Errorf("%w: %s out of range", ErrNoStep, n)
+				return Metric{}, fmt.Errorf("%w: %s out of range (|step| ≤ 2^53)", ErrNoStep, n)
 			}
 			m.Step, hasStep = s, true
 			continue

@@ -171,7 +171,7 @@ func parseFlat(b []byte, metric string, nested bool) (flatRecord, error) {
 				return rec, fmt.Errorf(`"step" is not an integer`)
 			}
 			if math.Abs(f) > MaxStep {
-				return rec, fmt.Errorf(`"step" %g out of range`, f)
+				return rec, fmt.Errorf(`"step" %g out of range (|step| ≤ 2^53)`, f)
 			}
 			rec.step, rec.hasStep = int64(f), true
 		case metric:
