@@ -451,12 +451,21 @@ func (a *Agent) busy() (done func()) {
 // the run was checked against its spec as it started. The next tick after
 // the run measures again.
 func (a *Agent) periodic(ctx context.Context, c *api.Clients) error {
-	if n := a.runs.Load(); n > 0 {
-		a.log.Debug("periodic conformance run held: a run is in progress", "runs", n)
+	if a.held("periodic conformance run") {
 		return nil
 	}
 	_, err := a.measureAndUpload(ctx, c)
 	return err
+}
+
+// held reports, and logs, that a suite run for what must wait: a run is
+// in progress (see periodic).
+func (a *Agent) held(what string) bool {
+	n := a.runs.Load()
+	if n > 0 {
+		a.log.Debug(what+" held: a run is in progress", "runs", n)
+	}
+	return n > 0
 }
 
 func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*signedReport, error) {
@@ -477,8 +486,7 @@ func (a *Agent) upload(ctx context.Context, c *api.Clients) error {
 		// newer than the last it took, or older than 15 minutes.
 		// Measuring again reuses what cannot have changed; not while a
 		// run is in progress (see periodic): the broker asks again.
-		if n := a.runs.Load(); n > 0 {
-			a.log.Debug("report held: a run is in progress", "runs", n)
+		if a.held("report") {
 			return nil
 		}
 		var err error

@@ -294,7 +294,6 @@ func TestQueryEndpoint(t *testing.T) {
 	}
 }
 
-// reportBroker takes every report upload.
 // reportBroker takes reports and counts them.
 type reportBroker struct {
 	gpupassv1connect.UnimplementedAgentServiceHandler
@@ -354,6 +353,9 @@ func TestSuiteHeldDuringRun(t *testing.T) {
 	}
 	done()
 	done() // once only
+	if n := a.runs.Load(); n != 0 {
+		t.Fatalf("%d runs in progress after the run's done was called twice, want 0", n)
+	}
 	if err := a.periodic(ctx, clients); err != nil {
 		t.Fatal(err)
 	}

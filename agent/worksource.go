@@ -10,7 +10,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/api"
@@ -60,15 +59,6 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 	m := resp.Msg.GetAssignment()
 	if m == nil {
 		return nil, nil
-	}
-	if err := executor.CheckAllocID(m.AllocId); err != nil {
-		// The id would name the run's work dir and spool: a run that
-		// cannot have them is failed at once, and the poll says why.
-		reason := "the agent refused the run: " + err.Error()
-		if _, uerr := b.UpdateAllocation(ctx, AllocUpdate{AllocID: m.AllocId, FencingToken: m.FencingToken, State: StateFailed, Reason: reason, ExitCode: -1}); uerr != nil {
-			return nil, fmt.Errorf("polling for work: refused a run (%s); reporting it failed: %w", reason, uerr)
-		}
-		return nil, fmt.Errorf("polling for work: refused a run and reported it failed: %w", err)
 	}
 	return &Assignment{
 		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, Command: m.Command,

@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -131,10 +132,11 @@ func (b *badIDBroker) UpdateAllocation(_ context.Context, r *connect.Request[gpu
 	return connect.NewResponse(&gpupassv1.UpdateAllocationResponse{}), nil
 }
 
-// TestPollWorkRefusesUnsafeAllocID: a run whose id could not name a
-// directory safely never reaches the run loop; the broker hears that it
-// failed and why.
-func TestPollWorkRefusesUnsafeAllocID(t *testing.T) {
+// TestUnsafeAllocIDFromTheBroker: a run whose id could not name a
+// directory safely, polled from the broker, is refused by the run loop
+// before anything is named after it; the broker hears that it failed and
+// why.
+func TestUnsafeAllocIDFromTheBroker(t *testing.T) {
 	t.Parallel()
 	b := &badIDBroker{id: ".."}
 	mux := http.NewServeMux()
@@ -145,8 +147,17 @@ func TestPollWorkRefusesUnsafeAllocID(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := src.PollWork(t.Context(), "agt-1")
-	if a != nil || err == nil || !strings.Contains(err.Error(), `allocation id ".." is not a plain name`) {
-		t.Fatalf("PollWork = %+v, %v; want no run and an error naming the id", a, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	l := &RunLoop{Source: src, AgentID: func() string { return "agt-1" }, StateDir: state,
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}}}
+	if final := l.RunAssignment(t.Context(), a); final.State != StateFailed || !strings.Contains(final.Reason, `allocation id ".." is not a plain name`) {
+		t.Errorf("final %s (%s), want failed naming the id", final.State, final.Reason)
+	}
+	if ents, _ := os.ReadDir(state); len(ents) != 0 {
+		t.Errorf("the state dir holds %d entries after a refused run", len(ents))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"time"
+
+	"github.com/gpupass/gpupass/internal/probe"
 )
 
 // InstallOptions configure Install.
@@ -58,7 +59,7 @@ func Install(ctx context.Context, dir string, requirements []string, o InstallOp
 	cmd.Stdout, cmd.Stderr, cmd.Env = o.Stdout, o.Stderr, o.Env
 	// A process pip's build or a package's code left running must not
 	// hold the output pipes, and so the cancelled install, open.
-	cmd.WaitDelay = 2 * time.Second
+	cmd.WaitDelay = probe.WaitDelay
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("pip install --no-index --find-links %s: %w", dir, err)
 	}
