@@ -263,7 +263,6 @@ func TestSignatureAndKeys(t *testing.T) {
 		{"unknown agent key", rep.Zip, VerifyOptions{Key: f.cosignPub, AgentKeys: []AgentKey{{PEM: mustPEM(t, newKey(t))}}}, LayerAgent, FileAgentKey + ":known-agent-key"},
 		{"expired agent key", rep.Zip, VerifyOptions{Key: f.cosignPub, AgentKeys: []AgentKey{{PEM: f.agentPub, NotAfter: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}}, LayerAgent, FileAgentKey + ":agent-key-validity"},
 		{"agent key not yet valid", rep.Zip, VerifyOptions{Key: f.cosignPub, AgentKeys: []AgentKey{{PEM: f.agentPub, NotBefore: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)}}}, LayerAgent, FileAgentKey + ":agent-key-validity"},
-		{"pinning asked, no agent keys", rep.Zip, VerifyOptions{Key: f.cosignPub, PinAgentKeys: true}, LayerAgent, FileAgentKey + ":known-agent-key"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

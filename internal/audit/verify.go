@@ -53,13 +53,9 @@ type VerifyOptions struct {
 	// Key is the cosign public key the manifest must be signed with.
 	Key crypto.PublicKey
 	// AgentKeys pin the agent keys accepted for the conformance report.
-	// Empty: the key inside the report is used, and the layer says so,
-	// unless PinAgentKeys is set.
+	// Empty: the key inside the report is used, and the layer says so
+	// (the CLI refuses an --agent-key file that lists no key).
 	AgentKeys []AgentKey
-	// PinAgentKeys says the caller asked for pinning (--agent-key was
-	// given), so an empty AgentKeys fails the agent layer instead of
-	// silently trusting the report's own key.
-	PinAgentKeys bool
 	// Fingerprint, when set, recomputes the declared fingerprint from the
 	// declared spec source (spec.Parse + spec.Fingerprint), so a report
 	// cannot pair a spec with another spec's fingerprint.
@@ -149,7 +145,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 	res.Layers = append(res.Layers,
 		verifySignature(ctx, files, opts.Key),
 		verifyManifest(files, m, manifestErr),
-		verifyAgent(files, opts.AgentKeys, opts.PinAgentKeys),
+		verifyAgent(files, opts.AgentKeys),
 		verifyFingerprint(files, m.AllocationID, opts.Fingerprint),
 	)
 	if _, ok := files[FileAttestation]; ok {
@@ -278,12 +274,8 @@ func verifyManifest(files map[string][]byte, m Manifest, manifestErr error) Laye
 	return b.l
 }
 
-func verifyAgent(files map[string][]byte, pinned []AgentKey, mustPin bool) Layer {
+func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
 	b := &layerBuilder{l: Layer{Name: LayerAgent}}
-	if mustPin && len(pinned) == 0 {
-		b.fail(FileAgentKey, "known-agent-key", "agent keys were to be pinned but none were given: the report's own key is not trusted in their place")
-		return b.l
-	}
 	report, okR := files[FileConformanceReport]
 	sig, okS := files[FileConformanceSig]
 	embedded, okK := files[FileAgentKey]

@@ -288,7 +288,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 		agentKeys = append(agentKeys, ks...)
 	}
-	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, PinAgentKeys: len(o.AgentKeys) > 0, Fingerprint: declaredFingerprint})
+	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, Fingerprint: declaredFingerprint})
 	if err != nil {
 		return err
 	}
