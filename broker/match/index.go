@@ -385,8 +385,7 @@ func (ix *Index) Match(q Query) Verdicts {
 					Message: "price " + got + "/h is above --max-price " + maxPrice + "/h"}
 			}))
 		}
-		// Written so that a NaN score fails too.
-		if s := v.Score.Score; q.Spec != nil && !(s >= q.MinScore) {
+		if s := v.Score.Score; q.Spec != nil && s < q.MinScore {
 			rs = append(rs, m.byVal(CodeScoreBelow, s, func() Reason {
 				got := num(s)
 				return Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + minScore, Measured: got,
@@ -409,14 +408,14 @@ func (ix *Index) Match(q Query) Verdicts {
 	for _, i := range ix.byID {
 		v := &all[i]
 		if v.Reasons == nil {
-			cand = append(cand, sortKey{a: ^scoreBits(v.Score.Score), b: orderedBits(ix.ent[i].price), i: i})
+			cand = append(cand, sortKey{a: ^orderedBits(v.Score.Score), b: orderedBits(ix.ent[i].price), i: i})
 			continue
 		}
 		var out uint64
 		if v.OutOfScope {
 			out = 1
 		}
-		excl = append(excl, sortKey{a: out, b: ^scoreBits(v.Score.Score), i: i})
+		excl = append(excl, sortKey{a: out, b: ^orderedBits(v.Score.Score), i: i})
 	}
 	buf.tmp = grow(buf.tmp, len(all))
 	cand = radixSort(cand, buf.tmp[:len(cand)])
@@ -526,15 +525,6 @@ func radixSort(keys, tmp []sortKey) []sortKey {
 		src, dst = dst, src
 	}
 	return src
-}
-
-// scoreBits orders scores like orderedBits, with NaN as the lowest:
-// orderedBits puts it above +Inf, which would rank it first.
-func scoreBits(s float64) uint64 {
-	if math.IsNaN(s) {
-		return 0
-	}
-	return orderedBits(s)
 }
 
 // orderedBits maps a float64 to a uint64 in the same order (NaN aside).

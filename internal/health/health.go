@@ -11,6 +11,8 @@
 // would print a score a last bit off the broker's.
 package health
 
+import "math"
+
 // Terms are the score and each of its terms (match.Score, HealthScore).
 type Terms struct {
 	Score             float64
@@ -50,5 +52,11 @@ func Compute(rttMS, capMS float64, launches, failures int64, price, classMean fl
 	}
 	t.LatencyPenalty = float64(0.1 * t.LatencyUsedMS)
 	t.Score = min(100, 100-t.LatencyPenalty-t.FailurePenalty-t.PricePenalty)
+	if math.IsNaN(t.Score) {
+		// Non-finite inputs (an infinite class mean): the lowest score,
+		// which fails every threshold and ranks last, where callers'
+		// comparisons and sorts would otherwise take NaN for a high one.
+		t.Score = math.Inf(-1)
+	}
 	return t
 }

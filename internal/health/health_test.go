@@ -1,9 +1,11 @@
 package health
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestCompute(t *testing.T) {
@@ -27,12 +29,14 @@ func TestCompute(t *testing.T) {
 		"cheaper lifts to the cap": {price: 27, classMean: 30, rtt: 10,
 			want: Terms{Score: 100, LatencyMS: 10, LatencyUsedMS: 10, LatencyPenalty: 1, ClassMeanPrice: 30, PricePremiumPct: -10, PricePenalty: -20}},
 		"no class mean": {price: 33, want: Terms{Score: 100}},
+		"an infinite class mean scores lowest, not NaN": {price: 33, classMean: math.Inf(1),
+			want: Terms{Score: math.Inf(-1), ClassMeanPrice: math.Inf(1), PricePremiumPct: math.NaN(), PricePenalty: math.NaN()}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			got := Compute(tc.rtt, tc.capMS, tc.launches, tc.failed, tc.price, tc.classMean)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateNaNs()); diff != "" {
 				t.Errorf("Compute (-want +got):\n%s", diff)
 			}
 		})
