@@ -37,9 +37,8 @@ type predicate struct {
 	AgentID             string `json:"agent_id"`
 }
 
-// Statement returns the in-toto statement of a report: manifest.json and
-// every file it lists are the subjects.
-func Statement(m Manifest, manifestSHA256 string, env Environment) ([]byte, error) {
+// newStatement is the statement Statement encodes.
+func newStatement(m Manifest, manifestSHA256 string, env Environment) statement {
 	st := statement{
 		Type:          InTotoStatementType,
 		Subject:       []subject{{Name: FileManifest, Digest: map[string]string{"sha256": manifestSHA256}}},
@@ -57,6 +56,13 @@ func Statement(m Manifest, manifestSHA256 string, env Environment) ([]byte, erro
 	for _, f := range m.Files {
 		st.Subject = append(st.Subject, subject{Name: f.Name, Digest: map[string]string{"sha256": f.SHA256}})
 	}
+	return st
+}
+
+// Statement returns the in-toto statement of a report: manifest.json and
+// every file it lists are the subjects.
+func Statement(m Manifest, manifestSHA256 string, env Environment) ([]byte, error) {
+	st := newStatement(m, manifestSHA256, env)
 	b, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("encoding in-toto statement: %w", err)

@@ -126,10 +126,10 @@ type Action struct {
 func Plan(existing []Comment, meta Meta, body string, b Behavior) Action {
 	var mine []Comment
 	var newest *Meta
+	tag := sanitizeTag(meta.Tag) // as Marker wrote it
 	for _, c := range existing {
 		m, ok := ParseMarker(c.Body)
-		// The marker holds the tag as Marker wrote it.
-		if !ok || !c.Mine || m.Tag != sanitizeTag(meta.Tag) {
+		if !ok || !c.Mine || m.Tag != tag {
 			continue
 		}
 		mine = append(mine, c)
