@@ -123,6 +123,15 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir %s: %w", o.StateDir, err)
 	}
+	if o.runAs != nil {
+		// Jobs running as --run-as reach their work dirs under
+		// runs/ through the state dir: they may pass through it, not
+		// list it. What it holds that is not public (the key, the
+		// state file, the spools) is 0600 or 0700 on its own.
+		if err := os.Chmod(o.StateDir, 0o711); err != nil {
+			return nil, fmt.Errorf("opening state dir %s to --run-as jobs: %w", o.StateDir, err)
+		}
+	}
 	key, err := conformance.LoadOrCreateKey(filepath.Join(o.StateDir, KeyFile))
 	if err != nil {
 		return nil, err
@@ -237,6 +246,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Info("probing real hardware")
 	} else {
 		a.log.Warn("simulated hardware profile: reports say simulated", "profile", a.profile.Name)
+	}
+	switch {
+	case a.o.NoWork:
+	case a.o.runAs != nil:
+		a.log.Info("jobs run as " + a.o.runAs.String())
+	default:
+		a.log.Warn("jobs run as the agent's own user and can read its identity key (so sign reports it never measured); run the agent as root with --run-as USER", "uid", os.Geteuid())
 	}
 	ln, err := net.Listen("tcp", a.o.QueryAddr)
 	if err != nil {

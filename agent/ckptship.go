@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,6 +32,8 @@ type ckptShipper struct {
 	// trainers that do not write checkpoints atomically.
 	settle time.Duration
 	last   string // name, size and mtime of what was shipped (or refused)
+	// runAs is the job's user (--run-as), whose files alone are read.
+	runAs *executor.RunAs
 }
 
 // skip marks a file as shipped already (the checkpoint a resumed run
@@ -74,9 +79,13 @@ func (c *ckptShipper) tick(now time.Time) {
 		c.event(events.Warn, fmt.Sprintf("checkpoint %s is %d bytes, over the %d shipped to the broker: if this node is lost, the run cannot resume from it elsewhere", best.Name(), best.Size(), api.MaxCheckpointBytes), best.Name())
 		return
 	}
-	data, err := os.ReadFile(filepath.Join(c.dir, best.Name()))
-	if err != nil || int64(len(data)) != best.Size() {
+	data, err := c.read(filepath.Join(c.dir, best.Name()), best.Size())
+	if errors.Is(err, errChanged) || errors.Is(err, fs.ErrNotExist) {
 		c.last = "" // changed or went away under us: look again next time
+		return
+	}
+	if err != nil {
+		c.event(events.Warn, fmt.Sprintf("checkpoint %s not shipped: %v", best.Name(), err), best.Name())
 		return
 	}
 	chunks := api.CheckpointChunks(best.Name(), data)
@@ -91,6 +100,28 @@ func (c *ckptShipper) tick(now time.Time) {
 	}
 	c.event(events.Info, fmt.Sprintf("checkpoint %s (%d bytes) shipped for resuming elsewhere", best.Name(), len(data)), best.Name())
 }
+
+// read reads a checkpoint of size bytes, only as a regular file of the
+// job's user (executor.RunAs.OpenJobFile): the job may swap the entry
+// the dir listing showed for a link to the agent's key between the
+// listing and the read.
+func (c *ckptShipper) read(path string, size int64) ([]byte, error) {
+	f, fi, err := c.runAs.OpenJobFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi.Size() != size {
+		return nil, errChanged
+	}
+	data, err := io.ReadAll(io.LimitReader(f, size+1))
+	if err == nil && int64(len(data)) != size {
+		err = errChanged
+	}
+	return data, err
+}
+
+var errChanged = errors.New("checkpoint changed while read")
 
 func (c *ckptShipper) event(level events.Level, msg, name string) {
 	e := events.Event{Time: events.Now(), Level: level, Component: "checkpoint", Message: msg, Fields: map[string]string{"checkpoint": name}}

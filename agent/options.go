@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/flagenv"
@@ -45,6 +46,9 @@ type Options struct {
 	NoWork bool
 	// KeepRuns is how many runs' work dirs stay on the node (RunLoop).
 	KeepRuns int
+	// RunAs is --run-as as given; runAs is what Validate resolved it to.
+	RunAs string
+	runAs *executor.RunAs
 	// Registry is how wheel bundles are pulled (bundleinstall.go).
 	Registry RegistryFlags
 }
@@ -68,6 +72,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Hostname, "hostname", "", "label: hostname (default: this machine's)")
 	o.addProbeFlags(cmd)
 	f.BoolVar(&o.NoWork, "no-work", false, "do not take runs from the broker (enroll, heartbeat and report only)")
+	f.StringVar(&o.RunAs, "run-as", "", "run jobs as this unprivileged USER, UID, USER:GROUP or UID:GID (the agent must run as root); without it jobs run as the agent's own user and can read its identity key")
 	f.IntVar(&o.KeepRuns, "keep-runs", 3, "work dirs (files, checkpoints) of the newest runs kept under the state dir, the starting run's included; older ones are deleted as a run starts (0 keeps them all)")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	o.Registry.AddFlags(cmd)
@@ -81,6 +86,9 @@ func (o *Options) addProbeFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Simulate, "simulate", "", "simulated hardware profile: a built-in name (h100-sxm5-8x, a100-80gb-4x, rtx-4090-1x) or PROFILE.json")
 	f.IntVar(&o.ReadProbeMB, "read-probe-mb", 64, "size of the sequential read-throughput probe in MiB")
 }
+
+// geteuid is os.Geteuid; tests replace it.
+var geteuid = os.Geteuid
 
 var storageClasses = []string{"standard", "high-iops-nvme", "ultra-nvme"}
 
@@ -118,6 +126,16 @@ func (o *Options) Validate(daemon bool) error {
 	}
 	if err := o.Registry.validate(); err != nil {
 		return err
+	}
+	if o.RunAs != "" {
+		r, err := executor.LookupRunAs(o.RunAs)
+		if err != nil {
+			return err
+		}
+		if euid := geteuid(); euid != 0 {
+			return fmt.Errorf("--run-as %s: starting jobs as another user needs the agent to run as root (it runs as uid %d); run the agent as root, or drop --run-as", o.RunAs, euid)
+		}
+		o.runAs = r
 	}
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()

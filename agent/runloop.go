@@ -131,6 +131,8 @@ type RunLoop struct {
 	// Bundles installs a spec's runtime.bundle before the command
 	// (bundleinstall.go); the zero value uses TLS and the docker config.
 	Bundles BundleInstaller
+	// RunAs, when set, is the user jobs run as (--run-as).
+	RunAs *executor.RunAs
 	// KeepRuns bounds the work dirs under StateDir/runs: as a run starts,
 	// all but the newest KeepRuns (the starting run's included) are
 	// deleted, so checkpoints of old runs do not fill the node's disk.
@@ -321,7 +323,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		mu    sync.Mutex
 		stale bool
 	)
-	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond}
+	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond, runAs: l.RunAs}
 	if resumeFrom != "" {
 		ship.skip(resumeFrom)
 	}
@@ -368,7 +370,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 
 	job := executor.Job{
 		AllocID: a.AllocID, Region: a.Region, Command: a.Command, Spec: sp, WorkRoot: workRoot,
-		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom,
+		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom, RunAs: l.RunAs,
 	}
 	if l.CUDAHome != nil {
 		job.CUDAHome = l.CUDAHome()
@@ -534,7 +536,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
-		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns,
+		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs,
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)

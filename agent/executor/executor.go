@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -81,6 +82,11 @@ type Job struct {
 	// ResumeFrom is a checkpoint the first attempt starts from (a run
 	// resumed on this node after its node was lost).
 	ResumeFrom string
+	// RunAs, when set, is the user the command runs as; the work dir is
+	// handed to it before the command starts. Runtime-init (venv, pip,
+	// the package check) still runs as the agent, so the job cannot
+	// change the environment that was measured.
+	RunAs *RunAs
 }
 
 // Executor runs jobs.
@@ -202,6 +208,11 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 		return Result{}, fmt.Errorf("creating metrics file of %s: %w", job.AllocID, err)
 	}
 	metricsStart := st.Size()
+	if job.RunAs != nil {
+		if err := job.RunAs.handOver(workDir); err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
+		}
+	}
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
@@ -227,8 +238,11 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 }
 
 func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, workDir, ckptDir, metricsPath string, metricsStart int64) Result {
-	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir),
-		map[string]string{"alloc": job.AllocID, "region": job.Region, "command": strings.Join(job.Command, " ")})
+	startFields := map[string]string{"alloc": job.AllocID, "region": job.Region, "command": strings.Join(job.Command, " ")}
+	if job.RunAs != nil {
+		startFields["user"] = job.RunAs.String()
+	}
+	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir), startFields)
 	if len(job.Command) == 0 {
 		return Result{State: Failed, Reason: "runtime-init: the run has no command", ExitCode: -1}
 	}
@@ -263,7 +277,7 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		return Result{State: Failed, Reason: "runtime-init: " + err.Error(), ExitCode: -1}
 	}
 
-	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20, off: metricsStart}
+	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20, off: metricsStart, runAs: job.RunAs}
 	resume := job.ResumeFrom
 	if resume != "" {
 		rec.event(events.Info, events.ExecutorComp, "starting from checkpoint "+resume+" (the run resumes here after its node was lost)",
@@ -373,7 +387,7 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		}
 	}()
 	classifiers := [2]*events.Classifier{{Stream: events.Stdout}, {Stream: events.Stderr}}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine}, func(l Line) {
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential()}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})
 	close(tailStop)
@@ -532,6 +546,9 @@ func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
 			set[EnvReleaseThreshold] = strconv.FormatInt(n, 10)
 		}
 	}
+	if job.RunAs != nil {
+		maps.Copy(set, job.RunAs.env(workDir))
+	}
 	var env []string
 	for _, kv := range base {
 		k, v, _ := strings.Cut(kv, "=")
@@ -551,7 +568,7 @@ func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
 	if len(ld) > 0 {
 		env = append(env, "LD_LIBRARY_PATH="+strings.Join(dedupe(ld), ":"))
 	}
-	for _, k := range []string{"CUDA_HOME", "PYTORCH_CUDA_ALLOC_CONF", EnvReleaseThreshold, EnvAllocID, EnvRegion, EnvMetricsFile, EnvCheckpointDir} {
+	for _, k := range []string{"HOME", "USER", "LOGNAME", "CUDA_HOME", "PYTORCH_CUDA_ALLOC_CONF", EnvReleaseThreshold, EnvAllocID, EnvRegion, EnvMetricsFile, EnvCheckpointDir} {
 		if v, ok := set[k]; ok {
 			env = append(env, k+"="+v)
 		}

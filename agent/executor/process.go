@@ -65,7 +65,9 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	// is killed rather than left training unsupervised. The signal
 	// follows the thread that forked, so Start runs on a locked thread;
 	// the Go runtime does not retire threads otherwise.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// The kernel applies Pdeathsig after the credentials, so it holds
+	// for a job started as another user too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: a.Credential}
 	rOut, wOut, err := os.Pipe()
 	if err != nil {
 		return Exit{Code: -1, StartErr: fmt.Errorf("creating stdout pipe: %w", err)}

@@ -3,8 +3,10 @@ package executor
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -167,18 +169,27 @@ type metricsTail struct {
 
 	attempt  int
 	onMetric func(events.Metric)
+	// runAs is the job's user, whose file the metrics file must be
+	// (nil: the agent's own); refused says a warning was given.
+	runAs   *RunAs
+	refused bool
 }
 
 func (t *metricsTail) read() {
-	f, err := os.Open(t.path)
-	if err != nil {
+	f, fi, err := t.runAs.OpenJobFile(t.path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return // the job may have removed it; nothing to read
 	}
-	defer f.Close()
-	fi, err := f.Stat()
 	if err != nil {
+		// Replaced by a link, a FIFO (which would block the tail) or
+		// a directory: said once, not read.
+		if !t.refused {
+			t.refused = true
+			t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s: %v", EnvMetricsFile, err), nil)
+		}
 		return
 	}
+	defer f.Close()
 	if how := t.changed(f, fi); how != "" {
 		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s was %s after %d bytes were read: reading it again from the start", EnvMetricsFile, how, t.off), nil)
 		t.off, t.seen, t.partial, t.skipping, t.lineNo = 0, t.seen[:0], t.partial[:0], false, 0

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"syscall"
 	"time"
 
 	"github.com/gpupass/gpupass/internal/events"
@@ -37,6 +38,9 @@ type Attempt struct {
 	// MaxLine bounds one output line; the rest of a longer line is
 	// dropped and counted.
 	MaxLine int
+	// Credential, when set, is the user and groups the command runs as
+	// (the runner must be root to use it).
+	Credential *syscall.Credential
 }
 
 // Line is one line of output, without its line ending, always valid UTF-8.
