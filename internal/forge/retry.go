@@ -3,18 +3,29 @@ package forge
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Retry is an http.RoundTripper that retries 5xx answers, 429 and
-// GitHub's secondary rate limits (403 with Retry-After or that message)
-// with exponential backoff, honouring Retry-After.
+// Retry is an http.RoundTripper that retries 429 and GitHub's secondary
+// rate limits (403 with Retry-After or that message) and connections that
+// could not be opened, for every method, and 5xx answers for idempotent
+// methods, with exponential backoff, honouring Retry-After.
+//
+// A non-idempotent request (a POST: it creates a comment) is not sent
+// again after an outcome that may mean the forge applied it: a 5xx answer
+// (GitHub and GitLab both answer 502 after a write now and then), or a
+// connection that broke or timed out once the request was on its way.
+// Retry returns an *UncertainError then, and the caller looks whether
+// the request took effect (see Post). Refusals before processing (429,
+// secondary rate limits) and failures to connect are safe to resend.
 type Retry struct {
 	Base     http.RoundTripper
 	Attempts int           // total tries, default 4
@@ -83,7 +94,31 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := base.RoundTrip(rq)
 		if err != nil {
 			cancel()
+			if req.Context().Err() != nil {
+				return nil, err
+			}
+			if unsent(err) {
+				if try >= attempts {
+					return nil, err
+				}
+				r.warn(req, "could not connect", err.Error(), wait, try)
+				if err := sleep(req.Context(), wait); err != nil {
+					return nil, err
+				}
+				wait *= 2
+				continue
+			}
+			if !idempotent(req) {
+				return nil, &UncertainError{Err: err}
+			}
 			return nil, err
+		}
+		if resp.StatusCode >= 500 && !idempotent(req) {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			cancel()
+			// One line, whether the forge sent JSON or a proxy's HTML page.
+			return nil, &UncertainError{Status: resp.Status, Message: strings.Join(strings.Fields(string(msg)), " ")}
 		}
 		retry, after, why := shouldRetry(resp)
 		d := wait
@@ -99,14 +134,68 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		cancel()
-		if r.Logger != nil {
-			r.Logger.Warn("retrying forge request", "method", req.Method, "path", req.URL.Path, "status", resp.StatusCode, "why", why, "wait", d, "try", try)
-		}
+		r.warn(req, why, resp.Status, d, try)
 		if err := sleep(req.Context(), d); err != nil {
 			return nil, err
 		}
 		wait *= 2
 	}
+}
+
+func (r *Retry) warn(req *http.Request, why, outcome string, wait time.Duration, try int) {
+	if r.Logger != nil {
+		r.Logger.Warn("retrying forge request", "method", req.Method, "path", req.URL.Path, "outcome", outcome, "why", why, "wait", wait, "try", try)
+	}
+}
+
+// UncertainError says a non-idempotent request failed in a way that
+// leaves open whether the forge applied it, so Retry did not send it
+// again: a 5xx answer (Status set), or a connection that broke or timed
+// out after the request was sent (Err set).
+type UncertainError struct {
+	Status  string // the answer's status line, when there was one
+	Message string // the start of the answer's body
+	Err     error  // the connection's error, when there was no answer
+}
+
+// Error leaves out method and URL: http.Client wraps it in a *url.Error
+// that names them.
+func (e *UncertainError) Error() string {
+	what := "the request was sent but no answer came: " + fmt.Sprint(e.Err)
+	if e.Status != "" {
+		what = "the forge answered " + e.Status
+		if e.Message != "" {
+			what += " (" + e.Message + ")"
+		}
+	}
+	return what + "; the forge may have applied it all the same"
+}
+
+func (e *UncertainError) Unwrap() error { return e.Err }
+
+// Uncertain reports whether err leaves open whether a request that
+// changes something took effect.
+func Uncertain(err error) bool {
+	var u *UncertainError
+	return errors.As(err, &u)
+}
+
+// idempotent reports whether sending req twice has the effect of sending
+// it once. PATCH counts: gpupass only PATCHes whole comment bodies. POST
+// does not: each one creates a comment or note.
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete, http.MethodPatch:
+		return true
+	}
+	return false
+}
+
+// unsent reports whether err means the request never left: the
+// connection (or the proxy's tunnel) could not be opened.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
 }
 
 // cancelOnClose ends a try's context once its body is read and closed.

@@ -3,11 +3,14 @@ package forge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -252,19 +255,24 @@ func TestRetry(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		name       string
-		faults     []func(http.ResponseWriter)
+		name   string
+		method string
+		faults []func(http.ResponseWriter)
+		// wantStatus 0: an *UncertainError instead of an answer.
 		wantStatus int
 		wantTries  int
 		wantWaits  []time.Duration
 	}{
-		{"ok", nil, 200, 1, nil},
-		{"5xx then ok", []func(http.ResponseWriter){status(502, "", ""), status(503, "", "")}, 200, 3, []time.Duration{time.Second, 2 * time.Second}},
-		{"secondary rate limit message", []func(http.ResponseWriter){status(403, "", `{"message":"You have exceeded a secondary rate limit"}`)}, 200, 2, []time.Duration{time.Second}},
-		{"retry-after honoured", []func(http.ResponseWriter){status(429, "7", "")}, 200, 2, []time.Duration{7 * time.Second}},
-		{"plain 403 not retried", []func(http.ResponseWriter){status(403, "", `{"message":"Resource not accessible by integration"}`)}, 403, 1, nil},
-		{"gives up after attempts", []func(http.ResponseWriter){status(500, "", ""), status(500, "", ""), status(500, "", ""), status(500, "", "")}, 500, 4, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
-		{"too long a wait is not slept", []func(http.ResponseWriter){status(403, "3600", "")}, 403, 1, nil},
+		{"ok", "POST", nil, 200, 1, nil},
+		{"5xx then ok", "PUT", []func(http.ResponseWriter){status(502, "", ""), status(503, "", "")}, 200, 3, []time.Duration{time.Second, 2 * time.Second}},
+		{"idempotent PATCH retried after 502", "PATCH", []func(http.ResponseWriter){status(502, "", "")}, 200, 2, []time.Duration{time.Second}},
+		{"secondary rate limit message", "POST", []func(http.ResponseWriter){status(403, "", `{"message":"You have exceeded a secondary rate limit"}`)}, 200, 2, []time.Duration{time.Second}},
+		{"retry-after honoured", "POST", []func(http.ResponseWriter){status(429, "7", "")}, 200, 2, []time.Duration{7 * time.Second}},
+		{"plain 403 not retried", "POST", []func(http.ResponseWriter){status(403, "", `{"message":"Resource not accessible by integration"}`)}, 403, 1, nil},
+		{"gives up after attempts", "DELETE", []func(http.ResponseWriter){status(500, "", ""), status(500, "", ""), status(500, "", ""), status(500, "", "")}, 500, 4, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
+		{"too long a wait is not slept", "POST", []func(http.ResponseWriter){status(403, "3600", "")}, 403, 1, nil},
+		{"POST not resent after 502", "POST", []func(http.ResponseWriter){status(502, "", `{"message":"Server Error"}`)}, 0, 1, nil},
+		{"POST not resent after 503 with Retry-After", "POST", []func(http.ResponseWriter){status(503, "1", "")}, 0, 1, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -275,17 +283,30 @@ func TestRetry(t *testing.T) {
 			var waits []time.Duration
 			rt := &Retry{Base: srv.Client().Transport, Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}
 			c := &http.Client{Transport: rt}
-			resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("payload"))
+			req, err := http.NewRequest(tc.method, srv.URL, strings.NewReader("payload"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != tc.wantStatus {
-				t.Errorf("status %d, want %d", resp.StatusCode, tc.wantStatus)
-			}
-			if tc.wantStatus == 200 && string(got) != "payload" {
-				t.Errorf("body %q: request body not replayed", got)
+			resp, err := c.Do(req)
+			if tc.wantStatus == 0 {
+				if !Uncertain(err) || !strings.Contains(fmt.Sprint(err), "may have applied it") {
+					t.Errorf("error %v, want one saying the POST may have been applied", err)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tc.wantStatus {
+					t.Errorf("status %d, want %d", resp.StatusCode, tc.wantStatus)
+				}
+				if tc.wantStatus == 200 && string(got) != "payload" {
+					t.Errorf("body %q: request body not replayed", got)
+				}
 			}
 			if len(f.bodies) != tc.wantTries {
 				t.Errorf("%d tries, want %d", len(f.bodies), tc.wantTries)
@@ -342,5 +363,124 @@ func TestRetryAttemptTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2500*time.Millisecond {
 		t.Errorf("hung try took %v", d)
+	}
+}
+
+// refusedAddr is a loopback address nobody listens on: connecting to it
+// is refused by the kernel, before any byte of a request leaves.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// refuseDials returns a transport for srv whose first n connections are
+// refused.
+func refuseDials(t *testing.T, srv *httptest.Server, n int32) http.RoundTripper {
+	t.Helper()
+	refused := refusedAddr(t)
+	var dials atomic.Int32
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) <= n {
+			addr = refused
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	return tr
+}
+
+// TestRetryUnsent: a POST whose connection is refused never reached the
+// forge, so it is sent again; when every try is refused, the error is the
+// connection's, not one that says the POST may have been applied.
+func TestRetryUnsent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		refused   int32
+		wantTries int
+		wantWaits []time.Duration
+	}{
+		{"refused once", 1, 1, []time.Duration{time.Second}},
+		{"always refused", 4, 0, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &flaky{}
+			srv := httptest.NewServer(f)
+			defer srv.Close()
+			var waits []time.Duration
+			c := &http.Client{Transport: &Retry{Base: refuseDials(t, srv, tc.refused), Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}}
+			resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("payload"))
+			if tc.wantTries > 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(got) != "payload" {
+					t.Errorf("body %q", got)
+				}
+			} else {
+				var op *net.OpError
+				if !errors.As(err, &op) || op.Op != "dial" || Uncertain(err) {
+					t.Errorf("error %v, want the refused connection's", err)
+				}
+			}
+			if len(f.bodies) != tc.wantTries {
+				t.Errorf("%d tries reached the server, want %d", len(f.bodies), tc.wantTries)
+			}
+			if d := cmp.Diff(tc.wantWaits, waits); d != "" {
+				t.Errorf("waits (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestRetryUncertainAfterSend: a POST whose connection breaks or times
+// out once the request is sent may have been applied: it is not sent
+// again, and the error says so.
+func TestRetryUncertainAfterSend(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		handle  func(http.ResponseWriter, *http.Request)
+		timeout time.Duration
+	}{
+		{"connection closed after the request", func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}, 0},
+		{"no answer within the try's bound", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, 200 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var tries atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body)
+				tries.Add(1)
+				tc.handle(w, r)
+			}))
+			defer srv.Close()
+			c := &http.Client{Transport: &Retry{Base: srv.Client().Transport, AttemptTimeout: tc.timeout, Sleep: func(context.Context, time.Duration) error { return nil }}}
+			resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("payload"))
+			if err == nil {
+				resp.Body.Close()
+			}
+			if !Uncertain(err) || !strings.Contains(err.Error(), "the request was sent but no answer came") {
+				t.Errorf("error %v, want one saying the POST may have been applied", err)
+			}
+			if n := tries.Load(); n != 1 {
+				t.Errorf("the POST reached the server %d times, want once", n)
+			}
+		})
 	}
 }
