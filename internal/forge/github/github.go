@@ -106,7 +106,7 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 	for {
 		cs, resp, err := c.gh.Issues.ListComments(ctx, c.t.Owner, c.t.Repo, c.t.Number, opt)
 		if err != nil {
-			return nil, explain(err, "listing comments")
+			return nil, c.explain(err, "listing comments")
 		}
 		for _, cm := range cs {
 			out = append(out, forge.Comment{ID: cm.GetID(), Body: cm.GetBody()})
@@ -151,9 +151,9 @@ func (c *Client) owner(ctx context.Context) (func(*gh.User) bool, error) {
 	case errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusForbidden:
 		c.owns = func(a *gh.User) bool { return a.GetType() == "Bot" }
 	case err == nil:
-		return nil, errors.New("finding which account the token posts as: GitHub's GET /user gave no login")
+		return nil, c.explain(errors.New("GitHub's GET /user gave no login"), "finding which account the token posts as")
 	default:
-		return nil, explain(err, "finding which account the token posts as")
+		return nil, c.explain(err, "finding which account the token posts as")
 	}
 	return c.owns, nil
 }
@@ -162,7 +162,7 @@ func (c *Client) owner(ctx context.Context) (func(*gh.User) bool, error) {
 func (c *Client) Create(ctx context.Context, body string) (int64, string, error) {
 	cm, _, err := c.gh.Issues.CreateComment(ctx, c.t.Owner, c.t.Repo, c.t.Number, &gh.IssueComment{Body: gh.Ptr(body)})
 	if err != nil {
-		return 0, "", explain(err, "creating the report comment")
+		return 0, "", c.explain(err, "creating the report comment")
 	}
 	return cm.GetID(), cm.GetHTMLURL(), nil
 }
@@ -171,7 +171,7 @@ func (c *Client) Create(ctx context.Context, body string) (int64, string, error)
 func (c *Client) Update(ctx context.Context, id int64, body string) (string, error) {
 	cm, _, err := c.gh.Issues.EditComment(ctx, c.t.Owner, c.t.Repo, id, &gh.IssueComment{Body: gh.Ptr(body)})
 	if err != nil {
-		return "", explain(err, "updating the report comment")
+		return "", c.explain(err, "updating the report comment")
 	}
 	return cm.GetHTMLURL(), nil
 }
@@ -179,14 +179,15 @@ func (c *Client) Update(ctx context.Context, id int64, body string) (string, err
 // Delete removes a comment.
 func (c *Client) Delete(ctx context.Context, id int64) error {
 	if _, err := c.gh.Issues.DeleteComment(ctx, c.t.Owner, c.t.Repo, id); err != nil {
-		return explain(err, "deleting an old report comment")
+		return c.explain(err, "deleting an old report comment")
 	}
 	return nil
 }
 
-// explain turns an API error into one that names the status, the
-// endpoint and the permission that is likely missing.
-func explain(err error, doing string) error {
+// explain turns an API error into one that names the pull request, the
+// status, the endpoint and the permission that is likely missing.
+func (c *Client) explain(err error, doing string) error {
+	doing = fmt.Sprintf("%s on GitHub pull request %s/%s#%d", doing, c.t.Owner, c.t.Repo, c.t.Number)
 	var er *gh.ErrorResponse
 	var ar *gh.AbuseRateLimitError
 	var rl *gh.RateLimitError

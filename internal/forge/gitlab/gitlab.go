@@ -107,7 +107,7 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 	for {
 		ns, resp, err := c.gl.Notes.ListMergeRequestNotes(c.t.Project, c.t.IID, opt, gl.WithContext(ctx))
 		if err != nil {
-			return nil, explain(err, "listing merge request notes")
+			return nil, c.explain(err, "listing merge request notes")
 		}
 		for _, n := range ns {
 			if n.System {
@@ -130,7 +130,7 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 		if c.self == 0 {
 			u, _, err := c.gl.Users.CurrentUser(gl.WithContext(ctx))
 			if err != nil {
-				return nil, explain(err, "finding which account the token posts as")
+				return nil, c.explain(err, "finding which account the token posts as")
 			}
 			c.self = u.ID
 		}
@@ -143,7 +143,7 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 func (c *Client) Create(ctx context.Context, body string) (int64, string, error) {
 	n, _, err := c.gl.Notes.CreateMergeRequestNote(c.t.Project, c.t.IID, &gl.CreateMergeRequestNoteOptions{Body: gl.Ptr(body)}, gl.WithContext(ctx))
 	if err != nil {
-		return 0, "", explain(err, "creating the report note")
+		return 0, "", c.explain(err, "creating the report note")
 	}
 	return int64(n.ID), "", nil
 }
@@ -151,7 +151,7 @@ func (c *Client) Create(ctx context.Context, body string) (int64, string, error)
 // Update edits a note.
 func (c *Client) Update(ctx context.Context, id int64, body string) (string, error) {
 	if _, _, err := c.gl.Notes.UpdateMergeRequestNote(c.t.Project, c.t.IID, int(id), &gl.UpdateMergeRequestNoteOptions{Body: gl.Ptr(body)}, gl.WithContext(ctx)); err != nil {
-		return "", explain(err, "updating the report note")
+		return "", c.explain(err, "updating the report note")
 	}
 	return "", nil
 }
@@ -159,14 +159,15 @@ func (c *Client) Update(ctx context.Context, id int64, body string) (string, err
 // Delete removes a note.
 func (c *Client) Delete(ctx context.Context, id int64) error {
 	if _, err := c.gl.Notes.DeleteMergeRequestNote(c.t.Project, c.t.IID, int(id), gl.WithContext(ctx)); err != nil {
-		return explain(err, "deleting an old report note")
+		return c.explain(err, "deleting an old report note")
 	}
 	return nil
 }
 
-// explain names the status, the endpoint and the likely missing
-// permission.
-func explain(err error, doing string) error {
+// explain names the merge request, the status, the endpoint and the
+// likely missing permission.
+func (c *Client) explain(err error, doing string) error {
+	doing = fmt.Sprintf("%s on GitLab merge request !%d of project %s", doing, c.t.IID, c.t.Project)
 	var er *gl.ErrorResponse
 	if !errors.As(err, &er) || er.Response == nil {
 		return fmt.Errorf("%s: %w", doing, err)
