@@ -5,6 +5,7 @@
 package forge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
@@ -103,6 +104,7 @@ type Comment struct {
 	// run id into their own comment and silence every later report, or
 	// get their comment overwritten.
 	Mine bool
+	URL  string // where a person sees it, when the forge says
 }
 
 // Action kinds.
@@ -256,7 +258,10 @@ type Result struct {
 }
 
 // Store is the forge side a sticky comment needs: comments of one pull or
-// merge request.
+// merge request. Create returns an error for which Uncertain holds when
+// the comment may have been created all the same (the forge answered 5xx,
+// or the connection broke after the request was sent); errors name the
+// forge, the pull or merge request and the step.
 type Store interface {
 	List(ctx context.Context) ([]Comment, error)
 	Create(ctx context.Context, body string) (id int64, url string, err error)
@@ -285,9 +290,14 @@ func Post(ctx context.Context, s Store, meta Meta, body string, b Behavior) (Res
 		}
 		res.Action, res.ID, res.URL = "updated", a.Update, url
 	} else {
-		id, url, err := s.Create(ctx, body)
+		id, url, skip, err := create(ctx, s, existing, meta, body, b)
 		if err != nil {
 			return res, err
+		}
+		if skip != "" {
+			// Old reports are the newer pipeline's to clean up.
+			res.Action, res.Reason = "skipped", skip
+			return res, nil
 		}
 		res.Action, res.ID, res.URL = "created", id, url
 	}
@@ -298,4 +308,51 @@ func Post(ctx context.Context, s Store, meta Meta, body string, b Behavior) (Res
 		res.Deleted++
 	}
 	return res, nil
+}
+
+// createTries bounds how often create posts a report that each time may
+// or may not have been created.
+const createTries = 3
+
+// create posts body. After a failure that leaves open whether the forge
+// created the comment, it lists the comments again and takes as the
+// report one of ours, absent from existing, that carries this run's
+// marker; blindly resending would leave two identical reports until a
+// later run cleaned up. Only when there is none does it post again, and
+// not when a newer pipeline's report has appeared meanwhile: skip then
+// says why.
+func create(ctx context.Context, s Store, existing []Comment, meta Meta, body string, b Behavior) (id int64, url, skip string, err error) {
+	seen := make(map[int64]bool, len(existing))
+	for _, c := range existing {
+		seen[c.ID] = true
+	}
+	marker := meta.Marker()
+	for try := 1; ; try++ {
+		id, url, err := s.Create(ctx, body)
+		if err == nil || !Uncertain(err) {
+			return id, url, "", err
+		}
+		now, lerr := s.List(ctx)
+		if lerr != nil {
+			return 0, "", "", fmt.Errorf("%w; then, looking whether the report was created anyway: %w", err, lerr)
+		}
+		for _, c := range now {
+			if seen[c.ID] || !c.Mine || markerRE.FindString(c.Body) != marker {
+				continue
+			}
+			if c.Body == body {
+				return c.ID, c.URL, "", nil
+			}
+			// The forge kept the post but not as sent (it may rewrite
+			// line endings, say): one edit makes it the report.
+			url, err := s.Update(ctx, c.ID, body)
+			return c.ID, cmp.Or(url, c.URL), "", err
+		}
+		if a := Plan(now, meta, body, b); a.Kind == ActSkip {
+			return 0, "", a.Reason, nil
+		}
+		if try == createTries {
+			return 0, "", "", fmt.Errorf("giving up after %d posts: each may have been applied, yet listing again found none of them: %w", try, err)
+		}
+	}
 }

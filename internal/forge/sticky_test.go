@@ -219,6 +219,126 @@ func TestPostWritesBeforeDeleting(t *testing.T) {
 	}
 }
 
+// lossyStore is a forge whose first creates are answered with an
+// UncertainError; kept says how the forge stored such a create's body
+// ("" when it did not).
+type lossyStore struct {
+	comments []Comment
+	lost     int
+	kept     func(body string) string
+	foreign  bool // kept creates show as another account's
+	listErr  error
+	calls    []string
+}
+
+func (s *lossyStore) List(context.Context) ([]Comment, error) {
+	if len(s.calls) > 0 && s.listErr != nil {
+		return nil, s.listErr
+	}
+	s.calls = append(s.calls, "list")
+	return append([]Comment(nil), s.comments...), nil
+}
+
+func (s *lossyStore) Create(_ context.Context, body string) (int64, string, error) {
+	s.calls = append(s.calls, "create")
+	if s.lost > 0 {
+		s.lost--
+		if b := s.kept(body); b != "" {
+			s.comments = append(s.comments, Comment{ID: int64(len(s.comments) + 1), Body: b, Mine: !s.foreign, URL: "kept"})
+		}
+		return 0, "", fmt.Errorf("creating the report comment: %w", &UncertainError{Status: "502 Bad Gateway"})
+	}
+	s.comments = append(s.comments, Comment{ID: int64(len(s.comments) + 1), Body: body, Mine: true})
+	return int64(len(s.comments)), "", nil
+}
+
+func (s *lossyStore) Update(_ context.Context, id int64, body string) (string, error) {
+	s.calls = append(s.calls, "update")
+	s.comments[id-1].Body = body
+	return "", nil
+}
+
+func (s *lossyStore) Delete(context.Context, int64) error {
+	s.calls = append(s.calls, "delete")
+	return nil
+}
+
+// TestPostAfterUncertainCreate: after a create that may have been
+// applied, Post takes as the report only a comment of its own, new since
+// it listed, with this run's marker, fixes its body if the forge changed
+// it, and posts again only when there is none.
+func TestPostAfterUncertainCreate(t *testing.T) {
+	t.Parallel()
+	cur := Meta{Tag: "compare", RunID: 3}
+	other := Meta{Tag: "audit", RunID: 3}
+	asSent := func(b string) string { return b }
+	dropped := func(string) string { return "" }
+	tests := []struct {
+		name      string
+		pre       []Comment
+		behavior  Behavior
+		kept      func(string) string
+		foreign   bool
+		wantID    int64
+		wantURL   string
+		wantCalls []string
+		wantLast  []string
+	}{
+		{"kept as sent", nil, Update, asSent, false, 1, "kept", []string{"list", "create", "list"}, []string{body(cur, "c")}},
+		{"kept with other line endings", nil, Update, func(b string) string { return strings.ReplaceAll(b, "\n", "\r\n") }, false, 1, "kept",
+			[]string{"list", "create", "list", "update"}, []string{body(cur, "c")}},
+		{"kept under another tag is not ours", nil, Update, func(string) string { return body(other, "c") }, false, 2, "",
+			[]string{"list", "create", "list", "create"}, []string{body(other, "c"), body(cur, "c")}},
+		{"same run's earlier report is not the new one", []Comment{{ID: 1, Body: body(cur, "b"), Mine: true}}, New, dropped, false, 2, "",
+			[]string{"list", "create", "list", "create"}, []string{body(cur, "b"), body(cur, "c")}},
+		{"another account's comment is not ours", nil, Update, asSent, true, 2, "",
+			[]string{"list", "create", "list", "create"}, []string{body(cur, "c"), body(cur, "c")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := &lossyStore{comments: tc.pre, lost: 1, kept: tc.kept, foreign: tc.foreign}
+			res, err := Post(context.Background(), s, cur, body(cur, "c"), tc.behavior)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Action != "created" || res.ID != tc.wantID || res.URL != tc.wantURL {
+				t.Errorf("result %+v, want comment %d created at %q", res, tc.wantID, tc.wantURL)
+			}
+			if d := cmp.Diff(tc.wantCalls, s.calls); d != "" {
+				t.Errorf("calls (-want +got):\n%s", d)
+			}
+			var got []string
+			for _, c := range s.comments {
+				got = append(got, c.Body)
+			}
+			if d := cmp.Diff(tc.wantLast, got); d != "" {
+				t.Errorf("comments (-want +got):\n%s", d)
+			}
+		})
+	}
+
+	// A newer pipeline's report that appeared meanwhile is never
+	// followed by an older one.
+	newer := Meta{Tag: "compare", RunID: 4}
+	s := &lossyStore{lost: 1, kept: func(string) string { return body(newer, "d") }}
+	res, err := Post(context.Background(), s, cur, body(cur, "c"), DeleteAndNew)
+	if err != nil || res.Action != "skipped" || !strings.Contains(res.Reason, "newer pipeline") {
+		t.Errorf("result %+v, %v: want skipped for the newer pipeline's report", res, err)
+	}
+	if d := cmp.Diff([]string{"list", "create", "list"}, s.calls); d != "" {
+		t.Errorf("calls (-want +got):\n%s", d)
+	}
+
+	s = &lossyStore{lost: 1, kept: dropped, listErr: errors.New("listing comments: 503 Service Unavailable")}
+	_, err = Post(context.Background(), s, cur, body(cur, "c"), Update)
+	for _, want := range []string{"creating the report comment", "502 Bad Gateway", "looking whether the report was created anyway: listing comments: 503"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
+
 // flaky answers with the queued faults first, then 200 with the request
 // body echoed.
 type flaky struct {

@@ -109,7 +109,7 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 			return nil, c.explain(err, "listing comments")
 		}
 		for _, cm := range cs {
-			out = append(out, forge.Comment{ID: cm.GetID(), Body: cm.GetBody()})
+			out = append(out, forge.Comment{ID: cm.GetID(), Body: cm.GetBody(), URL: cm.GetHTMLURL()})
 			authors = append(authors, cm.GetUser())
 		}
 		if resp.NextPage == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -27,8 +29,14 @@ type fakeGitHub struct {
 	next     int64
 	comments []comment // creation order
 	faults   []int     // statuses to answer next, in order
-	requests []string
-	token    string
+	// lost are statuses to answer, in order, after carrying a request
+	// out: the write happened, the answer says it failed.
+	lost []int
+	// faultMethod limits faults and lost to requests of this method
+	// ("" = any).
+	faultMethod string
+	requests    []string
+	token       string
 }
 
 type comment struct {
@@ -133,7 +141,16 @@ func (f *fakeGitHub) handler(t *testing.T) http.Handler {
 			fmt.Fprint(w, `{"message":"Bad credentials"}`)
 			return
 		}
-		if len(f.faults) > 0 {
+		if len(f.lost) > 0 && (f.faultMethod == "" || f.faultMethod == r.Method) {
+			code := f.lost[0]
+			f.lost = f.lost[1:]
+			mux.ServeHTTP(httptest.NewRecorder(), r)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			fmt.Fprint(w, `{"message":"Server Error"}`)
+			return
+		}
+		if len(f.faults) > 0 && (f.faultMethod == "" || f.faultMethod == r.Method) {
 			code := f.faults[0]
 			f.faults = f.faults[1:]
 			w.Header().Set("Content-Type", "application/json")
@@ -168,14 +185,25 @@ func setup(t *testing.T, preexisting ...string) (*fakeGitHub, *Client) {
 
 func setupAs(t *testing.T, token string, preexisting ...string) (*fakeGitHub, *Client) {
 	t.Helper()
+	return setupVia(t, token, nil, preexisting...)
+}
+
+// setupVia is setupAs whose requests go through transport(server), when
+// transport is not nil.
+func setupVia(t *testing.T, token string, transport func(*httptest.Server) http.RoundTripper, preexisting ...string) (*fakeGitHub, *Client) {
+	t.Helper()
 	f := &fakeGitHub{token: token}
 	for _, b := range preexisting {
 		f.next++
-		f.comments = append(f.comments, comment{ID: f.next, Body: b, User: f.poster()})
+		f.comments = append(f.comments, comment{ID: f.next, Body: b, User: f.poster(), URL: fmt.Sprintf("http://github.test/acme/train/pull/7#issuecomment-%d", f.next)})
 	}
 	srv := httptest.NewServer(f.handler(t))
 	t.Cleanup(srv.Close)
-	hc := &http.Client{Transport: &forge.Retry{Base: srv.Client().Transport, Sleep: func(context.Context, time.Duration) error { return nil }}}
+	base := srv.Client().Transport
+	if transport != nil {
+		base = transport(srv)
+	}
+	hc := &http.Client{Transport: &forge.Retry{Base: base, Sleep: func(context.Context, time.Duration) error { return nil }}}
 	c, err := New(Target{APIURL: srv.URL + "/api/v3", Owner: "acme", Repo: "train", Number: 7}, token, hc)
 	if err != nil {
 		t.Fatal(err)
@@ -308,6 +336,109 @@ func TestPostTruncatesAndRetries(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"GET /repos/acme/train/issues/7/comments", "GET /repos/acme/train/issues/7/comments", "GET /repos/acme/train/issues/7/comments", "POST /repos/acme/train/issues/7/comments"}, f.requests); d != "" {
 		t.Errorf("requests (-want +got):\n%s", d)
+	}
+}
+
+// refuseDial returns a transport for srv that opens a connection per
+// request and has connection number n refused by the kernel: dialed to a
+// loopback port nobody listens on, so that request never leaves.
+func refuseDial(t *testing.T, n int32) func(*httptest.Server) http.RoundTripper {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := l.Addr().String()
+	l.Close()
+	return func(srv *httptest.Server) http.RoundTripper {
+		var dials atomic.Int32
+		tr := srv.Client().Transport.(*http.Transport).Clone()
+		tr.DisableKeepAlives = true
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) == n {
+				addr = refused
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+		return tr
+	}
+}
+
+// TestCreateOnce: a report comment is created once, whatever happens to
+// the POST on its way; idempotent requests are still retried.
+func TestCreateOnce(t *testing.T) {
+	t.Parallel()
+	old := forge.Meta{Tag: "compare", RunID: 100, CommitTime: mon}
+	cur := forge.Meta{Tag: "compare", RunID: 101, CommitTime: tue}
+	oldBody, newBody := old.Marker()+"\nold report", cur.Marker()+"\nnew report"
+	const (
+		list   = "GET /repos/acme/train/issues/7/comments"
+		post   = "POST /repos/acme/train/issues/7/comments"
+		whoami = "GET /user"
+		patch  = "PATCH /repos/acme/train/issues/comments/1"
+	)
+	tests := []struct {
+		name         string
+		pre          []string
+		behavior     forge.Behavior
+		method       string
+		faults, lost []int
+		transport    func(*httptest.Server) http.RoundTripper
+		wantAction   string
+		wantID       int64
+		wantDeleted  int
+		wantRequests []string
+	}{
+		{name: "created but answered 502", behavior: forge.Update, method: "POST", lost: []int{502},
+			wantAction: "created", wantID: 1, wantRequests: []string{list, post, list, whoami}},
+		{name: "created but answered 504, old report deleted", pre: []string{oldBody}, behavior: forge.DeleteAndNew, method: "POST", lost: []int{504},
+			wantAction: "created", wantID: 2, wantDeleted: 1, wantRequests: []string{list, whoami, post, list, "DELETE /repos/acme/train/issues/comments/1"}},
+		{name: "not created and answered 502: posted again", behavior: forge.Update, method: "POST", faults: []int{502},
+			wantAction: "created", wantID: 1, wantRequests: []string{list, post, list, post}},
+		{name: "connection refused: posted again", behavior: forge.Update, transport: refuseDial(t, 2),
+			wantAction: "created", wantID: 1, wantRequests: []string{list, post}},
+		{name: "429 to the POST: posted again", behavior: forge.Update, method: "POST", faults: []int{429},
+			wantAction: "created", wantID: 1, wantRequests: []string{list, post, post}},
+		{name: "502 to the PATCH: retried", pre: []string{oldBody}, behavior: forge.Update, method: "PATCH", faults: []int{502},
+			wantAction: "updated", wantID: 1, wantRequests: []string{list, whoami, patch, patch}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, c := setupVia(t, "ghs_test", tc.transport, tc.pre...)
+			f.faults, f.lost, f.faultMethod = tc.faults, tc.lost, tc.method
+			res, err := forge.Post(context.Background(), c, cur, newBody, tc.behavior)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Action != tc.wantAction || res.ID != tc.wantID || res.Deleted != tc.wantDeleted || !strings.HasSuffix(res.URL, fmt.Sprintf("#issuecomment-%d", tc.wantID)) {
+				t.Errorf("result %+v, want %s comment %d with its URL, %d deleted", res, tc.wantAction, tc.wantID, tc.wantDeleted)
+			}
+			if d := cmp.Diff([]string{newBody}, f.bodies()); d != "" {
+				t.Errorf("comments (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantRequests, f.requests); d != "" {
+				t.Errorf("requests (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestCreateGivesUp: when every POST fails in a way that leaves open
+// whether it was applied and none was, the error names the forge, the
+// pull request, the step and what GitHub answered.
+func TestCreateGivesUp(t *testing.T) {
+	t.Parallel()
+	f, c := setup(t)
+	f.faults, f.faultMethod = []int{502, 502, 502}, "POST"
+	_, err := forge.Post(context.Background(), c, forge.Meta{Tag: "compare", RunID: 1}, "report", forge.Update)
+	for _, want := range []string{"giving up after 3 posts", "creating the report comment on GitHub pull request acme/train#7", "502 Bad Gateway", "Server Error", "may have applied it"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	if got := f.bodies(); len(got) != 0 {
+		t.Errorf("comments %q, want none", got)
 	}
 }
 

@@ -25,7 +25,11 @@ type fakeGitLab struct {
 	next   int
 	notes  []note
 	faults []int
-	// faultMethod limits faults to requests of this method ("" = any).
+	// lost are statuses to answer, in order, after carrying a request
+	// out: the write happened, the answer says it failed.
+	lost []int
+	// faultMethod limits faults and lost to requests of this method
+	// ("" = any).
 	faultMethod string
 	requests    []string
 }
@@ -122,6 +126,14 @@ func (f *fakeGitLab) handler() http.Handler {
 		default:
 			w.WriteHeader(http.StatusUnauthorized)
 			fmt.Fprint(w, `{"message":"401 Unauthorized"}`)
+			return
+		}
+		if len(f.lost) > 0 && (f.faultMethod == "" || f.faultMethod == r.Method) {
+			code := f.lost[0]
+			f.lost = f.lost[1:]
+			mux.ServeHTTP(httptest.NewRecorder(), r)
+			w.WriteHeader(code)
+			fmt.Fprint(w, `{"message":"502 Bad Gateway"}`)
 			return
 		}
 		if len(f.faults) > 0 && (f.faultMethod == "" || f.faultMethod == r.Method) {
@@ -262,6 +274,78 @@ func TestRetriesAndErrors(t *testing.T) {
 	}
 	if _, err := New(Target{APIURL: "http://127.0.0.1/api/v4"}, "", http.DefaultClient); err == nil || !strings.Contains(err.Error(), "project access token") {
 		t.Errorf("missing token: %v", err)
+	}
+}
+
+// TestCreateOnce: a note GitLab created but answered with a 5xx is taken
+// as the report instead of being posted again, and a note it did not
+// create is posted again; either way one note is left.
+func TestCreateOnce(t *testing.T) {
+	t.Parallel()
+	old := forge.Meta{Tag: "compare", RunID: 7}
+	cur := forge.Meta{Tag: "compare", RunID: 8}
+	oldBody, newBody := old.Marker()+"\nold", cur.Marker()+"\nnew"
+	const (
+		notes  = "/api/v4/projects/42/merge_requests/3/notes"
+		list   = "GET " + notes
+		post   = "POST " + notes
+		whoami = "GET /api/v4/user"
+	)
+	tests := []struct {
+		name         string
+		pre          []string
+		behavior     forge.Behavior
+		faults, lost []int
+		wantID       int64
+		wantDeleted  int
+		wantRequests []string
+	}{
+		{"created but answered 502", nil, forge.Update, nil, []int{502}, 1, 0, []string{list, post, list, whoami}},
+		{"created but answered 500, old note deleted", []string{"system: approved", oldBody}, forge.DeleteAndNew, nil, []int{500}, 3, 1,
+			[]string{list, whoami, post, list, "DELETE " + notes + "/2"}},
+		{"not created and answered 502: posted again", nil, forge.Update, []int{502}, nil, 1, 0, []string{list, post, list, post}},
+		{"429 to the POST: posted again", nil, forge.Update, []int{429}, nil, 1, 0, []string{list, post, post}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, c := setup(t, "glpat-project", tc.pre...)
+			f.faults, f.lost, f.faultMethod = tc.faults, tc.lost, "POST"
+			res, err := forge.Post(context.Background(), c, cur, newBody, tc.behavior)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Action != "created" || res.ID != tc.wantID || res.Deleted != tc.wantDeleted {
+				t.Errorf("result %+v, want note %d created, %d deleted", res, tc.wantID, tc.wantDeleted)
+			}
+			want := []string{newBody}
+			if len(tc.pre) > 0 {
+				want = []string{"system: approved", newBody}
+			}
+			if d := cmp.Diff(want, f.bodies()); d != "" {
+				t.Errorf("notes (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantRequests, f.requests); d != "" {
+				t.Errorf("requests (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestCreateGivesUp: the error names the forge, the merge request, the
+// step and what GitLab answered.
+func TestCreateGivesUp(t *testing.T) {
+	t.Parallel()
+	f, c := setup(t, "glpat-project")
+	f.faults, f.faultMethod = []int{503, 503, 503}, "POST"
+	_, err := forge.Post(context.Background(), c, forge.Meta{Tag: "compare", RunID: 1}, "report", forge.Update)
+	for _, want := range []string{"giving up after 3 posts", "creating the report note on GitLab merge request !3 of project 42", "503 Service Unavailable", "boom"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	if got := f.bodies(); len(got) != 0 {
+		t.Errorf("notes %q, want none", got)
 	}
 }
 
