@@ -89,6 +89,19 @@ func TestRunAsKeepsTheKeyFromTheJob(t *testing.T) {
 			t.Errorf("an event says %q: the job reached the key; events: %q", w, msgs)
 		}
 	}
+
+	// The next run has the same uid: the first run's work dir (kept,
+	// --keep-runs) is closed to it.
+	src2 := newMemSource()
+	l.Source = src2
+	next := "id -u\nif ls ../alloc-0000runas; then echo previous-run-open; else echo previous-run-closed; fi\n"
+	b := Assignment{AllocID: "alloc-0000next", FencingToken: 1, Command: []string{"sh", "job.sh"}, Workdir: tarball(t, map[string]string{"job.sh": next})}
+	if final := l.RunAssignment(ctx, &b); final.State != StateSucceeded {
+		t.Fatalf("second run %s: %s", final.State, final.Reason)
+	}
+	if msgs := src2.messages(t); !contains(msgs, "previous-run-closed") || contains(msgs, "previous-run-open") {
+		t.Errorf("the second job reached the first one's work dir; events: %q", msgs)
+	}
 }
 
 // With --run-as the checkpoint shipper (root) reads only the job's own

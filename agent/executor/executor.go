@@ -219,6 +219,13 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	rec := newRecorder(sp, func(err error) { stopRun(err) })
 	res := x.execute(runCtx, ctx, job, rec, workDir, ckptDir, metricsPath, metricsStart)
 	res.WorkDir = workDir
+	if job.RunAs != nil {
+		// Every run as --run-as has the same uid: the next one must not
+		// read this one's files (the newest --keep-runs stay on disk).
+		if err := job.RunAs.takeBack(workDir); err != nil {
+			rec.event(events.Warn, events.ExecutorComp, err.Error(), nil)
+		}
+	}
 	lvl := events.Info
 	if res.State != Succeeded {
 		lvl = events.Error

@@ -179,6 +179,21 @@ func (r *RunAs) OpenJobFile(path string) (*os.File, os.FileInfo, error) {
 	return f, fi, nil
 }
 
+// takeBack closes the work dir of a run that ended to the job's user:
+// the dir itself goes back to the agent (0700), so later jobs, which run
+// as the same user, cannot enter it; what is inside stays as the job
+// left it, for the agent to read.
+func (r *RunAs) takeBack(workDir string) error {
+	err := os.Lchown(workDir, os.Geteuid(), os.Getegid())
+	if err == nil {
+		err = os.Chmod(workDir, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("closing the work dir to %s after the run: %w", r, err)
+	}
+	return nil
+}
+
 // handOver gives the run's work dir to the job's user: everything the
 // agent put there (the run's files, a checkpoint to resume from, the
 // checkpoint dir and the metrics file) becomes the user's, and the dir
