@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 var (
@@ -486,36 +487,6 @@ func TestRetryAttemptTimeout(t *testing.T) {
 	}
 }
 
-// refusedAddr is a loopback address nobody listens on: connecting to it
-// is refused by the kernel, before any byte of a request leaves.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// refuseDials returns a transport for srv whose first n connections are
-// refused.
-func refuseDials(t *testing.T, srv *httptest.Server, n int32) http.RoundTripper {
-	t.Helper()
-	refused := refusedAddr(t)
-	var dials atomic.Int32
-	tr := srv.Client().Transport.(*http.Transport).Clone()
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if dials.Add(1) <= n {
-			addr = refused
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}
-	return tr
-}
-
 // TestRetryUnsent: a POST whose connection is refused never reached the
 // forge, so it is sent again; when every try is refused, the error is the
 // connection's, not one that says the POST may have been applied.
@@ -536,7 +507,7 @@ func TestRetryUnsent(t *testing.T) {
 			srv := httptest.NewServer(f)
 			defer srv.Close()
 			var waits []time.Duration
-			c := &http.Client{Transport: &Retry{Base: refuseDials(t, srv, tc.refused), Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}}
+			c := &http.Client{Transport: &Retry{Base: testutil.RefuseDials(t, srv, func(n int32) bool { return n <= tc.refused }), Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}}
 			resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("payload"))
 			if tc.wantTries > 0 {
 				if err != nil {

@@ -4,15 +4,19 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -132,4 +136,29 @@ func HTTPClient(t testing.TB) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
+}
+
+// RefuseDials returns a clone of srv's transport that opens a connection
+// per request and dials a loopback port nobody listens on whenever
+// refuse(n) holds for the n-th dial (from 1): the kernel refuses those
+// connections, so their requests never leave.
+func RefuseDials(t testing.TB, srv *httptest.Server, refuse func(n int32) bool) *http.Transport {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := l.Addr().String()
+	l.Close()
+	var dials atomic.Int32
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = true
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse(dials.Add(1)) {
+			addr = refused
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	return tr
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -20,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/internal/forge"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // fakeGitHub implements the issue-comment endpoints gpupass uses, with
@@ -339,28 +338,11 @@ func TestPostTruncatesAndRetries(t *testing.T) {
 	}
 }
 
-// refuseDial returns a transport for srv that opens a connection per
-// request and has connection number n refused by the kernel: dialed to a
-// loopback port nobody listens on, so that request never leaves.
+// refuseDial returns a transport for srv whose n-th connection the
+// kernel refuses, so that request never leaves.
 func refuseDial(t *testing.T, n int32) func(*httptest.Server) http.RoundTripper {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := l.Addr().String()
-	l.Close()
 	return func(srv *httptest.Server) http.RoundTripper {
-		var dials atomic.Int32
-		tr := srv.Client().Transport.(*http.Transport).Clone()
-		tr.DisableKeepAlives = true
-		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if dials.Add(1) == n {
-				addr = refused
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}
-		return tr
+		return testutil.RefuseDials(t, srv, func(k int32) bool { return k == n })
 	}
 }
 
