@@ -126,13 +126,15 @@ touch own-file && echo workdir-written
 		if len(out.metrics) != 1 {
 			t.Errorf("%d metric points, want the 1 the job wrote", len(out.metrics))
 		}
-		for _, p := range []string{wd, filepath.Join(wd, "checkpoints", "step1.pt"), filepath.Join(wd, "metrics.jsonl"), filepath.Join(wd, "own-file")} {
+		for _, p := range []string{filepath.Join(wd, "checkpoints"), filepath.Join(wd, "checkpoints", "step1.pt"), filepath.Join(wd, "metrics.jsonl"), filepath.Join(wd, "own-file")} {
 			if st := stat(t, p); st.Uid != 65534 {
 				t.Errorf("%s is owned by uid %d, want 65534", p, st.Uid)
 			}
 		}
-		if st := stat(t, wd); st.Mode&0o777 != 0o700 {
-			t.Errorf("work dir mode %04o, want 0700", st.Mode&0o777)
+		// The run is over: its dir is the agent's again, closed to the
+		// next job, which runs as the same user.
+		if st := stat(t, wd); st.Uid != uint32(os.Geteuid()) || st.Mode&0o777 != 0o700 {
+			t.Errorf("work dir after the run: uid %d mode %04o, want the agent's uid %d and 0700", st.Uid, st.Mode&0o777, os.Geteuid())
 		}
 		var said bool
 		for _, e := range out.find(events.ExecutorComp) {
