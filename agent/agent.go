@@ -131,6 +131,9 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 		if err := os.Chmod(o.StateDir, 0o711); err != nil {
 			return nil, fmt.Errorf("opening state dir %s to --run-as jobs: %w", o.StateDir, err)
 		}
+		if err := o.runAs.CanReach(o.StateDir); err != nil {
+			return nil, fmt.Errorf("--run-as %s: %w", o.RunAs, err)
+		}
 	}
 	key, err := conformance.LoadOrCreateKey(filepath.Join(o.StateDir, KeyFile))
 	if err != nil {

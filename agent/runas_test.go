@@ -167,3 +167,30 @@ func TestCheckpointShipperReadsOnlyTheJobsFiles(t *testing.T) {
 		t.Errorf("the job's file: %d checkpoint records, events %q; want it shipped", n, msgs)
 	}
 }
+
+// With --run-as the agent refuses at start a state dir its jobs could not
+// reach, naming the directory in the way; before, every run failed at
+// chdir once it was placed.
+func TestRunAsStateDirOutOfReach(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "root (starting a job as another user needs it; CI runs as root)")
+	}
+	closed, err := os.MkdirTemp("", "gpupass-closed-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(closed) })
+	// MkdirTemp makes it 0700: nobody cannot pass.
+	o := &Options{
+		StateDir: filepath.Join(closed, "state"), Region: "us-west-2", StorageClass: "standard",
+		Simulate: "h100-sxm5-8x", Python: "python3", SuiteInterval: time.Hour, ReadProbeMB: 1, RunAs: "nobody",
+	}
+	if err := o.Validate(false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(o, quiet())
+	if err == nil || !strings.Contains(err.Error(), "--run-as nobody: "+closed+" (mode 0700, owner uid 0) does not let nobody") || !strings.Contains(err.Error(), "chmod o+x "+closed) {
+		t.Fatalf("New = %v, want the closed directory named with the fix", err)
+	}
+}

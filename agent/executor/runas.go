@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -140,6 +141,40 @@ func (r *RunAs) env(workDir string) map[string]string {
 		m["USER"], m["LOGNAME"] = r.Name, r.Name
 	}
 	return m
+}
+
+// CanReach returns an error unless the user may pass through every
+// directory from / down to dir (search permission: the x bit that
+// applies to it as owner, group member or other), which the jobs need to
+// reach their work dirs below dir. The error names the first directory
+// that stops it and the fix.
+func (r *RunAs) CanReach(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && !r.mayPass(st) {
+			return fmt.Errorf("%s (mode %04o, owner uid %d) does not let %s pass, so jobs cannot reach their work dirs under %s: put the state dir elsewhere (the default /var/lib/gpupass-agent), or chmod o+x %s", p, fi.Mode().Perm(), st.Uid, r, abs, p)
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
+}
+
+func (r *RunAs) mayPass(st *syscall.Stat_t) bool {
+	switch {
+	case st.Uid == r.UID:
+		return st.Mode&0o100 != 0
+	case st.Gid == r.GID || slices.Contains(r.Groups, st.Gid):
+		return st.Mode&0o010 != 0
+	}
+	return st.Mode&0o001 != 0
 }
 
 // Owns says whether fi, the Fstat of a file the agent opened in the work

@@ -248,3 +248,45 @@ func TestMetricsFileFIFODoesNotBlock(t *testing.T) {
 		t.Errorf("metrics events %q do not say the FIFO was not read", w)
 	}
 }
+
+// CanReach applies the x bit that applies to the user: owner's, else the
+// group's, else other's, as the kernel does.
+func TestRunAsCanReach(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	nobody, err := executor.LookupRunAs("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := openRoot(t)
+	for _, tc := range []struct {
+		name     string
+		mode     os.FileMode
+		uid, gid int
+		ok       bool
+	}{
+		{"other x", 0o701, 0, 0, true},
+		{"no x for other", 0o770, 0, 0, false},
+		{"group x, nobody's group", 0o710, 0, int(nobody.GID), true},
+		{"owner without x, other x", 0o601, 65534, 0, false},
+		{"owner x", 0o700, 65534, 0, true},
+	} {
+		d := filepath.Join(root, strings.ReplaceAll(tc.name, " ", "-"))
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, tc.uid, tc.gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		err := nobody.CanReach(d)
+		if tc.ok != (err == nil) {
+			t.Errorf("%s (%04o %d:%d): CanReach = %v, want ok %v", tc.name, tc.mode, tc.uid, tc.gid, err, tc.ok)
+		}
+		if err != nil && (!strings.Contains(err.Error(), d+" (mode ") || !strings.Contains(err.Error(), "chmod o+x "+d)) {
+			t.Errorf("%s: error %q does not name %s and the fix", tc.name, err, d)
+		}
+	}
+}
