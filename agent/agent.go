@@ -59,6 +59,9 @@ type Agent struct {
 	// python builds the Python probe for a package list (a spec's).
 	python  func(packages []string) probe.Probe
 	profile *probe.Profile
+	// tls is what the agent trusts for an https broker URL (--tls-ca,
+	// read once in New): enrollment, heartbeats and the work API.
+	tls *tls.Config
 
 	mu      sync.Mutex
 	agentID string
@@ -146,7 +149,11 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err := fsutil.WriteFileAtomic(filepath.Join(o.StateDir, PublicKeyFile), pub, 0o644); err != nil {
 		return nil, err
 	}
-	a := &Agent{o: o, log: log, key: key, pubPEM: pub, runNow: make(chan chan runResult)}
+	tlsConf, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{o: o, log: log, key: key, pubPEM: pub, tls: tlsConf, runNow: make(chan chan runResult)}
 	if b, err := os.ReadFile(filepath.Join(o.StateDir, StateFile)); err == nil {
 		var p persisted
 		if json.Unmarshal(b, &p) == nil && p.BrokerURL == o.BrokerURL {
@@ -275,11 +282,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	tlsConf, err := a.o.tlsConfig()
-	if err != nil {
-		return err
-	}
-	clients, err := api.Dial(a.o.BrokerURL, api.DialOptions{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf})
+	clients, err := api.Dial(a.o.BrokerURL, api.DialOptions{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls})
 	if err != nil {
 		return err
 	}

@@ -525,11 +525,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	}
 	// The work API is on the broker that enrollment and heartbeats
 	// reach: --tls-ca is trusted here too.
-	tlsConf, err := a.o.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, tlsConf, id)
+	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, a.tls, id)
 	if err != nil {
 		return nil, err
 	}

@@ -220,7 +220,10 @@ func TestRunLoopTrustsTLSCA(t *testing.T) {
 
 	// The agent's own run loop.
 	logs := &lockedLog{}
-	ag := &Agent{o: o, log: slog.New(slog.NewTextHandler(logs, nil))}
+	ag, err := New(o, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	wait, err := ag.startRunLoop(ctx)
 	if err != nil {
