@@ -35,17 +35,8 @@ func TestRunAsNeedsRoot(t *testing.T) {
 // runs/ and nothing else: the job cannot read the identity key.
 func TestRunAsKeepsTheKeyFromTheJob(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		testutil.Missing(t, "root (starting a job as another user needs it; CI runs as root)")
-	}
-	parent, err := os.MkdirTemp("", "gpupass-agent-runas-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(parent) })
-	if err := os.Chmod(parent, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NeedRoot(t)
+	parent := testutil.TempDirMode(t, 0o711)
 	o := &Options{
 		StateDir: filepath.Join(parent, "state"), Region: "us-west-2", StorageClass: "standard",
 		Simulate: "h100-sxm5-8x", Python: "python3", SuiteInterval: time.Hour, ReadProbeMB: 1, RunAs: "nobody",
@@ -110,9 +101,7 @@ func TestRunAsKeepsTheKeyFromTheJob(t *testing.T) {
 // broker, where the run's submitter could download it.
 func TestCheckpointShipperReadsOnlyTheJobsFiles(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		testutil.Missing(t, "root (files of another user are needed)")
-	}
+	testutil.NeedRoot(t)
 	nobody, err := executor.LookupRunAs("nobody")
 	if err != nil {
 		t.Fatal(err)
@@ -173,15 +162,8 @@ func TestCheckpointShipperReadsOnlyTheJobsFiles(t *testing.T) {
 // chdir once it was placed.
 func TestRunAsStateDirOutOfReach(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		testutil.Missing(t, "root (starting a job as another user needs it; CI runs as root)")
-	}
-	closed, err := os.MkdirTemp("", "gpupass-closed-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(closed) })
-	// MkdirTemp makes it 0700: nobody cannot pass.
+	testutil.NeedRoot(t)
+	closed := testutil.TempDirMode(t, 0o700) // nobody cannot pass
 	o := &Options{
 		StateDir: filepath.Join(closed, "state"), Region: "us-west-2", StorageClass: "standard",
 		Simulate: "h100-sxm5-8x", Python: "python3", SuiteInterval: time.Hour, ReadProbeMB: 1, RunAs: "nobody",
@@ -189,7 +171,7 @@ func TestRunAsStateDirOutOfReach(t *testing.T) {
 	if err := o.Validate(false); err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(o, quiet())
+	_, err := New(o, quiet())
 	if err == nil || !strings.Contains(err.Error(), "--run-as nobody: "+closed+" (mode 0700, owner uid 0) does not let nobody") || !strings.Contains(err.Error(), "chmod o+x "+closed) {
 		t.Fatalf("New = %v, want the closed directory named with the fix", err)
 	}

@@ -14,29 +14,6 @@ import (
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
-// needRoot stops a test that starts processes as another user.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		testutil.Missing(t, "root (starting a job as another user needs it; CI runs as root)")
-	}
-}
-
-// openRoot is a temp dir other users may pass through (t.TempDir's
-// parents are 0700), removed at the end of the test.
-func openRoot(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "gpupass-runas-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 func TestLookupRunAs(t *testing.T) {
 	t.Parallel()
 	nobody, err := executor.LookupRunAs("nobody")
@@ -86,8 +63,8 @@ func TestLookupRunAs(t *testing.T) {
 // agent's own user reads them, which is what --run-as is for.
 func TestRunAsAnotherUser(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
-	root := openRoot(t)
+	testutil.NeedRoot(t)
+	root := testutil.TempDirMode(t, 0o711)
 	secret := filepath.Join(root, "agent.key")
 	if err := os.WriteFile(secret, []byte("PRIVATE KEY MATERIAL\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -157,8 +134,8 @@ touch own-file && echo workdir-written
 // handed to the job's user, and the run does not start.
 func TestRunAsRefusesHardLinks(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
-	root := openRoot(t)
+	testutil.NeedRoot(t)
+	root := testutil.TempDirMode(t, 0o711)
 	outside := filepath.Join(root, "outside")
 	if err := os.WriteFile(outside, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
@@ -207,8 +184,8 @@ func stat(t *testing.T, p string) *syscall.Stat_t {
 // to the agent's key is not read.
 func TestRunAsMetricsFileLinkedElsewhere(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
-	root := openRoot(t)
+	testutil.NeedRoot(t)
+	root := testutil.TempDirMode(t, 0o711)
 	secret := filepath.Join(root, "agent.key")
 	if err := os.WriteFile(secret, []byte("-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -253,12 +230,12 @@ func TestMetricsFileFIFODoesNotBlock(t *testing.T) {
 // group's, else other's, as the kernel does.
 func TestRunAsCanReach(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	testutil.NeedRoot(t)
 	nobody, err := executor.LookupRunAs("nobody")
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := openRoot(t)
+	root := testutil.TempDirMode(t, 0o711)
 	for _, tc := range []struct {
 		name     string
 		mode     os.FileMode

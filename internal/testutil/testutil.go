@@ -162,3 +162,28 @@ func RefuseDials(t testing.TB, srv *httptest.Server, refuse func(n int32) bool) 
 	}
 	return tr
 }
+
+// NeedRoot stops a test that needs root (starting processes as another
+// user, owning files for one) as Missing does: CI runs as root.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "root (the test starts processes as, or gives files to, another user; CI runs as root)")
+	}
+}
+
+// TempDirMode is t.TempDir made outside t.TempDir's own parent (mode
+// 0700, which no other user may pass) and set to mode; it is removed
+// when the test ends.
+func TempDirMode(t testing.TB, mode os.FileMode) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "gpupass-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, mode); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
