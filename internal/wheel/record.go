@@ -147,11 +147,23 @@ func safeEntry(name string) error {
 // two entries that differ here ("é" in UTF-8, "\x82" in cp437) would be
 // one file on disk, whichever comes last, each checked against its own
 // RECORD line. Python's zipfile and Go's archive/zip mark every such name.
+// (zip.File.NonUTF8 does not say this: Go also sets it for unmarked
+// ASCII names with '~' or '\\', which Python's zipfile writes unmarked and
+// reads the same either way.)
 func utf8Entry(zf *zip.File) error {
-	if zf.NonUTF8 {
+	if zf.Flags&0x800 == 0 && !ascii(zf.Name) {
 		return fmt.Errorf("entry %q: a name beyond ASCII that is not marked UTF-8 (installers would read it as cp437)", zf.Name)
 	}
 	return nil
+}
+
+func ascii(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func readAll(zf *zip.File) ([]byte, error) {
