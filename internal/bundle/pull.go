@@ -475,7 +475,7 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	if err != nil {
 		return fail(err)
 	}
-	rc, sized, err := openBlob(ctx, f.blobs, f.ref.Context(), d)
+	rc, err := openBlob(ctx, f.blobs, f.ref.Context(), d)
 	if err != nil {
 		return fail(err)
 	}
@@ -486,14 +486,10 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 		return fail(err)
 	}
 	defer out.Close()
-	// The size is known: reserving it at once spares the filesystem
-	// growing the file block by block (and fails early on a full disk).
-	// Only when the registry sends that many bytes: a manifest is not
-	// trusted to reserve disk (a chunked reply to a layer declared at
-	// 2 GiB would otherwise take 2 GiB before its first byte is checked).
-	if sized {
-		preallocate(out, d.Size)
-	}
+	// No fallocate of the declared size: it made no measurable difference
+	// (1 GB stored pull, 5 paired rounds: 1.740 s with it, 1.732 s
+	// without), checkSpace already fails early on a full disk, and the
+	// size is the registry's word.
 	// One pass over the bytes, in two goroutines: this one receives the
 	// blob and writes it to disk; the other parses the zip and takes the
 	// blob's digest and, for RECORD, the hash of every stored entry: on

@@ -259,26 +259,26 @@ func parseIPLiteral(host string) (netip.Addr, bool) {
 
 // openBlob starts the download of blob d of repo. The caller checks the
 // digest; the size is checked against Content-Length here when the
-// registry sends one, and sized reports that it did (no chunked reply).
-func openBlob(ctx context.Context, c *http.Client, repo name.Repository, d v1.Descriptor) (body io.ReadCloser, sized bool, err error) {
+// registry sends one.
+func openBlob(ctx context.Context, c *http.Client, repo name.Repository, d v1.Descriptor) (io.ReadCloser, error) {
 	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/blobs/%s", repo.RepositoryStr(), d.Digest)}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, false, redactURL(err)
+		return nil, redactURL(err)
 	}
 	if err := transport.CheckError(resp, http.StatusOK); err != nil {
 		resp.Body.Close()
-		return nil, false, err
+		return nil, err
 	}
 	if resp.ContentLength != -1 && resp.ContentLength != d.Size {
 		resp.Body.Close()
-		return nil, false, fmt.Errorf("%w: GET %s: Content-Length %d, the manifest says %d bytes", ErrVerification, u.Redacted(), resp.ContentLength, d.Size)
+		return nil, fmt.Errorf("%w: GET %s: Content-Length %d, the manifest says %d bytes", ErrVerification, u.Redacted(), resp.ContentLength, d.Size)
 	}
-	return resp.Body, resp.ContentLength == d.Size, nil
+	return resp.Body, nil
 }
 
 // redactURL drops the query from the URL in a failed request's error:

@@ -25,11 +25,3 @@ func freeSpace(dir string) (int64, bool) {
 	}
 	return int64(st.Bavail) * st.Bsize, true
 }
-
-// preallocate reserves size bytes for f; a filesystem that cannot is
-// simply written to as usual.
-func preallocate(f *os.File, size int64) {
-	if size > 0 {
-		_ = syscall.Fallocate(int(f.Fd()), 0, 0, size)
-	}
-}

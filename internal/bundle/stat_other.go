@@ -8,6 +8,4 @@ import "os"
 // tell an edited file from the original.
 func statOf(os.FileInfo) (fileStat, bool) { return fileStat{}, false }
 
-func preallocate(*os.File, int64) {}
-
 func freeSpace(string) (int64, bool) { return 0, false }
