@@ -1,8 +1,11 @@
 package bundle
 
 import (
+	"math"
 	"os"
 	"syscall"
+
+	"github.com/gpupass/gpupass/internal/probe"
 )
 
 func statOf(fi os.FileInfo) (fileStat, bool) {
@@ -19,9 +22,6 @@ func statOf(fi os.FileInfo) (fileStat, bool) {
 // freeSpace is what an unprivileged writer may still write to the
 // filesystem holding dir.
 func freeSpace(dir string) (int64, bool) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, false
-	}
-	return int64(st.Bavail) * st.Bsize, true
+	free, _, err := probe.FreeBytes(dir)
+	return int64(min(free, math.MaxInt64)), err == nil
 }

@@ -37,13 +37,11 @@ func (p Storage) Measure(ctx context.Context) (Section, error) {
 		s.Reason = fmt.Sprintf("storage path %s: %v", p.Path, err)
 		return s, ctx.Err()
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(abs, &st); err != nil {
-		s.Reason = fmt.Sprintf("statfs %s: %v", abs, err)
+	s.FreeBytes, s.TotalBytes, err = FreeBytes(abs)
+	if err != nil {
+		s.Reason = err.Error()
 		return s, ctx.Err()
 	}
-	s.FreeBytes = st.Bavail * uint64(st.Bsize)
-	s.TotalBytes = st.Blocks * uint64(st.Bsize)
 	mi := p.MountInfo
 	if mi == "" {
 		mi = "/proc/self/mountinfo"
@@ -55,6 +53,16 @@ func (p Storage) Measure(ctx context.Context) (Section, error) {
 	}
 	s.MountPoint, s.Source, s.FSType, s.MountOptions = m.MountPoint, m.Source, m.FSType, m.Options
 	return s, ctx.Err()
+}
+
+// FreeBytes is what an unprivileged writer may still write to the
+// filesystem holding path, and its size.
+func FreeBytes(path string) (free, total uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
 }
 
 // Mount is one line of /proc/self/mountinfo.
