@@ -92,49 +92,44 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 			rq.ContentLength = int64(len(body))
 		}
 		resp, err := base.RoundTrip(rq)
+		d, why, outcome := wait, "", ""
 		if err != nil {
 			cancel()
-			if req.Context().Err() != nil {
+			switch {
+			case req.Context().Err() != nil:
+				return nil, err
+			case !unsent(err) && !idempotent(req):
+				return nil, &UncertainError{Err: err}
+			case !unsent(err) || try >= attempts:
 				return nil, err
 			}
-			if unsent(err) {
-				if try >= attempts {
-					return nil, err
-				}
-				r.warn(req, "could not connect", err.Error(), wait, try)
-				if err := sleep(req.Context(), wait); err != nil {
-					return nil, err
-				}
-				wait *= 2
-				continue
+			why, outcome = "could not connect", err.Error()
+		} else {
+			if resp.StatusCode >= 500 && !idempotent(req) {
+				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+				resp.Body.Close()
+				cancel()
+				// One line, whether the forge sent JSON or a proxy's HTML page.
+				return nil, &UncertainError{Status: resp.Status, Message: strings.Join(strings.Fields(string(msg)), " ")}
 			}
-			if !idempotent(req) {
-				return nil, &UncertainError{Err: err}
+			var retry bool
+			var after time.Duration
+			retry, after, why = shouldRetry(resp)
+			if after > 0 {
+				d = after
 			}
-			return nil, err
-		}
-		if resp.StatusCode >= 500 && !idempotent(req) {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			// Waiting longer than a CI step should is worse than failing
+			// with the forge's own message.
+			if !retry || try >= attempts || d > maxWait {
+				resp.Body = cancelOnClose{resp.Body, cancel}
+				return resp, nil
+			}
+			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			cancel()
-			// One line, whether the forge sent JSON or a proxy's HTML page.
-			return nil, &UncertainError{Status: resp.Status, Message: strings.Join(strings.Fields(string(msg)), " ")}
+			outcome = resp.Status
 		}
-		retry, after, why := shouldRetry(resp)
-		d := wait
-		if after > 0 {
-			d = after
-		}
-		// Waiting longer than a CI step should is worse than failing with
-		// the forge's own message.
-		if !retry || try >= attempts || d > maxWait {
-			resp.Body = cancelOnClose{resp.Body, cancel}
-			return resp, nil
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		cancel()
-		r.warn(req, why, resp.Status, d, try)
+		r.warn(req, why, outcome, d, try)
 		if err := sleep(req.Context(), d); err != nil {
 			return nil, err
 		}

@@ -303,7 +303,7 @@ func Post(ctx context.Context, s Store, meta Meta, body string, b Behavior) (Res
 	}
 	for _, id := range a.Delete {
 		if err := s.Delete(ctx, id); err != nil {
-			return res, fmt.Errorf("the report is %s, but an older one is left: %w", res.Action, err)
+			return res, fmt.Errorf("the report is %s, but an older one is left (the next run deletes it, or delete it by hand): %w", res.Action, err)
 		}
 		res.Deleted++
 	}
@@ -337,7 +337,7 @@ func create(ctx context.Context, s Store, existing []Comment, meta Meta, body st
 			return 0, "", "", fmt.Errorf("%w; then, looking whether the report was created anyway: %w", err, lerr)
 		}
 		for _, c := range now {
-			if seen[c.ID] || !c.Mine || markerRE.FindString(c.Body) != marker {
+			if seen[c.ID] || !c.Mine || !strings.HasPrefix(c.Body, marker) {
 				continue
 			}
 			if c.Body == body {
@@ -352,7 +352,7 @@ func create(ctx context.Context, s Store, existing []Comment, meta Meta, body st
 			return 0, "", a.Reason, nil
 		}
 		if try == createTries {
-			return 0, "", "", fmt.Errorf("giving up after %d posts: each may have been applied, yet listing again found none of them: %w", try, err)
+			return 0, "", "", fmt.Errorf("giving up after %d posts: each may have been applied, yet listing again found none of them (look for the report on the pull or merge request, then rerun the job): %w", try, err)
 		}
 	}
 }

@@ -414,7 +414,7 @@ func TestCreateGivesUp(t *testing.T) {
 	f, c := setup(t)
 	f.faults, f.faultMethod = []int{502, 502, 502}, "POST"
 	_, err := forge.Post(context.Background(), c, forge.Meta{Tag: "compare", RunID: 1}, "report", forge.Update)
-	for _, want := range []string{"giving up after 3 posts", "creating the report comment on GitHub pull request acme/train#7", "502 Bad Gateway", "Server Error", "may have applied it"} {
+	for _, want := range []string{"giving up after 3 posts", "then rerun the job", "creating the report comment on GitHub pull request acme/train#7", "502 Bad Gateway", "Server Error", "may have applied it"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
