@@ -12,8 +12,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-
-	"github.com/gpupass/gpupass/internal/metrics"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -216,14 +214,6 @@ func TestParseMetricTimeKeys(t *testing.T) {
 		if !m.Time.Equal(want) {
 			t.Fatalf("time %v, want %v (from \"ts\")", m.Time, want)
 		}
-	}
-}
-
-// TestMaxStep: the agent refuses what the compare report would drop.
-func TestMaxStep(t *testing.T) {
-	t.Parallel()
-	if maxStep != metrics.MaxStep {
-		t.Errorf("maxStep %d, metrics.MaxStep %d", maxStep, metrics.MaxStep)
 	}
 }
 

@@ -109,10 +109,11 @@ func scalar(v any) (float64, bool) {
 // ErrNoStep says a metric line has no integer "step".
 var ErrNoStep = errors.New(`no integer "step"`)
 
-// maxStep bounds steps as metrics.MaxStep does (2^53, exact in a
-// float64): a step the compare report would drop is refused here, where
-// the job can be told. Not imported: the agent stays free of the readers.
-const maxStep = 1 << 53
+// MaxStep bounds steps (2^53, exact in a float64) so that step
+// arithmetic in alignment and charts cannot overflow. internal/metrics
+// uses it too: a step the compare report would drop is refused here,
+// where the job can be told.
+const MaxStep = 1 << 53
 
 // timeKeys name a line's time, the first that parses winning; a fixed
 // order because the decoded map's iteration order is random.
@@ -160,12 +161,12 @@ func ParseMetric(line []byte, now time.Time) (Metric, error) {
 				if ferr != nil || f != math.Trunc(f) {
 					return Metric{}, ErrNoStep
 				}
-				if math.Abs(f) > maxStep {
+				if math.Abs(f) > MaxStep {
 					return Metric{}, fmt.Errorf("%w: %s out of range (|step| ≤ 2^53)", ErrNoStep, n)
 				}
 				s = int64(f)
 			}
-			if s > maxStep || s < -maxStep {
+			if s > MaxStep || s < -MaxStep {
 				return Metric{}, fmt.Errorf("%w: %s out of range (|step| ≤ 2^53)", ErrNoStep, n)
 			}
 			m.Step, hasStep = s, true
@@ -197,15 +198,18 @@ func ParseMetric(line []byte, now time.Time) (Metric, error) {
 	return m, nil
 }
 
-// Unix nanoseconds in an int64 span these times: the broker and
-// internal/metrics keep times so.
+// InNanoRange says whether t is a time whose Unix nanoseconds an int64
+// holds (years 1678 to 2262), as the broker and internal/metrics keep
+// times; UnixNano is undefined outside.
+func InNanoRange(t time.Time) bool { return !t.Before(minTime) && !t.After(maxTime) }
+
 var minTime, maxTime = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
 
 func parseTime(v any) (time.Time, bool) {
 	switch x := v.(type) {
 	case string:
 		t, err := time.Parse(time.RFC3339Nano, x)
-		if err != nil || t.Before(minTime) || t.After(maxTime) {
+		if err != nil || !InNanoRange(t) {
 			return time.Time{}, false
 		}
 		return t.UTC(), true

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/events"
 )
 
 // lossColumns are tried in order when no metric is named.
@@ -192,7 +194,10 @@ func csvFields(line []byte, rec []string) ([]string, error) {
 
 func parseTime(v string) (int64, error) {
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return unixNano(t, []byte(v))
+		if !events.InNanoRange(t) {
+			return 0, fmt.Errorf(errTimeRange, v)
+		}
+		return t.UnixNano(), nil
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		return epochSeconds(f)

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/events"
 )
 
 // LogMarker prefixes metric lines inside a training log:
@@ -392,7 +394,10 @@ func (p *scanner) timestamp() (int64, error) {
 			}
 			return 0, fmt.Errorf("%q is neither RFC 3339 (2026-01-02T03:04:05Z, any offset) nor epoch seconds", s)
 		}
-		return unixNano(t, s)
+		if !events.InNanoRange(t) {
+			return 0, fmt.Errorf(errTimeRange, s)
+		}
+		return t.UnixNano(), nil
 	}
 	f, ok, err := p.num()
 	if err != nil {
@@ -424,17 +429,8 @@ func epochNanos(f float64) (int64, bool) {
 	return int64(ns), true
 }
 
-// Unix nanoseconds in an int64 span these times; UnixNano is undefined
-// outside them.
-var minTime, maxTime = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
-
-// unixNano returns t, parsed from s, in Unix nanoseconds.
-func unixNano(t time.Time, s []byte) (int64, error) {
-	if t.Before(minTime) || t.After(maxTime) {
-		return 0, fmt.Errorf("time %q out of range (years 1678 to 2262)", s)
-	}
-	return t.UnixNano(), nil
-}
+// errTimeRange says a time is outside events.InNanoRange.
+const errTimeRange = "time %q out of range (years 1678 to 2262)"
 
 // skip steps over one JSON value of any kind.
 func (p *scanner) skip() error {

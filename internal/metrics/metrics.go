@@ -13,6 +13,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/gpupass/gpupass/internal/events"
 )
 
 // Point is one logged value. Time is Unix nanoseconds in UTC, 0 when the
@@ -49,9 +51,8 @@ type Series struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// MaxStep bounds steps (2^53, exact in a float64) so step arithmetic in
-// alignment and charts cannot overflow.
-const MaxStep = 1 << 53
+// MaxStep bounds steps: events.MaxStep, which the agent enforces.
+const MaxStep = events.MaxStep
 
 // MaxReported is how many problems keep their location; the rest are
 // only counted.
