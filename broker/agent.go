@@ -121,8 +121,8 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 // enroll again as they are, as they do on every restart.
 func allowReenroll(tok store.Token, old store.Agent, labels store.Labels, proven bool) error {
 	if err := checkRegion(tok, old.Labels.Region); err != nil {
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("this key is enrolled as agent %s in %s, outside the scope of token %s (%s): it cannot enroll it into %s",
-			old.ID, old.Labels.Region, tok.ID, strings.Join(tok.Regions, ","), labels.Region))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("this key is enrolled as agent %s in %s, outside the scope of token %s (%s): it cannot enroll it into %s; enroll with an agent token that covers %s, or give the node a new key (remove agent.key from its state dir)",
+			old.ID, old.Labels.Region, tok.ID, strings.Join(tok.Regions, ","), labels.Region, old.Labels.Region))
 	}
 	if old.Labels != labels && !proven {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("agent %s is enrolled in %s with other labels: changing them (to region %s) needs a recent proof of key possession (upgrade gpupass-agent, or check the node's clock)",

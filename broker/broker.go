@@ -129,7 +129,7 @@ type agentEntry struct {
 	// an enrollment through this broker).
 	loaded time.Time
 	// The heartbeat session key (session.go) as this replica last knew
-	// it: read from the store when loaded is older than SessionKeyTTL or
+	// it: read from the store when sessLoaded is older than SessionKeyTTL or
 	// a beat names a newer epoch, at most once per sessionReloadEvery
 	// (tried).
 	sessKey               []byte
@@ -181,7 +181,7 @@ func New(cfg Config) *Broker {
 		b.wg.Add(1)
 		go b.every(b.cfg.SnapshotTTL, 30*time.Second, "refreshing the registry", b.refreshInBackground)
 	}
-	go b.every(b.cfg.FlushInterval, 10*time.Second, "writing heartbeats", b.flush)
+	go b.every(b.cfg.FlushInterval, finalFlushTimeout, "writing heartbeats", b.flush)
 	go b.every(max(b.cfg.OfflineAfter/3, 100*time.Millisecond), 10*time.Second, "checking liveness", b.checkLiveness)
 	// Runs are re-placed and lost nodes noticed at least every second.
 	go b.every(max(min(b.cfg.OfflineAfter/3, time.Second), 50*time.Millisecond), 30*time.Second, "supervising runs", b.superviseRuns)

@@ -81,8 +81,8 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	return nil
 }
 
-// finalFlushTimeout bounds the last heartbeat flush, as a flush in the
-// background is bounded.
+// finalFlushTimeout bounds each heartbeat flush: those in the background
+// and the last one at shutdown.
 const finalFlushTimeout = 10 * time.Second
 
 // closeBroker closes b with a context of its own: the shutdown's may have

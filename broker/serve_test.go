@@ -2,13 +2,11 @@ package broker_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -20,20 +18,11 @@ import (
 func TestServeShutdownEndsLongCallsAndFlushes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := brokertest.NewDB(t, "sqlite").Open(t)
 	cfg := brokertest.Fast()
-	cfg.Store, cfg.FlushInterval = s, time.Hour // beats stay in memory until Close
-	bk := broker.New(cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	// Long enough that a shutdown waiting for the calls fails.
-	go func() { served <- broker.Serve(sctx, ln, bk, broker.ServeOptions{ShutdownTimeout: 5 * time.Second}) }()
-	b := &brokertest.Broker{URL: "http://" + ln.Addr().String(), Store: s, Broker: bk}
+	cfg.FlushInterval = time.Hour // beats stay in memory until Close
+	// Serve's default shutdown timeout (10 s) is long enough that a
+	// shutdown waiting for the calls fails.
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
 
 	w := newWorker(t, b, b.Token(t, store.RoleAgent, "*"), brokertest.H100("us-west-2", 20))
 	c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "us-*"))
@@ -68,10 +57,7 @@ func TestServeShutdownEndsLongCallsAndFlushes(t *testing.T) {
 		t.Fatalf("follow ended before its first records: %v", st.Err())
 	}
 
-	cancel()
-	if err := <-served; err != nil {
-		t.Errorf("Serve after cancel = %v, want a clean shutdown", err)
-	}
+	b.Stop(t) // fails the test unless Serve shut down cleanly
 	if err := <-polled; err != nil {
 		t.Errorf("long poll during shutdown: %v, want an empty answer", err)
 	}
@@ -80,7 +66,7 @@ func TestServeShutdownEndsLongCallsAndFlushes(t *testing.T) {
 	if code := brokertest.Code(st.Err()); code != connect.CodeUnavailable {
 		t.Errorf("follow during shutdown ended with %v, want unavailable (follow again)", st.Err())
 	}
-	nodes, err := s.Nodes(ctx)
+	nodes, err := b.Store.Nodes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,9 +174,9 @@ func TestOrdering(t *testing.T) {
 
 // TestAbsurdStoredPrices: prices stored before the broker refused them
 // (two near MaxFloat64 made the class mean +Inf and every other score
-// NaN) stay out of the class mean; the 60/h node stays excluded for its
-// price; and a NaN score, should one arise, fails the threshold and ranks
-// below every other.
+// NaN) stay out of the class mean, and the 60/h node stays excluded for
+// its price. (A NaN score cannot arise: health.Compute turns it into -Inf,
+// see its test.)
 func TestAbsurdStoredPrices(t *testing.T) {
 	t.Parallel()
 	nodes := []store.Node{

@@ -275,9 +275,9 @@ func mdCode(s string) string {
 
 // oneLine turns line breaks into spaces: markdown has no way to escape
 // one inside a table row, list item or code span.
-func oneLine(s string) string {
-	return strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(s)
-}
+func oneLine(s string) string { return lineBreaks.Replace(s) }
+
+var lineBreaks = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ")
 
 func dur(sec *float64) string {
 	if sec == nil {
