@@ -30,8 +30,10 @@ import (
 //     starts (no data in between, nothing to shift), and holding exactly
 //     the number of entries the end record says, header after header.
 //
-// Wheels written by pip, bdist_wheel, build, hatchling, maturin or Go's
-// archive/zip all satisfy this.
+// The wheels the tests build satisfy it: Go's archive/zip (wheeltest),
+// Python's zipfile (the bench's) and pip wheel with setuptools (the
+// end-to-end tests); any writer that puts one directory after the
+// entries and one end record after it does.
 
 const (
 	endLen        = 22 // end of central directory record, without comment

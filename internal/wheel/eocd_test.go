@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/wheel"
 	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
 )
@@ -130,7 +131,7 @@ func TestHiddenCentralDirectoryRefused(t *testing.T) {
 			if err := os.WriteFile(p, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out, err := exec.Command("/usr/bin/python3", "-c", "import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read('demo/__init__.py'))", p).CombinedOutput()
+			out, err := exec.Command(testutil.Tool(t, "python3"), "-c", "import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read('demo/__init__.py'))", p).CombinedOutput()
 			if err != nil || !bytes.Contains(out, []byte("PWNED")) {
 				t.Fatalf("python's zipfile does not read the hidden entry, so this is no test: %s %v", out, err)
 			}
