@@ -132,7 +132,8 @@ type Runs interface {
 	// limit; kind 0 means every kind.
 	Records(ctx context.Context, allocID string, afterSeq uint64, kind RecordKind, limit int) ([]RunRecord, error)
 	// LogRecords is Records as a log shows them: the data of a
-	// checkpoint record is cut to its header line (all of it when it has
-	// none), so reading a run's log never loads its checkpoint files.
+	// checkpoint record is cut to its header line (its first 4 KiB when
+	// it has none), so reading a run's log does not load its checkpoint
+	// files.
 	LogRecords(ctx context.Context, allocID string, afterSeq uint64, kind RecordKind, limit int) ([]RunRecord, error)
 }

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -37,30 +38,23 @@ var runQueries = map[string]string{
 	"setHeld":     `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
 	"records":     `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
 	"recordsKind": `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
-	// logData (logRecords) stands for the data column with checkpoint
-	// records cut to their header line, in the dialect's terms.
-	"logRecords":     `SELECT seq, kind, logData FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-	"logRecordsKind": `SELECT seq, kind, logData FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
+	// A checkpoint chunk's data is read up to its header's room only
+	// (substr counts bytes of a BLOB in SQLite and of a bytea in
+	// PostgreSQL, which can fetch just that slice of a TOASTed value);
+	// LogRecords cuts it at the header line.
+	"logRecords":     `SELECT seq, kind, ` + logData + ` FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+	"logRecordsKind": `SELECT seq, kind, ` + logData + ` FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
 }
 
-// The data column up to its first newline, when it has one: SQLite's
-// instr and substr count bytes on BLOBs; PostgreSQL's bytea has position
-// and substring.
-const (
-	sqliteFirstLine = `CASE WHEN instr(data, X'0A') > 0 THEN substr(data, 1, instr(data, X'0A') - 1) ELSE data END`
-	pgFirstLine     = `CASE WHEN position(decode('0a', 'hex') IN data) > 0
-		THEN substring(data FROM 1 FOR position(decode('0a', 'hex') IN data) - 1) ELSE data END`
-)
+// logData is the data a log shows of a record: everything but a
+// checkpoint chunk, of which the start that holds its header line
+// (api.CheckpointHeader: a file name and a few numbers).
+var logData = fmt.Sprintf("CASE WHEN kind = %d THEN substr(data, 1, %d) ELSE data END", store.RecordCheckpoint, maxHeaderLine)
 
-// logData is the data a log shows of a record: a checkpoint chunk's
-// header line, everything else whole.
-func (s *Store) logData() string {
-	first := sqliteFirstLine
-	if s.d.Dollar {
-		first = pgFirstLine
-	}
-	return fmt.Sprintf("CASE WHEN kind = %d THEN %s ELSE data END", store.RecordCheckpoint, first)
-}
+// maxHeaderLine bounds a checkpoint chunk's header line as a log shows
+// it: a 255-byte file name escaped into JSON and the other fields take
+// under 2 KiB.
+const maxHeaderLine = 4096
 
 func (s *Store) rq(name string) string {
 	q := runQueries[name]
@@ -68,9 +62,6 @@ func (s *Store) rq(name string) string {
 		// PostgreSQL: lock the row so concurrent brokers serialise
 		// (SQLite transactions here are already exclusive: _txlock=immediate).
 		q += s.forUpdate()
-	}
-	if strings.HasPrefix(name, "logRecords") {
-		q = strings.Replace(q, "logData", s.logData(), 1)
 	}
 	return s.rebind(q)
 }
@@ -375,7 +366,15 @@ func (s *Store) Records(ctx context.Context, allocID string, afterSeq uint64, ki
 
 // LogRecords implements store.Runs.
 func (s *Store) LogRecords(ctx context.Context, allocID string, afterSeq uint64, kind store.RecordKind, limit int) ([]store.RunRecord, error) {
-	return s.records(ctx, "logRecords", allocID, afterSeq, kind, limit)
+	recs, err := s.records(ctx, "logRecords", allocID, afterSeq, kind, limit)
+	for i, r := range recs {
+		if r.Kind == store.RecordCheckpoint {
+			if line, _, ok := bytes.Cut(r.Data, []byte{'\n'}); ok {
+				recs[i].Data = line
+			}
+		}
+	}
+	return recs, err
 }
 
 // records runs query (or its Kind variant for a kind other than 0).
