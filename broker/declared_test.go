@@ -25,7 +25,6 @@ func TestAbsurdNumbersRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
-	fleet(t, b)
 	tok := b.Token(t, store.RoleAgent, "*")
 	for _, tc := range []struct {
 		field     string
@@ -49,17 +48,13 @@ func TestAbsurdNumbersRefused(t *testing.T) {
 			t.Errorf("enrolling with price %v, bandwidth %v: %v; want invalid_argument naming %s and its range", tc.price, tc.bw, err, tc.field)
 		}
 	}
-	for range 2 {
-		a := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
-		for range 2 {
-			if _, err := a.Beat(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		r := a.Report()
-		r.Node.PricePerHour = 1.7e308
-		if err := a.Upload(ctx, r); brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "node.price_per_hour") {
-			t.Errorf("report at 1.7e308/h: %v; want invalid_argument naming node.price_per_hour", err)
-		}
+	a := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
+	if _, err := a.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := a.Report()
+	r.Node.PricePerHour = 1.7e308
+	if err := a.Upload(ctx, r); brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "node.price_per_hour") {
+		t.Errorf("report at 1.7e308/h: %v; want invalid_argument naming node.price_per_hour", err)
 	}
 }
