@@ -225,3 +225,13 @@ func FuzzCanonicalMarker(f *testing.F) {
 		}
 	})
 }
+
+// An empty marker gets the marker fix too, not the generic one.
+func TestEmptyMarkerFix(t *testing.T) {
+	t.Parallel()
+	_, err := ParseRequirement("torch==2.3.1; ")
+	var me *MarkerError
+	if !errors.As(err, &me) || !strings.Contains(me.Fix, "drop the ';'") {
+		t.Fatalf("ParseRequirement(\"torch==2.3.1; \") = %v, want a MarkerError whose fix says to drop the ';'", err)
+	}
+}

@@ -239,7 +239,7 @@ func ParseRequirement(s string) (Requirement, error) {
 	}
 	if i := strings.IndexByte(s, ';'); i >= 0 {
 		if strings.TrimSpace(s[i+1:]) == "" {
-			return r, fmt.Errorf("empty environment marker after ';'")
+			return r, &MarkerError{Msg: "nothing after ';'", Fix: "drop the ';', or write a marker after it, e.g. torch==2.3.1; sys_platform == \"linux\""}
 		}
 		m, err := CanonicalMarker(s[i+1:])
 		if err != nil {
