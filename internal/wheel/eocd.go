@@ -1,6 +1,7 @@
 package wheel
 
 import (
+	"archive/zip"
 	"bufio"
 	"bytes"
 	"encoding/binary"
@@ -39,7 +40,6 @@ const (
 	endLen        = 22 // end of central directory record, without comment
 	zip64LocLen   = 20
 	zip64EndLen   = 56 // zip64 end record, without extensible data
-	sigZip64Loc   = 0x07064b50
 	centralHdrLen = 46
 	maxComment    = 0xffff
 )
@@ -49,11 +49,35 @@ type directory struct {
 	offset, size, entries int64
 }
 
+// ambiguous says an archive's end leaves open which files an installer
+// reads.
+func ambiguous(f Filename, format string, a ...any) error {
+	return fmt.Errorf("wheel %s: ambiguous zip archive: %s (an installer could read other files than the ones checked; rebuild the wheel)", f.File, fmt.Sprintf(format, a...))
+}
+
+// openZip reads the central directory of the archive r of size bytes
+// once its end is unambiguous (checkEnd). start, when not negative, is
+// where the directory must begin: where the entries a stream read end.
+func openZip(r io.ReaderAt, size int64, f Filename, start int64) (*zip.Reader, error) {
+	d, err := checkEnd(r, size, f)
+	if err != nil {
+		return nil, err
+	}
+	if start >= 0 && d.offset != start {
+		return nil, ambiguous(f, "the central directory starts at offset %d, but the entries end at %d", d.offset, start)
+	}
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("wheel %s: not a readable zip archive: %w", f.File, err)
+	}
+	return zr, nil
+}
+
 // checkEnd finds and checks the end of the archive r of size bytes (see
 // above) and returns its central directory.
 func checkEnd(r io.ReaderAt, size int64, f Filename) (directory, error) {
 	fail := func(format string, a ...any) (directory, error) {
-		return directory{}, fmt.Errorf("wheel %s: ambiguous zip archive: %s (an installer could read other files than the ones checked; rebuild the wheel)", f.File, fmt.Sprintf(format, a...))
+		return directory{}, ambiguous(f, format, a...)
 	}
 	if size < endLen {
 		return directory{}, fmt.Errorf("wheel %s: not a readable zip archive: %d bytes", f.File, size)
@@ -63,7 +87,7 @@ func checkEnd(r io.ReaderAt, size int64, f Filename) (directory, error) {
 	if _, err := r.ReadAt(tail, size-tailLen); err != nil && !errors.Is(err, io.EOF) {
 		return directory{}, fmt.Errorf("wheel %s: reading the end of the archive: %w", f.File, err)
 	}
-	i := bytes.LastIndex(tail, []byte("PK\x05\x06"))
+	i := bytes.LastIndex(tail, binary.LittleEndian.AppendUint32(nil, sigEnd))
 	if i < 0 {
 		return directory{}, fmt.Errorf("wheel %s: not a readable zip archive: no end of central directory record", f.File)
 	}

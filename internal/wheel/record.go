@@ -39,12 +39,9 @@ func Inspect(p string, f Filename) error {
 // The archive's end must be unambiguous (checkEnd) before its central
 // directory is read.
 func VerifyReader(r io.ReaderAt, size int64, f Filename) error {
-	if _, err := checkEnd(r, size, f); err != nil {
-		return err
-	}
-	zr, err := zip.NewReader(r, size)
+	zr, err := openZip(r, size, f, -1)
 	if err != nil {
-		return fmt.Errorf("wheel %s: not a readable zip archive: %w", f.File, err)
+		return err
 	}
 	return verify(zr, f)
 }
@@ -63,11 +60,8 @@ func verify(zr *zip.Reader, f Filename) error {
 	var record *zip.File
 	for _, zf := range zr.File {
 		name := zf.Name
-		if err := safeEntry(name); err != nil {
-			return fmt.Errorf("wheel %s: %w", f.File, err)
-		}
-		if err := utf8Entry(zf); err != nil {
-			return fmt.Errorf("wheel %s: %w", f.File, err)
+		if err := checkName(zf, f); err != nil {
+			return err
 		}
 		if _, dup := files[name]; dup {
 			return fmt.Errorf("wheel %s: entry %q appears twice in the archive", f.File, name)
@@ -123,6 +117,19 @@ func checkRecord(f Filename, files map[string]*zip.File, record *zip.File, entri
 		if _, ok := files[name]; !ok {
 			return fmt.Errorf("wheel %s: RECORD lists %s, which the archive does not hold", f.File, name)
 		}
+	}
+	return nil
+}
+
+// checkName refuses an entry name that would not land where it says
+// (safeEntry) or that installers read otherwise (utf8Entry).
+func checkName(zf *zip.File, f Filename) error {
+	err := safeEntry(zf.Name)
+	if err == nil {
+		err = utf8Entry(zf)
+	}
+	if err != nil {
+		return fmt.Errorf("wheel %s: %w", f.File, err)
 	}
 	return nil
 }

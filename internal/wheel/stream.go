@@ -55,6 +55,9 @@ const (
 	sigCentral = 0x02014b50
 	sigEnd     = 0x06054b50
 	sigEnd64   = 0x06064b50
+	// sigZip64Loc starts the zip64 end locator, between the zip64 end
+	// record and the end record.
+	sigZip64Loc = 0x07064b50
 )
 
 // VerifyStream reads a wheel sequentially from r to its end — so that it
@@ -539,16 +542,9 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // on up to GOMAXPROCS goroutines (shared by all Checks in the process).
 func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 	f := s.f
-	d, err := checkEnd(r, size, f)
+	zr, err := openZip(r, size, f, s.localEnd)
 	if err != nil {
 		return err
-	}
-	if d.offset != s.localEnd {
-		return fmt.Errorf("wheel %s: ambiguous zip archive: the central directory starts at offset %d, but the entries end at %d (an installer could read other files than the ones checked; rebuild the wheel)", f.File, d.offset, s.localEnd)
-	}
-	zr, err := zip.NewReader(r, size)
-	if err != nil {
-		return fmt.Errorf("wheel %s: not a readable zip archive: %w", f.File, err)
 	}
 	if len(zr.File) != len(s.entries) {
 		return fmt.Errorf("wheel %s: the central directory lists %d entries, the archive holds %d", f.File, len(zr.File), len(s.entries))
@@ -556,11 +552,8 @@ func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 	files := map[string]*zip.File{}
 	var record *zip.File
 	for _, zf := range zr.File {
-		if err := safeEntry(zf.Name); err != nil {
-			return fmt.Errorf("wheel %s: %w", f.File, err)
-		}
-		if err := utf8Entry(zf); err != nil {
-			return fmt.Errorf("wheel %s: %w", f.File, err)
+		if err := checkName(zf, f); err != nil {
+			return err
 		}
 		e, ok := s.entries[zf.Name]
 		if !ok {
