@@ -105,13 +105,18 @@ func checkEnd(r io.ReaderAt, size int64, f Filename) (directory, error) {
 	}
 	entries, cdSize, cdOffset := int64(le.Uint16(end[10:])), int64(le.Uint32(end[12:])), int64(le.Uint32(end[16:]))
 	cdEnd := endPos // where the directory must end
+	// The zip64 locator sits just before the end record: usually in the
+	// tail already read; read apart only behind a near-64 KiB comment
+	// (Python honours a locator wherever the end record puts it).
 	if endPos >= zip64LocLen {
-		var loc [zip64LocLen]byte
-		if _, err := r.ReadAt(loc[:], endPos-zip64LocLen); err != nil {
+		loc := make([]byte, zip64LocLen)
+		if i >= zip64LocLen {
+			loc = tail[i-zip64LocLen : i]
+		} else if _, err := r.ReadAt(loc, endPos-zip64LocLen); err != nil {
 			return directory{}, fmt.Errorf("wheel %s: reading the end of the archive: %w", f.File, err)
 		}
-		if le.Uint32(loc[:]) == sigZip64Loc {
-			d, recPos, err := zip64End(r, loc[:], endPos, entries, cdSize, cdOffset)
+		if le.Uint32(loc) == sigZip64Loc {
+			d, recPos, err := zip64End(r, loc, endPos, entries, cdSize, cdOffset)
 			if err != nil {
 				return fail("%v", err)
 			}
