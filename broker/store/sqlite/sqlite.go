@@ -74,6 +74,9 @@ var Migrations = []string{
 	evidenceMigration,
 	// 5: heartbeat session keys; see session.go.
 	sessionMigration,
+	// 6: a token's runs by region, newest first (ListAllocs in scope:
+	// the distinct regions, then the runs of those in scope).
+	`CREATE INDEX allocs_region ON allocs(region, created_at);`,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and
