@@ -166,7 +166,9 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	}
 	gpu := nvmlprobe.Default()
 	var nvcc probe.Probe = probe.NVCC{Path: o.NVCC}
-	a.python = func(pk []string) probe.Probe { return probe.Python{Exe: o.Python, Packages: pk} }
+	// The node's own interpreter (--python), started isolated: the agent's
+	// cwd or PYTHON* variables must not bring code into a root process.
+	a.python = func(pk []string) probe.Probe { return probe.Python{Exe: o.Python, Packages: pk, Isolated: true} }
 	if o.Simulate != "" {
 		p, err := probe.LoadProfile(o.Simulate)
 		if err != nil {

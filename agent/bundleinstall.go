@@ -1,16 +1,12 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -23,23 +19,32 @@ import (
 	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/wheel"
 )
 
 // BundleInstaller installs a run's wheel bundle (spec runtime.bundle)
-// before its command starts: pull by digest into the run's work dir,
-// verified blob by blob and wheel by wheel (bundle.Pull), then `pip
-// install --no-index --find-links` of the spec's pinned packages into a
-// per-run virtual environment.
+// before its command starts: pull by digest, verified blob by blob and
+// wheel by wheel (bundle.Pull), then unpack its wheels into a per-run
+// virtual environment with gpupass's own installer (wheel.Installer).
 //
-// Why a venv (`python -m venv --system-site-packages`) and not `pip
-// install --target` + PYTHONPATH: the node's own Python is never
-// modified, yet what the node image already provides (torch, CUDA
-// libraries) still satisfies the bundle's dependencies; `--target` makes
-// pip ignore installed packages, so every dependency, torch included,
-// would have to be in the bundle. The venv's site-packages come before
-// the system's on sys.path, so the bundle's pinned versions win, and the
-// package check of runtime-init runs in the venv's interpreter: it checks
-// exactly what the command will import.
+// The agent runs as root and holds the node's identity key, and a wheel
+// can carry code that Python runs at every start (a .pth file,
+// sitecustomize, usercustomize, an entry point named like the
+// interpreter) or at install time (pip's build hooks). So the agent never
+// starts an interpreter over the bundle's files: it creates the venv with
+// the node's own interpreter in isolated mode before anything is in it,
+// unpacks the wheels in Go (no pip, no byte-compilation), and reads the
+// installed versions from the *.dist-info metadata (probe.InstalledVersions).
+// The bundle's code runs only in the job's interpreter, as the job's
+// user. The venv lives under the state dir, outside the job's work dir,
+// owned by the agent and read-only to the job: the job cannot change
+// the environment that was measured.
+//
+// Why a venv (--system-site-packages) and not a --target dir on
+// PYTHONPATH: the node's own Python is never modified, yet what the node
+// image already provides (torch, CUDA libraries) still satisfies the
+// bundle's dependencies; the venv's site-packages come first on sys.path,
+// so the bundle's pinned versions win.
 //
 // The zero value talks TLS and takes credentials from the docker config.
 type BundleInstaller struct {
@@ -49,10 +54,10 @@ type BundleInstaller struct {
 	Log      *slog.Logger
 }
 
-// bundleDir is the directory in a run's work dir that holds the pulled
-// wheelhouse and the venv; a leading dot keeps it out of the way of the
-// job's own files.
-const bundleDir = ".gpupass-bundle"
+// bundlesDir is the directory beside the runs' work dirs (WorkRoot's
+// parent is the state dir) that holds each run's wheelhouse and venv:
+// not in the work dir, which belongs to the job's user.
+const bundlesDir = "bundles"
 
 // Check returns the runtime-init step for a run's spec, or nil when the
 // spec needs no bundle. A spec with no-internet-access but no bundle gets
@@ -90,11 +95,27 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 	if err != nil {
 		return "", fmt.Errorf("spec %w", err)
 	}
-	root := filepath.Join(job.WorkRoot, job.AllocID, bundleDir)
+	bundles := filepath.Join(filepath.Dir(job.WorkRoot), bundlesDir)
+	root := filepath.Join(bundles, job.AllocID)
 	// A run executed again here (the agent restarted) starts clean: a
 	// half-built venv from before must not be trusted.
 	if err := os.RemoveAll(root); err != nil {
 		return "", fmt.Errorf("clearing %s: %w", root, err)
+	}
+	pruneBundles(bundles, job.WorkRoot, b.log())
+	// 0711 then 0755: the job's user reaches its own venv by name, reads
+	// and runs it, and can neither list the others nor write anything.
+	if err := os.MkdirAll(bundles, 0o711); err != nil {
+		return "", fmt.Errorf("creating %s: %w", bundles, err)
+	}
+	if err := os.Chmod(bundles, 0o711); err != nil {
+		return "", fmt.Errorf("creating %s: %w", bundles, err)
+	}
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return "", fmt.Errorf("creating %s: %w", root, err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		return "", fmt.Errorf("creating %s: %w", root, err)
 	}
 	house := filepath.Join(root, "wheelhouse")
 	emit(events.Info, events.RuntimeBundle, "pulling bundle "+ref, map[string]string{"bundle": ref})
@@ -119,60 +140,176 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 		base = "python3"
 	}
 	venv := filepath.Join(root, "venv")
-	// Building the venv and installing into it run the bundle's
-	// interpreter and pip (and whatever .pth a wheel brings) before the
-	// command: they get the job's environment, not the agent's secrets.
-	env := job.Environ()
-	if err := makeVenv(ctx, base, venv, env); err != nil {
-		return "", err
-	}
-	py := filepath.Join(venv, "bin", "python")
-	reqs := make([]string, len(pins))
-	for i, p := range pins {
-		reqs[i] = p.Name + "==" + p.Version
-	}
-	report := filepath.Join(root, "pip-report.json")
-	var pipOut bytes.Buffer
-	if len(reqs) > 0 {
-		err := bundle.Install(ctx, house, reqs, bundle.InstallOptions{Python: py, Report: report, Stdout: &pipOut, Stderr: &pipOut, Env: env})
-		if err != nil {
-			return "", fmt.Errorf("installing from bundle %s: %w: %s", res.Digest, err, tail(pipOut.String(), 12))
-		}
-	}
-	installed, err := readPipReport(report, len(reqs) > 0)
+	lay, err := makeVenv(ctx, base, venv)
 	if err != nil {
 		return "", err
 	}
-	byFile := map[string]bundle.Wheel{}
-	for _, w := range res.Wheels {
-		byFile[w.File] = w
+	chosen, err := chooseWheels(res.Wheels, pins, lay)
+	if err != nil {
+		return "", fmt.Errorf("bundle %s: %w", res.Digest, err)
 	}
+	py := filepath.Join(venv, "bin", "python")
+	mm := pythonMinor(lay.Version)
+	in := &wheel.Installer{Scheme: wheel.Scheme{
+		Purelib: lay.Paths["purelib"], Platlib: lay.Paths["platlib"], Scripts: lay.Paths["scripts"], Data: lay.Paths["data"],
+		Headers: filepath.Join(venv, "include", "site", "python"+mm), Python: py,
+	}}
 	fromBundle := map[string]bool{}
-	for _, in := range installed {
-		w, ok := byFile[in.file]
-		if !ok {
-			// --no-index and --find-links name only the wheelhouse,
-			// so this cannot come from elsewhere; say so if it does.
-			return "", fmt.Errorf("pip installed %s %s from %s, which is not a wheel of bundle %s", in.name, in.version, in.file, res.Digest)
+	var hooks []string
+	for _, w := range chosen {
+		f, err := wheel.ParseFilename(w.File)
+		if err != nil {
+			return "", fmt.Errorf("bundle %s: %w", res.Digest, err)
 		}
-		fromBundle[spec.NormalizeName(in.name)] = true
-		emit(events.Info, events.RuntimeBundle, fmt.Sprintf("installed %s %s from %s (bundle %s)", in.name, in.version, w.File, res.Digest),
-			map[string]string{"package": in.name, "version": in.version, "wheel": w.File, "sha256": w.SHA256, "digest": res.Digest, "source": "bundle"})
+		got, err := in.Install(filepath.Join(house, w.File), f)
+		if err != nil {
+			return "", fmt.Errorf("installing from bundle %s: %w", res.Digest, err)
+		}
+		fromBundle[spec.NormalizeName(got.Name)] = true
+		for _, h := range got.StartupHooks {
+			rel, _ := filepath.Rel(venv, h)
+			hooks = append(hooks, rel+" ("+w.File+")")
+		}
+		emit(events.Info, events.RuntimeBundle, fmt.Sprintf("installed %s %s from %s (bundle %s)", got.Name, got.Version, w.File, res.Digest),
+			map[string]string{"package": got.Name, "version": got.Version, "wheel": w.File, "sha256": w.SHA256, "digest": res.Digest, "source": "bundle"})
 	}
-	for _, p := range pins {
-		if !fromBundle[p.Name] {
-			// pip found it already installed in the node's Python (the
-			// venv sees system site-packages); the package check below
-			// still verifies the version the command will import.
-			emit(events.Info, events.RuntimeBundle, fmt.Sprintf("package %s==%s already provided by the node's Python, not taken from the bundle", p.Name, p.Version),
-				map[string]string{"package": p.Name, "version": p.Version, "digest": res.Digest, "source": "node"})
+	if len(hooks) > 0 {
+		// They run in the job's interpreter as the job's user, which is
+		// the job's own code; the agent never starts an interpreter here.
+		emit(events.Warn, events.RuntimeBundle, fmt.Sprintf("bundle %s installs code that Python runs at every start: %s", res.Digest, strings.Join(hooks, ", ")),
+			map[string]string{"digest": res.Digest, "startup_hooks": strings.Join(hooks, ",")})
+	}
+	var names []string
+	for _, p := range sp.Runtime.Packages {
+		if r, err := spec.ParseRequirement(p); err == nil {
+			names = append(names, probe.NormalizePackage(r.Name))
 		}
+	}
+	sysPath := venvSysPath(lay)
+	have := probe.InstalledVersions(sysPath, names)
+	for _, p := range pins {
+		if fromBundle[p.Name] {
+			continue
+		}
+		if have[p.Name] == "" {
+			return "", fmt.Errorf("pin %s is neither in bundle %s nor installed in the node's Python %s", p.Raw, res.Digest, base)
+		}
+		// The venv sees the node's site-packages; the package check
+		// verifies the version the command will import.
+		emit(events.Info, events.RuntimeBundle, fmt.Sprintf("package %s==%s already provided by the node's Python, not taken from the bundle", p.Name, p.Version),
+			map[string]string{"package": p.Name, "version": p.Version, "digest": res.Digest, "source": "node"})
+	}
+	if fromBundle["torch"] {
+		emit(events.Info, events.RuntimeBundle, "torch comes from the bundle: the agent does not import it (it would run the bundle's code as the agent), so the run report's torch and CUDA facts are the node's Python's",
+			map[string]string{"digest": res.Digest})
 	}
 	from := enterVenv(job, venv)
+	job.Measured = &executor.MeasuredPython{Exe: job.Python, Section: probe.PythonSection{
+		Found: true, Executable: py, Version: lay.Version, Packages: have, SitePaths: sysPath,
+		TorchReason: "not imported by the agent in a run's venv",
+	}}
 	if from != "" {
 		emit(events.Info, events.RuntimeBundle, fmt.Sprintf("command runs in the bundle's environment: %s -> %s", from, job.Command[0]), map[string]string{"venv": venv})
 	}
-	return fmt.Sprintf("bundle %s installed into %s (%d from the bundle, %d already on the node)", res.Reference, venv, len(installed), len(pins)-countTrue(pins, fromBundle)), nil
+	return fmt.Sprintf("bundle %s installed into %s (%d from the bundle, %d already on the node)", res.Reference, venv, len(chosen), len(pins)-countTrue(pins, fromBundle)), nil
+}
+
+// venvSysPath is the venv's sys.path as its interpreter reads it once the
+// bundle is in: the layout was read before, when site-packages was empty
+// and so held no .pth that could add to it. A .pth of the bundle adds
+// directories for the job, which are the bundle's own.
+func venvSysPath(lay probe.Layout) []string {
+	out := append([]string(nil), lay.SysPath...)
+	for _, d := range []string{lay.Paths["purelib"], lay.Paths["platlib"]} {
+		found := false
+		for _, p := range out {
+			found = found || p == d
+		}
+		if !found {
+			out = append([]string{d}, out...)
+		}
+	}
+	return out
+}
+
+func pythonMinor(v string) string {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
+}
+
+// chooseWheels picks what to install: for each distribution of the
+// bundle one wheel that installs on the venv's interpreter (the pinned
+// version when the spec pins it). The bundle is the run's lock, so its
+// unpinned dependencies go in too, as pip resolving the pins from it did.
+// A pin the bundle has only in another version is refused.
+func chooseWheels(ws []bundle.Wheel, pins []bundle.Pin, lay probe.Layout) ([]bundle.Wheel, error) {
+	t := wheel.Target{Python: lay.Version, OS: "linux", GLIBC: lay.GLIBC}
+	if _, arch, ok := strings.Cut(lay.Platform, "-"); ok {
+		t.Arch = arch
+	}
+	if t.GLIBC == "" {
+		t.GLIBC = "2.17"
+	}
+	tags, err := wheel.SupportedTags(t)
+	if err != nil {
+		return nil, fmt.Errorf("the run's Python %s on %s: %w", lay.Version, lay.Platform, err)
+	}
+	pinned := map[string]bundle.Pin{}
+	for _, p := range pins {
+		pinned[p.Name] = p
+	}
+	byName := map[string][]bundle.Wheel{}
+	var order []string
+	for _, w := range ws {
+		f, err := wheel.ParseFilename(w.File)
+		if err != nil {
+			// Pull accepts only wheels; an sdist never gets here.
+			return nil, err
+		}
+		if !tags.Compatible(f.Tags) {
+			continue
+		}
+		n := f.Name()
+		if p, ok := pinned[n]; ok && !wheel.VersionsEqual(p.Version, f.Version) {
+			continue
+		}
+		if _, seen := byName[n]; !seen {
+			order = append(order, n)
+		}
+		byName[n] = append(byName[n], w)
+	}
+	var out []bundle.Wheel
+	for _, n := range order {
+		cands := byName[n]
+		sort.Slice(cands, func(i, j int) bool { return cands[i].File < cands[j].File })
+		out = append(out, cands[0])
+	}
+	for _, w := range ws {
+		f, _ := wheel.ParseFilename(w.File)
+		if p, ok := pinned[f.Name()]; ok && len(byName[f.Name()]) == 0 {
+			return nil, fmt.Errorf("pin %s: the bundle's %s does not install on the run's Python %s (%s) or has another version", p.Raw, w.File, lay.Version, lay.Platform)
+		}
+	}
+	return out, nil
+}
+
+// pruneBundles removes the venvs of runs whose work dirs are gone
+// (KeepRuns pruned them).
+func pruneBundles(bundles, workRoot string, log *slog.Logger) {
+	ents, err := os.ReadDir(bundles)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if _, err := os.Lstat(filepath.Join(workRoot, e.Name())); errors.Is(err, os.ErrNotExist) {
+			if err := os.RemoveAll(filepath.Join(bundles, e.Name())); err != nil {
+				log.Warn("removing a finished run's venv", "dir", e.Name(), "err", err)
+			}
+		}
+	}
 }
 
 func countTrue(pins []bundle.Pin, m map[string]bool) int {
@@ -185,34 +322,30 @@ func countTrue(pins []bundle.Pin, m map[string]bool) int {
 	return n
 }
 
-// makeVenv creates the run's venv without pip of its own (pip comes from
-// the system site-packages the venv sees, so no ensurepip run and no
-// download); a Python without pip gets the one ensurepip bundles, offline.
-// env is the environment of each step.
-func makeVenv(ctx context.Context, python, dir string, env []string) error {
-	command := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env, cmd.WaitDelay = env, probe.WaitDelay
-		return cmd
+// makeVenv creates the run's venv with the node's own interpreter,
+// isolated, without pip (nothing is pip-installed into it), and reads its
+// layout while it is still empty: no file of the bundle is in it yet, so
+// no interpreter start here can run the bundle's code.
+func makeVenv(ctx context.Context, python, dir string) (probe.Layout, error) {
+	exe, err := exec.LookPath(python)
+	if err != nil {
+		return probe.Layout{}, fmt.Errorf("the run's Python %s: %w", python, err)
 	}
-	run := func(name string, args ...string) error {
-		out, err := command(name, args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, tail(string(out), 6))
+	cmd := exec.CommandContext(ctx, exe, "-I", "-B", "-m", "venv", "--system-site-packages", "--without-pip", dir)
+	cmd.Env, cmd.Dir, cmd.WaitDelay = probe.IsolatedEnv(nil), "/", probe.WaitDelay
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return probe.Layout{}, fmt.Errorf("creating the run's venv: %s -I -m venv: %w: %s", exe, err, tail(string(out), 6))
+	}
+	lay, err := probe.ReadLayout(ctx, filepath.Join(dir, "bin", "python"), nil)
+	if err != nil {
+		return probe.Layout{}, fmt.Errorf("reading the run's venv: %w", err)
+	}
+	for _, k := range []string{"purelib", "platlib", "scripts", "data"} {
+		if !strings.HasPrefix(lay.Paths[k], dir+string(filepath.Separator)) && lay.Paths[k] != dir {
+			return probe.Layout{}, fmt.Errorf("the run's venv %s: its %s directory is %q, outside the venv", dir, k, lay.Paths[k])
 		}
-		return nil
 	}
-	if err := run(python, "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
-		return fmt.Errorf("creating the run's venv: %w", err)
-	}
-	py := filepath.Join(dir, "bin", "python")
-	if command(py, "-m", "pip", "--version").Run() == nil {
-		return nil
-	}
-	if err := run(py, "-m", "ensurepip", "--default-pip"); err != nil {
-		return fmt.Errorf("the run's Python %s has no pip: %w", python, err)
-	}
-	return nil
+	return lay, nil
 }
 
 // enterVenv points the job at the venv: its interpreter for the package
@@ -282,45 +415,7 @@ func sameFile(a, b string) bool {
 	return ra != "" && ra == rb
 }
 
-type pipInstalled struct{ name, version, file string }
-
-// readPipReport reads pip's --report (JSON, pip >= 22.2): what it
-// installed and from which file.
-func readPipReport(file string, want bool) ([]pipInstalled, error) {
-	b, err := os.ReadFile(file)
-	if errors.Is(err, os.ErrNotExist) && !want {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading pip's install report: %w (pip 22.2 or newer writes it)", err)
-	}
-	var rep struct {
-		Install []struct {
-			Metadata struct {
-				Name    string `json:"name"`
-				Version string `json:"version"`
-			} `json:"metadata"`
-			DownloadInfo struct {
-				URL string `json:"url"`
-			} `json:"download_info"`
-		} `json:"install"`
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, fmt.Errorf("reading pip's install report %s: %w", file, err)
-	}
-	out := make([]pipInstalled, 0, len(rep.Install))
-	for _, in := range rep.Install {
-		u, err := url.Parse(in.DownloadInfo.URL)
-		if err != nil {
-			return nil, fmt.Errorf("pip's install report: %s %s: %w", in.Metadata.Name, in.Metadata.Version, err)
-		}
-		out = append(out, pipInstalled{name: in.Metadata.Name, version: in.Metadata.Version, file: path.Base(u.Path)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, nil
-}
-
-// tail keeps the last n lines of pip's output for an error message.
+// tail keeps the last n lines of a tool's output for an error message.
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {

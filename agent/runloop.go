@@ -108,7 +108,7 @@ type RunLoop struct {
 	// conformance report (packages checked in python) and hands it to
 	// the broker as the run's audit evidence (see runreport.go). It
 	// returns a detail for the log and the checks that fail.
-	RunReport func(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error)
+	RunReport func(ctx context.Context, a *Assignment, sp *spec.Spec, python string, measured *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error)
 	Log       *slog.Logger
 	// CUDAHome returns the verified toolkit's root (exported as
 	// CUDA_HOME, its lib64 first on LD_LIBRARY_PATH); "" for none.
@@ -466,11 +466,15 @@ func (l *RunLoop) checks(a *Assignment, sp *spec.Spec) []executor.RuntimeCheck {
 		// Packages are enforced in the run's own Python right after this
 		// (runtime-init, importlib.metadata), one event per package, from
 		// the measurement made here when there is one.
-		detail, failed, measured, err := l.recheck(ctx, a, sp, job.Python)
+		detail, failed, measured, err := l.recheck(ctx, a, sp, job.Python, job.Measured)
 		if err != nil {
 			return "", err
 		}
-		job.Measured = measured
+		if measured != nil {
+			// Else the bundle's measurement of its venv stays: nothing
+			// may start that interpreter as the agent to measure again.
+			job.Measured = measured
+		}
 		if len(failed) > 0 {
 			var msgs []string
 			for _, c := range failed {

@@ -42,8 +42,11 @@ type RunReportSink interface {
 
 // RunReport measures the node against a run's spec, checks the spec's
 // pinned packages in python (the interpreter the run's command uses) and
-// signs the report, bound to allocID, with the agent's identity key.
-func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string) (*signedReport, error) {
+// signs the report, bound to allocID, with the agent's identity key. pre,
+// when it measured python, is a run venv's layout (bundleinstall.go):
+// its packages are read from their metadata, since starting that
+// interpreter as the agent would run the bundle's code next to the key.
+func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython) (*signedReport, error) {
 	exp := suite.FromSpec(sp)
 	exp.StorageClass = a.o.StorageClass
 	res, err := a.suite.Run(ctx, exp)
@@ -61,11 +64,19 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	)
 	if pins := suite.PinnedPackages(sp); len(pins) > 0 {
 		t0 := time.Now()
-		sec, err := probe.Python{Exe: python, Packages: exp.PackageNames(), Env: executor.JobEnviron(os.Environ())}.Measure(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("checking the run's packages in %s: %w", python, err)
+		var ps probe.PythonSection
+		if pre != nil && pre.Exe == python {
+			ps = pre.Section
+			ps.Packages = probe.InstalledVersions(ps.SitePaths, exp.PackageNames())
+		} else {
+			// The node's own interpreter (no bundle): isolated, so the
+			// agent's cwd and PYTHON* variables bring no code in.
+			sec, err := probe.Python{Exe: python, Packages: exp.PackageNames(), Env: executor.JobEnviron(os.Environ()), Isolated: true}.Measure(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("checking the run's packages in %s: %w", python, err)
+			}
+			ps, _ = sec.(probe.PythonSection)
 		}
-		ps, _ := sec.(probe.PythonSection)
 		measured = &executor.MeasuredPython{Exe: python, Section: ps}
 		took := float64(time.Since(t0).Microseconds()) / 1000
 		res.Facts.Python.Packages = map[string]string{}
@@ -146,9 +157,9 @@ func orNone(s string) string {
 // and hand it to the broker through src. It returns the checks that fail
 // against the spec, packages left out (runtime-init reports those one by
 // one and fails the run right after).
-func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error) {
-	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error) {
-		sr, err := a.RunReport(ctx, as.AllocID, sp, python)
+func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
+	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
+		sr, err := a.RunReport(ctx, as.AllocID, sp, python, pre)
 		if err != nil {
 			return "", nil, nil, err
 		}
@@ -230,9 +241,9 @@ func (b *brokerSource) SubmitRunReport(ctx context.Context, a *Assignment, repor
 // recheck is runtime-init's conformance step: the run report when the
 // agent makes one, else the suite again with the packages left to
 // runtime-init.
-func (l *RunLoop) recheck(ctx context.Context, a *Assignment, sp *spec.Spec, python string) (string, []conformance.Check, *executor.MeasuredPython, error) {
+func (l *RunLoop) recheck(ctx context.Context, a *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
 	if l.RunReport != nil {
-		return l.RunReport(ctx, a, sp, python)
+		return l.RunReport(ctx, a, sp, python, pre)
 	}
 	cp := *sp
 	cp.Runtime.Packages = nil

@@ -53,7 +53,10 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 	if m := job.Measured; m != nil && m.Exe == job.Python {
 		ps = m.Section
 	} else {
-		sec, err := probe.Python{Exe: job.Python, Packages: names, Env: job.Environ()}.Measure(ctx)
+		// No runtime-init check measured it, so it is the node's own
+		// interpreter (a bundle's venv is always measured, from its
+		// metadata): started isolated, never over the job's files.
+		sec, err := probe.Python{Exe: job.Python, Packages: names, Env: job.Environ(), Isolated: true}.Measure(ctx)
 		if err != nil {
 			return "cancelled while checking packages"
 		}

@@ -136,6 +136,11 @@ type Python struct {
 	// interpreter with a run's packages runs their code (.pth files,
 	// torch) and must not see the agent's secrets.
 	Env []string
+	// Isolated starts the interpreter as the node agent must (see
+	// pyenv.go): -I -B, in "/", with Env cut to the allow-list. The agent
+	// only ever measures the node's own interpreter this way; a run's
+	// venv is read from its metadata instead.
+	Isolated bool
 }
 
 // Name implements Probe.
@@ -210,17 +215,24 @@ func (p Python) Measure(ctx context.Context) (Section, error) {
 	arg, _ := json.Marshal(names)
 	tctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(tctx, exe, "-c", pythonScript, string(arg))
-	cmd.WaitDelay = WaitDelay
+	var cmd *exec.Cmd
+	if p.Isolated {
+		cmd = exec.CommandContext(tctx, exe, "-I", "-B", "-c", pythonScript, string(arg))
+		isolated(cmd, p.Env)
+	} else {
+		cmd = exec.CommandContext(tctx, exe, "-c", pythonScript, string(arg))
+		cmd.WaitDelay = WaitDelay
+		// A user's PYTHONSTARTUP or a broken PYTHONHOME must not change
+		// the answer; PYTHONPATH is kept because it is part of the
+		// runtime (gpupass validate --local measures the user's own).
+		env := p.Env
+		if env == nil {
+			env = os.Environ()
+		}
+		cmd.Env = append(env[:len(env):len(env)], "PYTHONSTARTUP=", "PYTHONDONTWRITEBYTECODE=1")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	// A user's PYTHONSTARTUP or a broken PYTHONHOME must not change the
-	// answer; PYTHONPATH is kept because it is part of the runtime.
-	env := p.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	cmd.Env = append(env[:len(env):len(env)], "PYTHONSTARTUP=", "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.Output()
 	if err != nil {
 		if ctx.Err() != nil {
