@@ -173,7 +173,7 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 			mode = 0o755
 		}
 		if isScript {
-			mode = 0o755
+			// The mode stays the archive's, as pip leaves it.
 			if rest, ok := bytes.CutPrefix(b, []byte("#!python")); ok {
 				_, rest, _ = bytes.Cut(rest, []byte("\n"))
 				b = append([]byte("#!"+in.Scheme.Python+"\n"), rest...)
