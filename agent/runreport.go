@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/wheel"
 )
 
 // A run's own signed report is the audit's proof of the environment the
@@ -125,25 +126,12 @@ func packageChecks(pins map[string]string, ps probe.PythonSection, tookMS float6
 			c.Status, c.Message = conformance.Warn, "not pinned with ==; not checked"
 		case got == "":
 			c.Actual, c.Status, c.Message = "not installed", conformance.Fail, "not installed in the run's Python"
-		case !pinMatches(want, got):
+		case !wheel.VersionsEqual(want, got):
 			c.Status, c.Message = conformance.Fail, "installed version differs from the pin"
 		}
 		out = append(out, c)
 	}
 	return out
-}
-
-// pinMatches applies PEP 440 "==" as runtime-init does.
-func pinMatches(pinned, installed string) bool {
-	p, err := spec.ParseVersion(pinned)
-	if err != nil {
-		return pinned == installed
-	}
-	v, err := spec.ParseVersion(installed)
-	if err != nil {
-		return false
-	}
-	return p.Compare(v) == 0 && (p.Local == "" || p.Local == v.Local)
 }
 
 func orNone(s string) string {

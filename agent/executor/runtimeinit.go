@@ -9,11 +9,14 @@ import (
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/wheel"
 )
 
 // runtimeInit checks the spec's declared packages in the run's Python
-// (through importlib.metadata, by internal/probe's Python probe) before
-// the command starts. It returns "" when the run may start, else why not;
+// before the command starts: from the measurement a runtime-init check
+// made (a bundle's venv is read from its *.dist-info metadata, never
+// started as the agent), else by internal/probe's isolated Python probe
+// of the node's own interpreter. It returns "" when the run may start, else why not;
 // each mismatch is an ERROR event naming package, expected and installed
 // version.
 func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
@@ -24,7 +27,6 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 	}
 	type want struct {
 		name, norm string
-		pinned     spec.Version
 		as         string
 	}
 	var wants []want
@@ -35,12 +37,12 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 			rec.event(events.Error, events.RuntimeInit, msg, nil)
 			return msg
 		}
-		v, ok := req.Pinned()
+		_, ok := req.Pinned()
 		if !ok {
 			rec.event(events.Warn, events.RuntimeInit, fmt.Sprintf("package %s is not pinned with ==; not checked", req.Name), map[string]string{"package": req.Name})
 			continue
 		}
-		wants = append(wants, want{name: req.Name, norm: probe.NormalizePackage(req.Name), pinned: v, as: req.Specs[0].Version})
+		wants = append(wants, want{name: req.Name, norm: probe.NormalizePackage(req.Name), as: req.Specs[0].Version})
 	}
 	if len(wants) == 0 {
 		return ""
@@ -79,7 +81,7 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 			bad = append(bad, fmt.Sprintf("%s expected %s, not installed", w.name, w.as))
 			continue
 		}
-		if !versionMatches(w.pinned, got) {
+		if !wheel.VersionsEqual(w.as, got) {
 			rec.event(events.Error, events.RuntimeInit, fmt.Sprintf("package %s: expected %s, installed %s", w.name, w.as, got), fields)
 			bad = append(bad, fmt.Sprintf("%s expected %s, installed %s", w.name, w.as, got))
 			continue
@@ -90,18 +92,4 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 		return "package mismatch: " + strings.Join(bad, "; ")
 	}
 	return ""
-}
-
-// versionMatches applies PEP 440 "==": equal public versions; a local
-// label ("+cu121") in the pin must match too, one in the installed
-// version alone is fine.
-func versionMatches(pinned spec.Version, installed string) bool {
-	v, err := spec.ParseVersion(installed)
-	if err != nil {
-		return false
-	}
-	if pinned.Compare(v) != 0 {
-		return false
-	}
-	return pinned.Local == "" || pinned.Local == v.Local
 }

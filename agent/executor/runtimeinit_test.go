@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,14 +19,22 @@ import (
 )
 
 // fakePython is a real interpreter that sees a site dir holding the
-// distributions given (name -> version), as importlib.metadata reads them.
+// distributions given (name -> version), as importlib.metadata reads them:
+// a venv of python3 (the agent starts the node's interpreter isolated, so
+// a PYTHONPATH would not reach it).
 func fakePython(t *testing.T, dists map[string]string) string {
 	t.Helper()
 	py := testutil.Tool(t, "python3")
-	dir := t.TempDir()
-	site := filepath.Join(dir, "site")
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(py, "-I", "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Fatalf("creating a venv: %v\n%s", err, out)
+	}
+	sites, err := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
+	if err != nil || len(sites) != 1 {
+		t.Fatalf("the venv's site-packages: %v %v", sites, err)
+	}
 	for name, ver := range dists {
-		d := filepath.Join(site, name+"-"+ver+".dist-info")
+		d := filepath.Join(sites[0], name+"-"+ver+".dist-info")
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -34,11 +43,7 @@ func fakePython(t *testing.T, dists map[string]string) string {
 			t.Fatal(err)
 		}
 	}
-	wrapper := filepath.Join(dir, "python")
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nPYTHONPATH="+site+" exec "+py+" \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return wrapper
+	return filepath.Join(venv, "bin", "python")
 }
 
 func TestRuntimeInitPackages(t *testing.T) {

@@ -5,10 +5,12 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/base64"
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -80,19 +82,44 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := verify(zr, f); err != nil {
-		return nil, err
-	}
+	// One pass: names and the RECORD's list are checked first (as
+	// verify does), each file's hash as it is written; a wheel that fails
+	// leaves a partial environment that the caller discards.
 	zr.RegisterDecompressor(zip.Deflate, func(r io.Reader) io.ReadCloser { return flate.NewReader(r) })
-	var distInfo string
+	files := map[string]*zip.File{}
+	var record *zip.File
 	for _, zf := range zr.File {
+		if err := checkName(zf, f); err != nil {
+			return nil, err
+		}
+		if _, dup := files[zf.Name]; dup {
+			return nil, fmt.Errorf("wheel %s: entry %q appears twice in the archive", f.File, zf.Name)
+		}
+		files[zf.Name] = zf
 		if isRecordName(zf.Name, f) {
-			distInfo = strings.TrimSuffix(zf.Name, "/RECORD")
+			if record != nil {
+				return nil, fmt.Errorf("wheel %s: more than one .dist-info/RECORD", f.File)
+			}
+			record = zf
 		}
 	}
-	files := map[string]*zip.File{}
-	for _, zf := range zr.File {
-		files[zf.Name] = zf
+	if record == nil {
+		return nil, fmt.Errorf("wheel %s: no %s-%s.dist-info/RECORD (not a valid wheel)", f.File, f.Distribution, f.Version)
+	}
+	distInfo := strings.TrimSuffix(record.Name, "/RECORD")
+	rb, err := readAll(record)
+	if err != nil {
+		return nil, fmt.Errorf("wheel %s: %s: %w", f.File, record.Name, err)
+	}
+	entries, err := parseRecord(rb)
+	if err != nil {
+		return nil, fmt.Errorf("wheel %s: %s: %w", f.File, record.Name, err)
+	}
+	if err := checkRecord(f, files, record, entries, func(_ *zip.File, e recordEntry) error {
+		_, err := recordHash(e.algo)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	meta, err := readEntry(files, distInfo+"/WHEEL")
 	if err != nil {
@@ -118,15 +145,18 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 	dataDir := strings.TrimSuffix(distInfo, ".dist-info") + ".data/"
 	type row struct{ rel, hash, size string }
 	var rows []row
-	record := func(abs string, b []byte) error {
+	addRow := func(abs, sum string, n int64) error {
 		rel, err := filepath.Rel(root, abs)
 		if err != nil {
 			return err
 		}
-		sum := sha256.Sum256(b)
-		rows = append(rows, row{filepath.ToSlash(rel), "sha256=" + base64.RawURLEncoding.EncodeToString(sum[:]), fmt.Sprint(len(b))})
+		rows = append(rows, row{filepath.ToSlash(rel), "sha256=" + sum, fmt.Sprint(n)})
 		out.Files = append(out.Files, abs)
 		return nil
+	}
+	addFile := func(abs string, b []byte) error {
+		sum := sha256.Sum256(b)
+		return addRow(abs, base64.RawURLEncoding.EncodeToString(sum[:]), int64(len(b)))
 	}
 	for _, zf := range zr.File {
 		name := zf.Name
@@ -164,25 +194,21 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 		if in.startupHook(dst) {
 			out.StartupHooks = append(out.StartupHooks, dst)
 		}
-		b, err := readFile(zf)
-		if err != nil {
-			return nil, fmt.Errorf("wheel %s: %s: %w", f.File, name, err)
-		}
 		mode := fs.FileMode(0o644)
 		if zf.Mode()&0o111 != 0 {
 			mode = 0o755
 		}
+		var shebang []byte
 		if isScript {
-			// The mode stays the archive's, as pip leaves it.
-			if rest, ok := bytes.CutPrefix(b, []byte("#!python")); ok {
-				_, rest, _ = bytes.Cut(rest, []byte("\n"))
-				b = append([]byte("#!"+in.Scheme.Python+"\n"), rest...)
-			}
+			// The mode stays the archive's, as pip leaves it; a
+			// "#!python" line names the environment's interpreter.
+			shebang = []byte("#!" + in.Scheme.Python)
 		}
-		if err := in.write(dst, b, mode); err != nil {
+		sum, n, err := in.extract(zf, entries[name], dst, mode, shebang)
+		if err != nil {
 			return nil, fmt.Errorf("wheel %s: %s: %w", f.File, name, err)
 		}
-		if err := record(dst, b); err != nil {
+		if err := addRow(dst, sum, n); err != nil {
 			return nil, err
 		}
 	}
@@ -198,7 +224,7 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 			if err := in.write(dst, b, 0o755); err != nil {
 				return nil, fmt.Errorf("wheel %s: entry point %s: %w", f.File, s.name, err)
 			}
-			if err := record(dst, b); err != nil {
+			if err := addFile(dst, b); err != nil {
 				return nil, err
 			}
 		}
@@ -207,7 +233,7 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 	if err := in.write(inst, []byte("gpupass\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("wheel %s: %w", f.File, err)
 	}
-	if err := record(inst, []byte("gpupass\n")); err != nil {
+	if err := addFile(inst, []byte("gpupass\n")); err != nil {
 		return nil, err
 	}
 	rec := filepath.Join(out.DistInfo, "RECORD")
@@ -247,24 +273,39 @@ func (in *Installer) startupHook(dst string) bool {
 	return false
 }
 
-// write creates dst, refusing to follow a link or to replace a file this
-// Installer did not write.
-func (in *Installer) write(dst string, b []byte, mode fs.FileMode) error {
+// create opens dst for writing, refusing to follow a link or to replace
+// a file this Installer did not write.
+func (in *Installer) create(dst string, mode fs.FileMode) (*os.File, error) {
 	if in.written == nil {
 		in.written = map[string]bool{}
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	if in.written[dst] {
 		if err := os.Remove(dst); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	fh, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%s is already in the environment and not from this bundle: not overwritten", dst)
+		return nil, fmt.Errorf("%s is already in the environment and not from this bundle: not overwritten", dst)
 	}
+	if err != nil {
+		return nil, err
+	}
+	in.written[dst] = true
+	// The umask must not widen or narrow what the job may do.
+	if err := fh.Chmod(mode); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	return fh, nil
+}
+
+// write creates dst holding b.
+func (in *Installer) write(dst string, b []byte, mode fs.FileMode) error {
+	fh, err := in.create(dst, mode)
 	if err != nil {
 		return err
 	}
@@ -272,22 +313,76 @@ func (in *Installer) write(dst string, b []byte, mode fs.FileMode) error {
 	if cerr := fh.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		// The umask must not widen or narrow what the job may do.
-		err = os.Chmod(dst, mode)
-	}
-	in.written[dst] = true
 	return err
 }
 
-// maxInstallEntry bounds one file read whole while installing (CUDA
-// libraries in wheels reach a few hundred MiB).
-const maxInstallEntry = 4 << 30
+// extract streams zf into dst (never whole in memory: CUDA libraries in
+// wheels are hundreds of MiB), checks it against its RECORD entry e and
+// returns the sha256 (urlsafe base64) and size of what it wrote. With
+// shebang set, a first line "#!python" is replaced by it.
+func (in *Installer) extract(zf *zip.File, e recordEntry, dst string, mode fs.FileMode, shebang []byte) (string, int64, error) {
+	rh, err := recordHash(e.algo)
+	if err != nil {
+		return "", 0, err
+	}
+	rc, err := zf.Open()
+	if err != nil {
+		return "", 0, err
+	}
+	defer rc.Close()
+	fh, err := in.create(dst, mode)
+	if err != nil {
+		return "", 0, err
+	}
+	defer fh.Close()
+	out := sha256.New()
+	var written int64
+	w := io.MultiWriter(fh, out)
+	src := bufio.NewReaderSize(io.TeeReader(rc, rh), 64<<10)
+	if shebang != nil {
+		if head, _ := src.Peek(len("#!python")); string(head) == "#!python" {
+			if _, err := src.ReadSlice('\n'); err != nil && err != io.EOF && err != bufio.ErrBufferFull {
+				return "", 0, err
+			}
+			line := append(append([]byte(nil), shebang...), '\n')
+			if _, err := w.Write(line); err != nil {
+				return "", 0, err
+			}
+			written += int64(len(line))
+		}
+	}
+	// zip's reader checks the CRC at EOF, so a corrupt archive fails here.
+	n, err := io.Copy(w, src)
+	if err != nil {
+		return "", 0, err
+	}
+	written += n
+	if err := fh.Close(); err != nil {
+		return "", 0, err
+	}
+	if got := base64.RawURLEncoding.EncodeToString(rh.Sum(nil)); got != trimPad(e.digest) {
+		return "", 0, fmt.Errorf("RECORD says %s=%s but the file hashes to %s=%s", e.algo, e.digest, e.algo, got)
+	}
+	if e.hasSize && uint64(e.size) != zf.UncompressedSize64 {
+		return "", 0, fmt.Errorf("RECORD says %d bytes but the file has %d", e.size, zf.UncompressedSize64)
+	}
+	return base64.RawURLEncoding.EncodeToString(out.Sum(nil)), written, nil
+}
+
+func recordHash(algo string) (hash.Hash, error) {
+	switch algo {
+	case "sha256":
+		return sha256.New(), nil
+	case "sha384":
+		return sha512.New384(), nil
+	case "sha512":
+		return sha512.New(), nil
+	}
+	// PEP 427 forbids md5 and sha1; anything unknown cannot be checked.
+	return nil, fmt.Errorf("RECORD hash algorithm %q is not accepted (want sha256, sha384 or sha512)", algo)
+}
 
 func readFile(zf *zip.File) ([]byte, error) {
-	if zf.UncompressedSize64 > maxInstallEntry {
-		return nil, fmt.Errorf("larger than %d bytes", maxInstallEntry)
-	}
 	rc, err := zf.Open()
 	if err != nil {
 		return nil, err

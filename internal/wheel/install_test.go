@@ -24,7 +24,7 @@ import (
 
 // buildWheel writes a wheel with files (archive path -> content) and a
 // RECORD hashing each; exec names the entries stored with mode 0755.
-func buildWheel(t *testing.T, dir, file, distInfo string, files map[string]string, exec map[string]bool) string {
+func buildWheel(t *testing.T, dir, file, distInfo string, files map[string]string, exec map[string]bool, recordAs ...map[string]string) string {
 	t.Helper()
 	names := make([]string, 0, len(files))
 	for k := range files {
@@ -45,8 +45,14 @@ func buildWheel(t *testing.T, dir, file, distInfo string, files map[string]strin
 			t.Fatal(err)
 		}
 		w.Write([]byte(files[n]))
-		sum := sha256.Sum256([]byte(files[n]))
-		fmt.Fprintf(&rec, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[n]))
+		content := files[n]
+		if len(recordAs) > 0 {
+			if c, ok := recordAs[0][n]; ok {
+				content = c
+			}
+		}
+		sum := sha256.Sum256([]byte(content))
+		fmt.Fprintf(&rec, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(content))
 	}
 	fmt.Fprintf(&rec, "%s/RECORD,,\n", distInfo)
 	w, _ := zw.Create(distInfo + "/RECORD")
@@ -200,5 +206,50 @@ func TestInstallerMatchesPip(t *testing.T) {
 	f, _ := wheel.ParseFilename(filepath.Base(clash))
 	if _, err := in.Install(clash, f); err == nil || !strings.Contains(err.Error(), "bin/python3 is already in the environment and not from this bundle") {
 		t.Errorf("a wheel replacing bin/python3: %v, want a refusal", err)
+	}
+}
+
+// TestInstallerRefuses: a wheel whose file does not match its RECORD, or
+// whose entry points or .data dirs would write outside their place or
+// put code into a wrapper, installs nothing further.
+func TestInstallerRefuses(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{
+		"gp_bad-1.0.dist-info/WHEEL":    "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n",
+		"gp_bad-1.0.dist-info/METADATA": "Name: gp-bad\nVersion: 1.0\n",
+		"gp_bad/__init__.py":            "",
+	}
+	for _, tc := range []struct {
+		name  string
+		extra map[string]string
+		// recordAs is what RECORD hashes instead of the file's content.
+		recordAs map[string]string
+		want     string
+	}{
+		{"entry point with a path", map[string]string{"gp_bad-1.0.dist-info/entry_points.txt": "[console_scripts]\n../../evil = gp_bad:main\n"}, nil, "want a plain script name"},
+		{"entry point with code", map[string]string{"gp_bad-1.0.dist-info/entry_points.txt": "[console_scripts]\nx = os:system('id')\n"}, nil, "want a plain script name"},
+		{"unknown .data dir", map[string]string{"gp_bad-1.0.data/etc/passwd": "x"}, nil, `unknown scheme directory "etc"`},
+		{"Wheel-Version 2", map[string]string{"gp_bad-1.0.dist-info/WHEEL": "Wheel-Version: 2.0\nRoot-Is-Purelib: true\n"}, nil, "only 1.x installs"},
+		{"content not as RECORD says", map[string]string{"gp_bad/x.py": "AAAA"}, map[string]string{"gp_bad/x.py": "BBBB"}, "RECORD says sha256="},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			files := map[string]string{}
+			for k, v := range base {
+				files[k] = v
+			}
+			for k, v := range tc.extra {
+				files[k] = v
+			}
+			dir := t.TempDir()
+			p := buildWheel(t, dir, "gp_bad-1.0-py3-none-any.whl", "gp_bad-1.0.dist-info", files, nil, tc.recordAs)
+			venv := t.TempDir()
+			in := &wheel.Installer{Scheme: wheel.Scheme{Purelib: filepath.Join(venv, "lib"), Platlib: filepath.Join(venv, "lib"), Scripts: filepath.Join(venv, "bin"), Data: venv, Headers: filepath.Join(venv, "include"), Python: "/venv/bin/python"}}
+			f, _ := wheel.ParseFilename(filepath.Base(p))
+			_, err := in.Install(p, f)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Install = %v, want an error saying %q", err, tc.want)
+			}
+		})
 	}
 }
