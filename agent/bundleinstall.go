@@ -176,7 +176,11 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 	if len(hooks) > 0 {
 		// They run in the job's interpreter as the job's user, which is
 		// the job's own code; the agent never starts an interpreter here.
-		emit(events.Warn, events.RuntimeBundle, fmt.Sprintf("bundle %s installs code that Python runs at every start: %s", res.Digest, strings.Join(hooks, ", ")),
+		msg := fmt.Sprintf("bundle %s installs code that Python runs at every start: %s", res.Digest, strings.Join(hooks, ", "))
+		if job.RunAs == nil {
+			msg += "; the job runs as the agent's own user (no --run-as), so that code can read the agent's identity key"
+		}
+		emit(events.Warn, events.RuntimeBundle, msg,
 			map[string]string{"digest": res.Digest, "startup_hooks": strings.Join(hooks, ",")})
 	}
 	var names []string

@@ -83,9 +83,10 @@ type Job struct {
 	// resumed on this node after its node was lost).
 	ResumeFrom string
 	// RunAs, when set, is the user the command runs as; the work dir is
-	// handed to it before the command starts. Runtime-init (venv, pip,
-	// the package check) still runs as the agent, so the job cannot
-	// change the environment that was measured.
+	// handed to it before the command starts. Runtime-init (the bundle's
+	// venv, the package check) still runs as the agent, so the job cannot
+	// change the environment that was measured, and starts none of its
+	// code (agent/bundleinstall.go).
 	RunAs *RunAs
 }
 

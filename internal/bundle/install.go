@@ -22,15 +22,16 @@ type InstallOptions struct {
 	Report string
 	// Stdout and Stderr receive pip's output.
 	Stdout, Stderr io.Writer
-	// Env is pip's environment (nil: this process's). The agent passes
-	// one without its own secrets.
+	// Env is pip's environment (nil: this process's).
 	Env []string
 }
 
 // Install installs requirements (e.g. "transformers==4.38.2") from a
-// pulled wheelhouse with pip, never touching an index: the node agent
-// calls it after Pull when a spec has no-internet-access. With no
-// requirements it installs every wheel of the lock.
+// pulled wheelhouse with pip, never touching an index, for a user's own
+// machine. The node agent does not use it: pip runs the wheels' code
+// (build hooks, .pth files) as whoever runs it, so the agent unpacks
+// bundles with wheel.Installer instead. With no requirements it
+// installs every wheel of the lock.
 func Install(ctx context.Context, dir string, requirements []string, o InstallOptions) error {
 	python := o.Python
 	if python == "" {

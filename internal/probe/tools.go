@@ -57,6 +57,8 @@ func (p NVCC) Measure(ctx context.Context) (Section, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
+	// nvcc is --nvcc or found on the agent's own PATH (the operator's),
+	// never in a job's or a bundle's files, so the agent may run it.
 	cmd := exec.CommandContext(ctx, path, "--version")
 	cmd.WaitDelay = WaitDelay
 	out, err := cmd.Output()
