@@ -26,7 +26,9 @@ func TestInstalledVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	meta := func(name, v string) string { return "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + v + "\n\nVersion: 9.9 (body)\n" }
+	meta := func(name, v string) string {
+		return "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + v + "\n\nVersion: 9.9 (body)\n"
+	}
 	write(filepath.Join(first, "Flash_Attn-2.5.5.dist-info", "METADATA"), meta("flash-attn", "2.5.5"))
 	write(filepath.Join(second, "flash_attn-1.0.dist-info", "METADATA"), meta("flash-attn", "1.0"))
 	write(filepath.Join(second, "numpy-1.24.2.egg-info"), meta("numpy", "1.24.2"))
