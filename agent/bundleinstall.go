@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -207,6 +208,9 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 		emit(events.Info, events.RuntimeBundle, "torch comes from the bundle: the agent does not import it (it would run the bundle's code as the agent), so the run report's torch and CUDA facts are the node's Python's",
 			map[string]string{"digest": res.Digest})
 	}
+	if err := sealVenv(venv); err != nil {
+		return "", err
+	}
 	from := enterVenv(job, venv)
 	job.Measured = &executor.MeasuredPython{Exe: job.Python, Section: probe.PythonSection{
 		Found: true, Executable: py, Version: lay.Version, Packages: have, SitePaths: sysPath,
@@ -298,6 +302,33 @@ func chooseWheels(ws []bundle.Wheel, pins []bundle.Pin, lay probe.Layout) ([]bun
 		}
 	}
 	return out, nil
+}
+
+// sealVenv makes the venv readable by every user and writable by the
+// agent alone, whatever the agent's umask: the job's user must run it
+// and must not change what was measured.
+func sealVenv(venv string) error {
+	err := filepath.WalkDir(venv, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fi.Mode().Perm()&^0o022 | 0o444
+		if d.IsDir() || mode&0o100 != 0 {
+			mode |= 0o111
+		}
+		if mode == fi.Mode().Perm() {
+			return nil
+		}
+		return os.Chmod(p, mode)
+	})
+	if err != nil {
+		return fmt.Errorf("sealing the run's venv %s: %w", venv, err)
+	}
+	return nil
 }
 
 // pruneBundles removes the venvs of runs whose work dirs are gone

@@ -19,7 +19,7 @@ import (
 // TestUpTrainOfflineInstallsTheBundle is the offline node's path, with the
 // real binaries: `gpupass bundle push` of real wheels to a real registry,
 // then `gpupass train` of a no-internet-access spec whose runtime.bundle is
-// the pushed digest. The agent pulls it, installs it with pip --no-index,
+// the pushed digest. The agent pulls it, unpacks its wheels into the run's venv,
 // the job imports it, and the run's log names the digest and each package.
 // The same spec with a tag instead of the digest is refused at submit.
 func TestUpTrainOfflineInstallsTheBundle(t *testing.T) {
