@@ -133,6 +133,9 @@ type RunLoop struct {
 	Bundles BundleInstaller
 	// RunAs, when set, is the user jobs run as (--run-as).
 	RunAs *executor.RunAs
+	// RunAsRange, when set, gives each run a uid of its own
+	// (--run-as-range); it replaces RunAs.
+	RunAsRange *executor.UIDRange
 	// KeepRuns bounds the work dirs under StateDir/runs: as a run starts,
 	// all but the newest KeepRuns (the starting run's included) are
 	// deleted, so checkpoints of old runs do not fill the node's disk.
@@ -247,6 +250,19 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	if err != nil {
 		return fail(err.Error())
 	}
+	runAs := l.RunAs
+	if l.RunAsRange != nil {
+		if runAs, err = l.RunAsRange.Acquire(); err != nil {
+			return fail(err.Error())
+		}
+		// The executor killed every process of the uid before it
+		// returned; one it could not kill spoils the uid for good.
+		defer func() {
+			if err := l.RunAsRange.Release(runAs); err != nil {
+				log.Error("giving the run's uid back", "err", err)
+			}
+		}()
+	}
 	workRoot := filepath.Join(l.StateDir, "runs")
 	workDir := filepath.Join(workRoot, a.AllocID)
 	// A work dir already there is an earlier placement of this run on
@@ -323,7 +339,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		mu    sync.Mutex
 		stale bool
 	)
-	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond, runAs: l.RunAs}
+	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond, runAs: runAs}
 	if resumeFrom != "" {
 		ship.skip(resumeFrom)
 	}
@@ -370,7 +386,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 
 	job := executor.Job{
 		AllocID: a.AllocID, Region: a.Region, Command: a.Command, Spec: sp, WorkRoot: workRoot,
-		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom, RunAs: l.RunAs,
+		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom, RunAs: runAs,
 	}
 	if l.CUDAHome != nil {
 		job.CUDAHome = l.CUDAHome()
@@ -529,10 +545,14 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	cgroups, err := a.runCgroups()
+	if err != nil {
+		return nil, err
+	}
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
-		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs,
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout},
+		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange,
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)
@@ -543,6 +563,30 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		_ = l.Run(ctx)
 	}()
 	return func() { <-done }, nil
+}
+
+// runCgroups finds where runs' cgroups go (--run-cgroup) and says in the
+// log what keeps a run's processes from outliving it.
+func (a *Agent) runCgroups() (*executor.Cgroups, error) {
+	var cg *executor.Cgroups
+	if a.o.RunCgroup != "off" {
+		var err error
+		cg, err = executor.DetectCgroups(executor.CgroupRoot)
+		switch {
+		case err != nil && a.o.RunCgroup == "required":
+			return nil, fmt.Errorf("--run-cgroup required: %w; run the agent as root (under systemd with Delegate=yes on cgroup v2), or use --run-cgroup auto with --run-as-range", err)
+		case err != nil:
+			a.log.Info("runs get no cgroup of their own", "reason", err)
+			cg = nil
+		default:
+			cg.PidsMax = a.o.RunPidsMax
+			a.log.Info("each run gets a cgroup of its own, killed whole at its end", "where", cg.String())
+		}
+	}
+	if cg == nil && a.o.runAsRange == nil {
+		a.log.Warn("nothing holds all of a run's processes (no cgroup, no --run-as-range): one that leaves its process group (setsid) can outlive its run and reach the next; use --run-as-range")
+	}
+	return cg, nil
 }
 
 // cudaHome is the root of the nvcc the suite verified (…/bin/nvcc ->
