@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -203,4 +204,35 @@ func procsOfUID(uid uint32) ([]int, error) {
 		}
 	})
 	return pids, err
+}
+
+// SharedTmpDirs are the world-writable dirs where a job can leave files
+// by name outside its work dir and TMPDIR. Whatever a run's own uid owns
+// there at the end of the run is removed: the uid is handed to another
+// run later, which would own those files.
+var SharedTmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// sweepShared removes the entries of SharedTmpDirs that uid owns. It runs
+// once no process of uid is left, so nothing swaps an entry meanwhile;
+// os.RemoveAll does not follow symbolic links either way.
+func sweepShared(uid uint32) error {
+	var errs []error
+	for _, dir := range SharedTmpDirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue // not on this node
+		}
+		for _, e := range ents {
+			fi, err := e.Info()
+			if err != nil {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == uid {
+				if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

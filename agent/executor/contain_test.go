@@ -22,7 +22,8 @@ import (
 // (fork, setsid, fork), deaf to SIGTERM and SIGHUP, that writes its pid
 // to pidFile and lives on; the job itself exits 0 at once.
 func escapeScript(pidFile string) string {
-	return `setsid sh -c 'trap "" TERM HUP; sh -c "trap \"\" TERM HUP; echo \$\$ > ` + pidFile + `; exec sleep 300" & ' </dev/null >/dev/null 2>&1
+	return `touch /dev/shm/gpupass-test-$(id -u) /tmp/gpupass-test-$(id -u)
+setsid sh -c 'trap "" TERM HUP; sh -c "trap \"\" TERM HUP; echo \$\$ > ` + pidFile + `; exec sleep 300" & ' </dev/null >/dev/null 2>&1
 while [ ! -s ` + pidFile + ` ]; do sleep 0.01; done
 echo "tmp=$TMPDIR $(stat -c '%a:%u' "$TMPDIR") uid=$(id -u)"
 `
@@ -106,6 +107,18 @@ func TestRunLeavesNoProcessBehind(t *testing.T) {
 			if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the run's TMPDIR is still there after it: %v", err)
 			}
+			// What a uid of the run's own left in /tmp and /dev/shm goes
+			// too; a shared uid's files are not the run's to remove.
+			for _, d := range []string{"/dev/shm", "/tmp"} {
+				p := filepath.Join(d, fmt.Sprintf("gpupass-test-%d", runAs.UID))
+				_, err := os.Stat(p)
+				if gone := errors.Is(err, os.ErrNotExist); gone != runAs.Private {
+					t.Errorf("%s after the run: %v; want it removed only with a uid of the run's own", p, err)
+				}
+				if !runAs.Private {
+					os.Remove(p)
+				}
+			}
 		})
 	}
 }
@@ -170,6 +183,7 @@ func TestCgroupHoldsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidFile := filepath.Join(t.TempDir(), "daemon.pid")
+	t.Cleanup(func() { os.Remove("/dev/shm/gpupass-test-0"); os.Remove("/tmp/gpupass-test-0") }) // escapeScript's, as root
 	var text []string
 	ex := executor.ProcessRunner{}.Run(context.Background(), executor.Attempt{
 		Command: []string{"sh", "-c", escapeScript(pidFile) + "cat /proc/self/cgroup"},

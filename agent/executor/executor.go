@@ -245,6 +245,10 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	// next one starts, only once nothing of it is left.
 	if err := contain.Kill(); err != nil {
 		res = leftover(res, err)
+	} else if contain.UID != nil {
+		if err := sweepShared(*contain.UID); err != nil {
+			rec.event(events.Warn, events.ExecutorComp, fmt.Sprintf("removing what the run left in %s: %v", strings.Join(SharedTmpDirs, ", "), err), nil)
+		}
 	}
 	if contain.Cgroup != nil {
 		if err := contain.Cgroup.Remove(); err != nil {
