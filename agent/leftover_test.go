@@ -119,7 +119,7 @@ func TestLeftoverProcessCannotReachTheNextRun(t *testing.T) {
 				l.RunAs = nobody
 			}
 			if tc.cgroup {
-				cg, err := executor.DetectCgroups(executor.CgroupRoot)
+				cg, err := executor.DetectCgroups(executor.CgroupRoot, "test-"+strconv.Itoa(os.Getpid()))
 				if err != nil {
 					testutil.Missing(t, "a cgroup hierarchy the agent can use: %v", err)
 				}

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -571,7 +573,7 @@ func (a *Agent) runCgroups() (*executor.Cgroups, error) {
 	var cg *executor.Cgroups
 	if a.o.RunCgroup != "off" {
 		var err error
-		cg, err = executor.DetectCgroups(executor.CgroupRoot)
+		cg, err = executor.DetectCgroups(executor.CgroupRoot, agentCgroupName(a.o.StateDir))
 		switch {
 		case err != nil && a.o.RunCgroup == "required":
 			return nil, fmt.Errorf("--run-cgroup required: %w; run the agent as root (under systemd with Delegate=yes on cgroup v2), or use --run-cgroup auto with --run-as-range", err)
@@ -581,12 +583,32 @@ func (a *Agent) runCgroups() (*executor.Cgroups, error) {
 		default:
 			cg.PidsMax = a.o.RunPidsMax
 			a.log.Info("each run gets a cgroup of its own, killed whole at its end", "where", cg.String())
+			if err := cg.Reap(); err != nil {
+				a.log.Error("killing what runs of an earlier agent process left", "err", err)
+			}
+		}
+	}
+	if r := a.o.runAsRange; r != nil {
+		if err := r.Reap(a.o.RunKillTimeout); err != nil {
+			a.log.Error("killing what runs of an earlier agent process left; their uids are not handed out", "err", err)
 		}
 	}
 	if cg == nil && a.o.runAsRange == nil {
 		a.log.Warn("nothing holds all of a run's processes (no cgroup, no --run-as-range): one that leaves its process group (setsid) can outlive its run and reach the next; use --run-as-range")
 	}
 	return cg, nil
+}
+
+// agentCgroupName names this agent's runs' cgroups after its state dir:
+// two agents on one node (tests, or a login node with several) never reap
+// each other's runs.
+func agentCgroupName(stateDir string) string {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		abs = stateDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "agent-" + hex.EncodeToString(sum[:6])
 }
 
 // cudaHome is the root of the nvcc the suite verified (…/bin/nvcc ->

@@ -52,8 +52,13 @@ const (
 // DetectCgroups finds the cgroup hierarchy this node has (v2, else v1's
 // freezer) and checks that the agent can make a run's cgroup there. The
 // error says why not (not root, no freezer, a v2 cgroup without
-// delegation).
-func DetectCgroups(root string) (*Cgroups, error) {
+// delegation). Runs' cgroups go to gpupass-runs/<agent>/ below the
+// agent's own cgroup: agent names one agent (its state dir), so that
+// Reap after a restart touches its own leftovers only.
+func DetectCgroups(root, agent string) (*Cgroups, error) {
+	if agent == "" || strings.ContainsAny(agent, "/.") {
+		return nil, fmt.Errorf("cgroup name %q: want a plain name", agent)
+	}
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, fmt.Errorf("reading /proc/self/cgroup: %w", err)
@@ -68,7 +73,7 @@ func DetectCgroups(root string) (*Cgroups, error) {
 		if !ok {
 			return nil, errors.New("cgroup v2, but /proc/self/cgroup has no 0:: line")
 		}
-		m = &Cgroups{Version: 2, Parents: []string{filepath.Join(root, p, "gpupass-runs")}}
+		m = &Cgroups{Version: 2, Parents: []string{filepath.Join(root, p, "gpupass-runs", agent)}}
 	} else {
 		m = &Cgroups{Version: 1}
 		for _, c := range []string{"freezer", "pids"} {
@@ -84,7 +89,7 @@ func DetectCgroups(root string) (*Cgroups, error) {
 				return nil, fmt.Errorf("cgroup v1: /proc/self/cgroup names no %s cgroup", c)
 			}
 			m.Homes = append(m.Homes, filepath.Join(dir, p))
-			m.Parents = append(m.Parents, filepath.Join(dir, p, "gpupass-runs"))
+			m.Parents = append(m.Parents, filepath.Join(dir, p, "gpupass-runs", agent))
 		}
 	}
 	// A trial cgroup: not root, a read-only mount or a v2 parent with
@@ -126,6 +131,35 @@ func cgroupPath(listing []byte, controller string) (string, bool) {
 // String says which hierarchy runs' cgroups go to, for the agent's log.
 func (m *Cgroups) String() string {
 	return fmt.Sprintf("cgroup v%d under %s", m.Version, strings.Join(m.Parents, " and "))
+}
+
+// Reap kills and removes every run's cgroup left under the parents: an
+// earlier process of this agent was killed (or crashed) during a run,
+// and what that run started is still in it.
+func (m *Cgroups) Reap() error {
+	names := map[string]bool{}
+	for _, p := range m.Parents {
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				names[e.Name()] = true
+			}
+		}
+	}
+	var errs []error
+	for n := range names {
+		g, err := m.New(n) // empties it
+		if err == nil {
+			err = g.Remove()
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Cgroup is one run's cgroup (one dir per hierarchy).

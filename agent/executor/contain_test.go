@@ -34,11 +34,63 @@ echo "tmp=$TMPDIR $(stat -c '%a:%u' "$TMPDIR") uid=$(id -u)"
 func cgroups(t *testing.T) *executor.Cgroups {
 	t.Helper()
 	testutil.NeedRoot(t)
-	cg, err := executor.DetectCgroups(executor.CgroupRoot)
+	cg, err := executor.DetectCgroups(executor.CgroupRoot, "test-"+strconv.Itoa(os.Getpid()))
 	if err != nil {
 		testutil.Missing(t, "a cgroup hierarchy the agent can use (v2, or v1 freezer): %v", err)
 	}
+	t.Cleanup(func() {
+		for _, p := range cg.Parents {
+			syscall.Rmdir(p) // the last test's cleanup succeeds
+		}
+	})
 	return cg
+}
+
+// An agent killed during a run leaves what the run started; the next
+// agent process kills it at start: the processes in its runs' cgroups
+// and those holding a uid of its range.
+func TestReapAfterAgentRestart(t *testing.T) {
+	t.Parallel()
+	cg := cgroups(t)
+	g, err := cg.New("alloc-reap-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inCgroup := exec.Command("sleep", "300")
+	if err := inCgroup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { inCgroup.Process.Kill(); inCgroup.Wait() }()
+	for _, p := range cg.Parents {
+		if err := os.WriteFile(filepath.Join(p, "alloc-reap-test", "cgroup.procs"), []byte(strconv.Itoa(inCgroup.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := executor.ParseUIDRange("230300-230309")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ofUID := exec.Command("sleep", "300")
+	ofUID.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 230304, Gid: 230304}}
+	if err := ofUID.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ofUID.Process.Kill(); ofUID.Wait() }()
+
+	if err := cg.Reap(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reap(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*exec.Cmd{inCgroup, ofUID} {
+		if err := c.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("%s (pid %d): %v, want killed", c, c.Process.Pid, err)
+		}
+	}
+	if procs, err := g.Procs(); err == nil {
+		t.Errorf("the run's cgroup is still there (members %v)", procs)
+	}
 }
 
 // A process that left its process group (fork, setsid, fork) and
@@ -198,7 +250,7 @@ func TestCgroupHoldsTheRun(t *testing.T) {
 	if ex.Code != 0 || ex.Leftover != nil {
 		t.Fatalf("exit %+v; output %q", ex, text)
 	}
-	if !strings.Contains(strings.Join(text, "\n"), "/gpupass-runs/alloc-cgroup-test") {
+	if !strings.Contains(strings.Join(text, "\n"), "/gpupass-runs/"+filepath.Base(cg.Parents[0])+"/alloc-cgroup-test") {
 		t.Errorf("the command did not start in the run's cgroup: %q", text)
 	}
 	if procs, err := g.Procs(); err != nil || len(procs) != 0 {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // UIDRange hands every run a uid of its own from --run-as-range. With one
@@ -116,6 +117,31 @@ func (r *UIDRange) Acquire() (*RunAs, error) {
 		return r.runAs(uid), nil
 	}
 	return nil, fmt.Errorf("--run-as-range %s: %w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", r.Spec, ErrNoFreeUID, n)
+}
+
+// Reap kills the processes that hold a uid of the range: an earlier
+// process of this agent was killed during a run, and what the run started
+// is still there. The range is this agent's alone, so every such process
+// is a leftover. A uid whose processes do not go is spoiled.
+func (r *UIDRange) Reap(timeout time.Duration) error {
+	busy, err := procUIDs()
+	if err != nil {
+		return fmt.Errorf("--run-as-range %s: finding uids in use: %w", r.Spec, err)
+	}
+	deadline := time.Now().Add(timeout)
+	var errs []error
+	for uid := range busy {
+		if uid < r.First || uid > r.Last {
+			continue
+		}
+		if err := killUIDWait(uid, deadline); err != nil {
+			r.mu.Lock()
+			r.spoiled[uid] = true
+			r.mu.Unlock()
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Release gives a uid back once its run is over. If a process still holds
