@@ -123,6 +123,7 @@ func TestLeftoverProcessCannotReachTheNextRun(t *testing.T) {
 				if err != nil {
 					testutil.Missing(t, "a cgroup hierarchy the agent can use: %v", err)
 				}
+				t.Cleanup(func() { cg.RemoveParents() })
 				x.Cgroups = cg
 			}
 			suffix := strconv.Itoa(len(tc.uids))

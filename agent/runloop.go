@@ -563,6 +563,11 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	go func() {
 		defer close(done)
 		_ = l.Run(ctx)
+		if cgroups != nil {
+			// Every run's cgroup is gone with its run; the agent's
+			// parent of them goes with the agent.
+			_ = cgroups.RemoveParents()
+		}
 	}()
 	return func() { <-done }, nil
 }

@@ -162,6 +162,18 @@ func (m *Cgroups) Reap() error {
 	return errors.Join(errs...)
 }
 
+// RemoveParents removes the (empty) parents of the runs' cgroups, when
+// the agent stops.
+func (m *Cgroups) RemoveParents() error {
+	var errs []error
+	for _, p := range m.Parents {
+		if err := syscall.Rmdir(p); err != nil && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Cgroup is one run's cgroup (one dir per hierarchy).
 type Cgroup struct {
 	version int

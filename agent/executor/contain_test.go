@@ -34,15 +34,14 @@ echo "tmp=$TMPDIR $(stat -c '%a:%u' "$TMPDIR") uid=$(id -u)"
 func cgroups(t *testing.T) *executor.Cgroups {
 	t.Helper()
 	testutil.NeedRoot(t)
-	cg, err := executor.DetectCgroups(executor.CgroupRoot, "test-"+strconv.Itoa(os.Getpid()))
+	// A parent of its own: TestReapAfterAgentRestart reaps every run
+	// under its parent.
+	name := fmt.Sprintf("test-%d-%s", os.Getpid(), strings.NewReplacer("/", "_", ".", "_").Replace(t.Name()))
+	cg, err := executor.DetectCgroups(executor.CgroupRoot, name)
 	if err != nil {
 		testutil.Missing(t, "a cgroup hierarchy the agent can use (v2, or v1 freezer): %v", err)
 	}
-	t.Cleanup(func() {
-		for _, p := range cg.Parents {
-			syscall.Rmdir(p) // the last test's cleanup succeeds
-		}
-	})
+	t.Cleanup(func() { cg.RemoveParents() }) // the last test's succeeds
 	return cg
 }
 
