@@ -126,7 +126,7 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir %s: %w", o.StateDir, err)
 	}
-	if o.runAs != nil {
+	if ra, flag := o.jobUser(); ra != nil {
 		// Jobs running as --run-as reach their work dirs under
 		// runs/ through the state dir: they may pass through it, not
 		// list it. What it holds that is not public (the key, the
@@ -134,8 +134,8 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 		if err := os.Chmod(o.StateDir, 0o711); err != nil {
 			return nil, fmt.Errorf("opening state dir %s to --run-as jobs: %w", o.StateDir, err)
 		}
-		if err := o.runAs.CanReach(o.StateDir); err != nil {
-			return nil, fmt.Errorf("--run-as %s: %w", o.RunAs, err)
+		if err := ra.CanReach(o.StateDir); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", flag, ra.Spec, err)
 		}
 	}
 	key, err := conformance.LoadOrCreateKey(filepath.Join(o.StateDir, KeyFile))
@@ -263,6 +263,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	case a.o.NoWork:
 	case a.o.runAs != nil:
 		a.log.Info("jobs run as " + a.o.runAs.String())
+	case a.o.runAsRange != nil:
+		a.log.Info("jobs run as a uid of their own from " + a.o.runAsRange.Spec)
 	default:
 		a.log.Warn("jobs run as the agent's own user and can read its identity key (so sign reports it never measured); run the agent as root with --run-as USER", "uid", os.Geteuid())
 	}

@@ -49,6 +49,19 @@ type Options struct {
 	// RunAs is --run-as as given; runAs is what Validate resolved it to.
 	RunAs string
 	runAs *executor.RunAs
+	// RunAsRange is --run-as-range as given; runAsRange hands out its
+	// uids, one per run.
+	RunAsRange string
+	runAsRange *executor.UIDRange
+	// RunCgroup is auto, required or off: whether each run gets a
+	// cgroup that all its processes stay in.
+	RunCgroup string
+	// RunPidsMax bounds a run's processes and threads (pids.max); 0 for
+	// no bound.
+	RunPidsMax int64
+	// RunKillTimeout bounds the wait for a run's processes to be gone
+	// after SIGKILL at its end.
+	RunKillTimeout time.Duration
 	// Registry is how wheel bundles are pulled (bundleinstall.go).
 	Registry RegistryFlags
 }
@@ -73,6 +86,10 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	o.addProbeFlags(cmd)
 	f.BoolVar(&o.NoWork, "no-work", false, "do not take runs from the broker (enroll, heartbeat and report only)")
 	f.StringVar(&o.RunAs, "run-as", "", "run jobs as this unprivileged USER, UID, USER:GROUP or UID:GID (the agent must run as root); without it jobs run as the agent's own user and can read its identity key")
+	f.StringVar(&o.RunAsRange, "run-as-range", "", "run each job as a uid of its own from FIRST-LAST (recommended, e.g. 200000-200999: uids no user or other service has); the gid is the uid unless FIRST-LAST:GROUP names a group; every process of the uid is killed when the run ends, and a process left by one run cannot reach another (the agent must run as root; instead of --run-as)")
+	f.StringVar(&o.RunCgroup, "run-cgroup", "auto", "give each run a cgroup its processes cannot leave, killed whole at the run's end: auto (when the agent can make one: root, cgroup v2 delegated or v1 freezer), required (refuse to start without), off")
+	f.Int64Var(&o.RunPidsMax, "run-pids-max", 0, "most processes and threads a run may have at once (its cgroup's pids.max; 0: no limit)")
+	f.DurationVar(&o.RunKillTimeout, "run-kill-timeout", executor.DefaultKillTimeout, "how long the agent waits for a run's processes to be gone after SIGKILL at its end; a run whose processes outlast it fails, and its uid is not reused")
 	f.IntVar(&o.KeepRuns, "keep-runs", 3, "work dirs (files, checkpoints) of the newest runs kept under the state dir, the starting run's included; older ones are deleted as a run starts (0 keeps them all)")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	o.Registry.AddFlags(cmd)
@@ -137,10 +154,51 @@ func (o *Options) Validate(daemon bool) error {
 		}
 		o.runAs = r
 	}
+	if o.RunAsRange != "" {
+		if o.RunAs != "" {
+			return fmt.Errorf("--run-as %s and --run-as-range %s: give one (--run-as-range gives each run a uid of its own)", o.RunAs, o.RunAsRange)
+		}
+		r, err := executor.ParseUIDRange(o.RunAsRange)
+		if err != nil {
+			return err
+		}
+		if euid := geteuid(); euid != 0 {
+			return fmt.Errorf("--run-as-range %s: starting jobs as other users needs the agent to run as root (it runs as uid %d); run the agent as root, or drop --run-as-range", o.RunAsRange, euid)
+		}
+		o.runAsRange = r
+	}
+	switch o.RunCgroup {
+	case "":
+		o.RunCgroup = "auto"
+	case "auto", "required", "off":
+	default:
+		return fmt.Errorf("--run-cgroup %q: use auto, required or off", o.RunCgroup)
+	}
+	if o.RunPidsMax < 0 {
+		return fmt.Errorf("--run-pids-max %d: must be 0 (no limit) or more", o.RunPidsMax)
+	}
+	if o.RunKillTimeout == 0 {
+		o.RunKillTimeout = executor.DefaultKillTimeout
+	}
+	if o.RunKillTimeout < time.Second {
+		return fmt.Errorf("--run-kill-timeout %s: must be at least 1s", o.RunKillTimeout)
+	}
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()
 	}
 	return nil
+}
+
+// jobUser is the user jobs run as (a sample of --run-as-range's uids)
+// and the flag that set it; nil when jobs run as the agent's own user.
+func (o *Options) jobUser() (*executor.RunAs, string) {
+	switch {
+	case o.runAs != nil:
+		return o.runAs, "--run-as"
+	case o.runAsRange != nil:
+		return o.runAsRange.Sample(), "--run-as-range"
+	}
+	return nil, ""
 }
 
 func (o *Options) labels() *gpupassv1.NodeLabels {

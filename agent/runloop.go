@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,6 +135,9 @@ type RunLoop struct {
 	Bundles BundleInstaller
 	// RunAs, when set, is the user jobs run as (--run-as).
 	RunAs *executor.RunAs
+	// RunAsRange, when set, gives each run a uid of its own
+	// (--run-as-range); it replaces RunAs.
+	RunAsRange *executor.UIDRange
 	// KeepRuns bounds the work dirs under StateDir/runs: as a run starts,
 	// all but the newest KeepRuns (the starting run's included) are
 	// deleted, so checkpoints of old runs do not fill the node's disk.
@@ -247,6 +252,19 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	if err != nil {
 		return fail(err.Error())
 	}
+	runAs := l.RunAs
+	if l.RunAsRange != nil {
+		if runAs, err = l.RunAsRange.Acquire(); err != nil {
+			return fail(err.Error())
+		}
+		// The executor killed every process of the uid before it
+		// returned; one it could not kill spoils the uid for good.
+		defer func() {
+			if err := l.RunAsRange.Release(runAs); err != nil {
+				log.Error("giving the run's uid back", "err", err)
+			}
+		}()
+	}
 	workRoot := filepath.Join(l.StateDir, "runs")
 	workDir := filepath.Join(workRoot, a.AllocID)
 	// A work dir already there is an earlier placement of this run on
@@ -323,7 +341,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		mu    sync.Mutex
 		stale bool
 	)
-	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond, runAs: l.RunAs}
+	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond, runAs: runAs}
 	if resumeFrom != "" {
 		ship.skip(resumeFrom)
 	}
@@ -370,7 +388,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 
 	job := executor.Job{
 		AllocID: a.AllocID, Region: a.Region, Command: a.Command, Spec: sp, WorkRoot: workRoot,
-		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom, RunAs: l.RunAs,
+		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom, RunAs: runAs,
 	}
 	if l.CUDAHome != nil {
 		job.CUDAHome = l.CUDAHome()
@@ -533,10 +551,14 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	cgroups, err := a.runCgroups()
+	if err != nil {
+		return nil, err
+	}
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log},
-		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs,
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout},
+		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange,
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)
@@ -545,8 +567,57 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	go func() {
 		defer close(done)
 		_ = l.Run(ctx)
+		if cgroups != nil {
+			// Every run's cgroup is gone with its run; the agent's
+			// parent of them goes with the agent.
+			_ = cgroups.RemoveParents()
+		}
 	}()
 	return func() { <-done }, nil
+}
+
+// runCgroups finds where runs' cgroups go (--run-cgroup) and says in the
+// log what keeps a run's processes from outliving it.
+func (a *Agent) runCgroups() (*executor.Cgroups, error) {
+	var cg *executor.Cgroups
+	if a.o.RunCgroup != "off" {
+		var err error
+		cg, err = executor.DetectCgroups(executor.CgroupRoot, agentCgroupName(a.o.StateDir))
+		switch {
+		case err != nil && a.o.RunCgroup == "required":
+			return nil, fmt.Errorf("--run-cgroup required: %w; run the agent as root (under systemd with Delegate=yes on cgroup v2), or use --run-cgroup auto with --run-as-range", err)
+		case err != nil:
+			a.log.Info("runs get no cgroup of their own", "reason", err)
+			cg = nil
+		default:
+			cg.PidsMax = a.o.RunPidsMax
+			a.log.Info("each run gets a cgroup of its own, killed whole at its end", "where", cg.String())
+			if err := cg.Reap(); err != nil {
+				a.log.Error("killing what runs of an earlier agent process left", "err", err)
+			}
+		}
+	}
+	if r := a.o.runAsRange; r != nil {
+		if err := r.Reap(a.o.RunKillTimeout); err != nil {
+			a.log.Error("killing what runs of an earlier agent process left; their uids are not handed out", "err", err)
+		}
+	}
+	if cg == nil && a.o.runAsRange == nil {
+		a.log.Warn("nothing holds all of a run's processes (no cgroup, no --run-as-range): one that leaves its process group (setsid) can outlive its run and reach the next; use --run-as-range")
+	}
+	return cg, nil
+}
+
+// agentCgroupName names this agent's runs' cgroups after its state dir:
+// two agents on one node (tests, or a login node with several) never reap
+// each other's runs.
+func agentCgroupName(stateDir string) string {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		abs = stateDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "agent-" + hex.EncodeToString(sum[:6])
 }
 
 // cudaHome is the root of the nvcc the suite verified (…/bin/nvcc ->

@@ -104,6 +104,12 @@ type Executor struct {
 	// command, in order; the agent adds the conformance re-check and the
 	// refusal of GPUs held by foreign processes here.
 	Checks []RuntimeCheck
+	// Cgroups, when set, gives every run a cgroup of its own: its
+	// processes start there and are all killed when an attempt ends.
+	Cgroups *Cgroups
+	// KillTimeout bounds the wait for a run's processes to be gone once
+	// killed (default DefaultKillTimeout; --run-kill-timeout).
+	KillTimeout time.Duration
 }
 
 // RuntimeCheck is one runtime-init check. Run returns a short detail for
@@ -214,12 +220,45 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
 		}
 	}
+	tmpDir, err := makeTmpDir(job)
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
+	}
+	defer os.RemoveAll(tmpDir)
+	contain := &Containment{Timeout: x.KillTimeout}
+	if job.RunAs != nil && job.RunAs.Private {
+		uid := job.RunAs.UID
+		contain.UID = &uid
+	}
+	if x.Cgroups != nil {
+		if contain.Cgroup, err = x.Cgroups.New(job.AllocID); err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
+		}
+	}
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
 	rec := newRecorder(sp, func(err error) { stopRun(err) })
-	res := x.execute(runCtx, ctx, job, rec, workDir, ckptDir, metricsPath, metricsStart)
+	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir}, metricsStart, contain)
 	res.WorkDir = workDir
+	// Each attempt's end killed what it left; this also reaches what
+	// ran as the run's uid outside an attempt. The run ends, and the
+	// next one starts, only once nothing of it is left.
+	if err := contain.Kill(); err != nil {
+		res = leftover(res, err)
+	} else if contain.UID != nil {
+		if err := sweepShared(*contain.UID); err != nil {
+			rec.event(events.Warn, events.ExecutorComp, fmt.Sprintf("removing what the run left in %s: %v", strings.Join(SharedTmpDirs, ", "), err), nil)
+		}
+	}
+	if contain.Cgroup != nil {
+		if err := contain.Cgroup.Remove(); err != nil {
+			rec.event(events.Warn, events.ExecutorComp, err.Error(), nil)
+		}
+	}
+	if err := os.RemoveAll(tmpDir); err != nil {
+		rec.event(events.Warn, events.ExecutorComp, fmt.Sprintf("removing the run's TMPDIR: %v", err), nil)
+	}
 	if job.RunAs != nil {
 		// Every run as --run-as has the same uid: the next one must not
 		// read this one's files (the newest --keep-runs stay on disk).
@@ -245,10 +284,46 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	return res, nil
 }
 
-func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, workDir, ckptDir, metricsPath string, metricsStart int64) Result {
+// runDirs are the paths of one run.
+type runDirs struct{ work, ckpt, metrics, tmp string }
+
+// leftover fails a run whose processes could not all be killed.
+func leftover(res Result, err error) Result {
+	res.State, res.ExitCode = Failed, -1
+	res.Reason = "processes of the run could not be killed, so the node takes no further run as its uid: " + err.Error()
+	return res
+}
+
+// makeTmpDir makes the run's private TMPDIR (the job's, 0700), outside
+// its work dir so that it goes with the run rather than stay with the
+// kept work dirs (--keep-runs). /tmp is shared by every job of the node
+// and every user; a file a job leaves there by name is one another job
+// can read or plant.
+func makeTmpDir(job Job) (string, error) {
+	d := filepath.Join(job.WorkRoot, ".tmp-"+job.AllocID)
+	// An earlier placement's (the agent was killed): not this run's.
+	if err := os.RemoveAll(d); err != nil {
+		return "", fmt.Errorf("clearing the TMPDIR of an earlier placement: %w", err)
+	}
+	if err := os.Mkdir(d, 0o700); err != nil {
+		return "", fmt.Errorf("making the run's TMPDIR: %w", err)
+	}
+	if job.RunAs != nil {
+		if err := os.Lchown(d, int(job.RunAs.UID), int(job.RunAs.GID)); err != nil {
+			return "", fmt.Errorf("handing the run's TMPDIR to %s: %w", job.RunAs, err)
+		}
+	}
+	return d, nil
+}
+
+func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, dirs runDirs, metricsStart int64, contain *Containment) Result {
+	workDir, ckptDir, metricsPath := dirs.work, dirs.ckpt, dirs.metrics
 	startFields := map[string]string{"alloc": job.AllocID, "region": job.Region, "command": strings.Join(job.Command, " ")}
 	if job.RunAs != nil {
 		startFields["user"] = job.RunAs.String()
+	}
+	if contain.Cgroup != nil {
+		startFields["cgroup"] = contain.Cgroup.String()
 	}
 	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir), startFields)
 	if len(job.Command) == 0 {
@@ -279,7 +354,7 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		return Result{State: Failed, Reason: "runtime-init: " + reason, ExitCode: -1}
 	}
 	// After the checks: a Prepare may have changed the job's environment.
-	env, err := buildEnv(job, workDir, ckptDir, metricsPath)
+	env, err := buildEnv(job, dirs)
 	if err != nil {
 		rec.event(events.Error, events.RuntimeInit, err.Error(), nil)
 		return Result{State: Failed, Reason: "runtime-init: " + err.Error(), ExitCode: -1}
@@ -300,8 +375,11 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		guard := &nanGuard{}
 		actx, stopAttempt := context.WithCancelCause(ctx)
 		tail.attempt, tail.onMetric = attempt, guard.check(stopAttempt)
-		ex := x.runAttempt(actx, job, attemptEnv, workDir, attempt, rec, tail, guard.check(stopAttempt))
+		ex := x.runAttempt(actx, job, attemptEnv, workDir, attempt, rec, tail, guard.check(stopAttempt), contain)
 		stopAttempt(nil)
+		if ex.Leftover != nil {
+			return leftover(Result{Attempts: attempt, Restarts: restarts}, ex.Leftover)
+		}
 
 		if ctx.Err() != nil {
 			return cancelled(ctx, parent, attempt, restarts)
@@ -372,7 +450,7 @@ func fmtVal(v float64) string {
 }
 
 // runAttempt runs one process and tails its metrics file meanwhile.
-func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, attempt int, rec *recorder, tail *metricsTail, onMetric func(events.Metric)) Exit {
+func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, attempt int, rec *recorder, tail *metricsTail, onMetric func(events.Metric), contain *Containment) Exit {
 	poll := x.MetricsPoll
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
@@ -395,7 +473,7 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		}
 	}()
 	classifiers := [2]*events.Classifier{{Stream: events.Stdout}, {Stream: events.Stderr}}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential()}, func(l Line) {
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})
 	close(tailStop)
@@ -524,13 +602,15 @@ func (job *Job) Environ() []string {
 
 // buildEnv is the job's environment: the base minus the agent's own
 // configuration and what gpupass sets, then gpupass's variables.
-func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
+func buildEnv(job Job, dirs runDirs) ([]string, error) {
 	base := job.Environ()
 	set := map[string]string{
 		EnvAllocID:       job.AllocID,
 		EnvRegion:        job.Region,
-		EnvMetricsFile:   metricsPath,
-		EnvCheckpointDir: ckptDir,
+		EnvMetricsFile:   dirs.metrics,
+		EnvCheckpointDir: dirs.ckpt,
+		// Python's tempfile, mktemp and most tools read one of these.
+		"TMPDIR": dirs.tmp, "TMP": dirs.tmp, "TEMP": dirs.tmp,
 	}
 	var ld []string
 	if job.CUDAHome != "" {
@@ -555,7 +635,7 @@ func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
 		}
 	}
 	if job.RunAs != nil {
-		maps.Copy(set, job.RunAs.env(workDir))
+		maps.Copy(set, job.RunAs.env(dirs.work))
 	}
 	var env []string
 	for _, kv := range base {
@@ -576,7 +656,7 @@ func buildEnv(job Job, workDir, ckptDir, metricsPath string) ([]string, error) {
 	if len(ld) > 0 {
 		env = append(env, "LD_LIBRARY_PATH="+strings.Join(dedupe(ld), ":"))
 	}
-	for _, k := range []string{"HOME", "USER", "LOGNAME", "CUDA_HOME", "PYTORCH_CUDA_ALLOC_CONF", EnvReleaseThreshold, EnvAllocID, EnvRegion, EnvMetricsFile, EnvCheckpointDir} {
+	for _, k := range []string{"HOME", "USER", "LOGNAME", "CUDA_HOME", "PYTORCH_CUDA_ALLOC_CONF", EnvReleaseThreshold, EnvAllocID, EnvRegion, EnvMetricsFile, EnvCheckpointDir, "TMPDIR", "TMP", "TEMP"} {
 		if v, ok := set[k]; ok {
 			env = append(env, k+"="+v)
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,8 +25,10 @@ import (
 // the leader's: a child still saving a checkpoint after its wrapper
 // exited is waited for. When the leader ends by itself, whatever
 // it left running in its group is killed too, so no process outlives its
-// run. (A process that leaves the group with setsid escapes this; a
-// cgroup-based runner would catch it.)
+// run. A process that leaves the group (setsid) escapes the group
+// signals; Attempt.Contain (the run's cgroup, the run's own uid) catches
+// it: whatever is left there when the leader is gone is killed before Run
+// returns.
 type ProcessRunner struct {
 	// DrainTimeout bounds the wait for output after the group is gone
 	// (default 2s); a process that escaped the group may hold the pipes.
@@ -79,9 +80,11 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 		return Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
 	}
 	cmd.Stdout, cmd.Stderr = wOut, wErr
-	runtime.LockOSThread()
-	startErr := cmd.Start()
-	runtime.UnlockOSThread()
+	var cg *Cgroup
+	if a.Contain != nil {
+		cg = a.Contain.Cgroup
+	}
+	startErr := cg.lockedStart(cmd.SysProcAttr, cmd.Start)
 	wOut.Close()
 	wErr.Close()
 	if startErr != nil {
@@ -149,6 +152,9 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		waitErr = cmd.Wait()
 	}
+	// Before the drain: a process that left the group may hold the
+	// pipes, and it must be gone before the next attempt or run starts.
+	ex.Leftover = a.Contain.Kill()
 
 	done := make(chan struct{})
 	go func() { readers.Wait(); close(done) }()

@@ -27,6 +27,11 @@ type RunAs struct {
 	// uid it does not list.
 	Name string
 	Home string
+	// Private says the uid is this run's alone (--run-as-range): every
+	// process that holds it is the run's, and all of them are killed
+	// when the run ends. A shared --run-as user may have processes that
+	// are not jobs' (nobody), so it is never killed by uid.
+	Private bool
 }
 
 // LookupRunAs resolves USER, UID, USER:GROUP or UID:GID. A user the

@@ -41,6 +41,10 @@ type Attempt struct {
 	// Credential, when set, is the user and groups the command runs as
 	// (the runner must be root to use it).
 	Credential *syscall.Credential
+	// Contain, when set, holds every process of the run (its cgroup,
+	// its own uid): the command starts inside, and once it ended
+	// whatever is left there is killed before Run returns.
+	Contain *Containment
 }
 
 // Line is one line of output, without its line ending, always valid UTF-8.
@@ -65,4 +69,7 @@ type Exit struct {
 	// Stopped says the attempt was stopped because ctx was cancelled;
 	// Killed that it needed SIGKILL after the grace period.
 	Stopped, Killed bool
+	// Leftover says processes of the attempt could not be killed: the
+	// run must not go on, and its uid must not be handed out again.
+	Leftover error
 }

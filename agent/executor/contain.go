@@ -1,0 +1,238 @@
+package executor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Containment is what makes sure nothing a run started outlives it: the
+// run's cgroup (every process it started, whatever its session or group)
+// and, with a uid of the run's own (RunAs.Private), that uid (every
+// process that holds it). Either one alone covers a job that does fork,
+// setsid, fork; both together also cover a job on a node without
+// cgroups, and a setuid program a job starts (it leaves the uid but not
+// the cgroup).
+type Containment struct {
+	// Cgroup is the run's cgroup; nil for none.
+	Cgroup *Cgroup
+	// UID, when set, is the run's own uid: every process holding it is
+	// the run's.
+	UID *uint32
+	// Timeout bounds the wait for the killed processes to be gone
+	// (default DefaultKillTimeout): one stuck in the kernel (D state on
+	// a dead NFS server or GPU driver) may never go.
+	Timeout time.Duration
+}
+
+// DefaultKillTimeout is Containment.Timeout's default (--run-kill-timeout).
+const DefaultKillTimeout = 30 * time.Second
+
+// killPoll is how often a kill is repeated while processes are left.
+const killPoll = 20 * time.Millisecond
+
+// Kill kills every process of the run and waits until none is left. The
+// error names what is left after the timeout.
+func (c *Containment) Kill() error {
+	if c == nil || (c.Cgroup == nil && c.UID == nil) {
+		return nil
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultKillTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	var errs []error
+	if c.Cgroup != nil {
+		if err := c.Cgroup.Kill(deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.UID != nil {
+		if err := killUIDWait(*c.UID, deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killUIDWait kills every process of uid and waits until none is left or
+// deadline passes.
+func killUIDWait(uid uint32, deadline time.Time) error {
+	for {
+		if err := killUID(uid); err != nil {
+			return fmt.Errorf("killing the processes of uid %d: %w", uid, err)
+		}
+		left, err := procsOfUID(uid)
+		if err != nil {
+			return fmt.Errorf("looking for processes of uid %d: %w", uid, err)
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v of uid %d are still there after SIGKILL (stuck in the kernel?)", left, uid)
+		}
+		time.Sleep(killPoll)
+	}
+}
+
+// killUID sends SIGKILL to every process of uid at once: kill(-1) from a
+// thread whose real and effective uid are uid reaches exactly the
+// processes whose real or saved uid is uid, and the kernel delivers it
+// under the task list lock, so a process forked meanwhile is refused or
+// killed too; a /proc scan and kill by pid would race with a fork bomb and
+// with pid reuse. Only this thread changes credentials: the raw syscall,
+// unlike syscall.Setresuid, does not apply them to the whole process.
+// The saved uid stays 0 so the thread can become root again; the real
+// uid must change, or kill(-1) would reach every root process.
+func killUID(uid uint32) error {
+	if uid == 0 {
+		return errors.New("refusing to kill every process of uid 0")
+	}
+	runtime.LockOSThread()
+	const keep = ^uintptr(0) // -1: leave unchanged
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), keep); e != 0 {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setresuid: %w", e)
+	}
+	_, _, kerr := syscall.RawSyscall(syscall.SYS_KILL, keep, uintptr(syscall.SIGKILL), 0)
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, 0, 0, keep); e != 0 {
+		// The thread stays locked: it ends with this goroutine rather
+		// than serve the agent as uid.
+		return fmt.Errorf("setresuid back to root: %w", e)
+	}
+	runtime.UnlockOSThread()
+	if kerr != 0 && kerr != syscall.ESRCH { // ESRCH: nothing to kill
+		return fmt.Errorf("kill: %w", kerr)
+	}
+	return nil
+}
+
+// procStatus reads the state letter and the four uids (real, effective,
+// saved, filesystem) of a process from /proc/PID/status.
+func procStatus(pid string) (state byte, uids [4]uint32, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, uids, false // gone meanwhile
+	}
+	var haveState, haveUID bool
+	for line := range bytes.Lines(b) {
+		switch {
+		case bytes.HasPrefix(line, []byte("State:")):
+			f := bytes.Fields(line[len("State:"):])
+			if len(f) > 0 && len(f[0]) > 0 {
+				state, haveState = f[0][0], true
+			}
+		case bytes.HasPrefix(line, []byte("Uid:")):
+			f := bytes.Fields(line[len("Uid:"):])
+			if len(f) != 4 {
+				return 0, uids, false
+			}
+			for i := range f {
+				n, err := strconv.ParseUint(string(f[i]), 10, 32)
+				if err != nil {
+					return 0, uids, false
+				}
+				uids[i] = uint32(n)
+			}
+			haveUID = true
+		}
+		if haveState && haveUID {
+			return state, uids, true
+		}
+	}
+	return 0, uids, false
+}
+
+// eachProc calls f with every live (not zombie) process's pid and uids.
+// A zombie has given up its memory, files and cwd: it reads and writes
+// nothing, and its parent (init, for an orphan) reaps it.
+func eachProc(f func(pid int, uids [4]uint32)) error {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, n := range names {
+		// The agent itself: killUID gives one of its threads a run's uid
+		// for an instant, which its status may show.
+		if n[0] < '0' || n[0] > '9' || n == self {
+			continue
+		}
+		state, uids, ok := procStatus(n)
+		if !ok || state == 'Z' || state == 'X' {
+			continue
+		}
+		pid, _ := strconv.Atoi(n)
+		f(pid, uids)
+	}
+	return nil
+}
+
+// procUIDs is every uid a live process holds in any of its four uids.
+func procUIDs() (map[uint32]bool, error) {
+	m := map[uint32]bool{}
+	err := eachProc(func(_ int, uids [4]uint32) {
+		for _, u := range uids {
+			m[u] = true
+		}
+	})
+	return m, err
+}
+
+// procsOfUID lists the live processes that hold uid in any of their uids.
+func procsOfUID(uid uint32) ([]int, error) {
+	var pids []int
+	err := eachProc(func(pid int, uids [4]uint32) {
+		for _, u := range uids {
+			if u == uid {
+				pids = append(pids, pid)
+				return
+			}
+		}
+	})
+	return pids, err
+}
+
+// SharedTmpDirs are the world-writable dirs where a job can leave files
+// by name outside its work dir and TMPDIR. Whatever a run's own uid owns
+// there at the end of the run is removed: the uid is handed to another
+// run later, which would own those files.
+var SharedTmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// sweepShared removes the entries of SharedTmpDirs that uid owns. It runs
+// once no process of uid is left, so nothing swaps an entry meanwhile;
+// os.RemoveAll does not follow symbolic links either way.
+func sweepShared(uid uint32) error {
+	var errs []error
+	for _, dir := range SharedTmpDirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue // not on this node
+		}
+		for _, e := range ents {
+			fi, err := e.Info()
+			if err != nil {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == uid {
+				if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,163 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// UIDRange hands every run a uid of its own from --run-as-range. With one
+// shared uid (--run-as) a process a job left behind (fork, setsid, fork)
+// is a process of the next job too: it can enter the next run's work dir
+// through /proc/PID/cwd and write its metrics. With a uid per run, a
+// leftover of another run can neither read nor write this run's files nor
+// look into its processes, and "every process with uid N" describes the
+// run completely, which no job can escape without privileges; the
+// executor kills exactly that set when the run ends (killUID), with or
+// without cgroups.
+type UIDRange struct {
+	// Spec is what the operator wrote, for messages.
+	Spec        string
+	First, Last uint32
+	// GID is the primary group of every run when the spec names one
+	// (FIRST-LAST:GROUP, e.g. a group that may open the GPUs); without
+	// it each run's gid equals its uid, so runs share no group either.
+	GID    uint32
+	hasGID bool
+
+	mu   sync.Mutex
+	next uint32
+	// held are handed out and not yet released; spoiled were released
+	// while a process still held them and are never handed out again.
+	held, spoiled map[uint32]bool
+}
+
+// MaxUIDRange bounds --run-as-range; one run at a time needs few uids,
+// and a huge range is more likely a typo that overlaps real users.
+const MaxUIDRange = 1 << 20
+
+// ParseUIDRange reads FIRST-LAST or FIRST-LAST:GROUP (a group name or
+// gid). The range must not include uid 0 and holds at least 2 uids, so
+// that a run never gets the uid of the run before it.
+func ParseUIDRange(s string) (*UIDRange, error) {
+	rng, group, hasGroup := strings.Cut(s, ":")
+	a, b, ok := strings.Cut(rng, "-")
+	if !ok || !isNumeric(a) || !isNumeric(b) || (hasGroup && group == "") {
+		return nil, fmt.Errorf("--run-as-range %q: want FIRST-LAST or FIRST-LAST:GROUP, e.g. 200000-200999", s)
+	}
+	first, err1 := strconv.ParseUint(a, 10, 32)
+	last, err2 := strconv.ParseUint(b, 10, 32)
+	switch {
+	case err1 != nil || err2 != nil || last >= 1<<32-1:
+		return nil, fmt.Errorf("--run-as-range %q: a uid is out of range", s)
+	case first == 0:
+		return nil, fmt.Errorf("--run-as-range %q includes uid 0 (root): jobs would read the agent's identity key; start the range above every real user, e.g. 200000-200999", s)
+	case last <= first:
+		return nil, fmt.Errorf("--run-as-range %q: LAST must be above FIRST (two uids at least, so a run never gets the uid of the run before it)", s)
+	case last-first+1 > MaxUIDRange:
+		return nil, fmt.Errorf("--run-as-range %q holds %d uids, more than %d: give a smaller range", s, last-first+1, MaxUIDRange)
+	}
+	r := &UIDRange{Spec: s, First: uint32(first), Last: uint32(last), next: uint32(first), held: map[uint32]bool{}, spoiled: map[uint32]bool{}}
+	if hasGroup {
+		gid, err := lookupGroup(group)
+		if err != nil {
+			return nil, fmt.Errorf("--run-as-range %q: %w", s, err)
+		}
+		if gid == 0 {
+			return nil, fmt.Errorf("--run-as-range %q: group 0 (root) would give jobs root's group files; name another group", s)
+		}
+		r.GID, r.hasGID = gid, true
+	}
+	return r, nil
+}
+
+// ErrNoFreeUID is returned by Acquire when every uid of the range is held.
+var ErrNoFreeUID = errors.New("no free uid")
+
+func (r *UIDRange) runAs(uid uint32) *RunAs {
+	gid := uid
+	if r.hasGID {
+		gid = r.GID
+	}
+	// No supplementary groups: the agent's (root's) must not leak in, and
+	// a group shared by runs would be a way between them.
+	return &RunAs{Spec: r.Spec, UID: uid, GID: gid, Groups: []uint32{}, Private: true}
+}
+
+// Sample is an identity like the ones Acquire hands out, for checks that
+// hold for every uid of the range (CanReach: no uid of it owns the dirs
+// on the way).
+func (r *UIDRange) Sample() *RunAs { return r.runAs(r.First) }
+
+// Acquire hands out a uid of the range that no earlier run still holds
+// and that no process on the node has (as real, effective, saved or
+// filesystem uid), round robin, so a uid is reused as late as possible.
+func (r *UIDRange) Acquire() (*RunAs, error) {
+	busy, err := procUIDs()
+	if err != nil {
+		return nil, fmt.Errorf("--run-as-range %s: finding uids in use: %w", r.Spec, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := uint64(r.Last) - uint64(r.First) + 1
+	for i := uint64(0); i < n; i++ {
+		uid := r.next
+		if r.next == r.Last {
+			r.next = r.First
+		} else {
+			r.next++
+		}
+		if r.held[uid] || r.spoiled[uid] || busy[uid] {
+			continue
+		}
+		r.held[uid] = true
+		return r.runAs(uid), nil
+	}
+	return nil, fmt.Errorf("--run-as-range %s: %w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", r.Spec, ErrNoFreeUID, n)
+}
+
+// Reap kills the processes that hold a uid of the range: an earlier
+// process of this agent was killed during a run, and what the run started
+// is still there. The range is this agent's alone, so every such process
+// is a leftover. A uid whose processes do not go is spoiled.
+func (r *UIDRange) Reap(timeout time.Duration) error {
+	busy, err := procUIDs()
+	if err != nil {
+		return fmt.Errorf("--run-as-range %s: finding uids in use: %w", r.Spec, err)
+	}
+	deadline := time.Now().Add(timeout)
+	var errs []error
+	for uid := range busy {
+		if uid < r.First || uid > r.Last {
+			continue
+		}
+		if err := killUIDWait(uid, deadline); err != nil {
+			r.mu.Lock()
+			r.spoiled[uid] = true
+			r.mu.Unlock()
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Release gives a uid back once its run is over. If a process still holds
+// it (the executor could not kill it), the uid is never handed out again
+// by this agent, and the error names the processes.
+func (r *UIDRange) Release(ra *RunAs) error {
+	left, err := procsOfUID(ra.UID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.held, ra.UID)
+	if err != nil || len(left) > 0 {
+		r.spoiled[ra.UID] = true
+		if err != nil {
+			return fmt.Errorf("uid %d not reused: looking for its processes: %w", ra.UID, err)
+		}
+		return fmt.Errorf("uid %d not reused: processes %v still hold it", ra.UID, left)
+	}
+	return nil
+}
