@@ -96,6 +96,9 @@ type Executor struct {
 	Log *slog.Logger
 	// MaxLine bounds an output line (default DefaultMaxLine).
 	MaxLine int
+	// Output bounds what a run's output lines add to its log (rate and
+	// total; zero fields take the defaults).
+	Output OutputLimits
 	// MetricsPoll is how often the metrics file is read while the job
 	// runs (default 100ms).
 	MetricsPoll time.Duration
@@ -217,6 +220,7 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
 	rec := newRecorder(sp, func(err error) { stopRun(err) })
+	rec.limit = newOutputLimiter(x.Output)
 	res := x.execute(runCtx, ctx, job, rec, workDir, ckptDir, metricsPath, metricsStart)
 	res.WorkDir = workDir
 	if job.RunAs != nil {
