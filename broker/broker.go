@@ -298,13 +298,16 @@ func (b *Broker) flush(ctx context.Context) error {
 	clear(b.dirty)
 	b.beatsMu.Unlock()
 	err := b.store.RecordHeartbeats(ctx, batch)
-	b.noteStoreWrite(err)
+	news := b.noteStoreWrite(err)
 	if err != nil {
 		b.beatsMu.Lock()
 		for _, hb := range batch {
 			b.dirty[hb.AgentID] = struct{}{}
 		}
 		b.beatsMu.Unlock()
+		if !news && ctx.Err() == nil {
+			return nil // said once (noteStoreWrite), tried again next tick
+		}
 		return err
 	}
 	return nil

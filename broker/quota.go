@@ -160,11 +160,14 @@ type storeHealth struct {
 }
 
 // noteStoreWrite records the outcome of a store write: err nil clears
-// the state, an error sets it (logged once per change).
-func (b *Broker) noteStoreWrite(err error) {
+// the state, an error sets it (logged once per change). It returns
+// whether err is news: a store that stays full is said once, not at
+// every flush.
+func (b *Broker) noteStoreWrite(err error) (news bool) {
 	h := &b.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	news = (err == nil) != (h.err == nil)
 	switch {
 	case err == nil && h.err != nil:
 		b.log.Info("store writable again", "after", time.Since(h.since).Round(time.Millisecond))
@@ -175,6 +178,7 @@ func (b *Broker) noteStoreWrite(err error) {
 	case err != nil:
 		h.err = err
 	}
+	return news
 }
 
 // storeUnwritable returns why the store is not writable ("" when it is).
