@@ -169,12 +169,15 @@ func (o *Options) node() conformance.Node {
 // outputLimits turns the --run-log-* flags into the executor's limits;
 // unset (0, as in Options built by tests) takes the defaults.
 func (o *Options) outputLimits() executor.OutputLimits {
-	l := executor.OutputLimits{LinesPerSecond: o.RunLogLinesPerSecond}
+	l := executor.OutputLimits{LinesPerSecond: o.RunLogLinesPerSecond, MaxBytes: int64(o.RunLogMaxMB) << 20}
+	if o.RunLogLinesPerSecond == 0 {
+		l.LinesPerSecond = executor.DefaultLinesPerSecond
+	}
 	switch {
 	case o.RunLogMaxMB < 0:
 		l.MaxBytes = -1
-	case o.RunLogMaxMB > 0:
-		l.MaxBytes = int64(o.RunLogMaxMB) << 20
+	case o.RunLogMaxMB == 0:
+		l.MaxBytes = executor.DefaultMaxLogBytes
 	}
 	return l
 }

@@ -101,13 +101,23 @@ func TestRunPrintingWithoutEnd(t *testing.T) {
 		}
 		return g.Msg.Run
 	}
-	// events returns the messages of a run's stored events.
-	events := func(id string) []string {
+	// scan reads a run's events stored since the last scan and returns
+	// how many it has read in all, and whether each of subs showed up.
+	type cursor struct {
+		after uint64
+		n     int
+		seen  map[string]bool
+	}
+	cursors := map[string]*cursor{}
+	scan := func(id string, subs ...string) (int, map[string]bool) {
 		t.Helper()
-		var out []string
-		after := uint64(0)
+		c := cursors[id]
+		if c == nil {
+			c = &cursor{seen: map[string]bool{}}
+			cursors[id] = c
+		}
 		for {
-			recs, err := st.Records(ctx, id, after, store.RecordEvent, 5000)
+			recs, err := st.Records(ctx, id, c.after, store.RecordEvent, 5000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,11 +126,16 @@ func TestRunPrintingWithoutEnd(t *testing.T) {
 					Msg string `json:"msg"`
 				}
 				_ = json.Unmarshal(r.Data, &e)
-				out = append(out, e.Msg)
-				after = r.Seq
+				for _, sub := range subs {
+					if strings.Contains(e.Msg, sub) {
+						c.seen[sub] = true
+					}
+				}
+				c.after = r.Seq
+				c.n++
 			}
 			if len(recs) < 5000 {
-				return out
+				return c.n, c.seen
 			}
 		}
 	}
@@ -140,32 +155,26 @@ func TestRunPrintingWithoutEnd(t *testing.T) {
 		}
 		return n
 	}
-	has := func(msgs []string, sub string) bool {
-		for _, m := range msgs {
-			if strings.Contains(m, sub) {
-				return true
-			}
-		}
-		return false
-	}
-
 	before := dbSize()
 	started := time.Now()
 	chatty := submit("import sys\nwhile True:\n    sys.stdout.write('x' * 150 + '\\n')")
-	const limitMsg = "run reached its log limit of 1 MB: further output dropped"
-	var msgs []string
-	for i := 0; ; i++ {
-		if msgs = events(chatty.Id); has(msgs, limitMsg) {
+	const (
+		limitMsg = "run reached its log limit of 1 MB: further output dropped"
+		rateMsg  = "run printed more than 2000 lines/s; "
+		afterMsg = "lines printed after the log limit of 1 MB were dropped"
+	)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		n, seen := scan(chatty.Id, limitMsg, rateMsg, afterMsg)
+		if seen[limitMsg] {
 			break
 		}
-		if i == 300 { // 60 s
-			t.Fatalf("no %q event after 60 s: the store holds %d records, %d bytes of log for the run; the database grew by %.1f MB",
-				limitMsg, len(msgs), logBytes(chatty.Id), float64(dbSize()-before)/(1<<20))
+		if time.Now().After(deadline) {
+			_, _ = c.Run.Cancel(ctx, connect.NewRequest(&gpupassv1.CancelRequest{AllocId: chatty.Id, Reason: "test failed"}))
+			t.Fatalf("no %q event after 60 s: the store holds %d events, %d bytes of log for the run; the database (with its WAL) grew by %.1f MB",
+				limitMsg, n, logBytes(chatty.Id), float64(dbSize()-before)/(1<<20))
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-	if !has(msgs, "run printed more than 2000 lines/s; ") {
-		t.Errorf("no WARN event for the lines dropped over 2000 lines/s")
 	}
 	// The job goes on printing for a while: nothing more is stored.
 	limitHit := time.Now()
@@ -184,13 +193,17 @@ func TestRunPrintingWithoutEnd(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	n, seen := scan(chatty.Id, limitMsg, rateMsg, afterMsg)
 	stored, grew := logBytes(chatty.Id), dbSize()-before
 	t.Logf("job printed for %s; the broker stores %d bytes of log for it (%d events); the database (with its WAL) grew by %.2f MB",
-		time.Since(started).Round(time.Second), stored, len(events(chatty.Id)), float64(grew)/(1<<20))
+		time.Since(started).Round(time.Second), stored, n, float64(grew)/(1<<20))
 	if stored > 1<<20+64<<10 {
 		t.Errorf("the store holds %d bytes of the run's log; the agent's limit is 1 MB", stored)
 	}
-	if !has(events(chatty.Id), "lines printed after the log limit of 1 MB were dropped") {
+	if !seen[rateMsg] {
+		t.Errorf("no WARN event for the lines dropped over 2000 lines/s")
+	}
+	if !seen[afterMsg] {
 		t.Errorf("no final event counting the lines dropped after the limit")
 	}
 
@@ -202,7 +215,8 @@ func TestRunPrintingWithoutEnd(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if r := getRun(quiet.Id); r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || !has(events(quiet.Id), "hello from the next run") {
-		t.Errorf("the next run: %v %q, its line stored: %v", r.State, r.Reason, has(events(quiet.Id), "hello from the next run"))
+	_, seen = scan(quiet.Id, "hello from the next run")
+	if r := getRun(quiet.Id); r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || !seen["hello from the next run"] {
+		t.Errorf("the next run: %v %q, its line stored: %v", r.State, r.Reason, seen["hello from the next run"])
 	}
 }

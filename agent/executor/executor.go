@@ -97,7 +97,7 @@ type Executor struct {
 	// MaxLine bounds an output line (default DefaultMaxLine).
 	MaxLine int
 	// Output bounds what a run's output lines add to its log (rate and
-	// total; zero fields take the defaults).
+	// total; zero: no limit).
 	Output OutputLimits
 	// MetricsPoll is how often the metrics file is read while the job
 	// runs (default 100ms).

@@ -94,8 +94,8 @@ func makeLine(stream events.Stream, b []byte, cut int) Line {
 // may add to its log. They act at the source, so a job printing without
 // end fills neither the agent's spool nor the broker's store; the run
 // itself goes on (its checkpoints, metrics file and exit status are what
-// matter), and WARN/ERROR events say what was dropped. Zero fields take
-// the defaults; a negative field turns that limit off.
+// matter), and WARN/ERROR events say what was dropped. A field of zero
+// or less turns that limit off (the agent sets the defaults below).
 type OutputLimits struct {
 	// LinesPerSecond is how many lines a run may print in one second,
 	// stdout and stderr together; the rest of that second's lines are
@@ -133,12 +133,10 @@ type outputLimiter struct {
 	afterFull int // lines dropped since the log limit was reached
 }
 
+// newOutputLimiter returns nil (every line recorded) when l sets no limit.
 func newOutputLimiter(l OutputLimits) *outputLimiter {
-	if l.LinesPerSecond == 0 {
-		l.LinesPerSecond = DefaultLinesPerSecond
-	}
-	if l.MaxBytes == 0 {
-		l.MaxBytes = DefaultMaxLogBytes
+	if l.LinesPerSecond <= 0 && l.MaxBytes <= 0 {
+		return nil
 	}
 	return &outputLimiter{perSec: l.LinesPerSecond, maxBytes: l.MaxBytes}
 }
@@ -160,7 +158,7 @@ func (o *outputLimiter) admit(now time.Time) (bool, *notice) {
 		o.afterFull++
 		return false, nil
 	}
-	if o.perSec < 0 {
+	if o.perSec <= 0 {
 		return true, nil
 	}
 	var n *notice
@@ -196,7 +194,7 @@ func (o *outputLimiter) charge(size int) (bool, *notice) {
 		o.afterFull++
 		return false, nil
 	}
-	if o.maxBytes < 0 || o.bytes+int64(size) <= o.maxBytes {
+	if o.maxBytes <= 0 || o.bytes+int64(size) <= o.maxBytes {
 		o.bytes += int64(size)
 		return true, nil
 	}
