@@ -64,6 +64,10 @@ type Options struct {
 	RunKillTimeout time.Duration
 	// Registry is how wheel bundles are pulled (bundleinstall.go).
 	Registry RegistryFlags
+	// RunLogLinesPerSecond and RunLogMaxMB bound each run's output
+	// (executor.OutputLimits); -1 turns one off.
+	RunLogLinesPerSecond int
+	RunLogMaxMB          int
 }
 
 // AddFlags registers the daemon's flags.
@@ -91,6 +95,8 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.Int64Var(&o.RunPidsMax, "run-pids-max", 0, "most processes and threads a run may have at once (its cgroup's pids.max; 0: no limit)")
 	f.DurationVar(&o.RunKillTimeout, "run-kill-timeout", executor.DefaultKillTimeout, "how long the agent waits for a run's processes to be gone after SIGKILL at its end; a run whose processes outlast it fails, and its uid is not reused")
 	f.IntVar(&o.KeepRuns, "keep-runs", 3, "work dirs (files, checkpoints) of the newest runs kept under the state dir, the starting run's included; older ones are deleted as a run starts (0 keeps them all)")
+	f.IntVar(&o.RunLogLinesPerSecond, "run-log-lines-per-second", executor.DefaultLinesPerSecond, "lines a run may print per second (stdout and stderr together); the rest are dropped and a WARN event counts them (-1: no limit)")
+	f.IntVar(&o.RunLogMaxMB, "run-log-max-mb", executor.DefaultMaxLogBytes>>20, "MB of log a run's output may add in all; further output is dropped after an ERROR event, and the run goes on (-1: no limit); keep it below the broker's --run-max-log-mb")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	o.Registry.AddFlags(cmd)
 }
@@ -134,6 +140,9 @@ func (o *Options) Validate(daemon bool) error {
 	}
 	if o.SuiteInterval < time.Second {
 		return fmt.Errorf("--suite-interval %s: must be at least 1s", o.SuiteInterval)
+	}
+	if o.RunLogLinesPerSecond < -1 || o.RunLogMaxMB < -1 {
+		return fmt.Errorf("--run-log-lines-per-second %d, --run-log-max-mb %d: each must be 1 or more (-1: no limit)", o.RunLogLinesPerSecond, o.RunLogMaxMB)
 	}
 	if o.KeepRuns < 0 {
 		return fmt.Errorf("--keep-runs %d: must be 0 (keep all) or more", o.KeepRuns)
@@ -213,4 +222,20 @@ func (o *Options) node() conformance.Node {
 		Provider: o.Provider, Region: o.Region, Zone: o.Zone, PricePerHour: o.PricePerHour,
 		BandwidthGbps: o.BandwidthGbps, Hostname: o.Hostname,
 	}
+}
+
+// outputLimits turns the --run-log-* flags into the executor's limits;
+// unset (0, as in Options built by tests) takes the defaults.
+func (o *Options) outputLimits() executor.OutputLimits {
+	l := executor.OutputLimits{LinesPerSecond: o.RunLogLinesPerSecond, MaxBytes: int64(o.RunLogMaxMB) << 20}
+	if o.RunLogLinesPerSecond == 0 {
+		l.LinesPerSecond = executor.DefaultLinesPerSecond
+	}
+	switch {
+	case o.RunLogMaxMB < 0:
+		l.MaxBytes = -1
+	case o.RunLogMaxMB == 0:
+		l.MaxBytes = executor.DefaultMaxLogBytes
+	}
+	return l
 }

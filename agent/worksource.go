@@ -121,9 +121,10 @@ func (s *recordSink) Upload(ctx context.Context, allocID string, recs []spool.Re
 			// The run belongs to another lease now: its records never will
 			// be taken from this one.
 			return 0, fmt.Errorf("uploading records of %s: %w: %w: %s", allocID, uploader.ErrRefused, ErrStaleLease, api.Describe(err))
-		case connect.CodeNotFound, connect.CodeInvalidArgument:
+		case connect.CodeNotFound, connect.CodeInvalidArgument, connect.CodeResourceExhausted:
 			// Gone from the broker, or a batch it will never take (the
-			// same records would be refused on every retry).
+			// same records would be refused on every retry; over the
+			// run's quota, the broker failed the run).
 			return 0, fmt.Errorf("uploading records of %s: %w: %s", allocID, uploader.ErrRefused, api.Describe(err))
 		}
 		return 0, fmt.Errorf("uploading records of %s: %s", allocID, api.Describe(err))

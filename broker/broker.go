@@ -75,6 +75,12 @@ type Config struct {
 	// another replica shows here within it (default 1 minute: each
 	// reload is a store read, and agents beat every 10 s).
 	AgentTTL time.Duration
+	// Per-run quota (quota.go): records (by seq), bytes of log (event and
+	// metric records) and records per second through this replica. Zero
+	// takes the defaults (DefaultRunMax*); negative turns a limit off.
+	RunMaxRecords          int64
+	RunMaxLogBytes         int64
+	RunMaxRecordsPerSecond int
 }
 
 // Broker is the control plane service.
@@ -108,7 +114,9 @@ type Broker struct {
 	offlineMu sync.Mutex
 	online    map[string]bool // last seen state, to log transitions
 
-	runs *runsState // wake-ups for long polls and log followers (runs.go)
+	runs   *runsState  // wake-ups for long polls and log followers (runs.go)
+	quota  quotaState  // per-run accounting (quota.go)
+	health storeHealth // whether the store takes writes (quota.go)
 
 	mounts []mount
 
@@ -161,6 +169,9 @@ func New(cfg Config) *Broker {
 	if cfg.SessionKeyTTL <= 0 {
 		cfg.SessionKeyTTL = tokenTTL
 	}
+	cfg.RunMaxRecords = orDefault(cfg.RunMaxRecords, DefaultRunMaxRecords)
+	cfg.RunMaxLogBytes = orDefault(cfg.RunMaxLogBytes, DefaultRunMaxLogBytes)
+	cfg.RunMaxRecordsPerSecond = orDefault(cfg.RunMaxRecordsPerSecond, DefaultRunMaxRecordsPerSecond)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -227,6 +238,13 @@ func (b *Broker) Handler() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
+		if why := b.storeUnwritable(); why != "" {
+			// Nodes stay online (liveness is in memory), but nothing
+			// new can be stored: a load balancer should know.
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("store not writable: " + why + "\n"))
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
@@ -279,12 +297,17 @@ func (b *Broker) flush(ctx context.Context) error {
 	}
 	clear(b.dirty)
 	b.beatsMu.Unlock()
-	if err := b.store.RecordHeartbeats(ctx, batch); err != nil {
+	err := b.store.RecordHeartbeats(ctx, batch)
+	news := b.noteStoreWrite(err)
+	if err != nil {
 		b.beatsMu.Lock()
 		for _, hb := range batch {
 			b.dirty[hb.AgentID] = struct{}{}
 		}
 		b.beatsMu.Unlock()
+		if !news && ctx.Err() == nil {
+			return nil // said once (noteStoreWrite), tried again next tick
+		}
 		return err
 	}
 	return nil
@@ -306,18 +329,37 @@ func (b *Broker) checkLiveness(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
+	// While beats cannot be written, other replicas' beats do not reach
+	// the store: only the beats this broker took prove anything, and a
+	// node it has not seen is not called offline for it.
+	unwritable := b.storeUnwritable() != ""
 	b.offlineMu.Lock()
 	defer b.offlineMu.Unlock()
 	for _, n := range snap.nodes {
-		on := !n.LastSeen.IsZero() && now.Sub(n.LastSeen) <= b.cfg.OfflineAfter
+		last := n.LastSeen
+		if hb, ok := b.beat(n.ID); ok && hb.At.After(last) {
+			last = hb.At // taken here, maybe not yet flushed
+		}
+		on := !last.IsZero() && now.Sub(last) <= b.cfg.OfflineAfter
 		was, known := b.online[n.ID]
+		if unwritable && !on {
+			continue
+		}
 		switch {
 		case known && was && !on:
-			b.log.Warn("node offline: missed heartbeats", "node", n.ID, "region", n.Labels.Region, "last_seen", n.LastSeen)
+			b.log.Warn("node offline: missed heartbeats", "node", n.ID, "region", n.Labels.Region, "last_seen", last)
 		case (!known || !was) && on:
 			b.log.Info("node online", "node", n.ID, "region", n.Labels.Region)
 		}
 		b.online[n.ID] = on
 	}
 	return nil
+}
+
+// orDefault is v, or def when v is zero (negative values mean "off").
+func orDefault[T int | int64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
 }

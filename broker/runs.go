@@ -111,6 +111,10 @@ func (b *Broker) storeErr(what string, err error) error {
 		return ce
 	}
 	b.log.Error("run store", "what", what, "err", err)
+	if storeFull(err) {
+		b.noteStoreWrite(err)
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: broker store full", what))
+	}
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: run store unavailable", what))
 }
 

@@ -246,6 +246,9 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 		}
 		recs[i] = store.RunRecord{Seq: r.Seq, Kind: store.RecordKind(r.Kind), Data: r.Data}
 	}
+	if err := b.admitRecords(ctx, rs, a, recs); err != nil {
+		return nil, err
+	}
 	held, err := rs.AppendRecords(ctx, m.AllocId, m.FencingToken, recs)
 	if errors.Is(err, store.ErrStaleFence) {
 		a, _ = rs.Alloc(ctx, m.AllocId)

@@ -97,6 +97,9 @@ type Executor struct {
 	Log *slog.Logger
 	// MaxLine bounds an output line (default DefaultMaxLine).
 	MaxLine int
+	// Output bounds what a run's output lines add to its log (rate and
+	// total; zero: no limit).
+	Output OutputLimits
 	// MetricsPoll is how often the metrics file is read while the job
 	// runs (default 100ms).
 	MetricsPoll time.Duration
@@ -239,6 +242,7 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
 	rec := newRecorder(sp, func(err error) { stopRun(err) })
+	rec.limit = newOutputLimiter(x.Output)
 	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir}, metricsStart, contain)
 	res.WorkDir = workDir
 	// Each attempt's end killed what it left; this also reaches what

@@ -2,7 +2,11 @@ package executor
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"strconv"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gpupass/gpupass/internal/events"
@@ -84,4 +88,139 @@ func makeLine(stream events.Stream, b []byte, cut int) Line {
 		l.InvalidUTF8 = true
 	}
 	return l
+}
+
+// OutputLimits bound what one run's output (its stdout and stderr lines)
+// may add to its log. They act at the source, so a job printing without
+// end fills neither the agent's spool nor the broker's store; the run
+// itself goes on (its checkpoints, metrics file and exit status are what
+// matter), and WARN/ERROR events say what was dropped. A field of zero
+// or less turns that limit off (the agent sets the defaults below).
+type OutputLimits struct {
+	// LinesPerSecond is how many lines a run may print in one second,
+	// stdout and stderr together; the rest of that second's lines are
+	// dropped and counted.
+	LinesPerSecond int
+	// MaxBytes is how many bytes of records (events and metric points as
+	// spooled) a run's output may add in all; once reached, the rest of
+	// its output is dropped.
+	MaxBytes int64
+}
+
+// Default output limits: 1000 lines/s is far above what a training loop
+// logs and far below a print in a tight loop (the job printed
+// 37,000 lines/s); 256 MiB of log is months of a normal run's output.
+// The broker's per-run limits (gpupass-broker serve --run-max-*) are set
+// above these, so a run limited here is never refused there.
+const (
+	DefaultLinesPerSecond = 1000
+	DefaultMaxLogBytes    = 256 << 20
+)
+
+// outputLimiter applies OutputLimits to one run. Lines arrive from the
+// stdout and stderr readers at once, so it locks.
+type outputLimiter struct {
+	mu       sync.Mutex
+	perSec   int
+	maxBytes int64
+
+	window   time.Time // start of the current one-second window
+	inWindow int       // lines admitted in it
+	dropped  int       // lines dropped by the rate in it, not yet reported
+
+	bytes     int64
+	full      bool
+	afterFull int // lines dropped since the log limit was reached
+}
+
+// newOutputLimiter returns nil (every line recorded) when l sets no limit.
+func newOutputLimiter(l OutputLimits) *outputLimiter {
+	if l.LinesPerSecond <= 0 && l.MaxBytes <= 0 {
+		return nil
+	}
+	return &outputLimiter{perSec: l.LinesPerSecond, maxBytes: l.MaxBytes}
+}
+
+// notice is an event the limiter asks to be recorded.
+type notice struct {
+	level  events.Level
+	msg    string
+	fields map[string]string
+}
+
+// admit counts one line against the rate. It returns whether to record
+// the line and, when a window with dropped lines has just ended, the
+// warning that says how many.
+func (o *outputLimiter) admit(now time.Time) (bool, *notice) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.full {
+		o.afterFull++
+		return false, nil
+	}
+	if o.perSec <= 0 {
+		return true, nil
+	}
+	var n *notice
+	if now.Sub(o.window) >= time.Second {
+		n = o.rateNotice()
+		o.window, o.inWindow = now, 0
+	}
+	if o.inWindow >= o.perSec {
+		o.dropped++
+		return false, n
+	}
+	o.inWindow++
+	return true, n
+}
+
+func (o *outputLimiter) rateNotice() *notice {
+	if o.dropped == 0 {
+		return nil
+	}
+	n := &notice{events.Warn, fmt.Sprintf("run printed more than %d lines/s; %d lines dropped", o.perSec, o.dropped),
+		map[string]string{"limit": "lines_per_second", "dropped_lines": strconv.Itoa(o.dropped)}}
+	o.dropped = 0
+	return n
+}
+
+// charge counts size bytes of records made from one admitted line. It
+// returns false, with the error that says so, when they would take the
+// run past its log limit: that line and all output after it are dropped.
+func (o *outputLimiter) charge(size int) (bool, *notice) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.full {
+		o.afterFull++
+		return false, nil
+	}
+	if o.maxBytes <= 0 || o.bytes+int64(size) <= o.maxBytes {
+		o.bytes += int64(size)
+		return true, nil
+	}
+	o.full, o.afterFull = true, 1
+	return false, &notice{events.Error, fmt.Sprintf("run reached its log limit of %s: further output dropped (the run goes on)", mib(o.maxBytes)),
+		map[string]string{"limit": "log_bytes", "max_bytes": strconv.FormatInt(o.maxBytes, 10)}}
+}
+
+// finish returns what is left to say as the run ends.
+func (o *outputLimiter) finish() []notice {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []notice
+	if n := o.rateNotice(); n != nil {
+		out = append(out, *n)
+	}
+	if o.full {
+		out = append(out, notice{events.Error, fmt.Sprintf("%d lines printed after the log limit of %s were dropped", o.afterFull, mib(o.maxBytes)),
+			map[string]string{"limit": "log_bytes", "dropped_lines": strconv.Itoa(o.afterFull)}})
+	}
+	return out
+}
+
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

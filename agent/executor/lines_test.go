@@ -2,8 +2,10 @@ package executor
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -60,5 +62,60 @@ func TestReadLines(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestOutputLimiter(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name         string
+		lim          OutputLimits
+		lines        int // at 100 lines per 100 ms of the fake clock
+		size         int // bytes of records per line
+		wantAdmitted int
+		wantNotices  []string // in order, admit/charge/finish together
+	}{
+		{"no limits", OutputLimits{}, 5000, 100, 5000, nil},
+		{"under both", OutputLimits{LinesPerSecond: 1000, MaxBytes: 1 << 20}, 900, 100, 900, nil},
+		{"rate", OutputLimits{LinesPerSecond: 300}, 2000, 100, 600,
+			[]string{"run printed more than 300 lines/s; 700 lines dropped", "run printed more than 300 lines/s; 700 lines dropped"}},
+		{"bytes", OutputLimits{MaxBytes: 1 << 20}, 20000, 100, 10485,
+			[]string{"run reached its log limit of 1 MB: further output dropped (the run goes on)", "9515 lines printed after the log limit of 1 MB were dropped"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := newOutputLimiter(tc.lim)
+			var notices []string
+			admitted := 0
+			for i := 0; i < tc.lines; i++ {
+				if o == nil {
+					admitted++
+					continue
+				}
+				ok, n := o.admit(t0.Add(time.Duration(i/100) * 100 * time.Millisecond))
+				if n != nil {
+					notices = append(notices, n.msg)
+				}
+				if !ok {
+					continue
+				}
+				ok, n = o.charge(tc.size)
+				if n != nil {
+					notices = append(notices, n.msg)
+				}
+				if ok {
+					admitted++
+				}
+			}
+			if o != nil {
+				for _, n := range o.finish() {
+					notices = append(notices, n.msg)
+				}
+			}
+			if admitted != tc.wantAdmitted || !slices.Equal(notices, tc.wantNotices) {
+				t.Errorf("admitted %d lines, notices %q; want %d, %q", admitted, notices, tc.wantAdmitted, tc.wantNotices)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
@@ -26,6 +27,9 @@ type recorder struct {
 	ch    chan spool.Record
 	done  chan struct{}
 	onErr func(error)
+	// limit bounds what the run's output lines add (OutputLimits); nil
+	// records every line.
+	limit *outputLimiter
 
 	mu   sync.Mutex
 	err  error
@@ -81,6 +85,11 @@ func (r *recorder) loop() {
 }
 
 func (r *recorder) close() (uint64, error) {
+	if r.limit != nil {
+		for _, n := range r.limit.finish() {
+			r.event(n.level, events.ExecutorComp, n.msg, n.fields)
+		}
+	}
 	close(r.ch)
 	<-r.done
 	r.mu.Lock()
@@ -110,6 +119,15 @@ func (r *recorder) metric(m events.Metric) {
 // else as a classified event.
 func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func(events.Metric)) {
 	now := events.Now()
+	if r.limit != nil {
+		ok, n := r.limit.admit(time.Now())
+		if n != nil {
+			r.event(n.level, events.ExecutorComp, n.msg, n.fields)
+		}
+		if !ok {
+			return
+		}
+	}
 	var fields map[string]string
 	if l.Cut > 0 || l.InvalidUTF8 {
 		fields = map[string]string{}
@@ -127,15 +145,26 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 	if strings.HasPrefix(strings.TrimSpace(l.Text), events.MetricMarker) && l.Stream == events.Stdout {
 		m, err := events.ParseMetric([]byte(l.Text), now)
 		lvl := events.Debug
+		var point []byte
 		if err != nil {
 			lvl = events.Warn
 			msg = "malformed metric line (" + err.Error() + "): " + msg
 		} else {
 			m.Attempt, m.Source = attempt, "stdout"
-			r.metric(m)
+			if point, err = json.Marshal(m); err != nil {
+				lvl, msg, point = events.Warn, "unencodable metric point ("+err.Error()+"): "+msg, nil
+			}
+		}
+		ev := events.Event{Time: now, Level: lvl, Component: events.MetricsComp, Message: msg, Fields: fields}
+		data := ev.AppendJSON(make([]byte, 0, 96+len(msg)))
+		if !r.charge(len(point) + len(data)) {
+			return
+		}
+		if point != nil {
+			r.ch <- spool.Record{Kind: spool.KindMetric, Data: point}
 			onMetric(m)
 		}
-		r.put(events.Event{Time: now, Level: lvl, Component: events.MetricsComp, Message: msg, Fields: fields})
+		r.ch <- spool.Record{Kind: spool.KindEvent, Data: data}
 		return
 	}
 	cl := c.Classify(msg)
@@ -147,7 +176,24 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 		}
 		fields["stream"] = events.StderrComponent
 	}
-	r.put(events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields})
+	ev := events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields}
+	data := ev.AppendJSON(make([]byte, 0, 96+len(ev.Message)))
+	if r.charge(len(data)) {
+		r.ch <- spool.Record{Kind: spool.KindEvent, Data: data}
+	}
+}
+
+// charge counts size bytes of one line's records against the run's log
+// limit, recording the error the moment the limit is reached.
+func (r *recorder) charge(size int) bool {
+	if r.limit == nil {
+		return true
+	}
+	ok, n := r.limit.charge(size)
+	if n != nil {
+		r.event(n.level, events.ExecutorComp, n.msg, n.fields)
+	}
+	return ok
 }
 
 // metricsTail follows $GPUPASS_METRICS_FILE: the job appends JSON lines,

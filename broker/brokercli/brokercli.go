@@ -102,7 +102,11 @@ type ServeOptions struct {
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
 	StartTimeout      time.Duration
-	Logger            *slog.Logger
+	// Per-run quota (broker.Config.RunMax*; -1 turns one off).
+	RunMaxRecords          int64
+	RunMaxLogMB            int64
+	RunMaxRecordsPerSecond int
+	Logger                 *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -116,6 +120,9 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "interval agents are told to heartbeat at")
 	f.DurationVar(&o.OfflineAfter, "offline-after", 30*time.Second, "mark a node offline after this long without a heartbeat")
 	f.DurationVar(&o.StartTimeout, "start-timeout", 2*time.Minute, "end a run left in matched or starting this long without a word from its node")
+	f.Int64Var(&o.RunMaxRecords, "run-max-records", broker.DefaultRunMaxRecords, "records (log events, metric points, checkpoint chunks) one run may store; a run going over is failed with the reason (-1: no limit)")
+	f.Int64Var(&o.RunMaxLogMB, "run-max-log-mb", broker.DefaultRunMaxLogBytes>>20, "MB of log (events and metric points) one run may store; a run going over is failed with the reason; keep it above the agents' --run-log-max-mb (-1: no limit)")
+	f.IntVar(&o.RunMaxRecordsPerSecond, "run-max-records-per-second", broker.DefaultRunMaxRecordsPerSecond, "records per second one run may upload through this broker; faster uploads are told to retry (-1: no limit)")
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -148,7 +155,15 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", o.Listen, err)
 	}
-	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout})
+	if o.RunMaxRecords == 0 || o.RunMaxLogMB == 0 || o.RunMaxRecordsPerSecond == 0 {
+		return fmt.Errorf("--run-max-records, --run-max-log-mb and --run-max-records-per-second must be 1 or more (-1: no limit)")
+	}
+	logBytes := o.RunMaxLogMB << 20
+	if o.RunMaxLogMB < 0 {
+		logBytes = -1
+	}
+	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout,
+		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"
