@@ -224,6 +224,8 @@ func TestRunLoopTrustsTLSCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What enrollment leaves: work calls prove agt-1 (signed: no session key).
+	ag.creds.Set("agt-1", nil, 0, time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(t.Context())
 	wait, err := ag.startRunLoop(ctx)
 	if err != nil {
