@@ -69,8 +69,11 @@ type Agent struct {
 	// beat). Kept in memory only: a restart enrolls again for a new one.
 	sessKey   []byte
 	sessEpoch uint64
-	last      *signedReport
-	lastFacs  *probe.Facts
+	// creds prove the node on every work call (enrollment sets them,
+	// every broker answer refreshes the echoed time).
+	creds    *api.AgentCredentials
+	last     *signedReport
+	lastFacs *probe.Facts
 	// runs counts the runs in progress (RunLoop.Busy): periodic suite
 	// runs wait while it is above zero.
 	runs atomic.Int32
@@ -154,6 +157,7 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{o: o, log: log, key: key, pubPEM: pub, tls: tlsConf, runNow: make(chan chan runResult)}
+	a.creds = &api.AgentCredentials{Sign: func(p []byte) (string, error) { return conformance.Sign(key, p) }}
 	if b, err := os.ReadFile(filepath.Join(o.StateDir, StateFile)); err == nil {
 		var p persisted
 		if json.Unmarshal(b, &p) == nil && p.BrokerURL == o.BrokerURL {
@@ -406,6 +410,7 @@ func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupa
 		return nil, err
 	}
 	hb.echo, hb.got = resp.Msg.BrokerTimeUnixNano, time.Now()
+	a.creds.SawBrokerTime(resp.Msg.BrokerTimeUnixNano)
 	return resp.Msg, nil
 }
 
@@ -433,6 +438,7 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 			if len(a.sessKey) == 0 {
 				a.sessKey = nil // a broker without session keys: sign beats
 			}
+			a.creds.Set(resp.Msg.AgentId, a.sessKey, a.sessEpoch, resp.Msg.BrokerTimeUnixNano)
 			a.mu.Unlock()
 			b, _ := json.Marshal(persisted{AgentID: resp.Msg.AgentId, BrokerURL: a.o.BrokerURL})
 			if err := fsutil.WriteFileAtomic(filepath.Join(a.o.StateDir, StateFile), b, 0o600); err != nil {

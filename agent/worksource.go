@@ -30,14 +30,19 @@ type brokerSource struct {
 // NewBrokerSource returns the WorkSource of the broker at baseURL; it
 // dials the AgentWorkService. tlsConf is the agent's trust for an https
 // URL (--tls-ca; nil: the system roots), the same as enrollment and
-// heartbeats use. The HTTP client has no overall timeout (the long poll
-// would trip it); each call carries its own deadline instead.
-func NewBrokerSource(baseURL, token string, tlsConf *tls.Config, agentID func() string) (WorkSource, error) {
+// heartbeats use; creds prove the node's identity on every call (a
+// broker refuses calls without). The HTTP client has no overall timeout
+// (the long poll would trip it); each call carries its own deadline
+// instead.
+func NewBrokerSource(baseURL, token string, tlsConf *tls.Config, agentID func() string, creds *api.AgentCredentials) (WorkSource, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("broker URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
 	}
 	hc := api.HTTPClient(u.Scheme == "https", tlsConf)
+	if creds != nil {
+		hc.Transport = creds.Transport(hc.Transport)
+	}
 	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			req.Header().Set(api.AuthHeader, "Bearer "+token)

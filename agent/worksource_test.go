@@ -83,7 +83,7 @@ func seqSink(t *testing.T, b *seqBroker, resumeAfter uint64) uploader.Sink {
 	mux := http.NewServeMux()
 	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
 	srv := serveGRPC(t, mux)
-	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" })
+	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestUnsafeAllocIDFromTheBroker(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
 	srv := serveGRPC(t, mux)
-	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" })
+	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestRunLoopTrustsTLSCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := NewBrokerSource(o.BrokerURL, o.Token, conf, func() string { return "agt-1" })
+	src, err := NewBrokerSource(o.BrokerURL, o.Token, conf, func() string { return "agt-1" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +224,8 @@ func TestRunLoopTrustsTLSCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What enrollment leaves: work calls prove agt-1 (signed: no session key).
+	ag.creds.Set("agt-1", nil, 0, time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(t.Context())
 	wait, err := ag.startRunLoop(ctx)
 	if err != nil {

@@ -143,6 +143,8 @@ type agentEntry struct {
 	sessKey               []byte
 	sessEpoch             uint64
 	sessLoaded, sessTried time.Time
+	// calls refuses replayed agent calls (agentcall.go).
+	calls replayWindow
 }
 
 // New returns a broker over cfg.Store and starts its background work

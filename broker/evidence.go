@@ -46,7 +46,7 @@ func (s *workService) SubmitRunReport(ctx context.Context, req *connect.Request[
 		return nil, err
 	}
 	m := req.Msg
-	e, err := b.agent(ctx, m.AgentId)
+	e, err := b.callerAgent(ctx, m.AgentId)
 	if err != nil {
 		return nil, err
 	}

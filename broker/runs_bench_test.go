@@ -42,10 +42,7 @@ func BenchmarkRecordIngest(b *testing.B) {
 				ctx := context.Background()
 				for i := 0; i < agents; i++ {
 					a := brokertest.Register(b, br.URL, tok, brokertest.H100(fmt.Sprintf("us-bench-%d", i), 20))
-					c, err := api.DialRuns(br.URL, api.DialOptions{Token: tok, GRPC: true})
-					if err != nil {
-						b.Fatal(err)
-					}
+					c := a.Runs(b, br.URL, tok)
 					if _, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec},
 						Region: a.Node.Region, Command: []string{"true"}})); err != nil {
 						b.Fatal(err)
@@ -98,10 +95,7 @@ func BenchmarkSubmitToAssignment(b *testing.B) {
 	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), brokertest.Fast())
 	tok := br.Token(b, store.RoleAgent, "*")
 	a := brokertest.Register(b, br.URL, tok, brokertest.H100("us-west-2", 20))
-	c, err := api.DialRuns(br.URL, api.DialOptions{Token: tok, GRPC: true})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := a.Runs(b, br.URL, tok)
 	sub, err := api.DialRuns(br.URL, api.DialOptions{Token: br.Token(b, store.RoleSubmit, "*")})
 	if err != nil {
 		b.Fatal(err)

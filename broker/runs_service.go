@@ -26,7 +26,7 @@ import (
 func (b *Broker) handleRuns(mux *http.ServeMux) {
 	auth := connect.WithInterceptors(b.authInterceptor(), streamAuth{b})
 	p, h := gpupassv1connect.NewAgentWorkServiceHandler(&workService{b}, auth, connect.WithReadMaxBytes(api.MaxRecordsBytes))
-	mux.Handle(p, h)
+	mux.Handle(p, b.agentCalls(h))
 	p, h = gpupassv1connect.NewRunServiceHandler(&runService{b}, auth, connect.WithReadMaxBytes(api.MaxSubmitBytes))
 	mux.Handle(p, h)
 }
@@ -79,7 +79,7 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 		return nil, err
 	}
 	id := req.Msg.AgentId
-	if _, err := b.agent(ctx, id); err != nil {
+	if _, err := b.callerAgent(ctx, id); err != nil {
 		return nil, err
 	}
 	wait := time.Duration(req.Msg.WaitSeconds) * time.Second
@@ -159,7 +159,7 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		return nil, err
 	}
 	m := req.Msg
-	if _, err := b.agent(ctx, m.AgentId); err != nil {
+	if _, err := b.callerAgent(ctx, m.AgentId); err != nil {
 		return nil, err
 	}
 	b.touch(m.AgentId)
@@ -223,7 +223,7 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 		return nil, err
 	}
 	m := req.Msg
-	if _, err := b.agent(ctx, m.AgentId); err != nil {
+	if _, err := b.callerAgent(ctx, m.AgentId); err != nil {
 		return nil, err
 	}
 	b.touch(m.AgentId)

@@ -27,11 +27,7 @@ type worker struct {
 func newWorker(t *testing.T, b *brokertest.Broker, tok string, n brokertest.NodeSpec) *worker {
 	t.Helper()
 	a := brokertest.Register(t, b.URL, tok, n)
-	rc, err := api.DialRuns(b.URL, api.DialOptions{Token: tok, GRPC: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &worker{Agent: a, runs: rc}
+	return &worker{Agent: a, runs: a.Runs(t, b.URL, tok)}
 }
 
 // keepAlive beats until the test ends or stop is called (a node that
@@ -557,7 +553,7 @@ func TestRunsSurviveBrokerRestart(t *testing.T) {
 			b2 := brokertest.Start(t, db, brokertest.Fast())
 			w2 := &worker{Agent: w.Agent}
 			var err error
-			if w2.runs, err = api.DialRuns(b2.URL, api.DialOptions{Token: agentTok, GRPC: true}); err != nil {
+			if w2.runs, err = api.DialRuns(b2.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: w.Creds}); err != nil {
 				t.Fatal(err)
 			}
 			// The reply to the last batch was "lost": the agent sends it again.

@@ -76,39 +76,51 @@ func (b *Broker) issueSessionKey(ctx context.Context, sk store.SessionKeys, e *a
 	return key, epoch, nil
 }
 
-// checkMAC authenticates a heartbeat by its session key HMAC.
-func (b *Broker) checkMAC(ctx context.Context, e *agentEntry, m *gpupassv1.HeartbeatRequest, peer string) error {
+// sessionKey returns agent id's current session key and epoch, reading
+// the store when the caller names a newer epoch than this replica knows
+// (another replica issued it) or the cached copy is older than
+// SessionKeyTTL. A nil key means the agent has none.
+func (b *Broker) sessionKey(ctx context.Context, e *agentEntry, id string, wantEpoch uint64) ([]byte, uint64, error) {
 	now := time.Now()
 	b.agentsMu.Lock()
 	key, epoch, loaded, tried := e.sessKey, e.sessEpoch, e.sessLoaded, e.sessTried
-	reload := (m.SessionEpoch > epoch || now.Sub(loaded) > b.cfg.SessionKeyTTL) && now.Sub(tried) >= sessionReloadEvery
+	reload := (wantEpoch > epoch || now.Sub(loaded) > b.cfg.SessionKeyTTL) && now.Sub(tried) >= sessionReloadEvery
 	if reload {
 		e.sessTried = now
 	}
 	b.agentsMu.Unlock()
-	if sk := b.sessionKeys(); reload && sk != nil {
-		// Issued by another replica, or this copy is old: the store has
-		// the current key.
-		k, ep, err := sk.SessionKey(ctx, m.AgentId)
-		switch {
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			// A store hiccup: the cached key (if it is the beat's) still
-			// serves, and a later beat reads the store again.
-			b.log.Error("reading session key", "agent", m.AgentId, "err", err)
-			if key == nil || m.SessionEpoch != epoch {
-				return connect.NewError(connect.CodeUnavailable, errors.New("session key store unavailable"))
-			}
-		default:
-			if err != nil { // none: the store lost it, or never had it
-				k, ep = nil, 0
-			}
-			b.agentsMu.Lock()
-			if ep >= e.sessEpoch || ep == 0 {
-				e.sessKey, e.sessEpoch, e.sessLoaded = k, ep, now
-			}
-			key, epoch = e.sessKey, e.sessEpoch
-			b.agentsMu.Unlock()
+	sk := b.sessionKeys()
+	if !reload || sk == nil {
+		return key, epoch, nil
+	}
+	// Issued by another replica, or this copy is old: the store has
+	// the current key.
+	k, ep, err := sk.SessionKey(ctx, id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		// A store hiccup: the cached key (if it is the caller's) still
+		// serves, and a later call reads the store again.
+		b.log.Error("reading session key", "agent", id, "err", err)
+		if key == nil || wantEpoch != epoch {
+			return nil, 0, connect.NewError(connect.CodeUnavailable, errors.New("session key store unavailable"))
 		}
+		return key, epoch, nil
+	}
+	if err != nil { // none: the store lost it, or never had it
+		k, ep = nil, 0
+	}
+	b.agentsMu.Lock()
+	defer b.agentsMu.Unlock()
+	if ep >= e.sessEpoch || ep == 0 {
+		e.sessKey, e.sessEpoch, e.sessLoaded = k, ep, now
+	}
+	return e.sessKey, e.sessEpoch, nil
+}
+
+// checkMAC authenticates a heartbeat by its session key HMAC.
+func (b *Broker) checkMAC(ctx context.Context, e *agentEntry, m *gpupassv1.HeartbeatRequest, peer string) error {
+	key, epoch, err := b.sessionKey(ctx, e, m.AgentId, m.SessionEpoch)
+	if err != nil {
+		return err
 	}
 	if key == nil || m.SessionEpoch != epoch {
 		b.log.Warn("refused heartbeat: not the current session key", "agent", m.AgentId, "epoch", m.SessionEpoch, "current", epoch, "peer", peer)

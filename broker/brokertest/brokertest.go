@@ -255,6 +255,20 @@ type Agent struct {
 	// carry an HMAC instead of a signature.
 	SessionKey   []byte
 	SessionEpoch uint64
+	// Creds prove this agent on work calls, as gpupass-agent's do: pass
+	// them as api.DialOptions.Agent (Runs does).
+	Creds *api.AgentCredentials
+}
+
+// Runs dials the run services with token, proving a's identity on every
+// work call.
+func (a *Agent) Runs(tb testing.TB, url, token string) *api.RunClients {
+	tb.Helper()
+	c, err := api.DialRuns(url, api.DialOptions{Token: token, GRPC: true, Agent: a.Creds})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }
 
 // NewAgent enrolls a new agent (gRPC protocol, like gpupass-agent).
@@ -307,8 +321,10 @@ func enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n Nod
 	if err != nil {
 		return nil, err
 	}
+	creds := &api.AgentCredentials{Sign: func(p []byte) (string, error) { return conformance.Sign(key, p) }}
+	creds.Set(resp.Msg.AgentId, resp.Msg.SessionKey, resp.Msg.SessionEpoch, resp.Msg.BrokerTimeUnixNano)
 	return &Agent{ID: resp.Msg.AgentId, Key: key, Node: n, Clients: c, echo: resp.Msg.BrokerTimeUnixNano, gotAt: time.Now(),
-		SessionKey: resp.Msg.SessionKey, SessionEpoch: resp.Msg.SessionEpoch}, nil
+		SessionKey: resp.Msg.SessionKey, SessionEpoch: resp.Msg.SessionEpoch, Creds: creds}, nil
 }
 
 // BeatRequest makes the next heartbeat as gpupass-agent makes it (with
@@ -348,6 +364,9 @@ func (a *Agent) Beat(ctx context.Context) (*gpupassv1.HeartbeatResponse, error) 
 		return nil, err
 	}
 	a.echo, a.gotAt = resp.Msg.BrokerTimeUnixNano, time.Now()
+	if a.Creds != nil { // nil for agents a test made by hand
+		a.Creds.SawBrokerTime(resp.Msg.BrokerTimeUnixNano)
+	}
 	return resp.Msg, nil
 }
 

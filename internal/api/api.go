@@ -54,6 +54,9 @@ type DialOptions struct {
 	TLSConfig *tls.Config
 	// Timeout bounds each call; 0 means 30 s.
 	Timeout time.Duration
+	// Agent, when set, proves the node's identity on every
+	// AgentWorkService call (see AgentCredentials).
+	Agent *AgentCredentials
 }
 
 // Dial returns clients for the broker at baseURL (http:// for cleartext

@@ -37,6 +37,9 @@ func DialRuns(baseURL string, o DialOptions) (*RunClients, error) {
 	}
 	base := strings.TrimRight(baseURL, "/")
 	hc := HTTPClient(u.Scheme == "https", o.TLSConfig)
+	if o.Agent != nil {
+		hc.Transport = o.Agent.Transport(hc.Transport)
+	}
 	opts := []connect.ClientOption{connect.WithInterceptors(bearerAll(o.Token)),
 		connect.WithSendMaxBytes(MaxSubmitBytes)}
 	if o.GRPC {

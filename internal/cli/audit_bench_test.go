@@ -25,7 +25,7 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), brokertest.Fast())
 	agentTok := br.Token(b, store.RoleAgent, "*")
 	ag := brokertest.Register(b, br.URL, agentTok, brokertest.H100("us-west-2", 20))
-	work, err := api.DialRuns(br.URL, api.DialOptions{Token: agentTok, GRPC: true})
+	work, err := api.DialRuns(br.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: ag.Creds})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 func protocolAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, work func(ctx context.Context, c *api.RunClients, agentID string, as *gpupassv1.Assignment)) {
 	t.Helper()
 	a := brokertest.Register(t, url, tok, n)
-	c, err := api.DialRuns(url, api.DialOptions{Token: tok, GRPC: true})
+	c, err := api.DialRuns(url, api.DialOptions{Token: tok, GRPC: true, Agent: a.Creds})
 	if err != nil {
 		t.Fatal(err)
 	}

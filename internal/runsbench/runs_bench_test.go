@@ -45,7 +45,7 @@ func start(b testing.TB) *stack {
 	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), brokertest.Fast())
 	tok := br.Token(b, store.RoleAgent, "*")
 	node := brokertest.Register(b, br.URL, tok, brokertest.H100("us-bench-1", 20))
-	src, err := agent.NewBrokerSource(br.URL, tok, nil, func() string { return node.ID })
+	src, err := agent.NewBrokerSource(br.URL, tok, nil, func() string { return node.ID }, node.Creds)
 	if err != nil {
 		b.Fatal(err)
 	}
