@@ -54,7 +54,7 @@ func TestRunQuota(t *testing.T) {
 				quiet.keepAlive(t)
 				via2 := &worker{Agent: chatty.Agent}
 				var err error
-				if via2.runs, err = api.DialRuns(b2.URL, api.DialOptions{Token: agentTok, GRPC: true}); err != nil {
+				if via2.runs, err = api.DialRuns(b2.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: chatty.Creds}); err != nil {
 					t.Fatal(err)
 				}
 				run := submit(t, c, "us-west-2", nil)
