@@ -334,7 +334,8 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 			return "", err
 		}
 		state.Store(StateRunning)
-		return fmt.Sprintf("running under fencing token %d", a.FencingToken), nil
+		// Not the token itself: the run's log is read by read tokens.
+		return "running under this node's lease", nil
 	}})
 
 	var (

@@ -194,7 +194,7 @@ func TestRunAssignment(t *testing.T) {
 			},
 			wantStates: []AllocState{StateStarting, StateRunning, StateSucceeded},
 			wantState:  StateSucceeded,
-			wantMsgs:   []string{"hello from eu-central-1", "running under fencing token 7"},
+			wantMsgs:   []string{"hello from eu-central-1", "running under this node's lease"},
 		},
 		{
 			name:       "non-zero exit fails with the code",

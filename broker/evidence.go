@@ -57,7 +57,7 @@ func (s *workService) SubmitRunReport(ctx context.Context, req *connect.Request[
 		return nil, b.storeErr("allocation "+m.AllocId, err)
 	}
 	if a.NodeID != m.AgentId || a.Fence != m.FencingToken || a.State.Terminal() {
-		return nil, staleFence(a, m.AgentId, m.FencingToken)
+		return nil, staleFence(a, m.AgentId)
 	}
 	reject := func(code connect.Code, err error) error {
 		b.log.Warn("rejected run report", "alloc", m.AllocId, "agent", m.AgentId, "peer", req.Peer().Addr, "reason", err.Error())
@@ -87,7 +87,7 @@ func (s *workService) SubmitRunReport(ctx context.Context, req *connect.Request[
 		AgentPublicKeyPEM: ag.PublicKeyPEM, ReceivedAt: time.Now().UTC()}, m.FencingToken)
 	if errors.Is(err, store.ErrStaleFence) {
 		a, _ = rs.Alloc(ctx, m.AllocId)
-		return nil, staleFence(a, m.AgentId, m.FencingToken)
+		return nil, staleFence(a, m.AgentId)
 	}
 	if err != nil {
 		return nil, b.storeErr("storing the run report of "+a.ID, err)

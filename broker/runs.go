@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -95,6 +96,21 @@ func (b *Broker) runStore() (store.Runs, error) {
 	return rs, nil
 }
 
+// newFence draws the fencing token of a new lease: random, so that no
+// node can work out another lease's token from its own (they used to
+// count 1, 2, 3…); 63 bits, because PostgreSQL's BIGINT is signed; never
+// 0 (no lease) and never old, so a node holding the previous lease is
+// always stale.
+func newFence(old uint64) uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (it panics instead)
+		if f := binary.BigEndian.Uint64(b[:]) >> 1; f != 0 && f != old {
+			return f
+		}
+	}
+}
+
 func newAllocID() string {
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
@@ -136,9 +152,13 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 	r := &gpupassv1.Run{
 		Id: a.ID, Name: a.Name, Region: a.Region, State: stateProto[a.State], Reason: a.Reason, NodeId: a.NodeID,
 		PricePerHour: a.PricePerHour, SpecFingerprint: a.SpecFingerprint, Command: a.Command, ExitCode: int32(a.ExitCode),
-		Attempts: int32(a.Attempts), Restarts: int32(a.Restarts), HeldThrough: a.HeldThrough, FencingToken: a.Fence,
+		// FencingToken stays 0: the lease's token is for the node that
+		// holds it (PollWork), not for whoever may read the run.
+		Attempts: int32(a.Attempts), Restarts: int32(a.Restarts), HeldThrough: a.HeldThrough,
 		CancelRequested: a.CancelRequested, Simulated: a.Simulated, MaxPrice: a.MaxPrice, ResumeElsewhere: a.ResumeElsewhere,
 		ReplacedNodes: a.Replaced, LastSeq: a.LastSeq,
+		LogDisputed: a.DisputedRecords > 0, DisputedRecords: a.DisputedRecords, FirstDisputedSeq: a.FirstDisputedSeq,
+		LogComplete:     a.State.Terminal() && a.LogComplete(),
 		CreatedUnixNano: nsOf(a.CreatedAt), UpdatedUnixNano: nsOf(a.UpdatedAt), StartedUnixNano: nsOf(a.StartedAt), FinishedUnixNano: nsOf(a.FinishedAt),
 	}
 	if len(a.ScoreJSON) > 0 {
@@ -366,7 +386,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 		case err != nil:
 			return a, err
 		}
-		b.log.Info("run placed", "alloc", placed.ID, "node", placed.NodeID, "score", c.Score.Score, "fence", placed.Fence)
+		b.log.Info("run placed", "alloc", placed.ID, "node", placed.NodeID, "score", c.Score.Score)
 		b.runs.wakeNode(placed.NodeID)
 		b.runs.notify()
 		return placed, nil
@@ -398,7 +418,7 @@ func (b *Broker) lease(ctx context.Context, rs store.Runs, id string, pick *matc
 		if x.State != store.AllocPending {
 			return errMoved
 		}
-		x.State, x.NodeID, x.Fence, x.ScoreJSON = store.AllocMatched, pick.Node.ID, x.Fence+1, score
+		x.State, x.NodeID, x.Fence, x.ScoreJSON = store.AllocMatched, pick.Node.ID, newFence(x.Fence), score
 		x.PricePerHour, x.Simulated, x.Reason = match.Price(&pick.Node), pick.Node.Index.Simulated, ""
 		return nil
 	})

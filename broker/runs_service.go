@@ -146,10 +146,12 @@ var stateFromProto = map[gpupassv1.AllocState]store.AllocState{
 	gpupassv1.AllocState_ALLOC_STATE_CANCELLED: store.AllocCancelled,
 }
 
-func staleFence(a store.Alloc, agent string, fence uint64) error {
+// staleFence names neither token: the caller's may be a guess, and the
+// current one is the lease holder's alone.
+func staleFence(a store.Alloc, agent string) error {
 	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-		"allocation %s is no longer leased to %s with fencing token %d (now node %q, token %d, state %s): stop the run",
-		a.ID, agent, fence, a.NodeID, a.Fence, a.State))
+		"allocation %s is no longer leased to %s with this fencing token (now node %q, state %s): stop the run",
+		a.ID, agent, a.NodeID, a.State))
 }
 
 func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request[gpupassv1.UpdateAllocationRequest]) (*connect.Response[gpupassv1.UpdateAllocationResponse], error) {
@@ -174,7 +176,7 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 	now := time.Now().UTC()
 	a, err := rs.UpdateAlloc(ctx, m.AllocId, func(a *store.Alloc) error {
 		if a.NodeID != m.AgentId || a.Fence != m.FencingToken {
-			return staleFence(*a, m.AgentId, m.FencingToken)
+			return staleFence(*a, m.AgentId)
 		}
 		a.Attempts, a.Restarts = max(a.Attempts, int(m.Attempts)), max(a.Restarts, int(m.Restarts))
 		a.LastSeq = max(a.LastSeq, m.LastSeq)
@@ -232,7 +234,7 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 		return nil, b.storeErr("allocation "+m.AllocId, err)
 	}
 	if a.NodeID != m.AgentId || a.Fence != m.FencingToken {
-		return nil, staleFence(a, m.AgentId, m.FencingToken)
+		return nil, staleFence(a, m.AgentId)
 	}
 	recs := make([]store.RunRecord, len(m.Records))
 	for i, r := range m.Records {
@@ -249,18 +251,26 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 	if err := b.admitRecords(ctx, rs, a, recs); err != nil {
 		return nil, err
 	}
-	held, err := rs.AppendRecords(ctx, m.AllocId, m.FencingToken, recs)
+	res, err := rs.AppendRecords(ctx, m.AllocId, m.FencingToken, recs)
 	if errors.Is(err, store.ErrStaleFence) {
 		a, _ = rs.Alloc(ctx, m.AllocId)
-		return nil, staleFence(a, m.AgentId, m.FencingToken)
+		return nil, staleFence(a, m.AgentId)
 	}
 	if err != nil {
 		return nil, b.storeErr("storing records of "+m.AllocId, err)
 	}
+	if len(res.Disputed) > 0 {
+		// Refused, not an error: the rest of the batch is stored, so a
+		// sender retrying it is not wedged, and the seqs come back in
+		// the reply. The run's log is marked disputed for good.
+		b.log.Warn("records refused: their seq is already stored with different content; the run's log is disputed",
+			"alloc", m.AllocId, "agent", m.AgentId, "peer", req.Peer().Addr, "first_seq", res.Disputed[0], "records", len(res.Disputed))
+	}
 	if len(recs) > 0 {
 		b.runs.notify()
 	}
-	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: held, CancelRequested: a.CancelRequested}), nil
+	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: res.HeldThrough, CancelRequested: a.CancelRequested,
+		DisputedSeqs: res.Disputed}), nil
 }
 
 type runService struct{ b *Broker }

@@ -163,7 +163,7 @@ func TestRunLifecycle(t *testing.T) {
 				t.Fatalf("submitted run = %v", run)
 			}
 			as := cheap.poll(t, 5)
-			if as == nil || as.AllocId != run.Id || as.FencingToken != 1 || as.MaxRestarts != 3 || !cmp.Equal(as.Command, []string{"python3", "train.py"}) {
+			if as == nil || as.AllocId != run.Id || as.FencingToken == 0 || as.MaxRestarts != 3 || !cmp.Equal(as.Command, []string{"python3", "train.py"}) {
 				t.Fatalf("assignment = %v", as)
 			}
 			if other := dear.poll(t, 1); other != nil {
@@ -468,11 +468,11 @@ func TestNodeLoss(t *testing.T) {
 			silenceFirst()
 			// first goes silent: the run moves to second with a new token.
 			moved := waitRun(t, c, run.Id, "re-placed", func(r *gpupassv1.Run) bool { return r.NodeId == second.ID })
-			if moved.FencingToken != 2 || !cmp.Equal(moved.ReplacedNodes, []string{first.ID}) {
-				t.Errorf("re-placed run = token %d, replaced %v", moved.FencingToken, moved.ReplacedNodes)
+			if moved.FencingToken != 0 || !cmp.Equal(moved.ReplacedNodes, []string{first.ID}) {
+				t.Errorf("re-placed run = token %d (shown to a submit client), replaced %v", moved.FencingToken, moved.ReplacedNodes)
 			}
 			as := second.poll(t, 5)
-			if as == nil || as.AllocId != run.Id || as.FencingToken != 2 {
+			if as == nil || as.AllocId != run.Id || as.FencingToken == 0 || as.FencingToken == stale.FencingToken {
 				t.Fatalf("second's assignment = %v", as)
 			}
 			// The old lease is fenced off.
@@ -626,7 +626,7 @@ func TestResumeElsewhere(t *testing.T) {
 	// first goes silent mid-run: the run resumes on second after seq 12,
 	// from the newest whole checkpoint.
 	as2 := second.poll(t, 20)
-	if as2 == nil || as2.AllocId != run.Id || as2.ResumeAfterSeq != 12 || as2.FencingToken != 2 {
+	if as2 == nil || as2.AllocId != run.Id || as2.ResumeAfterSeq != 12 || as2.FencingToken == 0 || as2.FencingToken == as.FencingToken {
 		t.Fatalf("resumed assignment = %v", as2)
 	}
 	if as2.ResumeCheckpointName != "ckpt-8.pt" || !bytes.Equal(as2.ResumeCheckpoint, newer) {
@@ -692,7 +692,7 @@ func TestStartTimeout(t *testing.T) {
 			}
 			// first beats but never polls: the run moves to second.
 			moved := waitRun(t, c, run.Id, "re-placed", func(r *gpupassv1.Run) bool { return r.NodeId == second.ID })
-			if !cmp.Equal(moved.ReplacedNodes, []string{first.ID}) || moved.FencingToken != 2 {
+			if !cmp.Equal(moved.ReplacedNodes, []string{first.ID}) || moved.FencingToken != 0 {
 				t.Errorf("re-placed run: replaced %v, token %d", moved.ReplacedNodes, moved.FencingToken)
 			}
 			as := second.poll(t, 5)

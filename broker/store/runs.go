@@ -61,8 +61,11 @@ type Alloc struct {
 	MaxRestarts     int
 	GraceSeconds    int
 	ResumeElsewhere bool
-	// Fence is the fencing token of the current placement; every
-	// placement increments it.
+	// Fence is the fencing token of the current placement: the broker
+	// draws a fresh random one for every placement (never 0, never the
+	// previous one), so a token cannot be guessed from another. Only
+	// equality means anything; it is shown to the node it leases the
+	// run to, never to read or submit clients.
 	Fence           uint64
 	CancelRequested bool
 	ExitCode        int
@@ -77,6 +80,31 @@ type Alloc struct {
 	UpdatedAt       time.Time
 	StartedAt       time.Time // zero until running
 	FinishedAt      time.Time // zero until terminal
+
+	// DisputedRecords counts records refused because a different record
+	// was already stored at their seq (each distinct content once), and
+	// FirstDisputedSeq is the lowest such seq (0: none). Written only by
+	// AppendRecords. A run's log is complete only when HeldThrough ==
+	// LastSeq and DisputedRecords == 0 (LogComplete).
+	DisputedRecords  uint64
+	FirstDisputedSeq uint64
+}
+
+// LogComplete reports whether the broker holds a's whole log as the
+// node sent it: every seq the agent spooled is stored without a gap and
+// no seq was claimed by two different records (DESIGN §10).
+func (a *Alloc) LogComplete() bool {
+	return a.HeldThrough == a.LastSeq && a.DisputedRecords == 0
+}
+
+// AppendResult is what AppendRecords did with a batch.
+type AppendResult struct {
+	// HeldThrough is the highest seq held with every lower seq held.
+	HeldThrough uint64
+	// Disputed are the seqs of the batch that were refused because a
+	// record with other content is stored at them (ascending). The
+	// stored record stays; the allocation is marked disputed.
+	Disputed []uint64
 }
 
 // RecordKind says what a stored run record holds.
@@ -123,11 +151,17 @@ type Runs interface {
 	ListAllocs(ctx context.Context, limit int, inScope func(region string) bool) ([]Alloc, error)
 	// ActiveAllocs returns every allocation not in a terminal state.
 	ActiveAllocs(ctx context.Context) ([]Alloc, error)
-	// AppendRecords stores records of an allocation, each (alloc, seq)
-	// only if absent, after checking fence is the allocation's current
-	// one (ErrStaleFence otherwise; ErrNotFound for an unknown id). It
-	// returns the highest seq held with every lower seq also held.
-	AppendRecords(ctx context.Context, allocID string, fence uint64, recs []RunRecord) (heldThrough uint64, err error)
+	// AppendRecords stores records of an allocation after checking fence
+	// is the allocation's current one (ErrStaleFence otherwise;
+	// ErrNotFound for an unknown id). Each record is judged on its own:
+	// a seq not stored yet is stored; a seq stored with the same kind
+	// and data is an idempotent re-send (a lost reply); a seq stored
+	// with other content is refused, listed in Disputed and counted on
+	// the allocation (DisputedRecords, once per distinct content), and
+	// the first record stays. The rest of the batch is stored either
+	// way, so a sender is never wedged by retrying a batch that holds a
+	// disputed seq. The call is atomic.
+	AppendRecords(ctx context.Context, allocID string, fence uint64, recs []RunRecord) (AppendResult, error)
 	// Records returns records with seq > afterSeq in seq order, at most
 	// limit; kind 0 means every kind.
 	Records(ctx context.Context, allocID string, afterSeq uint64, kind RecordKind, limit int) ([]RunRecord, error)

@@ -49,7 +49,7 @@ func TestBuildVerifyRoundTrip(t *testing.T) {
 		if !res.OK {
 			t.Fatalf("attest=%v: verify failed: %+v", attest, res)
 		}
-		want := []string{LayerArchive, LayerSignature, LayerManifest, LayerAgent, LayerFingerprint}
+		want := []string{LayerArchive, LayerSignature, LayerManifest, LayerAgent, LayerFingerprint, LayerLog}
 		if attest {
 			want = append(want, LayerAttestation)
 		}
@@ -713,6 +713,44 @@ func TestAttestationStatement(t *testing.T) {
 			got := problemFiles(res, LayerAttestation)
 			if !slices.ContainsFunc(strings.Split(tc.problem, "|"), func(p string) bool { return contains(got, p) }) {
 				t.Errorf("problems %v, want %q", got, tc.problem)
+			}
+		})
+	}
+}
+
+// A run's log is recorded in run-summary.json and verify fails the log
+// layer unless it was complete and undisputed (DESIGN §10).
+func TestVerifyLogLayer(t *testing.T) {
+	t.Parallel()
+	f := loadFixture(t)
+	for _, tc := range []struct {
+		name    string
+		log     *Log
+		wantOK  bool
+		problem string
+	}{
+		{"not recorded (older source)", nil, true, ""},
+		{"complete", &Log{LastSeq: 20, HeldThrough: 20}, true, ""},
+		{"disputed", &Log{LastSeq: 20, HeldThrough: 20, DisputedRecords: 2, FirstDisputedSeq: 7}, false, "log disputed: 2 record(s) were sent twice with different content (first at seq 7)"},
+		{"incomplete", &Log{LastSeq: 20, HeldThrough: 12}, false, "log incomplete: the broker holds seqs 1..12 without a gap, the agent spooled 20"},
+		{"a complete flag set by the source is recomputed", &Log{LastSeq: 20, HeldThrough: 20, DisputedRecords: 1, Complete: true}, false, "log disputed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := f.run(t)
+			r.Log = tc.log
+			res := Verify(context.Background(), f.build(t, r, false).Zip, VerifyOptions{Key: f.cosignPub, AgentKeys: []AgentKey{{PEM: f.agentPub}}})
+			var got *Layer
+			for i := range res.Layers {
+				if res.Layers[i].Name == LayerLog {
+					got = &res.Layers[i]
+				}
+			}
+			if got == nil || got.OK != tc.wantOK || res.OK != tc.wantOK {
+				t.Fatalf("log layer %+v, result ok %v; want ok %v", got, res.OK, tc.wantOK)
+			}
+			if !tc.wantOK && (res.FailedLayer != LayerLog || len(got.Problems) != 1 || !strings.Contains(got.Problems[0].Message, tc.problem)) {
+				t.Errorf("failed layer %s, problems %+v; want the log layer saying %q", res.FailedLayer, got.Problems, tc.problem)
 			}
 		})
 	}

@@ -90,6 +90,9 @@ type RunSummary struct {
 	BundleDigest string          `json:"bundle_digest,omitempty"`
 	Simulated    bool            `json:"simulated"`
 	Metrics      []MetricSummary `json:"metrics"`
+	// Log is the log's integrity (verify fails a disputed or incomplete
+	// one); absent in reports built before it was recorded.
+	Log *Log `json:"log,omitempty"`
 }
 
 // MetricSummary summarises one metric series.
@@ -193,6 +196,11 @@ func Build(ctx context.Context, r *Run, opts BuildOptions) (*Report, error) {
 		BundleDigest: r.BundleDigest,
 		Simulated:    simulated,
 		Metrics:      metrics,
+	}
+	if r.Log != nil {
+		l := *r.Log
+		l.Complete = l.whole()
+		sum.Log = &l
 	}
 
 	var files []file

@@ -59,6 +59,44 @@ type Run struct {
 	// Simulated is true when any part of the run came from a simulated
 	// hardware profile (the conformance report's own flag is OR-ed in).
 	Simulated bool `json:"simulated"`
+
+	// Log is what the broker held of the run's log; nil when the source
+	// does not say (a run record file from before it was recorded).
+	Log *Log `json:"log,omitempty"`
+}
+
+// Log is the integrity of a run's log as the broker held it.
+type Log struct {
+	// LastSeq is the highest seq the agent said it spooled;
+	// HeldThrough the highest the broker stored with every lower one.
+	LastSeq     uint64 `json:"last_seq"`
+	HeldThrough uint64 `json:"held_through"`
+	// DisputedRecords counts records the broker refused because a
+	// different record was already stored at their seq (the lowest such
+	// seq is FirstDisputedSeq).
+	DisputedRecords  uint64 `json:"disputed_records"`
+	FirstDisputedSeq uint64 `json:"first_disputed_seq,omitempty"`
+	// Complete is held_through == last_seq with nothing disputed (DESIGN
+	// §10), written out so a reader need not know the rule.
+	Complete bool `json:"complete"`
+}
+
+// whole reports whether the log is whole and undisputed: held_through
+// == last_seq and no record was disputed (DESIGN §10).
+func (l *Log) whole() bool {
+	return l.HeldThrough == l.LastSeq && l.DisputedRecords == 0
+}
+
+// Problem says what keeps the log from being complete ("" when it is).
+func (l *Log) Problem() string {
+	switch {
+	case l.DisputedRecords > 0:
+		return fmt.Sprintf("log disputed: %d record(s) were sent twice with different content (first at seq %d); the log is not proof of what the run printed",
+			l.DisputedRecords, l.FirstDisputedSeq)
+	case l.HeldThrough != l.LastSeq:
+		return fmt.Sprintf("log incomplete: the broker holds seqs 1..%d without a gap, the agent spooled %d", l.HeldThrough, l.LastSeq)
+	}
+	return ""
 }
 
 // Evidence is the agent's conformance report with its signature.

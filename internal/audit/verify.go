@@ -31,6 +31,8 @@ const (
 	LayerManifest    = "manifest"
 	LayerAgent       = "agent-signature"
 	LayerFingerprint = "fingerprint"
+	// LayerLog: the run's log was complete and undisputed when audited.
+	LayerLog         = "log"
 	LayerAttestation = "attestation"
 )
 
@@ -147,6 +149,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 		verifyManifest(files, m, manifestErr),
 		verifyAgent(files, opts.AgentKeys),
 		verifyFingerprint(files, m.AllocationID, opts.Fingerprint),
+		verifyLog(files),
 	)
 	if _, ok := files[FileAttestation]; ok {
 		res.Layers = append(res.Layers, verifyAttestation(ctx, files, opts.Key, m, manifestErr))
@@ -395,6 +398,36 @@ func verifyFingerprint(files map[string][]byte, allocID string, recompute func(s
 	}
 	if len(b.l.Problems) == 0 {
 		b.l.Detail = "the signed report's fingerprint " + r.RuntimeFingerprint + " matches the declared one" + recomputed
+	}
+	return b.l
+}
+
+// verifyLog fails a report whose run log was disputed (two records for
+// one seq) or incomplete: the metrics summarised in it are then not
+// proof of what the run logged.
+func verifyLog(files map[string][]byte) Layer {
+	b := &layerBuilder{l: Layer{Name: LayerLog}}
+	sb, ok := files[FileRunSummary]
+	if !ok {
+		b.fail(FileRunSummary, "present", "missing from the report")
+		return b.l
+	}
+	var sum RunSummary
+	if err := json.Unmarshal(sb, &sum); err != nil {
+		b.fail(FileRunSummary, "parse", "%v", err)
+		return b.l
+	}
+	l := sum.Log
+	switch {
+	case l == nil:
+		b.l.Detail = "the report records nothing about the log's integrity (built before gpupass recorded it)"
+	case l.Complete != l.whole():
+		b.fail(FileRunSummary, "log-complete", "log.complete is %v but held_through %d, last_seq %d and %d disputed record(s) say %v",
+			l.Complete, l.HeldThrough, l.LastSeq, l.DisputedRecords, l.whole())
+	case l.Problem() != "":
+		b.fail(FileRunSummary, "log-complete", "%s", l.Problem())
+	default:
+		b.l.Detail = fmt.Sprintf("the broker held the whole log (seqs 1..%d), no record disputed", l.HeldThrough)
 	}
 	return b.l
 }

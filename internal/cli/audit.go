@@ -181,6 +181,8 @@ type AuditResult struct {
 	Attested       bool   `json:"attested"`
 	Match          bool   `json:"fingerprint_match"`
 	Simulated      bool   `json:"simulated"`
+	// LogProblem says why the run's log is disputed or incomplete.
+	LogProblem string `json:"log_problem,omitempty"`
 }
 
 // RunAudit builds, signs and writes the audit report of a finished run.
@@ -252,6 +254,11 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 		Files: len(rep.Manifest.Files) + 2, Signing: dec.Mode, Attested: o.Attest,
 		Match: rep.Environment.Match, Simulated: rep.Manifest.Simulated,
 	}
+	if run.Log != nil && run.Log.Problem() != "" {
+		// Recorded in run-summary.json; verify fails its log layer.
+		res.LogProblem = run.Log.Problem()
+		log.Warn(res.LogProblem+"; audit verify will fail the log layer", "allocation", run.AllocationID)
+	}
 	if res.Attested {
 		res.Files++
 	}
@@ -265,6 +272,9 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 	fmt.Fprintf(&b, "wrote %s: %d files, manifest sha256 %s, signed with %s\n", res.Path, res.Files, res.ManifestSHA256, dec.Mode)
 	if !res.Match {
 		fmt.Fprintf(&b, "note: the measured environment fingerprint differs from the declared one; verify will fail the fingerprint layer\n")
+	}
+	if res.LogProblem != "" {
+		fmt.Fprintf(&b, "note: %s; verify will fail the log layer\n", res.LogProblem)
 	}
 	_, err = io.WriteString(out, b.String())
 	return err

@@ -124,6 +124,8 @@ func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.Metri
 		SpecFile:     file, SpecBytes: src, Spec: sp, DeclaredFingerprint: fp,
 		Conformance: audit.Evidence{Report: ev.Report, Signature: ev.Signature, AgentPublicKeyPEM: string(ev.AgentPublicKeyPem)},
 		Hardware:    hw, Metrics: pts, Simulated: run.GetSimulated() || rep.Simulated,
+		Log: &audit.Log{LastSeq: run.GetLastSeq(), HeldThrough: run.GetHeldThrough(),
+			DisputedRecords: run.GetDisputedRecords(), FirstDisputedSeq: run.GetFirstDisputedSeq()},
 	}, nil
 }
 

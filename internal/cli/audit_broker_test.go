@@ -122,7 +122,7 @@ func TestAuditFromBroker(t *testing.T) {
 		Extract: filepath.Join(dir, "x"), Getenv: getenv}, &vout); err != nil {
 		t.Fatalf("verify: %v\n%s", err, vout.String())
 	}
-	for _, want := range []string{"ok   agent-signature  conformance report signed by a pinned agent key", "ok   fingerprint", "(recomputed from the declared spec)"} {
+	for _, want := range []string{"ok   agent-signature  conformance report signed by a pinned agent key", "ok   fingerprint", "(recomputed from the declared spec)", "ok   log"} {
 		if !strings.Contains(vout.String(), want) {
 			t.Errorf("verify output lacks %q:\n%s", want, vout.String())
 		}

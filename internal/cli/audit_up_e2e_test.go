@@ -120,7 +120,7 @@ func TestUpTrainAudit(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("verify: exit %d\n%s", code, out)
 	}
-	for _, want := range []string{"ok   signature", "ok   manifest", "ok   agent-signature", "ok   fingerprint", "recomputed from the declared spec", "verified " + zipPath} {
+	for _, want := range []string{"ok   signature", "ok   manifest", "ok   agent-signature", "ok   fingerprint", "recomputed from the declared spec", "ok   log", "verified " + zipPath} {
 		if !strings.Contains(out, want) {
 			t.Errorf("verify output lacks %q:\n%s", want, out)
 		}

@@ -99,7 +99,9 @@ or directories, allocation ids) at common steps, and render a verdict against
 Allocation ids are read from the broker (--broker-url, or the config that
 ` + "`gpupass up`" + ` left): the series as the run logged it, labelled by region,
 with price per hour, restarts and start time from the run record. A run
-that has not ended is refused unless --allow-running.
+that has not ended is refused unless --allow-running. A run whose log the
+broker marked disputed (a seq sent twice with different content) makes
+every verdict it is part of inconclusive: its figures are not proof.
 
 In GitHub Actions on a pull request, and in GitLab merge request pipelines,
 the report is posted as one sticky comment per --tag; $GITHUB_STEP_SUMMARY is
@@ -406,6 +408,11 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 		for _, p := range rep.Pairs {
 			if p.Error != "" {
 				why = append(why, p.Error)
+			}
+		}
+		for _, r := range rep.Runs {
+			if r.Disputed != "" {
+				why = append(why, r.Label+": "+r.Disputed)
 			}
 		}
 		if rep.Verdict == report.Inconclusive && len(why) > 0 {

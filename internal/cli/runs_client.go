@@ -79,6 +79,9 @@ func (m *BrokerMetrics) Metrics(ctx context.Context, allocID, metric string) (*m
 	if !terminal(run.GetState()) {
 		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: stateName(run.GetState()), Series: s}
 	}
+	if run.GetLogDisputed() {
+		s.Disputed = disputedNote(run)
+	}
 	if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 		note := "the run ended " + stateName(run.GetState())
 		if r := run.GetReason(); r != "" {

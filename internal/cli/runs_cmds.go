@@ -25,7 +25,7 @@ type LogsOptions struct {
 func (o *LogsOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 	f := cmd.Flags()
-	f.BoolVarP(&o.Follow, "follow", "f", false, "keep streaming until the run ends; exit 1 when it did not succeed")
+	f.BoolVarP(&o.Follow, "follow", "f", false, "keep streaming until the run ends; exit 1 when it did not succeed or its log is disputed")
 	f.BoolVar(&o.Metrics, "metrics", false, "include metric points")
 	f.Uint64Var(&o.AfterSeq, "after-seq", 0, "only records after this sequence number")
 }
@@ -37,7 +37,9 @@ func newLogsCmd(g *GlobalOptions) *cobra.Command {
 		Short: "Print a run's events (structured logs)",
 		Long: `Print the events of a run in sequence order, one line each:
 [2024-04-12 08:23:15.221] INFO runtime.init CUDA driver 535.104.05 loaded (expected 535.104.05)
-With --output json, one JSON object per event (seq, ts, level, component, msg, fields).`,
+With --output json, one JSON object per event (seq, ts, level, component, msg, fields).
+A log the broker marked disputed (a seq sent twice with different content)
+ends with a WARN line on stderr: it is not proof of what the run printed.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.AllocID = args[0]
@@ -63,10 +65,32 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if !o.Follow {
+		// The run as it is now: it may have been disputed while the
+		// records were read.
+		if r, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: o.AllocID})); err == nil {
+			fin = r.Msg.Run
+		}
+	}
+	if fin.GetLogDisputed() {
+		// On stderr, so --output json stays JSON; a person reading the
+		// terminal sees it after the last line.
+		fmt.Fprintln(errOut, "WARN "+disputedNote(fin))
+	}
 	if o.Follow && fin.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 		return Findings(fmt.Errorf("run %s %s: %s", fin.Id, stateName(fin.State), fin.Reason))
 	}
+	if o.Follow && fin.GetLogDisputed() {
+		return Findings(fmt.Errorf("run %s succeeded, but %s", fin.Id, disputedNote(fin)))
+	}
 	return nil
+}
+
+// disputedNote says what a disputed log means, for every command that
+// shows one.
+func disputedNote(r *gpupassv1.Run) string {
+	return fmt.Sprintf("log disputed: %d record(s) were sent twice with different content (first at seq %d); the broker kept the first of each, so this log is not proof of what the run printed",
+		r.GetDisputedRecords(), r.GetFirstDisputedSeq())
 }
 
 // RunsOptions are the flags of `gpupass runs`.

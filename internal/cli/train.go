@@ -247,6 +247,9 @@ func writeRunTable(out io.Writer, runs []*gpupassv1.Run) {
 		if r.Simulated {
 			st += ", simulated"
 		}
+		if r.LogDisputed {
+			st += ", LOG DISPUTED"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Id, r.Name, r.Region, st, dash(r.NodeId), score, price, dash(r.Reason))
 	}
 	_ = tw.Flush()

@@ -49,6 +49,10 @@ type Series struct {
 	Problems Problems `json:"problems"`
 	// Notes says what normalisation did (duplicates dropped, sorting).
 	Notes []string `json:"notes,omitempty"`
+	// Disputed, when set, says why the run's log is not proof (the
+	// broker refused records sent twice at one seq with different
+	// content): its figures cannot decide a comparison.
+	Disputed string `json:"disputed,omitempty"`
 }
 
 // MaxStep bounds steps: events.MaxStep, which the agent enforces.

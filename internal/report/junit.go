@@ -53,6 +53,14 @@ func JUnit(w io.Writer, r *Report) error {
 			suite.Errors++
 			continue
 		}
+		if len(p.Disputed) > 0 {
+			msg := "log disputed (" + strings.Join(p.Disputed, ", ") + "): records were sent twice with different content; the figures are not proof"
+			suite.Cases = append(suite.Cases, junitCase{
+				Name: "undisputed logs", Classname: class, Time: "0",
+				Error: &junitMessage{Message: msg, Type: "LogDisputed", Text: msg},
+			})
+			suite.Errors++
+		}
 		for _, c := range p.Checks {
 			name := "max |Δ" + r.Metric + "| ≤ " + Num(c.Limit)
 			if c.Kind == "rel" {

@@ -28,6 +28,11 @@ func Markdown(w io.Writer, r *Report) error {
 	if r.Simulated {
 		b.WriteString("> **Simulated**: figures derive from a simulated hardware profile.\n\n")
 	}
+	for _, run := range r.Runs {
+		if run.Disputed != "" {
+			fmt.Fprintf(&b, "> **Log disputed** (%s): %s\n\n", mdText(run.Label), mdText(run.Disputed))
+		}
+	}
 	fmt.Fprintf(&b, "Metric %s, %d run(s), tolerance %s at every common step.\n\n", mdCode(r.Metric), len(r.Runs), r.Tolerance)
 
 	runs := [][]string{}
@@ -63,7 +68,10 @@ func Markdown(w io.Writer, r *Report) error {
 				first = "step " + strconv.FormatInt(*p.FirstDivergence, 10)
 			}
 			verdict := "✅ within tolerance"
-			if p.Verdict == Diverged {
+			switch {
+			case len(p.Disputed) > 0:
+				verdict = "⚠️ log disputed: " + mdText(strings.Join(p.Disputed, ", "))
+			case p.Verdict == Diverged:
 				verdict = "❌ diverged"
 			}
 			pairs = append(pairs, []string{mdText(p.A) + " vs " + mdText(p.B), strconv.Itoa(p.CommonSteps), maxCell, signedPct(float64(p.RelFinalDiff)), first, verdict})

@@ -148,6 +148,8 @@ type Run struct {
 	Problems  metrics.Problems `json:"problems"`
 	Notes     []string         `json:"notes,omitempty"`
 	Simulated bool             `json:"simulated,omitempty"`
+	// Disputed says why the run's log is not proof (metrics.Series).
+	Disputed string `json:"log_disputed,omitempty"`
 }
 
 // Check is one tolerance check of one pair.
@@ -182,6 +184,9 @@ type Pair struct {
 	Note            string  `json:"note,omitempty"`
 	// Error says why the pair could not be compared (no common steps).
 	Error string `json:"error,omitempty"`
+	// Disputed names the runs of the pair whose log is disputed: the
+	// figures are shown, but the verdict is inconclusive.
+	Disputed []string `json:"log_disputed,omitempty"`
 }
 
 // Report is a whole comparison.
@@ -236,6 +241,16 @@ func Build(series []*metrics.Series, tol Tolerance) (*Report, error) {
 	for i := 0; i < len(series); i++ {
 		for j := i + 1; j < len(series); j++ {
 			p := comparePair(series[i], series[j], tol)
+			for _, s := range []*metrics.Series{series[i], series[j]} {
+				if s.Disputed != "" {
+					p.Disputed = append(p.Disputed, s.Label)
+				}
+			}
+			if len(p.Disputed) > 0 {
+				// Either way the figures could be forged: neither
+				// "consistent" nor "diverged" would be proof.
+				p.Verdict = Inconclusive
+			}
 			switch p.Verdict {
 			case Diverged:
 				r.Verdict = Diverged
@@ -245,6 +260,11 @@ func Build(series []*metrics.Series, tol Tolerance) (*Report, error) {
 				}
 			}
 			r.Pairs = append(r.Pairs, p)
+		}
+	}
+	for _, s := range series {
+		if s.Disputed != "" && r.Verdict == Consistent {
+			r.Verdict = Inconclusive // a single run, or one compared with nothing
 		}
 	}
 	r.Chart = buildChart(series, MermaidPoints)
@@ -264,7 +284,7 @@ func runFigures(s *metrics.Series) Run {
 	r := Run{
 		Label: s.Label, Source: s.Source, Format: s.Format, Metric: s.Metric,
 		Points: len(p), Restarts: s.Restarts, Problems: s.Problems, Notes: s.Notes,
-		Simulated: s.Simulated, MinLoss: Float(math.NaN()), PricePerHour: s.PricePerHour,
+		Simulated: s.Simulated, MinLoss: Float(math.NaN()), PricePerHour: s.PricePerHour, Disputed: s.Disputed,
 	}
 	if len(p) == 0 {
 		return r

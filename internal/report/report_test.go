@@ -370,3 +370,42 @@ func TestRunTimes(t *testing.T) {
 		})
 	}
 }
+
+// A run whose log is disputed keeps its figures, but no verdict it is
+// part of can be consistent or diverged: its points may be forged.
+func TestDisputedRunIsInconclusive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		offsetB float64
+	}{{"curves agree", 0}, {"curves diverge", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b, c := curve("us", 10, 200, 0), curve("eu", 10, 200, tc.offsetB), curve("ap", 10, 200, 0)
+			b.Disputed = "log disputed: 1 record(s) were sent twice with different content (first at seq 7)"
+			r, err := Build([]*metrics.Series{a, b, c}, DefaultTolerance)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Verdict != Inconclusive || r.Runs[1].Disputed != b.Disputed {
+				t.Errorf("verdict %s, run eu disputed %q; want inconclusive and the note", r.Verdict, r.Runs[1].Disputed)
+			}
+			for _, p := range r.Pairs {
+				involved := p.A == "eu" || p.B == "eu"
+				if involved != (p.Verdict == Inconclusive && cmp.Equal(p.Disputed, []string{"eu"}) && p.CommonSteps > 0) {
+					t.Errorf("pair %s vs %s: verdict %s, disputed %v, %d common steps", p.A, p.B, p.Verdict, p.Disputed, p.CommonSteps)
+				}
+			}
+			var md, ju bytes.Buffer
+			if err := Markdown(&md, r); err != nil {
+				t.Fatal(err)
+			}
+			if err := JUnit(&ju, r); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(md.String(), "⚠️ log disputed: eu") || !strings.Contains(ju.String(), `type="LogDisputed"`) {
+				t.Errorf("renderings do not flag the disputed log:\n%s\n%s", md.String(), ju.String())
+			}
+		})
+	}
+}

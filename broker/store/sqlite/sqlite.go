@@ -77,6 +77,9 @@ var Migrations = []string{
 	// 6: a token's runs by region, newest first (ListAllocs in scope:
 	// the distinct regions, then the runs of those in scope).
 	`CREATE INDEX allocs_region ON allocs(region, created_at);`,
+	// 7: disputed records (a seq sent twice with different content);
+	// see disputes.go.
+	disputesMigration,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and

@@ -2,11 +2,16 @@ package sqlstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,20 +27,27 @@ var _ store.Runs = (*Store)(nil)
 var runQueries = map[string]string{
 	"insertAlloc": `INSERT INTO allocs (id, name, region, state, node_id, fence, held_through, created_at, updated_at, body, workdir)
 		VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)`,
-	"alloc":        `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
-	"allocLock":    `SELECT body, fence, held_through FROM allocs WHERE id = ?`,
+	"alloc":        `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
+	"allocLock":    `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
 	"allocWork":    `SELECT workdir FROM allocs WHERE id = ?`,
 	"updateAlloc":  `UPDATE allocs SET name = ?, region = ?, state = ?, node_id = ?, fence = ?, updated_at = ?, body = ? WHERE id = ?`,
-	"listAllocs":   `SELECT body, fence, held_through FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
+	"listAllocs":   `SELECT ` + allocCols + ` FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
 	"allocRegions": `SELECT DISTINCT region FROM allocs`,
-	"activeAllocs": `SELECT body, fence, held_through FROM allocs
+	"activeAllocs": `SELECT ` + allocCols + ` FROM allocs
 		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
 	"fenceLock": `SELECT fence, held_through FROM allocs WHERE id = ?`,
 	"nodeLock":  `SELECT id FROM nodes WHERE id = ?`,
 	"nodeHolder": `SELECT id FROM allocs WHERE node_id = ? AND id <> ?
 		AND state IN ('matched', 'starting', 'running') LIMIT 1`,
-	"seqsAfter":   `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
-	"setHeld":     `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
+	"seqsAfter": `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
+	"setHeld":   `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
+	"insertDispute": `INSERT INTO run_disputes (alloc_id, seq, digest, kind, size, received_at) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (alloc_id, seq, kind, digest) DO NOTHING`,
+	// Casts: PostgreSQL would otherwise infer the parameters' types from
+	// the BIGINT columns only in some positions.
+	"markDisputed": `UPDATE allocs SET disputed_records = disputed_records + CAST(? AS BIGINT),
+		first_disputed_seq = CASE WHEN first_disputed_seq = 0 OR first_disputed_seq > CAST(? AS BIGINT) THEN CAST(? AS BIGINT) ELSE first_disputed_seq END
+		WHERE id = ?`,
 	"records":     `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
 	"recordsKind": `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
 	// A checkpoint chunk's data is read up to its header's room only
@@ -45,6 +57,10 @@ var runQueries = map[string]string{
 	"logRecords":     `SELECT seq, kind, ` + logData + ` FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
 	"logRecordsKind": `SELECT seq, kind, ` + logData + ` FROM run_records WHERE alloc_id = ? AND seq > ? AND kind = ? ORDER BY seq LIMIT ?`,
 }
+
+// allocCols are the columns decodeAlloc reads: the JSON body and the
+// columns kept apart from it.
+const allocCols = `body, fence, held_through, disputed_records, first_disputed_seq`
 
 // logData is the data a log shows of a record: everything but a
 // checkpoint chunk, of which the start that holds its header line
@@ -99,8 +115,8 @@ func fromNS(n int64) time.Time {
 
 func decodeAlloc(r scanner) (store.Alloc, error) {
 	var body string
-	var fence, held int64
-	if err := r.Scan(&body, &fence, &held); err != nil {
+	var fence, held, disputed, firstDisputed int64
+	if err := r.Scan(&body, &fence, &held, &disputed, &firstDisputed); err != nil {
 		return store.Alloc{}, err
 	}
 	var b allocBody
@@ -108,7 +124,10 @@ func decodeAlloc(r scanner) (store.Alloc, error) {
 		return store.Alloc{}, fmt.Errorf("corrupt allocation body: %w", err)
 	}
 	a := b.Alloc
+	// The columns are authoritative: AppendRecords writes them without
+	// touching the body.
 	a.Fence, a.HeldThrough = uint64(fence), uint64(held)
+	a.DisputedRecords, a.FirstDisputedSeq = uint64(disputed), uint64(firstDisputed)
 	a.CreatedAt, a.UpdatedAt, a.StartedAt, a.FinishedAt = fromNS(b.CreatedNS), fromNS(b.UpdatedNS), fromNS(b.StartedNS), fromNS(b.FinishedNS)
 	return a, nil
 }
@@ -268,7 +287,7 @@ func (s *Store) ListAllocs(ctx context.Context, limit int, inScope func(string) 
 	if len(args) == 0 {
 		return nil, nil
 	}
-	q := `SELECT body, fence, held_through FROM allocs WHERE region IN (?` + strings.Repeat(", ?", len(args)-1) +
+	q := `SELECT ` + allocCols + ` FROM allocs WHERE region IN (?` + strings.Repeat(", ?", len(args)-1) +
 		`) ORDER BY created_at DESC, id DESC LIMIT ?`
 	return s.allocs(ctx, s.rebind(q), append(args, limit)...)
 }
@@ -279,84 +298,237 @@ func (s *Store) ActiveAllocs(ctx context.Context) ([]store.Alloc, error) {
 }
 
 // recordsPerInsert bounds rows per multi-row INSERT (4 parameters each;
-// well under SQLite's and PostgreSQL's parameter limits).
+// well under SQLite's and PostgreSQL's parameter limits) and seqs per
+// IN list.
 const recordsPerInsert = 256
 
 // AppendRecords implements store.Runs.
-func (s *Store) AppendRecords(ctx context.Context, allocID string, fence uint64, recs []store.RunRecord) (uint64, error) {
+func (s *Store) AppendRecords(ctx context.Context, allocID string, fence uint64, recs []store.RunRecord) (store.AppendResult, error) {
+	var res store.AppendResult
+	for _, r := range recs {
+		if r.Seq == 0 {
+			return res, fmt.Errorf("storing records of %s: seq 0 is not a valid sequence number (they start at 1)", allocID)
+		}
+		if r.Seq > math.MaxInt64 {
+			return res, fmt.Errorf("storing records of %s: seq %d is past the largest the store keeps (%d)", allocID, r.Seq, int64(math.MaxInt64))
+		}
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("storing records of %s: %w", allocID, err)
+		return res, fmt.Errorf("storing records of %s: %w", allocID, err)
 	}
 	defer tx.Rollback()
 	// The row stays locked to the commit (FOR UPDATE on PostgreSQL): a
 	// plain read under READ COMMITTED would let a node whose run was
 	// re-placed store records under the new placement, and two appends
-	// read the same held_through and leave the mark below what they stored.
+	// read the same held_through and leave the mark below what they
+	// stored. It also makes the read of what is stored below and the
+	// writes after it one step: no other append of this run interleaves.
 	var cur, held int64
 	err = tx.QueryRowContext(ctx, s.rq("fenceLock"), allocID).Scan(&cur, &held)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, store.ErrNotFound
+		return res, store.ErrNotFound
 	}
 	if err != nil {
-		return 0, fmt.Errorf("storing records of %s: %w", allocID, err)
+		return res, fmt.Errorf("storing records of %s: %w", allocID, err)
 	}
+	res.HeldThrough = uint64(held)
 	if uint64(cur) != fence {
-		return uint64(held), store.ErrStaleFence
+		return res, store.ErrStaleFence
+	}
+	// What is stored past the mark (usually nothing; records after a
+	// gap otherwise). Everything at or below the mark is stored.
+	after, err := s.seqsAfter(ctx, tx, allocID, held)
+	if err != nil {
+		return res, fmt.Errorf("storing records of %s: %w", allocID, err)
+	}
+	// Split the batch: new seqs are inserted; a seq already stored (or
+	// twice in this batch) is compared with what is there. An agent's
+	// batch runs in increasing seq order, which needs no map to find
+	// repeats (maps cost a measurable share of ingest).
+	increasing := true
+	for i := 1; i < len(recs) && increasing; i++ {
+		increasing = recs[i].Seq > recs[i-1].Seq
+	}
+	var inBatch map[uint64]int // seq -> index in recs, for an unordered batch
+	if !increasing {
+		inBatch = make(map[uint64]int, len(recs))
+	}
+	var fresh []store.RunRecord
+	var check []int // indexes in recs of seqs already stored
+	var disputed []store.RunRecord
+	for i, r := range recs {
+		if inBatch != nil {
+			if prev, ok := inBatch[r.Seq]; ok {
+				if !sameRecord(recs[prev], r) {
+					disputed = append(disputed, r)
+				}
+				continue
+			}
+			inBatch[r.Seq] = i
+		}
+		if _, stored := slices.BinarySearch(after, r.Seq); stored || r.Seq <= uint64(held) {
+			check = append(check, i)
+			continue
+		}
+		fresh = append(fresh, r)
+	}
+	for len(check) > 0 {
+		n := min(len(check), recordsPerInsert)
+		stored, err := s.recordsAt(ctx, tx, allocID, recs, check[:n])
+		if err != nil {
+			return res, fmt.Errorf("storing records of %s: %w", allocID, err)
+		}
+		for _, i := range check[:n] {
+			if st, ok := stored[recs[i].Seq]; ok && !sameRecord(st, recs[i]) {
+				disputed = append(disputed, recs[i])
+			}
+		}
+		check = check[n:]
+	}
+	if err := s.recordDisputes(ctx, tx, allocID, disputed); err != nil {
+		return res, fmt.Errorf("storing records of %s: %w", allocID, err)
 	}
 	// Multi-row inserts: one statement per chunk instead of per record
 	// is what makes tens of thousands of events per second possible.
-	for len(recs) > 0 {
-		n := min(len(recs), recordsPerInsert)
+	for rest := fresh; len(rest) > 0; {
+		n := min(len(rest), recordsPerInsert)
 		var q strings.Builder
 		q.WriteString(`INSERT INTO run_records (alloc_id, seq, kind, data) VALUES `)
 		args := make([]any, 0, 4*n)
-		for i, r := range recs[:n] {
-			if r.Seq == 0 {
-				return uint64(held), fmt.Errorf("storing records of %s: seq 0 is not a valid sequence number (they start at 1)", allocID)
-			}
+		for i, r := range rest[:n] {
 			if i > 0 {
 				q.WriteString(", ")
 			}
 			q.WriteString("(?, ?, ?, ?)")
 			args = append(args, allocID, int64(r.Seq), int(r.Kind), r.Data)
 		}
+		// No conflict is possible under the row lock; DO NOTHING keeps
+		// the first record should one ever be.
 		q.WriteString(` ON CONFLICT (alloc_id, seq) DO NOTHING`)
 		if _, err := tx.ExecContext(ctx, s.rebind(q.String()), args...); err != nil {
-			return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+			return res, fmt.Errorf("storing records of %s: %w", allocID, err)
 		}
-		recs = recs[n:]
+		rest = rest[n:]
 	}
-	// Advance the gap-free mark over what is stored now.
-	rows, err := tx.QueryContext(ctx, s.rq("seqsAfter"), allocID, held)
-	if err != nil {
-		return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+	// Advance the gap-free mark over what is stored now: the seqs
+	// stored before (after) and those just inserted (fresh), both sorted.
+	if !increasing {
+		slices.SortFunc(fresh, func(a, b store.RunRecord) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
-	next := held
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			rows.Close()
-			return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+	next := uint64(held)
+	for i, j := 0, 0; ; {
+		for i < len(after) && after[i] <= next {
+			i++
 		}
-		if seq != next+1 {
-			break
+		for j < len(fresh) && fresh[j].Seq <= next {
+			j++
 		}
-		next = seq
+		if (i < len(after) && after[i] == next+1) || (j < len(fresh) && fresh[j].Seq == next+1) {
+			next++
+			continue
+		}
+		break
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
-	}
-	if next > held {
-		if _, err := tx.ExecContext(ctx, s.rq("setHeld"), next, allocID, next); err != nil {
-			return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+	if next > uint64(held) {
+		if _, err := tx.ExecContext(ctx, s.rq("setHeld"), int64(next), allocID, int64(next)); err != nil {
+			return res, fmt.Errorf("storing records of %s: %w", allocID, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return uint64(held), fmt.Errorf("storing records of %s: %w", allocID, err)
+		return res, fmt.Errorf("storing records of %s: %w", allocID, err)
 	}
-	return uint64(next), nil
+	res.HeldThrough = next
+	for _, r := range disputed {
+		res.Disputed = append(res.Disputed, r.Seq)
+	}
+	slices.Sort(res.Disputed)
+	res.Disputed = slices.Compact(res.Disputed)
+	return res, nil
+}
+
+// sameRecord reports whether b is a re-send of a: same kind, same bytes.
+func sameRecord(a, b store.RunRecord) bool {
+	return a.Kind == b.Kind && bytes.Equal(a.Data, b.Data)
+}
+
+// seqsAfter returns the stored seqs of allocID above held, ascending.
+func (s *Store) seqsAfter(ctx context.Context, tx *sql.Tx, allocID string, held int64) ([]uint64, error) {
+	rows, err := tx.QueryContext(ctx, s.rq("seqsAfter"), allocID, held)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []uint64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return nil, err
+		}
+		out = append(out, uint64(seq))
+	}
+	return out, rows.Err()
+}
+
+// recordsAt reads the stored records of allocID at the seqs of recs[idx]
+// (at most recordsPerInsert of them).
+func (s *Store) recordsAt(ctx context.Context, tx *sql.Tx, allocID string, recs []store.RunRecord, idx []int) (map[uint64]store.RunRecord, error) {
+	args := make([]any, 0, len(idx)+1)
+	args = append(args, allocID)
+	for _, i := range idx {
+		args = append(args, int64(recs[i].Seq))
+	}
+	q := `SELECT seq, kind, data FROM run_records WHERE alloc_id = ? AND seq IN (?` + strings.Repeat(", ?", len(idx)-1) + `)`
+	rows, err := tx.QueryContext(ctx, s.rebind(q), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[uint64]store.RunRecord, len(idx))
+	for rows.Next() {
+		var seq int64
+		var k int
+		var r store.RunRecord
+		if err := rows.Scan(&seq, &k, &r.Data); err != nil {
+			return nil, err
+		}
+		r.Seq, r.Kind = uint64(seq), store.RecordKind(k)
+		out[r.Seq] = r
+	}
+	return out, rows.Err()
+}
+
+// recordDisputes keeps a digest of each refused record (not its data: a
+// sender could otherwise store without bound by disputing) and counts
+// the distinct ones on the allocation, so a sender retrying the same
+// batch does not inflate the count.
+func (s *Store) recordDisputes(ctx context.Context, tx *sql.Tx, allocID string, disputed []store.RunRecord) error {
+	if len(disputed) == 0 {
+		return nil
+	}
+	now := time.Now().UnixNano()
+	var added int64
+	lowest := disputed[0].Seq
+	for _, r := range disputed {
+		sum := sha256.Sum256(r.Data)
+		res, err := tx.ExecContext(ctx, s.rq("insertDispute"), allocID, int64(r.Seq), hex.EncodeToString(sum[:]), int(r.Kind), len(r.Data), now)
+		if err != nil {
+			return fmt.Errorf("recording the disputed record at seq %d: %w", r.Seq, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("recording the disputed record at seq %d: %w", r.Seq, err)
+		}
+		added += n
+		lowest = min(lowest, r.Seq)
+	}
+	if added == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, s.rq("markDisputed"), added, int64(lowest), int64(lowest), allocID); err != nil {
+		return fmt.Errorf("marking the log disputed: %w", err)
+	}
+	return nil
 }
 
 // Records implements store.Runs.

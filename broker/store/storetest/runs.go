@@ -154,9 +154,9 @@ func runRuns(t *testing.T, open Factory, o Options) {
 			{"empty batch reports the mark", 2, nil, 170, nil},
 		}
 		for _, st := range steps {
-			held, err := r.AppendRecords(ctx, "alloc-0000000a", st.fence, st.recs)
-			if !errors.Is(err, st.err) || (err == nil && held != st.held) {
-				t.Fatalf("%s: AppendRecords = %d, %v; want %d, %v", st.name, held, err, st.held, st.err)
+			res, err := r.AppendRecords(ctx, "alloc-0000000a", st.fence, st.recs)
+			if !errors.Is(err, st.err) || (err == nil && (res.HeldThrough != st.held || len(res.Disputed) > 0)) {
+				t.Fatalf("%s: AppendRecords = %+v, %v; want held %d, nothing disputed, %v", st.name, res, err, st.held, st.err)
 			}
 		}
 		if _, err := r.AppendRecords(ctx, "alloc-nope", 0, recs(1, 1)); !errors.Is(err, store.ErrNotFound) {
@@ -181,6 +181,129 @@ func runRuns(t *testing.T, open Factory, o Options) {
 		a, err := r.Alloc(ctx, "alloc-0000000a")
 		if err != nil || a.HeldThrough != 170 {
 			t.Errorf("HeldThrough = %d, %v; want 170", a.HeldThrough, err)
+		}
+	})
+
+	t.Run("a different record at a stored seq is refused and marks the log disputed", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r := runsOf(t, s)
+		const id = "alloc-00000d15"
+		// A fence as the broker draws them: random, 63 bits.
+		const fence = uint64(0x7edcba9876543210)
+		if err := r.CreateAlloc(ctx, store.Alloc{ID: id, Name: "n", Region: "us-west-2", State: store.AllocRunning, Fence: fence}); err != nil {
+			t.Fatal(err)
+		}
+		rec := func(seq uint64, kind store.RecordKind, data string) store.RunRecord {
+			return store.RunRecord{Seq: seq, Kind: kind, Data: []byte(data)}
+		}
+		forged := rec(12, store.RecordEvent, `{"msg":"forged"}`)
+		steps := []struct {
+			name     string
+			recs     []store.RunRecord
+			held     uint64
+			disputed []uint64
+			count    uint64 // DisputedRecords after the step
+			first    uint64 // FirstDisputedSeq after the step
+		}{
+			{"genuine first batch", recs(1, 10), 10, nil, 0, 0},
+			{"identical re-send is a no-op", recs(1, 10), 10, nil, 0, 0},
+			{"a record at a future seq is stored past the gap", []store.RunRecord{forged}, 10, nil, 0, 0},
+			{"the genuine batch: its seq 12 is refused, the rest stored", recs(11, 20), 20, []uint64{12}, 1, 12},
+			{"the same batch retried counts once", recs(11, 20), 20, []uint64{12}, 1, 12},
+			{"a changed record below the mark, in a batch with new ones", append(recs(19, 22), rec(5, store.RecordEvent, `{"msg":"rewritten"}`)), 22, []uint64{5}, 2, 5},
+			{"one seq twice in a batch with different content", []store.RunRecord{rec(23, store.RecordEvent, `{"msg":"a"}`), rec(23, store.RecordEvent, `{"msg":"b"}`)}, 23, []uint64{23}, 3, 5},
+			{"same data, other kind", []store.RunRecord{{Seq: 1, Kind: store.RecordMetric, Data: recs(1, 1)[0].Data}}, 23, []uint64{1}, 4, 1},
+		}
+		for _, st := range steps {
+			res, err := r.AppendRecords(ctx, id, fence, st.recs)
+			if err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			if res.HeldThrough != st.held || !cmp.Equal(res.Disputed, st.disputed, cmpopts.EquateEmpty()) {
+				t.Fatalf("%s: AppendRecords = held %d, disputed %v; want held %d, disputed %v", st.name, res.HeldThrough, res.Disputed, st.held, st.disputed)
+			}
+			a, err := r.Alloc(ctx, id)
+			if err != nil || a.DisputedRecords != st.count || a.FirstDisputedSeq != st.first || a.HeldThrough != st.held {
+				t.Fatalf("%s: alloc disputed %d from seq %d, held %d, %v; want %d from %d, held %d", st.name, a.DisputedRecords, a.FirstDisputedSeq, a.HeldThrough, err, st.count, st.first, st.held)
+			}
+		}
+		// The first record of each seq stays, whoever sent it.
+		got, err := r.Records(ctx, id, 0, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(append(append(recs(1, 11), forged), recs(13, 22)...), rec(23, store.RecordEvent, `{"msg":"a"}`))
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("stored records (-want +got):\n%s", diff)
+		}
+		// Durable: a state update (which rewrites the body) keeps the
+		// mark, and a restarted broker reads it back.
+		if _, err := r.UpdateAlloc(ctx, id, func(a *store.Alloc) error {
+			a.State, a.LastSeq, a.DisputedRecords = store.AllocSucceeded, 23, 0
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		back, err := runsOf(t, reopen(t)).Alloc(ctx, id)
+		if err != nil || back.DisputedRecords != 4 || back.FirstDisputedSeq != 1 || back.Fence != fence {
+			t.Fatalf("after an update and a reopen: disputed %d from seq %d, fence %#x, %v; want 4 from 1, fence %#x", back.DisputedRecords, back.FirstDisputedSeq, back.Fence, err, fence)
+		}
+		if back.HeldThrough != back.LastSeq || back.LogComplete() {
+			t.Errorf("held %d of %d with %d disputed: LogComplete = %v, want false (held through the last seq, but disputed)", back.HeldThrough, back.LastSeq, back.DisputedRecords, back.LogComplete())
+		}
+	})
+
+	t.Run("concurrent conflicting appends keep one record per seq", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r1, r2 := runsOf(t, s), runsOf(t, reopen(t))
+		const id, writers, n = "alloc-00000d16", 4, 20
+		if err := r1.CreateAlloc(ctx, store.Alloc{ID: id, Name: "n", Region: "us-west-2", State: store.AllocRunning, Fence: 1}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		disputed := make([]int, writers)
+		for w := range writers {
+			r := r1
+			if w%2 == 1 {
+				r = r2
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				batch := recs(1, n)
+				for i := range batch {
+					batch[i].Data = fmt.Appendf(nil, `{"msg":"writer %d line %d"}`, w, i+1)
+				}
+				res, err := r.AppendRecords(ctx, id, 1, batch)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				disputed[w] = len(res.Disputed)
+			}()
+		}
+		wg.Wait()
+		// Exactly one writer stored its whole batch; every other one had
+		// every seq refused (no mix of two writers' records).
+		got, err := r1.Records(ctx, id, 0, 0, 100)
+		if err != nil || len(got) != n {
+			t.Fatalf("stored %d records, %v; want %d", len(got), err, n)
+		}
+		winner, _, _ := bytes.Cut(got[0].Data, []byte(" line"))
+		total := 0
+		for i, rec := range got {
+			if !bytes.HasPrefix(rec.Data, winner) {
+				t.Errorf("seq %d = %s: not from the writer of seq 1 (%s)", i+1, rec.Data, winner)
+			}
+		}
+		for _, d := range disputed {
+			total += d
+		}
+		a, err := r1.Alloc(ctx, id)
+		if err != nil || total != (writers-1)*n || a.DisputedRecords != uint64(total) || a.HeldThrough != n {
+			t.Errorf("disputed %d in replies, %d on the alloc, held %d, %v; want %d, %d, %d", total, a.DisputedRecords, a.HeldThrough, err, (writers-1)*n, (writers-1)*n, n)
 		}
 	})
 

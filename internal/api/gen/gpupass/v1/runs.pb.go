@@ -691,8 +691,11 @@ type UploadRecordsResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	HeldThrough     uint64                 `protobuf:"varint,1,opt,name=held_through,json=heldThrough,proto3" json:"held_through,omitempty"`
 	CancelRequested bool                   `protobuf:"varint,2,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Seqs of the batch refused because a record with other content is
+	// stored at them (ascending; empty normally).
+	DisputedSeqs  []uint64 `protobuf:"varint,3,rep,packed,name=disputed_seqs,json=disputedSeqs,proto3" json:"disputed_seqs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UploadRecordsResponse) Reset() {
@@ -737,6 +740,13 @@ func (x *UploadRecordsResponse) GetCancelRequested() bool {
 		return x.CancelRequested
 	}
 	return false
+}
+
+func (x *UploadRecordsResponse) GetDisputedSeqs() []uint64 {
+	if x != nil {
+		return x.DisputedSeqs
+	}
+	return nil
 }
 
 type SubmitRequest struct {
@@ -953,8 +963,8 @@ type Run struct {
 	ExitCode         int32                  `protobuf:"varint,11,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	Attempts         int32                  `protobuf:"varint,12,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	Restarts         int32                  `protobuf:"varint,13,opt,name=restarts,proto3" json:"restarts,omitempty"`
-	HeldThrough      uint64                 `protobuf:"varint,14,opt,name=held_through,json=heldThrough,proto3" json:"held_through,omitempty"` // records stored gap-free
-	FencingToken     uint64                 `protobuf:"varint,15,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	HeldThrough      uint64                 `protobuf:"varint,14,opt,name=held_through,json=heldThrough,proto3" json:"held_through,omitempty"`    // records stored gap-free
+	FencingToken     uint64                 `protobuf:"varint,15,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"` // always 0: the lease's token is the node's (PollWork)
 	CancelRequested  bool                   `protobuf:"varint,16,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
 	Simulated        bool                   `protobuf:"varint,17,opt,name=simulated,proto3" json:"simulated,omitempty"` // placed on a node with a simulated profile
 	CreatedUnixNano  int64                  `protobuf:"varint,18,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
@@ -968,7 +978,17 @@ type Run struct {
 	// Highest seq the agent said it spooled; with held_through equal to it
 	// (and a terminal state) the broker holds the run's whole log. Field
 	// numbers from 40 on are the runs fault work's.
-	LastSeq       uint64 `protobuf:"varint,40,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	LastSeq uint64 `protobuf:"varint,40,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// Set when some record was refused because a different record was
+	// already stored at its seq: two senders claimed one seq, and the log
+	// is not proof of what the run printed. disputed_records counts the
+	// distinct refused records, first_disputed_seq is the lowest such seq.
+	LogDisputed      bool   `protobuf:"varint,50,opt,name=log_disputed,json=logDisputed,proto3" json:"log_disputed,omitempty"`
+	DisputedRecords  uint64 `protobuf:"varint,51,opt,name=disputed_records,json=disputedRecords,proto3" json:"disputed_records,omitempty"`
+	FirstDisputedSeq uint64 `protobuf:"varint,52,opt,name=first_disputed_seq,json=firstDisputedSeq,proto3" json:"first_disputed_seq,omitempty"`
+	// A terminal run whose log the broker holds whole and undisputed:
+	// held_through == last_seq and log_disputed is false (DESIGN §10).
+	LogComplete   bool `protobuf:"varint,53,opt,name=log_complete,json=logComplete,proto3" json:"log_complete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1176,6 +1196,34 @@ func (x *Run) GetLastSeq() uint64 {
 		return x.LastSeq
 	}
 	return 0
+}
+
+func (x *Run) GetLogDisputed() bool {
+	if x != nil {
+		return x.LogDisputed
+	}
+	return false
+}
+
+func (x *Run) GetDisputedRecords() uint64 {
+	if x != nil {
+		return x.DisputedRecords
+	}
+	return 0
+}
+
+func (x *Run) GetFirstDisputedSeq() uint64 {
+	if x != nil {
+		return x.FirstDisputedSeq
+	}
+	return 0
+}
+
+func (x *Run) GetLogComplete() bool {
+	if x != nil {
+		return x.LogComplete
+	}
+	return false
 }
 
 type GetRunRequest struct {
@@ -2108,10 +2156,11 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
 	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12,\n" +
-	"\arecords\x18\x04 \x03(\v2\x12.gpupass.v1.RecordR\arecords\"e\n" +
+	"\arecords\x18\x04 \x03(\v2\x12.gpupass.v1.RecordR\arecords\"\x8a\x01\n" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
-	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\"\xae\x03\n" +
+	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xae\x03\n" +
 	"\rSubmitRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x16\n" +
@@ -2129,7 +2178,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xdc\x06\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xfb\a\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2156,7 +2205,11 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\tmax_price\x18\x16 \x01(\x01R\bmaxPrice\x12)\n" +
 	"\x10resume_elsewhere\x18\x17 \x01(\bR\x0fresumeElsewhere\x12%\n" +
 	"\x0ereplaced_nodes\x18\x18 \x03(\tR\rreplacedNodes\x12\x19\n" +
-	"\blast_seq\x18( \x01(\x04R\alastSeq\"*\n" +
+	"\blast_seq\x18( \x01(\x04R\alastSeq\x12!\n" +
+	"\flog_disputed\x182 \x01(\bR\vlogDisputed\x12)\n" +
+	"\x10disputed_records\x183 \x01(\x04R\x0fdisputedRecords\x12,\n" +
+	"\x12first_disputed_seq\x184 \x01(\x04R\x10firstDisputedSeq\x12!\n" +
+	"\flog_complete\x185 \x01(\bR\vlogComplete\"*\n" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +

@@ -94,7 +94,10 @@ type AgentWorkServiceClient interface {
 	// inserts each (alloc_id, seq) if absent, so a batch sent again after a
 	// lost reply stores nothing twice, and answers the highest seq it holds
 	// with every lower seq also held (the uploader's Sink contract). A batch
-	// that leaves a gap is stored but held_through stays below the gap.
+	// that leaves a gap is stored but held_through stays below the gap. A
+	// record whose seq is already stored with different content is refused
+	// (the first stays), listed in disputed_seqs and marks the run's log
+	// disputed; the rest of the batch is stored, so a retry never wedges.
 	UploadRecords(context.Context, *connect.Request[v1.UploadRecordsRequest]) (*connect.Response[v1.UploadRecordsResponse], error)
 	// SubmitRunReport hands the broker the run's own signed conformance
 	// report, measured at runtime-init against the run's spec (packages
@@ -189,7 +192,10 @@ type AgentWorkServiceHandler interface {
 	// inserts each (alloc_id, seq) if absent, so a batch sent again after a
 	// lost reply stores nothing twice, and answers the highest seq it holds
 	// with every lower seq also held (the uploader's Sink contract). A batch
-	// that leaves a gap is stored but held_through stays below the gap.
+	// that leaves a gap is stored but held_through stays below the gap. A
+	// record whose seq is already stored with different content is refused
+	// (the first stays), listed in disputed_seqs and marks the run's log
+	// disputed; the rest of the batch is stored, so a retry never wedges.
 	UploadRecords(context.Context, *connect.Request[v1.UploadRecordsRequest]) (*connect.Response[v1.UploadRecordsResponse], error)
 	// SubmitRunReport hands the broker the run's own signed conformance
 	// report, measured at runtime-init against the run's spec (packages
