@@ -37,11 +37,12 @@ type proc struct {
 	stderr *bytes.Buffer
 }
 
-func serve(t *testing.T, bin, db, addr string) *proc {
+// serve starts the broker; env adds GPUPASS_* settings.
+func serve(t *testing.T, bin, db, addr string, env ...string) *proc {
 	t.Helper()
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "serve", "--listen", addr)
-	cmd.Env = append(os.Environ(), "GPUPASS_DB="+db)
+	cmd.Env = append(append(os.Environ(), "GPUPASS_DB="+db), env...)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
