@@ -58,7 +58,8 @@ func (b *SubmitBody) Read(p []byte) (int, error) {
 // PostRaw posts body to a procedure in the Connect protocol over HTTP/1.1
 // or in gRPC over h2c, without a connect client (which would hold the
 // whole message), and returns the code and message the broker answered.
-func PostRaw(ctx context.Context, baseURL, proc, auth string, grpc bool, body *SubmitBody) (connect.Code, string, error) {
+// A size of -1 sends a body of unknown length.
+func PostRaw(ctx context.Context, baseURL, proc, auth string, grpc bool, body io.Reader, size int64) (connect.Code, string, error) {
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	if grpc {
 		tr.Protocols.SetUnencryptedHTTP2(true)
@@ -70,7 +71,7 @@ func PostRaw(ctx context.Context, baseURL, proc, auth string, grpc bool, body *S
 	if err != nil {
 		return 0, "", err
 	}
-	req.ContentLength = body.Len()
+	req.ContentLength = size
 	req.Header.Set("Content-Type", "application/proto")
 	if grpc {
 		req.Header.Set("Content-Type", "application/grpc+proto")

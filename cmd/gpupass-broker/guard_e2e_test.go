@@ -82,7 +82,7 @@ func TestUnauthenticatedBodiesBoundMemory(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			body := brokertest.NewSubmitBody(size, grpc)
-			code, msg, err := brokertest.PostRaw(ctx, "http://"+addr, gpupassv1connect.RunServiceSubmitProcedure, auth, grpc, body)
+			code, msg, err := brokertest.PostRaw(ctx, "http://"+addr, gpupassv1connect.RunServiceSubmitProcedure, auth, grpc, body, body.Len())
 			switch {
 			case err != nil:
 				errs <- fmt.Errorf("call %d (grpc %v): after %d MiB: %w", i, grpc, body.Sent()>>20, err)
