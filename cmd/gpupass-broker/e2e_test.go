@@ -159,6 +159,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"},
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "token", "create", "--role", "root", "--regions", "*"},
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "token", "create", "--role", "read"},
+		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--max-body-memory-per-token", "1MiB"},
+		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--body-min-rate", "fast"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, broker, args...).CombinedOutput()
