@@ -146,32 +146,43 @@ func (b *Broker) authenticate(ctx context.Context, header string) (store.Token, 
 
 // authInterceptor authenticates every call and checks its role; region
 // scope is checked by each handler, which knows the regions involved.
+// Served by Serve, the guard (httpguard.go) has done both from the
+// headers before the body was read and left the token in the context.
 func (b *Broker) authInterceptor() connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			proc := req.Spec().Procedure
-			t, err := b.authenticate(ctx, req.Header().Get(api.AuthHeader))
-			if err != nil {
-				b.log.Info("refused call", "procedure", proc, "peer", req.Peer().Addr, "err", err)
-				return nil, err
-			}
-			allowed := roles[proc]
-			ok := false
-			for _, r := range allowed {
-				ok = ok || r == t.Role
-			}
+			t, ok := TokenFrom(ctx)
 			if !ok {
-				names := make([]string, len(allowed))
-				for i, r := range allowed {
-					names[i] = string(r)
+				var err error
+				t, err = b.authenticate(ctx, req.Header().Get(api.AuthHeader))
+				if err != nil {
+					b.log.Info("refused call", "procedure", proc, "peer", req.Peer().Addr, "err", err)
+					return nil, err
 				}
-				err := connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s has role %s; %s needs role %s", t.ID, t.Role, proc, strings.Join(names, " or ")))
+			}
+			if err := checkRole(t, proc); err != nil {
 				b.log.Info("refused call", "procedure", proc, "token", t.ID, "err", err)
 				return nil, err
 			}
 			return next(context.WithValue(ctx, tokenKey{}, t), req)
 		}
 	})
+}
+
+// checkRole refuses a token whose role may not call proc.
+func checkRole(t store.Token, proc string) error {
+	allowed := roles[proc]
+	for _, r := range allowed {
+		if r == t.Role {
+			return nil
+		}
+	}
+	names := make([]string, len(allowed))
+	for i, r := range allowed {
+		names[i] = string(r)
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s has role %s; %s needs role %s", t.ID, t.Role, proc, strings.Join(names, " or ")))
 }
 
 // checkRegion refuses a region outside the token's scope.

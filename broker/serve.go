@@ -18,6 +18,8 @@ type ServeOptions struct {
 	TLSCertFile, TLSKeyFile string
 	// ShutdownTimeout bounds the graceful shutdown (default 10 s).
 	ShutdownTimeout time.Duration
+	// Limits bound connections, request body memory and body pace.
+	Limits HTTPLimits
 }
 
 // Serve serves b on ln until ctx is cancelled, then shuts down gracefully:
@@ -26,12 +28,27 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
+	lim, err := o.Limits.withDefaults(openFileLimit(), b.log)
+	if err != nil {
+		return err
+	}
+	ln = newConnLimiter(ln, lim, b.log)
 	srv := &http.Server{
-		Handler:           b.Handler(),
+		Handler:           newGuard(b, b.Handler(), lim),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		IdleTimeout:       5 * time.Minute,
+		IdleTimeout:       lim.IdleTimeout,
 		ErrorLog:          nil,
+		// No ReadTimeout or WriteTimeout: they would end long polls and
+		// log follows. The guard bounds request bodies instead.
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: 250,
+			// Ping a connection silent this long; close it if the ping
+			// goes unanswered, or if a response makes no progress.
+			SendPingTimeout:  time.Minute,
+			PingTimeout:      15 * time.Second,
+			WriteByteTimeout: time.Minute,
+		},
 	}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
@@ -71,7 +88,7 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	// A separate context: the serving one is already cancelled.
 	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
-	err := srv.Shutdown(sctx)
+	err = srv.Shutdown(sctx)
 	if cerr := closeBroker(b); err == nil {
 		err = cerr
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store/postgres"
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/cli"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // DefaultDB is the embedded default store.
@@ -106,7 +107,12 @@ type ServeOptions struct {
 	RunMaxRecords          int64
 	RunMaxLogMB            int64
 	RunMaxRecordsPerSecond int
-	Logger                 *slog.Logger
+	// Limits on what clients may hold (broker.HTTPLimits); sizes as
+	// "256MiB".
+	MaxBodyMemory, MaxBodyMemoryPerToken, BodyMinRate string
+	BodyGrace, IdleTimeout                            time.Duration
+	MaxConns, MaxConnsPerIP                           int
+	Logger                                            *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -123,6 +129,36 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.Int64Var(&o.RunMaxRecords, "run-max-records", broker.DefaultRunMaxRecords, "records (log events, metric points, checkpoint chunks) one run may store; a run going over is failed with the reason (-1: no limit)")
 	f.Int64Var(&o.RunMaxLogMB, "run-max-log-mb", broker.DefaultRunMaxLogBytes>>20, "MB of log (events and metric points) one run may store; a run going over is failed with the reason; keep it above the agents' --run-log-max-mb (-1: no limit)")
 	f.IntVar(&o.RunMaxRecordsPerSecond, "run-max-records-per-second", broker.DefaultRunMaxRecordsPerSecond, "records per second one run may upload through this broker; faster uploads are told to retry (-1: no limit)")
+	f.StringVar(&o.MaxBodyMemory, "max-body-memory", "256MiB", "request body bytes held at once, all calls together; plan about 3x this in memory headroom")
+	f.StringVar(&o.MaxBodyMemoryPerToken, "max-body-memory-per-token", "128MiB", "one token's share of --max-body-memory (at least 65MiB: a Submit may carry 64 MiB)")
+	f.DurationVar(&o.BodyGrace, "body-grace", 10*time.Second, "time a request body may take before --body-min-rate applies")
+	f.StringVar(&o.BodyMinRate, "body-min-rate", "4KiB", "slowest a request body may arrive, per second, after --body-grace; slower calls are ended")
+	f.IntVar(&o.MaxConns, "max-conns", 8192, "open connections at most (lowered to what the open-file limit allows); the last eighth is kept for addresses with few connections")
+	f.IntVar(&o.MaxConnsPerIP, "max-conns-per-ip", 1024, "open connections from one client address at most")
+	f.DurationVar(&o.IdleTimeout, "idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
+}
+
+// limits parses the limit flags.
+func (o *ServeOptions) limits() (broker.HTTPLimits, error) {
+	l := broker.HTTPLimits{BodyGrace: o.BodyGrace, IdleTimeout: o.IdleTimeout, MaxConns: o.MaxConns, MaxConnsPerIP: o.MaxConnsPerIP}
+	for _, f := range []struct {
+		flag, val string
+		dst       *int64
+	}{
+		{"--max-body-memory", o.MaxBodyMemory, &l.MaxBodyMemory},
+		{"--max-body-memory-per-token", o.MaxBodyMemoryPerToken, &l.MaxBodyMemoryPerToken},
+		{"--body-min-rate", o.BodyMinRate, &l.BodyMinRate},
+	} {
+		if f.val == "" {
+			continue
+		}
+		n, err := spec.ParseSize(f.val)
+		if err != nil {
+			return l, fmt.Errorf("%s: %w", f.flag, err)
+		}
+		*f.dst = n
+	}
+	return l, nil
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -145,6 +181,10 @@ func newServeCmd(g *globals) *cobra.Command {
 func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	lim, err := o.limits()
+	if err != nil {
+		return err
 	}
 	s, err := OpenStore(ctx, o.DB)
 	if err != nil {
@@ -172,7 +212,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())
 	}
-	err = broker.Serve(ctx, ln, b, broker.ServeOptions{TLSCertFile: o.TLSCert, TLSKeyFile: o.TLSKey})
+	err = broker.Serve(ctx, ln, b, broker.ServeOptions{TLSCertFile: o.TLSCert, TLSKeyFile: o.TLSKey, Limits: lim})
 	if err == nil {
 		o.Logger.Info("broker stopped")
 	}

@@ -105,6 +105,12 @@ func Fast() broker.Config {
 // Start serves a broker over a new store handle on db.
 func Start(t testing.TB, db DB, cfg broker.Config) *Broker {
 	t.Helper()
+	return StartWithOptions(t, db, cfg, broker.ServeOptions{})
+}
+
+// StartWithOptions is Start with serve options (limits; no TLS).
+func StartWithOptions(t testing.TB, db DB, cfg broker.Config, o broker.ServeOptions) *Broker {
+	t.Helper()
 	cfg.Store = db.Open(t)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -116,7 +122,7 @@ func Start(t testing.TB, db DB, cfg broker.Config) *Broker {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sb := &Broker{URL: "http://" + ln.Addr().String(), Store: cfg.Store, Broker: b, cancel: cancel, done: make(chan error, 1)}
-	go func() { sb.done <- broker.Serve(ctx, ln, b, broker.ServeOptions{}) }()
+	go func() { sb.done <- broker.Serve(ctx, ln, b, o) }()
 	t.Cleanup(func() { sb.Stop(t) })
 	return sb
 }

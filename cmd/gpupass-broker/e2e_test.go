@@ -37,11 +37,12 @@ type proc struct {
 	stderr *bytes.Buffer
 }
 
-func serve(t *testing.T, bin, db, addr string) *proc {
+// serve starts the broker; env adds GPUPASS_* settings.
+func serve(t *testing.T, bin, db, addr string, env ...string) *proc {
 	t.Helper()
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "serve", "--listen", addr)
-	cmd.Env = append(os.Environ(), "GPUPASS_DB="+db)
+	cmd.Env = append(append(os.Environ(), "GPUPASS_DB="+db), env...)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -158,6 +159,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"},
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "token", "create", "--role", "root", "--regions", "*"},
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "token", "create", "--role", "read"},
+		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--max-body-memory-per-token", "1MiB"},
+		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--body-min-rate", "fast"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, broker, args...).CombinedOutput()
