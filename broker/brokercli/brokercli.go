@@ -21,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store/postgres"
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/cli"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // DefaultDB is the embedded default store.
@@ -102,6 +103,7 @@ type ServeOptions struct {
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
 	StartTimeout      time.Duration
+	Workdir           workdir.Limits
 	Logger            *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
@@ -116,6 +118,10 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "interval agents are told to heartbeat at")
 	f.DurationVar(&o.OfflineAfter, "offline-after", 30*time.Second, "mark a node offline after this long without a heartbeat")
 	f.DurationVar(&o.StartTimeout, "start-timeout", 2*time.Minute, "end a run left in matched or starting this long without a word from its node")
+	f.IntVar(&o.Workdir.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories a run's work dir archive may hold (checked at submit)")
+	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
+	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")
+	f.IntVar(&o.Workdir.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest entry name (bytes) in a run's work dir archive")
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -148,7 +154,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", o.Listen, err)
 	}
-	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout})
+	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout, Workdir: o.Workdir})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"
