@@ -3,6 +3,7 @@ package agent
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,10 @@ func TestUnpackWorkdir(t *testing.T) {
 		tw.Close()
 		return b.Bytes()
 	}
+	bomb := map[string]string{}
+	for i := range 300_000 {
+		bomb[fmt.Sprintf("f%06d", i)] = ""
+	}
 	tests := []struct {
 		name    string
 		archive []byte
@@ -37,6 +42,10 @@ func TestUnpackWorkdir(t *testing.T) {
 		{name: "absolute path refused", archive: plainTar(tar.Header{Name: "/etc/x", Size: 1, Mode: 0o644, Typeflag: tar.TypeReg}), wantErr: "leaves the work dir"},
 		{name: "dot-dot refused", archive: tarball(t, map[string]string{"a/../../x": "1"}), wantErr: "leaves the work dir"},
 		{name: "symlink skipped", archive: plainTar(tar.Header{Name: "link", Linkname: "/etc/passwd", Typeflag: tar.TypeSymlink})},
+		// Issue #16, finding 7: the broker refuses these at submit; the
+		// agent refuses them too, before it has made 300,000 inodes.
+		{name: "inode bomb refused", archive: tarball(t, bomb), wantErr: "more than 50000 entries"},
+		{name: "deep path refused", archive: tarball(t, map[string]string{strings.Repeat("d/", 40) + "x": "1"}), wantErr: "more than 32 directories deep"},
 		{name: "garbage", archive: []byte{0x1f, 0x8b, 1, 2, 3}, wantErr: "unpacking the run's workdir archive"},
 	}
 	for _, tc := range tests {

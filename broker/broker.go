@@ -40,6 +40,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // Config configures a Broker. Zero durations take the defaults.
@@ -81,6 +82,10 @@ type Config struct {
 	RunMaxRecords          int64
 	RunMaxLogBytes         int64
 	RunMaxRecordsPerSecond int
+	// Workdir bounds what a submitted work dir archive may unpack to;
+	// Submit reads the archive under it before storing the run (zero
+	// fields take workdir.Default).
+	Workdir workdir.Limits
 }
 
 // Broker is the control plane service.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 func (b *Broker) handleRuns(mux *http.ServeMux) {
@@ -332,6 +334,21 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	}
 	if name == "" {
 		name = "run"
+	}
+	if err := api.CheckRunName(name); err != nil {
+		field := "name (gpupass train --name)"
+		if strings.TrimSpace(m.Name) == "" {
+			field = "the spec's name (or gpupass train --name)"
+		}
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %w", field, err))
+	}
+	if len(m.WorkdirArchive) > 0 {
+		// Read to the end under the limits before it is stored: the
+		// agent would refuse it anyway, after the run was placed.
+		if _, _, err := workdir.Check(bytes.NewReader(m.WorkdirArchive), b.cfg.Workdir); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+				"workdir archive (gpupass train --workdir) refused: %w (this broker takes at most %s: gpupass-broker serve --workdir-max-*)", err, b.cfg.Workdir.WithDefaults()))
+		}
 	}
 	if !strings.HasSuffix(name, "-"+region) {
 		name += "-" + region

@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/cli"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // DefaultDB is the embedded default store.
@@ -112,6 +113,7 @@ type ServeOptions struct {
 	MaxBodyMemory, MaxBodyMemoryPerToken, BodyMinRate string
 	BodyGrace, IdleTimeout                            time.Duration
 	MaxConns, MaxConnsPerIP                           int
+	Workdir                                           workdir.Limits
 	Logger                                            *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
@@ -136,6 +138,10 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.MaxConns, "max-conns", 8192, "open connections at most (lowered to what the open-file limit allows); the last eighth is kept for addresses with few connections")
 	f.IntVar(&o.MaxConnsPerIP, "max-conns-per-ip", 1024, "open connections from one client address at most")
 	f.DurationVar(&o.IdleTimeout, "idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
+	f.IntVar(&o.Workdir.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories a run's work dir archive may hold (checked at submit)")
+	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
+	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")
+	f.IntVar(&o.Workdir.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest entry name (bytes) in a run's work dir archive")
 }
 
 // limits parses the limit flags.
@@ -203,7 +209,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 		logBytes = -1
 	}
 	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout,
-		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond})
+		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, Workdir: o.Workdir})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"

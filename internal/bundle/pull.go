@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -116,33 +115,16 @@ func fetchManifest(ctx context.Context, ref string, o RegistryOptions) (*fetched
 	if err != nil {
 		return nil, err
 	}
-	desc, err := p.Get(ctx, r)
+	blobs := &http.Client{Transport: tr, CheckRedirect: checkRedirect}
+	raw, dgst, contentType, err := getManifest(ctx, blobs, r)
 	if err != nil {
 		return nil, fmt.Errorf("fetching manifest of %s: %w", ref, explain(err))
 	}
-	if !desc.MediaType.IsImage() || desc.MediaType.IsSchema1() {
-		return nil, fmt.Errorf("%s is a %s, not an OCI artifact manifest", ref, desc.MediaType)
-	}
-	if len(desc.Manifest) > maxManifest {
-		return nil, fmt.Errorf("manifest of %s: %d bytes is too large for a bundle", ref, len(desc.Manifest))
-	}
-	// A pull by tag is pinned to what the tag pointed at now; check the
-	// bytes against the digest the registry gave (ggcr checks digest refs).
-	got, _, err := v1.SHA256(bytes.NewReader(desc.Manifest))
+	m, err := checkManifest(raw, contentType)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: manifest of %s (%s): %w", ErrVerification, ref, dgst, err)
 	}
-	if got != desc.Digest {
-		return nil, fmt.Errorf("%w: manifest of %s: registry said %s but the bytes hash to %s", ErrVerification, ref, desc.Digest, got)
-	}
-	var m v1.Manifest
-	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
-		return nil, fmt.Errorf("manifest of %s: %w", ref, err)
-	}
-	f := &fetched{
-		ref: r, digest: r.Context().Digest(desc.Digest.String()), manifest: &m, puller: p, opts: opts,
-		blobs: &http.Client{Transport: tr, CheckRedirect: checkRedirect},
-	}
+	f := &fetched{ref: r, digest: r.Context().Digest(dgst.String()), manifest: m, puller: p, opts: opts, blobs: blobs}
 	seen := map[string]bool{}
 	for i, l := range m.Layers {
 		title := l.Annotations[AnnotationTitle]

@@ -44,6 +44,26 @@ type RegistryOptions struct {
 	Retry remote.Backoff
 	// UserAgent is appended to ggcr's user agent.
 	UserAgent string
+	// HeaderTimeout bounds the wait for a registry's response headers
+	// on a pull (default 30 s), IdleTimeout a pause between bytes of a
+	// response body (default 30 s): a registry that accepts the
+	// connection and never answers fails the pull instead of hanging it.
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration
+}
+
+// DefaultTimeout is the default HeaderTimeout and IdleTimeout.
+const DefaultTimeout = 30 * time.Second
+
+func (o RegistryOptions) timeouts() (header, idle time.Duration) {
+	header, idle = o.HeaderTimeout, o.IdleTimeout
+	if header <= 0 {
+		header = DefaultTimeout
+	}
+	if idle <= 0 {
+		idle = DefaultTimeout
+	}
+	return header, idle
 }
 
 func (o RegistryOptions) jobs() int {
@@ -187,7 +207,8 @@ func (o RegistryOptions) pullTransport(ctx context.Context, repo name.Repository
 	if backoff.Steps == 0 {
 		backoff = DefaultRetry
 	}
-	rt := transport.NewRetry(o.baseTransport(), transport.WithRetryBackoff(backoff), transport.WithRetryPredicate(retryable),
+	header, idle := o.timeouts()
+	rt := transport.NewRetry(deadlines{o.baseTransport(), header, idle}, transport.WithRetryBackoff(backoff), transport.WithRetryPredicate(retryable),
 		transport.WithRetryStatusCodes(retryStatusCodes...))
 	if o.UserAgent != "" {
 		rt = transport.NewUserAgent(rt, o.UserAgent)
@@ -297,4 +318,80 @@ func redactURL(err error) error {
 	}
 	u.RawQuery = "REDACTED"
 	return &url.Error{Op: ue.Op, URL: u.String(), Err: ue.Err}
+}
+
+// deadlines fails a request whose response headers do not arrive within
+// header, and a response body that stalls for idle, each with an error
+// naming the registry. It bounds each try (it sits under the retries). A
+// pull sends no request bodies, so the header wait starts with the
+// request; a push's uploads do not go through it.
+type deadlines struct {
+	next         http.RoundTripper
+	header, idle time.Duration
+}
+
+// TimeoutError is a registry that did not answer in time.
+type TimeoutError struct {
+	Registry string
+	What     string // "response headers" or "the next bytes of a response"
+	After    time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("registry %s sent no %s within %s (is it overloaded, or not a registry? raise --registry-timeout for a slow one)", e.Registry, e.What, e.After)
+}
+
+func (d deadlines) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	t := time.AfterFunc(d.header, func() {
+		cancel(&TimeoutError{Registry: req.URL.Host, What: "response headers", After: d.header})
+	})
+	resp, err := d.next.RoundTrip(req.WithContext(ctx))
+	if !t.Stop() {
+		// Fired: whatever came back came too late or was cut by it.
+		if resp != nil {
+			resp.Body.Close()
+		}
+		return nil, context.Cause(ctx)
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = &idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, idle: d.idle, host: req.URL.Host}
+	return resp, nil
+}
+
+// idleBody cancels its request when one Read waits longer than idle.
+type idleBody struct {
+	rc     io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   time.Duration
+	host   string
+	t      *time.Timer
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.t == nil {
+		b.t = time.AfterFunc(b.idle, func() {
+			b.cancel(&TimeoutError{Registry: b.host, What: "the next bytes of a response", After: b.idle})
+		})
+	} else {
+		b.t.Reset(b.idle)
+	}
+	n, err := b.rc.Read(p)
+	if !b.t.Stop() && err != nil {
+		return n, context.Cause(b.ctx)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	if b.t != nil {
+		b.t.Stop()
+	}
+	err := b.rc.Close()
+	b.cancel(nil)
+	return err
 }

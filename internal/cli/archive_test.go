@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/cli"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // TestArchiveDirWhileAFileGrows: a file another process appends to while
@@ -130,5 +132,37 @@ func TestArchiveDirPacksTheExample(t *testing.T) {
 		if !slices.Contains(got, f) {
 			t.Fatalf("the example's pack %v lacks %s", got, f)
 		}
+	}
+}
+
+// TestArchiveDirLimits: a directory over a work dir limit fails while it
+// is packed, naming the directory and the flag that raises the limit,
+// before anything is sent (issue #16, finding 7).
+func TestArchiveDirLimits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for i := range 20 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deep := filepath.Join(dir, "a", "b", "c", "d")
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		limits workdir.Limits
+		want   string
+	}{
+		{workdir.Limits{MaxEntries: 10}, "more than 10 entries"},
+		{workdir.Limits{MaxDepth: 3}, "more than 3 directories deep"},
+	} {
+		_, err := cli.ArchiveDirLimits(dir, tc.limits)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--workdir-max-") {
+			t.Errorf("limits %+v: err = %v; want one naming %s, saying %q and the --workdir-max- flag", tc.limits, err, dir, tc.want)
+		}
+	}
+	if _, err := cli.ArchiveDirLimits(dir, workdir.Limits{}); err != nil {
+		t.Errorf("default limits: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // BrokerFlags locate and authenticate to the broker. Commands that talk to
@@ -88,7 +89,7 @@ func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 		h := n.GetHealth()
 		acc := "-"
 		if n.Accelerator != "" {
-			acc = fmt.Sprintf("%s x%d", n.Accelerator, n.GpuCount)
+			acc = fmt.Sprintf("%s x%d", termsafe.String(n.Accelerator), n.GpuCount)
 		}
 		lat := "n/a"
 		if n.RttMs >= 0 {
@@ -111,7 +112,7 @@ func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 			status += ", conformance failed"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s (-%s)\t%+.1f (%+.2f)\t%s\n",
-			n.Id, dash(n.Provider), n.Region, acc, f2(n.PricePerHour), h.GetScore(), lat,
+			termsafe.String(n.Id), termsafe.String(dash(n.Provider)), termsafe.String(n.Region), acc, f2(n.PricePerHour), h.GetScore(), lat,
 			f2(h.GetFailureRatePct()), f2(h.GetFailurePenalty()), h.GetPricePremiumPct(), -h.GetPricePenalty(), status)
 	}
 	return tw.Flush()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +27,7 @@ type RegistryFlags struct {
 	Username  string
 	Password  string
 	Jobs      int
+	Timeout   time.Duration
 }
 
 // AddFlags registers the registry flags.
@@ -35,6 +37,7 @@ func (o *RegistryFlags) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Username, "registry-username", "", "registry user name (default: docker config credentials)")
 	f.StringVar(&o.Password, "registry-password", "", "registry password or token (prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
 	f.IntVarP(&o.Jobs, "jobs", "j", 4, "blobs moved in parallel")
+	f.DurationVar(&o.Timeout, "registry-timeout", bundle.DefaultTimeout, "on a pull, longest wait for the registry's response headers or for the next bytes of a response")
 }
 
 // Marked once at init: AddFlags runs for every root built, and roots are
@@ -50,7 +53,7 @@ func (o *RegistryFlags) options() (bundle.RegistryOptions, error) {
 	}
 	return bundle.RegistryOptions{
 		PlainHTTP: o.PlainHTTP, Username: o.Username, Password: o.Password, Jobs: o.Jobs,
-		Retry: bundle.DefaultRetry, UserAgent: "gpupass/" + Version,
+		Retry: bundle.DefaultRetry, UserAgent: "gpupass/" + Version, HeaderTimeout: o.Timeout, IdleTimeout: o.Timeout,
 	}, nil
 }
 

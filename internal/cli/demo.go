@@ -23,6 +23,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // DemoOptions tune `gpupass up --demo`.
@@ -102,7 +103,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	}
 
 	fmt.Fprintf(out, "\n== 2/4 train in %s with the real PyTorch example (%d steps)\n", strings.Join(regions, " and "), o.Steps)
-	archive, err := archiveDir(o.ExampleDir)
+	archive, err := archiveDir(o.ExampleDir, workdir.Default())
 	if err != nil {
 		return err
 	}

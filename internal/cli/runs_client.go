@@ -17,6 +17,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // DialRuns returns run clients, or a usage error naming the missing flag.
@@ -85,13 +86,13 @@ func (m *BrokerMetrics) Metrics(ctx context.Context, allocID, metric string) (*m
 	if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 		note := "the run ended " + stateName(run.GetState())
 		if r := run.GetReason(); r != "" {
-			note += ": " + r
+			note += ": " + termsafe.String(r)
 		}
 		s.Notes = append(s.Notes, note)
 	}
 	if len(s.Points) == 0 {
 		if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
-			return nil, fmt.Errorf("%s (%s) ended %s without logging %s values: %s", allocID, run.GetRegion(), stateName(run.GetState()), key, run.GetReason())
+			return nil, fmt.Errorf("%s (%s) ended %s without logging %s values: %s", allocID, termsafe.String(run.GetRegion()), stateName(run.GetState()), key, termsafe.String(run.GetReason()))
 		}
 		return nil, &metrics.EmptyError{Source: s.Source, Metric: key}
 	}
@@ -155,7 +156,8 @@ func (p *logPrinter) print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 	if p.prefix {
 		line = run.Region + " | " + line
 	}
-	_, err := fmt.Fprintln(p.out, line)
+	// The line is the job's output: a terminal must show it, not obey it.
+	_, err := fmt.Fprintln(p.out, termsafe.String(line))
 	return err
 }
 

@@ -18,6 +18,8 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/termsafe"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // TrainOptions are the flags of `gpupass train`.
@@ -33,6 +35,7 @@ type TrainOptions struct {
 	ResumeElsewhere bool
 	MinHealthScore  float64
 	Workdir         string
+	WorkdirLimits   workdir.Limits
 	// Command is what runs on each node (after --).
 	Command []string
 	// Getenv reads CI variables for the run name (os.Getenv by default).
@@ -56,6 +59,10 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.ResumeElsewhere, "resume-elsewhere", false, "when a node is lost mid-run, restart on another candidate from the newest checkpoint instead of failing")
 	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "lowest node health score to place on")
 	f.StringVar(&o.Workdir, "workdir", "", "directory shipped to each node as the command's work dir (at most 64 MiB compressed)")
+	f.IntVar(&o.WorkdirLimits.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories --workdir may hold (the broker checks its own limit)")
+	f.IntVar(&o.WorkdirLimits.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in --workdir")
+	f.Int64Var(&o.WorkdirLimits.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes of files in --workdir")
+	f.IntVar(&o.WorkdirLimits.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest path (bytes) under --workdir")
 }
 
 func newTrainCmd(g *GlobalOptions) *cobra.Command {
@@ -138,7 +145,7 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 	}
 	var archive []byte
 	if o.Workdir != "" {
-		if archive, err = archiveDir(o.Workdir); err != nil {
+		if archive, err = archiveDir(o.Workdir, o.WorkdirLimits); err != nil {
 			return fmt.Errorf("--workdir: %w", err)
 		}
 	}
@@ -148,6 +155,11 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 	}
 	jsonOut := o.Global != nil && o.Global.Output == "json"
 	name := o.runName(specYAML)
+	if o.Name != "" {
+		if err := api.CheckRunName(name); err != nil {
+			return fmt.Errorf("--name: %w", err)
+		}
+	}
 	restarts := int32(o.MaxRestarts)
 	minScore := o.MinHealthScore
 	var runs []*gpupassv1.Run
@@ -205,7 +217,7 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 	var bad []string
 	for _, r := range runs {
 		if r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-			bad = append(bad, fmt.Sprintf("%s (%s) %s: %s", r.Id, r.Region, stateName(r.State), r.Reason))
+			bad = append(bad, fmt.Sprintf("%s (%s) %s: %s", r.Id, termsafe.String(r.Region), stateName(r.State), termsafe.String(r.Reason)))
 		}
 	}
 	if len(bad) > 0 {
@@ -250,7 +262,10 @@ func writeRunTable(out io.Writer, runs []*gpupassv1.Run) {
 		if r.LogDisputed {
 			st += ", LOG DISPUTED"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Id, r.Name, r.Region, st, dash(r.NodeId), score, price, dash(r.Reason))
+		// Names and reasons come from submitters, nodes and jobs:
+		// printed escaped, a tab included (it would shift the columns).
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st,
+			termsafe.String(dash(r.NodeId)), score, price, termsafe.String(dash(r.Reason)))
 	}
 	_ = tw.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/gpupass/gpupass/internal/api"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // maxArchive is the broker's Submit limit less room for the rest.
@@ -19,8 +21,12 @@ const maxArchive = api.MaxSubmitBytes - 1<<20
 // archiveDir packs a run's work dir (train --workdir, the demo's example)
 // as a gzip tar of regular files and directories. .git and __pycache__
 // are left out: history is not the run's, and bytecode is rebuilt for the
-// node's Python. Links are refused rather than followed out of dir.
-func archiveDir(dir string) ([]byte, error) {
+// node's Python. Links are refused rather than followed out of dir. The
+// work dir limits (entries, depth, bytes, path length) are checked as it
+// goes, so a directory the broker would refuse fails here, early, with
+// the flag that raises the limit.
+func archiveDir(dir string, l workdir.Limits) ([]byte, error) {
+	count := workdir.NewCounter(l)
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(zw)
@@ -47,6 +53,9 @@ func archiveDir(dir string) ([]byte, error) {
 			return err
 		}
 		hdr.Name = filepath.ToSlash(rel)
+		if err := count.Add(hdr.Name, hdr.Size); err != nil {
+			return limitHint(err)
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -83,4 +92,13 @@ func archiveDir(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("packing %s: %w", dir, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// limitHint adds to a work dir limit error what to do about it.
+func limitHint(err error) error {
+	var le *workdir.LimitError
+	if !errors.As(err, &le) {
+		return err
+	}
+	return fmt.Errorf("%w: ship less (data from storage, not the work dir), or raise --workdir-max-%s (the broker's gpupass-broker serve --workdir-max-%s must allow it too)", err, le.Limit, le.Limit)
 }

@@ -25,6 +25,15 @@ import (
 // (plain HTTP).
 func StartRegistry(t testing.TB) string {
 	t.Helper()
+	addr, _ := StartRegistryStorage(t)
+	return addr
+}
+
+// StartRegistryStorage is StartRegistry that also returns the root of the
+// registry's filesystem storage, for tests that change what it stores
+// (blobs are under docker/registry/v2/blobs/sha256/XX/HEX/data).
+func StartRegistryStorage(t testing.TB) (addr, storage string) {
+	t.Helper()
 	bin := os.Getenv("GPUPASS_TEST_REGISTRY_BIN")
 	if bin == "" {
 		bin = testutil.Tool(t, "docker-registry")
@@ -34,8 +43,9 @@ func StartRegistry(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
+	addr = l.Addr().String()
 	l.Close()
+	storage = filepath.Join(dir, "data")
 	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
 	cfgPath := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
@@ -57,7 +67,7 @@ func StartRegistry(t testing.TB) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return addr
+				return addr, storage
 			}
 		}
 		if time.Now().After(deadline) {
