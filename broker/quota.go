@@ -48,9 +48,6 @@ type runUsage struct {
 // most a re-read of their log on the next upload).
 const quotaIdle = 10 * time.Minute
 
-// errQuota marks an upload that takes a run over its quota.
-var errQuota = errors.New("over quota")
-
 // admitRecords checks an upload against the run's quota before it is
 // stored. A run over its records or bytes quota is failed with the
 // reason (the node's next update stops it); a run over its rate gets
