@@ -26,6 +26,9 @@ func BenchmarkRecordIngest(b *testing.B) {
 		for _, agents := range []int{1, 4} {
 			b.Run(fmt.Sprintf("store=%s/agents=%d", kind, agents), func(b *testing.B) {
 				cfg := brokertest.Fast()
+				// Capacity, not policy: one run here sends far more than
+				// the per-run rate limit (quota.go) lets a real run send.
+				cfg.RunMaxRecordsPerSecond = -1
 				br := brokertest.Start(b, brokertest.NewDB(b, kind), cfg)
 				tok := br.Token(b, store.RoleAgent, "*")
 				sub, err := api.DialRuns(br.URL, api.DialOptions{Token: br.Token(b, store.RoleSubmit, "*")})

@@ -42,7 +42,12 @@ type stack struct {
 // agent's real run loop on it.
 func start(b testing.TB) *stack {
 	b.Helper()
-	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), brokertest.Fast())
+	// Capacity, not policy: the chatty run sends far more than the
+	// broker's per-run rate limit lets a real run send (quota.go); the
+	// agent's own output limits are not set on this executor either.
+	cfg := brokertest.Fast()
+	cfg.RunMaxRecordsPerSecond = -1
+	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), cfg)
 	tok := br.Token(b, store.RoleAgent, "*")
 	node := brokertest.Register(b, br.URL, tok, brokertest.H100("us-bench-1", 20))
 	src, err := agent.NewBrokerSource(br.URL, tok, nil, func() string { return node.ID }, node.Creds)

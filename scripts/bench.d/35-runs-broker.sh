@@ -18,7 +18,7 @@ awk '
 	split($1, p, "/"); store=p[2]; sub("store=", "", store); agents=p[3]; sub("agents=", "", agents); sub("-[0-9]+$", "", agents)
 	for (i = 2; i <= NF; i++) if ($i == "events/s") v=$(i-1)
 	goal = (store == "sqlite") ? ">= 50,000/s" : ""
-	printf "| runs broker (%s) | events/s stored via UploadRecords, %s agent(s), 200,000 events each | %.0f/s | %s | n/a |\n", store, agents, v, goal
+	printf "| runs broker (%s) | events/s stored via UploadRecords, %s agent(s), 200,000 events each (capacity: per-run rate limit off) | %.0f/s | %s | n/a |\n", store, agents, v, goal
 }
 /^BenchmarkSubmitToAssignment/ {
 	for (i = 2; i <= NF; i++) { if ($i == "p50-ms") p50=$(i-1); if ($i == "p95-ms") p95=$(i-1) }
