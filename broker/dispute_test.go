@@ -34,9 +34,8 @@ func (w *worker) uploadFull(as *gpupassv1.Assignment, recs []*gpupassv1.Record) 
 // any read token lists) writes ahead of the genuine agent, or the
 // genuine agent itself sends a seq twice with different content (a bug,
 // a spool that lost its tail). Once every agent call is bound to the
-// node's identity the first is refused outright; the test accepts that
-// (nothing stored, nothing disputed) and holds the second to the same
-// bar either way.
+// node's identity (agentcall.go) the first is refused outright: nothing
+// stored, nothing disputed; the second is held to the disputed bar.
 func TestDisputedRecords(t *testing.T) {
 	t.Parallel()
 	for _, kind := range brokertest.Stores {
@@ -73,10 +72,11 @@ func TestDisputedRecords(t *testing.T) {
 					// the genuine node's id and lease.
 					other := newWorker(t, b, b.Token(t, store.RoleAgent, "*"), brokertest.H100("us-east-1", 20))
 					other.ID = node.ID
-					if _, err := other.upload(as, []*gpupassv1.Record{fake}); err != nil {
-						t.Logf("the other node's upload was refused (%v): nothing can be disputed", err)
-						wantDisputed = false
+					_, err := other.upload(as, []*gpupassv1.Record{fake})
+					if brokertest.Code(err) != connect.CodePermissionDenied {
+						t.Fatalf("another node's upload in the genuine node's name: %v, want permission_denied", err)
 					}
+					wantDisputed = false
 				} else {
 					// The genuine node, ahead of itself with other content.
 					if _, err := node.upload(as, []*gpupassv1.Record{fake}); err != nil {
