@@ -19,7 +19,6 @@ import (
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
-	"github.com/gpupass/gpupass/internal/wheel"
 )
 
 // A run's own signed report is the audit's proof of the environment the
@@ -126,8 +125,12 @@ func packageChecks(pins map[string]string, ps probe.PythonSection, tookMS float6
 			c.Status, c.Message = conformance.Warn, "not pinned with ==; not checked"
 		case got == "":
 			c.Actual, c.Status, c.Message = "not installed", conformance.Fail, "not installed in the run's Python"
-		case !wheel.VersionsEqual(want, got):
-			c.Status, c.Message = conformance.Fail, "installed version differs from the pin"
+		default:
+			if match, err := spec.PinMatches(want, got); err != nil {
+				c.Status, c.Message = conformance.Fail, "cannot compare with the pin: "+err.Error()
+			} else if !match {
+				c.Status, c.Message = conformance.Fail, "installed version differs from the pin"
+			}
 		}
 		out = append(out, c)
 	}
