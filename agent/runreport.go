@@ -15,6 +15,7 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -189,7 +190,7 @@ var errReportUnsupported = errors.New("the broker does not support run reports")
 // without evidence, which must not pass unnoticed.
 func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *signedReport, log *slog.Logger) error {
 	deadline := time.Now().Add(time.Minute)
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 5*time.Second)
 	for {
 		err := sink.SubmitRunReport(ctx, as, sr.Bytes, sr.Signature)
 		switch {
@@ -200,13 +201,13 @@ func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr
 		case time.Now().After(deadline):
 			return err
 		}
-		log.Warn("sending the run report failed; retrying", "alloc", as.AllocID, "err", err, "in", backoff)
+		wait := bo.Next()
+		log.Warn("sending the run report failed; retrying", "alloc", as.AllocID, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
