@@ -7,6 +7,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/go-github/v73 v73.0.0
+	github.com/gowebpki/jcs v1.0.1
 	github.com/olekukonko/tablewriter v1.1.5
 	github.com/secure-systems-lab/go-securesystemslib v0.9.1
 	github.com/sethvargo/go-githubactions v1.1.0

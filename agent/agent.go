@@ -30,6 +30,7 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fsutil"
@@ -422,7 +423,7 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 	if err != nil {
 		return nil, err
 	}
-	backoff := 500 * time.Millisecond
+	bo := backoff.New(500*time.Millisecond, 30*time.Second)
 	for {
 		// The proof (a fresh one per try: the broker wants a recent time)
 		// gets the agent a heartbeat session key.
@@ -459,13 +460,13 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
 		}
-		a.log.Warn("broker unreachable; retrying", "broker", a.o.BrokerURL, "in", backoff, "err", api.Describe(err))
+		wait := bo.Next()
+		a.log.Warn("broker unreachable; retrying", "broker", a.o.BrokerURL, "in", wait, "err", api.Describe(err))
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 

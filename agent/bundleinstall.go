@@ -281,8 +281,11 @@ func chooseWheels(ws []bundle.Wheel, pins []bundle.Pin, lay probe.Layout) ([]bun
 			continue
 		}
 		n := f.Name()
-		if p, ok := pinned[n]; ok && !wheel.VersionsEqual(p.Version, f.Version) {
-			continue
+		if p, ok := pinned[n]; ok {
+			// A version that is not PEP 440 cannot satisfy a pin.
+			if match, err := spec.PinMatches(p.Version, f.Version); err != nil || !match {
+				continue
+			}
 		}
 		if _, seen := byName[n]; !seen {
 			order = append(order, n)

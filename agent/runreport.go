@@ -15,11 +15,11 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
-	"github.com/gpupass/gpupass/internal/wheel"
 )
 
 // A run's own signed report is the audit's proof of the environment the
@@ -126,8 +126,12 @@ func packageChecks(pins map[string]string, ps probe.PythonSection, tookMS float6
 			c.Status, c.Message = conformance.Warn, "not pinned with ==; not checked"
 		case got == "":
 			c.Actual, c.Status, c.Message = "not installed", conformance.Fail, "not installed in the run's Python"
-		case !wheel.VersionsEqual(want, got):
-			c.Status, c.Message = conformance.Fail, "installed version differs from the pin"
+		default:
+			if match, err := spec.PinMatches(want, got); err != nil {
+				c.Status, c.Message = conformance.Fail, "cannot compare with the pin: "+err.Error()
+			} else if !match {
+				c.Status, c.Message = conformance.Fail, "installed version differs from the pin"
+			}
 		}
 		out = append(out, c)
 	}
@@ -186,7 +190,7 @@ var errReportUnsupported = errors.New("the broker does not support run reports")
 // without evidence, which must not pass unnoticed.
 func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *signedReport, log *slog.Logger) error {
 	deadline := time.Now().Add(time.Minute)
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 5*time.Second)
 	for {
 		err := sink.SubmitRunReport(ctx, as, sr.Bytes, sr.Signature)
 		switch {
@@ -197,13 +201,13 @@ func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr
 		case time.Now().After(deadline):
 			return err
 		}
-		log.Warn("sending the run report failed; retrying", "alloc", as.AllocID, "err", err, "in", backoff)
+		wait := bo.Next()
+		log.Warn("sending the run report failed; retrying", "alloc", as.AllocID, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -38,6 +39,12 @@ func TestPackageChecks(t *testing.T) {
 				t.Errorf("packageChecks = %+v, want package.numpy %s actual %q", got, tc.status, tc.actual)
 			}
 		})
+	}
+	// A version that is not PEP 440 fails with the reason, never by a
+	// string compare (spec.PinMatches).
+	odd := probe.PythonSection{Found: true, Packages: map[string]string{"numpy": "1.24.2-custom!"}}
+	if got := packageChecks(map[string]string{"numpy": "1.24.2-custom!"}, odd, 0); got[0].Status != conformance.Fail || !strings.Contains(got[0].Message, "not a PEP 440 version") {
+		t.Errorf("unparsable installed version: %+v, want a failure naming PEP 440", got[0])
 	}
 	// Several packages: sorted, the local label of a pin must match, a
 	// missing package fails.

@@ -15,6 +15,7 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
+	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
@@ -135,19 +136,19 @@ func (l *RunLoop) send(ctx context.Context, a *Assignment, u AllocUpdate) (bool,
 // (until ctx ends when limit <= 0).
 func (l *RunLoop) edge(ctx context.Context, log *slog.Logger, a *Assignment, u AllocUpdate, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 5*time.Second)
 	for {
 		_, err := l.send(ctx, a, u)
 		if err == nil || errors.Is(err, ErrStaleLease) || (limit > 0 && time.Now().After(deadline)) {
 			return err
 		}
-		log.Warn("allocation update failed; retrying", "state", u.State, "err", err, "in", backoff)
+		wait := bo.Next()
+		log.Warn("allocation update failed; retrying", "state", u.State, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
-	"github.com/gpupass/gpupass/internal/wheel"
 )
 
 // runtimeInit checks the spec's declared packages in the run's Python
@@ -81,9 +80,13 @@ func runtimeInit(ctx context.Context, job Job, rec *recorder) string {
 			bad = append(bad, fmt.Sprintf("%s expected %s, not installed", w.name, w.as))
 			continue
 		}
-		if !wheel.VersionsEqual(w.as, got) {
-			rec.event(events.Error, events.RuntimeInit, fmt.Sprintf("package %s: expected %s, installed %s", w.name, w.as, got), fields)
-			bad = append(bad, fmt.Sprintf("%s expected %s, installed %s", w.name, w.as, got))
+		if match, err := spec.PinMatches(w.as, got); err != nil || !match {
+			why := fmt.Sprintf("expected %s, installed %s", w.as, got)
+			if err != nil {
+				why += " (" + err.Error() + ")"
+			}
+			rec.event(events.Error, events.RuntimeInit, fmt.Sprintf("package %s: %s", w.name, why), fields)
+			bad = append(bad, fmt.Sprintf("%s %s", w.name, why))
 			continue
 		}
 		rec.event(events.Info, events.RuntimeInit, fmt.Sprintf("package %s %s (expected %s)", w.name, got, w.as), fields)

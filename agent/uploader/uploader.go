@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/internal/backoff"
 )
 
 // Sink is where records go.
@@ -48,7 +49,8 @@ type Uploader struct {
 	// 100ms); Kick wakes the uploader sooner.
 	Poll time.Duration
 	// MinBackoff and MaxBackoff bound the retry delay after a failed
-	// upload (defaults 100ms and 10s; it doubles per failure).
+	// upload (defaults 100ms and 10s; internal/backoff: jittered, about
+	// doubling per failure).
 	MinBackoff, MaxBackoff time.Duration
 	Log                    *slog.Logger
 
@@ -106,7 +108,7 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	backoff := minB
+	bo := backoff.New(minB, maxB)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -133,11 +135,11 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 			if errors.Is(err, ErrRefused) {
 				return fmt.Errorf("uploading run %s: %w", u.AllocID, err)
 			}
-			log.Warn("uploading run records failed; retrying", "alloc", u.AllocID, "records", len(recs), "first_seq", recs[0].Seq, "retry_in", backoff, "err", err)
-			if err := wait(ctx, backoff, nil); err != nil {
+			d := bo.Next()
+			log.Warn("uploading run records failed; retrying", "alloc", u.AllocID, "records", len(recs), "first_seq", recs[0].Seq, "retry_in", d, "err", err)
+			if err := wait(ctx, d, nil); err != nil {
 				return err
 			}
-			backoff = min(backoff*2, maxB)
 			continue
 		}
 		last := recs[len(recs)-1].Seq
@@ -149,14 +151,14 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 		case held == acked:
 			// Nothing new held (a partial failure on the other side):
 			// retry like a failure, without spinning.
-			log.Warn("the sink held none of the records sent; retrying", "alloc", u.AllocID, "first_seq", recs[0].Seq, "retry_in", backoff)
-			if err := wait(ctx, backoff, nil); err != nil {
+			d := bo.Next()
+			log.Warn("the sink held none of the records sent; retrying", "alloc", u.AllocID, "first_seq", recs[0].Seq, "retry_in", d)
+			if err := wait(ctx, d, nil); err != nil {
 				return err
 			}
-			backoff = min(backoff*2, maxB)
 			continue
 		}
-		backoff = minB
+		bo.Reset()
 		u.held = held
 		if err := u.Spool.Ack(held); err != nil {
 			// The sink holds them all the same (a full disk cannot

@@ -85,7 +85,11 @@ func CheckCoverage(pins []Pin, t wheel.Target, wheels []Wheel) (Coverage, error)
 		var versionMatch []string
 		found := ""
 		for _, w := range wheels {
-			if w.Name != p.Name || !wheel.VersionsEqual(p.Version, w.Version) {
+			if w.Name != p.Name {
+				continue
+			}
+			// A version that is not PEP 440 cannot satisfy a pin.
+			if match, err := spec.PinMatches(p.Version, w.Version); err != nil || !match {
 				continue
 			}
 			versionMatch = append(versionMatch, w.File)

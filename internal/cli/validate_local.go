@@ -141,11 +141,25 @@ func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, er
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		got := f.Python.Packages[n]
-		if got == "" && f.Python.Found {
-			got = "not installed"
+		want, got := pins[n], f.Python.Packages[n]
+		if want == "" {
+			continue // not pinned with ==: not checked, as the agent does
 		}
-		add("runtime.packages."+n, "package "+n, pins[n], got)
+		switch {
+		case got == "" && f.Python.Found:
+			got = "not installed"
+		case got != "":
+			// The agent's rule, not a string compare: ==2.4.0 is met by
+			// 2.4.0+cu121, ==1.26 by 1.26.0.
+			match, err := spec.PinMatches(want, got)
+			if err == nil && match {
+				continue
+			}
+			if err != nil {
+				got += " (" + err.Error() + ")"
+			}
+		}
+		add("runtime.packages."+n, "package "+n, want, got)
 	}
 	if s.Security.FIPSCompliant && !f.FIPS.Enabled {
 		add("security.fips-compliant", "FIPS mode", "enabled", "disabled")

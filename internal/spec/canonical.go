@@ -1,18 +1,19 @@
 package spec
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"unicode/utf8"
+
+	"github.com/gpupass/gpupass/internal/canonjson"
 )
 
 // Canonical returns the canonical JSON of the parts of s that define the
-// environment: runtime and security. The encoding follows RFC 8785 (JCS):
-// keys sorted, no insignificant whitespace, minimal string escaping.
+// environment: runtime and security. The encoding is RFC 8785 (JCS), by
+// internal/canonjson, the one canonical encoder: keys sorted, no
+// insignificant whitespace, minimal string escaping.
 // Values are normalised so that equivalent specs encode the same:
 //   - pytorch and package versions in PEP 440 normal form, package names
 //     per PEP 503, extras sorted, packages sorted;
@@ -57,7 +58,9 @@ func Canonical(s *Spec) ([]byte, error) {
 		"packages":          pkgs,
 	}
 	if r.CUDAMallocAsyncReleaseThreshold != "" {
-		if n, err := ParseSize(r.CUDAMallocAsyncReleaseThreshold); err == nil {
+		// Beyond 2^53 bytes (8 PiB) a size is no longer an exact RFC 8785
+		// number: such a threshold is kept as written.
+		if n, err := ParseSize(r.CUDAMallocAsyncReleaseThreshold); err == nil && n <= 1<<53 {
 			runtime["cuda-malloc-async-release-threshold"] = n
 		} else {
 			runtime["cuda-malloc-async-release-threshold"] = r.CUDAMallocAsyncReleaseThreshold
@@ -70,11 +73,14 @@ func Canonical(s *Spec) ([]byte, error) {
 			"no-internet-access": s.Security.NoInternetAccess,
 		},
 	}
-	var b bytes.Buffer
-	if err := writeJCS(&b, doc); err != nil {
-		return nil, err
+	// encoding/json would replace invalid UTF-8 with U+FFFD, so two
+	// different specs could share a fingerprint: refuse them instead.
+	for _, v := range append([]string{r.CUDA, r.NvidiaDriver, r.Python, r.PyTorch, r.CUDAMallocAsyncReleaseThreshold}, r.Packages...) {
+		if !utf8.ValidString(v) {
+			return nil, fmt.Errorf("canonical JSON: invalid UTF-8 in %q", v)
+		}
 	}
-	return b.Bytes(), nil
+	return canonjson.Marshal(doc)
 }
 
 // Fingerprint returns "sha256:<hex>" of Canonical(s).
@@ -92,84 +98,4 @@ func normVersion(s string) string {
 		return v.String()
 	}
 	return s
-}
-
-// writeJCS encodes the value kinds Canonical builds, per RFC 8785. Keys
-// are ASCII, so byte order equals the UTF-16 order the RFC asks for.
-func writeJCS(b *bytes.Buffer, v any) error {
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeJCSString(b, k)
-			b.WriteByte(':')
-			if err := writeJCS(b, v[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
-	case []any:
-		b.WriteByte('[')
-		for i, e := range v {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if err := writeJCS(b, e); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(']')
-	case string:
-		if !utf8.ValidString(v) {
-			return fmt.Errorf("canonical JSON: invalid UTF-8 in %q", v)
-		}
-		writeJCSString(b, v)
-	case bool:
-		b.WriteString(strconv.FormatBool(v))
-	case int64:
-		b.WriteString(strconv.FormatInt(v, 10))
-	default:
-		return fmt.Errorf("canonical JSON: unsupported type %T", v)
-	}
-	return nil
-}
-
-func writeJCSString(b *bytes.Buffer, s string) {
-	const hexdigits = "0123456789abcdef"
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			if r < 0x20 {
-				b.WriteString(`\u00`)
-				b.WriteByte(hexdigits[r>>4])
-				b.WriteByte(hexdigits[r&0xf])
-			} else {
-				b.WriteRune(r)
-			}
-		}
-	}
-	b.WriteByte('"')
 }

@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"os"
@@ -130,14 +129,19 @@ func TestCanonicalJCS(t *testing.T) {
 	if diff := cmp.Diff(want, string(got)); diff != "" {
 		t.Errorf("canonical (-want +got):\n%s", diff)
 	}
-	for _, tc := range []struct{ in, want string }{
-		{"a\x01b", `"a\u0001b"`}, {"tab\t", `"tab\t"`}, {"<&>", `"<&>"`}, {"\u2028é", "\"\u2028é\""},
-	} {
-		var out bytes.Buffer
-		writeJCSString(&out, tc.in)
-		if out.String() != tc.want {
-			t.Errorf("writeJCSString(%q) = %s, want %s", tc.in, out.String(), tc.want)
-		}
+	// Strings as RFC 8785 writes them (the escapes are canonjson's, tested
+	// there with the RFC's vectors); invalid UTF-8 is refused.
+	s.Runtime.Packages, s.Runtime.Python = []string{"a\x01b", "<&>", "\u2028é"}, "tab\t"
+	got, err = Canonical(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"packages":["<&>","a\u0001b","` + "\u2028é" + `"],"python":"tab\t"`; !strings.Contains(string(got), want) {
+		t.Errorf("canonical %s, want it to hold %s", got, want)
+	}
+	s.Runtime.Packages = []string{"bad\xff"}
+	if _, err := Canonical(s); err == nil || !strings.Contains(err.Error(), "invalid UTF-8") {
+		t.Errorf("Canonical with invalid UTF-8: %v, want an error", err)
 	}
 	if _, err := Canonical(nil); err == nil {
 		t.Error("Canonical(nil) should fail")

@@ -22,6 +22,8 @@ import (
 	"syscall"
 
 	"github.com/klauspost/compress/flate"
+
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // Scheme is where a wheel's files go (the install scheme of the target
@@ -139,7 +141,11 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 	}
 	mh := parseHeaders(md)
 	out := &Installed{Name: mh["Name"], Version: mh["Version"], DistInfo: filepath.Join(root, filepath.FromSlash(distInfo))}
-	if NormalizeName(out.Name) != f.Name() || !VersionsEqual(f.Version, out.Version) {
+	same, err := spec.PinMatches(f.Version, out.Version)
+	if err != nil {
+		return nil, fmt.Errorf("wheel %s: %s/METADATA: %w", f.File, distInfo, err)
+	}
+	if NormalizeName(out.Name) != f.Name() || !same {
 		return nil, fmt.Errorf("wheel %s: METADATA names %s %s, not what the file name says", f.File, out.Name, out.Version)
 	}
 	dataDir := strings.TrimSuffix(distInfo, ".dist-info") + ".data/"

@@ -66,32 +66,6 @@ func TestParseFilename(t *testing.T) {
 	}
 }
 
-func TestVersionsEqual(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		pin, have string
-		want      bool
-	}{
-		{"2.1", "2.1.0", true},
-		{"2.1.0", "2.1", true},
-		{"2.1.0", "2.1.1", false},
-		{"2.1.0+cu121", "2.1.0+cu121", true},
-		{"2.1.0+cu121", "2.1.0+cu118", false},
-		{"2.1.0+cu121", "2.1.0", false},
-		{"2.1.0", "2.1.0+cu121", true},
-		{"1.0rc1", "1.0.0rc1", true},
-		{"1.0rc1", "1.0", false},
-		{"1!1.0", "1.0", false},
-		{"V1.0", "1.0", true},
-		{"4.38.2", "4.38.2", true},
-	}
-	for _, tt := range tests {
-		if got := wheel.VersionsEqual(tt.pin, tt.have); got != tt.want {
-			t.Errorf("VersionsEqual(%q, %q) = %v, want %v", tt.pin, tt.have, got, tt.want)
-		}
-	}
-}
-
 func TestSupportedTags(t *testing.T) {
 	t.Parallel()
 	set, err := wheel.SupportedTags(wheel.DefaultTarget("3.10.12"))
