@@ -125,6 +125,19 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	if o.AgentsPerRegion < 1 || o.AgentsPerRegion > 16 {
 		return fmt.Errorf("--agents-per-region %d: must be between 1 and 16", o.AgentsPerRegion)
 	}
+	if o.Python == "" {
+		o.Python = "/usr/bin/python3"
+	}
+	if o.Demo {
+		// The demo's jobs run with the agents' interpreter; check it can
+		// run them before anything starts.
+		if o.DemoOptions.Python == "" {
+			o.DemoOptions.Python = o.Python
+		}
+		if err := CheckDemoPython(ctx, o.DemoOptions.Python, o.ExampleDir); err != nil {
+			return err
+		}
+	}
 	brokerBin, err := findBinary("gpupass-broker")
 	if err != nil {
 		return err
