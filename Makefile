@@ -10,7 +10,7 @@ BIN := bin
 # Bumped by slower suites; `go test` kills a package past this.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test test-short bench lint deps generate demo clean
+.PHONY: all build test test-short bench lint deps demo-deps generate demo clean
 
 all: build
 
@@ -46,8 +46,12 @@ lint: deps
 generate:
 	@scripts/generate.sh
 
-## demo: the main job on this machine
-demo: build
+## demo-deps: install only what the demo needs (Debian python3, python3-torch, python3-numpy)
+demo-deps:
+	@scripts/setup.sh demo
+
+## demo: the main job on this machine (installs what it needs first)
+demo: demo-deps build
 	@scripts/demo.sh
 
 clean:

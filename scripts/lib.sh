@@ -41,3 +41,31 @@ need_go_tool() {
 	echo "setup: go install $spec" >&2
 	CGO_ENABLED="${CGO_ENABLED:-0}" go install "$spec" >&2
 }
+
+# The Debian packages that give /usr/bin/python3 what `make demo`'s job
+# imports (examples/train/train.py); internal/cli.DemoAptPackages is the
+# same list, which `gpupass up --demo` names when they are missing.
+DEMO_APT_PACKAGES=(python3 python3-torch python3-numpy)
+
+# need_demo_python: make the demo's interpreter ($GPUPASS_PYTHON, the
+# --python of `gpupass up`; default /usr/bin/python3) able to import torch
+# and numpy, by installing DEMO_APT_PACKAGES where it cannot. It asks the
+# interpreter itself, not only dpkg: what the demo fails on is the import.
+# Quick when the import works; without root, need_apt prints the exact
+# apt-get line and this fails.
+need_demo_python() {
+	local py="${GPUPASS_PYTHON:-/usr/bin/python3}"
+	_demo_imports "$py" && return 0
+	echo "setup: $py cannot import torch and numpy (the demo's job needs them)" >&2
+	need_apt "${DEMO_APT_PACKAGES[@]}" || return 1
+	_demo_imports "$py" && return 0
+	echo "setup: $py still cannot import torch and numpy with ${DEMO_APT_PACKAGES[*]} installed:" \
+		"Debian's packages serve /usr/bin/python3 only; unset GPUPASS_PYTHON, or install torch and numpy into $py" >&2
+	return 1
+}
+
+# _demo_imports PY: PY starts and imports what the demo's job imports,
+# isolated (-I) as the agent starts it, so no PYTHONPATH can make it pass.
+_demo_imports() {
+	[ -x "$1" ] && "$1" -I -B -c 'import torch, numpy' >/dev/null 2>&1
+}

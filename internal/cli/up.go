@@ -51,7 +51,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f.StringSliceVar(&o.Regions, "region", []string{"us-west-2", "eu-central-1"}, "regions to start agents in (repeat or comma-separate)")
 	f.IntVar(&o.AgentsPerRegion, "agents-per-region", 1, "agents started per region")
 	f.StringVar(&o.Profile, "profile", "a100-80gb-4x", "simulated hardware profile of the agents (built-in name or PROFILE.json)")
-	f.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter the agents run jobs with")
+	f.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
 }
@@ -124,6 +124,19 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	}
 	if o.AgentsPerRegion < 1 || o.AgentsPerRegion > 16 {
 		return fmt.Errorf("--agents-per-region %d: must be between 1 and 16", o.AgentsPerRegion)
+	}
+	if o.Python == "" {
+		o.Python = "/usr/bin/python3"
+	}
+	if o.Demo {
+		// The demo's jobs run with the agents' interpreter; check it can
+		// run them before anything starts.
+		if o.DemoOptions.Python == "" {
+			o.DemoOptions.Python = o.Python
+		}
+		if err := CheckDemoPython(ctx, o.DemoOptions.Python, o.ExampleDir); err != nil {
+			return err
+		}
 	}
 	brokerBin, err := findBinary("gpupass-broker")
 	if err != nil {
