@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
-	"github.com/gpupass/gpupass/internal/wheel"
 )
 
 // DemoAptPackages are the Debian packages that give /usr/bin/python3 what
@@ -62,10 +61,14 @@ func CheckDemoPython(ctx context.Context, python, exampleDir string) error {
 			missing = append(missing, "torch ("+ps.TorchReason+")")
 		}
 		for _, p := range pins {
-			switch got := ps.Packages[p.norm]; {
-			case got == "":
+			got := ps.Packages[p.norm]
+			if got == "" {
 				missing = append(missing, fmt.Sprintf("%s==%s (not installed)", p.name, p.version))
-			case !wheel.VersionsEqual(p.version, got):
+				continue
+			}
+			if ok, err := spec.PinMatches(p.version, got); err != nil {
+				missing = append(missing, fmt.Sprintf("%s==%s (installed %s: %v)", p.name, p.version, got, err))
+			} else if !ok {
 				missing = append(missing, fmt.Sprintf("%s==%s (installed %s)", p.name, p.version, got))
 			}
 		}
