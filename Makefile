@@ -5,7 +5,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 export PATH := $(GOBIN_DIR):/usr/lib/postgresql/15/bin:$(PATH)
 export CGO_CFLAGS := -Wno-deprecated-declarations
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/gpupass/gpupass/internal/cli.Version=$(VERSION) -X github.com/gpupass/gpupass/agent.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/gpupass/gpupass/internal/buildinfo.Version=$(VERSION)
 BIN := bin
 # Bumped by slower suites; `go test` kills a package past this.
 TEST_TIMEOUT ?= 30m

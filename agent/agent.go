@@ -31,15 +31,13 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/backoff"
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
 )
-
-// Version is the agent version sent at enrollment (set with -ldflags).
-var Version = "dev"
 
 // Files in the state directory.
 const (
@@ -427,7 +425,7 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 	for {
 		// The proof (a fresh one per try: the broker wants a recent time)
 		// gets the agent a heartbeat session key.
-		req := &gpupassv1.EnrollRequest{PublicKeyPem: a.pubPEM, Labels: a.o.labels(), AgentVersion: Version, ProofTimeUnixNano: time.Now().UnixNano()}
+		req := &gpupassv1.EnrollRequest{PublicKeyPem: a.pubPEM, Labels: a.o.labels(), AgentVersion: buildinfo.Get().Version, ProofTimeUnixNano: time.Now().UnixNano()}
 		if req.Proof, err = conformance.Sign(a.key, api.EnrollProofPayload(fp, req.ProofTimeUnixNano)); err != nil {
 			return nil, err
 		}

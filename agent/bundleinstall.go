@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/flagenv"
@@ -492,6 +493,6 @@ func (r *RegistryFlags) validate() error {
 func (r *RegistryFlags) options() bundle.RegistryOptions {
 	return bundle.RegistryOptions{
 		PlainHTTP: r.PlainHTTP, Username: r.Username, Password: r.Password,
-		Retry: bundle.DefaultRetry, UserAgent: "gpupass-agent",
+		Retry: bundle.DefaultRetry, UserAgent: buildinfo.UserAgent("gpupass-agent"),
 	}
 }

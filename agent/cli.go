@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
 )
@@ -86,7 +87,7 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		Version:       buildinfo.Get().String(),
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return applyEnv(cmd, os.Getenv)
 		},

@@ -20,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/postgres"
 	"github.com/gpupass/gpupass/broker/store/sqlite"
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/cli"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
@@ -71,7 +72,7 @@ dry-run specs. One port serves gRPC, gRPC-Web and HTTP/JSON (Connect).
 Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       cli.Version,
+		Version:       buildinfo.Get().String(),
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cli.ApplyEnv(cmd); err != nil {
 				return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/spf13/cobra"
 )
@@ -239,7 +240,7 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 		}
 		signer = &audit.KeylessSigner{IDToken: tok, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL}
 	}
-	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: Version})
+	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/wheel"
@@ -53,7 +54,7 @@ func (o *RegistryFlags) options() (bundle.RegistryOptions, error) {
 	}
 	return bundle.RegistryOptions{
 		PlainHTTP: o.PlainHTTP, Username: o.Username, Password: o.Password, Jobs: o.Jobs,
-		Retry: bundle.DefaultRetry, UserAgent: "gpupass/" + Version, HeaderTimeout: o.Timeout, IdleTimeout: o.Timeout,
+		Retry: bundle.DefaultRetry, UserAgent: buildinfo.UserAgent("gpupass"), HeaderTimeout: o.Timeout, IdleTimeout: o.Timeout,
 	}, nil
 }
 

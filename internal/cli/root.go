@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/ci"
 )
-
-// Version is set at build time with -ldflags "-X ...cli.Version=v1.2.3".
-var Version = "dev"
 
 // GlobalOptions are the flags every command shares.
 type GlobalOptions struct {
@@ -60,7 +59,7 @@ comparison and signed audits.
 
 Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 2 usage or I/O error. Every flag can be set with GPUPASS_<FLAG>.`,
-		Version:       Version,
+		Version:       buildinfo.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -127,10 +126,9 @@ func newVersionCmd(g *GlobalOptions) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if g.Output == "json" {
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "{\"version\":%q}\n", Version)
-				return err
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(buildinfo.Get())
 			}
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpupass", Version)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpupass", buildinfo.Get().String())
 			return err
 		},
 	}

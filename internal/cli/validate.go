@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -235,7 +236,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		}
 	}
 
-	fo := findings.Options{Color: o.Color, Version: Version, Getenv: getenv}
+	fo := findings.Options{Color: o.Color, Version: buildinfo.Get().Version, Getenv: getenv}
 	if format == "json" {
 		err = writeJSON(out, validateReport{Result: res, Local: local, DryRun: dryJSON})
 	} else {

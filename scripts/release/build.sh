@@ -11,7 +11,7 @@
 set -euo pipefail
 : "${GOOS:?}" "${GOARCH:?}" "${VERSION:?}"
 dist="${DIST:-dist}"
-ldflags="-s -w -X github.com/gpupass/gpupass/internal/cli.Version=${VERSION}"
+ldflags="-s -w -X github.com/gpupass/gpupass/internal/buildinfo.Version=${VERSION}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$dist"

@@ -1,9 +1,8 @@
 // Package gitlab posts gpupass reports as sticky merge request notes
-// through the GitLab REST API (xanzy/go-gitlab). GitLab cannot hide
+// through the GitLab REST API (gitlab.com/gitlab-org/api/client-go, the
+// maintained continuation of the archived xanzy/go-gitlab). GitLab cannot hide
 // notes, so delete-and-new deletes.
 package gitlab
-
-//lint:file-ignore SA1019 xanzy/go-gitlab v0.115.0 is the client the project pins (issue 5); moving to its successor module is a separate change.
 
 import (
 	"context"
@@ -14,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	gl "github.com/xanzy/go-gitlab"
+	gl "gitlab.com/gitlab-org/api/client-go"
 
 	"github.com/gpupass/gpupass/internal/forge"
 )
@@ -26,7 +25,7 @@ const TokenHelp = "a CI job token cannot post merge request notes: create a proj
 type Target struct {
 	APIURL  string // CI_API_V4_URL, e.g. https://gitlab.example/api/v4
 	Project string // CI_MERGE_REQUEST_PROJECT_ID (id or path)
-	IID     int    // CI_MERGE_REQUEST_IID
+	IID     int64  // CI_MERGE_REQUEST_IID
 }
 
 // Run describes the pipeline, for the sticky marker.
@@ -62,7 +61,7 @@ func FromEnv(getenv func(string) string) (Target, Run, bool, error) {
 	if iid == "" {
 		return t, r, false, nil
 	}
-	n, err := strconv.Atoi(iid)
+	n, err := strconv.ParseInt(iid, 10, 64)
 	if err != nil || n <= 0 {
 		return t, r, false, fmt.Errorf("CI_MERGE_REQUEST_IID %q is not a merge request number", iid)
 	}
@@ -79,7 +78,7 @@ type Client struct {
 	t  Target
 	// self is the id of the account the token posts as, once known
 	// (a project access token's bot user).
-	self int
+	self int64
 }
 
 // New returns a client for t. token must be a project (or personal)
@@ -102,7 +101,7 @@ var _ forge.Store = (*Client)(nil)
 // with Mine set on those the token's account wrote.
 func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 	var out []forge.Comment
-	var authors []int
+	var authors []int64
 	opt := &gl.ListMergeRequestNotesOptions{ListOptions: gl.ListOptions{PerPage: 100}, OrderBy: gl.Ptr("created_at"), Sort: gl.Ptr("asc")}
 	for {
 		ns, resp, err := c.gl.Notes.ListMergeRequestNotes(c.t.Project, c.t.IID, opt, gl.WithContext(ctx))
@@ -113,7 +112,7 @@ func (c *Client) List(ctx context.Context) ([]forge.Comment, error) {
 			if n.System {
 				continue
 			}
-			out = append(out, forge.Comment{ID: int64(n.ID), Body: n.Body})
+			out = append(out, forge.Comment{ID: n.ID, Body: n.Body})
 			authors = append(authors, n.Author.ID)
 		}
 		if resp.NextPage == 0 {
@@ -145,12 +144,12 @@ func (c *Client) Create(ctx context.Context, body string) (int64, string, error)
 	if err != nil {
 		return 0, "", c.explain(err, "creating the report note")
 	}
-	return int64(n.ID), "", nil
+	return n.ID, "", nil
 }
 
 // Update edits a note.
 func (c *Client) Update(ctx context.Context, id int64, body string) (string, error) {
-	if _, _, err := c.gl.Notes.UpdateMergeRequestNote(c.t.Project, c.t.IID, int(id), &gl.UpdateMergeRequestNoteOptions{Body: gl.Ptr(body)}, gl.WithContext(ctx)); err != nil {
+	if _, _, err := c.gl.Notes.UpdateMergeRequestNote(c.t.Project, c.t.IID, id, &gl.UpdateMergeRequestNoteOptions{Body: gl.Ptr(body)}, gl.WithContext(ctx)); err != nil {
 		return "", c.explain(err, "updating the report note")
 	}
 	return "", nil
@@ -158,7 +157,7 @@ func (c *Client) Update(ctx context.Context, id int64, body string) (string, err
 
 // Delete removes a note.
 func (c *Client) Delete(ctx context.Context, id int64) error {
-	if _, err := c.gl.Notes.DeleteMergeRequestNote(c.t.Project, c.t.IID, int(id), gl.WithContext(ctx)); err != nil {
+	if _, err := c.gl.Notes.DeleteMergeRequestNote(c.t.Project, c.t.IID, id, gl.WithContext(ctx)); err != nil {
 		return c.explain(err, "deleting an old report note")
 	}
 	return nil
