@@ -31,7 +31,7 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
 	agentTok := b.Token(t, store.RoleAgent, "*")
 	ag := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
-	work, err := api.DialRuns(b.URL, api.DialOptions{Token: agentTok, GRPC: true})
+	work, err := api.DialRuns(b.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: ag.Creds})
 	if err != nil {
 		t.Fatal(err)
 	}
