@@ -163,8 +163,8 @@ func TestRunEvidence(t *testing.T) {
 			if ev.BundleDigest != digest {
 				t.Errorf("bundle digest = %q, want %q (from the agent's event, not the job's output)", ev.BundleDigest, digest)
 			}
-			if _, err := evidence(elsewhere.Run); brokertest.Code(err) != connect.CodeNotFound {
-				t.Errorf("evidence with a token for eu-*: err = %v, want not_found", err)
+			if _, err := evidence(elsewhere.Run); brokertest.Code(err) != connect.CodePermissionDenied {
+				t.Errorf("evidence with a token for eu-*: err = %v, want permission_denied (403, as README says for scope)", err)
 			}
 
 			// A run that ended before runtime-init has nothing to audit.

@@ -373,13 +373,16 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	return connect.NewResponse(&gpupassv1.SubmitResponse{Run: runProto(placed)}), nil
 }
 
-// visibleRun reads a run the caller's token may see; others are not
-// found, so a token does not learn which ids exist elsewhere.
+// visibleRun reads a run the caller's token may see. A run outside the
+// token's regions is refused with 403, as README and SECURITY.md promise
+// for scope: a 404 sent users looking for a mistyped id when their token
+// was the problem. The answer does not name the run's region, and run ids
+// are random, so it tells no more than that the id exists.
 func (b *Broker) visibleRun(ctx context.Context, rs store.Runs, id string) (store.Alloc, error) {
 	tok, _ := TokenFrom(ctx)
 	a, err := rs.Alloc(ctx, id)
 	if err == nil && !match.MatchRegion(tok.Regions, a.Region) {
-		err = store.ErrNotFound
+		return store.Alloc{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("run %s is outside the scope of token %s (%s): use a token whose regions cover the run's", id, tok.ID, strings.Join(tok.Regions, ",")))
 	}
 	if err != nil {
 		return a, b.storeErr("run "+id, err)

@@ -320,11 +320,11 @@ func TestRunScopeAndRefusals(t *testing.T) {
 		{"read a run outside scope", func() error {
 			_, err := us.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: euRun.Id}))
 			return err
-		}, connect.CodeNotFound},
+		}, connect.CodePermissionDenied},
 		{"cancel a run outside scope", func() error {
 			_, err := us.Run.Cancel(ctx, connect.NewRequest(&gpupassv1.CancelRequest{AllocId: euRun.Id}))
 			return err
-		}, connect.CodeNotFound},
+		}, connect.CodePermissionDenied},
 		{"logs of a run outside scope", func() error {
 			st, err := us.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: euRun.Id}))
 			if err != nil {
@@ -333,6 +333,14 @@ func TestRunScopeAndRefusals(t *testing.T) {
 			for st.Receive() {
 			}
 			return st.Err()
+		}, connect.CodePermissionDenied},
+		{"metrics of a run outside scope", func() error {
+			_, err := us.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: euRun.Id}))
+			return err
+		}, connect.CodePermissionDenied},
+		{"read a run that does not exist", func() error {
+			_, err := us.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: "alloc-0000000000000000"}))
+			return err
 		}, connect.CodeNotFound},
 		{"read token submits", func() error {
 			_, err := reader.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2", Command: []string{"true"}}))

@@ -240,7 +240,7 @@ func (o *TokenCreateOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Role, "role", "", "agent | submit | read | admin (required)")
 	f.StringVar(&o.Regions, "regions", "", "region scope, comma-separated glob patterns: 'us-*,eu-central-1' or '*' (required)")
-	f.StringVar(&o.Note, "note", "", "a note to recognise the token by in `token list`")
+	f.StringVar(&o.Note, "note", "", "a note to recognise the token by (shown by token list)")
 }
 
 func newTokenCmd(g *globals) *cobra.Command {

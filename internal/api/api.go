@@ -137,7 +137,24 @@ func Describe(err error) string {
 	if !errors.As(err, &ce) {
 		return err.Error()
 	}
+	if NoAnswer(err) {
+		// connect words a failed dial as "unavailable", but no HTTP answer
+		// came back, so there is no status to show.
+		return "no answer: " + ce.Message()
+	}
 	return fmt.Sprintf("%s (%d %s)", ce.Message(), httpStatus(ce.Code()), ce.Code())
+}
+
+// NoAnswer reports whether err means nothing answers at the broker's
+// address: the connection could not be made (refused, no route, unknown
+// host), so no broker (or another server) sent any HTTP status.
+func NoAnswer(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
 
 func httpStatus(c connect.Code) int {

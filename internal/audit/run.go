@@ -177,7 +177,7 @@ type Source interface {
 }
 
 // FileSource reads a run record (a JSON-encoded Run) from a file. It is
-// the input until the broker serves runs.
+// the input of offline re-audits (audit --run-file).
 type FileSource struct{ Path string }
 
 // Run reads the record and checks it is the one asked for.

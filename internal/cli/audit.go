@@ -61,6 +61,20 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 }
 
+// outputOrZip reads -o/--output: text or json is the output format, any
+// other value the zip to write.
+func (o *AuditOptions) outputOrZip(outSet bool) error {
+	switch o.Output {
+	case "text", "json":
+		return nil
+	}
+	if outSet {
+		return fmt.Errorf("--output %q and --out %q: name the zip once (-o a.zip or --out a.zip); --output is otherwise text or json", o.Output, o.Out)
+	}
+	o.Out, o.Output = o.Output, "text"
+	return nil
+}
+
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
 type AuditVerifyOptions struct {
 	Path      string
@@ -111,17 +125,23 @@ SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
 The run comes from the broker alone (--broker-url, a read token for the
 run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
 the agent's signed report for that run, the node and the metrics. A run
-still in progress cannot be audited. The zip is named with --out (-o is the
-global --output text|json).`,
-		Args: cobra.ExactArgs(1),
+still in progress cannot be audited. The zip is named with --out, or with
+-o/--output: a value other than text or json (gpupass audit ALLOC -o a.zip)
+is the zip to write, and the summary is printed as text.`,
+		Args: allocArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.AllocationID = args[0]
-			o.Output = g.Output
+			if err := o.outputOrZip(cmd.Flags().Changed("out")); err != nil {
+				return err
+			}
 			o.Log = g.Logger(cmd.ErrOrStderr())
 			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
 	o.AddFlags(cmd)
+	// audit's own -o/--output shadows the global one, so that `-o a.zip`
+	// names the zip, as -o does for most tools that write a file.
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "output format, text or json; any other value is the zip to write (as --out)")
 
 	vo := &AuditVerifyOptions{}
 	verify := &cobra.Command{

@@ -149,10 +149,10 @@ func TestAuditFromBroker(t *testing.T) {
 		t.Errorf("hardware inventory = %d GPUs, node %q %+v", len(hw.GPUs), hw.NodeID, hw.Node)
 	}
 
-	// A read token for another region does not see the run.
+	// A read token for another region is refused: 403, as for every scope.
 	opts.Broker = BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "eu-*")}
-	if err := RunAudit(ctx, opts, &bytes.Buffer{}); ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "not_found") {
-		t.Errorf("audit with a token for eu-*: exit %d, %v; want exit 2, not found", ExitCode(err), err)
+	if err := RunAudit(ctx, opts, &bytes.Buffer{}); ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "403 permission_denied") {
+		t.Errorf("audit with a token for eu-*: exit %d, %v; want exit 2, 403", ExitCode(err), err)
 	}
 }
 

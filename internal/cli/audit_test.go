@@ -232,7 +232,7 @@ func TestAuditCommandWiring(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{[]string{"audit"}, ExitUsage, "accepts 1 arg"},
+		{[]string{"audit"}, ExitUsage, "missing ALLOC"},
 		{[]string{"audit", "verify"}, ExitUsage, "accepts 1 arg"},
 		{[]string{"audit", "verify", "x.zip"}, ExitUsage, "--key is required"},
 		{[]string{"audit", "keygen", "extra"}, ExitUsage, "unknown command"},

@@ -60,6 +60,9 @@ func (b *BrokerFlags) Dial() (*api.Clients, error) {
 // rpcError words a broker error for users; auth problems are usage errors
 // (exit 2), never findings.
 func rpcError(what, url string, err error) error {
+	if api.NoAnswer(err) {
+		return fmt.Errorf("%s at %s: no broker answers there (%s): start one with `gpupass up` (a local broker and agent) or `gpupass-broker serve`, or pass the URL of a running one with --broker-url", what, url, strings.TrimPrefix(api.Describe(err), "no answer: "))
+	}
 	return fmt.Errorf("%s at %s: %s", what, url, api.Describe(err))
 }
 

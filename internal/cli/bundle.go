@@ -197,6 +197,8 @@ I/O or registry error.`,
 type pushOutput struct {
 	bundle.PushResult
 	Coverage *bundle.Coverage `json:"coverage,omitempty"`
+	// Uncovered lists the coverage gaps --allow-incomplete let pass.
+	Uncovered []string `json:"uncovered,omitempty"`
 }
 
 // RunBundlePush runs `gpupass bundle push`.
@@ -450,6 +452,8 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 		},
 	}
 	o.Target.AddFlags(cmd)
+	// verify pushes nothing: here the flag only lets gaps pass.
+	cmd.Flags().Lookup("allow-incomplete").Usage = "exit 0 when the wheelhouse does not cover every pinned package (the gaps are still listed)"
 	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 4, "wheels checked in parallel")
 	return cmd
 }
@@ -461,6 +465,8 @@ type verifyOutput struct {
 	Wheels   []bundle.Wheel   `json:"wheels"`
 	Problems []string         `json:"problems"`
 	Coverage *bundle.Coverage `json:"coverage,omitempty"`
+	// Uncovered lists the coverage gaps --allow-incomplete let pass.
+	Uncovered []string `json:"uncovered,omitempty"`
 }
 
 // RunBundleVerify runs `gpupass bundle verify`.
@@ -498,7 +504,11 @@ func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, ou
 			return err
 		}
 		res.Coverage = &c
-		res.Problems = append(res.Problems, c.Problems()...)
+		if o.Target.AllowIncomplete {
+			res.Uncovered = c.Problems()
+		} else {
+			res.Problems = append(res.Problems, c.Problems()...)
+		}
 	}
 	res.OK = len(res.Problems) == 0
 	if o.Global.Output == "json" {
@@ -510,10 +520,13 @@ func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, ou
 		if res.Locked {
 			msg += ", matching " + bundle.LockFile
 		}
-		if res.Coverage != nil {
+		if res.Coverage != nil && len(res.Uncovered) == 0 {
 			msg += fmt.Sprintf(", all %d pinned packages covered for python %s / %s", len(res.Coverage.Covered), res.Coverage.Python, res.Coverage.Platform)
 		}
 		fmt.Fprintln(out, msg)
+		for _, u := range res.Uncovered {
+			fmt.Fprintf(out, "  - not covered (--allow-incomplete): %s\n", u)
+		}
 	} else {
 		fmt.Fprintf(out, "%s: %d problem(s):\n", dir, len(res.Problems))
 		for _, p := range res.Problems {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -28,6 +29,7 @@ func isSecret(flag string) bool { return flagenv.IsSecret(flag) }
 // masks every secret in CI logs.
 func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 	firstErr := flagenv.Apply(cmd, getenv)
+	warnEnvTypos(cmd, os.Environ())
 	// Mask every secret before the command can print anything, whether it
 	// came from the command line, GPUPASS_<FLAG> or GPUPASS_<FLAG>_FILE.
 	env := ci.Detect(getenv, cmd.ErrOrStderr())
@@ -44,3 +46,29 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 // ApplyEnv sets cmd's unset flags from their GPUPASS_* variables. The other
 // binaries (gpupass-broker) call it so every flag follows the same rule.
 func ApplyEnv(cmd *cobra.Command) error { return applyEnv(cmd, os.Getenv) }
+
+// warnEnvTypos warns on stderr about each GPUPASS_* variable that is close
+// to, but not, one this binary reads: a typo would otherwise be ignored
+// without a word. Known are the variables of every flag of every command
+// (the same shell may serve several), and GPUPASS_<FLAG>_FILE of secrets.
+func warnEnvTypos(cmd *cobra.Command, environ []string) {
+	known := map[string]bool{}
+	var walk func(c *cobra.Command)
+	add := func(f *pflag.Flag) {
+		known[flagenv.Name(f.Name)] = true
+		if isSecret(f.Name) {
+			known[flagenv.Name(f.Name)+"_FILE"] = true
+		}
+	}
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cmd.Root())
+	for _, w := range flagenv.Typos(environ, known) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", cmd.Root().Name(), w)
+	}
+}

@@ -41,7 +41,8 @@ func newInitCmd(g *GlobalOptions) *cobra.Command {
 		Short: "Write a starter gpupass.yaml, training script and README snippet",
 		Long: `Write a valid starter spec (gpupass.yaml), a small training script (train.py)
 and a README snippet (GPUPASS.md) into DIR (default: the working directory).
-Existing files are left alone unless --force is given.`,
+Existing files are left alone (and named) unless --force is given; the
+others are written.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Dir = "."
@@ -74,8 +75,8 @@ func jobName(dir string) string {
 	return n
 }
 
-// RunInit writes the starter project. It checks every target before
-// writing any, so a refusal leaves the directory as it was.
+// RunInit writes the starter project: every file that does not exist yet
+// (all of them with Force).
 func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	name := o.Name
 	if name == "" {
@@ -92,6 +93,7 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 		body []byte
 	}
 	var files []file
+	kept := []string{}
 	for _, e := range examples.Starter {
 		body, err := fs.ReadFile(examples.Files, e.Path)
 		if err != nil {
@@ -102,15 +104,18 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 		}
 		dst := filepath.Join(o.Dir, e.Name)
 		if !o.Force {
+			// As the help says: an existing file is left alone (it may be
+			// the user's own train.py) and the others are still written.
 			if _, err := os.Lstat(dst); err == nil {
-				return fmt.Errorf("%s already exists: pass --force to overwrite it", dst)
+				kept = append(kept, dst)
+				continue
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("checking %s: %w", dst, err)
 			}
 		}
 		files = append(files, file{dst, body})
 	}
-	var written []string
+	written := []string{}
 	for _, f := range files {
 		if err := fsutil.WriteFileAtomic(f.dst, f.body, 0o644); err != nil {
 			return err
@@ -118,11 +123,27 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 		written = append(written, f.dst)
 	}
 	if o.Global != nil && o.Global.Output == "json" {
-		return writeJSON(out, map[string]any{"dir": o.Dir, "name": name, "files": written})
+		return writeJSON(out, map[string]any{"dir": o.Dir, "name": name, "files": written, "kept": kept})
 	}
 	for _, w := range written {
 		fmt.Fprintf(out, "wrote %s\n", w)
 	}
-	_, err := fmt.Fprintf(out, "\nNext: cd %s && gpupass validate\n", o.Dir)
+	for _, k := range kept {
+		fmt.Fprintf(out, "kept %s (it exists; --force overwrites it)\n", k)
+	}
+	next := "gpupass validate"
+	if filepath.Clean(o.Dir) != "." {
+		next = "cd " + shellQuote(o.Dir) + " && " + next
+	}
+	_, err := fmt.Fprintf(out, "\nNext: %s\n", next)
 	return err
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but plain
+// path characters, so the printed command can be pasted as is.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./+,:@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -55,7 +55,7 @@ func (m *BrokerMetrics) Metrics(ctx context.Context, allocID, metric string) (*m
 	}
 	resp, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: allocID}))
 	if connect.CodeOf(err) == connect.CodeNotFound {
-		return nil, fmt.Errorf("%s: no such run on the broker at %s (or the token's regions do not cover it); list runs with `gpupass runs`", allocID, m.Broker.URL)
+		return nil, fmt.Errorf("%s: no such run on the broker at %s; list runs with `gpupass runs`", allocID, m.Broker.URL)
 	}
 	if err != nil {
 		return nil, rpcError("reading metrics of "+allocID, m.Broker.URL, err)

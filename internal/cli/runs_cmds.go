@@ -41,7 +41,7 @@ func newLogsCmd(g *GlobalOptions) *cobra.Command {
 With --output json, one JSON object per event (seq, ts, level, component, msg, fields).
 A log the broker marked disputed (a seq sent twice with different content)
 ends with a WARN line on stderr: it is not proof of what the run printed.`,
-		Args: cobra.ExactArgs(1),
+		Args: allocArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.AllocID = args[0]
 			return RunLogs(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -107,7 +107,7 @@ func (o *RunsOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 	f := cmd.Flags()
 	f.StringSliceVar(&o.Regions, "region", nil, "only these regions (glob patterns)")
-	f.IntVar(&o.Limit, "limit", 50, "newest runs to show (at most 1000)")
+	f.IntVar(&o.Limit, "limit", 50, fmt.Sprintf("newest runs to show (at most %d)", maxRunsLimit))
 }
 
 func newRunsCmd(g *GlobalOptions) *cobra.Command {
@@ -124,8 +124,16 @@ func newRunsCmd(g *GlobalOptions) *cobra.Command {
 	return cmd
 }
 
+// maxRunsLimit is the broker's cap on ListRuns (broker/runs_service.go).
+const maxRunsLimit = 1000
+
 // RunRuns lists runs.
 func RunRuns(ctx context.Context, o *RunsOptions, out io.Writer) error {
+	// The broker answers a limit past its cap with its default of 100
+	// runs, which would look like all there is: refuse instead.
+	if o.Limit < 1 || o.Limit > maxRunsLimit {
+		return fmt.Errorf("--limit %d: must be 1 to %d (the most the broker returns at once; narrow with --region)", o.Limit, maxRunsLimit)
+	}
 	c, err := o.Broker.DialRuns()
 	if err != nil {
 		return err
@@ -164,7 +172,7 @@ func newCancelCmd(g *GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel ALLOC",
 		Short: "Cancel a run (SIGTERM, then SIGKILL after its grace period)",
-		Args:  cobra.ExactArgs(1),
+		Args:  allocArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.AllocID = args[0]
 			return RunCancel(cmd.Context(), o, cmd.OutOrStdout())

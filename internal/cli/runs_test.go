@@ -192,7 +192,7 @@ func TestTrainWorstResultAndCancel(t *testing.T) {
 		{"no command", []string{"train", "--spec", spec, "--region", "us-west-2"}, "no command"},
 		{"command without --", []string{"train", "--spec", spec, "--region", "us-west-2", "python3"}, "after --"},
 		{"region twice", []string{"train", "--spec", spec, "--region", "us-west-2", "--region", "us-west-2", "--", "true"}, "given twice"},
-		{"missing spec", []string{"train", "--spec", "/nonexistent.yaml", "--region", "us-west-2", "--", "true"}, "reading spec"},
+		{"missing spec", []string{"train", "--spec", "/nonexistent.yaml", "--region", "us-west-2", "--", "true"}, "no nonexistent.yaml in /: run `gpupass init`"},
 		{"unknown alloc", []string{"logs", "alloc-00000000"}, "not found"},
 	}
 	for _, tt := range tests {

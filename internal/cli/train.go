@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -140,8 +142,13 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 		return errors.New("--max-price and --max-restarts must not be negative")
 	}
 	specYAML, err := os.ReadFile(o.Spec)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The message validate gives for a missing spec: what to run next.
+		abs, _ := filepath.Abs(o.Spec)
+		return fmt.Errorf("no %s in %s: run `gpupass init` for a starter spec, or pass --spec FILE", filepath.Base(abs), filepath.Dir(abs))
+	}
 	if err != nil {
-		return fmt.Errorf("reading spec: %w", err)
+		return fmt.Errorf("reading spec %s: %w", o.Spec, err)
 	}
 	var archive []byte
 	if o.Workdir != "" {

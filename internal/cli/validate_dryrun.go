@@ -72,6 +72,11 @@ func (o *DryRunOptions) run(ctx context.Context, specBytes []byte) (*gpupassv1.D
 func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) error {
 	excluded := max(int(m.ExcludedTotal), len(m.Excluded))
 	fmt.Fprintf(out, "\ndry-run at %s: %d candidate(s), %d excluded (min health score %s)\n", url, len(m.Candidates), excluded, f2(m.MinHealthScore))
+	if len(m.Candidates) == 0 && excluded == 0 {
+		// An empty registry is a newcomer's first dry-run, not a spec
+		// problem: say how to get a node.
+		fmt.Fprintf(out, "no node is enrolled at %s (in the regions asked for): start an agent with an agent token (gpupass-agent --broker-url %s, add --simulate h100-sxm5-8x without a GPU), or run `gpupass up` for a local broker with one\n", url, url)
+	}
 	if len(m.Candidates) > 0 {
 		nodes := make([]*gpupassv1.Node, len(m.Candidates))
 		for i, cd := range m.Candidates {

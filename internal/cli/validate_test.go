@@ -189,14 +189,19 @@ func TestInit(t *testing.T) {
 		t.Errorf("spec name not derived from the directory:\n%s", spec)
 	}
 
-	// A second init refuses and leaves the files alone; --force rewrites.
+	// A second init leaves existing files alone, names them and writes
+	// the missing ones; --force rewrites.
 	os.WriteFile(filepath.Join(dir, "train.py"), []byte("mine"), 0o644)
-	err = RunInit(context.Background(), &InitOptions{Dir: dir}, &out)
-	if err == nil || !strings.Contains(err.Error(), "--force") {
-		t.Fatalf("second init: err = %v, want a refusal naming --force", err)
+	os.Remove(filepath.Join(dir, "GPUPASS.md"))
+	out.Reset()
+	if err = RunInit(context.Background(), &InitOptions{Dir: dir}, &out); err != nil {
+		t.Fatalf("second init: %v", err)
+	}
+	if !strings.Contains(out.String(), "kept "+filepath.Join(dir, "train.py")) || !strings.Contains(out.String(), "wrote "+filepath.Join(dir, "GPUPASS.md")) {
+		t.Errorf("second init output does not name what it kept and wrote:\n%s", out.String())
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "train.py")); string(b) != "mine" {
-		t.Error("refused init changed a file")
+		t.Error("init without --force changed an existing file")
 	}
 	out.Reset()
 	if err := RunInit(context.Background(), &InitOptions{Dir: dir, Force: true, Name: "job", Global: &GlobalOptions{Output: "json"}}, &out); err != nil {

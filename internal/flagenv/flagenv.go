@@ -82,3 +82,81 @@ func Apply(cmd *cobra.Command, getenv func(string) string) error {
 	cmd.InheritedFlags().VisitAll(set)
 	return firstErr
 }
+
+// Others are GPUPASS_* variables that are not flags of the binary at hand
+// but are set or read elsewhere: the job environment the agent sets, the
+// GitHub Action's and GitLab components' inputs, and the agent's and
+// broker's own flags. A binary does not warn about them (see Typos).
+var Others = []string{
+	"GPUPASS_ALLOC_ID", "GPUPASS_REGION", "GPUPASS_ATTEMPT", "GPUPASS_METRICS_FILE", "GPUPASS_CHECKPOINT_DIR",
+	"GPUPASS_RESUME_FROM", "GPUPASS_PROBE", "GPUPASS_ALLOCATION_IDS", "GPUPASS_DOTENV", "GPUPASS_VERDICT",
+	"GPUPASS_REPORT_PATH", "GPUPASS_REPORT_DIR", "GPUPASS_AUDIT_PATH", "GPUPASS_BUNDLE_DIGEST", "GPUPASS_FINGERPRINT",
+	"GPUPASS_REGIONS", "GPUPASS_RUNS", "GPUPASS_TAG", "GPUPASS_SPEC", "GPUPASS_NAME", "GPUPASS_COMMAND",
+	"GPUPASS_TRAIN_COMMAND", "GPUPASS_TOLERANCE", "GPUPASS_FAIL_ON_DIVERGENCE", "GPUPASS_COMMENT_BEHAVIOR",
+	"GPUPASS_COSIGN_KEY", "GPUPASS_COSIGN_PASSWORD", "GPUPASS_GITHUB_TOKEN", "GPUPASS_GITLAB_TOKEN",
+	"GPUPASS_INSTALL_VERSION", "GPUPASS_ACTION_PATH", "GPUPASS_ACTION_REPOSITORY", "GPUPASS_TOOLS_DIR",
+	"GPUPASS_WHEELHOUSE", "GPUPASS_WORKDIR", "GPUPASS_RUN_FILE", "GPUPASS_REGISTRY_REF", "GPUPASS_STATE_DIR",
+	"GPUPASS_TOKEN", "GPUPASS_DB", "GPUPASS_KEY", "GPUPASS_COUNT", "GPUPASS_QUERY_ADDR", "GPUPASS_READ_PROBE_MB",
+	"GPUPASS_PRICE_PER_HOUR", "GPUPASS_PROVIDER", "GPUPASS_ZONE", "GPUPASS_HOSTNAME", "GPUPASS_LISTEN",
+	"GPUPASS_SIMULATE", "GPUPASS_RUN_AS", "GPUPASS_ROLE", "GPUPASS_NOTE", "GPUPASS_PYTHON", "GPUPASS_NVCC",
+}
+
+// Typos returns a warning for each GPUPASS_* variable of environ
+// ("NAME=value") that is none of known nor Others but is within two edits
+// (one for a short name) of one of known: most likely a misspelt setting, which would otherwise
+// be ignored without a word. A variable far from every known one is left
+// alone: it may belong to another tool of the same prefix.
+func Typos(environ []string, known map[string]bool) []string {
+	others := map[string]bool{}
+	for _, o := range Others {
+		others[o] = true
+	}
+	var warnings []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, Prefix) || known[name] || others[name] || strings.HasPrefix(name, Prefix+"ALLOCATION_") {
+			continue
+		}
+		// Two edits for a long name, one for a short one: GPUPASS_FOO
+		// is not a misspelt GPUPASS_TO.
+		limit := 2
+		if len(name)-len(Prefix) <= 5 {
+			limit = 1
+		}
+		best, bestD := "", limit+1
+		for k := range known {
+			if d := distance(name, k); d < bestD || d == bestD && k < best {
+				best, bestD = k, d
+			}
+		}
+		if best != "" {
+			warnings = append(warnings, fmt.Sprintf("%s is not a gpupass setting and is ignored; did you mean %s?", name, best))
+		}
+	}
+	return warnings
+}
+
+// distance is the Levenshtein distance of a and b, capped at 3 (all
+// Typos needs).
+func distance(a, b string) int {
+	if d := len(a) - len(b); d > 2 || d < -2 {
+		return 3
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], 3)
+}

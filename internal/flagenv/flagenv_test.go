@@ -57,3 +57,11 @@ func TestApply(t *testing.T) {
 		t.Errorf("Name = %q", Name("max-price"))
 	}
 }
+
+func TestTypos(t *testing.T) {
+	known := map[string]bool{"GPUPASS_BROKER_URL": true, "GPUPASS_TO": true, "GPUPASS_REGION": true}
+	got := Typos([]string{"GPUPASS_BROKR_URL=x", "GPUPASS_FOO=1", "GPUPASS_REGIONS=a", "GPUPASS_BROKER_URL=y", "GPUPASS_ALLOCATION_US_WEST_2=z", "OTHER_BROKR_URL=x"}, known)
+	if len(got) != 1 || !strings.Contains(got[0], "GPUPASS_BROKR_URL") || !strings.Contains(got[0], "did you mean GPUPASS_BROKER_URL?") {
+		t.Errorf("Typos = %q, want one warning for GPUPASS_BROKR_URL", got)
+	}
+}
