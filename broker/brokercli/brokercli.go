@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,7 +22,8 @@ import (
 	"github.com/gpupass/gpupass/broker/store/postgres"
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/buildinfo"
-	"github.com/gpupass/gpupass/internal/cli"
+	"github.com/gpupass/gpupass/internal/exitcode"
+	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -74,7 +76,7 @@ Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
 		SilenceErrors: true,
 		Version:       buildinfo.Get().String(),
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cli.ApplyEnv(cmd); err != nil {
+			if err := flagenv.Apply(cmd, os.Getenv); err != nil {
 				return err
 			}
 			if g.Output != "text" && g.Output != "json" {
@@ -92,7 +94,7 @@ Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "gpupass-broker: %v\n", err)
-		return cli.ExitCode(err)
+		return exitcode.Of(err)
 	}
 	return 0
 }
