@@ -134,7 +134,22 @@ func TestLongCallsOutliveBodyDeadline(t *testing.T) {
 	t.Parallel()
 	b := guardedBroker(t)
 	agentTok := b.Token(t, store.RoleAgent, "*")
-	brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
+	placed := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
+	// It beats while the test runs: on a slow machine the follows below
+	// would otherwise end when its node is declared lost.
+	beating, stopBeats := context.WithCancel(context.Background())
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		for beating.Err() == nil {
+			_, _ = placed.Beat(beating)
+			select {
+			case <-beating.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { stopBeats(); <-beatsDone })
 	a := brokertest.NewAgent(t, b.URL, agentTok, brokertest.H100("ap-south-1", 20)) // no report: gets no work
 	admin := b.Token(t, store.RoleAdmin, "*")
 	c := dialRuns(t, b, admin)
@@ -143,7 +158,7 @@ func TestLongCallsOutliveBodyDeadline(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, err := c.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: a.ID, WaitSeconds: 3}))
+		_, err := a.Runs(t, b.URL, agentTok).Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: a.ID, WaitSeconds: 3}))
 		if err != nil {
 			t.Errorf("a 3 s long poll with a 1 s body grace: %v", err)
 		}
