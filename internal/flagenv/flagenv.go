@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gpupass/gpupass/internal/editdist"
 )
 
 // Prefix is the prefix of every environment variable gpupass reads for its
@@ -136,27 +138,11 @@ func Typos(environ []string, known map[string]bool) []string {
 	return warnings
 }
 
-// distance is the Levenshtein distance of a and b, capped at 3 (all
-// Typos needs).
+// distance is the edit distance of a and b, capped at 3 (all Typos
+// needs).
 func distance(a, b string) int {
 	if d := len(a) - len(b); d > 2 || d < -2 {
 		return 3
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return min(prev[len(b)], 3)
+	return min(editdist.Distance(a, b), 3)
 }

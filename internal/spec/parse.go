@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gpupass/gpupass/internal/editdist"
 )
 
 // Limits that keep hostile input cheap. A real spec is a few kilobytes
@@ -426,29 +428,8 @@ func didYouMean(s []string) string {
 	return "; did you mean " + strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1] + "?"
 }
 
-// editDistance is the Levenshtein distance (bounded input: keys only).
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 1 << 30
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+// editDistance is the one edit distance (bounded input: keys only).
+func editDistance(a, b string) int { return editdist.Distance(a, b) }
 
 // str reads a scalar as text. Versions such as `cuda: 12.1` arrive as
 // YAML floats; the text as written is what we keep.

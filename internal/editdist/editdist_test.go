@@ -1,0 +1,18 @@
+package editdist
+
+import "testing"
+
+func TestDistance(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"abc", "abc", 0}, {"kitten", "sitting", 3}, {"BROKR_URL", "BROKER_URL", 1},
+		{"flaw", "lawn", 2}, {"", "abc", 3}, {string(make([]byte, 65)), "a", Max},
+	} {
+		if got := Distance(c.a, c.b); got != c.want {
+			t.Errorf("Distance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
