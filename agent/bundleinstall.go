@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -471,6 +472,9 @@ type RegistryFlags struct {
 	PlainHTTP bool
 	Username  string
 	Password  string
+	// Timeout bounds the wait for a registry's answer and each pause
+	// in its bytes.
+	Timeout time.Duration
 }
 
 // AddFlags registers the registry flags (GPUPASS_REGISTRY_USERNAME,
@@ -481,6 +485,7 @@ func (r *RegistryFlags) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&r.Username, "registry-username", "", "wheel-bundle registry user name (default: docker config credentials)")
 	f.StringVar(&r.Password, "registry-password", "", "wheel-bundle registry password or token (secret; prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
 	flagenv.MarkSecret("registry-password")
+	f.DurationVar(&r.Timeout, "registry-timeout", bundle.DefaultTimeout, "longest wait for a registry's response headers, and longest pause in its bytes, on a bundle pull")
 }
 
 func (r *RegistryFlags) validate() error {
@@ -494,5 +499,6 @@ func (r *RegistryFlags) options() bundle.RegistryOptions {
 	return bundle.RegistryOptions{
 		PlainHTTP: r.PlainHTTP, Username: r.Username, Password: r.Password,
 		Retry: bundle.DefaultRetry, UserAgent: buildinfo.UserAgent("gpupass-agent"),
+		HeaderTimeout: r.Timeout, IdleTimeout: r.Timeout,
 	}
 }

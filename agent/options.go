@@ -12,6 +12,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // Options configure the agent. Every flag is also GPUPASS_<FLAG>; the
@@ -46,6 +47,8 @@ type Options struct {
 	NoWork bool
 	// KeepRuns is how many runs' work dirs stay on the node (RunLoop).
 	KeepRuns int
+	// Workdir bounds a run's work dir archive on unpack (RunLoop).
+	Workdir workdir.Limits
 	// RunAs is --run-as as given; runAs is what Validate resolved it to.
 	RunAs string
 	runAs *executor.RunAs
@@ -94,6 +97,10 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.RunCgroup, "run-cgroup", "auto", "give each run a cgroup its processes cannot leave, killed whole at the run's end: auto (when the agent can make one: root, cgroup v2 delegated or v1 freezer), required (refuse to start without), off")
 	f.Int64Var(&o.RunPidsMax, "run-pids-max", 0, "most processes and threads a run may have at once (its cgroup's pids.max; 0: no limit)")
 	f.DurationVar(&o.RunKillTimeout, "run-kill-timeout", executor.DefaultKillTimeout, "how long the agent waits for a run's processes to be gone after SIGKILL at its end; a run whose processes outlast it fails, and its uid is not reused")
+	f.IntVar(&o.Workdir.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories a run's work dir archive may unpack to (keep it as the broker's --workdir-max-entries)")
+	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
+	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")
+	f.IntVar(&o.Workdir.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest entry name (bytes) in a run's work dir archive")
 	f.IntVar(&o.KeepRuns, "keep-runs", 3, "work dirs (files, checkpoints) of the newest runs kept under the state dir, the starting run's included; older ones are deleted as a run starts (0 keeps them all)")
 	f.IntVar(&o.RunLogLinesPerSecond, "run-log-lines-per-second", executor.DefaultLinesPerSecond, "lines a run may print per second (stdout and stderr together); the rest are dropped and a WARN event counts them (-1: no limit)")
 	f.IntVar(&o.RunLogMaxMB, "run-log-max-mb", executor.DefaultMaxLogBytes>>20, "MB of log a run's output may add in all; further output is dropped after an ERROR event, and the run goes on (-1: no limit); keep it below the broker's --run-max-log-mb")

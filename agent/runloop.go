@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // Assignment is one run the broker hands this node.
@@ -143,6 +144,9 @@ type RunLoop struct {
 	// deleted, so checkpoints of old runs do not fill the node's disk.
 	// 0 keeps them all.
 	KeepRuns int
+	// WorkdirLimits bound a run's work dir archive on unpack (zero
+	// fields: workdir.Default).
+	WorkdirLimits workdir.Limits
 	// Busy, when set, is called as a run starts; the function it returns
 	// is called when the run's command and checks are over. The agent
 	// holds its periodic conformance runs meanwhile.
@@ -278,7 +282,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		return fail(fmt.Sprintf("creating work dir: %v", err))
 	}
 	if len(a.Workdir) > 0 {
-		if err := unpackWorkdir(a.Workdir, workDir); err != nil {
+		if err := unpackWorkdir(a.Workdir, workDir, l.WorkdirLimits); err != nil {
 			return fail(err.Error())
 		}
 	}
@@ -559,7 +563,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout, Output: a.o.outputLimits()},
-		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange,
+		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange, WorkdirLimits: a.o.Workdir,
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)

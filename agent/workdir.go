@@ -12,20 +12,16 @@ import (
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
-// workdirLimits are the agent's limits on a work dir archive: the
-// defaults, which a broker's --workdir-max-* may only lower for runs to
-// start on this agent.
-var workdirLimits = workdir.Default()
-
 // unpackWorkdir extracts a tar or tar.gz into dir under the work dir
-// limits (entries, depth, bytes, path length: the broker checks them at
-// submit; checked again here so that a broker with other limits, or an
+// limits (entries, depth, bytes, path length; --workdir-max-* on the agent,
+// which should match the broker's: the broker checks them at submit;
+// checked again here so that a broker with other limits, or an
 // archive that did not come through one, cannot fill the node's disk or
 // inodes). Only regular files and directories are written, and no entry
 // may leave dir.
-func unpackWorkdir(archive []byte, dir string) error {
+func unpackWorkdir(archive []byte, dir string, lim workdir.Limits) error {
 	fail := func(err error) error { return fmt.Errorf("unpacking the run's workdir archive: %w", err) }
-	tr, err := workdir.NewReader(bytes.NewReader(archive), workdirLimits)
+	tr, err := workdir.NewReader(bytes.NewReader(archive), lim.WithDefaults())
 	if err != nil {
 		return fail(err)
 	}

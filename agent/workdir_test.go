@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 func TestUnpackWorkdir(t *testing.T) {
@@ -52,7 +54,7 @@ func TestUnpackWorkdir(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			err := unpackWorkdir(tc.archive, dir)
+			err := unpackWorkdir(tc.archive, dir, workdir.Limits{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
@@ -71,5 +73,26 @@ func TestUnpackWorkdir(t *testing.T) {
 				t.Error("a symlink was created")
 			}
 		})
+	}
+}
+
+// TestUnpackWorkdirUsesTheAgentsLimits: --workdir-max-* reach the unpack
+// (an operator who lowers them, or raises them to match the broker's, is
+// heeded), and zero fields fall back to the defaults.
+func TestUnpackWorkdirUsesTheAgentsLimits(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for i := range 3 {
+		if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("f%d", i), Typeflag: tar.TypeReg, Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	if err := unpackWorkdir(b.Bytes(), t.TempDir(), workdir.Limits{MaxEntries: 2}); err == nil || !strings.Contains(err.Error(), "2") {
+		t.Errorf("3 entries under --workdir-max-entries 2: %v, want refused naming the limit", err)
+	}
+	if err := unpackWorkdir(b.Bytes(), t.TempDir(), workdir.Limits{MaxEntries: 3}); err != nil {
+		t.Errorf("3 entries under --workdir-max-entries 3: %v", err)
 	}
 }
