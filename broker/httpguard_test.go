@@ -84,7 +84,13 @@ func (s *stalled) Read(p []byte) (int, error) {
 
 func guardedBroker(t *testing.T) *brokertest.Broker {
 	t.Helper()
-	return brokertest.StartWithOptions(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast(),
+	cfg := brokertest.Fast()
+	// Parallel subtests may start minutes after their parent placed a
+	// run (a busy CI machine): the run must still be waiting then, not
+	// timed out and re-placed.
+	cfg.StartTimeout = time.Hour
+	cfg.OfflineAfter = time.Hour
+	return brokertest.StartWithOptions(t, brokertest.NewDB(t, "sqlite"), cfg,
 		broker.ServeOptions{Limits: broker.HTTPLimits{BodyGrace: time.Second, BodyMinRate: 4 << 10}})
 }
 
@@ -134,22 +140,7 @@ func TestLongCallsOutliveBodyDeadline(t *testing.T) {
 	t.Parallel()
 	b := guardedBroker(t)
 	agentTok := b.Token(t, store.RoleAgent, "*")
-	placed := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
-	// It beats while the test runs: on a slow machine the follows below
-	// would otherwise end when its node is declared lost.
-	beating, stopBeats := context.WithCancel(context.Background())
-	beatsDone := make(chan struct{})
-	go func() {
-		defer close(beatsDone)
-		for beating.Err() == nil {
-			_, _ = placed.Beat(beating)
-			select {
-			case <-beating.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { stopBeats(); <-beatsDone })
+	brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
 	a := brokertest.NewAgent(t, b.URL, agentTok, brokertest.H100("ap-south-1", 20)) // no report: gets no work
 	admin := b.Token(t, store.RoleAdmin, "*")
 	c := dialRuns(t, b, admin)
