@@ -120,7 +120,7 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 
 	t.Run("runs", func(t *testing.T) {
 		var out bytes.Buffer
-		if err := RunRuns(ctx, &RunsOptions{Global: &GlobalOptions{Output: "text"}, Broker: reader}, &out); err != nil || !strings.Contains(out.String(), "succeeded, simulated, LOG DISPUTED") {
+		if err := RunRuns(ctx, &RunsOptions{Global: &GlobalOptions{Output: "text"}, Broker: reader, Limit: 50}, &out); err != nil || !strings.Contains(out.String(), "succeeded, simulated, LOG DISPUTED") {
 			t.Errorf("runs: %v\n%s\nwant the run marked LOG DISPUTED", err, out.String())
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -45,7 +46,9 @@ func (s *Stack) StartAgent(t testing.TB, name, region string, extra ...string) *
 		t.Fatal(err)
 	}
 	a := &Agent{Name: name, State: dir, Log: filepath.Join(s.State, "logs", name+".log"),
-		env: append(os.Environ(), "GPUPASS_TOKEN="+tok.Agent)}
+		// The stack's environment (Options.Env) reaches these agents
+		// as it reaches up's; their flags below win over it.
+		env: append(slices.Clone(s.Env), "GPUPASS_TOKEN="+tok.Agent)}
 	a.args = append([]string{
 		"--broker-url", s.Config(t).BrokerURL, "--region", region, "--provider", "local", "--zone", region + "a",
 		"--hostname", name, "--state-dir", dir, "--simulate", "a100-80gb-4x", "--python", Python,
