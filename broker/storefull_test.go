@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,24 +23,6 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
-
-// lockedBuffer collects the broker's log across goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestFullStoreKeepsNodesOnline puts the broker's SQLite file on a small
 // tmpfs and fills it: heartbeats can no longer be written. Nodes that
@@ -62,7 +42,7 @@ func TestFullStoreKeepsNodesOnline(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	cfg := brokertest.Fast()
 	cfg.HeartbeatInterval, cfg.OfflineAfter = 200*time.Millisecond, time.Second
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, tlog{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -7,7 +7,6 @@
 package upstack
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -208,20 +207,5 @@ func Tail(s string, n int) string {
 	return "…" + s[len(s)-n:]
 }
 
-// Buffer is a bytes.Buffer safe to read while a process writes it.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *Buffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *Buffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// Buffer is testutil.Buffer (tests name it through this package too).
+type Buffer = testutil.Buffer
