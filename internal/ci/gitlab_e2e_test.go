@@ -3,6 +3,7 @@
 package ci_test
 
 import (
+	"net/http/cgi"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -10,18 +11,25 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/regtest"
 )
 
 // TestGitLabComponents runs the component project's own pipeline
-// (components/gitlab/.gitlab-ci.yml: validate and compare-report included
-// with `include: component:` at $CI_COMMIT_SHA, then a job that reads
-// their dotenv) through gitlab-ci-local on the shell executor.
+// (components/gitlab/.gitlab-ci.yml: every component included with
+// `include: component:` at $CI_COMMIT_SHA, in GitLab's default stages, then
+// a job that reads their dotenv) through gitlab-ci-local on the shell
+// executor, with a real registry for bundle-push. The jobs that need a
+// broker stay out (their rules), as in a project without one; the example
+// pipeline's test runs them against a stack.
 func TestGitLabComponents(t *testing.T) {
 	bin := testutil.BuildBinary(t, "./cmd/gpupass")
 	path := toolsPath(t, bin)
 	glci := lookPath(t, path, "gitlab-ci-local")
 	lookPath(t, path, "rsync")
+	registry := regtest.StartRegistry(t)
 
 	const token = "glpat-e2e-secret-7c1d"
 	srv := gitlabNotes(token)
@@ -38,6 +46,8 @@ func TestGitLabComponents(t *testing.T) {
 		"--variable", "CI_MERGE_REQUEST_IID=3",
 		"--variable", "CI_MERGE_REQUEST_PROJECT_ID=42",
 		"--variable", "GPUPASS_GITLAB_TOKEN="+token,
+		"--variable", "GPUPASS_BUNDLE_REPOSITORY="+registry+"/components/wheels",
+		"--variable", "GPUPASS_PLAIN_HTTP=true",
 	)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+path, "GITHUB_ACTIONS=", "CI=")
@@ -46,21 +56,27 @@ func TestGitLabComponents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gitlab-ci-local: %v\n%s", err, log)
 	}
-	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-compare-report", "PASS  check-handoff",
+	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-bundle-push", "PASS  compare-files", "PASS  check-handoff",
 		// gitlab-ci-local turns section markers into timings.
-		"gpupass_validate took", "gpupass_compare-report took"} {
+		"gpupass_validate took", "gpupass_compare-report took", "gpupass_bundle-push took"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("pipeline log lacks %q", want)
+		}
+	}
+	for _, job := range []string{"gpupass-train-us", "compare-runs", "gpupass-audit"} {
+		if strings.Contains(log, "PASS  "+job) || strings.Contains(log, "FAIL  "+job) {
+			t.Errorf("%s ran without a broker", job)
 		}
 	}
 	// The artifacts GitLab reads.
 	for _, f := range []string{
 		"gpupass-validate/.gitlab-ci-reports/dotenv/gpupass.env",
 		"gpupass-validate/gl-code-quality-report.json",
-		"gpupass-compare-report/.gitlab-ci-reports/dotenv/gpupass.env",
-		"gpupass-compare-report/gpupass-report/junit.xml",
-		"gpupass-compare-report/gpupass-report/report.md",
-		"gpupass-compare-report/gpupass-report/annotations.json",
+		"gpupass-bundle-push/.gitlab-ci-reports/dotenv/gpupass.env",
+		"compare-files/.gitlab-ci-reports/dotenv/gpupass.env",
+		"compare-files/report-files/junit.xml",
+		"compare-files/report-files/report.md",
+		"compare-files/report-files/annotations.json",
 	} {
 		if _, err := os.Stat(filepath.Join(dir, ".gitlab-ci-local", "artifacts", f)); err != nil {
 			t.Errorf("artifact %s: %v", f, err)
@@ -139,5 +155,97 @@ func TestGitLabComponentBadInput(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("pipeline log:\n%s", log)
+	}
+}
+
+// catalogRemote serves git over HTTP (git http-backend, the smart
+// protocol GitLab speaks) on loopback with one project,
+// gpupass/gpupass-components, assembled from this checkout by
+// scripts/release/gitlab-catalog.sh and tagged version, as the release
+// publishes it. It returns the server's URL; gitlab-ci-local fetches a
+// component at a tag from the host of the including project's remote, so
+// a user repository whose origin is URL/acme/train.git includes the
+// catalog from here.
+func catalogRemote(t *testing.T, version, image string) string {
+	t.Helper()
+	backend := filepath.Join(strings.TrimSpace(gitOut(t, ".", "--exec-path")), "git-http-backend")
+	if _, err := os.Stat(backend); err != nil {
+		testutil.Missing(t, "git-http-backend: %v", err)
+	}
+	work := filepath.Join(t.TempDir(), "gpupass-components")
+	if log, err := catalog(t, work, version, image); err != nil {
+		t.Fatalf("gitlab-catalog.sh: %v\n%s", err, log)
+	}
+	root := t.TempDir()
+	bare := filepath.Join(root, "gpupass", "gpupass-components.git")
+	for _, args := range [][]string{
+		{"clone", "-q", "--bare", work, bare},
+		// gitlab-ci-local clones with --filter=tree:0 and a sparse checkout.
+		{"-C", bare, "config", "uploadpack.allowFilter", "true"},
+		{"-C", bare, "config", "uploadpack.allowAnySHA1InWant", "true"},
+	} {
+		if b, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, b)
+		}
+	}
+	srv := httptest.NewServer(&cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// checkExamplePlan lints the example pipeline with gitlab-ci-local
+// (--preview renders it with the components expanded, --list plans it),
+// which fetches the components at 1.0.0 from the catalog remote, and
+// checks the plan: the released templates (with the stamped image), the
+// default stages, and no needs on the report and the audit.
+func checkExamplePlan(t *testing.T, glci string, p *pipeline) {
+	t.Helper()
+	run := func(args ...string) string {
+		cmd := exec.Command(glci, args...)
+		cmd.Dir = p.user
+		cmd.Env = append(os.Environ(), "PATH="+p.toolPath, "GITHUB_ACTIONS=", "CI=")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("gitlab-ci-local %v: %v\n%s%s", args, err, b, stderr.String())
+		}
+		return string(b)
+	}
+	preview := run("--preview")
+	var rendered map[string]any
+	if err := yaml.Unmarshal([]byte(preview), &rendered); err != nil {
+		t.Fatalf("--preview is not YAML: %v\n%s", err, preview)
+	}
+	stages := map[string]string{"gpupass-validate": "build", "gpupass-train-us": "test", "gpupass-train-eu": "test",
+		"gpupass-compare-report": "deploy", "gpupass-audit": "deploy"}
+	for job, stage := range stages {
+		j, _ := rendered[job].(map[string]any)
+		if j == nil {
+			t.Errorf("--preview has no job %s", job)
+			continue
+		}
+		if j["stage"] != stage {
+			t.Errorf("%s in stage %v, want %s", job, j["stage"], stage)
+		}
+		if _, ok := j["needs"]; ok {
+			t.Errorf("%s sets needs %v: it would not wait for the earlier stages", job, j["needs"])
+		}
+		img, _ := j["image"].(map[string]any)
+		if img["name"] != testImage {
+			t.Errorf("%s image %v, want the release's CLI image %s", job, j["image"], testImage)
+		}
+	}
+	list := run("--list")
+	for job := range stages {
+		if !strings.Contains(list, job) {
+			t.Errorf("--list lacks %s:\n%s", job, list)
+		}
+	}
+	for _, c := range []string{"validate", "train", "compare-report", "audit"} {
+		f := filepath.Join(p.user, ".gitlab-ci-local", "includes", "127.0.0.1", "gpupass", "gpupass-components", "1.0.0", "templates", c, "template.yml")
+		if b, err := os.ReadFile(f); err != nil || !strings.Contains(string(b), testImage) {
+			t.Errorf("component %s at 1.0.0 was not fetched from the catalog remote: %v", c, err)
+		}
 	}
 }
