@@ -37,6 +37,27 @@ func TestGitLabComponents(t *testing.T) {
 	defer ts.Close()
 
 	dir := gitRepo(t, "components/gitlab", "git@gitlab.invalid:gpupass/components.git")
+	// The plan, rendered by gitlab-ci-local: every component is a job of
+	// its own, the two compare-report includes included, in the default
+	// stages (the broker jobs are planned; their rules keep them out of a
+	// run without a broker).
+	preview := exec.Command(glci, "--preview")
+	preview.Dir = dir
+	preview.Env = append(os.Environ(), "PATH="+path, "GITHUB_ACTIONS=", "CI=")
+	pb, err := preview.Output()
+	var plan map[string]any
+	if err == nil {
+		err = yaml.Unmarshal(pb, &plan)
+	}
+	if err != nil {
+		t.Fatalf("gitlab-ci-local --preview: %v\n%s", err, pb)
+	}
+	for job, stage := range map[string]string{"gpupass-validate": "build", "gpupass-bundle-push": "build",
+		"gpupass-train-us": "test", "gpupass-train-eu": "test", "compare-files": "deploy", "compare-runs": "deploy", "gpupass-audit": "deploy"} {
+		if j, _ := plan[job].(map[string]any); j["stage"] != stage {
+			t.Errorf("the component pipeline plans %s in stage %v, want %s", job, j["stage"], stage)
+		}
+	}
 	cmd := exec.Command(glci,
 		"--shell-executor-no-image", "--force-shell-executor",
 		// gitlab-ci-local marks its jobs GITLAB_CI=false; this pipeline
