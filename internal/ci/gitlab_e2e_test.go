@@ -21,12 +21,12 @@ import (
 // (components/gitlab/.gitlab-ci.yml: every component included with
 // `include: component:` at $CI_COMMIT_SHA, in GitLab's default stages, then
 // a job that reads their dotenv) through gitlab-ci-local on the shell
-// executor, with a real registry for bundle-push. The jobs that need a
-// broker stay out (their rules), as in a project without one; the example
-// pipeline's test runs them against a stack.
+// executor, with a real registry for bundle-push and a `gpupass up` stack
+// for train (us and eu, testdata/train), compare-runs (the train jobs'
+// allocation ids through dotenv) and audit.
 func TestGitLabComponents(t *testing.T) {
-	bin := testutil.BuildBinary(t, "./cmd/gpupass")
-	path := toolsPath(t, bin)
+	p := startPipeline(t, "git@gitlab.invalid:acme/train.git")
+	path := p.toolPath
 	glci := lookPath(t, path, "gitlab-ci-local")
 	lookPath(t, path, "rsync")
 	registry := regtest.StartRegistry(t)
@@ -69,6 +69,12 @@ func TestGitLabComponents(t *testing.T) {
 		"--variable", "GPUPASS_GITLAB_TOKEN="+token,
 		"--variable", "GPUPASS_BUNDLE_REPOSITORY="+registry+"/components/wheels",
 		"--variable", "GPUPASS_PLAIN_HTTP=true",
+		"--variable", "GPUPASS_BROKER_URL="+p.url,
+		"--variable", "BROKER_TOKEN_US="+p.us,
+		"--variable", "BROKER_TOKEN_EU="+p.eu,
+		"--variable", "BROKER_TOKEN_READ="+p.read,
+		"--variable", "COSIGN_KEY="+p.cosignKey,
+		"--variable", "COSIGN_PASSWORD="+p.cosignPassword,
 	)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+path, "GITHUB_ACTIONS=", "CI=")
@@ -77,16 +83,12 @@ func TestGitLabComponents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gitlab-ci-local: %v\n%s", err, log)
 	}
-	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-bundle-push", "PASS  compare-files", "PASS  check-handoff",
+	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-bundle-push", "PASS  gpupass-train-us", "PASS  gpupass-train-eu",
+		"PASS  compare-files", "PASS  compare-runs", "PASS  gpupass-audit", "PASS  check-handoff",
 		// gitlab-ci-local turns section markers into timings.
-		"gpupass_validate took", "gpupass_compare-report took", "gpupass_bundle-push took"} {
+		"gpupass_validate took", "gpupass_compare-report took", "gpupass_bundle-push took", "gpupass_train took", "gpupass_audit took"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("pipeline log lacks %q", want)
-		}
-	}
-	for _, job := range []string{"gpupass-train-us", "compare-runs", "gpupass-audit"} {
-		if strings.Contains(log, "PASS  "+job) || strings.Contains(log, "FAIL  "+job) {
-			t.Errorf("%s ran without a broker", job)
 		}
 	}
 	// The artifacts GitLab reads.
@@ -98,15 +100,27 @@ func TestGitLabComponents(t *testing.T) {
 		"compare-files/report-files/junit.xml",
 		"compare-files/report-files/report.md",
 		"compare-files/report-files/annotations.json",
+		"compare-runs/report-runs/report.md",
+		"gpupass-audit/audit-report.zip",
 	} {
 		if _, err := os.Stat(filepath.Join(dir, ".gitlab-ci-local", "artifacts", f)); err != nil {
 			t.Errorf("artifact %s: %v", f, err)
 		}
 	}
+	ids := trainIDs(t, dir)
+	p.checkRuns(t, ids, strings.TrimSpace(gitOut(t, dir, "rev-parse", "HEAD")))
+	p.verifyAudit(t, filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-audit", "audit-report.zip"))
+	// Two compare-report includes, two notes (one per tag); the one over
+	// the runs names the allocation ids the train jobs handed on.
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	if len(srv.bodies) != 1 || !strings.Contains(srv.bodies[0], "gpupass compare: consistent") {
-		t.Errorf("MR notes posted = %q, want one compare report", srv.bodies)
+	if len(srv.bodies) != 2 || !strings.Contains(strings.Join(srv.bodies, "\n"), ids["us"]) || !strings.Contains(strings.Join(srv.bodies, "\n"), ids["eu"]) {
+		t.Errorf("MR notes posted = %q, want the files' and the runs' compare reports, the latter naming %v", srv.bodies, ids)
+	}
+	for _, b := range srv.bodies {
+		if !strings.Contains(b, "gpupass compare: consistent") {
+			t.Errorf("MR note %q is not a consistent compare report", b)
+		}
 	}
 	if srv.denied != 0 {
 		t.Errorf("%d requests without the project access token", srv.denied)
@@ -117,8 +131,10 @@ func TestGitLabComponents(t *testing.T) {
 		if l != "" {
 			b, _ = os.ReadFile(l)
 		}
-		if strings.Contains(string(b), token) {
-			t.Errorf("the token reached the job log %s", l)
+		for _, s := range []string{token, p.us, p.eu, p.read, p.cosignPassword} {
+			if strings.Contains(string(b), s) {
+				t.Errorf("a secret reached the job log %s", l)
+			}
 		}
 	}
 	if t.Failed() {
@@ -269,4 +285,26 @@ func checkExamplePlan(t *testing.T, glci string, p *pipeline) {
 			t.Errorf("component %s at 1.0.0 was not fetched from the catalog remote: %v", c, err)
 		}
 	}
+}
+
+// trainIDs reads the allocation id each train job handed on through its
+// dotenv report (gitlab-ci-local's artifacts under dir), by region.
+func trainIDs(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ids := map[string]string{}
+	for _, region := range []string{"us", "eu"} {
+		f := filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-train-"+region, ".gitlab-ci-reports", "dotenv", "gpupass-train-"+region+".env")
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Errorf("dotenv of train %s: %v", region, err)
+			continue
+		}
+		key := "GPUPASS_ALLOCATION_" + strings.ToUpper(region) + "="
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, key); ok {
+				ids[region] = v
+			}
+		}
+	}
+	return ids
 }

@@ -377,21 +377,7 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 		}
 	}
 	// The dotenv hand-off: each train job's allocation id by region.
-	ids := map[string]string{}
-	for _, region := range []string{"us", "eu"} {
-		f := filepath.Join(p.user, ".gitlab-ci-local", "artifacts", "gpupass-train-"+region, ".gitlab-ci-reports", "dotenv", "gpupass-train-"+region+".env")
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Errorf("dotenv of train %s: %v", region, err)
-			continue
-		}
-		key := "GPUPASS_ALLOCATION_" + strings.ToUpper(region) + "="
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, key); ok {
-				ids[region] = v
-			}
-		}
-	}
+	ids := trainIDs(t, p.user)
 	p.checkRuns(t, ids, sha)
 	// The compare job read both ids from the dotenv: the note names them.
 	notes.mu.Lock()
