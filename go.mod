@@ -23,7 +23,12 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require github.com/onsi/gomega v1.35.1 // indirect
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/onsi/gomega v1.35.1 // indirect
+)
 
 require (
 	connectrpc.com/connect v1.21.1
