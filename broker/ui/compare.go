@@ -21,7 +21,7 @@ const maxCompared = 8
 // comparePage makes the comparison `gpupass compare ALLOC…` makes: the
 // same series from the same API, built, judged and drawn by package
 // report (the table from its figures, the chart by its SVG code, the
-// markdown it posts to a pull request).
+// table from the same figures the markdown table shows).
 func (s *Server) comparePage(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	ids := q["run"]
@@ -98,18 +98,13 @@ func (s *Server) comparePage(w http.ResponseWriter, r *http.Request, sess *sessi
 		fail(err.Error())
 		return
 	}
-	var svg, md bytes.Buffer
+	var svg bytes.Buffer
 	if err := report.SVG(&svg, rep); err != nil {
 		fail("drawing the chart: " + err.Error())
-		return
-	}
-	if err := report.Markdown(&md, rep); err != nil {
-		fail("writing the markdown: " + err.Error())
 		return
 	}
 	data["Report"] = rep
 	// report.SVG escapes every label it writes.
 	data["SVG"] = template.HTML(svg.String()) //nolint:gosec // generated, escaped by report.SVG
-	data["Markdown"] = md.String()
 	s.render(w, r, "compare", sess, data)
 }
