@@ -379,6 +379,8 @@ func (s *Server) readLog(r *http.Request, sess *session, id string, after uint64
 			l, isMetric := logLine(rec)
 			if isMetric {
 				points++
+				// The agent's own log line already shows the metric.
+				continue
 			}
 			if l != "" {
 				lines = append(lines, l)
