@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	connectrpc.com/grpcreflect v1.3.1
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/go-github/v73 v73.0.0
@@ -23,7 +25,10 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require github.com/onsi/gomega v1.35.1 // indirect
+require (
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/onsi/gomega v1.35.1 // indirect
+)
 
 require (
 	connectrpc.com/connect v1.21.1

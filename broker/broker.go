@@ -38,6 +38,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/broker/ui"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/workdir"
@@ -243,6 +244,7 @@ func (b *Broker) Handler() http.Handler {
 		gpupassv1connect.AgentWorkServiceName, gpupassv1connect.RunServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
+	mux.Handle(ui.Prefix, b.dashboard(mux))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		if why := b.storeUnwritable(); why != "" {

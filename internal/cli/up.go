@@ -289,6 +289,7 @@ func printUp(out io.Writer, o *UpOptions, st *upStack, cfgPath string, nodes []*
 		return json.NewEncoder(out).Encode(v)
 	}
 	fmt.Fprintf(out, "broker  %s  (SQLite %s, log %s)\n", st.cfg.BrokerURL, filepath.Join(st.dir, "broker.db"), st.broker.log)
+	fmt.Fprintf(out, "ui      %s/ui/  (dashboard; log in with the token below)\n", st.cfg.BrokerURL)
 	for _, n := range nodes {
 		sim := ""
 		if n.Simulated {
