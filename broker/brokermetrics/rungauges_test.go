@@ -53,8 +53,8 @@ func TestRunGauges(t *testing.T) {
 	m.RunMetric("alloc-a", "us", metric(t, 10, t0, 2.5))
 	m.RunMetric("alloc-b", "eu", metric(t, 1, t0, 9))
 	m.RunMetric("alloc-a", "us", metric(t, 30, t0.Add(4*time.Second), 1.5)) // 20 steps in 4 s
-	m.RunMetric("alloc-a", "us", []byte("not json")) // ignored, but no drop
-	m.RunMetric("alloc-c", "eu", metric(t, 1, t0, 7)) // over the cap: b reported least recently
+	m.RunMetric("alloc-a", "us", []byte("not json"))                        // ignored, but no drop
+	m.RunMetric("alloc-c", "eu", metric(t, 1, t0, 7))                       // over the cap: b reported least recently
 	body := expose(t, m)
 	promtest.CheckMetrics(t, body)
 	fams := promtest.Parse(t, body)
