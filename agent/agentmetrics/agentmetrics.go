@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/promutil"
 )
 
 // Namespace prefixes every family: gpupass_agent_….
@@ -43,6 +44,7 @@ type Metrics struct {
 	suiteRuns  *prometheus.CounterVec
 	uploadRecs prometheus.Counter
 	uploadErrs prometheus.Counter
+	own        []prometheus.Collector
 }
 
 type trackedRun struct {
@@ -69,13 +71,31 @@ func New(gpu prometheus.Collector) *Metrics {
 		Help: "Run records the broker acknowledged holding."})
 	m.uploadErrs = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "upload_errors_total",
 		Help: "Record uploads that failed (each is retried)."})
-	m.reg.MustRegister(m.checkDur, m.checkPass, m.suiteWall, m.suiteRuns, m.uploadRecs, m.uploadErrs, runCollector{m},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.own = []prometheus.Collector{m.checkDur, m.checkPass, m.suiteWall, m.suiteRuns, m.uploadRecs, m.uploadErrs, runCollector{m}}
 	if gpu != nil {
-		m.reg.MustRegister(gpu)
+		m.own = append(m.own, gpu)
 	}
+	m.reg.MustRegister(m.own...)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// Names lists the names of the gpupass families, GPU ones included
+// whether or not NVML is there: what dashboards may query.
+func (m *Metrics) Names() []string {
+	return promutil.Names(append(m.own[:len(m.own):len(m.own)], gpuFamilies{})...)
+}
+
+// gpuFamilies describes the GPU families whatever the build.
+type gpuFamilies struct{}
+
+func (gpuFamilies) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range gpuDescs {
+		ch <- d
+	}
+}
+
+func (gpuFamilies) Collect(chan<- prometheus.Metric) {}
 
 // Registry is where the families live.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpupass/gpupass/internal/promutil"
 )
 
 // Namespace prefixes every family: gpupass_broker_….
@@ -63,6 +65,7 @@ type Metrics struct {
 	refusals     *prometheus.CounterVec
 
 	runGauges *runGauges // nil unless opted in (EnableRunGauges)
+	own       []prometheus.Collector
 }
 
 // New registers every family, the Go runtime's and the process's.
@@ -109,10 +112,21 @@ func New(src Sources) *Metrics {
 		Namespace: Namespace, Name: "refusals_total",
 		Help: "Requests and uploads refused, by reason: auth (no or unknown token), role (token may not call it), quota (a run over its record, log or rate limit), httpguard (request body over its limit or the memory budget).",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.rpcDuration, m.httpDuration, m.records, m.recordBytes, m.placement, m.queueWait,
-		m.beatLag, m.storeErrors, m.refusals, &scrapeCollector{m: m, src: src},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.own = []prometheus.Collector{m.rpcDuration, m.httpDuration, m.records, m.recordBytes, m.placement, m.queueWait,
+		m.beatLag, m.storeErrors, m.refusals, &scrapeCollector{m: m, src: src}}
+	m.reg.MustRegister(m.own...)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Names lists the names of the gpupass families (run gauges included
+// whether or not they are on): what dashboards may query.
+func (m *Metrics) Names() []string {
+	own := m.own
+	if m.runGauges == nil {
+		own = append(own[:len(own):len(own)], &runGauges{}, newDroppedCounter())
+	}
+	return promutil.Names(own...)
 }
 
 // Registry is where the families live (tests gather from it).

@@ -51,11 +51,15 @@ func (m *Metrics) EnableRunGauges(maxSeries int) {
 	if maxSeries <= 0 {
 		maxSeries = DefaultRunGaugeSeries
 	}
-	g := &runGauges{max: maxSeries, runs: map[string]*runPoint{},
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "run_series_dropped_total",
-			Help: "Runs whose training-metric gauges were dropped to stay under the cap (--run-metrics-gauges-max)."})}
+	g := &runGauges{max: maxSeries, runs: map[string]*runPoint{}, dropped: newDroppedCounter()}
 	m.reg.MustRegister(g, g.dropped)
 	m.runGauges = g
+	m.own = append(m.own, g, g.dropped)
+}
+
+func newDroppedCounter() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "run_series_dropped_total",
+		Help: "Runs whose training-metric gauges were dropped to stay under the cap (--run-metrics-gauges-max)."})
 }
 
 // RunMetric takes one metric record (JSON of events.Metric) of a run;
