@@ -10,6 +10,9 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/go-github/v73 v73.0.0
 	github.com/gowebpki/jcs v1.0.1
+	github.com/prometheus/client_golang v1.23.2
+	github.com/prometheus/client_model v0.6.2
+	github.com/prometheus/common v0.67.4
 	github.com/secure-systems-lab/go-securesystemslib v0.9.1
 	github.com/sethvargo/go-githubactions v1.1.0
 	github.com/sigstore/cosign/v2 v2.6.5
@@ -25,8 +28,12 @@ require (
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/onsi/gomega v1.35.1 // indirect
+	github.com/prometheus/procfs v0.17.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.3 // indirect
 )
 
 require (

@@ -27,6 +27,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/agent/agentmetrics"
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -78,6 +79,8 @@ type Agent struct {
 	runs atomic.Int32
 	// runNow asks the main loop for an on-demand suite run.
 	runNow chan chan runResult
+	// metrics are served at GET /metrics on the query endpoint.
+	metrics *agentmetrics.Metrics
 }
 
 type signedReport struct {
@@ -155,7 +158,8 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{o: o, log: log, key: key, pubPEM: pub, tls: tlsConf, runNow: make(chan chan runResult)}
+	a := &Agent{o: o, log: log, key: key, pubPEM: pub, tls: tlsConf, runNow: make(chan chan runResult),
+		metrics: agentmetrics.New(agentmetrics.DefaultNVML())}
 	a.creds = &api.AgentCredentials{Sign: func(p []byte) (string, error) { return conformance.Sign(key, p) }}
 	if b, err := os.ReadFile(filepath.Join(o.StateDir, StateFile)); err == nil {
 		var p persisted
@@ -212,6 +216,7 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.metrics.Conformance(res.Checks, res.Wall)
 	a.mu.Lock()
 	id := a.agentID
 	a.lastFacs = &res.Facts

@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/agent/agentmetrics"
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
@@ -151,6 +152,8 @@ type RunLoop struct {
 	// is called when the run's command and checks are over. The agent
 	// holds its periodic conformance runs meanwhile.
 	Busy func() (done func())
+	// Metrics, when set, exports the run in progress and its spool.
+	Metrics *agentmetrics.Metrics
 }
 
 func (l *RunLoop) log() *slog.Logger {
@@ -303,6 +306,12 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		}
 	}()
 	up := &uploader.Uploader{AllocID: a.AllocID, Spool: sp0, Sink: l.Source.Sink(a), Log: log}
+	// The run's state as the watcher reports it (below), read by /metrics.
+	var state atomic.Value
+	state.Store(StateStarting)
+	var untrack func()
+	up.Sink, untrack = l.Metrics.Track(sp0, func() string { return string(state.Load().(AllocState)) }, up.Sink)
+	defer untrack()
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
@@ -312,9 +321,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 
 	// state is what the watcher reports: starting through runtime-init
 	// (which keeps the broker's start timeout from firing), running once
-	// the lease check passed.
-	var state atomic.Value
-	state.Store(StateStarting)
+	// the lease check passed (declared above).
 	x := *l.Executor
 	x.Checks = append([]executor.RuntimeCheck(nil), l.Executor.Checks...)
 	// The bundle goes in before the conformance check: that check and the
@@ -568,6 +575,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	}
 	l.RunReport = a.runReporter(src)
 	l.Busy = a.busy
+	l.Metrics = a.metrics
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
