@@ -595,9 +595,10 @@ func (c *cancelAtEnd) Add(name string, n int64) {
 
 func (c *cancelAtEnd) Done(string, bool, error) {}
 
-// A pull cancelled while a wheel is checked from its file (deflated
-// entries are inflated there) stops with the cancellation, not with a
-// verification failure, and leaves nothing.
+// A pull cancelled while a wheel is checked from its file (an artifact
+// without a lock layer: its deflated entries are inflated there) stops
+// with the cancellation, not with a verification failure, and leaves
+// nothing.
 func TestPullCancelledDuringCheck(t *testing.T) {
 	t.Parallel()
 	reg := newRegistry(t)
