@@ -55,6 +55,8 @@ type BundleInstaller struct {
 	// GPUPASS_REGISTRY_USERNAME/PASSWORD, else the docker config keychain.
 	Registry bundle.RegistryOptions
 	Log      *slog.Logger
+
+	VerifyRecord bool // --verify-record (bundle.PullOptions.VerifyRecord)
 }
 
 // bundlesDir is the directory beside the runs' work dirs (WorkRoot's
@@ -126,6 +128,7 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 		Registry:      b.Registry,
 		Logger:        b.log(),
 		RequireDigest: sp.Security.NoInternetAccess,
+		VerifyRecord:  b.VerifyRecord,
 	})
 	if err != nil {
 		return "", fmt.Errorf("pulling bundle: %w", err)
@@ -135,7 +138,7 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 		size += w.Size
 	}
 	emit(events.Info, events.RuntimeBundle,
-		fmt.Sprintf("bundle %s pulled and verified: %d wheels, %d bytes (blob digests, RECORD hashes, lock)", res.Reference, len(res.Wheels), size),
+		fmt.Sprintf("bundle %s pulled and verified: %d wheels, %d bytes (%s)", res.Reference, len(res.Wheels), size, res.Checked()),
 		map[string]string{"digest": res.Digest, "reference": res.Reference, "wheels": fmt.Sprint(len(res.Wheels))})
 
 	base := job.Python
@@ -475,6 +478,8 @@ type RegistryFlags struct {
 	// Timeout bounds the wait for a registry's answer and each pause
 	// in its bytes.
 	Timeout time.Duration
+
+	VerifyRecord bool // --verify-record
 }
 
 // AddFlags registers the registry flags (GPUPASS_REGISTRY_USERNAME,
@@ -486,6 +491,7 @@ func (r *RegistryFlags) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&r.Password, "registry-password", "", "wheel-bundle registry password or token (secret; prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
 	flagenv.MarkSecret("registry-password")
 	f.DurationVar(&r.Timeout, "registry-timeout", bundle.DefaultTimeout, "longest wait for a registry's response headers, and longest pause in its bytes, on a bundle pull")
+	f.BoolVar(&r.VerifyRecord, "verify-record", false, "re-check every pulled wheel's zip and RECORD hashes, as push did (always done for bundles without a gpupass lock layer)")
 }
 
 func (r *RegistryFlags) validate() error {

@@ -298,6 +298,8 @@ type BundlePullOptions struct {
 	Progress io.Writer
 	TTY      bool
 	Logger   *slog.Logger
+
+	VerifyRecord bool // --verify-record (bundle.PullOptions.VerifyRecord)
 }
 
 // AddFlags registers pull's flags.
@@ -305,6 +307,7 @@ func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
 	o.Registry.AddFlags(cmd)
 	cmd.Flags().StringVar(&o.To, "to", "", "directory to write the wheelhouse to; must not exist or be empty (required)")
 	cmd.Flags().BoolVar(&o.Fsync, "fsync", false, "fsync every wheel before the wheelhouse is moved into place (survives power loss; slower)")
+	cmd.Flags().BoolVar(&o.VerifyRecord, "verify-record", false, "also re-check every wheel's zip and RECORD hashes, as push did (always done for artifacts without a gpupass lock layer; inflates every deflated file)")
 }
 
 func newBundlePullCmd(g *GlobalOptions) *cobra.Command {
@@ -312,9 +315,11 @@ func newBundlePullCmd(g *GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pull REF --to DIR",
 		Short: "Pull a bundle into a verified wheelhouse",
-		Long: `Fetch a bundle by tag or digest, check every blob's digest and every wheel's
-RECORD hashes, refuse unsafe file names, and move the wheelhouse into place
-only when everything checked out. Then:
+		Long: `Fetch a bundle by tag or digest, check every blob's digest and the lock
+layer, refuse unsafe file names, and move the wheelhouse into place only when
+everything checked out. Each wheel's RECORD hashes, which push checked, are
+checked again for artifacts without a gpupass lock layer, or with
+--verify-record. Then:
   pip install --no-index --find-links DIR <pkg>==<version>
 
 Exit codes: 0 pulled, 1 verification failed, 2 usage, I/O or registry error.`,
@@ -339,7 +344,7 @@ func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io
 	if err != nil {
 		return err
 	}
-	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger, Sync: o.Fsync}
+	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger, Sync: o.Fsync, VerifyRecord: o.VerifyRecord}
 	var prog *bundle.TextProgress
 	if o.Progress != nil {
 		prog = bundle.NewTextProgress(o.Progress, o.TTY, "pulled")
