@@ -293,6 +293,10 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
+	var te *report.ToleranceError
+	if _, err := report.ParseTolerance(o.Tolerance); errors.As(err, &te) {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input tolerance %q: %s", te.Value, te.Problem)}
+	}
 	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
 		return fmt.Errorf("creating the report directory: %w", err)
 	}

@@ -218,3 +218,28 @@ func TestCIStepAudit(t *testing.T) {
 		t.Error("audit step with a wrong cosign-password succeeded")
 	}
 }
+
+// TestBadToleranceNamesFlagOrInput: the report package says what is wrong
+// with a tolerance; `gpupass compare` names the flag the user typed and
+// `ci step` the input the workflow set, never the other's name.
+func TestBadToleranceNamesFlagOrInput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	us, eu := filepath.Join(dir, "us.jsonl"), filepath.Join(dir, "eu.jsonl")
+	writeMetrics(t, us, 0)
+	writeMetrics(t, eu, 0.001)
+	const problem = `"abs=5%": abs takes a plain number, not a percentage`
+
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"compare", us, eu, "--tolerance", "abs=5%"}, strings.NewReader(""), &out, &errb)
+	if code != ExitUsage || !strings.Contains(errb.String(), "--tolerance "+problem) {
+		t.Errorf("gpupass compare --tolerance abs=5%%: exit %d, stderr %q; want %d naming --tolerance and %s", code, errb.String(), ExitUsage, problem)
+	}
+
+	o := &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, Tolerance: "abs=5%", ReportDir: filepath.Join(dir, "rep"),
+		Getenv: func(string) string { return "" }}
+	err := RunCIStep(context.Background(), o, &bytes.Buffer{})
+	if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "input tolerance "+problem) || strings.Contains(fmt.Sprint(err), "--tolerance") {
+		t.Errorf("ci step with input tolerance abs=5%%: %v (exit %d); want a usage error naming the input tolerance, not the flag", err, ExitCode(err))
+	}
+}

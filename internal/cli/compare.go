@@ -338,6 +338,10 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 		getenv = func(string) string { return "" }
 	}
 	tol, err := report.ParseTolerance(o.Tolerance)
+	var te *report.ToleranceError
+	if errors.As(err, &te) {
+		return fmt.Errorf("--tolerance %q: %s", te.Value, te.Problem)
+	}
 	if err != nil {
 		return err
 	}
