@@ -33,6 +33,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fsutil"
@@ -294,7 +295,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	clients, err := api.Dial(a.o.BrokerURL, api.DialOptions{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls})
+	clients, err := client.Dial(a.o.BrokerURL, client.Options{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls, UserAgent: buildinfo.UserAgent("gpupass-agent")})
 	if err != nil {
 		return err
 	}
@@ -389,7 +390,7 @@ type beat struct {
 	counter uint64
 }
 
-func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupassv1.HeartbeatResponse, error) {
+func (a *Agent) heartbeat(ctx context.Context, c *client.Clients, hb *beat) (*gpupassv1.HeartbeatResponse, error) {
 	a.mu.Lock()
 	id, key, epoch := a.agentID, a.sessKey, a.sessEpoch
 	a.mu.Unlock()
@@ -421,7 +422,7 @@ func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupa
 // enroll retries with backoff while the broker is unreachable; a refusal
 // (bad token, region out of scope, bad labels) or a broker certificate
 // that is not trusted ends the agent at once, since retrying cannot fix it.
-func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollResponse, error) {
+func (a *Agent) enroll(ctx context.Context, c *client.Clients) (*gpupassv1.EnrollResponse, error) {
 	fp, err := api.KeyFingerprint(&a.key.PublicKey)
 	if err != nil {
 		return nil, err
@@ -486,7 +487,7 @@ func (a *Agent) busy() (done func()) {
 // probe would take the run's disk bandwidth and measure it contended, and
 // the run was checked against its spec as it started. The next tick after
 // the run measures again.
-func (a *Agent) periodic(ctx context.Context, c *api.Clients) error {
+func (a *Agent) periodic(ctx context.Context, c *client.Clients) error {
 	if a.held("periodic conformance run") {
 		return nil
 	}
@@ -504,7 +505,7 @@ func (a *Agent) held(what string) bool {
 	return n > 0
 }
 
-func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*signedReport, error) {
+func (a *Agent) measureAndUpload(ctx context.Context, c *client.Clients) (*signedReport, error) {
 	sr, err := a.measure(ctx)
 	if err != nil {
 		return nil, err
@@ -512,7 +513,7 @@ func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*signedRe
 	return sr, a.upload(ctx, c)
 }
 
-func (a *Agent) upload(ctx context.Context, c *api.Clients) error {
+func (a *Agent) upload(ctx context.Context, c *client.Clients) error {
 	a.mu.Lock()
 	sr, id := a.last, a.agentID
 	a.mu.Unlock()

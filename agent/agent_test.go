@@ -16,9 +16,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 )
@@ -307,13 +307,13 @@ func (b reportBroker) UploadReport(context.Context, *connect.Request[gpupassv1.U
 
 // enrolledSimAgent is a simulated agent, known as agt-1 to a loopback
 // broker that takes its reports; uploads counts them.
-func enrolledSimAgent(t *testing.T) (a *Agent, clients *api.Clients, uploads *atomic.Int32) {
+func enrolledSimAgent(t *testing.T) (a *Agent, clients *client.Clients, uploads *atomic.Int32) {
 	t.Helper()
 	uploads = new(atomic.Int32)
 	mux := http.NewServeMux()
 	mux.Handle(gpupassv1connect.NewAgentServiceHandler(reportBroker{n: uploads}))
 	broker := serveGRPC(t, mux)
-	clients, err := api.Dial(broker.URL, api.DialOptions{Token: "tok", GRPC: true})
+	clients, err := client.Dial(broker.URL, client.Options{Token: "tok", GRPC: true})
 	if err != nil {
 		t.Fatal(err)
 	}

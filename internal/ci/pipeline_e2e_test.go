@@ -22,8 +22,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -124,7 +124,7 @@ func (p *pipeline) head(t *testing.T) string {
 // the short commit.
 func (p *pipeline) checkRuns(t *testing.T, ids map[string]string, sha string) {
 	t.Helper()
-	rc, err := api.DialRuns(p.url, api.DialOptions{Token: p.read})
+	rc, err := client.DialRuns(p.url, client.Options{Token: p.read})
 	if err != nil {
 		t.Fatal(err)
 	}
