@@ -23,8 +23,8 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -93,7 +93,7 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Fatalf("train %s: exit %d\n%s\n%s", name, code, upstack.Tail(out, 2000), errOut)
 		}
 	}
-	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: submit})
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: submit})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil/promtest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -76,7 +76,7 @@ scrape_configs:
 	if err != nil {
 		t.Fatalf("train --follow: %v\n%s", err, out)
 	}
-	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ scrape_configs:
 	if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || !run.LogComplete {
 		t.Fatalf("run %s: %s, log complete %t; want a succeeded run with its whole log", run.Id, run.State, run.LogComplete)
 	}
-	nc, err := api.Dial(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	nc, err := client.Dial(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
