@@ -71,7 +71,7 @@ type Agent struct {
 	// creds prove the node on every work call (enrollment sets them,
 	// every broker answer refreshes the echoed time).
 	creds    *api.AgentCredentials
-	last     *signedReport
+	last     *SignedReport
 	lastFacs *probe.Facts
 	// runs counts the runs in progress (RunLoop.Busy): periodic suite
 	// runs wait while it is above zero.
@@ -80,7 +80,8 @@ type Agent struct {
 	runNow chan chan runResult
 }
 
-type signedReport struct {
+// SignedReport is one conformance report as the node signed it.
+type SignedReport struct {
 	Report    *conformance.Report
 	Bytes     []byte // canonical bytes, exactly as signed
 	Signature string
@@ -98,7 +99,7 @@ const reportMaxAge = 5 * time.Minute
 // MarshalJSON writes the report as the signed bytes themselves, so a
 // client can verify the signature over exactly what it received (the
 // "report" value), with no HTML escaping or re-encoding in between.
-func (sr *signedReport) MarshalJSON() ([]byte, error) {
+func (sr *SignedReport) MarshalJSON() ([]byte, error) {
 	sig, err := json.Marshal(sr.Signature)
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (sr *signedReport) MarshalJSON() ([]byte, error) {
 }
 
 type runResult struct {
-	rep *signedReport
+	rep *SignedReport
 	err error
 }
 
@@ -203,11 +204,11 @@ func (a *Agent) expectations() suite.Expectations {
 }
 
 // RunOnce runs the suite and returns the signed report, without a broker.
-func (a *Agent) RunOnce(ctx context.Context) (*signedReport, error) {
+func (a *Agent) RunOnce(ctx context.Context) (*SignedReport, error) {
 	return a.measure(ctx)
 }
 
-func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
+func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 	res, err := a.suite.Run(ctx, a.expectations())
 	if err != nil {
 		return nil, err
@@ -236,7 +237,7 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	sr := &signedReport{Report: rep, Bytes: b, Signature: sig, generated: now}
+	sr := &SignedReport{Report: rep, Bytes: b, Signature: sig, generated: now}
 	a.log.Info("conformance suite ran", "passed", rep.Passed(), "wall_ms", rep.SuiteDurationMS, "reused", res.Reused, "simulated", rep.Simulated, "fingerprint", rep.RuntimeFingerprint)
 	if id != "" {
 		// Keep the last report next to the key: auditors and `cosign
@@ -270,6 +271,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Info("jobs run as a uid of their own from " + a.o.runAsRange.Spec)
 	default:
 		a.log.Warn("jobs run as the agent's own user and can read its identity key (so sign reports it never measured); run the agent as root with --run-as USER", "uid", os.Geteuid())
+	}
+	if a.o.Registry.PlainHTTP && !a.o.NoWork {
+		a.log.Warn("wheel bundles are pulled over plain HTTP (--plain-http): for loopback test registries only")
 	}
 	ln, err := net.Listen("tcp", a.o.QueryAddr)
 	if err != nil {
@@ -499,7 +503,7 @@ func (a *Agent) held(what string) bool {
 	return n > 0
 }
 
-func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*signedReport, error) {
+func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*SignedReport, error) {
 	sr, err := a.measure(ctx)
 	if err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ type RunReportSink interface {
 // when it measured python, is a run venv's layout (bundleinstall.go):
 // its packages are read from their metadata, since starting that
 // interpreter as the agent would run the bundle's code next to the key.
-func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython) (*signedReport, error) {
+func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython) (*SignedReport, error) {
 	exp := suite.FromSpec(sp)
 	exp.StorageClass = a.o.StorageClass
 	res, err := a.suite.Run(ctx, exp)
@@ -104,7 +104,7 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	}
 	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "fingerprint", rep.RuntimeFingerprint,
 		"spec_fingerprint", rep.SpecFingerprint, "simulated", rep.Simulated)
-	return &signedReport{Report: rep, Bytes: b, Signature: sig, python: measured}, nil
+	return &SignedReport{Report: rep, Bytes: b, Signature: sig, python: measured}, nil
 }
 
 // packageChecks compares each pinned package with what the run's Python
@@ -188,7 +188,7 @@ var errReportUnsupported = errors.New("the broker does not support run reports")
 // unreachable (a restart must not fail the run) for up to a minute. A
 // refusal is final: a report the broker does not accept leaves the run
 // without evidence, which must not pass unnoticed.
-func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *signedReport, log *slog.Logger) error {
+func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *SignedReport, log *slog.Logger) error {
 	deadline := time.Now().Add(time.Minute)
 	bo := backoff.New(100*time.Millisecond, 5*time.Second)
 	for {

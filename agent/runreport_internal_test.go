@@ -95,7 +95,7 @@ func TestSubmitWithRetry(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := &fakeSink{errs: tc.errs}
-			err := submitWithRetry(context.Background(), s, &Assignment{AllocID: "alloc-1"}, &signedReport{}, slog.New(slog.DiscardHandler))
+			err := submitWithRetry(context.Background(), s, &Assignment{AllocID: "alloc-1"}, &SignedReport{}, slog.New(slog.DiscardHandler))
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) || s.calls != tc.wantCalls {
 				t.Errorf("err %v after %d calls; want %v after %d", err, s.calls, tc.wantErr, tc.wantCalls)
 			}
