@@ -171,7 +171,7 @@ func (b reportBroker) UploadReport(context.Context, *connect.Request[gpupassv1.U
 
 // enrolledSimAgent is a simulated agent, known as agt-1 to a loopback
 // broker that takes its reports; uploads counts them.
-func enrolledSimAgent(t *testing.T) (a *Agent, clients *api.Clients, uploads *atomic.Int32) {
+func enrolledSimAgent(t *testing.T) (a *Agent, cp ControlPlane, uploads *atomic.Int32) {
 	t.Helper()
 	uploads = new(atomic.Int32)
 	mux := http.NewServeMux()
@@ -188,7 +188,7 @@ func enrolledSimAgent(t *testing.T) (a *Agent, clients *api.Clients, uploads *at
 	a.mu.Lock()
 	a.agentID = "agt-1"
 	a.mu.Unlock()
-	return a, clients, uploads
+	return a, NewControlPlane(clients), uploads
 }
 
 // TestSuiteHeldDuringRun: while a run is in progress, neither the

@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
@@ -177,7 +175,7 @@ func (l *RunLoop) Run(ctx context.Context) error {
 				break
 			}
 			wait := retry
-			if connect.CodeOf(err) == connect.CodeUnimplemented {
+			if errors.Is(err, ErrUnsupported) {
 				// A broker without the runs API: registry only.
 				wait = 30 * time.Second
 			}

@@ -196,7 +196,7 @@ func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr
 		switch {
 		case err == nil, errors.Is(err, errReportUnsupported), errors.Is(err, ErrStaleLease):
 			return err
-		case connect.CodeOf(err) != connect.CodeUnavailable && connect.CodeOf(err) != connect.CodeDeadlineExceeded && connect.CodeOf(err) != connect.CodeUnknown:
+		case !errors.Is(err, ErrUnavailable):
 			return err
 		case time.Now().After(deadline):
 			return err
@@ -227,7 +227,7 @@ func (b *brokerSource) SubmitRunReport(ctx context.Context, a *Assignment, repor
 	case connect.CodeFailedPrecondition:
 		return fmt.Errorf("%w: %s", ErrStaleLease, api.Describe(err))
 	}
-	return fmt.Errorf("sending the signed run report of %s: %w", a.AllocID, err)
+	return fmt.Errorf("sending the signed run report of %s: %w", a.AllocID, brokerErr(err))
 }
 
 // recheck is runtime-init's conformance step: the run report when the
