@@ -161,18 +161,26 @@ func TestAfterBeat(t *testing.T) {
 	}
 }
 
-// TestServeEnrollRefused: a refused enrollment ends the loop at once (no
-// retry can fix a bad token), with the broker's words.
-func TestServeEnrollRefused(t *testing.T) {
-	t.Parallel()
+// noWorkAgent is a simulated agent that takes no runs: Serve is its
+// control loop alone.
+func noWorkAgent(t *testing.T) *Agent {
+	t.Helper()
 	o := simOptions(t, "h100-sxm5-8x")
 	o.NoWork = true
 	a, err := New(o, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a
+}
+
+// TestServeEnrollRefused: a refused enrollment ends the loop at once (no
+// retry can fix a bad token), with the broker's words.
+func TestServeEnrollRefused(t *testing.T) {
+	t.Parallel()
+	a := noWorkAgent(t)
 	cp := &fakeControlPlane{enrollErr: connectErr(connect.CodeUnauthenticated)}
-	err = a.Serve(context.Background(), cp)
+	err := a.Serve(context.Background(), cp)
 	if !errors.Is(err, ErrRefused) {
 		t.Fatalf("Serve = %v, want a refusal", err)
 	}
@@ -185,12 +193,7 @@ func TestServeEnrollRefused(t *testing.T) {
 // a heartbeat) gets a new enrollment and a report, and the loop beats on.
 func TestServeEnrollsAgainWhenLost(t *testing.T) {
 	t.Parallel()
-	o := simOptions(t, "h100-sxm5-8x")
-	o.NoWork = true
-	a, err := New(o, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := noWorkAgent(t)
 	cp := &fakeControlPlane{beats: []error{connectErr(connect.CodeNotFound)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -71,10 +71,10 @@ func TestTypos(t *testing.T) {
 func TestAlias(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name string
-		args []string
-		env  map[string]string
-		want string
+		name  string
+		flags []string
+		vars  map[string]string
+		want  string
 	}{
 		{"new flag", []string{"--flagenv-new-tok", "a"}, nil, "a"},
 		{"old flag", []string{"--flagenv-old-tok", "b"}, nil, "b"},
@@ -91,10 +91,10 @@ func TestAlias(t *testing.T) {
 			cmd.Flags().StringVar(&got, "flagenv-new-tok", "", "")
 			Alias(cmd.Flags(), "flagenv-new-tok", "flagenv-old-tok")
 			cmd.SetErr(&strings.Builder{})
-			if err := cmd.ParseFlags(tt.args); err != nil {
+			if err := cmd.ParseFlags(tt.flags); err != nil {
 				t.Fatal(err)
 			}
-			if err := Apply(cmd, func(k string) string { return tt.env[k] }); err != nil {
+			if err := Apply(cmd, func(k string) string { return tt.vars[k] }); err != nil {
 				t.Fatal(err)
 			}
 			if got != tt.want {
