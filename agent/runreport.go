@@ -36,7 +36,8 @@ import (
 const packageCheckPrefix = "package."
 
 // RunReportSink is a WorkSource that takes a run's signed report (the
-// broker does).
+// broker does). Its errors are classified as brokerErr does: one that
+// is ErrUnavailable is retried.
 type RunReportSink interface {
 	SubmitRunReport(ctx context.Context, a *Assignment, report []byte, signature string) error
 }

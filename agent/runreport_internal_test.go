@@ -77,8 +77,9 @@ func (f *fakeSink) SubmitRunReport(context.Context, *Assignment, []byte, string)
 
 func TestSubmitWithRetry(t *testing.T) {
 	t.Parallel()
-	unavailable := fmt.Errorf("sending: %w", connect.NewError(connect.CodeUnavailable, errors.New("broker restarting")))
-	denied := fmt.Errorf("sending: %w", connect.NewError(connect.CodePermissionDenied, errors.New("signature does not verify")))
+	// As the broker's sink returns them: classified at the client edge.
+	unavailable := fmt.Errorf("sending: %w", brokerErr(connect.NewError(connect.CodeUnavailable, errors.New("broker restarting"))))
+	denied := fmt.Errorf("sending: %w", brokerErr(connect.NewError(connect.CodePermissionDenied, errors.New("signature does not verify"))))
 	tests := []struct {
 		name      string
 		errs      []error
