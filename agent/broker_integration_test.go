@@ -201,7 +201,7 @@ func TestAgentsWithRealBroker(t *testing.T) {
 		t.Fatalf("DryRun: %s", api.Describe(err))
 	}
 	if len(dr.Msg.Candidates) != 1 || dr.Msg.Candidates[0].Node.Region != "us-west-2" {
-		t.Errorf("candidates %v, want the us-west-2 H100 node", dr.Msg.Candidates)
+		t.Errorf("candidates %v, want the us-west-2 H100 node; %v", dr.Msg.Candidates, dr.Msg)
 	}
 	// The report's fingerprint covers no packages (the node cannot know
 	// which a spec will pin): it equals the fingerprint of the same spec

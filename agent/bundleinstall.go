@@ -13,13 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/events"
-	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/wheel"
@@ -51,7 +48,7 @@ import (
 //
 // The zero value talks TLS and takes credentials from the docker config.
 type BundleInstaller struct {
-	// Registry is how the registry is reached: --registry-plain-http,
+	// Registry is how the registry is reached: --plain-http,
 	// GPUPASS_REGISTRY_USERNAME/PASSWORD, else the docker config keychain.
 	Registry bundle.RegistryOptions
 	Log      *slog.Logger
@@ -482,19 +479,8 @@ type RegistryFlags struct {
 	VerifyRecord bool // --verify-record
 }
 
-// AddFlags registers the registry flags (GPUPASS_REGISTRY_USERNAME,
-// GPUPASS_REGISTRY_PASSWORD or GPUPASS_REGISTRY_PASSWORD_FILE, ...).
-func (r *RegistryFlags) AddFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.BoolVar(&r.PlainHTTP, "registry-plain-http", false, "pull wheel bundles over plain HTTP (loopback test registries only; TLS otherwise)")
-	f.StringVar(&r.Username, "registry-username", "", "wheel-bundle registry user name (default: docker config credentials)")
-	f.StringVar(&r.Password, "registry-password", "", "wheel-bundle registry password or token (secret; prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
-	flagenv.MarkSecret("registry-password")
-	f.DurationVar(&r.Timeout, "registry-timeout", bundle.DefaultTimeout, "longest wait for a registry's response headers, and longest pause in its bytes, on a bundle pull")
-	f.BoolVar(&r.VerifyRecord, "verify-record", false, "re-check every pulled wheel's zip and RECORD hashes, as push did (always done for bundles without a gpupass lock layer)")
-}
-
-func (r *RegistryFlags) validate() error {
+// Validate checks that the credentials come together.
+func (r *RegistryFlags) Validate() error {
 	if (r.Username == "") != (r.Password == "") {
 		return errors.New("--registry-username and --registry-password go together (GPUPASS_REGISTRY_USERNAME/PASSWORD)")
 	}

@@ -102,7 +102,7 @@ func (a *Agent) QueryHandler() http.Handler {
 
 // reportCopy copies sr (nil for nil) under a.mu: the main loop marks a
 // report Uploaded under the lock, while the endpoint encodes it.
-func (a *Agent) reportCopy(sr *signedReport) *signedReport {
+func (a *Agent) reportCopy(sr *SignedReport) *SignedReport {
 	if sr == nil {
 		return nil
 	}

@@ -48,7 +48,7 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 	defer cancel()
 	resp, err := b.c.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: agentID, WaitSeconds: int32(b.wait / time.Second)}))
 	if err != nil {
-		return nil, fmt.Errorf("polling for work: %w", err)
+		return nil, fmt.Errorf("polling for work: %w", brokerErr(err))
 	}
 	m := resp.Msg.GetAssignment()
 	if m == nil {

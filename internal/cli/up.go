@@ -186,7 +186,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 				"--simulate", o.Profile, "--python", o.Python, "--query-addr", "127.0.0.1:0",
 				"--price-per-hour", "2.5", "--storage-class", "standard", "--bandwidth-gbps", "25",
 				"--read-probe-mb", "8",
-			}, []string{"GPUPASS_TOKEN=" + toks.Agent})
+			}, []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent})
 			if err != nil {
 				return err
 			}

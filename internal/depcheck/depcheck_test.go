@@ -60,6 +60,7 @@ var rules = []struct {
 }{
 	{"broker", []string{"./agent"}, "the broker never imports the agent (they meet only in internal/api)", false},
 	{"agent", []string{"./broker", "./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent stays small: no broker, no CLI, no cosign, no forge clients", false},
+	{"agent", []string{"./internal/command", "github.com/spf13/cobra", "github.com/spf13/pflag"}, "the daemon has no command layer: cobra and flags live in internal/command/agent", false},
 	{"cmd/gpupass-agent", []string{"./broker", "./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent binary stays small", false},
 	{"broker", []string{"./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/", "github.com/olekukonko/tablewriter"}, "the broker links no CLI, signing, forge or table-rendering code", false},
 	{"cmd/gpupass-broker", []string{"./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/", "github.com/olekukonko/tablewriter"}, "the broker binary stays small", false},

@@ -1,3 +1,6 @@
+// Package agent is gpupass-agent's command layer: the cobra tree, its
+// flags and their environment variables, exit codes and printing. The
+// daemon itself (package github.com/gpupass/gpupass/agent) has no cobra.
 package agent
 
 import (
@@ -12,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	daemon "github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -56,7 +60,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // NewCommand builds the gpupass-agent command tree; diagnostics go to
 // logw.
 func NewCommand(logw io.Writer) *cobra.Command {
-	o := &Options{}
+	o := &daemon.Options{}
 	var verbose bool
 	var output string
 	logger := func() *slog.Logger {
@@ -82,8 +86,8 @@ Without a GPU the agent says "NVML not available" and offers no GPUs;
 --simulate PROFILE runs on a simulated hardware profile, and every report
 then says "simulated": true.
 
-Every flag can be set as GPUPASS_<FLAG> (GPUPASS_BROKER_URL, GPUPASS_TOKEN,
-GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or I/O.`,
+Every flag can be set as GPUPASS_<FLAG> (GPUPASS_BROKER_URL,
+GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or I/O.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -95,7 +99,7 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 			if err := o.Validate(true); err != nil {
 				return err
 			}
-			a, err := New(o, logger())
+			a, err := daemon.New(o, logger())
 			if err != nil {
 				return err
 			}
@@ -106,10 +110,10 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug diagnostics on stderr")
-	o.AddFlags(root)
+	addFlags(root, o)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
-	co := &Options{}
+	co := &daemon.Options{}
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Run the conformance suite once and print the signed report (no broker)",
@@ -121,7 +125,7 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 			if err := co.Validate(false); err != nil {
 				return err
 			}
-			a, err := New(co, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			a, err := daemon.New(co, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				return err
 			}
@@ -143,7 +147,7 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 	f.StringVar(&co.StateDir, "state-dir", "/var/lib/gpupass-agent", "directory holding the identity key that signs the report")
 	f.StringVar(&co.StorageClass, "storage-class", "standard", "storage class the node is sold as")
 	f.StringVar(&co.Region, "region", "", "label: region written in the report")
-	co.addProbeFlags(check)
+	addProbeFlags(check, co)
 	co.SuiteInterval = 1 << 62 // unused by check, but Validate wants a sane value
 	root.AddCommand(check)
 
@@ -166,7 +170,7 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 	return root
 }
 
-func printReport(w io.Writer, output string, sr *signedReport) error {
+func printReport(w io.Writer, output string, sr *daemon.SignedReport) error {
 	if output == "json" {
 		b, err := sr.MarshalJSON()
 		if err != nil {
