@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -31,9 +31,7 @@ func (b *BrokerFlags) DialRuns() (*api.RunClients, error) {
 }
 
 // stateName is a run state in lower case (running, succeeded…).
-func stateName(s gpupassv1.AllocState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "ALLOC_STATE_"))
-}
+func stateName(s gpupassv1.AllocState) string { return runview.State(s) }
 
 func terminal(s gpupassv1.AllocState) bool {
 	return s == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || s == gpupassv1.AllocState_ALLOC_STATE_FAILED ||
