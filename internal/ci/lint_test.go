@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -99,7 +100,8 @@ func TestActionScripts(t *testing.T) {
 
 	shellcheck := testutil.Tool(t, "shellcheck")
 	dir := t.TempDir()
-	scripts := []string{filepath.Join(root, "scripts", "action", "install.sh"), filepath.Join(root, "scripts", "release", "build.sh"), filepath.Join(root, "scripts", "release", "checksums.sh"), filepath.Join(root, "scripts", "release", "gitlab-catalog.sh")}
+	scripts, _ := filepath.Glob(filepath.Join(root, "scripts", "release", "*.sh"))
+	scripts = append(scripts, filepath.Join(root, "scripts", "action", "install.sh"))
 	for i, s := range a.Runs.Steps {
 		p := filepath.Join(dir, "step"+string(rune('0'+i))+".sh")
 		if err := os.WriteFile(p, []byte("#!/usr/bin/env bash\n"+s.Run+"\n"), 0o644); err != nil {
@@ -109,6 +111,39 @@ func TestActionScripts(t *testing.T) {
 	}
 	if out, err := exec.Command(shellcheck, scripts...).CombinedOutput(); err != nil {
 		t.Errorf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// TestWorkflowActionsPinned holds the project's workflows and the action
+// to pinned actions: every remote `uses:` names a full commit SHA with the
+// release it is in a comment, so a moved tag upstream changes nothing here.
+func TestWorkflowActionsPinned(t *testing.T) {
+	t.Parallel()
+	root := testutil.RepoRoot(t)
+	files, _ := filepath.Glob(filepath.Join(root, ".github", "workflows", "*.yml"))
+	files = append(files, filepath.Join(root, "action.yml"))
+	uses := regexp.MustCompile(`^\s*(?:-\s+)?uses:\s*(\S+)(.*)$`)
+	pinned := regexp.MustCompile(`^[\w.-]+/[\w./-]+@[0-9a-f]{40}$`)
+	release := regexp.MustCompile(`^\s*#\s*v\d+\.\d+\.\d+\b`)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			m := uses.FindStringSubmatch(line)
+			if m == nil || strings.HasPrefix(m[1], "./") || strings.HasPrefix(m[1], "docker://") {
+				continue
+			}
+			n++
+			if !pinned.MatchString(m[1]) || !release.MatchString(m[2]) {
+				t.Errorf("%s:%d: uses %s%s: pin a remote action by its full commit SHA with the release in a comment (uses: owner/repo@<40 hex> # vX.Y.Z)", filepath.Base(f), i+1, m[1], m[2])
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no remote actions found in %v", files)
 	}
 }
 

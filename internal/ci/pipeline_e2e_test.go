@@ -3,13 +3,8 @@
 package ci_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -157,28 +152,64 @@ func (p *pipeline) verifyAudit(t *testing.T, zip string) {
 	}
 }
 
-// releaseServer serves the gpupass binary as the action's install script
-// downloads a release: RELEASES/latest/download/gpupass_linux_amd64.tar.gz
-// and checksums.txt.
-func releaseServer(t *testing.T, gpupass, repo string) *httptest.Server {
+// releaseVersion is the version the dry run of the release stamps.
+const releaseVersion = "v1.4.2"
+
+// dryRunRelease runs scripts/release/dry-run.sh in a fresh repository of
+// this checkout, as a release manager would before pushing the tag: the
+// release commit and tag, the host's archives, checksums.txt signed with a
+// key pair made by the real cosign (keyless needs the workflow's OIDC
+// token), and the major tag moved. It returns the action as it is at v1
+// (git archive of the tag), the release assets and the public key.
+func dryRunRelease(t *testing.T) (action, dist, pub string) {
 	t.Helper()
-	bin, err := os.ReadFile(gpupass)
-	if err != nil {
-		t.Fatal(err)
+	cosign := testutil.Tool(t, "cosign")
+	repo := gitRepo(t, ".", "https://github.com/gpupass/gpupass.git")
+	keys, dist := t.TempDir(), t.TempDir()
+	env := append(os.Environ(), "COSIGN_PASSWORD=release-dry-run", "COSIGN="+cosign,
+		"GIT_AUTHOR_NAME=gpupass release", "GIT_AUTHOR_EMAIL=release@gpupass.test",
+		"GIT_COMMITTER_NAME=gpupass release", "GIT_COMMITTER_EMAIL=release@gpupass.test")
+	kg := exec.Command(cosign, "generate-key-pair", "--output-key-prefix", "release")
+	kg.Dir, kg.Env = keys, env
+	if b, err := kg.CombinedOutput(); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, b)
 	}
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	tw.WriteHeader(&tar.Header{Name: "gpupass", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Now()})
-	tw.Write(bin)
-	tw.Close()
-	gz.Close()
-	asset := "gpupass_linux_amd64.tar.gz"
-	sums := fmt.Sprintf("%x  %s\n", sha256.Sum256(buf.Bytes()), asset)
+	cmd := exec.Command("bash", "scripts/release/dry-run.sh", releaseVersion)
+	cmd.Dir = repo
+	cmd.Env = append(env, "COSIGN_KEY="+filepath.Join(keys, "release.key"), "DIST="+dist)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("dry-run.sh %s: %v\n%s", releaseVersion, err, b)
+	}
+	git := func(args ...string) string {
+		c := exec.Command("git", args...)
+		c.Dir = repo
+		b, err := c.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if v1, rel := git("rev-parse", "v1^{commit}"), git("rev-parse", releaseVersion+"^{commit}"); v1 != rel {
+		t.Fatalf("v1 is at %s, want the release commit %s", v1, rel)
+	}
+	action = t.TempDir()
+	arch := exec.Command("sh", "-c", `git archive v1 | tar -x -C "$1"`, "sh", action)
+	arch.Dir = repo
+	if b, err := arch.CombinedOutput(); err != nil {
+		t.Fatalf("git archive v1: %v\n%s", err, b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(action, "scripts", "action", "version")); strings.TrimSpace(string(b)) != releaseVersion {
+		t.Fatalf("scripts/action/version at v1 = %q, want %s", b, releaseVersion)
+	}
+	return action, dist, filepath.Join(keys, "release.pub")
+}
+
+// releaseServer serves the release assets in dist as GitHub serves a
+// release of repo: RELEASES/download/VERSION/NAME.
+func releaseServer(t *testing.T, dist, repo string) *httptest.Server {
+	t.Helper()
 	mux := http.NewServeMux()
-	base := "/" + repo + "/releases/latest/download/"
-	mux.HandleFunc("GET "+base+asset, func(w http.ResponseWriter, r *http.Request) { w.Write(buf.Bytes()) })
-	mux.HandleFunc("GET "+base+"checksums.txt", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(sums)) })
+	mux.Handle("GET /"+repo+"/releases/download/"+releaseVersion+"/", http.StripPrefix("/"+repo+"/releases/download/"+releaseVersion, http.FileServer(http.Dir(dist))))
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	return ts
@@ -187,9 +218,12 @@ func releaseServer(t *testing.T, gpupass, repo string) *httptest.Server {
 // TestExamplePipelineThroughAct runs examples/ci/github/gpupass.yml, as a
 // user copies it, through act on the host against a `gpupass up` stack:
 // validate → train us + eu (the real PyTorch example) → compare-report →
-// audit. `gpupass/gpupass@v1` is this checkout (act --local-repository)
-// and installs the released binary, checksum-verified, from a loopback
-// release server (GITHUB_SERVER_URL); GITHUB_API_URL points to a loopback
+// audit. `gpupass/gpupass@v1` is the v1 tag a dry run of the release
+// steps (scripts/release/dry-run.sh) left in a copy of this checkout (act
+// --local-repository); it installs its own release, from a loopback release
+// server (GITHUB_SERVER_URL) serving the dry run's assets, after checking
+// the signature of checksums.txt (the dry run's public key stands in for
+// the keyless identity) and the archive's sha256; GITHUB_API_URL points to a loopback
 // server that records the PR comment. actions/upload-artifact, which act
 // cannot fetch here, is a stand-in that copies the files for the test.
 func TestExamplePipelineThroughAct(t *testing.T) {
@@ -206,8 +240,8 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 	comments := githubComments(ghToken)
 	ghAPI := httptest.NewServer(comments.handler())
 	defer ghAPI.Close()
-	release := releaseServer(t, p.gpupass, "gpupass/gpupass")
-	action := gitRepo(t, ".", "https://github.com/gpupass/gpupass.git")
+	action, dist, releasePub := dryRunRelease(t)
+	release := releaseServer(t, dist, "gpupass/gpupass")
 	uploadStandIn := filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "upload-artifact")
 
 	event := filepath.Join(t.TempDir(), "event.json")
@@ -224,6 +258,8 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 		"--env", "GITHUB_API_URL="+ghAPI.URL+"/api/v3",
 		"--env", "GITHUB_SERVER_URL="+release.URL,
 		"--env", "GITHUB_REPOSITORY=acme/train",
+		"--env", "GPUPASS_INSTALL_COSIGN="+lookPath(t, p.toolPath, "cosign"),
+		"--env", "GPUPASS_INSTALL_COSIGN_PUBLIC_KEY="+releasePub,
 		"--var", "GPUPASS_BROKER_URL="+p.url,
 		"-s", "GITHUB_TOKEN="+ghToken,
 		"-s", "BROKER_TOKEN_US="+p.us,
@@ -252,9 +288,11 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 			t.Errorf("job %s did not succeed", job)
 		}
 	}
-	// The released binary was installed (checksum checked), not built.
-	if strings.Contains(log, "building gpupass from") || !strings.Contains(log, "gpupass_linux_amd64.tar.gz: OK") {
-		t.Errorf("the action did not install the checksum-verified release")
+	// The action's own release was installed (signature and checksum
+	// checked), not built: five jobs, five installs.
+	if strings.Contains(log, "building gpupass from") || strings.Count(log, "Verified OK") < len(jobs) ||
+		strings.Count(log, "gpupass_linux_amd64.tar.gz: OK") < len(jobs) || strings.Count(log, "gpupass "+releaseVersion) < len(jobs) {
+		t.Errorf("the action did not install its own release %s, signature- and checksum-verified", releaseVersion)
 	}
 
 	// Outputs: the fingerprint, and the allocation ids per region.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/flagalias"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/wheel"
 )
@@ -76,7 +77,8 @@ type TargetFlags struct {
 // AddFlags registers the coverage flags.
 func (o *TargetFlags) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVarP(&o.Spec, "spec", "f", "", "spec file whose pinned packages the wheelhouse must cover")
+	f.StringVarP(&o.Spec, "spec", "s", "", "spec file whose pinned packages the wheelhouse must cover")
+	flagalias.Shorthand(f, "spec", "f", cmd.ErrOrStderr) // -f is --follow elsewhere
 	f.StringVar(&o.Python, "python", "", "target CPython version (default: the spec's runtime.python)")
 	f.StringVar(&o.Arch, "arch", defaultArch, "target architecture of the nodes (x86_64, aarch64)")
 	f.StringVar(&o.GLIBC, "glibc", defaultGLIBC, "glibc version of the nodes: manylinux wheels newer than this are incompatible")

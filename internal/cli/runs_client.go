@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,13 +17,12 @@ import (
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // stateName is a run state in lower case (running, succeeded…).
-func stateName(s gpupassv1.AllocState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "ALLOC_STATE_"))
-}
+func stateName(s gpupassv1.AllocState) string { return runview.State(s) }
 
 func terminal(s gpupassv1.AllocState) bool {
 	return s == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || s == gpupassv1.AllocState_ALLOC_STATE_FAILED ||

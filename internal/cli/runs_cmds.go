@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -143,7 +144,7 @@ func RunRuns(ctx context.Context, o *RunsOptions, out io.Writer) error {
 		return rpcError("listing runs", o.Broker.URL, err)
 	}
 	if o.Global != nil && o.Global.Output == "json" {
-		return writeProtoJSON(out, resp.Msg)
+		return runview.WriteList(out, resp.Msg.Runs)
 	}
 	if len(resp.Msg.Runs) == 0 {
 		_, err := fmt.Fprintln(out, "no runs in scope")
@@ -194,7 +195,7 @@ func RunCancel(ctx context.Context, o *CancelOptions, out io.Writer) error {
 	}
 	r := resp.Msg.Run
 	if o.Global != nil && o.Global.Output == "json" {
-		return writeProtoJSON(out, r)
+		return runview.WriteRun(out, r)
 	}
 	switch {
 	case terminal(r.State):

@@ -4,6 +4,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,11 +17,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -67,11 +68,14 @@ func (f *faultStack) submit(name string, flags []string, command ...string) *gpu
 		}
 		f.t.Fatalf("gpupass train: %v\n%s", err, out)
 	}
-	var resp gpupassv1.ListRunsResponse
-	if err := protojson.Unmarshal(out, &resp); err != nil || len(resp.Runs) != 1 {
+	var list runview.List
+	if err := json.Unmarshal(out, &list); err != nil || len(list.Runs) != 1 {
 		f.t.Fatalf("train --output json printed %q (%v)", out, err)
 	}
-	return resp.Runs[0]
+	// The run as the submit answered (placement included): what the
+	// subtests check before the run moves on.
+	v := list.Runs[0]
+	return &gpupassv1.Run{Id: v.ID, Region: v.Region, NodeId: v.NodeID}
 }
 
 func (f *faultStack) run(id string) *gpupassv1.Run {

@@ -131,7 +131,7 @@ func TestTrainFollowLogsRunsCompare(t *testing.T) {
 		t.Fatalf("runs -o json: exit %d, %v:\n%s", code, err, out)
 	}
 	for _, r := range list.Runs {
-		if r.State != "ALLOC_STATE_SUCCEEDED" || r.NodeID == "" {
+		if r.State != "succeeded" || r.NodeID == "" {
 			t.Errorf("listed run %+v", r)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -52,10 +53,10 @@ type TrainOptions struct {
 func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 	f := cmd.Flags()
-	f.StringVar(&o.Spec, "spec", "gpupass.yaml", "the run's spec file")
+	f.StringVarP(&o.Spec, "spec", "s", "gpupass.yaml", "the run's spec file")
 	f.StringArrayVar(&o.Regions, "region", nil, "region to train in; repeat for one run per region (required)")
 	f.StringVar(&o.Name, "name", "", "run name (default: the spec's name); the region and, in CI, the short commit are added")
-	f.BoolVar(&o.Follow, "follow", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
+	f.BoolVarP(&o.Follow, "follow", "f", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
 	f.IntVar(&o.MaxRestarts, "max-restarts", 3, "restarts after a NaN/Inf loss, from the newest checkpoint")
 	f.BoolVar(&o.ResumeElsewhere, "resume-elsewhere", false, "when a node is lost mid-run, restart on another candidate from the newest checkpoint instead of failing")
@@ -211,7 +212,7 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 		}
 	}
 	if jsonOut {
-		if err := writeProtoJSON(out, &gpupassv1.ListRunsResponse{Runs: runs}); err != nil {
+		if err := runview.WriteList(out, runs); err != nil {
 			return err
 		}
 	} else if o.Follow {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/findings"
+	"github.com/gpupass/gpupass/internal/flagalias"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -54,7 +55,8 @@ type ValidateOptions struct {
 // AddFlags registers validate's flags.
 func (o *ValidateOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVarP(&o.Spec, "spec", "f", "", "spec file (default: gpupass.yaml, or lightning-cloud.yaml, in the working directory)")
+	f.StringVarP(&o.Spec, "spec", "s", "", "spec file (default: gpupass.yaml, or lightning-cloud.yaml, in the working directory)")
+	flagalias.Shorthand(f, "spec", "f", cmd.ErrOrStderr) // -f is --follow elsewhere
 	f.StringVar(&o.Format, "format", "", "findings format: "+strings.Join(findings.Formats, ", ")+" (default text; json with --output json)")
 	f.BoolVar(&o.Local, "local", false, "also check this machine's runtime (driver, nvcc, python, torch, packages) against the spec")
 	f.StringVar(&o.Python, "python", "python3", "Python interpreter probed by --local")

@@ -1,13 +1,38 @@
 #!/usr/bin/env bash
 # Installs gpupass for the GitHub Action: the released binary for this
-# runner's OS and architecture, checked against the release's sha256
-# checksum file; or, when no release matches or GPUPASS_INSTALL_VERSION is
-# "source", a build from the action's own checkout. Puts gpupass on
-# GITHUB_PATH. Inputs come only through the environment.
+# runner's OS and architecture, trusted only after the release's
+# checksums.txt verifies against its Sigstore bundle and the archive
+# against the sha256 inside it; or, when GPUPASS_INSTALL_VERSION is
+# "source" (or no release exists for this platform), a build from the
+# action's own checkout. Puts gpupass on GITHUB_PATH. Inputs come only
+# through the environment:
+#
+#   GPUPASS_INSTALL_VERSION    a release tag, "latest" or "source"; empty: the
+#                              action's own release (scripts/action/version,
+#                              stamped by scripts/release/stamp.sh; "dev" on
+#                              an unreleased commit, which builds from source)
+#   GPUPASS_INSTALL_COSIGN     cosign binary to verify with; default: cosign
+#                              ${cosign_version} downloaded and checked against
+#                              its pinned sha256 below
+#   GPUPASS_INSTALL_COSIGN_PUBLIC_KEY
+#                              verify against this public key file instead of
+#                              the keyless identity (a mirror that re-signs the
+#                              release with its own key; the tests)
+#
+# By default the signature must be a keyless one made by this repository's
+# release workflow (.github/workflows/release.yml at a v* tag) through
+# GitHub Actions' OIDC issuer: anyone who can upload release assets but not
+# run that workflow cannot make a binary this script accepts.
 set -euo pipefail
 
-version="${GPUPASS_INSTALL_VERSION:-latest}"
 action_path="${GPUPASS_ACTION_PATH:?GPUPASS_ACTION_PATH is not set}"
+version="${GPUPASS_INSTALL_VERSION:-}"
+if [ -z "$version" ]; then
+	version="$(tr -d ' \t\r\n' <"$action_path/scripts/action/version" 2>/dev/null || true)"
+	case "$version" in
+	"" | dev) version=source ;;
+	esac
+fi
 repo="${GPUPASS_ACTION_REPOSITORY:-}"
 dest="${RUNNER_TEMP:-${TMPDIR:-/tmp}}/gpupass-bin"
 mkdir -p "$dest"
@@ -15,6 +40,11 @@ mkdir -p "$dest"
 # script ends: self-hosted runners keep their temp dirs between jobs.
 download=""
 trap 'if [ -n "$download" ]; then rm -rf "$download"; fi' EXIT
+
+fail() {
+	echo "::error title=gpupass install::$*"
+	exit 1
+}
 
 case "${RUNNER_OS:-$(uname -s)}" in
 Linux) os=linux ;;
@@ -27,9 +57,72 @@ ARM64 | arm64 | aarch64) arch=arm64 ;;
 *) arch="" ;;
 esac
 
+# cosign for the verification when none is given: the release
+# sigstore/cosign-installer v4.1.2 bootstraps from, with the digests it pins.
+cosign_version=v3.0.6
+cosign_sha256() {
+	case "$1" in
+	linux_amd64) echo c956e5dfcac53d52bcf058360d579472f0c1d2d9b69f55209e256fe7783f4c74 ;;
+	linux_arm64) echo bedac92e8c3729864e13d4a17048007cfafa79d5deca993a43a90ffe018ef2b8 ;;
+	darwin_amd64) echo 4c3e7af8372d3ca3296e62fa56f23fcbb5721cc6ac1827900d398f110d7cd280 ;;
+	darwin_arm64) echo 5fadd012ae6381a6a29ff86a7d39aa873878852f1073fc90b15995961ecfb084 ;;
+	esac
+}
+
+sha256_of() {
+	if command -v sha256sum >/dev/null; then
+		sha256sum "$1" | cut -d' ' -f1
+	else
+		shasum -a 256 "$1" | cut -d' ' -f1
+	fi
+}
+
+# find_cosign sets cosign (not through $(…): fail must end the script).
+find_cosign() {
+	if [ -n "${GPUPASS_INSTALL_COSIGN:-}" ]; then
+		cosign="$GPUPASS_INSTALL_COSIGN"
+		return
+	fi
+	local want bin="$download/cosign"
+	want="$(cosign_sha256 "${os}_${arch}")"
+	[ -n "$want" ] || fail "no pinned cosign for ${os}/${arch} to verify the release with: set GPUPASS_INSTALL_COSIGN to a cosign binary, or use version: source"
+	curl -fsSL --retry 3 -o "$bin" "https://github.com/sigstore/cosign/releases/download/${cosign_version}/cosign-${os}-${arch}" ||
+		fail "downloading cosign ${cosign_version} to verify the release failed; set GPUPASS_INSTALL_COSIGN to a cosign binary"
+	[ "$(sha256_of "$bin")" = "$want" ] || fail "cosign ${cosign_version} for ${os}/${arch} does not match its pinned sha256; not trusting it"
+	chmod +x "$bin"
+	cosign="$bin"
+}
+
+# The keyless identity: this repository's release workflow at a v* tag.
+identity_regexp() {
+	local escaped
+	escaped="${repo//./\\.}" # owner/name: only the dot is special
+	printf '^https://github\\.com/%s/\\.github/workflows/release\\.yml@refs/tags/v' "$escaped"
+}
+
+# verify_checksums fails the install unless checksums.txt carries a valid
+# signature: a tampered checksum file is an error, never a fallback.
+verify_checksums() {
+	local out
+	find_cosign
+	local args=(verify-blob --bundle "$download/checksums.txt.sigstore.json")
+	if [ -n "${GPUPASS_INSTALL_COSIGN_PUBLIC_KEY:-}" ]; then
+		# A key-pair signature carries no transparency-log entry.
+		args+=(--key "$GPUPASS_INSTALL_COSIGN_PUBLIC_KEY" --insecure-ignore-tlog=true)
+	else
+		args+=(--certificate-identity-regexp "$(identity_regexp)"
+			--certificate-oidc-issuer https://token.actions.githubusercontent.com)
+	fi
+	if ! out="$("$cosign" "${args[@]}" "$download/checksums.txt" 2>&1)"; then
+		printf '%s\n' "$out" >&2
+		fail "the signature of checksums.txt from $base does not verify (cosign verify-blob); not installing. The release was not made by ${repo}'s release workflow, or was changed after"
+	fi
+	printf '%s\n' "$out" >&2
+}
+
 from_release() {
 	[ "$version" != source ] && [ -n "$repo" ] && [ -n "$os" ] && [ -n "$arch" ] || return 1
-	local asset="gpupass_${os}_${arch}.tar.gz" base
+	local asset="gpupass_${os}_${arch}.tar.gz"
 	if [ "$version" = latest ]; then
 		base="${GITHUB_SERVER_URL:?}/${repo}/releases/latest/download"
 	else
@@ -38,24 +131,25 @@ from_release() {
 	download="$(mktemp -d "$(dirname "$dest")/gpupass-download.XXXXXX")"
 	curl -fsSL --retry 3 -o "$download/$asset" "$base/$asset" || return 1
 	curl -fsSL --retry 3 -o "$download/checksums.txt" "$base/checksums.txt" || return 1
-	# A download that does not match the published checksum is an error,
-	# never a reason to fall back.
-	(cd "$download" && grep " ${asset}\$" checksums.txt | sha256sum -c -) >&2 || {
-		echo "::error title=gpupass install::checksum mismatch for $asset from $base"
-		exit 1
-	}
+	# From here on the release exists: anything missing or wrong is an
+	# error, never a reason to fall back to a source build.
+	curl -fsSL --retry 3 -o "$download/checksums.txt.sigstore.json" "$base/checksums.txt.sigstore.json" ||
+		fail "the release at $base has no checksums.txt.sigstore.json: cannot verify checksums.txt, not installing"
+	verify_checksums
+	(cd "$download" && grep " ${asset}\$" checksums.txt | sha256sum -c -) >&2 ||
+		fail "checksum mismatch for $asset from $base"
 	tar -xzf "$download/$asset" -C "$dest" gpupass
 }
 
 from_source() {
 	if ! command -v go >/dev/null; then
-		echo "::error title=gpupass install::no gpupass release for ${os:-this OS}/${arch:-this arch} at version ${version}, and Go is not installed to build it (add actions/setup-go)"
-		exit 1
+		fail "no gpupass release for ${os:-this OS}/${arch:-this arch} at version ${version}, and Go is not installed to build it (add actions/setup-go)"
 	fi
 	echo "building gpupass from ${action_path}" >&2
 	(cd "$action_path" && CGO_ENABLED=0 go build -trimpath -o "$dest/gpupass" ./cmd/gpupass)
 }
 
+base="" cosign=""
 if ! from_release; then
 	from_source
 fi

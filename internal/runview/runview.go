@@ -1,0 +1,168 @@
+// Package runview is the JSON shape of runs that `gpupass runs`, `train`
+// and `cancel` print with --output json: a stable, documented contract for
+// scripts and jq, independent of the wire format. The protobuf JSON it
+// replaces spelled states as enum names ("ALLOC_STATE_FAILED"), 64-bit
+// integers as strings and times as nanosecond epochs, and would change
+// with every field added to the API.
+//
+// The rules (README "Runs as JSON"): snake_case keys, every key always
+// present; states in lower case; counts and prices as JSON numbers; times
+// as RFC 3339 strings in UTC, null when the run has not reached that
+// point; empty lists as [], never null. New keys may be added; existing
+// ones keep their name, type and meaning.
+//
+// The package only converts and encodes: no network, no CLI.
+package runview
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// Run is one run as --output json prints it.
+type Run struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Region string `json:"region"`
+	// State is pending, matched, starting, running, succeeded, failed or
+	// cancelled (unspecified only from a broker that sent none).
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	// NodeID is empty until the run is matched.
+	NodeID          string   `json:"node_id"`
+	Score           *Score   `json:"score"` // the node's score when it was chosen; null before
+	PricePerHour    float64  `json:"price_per_hour"`
+	MaxPrice        float64  `json:"max_price"` // 0: no cap
+	SpecFingerprint string   `json:"spec_fingerprint"`
+	Command         []string `json:"command"`
+	ExitCode        int32    `json:"exit_code"`
+	Attempts        int32    `json:"attempts"`
+	Restarts        int32    `json:"restarts"`
+	CancelRequested bool     `json:"cancel_requested"`
+	Simulated       bool     `json:"simulated"`
+	ResumeElsewhere bool     `json:"resume_elsewhere"`
+	ReplacedNodes   []string `json:"replaced_nodes"` // nodes tried before the current one, in order
+	CreatedAt       *Time    `json:"created_at"`
+	UpdatedAt       *Time    `json:"updated_at"`
+	StartedAt       *Time    `json:"started_at"`
+	FinishedAt      *Time    `json:"finished_at"`
+	Log             Log      `json:"log"`
+}
+
+// Log says how much of the run's log the broker holds, and whether it is
+// proof of what the run printed (DESIGN §10).
+type Log struct {
+	// Complete: a terminal run whose records the broker holds gap-free up
+	// to the last one the agent reported, none disputed.
+	Complete bool `json:"complete"`
+	// Disputed: some sequence number was sent twice with other content.
+	Disputed         bool   `json:"disputed"`
+	HeldThrough      uint64 `json:"held_through"`
+	LastSeq          uint64 `json:"last_seq"`
+	DisputedRecords  uint64 `json:"disputed_records"`
+	FirstDisputedSeq uint64 `json:"first_disputed_seq"`
+}
+
+// Score is the health score the broker gave the node when it placed the
+// run, with each term (README "Broker and agents").
+type Score struct {
+	Score             float64 `json:"score"`
+	LatencyMS         float64 `json:"latency_ms"`
+	LatencyUsedMS     float64 `json:"latency_used_ms"`
+	LatencyCapMS      float64 `json:"latency_cap_ms"`
+	LatencyPenalty    float64 `json:"latency_penalty"`
+	FailureRatePct    float64 `json:"failure_rate_pct"`
+	Launches24h       int64   `json:"launches_24h"`
+	LaunchFailures24h int64   `json:"launch_failures_24h"`
+	FailurePenalty    float64 `json:"failure_penalty"`
+	ClassMeanPrice    float64 `json:"class_mean_price"`
+	PricePremiumPct   float64 `json:"price_premium_pct"`
+	PricePenalty      float64 `json:"price_penalty"`
+}
+
+// Time is a point in time printed as RFC 3339 in UTC with the
+// nanoseconds the broker keeps ("2026-12-02T03:51:59.123456789Z").
+type Time struct{ time.Time }
+
+// MarshalJSON implements json.Marshaler.
+func (t Time) MarshalJSON() ([]byte, error) {
+	return json.Marshal(t.UTC().Format(time.RFC3339Nano))
+}
+
+// List is the document of `runs` and `train`: {"runs": [...]}, newest
+// first for `runs`, in region order for `train`.
+type List struct {
+	Runs []Run `json:"runs"`
+}
+
+// State is a run state in lower case: "failed" for ALLOC_STATE_FAILED.
+func State(s gpupassv1.AllocState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "ALLOC_STATE_"))
+}
+
+// FromProto converts a run from the broker's API.
+func FromProto(r *gpupassv1.Run) Run {
+	v := Run{
+		ID: r.GetId(), Name: r.GetName(), Region: r.GetRegion(), State: State(r.GetState()), Reason: r.GetReason(),
+		NodeID: r.GetNodeId(), PricePerHour: r.GetPricePerHour(), MaxPrice: r.GetMaxPrice(),
+		SpecFingerprint: r.GetSpecFingerprint(), Command: nonNil(r.GetCommand()), ExitCode: r.GetExitCode(),
+		Attempts: r.GetAttempts(), Restarts: r.GetRestarts(), CancelRequested: r.GetCancelRequested(),
+		Simulated: r.GetSimulated(), ResumeElsewhere: r.GetResumeElsewhere(), ReplacedNodes: nonNil(r.GetReplacedNodes()),
+		CreatedAt: unixNano(r.GetCreatedUnixNano()), UpdatedAt: unixNano(r.GetUpdatedUnixNano()),
+		StartedAt: unixNano(r.GetStartedUnixNano()), FinishedAt: unixNano(r.GetFinishedUnixNano()),
+		Log: Log{Complete: r.GetLogComplete(), Disputed: r.GetLogDisputed(), HeldThrough: r.GetHeldThrough(),
+			LastSeq: r.GetLastSeq(), DisputedRecords: r.GetDisputedRecords(), FirstDisputedSeq: r.GetFirstDisputedSeq()},
+	}
+	if s := r.GetScore(); s != nil {
+		v.Score = &Score{Score: s.GetScore(), LatencyMS: s.GetLatencyMs(), LatencyUsedMS: s.GetLatencyUsedMs(),
+			LatencyCapMS: s.GetLatencyCapMs(), LatencyPenalty: s.GetLatencyPenalty(), FailureRatePct: s.GetFailureRatePct(),
+			Launches24h: s.GetLaunches_24H(), LaunchFailures24h: s.GetLaunchFailures_24H(), FailurePenalty: s.GetFailurePenalty(),
+			ClassMeanPrice: s.GetClassMeanPrice(), PricePremiumPct: s.GetPricePremiumPct(), PricePenalty: s.GetPricePenalty()}
+	}
+	return v
+}
+
+// WriteList prints runs as one List document.
+func WriteList(w io.Writer, runs []*gpupassv1.Run) error {
+	l := List{Runs: make([]Run, 0, len(runs))}
+	for _, r := range runs {
+		l.Runs = append(l.Runs, FromProto(r))
+	}
+	return write(w, l)
+}
+
+// WriteRun prints one run as a Run document (`cancel`).
+func WriteRun(w io.Writer, r *gpupassv1.Run) error {
+	return write(w, FromProto(r))
+}
+
+func write(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	// Names and reasons come from submitters and jobs: keep them as they
+	// are (json escapes control characters), without HTML escaping.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encoding runs as JSON: %w", err)
+	}
+	return nil
+}
+
+func unixNano(ns int64) *Time {
+	if ns == 0 {
+		return nil
+	}
+	return &Time{time.Unix(0, ns)}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
