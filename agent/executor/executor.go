@@ -431,6 +431,8 @@ func finished(ex Exit, attempts, restarts int) Result {
 	switch {
 	case ex.StartErr != nil:
 		r.State, r.Reason = Failed, "starting the command: "+ex.StartErr.Error()
+	case ex.Reason != "" && (ex.Code != 0 || ex.Signal != ""):
+		r.State, r.Reason = Failed, ex.Reason
 	case ex.Signal != "":
 		r.State, r.Reason = Failed, "killed by signal "+ex.Signal
 	case ex.Code != 0:
@@ -496,6 +498,12 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		fields["signal"] = ex.Signal
 	case ex.Code != 0:
 		lvl = events.Warn
+	}
+	if ex.Reason != "" {
+		msg += ": " + ex.Reason
+		if ex.Code != 0 || ex.Signal != "" {
+			lvl = events.Error
+		}
 	}
 	if ex.Stopped {
 		fields["stopped"] = "true"

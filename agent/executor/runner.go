@@ -72,4 +72,12 @@ type Exit struct {
 	// Leftover says processes of the attempt could not be killed: the
 	// run must not go on, and its uid must not be handed out again.
 	Leftover error
+	// Reason, when set, is why the attempt ended in the words of what
+	// ran it (a batch system's job state and reason: "slurm job 12 on
+	// n1: TIMEOUT"); it becomes the run's reason, and a run whose
+	// attempt has one failed unless its Code is 0.
+	Reason string
+	// NodeLost says the attempt ended because of its node (Slurm's
+	// NODE_FAIL or PREEMPTED), not because of the job's code.
+	NodeLost bool
 }
