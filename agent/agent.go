@@ -191,6 +191,9 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	}
 	a.suite = suite.New(gpu, nvcc, a.python(nil), probe.Storage{Path: storage},
 		probe.ReadThroughput{Path: storage, Bytes: int64(o.ReadProbeMB) << 20}, probe.FIPS{})
+	if o.slurm != nil {
+		a.suite = o.slurm.suite(o)
+	}
 	return a, nil
 }
 
@@ -211,6 +214,9 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	res, err := a.suite.Run(ctx, a.expectations())
 	if err != nil {
 		return nil, err
+	}
+	if a.o.slurm != nil {
+		res.Checks = append(res.Checks, a.o.slurm.check())
 	}
 	a.mu.Lock()
 	id := a.agentID

@@ -95,6 +95,12 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 			if err := o.Validate(true); err != nil {
 				return err
 			}
+			if slurm, err := o.useSlurm(); err != nil || slurm {
+				if err != nil {
+					return err
+				}
+				return RunSlurm(cmd.Context(), o, logger())
+			}
 			a, err := New(o, logger())
 			if err != nil {
 				return err
@@ -146,6 +152,7 @@ GPUPASS_TOKEN_FILE, …). Exit codes: 0 ok, 1 failed checks (check), 2 usage or 
 	co.addProbeFlags(check)
 	co.SuiteInterval = 1 << 62 // unused by check, but Validate wants a sane value
 	root.AddCommand(check)
+	root.AddCommand(factsCommand())
 
 	root.AddCommand(&cobra.Command{
 		Use:   "profiles",

@@ -71,6 +71,13 @@ type Options struct {
 	// (executor.OutputLimits); -1 turns one off.
 	RunLogLinesPerSecond int
 	RunLogMaxMB          int
+	// Executor is where runs go: local (processes on this node) or
+	// slurm (batch jobs on a cluster's compute nodes; agent/slurm.go).
+	Executor      string
+	Slurm         SlurmFlags
+	SlurmSimulate []string
+	// slurm, set by RunSlurm, makes this agent stand for one compute node.
+	slurm *slurmNode
 }
 
 // AddFlags registers the daemon's flags.
@@ -106,6 +113,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.RunLogMaxMB, "run-log-max-mb", executor.DefaultMaxLogBytes>>20, "MB of log a run's output may add in all; further output is dropped after an ERROR event, and the run goes on (-1: no limit); keep it below the broker's --run-max-log-mb")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	o.Registry.AddFlags(cmd)
+	o.addExecutorFlags(cmd)
 }
 
 func (o *Options) addProbeFlags(cmd *cobra.Command) {

@@ -101,6 +101,9 @@ type RunLoop struct {
 	Executor *executor.Executor
 	// StateDir holds runs/<alloc> (work dirs) and spool/<alloc>.
 	StateDir string
+	// WorkRoot, when set, holds the work dirs instead of StateDir/runs
+	// (the Slurm executor's shared dir, which the compute nodes see).
+	WorkRoot string
 	// Python is the run's interpreter (its packages are checked).
 	Python string
 	// Recheck re-runs the conformance suite against the run's spec
@@ -270,6 +273,9 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		}()
 	}
 	workRoot := filepath.Join(l.StateDir, "runs")
+	if l.WorkRoot != "" {
+		workRoot = l.WorkRoot
+	}
 	workDir := filepath.Join(workRoot, a.AllocID)
 	// A work dir already there is an earlier placement of this run on
 	// this node: the run starts afresh (from the broker's checkpoint),
@@ -567,6 +573,9 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
 	}
 	l.RunReport = a.runReporter(src)
+	if a.o.slurm != nil {
+		l.Executor.Runner, l.WorkRoot = a.o.slurm.runner(), a.o.slurm.workRoot()
+	}
 	l.Busy = a.busy
 	done := make(chan struct{})
 	go func() {

@@ -479,7 +479,8 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		}
 	}()
 	classifiers := [2]*events.Classifier{{Stream: events.Stdout}, {Stream: events.Stderr}}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain}, func(l Line) {
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain,
+		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})
 	close(tailStop)

@@ -45,6 +45,10 @@ type Attempt struct {
 	// its own uid): the command starts inside, and once it ended
 	// whatever is left there is killed before Run returns.
 	Contain *Containment
+	// Note, when set, records an event in the run's log: a runner that
+	// hands the attempt to a scheduler says there what the scheduler
+	// does with it (job id, pending and why, node).
+	Note func(msg string, fields map[string]string)
 }
 
 // Line is one line of output, without its line ending, always valid UTF-8.

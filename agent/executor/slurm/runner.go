@@ -31,6 +31,8 @@ import (
 // offsets instead of submitting it twice.
 type Runner struct {
 	Client *Client
+	// Cluster is the cluster's name, named in the run's events.
+	Cluster string
 	// Node is the compute node every attempt is pinned to (sbatch -w).
 	Node string
 	// Gres is what the job asks for ("gpu:a100:4"; empty: none).
@@ -84,7 +86,7 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 		return startErr(fmt.Errorf("making the job's dir: %w", err))
 	}
 	base := filepath.Join(dir, "attempt-"+attempt)
-	f := follow{r: r, statePath: base + ".json", out: out, maxLine: a.MaxLine}
+	f := follow{r: r, statePath: base + ".json", out: out, maxLine: a.MaxLine, note: a.Note}
 	f.files[events.Stdout] = &tail{path: base + ".out"}
 	f.files[events.Stderr] = &tail{path: base + ".err"}
 	if err := f.load(); err != nil {
@@ -182,6 +184,7 @@ type follow struct {
 	maxLine   int
 	saveErr   error
 	last      Job
+	note      func(string, map[string]string)
 }
 
 func (f *follow) load() error {
@@ -267,6 +270,10 @@ func (f *follow) emit(s events.Stream, b []byte) {
 func (f *follow) observe(j Job) {
 	if j.State != f.last.State || j.Reason != f.last.Reason {
 		f.last = j
+		if f.note != nil {
+			f.note(j.Describe(), map[string]string{"slurm_job_id": j.ID, "slurm_job_name": j.Name, "slurm_state": j.State,
+				"slurm_reason": j.Reason, "slurm_node": j.Node, "slurm_partition": j.Partition, "slurm_cluster": f.r.Cluster})
+		}
 		if f.r.OnJob != nil {
 			f.r.OnJob(j)
 		}
