@@ -101,6 +101,9 @@ type RunLoop struct {
 	Executor *executor.Executor
 	// StateDir holds runs/<alloc> (work dirs) and spool/<alloc>.
 	StateDir string
+	// Orphaned, when set, stops what a run left running when the agent
+	// died under it (a Slurm job) and returns the run's reason.
+	Orphaned func(ctx context.Context, allocID string) string
 	// WorkRoot, when set, holds the work dirs instead of StateDir/runs
 	// (the Slurm executor's shared dir, which the compute nodes see).
 	WorkRoot string
@@ -574,7 +577,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	}
 	l.RunReport = a.runReporter(src)
 	if a.o.slurm != nil {
-		l.Executor.Runner, l.WorkRoot = a.o.slurm.runner(), a.o.slurm.workRoot()
+		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.slurm.runner(), a.o.slurm.workRoot(), a.o.slurm.orphaned
 	}
 	l.Busy = a.busy
 	done := make(chan struct{})

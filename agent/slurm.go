@@ -126,6 +126,18 @@ func (n *slurmNode) runner() executor.Runner {
 		}}
 }
 
+// orphaned cancels the jobs of a run the agent died under: following
+// them on from a restarted agent is not wired yet (the Runner can), and a
+// job nobody follows must not hold the node.
+func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
+	reason := "agent restarted during the run: its slurm job " + slurm.JobName(allocID) + " was cancelled"
+	if err := n.client.Cancel(ctx, slurm.JobName(allocID)); err != nil {
+		n.log.Error("cancelling the slurm jobs of a run the agent died under", "alloc", allocID, "err", err)
+		reason += " (scancel failed: " + err.Error() + ")"
+	}
+	return reason
+}
+
 // workRoot is where the node's runs' work dirs go: in the shared dir.
 func (n *slurmNode) workRoot() string {
 	return filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name, "runs")

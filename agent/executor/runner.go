@@ -59,6 +59,11 @@ type Line struct {
 	Cut int
 	// InvalidUTF8 says bytes that were not UTF-8 were replaced by U+FFFD.
 	InvalidUTF8 bool
+	// Offset, from a runner that reads the output from a file (a batch
+	// job's), is where in that file the line ends: a consumer that stores
+	// it with the line can have the runner read on from exactly there
+	// after a restart.
+	Offset int64
 }
 
 // Exit is how an attempt ended.

@@ -6,9 +6,9 @@ import (
 	"context"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +36,7 @@ func TestE2ESlurmCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack.StartAgent(t, "slurm-login", "hpc-eu", "--executor", "slurm", "--slurm-partition", slurmtest.Partition,
+	login := stack.StartAgent(t, "slurm-login", "hpc-eu", "--executor", "slurm", "--slurm-partition", slurmtest.Partition,
 		"--slurm-shared-dir", c.Shared, "--slurm-simulate", "n2=h100-sxm5-8x", "--slurm-refresh", "1s", "--suite-interval", "2s")
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
 	dryRun := func() string {
@@ -134,6 +134,81 @@ func TestE2ESlurmCluster(t *testing.T) {
 				t.Fatalf("step %d: loss %v through slurm, %v local", i+1, series["hpc-eu"][i], series["us-west-2"][i])
 			}
 		}
+	})
+
+	t.Run("gpupass cancel scancels the running job", func(t *testing.T) {
+		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "hpc-eu",
+			"--workdir", "examples/train", "--name", "slurm-cancel", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		if id == "" {
+			t.Fatalf("no allocation id in %s", out)
+		}
+		run := func() *gpupassv1.Run {
+			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Msg.Run
+		}
+		upstack.WaitFor(t, ctx, "the run to train", func() bool {
+			return run().State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run().HeldThrough > 5
+		})
+		if b, err := gp("cancel", id).CombinedOutput(); err != nil {
+			t.Fatalf("gpupass cancel: %v\n%s", err, b)
+		}
+		upstack.WaitFor(t, ctx, "the run to end cancelled", func() bool {
+			return run().State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+		})
+		jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
+		// SIGTERM ends the trainer: Slurm says FAILED (it exited on the
+		// signal) or CANCELLED (it outlived the grace period).
+		if !regexp.MustCompile(`^[0-9]+ (FAILED|CANCELLED)\n$`).MatchString(jobs) {
+			t.Errorf("the run's slurm job after gpupass cancel: %q, want one job, ended", jobs)
+		}
+	})
+
+	t.Run("kill -9 of the agent mid-run leaves no job running", func(t *testing.T) {
+		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "hpc-eu",
+			"--workdir", "examples/train", "--name", "slurm-kill9", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		run := func() *gpupassv1.Run {
+			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Msg.Run
+		}
+		upstack.WaitFor(t, ctx, "the run to train", func() bool {
+			return run().State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run().HeldThrough > 5
+		})
+		login.Kill9(t)
+		login.Restart(t)
+		var r *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			r = run()
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
+		})
+		if !strings.Contains(r.Reason, "slurm job gpupass-"+id+" was cancelled") {
+			t.Errorf("reason %q", r.Reason)
+		}
+		var jobs string
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("run %s reason %q; its slurm jobs: %q", id, r.Reason, jobs)
+			}
+		}()
+		upstack.WaitFor(t, wctx, "the job to end", func() bool {
+			jobs = c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
+			return regexp.MustCompile(`^[0-9]+ CANCELLED\n$`).MatchString(jobs)
+		})
 	})
 
 	t.Run("drain takes the node out of dry-run with Slurm's reason", func(t *testing.T) {

@@ -152,3 +152,11 @@ func (j Job) Describe() string {
 	}
 	return msg
 }
+
+// Cancel cancels every job of this user with the given name.
+func (c *Client) Cancel(ctx context.Context, name string) error {
+	if _, err := c.run(ctx, nil, "scancel", "--name", name); err != nil {
+		return fmt.Errorf("cancelling slurm jobs named %s: %w", name, err)
+	}
+	return nil
+}

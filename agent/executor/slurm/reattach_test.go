@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/executor/slurm"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
 )
 
@@ -26,7 +28,8 @@ func reattachAttempt(dir string) executor.Attempt {
 }
 
 // helperAgent is the "agent" the reattach test kills: it follows the
-// attempt and writes each line it is handed to a file.
+// attempt and stores each line it is handed with its offset, in one
+// write, as the agent's spool stores a record.
 func helperAgent() int {
 	f, err := os.OpenFile(os.Getenv(helperEnv), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -34,14 +37,15 @@ func helperAgent() int {
 	}
 	r := &slurm.Runner{Client: &slurm.Client{}, Node: "n1", Gres: "gpu:a100:1", Poll: 50 * time.Millisecond}
 	r.Run(context.Background(), reattachAttempt(os.Getenv("GPUPASS_SLURM_HELPER_DIR")), func(l executor.Line) {
-		fmt.Fprintln(f, l.Text)
+		fmt.Fprintf(f, "%d\t%d\t%s\n", l.Offset, l.Stream, l.Text)
 	})
 	return 0
 }
 
 // TestAgentKilledMidRunFindsTheJobAgain: an agent killed -9 while
 // following a job leaves the job running; the next one finds it again
-// (no second sbatch) and reads on from where the first stopped.
+// (no second sbatch) and reads on from where the consumer's store ends,
+// so that no line is lost or stored twice.
 func TestAgentKilledMidRunFindsTheJobAgain(t *testing.T) {
 	t.Parallel()
 	c := slurmtest.Shared(t)
@@ -58,7 +62,7 @@ func TestAgentKilledMidRunFindsTheJobAgain(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		b, _ := os.ReadFile(linesFile)
-		if strings.Count(string(b), "\n") >= 5 {
+		if strings.Count(string(b), "\n") >= 5 && !strings.Contains(string(b), "line 40") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -70,14 +74,29 @@ func TestAgentKilledMidRunFindsTheJobAgain(t *testing.T) {
 	_ = agent.Process.Kill()
 	_ = agent.Wait()
 
-	before, _ := os.ReadFile(linesFile)
+	stored, _ := os.ReadFile(linesFile)
+	var before []string
+	var offs [2]int64
+	for _, rec := range strings.Split(strings.TrimSuffix(string(stored), "\n"), "\n") {
+		f := strings.SplitN(rec, "\t", 3)
+		if len(f) != 3 {
+			t.Fatalf("torn record %q: the store's writes are not whole", rec)
+		}
+		off, _ := strconv.ParseInt(f[0], 10, 64)
+		s, _ := strconv.Atoi(f[1])
+		offs[s] = off
+		before = append(before, f[2])
+	}
 	var after []string
 	r := runner(c, "n1")
+	r.Offsets = func(alloc, attempt string) (int64, int64, bool) {
+		return offs[events.Stdout], offs[events.Stderr], alloc == "alloc-reattach1" && attempt == "1"
+	}
 	ex := r.Run(context.Background(), reattachAttempt(dir), func(l executor.Line) { after = append(after, l.Text) })
 	if ex.StartErr != nil || ex.Code != 0 {
 		t.Fatalf("the second agent's follow ended %+v", ex)
 	}
-	got := append(strings.Split(strings.TrimSuffix(string(before), "\n"), "\n"), after...)
+	got := append(before, after...)
 	if len(after) == 0 || len(after) == len(got) {
 		t.Fatalf("the kill did not land mid-run: %d lines before, %d after", len(got)-len(after), len(after))
 	}

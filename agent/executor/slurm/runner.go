@@ -45,6 +45,14 @@ type Runner struct {
 	// Poll is how often the output files and the job's state are read
 	// (default 200ms).
 	Poll time.Duration
+	// Offsets, when set, says how far the consumer of the lines durably
+	// holds each output file of an attempt (the Offset of the last line
+	// it stored, from where it stores them): a follower started again
+	// reads on from there, so that no line is handed over twice or
+	// never. Without it the offsets the runner saves in the attempt's
+	// state file are used, and the lines of the read that was under way
+	// when the agent died are handed over again.
+	Offsets func(allocID, attempt string) (stdout, stderr int64, ok bool)
 	// OnJob, when set, hears each change of the job's state (PENDING
 	// with its reason, RUNNING, the end): the agent shows it in runs.
 	OnJob func(Job)
@@ -91,6 +99,11 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 	f.files[events.Stderr] = &tail{path: base + ".err"}
 	if err := f.load(); err != nil {
 		return startErr(err)
+	}
+	if r.Offsets != nil {
+		if o, e, ok := r.Offsets(alloc, attempt); ok {
+			f.st.OutOff, f.st.ErrOff = o, e
+		}
 	}
 	if f.st.JobID == "" {
 		// The agent may have died between sbatch and writing the state.
@@ -232,14 +245,14 @@ func (f *follow) read(final bool) {
 			if i < 0 {
 				break
 			}
-			f.emit(events.Stream(s), buf[:i])
 			*off += int64(i + 1)
+			f.emit(events.Stream(s), buf[:i], *off)
 			buf = buf[i+1:]
 			moved = true
 		}
 		if final && len(buf) > 0 {
-			f.emit(events.Stream(s), buf)
 			*off += int64(len(buf))
+			f.emit(events.Stream(s), buf, *off)
 			buf = nil
 			moved = true
 		}
@@ -252,9 +265,9 @@ func (f *follow) read(final bool) {
 	}
 }
 
-func (f *follow) emit(s events.Stream, b []byte) {
+func (f *follow) emit(s events.Stream, b []byte, end int64) {
 	b = bytes.TrimSuffix(b, []byte("\r"))
-	l := executor.Line{Stream: s}
+	l := executor.Line{Stream: s, Offset: end}
 	if f.maxLine > 0 && len(b) > f.maxLine {
 		l.Cut = len(b) - f.maxLine
 		b = b[:f.maxLine]
