@@ -184,8 +184,8 @@ func TestE2ESlurmCluster(t *testing.T) {
 			}
 			return resp.Msg.Run
 		}
-		upstack.WaitFor(t, ctx, "the run to train", func() bool {
-			return run().State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run().HeldThrough > 5
+		upstack.WaitFor(t, ctx, "the run's job to run", func() bool {
+			return strings.Contains(c.Command(t, "squeue", "-h", "-n", "gpupass-"+id, "-o", "%T"), "RUNNING")
 		})
 		login.Kill9(t)
 		login.Restart(t)
@@ -194,7 +194,9 @@ func TestE2ESlurmCluster(t *testing.T) {
 			r = run()
 			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
 		})
-		if !strings.Contains(r.Reason, "slurm job gpupass-"+id+" was cancelled") {
+		// The broker may call the node lost first (no heartbeats), or
+		// the restarted agent report the run: either way its job ends.
+		if !strings.Contains(r.Reason, "slurm job gpupass-"+id+" was cancelled") && !strings.Contains(r.Reason, "node lost") {
 			t.Errorf("reason %q", r.Reason)
 		}
 		var jobs string
@@ -223,14 +225,15 @@ func TestE2ESlurmCluster(t *testing.T) {
 			}
 		}()
 		upstack.WaitFor(t, wctx, "the drain reason in dry-run", func() bool {
+			// Slurm's reason is in the node's signed report, and the node
+			// is out of dry-run.
+			rep, _ := os.ReadFile(filepath.Join(stack.State, "test-agents", "slurm-login", "slurm", "gptest-n1", "report.json"))
+			if !strings.Contains(string(rep), `"name":"slurm.node"`) || !strings.Contains(string(rep), "slurm node n1 is drain: gpu 2 xid 79") {
+				return false
+			}
 			out = dryRun()
 			return strings.Contains(out, "0 candidate(s)") && strings.Contains(out, "failed checks")
 		})
 		t.Logf("dry-run after drain:\n%s", out)
-		// Slurm's reason is in the node's signed report.
-		rep, err := os.ReadFile(filepath.Join(stack.State, "test-agents", "slurm-login", "slurm", "gptest-n1", "report.json"))
-		if err != nil || !strings.Contains(string(rep), `"name":"slurm.node"`) || !strings.Contains(string(rep), "slurm node n1 is drain: gpu 2 xid 79") {
-			t.Errorf("n1's report lacks the slurm.node check with Slurm's reason (%v):\n%s", err, rep)
-		}
 	})
 }
