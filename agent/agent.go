@@ -25,13 +25,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
+	"github.com/gpupass/gpupass/agent/agentmetrics"
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fsutil"
@@ -71,16 +71,19 @@ type Agent struct {
 	// creds prove the node on every work call (enrollment sets them,
 	// every broker answer refreshes the echoed time).
 	creds    *api.AgentCredentials
-	last     *signedReport
+	last     *SignedReport
 	lastFacs *probe.Facts
 	// runs counts the runs in progress (RunLoop.Busy): periodic suite
 	// runs wait while it is above zero.
 	runs atomic.Int32
 	// runNow asks the main loop for an on-demand suite run.
 	runNow chan chan runResult
+	// metrics are served at GET /metrics on the query endpoint.
+	metrics *agentmetrics.Metrics
 }
 
-type signedReport struct {
+// SignedReport is one conformance report as the node signed it.
+type SignedReport struct {
 	Report    *conformance.Report
 	Bytes     []byte // canonical bytes, exactly as signed
 	Signature string
@@ -98,7 +101,7 @@ const reportMaxAge = 5 * time.Minute
 // MarshalJSON writes the report as the signed bytes themselves, so a
 // client can verify the signature over exactly what it received (the
 // "report" value), with no HTML escaping or re-encoding in between.
-func (sr *signedReport) MarshalJSON() ([]byte, error) {
+func (sr *SignedReport) MarshalJSON() ([]byte, error) {
 	sig, err := json.Marshal(sr.Signature)
 	if err != nil {
 		return nil, err
@@ -113,7 +116,7 @@ func (sr *signedReport) MarshalJSON() ([]byte, error) {
 }
 
 type runResult struct {
-	rep *signedReport
+	rep *SignedReport
 	err error
 }
 
@@ -155,7 +158,8 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{o: o, log: log, key: key, pubPEM: pub, tls: tlsConf, runNow: make(chan chan runResult)}
+	a := &Agent{o: o, log: log, key: key, pubPEM: pub, tls: tlsConf, runNow: make(chan chan runResult),
+		metrics: agentmetrics.New(agentmetrics.DefaultNVML())}
 	a.creds = &api.AgentCredentials{Sign: func(p []byte) (string, error) { return conformance.Sign(key, p) }}
 	if b, err := os.ReadFile(filepath.Join(o.StateDir, StateFile)); err == nil {
 		var p persisted
@@ -206,11 +210,11 @@ func (a *Agent) expectations() suite.Expectations {
 }
 
 // RunOnce runs the suite and returns the signed report, without a broker.
-func (a *Agent) RunOnce(ctx context.Context) (*signedReport, error) {
+func (a *Agent) RunOnce(ctx context.Context) (*SignedReport, error) {
 	return a.measure(ctx)
 }
 
-func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
+func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 	res, err := a.suite.Run(ctx, a.expectations())
 	if err != nil {
 		return nil, err
@@ -218,6 +222,7 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	if a.o.slurm != nil {
 		res.Checks = append(res.Checks, a.o.slurm.check())
 	}
+	a.metrics.Conformance(res.Checks, res.Wall)
 	a.mu.Lock()
 	id := a.agentID
 	a.lastFacs = &res.Facts
@@ -242,7 +247,7 @@ func (a *Agent) measure(ctx context.Context) (*signedReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	sr := &signedReport{Report: rep, Bytes: b, Signature: sig, generated: now}
+	sr := &SignedReport{Report: rep, Bytes: b, Signature: sig, generated: now}
 	a.log.Info("conformance suite ran", "passed", rep.Passed(), "wall_ms", rep.SuiteDurationMS, "reused", res.Reused, "simulated", rep.Simulated, "fingerprint", rep.RuntimeFingerprint)
 	if id != "" {
 		// Keep the last report next to the key: auditors and `cosign
@@ -277,6 +282,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	default:
 		a.log.Warn("jobs run as the agent's own user and can read its identity key (so sign reports it never measured); run the agent as root with --run-as USER", "uid", os.Geteuid())
 	}
+	if a.o.Registry.PlainHTTP && !a.o.NoWork {
+		a.log.Warn("wheel bundles are pulled over plain HTTP (--plain-http): for loopback test registries only")
+	}
 	ln, err := net.Listen("tcp", a.o.QueryAddr)
 	if err != nil {
 		return fmt.Errorf("query endpoint on %s: %w", a.o.QueryAddr, err)
@@ -295,20 +303,31 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	clients, err := api.Dial(a.o.BrokerURL, api.DialOptions{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls})
+	clients, err := client.Dial(a.o.BrokerURL, client.Options{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls, UserAgent: buildinfo.UserAgent("gpupass-agent")})
 	if err != nil {
 		return err
 	}
+	return a.Serve(ctx, NewControlPlane(clients))
+}
+
+// Serve is the node's control loop against cp until ctx ends: it
+// measures, enrolls, takes runs (unless --no-work), uploads reports and
+// heartbeats, enrolling again when the broker lost the node or its
+// session key.
+func (a *Agent) Serve(ctx context.Context, cp ControlPlane) error {
 	// The suite runs at start, before enrollment finishes, so a broker
 	// that is down does not delay the node's own view of itself.
 	if _, err := a.measure(ctx); err != nil {
 		return err
 	}
-	enr, err := a.enroll(ctx, clients)
+	enr, err := a.enroll(ctx, cp)
 	if err != nil {
 		return err
 	}
-	interval := seconds(enr.HeartbeatIntervalSeconds, 10*time.Second)
+	// Held from now: the first beat's hold time must cover the run loop's
+	// start and the first upload, or the broker counts them as network
+	// round trip (a node a second "away" scores below its peers).
+	hb := &beat{echo: enr.BrokerTimeUnixNano, got: time.Now(), interval: seconds(enr.HeartbeatIntervalSeconds, 10*time.Second)}
 	if !a.o.NoWork {
 		waitWork, err := a.startRunLoop(ctx)
 		if err != nil {
@@ -316,10 +335,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		defer waitWork()
 	}
-	if _, err := a.measureAndUpload(ctx, clients); err != nil && ctx.Err() == nil {
-		a.log.Warn("uploading report", "err", api.Describe(err))
+	if _, err := a.measureAndUpload(ctx, cp); err != nil && ctx.Err() == nil {
+		a.log.Warn("uploading report", "err", err)
 	}
-	hb := &beat{echo: enr.BrokerTimeUnixNano, got: time.Now()}
 	beatT := time.NewTimer(0)
 	defer beatT.Stop()
 	suiteT := time.NewTicker(a.o.SuiteInterval)
@@ -330,52 +348,64 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Info("agent stopping")
 			return nil
 		case <-beatT.C:
-			resp, err := a.heartbeat(ctx, clients, hb)
-			switch {
-			case err == nil && resp.StaleEcho:
-				// Not counted (we could not beat for a while): beat again
-				// at once, echoing the fresh broker time.
-				a.log.Info("heartbeat not counted: stale echo; beating again")
+			resp, err := a.heartbeat(ctx, cp, hb)
+			hb, err = a.afterBeat(ctx, cp, hb, resp, err)
+			if errors.Is(err, errBeatAgain) {
 				beatT.Reset(10 * time.Millisecond)
 				continue
-			case err == nil:
-				interval = seconds(resp.HeartbeatIntervalSeconds, interval)
-				if resp.ReportWanted {
-					if err := a.upload(ctx, clients); err != nil && ctx.Err() == nil {
-						a.log.Warn("uploading report", "err", api.Describe(err))
-					}
-				}
-			case connect.CodeOf(err) == connect.CodeNotFound && ctx.Err() == nil:
-				// The broker lost us (a wiped store): enroll again.
-				a.log.Warn("broker does not know this agent; enrolling again", "err", api.Describe(err))
-				if e, err := a.enroll(ctx, clients); err == nil {
-					hb = &beat{echo: e.BrokerTimeUnixNano, got: time.Now(), counter: hb.counter}
-					_ = a.upload(ctx, clients)
-				}
-			case connect.CodeOf(err) == connect.CodePermissionDenied && a.hasSessionKey() && ctx.Err() == nil:
-				// The session key was refused (rotated by another
-				// enrollment, or the broker's store lost it): enrolling
-				// again issues a new one.
-				a.log.Warn("heartbeat refused; enrolling again for a new session key", "err", api.Describe(err))
-				// The next beat, one interval on, uses it.
-				if e, err := a.enroll(ctx, clients); err == nil {
-					hb = &beat{echo: e.BrokerTimeUnixNano, got: time.Now(), counter: hb.counter}
-				} else if ctx.Err() == nil {
-					a.log.Warn("enrolling again", "err", err)
-				}
-			case ctx.Err() == nil:
-				a.log.Warn("heartbeat failed", "err", api.Describe(err))
 			}
-			beatT.Reset(interval)
+			beatT.Reset(hb.interval)
 		case <-suiteT.C:
-			if err := a.periodic(ctx, clients); err != nil && ctx.Err() == nil {
-				a.log.Warn("periodic conformance run", "err", api.Describe(err))
+			if err := a.periodic(ctx, cp); err != nil && ctx.Err() == nil {
+				a.log.Warn("periodic conformance run", "err", err)
 			}
 		case reply := <-a.runNow:
-			sr, err := a.measureAndUpload(ctx, clients)
+			sr, err := a.measureAndUpload(ctx, cp)
 			reply <- runResult{sr, err}
 		}
 	}
+}
+
+// errBeatAgain: the beat was not counted (stale echo) and goes again at
+// once, echoing the fresh broker time.
+var errBeatAgain = errors.New("heartbeat not counted: stale echo")
+
+// afterBeat acts on a heartbeat's outcome and returns the beat state for
+// the next one: the broker's interval, a report it asked for, or a new
+// enrollment when it lost the node (a wiped store) or refused the
+// session key (rotated by another enrollment, or lost). errBeatAgain asks
+// for a beat at once.
+func (a *Agent) afterBeat(ctx context.Context, cp ControlPlane, hb *beat, resp *gpupassv1.HeartbeatResponse, err error) (*beat, error) {
+	switch {
+	case err == nil && resp.StaleEcho:
+		a.log.Info("heartbeat not counted: stale echo; beating again")
+		return hb, errBeatAgain
+	case err == nil:
+		hb.interval = seconds(resp.HeartbeatIntervalSeconds, hb.interval)
+		if resp.ReportWanted {
+			if err := a.upload(ctx, cp); err != nil && ctx.Err() == nil {
+				a.log.Warn("uploading report", "err", err)
+			}
+		}
+	case ctx.Err() != nil:
+	case errors.Is(err, ErrUnknownAgent):
+		a.log.Warn("broker does not know this agent; enrolling again", "err", err)
+		if e, err := a.enroll(ctx, cp); err == nil {
+			hb = hb.renewed(e)
+			_ = a.upload(ctx, cp)
+		}
+	case errors.Is(err, ErrRefused) && a.hasSessionKey():
+		// The next beat, one interval on, uses the new key.
+		a.log.Warn("heartbeat refused; enrolling again for a new session key", "err", err)
+		if e, err := a.enroll(ctx, cp); err == nil {
+			hb = hb.renewed(e)
+		} else if ctx.Err() == nil {
+			a.log.Warn("enrolling again", "err", err)
+		}
+	default:
+		a.log.Warn("heartbeat failed", "err", err)
+	}
+	return hb, nil
 }
 
 func (a *Agent) hasSessionKey() bool {
@@ -388,9 +418,16 @@ type beat struct {
 	echo    int64
 	got     time.Time
 	counter uint64
+	// interval is the broker's heartbeat interval.
+	interval time.Duration
 }
 
-func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupassv1.HeartbeatResponse, error) {
+// renewed is the beat state after a new enrollment: the counter goes on.
+func (hb *beat) renewed(e *gpupassv1.EnrollResponse) *beat {
+	return &beat{echo: e.BrokerTimeUnixNano, got: time.Now(), counter: hb.counter, interval: hb.interval}
+}
+
+func (a *Agent) heartbeat(ctx context.Context, cp ControlPlane, hb *beat) (*gpupassv1.HeartbeatResponse, error) {
 	a.mu.Lock()
 	id, key, epoch := a.agentID, a.sessKey, a.sessEpoch
 	a.mu.Unlock()
@@ -410,19 +447,19 @@ func (a *Agent) heartbeat(ctx context.Context, c *api.Clients, hb *beat) (*gpupa
 		}
 		req.Signature = sig
 	}
-	resp, err := c.Agent.Heartbeat(ctx, connect.NewRequest(req))
+	resp, err := cp.Heartbeat(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	hb.echo, hb.got = resp.Msg.BrokerTimeUnixNano, time.Now()
-	a.creds.SawBrokerTime(resp.Msg.BrokerTimeUnixNano)
-	return resp.Msg, nil
+	hb.echo, hb.got = resp.BrokerTimeUnixNano, time.Now()
+	a.creds.SawBrokerTime(resp.BrokerTimeUnixNano)
+	return resp, nil
 }
 
 // enroll retries with backoff while the broker is unreachable; a refusal
 // (bad token, region out of scope, bad labels) or a broker certificate
 // that is not trusted ends the agent at once, since retrying cannot fix it.
-func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollResponse, error) {
+func (a *Agent) enroll(ctx context.Context, cp ControlPlane) (*gpupassv1.EnrollResponse, error) {
 	fp, err := api.KeyFingerprint(&a.key.PublicKey)
 	if err != nil {
 		return nil, err
@@ -435,26 +472,25 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 		if req.Proof, err = conformance.Sign(a.key, api.EnrollProofPayload(fp, req.ProofTimeUnixNano)); err != nil {
 			return nil, err
 		}
-		resp, err := c.Agent.Enroll(ctx, connect.NewRequest(req))
+		resp, err := cp.Enroll(ctx, req)
 		if err == nil {
 			a.mu.Lock()
-			a.agentID = resp.Msg.AgentId
-			a.sessKey, a.sessEpoch = resp.Msg.SessionKey, resp.Msg.SessionEpoch
+			a.agentID = resp.AgentId
+			a.sessKey, a.sessEpoch = resp.SessionKey, resp.SessionEpoch
 			if len(a.sessKey) == 0 {
 				a.sessKey = nil // a broker without session keys: sign beats
 			}
-			a.creds.Set(resp.Msg.AgentId, a.sessKey, a.sessEpoch, resp.Msg.BrokerTimeUnixNano)
+			a.creds.Set(resp.AgentId, a.sessKey, a.sessEpoch, resp.BrokerTimeUnixNano)
 			a.mu.Unlock()
-			b, _ := json.Marshal(persisted{AgentID: resp.Msg.AgentId, BrokerURL: a.o.BrokerURL})
+			b, _ := json.Marshal(persisted{AgentID: resp.AgentId, BrokerURL: a.o.BrokerURL})
 			if err := fsutil.WriteFileAtomic(filepath.Join(a.o.StateDir, StateFile), b, 0o600); err != nil {
 				return nil, err
 			}
-			a.log.Info("enrolled", "agent", resp.Msg.AgentId, "region", a.o.Region, "broker", a.o.BrokerURL)
-			return resp.Msg, nil
+			a.log.Info("enrolled", "agent", resp.AgentId, "region", a.o.Region, "broker", a.o.BrokerURL)
+			return resp, nil
 		}
-		switch connect.CodeOf(err) {
-		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument:
-			return nil, fmt.Errorf("enrolling with %s: %s", a.o.BrokerURL, api.Describe(err))
+		if errors.Is(err, ErrRefused) {
+			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, err)
 		}
 		// An untrusted certificate is a configuration error, not an
 		// outage: waiting will not make it trusted.
@@ -465,7 +501,7 @@ func (a *Agent) enroll(ctx context.Context, c *api.Clients) (*gpupassv1.EnrollRe
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
 		}
 		wait := bo.Next()
-		a.log.Warn("broker unreachable; retrying", "broker", a.o.BrokerURL, "in", wait, "err", api.Describe(err))
+		a.log.Warn("broker unreachable; retrying", "broker", a.o.BrokerURL, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
@@ -487,11 +523,11 @@ func (a *Agent) busy() (done func()) {
 // probe would take the run's disk bandwidth and measure it contended, and
 // the run was checked against its spec as it started. The next tick after
 // the run measures again.
-func (a *Agent) periodic(ctx context.Context, c *api.Clients) error {
+func (a *Agent) periodic(ctx context.Context, cp ControlPlane) error {
 	if a.held("periodic conformance run") {
 		return nil
 	}
-	_, err := a.measureAndUpload(ctx, c)
+	_, err := a.measureAndUpload(ctx, cp)
 	return err
 }
 
@@ -505,15 +541,15 @@ func (a *Agent) held(what string) bool {
 	return n > 0
 }
 
-func (a *Agent) measureAndUpload(ctx context.Context, c *api.Clients) (*signedReport, error) {
+func (a *Agent) measureAndUpload(ctx context.Context, cp ControlPlane) (*SignedReport, error) {
 	sr, err := a.measure(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return sr, a.upload(ctx, c)
+	return sr, a.upload(ctx, cp)
 }
 
-func (a *Agent) upload(ctx context.Context, c *api.Clients) error {
+func (a *Agent) upload(ctx context.Context, cp ControlPlane) error {
 	a.mu.Lock()
 	sr, id := a.last, a.agentID
 	a.mu.Unlock()
@@ -531,14 +567,14 @@ func (a *Agent) upload(ctx context.Context, c *api.Clients) error {
 			return err
 		}
 	}
-	resp, err := c.Agent.UploadReport(ctx, connect.NewRequest(&gpupassv1.UploadReportRequest{AgentId: id, Report: sr.Bytes, Signature: sr.Signature}))
+	resp, err := cp.UploadReport(ctx, &gpupassv1.UploadReportRequest{AgentId: id, Report: sr.Bytes, Signature: sr.Signature})
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
 	sr.Uploaded = true
 	a.mu.Unlock()
-	a.log.Info("report uploaded", "agent", id, "passed", resp.Msg.Passed, "fingerprint", resp.Msg.RuntimeFingerprint)
+	a.log.Info("report uploaded", "agent", id, "passed", resp.Passed, "fingerprint", resp.RuntimeFingerprint)
 	return nil
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -116,7 +117,7 @@ func startAgent(t *testing.T, url, tok, stateDir string, n node) *running {
 	return &running{stop: stop, opts: o}
 }
 
-func listNodes(t *testing.T, c *api.Clients, want int) []*gpupassv1.Node {
+func listNodes(t *testing.T, c *client.Clients, want int) []*gpupassv1.Node {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -150,7 +151,7 @@ func TestAgentsWithRealBroker(t *testing.T) {
 	for _, n := range nodes {
 		agents = append(agents, startAgent(t, url, agentTok, t.TempDir(), n))
 	}
-	reader, err := api.Dial(url, api.DialOptions{Token: readTok})
+	reader, err := client.Dial(url, client.Options{Token: readTok})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestAgentsWithRealBroker(t *testing.T) {
 		t.Fatalf("DryRun: %s", api.Describe(err))
 	}
 	if len(dr.Msg.Candidates) != 1 || dr.Msg.Candidates[0].Node.Region != "us-west-2" {
-		t.Errorf("candidates %v, want the us-west-2 H100 node", dr.Msg.Candidates)
+		t.Errorf("candidates %v, want the us-west-2 H100 node; %v", dr.Msg.Candidates, dr.Msg)
 	}
 	// The report's fingerprint covers no packages (the node cannot know
 	// which a spec will pin): it equals the fingerprint of the same spec
@@ -283,7 +284,7 @@ func TestTamperedReportRejected(t *testing.T) {
 	url, st := startBroker(t)
 	tok := token(t, st, store.RoleAgent, "*")
 	r := startAgent(t, url, tok, t.TempDir(), node{"h100-sxm5-8x", "us-east-1", 90})
-	reader, _ := api.Dial(url, api.DialOptions{Token: token(t, st, store.RoleRead, "*")})
+	reader, _ := client.Dial(url, client.Options{Token: token(t, st, store.RoleRead, "*")})
 	listed := listNodes(t, reader, 1)
 	dir := r.opts.StateDir
 	report, err := os.ReadFile(filepath.Join(dir, agent.ReportFile))
@@ -291,7 +292,7 @@ func TestTamperedReportRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	sig, _ := os.ReadFile(filepath.Join(dir, agent.SigFile))
-	c, _ := api.Dial(url, api.DialOptions{Token: tok})
+	c, _ := client.Dial(url, client.Options{Token: tok})
 	upload := func(b []byte) error {
 		_, err := c.Agent.UploadReport(context.Background(), connect.NewRequest(&gpupassv1.UploadReportRequest{
 			AgentId: listed[0].Id, Report: b, Signature: strings.TrimSpace(string(sig))}))
@@ -388,7 +389,7 @@ func TestAgentOverTLS(t *testing.T) {
 	actx, acancel := context.WithCancel(context.Background())
 	adone := make(chan error, 1)
 	go func() { adone <- a.Run(actx) }()
-	reader, _ := api.Dial(url, api.DialOptions{Token: token(t, st, store.RoleRead, "*"), TLSConfig: &tls.Config{RootCAs: func() *x509.CertPool {
+	reader, _ := client.Dial(url, client.Options{Token: token(t, st, store.RoleRead, "*"), TLSConfig: &tls.Config{RootCAs: func() *x509.CertPool {
 		p := x509.NewCertPool()
 		c, _ := x509.ParseCertificate(der)
 		p.AddCert(c)

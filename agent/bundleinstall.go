@@ -13,13 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/events"
-	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/wheel"
@@ -51,10 +48,12 @@ import (
 //
 // The zero value talks TLS and takes credentials from the docker config.
 type BundleInstaller struct {
-	// Registry is how the registry is reached: --registry-plain-http,
+	// Registry is how the registry is reached: --plain-http,
 	// GPUPASS_REGISTRY_USERNAME/PASSWORD, else the docker config keychain.
 	Registry bundle.RegistryOptions
 	Log      *slog.Logger
+
+	VerifyRecord bool // --verify-record (bundle.PullOptions.VerifyRecord)
 }
 
 // bundlesDir is the directory beside the runs' work dirs (WorkRoot's
@@ -126,6 +125,7 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 		Registry:      b.Registry,
 		Logger:        b.log(),
 		RequireDigest: sp.Security.NoInternetAccess,
+		VerifyRecord:  b.VerifyRecord,
 	})
 	if err != nil {
 		return "", fmt.Errorf("pulling bundle: %w", err)
@@ -135,7 +135,7 @@ func (b *BundleInstaller) install(ctx context.Context, sp *spec.Spec, job *execu
 		size += w.Size
 	}
 	emit(events.Info, events.RuntimeBundle,
-		fmt.Sprintf("bundle %s pulled and verified: %d wheels, %d bytes (blob digests, RECORD hashes, lock)", res.Reference, len(res.Wheels), size),
+		fmt.Sprintf("bundle %s pulled and verified: %d wheels, %d bytes (%s)", res.Reference, len(res.Wheels), size, res.Checked()),
 		map[string]string{"digest": res.Digest, "reference": res.Reference, "wheels": fmt.Sprint(len(res.Wheels))})
 
 	base := job.Python
@@ -475,20 +475,12 @@ type RegistryFlags struct {
 	// Timeout bounds the wait for a registry's answer and each pause
 	// in its bytes.
 	Timeout time.Duration
+
+	VerifyRecord bool // --verify-record
 }
 
-// AddFlags registers the registry flags (GPUPASS_REGISTRY_USERNAME,
-// GPUPASS_REGISTRY_PASSWORD or GPUPASS_REGISTRY_PASSWORD_FILE, ...).
-func (r *RegistryFlags) AddFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.BoolVar(&r.PlainHTTP, "registry-plain-http", false, "pull wheel bundles over plain HTTP (loopback test registries only; TLS otherwise)")
-	f.StringVar(&r.Username, "registry-username", "", "wheel-bundle registry user name (default: docker config credentials)")
-	f.StringVar(&r.Password, "registry-password", "", "wheel-bundle registry password or token (secret; prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
-	flagenv.MarkSecret("registry-password")
-	f.DurationVar(&r.Timeout, "registry-timeout", bundle.DefaultTimeout, "longest wait for a registry's response headers, and longest pause in its bytes, on a bundle pull")
-}
-
-func (r *RegistryFlags) validate() error {
+// Validate checks that the credentials come together.
+func (r *RegistryFlags) Validate() error {
 	if (r.Username == "") != (r.Password == "") {
 		return errors.New("--registry-username and --registry-password go together (GPUPASS_REGISTRY_USERNAME/PASSWORD)")
 	}

@@ -6,17 +6,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/gpupass/gpupass/agent/executor"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
-	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
-// Options configure the agent. Every flag is also GPUPASS_<FLAG>; the
-// token also GPUPASS_TOKEN_FILE.
+// Options configure the agent. internal/command/agent binds them to
+// flags (--broker-url, --broker-token, ...), named in the errors below.
 type Options struct {
 	BrokerURL string
 	Token     string
@@ -80,51 +77,6 @@ type Options struct {
 	slurm *slurmNode
 }
 
-// AddFlags registers the daemon's flags.
-func (o *Options) AddFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.StringVar(&o.BrokerURL, "broker-url", "", "broker URL, http://HOST:PORT or https://HOST:PORT (required)")
-	f.StringVar(&o.Token, "token", "", "agent enrollment token (secret; or GPUPASS_TOKEN_FILE)")
-	flagenv.MarkSecret("token") // never echoed; also read from GPUPASS_TOKEN_FILE
-	f.StringVar(&o.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
-	f.StringVar(&o.StateDir, "state-dir", "/var/lib/gpupass-agent", "directory for the identity key (0600), agent id and last signed report")
-	f.StringVar(&o.QueryAddr, "query-addr", "127.0.0.1:7465", "local query endpoint (HTTP JSON); loopback unless you mean otherwise")
-	f.StringVar(&o.AddrFile, "addr-file", "", "write the query endpoint URL to this file once listening")
-	f.StringVar(&o.Provider, "provider", "", "label: provider (coreweave, lambda, aws, onprem, …)")
-	f.StringVar(&o.Region, "region", "", "label: region, e.g. us-west-2 (required)")
-	f.StringVar(&o.Zone, "zone", "", "label: zone")
-	f.Float64Var(&o.PricePerHour, "price-per-hour", 0, "label: USD per hour for the whole node")
-	f.StringVar(&o.StorageClass, "storage-class", "standard", "label: storage class: standard, high-iops-nvme or ultra-nvme")
-	f.Float64Var(&o.BandwidthGbps, "bandwidth-gbps", 0, "label: network bandwidth in Gbit/s")
-	f.StringVar(&o.Hostname, "hostname", "", "label: hostname (default: this machine's)")
-	o.addProbeFlags(cmd)
-	f.BoolVar(&o.NoWork, "no-work", false, "do not take runs from the broker (enroll, heartbeat and report only)")
-	f.StringVar(&o.RunAs, "run-as", "", "run jobs as this unprivileged USER, UID, USER:GROUP or UID:GID (the agent must run as root); without it jobs run as the agent's own user and can read its identity key")
-	f.StringVar(&o.RunAsRange, "run-as-range", "", "run each job as a uid of its own from FIRST-LAST (recommended, e.g. 200000-200999: uids no user or other service has); the gid is the uid unless FIRST-LAST:GROUP names a group; every process of the uid is killed when the run ends, and a process left by one run cannot reach another (the agent must run as root; instead of --run-as)")
-	f.StringVar(&o.RunCgroup, "run-cgroup", "auto", "give each run a cgroup its processes cannot leave, killed whole at the run's end: auto (when the agent can make one: root, cgroup v2 delegated or v1 freezer), required (refuse to start without), off")
-	f.Int64Var(&o.RunPidsMax, "run-pids-max", 0, "most processes and threads a run may have at once (its cgroup's pids.max; 0: no limit)")
-	f.DurationVar(&o.RunKillTimeout, "run-kill-timeout", executor.DefaultKillTimeout, "how long the agent waits for a run's processes to be gone after SIGKILL at its end; a run whose processes outlast it fails, and its uid is not reused")
-	f.IntVar(&o.Workdir.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories a run's work dir archive may unpack to (keep it as the broker's --workdir-max-entries)")
-	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
-	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")
-	f.IntVar(&o.Workdir.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest entry name (bytes) in a run's work dir archive")
-	f.IntVar(&o.KeepRuns, "keep-runs", 3, "work dirs (files, checkpoints) of the newest runs kept under the state dir, the starting run's included; older ones are deleted as a run starts (0 keeps them all)")
-	f.IntVar(&o.RunLogLinesPerSecond, "run-log-lines-per-second", executor.DefaultLinesPerSecond, "lines a run may print per second (stdout and stderr together); the rest are dropped and a WARN event counts them (-1: no limit)")
-	f.IntVar(&o.RunLogMaxMB, "run-log-max-mb", executor.DefaultMaxLogBytes>>20, "MB of log a run's output may add in all; further output is dropped after an ERROR event, and the run goes on (-1: no limit); keep it below the broker's --run-max-log-mb")
-	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
-	o.Registry.AddFlags(cmd)
-	o.addExecutorFlags(cmd)
-}
-
-func (o *Options) addProbeFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.StringVar(&o.StoragePath, "storage-path", "", "work path whose storage is probed (default: the state dir)")
-	f.StringVar(&o.Python, "python", "python3", "Python interpreter of the jobs")
-	f.StringVar(&o.NVCC, "nvcc", "", "nvcc to probe (default: on PATH, then /usr/local/cuda/bin)")
-	f.StringVar(&o.Simulate, "simulate", "", "simulated hardware profile: a built-in name (h100-sxm5-8x, a100-80gb-4x, rtx-4090-1x) or PROFILE.json")
-	f.IntVar(&o.ReadProbeMB, "read-probe-mb", 64, "size of the sequential read-throughput probe in MiB")
-}
-
 // geteuid is os.Geteuid; tests replace it.
 var geteuid = os.Geteuid
 
@@ -137,7 +89,7 @@ func (o *Options) Validate(daemon bool) error {
 			return fmt.Errorf("--broker-url is required (or GPUPASS_BROKER_URL)")
 		}
 		if o.Token == "" {
-			return fmt.Errorf("--token is required (or GPUPASS_TOKEN, GPUPASS_TOKEN_FILE)")
+			return fmt.Errorf("--broker-token is required (or GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE): the agent token from gpupass-broker token create --role agent")
 		}
 		if strings.TrimSpace(o.Region) == "" {
 			return fmt.Errorf("--region is required, e.g. --region us-west-2")
@@ -165,7 +117,7 @@ func (o *Options) Validate(daemon bool) error {
 	if o.ReadProbeMB < 0 || o.ReadProbeMB > 4096 {
 		return fmt.Errorf("--read-probe-mb %d: must be between 0 and 4096", o.ReadProbeMB)
 	}
-	if err := o.Registry.validate(); err != nil {
+	if err := o.Registry.Validate(); err != nil {
 		return err
 	}
 	if o.RunAs != "" {

@@ -41,6 +41,7 @@ type Fingerprint struct {
 //	                              with its packages and settings, and the match
 //	GET  /v1/report               the last signed report and its signature
 //	POST /v1/conformance/run      run the suite now, sign, upload; the report
+//	GET  /metrics                 Prometheus metrics (agent/agentmetrics)
 //
 // Probes whose state did not change are reused, so asking often is cheap.
 func (a *Agent) QueryHandler() http.Handler {
@@ -48,6 +49,7 @@ func (a *Agent) QueryHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	mux.Handle("GET /metrics", a.metrics.Handler()) // Prometheus (agent/agentmetrics)
 	mux.HandleFunc("GET /v1/fingerprint", func(w http.ResponseWriter, r *http.Request) {
 		a.fingerprint(w, r, nil)
 	})
@@ -100,7 +102,7 @@ func (a *Agent) QueryHandler() http.Handler {
 
 // reportCopy copies sr (nil for nil) under a.mu: the main loop marks a
 // report Uploaded under the lock, while the endpoint encodes it.
-func (a *Agent) reportCopy(sr *signedReport) *signedReport {
+func (a *Agent) reportCopy(sr *SignedReport) *SignedReport {
 	if sr == nil {
 		return nil
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/sqlite"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // TestRunPrintingWithoutEnd: a job prints 150-byte lines in a tight loop,
@@ -69,7 +69,7 @@ func TestRunPrintingWithoutEnd(t *testing.T) {
 	go func() { done <- a.Run(actx) }()
 	t.Cleanup(func() { stopAgent(); <-done })
 
-	c, err := api.DialRuns(url, api.DialOptions{Token: token(t, st, store.RoleSubmit, "us-*")})
+	c, err := client.DialRuns(url, client.Options{Token: token(t, st, store.RoleSubmit, "us-*")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,17 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
+	"github.com/gpupass/gpupass/agent/agentmetrics"
 	"github.com/gpupass/gpupass/agent/executor"
-	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/spec"
@@ -157,6 +153,8 @@ type RunLoop struct {
 	// is called when the run's command and checks are over. The agent
 	// holds its periodic conformance runs meanwhile.
 	Busy func() (done func())
+	// Metrics, when set, exports the run in progress and its spool.
+	Metrics *agentmetrics.Metrics
 }
 
 func (l *RunLoop) log() *slog.Logger {
@@ -183,7 +181,7 @@ func (l *RunLoop) Run(ctx context.Context) error {
 				break
 			}
 			wait := retry
-			if connect.CodeOf(err) == connect.CodeUnimplemented {
+			if errors.Is(err, ErrUnsupported) {
 				// A broker without the runs API: registry only.
 				wait = 30 * time.Second
 			}
@@ -211,259 +209,42 @@ func (l *RunLoop) runBusy(ctx context.Context, a *Assignment) {
 
 // RunAssignment executes one run to its end and reports each edge. It
 // returns the final update it sent (or would have sent, when the lease
-// was lost).
+// was lost). Each step is a method of run (runsteps.go): start → prepare
+// the work dir → open the spool → execute (runtime-init and its package
+// check, the command, its restarts and NaN guard in the executor, while
+// the uploader follows the spool and the watcher the lease) → finish.
 func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate {
-	log := l.log().With("alloc", a.AllocID)
-	final := AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken}
+	r := &run{l: l, a: a, log: l.log().With("alloc", a.AllocID), ledgerWritten: func() error { return nil }}
+	r.final = AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken}
 	// Before anything is named after the id: work dir, spool, ledger.
 	if err := executor.CheckAllocID(a.AllocID); err != nil {
-		return l.refuse(ctx, log, a, err)
+		return l.refuse(ctx, r.log, a, err)
 	}
-	update := func(ctx context.Context, u AllocUpdate) (bool, error) { return l.send(ctx, a, u) }
-	edge := func(ctx context.Context, u AllocUpdate, limit time.Duration) error {
-		return l.edge(ctx, log, a, u, limit)
+	if err := r.start(ctx); err != nil {
+		r.log.Warn("refusing run: starting update not accepted", "err", err)
+		r.final.State, r.final.Reason = StateFailed, err.Error()
+		return r.final
 	}
-	ledgerWritten := func() error { return nil }
-	fail := func(reason string) AllocUpdate {
-		_ = ledgerWritten()
-		final.State, final.Reason, final.ExitCode = StateFailed, reason, -1
-		log.Error("run failed before start", "reason", reason)
-		limit := l.drainTimeout()
-		if ctx.Err() != nil {
-			limit = 5 * time.Second
-		}
-		e := runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq, Final: &final}
-		if done, err := l.deliver(context.WithoutCancel(ctx), log, e, nil, limit); !done {
-			log.Warn("reporting failure; retrying in the background", "err", err)
-			if err := l.writeLedger(e); err != nil {
-				log.Warn("recording the run's end", "err", err)
-			}
-			l.finishLater(ctx, e)
-		}
-		return final
-	}
-	if err := edge(ctx, AllocUpdate{State: StateStarting}, time.Minute); err != nil {
-		log.Warn("refusing run: starting update not accepted", "err", err)
-		final.State, final.Reason = StateFailed, err.Error()
-		return final
-	}
-	// From here on the run is this node's to finish: the ledger lets a
-	// restarted agent upload what is left of its spool and report it.
-	// Its two fsyncs run beside runtime-init rather than before the
-	// command (they cost tens of ms on a busy disk); a crash before they
-	// finish is a crash before the run had anything to send, which the
-	// broker's start timeout covers. Every later ledger write waits for it.
-	startLedger := make(chan error, 1)
-	go func() {
-		startLedger <- l.writeLedger(runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq})
-	}()
-	ledgerWritten = sync.OnceValue(func() error { return <-startLedger })
 	sp, err := decodeSpec(a.Spec)
 	if err != nil {
-		return fail(err.Error())
+		return r.failBeforeStart(ctx, err.Error())
 	}
-	runAs := l.RunAs
-	if l.RunAsRange != nil {
-		if runAs, err = l.RunAsRange.Acquire(); err != nil {
-			return fail(err.Error())
-		}
-		// The executor killed every process of the uid before it
-		// returned; one it could not kill spoils the uid for good.
-		defer func() {
-			if err := l.RunAsRange.Release(runAs); err != nil {
-				log.Error("giving the run's uid back", "err", err)
-			}
-		}()
-	}
-	workRoot := filepath.Join(l.StateDir, "runs")
-	if l.WorkRoot != "" {
-		workRoot = l.WorkRoot
-	}
-	workDir := filepath.Join(workRoot, a.AllocID)
-	// A work dir already there is an earlier placement of this run on
-	// this node: the run starts afresh (from the broker's checkpoint),
-	// not on what that attempt left, symlinks included.
-	if err := os.RemoveAll(workDir); err != nil {
-		return fail(fmt.Sprintf("clearing the work dir of an earlier placement: %v", err))
-	}
-	l.pruneWorkDirs(log, workRoot, a.AllocID)
-	if err := os.MkdirAll(workDir, 0o755); err != nil {
-		return fail(fmt.Sprintf("creating work dir: %v", err))
-	}
-	if len(a.Workdir) > 0 {
-		if err := unpackWorkdir(a.Workdir, workDir, l.WorkdirLimits); err != nil {
-			return fail(err.Error())
-		}
-	}
-	resumeFrom := ""
-	if a.ResumeCheckpointName != "" {
-		if resumeFrom, err = placeCheckpoint(workDir, a.ResumeCheckpointName, a.ResumeCheckpoint); err != nil {
-			return fail(err.Error())
-		}
-	}
-	sp0, err := spool.Open(filepath.Join(l.StateDir, "spool", a.AllocID), spool.Options{})
+	r.spec = sp
+	release, err := r.acquireUser()
 	if err != nil {
-		return fail(fmt.Sprintf("opening spool: %v", err))
+		return r.failBeforeStart(ctx, err.Error())
 	}
-	spoolOpen := true
-	defer func() {
-		if spoolOpen {
-			sp0.Close()
-		}
-	}()
-	up := &uploader.Uploader{AllocID: a.AllocID, Spool: sp0, Sink: l.Source.Sink(a), Log: log}
-
-	runCtx, stopRun := context.WithCancelCause(ctx)
-	defer stopRun(nil)
-	upCtx, stopUp := context.WithCancel(context.WithoutCancel(ctx))
-	upDone := make(chan error, 1)
-	go func() { upDone <- up.Run(upCtx) }()
-
-	// state is what the watcher reports: starting through runtime-init
-	// (which keeps the broker's start timeout from firing), running once
-	// the lease check passed.
-	var state atomic.Value
-	state.Store(StateStarting)
-	x := *l.Executor
-	x.Checks = append([]executor.RuntimeCheck(nil), l.Executor.Checks...)
-	// The bundle goes in before the conformance check: that check and the
-	// run's signed report measure packages in the run's own Python, which
-	// is the bundle's venv once it is installed.
-	if c := l.Bundles.Check(sp); c != nil {
-		x.Checks = append(x.Checks, *c)
+	defer release()
+	if err := r.prepareWorkdir(); err != nil {
+		return r.failBeforeStart(ctx, err.Error())
 	}
-	x.Checks = append(x.Checks, l.checks(a, sp)...)
-	// Runtime-init (a bundle pull and install) can take minutes; the
-	// broker must not count the run as launched before its command.
-	// stateMu orders the watcher's polls and the lease edge, so a
-	// starting poll never follows running.
-	var stateMu sync.Mutex
-	// The last check marks the run running: every check before the
-	// command passed, so the next thing that happens is the command.
-	x.Checks = append(x.Checks, executor.RuntimeCheck{Name: "lease", Run: func(ctx context.Context, _ executor.Job) (string, error) {
-		stateMu.Lock()
-		defer stateMu.Unlock()
-		if err := edge(ctx, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
-			return "", err
-		}
-		state.Store(StateRunning)
-		// Not the token itself: the run's log is read by read tokens.
-		return "running under this node's lease", nil
-	}})
-
-	var (
-		mu    sync.Mutex
-		stale bool
-	)
-	ship := &ckptShipper{dir: filepath.Join(workDir, "checkpoints"), app: up, log: log, settle: 500 * time.Millisecond, runAs: runAs}
-	if resumeFrom != "" {
-		ship.skip(resumeFrom)
+	if err := r.openSpool(); err != nil {
+		return r.failBeforeStart(ctx, err.Error())
 	}
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		every := l.UpdateEvery
-		if every <= 0 {
-			every = time.Second
-		}
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-			if state.Load() == StateRunning {
-				ship.tick(time.Now())
-			}
-			stateMu.Lock()
-			cancel, err := update(runCtx, AllocUpdate{State: state.Load().(AllocState)})
-			stateMu.Unlock()
-			switch {
-			case errors.Is(err, ErrStaleLease):
-				mu.Lock()
-				stale = true
-				mu.Unlock()
-				log.Warn("lease lost: stopping the run", "err", err)
-				stopRun(ErrStaleLease)
-				return
-			case err != nil:
-				// The broker is away: the run goes on, records wait
-				// in the spool.
-				log.Debug("allocation update", "err", err)
-			case cancel:
-				log.Info("cancel requested")
-				stopRun(errors.New("cancelled by the broker"))
-				return
-			}
-		}
-	}()
-
-	job := executor.Job{
-		AllocID: a.AllocID, Region: a.Region, Command: a.Command, Spec: sp, WorkRoot: workRoot,
-		Python: l.Python, MaxRestarts: a.MaxRestarts, Grace: a.Grace, ResumeFrom: resumeFrom, RunAs: runAs,
-	}
-	if l.CUDAHome != nil {
-		job.CUDAHome = l.CUDAHome()
-	}
-	res, err := x.Execute(runCtx, job, up)
-	stopRun(nil)
-	<-watchDone
-	// The background uploader stops first: two loops uploading from one
-	// spool race on the broker's gap-free mark (one sees a lower
-	// held_through than the other already acknowledged and gives up),
-	// which ended runs "succeeded" with records still in the spool. The
-	// final drain alone finishes.
-	stopUp()
-	<-upDone
-	if err != nil {
-		final.State, final.Reason, final.ExitCode = StateFailed, err.Error(), -1
-		log.Error("run failed before start", "reason", final.Reason)
-	} else {
-		final.State, final.Reason, final.ExitCode = AllocState(res.State), res.Reason, res.ExitCode
-		final.Attempts, final.Restarts, final.LastSeq = res.Attempts, res.Restarts, res.LastSeq
-	}
-	if ctx.Err() != nil && final.State == StateCancelled {
-		// The agent itself is stopping, nobody cancelled the run.
-		final.State, final.Reason = StateFailed, "agent stopped during the run"
-	}
-	mu.Lock()
-	lost := stale
-	mu.Unlock()
-	if lost {
-		_ = ledgerWritten()
-		final.Reason = ErrStaleLease.Error()
-		l.dropRun(log, a.AllocID, sp0.Stats())
-		return final
-	}
-	final.LastSeq = max(final.LastSeq, sp0.Stats().LastSeq)
-	if err := ledgerWritten(); err != nil {
-		log.Warn("recording the run's start", "err", err)
-	}
-	e := runLedger{AllocID: a.AllocID, FencingToken: a.FencingToken, ResumeAfterSeq: a.ResumeAfterSeq, Final: &final}
-	if err := l.writeLedger(e); err != nil {
-		// The run's end is still delivered now; only a restart before
-		// that would report it as interrupted.
-		log.Warn("recording the run's end", "err", err)
-	}
-	// Every record must be held by the broker before the final state, so
-	// a client that sees "succeeded" also sees the whole log.
-	drain := l.drainTimeout()
-	if ctx.Err() != nil {
-		// The agent is stopping: what the broker does not take now stays
-		// in the spool, and the next start finishes it.
-		drain = min(drain, 5*time.Second)
-	}
-	done, err := l.deliver(context.WithoutCancel(ctx), log, e, up, drain)
-	if done {
-		return final
-	}
-	log.Warn("the broker does not hold every record yet: the final state waits with the spool and is retried in the background", "state", final.State, "err", err)
-	spoolOpen = false
-	sp0.Close()
-	l.finishLater(ctx, e)
-	return final
+	defer r.closeSpool()
+	res, err := r.execute(ctx)
+	r.settle(ctx, res, err)
+	return r.finish(ctx)
 }
 
 // refuse reports a run this node will not touch as failed, once and
@@ -573,13 +354,14 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout, Output: a.o.outputLimits()},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange, WorkdirLimits: a.o.Workdir,
-		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log},
+		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log, VerifyRecord: a.o.Registry.VerifyRecord},
 	}
 	l.RunReport = a.runReporter(src)
 	if a.o.slurm != nil {
 		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.slurm.runner(), a.o.slurm.workRoot(), a.o.slurm.orphaned
 	}
 	l.Busy = a.busy
+	l.Metrics = a.metrics
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

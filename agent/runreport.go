@@ -36,7 +36,8 @@ import (
 const packageCheckPrefix = "package."
 
 // RunReportSink is a WorkSource that takes a run's signed report (the
-// broker does).
+// broker does). Its errors are classified as brokerErr does: one that
+// is ErrUnavailable is retried.
 type RunReportSink interface {
 	SubmitRunReport(ctx context.Context, a *Assignment, report []byte, signature string) error
 }
@@ -47,7 +48,7 @@ type RunReportSink interface {
 // when it measured python, is a run venv's layout (bundleinstall.go):
 // its packages are read from their metadata, since starting that
 // interpreter as the agent would run the bundle's code next to the key.
-func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython) (*signedReport, error) {
+func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython) (*SignedReport, error) {
 	exp := suite.FromSpec(sp)
 	exp.StorageClass = a.o.StorageClass
 	res, err := a.suite.Run(ctx, exp)
@@ -104,7 +105,7 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	}
 	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "fingerprint", rep.RuntimeFingerprint,
 		"spec_fingerprint", rep.SpecFingerprint, "simulated", rep.Simulated)
-	return &signedReport{Report: rep, Bytes: b, Signature: sig, python: measured}, nil
+	return &SignedReport{Report: rep, Bytes: b, Signature: sig, python: measured}, nil
 }
 
 // packageChecks compares each pinned package with what the run's Python
@@ -188,7 +189,7 @@ var errReportUnsupported = errors.New("the broker does not support run reports")
 // unreachable (a restart must not fail the run) for up to a minute. A
 // refusal is final: a report the broker does not accept leaves the run
 // without evidence, which must not pass unnoticed.
-func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *signedReport, log *slog.Logger) error {
+func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *SignedReport, log *slog.Logger) error {
 	deadline := time.Now().Add(time.Minute)
 	bo := backoff.New(100*time.Millisecond, 5*time.Second)
 	for {
@@ -196,7 +197,7 @@ func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr
 		switch {
 		case err == nil, errors.Is(err, errReportUnsupported), errors.Is(err, ErrStaleLease):
 			return err
-		case connect.CodeOf(err) != connect.CodeUnavailable && connect.CodeOf(err) != connect.CodeDeadlineExceeded && connect.CodeOf(err) != connect.CodeUnknown:
+		case !errors.Is(err, ErrUnavailable):
 			return err
 		case time.Now().After(deadline):
 			return err
@@ -227,7 +228,7 @@ func (b *brokerSource) SubmitRunReport(ctx context.Context, a *Assignment, repor
 	case connect.CodeFailedPrecondition:
 		return fmt.Errorf("%w: %s", ErrStaleLease, api.Describe(err))
 	}
-	return fmt.Errorf("sending the signed run report of %s: %w", a.AllocID, err)
+	return fmt.Errorf("sending the signed run report of %s: %w", a.AllocID, brokerErr(err))
 }
 
 // recheck is runtime-init's conformance step: the run report when the

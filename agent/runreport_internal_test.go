@@ -77,8 +77,9 @@ func (f *fakeSink) SubmitRunReport(context.Context, *Assignment, []byte, string)
 
 func TestSubmitWithRetry(t *testing.T) {
 	t.Parallel()
-	unavailable := fmt.Errorf("sending: %w", connect.NewError(connect.CodeUnavailable, errors.New("broker restarting")))
-	denied := fmt.Errorf("sending: %w", connect.NewError(connect.CodePermissionDenied, errors.New("signature does not verify")))
+	// As the broker's sink returns them: classified at the client edge.
+	unavailable := fmt.Errorf("sending: %w", brokerErr(connect.NewError(connect.CodeUnavailable, errors.New("broker restarting"))))
+	denied := fmt.Errorf("sending: %w", brokerErr(connect.NewError(connect.CodePermissionDenied, errors.New("signature does not verify"))))
 	tests := []struct {
 		name      string
 		errs      []error
@@ -95,7 +96,7 @@ func TestSubmitWithRetry(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := &fakeSink{errs: tc.errs}
-			err := submitWithRetry(context.Background(), s, &Assignment{AllocID: "alloc-1"}, &signedReport{}, slog.New(slog.DiscardHandler))
+			err := submitWithRetry(context.Background(), s, &Assignment{AllocID: "alloc-1"}, &SignedReport{}, slog.New(slog.DiscardHandler))
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) || s.calls != tc.wantCalls {
 				t.Errorf("err %v after %d calls; want %v after %d", err, s.calls, tc.wantErr, tc.wantCalls)
 			}

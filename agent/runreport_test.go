@@ -16,8 +16,8 @@ import (
 
 	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -55,11 +55,11 @@ func TestRunReportKeptByBroker(t *testing.T) {
 	go func() { done <- a.Run(actx) }()
 	t.Cleanup(func() { stop(); <-done })
 
-	c, err := api.DialRuns(url, api.DialOptions{Token: token(t, st, store.RoleSubmit, "us-*")})
+	c, err := client.DialRuns(url, client.Options{Token: token(t, st, store.RoleSubmit, "us-*")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := api.DialRuns(url, api.DialOptions{Token: token(t, st, store.RoleRead, "us-west-2")})
+	reader, err := client.DialRuns(url, client.Options{Token: token(t, st, store.RoleRead, "us-west-2")})
 	if err != nil {
 		t.Fatal(err)
 	}

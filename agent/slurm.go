@@ -15,10 +15,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/executor/slurm"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -47,16 +47,6 @@ type SlurmFlags struct {
 	// AgentBinary is the gpupass-agent the conformance job step runs on
 	// the compute node (it must be at that path there too).
 	AgentBinary string
-}
-
-// AddFlags registers the --slurm-* flags.
-func (s *SlurmFlags) AddFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.StringSliceVar(&s.Partitions, "slurm-partition", nil, "with --executor slurm: partition whose compute nodes the agent enrolls (repeatable; default: every partition)")
-	f.StringVar(&s.SharedDir, "slurm-shared-dir", "", "with --executor slurm: directory the login node and every compute node see (runs' work dirs, output and metrics files)")
-	f.DurationVar(&s.TimeLimit, "slurm-time-limit", 0, "with --executor slurm: sbatch --time of each run's job, rounded up to minutes (0: the partition's limit)")
-	f.DurationVar(&s.Refresh, "slurm-refresh", 30*time.Second, "with --executor slurm: how often node states are read from Slurm (a drained node stops being certified within one)")
-	f.StringVar(&s.AgentBinary, "slurm-agent-binary", "", "with --executor slurm: gpupass-agent binary the conformance job step runs on each compute node (default: this one; it must be at the same path there)")
 }
 
 func (o *Options) validateSlurm() error {
@@ -255,6 +245,17 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tlsConf, err := o.tlsConfig()
+	if err != nil {
+		return err
+	}
+	// One connection to the broker for every compute node: each request
+	// names and proves its node, so the nodes share one ControlPlane.
+	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
+	if err != nil {
+		return err
+	}
+	cp := NewControlPlane(clients)
 	var (
 		mu      sync.Mutex
 		running = map[string]*slurmNode{}
@@ -287,8 +288,7 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 			clone.StateDir = filepath.Join(o.StateDir, "slurm", nodeIDUnsafe.ReplaceAllString(cluster+"-"+nd.Name, "_"))
 			clone.Provider = "slurm:" + cluster
 			clone.Hostname = nd.Name
-			clone.QueryAddr = "127.0.0.1:0"
-			clone.AddrFile = ""
+			// Serve, not Run: no query endpoint per compute node.
 			clone.RunCgroup = "off"
 			clone.Simulate = simulateFor(o, nd.Name)
 			if clone.SuiteInterval > o.Slurm.Refresh {
@@ -305,7 +305,7 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+				if err := a.Serve(ctx, cp); err != nil && ctx.Err() == nil {
 					select {
 					case errs <- fmt.Errorf("slurm node %s: %w", nd.Name, err):
 					default:
@@ -347,39 +347,19 @@ func simulateFor(o *Options, node string) string {
 	return o.Simulate
 }
 
-// factsCommand is `gpupass-agent facts`: the probes of the suite, run on
-// a compute node as a job step, printing what they found as JSON for
-// the agent on the login node, which checks and signs it. It holds no
-// key: the compute node's identity stays with the agent.
-func factsCommand() *cobra.Command {
-	o := &Options{SuiteInterval: time.Hour, StorageClass: "standard"}
-	cmd := &cobra.Command{
-		Use:    "facts",
-		Short:  "Measure the node and print the facts as JSON (the Slurm executor's conformance job step)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(false); err != nil {
-				return err
-			}
-			a, err := New(o, slog.New(slog.DiscardHandler))
-			if err != nil {
-				return err
-			}
-			res, err := a.suite.Run(cmd.Context(), a.expectations())
-			if err != nil {
-				return err
-			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(res.Facts)
-		},
+// Facts runs the probes of the suite once and returns what they found:
+// the `gpupass-agent facts` command, run on a compute node as a job step
+// for the agent on the login node, which checks and signs them.
+func (a *Agent) Facts(ctx context.Context) (*probe.Facts, error) {
+	res, err := a.suite.Run(ctx, a.expectations())
+	if err != nil {
+		return nil, err
 	}
-	o.addProbeFlags(cmd)
-	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "directory for the throwaway key that seeds a simulated profile")
-	return cmd
+	return &res.Facts, nil
 }
 
-// useSlurm says whether --executor is slurm, refusing what it does not know.
-func (o *Options) useSlurm() (bool, error) {
+// UseSlurm says whether --executor is slurm, refusing what it does not know.
+func (o *Options) UseSlurm() (bool, error) {
 	switch o.Executor {
 	case "", ExecutorLocal:
 		return false, nil
@@ -387,11 +367,4 @@ func (o *Options) useSlurm() (bool, error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("--executor %q: use local or slurm", o.Executor)
-}
-
-func (o *Options) addExecutorFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.StringVar(&o.Executor, "executor", ExecutorLocal, "where runs go: local (processes on this node) or slurm (batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*)")
-	f.StringSliceVar(&o.SlurmSimulate, "slurm-simulate", nil, "with --executor slurm: NODE=PROFILE, a simulated hardware profile for one compute node (repeatable; --simulate applies to the others)")
-	o.Slurm.AddFlags(cmd)
 }

@@ -1,64 +1,10 @@
 package agent
 
-import (
-	"archive/tar"
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
+import "github.com/gpupass/gpupass/internal/workdir"
 
-	"github.com/gpupass/gpupass/internal/workdir"
-)
-
-// unpackWorkdir extracts a tar or tar.gz into dir under the work dir
-// limits (entries, depth, bytes, path length; --workdir-max-* on the agent,
-// which should match the broker's: the broker checks them at submit;
-// checked again here so that a broker with other limits, or an
-// archive that did not come through one, cannot fill the node's disk or
-// inodes). Only regular files and directories are written, and no entry
-// may leave dir.
+// unpackWorkdir extracts a run's work dir archive under the agent's
+// limits (--workdir-max-*, which should match the broker's); the rules
+// live in workdir.Unpack.
 func unpackWorkdir(archive []byte, dir string, lim workdir.Limits) error {
-	fail := func(err error) error { return fmt.Errorf("unpacking the run's workdir archive: %w", err) }
-	tr, err := workdir.NewReader(bytes.NewReader(archive), lim.WithDefaults())
-	if err != nil {
-		return fail(err)
-	}
-	defer tr.Close()
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fail(err)
-		}
-		// workdir.Counter refused names that leave the work dir.
-		path := filepath.Join(dir, filepath.Clean(filepath.FromSlash(h.Name)))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(path, 0o755); err != nil {
-				return fail(err)
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return fail(err)
-			}
-			f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, os.FileMode(h.Mode)&0o755|0o600)
-			if err != nil {
-				return fail(err)
-			}
-			_, err = io.Copy(f, io.LimitReader(tr, h.Size))
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fail(fmt.Errorf("%s: %w", h.Name, err))
-			}
-		default:
-			// Links and devices are skipped: a link could point out of
-			// the work dir.
-		}
-	}
+	return workdir.Unpack(archive, dir, lim)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -15,6 +13,8 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // brokerSource is the WorkSource over the broker's AgentWorkService.
@@ -35,23 +35,12 @@ type brokerSource struct {
 // (the long poll would trip it); each call carries its own deadline
 // instead.
 func NewBrokerSource(baseURL, token string, tlsConf *tls.Config, agentID func() string, creds *api.AgentCredentials) (WorkSource, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("broker URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
+	c, err := client.DialRuns(baseURL, client.Options{Token: token, GRPC: true, TLSConfig: tlsConf, Agent: creds, NoGzip: true,
+		UserAgent: buildinfo.UserAgent("gpupass-agent")})
+	if err != nil {
+		return nil, err
 	}
-	hc := api.HTTPClient(u.Scheme == "https", tlsConf)
-	if creds != nil {
-		hc.Transport = creds.Transport(hc.Transport)
-	}
-	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set(api.AuthHeader, "Bearer "+token)
-			return next(ctx, req)
-		}
-	})
-	c := gpupassv1connect.NewAgentWorkServiceClient(hc, strings.TrimRight(baseURL, "/"),
-		connect.WithGRPC(), connect.WithInterceptors(auth), connect.WithAcceptCompression("gzip", nil, nil))
-	return &brokerSource{c: c, agentID: agentID, wait: 20 * time.Second, call: 30 * time.Second}, nil
+	return &brokerSource{c: c.Work, agentID: agentID, wait: 20 * time.Second, call: 30 * time.Second}, nil
 }
 
 func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignment, error) {
@@ -59,7 +48,7 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 	defer cancel()
 	resp, err := b.c.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: agentID, WaitSeconds: int32(b.wait / time.Second)}))
 	if err != nil {
-		return nil, fmt.Errorf("polling for work: %w", err)
+		return nil, fmt.Errorf("polling for work: %w", brokerErr(err))
 	}
 	m := resp.Msg.GetAssignment()
 	if m == nil {

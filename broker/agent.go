@@ -235,6 +235,7 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	// made recently, whoever delivers it. An old one is not counted; the
 	// agent's next beat echoes the time in this response.
 	age := now.Sub(time.Unix(0, m.EchoBrokerTimeUnixNano))
+	b.metrics.HeartbeatLag(age)
 	if m.EchoBrokerTimeUnixNano <= 0 || age < 0 || age > b.echoWindow() {
 		b.log.Info("heartbeat not counted: stale echo", "agent", m.AgentId, "echo_age", age.Round(time.Millisecond))
 		b.agentsMu.Lock()

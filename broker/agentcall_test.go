@@ -21,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 )
 
@@ -100,7 +101,7 @@ func TestAgentCallsProveTheNode(t *testing.T) {
 	}
 
 	// A captured call replayed as it was: refused, counter taken.
-	rec := &recorder{next: api.HTTPClient(false, nil).Transport}
+	rec := &recorder{next: client.HTTPClient(false, nil).Transport}
 	victimCalls := dialWithTransport(t, b.URL, tok, victim.Creds.Transport(rec))
 	if _, err := victimCalls.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: victim.ID, AllocId: run.Id, FencingToken: got.FencingToken, Records: records(4, 4)})); err != nil {
 		t.Fatal(err)
@@ -187,9 +188,9 @@ func TestAgentCallSignedWithoutSessionKey(t *testing.T) {
 	}
 }
 
-func dialWith(t *testing.T, url, tok string, creds *api.AgentCredentials) *api.RunClients {
+func dialWith(t *testing.T, url, tok string, creds *api.AgentCredentials) *client.RunClients {
 	t.Helper()
-	c, err := api.DialRuns(url, api.DialOptions{Token: tok, GRPC: true, Agent: creds})
+	c, err := client.DialRuns(url, client.Options{Token: tok, GRPC: true, Agent: creds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func dialWith(t *testing.T, url, tok string, creds *api.AgentCredentials) *api.R
 
 // dialWithTransport dials the work service over the Connect protocol
 // (plain HTTP answers, easy to replay) through tr.
-func dialWithTransport(t *testing.T, url, tok string, tr http.RoundTripper) *api.RunClients {
+func dialWithTransport(t *testing.T, url, tok string, tr http.RoundTripper) *client.RunClients {
 	t.Helper()
 	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -206,7 +207,7 @@ func dialWithTransport(t *testing.T, url, tok string, tr http.RoundTripper) *api
 			return next(ctx, req)
 		}
 	})
-	return &api.RunClients{Work: gpupassv1connect.NewAgentWorkServiceClient(&http.Client{Transport: tr}, url, connect.WithInterceptors(auth))}
+	return &client.RunClients{Work: gpupassv1connect.NewAgentWorkServiceClient(&http.Client{Transport: tr}, url, connect.WithInterceptors(auth))}
 }
 
 // recorder keeps the last request it sent, to send it again as it was.

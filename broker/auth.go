@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/broker/brokermetrics"
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
@@ -158,11 +159,13 @@ func (b *Broker) authInterceptor() connect.Interceptor {
 				t, err = b.authenticate(ctx, req.Header().Get(api.AuthHeader))
 				if err != nil {
 					b.log.Info("refused call", "procedure", proc, "peer", req.Peer().Addr, "err", err)
+					b.metrics.Refused(brokermetrics.RefusalReason(err))
 					return nil, err
 				}
 			}
 			if err := checkRole(t, proc); err != nil {
 				b.log.Info("refused call", "procedure", proc, "token", t.ID, "err", err)
+				b.metrics.Refused("role")
 				return nil, err
 			}
 			return next(context.WithValue(ctx, tokenKey{}, t), req)

@@ -21,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 )
 
@@ -209,9 +210,9 @@ func BenchmarkHeartbeats(b *testing.B) {
 			srv := brokertest.Start(b, db, broker.Config{})
 			tok := srv.Token(b, store.RoleAgent, "*")
 			const workers = 64
-			clients := make([]*api.Clients, workers)
+			clients := make([]*client.Clients, workers)
 			for i := range clients {
-				c, err := api.Dial(srv.URL, api.DialOptions{Token: tok, GRPC: true})
+				c, err := client.Dial(srv.URL, client.Options{Token: tok, GRPC: true})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -227,7 +228,7 @@ func BenchmarkHeartbeats(b *testing.B) {
 				wg.Add(1)
 				// Worker w beats for nodes w, w+64, …: one sender per node,
 				// so each node's counter rises as the broker requires.
-				go func(w int, c *api.Clients) {
+				go func(w int, c *client.Clients) {
 					defer wg.Done()
 					ctx := context.Background()
 					type state struct {

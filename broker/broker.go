@@ -37,7 +37,9 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/gpupass/gpupass/broker/brokermetrics"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/broker/ui"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/workdir"
@@ -86,6 +88,8 @@ type Config struct {
 	// Submit reads the archive under it before storing the run (zero
 	// fields take workdir.Default).
 	Workdir workdir.Limits
+	// Metrics configures GET /metrics (metrics.go).
+	Metrics MetricsConfig
 }
 
 // Broker is the control plane service.
@@ -124,6 +128,8 @@ type Broker struct {
 	health storeHealth // whether the store takes writes (quota.go)
 
 	mounts []mount
+
+	metrics *brokermetrics.Metrics // Prometheus families (metrics.go)
 
 	// started bounds the start timeout: agents could not report while
 	// this broker was down.
@@ -194,6 +200,7 @@ func New(cfg Config) *Broker {
 		runs:    newRunsState(),
 		started: time.Now(),
 	}
+	b.metrics = b.newMetrics()
 	b.wg.Add(3)
 	if b.cfg.SnapshotTTL >= minBackgroundTTL {
 		b.wg.Add(1)
@@ -229,7 +236,7 @@ func (b *Broker) Handler() http.Handler {
 	for _, m := range b.mounts {
 		mux.Handle(m.path, m.h)
 	}
-	auth := connect.WithInterceptors(b.authInterceptor())
+	auth := connect.WithInterceptors(b.metrics.Interceptor(), b.authInterceptor())
 	p, h := gpupassv1connect.NewAgentServiceHandler(&agentService{b}, auth, connect.WithReadMaxBytes(api.MaxAgentMessageBytes))
 	mux.Handle(p, h)
 	p, h = gpupassv1connect.NewNodeServiceHandler(&nodeService{b}, auth, connect.WithReadMaxBytes(api.MaxClientMessageBytes))
@@ -243,6 +250,7 @@ func (b *Broker) Handler() http.Handler {
 		gpupassv1connect.AgentWorkServiceName, gpupassv1connect.RunServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(api.MaxClientMessageBytes)))
+	mux.Handle(ui.Prefix, b.dashboard(mux))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		if why := b.storeUnwritable(); why != "" {
@@ -254,7 +262,8 @@ func (b *Broker) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return mux
+	mux.Handle("GET /metrics", b.metricsHandler())
+	return b.metrics.HTTP(mux)
 }
 
 // Close flushes buffered heartbeats and stops background work. The store
@@ -307,6 +316,7 @@ func (b *Broker) flush(ctx context.Context) error {
 	err := b.store.RecordHeartbeats(ctx, batch)
 	news := b.noteStoreWrite(err)
 	if err != nil {
+		b.metrics.StoreError("heartbeats")
 		b.beatsMu.Lock()
 		for _, hb := range batch {
 			b.dirty[hb.AgentID] = struct{}{}

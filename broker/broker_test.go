@@ -24,6 +24,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil/pgtest"
 )
 
@@ -504,7 +505,7 @@ func TestProtocolsAndLimits(t *testing.T) {
 		name string
 		o    connect.ClientOption
 	}{{"grpc", connect.WithGRPC()}, {"grpc-web", connect.WithGRPCWeb()}, {"connect-json", connect.WithProtoJSON()}} {
-		hc := api.HTTPClient(false, nil)
+		hc := client.HTTPClient(false, nil)
 		c := gpupassv1connectNodeClient(hc, b.URL, read, opt.o)
 		resp, err := c.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{}))
 		if err != nil || len(resp.Msg.Nodes) != 1 {

@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/broker/brokermetrics"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 )
@@ -185,6 +186,7 @@ func (g *guard) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
+	g.b.metrics.Refused(brokermetrics.GuardReason(err))
 	_ = g.errw.Write(w, r, err)
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }

@@ -135,6 +135,7 @@ func (b *Broker) overQuota(ctx context.Context, rs store.Runs, seen store.Alloc,
 	case !errors.Is(err, errMoved):
 		b.log.Error("failing a run over quota", "alloc", seen.ID, "err", err)
 	}
+	b.metrics.Refused("quota")
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s: stop the run", why))
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // TestRunQuota: an agent that uploads without end (a broken one, or one
@@ -54,7 +54,7 @@ func TestRunQuota(t *testing.T) {
 				quiet.keepAlive(t)
 				via2 := &worker{Agent: chatty.Agent}
 				var err error
-				if via2.runs, err = api.DialRuns(b2.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: chatty.Creds}); err != nil {
+				if via2.runs, err = client.DialRuns(b2.URL, client.Options{Token: agentTok, GRPC: true, Agent: chatty.Creds}); err != nil {
 					t.Fatal(err)
 				}
 				run := submit(t, c, "us-west-2", nil)

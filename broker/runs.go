@@ -127,6 +127,7 @@ func (b *Broker) storeErr(what string, err error) error {
 		return ce
 	}
 	b.log.Error("run store", "what", what, "err", err)
+	b.metrics.StoreError("runs")
 	if storeFull(err) {
 		b.noteStoreWrite(err)
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: broker store full", what))
@@ -334,6 +335,7 @@ func (b *Broker) recordLaunch(ctx context.Context, l store.Launch) {
 // (DryRun's order), skipping nodes it was lost on. With candidates that
 // are all busy it stays pending; with none it fails with the reasons.
 func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.Alloc, error) {
+	placeStart := time.Now()
 	a, err := rs.Alloc(ctx, id)
 	if err != nil {
 		return a, err
@@ -387,6 +389,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 			return a, err
 		}
 		b.log.Info("run placed", "alloc", placed.ID, "node", placed.NodeID, "score", c.Score.Score)
+		b.metrics.Placed(time.Since(placeStart), time.Since(placed.CreatedAt))
 		b.runs.wakeNode(placed.NodeID)
 		b.runs.notify()
 		return placed, nil

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // BenchmarkRecordIngest measures events per second stored through
@@ -31,14 +31,14 @@ func BenchmarkRecordIngest(b *testing.B) {
 				cfg.RunMaxRecordsPerSecond = -1
 				br := brokertest.Start(b, brokertest.NewDB(b, kind), cfg)
 				tok := br.Token(b, store.RoleAgent, "*")
-				sub, err := api.DialRuns(br.URL, api.DialOptions{Token: br.Token(b, store.RoleSubmit, "*")})
+				sub, err := client.DialRuns(br.URL, client.Options{Token: br.Token(b, store.RoleSubmit, "*")})
 				if err != nil {
 					b.Fatal(err)
 				}
 				spec := mustRead(b, "testdata/h100.yaml")
 				type lease struct {
 					w  *brokertest.Agent
-					c  *api.RunClients
+					c  *client.RunClients
 					as *gpupassv1.Assignment
 				}
 				var leases []lease
@@ -99,7 +99,7 @@ func BenchmarkSubmitToAssignment(b *testing.B) {
 	tok := br.Token(b, store.RoleAgent, "*")
 	a := brokertest.Register(b, br.URL, tok, brokertest.H100("us-west-2", 20))
 	c := a.Runs(b, br.URL, tok)
-	sub, err := api.DialRuns(br.URL, api.DialOptions{Token: br.Token(b, store.RoleSubmit, "*")})
+	sub, err := client.DialRuns(br.URL, client.Options{Token: br.Token(b, store.RoleSubmit, "*")})
 	if err != nil {
 		b.Fatal(err)
 	}

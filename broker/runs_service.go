@@ -26,7 +26,7 @@ import (
 )
 
 func (b *Broker) handleRuns(mux *http.ServeMux) {
-	auth := connect.WithInterceptors(b.authInterceptor(), streamAuth{b})
+	auth := connect.WithInterceptors(b.metrics.Interceptor(), b.authInterceptor(), streamAuth{b})
 	p, h := gpupassv1connect.NewAgentWorkServiceHandler(&workService{b}, auth, connect.WithReadMaxBytes(api.MaxRecordsBytes))
 	mux.Handle(p, b.agentCalls(h))
 	p, h = gpupassv1connect.NewRunServiceHandler(&runService{b}, auth, connect.WithReadMaxBytes(api.MaxSubmitBytes))
@@ -273,6 +273,7 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 	}
 	if len(recs) > 0 {
 		b.runs.notify()
+		b.noteIngested(a, recs, res.Disputed)
 	}
 	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: res.HeldThrough, CancelRequested: a.CancelRequested,
 		DisputedSeqs: res.Disputed}), nil

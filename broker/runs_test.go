@@ -15,13 +15,14 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // worker is an API-level agent speaking the real run protocol (gRPC,
 // like gpupass-agent) with a real enrolled identity.
 type worker struct {
 	*brokertest.Agent
-	runs *api.RunClients
+	runs *client.RunClients
 }
 
 func newWorker(t *testing.T, b *brokertest.Broker, tok string, n brokertest.NodeSpec) *worker {
@@ -95,7 +96,7 @@ func records(from, to uint64) []*gpupassv1.Record {
 	return out
 }
 
-func submit(t *testing.T, c *api.RunClients, region string, mod func(*gpupassv1.SubmitRequest)) *gpupassv1.Run {
+func submit(t *testing.T, c *client.RunClients, region string, mod func(*gpupassv1.SubmitRequest)) *gpupassv1.Run {
 	t.Helper()
 	req := &gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: region,
 		Command: []string{"python3", "train.py"}}
@@ -109,7 +110,7 @@ func submit(t *testing.T, c *api.RunClients, region string, mod func(*gpupassv1.
 	return resp.Msg.Run
 }
 
-func getRun(t *testing.T, c *api.RunClients, id string) *gpupassv1.Run {
+func getRun(t *testing.T, c *client.RunClients, id string) *gpupassv1.Run {
 	t.Helper()
 	resp, err := c.Run.GetRun(context.Background(), connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
 	if err != nil {
@@ -119,7 +120,7 @@ func getRun(t *testing.T, c *api.RunClients, id string) *gpupassv1.Run {
 }
 
 // waitRun polls GetRun until cond holds (no fixed sleeps).
-func waitRun(t *testing.T, c *api.RunClients, id string, what string, cond func(*gpupassv1.Run) bool) *gpupassv1.Run {
+func waitRun(t *testing.T, c *client.RunClients, id string, what string, cond func(*gpupassv1.Run) bool) *gpupassv1.Run {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -134,9 +135,9 @@ func waitRun(t *testing.T, c *api.RunClients, id string, what string, cond func(
 	}
 }
 
-func dialRuns(t *testing.T, b *brokertest.Broker, tok string) *api.RunClients {
+func dialRuns(t *testing.T, b *brokertest.Broker, tok string) *client.RunClients {
 	t.Helper()
-	c, err := api.DialRuns(b.URL, api.DialOptions{Token: tok})
+	c, err := client.DialRuns(b.URL, client.Options{Token: tok})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +562,7 @@ func TestRunsSurviveBrokerRestart(t *testing.T) {
 			b2 := brokertest.Start(t, db, brokertest.Fast())
 			w2 := &worker{Agent: w.Agent}
 			var err error
-			if w2.runs, err = api.DialRuns(b2.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: w.Creds}); err != nil {
+			if w2.runs, err = client.DialRuns(b2.URL, client.Options{Token: agentTok, GRPC: true, Agent: w.Creds}); err != nil {
 				t.Fatal(err)
 			}
 			// The reply to the last batch was "lost": the agent sends it again.

@@ -14,6 +14,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 func TestTLS(t *testing.T) {
@@ -42,7 +43,7 @@ func TestTLS(t *testing.T) {
 	}
 	url := "https://" + ln.Addr().String()
 	for _, grpc := range []bool{false, true} {
-		c, err := api.Dial(url, api.DialOptions{Token: tok, GRPC: grpc, TLSConfig: &tls.Config{RootCAs: pool}})
+		c, err := client.Dial(url, client.Options{Token: tok, GRPC: grpc, TLSConfig: &tls.Config{RootCAs: pool}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +53,7 @@ func TestTLS(t *testing.T) {
 	}
 	// An untrusted certificate is refused by the client, which says why
 	// and how to trust it.
-	c, _ := api.Dial(url, api.DialOptions{Token: tok})
+	c, _ := client.Dial(url, client.Options{Token: tok})
 	_, err = c.Node.ListNodes(context.Background(), connect.NewRequest(&gpupassv1.ListNodesRequest{}))
 	if _, ok := api.UntrustedCert(err); !ok {
 		t.Errorf("untrusted certificate: %v, want it recognised as one", err)
@@ -61,7 +62,7 @@ func TestTLS(t *testing.T) {
 		t.Errorf("untrusted certificate described as %q, want it to say it is not trusted and how to fix it", msg)
 	}
 	// Cleartext to the TLS port fails.
-	c, _ = api.Dial("http://"+ln.Addr().String(), api.DialOptions{Token: tok})
+	c, _ = client.Dial("http://"+ln.Addr().String(), client.Options{Token: tok})
 	if _, err := c.Node.ListNodes(context.Background(), connect.NewRequest(&gpupassv1.ListNodesRequest{})); err == nil {
 		t.Error("cleartext call to a TLS broker succeeded")
 	}

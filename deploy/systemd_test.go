@@ -166,7 +166,7 @@ func TestAgentAsTheUnitStartsIt(t *testing.T) {
 	}
 	// The broker is a loopback port nobody listens on: this test stops
 	// before enrollment either way.
-	env = append(env, "GPUPASS_TOKEN_FILE="+token, "GPUPASS_BROKER_URL=http://127.0.0.1:1", "GPUPASS_QUERY_ADDR=127.0.0.1:0", "GPUPASS_READ_PROBE_MB=1")
+	env = append(env, "GPUPASS_BROKER_TOKEN_FILE="+token, "GPUPASS_BROKER_URL=http://127.0.0.1:1", "GPUPASS_QUERY_ADDR=127.0.0.1:0", "GPUPASS_READ_PROBE_MB=1")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)

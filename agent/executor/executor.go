@@ -27,7 +27,6 @@ import (
 
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
-	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -586,10 +585,14 @@ func newestCheckpoint(dir string, before time.Time) (string, error) {
 	return best, nil
 }
 
+// agentEnvPrefix is flagenv.Prefix, written here (a test keeps them
+// equal) because flagenv brings cobra, which the daemon does not link.
+const agentEnvPrefix = "GPUPASS_"
+
 // JobEnviron is what a job and the processes started for it (venv
 // creation, pip) may inherit of env: all of it but GPUPASS_* (flagenv's
 // prefix). Those variables configure the agent, and flagenv reads every
-// secret from one of them (GPUPASS_TOKEN, GPUPASS_REGISTRY_PASSWORD and
+// secret from one of them (GPUPASS_BROKER_TOKEN, GPUPASS_REGISTRY_PASSWORD and
 // their _FILE forms); the job's output becomes uploaded events, so a
 // secret it could read would be one echo away from the run log. The
 // GPUPASS_* variables a job sees are the ones the executor sets for it
@@ -597,7 +600,7 @@ func newestCheckpoint(dir string, before time.Time) (string, error) {
 func JobEnviron(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, flagenv.Prefix) {
+		if !strings.HasPrefix(kv, agentEnvPrefix) {
 			out = append(out, kv)
 		}
 	}

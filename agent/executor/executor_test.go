@@ -229,7 +229,7 @@ func TestEnvironment(t *testing.T) {
 // the process environment the executor starts from.
 func TestEnvironmentHidesAgentSecrets(t *testing.T) {
 	const secret = "gpa_supersecret"
-	agentVars := []string{"GPUPASS_TOKEN", "GPUPASS_TOKEN_FILE", "GPUPASS_REGISTRY_PASSWORD", "GPUPASS_REGISTRY_PASSWORD_FILE", "GPUPASS_BROKER_URL"}
+	agentVars := []string{"GPUPASS_BROKER_TOKEN", "GPUPASS_BROKER_TOKEN_FILE", "GPUPASS_TOKEN", "GPUPASS_TOKEN_FILE", "GPUPASS_REGISTRY_PASSWORD", "GPUPASS_REGISTRY_PASSWORD_FILE", "GPUPASS_BROKER_URL"}
 	for _, k := range agentVars {
 		t.Setenv(k, secret+"-"+k)
 	}

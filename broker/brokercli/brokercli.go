@@ -117,6 +117,7 @@ type ServeOptions struct {
 	BodyGrace, IdleTimeout                            time.Duration
 	MaxConns, MaxConnsPerIP                           int
 	Workdir                                           workdir.Limits
+	Metrics                                           MetricsOptions
 	Logger                                            *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
@@ -145,6 +146,7 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
 	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")
 	f.IntVar(&o.Workdir.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest entry name (bytes) in a run's work dir archive")
+	o.Metrics.AddFlags(f)
 }
 
 // limits parses the limit flags.
@@ -195,6 +197,10 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	mc, err := o.Metrics.config()
+	if err != nil {
+		return err
+	}
 	s, err := OpenStore(ctx, o.DB)
 	if err != nil {
 		return err
@@ -212,7 +218,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 		logBytes = -1
 	}
 	b := broker.New(broker.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout,
-		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, Workdir: o.Workdir})
+		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, Workdir: o.Workdir, Metrics: mc})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"

@@ -32,6 +32,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/testutil/pgtest"
 )
@@ -207,9 +208,9 @@ func (b *Broker) Token(t testing.TB, role store.Role, regions ...string) string 
 }
 
 // Clients dials the broker with token (Connect protocol, like the CLI).
-func (b *Broker) Clients(t testing.TB, token string) *api.Clients {
+func (b *Broker) Clients(t testing.TB, token string) *client.Clients {
 	t.Helper()
-	c, err := api.Dial(b.URL, api.DialOptions{Token: token})
+	c, err := client.Dial(b.URL, client.Options{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ type Agent struct {
 	ID      string
 	Key     *ecdsa.PrivateKey
 	Node    NodeSpec
-	Clients *api.Clients
+	Clients *client.Clients
 	echo    int64
 	gotAt   time.Time
 	counter uint64
@@ -262,15 +263,15 @@ type Agent struct {
 	SessionKey   []byte
 	SessionEpoch uint64
 	// Creds prove this agent on work calls, as gpupass-agent's do: pass
-	// them as api.DialOptions.Agent (Runs does).
+	// them as client.Options.Agent (Runs does).
 	Creds *api.AgentCredentials
 }
 
 // Runs dials the run services with token, proving a's identity on every
 // work call.
-func (a *Agent) Runs(tb testing.TB, url, token string) *api.RunClients {
+func (a *Agent) Runs(tb testing.TB, url, token string) *client.RunClients {
 	tb.Helper()
-	c, err := api.DialRuns(url, api.DialOptions{Token: token, GRPC: true, Agent: a.Creds})
+	c, err := client.DialRuns(url, client.Options{Token: token, GRPC: true, Agent: a.Creds})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -304,7 +305,7 @@ func EnrollProven(ctx context.Context, url, token string, key *ecdsa.PrivateKey,
 }
 
 func enroll(ctx context.Context, url, token string, key *ecdsa.PrivateKey, n NodeSpec, prove bool) (*Agent, error) {
-	c, err := api.Dial(url, api.DialOptions{Token: token, GRPC: true})
+	c, err := client.Dial(url, client.Options{Token: token, GRPC: true})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,5 @@
-// Command gpupass-agent is the gpupass node daemon. See package agent.
+// Command gpupass-agent is the gpupass node daemon. See package agent and
+// its command layer, internal/command/agent.
 package main
 
 import (
@@ -7,12 +8,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gpupass/gpupass/agent"
+	agentcmd "github.com/gpupass/gpupass/internal/command/agent"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := agent.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := agentcmd.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

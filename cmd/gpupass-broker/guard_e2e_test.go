@@ -30,6 +30,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -164,7 +165,7 @@ func TestBodyBudget(t *testing.T) {
 	results := make([]result, 8)
 	var wg sync.WaitGroup
 	for i := range results {
-		c, err := api.DialRuns("http://"+addr, api.DialOptions{Token: toks[i%2], Timeout: 2 * time.Minute})
+		c, err := client.DialRuns("http://"+addr, client.Options{Token: toks[i%2], Timeout: 2 * time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -193,8 +193,7 @@ func TestPullRefusesBadArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	lyingBytes, _ := os.ReadFile(lying)
-	// Python's layout (deflated, sizes in the local headers): its entries
-	// are inflated after the download, from the file.
+	// Python's layout (deflated, sizes in the local headers).
 	text := strings.Repeat("import torch  # deflates well\n", 20000)
 	pyLying, err := wheeltest.Write(t.TempDir(), "liar-1.0-py3-none-any.whl", "liar", "1.0",
 		[]wheeltest.File{{Name: "liar/big.py", Data: strings.NewReader(text)}}, wheeltest.Options{DeflateSized: true, LieAbout: "liar/big.py"})
@@ -235,7 +234,7 @@ func TestPullRefusesBadArtifacts(t *testing.T) {
 		{"duplicate titles", []string{"demo-1.0-py3-none-any.whl", "demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes, append(goodBytes, 0)}, "appears twice"},
 		{"lying RECORD", []string{"liar-1.0-py3-none-any.whl"}, [][]byte{lyingBytes}, "liar-1.0-py3-none-any.whl"},
 		{"lying RECORD, deflated with sizes", []string{"liar-1.0-py3-none-any.whl"}, [][]byte{pyLyingBytes}, "wheel liar-1.0-py3-none-any.whl: liar/big.py: RECORD says"},
-		{"corrupt deflated entry", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{pyCorrupt}, "wheel demo-1.0-py3-none-any.whl: demo/big.py: "},
+		{"corrupt deflated entry", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{pyCorrupt}, "wheel demo-1.0-py3-none-any.whl: not a readable zip archive: demo/big.py: flate: corrupt input"},
 		{"corrupt zip", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{goodBytes[:len(goodBytes)/2]}, "not a readable zip"},
 		{"entry with ..", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{escaping["../evil.py"]}, `entry "../evil.py": not a safe relative path`},
 		{"absolute entry", []string{"demo-1.0-py3-none-any.whl"}, [][]byte{escaping["/etc/evil.py"]}, `entry "/etc/evil.py": not a safe relative path`},
@@ -596,9 +595,10 @@ func (c *cancelAtEnd) Add(name string, n int64) {
 
 func (c *cancelAtEnd) Done(string, bool, error) {}
 
-// A pull cancelled while a wheel is checked from its file (deflated
-// entries are inflated there) stops with the cancellation, not with a
-// verification failure, and leaves nothing.
+// A pull cancelled while a wheel is checked from its file (an artifact
+// without a lock layer: its deflated entries are inflated there) stops
+// with the cancellation, not with a verification failure, and leaves
+// nothing.
 func TestPullCancelledDuringCheck(t *testing.T) {
 	t.Parallel()
 	reg := newRegistry(t)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"math"
@@ -15,7 +16,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -37,6 +37,10 @@ type PullOptions struct {
 	// place, so that it survives a power loss, at the price of waiting for
 	// the disk (about 3x slower on the shared benchmark disk).
 	Sync bool
+	// VerifyRecord re-checks every wheel's zip and RECORD hashes, as push
+	// did, even when the bundle has a gpupass lock layer. Without one (an
+	// artifact pushed by another tool) they are always checked.
+	VerifyRecord bool
 }
 
 // PullResult is what Pull wrote.
@@ -47,6 +51,20 @@ type PullResult struct {
 	Wheels    []Wheel `json:"wheels"`
 	// Lock is nil for artifacts without a gpupass lock layer (oras push).
 	Lock *Lock `json:"lock,omitempty"`
+	// RecordChecked says each wheel's zip and RECORD were checked in
+	// this pull (no lock layer, or PullOptions.VerifyRecord).
+	RecordChecked bool `json:"recordChecked"`
+}
+
+// Checked names what the pull checked, for logs and events.
+func (r PullResult) Checked() string {
+	switch {
+	case r.Lock == nil:
+		return "blob digests, RECORD hashes"
+	case r.RecordChecked:
+		return "blob digests, RECORD hashes, lock"
+	}
+	return "blob digests, lock"
 }
 
 // maxManifest bounds what is read of a manifest or lock; real ones are a
@@ -279,10 +297,14 @@ func referrers(d name.Digest, opts []remote.Option) ([]Referrer, error) {
 
 // Pull fetches the bundle at ref (tag or digest) into dir, which must not
 // exist or be empty. Every blob is checked against its digest and size,
-// every wheel's RECORD against its files, and the wheels against the lock
-// layer. Files are staged in a sibling directory that is renamed into
-// place only when everything checked out, so a failed pull leaves nothing.
-// The node agent calls this before a run starts (then Install).
+// and the wheels against the lock layer. Each wheel's zip and RECORD are
+// checked again only for an artifact without a lock layer (gpupass did
+// not push it) or with VerifyRecord: the blob digests, pinned through
+// the manifest digest and listed in the lock, already prove the bytes
+// are the ones push checked. Files are staged in a sibling directory that
+// is renamed into place only when everything checked out, so a failed
+// pull leaves nothing. The node agent calls this before a run starts
+// (then Install, which checks each file against RECORD as it writes it).
 func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, error) {
 	log := orDiscard(o.Logger)
 	prog := orNop(o.Progress)
@@ -329,22 +351,18 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 		}
 	}()
 
+	checkRecord := lock == nil || o.VerifyRecord
 	wheels := make([]Wheel, len(f.wheels))
 	g, gctx := errgroup.WithContext(ctx)
-	// --jobs bounds the downloads, not the checks after them: a wheel
-	// whose bytes are in gives its slot to the next download while its
-	// deflated entries are inflated (on every CPU, wheel.Streamed.Check).
-	downloads := make(chan struct{}, o.Registry.jobs())
+	g.SetLimit(o.Registry.jobs())
 	for i, d := range f.wheels {
 		g.Go(func() error {
-			select {
-			case downloads <- struct{}{}:
-			case <-gctx.Done():
-				return gctx.Err()
+			if err := gctx.Err(); err != nil {
+				return err
 			}
 			title := d.Annotations[AnnotationTitle]
 			prog.Start(title, d.Size)
-			w, err := pullWheel(gctx, f, d, stage, prog, o.Sync, func() { <-downloads })
+			w, err := pullWheel(gctx, f, d, stage, prog, o.Sync, checkRecord)
 			prog.Done(title, false, err)
 			if err != nil {
 				return err
@@ -384,7 +402,7 @@ func Pull(ctx context.Context, ref, dir string, o PullOptions) (PullResult, erro
 	for i := range wheels {
 		wheels[i].path = filepath.Join(dir, wheels[i].File)
 	}
-	return PullResult{Reference: f.digest.String(), Digest: f.digest.DigestStr(), Dir: dir, Wheels: wheels, Lock: lock}, nil
+	return PullResult{Reference: f.digest.String(), Digest: f.digest.DigestStr(), Dir: dir, Wheels: wheels, Lock: lock, RecordChecked: checkRecord}, nil
 }
 
 // checkSpace refuses a pull whose wheels do not fit in the free space of
@@ -444,11 +462,9 @@ func lockMatches(lock Lock, layers []v1.Descriptor) error {
 	return nil
 }
 
-// pullWheel downloads and checks one wheel; it calls release once the
-// download is over, before the checks that need only the file.
-func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, prog Progress, fsync bool, release func()) (Wheel, error) {
-	var once sync.Once
-	defer once.Do(release)
+// pullWheel downloads one wheel into stage, checking its size and digest,
+// and, when checkRecord is set, its zip and RECORD from the file.
+func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, prog Progress, fsync, checkRecord bool) (Wheel, error) {
 	title := d.Annotations[AnnotationTitle]
 	fail := func(err error) (Wheel, error) {
 		return Wheel{}, fmt.Errorf("wheel %s (blob %s): %w", title, d.Digest, explain(err))
@@ -463,7 +479,7 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	}
 	defer rc.Close()
 	p := filepath.Join(stage, title)
-	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fail(err)
 	}
@@ -472,63 +488,17 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 	// (1 GB stored pull, 5 paired rounds: 1.740 s with it, 1.732 s
 	// without), checkSpace already fails early on a full disk, and the
 	// size is the registry's word.
-	// One pass over the bytes, in two goroutines: this one receives the
-	// blob and writes it to disk; the other parses the zip and takes the
-	// blob's digest and, for RECORD, the hash of every stored entry: on
-	// SHA-NI both over the same bytes in one interleaved pass, about two
-	// thirds of the cost of two separate passes (internal/sha256x2).
-	// Deflated entries are inflated and hashed after the download, from
-	// the file, on every CPU (Check below).
 	// Read one byte past the declared size so a registry that sends more
-	// than the manifest says is caught, not truncated into a match. The
-	// bytes move in 1 MiB chunks (see chunkSize), each written once to
-	// disk (in writePiece calls) and then handed over without another
-	// copy.
-	cp := newChunkPipe()
-	type verified struct {
-		s   *wheel.Streamed
-		sum []byte
-		err error
-	}
-	vc := make(chan verified, 1)
-	go func() {
-		// VerifyStreamHash reads to the end of the stream whatever it
-		// finds, so the sends below never block for good.
-		h := sha256.New()
-		s, _, err := wheel.VerifyStreamHash(cp, fn, h)
-		vc <- verified{s, h.Sum(nil), err}
-	}()
-	src := progressReader{io.LimitReader(rc, d.Size+1), title, prog}
-	var n int64
-	var rerr error
-	for {
-		b, err := cp.fill(src)
-		if len(b) > 0 {
-			if werr := writePieces(out, b); werr != nil {
-				err = werr
-			}
-			n += int64(len(b))
-		}
-		if err != nil {
-			if err != io.EOF {
-				rerr = err
-			}
-			cp.send(b, err)
-			break
-		}
-		cp.send(b, nil)
-	}
-	v := <-vc
-	cp.release()
-	once.Do(release)
-	s, verr := v.s, v.err
-	if rerr != nil {
-		return fail(fmt.Errorf("download: %w", redactURL(rerr)))
+	// than the manifest says is caught, not truncated into a match.
+	h := sha256.New()
+	n, err := receive(out, h, progressReader{io.LimitReader(rc, d.Size+1), title, prog})
+	if err != nil {
+		return fail(err)
 	}
 	if n != d.Size {
 		return fail(fmt.Errorf("%w: got %d bytes, manifest says %d", ErrVerification, n, d.Size))
 	}
-	if got := hex.EncodeToString(v.sum); got != d.Digest.Hex {
+	if got := hex.EncodeToString(h.Sum(nil)); got != d.Digest.Hex {
 		return fail(fmt.Errorf("%w: the blob's bytes hash to sha256:%s, not to the manifest's digest", ErrVerification, got))
 	}
 	if fsync {
@@ -536,29 +506,65 @@ func pullWheel(ctx context.Context, f *fetched, d v1.Descriptor, stage string, p
 			return fail(err)
 		}
 	}
-	rf, err := os.Open(p)
-	if err != nil {
-		return fail(err)
-	}
-	defer rf.Close()
-	ra := ctxReaderAt{ctx, rf}
-	switch {
-	case errors.Is(verr, wheel.ErrNotStreamable):
-		verr = wheel.VerifyReader(ra, n, fn)
-	case verr == nil:
-		verr = s.Check(ra, n)
-	}
-	if err := ctx.Err(); err != nil {
-		// Stopped, not refuted: whatever the check said after that.
-		return fail(err)
-	}
-	if verr != nil {
-		return fail(fmt.Errorf("%w: %w", ErrVerification, verr))
+	if checkRecord {
+		if _, err := out.Seek(0, io.SeekStart); err != nil {
+			return fail(err)
+		}
+		if _, err := checkWheel(ctx, out, fn, nil); err != nil {
+			var re *wheel.ReadError
+			switch {
+			case ctx.Err() != nil:
+				// Stopped, not refuted: whatever the check said after that.
+				return fail(ctx.Err())
+			case errors.As(err, &re):
+				return fail(err) // the disk, not the wheel
+			}
+			return fail(fmt.Errorf("%w: %w", ErrVerification, err))
+		}
 	}
 	return Wheel{
 		File: title, Name: fn.Name(), Version: fn.Version, Tags: tagStrings(fn.Tags),
 		SHA256: d.Digest.Hex, Size: d.Size,
 	}, nil
+}
+
+// receiveBuffer is how much of a blob is gathered before it is hashed and
+// written: the network gives a few tens of KiB per read, and a hash call
+// and a write per read cost more than gathering; a buffer that stays in
+// the CPU's cache between the hash and the write costs less than a
+// bigger one.
+const receiveBuffer = 256 << 10
+
+// receive copies src to out, hashing it into h on the way, and returns
+// how many bytes it copied.
+func receive(out io.Writer, h hash.Hash, src io.Reader) (int64, error) {
+	b := make([]byte, receiveBuffer)
+	var n int64
+	for {
+		// Not io.ReadFull: it turns a short final piece into
+		// io.ErrUnexpectedEOF, which is also what a dropped connection
+		// gives.
+		k := 0
+		var err error
+		for k < len(b) && err == nil {
+			var r int
+			r, err = src.Read(b[k:])
+			k += r
+		}
+		if k > 0 {
+			h.Write(b[:k])
+			if werr := writePieces(out, b[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		switch {
+		case err == io.EOF:
+			return n, nil
+		case err != nil:
+			return n, fmt.Errorf("download: %w", redactURL(err))
+		}
+	}
 }
 
 // ctxReaderAt fails reads once ctx is done, so that checking a wheel

@@ -198,10 +198,10 @@ func retryable(err error) bool {
 // would add on its own: retries of its default status codes and network
 // failures, our backoff, the user agent. Pull fetches wheels through it
 // directly rather than through ggcr's layer reader, which hashes every
-// byte for the digest on its own: Pull takes that digest in the wheel
-// verifier's pass, together with the wheel's RECORD hashes
-// (wheel.VerifyStreamHash). The result is a transport.Wrapper, which ggcr
-// uses as it is, without a handshake of its own.
+// byte in a reader of its own: Pull hashes them as it writes them to disk
+// (receive), and checks sizes and Content-Length itself (openBlob). The
+// result is a transport.Wrapper, which ggcr uses as it is, without a
+// handshake of its own.
 func (o RegistryOptions) pullTransport(ctx context.Context, repo name.Repository) (http.RoundTripper, error) {
 	backoff := o.Retry
 	if backoff.Steps == 0 {

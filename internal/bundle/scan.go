@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -166,9 +168,7 @@ func (c *checker) check(ctx context.Context, w *Wheel) error {
 	return nil
 }
 
-// checkWheelFile hashes the file and checks its zip and RECORD in one
-// sequential pass, then reads the zip's central directory to match and
-// inflates its deflated entries (wheel.Streamed.Check).
+// checkWheelFile hashes the file and checks it (checkWheel).
 func checkWheelFile(ctx context.Context, w *Wheel, f wheel.Filename) error {
 	fh, err := os.Open(w.path)
 	if err != nil {
@@ -176,20 +176,49 @@ func checkWheelFile(ctx context.Context, w *Wheel, f wheel.Filename) error {
 	}
 	defer fh.Close()
 	h := sha256.New()
-	s, n, verr := wheel.VerifyStreamHash(fh, f, h)
-	var re *wheel.ReadError
-	if errors.As(verr, &re) {
-		return fmt.Errorf("wheel %s: %w", w.File, verr)
+	n, err := checkWheel(ctx, fh, f, h)
+	if err != nil {
+		return err
 	}
 	w.SHA256, w.Size = hex.EncodeToString(h.Sum(nil)), n
+	return nil
+}
+
+// checkWheel checks the wheel in fh, read from its current offset (the
+// start), the one way push and pull check a wheel: its zip and RECORD in
+// one sequential pass, hashing every byte into h when h is not nil, then
+// the zip's central directory against what the pass saw
+// (wheel.Streamed.Check). It returns how many bytes the pass read.
+func checkWheel(ctx context.Context, fh *os.File, f wheel.Filename, h hash.Hash) (int64, error) {
+	// The pass inflates deflated entries, seconds for a big wheel: it
+	// stops soon after the pull or push is cancelled, or another wheel
+	// failed.
+	s, n, verr := wheel.VerifyStreamHash(ctxReader{ctx, fh}, f, h)
+	var re *wheel.ReadError
+	if errors.As(verr, &re) {
+		return n, fmt.Errorf("wheel %s: %w", f.File, verr)
+	}
 	ra := ctxReaderAt{ctx, fh}
 	switch {
 	case errors.Is(verr, wheel.ErrNotStreamable):
-		return wheel.VerifyReader(ra, n, f)
+		return n, wheel.VerifyReader(ra, n, f)
 	case verr != nil:
-		return verr
+		return n, verr
 	}
-	return s.Check(ra, n)
+	return n, s.Check(ra, n)
+}
+
+// ctxReader fails reads once ctx is done (see ctxReaderAt).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // WheelhouseError lists every problem found in a wheelhouse.

@@ -4,7 +4,11 @@ package bundle_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +23,7 @@ import (
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/regtest"
+	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
 )
 
 // TestE2ETamperedManifestRefused: one byte of a pushed bundle's manifest
@@ -168,5 +173,112 @@ func TestE2EPullEndlessManifestStopsAt4MiB(t *testing.T) {
 		t.Errorf("the server wrote %d bytes of manifest before the pull gave up; want about 4 MiB (plus socket buffers)", n)
 	} else {
 		t.Logf("server wrote %d bytes before the pull stopped reading", n)
+	}
+}
+
+// TestE2EPullRecordCheck: a pull re-checks RECORD only where push did not
+// (issue #19), and still refuses every blob that is not the one pushed.
+// A wheel whose RECORD lies about a file but whose blob is intact is pushed
+// with oras, once with a gpupass lock layer that lists its true digest (as
+// no gpupass push would write: push checks RECORD) and once without:
+//   - with the lock, `bundle pull` accepts it (digests and lock match; the
+//     RECORD check is skipped), and --verify-record (or its environment
+//     variable) refuses it, naming RECORD;
+//   - without a lock (another tool pushed it), pull refuses it as it is;
+//   - a gpupass-pushed bundle whose wheel blob is changed in the
+//     registry's storage is refused by its digest, with the flag or not.
+func TestE2EPullRecordCheck(t *testing.T) {
+	t.Parallel()
+	oras := testutil.Tool(t, "oras")
+	host, storage := regtest.StartRegistryStorage(t)
+	gp := testutil.BuildBinary(t, "./cmd/gpupass")
+
+	dir := t.TempDir()
+	const whl = "liar-1.0-py3-none-any.whl"
+	text := strings.Repeat("import torch  # deflates well\n", 2000)
+	p, err := wheeltest.Write(dir, whl, "liar", "1.0",
+		[]wheeltest.File{{Name: "liar/__init__.py", Data: strings.NewReader(text)}}, wheeltest.Options{DeflateSized: true, LieAbout: "liar/__init__.py"})
+	must(t, err)
+	b, err := os.ReadFile(p)
+	must(t, err)
+	sum := sha256.Sum256(b)
+	lock, err := json.Marshal(bundle.Lock{SchemaVersion: 1, Wheels: []bundle.Wheel{{
+		File: whl, Name: "liar", Version: "1.0", Tags: []string{"py3-none-any"}, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(b)),
+	}}})
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(dir, bundle.LockFile), lock, 0o644))
+	orasPush := func(ref string, files ...string) {
+		t.Helper()
+		cmd := exec.Command(oras, append([]string{"push", "--plain-http", "--artifact-type", bundle.ArtifactType, ref}, files...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("oras push %s: %v\n%s", ref, err, out)
+		}
+	}
+	withLock, noLock := host+"/ml/crafted:v1", host+"/ml/crafted-nolock:v1"
+	orasPush(withLock, whl+":"+bundle.WheelMediaType, bundle.LockFile+":"+bundle.LockMediaType)
+	orasPush(noLock, whl+":"+bundle.WheelMediaType)
+
+	pull := func(env []string, args ...string) (string, string, error) {
+		t.Helper()
+		to := filepath.Join(t.TempDir(), "w")
+		cmd := exec.Command(gp, append([]string{"-o", "json", "bundle", "pull", "--plain-http", "--to", to}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err != nil {
+			if entries, _ := os.ReadDir(to); len(entries) > 0 {
+				t.Errorf("failed pull %v wrote %d entries to %s", args, len(entries), to)
+			}
+		}
+		return out.String(), errb.String(), err
+	}
+	refused := func(what string, stderr string, err error, want string) {
+		t.Helper()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("%s: %v, want exit code 1 (verification failed)\n%s", what, err, stderr)
+		}
+		if !strings.Contains(stderr, want) {
+			t.Errorf("%s: error does not contain %q:\n%s", what, want, stderr)
+		}
+	}
+
+	out, stderr, err := pull(nil, withLock)
+	if err != nil {
+		t.Fatalf("pull with a lock layer checked RECORD (it should trust push's check): %v\n%s", err, stderr)
+	}
+	var res bundle.PullResult
+	must(t, json.Unmarshal([]byte(out), &res))
+	if res.RecordChecked || res.Lock == nil {
+		t.Errorf("pull with a lock layer: recordChecked %v, lock %v; want false and the lock", res.RecordChecked, res.Lock)
+	}
+	_, stderr, err = pull(nil, "--verify-record", withLock)
+	refused("pull --verify-record of a lying wheel", stderr, err, "liar/__init__.py: RECORD says sha256=")
+	_, stderr, err = pull([]string{"GPUPASS_VERIFY_RECORD=true"}, withLock)
+	refused("pull with GPUPASS_VERIFY_RECORD=true of a lying wheel", stderr, err, "liar/__init__.py: RECORD says sha256=")
+	_, stderr, err = pull(nil, noLock)
+	refused("pull of a lying wheel without a lock layer", stderr, err, "liar/__init__.py: RECORD says sha256=")
+
+	// A good bundle pushed by gpupass, one byte of its wheel's blob then
+	// changed where the registry keeps it (same size).
+	house := t.TempDir()
+	good, err := wheeltest.Simple(house, "demo", "1.0")
+	must(t, err)
+	ref := host + "/ml/blob-tamper:v1"
+	_, err = run(t, gp, "bundle", "push", "--plain-http", "--wheelhouse", house, ref)
+	must(t, err)
+	gb, err := os.ReadFile(good)
+	must(t, err)
+	gsum := hex.EncodeToString(func() []byte { s := sha256.Sum256(gb); return s[:] }())
+	blob := filepath.Join(storage, "docker", "registry", "v2", "blobs", "sha256", gsum[:2], gsum, "data")
+	raw, err := os.ReadFile(blob)
+	must(t, err)
+	raw[len(raw)/2] ^= 1
+	must(t, os.WriteFile(blob, raw, 0o644))
+	for _, args := range [][]string{{ref}, {"--verify-record", ref}} {
+		_, stderr, err := pull(nil, args...)
+		refused(fmt.Sprintf("pull %v of a tampered blob", args), stderr, err, "not to the manifest's digest")
 	}
 }

@@ -25,7 +25,7 @@ func (w *callWriter) Write(p []byte) (int, error) {
 // (why: see writePiece), all of it, in order.
 func TestWritePiecesSplitsLargeWrites(t *testing.T) {
 	t.Parallel()
-	for _, size := range []int{0, 1, writePiece, writePiece + 1, chunkSize, chunkSize - 7} {
+	for _, size := range []int{0, 1, writePiece, writePiece + 1, receiveBuffer, receiveBuffer - 7} {
 		b := make([]byte, size)
 		for i := range b {
 			b[i] = byte(i * 31)
@@ -47,7 +47,7 @@ func TestWritePiecesSplitsLargeWrites(t *testing.T) {
 		}
 	}
 	w := callWriter{failAt: 2}
-	if err := writePieces(&w, make([]byte, chunkSize)); err == nil || len(w.calls) != 2 {
+	if err := writePieces(&w, make([]byte, receiveBuffer)); err == nil || len(w.calls) != 2 {
 		t.Fatalf("a failed write: err %v after %d calls, want the error after 2", err, len(w.calls))
 	}
 }

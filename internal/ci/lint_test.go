@@ -99,7 +99,7 @@ func TestActionScripts(t *testing.T) {
 
 	shellcheck := testutil.Tool(t, "shellcheck")
 	dir := t.TempDir()
-	scripts := []string{filepath.Join(root, "scripts", "action", "install.sh"), filepath.Join(root, "scripts", "release", "build.sh"), filepath.Join(root, "scripts", "release", "checksums.sh")}
+	scripts := []string{filepath.Join(root, "scripts", "action", "install.sh"), filepath.Join(root, "scripts", "release", "build.sh"), filepath.Join(root, "scripts", "release", "checksums.sh"), filepath.Join(root, "scripts", "release", "gitlab-catalog.sh")}
 	for i, s := range a.Runs.Steps {
 		p := filepath.Join(dir, "step"+string(rune('0'+i))+".sh")
 		if err := os.WriteFile(p, []byte("#!/usr/bin/env bash\n"+s.Run+"\n"), 0o644); err != nil {

@@ -22,8 +22,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -124,7 +124,7 @@ func (p *pipeline) head(t *testing.T) string {
 // the short commit.
 func (p *pipeline) checkRuns(t *testing.T, ids map[string]string, sha string) {
 	t.Helper()
-	rc, err := api.DialRuns(p.url, api.DialOptions{Token: p.read})
+	rc, err := client.DialRuns(p.url, client.Options{Token: p.read})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,14 +306,16 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 // TestExamplePipelineThroughGitLabCILocal runs examples/ci/gitlab/.gitlab-ci.yml,
 // as a user commits it, through gitlab-ci-local on the shell executor
 // against a `gpupass up` stack: validate → train us + eu (the real PyTorch
-// example) → compare-report → audit, with the allocation ids handed from
-// the train jobs to the later ones through dotenv. The catalog version the
-// example includes (gpupass/gpupass-components@1.0.0) is this commit's
-// components/gitlab, placed where gitlab-ci-local keeps fetched
-// components; CI_API_V4_URL points to a loopback server that records the
-// MR note.
+// example) → compare-report + audit, with no stages list and no needs, so
+// the report and the audit wait for the train jobs by default and read
+// their allocation ids from dotenv. Every component is included at the
+// semantic-version tag 1.0.0 of the catalog project the release script
+// assembles, fetched by gitlab-ci-local over git's HTTP protocol from a
+// loopback remote (the user repository's origin host, as on GitLab);
+// CI_API_V4_URL points to a loopback server that records the MR note.
 func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
-	p := startPipeline(t, "git@gitlab.invalid:acme/train.git")
+	remote := catalogRemote(t, "1.0.0", testImage)
+	p := startPipeline(t, remote+"/acme/train.git")
 	glci := lookPath(t, p.toolPath, "gitlab-ci-local")
 	lookPath(t, p.toolPath, "rsync")
 	root := testutil.RepoRoot(t)
@@ -323,10 +325,7 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 	}
 	p.commit(t, map[string]string{".gitlab-ci.yml": string(ci)})
 	sha := p.head(t)
-	catalog := filepath.Join(p.user, ".gitlab-ci-local", "includes", "gitlab.invalid", "gpupass", "gpupass-components", "1.0.0")
-	if err := os.CopyFS(filepath.Join(catalog, "templates"), os.DirFS(filepath.Join(root, "components", "gitlab", "templates"))); err != nil {
-		t.Fatal(err)
-	}
+	checkExamplePlan(t, glci, p)
 
 	const glToken = "glpat-e2e-pipeline-secret-61aa"
 	notes := gitlabNotes(glToken)
@@ -367,22 +366,18 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 			t.Errorf("job %s did not pass", job)
 		}
 	}
-	// The dotenv hand-off: each train job's allocation id by region.
-	ids := map[string]string{}
-	for _, region := range []string{"us", "eu"} {
-		f := filepath.Join(p.user, ".gitlab-ci-local", "artifacts", "gpupass-train-"+region, ".gitlab-ci-reports", "dotenv", "gpupass-train-"+region+".env")
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Errorf("dotenv of train %s: %v", region, err)
-			continue
-		}
-		key := "GPUPASS_ALLOCATION_" + strings.ToUpper(region) + "="
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, key); ok {
-				ids[region] = v
+	// The report and the audit started after both train jobs finished.
+	for _, later := range []string{"gpupass-compare-report", "gpupass-audit"} {
+		start := regexp.MustCompile(`(?m)^\s*` + later + `\s+starting`).FindStringIndex(log)
+		for _, train := range []string{"gpupass-train-us", "gpupass-train-eu"} {
+			done := regexp.MustCompile(`(?m)^\s*` + train + `\s+finished in`).FindStringIndex(log)
+			if start == nil || done == nil || start[0] < done[0] {
+				t.Errorf("%s did not wait for %s", later, train)
 			}
 		}
 	}
+	// The dotenv hand-off: each train job's allocation id by region.
+	ids := trainIDs(t, p.user)
 	p.checkRuns(t, ids, sha)
 	// The compare job read both ids from the dotenv: the note names them.
 	notes.mu.Lock()

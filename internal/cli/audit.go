@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/app/auditrun"
 	"github.com/gpupass/gpupass/internal/audit"
-	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/spf13/cobra"
 )
@@ -40,6 +39,9 @@ type AuditOptions struct {
 	FulcioURL    string
 	RekorURL     string
 	Output       string
+	// Password decrypts Key; nil: COSIGN_PASSWORD (ci step passes its
+	// cosign-password input here).
+	Password []byte
 
 	// Source overrides the run source (the broker client, later; tests).
 	Source audit.Source
@@ -193,22 +195,10 @@ func auditLog(l *slog.Logger) *slog.Logger {
 }
 
 // AuditResult is the JSON output of `gpupass audit`.
-type AuditResult struct {
-	Path           string `json:"path"`
-	AllocationID   string `json:"allocation_id"`
-	ManifestSHA256 string `json:"manifest_sha256"`
-	Files          int    `json:"files"`
-	Signing        string `json:"signing"`
-	Attested       bool   `json:"attested"`
-	Match          bool   `json:"fingerprint_match"`
-	Simulated      bool   `json:"simulated"`
-	// LogProblem says why the run's log is disputed or incomplete.
-	LogProblem string `json:"log_problem,omitempty"`
-}
+type AuditResult = auditrun.Result
 
 // RunAudit builds, signs and writes the audit report of a finished run.
 func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
-	getenv, log := auditGetenv(o.Getenv), auditLog(o.Log)
 	if o.Out == "" {
 		return errors.New("--out is empty: name the zip to write")
 	}
@@ -220,84 +210,37 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 	default:
 		src = &BrokerRuns{Broker: &o.Broker}
 	}
-	dec, err := audit.Decide(audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, TlogUpload: o.TlogUpload}, getenv)
-	if err != nil {
-		return err
-	}
-	run, err := src.Run(ctx, o.AllocationID)
+	res, err := auditrun.Run(ctx, auditrun.Options{
+		AllocationID: o.AllocationID, Out: o.Out, Source: src, Key: o.Key, Password: o.Password,
+		Keyless: o.Keyless, Attest: o.Attest, TlogUpload: o.TlogUpload, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL,
+		Getenv: auditGetenv(o.Getenv), Log: auditLog(o.Log),
+	})
 	if errors.Is(err, audit.ErrInProgress) {
 		return Findings(err)
 	}
 	if err != nil {
 		return err
 	}
-	if err := run.Validate(); err != nil {
-		if errors.Is(err, audit.ErrInProgress) {
-			return Findings(err)
-		}
-		return err
-	}
-	var signer audit.Signer
-	switch dec.Mode {
-	case audit.ModeKey:
-		key, err := audit.LoadPrivateKey(audit.KeyRef(o.Key), []byte(getenv(audit.PasswordEnv)), getenv, log)
-		if err != nil {
-			return err
-		}
-		rekor := ""
-		if o.TlogUpload {
-			rekor = o.RekorURL
-		}
-		signer, err = audit.NewKeySigner(key, rekor)
-		if err != nil {
-			return err
-		}
-	case audit.ModeKeyless:
-		log.Info("signing keyless", "token", dec.TokenSource, "fulcio", o.FulcioURL, "rekor", o.RekorURL)
-		tok, err := audit.IDToken(ctx, dec, getenv, &http.Client{Timeout: 30 * time.Second})
-		if err != nil {
-			return err
-		}
-		signer = &audit.KeylessSigner{IDToken: tok, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL}
-	}
-	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version})
-	if err != nil {
-		return err
-	}
-	if err := audit.WriteFile(o.Out, rep.Zip); err != nil {
-		return err
-	}
-	if rep.Manifest.Simulated {
-		log.Warn("SIMULATED: this audit report describes a run on a simulated hardware profile; it proves nothing about real hardware", "allocation", run.AllocationID)
-	}
-	res := AuditResult{
-		Path: o.Out, AllocationID: run.AllocationID, ManifestSHA256: rep.ManifestSHA256,
-		Files: len(rep.Manifest.Files) + 2, Signing: dec.Mode, Attested: o.Attest,
-		Match: rep.Environment.Match, Simulated: rep.Manifest.Simulated,
-	}
-	if run.Log != nil && run.Log.Problem() != "" {
-		// Recorded in run-summary.json; verify fails its log layer.
-		res.LogProblem = run.Log.Problem()
-		log.Warn(res.LogProblem+"; audit verify will fail the log layer", "allocation", run.AllocationID)
-	}
-	if res.Attested {
-		res.Files++
-	}
 	if o.Output == "json" {
 		return writeJSON(out, res)
 	}
+	return writeAuditText(out, res)
+}
+
+// writeAuditText is the text rendering of an audit result.
+func writeAuditText(out io.Writer, res *AuditResult) error {
 	var b strings.Builder
 	if res.Simulated {
 		b.WriteString("!!! SIMULATED: this run used a simulated hardware profile; the report proves nothing about real hardware !!!\n")
 	}
-	fmt.Fprintf(&b, "wrote %s: %d files, manifest sha256 %s, signed with %s\n", res.Path, res.Files, res.ManifestSHA256, dec.Mode)
+	fmt.Fprintf(&b, "wrote %s: %d files, manifest sha256 %s, signed with %s\n", res.Path, res.Files, res.ManifestSHA256, res.Signing)
 	if !res.Match {
 		fmt.Fprintf(&b, "note: the measured environment fingerprint differs from the declared one; verify will fail the fingerprint layer\n")
 	}
 	if res.LogProblem != "" {
 		fmt.Fprintf(&b, "note: %s; verify will fail the log layer\n", res.LogProblem)
 	}
-	_, err = io.WriteString(out, b.String())
+	_, err := io.WriteString(out, b.String())
 	return err
 }
 

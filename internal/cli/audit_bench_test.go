@@ -11,9 +11,9 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // BenchmarkAuditFromBroker measures the whole audit of a finished run
@@ -25,11 +25,11 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), brokertest.Fast())
 	agentTok := br.Token(b, store.RoleAgent, "*")
 	ag := brokertest.Register(b, br.URL, agentTok, brokertest.H100("us-west-2", 20))
-	work, err := api.DialRuns(br.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: ag.Creds})
+	work, err := client.DialRuns(br.URL, client.Options{Token: agentTok, GRPC: true, Agent: ag.Creds})
 	if err != nil {
 		b.Fatal(err)
 	}
-	sub, err := api.DialRuns(br.URL, api.DialOptions{Token: br.Token(b, store.RoleSubmit, "*")})
+	sub, err := client.DialRuns(br.URL, client.Options{Token: br.Token(b, store.RoleSubmit, "*")})
 	if err != nil {
 		b.Fatal(err)
 	}

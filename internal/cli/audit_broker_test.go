@@ -15,9 +15,9 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 )
 
@@ -33,11 +33,11 @@ func TestAuditFromBroker(t *testing.T) {
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
 	agentTok := b.Token(t, store.RoleAgent, "*")
 	ag := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
-	work, err := api.DialRuns(b.URL, api.DialOptions{Token: agentTok, GRPC: true, Agent: ag.Creds})
+	work, err := client.DialRuns(b.URL, client.Options{Token: agentTok, GRPC: true, Agent: ag.Creds})
 	if err != nil {
 		t.Fatal(err)
 	}
-	submitter, err := api.DialRuns(b.URL, api.DialOptions{Token: b.Token(t, store.RoleSubmit, "us-*")})
+	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(t, store.RoleSubmit, "us-*")})
 	if err != nil {
 		t.Fatal(err)
 	}

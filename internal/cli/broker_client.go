@@ -15,6 +15,8 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -40,21 +42,40 @@ func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
 }
 
 // Dial returns API clients, or a usage error naming the missing flag.
-func (b *BrokerFlags) Dial() (*api.Clients, error) {
-	if err := b.fromLocal(); err != nil {
-		return nil, err
-	}
-	if b.URL == "" {
-		return nil, errors.New("no broker: pass --broker-url URL or set " + EnvName("broker-url"))
-	}
-	if b.Token == "" {
-		return nil, errors.New("no broker token: pass --broker-token or set " + EnvName("broker-token") + " (or " + EnvName("broker-token") + "_FILE)")
-	}
-	tlsConf, err := api.TrustCA(b.TLSCA)
+func (b *BrokerFlags) Dial() (*client.Clients, error) {
+	o, err := b.options()
 	if err != nil {
 		return nil, err
 	}
-	return api.Dial(b.URL, api.DialOptions{Token: b.Token, TLSConfig: tlsConf})
+	return client.Dial(b.URL, o)
+}
+
+// DialRuns returns run clients, or a usage error naming the missing flag.
+func (b *BrokerFlags) DialRuns() (*client.RunClients, error) {
+	o, err := b.options()
+	if err != nil {
+		return nil, err
+	}
+	return client.DialRuns(b.URL, o)
+}
+
+// options checks (and may default) URL and token the same way for every
+// broker command, and says which flag is missing or wrong.
+func (b *BrokerFlags) options() (client.Options, error) {
+	if err := b.fromLocal(); err != nil {
+		return client.Options{}, err
+	}
+	if b.URL == "" {
+		return client.Options{}, errors.New("no broker: pass --broker-url URL or set " + EnvName("broker-url"))
+	}
+	if b.Token == "" {
+		return client.Options{}, errors.New("no broker token: pass --broker-token or set " + EnvName("broker-token") + " (or " + EnvName("broker-token") + "_FILE)")
+	}
+	tlsConf, err := api.TrustCA(b.TLSCA)
+	if err != nil {
+		return client.Options{}, err
+	}
+	return client.Options{Token: b.Token, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass")}, nil
 }
 
 // rpcError words a broker error for users; auth problems are usage errors

@@ -58,6 +58,12 @@ func (o *RegistryFlags) options() (bundle.RegistryOptions, error) {
 	}, nil
 }
 
+// The nodes' platform when no flag or input names one.
+const (
+	defaultArch  = "x86_64"
+	defaultGLIBC = "2.35"
+)
+
 // TargetFlags say which interpreter and platform the wheels must fit.
 type TargetFlags struct {
 	Spec            string
@@ -72,8 +78,8 @@ func (o *TargetFlags) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVarP(&o.Spec, "spec", "f", "", "spec file whose pinned packages the wheelhouse must cover")
 	f.StringVar(&o.Python, "python", "", "target CPython version (default: the spec's runtime.python)")
-	f.StringVar(&o.Arch, "arch", "x86_64", "target architecture of the nodes (x86_64, aarch64)")
-	f.StringVar(&o.GLIBC, "glibc", "2.35", "glibc version of the nodes: manylinux wheels newer than this are incompatible")
+	f.StringVar(&o.Arch, "arch", defaultArch, "target architecture of the nodes (x86_64, aarch64)")
+	f.StringVar(&o.GLIBC, "glibc", defaultGLIBC, "glibc version of the nodes: manylinux wheels newer than this are incompatible")
 	f.BoolVar(&o.AllowIncomplete, "allow-incomplete", false, "push even when the wheelhouse does not cover every pinned package")
 }
 
@@ -203,16 +209,30 @@ type pushOutput struct {
 
 // RunBundlePush runs `gpupass bundle push`.
 func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io.Writer) error {
+	res, err := bundlePush(ctx, o, ref)
+	if err != nil {
+		return err
+	}
+	if o.Global.Output == "json" {
+		return writeJSON(out, res)
+	}
+	_, err = fmt.Fprintln(out, res.Reference)
+	return err
+}
+
+// bundlePush checks coverage and pushes, returning the typed result that
+// `bundle push` and `ci step` render.
+func bundlePush(ctx context.Context, o *BundlePushOptions, ref string) (*pushOutput, error) {
 	if o.Wheelhouse == "" {
-		return errors.New("--wheelhouse is required")
+		return nil, errors.New("--wheelhouse is required")
 	}
 	ropts, err := o.Registry.options()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s, err := o.Target.load()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Names are enough for the coverage check; Push checks each wheel's
 	// zip and RECORD as it uploads, so checking overlaps the upload.
@@ -220,27 +240,27 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 	if err != nil {
 		var we *bundle.WheelhouseError
 		if errors.As(err, &we) {
-			return Findings(err)
+			return nil, Findings(err)
 		}
-		return err
+		return nil, err
 	}
 	var cov *bundle.Coverage
 	python := o.Target.Python
 	if s != nil {
 		t, err := o.Target.target(s)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		python = t.Python
 		c, err := bundle.CheckCoverage(s.pins, t, wheels)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		cov = &c
 		if !c.Complete() {
 			msg := fmt.Sprintf("wheelhouse %s does not cover spec %s:\n  - %s", o.Wheelhouse, o.Target.Spec, strings.Join(c.Problems(), "\n  - "))
 			if !o.Target.AllowIncomplete {
-				return Findings(errors.New(msg + "\nnothing was pushed (--allow-incomplete pushes anyway)"))
+				return nil, Findings(errors.New(msg + "\nnothing was pushed (--allow-incomplete pushes anyway)"))
 			}
 			o.Logger.Warn(msg)
 		}
@@ -267,16 +287,12 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 	}
 	var we *bundle.WheelhouseError
 	if errors.As(err, &we) {
-		return Findings(fmt.Errorf("%w\nnothing was tagged", err))
+		return nil, Findings(fmt.Errorf("%w\nnothing was tagged", err))
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if o.Global.Output == "json" {
-		return writeJSON(out, pushOutput{PushResult: res, Coverage: cov})
-	}
-	_, err = fmt.Fprintln(out, res.Reference)
-	return err
+	return &pushOutput{PushResult: res, Coverage: cov}, nil
 }
 
 func (o *BundlePushOptions) source() string {
@@ -298,6 +314,8 @@ type BundlePullOptions struct {
 	Progress io.Writer
 	TTY      bool
 	Logger   *slog.Logger
+
+	VerifyRecord bool // --verify-record (bundle.PullOptions.VerifyRecord)
 }
 
 // AddFlags registers pull's flags.
@@ -305,6 +323,7 @@ func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
 	o.Registry.AddFlags(cmd)
 	cmd.Flags().StringVar(&o.To, "to", "", "directory to write the wheelhouse to; must not exist or be empty (required)")
 	cmd.Flags().BoolVar(&o.Fsync, "fsync", false, "fsync every wheel before the wheelhouse is moved into place (survives power loss; slower)")
+	cmd.Flags().BoolVar(&o.VerifyRecord, "verify-record", false, "also re-check every wheel's zip and RECORD hashes, as push did (always done for artifacts without a gpupass lock layer; inflates every deflated file)")
 }
 
 func newBundlePullCmd(g *GlobalOptions) *cobra.Command {
@@ -312,9 +331,11 @@ func newBundlePullCmd(g *GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pull REF --to DIR",
 		Short: "Pull a bundle into a verified wheelhouse",
-		Long: `Fetch a bundle by tag or digest, check every blob's digest and every wheel's
-RECORD hashes, refuse unsafe file names, and move the wheelhouse into place
-only when everything checked out. Then:
+		Long: `Fetch a bundle by tag or digest, check every blob's digest and the lock
+layer, refuse unsafe file names, and move the wheelhouse into place only when
+everything checked out. Each wheel's RECORD hashes, which push checked, are
+checked again for artifacts without a gpupass lock layer, or with
+--verify-record. Then:
   pip install --no-index --find-links DIR <pkg>==<version>
 
 Exit codes: 0 pulled, 1 verification failed, 2 usage, I/O or registry error.`,
@@ -339,7 +360,7 @@ func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io
 	if err != nil {
 		return err
 	}
-	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger, Sync: o.Fsync}
+	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger, Sync: o.Fsync, VerifyRecord: o.VerifyRecord}
 	var prog *bundle.TextProgress
 	if o.Progress != nil {
 		prog = bundle.NewTextProgress(o.Progress, o.TTY, "pulled")

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +15,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/app/validate"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/findings"
+	"github.com/gpupass/gpupass/internal/report"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // CISteps are the steps the GitHub Action and the GitLab components run,
@@ -56,7 +61,6 @@ type CIStepOptions struct {
 	// Set by the caller.
 	Global *GlobalOptions
 	Getenv func(string) string
-	Setenv func(key, value string) error
 	ErrOut io.Writer
 	Logger *slog.Logger
 }
@@ -114,7 +118,6 @@ verdict (compare-report), bundle-digest (bundle-push), audit-path (audit).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Getenv = os.Getenv
-			o.Setenv = os.Setenv
 			o.ErrOut = cmd.ErrOrStderr()
 			o.Logger = g.Logger(cmd.ErrOrStderr())
 			return RunCIStep(cmd.Context(), o, cmd.OutOrStdout())
@@ -158,10 +161,7 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
 	case "bundle-push":
 		return o.bundlePush(ctx, env, out)
 	case "bundle-pull":
-		if err := o.require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
-			return err
-		}
-		return o.dispatch(ctx, out, o.bundleFlags("bundle", "pull", o.RegistryRef, "--to", o.Wheelhouse)...)
+		return o.bundlePull(ctx, out)
 	case "audit":
 		return o.audit(ctx, env, out)
 	case "audit-verify":
@@ -173,7 +173,7 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
 			return err
 		}
 		defer done()
-		return o.dispatch(ctx, out, "audit", "verify", o.AuditPath, "--key", key)
+		return RunAuditVerify(ctx, AuditVerifyOptions{Path: o.AuditPath, Key: key, Output: "text", Getenv: o.Getenv}, out)
 	}
 	return nil // unreachable: the command was checked against CISteps
 }
@@ -193,25 +193,6 @@ func (o *CIStepOptions) require(pairs ...string) error {
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("step %s: missing required input %s", o.Command, strings.Join(missing, ", "))}
 }
 
-// newDispatchRoot is NewRoot, set at init: the root lists `ci` among its
-// commands, so a direct reference would be an initialization cycle.
-var newDispatchRoot func() *cobra.Command
-
-func init() { newDispatchRoot = NewRoot }
-
-// dispatch runs a gpupass command line in this process, so every step is
-// the very command a user would type.
-func (o *CIStepOptions) dispatch(ctx context.Context, out io.Writer, args ...string) error {
-	root := newDispatchRoot()
-	if o.Global.Verbose {
-		args = append(args, "--verbose")
-	}
-	root.SetArgs(args)
-	root.SetOut(out)
-	root.SetErr(o.ErrOut)
-	return root.ExecuteContext(ctx)
-}
-
 // hideCI hides the CI variables from a command whose output is only read
 // back, so it sets no outputs and prints no annotations of its own.
 func hideCI(getenv func(string) string) func(string) string {
@@ -224,37 +205,38 @@ func hideCI(getenv func(string) string) func(string) string {
 	}
 }
 
+// validate validates the spec once and renders the typed result three
+// ways: findings in the log (annotations on the spec's lines on GitHub),
+// the code quality report on GitLab, and the job summary.
 func (o *CIStepOptions) validate(ctx context.Context, env *ci.Env, out io.Writer) error {
-	// Read the result quietly first, for the outputs and the report files.
-	var doc bytes.Buffer
-	q := &ValidateOptions{Global: o.Global, Spec: o.Spec, Format: "json", Getenv: hideCI(o.Getenv), Logger: o.Logger}
-	qerr := RunValidate(ctx, q, &doc)
-	var res struct {
-		File        string `json:"file"`
-		Valid       bool   `json:"valid"`
-		Fingerprint string `json:"fingerprint"`
+	dir, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("finding the working directory: %w", err)
 	}
-	if doc.Len() > 0 {
-		if err := json.Unmarshal(doc.Bytes(), &res); err != nil {
-			return fmt.Errorf("reading the validate report: %w", err)
+	v, err := validate.Run(ctx, validate.Options{Spec: o.Spec, Dir: dir, Logger: o.Logger})
+	var ns *validate.NoSpecError
+	if errors.As(err, &ns) {
+		return fmt.Errorf("%w, or set the spec input", err)
+	}
+	if err != nil {
+		return err
+	}
+	res := v.Result
+	results := []*spec.Result{res}
+	fo := findings.Options{Version: buildinfo.Get().Version, Getenv: o.Getenv}
+	if err := findings.Write(out, "text", results, fo); err != nil {
+		return fmt.Errorf("writing findings: %w", err)
+	}
+	if o.Getenv("GITHUB_ACTIONS") == "true" {
+		// Annotations on the spec's lines and the fingerprint output.
+		if err := findings.GitHub(out, results, o.Getenv); err != nil {
+			return err
 		}
-	}
-	// Then the visible run: findings in the log, annotations on the spec's
-	// lines and the fingerprint step output on GitHub.
-	v := &ValidateOptions{Global: o.Global, Spec: o.Spec, Getenv: o.Getenv, Logger: o.Logger, ErrOut: o.ErrOut}
-	verr := RunValidate(ctx, v, out)
-	if qerr != nil && doc.Len() == 0 {
-		return verr // the spec could not be read: one error, not two
 	}
 	if env.Kind() == ci.GitLab {
 		// GitLab shows code quality findings on the merge request's diff.
-		g := &ValidateOptions{Global: o.Global, Spec: o.Spec, Format: "gitlab", Getenv: hideCI(o.Getenv), Logger: o.Logger}
-		if err := writeFile(o.CodeQuality, func(w io.Writer) error {
-			if err := RunValidate(ctx, g, w); err != nil && Findings(err) == nil {
-				return err
-			}
-			return nil
-		}); err != nil {
+		fo.Getenv = hideCI(o.Getenv)
+		if err := writeFile(o.CodeQuality, func(w io.Writer) error { return findings.Write(w, "gitlab", results, fo) }); err != nil {
 			return err
 		}
 		if res.Fingerprint != "" {
@@ -263,16 +245,13 @@ func (o *CIStepOptions) validate(ctx context.Context, env *ci.Env, out io.Writer
 			}
 		}
 	}
-	if res.Valid {
-		if err := env.Summary(fmt.Sprintf("### ✅ gpupass validate\n\n`%s` is valid.\n\nFingerprint: `%s`\n", res.File, res.Fingerprint)); err != nil {
-			return err
-		}
-	} else if res.File != "" {
+	if !res.Valid {
 		if err := env.Summary(fmt.Sprintf("### ❌ gpupass validate\n\n`%s` has errors: see the annotations.\n", res.File)); err != nil {
 			return err
 		}
+		return Findings(nil)
 	}
-	return verr
+	return env.Summary(fmt.Sprintf("### ✅ gpupass validate\n\n`%s` is valid.\n\nFingerprint: `%s`\n", res.File, res.Fingerprint))
 }
 
 // compareInputs turns the runs input into compare's labels and inputs:
@@ -314,6 +293,10 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
+	var te *report.ToleranceError
+	if _, err := report.ParseTolerance(o.Tolerance); errors.As(err, &te) {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input tolerance %q: %s", te.Value, te.Problem)}
+	}
 	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
 		return fmt.Errorf("creating the report directory: %w", err)
 	}
@@ -332,16 +315,11 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 		// local `gpupass up` stack is found without the inputs.
 		Source: &BrokerMetrics{Broker: &BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}},
 	}
+	var rep *report.Report
+	c.Observe = func(r *report.Report) { rep = r }
 	runErr := RunCompare(ctx, c, out)
-	b, err := os.ReadFile(js)
-	if err != nil {
-		return runErr // no report was written: the error says why
-	}
-	var rep struct {
-		Verdict string `json:"verdict"`
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return fmt.Errorf("reading %s: %w", js, err)
+	if rep == nil {
+		return runErr // no report was built: the error says why
 	}
 	for _, kv := range [][2]string{{"report-path", md}, {"verdict", rep.Verdict}} {
 		if err := env.SetOutput(kv[0], kv[1]); err != nil {
@@ -369,40 +347,56 @@ func (o *CIStepOptions) gitlabAnnotations(md, verdict string) error {
 	return writeFile(filepath.Join(o.ReportDir, "annotations.json"), func(w io.Writer) error { return writeJSON(w, doc) })
 }
 
-func (o *CIStepOptions) bundleFlags(args ...string) []string {
-	if o.PlainHTTP {
-		args = append(args, "--plain-http")
+// registry is what the bundle commands' registry flags would hold: the
+// plain-http input, the default parallelism and timeout, and credentials
+// from GPUPASS_REGISTRY_USERNAME/PASSWORD (or *_FILE) or the docker config.
+func (o *CIStepOptions) registry() (RegistryFlags, error) {
+	r := RegistryFlags{PlainHTTP: o.PlainHTTP, Jobs: 4, Timeout: bundle.DefaultTimeout, Username: o.Getenv(EnvName("registry-username"))}
+	r.Password = o.Getenv(EnvName("registry-password"))
+	if f := o.Getenv(EnvName("registry-password") + "_FILE"); r.Password == "" && f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return r, fmt.Errorf("reading %s_FILE: %w", EnvName("registry-password"), err)
+		}
+		r.Password = strings.TrimRight(string(b), "\r\n")
 	}
-	return args
+	return r, nil
 }
 
 func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writer) error {
 	if err := o.require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
 		return err
 	}
-	args := o.bundleFlags("bundle", "push", o.RegistryRef, "--wheelhouse", o.Wheelhouse, "--output", "json")
-	if o.Spec != "" {
-		args = append(args, "--spec", o.Spec)
-	}
-	var doc bytes.Buffer
-	err := o.dispatch(ctx, &doc, args...)
-	if _, werr := out.Write(doc.Bytes()); werr != nil {
-		return werr
-	}
+	reg, err := o.registry()
 	if err != nil {
 		return err
 	}
-	var res struct {
-		Reference string `json:"reference"`
-		Digest    string `json:"digest"`
+	p := &BundlePushOptions{
+		Global: &GlobalOptions{Output: "json"}, Registry: reg, Target: TargetFlags{Spec: o.Spec, Arch: defaultArch, GLIBC: defaultGLIBC},
+		Wheelhouse: o.Wheelhouse, Progress: o.ErrOut, Getenv: o.Getenv, Logger: o.Logger,
 	}
-	if err := json.Unmarshal(doc.Bytes(), &res); err != nil {
-		return fmt.Errorf("reading the bundle push result: %w", err)
+	res, err := bundlePush(ctx, p, o.RegistryRef)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(out, res); err != nil {
+		return err
 	}
 	if err := env.SetOutput("bundle-digest", res.Digest); err != nil {
 		return err
 	}
 	return env.Summary(fmt.Sprintf("### gpupass bundle push\n\nPushed `%s`\n", res.Reference))
+}
+
+func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
+	if err := o.require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
+		return err
+	}
+	reg, err := o.registry()
+	if err != nil {
+		return err
+	}
+	return RunBundlePull(ctx, &BundlePullOptions{Global: &GlobalOptions{Output: "text"}, Registry: reg, To: o.Wheelhouse, Progress: o.ErrOut, Logger: o.Logger}, o.RegistryRef, out)
 }
 
 func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) error {
@@ -417,39 +411,17 @@ func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) e
 		return err
 	}
 	defer done()
-	if o.CosignPassword != "" && o.Setenv != nil {
-		// The signer reads the password from COSIGN_PASSWORD, as cosign does.
-		if err := o.Setenv("COSIGN_PASSWORD", o.CosignPassword); err != nil {
-			return err
-		}
+	a := AuditOptions{
+		AllocationID: o.Allocation, Out: o.AuditPath, RunFile: o.RunFile, Key: key, Output: "text",
+		Broker: BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Getenv: o.Getenv, Log: o.Logger,
 	}
-	args := []string{"audit", "--out", o.AuditPath, "--key", key}
-	if o.Allocation != "" {
-		args = append(args, o.brokerArgs()...)
+	if o.CosignPassword != "" {
+		a.Password = []byte(o.CosignPassword)
 	}
-	if o.RunFile != "" {
-		args = append(args, "--run-file", o.RunFile)
-	}
-	if o.Allocation != "" {
-		args = append(args, o.Allocation)
-	}
-	if err := o.dispatch(ctx, out, args...); err != nil {
+	if err := RunAudit(ctx, a, out); err != nil {
 		return err
 	}
 	return env.SetOutput("audit-path", o.AuditPath)
-}
-
-// brokerArgs passes the broker inputs on to a command that reads runs
-// from the broker.
-func (o *CIStepOptions) brokerArgs() []string {
-	var args []string
-	if o.BrokerURL != "" {
-		args = append(args, "--broker-url", o.BrokerURL)
-	}
-	if o.BrokerToken != "" {
-		args = append(args, "--broker-token", o.BrokerToken)
-	}
-	return args
 }
 
 // keyFile returns a path for the cosign-key input: the file it names, or

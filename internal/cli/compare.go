@@ -60,6 +60,9 @@ type CompareOptions struct {
 	Source     MetricsSource
 	HTTPClient *http.Client
 	Logger     *slog.Logger
+	// Observe, when set, receives the report once it is built (ci step
+	// reads the verdict from it).
+	Observe func(*report.Report)
 }
 
 // AddFlags registers the compare flags.
@@ -335,6 +338,10 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 		getenv = func(string) string { return "" }
 	}
 	tol, err := report.ParseTolerance(o.Tolerance)
+	var te *report.ToleranceError
+	if errors.As(err, &te) {
+		return fmt.Errorf("--tolerance %q: %s", te.Value, te.Problem)
+	}
 	if err != nil {
 		return err
 	}
@@ -364,6 +371,9 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 	rep, err := report.Build(series, tol)
 	if err != nil {
 		return err
+	}
+	if o.Observe != nil {
+		o.Observe(rep)
 	}
 	var md bytes.Buffer
 	if err := report.Markdown(&md, rep); err != nil {

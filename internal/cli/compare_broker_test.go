@@ -13,8 +13,8 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // runPlan is what a compareAgent does with every run it is given.
@@ -33,7 +33,7 @@ type runPlan struct {
 // reported on the run record, then the planned end.
 func compareAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, plan runPlan) {
 	t.Helper()
-	protocolAgent(t, url, tok, n, func(ctx context.Context, c *api.RunClients, agentID string, as *gpupassv1.Assignment) {
+	protocolAgent(t, url, tok, n, func(ctx context.Context, c *client.RunClients, agentID string, as *gpupassv1.Assignment) {
 		update := func(st gpupassv1.AllocState, reason string, last uint64) {
 			_, _ = c.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: agentID, AllocId: as.AllocId,
 				FencingToken: as.FencingToken, State: st, Reason: reason, Attempts: plan.restarts + 1, Restarts: plan.restarts, LastSeq: last}))
@@ -101,7 +101,7 @@ func TestCompareAllocationsFromBroker(t *testing.T) {
 	tok := b.Token(t, store.RoleSubmit, "*")
 	broker := []string{"--broker-url", b.URL, "--broker-token", tok}
 	spec := writeH100Spec(t)
-	rc, err := api.DialRuns(b.URL, api.DialOptions{Token: tok})
+	rc, err := client.DialRuns(b.URL, client.Options{Token: tok})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
@@ -94,7 +94,7 @@ func TestUpCompareAllocations(t *testing.T) {
 	defer cancel()
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2", "eu-central-1"}})
 	cfg := stack.Config(t)
-	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

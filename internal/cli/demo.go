@@ -22,6 +22,8 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -41,32 +43,12 @@ func (o *DemoOptions) AddFlags(cmd *cobra.Command) {
 }
 
 // runClient dials the broker's RunService.
-func runClient(url, token string) gpupassv1connect.RunServiceClient {
-	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set(api.AuthHeader, "Bearer "+token)
-			return next(ctx, req)
-		}
-	})
-	stream := streamAuth(token)
-	return gpupassv1connect.NewRunServiceClient(api.HTTPClient(strings.HasPrefix(url, "https:"), nil), url,
-		connect.WithInterceptors(auth, stream))
-}
-
-// streamAuth adds the token to streaming calls (GetLogs), which a unary
-// interceptor does not see.
-type streamAuth string
-
-func (s streamAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
-func (s streamAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set(api.AuthHeader, "Bearer "+string(s))
-		return conn
+func runClient(url, token string) (gpupassv1connect.RunServiceClient, error) {
+	c, err := client.DialRuns(url, client.Options{Token: token, UserAgent: buildinfo.UserAgent("gpupass")})
+	if err != nil {
+		return nil, err
 	}
-}
-func (s streamAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
+	return c.Run, nil
 }
 
 // RunDemo runs the example pipeline on a started stack: validate, train in
@@ -107,7 +89,10 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	if err != nil {
 		return err
 	}
-	rc := runClient(cfg.BrokerURL, cfg.Token)
+	rc, err := runClient(cfg.BrokerURL, cfg.Token)
+	if err != nil {
+		return err
+	}
 	python := o.Python
 	if python == "" {
 		python = "/usr/bin/python3"

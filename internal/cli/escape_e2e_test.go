@@ -14,8 +14,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
@@ -87,7 +87,7 @@ func TestEscapesReachNoTerminal(t *testing.T) {
 		t.Errorf("train --name with escapes: %v\n%s", err, out)
 	}
 	checkNoControl(t, "train --name refusal", out)
-	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -46,7 +46,7 @@ func TestFirstMinutes(t *testing.T) {
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
 	readTok := b.Token(t, store.RoleRead, "*")
 	usReadTok := b.Token(t, store.RoleRead, "us-*")
-	submitter, err := api.DialRuns(b.URL, api.DialOptions{Token: b.Token(t, store.RoleSubmit, "eu-*")})
+	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(t, store.RoleSubmit, "eu-*")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,20 +15,11 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
-
-// DialRuns returns run clients, or a usage error naming the missing flag.
-func (b *BrokerFlags) DialRuns() (*api.RunClients, error) {
-	// Dial checks (and may default) URL and token the same way for
-	// every broker command.
-	if _, err := b.Dial(); err != nil {
-		return nil, err
-	}
-	return api.DialRuns(b.URL, api.DialOptions{Token: b.Token})
-}
 
 // stateName is a run state in lower case (running, succeeded…).
 func stateName(s gpupassv1.AllocState) string {
@@ -165,7 +156,7 @@ func (p *logPrinter) print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 // returns the final run when following, reconnecting with the last seq
 // seen when the broker restarts or the connection drops, so no record is
 // lost or printed twice.
-func followRun(ctx context.Context, c *api.RunClients, run *gpupassv1.Run, after uint64, follow, withMetrics bool, p *logPrinter, log *slog.Logger) (*gpupassv1.Run, error) {
+func followRun(ctx context.Context, c *client.RunClients, run *gpupassv1.Run, after uint64, follow, withMetrics bool, p *logPrinter, log *slog.Logger) (*gpupassv1.Run, error) {
 	backoff := 200 * time.Millisecond
 	failingSince := time.Time{}
 	for {

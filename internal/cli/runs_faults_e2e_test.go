@@ -18,8 +18,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
@@ -47,8 +47,8 @@ type faultStack struct {
 	t     *testing.T
 	ctx   context.Context
 	stack *upstack.Stack
-	rc    *api.RunClients
-	nc    *api.Clients
+	rc    *client.RunClients
+	nc    *client.Clients
 	work  string
 }
 
@@ -178,11 +178,11 @@ func TestRealAgentFaults(t *testing.T) {
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"},
 		Env: []string{"GPUPASS_RUN_LOG_LINES_PER_SECOND=-1", "GPUPASS_RUN_MAX_RECORDS_PER_SECOND=-1"}})
 	cfg := stack.Config(t)
-	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := api.Dial(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	nc, err := client.Dial(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

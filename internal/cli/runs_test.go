@@ -12,16 +12,16 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // protocolAgent registers n and, until the test ends, polls for work over
 // the real agent protocol and hands each assignment to work.
-func protocolAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, work func(ctx context.Context, c *api.RunClients, agentID string, as *gpupassv1.Assignment)) {
+func protocolAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, work func(ctx context.Context, c *client.RunClients, agentID string, as *gpupassv1.Assignment)) {
 	t.Helper()
 	a := brokertest.Register(t, url, tok, n)
-	c, err := api.DialRuns(url, api.DialOptions{Token: tok, GRPC: true, Agent: a.Creds})
+	c, err := client.DialRuns(url, client.Options{Token: tok, GRPC: true, Agent: a.Creds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func protocolAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, work fu
 // a lost reply) and ends the run as outcome says for its region.
 func fakeAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, fail bool) {
 	t.Helper()
-	protocolAgent(t, url, tok, n, func(ctx context.Context, c *api.RunClients, agentID string, as *gpupassv1.Assignment) {
+	protocolAgent(t, url, tok, n, func(ctx context.Context, c *client.RunClients, agentID string, as *gpupassv1.Assignment) {
 		update := func(st gpupassv1.AllocState, reason string, code int32, last uint64) {
 			_, _ = c.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: agentID, AllocId: as.AllocId,
 				FencingToken: as.FencingToken, State: st, Reason: reason, ExitCode: code, Attempts: 1, LastSeq: last}))

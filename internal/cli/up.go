@@ -186,7 +186,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 				"--simulate", o.Profile, "--python", o.Python, "--query-addr", "127.0.0.1:0",
 				"--price-per-hour", "2.5", "--storage-class", "standard", "--bandwidth-gbps", "25",
 				"--read-probe-mb", "8",
-			}, []string{"GPUPASS_TOKEN=" + toks.Agent})
+			}, []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent})
 			if err != nil {
 				return err
 			}
@@ -289,6 +289,7 @@ func printUp(out io.Writer, o *UpOptions, st *upStack, cfgPath string, nodes []*
 		return json.NewEncoder(out).Encode(v)
 	}
 	fmt.Fprintf(out, "broker  %s  (SQLite %s, log %s)\n", st.cfg.BrokerURL, filepath.Join(st.dir, "broker.db"), st.broker.log)
+	fmt.Fprintf(out, "ui      %s/ui/  (dashboard; log in with the token below)\n", st.cfg.BrokerURL)
 	for _, n := range nodes {
 		sim := ""
 		if n.Simulated {

@@ -15,8 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
@@ -45,7 +45,7 @@ func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("config.json mode %v (%v), want 0600: it holds a token", st.Mode().Perm(), err)
 	}
-	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

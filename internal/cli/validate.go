@@ -7,24 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/spec"
 )
-
-// SpecFileNames are the spec files looked up in the working directory, in
-// order: gpupass.yaml wins when both are present.
-var SpecFileNames = []string{"gpupass.yaml", "lightning-cloud.yaml"}
 
 // ValidateOptions are the flags of `gpupass validate`. Other branches add
 // fields here (dry run against a broker); keep each group's flags in its
@@ -124,62 +119,15 @@ func (o *ValidateOptions) format() (string, error) {
 	return f, nil
 }
 
-// findSpec returns the spec path: --spec, or the first SpecFileNames entry
-// present in dir.
-func (o *ValidateOptions) findSpec() (string, error) {
-	if o.Spec != "" {
-		return o.Spec, nil
+// validateSpec runs the validate use case and words its errors for the
+// command line.
+func (o *ValidateOptions) validateSpec(ctx context.Context) (*validate.Result, error) {
+	v, err := validate.Run(ctx, validate.Options{Spec: o.Spec, Dir: o.Dir, Logger: o.Logger})
+	var ns *validate.NoSpecError
+	if errors.As(err, &ns) {
+		return nil, fmt.Errorf("%w, or pass --spec FILE", err)
 	}
-	var found []string
-	for _, n := range SpecFileNames {
-		if _, err := os.Stat(filepath.Join(o.Dir, n)); err == nil {
-			found = append(found, n)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return "", fmt.Errorf("no %s in %s: run `gpupass init` for a starter spec, or pass --spec FILE",
-			strings.Join(SpecFileNames, " or "), o.Dir)
-	case 2:
-		o.logger().Warn("both spec files present; using the first", "using", found[0], "ignored", found[1])
-	}
-	return found[0], nil
-}
-
-func (o *ValidateOptions) logger() *slog.Logger {
-	if o.Logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return o.Logger
-}
-
-// readSpec reads at most spec.MaxSize+1 bytes: enough for the parser to
-// tell a file is too large without holding all of it.
-func readSpec(dir, path string) ([]byte, error) {
-	full := path
-	if !filepath.IsAbs(full) && dir != "" {
-		full = filepath.Join(dir, path)
-	}
-	f, err := os.Open(full)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("reading spec %s: file does not exist", path)
-		}
-		return nil, fmt.Errorf("reading spec %s: %w", path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("reading spec %s: %w", path, err)
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("reading spec %s: it is a directory; pass the spec file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, spec.MaxSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading spec %s: %w", path, err)
-	}
-	return b, nil
+	return v, err
 }
 
 // RunValidate validates the spec and prints the findings in the chosen
@@ -190,16 +138,11 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	path, err := o.findSpec()
+	v, err := o.validateSpec(ctx)
 	if err != nil {
 		return err
 	}
-	b, err := readSpec(o.Dir, path)
-	if err != nil {
-		return err
-	}
-	res := spec.Validate(path, b)
-	o.logger().Debug("validated spec", "file", path, "errors", res.Errors, "warnings", res.Warnings, "fingerprint", res.Fingerprint)
+	res, b := v.Result, v.Source
 
 	getenv := o.Getenv
 	if getenv == nil {

@@ -80,9 +80,67 @@ func Apply(cmd *cobra.Command, getenv func(string) string) error {
 		}
 		f.Changed = true
 	}
-	cmd.Flags().VisitAll(set)
-	cmd.InheritedFlags().VisitAll(set)
+	// Aliases last, and only for a canonical flag the command line or
+	// its own variable left unset: the new name wins over the old one.
+	aliasGiven := map[string]bool{}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if to := aliasOf(f); to != "" && f.Changed {
+			aliasGiven[to] = true
+		}
+	})
+	canonical := func(f *pflag.Flag) {
+		if aliasOf(f) == "" && !aliasGiven[f.Name] {
+			set(f)
+		}
+	}
+	cmd.Flags().VisitAll(canonical)
+	cmd.InheritedFlags().VisitAll(canonical)
+	alias := func(f *pflag.Flag) {
+		to := aliasOf(f)
+		if to == "" || f.Changed {
+			return
+		}
+		if c := cmd.Flags().Lookup(to); c == nil || c.Changed {
+			return
+		}
+		set(f)
+		if f.Changed && firstErr == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s is deprecated; use %s\n", Name(f.Name), Name(to))
+		}
+	}
+	cmd.Flags().VisitAll(alias)
+	cmd.InheritedFlags().VisitAll(alias)
 	return firstErr
+}
+
+// aliasAnnotation marks a flag kept under an old name (see Alias).
+const aliasAnnotation = "gpupass-alias-of"
+
+// Alias registers old as a hidden, deprecated second name of the flag
+// canonical (already defined in fs): both set the same value, and
+// GPUPASS_<OLD> (or _FILE for a secret) still works, below
+// GPUPASS_<CANONICAL>. Scripts and units written for the old name keep
+// working and are told the new one.
+func Alias(fs *pflag.FlagSet, canonical, old string) {
+	c := fs.Lookup(canonical)
+	if c == nil {
+		panic("flagenv.Alias: no flag --" + canonical)
+	}
+	fs.AddFlag(&pflag.Flag{
+		Name: old, Usage: c.Usage, Value: c.Value, DefValue: c.DefValue, NoOptDefVal: c.NoOptDefVal,
+		Hidden: true, Deprecated: "use --" + canonical,
+		Annotations: map[string][]string{aliasAnnotation: {canonical}},
+	})
+	if IsSecret(canonical) {
+		MarkSecret(old)
+	}
+}
+
+func aliasOf(f *pflag.Flag) string {
+	if a := f.Annotations[aliasAnnotation]; len(a) == 1 {
+		return a[0]
+	}
+	return ""
 }
 
 // Others are GPUPASS_* variables that are not flags of the binary at hand

@@ -65,3 +65,44 @@ func TestTypos(t *testing.T) {
 		t.Errorf("Typos = %q, want one warning for GPUPASS_BROKR_URL", got)
 	}
 }
+
+// TestAlias: an old flag name and its variable still set the value, the
+// new name wins over the old in either form, and the old one is hidden.
+func TestAlias(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		flags []string
+		vars  map[string]string
+		want  string
+	}{
+		{"new flag", []string{"--flagenv-new-tok", "a"}, nil, "a"},
+		{"old flag", []string{"--flagenv-old-tok", "b"}, nil, "b"},
+		{"new env", nil, map[string]string{"GPUPASS_FLAGENV_NEW_TOK": "c"}, "c"},
+		{"old env", nil, map[string]string{"GPUPASS_FLAGENV_OLD_TOK": "d"}, "d"},
+		{"new env over old env", nil, map[string]string{"GPUPASS_FLAGENV_NEW_TOK": "e", "GPUPASS_FLAGENV_OLD_TOK": "x"}, "e"},
+		{"old flag over new env", []string{"--flagenv-old-tok", "f"}, map[string]string{"GPUPASS_FLAGENV_NEW_TOK": "x"}, "f"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got string
+			cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+			cmd.Flags().StringVar(&got, "flagenv-new-tok", "", "")
+			Alias(cmd.Flags(), "flagenv-new-tok", "flagenv-old-tok")
+			cmd.SetErr(&strings.Builder{})
+			if err := cmd.ParseFlags(tt.flags); err != nil {
+				t.Fatal(err)
+			}
+			if err := Apply(cmd, func(k string) string { return tt.vars[k] }); err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("value %q, want %q", got, tt.want)
+			}
+			if f := cmd.Flags().Lookup("flagenv-old-tok"); !f.Hidden || f.Deprecated == "" {
+				t.Errorf("old name not hidden and deprecated: %+v", f)
+			}
+		})
+	}
+}

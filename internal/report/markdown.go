@@ -8,9 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
+	"github.com/clipperhouse/displaywidth"
 )
 
 // palette fixes the Mermaid line colours so the legend can name them.
@@ -188,25 +186,50 @@ func round5(f float64) float64 {
 // after it would close the code block.
 func mermaidText(s string) string { return strings.ReplaceAll(oneLine(s), `"`, "'") }
 
-// table renders a markdown table with tablewriter. Cells are markdown as
-// given: callers pass untrusted values through mdText, which also keeps a
-// "|" or newline in a label or path from splitting a row.
+// table renders a GitHub-flavoured markdown table, each column padded to
+// its widest cell (display width, so an emoji counts two) and left-aligned.
+// Cells are markdown as given: callers pass untrusted values through
+// mdText, which also keeps a "|" or newline in a label or path from
+// splitting a row. Written here rather than with a table library so that
+// the broker's dashboard, which builds reports, links no table renderer.
 func table(w io.Writer, header []string, rows [][]string) error {
-	t := tablewriter.NewTable(w,
-		tablewriter.WithRenderer(renderer.NewMarkdown()),
-		tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft),
-		tablewriter.WithRowAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone),
-		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
-	)
-	t.Header(header)
+	widths := make([]int, len(header))
+	measure := func(cells []string) error {
+		if len(cells) != len(header) {
+			return fmt.Errorf("rendering table: a row of %d cells under %d columns", len(cells), len(header))
+		}
+		for i, c := range cells {
+			widths[i] = max(widths[i], displaywidth.String(c))
+		}
+		return nil
+	}
+	if err := measure(header); err != nil {
+		return err
+	}
 	for _, row := range rows {
-		if err := t.Append(row); err != nil {
-			return fmt.Errorf("rendering table: %w", err)
+		if err := measure(row); err != nil {
+			return err
 		}
 	}
-	if err := t.Render(); err != nil {
+	var b bytes.Buffer
+	line := func(cells []string) {
+		for i, c := range cells {
+			b.WriteString("| ")
+			b.WriteString(c)
+			b.WriteString(strings.Repeat(" ", widths[i]-displaywidth.String(c)+1))
+		}
+		b.WriteString("|\n")
+	}
+	line(header)
+	for _, wd := range widths {
+		b.WriteString("|:")
+		b.WriteString(strings.Repeat("-", wd+1))
+	}
+	b.WriteString("|\n")
+	for _, row := range rows {
+		line(row)
+	}
+	if _, err := w.Write(b.Bytes()); err != nil {
 		return fmt.Errorf("rendering table: %w", err)
 	}
 	return nil

@@ -35,6 +35,16 @@ type Tolerance struct {
 // DefaultTolerance is used when none is given: 5% relative.
 var DefaultTolerance = Tolerance{Rel: 0.05, HasRel: true}
 
+// ToleranceError is a tolerance that does not parse. It names the value
+// and the problem; the caller adds where the value came from (a flag, a
+// CI input).
+type ToleranceError struct {
+	Value   string
+	Problem string
+}
+
+func (e *ToleranceError) Error() string { return fmt.Sprintf("tolerance %q: %s", e.Value, e.Problem) }
+
 // ParseTolerance reads "0.05" (absolute), "5%" (relative), or a comma list
 // of "abs=0.05" and "rel=0.02" / "rel=2%".
 func ParseTolerance(s string) (Tolerance, error) {
@@ -55,7 +65,7 @@ func ParseTolerance(s string) (Tolerance, error) {
 		pct := strings.HasSuffix(val, "%")
 		f, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 64)
 		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-			return t, fmt.Errorf("--tolerance %q: %q is not a non-negative number; use e.g. 0.05, 2%% or abs=0.05,rel=2%%", s, val)
+			return t, &ToleranceError{Value: s, Problem: fmt.Sprintf("%q is not a non-negative number; use e.g. 0.05, 2%% or abs=0.05,rel=2%%", val)}
 		}
 		if pct {
 			f /= 100
@@ -63,13 +73,13 @@ func ParseTolerance(s string) (Tolerance, error) {
 		switch kind {
 		case "abs":
 			if pct {
-				return t, fmt.Errorf("--tolerance %q: abs takes a plain number, not a percentage", s)
+				return t, &ToleranceError{Value: s, Problem: "abs takes a plain number, not a percentage"}
 			}
 			t.Abs, t.HasAbs = f, true
 		case "rel":
 			t.Rel, t.HasRel = f, true
 		default:
-			return t, fmt.Errorf("--tolerance %q: unknown kind %q; use abs= or rel=", s, kind)
+			return t, &ToleranceError{Value: s, Problem: fmt.Sprintf("unknown kind %q; use abs= or rel=", kind)}
 		}
 	}
 	return t, nil

@@ -14,8 +14,8 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
 )
 
@@ -35,7 +35,7 @@ resources:
 `
 
 type stack struct {
-	sub *api.RunClients
+	sub *client.RunClients
 }
 
 // start runs a SQLite broker, one protocol-level registered node and the
@@ -60,7 +60,7 @@ func start(b testing.TB) *stack {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = l.Run(ctx) }()
 	b.Cleanup(func() { cancel(); <-done })
-	sub, err := api.DialRuns(br.URL, api.DialOptions{Token: br.Token(b, store.RoleSubmit, "*")})
+	sub, err := client.DialRuns(br.URL, client.Options{Token: br.Token(b, store.RoleSubmit, "*")})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,12 +11,9 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/flate"
-
-	"github.com/gpupass/gpupass/internal/sha256x2"
 )
 
 // ErrNotStreamable means the archive cannot be checked in one sequential
@@ -31,15 +28,10 @@ type streamEntry struct {
 	csize      uint64
 	usize      uint64
 	sha256     string // urlsafe base64, no padding
-	// deferred: a deflated entry with its sizes in the local header,
-	// passed over in the stream and inflated by Check from random
-	// access, in parallel with the wheel's other such entries.
-	deferred bool
 }
 
 // Streamed is what one sequential pass over a wheel learned; Check
-// finishes the job against the archive's central directory, and inflates
-// the deflated entries the pass left for it.
+// finishes the job against the archive's central directory.
 type Streamed struct {
 	entries map[string]*streamEntry
 	record  []byte
@@ -61,29 +53,23 @@ const (
 )
 
 // VerifyStream reads a wheel sequentially from r to its end — so that it
-// can run on bytes as they are downloaded or hashed for upload — hashing
-// stored entries, RECORD and deflated entries followed by a data
-// descriptor as they pass. Deflated entries whose sizes are in their
-// local header (most real wheels) are only passed over. The archive's
-// central directory, at its end, is checked afterwards with
-// Streamed.Check, which also inflates those entries, and needs random
-// access to the same bytes (the file on disk). It reads r to EOF even
-// when it gives up early, so a digest computed over r stays whole.
+// can run on bytes as they are hashed for upload — hashing every entry
+// as it passes (deflated ones inflated on the way, on this goroutine).
+// The archive's central directory, at its end, is checked afterwards
+// with Streamed.Check, which needs random access to the same bytes (the
+// file on disk). It reads r to EOF even when it gives up early, so a
+// digest computed over r stays whole.
 func VerifyStream(r io.Reader, f Filename) (*Streamed, error) {
 	s, _, err := VerifyStreamHash(r, f, nil)
 	return s, err
 }
 
 // VerifyStreamHash is VerifyStream that also writes every byte of r, in
-// order, to whole (a crypto/sha256 hash: a blob's digest) and returns how
-// many bytes r gave. The contents of stored entries go to whole and to
-// the entry's own hash in one pass (sha256x2.Write2): on a CPU with
-// SHA-NI, about two thirds of what the two hashes cost one after the
-// other. whole may be nil; otherwise it must come from crypto/sha256.
+// order, to whole (a blob's digest) and returns how many bytes r gave.
+// whole may be nil.
 func VerifyStreamHash(r io.Reader, f Filename, whole hash.Hash) (*Streamed, int64, error) {
 	er := &errReader{r: r}
-	er.nx, _ = r.(Nexter)
-	cr := &countReader{r: bufio.NewReaderSize(er, 256<<10), src: er, whole: whole}
+	cr := &countReader{r: bufio.NewReaderSize(er, 256<<10), whole: whole}
 	if whole != nil {
 		cr.pend = make([]byte, 0, 4096)
 	}
@@ -107,27 +93,7 @@ func (e *ReadError) Unwrap() error { return e.Err }
 
 type errReader struct {
 	r   io.Reader
-	nx  Nexter // r, when it is one
 	err error
-}
-
-// Nexter is a reader that can lend its own buffered bytes instead of
-// copying them out (the bundle puller's chunk pipe). VerifyStreamHash
-// reads the data of stored entries that way.
-type Nexter interface {
-	io.Reader
-	// Next returns up to n bytes, at least one unless err is set; they
-	// stay valid until the next call of Next or Read. At the end it
-	// returns no bytes and io.EOF, or the error that stopped the stream.
-	Next(n int) ([]byte, error)
-}
-
-func (e *errReader) next(n int) ([]byte, error) {
-	b, err := e.nx.Next(n)
-	if err != nil && err != io.EOF && e.err == nil {
-		e.err = err
-	}
-	return b, err
 }
 
 func (e *errReader) Read(p []byte) (int, error) {
@@ -143,7 +109,6 @@ func (e *errReader) Read(p []byte) (int, error) {
 // bytes and no further (data descriptors follow them).
 type countReader struct {
 	r     *bufio.Reader
-	src   *errReader // what r reads
 	n     int64
 	whole hash.Hash
 	// pend holds bytes taken one at a time (flate's ReadByte) until
@@ -184,49 +149,28 @@ func (c *countReader) flush() {
 	}
 }
 
-// stored passes the n bytes of a stored entry to h (the entry's hash;
-// nil for none) and to w, reading them in place, and hashes them into
-// whole in the same pass. Once the buffer is empty it borrows the
-// source's own buffers when the source is a Nexter, so those bytes are
-// never copied here. It returns how many bytes it passed on; fewer than
-// n only with an error.
+// stored passes the n bytes of a stored entry to h (the entry's hash),
+// to w and to whole, reading them in place in the buffer. It returns how
+// many bytes it passed on; fewer than n only with an error.
 func (c *countReader) stored(n int64, h hash.Hash, w io.Writer) (int64, error) {
 	if c.whole != nil {
 		c.flush()
 	}
 	var done int64
 	for done < n {
-		var b []byte
-		var err error
-		want := n - done
-		// Straight from the source only while the buffer is empty, so
-		// that the bytes stay in stream order.
-		direct := c.src.nx != nil && c.r.Buffered() == 0
-		if direct {
-			b, err = c.src.next(int(min(want, 1<<30)))
-		} else {
-			want = min(want, int64(c.r.Size()))
-			b, err = c.r.Peek(int(want))
-		}
+		want := min(n-done, int64(c.r.Size()))
+		b, err := c.r.Peek(int(want))
 		if len(b) > 0 {
-			switch {
-			case h == nil:
-				if c.whole != nil {
-					c.whole.Write(b)
-				}
-			case c.whole != nil:
-				sha256x2.Write2(c.whole, h, b, b)
-			default:
-				h.Write(b)
+			if c.whole != nil {
+				c.whole.Write(b)
 			}
+			h.Write(b)
 			w.Write(b)
-			if !direct {
-				c.r.Discard(len(b))
-			}
+			c.r.Discard(len(b))
 			c.n += int64(len(b))
 			done += int64(len(b))
 		}
-		if (direct && err != nil && done < n) || (!direct && int64(len(b)) < want) {
+		if int64(len(b)) < want {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
@@ -287,21 +231,6 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			data = cr
 		}
 		isRecord := isRecordName(name, f)
-		if method == zip.Deflate && !descriptor && !isRecord {
-			// Where the entry ends is known without inflating it, so the
-			// stream only passes its compressed bytes on (hashed into
-			// whole); Check inflates it later from the file, with the
-			// wheel's other deflated entries, on several cores. Inflating
-			// is what checking a real wheel costs most, at a few hundred
-			// MB/s per core: done here it would run on this one
-			// goroutine, and hold up the download feeding it.
-			if _, err := cr.stored(int64(e.csize), nil, io.Discard); err != nil {
-				return nil, fmt.Errorf("wheel %s: not a readable zip archive: %s: %w", f.File, name, err)
-			}
-			e.deferred = true
-			s.entries[name] = e
-			continue
-		}
 		h := sha256.New()
 		crc := crc32.NewIEEE()
 		var keep *limitedBuffer
@@ -319,11 +248,12 @@ func parseStream(cr *countReader, f Filename) (*Streamed, error) {
 			n, err = cr.stored(int64(e.csize), h, rest)
 			data = eof{}
 		case !descriptor:
-			// RECORD, needed now. Its compressed bytes go through
-			// cr.Read in bulk (counted and hashed into whole a buffer at
-			// a time); whatever inflate reads ahead is still inside this
-			// entry, and data's drain below takes the rest, so whole
-			// sees every byte once, in order.
+			// Sizes in the local header (Python's zipfile writes them):
+			// the compressed bytes go through cr.Read in bulk (counted
+			// and hashed into whole a buffer at a time); whatever inflate
+			// reads ahead is still inside this entry, and data's drain
+			// below takes the rest, so whole sees every byte once, in
+			// order.
 			n, err = inflate(data, e.usize, io.MultiWriter(h, rest))
 		default:
 			// A data descriptor follows the deflate stream: flate must
@@ -537,9 +467,8 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // Check compares the streamed entries with the central directory of the
 // same bytes (r, size) — the directory is what pip reads, so an entry the
 // stream saw must be exactly the entry pip will extract — and then checks
-// RECORD with the hashes taken in the stream. Besides the directory it
-// reads only the deflated entries the stream passed over, inflating them
-// on up to GOMAXPROCS goroutines (shared by all Checks in the process).
+// RECORD with the hashes taken in the stream. It reads nothing but the
+// directory.
 func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 	f := s.f
 	zr, err := openZip(r, size, f, s.localEnd)
@@ -573,9 +502,6 @@ func (s *Streamed) Check(r io.ReaderAt, size int64) error {
 	}
 	if record == nil {
 		return fmt.Errorf("wheel %s: no %s-%s.dist-info/RECORD (not a valid wheel)", f.File, f.Distribution, f.Version)
-	}
-	if err := s.inflateDeferred(r, zr.File); err != nil {
-		return err
 	}
 	entries, err := parseRecord(s.record)
 	if err != nil {
@@ -611,58 +537,4 @@ func isRecordName(name string, f Filename) bool {
 		}
 	}
 	return false
-}
-
-// inflateSlots bounds how many entries are inflated at once in the whole
-// process, whatever the number of wheels being checked: one per CPU.
-var inflateSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
-
-// inflateDeferred inflates the entries the stream passed over, reading
-// them from r at the offsets the central directory just confirmed, in
-// parallel, and takes their hashes; it checks their sizes and CRCs as the
-// stream does for the others. The first failure in archive order is
-// reported.
-func (s *Streamed) inflateDeferred(r io.ReaderAt, order []*zip.File) error {
-	var todo []*streamEntry
-	var names []string
-	for _, zf := range order {
-		if e := s.entries[zf.Name]; e.deferred && e.sha256 == "" {
-			todo = append(todo, e)
-			names = append(names, zf.Name)
-		}
-	}
-	if len(todo) == 0 {
-		return nil
-	}
-	errs := make([]error, len(todo))
-	var wg sync.WaitGroup
-	for i, e := range todo {
-		inflateSlots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-inflateSlots; wg.Done() }()
-			errs[i] = inflateEntry(r, e)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return fmt.Errorf("wheel %s: %s: %w", s.f.File, names[i], err)
-		}
-	}
-	return nil
-}
-
-func inflateEntry(r io.ReaderAt, e *streamEntry) error {
-	h := sha256.New()
-	crc := crc32.NewIEEE()
-	n, err := inflate(io.NewSectionReader(r, e.dataOffset, int64(e.csize)), e.usize, io.MultiWriter(h, crc))
-	if err != nil {
-		return fmt.Errorf("not a readable deflate stream: %w", err)
-	}
-	if uint64(n) != e.usize || crc.Sum32() != e.crc {
-		return errors.New("corrupt entry (size or CRC does not match its header)")
-	}
-	e.sha256 = base64.RawURLEncoding.EncodeToString(h.Sum(nil))
-	return nil
 }

@@ -1,10 +1,10 @@
-// Package workdir holds the one set of limits on a run's work dir archive
-// (the tar.gz that `gpupass train --workdir` ships) and the streaming
-// reader that enforces them. The CLI checks them while packing, the
-// broker at Submit before it stores the archive, and the agent again
-// while unpacking: an archive of a few megabytes can otherwise ask for
-// hundreds of thousands of inodes or gigabytes of disk. It does no I/O of
-// its own beyond the reader it is given.
+// Package workdir is a run's work dir archive (the tar.gz that `gpupass
+// train --workdir` ships): Pack and Unpack, the one set of limits on it
+// and the streaming reader that enforces them. The CLI checks them while
+// packing, the broker at Submit before it stores the archive (with Reader
+// alone: it writes no files), and the agent again while unpacking: an
+// archive of a few megabytes can otherwise ask for hundreds of thousands
+// of inodes or gigabytes of disk.
 package workdir
 
 import (

@@ -29,7 +29,9 @@ go build -o "$work/gpupass" ./cmd/gpupass
 # 1 GB of the goal. zhouse: the way real ones are, deflated at zlib's
 # default level, holding shared libraries (slices of this machine's .so
 # files); checking it means inflating every entry for RECORD, which oras
-# does not do.
+# does not do: push always does, pull only with --verify-record (a bundle
+# gpupass pushed carries a lock layer, and its blob digests prove the
+# bytes are the ones push checked).
 ZN="${BUNDLE_BENCH_DEFLATED_WHEELS:-20}"
 ZMB="${BUNDLE_BENCH_DEFLATED_MB:-60}"
 mkdir -p "$work/house" "$work/zhouse"
@@ -133,16 +135,18 @@ oras_pull() { rm -rf "$work/out"; mkdir -p "$work/out"; measure oras_pull oras p
 gp_zpush() { rm -rf "$work/zcache"; XDG_CACHE_HOME="$work/zcache" measure gp_zpush "$work/gpupass" bundle push --plain-http --wheelhouse "$work/zhouse" "$host/bench/gpz:v1"; }
 oras_zpush() { (cd "$work/zhouse" && measure oras_zpush oras push --plain-http "$host/bench/orasz:v1" $zfiles); }
 gp_zpull() { rm -rf "$work/out"; measure gp_zpull "$work/gpupass" bundle pull --plain-http "$host/bench/gpz:v1" --to "$work/out"; rm -rf "$work/out"; }
+gp_vpull() { rm -rf "$work/out"; measure gp_vpull "$work/gpupass" bundle pull --verify-record --plain-http "$host/bench/gp:v1" --to "$work/out"; rm -rf "$work/out"; }
+gp_zvpull() { rm -rf "$work/out"; measure gp_zvpull "$work/gpupass" bundle pull --verify-record --plain-http "$host/bench/gpz:v1" --to "$work/out"; rm -rf "$work/out"; }
 oras_zpull() { rm -rf "$work/out"; mkdir -p "$work/out"; measure oras_zpull oras pull --plain-http -o "$work/out" "$host/bench/orasz:v1"; rm -rf "$work/out"; }
 
 for r in $(seq "$REPS"); do
 	start_registry
 	if [ $((r % 2)) = 1 ]; then
-		gp_push; oras_push; gp_pull; oras_pull
-		gp_zpush; oras_zpush; gp_zpull; oras_zpull
+		gp_push; oras_push; gp_pull; oras_pull; gp_vpull
+		gp_zpush; oras_zpush; gp_zpull; oras_zpull; gp_zvpull
 	else
-		oras_push; gp_push; oras_pull; gp_pull
-		oras_zpush; gp_zpush; oras_zpull; gp_zpull
+		oras_push; gp_push; oras_pull; gp_pull; gp_vpull
+		oras_zpush; gp_zpush; oras_zpull; gp_zpull; gp_zvpull
 	fi
 	measure gp_repush "$work/gpupass" bundle push --plain-http --wheelhouse "$work/house" "$host/bench/gp:v1"
 	(cd "$work/house" && measure oras_repush oras push --plain-http "$host/bench/oras:v1" $files)
@@ -154,15 +158,15 @@ done
 median() {
 	awk -v c="$1" '{ if (c == 6) print $3 + $4; else print $c }' "$work/$2" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
-row() { # figure label goal-text unit(s|MB) goal-check
-	local fig="$1" label="$2" goal="$3" col="$4"
+row() { # figure label goal-text column [oras-label]
+	local fig="$1" label="$2" goal="$3" col="$4" olabel="${5:-$2}"
 	local g o ratio
 	g=$(median "$col" "gp_$label")
-	o=$(median "$col" "oras_$label")
+	o=$(median "$col" "oras_$olabel")
 	if [ "$col" = 2 ]; then
 		g=$(awk -v v="$g" 'BEGIN{printf "%.0f MB", v/1024}')
 		o=$(awk -v v="$o" 'BEGIN{printf "%.0f MB", v/1024}')
-		ratio=$(awk -v a="$(median 2 "gp_$label")" -v b="$(median 2 "oras_$label")" 'BEGIN{printf "%.2f", a/b}')
+		ratio=$(awk -v a="$(median 2 "gp_$label")" -v b="$(median 2 "oras_$olabel")" 'BEGIN{printf "%.2f", a/b}')
 	else
 		ratio=$(awk -v a="$g" -v b="$o" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "n/a" }')
 		g="$g s"
@@ -174,7 +178,8 @@ row() { # figure label goal-text unit(s|MB) goal-check
 # machine the ratio follows CPU time, so the load is part of the figure.
 what="${total_mb} MB wheelhouse (${N}×${MB} MB), median of $REPS, load $(cut -d' ' -f1 /proc/loadavg)"
 row "push $what" push "ratio ≤ 1.0" 1
-row "pull $what (verified: digests + RECORD)" pull "ratio ≤ 1.0" 1
+row "pull $what (verified: digests + lock)" pull "ratio ≤ 1.0" 1
+row "pull --verify-record (digests + lock + RECORD)" vpull "(context)" 1 pull
 row "CPU user+sys, push" push "(context)" 6
 row "CPU user+sys, pull" pull "(context)" 6
 row "registry CPU while serving the pull" pull "(context)" 5
@@ -188,5 +193,6 @@ row "peak RSS, pull" pull "< 150 MB" 2
 row "unchanged re-push" repush "< 1 s" 1
 zwhat="${z_mb} MB deflated wheelhouse (${ZN} wheels of ${ZMB} MB of shared libraries, inflated), median of $REPS"
 row "push $zwhat" zpush "(context: RECORD check inflates)" 1
-row "pull $zwhat" zpull "(context: RECORD check inflates)" 1
+row "pull $zwhat (digests + lock)" zpull "ratio ≤ 1.0" 1
+row "pull --verify-record, deflated (RECORD check inflates)" zvpull "(context)" 1 zpull
 row "CPU user+sys, deflated pull" zpull "(context)" 6

@@ -15,8 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -32,7 +32,7 @@ func TestE2ESlurmCluster(t *testing.T) {
 	defer cancel()
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}, Env: []string{"SLURM_CONF=" + c.Conf}})
 	cfg := stack.Config(t)
-	rc, err := api.DialRuns(cfg.BrokerURL, api.DialOptions{Token: cfg.Token})
+	rc, err := brokerclient.DialRuns(cfg.BrokerURL, brokerclient.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

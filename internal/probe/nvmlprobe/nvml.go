@@ -148,3 +148,7 @@ func describe(ret nvml.Return) string {
 	}
 	return s
 }
+
+// Describe says in words why an NVML call failed (agentmetrics reports
+// NVML's absence in the same words as the probe).
+func Describe(ret nvml.Return) string { return describe(ret) }

@@ -48,7 +48,7 @@ func (s *Stack) StartAgent(t testing.TB, name, region string, extra ...string) *
 	a := &Agent{Name: name, State: dir, Log: filepath.Join(s.State, "logs", name+".log"),
 		// The stack's environment (Options.Env) reaches these agents
 		// as it reaches up's; their flags below win over it.
-		env: append(slices.Clone(s.Env), "GPUPASS_TOKEN="+tok.Agent)}
+		env: append(slices.Clone(s.Env), "GPUPASS_BROKER_TOKEN="+tok.Agent)}
 	a.args = append([]string{
 		"--broker-url", s.Config(t).BrokerURL, "--region", region, "--provider", "local", "--zone", region + "a",
 		"--hostname", name, "--state-dir", dir, "--simulate", "a100-80gb-4x", "--python", Python,

@@ -1,0 +1,209 @@
+package ui_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/broker/ui"
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// browser is a cookie-keeping HTTP client that does not follow
+// redirects, so a test sees where the dashboard sends it.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: base, c: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (b *browser) do(method, path string, form url.Values, hdr ...string) (*http.Response, string) {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, _ := http.NewRequest(method, b.base+path, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp, string(out)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (b *browser) login(tok string) (csrf string) {
+	b.t.Helper()
+	resp, body := b.do("POST", "/ui/login", url.Values{"token": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		b.t.Fatalf("login: %s\n%s", resp.Status, body)
+	}
+	_, page := b.do("GET", "/ui/nodes", nil)
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		b.t.Fatalf("no CSRF token on the nodes page:\n%s", page)
+	}
+	return m[1]
+}
+
+// TestDashboardAuth checks the dashboard's auth against a real broker on
+// loopback: logins by role, region scope and roles exactly as the API's,
+// CSRF token and Origin on every state-changing request, logout, and the
+// security headers.
+func TestDashboardAuth(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	agentTok := b.Token(t, store.RoleAgent, "*")
+	us := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 10))
+	eu := brokertest.Register(t, b.URL, agentTok, brokertest.H100("eu-central-1", 10))
+	readAll, readUS := b.Token(t, store.RoleRead, "*"), b.Token(t, store.RoleRead, "us-*")
+
+	anon := newBrowser(t, b.URL)
+	if resp, _ := anon.do("GET", "/ui/nodes", nil); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/login" {
+		t.Fatalf("nodes without a session: %s → %q, want a redirect to /ui/login", resp.Status, resp.Header.Get("Location"))
+	}
+	for _, tc := range []struct {
+		name, token string
+		want        int
+	}{
+		{"unknown token", "gpp_notatoken", http.StatusUnauthorized},
+		{"agent token", agentTok, http.StatusForbidden},
+		{"empty", "", http.StatusBadRequest},
+	} {
+		resp, body := anon.do("POST", "/ui/login", url.Values{"token": {tc.token}})
+		if resp.StatusCode != tc.want || resp.Header.Get("Set-Cookie") != "" {
+			t.Errorf("login with %s: %s (cookie %q), want %d and no session", tc.name, resp.Status, resp.Header.Get("Set-Cookie"), tc.want)
+		}
+		if tc.token != "" && strings.Contains(body, tc.token) {
+			t.Errorf("login with %s: the page repeats the token", tc.name)
+		}
+	}
+	if resp, _ := anon.do("POST", "/ui/login", url.Values{"token": {readAll}}, "Origin", "http://evil.example"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("login from a foreign origin: %s, want 403", resp.Status)
+	}
+
+	// Region scope: the API's, through the session's token.
+	usOnly := newBrowser(t, b.URL)
+	csrf := usOnly.login(readUS)
+	resp, page := usOnly.do("GET", "/ui/nodes", nil)
+	if !strings.Contains(page, us.ID) || strings.Contains(page, eu.ID) {
+		t.Fatalf("us-only token's nodes page: has us node %v, eu node %v; want only the us node", strings.Contains(page, us.ID), strings.Contains(page, eu.ID))
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+		t.Errorf("Content-Security-Policy %q", csp)
+	}
+	if strings.Contains(page, readUS) {
+		t.Error("the nodes page carries the token secret")
+	}
+	spec, err := os.ReadFile(testutil.RepoRoot(t) + "/examples/train/gpupass.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		hdr  []string
+		want int
+	}{
+		{"no CSRF token", url.Values{"spec": {string(spec)}}, nil, http.StatusForbidden},
+		{"forged CSRF token", url.Values{"spec": {string(spec)}, "csrf": {"x" + csrf}}, nil, http.StatusForbidden},
+		{"foreign Origin", url.Values{"spec": {string(spec)}, "csrf": {csrf}}, []string{"Origin", "http://evil.example"}, http.StatusForbidden},
+		{"cross-site fetch", url.Values{"spec": {string(spec)}, "csrf": {csrf}}, []string{"Sec-Fetch-Site", "cross-site"}, http.StatusForbidden},
+		{"same origin", url.Values{"spec": {string(spec)}, "csrf": {csrf}}, []string{"Origin", b.URL, "Sec-Fetch-Site", "same-origin"}, http.StatusOK},
+		{"form over the limit", url.Values{"spec": {strings.Repeat("#", ui.DefaultMaxFormBytes)}, "csrf": {csrf}}, nil, http.StatusForbidden},
+	} {
+		resp, body := usOnly.do("POST", "/ui/dryrun", tc.form, tc.hdr...)
+		// Over the limit the broker's guard or the dashboard refuses
+		// before the form is read: any 4xx but success will do.
+		ok := resp.StatusCode == tc.want || (tc.name == "form over the limit" && resp.StatusCode >= 400 && resp.StatusCode < 500)
+		if !ok {
+			t.Errorf("dry run, %s: %s, want %d\n%s", tc.name, resp.Status, tc.want, tail(body, 600))
+		}
+		if tc.want == http.StatusOK && (!strings.Contains(body, "node(s) can run it") || strings.Contains(body, eu.ID)) {
+			t.Errorf("dry run page of a us-only token: %s", tail(body, 1500))
+		}
+	}
+	// Roles: a read token may not cancel, as on the API.
+	resp, body := usOnly.do("POST", "/ui/runs/alloc-00000000/cancel", url.Values{"csrf": {csrf}})
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "role read") {
+		t.Errorf("cancel with a read token: %s, want 403 naming the role\n%s", resp.Status, tail(body, 600))
+	}
+
+	// Logout ends the session on the server, not only in the browser.
+	cookies := usOnly.c.Jar.Cookies(mustURL(b.URL + "/ui/"))
+	if resp, _ := usOnly.do("POST", "/ui/logout", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %s", resp.Status)
+	}
+	usOnly.c.Jar.SetCookies(mustURL(b.URL+"/ui/"), cookies)
+	if resp, _ := usOnly.do("GET", "/ui/nodes", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the session cookie still works after logout: %s", resp.Status)
+	}
+}
+
+// TestDashboardSessionLimit: logins over MaxSessions are refused, and
+// the cookie is HttpOnly, SameSite=Strict and carries no token.
+func TestDashboardSessionLimit(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	srv, err := ui.New(ui.Config{API: b.Broker.Handler(), MaxSessions: 2,
+		Lookup: func(context.Context, string) (ui.Token, error) {
+			return ui.Token{ID: "tok-test", Role: "read", Regions: []string{"*"}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{http.StatusSeeOther, http.StatusSeeOther, http.StatusServiceUnavailable} {
+		r, _ := http.NewRequest("POST", "/ui/login", strings.NewReader("token=gpp_x"))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Fatalf("login %d: %d, want %d", i+1, w.Code, want)
+		}
+		if c := w.Header().Get("Set-Cookie"); want == http.StatusSeeOther && (!strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Strict") || strings.Contains(c, "gpp_x")) {
+			t.Fatalf("session cookie %q", c)
+		}
+	}
+	if n := srv.Sessions(); n != 2 {
+		t.Fatalf("%d sessions held, want 2", n)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}

@@ -1,0 +1,101 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/agent/agentmetrics"
+	"github.com/gpupass/gpupass/broker/brokermetrics"
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/promtest"
+)
+
+// TestPrometheusConfig: the example scrape config passes promtool (with
+// its token file path pointed at a real file) and sends the broker a
+// token from a file, never inline.
+func TestPrometheusConfig(t *testing.T) {
+	t.Parallel()
+	promtool := testutil.Tool(t, "promtool")
+	b, err := os.ReadFile(filepath.Join("prometheus", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tokenPath = "/etc/prometheus/gpupass-metrics-token"
+	if !strings.Contains(string(b), "credentials_file: "+tokenPath) || strings.Contains(string(b), "bearer_token:") {
+		t.Errorf("prometheus.yml: the broker job must read its token from credentials_file %s", tokenPath)
+	}
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("secret-from-a-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(string(b), tokenPath, tok)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "config", cfg).CombinedOutput(); err != nil {
+		t.Errorf("promtool check config: %v\n%s", err, out)
+	}
+}
+
+// TestGrafanaDashboard: the example dashboard is valid JSON, every
+// gpupass metric its queries name is one the broker or the agent exports
+// (histograms by their _bucket, _sum and _count series), and a real
+// Prometheus parses every query.
+func TestGrafanaDashboard(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("grafana", "gpupass.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Title  string `json:"title"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("grafana/gpupass.json: %v", err)
+	}
+	known := append(brokermetrics.New(brokermetrics.Sources{}).Names(), agentmetrics.New(nil).Names()...)
+	name := regexp.MustCompile(`\bgpupass_[a-z0-9_]+`)
+	var exprs []string
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				base := n
+				for _, suf := range []string{"_bucket", "_sum", "_count"} {
+					if s, ok := strings.CutSuffix(n, suf); ok && slices.Contains(known, s) {
+						base = s
+					}
+				}
+				if !slices.Contains(known, base) {
+					t.Errorf("panel %q queries %s, which neither the broker nor the agent exports", p.Title, n)
+				}
+			}
+		}
+	}
+	if len(exprs) < 10 {
+		t.Fatalf("%d queries in the dashboard; the parse found too few", len(exprs))
+	}
+	prom := promtest.StartPrometheus(t, "global:\n  scrape_interval: 1m\n")
+	for _, e := range exprs {
+		if _, _, err := prom.Query(context.Background(), e); err != nil && !strings.Contains(err.Error(), "samples, want one") {
+			t.Errorf("Prometheus refuses a dashboard query: %v", err)
+		}
+	}
+}

@@ -1,0 +1,133 @@
+// Package auditrun is the audit use case: read a finished run from a
+// source, sign its audit report with a key or keyless, and write the zip,
+// returning a typed Result. The gpupass command and `ci step` both call
+// it; they choose the source, pass the key's password as a value (never
+// through the process environment) and render the Result. It imports no
+// cobra and prints nothing.
+package auditrun
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+)
+
+// Options say which run to audit and how to sign.
+type Options struct {
+	AllocationID string
+	// Out is the zip to write.
+	Out string
+	// Source reads the run (the broker, or a run file).
+	Source audit.Source
+	// Key is the cosign private key reference (a file or env://VAR).
+	Key string
+	// Password decrypts Key; nil reads audit.PasswordEnv through Getenv,
+	// as cosign does.
+	Password   []byte
+	Keyless    bool
+	Attest     bool
+	TlogUpload bool
+	FulcioURL  string
+	RekorURL   string
+	// Getenv reads key references (env://VAR) and the CI's OIDC token.
+	Getenv func(string) string
+	Log    *slog.Logger
+}
+
+// Result is what was written.
+type Result struct {
+	Path           string `json:"path"`
+	AllocationID   string `json:"allocation_id"`
+	ManifestSHA256 string `json:"manifest_sha256"`
+	Files          int    `json:"files"`
+	Signing        string `json:"signing"`
+	Attested       bool   `json:"attested"`
+	Match          bool   `json:"fingerprint_match"`
+	Simulated      bool   `json:"simulated"`
+	// LogProblem says why the run's log is disputed or incomplete.
+	LogProblem string `json:"log_problem,omitempty"`
+}
+
+// ErrNoOut is Options.Out left empty.
+var ErrNoOut = errors.New("no path to write the audit report zip to")
+
+// Run builds, signs and writes the audit report of a finished run. A run
+// still in progress is an error wrapping audit.ErrInProgress.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	getenv, log := o.Getenv, o.Log
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.Out == "" {
+		return nil, ErrNoOut
+	}
+	dec, err := audit.Decide(audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, TlogUpload: o.TlogUpload}, getenv)
+	if err != nil {
+		return nil, err
+	}
+	run, err := o.Source.Run(ctx, o.AllocationID)
+	if err != nil {
+		return nil, err
+	}
+	if err := run.Validate(); err != nil {
+		return nil, err
+	}
+	var signer audit.Signer
+	switch dec.Mode {
+	case audit.ModeKey:
+		pw := o.Password
+		if pw == nil {
+			pw = []byte(getenv(audit.PasswordEnv))
+		}
+		key, err := audit.LoadPrivateKey(audit.KeyRef(o.Key), pw, getenv, log)
+		if err != nil {
+			return nil, err
+		}
+		rekor := ""
+		if o.TlogUpload {
+			rekor = o.RekorURL
+		}
+		if signer, err = audit.NewKeySigner(key, rekor); err != nil {
+			return nil, err
+		}
+	case audit.ModeKeyless:
+		log.Info("signing keyless", "token", dec.TokenSource, "fulcio", o.FulcioURL, "rekor", o.RekorURL)
+		tok, err := audit.IDToken(ctx, dec, getenv, &http.Client{Timeout: 30 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		signer = &audit.KeylessSigner{IDToken: tok, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL}
+	}
+	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version})
+	if err != nil {
+		return nil, err
+	}
+	if err := audit.WriteFile(o.Out, rep.Zip); err != nil {
+		return nil, err
+	}
+	if rep.Manifest.Simulated {
+		log.Warn("SIMULATED: this audit report describes a run on a simulated hardware profile; it proves nothing about real hardware", "allocation", run.AllocationID)
+	}
+	res := &Result{
+		Path: o.Out, AllocationID: run.AllocationID, ManifestSHA256: rep.ManifestSHA256,
+		Files: len(rep.Manifest.Files) + 2, Signing: dec.Mode, Attested: o.Attest,
+		Match: rep.Environment.Match, Simulated: rep.Manifest.Simulated,
+	}
+	if run.Log != nil && run.Log.Problem() != "" {
+		// Recorded in run-summary.json; verify fails its log layer.
+		res.LogProblem = run.Log.Problem()
+		log.Warn(res.LogProblem+"; audit verify will fail the log layer", "allocation", run.AllocationID)
+	}
+	if res.Attested {
+		res.Files++
+	}
+	return res, nil
+}
