@@ -195,6 +195,9 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	}
 	a.suite = suite.New(gpu, nvcc, a.python(nil), probe.Storage{Path: storage},
 		probe.ReadThroughput{Path: storage, Bytes: int64(o.ReadProbeMB) << 20}, probe.FIPS{})
+	if o.slurm != nil {
+		a.suite = o.slurm.suite(o)
+	}
 	return a, nil
 }
 
@@ -215,6 +218,9 @@ func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 	res, err := a.suite.Run(ctx, a.expectations())
 	if err != nil {
 		return nil, err
+	}
+	if a.o.slurm != nil {
+		res.Checks = append(res.Checks, a.o.slurm.check())
 	}
 	a.metrics.Conformance(res.Checks, res.Wall)
 	a.mu.Lock()

@@ -68,6 +68,13 @@ type Options struct {
 	// (executor.OutputLimits); -1 turns one off.
 	RunLogLinesPerSecond int
 	RunLogMaxMB          int
+	// Executor is where runs go: local (processes on this node) or
+	// slurm (batch jobs on a cluster's compute nodes; agent/slurm.go).
+	Executor      string
+	Slurm         SlurmFlags
+	SlurmSimulate []string
+	// slurm, set by RunSlurm, makes this agent stand for one compute node.
+	slurm *slurmNode
 }
 
 // geteuid is os.Geteuid; tests replace it.

@@ -97,6 +97,12 @@ type RunLoop struct {
 	Executor *executor.Executor
 	// StateDir holds runs/<alloc> (work dirs) and spool/<alloc>.
 	StateDir string
+	// Orphaned, when set, stops what a run left running when the agent
+	// died under it (a Slurm job) and returns the run's reason.
+	Orphaned func(ctx context.Context, allocID string) string
+	// WorkRoot, when set, holds the work dirs instead of StateDir/runs
+	// (the Slurm executor's shared dir, which the compute nodes see).
+	WorkRoot string
 	// Python is the run's interpreter (its packages are checked).
 	Python string
 	// Recheck re-runs the conformance suite against the run's spec
@@ -351,6 +357,9 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log, VerifyRecord: a.o.Registry.VerifyRecord},
 	}
 	l.RunReport = a.runReporter(src)
+	if a.o.slurm != nil {
+		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.slurm.runner(), a.o.slurm.workRoot(), a.o.slurm.orphaned
+	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics
 	done := make(chan struct{})

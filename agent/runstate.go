@@ -238,6 +238,10 @@ func (l *RunLoop) finish(ctx context.Context, e runLedger) {
 		// The agent died under the run (Pdeathsig took the command
 		// down with it): what the spool holds is all there is.
 		f := AllocUpdate{State: StateFailed, Reason: "agent restarted during the run: the command was stopped with it", ExitCode: -1}
+		if l.Orphaned != nil {
+			// A scheduler's job outlives the agent: stop it too.
+			f.Reason = l.Orphaned(ctx, e.AllocID)
+		}
 		if sp != nil {
 			f.LastSeq = sp.Stats().LastSeq
 		}

@@ -110,6 +110,9 @@ func (r *run) acquireUser() (release func(), err error) {
 // into it and places the checkpoint it resumes from.
 func (r *run) prepareWorkdir() error {
 	r.workRoot = filepath.Join(r.l.StateDir, "runs")
+	if r.l.WorkRoot != "" {
+		r.workRoot = r.l.WorkRoot
+	}
 	r.workDir = filepath.Join(r.workRoot, r.a.AllocID)
 	// A work dir already there is an earlier placement of this run on
 	// this node: the run starts afresh (from the broker's checkpoint),

@@ -430,6 +430,8 @@ func finished(ex Exit, attempts, restarts int) Result {
 	switch {
 	case ex.StartErr != nil:
 		r.State, r.Reason = Failed, "starting the command: "+ex.StartErr.Error()
+	case ex.Reason != "" && (ex.Code != 0 || ex.Signal != ""):
+		r.State, r.Reason = Failed, ex.Reason
 	case ex.Signal != "":
 		r.State, r.Reason = Failed, "killed by signal "+ex.Signal
 	case ex.Code != 0:
@@ -476,7 +478,8 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		}
 	}()
 	classifiers := [2]*events.Classifier{{Stream: events.Stdout}, {Stream: events.Stderr}}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain}, func(l Line) {
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain,
+		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})
 	close(tailStop)
@@ -495,6 +498,12 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		fields["signal"] = ex.Signal
 	case ex.Code != 0:
 		lvl = events.Warn
+	}
+	if ex.Reason != "" {
+		msg += ": " + ex.Reason
+		if ex.Code != 0 || ex.Signal != "" {
+			lvl = events.Error
+		}
 	}
 	if ex.Stopped {
 		fields["stopped"] = "true"

@@ -45,6 +45,10 @@ type Attempt struct {
 	// its own uid): the command starts inside, and once it ended
 	// whatever is left there is killed before Run returns.
 	Contain *Containment
+	// Note, when set, records an event in the run's log: a runner that
+	// hands the attempt to a scheduler says there what the scheduler
+	// does with it (job id, pending and why, node).
+	Note func(msg string, fields map[string]string)
 }
 
 // Line is one line of output, without its line ending, always valid UTF-8.
@@ -55,6 +59,11 @@ type Line struct {
 	Cut int
 	// InvalidUTF8 says bytes that were not UTF-8 were replaced by U+FFFD.
 	InvalidUTF8 bool
+	// Offset, from a runner that reads the output from a file (a batch
+	// job's), is where in that file the line ends: a consumer that stores
+	// it with the line can have the runner read on from exactly there
+	// after a restart.
+	Offset int64
 }
 
 // Exit is how an attempt ended.
@@ -72,4 +81,12 @@ type Exit struct {
 	// Leftover says processes of the attempt could not be killed: the
 	// run must not go on, and its uid must not be handed out again.
 	Leftover error
+	// Reason, when set, is why the attempt ended in the words of what
+	// ran it (a batch system's job state and reason: "slurm job 12 on
+	// n1: TIMEOUT"); it becomes the run's reason, and a run whose
+	// attempt has one failed unless its Code is 0.
+	Reason string
+	// NodeLost says the attempt ended because of its node (Slurm's
+	// NODE_FAIL or PREEMPTED), not because of the job's code.
+	NodeLost bool
 }

@@ -54,6 +54,7 @@ func addFlags(cmd *cobra.Command, o *daemon.Options) {
 	f.IntVar(&o.RunLogMaxMB, "run-log-max-mb", executor.DefaultMaxLogBytes>>20, "MB of log a run's output may add in all; further output is dropped after an ERROR event, and the run goes on (-1: no limit); keep it below the broker's --run-max-log-mb")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	addRegistryFlags(cmd, &o.Registry)
+	addExecutorFlags(cmd, o)
 }
 
 func addProbeFlags(cmd *cobra.Command, o *daemon.Options) {

@@ -99,6 +99,12 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 			if err := o.Validate(true); err != nil {
 				return err
 			}
+			if slurm, err := o.UseSlurm(); err != nil || slurm {
+				if err != nil {
+					return err
+				}
+				return daemon.RunSlurm(cmd.Context(), o, logger())
+			}
 			a, err := daemon.New(o, logger())
 			if err != nil {
 				return err
@@ -150,6 +156,7 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 	addProbeFlags(check, co)
 	co.SuiteInterval = 1 << 62 // unused by check, but Validate wants a sane value
 	root.AddCommand(check)
+	root.AddCommand(factsCommand())
 
 	root.AddCommand(&cobra.Command{
 		Use:   "profiles",

@@ -1,0 +1,239 @@
+//go:build e2e
+
+package slurm_test
+
+import (
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	brokerclient "github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// TestE2ESlurmCluster drives the binaries against the real two-node
+// cluster: one gpupass-agent --executor slurm stands for both compute
+// nodes (n1 gpu:a100:4, n2 gpu:h100:2) in region hpc-eu next to up's
+// local agent in us-west-2.
+func TestE2ESlurmCluster(t *testing.T) {
+	c := slurmtest.Shared(t)
+	py := upstack.RequireTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}, Env: []string{"SLURM_CONF=" + c.Conf}})
+	cfg := stack.Config(t)
+	rc, err := brokerclient.DialRuns(cfg.BrokerURL, brokerclient.Options{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := stack.StartAgent(t, "slurm-login", "hpc-eu", "--executor", "slurm", "--slurm-partition", slurmtest.Partition,
+		"--slurm-shared-dir", c.Shared, "--slurm-simulate", "n2=h100-sxm5-8x", "--slurm-refresh", "1s", "--suite-interval", "2s")
+	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
+	dryRun := func() string {
+		out, _ := gp("validate", "--spec", "examples/train/gpupass.yaml", "--dry-run", "--region", "hpc-eu").CombinedOutput()
+		return string(out)
+	}
+
+	t.Run("dry-run lists both nodes with their accelerators", func(t *testing.T) {
+		var out string
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("last dry-run:\n%s", out)
+			}
+		}()
+		upstack.WaitFor(t, wctx, "both slurm nodes in dry-run", func() bool {
+			out = dryRun()
+			return regexp.MustCompile(`slurm:gptest +hpc-eu +a100-80gb x4 .*online, simulated`).MatchString(out) &&
+				regexp.MustCompile(`\(hpc-eu, score [0-9.]+\): resources.accelerator: expected a100-80gb, measured h100-sxm5`).MatchString(out)
+		})
+		t.Logf("dry-run:\n%s", out)
+		nodes, _ := gp("--output", "json", "nodes").CombinedOutput()
+		for _, want := range []string{`"provider":"slurm:gptest"`, `"hostname":"n1"`, `"hostname":"n2"`, `"accelerator":"h100-sxm5"`, `"accelerator":"a100-80gb"`} {
+			if !strings.Contains(strings.ReplaceAll(string(nodes), " ", ""), want) {
+				t.Errorf("gpupass nodes lacks %s:\n%s", want, nodes)
+			}
+		}
+		t.Logf("nodes:\n%s", nodes)
+	})
+
+	t.Run("train through sbatch equals the local executor's curve, with a NaN restart", func(t *testing.T) {
+		var out upstack.Buffer
+		train := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "us-west-2", "--region", "hpc-eu",
+			"--workdir", "examples/train", "--name", "slurm-e2e", "--follow", "--",
+			py, "train.py", "--steps", "30", "--checkpoint-every", "10", "--nan-at-step", "15")
+		train.Stdout, train.Stderr = &out, &out
+		if err := train.Run(); err != nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(out.String(), 4000))
+		}
+		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		series := map[string][]float64{}
+		for _, r := range resp.Msg.Runs {
+			if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || r.Restarts != 1 {
+				t.Errorf("%s (%s): %s restarts %d reason %q; want succeeded after 1 NaN restart", r.Id, r.Region, r.State, r.Restarts, r.Reason)
+			}
+			ls, err := rc.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: r.Id, IncludeMetrics: true}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n uint64
+			var sbatch bool
+			for ls.Receive() {
+				for _, rec := range ls.Msg().Records {
+					n++
+					if rec.Seq != n {
+						t.Fatalf("%s: record %d has seq %d (gap or repeat)", r.Region, n, rec.Seq)
+					}
+					sbatch = sbatch || strings.Contains(string(rec.Data), "gpupass-"+r.Id)
+				}
+			}
+			if err := ls.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				t.Errorf("%s: empty log", r.Region)
+			}
+			if r.Region == "hpc-eu" && !sbatch {
+				t.Errorf("the hpc-eu run's log names no slurm job gpupass-%s", r.Id)
+			}
+			mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: r.Id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byStep := map[int64]float64{}
+			for _, p := range mr.Msg.Points {
+				if v, ok := p.Values["loss"]; ok && !math.IsNaN(v) {
+					byStep[p.Step] = v
+				}
+			}
+			for s := int64(1); s <= 30; s++ {
+				if v, ok := byStep[s]; ok {
+					series[r.Region] = append(series[r.Region], v)
+				}
+			}
+		}
+		if len(series["hpc-eu"]) != 30 || len(series["us-west-2"]) != 30 {
+			t.Fatalf("loss series lengths: %d through slurm, %d local; want 30", len(series["hpc-eu"]), len(series["us-west-2"]))
+		}
+		for i := range series["hpc-eu"] {
+			if series["hpc-eu"][i] != series["us-west-2"][i] {
+				t.Fatalf("step %d: loss %v through slurm, %v local", i+1, series["hpc-eu"][i], series["us-west-2"][i])
+			}
+		}
+	})
+
+	t.Run("gpupass cancel scancels the running job", func(t *testing.T) {
+		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "hpc-eu",
+			"--workdir", "examples/train", "--name", "slurm-cancel", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		if id == "" {
+			t.Fatalf("no allocation id in %s", out)
+		}
+		run := func() *gpupassv1.Run {
+			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Msg.Run
+		}
+		upstack.WaitFor(t, ctx, "the run to train", func() bool {
+			return run().State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run().HeldThrough > 5
+		})
+		if b, err := gp("cancel", id).CombinedOutput(); err != nil {
+			t.Fatalf("gpupass cancel: %v\n%s", err, b)
+		}
+		upstack.WaitFor(t, ctx, "the run to end cancelled", func() bool {
+			return run().State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+		})
+		jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
+		// SIGTERM ends the trainer: Slurm says FAILED (it exited on the
+		// signal) or CANCELLED (it outlived the grace period).
+		if !regexp.MustCompile(`^[0-9]+ (FAILED|CANCELLED)\n$`).MatchString(jobs) {
+			t.Errorf("the run's slurm job after gpupass cancel: %q, want one job, ended", jobs)
+		}
+	})
+
+	t.Run("kill -9 of the agent mid-run leaves no job running", func(t *testing.T) {
+		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "hpc-eu",
+			"--workdir", "examples/train", "--name", "slurm-kill9", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		run := func() *gpupassv1.Run {
+			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Msg.Run
+		}
+		upstack.WaitFor(t, ctx, "the run's job to run", func() bool {
+			return strings.Contains(c.Command(t, "squeue", "-h", "-n", "gpupass-"+id, "-o", "%T"), "RUNNING")
+		})
+		login.Kill9(t)
+		login.Restart(t)
+		var r *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			r = run()
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
+		})
+		// The broker may call the node lost first (no heartbeats), or
+		// the restarted agent report the run: either way its job ends.
+		if !strings.Contains(r.Reason, "slurm job gpupass-"+id+" was cancelled") && !strings.Contains(r.Reason, "node lost") {
+			t.Errorf("reason %q", r.Reason)
+		}
+		var jobs string
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("run %s reason %q; its slurm jobs: %q", id, r.Reason, jobs)
+			}
+		}()
+		upstack.WaitFor(t, wctx, "the job to end", func() bool {
+			jobs = c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
+			return regexp.MustCompile(`^[0-9]+ CANCELLED\n$`).MatchString(jobs)
+		})
+	})
+
+	t.Run("drain takes the node out of dry-run with Slurm's reason", func(t *testing.T) {
+		c.Command(t, "scontrol", "update", "nodename=n1", "state=drain", "reason=gpu 2 xid 79")
+		defer c.Command(t, "scontrol", "update", "nodename=n1", "state=resume")
+		var out string
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("last dry-run:\n%s", out)
+			}
+		}()
+		upstack.WaitFor(t, wctx, "the drain reason in dry-run", func() bool {
+			// Slurm's reason is in the node's signed report, and the node
+			// is out of dry-run.
+			rep, _ := os.ReadFile(filepath.Join(stack.State, "test-agents", "slurm-login", "slurm", "gptest-n1", "report.json"))
+			if !strings.Contains(string(rep), `"name":"slurm.node"`) || !strings.Contains(string(rep), "slurm node n1 is drain: gpu 2 xid 79") {
+				return false
+			}
+			out = dryRun()
+			return strings.Contains(out, "0 candidate(s)") && strings.Contains(out, "failed checks")
+		})
+		t.Logf("dry-run after drain:\n%s", out)
+	})
+}

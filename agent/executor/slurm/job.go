@@ -1,0 +1,162 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Job is what Slurm says about one job.
+type Job struct {
+	ID        string `json:"job_id"`
+	Name      string `json:"name"`
+	State     string `json:"state"`
+	Reason    string `json:"reason,omitempty"`
+	Node      string `json:"node,omitempty"`
+	Partition string `json:"partition,omitempty"`
+	// ExitCode and Signal are from ExitCode=CODE:SIGNAL.
+	ExitCode  int    `json:"exit_code"`
+	Signal    int    `json:"signal,omitempty"`
+	TimeLimit string `json:"time_limit,omitempty"`
+	Comment   string `json:"comment,omitempty"`
+}
+
+// ErrNoJob is a job Slurm no longer (or never) knew.
+var ErrNoJob = errors.New("slurm does not know the job")
+
+// Job reads one job (scontrol show job -o ID).
+func (c *Client) Job(ctx context.Context, id string) (Job, error) {
+	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o", id)
+	if err != nil {
+		var te *ToolError
+		if errors.As(err, &te) && strings.Contains(te.Stderr, "Invalid job id") {
+			return Job{}, fmt.Errorf("job %s: %w", id, ErrNoJob)
+		}
+		return Job{}, fmt.Errorf("reading slurm job %s: %w", id, err)
+	}
+	jobs := ParseJobs(out)
+	if len(jobs) == 0 {
+		return Job{}, fmt.Errorf("job %s: %w", id, ErrNoJob)
+	}
+	return jobs[0], nil
+}
+
+// JobsNamed returns the jobs Slurm still knows by name, oldest first.
+func (c *Client) JobsNamed(ctx context.Context, name string) ([]Job, error) {
+	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o")
+	if err != nil {
+		return nil, fmt.Errorf("listing slurm jobs: %w", err)
+	}
+	var named []Job
+	for _, j := range ParseJobs(out) {
+		if j.Name == name {
+			named = append(named, j)
+		}
+	}
+	return named, nil
+}
+
+// ParseJobs parses `scontrol show job -o`.
+func ParseJobs(out string) []Job {
+	var jobs []Job
+	for _, line := range strings.Split(out, "\n") {
+		f := fields(line)
+		if f["JobId"] == "" {
+			continue
+		}
+		j := Job{ID: f["JobId"], Name: f["JobName"], State: f["JobState"], Reason: f["Reason"], Partition: f["Partition"], TimeLimit: f["TimeLimit"], Comment: f["Comment"]}
+		if j.Reason == "None" {
+			j.Reason = ""
+		}
+		if n := f["BatchHost"]; n != "" && n != "(null)" {
+			j.Node = n
+		} else if n := f["NodeList"]; n != "(null)" {
+			j.Node = n
+		}
+		code, sig, _ := strings.Cut(f["ExitCode"], ":")
+		j.ExitCode, _ = strconv.Atoi(code)
+		j.Signal, _ = strconv.Atoi(sig)
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// Phase is where a job is in its life, in gpupass's terms.
+type Phase int
+
+// Phases.
+const (
+	Pending Phase = iota
+	Running
+	Ended
+)
+
+// Phase maps the job's state. States Slurm may add later count as
+// running until they end: following a job a little longer is harmless,
+// calling it ended early loses its output.
+func (j Job) Phase() Phase {
+	switch j.baseState() {
+	case "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING":
+		return Pending
+	case "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED":
+		return Ended
+	}
+	return Running
+}
+
+func (j Job) baseState() string {
+	s, _, _ := strings.Cut(j.State, " ") // "CANCELLED by 0" (sacct)
+	return s
+}
+
+// NodeLost says the job ended because of its node, not its code: the run
+// is re-placed like one whose node was lost.
+func (j Job) NodeLost() bool {
+	switch j.baseState() {
+	case "NODE_FAIL", "PREEMPTED", "BOOT_FAIL":
+		return true
+	}
+	return false
+}
+
+// Describe is the job's state in words, with Slurm's reason:
+// "slurm job 12 on n1 (partition gpu): TIMEOUT (TimeLimit, limit 00:01:00)".
+func (j Job) Describe() string {
+	msg := fmt.Sprintf("slurm job %s", j.ID)
+	if j.Node != "" {
+		msg += " on " + j.Node
+	}
+	if j.Partition != "" {
+		msg += " (partition " + j.Partition + ")"
+	}
+	msg += ": " + j.State
+	var why []string
+	if j.Reason != "" {
+		why = append(why, j.Reason)
+	}
+	switch j.baseState() {
+	case "FAILED", "COMPLETED", "OUT_OF_MEMORY":
+		why = append(why, "exit code "+strconv.Itoa(j.ExitCode))
+		if j.Signal != 0 {
+			why = append(why, "signal "+strconv.Itoa(j.Signal))
+		}
+	case "TIMEOUT":
+		if j.TimeLimit != "" {
+			why = append(why, "time limit "+j.TimeLimit)
+		}
+	}
+	if len(why) > 0 {
+		msg += " (" + strings.Join(why, ", ") + ")"
+	}
+	return msg
+}
+
+// Cancel cancels every job of this user with the given name.
+func (c *Client) Cancel(ctx context.Context, name string) error {
+	if _, err := c.run(ctx, nil, "scancel", "--name", name); err != nil {
+		return fmt.Errorf("cancelling slurm jobs named %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package slurm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/slurm"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
+)
+
+const helperEnv = "GPUPASS_SLURM_HELPER_LINES"
+
+const reattachLines = 40
+
+func reattachAttempt(dir string) executor.Attempt {
+	return executor.Attempt{Dir: dir, Grace: time.Second,
+		Command: []string{"sh", "-c", fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); sleep 0.05; done`, reattachLines)},
+		Env:     append(os.Environ(), executor.EnvAllocID+"=alloc-reattach1", executor.EnvAttempt+"=1")}
+}
+
+// helperAgent is the "agent" the reattach test kills: it follows the
+// attempt and stores each line it is handed with its offset, in one
+// write, as the agent's spool stores a record.
+func helperAgent() int {
+	f, err := os.OpenFile(os.Getenv(helperEnv), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return 1
+	}
+	r := &slurm.Runner{Client: &slurm.Client{}, Node: "n1", Gres: "gpu:a100:1", Poll: 50 * time.Millisecond}
+	r.Run(context.Background(), reattachAttempt(os.Getenv("GPUPASS_SLURM_HELPER_DIR")), func(l executor.Line) {
+		fmt.Fprintf(f, "%d\t%d\t%s\n", l.Offset, l.Stream, l.Text)
+	})
+	return 0
+}
+
+// TestAgentKilledMidRunFindsTheJobAgain: an agent killed -9 while
+// following a job leaves the job running; the next one finds it again
+// (no second sbatch) and reads on from where the consumer's store ends,
+// so that no line is lost or stored twice.
+func TestAgentKilledMidRunFindsTheJobAgain(t *testing.T) {
+	t.Parallel()
+	c := slurmtest.Shared(t)
+	dir := filepath.Join(workRoot(t, c), "alloc-reattach1")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	linesFile := filepath.Join(t.TempDir(), "lines")
+	agent := exec.Command(os.Args[0], "-test.run=^$")
+	agent.Env = append(c.Env(), helperEnv+"="+linesFile, "GPUPASS_SLURM_HELPER_DIR="+dir)
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, _ := os.ReadFile(linesFile)
+		if strings.Count(string(b), "\n") >= 5 && !strings.Contains(string(b), "line 40") {
+			break
+		}
+		if time.Now().After(deadline) {
+			agent.Process.Kill()
+			t.Fatalf("the first agent handed over no lines: %q", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = agent.Process.Kill()
+	_ = agent.Wait()
+
+	stored, _ := os.ReadFile(linesFile)
+	var before []string
+	var offs [2]int64
+	for _, rec := range strings.Split(strings.TrimSuffix(string(stored), "\n"), "\n") {
+		f := strings.SplitN(rec, "\t", 3)
+		if len(f) != 3 {
+			t.Fatalf("torn record %q: the store's writes are not whole", rec)
+		}
+		off, _ := strconv.ParseInt(f[0], 10, 64)
+		s, _ := strconv.Atoi(f[1])
+		offs[s] = off
+		before = append(before, f[2])
+	}
+	var after []string
+	r := runner(c, "n1")
+	r.Offsets = func(alloc, attempt string) (int64, int64, bool) {
+		return offs[events.Stdout], offs[events.Stderr], alloc == "alloc-reattach1" && attempt == "1"
+	}
+	ex := r.Run(context.Background(), reattachAttempt(dir), func(l executor.Line) { after = append(after, l.Text) })
+	if ex.StartErr != nil || ex.Code != 0 {
+		t.Fatalf("the second agent's follow ended %+v", ex)
+	}
+	got := append(before, after...)
+	if len(after) == 0 || len(after) == len(got) {
+		t.Fatalf("the kill did not land mid-run: %d lines before, %d after", len(got)-len(after), len(after))
+	}
+	for i, l := range got {
+		if want := fmt.Sprintf("line %d", i+1); l != want {
+			t.Fatalf("line %d is %q, want %q (lost or duplicated across the restart): %q", i+1, l, want, got)
+		}
+	}
+	if len(got) != reattachLines {
+		t.Fatalf("%d lines, want %d", len(got), reattachLines)
+	}
+	jobs, err := client(c).JobsNamed(context.Background(), slurm.JobName("alloc-reattach1"))
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("jobs named for the run: %+v, %v; want exactly one (no second sbatch)", jobs, err)
+	}
+}

@@ -1,0 +1,370 @@
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/fsutil"
+)
+
+// Runner runs each attempt of a run as a batch job pinned to one compute
+// node: an executor.Runner. The run's work dir must be in the cluster's
+// shared dir (the executor's WorkRoot): the job runs there, its output
+// files and the metrics file are written there, and the agent reads them
+// from the login node.
+//
+// Each attempt keeps, in WORKDIR/.slurm/attempt-N.json, its job id and
+// how far its output files were read; an agent restarted under a run
+// finds the job again there (or by name in Slurm) and reads on from those
+// offsets instead of submitting it twice.
+type Runner struct {
+	Client *Client
+	// Cluster is the cluster's name, named in the run's events.
+	Cluster string
+	// Node is the compute node every attempt is pinned to (sbatch -w).
+	Node string
+	// Gres is what the job asks for ("gpu:a100:4"; empty: none).
+	Gres string
+	// Partition is sbatch -p (empty: the cluster's default).
+	Partition string
+	// TimeLimit is sbatch --time, rounded up to whole minutes, which is
+	// all Slurm counts (zero: the partition's limit).
+	TimeLimit time.Duration
+	// Poll is how often the output files and the job's state are read
+	// (default 200ms).
+	Poll time.Duration
+	// Offsets, when set, says how far the consumer of the lines durably
+	// holds each output file of an attempt (the Offset of the last line
+	// it stored, from where it stores them): a follower started again
+	// reads on from there, so that no line is handed over twice or
+	// never. Without it the offsets the runner saves in the attempt's
+	// state file are used, and the lines of the read that was under way
+	// when the agent died are handed over again.
+	Offsets func(allocID, attempt string) (stdout, stderr int64, ok bool)
+	// OnJob, when set, hears each change of the job's state (PENDING
+	// with its reason, RUNNING, the end): the agent shows it in runs.
+	OnJob func(Job)
+}
+
+// attemptState is WORKDIR/.slurm/attempt-N.json.
+type attemptState struct {
+	JobID  string `json:"job_id"`
+	OutOff int64  `json:"stdout_offset"`
+	ErrOff int64  `json:"stderr_offset"`
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// JobName is the name of a run's jobs: it carries the allocation id.
+func JobName(allocID string) string { return "gpupass-" + allocID }
+
+func attemptComment(n string) string { return "gpupass-attempt-" + n }
+
+// Run submits (or finds again) the attempt's job, follows its output
+// until it ends and maps Slurm's end to an Exit.
+func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
+	alloc, attempt := envValue(a.Env, executor.EnvAllocID), envValue(a.Env, executor.EnvAttempt)
+	if alloc == "" || attempt == "" {
+		return startErr(errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt))
+	}
+	if _, err := strconv.Atoi(attempt); err != nil {
+		return startErr(fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, attempt))
+	}
+	dir := filepath.Join(a.Dir, ".slurm")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return startErr(fmt.Errorf("making the job's dir: %w", err))
+	}
+	base := filepath.Join(dir, "attempt-"+attempt)
+	f := follow{r: r, statePath: base + ".json", out: out, maxLine: a.MaxLine, note: a.Note}
+	f.files[events.Stdout] = &tail{path: base + ".out"}
+	f.files[events.Stderr] = &tail{path: base + ".err"}
+	if err := f.load(); err != nil {
+		return startErr(err)
+	}
+	if r.Offsets != nil {
+		if o, e, ok := r.Offsets(alloc, attempt); ok {
+			f.st.OutOff, f.st.ErrOff = o, e
+		}
+	}
+	if f.st.JobID == "" {
+		// The agent may have died between sbatch and writing the state.
+		jobs, err := r.Client.JobsNamed(ctx, JobName(alloc))
+		if err != nil {
+			return startErr(err)
+		}
+		for _, j := range jobs {
+			if j.Comment == attemptComment(attempt) {
+				f.st.JobID = j.ID
+			}
+		}
+	}
+	if f.st.JobID == "" {
+		id, err := r.submit(ctx, a, alloc, attempt, base)
+		if err != nil {
+			return startErr(err)
+		}
+		f.st.JobID = id
+		if err := f.save(); err != nil {
+			// Not fatal: the job is found again by name.
+			f.saveErr = err
+		}
+	}
+	return f.run(ctx, a.Grace)
+}
+
+func startErr(err error) executor.Exit {
+	return executor.Exit{StartErr: fmt.Errorf("slurm: %w", err), Code: -1}
+}
+
+// script is the batch script: the attempt's command, exec'd in its work
+// dir so that Slurm's signals reach it, not a shell in between.
+func script(a executor.Attempt) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# written by gpupass-agent: one attempt of a run\n")
+	fmt.Fprintf(&b, "cd %s || exit 127\nexec", shellQuote(a.Dir))
+	for _, arg := range a.Command {
+		b.WriteString(" " + shellQuote(arg))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string) (string, error) {
+	if len(a.Command) == 0 {
+		return "", errors.New("the attempt has no command")
+	}
+	path := base + ".sh"
+	if err := os.WriteFile(path, []byte(script(a)), 0o755); err != nil {
+		return "", fmt.Errorf("writing the batch script: %w", err)
+	}
+	args := []string{"--parsable", "-w", r.Node, "-N1", "-n1", "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
+		"--chdir", a.Dir, "--output", base + ".out", "--error", base + ".err", "--open-mode=append", "--export=ALL", "--no-requeue"}
+	if r.Partition != "" {
+		args = append(args, "-p", r.Partition)
+	}
+	if r.Gres != "" {
+		args = append(args, "--gres="+r.Gres)
+	}
+	if r.TimeLimit > 0 {
+		args = append(args, "--time="+strconv.Itoa(int((r.TimeLimit+time.Minute-1)/time.Minute)))
+	}
+	args = append(args, path)
+	// The job's environment is the attempt's (sbatch --export=ALL): the
+	// same GPUPASS_* variables as the local executor's.
+	out, err := r.Client.run(ctx, a.Env, "sbatch", args...)
+	if err != nil {
+		return "", fmt.Errorf("submitting to node %s: %w", r.Node, err)
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
+	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		return "", fmt.Errorf("sbatch --parsable printed %.100q, not a job id", out)
+	}
+	return id, nil
+}
+
+type tail struct {
+	path    string
+	partial []byte
+}
+
+type follow struct {
+	r         *Runner
+	statePath string
+	st        attemptState
+	files     [2]*tail
+	out       func(executor.Line)
+	maxLine   int
+	saveErr   error
+	last      Job
+	note      func(string, map[string]string)
+}
+
+func (f *follow) load() error {
+	b, err := os.ReadFile(f.statePath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &f.st)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the attempt's state %s: %w", f.statePath, err)
+	}
+	return nil
+}
+
+func (f *follow) save() error {
+	b, _ := json.Marshal(f.st)
+	return fsutil.WriteFileAtomic(f.statePath, b, 0o644)
+}
+
+func (f *follow) offset(s events.Stream) *int64 {
+	if s == events.Stderr {
+		return &f.st.ErrOff
+	}
+	return &f.st.OutOff
+}
+
+// read hands over the complete lines written since the last read (all
+// of it, the last line too, when final) and records how far it got.
+func (f *follow) read(final bool) {
+	moved := false
+	for s, t := range f.files {
+		off := f.offset(events.Stream(s))
+		fh, err := os.Open(t.path)
+		if err != nil {
+			continue // not created yet (the job is pending)
+		}
+		_, _ = fh.Seek(*off+int64(len(t.partial)), io.SeekStart)
+		b, _ := io.ReadAll(io.LimitReader(fh, 8<<20))
+		fh.Close()
+		buf := append(t.partial, b...)
+		for {
+			i := bytes.IndexByte(buf, '\n')
+			if i < 0 {
+				break
+			}
+			*off += int64(i + 1)
+			f.emit(events.Stream(s), buf[:i], *off)
+			buf = buf[i+1:]
+			moved = true
+		}
+		if final && len(buf) > 0 {
+			*off += int64(len(buf))
+			f.emit(events.Stream(s), buf, *off)
+			buf = nil
+			moved = true
+		}
+		t.partial = append([]byte(nil), buf...)
+	}
+	if moved {
+		if err := f.save(); err != nil {
+			f.saveErr = err
+		}
+	}
+}
+
+func (f *follow) emit(s events.Stream, b []byte, end int64) {
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	l := executor.Line{Stream: s, Offset: end}
+	if f.maxLine > 0 && len(b) > f.maxLine {
+		l.Cut = len(b) - f.maxLine
+		b = b[:f.maxLine]
+	}
+	if !utf8.Valid(b) {
+		l.InvalidUTF8 = true
+		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+	}
+	l.Text = string(b)
+	f.out(l)
+}
+
+func (f *follow) observe(j Job) {
+	if j.State != f.last.State || j.Reason != f.last.Reason {
+		f.last = j
+		if f.note != nil {
+			f.note(j.Describe(), map[string]string{"slurm_job_id": j.ID, "slurm_job_name": j.Name, "slurm_state": j.State,
+				"slurm_reason": j.Reason, "slurm_node": j.Node, "slurm_partition": j.Partition, "slurm_cluster": f.r.Cluster})
+		}
+		if f.r.OnJob != nil {
+			f.r.OnJob(j)
+		}
+	}
+}
+
+// run follows the job to its end. A cancelled ctx stops the job: SIGTERM
+// to every step (the batch script is the command itself), then after
+// grace SIGKILL.
+func (f *follow) run(ctx context.Context, grace time.Duration) executor.Exit {
+	poll := f.r.Poll
+	if poll <= 0 {
+		poll = 200 * time.Millisecond
+	}
+	bg := context.WithoutCancel(ctx)
+	var stopped, killed bool
+	var killAt time.Time
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		f.read(false)
+		j, err := f.r.Client.Job(bg, f.st.JobID)
+		switch {
+		case errors.Is(err, ErrNoJob):
+			f.read(true)
+			return executor.Exit{Code: -1, Stopped: stopped, Killed: killed,
+				Reason: fmt.Sprintf("slurm no longer knows job %s (purged after MinJobAge before its end was read)", f.st.JobID)}
+		case err == nil:
+			f.observe(j)
+			if j.Phase() == Ended {
+				f.read(true)
+				return exitOf(j, stopped, killed)
+			}
+		}
+		if stopped && !killed && time.Now().After(killAt) {
+			killed = true
+			_, _ = f.r.Client.run(bg, nil, "scancel", "--full", "--signal=KILL", f.st.JobID)
+			// A pending job (or one scancel --full did not end) is
+			// simply cancelled.
+			_, _ = f.r.Client.run(bg, nil, "scancel", f.st.JobID)
+		}
+		select {
+		case <-ctx.Done():
+			if !stopped {
+				stopped = true
+				killAt = time.Now().Add(grace)
+				if j.Phase() == Pending {
+					_, _ = f.r.Client.run(bg, nil, "scancel", f.st.JobID)
+				} else {
+					_, _ = f.r.Client.run(bg, nil, "scancel", "--full", "--signal=TERM", f.st.JobID)
+				}
+			}
+			<-tick.C
+		case <-tick.C:
+		}
+	}
+}
+
+func exitOf(j Job, stopped, killed bool) executor.Exit {
+	ex := executor.Exit{Code: j.ExitCode, Stopped: stopped, Killed: killed, NodeLost: j.NodeLost()}
+	switch j.baseState() {
+	case "COMPLETED":
+		return ex
+	case "FAILED":
+		if j.Signal != 0 {
+			ex.Code, ex.Signal = -1, "signal "+strconv.Itoa(j.Signal)
+		}
+	case "CANCELLED":
+		ex.Code = -1
+		if j.Signal != 0 {
+			ex.Signal = "signal " + strconv.Itoa(j.Signal)
+		}
+	default:
+		ex.Code = -1
+	}
+	ex.Reason = j.Describe()
+	if ex.NodeLost {
+		ex.Reason = "node lost: " + ex.Reason
+	}
+	return ex
+}

@@ -1,0 +1,370 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/slurm"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	brokerclient "github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/probe"
+)
+
+// Executors (--executor).
+const (
+	ExecutorLocal = "local"
+	ExecutorSlurm = "slurm"
+)
+
+// SlurmFlags configure --executor slurm: the agent runs where Slurm's
+// client tools work (a login node, as an unprivileged service account)
+// and stands for each compute node of the partitions, one broker node
+// each.
+type SlurmFlags struct {
+	Partitions []string
+	// SharedDir is seen by the login node and every compute node: the
+	// runs' work dirs, output and metrics files live there.
+	SharedDir string
+	TimeLimit time.Duration
+	// Refresh is how often the partitions are read again; a node Slurm
+	// takes out (drain, down, fail, maintenance) stops being certified
+	// within one.
+	Refresh time.Duration
+	// AgentBinary is the gpupass-agent the conformance job step runs on
+	// the compute node (it must be at that path there too).
+	AgentBinary string
+}
+
+func (o *Options) validateSlurm() error {
+	s := &o.Slurm
+	if s.SharedDir == "" || !filepath.IsAbs(s.SharedDir) {
+		return fmt.Errorf("--slurm-shared-dir %q: give an absolute directory every compute node sees", s.SharedDir)
+	}
+	if st, err := os.Stat(s.SharedDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--slurm-shared-dir %s: not a directory here (%v)", s.SharedDir, err)
+	}
+	if s.Refresh < time.Second {
+		return fmt.Errorf("--slurm-refresh %s: must be at least 1s", s.Refresh)
+	}
+	if s.AgentBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--slurm-agent-binary: finding this binary: %w", err)
+		}
+		s.AgentBinary = exe
+	}
+	for _, v := range o.SlurmSimulate {
+		if _, _, ok := strings.Cut(v, "="); !ok {
+			return fmt.Errorf("--slurm-simulate %q: want NODE=PROFILE", v)
+		}
+	}
+	return nil
+}
+
+// slurmNode is what one compute node's agent needs from the supervisor.
+type slurmNode struct {
+	client    *slurm.Client
+	cluster   string
+	name      string
+	partition string
+	sharedDir string
+	exe       string
+	timeLimit time.Duration
+	log       *slog.Logger
+
+	mu   sync.Mutex
+	node slurm.Node
+
+	factsMu sync.Mutex
+	facts   *probe.Facts
+	factsAt time.Time
+	factsOK error
+}
+
+func (n *slurmNode) current() slurm.Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.node
+}
+
+func (n *slurmNode) set(node slurm.Node) {
+	n.mu.Lock()
+	n.node = node
+	n.mu.Unlock()
+}
+
+// runner runs the node's attempts as batch jobs pinned to it.
+func (n *slurmNode) runner() executor.Runner {
+	node := n.current()
+	return &slurm.Runner{Client: n.client, Cluster: n.cluster, Node: n.name, Gres: node.Gres(), Partition: n.partition, TimeLimit: n.timeLimit,
+		OnJob: func(j slurm.Job) {
+			n.log.Info("slurm job", "job_id", j.ID, "state", j.State, "reason", j.Reason, "node", j.Node, "partition", j.Partition, "cluster", n.cluster)
+		}}
+}
+
+// orphaned cancels the jobs of a run the agent died under: following
+// them on from a restarted agent is not wired yet (the Runner can), and a
+// job nobody follows must not hold the node.
+func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
+	reason := "agent restarted during the run: its slurm job " + slurm.JobName(allocID) + " was cancelled"
+	if err := n.client.Cancel(ctx, slurm.JobName(allocID)); err != nil {
+		n.log.Error("cancelling the slurm jobs of a run the agent died under", "alloc", allocID, "err", err)
+		reason += " (scancel failed: " + err.Error() + ")"
+	}
+	return reason
+}
+
+// workRoot is where the node's runs' work dirs go: in the shared dir.
+func (n *slurmNode) workRoot() string {
+	return filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name, "runs")
+}
+
+// remoteArgs is the agent's own facts command, run on the compute node.
+func (n *slurmNode) remoteArgs(o *Options) []string {
+	dir := filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name)
+	// The facts command's state dir holds a key that signs nothing; it
+	// stays so a simulated profile keeps its GPU UUIDs from step to step.
+	args := []string{n.exe, "facts", "--python", o.Python, "--read-probe-mb", strconv.Itoa(o.ReadProbeMB),
+		"--storage-path", dir, "--state-dir", filepath.Join(dir, "facts")}
+	if o.Simulate != "" {
+		args = append(args, "--simulate", o.Simulate)
+	}
+	if o.NVCC != "" {
+		args = append(args, "--nvcc", o.NVCC)
+	}
+	return args
+}
+
+// measure runs the probes on the compute node as one job step and
+// returns what they found; the probes of one suite run share it.
+func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, error) {
+	n.factsMu.Lock()
+	defer n.factsMu.Unlock()
+	if time.Since(n.factsAt) < 2*time.Second {
+		return n.facts, n.factsOK
+	}
+	if why := n.current().Unavailable(); why != "" {
+		// srun would wait for the node as long as Slurm keeps it out.
+		return nil, fmt.Errorf("not measured: %s", why)
+	}
+	if err := os.MkdirAll(filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name), 0o755); err != nil {
+		return nil, fmt.Errorf("making the node's dir in --slurm-shared-dir: %w", err)
+	}
+	out, err := n.client.Step(ctx, n.name, n.current().Gres(), nil, n.remoteArgs(o)...)
+	var f probe.Facts
+	if err == nil {
+		if jerr := json.Unmarshal([]byte(out), &f); jerr != nil {
+			err = fmt.Errorf("reading the conformance step's output on %s: %w", n.name, jerr)
+		}
+	}
+	n.facts, n.factsOK, n.factsAt = &f, err, time.Now()
+	return &f, err
+}
+
+// remoteProbe is one probe's section of what the job step measured.
+type remoteProbe struct {
+	name string
+	n    *slurmNode
+	o    *Options
+}
+
+func (p remoteProbe) Name() string { return p.name }
+
+func (p remoteProbe) Measure(ctx context.Context) (probe.Section, error) {
+	f, err := p.n.measure(ctx, p.o)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		// What could not be measured fails the node's checks, with why.
+		note := "measuring through slurm: " + err.Error()
+		f = &probe.Facts{}
+		f.GPU.Reason, f.NVCC.Reason, f.Python.Reason = note, note, note
+	}
+	switch p.name {
+	case "gpu":
+		return f.GPU, nil
+	case "nvcc":
+		return f.NVCC, nil
+	case "python":
+		return f.Python, nil
+	case "storage":
+		return f.Storage, nil
+	}
+	return f.FIPS, nil
+}
+
+// suite is the node's conformance suite: every probe runs on the compute
+// node, in one srun job step.
+func (n *slurmNode) suite(o *Options) *suite.Suite {
+	var ps []probe.Probe
+	for _, name := range []string{"gpu", "nvcc", "python", "storage", "fips"} {
+		ps = append(ps, remoteProbe{name: name, n: n, o: o})
+	}
+	return suite.New(ps...)
+}
+
+// check is the slurm.node check every report of the node carries: where
+// and how it was measured, and whether Slurm runs jobs there.
+func (n *slurmNode) check() conformance.Check {
+	node := n.current()
+	c := conformance.Check{Name: "slurm.node", Expected: "available to jobs",
+		Actual: fmt.Sprintf("%s on cluster %s, state %s, measured through srun", n.name, n.cluster, node.State), Status: conformance.Pass}
+	if why := node.Unavailable(); why != "" {
+		c.Status, c.Message = conformance.Fail, why
+	}
+	return c
+}
+
+var nodeIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// RunSlurm runs the agent for every compute node of the partitions until
+// ctx ends: one broker node per compute node, each with an identity key
+// of its own under --state-dir/slurm/CLUSTER-NODE (so its id is stable
+// across restarts), provider slurm:CLUSTER, hostname the node's name.
+func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
+	if err := o.validateSlurm(); err != nil {
+		return err
+	}
+	client := &slurm.Client{}
+	cluster, err := client.ClusterName(ctx)
+	if err != nil {
+		return err
+	}
+	tlsConf, err := o.tlsConfig()
+	if err != nil {
+		return err
+	}
+	// One connection to the broker for every compute node: each request
+	// names and proves its node, so the nodes share one ControlPlane.
+	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
+	if err != nil {
+		return err
+	}
+	cp := NewControlPlane(clients)
+	var (
+		mu      sync.Mutex
+		running = map[string]*slurmNode{}
+		wg      sync.WaitGroup
+		errs    = make(chan error, 1)
+	)
+	refresh := func() error {
+		nodes, err := client.Nodes(ctx, o.Slurm.Partitions)
+		if err != nil {
+			return err
+		}
+		sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+		mu.Lock()
+		defer mu.Unlock()
+		for _, nd := range nodes {
+			if sn, ok := running[nd.Name]; ok {
+				sn.set(nd)
+				continue
+			}
+			part := ""
+			for _, p := range nd.Partitions {
+				if len(o.Slurm.Partitions) == 0 || slices.Contains(o.Slurm.Partitions, p) {
+					part = p
+					break
+				}
+			}
+			sn := &slurmNode{client: client, cluster: cluster, name: nd.Name, partition: part, sharedDir: o.Slurm.SharedDir,
+				exe: o.Slurm.AgentBinary, timeLimit: o.Slurm.TimeLimit, node: nd, log: log.With("slurm_node", nd.Name)}
+			clone := *o
+			clone.StateDir = filepath.Join(o.StateDir, "slurm", nodeIDUnsafe.ReplaceAllString(cluster+"-"+nd.Name, "_"))
+			clone.Provider = "slurm:" + cluster
+			clone.Hostname = nd.Name
+			// Serve, not Run: no query endpoint per compute node.
+			clone.RunCgroup = "off"
+			clone.Simulate = simulateFor(o, nd.Name)
+			if clone.SuiteInterval > o.Slurm.Refresh {
+				// A node Slurm takes out is reported within a refresh.
+				clone.SuiteInterval = o.Slurm.Refresh
+			}
+			clone.slurm = sn
+			a, err := New(&clone, sn.log)
+			if err != nil {
+				return fmt.Errorf("slurm node %s: %w", nd.Name, err)
+			}
+			running[nd.Name] = sn
+			log.Info("standing for slurm node", "node", nd.Name, "gres", nd.Gres(), "state", nd.State, "reason", nd.Reason, "cluster", cluster, "partition", part)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := a.Serve(ctx, cp); err != nil && ctx.Err() == nil {
+					select {
+					case errs <- fmt.Errorf("slurm node %s: %w", nd.Name, err):
+					default:
+					}
+				}
+			}()
+		}
+		return nil
+	}
+	if err := refresh(); err != nil {
+		return err
+	}
+	t := time.NewTicker(o.Slurm.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case err := <-errs:
+			wg.Wait()
+			return err
+		case <-t.C:
+			if err := refresh(); err != nil {
+				log.Warn("reading slurm nodes; keeping the last view", "err", err)
+			}
+		}
+	}
+}
+
+// simulateFor is the node's profile: --slurm-simulate NODE=PROFILE, else
+// --simulate.
+func simulateFor(o *Options, node string) string {
+	for _, v := range o.SlurmSimulate {
+		if n, p, _ := strings.Cut(v, "="); n == node {
+			return p
+		}
+	}
+	return o.Simulate
+}
+
+// Facts runs the probes of the suite once and returns what they found:
+// the `gpupass-agent facts` command, run on a compute node as a job step
+// for the agent on the login node, which checks and signs them.
+func (a *Agent) Facts(ctx context.Context) (*probe.Facts, error) {
+	res, err := a.suite.Run(ctx, a.expectations())
+	if err != nil {
+		return nil, err
+	}
+	return &res.Facts, nil
+}
+
+// UseSlurm says whether --executor is slurm, refusing what it does not know.
+func (o *Options) UseSlurm() (bool, error) {
+	switch o.Executor {
+	case "", ExecutorLocal:
+		return false, nil
+	case ExecutorSlurm:
+		return true, nil
+	}
+	return false, fmt.Errorf("--executor %q: use local or slurm", o.Executor)
+}
