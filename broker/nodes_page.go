@@ -46,8 +46,11 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 	}
 	ix := snap.index
 	resp := &gpupassv1.ListNodesResponse{}
-	var regions, fps []string
-	var rows []*match.Verdict
+	// Verdicts come by score; the page wants id order, which the index
+	// keeps: mark the nodes shown, then walk the index's id order (no
+	// sort of the fleet per call).
+	shown := make([]*match.Verdict, ix.Len())
+	regions, fps := map[string]bool{}, map[string]bool{}
 	for _, list := range [][]match.Verdict{vs.Candidates, vs.Excluded} {
 		for j := range list {
 			v := &list[j]
@@ -59,9 +62,9 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 			if n.HasReport {
 				fp = n.Index.RuntimeFingerprint
 			}
-			regions = append(regions, match.Region(n))
+			regions[match.Region(n)] = true
 			if fp != "" {
-				fps = append(fps, fp)
+				fps[fp] = true
 			}
 			filtered := m.RuntimeFingerprint != "" && fp != m.RuntimeFingerprint
 			for _, id := range v.Reasons {
@@ -69,32 +72,52 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 				filtered = filtered || x.Code == match.CodeRegionFilter || (x.Code == match.CodeOffline && !m.IncludeOffline)
 			}
 			if !filtered {
-				rows = append(rows, v)
+				shown[v.Node] = v
 			}
 		}
 	}
-	slices.Sort(regions)
-	slices.Sort(fps)
-	resp.FacetRegions, resp.FacetRuntimeFingerprints = slices.Compact(regions), slices.Compact(fps)
-	resp.TotalSize = int32(len(rows))
-	slices.SortFunc(rows, func(a, b *match.Verdict) int { return strings.Compare(ix.ID(a.Node), ix.ID(b.Node)) })
-	lo := 0
+	resp.FacetRegions, resp.FacetRuntimeFingerprints = sortedKeys(regions), sortedKeys(fps)
+	byID := ix.ByID()
+	start := 0
 	if after != "" {
-		lo, _ = slices.BinarySearchFunc(rows, after, func(v *match.Verdict, id string) int { return strings.Compare(ix.ID(v.Node), id) })
-		if lo < len(rows) && ix.ID(rows[lo].Node) == after {
-			lo++
+		start, _ = slices.BinarySearchFunc(byID, after, func(i int32, id string) int { return strings.Compare(ix.ID(i), id) })
+		if start < len(byID) && ix.ID(byID[start]) == after {
+			start++
 		}
 	}
-	hi := min(lo+size, len(rows))
-	for _, v := range rows[lo:hi] {
+	var rows []*match.Verdict
+	total, more := 0, false
+	for k, i := range byID {
+		if shown[i] == nil {
+			continue
+		}
+		total++
+		if k >= start {
+			if len(rows) < size {
+				rows = append(rows, shown[i])
+			} else {
+				more = true
+			}
+		}
+	}
+	resp.TotalSize = int32(total)
+	for _, v := range rows {
 		resp.Nodes = append(resp.Nodes, toProto(ix.Node(v.Node), v))
 	}
-	if hi < len(rows) {
-		resp.NextPageToken = encodePageToken(pageToken{Kind: "nodes", Bind: bind, ID: ix.ID(rows[hi-1].Node)})
+	if more {
+		resp.NextPageToken = encodePageToken(pageToken{Kind: "nodes", Bind: bind, ID: ix.ID(rows[len(rows)-1].Node)})
 	}
 	return connect.NewResponse(resp), nil
 }
 
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
 func boolFilter(b bool) string {
 	if b {
 		return "1"
