@@ -3,10 +3,12 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +21,9 @@ import (
 // BenchmarkDashboard measures the dashboard's pages (issue #20) on a
 // broker holding 10,000 nodes and 10,000 runs: server time per page
 // (p50, p95; on loopback, so it is the broker's time) and page weight.
-// Pages are paginated (100 nodes, 50 runs), so both stay flat as the
-// fleet grows; the first and a late page of each list are measured.
+// Pages are paginated (100 nodes, 50 runs) by the API's page tokens, so
+// both stay flat as the fleet grows; the first and late pages of each
+// list are measured.
 func BenchmarkDashboard(b *testing.B) {
 	const n = 10000
 	db := brokertest.NewDB(b, "sqlite")
@@ -52,8 +55,21 @@ func BenchmarkDashboard(b *testing.B) {
 		b.Fatalf("login: %v %v", err, resp)
 	}
 	_ = resp.Body.Close()
-	for _, page := range []string{"/ui/nodes", "/ui/nodes?page=99", "/ui/runs", "/ui/runs?page=19"} {
-		b.Run(strings.NewReplacer("/ui/", "", "?", "-", "=", "").Replace(page), func(b *testing.B) {
+	// A late page is reached as a reader reaches it, by following the
+	// "next" link (the API pages by token, not by offset): page 100 of
+	// the nodes, page 20 of the runs, and the last page of the runs
+	// (older than the newest 1000, which the runs page could not reach
+	// before ListRuns had page tokens).
+	for _, pg := range []struct {
+		name, start string
+		clicks      int
+	}{{"nodes", "/ui/nodes", 0}, {"nodes-page100", "/ui/nodes", 99}, {"runs", "/ui/runs", 0},
+		{"runs-page20", "/ui/runs", 19}, {"runs-page200", "/ui/runs", 199}} {
+		page := pg.start
+		for range pg.clicks {
+			page = nextPage(b, c, srv.URL+page)
+		}
+		b.Run(pg.name, func(b *testing.B) {
 			var times []time.Duration
 			size := 0
 			for b.Loop() {
@@ -75,4 +91,22 @@ func BenchmarkDashboard(b *testing.B) {
 			b.ReportMetric(float64(size)/1024, "page-KiB")
 		})
 	}
+}
+
+var nextPageRE = regexp.MustCompile(`<a href="([^"]+)" id="next-page">`)
+
+// nextPage returns the path of the page's "next" link.
+func nextPage(b *testing.B, c *http.Client, page string) string {
+	b.Helper()
+	resp, err := c.Get(page)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	m := nextPageRE.FindSubmatch(body)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		b.Fatalf("%s: %s, no next-page link", page, resp.Status)
+	}
+	return html.UnescapeString(string(m[1]))
 }

@@ -54,6 +54,10 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 	}
 	vs := snap.index.Match(match.Query{Beat: b.beat, Scope: tok.Regions,
 		Regions: req.Msg.Regions, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
+	if req.Msg.PageSize > 0 || req.Msg.PageToken != "" || req.Msg.RuntimeFingerprint != "" {
+		defer vs.Release()
+		return listNodesPage(tok, snap, &vs, req.Msg)
+	}
 	resp := &gpupassv1.ListNodesResponse{}
 	for _, v := range append(vs.Candidates, vs.Excluded...) {
 		if v.OutOfScope {

@@ -425,15 +425,7 @@ func (s *runService) ListRuns(ctx context.Context, req *connect.Request[gpupassv
 	if len(req.Msg.Regions) == 0 && slices.Contains(tok.Regions, "*") {
 		inScope = nil // every region: no need to list the regions first
 	}
-	all, err := rs.ListAllocs(ctx, limit, inScope)
-	if err != nil {
-		return nil, b.storeErr("listing runs", err)
-	}
-	resp := &gpupassv1.ListRunsResponse{}
-	for _, a := range all {
-		resp.Runs = append(resp.Runs, runProto(a))
-	}
-	return connect.NewResponse(resp), nil
+	return b.listRunsPage(ctx, rs, tok, req.Msg, limit, inScope)
 }
 
 func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.CancelRequest]) (*connect.Response[gpupassv1.CancelResponse], error) {

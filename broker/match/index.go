@@ -168,6 +168,9 @@ func (ix *Index) ID(i int32) string { return ix.ids[i] }
 // Len is the number of indexed nodes.
 func (ix *Index) Len() int { return len(ix.nodes) }
 
+// ByID returns the node indexes in node id order (shared: do not modify).
+func (ix *Index) ByID() []int32 { return ix.byID }
+
 // Node returns indexed node i as stored (without newer heartbeats).
 func (ix *Index) Node(i int32) *store.Node { return &ix.nodes[i] }
 

@@ -149,6 +149,13 @@ type Runs interface {
 	// inScope about each region it holds runs in, so the limit counts
 	// only runs the caller may see.
 	ListAllocs(ctx context.Context, limit int, inScope func(region string) bool) ([]Alloc, error)
+	// ListAllocsAfter is ListAllocs continued past after, the last row
+	// of a previous page: the allocations that come after it in the
+	// newest-first order (created earlier, or at the same time with a
+	// smaller id). A keyset, not an offset: rows created meanwhile shift
+	// nothing, and a late page costs what the first does. A zero key
+	// starts at the newest (after.ID empty).
+	ListAllocsAfter(ctx context.Context, after AllocKey, limit int, inScope func(region string) bool) ([]Alloc, error)
 	// ActiveAllocs returns every allocation not in a terminal state.
 	ActiveAllocs(ctx context.Context) ([]Alloc, error)
 	// AppendRecords stores records of an allocation after checking fence
@@ -170,4 +177,10 @@ type Runs interface {
 	// it has none), so reading a run's log does not load its checkpoint
 	// files.
 	LogRecords(ctx context.Context, allocID string, afterSeq uint64, kind RecordKind, limit int) ([]RunRecord, error)
+}
+
+// AllocKey is an allocation's place in the newest-first listing order.
+type AllocKey struct {
+	CreatedAt time.Time
+	ID        string
 }

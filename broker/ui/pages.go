@@ -31,10 +31,7 @@ import (
 const (
 	nodesPerPage = 100
 	runsPerPage  = 50
-	// maxListedRuns is ListRuns' own cap: runs older than the newest
-	// 1000 are reached by id (gpupass runs, gpupass logs).
-	maxListedRuns = 1000
-	logPageLines  = 1000
+	logPageLines = 1000
 	// livePollLines bounds one live poll's answer.
 	livePollLines = 500
 )
@@ -173,24 +170,7 @@ func pageOf(r *http.Request) int {
 // pager is the links of a paginated table.
 type pager struct {
 	Page, Pages, Total int
-	Prev, Next         string
-}
-
-func makePager(r *http.Request, page, total, per int) pager {
-	pages := max((total+per-1)/per, 1)
-	p := pager{Page: page + 1, Pages: pages, Total: total}
-	link := func(n int) string {
-		q := r.URL.Query()
-		q.Set("page", strconv.Itoa(n))
-		return r.URL.Path + "?" + q.Encode()
-	}
-	if page > 0 {
-		p.Prev = link(page - 1)
-	}
-	if page+1 < pages {
-		p.Next = link(page + 1)
-	}
-	return p
+	First, Next        string
 }
 
 // nodeView is one node row.
@@ -218,36 +198,54 @@ func viewNode(n *gpupassv1.Node) nodeView {
 func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	region, fp := q.Get("region"), q.Get("fingerprint")
-	resp, err := s.node.ListNodes(apiCtx(r), req(sess, &gpupassv1.ListNodesRequest{IncludeOffline: true}))
+	m := &gpupassv1.ListNodesRequest{IncludeOffline: true, PageSize: nodesPerPage, PageToken: q.Get("after"), RuntimeFingerprint: fp}
+	if region != "" {
+		m.Regions = []string{region}
+	}
+	// One page from the broker's registry snapshot, filters applied
+	// there: the page costs a hundred nodes, not the fleet.
+	resp, err := s.node.ListNodes(apiCtx(r), req(sess, m))
 	if err != nil {
 		s.apiError(w, r, sess, "listing nodes", err)
 		return
 	}
-	var regions, fps []string
-	var rows []*gpupassv1.Node
+	views := make([]nodeView, 0, len(resp.Msg.Nodes))
 	for _, n := range resp.Msg.Nodes {
-		if !slices.Contains(regions, n.Region) {
-			regions = append(regions, n.Region)
-		}
-		if n.RuntimeFingerprint != "" && !slices.Contains(fps, n.RuntimeFingerprint) {
-			fps = append(fps, n.RuntimeFingerprint)
-		}
-		if (region == "" || n.Region == region) && (fp == "" || n.RuntimeFingerprint == fp) {
-			rows = append(rows, n)
-		}
-	}
-	slices.Sort(regions)
-	slices.Sort(fps)
-	page := pageOf(r)
-	total := len(rows)
-	lo := min(page*nodesPerPage, total)
-	hi := min(lo+nodesPerPage, total)
-	views := make([]nodeView, 0, hi-lo)
-	for _, n := range rows[lo:hi] {
 		views = append(views, viewNode(n))
 	}
-	s.render(w, r, "nodes", sess, map[string]any{"Title": "Nodes", "Nodes": views, "Regions": regions, "Fingerprints": fps,
-		"Region": region, "Fingerprint": fp, "Pager": makePager(r, page, total, nodesPerPage)})
+	total := int(resp.Msg.TotalSize)
+	p := keysetPager(r, resp.Msg.NextPageToken)
+	p.Total, p.Pages = total, max((total+nodesPerPage-1)/nodesPerPage, 1)
+	s.render(w, r, "nodes", sess, map[string]any{"Title": "Nodes", "Nodes": views, "Regions": resp.Msg.FacetRegions,
+		"Fingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "Fingerprint": fp, "Pager": p})
+}
+
+// keysetPager links the pages of a list the API pages by token: next
+// follows the answer's token, first drops it. The page number travels
+// in the link for display only; the token alone says where a page
+// starts, and the broker validates it.
+func keysetPager(r *http.Request, next string) pager {
+	q := r.URL.Query()
+	page := pageOf(r)
+	if q.Get("after") == "" {
+		page = 0
+	}
+	p := pager{Page: page + 1}
+	if page > 0 {
+		q.Del("after")
+		q.Del("page")
+		p.First = r.URL.Path
+		if enc := q.Encode(); enc != "" {
+			p.First += "?" + enc
+		}
+	}
+	if next != "" {
+		q = r.URL.Query()
+		q.Set("after", next)
+		q.Set("page", strconv.Itoa(page+1))
+		p.Next = r.URL.Path + "?" + q.Encode()
+	}
+	return p
 }
 
 // dryRun asks the broker which nodes can run a pasted or uploaded spec:
@@ -312,27 +310,15 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, sess *session) {
 }
 
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, sess *session) {
-	page := pageOf(r)
-	// ListRuns has a limit and no offset: ask for the rows up to this
-	// page's end (at most its cap of 1000) and show the last page of them.
-	limit := min((page+1)*runsPerPage+1, maxListedRuns)
-	resp, err := s.run.ListRuns(apiCtx(r), req(sess, &gpupassv1.ListRunsRequest{Limit: int32(limit)}))
+	// One page newest first, after the run the page token names (a
+	// keyset in the store): every run is reachable, and a late page
+	// costs what the first does.
+	resp, err := s.run.ListRuns(apiCtx(r), req(sess, &gpupassv1.ListRunsRequest{Limit: runsPerPage, PageToken: r.URL.Query().Get("after")}))
 	if err != nil {
 		s.apiError(w, r, sess, "listing runs", err)
 		return
 	}
-	runs := resp.Msg.Runs
-	lo := min(page*runsPerPage, len(runs))
-	hi := min(lo+runsPerPage, len(runs))
-	p := pager{Page: page + 1}
-	link := func(n int) string { return "/ui/runs?page=" + strconv.Itoa(n) }
-	if page > 0 {
-		p.Prev = link(page - 1)
-	}
-	if len(runs) > hi && hi < maxListedRuns {
-		p.Next = link(page + 1)
-	}
-	s.render(w, r, "runs", sess, map[string]any{"Title": "Runs", "Runs": runs[lo:hi], "Pager": p})
+	s.render(w, r, "runs", sess, map[string]any{"Title": "Runs", "Runs": resp.Msg.Runs, "Pager": keysetPager(r, resp.Msg.NextPageToken)})
 }
 
 // logLine is one record as `gpupass logs` prints it.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Dashboard (broker/ui, issue #20): server time (p50, p95 over loopback)
 # and page weight of the nodes and runs pages on a broker holding 10,000
-# nodes and 10,000 runs, first page and a late one. Prints markdown rows
-# for scripts/bench.sh.
+# nodes and 10,000 runs: the first page and late ones, reached by the
+# pages' "next" links (the API pages by token). Prints markdown rows for
+# scripts/bench.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="$(mktemp)"

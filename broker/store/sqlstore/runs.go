@@ -31,7 +31,6 @@ var runQueries = map[string]string{
 	"allocLock":    `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
 	"allocWork":    `SELECT workdir FROM allocs WHERE id = ?`,
 	"updateAlloc":  `UPDATE allocs SET name = ?, region = ?, state = ?, node_id = ?, fence = ?, updated_at = ?, body = ? WHERE id = ?`,
-	"listAllocs":   `SELECT ` + allocCols + ` FROM allocs ORDER BY created_at DESC, id DESC LIMIT ?`,
 	"allocRegions": `SELECT DISTINCT region FROM allocs`,
 	"activeAllocs": `SELECT ` + allocCols + ` FROM allocs
 		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
@@ -256,39 +255,61 @@ func (s *Store) allocs(ctx context.Context, q string, args ...any) ([]store.Allo
 	return out, nil
 }
 
-// ListAllocs implements store.Runs. With inScope, the regions that hold
-// runs (a handful) are read first and the listing asks for those only.
+// ListAllocs implements store.Runs.
 func (s *Store) ListAllocs(ctx context.Context, limit int, inScope func(string) bool) ([]store.Alloc, error) {
+	return s.ListAllocsAfter(ctx, store.AllocKey{}, limit, inScope)
+}
+
+// ListAllocsAfter implements store.Runs. With inScope, the regions that
+// hold runs (a handful) are read first and the listing asks for those
+// only.
+func (s *Store) ListAllocsAfter(ctx context.Context, after store.AllocKey, limit int, inScope func(string) bool) ([]store.Alloc, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	if inScope == nil {
-		return s.allocs(ctx, s.rq("listAllocs"), limit)
-	}
-	rows, err := s.db.QueryContext(ctx, s.rq("allocRegions"))
-	if err != nil {
-		return nil, fmt.Errorf("listing allocations: %w", err)
-	}
+	var where []string
 	var args []any
-	for rows.Next() {
-		var r string
-		if err := rows.Scan(&r); err != nil {
-			rows.Close()
+	if inScope != nil {
+		rows, err := s.db.QueryContext(ctx, s.rq("allocRegions"))
+		if err != nil {
 			return nil, fmt.Errorf("listing allocations: %w", err)
 		}
-		if inScope(r) {
-			args = append(args, r)
+		var regions []any
+		for rows.Next() {
+			var r string
+			if err := rows.Scan(&r); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("listing allocations: %w", err)
+			}
+			if inScope(r) {
+				regions = append(regions, r)
+			}
 		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("listing allocations: %w", err)
+		}
+		if len(regions) == 0 {
+			return nil, nil
+		}
+		where = append(where, `region IN (?`+strings.Repeat(", ?", len(regions)-1)+`)`)
+		args = append(args, regions...)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing allocations: %w", err)
+	if after.ID != "" {
+		// A range on created_at alone, then the tie-break: the index on
+		// created_at serves both the range and the order. Spelled as
+		// (created_at < ? OR (created_at = ? AND id < ?)), SQLite unions
+		// two index lookups and sorts every older row, so a page cost
+		// grew with the runs behind it.
+		at := after.CreatedAt.UnixNano()
+		where = append(where, `created_at <= ? AND (created_at < ? OR id < ?)`)
+		args = append(args, at, at, after.ID)
 	}
-	if len(args) == 0 {
-		return nil, nil
+	q := `SELECT ` + allocCols + ` FROM allocs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	q := `SELECT ` + allocCols + ` FROM allocs WHERE region IN (?` + strings.Repeat(", ?", len(args)-1) +
-		`) ORDER BY created_at DESC, id DESC LIMIT ?`
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	return s.allocs(ctx, s.rebind(q), append(args, limit)...)
 }
 

@@ -683,8 +683,19 @@ type ListNodesRequest struct {
 	// Glob patterns (us-*, eu-central-1); empty means the whole token scope.
 	Regions        []string `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
 	IncludeOffline bool     `protobuf:"varint,2,opt,name=include_offline,json=includeOffline,proto3" json:"include_offline,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Paging. 0 (the default) returns every matching node in match order
+	// (candidates by score, then excluded), as before paging existed. Above
+	// 0, at most page_size nodes (capped at 1000) in node id order, and
+	// next_page_token when more follow.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, sent with the same filters by
+	// the same token; opaque. A token that was altered, or is sent with
+	// other filters or by another token, is refused (INVALID_ARGUMENT).
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Exact runtime fingerprint (sha256:...); empty means any.
+	RuntimeFingerprint string `protobuf:"bytes,5,opt,name=runtime_fingerprint,json=runtimeFingerprint,proto3" json:"runtime_fingerprint,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ListNodesRequest) Reset() {
@@ -731,11 +742,40 @@ func (x *ListNodesRequest) GetIncludeOffline() bool {
 	return false
 }
 
+func (x *ListNodesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNodesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetRuntimeFingerprint() string {
+	if x != nil {
+		return x.RuntimeFingerprint
+	}
+	return ""
+}
+
 type ListNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Set only with page_size > 0.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"` // empty on the last page
+	TotalSize     int32  `protobuf:"varint,3,opt,name=total_size,json=totalSize,proto3" json:"total_size,omitempty"`              // nodes matching the filters, all pages
+	// Distinct regions and runtime fingerprints of the nodes in the token
+	// scope (before the region and fingerprint filters), sorted: what a
+	// filter menu offers without reading every node.
+	FacetRegions             []string `protobuf:"bytes,4,rep,name=facet_regions,json=facetRegions,proto3" json:"facet_regions,omitempty"`
+	FacetRuntimeFingerprints []string `protobuf:"bytes,5,rep,name=facet_runtime_fingerprints,json=facetRuntimeFingerprints,proto3" json:"facet_runtime_fingerprints,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ListNodesResponse) Reset() {
@@ -771,6 +811,34 @@ func (*ListNodesResponse) Descriptor() ([]byte, []int) {
 func (x *ListNodesResponse) GetNodes() []*Node {
 	if x != nil {
 		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ListNodesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListNodesResponse) GetTotalSize() int32 {
+	if x != nil {
+		return x.TotalSize
+	}
+	return 0
+}
+
+func (x *ListNodesResponse) GetFacetRegions() []string {
+	if x != nil {
+		return x.FacetRegions
+	}
+	return nil
+}
+
+func (x *ListNodesResponse) GetFacetRuntimeFingerprints() []string {
+	if x != nil {
+		return x.FacetRuntimeFingerprints
 	}
 	return nil
 }
@@ -2057,12 +2125,21 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x14UploadReportResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12/\n" +
-	"\x13runtime_fingerprint\x18\x03 \x01(\tR\x12runtimeFingerprint\"U\n" +
+	"\x13runtime_fingerprint\x18\x03 \x01(\tR\x12runtimeFingerprint\"\xc2\x01\n" +
 	"\x10ListNodesRequest\x12\x18\n" +
 	"\aregions\x18\x01 \x03(\tR\aregions\x12'\n" +
-	"\x0finclude_offline\x18\x02 \x01(\bR\x0eincludeOffline\";\n" +
+	"\x0finclude_offline\x18\x02 \x01(\bR\x0eincludeOffline\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12/\n" +
+	"\x13runtime_fingerprint\x18\x05 \x01(\tR\x12runtimeFingerprint\"\xe5\x01\n" +
 	"\x11ListNodesResponse\x12&\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x10.gpupass.v1.NodeR\x05nodes\"\xd3\x06\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x10.gpupass.v1.NodeR\x05nodes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"total_size\x18\x03 \x01(\x05R\ttotalSize\x12#\n" +
+	"\rfacet_regions\x18\x04 \x03(\tR\ffacetRegions\x12<\n" +
+	"\x1afacet_runtime_fingerprints\x18\x05 \x03(\tR\x18facetRuntimeFingerprints\"\xd3\x06\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +

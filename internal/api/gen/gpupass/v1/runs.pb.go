@@ -1315,9 +1315,15 @@ func (x *GetRunResponse) GetRun() *Run {
 }
 
 type ListRunsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Regions       []string               `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"` // globs; empty = token scope
-	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`    // newest first; default 100
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Regions []string               `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"` // globs; empty = token scope
+	Limit   int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`    // newest first; default 100, at most 1000
+	// next_page_token of the previous answer, sent with the same regions
+	// by the same token: the runs older than that page's last (keyset on
+	// created_at, id; no offset), so every run is reachable. Opaque; an
+	// altered one, or one sent with other regions or by another token, is
+	// refused (INVALID_ARGUMENT).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1366,9 +1372,18 @@ func (x *ListRunsRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListRunsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListRunsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runs          []*Run                 `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Runs  []*Run                 `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Set when older runs follow (the page held limit runs); empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1408,6 +1423,13 @@ func (x *ListRunsResponse) GetRuns() []*Run {
 		return x.Runs
 	}
 	return nil
+}
+
+func (x *ListRunsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CancelRequest struct {
@@ -2213,12 +2235,15 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"A\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"`\n" +
 	"\x0fListRunsRequest\x12\x18\n" +
 	"\aregions\x18\x01 \x03(\tR\aregions\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"7\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"_\n" +
 	"\x10ListRunsResponse\x12#\n" +
-	"\x04runs\x18\x01 \x03(\v2\x0f.gpupass.v1.RunR\x04runs\"B\n" +
+	"\x04runs\x18\x01 \x03(\v2\x0f.gpupass.v1.RunR\x04runs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"B\n" +
 	"\rCancelRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"3\n" +
