@@ -43,7 +43,7 @@ need_go_tool() {
 }
 
 # The Debian packages that give /usr/bin/python3 what `make demo`'s job
-# imports (examples/train/train.py); internal/cli.DemoAptPackages is the
+# imports (examples/train/train.py); internal/command/gpupass.DemoAptPackages is the
 # same list, which `gpupass up --demo` names when they are missing.
 DEMO_APT_PACKAGES=(python3 python3-torch python3-numpy)
 

@@ -7,12 +7,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gpupass/gpupass/broker/brokercli"
+	brokercmd "github.com/gpupass/gpupass/internal/command/broker"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := brokercli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := brokercmd.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -5,6 +5,7 @@ package depcheck
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os/exec"
 	"strings"
@@ -59,27 +60,31 @@ var rules = []struct {
 	direct    bool
 }{
 	{"broker", []string{"./agent"}, "the broker never imports the agent (they meet only in internal/api)", false},
-	{"agent", []string{"./broker", "./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent stays small: no broker, no CLI, no cosign, no forge clients", false},
-	{"agent", []string{"./internal/command", "github.com/spf13/cobra", "github.com/spf13/pflag"}, "the daemon has no command layer: cobra and flags live in internal/command/agent", false},
-	{"cmd/gpupass-agent", []string{"./broker", "./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent binary stays small", false},
-	{"broker", []string{"./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/", "github.com/olekukonko/tablewriter"}, "the broker links no CLI, signing, forge or table-rendering code", false},
-	{"cmd/gpupass-broker", []string{"./internal/cli", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/", "github.com/olekukonko/tablewriter"}, "the broker binary stays small", false},
-	{"broker", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or command layer", false},
-	{"agent", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or command layer", false},
-	{"internal/app", []string{"github.com/spf13/cobra", "./internal/cli", "./internal/command"}, "use cases take typed options, not flags: no cobra, no command layer", true},
-	{"internal/client", []string{"github.com/spf13/cobra", "./internal/cli", "./internal/command", "./internal/app"}, "the client sits below the use cases and knows no flags", false},
+	{"agent", []string{"./broker", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent stays small: no broker, no cosign, no forge clients", false},
+	{"agent", []string{"github.com/spf13/cobra", "github.com/spf13/pflag"}, "the daemon has no command layer: cobra and flags live in internal/command/agent", false},
+	{"cmd/gpupass-agent", []string{"./broker", "./internal/command/gpupass", "./internal/command/broker", "./internal/app", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent binary stays small", false},
+	{"broker", []string{"github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/", "github.com/olekukonko/tablewriter"}, "the broker links no signing, forge or table-rendering code", false},
+	{"cmd/gpupass-broker", []string{"./internal/command/gpupass", "./internal/command/agent", "./internal/app", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/", "github.com/olekukonko/tablewriter"}, "the broker binary stays small", false},
+	{"broker", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or any command layer", false},
+	{"agent", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or any command layer", false},
+	{"internal/app", []string{"github.com/spf13/cobra", "./internal/command"}, "use cases take typed options, not flags: no cobra, no command layer", true},
+	{"internal/client", []string{"github.com/spf13/cobra", "./internal/command", "./internal/app"}, "the client sits below the use cases and knows no flags", false},
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure", false},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure", false},
 	{"internal/report", []string{"net/http", "net", "connectrpc.com/"}, "report is pure", false},
 	{"internal/conformance", []string{"github.com/sigstore/", "./internal/audit", "net/http"}, "the agent imports conformance: it stays free of cosign and network code", false},
 }
 
-func TestImportRules(t *testing.T) {
-	t.Parallel()
-	pkgs := listDeps(t)
-	if len(pkgs) == 0 {
-		t.Fatal("go list returned no packages")
-	}
+// commandLayer is the layer only the binaries' main packages may import:
+// cmd/X -> internal/command/X -> internal/app -> internal/client. A library
+// (or another command layer) importing it would drag cobra and flag
+// handling into code that should take typed options.
+const commandLayer = "internal/command"
+
+// violations applies rules and the command-layer rule to a package graph
+// and returns one line per broken rule.
+func violations(pkgs []pkg) []string {
+	var out []string
 	for _, r := range rules {
 		for _, p := range pkgs {
 			if !under(p.ImportPath, r.from) {
@@ -100,11 +105,66 @@ func TestImportRules(t *testing.T) {
 						bad = d == f || strings.HasPrefix(d, f+"/")
 					}
 					if bad {
-						t.Errorf("%s imports %s: %s", p.ImportPath, d, r.why)
+						out = append(out, fmt.Sprintf("%s imports %s: %s", p.ImportPath, d, r.why))
 					}
 				}
 			}
 		}
+	}
+	// Direct imports suffice: a transitive import of the command layer
+	// needs some non-cmd package to import it directly.
+	for _, p := range pkgs {
+		if under(p.ImportPath, "cmd") {
+			continue
+		}
+		for _, d := range p.Imports {
+			if under(d, commandLayer) {
+				out = append(out, fmt.Sprintf("%s imports %s: nothing but cmd/... imports %s/...; move the shared code down into internal/app or a library package", p.ImportPath, d, commandLayer))
+			}
+		}
+	}
+	return out
+}
+
+func TestImportRules(t *testing.T) {
+	t.Parallel()
+	pkgs := listDeps(t)
+	if len(pkgs) == 0 {
+		t.Fatal("go list returned no packages")
+	}
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+}
+
+// TestRulesFire runs the rules on made-up graphs, so a rule that cannot
+// fire (a typo in a prefix, a moved package) does not pass vacuously.
+func TestRulesFire(t *testing.T) {
+	t.Parallel()
+	m := func(s string) string { return module + "/" + s }
+	cases := []struct {
+		name string
+		p    pkg
+		want string // substring of a violation; "" means none
+	}{
+		{"cmd may import its command layer", pkg{ImportPath: m("cmd/gpupass"), Imports: []string{m("internal/command/gpupass")}, Deps: []string{m("internal/command/gpupass")}}, ""},
+		{"a library importing a command layer", pkg{ImportPath: m("internal/report"), Imports: []string{m("internal/command/gpupass")}}, "nothing but cmd/..."},
+		{"one command layer importing another", pkg{ImportPath: m("internal/command/gpupass"), Imports: []string{m("internal/command/agent")}}, "nothing but cmd/..."},
+		{"the broker daemon importing its command layer", pkg{ImportPath: m("broker"), Imports: []string{m("internal/command/broker")}, Deps: []string{m("internal/command/broker")}}, "the daemons never import"},
+		{"the agent daemon importing a use case", pkg{ImportPath: m("agent/spool"), Deps: []string{m("internal/app/audit")}}, "the daemons never import"},
+		{"a use case importing the command layer", pkg{ImportPath: m("internal/app/audit"), Imports: []string{m("internal/command/gpupass")}}, "no command layer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got := strings.Join(violations([]pkg{c.p}), "\n")
+			if c.want == "" && got != "" {
+				t.Errorf("want no violation, got:\n%s", got)
+			}
+			if c.want != "" && !strings.Contains(got, c.want) {
+				t.Errorf("want a violation containing %q, got:\n%s", c.want, got)
+			}
+		})
 	}
 }
 

@@ -24,7 +24,7 @@ echo "| audit | sign manifest, key decrypted (in process) | $(awk -v v="$(ns Ben
 # Through the broker, as `gpupass audit ALLOC` does it: GetRunEvidence +
 # GetMetrics of a finished run with 100k points from a real broker on
 # SQLite, build, sign, verify (key decryption excluded).
-brbench="$(go test ./internal/cli -run '^$' -bench 'BenchmarkAuditFromBroker' -benchtime 5x 2>&1)" || {
+brbench="$(go test ./internal/command/gpupass -run '^$' -bench 'BenchmarkAuditFromBroker' -benchtime 5x 2>&1)" || {
 	echo "$brbench" >&2
 	exit 1
 }

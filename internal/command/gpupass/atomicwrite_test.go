@@ -1,0 +1,132 @@
+package gpupass
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The files below are replaced through fsutil.WriteFileAtomic. A crash
+// cannot be staged in a test; what can be checked is that the old file
+// is never written through (its inode, kept by a hard link, is intact),
+// that no fixed temporary name is followed, and the final mode.
+
+func TestWriteFileReplacesAtomically(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.md")
+	if err := os.WriteFile(path, []byte("old report\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A stale or planted path+".tmp" symlink must not be written through.
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("victim\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, path+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+
+	errRender := errors.New("render failed")
+	if err := writeFile(path, func(w io.Writer) error {
+		io.WriteString(w, "half")
+		return errRender
+	}); !errors.Is(err, errRender) {
+		t.Fatalf("failing render: err %v, want %v", err, errRender)
+	}
+	wantFile(t, path, "old report\n", 0o644)
+
+	if err := writeFile(path, func(w io.Writer) error {
+		_, err := io.WriteString(w, "new report\n")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantFile(t, path, "new report\n", 0o644)
+	wantFile(t, victim, "victim\n", 0o644)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.Mode().IsRegular() {
+		t.Errorf("%s: mode %v after the write, want a regular file", path, fi.Mode())
+	}
+}
+
+func TestWriteLocalConfigReplacesAtomically(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, LocalConfigFile)
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("victim\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, path+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeLocalConfig(dir, &LocalConfig{BrokerURL: "http://127.0.0.1:7070", Token: "gpp_secret"}); err != nil {
+		t.Fatal(err)
+	}
+	wantFile(t, victim, "victim\n", 0o644)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Errorf("config.json: mode %v, want a regular file, mode 0600", fi.Mode())
+	}
+}
+
+func TestUpTokensReplacesAtomically(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A stand-in for `gpupass-broker token create --output json`.
+	broker := filepath.Join(dir, "gpupass-broker")
+	if err := os.WriteFile(broker, []byte("#!/bin/sh\necho '{\"token\":\"gpp_new\"}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An older, incomplete tokens.json with a loose mode: upTokens makes
+	// new tokens and must leave the file 0600.
+	path := filepath.Join(dir, "tokens.json")
+	old := `{"agent":"gpp_old"}`
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := filepath.Join(dir, "before")
+	if err := os.Link(path, before); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := upTokens(context.Background(), broker, filepath.Join(dir, "broker.db"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Agent != "gpp_new" || tok.Submit != "gpp_new" {
+		t.Fatalf("tokens %+v", tok)
+	}
+	wantFile(t, before, old, 0o644)
+	wantFile(t, path, `{"agent":"gpp_new","submit":"gpp_new"}`, 0o600)
+}
+
+func wantFile(t *testing.T, path, content string, perm os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != content {
+		t.Errorf("%s holds %q, want %q", filepath.Base(path), b, content)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != perm {
+		t.Errorf("%s has mode %v, want %v", filepath.Base(path), fi.Mode().Perm(), perm)
+	}
+}

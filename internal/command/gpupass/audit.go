@@ -1,0 +1,379 @@
+package gpupass
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/app/auditrun"
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/spf13/cobra"
+)
+
+// Public Sigstore instances: the same defaults cosign's own flags have
+// (its cli/options package is not imported: it drags in every cloud's
+// credential helper).
+const (
+	defaultFulcioURL = "https://fulcio.sigstore.dev"
+	defaultRekorURL  = "https://rekor.sigstore.dev"
+)
+
+// AuditOptions are the options of `gpupass audit ALLOC`.
+type AuditOptions struct {
+	AllocationID string
+	Out          string
+	RunFile      string
+	Broker       BrokerFlags
+	Key          string
+	Keyless      bool
+	Attest       bool
+	TlogUpload   bool
+	FulcioURL    string
+	RekorURL     string
+	Output       string
+	// Password decrypts Key; nil: COSIGN_PASSWORD (ci step passes its
+	// cosign-password input here).
+	Password []byte
+
+	// Source overrides the run source (the broker client, later; tests).
+	Source audit.Source
+	Getenv func(string) string
+	Log    *slog.Logger
+}
+
+// AddFlags registers the flags of `gpupass audit`.
+func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Out, "out", "audit-report.zip", "where to write the audit report zip")
+	f.StringVar(&o.RunFile, "run-file", "", "audit a JSON run record (audit.Run) instead of asking the broker (offline re-audits)")
+	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file or env://VAR (password in COSIGN_PASSWORD)")
+	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless with the CI's OIDC token through Fulcio and Rekor (needs network)")
+	f.BoolVar(&o.Attest, "attest", false, "also add an in-toto statement signed as a DSSE envelope")
+	f.BoolVar(&o.TlogUpload, "tlog-upload", false, "with --key, also record the signature in Rekor (default: offline)")
+	f.StringVar(&o.FulcioURL, "fulcio-url", defaultFulcioURL, "Fulcio for keyless signing")
+	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for keyless signing or --tlog-upload")
+	o.Broker.AddFlags(cmd)
+}
+
+// outputOrZip reads -o/--output: text or json is the output format, any
+// other value the zip to write.
+func (o *AuditOptions) outputOrZip(outSet bool) error {
+	switch o.Output {
+	case "text", "json":
+		return nil
+	}
+	if outSet {
+		return fmt.Errorf("--output %q and --out %q: name the zip once (-o a.zip or --out a.zip); --output is otherwise text or json", o.Output, o.Out)
+	}
+	o.Out, o.Output = o.Output, "text"
+	return nil
+}
+
+// AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
+type AuditVerifyOptions struct {
+	Path      string
+	Key       string
+	AgentKeys []string
+	Extract   string
+	Output    string
+	Getenv    func(string) string
+}
+
+// AddFlags registers the flags of `gpupass audit verify`.
+func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file or env://VAR (required)")
+	f.StringSliceVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]); repeatable")
+	f.StringVar(&o.Extract, "extract", "", "also write the report's files into this directory (never overwrites)")
+}
+
+// AuditKeygenOptions are the options of `gpupass audit keygen`.
+type AuditKeygenOptions struct {
+	Prefix string
+	Force  bool
+	Output string
+	Getenv func(string) string
+	Log    *slog.Logger
+}
+
+// AddFlags registers the flags of `gpupass audit keygen`.
+func (o *AuditKeygenOptions) AddFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Prefix, "out-prefix", "cosign", "write PREFIX.key and PREFIX.pub")
+	cmd.Flags().BoolVar(&o.Force, "force", false, "replace an existing key pair")
+}
+
+func newAuditCmd(g *GlobalOptions) *cobra.Command {
+	o := &AuditOptions{}
+	cmd := &cobra.Command{
+		Use:   "audit ALLOC [--out audit-report.zip]",
+		Short: "Build a signed audit report of a finished run, verifiable with cosign",
+		Long: `Build audit-report.zip for a finished run: the declared and measured
+environment with their fingerprints, the agent's signed conformance report,
+the hardware inventory and a run summary, listed in manifest.json, which is
+signed as a cosign bundle (manifest.sigstore.json).
+
+Signing: --key cosign.key (password in COSIGN_PASSWORD) signs offline.
+Without --key, a CI OIDC token (GitHub id-token: write, GitLab
+SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
+
+The run comes from the broker alone (--broker-url, a read token for the
+run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
+the agent's signed report for that run, the node and the metrics. A run
+still in progress cannot be audited. The zip is named with --out, or with
+-o/--output: a value other than text or json (gpupass audit ALLOC -o a.zip)
+is the zip to write, and the summary is printed as text.`,
+		Args: allocArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.AllocationID = args[0]
+			if err := o.outputOrZip(cmd.Flags().Changed("out")); err != nil {
+				return err
+			}
+			o.Log = g.Logger(cmd.ErrOrStderr())
+			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	// audit's own -o/--output shadows the global one, so that `-o a.zip`
+	// names the zip, as -o does for most tools that write a file.
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "output format, text or json; any other value is the zip to write (as --out)")
+
+	vo := &AuditVerifyOptions{}
+	verify := &cobra.Command{
+		Use:   "verify audit-report.zip --key cosign.pub [--agent-key agent.pub]",
+		Short: "Verify an audit report layer by layer",
+		Long: `Verify every layer of an audit report: the cosign signature over
+manifest.json, every file against the manifest (no missing or extra files),
+the agent's signature over the conformance report, and the report's
+fingerprint against the declared one. Exit code 1 names the failed layer.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vo.Path = args[0]
+			vo.Output = g.Output
+			return RunAuditVerify(cmd.Context(), *vo, cmd.OutOrStdout())
+		},
+	}
+	vo.AddFlags(verify)
+
+	ko := &AuditKeygenOptions{}
+	keygen := &cobra.Command{
+		Use:   "keygen",
+		Short: "Write a cosign-compatible key pair (cosign.key, cosign.pub)",
+		Long: `Write an ECDSA P-256 key pair in cosign's format. The private key is
+encrypted with COSIGN_PASSWORD (empty if unset) and written with mode 0600.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ko.Output = g.Output
+			ko.Log = g.Logger(cmd.ErrOrStderr())
+			return RunAuditKeygen(cmd.Context(), *ko, cmd.OutOrStdout())
+		},
+	}
+	ko.AddFlags(keygen)
+	cmd.AddCommand(verify, keygen)
+	return cmd
+}
+
+func auditGetenv(f func(string) string) func(string) string {
+	if f != nil {
+		return f
+	}
+	return os.Getenv
+}
+
+func auditLog(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// AuditResult is the JSON output of `gpupass audit`.
+type AuditResult = auditrun.Result
+
+// RunAudit builds, signs and writes the audit report of a finished run.
+func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
+	if o.Out == "" {
+		return errors.New("--out is empty: name the zip to write")
+	}
+	src := o.Source
+	switch {
+	case src != nil:
+	case o.RunFile != "":
+		src = audit.FileSource{Path: o.RunFile}
+	default:
+		src = &BrokerRuns{Broker: &o.Broker}
+	}
+	res, err := auditrun.Run(ctx, auditrun.Options{
+		AllocationID: o.AllocationID, Out: o.Out, Source: src, Key: o.Key, Password: o.Password,
+		Keyless: o.Keyless, Attest: o.Attest, TlogUpload: o.TlogUpload, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL,
+		Getenv: auditGetenv(o.Getenv), Log: auditLog(o.Log),
+	})
+	if errors.Is(err, audit.ErrInProgress) {
+		return Findings(err)
+	}
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		return writeJSON(out, res)
+	}
+	return writeAuditText(out, res)
+}
+
+// writeAuditText is the text rendering of an audit result.
+func writeAuditText(out io.Writer, res *AuditResult) error {
+	var b strings.Builder
+	if res.Simulated {
+		b.WriteString("!!! SIMULATED: this run used a simulated hardware profile; the report proves nothing about real hardware !!!\n")
+	}
+	fmt.Fprintf(&b, "wrote %s: %d files, manifest sha256 %s, signed with %s\n", res.Path, res.Files, res.ManifestSHA256, res.Signing)
+	if !res.Match {
+		fmt.Fprintf(&b, "note: the measured environment fingerprint differs from the declared one; verify will fail the fingerprint layer\n")
+	}
+	if res.LogProblem != "" {
+		fmt.Fprintf(&b, "note: %s; verify will fail the log layer\n", res.LogProblem)
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+// RunAuditVerify verifies an audit report and prints each layer.
+func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) error {
+	getenv := auditGetenv(o.Getenv)
+	if o.Key == "" {
+		return errors.New("--key is required: the cosign public key (cosign.pub) the report must be signed with")
+	}
+	pub, _, err := audit.LoadPublicKey(audit.KeyRef(o.Key), getenv)
+	if err != nil {
+		return err
+	}
+	var agentKeys []audit.AgentKey
+	for _, ref := range o.AgentKeys {
+		ks, err := loadAgentKeys(ref, getenv)
+		if err != nil {
+			return err
+		}
+		agentKeys = append(agentKeys, ks...)
+	}
+	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, Fingerprint: declaredFingerprint})
+	if err != nil {
+		return err
+	}
+	extracted := ""
+	if o.Extract != "" && res.FailedLayer != audit.LayerArchive {
+		zb, err := os.ReadFile(o.Path)
+		if err != nil {
+			return fmt.Errorf("reading audit report: %w", err)
+		}
+		if _, err := audit.Extract(zb, o.Extract, audit.Limits{}); err != nil {
+			return err
+		}
+		extracted = o.Extract
+	}
+	if o.Output == "json" {
+		if err := writeJSON(out, struct {
+			File        string `json:"file"`
+			ExtractedTo string `json:"extracted_to,omitempty"`
+			*audit.Result
+		}{o.Path, extracted, res}); err != nil {
+			return err
+		}
+	} else {
+		var b strings.Builder
+		if res.Simulated {
+			b.WriteString("!!! SIMULATED: this report describes a run on a simulated hardware profile !!!\n")
+		}
+		for _, l := range res.Layers {
+			status := "ok  "
+			if !l.OK {
+				status = "FAIL"
+			}
+			fmt.Fprintf(&b, "%s %-16s %s\n", status, l.Name, l.Detail)
+			for _, p := range l.Problems {
+				fmt.Fprintf(&b, "     %s [%s]: %s\n", p.File, p.Check, p.Message)
+			}
+		}
+		if extracted != "" {
+			fmt.Fprintf(&b, "extracted the report's files into %s\n", extracted)
+		}
+		if res.OK {
+			fmt.Fprintf(&b, "verified %s (allocation %s)\n", o.Path, res.AllocationID)
+		} else {
+			fmt.Fprintf(&b, "verification of %s failed at layer %s\n", o.Path, res.FailedLayer)
+		}
+		if _, err := io.WriteString(out, b.String()); err != nil {
+			return err
+		}
+	}
+	if !res.OK {
+		return Findings(nil)
+	}
+	return nil
+}
+
+// loadAgentKeys reads --agent-key: a PEM public key, or a JSON list of
+// keys with validity windows (what the broker's node registry exports).
+func loadAgentKeys(ref string, getenv func(string) string) ([]audit.AgentKey, error) {
+	var b []byte
+	if v, ok := strings.CutPrefix(ref, "env://"); ok {
+		b = []byte(getenv(v))
+	} else {
+		var err error
+		if b, err = os.ReadFile(ref); err != nil {
+			return nil, fmt.Errorf("reading --agent-key: %w", err)
+		}
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '[' {
+		var list []struct {
+			PEM       string    `json:"pem"`
+			NotBefore time.Time `json:"not_before"`
+			NotAfter  time.Time `json:"not_after"`
+		}
+		if err := json.Unmarshal(t, &list); err != nil {
+			return nil, fmt.Errorf("--agent-key %s: parsing key list: %w (want [{\"pem\":…,\"not_before\":…,\"not_after\":…}])", ref, err)
+		}
+		// An empty list pins nothing: verification would fall back to
+		// the key inside the report, which is what --agent-key is for
+		// refusing.
+		if len(list) == 0 {
+			return nil, fmt.Errorf("--agent-key %s: the key list is empty: export the agents' keys from the broker's node registry, or leave out --agent-key to trust the key inside the report", ref)
+		}
+		var ks []audit.AgentKey
+		for i, k := range list {
+			if _, err := conformance.ParsePublicKey([]byte(k.PEM)); err != nil {
+				return nil, fmt.Errorf("--agent-key %s: entry %d: %w", ref, i, err)
+			}
+			ks = append(ks, audit.AgentKey{PEM: []byte(k.PEM), NotBefore: k.NotBefore, NotAfter: k.NotAfter})
+		}
+		return ks, nil
+	}
+	if _, _, err := audit.LoadPublicKey(audit.KeyRef(ref), getenv); err != nil {
+		return nil, fmt.Errorf("--agent-key: %w", err)
+	}
+	return []audit.AgentKey{{PEM: b}}, nil
+}
+
+// RunAuditKeygen writes a cosign-compatible key pair.
+func RunAuditKeygen(_ context.Context, o AuditKeygenOptions, out io.Writer) error {
+	getenv, log := auditGetenv(o.Getenv), auditLog(o.Log)
+	pw := getenv(audit.PasswordEnv)
+	if pw == "" {
+		log.Warn("COSIGN_PASSWORD is empty: the private key is encrypted with an empty password")
+	}
+	keyPath, pubPath, err := audit.WriteKeyPair(o.Prefix, []byte(pw), o.Force)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		return writeJSON(out, map[string]string{"private_key": keyPath, "public_key": pubPath})
+	}
+	_, err = fmt.Fprintf(out, "wrote %s (private, mode 0600) and %s (public)\n", keyPath, pubPath)
+	return err
+}

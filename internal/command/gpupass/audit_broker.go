@@ -1,0 +1,158 @@
+package gpupass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// BrokerRuns is the audit's Source over the broker: the run, its declared
+// spec and the agent's signed run report (GetRunEvidence) and its metric
+// series (GetMetrics). Nothing is read from any agent's disk, so a read
+// token for the run's region is all an auditor needs.
+type BrokerRuns struct {
+	Broker *BrokerFlags
+}
+
+// Run implements audit.Source.
+func (s *BrokerRuns) Run(ctx context.Context, allocID string) (*audit.Run, error) {
+	c, err := s.Broker.DialRuns()
+	if err != nil {
+		return nil, err
+	}
+	er, err := c.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: allocID}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			// Still in progress, or no run report: the run itself is
+			// the problem (a finding), not how the command was called.
+			if gr, gerr := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: allocID})); gerr == nil && !terminal(gr.Msg.Run.GetState()) {
+				return nil, fmt.Errorf("allocation %s: %w (state %s): audit it after it finishes", allocID, audit.ErrInProgress, stateName(gr.Msg.Run.GetState()))
+			}
+			return nil, Findings(rpcError("auditing "+allocID, s.Broker.URL, err))
+		}
+		return nil, rpcError("reading the evidence of "+allocID, s.Broker.URL, err)
+	}
+	ev := er.Msg
+	mr, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: allocID}))
+	if err != nil {
+		return nil, rpcError("reading metrics of "+allocID, s.Broker.URL, err)
+	}
+	return evidenceRun(ev, mr.Msg.Points)
+}
+
+// evidenceRun turns the broker's evidence into the audit's run record.
+func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.MetricPoint) (*audit.Run, error) {
+	run := ev.GetRun()
+	var (
+		sp        spec.Spec
+		file, src string
+	)
+	switch {
+	case len(ev.SpecYaml) > 0:
+		file, src = "gpupass.yaml", string(ev.SpecYaml)
+		doc, _ := spec.Parse(file, ev.SpecYaml)
+		if doc == nil {
+			return nil, fmt.Errorf("allocation %s: the broker's copy of the spec does not parse", run.GetId())
+		}
+		sp = doc.Spec
+	default:
+		file, src = "spec.json", string(ev.SpecJson)
+		if err := json.Unmarshal(ev.SpecJson, &sp); err != nil {
+			return nil, fmt.Errorf("allocation %s: the broker's copy of the spec: %w", run.GetId(), err)
+		}
+	}
+	fp, err := spec.Fingerprint(&sp)
+	if err != nil {
+		return nil, fmt.Errorf("allocation %s: fingerprint of the declared spec: %w", run.GetId(), err)
+	}
+	if fp != run.GetSpecFingerprint() {
+		return nil, fmt.Errorf("allocation %s: the declared spec's fingerprint is %s but the broker recorded %s: the run record is inconsistent", run.GetId(), fp, run.GetSpecFingerprint())
+	}
+	rep, err := conformance.Parse(ev.Report)
+	if err != nil {
+		return nil, fmt.Errorf("allocation %s: %w", run.GetId(), err)
+	}
+	// The inventory is the signed report's (GPUs as measured, node as the
+	// agent declared it); the broker's enrolled labels fill what it left out.
+	hw := &audit.Hardware{GPUs: rep.GPUs, Node: rep.Node, NodeID: run.GetNodeId()}
+	if l := ev.GetNodeLabels(); l != nil {
+		if hw.Node.Provider == "" {
+			hw.Node.Provider = l.Provider
+		}
+		if hw.Node.Zone == "" {
+			hw.Node.Zone = l.Zone
+		}
+		if hw.Node.Hostname == "" {
+			hw.Node.Hostname = l.Hostname
+		}
+	}
+	var pts []audit.MetricPoint
+	for _, p := range points {
+		keys := make([]string, 0, len(p.Values))
+		for k := range p.Values {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			pts = append(pts, audit.MetricPoint{Name: k, Step: p.Step, Value: p.Values[k], Time: time.Unix(0, p.TimeUnixNano).UTC()})
+		}
+	}
+	state := stateName(run.GetState())
+	// A run that failed at runtime-init never started its command; its
+	// span is from submission to the end.
+	started := run.GetStartedUnixNano()
+	if started == 0 {
+		started = run.GetCreatedUnixNano()
+	}
+	return &audit.Run{
+		AllocationID: run.GetId(), State: state, Result: state, Restarts: int(run.GetRestarts()),
+		StartedAt: time.Unix(0, started).UTC(), FinishedAt: time.Unix(0, run.GetFinishedUnixNano()).UTC(),
+		BundleDigest: ev.BundleDigest,
+		SpecFile:     file, SpecBytes: src, Spec: sp, DeclaredFingerprint: fp,
+		Conformance: audit.Evidence{Report: ev.Report, Signature: ev.Signature, AgentPublicKeyPEM: string(ev.AgentPublicKeyPem)},
+		Hardware:    hw, Metrics: pts, Simulated: run.GetSimulated() || rep.Simulated,
+		Log: &audit.Log{LastSeq: run.GetLastSeq(), HeldThrough: run.GetHeldThrough(),
+			DisputedRecords: run.GetDisputedRecords(), FirstDisputedSeq: run.GetFirstDisputedSeq()},
+	}, nil
+}
+
+// declaredFingerprint recomputes the fingerprint of the spec an audit
+// report declares, so verify catches a spec paired with another's
+// fingerprint even when the manifest was re-signed.
+func declaredFingerprint(file string, source []byte) (string, error) {
+	doc, fs := spec.Parse(file, source)
+	if doc == nil {
+		if len(fs) > 0 {
+			return "", errors.New(fs[0].Message)
+		}
+		return "", errors.New("not a spec")
+	}
+	return spec.Fingerprint(&doc.Spec)
+}
+
+// demoAgentKey writes the public key the broker verified a run's report
+// against (the node's enrolled key) for `audit verify --agent-key`.
+func demoAgentKey(ctx context.Context, rc gpupassv1connect.RunServiceClient, cfg *LocalConfig, allocID, dir string) (string, error) {
+	resp, err := rc.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: allocID}))
+	if err != nil {
+		return "", rpcError("reading the evidence of "+allocID, cfg.BrokerURL, err)
+	}
+	path := filepath.Join(dir, "agent-"+resp.Msg.GetRun().GetNodeId()+".pub")
+	if err := os.WriteFile(path, resp.Msg.AgentPublicKeyPem, 0o644); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}

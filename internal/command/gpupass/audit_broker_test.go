@@ -1,0 +1,166 @@
+package gpupass
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/conformance"
+)
+
+// TestAuditFromBroker audits a run from the broker alone: an API-level
+// agent signs its run report under the lease, the audit of the running
+// run is refused through the broker, and once the run is over the zip is
+// built from GetRunEvidence + GetMetrics with a read token and verifies
+// on every layer, the fingerprint one included.
+func TestAuditFromBroker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir, getenv := auditFixture(t)
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	agentTok := b.Token(t, store.RoleAgent, "*")
+	ag := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
+	work, err := client.DialRuns(b.URL, client.Options{Token: agentTok, GRPC: true, Agent: ag.Creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(t, store.RoleSubmit, "us-*")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
+		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "us-west-2", Command: []string{"python3", "train.py"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := sub.Msg.Run
+	pw, err := work.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: ag.ID, WaitSeconds: 5}))
+	if err != nil || pw.Msg.Assignment.GetAllocId() != run.Id {
+		t.Fatalf("PollWork = %v, %v", pw, err)
+	}
+	as := pw.Msg.Assignment
+	update := func(st gpupassv1.AllocState, last uint64) {
+		t.Helper()
+		if _, err := work.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: ag.ID, AllocId: as.AllocId,
+			FencingToken: as.FencingToken, State: st, Attempts: 1, LastSeq: last})); err != nil {
+			t.Fatalf("update %v: %v", st, err)
+		}
+	}
+	update(gpupassv1.AllocState_ALLOC_STATE_STARTING, 0)
+	rep := ag.Report()
+	rep.AllocationID, rep.SpecFingerprint, rep.RuntimeFingerprint = run.Id, run.SpecFingerprint, run.SpecFingerprint
+	rb, sig, err := brokertest.Sign(ag.Key, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := work.Work.SubmitRunReport(ctx, connect.NewRequest(&gpupassv1.SubmitRunReportRequest{AgentId: ag.ID, AllocId: as.AllocId,
+		FencingToken: as.FencingToken, Report: rb, Signature: sig})); err != nil {
+		t.Fatalf("SubmitRunReport: %v", err)
+	}
+	update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, 0)
+	var recs []*gpupassv1.Record
+	for step := 1; step <= 20; step++ {
+		recs = append(recs, &gpupassv1.Record{Seq: uint64(step), Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
+			Data: fmt.Appendf(nil, `{"step":%d,"ts":"2026-11-29T12:00:%02dZ","attempt":1,"values":{"loss":%g}}`, step, step, 4.0/float64(step))})
+	}
+	if _, err := work.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: ag.ID, AllocId: as.AllocId,
+		FencingToken: as.FencingToken, Records: recs})); err != nil {
+		t.Fatal(err)
+	}
+
+	zipPath := filepath.Join(dir, "broker-audit.zip")
+	reader := BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
+	opts := AuditOptions{AllocationID: run.Id, Out: zipPath, Key: filepath.Join(dir, "cosign.key"), Broker: reader, Getenv: getenv, Output: "json"}
+	var out bytes.Buffer
+	err = RunAudit(ctx, opts, &out)
+	if ExitCode(err) != ExitFindings || !strings.Contains(fmt.Sprint(err), "still in progress") || !strings.Contains(fmt.Sprint(err), "running") {
+		t.Fatalf("audit of a running run: exit %d, %v; want exit 1 saying it is still in progress", ExitCode(err), err)
+	}
+	if _, err := os.Stat(zipPath); err == nil {
+		t.Fatal("an audit zip was written for a run in progress")
+	}
+
+	update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 20)
+	if err := RunAudit(ctx, opts, &out); err != nil {
+		t.Fatalf("audit from the broker: %v", err)
+	}
+	var res AuditResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("audit --output json: %v\n%s", err, out.String())
+	}
+	if !res.Match || !res.Simulated || res.AllocationID != run.Id {
+		t.Errorf("audit result = %+v, want a simulated run whose fingerprints match", res)
+	}
+
+	pubPEM, err := conformance.PublicKeyPEM(ag.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPub := filepath.Join(dir, "node.pub")
+	if err := os.WriteFile(agentPub, pubPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var vout bytes.Buffer
+	if err := RunAuditVerify(ctx, AuditVerifyOptions{Path: zipPath, Key: filepath.Join(dir, "cosign.pub"), AgentKeys: []string{agentPub},
+		Extract: filepath.Join(dir, "x"), Getenv: getenv}, &vout); err != nil {
+		t.Fatalf("verify: %v\n%s", err, vout.String())
+	}
+	for _, want := range []string{"ok   agent-signature  conformance report signed by a pinned agent key", "ok   fingerprint", "(recomputed from the declared spec)", "ok   log"} {
+		if !strings.Contains(vout.String(), want) {
+			t.Errorf("verify output lacks %q:\n%s", want, vout.String())
+		}
+	}
+	var sum audit.RunSummary
+	if err := json.Unmarshal(mustReadFile(t, filepath.Join(dir, "x", audit.FileRunSummary)), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.State != "succeeded" || len(sum.Metrics) != 1 || sum.Metrics[0].Count != 20 || sum.Metrics[0].Last != 0.2 {
+		t.Errorf("run summary = %+v", sum)
+	}
+	var env audit.Environment
+	if err := json.Unmarshal(mustReadFile(t, filepath.Join(dir, "x", audit.FileEnvironment)), &env); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(specYAML), env.Declared.Source); diff != "" {
+		t.Errorf("declared spec is not the one submitted (-want +got):\n%s", diff)
+	}
+	var hw audit.Hardware
+	if err := json.Unmarshal(mustReadFile(t, filepath.Join(dir, "x", audit.FileHardware)), &hw); err != nil {
+		t.Fatal(err)
+	}
+	if len(hw.GPUs) != 8 || hw.NodeID != ag.ID || hw.Node.Provider != "lambda" || hw.Node.Region != "us-west-2" {
+		t.Errorf("hardware inventory = %d GPUs, node %q %+v", len(hw.GPUs), hw.NodeID, hw.Node)
+	}
+
+	// A read token for another region is refused: 403, as for every scope.
+	opts.Broker = BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "eu-*")}
+	if err := RunAudit(ctx, opts, &bytes.Buffer{}); ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "403 permission_denied") {
+		t.Errorf("audit with a token for eu-*: exit %d, %v; want exit 2, 403", ExitCode(err), err)
+	}
+}
+
+func mustReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

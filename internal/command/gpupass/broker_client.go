@@ -1,0 +1,169 @@
+package gpupass
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/termsafe"
+)
+
+// BrokerFlags locate and authenticate to the broker. Commands that talk to
+// it embed them.
+type BrokerFlags struct {
+	URL   string
+	Token string
+	// TLSCA is a PEM file of CAs to trust for an https broker, besides
+	// the system roots.
+	TLSCA string
+}
+
+// AddFlags registers --broker-url (alias --broker) and --broker-token.
+func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&b.URL, "broker-url", "", "broker URL, e.g. http://127.0.0.1:7070")
+	f.StringVar(&b.URL, "broker", "", "alias of --broker-url")
+	_ = f.MarkHidden("broker")
+	f.StringVar(&b.Token, "broker-token", "", "broker API token (secret; also GPUPASS_BROKER_TOKEN_FILE)")
+	MarkSecret("broker-token")
+	f.StringVar(&b.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
+}
+
+// Dial returns API clients, or a usage error naming the missing flag.
+func (b *BrokerFlags) Dial() (*client.Clients, error) {
+	o, err := b.options()
+	if err != nil {
+		return nil, err
+	}
+	return client.Dial(b.URL, o)
+}
+
+// DialRuns returns run clients, or a usage error naming the missing flag.
+func (b *BrokerFlags) DialRuns() (*client.RunClients, error) {
+	o, err := b.options()
+	if err != nil {
+		return nil, err
+	}
+	return client.DialRuns(b.URL, o)
+}
+
+// options checks (and may default) URL and token the same way for every
+// broker command, and says which flag is missing or wrong.
+func (b *BrokerFlags) options() (client.Options, error) {
+	if err := b.fromLocal(); err != nil {
+		return client.Options{}, err
+	}
+	if b.URL == "" {
+		return client.Options{}, errors.New("no broker: pass --broker-url URL or set " + EnvName("broker-url"))
+	}
+	if b.Token == "" {
+		return client.Options{}, errors.New("no broker token: pass --broker-token or set " + EnvName("broker-token") + " (or " + EnvName("broker-token") + "_FILE)")
+	}
+	tlsConf, err := api.TrustCA(b.TLSCA)
+	if err != nil {
+		return client.Options{}, err
+	}
+	return client.Options{Token: b.Token, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass")}, nil
+}
+
+// rpcError words a broker error for users; auth problems are usage errors
+// (exit 2), never findings.
+func rpcError(what, url string, err error) error {
+	if api.NoAnswer(err) {
+		return fmt.Errorf("%s at %s: no broker answers there (%s): start one with `gpupass up` (a local broker and agent) or `gpupass-broker serve`, or pass the URL of a running one with --broker-url", what, url, strings.TrimPrefix(api.Describe(err), "no answer: "))
+	}
+	return fmt.Errorf("%s at %s: %s", what, url, api.Describe(err))
+}
+
+var protoJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+func writeProtoJSON(out io.Writer, m proto.Message) error {
+	b, err := protoJSON.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding JSON: %w", err)
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+func f2(v float64) string {
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// writeNodeTable prints nodes with the health score and each term.
+func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPROVIDER\tREGION\tACCELERATOR\tPRICE/H\tSCORE\tLATENCY ms (-pen)\tFAIL 24h % (-pen)\tPREMIUM % (-pen)\tSTATUS")
+	for _, n := range nodes {
+		h := n.GetHealth()
+		acc := "-"
+		if n.Accelerator != "" {
+			acc = fmt.Sprintf("%s x%d", termsafe.String(n.Accelerator), n.GpuCount)
+		}
+		lat := "n/a"
+		if n.RttMs >= 0 {
+			lat = fmt.Sprintf("%.1f (-%.2f)", h.GetLatencyUsedMs(), h.GetLatencyPenalty())
+			if h.GetLatencyCapMs() > 0 && h.GetLatencyMs() > h.GetLatencyCapMs() {
+				lat = fmt.Sprintf("%.1f capped %.0f (-%.2f)", h.GetLatencyMs(), h.GetLatencyCapMs(), h.GetLatencyPenalty())
+			}
+		}
+		status := "online"
+		if !n.Online {
+			status = "offline"
+			if n.LastSeenUnixNano > 0 {
+				status += " since " + time.Unix(0, n.LastSeenUnixNano).UTC().Format("2006-01-02 15:04:05Z")
+			}
+		}
+		if n.Simulated {
+			status += ", simulated"
+		}
+		if n.Runtime != nil && !n.ConformancePassed {
+			status += ", conformance failed"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s (-%s)\t%+.1f (%+.2f)\t%s\n",
+			termsafe.String(n.Id), termsafe.String(dash(n.Provider)), termsafe.String(n.Region), acc, f2(n.PricePerHour), h.GetScore(), lat,
+			f2(h.GetFailureRatePct()), f2(h.GetFailurePenalty()), h.GetPricePremiumPct(), -h.GetPricePenalty(), status)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeExcluded prints every excluded node with each reason.
+func writeExcluded(out io.Writer, xs []*gpupassv1.Excluded) error {
+	for _, x := range xs {
+		n := x.GetNode()
+		var why []string
+		for _, r := range x.Reasons {
+			why = append(why, r.Message)
+		}
+		score := ""
+		if n.GetHealth() != nil {
+			score = fmt.Sprintf(", score %.1f", n.GetHealth().GetScore())
+		}
+		if _, err := fmt.Fprintf(out, "  %s (%s%s): %s\n", n.Id, n.Region, score, strings.Join(why, "; ")); err != nil {
+			return err
+		}
+	}
+	return nil
+}

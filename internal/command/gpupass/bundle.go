@@ -1,0 +1,563 @@
+package gpupass
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/flagalias"
+	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/wheel"
+)
+
+// RegistryFlags are the transport and auth flags every bundle command
+// shares. Credentials come from --registry-username/--registry-password
+// (GPUPASS_REGISTRY_USERNAME/PASSWORD, or *_FILE), else from the docker
+// config (~/.docker/config.json and its credential helpers).
+type RegistryFlags struct {
+	PlainHTTP bool
+	Username  string
+	Password  string
+	Jobs      int
+	Timeout   time.Duration
+}
+
+// AddFlags registers the registry flags.
+func (o *RegistryFlags) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&o.PlainHTTP, "plain-http", false, "talk plain HTTP to the registry (loopback test registries only; TLS otherwise)")
+	f.StringVar(&o.Username, "registry-username", "", "registry user name (default: docker config credentials)")
+	f.StringVar(&o.Password, "registry-password", "", "registry password or token (prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
+	f.IntVarP(&o.Jobs, "jobs", "j", 4, "blobs moved in parallel")
+	f.DurationVar(&o.Timeout, "registry-timeout", bundle.DefaultTimeout, "on a pull, longest wait for the registry's response headers or for the next bytes of a response")
+}
+
+// Marked once at init: AddFlags runs for every root built, and roots are
+// built concurrently in tests, while MarkSecret writes a plain map.
+func init() { MarkSecret("registry-password") }
+
+func (o *RegistryFlags) options() (bundle.RegistryOptions, error) {
+	if o.Jobs < 1 || o.Jobs > 64 {
+		return bundle.RegistryOptions{}, fmt.Errorf("--jobs %d: want 1 to 64", o.Jobs)
+	}
+	if (o.Username == "") != (o.Password == "") {
+		return bundle.RegistryOptions{}, errors.New("--registry-username and --registry-password go together (GPUPASS_REGISTRY_USERNAME/PASSWORD)")
+	}
+	return bundle.RegistryOptions{
+		PlainHTTP: o.PlainHTTP, Username: o.Username, Password: o.Password, Jobs: o.Jobs,
+		Retry: bundle.DefaultRetry, UserAgent: buildinfo.UserAgent("gpupass"), HeaderTimeout: o.Timeout, IdleTimeout: o.Timeout,
+	}, nil
+}
+
+// The nodes' platform when no flag or input names one.
+const (
+	defaultArch  = "x86_64"
+	defaultGLIBC = "2.35"
+)
+
+// TargetFlags say which interpreter and platform the wheels must fit.
+type TargetFlags struct {
+	Spec            string
+	Python          string
+	Arch            string
+	GLIBC           string
+	AllowIncomplete bool
+}
+
+// AddFlags registers the coverage flags.
+func (o *TargetFlags) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVarP(&o.Spec, "spec", "s", "", "spec file whose pinned packages the wheelhouse must cover")
+	flagalias.Shorthand(f, "spec", "f", cmd.ErrOrStderr) // -f is --follow elsewhere
+	f.StringVar(&o.Python, "python", "", "target CPython version (default: the spec's runtime.python)")
+	f.StringVar(&o.Arch, "arch", defaultArch, "target architecture of the nodes (x86_64, aarch64)")
+	f.StringVar(&o.GLIBC, "glibc", defaultGLIBC, "glibc version of the nodes: manylinux wheels newer than this are incompatible")
+	f.BoolVar(&o.AllowIncomplete, "allow-incomplete", false, "push even when the wheelhouse does not cover every pinned package")
+}
+
+// loadedSpec is what the bundle commands need from a spec.
+type loadedSpec struct {
+	pins        []bundle.Pin
+	python      string
+	fingerprint string
+}
+
+// load reads the spec. The spec need not be valid as a whole (it may not
+// name its bundle yet — that is what is being pushed); its packages must
+// be pinned and its python set.
+func (o *TargetFlags) load() (*loadedSpec, error) {
+	if o.Spec == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(o.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("reading spec: %w", err)
+	}
+	res := spec.Validate(o.Spec, b)
+	if res.Spec == nil {
+		var msgs []string
+		for _, f := range res.Findings {
+			msgs = append(msgs, fmt.Sprintf("%s:%d:%d: %s", f.File, f.Line, f.Column, f.Message))
+		}
+		return nil, fmt.Errorf("spec %s cannot be read: %s", o.Spec, strings.Join(msgs, "; "))
+	}
+	pins, err := bundle.ParsePins(res.Spec.Runtime.Packages)
+	if err != nil {
+		return nil, fmt.Errorf("spec %s: %w", o.Spec, err)
+	}
+	fp := res.Fingerprint
+	if fp == "" {
+		fp, _ = spec.Fingerprint(res.Spec)
+	}
+	return &loadedSpec{pins: pins, python: res.Spec.Runtime.Python, fingerprint: fp}, nil
+}
+
+func (o *TargetFlags) target(s *loadedSpec) (wheel.Target, error) {
+	py := o.Python
+	if py == "" && s != nil {
+		py = s.python
+	}
+	if py == "" {
+		return wheel.Target{}, fmt.Errorf("spec %s: runtime.python is empty; set it or pass --python", o.Spec)
+	}
+	t := wheel.Target{Python: py, OS: "linux", Arch: o.Arch, GLIBC: o.GLIBC}
+	if _, err := wheel.SupportedTags(t); err != nil {
+		return wheel.Target{}, err
+	}
+	return t, nil
+}
+
+func newBundleCmd(g *GlobalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bundle",
+		Short: "Move wheelhouses in and out of OCI registries, verified, for nodes without internet",
+		Long: `A bundle is an OCI 1.1 artifact holding a wheelhouse: one layer per wheel,
+a lock layer (name, version, tags, sha256 of each wheel) and the spec's
+fingerprint. Nodes without internet pull it by digest and install with
+pip --no-index.`,
+	}
+	cmd.AddCommand(newBundlePushCmd(g), newBundlePullCmd(g), newBundleInspectCmd(g), newBundleVerifyCmd(g))
+	return cmd
+}
+
+// BundlePushOptions are the flags of `gpupass bundle push`.
+type BundlePushOptions struct {
+	Global     *GlobalOptions
+	Registry   RegistryFlags
+	Target     TargetFlags
+	Wheelhouse string
+	MountFrom  string
+	Source     string
+	NoCache    bool
+	// Progress is where progress goes (stderr); TTY selects the bar.
+	Progress io.Writer
+	TTY      bool
+	Getenv   func(string) string
+	Logger   *slog.Logger
+}
+
+// AddFlags registers push's flags.
+func (o *BundlePushOptions) AddFlags(cmd *cobra.Command) {
+	o.Registry.AddFlags(cmd)
+	o.Target.AddFlags(cmd)
+	f := cmd.Flags()
+	f.StringVarP(&o.Wheelhouse, "wheelhouse", "w", "", "directory of .whl files to push (required)")
+	f.StringVar(&o.MountFrom, "mount-from", "", "repository on the same registry to mount existing blobs from (REGISTRY/REPO)")
+	f.BoolVar(&o.NoCache, "no-cache", false, "re-read every wheel instead of trusting the scan cache for files unchanged since they last passed")
+	f.StringVar(&o.Source, "source", "", "source repository URL for the org.opencontainers.image.source annotation (default: from CI variables)")
+}
+
+func newBundlePushCmd(g *GlobalOptions) *cobra.Command {
+	o := &BundlePushOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "push --wheelhouse DIR [--spec gpupass.yaml] REF",
+		Short: "Push a wheelhouse as a bundle and print its digest",
+		Long: `Check every wheel (name, zip, RECORD hashes), check that the wheelhouse covers
+every pinned package of the spec for its python and the nodes' platform, then
+upload: blobs in parallel, those the registry already has skipped, the tag last.
+
+Prints REF@sha256:... (with --output json, everything).
+Exit codes: 0 pushed, 1 wheelhouse problems or incomplete coverage, 2 usage,
+I/O or registry error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Progress = cmd.ErrOrStderr()
+			o.TTY = isTerminal(o.Progress)
+			o.Getenv = os.Getenv
+			o.Logger = g.Logger(cmd.ErrOrStderr())
+			return RunBundlePush(cmd.Context(), o, args[0], cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+type pushOutput struct {
+	bundle.PushResult
+	Coverage *bundle.Coverage `json:"coverage,omitempty"`
+	// Uncovered lists the coverage gaps --allow-incomplete let pass.
+	Uncovered []string `json:"uncovered,omitempty"`
+}
+
+// RunBundlePush runs `gpupass bundle push`.
+func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io.Writer) error {
+	res, err := bundlePush(ctx, o, ref)
+	if err != nil {
+		return err
+	}
+	if o.Global.Output == "json" {
+		return writeJSON(out, res)
+	}
+	_, err = fmt.Fprintln(out, res.Reference)
+	return err
+}
+
+// bundlePush checks coverage and pushes, returning the typed result that
+// `bundle push` and `ci step` render.
+func bundlePush(ctx context.Context, o *BundlePushOptions, ref string) (*pushOutput, error) {
+	if o.Wheelhouse == "" {
+		return nil, errors.New("--wheelhouse is required")
+	}
+	ropts, err := o.Registry.options()
+	if err != nil {
+		return nil, err
+	}
+	s, err := o.Target.load()
+	if err != nil {
+		return nil, err
+	}
+	// Names are enough for the coverage check; Push checks each wheel's
+	// zip and RECORD as it uploads, so checking overlaps the upload.
+	wheels, err := bundle.List(o.Wheelhouse)
+	if err != nil {
+		var we *bundle.WheelhouseError
+		if errors.As(err, &we) {
+			return nil, Findings(err)
+		}
+		return nil, err
+	}
+	var cov *bundle.Coverage
+	python := o.Target.Python
+	if s != nil {
+		t, err := o.Target.target(s)
+		if err != nil {
+			return nil, err
+		}
+		python = t.Python
+		c, err := bundle.CheckCoverage(s.pins, t, wheels)
+		if err != nil {
+			return nil, err
+		}
+		cov = &c
+		if !c.Complete() {
+			msg := fmt.Sprintf("wheelhouse %s does not cover spec %s:\n  - %s", o.Wheelhouse, o.Target.Spec, strings.Join(c.Problems(), "\n  - "))
+			if !o.Target.AllowIncomplete {
+				return nil, Findings(errors.New(msg + "\nnothing was pushed (--allow-incomplete pushes anyway)"))
+			}
+			o.Logger.Warn(msg)
+		}
+	}
+	var prog *bundle.TextProgress
+	if o.Progress != nil {
+		prog = bundle.NewTextProgress(o.Progress, o.TTY, "pushed")
+	}
+	popts := bundle.PushOptions{
+		Registry: ropts, Python: python, Source: o.source(), MountFrom: o.MountFrom, Logger: o.Logger,
+	}
+	if !o.NoCache {
+		popts.ScanCache = bundle.DefaultScanCache()
+	}
+	if prog != nil {
+		popts.Progress = prog
+	}
+	if s != nil {
+		popts.Fingerprint = s.fingerprint
+	}
+	res, err := bundle.Push(ctx, ref, wheels, popts)
+	if prog != nil {
+		prog.Finish()
+	}
+	var we *bundle.WheelhouseError
+	if errors.As(err, &we) {
+		return nil, Findings(fmt.Errorf("%w\nnothing was tagged", err))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &pushOutput{PushResult: res, Coverage: cov}, nil
+}
+
+func (o *BundlePushOptions) source() string {
+	if o.Source != "" || o.Getenv == nil {
+		return o.Source
+	}
+	if s, r := o.Getenv("GITHUB_SERVER_URL"), o.Getenv("GITHUB_REPOSITORY"); s != "" && r != "" {
+		return s + "/" + r
+	}
+	return o.Getenv("CI_PROJECT_URL")
+}
+
+// BundlePullOptions are the flags of `gpupass bundle pull`.
+type BundlePullOptions struct {
+	Global   *GlobalOptions
+	Registry RegistryFlags
+	To       string
+	Fsync    bool
+	Progress io.Writer
+	TTY      bool
+	Logger   *slog.Logger
+
+	VerifyRecord bool // --verify-record (bundle.PullOptions.VerifyRecord)
+}
+
+// AddFlags registers pull's flags.
+func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
+	o.Registry.AddFlags(cmd)
+	cmd.Flags().StringVar(&o.To, "to", "", "directory to write the wheelhouse to; must not exist or be empty (required)")
+	cmd.Flags().BoolVar(&o.Fsync, "fsync", false, "fsync every wheel before the wheelhouse is moved into place (survives power loss; slower)")
+	cmd.Flags().BoolVar(&o.VerifyRecord, "verify-record", false, "also re-check every wheel's zip and RECORD hashes, as push did (always done for artifacts without a gpupass lock layer; inflates every deflated file)")
+}
+
+func newBundlePullCmd(g *GlobalOptions) *cobra.Command {
+	o := &BundlePullOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "pull REF --to DIR",
+		Short: "Pull a bundle into a verified wheelhouse",
+		Long: `Fetch a bundle by tag or digest, check every blob's digest and the lock
+layer, refuse unsafe file names, and move the wheelhouse into place only when
+everything checked out. Each wheel's RECORD hashes, which push checked, are
+checked again for artifacts without a gpupass lock layer, or with
+--verify-record. Then:
+  pip install --no-index --find-links DIR <pkg>==<version>
+
+Exit codes: 0 pulled, 1 verification failed, 2 usage, I/O or registry error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Progress = cmd.ErrOrStderr()
+			o.TTY = isTerminal(o.Progress)
+			o.Logger = g.Logger(cmd.ErrOrStderr())
+			return RunBundlePull(cmd.Context(), o, args[0], cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// RunBundlePull runs `gpupass bundle pull`.
+func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io.Writer) error {
+	if o.To == "" {
+		return errors.New("--to is required")
+	}
+	ropts, err := o.Registry.options()
+	if err != nil {
+		return err
+	}
+	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger, Sync: o.Fsync, VerifyRecord: o.VerifyRecord}
+	var prog *bundle.TextProgress
+	if o.Progress != nil {
+		prog = bundle.NewTextProgress(o.Progress, o.TTY, "pulled")
+		popts.Progress = prog
+	}
+	res, err := bundle.Pull(ctx, ref, o.To, popts)
+	if prog != nil {
+		prog.Finish()
+	}
+	if err != nil {
+		if errors.Is(err, bundle.ErrVerification) {
+			return Findings(err)
+		}
+		return err
+	}
+	if o.Global.Output == "json" {
+		return writeJSON(out, res)
+	}
+	_, err = fmt.Fprintf(out, "%s\n%d wheels in %s\n", res.Reference, len(res.Wheels), res.Dir)
+	return err
+}
+
+// BundleInspectOptions are the flags of `gpupass bundle inspect`.
+type BundleInspectOptions struct {
+	Global   *GlobalOptions
+	Registry RegistryFlags
+}
+
+func newBundleInspectCmd(g *GlobalOptions) *cobra.Command {
+	o := &BundleInspectOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "inspect REF",
+		Short: "List a bundle's wheels and annotations without pulling them",
+		Long: `List a bundle's wheels, lock and annotations without pulling them, and
+the artifacts attached to it (signatures, SBOMs, attestations): through the
+registry's referrers API, or the sha256-<hex> tag on a registry without it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return RunBundleInspect(cmd.Context(), o, args[0], cmd.OutOrStdout())
+		},
+	}
+	o.Registry.AddFlags(cmd)
+	return cmd
+}
+
+// RunBundleInspect runs `gpupass bundle inspect`.
+func RunBundleInspect(ctx context.Context, o *BundleInspectOptions, ref string, out io.Writer) error {
+	ropts, err := o.Registry.options()
+	if err != nil {
+		return err
+	}
+	info, err := bundle.Inspect(ctx, ref, bundle.PullOptions{Registry: ropts})
+	if err != nil {
+		return err
+	}
+	if o.Global.Output == "json" {
+		return writeJSON(out, info)
+	}
+	fmt.Fprintf(out, "%s\nartifactType: %s\n", info.Reference, info.ArtifactType)
+	for _, k := range []string{bundle.AnnotationCreated, bundle.AnnotationSource, bundle.AnnotationFingerprint, bundle.AnnotationPython} {
+		if v := info.Annotations[k]; v != "" {
+			fmt.Fprintf(out, "%s: %s\n", k, v)
+		}
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FILE\tSIZE\tDIGEST")
+	for _, l := range info.Layers {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", l.Title, l.Size, l.Digest)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case info.ReferrersError != "":
+		fmt.Fprintf(out, "referrers: %s\n", info.ReferrersError)
+	case len(info.Referrers) == 0:
+		fmt.Fprintln(out, "referrers: none")
+	default:
+		fmt.Fprintln(out, "referrers:")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ARTIFACT TYPE\tSIZE\tDIGEST")
+		for _, r := range info.Referrers {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", firstNonEmpty(r.ArtifactType, r.MediaType), r.Size, r.Digest)
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+// BundleVerifyOptions are the flags of `gpupass bundle verify`.
+type BundleVerifyOptions struct {
+	Global *GlobalOptions
+	Target TargetFlags
+	Jobs   int
+}
+
+func newBundleVerifyCmd(g *GlobalOptions) *cobra.Command {
+	o := &BundleVerifyOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "verify DIR [--spec gpupass.yaml]",
+		Short: "Check a wheelhouse: valid wheels, RECORD hashes, and coverage of the spec",
+		Long: `Check every wheel of DIR (name, zip, RECORD hashes, duplicates) and, with
+--spec, that every pinned package has a wheel that installs on the spec's
+python and the nodes' platform.
+
+Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return RunBundleVerify(cmd.Context(), o, args[0], cmd.OutOrStdout())
+		},
+	}
+	o.Target.AddFlags(cmd)
+	// verify pushes nothing: here the flag only lets gaps pass.
+	cmd.Flags().Lookup("allow-incomplete").Usage = "exit 0 when the wheelhouse does not cover every pinned package (the gaps are still listed)"
+	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 4, "wheels checked in parallel")
+	return cmd
+}
+
+type verifyOutput struct {
+	Dir      string           `json:"dir"`
+	OK       bool             `json:"ok"`
+	Locked   bool             `json:"locked"`
+	Wheels   []bundle.Wheel   `json:"wheels"`
+	Problems []string         `json:"problems"`
+	Coverage *bundle.Coverage `json:"coverage,omitempty"`
+	// Uncovered lists the coverage gaps --allow-incomplete let pass.
+	Uncovered []string `json:"uncovered,omitempty"`
+}
+
+// RunBundleVerify runs `gpupass bundle verify`.
+func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, out io.Writer) error {
+	s, err := o.Target.load()
+	if err != nil {
+		return err
+	}
+	res := verifyOutput{Dir: dir, Wheels: []bundle.Wheel{}, Problems: []string{}}
+	wheels, err := bundle.Scan(ctx, dir, bundle.ScanOptions{Jobs: o.Jobs})
+	var we *bundle.WheelhouseError
+	switch {
+	case errors.As(err, &we):
+		for _, p := range we.Problems {
+			res.Problems = append(res.Problems, p.Error())
+		}
+	case err != nil:
+		return err
+	default:
+		res.Wheels = wheels
+		// A pulled wheelhouse carries its lock: hold it to it.
+		locked, err := bundle.CheckLock(dir, wheels)
+		res.Locked = locked
+		if err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
+	}
+	if s != nil && err == nil {
+		t, err := o.Target.target(s)
+		if err != nil {
+			return err
+		}
+		c, err := bundle.CheckCoverage(s.pins, t, wheels)
+		if err != nil {
+			return err
+		}
+		res.Coverage = &c
+		if o.Target.AllowIncomplete {
+			res.Uncovered = c.Problems()
+		} else {
+			res.Problems = append(res.Problems, c.Problems()...)
+		}
+	}
+	res.OK = len(res.Problems) == 0
+	if o.Global.Output == "json" {
+		if err := writeJSON(out, res); err != nil {
+			return err
+		}
+	} else if res.OK {
+		msg := fmt.Sprintf("%s: %d wheels ok", dir, len(res.Wheels))
+		if res.Locked {
+			msg += ", matching " + bundle.LockFile
+		}
+		if res.Coverage != nil && len(res.Uncovered) == 0 {
+			msg += fmt.Sprintf(", all %d pinned packages covered for python %s / %s", len(res.Coverage.Covered), res.Coverage.Python, res.Coverage.Platform)
+		}
+		fmt.Fprintln(out, msg)
+		for _, u := range res.Uncovered {
+			fmt.Fprintf(out, "  - not covered (--allow-incomplete): %s\n", u)
+		}
+	} else {
+		fmt.Fprintf(out, "%s: %d problem(s):\n", dir, len(res.Problems))
+		for _, p := range res.Problems {
+			fmt.Fprintf(out, "  - %s\n", p)
+		}
+	}
+	if !res.OK {
+		return Findings(nil)
+	}
+	return nil
+}

@@ -1,0 +1,452 @@
+package gpupass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/app/validate"
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/findings"
+	"github.com/gpupass/gpupass/internal/report"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// CISteps are the steps the GitHub Action and the GitLab components run,
+// by the names of the action's `command` input.
+var CISteps = []string{"validate", "train", "compare-report", "bundle-push", "bundle-pull", "audit", "audit-verify"}
+
+// CIStepOptions are the inputs of the GitHub Action and the GitLab
+// components, one flag each, so every input arrives as GPUPASS_<INPUT>
+// through `env:` or `variables:` and never through the script text.
+type CIStepOptions struct {
+	Command          string
+	Spec             string
+	BrokerURL        string
+	BrokerToken      string
+	Regions          string
+	Name             string
+	TrainCommand     string
+	Workdir          string
+	GitHubToken      string
+	GitLabToken      string
+	CommentBehavior  string
+	Tag              string
+	Tolerance        string
+	FailOnDivergence bool
+	Runs             string
+	RegistryRef      string
+	Wheelhouse       string
+	PlainHTTP        bool
+	CosignKey        string
+	CosignPassword   string
+	Allocation       string
+	RunFile          string
+	AuditPath        string
+	ReportDir        string
+	CodeQuality      string
+
+	// Set by the caller.
+	Global *GlobalOptions
+	Getenv func(string) string
+	ErrOut io.Writer
+	Logger *slog.Logger
+}
+
+// AddFlags registers the step inputs.
+func (o *CIStepOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Command, "command", "", "step to run: "+strings.Join(CISteps, ", "))
+	f.StringVar(&o.Spec, "spec", "", "spec file (default: gpupass.yaml in the working directory)")
+	f.StringVar(&o.BrokerURL, "broker-url", "", "broker URL (train; compare-report and audit with allocation ids)")
+	f.StringVar(&o.BrokerToken, "broker-token", "", "broker token (train: a submit token; compare-report, audit: a read token); region-scoped tokens are separate secrets")
+	f.StringVar(&o.Regions, "regions", "", "regions to train in, comma-separated (train)")
+	f.StringVar(&o.Name, "name", "", "run name (train; default: the spec's name); the region and the short commit are added")
+	f.StringVar(&o.TrainCommand, "train-command", "", `command each node runs (train), e.g. "python3 train.py --steps 200"; quote words with ' or ", or give a JSON list`)
+	f.StringVar(&o.Workdir, "workdir", ".", "directory shipped to each node as the command's work dir (train); empty ships nothing")
+	f.StringVar(&o.GitHubToken, "github-token", "", "token for the PR comment (compare-report); needs pull-requests: write")
+	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token with api scope for the MR note (compare-report); a job token cannot post notes")
+	f.StringVar(&o.CommentBehavior, "comment-behavior", "update", "existing report comment: update, new or delete-and-new (compare-report)")
+	f.StringVar(&o.Tag, "tag", "compare", "report kind: one sticky comment per tag (compare-report)")
+	f.StringVar(&o.Tolerance, "tolerance", "5%", "allowed loss difference: 0.05, 2% or abs=0.05,rel=2% (compare-report)")
+	f.BoolVar(&o.FailOnDivergence, "fail-on-divergence", true, "fail the step when the runs diverge (compare-report)")
+	f.StringVar(&o.Runs, "runs", "", "runs to compare: NAME=FILE|ALLOC or FILE entries separated by spaces or newlines, or the allocation-ids JSON of train (compare-report)")
+	f.StringVar(&o.RegistryRef, "registry-ref", "", "OCI reference of the wheel bundle (bundle-push, bundle-pull)")
+	f.StringVar(&o.Wheelhouse, "wheelhouse", "", "wheelhouse directory to push from or pull into (bundle-push, bundle-pull)")
+	f.BoolVar(&o.PlainHTTP, "plain-http", false, "plain HTTP to a loopback test registry (bundle-push, bundle-pull)")
+	f.StringVar(&o.CosignKey, "cosign-key", "", "cosign key: a file or the PEM itself; private for audit, public for audit-verify")
+	f.StringVar(&o.CosignPassword, "cosign-password", "", "password of the cosign private key (audit)")
+	f.StringVar(&o.Allocation, "allocation", "", "allocation id to audit (audit)")
+	f.StringVar(&o.RunFile, "run-file", "", "JSON run record (audit.Run) to audit offline instead of --allocation (audit)")
+	f.StringVar(&o.AuditPath, "audit-path", "audit-report.zip", "audit report zip to write or verify (audit, audit-verify)")
+	f.StringVar(&o.ReportDir, "report-dir", "gpupass-report", "directory for the report files: markdown, JSON, JUnit, SVG (compare-report)")
+	f.StringVar(&o.CodeQuality, "code-quality", "gl-code-quality-report.json", "GitLab code quality report of the spec findings (validate, on GitLab)")
+	for _, s := range []string{"broker-token", "github-token", "gitlab-token", "cosign-key", "cosign-password"} {
+		MarkSecret(s)
+	}
+}
+
+func newCICmd(g *GlobalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ci",
+		Short: "Run gpupass as a CI step (the GitHub Action and the GitLab components)",
+	}
+	o := &CIStepOptions{Global: g}
+	step := &cobra.Command{
+		Use:   "step --command STEP [flags]",
+		Short: "Run one pipeline step with the action's inputs",
+		Long: `Run one pipeline step (` + strings.Join(CISteps, ", ") + `)
+the way the GitHub Action and the GitLab components do: inputs come as flags
+or GPUPASS_<INPUT> variables, results go to step outputs (GITHUB_OUTPUT) or
+to the dotenv file (GPUPASS_DOTENV, default gpupass.env) as GPUPASS_<OUTPUT>,
+with a job summary, masked secrets and collapsible log sections.
+
+Outputs: fingerprint (validate), allocation-ids (train), report-path and
+verdict (compare-report), bundle-digest (bundle-push), audit-path (audit).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Getenv = os.Getenv
+			o.ErrOut = cmd.ErrOrStderr()
+			o.Logger = g.Logger(cmd.ErrOrStderr())
+			return RunCIStep(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(step)
+	cmd.AddCommand(step)
+	return cmd
+}
+
+// RunCIStep runs the step named by o.Command.
+func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
+	if o.Getenv == nil {
+		o.Getenv = func(string) string { return "" }
+	}
+	if o.ErrOut == nil {
+		o.ErrOut = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Global == nil {
+		o.Global = &GlobalOptions{Output: "text"}
+	}
+	env := ci.Detect(o.Getenv, o.ErrOut)
+	if o.Command == "" {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input command is required: one of %s", strings.Join(CISteps, ", "))}
+	}
+	if !slices.Contains(CISteps, o.Command) {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input command %q: unknown step; use one of %s", o.Command, strings.Join(CISteps, ", "))}
+	}
+	end := env.Group("gpupass " + o.Command)
+	defer end()
+	switch o.Command {
+	case "validate":
+		return o.validate(ctx, env, out)
+	case "train":
+		return o.train(ctx, env, out)
+	case "compare-report":
+		return o.compare(ctx, env, out)
+	case "bundle-push":
+		return o.bundlePush(ctx, env, out)
+	case "bundle-pull":
+		return o.bundlePull(ctx, out)
+	case "audit":
+		return o.audit(ctx, env, out)
+	case "audit-verify":
+		if err := o.require("cosign-key", o.CosignKey); err != nil {
+			return err
+		}
+		key, done, err := o.keyFile()
+		if err != nil {
+			return err
+		}
+		defer done()
+		return RunAuditVerify(ctx, AuditVerifyOptions{Path: o.AuditPath, Key: key, Output: "text", Getenv: o.Getenv}, out)
+	}
+	return nil // unreachable: the command was checked against CISteps
+}
+
+// require checks required inputs, given as name, value pairs, and names
+// every missing one at once.
+func (o *CIStepOptions) require(pairs ...string) error {
+	var missing []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if strings.TrimSpace(pairs[i+1]) == "" {
+			missing = append(missing, pairs[i])
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("step %s: missing required input %s", o.Command, strings.Join(missing, ", "))}
+}
+
+// hideCI hides the CI variables from a command whose output is only read
+// back, so it sets no outputs and prints no annotations of its own.
+func hideCI(getenv func(string) string) func(string) string {
+	return func(k string) string {
+		switch k {
+		case "GITHUB_ACTIONS", "GITLAB_CI", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY":
+			return ""
+		}
+		return getenv(k)
+	}
+}
+
+// validate validates the spec once and renders the typed result three
+// ways: findings in the log (annotations on the spec's lines on GitHub),
+// the code quality report on GitLab, and the job summary.
+func (o *CIStepOptions) validate(ctx context.Context, env *ci.Env, out io.Writer) error {
+	dir, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("finding the working directory: %w", err)
+	}
+	v, err := validate.Run(ctx, validate.Options{Spec: o.Spec, Dir: dir, Logger: o.Logger})
+	var ns *validate.NoSpecError
+	if errors.As(err, &ns) {
+		return fmt.Errorf("%w, or set the spec input", err)
+	}
+	if err != nil {
+		return err
+	}
+	res := v.Result
+	results := []*spec.Result{res}
+	fo := findings.Options{Version: buildinfo.Get().Version, Getenv: o.Getenv}
+	if err := findings.Write(out, "text", results, fo); err != nil {
+		return fmt.Errorf("writing findings: %w", err)
+	}
+	if o.Getenv("GITHUB_ACTIONS") == "true" {
+		// Annotations on the spec's lines and the fingerprint output.
+		if err := findings.GitHub(out, results, o.Getenv); err != nil {
+			return err
+		}
+	}
+	if env.Kind() == ci.GitLab {
+		// GitLab shows code quality findings on the merge request's diff.
+		fo.Getenv = hideCI(o.Getenv)
+		if err := writeFile(o.CodeQuality, func(w io.Writer) error { return findings.Write(w, "gitlab", results, fo) }); err != nil {
+			return err
+		}
+		if res.Fingerprint != "" {
+			if err := env.SetOutput("fingerprint", res.Fingerprint); err != nil {
+				return err
+			}
+		}
+	}
+	if !res.Valid {
+		if err := env.Summary(fmt.Sprintf("### ❌ gpupass validate\n\n`%s` has errors: see the annotations.\n", res.File)); err != nil {
+			return err
+		}
+		return Findings(nil)
+	}
+	return env.Summary(fmt.Sprintf("### ✅ gpupass validate\n\n`%s` is valid.\n\nFingerprint: `%s`\n", res.File, res.Fingerprint))
+}
+
+// compareInputs turns the runs input into compare's labels and inputs:
+// JSON from train's allocation-ids output ({"us":"alloc-1"} or a list), or
+// NAME=REF / REF words.
+func compareInputs(runs string) (labels, inputs []string, err error) {
+	runs = strings.TrimSpace(runs)
+	switch {
+	case strings.HasPrefix(runs, "{"):
+		var m map[string]string
+		if err := json.Unmarshal([]byte(runs), &m); err != nil {
+			return nil, nil, fmt.Errorf("input runs: not a JSON object of name to allocation id: %w", err)
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			labels = append(labels, k+"="+m[k])
+		}
+		return labels, nil, nil
+	case strings.HasPrefix(runs, "["):
+		if err := json.Unmarshal([]byte(runs), &inputs); err != nil {
+			return nil, nil, fmt.Errorf("input runs: not a JSON list of allocation ids: %w", err)
+		}
+		return nil, inputs, nil
+	}
+	for _, w := range strings.Fields(runs) {
+		if strings.Contains(w, "=") {
+			labels = append(labels, w)
+		} else {
+			inputs = append(inputs, w)
+		}
+	}
+	return labels, inputs, nil
+}
+
+func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer) error {
+	if err := o.require("runs", o.Runs); err != nil {
+		return err
+	}
+	labels, inputs, err := compareInputs(o.Runs)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	var te *report.ToleranceError
+	if _, err := report.ParseTolerance(o.Tolerance); errors.As(err, &te) {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input tolerance %q: %s", te.Value, te.Problem)}
+	}
+	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
+		return fmt.Errorf("creating the report directory: %w", err)
+	}
+	md := filepath.Join(o.ReportDir, "report.md")
+	js := filepath.Join(o.ReportDir, "report.json")
+	c := &CompareOptions{
+		Labels: labels, Inputs: inputs,
+		Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence,
+		Tag: o.Tag, CommentBehavior: o.CommentBehavior, Post: "auto",
+		Markdown: md, JSON: js,
+		JUnit:       filepath.Join(o.ReportDir, "junit.xml"),
+		SVG:         filepath.Join(o.ReportDir, "chart.svg"),
+		GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
+		Output: "text", Getenv: o.Getenv, Logger: o.Logger,
+		// Allocation ids (train's output) are read from the broker; a
+		// local `gpupass up` stack is found without the inputs.
+		Source: &BrokerMetrics{Broker: &BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}},
+	}
+	var rep *report.Report
+	c.Observe = func(r *report.Report) { rep = r }
+	runErr := RunCompare(ctx, c, out)
+	if rep == nil {
+		return runErr // no report was built: the error says why
+	}
+	for _, kv := range [][2]string{{"report-path", md}, {"verdict", rep.Verdict}} {
+		if err := env.SetOutput(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	if env.Kind() == ci.GitLab {
+		if err := o.gitlabAnnotations(md, rep.Verdict); err != nil {
+			return err
+		}
+	}
+	return runErr
+}
+
+// gitlabAnnotations writes the annotations report GitLab shows on the
+// job page: a link to the full report among the job's artifacts.
+func (o *CIStepOptions) gitlabAnnotations(md, verdict string) error {
+	link := map[string]string{"label": "gpupass compare report: " + verdict}
+	if u := o.Getenv("CI_JOB_URL"); u != "" {
+		link["url"] = u + "/artifacts/file/" + filepath.ToSlash(md)
+	} else {
+		return nil // nothing to link to outside a real GitLab job
+	}
+	doc := map[string][]map[string]map[string]string{"gpupass": {{"external_link": link}}}
+	return writeFile(filepath.Join(o.ReportDir, "annotations.json"), func(w io.Writer) error { return writeJSON(w, doc) })
+}
+
+// registry is what the bundle commands' registry flags would hold: the
+// plain-http input, the default parallelism and timeout, and credentials
+// from GPUPASS_REGISTRY_USERNAME/PASSWORD (or *_FILE) or the docker config.
+func (o *CIStepOptions) registry() (RegistryFlags, error) {
+	r := RegistryFlags{PlainHTTP: o.PlainHTTP, Jobs: 4, Timeout: bundle.DefaultTimeout, Username: o.Getenv(EnvName("registry-username"))}
+	r.Password = o.Getenv(EnvName("registry-password"))
+	if f := o.Getenv(EnvName("registry-password") + "_FILE"); r.Password == "" && f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return r, fmt.Errorf("reading %s_FILE: %w", EnvName("registry-password"), err)
+		}
+		r.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	return r, nil
+}
+
+func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writer) error {
+	if err := o.require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
+		return err
+	}
+	reg, err := o.registry()
+	if err != nil {
+		return err
+	}
+	p := &BundlePushOptions{
+		Global: &GlobalOptions{Output: "json"}, Registry: reg, Target: TargetFlags{Spec: o.Spec, Arch: defaultArch, GLIBC: defaultGLIBC},
+		Wheelhouse: o.Wheelhouse, Progress: o.ErrOut, Getenv: o.Getenv, Logger: o.Logger,
+	}
+	res, err := bundlePush(ctx, p, o.RegistryRef)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(out, res); err != nil {
+		return err
+	}
+	if err := env.SetOutput("bundle-digest", res.Digest); err != nil {
+		return err
+	}
+	return env.Summary(fmt.Sprintf("### gpupass bundle push\n\nPushed `%s`\n", res.Reference))
+}
+
+func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
+	if err := o.require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
+		return err
+	}
+	reg, err := o.registry()
+	if err != nil {
+		return err
+	}
+	return RunBundlePull(ctx, &BundlePullOptions{Global: &GlobalOptions{Output: "text"}, Registry: reg, To: o.Wheelhouse, Progress: o.ErrOut, Logger: o.Logger}, o.RegistryRef, out)
+}
+
+func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) error {
+	if o.Allocation == "" && o.RunFile == "" {
+		return o.require("allocation", "")
+	}
+	if err := o.require("cosign-key", o.CosignKey); err != nil {
+		return err
+	}
+	key, done, err := o.keyFile()
+	if err != nil {
+		return err
+	}
+	defer done()
+	a := AuditOptions{
+		AllocationID: o.Allocation, Out: o.AuditPath, RunFile: o.RunFile, Key: key, Output: "text",
+		Broker: BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Getenv: o.Getenv, Log: o.Logger,
+	}
+	if o.CosignPassword != "" {
+		a.Password = []byte(o.CosignPassword)
+	}
+	if err := RunAudit(ctx, a, out); err != nil {
+		return err
+	}
+	return env.SetOutput("audit-path", o.AuditPath)
+}
+
+// keyFile returns a path for the cosign-key input: the file it names, or
+// a private temporary file holding the PEM it carries.
+func (o *CIStepOptions) keyFile() (path string, done func(), err error) {
+	k := o.CosignKey
+	if !strings.Contains(k, "-----BEGIN") {
+		if _, err := os.Stat(k); err != nil {
+			// Never echo the value: it may be a mangled secret.
+			return "", nil, errors.New("input cosign-key: neither a readable file nor a PEM key")
+		}
+		return k, func() {}, nil
+	}
+	f, err := os.CreateTemp("", "gpupass-cosign-*.key") // mode 0600
+	if err != nil {
+		return "", nil, fmt.Errorf("writing the cosign key: %w", err)
+	}
+	done = func() { os.Remove(f.Name()) }
+	_, err = f.WriteString(k + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		done()
+		return "", nil, fmt.Errorf("writing the cosign key: %w", err)
+	}
+	return f.Name(), done, nil
+}

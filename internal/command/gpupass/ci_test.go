@@ -1,0 +1,245 @@
+package gpupass
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gpupass/gpupass/internal/audit"
+)
+
+// writeMetrics writes a gpupass JSONL loss series whose loss is offset
+// from a common curve by delta.
+func writeMetrics(t *testing.T, path string, delta float64) string {
+	t.Helper()
+	var b strings.Builder
+	for step := 0; step <= 100; step += 10 {
+		fmt.Fprintf(&b, "{\"step\":%d,\"loss\":%g}\n", step, 3.0-float64(step)/50+delta)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRunCIStep(t *testing.T) {
+	t.Parallel()
+	starter, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "starter", "gpupass.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "tok-must-not-leak-9f3"
+	tests := []struct {
+		name     string
+		kind     string // github | gitlab
+		opts     CIStepOptions
+		spec     string // gpupass.yaml content; "" = none
+		wantCode int
+		// wantFile: path (relative to the work dir) -> substrings.
+		wantFile map[string][]string
+		wantLog  []string
+	}{
+		{name: "validate on GitHub sets the fingerprint and summary", kind: "github", spec: string(starter),
+			opts:     CIStepOptions{Command: "validate", GitHubToken: secret},
+			wantFile: map[string][]string{"output": {"fingerprint<<", "sha256:"}, "summary": {"gpupass validate", "is valid", "sha256:"}},
+			wantLog:  []string{"::group::gpupass validate", "::endgroup::"}},
+		{name: "validate on GitLab writes dotenv and code quality", kind: "gitlab", spec: string(starter),
+			opts:     CIStepOptions{Command: "validate"},
+			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_FINGERPRINT=sha256:"}, "gl-code-quality-report.json": {"[]"}},
+			wantLog:  []string{"section_start:", "section_end:"}},
+		{name: "invalid spec fails with findings and code quality", kind: "gitlab", spec: "version: 1\nruntime: 7\n",
+			opts: CIStepOptions{Command: "validate"}, wantCode: ExitFindings,
+			wantFile: map[string][]string{"gl-code-quality-report.json": {`"check_name"`, "gpupass.yaml"}}},
+		{name: "missing spec is one usage error", kind: "github", opts: CIStepOptions{Command: "validate"}, wantCode: ExitUsage},
+		{name: "no command", kind: "github", opts: CIStepOptions{GitHubToken: secret}, wantCode: ExitUsage},
+		{name: "unknown command", kind: "github", opts: CIStepOptions{Command: "deploy"}, wantCode: ExitUsage},
+		{name: "train without its inputs", kind: "github", opts: CIStepOptions{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
+		{name: "bundle-push names every missing input", kind: "github", opts: CIStepOptions{Command: "bundle-push"}, wantCode: ExitUsage},
+		{name: "audit-verify rejects a mangled key without echoing it", kind: "github", opts: CIStepOptions{Command: "audit-verify", CosignKey: secret}, wantCode: ExitUsage},
+		{name: "compare-report consistent", kind: "github",
+			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl eu=eu.jsonl", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep", GitHubToken: secret},
+			wantFile: map[string][]string{"output": {"verdict<<", "consistent", "report-path<<", "rep/report.md"}, "summary": {"gpupass compare: consistent"}, "rep/junit.xml": {"<testsuite"}, "rep/chart.svg": {"<svg"}}},
+		{name: "compare-report diverged fails and still hands off the verdict", kind: "gitlab",
+			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl far=far.jsonl", Tolerance: "abs=0.01", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
+			wantCode: ExitFindings,
+			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_VERDICT=diverged", "GPUPASS_REPORT_PATH=rep/report.md"},
+				"rep/annotations.json": {`"label": "gpupass compare report: diverged"`, `"url": "https://gitlab.invalid/g/p/-/jobs/7/artifacts/file/`}}},
+		{name: "compare-report without runs", kind: "gitlab", opts: CIStepOptions{Command: "compare-report"}, wantCode: ExitUsage},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			writeMetrics(t, filepath.Join(dir, "us.jsonl"), 0)
+			writeMetrics(t, filepath.Join(dir, "eu.jsonl"), 0.001)
+			writeMetrics(t, filepath.Join(dir, "far.jsonl"), 0.5)
+			if tt.spec != "" {
+				if err := os.WriteFile(filepath.Join(dir, "gpupass.yaml"), []byte(tt.spec), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := map[string]string{}
+			if tt.kind == "github" {
+				env = map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": filepath.Join(dir, "output"), "GITHUB_STEP_SUMMARY": filepath.Join(dir, "summary")}
+			} else {
+				env = map[string]string{"GITLAB_CI": "true", "GPUPASS_DOTENV": filepath.Join(dir, "gpupass.env"), "CI_JOB_URL": "https://gitlab.invalid/g/p/-/jobs/7"}
+			}
+			o := tt.opts
+			o.Getenv = func(k string) string { return env[k] }
+			var out, log bytes.Buffer
+			o.ErrOut = &log
+			// Paths are relative to the job's directory, as in CI.
+			o.Spec = filepath.Join(dir, "gpupass.yaml")
+			o.Runs = prefixRuns(o.Runs, dir)
+			if o.ReportDir != "" {
+				o.ReportDir = filepath.Join(dir, o.ReportDir)
+			}
+			o.CodeQuality = filepath.Join(dir, "gl-code-quality-report.json")
+			err := RunCIStep(context.Background(), &o, &out)
+			if got := ExitCode(err); got != tt.wantCode {
+				t.Fatalf("exit code %d (err %v), want %d\nstdout:\n%s\nlog:\n%s", got, err, tt.wantCode, out.String(), log.String())
+			}
+			for file, subs := range tt.wantFile {
+				b, rerr := os.ReadFile(filepath.Join(dir, file))
+				if rerr != nil {
+					t.Errorf("%s: %v", file, rerr)
+					continue
+				}
+				got := strings.ReplaceAll(string(b), dir+string(filepath.Separator), "")
+				for _, s := range subs {
+					if !strings.Contains(got, s) {
+						t.Errorf("%s lacks %q:\n%s", file, s, got)
+					}
+				}
+			}
+			for _, s := range tt.wantLog {
+				if !strings.Contains(log.String(), s) {
+					t.Errorf("log lacks %q:\n%s", s, log.String())
+				}
+			}
+			all := out.String() + log.String()
+			if err != nil {
+				all += err.Error()
+			}
+			if strings.Contains(all, secret) {
+				t.Errorf("a secret reached the output:\n%s", all)
+			}
+		})
+	}
+}
+
+func prefixRuns(runs, dir string) string {
+	var out []string
+	for _, w := range strings.Fields(runs) {
+		name, ref, ok := strings.Cut(w, "=")
+		if ok {
+			out = append(out, name+"="+filepath.Join(dir, ref))
+		} else {
+			out = append(out, filepath.Join(dir, w))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func TestCompareInputs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in                  string
+		wantLabels, wantIns []string
+		wantErr             bool
+	}{
+		{in: `{"us":"alloc-1","eu":"alloc-2"}`, wantLabels: []string{"eu=alloc-2", "us=alloc-1"}},
+		{in: `["alloc-1","alloc-2"]`, wantIns: []string{"alloc-1", "alloc-2"}},
+		{in: "us=a.jsonl\n eu=b.csv c.jsonl", wantLabels: []string{"us=a.jsonl", "eu=b.csv"}, wantIns: []string{"c.jsonl"}},
+		{in: `{"us":`, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			l, i, err := compareInputs(tt.in)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.wantLabels, l); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantIns, i); diff != "" {
+				t.Errorf("inputs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCIStepAudit: the audit and audit-verify steps call the audit use
+// case with the cosign-password input as a value. The process environment
+// is not touched (COSIGN_PASSWORD stays unset, here and for the steps that
+// follow in the same job), and the typed result sets the step output.
+func TestCIStepAudit(t *testing.T) {
+	dir, _ := auditFixture(t)
+	t.Setenv(audit.PasswordEnv, "") // the signer must not find it there
+	os.Unsetenv(audit.PasswordEnv)
+	env := map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": filepath.Join(dir, "output"), "GITHUB_STEP_SUMMARY": filepath.Join(dir, "summary")}
+	getenv := func(k string) string { return env[k] }
+	zipPath := filepath.Join(dir, "audit-report.zip")
+	var out bytes.Buffer
+	o := &CIStepOptions{Command: "audit", RunFile: filepath.Join(dir, "run.json"), CosignKey: filepath.Join(dir, "cosign.key"),
+		CosignPassword: "gpupass-test", AuditPath: zipPath, Getenv: getenv}
+	if err := RunCIStep(context.Background(), o, &out); err != nil {
+		t.Fatalf("audit step: %v\n%s", err, out.String())
+	}
+	if v, set := os.LookupEnv(audit.PasswordEnv); set {
+		t.Errorf("the audit step set %s=%q in the process environment", audit.PasswordEnv, v)
+	}
+	if !strings.Contains(out.String(), "wrote "+zipPath) {
+		t.Errorf("audit step printed %q, want the report it wrote", out.String())
+	}
+	if b, _ := os.ReadFile(env["GITHUB_OUTPUT"]); !strings.Contains(string(b), zipPath) {
+		t.Errorf("audit-path output missing: %s", b)
+	}
+	out.Reset()
+	v := &CIStepOptions{Command: "audit-verify", CosignKey: filepath.Join(dir, "cosign.pub"), AuditPath: zipPath, Getenv: getenv}
+	err := RunCIStep(context.Background(), v, &out)
+	// The fixture run is simulated, so verify reports findings; what
+	// matters here is that it read and checked the signature.
+	if err != nil && ExitCode(err) != ExitFindings {
+		t.Fatalf("audit-verify step: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "signature") {
+		t.Errorf("audit-verify step printed %q, want the signature layer", out.String())
+	}
+	// A wrong password is refused: the value given is the one used.
+	o.CosignPassword, o.AuditPath = "wrong", filepath.Join(dir, "other.zip")
+	if err := RunCIStep(context.Background(), o, &bytes.Buffer{}); err == nil {
+		t.Error("audit step with a wrong cosign-password succeeded")
+	}
+}
+
+// TestBadToleranceNamesFlagOrInput: the report package says what is wrong
+// with a tolerance; `gpupass compare` names the flag the user typed and
+// `ci step` the input the workflow set, never the other's name.
+func TestBadToleranceNamesFlagOrInput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	us, eu := filepath.Join(dir, "us.jsonl"), filepath.Join(dir, "eu.jsonl")
+	writeMetrics(t, us, 0)
+	writeMetrics(t, eu, 0.001)
+	const problem = `"abs=5%": abs takes a plain number, not a percentage`
+
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"compare", us, eu, "--tolerance", "abs=5%"}, strings.NewReader(""), &out, &errb)
+	if code != ExitUsage || !strings.Contains(errb.String(), "--tolerance "+problem) {
+		t.Errorf("gpupass compare --tolerance abs=5%%: exit %d, stderr %q; want %d naming --tolerance and %s", code, errb.String(), ExitUsage, problem)
+	}
+
+	o := &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, Tolerance: "abs=5%", ReportDir: filepath.Join(dir, "rep"),
+		Getenv: func(string) string { return "" }}
+	err := RunCIStep(context.Background(), o, &bytes.Buffer{})
+	if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "input tolerance "+problem) || strings.Contains(fmt.Sprint(err), "--tolerance") {
+		t.Errorf("ci step with input tolerance abs=5%%: %v (exit %d); want a usage error naming the input tolerance, not the flag", err, ExitCode(err))
+	}
+}

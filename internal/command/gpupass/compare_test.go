@@ -1,0 +1,360 @@
+package gpupass
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/internal/metrics"
+)
+
+// writeRuns writes two consistent runs (JSONL and CSVLogger) and one that
+// diverges from step 60, into dir.
+func writeRuns(t *testing.T, dir string) (us, eu, bad string) {
+	t.Helper()
+	var a, b, c strings.Builder
+	b.WriteString("epoch,step,train_loss\n")
+	for st := 0; st <= 100; st += 10 {
+		v := 0.5 + 2*math.Exp(-float64(st)/40)
+		fmt.Fprintf(&a, `{"step":%d,"loss":%g,"ts":"2026-03-01T10:%02d:00+02:00"}`+"\n", st, v, st/2)
+		fmt.Fprintf(&b, "0,%d,%g\n", st, v*1.01)
+		if st >= 60 {
+			v += 0.5
+		}
+		fmt.Fprintf(&c, `{"step":%d,"loss":%g}`+"\n", st, v)
+	}
+	us, eu, bad = filepath.Join(dir, "us.jsonl"), filepath.Join(dir, "eu", "metrics.csv"), filepath.Join(dir, "ap.jsonl")
+	os.MkdirAll(filepath.Dir(eu), 0o755)
+	for p, s := range map[string]string{us: a.String(), eu: b.String(), bad: c.String() + "garbage\n"} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return us, eu, bad
+}
+
+func runCLI(t *testing.T, env map[string]string, args ...string) (string, string, int) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), append([]string{"compare"}, args...), strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// The CLI tests set environment variables, so they do not run in parallel.
+func TestCompareText(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, bad := writeRuns(t, dir)
+	summary := filepath.Join(dir, "summary.md")
+	svg, junit, js, md, png := filepath.Join(dir, "c.svg"), filepath.Join(dir, "c.xml"), filepath.Join(dir, "c.json"), filepath.Join(dir, "c.md"), filepath.Join(dir, "c.png")
+	clean := map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": summary}
+	out, stderr, code := runCLI(t, clean, us, eu, "--label", "ap="+bad, "--tolerance", "abs=0.1", "--svg", svg, "--junit", junit, "--json", js, "--markdown", md, "--png", png)
+	if code != 0 {
+		t.Fatalf("exit %d without --fail-on-divergence; stderr %s", code, stderr)
+	}
+	for _, want := range []string{"❌ gpupass compare: diverged", "| us vs eu ", "| us vs ap ", "step 60", "xychart-beta", "ap: skipped 1 malformed (line 12: not a JSON object)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(stderr, "skipped malformed input") {
+		t.Errorf("stderr lacks the malformed-input warning: %s", stderr)
+	}
+	for _, p := range []string{svg, junit, js, md, png, summary} {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			t.Errorf("%s: %v (%d bytes)", p, err, len(b))
+		}
+	}
+	if b, _ := os.ReadFile(md); string(b) != out {
+		t.Error("--markdown file differs from stdout")
+	}
+
+	_, stderr, code = runCLI(t, clean, us, eu, "--label", "ap="+bad, "--tolerance", "abs=0.1", "--fail-on-divergence")
+	if code != ExitFindings || !strings.Contains(stderr, "runs diverged (tolerance |Δ| ≤ 0.1)") {
+		t.Errorf("exit %d stderr %q, want 1 and the divergence", code, stderr)
+	}
+	_, _, code = runCLI(t, clean, us, eu, "--fail-on-divergence")
+	if code != 0 {
+		t.Errorf("consistent runs: exit %d", code)
+	}
+}
+
+func TestCompareJSONOnly(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	out, _, code := runCLI(t, map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": ""}, "-o", "json", us, eu)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var got struct {
+		Verdict string
+		Runs    []struct{ Label string }
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Error("more than one JSON value on stdout")
+	}
+	if got.Verdict != "consistent" || len(got.Runs) != 2 || got.Runs[1].Label != "eu" {
+		t.Errorf("got %+v (eu's label comes from its directory)", got)
+	}
+}
+
+func TestCompareBadInput(t *testing.T) {
+	dir := t.TempDir()
+	us, _, _ := writeRuns(t, dir)
+	empty := filepath.Join(dir, "empty.jsonl")
+	os.WriteFile(empty, []byte("x\n"), 0o644)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nothing", nil, "nothing to compare"},
+		{"duplicate labels", []string{us, "--label", "a=" + us, "--label", "a=" + empty}, `the name "a" is given twice`},
+		{"duplicate default labels", []string{us, filepath.Join(dir, "us.jsonl")}, ""},
+		{"alloc without broker", []string{us, "alloc-7f3a"}, "alloc-7f3a: no such file, and allocation ids need the broker"},
+		{"missing file", []string{us, filepath.Join(dir, "nope.csv")}, "nope.csv: no such file"},
+		{"empty series", []string{us, empty}, "no loss values found; 1 malformed (line 1: not a JSON object)"},
+		{"bad tolerance", []string{us, "--tolerance", "abc"}, "--tolerance"},
+		{"bad behavior", []string{us, "--comment-behavior", "hide"}, "--comment-behavior"},
+		{"bad price", []string{us, "--price", "zz=1"}, `no run named "zz"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// No `gpupass up` config and no broker in the environment.
+			env := map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": "", "GPUPASS_STATE_DIR": dir, "GPUPASS_BROKER_URL": ""}
+			_, stderr, code := runCLI(t, env, tc.args...)
+			if tc.want == "" {
+				// The same path twice is one run, not a duplicate label.
+				if code != 0 {
+					t.Errorf("exit %d: %s", code, stderr)
+				}
+				return
+			}
+			if code != ExitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d stderr %q, want 2 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// fakeSource stands in for the broker's metrics API.
+type fakeSource map[string]*metrics.Series
+
+func (f fakeSource) Metrics(_ context.Context, id, _ string) (*metrics.Series, error) {
+	s, ok := f[id]
+	if !ok {
+		return nil, fmt.Errorf("allocation %s not found", id)
+	}
+	return s, nil
+}
+
+func TestCompareAllocSource(t *testing.T) {
+	dir := t.TempDir()
+	us, _, _ := writeRuns(t, dir)
+	src := fakeSource{"alloc-eu1": {Label: "eu-west", Source: "alloc-eu1", Metric: "loss", Points: []metrics.Point{{Step: 50, Value: 0.7}, {Step: 0, Value: 2.5}}}}
+	var out bytes.Buffer
+	err := RunCompare(context.Background(), &CompareOptions{Inputs: []string{us, "alloc-eu1"}, Tolerance: "abs=5", CommentBehavior: "update", Post: "none", Source: src}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| eu-west ") || !strings.Contains(out.String(), "us vs eu-west") {
+		t.Errorf("report lacks the allocation's run:\n%s", out.String())
+	}
+}
+
+// githubPR is a minimal GitHub issue-comments endpoint for the CLI test;
+// internal/forge/github tests the API in depth.
+type githubPR struct {
+	mu    sync.Mutex
+	posts []string
+}
+
+func (g *githubPR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case r.Method == "GET" && r.URL.Path == "/repos/acme/train/issues/7/comments":
+		io.WriteString(w, "[]")
+	case r.Method == "POST" && r.URL.Path == "/repos/acme/train/issues/7/comments":
+		var c struct{ Body string }
+		json.NewDecoder(r.Body).Decode(&c)
+		g.posts = append(g.posts, c.Body)
+		w.WriteHeader(201)
+		io.WriteString(w, `{"id":1,"html_url":"http://127.0.0.1/pr/7#1"}`)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func TestComparePostsToGitHub(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	g := &githubPR{}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	event := filepath.Join(dir, "event.json")
+	os.WriteFile(event, []byte(`{"pull_request":{"number":7}}`), 0o644)
+	env := map[string]string{
+		"GITHUB_ACTIONS": "true", "GITLAB_CI": "", "GITHUB_EVENT_PATH": event, "GITHUB_REPOSITORY": "acme/train",
+		"GITHUB_RUN_ID": "77", "GITHUB_API_URL": srv.URL, "GITHUB_TOKEN": "ghs_x", "GITHUB_STEP_SUMMARY": filepath.Join(dir, "s.md"),
+	}
+	out, stderr, code := runCLI(t, env, us, eu, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if len(g.posts) != 1 || !strings.HasPrefix(g.posts[0], `<!-- gpupass:report tag="compare" run=77 `) {
+		t.Fatalf("posts %q", g.posts)
+	}
+	var got struct{ Posted struct{ Action, URL string } }
+	json.Unmarshal([]byte(out), &got)
+	if d := cmp.Diff("created", got.Posted.Action); d != "" {
+		t.Errorf("posted action (-want +got):\n%s", d)
+	}
+}
+
+func TestCompareGitLabJobToken(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	env := map[string]string{
+		"GITHUB_ACTIONS": "", "GITLAB_CI": "true", "CI_API_V4_URL": "http://127.0.0.1:1/api/v4", "CI_MERGE_REQUEST_PROJECT_ID": "4",
+		"CI_MERGE_REQUEST_IID": "2", "CI_JOB_TOKEN": "job", "GITLAB_TOKEN": "", "GPUPASS_GITLAB_TOKEN": "", "GITHUB_STEP_SUMMARY": "",
+	}
+	_, stderr, code := runCLI(t, env, us, eu)
+	if code != ExitUsage || !strings.Contains(stderr, "only CI_JOB_TOKEN is available: a CI job token cannot post merge request notes: create a project access token") {
+		t.Errorf("exit %d stderr %q", code, stderr)
+	}
+}
+
+// gitlabMR is a minimal GitLab MR-notes endpoint for the CLI test;
+// internal/forge/gitlab tests the API in depth.
+type gitlabMR struct {
+	mu    sync.Mutex
+	notes []string
+	token string
+}
+
+func (g *gitlabMR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.token = r.Header.Get("PRIVATE-TOKEN")
+	const path = "/api/v4/projects/4/merge_requests/2/notes"
+	switch {
+	case r.Method == "GET" && r.URL.Path == path:
+		io.WriteString(w, "[]")
+	case r.Method == "POST" && r.URL.Path == path:
+		var n struct{ Body string }
+		json.NewDecoder(r.Body).Decode(&n)
+		g.notes = append(g.notes, n.Body)
+		w.WriteHeader(201)
+		io.WriteString(w, `{"id":5}`)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func TestComparePostsToGitLab(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	g := &gitlabMR{}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("glpat-secret\n"), 0o600)
+	env := map[string]string{
+		"GITHUB_ACTIONS": "", "GITLAB_CI": "true", "GITHUB_STEP_SUMMARY": "", "CI_API_V4_URL": srv.URL + "/api/v4",
+		"CI_MERGE_REQUEST_PROJECT_ID": "4", "CI_MERGE_REQUEST_IID": "2", "CI_PIPELINE_ID": "31",
+		"CI_COMMIT_TIMESTAMP": "2026-03-02T10:00:00+01:00", "CI_COMMIT_SHA": "c0ffee", "GITLAB_TOKEN": "",
+		"GPUPASS_GITLAB_TOKEN_FILE": tokenFile,
+	}
+	_, stderr, code := runCLI(t, env, us, eu, "--tag", "nightly")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := `<!-- gpupass:report tag="nightly" run=31 commit_time=2026-03-02T09:00:00Z sha=c0ffee -->`
+	if len(g.notes) != 1 || !strings.HasPrefix(g.notes[0], want+"\n### ✅ gpupass compare: consistent") {
+		t.Errorf("notes %q, want one starting with %s", g.notes, want)
+	}
+	if g.token != "glpat-secret" {
+		t.Errorf("token %q, want the one from GPUPASS_GITLAB_TOKEN_FILE", g.token)
+	}
+}
+
+// TestCompareEdgeInputs drives RunCompare with inputs that cannot be
+// compared fully: no common steps, a single point, NaN and Inf values.
+// Each must give a report that says so, and --fail-on-divergence decides
+// the exit code.
+func TestCompareEdgeInputs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, lines ...string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	early := write("early.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`, `{"step":20,"loss":1}`)
+	late := write("late.jsonl", `{"step":100,"loss":0.9}`, `{"step":110,"loss":0.8}`)
+	single := write("single.jsonl", `{"step":10,"loss":1.5}`)
+	blowup := write("blowup.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":NaN}`, `{"step":20,"loss":Infinity}`)
+	tests := []struct {
+		name      string
+		inputs    []string
+		wantCode  int // with --fail-on-divergence
+		wantErr   string
+		wantJSON  []string
+		wantLines []string
+	}{
+		{"no overlap", []string{early, late}, ExitFindings, "runs cannot be compared: early (steps 0..20) and late (steps 100..110) have no steps in common",
+			[]string{`"verdict": "inconclusive"`, `"error": "early (steps 0..20) and late (steps 100..110) have no steps in common"`},
+			[]string{"⚠️ gpupass compare: inconclusive", "no step range common to all runs"}},
+		{"single point", []string{early, single}, 0, "",
+			[]string{`"verdict": "consistent"`, `"common_steps": 1`},
+			[]string{"single: a single point", "| early vs single | 1 "}},
+		{"NaN and Inf shown", []string{early, blowup}, ExitFindings, "runs diverged",
+			[]string{`"final_loss": "+Inf"`, `"non_finite": 2`, `"max_abs_delta": 0`},
+			[]string{"| +Inf       | 2 (step 0) ", "blowup: 2 NaN/Inf value(s) in the run (kept; they fail every tolerance check)", "2 common step(s) with NaN/Inf"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			jsonPath := filepath.Join(t.TempDir(), "r.json")
+			var md bytes.Buffer
+			o := &CompareOptions{Inputs: tc.inputs, Tolerance: "abs=0.1", CommentBehavior: "update", Post: "none", FailOnDivergence: true, JSON: jsonPath}
+			err := RunCompare(context.Background(), o, &md)
+			if code := ExitCode(err); code != tc.wantCode || (tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("exit %d (%v), want %d and %q", code, err, tc.wantCode, tc.wantErr)
+			}
+			js, _ := os.ReadFile(jsonPath)
+			for _, want := range tc.wantJSON {
+				if !strings.Contains(string(js), want) {
+					t.Errorf("JSON lacks %s:\n%s", want, js)
+				}
+			}
+			for _, want := range tc.wantLines {
+				if !strings.Contains(md.String(), want) {
+					t.Errorf("markdown lacks %q:\n%s", want, md.String())
+				}
+			}
+		})
+	}
+}

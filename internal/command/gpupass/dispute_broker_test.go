@@ -1,0 +1,162 @@
+package gpupass
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
+)
+
+// TestDisputedLogInTheCLI: a run whose agent sent seq 7 twice with
+// different content (the broker kept the first, refused the second)
+// ends "succeeded", and every command that shows its log or judges its
+// figures says the log is disputed: logs (a WARN line, and exit 1 when
+// following), runs (a marker), compare (inconclusive, exit 1 with
+// --fail-on-divergence) and audit (recorded; verify fails the log
+// layer). Before, the second record vanished without a trace.
+func TestDisputedLogInTheCLI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir, getenv := auditFixture(t)
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	agentTok := b.Token(t, store.RoleAgent, "*")
+	ag := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
+	work, err := client.DialRuns(b.URL, client.Options{Token: agentTok, GRPC: true, Agent: ag.Creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(t, store.RoleSubmit, "us-*")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
+		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "us-west-2", Command: []string{"python3", "train.py"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := sub.Msg.Run
+	pw, err := work.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: ag.ID, WaitSeconds: 5}))
+	if err != nil || pw.Msg.Assignment.GetAllocId() != run.Id {
+		t.Fatalf("PollWork = %v, %v", pw, err)
+	}
+	as := pw.Msg.Assignment
+	update := func(st gpupassv1.AllocState, last uint64) {
+		t.Helper()
+		if _, err := work.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: ag.ID, AllocId: as.AllocId,
+			FencingToken: as.FencingToken, State: st, Attempts: 1, LastSeq: last})); err != nil {
+			t.Fatalf("update %v: %v", st, err)
+		}
+	}
+	update(gpupassv1.AllocState_ALLOC_STATE_STARTING, 0)
+	rep := ag.Report()
+	rep.AllocationID, rep.SpecFingerprint, rep.RuntimeFingerprint = run.Id, run.SpecFingerprint, run.SpecFingerprint
+	rb, sig, err := brokertest.Sign(ag.Key, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := work.Work.SubmitRunReport(ctx, connect.NewRequest(&gpupassv1.SubmitRunReportRequest{AgentId: ag.ID, AllocId: as.AllocId,
+		FencingToken: as.FencingToken, Report: rb, Signature: sig})); err != nil {
+		t.Fatalf("SubmitRunReport: %v", err)
+	}
+	update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, 0)
+	point := func(step int, loss float64) *gpupassv1.Record {
+		return &gpupassv1.Record{Seq: uint64(step), Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
+			Data: fmt.Appendf(nil, `{"step":%d,"ts":"2026-11-29T12:00:%02dZ","attempt":1,"values":{"loss":%g}}`, step, step, loss)}
+	}
+	var recs []*gpupassv1.Record
+	var jsonl bytes.Buffer
+	for step := 1; step <= 20; step++ {
+		recs = append(recs, point(step, 4.0/float64(step)))
+		fmt.Fprintf(&jsonl, `{"step":%d,"loss":%g}`+"\n", step, 4.0/float64(step))
+	}
+	upload := func(recs ...*gpupassv1.Record) *gpupassv1.UploadRecordsResponse {
+		t.Helper()
+		resp, err := work.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: ag.ID, AllocId: as.AllocId,
+			FencingToken: as.FencingToken, Records: recs}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	upload(recs...)
+	if resp := upload(point(7, 0.001)); len(resp.DisputedSeqs) != 1 || resp.DisputedSeqs[0] != 7 || resp.HeldThrough != 20 {
+		t.Fatalf("second, different seq 7: reply %v; want it refused (disputed_seqs [7]), held 20", resp)
+	}
+	update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 20)
+
+	reader := BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
+	const note = "log disputed: 1 record(s) were sent twice with different content (first at seq 7)"
+
+	t.Run("logs", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		err := RunLogs(ctx, &LogsOptions{Global: &GlobalOptions{Output: "text"}, Broker: reader, AllocID: run.Id, Metrics: true}, &out, &errOut)
+		if err != nil || !strings.Contains(errOut.String(), "WARN "+note) || !strings.Contains(errOut.String(), "not proof") {
+			t.Errorf("logs: %v; stderr lacks the WARN %q:\n%s", err, note, errOut.String())
+		}
+		if !strings.Contains(out.String(), "step=7 attempt=1 {\"loss\":0.5714285714285714}") {
+			t.Errorf("logs do not show the first seq 7 (the one kept):\n%s", out.String())
+		}
+		out.Reset()
+		errOut.Reset()
+		err = RunLogs(ctx, &LogsOptions{Global: &GlobalOptions{Output: "json"}, Broker: reader, AllocID: run.Id, Follow: true}, &out, &errOut)
+		if ExitCode(err) != ExitFindings || !strings.Contains(fmt.Sprint(err), note) || strings.Contains(out.String(), "disputed") {
+			t.Errorf("logs --follow -o json: exit %d, %v, stdout %q; want exit 1 naming the dispute, stdout JSON only", ExitCode(err), err, out.String())
+		}
+	})
+
+	t.Run("runs", func(t *testing.T) {
+		var out bytes.Buffer
+		if err := RunRuns(ctx, &RunsOptions{Global: &GlobalOptions{Output: "text"}, Broker: reader, Limit: 50}, &out); err != nil || !strings.Contains(out.String(), "succeeded, simulated, LOG DISPUTED") {
+			t.Errorf("runs: %v\n%s\nwant the run marked LOG DISPUTED", err, out.String())
+		}
+	})
+
+	t.Run("compare", func(t *testing.T) {
+		clean := filepath.Join(t.TempDir(), "clean.jsonl")
+		if err := os.WriteFile(clean, jsonl.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err := RunCompare(ctx, &CompareOptions{Inputs: []string{clean, run.Id}, Tolerance: "5%", FailOnDivergence: true, Post: "none",
+			CommentBehavior: "update", Source: &BrokerMetrics{Broker: &reader}}, &out)
+		md := out.String()
+		if ExitCode(err) != ExitFindings || !strings.Contains(fmt.Sprint(err), note) {
+			t.Errorf("compare --fail-on-divergence: exit %d, %v; want exit 1 naming the dispute", ExitCode(err), err)
+		}
+		for _, want := range []string{"gpupass compare: inconclusive", "**Log disputed** (us-west-2)", "⚠️ log disputed: us-west-2"} {
+			if !strings.Contains(md, want) {
+				t.Errorf("compare report lacks %q (the curves agree; only the dispute keeps it from consistent):\n%s", want, md)
+			}
+		}
+	})
+
+	t.Run("audit", func(t *testing.T) {
+		zipPath := filepath.Join(dir, "disputed-audit.zip")
+		var out bytes.Buffer
+		if err := RunAudit(ctx, AuditOptions{AllocationID: run.Id, Out: zipPath, Key: filepath.Join(dir, "cosign.key"), Broker: reader, Getenv: getenv}, &out); err != nil {
+			t.Fatalf("audit: %v", err)
+		}
+		if !strings.Contains(out.String(), note) {
+			t.Errorf("audit output does not say the log is disputed:\n%s", out.String())
+		}
+		var vout bytes.Buffer
+		err := RunAuditVerify(ctx, AuditVerifyOptions{Path: zipPath, Key: filepath.Join(dir, "cosign.pub"), Getenv: getenv}, &vout)
+		if ExitCode(err) != ExitFindings || !strings.Contains(vout.String(), "FAIL log") || !strings.Contains(vout.String(), note) {
+			t.Errorf("audit verify: exit %d, %v; want exit 1 with the log layer failed:\n%s", ExitCode(err), err, vout.String())
+		}
+	})
+}

@@ -1,0 +1,74 @@
+package gpupass
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/flagenv"
+)
+
+// EnvPrefix is the prefix of every environment variable gpupass reads for
+// its flags (package flagenv holds the rule for all three binaries).
+const EnvPrefix = flagenv.Prefix
+
+// EnvName returns the environment variable that sets a flag.
+func EnvName(flag string) string { return flagenv.Name(flag) }
+
+// MarkSecret declares a flag as a secret (token, password). Call it from
+// the options' AddFlags.
+func MarkSecret(flag string) { flagenv.MarkSecret(flag) }
+
+func isSecret(flag string) bool { return flagenv.IsSecret(flag) }
+
+// applyEnv sets every flag of cmd (and its parents' persistent flags) that
+// was not given on the command line from its environment variable, then
+// masks every secret in CI logs.
+func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
+	firstErr := flagenv.Apply(cmd, getenv)
+	warnEnvTypos(cmd, os.Environ())
+	// Mask every secret before the command can print anything, whether it
+	// came from the command line, GPUPASS_<FLAG> or GPUPASS_<FLAG>_FILE.
+	env := ci.Detect(getenv, cmd.ErrOrStderr())
+	mask := func(f *pflag.Flag) {
+		if isSecret(f.Name) && f.Changed {
+			env.Mask(f.Value.String())
+		}
+	}
+	cmd.Flags().VisitAll(mask)
+	cmd.InheritedFlags().VisitAll(mask)
+	return firstErr
+}
+
+// ApplyEnv sets cmd's unset flags from their GPUPASS_* variables. The other
+// binaries (gpupass-broker) call it so every flag follows the same rule.
+func ApplyEnv(cmd *cobra.Command) error { return applyEnv(cmd, os.Getenv) }
+
+// warnEnvTypos warns on stderr about each GPUPASS_* variable that is close
+// to, but not, one this binary reads: a typo would otherwise be ignored
+// without a word. Known are the variables of every flag of every command
+// (the same shell may serve several), and GPUPASS_<FLAG>_FILE of secrets.
+func warnEnvTypos(cmd *cobra.Command, environ []string) {
+	known := map[string]bool{}
+	var walk func(c *cobra.Command)
+	add := func(f *pflag.Flag) {
+		known[flagenv.Name(f.Name)] = true
+		if isSecret(f.Name) {
+			known[flagenv.Name(f.Name)+"_FILE"] = true
+		}
+	}
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cmd.Root())
+	for _, w := range flagenv.Typos(environ, known) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", cmd.Root().Name(), w)
+	}
+}

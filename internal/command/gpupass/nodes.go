@@ -1,0 +1,66 @@
+package gpupass
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// NodesOptions are the flags of `gpupass nodes`.
+type NodesOptions struct {
+	Global  *GlobalOptions
+	Broker  BrokerFlags
+	Regions []string
+	// OnlineOnly hides offline nodes.
+	OnlineOnly bool
+}
+
+// AddFlags registers nodes' flags.
+func (o *NodesOptions) AddFlags(cmd *cobra.Command) {
+	o.Broker.AddFlags(cmd)
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Regions, "region", nil, "only these regions (glob patterns; repeatable or comma-separated)")
+	f.BoolVar(&o.OnlineOnly, "online", false, "hide offline nodes")
+}
+
+func newNodesCmd(g *GlobalOptions) *cobra.Command {
+	o := &NodesOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "List certified nodes with their health score and its terms",
+		Long: `List the broker's certified nodes in the token's region scope, ordered by
+health score: score = min(100, 100 - 0.1*latency_ms - 5*failure_rate_pct_24h
+- 2*price_premium_pct), with each term shown.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return RunNodes(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// RunNodes lists nodes.
+func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
+	c, err := o.Broker.Dial()
+	if err != nil {
+		return err
+	}
+	resp, err := c.Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{Regions: o.Regions, IncludeOffline: !o.OnlineOnly}))
+	if err != nil {
+		return rpcError("listing nodes", o.Broker.URL, err)
+	}
+	if o.Global != nil && o.Global.Output == "json" {
+		return writeProtoJSON(out, resp.Msg)
+	}
+	if len(resp.Msg.Nodes) == 0 {
+		_, err := fmt.Fprintln(out, "no nodes in scope")
+		return err
+	}
+	return writeNodeTable(out, resp.Msg.Nodes)
+}

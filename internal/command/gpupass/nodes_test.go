@@ -1,0 +1,136 @@
+package gpupass_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
+)
+
+// cliBroker is a real broker (SQLite) with agents in three regions: two
+// matching H100 nodes and one with another CUDA toolkit.
+func cliBroker(t *testing.T) (url, read string, ids map[string]string) {
+	t.Helper()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	tok := b.Token(t, store.RoleAgent, "*")
+	east := brokertest.H100("us-east-1", 21)
+	east.CUDA = "12.2.140"
+	ids = map[string]string{}
+	for name, n := range map[string]brokertest.NodeSpec{
+		"west": brokertest.H100("us-west-2", 20), "eu": brokertest.H100("eu-central-1", 22), "east": east,
+	} {
+		ids[name] = brokertest.Register(t, b.URL, tok, n).ID
+	}
+	return b.URL, b.Token(t, store.RoleRead, "*"), ids
+}
+
+func runMain(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := gpupass.Main(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeH100Spec(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../../broker/testdata/h100.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "gpupass.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestNodesAndDryRun(t *testing.T) {
+	t.Parallel()
+	url, read, ids := cliBroker(t)
+	specPath := writeH100Spec(t)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains []string
+		absent   []string
+		json     bool
+	}{
+		{name: "nodes text", args: []string{"nodes", "--broker-url", url, "--broker-token", read},
+			contains: []string{ids["west"], ids["eu"], ids["east"], "h100-sxm5 x8", "simulated", "SCORE"}},
+		{name: "nodes region", args: []string{"nodes", "--broker-url", url, "--broker-token", read, "--region", "eu-*"},
+			contains: []string{ids["eu"]}, absent: []string{ids["west"], ids["east"]}},
+		{name: "nodes json", args: []string{"nodes", "-o", "json", "--broker-url", url, "--broker-token", read}, json: true,
+			contains: []string{`"nodes"`, `"health"`, `"latency_penalty"`, `"simulated":true`}},
+		{name: "dry-run text", args: []string{"validate", "-f", specPath, "--dry-run", "--broker", url, "--broker-token", read},
+			contains: []string{"2 candidate(s), 1 excluded", ids["west"], "excluded:", ids["east"] + " (us-east-1", "runtime.cuda: expected 12.1.105, measured 12.2.140"}},
+		{name: "dry-run json", args: []string{"validate", "-f", specPath, "-o", "json", "--dry-run", "--broker-url", url, "--broker-token", read}, json: true,
+			contains: []string{`"fingerprint"`, `"dry_run"`, `"candidates"`, `"runtime_mismatch"`, `"measured": "12.2.140"`, `"excluded_total": 1`}},
+		{name: "dry-run summary", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--excluded", "summary"},
+			contains: []string{"2 candidate(s), 1 excluded", ids["west"], "excluded, by reason:", "1  runtime_mismatch (runtime.cuda)"}, absent: []string{ids["east"]}},
+		{name: "dry-run bad --excluded", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--excluded", "some"},
+			code: 2},
+		{name: "dry-run nothing matches", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--max-price", "5"},
+			code: 1, contains: []string{"0 candidate(s), 3 excluded", "above --max-price 5/h"}},
+		{name: "dry-run region", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--region", "us-west-2", "--min-health-score", "50"},
+			contains: []string{"1 candidate(s), 2 excluded", "is not in --region us-west-2", "min health score 50"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := runMain(t, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, out, errs)
+			}
+			for _, s := range tt.contains {
+				if !strings.Contains(out, s) {
+					t.Errorf("output lacks %q:\n%s", s, out)
+				}
+			}
+			for _, s := range tt.absent {
+				if strings.Contains(out, s) {
+					t.Errorf("output has %q:\n%s", s, out)
+				}
+			}
+			if tt.json {
+				var v map[string]any
+				if err := json.Unmarshal([]byte(out), &v); err != nil {
+					t.Errorf("--output json is not one JSON document: %v\n%s", err, out)
+				}
+			}
+		})
+	}
+}
+
+func TestBrokerErrors(t *testing.T) {
+	t.Parallel()
+	url, _, _ := cliBroker(t)
+	tests := []struct {
+		name     string
+		args     []string
+		contains string
+	}{
+		{"no url", []string{"nodes", "--broker-token", "x"}, "--broker-url"},
+		{"no token", []string{"nodes", "--broker-url", url}, "GPUPASS_BROKER_TOKEN"},
+		{"bad token", []string{"nodes", "--broker-url", url, "--broker-token", "gpp_secretvalue"}, "invalid token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := runMain(t, tt.args...)
+			if code != gpupass.ExitUsage || !strings.Contains(errs, tt.contains) {
+				t.Errorf("exit %d, stderr %q; want 2 mentioning %q", code, errs, tt.contains)
+			}
+			if strings.Contains(out+errs, "gpp_secretvalue") {
+				t.Error("the token appears in the output")
+			}
+		})
+	}
+}

@@ -1,0 +1,135 @@
+// Package gpupass wires gpupass's commands: cobra commands -> options structs
+// (AddFlags) -> Run functions that do not import cobra.
+package gpupass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/ci"
+)
+
+// GlobalOptions are the flags every command shares.
+type GlobalOptions struct {
+	Output  string // text | json
+	Verbose bool
+}
+
+// AddFlags registers the global flags.
+func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text or json")
+	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
+}
+
+// Validate checks the global flags.
+func (o *GlobalOptions) Validate() error {
+	switch o.Output {
+	case "text", "json":
+		return nil
+	}
+	return fmt.Errorf("--output %q: must be text or json", o.Output)
+}
+
+// Logger returns the diagnostics logger for the command (stderr).
+func (o *GlobalOptions) Logger(w io.Writer) *slog.Logger {
+	level := slog.LevelWarn
+	if o.Verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// NewRoot builds the root command with every subcommand.
+func NewRoot() *cobra.Command {
+	g := &GlobalOptions{}
+	root := &cobra.Command{
+		Use:   "gpupass",
+		Short: "Reproducible, verifiable GPU training across clouds and regions",
+		Long: `gpupass makes the training environment a contract: a strict spec with a
+fingerprint, certified GPU nodes, signed conformance reports, cross-region
+comparison and signed audits.
+
+Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
+2 usage or I/O error. Every flag can be set with GPUPASS_<FLAG>.`,
+		Version:       buildinfo.Get().String(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd, os.Getenv); err != nil {
+				return err
+			}
+			return g.Validate()
+		},
+	}
+	g.AddFlags(root)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	for _, add := range commands {
+		root.AddCommand(add(g))
+	}
+	return root
+}
+
+// commands lists the subcommand constructors, one file per command.
+var commands = []func(*GlobalOptions) *cobra.Command{
+	newVersionCmd,
+	newNodesCmd,
+	newValidateCmd,
+	newInitCmd,
+	newUpCmd,
+	newCompareCmd,
+	newTrainCmd,
+	newLogsCmd,
+	newRunsCmd,
+	newCancelCmd,
+	newAuditCmd,
+	newBundleCmd,
+	newCICmd,
+}
+
+// Main runs the CLI with args and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := NewRoot()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		var ee *ExitError
+		if !errors.As(err, &ee) || ee.Err != nil {
+			// In a workflow the error is one annotation, titled with the
+			// command, instead of a plain line.
+			title := "gpupass"
+			if c, _, ferr := root.Find(args); ferr == nil && c != root {
+				title = c.CommandPath()
+			}
+			if !ci.Detect(os.Getenv, stderr).Error(title, err.Error()) {
+				fmt.Fprintf(stderr, "gpupass: %v\n", err)
+			}
+		}
+	}
+	return ExitCode(err)
+}
+
+func newVersionCmd(g *GlobalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the gpupass version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.Output == "json" {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(buildinfo.Get())
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpupass", buildinfo.Get().String())
+			return err
+		},
+	}
+}

@@ -1,0 +1,207 @@
+package gpupass
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/runview"
+	"github.com/gpupass/gpupass/internal/termsafe"
+)
+
+// LogsOptions are the flags of `gpupass logs`.
+type LogsOptions struct {
+	Global   *GlobalOptions
+	Broker   BrokerFlags
+	AllocID  string
+	Follow   bool
+	Metrics  bool
+	AfterSeq uint64
+}
+
+// AddFlags registers logs' flags.
+func (o *LogsOptions) AddFlags(cmd *cobra.Command) {
+	o.Broker.AddFlags(cmd)
+	f := cmd.Flags()
+	f.BoolVarP(&o.Follow, "follow", "f", false, "keep streaming until the run ends; exit 1 when it did not succeed or its log is disputed")
+	f.BoolVar(&o.Metrics, "metrics", false, "include metric points")
+	f.Uint64Var(&o.AfterSeq, "after-seq", 0, "only records after this sequence number")
+}
+
+func newLogsCmd(g *GlobalOptions) *cobra.Command {
+	o := &LogsOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "logs ALLOC",
+		Short: "Print a run's events (structured logs)",
+		Long: `Print the events of a run in sequence order, one line each:
+[2024-04-12 08:23:15.221] INFO runtime.init CUDA driver 535.104.05 loaded (expected 535.104.05)
+With --output json, one JSON object per event (seq, ts, level, component, msg, fields).
+A log the broker marked disputed (a seq sent twice with different content)
+ends with a WARN line on stderr: it is not proof of what the run printed.`,
+		Args: allocArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.AllocID = args[0]
+			return RunLogs(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// RunLogs prints (and with Follow, streams) a run's records.
+func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
+	c, err := o.Broker.DialRuns()
+	if err != nil {
+		return err
+	}
+	resp, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: o.AllocID}))
+	if err != nil {
+		return rpcError("reading run "+o.AllocID, o.Broker.URL, err)
+	}
+	p := &logPrinter{out: out, json: o.Global != nil && o.Global.Output == "json"}
+	fin, err := followRun(ctx, c, resp.Msg.Run, o.AfterSeq, o.Follow, o.Metrics, p, o.Global.logger(errOut))
+	if err != nil {
+		return err
+	}
+	if !o.Follow {
+		// The run as it is now: it may have been disputed while the
+		// records were read.
+		if r, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: o.AllocID})); err == nil {
+			fin = r.Msg.Run
+		}
+	}
+	if fin.GetLogDisputed() {
+		// On stderr, so --output json stays JSON; a person reading the
+		// terminal sees it after the last line.
+		fmt.Fprintln(errOut, "WARN "+disputedNote(fin))
+	}
+	if o.Follow && fin.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+		return Findings(fmt.Errorf("run %s %s: %s", fin.Id, stateName(fin.State), termsafe.String(fin.Reason)))
+	}
+	if o.Follow && fin.GetLogDisputed() {
+		return Findings(fmt.Errorf("run %s succeeded, but %s", fin.Id, disputedNote(fin)))
+	}
+	return nil
+}
+
+// disputedNote says what a disputed log means, for every command that
+// shows one.
+func disputedNote(r *gpupassv1.Run) string {
+	return fmt.Sprintf("log disputed: %d record(s) were sent twice with different content (first at seq %d); the broker kept the first of each, so this log is not proof of what the run printed",
+		r.GetDisputedRecords(), r.GetFirstDisputedSeq())
+}
+
+// RunsOptions are the flags of `gpupass runs`.
+type RunsOptions struct {
+	Global  *GlobalOptions
+	Broker  BrokerFlags
+	Regions []string
+	Limit   int
+}
+
+// AddFlags registers runs' flags.
+func (o *RunsOptions) AddFlags(cmd *cobra.Command) {
+	o.Broker.AddFlags(cmd)
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Regions, "region", nil, "only these regions (glob patterns)")
+	f.IntVar(&o.Limit, "limit", 50, fmt.Sprintf("newest runs to show (at most %d)", maxRunsLimit))
+}
+
+func newRunsCmd(g *GlobalOptions) *cobra.Command {
+	o := &RunsOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List runs, newest first, with state, node, score and reason",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return RunRuns(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// maxRunsLimit is the broker's cap on ListRuns (broker/runs_service.go).
+const maxRunsLimit = 1000
+
+// RunRuns lists runs.
+func RunRuns(ctx context.Context, o *RunsOptions, out io.Writer) error {
+	// The broker answers a limit past its cap with its default of 100
+	// runs, which would look like all there is: refuse instead.
+	if o.Limit < 1 || o.Limit > maxRunsLimit {
+		return fmt.Errorf("--limit %d: must be 1 to %d (the most the broker returns at once; narrow with --region)", o.Limit, maxRunsLimit)
+	}
+	c, err := o.Broker.DialRuns()
+	if err != nil {
+		return err
+	}
+	resp, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{Regions: o.Regions, Limit: int32(o.Limit)}))
+	if err != nil {
+		return rpcError("listing runs", o.Broker.URL, err)
+	}
+	if o.Global != nil && o.Global.Output == "json" {
+		return runview.WriteList(out, resp.Msg.Runs)
+	}
+	if len(resp.Msg.Runs) == 0 {
+		_, err := fmt.Fprintln(out, "no runs in scope")
+		return err
+	}
+	writeRunTable(out, resp.Msg.Runs)
+	return nil
+}
+
+// CancelOptions are the flags of `gpupass cancel`.
+type CancelOptions struct {
+	Global  *GlobalOptions
+	Broker  BrokerFlags
+	AllocID string
+	Reason  string
+}
+
+// AddFlags registers cancel's flags.
+func (o *CancelOptions) AddFlags(cmd *cobra.Command) {
+	o.Broker.AddFlags(cmd)
+	cmd.Flags().StringVar(&o.Reason, "reason", "", `why (stored as the run's reason; default "cancelled by user")`)
+}
+
+func newCancelCmd(g *GlobalOptions) *cobra.Command {
+	o := &CancelOptions{Global: g}
+	cmd := &cobra.Command{
+		Use:   "cancel ALLOC",
+		Short: "Cancel a run (SIGTERM, then SIGKILL after its grace period)",
+		Args:  allocArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.AllocID = args[0]
+			return RunCancel(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// RunCancel cancels a run.
+func RunCancel(ctx context.Context, o *CancelOptions, out io.Writer) error {
+	c, err := o.Broker.DialRuns()
+	if err != nil {
+		return err
+	}
+	resp, err := c.Run.Cancel(ctx, connect.NewRequest(&gpupassv1.CancelRequest{AllocId: o.AllocID, Reason: o.Reason}))
+	if err != nil {
+		return rpcError("cancelling "+o.AllocID, o.Broker.URL, err)
+	}
+	r := resp.Msg.Run
+	if o.Global != nil && o.Global.Output == "json" {
+		return runview.WriteRun(out, r)
+	}
+	switch {
+	case terminal(r.State):
+		_, err = fmt.Fprintf(out, "%s %s: %s\n", r.Id, stateName(r.State), termsafe.String(r.Reason))
+	default:
+		_, err = fmt.Fprintf(out, "%s cancel requested (%s on %s); follow with: gpupass logs --follow %s\n", r.Id, stateName(r.State), termsafe.String(r.NodeId), r.Id)
+	}
+	return err
+}

@@ -1,0 +1,266 @@
+//go:build e2e
+
+package gpupass_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// TestUpTrainAcrossRegionsSurvivesBrokerKill is the user's path: `gpupass
+// up`, `train` in two regions with the real PyTorch example (which makes
+// its loss NaN once, so the agent restarts it from a checkpoint), `logs
+// --follow`, kill -9 of the broker mid-run (up starts it again), metrics
+// through the API, `cancel`, and Ctrl-C. The stored records of each run
+// must be exactly seq 1..N: nothing lost, nothing twice.
+func TestUpTrainAcrossRegionsSurvivesBrokerKill(t *testing.T) {
+	py := upstack.RequireTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2", "eu-central-1"}})
+	out := stack.Out.String()
+	for _, want := range []string{"us-west-2", "eu-central-1", `"simulated": true`, "token   gpp_"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("up's output lacks %q:\n%s", want, out)
+		}
+	}
+	readCfg := func() upstack.Config { return stack.Config(t) }
+	cfg := readCfg()
+	st, err := os.Stat(filepath.Join(stack.State, "config.json"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("config.json mode %v (%v), want 0600: it holds a token", st.Mode().Perm(), err)
+	}
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
+
+	// train: no broker flags, `up`'s config is enough.
+	var trainOut upstack.Buffer
+	train := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "us-west-2", "--region", "eu-central-1",
+		"--workdir", "examples/train", "--name", "e2e", "--follow", "--",
+		py, "train.py", "--steps", "60", "--sleep", "0.15", "--checkpoint-every", "10", "--nan-at-step", "25")
+	train.Stdout, train.Stderr = &trainOut, &trainOut
+	if err := train.Start(); err != nil {
+		t.Fatal(err)
+	}
+	trainDone := make(chan error, 1)
+	go func() { trainDone <- train.Wait() }()
+
+	var runs []*gpupassv1.Run
+	upstack.WaitFor(t, ctx, "two runs in the broker", func() bool {
+		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+		if err != nil {
+			return false
+		}
+		runs = resp.Msg.Runs
+		return len(runs) == 2
+	})
+	// logs --follow of one run, started while it runs.
+	var followOut upstack.Buffer
+	follow := gp("logs", "--follow", runs[0].Id)
+	follow.Stdout, follow.Stderr = &followOut, &followOut
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	followDone := make(chan error, 1)
+	go func() { followDone <- follow.Wait() }()
+
+	// kill -9 the broker once both runs are training and records flow.
+	upstack.WaitFor(t, ctx, "both runs to hold records while running", func() bool {
+		for _, r := range runs {
+			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: r.Id}))
+			if err != nil || resp.Msg.Run.State != gpupassv1.AllocState_ALLOC_STATE_RUNNING || resp.Msg.Run.HeldThrough < 12 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := syscall.Kill(cfg.BrokerPID, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 broker %d: %v", cfg.BrokerPID, err)
+	}
+	upstack.WaitFor(t, ctx, "up to start the broker again", func() bool { return readCfg().BrokerPID != cfg.BrokerPID })
+
+	select {
+	case err := <-trainDone:
+		if err != nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(trainOut.String(), 4000))
+		}
+	case <-ctx.Done():
+		t.Fatalf("train did not finish:\n%s", upstack.Tail(trainOut.String(), 4000))
+	}
+	for _, want := range []string{"us-west-2", "eu-central-1", "non-finite loss", "succeeded"} {
+		if !strings.Contains(trainOut.String(), want) {
+			t.Errorf("train --follow output lacks %q", want)
+		}
+	}
+	if err := <-followDone; err != nil {
+		t.Errorf("logs --follow: %v\n%s", err, upstack.Tail(followOut.String(), 2000))
+	}
+	if !strings.Contains(followOut.String(), "trainer done") {
+		t.Errorf("logs --follow did not stream to the end:\n%s", upstack.Tail(followOut.String(), 2000))
+	}
+
+	for _, r := range runs {
+		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: r.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := resp.Msg.Run
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
+			t.Errorf("%s (%s): state %s restarts %d reason %q, want succeeded after 1 NaN restart", run.Id, run.Region, run.State, run.Restarts, run.Reason)
+		}
+		// Every record exactly once: seq 1..held_through, no gap, no repeat.
+		ls, err := rc.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: r.Id, IncludeMetrics: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		nanEvent := false
+		for ls.Receive() {
+			for _, rec := range ls.Msg().Records {
+				seqs = append(seqs, rec.Seq)
+				if rec.Kind == gpupassv1.RecordKind_RECORD_KIND_EVENT {
+					var ev events.Event
+					if err := json.Unmarshal(rec.Data, &ev); err != nil {
+						t.Fatalf("%s seq %d: %v", r.Id, rec.Seq, err)
+					}
+					if ev.Level == events.Error && strings.Contains(ev.Message, "non-finite loss") && strings.Contains(ev.Message, "step 25") {
+						nanEvent = true
+					}
+				}
+			}
+		}
+		if err := ls.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range seqs {
+			if s != uint64(i+1) {
+				t.Fatalf("%s: record %d has seq %d: lost or duplicated records across the broker kill", r.Id, i+1, s)
+			}
+		}
+		if uint64(len(seqs)) != run.HeldThrough || len(seqs) < 60 {
+			t.Errorf("%s: %d records, held_through %d", r.Id, len(seqs), run.HeldThrough)
+		}
+		if !nanEvent {
+			t.Errorf("%s: no ERROR event naming the NaN at step 25", r.Id)
+		}
+		// Metrics through the API: one continuous series, steps 1..60.
+		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: r.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := map[int64]int{}
+		for _, p := range mr.Msg.Points {
+			steps[p.Step]++
+		}
+		for s := int64(1); s <= 60; s++ {
+			if steps[s] != 1 {
+				t.Errorf("%s: step %d appears %d times in the metric series, want once", r.Id, s, steps[s])
+				break
+			}
+		}
+	}
+
+	// cancel a long run.
+	long := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "us-west-2", "--workdir", "examples/train",
+		"--name", "e2e-cancel", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2")
+	if b, err := long.CombinedOutput(); err != nil {
+		t.Fatalf("train (no follow): %v\n%s", err, b)
+	}
+	var longRun *gpupassv1.Run
+	upstack.WaitFor(t, ctx, "the long run to start", func() bool {
+		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+		if err != nil {
+			return false
+		}
+		for _, r := range resp.Msg.Runs {
+			if strings.Contains(r.Name, "e2e-cancel") && r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && r.HeldThrough > 5 {
+				longRun = r
+				return true
+			}
+		}
+		return false
+	})
+	if b, err := gp("cancel", longRun.Id).CombinedOutput(); err != nil {
+		t.Fatalf("cancel: %v\n%s", err, b)
+	}
+	upstack.WaitFor(t, ctx, "the cancelled run to end", func() bool {
+		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: longRun.Id}))
+		if err != nil {
+			return false
+		}
+		longRun = resp.Msg.Run
+		return longRun.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+	})
+	if longRun.Reason == "" {
+		t.Error("cancelled run has no reason")
+	}
+
+	// Ctrl-C: up stops every child and exits 0.
+	broker := readCfg().BrokerPID
+	if err := stack.Stop(); err != nil {
+		t.Errorf("up after Ctrl-C: %v\n%s", err, upstack.Tail(stack.Out.String(), 2000))
+	}
+	if err := syscall.Kill(broker, 0); err == nil {
+		t.Errorf("broker pid %d still alive after up stopped", broker)
+	}
+}
+
+// TestUpDemo is `make demo`: the whole pipeline on the example, exit 0,
+// and every result where the demo says it is.
+func TestUpDemo(t *testing.T) {
+	upstack.RequireTorch(t)
+	bin := upstack.BuildAll(t)
+	state := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "gpupass"), "up", "--demo", "--listen", "127.0.0.1:0", "--state-dir", state, "--demo-steps", "20")
+	cmd.Dir = testutil.RepoRoot(t)
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("up --demo: %v\n%s", err, upstack.Tail(out, 6000))
+	}
+	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", "== 4/4 audit", "ok   signature", "ok   agent-signature", "ok   fingerprint", `"simulated": true`, "results:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, upstack.Tail(out, 6000))
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(state, "demo", "compare.md"))
+	if err != nil || !strings.Contains(string(md), "us-west-2") {
+		t.Errorf("compare report: %v\n%s", err, md)
+	}
+	if zips, _ := filepath.Glob(filepath.Join(state, "demo", "audit-alloc-*.zip")); len(zips) != 1 {
+		t.Errorf("audit zips %v, want one", zips)
+	}
+	files, _ := filepath.Glob(filepath.Join(state, "demo", "alloc-*-metrics.jsonl"))
+	if len(files) != 2 {
+		t.Fatalf("metrics files %v, want two", files)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n != 20 {
+			t.Errorf("%s: %d points, want 20", f, n)
+		}
+	}
+}

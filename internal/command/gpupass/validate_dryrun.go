@@ -1,0 +1,112 @@
+package gpupass
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
+
+// DryRunOptions are validate's --dry-run flags: ask the broker which
+// certified nodes can run the spec.
+type DryRunOptions struct {
+	Enabled        bool
+	Broker         BrokerFlags
+	Regions        []string
+	MinHealthScore float64
+	MaxPrice       float64
+	// Excluded is "all" (every excluded node with its reasons) or
+	// "summary" (how many nodes each reason excludes).
+	Excluded string
+}
+
+// AddFlags registers the dry-run flags.
+func (o *DryRunOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&o.Enabled, "dry-run", false, "ask the broker which certified nodes match, with health scores and why others are excluded")
+	o.Broker.AddFlags(cmd)
+	f.StringSliceVar(&o.Regions, "region", nil, "dry-run: only these regions (glob patterns; repeatable)")
+	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "dry-run: exclude nodes scoring below this")
+	f.Float64Var(&o.MaxPrice, "max-price", 0, "dry-run: exclude nodes above this price per hour (0: no limit)")
+	f.StringVar(&o.Excluded, "excluded", "all", "dry-run: all (every excluded node with its reasons) or summary (node counts per reason)")
+}
+
+// run sends the spec file as written: the broker validates it with the
+// same rules and matches it against its registry.
+func (o *DryRunOptions) run(ctx context.Context, specBytes []byte) (*gpupassv1.DryRunResponse, error) {
+	// The columns view is the cheapest to send and decode at 10,000
+	// nodes; it is expanded here, so the output is the inline layout.
+	view := gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS
+	switch o.Excluded {
+	case "all", "":
+	case "summary":
+		view = gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY
+	default:
+		return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--excluded %q: use all or summary", o.Excluded)}
+	}
+	c, err := o.Broker.Dial()
+	if err != nil {
+		return nil, err
+	}
+	min := o.MinHealthScore
+	resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{
+		Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specBytes}, Regions: o.Regions, MinHealthScore: &min, MaxPrice: o.MaxPrice,
+		View: view, DeriveScoreTerms: true,
+	}))
+	if err != nil {
+		return nil, rpcError("dry-run", o.Broker.URL, err)
+	}
+	if err := api.ExpandDryRun(resp.Msg); err != nil {
+		return nil, fmt.Errorf("reading the dry-run answer of %s: %w", o.Broker.URL, err)
+	}
+	return resp.Msg, nil
+}
+
+// writeDryRunText prints candidates by score with each term, then every
+// excluded node with its reasons.
+func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) error {
+	excluded := max(int(m.ExcludedTotal), len(m.Excluded))
+	fmt.Fprintf(out, "\ndry-run at %s: %d candidate(s), %d excluded (min health score %s)\n", url, len(m.Candidates), excluded, f2(m.MinHealthScore))
+	if len(m.Candidates) == 0 && excluded == 0 {
+		// An empty registry is a newcomer's first dry-run, not a spec
+		// problem: say how to get a node.
+		fmt.Fprintf(out, "no node is enrolled at %s (in the regions asked for): start an agent with an agent token (gpupass-agent --broker-url %s, add --simulate h100-sxm5-8x without a GPU), or run `gpupass up` for a local broker with one\n", url, url)
+	}
+	if len(m.Candidates) > 0 {
+		nodes := make([]*gpupassv1.Node, len(m.Candidates))
+		for i, cd := range m.Candidates {
+			nodes[i] = cd.Node
+		}
+		if err := writeNodeTable(out, nodes); err != nil {
+			return err
+		}
+	}
+	if len(m.Excluded) > 0 {
+		if _, err := fmt.Fprintln(out, "excluded:"); err != nil {
+			return err
+		}
+		return writeExcluded(out, m.Excluded)
+	}
+	if excluded > 0 {
+		// --excluded summary: how many nodes each reason excludes (a node
+		// may have several).
+		if _, err := fmt.Fprintln(out, "excluded, by reason:"); err != nil {
+			return err
+		}
+		for _, c := range m.ReasonCounts {
+			what := c.Code
+			if c.Field != "" {
+				what += " (" + c.Field + ")"
+			}
+			if _, err := fmt.Fprintf(out, "  %6d  %s\n", c.Nodes, what); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package gpupass
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// LocalMismatch is one difference between the spec and this machine.
+type LocalMismatch struct {
+	Field    string `json:"field"` // spec path: runtime.cuda, runtime.packages.flash-attn
+	What     string `json:"what"`  // "CUDA version"
+	Expected string `json:"expected"`
+	Got      string `json:"got"`
+}
+
+// Line is the one-line text form.
+func (m LocalMismatch) Line() string {
+	return fmt.Sprintf("Mismatch in %s: expected %s, got %s", m.What, m.Expected, m.Got)
+}
+
+// LocalResult is what `validate --local` measured and found.
+type LocalResult struct {
+	Python             string          `json:"python"`
+	Measured           localRuntime    `json:"measured"`
+	Mismatches         []LocalMismatch `json:"mismatches"`
+	SpecFingerprint    string          `json:"spec_fingerprint"`
+	RuntimeFingerprint string          `json:"runtime_fingerprint"`
+	Notes              []string        `json:"notes,omitempty"`
+}
+
+type localRuntime struct {
+	NvidiaDriver  string            `json:"nvidia-driver"`
+	CUDADriverAPI string            `json:"cuda-driver-api"`
+	CUDA          string            `json:"cuda"`
+	Python        string            `json:"python"`
+	PyTorch       string            `json:"pytorch"`
+	TorchCUDA     string            `json:"torch-cuda"`
+	CuDNN         string            `json:"cudnn"`
+	FIPSEnabled   bool              `json:"fips-enabled"`
+	Packages      map[string]string `json:"packages"`
+	GPUs          int               `json:"gpus"`
+}
+
+// localGPUProbe reads the GPUs for --local: NVML, or a message saying
+// why it is not available.
+var localGPUProbe = nvmlprobe.Default
+
+// localCheck compares this machine's runtime with the spec: NVML for the
+// driver, nvcc for the toolkit, the --python interpreter for Python,
+// torch and the declared packages, and FIPS mode when the spec asks for it.
+// Each difference is one line; with --format json, one JSON value (the
+// LocalResult); other machine formats get the lines (validate sends them
+// to stderr).
+func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Writer) (mismatches int, err error) {
+	exp := suite.FromSpec(s)
+	ss := suite.New(localGPUProbe(), probe.NVCC{}, probe.Python{Exe: o.Python, Packages: exp.PackageNames()}, probe.FIPS{})
+	res, err := ss.Run(ctx, exp)
+	if err != nil {
+		return 0, fmt.Errorf("probing the local runtime: %w", err)
+	}
+	lr, err := compareLocal(&res.Facts, s, o.Python)
+	if err != nil {
+		return 0, err
+	}
+	format, err := o.format()
+	if err != nil {
+		return 0, err
+	}
+	if format == "json" {
+		// One JSON value: validate puts it under "local" in its document.
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(lr); err != nil {
+			return 0, fmt.Errorf("writing local check: %w", err)
+		}
+		return len(lr.Mismatches), nil
+	}
+	var b strings.Builder
+	for _, m := range lr.Mismatches {
+		b.WriteString(m.Line() + "\n")
+	}
+	for _, n := range lr.Notes {
+		b.WriteString("Note: " + n + "\n")
+	}
+	if len(lr.Mismatches) == 0 {
+		fmt.Fprintf(&b, "Local runtime matches the spec (runtime fingerprint %s)\n", lr.RuntimeFingerprint)
+	} else {
+		fmt.Fprintf(&b, "%d mismatch(es) between the spec and this machine (python: %s)\n", len(lr.Mismatches), lr.Python)
+	}
+	if _, err := io.WriteString(out, b.String()); err != nil {
+		return 0, fmt.Errorf("writing local check: %w", err)
+	}
+	return len(lr.Mismatches), nil
+}
+
+func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, error) {
+	r := s.Runtime
+	lr := &LocalResult{
+		Python: f.Python.Executable,
+		Measured: localRuntime{
+			NvidiaDriver: f.GPU.DriverVersion, CUDADriverAPI: f.GPU.CUDADriverAPI, CUDA: f.NVCC.Version,
+			Python: f.Python.Version, PyTorch: f.Python.Torch, TorchCUDA: f.Python.TorchCUDA, CuDNN: f.Python.CuDNN,
+			FIPSEnabled: f.FIPS.Enabled, Packages: f.Python.Packages, GPUs: len(f.GPU.GPUs),
+		},
+		Mismatches: []LocalMismatch{},
+	}
+	if lr.Python == "" {
+		lr.Python = python
+	}
+	add := func(field, what, expected, got string) {
+		if expected == "" || expected == got {
+			return
+		}
+		if got == "" {
+			got = "not found"
+		}
+		lr.Mismatches = append(lr.Mismatches, LocalMismatch{Field: field, What: what, Expected: expected, Got: got})
+	}
+	add("runtime.nvidia-driver", "NVIDIA driver version", r.NvidiaDriver, f.GPU.DriverVersion)
+	add("runtime.cuda", "CUDA version", r.CUDA, f.NVCC.Version)
+	add("runtime.python", "Python version", r.Python, f.Python.Version)
+	add("runtime.pytorch", "PyTorch version", r.PyTorch, f.Python.Torch)
+	if r.CUDA != "" && f.Python.TorchCUDA != "" {
+		// torch built for another CUDA loads, then fails in JIT-built
+		// kernels: say so even when the version strings look right.
+		add("runtime.pytorch", "PyTorch CUDA build", majorMinor(r.CUDA), majorMinor(f.Python.TorchCUDA))
+	}
+	pins := suite.PinnedPackages(s)
+	names := make([]string, 0, len(pins))
+	for n := range pins {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		want, got := pins[n], f.Python.Packages[n]
+		if want == "" {
+			continue // not pinned with ==: not checked, as the agent does
+		}
+		switch {
+		case got == "" && f.Python.Found:
+			got = "not installed"
+		case got != "":
+			// The agent's rule, not a string compare: ==2.4.0 is met by
+			// 2.4.0+cu121, ==1.26 by 1.26.0.
+			match, err := spec.PinMatches(want, got)
+			if err == nil && match {
+				continue
+			}
+			if err != nil {
+				got += " (" + err.Error() + ")"
+			}
+		}
+		add("runtime.packages."+n, "package "+n, want, got)
+	}
+	if s.Security.FIPSCompliant && !f.FIPS.Enabled {
+		add("security.fips-compliant", "FIPS mode", "enabled", "disabled")
+	}
+	for _, n := range []struct{ what, reason string }{
+		{"", f.GPU.Reason}, {"nvcc ", f.NVCC.Reason}, {"python ", f.Python.Reason}, {"torch ", f.Python.TorchReason},
+	} {
+		if n.reason != "" {
+			lr.Notes = append(lr.Notes, n.what+n.reason)
+		}
+	}
+	var err error
+	if lr.SpecFingerprint, err = spec.Fingerprint(s); err != nil {
+		return nil, err
+	}
+	if lr.RuntimeFingerprint, err = suite.RuntimeFingerprint(f, s); err != nil {
+		return nil, err
+	}
+	return lr, nil
+}
+
+// majorMinor returns "12.1" of "12.1.105".
+func majorMinor(v string) string {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
+}
