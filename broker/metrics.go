@@ -133,11 +133,14 @@ func (b *Broker) metricsAuth(ctx context.Context, header string) error {
 
 // noteIngested counts the records of an upload that were stored (the
 // disputed ones were not) and feeds metric records to the run gauges.
-func (b *Broker) noteIngested(a store.Alloc, recs []store.RunRecord, disputed []uint64) {
+// heldBefore is the run's HeldThrough before this upload: a seq at or
+// below it was stored by an earlier upload, and this one is a resend
+// (the agent lost the reply), which the store takes as a no-op.
+func (b *Broker) noteIngested(a store.Alloc, heldBefore uint64, recs []store.RunRecord, disputed []uint64) {
 	type tally struct{ n, bytes int }
 	var by [4]tally // indexed by store.RecordKind (1 event, 2 metric, 3 checkpoint)
 	for _, r := range recs {
-		if slices.Contains(disputed, r.Seq) || int(r.Kind) >= len(by) {
+		if r.Seq <= heldBefore || slices.Contains(disputed, r.Seq) || int(r.Kind) >= len(by) {
 			continue
 		}
 		by[r.Kind].n++

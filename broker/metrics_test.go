@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/testutil/promtest"
 )
 
@@ -109,5 +110,30 @@ func TestMetricsAuth(t *testing.T) {
 	// The non-RPC paths are timed by route, the secret is in no label.
 	if n, ok := promtest.Value(fams, "gpupass_broker_http_request_duration_seconds", "handler=GET /metrics", "code=401"); !ok || n < 4 {
 		t.Errorf("http_request_duration_seconds{handler=GET /metrics,code=401} count = %v, want >= 4", n)
+	}
+}
+
+// TestIngestedCountsARecordOnce: an agent that lost the broker's reply
+// sends the same batch again, which the store takes as a no-op; the
+// ingest counter counts what was stored, so a resent record is not
+// counted twice (Prometheus e2e compares it to the run's last seq).
+func TestIngestedCountsARecordOnce(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	node := newWorker(t, b, b.Token(t, store.RoleAgent, "*"), brokertest.H100("us-west-2", 20))
+	node.keepAlive(t)
+	run := submit(t, dialRuns(t, b, b.Token(t, store.RoleSubmit, "us-*")), "us-west-2", nil)
+	as := node.poll(t, 5)
+	if as == nil || as.AllocId != run.Id {
+		t.Fatalf("assignment = %v", as)
+	}
+	for _, batch := range [][]*gpupassv1.Record{records(1, 3), records(1, 3), records(2, 5)} {
+		if _, err := node.uploadFull(as, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams := promtest.Parse(t, promtest.Scrape(t, b.URL+"/metrics", b.Token(t, store.RoleRead, "*")))
+	if got, ok := promtest.Value(fams, "gpupass_broker_records_ingested_total"); !ok || got != 5 {
+		t.Errorf("gpupass_broker_records_ingested_total = %v (found %t), want 5: seqs 1..5 once each", got, ok)
 	}
 }

@@ -273,7 +273,7 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 	}
 	if len(recs) > 0 {
 		b.runs.notify()
-		b.noteIngested(a, recs, res.Disputed)
+		b.noteIngested(a, a.HeldThrough, recs, res.Disputed)
 	}
 	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: res.HeldThrough, CancelRequested: a.CancelRequested,
 		DisputedSeqs: res.Disputed}), nil

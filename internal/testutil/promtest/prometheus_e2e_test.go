@@ -109,6 +109,11 @@ scrape_configs:
 	// Every record of the run was ingested once: the sum over kinds is
 	// its last seq; its log events are among them.
 	var nodesSeen, ingested float64
+	defer func() {
+		if t.Failed() {
+			t.Logf("PromQL last answered %v certified nodes (broker lists %d) and %v records ingested (run's last seq %d)", nodesSeen, certified, ingested, run.LastSeq)
+		}
+	}()
 	upstack.WaitFor(t, ctx, "Prometheus to hold the certified nodes and the run's records", func() bool {
 		nodesSeen, _ = query(`sum(gpupass_broker_nodes{certified="true"})`)
 		ingested, _ = query(`sum(gpupass_broker_records_ingested_total)`)
