@@ -156,18 +156,37 @@ func TestE2ESlurmCluster(t *testing.T) {
 		upstack.WaitFor(t, ctx, "the run to train", func() bool {
 			return run().State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run().HeldThrough > 5
 		})
+		// The run is "running" from its lease check on, before the agent
+		// has submitted the batch job (runtime-init's records count in
+		// HeldThrough): wait for the job itself, so that the cancel
+		// reaches a Slurm job and not a run still in runtime-init.
+		upstack.WaitFor(t, ctx, "the run's slurm job to run", func() bool {
+			jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
+			return regexp.MustCompile(`^[0-9]+ RUNNING\n$`).MatchString(jobs)
+		})
 		if b, err := gp("cancel", id).CombinedOutput(); err != nil {
 			t.Fatalf("gpupass cancel: %v\n%s", err, b)
 		}
 		upstack.WaitFor(t, ctx, "the run to end cancelled", func() bool {
 			return run().State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
 		})
-		jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
 		// SIGTERM ends the trainer: Slurm says FAILED (it exited on the
-		// signal) or CANCELLED (it outlived the grace period).
-		if !regexp.MustCompile(`^[0-9]+ (FAILED|CANCELLED)\n$`).MatchString(jobs) {
-			t.Errorf("the run's slurm job after gpupass cancel: %q, want one job, ended", jobs)
-		}
+		// signal) or CANCELLED (it outlived the grace period). The run's
+		// state can reach the broker before slurmctld has moved the job
+		// on from COMPLETING, so wait for it.
+		var jobs string
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("the run's slurm job after gpupass cancel: %q, want one job, ended; every job: %q", jobs,
+					c.Command(t, "squeue", "-h", "-t", "all", "-o", "%i %j %T %r"))
+			}
+		}()
+		upstack.WaitFor(t, wctx, "the run's slurm job to end", func() bool {
+			jobs = c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
+			return regexp.MustCompile(`^[0-9]+ (FAILED|CANCELLED)\n$`).MatchString(jobs)
+		})
 	})
 
 	t.Run("kill -9 of the agent mid-run leaves no job running", func(t *testing.T) {
