@@ -43,7 +43,28 @@ func benchScale(b *testing.B) float64 {
 // 10·s seconds (the same 2,000 beats/s, ~667 per broker, on a registry
 // s times the size) and max(1, 200·s) runs at the same 100 lines/s each
 // (s times the line rate). Run once (-benchtime 1x).
+//   - steady: the load alone;
+//   - kill9: the same, and 10 s after the runs start one broker (not
+//     the submitters') gets SIGKILL. Agents are given every broker, their
+//     own first, and must move by themselves: it needs the client's
+//     multi-URL failover (#21), so it runs only with
+//     GPUPASS_BENCH_FLEET_FAILOVER=1.
 func BenchmarkFleet(b *testing.B) {
+	for _, kill := range []bool{false, true} {
+		name := "steady"
+		if kill {
+			name = "kill9"
+		}
+		b.Run(name, func(b *testing.B) {
+			if kill && os.Getenv("GPUPASS_BENCH_FLEET_FAILOVER") != "1" {
+				b.Skip("kill9 needs the client's multi-URL failover: set GPUPASS_BENCH_FLEET_FAILOVER=1 where it is merged")
+			}
+			fleet(b, kill)
+		})
+	}
+}
+
+func fleet(b *testing.B, kill bool) {
 	s := benchScale(b)
 	agents := int(math.Round(20000 * s))
 	runs := max(1, int(math.Round(200*s)))
@@ -61,17 +82,33 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	bin := testutil.BuildBinary(b, "./cmd/gpupass-broker")
 	var urls []string
+	var procs []*exec.Cmd
 	for i := 0; i < brokers; i++ {
-		urls = append(urls, startBroker(b, bin, dsn))
+		u, cmd := startBroker(b, bin, dsn)
+		urls, procs = append(urls, u), append(procs, cmd)
+	}
+	cfg := loadgen.Config{
+		BrokerURLs: urls, AgentToken: token(store.RoleAgent), SubmitToken: token(store.RoleSubmit), ReadToken: token(store.RoleRead),
+		Agents: agents, Runs: runs, HeartbeatEvery: every, Duration: 30 * time.Second,
+		LinesPerSecond: 100, Lines: 100 * streamSeconds, Submitters: 1, DryRunEvery: time.Second,
+		Emitter: []string{os.Args[0], "emit"}, StateDir: b.TempDir(), Failover: kill,
+	}
+	if kill {
+		cfg.During = func(ctx context.Context) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Second):
+			}
+			// Submitters and followers use the first broker; the last dies.
+			if err := procs[brokers-1].Process.Kill(); err != nil {
+				b.Error(err)
+			}
+		}
 	}
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		res, err := loadgen.Run(ctx, loadgen.Config{
-			BrokerURLs: urls, AgentToken: token(store.RoleAgent), SubmitToken: token(store.RoleSubmit), ReadToken: token(store.RoleRead),
-			Agents: agents, Runs: runs, HeartbeatEvery: every, Duration: 30 * time.Second,
-			LinesPerSecond: 100, Lines: 100 * streamSeconds, Submitters: 1, DryRunEvery: time.Second,
-			Emitter: []string{os.Args[0], "emit"}, StateDir: b.TempDir(),
-		})
+		res, err := loadgen.Run(ctx, cfg)
 		cancel()
 		if err != nil {
 			b.Fatal(err)
@@ -82,10 +119,13 @@ func BenchmarkFleet(b *testing.B) {
 		b.ReportMetric(res.Heartbeats.P50, "hb-p50-ms")
 		b.ReportMetric(res.Heartbeats.P99, "hb-p99-ms")
 		b.ReportMetric(float64(res.HeartbeatErrors), "hb-errors")
+		b.ReportMetric(res.MaxBeatGap.Seconds(), "max-beat-gap-s")
+		b.ReportMetric(every.Seconds(), "beat-every-s")
 		b.ReportMetric(float64(res.Runs), "runs")
 		b.ReportMetric(res.StoredPerSecond, "lines/s")
 		b.ReportMetric(res.LineLatency.P50, "line-p50-ms")
 		b.ReportMetric(res.LineLatency.P99, "line-p99-ms")
+		b.ReportMetric(res.LineLatency.Max, "line-max-ms")
 		b.ReportMetric(float64(res.LinesLost), "lost")
 		b.ReportMetric(float64(res.LinesDuplicated), "dup")
 		b.ReportMetric(float64(len(res.RunsFailed)), "runs-failed")
@@ -97,8 +137,8 @@ var servingURL = regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
 
 // startBroker runs `gpupass-broker serve` on dsn, on a free loopback
 // port, with no per-run record rate limit (capacity, not policy), and
-// returns its URL once it serves.
-func startBroker(b *testing.B, bin, dsn string) string {
+// returns its URL once it serves, and the process.
+func startBroker(b *testing.B, bin, dsn string) (string, *exec.Cmd) {
 	b.Helper()
 	cmd := exec.Command(bin, "serve", "--db", dsn, "--listen", "127.0.0.1:0", "--run-max-records-per-second", "-1")
 	cmd.Env = append(os.Environ(), "GPUPASS_RUN_LOG_LINES_PER_SECOND=-1", "GPUPASS_RUN_MAX_RECORDS_PER_SECOND=-1")
@@ -126,9 +166,9 @@ func startBroker(b *testing.B, bin, dsn string) string {
 	}()
 	select {
 	case u := <-found:
-		return u
+		return u, cmd
 	case <-time.After(30 * time.Second):
 		b.Fatal("gpupass-broker did not say where it serves within 30 s")
-		return ""
+		return "", nil
 	}
 }

@@ -77,6 +77,14 @@ type Config struct {
 	// agents of one broker share (default 32): a real agent has its own,
 	// but thousands of sockets from one process measure the process.
 	ClientsPerBroker int
+	// Failover gives every agent all of BrokerURLs, its own first, as one
+	// comma-separated list: with the client's multi-URL support (#21) an
+	// agent moves to another replica when its own stops answering.
+	// Submitters and followers get the list in order.
+	Failover bool
+	// During, when set, runs alongside the load from the moment the runs
+	// are submitted (a benchmark kills a broker from it).
+	During func(ctx context.Context)
 	// StateDir holds the runner agents' spools (a temporary directory
 	// when empty).
 	StateDir string
@@ -92,10 +100,14 @@ type Latency struct {
 
 // Result is what one load run measured.
 type Result struct {
-	Agents, Runs      int
-	RunIDs            []string
-	Heartbeats        Latency
-	HeartbeatErrors   int64
+	Agents, Runs    int
+	RunIDs          []string
+	Heartbeats      Latency
+	HeartbeatErrors int64
+	// MaxBeatGap is the longest any agent went between two answered
+	// heartbeats (at least HeartbeatEvery): after a broker dies, how long
+	// its agents took to be heard again elsewhere.
+	MaxBeatGap        time.Duration
 	DryRuns           Latency
 	DryRunErrors      int64
 	DryRunCandidates  int
@@ -199,7 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	pools := make([][]*client.Clients, len(cfg.BrokerURLs))
 	for i, u := range cfg.BrokerURLs {
 		for j := 0; j < cfg.ClientsPerBroker; j++ {
-			c, err := client.Dial(u, client.Options{Token: cfg.AgentToken, GRPC: true, UserAgent: "gpupass-loadgen"})
+			c, err := client.Dial(cfg.agentURL(i), client.Options{Token: cfg.AgentToken, GRPC: true, UserAgent: "gpupass-loadgen"})
 			if err != nil {
 				return nil, fmt.Errorf("broker %s: %w", u, err)
 			}
@@ -215,7 +227,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if i >= cfg.Agents {
 			region = runRegion
 		}
-		a, err := enroll(ctx, pools[b][(i/len(cfg.BrokerURLs))%cfg.ClientsPerBroker], cfg.BrokerURLs[b], region)
+		a, err := enroll(ctx, pools[b][(i/len(cfg.BrokerURLs))%cfg.ClientsPerBroker], cfg.agentURL(b), region)
 		if err != nil {
 			return fmt.Errorf("agent %d: %w", i, err)
 		}
@@ -232,7 +244,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var wg sync.WaitGroup
 	var beatMu sync.Mutex
 	var beats []time.Duration
-	var beatErrs atomic.Int64
+	var beatErrs, maxGap atomic.Int64
 	measureUntil := time.Now().Add(cfg.Duration)
 	for i, a := range agents {
 		wg.Add(1)
@@ -248,12 +260,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 			tick := time.NewTicker(cfg.HeartbeatEvery)
 			defer tick.Stop()
+			last := time.Now()
 			for {
 				t := time.Now()
 				err := a.beat(ctx)
 				d := time.Since(t)
 				if ctx.Err() != nil {
 					return
+				}
+				if err == nil {
+					if gap := time.Since(last); gap > time.Duration(maxGap.Load()) {
+						maxGap.Store(int64(gap)) // racy max: a gap at most one beat short
+					}
+					last = time.Now()
 				}
 				if err != nil {
 					if beatErrs.Add(1) <= 5 {
@@ -273,7 +292,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}()
 	}
 
-	sub, err := client.DialRuns(cfg.BrokerURLs[0], client.Options{Token: cfg.SubmitToken, UserAgent: "gpupass-loadgen"})
+	sub, err := client.DialRuns(cfg.agentURL(0), client.Options{Token: cfg.SubmitToken, UserAgent: "gpupass-loadgen"})
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var dryErrs atomic.Int64
 	var dryCands, dryNodes atomic.Int64
 	if cfg.Submitters > 0 {
-		rd, err := client.Dial(cfg.BrokerURLs[0], client.Options{Token: cfg.ReadToken, UserAgent: "gpupass-loadgen"})
+		rd, err := client.Dial(cfg.agentURL(0), client.Options{Token: cfg.ReadToken, UserAgent: "gpupass-loadgen"})
 		if err != nil {
 			return nil, err
 		}
@@ -355,6 +374,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Runs: submitted at once, each followed by a client that times its
 	// lines.
 	streamStart := time.Now()
+	if cfg.During != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); cfg.During(ctx) }()
+	}
 	runs := make([]string, cfg.Runs)
 	var lineMu sync.Mutex
 	var lines []time.Duration
@@ -422,11 +445,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	stop()
 	wg.Wait()
-	res.Heartbeats, res.HeartbeatErrors = summarize(beats), beatErrs.Load()
+	res.Heartbeats, res.HeartbeatErrors, res.MaxBeatGap = summarize(beats), beatErrs.Load(), time.Duration(maxGap.Load())
 	res.HeartbeatsPerSec = float64(len(beats)) / cfg.Duration.Seconds()
 	res.DryRuns, res.DryRunErrors, res.DryRunCandidates, res.DryRunNodes = summarize(drys), dryErrs.Load(), int(dryCands.Load()), int(dryNodes.Load())
 	res.LineLatency = summarize(lines)
 	return res, nil
+}
+
+// agentURL is the broker address of agent pool b: its broker, or with
+// Failover every broker, its own first.
+func (c *Config) agentURL(b int) string {
+	if !c.Failover {
+		return c.BrokerURLs[b]
+	}
+	n := len(c.BrokerURLs)
+	urls := make([]string, n)
+	for i := range urls {
+		urls[i] = c.BrokerURLs[(b+i)%n]
+	}
+	return strings.Join(urls, ",")
 }
 
 // enroll enrolls one simulated node as gpupass-agent does (proof of key
