@@ -15,6 +15,8 @@ out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 scale="${GPUPASS_BENCH_FLEET_SCALE:-0.05}"
 GPUPASS_BENCH_FLEET_SCALE="$scale" go test -run '^$' -bench 'BenchmarkFleet' -benchtime 1x -timeout 30m ./internal/loadgen/ >"$out" 2>&1 || { cat "$out" >&2; exit 1; }
+# Why any run failed (its lines count as lost), for whoever reads stderr.
+grep -o 'RunsFailed:\[[^]]*[^ ]\]' "$out" | grep -v 'RunsFailed:\[\]' >&2 || true
 load="$(cut -d' ' -f1 /proc/loadavg)"
 awk -v scale="$scale" -v load="$load" -v cores="$(nproc)" '
 function m(u,   i) { for (i = 2; i <= NF; i++) if ($i == u) return $(i-1); return "" }
