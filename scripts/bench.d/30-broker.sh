@@ -15,12 +15,18 @@ trap 'rm -f "$out"' EXIT
 big=true
 [ "${GPUPASS_BENCH_DRYRUN_100K:-1}" = 0 ] && big=false
 if ! go test -run '^$' -bench 'BenchmarkDryRun/store=.*/nodes=(1000|10000)$' -benchtime 400x -timeout 40m ./broker/ >"$out" 2>&1 ||
-	{ $big && ! go test -run '^$' -bench 'BenchmarkDryRun/store=.*/nodes=100000$/(columns|inline|summary)$' -benchtime 40x -timeout 40m ./broker/ >>"$out" 2>&1; } ||
 	! go test -run '^$' -bench 'BenchmarkHeartbeats' -benchtime 20000x -timeout 20m ./broker/ >>"$out" 2>&1; then
 	cat "$out" >&2
 	exit 1
 fi
+# 100,000 nodes on its own: on a crowded machine a call there can outlast
+# the client's 30 s timeout, which should cost its rows, not the others.
+if $big && ! go test -run '^$' -bench 'BenchmarkDryRun/store=.*/nodes=100000$/(columns|inline|summary)$' -benchtime 40x -timeout 40m ./broker/ >>"$out" 2>&1; then
+	grep -A3 -- '--- FAIL' "$out" >&2 || true
+	echo "| broker | dry-run latency, 100000 nodes | FAILED (see stderr) | p95 < 100 ms | n/a |"
+fi
 awk '
+/--- FAIL/ { next }
 /^BenchmarkDryRun\// {
 	split($1, p, "/"); store=p[2]; sub("store=", "", store); nodes=p[3]; sub("nodes=", "", nodes); mode=p[4]; sub("-[0-9]+$", "", mode)
 	for (i = 2; i <= NF; i++) { if ($i == "p50-ms") p50=$(i-1); if ($i == "p95-ms") p95=$(i-1); if ($i == "cpu-ms/op") cpu=$(i-1) }
