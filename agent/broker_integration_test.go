@@ -200,6 +200,9 @@ func TestAgentsWithRealBroker(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DryRun: %s", api.Describe(err))
 	}
+	if err := api.ExpandDryRun(dr.Msg); err != nil {
+		t.Fatal(err)
+	}
 	if len(dr.Msg.Candidates) != 1 || dr.Msg.Candidates[0].Node.Region != "us-west-2" {
 		t.Errorf("candidates %v, want the us-west-2 H100 node; %v", dr.Msg.Candidates, dr.Msg)
 	}

@@ -83,18 +83,21 @@ func percentile(d []time.Duration, p float64) float64 {
 }
 
 // BenchmarkDryRun measures dry-run latency over the API (Connect protocol
-// on loopback) with 1,000 and 10,000 registered nodes, client decoding
+// on loopback) with 1,000, 10,000 and 100,000 registered nodes, client decoding
 // included. Cases:
 //   - columns: the CLI's request (DRY_RUN_VIEW_COLUMNS with the score
 //     terms left to the client, expanded with api.ExpandDryRun), the
 //     default broker configuration;
-//   - inline: every reason written out per node (curl's default view);
+//   - inline: the API's default view (curl), each excluded node's reasons
+//     by index into one table, expanded by the client (api.ExpandDryRun);
+//   - expanded: INLINE_EXPANDED, every reason written out per node (the
+//     inline view before the table), the peer of inline;
 //   - summary: per-reason counts instead of the excluded list;
 //   - uncached: columns, with the registry re-read from the store on
 //     every call (SnapshotTTL 1 ns).
 func BenchmarkDryRun(b *testing.B) {
 	for _, kind := range brokertest.Stores {
-		for _, n := range []int{1000, 10000} {
+		for _, n := range []int{1000, 10000, 100000} {
 			b.Run(fmt.Sprintf("store=%s/nodes=%d", kind, n), func(b *testing.B) {
 				db := brokertest.NewDB(b, kind)
 				populate(b, db.Open(b), n)
@@ -103,7 +106,7 @@ func BenchmarkDryRun(b *testing.B) {
 				// the last 2 s (refreshMargin) at each background refresh.
 				// Measure the steady state, past that window.
 				time.Sleep(2500 * time.Millisecond)
-				for _, mode := range []string{"columns", "inline", "summary", "uncached"} {
+				for _, mode := range []string{"columns", "inline", "expanded", "summary", "uncached"} {
 					b.Run(mode, func(b *testing.B) {
 						cfg := broker.Config{OfflineAfter: 2 * time.Hour}
 						view := gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS
@@ -112,6 +115,8 @@ func BenchmarkDryRun(b *testing.B) {
 							cfg.SnapshotTTL = time.Nanosecond
 						case "inline":
 							view = gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE
+						case "expanded":
+							view = gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED
 						case "summary":
 							view = gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY
 						}

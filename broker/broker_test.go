@@ -87,6 +87,9 @@ func TestDryRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := api.ExpandDryRun(resp.Msg); err != nil {
+				t.Fatal(err)
+			}
 			m := resp.Msg
 			if !strings.HasPrefix(m.SpecFingerprint, "sha256:") || m.MinHealthScore != 85 {
 				t.Errorf("fingerprint %q, min score %v", m.SpecFingerprint, m.MinHealthScore)
@@ -142,6 +145,9 @@ func TestDryRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := api.ExpandDryRun(resp.Msg); err != nil {
+				t.Fatal(err)
+			}
 			cands = nil
 			for _, cd := range resp.Msg.Candidates {
 				cands = append(cands, name[cd.Node.Id])
@@ -172,6 +178,9 @@ func TestDryRun(t *testing.T) {
 			}
 			resp, err = c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}, Regions: []string{"eu-central-1"}}))
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := api.ExpandDryRun(resp.Msg); err != nil {
 				t.Fatal(err)
 			}
 			var h *gpupassv1.HealthScore
@@ -266,6 +275,9 @@ func TestAuth(t *testing.T) {
 			}
 			resp, err := b.Clients(t, usRead).Node.DryRun(ctx, dry())
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := api.ExpandDryRun(resp.Msg); err != nil {
 				t.Fatal(err)
 			}
 			scoped := 0
@@ -379,6 +391,9 @@ func TestOfflineDetection(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if err := api.ExpandDryRun(resp.Msg); err != nil {
+					t.Fatal(err)
+				}
 				if len(resp.Msg.Candidates) == 1 {
 					return true, nil
 				}
@@ -478,6 +493,9 @@ func TestTwoBrokersShareOnePostgres(t *testing.T) {
 	for {
 		resp, err := b2.Clients(t, read).Node.DryRun(context.Background(), connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}}))
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := api.ExpandDryRun(resp.Msg); err != nil {
 			t.Fatal(err)
 		}
 		if len(resp.Msg.Candidates) == 1 && resp.Msg.Candidates[0].Node.Id == a.ID {

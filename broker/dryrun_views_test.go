@@ -14,9 +14,10 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 )
 
-// TestDryRunViews checks that the three layouts of a dry-run answer carry
-// the same verdicts: the columns view, once expanded as the CLI does,
-// equals the inline view (nodes in short form), and the summary counts
+// TestDryRunViews checks that the four layouts of a dry-run answer carry
+// the same verdicts: the inline view (reasons by reference) and the
+// columns view, once expanded as the CLI does, equal the expanded inline
+// view (columns: nodes in short form), and the summary counts
 // the same excluded nodes per reason. The token sees us-* and eu-* only,
 // so out-of-scope nodes (id and region only) are in the answer too.
 func TestDryRunViews(t *testing.T) {
@@ -35,13 +36,26 @@ func TestDryRunViews(t *testing.T) {
 		}
 		return resp.Msg
 	}
-	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED)
+	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED)
+	refs := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED)
 	cols := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS)
 	summary := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY)
 	derived := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, true)
 
 	if len(inline.Excluded) != 5 || inline.ExcludedTotal != 5 || len(inline.Candidates) != 1 {
 		t.Fatalf("inline: %d candidates, %d excluded (total %d); want 1 and 5", len(inline.Candidates), len(inline.Excluded), inline.ExcludedTotal)
+	}
+	// The default inline view refers to each reason by index into one
+	// table; expanded, it is the expanded view.
+	if len(refs.Reasons) == 0 || len(refs.Excluded) != 5 || len(refs.Excluded[0].Reasons) != 0 || len(refs.Excluded[0].ReasonRefs) == 0 {
+		t.Fatalf("default inline view: %d reasons in the table, %d excluded, first with %d reasons written out and %d referenced; want a table and references only",
+			len(refs.Reasons), len(refs.Excluded), len(refs.Excluded[0].GetReasons()), len(refs.Excluded[0].GetReasonRefs()))
+	}
+	if err := api.ExpandDryRun(refs); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(inline, refs, protocmp.Transform()); diff != "" {
+		t.Errorf("expanded default inline view differs from INLINE_EXPANDED (-expanded +default):\n%s", diff)
 	}
 	if len(cols.Candidates) != 0 || len(cols.Excluded) != 0 || len(cols.Reasons) == 0 || cols.ExcludedColumns == nil {
 		t.Fatalf("columns view before expansion: %d candidates, %d excluded, %d reasons", len(cols.Candidates), len(cols.Excluded), len(cols.Reasons))

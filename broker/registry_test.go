@@ -10,6 +10,7 @@ import (
 	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 )
 
@@ -30,6 +31,9 @@ func TestReplicaSnapshotsConverge(t *testing.T) {
 		t.Helper()
 		resp, err := c2.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}}))
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := api.ExpandDryRun(resp.Msg); err != nil {
 			t.Fatal(err)
 		}
 		return resp.Msg

@@ -13,10 +13,12 @@ import (
 // read-only). The columns and the reason table are dropped, so what a
 // client prints, text or JSON, does not depend on the view it asked for.
 // A malformed answer (columns of different lengths, a reference outside
-// the table) is an error, never a wrong line. Other views pass unchanged.
+// the table) is an error, never a wrong line. A DRY_RUN_VIEW_INLINE
+// answer gets each excluded node's reasons from its reason_refs, so it
+// reads as DRY_RUN_VIEW_INLINE_EXPANDED. Other views pass unchanged.
 func ExpandDryRun(m *gpupassv1.DryRunResponse) error {
 	if m.CandidateColumns == nil && m.ExcludedColumns == nil {
-		return nil
+		return expandRefs(m)
 	}
 	nodes, _, err := expandColumns(m.CandidateColumns, nil)
 	if err != nil {
@@ -143,4 +145,31 @@ func at[T any](col []T, i int) T {
 		return zero
 	}
 	return col[i]
+}
+
+// expandRefs resolves the reason_refs of an inline answer's excluded
+// nodes against its reason table, then drops the references and the table.
+func expandRefs(m *gpupassv1.DryRunResponse) error {
+	total := 0
+	for _, x := range m.Excluded {
+		total += len(x.ReasonRefs)
+	}
+	if total == 0 {
+		return nil
+	}
+	// One array for every node's reasons, cut per node.
+	all := make([]*gpupassv1.Reason, 0, total)
+	for i, x := range m.Excluded {
+		start := len(all)
+		for _, ref := range x.ReasonRefs {
+			if int(ref) >= len(m.Reasons) {
+				return fmt.Errorf("dry-run answer: excluded node %d refers to reason %d of %d", i, ref, len(m.Reasons))
+			}
+			all = append(all, m.Reasons[ref])
+		}
+		x.Reasons = append(x.Reasons, all[start:len(all):len(all)]...)
+		x.ReasonRefs = nil
+	}
+	m.Reasons = nil
+	return nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -104,5 +105,39 @@ func TestExpandDerivedScoreTerms(t *testing.T) {
 		if diff := cmp.Diff(want[i], cd.Node.Health, protocmp.Transform()); diff != "" {
 			t.Errorf("%s health (-want +got):\n%s", cd.Node.Id, diff)
 		}
+	}
+}
+
+// TestExpandInlineRefs: an inline answer's reason references become the
+// reasons themselves; a reference outside the table is an error.
+func TestExpandInlineRefs(t *testing.T) {
+	t.Parallel()
+	answer := func(refs ...[]uint32) *gpupassv1.DryRunResponse {
+		m := &gpupassv1.DryRunResponse{Reasons: []*gpupassv1.Reason{{Code: "offline"}, {Code: "runtime_mismatch", Field: "runtime.cuda"}}}
+		for i, r := range refs {
+			m.Excluded = append(m.Excluded, &gpupassv1.Excluded{Node: &gpupassv1.Node{Id: fmt.Sprintf("agt-%d", i)}, ReasonRefs: r})
+		}
+		return m
+	}
+	m := answer([]uint32{1, 0}, []uint32{0})
+	if err := ExpandDryRun(m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Reasons != nil || m.Excluded[0].ReasonRefs != nil {
+		t.Error("reason table or references kept after expansion")
+	}
+	got := [][]string{}
+	for _, x := range m.Excluded {
+		codes := []string{}
+		for _, r := range x.Reasons {
+			codes = append(codes, r.Code)
+		}
+		got = append(got, codes)
+	}
+	if diff := cmp.Diff([][]string{{"runtime_mismatch", "offline"}, {"offline"}}, got); diff != "" {
+		t.Errorf("expanded reasons (-want +got):\n%s", diff)
+	}
+	if err := ExpandDryRun(answer([]uint32{0}, []uint32{2})); err == nil || !strings.Contains(err.Error(), "excluded node 1 refers to reason 2 of 2") {
+		t.Errorf("ExpandDryRun with a reference past the table = %v, want an error naming node 1 and reason 2", err)
 	}
 }

@@ -60,6 +60,7 @@ var rules = []struct {
 	direct    bool
 }{
 	{"broker", []string{"./agent"}, "the broker never imports the agent (they meet only in internal/api)", false},
+	{"internal/loadgen", []string{"./broker"}, "the load generator drives brokers over the protocol; it links none (its benchmark starts broker processes)", false},
 	{"agent", []string{"./broker", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent stays small: no broker, no cosign, no forge clients", false},
 	{"agent", []string{"github.com/spf13/cobra", "github.com/spf13/pflag"}, "the daemon has no command layer: cobra and flags live in internal/command/agent", false},
 	{"cmd/gpupass-agent", []string{"./broker", "./internal/command/gpupass", "./internal/command/broker", "./internal/app", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/"}, "the agent binary stays small", false},

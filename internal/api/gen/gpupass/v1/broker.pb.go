@@ -44,7 +44,11 @@ type DryRunView int32
 const (
 	DryRunView_DRY_RUN_VIEW_UNSPECIFIED DryRunView = 0 // same as INLINE
 	// candidates and excluded as messages: candidates in full, excluded
-	// nodes in short form with every reason written out (curl, grpcurl).
+	// nodes in short form, each with its reasons as reason_refs, indexes
+	// into the table DryRunResponse.reasons where each distinct reason is
+	// written once (curl, grpcurl). A 10,000-node answer is about a third
+	// smaller, and decodes without a message per node per reason.
+	// api.ExpandDryRun fills Excluded.reasons from the table.
 	DryRunView_DRY_RUN_VIEW_INLINE DryRunView = 1
 	// The same verdicts by column (candidate_columns, excluded_columns):
 	// packed arrays encode and decode in one piece instead of one message
@@ -55,6 +59,10 @@ const (
 	DryRunView_DRY_RUN_VIEW_COLUMNS DryRunView = 2
 	// Candidates as in INLINE; excluded nodes only counted (reason_counts).
 	DryRunView_DRY_RUN_VIEW_SUMMARY DryRunView = 3
+	// INLINE as it was before reason_refs: every reason written out in
+	// Excluded.reasons for each node, no table. For clients that read
+	// Excluded.reasons without api.ExpandDryRun.
+	DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED DryRunView = 4
 )
 
 // Enum value maps for DryRunView.
@@ -64,12 +72,14 @@ var (
 		1: "DRY_RUN_VIEW_INLINE",
 		2: "DRY_RUN_VIEW_COLUMNS",
 		3: "DRY_RUN_VIEW_SUMMARY",
+		4: "DRY_RUN_VIEW_INLINE_EXPANDED",
 	}
 	DryRunView_value = map[string]int32{
-		"DRY_RUN_VIEW_UNSPECIFIED": 0,
-		"DRY_RUN_VIEW_INLINE":      1,
-		"DRY_RUN_VIEW_COLUMNS":     2,
-		"DRY_RUN_VIEW_SUMMARY":     3,
+		"DRY_RUN_VIEW_UNSPECIFIED":     0,
+		"DRY_RUN_VIEW_INLINE":          1,
+		"DRY_RUN_VIEW_COLUMNS":         2,
+		"DRY_RUN_VIEW_SUMMARY":         3,
+		"DRY_RUN_VIEW_INLINE_EXPANDED": 4,
 	}
 )
 
@@ -1445,8 +1455,8 @@ type DryRunResponse struct {
 	MinHealthScore  float64                `protobuf:"fixed64,2,opt,name=min_health_score,json=minHealthScore,proto3" json:"min_health_score,omitempty"`
 	Candidates      []*Candidate           `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	Excluded        []*Excluded            `protobuf:"bytes,4,rep,name=excluded,proto3" json:"excluded,omitempty"`
-	// DRY_RUN_VIEW_COLUMNS: each distinct reason once, referenced by
-	// NodeColumns.reason_refs.
+	// DRY_RUN_VIEW_COLUMNS and DRY_RUN_VIEW_INLINE: each distinct reason
+	// once, referenced by NodeColumns.reason_refs and Excluded.reason_refs.
 	Reasons []*Reason `protobuf:"bytes,5,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	// How many excluded nodes have each reason code and field, most first.
 	ReasonCounts []*ReasonCount `protobuf:"bytes,6,rep,name=reason_counts,json=reasonCounts,proto3" json:"reason_counts,omitempty"`
@@ -1944,8 +1954,13 @@ func (x *Candidate) GetNode() *Node {
 type Excluded struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Out-of-scope nodes carry only id and region.
-	Node          *Node     `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Reasons       []*Reason `protobuf:"bytes,2,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	Node *Node `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// DRY_RUN_VIEW_INLINE_EXPANDED (and api.ExpandDryRun's result): every
+	// reason written out.
+	Reasons []*Reason `protobuf:"bytes,2,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// DRY_RUN_VIEW_INLINE: the node's reasons as indexes into
+	// DryRunResponse.reasons, in the same order.
+	ReasonRefs    []uint32 `protobuf:"varint,3,rep,packed,name=reason_refs,json=reasonRefs,proto3" json:"reason_refs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1990,6 +2005,13 @@ func (x *Excluded) GetNode() *Node {
 func (x *Excluded) GetReasons() []*Reason {
 	if x != nil {
 		return x.Reasons
+	}
+	return nil
+}
+
+func (x *Excluded) GetReasonRefs() []uint32 {
+	if x != nil {
+		return x.ReasonRefs
 	}
 	return nil
 }
@@ -2252,22 +2274,25 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x13score_terms_derived\x18\x1c \x01(\bR\x11scoreTermsDerived\x123\n" +
 	"\x16derived_latency_cap_ms\x18\x1d \x01(\x01R\x13derivedLatencyCapMs\"1\n" +
 	"\tCandidate\x12$\n" +
-	"\x04node\x18\x01 \x01(\v2\x10.gpupass.v1.NodeR\x04node\"^\n" +
+	"\x04node\x18\x01 \x01(\v2\x10.gpupass.v1.NodeR\x04node\"\x7f\n" +
 	"\bExcluded\x12$\n" +
 	"\x04node\x18\x01 \x01(\v2\x10.gpupass.v1.NodeR\x04node\x12,\n" +
-	"\areasons\x18\x02 \x03(\v2\x12.gpupass.v1.ReasonR\areasons\"\x84\x01\n" +
+	"\areasons\x18\x02 \x03(\v2\x12.gpupass.v1.ReasonR\areasons\x12\x1f\n" +
+	"\vreason_refs\x18\x03 \x03(\rR\n" +
+	"reasonRefs\"\x84\x01\n" +
 	"\x06Reason\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x1a\n" +
 	"\bexpected\x18\x03 \x01(\tR\bexpected\x12\x1a\n" +
 	"\bmeasured\x18\x04 \x01(\tR\bmeasured\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage*w\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage*\x99\x01\n" +
 	"\n" +
 	"DryRunView\x12\x1c\n" +
 	"\x18DRY_RUN_VIEW_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DRY_RUN_VIEW_INLINE\x10\x01\x12\x18\n" +
 	"\x14DRY_RUN_VIEW_COLUMNS\x10\x02\x12\x18\n" +
-	"\x14DRY_RUN_VIEW_SUMMARY\x10\x032\xf2\x01\n" +
+	"\x14DRY_RUN_VIEW_SUMMARY\x10\x03\x12 \n" +
+	"\x1cDRY_RUN_VIEW_INLINE_EXPANDED\x10\x042\xf2\x01\n" +
 	"\fAgentService\x12A\n" +
 	"\x06Enroll\x12\x19.gpupass.v1.EnrollRequest\x1a\x1a.gpupass.v1.EnrollResponse\"\x00\x12J\n" +
 	"\tHeartbeat\x12\x1c.gpupass.v1.HeartbeatRequest\x1a\x1d.gpupass.v1.HeartbeatResponse\"\x00\x12S\n" +

@@ -1,0 +1,142 @@
+// Package loadgen is the command layer of gpupass-loadgen: flags, then
+// internal/loadgen.Run, then a table or JSON of what it measured.
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/exitcode"
+	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/loadgen"
+)
+
+// Options are gpupass-loadgen's flags.
+type Options struct {
+	Brokers                            []string
+	AgentToken, SubmitToken, ReadToken string
+	Agents, Runs                       int
+	HeartbeatEvery, Duration           time.Duration
+	LinesPerSecond, Lines              int
+	Submitters                         int
+	DryRunEvery                        time.Duration
+	Enrolling, ClientsPerBroker        int
+	Output                             string
+	Verbose                            bool
+}
+
+// AddFlags declares o's flags on cmd.
+func (o *Options) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Brokers, "brokers", nil, "broker URLs (comma-separated); agent i talks to broker i mod n, submitters to the first")
+	f.StringVar(&o.AgentToken, "agent-token", "", "agent-role token that enrolls the simulated nodes")
+	f.StringVar(&o.SubmitToken, "submit-token", "", "submit-role token for the runs and their logs")
+	f.StringVar(&o.ReadToken, "read-token", "", "read-role token for the dry-runs")
+	for _, s := range []string{"agent-token", "submit-token", "read-token"} {
+		flagenv.MarkSecret(s)
+	}
+	f.IntVar(&o.Agents, "agents", 100, "simulated nodes that only heartbeat")
+	f.IntVar(&o.Runs, "runs", 10, "runs, each on its own simulated node running the agent's run loop")
+	f.DurationVar(&o.HeartbeatEvery, "heartbeat-every", 10*time.Second, "each agent's heartbeat interval")
+	f.DurationVar(&o.Duration, "duration", 30*time.Second, "how long heartbeats and dry-runs are measured")
+	f.IntVar(&o.LinesPerSecond, "lines-per-second", 100, "lines each run prints per second")
+	f.IntVar(&o.Lines, "lines", 1000, "lines each run prints")
+	f.IntVar(&o.Submitters, "submitters", 1, "clients doing dry-runs")
+	f.DurationVar(&o.DryRunEvery, "dry-run-every", time.Second, "each submitter's dry-run interval")
+	f.IntVar(&o.Enrolling, "enrolling", 16, "enrollments in flight")
+	f.IntVar(&o.ClientsPerBroker, "clients-per-broker", 32, "HTTP/2 connections the heartbeating agents of one broker share")
+	f.StringVarP(&o.Output, "output", "o", "text", "output format: text or json")
+	f.BoolVarP(&o.Verbose, "verbose", "v", false, "log warnings (failed beats, dry-runs) to stderr")
+}
+
+// Main runs gpupass-loadgen with args and returns its exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o := &Options{}
+	root := &cobra.Command{
+		Use:   "gpupass-loadgen",
+		Short: "drive gpupass brokers with a simulated fleet and report latencies and lost records",
+		Long: `gpupass-loadgen enrolls simulated agents (each its own key, signed
+simulated reports, MAC'd heartbeats), runs streaming jobs on some of them
+through the agent's own run loop, dry-runs from submitters, then reads
+every run's log back and counts lost and duplicated lines.
+
+Every flag can be set with GPUPASS_<FLAG>; tokens also with GPUPASS_<FLAG>_FILE.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagenv.Apply(cmd, os.Getenv)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Run(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.AddFlags(root)
+	root.AddCommand(&cobra.Command{
+		Use:    "emit RATE COUNT",
+		Short:  "print COUNT numbered, timestamped lines at RATE per second (the runs' job)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(2),
+		RunE:   func(_ *cobra.Command, args []string) error { return loadgen.EmitMain(args) },
+	})
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "gpupass-loadgen: %v\n", err)
+		return exitcode.Of(err)
+	}
+	return 0
+}
+
+// Run makes the load o describes and prints what it measured.
+func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
+	if o.Output != "text" && o.Output != "json" {
+		return fmt.Errorf("--output %q: must be text or json", o.Output)
+	}
+	if len(o.Brokers) == 0 {
+		return fmt.Errorf("--brokers: give at least one broker URL")
+	}
+	if o.AgentToken == "" || (o.Runs > 0 && o.SubmitToken == "") || (o.Submitters > 0 && o.ReadToken == "") {
+		return fmt.Errorf("--agent-token, --submit-token (with --runs) and --read-token (with --submitters) are required")
+	}
+	level := slog.LevelError
+	if o.Verbose {
+		level = slog.LevelWarn
+	}
+	res, err := loadgen.Run(ctx, loadgen.Config{
+		BrokerURLs: o.Brokers, AgentToken: o.AgentToken, SubmitToken: o.SubmitToken, ReadToken: o.ReadToken,
+		Agents: o.Agents, Runs: o.Runs, HeartbeatEvery: o.HeartbeatEvery, Duration: o.Duration,
+		LinesPerSecond: o.LinesPerSecond, Lines: o.Lines, Submitters: o.Submitters, DryRunEvery: o.DryRunEvery,
+		Enrolling: o.Enrolling, ClientsPerBroker: o.ClientsPerBroker,
+		Log: slog.New(slog.NewTextHandler(diag, &slog.HandlerOptions{Level: level})),
+	})
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	lat := func(l loadgen.Latency) string {
+		return fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms (n=%d)", l.P50, l.P95, l.P99, l.N)
+	}
+	fmt.Fprintf(out, "agents          %d + %d runners on %d broker(s), enrolled in %s\n", res.Agents, res.Runs, len(o.Brokers), res.EnrollTime.Round(time.Millisecond))
+	fmt.Fprintf(out, "heartbeats      %s, %.0f/s, %d errors\n", lat(res.Heartbeats), res.HeartbeatsPerSec, res.HeartbeatErrors)
+	fmt.Fprintf(out, "dry-runs        %s, %d errors, %d nodes judged\n", lat(res.DryRuns), res.DryRunErrors, res.DryRunNodes)
+	fmt.Fprintf(out, "line to client  %s\n", lat(res.LineLatency))
+	fmt.Fprintf(out, "lines           %d emitted, %d stored (%.0f/s), %d lost, %d duplicated\n", res.LinesEmitted, res.LinesStored, res.StoredPerSecond, res.LinesLost, res.LinesDuplicated)
+	fmt.Fprintf(out, "runs            %d succeeded, %d failed %q\n", res.RunsSucceeded, len(res.RunsFailed), res.RunsFailed)
+	if res.LinesLost != 0 || res.LinesDuplicated != 0 || len(res.RunsFailed) != 0 {
+		return fmt.Errorf("%d lines lost, %d duplicated, %d runs failed", res.LinesLost, res.LinesDuplicated, len(res.RunsFailed))
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package loadgen_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/broker"
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/loadgen"
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/pgtest"
+)
+
+// benchScale is GPUPASS_BENCH_FLEET_SCALE, the fraction of issue #21's
+// fleet to simulate (default 0.05; 1 is the whole goal).
+func benchScale(b *testing.B) float64 {
+	s := 0.05
+	if v := os.Getenv("GPUPASS_BENCH_FLEET_SCALE"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 || f > 1 {
+			b.Fatalf("GPUPASS_BENCH_FLEET_SCALE=%q: want a number in (0, 1]", v)
+		}
+		s = f
+	}
+	return s
+}
+
+// BenchmarkFleet: three gpupass-broker processes on one PostgreSQL, a
+// simulated fleet spread over them (internal/loadgen in this process).
+// The goal is 20,000 agents beating every 10 s (2,000 beats/s) and 200
+// runs × 100 lines/s; at scale s it is 20,000·s agents beating every
+// 10·s seconds (the same 2,000 beats/s, ~667 per broker, on a registry
+// s times the size) and max(1, 200·s) runs at the same 100 lines/s each
+// (s times the line rate). Run once (-benchtime 1x).
+//   - steady: the load alone;
+//   - kill9: the same, and 10 s after the runs start one broker (not
+//     the submitters') gets SIGKILL. Agents are given every broker, their
+//     own first, and must move by themselves: it needs the client's
+//     multi-URL failover (#21), so it runs only with
+//     GPUPASS_BENCH_FLEET_FAILOVER=1.
+func BenchmarkFleet(b *testing.B) {
+	for _, kill := range []bool{false, true} {
+		name := "steady"
+		if kill {
+			name = "kill9"
+		}
+		b.Run(name, func(b *testing.B) {
+			if kill && os.Getenv("GPUPASS_BENCH_FLEET_FAILOVER") != "1" {
+				b.Skip("kill9 needs the client's multi-URL failover: set GPUPASS_BENCH_FLEET_FAILOVER=1 where it is merged")
+			}
+			fleet(b, kill)
+		})
+	}
+}
+
+func fleet(b *testing.B, kill bool) {
+	s := benchScale(b)
+	agents := int(math.Round(20000 * s))
+	runs := max(1, int(math.Round(200*s)))
+	every := time.Duration(float64(10*time.Second) * s)
+	const streamSeconds, brokers = 20, 3
+
+	dsn := pgtest.NewDatabase(b)
+	st := brokertest.DB{Kind: "postgres", DSN: dsn}.Open(b)
+	token := func(role store.Role) string {
+		secret, _, err := broker.CreateToken(context.Background(), st, role, []string{"*"}, "loadgen")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return secret
+	}
+	bin := testutil.BuildBinary(b, "./cmd/gpupass-broker")
+	var urls []string
+	var procs []*exec.Cmd
+	for i := 0; i < brokers; i++ {
+		u, cmd := startBroker(b, bin, dsn)
+		urls, procs = append(urls, u), append(procs, cmd)
+	}
+	cfg := loadgen.Config{
+		BrokerURLs: urls, AgentToken: token(store.RoleAgent), SubmitToken: token(store.RoleSubmit), ReadToken: token(store.RoleRead),
+		Agents: agents, Runs: runs, HeartbeatEvery: every, Duration: 30 * time.Second,
+		LinesPerSecond: 100, Lines: 100 * streamSeconds, Submitters: 1, DryRunEvery: time.Second,
+		Emitter: []string{os.Args[0], "emit"}, StateDir: b.TempDir(), Failover: kill,
+	}
+	if kill {
+		cfg.During = func(ctx context.Context) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Second):
+			}
+			// Submitters and followers use the first broker; the last dies.
+			if err := procs[brokers-1].Process.Kill(); err != nil {
+				b.Error(err)
+			}
+		}
+	}
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		res, err := loadgen.Run(ctx, cfg)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%+v", *res)
+		b.ReportMetric(float64(res.Agents+res.Runs), "agents")
+		b.ReportMetric(res.HeartbeatsPerSec, "beats/s")
+		b.ReportMetric(res.Heartbeats.P50, "hb-p50-ms")
+		b.ReportMetric(res.Heartbeats.P99, "hb-p99-ms")
+		b.ReportMetric(float64(res.HeartbeatErrors), "hb-errors")
+		b.ReportMetric(res.MaxBeatGap.Seconds(), "max-beat-gap-s")
+		b.ReportMetric(every.Seconds(), "beat-every-s")
+		b.ReportMetric(float64(res.Runs), "runs")
+		b.ReportMetric(res.StoredPerSecond, "lines/s")
+		b.ReportMetric(res.LineLatency.P50, "line-p50-ms")
+		b.ReportMetric(res.LineLatency.P99, "line-p99-ms")
+		b.ReportMetric(res.LineLatency.Max, "line-max-ms")
+		b.ReportMetric(float64(res.LinesLost), "lost")
+		b.ReportMetric(float64(res.LinesDuplicated), "dup")
+		b.ReportMetric(float64(len(res.RunsFailed)), "runs-failed")
+		b.ReportMetric(res.DryRuns.P95, "dryrun-p95-ms")
+	}
+}
+
+var servingURL = regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+
+// startBroker runs `gpupass-broker serve` on dsn, on a free loopback
+// port, with no per-run record rate limit (capacity, not policy), and
+// returns its URL once it serves, and the process.
+func startBroker(b *testing.B, bin, dsn string) (string, *exec.Cmd) {
+	b.Helper()
+	cmd := exec.Command(bin, "serve", "--db", dsn, "--listen", "127.0.0.1:0", "--run-max-records-per-second", "-1")
+	cmd.Env = append(os.Environ(), "GPUPASS_RUN_LOG_LINES_PER_SECOND=-1", "GPUPASS_RUN_MAX_RECORDS_PER_SECOND=-1")
+	errs, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(errs)
+		for sc.Scan() {
+			if m := servingURL.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+				break
+			}
+			if strings.Contains(sc.Text(), "level=ERROR") {
+				fmt.Fprintln(os.Stderr, sc.Text())
+			}
+		}
+		_, _ = io.Copy(io.Discard, errs)
+	}()
+	select {
+	case u := <-found:
+		return u, cmd
+	case <-time.After(30 * time.Second):
+		b.Fatal("gpupass-broker did not say where it serves within 30 s")
+		return "", nil
+	}
+}
