@@ -1,4 +1,4 @@
-package gpupass
+package auditcmd
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
 )
 
 // BenchmarkAuditFromBroker measures the whole audit of a finished run
@@ -96,7 +97,7 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := &BrokerRuns{Broker: &BrokerFlags{URL: br.URL, Token: br.Token(b, store.RoleRead, "us-west-2")}}
+	src := &BrokerRuns{Broker: &gpupass.BrokerFlags{URL: br.URL, Token: br.Token(b, store.RoleRead, "us-west-2")}}
 	for b.Loop() {
 		r, err := src.Run(ctx, run.Id)
 		if err != nil {
