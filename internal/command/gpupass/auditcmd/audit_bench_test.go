@@ -15,6 +15,7 @@ import (
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // BenchmarkAuditFromBroker measures the whole audit of a finished run
@@ -34,7 +35,7 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
+	specYAML, err := os.ReadFile(filepath.Join(testutil.RepoRoot(b), "broker", "testdata", "h100.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	}
 	update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, steps)
 
-	kb, err := os.ReadFile(filepath.Join("..", "..", "audit", "testdata", "cosign.key"))
+	kb, err := os.ReadFile(filepath.Join(testutil.RepoRoot(b), "internal", "audit", "testdata", "cosign.key"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pub, _, err := audit.LoadPublicKey(audit.KeyRef(filepath.Join("..", "..", "audit", "testdata", "cosign.pub")), os.Getenv)
+	pub, _, err := audit.LoadPublicKey(audit.KeyRef(filepath.Join(testutil.RepoRoot(b), "internal", "audit", "testdata", "cosign.pub")), os.Getenv)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // TestAuditFromBroker audits a run from the broker alone: an API-level
@@ -42,7 +43,7 @@ func TestAuditFromBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
+	specYAML, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "broker", "testdata", "h100.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

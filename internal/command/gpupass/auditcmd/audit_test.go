@@ -22,7 +22,7 @@ func auditFixture(t *testing.T) (dir string, getenv func(string) string) {
 	t.Helper()
 	dir = t.TempDir()
 	for _, name := range []string{"run.json", "cosign.key", "cosign.pub", "agent.pub"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "audit", "testdata", name))
+		b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "audit", "testdata", name))
 		if err != nil {
 			t.Fatal(err)
 		}
