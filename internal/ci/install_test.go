@@ -30,8 +30,10 @@ func releaseTarball(t *testing.T) []byte {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	tw.WriteHeader(&tar.Header{Name: "gpupass", Mode: 0o755, Size: int64(len(script))})
-	tw.Write(script)
+	for _, name := range []string{"gpupass", "gpupass-audit"} {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(script))})
+		tw.Write(script)
+	}
 	tw.Close()
 	gz.Close()
 	return buf.Bytes()

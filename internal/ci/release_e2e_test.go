@@ -98,8 +98,8 @@ func TestReleaseBuild(t *testing.T) {
 	for _, target := range targets {
 		goos, goarch, _ := strings.Cut(target, "/")
 		files := untar(t, filepath.Join(dist, "gpupass_"+goos+"_"+goarch+".tar.gz"))
-		if len(files) != 1 || files["gpupass"] == nil {
-			t.Errorf("%s CLI archive holds %v, want gpupass alone", target, keys(files))
+		if diff := cmp.Diff([]string{"gpupass", "gpupass-audit"}, keys(files)); diff != "" {
+			t.Errorf("%s CLI archive holds (-want +got):\n%s", target, diff)
 			continue
 		}
 		if got := binaryPlatform(t, files["gpupass"]); got != target {
@@ -107,9 +107,9 @@ func TestReleaseBuild(t *testing.T) {
 		}
 	}
 	all := untar(t, filepath.Join(dist, "gpupass-all_"+strings.ReplaceAll(host, "/", "_")+".tar.gz"))
-	wantAll := []string{"gpupass", "gpupass-broker"}
+	wantAll := []string{"gpupass", "gpupass-audit", "gpupass-broker"}
 	if runtime.GOOS == "linux" {
-		wantAll = []string{"gpupass", "gpupass-agent", "gpupass-broker"}
+		wantAll = []string{"gpupass", "gpupass-agent", "gpupass-audit", "gpupass-broker"}
 	}
 	if diff := cmp.Diff(wantAll, keys(all)); diff != "" {
 		t.Errorf("the -all archive holds (-want +got):\n%s", diff)

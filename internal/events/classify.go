@@ -3,6 +3,7 @@ package events
 import (
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Stream says which output stream a line came from.
@@ -61,12 +62,22 @@ type Class struct {
 	Message   string
 }
 
+// Compiled on first use: every gpupass process links this package, and
+// most never classify a line (package init is paid at every start).
 var (
-	pyLogging  = regexp.MustCompile(`^(DEBUG|INFO|WARNING|ERROR|CRITICAL):([^:\s]{1,80}):(.*)$`)
-	levelWord  = regexp.MustCompile(`^\[?(DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\]?(?::\s*|\s+)(.*)$`)
-	lowerLevel = regexp.MustCompile(`^(debug|info|warn|warning|error|critical|fatal):\s*(.*)$`)
-	exception  = regexp.MustCompile(`^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fault)(?::|$)`)
-	pyWarning  = regexp.MustCompile(`^\S+:\d+: [A-Za-z_]\w*Warning: `)
+	pyLogging = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(DEBUG|INFO|WARNING|ERROR|CRITICAL):([^:\s]{1,80}):(.*)$`)
+	})
+	levelWord = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^\[?(DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\]?(?::\s*|\s+)(.*)$`)
+	})
+	lowerLevel = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(debug|info|warn|warning|error|critical|fatal):\s*(.*)$`)
+	})
+	exception = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fault)(?::|$)`)
+	})
+	pyWarning = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\S+:\d+: [A-Za-z_]\w*Warning: `) })
 )
 
 // maxComponent bounds a component taken from a line prefix.
@@ -101,7 +112,7 @@ func (c *Classifier) Classify(line string) Class {
 		return out
 	}
 	if startsUpperLevel(trimmed) {
-		if m := pyLogging.FindStringSubmatch(trimmed); m != nil {
+		if m := pyLogging().FindStringSubmatch(trimmed); m != nil {
 			lv, _ := ParseLevel(m[1])
 			out.Level, out.Component, out.Message = lv, m[2], m[3]
 			return out
@@ -110,10 +121,10 @@ func (c *Classifier) Classify(line string) Class {
 	rest := trimmed
 	levelSet := false
 	if mayHaveLevelWord(rest) {
-		if m := levelWord.FindStringSubmatch(rest); m != nil {
+		if m := levelWord().FindStringSubmatch(rest); m != nil {
 			out.Level, _ = ParseLevel(m[1])
 			rest, levelSet = m[2], true
-		} else if m := lowerLevel.FindStringSubmatch(rest); m != nil {
+		} else if m := lowerLevel().FindStringSubmatch(rest); m != nil {
 			out.Level, _ = ParseLevel(m[1])
 			rest, levelSet = m[2], true
 		}
@@ -124,9 +135,9 @@ func (c *Classifier) Classify(line string) Class {
 	out.Message = rest
 	if !levelSet {
 		switch {
-		case mayBeException(rest) && exception.MatchString(rest):
+		case mayBeException(rest) && exception().MatchString(rest):
 			out.Level = Error
-		case strings.Contains(rest, "Warning: ") && pyWarning.MatchString(rest):
+		case strings.Contains(rest, "Warning: ") && pyWarning().MatchString(rest):
 			out.Level = Warn
 		}
 	}

@@ -101,6 +101,12 @@ type List struct {
 }
 
 // State is a run state in lower case: "failed" for ALLOC_STATE_FAILED.
+// Terminal reports whether a run in state s has ended.
+func Terminal(s gpupassv1.AllocState) bool {
+	return s == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || s == gpupassv1.AllocState_ALLOC_STATE_FAILED ||
+		s == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+}
+
 func State(s gpupassv1.AllocState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "ALLOC_STATE_"))
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -122,7 +123,7 @@ func (p *parser) add(rule string, sev Severity, pos Position, path, msg, fix str
 	})
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+var yamlLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^yaml: line (\d+): (.*)$`) })
 
 // load checks the bytes and decodes them into a YAML node tree.
 func (p *parser) load(data []byte) *yaml.Node {
@@ -236,7 +237,7 @@ func firstBadByte(data []byte) (Position, bool) {
 func (p *parser) syntaxError(data []byte, err error) {
 	msg := err.Error()
 	pos := Position{1, 1}
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+	if m := yamlLine().FindStringSubmatch(msg); m != nil {
 		if n, err := strconv.Atoi(m[1]); err == nil {
 			pos.Line = n
 		}

@@ -6,17 +6,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // pep440 is the version grammar of PEP 440, appendix B ("Parsing version
 // strings with regular expressions"), anchored and case-insensitive.
-var pep440 = regexp.MustCompile(`(?i)^\s*v?` +
-	`(?:(?P<epoch>[0-9]+)!)?` +
-	`(?P<release>[0-9]+(?:\.[0-9]+)*)` +
-	`(?P<pre>[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?` +
-	`(?P<post>(?:-(?P<post_n1>[0-9]+))|(?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?))?` +
-	`(?P<dev>[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?` +
-	`(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*$`)
+// Compiled on first use, not at every process start.
+var pep440 = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)^\s*v?` +
+		`(?:(?P<epoch>[0-9]+)!)?` +
+		`(?P<release>[0-9]+(?:\.[0-9]+)*)` +
+		`(?P<pre>[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?` +
+		`(?P<post>(?:-(?P<post_n1>[0-9]+))|(?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?))?` +
+		`(?P<dev>[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?` +
+		`(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*$`)
+})
 
 // Version is a parsed PEP 440 version.
 type Version struct {
@@ -38,11 +42,11 @@ func ParseVersion(s string) (Version, error) {
 	if len(s) > maxVersionLen {
 		return Version{}, fmt.Errorf("version longer than %d characters", maxVersionLen)
 	}
-	m := pep440.FindStringSubmatch(s)
+	m := pep440().FindStringSubmatch(s)
 	if m == nil {
 		return Version{}, fmt.Errorf("%q is not a PEP 440 version", s)
 	}
-	g := func(name string) string { return m[pep440.SubexpIndex(name)] }
+	g := func(name string) string { return m[pep440().SubexpIndex(name)] }
 	num := func(s string) (int, error) {
 		if s == "" {
 			return 0, nil

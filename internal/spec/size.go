@@ -6,9 +6,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
-var sizeRe = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
+var sizeRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`) })
 
 // sizeUnits: SI units are powers of 1000, IEC units powers of 1024, as
 // written on the tin ("2GB" is 2e9 bytes, "2GiB" is 2^31).
@@ -25,7 +26,7 @@ func ParseSize(s string) (int64, error) {
 	if strings.HasPrefix(s, "-") {
 		return 0, fmt.Errorf("%q is negative; a size must be positive", s)
 	}
-	m := sizeRe.FindStringSubmatch(s)
+	m := sizeRe().FindStringSubmatch(s)
 	if m == nil {
 		return 0, fmt.Errorf("%q is not a size such as 2GB or 512MiB", s)
 	}

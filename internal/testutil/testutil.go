@@ -57,6 +57,8 @@ func RepoRoot(t testing.TB) string {
 
 // BuildBinary builds a main package of this module (e.g. "./cmd/gpupass")
 // into a temporary directory, once per test binary, and returns its path.
+// gpupass is built with gpupass-audit beside it, where it looks for the
+// audit commands, as in a release archive.
 func BuildBinary(t testing.TB, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -69,13 +71,21 @@ func BuildBinary(t testing.TB, pkg string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	pkgs := []string{pkg}
+	if pkg == "./cmd/gpupass" {
+		pkgs = append(pkgs, "./cmd/gpupass-audit")
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
 	cmd.Dir = RepoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
-	built[pkg] = out
+	for _, p := range pkgs {
+		if _, ok := built[p]; !ok {
+			built[p] = filepath.Join(dir, filepath.Base(p))
+		}
+	}
 	return out
 }
 

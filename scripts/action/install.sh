@@ -138,7 +138,8 @@ from_release() {
 	verify_checksums
 	(cd "$download" && grep " ${asset}\$" checksums.txt | sha256sum -c -) >&2 ||
 		fail "checksum mismatch for $asset from $base"
-	tar -xzf "$download/$asset" -C "$dest" gpupass
+	# gpupass runs gpupass-audit (beside it) for the audit commands.
+	tar -xzf "$download/$asset" -C "$dest" gpupass gpupass-audit
 }
 
 from_source() {
@@ -146,7 +147,7 @@ from_source() {
 		fail "no gpupass release for ${os:-this OS}/${arch:-this arch} at version ${version}, and Go is not installed to build it (add actions/setup-go)"
 	fi
 	echo "building gpupass from ${action_path}" >&2
-	(cd "$action_path" && CGO_ENABLED=0 go build -trimpath -o "$dest/gpupass" ./cmd/gpupass)
+	(cd "$action_path" && CGO_ENABLED=0 go build -trimpath -o "$dest/" ./cmd/gpupass ./cmd/gpupass-audit)
 }
 
 base="" cosign=""

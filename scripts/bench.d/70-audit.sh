@@ -24,14 +24,14 @@ echo "| audit | sign manifest, key decrypted (in process) | $(awk -v v="$(ns Ben
 # Through the broker, as `gpupass audit ALLOC` does it: GetRunEvidence +
 # GetMetrics of a finished run with 100k points from a real broker on
 # SQLite, build, sign, verify (key decryption excluded).
-brbench="$(go test ./internal/command/gpupass -run '^$' -bench 'BenchmarkAuditFromBroker' -benchtime 5x 2>&1)" || {
+brbench="$(go test ./internal/command/gpupass/auditcmd -run '^$' -bench 'BenchmarkAuditFromBroker' -benchtime 5x 2>&1)" || {
 	echo "$brbench" >&2
 	exit 1
 }
 echo "| audit | from the broker: evidence + 100k metric points + build+sign+verify (in process) | $(ms "$(awk '$1 ~ /BenchmarkAuditFromBroker/ {print $3}' <<<"$brbench" | head -1)") | — | — |"
 
 # Processes: the real binaries, the same key and manifest.
-go build -o "$work/gpupass" ./cmd/gpupass
+go build -o "$work/" ./cmd/gpupass ./cmd/gpupass-audit # gpupass runs gpupass-audit for audit
 cp internal/audit/testdata/{run.json,cosign.pub,agent.pub} "$work/"
 install -m 0600 internal/audit/testdata/cosign.key "$work/cosign.key"
 python3 - "$work/run.json" "$work/run100k.json" <<'PY'

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the release archives for GOOS/GOARCH into ${DIST:-dist}/:
-# gpupass_<os>_<arch>.tar.gz (the CLI alone, what the GitHub Action
-# installs) and, on a native runner, gpupass-all_<os>_<arch>.tar.gz (CLI,
-# broker and, on Linux, the agent).
+# gpupass_<os>_<arch>.tar.gz (the CLI: gpupass and gpupass-audit, which
+# holds the audit commands; what the GitHub Action installs) and, on a
+# native runner, gpupass-all_<os>_<arch>.tar.gz (CLI, broker and, on
+# Linux, the agent).
 # The CLI is pure Go and cross-compiles. The agent links NVML through cgo
 # and uses Linux process APIs, so it is built natively and for Linux only
 # (the release workflow runs one native runner per platform); a cross
@@ -16,8 +17,8 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$dist"
 export GOOS GOARCH
-CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass" ./cmd/gpupass
-tar -czf "$dist/gpupass_${GOOS}_${GOARCH}.tar.gz" -C "$out" gpupass
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" ./cmd/gpupass ./cmd/gpupass-audit
+tar -czf "$dist/gpupass_${GOOS}_${GOARCH}.tar.gz" -C "$out" gpupass gpupass-audit
 if [ "$GOOS/$GOARCH" != "$(go env GOHOSTOS)/$(go env GOHOSTARCH)" ]; then
 	if [ "${REQUIRE_NATIVE:-0}" = 1 ]; then
 		echo "build.sh: the broker and agent archive is built on a native $GOOS/$GOARCH runner only" >&2
@@ -26,7 +27,7 @@ if [ "$GOOS/$GOARCH" != "$(go env GOHOSTOS)/$(go env GOHOSTARCH)" ]; then
 	echo "build.sh: cross build for $GOOS/$GOARCH: the CLI archive only" >&2
 	exit 0
 fi
-bins=(gpupass gpupass-broker)
+bins=(gpupass gpupass-audit gpupass-broker)
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-broker" ./cmd/gpupass-broker
 if [ "$GOOS" = linux ]; then
 	CGO_ENABLED=1 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-agent" ./cmd/gpupass-agent

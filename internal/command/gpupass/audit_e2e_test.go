@@ -21,7 +21,7 @@ import (
 func TestAuditE2E(t *testing.T) {
 	t.Parallel()
 	bin := testutil.BuildBinary(t, "./cmd/gpupass")
-	dir, _ := auditFixture(t)
+	dir := auditFixture(t)
 	gp := func(env []string, args ...string) (stdout, stderr string, code int) {
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
@@ -82,7 +82,7 @@ func TestAuditE2E(t *testing.T) {
 	}
 
 	// A tampered file: exit 1, text output names the file and the check.
-	bad := rewriteZip(t, filepath.Join(dir, "audit-report.zip"), audit.FileHardware, func(b []byte) []byte {
+	bad := testutil.RewriteZip(t, filepath.Join(dir, "audit-report.zip"), audit.FileHardware, func(b []byte) []byte {
 		return bytes.Replace(b, []byte("1650123456780"), []byte("1650123456789"), 1)
 	})
 	if err := os.WriteFile(filepath.Join(dir, "bad.zip"), bad, 0o644); err != nil {

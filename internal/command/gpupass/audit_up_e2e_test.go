@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/auditrun"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
@@ -99,7 +100,7 @@ func TestUpTrainAudit(t *testing.T) {
 	if !strings.Contains(all, "SIMULATED") {
 		t.Errorf("the audit of a simulated run does not say so loudly:\n%s", all)
 	}
-	var res AuditResult
+	var res auditrun.Result
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("audit -o json printed non-JSON: %v\n%s", err, out)
 	}
@@ -146,7 +147,7 @@ func TestUpTrainAudit(t *testing.T) {
 		{audit.FileManifestBundle, audit.LayerSignature},
 	}
 	for _, tc := range tamper {
-		bad := rewriteZip(t, zipPath, tc.file, func(b []byte) []byte {
+		bad := testutil.RewriteZip(t, zipPath, tc.file, func(b []byte) []byte {
 			c := bytes.Clone(b)
 			c[len(c)/2] ^= 0x01
 			return c

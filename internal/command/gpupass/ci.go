@@ -149,6 +149,13 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
 	if !slices.Contains(CISteps, o.Command) {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input command %q: unknown step; use one of %s", o.Command, strings.Join(CISteps, ", "))}
 	}
+	if o.Command == "audit" || o.Command == "audit-verify" {
+		audit := o.Global.Audit
+		if audit == nil {
+			audit = auditForwarder{cfg: newRootConfig(os.Args[1:], os.Stdin, out, o.ErrOut, nil)}
+		}
+		return audit.CIStep(ctx, o, env, out)
+	}
 	end := env.Group("gpupass " + o.Command)
 	defer end()
 	switch o.Command {
@@ -162,25 +169,14 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
 		return o.bundlePush(ctx, env, out)
 	case "bundle-pull":
 		return o.bundlePull(ctx, out)
-	case "audit":
-		return o.audit(ctx, env, out)
-	case "audit-verify":
-		if err := o.require("cosign-key", o.CosignKey); err != nil {
-			return err
-		}
-		key, done, err := o.keyFile()
-		if err != nil {
-			return err
-		}
-		defer done()
-		return RunAuditVerify(ctx, AuditVerifyOptions{Path: o.AuditPath, Key: key, Output: "text", Getenv: o.Getenv}, out)
 	}
 	return nil // unreachable: the command was checked against CISteps
 }
 
 // require checks required inputs, given as name, value pairs, and names
 // every missing one at once.
-func (o *CIStepOptions) require(pairs ...string) error {
+// Require fails the step when an input in (name, value) pairs is empty.
+func (o *CIStepOptions) Require(pairs ...string) error {
 	var missing []string
 	for i := 0; i+1 < len(pairs); i += 2 {
 		if strings.TrimSpace(pairs[i+1]) == "" {
@@ -286,7 +282,7 @@ func compareInputs(runs string) (labels, inputs []string, err error) {
 }
 
 func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer) error {
-	if err := o.require("runs", o.Runs); err != nil {
+	if err := o.Require("runs", o.Runs); err != nil {
 		return err
 	}
 	labels, inputs, err := compareInputs(o.Runs)
@@ -364,7 +360,7 @@ func (o *CIStepOptions) registry() (RegistryFlags, error) {
 }
 
 func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writer) error {
-	if err := o.require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
+	if err := o.Require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
 		return err
 	}
 	reg, err := o.registry()
@@ -389,7 +385,7 @@ func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writ
 }
 
 func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
-	if err := o.require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
+	if err := o.Require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
 		return err
 	}
 	reg, err := o.registry()
@@ -399,34 +395,9 @@ func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
 	return RunBundlePull(ctx, &BundlePullOptions{Global: &GlobalOptions{Output: "text"}, Registry: reg, To: o.Wheelhouse, Progress: o.ErrOut, Logger: o.Logger}, o.RegistryRef, out)
 }
 
-func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) error {
-	if o.Allocation == "" && o.RunFile == "" {
-		return o.require("allocation", "")
-	}
-	if err := o.require("cosign-key", o.CosignKey); err != nil {
-		return err
-	}
-	key, done, err := o.keyFile()
-	if err != nil {
-		return err
-	}
-	defer done()
-	a := AuditOptions{
-		AllocationID: o.Allocation, Out: o.AuditPath, RunFile: o.RunFile, Key: key, Output: "text",
-		Broker: BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Getenv: o.Getenv, Log: o.Logger,
-	}
-	if o.CosignPassword != "" {
-		a.Password = []byte(o.CosignPassword)
-	}
-	if err := RunAudit(ctx, a, out); err != nil {
-		return err
-	}
-	return env.SetOutput("audit-path", o.AuditPath)
-}
-
-// keyFile returns a path for the cosign-key input: the file it names, or
+// KeyFile returns a path for the cosign-key input: the file it names, or
 // a private temporary file holding the PEM it carries.
-func (o *CIStepOptions) keyFile() (path string, done func(), err error) {
+func (o *CIStepOptions) KeyFile() (path string, done func(), err error) {
 	k := o.CosignKey
 	if !strings.Contains(k, "-----BEGIN") {
 		if _, err := os.Stat(k); err != nil {

@@ -18,7 +18,7 @@ import (
 // region → id) and, on GitLab, GPUPASS_ALLOCATION_<REGION> in the dotenv
 // file, which the compare-report and audit jobs read.
 func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) error {
-	if err := o.require("broker-url", o.BrokerURL, "broker-token", o.BrokerToken, "regions", o.Regions, "train-command", o.TrainCommand); err != nil {
+	if err := o.Require("broker-url", o.BrokerURL, "broker-token", o.BrokerToken, "regions", o.Regions, "train-command", o.TrainCommand); err != nil {
 		return err
 	}
 	regions := strings.FieldsFunc(o.Regions, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })

@@ -267,3 +267,17 @@ func writeMetricsFile(ctx context.Context, rc gpupassv1connect.RunServiceClient,
 	}
 	return len(resp.Msg.Points), nil
 }
+
+// demoAgentKey writes the public key the broker verified a run's report
+// against (the node's enrolled key) for `audit verify --agent-key`.
+func demoAgentKey(ctx context.Context, rc gpupassv1connect.RunServiceClient, cfg *LocalConfig, allocID, dir string) (string, error) {
+	resp, err := rc.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: allocID}))
+	if err != nil {
+		return "", rpcError("reading the evidence of "+allocID, cfg.BrokerURL, err)
+	}
+	path := filepath.Join(dir, "agent-"+resp.Msg.GetRun().GetNodeId()+".pub")
+	if err := os.WriteFile(path, resp.Msg.AgentPublicKeyPem, 0o644); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}

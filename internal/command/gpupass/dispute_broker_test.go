@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // TestDisputedLogInTheCLI: a run whose agent sent seq 7 twice with
@@ -27,7 +29,7 @@ import (
 func TestDisputedLogInTheCLI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir, getenv := auditFixture(t)
+	dir := auditFixture(t)
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
 	agentTok := b.Token(t, store.RoleAgent, "*")
 	ag := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
@@ -144,19 +146,43 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 		}
 	})
 
+	// audit is in gpupass-audit (it links sigstore): run that program.
 	t.Run("audit", func(t *testing.T) {
+		bin := testutil.BuildBinary(t, "./cmd/gpupass-audit")
 		zipPath := filepath.Join(dir, "disputed-audit.zip")
-		var out bytes.Buffer
-		if err := RunAudit(ctx, AuditOptions{AllocationID: run.Id, Out: zipPath, Key: filepath.Join(dir, "cosign.key"), Broker: reader, Getenv: getenv}, &out); err != nil {
-			t.Fatalf("audit: %v", err)
+		audit := func(args ...string) (string, int) {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), "COSIGN_PASSWORD=gpupass-test")
+			out, _, code := testutil.Run(t, cmd)
+			return out, code
 		}
-		if !strings.Contains(out.String(), note) {
-			t.Errorf("audit output does not say the log is disputed:\n%s", out.String())
+		out, code := audit("audit", run.Id, "--out", zipPath, "--key", filepath.Join(dir, "cosign.key"), "--broker-url", reader.URL, "--broker-token", reader.Token)
+		if code != ExitOK {
+			t.Fatalf("audit: exit %d\n%s", code, out)
 		}
-		var vout bytes.Buffer
-		err := RunAuditVerify(ctx, AuditVerifyOptions{Path: zipPath, Key: filepath.Join(dir, "cosign.pub"), Getenv: getenv}, &vout)
-		if ExitCode(err) != ExitFindings || !strings.Contains(vout.String(), "FAIL log") || !strings.Contains(vout.String(), note) {
-			t.Errorf("audit verify: exit %d, %v; want exit 1 with the log layer failed:\n%s", ExitCode(err), err, vout.String())
+		if !strings.Contains(out, note) {
+			t.Errorf("audit output does not say the log is disputed:\n%s", out)
+		}
+		vout, code := audit("audit", "verify", zipPath, "--key", filepath.Join(dir, "cosign.pub"))
+		if code != ExitFindings || !strings.Contains(vout, "FAIL log") || !strings.Contains(vout, note) {
+			t.Errorf("audit verify: exit %d; want exit 1 with the log layer failed:\n%s", code, vout)
 		}
 	})
+}
+
+// auditFixture copies the audit package's fixture (run record, cosign key
+// pair encrypted with "gpupass-test", agent key) into a temp dir.
+func auditFixture(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"run.json", "cosign.key", "cosign.pub", "agent.pub"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "audit", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -62,7 +62,7 @@ func TestFirstMinutes(t *testing.T) {
 	euRun := sub.Msg.Run.Id
 
 	// A project made by init, a signing key and an offline run record.
-	fixture, _ := auditFixture(t)
+	fixture := auditFixture(t)
 	proj := filepath.Join(t.TempDir(), "proj")
 	if out, err := exec.Command(bin, "init", proj).CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)

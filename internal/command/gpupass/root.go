@@ -21,6 +21,8 @@ import (
 type GlobalOptions struct {
 	Output  string // text | json
 	Verbose bool
+
+	Audit AuditPlugin // the audit commands: linked in, or gpupass-audit (set by NewRoot)
 }
 
 // AddFlags registers the global flags.
@@ -47,9 +49,26 @@ func (o *GlobalOptions) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// NewRoot builds the root command with every subcommand.
-func NewRoot() *cobra.Command {
-	g := &GlobalOptions{}
+// NewRoot builds the root command with every subcommand. Without
+// WithAudit, `audit` and the audit CI steps run gpupass-audit with
+// os.Args.
+func NewRoot(opts ...Option) *cobra.Command {
+	return newRoot(newRootConfig(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, opts))
+}
+
+func newRootConfig(args []string, in io.Reader, out, errw io.Writer, opts []Option) *rootConfig {
+	c := &rootConfig{args: args, in: in, out: out, err: errw}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.audit == nil {
+		c.audit = auditForwarder{cfg: c}
+	}
+	return c
+}
+
+func newRoot(cfg *rootConfig) *cobra.Command {
+	g := &GlobalOptions{Audit: cfg.audit}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",
@@ -74,6 +93,7 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 	for _, add := range commands {
 		root.AddCommand(add(g))
 	}
+	root.AddCommand(cfg.audit.Command(g))
 	return root
 }
 
@@ -89,14 +109,13 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newLogsCmd,
 	newRunsCmd,
 	newCancelCmd,
-	newAuditCmd,
 	newBundleCmd,
 	newCICmd,
 }
 
 // Main runs the CLI with args and returns the process exit code.
-func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := NewRoot()
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, opts ...Option) int {
+	root := newRoot(newRootConfig(args, stdin, stdout, stderr, opts))
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)

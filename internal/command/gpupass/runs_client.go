@@ -24,10 +24,7 @@ import (
 // stateName is a run state in lower case (running, succeeded…).
 func stateName(s gpupassv1.AllocState) string { return runview.State(s) }
 
-func terminal(s gpupassv1.AllocState) bool {
-	return s == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || s == gpupassv1.AllocState_ALLOC_STATE_FAILED ||
-		s == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
-}
+func terminal(s gpupassv1.AllocState) bool { return runview.Terminal(s) }
 
 // BrokerMetrics is compare's MetricsSource over the broker's runs API:
 // the series is the run's continuous metric series (a step logged again

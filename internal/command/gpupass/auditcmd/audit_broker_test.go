@@ -1,4 +1,4 @@
-package gpupass
+package auditcmd
 
 import (
 	"bytes"
@@ -18,7 +18,9 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // TestAuditFromBroker audits a run from the broker alone: an API-level
@@ -41,7 +43,7 @@ func TestAuditFromBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
+	specYAML, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "broker", "testdata", "h100.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +88,12 @@ func TestAuditFromBroker(t *testing.T) {
 	}
 
 	zipPath := filepath.Join(dir, "broker-audit.zip")
-	reader := BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
+	reader := gpupass.BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
 	opts := AuditOptions{AllocationID: run.Id, Out: zipPath, Key: filepath.Join(dir, "cosign.key"), Broker: reader, Getenv: getenv, Output: "json"}
 	var out bytes.Buffer
 	err = RunAudit(ctx, opts, &out)
-	if ExitCode(err) != ExitFindings || !strings.Contains(fmt.Sprint(err), "still in progress") || !strings.Contains(fmt.Sprint(err), "running") {
-		t.Fatalf("audit of a running run: exit %d, %v; want exit 1 saying it is still in progress", ExitCode(err), err)
+	if gpupass.ExitCode(err) != gpupass.ExitFindings || !strings.Contains(fmt.Sprint(err), "still in progress") || !strings.Contains(fmt.Sprint(err), "running") {
+		t.Fatalf("audit of a running run: exit %d, %v; want exit 1 saying it is still in progress", gpupass.ExitCode(err), err)
 	}
 	if _, err := os.Stat(zipPath); err == nil {
 		t.Fatal("an audit zip was written for a run in progress")
@@ -150,9 +152,9 @@ func TestAuditFromBroker(t *testing.T) {
 	}
 
 	// A read token for another region is refused: 403, as for every scope.
-	opts.Broker = BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "eu-*")}
-	if err := RunAudit(ctx, opts, &bytes.Buffer{}); ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "403 permission_denied") {
-		t.Errorf("audit with a token for eu-*: exit %d, %v; want exit 2, 403", ExitCode(err), err)
+	opts.Broker = gpupass.BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "eu-*")}
+	if err := RunAudit(ctx, opts, &bytes.Buffer{}); gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.Contains(fmt.Sprint(err), "403 permission_denied") {
+		t.Errorf("audit with a token for eu-*: exit %d, %v; want exit 2, 403", gpupass.ExitCode(err), err)
 	}
 }
 

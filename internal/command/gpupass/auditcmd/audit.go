@@ -1,4 +1,4 @@
-package gpupass
+package auditcmd
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/auditrun"
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/spf13/cobra"
 )
@@ -31,7 +32,7 @@ type AuditOptions struct {
 	AllocationID string
 	Out          string
 	RunFile      string
-	Broker       BrokerFlags
+	Broker       gpupass.BrokerFlags
 	Key          string
 	Keyless      bool
 	Attest       bool
@@ -110,7 +111,7 @@ func (o *AuditKeygenOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.Force, "force", false, "replace an existing key pair")
 }
 
-func newAuditCmd(g *GlobalOptions) *cobra.Command {
+func newAuditCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &AuditOptions{}
 	cmd := &cobra.Command{
 		Use:   "audit ALLOC [--out audit-report.zip]",
@@ -130,7 +131,7 @@ the agent's signed report for that run, the node and the metrics. A run
 still in progress cannot be audited. The zip is named with --out, or with
 -o/--output: a value other than text or json (gpupass audit ALLOC -o a.zip)
 is the zip to write, and the summary is printed as text.`,
-		Args: allocArg,
+		Args: gpupass.AllocArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.AllocationID = args[0]
 			if err := o.outputOrZip(cmd.Flags().Changed("out")); err != nil {
@@ -216,13 +217,13 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 		Getenv: auditGetenv(o.Getenv), Log: auditLog(o.Log),
 	})
 	if errors.Is(err, audit.ErrInProgress) {
-		return Findings(err)
+		return gpupass.Findings(err)
 	}
 	if err != nil {
 		return err
 	}
 	if o.Output == "json" {
-		return writeJSON(out, res)
+		return gpupass.WriteJSON(out, res)
 	}
 	return writeAuditText(out, res)
 }
@@ -278,7 +279,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		extracted = o.Extract
 	}
 	if o.Output == "json" {
-		if err := writeJSON(out, struct {
+		if err := gpupass.WriteJSON(out, struct {
 			File        string `json:"file"`
 			ExtractedTo string `json:"extracted_to,omitempty"`
 			*audit.Result
@@ -313,7 +314,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 	}
 	if !res.OK {
-		return Findings(nil)
+		return gpupass.Findings(nil)
 	}
 	return nil
 }
@@ -372,7 +373,7 @@ func RunAuditKeygen(_ context.Context, o AuditKeygenOptions, out io.Writer) erro
 		return err
 	}
 	if o.Output == "json" {
-		return writeJSON(out, map[string]string{"private_key": keyPath, "public_key": pubPath})
+		return gpupass.WriteJSON(out, map[string]string{"private_key": keyPath, "public_key": pubPath})
 	}
 	_, err = fmt.Fprintf(out, "wrote %s (private, mode 0600) and %s (public)\n", keyPath, pubPath)
 	return err

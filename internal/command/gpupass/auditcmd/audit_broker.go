@@ -1,21 +1,20 @@
-package gpupass
+package auditcmd
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
 	"connectrpc.com/connect"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -24,7 +23,7 @@ import (
 // series (GetMetrics). Nothing is read from any agent's disk, so a read
 // token for the run's region is all an auditor needs.
 type BrokerRuns struct {
-	Broker *BrokerFlags
+	Broker *gpupass.BrokerFlags
 }
 
 // Run implements audit.Source.
@@ -38,17 +37,17 @@ func (s *BrokerRuns) Run(ctx context.Context, allocID string) (*audit.Run, error
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			// Still in progress, or no run report: the run itself is
 			// the problem (a finding), not how the command was called.
-			if gr, gerr := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: allocID})); gerr == nil && !terminal(gr.Msg.Run.GetState()) {
-				return nil, fmt.Errorf("allocation %s: %w (state %s): audit it after it finishes", allocID, audit.ErrInProgress, stateName(gr.Msg.Run.GetState()))
+			if gr, gerr := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: allocID})); gerr == nil && !runview.Terminal(gr.Msg.Run.GetState()) {
+				return nil, fmt.Errorf("allocation %s: %w (state %s): audit it after it finishes", allocID, audit.ErrInProgress, runview.State(gr.Msg.Run.GetState()))
 			}
-			return nil, Findings(rpcError("auditing "+allocID, s.Broker.URL, err))
+			return nil, gpupass.Findings(gpupass.RPCError("auditing "+allocID, s.Broker.URL, err))
 		}
-		return nil, rpcError("reading the evidence of "+allocID, s.Broker.URL, err)
+		return nil, gpupass.RPCError("reading the evidence of "+allocID, s.Broker.URL, err)
 	}
 	ev := er.Msg
 	mr, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: allocID}))
 	if err != nil {
-		return nil, rpcError("reading metrics of "+allocID, s.Broker.URL, err)
+		return nil, gpupass.RPCError("reading metrics of "+allocID, s.Broker.URL, err)
 	}
 	return evidenceRun(ev, mr.Msg.Points)
 }
@@ -110,7 +109,7 @@ func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.Metri
 			pts = append(pts, audit.MetricPoint{Name: k, Step: p.Step, Value: p.Values[k], Time: time.Unix(0, p.TimeUnixNano).UTC()})
 		}
 	}
-	state := stateName(run.GetState())
+	state := runview.State(run.GetState())
 	// A run that failed at runtime-init never started its command; its
 	// span is from submission to the end.
 	started := run.GetStartedUnixNano()
@@ -141,18 +140,4 @@ func declaredFingerprint(file string, source []byte) (string, error) {
 		return "", errors.New("not a spec")
 	}
 	return spec.Fingerprint(&doc.Spec)
-}
-
-// demoAgentKey writes the public key the broker verified a run's report
-// against (the node's enrolled key) for `audit verify --agent-key`.
-func demoAgentKey(ctx context.Context, rc gpupassv1connect.RunServiceClient, cfg *LocalConfig, allocID, dir string) (string, error) {
-	resp, err := rc.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: allocID}))
-	if err != nil {
-		return "", rpcError("reading the evidence of "+allocID, cfg.BrokerURL, err)
-	}
-	path := filepath.Join(dir, "agent-"+resp.Msg.GetRun().GetNodeId()+".pub")
-	if err := os.WriteFile(path, resp.Msg.AgentPublicKeyPem, 0o644); err != nil {
-		return "", fmt.Errorf("writing %s: %w", path, err)
-	}
-	return path, nil
 }

@@ -1,4 +1,4 @@
-package gpupass
+package auditcmd
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // BenchmarkAuditFromBroker measures the whole audit of a finished run
@@ -33,7 +35,7 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
+	specYAML, err := os.ReadFile(filepath.Join(testutil.RepoRoot(b), "broker", "testdata", "h100.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	}
 	update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, steps)
 
-	kb, err := os.ReadFile(filepath.Join("..", "..", "audit", "testdata", "cosign.key"))
+	kb, err := os.ReadFile(filepath.Join(testutil.RepoRoot(b), "internal", "audit", "testdata", "cosign.key"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -92,11 +94,11 @@ func BenchmarkAuditFromBroker(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pub, _, err := audit.LoadPublicKey(audit.KeyRef(filepath.Join("..", "..", "audit", "testdata", "cosign.pub")), os.Getenv)
+	pub, _, err := audit.LoadPublicKey(audit.KeyRef(filepath.Join(testutil.RepoRoot(b), "internal", "audit", "testdata", "cosign.pub")), os.Getenv)
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := &BrokerRuns{Broker: &BrokerFlags{URL: br.URL, Token: br.Token(b, store.RoleRead, "us-west-2")}}
+	src := &BrokerRuns{Broker: &gpupass.BrokerFlags{URL: br.URL, Token: br.Token(b, store.RoleRead, "us-west-2")}}
 	for b.Loop() {
 		r, err := src.Run(ctx, run.Id)
 		if err != nil {

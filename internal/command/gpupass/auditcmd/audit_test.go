@@ -1,7 +1,6 @@
-package gpupass
+package auditcmd
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // auditFixture copies the audit package's fixture (run record, cosign
@@ -21,7 +22,7 @@ func auditFixture(t *testing.T) (dir string, getenv func(string) string) {
 	t.Helper()
 	dir = t.TempDir()
 	for _, name := range []string{"run.json", "cosign.key", "cosign.pub", "agent.pub"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "audit", "testdata", name))
+		b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "audit", "testdata", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,12 +93,12 @@ func TestRunAuditAndVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err = verify(zipPath, expired)
-	if ExitCode(err) != ExitFindings || m["failed_layer"] != audit.LayerAgent {
-		t.Errorf("expired agent key: exit %d, failed_layer %v", ExitCode(err), m["failed_layer"])
+	if gpupass.ExitCode(err) != gpupass.ExitFindings || m["failed_layer"] != audit.LayerAgent {
+		t.Errorf("expired agent key: exit %d, failed_layer %v", gpupass.ExitCode(err), m["failed_layer"])
 	}
 
 	// Tamper one byte of the run summary inside the zip.
-	bad := rewriteZip(t, zipPath, audit.FileRunSummary, func(b []byte) []byte {
+	bad := testutil.RewriteZip(t, zipPath, audit.FileRunSummary, func(b []byte) []byte {
 		return bytes.Replace(b, []byte(`"restarts": 1`), []byte(`"restarts": 0`), 1)
 	})
 	badPath := filepath.Join(dir, "bad.zip")
@@ -105,50 +106,9 @@ func TestRunAuditAndVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err = verify(badPath)
-	if ExitCode(err) != ExitFindings || m["ok"] != false || m["failed_layer"] != audit.LayerManifest {
-		t.Errorf("tampered zip: exit %d, result %v", ExitCode(err), m)
+	if gpupass.ExitCode(err) != gpupass.ExitFindings || m["ok"] != false || m["failed_layer"] != audit.LayerManifest {
+		t.Errorf("tampered zip: exit %d, result %v", gpupass.ExitCode(err), m)
 	}
-}
-
-// rewriteZip returns the zip at path with one entry's content changed.
-func rewriteZip(t *testing.T, path, name string, change func([]byte) []byte) []byte {
-	t.Helper()
-	zr, err := zip.OpenReader(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	changed := false
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f.Name == name {
-			nb := change(b)
-			changed = !bytes.Equal(nb, b)
-			b = nb
-		}
-		w, err := zw.Create(f.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(b)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if !changed {
-		t.Fatalf("rewriteZip: %s unchanged", name)
-	}
-	return buf.Bytes()
 }
 
 func mustRead(t *testing.T, p string) string {
@@ -175,14 +135,14 @@ func TestRunAuditErrors(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{"in progress", func(o *AuditOptions) { o.RunFile = running }, ExitFindings, "still in progress"},
-		{"other allocation", func(o *AuditOptions) { o.AllocationID = "alloc-other" }, ExitUsage, `not "alloc-other"`},
-		{"no run file and no broker", func(o *AuditOptions) { o.RunFile = "" }, ExitUsage, "--broker-url"},
-		{"no key", func(o *AuditOptions) { o.Key = "" }, ExitUsage, "gpupass audit keygen"},
+		{"in progress", func(o *AuditOptions) { o.RunFile = running }, gpupass.ExitFindings, "still in progress"},
+		{"other allocation", func(o *AuditOptions) { o.AllocationID = "alloc-other" }, gpupass.ExitUsage, `not "alloc-other"`},
+		{"no run file and no broker", func(o *AuditOptions) { o.RunFile = "" }, gpupass.ExitUsage, "--broker-url"},
+		{"no key", func(o *AuditOptions) { o.Key = "" }, gpupass.ExitUsage, "gpupass audit keygen"},
 		{"wrong password", func(o *AuditOptions) {
 			o.Getenv = func(k string) string { return map[string]string{audit.PasswordEnv: "nope"}[k] }
-		}, ExitUsage, "wrong password"},
-		{"public key as signing key", func(o *AuditOptions) { o.Key = filepath.Join(dir, "cosign.pub") }, ExitUsage, "public key"},
+		}, gpupass.ExitUsage, "wrong password"},
+		{"public key as signing key", func(o *AuditOptions) { o.Key = filepath.Join(dir, "cosign.pub") }, gpupass.ExitUsage, "public key"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,8 +150,8 @@ func TestRunAuditErrors(t *testing.T) {
 			o := base
 			tc.mutate(&o)
 			err := RunAudit(context.Background(), o, &bytes.Buffer{})
-			if ExitCode(err) != tc.wantCode || err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("exit %d err %v; want exit %d and %q", ExitCode(err), err, tc.wantCode, tc.want)
+			if gpupass.ExitCode(err) != tc.wantCode || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("exit %d err %v; want exit %d and %q", gpupass.ExitCode(err), err, tc.wantCode, tc.want)
 			}
 			if strings.Contains(err.Error(), "gpupass-test") {
 				t.Errorf("error leaks the key password: %v", err)
@@ -219,7 +179,7 @@ func TestRunAuditKeygen(t *testing.T) {
 	if _, err := audit.LoadPrivateKey(audit.KeyRef(prefix+".key"), []byte("pw"), getenv, nil); err != nil {
 		t.Errorf("the written key does not load: %v", err)
 	}
-	if err := RunAuditKeygen(context.Background(), AuditKeygenOptions{Prefix: prefix, Getenv: getenv}, &out); ExitCode(err) != ExitUsage {
+	if err := RunAuditKeygen(context.Background(), AuditKeygenOptions{Prefix: prefix, Getenv: getenv}, &out); gpupass.ExitCode(err) != gpupass.ExitUsage {
 		t.Errorf("second keygen without --force: %v", err)
 	}
 }
@@ -232,17 +192,17 @@ func TestAuditCommandWiring(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{[]string{"audit"}, ExitUsage, "missing ALLOC"},
-		{[]string{"audit", "verify"}, ExitUsage, "accepts 1 arg"},
-		{[]string{"audit", "verify", "x.zip"}, ExitUsage, "--key is required"},
-		{[]string{"audit", "keygen", "extra"}, ExitUsage, "unknown command"},
-		{[]string{"audit", "verify", "--help"}, ExitOK, "--agent-key"},
+		{[]string{"audit"}, gpupass.ExitUsage, "missing ALLOC"},
+		{[]string{"audit", "verify"}, gpupass.ExitUsage, "accepts 1 arg"},
+		{[]string{"audit", "verify", "x.zip"}, gpupass.ExitUsage, "--key is required"},
+		{[]string{"audit", "keygen", "extra"}, gpupass.ExitUsage, "unknown command"},
+		{[]string{"audit", "verify", "--help"}, gpupass.ExitOK, "--agent-key"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
 			var out, errb bytes.Buffer
-			code := Main(context.Background(), tc.args, nil, &out, &errb)
+			code := gpupass.Main(context.Background(), tc.args, nil, &out, &errb, gpupass.WithAudit(Plugin{}))
 			if code != tc.wantCode || !strings.Contains(out.String()+errb.String(), tc.want) {
 				t.Fatalf("exit %d, want %d; output %q %q; want %q", code, tc.wantCode, out.String(), errb.String(), tc.want)
 			}

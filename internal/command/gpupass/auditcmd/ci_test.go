@@ -1,0 +1,57 @@
+package auditcmd
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
+)
+
+// TestCIStepAudit: the audit and audit-verify steps call the audit use
+// case with the cosign-password input as a value. The process environment
+// is not touched (COSIGN_PASSWORD stays unset, here and for the steps that
+// follow in the same job), and the typed result sets the step output.
+func TestCIStepAudit(t *testing.T) {
+	dir, _ := auditFixture(t)
+	t.Setenv(audit.PasswordEnv, "") // the signer must not find it there
+	os.Unsetenv(audit.PasswordEnv)
+	env := map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": filepath.Join(dir, "output"), "GITHUB_STEP_SUMMARY": filepath.Join(dir, "summary")}
+	getenv := func(k string) string { return env[k] }
+	zipPath := filepath.Join(dir, "audit-report.zip")
+	var out bytes.Buffer
+	o := &gpupass.CIStepOptions{Global: &gpupass.GlobalOptions{Output: "text", Audit: Plugin{}}, Command: "audit", RunFile: filepath.Join(dir, "run.json"), CosignKey: filepath.Join(dir, "cosign.key"),
+		CosignPassword: "gpupass-test", AuditPath: zipPath, Getenv: getenv}
+	if err := gpupass.RunCIStep(context.Background(), o, &out); err != nil {
+		t.Fatalf("audit step: %v\n%s", err, out.String())
+	}
+	if v, set := os.LookupEnv(audit.PasswordEnv); set {
+		t.Errorf("the audit step set %s=%q in the process environment", audit.PasswordEnv, v)
+	}
+	if !strings.Contains(out.String(), "wrote "+zipPath) {
+		t.Errorf("audit step printed %q, want the report it wrote", out.String())
+	}
+	if b, _ := os.ReadFile(env["GITHUB_OUTPUT"]); !strings.Contains(string(b), zipPath) {
+		t.Errorf("audit-path output missing: %s", b)
+	}
+	out.Reset()
+	v := &gpupass.CIStepOptions{Global: &gpupass.GlobalOptions{Output: "text", Audit: Plugin{}}, Command: "audit-verify", CosignKey: filepath.Join(dir, "cosign.pub"), AuditPath: zipPath, Getenv: getenv}
+	err := gpupass.RunCIStep(context.Background(), v, &out)
+	// The fixture run is simulated, so verify reports findings; what
+	// matters here is that it read and checked the signature.
+	if err != nil && gpupass.ExitCode(err) != gpupass.ExitFindings {
+		t.Fatalf("audit-verify step: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "signature") {
+		t.Errorf("audit-verify step printed %q, want the signature layer", out.String())
+	}
+	// A wrong password is refused: the value given is the one used.
+	o.CosignPassword, o.AuditPath = "wrong", filepath.Join(dir, "other.zip")
+	if err := gpupass.RunCIStep(context.Background(), o, &bytes.Buffer{}); err == nil {
+		t.Error("audit step with a wrong cosign-password succeeded")
+	}
+}

@@ -1,0 +1,67 @@
+// Package auditcmd holds the audit commands: `gpupass audit` (build and
+// sign a run's audit report), `audit verify`, `audit keygen` and the audit
+// and audit-verify CI steps. They link sigstore, so they are linked only
+// into gpupass-audit (cmd/gpupass-audit); gpupass runs that program for
+// them (see gpupass.AuditPlugin).
+package auditcmd
+
+import (
+	"context"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
+)
+
+// Plugin is the gpupass.AuditPlugin with the audit commands linked in.
+type Plugin struct{}
+
+var _ gpupass.AuditPlugin = Plugin{}
+
+// Command returns the `audit` command tree.
+func (Plugin) Command(g *gpupass.GlobalOptions) *cobra.Command { return newAuditCmd(g) }
+
+// CIStep runs the audit or audit-verify CI step.
+func (Plugin) CIStep(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.Writer) error {
+	end := env.Group("gpupass " + o.Command)
+	defer end()
+	if o.Command == "audit-verify" {
+		if err := o.Require("cosign-key", o.CosignKey); err != nil {
+			return err
+		}
+		key, done, err := o.KeyFile()
+		if err != nil {
+			return err
+		}
+		defer done()
+		return RunAuditVerify(ctx, AuditVerifyOptions{Path: o.AuditPath, Key: key, Output: "text", Getenv: o.Getenv}, out)
+	}
+	return ciAudit(ctx, o, env, out)
+}
+
+func ciAudit(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.Writer) error {
+	if o.Allocation == "" && o.RunFile == "" {
+		return o.Require("allocation", "")
+	}
+	if err := o.Require("cosign-key", o.CosignKey); err != nil {
+		return err
+	}
+	key, done, err := o.KeyFile()
+	if err != nil {
+		return err
+	}
+	defer done()
+	a := AuditOptions{
+		AllocationID: o.Allocation, Out: o.AuditPath, RunFile: o.RunFile, Key: key, Output: "text",
+		Broker: gpupass.BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Getenv: o.Getenv, Log: o.Logger,
+	}
+	if o.CosignPassword != "" {
+		a.Password = []byte(o.CosignPassword)
+	}
+	if err := RunAudit(ctx, a, out); err != nil {
+		return err
+	}
+	return env.SetOutput("audit-path", o.AuditPath)
+}

@@ -1,0 +1,49 @@
+package testutil
+
+import (
+	"archive/zip"
+	"bytes"
+	"io"
+	"testing"
+)
+
+// RewriteZip returns the zip at path with one entry's content changed.
+func RewriteZip(t testing.TB, path, name string, change func([]byte) []byte) []byte {
+	t.Helper()
+	zr, err := zip.OpenReader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	changed := false
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Name == name {
+			nb := change(b)
+			changed = !bytes.Equal(nb, b)
+			b = nb
+		}
+		w, err := zw.Create(f.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(b)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !changed {
+		t.Fatalf("RewriteZip: %s unchanged", name)
+	}
+	return buf.Bytes()
+}
