@@ -67,7 +67,7 @@ var rules = []struct {
 	{"cmd/gpupass-broker", []string{"./internal/command/gpupass", "./internal/command/agent", "./internal/app", "github.com/sigstore/", "github.com/google/go-github", "gitlab.com/gitlab-org/api/", "github.com/olekukonko/tablewriter"}, "the broker binary stays small", false},
 	{"broker", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or any command layer", false},
 	{"agent", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or any command layer", false},
-	{"internal/app", []string{"github.com/spf13/cobra", "./internal/command"}, "use cases take typed options, not flags: no cobra, no command layer", true},
+	{"internal/app", []string{"github.com/spf13/cobra", "github.com/spf13/pflag", "./internal/command"}, "use cases take typed options, not flags: no cobra, no command layer", true},
 	{"internal/client", []string{"github.com/spf13/cobra", "./internal/command", "./internal/app"}, "the client sits below the use cases and knows no flags", false},
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure", false},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure", false},
@@ -153,6 +153,9 @@ func TestRulesFire(t *testing.T) {
 		{"the broker daemon importing its command layer", pkg{ImportPath: m("broker"), Imports: []string{m("internal/command/broker")}, Deps: []string{m("internal/command/broker")}}, "the daemons never import"},
 		{"the agent daemon importing a use case", pkg{ImportPath: m("agent/spool"), Deps: []string{m("internal/app/audit")}}, "the daemons never import"},
 		{"a use case importing the command layer", pkg{ImportPath: m("internal/app/audit"), Imports: []string{m("internal/command/gpupass")}}, "no command layer"},
+		{"a use case importing cobra", pkg{ImportPath: m("internal/app/compare"), Imports: []string{"github.com/spf13/cobra"}}, "use cases take typed options"},
+		{"a use case importing pflag", pkg{ImportPath: m("internal/app/localstack"), Imports: []string{"github.com/spf13/pflag"}}, "use cases take typed options"},
+		{"a use case may import the client", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/client")}, Deps: []string{m("internal/client")}}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
