@@ -16,7 +16,6 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
-	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
@@ -24,69 +23,7 @@ import (
 // stateName is a run state in lower case (running, succeeded…).
 func stateName(s gpupassv1.AllocState) string { return runview.State(s) }
 
-func terminal(s gpupassv1.AllocState) bool {
-	return s == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || s == gpupassv1.AllocState_ALLOC_STATE_FAILED ||
-		s == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
-}
-
-// BrokerMetrics is compare's MetricsSource over the broker's runs API:
-// the series is the run's continuous metric series (a step logged again
-// after a NaN restart supersedes the earlier value), labelled by region.
-type BrokerMetrics struct {
-	Broker *BrokerFlags
-}
-
-// Metrics implements MetricsSource.
-func (m *BrokerMetrics) Metrics(ctx context.Context, allocID, metric string) (*metrics.Series, error) {
-	c, err := m.Broker.DialRuns()
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: allocID}))
-	if connect.CodeOf(err) == connect.CodeNotFound {
-		return nil, fmt.Errorf("%s: no such run on the broker at %s; list runs with `gpupass runs`", allocID, m.Broker.URL)
-	}
-	if err != nil {
-		return nil, rpcError("reading metrics of "+allocID, m.Broker.URL, err)
-	}
-	key := metric
-	if key == "" {
-		key = "loss"
-	}
-	run := resp.Msg.Run
-	s := &metrics.Series{Label: run.GetRegion(), Source: "broker:" + allocID, Metric: key, Format: "gpupass-broker",
-		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated()}
-	for _, p := range resp.Msg.Points {
-		v, ok := p.Values[key]
-		if !ok {
-			continue
-		}
-		s.Points = append(s.Points, metrics.Point{Step: p.Step, Value: v, Time: p.TimeUnixNano})
-	}
-	// The state decides whether the figures are final: compare refuses
-	// an unfinished run unless asked (RunNotDoneError), and says how a
-	// run ended when it did not succeed.
-	if !terminal(run.GetState()) {
-		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: stateName(run.GetState()), Series: s}
-	}
-	if run.GetLogDisputed() {
-		s.Disputed = disputedNote(run)
-	}
-	if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
-		note := "the run ended " + stateName(run.GetState())
-		if r := run.GetReason(); r != "" {
-			note += ": " + termsafe.String(r)
-		}
-		s.Notes = append(s.Notes, note)
-	}
-	if len(s.Points) == 0 {
-		if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
-			return nil, fmt.Errorf("%s (%s) ended %s without logging %s values: %s", allocID, termsafe.String(run.GetRegion()), stateName(run.GetState()), key, termsafe.String(run.GetReason()))
-		}
-		return nil, &metrics.EmptyError{Source: s.Source, Metric: key}
-	}
-	return s, nil
-}
+func terminal(s gpupassv1.AllocState) bool { return runview.Terminal(s) }
 
 // logPrinter writes records of one or more runs to one writer.
 type logPrinter struct {

@@ -90,10 +90,7 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 
 // disputedNote says what a disputed log means, for every command that
 // shows one.
-func disputedNote(r *gpupassv1.Run) string {
-	return fmt.Sprintf("log disputed: %d record(s) were sent twice with different content (first at seq %d); the broker kept the first of each, so this log is not proof of what the run printed",
-		r.GetDisputedRecords(), r.GetFirstDisputedSeq())
-}
+func disputedNote(r *gpupassv1.Run) string { return runview.DisputedNote(r) }
 
 // RunsOptions are the flags of `gpupass runs`.
 type RunsOptions struct {
