@@ -18,9 +18,15 @@ type Error struct {
 	// missing option.
 	Value string
 	Err   error
+	// Missing says the option was required and not given; Err says
+	// what it is for.
+	Missing bool
 }
 
 func (e *Error) Error() string {
+	if e.Missing {
+		return fmt.Sprintf("%s is required: %v", e.Field, e.Err)
+	}
 	if e.Value == "" {
 		return fmt.Sprintf("%s: %v", e.Field, e.Err)
 	}
@@ -32,6 +38,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // New returns an *Error for field and value with a formatted problem.
 func New(field, value, format string, args ...any) error {
 	return &Error{Field: field, Value: value, Err: fmt.Errorf(format, args...)}
+}
+
+// Missing returns an *Error for a required field left empty; what says
+// what the field is for.
+func Missing(field, what string) error {
+	return &Error{Field: field, Err: errors.New(what), Missing: true}
 }
 
 // Rename returns err with its Field replaced by names[Field] ("--label",

@@ -16,6 +16,7 @@ func TestRename(t *testing.T) {
 	}{
 		{"renamed", New("Prices", "us=x", "no run named %q", "us"), `--price "us=x": no run named "us"`},
 		{"no value", New("Runs", "", "nothing to compare"), "--label: nothing to compare"},
+		{"missing", Missing("Prices", "the price per hour"), "--price is required: the price per hour"},
 		{"field not in map", New("Metric", "x", "unknown"), `Metric "x": unknown`},
 		{"not an input error", plain, "disk full"},
 		{"wrapped keeps the input error", fmt.Errorf("ctx: %w", New("Runs", "a", "b")), `--label "a": b`},

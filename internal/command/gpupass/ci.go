@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/buildinfo"
@@ -393,7 +394,7 @@ func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writ
 	}
 	res, err := bundlePush(ctx, p, o.RegistryRef)
 	if err != nil {
-		return err
+		return inputerr.Rename(err, ciBundleInputs)
 	}
 	if err := writeJSON(out, res); err != nil {
 		return err
@@ -412,8 +413,19 @@ func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return RunBundlePull(ctx, &BundlePullOptions{Global: &GlobalOptions{Output: "text"}, Registry: reg, To: o.Wheelhouse, Progress: o.ErrOut, Logger: o.Logger}, o.RegistryRef, out)
+	ropts, err := reg.options()
+	if err != nil {
+		return err
+	}
+	res, err := appbundle.Pull(ctx, appbundle.PullOptions{Ref: o.RegistryRef, To: o.Wheelhouse, Registry: ropts, Progress: o.ErrOut, Logger: o.Logger})
+	if err != nil {
+		return inputerr.Rename(err, ciBundleInputs)
+	}
+	return appbundle.RenderPull(out, res, false)
 }
+
+// ciBundleInputs maps the bundle use cases' option fields to the inputs.
+var ciBundleInputs = map[string]string{"Wheelhouse": "input wheelhouse", "To": "input wheelhouse", "Python": "input spec"}
 
 func (o *CIStepOptions) audit(ctx context.Context, env *ci.Env, out io.Writer) error {
 	if o.Allocation == "" && o.RunFile == "" {
