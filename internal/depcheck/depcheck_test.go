@@ -69,7 +69,7 @@ var rules = []struct {
 	{"cmd/gpupass", []string{"github.com/sigstore/", "github.com/go-openapi/", "github.com/asaskevich/govalidator", "./internal/audit", "./internal/app/auditrun", "./internal/command/gpupass/auditcmd"}, "gpupass starts fast: the audit commands (sigstore, ~10 ms of package init) are linked only into gpupass-audit", false},
 	{"broker", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or any command layer", false},
 	{"agent", []string{"./internal/app", "./internal/command"}, "arrows point down: the daemons never import the CLI's use cases or any command layer", false},
-	{"internal/app", []string{"github.com/spf13/cobra", "./internal/command"}, "use cases take typed options, not flags: no cobra, no command layer", true},
+	{"internal/app", []string{"github.com/spf13/cobra", "github.com/spf13/pflag", "./internal/command"}, "use cases take typed options, not flags: no cobra, no command layer", true},
 	{"internal/client", []string{"github.com/spf13/cobra", "./internal/command", "./internal/app"}, "the client sits below the use cases and knows no flags", false},
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure", false},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure", false},
@@ -169,6 +169,9 @@ func TestRulesFire(t *testing.T) {
 		{"gpupass linking the audit commands", pkg{ImportPath: m("cmd/gpupass"), Deps: []string{m("internal/command/gpupass/auditcmd")}}, "gpupass starts fast"},
 		{"gpupass-audit linking sigstore", pkg{ImportPath: m("cmd/gpupass-audit"), Deps: []string{m("internal/command/gpupass/auditcmd"), "github.com/sigstore/sigstore-go/pkg/sign"}}, ""},
 		{"a use case importing the command layer", pkg{ImportPath: m("internal/app/audit"), Imports: []string{m("internal/command/gpupass")}}, "no command layer"},
+		{"a use case importing cobra", pkg{ImportPath: m("internal/app/compare"), Imports: []string{"github.com/spf13/cobra"}}, "use cases take typed options"},
+		{"a use case importing pflag", pkg{ImportPath: m("internal/app/localstack"), Imports: []string{"github.com/spf13/pflag"}}, "use cases take typed options"},
+		{"a use case may import the client", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/client")}, Deps: []string{m("internal/client")}}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

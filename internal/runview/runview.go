@@ -101,12 +101,6 @@ type List struct {
 }
 
 // State is a run state in lower case: "failed" for ALLOC_STATE_FAILED.
-// Terminal reports whether a run in state s has ended.
-func Terminal(s gpupassv1.AllocState) bool {
-	return s == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || s == gpupassv1.AllocState_ALLOC_STATE_FAILED ||
-		s == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
-}
-
 func State(s gpupassv1.AllocState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "ALLOC_STATE_"))
 }
@@ -171,4 +165,18 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// Terminal says whether a run has ended (succeeded, failed or cancelled):
+// its figures are final.
+func Terminal(s gpupassv1.AllocState) bool {
+	return s == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || s == gpupassv1.AllocState_ALLOC_STATE_FAILED ||
+		s == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+}
+
+// DisputedNote says why a run's log is not proof: records sent twice with
+// different content.
+func DisputedNote(r *gpupassv1.Run) string {
+	return fmt.Sprintf("log disputed: %d record(s) were sent twice with different content (first at seq %d); the broker kept the first of each, so this log is not proof of what the run printed",
+		r.GetDisputedRecords(), r.GetFirstDisputedSeq())
 }

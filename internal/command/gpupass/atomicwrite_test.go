@@ -1,7 +1,6 @@
 package gpupass
 
 import (
-	"context"
 	"errors"
 	"io"
 	"os"
@@ -78,39 +77,6 @@ func TestWriteLocalConfigReplacesAtomically(t *testing.T) {
 	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
 		t.Errorf("config.json: mode %v, want a regular file, mode 0600", fi.Mode())
 	}
-}
-
-func TestUpTokensReplacesAtomically(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	// A stand-in for `gpupass-broker token create --output json`.
-	broker := filepath.Join(dir, "gpupass-broker")
-	if err := os.WriteFile(broker, []byte("#!/bin/sh\necho '{\"token\":\"gpp_new\"}'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// An older, incomplete tokens.json with a loose mode: upTokens makes
-	// new tokens and must leave the file 0600.
-	path := filepath.Join(dir, "tokens.json")
-	old := `{"agent":"gpp_old"}`
-	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	before := filepath.Join(dir, "before")
-	if err := os.Link(path, before); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := upTokens(context.Background(), broker, filepath.Join(dir, "broker.db"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok.Agent != "gpp_new" || tok.Submit != "gpp_new" {
-		t.Fatalf("tokens %+v", tok)
-	}
-	wantFile(t, before, old, 0o644)
-	wantFile(t, path, `{"agent":"gpp_new","submit":"gpp_new"}`, 0o600)
 }
 
 func wantFile(t *testing.T, path, content string, perm os.FileMode) {

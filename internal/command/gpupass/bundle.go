@@ -7,17 +7,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/flagalias"
-	"github.com/gpupass/gpupass/internal/spec"
-	"github.com/gpupass/gpupass/internal/wheel"
+	"github.com/gpupass/gpupass/internal/inputerr"
 )
 
 // RegistryFlags are the transport and auth flags every bundle command
@@ -61,8 +60,8 @@ func (o *RegistryFlags) options() (bundle.RegistryOptions, error) {
 
 // The nodes' platform when no flag or input names one.
 const (
-	defaultArch  = "x86_64"
-	defaultGLIBC = "2.35"
+	defaultArch  = appbundle.DefaultArch
+	defaultGLIBC = appbundle.DefaultGLIBC
 )
 
 // TargetFlags say which interpreter and platform the wheels must fit.
@@ -85,56 +84,21 @@ func (o *TargetFlags) AddFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.AllowIncomplete, "allow-incomplete", false, "push even when the wheelhouse does not cover every pinned package")
 }
 
-// loadedSpec is what the bundle commands need from a spec.
-type loadedSpec struct {
-	pins        []bundle.Pin
-	python      string
-	fingerprint string
+// target is the use case's Target the flags name.
+func (o *TargetFlags) target() appbundle.Target {
+	return appbundle.Target{Spec: o.Spec, Python: o.Python, Arch: o.Arch, GLIBC: o.GLIBC, AllowIncomplete: o.AllowIncomplete}
 }
 
-// load reads the spec. The spec need not be valid as a whole (it may not
-// name its bundle yet — that is what is being pushed); its packages must
-// be pinned and its python set.
-func (o *TargetFlags) load() (*loadedSpec, error) {
-	if o.Spec == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(o.Spec)
-	if err != nil {
-		return nil, fmt.Errorf("reading spec: %w", err)
-	}
-	res := spec.Validate(o.Spec, b)
-	if res.Spec == nil {
-		var msgs []string
-		for _, f := range res.Findings {
-			msgs = append(msgs, fmt.Sprintf("%s:%d:%d: %s", f.File, f.Line, f.Column, f.Message))
-		}
-		return nil, fmt.Errorf("spec %s cannot be read: %s", o.Spec, strings.Join(msgs, "; "))
-	}
-	pins, err := bundle.ParsePins(res.Spec.Runtime.Packages)
-	if err != nil {
-		return nil, fmt.Errorf("spec %s: %w", o.Spec, err)
-	}
-	fp := res.Fingerprint
-	if fp == "" {
-		fp, _ = spec.Fingerprint(res.Spec)
-	}
-	return &loadedSpec{pins: pins, python: res.Spec.Runtime.Python, fingerprint: fp}, nil
-}
+// bundleFlagNames maps the use cases' option fields to the flags.
+var bundleFlagNames = map[string]string{"Wheelhouse": "--wheelhouse", "To": "--to", "Python": "--python"}
 
-func (o *TargetFlags) target(s *loadedSpec) (wheel.Target, error) {
-	py := o.Python
-	if py == "" && s != nil {
-		py = s.python
+// bundleCLIError names the flags in a bundle use case's error.
+func bundleCLIError(err error) error {
+	var ie *appbundle.IncompleteError
+	if errors.As(err, &ie) {
+		return Findings(fmt.Errorf("%w (--allow-incomplete pushes anyway)", ie))
 	}
-	if py == "" {
-		return wheel.Target{}, fmt.Errorf("spec %s: runtime.python is empty; set it or pass --python", o.Spec)
-	}
-	t := wheel.Target{Python: py, OS: "linux", Arch: o.Arch, GLIBC: o.GLIBC}
-	if _, err := wheel.SupportedTags(t); err != nil {
-		return wheel.Target{}, err
-	}
-	return t, nil
+	return inputerr.Rename(err, bundleFlagNames)
 }
 
 func newBundleCmd(g *GlobalOptions) *cobra.Command {
@@ -202,109 +166,25 @@ I/O or registry error.`,
 	return cmd
 }
 
-type pushOutput struct {
-	bundle.PushResult
-	Coverage *bundle.Coverage `json:"coverage,omitempty"`
-	// Uncovered lists the coverage gaps --allow-incomplete let pass.
-	Uncovered []string `json:"uncovered,omitempty"`
-}
-
 // RunBundlePush runs `gpupass bundle push`.
 func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io.Writer) error {
 	res, err := bundlePush(ctx, o, ref)
 	if err != nil {
-		return err
+		return bundleCLIError(err)
 	}
-	if o.Global.Output == "json" {
-		return writeJSON(out, res)
-	}
-	_, err = fmt.Fprintln(out, res.Reference)
-	return err
+	return appbundle.RenderPush(out, res, o.Global.Output == "json")
 }
 
-// bundlePush checks coverage and pushes, returning the typed result that
-// `bundle push` and `ci step` render.
-func bundlePush(ctx context.Context, o *BundlePushOptions, ref string) (*pushOutput, error) {
-	if o.Wheelhouse == "" {
-		return nil, errors.New("--wheelhouse is required")
-	}
+// bundlePush runs the push use case with the flags.
+func bundlePush(ctx context.Context, o *BundlePushOptions, ref string) (*appbundle.PushResult, error) {
 	ropts, err := o.Registry.options()
 	if err != nil {
 		return nil, err
 	}
-	s, err := o.Target.load()
-	if err != nil {
-		return nil, err
-	}
-	// Names are enough for the coverage check; Push checks each wheel's
-	// zip and RECORD as it uploads, so checking overlaps the upload.
-	wheels, err := bundle.List(o.Wheelhouse)
-	if err != nil {
-		var we *bundle.WheelhouseError
-		if errors.As(err, &we) {
-			return nil, Findings(err)
-		}
-		return nil, err
-	}
-	var cov *bundle.Coverage
-	python := o.Target.Python
-	if s != nil {
-		t, err := o.Target.target(s)
-		if err != nil {
-			return nil, err
-		}
-		python = t.Python
-		c, err := bundle.CheckCoverage(s.pins, t, wheels)
-		if err != nil {
-			return nil, err
-		}
-		cov = &c
-		if !c.Complete() {
-			msg := fmt.Sprintf("wheelhouse %s does not cover spec %s:\n  - %s", o.Wheelhouse, o.Target.Spec, strings.Join(c.Problems(), "\n  - "))
-			if !o.Target.AllowIncomplete {
-				return nil, Findings(errors.New(msg + "\nnothing was pushed (--allow-incomplete pushes anyway)"))
-			}
-			o.Logger.Warn(msg)
-		}
-	}
-	var prog *bundle.TextProgress
-	if o.Progress != nil {
-		prog = bundle.NewTextProgress(o.Progress, o.TTY, "pushed")
-	}
-	popts := bundle.PushOptions{
-		Registry: ropts, Python: python, Source: o.source(), MountFrom: o.MountFrom, Logger: o.Logger,
-	}
-	if !o.NoCache {
-		popts.ScanCache = bundle.DefaultScanCache()
-	}
-	if prog != nil {
-		popts.Progress = prog
-	}
-	if s != nil {
-		popts.Fingerprint = s.fingerprint
-	}
-	res, err := bundle.Push(ctx, ref, wheels, popts)
-	if prog != nil {
-		prog.Finish()
-	}
-	var we *bundle.WheelhouseError
-	if errors.As(err, &we) {
-		return nil, Findings(fmt.Errorf("%w\nnothing was tagged", err))
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &pushOutput{PushResult: res, Coverage: cov}, nil
-}
-
-func (o *BundlePushOptions) source() string {
-	if o.Source != "" || o.Getenv == nil {
-		return o.Source
-	}
-	if s, r := o.Getenv("GITHUB_SERVER_URL"), o.Getenv("GITHUB_REPOSITORY"); s != "" && r != "" {
-		return s + "/" + r
-	}
-	return o.Getenv("CI_PROJECT_URL")
+	return appbundle.Push(ctx, appbundle.PushOptions{
+		Ref: ref, Wheelhouse: o.Wheelhouse, Registry: ropts, Target: o.Target.target(), MountFrom: o.MountFrom,
+		Source: o.Source, NoCache: o.NoCache, Progress: o.Progress, TTY: o.TTY, Getenv: o.Getenv, Logger: o.Logger,
+	})
 }
 
 // BundlePullOptions are the flags of `gpupass bundle pull`.
@@ -355,34 +235,18 @@ Exit codes: 0 pulled, 1 verification failed, 2 usage, I/O or registry error.`,
 
 // RunBundlePull runs `gpupass bundle pull`.
 func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io.Writer) error {
-	if o.To == "" {
-		return errors.New("--to is required")
-	}
 	ropts, err := o.Registry.options()
 	if err != nil {
 		return err
 	}
-	popts := bundle.PullOptions{Registry: ropts, Logger: o.Logger, Sync: o.Fsync, VerifyRecord: o.VerifyRecord}
-	var prog *bundle.TextProgress
-	if o.Progress != nil {
-		prog = bundle.NewTextProgress(o.Progress, o.TTY, "pulled")
-		popts.Progress = prog
-	}
-	res, err := bundle.Pull(ctx, ref, o.To, popts)
-	if prog != nil {
-		prog.Finish()
-	}
+	res, err := appbundle.Pull(ctx, appbundle.PullOptions{
+		Ref: ref, To: o.To, Registry: ropts, Fsync: o.Fsync, VerifyRecord: o.VerifyRecord,
+		Progress: o.Progress, TTY: o.TTY, Logger: o.Logger,
+	})
 	if err != nil {
-		if errors.Is(err, bundle.ErrVerification) {
-			return Findings(err)
-		}
-		return err
+		return bundleCLIError(err)
 	}
-	if o.Global.Output == "json" {
-		return writeJSON(out, res)
-	}
-	_, err = fmt.Fprintf(out, "%s\n%d wheels in %s\n", res.Reference, len(res.Wheels), res.Dir)
-	return err
+	return appbundle.RenderPull(out, res, o.Global.Output == "json")
 }
 
 // BundleInspectOptions are the flags of `gpupass bundle inspect`.
@@ -481,83 +345,14 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 	return cmd
 }
 
-type verifyOutput struct {
-	Dir      string           `json:"dir"`
-	OK       bool             `json:"ok"`
-	Locked   bool             `json:"locked"`
-	Wheels   []bundle.Wheel   `json:"wheels"`
-	Problems []string         `json:"problems"`
-	Coverage *bundle.Coverage `json:"coverage,omitempty"`
-	// Uncovered lists the coverage gaps --allow-incomplete let pass.
-	Uncovered []string `json:"uncovered,omitempty"`
-}
-
 // RunBundleVerify runs `gpupass bundle verify`.
 func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, out io.Writer) error {
-	s, err := o.Target.load()
+	res, err := appbundle.Verify(ctx, appbundle.VerifyOptions{Dir: dir, Target: o.Target.target(), Jobs: o.Jobs})
 	if err != nil {
+		return bundleCLIError(err)
+	}
+	if err := appbundle.RenderVerify(out, res, o.Global.Output == "json", "--allow-incomplete"); err != nil {
 		return err
 	}
-	res := verifyOutput{Dir: dir, Wheels: []bundle.Wheel{}, Problems: []string{}}
-	wheels, err := bundle.Scan(ctx, dir, bundle.ScanOptions{Jobs: o.Jobs})
-	var we *bundle.WheelhouseError
-	switch {
-	case errors.As(err, &we):
-		for _, p := range we.Problems {
-			res.Problems = append(res.Problems, p.Error())
-		}
-	case err != nil:
-		return err
-	default:
-		res.Wheels = wheels
-		// A pulled wheelhouse carries its lock: hold it to it.
-		locked, err := bundle.CheckLock(dir, wheels)
-		res.Locked = locked
-		if err != nil {
-			res.Problems = append(res.Problems, err.Error())
-		}
-	}
-	if s != nil && err == nil {
-		t, err := o.Target.target(s)
-		if err != nil {
-			return err
-		}
-		c, err := bundle.CheckCoverage(s.pins, t, wheels)
-		if err != nil {
-			return err
-		}
-		res.Coverage = &c
-		if o.Target.AllowIncomplete {
-			res.Uncovered = c.Problems()
-		} else {
-			res.Problems = append(res.Problems, c.Problems()...)
-		}
-	}
-	res.OK = len(res.Problems) == 0
-	if o.Global.Output == "json" {
-		if err := writeJSON(out, res); err != nil {
-			return err
-		}
-	} else if res.OK {
-		msg := fmt.Sprintf("%s: %d wheels ok", dir, len(res.Wheels))
-		if res.Locked {
-			msg += ", matching " + bundle.LockFile
-		}
-		if res.Coverage != nil && len(res.Uncovered) == 0 {
-			msg += fmt.Sprintf(", all %d pinned packages covered for python %s / %s", len(res.Coverage.Covered), res.Coverage.Python, res.Coverage.Platform)
-		}
-		fmt.Fprintln(out, msg)
-		for _, u := range res.Uncovered {
-			fmt.Fprintf(out, "  - not covered (--allow-incomplete): %s\n", u)
-		}
-	} else {
-		fmt.Fprintf(out, "%s: %d problem(s):\n", dir, len(res.Problems))
-		for _, p := range res.Problems {
-			fmt.Fprintf(out, "  - %s\n", p)
-		}
-	}
-	if !res.OK {
-		return Findings(nil)
-	}
-	return nil
+	return res.Err()
 }

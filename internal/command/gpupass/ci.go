@@ -15,11 +15,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
+	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/findings"
+	"github.com/gpupass/gpupass/internal/inputerr"
 	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -309,14 +312,28 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 		Output: "text", Getenv: o.Getenv, Logger: o.Logger,
 		// Allocation ids (train's output) are read from the broker; a
 		// local `gpupass up` stack is found without the inputs.
-		Source: &BrokerMetrics{Broker: &BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}},
+		Source: brokerSource(&BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}),
 	}
-	var rep *report.Report
-	c.Observe = func(r *report.Report) { rep = r }
-	runErr := RunCompare(ctx, c, out)
-	if rep == nil {
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	res, runErr := compare.Run(ctx, opts)
+	compare.NameAllowRunning(runErr, "use `gpupass compare --allow-running`")
+	if errors.Is(runErr, compare.ErrNoSource) {
+		runErr = fmt.Errorf("%w: set the broker-url and broker-token inputs", runErr)
+	}
+	runErr = inputerr.Rename(runErr, map[string]string{"Runs": "input runs"})
+	if res == nil {
 		return runErr // no report was built: the error says why
 	}
+	if err := compare.Render(out, res, compare.Text); err != nil {
+		return err
+	}
+	if runErr == nil && o.FailOnDivergence {
+		runErr = res.Divergence()
+	}
+	rep := res.Report
 	for _, kv := range [][2]string{{"report-path", md}, {"verdict", rep.Verdict}} {
 		if err := env.SetOutput(kv[0], kv[1]); err != nil {
 			return err
@@ -373,7 +390,7 @@ func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writ
 	}
 	res, err := bundlePush(ctx, p, o.RegistryRef)
 	if err != nil {
-		return err
+		return inputerr.Rename(err, ciBundleInputs)
 	}
 	if err := writeJSON(out, res); err != nil {
 		return err
@@ -392,8 +409,19 @@ func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return RunBundlePull(ctx, &BundlePullOptions{Global: &GlobalOptions{Output: "text"}, Registry: reg, To: o.Wheelhouse, Progress: o.ErrOut, Logger: o.Logger}, o.RegistryRef, out)
+	ropts, err := reg.options()
+	if err != nil {
+		return err
+	}
+	res, err := appbundle.Pull(ctx, appbundle.PullOptions{Ref: o.RegistryRef, To: o.Wheelhouse, Registry: ropts, Progress: o.ErrOut, Logger: o.Logger})
+	if err != nil {
+		return inputerr.Rename(err, ciBundleInputs)
+	}
+	return appbundle.RenderPull(out, res, false)
 }
+
+// ciBundleInputs maps the bundle use cases' option fields to the inputs.
+var ciBundleInputs = map[string]string{"Wheelhouse": "input wheelhouse", "To": "input wheelhouse", "Python": "input spec"}
 
 // KeyFile returns a path for the cosign-key input: the file it names, or
 // a private temporary file holding the PEM it carries.

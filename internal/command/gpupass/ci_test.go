@@ -198,3 +198,56 @@ func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 		t.Errorf("ci step with input tolerance abs=5%%: %v (exit %d); want a usage error naming the input tolerance, not the flag", err, ExitCode(err))
 	}
 }
+
+// TestCIStepErrorsNameInputsNotFlags checks that a use case's error
+// reaches a `ci step` user with the input's name, never a CLI flag the
+// step has no way to set, and the CLI user with the flag.
+func TestCIStepErrorsNameInputsNotFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A wheelhouse that does not cover the spec: the coverage check fails
+	// before any registry is contacted.
+	house := filepath.Join(dir, "wheels")
+	if err := os.MkdirAll(house, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(house, "alpha-1.0-py3-none-any.whl"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "gpupass.yaml")
+	if err := os.WriteFile(spec, []byte("name: x\nruntime:\n  python: \"3.11\"\n  packages: [\"beta==1.0\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "nonexistent.yaml")
+	tests := []struct {
+		name     string
+		ci       CIStepOptions
+		cli      []string
+		wantCode int
+		want     string // in the ci step's error
+		wantCLI  string // in the CLI's stderr
+		flag     string // must not be in the ci step's error
+	}{
+		{"bundle push, incomplete", CIStepOptions{Command: "bundle-push", RegistryRef: "127.0.0.1:1/x:1", Wheelhouse: house, Spec: spec},
+			[]string{"bundle", "push", "--plain-http", "--no-cache", "-w", house, "--spec", spec, "127.0.0.1:1/x:1"},
+			ExitFindings, "does not cover spec", "(--allow-incomplete pushes anyway)", "--allow-incomplete"},
+		{"train, no spec", CIStepOptions{Command: "train", BrokerURL: "http://127.0.0.1:1", BrokerToken: "gpp_x", Regions: "us-west-2", TrainCommand: "true", Spec: missing},
+			[]string{"train", "--broker-url", "http://127.0.0.1:1", "--broker-token", "gpp_x", "--region", "us-west-2", "--spec", missing, "--", "true"},
+			ExitUsage, "input spec", "--spec", "--spec"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.ci.Getenv = func(string) string { return "" }
+			err := RunCIStep(context.Background(), &tc.ci, &bytes.Buffer{})
+			if ExitCode(err) != tc.wantCode || !strings.Contains(fmt.Sprint(err), tc.want) || strings.Contains(fmt.Sprint(err), tc.flag) {
+				t.Errorf("ci step: %v (exit %d); want exit %d, %q and no %s", err, ExitCode(err), tc.wantCode, tc.want, tc.flag)
+			}
+			var out, errb bytes.Buffer
+			code := Main(context.Background(), tc.cli, strings.NewReader(""), &out, &errb)
+			if code != tc.wantCode || !strings.Contains(errb.String(), tc.wantCLI) {
+				t.Errorf("CLI: exit %d, stderr %q; want exit %d and %q", code, errb.String(), tc.wantCode, tc.wantCLI)
+			}
+		})
+	}
+}

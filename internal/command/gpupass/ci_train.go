@@ -10,7 +10,9 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // train runs `gpupass train --follow` in every region of the regions
@@ -22,7 +24,7 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 		return err
 	}
 	regions := strings.FieldsFunc(o.Regions, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
-	words, err := splitCommand(o.TrainCommand)
+	words, err := apptrain.SplitCommand(o.TrainCommand)
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input train-command: %w", err)}
 	}
@@ -30,18 +32,17 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 	if spec == "" {
 		spec = "gpupass.yaml"
 	}
-	var runs []*gpupassv1.Run
 	t := &TrainOptions{
 		Global: o.Global, Broker: BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken},
 		Spec: spec, Regions: regions, Name: o.Name, Follow: true,
 		MaxRestarts: 3, MinHealthScore: api.DefaultMinHealthScore,
-		Workdir: o.Workdir, Command: words, Getenv: o.Getenv,
-		Observe: func(rs []*gpupassv1.Run) { runs = rs },
+		Workdir: o.Workdir, WorkdirLimits: workdir.Default(), Command: words, Getenv: o.Getenv,
 	}
-	runErr := RunTrain(ctx, t, out, o.ErrOut)
-	if len(runs) == 0 {
+	res, runErr := runTrain(ctx, t, ciTrainInputs, out, o.ErrOut)
+	if res == nil || len(res.Runs) == 0 {
 		return runErr
 	}
+	runs := res.Runs
 	ids := map[string]string{}
 	for _, r := range runs {
 		ids[r.Region] = r.Id
@@ -68,6 +69,9 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 	}
 	return errors.Join(runErr, env.Summary(trainSummary(runs)))
 }
+
+// ciTrainInputs maps the train use case's option fields to the inputs.
+var ciTrainInputs = map[string]string{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name"}
 
 // outputSuffix turns a region into the tail of an output name: region
 // names are free-form (eu_central, ap.south-1), output names kebab-case,
@@ -103,78 +107,4 @@ func trainSummary(runs []*gpupassv1.Run) string {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", r.Region, r.Id, r.Name, strings.ReplaceAll(st, "|", `\|`), dash(r.NodeId), score)
 	}
 	return b.String()
-}
-
-// splitCommand splits the train-command input into words: a JSON list of
-// strings, or words separated by blanks, with '…' and "…" quoting and \
-// escapes as a POSIX shell reads them (no expansion of any kind: the
-// node runs the words directly, never through a shell).
-func splitCommand(s string) ([]string, error) {
-	s = strings.TrimSpace(s)
-	if strings.HasPrefix(s, "[") {
-		var words []string
-		if err := json.Unmarshal([]byte(s), &words); err != nil {
-			return nil, fmt.Errorf("not a JSON list of strings: %w", err)
-		}
-		if len(words) == 0 {
-			return nil, errors.New("empty JSON list")
-		}
-		return words, nil
-	}
-	var (
-		words []string
-		cur   strings.Builder
-		in    bool // inside a word
-		quote rune
-	)
-	rs := []rune(s)
-	for i := 0; i < len(rs); i++ {
-		c := rs[i]
-		switch {
-		case quote == '\'':
-			if c == '\'' {
-				quote = 0
-			} else {
-				cur.WriteRune(c)
-			}
-		case quote == '"':
-			switch {
-			case c == '"':
-				quote = 0
-			case c == '\\' && i+1 < len(rs) && strings.ContainsRune(`"\$`+"`", rs[i+1]):
-				i++
-				cur.WriteRune(rs[i])
-			default:
-				cur.WriteRune(c)
-			}
-		case c == '\'' || c == '"':
-			quote, in = c, true
-		case c == '\\':
-			if i+1 == len(rs) {
-				return nil, errors.New("ends with a backslash")
-			}
-			i++
-			cur.WriteRune(rs[i])
-			in = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			if in {
-				words = append(words, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteRune(c)
-			in = true
-		}
-	}
-	if quote != 0 {
-		return nil, fmt.Errorf("unterminated %c quote", quote)
-	}
-	if in {
-		words = append(words, cur.String())
-	}
-	if len(words) == 0 {
-		return nil, errors.New("empty")
-	}
-	return words, nil
 }

@@ -1,7 +1,6 @@
 package gpupass
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,29 +8,16 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/forge"
-	ghforge "github.com/gpupass/gpupass/internal/forge/github"
-	glforge "github.com/gpupass/gpupass/internal/forge/gitlab"
-	"github.com/gpupass/gpupass/internal/fsutil"
-	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/inputerr"
 	"github.com/gpupass/gpupass/internal/report"
 )
-
-// MetricsSource fetches the metric series of an allocation (the broker's
-// runs API). The broker side must return the points in logging order with
-// step, value and UTC time, the run start, restarts, the price per hour
-// when known, the region as Label, and Simulated for simulated hardware.
-type MetricsSource interface {
-	Metrics(ctx context.Context, allocID, metric string) (*metrics.Series, error)
-}
 
 // CompareOptions are the flags of `gpupass compare`.
 type CompareOptions struct {
@@ -57,12 +43,9 @@ type CompareOptions struct {
 	Output string // text | json
 	Getenv func(string) string
 	// Source resolves allocation ids; nil until the broker client exists.
-	Source     MetricsSource
+	Source     compare.Source
 	HTTPClient *http.Client
 	Logger     *slog.Logger
-	// Observe, when set, receives the report once it is built (ci step
-	// reads the verdict from it).
-	Observe func(*report.Report)
 }
 
 // AddFlags registers the compare flags.
@@ -125,7 +108,7 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 				}
 			}
 			if broker.URL != "" {
-				o.Source = &BrokerMetrics{Broker: broker} // allocation ids
+				o.Source = brokerSource(broker) // allocation ids
 			}
 			return RunCompare(cmd.Context(), o, cmd.OutOrStdout())
 		},
@@ -135,413 +118,118 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 	return cmd
 }
 
-type input struct {
-	label, ref string
-	price      float64
-}
-
 // needsBroker says whether some input is an allocation id rather than a
 // file.
 func (o *CompareOptions) needsBroker() bool {
-	refs := append([]string(nil), o.Inputs...)
-	for _, l := range o.Labels {
-		_, ref, _ := strings.Cut(l, "=")
-		refs = append(refs, ref)
-	}
-	for _, ref := range refs {
-		if _, err := os.Stat(ref); err != nil && looksLikeAlloc(ref) {
-			return true
-		}
-	}
-	return false
+	runs, err := o.runs()
+	return err == nil && compare.NeedsSource(runs)
 }
 
-// RunNotDoneError is a MetricsSource's answer for an allocation that has
-// not ended: its figures (final loss, cost, wall time) are not final yet.
-// Series holds the points logged so far.
-type RunNotDoneError struct {
-	ID, Region, State string
-	Series            *metrics.Series
-}
-
-func (e *RunNotDoneError) Error() string {
-	wait := fmt.Sprintf("`gpupass logs %s --follow` waits for it", e.ID)
-	if e.Series == nil || len(e.Series.Points) == 0 {
-		return fmt.Sprintf("%s (%s) is still %s and has logged no metrics yet; compare it once it has ended (%s)", e.ID, e.Region, e.State, wait)
-	}
-	p := e.Series.Points
-	return fmt.Sprintf("%s (%s) is still %s (%d points so far, last step %d): its final figures are not known yet; compare it once it has ended (%s), or pass --allow-running to compare the partial curve",
-		e.ID, e.Region, e.State, len(p), p[len(p)-1].Step, wait)
-}
-
-// resolveInputs pairs each input with its label and price.
-func (o *CompareOptions) resolveInputs() ([]input, error) {
-	var ins []input
-	index := map[string]int{}
-	add := func(ref string) int {
-		if i, ok := index[ref]; ok {
-			return i
-		}
-		ins = append(ins, input{ref: ref})
-		index[ref] = len(ins) - 1
-		return len(ins) - 1
-	}
+// runs turns the positional inputs and --label NAME=INPUT into the use
+// case's inputs.
+func (o *CompareOptions) runs() ([]compare.Input, error) {
+	var runs []compare.Input
 	for _, ref := range o.Inputs {
-		add(ref)
+		runs = append(runs, compare.Input{Ref: ref})
 	}
-	labelled := map[string]bool{}
 	for _, l := range o.Labels {
 		name, ref, ok := strings.Cut(l, "=")
 		if !ok || name == "" || ref == "" {
 			return nil, fmt.Errorf("--label %q: want NAME=INPUT, e.g. --label us=runs/us/metrics.jsonl", l)
 		}
-		if labelled[name] {
-			return nil, fmt.Errorf("--label %q: the name %q is given twice; each run needs its own", l, name)
-		}
-		labelled[name] = true
-		ins[add(ref)].label = name
+		runs = append(runs, compare.Input{Name: name, Ref: ref})
 	}
-	if len(ins) == 0 {
-		return nil, errors.New("nothing to compare: give metric files or allocation ids, e.g. gpupass compare us.jsonl eu.jsonl")
-	}
+	return runs, nil
+}
+
+// prices parses --price NAME=USD_PER_HOUR.
+func (o *CompareOptions) prices() ([]compare.Price, error) {
+	var ps []compare.Price
 	for _, p := range o.Prices {
 		name, v, ok := strings.Cut(p, "=")
 		f, err := strconv.ParseFloat(v, 64)
 		if !ok || err != nil || f < 0 {
 			return nil, fmt.Errorf("--price %q: want NAME=USD_PER_HOUR, e.g. --price us=3.5", p)
 		}
-		found := false
-		for i := range ins {
-			if ins[i].label == name || (ins[i].label == "" && defaultLabel(ins[i].ref) == name) {
-				ins[i].price, found = f, true
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("--price %q: no run named %q", p, name)
-		}
+		ps = append(ps, compare.Price{Name: name, PerHour: f})
 	}
-	return ins, nil
+	return ps, nil
 }
 
-// defaultLabel names a file run: the file name without extension, or the
-// directory name when the file name is a logger default (metrics.csv,
-// events.out.tfevents.*).
-func defaultLabel(ref string) string {
-	base := filepath.Base(ref)
-	stem := strings.TrimSuffix(base, filepath.Ext(base))
-	switch {
-	case strings.HasPrefix(base, "events.out.tfevents"), stem == "metrics", stem == "train", stem == "loss", stem == "log":
-		if d := filepath.Base(filepath.Dir(ref)); d != "." && d != "/" {
-			return d
-		}
-	}
-	return stem
+// brokerSource reads allocation ids from the broker the flags name.
+func brokerSource(b *BrokerFlags) *compare.BrokerSource {
+	return &compare.BrokerSource{Dial: b.DialRuns, URL: b.URL}
 }
 
-func (o *CompareOptions) load(ctx context.Context, ins []input) ([]*metrics.Series, error) {
-	series := make([]*metrics.Series, len(ins))
-	errs := make([]error, len(ins))
-	var wg sync.WaitGroup
-	for i, in := range ins {
-		wg.Go(func() {
-			s, err := o.loadOne(ctx, in)
-			series[i], errs[i] = s, err
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return series, nil
-}
+// compareFlagNames maps the use case's option fields to compare's flags.
+var compareFlagNames = map[string]string{"Runs": "--label", "Prices": "--price", "Post": "--post"}
 
-func (o *CompareOptions) loadOne(ctx context.Context, in input) (*metrics.Series, error) {
-	var s *metrics.Series
-	if _, err := os.Stat(in.ref); err == nil {
-		s, err = metrics.ReadFile(in.ref, metrics.Options{Metric: o.Metric})
-		if err != nil {
-			return nil, err
-		}
-		if in.label == "" {
-			s.Label = defaultLabel(in.ref)
-		}
-	} else {
-		if !looksLikeAlloc(in.ref) {
-			return nil, fmt.Errorf("%s: no such file", in.ref)
-		}
-		if o.Source == nil {
-			return nil, fmt.Errorf("%s: no such file, and allocation ids need the broker: pass --broker-url and --broker-token, or run `gpupass up` first (or export the run's metrics to a file and pass that)", in.ref)
-		}
-		s, err = o.Source.Metrics(ctx, in.ref, o.Metric)
-		var notDone *RunNotDoneError
-		if errors.As(err, &notDone) {
-			if !o.AllowRunning || notDone.Series == nil || len(notDone.Series.Points) == 0 {
-				return nil, err
-			}
-			s, err = notDone.Series, nil
-			s.Notes = append(s.Notes, fmt.Sprintf("%s was still %s when compared: its figures are partial", in.ref, notDone.State))
-		}
-		if err != nil {
-			if strings.HasPrefix(err.Error(), in.ref+":") {
-				return nil, err // already names the allocation
-			}
-			return nil, fmt.Errorf("fetching metrics of %s: %w", in.ref, err)
-		}
-		s.Normalize()
-		if s.Label == "" {
-			s.Label = in.ref
-		}
-	}
-	if in.label != "" {
-		s.Label = in.label
-	}
-	if in.price > 0 {
-		s.PricePerHour = in.price
-	}
-	return s, nil
-}
-
-// disambiguate names allocations that share their default label (two runs
-// in one region) by region and id; explicit --label names and file labels
-// are left alone, so a clash there stays an error that names the fix.
-func disambiguate(ins []input, series []*metrics.Series) {
-	count := map[string]int{}
-	for _, s := range series {
-		count[s.Label]++
-	}
-	for i, s := range series {
-		if ins[i].label == "" && count[s.Label] > 1 && looksLikeAlloc(ins[i].ref) && s.Label != ins[i].ref {
-			s.Label += " " + ins[i].ref
-		}
-	}
-}
-
-func looksLikeAlloc(ref string) bool {
-	return strings.HasPrefix(ref, "alloc-") && !strings.ContainsAny(ref, `/\.`)
-}
-
-// compareJSON is what --output json prints: the report and what posting did.
-type compareJSON struct {
-	*report.Report
-	Posted *forge.Result `json:"posted,omitempty"`
-}
-
-// RunCompare reads the inputs, builds the report, writes the requested
-// files, posts to the forge and prints the report on out.
-func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
-	log := o.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
+// options turns the flags into the use case's options.
+func (o *CompareOptions) options() (compare.Options, error) {
 	tol, err := report.ParseTolerance(o.Tolerance)
 	var te *report.ToleranceError
 	if errors.As(err, &te) {
-		return fmt.Errorf("--tolerance %q: %s", te.Value, te.Problem)
+		return compare.Options{}, fmt.Errorf("--tolerance %q: %s", te.Value, te.Problem)
 	}
 	if err != nil {
-		return err
+		return compare.Options{}, err
 	}
 	behavior, err := forge.ParseBehavior(o.CommentBehavior)
 	if err != nil {
-		return err
+		return compare.Options{}, err
 	}
-	switch o.Post {
-	case "auto", "github", "gitlab", "none":
-	default:
-		return fmt.Errorf("--post %q: must be auto, github, gitlab or none", o.Post)
-	}
-	ins, err := o.resolveInputs()
+	post, err := compare.ParsePostMode(o.Post)
 	if err != nil {
-		return err
+		return compare.Options{}, inputerr.Rename(err, compareFlagNames)
 	}
-	series, err := o.load(ctx, ins)
+	runs, err := o.runs()
 	if err != nil {
-		return err
+		return compare.Options{}, err
 	}
-	disambiguate(ins, series)
-	for _, s := range series {
-		if s.Problems.Count > 0 {
-			log.Warn("skipped malformed input", "run", s.Label, "source", s.Source, "problems", s.Problems.String())
-		}
-	}
-	rep, err := report.Build(series, tol)
+	prices, err := o.prices()
 	if err != nil {
+		return compare.Options{}, err
+	}
+	return compare.Options{
+		Runs: runs, Prices: prices, Metric: o.Metric, Tolerance: tol, AllowRunning: o.AllowRunning,
+		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit},
+		Post:  post, Tag: o.Tag, Behavior: behavior, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
+		Getenv: o.Getenv, Source: o.Source, HTTPClient: o.HTTPClient, Logger: o.Logger,
+	}, nil
+}
+
+// RunCompare runs the compare use case with the flags, prints the report
+// on out and turns divergence into exit code 1 with --fail-on-divergence.
+func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
+	res, err := runCompare(ctx, o)
+	if res == nil {
 		return err
 	}
-	if o.Observe != nil {
-		o.Observe(rep)
+	if rerr := compare.Render(out, res, compare.Output(o.Output)); rerr != nil {
+		return rerr
 	}
-	var md bytes.Buffer
-	if err := report.Markdown(&md, rep); err != nil {
-		return err
+	if err != nil {
+		return err // posting failed after the report was written
 	}
-	files := []struct {
-		path   string
-		render func(io.Writer, *report.Report) error
-	}{
-		{o.Markdown, func(w io.Writer, _ *report.Report) error { _, err := w.Write(md.Bytes()); return err }},
-		{o.JSON, report.JSON}, {o.SVG, report.SVG}, {o.PNG, report.PNG}, {o.JUnit, report.JUnit},
-	}
-	for _, f := range files {
-		if f.path == "" {
-			continue
-		}
-		if err := writeFile(f.path, func(w io.Writer) error { return f.render(w, rep) }); err != nil {
-			return err
-		}
-	}
-	if p := getenv("GITHUB_STEP_SUMMARY"); p != "" {
-		if err := appendFile(p, md.Bytes()); err != nil {
-			return fmt.Errorf("writing GITHUB_STEP_SUMMARY: %w", err)
-		}
-	}
-	posted, postErr := o.post(ctx, getenv, behavior, md.String(), log)
-	if o.Output == "json" {
-		if err := report.EncodeJSON(out, compareJSON{Report: rep, Posted: posted}); err != nil {
-			return err
-		}
-	} else if _, err := out.Write(md.Bytes()); err != nil {
-		return err
-	}
-	if postErr != nil {
-		return postErr
-	}
-	if posted != nil {
-		log.Info("report posted", "action", posted.Action, "reason", posted.Reason, "url", posted.URL)
-	}
-	if o.FailOnDivergence && rep.Verdict != report.Consistent {
-		var why []string
-		for _, p := range rep.Pairs {
-			if p.Error != "" {
-				why = append(why, p.Error)
-			}
-		}
-		for _, r := range rep.Runs {
-			if r.Disputed != "" {
-				why = append(why, r.Label+": "+r.Disputed)
-			}
-		}
-		if rep.Verdict == report.Inconclusive && len(why) > 0 {
-			return Findings(fmt.Errorf("runs cannot be compared: %s", strings.Join(why, "; ")))
-		}
-		return Findings(fmt.Errorf("runs %s (tolerance %s)", rep.Verdict, rep.Tolerance))
+	if o.FailOnDivergence {
+		return res.Divergence()
 	}
 	return nil
 }
 
-func (o *CompareOptions) post(ctx context.Context, getenv func(string) string, b forge.Behavior, md string, log *slog.Logger) (*forge.Result, error) {
-	mode := o.Post
-	if mode == "none" {
-		return nil, nil
-	}
-	if mode == "auto" {
-		switch {
-		case getenv("GITHUB_ACTIONS") == "true":
-			mode = "github"
-		case getenv("GITLAB_CI") == "true":
-			mode = "gitlab"
-		default:
-			return nil, nil
-		}
-	}
-	hc := o.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
-	rt := hc.Transport
-	if _, ok := rt.(*forge.Retry); !ok {
-		// Each try is bounded, not the whole: a client timeout would
-		// also count the waits a Retry-After asks for.
-		c := *hc
-		c.Transport = &forge.Retry{Base: rt, Logger: log, AttemptTimeout: 30 * time.Second}
-		hc = &c
-	}
-	full := "the job log"
-	if o.Markdown != "" {
-		full = "`" + filepath.Base(o.Markdown) + "` among the job's artifacts"
-	}
-	var store forge.Store
-	var meta forge.Meta
-	switch mode {
-	case "github":
-		tgt, run, ok, err := ghforge.FromEnv(getenv)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			if o.Post == "auto" {
-				log.Info("not a pull request event: nothing posted")
-				return nil, nil
-			}
-			return nil, errors.New("--post github: the workflow was not triggered by a pull request (no pull_request in GITHUB_EVENT_PATH)")
-		}
-		token := firstNonEmpty(o.GitHubToken, getenv("GITHUB_TOKEN"))
-		c, err := ghforge.New(tgt, token, hc)
-		if err != nil {
-			return nil, err
-		}
-		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.RunID, SHA: run.SHA}
-	case "gitlab":
-		tgt, run, ok, err := glforge.FromEnv(getenv)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			if o.Post == "auto" {
-				log.Info("not a merge request pipeline: nothing posted")
-				return nil, nil
-			}
-			return nil, errors.New("--post gitlab: not a merge request pipeline (CI_MERGE_REQUEST_IID is not set)")
-		}
-		token := firstNonEmpty(o.GitLabToken, getenv("GITLAB_TOKEN"))
-		if token == "" && getenv("CI_JOB_TOKEN") != "" {
-			return nil, errors.New("only CI_JOB_TOKEN is available: " + glforge.TokenHelp)
-		}
-		c, err := glforge.New(tgt, token, hc)
-		if err != nil {
-			return nil, err
-		}
-		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.PipelineID, SHA: run.SHA, CommitTime: run.CommitTime}
-	}
-	body := forge.Compose(meta, md, forge.MaxChars-1, full)
-	res, err := forge.Post(ctx, store, meta, body, b)
+// runCompare runs the use case and words its errors for the CLI.
+func runCompare(ctx context.Context, o *CompareOptions) (*compare.Result, error) {
+	opts, err := o.options()
 	if err != nil {
-		return nil, fmt.Errorf("posting the report to %s: %w", mode, err)
+		return nil, err
 	}
-	return &res, nil
-}
-
-func firstNonEmpty(v ...string) string {
-	for _, s := range v {
-		if s != "" {
-			return s
-		}
+	res, err := compare.Run(ctx, opts)
+	compare.NameAllowRunning(err, "pass --allow-running")
+	switch {
+	case errors.Is(err, compare.ErrNothing):
+		err = fmt.Errorf("%w, e.g. gpupass compare us.jsonl eu.jsonl", err)
+	case errors.Is(err, compare.ErrNoSource):
+		err = fmt.Errorf("%w: pass --broker-url and --broker-token, or run `gpupass up` first (or export the run's metrics to a file and pass that)", err)
 	}
-	return ""
-}
-
-func writeFile(path string, render func(io.Writer) error) error {
-	var b bytes.Buffer
-	if err := render(&b); err != nil {
-		return err
-	}
-	// Rendered in full first, then replaced atomically, so a failed or
-	// killed run never leaves half a report.
-	return fsutil.WriteFileAtomic(path, b.Bytes(), 0o644)
-}
-
-func appendFile(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return res, inputerr.Rename(err, compareFlagNames)
 }

@@ -16,8 +16,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/gpupass/gpupass/internal/metrics"
 )
 
 // writeRuns writes two consistent runs (JSONL and CSVLogger) and one that
@@ -156,31 +154,6 @@ func TestCompareBadInput(t *testing.T) {
 	}
 }
 
-// fakeSource stands in for the broker's metrics API.
-type fakeSource map[string]*metrics.Series
-
-func (f fakeSource) Metrics(_ context.Context, id, _ string) (*metrics.Series, error) {
-	s, ok := f[id]
-	if !ok {
-		return nil, fmt.Errorf("allocation %s not found", id)
-	}
-	return s, nil
-}
-
-func TestCompareAllocSource(t *testing.T) {
-	dir := t.TempDir()
-	us, _, _ := writeRuns(t, dir)
-	src := fakeSource{"alloc-eu1": {Label: "eu-west", Source: "alloc-eu1", Metric: "loss", Points: []metrics.Point{{Step: 50, Value: 0.7}, {Step: 0, Value: 2.5}}}}
-	var out bytes.Buffer
-	err := RunCompare(context.Background(), &CompareOptions{Inputs: []string{us, "alloc-eu1"}, Tolerance: "abs=5", CommentBehavior: "update", Post: "none", Source: src}, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "| eu-west ") || !strings.Contains(out.String(), "us vs eu-west") {
-		t.Errorf("report lacks the allocation's run:\n%s", out.String())
-	}
-}
-
 // githubPR is a minimal GitHub issue-comments endpoint for the CLI test;
 // internal/forge/github tests the API in depth.
 type githubPR struct {
@@ -295,66 +268,5 @@ func TestComparePostsToGitLab(t *testing.T) {
 	}
 	if g.token != "glpat-secret" {
 		t.Errorf("token %q, want the one from GPUPASS_GITLAB_TOKEN_FILE", g.token)
-	}
-}
-
-// TestCompareEdgeInputs drives RunCompare with inputs that cannot be
-// compared fully: no common steps, a single point, NaN and Inf values.
-// Each must give a report that says so, and --fail-on-divergence decides
-// the exit code.
-func TestCompareEdgeInputs(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write := func(name string, lines ...string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	early := write("early.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`, `{"step":20,"loss":1}`)
-	late := write("late.jsonl", `{"step":100,"loss":0.9}`, `{"step":110,"loss":0.8}`)
-	single := write("single.jsonl", `{"step":10,"loss":1.5}`)
-	blowup := write("blowup.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":NaN}`, `{"step":20,"loss":Infinity}`)
-	tests := []struct {
-		name      string
-		inputs    []string
-		wantCode  int // with --fail-on-divergence
-		wantErr   string
-		wantJSON  []string
-		wantLines []string
-	}{
-		{"no overlap", []string{early, late}, ExitFindings, "runs cannot be compared: early (steps 0..20) and late (steps 100..110) have no steps in common",
-			[]string{`"verdict": "inconclusive"`, `"error": "early (steps 0..20) and late (steps 100..110) have no steps in common"`},
-			[]string{"⚠️ gpupass compare: inconclusive", "no step range common to all runs"}},
-		{"single point", []string{early, single}, 0, "",
-			[]string{`"verdict": "consistent"`, `"common_steps": 1`},
-			[]string{"single: a single point", "| early vs single | 1 "}},
-		{"NaN and Inf shown", []string{early, blowup}, ExitFindings, "runs diverged",
-			[]string{`"final_loss": "+Inf"`, `"non_finite": 2`, `"max_abs_delta": 0`},
-			[]string{"| +Inf       | 2 (step 0) ", "blowup: 2 NaN/Inf value(s) in the run (kept; they fail every tolerance check)", "2 common step(s) with NaN/Inf"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			jsonPath := filepath.Join(t.TempDir(), "r.json")
-			var md bytes.Buffer
-			o := &CompareOptions{Inputs: tc.inputs, Tolerance: "abs=0.1", CommentBehavior: "update", Post: "none", FailOnDivergence: true, JSON: jsonPath}
-			err := RunCompare(context.Background(), o, &md)
-			if code := ExitCode(err); code != tc.wantCode || (tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Errorf("exit %d (%v), want %d and %q", code, err, tc.wantCode, tc.wantErr)
-			}
-			js, _ := os.ReadFile(jsonPath)
-			for _, want := range tc.wantJSON {
-				if !strings.Contains(string(js), want) {
-					t.Errorf("JSON lacks %s:\n%s", want, js)
-				}
-			}
-			for _, want := range tc.wantLines {
-				if !strings.Contains(md.String(), want) {
-					t.Errorf("markdown lacks %q:\n%s", want, md.String())
-				}
-			}
-		})
 	}
 }

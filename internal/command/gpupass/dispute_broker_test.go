@@ -134,7 +134,7 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 		}
 		var out bytes.Buffer
 		err := RunCompare(ctx, &CompareOptions{Inputs: []string{clean, run.Id}, Tolerance: "5%", FailOnDivergence: true, Post: "none",
-			CommentBehavior: "update", Source: &BrokerMetrics{Broker: &reader}}, &out)
+			CommentBehavior: "update", Source: brokerSource(&reader)}, &out)
 		md := out.String()
 		if ExitCode(err) != ExitFindings || !strings.Contains(fmt.Sprint(err), note) {
 			t.Errorf("compare --fail-on-divergence: exit %d, %v; want exit 1 naming the dispute", ExitCode(err), err)

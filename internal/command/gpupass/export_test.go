@@ -2,9 +2,6 @@ package gpupass
 
 import "github.com/gpupass/gpupass/internal/workdir"
 
-// SplitCommand is splitCommand for the external tests.
-var SplitCommand = splitCommand
-
 // ArchiveDir is archiveDir under the default limits, for the external
 // tests.
 func ArchiveDir(dir string) ([]byte, error) { return archiveDir(dir, workdir.Default()) }

@@ -68,17 +68,3 @@ func TestLocalConfigRoundTrip(t *testing.T) {
 		t.Error("a broken config.json was accepted")
 	}
 }
-
-func TestListenAddr(t *testing.T) {
-	t.Parallel()
-	if got, err := listenAddr("127.0.0.1:7070"); err != nil || got != "127.0.0.1:7070" {
-		t.Errorf("fixed port: %q, %v", got, err)
-	}
-	got, err := listenAddr("127.0.0.1:0")
-	if err != nil || got == "127.0.0.1:0" || filepath.Dir(got) == "" {
-		t.Errorf("port 0 was not resolved to a free port: %q, %v", got, err)
-	}
-	if _, err := listenAddr("7070"); err == nil {
-		t.Error("an address without a host was accepted")
-	}
-}

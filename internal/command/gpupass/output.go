@@ -1,8 +1,11 @@
 package gpupass
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+
+	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
 // writeJSON prints v as the one JSON document of a command's --output json.
@@ -11,4 +14,23 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// writeFile renders in full, then replaces path atomically, so a failed
+// or killed run never leaves half a file.
+func writeFile(path string, render func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := render(&b); err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(path, b.Bytes(), 0o644)
 }

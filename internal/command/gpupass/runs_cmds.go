@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
@@ -62,8 +63,8 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 	if err != nil {
 		return rpcError("reading run "+o.AllocID, o.Broker.URL, err)
 	}
-	p := &logPrinter{out: out, json: o.Global != nil && o.Global.Output == "json"}
-	fin, err := followRun(ctx, c, resp.Msg.Run, o.AfterSeq, o.Follow, o.Metrics, p, o.Global.logger(errOut))
+	p := &runlog.Printer{Out: out, JSON: o.Global != nil && o.Global.Output == "json"}
+	fin, err := runlog.Follow(ctx, c, resp.Msg.Run, o.AfterSeq, o.Follow, o.Metrics, p, o.Global.logger(errOut))
 	if err != nil {
 		return err
 	}
@@ -90,10 +91,7 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 
 // disputedNote says what a disputed log means, for every command that
 // shows one.
-func disputedNote(r *gpupassv1.Run) string {
-	return fmt.Sprintf("log disputed: %d record(s) were sent twice with different content (first at seq %d); the broker kept the first of each, so this log is not proof of what the run printed",
-		r.GetDisputedRecords(), r.GetFirstDisputedSeq())
-}
+func disputedNote(r *gpupassv1.Run) string { return runview.DisputedNote(r) }
 
 // RunsOptions are the flags of `gpupass runs`.
 type RunsOptions struct {

@@ -2,26 +2,19 @@ package gpupass
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
-	"text/tabwriter"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	apptrain "github.com/gpupass/gpupass/internal/app/train"
+	"github.com/gpupass/gpupass/internal/inputerr"
 	"github.com/gpupass/gpupass/internal/runview"
-	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -43,10 +36,6 @@ type TrainOptions struct {
 	Command []string
 	// Getenv reads CI variables for the run name (os.Getenv by default).
 	Getenv func(string) string
-	// Observe, when set, sees the runs once submitted (also when a later
-	// region's submit fails) and again once they ended: the CI step hands
-	// their allocation ids to later jobs even when a run fails.
-	Observe func(runs []*gpupassv1.Run)
 }
 
 // AddFlags registers train's flags.
@@ -93,151 +82,58 @@ result: 0 all succeeded, 1 any failed or was cancelled, 2 bad input.`,
 	return cmd
 }
 
-// runName is the base name of the runs: --name or the spec's name, plus
-// the short commit in CI (the broker adds the region).
-func (o *TrainOptions) runName(specYAML []byte) string {
-	name := o.Name
-	if name == "" {
-		var s struct {
-			Name string `yaml:"name"`
-		}
-		_ = yaml.Unmarshal(specYAML, &s) // the broker reports a bad spec
-		name = s.Name
+// trainFlagNames maps the use case's option fields to train's flags.
+var trainFlagNames = map[string]string{
+	"Regions": "--region", "Command": "the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
+	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name",
+}
+
+// options turns the flags into the use case's options.
+func (o *TrainOptions) options() apptrain.Options {
+	return apptrain.Options{
+		Spec: o.Spec, Regions: o.Regions, Name: o.Name, MaxPrice: o.MaxPrice, MaxRestarts: o.MaxRestarts,
+		ResumeElsewhere: o.ResumeElsewhere, MinHealthScore: o.MinHealthScore, Workdir: o.Workdir, WorkdirLimits: o.WorkdirLimits,
+		Command: o.Command, Getenv: o.Getenv, Dial: o.Broker.DialRuns, BrokerURL: o.Broker.URL,
 	}
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	sha := getenv("CI_COMMIT_SHORT_SHA")
-	if sha == "" {
-		sha = getenv("GITHUB_SHA")
-	}
-	if len(sha) > 7 {
-		sha = sha[:7]
-	}
-	if sha != "" {
-		if name == "" {
-			name = "run"
-		}
-		name += "-" + sha
-	}
-	return name
 }
 
 // RunTrain submits the runs and, with Follow, streams them to the end.
 func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error {
-	if len(o.Regions) == 0 {
-		return errors.New("no region: pass --region R (repeat for several)")
-	}
-	seen := map[string]bool{}
-	for _, r := range o.Regions {
-		if seen[r] {
-			return fmt.Errorf("--region %s is given twice; one run per region", r)
-		}
-		seen[r] = true
-	}
-	if len(o.Command) == 0 {
-		return errors.New("no command: gpupass train … -- COMMAND [ARG…]")
-	}
-	if o.MaxPrice < 0 || o.MaxRestarts < 0 {
-		return errors.New("--max-price and --max-restarts must not be negative")
-	}
-	specYAML, err := os.ReadFile(o.Spec)
-	if errors.Is(err, fs.ErrNotExist) {
-		// The message validate gives for a missing spec: what to run next.
-		abs, _ := filepath.Abs(o.Spec)
-		return fmt.Errorf("no %s in %s: run `gpupass init` for a starter spec, or pass --spec FILE", filepath.Base(abs), filepath.Dir(abs))
-	}
+	_, err := runTrain(ctx, o, trainFlagNames, out, errOut)
+	return err
+}
+
+// runTrain runs the use case and renders it: the table of runs as
+// submitted, the followed logs, and the runs as ended (or the JSON list).
+// The result holds the runs submitted even when an error comes with it;
+// names words option errors for the caller's door (flags or inputs).
+func runTrain(ctx context.Context, o *TrainOptions, names map[string]string, out, errOut io.Writer) (*apptrain.Result, error) {
+	res, err := apptrain.Submit(ctx, o.options())
 	if err != nil {
-		return fmt.Errorf("reading spec %s: %w", o.Spec, err)
-	}
-	var archive []byte
-	if o.Workdir != "" {
-		if archive, err = archiveDir(o.Workdir, o.WorkdirLimits); err != nil {
-			return fmt.Errorf("--workdir: %w", err)
-		}
-	}
-	c, err := o.Broker.DialRuns()
-	if err != nil {
-		return err
+		return res, limitHint(inputerr.Rename(err, names))
 	}
 	jsonOut := o.Global != nil && o.Global.Output == "json"
-	name := o.runName(specYAML)
-	if o.Name != "" {
-		if err := api.CheckRunName(name); err != nil {
-			return fmt.Errorf("--name: %w", err)
-		}
-	}
-	restarts := int32(o.MaxRestarts)
-	minScore := o.MinHealthScore
-	var runs []*gpupassv1.Run
-	for _, region := range o.Regions {
-		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
-			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
-			MinHealthScore: &minScore}))
-		if err != nil {
-			o.observe(runs)
-			return rpcError("submitting the run in "+region, o.Broker.URL, err)
-		}
-		runs = append(runs, resp.Msg.Run)
-	}
-	o.observe(runs)
 	if !jsonOut {
-		writeRunTable(out, runs)
+		if err := apptrain.WriteTable(out, res.Runs); err != nil {
+			return res, err
+		}
 	}
 	if o.Follow {
-		log := o.Global.logger(errOut)
-		p := &logPrinter{out: out, json: jsonOut, prefix: !jsonOut}
-		var wg sync.WaitGroup
-		errs := make([]error, len(runs))
-		for i, r := range runs {
-			if terminal(r.State) {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fin, err := followRun(ctx, c, r, 0, true, false, p, log)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				runs[i] = fin
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return err
+		if err := apptrain.Follow(ctx, apptrain.FollowOptions{Out: out, JSON: jsonOut, Logger: o.Global.logger(errOut)}, res); err != nil {
+			return res, err
 		}
 	}
 	if jsonOut {
-		if err := runview.WriteList(out, runs); err != nil {
-			return err
+		if err := runview.WriteList(out, res.Runs); err != nil {
+			return res, err
 		}
 	} else if o.Follow {
 		fmt.Fprintln(out)
-		writeRunTable(out, runs)
-	}
-	if o.Follow {
-		o.observe(runs)
-	}
-	var bad []string
-	for _, r := range runs {
-		if r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-			bad = append(bad, fmt.Sprintf("%s (%s) %s: %s", r.Id, termsafe.String(r.Region), stateName(r.State), termsafe.String(r.Reason)))
+		if err := apptrain.WriteTable(out, res.Runs); err != nil {
+			return res, err
 		}
 	}
-	if len(bad) > 0 {
-		return Findings(fmt.Errorf("%d of %d runs did not succeed: %s", len(bad), len(runs), strings.Join(bad, "; ")))
-	}
-	return nil
-}
-
-func (o *TrainOptions) observe(runs []*gpupassv1.Run) {
-	if o.Observe != nil && len(runs) > 0 {
-		o.Observe(slices.Clone(runs))
-	}
+	return res, res.Err()
 }
 
 // logger tolerates a nil GlobalOptions (library callers).
@@ -249,31 +145,4 @@ func (o *GlobalOptions) logger(w io.Writer) *slog.Logger {
 }
 
 // writeRunTable prints runs: id, region, state, node, score, price.
-func writeRunTable(out io.Writer, runs []*gpupassv1.Run) {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ALLOC\tNAME\tREGION\tSTATE\tNODE\tSCORE\tPRICE/H\tREASON")
-	for _, r := range runs {
-		score, price := "-", "-"
-		if r.Score != nil {
-			score = fmt.Sprintf("%.1f", r.Score.Score)
-		}
-		if r.PricePerHour > 0 {
-			price = f2(r.PricePerHour)
-		}
-		st := stateName(r.State)
-		if r.CancelRequested && !terminal(r.State) {
-			st += " (cancelling)"
-		}
-		if r.Simulated {
-			st += ", simulated"
-		}
-		if r.LogDisputed {
-			st += ", LOG DISPUTED"
-		}
-		// Names and reasons come from submitters, nodes and jobs:
-		// printed escaped, a tab included (it would shift the columns).
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st,
-			termsafe.String(dash(r.NodeId)), score, price, termsafe.String(dash(r.Reason)))
-	}
-	_ = tw.Flush()
-}
+func writeRunTable(out io.Writer, runs []*gpupassv1.Run) { _ = apptrain.WriteTable(out, runs) }

@@ -1,4 +1,4 @@
-package gpupass
+package train
 
 import "testing"
 
@@ -12,16 +12,15 @@ func TestTrainRunName(t *testing.T) {
 		want string
 	}{
 		{"spec name outside CI", "", nil, "llm-finetune"},
-		{"--name wins", "bert", nil, "bert"},
+		{"the given name wins", "bert", nil, "bert"},
 		{"GitHub Actions adds the short commit", "", map[string]string{"GITHUB_SHA": "8a3f9b21c0ffee00"}, "llm-finetune-8a3f9b2"},
 		{"GitLab's short sha", "bert", map[string]string{"CI_COMMIT_SHORT_SHA": "1234abcd", "GITHUB_SHA": "ffff"}, "bert-1234abc"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o := &TrainOptions{Name: tt.flag, Getenv: func(k string) string { return tt.env[k] }}
-			if got := o.runName(spec); got != tt.want {
-				t.Errorf("runName = %q, want %q", got, tt.want)
+			if got := RunName(tt.flag, spec, func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Errorf("RunName = %q, want %q", got, tt.want)
 			}
 		})
 	}

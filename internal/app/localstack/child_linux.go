@@ -1,10 +1,10 @@
-package gpupass
+package localstack
 
 import "syscall"
 
-// upChildAttr gives each child of `up` its own process group (Ctrl-C in
+// childAttr gives each child of `up` its own process group (Ctrl-C in
 // the terminal reaches only `up`, which stops them in order) and makes it
 // die with `up`.
-func upChildAttr() *syscall.SysProcAttr {
+func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 }

@@ -1,0 +1,78 @@
+package compare
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/brokerrpc"
+	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/runview"
+	"github.com/gpupass/gpupass/internal/termsafe"
+)
+
+// BrokerSource is a Source over the broker's runs API: the series is the
+// run's continuous metric series (a step logged again after a NaN restart
+// supersedes the earlier value), labelled by region.
+type BrokerSource struct {
+	// Dial returns the run clients; it is called on the first allocation
+	// id, so comparing files alone never needs a broker.
+	Dial func() (*client.RunClients, error)
+	URL  string
+}
+
+// Metrics implements Source.
+func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*metrics.Series, error) {
+	c, err := b.Dial()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: allocID}))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return nil, fmt.Errorf("%s: no such run on the broker at %s; list runs with `gpupass runs`", allocID, b.URL)
+	}
+	if err != nil {
+		return nil, brokerrpc.Error("reading metrics of "+allocID, b.URL, err)
+	}
+	key := metric
+	if key == "" {
+		key = "loss"
+	}
+	run := resp.Msg.Run
+	s := &metrics.Series{Label: run.GetRegion(), Source: "broker:" + allocID, Metric: key, Format: "gpupass-broker",
+		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated()}
+	for _, p := range resp.Msg.Points {
+		v, ok := p.Values[key]
+		if !ok {
+			continue
+		}
+		s.Points = append(s.Points, metrics.Point{Step: p.Step, Value: v, Time: p.TimeUnixNano})
+	}
+	// The state decides whether the figures are final: compare refuses
+	// an unfinished run unless asked (RunNotDoneError), and says how a
+	// run ended when it did not succeed.
+	state := runview.State(run.GetState())
+	if !runview.Terminal(run.GetState()) {
+		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: state, Series: s}
+	}
+	if run.GetLogDisputed() {
+		s.Disputed = runview.DisputedNote(run)
+	}
+	if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+		note := "the run ended " + state
+		if r := run.GetReason(); r != "" {
+			note += ": " + termsafe.String(r)
+		}
+		s.Notes = append(s.Notes, note)
+	}
+	if len(s.Points) == 0 {
+		if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			return nil, fmt.Errorf("%s (%s) ended %s without logging %s values: %s", allocID, termsafe.String(run.GetRegion()), state, key, termsafe.String(run.GetReason()))
+		}
+		return nil, &metrics.EmptyError{Source: s.Source, Metric: key}
+	}
+	return s, nil
+}

@@ -1,0 +1,376 @@
+// Package compare is the compare use case: read the metric series of
+// several runs (files, or allocation ids through a Source), build the
+// report against a tolerance, write the requested files, and post the
+// report to the forge of the CI it runs in. It returns a typed Result;
+// rendering it (markdown or JSON) is Render's job, choosing the exit code
+// the caller's (Result.Divergence). No cobra, no flag names: bad options
+// are *inputerr.Error naming the Options field.
+package compare
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/gpupass/gpupass/internal/exitcode"
+	"github.com/gpupass/gpupass/internal/forge"
+	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/report"
+)
+
+// Source fetches the metric series of an allocation (the broker's runs
+// API). It must return the points in logging order with step, value and
+// UTC time, the run start, restarts, the price per hour when known, the
+// region as Label, and Simulated for simulated hardware; a run that has
+// not ended is a *RunNotDoneError.
+type Source interface {
+	Metrics(ctx context.Context, allocID, metric string) (*metrics.Series, error)
+}
+
+// Input is one run to compare: a metrics file or an allocation id, with an optional
+// name (default: the file's stem, or the allocation's region).
+type Input struct {
+	Name string
+	Ref  string
+}
+
+// Price is the hardware price of the run named Name, in USD per hour.
+type Price struct {
+	Name    string
+	PerHour float64
+}
+
+// Files are the paths to write the report to; empty ones are skipped.
+type Files struct {
+	Markdown, JSON, SVG, PNG, JUnit string
+}
+
+// PostMode says where the report is posted.
+type PostMode string
+
+// The post modes.
+const (
+	PostAuto   PostMode = "auto" // detect the CI: GitHub Actions or GitLab CI
+	PostGitHub PostMode = "github"
+	PostGitLab PostMode = "gitlab"
+	PostNone   PostMode = "none"
+)
+
+// ParsePostMode checks a post mode.
+func ParsePostMode(s string) (PostMode, error) {
+	switch m := PostMode(s); m {
+	case PostAuto, PostGitHub, PostGitLab, PostNone:
+		return m, nil
+	}
+	return "", inputerr.New("Post", s, "must be auto, github, gitlab or none")
+}
+
+// Options say what to compare and where the report goes.
+type Options struct {
+	// Runs are compared in this order; a Ref given twice is one run.
+	Runs   []Input
+	Prices []Price
+	// Metric is a metric key, CSV column or TensorBoard tag; empty is
+	// the training loss.
+	Metric    string
+	Tolerance report.Tolerance
+	// AllowRunning compares allocations that have not ended on their
+	// partial curves.
+	AllowRunning bool
+	Files        Files
+	Post         PostMode // empty is PostNone
+	// Tag names the sticky comment (one per tag); Behavior says what
+	// happens to an existing one.
+	Tag         string
+	Behavior    forge.Behavior
+	GitHubToken string // default $GITHUB_TOKEN
+	GitLabToken string // default $GITLAB_TOKEN
+
+	// Getenv reads the CI's variables (event, tokens, step summary).
+	Getenv func(string) string
+	// Source resolves allocation ids; nil means files only.
+	Source     Source
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+}
+
+// Result is the report, its markdown and what posting did.
+type Result struct {
+	Report *report.Report
+	// Markdown is the full report as markdown (what Render prints as
+	// text and the forge comment is composed from).
+	Markdown []byte
+	// Posted is nil when nothing was posted.
+	Posted *forge.Result
+}
+
+// Run reads the inputs, builds the report, writes the files and posts
+// it. A posting error comes with a non-nil Result: the report was built
+// and written, and the caller may still render it.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	if o.Post == "" {
+		o.Post = PostNone
+	}
+	if _, err := ParsePostMode(string(o.Post)); err != nil {
+		return nil, err
+	}
+	if o.Behavior == "" {
+		o.Behavior = forge.Update
+	}
+	ins, err := resolveInputs(o.Runs, o.Prices)
+	if err != nil {
+		return nil, err
+	}
+	series, err := load(ctx, o, ins)
+	if err != nil {
+		return nil, err
+	}
+	disambiguate(ins, series)
+	for _, s := range series {
+		if s.Problems.Count > 0 {
+			log.Warn("skipped malformed input", "run", s.Label, "source", s.Source, "problems", s.Problems.String())
+		}
+	}
+	rep, err := report.Build(series, o.Tolerance)
+	if err != nil {
+		return nil, err
+	}
+	var md bytes.Buffer
+	if err := report.Markdown(&md, rep); err != nil {
+		return nil, err
+	}
+	files := []struct {
+		path   string
+		render func(io.Writer, *report.Report) error
+	}{
+		{o.Files.Markdown, func(w io.Writer, _ *report.Report) error { _, err := w.Write(md.Bytes()); return err }},
+		{o.Files.JSON, report.JSON}, {o.Files.SVG, report.SVG}, {o.Files.PNG, report.PNG}, {o.Files.JUnit, report.JUnit},
+	}
+	for _, f := range files {
+		if f.path == "" {
+			continue
+		}
+		if err := writeFile(f.path, func(w io.Writer) error { return f.render(w, rep) }); err != nil {
+			return nil, err
+		}
+	}
+	if p := getenv("GITHUB_STEP_SUMMARY"); p != "" {
+		if err := appendFile(p, md.Bytes()); err != nil {
+			return nil, fmt.Errorf("writing GITHUB_STEP_SUMMARY: %w", err)
+		}
+	}
+	res := &Result{Report: rep, Markdown: md.Bytes()}
+	posted, err := post(ctx, o, getenv, md.String(), log)
+	if err != nil {
+		return res, err
+	}
+	res.Posted = posted
+	if posted != nil {
+		log.Info("report posted", "action", posted.Action, "reason", posted.Reason, "url", posted.URL)
+	}
+	return res, nil
+}
+
+// Divergence is nil when the runs are consistent, else a findings error
+// (exit code 1) that says why: the pairs that could not be compared and
+// the disputed logs, or the verdict against the tolerance.
+func (r *Result) Divergence() error {
+	rep := r.Report
+	if rep.Verdict == report.Consistent {
+		return nil
+	}
+	var why []string
+	for _, p := range rep.Pairs {
+		if p.Error != "" {
+			why = append(why, p.Error)
+		}
+	}
+	for _, run := range rep.Runs {
+		if run.Disputed != "" {
+			why = append(why, run.Label+": "+run.Disputed)
+		}
+	}
+	if rep.Verdict == report.Inconclusive && len(why) > 0 {
+		return &exitcode.Error{Code: exitcode.Findings, Err: fmt.Errorf("runs cannot be compared: %s", strings.Join(why, "; "))}
+	}
+	return &exitcode.Error{Code: exitcode.Findings, Err: fmt.Errorf("runs %s (tolerance %s)", rep.Verdict, rep.Tolerance)}
+}
+
+// Output is a rendering of a Result.
+type Output string
+
+// The renderings.
+const (
+	Text Output = "text" // the markdown report
+	JSON Output = "json" // the report and what posting did
+)
+
+// jsonResult is the JSON rendering: the report and what posting did.
+type jsonResult struct {
+	*report.Report
+	Posted *forge.Result `json:"posted,omitempty"`
+}
+
+// Render writes r as text (markdown) or JSON.
+func Render(w io.Writer, r *Result, out Output) error {
+	if out == JSON {
+		return report.EncodeJSON(w, jsonResult{Report: r.Report, Posted: r.Posted})
+	}
+	_, err := w.Write(r.Markdown)
+	return err
+}
+
+// RunNotDoneError is a Source's answer for an allocation that has not
+// ended: its figures (final loss, cost, wall time) are not final yet.
+// Series holds the points logged so far.
+type RunNotDoneError struct {
+	ID, Region, State string
+	Series            *metrics.Series
+	// Allow says how to compare the partial curve anyway; the command
+	// layer sets it to its flag or input (NameAllowRunning).
+	Allow string
+}
+
+// NameAllowRunning sets Allow on every *RunNotDoneError in err's tree
+// (Run returns one per run, joined), so the message names the option as
+// the user gives it ("pass --allow-running"). Run never wraps them with
+// fmt.Errorf, whose message is fixed when made.
+func NameAllowRunning(err error, allow string) {
+	var walk func(error)
+	walk = func(err error) {
+		if e, ok := err.(*RunNotDoneError); ok {
+			e.Allow = allow
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			if e := u.Unwrap(); e != nil {
+				walk(e)
+			}
+		}
+	}
+	if err != nil {
+		walk(err)
+	}
+}
+
+func (e *RunNotDoneError) Error() string {
+	wait := fmt.Sprintf("`gpupass logs %s --follow` waits for it", e.ID)
+	if e.Series == nil || len(e.Series.Points) == 0 {
+		return fmt.Sprintf("%s (%s) is still %s and has logged no metrics yet; compare it once it has ended (%s)", e.ID, e.Region, e.State, wait)
+	}
+	allow := e.Allow
+	if allow == "" {
+		allow = "set AllowRunning"
+	}
+	p := e.Series.Points
+	return fmt.Sprintf("%s (%s) is still %s (%d points so far, last step %d): its final figures are not known yet; compare it once it has ended (%s), or %s to compare the partial curve",
+		e.ID, e.Region, e.State, len(p), p[len(p)-1].Step, wait, allow)
+}
+
+func load(ctx context.Context, o Options, ins []input) ([]*metrics.Series, error) {
+	series := make([]*metrics.Series, len(ins))
+	errs := make([]error, len(ins))
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		wg.Go(func() {
+			series[i], errs[i] = loadOne(ctx, o, in)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return series, nil
+}
+
+// ErrNoSource is an allocation id given without a Source to read it.
+var ErrNoSource = errors.New("no such file, and allocation ids need the broker")
+
+func loadOne(ctx context.Context, o Options, in input) (*metrics.Series, error) {
+	var s *metrics.Series
+	if _, err := os.Stat(in.ref); err == nil {
+		s, err = metrics.ReadFile(in.ref, metrics.Options{Metric: o.Metric})
+		if err != nil {
+			return nil, err
+		}
+		if in.label == "" {
+			s.Label = defaultLabel(in.ref)
+		}
+	} else {
+		if !LooksLikeAlloc(in.ref) {
+			return nil, fmt.Errorf("%s: no such file", in.ref)
+		}
+		if o.Source == nil {
+			return nil, fmt.Errorf("%s: %w", in.ref, ErrNoSource)
+		}
+		s, err = o.Source.Metrics(ctx, in.ref, o.Metric)
+		var notDone *RunNotDoneError
+		if errors.As(err, &notDone) {
+			if !o.AllowRunning || notDone.Series == nil || len(notDone.Series.Points) == 0 {
+				return nil, err
+			}
+			s, err = notDone.Series, nil
+			s.Notes = append(s.Notes, fmt.Sprintf("%s was still %s when compared: its figures are partial", in.ref, notDone.State))
+		}
+		if err != nil {
+			if strings.HasPrefix(err.Error(), in.ref+":") {
+				return nil, err // already names the allocation
+			}
+			return nil, fmt.Errorf("fetching metrics of %s: %w", in.ref, err)
+		}
+		s.Normalize()
+		if s.Label == "" {
+			s.Label = in.ref
+		}
+	}
+	if in.label != "" {
+		s.Label = in.label
+	}
+	if in.price > 0 {
+		s.PricePerHour = in.price
+	}
+	return s, nil
+}
+
+func writeFile(path string, render func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := render(&b); err != nil {
+		return err
+	}
+	// Rendered in full first, then replaced atomically, so a failed or
+	// killed run never leaves half a report.
+	return fsutil.WriteFileAtomic(path, b.Bytes(), 0o644)
+}
+
+func appendFile(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,185 @@
+package compare
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/exitcode"
+	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/report"
+)
+
+func writeLines(t *testing.T, dir, name string, lines ...string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func tolerance(t *testing.T, s string) report.Tolerance {
+	t.Helper()
+	tol, err := report.ParseTolerance(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tol
+}
+
+func refs(paths ...string) []Input {
+	var in []Input
+	for _, p := range paths {
+		in = append(in, Input{Ref: p})
+	}
+	return in
+}
+
+// TestEdgeInputs runs inputs that cannot be compared fully: no common
+// steps, a single point, NaN and Inf values. Each must give a report that
+// says so, and Divergence decides the exit code.
+func TestEdgeInputs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	early := writeLines(t, dir, "early.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`, `{"step":20,"loss":1}`)
+	late := writeLines(t, dir, "late.jsonl", `{"step":100,"loss":0.9}`, `{"step":110,"loss":0.8}`)
+	single := writeLines(t, dir, "single.jsonl", `{"step":10,"loss":1.5}`)
+	blowup := writeLines(t, dir, "blowup.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":NaN}`, `{"step":20,"loss":Infinity}`)
+	tests := []struct {
+		name      string
+		inputs    []string
+		wantCode  int // of Divergence
+		wantErr   string
+		wantJSON  []string
+		wantLines []string
+	}{
+		{"no overlap", []string{early, late}, exitcode.Findings, "runs cannot be compared: early (steps 0..20) and late (steps 100..110) have no steps in common",
+			[]string{`"verdict": "inconclusive"`, `"error": "early (steps 0..20) and late (steps 100..110) have no steps in common"`},
+			[]string{"⚠️ gpupass compare: inconclusive", "no step range common to all runs"}},
+		{"single point", []string{early, single}, 0, "",
+			[]string{`"verdict": "consistent"`, `"common_steps": 1`},
+			[]string{"single: a single point", "| early vs single | 1 "}},
+		{"NaN and Inf shown", []string{early, blowup}, exitcode.Findings, "runs diverged",
+			[]string{`"final_loss": "+Inf"`, `"non_finite": 2`, `"max_abs_delta": 0`},
+			[]string{"| +Inf       | 2 (step 0) ", "blowup: 2 NaN/Inf value(s) in the run (kept; they fail every tolerance check)", "2 common step(s) with NaN/Inf"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			jsonPath := filepath.Join(t.TempDir(), "r.json")
+			res, err := Run(context.Background(), Options{Runs: refs(tc.inputs...), Tolerance: tolerance(t, "abs=0.1"), Files: Files{JSON: jsonPath}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = res.Divergence()
+			if code := exitcode.Of(err); (err == nil && tc.wantCode != 0) || (err != nil && code != tc.wantCode) || (tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("divergence %v (exit %d), want exit %d and %q", err, code, tc.wantCode, tc.wantErr)
+			}
+			js, _ := os.ReadFile(jsonPath)
+			for _, want := range tc.wantJSON {
+				if !strings.Contains(string(js), want) {
+					t.Errorf("JSON lacks %s:\n%s", want, js)
+				}
+			}
+			var md bytes.Buffer
+			if err := Render(&md, res, Text); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.wantLines {
+				if !strings.Contains(md.String(), want) {
+					t.Errorf("markdown lacks %q:\n%s", want, md.String())
+				}
+			}
+		})
+	}
+}
+
+// fakeSource stands in for the broker's metrics API; a run listed in
+// running has not ended.
+type fakeSource map[string]*metrics.Series
+
+func (f fakeSource) Metrics(_ context.Context, id, _ string) (*metrics.Series, error) {
+	s, ok := f[id]
+	if !ok {
+		return nil, fmt.Errorf("allocation %s not found", id)
+	}
+	if strings.HasSuffix(id, "-running") {
+		return nil, &RunNotDoneError{ID: id, Region: s.Label, State: "running", Series: s}
+	}
+	return s, nil
+}
+
+// TestInputs checks how runs are named, priced and read, and that bad
+// options are *inputerr.Error naming the Options field (the command layer
+// renames it to the flag or input the user gave).
+func TestInputs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	us := writeLines(t, dir, "us.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`)
+	eu := writeLines(t, dir, "eu.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`)
+	curve := func(region string) *metrics.Series {
+		return &metrics.Series{Label: region, Source: "broker", Metric: "loss", Points: []metrics.Point{{Step: 10, Value: 1.5}, {Step: 0, Value: 2}}}
+	}
+	src := fakeSource{"alloc-eu1": curve("eu-west"), "alloc-eu2": curve("eu-west"), "alloc-ap-running": curve("ap-south")}
+	tests := []struct {
+		name       string
+		o          Options
+		wantLabels []string
+		wantField  string // of an *inputerr.Error
+		wantErr    string
+	}{
+		{"files named by stem", Options{Runs: refs(us, eu)}, []string{"us", "eu"}, "", ""},
+		{"a ref twice is one run", Options{Runs: []Input{{Ref: us}, {Name: "usa", Ref: us}, {Ref: eu}}}, []string{"usa", "eu"}, "", ""},
+		{"allocations by region, clashes by id", Options{Runs: refs(us, "alloc-eu1", "alloc-eu2"), Source: src}, []string{"us", "eu-west alloc-eu1", "eu-west alloc-eu2"}, "", ""},
+		{"running allowed", Options{Runs: refs(us, "alloc-ap-running"), Source: src, AllowRunning: true}, []string{"us", "ap-south"}, "", ""},
+		{"running refused", Options{Runs: refs(us, "alloc-ap-running"), Source: src}, nil, "", "or set AllowRunning to compare the partial curve"},
+		{"name twice", Options{Runs: []Input{{Name: "a", Ref: us}, {Name: "a", Ref: eu}}}, nil, "Runs", `Runs "a=` + eu + `": the name "a" is given twice`},
+		{"price of no run", Options{Runs: refs(us, eu), Prices: []Price{{Name: "zz", PerHour: 1}}}, nil, "Prices", `Prices "zz": no run named "zz"`},
+		{"bad post mode", Options{Runs: refs(us, eu), Post: "slack"}, nil, "Post", `Post "slack": must be auto, github, gitlab or none`},
+		{"nothing", Options{}, nil, "", "nothing to compare"},
+		{"allocation without a source", Options{Runs: refs(us, "alloc-7f3a")}, nil, "", "alloc-7f3a: no such file, and allocation ids need the broker"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.o.Tolerance = tolerance(t, "5%")
+			res, err := Run(context.Background(), tc.o)
+			if tc.wantErr != "" {
+				var ie *inputerr.Error
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || (tc.wantField != "") != errors.As(err, &ie) || (ie != nil && ie.Field != tc.wantField) {
+					t.Fatalf("err %v, want %q (input error field %q)", err, tc.wantErr, tc.wantField)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range res.Report.Runs {
+				got = append(got, r.Label)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.wantLabels, ",") {
+				t.Errorf("labels %q, want %q", got, tc.wantLabels)
+			}
+		})
+	}
+}
+
+// TestNameAllowRunning checks that every run not done in a joined error
+// names the option the user gives.
+func TestNameAllowRunning(t *testing.T) {
+	t.Parallel()
+	pts := &metrics.Series{Points: []metrics.Point{{Step: 1}}}
+	err := errors.Join(&RunNotDoneError{ID: "a", Series: pts}, &RunNotDoneError{ID: "b", Series: pts})
+	NameAllowRunning(err, "pass --allow-running")
+	if n := strings.Count(err.Error(), "or pass --allow-running to compare"); n != 2 {
+		t.Errorf("%d of 2 errors name the flag:\n%v", n, err)
+	}
+}

@@ -1,0 +1,110 @@
+package compare
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/metrics"
+)
+
+type input struct {
+	label, ref string
+	price      float64
+}
+
+// ErrNothing is Options.Runs left empty.
+var ErrNothing = errors.New("nothing to compare: give metric files or allocation ids")
+
+// resolveInputs pairs each input with its name and price; a Ref given
+// twice is one run.
+func resolveInputs(runs []Input, prices []Price) ([]input, error) {
+	var ins []input
+	index := map[string]int{}
+	named := map[string]bool{}
+	for _, r := range runs {
+		if r.Ref == "" {
+			return nil, inputerr.New("Runs", r.Name+"=", "no file or allocation id")
+		}
+		i, ok := index[r.Ref]
+		if !ok {
+			ins = append(ins, input{ref: r.Ref})
+			i = len(ins) - 1
+			index[r.Ref] = i
+		}
+		if r.Name == "" {
+			continue
+		}
+		if named[r.Name] {
+			return nil, inputerr.New("Runs", r.Name+"="+r.Ref, "the name %q is given twice; each run needs its own", r.Name)
+		}
+		named[r.Name] = true
+		ins[i].label = r.Name
+	}
+	if len(ins) == 0 {
+		return nil, ErrNothing
+	}
+	for _, p := range prices {
+		if p.PerHour < 0 {
+			return nil, inputerr.New("Prices", p.Name, "a price must not be negative")
+		}
+		found := false
+		for i := range ins {
+			if ins[i].label == p.Name || (ins[i].label == "" && defaultLabel(ins[i].ref) == p.Name) {
+				ins[i].price, found = p.PerHour, true
+			}
+		}
+		if !found {
+			return nil, inputerr.New("Prices", p.Name, "no run named %q", p.Name)
+		}
+	}
+	return ins, nil
+}
+
+// NeedsSource says whether some run is an allocation id rather than a
+// file, so the caller knows to find the broker.
+func NeedsSource(runs []Input) bool {
+	for _, r := range runs {
+		if _, err := os.Stat(r.Ref); err != nil && LooksLikeAlloc(r.Ref) {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultLabel names a file run: the file name without extension, or the
+// directory name when the file name is a logger default (metrics.csv,
+// events.out.tfevents.*).
+func defaultLabel(ref string) string {
+	base := filepath.Base(ref)
+	stem := strings.TrimSuffix(base, filepath.Ext(base))
+	switch {
+	case strings.HasPrefix(base, "events.out.tfevents"), stem == "metrics", stem == "train", stem == "loss", stem == "log":
+		if d := filepath.Base(filepath.Dir(ref)); d != "." && d != "/" {
+			return d
+		}
+	}
+	return stem
+}
+
+// disambiguate names allocations that share their default label (two runs
+// in one region) by region and id; explicit names and file labels are
+// left alone, so a clash there stays an error that names the fix.
+func disambiguate(ins []input, series []*metrics.Series) {
+	count := map[string]int{}
+	for _, s := range series {
+		count[s.Label]++
+	}
+	for i, s := range series {
+		if ins[i].label == "" && count[s.Label] > 1 && LooksLikeAlloc(ins[i].ref) && s.Label != ins[i].ref {
+			s.Label += " " + ins[i].ref
+		}
+	}
+}
+
+// LooksLikeAlloc says whether ref is an allocation id rather than a path.
+func LooksLikeAlloc(ref string) bool {
+	return strings.HasPrefix(ref, "alloc-") && !strings.ContainsAny(ref, `/\.`)
+}

@@ -1,0 +1,107 @@
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/forge"
+	ghforge "github.com/gpupass/gpupass/internal/forge/github"
+	glforge "github.com/gpupass/gpupass/internal/forge/gitlab"
+)
+
+// post posts the report as the sticky comment of o.Tag; nil, nil when
+// there is nowhere to post (not a pull/merge request, or PostNone).
+func post(ctx context.Context, o Options, getenv func(string) string, md string, log *slog.Logger) (*forge.Result, error) {
+	mode := o.Post
+	if mode == PostNone {
+		return nil, nil
+	}
+	if mode == PostAuto {
+		switch {
+		case getenv("GITHUB_ACTIONS") == "true":
+			mode = PostGitHub
+		case getenv("GITLAB_CI") == "true":
+			mode = PostGitLab
+		default:
+			return nil, nil
+		}
+	}
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	rt := hc.Transport
+	if _, ok := rt.(*forge.Retry); !ok {
+		// Each try is bounded, not the whole: a client timeout would
+		// also count the waits a Retry-After asks for.
+		c := *hc
+		c.Transport = &forge.Retry{Base: rt, Logger: log, AttemptTimeout: 30 * time.Second}
+		hc = &c
+	}
+	full := "the job log"
+	if o.Files.Markdown != "" {
+		full = "`" + filepath.Base(o.Files.Markdown) + "` among the job's artifacts"
+	}
+	var store forge.Store
+	var meta forge.Meta
+	switch mode {
+	case PostGitHub:
+		tgt, run, ok, err := ghforge.FromEnv(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if o.Post == PostAuto {
+				log.Info("not a pull request event: nothing posted")
+				return nil, nil
+			}
+			return nil, errors.New("posting to github: the workflow was not triggered by a pull request (no pull_request in GITHUB_EVENT_PATH)")
+		}
+		c, err := ghforge.New(tgt, firstNonEmpty(o.GitHubToken, getenv("GITHUB_TOKEN")), hc)
+		if err != nil {
+			return nil, err
+		}
+		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.RunID, SHA: run.SHA}
+	case PostGitLab:
+		tgt, run, ok, err := glforge.FromEnv(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if o.Post == PostAuto {
+				log.Info("not a merge request pipeline: nothing posted")
+				return nil, nil
+			}
+			return nil, errors.New("posting to gitlab: not a merge request pipeline (CI_MERGE_REQUEST_IID is not set)")
+		}
+		token := firstNonEmpty(o.GitLabToken, getenv("GITLAB_TOKEN"))
+		if token == "" && getenv("CI_JOB_TOKEN") != "" {
+			return nil, errors.New("only CI_JOB_TOKEN is available: " + glforge.TokenHelp)
+		}
+		c, err := glforge.New(tgt, token, hc)
+		if err != nil {
+			return nil, err
+		}
+		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.PipelineID, SHA: run.SHA, CommitTime: run.CommitTime}
+	}
+	body := forge.Compose(meta, md, forge.MaxChars-1, full)
+	res, err := forge.Post(ctx, store, meta, body, o.Behavior)
+	if err != nil {
+		return nil, fmt.Errorf("posting the report to %s: %w", mode, err)
+	}
+	return &res, nil
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}

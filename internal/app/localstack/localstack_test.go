@@ -1,0 +1,99 @@
+package localstack
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestListenAddr(t *testing.T) {
+	t.Parallel()
+	if got, err := listenAddr("127.0.0.1:7070"); err != nil || got != "127.0.0.1:7070" {
+		t.Errorf("fixed port: %q, %v", got, err)
+	}
+	got, err := listenAddr("127.0.0.1:0")
+	if err != nil || got == "127.0.0.1:0" {
+		t.Errorf("port 0 was not resolved to a free port: %q, %v", got, err)
+	}
+	if _, err := listenAddr("7070"); err == nil {
+		t.Error("an address without a host was accepted")
+	}
+}
+
+func TestUpTokensReplacesAtomically(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A stand-in for `gpupass-broker token create --output json`.
+	broker := filepath.Join(dir, "gpupass-broker")
+	if err := os.WriteFile(broker, []byte("#!/bin/sh\necho '{\"token\":\"gpp_new\"}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An older, incomplete tokens.json with a loose mode: upTokens makes
+	// new tokens and must leave the file 0600.
+	path := filepath.Join(dir, "tokens.json")
+	old := `{"agent":"gpp_old"}`
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := filepath.Join(dir, "before")
+	if err := os.Link(path, before); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := upTokens(context.Background(), broker, filepath.Join(dir, "broker.db"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Agent != "gpp_new" || tok.Submit != "gpp_new" {
+		t.Fatalf("tokens %+v", tok)
+	}
+	wantFile(t, before, old, 0o644)
+	wantFile(t, path, `{"agent":"gpp_new","submit":"gpp_new"}`, 0o600)
+}
+
+func wantFile(t *testing.T, path, content string, perm os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != content {
+		t.Errorf("%s holds %q, want %q", filepath.Base(path), b, content)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != perm {
+		t.Errorf("%s has mode %v, want %v", filepath.Base(path), fi.Mode().Perm(), perm)
+	}
+}
+
+// TestAgentArgs checks the executor choice reaches every agent's command
+// line, and stays off it when empty (the agent's default, local).
+func TestAgentArgs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		o    Options
+		want []string // the tail of the command line
+	}{
+		{"local by default", Options{Profile: "p", Python: "py"}, []string{"--read-probe-mb", "8"}},
+		{"an executor and its settings", Options{Executor: "slurm", AgentArgs: []string{"--slurm-partition", "gpu"}}, []string{"--read-probe-mb", "8", "--executor", "slurm", "--slurm-partition", "gpu"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := AgentArgs(tc.o, "http://127.0.0.1:1", "us-west-2", "agent-us-west-2-1", "/state")
+			tail := got[len(got)-len(tc.want):]
+			for i := range tc.want {
+				if tail[i] != tc.want[i] {
+					t.Fatalf("command line ends %q, want %q", tail, tc.want)
+				}
+			}
+		})
+	}
+}

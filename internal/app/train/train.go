@@ -1,0 +1,262 @@
+// Package train is the train use case: submit one run per region to the
+// broker (Submit), stream their logs to the end (Follow), and say which
+// did not succeed (Result.Err). The gpupass command and `ci step` both
+// call it and render the typed Result (WriteTable, runview's JSON, the
+// CI step's outputs). No cobra, no flag names: bad options are
+// *inputerr.Error naming the Options field.
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/brokerrpc"
+	"github.com/gpupass/gpupass/internal/app/runlog"
+	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/exitcode"
+	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/runview"
+	"github.com/gpupass/gpupass/internal/termsafe"
+	"github.com/gpupass/gpupass/internal/workdir"
+)
+
+// MaxArchive is the broker's Submit limit less room for the rest of the
+// request: the most a packed work dir may weigh.
+const MaxArchive = api.MaxSubmitBytes - 1<<20
+
+// Options say what to run where.
+type Options struct {
+	// Spec is the run's spec file.
+	Spec    string
+	Regions []string
+	// Name is the runs' base name (default: the spec's name); the region
+	// and, in CI, the short commit are added.
+	Name            string
+	MaxPrice        float64
+	MaxRestarts     int
+	ResumeElsewhere bool
+	MinHealthScore  float64
+	// Workdir is shipped to each node as the command's work dir.
+	Workdir       string
+	WorkdirLimits workdir.Limits
+	// Command is what runs on each node.
+	Command []string
+	// Getenv reads the CI's variables for the run name.
+	Getenv func(string) string
+	// Dial returns the broker's runs API, once the options checked out;
+	// BrokerURL names it in errors.
+	Dial      func() (*client.RunClients, error)
+	BrokerURL string
+}
+
+// Result holds the runs as last seen: as submitted, or as ended after
+// Follow.
+type Result struct {
+	Runs []*gpupassv1.Run
+	// c is the broker the runs were submitted to, for Follow.
+	c *client.RunClients
+}
+
+// Submit checks the options and submits one run per region, in order. A
+// failed submit returns the runs submitted before it with the error, so
+// the caller can still hand their ids on.
+func Submit(ctx context.Context, o Options) (*Result, error) {
+	if len(o.Regions) == 0 {
+		return nil, inputerr.Missing("Regions", "no region to train in; one run per region")
+	}
+	seen := map[string]bool{}
+	for _, r := range o.Regions {
+		if seen[r] {
+			return nil, inputerr.New("Regions", r, "given twice; one run per region")
+		}
+		seen[r] = true
+	}
+	if len(o.Command) == 0 {
+		return nil, inputerr.Missing("Command", "no command for the nodes to run")
+	}
+	if o.MaxPrice < 0 {
+		return nil, inputerr.New("MaxPrice", fmt.Sprint(o.MaxPrice), "must not be negative")
+	}
+	if o.MaxRestarts < 0 {
+		return nil, inputerr.New("MaxRestarts", fmt.Sprint(o.MaxRestarts), "must not be negative")
+	}
+	specYAML, err := os.ReadFile(o.Spec)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The message validate gives for a missing spec: what to run next.
+		abs, _ := filepath.Abs(o.Spec)
+		return nil, inputerr.New("Spec", o.Spec, "no %s in %s: run `gpupass init` for a starter spec, or name another spec file", filepath.Base(abs), filepath.Dir(abs))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading spec %s: %w", o.Spec, err)
+	}
+	var archive []byte
+	if o.Workdir != "" {
+		if archive, err = workdir.Pack(o.Workdir, o.WorkdirLimits, MaxArchive); err != nil {
+			return nil, &inputerr.Error{Field: "Workdir", Value: o.Workdir, Err: err}
+		}
+	}
+	name := RunName(o.Name, specYAML, o.Getenv)
+	if o.Name != "" {
+		if err := api.CheckRunName(name); err != nil {
+			return nil, &inputerr.Error{Field: "Name", Value: o.Name, Err: err}
+		}
+	}
+	c, err := o.Dial()
+	if err != nil {
+		return nil, err
+	}
+	restarts := int32(o.MaxRestarts)
+	minScore := o.MinHealthScore
+	res := &Result{c: c}
+	for _, region := range o.Regions {
+		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
+			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
+			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
+			MinHealthScore: &minScore}))
+		if err != nil {
+			return res, brokerrpc.Error("submitting the run in "+region, o.BrokerURL, err)
+		}
+		res.Runs = append(res.Runs, resp.Msg.Run)
+	}
+	return res, nil
+}
+
+// FollowOptions say where the followed logs go.
+type FollowOptions struct {
+	// Out receives every run's records: text lines prefixed by region,
+	// or with JSON one object per record.
+	Out    io.Writer
+	JSON   bool
+	Logger *slog.Logger
+}
+
+// Follow streams the logs of every run in res that has not ended until
+// it ends, and updates res.Runs to the ended runs.
+func Follow(ctx context.Context, o FollowOptions, res *Result) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &runlog.Printer{Out: o.Out, JSON: o.JSON, Prefix: !o.JSON}
+	var wg sync.WaitGroup
+	errs := make([]error, len(res.Runs))
+	for i, r := range res.Runs {
+		if runview.Terminal(r.State) {
+			continue
+		}
+		wg.Go(func() {
+			fin, err := runlog.Follow(ctx, res.c, r, 0, true, false, p, log)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			res.Runs[i] = fin
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Err is a findings error (exit code 1) naming every run that failed or
+// was cancelled, else nil.
+func (r *Result) Err() error {
+	var bad []string
+	for _, run := range r.Runs {
+		if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || run.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+			bad = append(bad, fmt.Sprintf("%s (%s) %s: %s", run.Id, termsafe.String(run.Region), runview.State(run.State), termsafe.String(run.Reason)))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &exitcode.Error{Code: exitcode.Findings, Err: fmt.Errorf("%d of %d runs did not succeed: %s", len(bad), len(r.Runs), strings.Join(bad, "; "))}
+}
+
+// RunName is the base name of the runs: name or the spec's name, plus
+// the short commit in CI (the broker adds the region).
+func RunName(name string, specYAML []byte, getenv func(string) string) string {
+	if name == "" {
+		var s struct {
+			Name string `yaml:"name"`
+		}
+		_ = yaml.Unmarshal(specYAML, &s) // the broker reports a bad spec
+		name = s.Name
+	}
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	sha := getenv("CI_COMMIT_SHORT_SHA")
+	if sha == "" {
+		sha = getenv("GITHUB_SHA")
+	}
+	if len(sha) > 7 {
+		sha = sha[:7]
+	}
+	if sha != "" {
+		if name == "" {
+			name = "run"
+		}
+		name += "-" + sha
+	}
+	return name
+}
+
+// WriteTable prints runs: id, name, region, state, node, score, price,
+// reason.
+func WriteTable(out io.Writer, runs []*gpupassv1.Run) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ALLOC\tNAME\tREGION\tSTATE\tNODE\tSCORE\tPRICE/H\tREASON")
+	for _, r := range runs {
+		score, price := "-", "-"
+		if r.Score != nil {
+			score = fmt.Sprintf("%.1f", r.Score.Score)
+		}
+		if r.PricePerHour > 0 {
+			price = f2(r.PricePerHour)
+		}
+		st := runview.State(r.State)
+		if r.CancelRequested && !runview.Terminal(r.State) {
+			st += " (cancelling)"
+		}
+		if r.Simulated {
+			st += ", simulated"
+		}
+		if r.LogDisputed {
+			st += ", LOG DISPUTED"
+		}
+		// Names and reasons come from submitters, nodes and jobs:
+		// printed escaped, a tab included (it would shift the columns).
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st,
+			termsafe.String(dash(r.NodeId)), score, price, termsafe.String(dash(r.Reason)))
+	}
+	return tw.Flush()
+}
+
+func f2(v float64) string {
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
