@@ -16,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -126,6 +127,7 @@ func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.Metri
 		Hardware:    hw, Metrics: pts, Simulated: run.GetSimulated() || rep.Simulated,
 		Log: &audit.Log{LastSeq: run.GetLastSeq(), HeldThrough: run.GetHeldThrough(),
 			DisputedRecords: run.GetDisputedRecords(), FirstDisputedSeq: run.GetFirstDisputedSeq()},
+		Slurm: runview.SlurmOf(run),
 	}, nil
 }
 

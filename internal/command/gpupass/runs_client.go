@@ -55,7 +55,8 @@ func (m *BrokerMetrics) Metrics(ctx context.Context, allocID, metric string) (*m
 	}
 	run := resp.Msg.Run
 	s := &metrics.Series{Label: run.GetRegion(), Source: "broker:" + allocID, Metric: key, Format: "gpupass-broker",
-		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated()}
+		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated(),
+		Slurm: runview.SlurmOf(run)}
 	for _, p := range resp.Msg.Points {
 		v, ok := p.Values[key]
 		if !ok {
