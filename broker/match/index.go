@@ -94,7 +94,10 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 		sk := resourceKey{hasReport: n.HasReport}
 		if n.HasReport {
 			r := &n.Index.Runtime
-			rk = runtimeKey{true, n.Index.Passed, r.NvidiaDriver, r.CUDA, r.Python, r.PyTorch, r.FIPSEnabled}
+			// A node whose failed checks the index knows gets each as a
+			// reason of its own (failedWhy), not the generic one.
+			passed := n.Index.Passed || len(n.Index.FailedChecks) > 0
+			rk = runtimeKey{true, passed, r.NvidiaDriver, r.CUDA, r.Python, r.PyTorch, r.FIPSEnabled}
 			sk = resourceKey{true, n.Index.Accelerator, n.Index.GPUCount, n.Index.StorageClass, n.Index.StorageFreeGB, n.Index.BandwidthGbps}
 		}
 		var ok bool
@@ -378,6 +381,9 @@ func (ix *Index) Match(q Query) Verdicts {
 			rs = append(rs, m.add(r))
 		}
 		if q.Spec != nil && n.HasReport {
+			if !n.Index.Passed {
+				rs = m.failedWhy(rs, n.Index.FailedChecks)
+			}
 			rs = append(rs, m.runtime(e.runtime)...)
 			rs = append(rs, m.resource(e.resource)...)
 		}
@@ -442,6 +448,20 @@ func (m *matcher) keep(rs []int32) []int32 {
 	m.arena = append(m.arena, rs...)
 	m.out.buf.arena = m.arena
 	return m.arena[start:len(m.arena):len(m.arena)]
+}
+
+// failedWhy adds a reason for each failed check of the node's report
+// ("slurm.node: slurm node n1 is drain: fan"): why it is not certified,
+// in the node's own words.
+func (m *matcher) failedWhy(rs []int32, failed []string) []int32 {
+	for _, f := range failed {
+		name, _, ok := strings.Cut(f, ": ")
+		if !ok {
+			name = "" // the "and more" marker
+		}
+		rs = append(rs, m.add(Reason{Code: CodeConformanceFailed, Field: name, Message: "failed check " + f}))
+	}
+	return rs
 }
 
 func (m *matcher) runtime(k int32) []int32 {
