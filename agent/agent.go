@@ -220,7 +220,7 @@ func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 		return nil, err
 	}
 	if a.o.slurm != nil {
-		res.Checks = append(res.Checks, a.o.slurm.check())
+		res.Checks = append(res.Checks, a.o.slurm.check(), a.o.slurm.gresCheck(&res.Facts))
 	}
 	a.metrics.Conformance(res.Checks, res.Wall)
 	a.mu.Lock()

@@ -80,3 +80,38 @@ func TestFailedChecksNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestGresCount: a spec needing more GPUs than a Slurm node's GRES gives
+// a job is not placed there, whatever the node measured, and dry-run
+// says GRES; a node whose GRES covers the count stays a candidate.
+func TestGresCount(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	tok := b.Token(t, store.RoleAgent, "*")
+	c := b.Clients(t, b.Token(t, store.RoleRead, "*"))
+	ctx := context.Background()
+	name := map[string]string{}
+	for _, tc := range []struct{ name, gres string }{{"gres4", "4"}, {"gres8", "8"}} {
+		a := brokertest.Register(t, b.URL, tok, brokertest.H100("hpc-eu", 20)) // measures 8 GPUs
+		r := a.Report()
+		r.Checks = append(r.Checks, conformance.Check{Name: "slurm.gres", Expected: tc.gres, Actual: tc.gres, Status: conformance.Pass})
+		if err := a.Upload(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		name[a.ID] = tc.name
+	}
+	resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}})) // count: 8
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Msg.Candidates) != 1 || name[resp.Msg.Candidates[0].Node.Id] != "gres8" {
+		t.Errorf("candidates %v, want only gres8", resp.Msg.Candidates)
+	}
+	if len(resp.Msg.Excluded) != 1 || name[resp.Msg.Excluded[0].Node.Id] != "gres4" {
+		t.Fatalf("excluded %v, want gres4", resp.Msg.Excluded)
+	}
+	r := resp.Msg.Excluded[0].Reasons[0]
+	if r.Field != "resources.count" || r.Measured != "gres 4" || !strings.Contains(r.Message, "GRES gives a job 4") {
+		t.Errorf("reason %v, want resources.count naming the GRES", r)
+	}
+}

@@ -106,6 +106,9 @@ type NodeIndex struct {
 	// (bounded by the broker): why the node is not certified, for nodes
 	// and dry-run. Empty in indexes stored before it was kept.
 	FailedChecks []string `json:",omitempty"`
+	// GresGPUs is a Slurm node's GRES GPU count (its slurm.gres check):
+	// what a job there gets, whatever the node has; nil for other nodes.
+	GresGPUs *int `json:",omitempty"`
 	GeneratedAt  time.Time
 }
 
