@@ -108,8 +108,8 @@ type NodeIndex struct {
 	FailedChecks []string `json:",omitempty"`
 	// GresGPUs is a Slurm node's GRES GPU count (its slurm.gres check):
 	// what a job there gets, whatever the node has; nil for other nodes.
-	GresGPUs *int `json:",omitempty"`
-	GeneratedAt  time.Time
+	GresGPUs    *int `json:",omitempty"`
+	GeneratedAt time.Time
 }
 
 // Report is one verified conformance report, kept byte for byte with its
