@@ -33,6 +33,7 @@ type UpOptions struct {
 	Python          string
 	Demo            bool
 	DemoOptions
+	Slurm UpSlurm
 
 	Output string
 	Log    *slog.Logger
@@ -54,6 +55,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
+	o.Slurm.AddFlags(cmd)
 }
 
 func newUpCmd(g *GlobalOptions) *cobra.Command {
@@ -128,6 +130,9 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	if o.Python == "" {
 		o.Python = "/usr/bin/python3"
 	}
+	if err := o.Slurm.validate(o.AgentsPerRegion); err != nil {
+		return err
+	}
 	if o.Demo {
 		// The demo's jobs run with the agents' interpreter; check it can
 		// run them before anything starts.
@@ -180,13 +185,11 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	for _, region := range o.Regions {
 		for i := 1; i <= o.AgentsPerRegion; i++ {
 			name := fmt.Sprintf("agent-%s-%d", region, i)
-			c, err := st.start(name, agentBin, []string{
-				"--broker-url", url, "--region", region, "--provider", "local", "--zone", region + "a",
-				"--hostname", name, "--state-dir", filepath.Join(dir, "agents", name),
-				"--simulate", o.Profile, "--python", o.Python, "--query-addr", "127.0.0.1:0",
-				"--price-per-hour", "2.5", "--storage-class", "standard", "--bandwidth-gbps", "25",
-				"--read-probe-mb", "8",
-			}, []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent})
+			args, err := o.agentArgs(url, region, name, filepath.Join(dir, "agents", name))
+			if err != nil {
+				return err
+			}
+			c, err := st.start(name, agentBin, args, []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent})
 			if err != nil {
 				return err
 			}
@@ -295,7 +298,11 @@ func printUp(out io.Writer, o *UpOptions, st *upStack, cfgPath string, nodes []*
 		if n.Simulated {
 			sim = `  "simulated": true`
 		}
-		fmt.Fprintf(out, "agent   %-14s %s  %s x%d (%s)  certified, score %s%s\n", n.Region, n.Id, n.Accelerator, n.GpuCount, n.Profile, f2(n.GetHealth().GetScore()), sim)
+		cert := "certified"
+		if !n.ConformancePassed {
+			cert = "not certified" // a Slurm node drained or unlike its GRES
+		}
+		fmt.Fprintf(out, "agent   %-14s %s  %s x%d (%s)  %s, score %s%s\n", n.Region, n.Id, n.Accelerator, n.GpuCount, n.Profile, cert, f2(n.GetHealth().GetScore()), sim)
 	}
 	fmt.Fprintf(out, "token   %s  (submit; saved in %s)\n", st.cfg.Token, cfgPath)
 	if st.dir != mustAbs(DefaultStateDir(o.Getenv)) {
