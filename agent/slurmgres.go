@@ -8,19 +8,14 @@ import (
 	"github.com/gpupass/gpupass/internal/probe"
 )
 
-// SlurmGresCheck is the check that compares the GPUs measured on a Slurm
-// compute node with its GRES: a job gets the GRES count, not what the node
-// has, so a node whose GRES disagrees with what was measured is flagged
-// (it fails: a spec's count is matched against the measurement). Its
-// Expected is the GRES GPU count, a number the broker indexes, so that a
-// spec needing more GPUs than the GRES is told so in dry-run.
-const SlurmGresCheck = "slurm.gres"
-
-// gresCheck is SlurmGresCheck of the node's measurement f; skipped when
-// the GPUs could not be measured (the gpu checks say why).
+// gresCheck is conformance.CheckSlurmGres of the node's measurement f: a
+// job gets the GRES count, not what the node has, so a node whose GRES
+// disagrees with what was measured is flagged (the check fails: a spec's
+// count is matched against the measurement). Skipped when the GPUs could
+// not be measured (the gpu checks say why).
 func (n *slurmNode) gresCheck(f *probe.Facts) conformance.Check {
 	node := n.current()
-	c := conformance.Check{Name: SlurmGresCheck, Expected: strconv.Itoa(node.GPUs)}
+	c := conformance.Check{Name: conformance.CheckSlurmGres, Expected: strconv.Itoa(node.GPUs)}
 	if f == nil || !f.GPU.Available {
 		c.Status, c.Actual, c.Message = conformance.Skip, "not measured", "the GPUs of "+n.name+" could not be measured"
 		return c

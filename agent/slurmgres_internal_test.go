@@ -38,7 +38,7 @@ func TestGresCheck(t *testing.T) {
 			t.Parallel()
 			n := &slurmNode{name: tt.node.Name, node: tt.node, log: slog.New(slog.DiscardHandler)}
 			c := n.gresCheck(tt.facts)
-			if c.Name != SlurmGresCheck || c.Status != tt.status || c.Expected != tt.expected || !strings.Contains(c.Message, tt.message) {
+			if c.Name != conformance.CheckSlurmGres || c.Status != tt.status || c.Expected != tt.expected || !strings.Contains(c.Message, tt.message) {
 				t.Errorf("check = %+v, want %s, expected %s, message with %q", c, tt.status, tt.expected, tt.message)
 			}
 		})

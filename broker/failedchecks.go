@@ -49,16 +49,11 @@ func clipBytes(s string, n int) string {
 	return s + "…"
 }
 
-// slurmGresCheck is the agent's check of a Slurm node's measured GPUs
-// against its GRES (agent.SlurmGresCheck; the broker does not import the
-// agent): its expected value is the GRES GPU count.
-const slurmGresCheck = "slurm.gres"
-
 // gresGPUs is the GRES GPU count a Slurm node's report states; nil when
 // it states none (not a Slurm node, or an agent before the check).
 func gresGPUs(r *conformance.Report) *int {
 	for _, c := range r.Checks {
-		if c.Name != slurmGresCheck {
+		if c.Name != conformance.CheckSlurmGres {
 			continue
 		}
 		if n, err := strconv.Atoi(c.Expected); err == nil && n >= 0 {
