@@ -220,7 +220,10 @@ func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 		return nil, err
 	}
 	if a.o.slurm != nil {
-		res.Checks = append(res.Checks, a.o.slurm.check())
+		// First: where and how the node was measured is the cause when
+		// the rest fail (a drained node is not measured at all), and the
+		// broker keeps only the first few failed checks.
+		res.Checks = append([]conformance.Check{a.o.slurm.check(), a.o.slurm.gresCheck(&res.Facts)}, res.Checks...)
 	}
 	a.metrics.Conformance(res.Checks, res.Wall)
 	a.mu.Lock()

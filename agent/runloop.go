@@ -69,6 +69,15 @@ type AllocUpdate struct {
 	Attempts     int
 	Restarts     int
 	LastSeq      uint64
+	// Slurm is where the run's batch job is (nil: not a Slurm run, or
+	// its job not seen yet).
+	Slurm *SlurmPlacement
+}
+
+// SlurmPlacement is a run's batch job on a Slurm cluster, reported to the
+// broker with every update so that runs, compare and audits name it.
+type SlurmPlacement struct {
+	Cluster, JobID, Node, Partition string
 }
 
 // ErrStaleLease is what a WorkSource returns when the broker refused the
@@ -100,6 +109,9 @@ type RunLoop struct {
 	// Orphaned, when set, stops what a run left running when the agent
 	// died under it (a Slurm job) and returns the run's reason.
 	Orphaned func(ctx context.Context, allocID string) string
+	// Placement, when set, says where a run's batch job is (nil when
+	// not known yet); every update of the run carries it.
+	Placement func(allocID string) *SlurmPlacement
 	// WorkRoot, when set, holds the work dirs instead of StateDir/runs
 	// (the Slurm executor's shared dir, which the compute nodes see).
 	WorkRoot string
@@ -359,6 +371,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	l.RunReport = a.runReporter(src)
 	if a.o.slurm != nil {
 		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.slurm.runner(), a.o.slurm.workRoot(), a.o.slurm.orphaned
+		l.Placement = a.o.slurm.placement
 	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics

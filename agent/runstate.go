@@ -125,6 +125,9 @@ func (l *RunLoop) pruneWorkDirs(log *slog.Logger, root, current string) {
 // shifted past what earlier nodes of the run delivered.
 func (l *RunLoop) send(ctx context.Context, a *Assignment, u AllocUpdate) (bool, error) {
 	u.AllocID, u.FencingToken = a.AllocID, a.FencingToken
+	if u.Slurm == nil && l.Placement != nil {
+		u.Slurm = l.Placement(a.AllocID)
+	}
 	if u.LastSeq > 0 {
 		u.LastSeq += a.ResumeAfterSeq
 	}

@@ -88,6 +88,8 @@ type slurmNode struct {
 
 	mu   sync.Mutex
 	node slurm.Node
+	// job is the newest batch job seen on the node (one run at a time).
+	job slurm.Job
 
 	factsMu sync.Mutex
 	facts   *probe.Facts
@@ -112,8 +114,26 @@ func (n *slurmNode) runner() executor.Runner {
 	node := n.current()
 	return &slurm.Runner{Client: n.client, Cluster: n.cluster, Node: n.name, Gres: node.Gres(), Partition: n.partition, TimeLimit: n.timeLimit,
 		OnJob: func(j slurm.Job) {
+			n.mu.Lock()
+			n.job = j
+			n.mu.Unlock()
 			n.log.Info("slurm job", "job_id", j.ID, "state", j.State, "reason", j.Reason, "node", j.Node, "partition", j.Partition, "cluster", n.cluster)
 		}}
+}
+
+// placement is where the run's batch job is, once the runner saw it.
+func (n *slurmNode) placement(allocID string) *SlurmPlacement {
+	n.mu.Lock()
+	j := n.job
+	n.mu.Unlock()
+	if j.ID == "" || j.Name != slurm.JobName(allocID) {
+		return nil
+	}
+	p := &SlurmPlacement{Cluster: n.cluster, JobID: j.ID, Node: j.Node, Partition: j.Partition}
+	if p.Node == "" {
+		p.Node = n.name // pending: pinned here (sbatch -w)
+	}
+	return p
 }
 
 // orphaned cancels the jobs of a run the agent died under: following

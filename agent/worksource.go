@@ -73,10 +73,14 @@ var protoStates = map[AllocState]gpupassv1.AllocState{
 func (b *brokerSource) UpdateAllocation(ctx context.Context, u AllocUpdate) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.call)
 	defer cancel()
-	resp, err := b.c.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{
+	req := &gpupassv1.UpdateAllocationRequest{
 		AgentId: b.agentID(), AllocId: u.AllocID, FencingToken: u.FencingToken, State: protoStates[u.State],
 		Reason: u.Reason, ExitCode: int32(u.ExitCode), Attempts: int32(u.Attempts), Restarts: int32(u.Restarts), LastSeq: u.LastSeq,
-	}))
+	}
+	if p := u.Slurm; p != nil {
+		req.Slurm = &gpupassv1.SlurmPlacement{Cluster: p.Cluster, JobId: p.JobID, Node: p.Node, Partition: p.Partition}
+	}
+	resp, err := b.c.UpdateAllocation(ctx, connect.NewRequest(req))
 	if err != nil {
 		switch connect.CodeOf(err) {
 		case connect.CodeFailedPrecondition, connect.CodeNotFound:

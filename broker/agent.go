@@ -397,6 +397,7 @@ func indexReport(r *conformance.Report, l store.Labels) (store.NodeIndex, error)
 		Runtime: store.Runtime{NvidiaDriver: r.Runtime.NvidiaDriver, CUDADriverAPI: r.Runtime.CUDADriverAPI, CUDA: r.Runtime.CUDA,
 			Python: r.Runtime.Python, PyTorch: r.Runtime.PyTorch, TorchCUDA: r.Runtime.TorchCUDA, CuDNN: r.Runtime.CuDNN, FIPSEnabled: r.Runtime.FIPSEnabled},
 		RuntimeFingerprint: r.RuntimeFingerprint, Simulated: r.Simulated, Profile: r.Profile, Passed: r.Passed(),
+		FailedChecks: failedChecks(r), GresGPUs: gresGPUs(r),
 	}
 	if r.GeneratedAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, r.GeneratedAt)

@@ -422,6 +422,7 @@ func toProto(n *store.Node, v *match.Verdict) *gpupassv1.Node {
 		p.Accelerator, p.GpuName, p.GpuCount, p.GpuMemoryMib = ix.Accelerator, ix.GPUName, int32(ix.GPUCount), ix.GPUMemoryMiB
 		p.StorageClass, p.StorageFreeGb, p.StorageReadMbps, p.BandwidthGbps = ix.StorageClass, ix.StorageFreeGB, ix.StorageReadMBps, ix.BandwidthGbps
 		p.RuntimeFingerprint, p.Simulated, p.Profile = ix.RuntimeFingerprint, ix.Simulated, ix.Profile
+		p.FailedChecks = ix.FailedChecks
 		p.Runtime = &gpupassv1.Runtime{NvidiaDriver: ix.Runtime.NvidiaDriver, CudaDriverApi: ix.Runtime.CUDADriverAPI, Cuda: ix.Runtime.CUDA,
 			Python: ix.Runtime.Python, Pytorch: ix.Runtime.PyTorch, TorchCuda: ix.Runtime.TorchCUDA, Cudnn: ix.Runtime.CuDNN, FipsEnabled: ix.Runtime.FIPSEnabled}
 		if !ix.GeneratedAt.IsZero() {

@@ -161,6 +161,7 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		LogDisputed: a.DisputedRecords > 0, DisputedRecords: a.DisputedRecords, FirstDisputedSeq: a.FirstDisputedSeq,
 		LogComplete:     a.State.Terminal() && a.LogComplete(),
 		CreatedUnixNano: nsOf(a.CreatedAt), UpdatedUnixNano: nsOf(a.UpdatedAt), StartedUnixNano: nsOf(a.StartedAt), FinishedUnixNano: nsOf(a.FinishedAt),
+		Slurm: slurmPlacementProto(a.Slurm),
 	}
 	if len(a.ScoreJSON) > 0 {
 		var s match.Score

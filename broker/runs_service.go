@@ -177,11 +177,18 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 	if (target == store.AllocFailed || target == store.AllocCancelled) && strings.TrimSpace(m.Reason) == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason is required for state %s", target))
 	}
+	placed, err := slurmPlacement(m.Slurm)
+	if err != nil {
+		return nil, err
+	}
 	var launch *store.Launch
 	now := time.Now().UTC()
 	a, err := rs.UpdateAlloc(ctx, m.AllocId, func(a *store.Alloc) error {
 		if a.NodeID != m.AgentId || a.Fence != m.FencingToken {
 			return staleFence(*a, m.AgentId)
+		}
+		if placed != nil {
+			a.Slurm = placed
 		}
 		a.Attempts, a.Restarts = max(a.Attempts, int(m.Attempts)), max(a.Restarts, int(m.Restarts))
 		a.LastSeq = max(a.LastSeq, m.LastSeq)

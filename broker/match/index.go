@@ -62,6 +62,7 @@ type resourceKey struct {
 	count         int
 	storageClass  string
 	freeGB, bwGbs float64
+	gres          int // a Slurm node's GRES GPU count; -1: none stated
 }
 
 // Prepare indexes nodes and their launch statistics over the last 24 h.
@@ -91,11 +92,17 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 			e.provider, e.accel = name(n.Labels.Provider), name("")
 		}
 		rk := runtimeKey{hasReport: n.HasReport}
-		sk := resourceKey{hasReport: n.HasReport}
+		sk := resourceKey{hasReport: n.HasReport, gres: -1}
 		if n.HasReport {
 			r := &n.Index.Runtime
-			rk = runtimeKey{true, n.Index.Passed, r.NvidiaDriver, r.CUDA, r.Python, r.PyTorch, r.FIPSEnabled}
-			sk = resourceKey{true, n.Index.Accelerator, n.Index.GPUCount, n.Index.StorageClass, n.Index.StorageFreeGB, n.Index.BandwidthGbps}
+			// A node whose failed checks the index knows gets each as a
+			// reason of its own (failedWhy), not the generic one.
+			passed := n.Index.Passed || len(n.Index.FailedChecks) > 0
+			rk = runtimeKey{true, passed, r.NvidiaDriver, r.CUDA, r.Python, r.PyTorch, r.FIPSEnabled}
+			sk = resourceKey{true, n.Index.Accelerator, n.Index.GPUCount, n.Index.StorageClass, n.Index.StorageFreeGB, n.Index.BandwidthGbps, -1}
+			if g := n.Index.GresGPUs; g != nil {
+				sk.gres = *g
+			}
 		}
 		var ok bool
 		if e.runtime, ok = rtID[rk]; !ok {
@@ -378,6 +385,9 @@ func (ix *Index) Match(q Query) Verdicts {
 			rs = append(rs, m.add(r))
 		}
 		if q.Spec != nil && n.HasReport {
+			if !n.Index.Passed {
+				rs = m.failedWhy(rs, n.Index.FailedChecks)
+			}
 			rs = append(rs, m.runtime(e.runtime)...)
 			rs = append(rs, m.resource(e.resource)...)
 		}
@@ -444,6 +454,20 @@ func (m *matcher) keep(rs []int32) []int32 {
 	return m.arena[start:len(m.arena):len(m.arena)]
 }
 
+// failedWhy adds a reason for each failed check of the node's report
+// ("slurm.node: slurm node n1 is drain: fan"): why it is not certified,
+// in the node's own words.
+func (m *matcher) failedWhy(rs []int32, failed []string) []int32 {
+	for _, f := range failed {
+		name, _, ok := strings.Cut(f, ": ")
+		if !ok {
+			name = "" // the "and more" marker
+		}
+		rs = append(rs, m.add(Reason{Code: CodeConformanceFailed, Field: name, Message: "failed check " + f}))
+	}
+	return rs
+}
+
 func (m *matcher) runtime(k int32) []int32 {
 	if !m.runtimeDone[k] {
 		rk := m.ix.runtimes[k]
@@ -461,8 +485,12 @@ func (m *matcher) runtime(k int32) []int32 {
 func (m *matcher) resource(k int32) []int32 {
 	if !m.resourceDone[k] {
 		sk := m.ix.res[k]
-		m.resourceWhy[k] = m.adds(resourceMismatches(m.q.Spec, store.NodeIndex{Accelerator: sk.accelerator, GPUCount: sk.count,
-			StorageClass: sk.storageClass, StorageFreeGB: sk.freeGB, BandwidthGbps: sk.bwGbs}))
+		ni := store.NodeIndex{Accelerator: sk.accelerator, GPUCount: sk.count,
+			StorageClass: sk.storageClass, StorageFreeGB: sk.freeGB, BandwidthGbps: sk.bwGbs}
+		if sk.gres >= 0 {
+			ni.GresGPUs = &sk.gres
+		}
+		m.resourceWhy[k] = m.adds(resourceMismatches(m.q.Spec, ni))
 		m.resourceDone[k] = true
 	}
 	return m.resourceWhy[k]

@@ -227,7 +227,12 @@ func resourceMismatches(sp *spec.Spec, ix store.NodeIndex) []Reason {
 	if res.Accelerator != "" && res.Accelerator != ix.Accelerator {
 		add("resources.accelerator", res.Accelerator, orNone(ix.Accelerator), fmt.Sprintf("expected %s, measured %s", res.Accelerator, orNone(ix.Accelerator)))
 	}
-	if res.Count > 0 && ix.GPUCount < res.Count {
+	switch g := ix.GresGPUs; {
+	case res.Count > 0 && g != nil && *g < res.Count:
+		// A job on a Slurm node gets its GRES, not what it has.
+		add("resources.count", ">= "+strconv.Itoa(res.Count), "gres "+strconv.Itoa(*g),
+			fmt.Sprintf("expected at least %d GPUs, the slurm node's GRES gives a job %d", res.Count, *g))
+	case res.Count > 0 && ix.GPUCount < res.Count:
 		add("resources.count", ">= "+strconv.Itoa(res.Count), strconv.Itoa(ix.GPUCount), fmt.Sprintf("expected at least %d GPUs, measured %d", res.Count, ix.GPUCount))
 	}
 	if want := res.Storage.Type; want != "" {

@@ -88,6 +88,19 @@ type Alloc struct {
 	// LastSeq and DisputedRecords == 0 (LogComplete).
 	DisputedRecords  uint64
 	FirstDisputedSeq uint64
+
+	// Slurm is where the run's current batch job is, as the agent of a
+	// Slurm node last reported it (nil for other executors). It lives in
+	// the JSON body: no column, no migration.
+	Slurm *SlurmPlacement `json:",omitempty"`
+}
+
+// SlurmPlacement is a run's batch job on a Slurm cluster.
+type SlurmPlacement struct {
+	Cluster   string
+	JobID     string
+	Node      string
+	Partition string
 }
 
 // LogComplete reports whether the broker holds a's whole log as the

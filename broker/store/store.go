@@ -102,7 +102,14 @@ type NodeIndex struct {
 	Simulated          bool
 	Profile            string
 	Passed             bool
-	GeneratedAt        time.Time
+	// FailedChecks are the report's failed checks, "name: message"
+	// (bounded by the broker): why the node is not certified, for nodes
+	// and dry-run. Empty in indexes stored before it was kept.
+	FailedChecks []string `json:",omitempty"`
+	// GresGPUs is a Slurm node's GRES GPU count (its slurm.gres check):
+	// what a job there gets, whatever the node has; nil for other nodes.
+	GresGPUs    *int `json:",omitempty"`
+	GeneratedAt time.Time
 }
 
 // Report is one verified conformance report, kept byte for byte with its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -93,6 +94,9 @@ type RunSummary struct {
 	// Log is the log's integrity (verify fails a disputed or incomplete
 	// one); absent in reports built before it was recorded.
 	Log *Log `json:"log,omitempty"`
+	// Slurm names the cluster, batch job, compute node and partition
+	// the run trained in; absent for runs of other executors.
+	Slurm *metrics.Slurm `json:"slurm,omitempty"`
 }
 
 // MetricSummary summarises one metric series.
@@ -196,6 +200,7 @@ func Build(ctx context.Context, r *Run, opts BuildOptions) (*Report, error) {
 		BundleDigest: r.BundleDigest,
 		Simulated:    simulated,
 		Metrics:      metrics,
+		Slurm:        r.Slurm,
 	}
 	if r.Log != nil {
 		l := *r.Log

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -63,6 +64,10 @@ type Run struct {
 	// Log is what the broker held of the run's log; nil when the source
 	// does not say (a run record file from before it was recorded).
 	Log *Log `json:"log,omitempty"`
+
+	// Slurm is the batch job the run trained in, when it ran on a
+	// Slurm node (the broker's record of the run).
+	Slurm *metrics.Slurm `json:"slurm,omitempty"`
 }
 
 // Log is the integrity of a run's log as the broker held it.

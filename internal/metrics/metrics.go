@@ -53,6 +53,9 @@ type Series struct {
 	// broker refused records sent twice at one seq with different
 	// content): its figures cannot decide a comparison.
 	Disputed string `json:"disputed,omitempty"`
+	// Slurm is the batch job the run trained in (a broker run on a
+	// Slurm node); nil otherwise.
+	Slurm *Slurm `json:"slurm,omitempty"`
 }
 
 // MaxStep bounds steps: events.MaxStep, which the agent enforces.

@@ -39,8 +39,12 @@ func Markdown(w io.Writer, r *Report) error {
 		if finite(float64(run.MinLoss)) {
 			minCell += " (step " + strconv.FormatInt(run.MinStep, 10) + ")"
 		}
+		source := run.Source
+		if run.Slurm != nil {
+			source += ", " + run.Slurm.String()
+		}
 		runs = append(runs, []string{
-			mdText(run.Label), mdText(run.Source), Num(float64(run.FinalLoss)), minCell,
+			mdText(run.Label), mdText(source), Num(float64(run.FinalLoss)), minCell,
 			fmt.Sprintf("%d..%d (%d pts)", run.FirstStep, run.LastStep, run.Points),
 			dur(run.WallSeconds), opt(run.StepsPerSecond, "%.3g"), dur(run.TimeToFirstStep),
 			opt(run.CostUSD, "$%.2f"), strconv.Itoa(run.Restarts),

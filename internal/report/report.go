@@ -160,6 +160,8 @@ type Run struct {
 	Simulated bool             `json:"simulated,omitempty"`
 	// Disputed says why the run's log is not proof (metrics.Series).
 	Disputed string `json:"log_disputed,omitempty"`
+	// Slurm is the batch job the run trained in, when it ran on Slurm.
+	Slurm *metrics.Slurm `json:"slurm,omitempty"`
 }
 
 // Check is one tolerance check of one pair.
@@ -295,6 +297,7 @@ func runFigures(s *metrics.Series) Run {
 		Label: s.Label, Source: s.Source, Format: s.Format, Metric: s.Metric,
 		Points: len(p), Restarts: s.Restarts, Problems: s.Problems, Notes: s.Notes,
 		Simulated: s.Simulated, MinLoss: Float(math.NaN()), PricePerHour: s.PricePerHour, Disputed: s.Disputed,
+		Slurm: s.Slurm,
 	}
 	if len(p) == 0 {
 		return r

@@ -409,3 +409,34 @@ func TestDisputedRunIsInconclusive(t *testing.T) {
 		})
 	}
 }
+
+// TestSlurmRunLine: a run trained on Slurm names its cluster, job, node
+// and partition on its line of the report and in the JSON.
+func TestSlurmRunLine(t *testing.T) {
+	t.Parallel()
+	a, b := curve("us", 10, 100, 0), curve("hpc", 10, 100, 0)
+	b.Slurm = &metrics.Slurm{Cluster: "hpc1", JobID: "4021", Node: "gpu-n17", Partition: "a100"}
+	r, err := Build([]*metrics.Series{a, b}, DefaultTolerance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md, js bytes.Buffer
+	if err := Markdown(&md, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := JSON(&js, r); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(md.String(), "\n") {
+		if strings.HasPrefix(l, "| hpc |") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "slurm job 4021 on gpu-n17 (cluster hpc1, partition a100)") {
+		t.Errorf("the hpc run's line %q does not name its slurm job:\n%s", line, md.String())
+	}
+	if !strings.Contains(js.String(), `"slurm": {`) || !strings.Contains(js.String(), `"job_id": "4021"`) {
+		t.Errorf("JSON lacks the slurm placement:\n%s", js.String())
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/metrics"
 )
 
 // Run is one run as --output json prints it.
@@ -52,6 +53,22 @@ type Run struct {
 	StartedAt       *Time    `json:"started_at"`
 	FinishedAt      *Time    `json:"finished_at"`
 	Log             Log      `json:"log"`
+	// Slurm is where the run's batch job is on a Slurm cluster; null for
+	// runs of other executors (and until the job is submitted).
+	Slurm *Slurm `json:"slurm"`
+}
+
+// Slurm names a run's batch job: cluster, job id, compute node and
+// partition (the same fields compare's report carries).
+type Slurm = metrics.Slurm
+
+// SlurmOf is the run's Slurm placement; nil when it has none.
+func SlurmOf(r *gpupassv1.Run) *Slurm {
+	p := r.GetSlurm()
+	if p == nil {
+		return nil
+	}
+	return &Slurm{Cluster: p.GetCluster(), JobID: p.GetJobId(), Node: p.GetNode(), Partition: p.GetPartition()}
 }
 
 // Log says how much of the run's log the broker holds, and whether it is
@@ -117,6 +134,7 @@ func FromProto(r *gpupassv1.Run) Run {
 		StartedAt: unixNano(r.GetStartedUnixNano()), FinishedAt: unixNano(r.GetFinishedUnixNano()),
 		Log: Log{Complete: r.GetLogComplete(), Disputed: r.GetLogDisputed(), HeldThrough: r.GetHeldThrough(),
 			LastSeq: r.GetLastSeq(), DisputedRecords: r.GetDisputedRecords(), FirstDisputedSeq: r.GetFirstDisputedSeq()},
+		Slurm: SlurmOf(r),
 	}
 	if s := r.GetScore(); s != nil {
 		v.Score = &Score{Score: s.GetScore(), LatencyMS: s.GetLatencyMs(), LatencyUsedMS: s.GetLatencyUsedMs(),

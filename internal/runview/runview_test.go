@@ -31,6 +31,7 @@ func runs() []*gpupassv1.Run {
 			ReplacedNodes: []string{"node-z"}, HeldThrough: 9007199254740993, LastSeq: 9007199254740993,
 			LogDisputed: true, DisputedRecords: 3, FirstDisputedSeq: 17, LogComplete: false,
 			CreatedUnixNano: at, UpdatedUnixNano: at + 1e9, StartedUnixNano: at + 2e9, FinishedUnixNano: at + 3e9,
+			Slurm: &gpupassv1.SlurmPlacement{Cluster: "hpc1", JobId: "4021", Node: "gpu-n17", Partition: "a100"},
 		},
 		// Just submitted: no node, score, command or times past creation.
 		{Id: "alloc-1c2d3e4f", Region: "eu-central-1", State: gpupassv1.AllocState_ALLOC_STATE_PENDING, CreatedUnixNano: at},

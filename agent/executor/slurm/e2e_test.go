@@ -56,7 +56,7 @@ func TestE2ESlurmCluster(t *testing.T) {
 		upstack.WaitFor(t, wctx, "both slurm nodes in dry-run", func() bool {
 			out = dryRun()
 			return regexp.MustCompile(`slurm:gptest +hpc-eu +a100-80gb x4 .*online, simulated`).MatchString(out) &&
-				regexp.MustCompile(`\(hpc-eu, score [0-9.]+\): resources.accelerator: expected a100-80gb, measured h100-sxm5`).MatchString(out)
+				regexp.MustCompile(`\(hpc-eu, score [0-9.]+\): .*resources.accelerator: expected a100-80gb, measured h100-sxm5`).MatchString(out)
 		})
 		t.Logf("dry-run:\n%s", out)
 		nodes, _ := gp("--output", "json", "nodes").CombinedOutput()
@@ -251,7 +251,7 @@ func TestE2ESlurmCluster(t *testing.T) {
 				return false
 			}
 			out = dryRun()
-			return strings.Contains(out, "0 candidate(s)") && strings.Contains(out, "failed checks")
+			return strings.Contains(out, "0 candidate(s)") && strings.Contains(out, "failed check slurm.node: slurm node n1 is drain: gpu 2 xid 79")
 		})
 		t.Logf("dry-run after drain:\n%s", out)
 	})

@@ -43,7 +43,8 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	}
 	run := resp.Msg.Run
 	s := &metrics.Series{Label: run.GetRegion(), Source: "broker:" + allocID, Metric: key, Format: "gpupass-broker",
-		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated()}
+		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated(),
+		Slurm: runview.SlurmOf(run)}
 	for _, p := range resp.Msg.Points {
 		v, ok := p.Values[key]
 		if !ok {

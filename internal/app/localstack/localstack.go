@@ -50,10 +50,23 @@ type Options struct {
 	// executor's own settings). Both go on every agent's command line.
 	Executor  string
 	AgentArgs []string
+	// Slurm, with Executor "slurm", is the cluster the agents stand for
+	// (SLURM_CONF, from the environment, names it).
+	Slurm *Slurm
 	// BrokerBin and AgentBin are the binaries to run (default: next to
 	// the running executable, else on PATH).
 	BrokerBin, AgentBin string
 	Log                 *slog.Logger
+}
+
+// Slurm are the settings of agents with --executor slurm: each region's
+// agent stands for the partitions' compute nodes.
+type Slurm struct {
+	// Partitions whose compute nodes the agents stand for (default all).
+	Partitions []string
+	// SharedDir is an absolute directory this machine and every compute
+	// node see; each region's agent works under SharedDir/up-REGION.
+	SharedDir string
 }
 
 // Stack is a running local stack.
@@ -159,7 +172,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	for _, region := range o.Regions {
 		for i := 1; i <= o.AgentsPerRegion; i++ {
 			name := fmt.Sprintf("agent-%s-%d", region, i)
-			c, err := st.start(name, agentBin, AgentArgs(o, url, region, name, dir), []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent})
+			args, err := AgentArgs(o, url, region, name, dir)
+			if err != nil {
+				return nil, err
+			}
+			c, err := st.start(name, agentBin, args, []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent})
 			if err != nil {
 				return nil, err
 			}
@@ -177,19 +194,36 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 
 // AgentArgs is the command line of the agent name in region: the broker,
 // its own state dir under dir, the simulated profile, the interpreter,
-// and the executor with its arguments.
-func AgentArgs(o Options, brokerURL, region, name, dir string) []string {
+// and the executor with its arguments. With Slurm, the agent stands for
+// the cluster's compute nodes: no local host facts, its work under
+// SharedDir/up-REGION, and no --simulate when Profile is empty (the
+// compute nodes' own GPUs are measured).
+func AgentArgs(o Options, brokerURL, region, name, dir string) ([]string, error) {
 	args := []string{
-		"--broker-url", brokerURL, "--region", region, "--provider", "local", "--zone", region + "a",
-		"--hostname", name, "--state-dir", filepath.Join(dir, "agents", name),
-		"--simulate", o.Profile, "--python", o.Python, "--query-addr", "127.0.0.1:0",
-		"--price-per-hour", "2.5", "--storage-class", "standard", "--bandwidth-gbps", "25",
+		"--broker-url", brokerURL, "--region", region, "--state-dir", filepath.Join(dir, "agents", name),
+		"--python", o.Python, "--price-per-hour", "2.5", "--storage-class", "standard", "--bandwidth-gbps", "25",
 		"--read-probe-mb", "8",
+	}
+	if o.Executor == "slurm" && o.Slurm != nil {
+		shared := filepath.Join(o.Slurm.SharedDir, "up-"+region)
+		if err := os.MkdirAll(shared, 0o755); err != nil {
+			return nil, &inputerr.Error{Field: "SlurmSharedDir", Err: err}
+		}
+		args = append(args, "--executor", "slurm", "--slurm-shared-dir", shared)
+		for _, p := range o.Slurm.Partitions {
+			args = append(args, "--slurm-partition", p)
+		}
+		if o.Profile != "" {
+			args = append(args, "--simulate", o.Profile)
+		}
+		return append(args, o.AgentArgs...), nil
 	}
 	if o.Executor != "" {
 		args = append(args, "--executor", o.Executor)
 	}
-	return append(args, o.AgentArgs...)
+	args = append(args, "--provider", "local", "--zone", region+"a", "--hostname", name,
+		"--simulate", o.Profile, "--query-addr", "127.0.0.1:0")
+	return append(args, o.AgentArgs...), nil
 }
 
 // Restart is a child that exited and was started again.

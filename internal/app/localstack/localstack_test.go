@@ -81,13 +81,17 @@ func TestAgentArgs(t *testing.T) {
 		o    Options
 		want []string // the tail of the command line
 	}{
-		{"local by default", Options{Profile: "p", Python: "py"}, []string{"--read-probe-mb", "8"}},
-		{"an executor and its settings", Options{Executor: "slurm", AgentArgs: []string{"--slurm-partition", "gpu"}}, []string{"--read-probe-mb", "8", "--executor", "slurm", "--slurm-partition", "gpu"}},
+		{"local by default", Options{Profile: "p", Python: "py"}, []string{"--query-addr", "127.0.0.1:0"}},
+		{"an executor and its settings", Options{Executor: "local", AgentArgs: []string{"--other-flag", "x"}}, []string{"--query-addr", "127.0.0.1:0", "--other-flag", "x"}},
+		{"slurm", Options{Executor: "slurm", Slurm: &Slurm{SharedDir: t.TempDir(), Partitions: []string{"gpu"}}}, []string{"--slurm-partition", "gpu"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := AgentArgs(tc.o, "http://127.0.0.1:1", "us-west-2", "agent-us-west-2-1", "/state")
+			got, err := AgentArgs(tc.o, "http://127.0.0.1:1", "us-west-2", "agent-us-west-2-1", "/state")
+			if err != nil {
+				t.Fatal(err)
+			}
 			tail := got[len(got)-len(tc.want):]
 			for i := range tc.want {
 				if tail[i] != tc.want[i] {

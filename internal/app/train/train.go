@@ -239,10 +239,14 @@ func WriteTable(out io.Writer, runs []*gpupassv1.Run) error {
 		if r.LogDisputed {
 			st += ", LOG DISPUTED"
 		}
+		node := dash(r.NodeId)
+		if s := runview.SlurmOf(r); s != nil {
+			node += " (" + s.String() + ")"
+		}
 		// Names and reasons come from submitters, nodes and jobs:
 		// printed escaped, a tab included (it would shift the columns).
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st,
-			termsafe.String(dash(r.NodeId)), score, price, termsafe.String(dash(r.Reason)))
+			termsafe.String(node), score, price, termsafe.String(dash(r.Reason)))
 	}
 	return tw.Flush()
 }

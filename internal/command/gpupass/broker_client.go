@@ -134,6 +134,9 @@ func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 		}
 		if n.Runtime != nil && !n.ConformancePassed {
 			status += ", conformance failed"
+			if len(n.FailedChecks) > 0 {
+				status += " (" + termsafe.String(strings.Join(n.FailedChecks, "; ")) + ")"
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s (-%s)\t%+.1f (%+.2f)\t%s\n",
 			termsafe.String(n.Id), termsafe.String(dash(n.Provider)), termsafe.String(n.Region), acc, f2(n.PricePerHour), h.GetScore(), lat,

@@ -26,6 +26,7 @@ type UpOptions struct {
 	Python          string
 	Demo            bool
 	DemoOptions
+	Slurm UpSlurm
 
 	Output string
 	Log    *slog.Logger
@@ -47,6 +48,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
+	o.Slurm.AddFlags(cmd)
 }
 
 func newUpCmd(g *GlobalOptions) *cobra.Command {
@@ -82,6 +84,7 @@ GPUPASS_STATE_DIR for those commands. --demo runs the example pipeline.`,
 // upFlagNames maps the local stack's option fields to up's flags.
 var upFlagNames = map[string]string{
 	"Regions": "--region", "AgentsPerRegion": "--agents-per-region", "StateDir": "--state-dir", "Listen": "--listen",
+	"SlurmSharedDir": "--slurm-shared-dir",
 }
 
 // RunUp starts the stack, prints where it is, and serves until ctx ends
@@ -99,6 +102,9 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	if o.Python == "" {
 		o.Python = "/usr/bin/python3"
 	}
+	if err := o.Slurm.validate(o.AgentsPerRegion); err != nil {
+		return err
+	}
 	if o.Demo {
 		// The demo's jobs run with the agents' interpreter; check it can
 		// run them before anything starts.
@@ -112,6 +118,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	st, err := localstack.Start(ctx, localstack.Options{
 		StateDir: o.StateDir, Listen: o.Listen, Regions: o.Regions, AgentsPerRegion: o.AgentsPerRegion,
 		Profile: o.Profile, Python: o.Python, Log: o.Log,
+		Executor: o.Slurm.Executor, Slurm: o.Slurm.options(),
 	})
 	if err != nil {
 		return inputerr.Rename(err, upFlagNames)
@@ -165,7 +172,11 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 		if n.Simulated {
 			sim = `  "simulated": true`
 		}
-		fmt.Fprintf(out, "agent   %-14s %s  %s x%d (%s)  certified, score %s%s\n", n.Region, n.Id, n.Accelerator, n.GpuCount, n.Profile, f2(n.GetHealth().GetScore()), sim)
+		cert := "certified"
+		if !n.ConformancePassed {
+			cert = "not certified" // a Slurm node drained or unlike its GRES
+		}
+		fmt.Fprintf(out, "agent   %-14s %s  %s x%d (%s)  %s, score %s%s\n", n.Region, n.Id, n.Accelerator, n.GpuCount, n.Profile, cert, f2(n.GetHealth().GetScore()), sim)
 	}
 	fmt.Fprintf(out, "token   %s  (submit; saved in %s)\n", st.Config.Token, st.ConfigPath)
 	if st.Dir != mustAbs(DefaultStateDir(o.Getenv)) {

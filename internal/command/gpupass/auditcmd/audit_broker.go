@@ -125,6 +125,7 @@ func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.Metri
 		Hardware:    hw, Metrics: pts, Simulated: run.GetSimulated() || rep.Simulated,
 		Log: &audit.Log{LastSeq: run.GetLastSeq(), HeldThrough: run.GetHeldThrough(),
 			DisputedRecords: run.GetDisputedRecords(), FirstDisputedSeq: run.GetFirstDisputedSeq()},
+		Slurm: runview.SlurmOf(run),
 	}, nil
 }
 

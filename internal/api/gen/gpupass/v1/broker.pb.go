@@ -881,8 +881,12 @@ type Node struct {
 	ReportGeneratedUnixNano int64                  `protobuf:"varint,22,opt,name=report_generated_unix_nano,json=reportGeneratedUnixNano,proto3" json:"report_generated_unix_nano,omitempty"`
 	Health                  *HealthScore           `protobuf:"bytes,23,opt,name=health,proto3" json:"health,omitempty"`
 	Profile                 string                 `protobuf:"bytes,24,opt,name=profile,proto3" json:"profile,omitempty"` // simulated profile name
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The last report's failed checks, "name: message" (at most 4, then a
+	// marker; each at most 300 bytes): why the node is not certified, e.g.
+	// "slurm.node: slurm node n1 is drain: fan". Full form only.
+	FailedChecks  []string `protobuf:"bytes,30,rep,name=failed_checks,json=failedChecks,proto3" json:"failed_checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -1081,6 +1085,13 @@ func (x *Node) GetProfile() string {
 		return x.Profile
 	}
 	return ""
+}
+
+func (x *Node) GetFailedChecks() []string {
+	if x != nil {
+		return x.FailedChecks
+	}
+	return nil
 }
 
 type Runtime struct {
@@ -2161,7 +2172,7 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"total_size\x18\x03 \x01(\x05R\ttotalSize\x12#\n" +
 	"\rfacet_regions\x18\x04 \x03(\tR\ffacetRegions\x12<\n" +
-	"\x1afacet_runtime_fingerprints\x18\x05 \x03(\tR\x18facetRuntimeFingerprints\"\xd3\x06\n" +
+	"\x1afacet_runtime_fingerprints\x18\x05 \x03(\tR\x18facetRuntimeFingerprints\"\xf8\x06\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
@@ -2187,7 +2198,8 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x12conformance_passed\x18\x15 \x01(\bR\x11conformancePassed\x12;\n" +
 	"\x1areport_generated_unix_nano\x18\x16 \x01(\x03R\x17reportGeneratedUnixNano\x12/\n" +
 	"\x06health\x18\x17 \x01(\v2\x17.gpupass.v1.HealthScoreR\x06health\x12\x18\n" +
-	"\aprofile\x18\x18 \x01(\tR\aprofile\"\xf4\x01\n" +
+	"\aprofile\x18\x18 \x01(\tR\aprofile\x12#\n" +
+	"\rfailed_checks\x18\x1e \x03(\tR\ffailedChecks\"\xf4\x01\n" +
 	"\aRuntime\x12#\n" +
 	"\rnvidia_driver\x18\x01 \x01(\tR\fnvidiaDriver\x12&\n" +
 	"\x0fcuda_driver_api\x18\x02 \x01(\tR\rcudaDriverApi\x12\x12\n" +

@@ -412,12 +412,16 @@ type UpdateAllocationRequest struct {
 	AllocId      string                 `protobuf:"bytes,2,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
 	FencingToken uint64                 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// STARTING, RUNNING, SUCCEEDED, FAILED or CANCELLED.
-	State         AllocState `protobuf:"varint,4,opt,name=state,proto3,enum=gpupass.v1.AllocState" json:"state,omitempty"`
-	Reason        string     `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // required for FAILED and CANCELLED
-	ExitCode      int32      `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Attempts      int32      `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	Restarts      int32      `protobuf:"varint,8,opt,name=restarts,proto3" json:"restarts,omitempty"`
-	LastSeq       uint64     `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"` // highest seq the agent spooled
+	State    AllocState `protobuf:"varint,4,opt,name=state,proto3,enum=gpupass.v1.AllocState" json:"state,omitempty"`
+	Reason   string     `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // required for FAILED and CANCELLED
+	ExitCode int32      `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Attempts int32      `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Restarts int32      `protobuf:"varint,8,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	LastSeq  uint64     `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"` // highest seq the agent spooled
+	// Where a Slurm executor's batch job runs (absent from other executors
+	// and from agents that predate it: the broker then keeps what it held).
+	// Field numbers from 60 on are the Slurm work's.
+	Slurm         *SlurmPlacement `protobuf:"bytes,60,opt,name=slurm,proto3" json:"slurm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +519,83 @@ func (x *UpdateAllocationRequest) GetLastSeq() uint64 {
 	return 0
 }
 
+func (x *UpdateAllocationRequest) GetSlurm() *SlurmPlacement {
+	if x != nil {
+		return x.Slurm
+	}
+	return nil
+}
+
+// SlurmPlacement is where a run's current batch job is on a Slurm
+// cluster. Each field is at most 256 bytes (the broker refuses longer).
+type SlurmPlacement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`          // ClusterName
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"` // the current attempt's job
+	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`                // the compute node
+	Partition     string                 `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlurmPlacement) Reset() {
+	*x = SlurmPlacement{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlurmPlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlurmPlacement) ProtoMessage() {}
+
+func (x *SlurmPlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlurmPlacement.ProtoReflect.Descriptor instead.
+func (*SlurmPlacement) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SlurmPlacement) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *SlurmPlacement) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *SlurmPlacement) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SlurmPlacement) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
 type UpdateAllocationResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	CancelRequested bool                   `protobuf:"varint,1,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
@@ -524,7 +605,7 @@ type UpdateAllocationResponse struct {
 
 func (x *UpdateAllocationResponse) Reset() {
 	*x = UpdateAllocationResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +617,7 @@ func (x *UpdateAllocationResponse) String() string {
 func (*UpdateAllocationResponse) ProtoMessage() {}
 
 func (x *UpdateAllocationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +630,7 @@ func (x *UpdateAllocationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAllocationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAllocationResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{4}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpdateAllocationResponse) GetCancelRequested() bool {
@@ -570,7 +651,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +663,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +676,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{5}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Record) GetSeq() uint64 {
@@ -631,7 +712,7 @@ type UploadRecordsRequest struct {
 
 func (x *UploadRecordsRequest) Reset() {
 	*x = UploadRecordsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +724,7 @@ func (x *UploadRecordsRequest) String() string {
 func (*UploadRecordsRequest) ProtoMessage() {}
 
 func (x *UploadRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +737,7 @@ func (x *UploadRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRecordsRequest.ProtoReflect.Descriptor instead.
 func (*UploadRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{6}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UploadRecordsRequest) GetAgentId() string {
@@ -700,7 +781,7 @@ type UploadRecordsResponse struct {
 
 func (x *UploadRecordsResponse) Reset() {
 	*x = UploadRecordsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +793,7 @@ func (x *UploadRecordsResponse) String() string {
 func (*UploadRecordsResponse) ProtoMessage() {}
 
 func (x *UploadRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +806,7 @@ func (x *UploadRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRecordsResponse.ProtoReflect.Descriptor instead.
 func (*UploadRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{7}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UploadRecordsResponse) GetHeldThrough() uint64 {
@@ -771,7 +852,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +864,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +877,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{8}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitRequest) GetSpec() isSubmitRequest_Spec {
@@ -912,7 +993,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1005,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1018,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{9}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitResponse) GetRun() *Run {
@@ -988,14 +1069,16 @@ type Run struct {
 	FirstDisputedSeq uint64 `protobuf:"varint,52,opt,name=first_disputed_seq,json=firstDisputedSeq,proto3" json:"first_disputed_seq,omitempty"`
 	// A terminal run whose log the broker holds whole and undisputed:
 	// held_through == last_seq and log_disputed is false (DESIGN §10).
-	LogComplete   bool `protobuf:"varint,53,opt,name=log_complete,json=logComplete,proto3" json:"log_complete,omitempty"`
+	LogComplete bool `protobuf:"varint,53,opt,name=log_complete,json=logComplete,proto3" json:"log_complete,omitempty"`
+	// Set once the agent of a Slurm node reported the run's batch job.
+	Slurm         *SlurmPlacement `protobuf:"bytes,60,opt,name=slurm,proto3" json:"slurm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1090,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1103,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{10}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Run) GetId() string {
@@ -1226,6 +1309,13 @@ func (x *Run) GetLogComplete() bool {
 	return false
 }
 
+func (x *Run) GetSlurm() *SlurmPlacement {
+	if x != nil {
+		return x.Slurm
+	}
+	return nil
+}
+
 type GetRunRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AllocId       string                 `protobuf:"bytes,1,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
@@ -1235,7 +1325,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1337,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1350,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{11}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRunRequest) GetAllocId() string {
@@ -1279,7 +1369,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1381,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1394,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{12}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1330,7 +1420,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1432,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1445,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{13}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRunsRequest) GetRegions() []string {
@@ -1390,7 +1480,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1492,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1505,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{14}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1442,7 +1532,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1544,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1557,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{15}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRequest) GetAllocId() string {
@@ -1493,7 +1583,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1595,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1608,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{16}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelResponse) GetRun() *Run {
@@ -1540,7 +1630,7 @@ type GetLogsRequest struct {
 
 func (x *GetLogsRequest) Reset() {
 	*x = GetLogsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1642,7 @@ func (x *GetLogsRequest) String() string {
 func (*GetLogsRequest) ProtoMessage() {}
 
 func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1655,7 @@ func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetLogsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{17}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetLogsRequest) GetAllocId() string {
@@ -1607,7 +1697,7 @@ type GetLogsResponse struct {
 
 func (x *GetLogsResponse) Reset() {
 	*x = GetLogsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1709,7 @@ func (x *GetLogsResponse) String() string {
 func (*GetLogsResponse) ProtoMessage() {}
 
 func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1722,7 @@ func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetLogsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{18}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetLogsResponse) GetRecords() []*Record {
@@ -1658,7 +1748,7 @@ type GetMetricsRequest struct {
 
 func (x *GetMetricsRequest) Reset() {
 	*x = GetMetricsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1760,7 @@ func (x *GetMetricsRequest) String() string {
 func (*GetMetricsRequest) ProtoMessage() {}
 
 func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1773,7 @@ func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{19}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetMetricsRequest) GetAllocId() string {
@@ -1707,7 +1797,7 @@ type MetricPoint struct {
 
 func (x *MetricPoint) Reset() {
 	*x = MetricPoint{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1809,7 @@ func (x *MetricPoint) String() string {
 func (*MetricPoint) ProtoMessage() {}
 
 func (x *MetricPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1822,7 @@ func (x *MetricPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricPoint.ProtoReflect.Descriptor instead.
 func (*MetricPoint) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{20}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MetricPoint) GetSeq() uint64 {
@@ -1787,7 +1877,7 @@ type GetMetricsResponse struct {
 
 func (x *GetMetricsResponse) Reset() {
 	*x = GetMetricsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1889,7 @@ func (x *GetMetricsResponse) String() string {
 func (*GetMetricsResponse) ProtoMessage() {}
 
 func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1902,7 @@ func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{21}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetMetricsResponse) GetRun() *Run {
@@ -1845,7 +1935,7 @@ type SubmitRunReportRequest struct {
 
 func (x *SubmitRunReportRequest) Reset() {
 	*x = SubmitRunReportRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1947,7 @@ func (x *SubmitRunReportRequest) String() string {
 func (*SubmitRunReportRequest) ProtoMessage() {}
 
 func (x *SubmitRunReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1960,7 @@ func (x *SubmitRunReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRunReportRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRunReportRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{22}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubmitRunReportRequest) GetAgentId() string {
@@ -1920,7 +2010,7 @@ type SubmitRunReportResponse struct {
 
 func (x *SubmitRunReportResponse) Reset() {
 	*x = SubmitRunReportResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2022,7 @@ func (x *SubmitRunReportResponse) String() string {
 func (*SubmitRunReportResponse) ProtoMessage() {}
 
 func (x *SubmitRunReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2035,7 @@ func (x *SubmitRunReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRunReportResponse.ProtoReflect.Descriptor instead.
 func (*SubmitRunReportResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{23}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SubmitRunReportResponse) GetPassed() bool {
@@ -1978,7 +2068,7 @@ type GetRunEvidenceRequest struct {
 
 func (x *GetRunEvidenceRequest) Reset() {
 	*x = GetRunEvidenceRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2080,7 @@ func (x *GetRunEvidenceRequest) String() string {
 func (*GetRunEvidenceRequest) ProtoMessage() {}
 
 func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2093,7 @@ func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{24}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetRunEvidenceRequest) GetAllocId() string {
@@ -2038,7 +2128,7 @@ type GetRunEvidenceResponse struct {
 
 func (x *GetRunEvidenceResponse) Reset() {
 	*x = GetRunEvidenceResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2140,7 @@ func (x *GetRunEvidenceResponse) String() string {
 func (*GetRunEvidenceResponse) ProtoMessage() {}
 
 func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2153,7 @@ func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{25}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetRunEvidenceResponse) GetRun() *Run {
@@ -2157,7 +2247,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	" \x01(\x05R\fgraceSeconds\x12(\n" +
 	"\x10resume_after_seq\x18\v \x01(\x04R\x0eresumeAfterSeq\x124\n" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
-	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\xaa\x02\n" +
+	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\xdc\x02\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
@@ -2167,7 +2257,13 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x1a\n" +
 	"\battempts\x18\a \x01(\x05R\battempts\x12\x1a\n" +
 	"\brestarts\x18\b \x01(\x05R\brestarts\x12\x19\n" +
-	"\blast_seq\x18\t \x01(\x04R\alastSeq\"E\n" +
+	"\blast_seq\x18\t \x01(\x04R\alastSeq\x120\n" +
+	"\x05slurm\x18< \x01(\v2\x1a.gpupass.v1.SlurmPlacementR\x05slurm\"s\n" +
+	"\x0eSlurmPlacement\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\"E\n" +
 	"\x18UpdateAllocationResponse\x12)\n" +
 	"\x10cancel_requested\x18\x01 \x01(\bR\x0fcancelRequested\"Z\n" +
 	"\x06Record\x12\x10\n" +
@@ -2200,7 +2296,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xfb\a\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xad\b\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2231,7 +2327,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\flog_disputed\x182 \x01(\bR\vlogDisputed\x12)\n" +
 	"\x10disputed_records\x183 \x01(\x04R\x0fdisputedRecords\x12,\n" +
 	"\x12first_disputed_seq\x184 \x01(\x04R\x10firstDisputedSeq\x12!\n" +
-	"\flog_complete\x185 \x01(\bR\vlogComplete\"*\n" +
+	"\flog_complete\x185 \x01(\bR\vlogComplete\x120\n" +
+	"\x05slurm\x18< \x01(\v2\x1a.gpupass.v1.SlurmPlacementR\x05slurm\"*\n" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +
@@ -2340,7 +2437,7 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
@@ -2348,77 +2445,80 @@ var file_gpupass_v1_runs_proto_goTypes = []any{
 	(*PollWorkResponse)(nil),         // 3: gpupass.v1.PollWorkResponse
 	(*Assignment)(nil),               // 4: gpupass.v1.Assignment
 	(*UpdateAllocationRequest)(nil),  // 5: gpupass.v1.UpdateAllocationRequest
-	(*UpdateAllocationResponse)(nil), // 6: gpupass.v1.UpdateAllocationResponse
-	(*Record)(nil),                   // 7: gpupass.v1.Record
-	(*UploadRecordsRequest)(nil),     // 8: gpupass.v1.UploadRecordsRequest
-	(*UploadRecordsResponse)(nil),    // 9: gpupass.v1.UploadRecordsResponse
-	(*SubmitRequest)(nil),            // 10: gpupass.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 11: gpupass.v1.SubmitResponse
-	(*Run)(nil),                      // 12: gpupass.v1.Run
-	(*GetRunRequest)(nil),            // 13: gpupass.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 14: gpupass.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 15: gpupass.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 16: gpupass.v1.ListRunsResponse
-	(*CancelRequest)(nil),            // 17: gpupass.v1.CancelRequest
-	(*CancelResponse)(nil),           // 18: gpupass.v1.CancelResponse
-	(*GetLogsRequest)(nil),           // 19: gpupass.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),          // 20: gpupass.v1.GetLogsResponse
-	(*GetMetricsRequest)(nil),        // 21: gpupass.v1.GetMetricsRequest
-	(*MetricPoint)(nil),              // 22: gpupass.v1.MetricPoint
-	(*GetMetricsResponse)(nil),       // 23: gpupass.v1.GetMetricsResponse
-	(*SubmitRunReportRequest)(nil),   // 24: gpupass.v1.SubmitRunReportRequest
-	(*SubmitRunReportResponse)(nil),  // 25: gpupass.v1.SubmitRunReportResponse
-	(*GetRunEvidenceRequest)(nil),    // 26: gpupass.v1.GetRunEvidenceRequest
-	(*GetRunEvidenceResponse)(nil),   // 27: gpupass.v1.GetRunEvidenceResponse
-	nil,                              // 28: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 29: gpupass.v1.HealthScore
-	(*NodeLabels)(nil),               // 30: gpupass.v1.NodeLabels
+	(*SlurmPlacement)(nil),           // 6: gpupass.v1.SlurmPlacement
+	(*UpdateAllocationResponse)(nil), // 7: gpupass.v1.UpdateAllocationResponse
+	(*Record)(nil),                   // 8: gpupass.v1.Record
+	(*UploadRecordsRequest)(nil),     // 9: gpupass.v1.UploadRecordsRequest
+	(*UploadRecordsResponse)(nil),    // 10: gpupass.v1.UploadRecordsResponse
+	(*SubmitRequest)(nil),            // 11: gpupass.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 12: gpupass.v1.SubmitResponse
+	(*Run)(nil),                      // 13: gpupass.v1.Run
+	(*GetRunRequest)(nil),            // 14: gpupass.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 15: gpupass.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 16: gpupass.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 17: gpupass.v1.ListRunsResponse
+	(*CancelRequest)(nil),            // 18: gpupass.v1.CancelRequest
+	(*CancelResponse)(nil),           // 19: gpupass.v1.CancelResponse
+	(*GetLogsRequest)(nil),           // 20: gpupass.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),          // 21: gpupass.v1.GetLogsResponse
+	(*GetMetricsRequest)(nil),        // 22: gpupass.v1.GetMetricsRequest
+	(*MetricPoint)(nil),              // 23: gpupass.v1.MetricPoint
+	(*GetMetricsResponse)(nil),       // 24: gpupass.v1.GetMetricsResponse
+	(*SubmitRunReportRequest)(nil),   // 25: gpupass.v1.SubmitRunReportRequest
+	(*SubmitRunReportResponse)(nil),  // 26: gpupass.v1.SubmitRunReportResponse
+	(*GetRunEvidenceRequest)(nil),    // 27: gpupass.v1.GetRunEvidenceRequest
+	(*GetRunEvidenceResponse)(nil),   // 28: gpupass.v1.GetRunEvidenceResponse
+	nil,                              // 29: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 30: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 31: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	4,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
 	0,  // 1: gpupass.v1.UpdateAllocationRequest.state:type_name -> gpupass.v1.AllocState
-	1,  // 2: gpupass.v1.Record.kind:type_name -> gpupass.v1.RecordKind
-	7,  // 3: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
-	12, // 4: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
-	0,  // 5: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	29, // 6: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
-	12, // 7: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
-	12, // 8: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
-	12, // 9: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
-	7,  // 10: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
-	12, // 11: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	28, // 12: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
-	12, // 13: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
-	22, // 14: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
-	12, // 15: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
-	30, // 16: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
-	2,  // 17: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
-	5,  // 18: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
-	8,  // 19: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
-	24, // 20: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
-	10, // 21: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
-	13, // 22: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
-	15, // 23: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
-	17, // 24: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
-	19, // 25: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
-	21, // 26: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	26, // 27: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
-	3,  // 28: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	6,  // 29: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	9,  // 30: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	25, // 31: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
-	11, // 32: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	14, // 33: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	16, // 34: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	18, // 35: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	20, // 36: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	23, // 37: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	27, // 38: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
-	28, // [28:39] is the sub-list for method output_type
-	17, // [17:28] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	6,  // 2: gpupass.v1.UpdateAllocationRequest.slurm:type_name -> gpupass.v1.SlurmPlacement
+	1,  // 3: gpupass.v1.Record.kind:type_name -> gpupass.v1.RecordKind
+	8,  // 4: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
+	13, // 5: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
+	0,  // 6: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
+	30, // 7: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	6,  // 8: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
+	13, // 9: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
+	13, // 10: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
+	13, // 11: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
+	8,  // 12: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
+	13, // 13: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
+	29, // 14: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	13, // 15: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
+	23, // 16: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
+	13, // 17: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
+	31, // 18: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	2,  // 19: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
+	5,  // 20: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
+	9,  // 21: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
+	25, // 22: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
+	11, // 23: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
+	14, // 24: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
+	16, // 25: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
+	18, // 26: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
+	20, // 27: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
+	22, // 28: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
+	27, // 29: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	3,  // 30: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	7,  // 31: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	10, // 32: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	26, // 33: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	12, // 34: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	15, // 35: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	17, // 36: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	19, // 37: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	21, // 38: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	24, // 39: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	28, // 40: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_runs_proto_init() }
@@ -2427,7 +2527,7 @@ func file_gpupass_v1_runs_proto_init() {
 		return
 	}
 	file_gpupass_v1_broker_proto_init()
-	file_gpupass_v1_runs_proto_msgTypes[8].OneofWrappers = []any{
+	file_gpupass_v1_runs_proto_msgTypes[9].OneofWrappers = []any{
 		(*SubmitRequest_SpecYaml)(nil),
 		(*SubmitRequest_SpecJson)(nil),
 	}
@@ -2437,7 +2537,7 @@ func file_gpupass_v1_runs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,63 @@
+package gpupass
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/app/localstack"
+)
+
+// UpSlurm are up's flags for a Slurm cluster: with --executor slurm each
+// region's agent is a gpupass-agent --executor slurm that stands for the
+// partitions' compute nodes (SLURM_CONF, from the environment, names the
+// cluster), so that validate, train and compare run through Slurm.
+type UpSlurm struct {
+	Executor   string
+	Partitions []string
+	SharedDir  string
+}
+
+// AddFlags registers the flags.
+func (s *UpSlurm) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&s.Executor, "executor", "local", "how the agents run jobs: local (simulated nodes on this machine) or slurm (the compute nodes of a Slurm cluster, found through SLURM_CONF)")
+	f.StringArrayVar(&s.Partitions, "slurm-partition", nil, "with --executor slurm: partition whose compute nodes the agents stand for (repeatable; default all)")
+	f.StringVar(&s.SharedDir, "slurm-shared-dir", "", "with --executor slurm: absolute directory this machine and every compute node see (runs' work dirs and output)")
+}
+
+// validate checks the flags; agents-per-region must be 1 with slurm (two
+// agents of one region would enroll every compute node twice).
+func (s *UpSlurm) validate(agentsPerRegion int) error {
+	switch s.Executor {
+	case "", "local":
+		if len(s.Partitions) > 0 || s.SharedDir != "" {
+			return errors.New("--slurm-partition and --slurm-shared-dir need --executor slurm")
+		}
+		return nil
+	case "slurm":
+	default:
+		return fmt.Errorf("--executor %q: use local or slurm", s.Executor)
+	}
+	if s.SharedDir == "" || !filepath.IsAbs(s.SharedDir) {
+		return fmt.Errorf("--slurm-shared-dir %q: give an absolute directory that every compute node sees", s.SharedDir)
+	}
+	if st, err := os.Stat(s.SharedDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--slurm-shared-dir %s: not a directory here", s.SharedDir)
+	}
+	if agentsPerRegion != 1 {
+		return fmt.Errorf("--agents-per-region %d: with --executor slurm each region has one agent, which stands for every compute node", agentsPerRegion)
+	}
+	return nil
+}
+
+// options are the stack's Slurm settings (nil without --executor slurm).
+func (s *UpSlurm) options() *localstack.Slurm {
+	if s.Executor != "slurm" {
+		return nil
+	}
+	return &localstack.Slurm{Partitions: s.Partitions, SharedDir: s.SharedDir}
+}
