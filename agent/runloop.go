@@ -98,7 +98,9 @@ type RunLoop struct {
 	// StateDir holds runs/<alloc> (work dirs) and spool/<alloc>.
 	StateDir string
 	// Orphaned, when set, stops what a run left running when the agent
-	// died under it (a Slurm job) and returns the run's reason.
+	// died under it (a Slurm job) and could not follow it on (it died
+	// before the attempt started, or the spool has no mark), and
+	// returns the run's reason.
 	Orphaned func(ctx context.Context, allocID string) string
 	// WorkRoot, when set, holds the work dirs instead of StateDir/runs
 	// (the Slurm executor's shared dir, which the compute nodes see).
@@ -359,6 +361,8 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	l.RunReport = a.runReporter(src)
 	if a.o.slurm != nil {
 		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.slurm.runner(), a.o.slurm.workRoot(), a.o.slurm.orphaned
+		// Batch jobs outlive the agent: a restarted one follows them on.
+		l.Executor.Marks = true
 	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics
