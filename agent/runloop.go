@@ -69,6 +69,10 @@ type AllocUpdate struct {
 	Attempts     int
 	Restarts     int
 	LastSeq      uint64
+	// NodeFault, with StateFailed, says the run failed because of the
+	// node: lost under it (re-placed like a node gone silent) or not
+	// launched; either counts in the node's failure rate.
+	NodeFault executor.NodeFault `json:",omitempty"`
 }
 
 // ErrStaleLease is what a WorkSource returns when the broker refused the

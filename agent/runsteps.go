@@ -322,6 +322,9 @@ func (r *run) settle(ctx context.Context, res executor.Result, err error) {
 	} else {
 		r.final.State, r.final.Reason, r.final.ExitCode = AllocState(res.State), res.Reason, res.ExitCode
 		r.final.Attempts, r.final.Restarts, r.final.LastSeq = res.Attempts, res.Restarts, res.LastSeq
+		if res.State == executor.Failed {
+			r.final.NodeFault = res.NodeFault
+		}
 	}
 	if ctx.Err() != nil && r.final.State == StateCancelled {
 		// The agent itself is stopping, nobody cancelled the run.

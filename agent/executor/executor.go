@@ -161,7 +161,19 @@ type Result struct {
 	WorkDir  string `json:"work_dir"`
 	// LastSeq is the seq of the run's last spooled record.
 	LastSeq uint64 `json:"last_seq"`
+	// NodeFault says a failed run failed because of its node: NodeLost
+	// (the scheduler lost the node under it) or LaunchFailed.
+	NodeFault NodeFault `json:"node_fault,omitempty"`
 }
+
+// NodeFault is why a run failed when it was its node's doing.
+type NodeFault string
+
+// Node faults.
+const (
+	NodeLost     NodeFault = "lost"
+	LaunchFailed NodeFault = "launch"
+)
 
 // Variables the executor sets for the job.
 const (
@@ -480,6 +492,12 @@ func cancelled(ctx, parent context.Context, attempts, restarts int) Result {
 
 func finished(ex Exit, attempts, restarts int) Result {
 	r := Result{ExitCode: ex.Code, Attempts: attempts, Restarts: restarts}
+	switch {
+	case ex.NodeLost:
+		r.NodeFault = NodeLost
+	case ex.LaunchFailed:
+		r.NodeFault = LaunchFailed
+	}
 	switch {
 	case ex.StartErr != nil:
 		r.State, r.Reason = Failed, "starting the command: "+ex.StartErr.Error()

@@ -99,4 +99,7 @@ type Exit struct {
 	// NodeLost says the attempt ended because of its node (Slurm's
 	// NODE_FAIL or PREEMPTED), not because of the job's code.
 	NodeLost bool
+	// LaunchFailed says the node could not start the attempt at all (the
+	// scheduler refused the job): the node's failure, not the job's.
+	LaunchFailed bool
 }

@@ -113,9 +113,13 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 		}
 	}
 	if f.st.JobID == "" {
-		id, err := r.submit(ctx, a, alloc, attempt, base)
+		id, refused, err := r.submit(ctx, a, alloc, attempt, base)
 		if err != nil {
-			return startErr(err)
+			ex := startErr(err)
+			// sbatch said no (a node Slurm will not run it on, a
+			// limit): the node's failed launch.
+			ex.LaunchFailed = refused
+			return ex
 		}
 		f.st.JobID = id
 		if err := f.save(); err != nil {
@@ -145,13 +149,13 @@ func script(a executor.Attempt) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string) (string, error) {
+func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string) (id string, refused bool, err error) {
 	if len(a.Command) == 0 {
-		return "", errors.New("the attempt has no command")
+		return "", false, errors.New("the attempt has no command")
 	}
 	path := base + ".sh"
 	if err := os.WriteFile(path, []byte(script(a)), 0o755); err != nil {
-		return "", fmt.Errorf("writing the batch script: %w", err)
+		return "", false, fmt.Errorf("writing the batch script: %w", err)
 	}
 	args := []string{"--parsable", "-w", r.Node, "-N1", "-n1", "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
 		"--chdir", a.Dir, "--output", base + ".out", "--error", base + ".err", "--open-mode=append", "--export=ALL", "--no-requeue"}
@@ -169,13 +173,14 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	// same GPUPASS_* variables as the local executor's.
 	out, err := r.Client.run(ctx, a.Env, "sbatch", args...)
 	if err != nil {
-		return "", fmt.Errorf("submitting to node %s: %w", r.Node, err)
+		var te *ToolError
+		return "", errors.As(err, &te), fmt.Errorf("submitting to node %s: %w", r.Node, err)
 	}
-	id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
+	id, _, _ = strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
 	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-		return "", fmt.Errorf("sbatch --parsable printed %.100q, not a job id", out)
+		return "", false, fmt.Errorf("sbatch --parsable printed %.100q, not a job id", out)
 	}
-	return id, nil
+	return id, false, nil
 }
 
 type tail struct {
