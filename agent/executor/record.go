@@ -46,10 +46,6 @@ const (
 	maxBatch = 1024
 )
 
-func newRecorder(sp Appender, onErr func(error)) *recorder {
-	return newMarkedRecorder(sp, nil, onErr)
-}
-
 // newMarkedRecorder records into sp; with mark set (and sp a
 // MarkedAppender) every batch carries the mark from *mark on.
 func newMarkedRecorder(sp Appender, mark *Mark, onErr func(error)) *recorder {
