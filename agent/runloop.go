@@ -72,6 +72,10 @@ type AllocUpdate struct {
 	// Slurm is where the run's batch job is (nil: not a Slurm run, or
 	// its job not seen yet).
 	Slurm *SlurmPlacement
+	// NodeFault, with StateFailed, says the run failed because of the
+	// node: lost under it (re-placed like a node gone silent) or not
+	// launched; either counts in the node's failure rate.
+	NodeFault executor.NodeFault `json:",omitempty"`
 }
 
 // SlurmPlacement is a run's batch job on a Slurm cluster, reported to the
@@ -107,7 +111,9 @@ type RunLoop struct {
 	// StateDir holds runs/<alloc> (work dirs) and spool/<alloc>.
 	StateDir string
 	// Orphaned, when set, stops what a run left running when the agent
-	// died under it (a Slurm job) and returns the run's reason.
+	// died under it (a Slurm job) and could not follow it on (it died
+	// before the attempt started, or the spool has no mark), and
+	// returns the run's reason.
 	Orphaned func(ctx context.Context, allocID string) string
 	// Placement, when set, says where a run's batch job is (nil when
 	// not known yet); every update of the run carries it.
@@ -372,6 +378,8 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	if a.o.slurm != nil {
 		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.slurm.runner(), a.o.slurm.workRoot(), a.o.slurm.orphaned
 		l.Placement = a.o.slurm.placement
+		// Batch jobs outlive the agent: a restarted one follows them on.
+		l.Executor.Marks = true
 	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics

@@ -37,10 +37,32 @@ type runLedger struct {
 	// Final is the run's end as the executor saw it; nil while the run
 	// goes on (or when the agent died under it).
 	Final *AllocUpdate `json:"final,omitempty"`
+	// Job is the run as its command started (after runtime-init), kept
+	// when the executor's attempts outlive the agent (Slurm's batch
+	// jobs): a restarted agent follows the run on from it.
+	Job *ledgerJob `json:"job,omitempty"`
+}
+
+// ledgerJob is what following a run on needs of its assignment and of
+// what runtime-init made of it.
+type ledgerJob struct {
+	Region       string          `json:"region,omitempty"`
+	Command      []string        `json:"command"`
+	Spec         json.RawMessage `json:"spec,omitempty"`
+	MaxRestarts  int             `json:"max_restarts"`
+	Grace        time.Duration   `json:"grace"`
+	Python       string          `json:"python,omitempty"`
+	CUDAHome     string          `json:"cuda_home,omitempty"`
+	LibraryPaths []string        `json:"library_paths,omitempty"`
+	BaseEnv      []string        `json:"base_env,omitempty"`
 }
 
 func (e runLedger) assignment() *Assignment {
-	return &Assignment{AllocID: e.AllocID, FencingToken: e.FencingToken, ResumeAfterSeq: e.ResumeAfterSeq}
+	a := &Assignment{AllocID: e.AllocID, FencingToken: e.FencingToken, ResumeAfterSeq: e.ResumeAfterSeq}
+	if j := e.Job; j != nil {
+		a.Region, a.Command, a.Spec, a.MaxRestarts, a.Grace = j.Region, j.Command, j.Spec, j.MaxRestarts, j.Grace
+	}
+	return a
 }
 
 func (l *RunLoop) spoolDir(id string) string   { return filepath.Join(l.StateDir, "spool", id) }
@@ -236,6 +258,25 @@ func (l *RunLoop) finish(ctx context.Context, e runLedger) {
 	} else {
 		defer sp.Close()
 		up = &uploader.Uploader{AllocID: e.AllocID, Spool: sp, Sink: l.Source.Sink(e.assignment()), Log: log}
+	}
+	if e.Final == nil && sp != nil && e.Job != nil && l.Executor != nil && l.Executor.Marks {
+		// The run's attempt outlived the agent (a batch job): follow it
+		// on from where the spool's records end.
+		mark, ok, err := executor.ReadMark(sp.Mark())
+		switch {
+		case err != nil:
+			log.Error("cannot follow the run on", "err", err)
+		case ok:
+			final, stale := l.follow(ctx, log, e, sp, up, mark)
+			if stale {
+				l.dropRun(log, e.AllocID, sp.Stats())
+				return
+			}
+			e.Final = &final
+			if err := l.writeLedger(e); err != nil {
+				log.Warn("recording the run's end", "err", err)
+			}
+		}
 	}
 	if e.Final == nil {
 		// The agent died under the run (Pdeathsig took the command

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,12 @@ type run struct {
 	stateMu sync.Mutex
 	// stale: the broker refused this node's lease during the run.
 	stale atomic.Bool
+
+	// reattach and prepared are set for a run followed on after the
+	// agent restarted (runfollow.go): where its records end, and the job
+	// as its command started.
+	reattach *executor.Mark
+	prepared *ledgerJob
 }
 
 // start reports the starting edge; from then on the run is this node's
@@ -173,7 +180,10 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 	upDone := make(chan error, 1)
 	go func() { upDone <- r.up.Run(upCtx) }()
 
-	r.state.Store(StateStarting)
+	if r.reattach == nil {
+		// A run followed on is running at the broker already.
+		r.state.Store(StateStarting)
+	}
 	x := r.executor()
 	ship := &ckptShipper{dir: filepath.Join(r.workDir, "checkpoints"), app: r.up, log: r.log, settle: 500 * time.Millisecond, runAs: r.runAs}
 	if r.resumeFrom != "" {
@@ -191,6 +201,10 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 	}
 	if r.l.CUDAHome != nil {
 		job.CUDAHome = r.l.CUDAHome()
+	}
+	if p := r.prepared; p != nil && r.reattach != nil {
+		job.Python, job.CUDAHome, job.LibraryPaths, job.BaseEnv = p.Python, p.CUDAHome, p.LibraryPaths, p.BaseEnv
+		job.Reattach = r.reattach
 	}
 	res, err := x.Execute(runCtx, job, r.up)
 	stopRun(nil)
@@ -226,7 +240,15 @@ func (r *run) executor() *executor.Executor {
 	return &x
 }
 
-func (r *run) leaseCheck(ctx context.Context, _ executor.Job) (string, error) {
+func (r *run) leaseCheck(ctx context.Context, job executor.Job) (string, error) {
+	if r.l.Executor.Marks {
+		// The attempt will outlive this process: the ledger keeps the
+		// job as runtime-init left it, for a restarted agent to follow
+		// it on (runfollow.go).
+		if err := r.recordJob(job); err != nil {
+			return "", err
+		}
+	}
 	r.stateMu.Lock()
 	defer r.stateMu.Unlock()
 	if err := r.l.edge(ctx, r.log, r.a, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
@@ -235,6 +257,22 @@ func (r *run) leaseCheck(ctx context.Context, _ executor.Job) (string, error) {
 	r.state.Store(StateRunning)
 	// Not the token itself: the run's log is read by read tokens.
 	return "running under this node's lease", nil
+}
+
+func (r *run) recordJob(job executor.Job) error {
+	if err := r.ledgerWritten(); err != nil {
+		return err
+	}
+	lj := &ledgerJob{Region: r.a.Region, Command: job.Command, MaxRestarts: job.MaxRestarts, Grace: job.Grace,
+		Python: job.Python, CUDAHome: job.CUDAHome, LibraryPaths: job.LibraryPaths, BaseEnv: job.BaseEnv}
+	if job.Spec != nil {
+		b, err := json.Marshal(job.Spec)
+		if err != nil {
+			return fmt.Errorf("recording the run's spec: %w", err)
+		}
+		lj.Spec = b
+	}
+	return r.l.writeLedger(runLedger{AllocID: r.a.AllocID, FencingToken: r.a.FencingToken, ResumeAfterSeq: r.a.ResumeAfterSeq, Job: lj})
 }
 
 // watch asks the broker every UpdateEvery whether the run goes on, and
@@ -284,6 +322,9 @@ func (r *run) settle(ctx context.Context, res executor.Result, err error) {
 	} else {
 		r.final.State, r.final.Reason, r.final.ExitCode = AllocState(res.State), res.Reason, res.ExitCode
 		r.final.Attempts, r.final.Restarts, r.final.LastSeq = res.Attempts, res.Restarts, res.LastSeq
+		if res.State == executor.Failed {
+			r.final.NodeFault = res.NodeFault
+		}
 	}
 	if ctx.Err() != nil && r.final.State == StateCancelled {
 		// The agent itself is stopping, nobody cancelled the run.

@@ -136,9 +136,9 @@ func (n *slurmNode) placement(allocID string) *SlurmPlacement {
 	return p
 }
 
-// orphaned cancels the jobs of a run the agent died under: following
-// them on from a restarted agent is not wired yet (the Runner can), and a
-// job nobody follows must not hold the node.
+// orphaned cancels the jobs of a run the agent died under and cannot
+// follow on (it died before the run's attempt was marked in its spool,
+// see RunLoop.follow): a job nobody follows must not hold the node.
 func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
 	reason := "agent restarted during the run: its slurm job " + slurm.JobName(allocID) + " was cancelled"
 	if err := n.client.Cancel(ctx, slurm.JobName(allocID)); err != nil {
@@ -180,6 +180,15 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 	if why := n.current().Unavailable(); why != "" {
 		// srun would wait for the node as long as Slurm keeps it out.
 		return nil, fmt.Errorf("not measured: %s", why)
+	}
+	// A run's job holds the node when an agent restarted under it (a
+	// later suite waits for the run, see RunLoop.Busy): srun would wait
+	// for the job's end, and the agent could neither enroll nor follow
+	// the run meanwhile. The node is measured again once it ends.
+	if jobs, err := n.client.RunJobsOn(ctx, n.name); err != nil {
+		return nil, err
+	} else if len(jobs) > 0 {
+		return nil, fmt.Errorf("not measured: the node runs %s; measured again once it ends", jobs[0].Describe())
 	}
 	if err := os.MkdirAll(filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name), 0o755); err != nil {
 		return nil, fmt.Errorf("making the node's dir in --slurm-shared-dir: %w", err)

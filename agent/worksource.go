@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/api"
@@ -70,12 +71,17 @@ var protoStates = map[AllocState]gpupassv1.AllocState{
 	StateCancelled: gpupassv1.AllocState_ALLOC_STATE_CANCELLED,
 }
 
+var protoNodeFaults = map[executor.NodeFault]gpupassv1.NodeFault{
+	executor.NodeLost: gpupassv1.NodeFault_NODE_FAULT_LOST, executor.LaunchFailed: gpupassv1.NodeFault_NODE_FAULT_LAUNCH,
+}
+
 func (b *brokerSource) UpdateAllocation(ctx context.Context, u AllocUpdate) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.call)
 	defer cancel()
 	req := &gpupassv1.UpdateAllocationRequest{
 		AgentId: b.agentID(), AllocId: u.AllocID, FencingToken: u.FencingToken, State: protoStates[u.State],
 		Reason: u.Reason, ExitCode: int32(u.ExitCode), Attempts: int32(u.Attempts), Restarts: int32(u.Restarts), LastSeq: u.LastSeq,
+		NodeFault: protoNodeFaults[u.NodeFault],
 	}
 	if p := u.Slurm; p != nil {
 		req.Slurm = &gpupassv1.SlurmPlacement{Cluster: p.Cluster, JobId: p.JobID, Node: p.Node, Partition: p.Partition}

@@ -217,13 +217,13 @@ func (b *Broker) superviseRuns(ctx context.Context) error {
 		case store.AllocMatched, store.AllocStarting:
 			switch {
 			case !b.nodeOnline(snap, a.NodeID, now):
-				b.nodeLost(ctx, rs, a, false)
+				b.nodeLost(ctx, rs, a, false, "")
 			case now.Sub(maxTime(a.UpdatedAt, b.started)) > b.cfg.StartTimeout:
 				b.startTimedOut(ctx, rs, a)
 			}
 		case store.AllocRunning:
 			if !b.nodeOnline(snap, a.NodeID, now) {
-				b.nodeLost(ctx, rs, a, true)
+				b.nodeLost(ctx, rs, a, true, "")
 			}
 		}
 	}
@@ -233,16 +233,23 @@ func (b *Broker) superviseRuns(ctx context.Context) error {
 // nodeLost handles the node of a run going offline: before start the run
 // is placed on the next candidate (and the node's launch counts as
 // failed); mid-run it fails with "node lost" unless it may resume
-// elsewhere.
-func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, started bool) {
+// elsewhere. fault, when set, is the node's own word that it lost the run
+// (a Slurm job ended NODE_FAIL or PREEMPTED): the launch counts as failed
+// then too.
+func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, started bool, fault string) {
 	var replace bool
 	a, err := rs.UpdateAlloc(ctx, seen.ID, func(a *store.Alloc) error {
 		if a.State != seen.State || a.Fence != seen.Fence {
 			return errMoved
 		}
 		lost := a.NodeID
+		why := lost + " stopped sending heartbeats"
+		if fault != "" {
+			why = lost + " says: " + fault
+		}
 		if started && !a.ResumeElsewhere {
-			a.State, a.Reason, a.FinishedAt = store.AllocFailed, "node lost: "+lost+" stopped sending heartbeats mid-run", time.Now().UTC()
+			a.State, a.Reason, a.FinishedAt = store.AllocFailed, "node lost: "+why+" mid-run", time.Now().UTC()
+			a.ExitCode = -1
 			return nil
 		}
 		replace = true
@@ -251,6 +258,9 @@ func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, 
 		if started {
 			a.ResumeAfterSeq = a.HeldThrough
 			a.Reason = "node " + lost + " lost mid-run; resuming elsewhere"
+			if fault != "" {
+				a.Reason += " (" + fault + ")"
+			}
 		} else {
 			a.Reason = "node " + lost + " lost before start; re-placing"
 		}
@@ -264,7 +274,10 @@ func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, 
 		return
 	}
 	b.log.Warn("node lost under run", "alloc", a.ID, "node", seen.NodeID, "started", started, "state", a.State)
-	if !started {
+	switch {
+	case fault != "":
+		b.recordLaunch(ctx, store.Launch{NodeID: seen.NodeID, At: time.Now().UTC(), Failed: true, Reason: "node lost: " + fault, AllocID: a.ID})
+	case !started:
 		b.recordLaunch(ctx, store.Launch{NodeID: seen.NodeID, At: time.Now().UTC(), Failed: true, Reason: "node lost before start", AllocID: a.ID})
 	}
 	b.runs.notify()

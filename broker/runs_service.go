@@ -181,6 +181,9 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
+	if m.NodeFault == gpupassv1.NodeFault_NODE_FAULT_LOST && target == store.AllocFailed {
+		return s.nodeLost(ctx, rs, m)
+	}
 	var launch *store.Launch
 	now := time.Now().UTC()
 	a, err := rs.UpdateAlloc(ctx, m.AllocId, func(a *store.Alloc) error {
@@ -202,7 +205,10 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		case target == store.AllocRunning:
 			a.StartedAt = now
 			launch = &store.Launch{NodeID: a.NodeID, At: now, AllocID: a.ID}
-		case target == store.AllocFailed && a.State != store.AllocRunning:
+		case target == store.AllocFailed && (a.State != store.AllocRunning || m.NodeFault == gpupassv1.NodeFault_NODE_FAULT_LAUNCH):
+			// A launch the node could not make (a scheduler that
+			// refused the job) counts as failed even once the run
+			// was running: it is the node's failure, not the run's.
 			launch = &store.Launch{NodeID: a.NodeID, At: now, AllocID: a.ID, Failed: true, Reason: m.Reason}
 		}
 		a.State = target
@@ -228,6 +234,26 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 	}
 	b.runs.notify()
 	return connect.NewResponse(&gpupassv1.UpdateAllocationResponse{CancelRequested: a.CancelRequested}), nil
+}
+
+// nodeLost takes the node's word that it lost the run (a Slurm job ended
+// NODE_FAIL or PREEMPTED) and handles it as for a node that stopped
+// sending heartbeats: placed again when it may resume elsewhere, else
+// failed, and the node's launch counts as failed.
+func (s *workService) nodeLost(ctx context.Context, rs store.Runs, m *gpupassv1.UpdateAllocationRequest) (*connect.Response[gpupassv1.UpdateAllocationResponse], error) {
+	b := s.b
+	a, err := rs.Alloc(ctx, m.AllocId)
+	if err != nil {
+		return nil, b.storeErr("allocation "+m.AllocId, err)
+	}
+	if a.NodeID != m.AgentId || a.Fence != m.FencingToken {
+		return nil, staleFence(a, m.AgentId)
+	}
+	if a.State.Terminal() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("allocation %s is %s (%s): cannot move it to %s", a.ID, a.State, a.Reason, store.AllocFailed))
+	}
+	b.nodeLost(ctx, rs, a, a.State == store.AllocRunning, m.Reason)
+	return connect.NewResponse(&gpupassv1.UpdateAllocationResponse{}), nil
 }
 
 func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gpupassv1.UploadRecordsRequest]) (*connect.Response[gpupassv1.UploadRecordsResponse], error) {

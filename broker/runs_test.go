@@ -756,3 +756,74 @@ func TestStartTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeFaultFromTheAgent: an agent that says its run failed because of
+// the node (a Slurm job ended NODE_FAIL or PREEMPTED; sbatch refused it)
+// gets the run handled as for a lost node (re-placed when it may resume
+// elsewhere, from where the broker's records end) or failed, and the node's
+// failed launch counts in its 24 h failure rate either way.
+func TestNodeFaultFromTheAgent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		fault           gpupassv1.NodeFault
+		resumeElsewhere bool
+		wantState       gpupassv1.AllocState
+		wantReason      string
+	}{
+		{"lost, resumes elsewhere", gpupassv1.NodeFault_NODE_FAULT_LOST, true, gpupassv1.AllocState_ALLOC_STATE_MATCHED, ""},
+		{"lost", gpupassv1.NodeFault_NODE_FAULT_LOST, false, gpupassv1.AllocState_ALLOC_STATE_FAILED, "says: slurm job 7 on n1: NODE_FAIL mid-run"},
+		{"launch refused", gpupassv1.NodeFault_NODE_FAULT_LAUNCH, false, gpupassv1.AllocState_ALLOC_STATE_FAILED, "slurm job 7 on n1: NODE_FAIL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+			agentTok := b.Token(t, store.RoleAgent, "*")
+			first := newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 20))
+			second := newWorker(t, b, agentTok, brokertest.H100("eu-central-1", 22))
+			first.keepAlive(t)
+			second.keepAlive(t)
+			c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+			run := submit(t, c, "eu-central-1", func(r *gpupassv1.SubmitRequest) { r.ResumeElsewhere = tc.resumeElsewhere })
+			as := first.poll(t, 5)
+			if as == nil || run.NodeId != first.ID {
+				t.Fatalf("placed on %s, assignment %v", run.NodeId, as)
+			}
+			if _, err := first.update(as, gpupassv1.AllocState_ALLOC_STATE_RUNNING, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := first.upload(as, records(1, 5)); err != nil || held != 5 {
+				t.Fatalf("upload: %d, %v", held, err)
+			}
+			_, err := first.runs.Work.UpdateAllocation(context.Background(), connect.NewRequest(&gpupassv1.UpdateAllocationRequest{
+				AgentId: first.ID, AllocId: as.AllocId, FencingToken: as.FencingToken, State: gpupassv1.AllocState_ALLOC_STATE_FAILED,
+				Reason: "slurm job 7 on n1: NODE_FAIL", ExitCode: -1, Attempts: 1, LastSeq: 5, NodeFault: tc.fault}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := getRun(t, c, run.Id)
+			if got.State != tc.wantState || !strings.Contains(got.Reason, tc.wantReason) {
+				t.Errorf("run = %s (%q), want %s with %q", got.State, got.Reason, tc.wantState, tc.wantReason)
+			}
+			if tc.resumeElsewhere {
+				if got.NodeId != second.ID || !cmp.Equal(got.ReplacedNodes, []string{first.ID}) {
+					t.Errorf("re-placed on %s, replaced %v; want %s, [%s]", got.NodeId, got.ReplacedNodes, second.ID, first.ID)
+				}
+				as2 := second.poll(t, 5)
+				if as2 == nil || as2.AllocId != run.Id || as2.ResumeAfterSeq != 5 {
+					t.Errorf("second's assignment = %v, want the run resuming after seq 5", as2)
+				}
+			}
+			nodes, err := b.Clients(t, b.Token(t, store.RoleRead, "*")).Node.ListNodes(context.Background(),
+				connect.NewRequest(&gpupassv1.ListNodesRequest{IncludeOffline: true}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes.Msg.Nodes {
+				if n.Id == first.ID && n.Health.LaunchFailures_24H != 1 {
+					t.Errorf("first's failed launches in 24 h = %d, want 1", n.Health.LaunchFailures_24H)
+				}
+			}
+		})
+	}
+}

@@ -81,6 +81,12 @@ type Job struct {
 	// ResumeFrom is a checkpoint the first attempt starts from (a run
 	// resumed on this node after its node was lost).
 	ResumeFrom string
+	// Reattach, when set, is where an earlier agent process left the run
+	// (the mark its spool holds): its attempt outlived that process (a
+	// batch job), so runtime-init is not done again and the attempt is
+	// followed on from the mark's offsets instead of started. Only for
+	// an Executor with Marks.
+	Reattach *Mark
 	// RunAs, when set, is the user the command runs as; the work dir is
 	// handed to it before the command starts. Runtime-init (the bundle's
 	// venv, the package check) still runs as the agent, so the job cannot
@@ -109,6 +115,12 @@ type Executor struct {
 	// Cgroups, when set, gives every run a cgroup of its own: its
 	// processes start there and are all killed when an attempt ends.
 	Cgroups *Cgroups
+	// Marks stores with the run's records where they reach into the
+	// files the attempt writes (Mark, with a MarkedAppender), for a
+	// Runner whose attempts outlive the agent and whose lines carry their
+	// file offsets (Slurm's batch jobs): a restarted agent follows them
+	// on (Job.Reattach).
+	Marks bool
 	// KillTimeout bounds the wait for a run's processes to be gone once
 	// killed (default DefaultKillTimeout; --run-kill-timeout).
 	KillTimeout time.Duration
@@ -149,7 +161,19 @@ type Result struct {
 	WorkDir  string `json:"work_dir"`
 	// LastSeq is the seq of the run's last spooled record.
 	LastSeq uint64 `json:"last_seq"`
+	// NodeFault says a failed run failed because of its node: NodeLost
+	// (the scheduler lost the node under it) or LaunchFailed.
+	NodeFault NodeFault `json:"node_fault,omitempty"`
 }
+
+// NodeFault is why a run failed when it was its node's doing.
+type NodeFault string
+
+// Node faults.
+const (
+	NodeLost     NodeFault = "lost"
+	LaunchFailed NodeFault = "launch"
+)
 
 // Variables the executor sets for the job.
 const (
@@ -217,6 +241,14 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 		return Result{}, fmt.Errorf("creating metrics file of %s: %w", job.AllocID, err)
 	}
 	metricsStart := st.Size()
+	if job.Reattach != nil {
+		if !x.Marks {
+			return Result{}, fmt.Errorf("run %s: reattaching needs an executor that marks its records", job.AllocID)
+		}
+		// Exactly where the spool's points end: the attempt may have
+		// written more since.
+		metricsStart = job.Reattach.Metrics
+	}
 	if job.RunAs != nil {
 		if err := job.RunAs.handOver(workDir); err != nil {
 			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
@@ -240,7 +272,14 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
-	rec := newRecorder(sp, func(err error) { stopRun(err) })
+	var mark *Mark
+	if x.Marks {
+		mark = &Mark{Metrics: metricsStart}
+		if job.Reattach != nil {
+			mark = job.Reattach
+		}
+	}
+	rec := newMarkedRecorder(sp, mark, func(err error) { stopRun(err) })
 	rec.limit = newOutputLimiter(x.Output)
 	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir}, metricsStart, contain)
 	res.WorkDir = workDir
@@ -304,6 +343,13 @@ func leftover(res Result, err error) Result {
 // can read or plant.
 func makeTmpDir(job Job) (string, error) {
 	d := filepath.Join(job.WorkRoot, ".tmp-"+job.AllocID)
+	if job.Reattach != nil {
+		// The attempt that is followed on still uses it.
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", fmt.Errorf("making the run's TMPDIR: %w", err)
+		}
+		return d, nil
+	}
 	// An earlier placement's (the agent was killed): not this run's.
 	if err := os.RemoveAll(d); err != nil {
 		return "", fmt.Errorf("clearing the TMPDIR of an earlier placement: %w", err)
@@ -320,7 +366,7 @@ func makeTmpDir(job Job) (string, error) {
 }
 
 func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, dirs runDirs, metricsStart int64, contain *Containment) Result {
-	workDir, ckptDir, metricsPath := dirs.work, dirs.ckpt, dirs.metrics
+	workDir := dirs.work
 	startFields := map[string]string{"alloc": job.AllocID, "region": job.Region, "command": strings.Join(job.Command, " ")}
 	if job.RunAs != nil {
 		startFields["user"] = job.RunAs.String()
@@ -328,10 +374,14 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 	if contain.Cgroup != nil {
 		startFields["cgroup"] = contain.Cgroup.String()
 	}
-	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir), startFields)
 	if len(job.Command) == 0 {
+		rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir), startFields)
 		return Result{State: Failed, Reason: "runtime-init: the run has no command", ExitCode: -1}
 	}
+	if job.Reattach != nil {
+		return x.attempts(ctx, parent, job, rec, dirs, metricsStart, contain)
+	}
+	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir), startFields)
 	for _, c := range x.Checks {
 		var detail string
 		var err error
@@ -356,6 +406,14 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		}
 		return Result{State: Failed, Reason: "runtime-init: " + reason, ExitCode: -1}
 	}
+	return x.attempts(ctx, parent, job, rec, dirs, metricsStart, contain)
+}
+
+// attempts runs the command, and runs it again from the newest checkpoint
+// when the NaN guard trips, up to MaxRestarts; a reattached run starts
+// with following the attempt it was left in.
+func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder, dirs runDirs, metricsStart int64, contain *Containment) Result {
+	workDir, ckptDir, metricsPath := dirs.work, dirs.ckpt, dirs.metrics
 	// After the checks: a Prepare may have changed the job's environment.
 	env, err := buildEnv(job, dirs)
 	if err != nil {
@@ -369,8 +427,14 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		rec.event(events.Info, events.ExecutorComp, "starting from checkpoint "+resume+" (the run resumes here after its node was lost)",
 			map[string]string{"resume_from": resume})
 	}
-	restarts := 0
-	for attempt := 1; ; attempt++ {
+	restarts, first := 0, 1
+	var from *Mark
+	if m := job.Reattach; m != nil {
+		restarts, first, resume, from = m.Restarts, m.Attempt, m.Resume, m
+		rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s: the agent restarted; following attempt %d on where its records end (stdout byte %d, stderr byte %d, metrics byte %d)",
+			job.AllocID, m.Attempt, m.Stdout, m.Stderr, m.Metrics), map[string]string{"attempt": strconv.Itoa(m.Attempt), "reattached": "true"})
+	}
+	for attempt := first; ; attempt++ {
 		attemptEnv := append(env[:len(env):len(env)], EnvAttempt+"="+strconv.Itoa(attempt))
 		if resume != "" {
 			attemptEnv = append(attemptEnv, EnvResumeFrom+"="+resume)
@@ -378,7 +442,8 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 		guard := &nanGuard{}
 		actx, stopAttempt := context.WithCancelCause(ctx)
 		tail.attempt, tail.onMetric = attempt, guard.check(stopAttempt)
-		ex := x.runAttempt(actx, job, attemptEnv, workDir, attempt, rec, tail, guard.check(stopAttempt), contain)
+		ex := x.runAttempt(actx, job, attemptEnv, workDir, attempt, restarts, resume, from, rec, tail, guard.check(stopAttempt), contain)
+		from = nil
 		stopAttempt(nil)
 		if ex.Leftover != nil {
 			return leftover(Result{Attempts: attempt, Restarts: restarts}, ex.Leftover)
@@ -428,6 +493,12 @@ func cancelled(ctx, parent context.Context, attempts, restarts int) Result {
 func finished(ex Exit, attempts, restarts int) Result {
 	r := Result{ExitCode: ex.Code, Attempts: attempts, Restarts: restarts}
 	switch {
+	case ex.NodeLost:
+		r.NodeFault = NodeLost
+	case ex.LaunchFailed:
+		r.NodeFault = LaunchFailed
+	}
+	switch {
 	case ex.StartErr != nil:
 		r.State, r.Reason = Failed, "starting the command: "+ex.StartErr.Error()
 	case ex.Reason != "" && (ex.Code != 0 || ex.Signal != ""):
@@ -455,13 +526,16 @@ func fmtVal(v float64) string {
 }
 
 // runAttempt runs one process and tails its metrics file meanwhile.
-func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, attempt int, rec *recorder, tail *metricsTail, onMetric func(events.Metric), contain *Containment) Exit {
+func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, attempt, restarts int, resume string, from *Mark, rec *recorder, tail *metricsTail, onMetric func(events.Metric), contain *Containment) Exit {
 	poll := x.MetricsPoll
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
 	}
-	rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("attempt %d: starting %s", attempt, strings.Join(job.Command, " ")),
-		map[string]string{"attempt": strconv.Itoa(attempt)})
+	if from == nil {
+		rec.attemptStarts(events.Event{Time: events.Now(), Level: events.Info, Component: events.ExecutorComp,
+			Message: fmt.Sprintf("attempt %d: starting %s", attempt, strings.Join(job.Command, " ")), Fields: map[string]string{"attempt": strconv.Itoa(attempt)}},
+			Mark{Attempt: attempt, Restarts: restarts, Resume: resume})
+	}
 	tailDone := make(chan struct{})
 	tailStop := make(chan struct{})
 	go func() {
@@ -478,7 +552,11 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		}
 	}()
 	classifiers := [2]*events.Classifier{{Stream: events.Stdout}, {Stream: events.Stderr}}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain,
+	var fromOffsets *Offsets
+	if from != nil {
+		fromOffsets = &Offsets{Stdout: from.Stdout, Stderr: from.Stderr}
+	}
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
 		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})

@@ -24,7 +24,7 @@ import (
 // spool's pace instead of growing memory.
 type recorder struct {
 	sp    Appender
-	ch    chan spool.Record
+	ch    chan item
 	done  chan struct{}
 	onErr func(error)
 	// limit bounds what the run's output lines add (OutputLimits); nil
@@ -34,6 +34,11 @@ type recorder struct {
 	mu   sync.Mutex
 	err  error
 	last uint64
+
+	// marked, when set, stores mark with every batch (Executor.Marks):
+	// where the records reach into the files the attempt writes.
+	marked MarkedAppender
+	mark   Mark
 }
 
 const (
@@ -41,17 +46,23 @@ const (
 	maxBatch = 1024
 )
 
-func newRecorder(sp Appender, onErr func(error)) *recorder {
-	r := &recorder{sp: sp, ch: make(chan spool.Record, queueLen), done: make(chan struct{}), onErr: onErr}
+// newMarkedRecorder records into sp; with mark set (and sp a
+// MarkedAppender) every batch carries the mark from *mark on.
+func newMarkedRecorder(sp Appender, mark *Mark, onErr func(error)) *recorder {
+	r := &recorder{sp: sp, ch: make(chan item, queueLen), done: make(chan struct{}), onErr: onErr}
+	if ma, ok := sp.(MarkedAppender); ok && mark != nil {
+		r.marked, r.mark = ma, *mark
+	}
 	go r.loop()
 	return r
 }
 
 func (r *recorder) loop() {
 	defer close(r.done)
-	batch := make([]spool.Record, 0, maxBatch)
-	for rec := range r.ch {
-		batch = append(batch[:0], rec)
+	batch := make([]spool.Record, 0, maxBatch+1)
+	for it := range r.ch {
+		mark := r.mark
+		batch = r.add(batch[:0], &it, &mark)
 	fill:
 		for len(batch) < maxBatch {
 			select {
@@ -59,7 +70,7 @@ func (r *recorder) loop() {
 				if !ok {
 					break fill
 				}
-				batch = append(batch, more)
+				batch = r.add(batch, &more, &mark)
 			default:
 				break fill
 			}
@@ -70,7 +81,17 @@ func (r *recorder) loop() {
 		if failed {
 			continue // keep draining so producers never block
 		}
-		_, last, err := r.sp.Append(batch...)
+		var last uint64
+		var err error
+		if r.marked != nil {
+			b, _ := json.Marshal(mark)
+			_, last, err = r.marked.AppendMarked(b, batch...)
+			if err == nil {
+				r.mark = mark
+			}
+		} else {
+			_, last, err = r.sp.Append(batch...)
+		}
 		r.mu.Lock()
 		if err != nil {
 			r.err = err
@@ -82,6 +103,19 @@ func (r *recorder) loop() {
 			r.onErr(fmt.Errorf("spooling the run's records: %w", err))
 		}
 	}
+}
+
+func (r *recorder) add(batch []spool.Record, it *item, mark *Mark) []spool.Record {
+	if it.pre != nil {
+		batch = append(batch, *it.pre)
+	}
+	if r.marked != nil {
+		mark.apply(it)
+	}
+	if it.rec.Kind == 0 {
+		return batch // moves the mark only
+	}
+	return append(batch, it.rec)
 }
 
 func (r *recorder) close() (uint64, error) {
@@ -98,20 +132,43 @@ func (r *recorder) close() (uint64, error) {
 }
 
 func (r *recorder) put(e events.Event) {
-	r.ch <- spool.Record{Kind: spool.KindEvent, Data: e.AppendJSON(make([]byte, 0, 96+len(e.Message)))}
+	r.ch <- item{rec: spool.Record{Kind: spool.KindEvent, Data: e.AppendJSON(make([]byte, 0, 96+len(e.Message)))}}
+}
+
+// attemptStarts records the event of an attempt's start; from it on the
+// mark names that attempt.
+func (r *recorder) attemptStarts(e events.Event, m Mark) {
+	r.ch <- item{rec: spool.Record{Kind: spool.KindEvent, Data: e.AppendJSON(make([]byte, 0, 96+len(e.Message)))}, start: &m}
+}
+
+// eventAt records an event about what ends at off in the file of pos.
+func (r *recorder) eventAt(level events.Level, component, msg string, pos int8, off int64) {
+	e := events.Event{Time: events.Now(), Level: level, Component: component, Message: msg}
+	r.ch <- item{rec: spool.Record{Kind: spool.KindEvent, Data: e.AppendJSON(make([]byte, 0, 96+len(e.Message)))}, pos: pos, off: off}
+}
+
+// moved moves the mark past what was read without a record (a line the
+// output limits dropped, an empty metrics line): after a restart it is
+// not read again.
+func (r *recorder) moved(pos int8, off int64) {
+	if r.marked != nil && off > 0 {
+		r.ch <- item{pos: pos, off: off}
+	}
 }
 
 func (r *recorder) event(level events.Level, component, msg string, fields map[string]string) {
 	r.put(events.Event{Time: events.Now(), Level: level, Component: component, Message: msg, Fields: fields})
 }
 
-func (r *recorder) metric(m events.Metric) {
+// metricAt records a point of the metrics file that ends at off.
+func (r *recorder) metricAt(m events.Metric, off int64) {
 	b, err := json.Marshal(m)
 	if err != nil {
 		r.event(events.Warn, events.MetricsComp, "unencodable metric point: "+err.Error(), nil)
+		r.moved(posMetrics, off)
 		return
 	}
-	r.ch <- spool.Record{Kind: spool.KindMetric, Data: b}
+	r.ch <- item{rec: spool.Record{Kind: spool.KindMetric, Data: b}, pos: posMetrics, off: off}
 }
 
 // line records one output line: a `gpupass:metric` line as a metric
@@ -125,6 +182,7 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 			r.event(n.level, events.ExecutorComp, n.msg, n.fields)
 		}
 		if !ok {
+			r.moved(linePos(l.Stream), l.Offset)
 			return
 		}
 	}
@@ -158,13 +216,17 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 		ev := events.Event{Time: now, Level: lvl, Component: events.MetricsComp, Message: msg, Fields: fields}
 		data := ev.AppendJSON(make([]byte, 0, 96+len(msg)))
 		if !r.charge(len(point) + len(data)) {
+			r.moved(linePos(l.Stream), l.Offset)
 			return
 		}
+		it := item{rec: spool.Record{Kind: spool.KindEvent, Data: data}, pos: linePos(l.Stream), off: l.Offset}
 		if point != nil {
-			r.ch <- spool.Record{Kind: spool.KindMetric, Data: point}
+			it.pre = &spool.Record{Kind: spool.KindMetric, Data: point}
+		}
+		r.ch <- it
+		if point != nil {
 			onMetric(m)
 		}
-		r.ch <- spool.Record{Kind: spool.KindEvent, Data: data}
 		return
 	}
 	cl := c.Classify(msg)
@@ -179,8 +241,10 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 	ev := events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields}
 	data := ev.AppendJSON(make([]byte, 0, 96+len(ev.Message)))
 	if r.charge(len(data)) {
-		r.ch <- spool.Record{Kind: spool.KindEvent, Data: data}
+		r.ch <- item{rec: spool.Record{Kind: spool.KindEvent, Data: data}, pos: linePos(l.Stream), off: l.Offset}
+		return
 	}
+	r.moved(linePos(l.Stream), l.Offset)
 }
 
 // charge counts size bytes of one line's records against the run's log
@@ -212,6 +276,8 @@ type metricsTail struct {
 	partial  []byte
 	skipping bool // inside a line over maxLine
 	lineNo   int
+	// lineEnd is the offset just past the line endLine takes.
+	lineEnd int64
 
 	attempt  int
 	onMetric func(events.Metric)
@@ -257,6 +323,7 @@ func (t *metricsTail) read() {
 				break
 			}
 			t.add(chunk[:i])
+			t.lineEnd = t.off - int64(len(chunk)) + int64(i) + 1
 			t.endLine()
 			chunk = chunk[i+1:]
 		}
@@ -321,18 +388,19 @@ func (t *metricsTail) endLine() {
 	t.partial, t.skipping = t.partial[:0], false
 	switch {
 	case skipped:
-		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s: longer than %d bytes, skipped", where, t.maxLine), nil)
+		t.rec.eventAt(events.Warn, events.MetricsComp, fmt.Sprintf("%s: longer than %d bytes, skipped", where, t.maxLine), posMetrics, t.lineEnd)
 		return
 	case len(line) == 0:
+		t.rec.moved(posMetrics, t.lineEnd)
 		return
 	}
 	m, err := events.ParseMetric(line, events.Now())
 	if err != nil {
-		t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s: %v: %s", where, err, truncate(string(bytes.ToValidUTF8(line, []byte("\uFFFD"))), 200)), nil)
+		t.rec.eventAt(events.Warn, events.MetricsComp, fmt.Sprintf("%s: %v: %s", where, err, truncate(string(bytes.ToValidUTF8(line, []byte("\uFFFD"))), 200)), posMetrics, t.lineEnd)
 		return
 	}
 	m.Attempt, m.Source = t.attempt, "file"
-	t.rec.metric(m)
+	t.rec.metricAt(m, t.lineEnd)
 	t.onMetric(m)
 }
 
@@ -352,12 +420,12 @@ func (t *metricsTail) finish() {
 		m, err := events.ParseMetric(line, events.Now())
 		if err == nil {
 			m.Attempt, m.Source = t.attempt, "file"
-			t.rec.metric(m)
+			t.rec.metricAt(m, t.off)
 			t.onMetric(m)
 			return
 		}
 	}
-	t.rec.event(events.Warn, events.MetricsComp, fmt.Sprintf("%s line %d: unterminated when attempt %d ended, skipped", EnvMetricsFile, t.lineNo, t.attempt), nil)
+	t.rec.eventAt(events.Warn, events.MetricsComp, fmt.Sprintf("%s line %d: unterminated when attempt %d ended, skipped", EnvMetricsFile, t.lineNo, t.attempt), posMetrics, t.off)
 }
 
 func truncate(s string, n int) string {

@@ -49,6 +49,16 @@ type Attempt struct {
 	// hands the attempt to a scheduler says there what the scheduler
 	// does with it (job id, pending and why, node).
 	Note func(msg string, fields map[string]string)
+	// From, when set, says the attempt was started by an earlier agent
+	// process and outlived it (Job.Reattach): a Runner that reads the
+	// output from files finds it again and reads on from these offsets,
+	// where the records the run holds end.
+	From *Offsets
+}
+
+// Offsets are where in an attempt's output files the stored lines end.
+type Offsets struct {
+	Stdout, Stderr int64
 }
 
 // Line is one line of output, without its line ending, always valid UTF-8.
@@ -89,4 +99,7 @@ type Exit struct {
 	// NodeLost says the attempt ended because of its node (Slurm's
 	// NODE_FAIL or PREEMPTED), not because of the job's code.
 	NodeLost bool
+	// LaunchFailed says the node could not start the attempt at all (the
+	// scheduler refused the job): the node's failure, not the job's.
+	LaunchFailed bool
 }

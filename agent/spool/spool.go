@@ -9,6 +9,7 @@
 //
 //	LOCK                      flock(2) held while open: one writer per spool
 //	ACK                       highest acknowledged seq, replaced atomically
+//	MARK                      the appender's mark (AppendMarked), replaced atomically
 //	00000000000000000001.seg  segments named after their first seq
 //
 // A segment is a sequence of frames:
@@ -24,6 +25,7 @@ package spool
 import (
 	"bufio"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -130,6 +132,18 @@ type Spool struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	// mark is the mark of the newest batch the spool holds (AppendMarked).
+	mark []byte
+}
+
+// markFile is MARK: written before the frames of its batch, so that
+// after a crash the spool tells from its own tail which of the two marks
+// holds: Mark once the records through Seq are in, Prev before.
+type markFile struct {
+	Seq  uint64 `json:"seq"`
+	Mark []byte `json:"mark"`
+	Prev []byte `json:"prev,omitempty"`
 }
 
 // Stats describe a spool.
@@ -226,6 +240,9 @@ func (s *Spool) recover() error {
 	}
 	s.written.Store(s.nextSeq - 1)
 	s.synced.Store(s.nextSeq - 1)
+	if err := s.recoverMark(); err != nil {
+		return err
+	}
 	// A crash between writing ACK and deleting segments leaves acked
 	// segments behind.
 	if _, err := s.dropAcked(); err != nil {
@@ -413,6 +430,90 @@ func (s *Spool) appendLocked(recs []Record) (uint64, uint64, error) {
 	seg.last = seq - 1
 	s.written.Store(seq - 1)
 	return first, seq - 1, nil
+}
+
+// AppendMarked appends recs like Append and makes mark the spool's mark
+// once they are in, in one step as far as a crash goes: after a kill -9
+// at any point, Mark (after Open) is the mark of the newest batch whose
+// records the spool holds. An appender that follows a file stores how
+// far it read this way, so that it reads on after a restart without
+// losing or repeating a record. mark is small (a few hundred bytes).
+func (s *Spool) AppendMarked(mark []byte, recs ...Record) (first, last uint64, err error) {
+	if len(recs) == 0 {
+		return 0, 0, nil
+	}
+	s.mu.Lock()
+	first, last, err = s.appendMarkedLocked(mark, recs)
+	s.mu.Unlock()
+	if err != nil || s.opts.Sync != SyncAlways {
+		return first, last, err
+	}
+	if err := s.syncTo(last); err != nil {
+		return first, last, err
+	}
+	return first, last, nil
+}
+
+func (s *Spool) appendMarkedLocked(mark []byte, recs []Record) (uint64, uint64, error) {
+	if s.closed || s.broken != nil {
+		return s.appendLocked(recs) // its error
+	}
+	// Under s.mu no other append can take these seqs: the records
+	// through Seq are in the spool exactly when this batch is.
+	prev := s.mark
+	if err := s.writeMark(markFile{Seq: s.nextSeq + uint64(len(recs)) - 1, Mark: mark, Prev: prev}); err != nil {
+		return 0, 0, err
+	}
+	first, last, err := s.appendLocked(recs)
+	if err != nil {
+		// Another appender's records may take these seqs next: the
+		// file must say again that prev holds.
+		if merr := s.writeMark(markFile{Seq: s.nextSeq - 1, Mark: prev}); merr != nil && s.broken == nil {
+			s.broken = fmt.Errorf("spool %s is unusable until reopened: an append failed (%v) and its mark could not be taken back: %w", s.dir, err, merr)
+		}
+		return 0, 0, err
+	}
+	s.mark = append([]byte(nil), mark...)
+	return first, last, nil
+}
+
+func (s *Spool) writeMark(m markFile) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("writing the mark of spool %s: %w", s.dir, err)
+	}
+	if err := fsutil.WriteFileAtomic(filepath.Join(s.dir, "MARK"), b, 0o600); err != nil {
+		return fmt.Errorf("writing the mark of spool %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// recoverMark picks the mark that holds for the records the spool has.
+func (s *Spool) recoverMark() error {
+	b, err := os.ReadFile(filepath.Join(s.dir, "MARK"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var m markFile
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	if err != nil {
+		return fmt.Errorf("opening spool %s: reading MARK: %w (move it away to follow the run's files from the start)", s.dir, err)
+	}
+	s.mark = m.Prev
+	if s.nextSeq-1 >= m.Seq {
+		s.mark = m.Mark
+	}
+	return nil
+}
+
+// Mark returns the mark of the newest batch AppendMarked put in the
+// spool (nil when none).
+func (s *Spool) Mark() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.mark...)
 }
 
 // rotate makes the active segment durable and starts a new one.

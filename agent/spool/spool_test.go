@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -22,6 +23,9 @@ func TestMain(m *testing.M) {
 	// Re-executed as a helper that appends until it is killed.
 	if dir := os.Getenv("GPUPASS_SPOOL_HELPER_DIR"); dir != "" {
 		os.Exit(appendForever(dir))
+	}
+	if dir := os.Getenv("GPUPASS_SPOOL_MARK_HELPER_DIR"); dir != "" {
+		os.Exit(appendMarkedForever(dir))
 	}
 	os.Exit(m.Run())
 }
@@ -46,6 +50,127 @@ func appendForever(dir string) int {
 		// Only what Append returned is reported as appended.
 		fmt.Fprintln(w, last)
 		w.Flush()
+	}
+}
+
+// appendMarkedForever appends batches whose mark is the seq of the
+// batch's last record (what a file follower's offset is to its lines),
+// with plain appends of another writer in between, until it is killed.
+func appendMarkedForever(dir string) int {
+	s, err := spool.Open(dir, spool.Options{SegmentSize: 16 << 10})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var acks sync.WaitGroup
+	defer acks.Wait()
+	for i := 0; ; i++ {
+		batch := make([]spool.Record, 1+i%5)
+		for j := range batch {
+			batch[j] = spool.Record{Kind: spool.KindEvent, Data: []byte(strings.Repeat("m", (i*5+j)%200))}
+		}
+		if i%3 == 0 {
+			if _, _, err := s.Append(spool.Record{Kind: spool.KindCheckpoint, Data: []byte("other")}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+		}
+		// The mark names the seq the batch ends at: the spool's
+		// invariant is that after a crash it equals its last seq of
+		// a marked batch.
+		next := s.Stats().LastSeq + uint64(len(batch))
+		if _, last, err := s.AppendMarked([]byte(strconv.FormatUint(next, 10)), batch...); err != nil || last != next {
+			fmt.Fprintln(os.Stderr, last, next, err)
+			return 2
+		}
+		if i%50 == 0 {
+			// Acknowledged segments go: the mark must outlive them.
+			_ = s.Ack(next)
+		}
+	}
+}
+
+// TestKill9KeepsTheMarkWithItsRecords kills a process that appends marked
+// batches (and plain ones between them) at random points: after reopening,
+// the mark is always that of the newest marked batch the spool holds, never
+// one whose records were cut off with a torn tail, nor an older one.
+func TestKill9KeepsTheMarkWithItsRecords(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for round := 0; round < 5; round++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "GPUPASS_SPOOL_MARK_HELPER_DIR="+dir)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for the helper to get going, then kill it wherever it
+		// is (the pause only varies where the kill lands).
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+			if b, _ := os.ReadFile(filepath.Join(dir, "MARK")); len(b) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("helper wrote no mark: %s", stderr.String())
+			}
+		}
+		time.Sleep(time.Duration(round*7) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if strings.TrimSpace(stderr.String()) != "" {
+			t.Fatalf("helper: %s", stderr.String())
+		}
+		s, err := spool.Open(dir, spool.Options{SegmentSize: 16 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := s.Stats().LastSeq
+		mark, _ := strconv.ParseUint(string(s.Mark()), 10, 64)
+		// The newest marked batch ends at last, or one plain record
+		// (appended after it) before.
+		if mark != last && mark+1 != last {
+			t.Errorf("round %d: mark says seq %d, the spool ends at %d", round, mark, last)
+		}
+		s.Close()
+	}
+}
+
+// TestFailedMarkedAppendKeepsThePreviousMark: a marked batch that did not
+// go in (full disk) leaves the previous mark, even once another writer's
+// records take its seqs.
+func TestFailedMarkedAppendKeepsThePreviousMark(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var full bool
+	s, err := spool.Open(dir, spool.WithWrite(spool.Options{}, func(f *os.File, b []byte) (int, error) {
+		if full {
+			return 0, syscall.ENOSPC
+		}
+		return f.Write(b)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.AppendMarked([]byte("one"), spool.Record{Kind: spool.KindEvent, Data: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	full = true
+	if _, _, err := s.AppendMarked([]byte("two"), spool.Record{Kind: spool.KindEvent, Data: []byte("b")}); err == nil {
+		t.Fatal("append on a full disk succeeded")
+	}
+	full = false
+	if _, _, err := s.Append(spool.Record{Kind: spool.KindCheckpoint, Data: []byte("c")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(s.Mark()); got != "one" {
+		t.Errorf("mark after the failed batch = %q, want one", got)
+	}
+	s.Close()
+	s = open(t, dir, spool.Options{})
+	if got := string(s.Mark()); got != "one" {
+		t.Errorf("mark after reopening = %q, want one (the failed batch's seq is another writer's record now)", got)
 	}
 }
 

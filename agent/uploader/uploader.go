@@ -192,3 +192,14 @@ func (u *Uploader) Append(recs ...spool.Record) (first, last uint64, err error) 
 	}
 	return first, last, err
 }
+
+// AppendMarked is Append with the spool's mark (spool.AppendMarked), so
+// that an uploader stands in for the spool as a marking executor's
+// Appender too.
+func (u *Uploader) AppendMarked(mark []byte, recs ...spool.Record) (first, last uint64, err error) {
+	first, last, err = u.Spool.AppendMarked(mark, recs...)
+	if err == nil {
+		u.Kick()
+	}
+	return first, last, err
+}

@@ -4,11 +4,13 @@ package slurm_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,9 +191,15 @@ func TestE2ESlurmCluster(t *testing.T) {
 		})
 	})
 
-	t.Run("kill -9 of the agent mid-run leaves no job running", func(t *testing.T) {
+	t.Run("kill -9 of the agent mid-run: the restarted agent follows the job to its end, every record once", func(t *testing.T) {
+		const steps = 60
+		// Run alone (-run .../kill), the subtest waits for n1 itself.
+		upstack.WaitFor(t, ctx, "n1 certified", func() bool {
+			return regexp.MustCompile(`slurm:gptest +hpc-eu +a100-80gb x4 .*online, simulated`).MatchString(dryRun())
+		})
 		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "hpc-eu",
-			"--workdir", "examples/train", "--name", "slurm-kill9", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2").Output()
+			"--workdir", "examples/train", "--name", "slurm-kill9", "--", py, "train.py", "--steps", strconv.Itoa(steps),
+			"--checkpoint-every", "1", "--sleep", "0.1").Output()
 		if err != nil {
 			t.Fatalf("train: %v\n%s", err, out)
 		}
@@ -203,33 +211,83 @@ func TestE2ESlurmCluster(t *testing.T) {
 			}
 			return resp.Msg.Run
 		}
-		upstack.WaitFor(t, ctx, "the run's job to run", func() bool {
-			return strings.Contains(c.Command(t, "squeue", "-h", "-n", "gpupass-"+id, "-o", "%T"), "RUNNING")
+		logText := func() (string, []uint64) {
+			ls, err := rc.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id, IncludeMetrics: true}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			var seqs []uint64
+			for ls.Receive() {
+				for _, rec := range ls.Msg().Records {
+					b.Write(rec.Data)
+					b.WriteByte('\n')
+					seqs = append(seqs, rec.Seq)
+				}
+			}
+			if err := ls.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return b.String(), seqs
+		}
+		// Mid-run: the job runs and the broker holds some of its
+		// checkpoint lines, not the last.
+		upstack.WaitFor(t, ctx, "the run's job to be a few steps in", func() bool {
+			l, _ := logText()
+			return strings.Contains(l, "ckpt-00000003.pt")
 		})
 		login.Kill9(t)
-		login.Restart(t)
-		var r *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "the run to end", func() bool {
-			r = run()
-			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
-		})
-		// The broker may call the node lost first (no heartbeats), or
-		// the restarted agent report the run: either way its job ends.
-		if !strings.Contains(r.Reason, "slurm job gpupass-"+id+" was cancelled") && !strings.Contains(r.Reason, "node lost") {
-			t.Errorf("reason %q", r.Reason)
+		if l, _ := logText(); strings.Contains(l, fmt.Sprintf("/ckpt-%08d.pt\"}", steps)) {
+			t.Fatalf("the run was over before the kill")
 		}
-		var jobs string
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		defer wcancel()
+		login.Restart(t)
 		defer func() {
 			if t.Failed() {
-				t.Logf("run %s reason %q; its slurm jobs: %q", id, r.Reason, jobs)
+				l, _ := logText()
+				t.Logf("the run's log:\n%s", upstack.Tail(l, 6000))
 			}
 		}()
-		upstack.WaitFor(t, wctx, "the job to end", func() bool {
-			jobs = c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T")
-			return regexp.MustCompile(`^[0-9]+ CANCELLED\n$`).MatchString(jobs)
+		var r *gpupassv1.Run
+		wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+		defer wcancel()
+		upstack.WaitFor(t, wctx, "the run to end", func() bool {
+			r = run()
+			return r.State != gpupassv1.AllocState_ALLOC_STATE_RUNNING && r.State != gpupassv1.AllocState_ALLOC_STATE_STARTING
 		})
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			t.Fatalf("run %s: %s (%s), want succeeded: the restarted agent follows the job on", id, r.State, r.Reason)
+		}
+		l, seqs := logText()
+		for i, s := range seqs {
+			if s != uint64(i+1) {
+				t.Fatalf("record %d has seq %d (gap or repeat)", i+1, s)
+			}
+		}
+		for step := 1; step <= steps; step++ {
+			// The trainer's line, not the shipped checkpoint's records.
+			if n := strings.Count(l, fmt.Sprintf("/ckpt-%08d.pt\"}", step)); n != 1 {
+				t.Errorf("the line of checkpoint %d is in the log %d times, want once (lost or duplicated across the restart)", step, n)
+			}
+		}
+		if !strings.Contains(l, "the agent restarted; following attempt 1 on") {
+			t.Errorf("the log does not say the run was followed on")
+		}
+		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := map[int64]int{}
+		for _, p := range mr.Msg.Points {
+			count[p.Step]++
+		}
+		for step := int64(1); step <= steps; step++ {
+			if count[step] != 1 {
+				t.Errorf("metric point of step %d is there %d times, want once", step, count[step])
+			}
+		}
+		if jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T"); !regexp.MustCompile(`^[0-9]+ COMPLETED\n$`).MatchString(jobs) {
+			t.Errorf("the run's slurm jobs: %q, want one, completed (no second sbatch)", jobs)
+		}
 	})
 
 	t.Run("drain takes the node out of dry-run with Slurm's reason", func(t *testing.T) {

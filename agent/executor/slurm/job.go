@@ -58,6 +58,23 @@ func (c *Client) JobsNamed(ctx context.Context, name string) ([]Job, error) {
 	return named, nil
 }
 
+// RunJobsOn returns the jobs of gpupass runs (JobName) running on node:
+// a job step asked for on the node now would wait for their end. (One
+// completing is over within KillWait, and a step waits for it.)
+func (c *Client) RunJobsOn(ctx context.Context, node string) ([]Job, error) {
+	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o")
+	if err != nil {
+		return nil, fmt.Errorf("listing slurm jobs: %w", err)
+	}
+	var on []Job
+	for _, j := range ParseJobs(out) {
+		if j.Node == node && strings.HasPrefix(j.Name, JobName("")) && j.baseState() == "RUNNING" {
+			on = append(on, j)
+		}
+	}
+	return on, nil
+}
+
 // ParseJobs parses `scontrol show job -o`.
 func ParseJobs(out string) []Job {
 	var jobs []Job

@@ -89,10 +89,9 @@ func TestAgentKilledMidRunFindsTheJobAgain(t *testing.T) {
 	}
 	var after []string
 	r := runner(c, "n1")
-	r.Offsets = func(alloc, attempt string) (int64, int64, bool) {
-		return offs[events.Stdout], offs[events.Stderr], alloc == "alloc-reattach1" && attempt == "1"
-	}
-	ex := r.Run(context.Background(), reattachAttempt(dir), func(l executor.Line) { after = append(after, l.Text) })
+	again := reattachAttempt(dir)
+	again.From = &executor.Offsets{Stdout: offs[events.Stdout], Stderr: offs[events.Stderr]}
+	ex := r.Run(context.Background(), again, func(l executor.Line) { after = append(after, l.Text) })
 	if ex.StartErr != nil || ex.Code != 0 {
 		t.Fatalf("the second agent's follow ended %+v", ex)
 	}

@@ -27,8 +27,9 @@ import (
 //
 // Each attempt keeps, in WORKDIR/.slurm/attempt-N.json, its job id and
 // how far its output files were read; an agent restarted under a run
-// finds the job again there (or by name in Slurm) and reads on from those
-// offsets instead of submitting it twice.
+// finds the job again there (or by name in Slurm) and reads on from the
+// offsets the attempt's From gives (where the run's spool ends) instead
+// of submitting it twice.
 type Runner struct {
 	Client *Client
 	// Cluster is the cluster's name, named in the run's events.
@@ -45,14 +46,6 @@ type Runner struct {
 	// Poll is how often the output files and the job's state are read
 	// (default 200ms).
 	Poll time.Duration
-	// Offsets, when set, says how far the consumer of the lines durably
-	// holds each output file of an attempt (the Offset of the last line
-	// it stored, from where it stores them): a follower started again
-	// reads on from there, so that no line is handed over twice or
-	// never. Without it the offsets the runner saves in the attempt's
-	// state file are used, and the lines of the read that was under way
-	// when the agent died are handed over again.
-	Offsets func(allocID, attempt string) (stdout, stderr int64, ok bool)
 	// OnJob, when set, hears each change of the job's state (PENDING
 	// with its reason, RUNNING, the end): the agent shows it in runs.
 	OnJob func(Job)
@@ -100,10 +93,12 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 	if err := f.load(); err != nil {
 		return startErr(err)
 	}
-	if r.Offsets != nil {
-		if o, e, ok := r.Offsets(alloc, attempt); ok {
-			f.st.OutOff, f.st.ErrOff = o, e
-		}
+	if a.From != nil {
+		// Where the consumer's store of the lines ends (the offset of
+		// the last line it stored), not the state file's offsets: the
+		// lines of the read under way when the agent died are handed
+		// over again exactly when they were not stored.
+		f.st.OutOff, f.st.ErrOff = a.From.Stdout, a.From.Stderr
 	}
 	if f.st.JobID == "" {
 		// The agent may have died between sbatch and writing the state.
@@ -118,9 +113,13 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 		}
 	}
 	if f.st.JobID == "" {
-		id, err := r.submit(ctx, a, alloc, attempt, base)
+		id, refused, err := r.submit(ctx, a, alloc, attempt, base)
 		if err != nil {
-			return startErr(err)
+			ex := startErr(err)
+			// sbatch said no (a node Slurm will not run it on, a
+			// limit): the node's failed launch.
+			ex.LaunchFailed = refused
+			return ex
 		}
 		f.st.JobID = id
 		if err := f.save(); err != nil {
@@ -150,13 +149,13 @@ func script(a executor.Attempt) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string) (string, error) {
+func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string) (id string, refused bool, err error) {
 	if len(a.Command) == 0 {
-		return "", errors.New("the attempt has no command")
+		return "", false, errors.New("the attempt has no command")
 	}
 	path := base + ".sh"
 	if err := os.WriteFile(path, []byte(script(a)), 0o755); err != nil {
-		return "", fmt.Errorf("writing the batch script: %w", err)
+		return "", false, fmt.Errorf("writing the batch script: %w", err)
 	}
 	args := []string{"--parsable", "-w", r.Node, "-N1", "-n1", "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
 		"--chdir", a.Dir, "--output", base + ".out", "--error", base + ".err", "--open-mode=append", "--export=ALL", "--no-requeue"}
@@ -174,13 +173,14 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	// same GPUPASS_* variables as the local executor's.
 	out, err := r.Client.run(ctx, a.Env, "sbatch", args...)
 	if err != nil {
-		return "", fmt.Errorf("submitting to node %s: %w", r.Node, err)
+		var te *ToolError
+		return "", errors.As(err, &te), fmt.Errorf("submitting to node %s: %w", r.Node, err)
 	}
-	id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
+	id, _, _ = strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
 	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-		return "", fmt.Errorf("sbatch --parsable printed %.100q, not a job id", out)
+		return "", false, fmt.Errorf("sbatch --parsable printed %.100q, not a job id", out)
 	}
-	return id, nil
+	return id, false, nil
 }
 
 type tail struct {

@@ -157,6 +157,55 @@ func (RecordKind) EnumDescriptor() ([]byte, []int) {
 	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{1}
 }
 
+type NodeFault int32
+
+const (
+	NodeFault_NODE_FAULT_UNSPECIFIED NodeFault = 0
+	NodeFault_NODE_FAULT_LOST        NodeFault = 1
+	NodeFault_NODE_FAULT_LAUNCH      NodeFault = 2
+)
+
+// Enum value maps for NodeFault.
+var (
+	NodeFault_name = map[int32]string{
+		0: "NODE_FAULT_UNSPECIFIED",
+		1: "NODE_FAULT_LOST",
+		2: "NODE_FAULT_LAUNCH",
+	}
+	NodeFault_value = map[string]int32{
+		"NODE_FAULT_UNSPECIFIED": 0,
+		"NODE_FAULT_LOST":        1,
+		"NODE_FAULT_LAUNCH":      2,
+	}
+)
+
+func (x NodeFault) Enum() *NodeFault {
+	p := new(NodeFault)
+	*p = x
+	return p
+}
+
+func (x NodeFault) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NodeFault) Descriptor() protoreflect.EnumDescriptor {
+	return file_gpupass_v1_runs_proto_enumTypes[2].Descriptor()
+}
+
+func (NodeFault) Type() protoreflect.EnumType {
+	return &file_gpupass_v1_runs_proto_enumTypes[2]
+}
+
+func (x NodeFault) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NodeFault.Descriptor instead.
+func (NodeFault) EnumDescriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{2}
+}
+
 type PollWorkRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
@@ -418,6 +467,12 @@ type UpdateAllocationRequest struct {
 	Attempts int32      `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	Restarts int32      `protobuf:"varint,8,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	LastSeq  uint64     `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"` // highest seq the agent spooled
+	// With FAILED: the run ended because of its node, not its code; it
+	// counts in the node's 24 h failure rate. LOST: the node went away
+	// under it (Slurm's NODE_FAIL, PREEMPTED): the run is handled as for a
+	// node that stopped sending heartbeats (placed again when it may resume
+	// elsewhere). LAUNCH: the node could not start it (sbatch refused).
+	NodeFault NodeFault `protobuf:"varint,10,opt,name=node_fault,json=nodeFault,proto3,enum=gpupass.v1.NodeFault" json:"node_fault,omitempty"`
 	// Where a Slurm executor's batch job runs (absent from other executors
 	// and from agents that predate it: the broker then keeps what it held).
 	// Field numbers from 60 on are the Slurm work's.
@@ -517,6 +572,13 @@ func (x *UpdateAllocationRequest) GetLastSeq() uint64 {
 		return x.LastSeq
 	}
 	return 0
+}
+
+func (x *UpdateAllocationRequest) GetNodeFault() NodeFault {
+	if x != nil {
+		return x.NodeFault
+	}
+	return NodeFault_NODE_FAULT_UNSPECIFIED
 }
 
 func (x *UpdateAllocationRequest) GetSlurm() *SlurmPlacement {
@@ -2247,7 +2309,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	" \x01(\x05R\fgraceSeconds\x12(\n" +
 	"\x10resume_after_seq\x18\v \x01(\x04R\x0eresumeAfterSeq\x124\n" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
-	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\xdc\x02\n" +
+	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\x92\x03\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
@@ -2257,7 +2319,10 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x1a\n" +
 	"\battempts\x18\a \x01(\x05R\battempts\x12\x1a\n" +
 	"\brestarts\x18\b \x01(\x05R\brestarts\x12\x19\n" +
-	"\blast_seq\x18\t \x01(\x04R\alastSeq\x120\n" +
+	"\blast_seq\x18\t \x01(\x04R\alastSeq\x124\n" +
+	"\n" +
+	"node_fault\x18\n" +
+	" \x01(\x0e2\x15.gpupass.v1.NodeFaultR\tnodeFault\x120\n" +
 	"\x05slurm\x18< \x01(\v2\x1a.gpupass.v1.SlurmPlacementR\x05slurm\"s\n" +
 	"\x0eSlurmPlacement\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x15\n" +
@@ -2407,7 +2472,11 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x17RECORD_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RECORD_KIND_EVENT\x10\x01\x12\x16\n" +
 	"\x12RECORD_KIND_METRIC\x10\x02\x12\x1a\n" +
-	"\x16RECORD_KIND_CHECKPOINT\x10\x032\xf2\x02\n" +
+	"\x16RECORD_KIND_CHECKPOINT\x10\x03*S\n" +
+	"\tNodeFault\x12\x1a\n" +
+	"\x16NODE_FAULT_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fNODE_FAULT_LOST\x10\x01\x12\x15\n" +
+	"\x11NODE_FAULT_LAUNCH\x10\x022\xf2\x02\n" +
 	"\x10AgentWorkService\x12G\n" +
 	"\bPollWork\x12\x1b.gpupass.v1.PollWorkRequest\x1a\x1c.gpupass.v1.PollWorkResponse\"\x00\x12_\n" +
 	"\x10UpdateAllocation\x12#.gpupass.v1.UpdateAllocationRequest\x1a$.gpupass.v1.UpdateAllocationResponse\"\x00\x12V\n" +
@@ -2436,89 +2505,91 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 	return file_gpupass_v1_runs_proto_rawDescData
 }
 
-var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
-	(*PollWorkRequest)(nil),          // 2: gpupass.v1.PollWorkRequest
-	(*PollWorkResponse)(nil),         // 3: gpupass.v1.PollWorkResponse
-	(*Assignment)(nil),               // 4: gpupass.v1.Assignment
-	(*UpdateAllocationRequest)(nil),  // 5: gpupass.v1.UpdateAllocationRequest
-	(*SlurmPlacement)(nil),           // 6: gpupass.v1.SlurmPlacement
-	(*UpdateAllocationResponse)(nil), // 7: gpupass.v1.UpdateAllocationResponse
-	(*Record)(nil),                   // 8: gpupass.v1.Record
-	(*UploadRecordsRequest)(nil),     // 9: gpupass.v1.UploadRecordsRequest
-	(*UploadRecordsResponse)(nil),    // 10: gpupass.v1.UploadRecordsResponse
-	(*SubmitRequest)(nil),            // 11: gpupass.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 12: gpupass.v1.SubmitResponse
-	(*Run)(nil),                      // 13: gpupass.v1.Run
-	(*GetRunRequest)(nil),            // 14: gpupass.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 15: gpupass.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 16: gpupass.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 17: gpupass.v1.ListRunsResponse
-	(*CancelRequest)(nil),            // 18: gpupass.v1.CancelRequest
-	(*CancelResponse)(nil),           // 19: gpupass.v1.CancelResponse
-	(*GetLogsRequest)(nil),           // 20: gpupass.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),          // 21: gpupass.v1.GetLogsResponse
-	(*GetMetricsRequest)(nil),        // 22: gpupass.v1.GetMetricsRequest
-	(*MetricPoint)(nil),              // 23: gpupass.v1.MetricPoint
-	(*GetMetricsResponse)(nil),       // 24: gpupass.v1.GetMetricsResponse
-	(*SubmitRunReportRequest)(nil),   // 25: gpupass.v1.SubmitRunReportRequest
-	(*SubmitRunReportResponse)(nil),  // 26: gpupass.v1.SubmitRunReportResponse
-	(*GetRunEvidenceRequest)(nil),    // 27: gpupass.v1.GetRunEvidenceRequest
-	(*GetRunEvidenceResponse)(nil),   // 28: gpupass.v1.GetRunEvidenceResponse
-	nil,                              // 29: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 30: gpupass.v1.HealthScore
-	(*NodeLabels)(nil),               // 31: gpupass.v1.NodeLabels
+	(NodeFault)(0),                   // 2: gpupass.v1.NodeFault
+	(*PollWorkRequest)(nil),          // 3: gpupass.v1.PollWorkRequest
+	(*PollWorkResponse)(nil),         // 4: gpupass.v1.PollWorkResponse
+	(*Assignment)(nil),               // 5: gpupass.v1.Assignment
+	(*UpdateAllocationRequest)(nil),  // 6: gpupass.v1.UpdateAllocationRequest
+	(*SlurmPlacement)(nil),           // 7: gpupass.v1.SlurmPlacement
+	(*UpdateAllocationResponse)(nil), // 8: gpupass.v1.UpdateAllocationResponse
+	(*Record)(nil),                   // 9: gpupass.v1.Record
+	(*UploadRecordsRequest)(nil),     // 10: gpupass.v1.UploadRecordsRequest
+	(*UploadRecordsResponse)(nil),    // 11: gpupass.v1.UploadRecordsResponse
+	(*SubmitRequest)(nil),            // 12: gpupass.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 13: gpupass.v1.SubmitResponse
+	(*Run)(nil),                      // 14: gpupass.v1.Run
+	(*GetRunRequest)(nil),            // 15: gpupass.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 16: gpupass.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 17: gpupass.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 18: gpupass.v1.ListRunsResponse
+	(*CancelRequest)(nil),            // 19: gpupass.v1.CancelRequest
+	(*CancelResponse)(nil),           // 20: gpupass.v1.CancelResponse
+	(*GetLogsRequest)(nil),           // 21: gpupass.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),          // 22: gpupass.v1.GetLogsResponse
+	(*GetMetricsRequest)(nil),        // 23: gpupass.v1.GetMetricsRequest
+	(*MetricPoint)(nil),              // 24: gpupass.v1.MetricPoint
+	(*GetMetricsResponse)(nil),       // 25: gpupass.v1.GetMetricsResponse
+	(*SubmitRunReportRequest)(nil),   // 26: gpupass.v1.SubmitRunReportRequest
+	(*SubmitRunReportResponse)(nil),  // 27: gpupass.v1.SubmitRunReportResponse
+	(*GetRunEvidenceRequest)(nil),    // 28: gpupass.v1.GetRunEvidenceRequest
+	(*GetRunEvidenceResponse)(nil),   // 29: gpupass.v1.GetRunEvidenceResponse
+	nil,                              // 30: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 31: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 32: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
-	4,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
+	5,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
 	0,  // 1: gpupass.v1.UpdateAllocationRequest.state:type_name -> gpupass.v1.AllocState
-	6,  // 2: gpupass.v1.UpdateAllocationRequest.slurm:type_name -> gpupass.v1.SlurmPlacement
-	1,  // 3: gpupass.v1.Record.kind:type_name -> gpupass.v1.RecordKind
-	8,  // 4: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
-	13, // 5: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
-	0,  // 6: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	30, // 7: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
-	6,  // 8: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
-	13, // 9: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
-	13, // 10: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
-	13, // 11: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
-	8,  // 12: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
-	13, // 13: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	29, // 14: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
-	13, // 15: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
-	23, // 16: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
-	13, // 17: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
-	31, // 18: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
-	2,  // 19: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
-	5,  // 20: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
-	9,  // 21: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
-	25, // 22: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
-	11, // 23: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
-	14, // 24: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
-	16, // 25: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
-	18, // 26: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
-	20, // 27: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
-	22, // 28: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	27, // 29: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
-	3,  // 30: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	7,  // 31: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	10, // 32: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	26, // 33: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
-	12, // 34: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	15, // 35: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	17, // 36: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	19, // 37: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	21, // 38: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	24, // 39: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	28, // 40: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	2,  // 2: gpupass.v1.UpdateAllocationRequest.node_fault:type_name -> gpupass.v1.NodeFault
+	7,  // 3: gpupass.v1.UpdateAllocationRequest.slurm:type_name -> gpupass.v1.SlurmPlacement
+	1,  // 4: gpupass.v1.Record.kind:type_name -> gpupass.v1.RecordKind
+	9,  // 5: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
+	14, // 6: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
+	0,  // 7: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
+	31, // 8: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	7,  // 9: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
+	14, // 10: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
+	14, // 11: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
+	14, // 12: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
+	9,  // 13: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
+	14, // 14: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
+	30, // 15: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	14, // 16: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
+	24, // 17: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
+	14, // 18: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
+	32, // 19: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	3,  // 20: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
+	6,  // 21: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
+	10, // 22: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
+	26, // 23: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
+	12, // 24: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
+	15, // 25: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
+	17, // 26: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
+	19, // 27: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
+	21, // 28: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
+	23, // 29: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
+	28, // 30: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	4,  // 31: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	8,  // 32: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	11, // 33: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	27, // 34: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	13, // 35: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	16, // 36: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	18, // 37: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	20, // 38: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	22, // 39: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	25, // 40: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	29, // 41: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	31, // [31:42] is the sub-list for method output_type
+	20, // [20:31] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_runs_proto_init() }
@@ -2536,7 +2607,7 @@ func file_gpupass_v1_runs_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
