@@ -79,6 +79,8 @@ var Migrations = []string{
 	// 7: disputed records (a seq sent twice with different content);
 	// see disputes.go.
 	disputesMigration,
+	// 8: leases of once-only work shared by broker replicas; see lease.go.
+	leaseMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while
