@@ -25,4 +25,9 @@ type Leases interface {
 	// ReleaseLease lets the lease go at once if holder has it (a clean
 	// shutdown), so another replica need not wait for it to expire.
 	ReleaseLease(ctx context.Context, name, holder string) error
+	// Shared reports whether several brokers may use the store at once
+	// (PostgreSQL). A broker on a store that is not shared (a SQLite
+	// file: one broker) does once-only work without a lease, so that a
+	// restart after a crash does not wait for its old lease to expire.
+	Shared() bool
 }

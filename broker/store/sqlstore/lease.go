@@ -32,6 +32,9 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, now time.
 	return true, uint64(fence), nil
 }
 
+// Shared implements store.Leases: whether replicas may share this store.
+func (s *Store) Shared() bool { return s.d.Shared }
+
 // ReleaseLease implements store.Leases: the row stays (its fence must
 // keep rising), expired.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
