@@ -108,7 +108,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	}
 	b.invalidate()
 	b.log.Info("agent enrolled", "agent", a.ID, "new", created, "region", l.Region, "provider", l.Provider, "token", tok.ID, "session_epoch", resp.SessionEpoch)
-	resp.BrokerTimeUnixNano = time.Now().UnixNano()
+	resp.BrokerTimeUnixNano = b.brokerTime()
 	return connect.NewResponse(resp), nil
 }
 
@@ -265,7 +265,7 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	b.agentsMu.Lock()
 	resp.ReportWanted = !e.hasReport
 	b.agentsMu.Unlock()
-	resp.RttMs, resp.BrokerTimeUnixNano = rtt, time.Now().UnixNano()
+	resp.RttMs, resp.BrokerTimeUnixNano = rtt, time.Now().UnixNano() // untagged: the RTT is measured from it
 	return connect.NewResponse(resp), nil
 }
 

@@ -142,7 +142,10 @@ type Broker struct {
 	// replicaID names this process among replicas sharing the store;
 	// once is its hold on the lease of once-only work (lease.go).
 	replicaID string
-	once      leaseState
+	// echoTag marks the broker times this replica gives agents, so that
+	// it takes only agent calls made for it (agentcall.go).
+	echoTag int64
+	once    leaseState
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -212,7 +215,7 @@ func New(cfg Config) *Broker {
 		runs:    newRunsState(),
 		started: time.Now(),
 
-		replicaID: newReplicaID(),
+		replicaID: newReplicaID(), echoTag: newEchoTag(),
 	}
 	b.metrics = b.newMetrics()
 	b.wg.Add(4)

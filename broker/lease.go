@@ -3,12 +3,14 @@ package broker
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 )
 
 // Several broker replicas may share one store (PostgreSQL). Work that
@@ -33,6 +35,22 @@ type leaseState struct {
 	mu    sync.Mutex
 	until time.Time // this replica holds the lease until then (its clock)
 	fence uint64
+}
+
+// newEchoTag picks the low bits of this replica's broker times
+// (api.EchoReplicaMask): never 0, so that an untagged time is foreign.
+func newEchoTag() int64 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.LittleEndian.Uint32(b[:]))%api.EchoReplicaMask + 1
+}
+
+// brokerTime is this replica's clock as it gives it to agents, tagged
+// with its echoTag: at most two tag spans (about 2 ms) behind the clock,
+// never ahead of it (an echo from the future is refused).
+func (b *Broker) brokerTime() int64 {
+	t := time.Now().UnixNano() - 2*(api.EchoReplicaMask+1)
+	return t&^api.EchoReplicaMask | b.echoTag
 }
 
 // newReplicaID names this broker process among replicas (lease holder).
