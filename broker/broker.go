@@ -19,7 +19,11 @@
 // clock. A replica that restarted, or has not yet taken a beat from an
 // agent, knows no counter for it: it relies on the echo window (OfflineAfter,
 // at least two heartbeat intervals), so a captured beat could count there
-// once within that window, no longer.
+// once within that window, no longer. Agent calls (agentcall.go) are
+// bound to the replica whose time they echo, so they cannot cross.
+//
+// Replicas on one PostgreSQL share once-only work (run supervision,
+// offline reports) through a lease in the store (lease.go).
 //
 // Registry reads (list, dry-run, placement) use an in-memory snapshot
 // prepared for matching (registry.go, match.Index), refreshed from the
