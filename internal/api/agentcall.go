@@ -40,12 +40,14 @@ const (
 	// agentWorkPrefix is the path prefix of the calls that need a proof.
 	agentWorkPrefix = "/gpupass.v1.AgentWorkService/"
 	// EchoReplicaMask selects the low bits of a broker time that name the
-	// broker replica that gave it (about a millisecond of the clock). A
+	// broker replica that gave it (65 µs of the clock: heartbeat RTTs are
+	// measured from these times; 65,536 tags make two replicas with one
+	// tag, which would leave them unbound, unlikely). A
 	// replica takes only agent calls that echo its own time, since the
 	// counters it has taken are known to it alone: a call replayed to
 	// another replica is refused there as a stale echo (and a real agent
 	// moving to that replica makes the call again with its time).
-	EchoReplicaMask = 1<<20 - 1
+	EchoReplicaMask = 1<<16 - 1
 	// maxEchoReplicas bounds the replicas whose times an agent keeps.
 	maxEchoReplicas = 16
 )
@@ -184,11 +186,11 @@ func (c *AgentCredentials) saw(t int64) {
 	tag := t & EchoReplicaMask
 	if _, ok := c.echo[tag]; !ok && len(c.echo) >= maxEchoReplicas {
 		// A broker that does not tag its times looks like many
-		// replicas: forget the oldest.
-		var old int64
+		// replicas: forget the oldest, never the one calls go to.
+		old, found := int64(0), false
 		for k, v := range c.echo {
-			if old == 0 || v < c.echo[old] {
-				old = k
+			if (!c.byCall || k != c.callTag) && (!found || v < c.echo[old]) {
+				old, found = k, true
 			}
 		}
 		delete(c.echo, old)
