@@ -153,6 +153,7 @@ func TestReplicasFailover(t *testing.T) {
 		return r != nil && r.HeldThrough > 300 && r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING
 	})
 	killedAt := getRun().HeldThrough
+	killTime := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +210,7 @@ func TestReplicasFailover(t *testing.T) {
 		}
 	}
 	checkLines("stored", got)
+	t.Logf("kill -9 of A at seq %d; the run finished through B %s later", killedAt, time.Since(killTime).Round(100*time.Millisecond))
 
 	// The follower, cut off from A, resumed on B from its last seq.
 	if err := follow.Wait(); err != nil {
@@ -226,6 +228,7 @@ func TestReplicasFailover(t *testing.T) {
 	// The once-only work moved: B took the lease, and it is B that
 	// reports the node offline once its agent is gone.
 	upstack.WaitFor(t, ctx, "replica B to take the lease", func() bool { return took.MatchString(b.log.String()) })
+	t.Logf("B took the lease %s after the kill (--lease-ttl 3s)", time.Since(killTime).Round(100*time.Millisecond))
 	if err := agent.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
