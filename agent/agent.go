@@ -306,7 +306,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	clients, err := client.Dial(a.o.BrokerURL, client.Options{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls, UserAgent: buildinfo.UserAgent("gpupass-agent")})
+	clients, err := client.Dial(a.o.BrokerURL, client.Options{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls, UserAgent: buildinfo.UserAgent("gpupass-agent"),
+		OnFailover: func(from, to string, err error) {
+			a.log.Warn("broker replica stopped answering; moving to the next", "from", from, "to", to, "err", err)
+		}})
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func (w *replayWindow) take(c uint64) bool {
 func (b *Broker) agentCalls(next http.Handler) http.Handler {
 	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(api.BrokerTimeHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
+		w.Header().Set(api.BrokerTimeHeader, strconv.FormatInt(b.brokerTime(), 10))
 		ctx, body, err := b.proveAgentCall(w, r)
 		if err != nil {
 			_ = ew.Write(w, r, err)
@@ -158,6 +158,12 @@ func (b *Broker) proveAgentCall(w http.ResponseWriter, r *http.Request) (context
 	}
 	// Fresh: the echoed broker time is recent, so a call captured earlier
 	// (or before a broker restart, which forgets counters) is stale.
+	if call.Echo&api.EchoReplicaMask != b.echoTag {
+		// The counters taken are known to the replica whose time the call
+		// echoes: here it could be a replay (api.EchoReplicaMask).
+		w.Header().Set(api.StaleEchoHeader, "1")
+		return refuse(connect.CodeAborted, call.AgentID, errors.New("agent call refused: the broker time it echoes is another broker replica's (a replay, or an agent that moved between replicas: gpupass-agent makes the call again with the time of this answer)"))
+	}
 	if age := time.Since(time.Unix(0, call.Echo)); call.Echo <= 0 || age < 0 || age > b.echoWindow() {
 		w.Header().Set(api.StaleEchoHeader, "1")
 		return refuse(connect.CodeAborted, call.AgentID, fmt.Errorf("agent call refused: the broker time it echoes is %s old, more than %s (a replay, or an agent back from a partition: gpupass-agent makes the call again with the time of this answer)", age.Round(time.Second), b.echoWindow()))

@@ -19,7 +19,11 @@
 // clock. A replica that restarted, or has not yet taken a beat from an
 // agent, knows no counter for it: it relies on the echo window (OfflineAfter,
 // at least two heartbeat intervals), so a captured beat could count there
-// once within that window, no longer.
+// once within that window, no longer. Agent calls (agentcall.go) are
+// bound to the replica whose time they echo, so they cannot cross.
+//
+// Replicas on one PostgreSQL share once-only work (run supervision,
+// offline reports) through a lease in the store (lease.go).
 //
 // Registry reads (list, dry-run, placement) use an in-memory snapshot
 // prepared for matching (registry.go, match.Index), refreshed from the
@@ -90,6 +94,10 @@ type Config struct {
 	Workdir workdir.Limits
 	// Metrics configures GET /metrics (metrics.go).
 	Metrics MetricsConfig
+	// LeaseTTL is how long the lease of once-only work (lease.go) lasts
+	// without renewal: when the replica holding it dies, another takes
+	// it within LeaseTTL plus LeaseTTL/3 (default DefaultLeaseTTL).
+	LeaseTTL time.Duration
 }
 
 // Broker is the control plane service.
@@ -134,6 +142,14 @@ type Broker struct {
 	// started bounds the start timeout: agents could not report while
 	// this broker was down.
 	started time.Time
+
+	// replicaID names this process among replicas sharing the store;
+	// once is its hold on the lease of once-only work (lease.go).
+	replicaID string
+	// echoTag marks the broker times this replica gives agents, so that
+	// it takes only agent calls made for it (agentcall.go).
+	echoTag int64
+	once    leaseState
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -182,6 +198,9 @@ func New(cfg Config) *Broker {
 	if cfg.SessionKeyTTL <= 0 {
 		cfg.SessionKeyTTL = tokenTTL
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
 	cfg.RunMaxRecords = orDefault(cfg.RunMaxRecords, DefaultRunMaxRecords)
 	cfg.RunMaxLogBytes = orDefault(cfg.RunMaxLogBytes, DefaultRunMaxLogBytes)
 	cfg.RunMaxRecordsPerSecond = orDefault(cfg.RunMaxRecordsPerSecond, DefaultRunMaxRecordsPerSecond)
@@ -199,17 +218,28 @@ func New(cfg Config) *Broker {
 		stop:    make(chan struct{}),
 		runs:    newRunsState(),
 		started: time.Now(),
+
+		replicaID: newReplicaID(), echoTag: newEchoTag(),
 	}
 	b.metrics = b.newMetrics()
-	b.wg.Add(3)
+	b.wg.Add(4)
 	if b.cfg.SnapshotTTL >= minBackgroundTTL {
 		b.wg.Add(1)
 		go b.every(b.cfg.SnapshotTTL, 30*time.Second, "refreshing the registry", b.refreshInBackground)
 	}
 	go b.every(b.cfg.FlushInterval, finalFlushTimeout, "writing heartbeats", b.flush)
 	go b.every(max(b.cfg.OfflineAfter/3, 100*time.Millisecond), 10*time.Second, "checking liveness", b.checkLiveness)
-	// Runs are re-placed and lost nodes noticed at least every second.
-	go b.every(max(min(b.cfg.OfflineAfter/3, time.Second), 50*time.Millisecond), 30*time.Second, "supervising runs", b.superviseRuns)
+	// Runs are re-placed and lost nodes noticed at least every second,
+	// by one replica (lease.go).
+	go b.every(max(min(b.cfg.OfflineAfter/3, time.Second), 50*time.Millisecond), 30*time.Second, "supervising runs", b.onceOnly(b.superviseRuns))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+		if err := b.renewLease(ctx); err != nil {
+			b.log.Error("taking the lease of once-only work", "err", err)
+		}
+		cancel()
+		b.every(b.cfg.LeaseTTL/3, b.cfg.LeaseTTL/3, "taking the lease of once-only work", b.renewLease)
+	}()
 	return b
 }
 
@@ -271,6 +301,7 @@ func (b *Broker) Handler() http.Handler {
 func (b *Broker) Close(ctx context.Context) error {
 	b.stopWaiting()
 	b.wg.Wait()
+	b.releaseLease(ctx)
 	return b.flush(ctx)
 }
 
@@ -350,6 +381,9 @@ func (b *Broker) checkLiveness(ctx context.Context) error {
 	// the store: only the beats this broker took prove anything, and a
 	// node it has not seen is not called offline for it.
 	unwritable := b.storeUnwritable() != ""
+	// Every replica follows the transitions, so that the one that takes
+	// the lease knows which nodes were online; only the holder says so.
+	speak := b.leading()
 	b.offlineMu.Lock()
 	defer b.offlineMu.Unlock()
 	for _, n := range snap.nodes {
@@ -363,6 +397,7 @@ func (b *Broker) checkLiveness(ctx context.Context) error {
 			continue
 		}
 		switch {
+		case !speak:
 		case known && was && !on:
 			b.log.Warn("node offline: missed heartbeats", "node", n.ID, "region", n.Labels.Region, "last_seen", last)
 		case (!known || !was) && on:

@@ -39,6 +39,17 @@ const (
 	StaleEchoHeader = "Gpupass-Stale-Echo"
 	// agentWorkPrefix is the path prefix of the calls that need a proof.
 	agentWorkPrefix = "/gpupass.v1.AgentWorkService/"
+	// EchoReplicaMask selects the low bits of a broker time that name the
+	// broker replica that gave it (65 µs of the clock: heartbeat RTTs are
+	// measured from these times; 65,536 tags make two replicas with one
+	// tag, which would leave them unbound, unlikely). A
+	// replica takes only agent calls that echo its own time, since the
+	// counters it has taken are known to it alone: a call replayed to
+	// another replica is refused there as a stale echo (and a real agent
+	// moving to that replica makes the call again with its time).
+	EchoReplicaMask = 1<<16 - 1
+	// maxEchoReplicas bounds the replicas whose times an agent keeps.
+	maxEchoReplicas = 16
 )
 
 // IsAgentCall reports whether an HTTP path is an AgentWorkService call.
@@ -138,8 +149,14 @@ type AgentCredentials struct {
 	agentID string
 	key     []byte
 	epoch   uint64
-	echo    int64
 	counter uint64
+	// echo is the newest broker time seen per replica (EchoReplicaMask);
+	// a call echoes that of the replica the last agent call was answered
+	// by (callTag, once there is one), since it most likely goes there
+	// again (heartbeats may be on another replica).
+	echo    map[int64]int64
+	callTag int64
+	byCall  bool
 }
 
 // Set records a new enrollment: the agent id, its session key and epoch
@@ -148,14 +165,60 @@ func (c *AgentCredentials) Set(agentID string, key []byte, epoch uint64, brokerT
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.agentID, c.key, c.epoch = agentID, key, epoch
-	c.echo = max(c.echo, brokerTime)
+	c.saw(brokerTime)
 }
 
-// SawBrokerTime records a broker time from any answer (the newest wins).
+// SawBrokerTime records a broker time from any answer (the newest of
+// each replica wins).
 func (c *AgentCredentials) SawBrokerTime(t int64) {
 	c.mu.Lock()
-	c.echo = max(c.echo, t)
+	c.saw(t)
 	c.mu.Unlock()
+}
+
+func (c *AgentCredentials) saw(t int64) {
+	if t <= 0 {
+		return
+	}
+	if c.echo == nil {
+		c.echo = map[int64]int64{}
+	}
+	tag := t & EchoReplicaMask
+	if _, ok := c.echo[tag]; !ok && len(c.echo) >= maxEchoReplicas {
+		// A broker that does not tag its times looks like many
+		// replicas: forget the oldest, never the one calls go to.
+		old, found := int64(0), false
+		for k, v := range c.echo {
+			if (!c.byCall || k != c.callTag) && (!found || v < c.echo[old]) {
+				old, found = k, true
+			}
+		}
+		delete(c.echo, old)
+	}
+	c.echo[tag] = max(c.echo[tag], t)
+}
+
+// answered records the broker time of an agent call's answer: the next
+// call echoes that replica's time.
+func (c *AgentCredentials) answered(t int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saw(t)
+	if t > 0 {
+		c.callTag, c.byCall = t&EchoReplicaMask, true
+	}
+}
+
+// echoNow is the broker time the next call echoes (mu held).
+func (c *AgentCredentials) echoNow() int64 {
+	if c.byCall {
+		return c.echo[c.callTag]
+	}
+	var newest int64
+	for _, v := range c.echo {
+		newest = max(newest, v)
+	}
+	return newest
 }
 
 // AgentID is the id of the last enrollment ("" before one).
@@ -171,7 +234,7 @@ func (c *AgentCredentials) prove(procedure string, sum []byte) (string, error) {
 	// The counter is the clock in nanoseconds (or one more than the
 	// last): it rises across agent restarts without being stored.
 	c.counter = max(c.counter+1, uint64(time.Now().UnixNano()))
-	call := AgentCall{AgentID: c.agentID, Epoch: c.epoch, Counter: c.counter, Echo: c.echo}
+	call := AgentCall{AgentID: c.agentID, Epoch: c.epoch, Counter: c.counter, Echo: c.echoNow()}
 	key := c.key
 	c.mu.Unlock()
 	if call.AgentID == "" {
@@ -235,7 +298,7 @@ func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		if v, perr := strconv.ParseInt(resp.Header.Get(BrokerTimeHeader), 10, 64); perr == nil {
-			t.c.SawBrokerTime(v)
+			t.c.answered(v)
 		}
 		if try > 0 || resp.Header.Get(StaleEchoHeader) == "" {
 			return resp, nil

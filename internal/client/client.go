@@ -52,6 +52,10 @@ type Options struct {
 	// (an agent's work assignments carry archives that are compressed
 	// already). On loopback no gzip is asked for anyway.
 	NoGzip bool
+	// OnFailover, when set, is told each time the client moves from one
+	// broker replica to another (a URL list: failover.go), with the error
+	// that made it move; agents log it. URLs come without credentials.
+	OnFailover func(from, to string, err error)
 }
 
 // Clients are the broker's node and agent services, dialed with one token.
@@ -71,7 +75,8 @@ type RunClients struct {
 
 // Dial returns the node and agent service clients for the broker at
 // baseURL (http:// for cleartext HTTP/2 on loopback or a private network,
-// https:// with TLS). Each call is bounded by o.Timeout.
+// https:// with TLS). Each call is bounded by o.Timeout. baseURL may list
+// several replicas of one broker, comma-separated (failover.go).
 func Dial(baseURL string, o Options) (*Clients, error) {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
@@ -114,10 +119,11 @@ func (e *URLError) Error() string {
 // dial is what Dial and DialRuns share: the URL check, the HTTP client and
 // the connect options.
 func dial(baseURL string, o Options) (*http.Client, string, []connect.ClientOption, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, "", nil, &URLError{URL: baseURL}
+	urls, err := ParseURLs(baseURL)
+	if err != nil {
+		return nil, "", nil, err
 	}
+	u := urls[0]
 	tlsConf := o.TLSConfig
 	if tlsConf == nil && u.Scheme == "https" {
 		if tlsConf, err = api.TrustCA(o.CAFile); err != nil {
@@ -125,6 +131,14 @@ func dial(baseURL string, o Options) (*http.Client, string, []connect.ClientOpti
 		}
 	}
 	hc := HTTPClient(u.Scheme == "https", tlsConf)
+	if len(urls) > 1 {
+		tr := hc.Transport.(*http.Transport)
+		tr.DialContext = (&net.Dialer{Timeout: FailoverDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		// The proof of an agent call (below) wraps the failover: a call
+		// sent again to another replica is the same call, and the
+		// replica's refusal of a foreign echo makes a fresh proof.
+		hc.Transport = newFailover(urls, tr, o.OnFailover)
+	}
 	if o.Agent != nil {
 		hc.Transport = o.Agent.Transport(hc.Transport)
 	}
@@ -132,12 +146,21 @@ func dial(baseURL string, o Options) (*http.Client, string, []connect.ClientOpti
 	if o.GRPC {
 		opts = append(opts, connect.WithGRPC())
 	}
-	if o.NoGzip || isLoopback(u.Hostname()) {
+	if o.NoGzip || allLoopback(urls) {
 		// On loopback, gzip costs far more CPU than the bytes it saves
 		// (a 10,000-node dry-run answer is megabytes): ask for none.
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
 	}
-	return hc, strings.TrimRight(baseURL, "/"), opts, nil
+	return hc, strings.TrimRight(u.String(), "/"), opts, nil
+}
+
+func allLoopback(urls []*url.URL) bool {
+	for _, u := range urls {
+		if !isLoopback(u.Hostname()) {
+			return false
+		}
+	}
+	return true
 }
 
 func isLoopback(host string) bool {

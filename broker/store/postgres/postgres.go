@@ -79,6 +79,8 @@ var Migrations = []string{
 	// 7: disputed records (a seq sent twice with different content);
 	// see disputes.go.
 	disputesMigration,
+	// 8: leases of once-only work shared by broker replicas; see lease.go.
+	leaseMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while
@@ -106,6 +108,7 @@ func Open(ctx context.Context, dsn string) (*sqlstore.Store, error) {
 		Migrations: Migrations,
 		// A round trip per node per flush cost more than the beats.
 		BatchHeartbeats: true,
+		Shared:          true,
 		Lock: func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockKey))
 			return err

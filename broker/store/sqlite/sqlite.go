@@ -80,6 +80,8 @@ var Migrations = []string{
 	// 7: disputed records (a seq sent twice with different content);
 	// see disputes.go.
 	disputesMigration,
+	// 8: leases of once-only work shared by broker replicas; see lease.go.
+	leaseMigration,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and

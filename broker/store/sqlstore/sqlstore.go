@@ -33,6 +33,9 @@ type Dialect struct {
 	// UPDATE per node (SQLite: in process, where that is cheaper than
 	// the join a multi-row UPDATE makes).
 	BatchHeartbeats bool
+	// Shared says several broker replicas may use the database at once
+	// (PostgreSQL), so they share once-only work by lease (Store.Shared).
+	Shared bool
 }
 
 // Store is a store.Store over a *sql.DB.

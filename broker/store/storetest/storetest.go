@@ -48,6 +48,7 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 	runRuns(t, open, o)
 	runEvidence(t, open)
 	runSessionKeys(t, open)
+	runLeases(t, open)
 	runLogUsage(t, open)
 
 	t.Run("tokens", func(t *testing.T) {

@@ -22,7 +22,7 @@ func init() {
 // AddFlags registers the daemon's flags.
 func addFlags(cmd *cobra.Command, o *daemon.Options) {
 	f := cmd.Flags()
-	f.StringVar(&o.BrokerURL, "broker-url", "", "broker URL, http://HOST:PORT or https://HOST:PORT (required)")
+	flagenv.ListVar(f, &o.BrokerURL, "broker-url", "broker URL, http://HOST:PORT or https://HOST:PORT (required); repeat it or give a comma-separated list for several replicas of one broker: the agent moves to the next when one stops answering")
 	f.StringVar(&o.Token, "broker-token", "", "agent token the broker gave this node (gpupass-broker token create --role agent); secret: prefer GPUPASS_BROKER_TOKEN_FILE")
 	// The CLI's name for a broker token; --token (and GPUPASS_TOKEN,
 	// GPUPASS_TOKEN_FILE) is what agents were started with before.

@@ -108,6 +108,8 @@ type ServeOptions struct {
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
 	StartTimeout      time.Duration
+	// LeaseTTL is daemon.Config.LeaseTTL (replicas on PostgreSQL).
+	LeaseTTL time.Duration
 	// Per-run quota (daemon.Config.RunMax*; -1 turns one off).
 	RunMaxRecords          int64
 	RunMaxLogMB            int64
@@ -133,6 +135,7 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "interval agents are told to heartbeat at")
 	f.DurationVar(&o.OfflineAfter, "offline-after", 30*time.Second, "mark a node offline after this long without a heartbeat")
 	f.DurationVar(&o.StartTimeout, "start-timeout", 2*time.Minute, "end a run left in matched or starting this long without a word from its node")
+	f.DurationVar(&o.LeaseTTL, "lease-ttl", daemon.DefaultLeaseTTL, "with several brokers on one PostgreSQL: how long the lease of once-only work (run supervision, offline reports) outlives its holder; a survivor takes it within this plus a third of it")
 	f.Int64Var(&o.RunMaxRecords, "run-max-records", daemon.DefaultRunMaxRecords, "records (log events, metric points, checkpoint chunks) one run may store; a run going over is failed with the reason (-1: no limit)")
 	f.Int64Var(&o.RunMaxLogMB, "run-max-log-mb", daemon.DefaultRunMaxLogBytes>>20, "MB of log (events and metric points) one run may store; a run going over is failed with the reason; keep it above the agents' --run-log-max-mb (-1: no limit)")
 	f.IntVar(&o.RunMaxRecordsPerSecond, "run-max-records-per-second", daemon.DefaultRunMaxRecordsPerSecond, "records per second one run may upload through this broker; faster uploads are told to retry (-1: no limit)")
@@ -218,7 +221,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if o.RunMaxLogMB < 0 {
 		logBytes = -1
 	}
-	b := daemon.New(daemon.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout,
+	b := daemon.New(daemon.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout, LeaseTTL: o.LeaseTTL,
 		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, Workdir: o.Workdir, Metrics: mc})
 	scheme := "http"
 	if o.TLSCert != "" {

@@ -17,6 +17,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -33,8 +34,8 @@ type BrokerFlags struct {
 // AddFlags registers --broker-url (alias --broker) and --broker-token.
 func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&b.URL, "broker-url", "", "broker URL, e.g. http://127.0.0.1:7070")
-	f.StringVar(&b.URL, "broker", "", "alias of --broker-url")
+	flagenv.ListVar(f, &b.URL, "broker-url", "broker URL, e.g. http://127.0.0.1:7070; repeat it or give a comma-separated list for several replicas of one broker (the CLI moves to the next when one stops answering)")
+	flagenv.ListVar(f, &b.URL, "broker", "alias of --broker-url")
 	_ = f.MarkHidden("broker")
 	f.StringVar(&b.Token, "broker-token", "", "broker API token (secret; also GPUPASS_BROKER_TOKEN_FILE)")
 	MarkSecret("broker-token")
