@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/wheel"
@@ -482,7 +483,7 @@ type RegistryFlags struct {
 // Validate checks that the credentials come together.
 func (r *RegistryFlags) Validate() error {
 	if (r.Username == "") != (r.Password == "") {
-		return errors.New("--registry-username and --registry-password go together (GPUPASS_REGISTRY_USERNAME/PASSWORD)")
+		return &fielderr.Error{Field: FieldRegistryUsername, Problem: "and {registry password} go together: give both or neither"}
 	}
 	return nil
 }

@@ -22,7 +22,9 @@ type Error struct {
 	// the value was missing or is a secret.
 	Value string
 	// Problem says what is wrong and how to fix it. It may name other
-	// fields as {field}, so they are renamed with Field.
+	// fields as {field}, so they are renamed with Field. It follows the
+	// field after ": ", or after a space when it goes on the sentence
+	// ("is required", "and {other} exclude each other").
 	Problem string
 	// Err is the cause, if any.
 	Err error
@@ -54,7 +56,11 @@ func (e *Error) render(names Names) string {
 		fmt.Fprintf(&b, " %q", e.Value)
 	}
 	if e.Problem != "" {
-		b.WriteString(": ")
+		sep := ": "
+		if strings.HasPrefix(e.Problem, "is ") || strings.HasPrefix(e.Problem, "and ") {
+			sep = " "
+		}
+		b.WriteString(sep)
 		b.WriteString(ref.ReplaceAllStringFunc(e.Problem, func(m string) string { return name(m[1 : len(m)-1]) }))
 	}
 	if e.Err != nil && !strings.Contains(e.Problem, e.Err.Error()) {

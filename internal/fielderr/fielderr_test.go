@@ -30,6 +30,7 @@ func TestApply(t *testing.T) {
 		{name: "field named in the problem", err: pair, names: cli, want: "--registry-username: goes with --registry-password: give both or neither", wantLib: "registry username: goes with registry password: give both or neither"},
 		{name: "unmapped field stays", err: cause, names: cli, want: `job user "bob": looking it up: file does not exist`, wantWrap: fs.ErrNotExist},
 		{name: "innermost table wins", err: ci.Apply(fmt.Errorf("step: %w", tol)), names: cli, want: `step: input tolerance "x%": not a number; use e.g. 5%`},
+		{name: "sentence goes on", err: &fielderr.Error{Field: "region", Problem: "is required"}, names: fielderr.Names{"region": "--region"}, want: "--region is required"},
 		{name: "other errors untouched", err: errors.New("--x"), names: cli, want: "--x"},
 	}
 	for _, tt := range tests {

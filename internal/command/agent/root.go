@@ -49,11 +49,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "gpupass-agent: %v\n", ee.err)
+			fmt.Fprintf(stderr, "gpupass-agent: %v\n", flagNames.Apply(ee.err))
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "gpupass-agent: %v\n", err)
+	fmt.Fprintf(stderr, "gpupass-agent: %v\n", flagNames.Apply(err))
 	return ExitUsage
 }
 
