@@ -41,7 +41,7 @@ func (e *Error) Error() string { return e.render(nil) }
 
 func (e *Error) Unwrap() error { return e.Err }
 
-var ref = regexp.MustCompile(`\{([a-z][a-z0-9 -]*)\}`)
+var ref = regexp.MustCompile(`\{([A-Za-z][A-Za-z0-9 ()_-]*)\}`)
 
 func (e *Error) render(names Names) string {
 	name := func(f string) string {

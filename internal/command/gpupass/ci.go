@@ -128,8 +128,10 @@ verdict (compare-report), bundle-digest (bundle-push), audit-path (audit).`,
 	return cmd
 }
 
-// RunCIStep runs the step named by o.Command.
-func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
+// RunCIStep runs the step named by o.Command. A library's error names
+// the step's input, not the flag a CLI user would type.
+func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error) {
+	defer func() { err = ciInputNames.Apply(err) }()
 	if o.Getenv == nil {
 		o.Getenv = func(string) string { return "" }
 	}
