@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/workdir"
@@ -65,7 +66,10 @@ type Options struct {
 	// after SIGKILL at its end.
 	RunKillTimeout time.Duration
 	// Registry is how wheel bundles are pulled (bundleinstall.go).
-	Registry RegistryFlags
+	Registry bundle.RegistryOptions
+	// VerifyRecord re-checks every pulled wheel's zip and RECORD hashes,
+	// as push did (always done for bundles without a gpupass lock layer).
+	VerifyRecord bool
 	// RunLogLinesPerSecond and RunLogMaxMB bound each run's output
 	// (executor.OutputLimits); -1 turns one off.
 	RunLogLinesPerSecond int
@@ -96,8 +100,6 @@ const (
 	FieldRunCgroup        = "run cgroup"
 	FieldRunPidsMax       = "run pids max"
 	FieldRunKillTimeout   = "run kill timeout"
-	FieldRegistryUsername = "registry username"
-	FieldRegistryPassword = "registry password"
 	FieldExecutor         = "executor"
 	FieldSlurmSharedDir   = "slurm shared dir"
 	FieldSlurmRefresh     = "slurm refresh"

@@ -355,7 +355,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout, Output: a.o.outputLimits()},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange, WorkdirLimits: a.o.Workdir,
-		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log, VerifyRecord: a.o.Registry.VerifyRecord},
+		Bundles: BundleInstaller{Registry: a.o.Registry, Log: a.log, VerifyRecord: a.o.VerifyRecord},
 	}
 	l.RunReport = a.runReporter(src)
 	if a.o.slurm != nil {

@@ -3,6 +3,8 @@ package agent
 import (
 	daemon "github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/api"
+	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
@@ -24,13 +26,14 @@ var flagNames = fielderr.Names{
 	daemon.FieldRunCgroup:        "--run-cgroup",
 	daemon.FieldRunPidsMax:       "--run-pids-max",
 	daemon.FieldRunKillTimeout:   "--run-kill-timeout",
-	daemon.FieldRegistryUsername: "--registry-username",
-	daemon.FieldRegistryPassword: "--registry-password",
+	bundle.FieldUsername:         "--registry-username",
+	bundle.FieldPassword:         "--registry-password",
 	daemon.FieldExecutor:         "--executor",
 	daemon.FieldSlurmSharedDir:   "--slurm-shared-dir",
 	daemon.FieldSlurmRefresh:     "--slurm-refresh",
 	daemon.FieldSlurmAgentBinary: "--slurm-agent-binary",
 	daemon.FieldSlurmSimulate:    "--slurm-simulate",
 	executor.FieldRunAs:          "--run-as",
+	api.FieldCA:                  "--tls-ca",
 	executor.FieldUIDRange:       "--run-as-range",
 }
