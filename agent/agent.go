@@ -34,6 +34,7 @@ import (
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
@@ -131,16 +132,16 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir %s: %w", o.StateDir, err)
 	}
-	if ra, flag := o.jobUser(); ra != nil {
-		// Jobs running as --run-as reach their work dirs under
+	if ra, field := o.jobUser(); ra != nil {
+		// Jobs running as another user reach their work dirs under
 		// runs/ through the state dir: they may pass through it, not
 		// list it. What it holds that is not public (the key, the
 		// state file, the spools) is 0600 or 0700 on its own.
 		if err := os.Chmod(o.StateDir, 0o711); err != nil {
-			return nil, fmt.Errorf("opening state dir %s to --run-as jobs: %w", o.StateDir, err)
+			return nil, fmt.Errorf("opening state dir %s to jobs running as %s: %w", o.StateDir, ra.Spec, err)
 		}
 		if err := ra.CanReach(o.StateDir); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", flag, ra.Spec, err)
+			return nil, fielderr.New(field, ra.Spec, "%w", err)
 		}
 	}
 	key, err := conformance.LoadOrCreateKey(filepath.Join(o.StateDir, KeyFile))

@@ -419,7 +419,7 @@ func TestAgentOverTLS(t *testing.T) {
 	if _, ok := api.UntrustedCert(err); !ok || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("untrusted broker certificate: %v, want an untrusted-certificate error at once", err)
 	}
-	for _, want := range []string{"enrolling with " + url, "not trusted", "x509: certificate signed by unknown authority", "--tls-ca", "system trust store"} {
+	for _, want := range []string{"enrolling with " + url, "not trusted", "x509: certificate signed by unknown authority", api.FieldCA + " is how to trust it", "system trust store"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("untrusted certificate error %q does not say %q", err, want)
 		}

@@ -11,10 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
-	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -462,35 +460,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
-}
-
-// RegistryFlags are the agent's flags for the registry that serves wheel
-// bundles. Without a user name, credentials come from the docker config
-// (~/.docker/config.json of the agent's user, $DOCKER_CONFIG, credential
-// helpers).
-type RegistryFlags struct {
-	PlainHTTP bool
-	Username  string
-	Password  string
-	// Timeout bounds the wait for a registry's answer and each pause
-	// in its bytes.
-	Timeout time.Duration
-
-	VerifyRecord bool // --verify-record
-}
-
-// Validate checks that the credentials come together.
-func (r *RegistryFlags) Validate() error {
-	if (r.Username == "") != (r.Password == "") {
-		return errors.New("--registry-username and --registry-password go together (GPUPASS_REGISTRY_USERNAME/PASSWORD)")
-	}
-	return nil
-}
-
-func (r *RegistryFlags) options() bundle.RegistryOptions {
-	return bundle.RegistryOptions{
-		PlainHTTP: r.PlainHTTP, Username: r.Username, Password: r.Password,
-		Retry: bundle.DefaultRetry, UserAgent: buildinfo.UserAgent("gpupass-agent"),
-		HeaderTimeout: r.Timeout, IdleTimeout: r.Timeout,
-	}
 }

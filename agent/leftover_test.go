@@ -233,11 +233,11 @@ func TestRunAsRangeFlags(t *testing.T) {
 		want string // "" is valid
 	}{
 		{"range", Options{RunAsRange: "200000-200999"}, ""},
-		{"range and run-as", Options{RunAsRange: "200000-200999", RunAs: "nobody"}, "--run-as nobody and --run-as-range 200000-200999: give one"},
+		{"range and run-as", Options{RunAsRange: "200000-200999", RunAs: "nobody"}, `job user "nobody" and job uid range "200000-200999" exclude each other: give one`},
 		{"bad range", Options{RunAsRange: "0-5"}, "includes uid 0"},
-		{"bad cgroup mode", Options{RunCgroup: "yes"}, `--run-cgroup "yes": use auto, required or off`},
-		{"negative pids", Options{RunPidsMax: -1}, "--run-pids-max -1"},
-		{"short kill timeout", Options{RunKillTimeout: time.Millisecond}, "--run-kill-timeout 1ms: must be at least 1s"},
+		{"bad cgroup mode", Options{RunCgroup: "yes"}, `run cgroup "yes": use auto, required or off`},
+		{"negative pids", Options{RunPidsMax: -1}, `run pids max "-1"`},
+		{"short kill timeout", Options{RunKillTimeout: time.Millisecond}, `run kill timeout "1ms": must be at least 1s`},
 	} {
 		o := tc.o
 		o.StorageClass, o.SuiteInterval = "standard", time.Hour
@@ -251,7 +251,7 @@ func TestRunAsRangeFlags(t *testing.T) {
 	}
 	geteuid = func() int { return 1000 }
 	o := &Options{StorageClass: "standard", SuiteInterval: time.Hour, RunAsRange: "200000-200999"}
-	if err := o.Validate(false); err == nil || !strings.Contains(err.Error(), "--run-as-range 200000-200999: starting jobs as other users needs the agent to run as root (it runs as uid 1000)") {
+	if err := o.Validate(false); err == nil || !strings.Contains(err.Error(), `job uid range "200000-200999": starting jobs as other users`+" needs the agent to run as root (it runs as uid 1000)") {
 		t.Errorf("Validate as uid 1000 = %v, want the root requirement", err)
 	}
 }

@@ -8,12 +8,15 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // Options configure the agent. internal/command/agent binds them to
-// flags (--broker-url, --broker-token, ...), named in the errors below.
+// flags; Validate's errors are *fielderr.Error with the Field* names below,
+// which the command layer renames to its flags.
 type Options struct {
 	BrokerURL string
 	Token     string
@@ -63,7 +66,10 @@ type Options struct {
 	// after SIGKILL at its end.
 	RunKillTimeout time.Duration
 	// Registry is how wheel bundles are pulled (bundleinstall.go).
-	Registry RegistryFlags
+	Registry bundle.RegistryOptions
+	// VerifyRecord re-checks every pulled wheel's zip and RECORD hashes,
+	// as push did (always done for bundles without a gpupass lock layer).
+	VerifyRecord bool
 	// RunLogLinesPerSecond and RunLogMaxMB bound each run's output
 	// (executor.OutputLimits); -1 turns one off.
 	RunLogLinesPerSecond int
@@ -77,6 +83,30 @@ type Options struct {
 	slurm *slurmNode
 }
 
+// Fields of the errors Validate returns, in the agent's terms (with
+// executor.FieldRunAs and executor.FieldUIDRange).
+const (
+	FieldBrokerURL        = "broker URL"
+	FieldBrokerToken      = "broker token"
+	FieldRegion           = "region"
+	FieldStorageClass     = "storage class"
+	FieldPricePerHour     = "price per hour"
+	FieldBandwidth        = "bandwidth"
+	FieldSuiteInterval    = "suite interval"
+	FieldRunLogLines      = "run log lines per second"
+	FieldRunLogMB         = "run log MB"
+	FieldKeepRuns         = "kept runs"
+	FieldReadProbeMB      = "read probe MiB"
+	FieldRunCgroup        = "run cgroup"
+	FieldRunPidsMax       = "run pids max"
+	FieldRunKillTimeout   = "run kill timeout"
+	FieldExecutor         = "executor"
+	FieldSlurmSharedDir   = "slurm shared dir"
+	FieldSlurmRefresh     = "slurm refresh"
+	FieldSlurmAgentBinary = "slurm agent binary"
+	FieldSlurmSimulate    = "slurm simulated node"
+)
+
 // geteuid is os.Geteuid; tests replace it.
 var geteuid = os.Geteuid
 
@@ -86,13 +116,13 @@ var storageClasses = []string{"standard", "high-iops-nvme", "ultra-nvme"}
 func (o *Options) Validate(daemon bool) error {
 	if daemon {
 		if o.BrokerURL == "" {
-			return fmt.Errorf("--broker-url is required (or GPUPASS_BROKER_URL)")
+			return &fielderr.Error{Field: FieldBrokerURL, Problem: "is required"}
 		}
 		if o.Token == "" {
-			return fmt.Errorf("--broker-token is required (or GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE): the agent token from gpupass-broker token create --role agent")
+			return &fielderr.Error{Field: FieldBrokerToken, Problem: "is required: the agent token from gpupass-broker token create --role agent"}
 		}
 		if strings.TrimSpace(o.Region) == "" {
-			return fmt.Errorf("--region is required, e.g. --region us-west-2")
+			return &fielderr.Error{Field: FieldRegion, Problem: "is required, e.g. us-west-2"}
 		}
 	}
 	ok := false
@@ -100,22 +130,28 @@ func (o *Options) Validate(daemon bool) error {
 		ok = ok || c == o.StorageClass
 	}
 	if !ok {
-		return fmt.Errorf("--storage-class %q: use one of %s", o.StorageClass, strings.Join(storageClasses, ", "))
+		return fielderr.New(FieldStorageClass, o.StorageClass, "use one of %s", strings.Join(storageClasses, ", "))
 	}
-	if o.PricePerHour < 0 || o.BandwidthGbps < 0 {
-		return fmt.Errorf("--price-per-hour and --bandwidth-gbps must not be negative")
+	if o.PricePerHour < 0 {
+		return fielderr.New(FieldPricePerHour, fmt.Sprint(o.PricePerHour), "must not be negative")
+	}
+	if o.BandwidthGbps < 0 {
+		return fielderr.New(FieldBandwidth, fmt.Sprint(o.BandwidthGbps), "must not be negative")
 	}
 	if o.SuiteInterval < time.Second {
-		return fmt.Errorf("--suite-interval %s: must be at least 1s", o.SuiteInterval)
+		return fielderr.New(FieldSuiteInterval, o.SuiteInterval.String(), "must be at least 1s")
 	}
-	if o.RunLogLinesPerSecond < -1 || o.RunLogMaxMB < -1 {
-		return fmt.Errorf("--run-log-lines-per-second %d, --run-log-max-mb %d: each must be 1 or more (-1: no limit)", o.RunLogLinesPerSecond, o.RunLogMaxMB)
+	if o.RunLogLinesPerSecond < -1 {
+		return fielderr.New(FieldRunLogLines, fmt.Sprint(o.RunLogLinesPerSecond), "must be 1 or more (-1: no limit)")
+	}
+	if o.RunLogMaxMB < -1 {
+		return fielderr.New(FieldRunLogMB, fmt.Sprint(o.RunLogMaxMB), "must be 1 or more (-1: no limit)")
 	}
 	if o.KeepRuns < 0 {
-		return fmt.Errorf("--keep-runs %d: must be 0 (keep all) or more", o.KeepRuns)
+		return fielderr.New(FieldKeepRuns, fmt.Sprint(o.KeepRuns), "must be 0 (keep all) or more")
 	}
 	if o.ReadProbeMB < 0 || o.ReadProbeMB > 4096 {
-		return fmt.Errorf("--read-probe-mb %d: must be between 0 and 4096", o.ReadProbeMB)
+		return fielderr.New(FieldReadProbeMB, fmt.Sprint(o.ReadProbeMB), "must be between 0 and 4096")
 	}
 	if err := o.Registry.Validate(); err != nil {
 		return err
@@ -126,20 +162,20 @@ func (o *Options) Validate(daemon bool) error {
 			return err
 		}
 		if euid := geteuid(); euid != 0 {
-			return fmt.Errorf("--run-as %s: starting jobs as another user needs the agent to run as root (it runs as uid %d); run the agent as root, or drop --run-as", o.RunAs, euid)
+			return fielderr.New(executor.FieldRunAs, o.RunAs, "starting jobs as another user needs the agent to run as root (it runs as uid %d); run the agent as root, or drop the {job user}", euid)
 		}
 		o.runAs = r
 	}
 	if o.RunAsRange != "" {
 		if o.RunAs != "" {
-			return fmt.Errorf("--run-as %s and --run-as-range %s: give one (--run-as-range gives each run a uid of its own)", o.RunAs, o.RunAsRange)
+			return fielderr.New(executor.FieldRunAs, o.RunAs, "and {job uid range} %q exclude each other: give one (the {job uid range} gives each run a uid of its own)", o.RunAsRange)
 		}
 		r, err := executor.ParseUIDRange(o.RunAsRange)
 		if err != nil {
 			return err
 		}
 		if euid := geteuid(); euid != 0 {
-			return fmt.Errorf("--run-as-range %s: starting jobs as other users needs the agent to run as root (it runs as uid %d); run the agent as root, or drop --run-as-range", o.RunAsRange, euid)
+			return fielderr.New(executor.FieldUIDRange, o.RunAsRange, "starting jobs as other users needs the agent to run as root (it runs as uid %d); run the agent as root, or drop the {job uid range}", euid)
 		}
 		o.runAsRange = r
 	}
@@ -148,16 +184,16 @@ func (o *Options) Validate(daemon bool) error {
 		o.RunCgroup = "auto"
 	case "auto", "required", "off":
 	default:
-		return fmt.Errorf("--run-cgroup %q: use auto, required or off", o.RunCgroup)
+		return fielderr.New(FieldRunCgroup, o.RunCgroup, "use auto, required or off")
 	}
 	if o.RunPidsMax < 0 {
-		return fmt.Errorf("--run-pids-max %d: must be 0 (no limit) or more", o.RunPidsMax)
+		return fielderr.New(FieldRunPidsMax, fmt.Sprint(o.RunPidsMax), "must be 0 (no limit) or more")
 	}
 	if o.RunKillTimeout == 0 {
 		o.RunKillTimeout = executor.DefaultKillTimeout
 	}
 	if o.RunKillTimeout < time.Second {
-		return fmt.Errorf("--run-kill-timeout %s: must be at least 1s", o.RunKillTimeout)
+		return fielderr.New(FieldRunKillTimeout, o.RunKillTimeout.String(), "must be at least 1s")
 	}
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()
@@ -165,14 +201,14 @@ func (o *Options) Validate(daemon bool) error {
 	return nil
 }
 
-// jobUser is the user jobs run as (a sample of --run-as-range's uids)
-// and the flag that set it; nil when jobs run as the agent's own user.
+// jobUser is the user jobs run as (a sample of the job uid range) and
+// the field that set it; nil when jobs run as the agent's own user.
 func (o *Options) jobUser() (*executor.RunAs, string) {
 	switch {
 	case o.runAs != nil:
-		return o.runAs, "--run-as"
+		return o.runAs, executor.FieldRunAs
 	case o.runAsRange != nil:
-		return o.runAsRange.Sample(), "--run-as-range"
+		return o.runAsRange.Sample(), executor.FieldUIDRange
 	}
 	return nil, ""
 }
@@ -191,7 +227,7 @@ func (o *Options) node() conformance.Node {
 	}
 }
 
-// outputLimits turns the --run-log-* flags into the executor's limits;
+// outputLimits turns the run log settings into the executor's limits;
 // unset (0, as in Options built by tests) takes the defaults.
 func (o *Options) outputLimits() executor.OutputLimits {
 	l := executor.OutputLimits{LinesPerSecond: o.RunLogLinesPerSecond, MaxBytes: int64(o.RunLogMaxMB) << 20}

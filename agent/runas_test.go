@@ -18,7 +18,7 @@ func TestRunAsNeedsRoot(t *testing.T) {
 	defer func(f func() int) { geteuid = f }(geteuid)
 	o := &Options{StorageClass: "standard", SuiteInterval: time.Hour, RunAs: "nobody"}
 	geteuid = func() int { return 1000 }
-	if err := o.Validate(false); err == nil || !strings.Contains(err.Error(), "--run-as nobody: starting jobs as another user needs the agent to run as root (it runs as uid 1000)") {
+	if err := o.Validate(false); err == nil || !strings.Contains(err.Error(), `job user "nobody": starting jobs as another user needs the agent to run as root (it runs as uid 1000)`) {
 		t.Errorf("Validate as uid 1000 = %v, want the root requirement", err)
 	}
 	geteuid = func() int { return 0 }
@@ -172,7 +172,7 @@ func TestRunAsStateDirOutOfReach(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := New(o, quiet())
-	if err == nil || !strings.Contains(err.Error(), "--run-as nobody: "+closed+" (mode 0700, owner uid 0) does not let nobody") || !strings.Contains(err.Error(), "chmod o+x "+closed) {
+	if err == nil || !strings.Contains(err.Error(), `job user "nobody": `+closed+" (mode 0700, owner uid 0) does not let nobody") || !strings.Contains(err.Error(), "chmod o+x "+closed) {
 		t.Fatalf("New = %v, want the closed directory named with the fix", err)
 	}
 }

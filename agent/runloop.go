@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -372,7 +373,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout, Output: a.o.outputLimits()},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange, WorkdirLimits: a.o.Workdir,
-		Bundles: BundleInstaller{Registry: a.o.Registry.options(), Log: a.log, VerifyRecord: a.o.Registry.VerifyRecord},
+		Bundles: BundleInstaller{Registry: a.o.Registry, Log: a.log, VerifyRecord: a.o.VerifyRecord},
 	}
 	l.RunReport = a.runReporter(src)
 	if a.o.slurm != nil {
@@ -405,7 +406,7 @@ func (a *Agent) runCgroups() (*executor.Cgroups, error) {
 		cg, err = executor.DetectCgroups(executor.CgroupRoot, agentCgroupName(a.o.StateDir))
 		switch {
 		case err != nil && a.o.RunCgroup == "required":
-			return nil, fmt.Errorf("--run-cgroup required: %w; run the agent as root (under systemd with Delegate=yes on cgroup v2), or use --run-cgroup auto with --run-as-range", err)
+			return nil, fielderr.New(FieldRunCgroup, "required", "%w; run the agent as root (under systemd with Delegate=yes on cgroup v2), or make the {run cgroup} auto with a {job uid range}", err)
 		case err != nil:
 			a.log.Info("runs get no cgroup of their own", "reason", err)
 			cg = nil

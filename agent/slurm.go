@@ -21,6 +21,7 @@ import (
 	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/probe"
 )
 
@@ -52,24 +53,24 @@ type SlurmFlags struct {
 func (o *Options) validateSlurm() error {
 	s := &o.Slurm
 	if s.SharedDir == "" || !filepath.IsAbs(s.SharedDir) {
-		return fmt.Errorf("--slurm-shared-dir %q: give an absolute directory every compute node sees", s.SharedDir)
+		return fielderr.New(FieldSlurmSharedDir, s.SharedDir, "give an absolute directory every compute node sees")
 	}
 	if st, err := os.Stat(s.SharedDir); err != nil || !st.IsDir() {
-		return fmt.Errorf("--slurm-shared-dir %s: not a directory here (%v)", s.SharedDir, err)
+		return fielderr.New(FieldSlurmSharedDir, s.SharedDir, "not a directory here (%v)", err)
 	}
 	if s.Refresh < time.Second {
-		return fmt.Errorf("--slurm-refresh %s: must be at least 1s", s.Refresh)
+		return fielderr.New(FieldSlurmRefresh, s.Refresh.String(), "must be at least 1s")
 	}
 	if s.AgentBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fmt.Errorf("--slurm-agent-binary: finding this binary: %w", err)
+			return fielderr.New(FieldSlurmAgentBinary, "", "finding this binary: %w", err)
 		}
 		s.AgentBinary = exe
 	}
 	for _, v := range o.SlurmSimulate {
 		if _, _, ok := strings.Cut(v, "="); !ok {
-			return fmt.Errorf("--slurm-simulate %q: want NODE=PROFILE", v)
+			return fielderr.New(FieldSlurmSimulate, v, "want NODE=PROFILE")
 		}
 	}
 	return nil
@@ -191,7 +192,7 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 		return nil, fmt.Errorf("not measured: the node runs %s; measured again once it ends", jobs[0].Describe())
 	}
 	if err := os.MkdirAll(filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name), 0o755); err != nil {
-		return nil, fmt.Errorf("making the node's dir in --slurm-shared-dir: %w", err)
+		return nil, fmt.Errorf("making the node's dir in the slurm shared dir: %w", err)
 	}
 	out, err := n.client.Step(ctx, n.name, n.current().Gres(), nil, n.remoteArgs(o)...)
 	var f probe.Facts
@@ -387,7 +388,7 @@ func (a *Agent) Facts(ctx context.Context) (*probe.Facts, error) {
 	return &res.Facts, nil
 }
 
-// UseSlurm says whether --executor is slurm, refusing what it does not know.
+// UseSlurm says whether the executor is slurm, refusing what it does not know.
 func (o *Options) UseSlurm() (bool, error) {
 	switch o.Executor {
 	case "", ExecutorLocal:
@@ -395,5 +396,5 @@ func (o *Options) UseSlurm() (bool, error) {
 	case ExecutorSlurm:
 		return true, nil
 	}
-	return false, fmt.Errorf("--executor %q: use local or slurm", o.Executor)
+	return false, fielderr.New(FieldExecutor, o.Executor, "use local or slurm")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // TokenPrefix starts every gpupass API token, so secret scanners and
@@ -27,6 +28,10 @@ const TokenPrefix = "gpp_"
 
 // HashToken is how a token is stored: hex SHA-256 of the secret. Tokens
 // are 160 random bits, so a fast hash is enough (no dictionary to try).
+// FieldRegions is the field of the error for a token without regions
+// (*fielderr.Error).
+const FieldRegions = "token regions"
+
 func HashToken(secret string) string {
 	h := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(h[:])
@@ -50,7 +55,7 @@ func ParseRegions(s string) ([]string, error) {
 		out = append(out, p)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("no region pattern: give --regions, e.g. 'us-*,eu-central-1' or '*'")
+		return nil, &fielderr.Error{Field: FieldRegions, Problem: "is required, e.g. 'us-*,eu-central-1' or '*'"}
 	}
 	return out, nil
 }

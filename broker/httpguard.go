@@ -20,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/broker/brokermetrics"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // HTTPLimits bound what a client can take of the broker before and while
@@ -82,6 +83,12 @@ const (
 
 // withDefaults fills zero fields and checks the rest; nofile is the
 // process's open-file limit (0: unknown).
+// Fields of withDefaults' errors (*fielderr.Error).
+const (
+	FieldMaxBodyMemory         = "body memory"
+	FieldMaxBodyMemoryPerToken = "body memory per token"
+)
+
 func (l HTTPLimits) withDefaults(nofile uint64, log *slog.Logger) (HTTPLimits, error) {
 	if l.MaxBodyMemory <= 0 {
 		l.MaxBodyMemory = defaultMaxBodyMemory
@@ -90,10 +97,10 @@ func (l HTTPLimits) withDefaults(nofile uint64, log *slog.Logger) (HTTPLimits, e
 		l.MaxBodyMemoryPerToken = max(l.MaxBodyMemory/2, maxRequestBody)
 	}
 	if l.MaxBodyMemoryPerToken < maxRequestBody {
-		return l, fmt.Errorf("--max-body-memory-per-token %d is below the largest request body (%d bytes, a Submit): raise it", l.MaxBodyMemoryPerToken, maxRequestBody)
+		return l, fielderr.New(FieldMaxBodyMemoryPerToken, fmt.Sprint(l.MaxBodyMemoryPerToken), "is below the largest request body (%d bytes, a Submit): raise it", maxRequestBody)
 	}
 	if l.MaxBodyMemory < l.MaxBodyMemoryPerToken {
-		return l, fmt.Errorf("--max-body-memory %d is below --max-body-memory-per-token %d: raise it", l.MaxBodyMemory, l.MaxBodyMemoryPerToken)
+		return l, fielderr.New(FieldMaxBodyMemory, fmt.Sprint(l.MaxBodyMemory), "is below the {body memory per token} (%d): raise it", l.MaxBodyMemoryPerToken)
 	}
 	if l.BodyGrace <= 0 {
 		l.BodyGrace = defaultBodyGrace

@@ -116,17 +116,17 @@ func (b *Broker) metricsAuth(ctx context.Context, header string) error {
 	scheme, secret, _ := strings.Cut(header, " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return errors.New("metrics need a token: send " + api.AuthHeader + ": Bearer <the --metrics-token-file secret, or a read or admin token for every region>")
+		return errors.New("metrics need a token: send " + api.AuthHeader + ": Bearer <the broker's metrics token, or a read or admin token for every region>")
 	}
 	if want := b.cfg.Metrics.Token; want != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(want)) == 1 {
 		return nil
 	}
 	t, err := b.authenticate(ctx, header)
 	if err != nil {
-		return errors.New("metrics token not accepted: neither the --metrics-token-file secret nor a token known to this broker")
+		return errors.New("metrics token not accepted: neither the broker's metrics token nor a token known to this broker")
 	}
 	if (t.Role != store.RoleRead && t.Role != store.RoleAdmin) || !slices.Contains(t.Regions, "*") {
-		return errors.New("token " + t.ID + " may not read metrics: they span every region, so it takes role read or admin with region scope '*' (or the --metrics-token-file secret)")
+		return errors.New("token " + t.ID + " may not read metrics: they span every region, so it takes role read or admin with region scope '*' (or the broker's metrics token)")
 	}
 	return nil
 }

@@ -386,7 +386,7 @@ func TestRunScopeAndRefusals(t *testing.T) {
 
 	// --max-price below every node: failed with the reason, never placed.
 	cheapOnly := submit(t, all, "us-west-2", func(r *gpupassv1.SubmitRequest) { r.MaxPrice = 10 })
-	if cheapOnly.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(cheapOnly.Reason, "above --max-price 10/h") || cheapOnly.NodeId != "" {
+	if cheapOnly.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(cheapOnly.Reason, "above the maximum price 10/h") || cheapOnly.NodeId != "" {
 		t.Errorf("run over max price = %v %q", cheapOnly.State, cheapOnly.Reason)
 	}
 	nowhere := submit(t, all, "ap-south-1", nil)

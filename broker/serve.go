@@ -3,11 +3,12 @@ package broker
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // ServeOptions configure Serve.
@@ -24,6 +25,12 @@ type ServeOptions struct {
 
 // Serve serves b on ln until ctx is cancelled, then shuts down gracefully:
 // stops accepting, lets in-flight calls finish, flushes heartbeats.
+// Fields of serve's option errors (*fielderr.Error).
+const (
+	FieldTLSCert = "TLS certificate"
+	FieldTLSKey  = "TLS key"
+)
+
 func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) error {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
@@ -56,7 +63,7 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	useTLS := o.TLSCertFile != "" || o.TLSKeyFile != ""
 	if useTLS {
 		if o.TLSCertFile == "" || o.TLSKeyFile == "" {
-			return errors.New("TLS needs both --tls-cert and --tls-key")
+			return &fielderr.Error{Field: FieldTLSCert, Problem: "and {TLS key} go together: give both or neither"}
 		}
 		cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
 		if err != nil {

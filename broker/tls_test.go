@@ -58,7 +58,7 @@ func TestTLS(t *testing.T) {
 	if _, ok := api.UntrustedCert(err); !ok {
 		t.Errorf("untrusted certificate: %v, want it recognised as one", err)
 	}
-	if msg := api.Describe(err); !strings.Contains(msg, "not trusted") || !strings.Contains(msg, "--tls-ca") {
+	if msg := api.Describe(err); !strings.Contains(msg, "not trusted") || !strings.Contains(msg, api.FieldCA) {
 		t.Errorf("untrusted certificate described as %q, want it to say it is not trusted and how to fix it", msg)
 	}
 	// Cleartext to the TLS port fails.

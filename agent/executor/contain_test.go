@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -308,8 +309,10 @@ func TestUIDRange(t *testing.T) {
 		"200000-200009:0":   "group 0",
 		"200000-200009:no-": "no such group",
 	} {
-		if _, err := executor.ParseUIDRange(in); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--run-as-range") {
-			t.Errorf("ParseUIDRange(%q) = %v, want an error naming --run-as-range that says %q", in, err, want)
+		_, err := executor.ParseUIDRange(in)
+		var fe *fielderr.Error
+		if !errors.As(err, &fe) || fe.Field != executor.FieldUIDRange || fe.Value != in || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseUIDRange(%q) = %v, want a %q field error that says %q", in, err, executor.FieldUIDRange, want)
 		}
 	}
 	g, err := executor.ParseUIDRange("200000-200009:65534")

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // RunAs is the user a job's command runs as when it is not the agent's
@@ -34,13 +36,20 @@ type RunAs struct {
 	Private bool
 }
 
+// Fields of the errors LookupRunAs and ParseUIDRange return
+// (*fielderr.Error): the agent's command layer names its flags for them.
+const (
+	FieldRunAs    = "job user"
+	FieldUIDRange = "job uid range"
+)
+
 // LookupRunAs resolves USER, UID, USER:GROUP or UID:GID. A user the
 // database knows brings its primary group and supplementary groups; a
 // group given after the colon replaces the primary one.
 func LookupRunAs(s string) (*RunAs, error) {
 	userPart, groupPart, hasGroup := strings.Cut(s, ":")
 	if userPart == "" || (hasGroup && groupPart == "") {
-		return nil, fmt.Errorf("--run-as %q: want USER, UID, USER:GROUP or UID:GID", s)
+		return nil, fielderr.New(FieldRunAs, s, "want USER, UID, USER:GROUP or UID:GID")
 	}
 	r := &RunAs{Spec: s}
 	u, err := lookupUser(userPart)
@@ -61,26 +70,26 @@ func LookupRunAs(s string) (*RunAs, error) {
 		// without it): its group must be given.
 		n, perr := strconv.ParseUint(userPart, 10, 32)
 		if perr != nil {
-			return nil, fmt.Errorf("--run-as %q: uid %s is out of range", s, userPart)
+			return nil, fielderr.New(FieldRunAs, s, "uid %s is out of range", userPart)
 		}
 		if !hasGroup {
-			return nil, fmt.Errorf("--run-as %q: uid %s is not in the user database, so its group is unknown: give it as UID:GID", s, userPart)
+			return nil, fielderr.New(FieldRunAs, s, "uid %s is not in the user database, so its group is unknown: give it as UID:GID", userPart)
 		}
 		r.UID = uint32(n)
 	default:
-		return nil, fmt.Errorf("--run-as %q: no such user (%v); create it (useradd --system --no-create-home gpupass-job) or give a numeric UID:GID", s, err)
+		return nil, fielderr.New(FieldRunAs, s, "no such user (%v); create it (useradd --system --no-create-home gpupass-job) or give a numeric UID:GID", err)
 	}
 	if hasGroup {
 		gid, err := lookupGroup(groupPart)
 		if err != nil {
-			return nil, fmt.Errorf("--run-as %q: %w", s, err)
+			return nil, fielderr.New(FieldRunAs, s, "%w", err)
 		}
 		r.GID = gid
 		// The primary group of the user database no longer applies;
 		// its supplementary groups still do.
 	}
 	if r.UID == 0 {
-		return nil, fmt.Errorf("--run-as %q is root: jobs would read the agent's identity key; name an unprivileged user", s)
+		return nil, fielderr.New(FieldRunAs, s, "is root: jobs would read the agent's identity key; name an unprivileged user")
 	}
 	return r, nil
 }

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -52,8 +54,12 @@ func TestLookupRunAs(t *testing.T) {
 		"nobody:":                  "want USER, UID",
 		"99999999999:1":            "out of range",
 	} {
-		if _, err := executor.LookupRunAs(in); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--run-as") {
-			t.Errorf("LookupRunAs(%q) = %v, want an error naming --run-as that says %q", in, err, want)
+		// In the executor's terms: the agent's command layer names
+		// the flag.
+		_, err := executor.LookupRunAs(in)
+		var fe *fielderr.Error
+		if !errors.As(err, &fe) || fe.Field != executor.FieldRunAs || fe.Value != in || !strings.Contains(err.Error(), want) {
+			t.Errorf("LookupRunAs(%q) = %v, want a %q field error that says %q", in, err, executor.FieldRunAs, want)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // UIDRange hands every run a uid of its own from --run-as-range. With one
@@ -35,7 +37,7 @@ type UIDRange struct {
 	held, spoiled map[uint32]bool
 }
 
-// MaxUIDRange bounds --run-as-range; one run at a time needs few uids,
+// MaxUIDRange bounds a job uid range; one run at a time needs few uids,
 // and a huge range is more likely a typo that overlaps real users.
 const MaxUIDRange = 1 << 20
 
@@ -46,28 +48,28 @@ func ParseUIDRange(s string) (*UIDRange, error) {
 	rng, group, hasGroup := strings.Cut(s, ":")
 	a, b, ok := strings.Cut(rng, "-")
 	if !ok || !isNumeric(a) || !isNumeric(b) || (hasGroup && group == "") {
-		return nil, fmt.Errorf("--run-as-range %q: want FIRST-LAST or FIRST-LAST:GROUP, e.g. 200000-200999", s)
+		return nil, fielderr.New(FieldUIDRange, s, "want FIRST-LAST or FIRST-LAST:GROUP, e.g. 200000-200999")
 	}
 	first, err1 := strconv.ParseUint(a, 10, 32)
 	last, err2 := strconv.ParseUint(b, 10, 32)
 	switch {
 	case err1 != nil || err2 != nil || last >= 1<<32-1:
-		return nil, fmt.Errorf("--run-as-range %q: a uid is out of range", s)
+		return nil, fielderr.New(FieldUIDRange, s, "a uid is out of range")
 	case first == 0:
-		return nil, fmt.Errorf("--run-as-range %q includes uid 0 (root): jobs would read the agent's identity key; start the range above every real user, e.g. 200000-200999", s)
+		return nil, fielderr.New(FieldUIDRange, s, "includes uid 0 (root): jobs would read the agent's identity key; start the range above every real user, e.g. 200000-200999")
 	case last <= first:
-		return nil, fmt.Errorf("--run-as-range %q: LAST must be above FIRST (two uids at least, so a run never gets the uid of the run before it)", s)
+		return nil, fielderr.New(FieldUIDRange, s, "LAST must be above FIRST (two uids at least, so a run never gets the uid of the run before it)")
 	case last-first+1 > MaxUIDRange:
-		return nil, fmt.Errorf("--run-as-range %q holds %d uids, more than %d: give a smaller range", s, last-first+1, MaxUIDRange)
+		return nil, fielderr.New(FieldUIDRange, s, "holds %d uids, more than %d: give a smaller range", last-first+1, MaxUIDRange)
 	}
 	r := &UIDRange{Spec: s, First: uint32(first), Last: uint32(last), next: uint32(first), held: map[uint32]bool{}, spoiled: map[uint32]bool{}}
 	if hasGroup {
 		gid, err := lookupGroup(group)
 		if err != nil {
-			return nil, fmt.Errorf("--run-as-range %q: %w", s, err)
+			return nil, fielderr.New(FieldUIDRange, s, "%w", err)
 		}
 		if gid == 0 {
-			return nil, fmt.Errorf("--run-as-range %q: group 0 (root) would give jobs root's group files; name another group", s)
+			return nil, fielderr.New(FieldUIDRange, s, "group 0 (root) would give jobs root's group files; name another group")
 		}
 		r.GID, r.hasGID = gid, true
 	}
@@ -98,7 +100,7 @@ func (r *UIDRange) Sample() *RunAs { return r.runAs(r.First) }
 func (r *UIDRange) Acquire() (*RunAs, error) {
 	busy, err := procUIDs()
 	if err != nil {
-		return nil, fmt.Errorf("--run-as-range %s: finding uids in use: %w", r.Spec, err)
+		return nil, fielderr.New(FieldUIDRange, r.Spec, "finding uids in use: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -116,7 +118,7 @@ func (r *UIDRange) Acquire() (*RunAs, error) {
 		r.held[uid] = true
 		return r.runAs(uid), nil
 	}
-	return nil, fmt.Errorf("--run-as-range %s: %w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", r.Spec, ErrNoFreeUID, n)
+	return nil, fielderr.New(FieldUIDRange, r.Spec, "%w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", ErrNoFreeUID, n)
 }
 
 // Reap kills the processes that hold a uid of the range: an earlier
@@ -126,7 +128,7 @@ func (r *UIDRange) Acquire() (*RunAs, error) {
 func (r *UIDRange) Reap(timeout time.Duration) error {
 	busy, err := procUIDs()
 	if err != nil {
-		return fmt.Errorf("--run-as-range %s: finding uids in use: %w", r.Spec, err)
+		return fielderr.New(FieldUIDRange, r.Spec, "finding uids in use: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
 	var errs []error

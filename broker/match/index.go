@@ -366,7 +366,7 @@ func (ix *Index) Match(q Query) Verdicts {
 				if region := ix.names[reg]; !MatchRegion(q.Regions, region) {
 					m.inFilter[reg] = 2
 					m.filter[reg] = m.add(Reason{Code: CodeRegionFilter, Field: "region", Expected: filter, Measured: region,
-						Message: fmt.Sprintf("region %s is not in --region %s", region, filter)})
+						Message: fmt.Sprintf("region %s is not among the requested regions %s", region, filter)})
 				}
 			}
 			if m.inFilter[reg] == 2 {
@@ -395,14 +395,14 @@ func (ix *Index) Match(q Query) Verdicts {
 			rs = append(rs, m.byVal(CodePriceAboveMax, p, func() Reason {
 				got := num(p)
 				return Reason{Code: CodePriceAboveMax, Field: "price_per_hour", Expected: "<= " + maxPrice, Measured: got,
-					Message: "price " + got + "/h is above --max-price " + maxPrice + "/h"}
+					Message: "price " + got + "/h is above the maximum price " + maxPrice + "/h"}
 			}))
 		}
 		if s := v.Score.Score; q.Spec != nil && s < q.MinScore {
 			rs = append(rs, m.byVal(CodeScoreBelow, s, func() Reason {
 				got := num(s)
 				return Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + minScore, Measured: got,
-					Message: "health score " + got + " is below --min-health-score " + minScore}
+					Message: "health score " + got + " is below the minimum health score " + minScore}
 			}))
 		}
 		if len(rs) > 0 {

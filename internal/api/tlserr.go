@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // TrustCA returns a TLS client configuration that trusts the system roots
@@ -18,17 +20,21 @@ func TrustCA(caFile string) (*tls.Config, error) {
 	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("reading --tls-ca: %w", err)
+		return nil, fielderr.New(FieldCA, caFile, "%w", err)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", caFile)
+		return nil, fielderr.New(FieldCA, caFile, "no PEM certificate in it")
 	}
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
+
+// FieldCA is the field of TrustCA's errors (*fielderr.Error): a PEM
+// file of extra CAs to trust for an https broker URL.
+const FieldCA = "broker CA file"
 
 // UntrustedCertError is returned (inside the RPC error) when the broker's
 // TLS certificate does not verify. Retrying cannot fix it: a client stops
@@ -36,12 +42,18 @@ func TrustCA(caFile string) (*tls.Config, error) {
 type UntrustedCertError struct{ Err error }
 
 func (e *UntrustedCertError) Error() string {
-	return fmt.Sprintf("the broker's TLS certificate is not trusted (%v): pass --tls-ca FILE with the PEM certificate of the CA "+
-		"that signed it (the broker's own certificate if it is self-signed), or add that CA to the system trust store "+
-		"(Debian: copy it to /usr/local/share/ca-certificates/ and run update-ca-certificates)", e.Err)
+	return fmt.Sprintf("the broker's TLS certificate is not trusted (%v); %s", e.Err, e.fix())
 }
 
-func (e *UntrustedCertError) Unwrap() error { return e.Err }
+// fix is how to trust the certificate, as a field error so that the
+// command layer names its flag for the CA file (it is in Unwrap's tree).
+func (e *UntrustedCertError) fix() *fielderr.Error {
+	return &fielderr.Error{Field: FieldCA, Problem: "is how to trust it: the PEM certificate of the CA " +
+		"that signed it (the broker's own certificate if it is self-signed); or add that CA to the system trust store " +
+		"(Debian: copy it to /usr/local/share/ca-certificates/ and run update-ca-certificates)"}
+}
+
+func (e *UntrustedCertError) Unwrap() []error { return []error{e.Err, e.fix()} }
 
 // UntrustedCert returns the certificate verification failure inside err,
 // if that is what err is.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 func layerNames(res *Result) []string {
@@ -440,7 +441,8 @@ func TestKeys(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("private key mode %04o, want 0600", fi.Mode().Perm())
 	}
-	if _, _, err := WriteKeyPair(filepath.Join(dir, "k"), []byte("pw"), false); err == nil || !strings.Contains(err.Error(), "--force") {
+	var fe *fielderr.Error
+	if _, _, err := WriteKeyPair(filepath.Join(dir, "k"), []byte("pw"), false); !errors.As(err, &fe) || fe.Field != FieldForce || !strings.Contains(err.Error(), "already exists") {
 		t.Errorf("overwrite without force: %v", err)
 	}
 	keyPEM, _ := os.ReadFile(keyPath)

@@ -16,6 +16,7 @@ import (
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
@@ -83,7 +84,7 @@ func LoadPrivateKey(ref KeyRef, password []byte, getenv func(string) string, log
 	case cosign.ECPrivateKeyPemType:
 		key, err = x509.ParseECPrivateKey(block.Bytes)
 	case "PUBLIC KEY":
-		return nil, fmt.Errorf("key %s is a public key: --key wants the private key (cosign.key) to sign", ref)
+		return nil, fielderr.New(FieldKey, string(ref), "is a public key: signing takes the private key (cosign.key)")
 	default:
 		return nil, fmt.Errorf("key %s: unsupported PEM type %q: want %q", ref, block.Type, cosign.SigstorePrivateKeyPemType)
 	}
@@ -135,7 +136,7 @@ func WriteKeyPair(prefix string, password []byte, force bool) (keyPath, pubPath 
 	if !force {
 		for _, p := range []string{keyPath, pubPath} {
 			if _, err := os.Stat(p); err == nil {
-				return "", "", fmt.Errorf("%s already exists: pass --force to replace it", p)
+				return "", "", fielderr.New(FieldForce, p, "already exists: replace it only on purpose (reports signed with the old key no longer verify with the new one)")
 			}
 		}
 	}

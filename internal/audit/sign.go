@@ -20,6 +20,8 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/sign"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // Signer signs audit content as sigstore bundles (the format `cosign
@@ -67,13 +69,22 @@ type Decision struct {
 	Offline bool
 }
 
+// Fields of the signing errors (*fielderr.Error): the command layer names
+// its flags or inputs for them.
+const (
+	FieldKey     = "signing key"
+	FieldKeyless = "keyless signing"
+	// FieldForce is the overwrite WriteKeyPair refuses without force.
+	FieldForce = "key pair"
+)
+
 // Decide picks key or keyless signing. A key always wins and signs
 // offline (unless TlogUpload). Without a key, a CI OIDC token (GitLab
 // SIGSTORE_ID_TOKEN, GitHub's id-token endpoint) selects keyless signing
 // through Fulcio and Rekor; without either there is nothing to sign with.
 func Decide(cfg SignConfig, getenv func(string) string) (Decision, error) {
 	if cfg.KeyRef != "" && cfg.Keyless {
-		return Decision{}, errors.New("--key and --keyless exclude each other: pick one")
+		return Decision{}, &fielderr.Error{Field: FieldKey, Problem: "and {keyless signing} exclude each other: pick one"}
 	}
 	if cfg.KeyRef != "" {
 		return Decision{Mode: ModeKey, Offline: !cfg.TlogUpload}, nil
@@ -89,9 +100,9 @@ func Decide(cfg SignConfig, getenv func(string) string) (Decision, error) {
 		return Decision{Mode: ModeKeyless, TokenSource: src}, nil
 	}
 	if cfg.Keyless {
-		return Decision{}, errors.New("--keyless needs a CI OIDC token: in GitHub Actions grant `permissions: id-token: write`; in GitLab declare `id_tokens: SIGSTORE_ID_TOKEN: aud: sigstore`")
+		return Decision{}, &fielderr.Error{Field: FieldKeyless, Problem: "needs a CI OIDC token: in GitHub Actions grant `permissions: id-token: write`; in GitLab declare `id_tokens: SIGSTORE_ID_TOKEN: aud: sigstore`"}
 	}
-	return Decision{}, errors.New("no signing key: pass --key cosign.key (make one with `gpupass audit keygen`), or run in CI with an OIDC token to sign keyless")
+	return Decision{}, &fielderr.Error{Field: FieldKey, Problem: "is required: a cosign.key (make one with `gpupass audit keygen`), or run in CI with an OIDC token to sign keyless"}
 }
 
 // IDToken returns the OIDC token for keyless signing from the source

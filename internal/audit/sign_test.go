@@ -27,7 +27,7 @@ func TestDecide(t *testing.T) {
 		{"gitlab token selects keyless", SignConfig{}, gl, Decision{Mode: ModeKeyless, TokenSource: TokenEnv}, ""},
 		{"github id-token selects keyless", SignConfig{}, gh, Decision{Mode: ModeKeyless, TokenSource: "github-actions"}, ""},
 		{"explicit keyless on github", SignConfig{Keyless: true}, gh, Decision{Mode: ModeKeyless, TokenSource: "github-actions"}, ""},
-		{"github without the request token", SignConfig{}, map[string]string{GitHubTokenURLEnv: "http://127.0.0.1/t"}, Decision{}, "no signing key"},
+		{"github without the request token", SignConfig{}, map[string]string{GitHubTokenURLEnv: "http://127.0.0.1/t"}, Decision{}, "signing key is required"},
 		{"keyless without a token", SignConfig{Keyless: true}, nil, Decision{}, "id-token: write"},
 		{"nothing to sign with", SignConfig{}, nil, Decision{}, "gpupass audit keygen"},
 		{"key and keyless", SignConfig{KeyRef: "k", Keyless: true}, gl, Decision{}, "exclude each other"},

@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // PushOptions configure Push.
@@ -60,6 +62,10 @@ type PushResult struct {
 // manifest — and so the tag — goes last, only once every wheel passed and
 // every blob is in the registry, so a tag never points to a partial or
 // broken bundle. Bad wheels come back as a *WheelhouseError.
+// FieldMountFrom is the field of the errors about the repository blobs
+// are mounted from (*fielderr.Error).
+const FieldMountFrom = "mount source"
+
 func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushResult, error) {
 	log := orDiscard(o.Logger)
 	prog := orNop(o.Progress)
@@ -82,10 +88,10 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 		}
 		mountFrom, err = name.NewRepository(o.MountFrom, opts...)
 		if err != nil {
-			return PushResult{}, fmt.Errorf("--mount-from %q: %w", o.MountFrom, err)
+			return PushResult{}, fielderr.New(FieldMountFrom, o.MountFrom, "%w", err)
 		}
 		if mountFrom.RegistryStr() != r.Context().RegistryStr() {
-			return PushResult{}, fmt.Errorf("--mount-from %s: blobs mount only within one registry (%s)", o.MountFrom, r.Context().RegistryStr())
+			return PushResult{}, fielderr.New(FieldMountFrom, o.MountFrom, "blobs mount only within one registry (%s)", r.Context().RegistryStr())
 		}
 	}
 

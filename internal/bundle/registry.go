@@ -19,6 +19,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // RegistryOptions say how to reach and authenticate to the registry.
@@ -54,6 +56,21 @@ type RegistryOptions struct {
 
 // DefaultTimeout is the default HeaderTimeout and IdleTimeout.
 const DefaultTimeout = 30 * time.Second
+
+// Fields of Validate's error (*fielderr.Error).
+const (
+	FieldUsername = "registry username"
+	FieldPassword = "registry password"
+)
+
+// Validate checks that credentials come as a pair: a user name alone
+// would fall back to anonymous pulls and fail later, less clearly.
+func (o RegistryOptions) Validate() error {
+	if (o.Username == "") != (o.Password == "") {
+		return &fielderr.Error{Field: FieldUsername, Problem: "and {" + FieldPassword + "} go together: give both or neither"}
+	}
+	return nil
+}
 
 func (o RegistryOptions) timeouts() (header, idle time.Duration) {
 	header, idle = o.HeaderTimeout, o.IdleTimeout
@@ -135,7 +152,7 @@ func (o RegistryOptions) remoteOptions(ctx context.Context) []remote.Option {
 
 // tlsOnly upgrades every plain-HTTP request to HTTPS. go-containerregistry
 // speaks plain HTTP to loopback and private addresses on its own; gpupass
-// wants TLS unless --plain-http says otherwise, so a wheel bundle is never
+// wants TLS unless PlainHTTP says otherwise, so a wheel bundle is never
 // fetched in the clear by accident.
 type tlsOnly struct{ next http.RoundTripper }
 
@@ -338,7 +355,7 @@ type TimeoutError struct {
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("registry %s sent no %s within %s (is it overloaded, or not a registry? raise --registry-timeout for a slow one)", e.Registry, e.What, e.After)
+	return fmt.Sprintf("registry %s sent no %s within %s (is it overloaded, or not a registry? raise the registry timeout for a slow one)", e.Registry, e.What, e.After)
 }
 
 func (d deadlines) RoundTrip(req *http.Request) (*http.Response, error) {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // Behavior says what to do with an existing sticky comment.
@@ -25,13 +27,16 @@ const (
 	DeleteAndNew Behavior = "delete-and-new" // delete older ones, then add
 )
 
-// ParseBehavior validates a --comment-behavior value.
+// FieldBehavior is the field of ParseBehavior's error (*fielderr.Error).
+const FieldBehavior = "comment behavior"
+
+// ParseBehavior validates a comment behavior.
 func ParseBehavior(s string) (Behavior, error) {
 	switch b := Behavior(s); b {
 	case Update, New, DeleteAndNew:
 		return b, nil
 	}
-	return "", fmt.Errorf("--comment-behavior %q: must be update, new or delete-and-new", s)
+	return "", fielderr.New(FieldBehavior, s, "must be update, new or delete-and-new")
 }
 
 // Meta identifies a report: its tag (one sticky comment per tag) and the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // lossColumns are tried in order when no metric is named.
@@ -86,7 +87,7 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 	}
 	valCol, ok := col[metric]
 	if !ok {
-		return nil, fmt.Errorf("%s: no column %q (columns: %s); choose one with --metric", source, metric, strings.Join(header, ","))
+		return nil, fielderr.New(FieldMetric, metric, "%s has no such column (columns: %s); choose one of them", source, strings.Join(header, ","))
 	}
 	timeCol := -1
 	for _, n := range []string{"time", "timestamp", "ts", "wall_time"} {

@@ -105,6 +105,10 @@ func (p Problems) String() string {
 	return s
 }
 
+// FieldMetric is the field of the errors about which metric to read
+// (*fielderr.Error): the command layer names its flag.
+const FieldMetric = "metric"
+
 // EmptyError says a series ended up with no points. It is the one input
 // problem that is fatal.
 type EmptyError struct {
@@ -121,7 +125,7 @@ func (e *EmptyError) Error() string {
 	if e.Problems.Count > 0 {
 		msg += "; " + e.Problems.String()
 	}
-	return msg + "; check the file format and pick the metric with --metric"
+	return msg + "; check the file format and the metric to read"
 }
 
 // Normalize sorts the points by step, keeps the last logged value of a

@@ -133,7 +133,7 @@ func TestReadErrors(t *testing.T) {
 		{"empty", write("empty.jsonl", ""), Options{}, "no loss values found"},
 		{"all bad", write("bad.jsonl", "{\n{\"step\":1\nxx\n"), Options{}, "3 malformed (line 1:"},
 		{"no step column", filepath.Join("testdata", "nostep.csv"), Options{}, `header has no "step" column`},
-		{"unknown column", filepath.Join("testdata", "metrics.csv"), Options{Metric: "acc"}, `no column "acc"`},
+		{"unknown column", filepath.Join("testdata", "metrics.csv"), Options{Metric: "acc"}, `metric "acc": testdata/metrics.csv has no such column`},
 		{"dir without events", dir, Options{}, "without TensorBoard event files"},
 		{"long line", write("long.jsonl", strings.Repeat("x", maxLine+10)+"\n"), Options{}, "line 1: line longer than 1 MiB"},
 		{"bad ts", write("ts.jsonl", `{"step":1,"loss":1,"ts":"yesterday"}`), Options{}, "neither RFC 3339"},

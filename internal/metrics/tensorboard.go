@@ -11,6 +11,8 @@ import (
 	"sort"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // TensorBoard event files are TFRecord streams of Event protos. The
@@ -105,7 +107,7 @@ func (st *tbState) series(source string, opt Options, probs Problems) (*Series, 
 		if metric == "" && len(st.order) > 0 {
 			sorted := append([]string(nil), st.order...)
 			sort.Strings(sorted)
-			return nil, fmt.Errorf("%s: no loss tag among %v; choose one with --metric", source, sorted)
+			return nil, &fielderr.Error{Field: FieldMetric, Problem: fmt.Sprintf("is required for %s: it has no loss tag among %v; choose one of them", source, sorted)}
 		}
 		return nil, e
 	}

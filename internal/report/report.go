@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/metrics"
 )
 
@@ -31,6 +32,10 @@ type Tolerance struct {
 	HasAbs bool    `json:"-"`
 	HasRel bool    `json:"-"`
 }
+
+// FieldLabel is the field of Build's label errors (*fielderr.Error):
+// the command layer names the flag or input that labels runs.
+const FieldLabel = "label"
 
 // DefaultTolerance is used when none is given: 5% relative.
 var DefaultTolerance = Tolerance{Rel: 0.05, HasRel: true}
@@ -228,10 +233,10 @@ func Build(series []*metrics.Series, tol Tolerance) (*Report, error) {
 	seen := map[string]string{}
 	for _, s := range series {
 		if s.Label == "" {
-			return nil, fmt.Errorf("run from %s has no label; set one with --label NAME=%s", s.Source, s.Source)
+			return nil, &fielderr.Error{Field: FieldLabel, Problem: fmt.Sprintf("the run from %s has none; name it as NAME=%s", s.Source, s.Source)}
 		}
 		if prev, ok := seen[s.Label]; ok {
-			return nil, fmt.Errorf("duplicate label %q for %s and %s; give each run its own with --label NAME=INPUT", s.Label, prev, s.Source)
+			return nil, fielderr.New(FieldLabel, s.Label, "names both %s and %s; give each run its own, NAME=INPUT", prev, s.Source)
 		}
 		seen[s.Label] = s.Source
 	}

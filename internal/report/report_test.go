@@ -166,8 +166,8 @@ func TestBuildErrors(t *testing.T) {
 		want   string
 	}{
 		{"none", nil, "no runs to compare"},
-		{"duplicate", []*metrics.Series{curve("us", 10, 20, 0), curve("us", 10, 20, 0)}, `duplicate label "us" for us.jsonl and us.jsonl`},
-		{"unlabelled", []*metrics.Series{{Source: "x.csv"}}, "run from x.csv has no label"},
+		{"duplicate", []*metrics.Series{curve("us", 10, 20, 0), curve("us", 10, 20, 0)}, `label "us": names both us.jsonl and us.jsonl`},
+		{"unlabelled", []*metrics.Series{{Source: "x.csv"}}, "label: the run from x.csv has none"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,7 +3,7 @@
 // wheelhouse, and verify a wheelhouse on disk. Each takes typed options
 // and returns a typed result with a Render beside it; the gpupass command
 // and `ci step` both call them. It imports no cobra and names no flag:
-// bad options are *inputerr.Error naming the Options field.
+// bad options are *fielderr.Error naming the Options field.
 package bundle
 
 import (
@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/gpupass/gpupass/internal/bundle"
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/wheel"
 )
@@ -81,7 +81,7 @@ func (t Target) wheelTarget(s *loadedSpec) (wheel.Target, error) {
 		py = s.python
 	}
 	if py == "" {
-		return wheel.Target{}, &inputerr.Error{Field: "Python", Err: fmt.Errorf("spec %s: runtime.python is empty; set it in the spec or name the python version", t.Spec)}
+		return wheel.Target{}, &fielderr.Error{Field: "Python", Err: fmt.Errorf("spec %s: runtime.python is empty; set it in the spec or name the python version", t.Spec)}
 	}
 	arch, glibc := t.Arch, t.GLIBC
 	if arch == "" {

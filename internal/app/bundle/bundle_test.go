@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
-// TestOptionErrorsNameFields checks that bad options are *inputerr.Error
+// TestOptionErrorsNameFields checks that bad options are *fielderr.Error
 // naming the Options field, so the CLI and `ci step` can each name their
 // own flag or input.
 func TestOptionErrorsNameFields(t *testing.T) {
@@ -40,7 +40,7 @@ func TestOptionErrorsNameFields(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			err := tc.run()
-			var ie *inputerr.Error
+			var ie *fielderr.Error
 			if !errors.As(err, &ie) || ie.Field != tc.wantField {
 				t.Fatalf("err %v, want an input error for %s", err, tc.wantField)
 			}

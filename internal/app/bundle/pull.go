@@ -9,7 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/gpupass/gpupass/internal/bundle"
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // PullOptions say which bundle to pull where.
@@ -33,7 +33,7 @@ type PullOptions struct {
 // finding (exit code 1) wrapping bundle.ErrVerification.
 func Pull(ctx context.Context, o PullOptions) (*bundle.PullResult, error) {
 	if o.To == "" {
-		return nil, inputerr.Missing("To", "the directory to write the wheelhouse to")
+		return nil, &fielderr.Error{Field: "To", Problem: "is required: " + "the directory to write the wheelhouse to"}
 	}
 	popts := bundle.PullOptions{Registry: o.Registry, Logger: o.Logger, Sync: o.Fsync, VerifyRecord: o.VerifyRecord}
 	var prog *bundle.TextProgress

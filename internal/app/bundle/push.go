@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/exitcode"
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // PushOptions say what to push where.
@@ -62,7 +62,7 @@ func Push(ctx context.Context, o PushOptions) (*PushResult, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if o.Wheelhouse == "" {
-		return nil, inputerr.Missing("Wheelhouse", "the directory of .whl files to push")
+		return nil, &fielderr.Error{Field: "Wheelhouse", Problem: "is required: " + "the directory of .whl files to push"}
 	}
 	s, err := o.Target.load()
 	if err != nil {

@@ -4,7 +4,7 @@
 // report to the forge of the CI it runs in. It returns a typed Result;
 // rendering it (markdown or JSON) is Render's job, choosing the exit code
 // the caller's (Result.Divergence). No cobra, no flag names: bad options
-// are *inputerr.Error naming the Options field.
+// are *fielderr.Error naming the Options field.
 package compare
 
 import (
@@ -20,9 +20,9 @@ import (
 	"sync"
 
 	"github.com/gpupass/gpupass/internal/exitcode"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
 	"github.com/gpupass/gpupass/internal/fsutil"
-	"github.com/gpupass/gpupass/internal/inputerr"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
 )
@@ -71,7 +71,7 @@ func ParsePostMode(s string) (PostMode, error) {
 	case PostAuto, PostGitHub, PostGitLab, PostNone:
 		return m, nil
 	}
-	return "", inputerr.New("Post", s, "must be auto, github, gitlab or none")
+	return "", fielderr.New("Post", s, "must be auto, github, gitlab or none")
 }
 
 // Options say what to compare and where the report goes.

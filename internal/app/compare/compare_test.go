@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/exitcode"
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
 )
@@ -117,7 +117,7 @@ func (f fakeSource) Metrics(_ context.Context, id, _ string) (*metrics.Series, e
 }
 
 // TestInputs checks how runs are named, priced and read, and that bad
-// options are *inputerr.Error naming the Options field (the command layer
+// options are *fielderr.Error naming the Options field (the command layer
 // renames it to the flag or input the user gave).
 func TestInputs(t *testing.T) {
 	t.Parallel()
@@ -132,7 +132,7 @@ func TestInputs(t *testing.T) {
 		name       string
 		o          Options
 		wantLabels []string
-		wantField  string // of an *inputerr.Error
+		wantField  string // of an *fielderr.Error
 		wantErr    string
 	}{
 		{"files named by stem", Options{Runs: refs(us, eu)}, []string{"us", "eu"}, "", ""},
@@ -152,7 +152,7 @@ func TestInputs(t *testing.T) {
 			tc.o.Tolerance = tolerance(t, "5%")
 			res, err := Run(context.Background(), tc.o)
 			if tc.wantErr != "" {
-				var ie *inputerr.Error
+				var ie *fielderr.Error
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || (tc.wantField != "") != errors.As(err, &ie) || (ie != nil && ie.Field != tc.wantField) {
 					t.Fatalf("err %v, want %q (input error field %q)", err, tc.wantErr, tc.wantField)
 				}

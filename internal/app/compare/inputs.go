@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/metrics"
 )
 
@@ -26,7 +26,7 @@ func resolveInputs(runs []Input, prices []Price) ([]input, error) {
 	named := map[string]bool{}
 	for _, r := range runs {
 		if r.Ref == "" {
-			return nil, inputerr.New("Runs", r.Name+"=", "no file or allocation id")
+			return nil, fielderr.New("Runs", r.Name+"=", "no file or allocation id")
 		}
 		i, ok := index[r.Ref]
 		if !ok {
@@ -38,7 +38,7 @@ func resolveInputs(runs []Input, prices []Price) ([]input, error) {
 			continue
 		}
 		if named[r.Name] {
-			return nil, inputerr.New("Runs", r.Name+"="+r.Ref, "the name %q is given twice; each run needs its own", r.Name)
+			return nil, fielderr.New("Runs", r.Name+"="+r.Ref, "the name %q is given twice; each run needs its own", r.Name)
 		}
 		named[r.Name] = true
 		ins[i].label = r.Name
@@ -48,7 +48,7 @@ func resolveInputs(runs []Input, prices []Price) ([]input, error) {
 	}
 	for _, p := range prices {
 		if p.PerHour < 0 {
-			return nil, inputerr.New("Prices", p.Name, "a price must not be negative")
+			return nil, fielderr.New("Prices", p.Name, "a price must not be negative")
 		}
 		found := false
 		for i := range ins {
@@ -57,7 +57,7 @@ func resolveInputs(runs []Input, prices []Price) ([]input, error) {
 			}
 		}
 		if !found {
-			return nil, inputerr.New("Prices", p.Name, "no run named %q", p.Name)
+			return nil, fielderr.New("Prices", p.Name, "no run named %q", p.Name)
 		}
 	}
 	return ins, nil

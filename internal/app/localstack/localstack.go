@@ -3,7 +3,7 @@
 // several regions, run as child processes, supervised (a crashed child is
 // started again on the same state) and stopped in order (agents, then the
 // broker). It writes the config other commands read to find the broker.
-// No cobra, no flag names: bad options are *inputerr.Error naming the
+// No cobra, no flag names: bad options are *fielderr.Error naming the
 // Options field; printing where the stack is, is the caller's job.
 package localstack
 
@@ -26,8 +26,8 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/fsutil"
-	"github.com/gpupass/gpupass/internal/inputerr"
 )
 
 // Options describe the stack.
@@ -113,10 +113,10 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		o.StateDir = DefaultStateDir(os.Getenv)
 	}
 	if len(o.Regions) == 0 {
-		return nil, inputerr.Missing("Regions", "give at least one region, e.g. us-west-2")
+		return nil, &fielderr.Error{Field: "Regions", Problem: "is required: " + "give at least one region, e.g. us-west-2"}
 	}
 	if o.AgentsPerRegion < 1 || o.AgentsPerRegion > 16 {
-		return nil, inputerr.New("AgentsPerRegion", fmt.Sprint(o.AgentsPerRegion), "must be between 1 and 16")
+		return nil, fielderr.New("AgentsPerRegion", fmt.Sprint(o.AgentsPerRegion), "must be between 1 and 16")
 	}
 	if o.Python == "" {
 		o.Python = "/usr/bin/python3"
@@ -137,7 +137,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	dir, err := filepath.Abs(o.StateDir)
 	if err != nil {
-		return nil, &inputerr.Error{Field: "StateDir", Value: o.StateDir, Err: err}
+		return nil, &fielderr.Error{Field: "StateDir", Value: o.StateDir, Err: err}
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "logs"), filepath.Join(dir, "agents")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -207,7 +207,7 @@ func AgentArgs(o Options, brokerURL, region, name, dir string) ([]string, error)
 	if o.Executor == "slurm" && o.Slurm != nil {
 		shared := filepath.Join(o.Slurm.SharedDir, "up-"+region)
 		if err := os.MkdirAll(shared, 0o755); err != nil {
-			return nil, &inputerr.Error{Field: "SlurmSharedDir", Err: err}
+			return nil, &fielderr.Error{Field: "SlurmSharedDir", Err: err}
 		}
 		args = append(args, "--executor", "slurm", "--slurm-shared-dir", shared)
 		for _, p := range o.Slurm.Partitions {
@@ -361,14 +361,14 @@ func upTokens(ctx context.Context, brokerBin, db, dir string) (*upTokenFile, err
 func listenAddr(listen string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		return "", inputerr.New("Listen", listen, "want HOST:PORT, e.g. 127.0.0.1:7070")
+		return "", fielderr.New("Listen", listen, "want HOST:PORT, e.g. 127.0.0.1:7070")
 	}
 	if port != "0" {
 		return listen, nil
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return "", &inputerr.Error{Field: "Listen", Value: listen, Err: err}
+		return "", &fielderr.Error{Field: "Listen", Value: listen, Err: err}
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil

@@ -3,7 +3,7 @@
 // did not succeed (Result.Err). The gpupass command and `ci step` both
 // call it and render the typed Result (WriteTable, runview's JSON, the
 // CI step's outputs). No cobra, no flag names: bad options are
-// *inputerr.Error naming the Options field.
+// *fielderr.Error naming the Options field.
 package train
 
 import (
@@ -29,7 +29,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/exitcode"
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/gpupass/gpupass/internal/workdir"
@@ -77,29 +77,29 @@ type Result struct {
 // the caller can still hand their ids on.
 func Submit(ctx context.Context, o Options) (*Result, error) {
 	if len(o.Regions) == 0 {
-		return nil, inputerr.Missing("Regions", "no region to train in; one run per region")
+		return nil, &fielderr.Error{Field: "Regions", Problem: "is required: " + "no region to train in; one run per region"}
 	}
 	seen := map[string]bool{}
 	for _, r := range o.Regions {
 		if seen[r] {
-			return nil, inputerr.New("Regions", r, "given twice; one run per region")
+			return nil, fielderr.New("Regions", r, "given twice; one run per region")
 		}
 		seen[r] = true
 	}
 	if len(o.Command) == 0 {
-		return nil, inputerr.Missing("Command", "no command for the nodes to run")
+		return nil, &fielderr.Error{Field: "Command", Problem: "is required: " + "no command for the nodes to run"}
 	}
 	if o.MaxPrice < 0 {
-		return nil, inputerr.New("MaxPrice", fmt.Sprint(o.MaxPrice), "must not be negative")
+		return nil, fielderr.New("MaxPrice", fmt.Sprint(o.MaxPrice), "must not be negative")
 	}
 	if o.MaxRestarts < 0 {
-		return nil, inputerr.New("MaxRestarts", fmt.Sprint(o.MaxRestarts), "must not be negative")
+		return nil, fielderr.New("MaxRestarts", fmt.Sprint(o.MaxRestarts), "must not be negative")
 	}
 	specYAML, err := os.ReadFile(o.Spec)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The message validate gives for a missing spec: what to run next.
 		abs, _ := filepath.Abs(o.Spec)
-		return nil, inputerr.New("Spec", o.Spec, "no %s in %s: run `gpupass init` for a starter spec, or name another spec file", filepath.Base(abs), filepath.Dir(abs))
+		return nil, fielderr.New("Spec", o.Spec, "no %s in %s: run `gpupass init` for a starter spec, or name another spec file", filepath.Base(abs), filepath.Dir(abs))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading spec %s: %w", o.Spec, err)
@@ -107,13 +107,13 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	var archive []byte
 	if o.Workdir != "" {
 		if archive, err = workdir.Pack(o.Workdir, o.WorkdirLimits, MaxArchive); err != nil {
-			return nil, &inputerr.Error{Field: "Workdir", Value: o.Workdir, Err: err}
+			return nil, &fielderr.Error{Field: "Workdir", Value: o.Workdir, Err: err}
 		}
 	}
 	name := RunName(o.Name, specYAML, o.Getenv)
 	if o.Name != "" {
 		if err := api.CheckRunName(name); err != nil {
-			return nil, &inputerr.Error{Field: "Name", Value: o.Name, Err: err}
+			return nil, &fielderr.Error{Field: "Name", Value: o.Name, Err: err}
 		}
 	}
 	c, err := o.Dial()

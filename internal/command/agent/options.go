@@ -7,8 +7,9 @@ import (
 
 	daemon "github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
-	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/registryflags"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -16,11 +17,10 @@ import (
 // each flag reads GPUPASS_<FLAG>_FILE too. Alias marks --token.
 func init() {
 	flagenv.MarkSecret("broker-token")
-	flagenv.MarkSecret("registry-password")
 }
 
 // AddFlags registers the daemon's flags.
-func addFlags(cmd *cobra.Command, o *daemon.Options) {
+func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags) {
 	f := cmd.Flags()
 	flagenv.ListVar(f, &o.BrokerURL, "broker-url", "broker URL, http://HOST:PORT or https://HOST:PORT (required); repeat it or give a comma-separated list for several replicas of one broker: the agent moves to the next when one stops answering")
 	f.StringVar(&o.Token, "broker-token", "", "agent token the broker gave this node (gpupass-broker token create --role agent); secret: prefer GPUPASS_BROKER_TOKEN_FILE")
@@ -53,7 +53,7 @@ func addFlags(cmd *cobra.Command, o *daemon.Options) {
 	f.IntVar(&o.RunLogLinesPerSecond, "run-log-lines-per-second", executor.DefaultLinesPerSecond, "lines a run may print per second (stdout and stderr together); the rest are dropped and a WARN event counts them (-1: no limit)")
 	f.IntVar(&o.RunLogMaxMB, "run-log-max-mb", executor.DefaultMaxLogBytes>>20, "MB of log a run's output may add in all; further output is dropped after an ERROR event, and the run goes on (-1: no limit); keep it below the broker's --run-max-log-mb")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
-	addRegistryFlags(cmd, &o.Registry)
+	addRegistryFlags(cmd, reg, o)
 	addExecutorFlags(cmd, o)
 }
 
@@ -66,16 +66,15 @@ func addProbeFlags(cmd *cobra.Command, o *daemon.Options) {
 	f.IntVar(&o.ReadProbeMB, "read-probe-mb", 64, "size of the sequential read-throughput probe in MiB")
 }
 
-// AddFlags registers the registry flags (GPUPASS_REGISTRY_USERNAME,
-// GPUPASS_REGISTRY_PASSWORD or GPUPASS_REGISTRY_PASSWORD_FILE, ...).
-func addRegistryFlags(cmd *cobra.Command, r *daemon.RegistryFlags) {
+// addRegistryFlags registers the registry flags gpupass registers too
+// (registryflags.Flags: --plain-http, --registry-username, ...) and the
+// agent's --verify-record; bindRegistry hands their values to the daemon.
+func addRegistryFlags(cmd *cobra.Command, r *registryflags.Flags, o *daemon.Options) {
 	f := cmd.Flags()
-	// --plain-http, as in the gpupass CLI (and oras) that pushed the
-	// bundle; --registry-plain-http is the agent's name of before.
-	f.BoolVar(&r.PlainHTTP, "plain-http", false, "pull wheel bundles over plain HTTP (loopback test registries only; TLS otherwise)")
-	flagenv.Alias(f, "plain-http", "registry-plain-http")
-	f.StringVar(&r.Username, "registry-username", "", "wheel-bundle registry user name (default: docker config credentials)")
-	f.StringVar(&r.Password, "registry-password", "", "wheel-bundle registry password or token (secret; prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
-	f.DurationVar(&r.Timeout, "registry-timeout", bundle.DefaultTimeout, "longest wait for a registry's response headers, and longest pause in its bytes, on a bundle pull")
-	f.BoolVar(&r.VerifyRecord, "verify-record", false, "re-check every pulled wheel's zip and RECORD hashes, as push did (always done for bundles without a gpupass lock layer)")
+	r.AddFlags(f)
+	f.BoolVar(&o.VerifyRecord, "verify-record", false, "re-check every pulled wheel's zip and RECORD hashes, as push did (always done for bundles without a gpupass lock layer)")
+}
+
+func bindRegistry(r *registryflags.Flags, o *daemon.Options) {
+	o.Registry = r.Options(buildinfo.UserAgent("gpupass-agent"))
 }

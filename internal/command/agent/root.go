@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/registryflags"
 )
 
 // Exit codes, the same contract as the gpupass CLI: 0 ok, 1 findings (a
@@ -49,11 +50,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "gpupass-agent: %v\n", ee.err)
+			fmt.Fprintf(stderr, "gpupass-agent: %v\n", flagNames.Apply(ee.err))
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "gpupass-agent: %v\n", err)
+	fmt.Fprintf(stderr, "gpupass-agent: %v\n", flagNames.Apply(err))
 	return ExitUsage
 }
 
@@ -61,6 +62,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // logw.
 func NewCommand(logw io.Writer) *cobra.Command {
 	o := &daemon.Options{}
+	reg := &registryflags.Flags{}
 	var verbose bool
 	var output string
 	logger := func() *slog.Logger {
@@ -96,6 +98,7 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 			return applyEnv(cmd, os.Getenv)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			bindRegistry(reg, o)
 			if err := o.Validate(true); err != nil {
 				return err
 			}
@@ -116,7 +119,7 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug diagnostics on stderr")
-	addFlags(root, o)
+	addFlags(root, o, reg)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
 	co := &daemon.Options{}

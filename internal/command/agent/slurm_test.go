@@ -18,9 +18,9 @@ func TestSlurmFlagErrors(t *testing.T) {
 		want string
 	}{
 		{"unknown executor", []string{"--executor", "pbs"}, `--executor "pbs": use local or slurm`},
-		{"no shared dir", []string{"--executor", "slurm"}, `--slurm-shared-dir "": give an absolute directory every compute node sees`},
+		{"no shared dir", []string{"--executor", "slurm"}, `--slurm-shared-dir: give an absolute directory every compute node sees`},
 		{"relative shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "scratch"}, `--slurm-shared-dir "scratch": give an absolute directory`},
-		{"missing shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "/nonexistent/gpupass"}, "--slurm-shared-dir /nonexistent/gpupass: not a directory here"},
+		{"missing shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "/nonexistent/gpupass"}, `--slurm-shared-dir "/nonexistent/gpupass": not a directory here`},
 		{"bad per-node profile", []string{"--executor", "slurm", "--slurm-shared-dir", "/tmp", "--slurm-simulate", "n1"}, `--slurm-simulate "n1": want NODE=PROFILE`},
 	}
 	for _, tt := range tests {

@@ -94,7 +94,7 @@ Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "gpupass-broker: %v\n", err)
+		fmt.Fprintf(stderr, "gpupass-broker: %v\n", flagNames.Apply(err))
 		return exitcode.Of(err)
 	}
 	return 0

@@ -85,8 +85,22 @@ func rpcError(what, url string, err error) error {
 	if api.NoAnswer(err) {
 		return fmt.Errorf("%s at %s: no broker answers there (%s): start one with `gpupass up` (a local broker and agent) or `gpupass-broker serve`, or pass the URL of a running one with --broker-url", what, url, strings.TrimPrefix(api.Describe(err), "no answer: "))
 	}
-	return fmt.Errorf("%s at %s: %s", what, url, api.Describe(err))
+	d := &describedError{msg: fmt.Sprintf("%s at %s: %s", what, url, api.Describe(err)), errs: []error{err}}
+	if u, ok := api.UntrustedCert(err); ok {
+		d.errs = append(d.errs, u) // Describe made it: how to trust the broker
+	}
+	return d
 }
+
+// describedError is api.Describe's wording with err kept in the chain, so
+// Main still finds what it needs there (a field to name by its flag).
+type describedError struct {
+	msg  string
+	errs []error
+}
+
+func (e *describedError) Error() string   { return e.msg }
+func (e *describedError) Unwrap() []error { return e.errs }
 
 var protoJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 

@@ -15,8 +15,8 @@ import (
 	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/flagalias"
-	"github.com/gpupass/gpupass/internal/inputerr"
 )
 
 // RegistryFlags are the transport and auth flags every bundle command
@@ -90,7 +90,7 @@ func (o *TargetFlags) target() appbundle.Target {
 }
 
 // bundleFlagNames maps the use cases' option fields to the flags.
-var bundleFlagNames = map[string]string{"Wheelhouse": "--wheelhouse", "To": "--to", "Python": "--python"}
+var bundleFlagNames = fielderr.Names{"Wheelhouse": "--wheelhouse", "To": "--to", "Python": "--python"}
 
 // bundleCLIError names the flags in a bundle use case's error.
 func bundleCLIError(err error) error {
@@ -98,7 +98,7 @@ func bundleCLIError(err error) error {
 	if errors.As(err, &ie) {
 		return Findings(fmt.Errorf("%w (--allow-incomplete pushes anyway)", ie))
 	}
-	return inputerr.Rename(err, bundleFlagNames)
+	return bundleFlagNames.Apply(err)
 }
 
 func newBundleCmd(g *GlobalOptions) *cobra.Command {

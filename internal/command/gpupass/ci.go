@@ -21,8 +21,8 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/findings"
-	"github.com/gpupass/gpupass/internal/inputerr"
 	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -131,8 +131,17 @@ verdict (compare-report), bundle-digest (bundle-push), audit-path (audit).`,
 	return cmd
 }
 
-// RunCIStep runs the step named by o.Command.
-func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) error {
+// RunCIStep runs the step named by o.Command. A library's error names
+// the step's input, not the flag a CLI user would type.
+func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error) {
+	defer func() {
+		if o.Global != nil && o.Global.Audit != nil {
+			if _, extra := o.Global.Audit.FieldNames(); extra != nil {
+				err = extra.Apply(err)
+			}
+		}
+		err = ciInputNames.Apply(err)
+	}()
 	if o.Getenv == nil {
 		o.Getenv = func(string) string { return "" }
 	}
@@ -323,7 +332,7 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 	if errors.Is(runErr, compare.ErrNoSource) {
 		runErr = fmt.Errorf("%w: set the broker-url and broker-token inputs", runErr)
 	}
-	runErr = inputerr.Rename(runErr, map[string]string{"Runs": "input runs"})
+	runErr = fielderr.Names(map[string]string{"Runs": "input runs"}).Apply(runErr)
 	if res == nil {
 		return runErr // no report was built: the error says why
 	}
@@ -390,7 +399,7 @@ func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writ
 	}
 	res, err := bundlePush(ctx, p, o.RegistryRef)
 	if err != nil {
-		return inputerr.Rename(err, ciBundleInputs)
+		return ciBundleInputs.Apply(err)
 	}
 	if err := writeJSON(out, res); err != nil {
 		return err
@@ -415,13 +424,13 @@ func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
 	}
 	res, err := appbundle.Pull(ctx, appbundle.PullOptions{Ref: o.RegistryRef, To: o.Wheelhouse, Registry: ropts, Progress: o.ErrOut, Logger: o.Logger})
 	if err != nil {
-		return inputerr.Rename(err, ciBundleInputs)
+		return ciBundleInputs.Apply(err)
 	}
 	return appbundle.RenderPull(out, res, false)
 }
 
 // ciBundleInputs maps the bundle use cases' option fields to the inputs.
-var ciBundleInputs = map[string]string{"Wheelhouse": "input wheelhouse", "To": "input wheelhouse", "Python": "input spec"}
+var ciBundleInputs = fielderr.Names{"Wheelhouse": "input wheelhouse", "To": "input wheelhouse", "Python": "input spec"}
 
 // KeyFile returns a path for the cosign-key input: the file it names, or
 // a private temporary file holding the PEM it carries.

@@ -12,6 +12,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -71,7 +72,7 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 }
 
 // ciTrainInputs maps the train use case's option fields to the inputs.
-var ciTrainInputs = map[string]string{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name"}
+var ciTrainInputs = fielderr.Names{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name"}
 
 // outputSuffix turns a region into the tail of an output name: region
 // names are free-form (eu_central, ap.south-1), output names kebab-case,

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/compare"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
-	"github.com/gpupass/gpupass/internal/inputerr"
 	"github.com/gpupass/gpupass/internal/report"
 )
 
@@ -162,7 +162,7 @@ func brokerSource(b *BrokerFlags) *compare.BrokerSource {
 }
 
 // compareFlagNames maps the use case's option fields to compare's flags.
-var compareFlagNames = map[string]string{"Runs": "--label", "Prices": "--price", "Post": "--post"}
+var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post"}
 
 // options turns the flags into the use case's options.
 func (o *CompareOptions) options() (compare.Options, error) {
@@ -180,7 +180,7 @@ func (o *CompareOptions) options() (compare.Options, error) {
 	}
 	post, err := compare.ParsePostMode(o.Post)
 	if err != nil {
-		return compare.Options{}, inputerr.Rename(err, compareFlagNames)
+		return compare.Options{}, compareFlagNames.Apply(err)
 	}
 	runs, err := o.runs()
 	if err != nil {
@@ -231,5 +231,5 @@ func runCompare(ctx context.Context, o *CompareOptions) (*compare.Result, error)
 	case errors.Is(err, compare.ErrNoSource):
 		err = fmt.Errorf("%w: pass --broker-url and --broker-token, or run `gpupass up` first (or export the run's metrics to a file and pass that)", err)
 	}
-	return res, inputerr.Rename(err, compareFlagNames)
+	return res, compareFlagNames.Apply(err)
 }

@@ -78,9 +78,9 @@ func TestNodesAndDryRun(t *testing.T) {
 		{name: "dry-run bad --excluded", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--excluded", "some"},
 			code: 2},
 		{name: "dry-run nothing matches", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--max-price", "5"},
-			code: 1, contains: []string{"0 candidate(s), 3 excluded", "above --max-price 5/h"}},
+			code: 1, contains: []string{"0 candidate(s), 3 excluded", "above the maximum price 5/h"}},
 		{name: "dry-run region", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--region", "us-west-2", "--min-health-score", "50"},
-			contains: []string{"1 candidate(s), 2 excluded", "is not in --region us-west-2", "min health score 50"}},
+			contains: []string{"1 candidate(s), 2 excluded", "is not among the requested regions us-west-2", "min health score 50"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // The audit commands sign and verify with sigstore. Its packages (and
@@ -30,6 +31,9 @@ type AuditPlugin interface {
 	Command(g *GlobalOptions) *cobra.Command
 	// CIStep runs the audit or audit-verify CI step (o.Command).
 	CIStep(ctx context.Context, o *CIStepOptions, env *ci.Env, out io.Writer) error
+	// FieldNames rename the audit library's fields to the flags and the
+	// CI inputs that set them (see flagNames).
+	FieldNames() (flags, inputs fielderr.Names)
 }
 
 // Option configures Main and NewRoot.
@@ -72,6 +76,9 @@ func (f auditForwarder) Command(*GlobalOptions) *cobra.Command {
 		},
 	}
 }
+
+// FieldNames: gpupass-audit names its own fields.
+func (auditForwarder) FieldNames() (flags, inputs fielderr.Names) { return nil, nil }
 
 func (f auditForwarder) CIStep(ctx context.Context, _ *CIStepOptions, _ *ci.Env, _ io.Writer) error {
 	return f.run(ctx)

@@ -115,12 +115,18 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, opts ...Option) int {
-	root := newRoot(newRootConfig(args, stdin, stdout, stderr, opts))
+	cfg := newRootConfig(args, stdin, stdout, stderr, opts)
+	root := newRoot(cfg)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	// Libraries name the field they refuse; the user typed a flag.
 	err := root.ExecuteContext(ctx)
+	if extra, _ := cfg.audit.FieldNames(); extra != nil {
+		err = extra.Apply(err)
+	}
+	err = flagNames.Apply(err)
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {

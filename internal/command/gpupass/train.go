@@ -13,7 +13,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -83,7 +83,7 @@ result: 0 all succeeded, 1 any failed or was cancelled, 2 bad input.`,
 }
 
 // trainFlagNames maps the use case's option fields to train's flags.
-var trainFlagNames = map[string]string{
+var trainFlagNames = fielderr.Names{
 	"Regions": "--region", "Command": "the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
 	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name",
 }
@@ -107,10 +107,10 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 // submitted, the followed logs, and the runs as ended (or the JSON list).
 // The result holds the runs submitted even when an error comes with it;
 // names words option errors for the caller's door (flags or inputs).
-func runTrain(ctx context.Context, o *TrainOptions, names map[string]string, out, errOut io.Writer) (*apptrain.Result, error) {
+func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, errOut io.Writer) (*apptrain.Result, error) {
 	res, err := apptrain.Submit(ctx, o.options())
 	if err != nil {
-		return res, limitHint(inputerr.Rename(err, names))
+		return res, limitHint(names.Apply(err))
 	}
 	jsonOut := o.Global != nil && o.Global.Output == "json"
 	if !jsonOut {

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
-	"github.com/gpupass/gpupass/internal/inputerr"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // UpOptions are the flags of `gpupass up`.
@@ -82,7 +82,7 @@ GPUPASS_STATE_DIR for those commands. --demo runs the example pipeline.`,
 }
 
 // upFlagNames maps the local stack's option fields to up's flags.
-var upFlagNames = map[string]string{
+var upFlagNames = fielderr.Names{
 	"Regions": "--region", "AgentsPerRegion": "--agents-per-region", "StateDir": "--state-dir", "Listen": "--listen",
 	"SlurmSharedDir": "--slurm-shared-dir",
 }
@@ -121,7 +121,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 		Executor: o.Slurm.Executor, Slurm: o.Slurm.options(),
 	})
 	if err != nil {
-		return inputerr.Rename(err, upFlagNames)
+		return upFlagNames.Apply(err)
 	}
 	defer st.Stop()
 	if err := printUp(out, o, st); err != nil {

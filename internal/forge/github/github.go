@@ -14,6 +14,7 @@ import (
 	gh "github.com/google/go-github/v73/github"
 	"github.com/sethvargo/go-githubactions"
 
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
 )
 
@@ -76,11 +77,15 @@ type Client struct {
 	owns func(*gh.User) bool
 }
 
+// FieldToken is the field of New's error for a missing token
+// (*fielderr.Error); GITHUB_TOKEN is how a workflow usually gives it.
+const FieldToken = "GitHub token (GITHUB_TOKEN)"
+
 // New returns a client for t that authenticates with token and sends
 // requests through hc (which should carry forge.Retry).
 func New(t Target, token string, hc *http.Client) (*Client, error) {
 	if token == "" {
-		return nil, errors.New("no GitHub token: set GITHUB_TOKEN (or --github-token) with `pull-requests: write` permission, e.g. `env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}` and `permissions: pull-requests: write`")
+		return nil, &fielderr.Error{Field: FieldToken, Problem: "is required, with `pull-requests: write` permission, e.g. `env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}` and `permissions: pull-requests: write`"}
 	}
 	c := gh.NewClient(hc).WithAuthToken(token)
 	api := t.APIURL

@@ -3,6 +3,7 @@ package auditcmd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,5 +54,27 @@ func TestCIStepAudit(t *testing.T) {
 	o.CosignPassword, o.AuditPath = "wrong", filepath.Join(dir, "other.zip")
 	if err := gpupass.RunCIStep(context.Background(), o, &bytes.Buffer{}); err == nil {
 		t.Error("audit step with a wrong cosign-password succeeded")
+	}
+}
+
+// TestAuditErrorsNameFlagOrInput: the audit library refuses a public key
+// to sign with in its own terms; `gpupass-audit audit` names --key and the
+// audit step names its input cosign-key, neither the other's.
+func TestAuditErrorsNameFlagOrInput(t *testing.T) {
+	t.Parallel()
+	keys, _ := auditFixture(t)
+	dir := t.TempDir()
+	pub := filepath.Join(keys, "cosign.pub")
+	var out, errb bytes.Buffer
+	code := gpupass.Main(context.Background(), []string{"audit", "alloc-7f3a", "--run-file", filepath.Join(keys, "run.json"), "--key", pub, "--out", filepath.Join(dir, "a.zip")},
+		strings.NewReader(""), &out, &errb, gpupass.WithAudit(Plugin{}))
+	if want := `--key "` + pub + `" is a public key: signing takes the private key`; code != gpupass.ExitUsage || !strings.Contains(errb.String(), want) {
+		t.Errorf("audit: exit %d, stderr %q; want %q", code, errb.String(), want)
+	}
+	o := &gpupass.CIStepOptions{Global: &gpupass.GlobalOptions{Output: "text", Audit: Plugin{}}, Command: "audit", RunFile: filepath.Join(keys, "run.json"),
+		CosignKey: pub, AuditPath: filepath.Join(dir, "b.zip"), ReportDir: filepath.Join(dir, "rep"), Getenv: func(string) string { return "" }}
+	err := gpupass.RunCIStep(context.Background(), o, &bytes.Buffer{})
+	if want := `input cosign-key "` + pub + `" is a public key: signing takes the private key`; gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.Contains(fmt.Sprint(err), want) || strings.Contains(fmt.Sprint(err), "--") {
+		t.Errorf("ci step: %v (exit %d); want %q and no flag", err, gpupass.ExitCode(err), want)
 	}
 }

@@ -11,8 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // Plugin is the gpupass.AuditPlugin with the audit commands linked in.
@@ -22,6 +24,18 @@ var _ gpupass.AuditPlugin = Plugin{}
 
 // Command returns the `audit` command tree.
 func (Plugin) Command(g *gpupass.GlobalOptions) *cobra.Command { return newAuditCmd(g) }
+
+// FieldNames rename the audit library's fields to the audit commands'
+// flags and the audit steps' inputs.
+func (Plugin) FieldNames() (flags, inputs fielderr.Names) {
+	return fielderr.Names{
+			audit.FieldKey:     "--key",
+			audit.FieldKeyless: "--keyless",
+			audit.FieldForce:   "key pair (--force replaces it)",
+		}, fielderr.Names{
+			audit.FieldKey: "input cosign-key",
+		}
+}
 
 // CIStep runs the audit or audit-verify CI step.
 func (Plugin) CIStep(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.Writer) error {

@@ -1,0 +1,39 @@
+package agent
+
+import (
+	daemon "github.com/gpupass/gpupass/agent"
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/api"
+	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/fielderr"
+)
+
+// flagNames renames the daemon's option fields (*fielderr.Error) to the
+// flags that set them (each also GPUPASS_<FLAG>, as --help says);
+// TestFlagNames keeps every entry a real flag.
+var flagNames = fielderr.Names{
+	daemon.FieldBrokerURL:        "--broker-url",
+	daemon.FieldBrokerToken:      "--broker-token",
+	daemon.FieldRegion:           "--region",
+	daemon.FieldStorageClass:     "--storage-class",
+	daemon.FieldPricePerHour:     "--price-per-hour",
+	daemon.FieldBandwidth:        "--bandwidth-gbps",
+	daemon.FieldSuiteInterval:    "--suite-interval",
+	daemon.FieldRunLogLines:      "--run-log-lines-per-second",
+	daemon.FieldRunLogMB:         "--run-log-max-mb",
+	daemon.FieldKeepRuns:         "--keep-runs",
+	daemon.FieldReadProbeMB:      "--read-probe-mb",
+	daemon.FieldRunCgroup:        "--run-cgroup",
+	daemon.FieldRunPidsMax:       "--run-pids-max",
+	daemon.FieldRunKillTimeout:   "--run-kill-timeout",
+	bundle.FieldUsername:         "--registry-username",
+	bundle.FieldPassword:         "--registry-password",
+	daemon.FieldExecutor:         "--executor",
+	daemon.FieldSlurmSharedDir:   "--slurm-shared-dir",
+	daemon.FieldSlurmRefresh:     "--slurm-refresh",
+	daemon.FieldSlurmAgentBinary: "--slurm-agent-binary",
+	daemon.FieldSlurmSimulate:    "--slurm-simulate",
+	executor.FieldRunAs:          "--run-as",
+	api.FieldCA:                  "--tls-ca",
+	executor.FieldUIDRange:       "--run-as-range",
+}

@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestFlagNames: every flag the table renames a field to is one the
+// agent has, so a renamed error never sends the user to a flag that does
+// not exist.
+func TestFlagNames(t *testing.T) {
+	t.Parallel()
+	root := NewCommand(nil)
+	for field, name := range flagNames {
+		flag, _, _ := strings.Cut(strings.TrimPrefix(name, "--"), " ")
+		if root.Flags().Lookup(flag) == nil {
+			t.Errorf("field %q: renamed to %q, not a flag of gpupass-agent", field, name)
+		}
+	}
+}
+
+// TestOptionErrorsNameFlags: the daemon's options say what is wrong in
+// its own terms (agent.Options.Validate), and gpupass-agent names the
+// flag the user typed.
+func TestOptionErrorsNameFlags(t *testing.T) {
+	t.Parallel()
+	base := []string{"--broker-url", "http://127.0.0.1:1", "--broker-token", "x", "--region", "r"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no broker url", []string{"--broker-url", ""}, "--broker-url is required"},
+		{"no region", []string{"--region", " "}, "--region is required, e.g. us-west-2"},
+		{"storage class", []string{"--storage-class", "floppy"}, `--storage-class "floppy": use one of standard`},
+		{"negative bandwidth", []string{"--bandwidth-gbps", "-1"}, `--bandwidth-gbps "-1": must not be negative`},
+		{"suite interval", []string{"--suite-interval", "10ms"}, `--suite-interval "10ms": must be at least 1s`},
+		{"log lines", []string{"--run-log-lines-per-second", "-2"}, `--run-log-lines-per-second "-2": must be 1 or more`},
+		{"log size", []string{"--run-log-max-mb", "-2"}, `--run-log-max-mb "-2": must be 1 or more`},
+		{"keep runs", []string{"--keep-runs", "-1"}, `--keep-runs "-1": must be 0`},
+		{"read probe", []string{"--read-probe-mb", "5000"}, `--read-probe-mb "5000": must be between 0 and 4096`},
+		{"run as root", []string{"--run-as", "root"}, `--run-as "root" is root`},
+		{"run as and range", []string{"--run-as", "nobody", "--run-as-range", "200000-200999"}, `--run-as "nobody" and --run-as-range "200000-200999" exclude each other: give one (the --run-as-range gives`},
+		{"uid range", []string{"--run-as-range", "0-10"}, `--run-as-range "0-10": includes uid 0`},
+		{"cgroup", []string{"--run-cgroup", "maybe"}, `--run-cgroup "maybe": use auto, required or off`},
+		{"pids", []string{"--run-pids-max", "-1"}, `--run-pids-max "-1": must be 0`},
+		{"kill timeout", []string{"--run-kill-timeout", "1ms"}, `--run-kill-timeout "1ms": must be at least 1s`},
+		{"registry credentials", []string{"--registry-username", "u"}, "--registry-username and --registry-password go together"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errw bytes.Buffer
+			code := Main(context.Background(), append(append(base, tt.args...), "--state-dir", t.TempDir()), &out, &errw)
+			if code != ExitUsage || !strings.Contains(errw.String(), tt.want) {
+				t.Errorf("exit %d stderr %q, want exit %d and %q", code, errw.String(), ExitUsage, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package gpupass
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// TestFieldNames: every flag and input the two tables name exists, so a
+// renamed error never sends the user to a flag or input that is not there.
+func TestFieldNames(t *testing.T) {
+	t.Parallel()
+	flags := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { flags[f.Name] = true })
+		c.PersistentFlags().VisitAll(func(f *pflag.Flag) { flags[f.Name] = true })
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(NewRoot())
+	step := &cobra.Command{Use: "step"}
+	(&CIStepOptions{}).AddFlags(step)
+	flagRE := regexp.MustCompile(`--([a-z0-9-]+)`)
+	inputRE := regexp.MustCompile(`^input ([a-z0-9-]+)`)
+	for field, name := range flagNames {
+		for _, m := range flagRE.FindAllStringSubmatch(name, -1) {
+			if !flags[m[1]] {
+				t.Errorf("flagNames[%q] = %q: gpupass has no flag --%s", field, name, m[1])
+			}
+		}
+	}
+	for field, name := range ciInputNames {
+		if strings.Contains(name, "--") {
+			t.Errorf("ciInputNames[%q] = %q names a flag: a ci step user never typed it", field, name)
+		}
+		if m := inputRE.FindStringSubmatch(name); m != nil && step.Flags().Lookup(m[1]) == nil {
+			t.Errorf("ciInputNames[%q] = %q: ci step has no input %s", field, name, m[1])
+		}
+	}
+}
+
+// TestLibraryErrorsNameFlagOrInput: a library refuses a value in its own
+// terms (*fielderr.Error); `gpupass compare` names the flag the user
+// typed, `ci step` the input the workflow set, and neither the other's.
+func TestLibraryErrorsNameFlagOrInput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	us, eu := filepath.Join(dir, "us.jsonl"), filepath.Join(dir, "eu.jsonl")
+	writeMetrics(t, us, 0)
+	writeMetrics(t, eu, 0.001)
+	csv := filepath.Join(dir, "metrics.csv")
+	if err := os.WriteFile(csv, []byte("step,train_loss\n0,3\n10,2.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		cli       []string
+		wantCLI   string
+		ci        *CIStepOptions // nil: no input sets it
+		wantInput string
+	}{
+		{
+			name:    "comment behavior",
+			cli:     []string{"compare", us, eu, "--comment-behavior", "sometimes"},
+			wantCLI: `--comment-behavior "sometimes": must be update, new or delete-and-new`,
+			ci:      &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, CommentBehavior: "sometimes"}, wantInput: `input comment-behavior "sometimes": must be update, new or delete-and-new`,
+		},
+		{
+			name:    "metric",
+			cli:     []string{"compare", csv, csv, "--metric", "val_loss"},
+			wantCLI: `--metric "val_loss": ` + csv + ` has no such column (columns: step,train_loss)`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errb bytes.Buffer
+			code := Main(context.Background(), tt.cli, strings.NewReader(""), &out, &errb)
+			if code != ExitUsage || !strings.Contains(errb.String(), tt.wantCLI) {
+				t.Errorf("gpupass %s: exit %d, stderr %q; want %d and %q", strings.Join(tt.cli, " "), code, errb.String(), ExitUsage, tt.wantCLI)
+			}
+			if tt.ci == nil {
+				return
+			}
+			o := tt.ci
+			o.ReportDir, o.Getenv = filepath.Join(t.TempDir(), "rep"), func(string) string { return "" }
+			err := RunCIStep(context.Background(), o, &bytes.Buffer{})
+			if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), tt.wantInput) || strings.Contains(fmt.Sprint(err), "--") {
+				t.Errorf("ci step: %v (exit %d); want a usage error with %q and no flag", err, ExitCode(err), tt.wantInput)
+			}
+		})
+	}
+}
