@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,46 +15,37 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/registryflags"
 	"github.com/gpupass/gpupass/internal/flagalias"
 )
 
 // RegistryFlags are the transport and auth flags every bundle command
-// shares. Credentials come from --registry-username/--registry-password
+// shares: the one registry flag set gpupass-agent registers too
+// (registryflags: --plain-http, --registry-username/-password/-timeout),
+// and how many blobs move at once. Credentials come from those flags
 // (GPUPASS_REGISTRY_USERNAME/PASSWORD, or *_FILE), else from the docker
 // config (~/.docker/config.json and its credential helpers).
 type RegistryFlags struct {
-	PlainHTTP bool
-	Username  string
-	Password  string
-	Jobs      int
-	Timeout   time.Duration
+	registryflags.Flags
+	Jobs int
 }
 
 // AddFlags registers the registry flags.
 func (o *RegistryFlags) AddFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.BoolVar(&o.PlainHTTP, "plain-http", false, "talk plain HTTP to the registry (loopback test registries only; TLS otherwise)")
-	f.StringVar(&o.Username, "registry-username", "", "registry user name (default: docker config credentials)")
-	f.StringVar(&o.Password, "registry-password", "", "registry password or token (prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
-	f.IntVarP(&o.Jobs, "jobs", "j", 4, "blobs moved in parallel")
-	f.DurationVar(&o.Timeout, "registry-timeout", bundle.DefaultTimeout, "on a pull, longest wait for the registry's response headers or for the next bytes of a response")
+	o.Flags.AddFlags(cmd.Flags())
+	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 4, "blobs moved in parallel")
 }
-
-// Marked once at init: AddFlags runs for every root built, and roots are
-// built concurrently in tests, while MarkSecret writes a plain map.
-func init() { MarkSecret("registry-password") }
 
 func (o *RegistryFlags) options() (bundle.RegistryOptions, error) {
 	if o.Jobs < 1 || o.Jobs > 64 {
-		return bundle.RegistryOptions{}, fmt.Errorf("--jobs %d: want 1 to 64", o.Jobs)
+		return bundle.RegistryOptions{}, fielderr.New("jobs", fmt.Sprint(o.Jobs), "want 1 to 64")
 	}
-	if (o.Username == "") != (o.Password == "") {
-		return bundle.RegistryOptions{}, errors.New("--registry-username and --registry-password go together (GPUPASS_REGISTRY_USERNAME/PASSWORD)")
+	r := o.Flags.Options(buildinfo.UserAgent("gpupass"))
+	r.Jobs = o.Jobs
+	if err := r.Validate(); err != nil {
+		return bundle.RegistryOptions{}, err
 	}
-	return bundle.RegistryOptions{
-		PlainHTTP: o.PlainHTTP, Username: o.Username, Password: o.Password, Jobs: o.Jobs,
-		Retry: bundle.DefaultRetry, UserAgent: buildinfo.UserAgent("gpupass"), HeaderTimeout: o.Timeout, IdleTimeout: o.Timeout,
-	}, nil
+	return r, nil
 }
 
 // The nodes' platform when no flag or input names one.

@@ -173,7 +173,7 @@ func TestBundleFlagErrors(t *testing.T) {
 	}{
 		{[]string{"bundle", "push", "x/y:z"}, "--wheelhouse is required"},
 		{[]string{"bundle", "pull", "x/y:z"}, "--to is required"},
-		{[]string{"bundle", "push", "-w", ".", "-j", "0", "x/y:z"}, "--jobs 0"},
+		{[]string{"bundle", "push", "-w", ".", "-j", "0", "x/y:z"}, `--jobs "0": want 1 to 64`},
 		{[]string{"bundle", "push", "-w", ".", "--registry-username", "u", "x/y:z"}, "go together"},
 		{[]string{"bundle", "pull", "--to", "d", "Not A Ref!"}, "reference"},
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/findings"
+	"github.com/gpupass/gpupass/internal/registryflags"
 	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -373,7 +374,7 @@ func (o *CIStepOptions) gitlabAnnotations(md, verdict string) error {
 // plain-http input, the default parallelism and timeout, and credentials
 // from GPUPASS_REGISTRY_USERNAME/PASSWORD (or *_FILE) or the docker config.
 func (o *CIStepOptions) registry() (RegistryFlags, error) {
-	r := RegistryFlags{PlainHTTP: o.PlainHTTP, Jobs: 4, Timeout: bundle.DefaultTimeout, Username: o.Getenv(EnvName("registry-username"))}
+	r := RegistryFlags{Flags: registryflags.Flags{PlainHTTP: o.PlainHTTP, Timeout: bundle.DefaultTimeout, Username: o.Getenv(EnvName("registry-username"))}, Jobs: 4}
 	r.Password = o.Getenv(EnvName("registry-password"))
 	if f := o.Getenv(EnvName("registry-password") + "_FILE"); r.Password == "" && f != "" {
 		b, err := os.ReadFile(f)

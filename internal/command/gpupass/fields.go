@@ -24,6 +24,7 @@ var flagNames = fielderr.Names{
 	api.FieldCA:           "--tls-ca",
 	bundle.FieldUsername:  "--registry-username",
 	bundle.FieldPassword:  "--registry-password",
+	"jobs":                "--jobs",
 }
 
 // ciInputNames renames the same fields to the inputs of the GitHub
