@@ -15,8 +15,8 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/fielderr"
-	"github.com/gpupass/gpupass/internal/registryflags"
 	"github.com/gpupass/gpupass/internal/flagalias"
+	"github.com/gpupass/gpupass/internal/registryflags"
 )
 
 // RegistryFlags are the transport and auth flags every bundle command
