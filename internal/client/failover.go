@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
+	"github.com/gpupass/gpupass/internal/backoff"
 )
 
 // Several brokers on one store (replicas) are reached through one client:
@@ -32,7 +32,7 @@ const (
 	// replica is tried.
 	FailoverDialTimeout = 5 * time.Second
 	// FailoverBackoffInitial and FailoverBackoffMax bound how long a
-	// replica that failed is skipped (doubling per failure, ±50% jitter).
+	// replica that failed is skipped (growing per failure with decorrelated jitter, internal/backoff).
 	FailoverBackoffInitial = 500 * time.Millisecond
 	FailoverBackoffMax     = 30 * time.Second
 	// MaxBrokerURLs bounds the list.
@@ -77,17 +77,15 @@ type failover struct {
 	mu    sync.Mutex
 	cur   int
 	until []time.Time // a failed replica is skipped until then
-	bo    []*backoff.ExponentialBackOff
+	bo    []*backoff.Backoff
 }
 
 func newFailover(urls []*url.URL, next http.RoundTripper, onSwitch func(from, to string, err error)) *failover {
 	f := &failover{urls: urls, next: next, onSwitch: onSwitch, until: make([]time.Time, len(urls))}
 	for range urls {
-		bo := backoff.NewExponentialBackOff()
-		bo.InitialInterval = FailoverBackoffInitial
-		bo.MaxInterval = FailoverBackoffMax
-		bo.RandomizationFactor = 0.5
-		f.bo = append(f.bo, bo)
+		// The agent loops' back-off (decorrelated jitter): clients cut
+		// off by one replica's death do not all retry it together.
+		f.bo = append(f.bo, backoff.New(FailoverBackoffInitial, FailoverBackoffMax))
 	}
 	return f
 }
@@ -122,7 +120,7 @@ func (f *failover) succeeded(i int) {
 // failed puts replica i into back-off and moves the client to the next.
 func (f *failover) failed(i int, err error) {
 	f.mu.Lock()
-	f.until[i] = time.Now().Add(f.bo[i].NextBackOff())
+	f.until[i] = time.Now().Add(f.bo[i].Next())
 	moved := f.cur == i
 	if moved {
 		f.cur = (i + 1) % len(f.urls)
