@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/flagenv"
@@ -79,28 +80,17 @@ func (b *BrokerFlags) options() (client.Options, error) {
 	return client.Options{Token: b.Token, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass")}, nil
 }
 
-// rpcError words a broker error for users; auth problems are usage errors
-// (exit 2), never findings.
+// rpcError words a broker error for users (brokerrpc) and, when no
+// broker answered, says which flag gives one; auth problems are usage
+// errors (exit 2), never findings.
 func rpcError(what, url string, err error) error {
-	if api.NoAnswer(err) {
-		return fmt.Errorf("%s at %s: no broker answers there (%s): start one with `gpupass up` (a local broker and agent) or `gpupass-broker serve`, or pass the URL of a running one with --broker-url", what, url, strings.TrimPrefix(api.Describe(err), "no answer: "))
+	err = brokerrpc.Error(what, url, err)
+	var nb *brokerrpc.NoBrokerError
+	if errors.As(err, &nb) {
+		return fmt.Errorf("%w with --broker-url", err)
 	}
-	d := &describedError{msg: fmt.Sprintf("%s at %s: %s", what, url, api.Describe(err)), errs: []error{err}}
-	if u, ok := api.UntrustedCert(err); ok {
-		d.errs = append(d.errs, u) // Describe made it: how to trust the broker
-	}
-	return d
+	return err
 }
-
-// describedError is api.Describe's wording with err kept in the chain, so
-// Main still finds what it needs there (a field to name by its flag).
-type describedError struct {
-	msg  string
-	errs []error
-}
-
-func (e *describedError) Error() string   { return e.msg }
-func (e *describedError) Unwrap() []error { return e.errs }
 
 var protoJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
