@@ -46,9 +46,8 @@ func benchScale(b *testing.B) float64 {
 //   - steady: the load alone;
 //   - kill9: the same, and 10 s after the runs start one broker (not
 //     the submitters') gets SIGKILL. Agents are given every broker, their
-//     own first, and must move by themselves: it needs the client's
-//     multi-URL failover (#21), so it runs only with
-//     GPUPASS_BENCH_FLEET_FAILOVER=1.
+//     own first, and must move by themselves (the client's multi-URL
+//     failover). GPUPASS_BENCH_FLEET_FAILOVER=0 leaves it out.
 func BenchmarkFleet(b *testing.B) {
 	for _, kill := range []bool{false, true} {
 		name := "steady"
@@ -56,8 +55,8 @@ func BenchmarkFleet(b *testing.B) {
 			name = "kill9"
 		}
 		b.Run(name, func(b *testing.B) {
-			if kill && os.Getenv("GPUPASS_BENCH_FLEET_FAILOVER") != "1" {
-				b.Skip("kill9 needs the client's multi-URL failover: set GPUPASS_BENCH_FLEET_FAILOVER=1 where it is merged")
+			if kill && os.Getenv("GPUPASS_BENCH_FLEET_FAILOVER") == "0" {
+				b.Skip("GPUPASS_BENCH_FLEET_FAILOVER=0")
 			}
 			fleet(b, kill)
 		})
