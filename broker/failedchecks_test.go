@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
 )
@@ -39,6 +40,9 @@ func TestFailedChecksNamed(t *testing.T) {
 	upload(drain)
 	resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}}))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.ExpandDryRun(resp.Msg); err != nil { // the default view refers to a reason table
 		t.Fatal(err)
 	}
 	if len(resp.Msg.Excluded) != 1 {
@@ -102,6 +106,9 @@ func TestGresCount(t *testing.T) {
 	}
 	resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}})) // count: 8
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.ExpandDryRun(resp.Msg); err != nil { // the default view refers to a reason table
 		t.Fatal(err)
 	}
 	if len(resp.Msg.Candidates) != 1 || name[resp.Msg.Candidates[0].Node.Id] != "gres8" {
