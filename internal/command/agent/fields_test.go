@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFlagNames: every flag the table renames a field to is one the
@@ -26,13 +27,16 @@ func TestFlagNames(t *testing.T) {
 // flag the user typed.
 func TestOptionErrorsNameFlags(t *testing.T) {
 	t.Parallel()
-	base := []string{"--broker-url", "http://127.0.0.1:1", "--broker-token", "x", "--region", "r"}
+	// --broker-url is a list (repeat it for replicas): a later empty one
+	// adds nothing, so the no-URL case leaves it out of the base.
+	url := []string{"--broker-url", "http://127.0.0.1:1"}
+	base := []string{"--broker-token", "x", "--region", "r"}
 	tests := []struct {
 		name string
 		args []string
 		want string
 	}{
-		{"no broker url", []string{"--broker-url", ""}, "--broker-url is required"},
+		{"no broker url", nil, "--broker-url is required"},
 		{"no region", []string{"--region", " "}, "--region is required, e.g. us-west-2"},
 		{"storage class", []string{"--storage-class", "floppy"}, `--storage-class "floppy": use one of standard`},
 		{"negative bandwidth", []string{"--bandwidth-gbps", "-1"}, `--bandwidth-gbps "-1": must not be negative`},
@@ -53,7 +57,15 @@ func TestOptionErrorsNameFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errw bytes.Buffer
-			code := Main(context.Background(), append(append(base, tt.args...), "--state-dir", t.TempDir()), &out, &errw)
+			args := append([]string{}, base...)
+			if tt.name != "no broker url" {
+				args = append(args, url...)
+			}
+			// Bounded: options that pass by mistake start the daemon,
+			// which would otherwise run until the test binary times out.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			code := Main(ctx, append(append(args, tt.args...), "--state-dir", t.TempDir()), &out, &errw)
 			if code != ExitUsage || !strings.Contains(errw.String(), tt.want) {
 				t.Errorf("exit %d stderr %q, want exit %d and %q", code, errw.String(), ExitUsage, tt.want)
 			}
