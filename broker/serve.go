@@ -31,7 +31,15 @@ const (
 	FieldTLSKey  = "TLS key"
 )
 
-func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) error {
+func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) (err error) {
+	// A refused option stops b's background loops too: they would go on
+	// (and log) after Serve returned, with nobody to stop them.
+	serving := false
+	defer func() {
+		if !serving {
+			_ = closeBroker(b)
+		}
+	}()
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
@@ -78,6 +86,7 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) erro
 	// would always run to its timeout with an agent connected. They return
 	// as shutdown begins and the agents call again, elsewhere or later.
 	srv.RegisterOnShutdown(b.stopWaiting)
+	serving = true // from here on, both ways out close b
 	errc := make(chan error, 1)
 	go func() {
 		if useTLS {
