@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,10 +107,15 @@ func TestEdgeInputs(t *testing.T) {
 type fakeSource map[string]*metrics.Series
 
 func (f fakeSource) Metrics(_ context.Context, id, _ string) (*metrics.Series, error) {
-	s, ok := f[id]
+	shared, ok := f[id]
 	if !ok {
 		return nil, fmt.Errorf("allocation %s not found", id)
 	}
+	// A series of its own per call, as the broker's source gives: the
+	// use case normalizes what it gets, and subtests run in parallel.
+	c := *shared
+	c.Points, c.Notes = slices.Clone(shared.Points), slices.Clone(shared.Notes)
+	s := &c
 	if strings.HasSuffix(id, "-running") {
 		return nil, &RunNotDoneError{ID: id, Region: s.Label, State: "running", Series: s}
 	}
