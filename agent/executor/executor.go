@@ -73,6 +73,14 @@ type Job struct {
 	MaxRestarts int
 	// Grace is the SIGTERM-to-SIGKILL period (default DefaultGrace).
 	Grace time.Duration
+	// TimeLimit is the run's wall-clock limit (the spec's
+	// resources.time-limit, or train --time-limit); 0 means none, and
+	// then an executor's own default applies (--slurm-time-limit,
+	// --kube-time-limit). A run past it ends failed with reason TIMEOUT.
+	// Each executor enforces it its own way: the local one stops the
+	// process (SIGTERM, Grace, SIGKILL), Slurm gets sbatch --time and
+	// Kubernetes the Job's activeDeadlineSeconds.
+	TimeLimit time.Duration
 	// BaseEnv is the environment the job's own variables are added to
 	// (default os.Environ()). Whatever it holds passes through
 	// JobEnviron first: the agent's own configuration never reaches the
