@@ -1,0 +1,278 @@
+// Package k8stest gives tests a real one-node Kubernetes cluster on this
+// machine: the one scripts/k8s-up.sh starts (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, containerd and a kubelet, all on
+// loopback), with simulated GPUs: the node advertises nvidia.com/gpu
+// capacity and the GPU Feature Discovery labels, as the NVIDIA device
+// plugin and GFD would.
+//
+// The cluster takes about a minute to start and ~650 MB of RAM, so it is
+// shared: Require starts it when it is not running and otherwise reuses it,
+// from every test binary at once (k8s-up.sh serialises on a lock), and it
+// is left running for the next test run; scripts/k8s-down.sh stops it.
+// Each test isolates itself in a namespace of its own (Namespace).
+//
+// With CI=true a missing component (the Debian packages, the cached
+// Kubernetes build, root) fails the test (testutil.Missing); elsewhere it
+// skips. scripts/setup.d/70-kubernetes.sh installs and builds all of it.
+package k8stest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// The simulated GPUs of the node, as k8s-up.sh advertises them.
+const (
+	// GPUResource is the extended resource the node advertises.
+	GPUResource = "nvidia.com/gpu"
+	// GPUProduct is the node's nvidia.com/gpu.product label.
+	GPUProduct = "NVIDIA-A100-SXM4-80GB"
+	// GPUs is the node's nvidia.com/gpu capacity and nvidia.com/gpu.count label.
+	GPUs = 4
+)
+
+// Cluster is the running test cluster.
+type Cluster struct {
+	// Kubeconfig is the path of an admin (system:masters) kubeconfig.
+	Kubeconfig string
+	// NodeName is the one node's name (the machine's hostname).
+	NodeName string
+	// Dir is the cluster's run directory: certificates, state, logs
+	// (Dir/log/<component>.log) and recorded PIDs.
+	Dir string
+	// BinDir holds the cached kubectl, kubelet and control-plane binaries.
+	BinDir string
+	// ContainerdSocket is the cluster's own containerd (not the machine's).
+	ContainerdSocket string
+}
+
+var (
+	mu     sync.Mutex
+	cached *Cluster
+)
+
+// Require returns the test cluster, starting it if it is not running
+// (about a minute) or reusing it. It skips the test when a component is
+// missing (fails with CI=true) and fails it when the cluster cannot start.
+func Require(t testing.TB) *Cluster {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if cached != nil && cached.healthy() == nil {
+		return cached
+	}
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "the Kubernetes test cluster needs root (containerd, kubelet, mounts)")
+	}
+	for _, tool := range []string{"etcd", "containerd", "runc", "ctr", "iptables", "conntrack"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if _, serr := os.Stat("/usr/sbin/" + tool); serr != nil {
+				testutil.Missing(t, "%s not installed (scripts/setup.d/70-kubernetes.sh installs etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static)", tool)
+			}
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		testutil.Missing(t, "CNI plugins not installed in /usr/lib/cni (scripts/setup.d/70-kubernetes.sh installs containernetworking-plugins)")
+	}
+	bin := BinDir()
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			testutil.Missing(t, "%s not built in %s (scripts/k8s-build.sh builds it once, ~13 min; scripts/setup.d/70-kubernetes.sh runs it)", b, bin)
+		}
+	}
+	root := testutil.RepoRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "k8s-up.sh"))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("scripts/k8s-up.sh: %v\n%s\n%s", err, out.String(), tail(errb.String(), 4000))
+	}
+	c, err := parseEnv(out.String())
+	if err != nil {
+		t.Fatalf("scripts/k8s-up.sh: %v\n%s", err, out.String())
+	}
+	c.BinDir = bin
+	cached = c
+	return c
+}
+
+// Version is the Kubernetes version the tests build and run.
+const Version = "v1.36.3"
+
+// BinDir is where scripts/k8s-build.sh caches the binaries:
+// ${GPUPASS_K8S_CACHE:-$HOME/.cache/gpupass/k8s}/<Version>/bin.
+func BinDir() string {
+	root := os.Getenv("GPUPASS_K8S_CACHE")
+	if root == "" {
+		home, _ := os.UserHomeDir()
+		root = filepath.Join(home, ".cache", "gpupass", "k8s")
+	}
+	return filepath.Join(root, Version, "bin")
+}
+
+// parseEnv reads k8s-up.sh's stdout: KEY=VALUE lines, the last one
+// `export KUBECONFIG=...`.
+func parseEnv(out string) (*Cluster, error) {
+	c := &Cluster{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "export "), "=")
+		if !ok {
+			continue
+		}
+		if uq, err := strconv.Unquote(v); err == nil {
+			v = uq
+		}
+		switch k {
+		case "KUBECONFIG":
+			c.Kubeconfig = v
+		case "GPUPASS_K8S_NODE":
+			c.NodeName = v
+		case "GPUPASS_K8S_RUN":
+			c.Dir = v
+		case "GPUPASS_K8S_CONTAINERD":
+			c.ContainerdSocket = v
+		}
+	}
+	if c.Kubeconfig == "" || c.NodeName == "" || c.Dir == "" || c.ContainerdSocket == "" {
+		return nil, fmt.Errorf("output lacks KUBECONFIG, GPUPASS_K8S_NODE, GPUPASS_K8S_RUN or GPUPASS_K8S_CONTAINERD")
+	}
+	return c, nil
+}
+
+// healthy asks the apiserver for /readyz: a cluster stopped by
+// k8s-down.sh since the last Require is started again.
+func (c *Cluster) healthy() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := c.KubectlCmd(ctx, "get", "--raw", "/readyz").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, b)
+	}
+	return nil
+}
+
+// Env is the process environment with KUBECONFIG set to the cluster's
+// admin kubeconfig and the cached binaries' directory first on PATH.
+func (c *Cluster) Env() []string {
+	env := make([]string, 0, len(os.Environ())+2)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "KUBECONFIG=") && !strings.HasPrefix(e, "PATH=") {
+			env = append(env, e)
+		}
+	}
+	return append(env, "KUBECONFIG="+c.Kubeconfig, "PATH="+c.BinDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// KubectlCmd is a kubectl command against the cluster.
+func (c *Cluster) KubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "kubectl"), args...)
+	cmd.Env = c.Env()
+	return cmd
+}
+
+// Kubectl runs kubectl against the cluster and returns its stdout; a
+// failure (or two minutes) fails the test.
+func (c *Cluster) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	return c.KubectlStdin(t, "", args...)
+}
+
+// KubectlStdin is Kubectl with stdin (a manifest for `apply -f -`).
+func (c *Cluster) KubectlStdin(t testing.TB, stdin string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := c.KubectlCmd(ctx, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// Namespace creates a namespace of the test's own (gpupass-test-<random>)
+// and deletes it, without waiting, when the test ends.
+func (c *Cluster) Namespace(t testing.TB) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	ns := "gpupass-test-" + hex.EncodeToString(b[:])
+	c.Kubectl(t, "create", "namespace", ns)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.KubectlCmd(ctx, "delete", "namespace", ns, "--wait=false").Run()
+	})
+	return ns
+}
+
+// LoadImage imports an image tarball (docker-save or OCI layout, e.g. from
+// go-containerregistry's tarball.Write) into the cluster's containerd, in
+// the k8s.io namespace the kubelet uses, and returns the reference
+// pinned by digest (NAME@sha256:...) to put in a pod spec. Pods must use
+// imagePullPolicy IfNotPresent (or Never): there is no registry to pull
+// from. Importing the same image again is cheap.
+func (c *Cluster) LoadImage(t testing.TB, tarPath string) string {
+	t.Helper()
+	ref, err := c.loadImage(tarPath)
+	if err != nil {
+		t.Fatalf("loading image %s into the test cluster: %v", tarPath, err)
+	}
+	return ref
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}
+
+func (c *Cluster) ctr(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ctr", append([]string{"--address", c.ContainerdSocket, "--namespace", "k8s.io"}, args...)...)
+}
+
+// loadImage imports with --digests, so that containerd also names the
+// image NAME@sha256:<manifest digest>: the reference a pinned pod spec
+// uses, resolved by the CRI plugin without a registry.
+func (c *Cluster) loadImage(tarPath string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b, err := c.ctr(ctx, "images", "import", "--digests", "--base-name", RunImageName, tarPath).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ctr images import: %v: %s", err, b)
+	}
+	// "unpacking NAME:TAG (sha256:HEX)...done"
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "unpacking" {
+			name, dgst := f[1], strings.Trim(f[2], "().")
+			dgst, _, _ = strings.Cut(dgst, ")")
+			if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+				name = name[:i]
+			}
+			name, _, _ = strings.Cut(name, "@")
+			return name + "@" + dgst, nil
+		}
+	}
+	return "", fmt.Errorf("ctr images import printed no image: %s", b)
+}
