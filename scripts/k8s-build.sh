@@ -98,6 +98,6 @@ mkdir -p "$tmp"
 	echo "k8s-build: built kubectl does not report $K8S_VERSION; the version ldflags did not apply" >&2
 	exit 1
 }
-rm -rf "$dir/bin"
+rm -rf "${dir:?}/bin"
 mv "$tmp" "$dir/bin"
 echo "$dir/bin"

@@ -17,12 +17,15 @@
 package k8stest
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,26 +256,62 @@ func (c *Cluster) ctr(ctx context.Context, args ...string) *exec.Cmd {
 
 // loadImage imports with --digests, so that containerd also names the
 // image NAME@sha256:<manifest digest>: the reference a pinned pod spec
-// uses, resolved by the CRI plugin without a registry.
+// uses, resolved by the CRI plugin without a registry. The name comes
+// from the OCI layout's index (io.containerd.image.name).
 func (c *Cluster) loadImage(tarPath string) (string, error) {
+	name, err := layoutName(tarPath)
+	if err != nil {
+		return "", err
+	}
+	repo := name
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	b, err := c.ctr(ctx, "images", "import", "--digests", "--base-name", RunImageName, tarPath).CombinedOutput()
+	b, err := c.ctr(ctx, "images", "import", "--digests", "--base-name", repo, tarPath).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("ctr images import: %v: %s", err, b)
 	}
-	// "unpacking NAME:TAG (sha256:HEX)...done"
+	// "unpacking NAME@sha256:HEX (sha256:HEX)...done"
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "unpacking" {
-			name, dgst := f[1], strings.Trim(f[2], "().")
-			dgst, _, _ = strings.Cut(dgst, ")")
-			if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-				name = name[:i]
-			}
-			name, _, _ = strings.Cut(name, "@")
-			return name + "@" + dgst, nil
+		if len(f) >= 2 && f[0] == "unpacking" && strings.HasPrefix(f[1], repo+"@sha256:") {
+			return f[1], nil
 		}
 	}
-	return "", fmt.Errorf("ctr images import printed no image: %s", b)
+	return "", fmt.Errorf("ctr images import named no %s@sha256:... image: %s", repo, b)
+}
+
+// layoutName reads the image name from an OCI layout tarball's index.json.
+func layoutName(tarPath string) (string, error) {
+	f, err := os.Open(tarPath)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return "", fmt.Errorf("%s: no index.json: not an OCI image layout tarball (%v)", tarPath, err)
+		}
+		if h.Name != "index.json" && h.Name != "./index.json" {
+			continue
+		}
+		var idx struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&idx); err != nil {
+			return "", fmt.Errorf("%s: index.json: %w", tarPath, err)
+		}
+		for _, m := range idx.Manifests {
+			if n := m.Annotations["io.containerd.image.name"]; n != "" {
+				return n, nil
+			}
+		}
+		return "", fmt.Errorf("%s: index.json names no image (annotation io.containerd.image.name)", tarPath)
+	}
 }
