@@ -315,3 +315,23 @@ func layoutName(tarPath string) (string, error) {
 		return "", fmt.Errorf("%s: index.json names no image (annotation io.containerd.image.name)", tarPath)
 	}
 }
+
+// WaitPodDone waits (up to five minutes: the first pod of a new image
+// waits for its unpacking) until the pod has Succeeded or Failed and
+// returns that phase.
+func (c *Cluster) WaitPodDone(t testing.TB, ns, pod string) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b, err := c.KubectlCmd(ctx, "-n", ns, "get", "pod", pod, "-o", "jsonpath={.status.phase}").Output()
+		cancel()
+		if phase := string(b); err == nil && (phase == "Succeeded" || phase == "Failed") {
+			return phase
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s/%s not done after 5 minutes:\n%s", ns, pod, c.Kubectl(t, "-n", ns, "describe", "pod", pod))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}

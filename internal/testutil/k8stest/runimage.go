@@ -15,8 +15,10 @@ const RunImageName = "gpupass.local/run"
 
 // RunImagePackages are the Debian packages whose installed closure makes
 // the run image: what examples/train imports, the same list as the demo's
-// (scripts/lib.sh DEMO_APT_PACKAGES).
-var RunImagePackages = []string{"python3", "python3-torch", "python3-numpy"}
+// (scripts/lib.sh DEMO_APT_PACKAGES), and a POSIX shell with coreutils,
+// which the executor's pod command (/bin/sh -c WRAPPER) needs; being
+// Essential, they are no package's dependency.
+var RunImagePackages = []string{"python3", "python3-torch", "python3-numpy", "dash", "coreutils"}
 
 // AgentPath is where the run image holds the agent binary, for the
 // executor's conformance check inside the image.
