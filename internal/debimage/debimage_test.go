@@ -173,3 +173,49 @@ func TestDepName(t *testing.T) {
 		}
 	}
 }
+
+// layerEntries reads the one layer of a built image.
+func layerEntries(t *testing.T, r Result) map[string]*tar.Header {
+	t.Helper()
+	files := layout(t, r.Path)
+	var man struct{ Layers []struct{ Digest string } }
+	if err := json.Unmarshal(files["blobs/sha256/"+strings.TrimPrefix(r.Digest, "sha256:")], &man); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*tar.Header{}
+	tr := tar.NewReader(strings.NewReader(string(files["blobs/sha256/"+strings.TrimPrefix(man.Layers[0].Digest, "sha256:")])))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[h.Name] = h
+	}
+}
+
+// TestBuildKeepsAlternativesLinks: libblas.so.3, which torch loads, is a
+// link update-alternatives made (libblas.so.3 -> /etc/alternatives/... ->
+// blas/libblas.so.3) and no package lists; without it `import torch`
+// fails in the image with "libblas.so.3: cannot open shared object file".
+func TestBuildKeepsAlternativesLinks(t *testing.T) {
+	link := "/usr/lib/x86_64-linux-gnu/libblas.so.3"
+	target, err := os.Readlink(link)
+	if err != nil || !strings.HasPrefix(target, "/etc/alternatives/") {
+		testutil.Missing(t, "%s is not an alternatives link here (Debian package libblas3, a python3-torch dependency)", link)
+	}
+	r, err := Build(t.TempDir(), Spec{Name: "gpupass.local/blas:1", Packages: []string{"libblas3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := layerEntries(t, r)
+	h := got[strings.TrimPrefix(link, "/")]
+	if h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != target {
+		t.Fatalf("layer entry %s = %+v, want a link to %s", link, h, target)
+	}
+	if a := got[strings.TrimPrefix(target, "/")]; a == nil || a.Typeflag != tar.TypeSymlink {
+		t.Fatalf("layer lacks the alternatives link %s: %+v", target, a)
+	}
+}

@@ -17,14 +17,14 @@ now_ms() { date +%s%3N; }
 times=()
 for ((i = 0; i < n; i++)); do
 	start="$(now_ms)"
-	"$kubectl" -n "$ns" create job "first-line-$i" --image=gpupass.local/busybox:1 -- /bin/sh -c 'echo first; sleep 1' >/dev/null
-	# The Job's pod exists only once the controller made it: poll for it,
-	# then follow its log until the first line.
-	while :; do
-		line="$("$kubectl" -n "$ns" logs "job/first-line-$i" --tail=1 2>/dev/null || true)"
-		[ "$line" = first ] && break
-		sleep 0.05
-	done
+	"$kubectl" -n "$ns" create job "first-line-$i" --image=gpupass.local/busybox:1 -- /bin/sh -c 'echo first; sleep 2' >/dev/null
+	# logs -f waits for the Job's pod (--pod-running-timeout) and streams
+	# from the container's start: one kubectl call, no polling interval.
+	line="$("$kubectl" -n "$ns" logs -f --pod-running-timeout=2m "job/first-line-$i" | head -n1)"
+	[ "$line" = first ] || {
+		echo "49-k8s: job first-line-$i printed ${line@Q}, not first" >&2
+		exit 1
+	}
 	times+=($(($(now_ms) - start)))
 	"$kubectl" -n "$ns" delete job "first-line-$i" --wait=false --cascade=background >/dev/null
 done
