@@ -58,7 +58,8 @@ done
 [ -x /usr/lib/cni/bridge ] || die "no CNI plugins in /usr/lib/cni; apt-get install containernetworking-plugins"
 [ -x /bin/busybox ] || die "no /bin/busybox; apt-get install busybox-static"
 
-BIN="$(scripts/k8s-build.sh)"
+# GPUPASS_K8S_BIN: a directory with the five binaries built elsewhere.
+BIN="${GPUPASS_K8S_BIN:-$(scripts/k8s-build.sh)}"
 export PATH="$BIN:$PATH"
 KUBECTL="$BIN/kubectl"
 
