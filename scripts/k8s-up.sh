@@ -165,13 +165,12 @@ start() {
 	echo $! >"$RUN/pids/$name"
 }
 wait_for() { # what seconds cmd...
-	local what="$1" secs="$2" i
+	local what="$1" deadline=$((SECONDS + $2))
 	shift 2
-	for ((i = 0; i < secs * 4; i++)); do
-		"$@" >/dev/null 2>&1 && return 0
-		sleep 0.25
+	until "$@" >/dev/null 2>&1; do
+		[ "$SECONDS" -lt "$deadline" ] || die "$what not up in time; see $RUN/log/"
+		sleep 0.5
 	done
-	die "$what not up after ${secs}s; see $RUN/log/"
 }
 
 # --- etcd -------------------------------------------------------------------
@@ -249,7 +248,7 @@ start kube-apiserver kube-apiserver \
 	--authorization-mode Node,RBAC --allow-privileged=true \
 	--endpoint-reconciler-type none --kubelet-preferred-address-types Hostname \
 	--enable-priority-and-fairness=false
-wait_for kube-apiserver 120 "$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" get --raw /readyz
+wait_for kube-apiserver 300 "$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" get --raw /readyz
 
 start kube-controller-manager kube-controller-manager \
 	--kubeconfig "$RUN/controller-manager.kubeconfig" \
@@ -292,14 +291,14 @@ evictionPressureTransitionPeriod: 10s
 maxPods: 64
 EOF
 start kubelet kubelet --config "$RUN/kubelet/config.yaml" --kubeconfig "$RUN/kubelet.kubeconfig" \
-	--root-dir "$RUN/kubelet/root" --hostname-override "$NODE" --node-ip 127.0.0.1 \
+	--root-dir "$RUN/kubelet/root" --hostname-override "$NODE" \
 	--cert-dir "$RUN/kubelet/pki"
 
 node_ready() {
 	[ "$("$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" get node "$NODE" \
 		-o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
-wait_for "node $NODE Ready" 180 node_ready
+wait_for "node $NODE Ready" 300 node_ready
 advertise
 log "cluster up: node $NODE Ready with $GPU_COUNT x $GPU_PRODUCT (simulated); logs in $RUN/log"
 emit

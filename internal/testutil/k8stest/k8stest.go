@@ -99,7 +99,7 @@ func Require(t testing.TB) *Cluster {
 		}
 	}
 	root := testutil.RepoRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "k8s-up.sh"))
 	var out, errb bytes.Buffer
