@@ -289,6 +289,8 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 evictionPressureTransitionPeriod: 10s
 maxPods: 64
+# Container logs of its own, not /var/log/pods: k8s-down removes them.
+podLogsDir: $RUN/kubelet/pod-logs
 EOF
 start kubelet kubelet --config "$RUN/kubelet/config.yaml" --kubeconfig "$RUN/kubelet.kubeconfig" \
 	--root-dir "$RUN/kubelet/root" --hostname-override "$NODE" \
