@@ -120,14 +120,22 @@ func Require(t testing.TB) *Cluster {
 const Version = "v1.36.3"
 
 // BinDir is where scripts/k8s-build.sh caches the binaries:
-// ${GPUPASS_K8S_CACHE:-$HOME/.cache/gpupass/k8s}/<Version>/bin.
+// ${GPUPASS_K8S_CACHE:-$HOME/.cache/gpupass/k8s}/<Version>/bin, or
+// $GPUPASS_K8S_BIN (binaries built elsewhere; k8s-up.sh takes it too).
 func BinDir() string {
-	root := os.Getenv("GPUPASS_K8S_CACHE")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "gpupass", "k8s")
+	if b := os.Getenv("GPUPASS_K8S_BIN"); b != "" {
+		return b
 	}
-	return filepath.Join(root, Version, "bin")
+	return filepath.Join(cacheRoot(), Version, "bin")
+}
+
+// cacheRoot is ${GPUPASS_K8S_CACHE:-$HOME/.cache/gpupass/k8s}.
+func cacheRoot() string {
+	if root := os.Getenv("GPUPASS_K8S_CACHE"); root != "" {
+		return root
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "gpupass", "k8s")
 }
 
 // parseEnv reads k8s-up.sh's stdout: KEY=VALUE lines, the last one

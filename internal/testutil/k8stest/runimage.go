@@ -33,7 +33,7 @@ const AgentPath = "/usr/local/bin/gpupass-agent"
 // agent binary; the first writes about 1 GB (tens of seconds).
 func BuildRunImage(t testing.TB, agentBin string) debimage.Result {
 	t.Helper()
-	cache := filepath.Join(filepath.Dir(filepath.Dir(BinDir())), "images")
+	cache := filepath.Join(cacheRoot(), "images")
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		t.Fatal(err)
 	}
