@@ -1,0 +1,93 @@
+package k8stest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+func TestParseEnv(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, out string
+		want      *Cluster
+	}{
+		{"k8s-up output", "GPUPASS_K8S_RUN=/r\nGPUPASS_K8S_NODE=vm\nGPUPASS_K8S_CONTAINERD=/r/c.sock\nGPUPASS_K8S_BIN=/b\nexport KUBECONFIG=/r/admin.kubeconfig\n",
+			&Cluster{Kubeconfig: "/r/admin.kubeconfig", NodeName: "vm", Dir: "/r", ContainerdSocket: "/r/c.sock"}},
+		{"no kubeconfig", "GPUPASS_K8S_RUN=/r\nGPUPASS_K8S_NODE=vm\nGPUPASS_K8S_CONTAINERD=/r/c.sock\n", nil},
+		{"empty", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseEnv(tc.out)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("parseEnv = %+v, want an error", got)
+				}
+				return
+			}
+			if err != nil || *got != *tc.want {
+				t.Fatalf("parseEnv = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestClusterNodeAdvertisesGPUs: the node is Ready and shows what the
+// NVIDIA device plugin and GPU Feature Discovery would: allocatable
+// nvidia.com/gpu and the product and count labels.
+func TestClusterNodeAdvertisesGPUs(t *testing.T) {
+	c := Require(t)
+	var node struct {
+		Metadata struct{ Labels map[string]string }
+		Status   struct {
+			Allocatable map[string]string
+			Conditions  []struct{ Type, Status string }
+		}
+	}
+	if err := json.Unmarshal([]byte(c.Kubectl(t, "get", "node", c.NodeName, "-o", "json")), &node); err != nil {
+		t.Fatal(err)
+	}
+	ready := false
+	for _, cond := range node.Status.Conditions {
+		ready = ready || cond.Type == "Ready" && cond.Status == "True"
+	}
+	if !ready {
+		t.Errorf("node %s not Ready: %+v", c.NodeName, node.Status.Conditions)
+	}
+	if got := node.Status.Allocatable[GPUResource]; got != fmt.Sprint(GPUs) {
+		t.Errorf("allocatable %s = %q, want %d", GPUResource, got, GPUs)
+	}
+	if got := node.Metadata.Labels["nvidia.com/gpu.product"]; got != GPUProduct {
+		t.Errorf("label nvidia.com/gpu.product = %q, want %q", got, GPUProduct)
+	}
+	if got := node.Metadata.Labels["nvidia.com/gpu.count"]; got != fmt.Sprint(GPUs) {
+		t.Errorf("label nvidia.com/gpu.count = %q, want %d", got, GPUs)
+	}
+}
+
+// TestRunImageImportsTorchInAPod: the run image, built from this
+// machine's Debian packages and imported with no registry, runs in a pod
+// that asks for a GPU: python3 imports torch and numpy, /bin/sh and the
+// agent binary are there.
+func TestRunImageImportsTorchInAPod(t *testing.T) {
+	c := Require(t)
+	ns := c.Namespace(t)
+	ref := c.RunImage(t, testutil.BuildBinary(t, "./cmd/gpupass-agent"))
+	if !strings.HasPrefix(ref, RunImageName+"@sha256:") {
+		t.Fatalf("run image %q is not pinned by digest", ref)
+	}
+	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"torch"},"spec":{
+		"restartPolicy":"Never","nodeName":%q,
+		"containers":[{"name":"torch","image":%q,"imagePullPolicy":"IfNotPresent",
+			"command":["/bin/sh","-c","python3 -c 'import torch, numpy; print(\"torch\", torch.__version__, torch.ones(3).sum().item())' && %s --help >/dev/null && echo agent-ok"],
+			"resources":{"limits":{%q:"1"}}}]}}`, c.NodeName, ref, AgentPath, GPUResource)
+	c.KubectlStdin(t, pod, "-n", ns, "apply", "-f", "-")
+	phase := c.WaitPodDone(t, ns, "torch")
+	logs := c.Kubectl(t, "-n", ns, "logs", "torch")
+	if phase != "Succeeded" || !strings.Contains(logs, "torch 1.") || !strings.Contains(logs, "3.0") || !strings.Contains(logs, "agent-ok") {
+		t.Fatalf("pod ended %s, log:\n%s\n%s", phase, logs, c.Kubectl(t, "-n", ns, "describe", "pod", "torch"))
+	}
+}
