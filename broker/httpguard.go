@@ -427,6 +427,7 @@ func hostOf(addr string) string {
 type connLimiter struct {
 	net.Listener
 	log          *slog.Logger
+	onRefuse     func() // counts each refusal (the broker's metrics)
 	max, perIP   int
 	reserveAbove int // above this many, only addresses with few connections get in
 
@@ -437,8 +438,8 @@ type connLimiter struct {
 	logged  time.Time
 }
 
-func newConnLimiter(ln net.Listener, lim HTTPLimits, log *slog.Logger) *connLimiter {
-	return &connLimiter{Listener: ln, log: log, max: lim.MaxConns, perIP: lim.MaxConnsPerIP,
+func newConnLimiter(ln net.Listener, lim HTTPLimits, log *slog.Logger, onRefuse func()) *connLimiter {
+	return &connLimiter{Listener: ln, log: log, onRefuse: onRefuse, max: lim.MaxConns, perIP: lim.MaxConnsPerIP,
 		reserveAbove: lim.MaxConns - lim.MaxConns/8, byIP: map[string]int{}}
 }
 
@@ -486,6 +487,9 @@ func (l *connLimiter) done(ip string) {
 // flood the log.
 func (l *connLimiter) noteRefused(ip string) {
 	n := l.refused.Add(1)
+	if l.onRefuse != nil {
+		l.onRefuse()
+	}
 	l.mu.Lock()
 	now := time.Now()
 	if now.Sub(l.logged) < 10*time.Second {

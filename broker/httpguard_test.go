@@ -3,7 +3,9 @@ package broker_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/testutil/promtest"
 )
 
 // TestRefusedBeforeBody: a Submit with a 60 MiB body and no valid token
@@ -194,5 +197,58 @@ func TestLongCallsOutliveBodyDeadline(t *testing.T) {
 				t.Errorf("follow after cancel: %v, want canceled", err)
 			}
 		})
+	}
+}
+
+// TestConnCapRefusalsCounted: a connection over --max-conns-per-ip is
+// closed at accept, before any request is read, and counted in
+// refusals_total{reason="conns"}, so an operator sees the cap biting in
+// metrics and not only in a rate-limited log line.
+func TestConnCapRefusalsCounted(t *testing.T) {
+	t.Parallel()
+	b := brokertest.StartWithOptions(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast(),
+		broker.ServeOptions{Limits: broker.HTTPLimits{MaxConnsPerIP: 2}})
+	addr := strings.TrimPrefix(b.URL, "http://")
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = over.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if n, err := over.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
+		t.Fatalf("third connection from one address: read %d bytes, err %v; want it closed by the broker", n, err)
+	}
+	_ = over.Close()
+	for _, c := range held {
+		_ = c.Close()
+	}
+	// The held connections are let go once the broker sees them closed;
+	// until then a scrape from this address is itself over the cap.
+	tok := b.Token(t, store.RoleRead, "*")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, b.URL+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			fams := promtest.Parse(t, body)
+			if n, ok := promtest.Value(fams, "gpupass_broker_refusals_total", "reason=conns"); !ok || n < 1 {
+				t.Fatalf("refusals_total{reason=conns} = %v (present %v), want >= 1", n, ok)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scrape after closing the held connections: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gpupass/gpupass/broker/brokermetrics"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
@@ -47,7 +48,7 @@ func Serve(ctx context.Context, ln net.Listener, b *Broker, o ServeOptions) (err
 	if err != nil {
 		return err
 	}
-	ln = newConnLimiter(ln, lim, b.log)
+	ln = newConnLimiter(ln, lim, b.log, func() { b.metrics.Refused(brokermetrics.ConnsRefusal) })
 	srv := &http.Server{
 		Handler:           newGuard(b, b.Handler(), lim),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -110,7 +110,7 @@ func New(src Sources) *Metrics {
 	}, []string{"op"})
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "refusals_total",
-		Help: "Requests and uploads refused, by reason: auth (no or unknown token), role (token may not call it), quota (a run over its record, log or rate limit), httpguard (request body over its limit or the memory budget).",
+		Help: "Requests and uploads refused, by reason: auth (no or unknown token), role (token may not call it), quota (a run over its record, log or rate limit), httpguard (request body over its limit or the memory budget), conns (a connection closed at accept: over --max-conns or --max-conns-per-ip).",
 	}, []string{"reason"})
 	m.own = []prometheus.Collector{m.rpcDuration, m.httpDuration, m.records, m.recordBytes, m.placement, m.queueWait,
 		m.beatLag, m.storeErrors, m.refusals, &scrapeCollector{m: m, src: src}}
@@ -199,6 +199,11 @@ func RefusalReason(err error) string {
 	}
 	return ""
 }
+
+// ConnsRefusal is the reason for a connection the broker closed as soon
+// as it was accepted, being over its connection caps: no request was read,
+// so no other refusal counts it.
+const ConnsRefusal = "conns"
 
 // GuardReason names a refusal by the broker's HTTP guard (it checks
 // tokens and bounds request bodies before the RPC layer): auth and role
