@@ -361,7 +361,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	}
 	// The work API is on the broker that enrollment and heartbeats
 	// reach: --tls-ca is trusted here too.
-	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, a.tls, id, a.creds)
+	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, a.tls, id, a.creds, a.log)
 	if err != nil {
 		return nil, err
 	}

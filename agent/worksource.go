@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,6 +27,7 @@ type brokerSource struct {
 	// longer, so a silent broker (a partition) is noticed.
 	wait time.Duration
 	call time.Duration
+	log  *slog.Logger
 }
 
 // NewBrokerSource returns the WorkSource of the broker at baseURL; it
@@ -34,14 +36,18 @@ type brokerSource struct {
 // heartbeats use; creds prove the node's identity on every call (a
 // broker refuses calls without). The HTTP client has no overall timeout
 // (the long poll would trip it); each call carries its own deadline
-// instead.
-func NewBrokerSource(baseURL, token string, tlsConf *tls.Config, agentID func() string, creds *api.AgentCredentials) (WorkSource, error) {
+// instead. log hears what the broker says about the records sent (nil:
+// discarded).
+func NewBrokerSource(baseURL, token string, tlsConf *tls.Config, agentID func() string, creds *api.AgentCredentials, log *slog.Logger) (WorkSource, error) {
 	c, err := client.DialRuns(baseURL, client.Options{Token: token, GRPC: true, TLSConfig: tlsConf, Agent: creds, NoGzip: true,
 		UserAgent: buildinfo.UserAgent("gpupass-agent")})
 	if err != nil {
 		return nil, err
 	}
-	return &brokerSource{c: c.Work, agentID: agentID, wait: 20 * time.Second, call: 30 * time.Second}, nil
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &brokerSource{c: c.Work, agentID: agentID, wait: 20 * time.Second, call: 30 * time.Second, log: log}, nil
 }
 
 func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignment, error) {
@@ -132,6 +138,16 @@ func (s *recordSink) Upload(ctx context.Context, allocID string, recs []spool.Re
 			return 0, fmt.Errorf("uploading records of %s: %w: %s", allocID, uploader.ErrRefused, api.Describe(err))
 		}
 		return 0, fmt.Errorf("uploading records of %s: %s", allocID, api.Describe(err))
+	}
+	if d := resp.Msg.DisputedSeqs; len(d) > 0 {
+		// The broker already stores other content at these seqs (this
+		// agent's spool was lost or rewritten, or another process sent
+		// records under this lease). It kept the first of each and marks
+		// the run's log disputed: say so where the node's operator looks.
+		// The list is bounded: a batch can hold thousands of records.
+		const show = 16
+		s.b.log.Error("the broker refused records: it holds other content at their seqs, and marks the run's log disputed (not proof of what the run printed)",
+			"alloc", allocID, "disputed", len(d), "first_seqs", d[:min(len(d), show)])
 	}
 	if resp.Msg.HeldThrough < s.offset {
 		return 0, nil

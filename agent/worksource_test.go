@@ -83,7 +83,7 @@ func seqSink(t *testing.T, b *seqBroker, resumeAfter uint64) uploader.Sink {
 	mux := http.NewServeMux()
 	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
 	srv := serveGRPC(t, mux)
-	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil)
+	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestUnsafeAllocIDFromTheBroker(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
 	srv := serveGRPC(t, mux)
-	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil)
+	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestRunLoopTrustsTLSCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := NewBrokerSource(o.BrokerURL, o.Token, conf, func() string { return "agt-1" }, nil)
+	src, err := NewBrokerSource(o.BrokerURL, o.Token, conf, func() string { return "agt-1" }, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,4 +258,53 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// disputeBroker answers every upload as held, with the seqs it was told
+// to call disputed.
+type disputeBroker struct {
+	gpupassv1connect.UnimplementedAgentWorkServiceHandler
+	disputed []uint64
+}
+
+func (b *disputeBroker) UploadRecords(_ context.Context, r *connect.Request[gpupassv1.UploadRecordsRequest]) (*connect.Response[gpupassv1.UploadRecordsResponse], error) {
+	recs := r.Msg.Records
+	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: recs[len(recs)-1].Seq, DisputedSeqs: b.disputed}), nil
+}
+
+// Seqs the broker refused as disputed are logged by the agent, at most
+// 16 of them: the node's operator learns the run's log is no longer
+// proof from the agent too, not only from the run's record.
+func TestRecordSinkLogsDisputedSeqs(t *testing.T) {
+	t.Parallel()
+	disputed := make([]uint64, 40)
+	for i := range disputed {
+		disputed[i] = uint64(100 + i)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(&disputeBroker{disputed: disputed}))
+	srv := serveGRPC(t, mux)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := src.Sink(&Assignment{AllocID: "alloc-00000001", FencingToken: 2})
+	recs := make([]spool.Record, 0, 140)
+	for i := range 140 {
+		recs = append(recs, spool.Record{Seq: uint64(i + 1), Kind: spool.KindEvent, Data: []byte(`{}`)})
+	}
+	if _, err := sink.Upload(context.Background(), "alloc-00000001", recs); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{`"level":"ERROR"`, `"alloc":"alloc-00000001"`, `"disputed":40`, `"first_seqs":[100,`, `,115]`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent log lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "116") {
+		t.Errorf("agent log lists more than 16 disputed seqs:\n%s", out)
+	}
 }

@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var loops sync.WaitGroup
 	defer func() { stopLoops(); loops.Wait() }()
 	for _, a := range agents[cfg.Agents:] {
-		src, err := agent.NewBrokerSource(a.url, cfg.AgentToken, nil, func() string { return a.id }, a.creds)
+		src, err := agent.NewBrokerSource(a.url, cfg.AgentToken, nil, func() string { return a.id }, a.creds, nil)
 		if err != nil {
 			return nil, err
 		}
