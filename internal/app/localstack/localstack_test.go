@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 func TestListenAddr(t *testing.T) {
@@ -50,26 +52,8 @@ func TestUpTokensReplacesAtomically(t *testing.T) {
 	if tok.Agent != "gpp_new" || tok.Submit != "gpp_new" {
 		t.Fatalf("tokens %+v", tok)
 	}
-	wantFile(t, before, old, 0o644)
-	wantFile(t, path, `{"agent":"gpp_new","submit":"gpp_new"}`, 0o600)
-}
-
-func wantFile(t *testing.T, path, content string, perm os.FileMode) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != content {
-		t.Errorf("%s holds %q, want %q", filepath.Base(path), b, content)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != perm {
-		t.Errorf("%s has mode %v, want %v", filepath.Base(path), fi.Mode().Perm(), perm)
-	}
+	testutil.WantFile(t, before, old, 0o644)
+	testutil.WantFile(t, path, `{"agent":"gpp_new","submit":"gpp_new"}`, 0o600)
 }
 
 // TestAgentArgs checks the executor choice reaches every agent's command

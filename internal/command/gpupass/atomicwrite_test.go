@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // The files below are replaced through fsutil.WriteFileAtomic. A crash
@@ -36,7 +38,7 @@ func TestWriteFileReplacesAtomically(t *testing.T) {
 	}); !errors.Is(err, errRender) {
 		t.Fatalf("failing render: err %v, want %v", err, errRender)
 	}
-	wantFile(t, path, "old report\n", 0o644)
+	testutil.WantFile(t, path, "old report\n", 0o644)
 
 	if err := writeFile(path, func(w io.Writer) error {
 		_, err := io.WriteString(w, "new report\n")
@@ -44,8 +46,8 @@ func TestWriteFileReplacesAtomically(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	wantFile(t, path, "new report\n", 0o644)
-	wantFile(t, victim, "victim\n", 0o644)
+	testutil.WantFile(t, path, "new report\n", 0o644)
+	testutil.WantFile(t, victim, "victim\n", 0o644)
 	fi, err := os.Lstat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -69,30 +71,12 @@ func TestWriteLocalConfigReplacesAtomically(t *testing.T) {
 	if _, err := writeLocalConfig(dir, &LocalConfig{BrokerURL: "http://127.0.0.1:7070", Token: "gpp_secret"}); err != nil {
 		t.Fatal(err)
 	}
-	wantFile(t, victim, "victim\n", 0o644)
+	testutil.WantFile(t, victim, "victim\n", 0o644)
 	fi, err := os.Lstat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
 		t.Errorf("config.json: mode %v, want a regular file, mode 0600", fi.Mode())
-	}
-}
-
-func wantFile(t *testing.T, path, content string, perm os.FileMode) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != content {
-		t.Errorf("%s holds %q, want %q", filepath.Base(path), b, content)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != perm {
-		t.Errorf("%s has mode %v, want %v", filepath.Base(path), fi.Mode().Perm(), perm)
 	}
 }
