@@ -136,12 +136,7 @@ verdict (compare-report), bundle-digest (bundle-push), audit-path (audit).`,
 // the step's input, not the flag a CLI user would type.
 func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error) {
 	defer func() {
-		if o.Global != nil && o.Global.Audit != nil {
-			if _, extra := o.Global.Audit.FieldNames(); extra != nil {
-				err = extra.Apply(err)
-			}
-		}
-		err = ciInputNames.Apply(err)
+		err = o.Global.fieldNames().inputs.Apply(err)
 	}()
 	if o.Getenv == nil {
 		o.Getenv = func(string) string { return "" }

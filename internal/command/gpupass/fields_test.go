@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // TestFieldNames: every flag and input the two tables name exists, so a
@@ -100,4 +102,20 @@ func TestLibraryErrorsNameFlagOrInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A plugin field that the CLI already names otherwise is a programming
+// error found at start, not one table silently winning.
+func TestMergeNamesRefusesAClash(t *testing.T) {
+	t.Parallel()
+	m := mergeNames(fielderr.Names{"a": "--a"}, fielderr.Names{"a": "--a", "b": "--b"})
+	if len(m) != 2 || m["b"] != "--b" {
+		t.Errorf("merged %v, want a and b", m)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a field named twice did not panic")
+		}
+	}()
+	mergeNames(fielderr.Names{"a": "--a"}, fielderr.Names{"a": "--other"})
 }

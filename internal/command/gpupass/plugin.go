@@ -41,6 +41,7 @@ type Option func(*rootConfig)
 
 type rootConfig struct {
 	audit AuditPlugin
+	names fieldNames
 	args  []string
 	in    io.Reader
 	out   io.Writer

@@ -23,6 +23,8 @@ type GlobalOptions struct {
 	Verbose bool
 
 	Audit AuditPlugin // the audit commands: linked in, or gpupass-audit (set by NewRoot)
+
+	names fieldNames // set by NewRoot, with the audit commands' fields
 }
 
 // AddFlags registers the global flags.
@@ -64,11 +66,12 @@ func newRootConfig(args []string, in io.Reader, out, errw io.Writer, opts []Opti
 	if c.audit == nil {
 		c.audit = auditForwarder{cfg: c}
 	}
+	c.names = newFieldNames(c.audit)
 	return c
 }
 
 func newRoot(cfg *rootConfig) *cobra.Command {
-	g := &GlobalOptions{Audit: cfg.audit}
+	g := &GlobalOptions{Audit: cfg.audit, names: cfg.names}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",
@@ -122,11 +125,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Libraries name the field they refuse; the user typed a flag.
-	err := root.ExecuteContext(ctx)
-	if extra, _ := cfg.audit.FieldNames(); extra != nil {
-		err = extra.Apply(err)
-	}
-	err = flagNames.Apply(err)
+	err := cfg.names.flags.Apply(root.ExecuteContext(ctx))
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {
