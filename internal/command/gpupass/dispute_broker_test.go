@@ -10,12 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"connectrpc.com/connect"
-
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -31,53 +28,10 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 	ctx := context.Background()
 	dir := auditFixture(t)
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
-	agentTok := b.Token(t, store.RoleAgent, "*")
-	ag := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
-	work, err := client.DialRuns(b.URL, client.Options{Token: agentTok, GRPC: true, Agent: ag.Creds})
-	if err != nil {
-		t.Fatal(err)
-	}
-	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(t, store.RoleSubmit, "us-*")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "us-west-2", Command: []string{"python3", "train.py"}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := sub.Msg.Run
-	pw, err := work.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: ag.ID, WaitSeconds: 5}))
-	if err != nil || pw.Msg.Assignment.GetAllocId() != run.Id {
-		t.Fatalf("PollWork = %v, %v", pw, err)
-	}
-	as := pw.Msg.Assignment
-	update := func(st gpupassv1.AllocState, last uint64) {
-		t.Helper()
-		if _, err := work.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: ag.ID, AllocId: as.AllocId,
-			FencingToken: as.FencingToken, State: st, Attempts: 1, LastSeq: last})); err != nil {
-			t.Fatalf("update %v: %v", st, err)
-		}
-	}
-	update(gpupassv1.AllocState_ALLOC_STATE_STARTING, 0)
-	rep := ag.Report()
-	rep.AllocationID, rep.SpecFingerprint, rep.RuntimeFingerprint = run.Id, run.SpecFingerprint, run.SpecFingerprint
-	rb, sig, err := brokertest.Sign(ag.Key, rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := work.Work.SubmitRunReport(ctx, connect.NewRequest(&gpupassv1.SubmitRunReportRequest{AgentId: ag.ID, AllocId: as.AllocId,
-		FencingToken: as.FencingToken, Report: rb, Signature: sig})); err != nil {
-		t.Fatalf("SubmitRunReport: %v", err)
-	}
-	update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, 0)
+	l := brokertest.StartRun(t, b, "us-west-2")
+	run := l.Run
 	point := func(step int, loss float64) *gpupassv1.Record {
-		return &gpupassv1.Record{Seq: uint64(step), Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
-			Data: fmt.Appendf(nil, `{"step":%d,"ts":"2026-11-29T12:00:%02dZ","attempt":1,"values":{"loss":%g}}`, step, step, loss)}
+		return brokertest.MetricRecord(uint64(step), step, fmt.Sprintf(`"loss":%g`, loss))
 	}
 	var recs []*gpupassv1.Record
 	var jsonl bytes.Buffer
@@ -87,18 +41,17 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 	}
 	upload := func(recs ...*gpupassv1.Record) *gpupassv1.UploadRecordsResponse {
 		t.Helper()
-		resp, err := work.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: ag.ID, AllocId: as.AllocId,
-			FencingToken: as.FencingToken, Records: recs}))
+		resp, err := l.Upload(recs...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.Msg
+		return resp
 	}
 	upload(recs...)
 	if resp := upload(point(7, 0.001)); len(resp.DisputedSeqs) != 1 || resp.DisputedSeqs[0] != 7 || resp.HeldThrough != 20 {
 		t.Fatalf("second, different seq 7: reply %v; want it refused (disputed_seqs [7]), held 20", resp)
 	}
-	update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 20)
+	l.Update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 20)
 
 	reader := BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
 	const note = "log disputed: 1 record(s) were sent twice with different content (first at seq 7)"

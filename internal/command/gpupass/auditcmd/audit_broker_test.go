@@ -10,17 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/audit"
-	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/conformance"
-	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // TestAuditFromBroker audits a run from the broker alone: an API-level
@@ -33,57 +30,13 @@ func TestAuditFromBroker(t *testing.T) {
 	ctx := context.Background()
 	dir, getenv := auditFixture(t)
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
-	agentTok := b.Token(t, store.RoleAgent, "*")
-	ag := brokertest.Register(t, b.URL, agentTok, brokertest.H100("us-west-2", 20))
-	work, err := client.DialRuns(b.URL, client.Options{Token: agentTok, GRPC: true, Agent: ag.Creds})
-	if err != nil {
-		t.Fatal(err)
-	}
-	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(t, store.RoleSubmit, "us-*")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	specYAML, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "broker", "testdata", "h100.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "us-west-2", Command: []string{"python3", "train.py"}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := sub.Msg.Run
-	pw, err := work.Work.PollWork(ctx, connect.NewRequest(&gpupassv1.PollWorkRequest{AgentId: ag.ID, WaitSeconds: 5}))
-	if err != nil || pw.Msg.Assignment.GetAllocId() != run.Id {
-		t.Fatalf("PollWork = %v, %v", pw, err)
-	}
-	as := pw.Msg.Assignment
-	update := func(st gpupassv1.AllocState, last uint64) {
-		t.Helper()
-		if _, err := work.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: ag.ID, AllocId: as.AllocId,
-			FencingToken: as.FencingToken, State: st, Attempts: 1, LastSeq: last})); err != nil {
-			t.Fatalf("update %v: %v", st, err)
-		}
-	}
-	update(gpupassv1.AllocState_ALLOC_STATE_STARTING, 0)
-	rep := ag.Report()
-	rep.AllocationID, rep.SpecFingerprint, rep.RuntimeFingerprint = run.Id, run.SpecFingerprint, run.SpecFingerprint
-	rb, sig, err := brokertest.Sign(ag.Key, rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := work.Work.SubmitRunReport(ctx, connect.NewRequest(&gpupassv1.SubmitRunReportRequest{AgentId: ag.ID, AllocId: as.AllocId,
-		FencingToken: as.FencingToken, Report: rb, Signature: sig})); err != nil {
-		t.Fatalf("SubmitRunReport: %v", err)
-	}
-	update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, 0)
+	l := brokertest.StartRun(t, b, "us-west-2")
+	run, ag := l.Run, l.Agent
 	var recs []*gpupassv1.Record
 	for step := 1; step <= 20; step++ {
-		recs = append(recs, &gpupassv1.Record{Seq: uint64(step), Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
-			Data: fmt.Appendf(nil, `{"step":%d,"ts":"2026-11-29T12:00:%02dZ","attempt":1,"values":{"loss":%g}}`, step, step, 4.0/float64(step))})
+		recs = append(recs, brokertest.MetricRecord(uint64(step), step, fmt.Sprintf(`"loss":%g`, 4.0/float64(step))))
 	}
-	if _, err := work.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: ag.ID, AllocId: as.AllocId,
-		FencingToken: as.FencingToken, Records: recs})); err != nil {
+	if _, err := l.Upload(recs...); err != nil {
 		t.Fatal(err)
 	}
 
@@ -91,7 +44,7 @@ func TestAuditFromBroker(t *testing.T) {
 	reader := gpupass.BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
 	opts := AuditOptions{AllocationID: run.Id, Out: zipPath, Key: filepath.Join(dir, "cosign.key"), Broker: reader, Getenv: getenv, Output: "json"}
 	var out bytes.Buffer
-	err = RunAudit(ctx, opts, &out)
+	err := RunAudit(ctx, opts, &out)
 	if gpupass.ExitCode(err) != gpupass.ExitFindings || !strings.Contains(fmt.Sprint(err), "still in progress") || !strings.Contains(fmt.Sprint(err), "running") {
 		t.Fatalf("audit of a running run: exit %d, %v; want exit 1 saying it is still in progress", gpupass.ExitCode(err), err)
 	}
@@ -99,7 +52,7 @@ func TestAuditFromBroker(t *testing.T) {
 		t.Fatal("an audit zip was written for a run in progress")
 	}
 
-	update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 20)
+	l.Update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 20)
 	if err := RunAudit(ctx, opts, &out); err != nil {
 		t.Fatalf("audit from the broker: %v", err)
 	}
@@ -140,7 +93,7 @@ func TestAuditFromBroker(t *testing.T) {
 	if err := json.Unmarshal(mustReadFile(t, filepath.Join(dir, "x", audit.FileEnvironment)), &env); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(string(specYAML), env.Declared.Source); diff != "" {
+	if diff := cmp.Diff(string(l.SpecYAML), env.Declared.Source); diff != "" {
 		t.Errorf("declared spec is not the one submitted (-want +got):\n%s", diff)
 	}
 	var hw audit.Hardware
