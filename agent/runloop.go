@@ -38,6 +38,9 @@ type Assignment struct {
 	Region      string
 	MaxRestarts int
 	Grace       time.Duration
+	// TimeLimit is the run's wall-clock limit (executor.Job.TimeLimit;
+	// 0: none).
+	TimeLimit time.Duration
 	// ResumeAfterSeq is set when the run continues here after its node
 	// was lost: the broker holds seq 1..ResumeAfterSeq already, and this
 	// node's records follow them (its spool still counts from 1).

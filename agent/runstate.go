@@ -51,6 +51,7 @@ type ledgerJob struct {
 	Spec         json.RawMessage `json:"spec,omitempty"`
 	MaxRestarts  int             `json:"max_restarts"`
 	Grace        time.Duration   `json:"grace"`
+	TimeLimit    time.Duration   `json:"time_limit,omitempty"`
 	Python       string          `json:"python,omitempty"`
 	CUDAHome     string          `json:"cuda_home,omitempty"`
 	LibraryPaths []string        `json:"library_paths,omitempty"`
@@ -60,7 +61,7 @@ type ledgerJob struct {
 func (e runLedger) assignment() *Assignment {
 	a := &Assignment{AllocID: e.AllocID, FencingToken: e.FencingToken, ResumeAfterSeq: e.ResumeAfterSeq}
 	if j := e.Job; j != nil {
-		a.Region, a.Command, a.Spec, a.MaxRestarts, a.Grace = j.Region, j.Command, j.Spec, j.MaxRestarts, j.Grace
+		a.Region, a.Command, a.Spec, a.MaxRestarts, a.Grace, a.TimeLimit = j.Region, j.Command, j.Spec, j.MaxRestarts, j.Grace, j.TimeLimit
 	}
 	return a
 }

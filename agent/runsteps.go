@@ -197,7 +197,7 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 
 	job := executor.Job{
 		AllocID: r.a.AllocID, Region: r.a.Region, Command: r.a.Command, Spec: r.spec, WorkRoot: r.workRoot,
-		Python: r.l.Python, MaxRestarts: r.a.MaxRestarts, Grace: r.a.Grace, ResumeFrom: r.resumeFrom, RunAs: r.runAs,
+		Python: r.l.Python, MaxRestarts: r.a.MaxRestarts, Grace: r.a.Grace, TimeLimit: r.a.TimeLimit, ResumeFrom: r.resumeFrom, RunAs: r.runAs,
 	}
 	if r.l.CUDAHome != nil {
 		job.CUDAHome = r.l.CUDAHome()
@@ -263,7 +263,7 @@ func (r *run) recordJob(job executor.Job) error {
 	if err := r.ledgerWritten(); err != nil {
 		return err
 	}
-	lj := &ledgerJob{Region: r.a.Region, Command: job.Command, MaxRestarts: job.MaxRestarts, Grace: job.Grace,
+	lj := &ledgerJob{Region: r.a.Region, Command: job.Command, MaxRestarts: job.MaxRestarts, Grace: job.Grace, TimeLimit: job.TimeLimit,
 		Python: job.Python, CUDAHome: job.CUDAHome, LibraryPaths: job.LibraryPaths, BaseEnv: job.BaseEnv}
 	if job.Spec != nil {
 		b, err := json.Marshal(job.Spec)

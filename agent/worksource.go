@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // brokerSource is the WorkSource over the broker's AgentWorkService.
@@ -64,7 +65,8 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 	return &Assignment{
 		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, Command: m.Command,
 		Workdir: m.WorkdirArchive, Region: m.Region, MaxRestarts: int(m.MaxRestarts),
-		Grace: time.Duration(m.GraceSeconds) * time.Second, ResumeAfterSeq: m.ResumeAfterSeq,
+		Grace: time.Duration(m.GraceSeconds) * time.Second, TimeLimit: time.Duration(min(max(m.TimeLimitSeconds, 0), int64(spec.MaxTimeLimit/time.Second))) * time.Second,
+		ResumeAfterSeq:       m.ResumeAfterSeq,
 		ResumeCheckpointName: m.ResumeCheckpointName, ResumeCheckpoint: m.ResumeCheckpoint,
 	}, nil
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/gpupass/gpupass/broker/ui"
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -88,6 +89,11 @@ type Config struct {
 	RunMaxRecords          int64
 	RunMaxLogBytes         int64
 	RunMaxRecordsPerSecond int
+	// MaxTimeLimit is the longest wall-clock limit a run may ask for
+	// (train --time-limit or the spec's resources.time-limit); Submit
+	// refuses longer ones (default and at most spec.MaxTimeLimit). A run
+	// that asks for none has none.
+	MaxTimeLimit time.Duration
 	// Workdir bounds what a submitted work dir archive may unpack to;
 	// Submit reads the archive under it before storing the run (zero
 	// fields take workdir.Default).
@@ -197,6 +203,9 @@ func New(cfg Config) *Broker {
 	}
 	if cfg.SessionKeyTTL <= 0 {
 		cfg.SessionKeyTTL = tokenTTL
+	}
+	if cfg.MaxTimeLimit <= 0 || cfg.MaxTimeLimit > spec.MaxTimeLimit {
+		cfg.MaxTimeLimit = spec.MaxTimeLimit
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL

@@ -157,7 +157,7 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		// holds it (PollWork), not for whoever may read the run.
 		Attempts: int32(a.Attempts), Restarts: int32(a.Restarts), HeldThrough: a.HeldThrough,
 		CancelRequested: a.CancelRequested, Simulated: a.Simulated, MaxPrice: a.MaxPrice, ResumeElsewhere: a.ResumeElsewhere,
-		ReplacedNodes: a.Replaced, LastSeq: a.LastSeq,
+		ReplacedNodes: a.Replaced, LastSeq: a.LastSeq, TimeLimitSeconds: a.TimeLimitSeconds,
 		LogDisputed: a.DisputedRecords > 0, DisputedRecords: a.DisputedRecords, FirstDisputedSeq: a.FirstDisputedSeq,
 		LogComplete:     a.State.Terminal() && a.LogComplete(),
 		CreatedUnixNano: nsOf(a.CreatedAt), UpdatedUnixNano: nsOf(a.UpdatedAt), StartedUnixNano: nsOf(a.StartedAt), FinishedUnixNano: nsOf(a.FinishedAt),

@@ -22,6 +22,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -138,7 +139,7 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 func assignment(a store.Alloc, workdir []byte) *gpupassv1.Assignment {
 	as := &gpupassv1.Assignment{AllocId: a.ID, FencingToken: a.Fence, Name: a.Name, Region: a.Region, SpecJson: a.SpecJSON,
 		Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(a.MaxRestarts), GraceSeconds: int32(a.GraceSeconds),
-		ResumeAfterSeq: a.ResumeAfterSeq}
+		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq}
 	if len(workdir) > 0 {
 		as.WorkdirDigest = digest(workdir)
 	}
@@ -354,6 +355,10 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if restarts < 0 || restarts > 100 || grace < 0 || grace > 3600 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("max_restarts must be 0..100 and grace_seconds 0..3600"))
 	}
+	limit, err := b.timeLimit(m.TimeLimitSeconds, sp)
+	if err != nil {
+		return nil, err
+	}
 	minScore := match.DefaultMinScore
 	if m.MinHealthScore != nil {
 		minScore = m.GetMinHealthScore()
@@ -392,7 +397,7 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	}
 	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, State: store.AllocPending, SpecJSON: specJSON, SpecYAML: m.GetSpecYaml(), SpecFingerprint: fp,
 		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
-		GraceSeconds: int(grace), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC()}
+		GraceSeconds: int(grace), TimeLimitSeconds: int64(limit / time.Second), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC()}
 	if err := rs.CreateAlloc(ctx, a); err != nil {
 		return nil, b.storeErr("storing run", err)
 	}
@@ -405,6 +410,33 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		placed = a
 	}
 	return connect.NewResponse(&gpupassv1.SubmitResponse{Run: runProto(placed)}), nil
+}
+
+// timeLimit is the run's wall-clock limit: the request's (train
+// --time-limit) over the spec's resources.time-limit, at most the
+// broker's MaxTimeLimit; 0 when neither sets one.
+func (b *Broker) timeLimit(seconds int64, sp *spec.Spec) (time.Duration, error) {
+	field, d := "time_limit_seconds (gpupass train --time-limit)", time.Duration(0)
+	switch {
+	case seconds < 0:
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is %d: give a positive number of seconds, or 0 for the spec's limit", field, seconds))
+	case seconds > int64(spec.MaxTimeLimit/time.Second):
+		// Compared in seconds first: a huge value would overflow a Duration.
+		d = spec.MaxTimeLimit + time.Second
+	case seconds > 0:
+		d = time.Duration(seconds) * time.Second
+	default:
+		field = "the spec's resources.time-limit"
+		var err error
+		if d, err = sp.Resources.TimeLimitDuration(); err != nil {
+			return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec: %w", err))
+		}
+	}
+	if d > b.cfg.MaxTimeLimit {
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s is longer than this broker allows (%s: gpupass-broker serve --max-time-limit)",
+			field, spec.FormatTimeLimit(d), spec.FormatTimeLimit(b.cfg.MaxTimeLimit)))
+	}
+	return d, nil
 }
 
 // visibleRun reads a run the caller's token may see. A run outside the

@@ -436,22 +436,48 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 			map[string]string{"resume_from": resume})
 	}
 	restarts, first := 0, 1
+	// The limit counts from the first attempt's start (runtime-init is
+	// not the job's time) and is the run's: every attempt draws on it.
+	var deadline time.Time
+	if job.TimeLimit > 0 {
+		deadline = time.Now().Add(job.TimeLimit)
+	}
 	var from *Mark
 	if m := job.Reattach; m != nil {
 		restarts, first, resume, from = m.Restarts, m.Attempt, m.Resume, m
+		if m.Deadline != 0 {
+			deadline = time.Unix(0, m.Deadline)
+		}
 		rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s: the agent restarted; following attempt %d on where its records end (stdout byte %d, stderr byte %d, metrics byte %d)",
 			job.AllocID, m.Attempt, m.Stdout, m.Stderr, m.Metrics), map[string]string{"attempt": strconv.Itoa(m.Attempt), "reattached": "true"})
 	}
+	enforcer, selfLimited := x.Runner.(LimitEnforcer)
+	selfLimited = selfLimited && enforcer.EnforcesTimeLimit()
 	for attempt := first; ; attempt++ {
+		var left time.Duration
+		if !deadline.IsZero() {
+			left = time.Until(deadline)
+			if left <= 0 && from == nil {
+				// A NaN restart due after the limit: not started.
+				return timedOut(job, rec, Exit{Code: -1}, attempt-1, restarts)
+			}
+		}
 		attemptEnv := append(env[:len(env):len(env)], EnvAttempt+"="+strconv.Itoa(attempt))
 		if resume != "" {
 			attemptEnv = append(attemptEnv, EnvResumeFrom+"="+resume)
 		}
 		guard := &nanGuard{}
 		actx, stopAttempt := context.WithCancelCause(ctx)
+		stopAt := func() bool { return true }
+		if !deadline.IsZero() && !selfLimited {
+			stopAt = time.AfterFunc(left, func() { stopAttempt(errTimeLimit) }).Stop
+		}
 		tail.attempt, tail.onMetric = attempt, guard.check(stopAttempt)
-		ex := x.runAttempt(actx, job, attemptEnv, workDir, attempt, restarts, resume, from, rec, tail, guard.check(stopAttempt), contain)
+		ex := x.runAttempt(actx, job, attemptEnv, workDir, attemptInfo{n: attempt, restarts: restarts, resume: resume, from: from, left: left, deadline: deadline},
+			rec, tail, guard.check(stopAttempt), contain)
+		stopAt()
 		from = nil
+		limited := errors.Is(context.Cause(actx), errTimeLimit)
 		stopAttempt(nil)
 		if ex.Leftover != nil {
 			return leftover(Result{Attempts: attempt, Restarts: restarts}, ex.Leftover)
@@ -459,6 +485,10 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 
 		if ctx.Err() != nil {
 			return cancelled(ctx, parent, attempt, restarts)
+		}
+		if limited && ex.Stopped {
+			// Stopped for the limit, not ended on its own just before.
+			return timedOut(job, rec, ex, attempt, restarts)
 		}
 		if step, val, at, ok := guard.tripped(); ok {
 			if restarts >= job.MaxRestarts {
@@ -483,6 +513,23 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 		}
 		return finished(ex, attempt, restarts)
 	}
+}
+
+// errTimeLimit is the cause an attempt is stopped with at the run's
+// deadline.
+var errTimeLimit = errors.New("the run's time limit was reached")
+
+// timedOut ends a run at its time limit: failed, with a reason that
+// starts TIMEOUT as Slurm's does.
+func timedOut(job Job, rec *recorder, ex Exit, attempts, restarts int) Result {
+	limit := spec.FormatTimeLimit(job.TimeLimit)
+	reason := "TIMEOUT: time limit " + limit + " reached"
+	msg := reason + fmt.Sprintf(" after %d attempt(s), the limit is the run's, NaN restarts share it", attempts)
+	if ex.Stopped {
+		msg += fmt.Sprintf("; stopped attempt %d (SIGTERM to the process group%s)", attempts, map[bool]string{true: ", SIGKILL after the grace period", false: ""}[ex.Killed])
+	}
+	rec.event(events.Error, events.ExecutorComp, msg, map[string]string{"time_limit": limit, "attempt": strconv.Itoa(attempts)})
+	return Result{State: Failed, Reason: reason, ExitCode: ex.Code, Attempts: attempts, Restarts: restarts}
 }
 
 func cancelled(ctx, parent context.Context, attempts, restarts int) Result {
@@ -533,16 +580,34 @@ func fmtVal(v float64) string {
 	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
+// attemptInfo is where an attempt stands in its run.
+type attemptInfo struct {
+	n, restarts int
+	resume      string
+	// from is set when the attempt is followed on after an agent restart.
+	from *Mark
+	// left is what is left of the run's time limit (0: none), reached
+	// at deadline.
+	left     time.Duration
+	deadline time.Time
+}
+
 // runAttempt runs one process and tails its metrics file meanwhile.
-func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, attempt, restarts int, resume string, from *Mark, rec *recorder, tail *metricsTail, onMetric func(events.Metric), contain *Containment) Exit {
+func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, at attemptInfo, rec *recorder, tail *metricsTail, onMetric func(events.Metric), contain *Containment) Exit {
+	attempt, from := at.n, at.from
 	poll := x.MetricsPoll
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
 	}
 	if from == nil {
+		fields := map[string]string{"attempt": strconv.Itoa(attempt)}
+		m := Mark{Attempt: attempt, Restarts: at.restarts, Resume: at.resume}
+		if !at.deadline.IsZero() {
+			m.Deadline = at.deadline.UnixNano()
+			fields["time_left"] = at.left.Round(time.Second).String()
+		}
 		rec.attemptStarts(events.Event{Time: events.Now(), Level: events.Info, Component: events.ExecutorComp,
-			Message: fmt.Sprintf("attempt %d: starting %s", attempt, strings.Join(job.Command, " ")), Fields: map[string]string{"attempt": strconv.Itoa(attempt)}},
-			Mark{Attempt: attempt, Restarts: restarts, Resume: resume})
+			Message: fmt.Sprintf("attempt %d: starting %s", attempt, strings.Join(job.Command, " ")), Fields: fields}, m)
 	}
 	tailDone := make(chan struct{})
 	tailStop := make(chan struct{})
@@ -564,7 +629,7 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 	if from != nil {
 		fromOffsets = &Offsets{Stdout: from.Stdout, Stderr: from.Stderr}
 	}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: at.left, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
 		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})

@@ -26,6 +26,10 @@ type Mark struct {
 	// Metrics is the byte offset in $GPUPASS_METRICS_FILE, which all
 	// attempts share.
 	Metrics int64 `json:"metrics"`
+	// Deadline is when the run's time limit is reached (Unix ns; 0: no
+	// limit): a run followed on after an agent restart keeps it rather
+	// than starting the limit afresh.
+	Deadline int64 `json:"deadline,omitempty"`
 }
 
 // MarkedAppender is an Appender that keeps a mark with its records (the

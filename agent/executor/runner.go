@@ -26,6 +26,17 @@ type Runner interface {
 	Run(ctx context.Context, a Attempt, out func(Line)) Exit
 }
 
+// LimitEnforcer is a Runner whose scheduler ends an attempt at its time
+// limit itself (Slurm's sbatch --time): it takes what is left of the
+// run's limit from Attempt.TimeLimit and ends a timed-out attempt with an
+// Exit whose Reason says so in the scheduler's words. The executor then
+// does not stop the attempt at the deadline itself; it does for every
+// other Runner (SIGTERM, Grace, SIGKILL, as for a cancel).
+type LimitEnforcer interface {
+	Runner
+	EnforcesTimeLimit() bool
+}
+
 // Attempt is what a Runner needs to start one process of a run.
 type Attempt struct {
 	Command []string
@@ -35,6 +46,11 @@ type Attempt struct {
 	// Grace is how long a stopped attempt gets between SIGTERM and
 	// SIGKILL.
 	Grace time.Duration
+	// TimeLimit is what is left of the run's time limit as the attempt
+	// starts (0: the run has none). The limit is the run's, not the
+	// attempt's: NaN restarts share one wall-clock budget. Only a
+	// LimitEnforcer reads it; the executor stops other runners' attempts.
+	TimeLimit time.Duration
 	// MaxLine bounds one output line; the rest of a longer line is
 	// dropped and counted.
 	MaxLine int

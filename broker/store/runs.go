@@ -60,7 +60,11 @@ type Alloc struct {
 	MinScore        float64
 	MaxRestarts     int
 	GraceSeconds    int
-	ResumeElsewhere bool
+	// TimeLimitSeconds is the run's wall-clock limit (train --time-limit,
+	// else the spec's resources.time-limit); 0: none. In the JSON body:
+	// no column, no migration.
+	TimeLimitSeconds int64 `json:",omitempty"`
+	ResumeElsewhere  bool
 	// Fence is the fencing token of the current placement: the broker
 	// draws a fresh random one for every placement (never 0, never the
 	// previous one), so a token cannot be guessed from another. Only

@@ -199,7 +199,12 @@ type Store interface {
 
 	// RecordLaunch stores a launch attempt.
 	RecordLaunch(ctx context.Context, l Launch) error
-	// LaunchStats counts launches per node at or after since.
+	// LaunchStats counts launches per node at or after since: each run
+	// once (COUNT DISTINCT of its allocation id), failed if any of its
+	// launch records failed. A run recorded as launched and later as
+	// failed for its node (lost under a Slurm job, refused after it was
+	// running) is one failed launch, not one failed and one successful.
+	// Records without an allocation id count one each.
 	LaunchStats(ctx context.Context, since time.Time) (map[string]LaunchStats, error)
 
 	// Close releases the store.

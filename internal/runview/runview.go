@@ -48,11 +48,14 @@ type Run struct {
 	Simulated       bool     `json:"simulated"`
 	ResumeElsewhere bool     `json:"resume_elsewhere"`
 	ReplacedNodes   []string `json:"replaced_nodes"` // nodes tried before the current one, in order
-	CreatedAt       *Time    `json:"created_at"`
-	UpdatedAt       *Time    `json:"updated_at"`
-	StartedAt       *Time    `json:"started_at"`
-	FinishedAt      *Time    `json:"finished_at"`
-	Log             Log      `json:"log"`
+	// TimeLimitSeconds is the run's wall-clock limit (train
+	// --time-limit, else the spec's resources.time-limit); 0: none.
+	TimeLimitSeconds int64 `json:"time_limit_seconds"`
+	CreatedAt        *Time `json:"created_at"`
+	UpdatedAt        *Time `json:"updated_at"`
+	StartedAt        *Time `json:"started_at"`
+	FinishedAt       *Time `json:"finished_at"`
+	Log              Log   `json:"log"`
 	// Slurm is where the run's batch job is on a Slurm cluster; null for
 	// runs of other executors (and until the job is submitted).
 	Slurm *Slurm `json:"slurm"`
@@ -130,7 +133,8 @@ func FromProto(r *gpupassv1.Run) Run {
 		SpecFingerprint: r.GetSpecFingerprint(), Command: nonNil(r.GetCommand()), ExitCode: r.GetExitCode(),
 		Attempts: r.GetAttempts(), Restarts: r.GetRestarts(), CancelRequested: r.GetCancelRequested(),
 		Simulated: r.GetSimulated(), ResumeElsewhere: r.GetResumeElsewhere(), ReplacedNodes: nonNil(r.GetReplacedNodes()),
-		CreatedAt: unixNano(r.GetCreatedUnixNano()), UpdatedAt: unixNano(r.GetUpdatedUnixNano()),
+		TimeLimitSeconds: r.GetTimeLimitSeconds(),
+		CreatedAt:        unixNano(r.GetCreatedUnixNano()), UpdatedAt: unixNano(r.GetUpdatedUnixNano()),
 		StartedAt: unixNano(r.GetStartedUnixNano()), FinishedAt: unixNano(r.GetFinishedUnixNano()),
 		Log: Log{Complete: r.GetLogComplete(), Disputed: r.GetLogDisputed(), HeldThrough: r.GetHeldThrough(),
 			LastSeq: r.GetLastSeq(), DisputedRecords: r.GetDisputedRecords(), FirstDisputedSeq: r.GetFirstDisputedSeq()},

@@ -28,7 +28,7 @@ func runs() []*gpupassv1.Run {
 				PricePremiumPct: -4, PricePenalty: -8},
 			PricePerHour: 2.4, MaxPrice: 30, SpecFingerprint: "sha256:0f", Command: []string{"python3", "train.py"},
 			ExitCode: 2, Attempts: 2, Restarts: 1, CancelRequested: false, Simulated: true, ResumeElsewhere: true,
-			ReplacedNodes: []string{"node-z"}, HeldThrough: 9007199254740993, LastSeq: 9007199254740993,
+			ReplacedNodes: []string{"node-z"}, TimeLimitSeconds: 5400, HeldThrough: 9007199254740993, LastSeq: 9007199254740993,
 			LogDisputed: true, DisputedRecords: 3, FirstDisputedSeq: 17, LogComplete: false,
 			CreatedUnixNano: at, UpdatedUnixNano: at + 1e9, StartedUnixNano: at + 2e9, FinishedUnixNano: at + 3e9,
 			Slurm: &gpupassv1.SlurmPlacement{Cluster: "hpc1", JobId: "4021", Node: "gpu-n17", Partition: "a100"},

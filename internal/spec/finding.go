@@ -79,6 +79,7 @@ var Rules = []Rule{
 	{"resources.count", SevError, "the accelerator count must be at least 1"},
 	{"resources.storage-type", SevError, "unknown storage type"},
 	{"resources.size", SevError, "sizes must be positive"},
+	{"resources.time-limit", SevError, "the time limit is not a duration from 1s to 30 days"},
 }
 
 // sortFindings orders findings by position, then rule, so output is

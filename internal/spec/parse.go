@@ -535,6 +535,7 @@ func (p *parser) top(root *yaml.Node) {
 						{"latency_tolerance_ms", p.number(&r.Network.LatencyToleranceMS)},
 					})
 				}},
+				{"time-limit", p.str(&r.TimeLimit)},
 			})
 		}},
 	})

@@ -47,6 +47,7 @@ func Check(d *Document) []Finding {
 	c.malloc()
 	c.bundle()
 	c.resources()
+	c.timeLimit()
 	return c.findings
 }
 

@@ -42,6 +42,11 @@ type Resources struct {
 	Count       int     `json:"count"`
 	Storage     Storage `json:"storage"`
 	Network     Network `json:"network"`
+	// TimeLimit is the run's wall-clock limit as written ("90m", "2h";
+	// ParseTimeLimit); empty for none. gpupass train --time-limit
+	// overrides it. Like all resources it is not part of the fingerprint:
+	// how long a job may run does not change what it runs in.
+	TimeLimit string `json:"time-limit,omitempty"`
 }
 
 // Storage is the storage constraint.

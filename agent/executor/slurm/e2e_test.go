@@ -70,6 +70,33 @@ func TestE2ESlurmCluster(t *testing.T) {
 		t.Logf("nodes:\n%s", nodes)
 	})
 
+	// A run with the spec's 1-minute limit on n2 (the only node its
+	// h100-sxm5 spec matches) that sleeps past it. Slurm counts limits in
+	// whole minutes and checks them periodically, so it is submitted here
+	// and checked last: it runs while the subtests below use n1.
+	timeoutID := ""
+	t.Run("a spec's time limit reaches sbatch --time", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(stack.Root, "examples", "train", "gpupass.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h100 := strings.Replace(string(b), "accelerator: a100-80gb", "accelerator: h100-sxm5", 1)
+		h100 = strings.Replace(h100, "resources:\n", "resources:\n  time-limit: 1m\n", 1)
+		specPath := filepath.Join(t.TempDir(), "gpupass.yaml")
+		if err := os.WriteFile(specPath, []byte(h100), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := gp("--output", "json", "train", "--spec", specPath, "--region", "hpc-eu", "--name", "slurm-timeout",
+			"--", "sh", "-c", "echo started; exec sleep 600").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		timeoutID = regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		if timeoutID == "" || !strings.Contains(string(out), `"time_limit_seconds": 60`) {
+			t.Fatalf("train printed %s, want a run with time_limit_seconds 60", out)
+		}
+	})
+
 	t.Run("train through sbatch equals the local executor's curve, with a NaN restart", func(t *testing.T) {
 		var out upstack.Buffer
 		train := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "us-west-2", "--region", "hpc-eu",
@@ -287,6 +314,34 @@ func TestE2ESlurmCluster(t *testing.T) {
 		}
 		if jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T"); !regexp.MustCompile(`^[0-9]+ COMPLETED\n$`).MatchString(jobs) {
 			t.Errorf("the run's slurm jobs: %q, want one, completed (no second sbatch)", jobs)
+		}
+	})
+
+	t.Run("a job past its time limit ends failed with TIMEOUT", func(t *testing.T) {
+		if timeoutID == "" {
+			t.Skip("no run was submitted (see the subtest that submits it)")
+		}
+		var runs string
+		upstack.WaitFor(t, ctx, "the time-limited run to end", func() bool {
+			b, _ := gp("runs").CombinedOutput()
+			runs = string(b)
+			return regexp.MustCompile(timeoutID + `.* (failed|succeeded|cancelled)`).MatchString(runs)
+		})
+		if !regexp.MustCompile(timeoutID + `.* failed.* 1m +slurm job [0-9]+ on n2 .*: TIMEOUT \(TimeLimit, time limit 00:01:00\)`).MatchString(runs) {
+			t.Errorf("gpupass runs does not show the run failed with its 1m limit and Slurm's TIMEOUT:\n%s", runs)
+		}
+		ls, err := rc.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: timeoutID}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log strings.Builder
+		for ls.Receive() {
+			for _, rec := range ls.Msg().Records {
+				log.Write(rec.Data)
+			}
+		}
+		if !strings.Contains(log.String(), "sbatch --time=1: the run's time limit (1m left)") {
+			t.Errorf("the run's log does not say which sbatch --time it got:\n%s", upstack.Tail(log.String(), 3000))
 		}
 	})
 

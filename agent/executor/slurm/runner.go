@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // Runner runs each attempt of a run as a batch job pinned to one compute
@@ -40,8 +41,9 @@ type Runner struct {
 	Gres string
 	// Partition is sbatch -p (empty: the cluster's default).
 	Partition string
-	// TimeLimit is sbatch --time, rounded up to whole minutes, which is
-	// all Slurm counts (zero: the partition's limit).
+	// TimeLimit is sbatch --time of a run that has no limit of its own
+	// (Attempt.TimeLimit), rounded up to whole minutes, which is all
+	// Slurm counts (zero: the partition's limit).
 	TimeLimit time.Duration
 	// Poll is how often the output files and the job's state are read
 	// (default 200ms).
@@ -130,6 +132,33 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 	return f.run(ctx, a.Grace)
 }
 
+// EnforcesTimeLimit implements executor.LimitEnforcer: slurmctld ends a
+// job at its --time (state TIMEOUT), and a batch job outlives the agent,
+// which could not stop it at the deadline while it is down.
+func (r *Runner) EnforcesTimeLimit() bool { return true }
+
+// timeArg is sbatch --time in minutes for the attempt: what is left of
+// the run's limit, else the agent's default; 0 for none. note says why
+// when Slurm's whole minutes round the run's limit up.
+func (r *Runner) timeArg(a executor.Attempt) (minutes int, note string) {
+	d, whose := a.TimeLimit, "the run's time limit"
+	if d <= 0 {
+		d, whose = r.TimeLimit, "the agent's --slurm-time-limit"
+	}
+	if d <= 0 {
+		return 0, ""
+	}
+	// What is left of a run's limit is a hair under what it was a moment
+	// ago: whole seconds first, so 59.999s is the minute it means.
+	d = (d + time.Second - 1) / time.Second * time.Second
+	minutes = int((d + time.Minute - 1) / time.Minute)
+	note = fmt.Sprintf("sbatch --time=%d: %s (%s left)", minutes, whose, spec.FormatTimeLimit(d))
+	if time.Duration(minutes)*time.Minute != d {
+		note += fmt.Sprintf(" rounded up to %d minute(s), as Slurm counts whole minutes (and slurmctld checks limits periodically, so a job may run somewhat past it)", minutes)
+	}
+	return minutes, note
+}
+
 func startErr(err error) executor.Exit {
 	return executor.Exit{StartErr: fmt.Errorf("slurm: %w", err), Code: -1}
 }
@@ -165,8 +194,11 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if r.Gres != "" {
 		args = append(args, "--gres="+r.Gres)
 	}
-	if r.TimeLimit > 0 {
-		args = append(args, "--time="+strconv.Itoa(int((r.TimeLimit+time.Minute-1)/time.Minute)))
+	if minutes, note := r.timeArg(a); minutes > 0 {
+		args = append(args, "--time="+strconv.Itoa(minutes))
+		if a.Note != nil {
+			a.Note(note, map[string]string{"slurm_time_limit_minutes": strconv.Itoa(minutes)})
+		}
 	}
 	args = append(args, path)
 	// The job's environment is the attempt's (sbatch --export=ALL): the

@@ -322,18 +322,25 @@ func TestCancelKillsAJobThatIgnoresSIGTERM(t *testing.T) {
 	}
 }
 
-// TestTimeLimitEndsFailedWithTIMEOUT: Slurm counts time limits in whole
-// minutes, so this test takes one (it runs in parallel with the rest).
+// TestTimeLimitEndsFailedWithTIMEOUT: the run's own limit (Job.TimeLimit)
+// becomes sbatch --time over the agent's --slurm-time-limit, rounded up
+// to Slurm's whole minutes (the run's log says so), and Slurm, not the
+// executor, ends the job: failed with Slurm's TIMEOUT. Slurm counts
+// limits in whole minutes, so this test takes one (it runs in parallel
+// with the rest).
 func TestTimeLimitEndsFailedWithTIMEOUT(t *testing.T) {
 	t.Parallel()
 	c := slurmtest.Shared(t)
 	rn := runner(c, "n1")
-	rn.TimeLimit = time.Second // rounded up to Slurm's minimum, 1 minute
+	rn.TimeLimit = time.Hour // the agent's default: the run's own limit wins
 	x := &executor.Executor{Runner: rn}
-	r := execute(t, context.Background(), x, executor.Job{AllocID: "alloc-timeout1", WorkRoot: workRoot(t, c),
+	r := execute(t, context.Background(), x, executor.Job{AllocID: "alloc-timeout1", WorkRoot: workRoot(t, c), TimeLimit: 2 * time.Second,
 		Command: []string{"sh", "-c", "echo start; exec sleep 600"}})
-	if r.res.State != executor.Failed || !strings.Contains(r.res.Reason, ": TIMEOUT (TimeLimit") {
-		t.Fatalf("result %+v, want failed with Slurm's TIMEOUT", r.res)
+	if r.res.State != executor.Failed || !strings.Contains(r.res.Reason, ": TIMEOUT (TimeLimit, time limit 00:01:00)") {
+		t.Fatalf("result %+v, want failed with Slurm's TIMEOUT of a 1-minute limit", r.res)
+	}
+	if !r.has("sbatch --time=1: the run's time limit (2s left) rounded up to 1 minute(s), as Slurm counts whole minutes") {
+		t.Errorf("the log does not say the limit was rounded up: %v", r.events)
 	}
 }
 

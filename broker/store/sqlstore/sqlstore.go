@@ -156,7 +156,10 @@ var queries = map[string]string{
 		FROM nodes n JOIN agents a ON a.id = n.id WHERE n.updated_at >= ? ORDER BY n.id`,
 	"liveness":     `SELECT id, last_seen, rtt_ms FROM nodes WHERE last_seen >= ?`,
 	"recordLaunch": `INSERT INTO launches (node_id, at, failed, reason, alloc_id) VALUES (?, ?, ?, ?, ?)`,
-	"launchStats":  `SELECT node_id, COUNT(*), SUM(CASE WHEN failed THEN 1 ELSE 0 END) FROM launches WHERE at >= ? GROUP BY node_id`,
+	"launchStats": `SELECT node_id, COUNT(DISTINCT run), COUNT(DISTINCT CASE WHEN failed THEN run END)
+		FROM (SELECT node_id, failed, CASE WHEN alloc_id = '' THEN '#' || CAST(id AS TEXT) ELSE alloc_id END AS run
+			FROM launches WHERE at >= ?) l
+		GROUP BY node_id`,
 }
 
 // CreateToken implements store.Store.

@@ -42,7 +42,7 @@ func runRuns(t *testing.T, open Factory, o Options) {
 		r := runsOf(t, s)
 		a := store.Alloc{ID: "alloc-00000001", Name: "bert-us-west-2", Region: "us-west-2", State: store.AllocPending,
 			SpecJSON: []byte(`{"name":"bert"}`), Command: []string{"python3", "train.py"}, Workdir: []byte{0x1f, 0x8b, 0},
-			MaxRestarts: 3, GraceSeconds: 10, MaxPrice: 30, MinScore: 85, CreatedAt: t0, TokenID: "tok-1"}
+			MaxRestarts: 3, GraceSeconds: 10, TimeLimitSeconds: 5400, MaxPrice: 30, MinScore: 85, CreatedAt: t0, TokenID: "tok-1"}
 		if err := r.CreateAlloc(ctx, a); err != nil {
 			t.Fatal(err)
 		}

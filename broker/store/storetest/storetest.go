@@ -317,6 +317,11 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 			{NodeID: "agt-1", At: t0.Add(-time.Minute)},
 			{NodeID: "agt-1", At: t0},
 			{NodeID: "agt-2", At: t0},
+			// One run, launched and then lost under its node: one
+			// failed launch, not one failed and one successful.
+			{NodeID: "agt-3", At: t0.Add(-time.Hour), AllocID: "alloc-lost"},
+			{NodeID: "agt-3", At: t0, Failed: true, Reason: "node lost: NODE_FAIL", AllocID: "alloc-lost"},
+			{NodeID: "agt-3", At: t0, AllocID: "alloc-ok"},
 		} {
 			if err := s.RecordLaunch(ctx, l); err != nil {
 				t.Fatal(err)
@@ -326,7 +331,7 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]store.LaunchStats{"agt-1": {Launches: 3, Failures: 1}, "agt-2": {Launches: 1}}
+		want := map[string]store.LaunchStats{"agt-1": {Launches: 3, Failures: 1}, "agt-2": {Launches: 1}, "agt-3": {Launches: 2, Failures: 1}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("LaunchStats (-want +got):\n%s", diff)
 		}

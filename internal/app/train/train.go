@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"gopkg.in/yaml.v3"
@@ -31,6 +32,7 @@ import (
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
+	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -51,6 +53,10 @@ type Options struct {
 	MaxRestarts     int
 	ResumeElsewhere bool
 	MinHealthScore  float64
+	// TimeLimit is each run's wall-clock limit as written ("90m";
+	// spec.ParseTimeLimit); it overrides the spec's resources.time-limit.
+	// Empty: the spec's, if any.
+	TimeLimit string
 	// Workdir is shipped to each node as the command's work dir.
 	Workdir       string
 	WorkdirLimits workdir.Limits
@@ -95,6 +101,13 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	if o.MaxRestarts < 0 {
 		return nil, fielderr.New("MaxRestarts", fmt.Sprint(o.MaxRestarts), "must not be negative")
 	}
+	var limit time.Duration
+	if o.TimeLimit != "" {
+		var err error
+		if limit, err = spec.ParseTimeLimit(o.TimeLimit); err != nil {
+			return nil, &fielderr.Error{Field: "TimeLimit", Value: o.TimeLimit, Err: err}
+		}
+	}
 	specYAML, err := os.ReadFile(o.Spec)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The message validate gives for a missing spec: what to run next.
@@ -127,7 +140,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
-			MinHealthScore: &minScore}))
+			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second)}))
 		if err != nil {
 			return res, brokerrpc.Error("submitting the run in "+region, o.BrokerURL, err)
 		}
@@ -220,7 +233,7 @@ func RunName(name string, specYAML []byte, getenv func(string) string) string {
 // reason.
 func WriteTable(out io.Writer, runs []*gpupassv1.Run) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ALLOC\tNAME\tREGION\tSTATE\tNODE\tSCORE\tPRICE/H\tREASON")
+	fmt.Fprintln(tw, "ALLOC\tNAME\tREGION\tSTATE\tNODE\tSCORE\tPRICE/H\tLIMIT\tREASON")
 	for _, r := range runs {
 		score, price := "-", "-"
 		if r.Score != nil {
@@ -245,8 +258,12 @@ func WriteTable(out io.Writer, runs []*gpupassv1.Run) error {
 		}
 		// Names and reasons come from submitters, nodes and jobs:
 		// printed escaped, a tab included (it would shift the columns).
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st,
-			termsafe.String(node), score, price, termsafe.String(dash(r.Reason)))
+		limit := "-"
+		if r.TimeLimitSeconds > 0 {
+			limit = spec.FormatTimeLimit(time.Duration(r.TimeLimitSeconds) * time.Second)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st,
+			termsafe.String(node), score, price, limit, termsafe.String(dash(r.Reason)))
 	}
 	return tw.Flush()
 }

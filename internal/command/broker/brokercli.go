@@ -114,6 +114,8 @@ type ServeOptions struct {
 	RunMaxRecords          int64
 	RunMaxLogMB            int64
 	RunMaxRecordsPerSecond int
+	// MaxTimeLimit is daemon.Config.MaxTimeLimit.
+	MaxTimeLimit time.Duration
 	// Limits on what clients may hold (daemon.HTTPLimits); sizes as
 	// "256MiB".
 	MaxBodyMemory, MaxBodyMemoryPerToken, BodyMinRate string
@@ -139,6 +141,7 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.Int64Var(&o.RunMaxRecords, "run-max-records", daemon.DefaultRunMaxRecords, "records (log events, metric points, checkpoint chunks) one run may store; a run going over is failed with the reason (-1: no limit)")
 	f.Int64Var(&o.RunMaxLogMB, "run-max-log-mb", daemon.DefaultRunMaxLogBytes>>20, "MB of log (events and metric points) one run may store; a run going over is failed with the reason; keep it above the agents' --run-log-max-mb (-1: no limit)")
 	f.IntVar(&o.RunMaxRecordsPerSecond, "run-max-records-per-second", daemon.DefaultRunMaxRecordsPerSecond, "records per second one run may upload through this broker; faster uploads are told to retry (-1: no limit)")
+	f.DurationVar(&o.MaxTimeLimit, "max-time-limit", spec.MaxTimeLimit, "longest wall-clock limit a run may ask for (train --time-limit, the spec's resources.time-limit); longer ones are refused at submit (1s to 720h)")
 	f.StringVar(&o.MaxBodyMemory, "max-body-memory", "256MiB", "request body bytes held at once, all calls together; plan about 3x this in memory headroom")
 	f.StringVar(&o.MaxBodyMemoryPerToken, "max-body-memory-per-token", "128MiB", "one token's share of --max-body-memory (at least 65MiB: a Submit may carry 64 MiB)")
 	f.DurationVar(&o.BodyGrace, "body-grace", 10*time.Second, "time a request body may take before --body-min-rate applies")
@@ -201,6 +204,9 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.MaxTimeLimit != 0 && (o.MaxTimeLimit < time.Second || o.MaxTimeLimit > spec.MaxTimeLimit) {
+		return fmt.Errorf("--max-time-limit is %s: give 1s to %s", o.MaxTimeLimit, spec.FormatTimeLimit(spec.MaxTimeLimit))
+	}
 	mc, err := o.Metrics.config()
 	if err != nil {
 		return err
@@ -222,7 +228,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 		logBytes = -1
 	}
 	b := daemon.New(daemon.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout, LeaseTTL: o.LeaseTTL,
-		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, Workdir: o.Workdir, Metrics: mc})
+		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, MaxTimeLimit: o.MaxTimeLimit, Workdir: o.Workdir, Metrics: mc})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"

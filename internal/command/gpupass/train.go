@@ -30,8 +30,10 @@ type TrainOptions struct {
 	MaxRestarts     int
 	ResumeElsewhere bool
 	MinHealthScore  float64
-	Workdir         string
-	WorkdirLimits   workdir.Limits
+	// TimeLimit is --time-limit as written ("90m"); empty: the spec's.
+	TimeLimit     string
+	Workdir       string
+	WorkdirLimits workdir.Limits
 	// Command is what runs on each node (after --).
 	Command []string
 	// Getenv reads CI variables for the run name (os.Getenv by default).
@@ -49,6 +51,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
 	f.IntVar(&o.MaxRestarts, "max-restarts", 3, "restarts after a NaN/Inf loss, from the newest checkpoint")
 	f.BoolVar(&o.ResumeElsewhere, "resume-elsewhere", false, "when a node is lost mid-run, restart on another candidate from the newest checkpoint instead of failing")
+	f.StringVar(&o.TimeLimit, "time-limit", "", "wall-clock limit of each run, e.g. 90m or 2h (overrides the spec's resources.time-limit; the broker caps it): a run past it is stopped and ends failed with TIMEOUT; NaN restarts share it")
 	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "lowest node health score to place on")
 	f.StringVar(&o.Workdir, "workdir", "", "directory shipped to each node as the command's work dir (at most 64 MiB compressed)")
 	f.IntVar(&o.WorkdirLimits.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories --workdir may hold (the broker checks its own limit)")
@@ -85,14 +88,14 @@ result: 0 all succeeded, 1 any failed or was cancelled, 2 bad input.`,
 // trainFlagNames maps the use case's option fields to train's flags.
 var trainFlagNames = fielderr.Names{
 	"Regions": "--region", "Command": "the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
-	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name",
+	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name", "TimeLimit": "--time-limit",
 }
 
 // options turns the flags into the use case's options.
 func (o *TrainOptions) options() apptrain.Options {
 	return apptrain.Options{
 		Spec: o.Spec, Regions: o.Regions, Name: o.Name, MaxPrice: o.MaxPrice, MaxRestarts: o.MaxRestarts,
-		ResumeElsewhere: o.ResumeElsewhere, MinHealthScore: o.MinHealthScore, Workdir: o.Workdir, WorkdirLimits: o.WorkdirLimits,
+		ResumeElsewhere: o.ResumeElsewhere, MinHealthScore: o.MinHealthScore, TimeLimit: o.TimeLimit, Workdir: o.Workdir, WorkdirLimits: o.WorkdirLimits,
 		Command: o.Command, Getenv: o.Getenv, Dial: o.Broker.DialRuns, BrokerURL: o.Broker.URL,
 	}
 }

@@ -323,6 +323,10 @@ type Assignment struct {
 	// the records before it were already stored, the agent continues the
 	// sequence after it.
 	ResumeAfterSeq uint64 `protobuf:"varint,11,opt,name=resume_after_seq,json=resumeAfterSeq,proto3" json:"resume_after_seq,omitempty"`
+	// The run's wall-clock limit in seconds (0: none; the executor's own
+	// default applies, e.g. --slurm-time-limit). It is the run's, not the
+	// placement's: after the node is lost it starts again whole on the next.
+	TimeLimitSeconds int64 `protobuf:"varint,12,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
 	// The newest checkpoint the lost node shipped (complete, digest
 	// checked) before resume_after_seq; the agent puts it in the run's
 	// checkpoint dir and starts the command with GPUPASS_RESUME_FROM on it.
@@ -437,6 +441,13 @@ func (x *Assignment) GetGraceSeconds() int32 {
 func (x *Assignment) GetResumeAfterSeq() uint64 {
 	if x != nil {
 		return x.ResumeAfterSeq
+	}
+	return 0
+}
+
+func (x *Assignment) GetTimeLimitSeconds() int64 {
+	if x != nil {
+		return x.TimeLimitSeconds
 	}
 	return 0
 }
@@ -908,8 +919,13 @@ type SubmitRequest struct {
 	ResumeElsewhere bool                 `protobuf:"varint,9,opt,name=resume_elsewhere,json=resumeElsewhere,proto3" json:"resume_elsewhere,omitempty"`
 	MinHealthScore  *float64             `protobuf:"fixed64,10,opt,name=min_health_score,json=minHealthScore,proto3,oneof" json:"min_health_score,omitempty"` // default 85
 	GraceSeconds    int32                `protobuf:"varint,11,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`                // SIGTERM -> SIGKILL; default 10
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The run's wall-clock limit in seconds (gpupass train --time-limit);
+	// overrides the spec's resources.time-limit. 0: the spec's, else none.
+	// At most the broker's --max-time-limit; a run past it ends failed
+	// with a reason starting TIMEOUT.
+	TimeLimitSeconds int64 `protobuf:"varint,12,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -1030,6 +1046,13 @@ func (x *SubmitRequest) GetGraceSeconds() int32 {
 	return 0
 }
 
+func (x *SubmitRequest) GetTimeLimitSeconds() int64 {
+	if x != nil {
+		return x.TimeLimitSeconds
+	}
+	return 0
+}
+
 type isSubmitRequest_Spec interface {
 	isSubmitRequest_Spec()
 }
@@ -1118,6 +1141,9 @@ type Run struct {
 	ResumeElsewhere  bool                   `protobuf:"varint,23,opt,name=resume_elsewhere,json=resumeElsewhere,proto3" json:"resume_elsewhere,omitempty"`
 	// Nodes tried before the current one, in order (lost before start).
 	ReplacedNodes []string `protobuf:"bytes,24,rep,name=replaced_nodes,json=replacedNodes,proto3" json:"replaced_nodes,omitempty"`
+	// The run's wall-clock limit in seconds (train --time-limit, else the
+	// spec's resources.time-limit); 0: none.
+	TimeLimitSeconds int64 `protobuf:"varint,25,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
 	// Highest seq the agent said it spooled; with held_through equal to it
 	// (and a terminal state) the broker holds the run's whole log. Field
 	// numbers from 40 on are the runs fault work's.
@@ -1334,6 +1360,13 @@ func (x *Run) GetReplacedNodes() []string {
 		return x.ReplacedNodes
 	}
 	return nil
+}
+
+func (x *Run) GetTimeLimitSeconds() int64 {
+	if x != nil {
+		return x.TimeLimitSeconds
+	}
+	return 0
 }
 
 func (x *Run) GetLastSeq() uint64 {
@@ -2293,7 +2326,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10PollWorkResponse\x126\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x16.gpupass.v1.AssignmentR\n" +
-	"assignment\"\xd4\x03\n" +
+	"assignment\"\x82\x04\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12#\n" +
@@ -2307,7 +2340,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\fmax_restarts\x18\t \x01(\x05R\vmaxRestarts\x12#\n" +
 	"\rgrace_seconds\x18\n" +
 	" \x01(\x05R\fgraceSeconds\x12(\n" +
-	"\x10resume_after_seq\x18\v \x01(\x04R\x0eresumeAfterSeq\x124\n" +
+	"\x10resume_after_seq\x18\v \x01(\x04R\x0eresumeAfterSeq\x12,\n" +
+	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x124\n" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
 	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\x92\x03\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
@@ -2343,7 +2377,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xae\x03\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xdc\x03\n" +
 	"\rSubmitRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x16\n" +
@@ -2356,12 +2390,13 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10resume_elsewhere\x18\t \x01(\bR\x0fresumeElsewhere\x12-\n" +
 	"\x10min_health_score\x18\n" +
 	" \x01(\x01H\x02R\x0eminHealthScore\x88\x01\x01\x12#\n" +
-	"\rgrace_seconds\x18\v \x01(\x05R\fgraceSecondsB\x06\n" +
+	"\rgrace_seconds\x18\v \x01(\x05R\fgraceSeconds\x12,\n" +
+	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSecondsB\x06\n" +
 	"\x04specB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xad\b\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xdb\b\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2387,7 +2422,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x12finished_unix_nano\x18\x15 \x01(\x03R\x10finishedUnixNano\x12\x1b\n" +
 	"\tmax_price\x18\x16 \x01(\x01R\bmaxPrice\x12)\n" +
 	"\x10resume_elsewhere\x18\x17 \x01(\bR\x0fresumeElsewhere\x12%\n" +
-	"\x0ereplaced_nodes\x18\x18 \x03(\tR\rreplacedNodes\x12\x19\n" +
+	"\x0ereplaced_nodes\x18\x18 \x03(\tR\rreplacedNodes\x12,\n" +
+	"\x12time_limit_seconds\x18\x19 \x01(\x03R\x10timeLimitSeconds\x12\x19\n" +
 	"\blast_seq\x18( \x01(\x04R\alastSeq\x12!\n" +
 	"\flog_disputed\x182 \x01(\bR\vlogDisputed\x12)\n" +
 	"\x10disputed_records\x183 \x01(\x04R\x0fdisputedRecords\x12,\n" +
