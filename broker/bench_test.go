@@ -30,7 +30,7 @@ var regions = []string{"us-west-2", "us-east-1", "eu-central-1", "eu-west-1", "a
 // populate registers n nodes straight into the store (enrollment, a
 // verified-shape report index, a heartbeat): the API path is measured by
 // the benchmarks, not by the fixture.
-func populate(b *testing.B, s store.Store, n int) *ecdsa.PrivateKey {
+func populate(b testing.TB, s store.Store, n int) *ecdsa.PrivateKey {
 	b.Helper()
 	ctx := context.Background()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

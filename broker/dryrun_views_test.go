@@ -3,11 +3,13 @@ package broker_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
@@ -51,11 +53,31 @@ func TestDryRunViews(t *testing.T) {
 		t.Fatalf("default inline view: %d reasons in the table, %d excluded, first with %d reasons written out and %d referenced; want a table and references only",
 			len(refs.Reasons), len(refs.Excluded), len(refs.Excluded[0].GetReasons()), len(refs.Excluded[0].GetReasonRefs()))
 	}
+	counts := sameVerdicts(t, inline, refs, cols, summary, derived)
+	if len(summary.Excluded) != 0 || summary.ExcludedTotal != 5 || len(summary.Candidates) != 1 || summary.Candidates[0].Node.Runtime == nil {
+		t.Errorf("summary: %d excluded listed (want 0), total %d (want 5), candidates %v", len(summary.Excluded), summary.ExcludedTotal, summary.Candidates)
+	}
+	if got := counts["region_scope:region"]; got != 1 {
+		t.Errorf("out-of-scope nodes counted %d, want 1 (ap-south-1)", got)
+	}
+
+	_, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}, View: 42}))
+	if brokertest.Code(err) != connect.CodeInvalidArgument {
+		t.Errorf("unknown view: %v, want invalid_argument", err)
+	}
+}
+
+// sameVerdicts checks that the views of one dry-run carry the same
+// verdicts (see TestDryRunViews) and returns the excluded nodes counted
+// per "code:field" from the inline view. It expands refs, cols and
+// derived in place.
+func sameVerdicts(t *testing.T, inline, refs, cols, summary, derived *gpupassv1.DryRunResponse) map[string]int32 {
+	t.Helper()
 	if err := api.ExpandDryRun(refs); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(inline, refs, protocmp.Transform()); diff != "" {
-		t.Errorf("expanded default inline view differs from INLINE_EXPANDED (-expanded +default):\n%s", diff)
+		t.Errorf("expanded default inline view differs from INLINE_EXPANDED (-expanded +default):\n%s", short(diff))
 	}
 	if len(cols.Candidates) != 0 || len(cols.Excluded) != 0 || len(cols.Reasons) == 0 || cols.ExcludedColumns == nil {
 		t.Fatalf("columns view before expansion: %d candidates, %d excluded, %d reasons", len(cols.Candidates), len(cols.Excluded), len(cols.Reasons))
@@ -64,7 +86,7 @@ func TestDryRunViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Inline candidates are in full; the columns carry the short form.
-	short := func(n *gpupassv1.Node) *gpupassv1.Node {
+	lean := func(n *gpupassv1.Node) *gpupassv1.Node {
 		return &gpupassv1.Node{Id: n.Id, Provider: n.Provider, Region: n.Region, Accelerator: n.Accelerator, GpuCount: n.GpuCount,
 			PricePerHour: n.PricePerHour, Online: n.Online, LastSeenUnixNano: n.LastSeenUnixNano, RttMs: n.RttMs,
 			Simulated: n.Simulated, ConformancePassed: n.ConformancePassed, Health: n.Health}
@@ -72,10 +94,10 @@ func TestDryRunViews(t *testing.T) {
 	want := &gpupassv1.DryRunResponse{SpecFingerprint: inline.SpecFingerprint, MinHealthScore: inline.MinHealthScore,
 		Excluded: inline.Excluded, ReasonCounts: inline.ReasonCounts, ExcludedTotal: inline.ExcludedTotal}
 	for _, cd := range inline.Candidates {
-		want.Candidates = append(want.Candidates, &gpupassv1.Candidate{Node: short(cd.Node)})
+		want.Candidates = append(want.Candidates, &gpupassv1.Candidate{Node: lean(cd.Node)})
 	}
 	if diff := cmp.Diff(want, cols, protocmp.Transform()); diff != "" {
-		t.Errorf("expanded columns view differs from the inline view (-inline +columns):\n%s", diff)
+		t.Errorf("expanded columns view differs from the inline view (-inline +columns):\n%s", short(diff))
 	}
 	// Derived score terms: left out of the answer, recomputed by the
 	// client bit for bit (cmp compares floats exactly).
@@ -89,7 +111,7 @@ func TestDryRunViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, derived, protocmp.Transform()); diff != "" {
-		t.Errorf("expanded columns view with derived terms differs from the inline view (-inline +derived):\n%s", diff)
+		t.Errorf("expanded columns view with derived terms differs from the inline view (-inline +derived):\n%s", short(diff))
 	}
 
 	// Summary: candidates in full, excluded only counted.
@@ -104,17 +126,62 @@ func TestDryRunViews(t *testing.T) {
 		got[rc.Code+":"+rc.Field] = rc.Nodes
 	}
 	if diff := cmp.Diff(counts, got); diff != "" {
-		t.Errorf("summary reason counts (-counted from inline +summary):\n%s", diff)
+		t.Errorf("summary reason counts (-counted from inline +summary):\n%s", short(diff))
 	}
-	if len(summary.Excluded) != 0 || summary.ExcludedTotal != 5 || len(summary.Candidates) != 1 || summary.Candidates[0].Node.Runtime == nil {
-		t.Errorf("summary: %d excluded listed (want 0), total %d (want 5), candidates %v", len(summary.Excluded), summary.ExcludedTotal, summary.Candidates)
+	// The same candidates in full, in the same order, and the totals.
+	if diff := cmp.Diff(inline.Candidates, summary.Candidates, protocmp.Transform()); diff != "" {
+		t.Errorf("summary candidates differ from the inline view's (-inline +summary):\n%s", short(diff))
 	}
-	if got := counts["region_scope:region"]; got != 1 {
-		t.Errorf("out-of-scope nodes counted %d, want 1 (ap-south-1)", got)
+	if len(summary.Excluded) != 0 || summary.ExcludedTotal != inline.ExcludedTotal || summary.SpecFingerprint != inline.SpecFingerprint {
+		t.Errorf("summary: %d excluded listed (want 0), total %d (want %d)", len(summary.Excluded), summary.ExcludedTotal, inline.ExcludedTotal)
 	}
+	if diff := cmp.Diff(inline.ReasonCounts, summary.ReasonCounts, protocmp.Transform()); diff != "" {
+		t.Errorf("summary reason_counts differ from the inline view's (-inline +summary):\n%s", short(diff))
+	}
+	return counts
+}
 
-	_, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}, View: 42}))
-	if brokertest.Code(err) != connect.CodeInvalidArgument {
-		t.Errorf("unknown view: %v, want invalid_argument", err)
+// short cuts a diff of 10,000-node answers to what a reader needs.
+func short(diff string) string {
+	if len(diff) > 4000 {
+		return diff[:4000] + "\n…"
+	}
+	return diff
+}
+
+// TestDryRunViewsAt10k compares the views at the size the speed goals
+// are set for (10,000 nodes of the benchmark's fleet: six regions, two
+// CUDA versions, two accelerator classes, prices from 18 to 30), with a
+// token scope, a region filter and a price cap so that every kind of
+// reason, out-of-scope nodes and the shared reason table are exercised.
+func TestDryRunViewsAt10k(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: 10,000 nodes")
+	}
+	db := brokertest.NewDB(t, "sqlite")
+	populate(t, db.Open(t), 10000)
+	b := brokertest.Start(t, db, broker.Config{OfflineAfter: 2 * time.Hour})
+	c := b.Clients(t, b.Token(t, store.RoleRead, "us-*", "eu-*"))
+	ctx := context.Background()
+	ask := func(view gpupassv1.DryRunView, derive ...bool) *gpupassv1.DryRunResponse {
+		t.Helper()
+		resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: mustRead(t, "testdata/h100.yaml")},
+			Regions: []string{"us-*", "eu-central-1"}, MaxPrice: 28, View: view, DeriveScoreTerms: len(derive) > 0}))
+		if err != nil {
+			t.Fatalf("dry-run, view %v: %v", view, err)
+		}
+		return resp.Msg
+	}
+	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED)
+	counts := sameVerdicts(t, inline, ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE), ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS),
+		ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY), ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, true))
+	if n := len(inline.Candidates) + len(inline.Excluded); n != 10000 || len(inline.Candidates) == 0 {
+		t.Fatalf("%d candidates and %d excluded; want some candidates and 10,000 nodes in all", len(inline.Candidates), len(inline.Excluded))
+	}
+	for _, code := range []string{"region_scope:region", "region_filter:region", "price_above_max:price_per_hour"} {
+		if counts[code] == 0 {
+			t.Errorf("no node excluded for %s; the fixture should exercise it (counts %v)", code, counts)
+		}
 	}
 }

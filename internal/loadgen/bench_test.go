@@ -42,7 +42,8 @@ func benchScale(b *testing.B) float64 {
 // runs × 100 lines/s; at scale s it is 20,000·s agents beating every
 // 10·s seconds (the same 2,000 beats/s, ~667 per broker, on a registry
 // s times the size) and max(1, 200·s) runs at the same 100 lines/s each
-// (s times the line rate). Run once (-benchtime 1x).
+// (s times the line rate), each also writing 10 metric points a second to
+// its metrics file as a training loop does. Run once (-benchtime 1x).
 //   - steady: the load alone;
 //   - kill9: the same, and 10 s after the runs start one broker (not
 //     the submitters') gets SIGKILL. Agents are given every broker, their
@@ -89,7 +90,7 @@ func fleet(b *testing.B, kill bool) {
 	cfg := loadgen.Config{
 		BrokerURLs: urls, AgentToken: token(store.RoleAgent), SubmitToken: token(store.RoleSubmit), ReadToken: token(store.RoleRead),
 		Agents: agents, Runs: runs, HeartbeatEvery: every, Duration: 30 * time.Second,
-		LinesPerSecond: 100, Lines: 100 * streamSeconds, Submitters: 1, DryRunEvery: time.Second,
+		LinesPerSecond: 100, Lines: 100 * streamSeconds, MetricsPerSecond: 10, Submitters: 1, DryRunEvery: time.Second,
 		Emitter: []string{os.Args[0], "emit"}, StateDir: b.TempDir(), Failover: kill,
 	}
 	if kill {
@@ -127,6 +128,9 @@ func fleet(b *testing.B, kill bool) {
 		b.ReportMetric(res.LineLatency.Max, "line-max-ms")
 		b.ReportMetric(float64(res.LinesLost), "lost")
 		b.ReportMetric(float64(res.LinesDuplicated), "dup")
+		b.ReportMetric(float64(res.MetricsStored), "points")
+		b.ReportMetric(float64(res.MetricsLost), "points-lost")
+		b.ReportMetric(float64(res.MetricsDuplicated), "points-dup")
 		b.ReportMetric(float64(len(res.RunsFailed)), "runs-failed")
 		b.ReportMetric(res.DryRuns.P95, "dryrun-p95-ms")
 	}

@@ -3,13 +3,15 @@
 // possession, for a heartbeat session key), upload a signed conformance
 // report marked simulated and send MAC'd heartbeats; runner agents that
 // run the agent's own run loop (long-poll for work, executor, spool,
-// uploader) on commands printing timestamped lines at a set rate; and
+// uploader) on commands printing timestamped lines and writing metric
+// points to $GPUPASS_METRICS_FILE at set rates, as a training job does; and
 // submitters doing dry-runs. Everything goes through the client code the
 // agent and the CLI use (internal/client, agent), never hand-rolled HTTP.
 //
-// At the end every run's log is read back from the broker (which serves it
-// from its store) and each emitted line is counted: lost and duplicated
-// lines are reported, not inferred. The package measures and reports; it
+// At the end every run's log and metrics are read back from the broker
+// (which serves them from its store) and each emitted line and metric
+// point is counted: lost and duplicated records are reported, not
+// inferred. The package measures and reports; it
 // asserts nothing about speed.
 package loadgen
 
@@ -64,8 +66,12 @@ type Config struct {
 	// LinesPerSecond and Lines: each run prints Lines lines at that rate
 	// (defaults 100/s and 1,000).
 	LinesPerSecond, Lines int
+	// MetricsPerSecond: each run also writes metric points at this rate
+	// to $GPUPASS_METRICS_FILE, for as long as it prints lines (default
+	// 10/s, a training loop logging every step; negative: none).
+	MetricsPerSecond int
 	// Emitter is the command that prints the lines (see Emit): argv, to
-	// which the rate and count are appended. The cmd/gpupass-loadgen
+	// which the rates and counts are appended. The cmd/gpupass-loadgen
 	// binary's own "emit" subcommand by default.
 	Emitter []string
 	// Submitters each do a dry-run every DryRunEvery (defaults 1 and 1 s).
@@ -107,22 +113,25 @@ type Result struct {
 	// MaxBeatGap is the longest any agent went between two answered
 	// heartbeats (at least HeartbeatEvery): after a broker dies, how long
 	// its agents took to be heard again elsewhere.
-	MaxBeatGap        time.Duration
-	DryRuns           Latency
-	DryRunErrors      int64
-	DryRunCandidates  int
-	DryRunNodes       int     // candidates and excluded in the last answer
-	LineLatency       Latency // emitted by the job until read by a client following the run
-	LinesEmitted      int64
-	LinesStored       int64 // distinct lines read back from the broker
-	LinesLost         int64
-	LinesDuplicated   int64
-	StoredPerSecond   float64 // lines stored over the runs' wall time
-	RunsSucceeded     int
-	RunsFailed        []string // "alloc: state reason"
-	EnrollTime        time.Duration
-	HeartbeatsPerSec  float64
-	StreamingDuration time.Duration
+	MaxBeatGap       time.Duration
+	DryRuns          Latency
+	DryRunErrors     int64
+	DryRunCandidates int
+	DryRunNodes      int     // candidates and excluded in the last answer
+	LineLatency      Latency // emitted by the job until read by a client following the run
+	LinesEmitted     int64
+	LinesStored      int64 // distinct lines read back from the broker
+	LinesLost        int64
+	LinesDuplicated  int64
+	StoredPerSecond  float64 // lines stored over the runs' wall time
+	// Metric points written to the metrics file, and read back from the
+	// broker's store as metric records (each by its step).
+	MetricsEmitted, MetricsStored, MetricsLost, MetricsDuplicated int64
+	RunsSucceeded                                                 int
+	RunsFailed                                                    []string // "alloc: state reason"
+	EnrollTime                                                    time.Duration
+	HeartbeatsPerSec                                              float64
+	StreamingDuration                                             time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -147,6 +156,9 @@ func (c *Config) defaults() error {
 	setD(&c.DryRunEvery, time.Second)
 	set(&c.LinesPerSecond, 100)
 	set(&c.Lines, 1000)
+	if c.MetricsPerSecond == 0 {
+		c.MetricsPerSecond = 10
+	}
 	set(&c.Enrolling, 16)
 	set(&c.ClientsPerBroker, 32)
 	if c.Submitters < 0 {
@@ -384,7 +396,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var follow sync.WaitGroup
 	finals := make([]*gpupassv1.Run, cfg.Runs)
 	for r := 0; r < cfg.Runs; r++ {
-		cmd := append(slices.Clone(cfg.Emitter), strconv.Itoa(cfg.LinesPerSecond), strconv.Itoa(cfg.Lines))
+		cmd := append(slices.Clone(cfg.Emitter), strconv.Itoa(cfg.LinesPerSecond), strconv.Itoa(cfg.Lines), strconv.Itoa(max(cfg.MetricsPerSecond, 0)))
 		// Any health score: a loaded machine's RTTs lower the runners'
 		// scores, and what is measured is the brokers, not the threshold.
 		anyScore := 0.0
@@ -410,24 +422,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	follow.Wait()
 	res.StreamingDuration = time.Since(streamStart)
 	res.RunIDs = runs
-	// Every run's log, read back once it ended: what the store holds.
+	// Every run's log and metrics, read back once it ended: what the
+	// store holds.
+	points := metricPoints(cfg.LinesPerSecond, cfg.Lines, max(cfg.MetricsPerSecond, 0))
 	for r, id := range runs {
-		seen, err := readBack(ctx, sub, id)
+		seen, steps, err := readBack(ctx, sub, id)
 		if err != nil {
 			return nil, err
 		}
 		res.LinesEmitted += int64(cfg.Lines)
-		for i := 0; i < cfg.Lines; i++ {
-			switch n := seen[i]; {
-			case n == 0:
-				res.LinesLost++
-			case n > 1:
-				res.LinesDuplicated += int64(n - 1)
-				res.LinesStored++
-			default:
-				res.LinesStored++
-			}
-		}
+		res.LinesStored, res.LinesLost, res.LinesDuplicated = tally(seen, cfg.Lines, res.LinesStored, res.LinesLost, res.LinesDuplicated)
+		res.MetricsEmitted += int64(points)
+		res.MetricsStored, res.MetricsLost, res.MetricsDuplicated = tally(steps, points, res.MetricsStored, res.MetricsLost, res.MetricsDuplicated)
 		if f := finals[r]; f != nil && f.State == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 			res.RunsSucceeded++
 		} else if f != nil {
@@ -569,31 +575,60 @@ func followRun(ctx context.Context, sub *client.RunClients, id string) (*gpupass
 	return nil, lat, fmt.Errorf("log stream of %s ended without a final state: %v", id, st.Err())
 }
 
-// readBack reads a finished run's whole log from the broker and counts
-// each emitted line by its number.
-func readBack(ctx context.Context, sub *client.RunClients, id string) (map[int]int, error) {
-	st, err := sub.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id}))
+// tally adds to stored, lost and duplicated the count of want records
+// numbered 0..want-1 that seen holds once, not at all, and more than once.
+func tally(seen map[int]int, want int, stored, lost, dup int64) (int64, int64, int64) {
+	for i := 0; i < want; i++ {
+		switch n := seen[i]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			dup += int64(n - 1)
+			stored++
+		default:
+			stored++
+		}
+	}
+	return stored, lost, dup
+}
+
+// readBack reads a finished run's whole log, metric records included,
+// from the broker and counts each emitted line by its number and each
+// metric point by its step. Metric records are counted as stored, not
+// through GetMetrics, which merges a step logged twice into one point.
+func readBack(ctx context.Context, sub *client.RunClients, id string) (lines, steps map[int]int, err error) {
+	st, err := sub.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id, IncludeMetrics: true}))
 	if err != nil {
-		return nil, fmt.Errorf("reading the log of %s: %w", id, err)
+		return nil, nil, fmt.Errorf("reading the log of %s: %w", id, err)
 	}
 	defer st.Close()
-	seen := map[int]int{}
+	lines, steps = map[int]int{}, map[int]int{}
 	seqs := map[uint64]bool{}
 	for st.Receive() {
 		for _, r := range st.Msg().Records {
 			if seqs[r.Seq] {
-				return nil, fmt.Errorf("log of %s: record seq %d sent twice", id, r.Seq)
+				return nil, nil, fmt.Errorf("log of %s: record seq %d sent twice", id, r.Seq)
 			}
 			seqs[r.Seq] = true
+			if r.Kind == gpupassv1.RecordKind_RECORD_KIND_METRIC {
+				var m events.Metric
+				if err := json.Unmarshal(r.Data, &m); err != nil {
+					return nil, nil, fmt.Errorf("log of %s: metric record seq %d: %w", id, r.Seq, err)
+				}
+				if _, ok := m.Values[metricTag]; ok {
+					steps[int(m.Step)]++
+				}
+				continue
+			}
 			if n, _, ok := parseLine(r.Data); ok {
-				seen[n]++
+				lines[n]++
 			}
 		}
 	}
 	if err := st.Err(); err != nil {
-		return nil, fmt.Errorf("reading the log of %s: %w", id, err)
+		return nil, nil, fmt.Errorf("reading the log of %s: %w", id, err)
 	}
-	return seen, nil
+	return lines, steps, nil
 }
 
 // lineTag starts every line Emit prints: "gpl <n> <unix nanos>".
@@ -616,42 +651,107 @@ func parseLine(data []byte) (int, time.Time, bool) {
 	return n, time.Unix(0, ns), true
 }
 
+// metricTag is a value every point Emit writes carries, so that read-back
+// counts only those.
+const metricTag = "loadgen"
+
+// metricPoints is how many metric points Emit writes beside count lines
+// at rate lines per second: mrate a second for as long as the lines last.
+func metricPoints(rate, count, mrate int) int {
+	if rate <= 0 || count <= 0 || mrate <= 0 {
+		return 0
+	}
+	return max(1, int(int64(count)*int64(mrate)/int64(rate)))
+}
+
 // Emit prints count lines to w at rate lines per second, each numbered
 // and stamped with the time it was printed: the job a runner agent runs.
-func Emit(w io.Writer, rate, count int) error {
-	if rate <= 0 || count < 0 {
-		return fmt.Errorf("emit: rate %d, count %d: want a rate above 0 and a count of 0 or more", rate, count)
+// Alongside, it appends metricPoints(rate, count, mrate) points, one JSON
+// line each with its step and a loss, to the file named by metrics (the
+// executor's $GPUPASS_METRICS_FILE, as examples/train does), spread over
+// the same time; with metrics empty they go to w as "gpupass:metric"
+// lines instead.
+func Emit(w io.Writer, metrics string, rate, count, mrate int) error {
+	if rate <= 0 || count < 0 || mrate < 0 {
+		return fmt.Errorf("emit: rate %d, count %d, metrics rate %d: want a rate above 0, a count and a metrics rate of 0 or more", rate, count, mrate)
 	}
 	bw := bufio.NewWriter(w)
+	points := metricPoints(rate, count, mrate)
+	var mw io.Writer
+	if points > 0 {
+		mw = bw
+		if metrics != "" {
+			f, err := os.OpenFile(metrics, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+			if err != nil {
+				return fmt.Errorf("emit: %w", err)
+			}
+			defer f.Close()
+			mw = f
+		}
+	}
 	start := time.Now()
+	due := func(i, per int) time.Time {
+		return start.Add(time.Duration(int64(i) * int64(time.Second) / int64(per)))
+	}
+	point := 0
+	// Points due by now, each a line of its own (written whole: the
+	// executor's tail reads complete lines only).
+	writePoints := func(until time.Time) error {
+		for ; point < points && !due(point, mrate).After(until); point++ {
+			prefix := ""
+			if metrics == "" {
+				prefix = events.MetricMarker + " "
+			}
+			line := fmt.Sprintf("%s{\"step\": %d, \"loss\": %g, \"%s\": 1}\n", prefix, point, 1/float64(point+1), metricTag)
+			if _, err := io.WriteString(mw, line); err != nil {
+				return fmt.Errorf("emit: writing metric step %d: %w", point, err)
+			}
+		}
+		return nil
+	}
 	for i := 0; i < count; i++ {
 		// Lines are due at start + i/rate; print what is due, then flush,
 		// so a batch never waits behind a timer.
-		if due := start.Add(time.Duration(int64(i) * int64(time.Second) / int64(rate))); time.Until(due) > 0 {
+		at := due(i, rate)
+		if err := writePoints(at); err != nil {
+			return err
+		}
+		if time.Until(at) > 0 {
 			if err := bw.Flush(); err != nil {
 				return err
 			}
-			time.Sleep(time.Until(due))
+			time.Sleep(time.Until(at))
 		}
 		if _, err := fmt.Fprintf(bw, "%s%d %d\n", lineTag, i, time.Now().UnixNano()); err != nil {
 			return err
 		}
 	}
+	// The rest (rounding leaves points due within the last line's slot).
+	if err := writePoints(time.Unix(1<<62, 0)); err != nil {
+		return err
+	}
 	return bw.Flush()
 }
 
-// EmitMain is Emit for a command line: rate and count as arguments.
+// EmitMain is Emit for a command line: RATE COUNT [METRICS_RATE] as
+// arguments, the metrics file from $GPUPASS_METRICS_FILE.
 func EmitMain(args []string) error {
-	if len(args) != 2 {
-		return fmt.Errorf("emit: want RATE COUNT, got %q", args)
+	if len(args) != 2 && len(args) != 3 {
+		return fmt.Errorf("emit: want RATE COUNT [METRICS_RATE], got %q", args)
 	}
+	args = append(args, "0")
 	rate, err1 := strconv.Atoi(args[0])
 	count, err2 := strconv.Atoi(args[1])
-	if err := errors.Join(err1, err2); err != nil {
+	mrate, err3 := strconv.Atoi(args[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("emit: %w", err)
 	}
-	return Emit(os.Stdout, rate, count)
+	return Emit(os.Stdout, os.Getenv(metricsFileEnv), rate, count, mrate)
 }
+
+// metricsFileEnv is executor.EnvMetricsFile, where the executor tells a
+// job to write its metrics.
+const metricsFileEnv = executor.EnvMetricsFile
 
 // forEach calls f(0..n-1) with at most par in flight; the first error
 // stops it.

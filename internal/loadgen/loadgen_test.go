@@ -3,6 +3,7 @@ package loadgen_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"testing"
@@ -10,12 +11,14 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/loadgen"
 	"github.com/gpupass/gpupass/internal/testutil/pgtest"
 )
 
-// TestMain doubles as the runs' job: "<test binary> emit RATE COUNT"
-// prints the lines, as gpupass-loadgen's emit subcommand does.
+// TestMain doubles as the runs' job: "<test binary> emit RATE COUNT
+// [METRICS_RATE]" prints the lines and writes the metric points, as
+// gpupass-loadgen's emit subcommand does.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "emit" {
 		if err := loadgen.EmitMain(os.Args[2:]); err != nil {
@@ -29,7 +32,8 @@ func TestMain(m *testing.M) {
 
 // TestLoadAgainstOneBroker runs a small fleet against one real broker on
 // PostgreSQL: every agent enrolls, reports and beats; every run streams
-// all its lines, and reading them back from the broker finds each exactly
+// all its lines and writes metric points to the executor's metrics file,
+// and reading them back from the broker finds each line and point exactly
 // once. Counts only, never timings.
 func TestLoadAgainstOneBroker(t *testing.T) {
 	t.Setenv("GPUPASS_RUN_LOG_LINES_PER_SECOND", "-1")
@@ -37,13 +41,14 @@ func TestLoadAgainstOneBroker(t *testing.T) {
 	cfg := brokertest.Fast()
 	cfg.RunMaxRecordsPerSecond = -1
 	br := brokertest.Start(t, brokertest.NewDB(t, "postgres"), cfg)
-	const agents, runs, lines = 20, 4, 300
+	// 300 lines at 1,000/s with 100 points/s: 30 points a run.
+	const agents, runs, lines, points = 20, 4, 300, 30
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		BrokerURLs: []string{br.URL}, AgentToken: br.Token(t, store.RoleAgent, "*"),
 		SubmitToken: br.Token(t, store.RoleSubmit, "*"), ReadToken: br.Token(t, store.RoleRead, "*"),
-		Agents: agents, Runs: runs, Lines: lines, LinesPerSecond: 1000,
+		Agents: agents, Runs: runs, Lines: lines, LinesPerSecond: 1000, MetricsPerSecond: 100,
 		HeartbeatEvery: 200 * time.Millisecond, Duration: 2 * time.Second, Submitters: 1, DryRunEvery: 200 * time.Millisecond,
 		Emitter: []string{os.Args[0], "emit"}, ClientsPerBroker: 2, StateDir: t.TempDir(),
 	})
@@ -57,6 +62,10 @@ func TestLoadAgainstOneBroker(t *testing.T) {
 	if res.LinesEmitted != runs*lines || res.LinesStored != runs*lines || res.LinesLost != 0 || res.LinesDuplicated != 0 {
 		t.Errorf("lines: %d emitted, %d stored, %d lost, %d duplicated; want %d stored, none lost or duplicated",
 			res.LinesEmitted, res.LinesStored, res.LinesLost, res.LinesDuplicated, runs*lines)
+	}
+	if res.MetricsEmitted != runs*points || res.MetricsStored != runs*points || res.MetricsLost != 0 || res.MetricsDuplicated != 0 {
+		t.Errorf("metric points: %d emitted, %d stored, %d lost, %d duplicated; want %d stored, none lost or duplicated",
+			res.MetricsEmitted, res.MetricsStored, res.MetricsLost, res.MetricsDuplicated, runs*points)
 	}
 	if res.LineLatency.N != runs*lines {
 		t.Errorf("the followers timed %d lines, want every one of %d", res.LineLatency.N, runs*lines)
@@ -99,6 +108,32 @@ func TestLoadAgainstOneBroker(t *testing.T) {
 		}
 		if stored != lines {
 			t.Errorf("run %s: the store holds %d of its %d lines", id, stored, lines)
+		}
+		// Its metric points, read from the metrics file by the
+		// executor: each step once.
+		mrecs, err := rs.Records(context.Background(), id, 0, store.RecordMetric, 100000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := map[int64]int{}
+		for _, r := range mrecs {
+			var m events.Metric
+			if err := json.Unmarshal(r.Data, &m); err != nil {
+				t.Fatalf("run %s: metric record %d: %v", id, r.Seq, err)
+			}
+			if m.Source != "file" {
+				t.Errorf("run %s: metric step %d came from %q, want the metrics file", id, m.Step, m.Source)
+			}
+			steps[m.Step]++
+		}
+		var wrong []string
+		for s := int64(0); s < points; s++ {
+			if steps[s] != 1 {
+				wrong = append(wrong, fmt.Sprintf("step %d %d times", s, steps[s]))
+			}
+		}
+		if len(wrong) > 0 || len(steps) != points {
+			t.Errorf("run %s: the store holds %d distinct metric steps, want %d each once; wrong: %v", id, len(steps), points, wrong[:min(len(wrong), 5)])
 		}
 	}
 	// Each dry-run judged every node (how many are candidates depends on

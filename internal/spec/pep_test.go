@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -168,9 +169,22 @@ func TestParseOCIRef(t *testing.T) {
 		{in: "reg.example/w@sha256:abc", wantErr: true},
 		{in: "reg.example/w:", wantErr: true},
 		{in: "", wantErr: true},
+		// A tag has at most 128 characters; digests are lowercase hex of
+		// their algorithm's length.
+		{in: "reg.example/w:" + strings.Repeat("t", 128), want: OCIRef{Name: "reg.example/w", Tag: strings.Repeat("t", 128)}},
+		{in: "reg.example/w:" + strings.Repeat("t", 129), wantErr: true},
+		{in: "reg.example/w@sha512:" + strings.Repeat("0a", 64), want: OCIRef{Name: "reg.example/w", Digest: "sha512:" + strings.Repeat("0a", 64)}},
+		{in: "reg.example/w@sha512:" + strings.Repeat("0a", 32), wantErr: true},
+		{in: "reg.example/w@sha256:" + strings.Repeat("0A", 32), wantErr: true},
+		{in: "reg.example/w@sha256:" + strings.Repeat("0a", 33), wantErr: true},
+		{in: "reg.example/w@md5:" + strings.Repeat("0a", 32), wantErr: true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
+		name := tt.in
+		if len(name) > 60 {
+			name = name[:60] + "…"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			got, err := ParseOCIRef(tt.in)
 			if (err != nil) != tt.wantErr {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,9 +152,12 @@ var queries = map[string]string{
 	"nodes": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
 		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
 		FROM nodes n JOIN agents a ON a.id = n.id ORDER BY n.id`,
+	// No ORDER BY: with one, SQLite walks the whole table in id order
+	// (no sort) instead of the few recent rows by nodes_updated, and a
+	// broker runs this every half second (NodesUpdatedSince sorts).
 	"nodesSince": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
 		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
-		FROM nodes n JOIN agents a ON a.id = n.id WHERE n.updated_at >= ? ORDER BY n.id`,
+		FROM nodes n JOIN agents a ON a.id = n.id WHERE n.updated_at >= ?`,
 	"liveness":     `SELECT id, last_seen, rtt_ms FROM nodes WHERE last_seen >= ?`,
 	"recordLaunch": `INSERT INTO launches (node_id, at, failed, reason, alloc_id) VALUES (?, ?, ?, ?, ?)`,
 	"launchStats": `SELECT node_id, COUNT(DISTINCT run), COUNT(DISTINCT CASE WHEN failed THEN run END)
@@ -464,7 +468,48 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 
 // NodesUpdatedSince implements store.Store.
 func (s *Store) NodesUpdatedSince(ctx context.Context, t time.Time) ([]store.Node, error) {
-	return s.nodes(ctx, s.q["nodesSince"], t.UnixNano())
+	nodes, err := s.nodes(ctx, s.q["nodesSince"], t.UnixNano())
+	// In id order, as Nodes: sorted here, where there are few (see the
+	// query).
+	slices.SortFunc(nodes, func(a, b store.Node) int { return strings.Compare(a.ID, b.ID) })
+	return nodes, err
+}
+
+// QueryPlan is the database's plan for the named query with args
+// (SQLite's EXPLAIN QUERY PLAN, PostgreSQL's EXPLAIN), one line per step:
+// tests check that the queries a broker runs every half second use their
+// indexes, which a growing registry would otherwise pay for.
+func (s *Store) QueryPlan(ctx context.Context, name string, args ...any) (string, error) {
+	q, ok := s.q[name]
+	if !ok {
+		return "", fmt.Errorf("no query %q", name)
+	}
+	explain := "EXPLAIN "
+	if !s.d.Dollar {
+		explain = "EXPLAIN QUERY PLAN "
+	}
+	rows, err := s.db.QueryContext(ctx, explain+q, args...)
+	if err != nil {
+		return "", fmt.Errorf("explaining %s: %w", name, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", fmt.Errorf("explaining %s: %w", name, err)
+	}
+	var plan strings.Builder
+	vals := make([]any, len(cols))
+	for i := range vals {
+		vals[i] = new(any)
+	}
+	for rows.Next() {
+		if err := rows.Scan(vals...); err != nil {
+			return "", fmt.Errorf("explaining %s: %w", name, err)
+		}
+		// The step's text is the last column in both databases.
+		fmt.Fprintf(&plan, "%v\n", *vals[len(vals)-1].(*any))
+	}
+	return plan.String(), rows.Err()
 }
 
 // Liveness implements store.Store.

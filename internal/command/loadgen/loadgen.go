@@ -25,6 +25,7 @@ type Options struct {
 	Agents, Runs                       int
 	HeartbeatEvery, Duration           time.Duration
 	LinesPerSecond, Lines              int
+	MetricsPerSecond                   int
 	Submitters                         int
 	DryRunEvery                        time.Duration
 	Enrolling, ClientsPerBroker        int
@@ -48,6 +49,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.Duration, "duration", 30*time.Second, "how long heartbeats and dry-runs are measured")
 	f.IntVar(&o.LinesPerSecond, "lines-per-second", 100, "lines each run prints per second")
 	f.IntVar(&o.Lines, "lines", 1000, "lines each run prints")
+	f.IntVar(&o.MetricsPerSecond, "metrics-per-second", 10, "metric points each run writes per second to $GPUPASS_METRICS_FILE while it prints lines (negative: none)")
 	f.IntVar(&o.Submitters, "submitters", 1, "clients doing dry-runs")
 	f.DurationVar(&o.DryRunEvery, "dry-run-every", time.Second, "each submitter's dry-run interval")
 	f.IntVar(&o.Enrolling, "enrolling", 16, "enrollments in flight")
@@ -80,10 +82,10 @@ Every flag can be set with GPUPASS_<FLAG>; tokens also with GPUPASS_<FLAG>_FILE.
 	}
 	o.AddFlags(root)
 	root.AddCommand(&cobra.Command{
-		Use:    "emit RATE COUNT",
-		Short:  "print COUNT numbered, timestamped lines at RATE per second (the runs' job)",
+		Use:    "emit RATE COUNT [METRICS_RATE]",
+		Short:  "print COUNT numbered, timestamped lines at RATE per second and write METRICS_RATE metric points a second to $GPUPASS_METRICS_FILE (the runs' job)",
 		Hidden: true,
-		Args:   cobra.ExactArgs(2),
+		Args:   cobra.RangeArgs(2, 3),
 		RunE:   func(_ *cobra.Command, args []string) error { return loadgen.EmitMain(args) },
 	})
 	root.SetArgs(args)
@@ -114,7 +116,7 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		BrokerURLs: o.Brokers, AgentToken: o.AgentToken, SubmitToken: o.SubmitToken, ReadToken: o.ReadToken,
 		Agents: o.Agents, Runs: o.Runs, HeartbeatEvery: o.HeartbeatEvery, Duration: o.Duration,
-		LinesPerSecond: o.LinesPerSecond, Lines: o.Lines, Submitters: o.Submitters, DryRunEvery: o.DryRunEvery,
+		LinesPerSecond: o.LinesPerSecond, Lines: o.Lines, MetricsPerSecond: o.MetricsPerSecond, Submitters: o.Submitters, DryRunEvery: o.DryRunEvery,
 		Enrolling: o.Enrolling, ClientsPerBroker: o.ClientsPerBroker,
 		Log: slog.New(slog.NewTextHandler(diag, &slog.HandlerOptions{Level: level})),
 	})
@@ -134,9 +136,11 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 	fmt.Fprintf(out, "dry-runs        %s, %d errors, %d nodes judged\n", lat(res.DryRuns), res.DryRunErrors, res.DryRunNodes)
 	fmt.Fprintf(out, "line to client  %s\n", lat(res.LineLatency))
 	fmt.Fprintf(out, "lines           %d emitted, %d stored (%.0f/s), %d lost, %d duplicated\n", res.LinesEmitted, res.LinesStored, res.StoredPerSecond, res.LinesLost, res.LinesDuplicated)
+	fmt.Fprintf(out, "metric points   %d emitted, %d stored, %d lost, %d duplicated\n", res.MetricsEmitted, res.MetricsStored, res.MetricsLost, res.MetricsDuplicated)
 	fmt.Fprintf(out, "runs            %d succeeded, %d failed %q\n", res.RunsSucceeded, len(res.RunsFailed), res.RunsFailed)
-	if res.LinesLost != 0 || res.LinesDuplicated != 0 || len(res.RunsFailed) != 0 {
-		return fmt.Errorf("%d lines lost, %d duplicated, %d runs failed", res.LinesLost, res.LinesDuplicated, len(res.RunsFailed))
+	if res.LinesLost != 0 || res.LinesDuplicated != 0 || res.MetricsLost != 0 || res.MetricsDuplicated != 0 || len(res.RunsFailed) != 0 {
+		return fmt.Errorf("%d lines lost, %d duplicated; %d metric points lost, %d duplicated; %d runs failed",
+			res.LinesLost, res.LinesDuplicated, res.MetricsLost, res.MetricsDuplicated, len(res.RunsFailed))
 	}
 	return nil
 }
