@@ -25,7 +25,7 @@ if [ "${GPUPASS_K8S_KEEP_STATE:-}" != 1 ]; then
 	}
 fi
 
-pid_of() { [ -f "$RUN/pids/$1" ] && cat "$RUN/pids/$1"; }
+pid_of() { cat "$RUN/pids/$1" 2>/dev/null; }
 stop() { # name: TERM, up to 10 s, then KILL
 	local pid i
 	pid="$(pid_of "$1")" || return 0
