@@ -12,15 +12,21 @@ import (
 
 // overlay writes a kustomization that puts deploy/kubernetes into ns and
 // suffixes every name with it (the cluster-scoped ClusterRole and its
-// binding included), so that tests never meet each other's objects.
-func overlay(t *testing.T, ns string) string {
+// binding included), so that tests never meet each other's objects; extra
+// is appended (images:, patches:).
+func overlay(t *testing.T, ns, extra string) string {
 	t.Helper()
 	base, err := filepath.Abs("kubernetes")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nnameSuffix: -%s\nresources:\n  - %s\n", ns, ns, base)
+	// kustomize takes no absolute path as a resource.
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nnameSuffix: -%s\nresources:\n  - %s\n%s", ns, ns, rel, extra)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +39,7 @@ func overlay(t *testing.T, ns string) string {
 func TestKubernetesManifestsServerDryRun(t *testing.T) {
 	c := k8stest.Require(t)
 	ns := c.Namespace(t)
-	out := c.Kubectl(t, "apply", "-k", overlay(t, ns), "--dry-run=server")
+	out := c.Kubectl(t, "apply", "-k", overlay(t, ns, ""), "--dry-run=server")
 	for _, obj := range []string{
 		"statefulset.apps/gpupass-postgres", "deployment.apps/gpupass-broker", "service/gpupass-broker",
 		"deployment.apps/gpupass-agent", "serviceaccount/gpupass-agent", "role.rbac.authorization.k8s.io/gpupass-agent",
@@ -52,7 +58,7 @@ func TestKubernetesAgentRBACIsLeastPrivilege(t *testing.T) {
 	c := k8stest.Require(t)
 	ns := c.Namespace(t)
 	other := c.Namespace(t)
-	c.Kubectl(t, "apply", "-k", overlay(t, ns), "--selector", "app.kubernetes.io/name=gpupass-agent", "--prune=false")
+	c.Kubectl(t, "apply", "-k", overlay(t, ns, ""), "--selector", "app.kubernetes.io/name=gpupass-agent", "--prune=false")
 	t.Cleanup(func() {
 		c.Kubectl(t, "delete", "clusterrole,clusterrolebinding", "gpupass-agent-nodes-"+ns, "--ignore-not-found")
 	})
