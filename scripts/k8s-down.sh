@@ -14,7 +14,18 @@ RUN="${GPUPASS_K8S_RUN:-/var/tmp/gpupass-k8s}"
 }
 log() { echo "k8s-down: $*" >&2; }
 
-pid_of() { [ -f "$RUN/pids/$1" ] && cat "$RUN/pids/$1"; }
+# Not while a k8s-up.sh is starting the cluster: it would record PIDs we
+# never see. k8s-up calls us with GPUPASS_K8S_KEEP_STATE=1 while it holds
+# the lock (see there).
+if [ "${GPUPASS_K8S_KEEP_STATE:-}" != 1 ]; then
+	exec 8>>"${RUN%/}.lock"
+	flock -w "${GPUPASS_K8S_LOCK_WAIT:-900}" 8 || {
+		log "another k8s-up.sh or k8s-down.sh holds ${RUN%/}.lock (fuser ${RUN%/}.lock)"
+		exit 1
+	}
+fi
+
+pid_of() { cat "$RUN/pids/$1" 2>/dev/null; }
 stop() { # name: TERM, up to 10 s, then KILL
 	local pid i
 	pid="$(pid_of "$1")" || return 0

@@ -63,9 +63,16 @@ BIN="${GPUPASS_K8S_BIN:-$(scripts/k8s-build.sh)}"
 export PATH="$BIN:$PATH"
 KUBECTL="$BIN/kubectl"
 
+# One k8s-up (or k8s-down) at a time: tests call it from parallel test
+# binaries. The lock file is beside the run directory, not in it, so that
+# k8s-down removing the directory never splits waiters between two lock
+# files; and the daemons never inherit the descriptor (start closes it),
+# else they would hold the lock for the cluster's whole life.
+LOCK="${RUN%/}.lock"
+exec 8>>"$LOCK"
+flock -w "${GPUPASS_K8S_LOCK_WAIT:-900}" 8 ||
+	die "another k8s-up.sh or k8s-down.sh has held $LOCK for ${GPUPASS_K8S_LOCK_WAIT:-900} s; the PIDs holding it: fuser $LOCK"
 mkdir -p "$RUN"
-exec 8>"$RUN/.up.lock"
-flock 8
 
 emit() {
 	echo "GPUPASS_K8S_RUN=$RUN"
@@ -104,10 +111,9 @@ fi
 if [ -d "$RUN/pids" ]; then
 	GPUPASS_K8S_KEEP_STATE=1 scripts/k8s-down.sh >&2 || true
 fi
+# (k8s-down with GPUPASS_K8S_KEEP_STATE keeps $RUN and so the lock file we
+# hold: re-opening it here would release the lock to a waiting k8s-up.)
 mkdir -p "$RUN"/{pki,pids,log,etcd,containerd,cni/net.d,cni/cache,kubelet,images}
-# down removed the lock file with the state it may have removed: keep ours.
-exec 8>"$RUN/.up.lock"
-flock 8
 
 # --- certificates -----------------------------------------------------------
 pki="$RUN/pki"
@@ -161,7 +167,7 @@ kubeconfig "$RUN/kubelet.kubeconfig" "system:node:$NODE" node
 start() {
 	local name="$1"
 	shift
-	setsid "$@" >>"$RUN/log/$name.log" 2>&1 </dev/null &
+	setsid "$@" >>"$RUN/log/$name.log" 2>&1 </dev/null 8>&- 9>&- &
 	echo $! >"$RUN/pids/$name"
 }
 wait_for() { # what seconds cmd...

@@ -3,6 +3,8 @@ package k8stest
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -89,5 +91,41 @@ func TestRunImageImportsTorchInAPod(t *testing.T) {
 	logs := c.Kubectl(t, "-n", ns, "logs", "torch")
 	if phase != "Succeeded" || !strings.Contains(logs, "torch 1.") || !strings.Contains(logs, "3.0") || !strings.Contains(logs, "agent-ok") {
 		t.Fatalf("pod ended %s, log:\n%s\n%s", phase, logs, c.Kubectl(t, "-n", ns, "describe", "pod", "torch"))
+	}
+}
+
+// TestClusterDaemonsHoldNoLock: no daemon of the cluster keeps a lock
+// file of k8s-up.sh open. One that did (inherited from k8s-up) held the
+// lock for the cluster's whole life, and every later k8s-up.sh, so every
+// other test binary's Require, waited on it forever.
+func TestClusterDaemonsHoldNoLock(t *testing.T) {
+	checkNoLockHeld(t, Require(t))
+}
+
+func checkNoLockHeld(t *testing.T, c *Cluster) {
+	pids, err := filepath.Glob(filepath.Join(c.Dir, "pids", "*"))
+	if err != nil || len(pids) == 0 {
+		t.Fatalf("no PID files in %s/pids: %v", c.Dir, err)
+	}
+	for _, f := range pids {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := strings.TrimSpace(string(b))
+		fds, err := os.ReadDir(filepath.Join("/proc", pid, "fd"))
+		if err != nil {
+			t.Errorf("%s (PID %s, from %s) is not running: %v", filepath.Base(f), pid, f, err)
+			continue
+		}
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join("/proc", pid, "fd", fd.Name()))
+			if err != nil {
+				continue
+			}
+			if strings.HasSuffix(target, ".lock") && (strings.HasPrefix(target, c.Dir+"/") || strings.HasPrefix(target, c.Dir+".")) {
+				t.Errorf("%s (PID %s) holds %s open as fd %s: it keeps k8s-up.sh's lock", filepath.Base(f), pid, target, fd.Name())
+			}
+		}
 	}
 }

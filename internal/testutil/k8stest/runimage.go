@@ -33,10 +33,7 @@ const AgentPath = "/usr/local/bin/gpupass-agent"
 // agent binary; the first writes about 1 GB (tens of seconds).
 func BuildRunImage(t testing.TB, agentBin string) debimage.Result {
 	t.Helper()
-	cache := filepath.Join(cacheRoot(), "images")
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	cache := imageCache(t)
 	passwd := filepath.Join(cache, "passwd")
 	if err := os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/tmp:/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -58,16 +55,34 @@ func BuildRunImage(t testing.TB, agentBin string) debimage.Result {
 	if agentBin != "" {
 		spec.Files[AgentPath] = agentBin
 	}
-	for _, p := range RunImagePackages {
+	return BuildImage(t, spec, "scripts/setup.d/10-python.sh")
+}
+
+// BuildImage builds an image from this machine's Debian packages
+// (debimage.Build) into the k8s cache, where it is kept by content key. A
+// package that is not installed skips the test (fails with CI=true),
+// naming setup, the scripts/setup.d script that installs it.
+func BuildImage(t testing.TB, spec debimage.Spec, setup string) debimage.Result {
+	t.Helper()
+	for _, p := range spec.Packages {
 		if _, err := debimage.Closure([]string{p}); err != nil {
-			testutil.Missing(t, "%v (scripts/setup.d/10-python.sh)", err)
+			testutil.Missing(t, "%v (%s)", err, setup)
 		}
 	}
-	r, err := debimage.Build(cache, spec)
+	r, err := debimage.Build(imageCache(t), spec)
 	if err != nil {
-		t.Fatalf("building the run image: %v", err)
+		t.Fatalf("building image %s: %v", spec.Name, err)
 	}
 	return r
+}
+
+func imageCache(t testing.TB) string {
+	t.Helper()
+	cache := filepath.Join(cacheRoot(), "images")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return cache
 }
 
 // RunImage builds the run image (BuildRunImage), imports it into the
