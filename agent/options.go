@@ -81,6 +81,10 @@ type Options struct {
 	SlurmSimulate []string
 	// slurm, set by RunSlurm, makes this agent stand for one compute node.
 	slurm *slurmNode
+	// Kube configures --executor kubernetes (agent/kubernetes.go); kube,
+	// set by RunKubernetes, makes this agent stand for one GPU node.
+	Kube KubeFlags
+	kube *kubeNode
 }
 
 // Fields of the errors Validate returns, in the agent's terms (with

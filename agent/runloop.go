@@ -382,6 +382,9 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		// Batch jobs outlive the agent: a restarted one follows them on.
 		l.Executor.Marks = true
 	}
+	if a.o.kube != nil {
+		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.kube.runner(), a.o.kube.workRoot(), a.o.kube.orphaned
+	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics
 	done := make(chan struct{})

@@ -1,0 +1,263 @@
+//go:build e2e
+
+package kubernetes_test
+
+import (
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	brokerclient "github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil/k8stest"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// TestE2EKubernetesCluster drives the binaries against the real one-node
+// cluster: one gpupass-agent --executor kubernetes stands for its GPU
+// node in region k8s-eu, next to up's local agent in us-west-2.
+func TestE2EKubernetesCluster(t *testing.T) {
+	c := k8stest.Require(t)
+	py := upstack.RequireTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"},
+		Env: []string{"GPUPASS_RUN_LOG_LINES_PER_SECOND=-1", "GPUPASS_RUN_MAX_RECORDS_PER_SECOND=-1"}})
+	cfg := stack.Config(t)
+	rc, err := brokerclient.DialRuns(cfg.BrokerURL, brokerclient.Options{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := c.Namespace(t)
+	image := c.RunImage(t, filepath.Join(stack.Bin, "gpupass-agent"))
+	// The shared dir is a hostPath on the one node, which is this
+	// machine: the agent and the pods see it at the same path.
+	shared, err := os.MkdirTemp("", "gpupass-k8s-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	kubeArgs := func(extra ...string) []string {
+		return append([]string{"--executor", "kubernetes", "--kubeconfig", c.Kubeconfig, "--kube-namespace", ns, "--kube-image", image,
+			"--kube-cluster", "gptest", "--kube-shared-dir", shared, "--kube-refresh", "1s", "--suite-interval", "2s"}, extra...)
+	}
+	agent := stack.StartAgent(t, "k8s", "k8s-eu", kubeArgs()...)
+	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
+	dryRun := func(region string) string {
+		out, _ := gp("validate", "--spec", "examples/train/gpupass.yaml", "--dry-run", "--region", region).CombinedOutput()
+		return string(out)
+	}
+	getRun := func(id string) *gpupassv1.Run {
+		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.Run
+	}
+	// records reads a run's whole log and fails on a gap or a repeat.
+	records := func(t *testing.T, id string) (n uint64, text string) {
+		ls, err := rc.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id, IncludeMetrics: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for ls.Receive() {
+			for _, rec := range ls.Msg().Records {
+				n++
+				if rec.Seq != n {
+					t.Fatalf("%s: record %d has seq %d (gap or repeat)", id, n, rec.Seq)
+				}
+				b.Write(rec.Data)
+				b.WriteByte('\n')
+			}
+		}
+		if err := ls.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n, b.String()
+	}
+	submit := func(t *testing.T, name string, args ...string) string {
+		out, err := gp(append([]string{"--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-eu",
+			"--workdir", "examples/train", "--name", name, "--", py, "train.py"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		if id == "" {
+			t.Fatalf("no allocation id in %s", out)
+		}
+		return id
+	}
+	jobsOf := func(id string) string {
+		return c.Kubectl(t, "-n", ns, "get", "jobs", "-l", "gpupass.dev/alloc="+id, "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.conditions[*].reason}{\"\\n\"}{end}")
+	}
+
+	t.Run("dry-run lists the node with its GPUs", func(t *testing.T) {
+		var out string
+		wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("last dry-run:\n%s", out)
+			}
+		}()
+		upstack.WaitFor(t, wctx, "the kubernetes node in dry-run", func() bool {
+			out = dryRun("k8s-eu")
+			return regexp.MustCompile(`kubernetes:gptest +k8s-eu +a100-80gb x4 .*online, simulated`).MatchString(out)
+		})
+		nodes, _ := gp("--output", "json", "nodes").CombinedOutput()
+		for _, want := range []string{`"provider":"kubernetes:gptest"`, `"hostname":"` + c.NodeName + `"`} {
+			if !strings.Contains(strings.ReplaceAll(string(nodes), " ", ""), want) {
+				t.Errorf("gpupass nodes lacks %s:\n%s", want, nodes)
+			}
+		}
+		rep, _ := os.ReadFile(filepath.Join(agent.State, "kubernetes", "gptest-"+c.NodeName, "report.json"))
+		if !strings.Contains(string(rep), `"name":"kubernetes.node"`) || !strings.Contains(string(rep), image) {
+			t.Errorf("the signed report names neither the kubernetes node check nor the image %s:\n%s", image, rep)
+		}
+	})
+
+	t.Run("train as a Job equals the local executor's curve", func(t *testing.T) {
+		var out upstack.Buffer
+		train := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "us-west-2", "--region", "k8s-eu",
+			"--workdir", "examples/train", "--name", "k8s-e2e", "--follow", "--", py, "train.py", "--steps", "30", "--checkpoint-every", "10")
+		train.Stdout, train.Stderr = &out, &out
+		if err := train.Run(); err != nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(out.String(), 4000))
+		}
+		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		series := map[string][]float64{}
+		lines := map[string]int{}
+		for _, r := range resp.Msg.Runs {
+			if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+				t.Errorf("%s (%s): %s reason %q", r.Id, r.Region, r.State, r.Reason)
+			}
+			_, text := records(t, r.Id)
+			lines[r.Region] = strings.Count(text, `"stream":"stdout"`)
+			if r.Region == "k8s-eu" && !strings.Contains(text, "kubernetes job gpupass-"+r.Id) {
+				t.Errorf("the k8s-eu run's log names no kubernetes job gpupass-%s", r.Id)
+			}
+			mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: r.Id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byStep := map[int64]float64{}
+			for _, p := range mr.Msg.Points {
+				if v, ok := p.Values["loss"]; ok && !math.IsNaN(v) {
+					byStep[p.Step] = v
+				}
+			}
+			for s := int64(1); s <= 30; s++ {
+				if v, ok := byStep[s]; ok {
+					series[r.Region] = append(series[r.Region], v)
+				}
+			}
+		}
+		if lines["k8s-eu"] == 0 || lines["k8s-eu"] != lines["us-west-2"] {
+			t.Errorf("stdout lines: %d through kubernetes, %d local", lines["k8s-eu"], lines["us-west-2"])
+		}
+		if len(series["k8s-eu"]) != 30 || len(series["us-west-2"]) != 30 {
+			t.Fatalf("loss series lengths: %d through kubernetes, %d local; want 30", len(series["k8s-eu"]), len(series["us-west-2"]))
+		}
+		for i := range series["k8s-eu"] {
+			if series["k8s-eu"][i] != series["us-west-2"][i] {
+				t.Fatalf("step %d: loss %v through kubernetes, %v local", i+1, series["k8s-eu"][i], series["us-west-2"][i])
+			}
+		}
+	})
+
+	t.Run("gpupass cancel deletes the Job", func(t *testing.T) {
+		id := submit(t, "k8s-cancel", "--steps", "100000", "--sleep", "0.2")
+		upstack.WaitFor(t, ctx, "the run's job to run", func() bool {
+			return strings.Contains(c.Kubectl(t, "-n", ns, "get", "pods", "-l", "gpupass.dev/alloc="+id, "-o", "jsonpath={.items[*].status.phase}"), "Running")
+		})
+		if b, err := gp("cancel", id).CombinedOutput(); err != nil {
+			t.Fatalf("gpupass cancel: %v\n%s", err, b)
+		}
+		upstack.WaitFor(t, ctx, "the run to end cancelled", func() bool {
+			return getRun(id).State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+		})
+		if j := jobsOf(id); j != "" {
+			t.Errorf("jobs left after cancel: %q", j)
+		}
+	})
+
+	t.Run("cordon takes the node out of dry-run with the reason", func(t *testing.T) {
+		c.Kubectl(t, "cordon", c.NodeName)
+		defer c.Kubectl(t, "uncordon", c.NodeName)
+		var out string
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("last dry-run:\n%s", out)
+			}
+		}()
+		upstack.WaitFor(t, wctx, "the cordon in dry-run", func() bool {
+			rep, _ := os.ReadFile(filepath.Join(agent.State, "kubernetes", "gptest-"+c.NodeName, "report.json"))
+			if !strings.Contains(string(rep), "kubernetes node "+c.NodeName+" is cordoned") {
+				return false
+			}
+			out = dryRun("k8s-eu")
+			return strings.Contains(out, "0 candidate(s)") && strings.Contains(out, "failed checks")
+		})
+		t.Logf("dry-run after cordon:\n%s", out)
+	})
+
+	t.Run("kill -9 of the agent mid-run duplicates nothing and leaves no Job", func(t *testing.T) {
+		upstack.WaitFor(t, ctx, "the node back in dry-run", func() bool {
+			return regexp.MustCompile(`kubernetes:gptest +k8s-eu .*online`).MatchString(dryRun("k8s-eu"))
+		})
+		id := submit(t, "k8s-kill9", "--steps", "100000", "--sleep", "0.2")
+		upstack.WaitFor(t, ctx, "the run's output", func() bool {
+			r := getRun(id)
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && r.HeldThrough > 10
+		})
+		agent.Kill9(t)
+		agent.Restart(t)
+		var r *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			r = getRun(id)
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
+		})
+		if !strings.Contains(r.Reason, "its kubernetes jobs were deleted") && !strings.Contains(r.Reason, "node lost") {
+			t.Errorf("reason %q", r.Reason)
+		}
+		records(t, id) // no gap, no repeat
+		upstack.WaitFor(t, ctx, "the run's job to go", func() bool { return jobsOf(id) == "" })
+	})
+
+	t.Run("a Job past its deadline ends failed with the reason", func(t *testing.T) {
+		// A second agent for the same node with a short time limit, in a
+		// region of its own.
+		stack.StartAgent(t, "k8s-deadline", "k8s-deadline", kubeArgs("--kube-time-limit", "5s")...)
+		upstack.WaitFor(t, ctx, "the second agent's node in dry-run", func() bool {
+			return regexp.MustCompile(`kubernetes:gptest +k8s-deadline .*online`).MatchString(dryRun("k8s-deadline"))
+		})
+		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-deadline",
+			"--workdir", "examples/train", "--name", "k8s-deadline", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		var r *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the run to fail", func() bool {
+			r = getRun(id)
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
+		})
+		if !strings.Contains(r.Reason, "DeadlineExceeded (activeDeadlineSeconds 5)") {
+			t.Errorf("reason %q, want DeadlineExceeded", r.Reason)
+		}
+	})
+}
