@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,6 +18,7 @@ import (
 	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/probe"
 	k8s "k8s.io/client-go/kubernetes"
 )
@@ -60,25 +60,25 @@ type KubeFlags struct {
 func (o *Options) validateKube() error {
 	k := &o.Kube
 	if k.Image == "" {
-		return errors.New("--kube-image is required with --executor kubernetes: the runs' image, pinned by digest (NAME@sha256:…)")
+		return fielderr.New(FieldKubeImage, "", "is required with the kubernetes executor: the runs' image, pinned by digest (NAME@sha256:…)")
 	}
 	if err := kube.CheckImage(k.Image); err != nil {
-		return fmt.Errorf("--kube-image: %w", err)
+		return &fielderr.Error{Field: FieldKubeImage, Problem: err.Error()}
 	}
 	if k.Namespace == "" {
-		return errors.New("--kube-namespace is required with --executor kubernetes")
+		return fielderr.New(FieldKubeNamespace, "", "is required with the kubernetes executor")
 	}
 	if k.SharedDir == "" || !filepath.IsAbs(k.SharedDir) {
-		return fmt.Errorf("--kube-shared-dir %q: give an absolute directory the agent and the pods see at the same path", k.SharedDir)
+		return fielderr.New(FieldKubeSharedDir, k.SharedDir, "give an absolute directory the agent and the pods see at the same path")
 	}
 	if err := os.MkdirAll(k.SharedDir, 0o755); err != nil {
-		return fmt.Errorf("--kube-shared-dir %s: %w", k.SharedDir, err)
+		return fielderr.New(FieldKubeSharedDir, k.SharedDir, "%w", err)
 	}
 	if k.Refresh < time.Second {
-		return fmt.Errorf("--kube-refresh %s: must be at least 1s", k.Refresh)
+		return fielderr.New(FieldKubeRefresh, k.Refresh.String(), "must be at least 1s")
 	}
 	if k.TimeLimit < 0 {
-		return fmt.Errorf("--kube-time-limit %s: must not be negative", k.TimeLimit)
+		return fielderr.New(FieldKubeTimeLimit, k.TimeLimit.String(), "must not be negative")
 	}
 	if k.AgentBinary == "" {
 		k.AgentBinary = "gpupass-agent"
@@ -165,7 +165,7 @@ func (n *kubeNode) measure(ctx context.Context, o *Options) (*probe.Facts, error
 		return nil, fmt.Errorf("not measured: %s", why)
 	}
 	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
-		return nil, fmt.Errorf("making the node's dir in --kube-shared-dir: %w", err)
+		return nil, fmt.Errorf("making the node's dir in the shared dir: %w", err)
 	}
 	out, err := n.client.Step(ctx, n.name, n.current().GPUs, n.dir(), n.remoteArgs(o)...)
 	var f probe.Facts
@@ -259,13 +259,13 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	cfg, cluster, err := kube.Config(o.Kube.Kubeconfig)
 	if err != nil {
-		return fmt.Errorf("--kubeconfig: %w", err)
+		return fielderr.New(FieldKubeconfig, o.Kube.Kubeconfig, "%w", err)
 	}
 	if o.Kube.Cluster != "" {
 		cluster = o.Kube.Cluster
 	}
 	if cluster == "" {
-		return errors.New("--kube-cluster is required in a cluster (no kubeconfig names it): the name node ids and the provider carry")
+		return fielderr.New(FieldKubeCluster, "", "is required in a cluster (no kubeconfig names it): the name node ids and the provider carry")
 	}
 	api, err := k8s.NewForConfig(cfg)
 	if err != nil {

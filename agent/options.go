@@ -109,6 +109,13 @@ const (
 	FieldSlurmRefresh     = "slurm refresh"
 	FieldSlurmAgentBinary = "slurm agent binary"
 	FieldSlurmSimulate    = "slurm simulated node"
+	FieldKubeconfig       = "kubeconfig"
+	FieldKubeImage        = "kubernetes run image"
+	FieldKubeNamespace    = "kubernetes namespace"
+	FieldKubeSharedDir    = "kubernetes shared dir"
+	FieldKubeRefresh      = "kubernetes refresh"
+	FieldKubeTimeLimit    = "kubernetes time limit"
+	FieldKubeCluster      = "kubernetes cluster"
 )
 
 // geteuid is os.Geteuid; tests replace it.

@@ -20,12 +20,12 @@ func TestKubeFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no image", nil, "--kube-image is required with --executor kubernetes"},
+		{"no image", nil, "--kube-image is required with the kubernetes executor"},
 		{"image by tag", []string{"--kube-image", "localhost/run:1"}, `--kube-image: image "localhost/run:1" is not pinned by digest`},
-		{"no shared dir", []string{"--kube-image", pinned}, `--kube-shared-dir "": give an absolute directory`},
+		{"no shared dir", []string{"--kube-image", pinned}, `--kube-shared-dir: give an absolute directory`},
 		{"relative shared dir", []string{"--kube-image", pinned, "--kube-shared-dir", "shared"}, `--kube-shared-dir "shared": give an absolute directory`},
-		{"refresh too short", []string{"--kube-image", pinned, "--kube-shared-dir", "/tmp", "--kube-refresh", "10ms"}, "--kube-refresh 10ms: must be at least 1s"},
-		{"kubeconfig missing", []string{"--kube-image", pinned, "--kube-shared-dir", "/tmp", "--kubeconfig", "/nonexistent/kubeconfig"}, "--kubeconfig: "},
+		{"refresh too short", []string{"--kube-image", pinned, "--kube-shared-dir", "/tmp", "--kube-refresh", "10ms"}, `--kube-refresh "10ms": must be at least 1s`},
+		{"kubeconfig missing", []string{"--kube-image", pinned, "--kube-shared-dir", "/tmp", "--kubeconfig", "/nonexistent/kubeconfig"}, `--kubeconfig "/nonexistent/kubeconfig": `},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
