@@ -126,10 +126,10 @@ func (n *kubeNode) runner() executor.Runner {
 	return &kube.Runner{Client: n.client, Cluster: n.cluster, Node: n.name, GPUs: n.current().GPUs, TimeLimit: n.flags.TimeLimit}
 }
 
-// orphaned deletes the Jobs of a run the agent died under: following
-// them on from a restarted agent needs the run loop to resume a run
-// (the Runner can find its Job again), and a Job nobody follows must not
-// hold the node's GPUs.
+// orphaned deletes the Jobs of a run the agent died under and cannot
+// follow on (it died before the run's attempt was marked in its spool,
+// see RunLoop.follow): a Job nobody follows must not hold the node's
+// GPUs.
 func (n *kubeNode) orphaned(ctx context.Context, allocID string) string {
 	reason := "agent restarted during the run: its kubernetes jobs were deleted"
 	if err := n.client.DeleteRun(ctx, allocID, executor.DefaultGrace); err != nil {

@@ -564,7 +564,7 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 	if from != nil {
 		fromOffsets = &Offsets{Stdout: from.Stdout, Stderr: from.Stderr}
 	}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: job.TimeLimit, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
 		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})

@@ -35,6 +35,10 @@ type Attempt struct {
 	// Grace is how long a stopped attempt gets between SIGTERM and
 	// SIGKILL.
 	Grace time.Duration
+	// TimeLimit is the run's Job.TimeLimit (0: none), for a Runner that
+	// hands the limit to what runs the attempt (a Kubernetes Job's
+	// activeDeadlineSeconds) rather than stopping it itself.
+	TimeLimit time.Duration
 	// MaxLine bounds one output line; the rest of a longer line is
 	// dropped and counted.
 	MaxLine int

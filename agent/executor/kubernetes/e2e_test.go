@@ -4,11 +4,13 @@ package kubernetes_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +99,7 @@ func TestE2EKubernetesCluster(t *testing.T) {
 		return id
 	}
 	jobsOf := func(id string) string {
-		return c.Kubectl(t, "-n", ns, "get", "jobs", "-l", "gpupass.dev/alloc="+id, "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.conditions[*].reason}{\"\\n\"}{end}")
+		return c.Kubectl(t, "-n", ns, "get", "jobs", "-l", "gpupass.dev/alloc="+id, "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.conditions[*].type}{\"\\n\"}{end}")
 	}
 
 	t.Run("dry-run lists the node with its GPUs", func(t *testing.T) {
@@ -215,27 +217,64 @@ func TestE2EKubernetesCluster(t *testing.T) {
 		t.Logf("dry-run after cordon:\n%s", out)
 	})
 
-	t.Run("kill -9 of the agent mid-run duplicates nothing and leaves no Job", func(t *testing.T) {
+	t.Run("kill -9 of the agent mid-run: the restarted agent finds the Job by name and follows it on, every record once", func(t *testing.T) {
+		const steps = 40
 		upstack.WaitFor(t, ctx, "the node back in dry-run", func() bool {
 			return regexp.MustCompile(`kubernetes:gptest +k8s-eu .*online`).MatchString(dryRun("k8s-eu"))
 		})
-		id := submit(t, "k8s-kill9", "--steps", "100000", "--sleep", "0.2")
-		upstack.WaitFor(t, ctx, "the run's output", func() bool {
-			r := getRun(id)
-			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && r.HeldThrough > 10
+		id := submit(t, "k8s-kill9", "--steps", strconv.Itoa(steps), "--checkpoint-every", "1", "--sleep", "0.1")
+		logText := func() string { _, l := records(t, id); return l }
+		// Mid-run: the Job runs and the broker holds some of its
+		// checkpoint lines, not the last.
+		upstack.WaitFor(t, ctx, "the run's job to be a few steps in", func() bool {
+			return strings.Contains(logText(), "ckpt-00000003.pt")
 		})
 		agent.Kill9(t)
-		agent.Restart(t)
-		var r *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "the run to end", func() bool {
-			r = getRun(id)
-			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
-		})
-		if !strings.Contains(r.Reason, "its kubernetes jobs were deleted") && !strings.Contains(r.Reason, "node lost") {
-			t.Errorf("reason %q", r.Reason)
+		if strings.Contains(logText(), fmt.Sprintf("/ckpt-%08d.pt\"}", steps)) {
+			t.Fatalf("the run was over before the kill")
 		}
-		records(t, id) // no gap, no repeat
-		upstack.WaitFor(t, ctx, "the run's job to go", func() bool { return jobsOf(id) == "" })
+		agent.Restart(t)
+		defer func() {
+			if t.Failed() {
+				t.Logf("the run's log:\n%s", upstack.Tail(logText(), 6000))
+			}
+		}()
+		var r *gpupassv1.Run
+		wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+		defer wcancel()
+		upstack.WaitFor(t, wctx, "the run to end", func() bool {
+			r = getRun(id)
+			return r.State != gpupassv1.AllocState_ALLOC_STATE_RUNNING && r.State != gpupassv1.AllocState_ALLOC_STATE_STARTING
+		})
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			t.Fatalf("run %s: %s (%s), want succeeded: the restarted agent follows the Job on", id, r.State, r.Reason)
+		}
+		l := logText() // no gap, no repeat
+		for step := 1; step <= steps; step++ {
+			// The trainer's line, not the shipped checkpoint's records.
+			if n := strings.Count(l, fmt.Sprintf("/ckpt-%08d.pt\"}", step)); n != 1 {
+				t.Errorf("the line of checkpoint %d is in the log %d times, want once (lost or duplicated across the restart)", step, n)
+			}
+		}
+		if !strings.Contains(l, "the agent restarted; following attempt 1 on") {
+			t.Errorf("the log does not say the run was followed on")
+		}
+		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := map[int64]int{}
+		for _, p := range mr.Msg.Points {
+			count[p.Step]++
+		}
+		for step := int64(1); step <= steps; step++ {
+			if count[step] != 1 {
+				t.Errorf("metric point of step %d is there %d times, want once", step, count[step])
+			}
+		}
+		if j := jobsOf(id); !regexp.MustCompile(`^gpupass-` + id + `-1 [A-Za-z ]*\bComplete\b[A-Za-z ]*\n$`).MatchString(j) {
+			t.Errorf("the run's jobs: %q, want one, Complete (found again, not created twice)", j)
+		}
 	})
 
 	t.Run("a Job past its deadline ends failed with the reason", func(t *testing.T) {
@@ -256,8 +295,8 @@ func TestE2EKubernetesCluster(t *testing.T) {
 			r = getRun(id)
 			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
 		})
-		if !strings.Contains(r.Reason, "DeadlineExceeded (activeDeadlineSeconds 5)") {
-			t.Errorf("reason %q, want DeadlineExceeded", r.Reason)
+		if !strings.HasPrefix(r.Reason, "TIMEOUT: ") || !strings.Contains(r.Reason, "DeadlineExceeded (activeDeadlineSeconds 5)") {
+			t.Errorf("reason %q, want TIMEOUT with Kubernetes' DeadlineExceeded", r.Reason)
 		}
 	})
 }

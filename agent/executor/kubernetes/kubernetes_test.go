@@ -162,7 +162,7 @@ func TestClassify(t *testing.T) {
 			p.DeletionTimestamp = &now
 		}), Running, executor.Exit{}, false},
 		{"deadline", jobWith(cond(batchv1.JobFailed, "DeadlineExceeded")), nil, Ended,
-			executor.Exit{Code: -1, Reason: "kubernetes job gpupass-alloc-1-1: Failed (DeadlineExceeded (activeDeadlineSeconds 60), its pod is gone)"}, false},
+			executor.Exit{Code: -1, Reason: "TIMEOUT: kubernetes job gpupass-alloc-1-1: Failed (DeadlineExceeded (activeDeadlineSeconds 60), its pod is gone)"}, false},
 		{"evicted", jobWith(cond(batchv1.JobFailed, "BackoffLimitExceeded")), podIn(corev1.PodFailed, func(p *corev1.Pod) {
 			p.Status.Reason, p.Status.Message = "Evicted", "The node was low on resource: memory."
 		}), Ended, executor.Exit{Code: -1, NodeLost: true, Reason: "node lost: kubernetes job gpupass-alloc-1-1 on n1: Failed (Evicted, The node was low on resource: memory.)"}, false},
@@ -199,12 +199,15 @@ type fakeRun struct {
 	done  chan executor.Exit
 }
 
-func startRun(t *testing.T, ctx context.Context, api *fake.Clientset, r *Runner, dir string) *fakeRun {
+func startRun(t *testing.T, ctx context.Context, api *fake.Clientset, r *Runner, dir string, mods ...func(*executor.Attempt)) *fakeRun {
 	t.Helper()
 	fr := &fakeRun{api: api, dir: dir, done: make(chan executor.Exit, 1)}
 	r.Client.API = api
 	a := executor.Attempt{Command: []string{"python3", "train.py"}, Dir: dir, Grace: 3 * time.Second,
 		Env: []string{"PATH=/agent/bin", "HOME=/root", executor.EnvAllocID + "=alloc-abc", executor.EnvAttempt + "=1", executor.EnvMetricsFile + "=" + filepath.Join(dir, "metrics.jsonl"), "TMPDIR=" + filepath.Join(filepath.Dir(dir), ".tmp-alloc-abc")}}
+	for _, m := range mods {
+		m(&a)
+	}
 	go func() {
 		fr.done <- r.Run(ctx, a, func(l executor.Line) {
 			fr.mu.Lock()
@@ -369,11 +372,9 @@ func TestRunnerFindsJobAgain(t *testing.T) {
 	held := first.lines[0].Offset // the spool durably holds only "one"
 	first.mu.Unlock()
 
-	r := newRunner(shared)
-	r.Offsets = func(alloc, attempt string) (int64, int64, bool) {
-		return held, 0, alloc == "alloc-abc" && attempt == "1"
-	}
-	second := startRun(t, context.Background(), api, r, dir)
+	second := startRun(t, context.Background(), api, newRunner(shared), dir, func(a *executor.Attempt) {
+		a.From = &executor.Offsets{Stdout: held}
+	})
 	if err := os.WriteFile(out, []byte("one\ntwo\nthree\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -391,6 +392,45 @@ func TestRunnerFindsJobAgain(t *testing.T) {
 	}
 	cancel()
 	<-first.done
+}
+
+// TestRunnerDeadline: the Job's activeDeadlineSeconds is the run's own
+// time limit when it has one, else the agent's --kube-time-limit, rounded
+// up to whole seconds.
+func TestRunnerDeadline(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		run, agent  time.Duration
+		wantSeconds int64 // 0: no deadline
+	}{
+		{"the run's limit wins", 5 * time.Second, 90 * time.Second, 5},
+		{"the agent's when the run has none", 0, 90 * time.Second, 90},
+		{"rounded up", 1500 * time.Millisecond, 0, 2},
+		{"none", 0, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			api := fake.NewClientset()
+			shared := t.TempDir()
+			r := newRunner(shared)
+			r.TimeLimit = tt.agent
+			ctx, cancel := context.WithCancel(context.Background())
+			fr := startRun(t, ctx, api, r, filepath.Join(shared, "alloc-abc"), func(a *executor.Attempt) { a.TimeLimit = tt.run })
+			var job *batchv1.Job
+			waitFor(t, "the job", func() bool { job = getJob(api, "gpupass-alloc-abc-1"); return job != nil })
+			var got int64
+			if d := job.Spec.ActiveDeadlineSeconds; d != nil {
+				got = *d
+			}
+			if got != tt.wantSeconds {
+				t.Errorf("activeDeadlineSeconds %d, want %d", got, tt.wantSeconds)
+			}
+			cancel()
+			<-fr.done
+		})
+	}
 }
 
 // TestRunnerCancel: a cancelled attempt deletes its Job in the

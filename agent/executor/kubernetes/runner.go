@@ -49,12 +49,9 @@ type Runner struct {
 	// whole node.
 	GPUs int
 	// TimeLimit is the Job's activeDeadlineSeconds, rounded up to whole
-	// seconds (zero: none).
+	// seconds, when the attempt has no limit of its own (the run's,
+	// Attempt.TimeLimit); zero: none.
 	TimeLimit time.Duration
-	// Offsets, when set, says how far the consumer durably holds each
-	// output file of an attempt (executor.Line.Offset); see the Slurm
-	// runner's field of that name.
-	Offsets func(allocID, attempt string) (stdout, stderr int64, ok bool)
 }
 
 type attemptState struct {
@@ -123,10 +120,11 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 	if err := f.load(); err != nil {
 		return startErr(err)
 	}
-	if r.Offsets != nil {
-		if o, e, ok := r.Offsets(alloc, attempt); ok {
-			f.st.OutOff, f.st.ErrOff = o, e
-		}
+	if a.From != nil {
+		// Where the run's spool holds the lines (the mark), not the
+		// state file's offsets: lines read just before the agent died
+		// but never stored are handed over again, stored ones are not.
+		f.st.OutOff, f.st.ErrOff = a.From.Stdout, a.From.Stderr
 	}
 	f.st.Job = JobName(alloc, attempt)
 	if err := r.create(ctx, a, alloc, attempt, base, f.st.Job); err != nil {
@@ -166,8 +164,12 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationAlloc: alloc}}, Spec: spec},
 		},
 	}
-	if r.TimeLimit > 0 {
-		s := int64((r.TimeLimit + time.Second - 1) / time.Second)
+	limit := a.TimeLimit
+	if limit <= 0 {
+		limit = r.TimeLimit
+	}
+	if limit > 0 {
+		s := int64((limit + time.Second - 1) / time.Second)
 		job.Spec.ActiveDeadlineSeconds = &s
 	}
 	// A finished Job stays a day for kubectl and an agent that was down

@@ -243,8 +243,12 @@ func failedExit(job *batchv1.Job, pod *corev1.Pod, cond *batchv1.JobCondition, t
 	if len(why) > 0 {
 		ex.Reason += " (" + strings.Join(why, ", ") + ")"
 	}
-	if ex.NodeLost {
+	switch {
+	case ex.NodeLost:
 		ex.Reason = "node lost: " + ex.Reason
+	case cond != nil && cond.Reason == "DeadlineExceeded":
+		// The words every executor uses for a run past its limit.
+		ex.Reason = "TIMEOUT: " + ex.Reason
 	}
 	return ex
 }
