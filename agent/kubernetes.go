@@ -164,6 +164,15 @@ func (n *kubeNode) measure(ctx context.Context, o *Options) (*probe.Facts, error
 		// The Job would wait as long as the node is out.
 		return nil, fmt.Errorf("not measured: %s", why)
 	}
+	// A run's Job holds the node's GPUs when an agent restarted under it
+	// (a later suite waits for the run, see RunLoop.Busy): the check Job
+	// would wait for its end, and the agent could neither enroll nor
+	// follow the run meanwhile. The node is measured again once it ends.
+	if jobs, err := n.client.RunJobsOn(ctx, n.name); err != nil {
+		return nil, err
+	} else if len(jobs) > 0 {
+		return nil, fmt.Errorf("not measured: the node runs kubernetes job %s; measured again once it ends", jobs[0])
+	}
 	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("making the node's dir in the shared dir: %w", err)
 	}

@@ -70,7 +70,8 @@ spec:
   template:
     spec:
       restartPolicy: Never
-      nodeName: %s
+      # Pinned as the runner pins its pods: through the scheduler.
+      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [%s]}]}]}}}
       containers:
       - name: run
         image: %s

@@ -365,3 +365,24 @@ func ptr[T any](v T) *T { return &v }
 func resourceQuantity(n int) *resource.Quantity {
 	return resource.NewQuantity(int64(n), resource.DecimalSI)
 }
+
+// RunJobsOn names the run Jobs on node that have not ended: a run's pod
+// holds the node's GPUs, so a conformance Job would wait for its end (an
+// agent restarted under a run measures the node again once it ended).
+func (c *Client) RunJobsOn(ctx context.Context, node string) ([]string, error) {
+	cctx, cancel := c.ctx(ctx)
+	defer cancel()
+	jobs, err := c.API.BatchV1().Jobs(c.Namespace).List(cctx, metav1.ListOptions{
+		LabelSelector: LabelManagedBy + "=" + managedBy + "," + LabelKind + "=run," + LabelNode + "=" + labelValue(node)})
+	if err != nil {
+		return nil, fmt.Errorf("listing the run jobs on node %s: %w", node, err)
+	}
+	var names []string
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if condition(j, batchv1.JobComplete) == nil && condition(j, batchv1.JobFailed) == nil {
+			names = append(names, j.Name)
+		}
+	}
+	return names, nil
+}

@@ -481,3 +481,29 @@ func TestNames(t *testing.T) {
 		t.Errorf("label value %q", v)
 	}
 }
+
+// TestRunJobsOn: only the node's run Jobs that have not ended count (a
+// restarted agent does not start a conformance Job behind them).
+func TestRunJobsOn(t *testing.T) {
+	t.Parallel()
+	job := func(name, kind, node string, conds ...batchv1.JobCondition) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpupass",
+			Labels: map[string]string{LabelManagedBy: managedBy, LabelKind: kind, LabelNode: node}},
+			Status: batchv1.JobStatus{Conditions: conds}}
+	}
+	api := fake.NewClientset(
+		job("running", "run", "gpu-1"),
+		job("done", "run", "gpu-1", cond(batchv1.JobComplete, "")),
+		job("failed", "run", "gpu-1", cond(batchv1.JobFailed, "DeadlineExceeded")),
+		job("elsewhere", "run", "gpu-2"),
+		job("check", "check", "gpu-1"),
+	)
+	c := &Client{API: api, Namespace: "gpupass"}
+	got, err := c.RunJobsOn(context.Background(), "gpu-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"running"}; !cmp.Equal(got, want) {
+		t.Errorf("RunJobsOn = %q, want %q", got, want)
+	}
+}
