@@ -301,6 +301,12 @@ func (c *Client) Step(ctx context.Context, node string, gpus int, dir string, co
 		if err != nil && !errors.Is(err, errTransient) {
 			return "", err
 		}
+		if err == nil && st.unschedulable != "" {
+			// A check waits for nothing: the node was cordoned (or its
+			// GPUs taken) after the agent last looked. The next suite
+			// measures again.
+			return "", fmt.Errorf("check job %s on node %s: %s", name, node, st.unschedulable)
+		}
 		if err == nil && st.ended() {
 			logs, lerr := c.logs(ctx, st.pod)
 			if st.exit.Code != 0 {

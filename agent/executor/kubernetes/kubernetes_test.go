@@ -507,3 +507,40 @@ func TestRunJobsOn(t *testing.T) {
 		t.Errorf("RunJobsOn = %q, want %q", got, want)
 	}
 }
+
+// TestStepUnschedulable: a check Job whose pod the scheduler cannot place
+// (the node was cordoned after the agent last looked) fails at once with
+// the scheduler's words instead of waiting for StepTimeout.
+func TestStepUnschedulable(t *testing.T) {
+	t.Parallel()
+	api := fake.NewClientset()
+	shared := t.TempDir()
+	c := &Client{API: api, Namespace: "gpupass", Image: "localhost/run@sha256:" + strings.Repeat("a", 64), Poll: 5 * time.Millisecond, Volume: SharedDir{Path: shared}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Step(context.Background(), "gpu-1", 4, shared, "gpupass-agent", "facts")
+		done <- err
+	}()
+	var job *batchv1.Job
+	waitFor(t, "the check job", func() bool {
+		jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{})
+		if len(jobs.Items) == 1 {
+			job = &jobs.Items[0]
+		}
+		return job != nil
+	})
+	pod := createPod(t, api, job)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 node(s) were unschedulable."}}}
+	if _, err := api.CoreV1().Pods("gpupass").UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "Pending: Unschedulable: 0/1 nodes are available: 1 node(s) were unschedulable.") {
+			t.Errorf("Step = %v, want the scheduler's reason", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Step still waits for an unschedulable pod")
+	}
+}

@@ -43,6 +43,9 @@ type jobState struct {
 	exit executor.Exit
 	// fatal is a pending pod that can never start (a bad image name).
 	fatal string
+	// unschedulable is why the scheduler could not place a pending pod
+	// (the node cordoned, its GPUs taken).
+	unschedulable string
 }
 
 func (s jobState) ended() bool { return s.phase == Ended }
@@ -154,6 +157,9 @@ func classify(job *batchv1.Job, pod *corev1.Pod) jobState {
 			why = "Pending: " + c.Reason
 			if c.Message != "" {
 				why += ": " + c.Message
+			}
+			if c.Reason == corev1.PodReasonUnschedulable {
+				st.unschedulable = why
 			}
 		}
 	}
