@@ -199,6 +199,9 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if o.slurm != nil {
 		a.suite = o.slurm.suite(o)
 	}
+	if o.kube != nil {
+		a.suite = o.kube.suite(o)
+	}
 	return a, nil
 }
 
@@ -225,6 +228,9 @@ func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 		// the rest fail (a drained node is not measured at all), and the
 		// broker keeps only the first few failed checks.
 		res.Checks = append([]conformance.Check{a.o.slurm.check(), a.o.slurm.gresCheck(&res.Facts)}, res.Checks...)
+	}
+	if a.o.kube != nil {
+		res.Checks = append(res.Checks, a.o.kube.check())
 	}
 	a.metrics.Conformance(res.Checks, res.Wall)
 	a.mu.Lock()

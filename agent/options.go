@@ -81,6 +81,10 @@ type Options struct {
 	SlurmSimulate []string
 	// slurm, set by RunSlurm, makes this agent stand for one compute node.
 	slurm *slurmNode
+	// Kube configures --executor kubernetes (agent/kubernetes.go); kube,
+	// set by RunKubernetes, makes this agent stand for one GPU node.
+	Kube KubeFlags
+	kube *kubeNode
 }
 
 // Fields of the errors Validate returns, in the agent's terms (with
@@ -105,6 +109,13 @@ const (
 	FieldSlurmRefresh     = "slurm refresh"
 	FieldSlurmAgentBinary = "slurm agent binary"
 	FieldSlurmSimulate    = "slurm simulated node"
+	FieldKubeconfig       = "kubeconfig"
+	FieldKubeImage        = "kubernetes run image"
+	FieldKubeNamespace    = "kubernetes namespace"
+	FieldKubeSharedDir    = "kubernetes shared dir"
+	FieldKubeRefresh      = "kubernetes refresh"
+	FieldKubeTimeLimit    = "kubernetes time limit"
+	FieldKubeCluster      = "kubernetes cluster"
 )
 
 // geteuid is os.Geteuid; tests replace it.

@@ -385,6 +385,12 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		// Batch jobs outlive the agent: a restarted one follows them on.
 		l.Executor.Marks = true
 	}
+	if a.o.kube != nil {
+		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.kube.runner(), a.o.kube.workRoot(), a.o.kube.orphaned
+		// Jobs outlive the agent: a restarted one finds them again by
+		// name and follows them on from the spool's mark.
+		l.Executor.Marks = true
+	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics
 	done := make(chan struct{})

@@ -396,5 +396,5 @@ func (o *Options) UseSlurm() (bool, error) {
 	case ExecutorSlurm:
 		return true, nil
 	}
-	return false, fielderr.New(FieldExecutor, o.Executor, "use local or slurm")
+	return false, fielderr.New(FieldExecutor, o.Executor, "use local, slurm or kubernetes")
 }

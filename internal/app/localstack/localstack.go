@@ -53,6 +53,9 @@ type Options struct {
 	// Slurm, with Executor "slurm", is the cluster the agents stand for
 	// (SLURM_CONF, from the environment, names it).
 	Slurm *Slurm
+	// Kube, with Executor "kubernetes", is the cluster the agents stand
+	// for.
+	Kube *Kube
 	// BrokerBin and AgentBin are the binaries to run (default: next to
 	// the running executable, else on PATH).
 	BrokerBin, AgentBin string
@@ -66,6 +69,23 @@ type Slurm struct {
 	Partitions []string
 	// SharedDir is an absolute directory this machine and every compute
 	// node see; each region's agent works under SharedDir/up-REGION.
+	SharedDir string
+}
+
+// Kube are the settings of agents with --executor kubernetes: each
+// region's agent stands for the cluster's GPU nodes and runs jobs as
+// Jobs there.
+type Kube struct {
+	// Kubeconfig is the cluster's kubeconfig (empty: the agent's
+	// default, $KUBECONFIG then ~/.kube/config).
+	Kubeconfig string
+	Namespace  string
+	// Image is the runs' image, pinned by digest.
+	Image string
+	// SharedDir is an absolute directory this machine and the pods see
+	// at the same path (a hostPath: the cluster's node is this machine,
+	// as scripts/k8s-up.sh's is); each region's agent works under
+	// SharedDir/up-REGION.
 	SharedDir string
 }
 
@@ -212,6 +232,21 @@ func AgentArgs(o Options, brokerURL, region, name, dir string) ([]string, error)
 		args = append(args, "--executor", "slurm", "--slurm-shared-dir", shared)
 		for _, p := range o.Slurm.Partitions {
 			args = append(args, "--slurm-partition", p)
+		}
+		if o.Profile != "" {
+			args = append(args, "--simulate", o.Profile)
+		}
+		return append(args, o.AgentArgs...), nil
+	}
+	if o.Executor == "kubernetes" && o.Kube != nil {
+		shared := filepath.Join(o.Kube.SharedDir, "up-"+region)
+		if err := os.MkdirAll(shared, 0o755); err != nil {
+			return nil, &fielderr.Error{Field: "KubeSharedDir", Err: err}
+		}
+		args = append(args, "--executor", "kubernetes", "--kube-shared-dir", shared, "--kube-image", o.Kube.Image,
+			"--kube-namespace", o.Kube.Namespace, "--kube-refresh", "5s")
+		if o.Kube.Kubeconfig != "" {
+			args = append(args, "--kubeconfig", o.Kube.Kubeconfig)
 		}
 		if o.Profile != "" {
 			args = append(args, "--simulate", o.Profile)

@@ -55,6 +55,7 @@ func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags) {
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	addRegistryFlags(cmd, reg, o)
 	addExecutorFlags(cmd, o)
+	addKubeFlags(cmd, o)
 }
 
 func addProbeFlags(cmd *cobra.Command, o *daemon.Options) {

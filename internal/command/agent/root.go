@@ -102,6 +102,9 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 			if err := o.Validate(true); err != nil {
 				return err
 			}
+			if o.Executor == daemon.ExecutorKubernetes {
+				return daemon.RunKubernetes(cmd.Context(), o, logger())
+			}
 			if slurm, err := o.UseSlurm(); err != nil || slurm {
 				if err != nil {
 					return err

@@ -14,7 +14,7 @@ import (
 // (agent/slurm.go holds what they do).
 func addExecutorFlags(cmd *cobra.Command, o *daemon.Options) {
 	f := cmd.Flags()
-	f.StringVar(&o.Executor, "executor", daemon.ExecutorLocal, "where runs go: local (processes on this node) or slurm (batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*)")
+	f.StringVar(&o.Executor, "executor", daemon.ExecutorLocal, "where runs go: local (processes on this node) slurm (batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*) or kubernetes (Jobs on a cluster's GPU nodes, each enrolled as a node of its own; see --kube-*)")
 	f.StringSliceVar(&o.SlurmSimulate, "slurm-simulate", nil, "with --executor slurm: NODE=PROFILE, a simulated hardware profile for one compute node (repeatable; --simulate applies to the others)")
 	s := &o.Slurm
 	f.StringSliceVar(&s.Partitions, "slurm-partition", nil, "with --executor slurm: partition whose compute nodes the agent enrolls (repeatable; default: every partition)")

@@ -27,6 +27,7 @@ type UpOptions struct {
 	Demo            bool
 	DemoOptions
 	Slurm UpSlurm
+	Kube  UpKube
 
 	Output string
 	Log    *slog.Logger
@@ -49,6 +50,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
 	o.Slurm.AddFlags(cmd)
+	o.Kube.AddFlags(cmd)
 }
 
 func newUpCmd(g *GlobalOptions) *cobra.Command {
@@ -84,7 +86,7 @@ GPUPASS_STATE_DIR for those commands. --demo runs the example pipeline.`,
 // upFlagNames maps the local stack's option fields to up's flags.
 var upFlagNames = fielderr.Names{
 	"Regions": "--region", "AgentsPerRegion": "--agents-per-region", "StateDir": "--state-dir", "Listen": "--listen",
-	"SlurmSharedDir": "--slurm-shared-dir",
+	"SlurmSharedDir": "--slurm-shared-dir", "KubeSharedDir": "--kube-shared-dir",
 }
 
 // RunUp starts the stack, prints where it is, and serves until ctx ends
@@ -105,6 +107,9 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	if err := o.Slurm.validate(o.AgentsPerRegion); err != nil {
 		return err
 	}
+	if err := o.Kube.validate(o.Slurm.Executor, o.AgentsPerRegion, o.StateDir); err != nil {
+		return err
+	}
 	if o.Demo {
 		// The demo's jobs run with the agents' interpreter; check it can
 		// run them before anything starts.
@@ -118,7 +123,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	st, err := localstack.Start(ctx, localstack.Options{
 		StateDir: o.StateDir, Listen: o.Listen, Regions: o.Regions, AgentsPerRegion: o.AgentsPerRegion,
 		Profile: o.Profile, Python: o.Python, Log: o.Log,
-		Executor: o.Slurm.Executor, Slurm: o.Slurm.options(),
+		Executor: o.Slurm.Executor, Slurm: o.Slurm.options(), Kube: o.Kube.options(o.Slurm.Executor),
 	})
 	if err != nil {
 		return upFlagNames.Apply(err)
@@ -174,7 +179,7 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 		}
 		cert := "certified"
 		if !n.ConformancePassed {
-			cert = "not certified" // a Slurm node drained or unlike its GRES
+			cert = "not certified" // a Slurm node drained or unlike its GRES, a cordoned Kubernetes node
 		}
 		fmt.Fprintf(out, "agent   %-14s %s  %s x%d (%s)  %s, score %s%s\n", n.Region, n.Id, n.Accelerator, n.GpuCount, n.Profile, cert, f2(n.GetHealth().GetScore()), sim)
 	}

@@ -1,0 +1,370 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/fsutil"
+)
+
+// Runner runs each attempt of a run as a Job pinned to one node: an
+// executor.Runner. The run's work dir must be in the shared dir (the
+// executor's WorkRoot under Client.Volume.Path): the pod runs there, its
+// output files and the metrics file are written there, checkpoints stay
+// there when the pod is gone, and the agent reads them as they grow.
+//
+// Output goes to files rather than through the pod log API: a file has
+// offsets, so an agent restarted under a run reads on from exactly where
+// the spool holds the lines (Offsets) and keeps stdout and stderr apart,
+// where the log API can only resume at a timestamp.
+//
+// Each attempt keeps, in WORKDIR/.kube/attempt-N.json, how far its output
+// files were read; the Job's name is the allocation id and attempt, so an
+// agent restarted under a run finds the Job again instead of creating it
+// twice.
+type Runner struct {
+	Client *Client
+	// Cluster is the cluster's name, named in the run's events.
+	Cluster string
+	// Node is the node every attempt is pinned to.
+	Node string
+	// GPUs is what the pod asks for: the node's, as the broker places a
+	// whole node.
+	GPUs int
+	// TimeLimit is the Job's activeDeadlineSeconds, rounded up to whole
+	// seconds, when the attempt has no limit of its own (the run's,
+	// Attempt.TimeLimit); zero: none.
+	TimeLimit time.Duration
+}
+
+type attemptState struct {
+	Job    string `json:"job"`
+	OutOff int64  `json:"stdout_offset"`
+	ErrOff int64  `json:"stderr_offset"`
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// podEnv is the attempt's environment as the pod gets it: what gpupass
+// sets for the job, not the agent's own environment (PATH, HOME and the
+// libraries of the machine the agent runs on mean nothing in the image).
+func podEnv(env []string) []corev1.EnvVar {
+	keep := map[string]bool{"PYTORCH_CUDA_ALLOC_CONF": true, "TMPDIR": true, "TMP": true, "TEMP": true}
+	seen := map[string]int{}
+	var out []corev1.EnvVar
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if !keep[k] && !strings.HasPrefix(k, "GPUPASS_") {
+			continue
+		}
+		if i, ok := seen[k]; ok {
+			out[i].Value = v
+			continue
+		}
+		seen[k] = len(out)
+		out = append(out, corev1.EnvVar{Name: k, Value: v})
+	}
+	return out
+}
+
+// wrapper runs the command in the work dir with its output appended to
+// the attempt's files; exec, so the container's main process is the
+// command and the kubelet's SIGTERM reaches it.
+const wrapper = `cd "$1" || exit 127; o=$2; e=$3; shift 3; exec "$@" >>"$o" 2>>"$e"`
+
+// EnforcesTimeLimit implements executor.LimitEnforcer: the Job's
+// activeDeadlineSeconds (what is left of the run's limit, from
+// Attempt.TimeLimit) ends a timed-out attempt, and the pod's end says
+// DeadlineExceeded in Kubernetes' words.
+func (r *Runner) EnforcesTimeLimit() bool { return true }
+
+var _ executor.LimitEnforcer = (*Runner)(nil)
+
+// Run creates (or finds again) the attempt's Job, follows its output
+// until it ends and maps its end to an Exit.
+func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
+	alloc, attempt := envValue(a.Env, executor.EnvAllocID), envValue(a.Env, executor.EnvAttempt)
+	if alloc == "" || attempt == "" {
+		return startErr(errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt))
+	}
+	if _, err := strconv.Atoi(attempt); err != nil {
+		return startErr(fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, attempt))
+	}
+	if len(a.Command) == 0 {
+		return startErr(errors.New("the attempt has no command"))
+	}
+	dir := filepath.Join(a.Dir, ".kube")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return startErr(fmt.Errorf("making the job's dir: %w", err))
+	}
+	base := filepath.Join(dir, "attempt-"+attempt)
+	f := follow{r: r, statePath: base + ".json", out: out, maxLine: a.MaxLine, note: a.Note}
+	f.files[events.Stdout] = &tail{path: base + ".out"}
+	f.files[events.Stderr] = &tail{path: base + ".err"}
+	if err := f.load(); err != nil {
+		return startErr(err)
+	}
+	if a.From != nil {
+		// Where the run's spool holds the lines (the mark), not the
+		// state file's offsets: lines read just before the agent died
+		// but never stored are handed over again, stored ones are not.
+		f.st.OutOff, f.st.ErrOff = a.From.Stdout, a.From.Stderr
+	}
+	f.st.Job = JobName(alloc, attempt)
+	if err := r.create(ctx, a, alloc, attempt, base, f.st.Job); err != nil {
+		return startErr(err)
+	}
+	if err := f.save(); err != nil {
+		f.saveErr = err
+	}
+	return f.run(ctx, a.Grace)
+}
+
+func startErr(err error) executor.Exit {
+	return executor.Exit{StartErr: fmt.Errorf("kubernetes: %w", err), Code: -1}
+}
+
+// create makes the attempt's Job unless it is there already (the agent
+// was restarted under it).
+func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt, base, name string) error {
+	c := r.Client
+	labels := map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: labelValue(alloc), LabelAttempt: attempt, LabelNode: labelValue(r.Node)}
+	zero := int32(0)
+	dirs := []string{a.Dir}
+	if tmp := envValue(a.Env, "TMPDIR"); tmp != "" && !strings.HasPrefix(tmp, a.Dir+"/") {
+		dirs = append(dirs, tmp)
+	}
+	spec, err := c.podSpec(r.Node, r.GPUs, a.Grace, dirs, append([]string{"/bin/sh", "-c", wrapper, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), podEnv(a.Env))
+	if err != nil {
+		return fmt.Errorf("the run's work dir must be in the shared dir: %w", err)
+	}
+	spec.Containers[0].WorkingDir = a.Dir
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels, Annotations: map[string]string{AnnotationAlloc: alloc}},
+		Spec: batchv1.JobSpec{
+			// One pod per attempt: a retry is the executor's (NaN guard)
+			// or the broker's (re-placement), never the Job controller's.
+			BackoffLimit: &zero,
+			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationAlloc: alloc}}, Spec: spec},
+		},
+	}
+	limit := a.TimeLimit
+	if limit <= 0 {
+		limit = r.TimeLimit
+	}
+	if limit > 0 {
+		s := int64((limit + time.Second - 1) / time.Second)
+		job.Spec.ActiveDeadlineSeconds = &s
+	}
+	// A finished Job stays a day for kubectl and an agent that was down
+	// when it ended, then goes.
+	ttl := int32(24 * 3600)
+	job.Spec.TTLSecondsAfterFinished = &ttl
+	cctx, cancel := c.ctx(ctx)
+	defer cancel()
+	_, err = c.API.BatchV1().Jobs(c.Namespace).Create(cctx, job, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		if a.Note != nil {
+			a.Note("following kubernetes job "+name+" again (the agent restarted under it)", map[string]string{"kube_job": name})
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("creating job %s on node %s in namespace %s: %w", name, r.Node, c.Namespace, err)
+	}
+	return nil
+}
+
+type tail struct {
+	path    string
+	partial []byte
+}
+
+type follow struct {
+	r         *Runner
+	statePath string
+	st        attemptState
+	files     [2]*tail
+	out       func(executor.Line)
+	maxLine   int
+	saveErr   error
+	lastNote  string
+	note      func(string, map[string]string)
+}
+
+func (f *follow) load() error {
+	b, err := os.ReadFile(f.statePath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &f.st)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the attempt's state %s: %w", f.statePath, err)
+	}
+	return nil
+}
+
+func (f *follow) save() error {
+	b, _ := json.Marshal(f.st)
+	return fsutil.WriteFileAtomic(f.statePath, b, 0o644)
+}
+
+func (f *follow) offset(s events.Stream) *int64 {
+	if s == events.Stderr {
+		return &f.st.ErrOff
+	}
+	return &f.st.OutOff
+}
+
+// read hands over the complete lines written since the last read (all of
+// it, the last line too, when final) and records how far it got.
+func (f *follow) read(final bool) {
+	moved := false
+	for s, t := range f.files {
+		off := f.offset(events.Stream(s))
+		fh, err := os.Open(t.path)
+		if err != nil {
+			continue // not created yet (the pod is pending)
+		}
+		_, _ = fh.Seek(*off+int64(len(t.partial)), io.SeekStart)
+		b, _ := io.ReadAll(io.LimitReader(fh, 8<<20))
+		fh.Close()
+		buf := append(t.partial, b...)
+		for {
+			i := bytes.IndexByte(buf, '\n')
+			if i < 0 {
+				break
+			}
+			*off += int64(i + 1)
+			f.emit(events.Stream(s), buf[:i], *off)
+			buf = buf[i+1:]
+			moved = true
+		}
+		if final && len(buf) > 0 {
+			*off += int64(len(buf))
+			f.emit(events.Stream(s), buf, *off)
+			buf = nil
+			moved = true
+		}
+		t.partial = append([]byte(nil), buf...)
+	}
+	if moved {
+		if err := f.save(); err != nil {
+			f.saveErr = err
+		}
+	}
+}
+
+func (f *follow) emit(s events.Stream, b []byte, end int64) {
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	l := executor.Line{Stream: s, Offset: end}
+	if f.maxLine > 0 && len(b) > f.maxLine {
+		l.Cut = len(b) - f.maxLine
+		b = b[:f.maxLine]
+	}
+	if !utf8.Valid(b) {
+		l.InvalidUTF8 = true
+		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+	}
+	l.Text = string(b)
+	f.out(l)
+}
+
+func (f *follow) observe(st jobState) {
+	if st.note == f.lastNote || f.note == nil {
+		return
+	}
+	f.lastNote = st.note
+	f.note(st.note, map[string]string{"kube_job": st.name, "kube_pod": st.pod, "kube_node": st.node, "kube_cluster": f.r.Cluster,
+		"kube_namespace": f.r.Client.Namespace})
+}
+
+// run follows the Job to its end. A cancelled ctx deletes the Job with
+// the attempt's grace period (the kubelet sends SIGTERM, then SIGKILL
+// after it) and waits until its pod is gone, so that nothing of the
+// attempt is left when Run returns.
+func (f *follow) run(ctx context.Context, grace time.Duration) executor.Exit {
+	c := f.r.Client
+	bg := context.WithoutCancel(ctx)
+	var stopped bool
+	var deletedAt time.Time
+	tick := time.NewTicker(c.poll())
+	defer tick.Stop()
+	for {
+		f.read(false)
+		st, err := c.state(bg, f.st.Job)
+		switch {
+		case errors.Is(err, ErrNoJob):
+			f.read(true)
+			ex := executor.Exit{Code: -1, Stopped: stopped, Killed: stopped && time.Since(deletedAt) > grace}
+			if !stopped {
+				ex.Reason = "kubernetes job " + f.st.Job + " was deleted before its end was read"
+			}
+			return ex
+		case err == nil:
+			f.observe(st)
+			if st.ended() {
+				f.read(true)
+				st.exit.Stopped = stopped
+				return st.exit
+			}
+			if st.fatal != "" && !stopped {
+				_ = f.delete(bg, 0)
+				f.read(true)
+				return executor.Exit{Code: -1, Reason: "kubernetes job " + f.st.Job + ": " + st.fatal}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if !stopped {
+				stopped, deletedAt = true, time.Now()
+				if err := f.delete(bg, grace); err != nil && f.note != nil {
+					f.note("deleting kubernetes job "+f.st.Job+": "+err.Error(), nil)
+				}
+			}
+			<-tick.C
+		case <-tick.C:
+		}
+	}
+}
+
+// delete deletes the Job and, in the foreground, its pod: the Job stays
+// (with a deletion timestamp) until the pod is gone, so run sees the Job
+// until nothing of the attempt is left.
+func (f *follow) delete(ctx context.Context, grace time.Duration) error {
+	c := f.r.Client
+	cctx, cancel := c.ctx(ctx)
+	defer cancel()
+	g := int64((grace + time.Second - 1) / time.Second)
+	err := c.API.BatchV1().Jobs(c.Namespace).Delete(cctx, f.st.Job, metav1.DeleteOptions{GracePeriodSeconds: &g, PropagationPolicy: ptr(metav1.DeletePropagationForeground)})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
