@@ -89,6 +89,7 @@ done
 pkgs=()
 for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
 
+t0=$SECONDS
 tmp="$dir/bin.tmp.$$"
 rm -rf "$tmp"
 mkdir -p "$tmp"
@@ -104,4 +105,5 @@ mkdir -p "$tmp"
 }
 rm -rf "${dir:?}/bin"
 mv "$tmp" "$dir/bin"
+echo "k8s-build: built Kubernetes $K8S_VERSION in $(((SECONDS - t0) / 60)) min $(((SECONDS - t0) % 60)) s" >&2
 echo "$dir/bin"

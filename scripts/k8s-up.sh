@@ -51,9 +51,9 @@ die() {
 }
 
 [ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet and their mounts)"
-for t in etcd containerd containerd-shim-runc-v2 runc ctr iptables conntrack openssl; do
+for t in etcd containerd containerd-shim-runc-v2 runc ctr iptables conntrack openssl curl ip; do
 	command -v "$t" >/dev/null || [ -x "/usr/sbin/$t" ] ||
-		die "$t not found; install: apt-get install etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static openssl (scripts/setup.d/70-kubernetes.sh)"
+		die "$t not found; install: apt-get install etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static openssl curl iproute2 (scripts/setup.d/70-kubernetes.sh)"
 done
 [ -x /usr/lib/cni/bridge ] || die "no CNI plugins in /usr/lib/cni; apt-get install containernetworking-plugins"
 [ -x /bin/busybox ] || die "no /bin/busybox; apt-get install busybox-static"

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/testutil"
@@ -127,5 +128,38 @@ func checkNoLockHeld(t *testing.T, c *Cluster) {
 				t.Errorf("%s (PID %s) holds %s open as fd %s: it keeps k8s-up.sh's lock", filepath.Base(f), pid, target, fd.Name())
 			}
 		}
+	}
+}
+
+// TestBuildRunning: Require waits for a k8s-build.sh that holds the cache's
+// build lock (CI starts it in the background) instead of skipping.
+func TestBuildRunning(t *testing.T) {
+	t.Setenv("GPUPASS_K8S_CACHE", t.TempDir())
+	if buildRunning() {
+		t.Fatal("buildRunning with no lock file")
+	}
+	dir := filepath.Join(cacheRoot(), Version)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, ".build.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if buildRunning() {
+		t.Fatal("buildRunning with the lock free")
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if !buildRunning() {
+		t.Fatal("buildRunning = false while the build lock is held")
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if buildRunning() {
+		t.Fatal("buildRunning after the lock was released")
 	}
 }
