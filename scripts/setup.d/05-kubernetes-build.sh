@@ -1,7 +1,7 @@
 # Starts the Kubernetes build for the local test cluster (scripts/k8s-build.sh:
 # ~13 min and ~2.1 GB RAM cold on 2 cores, nothing when cached) in the
 # background, first, so that it overlaps what follows: the Debian packages
-# of the other setup.d scripts and, when GPUPASS_K8S_BUILD_WAIT=0 (.ci/run),
+# of the other setup.d scripts and, when GPUPASS_K8S_BUILD_WAIT=0,
 # lint, generate and the other tests too; 70-kubernetes.sh waits for it
 # otherwise, and internal/testutil/k8stest.Require waits for a build in
 # progress. Its output goes to build.log beside the binaries; build.pid is

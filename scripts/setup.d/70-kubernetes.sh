@@ -7,7 +7,7 @@
 # cached by version outside the repo).
 need_apt etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static openssl curl iproute2
 # Wait for the build (a file test when cached), unless the caller lets the
-# tests wait for it instead (.ci/run: GPUPASS_K8S_BUILD_WAIT=0).
+# tests wait for it instead (GPUPASS_K8S_BUILD_WAIT=0; .ci/run does not, see there).
 if [ "${GPUPASS_K8S_BUILD_WAIT:-1}" != 0 ]; then
 	scripts/k8s-build.sh >/dev/null || {
 		echo "setup: the Kubernetes build failed; see ${GPUPASS_K8S_CACHE:-$HOME/.cache/gpupass/k8s}/${K8S_VERSION:-v1.36.3}/build.log" >&2
