@@ -20,24 +20,13 @@ import (
 
 // TrainOptions are the flags of `gpupass train`.
 type TrainOptions struct {
-	Global          *GlobalOptions
-	Broker          BrokerFlags
-	Spec            string
-	Regions         []string
-	Name            string
-	Follow          bool
-	MaxPrice        float64
-	MaxRestarts     int
-	ResumeElsewhere bool
-	MinHealthScore  float64
-	// TimeLimit is --time-limit as written ("90m"); empty: the spec's.
-	TimeLimit     string
-	Workdir       string
-	WorkdirLimits workdir.Limits
-	// Command is what runs on each node (after --).
-	Command []string
-	// Getenv reads CI variables for the run name (os.Getenv by default).
-	Getenv func(string) string
+	// Options are the use case's: the flags fill them, and the command
+	// adds only what the CLI has of its own (the broker flags, --follow).
+	// Dial and BrokerURL are set from Broker when the command runs.
+	apptrain.Options
+	Global *GlobalOptions
+	Broker BrokerFlags
+	Follow bool
 }
 
 // AddFlags registers train's flags.
@@ -91,13 +80,11 @@ var trainFlagNames = fielderr.Names{
 	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name", "TimeLimit": "--time-limit",
 }
 
-// options turns the flags into the use case's options.
+// options are the use case's options, dialling the broker of the flags.
 func (o *TrainOptions) options() apptrain.Options {
-	return apptrain.Options{
-		Spec: o.Spec, Regions: o.Regions, Name: o.Name, MaxPrice: o.MaxPrice, MaxRestarts: o.MaxRestarts,
-		ResumeElsewhere: o.ResumeElsewhere, MinHealthScore: o.MinHealthScore, TimeLimit: o.TimeLimit, Workdir: o.Workdir, WorkdirLimits: o.WorkdirLimits,
-		Command: o.Command, Getenv: o.Getenv, Dial: o.Broker.DialRuns, BrokerURL: o.Broker.URL,
-	}
+	opts := o.Options
+	opts.Dial, opts.BrokerURL = o.Broker.DialRuns, o.Broker.URL
+	return opts
 }
 
 // RunTrain submits the runs and, with Follow, streams them to the end.
