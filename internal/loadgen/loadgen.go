@@ -177,13 +177,12 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// The spec every runner node matches and every run asks for; idle agents
-// match it too (dry-run candidates) but sit in another region, so runs
-// are placed on runners only (Submit's region).
-const (
-	runRegion  = "lg-run-1"
-	idleRegion = "lg-idle-1"
-	specYAML   = `name: loadgen
+// SpecYAML is the spec every simulated node matches (an H100 with the
+// runtime the simulated reports measure) and every generated run asks
+// for; idle agents match it too (dry-run candidates) but sit in another
+// region, so runs are placed on runners only (Submit's region). The runs
+// benchmarks submit it too.
+const SpecYAML = `name: loadgen
 runtime:
   cuda: 12.1.105
   nvidia-driver: 535.104.05
@@ -197,6 +196,10 @@ resources:
   count: 1
   storage: {type: standard, size_gb: 10}
 `
+
+const (
+	runRegion  = "lg-run-1"
+	idleRegion = "lg-idle-1"
 )
 
 // simAgent is one simulated node.
@@ -355,7 +358,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				for time.Now().Before(measureUntil) {
 					t := time.Now()
 					resp, err := rd.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{
-						Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: []byte(specYAML)}}))
+						Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: []byte(SpecYAML)}}))
 					if err == nil {
 						err = api.ExpandDryRun(resp.Msg)
 					}
@@ -401,7 +404,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// scores, and what is measured is the brokers, not the threshold.
 		anyScore := 0.0
 		resp, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte(specYAML)}, Region: runRegion, Command: cmd, MinHealthScore: &anyScore}))
+			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte(SpecYAML)}, Region: runRegion, Command: cmd, MinHealthScore: &anyScore}))
 		if err != nil {
 			return nil, fmt.Errorf("submitting run %d: %w", r, err)
 		}

@@ -17,22 +17,8 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/loadgen"
 )
-
-const specYAML = `name: bench
-runtime:
-  cuda: 12.1.105
-  nvidia-driver: 535.104.05
-  python: 3.10.12
-  pytorch: 2.1.0+cu121
-security:
-  fips-compliant: false
-  no-internet-access: false
-resources:
-  accelerator: h100-sxm5
-  count: 1
-  storage: {type: standard, size_gb: 10}
-`
 
 type stack struct {
 	sub *client.RunClients
@@ -69,7 +55,7 @@ func start(b testing.TB) *stack {
 
 func (s *stack) submit(b testing.TB, ctx context.Context, command ...string) *gpupassv1.Run {
 	resp, err := s.sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte(specYAML)}, Region: "us-bench-1", Command: command}))
+		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte(loadgen.SpecYAML)}, Region: "us-bench-1", Command: command}))
 	if err != nil {
 		b.Fatal(err)
 	}
