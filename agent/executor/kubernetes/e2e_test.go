@@ -297,7 +297,16 @@ func TestE2EKubernetesCluster(t *testing.T) {
 				t.Errorf("metric point of step %d is there %d times, want once", step, count[step])
 			}
 		}
-		if j := jobsOf(id); !regexp.MustCompile(`^gpupass-` + id + `-1 [A-Za-z ]*\bComplete\b[A-Za-z ]*\n$`).MatchString(j) {
+		// The Job controller writes Complete a moment after the pod ended.
+		oneComplete := regexp.MustCompile(`^gpupass-` + id + `-1 [A-Za-z ]*\bComplete\b[A-Za-z ]*\n$`)
+		var j string
+		jctx, jcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer jcancel()
+		upstack.WaitFor(t, jctx, "the run's one job Complete (found again, not created twice): "+j, func() bool {
+			j = jobsOf(id)
+			return oneComplete.MatchString(j) || strings.Count(j, "\n") > 1
+		})
+		if !oneComplete.MatchString(j) {
 			t.Errorf("the run's jobs: %q, want one, Complete (found again, not created twice)", j)
 		}
 	})

@@ -386,9 +386,21 @@ func (c *Client) RunJobsOn(ctx context.Context, node string) ([]string, error) {
 	var names []string
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if condition(j, batchv1.JobComplete) == nil && condition(j, batchv1.JobFailed) == nil {
+		if !jobEnded(j) {
 			names = append(names, j.Name)
 		}
 	}
 	return names, nil
+}
+
+// jobEnded says a Job's pod is done: the controller writes Complete or
+// Failed only once the pod's finalizer is gone, a moment after the pod
+// ended (SuccessCriteriaMet, FailureTarget and the counts come first).
+func jobEnded(j *batchv1.Job) bool {
+	for _, t := range []batchv1.JobConditionType{batchv1.JobComplete, batchv1.JobFailed, batchv1.JobSuccessCriteriaMet, batchv1.JobFailureTarget} {
+		if condition(j, t) != nil {
+			return true
+		}
+	}
+	return j.Status.Active == 0 && j.Status.Succeeded+j.Status.Failed > 0
 }

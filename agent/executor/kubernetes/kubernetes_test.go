@@ -495,6 +495,7 @@ func TestRunJobsOn(t *testing.T) {
 		job("running", "run", "gpu-1"),
 		job("done", "run", "gpu-1", cond(batchv1.JobComplete, "")),
 		job("failed", "run", "gpu-1", cond(batchv1.JobFailed, "DeadlineExceeded")),
+		job("succeeded, not yet Complete", "run", "gpu-1", cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached")),
 		job("elsewhere", "run", "gpu-2"),
 		job("check", "check", "gpu-1"),
 	)

@@ -44,7 +44,7 @@ func TestE2EKubernetesUp(t *testing.T) {
 	}
 	out := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-up", "--workdir", "examples/train",
 		"--name", "k8s-up", "--follow", "--", py, "train.py", "--steps", "5")
-	for _, want := range []string{"kubernetes job gpupass-alloc-", "trainer: step 5 loss", "succeeded"} {
+	for _, want := range []string{"kubernetes job gpupass-alloc-", "step 5 loss", "succeeded"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("train --follow output lacks %q:\n%s", want, upstack.Tail(out, 4000))
 		}
