@@ -2,11 +2,13 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -217,15 +219,20 @@ func TestConnCapRefusalsCounted(t *testing.T) {
 		}
 		held = append(held, c)
 	}
+	// The broker resets the third connection as it accepts it: on a busy
+	// machine the reset can reach the dial itself.
 	over, err := net.Dial("tcp", addr)
-	if err != nil {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+	case err != nil:
 		t.Fatal(err)
+	default:
+		_ = over.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if n, err := over.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
+			t.Fatalf("third connection from one address: read %d bytes, err %v; want it closed by the broker", n, err)
+		}
+		_ = over.Close()
 	}
-	_ = over.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if n, err := over.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
-		t.Fatalf("third connection from one address: read %d bytes, err %v; want it closed by the broker", n, err)
-	}
-	_ = over.Close()
 	for _, c := range held {
 		_ = c.Close()
 	}
