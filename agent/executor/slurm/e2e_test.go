@@ -88,17 +88,25 @@ func TestE2ESlurmCluster(t *testing.T) {
 	// whole minutes and checks them periodically, so it is submitted here
 	// and checked last: it runs while the subtests below use n1.
 	timeoutID := ""
-	t.Run("a spec's time limit reaches sbatch --time", func(t *testing.T) {
+	// h100Spec is examples/train's spec for n2's accelerator, with a time
+	// limit when limit is set.
+	h100Spec := func(t *testing.T, limit string) string {
 		b, err := os.ReadFile(filepath.Join(stack.Root, "examples", "train", "gpupass.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		h100 := strings.Replace(string(b), "accelerator: a100-80gb", "accelerator: h100-sxm5", 1)
-		h100 = strings.Replace(h100, "resources:\n", "resources:\n  time-limit: 1m\n", 1)
-		specPath := filepath.Join(t.TempDir(), "gpupass.yaml")
-		if err := os.WriteFile(specPath, []byte(h100), 0o644); err != nil {
+		if limit != "" {
+			h100 = strings.Replace(h100, "resources:\n", "resources:\n  time-limit: "+limit+"\n", 1)
+		}
+		p := filepath.Join(t.TempDir(), "gpupass.yaml")
+		if err := os.WriteFile(p, []byte(h100), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		return p
+	}
+	t.Run("a spec's time limit reaches sbatch --time", func(t *testing.T) {
+		specPath := h100Spec(t, "1m")
 		upstack.WaitFor(t, ctx, "n2 certified for the h100 spec", func() bool {
 			out, _ := gp("validate", "--spec", specPath, "--dry-run", "--region", "hpc-eu").CombinedOutput()
 			return strings.Contains(string(out), "1 candidate(s)")
@@ -387,5 +395,51 @@ func TestE2ESlurmCluster(t *testing.T) {
 			return strings.Contains(out, "0 candidate(s)") && strings.Contains(out, "failed check slurm.node: slurm node n1 is drain: gpu 2 xid 79")
 		})
 		t.Logf("dry-run after drain:\n%s", out)
+	})
+
+	t.Run("a node Slurm marks down under a run: NODE_FAIL, handled as a lost node", func(t *testing.T) {
+		// On n2, free again once the time-limited run ended.
+		if timeoutID != "" {
+			upstack.WaitFor(t, ctx, "the time-limited run to end", func() bool {
+				resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: timeoutID}))
+				return err == nil && resp.Msg.Run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
+			})
+		}
+		specPath := h100Spec(t, "")
+		upstack.WaitFor(t, ctx, "n2 certified for the h100 spec", func() bool {
+			out, _ := gp("validate", "--spec", specPath, "--dry-run", "--region", "hpc-eu").CombinedOutput()
+			return strings.Contains(string(out), "1 candidate(s)")
+		})
+		out, err := gp("--output", "json", "train", "--spec", specPath, "--region", "hpc-eu", "--name", "slurm-nodefail",
+			"--", "sh", "-c", "echo started; exec sleep 600").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		upstack.WaitFor(t, ctx, "the run's slurm job to run on n2", func() bool {
+			jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T %N")
+			return regexp.MustCompile(`^[0-9]+ RUNNING n2\n$`).MatchString(jobs)
+		})
+		c.Command(t, "scontrol", "update", "nodename=n2", "state=down", "reason=gpupass e2e: node lost")
+		defer func() {
+			c.Command(t, "scontrol", "update", "nodename=n2", "state=resume")
+			// The cluster is shared with the package's other tests.
+			upstack.WaitFor(t, context.Background(), "n2 back in service", func() bool {
+				return regexp.MustCompile(`^(idle|mixed|allocated)\n$`).MatchString(c.Command(t, "sinfo", "-h", "-n", "n2", "-o", "%T"))
+			})
+		}()
+		var r *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = resp.Msg.Run
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED ||
+				r.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+		})
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.HasPrefix(r.Reason, "node lost: ") || !strings.Contains(r.Reason, "NODE_FAIL") {
+			t.Errorf("run %s: %s (%s), want failed with node lost: … NODE_FAIL", id, r.State, r.Reason)
+		}
 	})
 }
