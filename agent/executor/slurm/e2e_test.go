@@ -295,7 +295,19 @@ func TestE2ESlurmCluster(t *testing.T) {
 		if l, _ := logText(); strings.Contains(l, fmt.Sprintf("/ckpt-%08d.pt\"}", steps)) {
 			t.Fatalf("the run was over before the kill")
 		}
+		restarted := time.Now()
 		login.Restart(t)
+		// The restarted agent reports n1 with its last measurement while
+		// the run's job holds the node (a job step would wait for the
+		// job), not "not measured".
+		rep := filepath.Join(stack.State, "test-agents", "slurm-login", "slurm", "gptest-n1", "report.json")
+		upstack.WaitFor(t, ctx, "n1's first report after the restart", func() bool {
+			st, err := os.Stat(rep)
+			return err == nil && st.ModTime().After(restarted)
+		})
+		if b, _ := os.ReadFile(rep); strings.Contains(string(b), "not measured") {
+			t.Errorf("n1's report after the restart says not measured:\n%s", upstack.Tail(string(b), 2000))
+		}
 		defer func() {
 			if t.Failed() {
 				l, _ := logText()
