@@ -434,10 +434,20 @@ func TestE2ESlurmCluster(t *testing.T) {
 		})
 		c.Command(t, "scontrol", "update", "nodename=n2", "state=down", "reason=gpupass e2e: node lost")
 		defer func() {
-			c.Command(t, "scontrol", "update", "nodename=n2", "state=resume")
-			// The cluster is shared with the package's other tests.
-			upstack.WaitFor(t, context.Background(), "n2 back in service", func() bool {
-				return regexp.MustCompile(`^(idle|mixed|allocated)\n$`).MatchString(c.Command(t, "sinfo", "-h", "-n", "n2", "-o", "%T"))
+			// The cluster is shared with the package's other tests. With
+			// ReturnToService=2 n2 may be back already when slurmd
+			// registers again (then resume is refused as "Invalid node
+			// state"): resume until sinfo shows it in service.
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer rcancel()
+			upstack.WaitFor(t, rctx, "n2 back in service", func() bool {
+				if regexp.MustCompile(`^(idle|mixed|allocated)\n$`).MatchString(c.Command(t, "sinfo", "-h", "-n", "n2", "-o", "%T")) {
+					return true
+				}
+				resume := exec.Command("scontrol", "update", "nodename=n2", "state=resume")
+				resume.Env = c.Env()
+				_ = resume.Run()
+				return false
 			})
 		}()
 		var r *gpupassv1.Run
