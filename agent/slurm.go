@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/probe"
 )
 
@@ -86,6 +87,9 @@ type slurmNode struct {
 	exe       string
 	timeLimit time.Duration
 	log       *slog.Logger
+	// stateDir is the node's own (identity key, reports): its last
+	// measurement is kept there for an agent restarted under a run.
+	stateDir string
 
 	mu   sync.Mutex
 	node slurm.Node
@@ -96,6 +100,43 @@ type slurmNode struct {
 	facts   *probe.Facts
 	factsAt time.Time
 	factsOK error
+	// reused, when set, says the node's facts are its last measurement,
+	// reused while a run's job holds the node (the slurm.node check says
+	// so). Guarded by mu.
+	reused string
+}
+
+// lastFactsFile holds a node's last successful measurement (JSON of
+// savedFacts) in its state dir.
+const lastFactsFile = "last-facts.json"
+
+type savedFacts struct {
+	MeasuredAt time.Time   `json:"measured_at"`
+	Facts      probe.Facts `json:"facts"`
+}
+
+// lastFacts is the node's last successful measurement: this process's,
+// else the one an earlier agent process kept in the state dir.
+func (n *slurmNode) lastFacts() (*probe.Facts, time.Time, bool) {
+	if n.facts != nil && n.factsOK == nil && !n.factsAt.IsZero() {
+		return n.facts, n.factsAt, true
+	}
+	b, err := os.ReadFile(filepath.Join(n.stateDir, lastFactsFile))
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	var s savedFacts
+	if err := json.Unmarshal(b, &s); err != nil {
+		n.log.Warn("ignoring the node's saved measurement", "file", lastFactsFile, "err", err)
+		return nil, time.Time{}, false
+	}
+	return &s.Facts, s.MeasuredAt, true
+}
+
+func (n *slurmNode) setReused(why string) {
+	n.mu.Lock()
+	n.reused = why
+	n.mu.Unlock()
 }
 
 func (n *slurmNode) current() slurm.Node {
@@ -180,6 +221,7 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 	}
 	if why := n.current().Unavailable(); why != "" {
 		// srun would wait for the node as long as Slurm keeps it out.
+		n.setReused("")
 		return nil, fmt.Errorf("not measured: %s", why)
 	}
 	// A run's job holds the node when an agent restarted under it (a
@@ -189,6 +231,15 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 	if jobs, err := n.client.RunJobsOn(ctx, n.name); err != nil {
 		return nil, err
 	} else if len(jobs) > 0 {
+		// An agent restarted under the run (kill -9, an upgrade) would
+		// otherwise report the node "not measured" until the run ends:
+		// its last measurement is the node as the run found it.
+		if f, at, ok := n.lastFacts(); ok {
+			n.setReused(fmt.Sprintf("facts measured through srun at %s, reused while the node runs %s; measured again once it ends",
+				at.UTC().Format(time.RFC3339), jobs[0].Describe()))
+			return f, nil
+		}
+		n.setReused("")
 		return nil, fmt.Errorf("not measured: the node runs %s; measured again once it ends", jobs[0].Describe())
 	}
 	if err := os.MkdirAll(filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name), 0o755); err != nil {
@@ -202,6 +253,13 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 		}
 	}
 	n.facts, n.factsOK, n.factsAt = &f, err, time.Now()
+	if err == nil {
+		n.setReused("")
+		b, _ := json.Marshal(savedFacts{MeasuredAt: n.factsAt.UTC(), Facts: f})
+		if werr := fsutil.WriteFileAtomic(filepath.Join(n.stateDir, lastFactsFile), b, 0o600); werr != nil {
+			n.log.Warn("keeping the node's measurement for a restart", "err", werr)
+		}
+	}
 	return &f, err
 }
 
@@ -254,6 +312,11 @@ func (n *slurmNode) check() conformance.Check {
 	node := n.current()
 	c := conformance.Check{Name: "slurm.node", Expected: "available to jobs",
 		Actual: fmt.Sprintf("%s on cluster %s, state %s, measured through srun", n.name, n.cluster, node.State), Status: conformance.Pass}
+	n.mu.Lock()
+	if n.reused != "" {
+		c.Actual += "; " + n.reused
+	}
+	n.mu.Unlock()
 	if why := node.Unavailable(); why != "" {
 		c.Status, c.Message = conformance.Fail, why
 	}
@@ -316,6 +379,7 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 				exe: o.Slurm.AgentBinary, timeLimit: o.Slurm.TimeLimit, node: nd, log: log.With("slurm_node", nd.Name)}
 			clone := *o
 			clone.StateDir = filepath.Join(o.StateDir, "slurm", nodeIDUnsafe.ReplaceAllString(cluster+"-"+nd.Name, "_"))
+			sn.stateDir = clone.StateDir
 			clone.Provider = "slurm:" + cluster
 			clone.Hostname = nd.Name
 			// Serve, not Run: no query endpoint per compute node.

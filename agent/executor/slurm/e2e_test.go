@@ -38,8 +38,21 @@ func TestE2ESlurmCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// n2 simulates the built-in h100-sxm5-8x profile with the 2 GPUs its
+	// GRES gives jobs, so it is certified (for the time-limit subtest)
+	// and still no candidate for the a100 spec the other subtests train.
+	h100x2 := filepath.Join(t.TempDir(), "h100-sxm5-2x.json")
+	prof, err := os.ReadFile(filepath.Join(stack.Root, "internal", "probe", "profiles", "h100-sxm5-8x.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof = regexp.MustCompile(`"count": *8`).ReplaceAll(prof, []byte(`"count": 2`))
+	prof = regexp.MustCompile(`"name": *"h100-sxm5-8x"`).ReplaceAll(prof, []byte(`"name": "h100-sxm5-2x"`))
+	if err := os.WriteFile(h100x2, prof, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	login := stack.StartAgent(t, "slurm-login", "hpc-eu", "--executor", "slurm", "--slurm-partition", slurmtest.Partition,
-		"--slurm-shared-dir", c.Shared, "--slurm-simulate", "n2=h100-sxm5-8x", "--slurm-refresh", "1s", "--suite-interval", "2s")
+		"--slurm-shared-dir", c.Shared, "--slurm-simulate", "n2="+h100x2, "--slurm-refresh", "1s", "--suite-interval", "2s")
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
 	dryRun := func() string {
 		out, _ := gp("validate", "--spec", "examples/train/gpupass.yaml", "--dry-run", "--region", "hpc-eu").CombinedOutput()
@@ -75,17 +88,29 @@ func TestE2ESlurmCluster(t *testing.T) {
 	// whole minutes and checks them periodically, so it is submitted here
 	// and checked last: it runs while the subtests below use n1.
 	timeoutID := ""
-	t.Run("a spec's time limit reaches sbatch --time", func(t *testing.T) {
+	// h100Spec is examples/train's spec for n2's accelerator, with a time
+	// limit when limit is set.
+	h100Spec := func(t *testing.T, limit string) string {
 		b, err := os.ReadFile(filepath.Join(stack.Root, "examples", "train", "gpupass.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		h100 := strings.Replace(string(b), "accelerator: a100-80gb", "accelerator: h100-sxm5", 1)
-		h100 = strings.Replace(h100, "resources:\n", "resources:\n  time-limit: 1m\n", 1)
-		specPath := filepath.Join(t.TempDir(), "gpupass.yaml")
-		if err := os.WriteFile(specPath, []byte(h100), 0o644); err != nil {
+		if limit != "" {
+			h100 = strings.Replace(h100, "resources:\n", "resources:\n  time-limit: "+limit+"\n", 1)
+		}
+		p := filepath.Join(t.TempDir(), "gpupass.yaml")
+		if err := os.WriteFile(p, []byte(h100), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		return p
+	}
+	t.Run("a spec's time limit reaches sbatch --time", func(t *testing.T) {
+		specPath := h100Spec(t, "1m")
+		upstack.WaitFor(t, ctx, "n2 certified for the h100 spec", func() bool {
+			out, _ := gp("validate", "--spec", specPath, "--dry-run", "--region", "hpc-eu").CombinedOutput()
+			return strings.Contains(string(out), "1 candidate(s)")
+		})
 		out, err := gp("--output", "json", "train", "--spec", specPath, "--region", "hpc-eu", "--name", "slurm-timeout",
 			"--", "sh", "-c", "echo started; exec sleep 600").Output()
 		if err != nil {
@@ -112,6 +137,9 @@ func TestE2ESlurmCluster(t *testing.T) {
 		}
 		series := map[string][]float64{}
 		for _, r := range resp.Msg.Runs {
+			if r.Id == timeoutID {
+				continue
+			}
 			if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || r.Restarts != 1 {
 				t.Errorf("%s (%s): %s restarts %d reason %q; want succeeded after 1 NaN restart", r.Id, r.Region, r.State, r.Restarts, r.Reason)
 			}
@@ -267,7 +295,19 @@ func TestE2ESlurmCluster(t *testing.T) {
 		if l, _ := logText(); strings.Contains(l, fmt.Sprintf("/ckpt-%08d.pt\"}", steps)) {
 			t.Fatalf("the run was over before the kill")
 		}
+		restarted := time.Now()
 		login.Restart(t)
+		// The restarted agent reports n1 with its last measurement while
+		// the run's job holds the node (a job step would wait for the
+		// job), not "not measured".
+		rep := filepath.Join(stack.State, "test-agents", "slurm-login", "slurm", "gptest-n1", "report.json")
+		upstack.WaitFor(t, ctx, "n1's first report after the restart", func() bool {
+			st, err := os.Stat(rep)
+			return err == nil && st.ModTime().After(restarted)
+		})
+		if b, _ := os.ReadFile(rep); strings.Contains(string(b), "not measured") {
+			t.Errorf("n1's report after the restart says not measured:\n%s", upstack.Tail(string(b), 2000))
+		}
 		defer func() {
 			if t.Failed() {
 				l, _ := logText()
@@ -367,5 +407,61 @@ func TestE2ESlurmCluster(t *testing.T) {
 			return strings.Contains(out, "0 candidate(s)") && strings.Contains(out, "failed check slurm.node: slurm node n1 is drain: gpu 2 xid 79")
 		})
 		t.Logf("dry-run after drain:\n%s", out)
+	})
+
+	t.Run("a node Slurm marks down under a run: NODE_FAIL, handled as a lost node", func(t *testing.T) {
+		// On n2, free again once the time-limited run ended.
+		if timeoutID != "" {
+			upstack.WaitFor(t, ctx, "the time-limited run to end", func() bool {
+				resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: timeoutID}))
+				return err == nil && resp.Msg.Run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED
+			})
+		}
+		specPath := h100Spec(t, "")
+		upstack.WaitFor(t, ctx, "n2 certified for the h100 spec", func() bool {
+			out, _ := gp("validate", "--spec", specPath, "--dry-run", "--region", "hpc-eu").CombinedOutput()
+			return strings.Contains(string(out), "1 candidate(s)")
+		})
+		out, err := gp("--output", "json", "train", "--spec", specPath, "--region", "hpc-eu", "--name", "slurm-nodefail",
+			"--", "sh", "-c", "echo started; exec sleep 600").Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		upstack.WaitFor(t, ctx, "the run's slurm job to run on n2", func() bool {
+			jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T %N")
+			return regexp.MustCompile(`^[0-9]+ RUNNING n2\n$`).MatchString(jobs)
+		})
+		c.Command(t, "scontrol", "update", "nodename=n2", "state=down", "reason=gpupass e2e: node lost")
+		defer func() {
+			// The cluster is shared with the package's other tests. With
+			// ReturnToService=2 n2 may be back already when slurmd
+			// registers again (then resume is refused as "Invalid node
+			// state"): resume until sinfo shows it in service.
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer rcancel()
+			upstack.WaitFor(t, rctx, "n2 back in service", func() bool {
+				if regexp.MustCompile(`^(idle|mixed|allocated)\n$`).MatchString(c.Command(t, "sinfo", "-h", "-n", "n2", "-o", "%T")) {
+					return true
+				}
+				resume := exec.Command("scontrol", "update", "nodename=n2", "state=resume")
+				resume.Env = c.Env()
+				_ = resume.Run()
+				return false
+			})
+		}()
+		var r *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = resp.Msg.Run
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED ||
+				r.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+		})
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.HasPrefix(r.Reason, "node lost: ") || !strings.Contains(r.Reason, "NODE_FAIL") {
+			t.Errorf("run %s: %s (%s), want failed with node lost: … NODE_FAIL", id, r.State, r.Reason)
+		}
 	})
 }

@@ -78,6 +78,11 @@ func TestLibraryErrorsNameFlagOrInput(t *testing.T) {
 			ci:      &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, CommentBehavior: "sometimes"}, wantInput: `input comment-behavior "sometimes": must be update, new or delete-and-new`,
 		},
 		{
+			name:    "time limit",
+			cli:     []string{"train", "--region", "us", "--time-limit", "45d", "--", "true"},
+			wantCLI: `--time-limit "45d": "45d" is not a duration such as 90m or 2h30m`,
+		},
+		{
 			name:    "metric",
 			cli:     []string{"compare", csv, csv, "--metric", "val_loss"},
 			wantCLI: `--metric "val_loss": ` + csv + ` has no such column (columns: step,train_loss)`,
