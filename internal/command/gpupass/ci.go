@@ -43,6 +43,7 @@ type CIStepOptions struct {
 	Regions          string
 	Name             string
 	TrainCommand     string
+	TimeLimit        string
 	Workdir          string
 	GitHubToken      string
 	GitLabToken      string
@@ -79,6 +80,7 @@ func (o *CIStepOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Regions, "regions", "", "regions to train in, comma-separated (train)")
 	f.StringVar(&o.Name, "name", "", "run name (train; default: the spec's name); the region and the short commit are added")
 	f.StringVar(&o.TrainCommand, "train-command", "", `command each node runs (train), e.g. "python3 train.py --steps 200"; quote words with ' or ", or give a JSON list`)
+	f.StringVar(&o.TimeLimit, "time-limit", "", "wall-clock limit of each run, e.g. 90m (train; overrides the spec's resources.time-limit): a run past it ends failed with TIMEOUT")
 	f.StringVar(&o.Workdir, "workdir", ".", "directory shipped to each node as the command's work dir (train); empty ships nothing")
 	f.StringVar(&o.GitHubToken, "github-token", "", "token for the PR comment (compare-report); needs pull-requests: write")
 	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token with api scope for the MR note (compare-report); a job token cannot post notes")

@@ -36,7 +36,7 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 	t := &TrainOptions{
 		Global: o.Global, Broker: BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Follow: true,
 		Options: apptrain.Options{Spec: spec, Regions: regions, Name: o.Name, MaxRestarts: 3, MinHealthScore: api.DefaultMinHealthScore,
-			Workdir: o.Workdir, WorkdirLimits: workdir.Default(), Command: words, Getenv: o.Getenv},
+			TimeLimit: o.TimeLimit, Workdir: o.Workdir, WorkdirLimits: workdir.Default(), Command: words, Getenv: o.Getenv},
 	}
 	res, runErr := runTrain(ctx, t, ciTrainInputs, out, o.ErrOut)
 	if res == nil || len(res.Runs) == 0 {
@@ -71,7 +71,7 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 }
 
 // ciTrainInputs maps the train use case's option fields to the inputs.
-var ciTrainInputs = fielderr.Names{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name"}
+var ciTrainInputs = fielderr.Names{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name", "TimeLimit": "input time-limit"}
 
 // outputSuffix turns a region into the tail of an output name: region
 // names are free-form (eu_central, ap.south-1), output names kebab-case,

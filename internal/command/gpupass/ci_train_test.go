@@ -100,6 +100,9 @@ func TestCIStepTrain(t *testing.T) {
 		{name: "unbalanced quote in the command", kind: "github",
 			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: `python3 "train.py`},
 			wantCode: gpupass.ExitUsage, wantErr: "input train-command: unterminated \" quote"},
+		{name: "time limit that is no duration", kind: "gitlab",
+			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: "python3 train.py", TimeLimit: "ninety minutes"},
+			wantCode: gpupass.ExitUsage, wantErr: "input time-limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
