@@ -386,9 +386,17 @@ func (c *Client) RunJobsOn(ctx context.Context, node string) ([]string, error) {
 	var names []string
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if !jobEnded(j) {
-			names = append(names, j.Name)
+		if jobEnded(j) {
+			continue
 		}
+		// The Job's status trails its pod's: an attempt the runner saw end
+		// (its pod Succeeded or Failed) may not be Complete yet, and the
+		// broker places the next run at once. The pod's phase decides, as
+		// it does for the runner.
+		if st, err := c.state(ctx, j.Name); err == nil && st.ended() {
+			continue
+		}
+		names = append(names, j.Name)
 	}
 	return names, nil
 }

@@ -498,6 +498,13 @@ func TestRunJobsOn(t *testing.T) {
 		job("succeeded, not yet Complete", "run", "gpu-1", cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached")),
 		job("elsewhere", "run", "gpu-2"),
 		job("check", "check", "gpu-1"),
+		// Its pod ended, and the Job controller has not written so yet:
+		// the runner has already reported the run's end and the broker
+		// may place the next run on the node.
+		job("pod-ended", "run", "gpu-1"),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ended-pod", Namespace: "gpupass",
+			Labels: map[string]string{"batch.kubernetes.io/job-name": "pod-ended"}},
+			Status: corev1.PodStatus{Phase: corev1.PodSucceeded}},
 	)
 	c := &Client{API: api, Namespace: "gpupass"}
 	got, err := c.RunJobsOn(context.Background(), "gpu-1")
