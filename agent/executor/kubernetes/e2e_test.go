@@ -205,6 +205,9 @@ func TestE2EKubernetesCluster(t *testing.T) {
 	t.Run("gpupass cancel deletes the Job", func(t *testing.T) {
 		id := submit(t, "k8s-cancel", "--steps", "100000", "--sleep", "0.2")
 		upstack.WaitFor(t, ctx, "the run's job to run", func() bool {
+			if r := getRun(id); r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+				t.Fatalf("the run ended %v before its job ran: %s", r.State, r.Reason)
+			}
 			return strings.Contains(c.Kubectl(t, "-n", ns, "get", "pods", "-l", "gpupass.dev/alloc="+id, "-o", "jsonpath={.items[*].status.phase}"), "Running")
 		})
 		if b, err := gp("cancel", id).CombinedOutput(); err != nil {
