@@ -317,7 +317,11 @@ func TestE2EKubernetesCluster(t *testing.T) {
 	t.Run("a Job past its deadline ends failed with the reason", func(t *testing.T) {
 		// The run's own limit (train --time-limit, over the spec's
 		// resources.time-limit) reaches the Job as activeDeadlineSeconds:
-		// Kubernetes, not the agent, ends the pod.
+		// Kubernetes, not the agent, ends the pod. The node is a candidate
+		// again once its agent measured it after the last case's Job.
+		upstack.WaitFor(t, ctx, "the node back in dry-run", func() bool {
+			return regexp.MustCompile(`kubernetes:gptest +k8s-eu .*online`).MatchString(dryRun("k8s-eu"))
+		})
 		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-eu", "--time-limit", "5s",
 			"--workdir", "examples/train", "--name", "k8s-deadline", "--", py, "train.py", "--steps", "100000", "--sleep", "0.2").Output()
 		if err != nil {
