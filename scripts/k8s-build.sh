@@ -99,10 +99,17 @@ mkdir -p "$tmp"
 	# (its requires) plus our replaces.
 	nice -n "${K8S_BUILD_NICE:-19}" go build -ldflags "-s -w$ld" -o "$tmp/" "${pkgs[@]}"
 ) >&2
-"$tmp/kubectl" version --client 2>/dev/null | grep -q "$K8S_VERSION" || {
-	echo "k8s-build: built kubectl does not report $K8S_VERSION; the version ldflags did not apply" >&2
+# Read kubectl's whole answer before looking in it: piped into grep -q under
+# pipefail, grep leaves after the first line and kubectl dies of SIGPIPE on
+# its second write, failing a good build now and then.
+got="$("$tmp/kubectl" version --client 2>/dev/null || true)"
+case "$got" in
+*"Client Version: $K8S_VERSION"*) ;;
+*)
+	echo "k8s-build: built kubectl reports \"${got%%$'\n'*}\", not $K8S_VERSION; the version ldflags did not apply" >&2
 	exit 1
-}
+	;;
+esac
 rm -rf "${dir:?}/bin"
 mv "$tmp" "$dir/bin"
 echo "k8s-build: built Kubernetes $K8S_VERSION in $(((SECONDS - t0) / 60)) min $(((SECONDS - t0) % 60)) s" >&2
