@@ -43,8 +43,8 @@ func TestIndexSharesReasons(t *testing.T) {
 	}
 	for _, v := range vs.Excluded {
 		n := ix.Node(v.Node)
-		if len(v.Reasons) != 1 || vs.Reasons[v.Reasons[0]].Measured != n.Index.Runtime.CUDA {
-			t.Fatalf("%s: reasons %v, want its own cuda %s", n.ID, v.Reasons, n.Index.Runtime.CUDA)
+		if why := vs.Why(&v); len(why) != 1 || vs.Reasons[why[0]].Measured != n.Index.Runtime.CUDA {
+			t.Fatalf("%s: reasons %v, want its own cuda %s", n.ID, why, n.Index.Runtime.CUDA)
 		}
 	}
 	for i, v := range vs.Candidates {
@@ -93,16 +93,16 @@ func TestMatchOrder(t *testing.T) {
 				id := func(v Verdict) string { return ix.Node(v.Node).ID }
 				want := slices.Clone(vs.Candidates)
 				slices.SortFunc(want, func(x, y Verdict) int {
-					return cmpOr(-compare(x.Score.Score, y.Score.Score), compare(ix.Price(x.Node), ix.Price(y.Node)), strings.Compare(id(x), id(y)))
+					return cmpOr(-compare(x.Score, y.Score), compare(ix.Price(x.Node), ix.Price(y.Node)), strings.Compare(id(x), id(y)))
 				})
-				if diff := cmp.Diff(want, vs.Candidates); diff != "" {
+				if diff := cmp.Diff(want, vs.Candidates, cmp.AllowUnexported(Verdict{})); diff != "" {
 					t.Fatalf("candidates out of order (-want +got):\n%s", diff)
 				}
 				want = slices.Clone(vs.Excluded)
 				slices.SortFunc(want, func(x, y Verdict) int {
-					return cmpOr(compareBool(x.OutOfScope, y.OutOfScope), -compare(x.Score.Score, y.Score.Score), strings.Compare(id(x), id(y)))
+					return cmpOr(compareBool(x.OutOfScope, y.OutOfScope), -compare(x.Score, y.Score), strings.Compare(id(x), id(y)))
 				})
-				if diff := cmp.Diff(want, vs.Excluded); diff != "" {
+				if diff := cmp.Diff(want, vs.Excluded, cmp.AllowUnexported(Verdict{})); diff != "" {
 					t.Fatalf("excluded out of order (-want +got):\n%s", diff)
 				}
 				vs.Release()
