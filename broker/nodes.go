@@ -170,11 +170,19 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		vs.Release()
 		return connect.NewResponse(resp), nil
 	}
+	// Candidates in short form unless asked for in full (full_nodes,
+	// INLINE_EXPANDED's old layout): the full form is four messages and
+	// about twenty strings a node for each side to encode and decode.
 	resp.Candidates = make([]*gpupassv1.Candidate, len(vs.Candidates))
-	cands, full := make([]gpupassv1.Candidate, len(vs.Candidates)), newProtoSlab(len(vs.Candidates), true)
+	full := m.FullNodes || view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED
+	cands, slab := make([]gpupassv1.Candidate, len(vs.Candidates)), newProtoSlab(len(vs.Candidates), full)
 	for i := range vs.Candidates {
 		v := &vs.Candidates[i]
-		cands[i].Node = full.full(i, ix.Node(v.Node), v, vs.Terms(v))
+		if full {
+			cands[i].Node = slab.full(i, ix.Node(v.Node), v, vs.Terms(v))
+		} else {
+			cands[i].Node = slab.lean(i, ix, v, vs.Terms(v))
+		}
 		resp.Candidates[i] = &cands[i]
 	}
 	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE || view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED {
@@ -207,7 +215,7 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		for i := range vs.Excluded {
 			v := &vs.Excluded[i]
 			x := &xs[i]
-			x.Node = lean.lean(i, ix.Node(v.Node), v, vs.Terms(v))
+			x.Node = lean.lean(i, ix, v, vs.Terms(v))
 			why := vs.Why(v)
 			if expanded {
 				x.Reasons = make([]*gpupassv1.Reason, len(why))
@@ -288,7 +296,6 @@ func columns(ctx context.Context, ix *match.Index, all *match.Verdicts, vs []mat
 	c.Strings = ix.Names()
 	for i := range vs {
 		v := &vs[i]
-		node := ix.Node(v.Node)
 		provider, region, accel := ix.NameIDs(v.Node)
 		c.Id[i], c.Region[i] = ix.ID(v.Node), region
 		why := all.Why(v)
@@ -300,9 +307,10 @@ func columns(ctx context.Context, ix *match.Index, all *match.Verdicts, vs []mat
 			c.OutOfScope[i] = true // say where, not what
 			continue
 		}
-		c.Provider[i], c.Accelerator[i], c.GpuCount[i], c.Simulated[i] = provider, accel, int32(node.Index.GPUCount), node.Index.Simulated
+		gpus, simulated, passed := ix.Short(v.Node)
+		c.Provider[i], c.Accelerator[i], c.GpuCount[i], c.Simulated[i] = provider, accel, gpus, simulated
 		c.PricePerHour[i], c.Online[i], c.RttMs[i] = ix.Price(v.Node), v.Online, v.RTTMS
-		c.ConformancePassed[i] = node.Index.Passed
+		c.ConformancePassed[i] = passed
 		c.LastSeenUnixNano[i] = v.LastSeen
 		terms := all.Terms(v)
 		s := &terms
@@ -404,20 +412,19 @@ func newProtoSlab(n int, full bool) *protoSlab {
 }
 
 // lean is the short form of a node (identity, offer, liveness, score),
-// into the slab's i-th messages.
-func (s *protoSlab) lean(i int, n *store.Node, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+// into the slab's i-th messages, from the index alone (see Index.Short).
+func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms match.Score) *gpupassv1.Node {
 	p := &s.nodes[i]
+	names := ix.Names()
+	provider, region, accel := ix.NameIDs(v.Node)
+	p.Id, p.Region = ix.ID(v.Node), names[region]
 	if v.OutOfScope {
-		// Out of scope: say where, not what.
-		p.Id, p.Region = n.ID, match.Region(n)
-		return p
+		return p // out of scope: say where, not what
 	}
-	p.Id, p.Provider, p.Region, p.PricePerHour = n.ID, n.Labels.Provider, match.Region(n), match.Price(n)
-	p.Online, p.RttMs, p.ConformancePassed = v.Online, v.RTTMS, n.Index.Passed
+	gpus, simulated, passed := ix.Short(v.Node)
+	p.Provider, p.Accelerator, p.GpuCount, p.Simulated = names[provider], names[accel], gpus, simulated
+	p.PricePerHour, p.Online, p.RttMs, p.ConformancePassed = ix.Price(v.Node), v.Online, v.RTTMS, passed
 	p.Health = fillHealth(&s.health[i], terms)
-	if n.HasReport {
-		p.Provider, p.Accelerator, p.GpuCount, p.Simulated = n.Index.Provider, n.Index.Accelerator, int32(n.Index.GPUCount), n.Index.Simulated
-	}
 	p.LastSeenUnixNano = v.LastSeen
 	return p
 }

@@ -46,9 +46,12 @@ type entry struct {
 	// Inputs of the health score besides latency.
 	launches, failures int64
 	classMean          float64
-	// hasReport and passed are the node's (read here, not from the
-	// store.Node: a match would touch every node's large record).
-	hasReport, passed bool
+	// hasReport, passed, gpus and simulated are the node's, kept here for
+	// the match and the short form of an answer: reading them from each
+	// store.Node costs a cache miss per node (records and their strings
+	// lie all over the heap), most of a 10,000-node answer's encoding.
+	hasReport, passed, simulated bool
+	gpus                         int32
 }
 
 // liveness is a node's last heartbeat (unix nanoseconds, 0: never) and
@@ -144,6 +147,9 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 			ix.res = append(ix.res, sk)
 		}
 		e.price, e.hasReport, e.passed = Price(n), n.HasReport, n.HasReport && n.Index.Passed
+		if n.HasReport {
+			e.gpus, e.simulated = int32(n.Index.GPUCount), n.Index.Simulated
+		}
 		ls := launches[n.ID]
 		e.launches, e.failures = ls.Launches, ls.Failures
 		if n.HasReport {
@@ -179,7 +185,12 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 // a refresh that saw only heartbeats keeps every key and score term.
 func (ix *Index) WithNodes(nodes []store.Node) *Index {
 	c := *ix
-	c.nodes, c.live = nodes, livenessOf(nodes)
+	c.nodes = nodes
+	// The registry hands the same array back when nothing moved (every
+	// refresh of a quiet fleet): its liveness is the one read already.
+	if len(nodes) != len(ix.nodes) || len(nodes) == 0 || &nodes[0] != &ix.nodes[0] {
+		c.live = livenessOf(nodes)
+	}
 	return &c
 }
 
@@ -192,6 +203,14 @@ func (ix *Index) Names() []string { return ix.names }
 func (ix *Index) NameIDs(i int32) (provider, region, accelerator uint32) {
 	e := &ix.ent[i]
 	return uint32(e.provider), uint32(e.region), uint32(e.accel)
+}
+
+// Short returns what the short form of node i says besides its names,
+// price and liveness: its report's GPU count and simulated flag (0 and
+// false without a report) and whether its report passed.
+func (ix *Index) Short(i int32) (gpus int32, simulated, passed bool) {
+	e := &ix.ent[i]
+	return e.gpus, e.simulated, e.passed
 }
 
 // Price returns node i's price per hour (see Price).
