@@ -4,7 +4,8 @@
 # SQLite and PostgreSQL (a throwaway local cluster). Go benchmarks over a
 # real broker on loopback; rows name the store. No peer tool to compare.
 # Client and broker share the machine; each row also gives the process CPU
-# per call, which other tenants of a shared machine do not inflate.
+# per call, which other tenants of a shared machine do not inflate, and the
+# machine's one-minute load when the row was measured.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="$(mktemp)"

@@ -1355,8 +1355,8 @@ type DryRunRequest struct {
 	// region, accelerator, gpu_count, price, liveness, conformance_passed
 	// and the health score, what the CLI, the web UI and the CI steps show.
 	// A candidate's runtime is the one the spec asked for; the full form
-	// repeated it for each of them, and cost most of the answer's CPU at
-	// 10,000 nodes (ListNodes gives any node's full record).
+	// repeated it for each of them, and was half the summary view's CPU per
+	// call at 10,000 nodes (ListNodes gives any node's full record).
 	// DRY_RUN_VIEW_INLINE_EXPANDED always sends them in full.
 	FullNodes     bool `protobuf:"varint,8,opt,name=full_nodes,json=fullNodes,proto3" json:"full_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
