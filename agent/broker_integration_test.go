@@ -196,7 +196,8 @@ func TestAgentsWithRealBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dr, err := reader.Node.DryRun(context.Background(), connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML}, MinHealthScore: ptr(0.0)}))
+	dr, err := reader.Node.DryRun(context.Background(), connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML}, MinHealthScore: ptr(0.0),
+		FullNodes: true})) // the candidates' runtime fingerprint is in the full form
 	if err != nil {
 		t.Fatalf("DryRun: %s", api.Describe(err))
 	}

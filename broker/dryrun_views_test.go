@@ -19,8 +19,8 @@ import (
 // TestDryRunViews checks that the four layouts of a dry-run answer carry
 // the same verdicts: the inline view (reasons by reference) and the
 // columns view, once expanded as the CLI does, equal the expanded inline
-// view (columns: nodes in short form), and the summary counts
-// the same excluded nodes per reason. The token sees us-* and eu-* only,
+// view (nodes in short form unless full_nodes is asked for), and the
+// summary counts the same excluded nodes per reason. The token sees us-* and eu-* only,
 // so out-of-scope nodes (id and region only) are in the answer too.
 func TestDryRunViews(t *testing.T) {
 	t.Parallel()
@@ -29,10 +29,14 @@ func TestDryRunViews(t *testing.T) {
 	c := b.Clients(t, b.Token(t, store.RoleRead, "us-*", "eu-*"))
 	ctx := context.Background()
 	min := 90.0
-	ask := func(view gpupassv1.DryRunView, derive ...bool) *gpupassv1.DryRunResponse {
+	ask := func(view gpupassv1.DryRunView, opts ...func(*gpupassv1.DryRunRequest)) *gpupassv1.DryRunResponse {
 		t.Helper()
-		resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)},
-			Regions: []string{"us-*"}, MaxPrice: 24.5, MinHealthScore: &min, View: view, DeriveScoreTerms: len(derive) > 0}))
+		req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)},
+			Regions: []string{"us-*"}, MaxPrice: 24.5, MinHealthScore: &min, View: view}
+		for _, o := range opts {
+			o(req)
+		}
+		resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
 		if err != nil {
 			t.Fatalf("dry-run, view %v: %v", view, err)
 		}
@@ -42,7 +46,9 @@ func TestDryRunViews(t *testing.T) {
 	refs := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED)
 	cols := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS)
 	summary := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY)
-	derived := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, true)
+	derived := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, deriveTerms)
+	refsFull := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, fullNodes)
+	summaryFull := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, fullNodes)
 
 	if len(inline.Excluded) != 5 || inline.ExcludedTotal != 5 || len(inline.Candidates) != 1 {
 		t.Fatalf("inline: %d candidates, %d excluded (total %d); want 1 and 5", len(inline.Candidates), len(inline.Excluded), inline.ExcludedTotal)
@@ -53,8 +59,8 @@ func TestDryRunViews(t *testing.T) {
 		t.Fatalf("default inline view: %d reasons in the table, %d excluded, first with %d reasons written out and %d referenced; want a table and references only",
 			len(refs.Reasons), len(refs.Excluded), len(refs.Excluded[0].GetReasons()), len(refs.Excluded[0].GetReasonRefs()))
 	}
-	counts := sameVerdicts(t, inline, refs, cols, summary, derived)
-	if len(summary.Excluded) != 0 || summary.ExcludedTotal != 5 || len(summary.Candidates) != 1 || summary.Candidates[0].Node.Runtime == nil {
+	counts := sameVerdicts(t, inline, views{refs, refsFull, cols, summary, summaryFull, derived})
+	if len(summary.Excluded) != 0 || summary.ExcludedTotal != 5 || len(summary.Candidates) != 1 || summary.Candidates[0].Node.Runtime != nil {
 		t.Errorf("summary: %d excluded listed (want 0), total %d (want 5), candidates %v", len(summary.Excluded), summary.ExcludedTotal, summary.Candidates)
 	}
 	if got := counts["region_scope:region"]; got != 1 {
@@ -67,17 +73,34 @@ func TestDryRunViews(t *testing.T) {
 	}
 }
 
+func deriveTerms(r *gpupassv1.DryRunRequest) { r.DeriveScoreTerms = true }
+func fullNodes(r *gpupassv1.DryRunRequest)   { r.FullNodes = true }
+
+// views are the answers to one dry-run in each layout besides
+// INLINE_EXPANDED: INLINE (refs), INLINE with full_nodes, COLUMNS,
+// SUMMARY, SUMMARY with full_nodes, COLUMNS with derive_score_terms.
+type views struct{ refs, refsFull, cols, summary, summaryFull, derived *gpupassv1.DryRunResponse }
+
 // sameVerdicts checks that the views of one dry-run carry the same
-// verdicts (see TestDryRunViews) and returns the excluded nodes counted
-// per "code:field" from the inline view. It expands refs, cols and
-// derived in place.
-func sameVerdicts(t *testing.T, inline, refs, cols, summary, derived *gpupassv1.DryRunResponse) map[string]int32 {
+// verdicts as its INLINE_EXPANDED answer (see TestDryRunViews) and
+// returns the excluded nodes counted per "code:field" from it. It expands
+// the answers in place.
+func sameVerdicts(t *testing.T, inline *gpupassv1.DryRunResponse, v views) map[string]int32 {
 	t.Helper()
+	refs, cols, summary, derived := v.refs, v.cols, v.summary, v.derived
+	// With full_nodes, the default view expanded is INLINE_EXPANDED.
+	if err := api.ExpandDryRun(v.refsFull); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(inline, v.refsFull, protocmp.Transform()); diff != "" {
+		t.Errorf("expanded inline view with full_nodes differs from INLINE_EXPANDED (-expanded +full_nodes):\n%s", short(diff))
+	}
+	// Without, its candidates are in short form.
 	if err := api.ExpandDryRun(refs); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(inline, refs, protocmp.Transform()); diff != "" {
-		t.Errorf("expanded default inline view differs from INLINE_EXPANDED (-expanded +default):\n%s", short(diff))
+	if diff := cmp.Diff(leanAnswer(inline), refs, protocmp.Transform()); diff != "" {
+		t.Errorf("expanded default inline view differs from INLINE_EXPANDED with short-form candidates (-expanded +default):\n%s", short(diff))
 	}
 	if len(cols.Candidates) != 0 || len(cols.Excluded) != 0 || len(cols.Reasons) == 0 || cols.ExcludedColumns == nil {
 		t.Fatalf("columns view before expansion: %d candidates, %d excluded, %d reasons", len(cols.Candidates), len(cols.Excluded), len(cols.Reasons))
@@ -85,17 +108,9 @@ func sameVerdicts(t *testing.T, inline, refs, cols, summary, derived *gpupassv1.
 	if err := api.ExpandDryRun(cols); err != nil {
 		t.Fatal(err)
 	}
-	// Inline candidates are in full; the columns carry the short form.
-	lean := func(n *gpupassv1.Node) *gpupassv1.Node {
-		return &gpupassv1.Node{Id: n.Id, Provider: n.Provider, Region: n.Region, Accelerator: n.Accelerator, GpuCount: n.GpuCount,
-			PricePerHour: n.PricePerHour, Online: n.Online, LastSeenUnixNano: n.LastSeenUnixNano, RttMs: n.RttMs,
-			Simulated: n.Simulated, ConformancePassed: n.ConformancePassed, Health: n.Health}
-	}
-	want := &gpupassv1.DryRunResponse{SpecFingerprint: inline.SpecFingerprint, MinHealthScore: inline.MinHealthScore,
-		Excluded: inline.Excluded, ReasonCounts: inline.ReasonCounts, ExcludedTotal: inline.ExcludedTotal}
-	for _, cd := range inline.Candidates {
-		want.Candidates = append(want.Candidates, &gpupassv1.Candidate{Node: lean(cd.Node)})
-	}
+	// INLINE_EXPANDED's candidates are in full; the columns carry the
+	// short form.
+	want := leanAnswer(inline)
 	if diff := cmp.Diff(want, cols, protocmp.Transform()); diff != "" {
 		t.Errorf("expanded columns view differs from the inline view (-inline +columns):\n%s", short(diff))
 	}
@@ -128,9 +143,13 @@ func sameVerdicts(t *testing.T, inline, refs, cols, summary, derived *gpupassv1.
 	if diff := cmp.Diff(counts, got); diff != "" {
 		t.Errorf("summary reason counts (-counted from inline +summary):\n%s", short(diff))
 	}
-	// The same candidates in full, in the same order, and the totals.
-	if diff := cmp.Diff(inline.Candidates, summary.Candidates, protocmp.Transform()); diff != "" {
-		t.Errorf("summary candidates differ from the inline view's (-inline +summary):\n%s", short(diff))
+	// The same candidates in the same order, in short form unless asked
+	// for in full, and the totals.
+	if diff := cmp.Diff(want.Candidates, summary.Candidates, protocmp.Transform()); diff != "" {
+		t.Errorf("summary candidates differ from the inline view's in short form (-inline +summary):\n%s", short(diff))
+	}
+	if diff := cmp.Diff(inline.Candidates, v.summaryFull.Candidates, protocmp.Transform()); diff != "" {
+		t.Errorf("summary candidates with full_nodes differ from the inline view's (-inline +summary):\n%s", short(diff))
 	}
 	if len(summary.Excluded) != 0 || summary.ExcludedTotal != inline.ExcludedTotal || summary.SpecFingerprint != inline.SpecFingerprint {
 		t.Errorf("summary: %d excluded listed (want 0), total %d (want %d)", len(summary.Excluded), summary.ExcludedTotal, inline.ExcludedTotal)
@@ -139,6 +158,22 @@ func sameVerdicts(t *testing.T, inline, refs, cols, summary, derived *gpupassv1.
 		t.Errorf("summary reason_counts differ from the inline view's (-inline +summary):\n%s", short(diff))
 	}
 	return counts
+}
+
+// leanAnswer is an INLINE_EXPANDED answer with its candidates in the
+// short form that every other view sends by default.
+func leanAnswer(inline *gpupassv1.DryRunResponse) *gpupassv1.DryRunResponse {
+	lean := func(n *gpupassv1.Node) *gpupassv1.Node {
+		return &gpupassv1.Node{Id: n.Id, Provider: n.Provider, Region: n.Region, Accelerator: n.Accelerator, GpuCount: n.GpuCount,
+			PricePerHour: n.PricePerHour, Online: n.Online, LastSeenUnixNano: n.LastSeenUnixNano, RttMs: n.RttMs,
+			Simulated: n.Simulated, ConformancePassed: n.ConformancePassed, Health: n.Health}
+	}
+	want := &gpupassv1.DryRunResponse{SpecFingerprint: inline.SpecFingerprint, MinHealthScore: inline.MinHealthScore,
+		Excluded: inline.Excluded, ReasonCounts: inline.ReasonCounts, ExcludedTotal: inline.ExcludedTotal}
+	for _, cd := range inline.Candidates {
+		want.Candidates = append(want.Candidates, &gpupassv1.Candidate{Node: lean(cd.Node)})
+	}
+	return want
 }
 
 // short cuts a diff of 10,000-node answers to what a reader needs.
@@ -164,18 +199,23 @@ func TestDryRunViewsAt10k(t *testing.T) {
 	b := brokertest.Start(t, db, broker.Config{OfflineAfter: 2 * time.Hour})
 	c := b.Clients(t, b.Token(t, store.RoleRead, "us-*", "eu-*"))
 	ctx := context.Background()
-	ask := func(view gpupassv1.DryRunView, derive ...bool) *gpupassv1.DryRunResponse {
+	ask := func(view gpupassv1.DryRunView, opts ...func(*gpupassv1.DryRunRequest)) *gpupassv1.DryRunResponse {
 		t.Helper()
-		resp, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: mustRead(t, "testdata/h100.yaml")},
-			Regions: []string{"us-*", "eu-central-1"}, MaxPrice: 28, View: view, DeriveScoreTerms: len(derive) > 0}))
+		req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: mustRead(t, "testdata/h100.yaml")},
+			Regions: []string{"us-*", "eu-central-1"}, MaxPrice: 28, View: view}
+		for _, o := range opts {
+			o(req)
+		}
+		resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
 		if err != nil {
 			t.Fatalf("dry-run, view %v: %v", view, err)
 		}
 		return resp.Msg
 	}
 	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED)
-	counts := sameVerdicts(t, inline, ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE), ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS),
-		ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY), ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, true))
+	counts := sameVerdicts(t, inline, views{refs: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE), refsFull: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, fullNodes),
+		cols: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS), summary: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY),
+		summaryFull: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, fullNodes), derived: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, deriveTerms)})
 	if n := len(inline.Candidates) + len(inline.Excluded); n != 10000 || len(inline.Candidates) == 0 {
 		t.Fatalf("%d candidates and %d excluded; want some candidates and 10,000 nodes in all", len(inline.Candidates), len(inline.Excluded))
 	}

@@ -64,12 +64,12 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 			continue
 		}
 		filtered := false
-		for _, id := range v.Reasons {
+		for _, id := range vs.Why(&v) {
 			x := vs.Reasons[id]
 			filtered = filtered || x.Code == match.CodeRegionFilter || (x.Code == match.CodeOffline && !req.Msg.IncludeOffline)
 		}
 		if !filtered {
-			resp.Nodes = append(resp.Nodes, toProto(snap.index.Node(v.Node), &v))
+			resp.Nodes = append(resp.Nodes, toProto(snap.index.Node(v.Node), &v, vs.Terms(&v)))
 		}
 	}
 	vs.Release()
@@ -162,7 +162,7 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 			resp.Reasons[i] = reasonProto(why)
 		}
 		derive := m.DeriveScoreTerms
-		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, vs.Candidates, derive), columns(ctx, ix, vs.Excluded, derive)
+		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, &vs, vs.Candidates, derive), columns(ctx, ix, &vs, vs.Excluded, derive)
 		if derive {
 			capMS := sp.Resources.Network.LatencyToleranceMS
 			resp.CandidateColumns.DerivedLatencyCapMs, resp.ExcludedColumns.DerivedLatencyCapMs = capMS, capMS
@@ -170,11 +170,19 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		vs.Release()
 		return connect.NewResponse(resp), nil
 	}
+	// Candidates in short form unless asked for in full (full_nodes,
+	// INLINE_EXPANDED's old layout): the full form is four messages and
+	// about twenty strings a node for each side to encode and decode.
 	resp.Candidates = make([]*gpupassv1.Candidate, len(vs.Candidates))
-	cands, full := make([]gpupassv1.Candidate, len(vs.Candidates)), newProtoSlab(len(vs.Candidates), true)
+	full := m.FullNodes || view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED
+	cands, slab := make([]gpupassv1.Candidate, len(vs.Candidates)), newProtoSlab(len(vs.Candidates), full)
 	for i := range vs.Candidates {
 		v := &vs.Candidates[i]
-		cands[i].Node = full.full(i, ix.Node(v.Node), v)
+		if full {
+			cands[i].Node = slab.full(i, ix.Node(v.Node), v, vs.Terms(v))
+		} else {
+			cands[i].Node = slab.lean(i, ix, v, vs.Terms(v))
+		}
 		resp.Candidates[i] = &cands[i]
 	}
 	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE || view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED {
@@ -198,7 +206,7 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		if !expanded {
 			total := 0
 			for i := range vs.Excluded {
-				total += len(vs.Excluded[i].Reasons)
+				total += len(vs.Why(&vs.Excluded[i]))
 			}
 			refs = make([]uint32, 0, total)
 		}
@@ -207,15 +215,16 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		for i := range vs.Excluded {
 			v := &vs.Excluded[i]
 			x := &xs[i]
-			x.Node = lean.lean(i, ix.Node(v.Node), v)
+			x.Node = lean.lean(i, ix, v, vs.Terms(v))
+			why := vs.Why(v)
 			if expanded {
-				x.Reasons = make([]*gpupassv1.Reason, len(v.Reasons))
-				for j, id := range v.Reasons {
+				x.Reasons = make([]*gpupassv1.Reason, len(why))
+				for j, id := range why {
 					x.Reasons[j] = reasons[id]
 				}
 			} else {
 				start := len(refs)
-				for _, id := range v.Reasons {
+				for _, id := range why {
 					refs = append(refs, uint32(id))
 				}
 				x.ReasonRefs = refs[start:len(refs):len(refs)]
@@ -267,7 +276,7 @@ func sized[T any](s []T, n int) []T {
 // recomputes when derive is set (NodeColumns.score_terms_derived). Its
 // buffers go back to the pool after the answer is written when ctx
 // carries afterWrite's list.
-func columns(ctx context.Context, ix *match.Index, vs []match.Verdict, derive bool) *gpupassv1.NodeColumns {
+func columns(ctx context.Context, ix *match.Index, all *match.Verdicts, vs []match.Verdict, derive bool) *gpupassv1.NodeColumns {
 	n := len(vs)
 	buf := colBufs.Get().(*colBuf)
 	buf.str, buf.u32, buf.i32 = sized(buf.str, n), sized(buf.u32, 4*n), sized(buf.i32, n)
@@ -287,24 +296,24 @@ func columns(ctx context.Context, ix *match.Index, vs []match.Verdict, derive bo
 	c.Strings = ix.Names()
 	for i := range vs {
 		v := &vs[i]
-		node := ix.Node(v.Node)
 		provider, region, accel := ix.NameIDs(v.Node)
 		c.Id[i], c.Region[i] = ix.ID(v.Node), region
-		c.ReasonCount[i] = uint32(len(v.Reasons))
-		for _, id := range v.Reasons {
+		why := all.Why(v)
+		c.ReasonCount[i] = uint32(len(why))
+		for _, id := range why {
 			refs = append(refs, uint32(id))
 		}
 		if v.OutOfScope {
 			c.OutOfScope[i] = true // say where, not what
 			continue
 		}
-		c.Provider[i], c.Accelerator[i], c.GpuCount[i], c.Simulated[i] = provider, accel, int32(node.Index.GPUCount), node.Index.Simulated
+		gpus, simulated, passed := ix.Short(v.Node)
+		c.Provider[i], c.Accelerator[i], c.GpuCount[i], c.Simulated[i] = provider, accel, gpus, simulated
 		c.PricePerHour[i], c.Online[i], c.RttMs[i] = ix.Price(v.Node), v.Online, v.RTTMS
-		c.ConformancePassed[i] = node.Index.Passed
-		if !v.LastSeen.IsZero() {
-			c.LastSeenUnixNano[i] = v.LastSeen.UnixNano()
-		}
-		s := &v.Score
+		c.ConformancePassed[i] = passed
+		c.LastSeenUnixNano[i] = v.LastSeen
+		terms := all.Terms(v)
+		s := &terms
 		c.Launches_24H[i], c.LaunchFailures_24H[i], c.ClassMeanPrice[i] = s.Launches24h, s.LaunchFailures24h, s.ClassMeanPrice
 		if derive {
 			continue
@@ -352,7 +361,7 @@ func zeroEmpty[T comparable](col []T) []T {
 func reasonCounts(vs match.Verdicts) []*gpupassv1.ReasonCount {
 	perReason := make([]int32, len(vs.Reasons))
 	for i := range vs.Excluded {
-		for _, id := range vs.Excluded[i].Reasons {
+		for _, id := range vs.Why(&vs.Excluded[i]) {
 			perReason[id]++
 		}
 	}
@@ -403,23 +412,20 @@ func newProtoSlab(n int, full bool) *protoSlab {
 }
 
 // lean is the short form of a node (identity, offer, liveness, score),
-// into the slab's i-th messages.
-func (s *protoSlab) lean(i int, n *store.Node, v *match.Verdict) *gpupassv1.Node {
+// into the slab's i-th messages, from the index alone (see Index.Short).
+func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms match.Score) *gpupassv1.Node {
 	p := &s.nodes[i]
+	names := ix.Names()
+	provider, region, accel := ix.NameIDs(v.Node)
+	p.Id, p.Region = ix.ID(v.Node), names[region]
 	if v.OutOfScope {
-		// Out of scope: say where, not what.
-		p.Id, p.Region = n.ID, match.Region(n)
-		return p
+		return p // out of scope: say where, not what
 	}
-	p.Id, p.Provider, p.Region, p.PricePerHour = n.ID, n.Labels.Provider, match.Region(n), match.Price(n)
-	p.Online, p.RttMs, p.ConformancePassed = v.Online, v.RTTMS, n.Index.Passed
-	p.Health = fillHealth(&s.health[i], v.Score)
-	if n.HasReport {
-		p.Provider, p.Accelerator, p.GpuCount, p.Simulated = n.Index.Provider, n.Index.Accelerator, int32(n.Index.GPUCount), n.Index.Simulated
-	}
-	if !v.LastSeen.IsZero() {
-		p.LastSeenUnixNano = v.LastSeen.UnixNano()
-	}
+	gpus, simulated, passed := ix.Short(v.Node)
+	p.Provider, p.Accelerator, p.GpuCount, p.Simulated = names[provider], names[accel], gpus, simulated
+	p.PricePerHour, p.Online, p.RttMs, p.ConformancePassed = ix.Price(v.Node), v.Online, v.RTTMS, passed
+	p.Health = fillHealth(&s.health[i], terms)
+	p.LastSeenUnixNano = v.LastSeen
 	return p
 }
 
@@ -437,20 +443,18 @@ func fillHealth(h *gpupassv1.HealthScore, s match.Score) *gpupassv1.HealthScore 
 }
 
 // toProto is the full form of a node with its verdict's liveness and score.
-func toProto(n *store.Node, v *match.Verdict) *gpupassv1.Node {
-	return newProtoSlab(1, true).full(0, n, v)
+func toProto(n *store.Node, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+	return newProtoSlab(1, true).full(0, n, v, terms)
 }
 
 // full is toProto into the slab's i-th messages.
-func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict) *gpupassv1.Node {
+func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict, terms match.Score) *gpupassv1.Node {
 	ix := &n.Index
 	p := &s.nodes[i]
 	p.Id, p.Provider, p.Region, p.Zone, p.Hostname = n.ID, n.Labels.Provider, match.Region(n), n.Labels.Zone, n.Labels.Hostname
 	p.StorageClass, p.BandwidthGbps, p.PricePerHour = n.Labels.StorageClass, n.Labels.BandwidthGbps, match.Price(n)
-	p.Online, p.RttMs, p.ConformancePassed, p.Health = v.Online, v.RTTMS, ix.Passed, fillHealth(&s.health[i], v.Score)
-	if !v.LastSeen.IsZero() {
-		p.LastSeenUnixNano = v.LastSeen.UnixNano()
-	}
+	p.Online, p.RttMs, p.ConformancePassed, p.Health = v.Online, v.RTTMS, ix.Passed, fillHealth(&s.health[i], terms)
+	p.LastSeenUnixNano = v.LastSeen
 	if n.HasReport {
 		p.Provider, p.Zone, p.Hostname = ix.Provider, ix.Zone, ix.Hostname
 		p.Accelerator, p.GpuName, p.GpuCount, p.GpuMemoryMib = ix.Accelerator, ix.GPUName, int32(ix.GPUCount), ix.GPUMemoryMiB

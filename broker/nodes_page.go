@@ -67,7 +67,7 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 				fps[fp] = true
 			}
 			filtered := m.RuntimeFingerprint != "" && fp != m.RuntimeFingerprint
-			for _, id := range v.Reasons {
+			for _, id := range vs.Why(v) {
 				x := vs.Reasons[id]
 				filtered = filtered || x.Code == match.CodeRegionFilter || (x.Code == match.CodeOffline && !m.IncludeOffline)
 			}
@@ -102,7 +102,7 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 	}
 	resp.TotalSize = int32(total)
 	for _, v := range rows {
-		resp.Nodes = append(resp.Nodes, toProto(ix.Node(v.Node), v))
+		resp.Nodes = append(resp.Nodes, toProto(ix.Node(v.Node), v, vs.Terms(v)))
 	}
 	if more {
 		resp.NextPageToken = encodePageToken(pageToken{Kind: "nodes", Bind: bind, ID: ix.ID(rows[len(rows)-1].Node)})

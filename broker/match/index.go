@@ -23,6 +23,7 @@ import (
 type Index struct {
 	nodes []store.Node
 	ent   []entry
+	live  []liveness
 	// byID are the node indexes in node id order.
 	byID []int32
 	// ids are the node ids, copied into one string: an answer writes out
@@ -45,6 +46,36 @@ type entry struct {
 	// Inputs of the health score besides latency.
 	launches, failures int64
 	classMean          float64
+	// hasReport, passed, gpus and simulated are the node's, kept here for
+	// the match and the short form of an answer: reading them from each
+	// store.Node costs a cache miss per node (records and their strings
+	// lie all over the heap), most of a 10,000-node answer's encoding.
+	hasReport, passed, simulated bool
+	gpus                         int32
+}
+
+// liveness is a node's last heartbeat (unix nanoseconds, 0: never) and
+// RTT as the snapshot holds them, kept apart from the nodes' records so
+// that a match reads 16 bytes a node, and renewed by WithNodes.
+type liveness struct {
+	at  int64
+	rtt float64
+}
+
+// unixNano is t in unix nanoseconds, 0 for the zero time (never).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func livenessOf(nodes []store.Node) []liveness {
+	l := make([]liveness, len(nodes))
+	for i := range nodes {
+		l[i] = liveness{unixNano(nodes[i].LastSeen), nodes[i].RTTMS}
+	}
+	return l
 }
 
 // runtimeKey is what a spec's runtime and security sections are compared
@@ -68,7 +99,7 @@ type resourceKey struct {
 // Prepare indexes nodes and their launch statistics over the last 24 h.
 // The Index keeps nodes (it does not copy them): do not modify them after.
 func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
-	ix := &Index{nodes: nodes, ent: make([]entry, len(nodes))}
+	ix := &Index{nodes: nodes, ent: make([]entry, len(nodes)), live: livenessOf(nodes)}
 	means := classMeans(nodes)
 	nameID := map[string]int32{}
 	name := func(s string) int32 {
@@ -115,7 +146,10 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 			resID[sk] = e.resource
 			ix.res = append(ix.res, sk)
 		}
-		e.price = Price(n)
+		e.price, e.hasReport, e.passed = Price(n), n.HasReport, n.HasReport && n.Index.Passed
+		if n.HasReport {
+			e.gpus, e.simulated = int32(n.Index.GPUCount), n.Index.Simulated
+		}
 		ls := launches[n.ID]
 		e.launches, e.failures = ls.Launches, ls.Failures
 		if n.HasReport {
@@ -152,6 +186,11 @@ func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
 func (ix *Index) WithNodes(nodes []store.Node) *Index {
 	c := *ix
 	c.nodes = nodes
+	// The registry hands the same array back when nothing moved (every
+	// refresh of a quiet fleet): its liveness is the one read already.
+	if len(nodes) != len(ix.nodes) || len(nodes) == 0 || &nodes[0] != &ix.nodes[0] {
+		c.live = livenessOf(nodes)
+	}
 	return &c
 }
 
@@ -164,6 +203,14 @@ func (ix *Index) Names() []string { return ix.names }
 func (ix *Index) NameIDs(i int32) (provider, region, accelerator uint32) {
 	e := &ix.ent[i]
 	return uint32(e.provider), uint32(e.region), uint32(e.accel)
+}
+
+// Short returns what the short form of node i says besides its names,
+// price and liveness: its report's GPU count and simulated flag (0 and
+// false without a report) and whether its report passed.
+func (ix *Index) Short(i int32) (gpus int32, simulated, passed bool) {
+	e := &ix.ent[i]
+	return e.gpus, e.simulated, e.passed
 }
 
 // Price returns node i's price per hour (see Price).
@@ -193,17 +240,33 @@ type Query struct {
 	OfflineAfter time.Duration
 }
 
-// Verdict is one node's verdict, by reference into its Index.
+// Verdict is one node's verdict, by reference into its Index. It holds no
+// pointer: a match writes one per node twice (in node order, then sorted),
+// and at 100,000 nodes arrays of verdicts holding times and slices cost
+// the collector a scan and every copy a write barrier. The reasons and
+// the score's terms are read through the Verdicts (Why, Terms).
 type Verdict struct {
 	Node       int32 // index into the Index
 	OutOfScope bool
 	Online     bool
-	// LastSeen and RTTMS are the node's liveness with the newest beat.
-	LastSeen time.Time
+	// why and nWhy are the node's reasons: Verdicts.arena[why:why+nWhy].
+	nWhy uint16
+	why  int32
+	// LastSeen (unix nanoseconds, 0: never) and RTTMS are the node's
+	// liveness with the newest beat.
+	LastSeen int64
 	RTTMS    float64
-	Score    Score
-	// Reasons index Verdicts.Reasons.
-	Reasons []int32
+	// Score is the health score (0 out of scope); Verdicts.Terms gives
+	// it term by term.
+	Score float64
+}
+
+// LastSeenTime is LastSeen as a time (the zero time: never).
+func (v *Verdict) LastSeenTime() time.Time {
+	if v.LastSeen == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v.LastSeen).UTC()
 }
 
 // Verdicts are the outcome of a match: candidates by score (then price,
@@ -213,11 +276,29 @@ type Verdicts struct {
 	Candidates []Verdict
 	Excluded   []Verdict
 	Reasons    []Reason
+	ix         *Index
+	capMS      float64
+	arena      []int32
 	buf        *matchBuf
 }
 
+// Why returns v's reasons as indexes into Reasons (shared: do not modify).
+func (vs *Verdicts) Why(v *Verdict) []int32 {
+	return vs.arena[v.why : v.why+int32(v.nWhy) : v.why+int32(v.nWhy)]
+}
+
+// Terms returns v's health score term by term (the zero Score out of
+// scope), recomputed from the node's inputs as the match computed
+// v.Score: the same value, bit for bit.
+func (vs *Verdicts) Terms(v *Verdict) Score {
+	if v.OutOfScope {
+		return Score{}
+	}
+	return vs.ix.ent[v.Node].score(v.RTTMS, vs.capMS)
+}
+
 // matchBuf holds the per-node buffers of one match. A match over 10,000
-// nodes needs about two megabytes of them; taking them from a pool, and
+// nodes needs about a megabyte of them; taking them from a pool, and
 // giving them back with Release once the answer is written, saves
 // allocating and collecting that on every call.
 type matchBuf struct {
@@ -229,7 +310,7 @@ type matchBuf struct {
 var matchBufs = sync.Pool{New: func() any { return new(matchBuf) }}
 
 // Release gives the verdicts' buffers back for reuse by a later match.
-// The Verdicts (their Candidates, Excluded and each one's Reasons) must
+// The Verdicts (their Candidates, Excluded and each one's reasons) must
 // not be used after; calling it is optional (without it the buffers are
 // garbage collected) and a second call does nothing.
 func (vs *Verdicts) Release() {
@@ -264,6 +345,9 @@ type matcher struct {
 	byValue           map[valueKey]int32
 	byReason          map[Reason]int32
 	arena             []int32
+	// offline memoises the offline reason by the heartbeat's time (most
+	// offline nodes of a fleet went quiet together, or never beat).
+	offline map[int64]int32
 }
 
 type valueKey struct {
@@ -306,37 +390,58 @@ func (m *matcher) adds(rs []Reason) []int32 {
 	return ids
 }
 
+// offlineWhy is the reason of a node last seen at (unix nanoseconds, 0:
+// never).
+func (m *matcher) offlineWhy(at int64) int32 {
+	if id, ok := m.offline[at]; ok {
+		return id
+	}
+	r := Reason{Code: CodeOffline, Field: "heartbeat", Measured: "never", Message: "never sent a heartbeat"}
+	if at != 0 {
+		last := time.Unix(0, at)
+		r.Measured = last.UTC().Format(time.RFC3339)
+		r.Message = fmt.Sprintf("last heartbeat %s ago (offline after %s)", m.q.Now.Sub(last).Round(time.Second), m.q.OfflineAfter)
+	}
+	id := m.add(r)
+	m.offline[at] = id
+	return id
+}
+
 // Match matches and scores every indexed node for q.
 func (ix *Index) Match(q Query) Verdicts {
 	buf := matchBufs.Get().(*matchBuf)
-	out := Verdicts{buf: buf}
+	out := Verdicts{ix: ix, buf: buf}
 	m := &matcher{ix: ix, q: &q, out: &out,
 		inScope: make([]int8, len(ix.names)), inFilter: make([]int8, len(ix.names)),
 		scopeWhy: make([]int32, len(ix.names)), filter: make([]int32, len(ix.names)),
 		runtimeWhy: make([][]int32, len(ix.runtimes)), runtimeDone: make([]bool, len(ix.runtimes)),
 		resourceWhy: make([][]int32, len(ix.res)), resourceDone: make([]bool, len(ix.res)),
-		byValue: map[valueKey]int32{}, byReason: map[Reason]int32{},
+		byValue: map[valueKey]int32{}, byReason: map[Reason]int32{}, offline: map[int64]int32{},
 		arena: grow(buf.arena, 2*len(ix.nodes))[:0],
 	}
 	var capMS float64
 	if q.Spec != nil {
 		capMS = q.Spec.Resources.Network.LatencyToleranceMS
 	}
+	out.capMS = capMS
 	scope, filter := strings.Join(q.Scope, ","), strings.Join(q.Regions, ",")
 	maxPrice, minScore := num(q.MaxPrice), num(q.MinScore)
+	now, offAfter := q.Now.UnixNano(), int64(q.OfflineAfter)
 	all := grow(buf.all, len(ix.nodes))
 	buf.all = all
 	var why [16]int32
 	nIn, nOut := 0, 0
-	for i := range ix.nodes {
-		n, e, v := &ix.nodes[i], &ix.ent[i], &all[i]
+	for i := range ix.ent {
+		e, v, l := &ix.ent[i], &all[i], ix.live[i]
 		// Every field is set: the buffer may hold an earlier match's.
-		*v = Verdict{Node: int32(i), LastSeen: n.LastSeen, RTTMS: n.RTTMS}
+		*v = Verdict{Node: int32(i), LastSeen: l.at, RTTMS: l.rtt}
 		if q.Beat != nil {
-			if hb, ok := q.Beat(ix.ids[i]); ok && hb.At.After(v.LastSeen) {
-				v.LastSeen = hb.At
-				if hb.RTTMS >= 0 {
-					v.RTTMS = hb.RTTMS
+			if hb, ok := q.Beat(ix.ids[i]); ok {
+				if at := unixNano(hb.At); at > v.LastSeen {
+					v.LastSeen = at
+					if hb.RTTMS >= 0 {
+						v.RTTMS = hb.RTTMS
+					}
 				}
 			}
 		}
@@ -354,12 +459,12 @@ func (ix *Index) Match(q Query) Verdicts {
 		}
 		if m.inScope[reg] == 2 {
 			v.OutOfScope = true
-			v.Reasons = m.keep(append(rs, m.scopeWhy[reg]))
+			m.keep(v, append(rs, m.scopeWhy[reg]))
 			nOut++
 			continue
 		}
-		v.Online = !v.LastSeen.IsZero() && q.Now.Sub(v.LastSeen) <= q.OfflineAfter
-		v.Score = e.score(v.RTTMS, capMS)
+		v.Online = v.LastSeen != 0 && now-v.LastSeen <= offAfter
+		v.Score = e.score(v.RTTMS, capMS).Score
 		if len(q.Regions) > 0 {
 			if m.inFilter[reg] == 0 {
 				m.inFilter[reg] = 1
@@ -373,20 +478,15 @@ func (ix *Index) Match(q Query) Verdicts {
 				rs = append(rs, m.filter[reg])
 			}
 		}
-		if !n.HasReport {
+		if !e.hasReport {
 			rs = append(rs, m.add(Reason{Code: CodeNoReport, Message: "no verified conformance report yet"}))
 		}
 		if !v.Online {
-			r := Reason{Code: CodeOffline, Field: "heartbeat", Measured: "never", Message: "never sent a heartbeat"}
-			if !v.LastSeen.IsZero() {
-				r.Measured = v.LastSeen.UTC().Format(time.RFC3339)
-				r.Message = fmt.Sprintf("last heartbeat %s ago (offline after %s)", q.Now.Sub(v.LastSeen).Round(time.Second), q.OfflineAfter)
-			}
-			rs = append(rs, m.add(r))
+			rs = append(rs, m.offlineWhy(v.LastSeen))
 		}
-		if q.Spec != nil && n.HasReport {
-			if !n.Index.Passed {
-				rs = m.failedWhy(rs, n.Index.FailedChecks)
+		if q.Spec != nil && e.hasReport {
+			if !e.passed {
+				rs = m.failedWhy(rs, ix.nodes[i].Index.FailedChecks)
 			}
 			rs = append(rs, m.runtime(e.runtime)...)
 			rs = append(rs, m.resource(e.resource)...)
@@ -398,7 +498,7 @@ func (ix *Index) Match(q Query) Verdicts {
 					Message: "price " + got + "/h is above the maximum price " + maxPrice + "/h"}
 			}))
 		}
-		if s := v.Score.Score; q.Spec != nil && s < q.MinScore {
+		if s := v.Score; q.Spec != nil && s < q.MinScore {
 			rs = append(rs, m.byVal(CodeScoreBelow, s, func() Reason {
 				got := num(s)
 				return Reason{Code: CodeScoreBelow, Field: "health_score", Expected: ">= " + minScore, Measured: got,
@@ -406,12 +506,13 @@ func (ix *Index) Match(q Query) Verdicts {
 			}))
 		}
 		if len(rs) > 0 {
-			v.Reasons = m.keep(rs)
+			m.keep(v, rs)
 			nOut++
 		} else {
 			nIn++
 		}
 	}
+	out.arena = m.arena
 	// Sort small keys, then copy each verdict once into its place. The
 	// keys are made in node id order and the sort is stable: equal keys
 	// stay in id order.
@@ -420,15 +521,15 @@ func (ix *Index) Match(q Query) Verdicts {
 	cand, excl := keys[:0:nIn], keys[nIn:nIn]
 	for _, i := range ix.byID {
 		v := &all[i]
-		if v.Reasons == nil {
-			cand = append(cand, sortKey{a: ^orderedBits(v.Score.Score), b: orderedBits(ix.ent[i].price), i: i})
+		if v.nWhy == 0 {
+			cand = append(cand, sortKey{a: ^orderedBits(v.Score), b: orderedBits(ix.ent[i].price), i: i})
 			continue
 		}
 		var out uint64
 		if v.OutOfScope {
 			out = 1
 		}
-		excl = append(excl, sortKey{a: out, b: ^orderedBits(v.Score.Score), i: i})
+		excl = append(excl, sortKey{a: out, b: ^orderedBits(v.Score), i: i})
 	}
 	buf.tmp = grow(buf.tmp, len(all))
 	cand = radixSort(cand, buf.tmp[:len(cand)])
@@ -445,13 +546,15 @@ func (ix *Index) Match(q Query) Verdicts {
 	return out
 }
 
-// keep copies a node's reason ids into the match's arena (one allocation
-// for all nodes instead of one per node).
-func (m *matcher) keep(rs []int32) []int32 {
-	start := len(m.arena)
+// keep copies a node's reason ids into the match's arena (one array for
+// all nodes instead of one per node) and points v at them.
+func (m *matcher) keep(v *Verdict, rs []int32) {
+	if len(rs) > math.MaxUint16 {
+		rs = rs[:math.MaxUint16] // never: a node has a reason per check, at most a few
+	}
+	v.why, v.nWhy = int32(len(m.arena)), uint16(len(rs))
 	m.arena = append(m.arena, rs...)
 	m.out.buf.arena = m.arena
-	return m.arena[start:len(m.arena):len(m.arena)]
 }
 
 // failedWhy adds a reason for each failed check of the node's report

@@ -43,8 +43,8 @@ func TestIndexSharesReasons(t *testing.T) {
 	}
 	for _, v := range vs.Excluded {
 		n := ix.Node(v.Node)
-		if len(v.Reasons) != 1 || vs.Reasons[v.Reasons[0]].Measured != n.Index.Runtime.CUDA {
-			t.Fatalf("%s: reasons %v, want its own cuda %s", n.ID, v.Reasons, n.Index.Runtime.CUDA)
+		if why := vs.Why(&v); len(why) != 1 || vs.Reasons[why[0]].Measured != n.Index.Runtime.CUDA {
+			t.Fatalf("%s: reasons %v, want its own cuda %s", n.ID, why, n.Index.Runtime.CUDA)
 		}
 	}
 	for i, v := range vs.Candidates {
@@ -93,16 +93,16 @@ func TestMatchOrder(t *testing.T) {
 				id := func(v Verdict) string { return ix.Node(v.Node).ID }
 				want := slices.Clone(vs.Candidates)
 				slices.SortFunc(want, func(x, y Verdict) int {
-					return cmpOr(-compare(x.Score.Score, y.Score.Score), compare(ix.Price(x.Node), ix.Price(y.Node)), strings.Compare(id(x), id(y)))
+					return cmpOr(-compare(x.Score, y.Score), compare(ix.Price(x.Node), ix.Price(y.Node)), strings.Compare(id(x), id(y)))
 				})
-				if diff := cmp.Diff(want, vs.Candidates); diff != "" {
+				if diff := cmp.Diff(want, vs.Candidates, cmp.AllowUnexported(Verdict{})); diff != "" {
 					t.Fatalf("candidates out of order (-want +got):\n%s", diff)
 				}
 				want = slices.Clone(vs.Excluded)
 				slices.SortFunc(want, func(x, y Verdict) int {
-					return cmpOr(compareBool(x.OutOfScope, y.OutOfScope), -compare(x.Score.Score, y.Score.Score), strings.Compare(id(x), id(y)))
+					return cmpOr(compareBool(x.OutOfScope, y.OutOfScope), -compare(x.Score, y.Score), strings.Compare(id(x), id(y)))
 				})
-				if diff := cmp.Diff(want, vs.Excluded); diff != "" {
+				if diff := cmp.Diff(want, vs.Excluded, cmp.AllowUnexported(Verdict{})); diff != "" {
 					t.Fatalf("excluded out of order (-want +got):\n%s", diff)
 				}
 				vs.Release()
@@ -136,6 +136,83 @@ func cmpOr(cs ...int) int {
 		if c != 0 {
 			return c
 		}
+	}
+	return 0
+}
+
+// TestVerdictReadsBack: a verdict holds its reasons and score terms by
+// reference (Why, Terms); they read back what the match decided, with the
+// newest beat, the spec's latency cap, and nothing for a node out of scope.
+func TestVerdictReadsBack(t *testing.T) {
+	t.Parallel()
+	beat := now.Add(-time.Millisecond)
+	fresh := node("fresh", "us-west-2", "h100-sxm5", 8, 30, 80) // its store row is older than the beat below
+	capped := node("capped", "us-west-2", "h100-sxm5", 8, 30, 80)
+	never := node("never", "us-west-2", "h100-sxm5", 8, 30, 0)
+	never.LastSeen = time.Time{}
+	gone := node("gone", "us-west-2", "h100-sxm5", 8, 30, 0)
+	gone.LastSeen = now.Add(-time.Hour)
+	away := node("away", "ap-south-1", "h100-sxm5", 8, 30, 0)
+	ix := Prepare([]store.Node{fresh, capped, never, gone, away}, nil)
+	q := Query{Spec: testSpec(), Scope: []string{"us-*"}, MinScore: 0, Now: now, OfflineAfter: time.Minute,
+		Beat: func(id string) (store.Heartbeat, bool) {
+			switch id {
+			case "fresh":
+				return store.Heartbeat{AgentID: id, At: beat, RTTMS: 5}, true
+			case "gone": // older than the row: ignored
+				return store.Heartbeat{AgentID: id, At: now.Add(-2 * time.Hour), RTTMS: 1}, true
+			}
+			return store.Heartbeat{}, false
+		}}
+	vs := ix.Match(q)
+	defer vs.Release()
+	got := map[string]Verdict{}
+	for _, v := range append(slices.Clone(vs.Candidates), vs.Excluded...) {
+		got[ix.ID(v.Node)] = v
+	}
+	why := func(id string) []string {
+		v := got[id]
+		var out []string
+		for _, r := range vs.Why(&v) {
+			out = append(out, vs.Reasons[r].Code+" "+vs.Reasons[r].Measured)
+		}
+		return out
+	}
+	tests := []struct {
+		id                    string
+		online, out           bool
+		lastSeen              time.Time
+		rtt, usedMS, latPenal float64
+		why                   []string
+	}{
+		{id: "fresh", online: true, lastSeen: beat, rtt: 5, usedMS: 5, latPenal: 0.5},
+		{id: "capped", online: true, lastSeen: now.Add(-time.Second), rtt: 80, usedMS: 50, latPenal: 5},
+		{id: "never", why: []string{"offline never"}},
+		{id: "gone", lastSeen: now.Add(-time.Hour), why: []string{"offline " + now.Add(-time.Hour).Format(time.RFC3339)}},
+		{id: "away", out: true, lastSeen: now.Add(-time.Second), why: []string{"region_scope ap-south-1"}},
+	}
+	for _, tt := range tests {
+		v := got[tt.id]
+		terms := vs.Terms(&v)
+		if v.Online != tt.online || v.OutOfScope != tt.out || !v.LastSeenTime().Equal(tt.lastSeen) || v.RTTMS != tt.rtt {
+			t.Errorf("%s: online %v, out of scope %v, last seen %v, rtt %v; want %v, %v, %v, %v",
+				tt.id, v.Online, v.OutOfScope, v.LastSeenTime(), v.RTTMS, tt.online, tt.out, tt.lastSeen, tt.rtt)
+		}
+		if terms.Score != v.Score || terms.LatencyMS != tt.rtt*b2f(!tt.out) || terms.LatencyUsedMS != tt.usedMS || terms.LatencyPenalty != tt.latPenal {
+			t.Errorf("%s: terms %+v for score %v; want the same score, latency %v used %v, penalty %v", tt.id, terms, v.Score, tt.rtt, tt.usedMS, tt.latPenal)
+		}
+		if diff := cmp.Diff(tt.why, why(tt.id)); diff != "" {
+			t.Errorf("%s: reasons (-want +got):\n%s", tt.id, diff)
+		}
+	}
+	if (vs.Terms(&Verdict{OutOfScope: true}) != Score{}) {
+		t.Error("an out-of-scope verdict has score terms")
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
 	}
 	return 0
 }

@@ -145,22 +145,22 @@ func Run(in Input) Output {
 	ix := Prepare(in.Nodes, in.Launches)
 	vs := ix.Match(Query{Spec: in.Spec, Scope: in.Scope, Regions: in.Regions, MinScore: in.MinScore, MaxPrice: in.MaxPrice,
 		Beat: in.Beat, Now: in.Now, OfflineAfter: in.OfflineAfter})
-	return Output{Candidates: ix.results(vs.Candidates, vs.Reasons), Excluded: ix.results(vs.Excluded, vs.Reasons)}
+	return Output{Candidates: vs.results(vs.Candidates), Excluded: vs.results(vs.Excluded)}
 }
 
 // results writes verdicts out as Results (the node copied with its newest
 // liveness, the reasons spelled out).
-func (ix *Index) results(vs []Verdict, reasons []Reason) []*Result {
-	all := make([]Result, len(vs))
-	out := make([]*Result, len(vs))
-	for i := range vs {
-		v, r := &vs[i], &all[i]
-		r.Node, r.Online, r.OutOfScope, r.Score = ix.nodes[v.Node], v.Online, v.OutOfScope, v.Score
-		r.Node.LastSeen, r.Node.RTTMS = v.LastSeen, v.RTTMS
-		if len(v.Reasons) > 0 {
-			r.Reasons = make([]Reason, len(v.Reasons))
-			for j, id := range v.Reasons {
-				r.Reasons[j] = reasons[id]
+func (vs *Verdicts) results(list []Verdict) []*Result {
+	all := make([]Result, len(list))
+	out := make([]*Result, len(list))
+	for i := range list {
+		v, r := &list[i], &all[i]
+		r.Node, r.Online, r.OutOfScope, r.Score = vs.ix.nodes[v.Node], v.Online, v.OutOfScope, vs.Terms(v)
+		r.Node.LastSeen, r.Node.RTTMS = v.LastSeenTime(), v.RTTMS
+		if why := vs.Why(v); len(why) > 0 {
+			r.Reasons = make([]Reason, len(why))
+			for j, id := range why {
+				r.Reasons[j] = vs.Reasons[id]
 			}
 		}
 		out[i] = r

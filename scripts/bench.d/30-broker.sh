@@ -4,7 +4,8 @@
 # SQLite and PostgreSQL (a throwaway local cluster). Go benchmarks over a
 # real broker on loopback; rows name the store. No peer tool to compare.
 # Client and broker share the machine; each row also gives the process CPU
-# per call, which other tenants of a shared machine do not inflate.
+# per call, which other tenants of a shared machine do not inflate, and the
+# machine's one-minute load when the row was measured.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="$(mktemp)"
@@ -30,10 +31,11 @@ awk '
 /^BenchmarkDryRun\// {
 	split($1, p, "/"); store=p[2]; sub("store=", "", store); nodes=p[3]; sub("nodes=", "", nodes); mode=p[4]; sub("-[0-9]+$", "", mode)
 	for (i = 2; i <= NF; i++) { if ($i == "p50-ms") p50=$(i-1); if ($i == "p95-ms") p95=$(i-1); if ($i == "cpu-ms/op") cpu=$(i-1) }
-	for (i = 2; i <= NF; i++) { if ($i == "answer-bytes") bytes=$(i-1) }
+	load = "n/a"
+	for (i = 2; i <= NF; i++) { if ($i == "answer-bytes") bytes=$(i-1); if ($i == "load1") load=$(i-1) }
 	goal = (nodes == "10000" && mode != "uncached" && mode != "expanded") ? "p95 < 20 ms" : (nodes == "100000") ? "p95 < 100 ms" : ""
-	what = (mode == "columns") ? "CLI view (columns)" : (mode == "inline") ? "inline view (API default, reasons by reference)" : (mode == "expanded") ? "inline view, every reason written out (INLINE_EXPANDED, the old default)" : (mode == "summary") ? "summary view (--excluded summary)" : "columns view, registry re-read every call"
-	printf "| broker (%s) | dry-run latency, %s nodes, %s | p50 %.2f ms, p95 %.2f ms (CPU %.1f ms/call, client included; answer %.0f KB) | %s | n/a |\n", store, nodes, what, p50, p95, cpu, bytes/1024, goal
+	what = (mode == "columns") ? "CLI view (columns)" : (mode == "inline") ? "inline view (API default: reasons by reference, nodes in short form)" : (mode == "expanded") ? "inline view, every reason written out and candidates in full (INLINE_EXPANDED, the old default)" : (mode == "summary") ? "summary view (--excluded summary, candidates in short form)" : "columns view, registry re-read every call"
+	printf "| broker (%s) | dry-run latency, %s nodes, %s | p50 %.2f ms, p95 %.2f ms (CPU %.1f ms/call, client included; answer %.0f KB; load %s) | %s | n/a |\n", store, nodes, what, p50, p95, cpu, bytes/1024, load, goal
 }
 /^BenchmarkHeartbeats\// {
 	split($1, p, "/"); store=p[2]; sub("store=", "", store); sub("-[0-9]+$", "", store)

@@ -43,8 +43,8 @@ type DryRunView int32
 
 const (
 	DryRunView_DRY_RUN_VIEW_UNSPECIFIED DryRunView = 0 // same as INLINE
-	// candidates and excluded as messages: candidates in full, excluded
-	// nodes in short form, each with its reasons as reason_refs, indexes
+	// candidates and excluded as messages, in short form (full_nodes:
+	// candidates in full), each excluded node with its reasons as reason_refs, indexes
 	// into the table DryRunResponse.reasons where each distinct reason is
 	// written once (curl, grpcurl). A 10,000-node answer is about a third
 	// smaller, and decodes without a message per node per reason.
@@ -59,9 +59,10 @@ const (
 	DryRunView_DRY_RUN_VIEW_COLUMNS DryRunView = 2
 	// Candidates as in INLINE; excluded nodes only counted (reason_counts).
 	DryRunView_DRY_RUN_VIEW_SUMMARY DryRunView = 3
-	// INLINE as it was before reason_refs: every reason written out in
-	// Excluded.reasons for each node, no table. For clients that read
-	// Excluded.reasons without api.ExpandDryRun.
+	// INLINE as it was before reason_refs and short-form candidates: every
+	// reason written out in Excluded.reasons for each node, no table, and
+	// candidates in full form. For clients that read Excluded.reasons
+	// without api.ExpandDryRun, or a candidate's runtime.
 	DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED DryRunView = 4
 )
 
@@ -1348,8 +1349,18 @@ type DryRunRequest struct {
 	// (NodeColumns.score_terms_derived); a broker that honours it leaves
 	// them out, nearly halving the answer.
 	DeriveScoreTerms bool `protobuf:"varint,7,opt,name=derive_score_terms,json=deriveScoreTerms,proto3" json:"derive_score_terms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Candidates in full form (runtime, zone, hostname, storage, report
+	// time, failed checks) in DRY_RUN_VIEW_INLINE and DRY_RUN_VIEW_SUMMARY.
+	// Unset, every view sends every node in short form: id, provider,
+	// region, accelerator, gpu_count, price, liveness, conformance_passed
+	// and the health score, what the CLI, the web UI and the CI steps show.
+	// A candidate's runtime is the one the spec asked for; the full form
+	// repeated it for each of them, and was half the summary view's CPU per
+	// call at 10,000 nodes (ListNodes gives any node's full record).
+	// DRY_RUN_VIEW_INLINE_EXPANDED always sends them in full.
+	FullNodes     bool `protobuf:"varint,8,opt,name=full_nodes,json=fullNodes,proto3" json:"full_nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DryRunRequest) Reset() {
@@ -1438,6 +1449,13 @@ func (x *DryRunRequest) GetView() DryRunView {
 func (x *DryRunRequest) GetDeriveScoreTerms() bool {
 	if x != nil {
 		return x.DeriveScoreTerms
+	}
+	return false
+}
+
+func (x *DryRunRequest) GetFullNodes() bool {
+	if x != nil {
+		return x.FullNodes
 	}
 	return false
 }
@@ -2224,7 +2242,7 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x10class_mean_price\x18\n" +
 	" \x01(\x01R\x0eclassMeanPrice\x12*\n" +
 	"\x11price_premium_pct\x18\v \x01(\x01R\x0fpricePremiumPct\x12#\n" +
-	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xaa\x02\n" +
+	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xc9\x02\n" +
 	"\rDryRunRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x18\n" +
@@ -2232,7 +2250,9 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x10min_health_score\x18\x04 \x01(\x01H\x01R\x0eminHealthScore\x88\x01\x01\x12\x1b\n" +
 	"\tmax_price\x18\x05 \x01(\x01R\bmaxPrice\x12*\n" +
 	"\x04view\x18\x06 \x01(\x0e2\x16.gpupass.v1.DryRunViewR\x04view\x12,\n" +
-	"\x12derive_score_terms\x18\a \x01(\bR\x10deriveScoreTermsB\x06\n" +
+	"\x12derive_score_terms\x18\a \x01(\bR\x10deriveScoreTerms\x12\x1d\n" +
+	"\n" +
+	"full_nodes\x18\b \x01(\bR\tfullNodesB\x06\n" +
 	"\x04specB\x13\n" +
 	"\x11_min_health_score\"\xeb\x03\n" +
 	"\x0eDryRunResponse\x12)\n" +
