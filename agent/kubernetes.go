@@ -270,6 +270,14 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 	if err != nil {
 		return fielderr.New(FieldKubeconfig, o.Kube.Kubeconfig, "%w", err)
 	}
+	// Which credentials the agent acts with, in its log: in a pod, its
+	// service account's token (RBAC of deploy/kubernetes), not a
+	// kubeconfig someone mounted.
+	if cluster == "" {
+		log.Info("kubernetes api: in-cluster config", "server", cfg.Host, "token_file", cfg.BearerTokenFile)
+	} else {
+		log.Info("kubernetes api: kubeconfig", "server", cfg.Host, "cluster", cluster)
+	}
 	if o.Kube.Cluster != "" {
 		cluster = o.Kube.Cluster
 	}

@@ -103,6 +103,16 @@ type Job struct {
 	RunAs *RunAs
 }
 
+// gpus is how many accelerators the run's spec asks for
+// (resources.count, which a spec file that leaves it out has as 1); 0
+// when the run has no spec.
+func (j Job) gpus() int {
+	if j.Spec == nil {
+		return 0
+	}
+	return j.Spec.Resources.Count
+}
+
 // Executor runs jobs.
 type Executor struct {
 	Runner Runner
@@ -629,7 +639,7 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 	if from != nil {
 		fromOffsets = &Offsets{Stdout: from.Stdout, Stderr: from.Stderr}
 	}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: at.left, MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
+	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: at.left, GPUs: job.gpus(), MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
 		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric)
 	})

@@ -170,6 +170,15 @@ func TestE2EKubernetesCluster(t *testing.T) {
 			if r.Region == "k8s-eu" && !strings.Contains(text, "kubernetes job gpupass-"+r.Id) {
 				t.Errorf("the k8s-eu run's log names no kubernetes job gpupass-%s", r.Id)
 			}
+			if r.Region == "k8s-eu" {
+				// The spec asks for one accelerator (resources.count 1): the
+				// pod asks for one of the node's four, not all of them.
+				got := c.Kubectl(t, "-n", ns, "get", "jobs", "-l", "gpupass.dev/alloc="+r.Id,
+					"-o", `jsonpath={.items[*].spec.template.spec.containers[0].resources.requests.nvidia\.com/gpu}`)
+				if got != "1" {
+					t.Errorf("the run's Job asks for %q %s, want 1 (the spec's resources.count, of the node's %d)", got, k8stest.GPUResource, k8stest.GPUs)
+				}
+			}
 			mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: r.Id}))
 			if err != nil {
 				t.Fatal(err)

@@ -211,8 +211,10 @@ func AllocSelector(allocID string) string {
 	return LabelManagedBy + "=" + managedBy + "," + LabelAlloc + "=" + labelValue(allocID)
 }
 
-// podSpec is the pod of a Job pinned to node: all its GPUs, the shared
-// dir, no restarts (an attempt that fails is the executor's business).
+// podSpec is the pod of a Job pinned to node, asking for gpus of its GPUs
+// (a run's: what its spec needs; a conformance check's: all of them), with
+// the shared dir, no restarts (an attempt that fails is the executor's
+// business).
 func (c *Client) podSpec(node string, gpus int, grace time.Duration, dirs []string, command []string, env []corev1.EnvVar) (corev1.PodSpec, error) {
 	vols, mounts, err := c.Volume.mounts(dirs)
 	if err != nil {

@@ -433,6 +433,42 @@ func TestRunnerDeadline(t *testing.T) {
 	}
 }
 
+// TestRunnerGPUs: a run's pod asks for the GPUs its spec needs
+// (Attempt.GPUs), not all the node's, as request and limit (the device
+// plugin hands the container exactly that many); a run without a spec
+// gets all the node's.
+func TestRunnerGPUs(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		node, attempt int
+		want          int64
+	}{
+		{"the spec's one of four", 4, 1, 1},
+		{"the spec's three of four", 4, 3, 3},
+		{"no spec: all the node's", 4, 0, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			api := fake.NewClientset()
+			shared := t.TempDir()
+			r := newRunner(shared)
+			r.GPUs = tt.node
+			ctx, cancel := context.WithCancel(context.Background())
+			fr := startRun(t, ctx, api, r, filepath.Join(shared, "alloc-abc"), func(a *executor.Attempt) { a.GPUs = tt.attempt })
+			var job *batchv1.Job
+			waitFor(t, "the job", func() bool { job = getJob(api, "gpupass-alloc-abc-1"); return job != nil })
+			res := job.Spec.Template.Spec.Containers[0].Resources
+			limit, request := res.Limits[GPUResource], res.Requests[GPUResource]
+			if limit.Value() != tt.want || request.Value() != tt.want {
+				t.Errorf("the pod asks for %s (request %s) of %s, want %d", limit.String(), request.String(), GPUResource, tt.want)
+			}
+			cancel()
+			<-fr.done
+		})
+	}
+}
+
 // TestRunnerCancel: a cancelled attempt deletes its Job in the
 // foreground, with the attempt's grace period for its pod, and returns
 // once the Job is gone.
@@ -537,6 +573,10 @@ func TestStepUnschedulable(t *testing.T) {
 		}
 		return job != nil
 	})
+	// A check measures the whole node: it asks for all its GPUs.
+	if q := job.Spec.Template.Spec.Containers[0].Resources.Limits[GPUResource]; q.Value() != 4 {
+		t.Errorf("the check job asks for %s of %s, want all 4", q.String(), GPUResource)
+	}
 	pod := createPod(t, api, job)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 		Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 node(s) were unschedulable."}}}

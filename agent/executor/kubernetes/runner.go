@@ -45,8 +45,11 @@ type Runner struct {
 	Cluster string
 	// Node is the node every attempt is pinned to.
 	Node string
-	// GPUs is what the pod asks for: the node's, as the broker places a
-	// whole node.
+	// GPUs is the node's: what a run's pod asks for when the attempt
+	// names no count (Attempt.GPUs, the spec's resources.count). The
+	// broker places a whole node, but the pod gets the GPUs the spec
+	// asked for, no more: the job sees (and the device plugin hands it)
+	// only those.
 	GPUs int
 	// TimeLimit is the Job's activeDeadlineSeconds, rounded up to whole
 	// seconds, when the attempt has no limit of its own (the run's,
@@ -158,7 +161,11 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if tmp := envValue(a.Env, "TMPDIR"); tmp != "" && !strings.HasPrefix(tmp, a.Dir+"/") {
 		dirs = append(dirs, tmp)
 	}
-	spec, err := c.podSpec(r.Node, r.GPUs, a.Grace, dirs, append([]string{"/bin/sh", "-c", wrapper, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), podEnv(a.Env))
+	gpus := r.GPUs
+	if a.GPUs > 0 {
+		gpus = a.GPUs
+	}
+	spec, err := c.podSpec(r.Node, gpus, a.Grace, dirs, append([]string{"/bin/sh", "-c", wrapper, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), podEnv(a.Env))
 	if err != nil {
 		return fmt.Errorf("the run's work dir must be in the shared dir: %w", err)
 	}

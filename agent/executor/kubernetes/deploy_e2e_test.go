@@ -1,0 +1,255 @@
+//go:build e2e
+
+package kubernetes_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/k8stest"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// localSharedDir is the shared dir of deploy/kubernetes-local: a hostPath
+// the agent's pod and the runs' pods see at the same path.
+const localSharedDir = "/var/tmp/gpupass-k8s-shared"
+
+// agentUID is the user the agent's Deployment runs as (deploy/kubernetes/agent.yaml).
+const agentUID = 65532
+
+// TestE2EKubernetesAgentDeployment deploys the agent the way a user
+// would, `kubectl apply -k` of deploy/kubernetes-local (the base's
+// ServiceAccount, least-privilege RBAC and Deployment, for the local
+// cluster), in an overlay that pins the image by digest, and shows that
+// the agent runs inside the cluster: its pod starts, talks to the
+// apiserver with in-cluster config (its service account's token and the
+// cluster's CA, published by the controller-manager as kube-root-ca.crt;
+// no kubeconfig is in the pod), enrolls with the broker (on the host's
+// loopback), its GPU node appears in dry-run, and a train runs through it
+// as a Job that asks for the spec's one GPU, to succeeded.
+//
+// The agent's image is the run image: it holds the agent binary (the
+// conformance Job runs it) and is already in the cluster for the runs.
+func TestE2EKubernetesAgentDeployment(t *testing.T) {
+	c := k8stest.Require(t)
+	py := upstack.RequireTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
+	cfg := stack.Config(t)
+	image := c.RunImage(t, filepath.Join(stack.Bin, "gpupass-agent"))
+	ns := c.Namespace(t)
+	cluster := "deploy-" + strings.TrimPrefix(ns, "gpupass-test-")
+
+	// The agent's token, in the Secret the Deployment mounts (made
+	// outside kustomize, so its nameSuffix leaves the name), from a
+	// file: never in argv.
+	var tok struct{ Agent string }
+	b, err := os.ReadFile(filepath.Join(stack.State, "tokens.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &tok)
+	}
+	if err != nil || tok.Agent == "" {
+		t.Fatalf("reading the stack's agent token: %v", err)
+	}
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte(tok.Agent), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Kubectl(t, "-n", ns, "create", "secret", "generic", "gpupass-agent-token", "--from-file=token="+tokFile)
+
+	// The shared hostPath, writable by the agent's user; this test's
+	// files are under gpupass/CLUSTER there.
+	if err := os.MkdirAll(localSharedDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(localSharedDir, agentUID, agentUID); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(localSharedDir, "gpupass", cluster)) })
+
+	server, err := url.Parse(strings.TrimSpace(c.Kubectl(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")))
+	if err != nil || server.Port() == "" {
+		t.Fatalf("the cluster's apiserver URL: %v (%v)", server, err)
+	}
+	repo, digest, _ := strings.Cut(image, "@")
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, filepath.Join(testutil.RepoRoot(t), "deploy", "kubernetes-local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a user's overlay sets: namespace, image by digest, broker,
+	// cluster name and region; here also the simulated node's test
+	// settings. The run image has no entrypoint of the agent's and
+	// root's HOME (read-only here).
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: %[1]s
+nameSuffix: -%[1]s
+resources:
+  - %[2]s
+images:
+  - {name: ghcr.io/gpupass/gpupass-agent, newName: %[3]s, digest: %[4]s}
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: gpupass-agent}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: agent
+                command: [%[5]s]
+                env:
+                  - {name: KUBERNETES_SERVICE_PORT, value: %[6]q}
+                  - {name: GPUPASS_BROKER_URL, value: %[7]q}
+                  - {name: GPUPASS_KUBE_IMAGE, value: %[8]q}
+                  - {name: GPUPASS_KUBE_CLUSTER, value: %[9]q}
+                  - {name: GPUPASS_REGION, value: k8s-in}
+                  - {name: GPUPASS_ZONE, value: k8s-in-a}
+                  - {name: GPUPASS_PYTHON, value: %[10]q}
+                  - {name: GPUPASS_READ_PROBE_MB, value: "8"}
+                  - {name: GPUPASS_PRICE_PER_HOUR, value: "2.5"}
+                  - {name: GPUPASS_STORAGE_CLASS, value: standard}
+                  - {name: GPUPASS_BANDWIDTH_GBPS, value: "25"}
+                  - {name: GPUPASS_KUBE_REFRESH, value: 1s}
+                  - {name: GPUPASS_SUITE_INTERVAL, value: 2s}
+                  - {name: HOME, value: /tmp}
+`, ns, rel, repo, digest, k8stest.AgentPath, server.Port(), cfg.BrokerURL, image, cluster, py)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Kubectl(t, "apply", "-k", dir)
+	t.Cleanup(func() {
+		// The agent first (it would make Jobs again), then its Jobs, so
+		// that no pod of this test holds the node's GPUs for the next.
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer dcancel()
+		_ = c.KubectlCmd(dctx, "delete", "-k", dir, "--ignore-not-found", "--wait=true").Run()
+		_ = c.KubectlCmd(dctx, "-n", ns, "delete", "jobs", "--all", "--cascade=foreground", "--wait=true").Run()
+	})
+	deploy := "deployment/gpupass-agent-" + ns
+	diagnose := func() string {
+		describe, _ := c.KubectlCmd(context.Background(), "-n", ns, "describe", "pods").CombinedOutput()
+		logs, _ := c.KubectlCmd(context.Background(), "-n", ns, "logs", deploy, "--tail", "80").CombinedOutput()
+		return fmt.Sprintf("pods:\n%s\nagent log:\n%s", upstack.Tail(string(describe), 4000), logs)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Log(diagnose())
+		}
+	}()
+
+	t.Run("the agent's pod runs with in-cluster config", func(t *testing.T) {
+		wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer wcancel()
+		if out, err := c.KubectlCmd(wctx, "-n", ns, "wait", "--for=condition=Available", "--timeout=3m", deploy).CombinedOutput(); err != nil {
+			t.Fatalf("%s not available: %v\n%s", deploy, err, out)
+		}
+		var pod struct {
+			Spec struct {
+				ServiceAccountName string
+				HostNetwork        bool
+				Containers         []struct {
+					Image string
+					Env   []struct{ Name string }
+				}
+				Volumes []struct {
+					Name      string
+					Projected *struct {
+						Sources []json.RawMessage
+					}
+				}
+			}
+		}
+		name := strings.TrimSpace(c.Kubectl(t, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/name=gpupass-agent", "-o", "jsonpath={.items[0].metadata.name}"))
+		if err := json.Unmarshal([]byte(c.Kubectl(t, "-n", ns, "get", "pod", name, "-o", "json")), &pod); err != nil {
+			t.Fatal(err)
+		}
+		if want := "gpupass-agent-" + ns; pod.Spec.ServiceAccountName != want {
+			t.Errorf("the agent's pod runs as service account %q, want %q", pod.Spec.ServiceAccountName, want)
+		}
+		if got := pod.Spec.Containers[0].Image; got != image {
+			t.Errorf("the agent's image is %q, want %q (pinned by digest)", got, image)
+		}
+		for _, e := range pod.Spec.Containers[0].Env {
+			if e.Name == "KUBECONFIG" {
+				t.Errorf("the agent's pod has KUBECONFIG set: it must use its service account")
+			}
+		}
+		// The service account's token volume (the admission plugin adds
+		// it): the token, and the CA the controller-manager publishes.
+		token := false
+		for _, v := range pod.Spec.Volumes {
+			if v.Projected != nil && strings.HasPrefix(v.Name, "kube-api-access-") {
+				for _, src := range v.Projected.Sources {
+					token = token || strings.Contains(string(src), `"serviceAccountToken"`)
+				}
+			}
+		}
+		if !token {
+			t.Errorf("the agent's pod has no service account token volume (kube-api-access-*)")
+		}
+		if ca := c.Kubectl(t, "-n", ns, "get", "configmap", "kube-root-ca.crt", "-o", "jsonpath={.data.ca\\.crt}"); !strings.Contains(ca, "BEGIN CERTIFICATE") {
+			t.Errorf("no cluster CA in configmap kube-root-ca.crt (controller-manager --root-ca-file): %q", ca)
+		}
+		var log string
+		upstack.WaitFor(t, wctx, "the agent's log to say how it reaches the apiserver", func() bool {
+			log = c.Kubectl(t, "-n", ns, "logs", deploy)
+			return strings.Contains(log, "kubernetes api:")
+		})
+		want := regexp.MustCompile(`kubernetes api: in-cluster config" server=https://127\.0\.0\.1:` + server.Port() + ` token_file=/var/run/secrets/kubernetes.io/serviceaccount/token`)
+		if !want.MatchString(log) {
+			t.Errorf("the agent does not use in-cluster config with its service account token; log:\n%s", upstack.Tail(log, 3000))
+		}
+	})
+
+	gp := func(args ...string) (string, error) {
+		out, err := stack.Command(ctx, args...).CombinedOutput()
+		return string(out), err
+	}
+	t.Run("its GPU node is in dry-run", func(t *testing.T) {
+		var out string
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer wcancel()
+		defer func() {
+			if t.Failed() {
+				t.Logf("last dry-run:\n%s", out)
+			}
+		}()
+		listed := regexp.MustCompile(`kubernetes:` + cluster + ` +k8s-in +a100-80gb x4 .*online, simulated`)
+		upstack.WaitFor(t, wctx, "the in-cluster agent's node in dry-run", func() bool {
+			out, _ = gp("validate", "--spec", "examples/train/gpupass.yaml", "--dry-run", "--region", "k8s-in")
+			return listed.MatchString(out)
+		})
+	})
+
+	t.Run("train runs through it as a Job asking for the spec's GPUs", func(t *testing.T) {
+		out, err := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-in", "--workdir", "examples/train",
+			"--name", "k8s-deploy", "--follow", "--", py, "train.py", "--steps", "5")
+		if err != nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(out, 4000))
+		}
+		for _, want := range []string{"kubernetes job gpupass-alloc-", "step 5 loss", "succeeded"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("train --follow output lacks %q:\n%s", want, upstack.Tail(out, 4000))
+			}
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(out)
+		got := c.Kubectl(t, "-n", ns, "get", "jobs", "-l", "gpupass.dev/alloc="+id,
+			"-o", `jsonpath={.items[*].spec.template.spec.containers[0].resources.requests.nvidia\.com/gpu}`)
+		if got != "1" {
+			t.Errorf("the run's Job asks for %q %s, want 1 (the spec's resources.count)", got, k8stest.GPUResource)
+		}
+	})
+}
