@@ -30,6 +30,11 @@ const (
 // FieldBehavior is the field of ParseBehavior's error (*fielderr.Error).
 const FieldBehavior = "comment behavior"
 
+// FieldGitHubToken is the field of github.New's error for a missing
+// token. It is named here, beside the other forge fields, so that the
+// command layer can rename it without linking the GitHub client.
+const FieldGitHubToken = "GitHub token (GITHUB_TOKEN)"
+
 // ParseBehavior validates a comment behavior.
 func ParseBehavior(s string) (Behavior, error) {
 	switch b := Behavior(s); b {
