@@ -92,14 +92,15 @@ func (e *Env) Mask(value string) {
 	}
 }
 
-var outputName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+// The patterns are compiled on first use, not at every gpupass start.
+var outputName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]*$`) })
 
 // SetOutput hands a value to later steps or jobs: the step output name on
 // GitHub (GITHUB_OUTPUT), and GPUPASS_<NAME> in the dotenv file on GitLab,
 // which the job declares under artifacts:reports:dotenv. Unset files are
 // skipped: a workflow run locally has none.
 func (e *Env) SetOutput(name, value string) error {
-	if !outputName.MatchString(name) {
+	if !outputName().MatchString(name) {
 		return fmt.Errorf("output name %q: want lowercase kebab-case", name)
 	}
 	switch e.kind {
@@ -191,10 +192,10 @@ func (e *Env) Error(title, msg string) bool {
 	return true
 }
 
-var nonSection = regexp.MustCompile(`[^a-z0-9_.-]+`)
+var nonSection = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9_.-]+`) })
 
 func sectionName(title string) string {
-	s := strings.Trim(nonSection.ReplaceAllString(strings.ToLower(title), "_"), "_")
+	s := strings.Trim(nonSection().ReplaceAllString(strings.ToLower(title), "_"), "_")
 	if s == "" {
 		s = "gpupass"
 	}
