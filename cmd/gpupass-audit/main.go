@@ -1,8 +1,10 @@
-// Command gpupass-audit is gpupass with the audit commands linked in
-// (`audit`, `audit verify`, `audit keygen` and the audit CI steps). They
-// sign and verify with sigstore, whose packages cost every process that
-// links them about 10 ms at start-up, so gpupass itself does not link
-// them and runs this program for those commands. Ship both together.
+// Command gpupass-audit is gpupass with every command linked in: the
+// audit commands (`audit`, `audit verify`, `audit keygen`, the audit CI
+// steps: sigstore), the bundle commands (`bundle`, the bundle CI steps:
+// go-containerregistry) and posting compare reports (go-github, GitLab's
+// client). Those libraries' package initialisation costs every process
+// that links them start-up time, so gpupass itself does not link them and
+// runs this program for those commands. Ship both together.
 package main
 
 import (
@@ -11,13 +13,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
+	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := gpupass.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, gpupass.WithAudit(auditcmd.Plugin{}))
+	code := gpupass.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr,
+		gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{}))
 	stop()
 	os.Exit(code)
 }

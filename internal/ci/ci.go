@@ -19,8 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/ci/ghactions"
 	"github.com/gpupass/gpupass/internal/fsutil"
-	"github.com/sethvargo/go-githubactions"
 )
 
 // Kind is the CI system a step runs in.
@@ -71,10 +71,6 @@ func Detect(getenv func(string) string, log io.Writer) *Env {
 // Kind reports the CI system.
 func (e *Env) Kind() Kind { return e.kind }
 
-func (e *Env) action() *githubactions.Action {
-	return githubactions.New(githubactions.WithWriter(e.log), githubactions.WithGetenv(e.getenv))
-}
-
 // Mask tells GitHub to hide value in the job log. Each line is masked on
 // its own, as the runner matches line by line. GitLab cannot mask at run
 // time; there the caller's only duty is not to print the value.
@@ -89,29 +85,34 @@ func (e *Env) Mask(value string) {
 			continue
 		}
 		e.masked[line] = true
-		// go-githubactions escapes the data, which the runner unescapes:
+		// The command escapes the data, which the runner unescapes:
 		// written raw, a secret holding "%0A" or "%25" would be masked as
 		// another string, and leak.
-		e.action().AddMask(line)
+		_ = ghactions.Command(e.log, "add-mask", nil, line)
 	}
 }
 
-var outputName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+// The patterns are compiled on first use, not at every gpupass start.
+var outputName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]*$`) })
 
 // SetOutput hands a value to later steps or jobs: the step output name on
 // GitHub (GITHUB_OUTPUT), and GPUPASS_<NAME> in the dotenv file on GitLab,
 // which the job declares under artifacts:reports:dotenv. Unset files are
 // skipped: a workflow run locally has none.
 func (e *Env) SetOutput(name, value string) error {
-	if !outputName.MatchString(name) {
+	if !outputName().MatchString(name) {
 		return fmt.Errorf("output name %q: want lowercase kebab-case", name)
 	}
 	switch e.kind {
 	case GitHub:
-		if e.getenv("GITHUB_OUTPUT") == "" {
+		path := e.getenv("GITHUB_OUTPUT")
+		if path == "" {
 			return nil
 		}
-		return protect(func() { e.action().SetOutput(name, value) })
+		if err := ghactions.SetOutput(path, name, value); err != nil {
+			return fmt.Errorf("writing output %s to GITHUB_OUTPUT: %w", name, err)
+		}
+		return nil
 	case GitLab:
 		if strings.ContainsAny(value, "\r\n") {
 			return fmt.Errorf("output %s: GitLab dotenv values are one line", name)
@@ -155,10 +156,14 @@ func setDotenv(path, key, value string) error {
 // Summary appends markdown to the GitHub job summary when the runner gives
 // one (GITHUB_STEP_SUMMARY); elsewhere it does nothing.
 func (e *Env) Summary(md string) error {
-	if e.kind != GitHub || e.getenv("GITHUB_STEP_SUMMARY") == "" {
+	path := e.getenv("GITHUB_STEP_SUMMARY")
+	if e.kind != GitHub || path == "" {
 		return nil
 	}
-	return protect(func() { e.action().AddStepSummary(md) })
+	if err := ghactions.AppendFile(path, md+"\n"); err != nil {
+		return fmt.Errorf("writing GITHUB_STEP_SUMMARY: %w", err)
+	}
+	return nil
 }
 
 // Group opens a collapsible log group and returns the function that closes
@@ -183,14 +188,14 @@ func (e *Env) Error(title, msg string) bool {
 	if e.kind != GitHub {
 		return false
 	}
-	_ = protect(func() { e.action().WithFieldsMap(map[string]string{"title": title}).Errorf("%s", msg) })
+	_ = ghactions.Command(e.log, "error", map[string]string{"title": title}, msg)
 	return true
 }
 
-var nonSection = regexp.MustCompile(`[^a-z0-9_.-]+`)
+var nonSection = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9_.-]+`) })
 
 func sectionName(title string) string {
-	s := strings.Trim(nonSection.ReplaceAllString(strings.ToLower(title), "_"), "_")
+	s := strings.Trim(nonSection().ReplaceAllString(strings.ToLower(title), "_"), "_")
 	if s == "" {
 		s = "gpupass"
 	}
@@ -198,15 +203,3 @@ func sectionName(title string) string {
 }
 
 func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
-
-// protect turns go-githubactions' panics (it panics when it cannot write
-// an environment file) into errors.
-func protect(f func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("writing a GitHub Actions file: %v", r)
-		}
-	}()
-	f()
-	return nil
-}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -42,6 +43,8 @@ func TestMask(t *testing.T) {
 	}
 }
 
+var delim = regexp.MustCompile(`ghadelimiter_[0-9a-f]{32}`)
+
 func TestSetOutput(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -53,7 +56,8 @@ func TestSetOutput(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "github output file", kind: "github", setFile: true, outputs: [][2]string{{"fingerprint", "sha256:ab"}, {"allocation-ids", `["a","b"]`}},
-			wantFile: "fingerprint<<_GitHubActionsFileCommandDelimeter_\nsha256:ab\n_GitHubActionsFileCommandDelimeter_\nallocation-ids<<_GitHubActionsFileCommandDelimeter_\n[\"a\",\"b\"]\n_GitHubActionsFileCommandDelimeter_\n"},
+			// DELIM: each heredoc's random delimiter (ghactions).
+			wantFile: "fingerprint<<DELIM\nsha256:ab\nDELIM\nallocation-ids<<DELIM\n[\"a\",\"b\"]\nDELIM\n"},
 		{name: "github without GITHUB_OUTPUT is skipped", kind: "github", outputs: [][2]string{{"verdict", "consistent"}}},
 		{name: "gitlab dotenv replaces a key", kind: "gitlab", setFile: true, outputs: [][2]string{{"verdict", "diverged"}, {"report-path", "r.md"}, {"verdict", "consistent"}},
 			wantFile: "GPUPASS_REPORT_PATH=r.md\nGPUPASS_VERDICT=consistent\n"},
@@ -93,7 +97,7 @@ func TestSetOutput(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, _ := os.ReadFile(file)
-			if diff := cmp.Diff(tt.wantFile, string(got)); diff != "" {
+			if diff := cmp.Diff(tt.wantFile, delim.ReplaceAllString(string(got), "DELIM")); diff != "" {
 				t.Errorf("file (-want +got):\n%s", diff)
 			}
 		})

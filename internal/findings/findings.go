@@ -15,7 +15,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sethvargo/go-githubactions"
+	"github.com/gpupass/gpupass/internal/ci/ghactions"
 
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -152,42 +152,39 @@ func JSON(w io.Writer, results []*spec.Result) error {
 }
 
 // GitHub writes workflow commands that GitHub turns into annotations on
-// the spec's lines, through go-githubactions (which escapes them), and
-// sets the step output `fingerprint` when GITHUB_OUTPUT is set.
-func GitHub(w io.Writer, results []*spec.Result, getenv func(string) string) (err error) {
+// the spec's lines (escaped by ghactions), and sets the step output
+// `fingerprint` when GITHUB_OUTPUT is set.
+func GitHub(w io.Writer, results []*spec.Result, getenv func(string) string) error {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	a := githubactions.New(githubactions.WithWriter(w), githubactions.WithGetenv(getenv))
-	// go-githubactions panics when it cannot write; turn that into an error.
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("writing GitHub annotations: %v", r)
-		}
-	}()
 	for _, r := range results {
 		for _, f := range r.Findings {
-			aa := a.WithFieldsMap(map[string]string{
+			props := map[string]string{
 				"file":  workspacePath(f.File, getenv("GITHUB_WORKSPACE")),
 				"line":  fmt.Sprint(f.Line),
 				"col":   fmt.Sprint(f.Column),
 				"title": "gpupass " + f.Rule,
-			})
+			}
 			msg := f.Message
 			if f.Fix != "" {
 				msg += " (fix: " + f.Fix + ")"
 			}
+			level := "notice"
 			switch f.Severity {
 			case spec.SevError:
-				aa.Errorf("%s", msg)
+				level = "error"
 			case spec.SevWarning:
-				aa.Warningf("%s", msg)
-			default:
-				aa.Noticef("%s", msg)
+				level = "warning"
+			}
+			if err := ghactions.Command(w, level, props, msg); err != nil {
+				return fmt.Errorf("writing GitHub annotations: %w", err)
 			}
 		}
-		if r.Fingerprint != "" && len(results) == 1 && getenv("GITHUB_OUTPUT") != "" {
-			a.SetOutput("fingerprint", r.Fingerprint)
+		if path := getenv("GITHUB_OUTPUT"); r.Fingerprint != "" && len(results) == 1 && path != "" {
+			if err := ghactions.SetOutput(path, "fingerprint", r.Fingerprint); err != nil {
+				return fmt.Errorf("writing output fingerprint to GITHUB_OUTPUT: %w", err)
+			}
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +30,11 @@ const (
 
 // FieldBehavior is the field of ParseBehavior's error (*fielderr.Error).
 const FieldBehavior = "comment behavior"
+
+// FieldGitHubToken is the field of github.New's error for a missing
+// token. It is named here, beside the other forge fields, so that the
+// command layer can rename it without linking the GitHub client.
+const FieldGitHubToken = "GitHub token (GITHUB_TOKEN)"
 
 // ParseBehavior validates a comment behavior.
 func ParseBehavior(s string) (Behavior, error) {
@@ -54,7 +60,11 @@ type Meta struct {
 
 // markerRE matches a marker at the very start of a body, where Compose
 // puts it: a marker quoted or pasted further down is not a report.
-var markerRE = regexp.MustCompile(`^<!-- gpupass:report tag="([^"]*)" run=(\d+) commit_time=(\S*) sha=(\S*) -->`)
+// Compiled on first use: gpupass links this package for compare's types,
+// and most of its processes never read a comment.
+var markerRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^<!-- gpupass:report tag="([^"]*)" run=(\d+) commit_time=(\S*) sha=(\S*) -->`)
+})
 
 // Marker is the hidden first line of a sticky comment.
 func (m Meta) Marker() string {
@@ -75,7 +85,7 @@ func sanitizeTag(t string) string {
 
 // ParseMarker reads the gpupass marker that starts a comment body.
 func ParseMarker(body string) (Meta, bool) {
-	m := markerRE.FindStringSubmatch(body)
+	m := markerRE().FindStringSubmatch(body)
 	if m == nil {
 		return Meta{}, false
 	}
@@ -181,7 +191,7 @@ func commitNote(t time.Time) string {
 }
 
 func stripMarker(body string) string {
-	return strings.TrimSpace(markerRE.ReplaceAllString(body, ""))
+	return strings.TrimSpace(markerRE().ReplaceAllString(body, ""))
 }
 
 // MaxChars is the GitHub comment limit (65,536 characters); bodies are

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -42,11 +43,14 @@ const (
 	tfrecordHeaderBytes = 12
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// castagnoli is made on first use: building the table costs every
+// process that links this package start-up time, and most never read an
+// event file.
+var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // MaskedCRC is TFRecord's masked CRC32C of b.
 func MaskedCRC(b []byte) uint32 {
-	c := crc32.Checksum(b, castagnoli)
+	c := crc32.Checksum(b, castagnoli())
 	return ((c >> 15) | (c << 17)) + 0xa282ead8
 }
 

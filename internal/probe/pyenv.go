@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/gpupass/gpupass/internal/spec"
-	"github.com/gpupass/gpupass/internal/wheel"
+	"github.com/gpupass/gpupass/internal/wheel/coremeta"
 )
 
 // Starting Python as the node agent (root) over files a job or a wheel
@@ -159,7 +159,7 @@ func InstalledVersions(paths, names []string) map[string]string {
 			if err != nil {
 				continue
 			}
-			mname, v := wheel.ParseMetadata(b)
+			mname, v := coremeta.NameVersion(b)
 			if v == "" || (mname != "" && spec.NormalizeName(mname) != n) {
 				continue
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/klauspost/compress/flate"
 
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/wheel/coremeta"
 )
 
 // Scheme is where a wheel's files go (the install scheme of the target
@@ -127,7 +128,7 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wheel %s: %w", f.File, err)
 	}
-	hdr := parseHeaders(meta)
+	hdr := coremeta.Headers(meta)
 	if v := hdr["Wheel-Version"]; !strings.HasPrefix(v, "1.") {
 		return nil, fmt.Errorf("wheel %s: %s/WHEEL has Wheel-Version %q; only 1.x installs", f.File, distInfo, v)
 	}
@@ -139,7 +140,7 @@ func (in *Installer) Install(p string, f Filename) (*Installed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wheel %s: %w", f.File, err)
 	}
-	mh := parseHeaders(md)
+	mh := coremeta.Headers(md)
 	out := &Installed{Name: mh["Name"], Version: mh["Version"], DistInfo: filepath.Join(root, filepath.FromSlash(distInfo))}
 	same, err := spec.PinMatches(f.Version, out.Version)
 	if err != nil {
@@ -406,40 +407,6 @@ func readEntry(files map[string]*zip.File, name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s larger than 16 MiB", name)
 	}
 	return readFile(zf)
-}
-
-// parseHeaders reads the RFC 822 style header block of WHEEL or METADATA
-// (the first value of each field; the body after the blank line is not
-// read).
-func parseHeaders(b []byte) map[string]string {
-	out := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
-		if line == "" {
-			break
-		}
-		if line[0] == ' ' || line[0] == '\t' {
-			continue
-		}
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		k = strings.TrimSpace(k)
-		if _, seen := out[k]; !seen {
-			out[k] = strings.TrimSpace(v)
-		}
-	}
-	return out
-}
-
-// ParseMetadata returns the Name and Version fields of a METADATA or
-// PKG-INFO file.
-func ParseMetadata(b []byte) (name, version string) {
-	h := parseHeaders(b)
-	return h["Name"], h["Version"]
 }
 
 type entryScript struct{ name, module, attr string }

@@ -1,7 +1,8 @@
 // Package compare is the compare use case: read the metric series of
 // several runs (files, or allocation ids through a Source), build the
 // report against a tolerance, write the requested files, and post the
-// report to the forge of the CI it runs in. It returns a typed Result;
+// report to the forge of the CI it runs in (through a Poster: the forge
+// clients live in compare/forgepost). It returns a typed Result;
 // rendering it (markdown or JSON) is Render's job, choosing the exit code
 // the caller's (Result.Divergence). No cobra, no flag names: bad options
 // are *fielderr.Error naming the Options field.
@@ -74,6 +75,36 @@ func ParsePostMode(s string) (PostMode, error) {
 	return "", fielderr.New("Post", s, "must be auto, github, gitlab or none")
 }
 
+// Destination is where a report with post mode m goes: github, gitlab or
+// none. Auto is the forge of the CI that getenv describes.
+func Destination(m PostMode, getenv func(string) string) PostMode {
+	switch m {
+	case PostGitHub, PostGitLab:
+		return m
+	case PostAuto:
+		switch {
+		case getenv("GITHUB_ACTIONS") == "true":
+			return PostGitHub
+		case getenv("GITLAB_CI") == "true":
+			return PostGitLab
+		}
+	}
+	return PostNone
+}
+
+// Poster posts a report's markdown md to forge `to` (github or gitlab)
+// as the sticky comment of o.Tag, and says what it did; nil, nil when
+// there is nothing to post to (o.Post auto and no pull or merge
+// request). o's Getenv and Logger are set. The forge clients cost every
+// process that links them start-up time, so they are not linked here:
+// forgepost.Poster is the implementation.
+type Poster interface {
+	Post(ctx context.Context, to PostMode, o Options, md string) (*forge.Result, error)
+}
+
+// ErrNoPoster: the options say to post, and no Poster was given.
+var ErrNoPoster = errors.New("the report is to be posted to a forge and no Poster was given")
+
 // Options say what to compare and where the report goes.
 type Options struct {
 	// Runs are compared in this order; a Ref given twice is one run.
@@ -97,6 +128,9 @@ type Options struct {
 
 	// Getenv reads the CI's variables (event, tokens, step summary).
 	Getenv func(string) string
+	// Poster posts the report when Post resolves to a forge
+	// (Destination); nil is an error then (ErrNoPoster).
+	Poster Poster
 	// Source resolves allocation ids; nil means files only.
 	Source     Source
 	HTTPClient *http.Client
@@ -133,6 +167,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if o.Behavior == "" {
 		o.Behavior = forge.Update
+	}
+	// Checked before any work: a report built only to fail would leave
+	// files behind that a forwarded run writes again.
+	to := Destination(o.Post, getenv)
+	if to != PostNone && o.Poster == nil {
+		return nil, ErrNoPoster
 	}
 	ins, err := resolveInputs(o.Runs, o.Prices)
 	if err != nil {
@@ -177,7 +217,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	res := &Result{Report: rep, Markdown: md.Bytes()}
-	posted, err := post(ctx, o, getenv, md.String(), log)
+	if to == PostNone {
+		return res, nil
+	}
+	o.Getenv, o.Logger = getenv, log
+	posted, err := o.Poster.Post(ctx, to, o, md.String())
 	if err != nil {
 		return res, err
 	}

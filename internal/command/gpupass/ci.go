@@ -15,15 +15,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/buildinfo"
-	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/findings"
-	"github.com/gpupass/gpupass/internal/registryflags"
 	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -159,12 +156,28 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error)
 	if !slices.Contains(CISteps, o.Command) {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input command %q: unknown step; use one of %s", o.Command, strings.Join(CISteps, ", "))}
 	}
-	if o.Command == "audit" || o.Command == "audit-verify" {
-		audit := o.Global.Audit
-		if audit == nil {
-			audit = auditForwarder{cfg: newRootConfig(os.Args[1:], os.Stdin, out, o.ErrOut, nil)}
+	// The steps of the command sets this binary may not link run in
+	// gpupass-audit when it does not (plugin.go), before any group opens:
+	// that process opens its own.
+	var plugin Plugin
+	switch o.Command {
+	case "audit", "audit-verify":
+		plugin = o.Global.Audit
+		if plugin == nil {
+			plugin = o.Global.forward(auditCommands, out, o.ErrOut)
 		}
-		return audit.CIStep(ctx, o, env, out)
+	case "bundle-push", "bundle-pull":
+		plugin = o.Global.Bundle
+		if plugin == nil {
+			plugin = o.Global.forward(bundleCommands, out, o.ErrOut)
+		}
+	case "compare-report":
+		if o.Global.Poster == nil && compare.Destination(ciComparePost, o.Getenv) != compare.PostNone {
+			return o.Global.forward(comparePosting, out, o.ErrOut).run(ctx)
+		}
+	}
+	if plugin != nil {
+		return plugin.CIStep(ctx, o, env, out)
 	}
 	end := env.Group("gpupass " + o.Command)
 	defer end()
@@ -175,10 +188,6 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error)
 		return o.train(ctx, env, out)
 	case "compare-report":
 		return o.compare(ctx, env, out)
-	case "bundle-push":
-		return o.bundlePush(ctx, env, out)
-	case "bundle-pull":
-		return o.bundlePull(ctx, out)
 	}
 	return nil // unreachable: the command was checked against CISteps
 }
@@ -291,6 +300,9 @@ func compareInputs(runs string) (labels, inputs []string, err error) {
 	return labels, inputs, nil
 }
 
+// ciComparePost: the compare-report step posts to the forge it runs in.
+const ciComparePost = compare.PostAuto
+
 func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer) error {
 	if err := o.Require("runs", o.Runs); err != nil {
 		return err
@@ -311,7 +323,7 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 	c := &CompareOptions{
 		Labels: labels, Inputs: inputs,
 		Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence,
-		Tag: o.Tag, CommentBehavior: o.CommentBehavior, Post: "auto",
+		Tag: o.Tag, CommentBehavior: o.CommentBehavior, Post: string(ciComparePost), Poster: o.Global.Poster,
 		Markdown: md, JSON: js,
 		JUnit:       filepath.Join(o.ReportDir, "junit.xml"),
 		SVG:         filepath.Join(o.ReportDir, "chart.svg"),
@@ -366,69 +378,6 @@ func (o *CIStepOptions) gitlabAnnotations(md, verdict string) error {
 	doc := map[string][]map[string]map[string]string{"gpupass": {{"external_link": link}}}
 	return writeFile(filepath.Join(o.ReportDir, "annotations.json"), func(w io.Writer) error { return writeJSON(w, doc) })
 }
-
-// registry is what the bundle commands' registry flags would hold: the
-// plain-http input, the default parallelism and timeout, and credentials
-// from GPUPASS_REGISTRY_USERNAME/PASSWORD (or *_FILE) or the docker config.
-func (o *CIStepOptions) registry() (RegistryFlags, error) {
-	r := RegistryFlags{Flags: registryflags.Flags{PlainHTTP: o.PlainHTTP, Timeout: bundle.DefaultTimeout, Username: o.Getenv(EnvName("registry-username"))}, Jobs: 4}
-	r.Password = o.Getenv(EnvName("registry-password"))
-	if f := o.Getenv(EnvName("registry-password") + "_FILE"); r.Password == "" && f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return r, fmt.Errorf("reading %s_FILE: %w", EnvName("registry-password"), err)
-		}
-		r.Password = strings.TrimRight(string(b), "\r\n")
-	}
-	return r, nil
-}
-
-func (o *CIStepOptions) bundlePush(ctx context.Context, env *ci.Env, out io.Writer) error {
-	if err := o.Require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
-		return err
-	}
-	reg, err := o.registry()
-	if err != nil {
-		return err
-	}
-	p := &BundlePushOptions{
-		Global: &GlobalOptions{Output: "json"}, Registry: reg, Target: TargetFlags{Spec: o.Spec, Arch: defaultArch, GLIBC: defaultGLIBC},
-		Wheelhouse: o.Wheelhouse, Progress: o.ErrOut, Getenv: o.Getenv, Logger: o.Logger,
-	}
-	res, err := bundlePush(ctx, p, o.RegistryRef)
-	if err != nil {
-		return ciBundleInputs.Apply(err)
-	}
-	if err := writeJSON(out, res); err != nil {
-		return err
-	}
-	if err := env.SetOutput("bundle-digest", res.Digest); err != nil {
-		return err
-	}
-	return env.Summary(fmt.Sprintf("### gpupass bundle push\n\nPushed `%s`\n", res.Reference))
-}
-
-func (o *CIStepOptions) bundlePull(ctx context.Context, out io.Writer) error {
-	if err := o.Require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
-		return err
-	}
-	reg, err := o.registry()
-	if err != nil {
-		return err
-	}
-	ropts, err := reg.options()
-	if err != nil {
-		return err
-	}
-	res, err := appbundle.Pull(ctx, appbundle.PullOptions{Ref: o.RegistryRef, To: o.Wheelhouse, Registry: ropts, Progress: o.ErrOut, Logger: o.Logger})
-	if err != nil {
-		return ciBundleInputs.Apply(err)
-	}
-	return appbundle.RenderPull(out, res, false)
-}
-
-// ciBundleInputs maps the bundle use cases' option fields to the inputs.
-var ciBundleInputs = fielderr.Names{"Wheelhouse": "input wheelhouse", "To": "input wheelhouse", "Python": "input spec"}
 
 // KeyFile returns a path for the cosign-key input: the file it names, or
 // a private temporary file holding the PEM it carries.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 )
 
@@ -54,7 +55,9 @@ func TestCIStepCompareOnForkPR(t *testing.T) {
 	env["GITHUB_API_URL"] = gh.URL
 	o := gpupass.CIStepOptions{Command: "compare-report", Runs: "us=" + filepath.Join(dir, "us.jsonl") + " eu=" + filepath.Join(dir, "eu.jsonl"),
 		Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: filepath.Join(dir, "rep"),
-		GitHubToken: token, Getenv: func(k string) string { return env[k] }}
+		GitHubToken: token, Getenv: func(k string) string { return env[k] },
+		// Posting: the forge clients linked in, as gpupass-audit runs it.
+		Global: &gpupass.GlobalOptions{Output: "text", Poster: forgepost.Poster{}}}
 	var out, log bytes.Buffer
 	o.ErrOut = &log
 	err := gpupass.RunCIStep(context.Background(), &o, &out)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gpupass/gpupass/internal/registryflags"
 )
 
 // TestCIInputsMatchFlags holds the action and the GitLab templates to the
@@ -21,8 +23,9 @@ func TestCIInputsMatchFlags(t *testing.T) {
 	(&CIStepOptions{}).AddFlags(step)
 	known := map[string]bool{"GPUPASS_DOTENV": true, "GPUPASS_INSTALL_VERSION": true, "GPUPASS_ACTION_PATH": true, "GPUPASS_ACTION_REPOSITORY": true}
 	step.Flags().VisitAll(func(f *pflag.Flag) { known[EnvName(f.Name)] = true })
+	// The bundle steps read the registry flags' variables (bundlecmd).
 	bundle := &cobra.Command{Use: "push"}
-	(&RegistryFlags{}).AddFlags(bundle)
+	(&registryflags.Flags{}).AddFlags(bundle.Flags())
 	bundle.Flags().VisitAll(func(f *pflag.Flag) { known[EnvName(f.Name)] = true })
 
 	root := filepath.Join("..", "..", "..")

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
 )
 
 // writeMetrics writes a gpupass JSONL loss series whose loss is offset
@@ -58,7 +60,6 @@ func TestRunCIStep(t *testing.T) {
 		{name: "no command", kind: "github", opts: CIStepOptions{GitHubToken: secret}, wantCode: ExitUsage},
 		{name: "unknown command", kind: "github", opts: CIStepOptions{Command: "deploy"}, wantCode: ExitUsage},
 		{name: "train without its inputs", kind: "github", opts: CIStepOptions{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
-		{name: "bundle-push names every missing input", kind: "github", opts: CIStepOptions{Command: "bundle-push"}, wantCode: ExitUsage},
 		{name: "audit-verify rejects a mangled key without echoing it", kind: "github", opts: CIStepOptions{Command: "audit-verify", CosignKey: secret}, wantCode: ExitUsage},
 		{name: "compare-report consistent", kind: "github",
 			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl eu=eu.jsonl", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep", GitHubToken: secret},
@@ -92,6 +93,9 @@ func TestRunCIStep(t *testing.T) {
 			o.Getenv = func(k string) string { return env[k] }
 			var out, log bytes.Buffer
 			o.ErrOut = &log
+			// compare-report posts in CI: with the forge clients linked
+			// in, as gpupass-audit runs it.
+			o.Global = &GlobalOptions{Output: "text", Poster: forgepost.Poster{}}
 			// Paths are relative to the job's directory, as in CI.
 			o.Spec = filepath.Join(dir, "gpupass.yaml")
 			o.Runs = prefixRuns(o.Runs, dir)
@@ -204,20 +208,8 @@ func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 // step has no way to set, and the CLI user with the flag.
 func TestCIStepErrorsNameInputsNotFlags(t *testing.T) {
 	t.Parallel()
+	// The bundle steps' case is bundlecmd's TestBundleStepErrorsNameInputs.
 	dir := t.TempDir()
-	// A wheelhouse that does not cover the spec: the coverage check fails
-	// before any registry is contacted.
-	house := filepath.Join(dir, "wheels")
-	if err := os.MkdirAll(house, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(house, "alpha-1.0-py3-none-any.whl"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	spec := filepath.Join(dir, "gpupass.yaml")
-	if err := os.WriteFile(spec, []byte("name: x\nruntime:\n  python: \"3.11\"\n  packages: [\"beta==1.0\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	missing := filepath.Join(dir, "nonexistent.yaml")
 	tests := []struct {
 		name     string
@@ -228,9 +220,6 @@ func TestCIStepErrorsNameInputsNotFlags(t *testing.T) {
 		wantCLI  string // in the CLI's stderr
 		flag     string // must not be in the ci step's error
 	}{
-		{"bundle push, incomplete", CIStepOptions{Command: "bundle-push", RegistryRef: "127.0.0.1:1/x:1", Wheelhouse: house, Spec: spec},
-			[]string{"bundle", "push", "--plain-http", "--no-cache", "-w", house, "--spec", spec, "127.0.0.1:1/x:1"},
-			ExitFindings, "does not cover spec", "(--allow-incomplete pushes anyway)", "--allow-incomplete"},
 		{"train, no spec", CIStepOptions{Command: "train", BrokerURL: "http://127.0.0.1:1", BrokerToken: "gpp_x", Regions: "us-west-2", TrainCommand: "true", Spec: missing},
 			[]string{"train", "--broker-url", "http://127.0.0.1:1", "--broker-token", "gpp_x", "--region", "us-west-2", "--spec", missing, "--", "true"},
 			ExitUsage, "input spec", "--spec", "--spec"},

@@ -42,6 +42,9 @@ type CompareOptions struct {
 	Inputs []string
 	Output string // text | json
 	Getenv func(string) string
+	// Poster posts the report; nil when this binary does not link the
+	// forge clients (then the command runs gpupass-audit to post).
+	Poster compare.Poster
 	// Source resolves allocation ids; nil until the broker client exists.
 	Source     compare.Source
 	HTTPClient *http.Client
@@ -100,6 +103,11 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 			o.Output = g.Output
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
+			o.Poster = g.Poster
+			if o.Poster == nil && compare.Destination(compare.PostMode(o.Post), o.Getenv) != compare.PostNone {
+				// Posting needs the forge clients: gpupass-audit links them.
+				return g.forward(comparePosting, cmd.OutOrStdout(), cmd.ErrOrStderr()).run(cmd.Context())
+			}
 			if o.needsBroker() {
 				// After `gpupass up` its config names the broker, as for
 				// every other broker command.
@@ -194,7 +202,7 @@ func (o *CompareOptions) options() (compare.Options, error) {
 		Runs: runs, Prices: prices, Metric: o.Metric, Tolerance: tol, AllowRunning: o.AllowRunning,
 		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit},
 		Post:  post, Tag: o.Tag, Behavior: behavior, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
-		Getenv: o.Getenv, Source: o.Source, HTTPClient: o.HTTPClient, Logger: o.Logger,
+		Getenv: o.Getenv, Poster: o.Poster, Source: o.Source, HTTPClient: o.HTTPClient, Logger: o.Logger,
 	}, nil
 }
 

@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
 )
 
 // writeRuns writes two consistent runs (JSONL and CSVLogger) and one that
@@ -49,7 +51,9 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (string, string
 		t.Setenv(k, v)
 	}
 	var out, errb bytes.Buffer
-	code := Main(context.Background(), append([]string{"compare"}, args...), strings.NewReader(""), &out, &errb)
+	// With the forge clients linked in, as gpupass-audit runs a compare
+	// that posts.
+	code := Main(context.Background(), append([]string{"compare"}, args...), strings.NewReader(""), &out, &errb, WithPoster(forgepost.Poster{}))
 	return out.String(), errb.String(), code
 }
 

@@ -4,10 +4,8 @@ import (
 	"fmt"
 
 	"github.com/gpupass/gpupass/internal/api"
-	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
-	"github.com/gpupass/gpupass/internal/forge/github"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
 )
@@ -15,19 +13,15 @@ import (
 // flagNames renames the libraries' fields (*fielderr.Error) to the
 // gpupass flags that set them. Main applies it to every command's error;
 // `ci step` applies ciInputNames first, so its users read input names.
-// TestFieldNames keeps every entry a real flag or input. The audit
-// commands add theirs (AuditPlugin.FieldNames): newFieldNames merges
+// TestFieldNames keeps every entry a real flag or input. The audit and
+// bundle commands add theirs (Plugin.FieldNames): newFieldNames merges
 // them in once, when the root command is built.
 var flagNames = fielderr.Names{
-	report.FieldLabel:     "--label",
-	metrics.FieldMetric:   "--metric",
-	forge.FieldBehavior:   "--comment-behavior",
-	github.FieldToken:     "--github-token (or GITHUB_TOKEN)",
-	bundle.FieldMountFrom: "--mount-from",
-	api.FieldCA:           "--tls-ca",
-	bundle.FieldUsername:  "--registry-username",
-	bundle.FieldPassword:  "--registry-password",
-	"jobs":                "--jobs",
+	report.FieldLabel:      "--label",
+	metrics.FieldMetric:    "--metric",
+	forge.FieldBehavior:    "--comment-behavior",
+	forge.FieldGitHubToken: "--github-token (or GITHUB_TOKEN)",
+	api.FieldCA:            "--tls-ca",
 }
 
 // ciInputNames renames the same fields to the inputs of the GitHub
@@ -35,13 +29,10 @@ var flagNames = fielderr.Names{
 // A field with no input of its own (the metric: compare-report reads the
 // loss) keeps the library's word.
 var ciInputNames = fielderr.Names{
-	report.FieldLabel:     "input runs (NAME=FILE)",
-	forge.FieldBehavior:   "input comment-behavior",
-	github.FieldToken:     "input github-token",
-	bundle.FieldMountFrom: "mount source",
-	api.FieldCA:           "broker CA file",
-	bundle.FieldUsername:  "GPUPASS_REGISTRY_USERNAME",
-	bundle.FieldPassword:  "GPUPASS_REGISTRY_PASSWORD",
+	report.FieldLabel:      "input runs (NAME=FILE)",
+	forge.FieldBehavior:    "input comment-behavior",
+	forge.FieldGitHubToken: "input github-token",
+	api.FieldCA:            "broker CA file",
 }
 
 // fieldNames are the tables a command's error is renamed by: the CLI's
@@ -49,22 +40,31 @@ var ciInputNames = fielderr.Names{
 type fieldNames struct{ flags, inputs fielderr.Names }
 
 // fieldNames are g's tables: NewRoot's, or for a GlobalOptions built by
-// hand (RunCIStep called as a library), made from its Audit plugin.
+// hand (RunCIStep called as a library), made from its plugins.
 func (g *GlobalOptions) fieldNames() fieldNames {
 	switch {
 	case g == nil:
 		return fieldNames{flags: flagNames, inputs: ciInputNames}
 	case g.names.flags != nil:
 		return g.names
-	case g.Audit != nil:
-		return newFieldNames(g.Audit)
+	case g.Audit != nil || g.Bundle != nil:
+		return newFieldNames(g.Audit, g.Bundle)
 	}
 	return fieldNames{flags: flagNames, inputs: ciInputNames}
 }
 
-func newFieldNames(p AuditPlugin) fieldNames {
-	flags, inputs := p.FieldNames()
-	return fieldNames{flags: mergeNames(flagNames, flags), inputs: mergeNames(ciInputNames, inputs)}
+// newFieldNames are the CLI's tables with the linked plugins' (nil for
+// one gpupass-audit runs) merged in.
+func newFieldNames(plugins ...Plugin) fieldNames {
+	n := fieldNames{flags: flagNames, inputs: ciInputNames}
+	for _, p := range plugins {
+		if p == nil {
+			continue
+		}
+		flags, inputs := p.FieldNames()
+		n = fieldNames{flags: mergeNames(n.flags, flags), inputs: mergeNames(n.inputs, inputs)}
+	}
+	return n
 }
 
 // mergeNames is base with extra's entries added. A field both name is a

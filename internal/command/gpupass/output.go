@@ -16,15 +16,6 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func firstNonEmpty(v ...string) string {
-	for _, s := range v {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
-}
-
 // writeFile renders in full, then replaces path atomically, so a failed
 // or killed run never leaves half a file.
 func writeFile(path string, render func(io.Writer) error) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/ci"
 )
@@ -22,9 +23,23 @@ type GlobalOptions struct {
 	Output  string // text | json
 	Verbose bool
 
-	Audit AuditPlugin // the audit commands: linked in, or gpupass-audit (set by NewRoot)
+	// The command sets gpupass does not link (plugin.go): linked in, or
+	// nil, when gpupass-audit runs them (set by NewRoot).
+	Audit  Plugin
+	Bundle Plugin
+	Poster compare.Poster
 
-	names fieldNames // set by NewRoot, with the audit commands' fields
+	names fieldNames  // set by NewRoot, with the plugins' fields
+	cfg   *rootConfig // set by NewRoot: what forwarding passes on
+}
+
+// forward is f forwarding this process's arguments and streams (NewRoot's,
+// or for a GlobalOptions built by hand, os.Args and out and errOut).
+func (g *GlobalOptions) forward(f forwarder, out, errOut io.Writer) forwarder {
+	if g != nil && g.cfg != nil {
+		return f.with(g.cfg)
+	}
+	return f.with(newRootConfig(os.Args[1:], os.Stdin, out, errOut, nil))
 }
 
 // AddFlags registers the global flags.
@@ -52,8 +67,8 @@ func (o *GlobalOptions) Logger(w io.Writer) *slog.Logger {
 }
 
 // NewRoot builds the root command with every subcommand. Without
-// WithAudit, `audit` and the audit CI steps run gpupass-audit with
-// os.Args.
+// WithAudit, WithBundle or WithPoster, the commands they would link run
+// gpupass-audit with os.Args.
 func NewRoot(opts ...Option) *cobra.Command {
 	return newRoot(newRootConfig(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, opts))
 }
@@ -63,15 +78,12 @@ func newRootConfig(args []string, in io.Reader, out, errw io.Writer, opts []Opti
 	for _, o := range opts {
 		o(c)
 	}
-	if c.audit == nil {
-		c.audit = auditForwarder{cfg: c}
-	}
-	c.names = newFieldNames(c.audit)
+	c.names = newFieldNames(c.audit, c.bundle)
 	return c
 }
 
 func newRoot(cfg *rootConfig) *cobra.Command {
-	g := &GlobalOptions{Audit: cfg.audit, names: cfg.names}
+	g := &GlobalOptions{Audit: cfg.audit, Bundle: cfg.bundle, Poster: cfg.poster, names: cfg.names, cfg: cfg}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",
@@ -96,7 +108,16 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 	for _, add := range commands {
 		root.AddCommand(add(g))
 	}
-	root.AddCommand(cfg.audit.Command(g))
+	for _, p := range []struct {
+		linked Plugin
+		fwd    forwarder
+	}{{cfg.audit, auditCommands}, {cfg.bundle, bundleCommands}} {
+		if p.linked != nil {
+			root.AddCommand(p.linked.Command(g))
+		} else {
+			root.AddCommand(p.fwd.with(cfg).Command(g))
+		}
+	}
 	return root
 }
 
@@ -112,7 +133,6 @@ var commands = []func(*GlobalOptions) *cobra.Command{
 	newLogsCmd,
 	newRunsCmd,
 	newCancelCmd,
-	newBundleCmd,
 	newCICmd,
 }
 

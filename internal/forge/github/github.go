@@ -79,7 +79,7 @@ type Client struct {
 
 // FieldToken is the field of New's error for a missing token
 // (*fielderr.Error); GITHUB_TOKEN is how a workflow usually gives it.
-const FieldToken = "GitHub token (GITHUB_TOKEN)"
+const FieldToken = forge.FieldGitHubToken
 
 // New returns a client for t that authenticates with token and sends
 // requests through hc (which should carry forge.Retry).

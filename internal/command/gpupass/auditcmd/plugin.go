@@ -2,7 +2,7 @@
 // sign a run's audit report), `audit verify`, `audit keygen` and the audit
 // and audit-verify CI steps. They link sigstore, so they are linked only
 // into gpupass-audit (cmd/gpupass-audit); gpupass runs that program for
-// them (see gpupass.AuditPlugin).
+// them (see gpupass.Plugin).
 package auditcmd
 
 import (
@@ -17,10 +17,10 @@ import (
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
-// Plugin is the gpupass.AuditPlugin with the audit commands linked in.
+// Plugin is the gpupass.Plugin with the audit commands linked in.
 type Plugin struct{}
 
-var _ gpupass.AuditPlugin = Plugin{}
+var _ gpupass.Plugin = Plugin{}
 
 // Command returns the `audit` command tree.
 func (Plugin) Command(g *gpupass.GlobalOptions) *cobra.Command { return newAuditCmd(g) }

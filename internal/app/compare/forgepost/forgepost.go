@@ -1,36 +1,34 @@
-package compare
+// Package forgepost posts compare reports to the forges: a sticky comment
+// on the GitHub pull request or GitLab merge request the pipeline runs
+// for. It links go-github and GitLab's client, whose package
+// initialisation every process that links them pays at start-up, so only
+// gpupass-audit links it; gpupass runs that program when a compare would
+// post (see compare.Poster).
+package forgepost
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/forge"
 	ghforge "github.com/gpupass/gpupass/internal/forge/github"
 	glforge "github.com/gpupass/gpupass/internal/forge/gitlab"
 )
 
-// post posts the report as the sticky comment of o.Tag; nil, nil when
-// there is nowhere to post (not a pull/merge request, or PostNone).
-func post(ctx context.Context, o Options, getenv func(string) string, md string, log *slog.Logger) (*forge.Result, error) {
-	mode := o.Post
-	if mode == PostNone {
-		return nil, nil
-	}
-	if mode == PostAuto {
-		switch {
-		case getenv("GITHUB_ACTIONS") == "true":
-			mode = PostGitHub
-		case getenv("GITLAB_CI") == "true":
-			mode = PostGitLab
-		default:
-			return nil, nil
-		}
-	}
+// Poster is the compare.Poster with the forge clients linked in.
+type Poster struct{}
+
+var _ compare.Poster = Poster{}
+
+// Post posts the report as the sticky comment of o.Tag; nil, nil when
+// the pipeline is not for a pull or merge request and o.Post is auto.
+func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options, md string) (*forge.Result, error) {
+	getenv, log := o.Getenv, o.Logger
 	hc := o.HTTPClient
 	if hc == nil {
 		hc = &http.Client{}
@@ -50,13 +48,15 @@ func post(ctx context.Context, o Options, getenv func(string) string, md string,
 	var store forge.Store
 	var meta forge.Meta
 	switch mode {
-	case PostGitHub:
+	default:
+		return nil, fmt.Errorf("posting to %q: not a forge", mode)
+	case compare.PostGitHub:
 		tgt, run, ok, err := ghforge.FromEnv(getenv)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
-			if o.Post == PostAuto {
+			if o.Post == compare.PostAuto {
 				log.Info("not a pull request event: nothing posted")
 				return nil, nil
 			}
@@ -67,13 +67,13 @@ func post(ctx context.Context, o Options, getenv func(string) string, md string,
 			return nil, err
 		}
 		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.RunID, SHA: run.SHA}
-	case PostGitLab:
+	case compare.PostGitLab:
 		tgt, run, ok, err := glforge.FromEnv(getenv)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
-			if o.Post == PostAuto {
+			if o.Post == compare.PostAuto {
 				log.Info("not a merge request pipeline: nothing posted")
 				return nil, nil
 			}

@@ -1,4 +1,4 @@
-package gpupass_test
+package bundlecmd_test
 
 import (
 	"bytes"
@@ -17,13 +17,14 @@ import (
 
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
 	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := gpupass.Main(context.Background(), args, strings.NewReader(""), &out, &errb)
+	code := gpupass.Main(context.Background(), args, strings.NewReader(""), &out, &errb, gpupass.WithBundle(bundlecmd.Plugin{}))
 	return code, out.String(), errb.String()
 }
 

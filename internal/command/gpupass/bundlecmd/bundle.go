@@ -1,6 +1,14 @@
-package gpupass
+// Package bundlecmd holds the bundle commands: `gpupass bundle push`,
+// `pull`, `inspect` and `verify`, and the bundle-push and bundle-pull CI
+// steps. They link the OCI registry client (go-containerregistry, docker's
+// credential config), whose package initialisation every process that
+// links it pays at start-up, so they are linked only into gpupass-audit
+// (cmd/gpupass-audit); gpupass runs that program for them (see
+// gpupass.Plugin).
+package bundlecmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +22,7 @@ import (
 	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/flagalias"
 	"github.com/gpupass/gpupass/internal/registryflags"
@@ -86,12 +95,12 @@ var bundleFlagNames = fielderr.Names{"Wheelhouse": "--wheelhouse", "To": "--to",
 func bundleCLIError(err error) error {
 	var ie *appbundle.IncompleteError
 	if errors.As(err, &ie) {
-		return Findings(fmt.Errorf("%w (--allow-incomplete pushes anyway)", ie))
+		return gpupass.Findings(fmt.Errorf("%w (--allow-incomplete pushes anyway)", ie))
 	}
 	return bundleFlagNames.Apply(err)
 }
 
-func newBundleCmd(g *GlobalOptions) *cobra.Command {
+func newBundleCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bundle",
 		Short: "Move wheelhouses in and out of OCI registries, verified, for nodes without internet",
@@ -106,7 +115,7 @@ pip --no-index.`,
 
 // BundlePushOptions are the flags of `gpupass bundle push`.
 type BundlePushOptions struct {
-	Global     *GlobalOptions
+	Global     *gpupass.GlobalOptions
 	Registry   RegistryFlags
 	Target     TargetFlags
 	Wheelhouse string
@@ -131,7 +140,7 @@ func (o *BundlePushOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Source, "source", "", "source repository URL for the org.opencontainers.image.source annotation (default: from CI variables)")
 }
 
-func newBundlePushCmd(g *GlobalOptions) *cobra.Command {
+func newBundlePushCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &BundlePushOptions{Global: g}
 	cmd := &cobra.Command{
 		Use:   "push --wheelhouse DIR [--spec gpupass.yaml] REF",
@@ -146,7 +155,7 @@ I/O or registry error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Progress = cmd.ErrOrStderr()
-			o.TTY = isTerminal(o.Progress)
+			o.TTY = gpupass.IsTerminal(o.Progress)
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
 			return RunBundlePush(cmd.Context(), o, args[0], cmd.OutOrStdout())
@@ -179,7 +188,7 @@ func bundlePush(ctx context.Context, o *BundlePushOptions, ref string) (*appbund
 
 // BundlePullOptions are the flags of `gpupass bundle pull`.
 type BundlePullOptions struct {
-	Global   *GlobalOptions
+	Global   *gpupass.GlobalOptions
 	Registry RegistryFlags
 	To       string
 	Fsync    bool
@@ -198,7 +207,7 @@ func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.VerifyRecord, "verify-record", false, "also re-check every wheel's zip and RECORD hashes, as push did (always done for artifacts without a gpupass lock layer; inflates every deflated file)")
 }
 
-func newBundlePullCmd(g *GlobalOptions) *cobra.Command {
+func newBundlePullCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &BundlePullOptions{Global: g}
 	cmd := &cobra.Command{
 		Use:   "pull REF --to DIR",
@@ -214,7 +223,7 @@ Exit codes: 0 pulled, 1 verification failed, 2 usage, I/O or registry error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Progress = cmd.ErrOrStderr()
-			o.TTY = isTerminal(o.Progress)
+			o.TTY = gpupass.IsTerminal(o.Progress)
 			o.Logger = g.Logger(cmd.ErrOrStderr())
 			return RunBundlePull(cmd.Context(), o, args[0], cmd.OutOrStdout())
 		},
@@ -241,11 +250,11 @@ func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io
 
 // BundleInspectOptions are the flags of `gpupass bundle inspect`.
 type BundleInspectOptions struct {
-	Global   *GlobalOptions
+	Global   *gpupass.GlobalOptions
 	Registry RegistryFlags
 }
 
-func newBundleInspectCmd(g *GlobalOptions) *cobra.Command {
+func newBundleInspectCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &BundleInspectOptions{Global: g}
 	cmd := &cobra.Command{
 		Use:   "inspect REF",
@@ -273,7 +282,7 @@ func RunBundleInspect(ctx context.Context, o *BundleInspectOptions, ref string, 
 		return err
 	}
 	if o.Global.Output == "json" {
-		return writeJSON(out, info)
+		return gpupass.WriteJSON(out, info)
 	}
 	fmt.Fprintf(out, "%s\nartifactType: %s\n", info.Reference, info.ArtifactType)
 	for _, k := range []string{bundle.AnnotationCreated, bundle.AnnotationSource, bundle.AnnotationFingerprint, bundle.AnnotationPython} {
@@ -299,7 +308,7 @@ func RunBundleInspect(ctx context.Context, o *BundleInspectOptions, ref string, 
 		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ARTIFACT TYPE\tSIZE\tDIGEST")
 		for _, r := range info.Referrers {
-			fmt.Fprintf(tw, "%s\t%d\t%s\n", firstNonEmpty(r.ArtifactType, r.MediaType), r.Size, r.Digest)
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", cmp.Or(r.ArtifactType, r.MediaType), r.Size, r.Digest)
 		}
 		return tw.Flush()
 	}
@@ -308,12 +317,12 @@ func RunBundleInspect(ctx context.Context, o *BundleInspectOptions, ref string, 
 
 // BundleVerifyOptions are the flags of `gpupass bundle verify`.
 type BundleVerifyOptions struct {
-	Global *GlobalOptions
+	Global *gpupass.GlobalOptions
 	Target TargetFlags
 	Jobs   int
 }
 
-func newBundleVerifyCmd(g *GlobalOptions) *cobra.Command {
+func newBundleVerifyCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &BundleVerifyOptions{Global: g}
 	cmd := &cobra.Command{
 		Use:   "verify DIR [--spec gpupass.yaml]",
