@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -75,23 +76,45 @@ func TestE2EKubernetesAgentDeployment(t *testing.T) {
 	if err := os.Chown(localSharedDir, agentUID, agentUID); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(localSharedDir, "gpupass", cluster)) })
 
 	server, err := url.Parse(strings.TrimSpace(c.Kubectl(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")))
 	if err != nil || server.Port() == "" {
 		t.Fatalf("the cluster's apiserver URL: %v (%v)", server, err)
 	}
 	repo, digest, _ := strings.Cut(image, "@")
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(testutil.RepoRoot(t), "deploy", "kubernetes-local"))
-	if err != nil {
-		t.Fatal(err)
+	// What a user's overlay (or values file) sets: namespace, image by
+	// digest, broker, cluster name and region; here also the simulated
+	// node's test settings. The run image has no entrypoint of the
+	// agent's and root's HOME (read-only here).
+	testEnv := func(region string) [][2]string {
+		return [][2]string{
+			{"GPUPASS_ZONE", region + "-a"}, {"GPUPASS_PYTHON", py}, {"GPUPASS_READ_PROBE_MB", "8"},
+			{"GPUPASS_PRICE_PER_HOUR", "2.5"}, {"GPUPASS_STORAGE_CLASS", "standard"}, {"GPUPASS_BANDWIDTH_GBPS", "25"},
+			{"GPUPASS_KUBE_REFRESH", "1s"}, {"GPUPASS_SUITE_INTERVAL", "2s"}, {"HOME", "/tmp"},
+		}
 	}
-	// What a user's overlay sets: namespace, image by digest, broker,
-	// cluster name and region; here also the simulated node's test
-	// settings. The run image has no entrypoint of the agent's and
-	// root's HOME (read-only here).
-	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+	// Each way a user installs the agent, one after the other on the one
+	// node (each removes its agent and Jobs before the next), each as a
+	// cluster and region of its own: the first agent's node is still
+	// listed, offline, when the second's enrolls.
+	installs := []struct {
+		name string
+		// install deploys the agent for cluster in region and returns
+		// its Deployment and service account and how to remove it.
+		install func(t *testing.T, cluster, region string) (deploy, sa string, remove func(context.Context))
+	}{
+		{"kubectl apply -k", func(t *testing.T, cluster, region string) (string, string, func(context.Context)) {
+			dir := t.TempDir()
+			rel, err := filepath.Rel(dir, filepath.Join(testutil.RepoRoot(t), "deploy", "kubernetes-local"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var env strings.Builder
+			for _, e := range append([][2]string{{"KUBERNETES_SERVICE_PORT", server.Port()}, {"GPUPASS_BROKER_URL", cfg.BrokerURL},
+				{"GPUPASS_KUBE_IMAGE", image}, {"GPUPASS_KUBE_CLUSTER", cluster}, {"GPUPASS_REGION", region}}, testEnv(region)...) {
+				fmt.Fprintf(&env, "                  - {name: %s, value: %q}\n", e[0], e[1])
+			}
+			kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: %[1]s
 nameSuffix: -%[1]s
@@ -111,34 +134,71 @@ patches:
               - name: agent
                 command: [%[5]s]
                 env:
-                  - {name: KUBERNETES_SERVICE_PORT, value: %[6]q}
-                  - {name: GPUPASS_BROKER_URL, value: %[7]q}
-                  - {name: GPUPASS_KUBE_IMAGE, value: %[8]q}
-                  - {name: GPUPASS_KUBE_CLUSTER, value: %[9]q}
-                  - {name: GPUPASS_REGION, value: k8s-in}
-                  - {name: GPUPASS_ZONE, value: k8s-in-a}
-                  - {name: GPUPASS_PYTHON, value: %[10]q}
-                  - {name: GPUPASS_READ_PROBE_MB, value: "8"}
-                  - {name: GPUPASS_PRICE_PER_HOUR, value: "2.5"}
-                  - {name: GPUPASS_STORAGE_CLASS, value: standard}
-                  - {name: GPUPASS_BANDWIDTH_GBPS, value: "25"}
-                  - {name: GPUPASS_KUBE_REFRESH, value: 1s}
-                  - {name: GPUPASS_SUITE_INTERVAL, value: 2s}
-                  - {name: HOME, value: /tmp}
-`, ns, rel, repo, digest, k8stest.AgentPath, server.Port(), cfg.BrokerURL, image, cluster, py)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
+%[6]s`, ns, rel, repo, digest, k8stest.AgentPath, env.String())
+			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c.Kubectl(t, "apply", "-k", dir)
+			return "deployment/gpupass-agent-" + ns, "gpupass-agent-" + ns, func(ctx context.Context) {
+				_ = c.KubectlCmd(ctx, "delete", "-k", dir, "--ignore-not-found", "--wait=true").Run()
+			}
+		}},
+		{"helm install", func(t *testing.T, cluster, region string) (string, string, func(context.Context)) {
+			helm := testutil.Tool(t, "helm")
+			chart := filepath.Join(testutil.RepoRoot(t), "deploy", "helm", "gpupass")
+			extra := []map[string]string{{"name": "GPUPASS_QUERY_ADDR", "value": "127.0.0.1:0"}, {"name": "GPUPASS_SIMULATE", "value": "a100-80gb-4x"}}
+			for _, e := range testEnv(region) {
+				extra = append(extra, map[string]string{"name": e[0], "value": e[1]})
+			}
+			values, err := json.Marshal(map[string]any{
+				"images": map[string]any{"agent": map[string]string{"repository": repo, "digest": digest}},
+				"agent": map[string]any{
+					"command": []string{k8stest.AgentPath}, "brokerURL": cfg.BrokerURL, "runImage": image,
+					"cluster": cluster, "region": region, "apiServer": map[string]string{"port": server.Port()},
+					"extraEnv": extra,
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			vf := filepath.Join(t.TempDir(), "values.json") // JSON is YAML
+			if err := os.WriteFile(vf, values, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			helmCmd := func(ctx context.Context, args ...string) *exec.Cmd {
+				return exec.CommandContext(ctx, helm, append([]string{"--kubeconfig", c.Kubeconfig, "--namespace", ns}, args...)...)
+			}
+			if out, err := helmCmd(ctx, "install", "gpupass", chart, "--values", filepath.Join(chart, "values-local.yaml"), "--values", vf).CombinedOutput(); err != nil {
+				t.Fatalf("helm install: %v\n%s", err, out)
+			}
+			return "deployment/gpupass-agent", "gpupass-agent", func(ctx context.Context) {
+				_ = helmCmd(ctx, "uninstall", "gpupass", "--wait").Run()
+			}
+		}},
 	}
-	c.Kubectl(t, "apply", "-k", dir)
-	t.Cleanup(func() {
-		// The agent first (it would make Jobs again), then its Jobs, so
-		// that no pod of this test holds the node's GPUs for the next.
-		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer dcancel()
-		_ = c.KubectlCmd(dctx, "delete", "-k", dir, "--ignore-not-found", "--wait=true").Run()
-		_ = c.KubectlCmd(dctx, "-n", ns, "delete", "jobs", "--all", "--cascade=foreground", "--wait=true").Run()
-	})
-	deploy := "deployment/gpupass-agent-" + ns
+	for i, inst := range installs {
+		t.Run(inst.name, func(t *testing.T) {
+			cluster := fmt.Sprintf("%s-%d", cluster, i)
+			region := fmt.Sprintf("k8s-in%d", i)
+			t.Cleanup(func() { os.RemoveAll(filepath.Join(localSharedDir, "gpupass", cluster)) })
+			deploy, sa, remove := inst.install(t, cluster, region)
+			t.Cleanup(func() {
+				// The agent first (it would make Jobs again), then its
+				// Jobs, so that no pod of this test holds the node's GPUs
+				// for the next.
+				dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer dcancel()
+				remove(dctx)
+				_ = c.KubectlCmd(dctx, "-n", ns, "delete", "jobs", "--all", "--cascade=foreground", "--wait=true").Run()
+			})
+			checkDeployedAgent(t, ctx, c, stack, ns, deploy, sa, image, server.Port(), cluster, region, py)
+		})
+	}
+}
+
+// checkDeployedAgent: the agent's Deployment runs with in-cluster config,
+// its node is in dry-run, and a train runs through it.
+func checkDeployedAgent(t *testing.T, ctx context.Context, c *k8stest.Cluster, stack *upstack.Stack, ns, deploy, sa, image, apiPort, cluster, region, py string) {
 	diagnose := func() string {
 		describe, _ := c.KubectlCmd(context.Background(), "-n", ns, "describe", "pods").CombinedOutput()
 		logs, _ := c.KubectlCmd(context.Background(), "-n", ns, "logs", deploy, "--tail", "80").CombinedOutput()
@@ -176,8 +236,8 @@ patches:
 		if err := json.Unmarshal([]byte(c.Kubectl(t, "-n", ns, "get", "pod", name, "-o", "json")), &pod); err != nil {
 			t.Fatal(err)
 		}
-		if want := "gpupass-agent-" + ns; pod.Spec.ServiceAccountName != want {
-			t.Errorf("the agent's pod runs as service account %q, want %q", pod.Spec.ServiceAccountName, want)
+		if pod.Spec.ServiceAccountName != sa {
+			t.Errorf("the agent's pod runs as service account %q, want %q", pod.Spec.ServiceAccountName, sa)
 		}
 		if got := pod.Spec.Containers[0].Image; got != image {
 			t.Errorf("the agent's image is %q, want %q (pinned by digest)", got, image)
@@ -208,7 +268,7 @@ patches:
 			log = c.Kubectl(t, "-n", ns, "logs", deploy)
 			return strings.Contains(log, "kubernetes api:")
 		})
-		want := regexp.MustCompile(`kubernetes api: in-cluster config" server=https://127\.0\.0\.1:` + server.Port() + ` token_file=/var/run/secrets/kubernetes.io/serviceaccount/token`)
+		want := regexp.MustCompile(`kubernetes api: in-cluster config" server=https://127\.0\.0\.1:` + apiPort + ` token_file=/var/run/secrets/kubernetes.io/serviceaccount/token`)
 		if !want.MatchString(log) {
 			t.Errorf("the agent does not use in-cluster config with its service account token; log:\n%s", upstack.Tail(log, 3000))
 		}
@@ -227,15 +287,15 @@ patches:
 				t.Logf("last dry-run:\n%s", out)
 			}
 		}()
-		listed := regexp.MustCompile(`kubernetes:` + cluster + ` +k8s-in +a100-80gb x4 .*online, simulated`)
+		listed := regexp.MustCompile(`kubernetes:` + cluster + ` +` + region + ` +a100-80gb x4 .*online, simulated`)
 		upstack.WaitFor(t, wctx, "the in-cluster agent's node in dry-run", func() bool {
-			out, _ = gp("validate", "--spec", "examples/train/gpupass.yaml", "--dry-run", "--region", "k8s-in")
+			out, _ = gp("validate", "--spec", "examples/train/gpupass.yaml", "--dry-run", "--region", region)
 			return listed.MatchString(out)
 		})
 	})
 
 	t.Run("train runs through it as a Job asking for the spec's GPUs", func(t *testing.T) {
-		out, err := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-in", "--workdir", "examples/train",
+		out, err := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", region, "--workdir", "examples/train",
 			"--name", "k8s-deploy", "--follow", "--", py, "train.py", "--steps", "5")
 		if err != nil {
 			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(out, 4000))
