@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -139,19 +138,6 @@ func (n *kubeNode) orphaned(ctx context.Context, allocID string) string {
 	return reason
 }
 
-// remoteArgs is the agent's facts command, run in the image on the node.
-func (n *kubeNode) remoteArgs(o *Options) []string {
-	args := []string{n.flags.AgentBinary, "facts", "--python", o.Python, "--read-probe-mb", strconv.Itoa(o.ReadProbeMB),
-		"--storage-path", n.dir(), "--state-dir", filepath.Join(n.dir(), "facts")}
-	if o.Simulate != "" {
-		args = append(args, "--simulate", o.Simulate)
-	}
-	if o.NVCC != "" {
-		args = append(args, "--nvcc", o.NVCC)
-	}
-	return args
-}
-
 // measure runs the probes in the image on the node, as one Job, and
 // returns what they found; the probes of one suite run share it.
 func (n *kubeNode) measure(ctx context.Context, o *Options) (*probe.Facts, error) {
@@ -176,7 +162,7 @@ func (n *kubeNode) measure(ctx context.Context, o *Options) (*probe.Facts, error
 	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("making the node's dir in the shared dir: %w", err)
 	}
-	out, err := n.client.Step(ctx, n.name, n.current().GPUs, n.dir(), n.remoteArgs(o)...)
+	out, err := n.client.Step(ctx, n.name, n.current().GPUs, n.dir(), remoteArgs(n.flags.AgentBinary, n.dir(), o)...)
 	var f probe.Facts
 	if err == nil {
 		err = decodeFacts(out, &f)
@@ -202,46 +188,9 @@ func decodeFacts(log string, f *probe.Facts) error {
 
 // suite is the node's conformance suite: every probe runs in the image
 // on the node, in one Job.
-func (n *kubeNode) suite(o *Options) *suite.Suite {
-	var ps []probe.Probe
-	for _, name := range []string{"gpu", "nvcc", "python", "storage", "fips"} {
-		ps = append(ps, kubeProbe{name: name, n: n, o: o})
-	}
-	return suite.New(ps...)
-}
+func (n *kubeNode) suite(o *Options) *suite.Suite { return remoteSuite(n, o) }
 
-// kubeProbe is one probe's section of what the conformance Job measured.
-type kubeProbe struct {
-	name string
-	n    *kubeNode
-	o    *Options
-}
-
-func (p kubeProbe) Name() string { return p.name }
-
-func (p kubeProbe) Measure(ctx context.Context) (probe.Section, error) {
-	f, err := p.n.measure(ctx, p.o)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if err != nil {
-		// What could not be measured fails the node's checks, with why.
-		note := "measuring through kubernetes: " + err.Error()
-		f = &probe.Facts{}
-		f.GPU.Reason, f.NVCC.Reason, f.Python.Reason = note, note, note
-	}
-	switch p.name {
-	case "gpu":
-		return f.GPU, nil
-	case "nvcc":
-		return f.NVCC, nil
-	case "python":
-		return f.Python, nil
-	case "storage":
-		return f.Storage, nil
-	}
-	return f.FIPS, nil
-}
+func (n *kubeNode) via() string { return "kubernetes" }
 
 // check is the kubernetes.node check every report of the node carries:
 // the node, the image it was measured in, and whether the cluster runs
