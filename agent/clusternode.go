@@ -2,9 +2,15 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"time"
 
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
 )
@@ -81,4 +87,98 @@ func remoteArgs(exe, dir string, o *Options) []string {
 		args = append(args, "--nvcc", o.NVCC)
 	}
 	return args
+}
+
+// clusterAgents runs one agent per node of a cluster until ctx ends, all
+// over one connection to the broker: each request names and proves its
+// node, so the nodes share one ControlPlane.
+type clusterAgents struct {
+	o *Options
+	// kind is the executor (slurm, kubernetes): the provider is
+	// KIND:CLUSTER and each node's state dir --state-dir/KIND/CLUSTER-NODE.
+	kind, cluster string
+	// refresh is how often the cluster's nodes are read again.
+	refresh time.Duration
+	log     *slog.Logger
+	cp      ControlPlane
+
+	wg   sync.WaitGroup
+	errs chan error
+}
+
+func newClusterAgents(o *Options, kind, cluster string, refresh time.Duration, log *slog.Logger) (*clusterAgents, error) {
+	tlsConf, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterAgents{o: o, kind: kind, cluster: cluster, refresh: refresh, log: log, cp: NewControlPlane(clients), errs: make(chan error, 1)}, nil
+}
+
+// nodeStateDir is the node's own state dir (identity key, reports), so
+// its broker node id is stable across restarts.
+func (c *clusterAgents) nodeStateDir(node string) string {
+	return filepath.Join(c.o.StateDir, c.kind, nodeIDUnsafe.ReplaceAllString(c.cluster+"-"+node, "_"))
+}
+
+// start starts the agent that stands for node: hostname the node's name,
+// an identity of its own (nodeStateDir), its suite run at least once a
+// refresh so a node the cluster takes out is reported within one. backend
+// sets what the executor's agent needs on its copy of the options (the
+// node it stands for).
+func (c *clusterAgents) start(ctx context.Context, node string, log *slog.Logger, backend func(*Options)) error {
+	clone := *c.o
+	clone.StateDir = c.nodeStateDir(node)
+	clone.Provider = c.kind + ":" + c.cluster
+	clone.Hostname = node
+	// Serve, not Run: no query endpoint per node.
+	clone.RunCgroup = "off"
+	if clone.SuiteInterval > c.refresh {
+		clone.SuiteInterval = c.refresh
+	}
+	backend(&clone)
+	a, err := New(&clone, log)
+	if err != nil {
+		return fmt.Errorf("%s node %s: %w", c.kind, node, err)
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := a.Serve(ctx, c.cp); err != nil && ctx.Err() == nil {
+			select {
+			case c.errs <- fmt.Errorf("%s node %s: %w", c.kind, node, err):
+			default:
+			}
+		}
+	}()
+	return nil
+}
+
+// run reads the cluster's nodes (refresh, which starts an agent for each
+// new one) now and every c.refresh until ctx ends or a node's agent
+// fails; a failed first read is the caller's error, a later one keeps the
+// last view.
+func (c *clusterAgents) run(ctx context.Context, refresh func() error) error {
+	if err := refresh(); err != nil {
+		return err
+	}
+	t := time.NewTicker(c.refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.wg.Wait()
+			return nil
+		case err := <-c.errs:
+			c.wg.Wait()
+			return err
+		case <-t.C:
+			if err := refresh(); err != nil {
+				c.log.Warn("reading "+c.kind+" nodes; keeping the last view", "err", err)
+			}
+		}
+	}
 }

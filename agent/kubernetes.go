@@ -13,8 +13,6 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	kube "github.com/gpupass/gpupass/agent/executor/kubernetes"
-	"github.com/gpupass/gpupass/internal/buildinfo"
-	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -231,20 +229,11 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	client := &kube.Client{API: api, Namespace: o.Kube.Namespace, Image: o.Kube.Image,
 		Volume: kube.SharedDir{Path: o.Kube.SharedDir, Claim: o.Kube.SharedClaim}}
-	tlsConf, err := o.tlsConfig()
+	agents, err := newClusterAgents(o, ExecutorKubernetes, cluster, o.Kube.Refresh, log)
 	if err != nil {
 		return err
 	}
-	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
-	if err != nil {
-		return err
-	}
-	cp := NewControlPlane(clients)
-	var (
-		running = map[string]*kubeNode{}
-		wg      sync.WaitGroup
-		errs    = make(chan error, 1)
-	)
+	running := map[string]*kubeNode{}
 	refresh := func() error {
 		nodes, err := client.Nodes(ctx, o.Kube.NodeSelector)
 		if err != nil {
@@ -258,31 +247,11 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 				continue
 			}
 			kn := &kubeNode{client: client, cluster: cluster, name: nd.Name, flags: o.Kube, node: nd, log: log.With("kube_node", nd.Name)}
-			clone := *o
-			clone.StateDir = filepath.Join(o.StateDir, "kubernetes", nodeIDUnsafe.ReplaceAllString(cluster+"-"+nd.Name, "_"))
-			clone.Provider = "kubernetes:" + cluster
-			clone.Hostname = nd.Name
-			clone.RunCgroup = "off"
-			if clone.SuiteInterval > o.Kube.Refresh {
-				clone.SuiteInterval = o.Kube.Refresh
-			}
-			clone.kube = kn
-			a, err := New(&clone, kn.log)
-			if err != nil {
-				return fmt.Errorf("kubernetes node %s: %w", nd.Name, err)
+			if err := agents.start(ctx, nd.Name, kn.log, func(o *Options) { o.kube = kn }); err != nil {
+				return err
 			}
 			running[nd.Name] = kn
 			log.Info("standing for kubernetes node", "node", nd.Name, "gpus", nd.GPUs, "product", nd.Product, "unavailable", nd.Unavailable(), "cluster", cluster)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := a.Serve(ctx, cp); err != nil && ctx.Err() == nil {
-					select {
-					case errs <- fmt.Errorf("kubernetes node %s: %w", nd.Name, err):
-					default:
-					}
-				}
-			}()
 		}
 		for name, kn := range running {
 			if !seen[name] {
@@ -293,23 +262,5 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 		}
 		return nil
 	}
-	if err := refresh(); err != nil {
-		return err
-	}
-	t := time.NewTicker(o.Kube.Refresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		case err := <-errs:
-			wg.Wait()
-			return err
-		case <-t.C:
-			if err := refresh(); err != nil {
-				log.Warn("reading kubernetes nodes; keeping the last view", "err", err)
-			}
-		}
-	}
+	return agents.run(ctx, refresh)
 }

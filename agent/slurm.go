@@ -16,8 +16,6 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/executor/slurm"
-	"github.com/gpupass/gpupass/internal/buildinfo"
-	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -285,22 +283,13 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tlsConf, err := o.tlsConfig()
+	agents, err := newClusterAgents(o, ExecutorSlurm, cluster, o.Slurm.Refresh, log)
 	if err != nil {
 		return err
 	}
-	// One connection to the broker for every compute node: each request
-	// names and proves its node, so the nodes share one ControlPlane.
-	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
-	if err != nil {
-		return err
-	}
-	cp := NewControlPlane(clients)
 	var (
 		mu      sync.Mutex
 		running = map[string]*slurmNode{}
-		wg      sync.WaitGroup
-		errs    = make(chan error, 1)
 	)
 	refresh := func() error {
 		nodes, err := client.Nodes(ctx, o.Slurm.Partitions)
@@ -324,57 +313,17 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 			}
 			sn := &slurmNode{client: client, cluster: cluster, name: nd.Name, partition: part, sharedDir: o.Slurm.SharedDir,
 				exe: o.Slurm.AgentBinary, timeLimit: o.Slurm.TimeLimit, node: nd, log: log.With("slurm_node", nd.Name)}
-			clone := *o
-			clone.StateDir = filepath.Join(o.StateDir, "slurm", nodeIDUnsafe.ReplaceAllString(cluster+"-"+nd.Name, "_"))
-			sn.stateDir = clone.StateDir
-			clone.Provider = "slurm:" + cluster
-			clone.Hostname = nd.Name
-			// Serve, not Run: no query endpoint per compute node.
-			clone.RunCgroup = "off"
-			clone.Simulate = simulateFor(o, nd.Name)
-			if clone.SuiteInterval > o.Slurm.Refresh {
-				// A node Slurm takes out is reported within a refresh.
-				clone.SuiteInterval = o.Slurm.Refresh
-			}
-			clone.slurm = sn
-			a, err := New(&clone, sn.log)
-			if err != nil {
-				return fmt.Errorf("slurm node %s: %w", nd.Name, err)
+			sn.stateDir = agents.nodeStateDir(nd.Name)
+			simulate := simulateFor(o, nd.Name)
+			if err := agents.start(ctx, nd.Name, sn.log, func(o *Options) { o.slurm, o.Simulate = sn, simulate }); err != nil {
+				return err
 			}
 			running[nd.Name] = sn
 			log.Info("standing for slurm node", "node", nd.Name, "gres", nd.Gres(), "state", nd.State, "reason", nd.Reason, "cluster", cluster, "partition", part)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := a.Serve(ctx, cp); err != nil && ctx.Err() == nil {
-					select {
-					case errs <- fmt.Errorf("slurm node %s: %w", nd.Name, err):
-					default:
-					}
-				}
-			}()
 		}
 		return nil
 	}
-	if err := refresh(); err != nil {
-		return err
-	}
-	t := time.NewTicker(o.Slurm.Refresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		case err := <-errs:
-			wg.Wait()
-			return err
-		case <-t.C:
-			if err := refresh(); err != nil {
-				log.Warn("reading slurm nodes; keeping the last view", "err", err)
-			}
-		}
-	}
+	return agents.run(ctx, refresh)
 }
 
 // simulateFor is the node's profile: --slurm-simulate NODE=PROFILE, else
