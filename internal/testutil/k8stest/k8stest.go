@@ -81,16 +81,9 @@ func Require(t testing.TB) *Cluster {
 	if cached != nil && cached.healthy() == nil {
 		return cached
 	}
-	if os.Geteuid() != 0 {
-		testutil.Missing(t, "the Kubernetes test cluster needs root (containerd, kubelet, mounts)")
-	}
-	for _, tool := range []string{"etcd", "containerd", "runc", "ctr", "iptables", "conntrack"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if _, serr := os.Stat("/usr/sbin/" + tool); serr != nil {
-				testutil.Missing(t, "%s not installed (scripts/setup.d/70-kubernetes.sh installs etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static)", tool)
-			}
-		}
-	}
+	testutil.Prereqs{Root: "the Kubernetes test cluster needs root (containerd, kubelet, mounts)",
+		Tools:   []string{"etcd", "containerd", "runc", "ctr", "iptables", "conntrack"},
+		Install: "scripts/setup.d/70-kubernetes.sh installs etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static"}.Require(t)
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		testutil.Missing(t, "CNI plugins not installed in /usr/lib/cni (scripts/setup.d/70-kubernetes.sh installs containernetworking-plugins)")
 	}
