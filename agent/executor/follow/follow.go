@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/gpupass/gpupass/agent/executor"
@@ -140,4 +142,47 @@ func (f *Files) emit(s events.Stream, b []byte, end int64) {
 	}
 	l.Text = string(b)
 	f.out(l)
+}
+
+// Attempt is one attempt of a run as a runner that follows it from files
+// keeps it.
+type Attempt struct {
+	// AllocID and N (the attempt's number) come from the attempt's
+	// environment; a runner names its job after them.
+	AllocID, N string
+	// Base is the attempt's files less their extension, in its work
+	// dir: BASE.out, BASE.err, BASE.json and the runner's own.
+	Base  string
+	Files *Files
+}
+
+// Start reads the attempt's allocation id and number from its
+// environment, makes its dir (WORKDIR/SUB) and opens the follower of its
+// files there, with state. An attempt followed on after an agent restart
+// (a.From) reads on from where the run's spool holds the lines, not from
+// the state file's offsets: lines read just before the agent died but
+// never stored are handed over again, stored ones are not.
+func Start(a executor.Attempt, sub string, state State, out func(executor.Line)) (*Attempt, error) {
+	at := &Attempt{AllocID: executor.EnvValue(a.Env, executor.EnvAllocID), N: executor.EnvValue(a.Env, executor.EnvAttempt)}
+	if at.AllocID == "" || at.N == "" {
+		return nil, errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt)
+	}
+	if _, err := strconv.Atoi(at.N); err != nil {
+		return nil, fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, at.N)
+	}
+	dir := filepath.Join(a.Dir, sub)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("making the job's dir: %w", err)
+	}
+	at.Base = filepath.Join(dir, "attempt-"+at.N)
+	f, err := Open(at.Base, state, a.MaxLine, out)
+	if err != nil {
+		return nil, err
+	}
+	at.Files = f
+	if a.From != nil {
+		off := state.offsets()
+		off.Stdout, off.Stderr = a.From.Stdout, a.From.Stderr
+	}
+	return at, nil
 }

@@ -196,3 +196,51 @@ func TestReadIsBounded(t *testing.T) {
 		t.Fatalf("after two reads: %d lines ending at %d, want %d ending at %d", count, last, n, n*len(line))
 	}
 }
+
+// TestStart: the attempt's ids come from its environment, its files go
+// in WORKDIR/SUB, and a.From (where the run's spool holds the lines)
+// wins over the state file's offsets.
+func TestStart(t *testing.T) {
+	t.Parallel()
+	env := []string{executor.EnvAllocID + "=alloc-1", executor.EnvAttempt + "=1", executor.EnvAttempt + "=2"}
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		from    *executor.Offsets
+		want    Offsets
+		wantErr string
+	}{
+		{"from the state file", env, nil, Offsets{Stdout: 10, Stderr: 20}, ""},
+		{"from the spool's mark", env, &executor.Offsets{Stdout: 3, Stderr: 4}, Offsets{Stdout: 3, Stderr: 4}, ""},
+		{"no allocation id", env[1:], nil, Offsets{}, "has no " + executor.EnvAllocID},
+		{"attempt not a number", []string{executor.EnvAllocID + "=a", executor.EnvAttempt + "=x"}, nil, Offsets{}, "is not a number"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, ".remote"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, ".remote", "attempt-2.json"), []byte(`{"job":"j","stdout_offset":10,"stderr_offset":20}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			st := &state{}
+			at, err := Start(executor.Attempt{Dir: dir, Env: tc.env, From: tc.from}, ".remote", st, func(executor.Line) {})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Start = %v, want an error saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at.AllocID != "alloc-1" || at.N != "2" || at.Base != filepath.Join(dir, ".remote", "attempt-2") {
+				t.Errorf("Start = %+v, want alloc-1, attempt 2 (the last one set), base %s/.remote/attempt-2", at, dir)
+			}
+			if st.Offsets != tc.want || st.Job != "j" {
+				t.Errorf("state = %+v, want job j and offsets %+v", *st, tc.want)
+			}
+		})
+	}
+}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -54,15 +51,6 @@ type attemptState struct {
 	follow.Offsets
 }
 
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 // podEnv is the attempt's environment as the pod gets it: what gpupass
 // sets for the job, not the agent's own environment (PATH, HOME and the
 // libraries of the machine the agent runs on mean nothing in the image).
@@ -101,33 +89,16 @@ var _ executor.LimitEnforcer = (*Runner)(nil)
 // Run creates (or finds again) the attempt's Job, follows its output
 // until it ends and maps its end to an Exit.
 func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
-	alloc, attempt := envValue(a.Env, executor.EnvAllocID), envValue(a.Env, executor.EnvAttempt)
-	if alloc == "" || attempt == "" {
-		return startErr(errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt))
-	}
-	if _, err := strconv.Atoi(attempt); err != nil {
-		return startErr(fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, attempt))
+	f := &follower{r: r, note: a.Note}
+	at, err := follow.Start(a, ".kube", &f.st, out)
+	if err != nil {
+		return startErr(err)
 	}
 	if len(a.Command) == 0 {
 		return startErr(errors.New("the attempt has no command"))
 	}
-	dir := filepath.Join(a.Dir, ".kube")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return startErr(fmt.Errorf("making the job's dir: %w", err))
-	}
-	base := filepath.Join(dir, "attempt-"+attempt)
-	f := &follower{r: r, note: a.Note}
-	files, err := follow.Open(base, &f.st, a.MaxLine, out)
-	if err != nil {
-		return startErr(err)
-	}
-	f.files = files
-	if a.From != nil {
-		// Where the run's spool holds the lines (the mark), not the
-		// state file's offsets: lines read just before the agent died
-		// but never stored are handed over again, stored ones are not.
-		f.st.Stdout, f.st.Stderr = a.From.Stdout, a.From.Stderr
-	}
+	f.files = at.Files
+	alloc, attempt, base := at.AllocID, at.N, at.Base
 	f.st.Job = JobName(alloc, attempt)
 	if err := r.create(ctx, a, alloc, attempt, base, f.st.Job); err != nil {
 		return startErr(err)
@@ -148,7 +119,7 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	labels := map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: labelValue(alloc), LabelAttempt: attempt, LabelNode: labelValue(r.Node)}
 	zero := int32(0)
 	dirs := []string{a.Dir}
-	if tmp := envValue(a.Env, "TMPDIR"); tmp != "" && !strings.HasPrefix(tmp, a.Dir+"/") {
+	if tmp := executor.EnvValue(a.Env, "TMPDIR"); tmp != "" && !strings.HasPrefix(tmp, a.Dir+"/") {
 		dirs = append(dirs, tmp)
 	}
 	spec, err := c.podSpec(r.Node, r.GPUs, a.Grace, dirs, append([]string{"/bin/sh", "-c", wrapper, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), podEnv(a.Env))

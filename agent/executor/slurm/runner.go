@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -54,15 +53,6 @@ type attemptState struct {
 	follow.Offsets
 }
 
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 // JobName is the name of a run's jobs: it carries the allocation id.
 func JobName(allocID string) string { return "gpupass-" + allocID }
 
@@ -71,31 +61,13 @@ func attemptComment(n string) string { return "gpupass-attempt-" + n }
 // Run submits (or finds again) the attempt's job, follows its output
 // until it ends and maps Slurm's end to an Exit.
 func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
-	alloc, attempt := envValue(a.Env, executor.EnvAllocID), envValue(a.Env, executor.EnvAttempt)
-	if alloc == "" || attempt == "" {
-		return startErr(errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt))
-	}
-	if _, err := strconv.Atoi(attempt); err != nil {
-		return startErr(fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, attempt))
-	}
-	dir := filepath.Join(a.Dir, ".slurm")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return startErr(fmt.Errorf("making the job's dir: %w", err))
-	}
-	base := filepath.Join(dir, "attempt-"+attempt)
 	f := &follower{r: r, note: a.Note}
-	files, err := follow.Open(base, &f.st, a.MaxLine, out)
+	at, err := follow.Start(a, ".slurm", &f.st, out)
 	if err != nil {
 		return startErr(err)
 	}
-	f.files = files
-	if a.From != nil {
-		// Where the consumer's store of the lines ends (the offset of
-		// the last line it stored), not the state file's offsets: the
-		// lines of the read under way when the agent died are handed
-		// over again exactly when they were not stored.
-		f.st.Stdout, f.st.Stderr = a.From.Stdout, a.From.Stderr
-	}
+	f.files = at.Files
+	alloc, attempt, base := at.AllocID, at.N, at.Base
 	if f.st.JobID == "" {
 		// The agent may have died between sbatch and writing the state.
 		jobs, err := r.Client.JobsNamed(ctx, JobName(alloc))
