@@ -3,7 +3,6 @@ package k8stest
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,24 +21,26 @@ const ImageKeep = 30 * time.Minute
 // image's last import (LoadImage).
 const labelImported = "gpupass.test/imported"
 
-// ctrImage is an image in the cluster's containerd.
+// ctrImage is an image name in the cluster's containerd.
 type ctrImage struct {
 	ref string
+	// digest is its target, the manifest's digest: the names of one
+	// image (REPO@sha256:…, REPO:TAG, the CRI's sha256:ID) share it.
+	digest string
 	// imported is its last import (zero: imported before the label).
 	imported time.Time
 }
 
 // parseImages reads `ctr images ls`: a header, then REF TYPE DIGEST SIZE
-// (two words) PLATFORMS LABELS, the labels k=v,k=v or "-". It keeps the
-// images pinned by digest in repo (REPO@sha256:...).
-func parseImages(out, repo string) []ctrImage {
+// (two words) PLATFORMS LABELS, the labels k=v,k=v or "-".
+func parseImages(out string) []ctrImage {
 	var imgs []ctrImage
 	for i, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if i == 0 || len(f) < 2 || !strings.HasPrefix(f[0], repo+"@sha256:") {
+		if i == 0 || len(f) < 4 {
 			continue
 		}
-		img := ctrImage{ref: f[0]}
+		img := ctrImage{ref: f[0], digest: f[2]}
 		for _, kv := range strings.Split(f[len(f)-1], ",") {
 			if v, ok := strings.CutPrefix(kv, labelImported+"="); ok {
 				if s, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -53,7 +54,7 @@ func parseImages(out, repo string) []ctrImage {
 }
 
 // parseContainerImages reads `ctr containers ls`: a header, then
-// CONTAINER IMAGE RUNTIME; the images the containers use.
+// CONTAINER IMAGE RUNTIME; the image names the containers use.
 func parseContainerImages(out string) []string {
 	var imgs []string
 	for i, line := range strings.Split(out, "\n") {
@@ -64,15 +65,34 @@ func parseContainerImages(out string) []string {
 	return imgs
 }
 
-// stale is which of imgs to remove: not keep, used by no container, last
-// imported more than grace before now.
+// stale is which image names to remove: the images of keep's repository
+// (REPO@sha256:…) other than keep, which no container uses and nobody
+// imported within grace before now, with every other name of theirs in
+// the repository or the CRI's (sha256:ID): content stays while any name
+// holds it. A container names its image as the pod did or by a tag that
+// may have moved on to a newer image since, so in-use is known only for
+// what its name now points at; grace covers the rest.
 func stale(imgs []ctrImage, keep string, used []string, now time.Time, grace time.Duration) []string {
+	repo, _, _ := strings.Cut(keep, "@")
+	digestOf := map[string]string{}
+	for _, img := range imgs {
+		digestOf[img.ref] = img.digest
+	}
+	inUse := map[string]bool{digestOf[keep]: true}
+	for _, name := range used {
+		inUse[digestOf[name]] = true
+	}
+	gone := map[string]bool{}
+	for _, img := range imgs {
+		if strings.HasPrefix(img.ref, repo+"@sha256:") && !inUse[img.digest] && now.Sub(img.imported) > grace {
+			gone[img.digest] = true
+		}
+	}
 	var refs []string
 	for _, img := range imgs {
-		if img.ref == keep || slices.Contains(used, img.ref) || now.Sub(img.imported) <= grace {
-			continue
+		if gone[img.digest] && (strings.HasPrefix(img.ref, repo+"@") || strings.HasPrefix(img.ref, repo+":") || strings.HasPrefix(img.ref, "sha256:")) {
+			refs = append(refs, img.ref)
 		}
-		refs = append(refs, img.ref)
 	}
 	return refs
 }
@@ -82,8 +102,7 @@ func stale(imgs []ctrImage, keep string, used []string, now time.Time, grace tim
 // content and snapshots no image names any more are then garbage
 // collected by containerd (ctr images rm --sync waits for it).
 func (c *Cluster) pruneImages(ctx context.Context, keep string, grace time.Duration) ([]string, error) {
-	repo, _, ok := strings.Cut(keep, "@")
-	if !ok {
+	if !strings.Contains(keep, "@sha256:") {
 		return nil, fmt.Errorf("%s is not pinned by digest", keep)
 	}
 	now := time.Now()
@@ -98,7 +117,7 @@ func (c *Cluster) pruneImages(ctx context.Context, keep string, grace time.Durat
 	if err != nil {
 		return nil, fmt.Errorf("ctr containers ls: %w", err)
 	}
-	refs := stale(parseImages(string(ls), repo), keep, parseContainerImages(string(cs)), now, grace)
+	refs := stale(parseImages(string(ls)), keep, parseContainerImages(string(cs)), now, grace)
 	if len(refs) == 0 {
 		return nil, nil
 	}

@@ -13,50 +13,61 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 )
 
-// ctr 1.6's `images ls`, SIZE in two words, LABELS last.
-const imagesLs = `REF                                          TYPE                                                 DIGEST          SIZE    PLATFORMS LABELS
-gpupass.local/run:1                          application/vnd.docker.distribution.manifest.v2+json sha256:bbbb 1.3 GiB linux/amd64     -
-gpupass.local/run@sha256:aaaa                application/vnd.oci.image.manifest.v1+json sha256:aaaa 1.3 GiB linux/amd64     -
-gpupass.local/run@sha256:bbbb                application/vnd.oci.image.manifest.v1+json sha256:bbbb 1.3 GiB linux/amd64     io.cri-containerd.image=managed,gpupass.test/imported=1796217280
-gpupass.local/runner@sha256:cccc             application/vnd.oci.image.manifest.v1+json sha256:cccc 1.9 KiB linux     gpupass.test/imported=1
-registry.k8s.io/pause:3.9                    application/vnd.oci.image.index.v1+json sha256:dddd 311.6 KiB linux/amd64 io.cri-containerd.image=managed
+// ctr 1.6's `images ls`, SIZE in two words, LABELS last; the CRI names
+// each image by its id too (sha256:…).
+const imagesLs = `REF                                  TYPE                                           DIGEST      SIZE    PLATFORMS LABELS
+gpupass.local/run:1                  application/vnd.oci.image.manifest.v1+json     sha256:bbbb 1.3 GiB linux/amd64     io.cri-containerd.image=managed
+gpupass.local/run@sha256:aaaa        application/vnd.oci.image.manifest.v1+json     sha256:aaaa 1.3 GiB linux/amd64     io.cri-containerd.image=managed
+gpupass.local/run@sha256:bbbb        application/vnd.oci.image.manifest.v1+json     sha256:bbbb 1.3 GiB linux/amd64     io.cri-containerd.image=managed,gpupass.test/imported=1796217280
+sha256:1111                          application/vnd.oci.image.manifest.v1+json     sha256:aaaa 1.3 GiB linux/amd64     io.cri-containerd.image=managed
 `
 
 func TestParseImages(t *testing.T) {
 	t.Parallel()
-	want := []ctrImage{{ref: "gpupass.local/run@sha256:aaaa"}, {ref: "gpupass.local/run@sha256:bbbb", imported: time.Unix(1796217280, 0)}}
-	if diff := cmp.Diff(want, parseImages(imagesLs, "gpupass.local/run"), cmp.AllowUnexported(ctrImage{})); diff != "" {
+	want := []ctrImage{
+		{ref: "gpupass.local/run:1", digest: "sha256:bbbb"},
+		{ref: "gpupass.local/run@sha256:aaaa", digest: "sha256:aaaa"},
+		{ref: "gpupass.local/run@sha256:bbbb", digest: "sha256:bbbb", imported: time.Unix(1796217280, 0)},
+		{ref: "sha256:1111", digest: "sha256:aaaa"},
+	}
+	if diff := cmp.Diff(want, parseImages(imagesLs), cmp.AllowUnexported(ctrImage{})); diff != "" {
 		t.Errorf("parseImages (-want +got):\n%s", diff)
 	}
-	cs := "CONTAINER    IMAGE    RUNTIME\nabc    gpupass.local/run@sha256:aaaa    io.containerd.runc.v2\nsandbox    registry.k8s.io/pause:3.9    io.containerd.runc.v2\n"
-	if diff := cmp.Diff([]string{"gpupass.local/run@sha256:aaaa", "registry.k8s.io/pause:3.9"}, parseContainerImages(cs)); diff != "" {
+	cs := "CONTAINER    IMAGE    RUNTIME\nabc    gpupass.local/run:1    io.containerd.runc.v2\nsandbox    registry.k8s.io/pause:3.9    io.containerd.runc.v2\n"
+	if diff := cmp.Diff([]string{"gpupass.local/run:1", "registry.k8s.io/pause:3.9"}, parseContainerImages(cs)); diff != "" {
 		t.Errorf("parseContainerImages (-want +got):\n%s", diff)
 	}
 }
 
-// TestStale: an image goes unless it is the one just imported, a
-// container uses it, or it was imported within the grace period; one
-// imported before the label is old.
+// TestStale: an image goes, with the CRI's name for it, unless it is the
+// one just imported, a container uses it, or it was imported within the
+// grace period; one imported before the label is old. Other
+// repositories' images stay.
 func TestStale(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	imgs := []ctrImage{
-		{ref: "r@sha256:new", imported: now},
-		{ref: "r@sha256:unlabelled"},
-		{ref: "r@sha256:old", imported: now.Add(-2 * time.Hour)},
-		{ref: "r@sha256:recent", imported: now.Add(-10 * time.Minute)},
-		{ref: "r@sha256:inuse", imported: now.Add(-2 * time.Hour)},
+		{ref: "r:1", digest: "d-new"},
+		{ref: "r@sha256:new", digest: "d-new", imported: now},
+		{ref: "sha256:id-new", digest: "d-new"},
+		{ref: "r@sha256:unlabelled", digest: "d-unlabelled"},
+		{ref: "sha256:id-unlabelled", digest: "d-unlabelled"},
+		{ref: "r@sha256:old", digest: "d-old", imported: now.Add(-2 * time.Hour)},
+		{ref: "r@sha256:recent", digest: "d-recent", imported: now.Add(-10 * time.Minute)},
+		{ref: "r@sha256:inuse", digest: "d-inuse", imported: now.Add(-2 * time.Hour)},
+		{ref: "r:inuse", digest: "d-inuse"},
+		{ref: "other@sha256:old", digest: "d-other"},
 	}
 	for _, tc := range []struct {
 		name  string
 		grace time.Duration
 		want  []string
 	}{
-		{"within ImageKeep", ImageKeep, []string{"r@sha256:unlabelled", "r@sha256:old"}},
-		{"no grace", 0, []string{"r@sha256:unlabelled", "r@sha256:old", "r@sha256:recent"}},
+		{"within ImageKeep", ImageKeep, []string{"r@sha256:unlabelled", "sha256:id-unlabelled", "r@sha256:old"}},
+		{"no grace", 0, []string{"r@sha256:unlabelled", "sha256:id-unlabelled", "r@sha256:old", "r@sha256:recent"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := stale(imgs, "r@sha256:new", []string{"r@sha256:inuse", "pause:3.9"}, now, tc.grace)
+			got := stale(imgs, "r@sha256:new", []string{"r:inuse", "pause:3.9"}, now, tc.grace)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("stale (-want +got):\n%s", diff)
 			}
@@ -81,10 +92,18 @@ func checkPrune(t *testing.T, c *Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t.Cleanup(func() {
-		refs, _ := c.ctr(context.Background(), "images", "ls", "-q").Output()
-		for _, ref := range strings.Fields(string(refs)) {
-			if strings.HasPrefix(ref, repo) {
-				_ = c.ctr(context.Background(), "images", "rm", ref).Run()
+		// The test's images under every name, the CRI's (sha256:ID) too.
+		out, _ := c.ctr(context.Background(), "images", "ls").Output()
+		imgs := parseImages(string(out))
+		ours := map[string]bool{}
+		for _, img := range imgs {
+			if strings.HasPrefix(img.ref, repo) {
+				ours[img.digest] = true
+			}
+		}
+		for _, img := range imgs {
+			if ours[img.digest] {
+				_ = c.ctr(context.Background(), "images", "rm", img.ref).Run()
 			}
 		}
 	})
