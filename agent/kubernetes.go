@@ -7,15 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
 	kube "github.com/gpupass/gpupass/agent/executor/kubernetes"
-	"github.com/gpupass/gpupass/internal/buildinfo"
-	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -139,19 +136,6 @@ func (n *kubeNode) orphaned(ctx context.Context, allocID string) string {
 	return reason
 }
 
-// remoteArgs is the agent's facts command, run in the image on the node.
-func (n *kubeNode) remoteArgs(o *Options) []string {
-	args := []string{n.flags.AgentBinary, "facts", "--python", o.Python, "--read-probe-mb", strconv.Itoa(o.ReadProbeMB),
-		"--storage-path", n.dir(), "--state-dir", filepath.Join(n.dir(), "facts")}
-	if o.Simulate != "" {
-		args = append(args, "--simulate", o.Simulate)
-	}
-	if o.NVCC != "" {
-		args = append(args, "--nvcc", o.NVCC)
-	}
-	return args
-}
-
 // measure runs the probes in the image on the node, as one Job, and
 // returns what they found; the probes of one suite run share it.
 func (n *kubeNode) measure(ctx context.Context, o *Options) (*probe.Facts, error) {
@@ -176,7 +160,7 @@ func (n *kubeNode) measure(ctx context.Context, o *Options) (*probe.Facts, error
 	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("making the node's dir in the shared dir: %w", err)
 	}
-	out, err := n.client.Step(ctx, n.name, n.current().GPUs, n.dir(), n.remoteArgs(o)...)
+	out, err := n.client.Step(ctx, n.name, n.current().GPUs, n.dir(), remoteArgs(n.flags.AgentBinary, n.dir(), o)...)
 	var f probe.Facts
 	if err == nil {
 		err = decodeFacts(out, &f)
@@ -202,46 +186,9 @@ func decodeFacts(log string, f *probe.Facts) error {
 
 // suite is the node's conformance suite: every probe runs in the image
 // on the node, in one Job.
-func (n *kubeNode) suite(o *Options) *suite.Suite {
-	var ps []probe.Probe
-	for _, name := range []string{"gpu", "nvcc", "python", "storage", "fips"} {
-		ps = append(ps, kubeProbe{name: name, n: n, o: o})
-	}
-	return suite.New(ps...)
-}
+func (n *kubeNode) suite(o *Options) *suite.Suite { return remoteSuite(n, o) }
 
-// kubeProbe is one probe's section of what the conformance Job measured.
-type kubeProbe struct {
-	name string
-	n    *kubeNode
-	o    *Options
-}
-
-func (p kubeProbe) Name() string { return p.name }
-
-func (p kubeProbe) Measure(ctx context.Context) (probe.Section, error) {
-	f, err := p.n.measure(ctx, p.o)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if err != nil {
-		// What could not be measured fails the node's checks, with why.
-		note := "measuring through kubernetes: " + err.Error()
-		f = &probe.Facts{}
-		f.GPU.Reason, f.NVCC.Reason, f.Python.Reason = note, note, note
-	}
-	switch p.name {
-	case "gpu":
-		return f.GPU, nil
-	case "nvcc":
-		return f.NVCC, nil
-	case "python":
-		return f.Python, nil
-	case "storage":
-		return f.Storage, nil
-	}
-	return f.FIPS, nil
-}
+func (n *kubeNode) via() string { return "kubernetes" }
 
 // check is the kubernetes.node check every report of the node carries:
 // the node, the image it was measured in, and whether the cluster runs
@@ -290,20 +237,11 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	client := &kube.Client{API: api, Namespace: o.Kube.Namespace, Image: o.Kube.Image,
 		Volume: kube.SharedDir{Path: o.Kube.SharedDir, Claim: o.Kube.SharedClaim}}
-	tlsConf, err := o.tlsConfig()
+	agents, err := newClusterAgents(o, ExecutorKubernetes, cluster, o.Kube.Refresh, log)
 	if err != nil {
 		return err
 	}
-	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
-	if err != nil {
-		return err
-	}
-	cp := NewControlPlane(clients)
-	var (
-		running = map[string]*kubeNode{}
-		wg      sync.WaitGroup
-		errs    = make(chan error, 1)
-	)
+	running := map[string]*kubeNode{}
 	refresh := func() error {
 		nodes, err := client.Nodes(ctx, o.Kube.NodeSelector)
 		if err != nil {
@@ -317,31 +255,11 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 				continue
 			}
 			kn := &kubeNode{client: client, cluster: cluster, name: nd.Name, flags: o.Kube, node: nd, log: log.With("kube_node", nd.Name)}
-			clone := *o
-			clone.StateDir = filepath.Join(o.StateDir, "kubernetes", nodeIDUnsafe.ReplaceAllString(cluster+"-"+nd.Name, "_"))
-			clone.Provider = "kubernetes:" + cluster
-			clone.Hostname = nd.Name
-			clone.RunCgroup = "off"
-			if clone.SuiteInterval > o.Kube.Refresh {
-				clone.SuiteInterval = o.Kube.Refresh
-			}
-			clone.kube = kn
-			a, err := New(&clone, kn.log)
-			if err != nil {
-				return fmt.Errorf("kubernetes node %s: %w", nd.Name, err)
+			if err := agents.start(ctx, nd.Name, kn.log, func(o *Options) { o.kube = kn }); err != nil {
+				return err
 			}
 			running[nd.Name] = kn
 			log.Info("standing for kubernetes node", "node", nd.Name, "gpus", nd.GPUs, "product", nd.Product, "unavailable", nd.Unavailable(), "cluster", cluster)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := a.Serve(ctx, cp); err != nil && ctx.Err() == nil {
-					select {
-					case errs <- fmt.Errorf("kubernetes node %s: %w", nd.Name, err):
-					default:
-					}
-				}
-			}()
 		}
 		for name, kn := range running {
 			if !seen[name] {
@@ -352,23 +270,5 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 		}
 		return nil
 	}
-	if err := refresh(); err != nil {
-		return err
-	}
-	t := time.NewTicker(o.Kube.Refresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		case err := <-errs:
-			wg.Wait()
-			return err
-		case <-t.C:
-			if err := refresh(); err != nil {
-				log.Warn("reading kubernetes nodes; keeping the last view", "err", err)
-			}
-		}
-	}
+	return agents.run(ctx, refresh)
 }

@@ -10,15 +10,12 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/executor/slurm"
-	"github.com/gpupass/gpupass/internal/buildinfo"
-	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -190,26 +187,11 @@ func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
 	return reason
 }
 
-// workRoot is where the node's runs' work dirs go: in the shared dir.
-func (n *slurmNode) workRoot() string {
-	return filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name, "runs")
-}
+// dir is the node's own dir in the shared dir.
+func (n *slurmNode) dir() string { return filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name) }
 
-// remoteArgs is the agent's own facts command, run on the compute node.
-func (n *slurmNode) remoteArgs(o *Options) []string {
-	dir := filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name)
-	// The facts command's state dir holds a key that signs nothing; it
-	// stays so a simulated profile keeps its GPU UUIDs from step to step.
-	args := []string{n.exe, "facts", "--python", o.Python, "--read-probe-mb", strconv.Itoa(o.ReadProbeMB),
-		"--storage-path", dir, "--state-dir", filepath.Join(dir, "facts")}
-	if o.Simulate != "" {
-		args = append(args, "--simulate", o.Simulate)
-	}
-	if o.NVCC != "" {
-		args = append(args, "--nvcc", o.NVCC)
-	}
-	return args
-}
+// workRoot is where the node's runs' work dirs go: in the shared dir.
+func (n *slurmNode) workRoot() string { return filepath.Join(n.dir(), "runs") }
 
 // measure runs the probes on the compute node as one job step and
 // returns what they found; the probes of one suite run share it.
@@ -242,10 +224,10 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 		n.setReused("")
 		return nil, fmt.Errorf("not measured: the node runs %s; measured again once it ends", jobs[0].Describe())
 	}
-	if err := os.MkdirAll(filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name), 0o755); err != nil {
+	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("making the node's dir in the slurm shared dir: %w", err)
 	}
-	out, err := n.client.Step(ctx, n.name, n.current().Gres(), nil, n.remoteArgs(o)...)
+	out, err := n.client.Step(ctx, n.name, n.current().Gres(), nil, remoteArgs(n.exe, n.dir(), o)...)
 	var f probe.Facts
 	if err == nil {
 		if jerr := json.Unmarshal([]byte(out), &f); jerr != nil {
@@ -263,48 +245,11 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 	return &f, err
 }
 
-// remoteProbe is one probe's section of what the job step measured.
-type remoteProbe struct {
-	name string
-	n    *slurmNode
-	o    *Options
-}
-
-func (p remoteProbe) Name() string { return p.name }
-
-func (p remoteProbe) Measure(ctx context.Context) (probe.Section, error) {
-	f, err := p.n.measure(ctx, p.o)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if err != nil {
-		// What could not be measured fails the node's checks, with why.
-		note := "measuring through slurm: " + err.Error()
-		f = &probe.Facts{}
-		f.GPU.Reason, f.NVCC.Reason, f.Python.Reason = note, note, note
-	}
-	switch p.name {
-	case "gpu":
-		return f.GPU, nil
-	case "nvcc":
-		return f.NVCC, nil
-	case "python":
-		return f.Python, nil
-	case "storage":
-		return f.Storage, nil
-	}
-	return f.FIPS, nil
-}
-
 // suite is the node's conformance suite: every probe runs on the compute
 // node, in one srun job step.
-func (n *slurmNode) suite(o *Options) *suite.Suite {
-	var ps []probe.Probe
-	for _, name := range []string{"gpu", "nvcc", "python", "storage", "fips"} {
-		ps = append(ps, remoteProbe{name: name, n: n, o: o})
-	}
-	return suite.New(ps...)
-}
+func (n *slurmNode) suite(o *Options) *suite.Suite { return remoteSuite(n, o) }
+
+func (n *slurmNode) via() string { return "slurm" }
 
 // check is the slurm.node check every report of the node carries: where
 // and how it was measured, and whether Slurm runs jobs there.
@@ -338,22 +283,13 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tlsConf, err := o.tlsConfig()
+	agents, err := newClusterAgents(o, ExecutorSlurm, cluster, o.Slurm.Refresh, log)
 	if err != nil {
 		return err
 	}
-	// One connection to the broker for every compute node: each request
-	// names and proves its node, so the nodes share one ControlPlane.
-	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
-	if err != nil {
-		return err
-	}
-	cp := NewControlPlane(clients)
 	var (
 		mu      sync.Mutex
 		running = map[string]*slurmNode{}
-		wg      sync.WaitGroup
-		errs    = make(chan error, 1)
 	)
 	refresh := func() error {
 		nodes, err := client.Nodes(ctx, o.Slurm.Partitions)
@@ -377,57 +313,17 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 			}
 			sn := &slurmNode{client: client, cluster: cluster, name: nd.Name, partition: part, sharedDir: o.Slurm.SharedDir,
 				exe: o.Slurm.AgentBinary, timeLimit: o.Slurm.TimeLimit, node: nd, log: log.With("slurm_node", nd.Name)}
-			clone := *o
-			clone.StateDir = filepath.Join(o.StateDir, "slurm", nodeIDUnsafe.ReplaceAllString(cluster+"-"+nd.Name, "_"))
-			sn.stateDir = clone.StateDir
-			clone.Provider = "slurm:" + cluster
-			clone.Hostname = nd.Name
-			// Serve, not Run: no query endpoint per compute node.
-			clone.RunCgroup = "off"
-			clone.Simulate = simulateFor(o, nd.Name)
-			if clone.SuiteInterval > o.Slurm.Refresh {
-				// A node Slurm takes out is reported within a refresh.
-				clone.SuiteInterval = o.Slurm.Refresh
-			}
-			clone.slurm = sn
-			a, err := New(&clone, sn.log)
-			if err != nil {
-				return fmt.Errorf("slurm node %s: %w", nd.Name, err)
+			sn.stateDir = agents.nodeStateDir(nd.Name)
+			simulate := simulateFor(o, nd.Name)
+			if err := agents.start(ctx, nd.Name, sn.log, func(o *Options) { o.slurm, o.Simulate = sn, simulate }); err != nil {
+				return err
 			}
 			running[nd.Name] = sn
 			log.Info("standing for slurm node", "node", nd.Name, "gres", nd.Gres(), "state", nd.State, "reason", nd.Reason, "cluster", cluster, "partition", part)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := a.Serve(ctx, cp); err != nil && ctx.Err() == nil {
-					select {
-					case errs <- fmt.Errorf("slurm node %s: %w", nd.Name, err):
-					default:
-					}
-				}
-			}()
 		}
 		return nil
 	}
-	if err := refresh(); err != nil {
-		return err
-	}
-	t := time.NewTicker(o.Slurm.Refresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		case err := <-errs:
-			wg.Wait()
-			return err
-		case <-t.C:
-			if err := refresh(); err != nil {
-				log.Warn("reading slurm nodes; keeping the last view", "err", err)
-			}
-		}
-	}
+	return agents.run(ctx, refresh)
 }
 
 // simulateFor is the node's profile: --slurm-simulate NODE=PROFILE, else

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,6 +36,17 @@ type Runner interface {
 type LimitEnforcer interface {
 	Runner
 	EnforcesTimeLimit() bool
+}
+
+// EnvValue is key's value in an attempt's environment (Attempt.Env): the
+// last one set, as the process would see it; "" when not set.
+func EnvValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Attempt is what a Runner needs to start one process of a run.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	kube "github.com/gpupass/gpupass/agent/executor/kubernetes"
+	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/k8stest"
 )
 
@@ -43,12 +43,7 @@ func BenchmarkSubmitToFirstLine(b *testing.B) {
 	}
 	defer os.RemoveAll(shared)
 	const poll = 20 * time.Millisecond
-	n := 10
-	if b.N > n {
-		n = b.N
-	}
-	var viaRunner, direct []time.Duration
-	for i := 0; i < n; i++ {
+	testutil.Alternate(b, testutil.Timed{Name: "gpupass", Run: func(i int) time.Duration {
 		dir := filepath.Join(shared, fmt.Sprintf("r%d", i))
 		_ = os.Mkdir(dir, 0o755)
 		r := &kube.Runner{Client: &kube.Client{API: api, Namespace: ns, Image: image, Poll: poll, Volume: kube.SharedDir{Path: shared}},
@@ -59,8 +54,8 @@ func BenchmarkSubmitToFirstLine(b *testing.B) {
 		r.Run(context.Background(), executor.Attempt{Dir: dir, Command: []string{"echo", "first"}, Grace: time.Second,
 			Env: []string{executor.EnvAllocID + "=alloc-bench", executor.EnvAttempt + fmt.Sprint("=", i+1)}},
 			func(executor.Line) { once.Do(func() { first = time.Since(start) }) })
-		viaRunner = append(viaRunner, first)
-
+		return first
+	}}, testutil.Timed{Name: "kubectl", Run: func(i int) time.Duration {
 		name := fmt.Sprintf("kubectl-bench-%d", i)
 		manifest := fmt.Sprintf(`apiVersion: batch/v1
 kind: Job
@@ -79,7 +74,7 @@ spec:
         command: ["echo", "first"]
         resources: {limits: {nvidia.com/gpu: 1}}
 `, name, c.NodeName, image)
-		start = time.Now()
+		start := time.Now()
 		c.KubectlStdin(b, manifest, "-n", ns, "create", "-f", "-")
 		for {
 			cmd := c.KubectlCmd(context.Background(), "-n", ns, "logs", "-f", "job/"+name)
@@ -93,16 +88,6 @@ spec:
 			}
 			time.Sleep(poll) // the pod is not there yet
 		}
-		direct = append(direct, time.Since(start))
-	}
-	p := func(d []time.Duration, q float64) float64 {
-		s := append([]time.Duration(nil), d...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return float64(s[int(q*float64(len(s)-1)+0.5)]) / 1e6
-	}
-	b.ReportMetric(p(viaRunner, 0.5), "gpupass-p50-ms")
-	b.ReportMetric(p(viaRunner, 0.95), "gpupass-p95-ms")
-	b.ReportMetric(p(direct, 0.5), "kubectl-p50-ms")
-	b.ReportMetric(p(direct, 0.95), "kubectl-p95-ms")
-	b.ReportMetric(0, "ns/op")
+		return time.Since(start)
+	}})
 }

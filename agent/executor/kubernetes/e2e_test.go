@@ -67,28 +67,6 @@ func TestE2EKubernetesCluster(t *testing.T) {
 		}
 		return resp.Msg.Run
 	}
-	// records reads a run's whole log and fails on a gap or a repeat.
-	records := func(t *testing.T, id string) (n uint64, text string) {
-		ls, err := rc.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id, IncludeMetrics: true}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		for ls.Receive() {
-			for _, rec := range ls.Msg().Records {
-				n++
-				if rec.Seq != n {
-					t.Fatalf("%s: record %d has seq %d (gap or repeat)", id, n, rec.Seq)
-				}
-				b.Write(rec.Data)
-				b.WriteByte('\n')
-			}
-		}
-		if err := ls.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return n, b.String()
-	}
 	submit := func(t *testing.T, name string, args ...string) string {
 		out, err := gp(append([]string{"--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-eu",
 			"--workdir", "examples/train", "--name", name, "--", py, "train.py"}, args...)...).Output()
@@ -148,7 +126,7 @@ func TestE2EKubernetesCluster(t *testing.T) {
 			if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 				t.Errorf("%s (%s): %s reason %q", r.Id, r.Region, r.State, r.Reason)
 			}
-			_, text := records(t, r.Id)
+			text, _ := upstack.RunLog(t, ctx, rc, r.Id)
 			// The trainer's own lines (the executor's events differ:
 			// a Job's states, the local process), less what differs
 			// by nature: the work dir in checkpoint paths, the time.
@@ -260,7 +238,7 @@ func TestE2EKubernetesCluster(t *testing.T) {
 			return regexp.MustCompile(`kubernetes:gptest +k8s-eu .*online`).MatchString(dryRun("k8s-eu"))
 		})
 		id := submit(t, "k8s-kill9", "--steps", strconv.Itoa(steps), "--checkpoint-every", "1", "--sleep", "0.1")
-		logText := func() string { _, l := records(t, id); return l }
+		logText := func() string { l, _ := upstack.RunLog(t, ctx, rc, id); return l }
 		// Mid-run: the Job runs and the broker holds some of its
 		// checkpoint lines, not the last.
 		upstack.WaitFor(t, ctx, "the run's job to be a few steps in", func() bool {
@@ -286,29 +264,7 @@ func TestE2EKubernetesCluster(t *testing.T) {
 		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 			t.Fatalf("run %s: %s (%s), want succeeded: the restarted agent follows the Job on", id, r.State, r.Reason)
 		}
-		l := logText() // no gap, no repeat
-		for step := 1; step <= steps; step++ {
-			// The trainer's line, not the shipped checkpoint's records.
-			if n := strings.Count(l, fmt.Sprintf("/ckpt-%08d.pt\"}", step)); n != 1 {
-				t.Errorf("the line of checkpoint %d is in the log %d times, want once (lost or duplicated across the restart)", step, n)
-			}
-		}
-		if !strings.Contains(l, "the agent restarted; following attempt 1 on") {
-			t.Errorf("the log does not say the run was followed on")
-		}
-		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		count := map[int64]int{}
-		for _, p := range mr.Msg.Points {
-			count[p.Step]++
-		}
-		for step := int64(1); step <= steps; step++ {
-			if count[step] != 1 {
-				t.Errorf("metric point of step %d is there %d times, want once", step, count[step])
-			}
-		}
+		upstack.CheckFollowedOn(t, ctx, rc, id, steps)
 		// The Job controller writes Complete a moment after the pod ended.
 		oneComplete := regexp.MustCompile(`^gpupass-` + id + `-1 [A-Za-z ]*\bComplete\b[A-Za-z ]*\n$`)
 		var j string

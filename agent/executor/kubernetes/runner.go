@@ -1,18 +1,11 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpupass/gpupass/agent/executor"
-	"github.com/gpupass/gpupass/internal/events"
-	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/agent/executor/follow"
 )
 
 // Runner runs each attempt of a run as a Job pinned to one node: an
@@ -58,18 +50,8 @@ type Runner struct {
 }
 
 type attemptState struct {
-	Job    string `json:"job"`
-	OutOff int64  `json:"stdout_offset"`
-	ErrOff int64  `json:"stderr_offset"`
-}
-
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
-			return v
-		}
-	}
-	return ""
+	Job string `json:"job"`
+	follow.Offsets
 }
 
 // podEnv is the attempt's environment as the pod gets it: what gpupass
@@ -110,40 +92,22 @@ var _ executor.LimitEnforcer = (*Runner)(nil)
 // Run creates (or finds again) the attempt's Job, follows its output
 // until it ends and maps its end to an Exit.
 func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
-	alloc, attempt := envValue(a.Env, executor.EnvAllocID), envValue(a.Env, executor.EnvAttempt)
-	if alloc == "" || attempt == "" {
-		return startErr(errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt))
-	}
-	if _, err := strconv.Atoi(attempt); err != nil {
-		return startErr(fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, attempt))
+	f := &follower{r: r, note: a.Note}
+	at, err := follow.Start(a, ".kube", &f.st, out)
+	if err != nil {
+		return startErr(err)
 	}
 	if len(a.Command) == 0 {
 		return startErr(errors.New("the attempt has no command"))
 	}
-	dir := filepath.Join(a.Dir, ".kube")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return startErr(fmt.Errorf("making the job's dir: %w", err))
-	}
-	base := filepath.Join(dir, "attempt-"+attempt)
-	f := follow{r: r, statePath: base + ".json", out: out, maxLine: a.MaxLine, note: a.Note}
-	f.files[events.Stdout] = &tail{path: base + ".out"}
-	f.files[events.Stderr] = &tail{path: base + ".err"}
-	if err := f.load(); err != nil {
-		return startErr(err)
-	}
-	if a.From != nil {
-		// Where the run's spool holds the lines (the mark), not the
-		// state file's offsets: lines read just before the agent died
-		// but never stored are handed over again, stored ones are not.
-		f.st.OutOff, f.st.ErrOff = a.From.Stdout, a.From.Stderr
-	}
+	f.files = at.Files
+	alloc, attempt, base := at.AllocID, at.N, at.Base
 	f.st.Job = JobName(alloc, attempt)
 	if err := r.create(ctx, a, alloc, attempt, base, f.st.Job); err != nil {
 		return startErr(err)
 	}
-	if err := f.save(); err != nil {
-		f.saveErr = err
-	}
+	// Not fatal: the Job is found again by name.
+	_ = f.files.Save()
 	return f.run(ctx, a.Grace)
 }
 
@@ -158,7 +122,7 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	labels := map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: labelValue(alloc), LabelAttempt: attempt, LabelNode: labelValue(r.Node)}
 	zero := int32(0)
 	dirs := []string{a.Dir}
-	if tmp := envValue(a.Env, "TMPDIR"); tmp != "" && !strings.HasPrefix(tmp, a.Dir+"/") {
+	if tmp := executor.EnvValue(a.Env, "TMPDIR"); tmp != "" && !strings.HasPrefix(tmp, a.Dir+"/") {
 		dirs = append(dirs, tmp)
 	}
 	gpus := r.GPUs
@@ -206,104 +170,21 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	return nil
 }
 
-type tail struct {
-	path    string
-	partial []byte
+// follower follows one attempt: its job and its output files.
+type follower struct {
+	r        *Runner
+	st       attemptState
+	files    *follow.Files
+	lastNote string
+	note     func(string, map[string]string)
 }
 
-type follow struct {
-	r         *Runner
-	statePath string
-	st        attemptState
-	files     [2]*tail
-	out       func(executor.Line)
-	maxLine   int
-	saveErr   error
-	lastNote  string
-	note      func(string, map[string]string)
-}
+// read hands over the lines written since the last read. Failing to
+// save how far it got does not fail the attempt: an agent restarted under
+// it reads on from where the run's spool holds the lines (Attempt.From).
+func (f *follower) read(final bool) { _ = f.files.Read(final) }
 
-func (f *follow) load() error {
-	b, err := os.ReadFile(f.statePath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &f.st)
-	}
-	if err != nil {
-		return fmt.Errorf("reading the attempt's state %s: %w", f.statePath, err)
-	}
-	return nil
-}
-
-func (f *follow) save() error {
-	b, _ := json.Marshal(f.st)
-	return fsutil.WriteFileAtomic(f.statePath, b, 0o644)
-}
-
-func (f *follow) offset(s events.Stream) *int64 {
-	if s == events.Stderr {
-		return &f.st.ErrOff
-	}
-	return &f.st.OutOff
-}
-
-// read hands over the complete lines written since the last read (all of
-// it, the last line too, when final) and records how far it got.
-func (f *follow) read(final bool) {
-	moved := false
-	for s, t := range f.files {
-		off := f.offset(events.Stream(s))
-		fh, err := os.Open(t.path)
-		if err != nil {
-			continue // not created yet (the pod is pending)
-		}
-		_, _ = fh.Seek(*off+int64(len(t.partial)), io.SeekStart)
-		b, _ := io.ReadAll(io.LimitReader(fh, 8<<20))
-		fh.Close()
-		buf := append(t.partial, b...)
-		for {
-			i := bytes.IndexByte(buf, '\n')
-			if i < 0 {
-				break
-			}
-			*off += int64(i + 1)
-			f.emit(events.Stream(s), buf[:i], *off)
-			buf = buf[i+1:]
-			moved = true
-		}
-		if final && len(buf) > 0 {
-			*off += int64(len(buf))
-			f.emit(events.Stream(s), buf, *off)
-			buf = nil
-			moved = true
-		}
-		t.partial = append([]byte(nil), buf...)
-	}
-	if moved {
-		if err := f.save(); err != nil {
-			f.saveErr = err
-		}
-	}
-}
-
-func (f *follow) emit(s events.Stream, b []byte, end int64) {
-	b = bytes.TrimSuffix(b, []byte("\r"))
-	l := executor.Line{Stream: s, Offset: end}
-	if f.maxLine > 0 && len(b) > f.maxLine {
-		l.Cut = len(b) - f.maxLine
-		b = b[:f.maxLine]
-	}
-	if !utf8.Valid(b) {
-		l.InvalidUTF8 = true
-		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
-	}
-	l.Text = string(b)
-	f.out(l)
-}
-
-func (f *follow) observe(st jobState) {
+func (f *follower) observe(st jobState) {
 	if st.note == f.lastNote || f.note == nil {
 		return
 	}
@@ -316,7 +197,7 @@ func (f *follow) observe(st jobState) {
 // the attempt's grace period (the kubelet sends SIGTERM, then SIGKILL
 // after it) and waits until its pod is gone, so that nothing of the
 // attempt is left when Run returns.
-func (f *follow) run(ctx context.Context, grace time.Duration) executor.Exit {
+func (f *follower) run(ctx context.Context, grace time.Duration) executor.Exit {
 	c := f.r.Client
 	bg := context.WithoutCancel(ctx)
 	var stopped bool
@@ -364,7 +245,7 @@ func (f *follow) run(ctx context.Context, grace time.Duration) executor.Exit {
 // delete deletes the Job and, in the foreground, its pod: the Job stays
 // (with a deletion timestamp) until the pod is gone, so run sees the Job
 // until nothing of the attempt is left.
-func (f *follow) delete(ctx context.Context, grace time.Duration) error {
+func (f *follower) delete(ctx context.Context, grace time.Duration) error {
 	c := f.r.Client
 	cctx, cancel := c.ctx(ctx)
 	defer cancel()

@@ -266,25 +266,7 @@ func TestE2ESlurmCluster(t *testing.T) {
 			}
 			return resp.Msg.Run
 		}
-		logText := func() (string, []uint64) {
-			ls, err := rc.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: id, IncludeMetrics: true}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			var seqs []uint64
-			for ls.Receive() {
-				for _, rec := range ls.Msg().Records {
-					b.Write(rec.Data)
-					b.WriteByte('\n')
-					seqs = append(seqs, rec.Seq)
-				}
-			}
-			if err := ls.Err(); err != nil {
-				t.Fatal(err)
-			}
-			return b.String(), seqs
-		}
+		logText := func() (string, uint64) { return upstack.RunLog(t, ctx, rc, id) }
 		// Mid-run: the job runs and the broker holds some of its
 		// checkpoint lines, not the last.
 		upstack.WaitFor(t, ctx, "the run's job to be a few steps in", func() bool {
@@ -324,34 +306,7 @@ func TestE2ESlurmCluster(t *testing.T) {
 		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 			t.Fatalf("run %s: %s (%s), want succeeded: the restarted agent follows the job on", id, r.State, r.Reason)
 		}
-		l, seqs := logText()
-		for i, s := range seqs {
-			if s != uint64(i+1) {
-				t.Fatalf("record %d has seq %d (gap or repeat)", i+1, s)
-			}
-		}
-		for step := 1; step <= steps; step++ {
-			// The trainer's line, not the shipped checkpoint's records.
-			if n := strings.Count(l, fmt.Sprintf("/ckpt-%08d.pt\"}", step)); n != 1 {
-				t.Errorf("the line of checkpoint %d is in the log %d times, want once (lost or duplicated across the restart)", step, n)
-			}
-		}
-		if !strings.Contains(l, "the agent restarted; following attempt 1 on") {
-			t.Errorf("the log does not say the run was followed on")
-		}
-		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		count := map[int64]int{}
-		for _, p := range mr.Msg.Points {
-			count[p.Step]++
-		}
-		for step := int64(1); step <= steps; step++ {
-			if count[step] != 1 {
-				t.Errorf("metric point of step %d is there %d times, want once", step, count[step])
-			}
-		}
+		upstack.CheckFollowedOn(t, ctx, rc, id, steps)
 		if jobs := c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T"); !regexp.MustCompile(`^[0-9]+ COMPLETED\n$`).MatchString(jobs) {
 			t.Errorf("the run's slurm jobs: %q, want one, completed (no second sbatch)", jobs)
 		}

@@ -1,22 +1,16 @@
 package slurm
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gpupass/gpupass/agent/executor"
-	"github.com/gpupass/gpupass/internal/events"
-	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/agent/executor/follow"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -55,18 +49,8 @@ type Runner struct {
 
 // attemptState is WORKDIR/.slurm/attempt-N.json.
 type attemptState struct {
-	JobID  string `json:"job_id"`
-	OutOff int64  `json:"stdout_offset"`
-	ErrOff int64  `json:"stderr_offset"`
-}
-
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
-			return v
-		}
-	}
-	return ""
+	JobID string `json:"job_id"`
+	follow.Offsets
 }
 
 // JobName is the name of a run's jobs: it carries the allocation id.
@@ -77,31 +61,13 @@ func attemptComment(n string) string { return "gpupass-attempt-" + n }
 // Run submits (or finds again) the attempt's job, follows its output
 // until it ends and maps Slurm's end to an Exit.
 func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
-	alloc, attempt := envValue(a.Env, executor.EnvAllocID), envValue(a.Env, executor.EnvAttempt)
-	if alloc == "" || attempt == "" {
-		return startErr(errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt))
-	}
-	if _, err := strconv.Atoi(attempt); err != nil {
-		return startErr(fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, attempt))
-	}
-	dir := filepath.Join(a.Dir, ".slurm")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return startErr(fmt.Errorf("making the job's dir: %w", err))
-	}
-	base := filepath.Join(dir, "attempt-"+attempt)
-	f := follow{r: r, statePath: base + ".json", out: out, maxLine: a.MaxLine, note: a.Note}
-	f.files[events.Stdout] = &tail{path: base + ".out"}
-	f.files[events.Stderr] = &tail{path: base + ".err"}
-	if err := f.load(); err != nil {
+	f := &follower{r: r, note: a.Note}
+	at, err := follow.Start(a, ".slurm", &f.st, out)
+	if err != nil {
 		return startErr(err)
 	}
-	if a.From != nil {
-		// Where the consumer's store of the lines ends (the offset of
-		// the last line it stored), not the state file's offsets: the
-		// lines of the read under way when the agent died are handed
-		// over again exactly when they were not stored.
-		f.st.OutOff, f.st.ErrOff = a.From.Stdout, a.From.Stderr
-	}
+	f.files = at.Files
+	alloc, attempt, base := at.AllocID, at.N, at.Base
 	if f.st.JobID == "" {
 		// The agent may have died between sbatch and writing the state.
 		jobs, err := r.Client.JobsNamed(ctx, JobName(alloc))
@@ -124,10 +90,8 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 			return ex
 		}
 		f.st.JobID = id
-		if err := f.save(); err != nil {
-			// Not fatal: the job is found again by name.
-			f.saveErr = err
-		}
+		// Not fatal: the job is found again by name.
+		_ = f.files.Save()
 	}
 	return f.run(ctx, a.Grace)
 }
@@ -215,104 +179,21 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	return id, false, nil
 }
 
-type tail struct {
-	path    string
-	partial []byte
+// follower follows one attempt: its job and its output files.
+type follower struct {
+	r     *Runner
+	st    attemptState
+	files *follow.Files
+	last  Job
+	note  func(string, map[string]string)
 }
 
-type follow struct {
-	r         *Runner
-	statePath string
-	st        attemptState
-	files     [2]*tail
-	out       func(executor.Line)
-	maxLine   int
-	saveErr   error
-	last      Job
-	note      func(string, map[string]string)
-}
+// read hands over the lines written since the last read. Failing to
+// save how far it got does not fail the attempt: an agent restarted under
+// it reads on from where the run's spool holds the lines (Attempt.From).
+func (f *follower) read(final bool) { _ = f.files.Read(final) }
 
-func (f *follow) load() error {
-	b, err := os.ReadFile(f.statePath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &f.st)
-	}
-	if err != nil {
-		return fmt.Errorf("reading the attempt's state %s: %w", f.statePath, err)
-	}
-	return nil
-}
-
-func (f *follow) save() error {
-	b, _ := json.Marshal(f.st)
-	return fsutil.WriteFileAtomic(f.statePath, b, 0o644)
-}
-
-func (f *follow) offset(s events.Stream) *int64 {
-	if s == events.Stderr {
-		return &f.st.ErrOff
-	}
-	return &f.st.OutOff
-}
-
-// read hands over the complete lines written since the last read (all
-// of it, the last line too, when final) and records how far it got.
-func (f *follow) read(final bool) {
-	moved := false
-	for s, t := range f.files {
-		off := f.offset(events.Stream(s))
-		fh, err := os.Open(t.path)
-		if err != nil {
-			continue // not created yet (the job is pending)
-		}
-		_, _ = fh.Seek(*off+int64(len(t.partial)), io.SeekStart)
-		b, _ := io.ReadAll(io.LimitReader(fh, 8<<20))
-		fh.Close()
-		buf := append(t.partial, b...)
-		for {
-			i := bytes.IndexByte(buf, '\n')
-			if i < 0 {
-				break
-			}
-			*off += int64(i + 1)
-			f.emit(events.Stream(s), buf[:i], *off)
-			buf = buf[i+1:]
-			moved = true
-		}
-		if final && len(buf) > 0 {
-			*off += int64(len(buf))
-			f.emit(events.Stream(s), buf, *off)
-			buf = nil
-			moved = true
-		}
-		t.partial = append([]byte(nil), buf...)
-	}
-	if moved {
-		if err := f.save(); err != nil {
-			f.saveErr = err
-		}
-	}
-}
-
-func (f *follow) emit(s events.Stream, b []byte, end int64) {
-	b = bytes.TrimSuffix(b, []byte("\r"))
-	l := executor.Line{Stream: s, Offset: end}
-	if f.maxLine > 0 && len(b) > f.maxLine {
-		l.Cut = len(b) - f.maxLine
-		b = b[:f.maxLine]
-	}
-	if !utf8.Valid(b) {
-		l.InvalidUTF8 = true
-		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
-	}
-	l.Text = string(b)
-	f.out(l)
-}
-
-func (f *follow) observe(j Job) {
+func (f *follower) observe(j Job) {
 	if j.State != f.last.State || j.Reason != f.last.Reason {
 		f.last = j
 		if f.note != nil {
@@ -328,7 +209,7 @@ func (f *follow) observe(j Job) {
 // run follows the job to its end. A cancelled ctx stops the job: SIGTERM
 // to every step (the batch script is the command itself), then after
 // grace SIGKILL.
-func (f *follow) run(ctx context.Context, grace time.Duration) executor.Exit {
+func (f *follower) run(ctx context.Context, grace time.Duration) executor.Exit {
 	poll := f.r.Poll
 	if poll <= 0 {
 		poll = 200 * time.Millisecond

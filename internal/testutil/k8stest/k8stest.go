@@ -81,16 +81,9 @@ func Require(t testing.TB) *Cluster {
 	if cached != nil && cached.healthy() == nil {
 		return cached
 	}
-	if os.Geteuid() != 0 {
-		testutil.Missing(t, "the Kubernetes test cluster needs root (containerd, kubelet, mounts)")
-	}
-	for _, tool := range []string{"etcd", "containerd", "runc", "ctr", "iptables", "conntrack"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if _, serr := os.Stat("/usr/sbin/" + tool); serr != nil {
-				testutil.Missing(t, "%s not installed (scripts/setup.d/70-kubernetes.sh installs etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static)", tool)
-			}
-		}
-	}
+	testutil.Prereqs{Root: "the Kubernetes test cluster needs root (containerd, kubelet, mounts)",
+		Tools:   []string{"etcd", "containerd", "runc", "ctr", "iptables", "conntrack"},
+		Install: "scripts/setup.d/70-kubernetes.sh installs etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static"}.Require(t)
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		testutil.Missing(t, "CNI plugins not installed in /usr/lib/cni (scripts/setup.d/70-kubernetes.sh installs containernetworking-plugins)")
 	}
@@ -280,10 +273,12 @@ func (c *Cluster) Namespace(t testing.TB) string {
 // the k8s.io namespace the kubelet uses, and returns the reference
 // pinned by digest (NAME@sha256:...) to put in a pod spec. Pods must use
 // imagePullPolicy IfNotPresent (or Never): there is no registry to pull
-// from. Importing the same image again is cheap.
+// from. Importing the same image again is cheap. The older images of its
+// repository that no container uses and nobody imported for ImageKeep are
+// removed, so that a long-lived cluster does not fill its disk.
 func (c *Cluster) LoadImage(t testing.TB, tarPath string) string {
 	t.Helper()
-	ref, err := c.loadImage(tarPath)
+	ref, err := c.loadImage(tarPath, ImageKeep)
 	if err != nil {
 		t.Fatalf("loading image %s into the test cluster: %v", tarPath, err)
 	}
@@ -304,8 +299,10 @@ func (c *Cluster) ctr(ctx context.Context, args ...string) *exec.Cmd {
 // loadImage imports with --digests, so that containerd also names the
 // image NAME@sha256:<manifest digest>: the reference a pinned pod spec
 // uses, resolved by the CRI plugin without a registry. The name comes
-// from the OCI layout's index (io.containerd.image.name).
-func (c *Cluster) loadImage(tarPath string) (string, error) {
+// from the OCI layout's index (io.containerd.image.name). Then it prunes
+// the repository's images last imported more than keep ago
+// (pruneImages).
+func (c *Cluster) loadImage(tarPath string, keep time.Duration) (string, error) {
 	name, dgst, err := layoutName(tarPath)
 	if err != nil {
 		return "", err
@@ -319,6 +316,17 @@ func (c *Cluster) loadImage(tarPath string) (string, error) {
 	// Importing the 1.3 GB run image takes minutes on a busy machine;
 	// containerd keeps it for the cluster's lifetime, so import once.
 	pinned := repo + "@" + dgst
+	ref, err := c.importImage(ctx, repo, pinned, tarPath)
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.pruneImages(ctx, ref, keep); err != nil {
+		return "", fmt.Errorf("removing old images of %s: %w", repo, err)
+	}
+	return ref, nil
+}
+
+func (c *Cluster) importImage(ctx context.Context, repo, pinned, tarPath string) (string, error) {
 	if have, err := c.ctr(ctx, "images", "ls", "-q").Output(); err == nil && slices.Contains(strings.Fields(string(have)), pinned) {
 		return pinned, nil
 	}

@@ -19,6 +19,13 @@ import (
 // (REPO@sha256:...), as LoadImage does for a tarball.
 func (c *Cluster) LoadOCIImage(t testing.TB, img v1.Image, name string) string {
 	t.Helper()
+	return c.LoadImage(t, ociTar(t, img, name))
+}
+
+// ociTar writes img as an OCI layout tarball that containerd imports as
+// name, and returns its path.
+func ociTar(t testing.TB, img v1.Image, name string) string {
+	t.Helper()
 	dir := t.TempDir()
 	p, err := layout.Write(filepath.Join(dir, "layout"), empty.Index)
 	if err != nil {
@@ -32,7 +39,7 @@ func (c *Cluster) LoadOCIImage(t testing.TB, img v1.Image, name string) string {
 	if err := tarDir(filepath.Join(dir, "layout"), tarPath); err != nil {
 		t.Fatalf("writing image %s as an OCI layout tarball: %v", name, err)
 	}
-	return c.LoadImage(t, tarPath)
+	return tarPath
 }
 
 // tarDir writes the regular files and directories under dir into a tar

@@ -124,17 +124,10 @@ func free() (int, error) {
 
 func start() *Cluster {
 	c := &Cluster{}
-	for _, tool := range []string{"munged", "mungekey", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "scancel", "squeue", "srun"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			// The daemons live in /usr/sbin, which a user's PATH may lack.
-			if _, serr := os.Stat("/usr/sbin/" + tool); serr != nil {
-				c.missing = fmt.Sprintf("%s not installed (scripts/setup.d/60-slurm.sh installs slurmctld slurmd slurm-client munge)", tool)
-				return c
-			}
-		}
-	}
-	if os.Geteuid() != 0 {
-		c.missing = "the Slurm test cluster needs root (munged runs as munge, slurmd as root)"
+	c.missing = testutil.Prereqs{Root: "the Slurm test cluster needs root (munged runs as munge, slurmd as root)",
+		Tools:   []string{"munged", "mungekey", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "scancel", "squeue", "srun"},
+		Install: "scripts/setup.d/60-slurm.sh installs slurmctld slurmd slurm-client munge"}.Missing()
+	if c.missing != "" {
 		return c
 	}
 	mu, err := user.Lookup("munge")

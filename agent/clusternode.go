@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/buildinfo"
+	brokerclient "github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/probe"
+)
+
+// What the Slurm and Kubernetes executors share: the agent on a login
+// node (or in a cluster) stands for every node of the cluster, one broker
+// node each, and measures each node where it is, through the cluster.
+
+// remoteNode is a node measured through its cluster: a Slurm job step, a
+// Kubernetes Job.
+type remoteNode interface {
+	// measure runs the agent's facts command on the node once for all
+	// the probes of a suite run (remoteArgs).
+	measure(ctx context.Context, o *Options) (*probe.Facts, error)
+	// via names the cluster in the reason a failed measurement gives.
+	via() string
+}
+
+// remoteSuite is a node's conformance suite: every probe runs on the node,
+// in the one measurement its cluster makes.
+func remoteSuite(n remoteNode, o *Options) *suite.Suite {
+	var ps []probe.Probe
+	for _, name := range []string{"gpu", "nvcc", "python", "storage", "fips"} {
+		ps = append(ps, remoteProbe{name: name, n: n, o: o})
+	}
+	return suite.New(ps...)
+}
+
+// remoteProbe is one probe's section of what the node's measurement found.
+type remoteProbe struct {
+	name string
+	n    remoteNode
+	o    *Options
+}
+
+func (p remoteProbe) Name() string { return p.name }
+
+func (p remoteProbe) Measure(ctx context.Context) (probe.Section, error) {
+	f, err := p.n.measure(ctx, p.o)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		// What could not be measured fails the node's checks, with why.
+		note := "measuring through " + p.n.via() + ": " + err.Error()
+		f = &probe.Facts{}
+		f.GPU.Reason, f.NVCC.Reason, f.Python.Reason = note, note, note
+	}
+	switch p.name {
+	case "gpu":
+		return f.GPU, nil
+	case "nvcc":
+		return f.NVCC, nil
+	case "python":
+		return f.Python, nil
+	case "storage":
+		return f.Storage, nil
+	}
+	return f.FIPS, nil
+}
+
+// remoteArgs is the agent's facts command (exe, as the node sees it), run
+// on the node with dir, the node's own dir in the shared dir, for the
+// storage probe. The facts command's state dir holds a key that signs
+// nothing; it stays so a simulated profile keeps its GPU UUIDs from one
+// measurement to the next.
+func remoteArgs(exe, dir string, o *Options) []string {
+	args := []string{exe, "facts", "--python", o.Python, "--read-probe-mb", strconv.Itoa(o.ReadProbeMB),
+		"--storage-path", dir, "--state-dir", filepath.Join(dir, "facts")}
+	if o.Simulate != "" {
+		args = append(args, "--simulate", o.Simulate)
+	}
+	if o.NVCC != "" {
+		args = append(args, "--nvcc", o.NVCC)
+	}
+	return args
+}
+
+// clusterAgents runs one agent per node of a cluster until ctx ends, all
+// over one connection to the broker: each request names and proves its
+// node, so the nodes share one ControlPlane.
+type clusterAgents struct {
+	o *Options
+	// kind is the executor (slurm, kubernetes): the provider is
+	// KIND:CLUSTER and each node's state dir --state-dir/KIND/CLUSTER-NODE.
+	kind, cluster string
+	// refresh is how often the cluster's nodes are read again.
+	refresh time.Duration
+	log     *slog.Logger
+	cp      ControlPlane
+
+	wg   sync.WaitGroup
+	errs chan error
+}
+
+func newClusterAgents(o *Options, kind, cluster string, refresh time.Duration, log *slog.Logger) (*clusterAgents, error) {
+	tlsConf, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterAgents{o: o, kind: kind, cluster: cluster, refresh: refresh, log: log, cp: NewControlPlane(clients), errs: make(chan error, 1)}, nil
+}
+
+// nodeStateDir is the node's own state dir (identity key, reports), so
+// its broker node id is stable across restarts.
+func (c *clusterAgents) nodeStateDir(node string) string {
+	return filepath.Join(c.o.StateDir, c.kind, nodeIDUnsafe.ReplaceAllString(c.cluster+"-"+node, "_"))
+}
+
+// start starts the agent that stands for node: hostname the node's name,
+// an identity of its own (nodeStateDir), its suite run at least once a
+// refresh so a node the cluster takes out is reported within one. backend
+// sets what the executor's agent needs on its copy of the options (the
+// node it stands for).
+func (c *clusterAgents) start(ctx context.Context, node string, log *slog.Logger, backend func(*Options)) error {
+	clone := *c.o
+	clone.StateDir = c.nodeStateDir(node)
+	clone.Provider = c.kind + ":" + c.cluster
+	clone.Hostname = node
+	// Serve, not Run: no query endpoint per node.
+	clone.RunCgroup = "off"
+	if clone.SuiteInterval > c.refresh {
+		clone.SuiteInterval = c.refresh
+	}
+	backend(&clone)
+	a, err := New(&clone, log)
+	if err != nil {
+		return fmt.Errorf("%s node %s: %w", c.kind, node, err)
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := a.Serve(ctx, c.cp); err != nil && ctx.Err() == nil {
+			select {
+			case c.errs <- fmt.Errorf("%s node %s: %w", c.kind, node, err):
+			default:
+			}
+		}
+	}()
+	return nil
+}
+
+// run reads the cluster's nodes (refresh, which starts an agent for each
+// new one) now and every c.refresh until ctx ends or a node's agent
+// fails; a failed first read is the caller's error, a later one keeps the
+// last view.
+func (c *clusterAgents) run(ctx context.Context, refresh func() error) error {
+	if err := refresh(); err != nil {
+		return err
+	}
+	t := time.NewTicker(c.refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.wg.Wait()
+			return nil
+		case err := <-c.errs:
+			c.wg.Wait()
+			return err
+		case <-t.C:
+			if err := refresh(); err != nil {
+				c.log.Warn("reading "+c.kind+" nodes; keeping the last view", "err", err)
+			}
+		}
+	}
+}

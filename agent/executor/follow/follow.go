@@ -1,0 +1,188 @@
+// Package follow reads an attempt's output files as they grow and hands
+// their lines over: the files a batch job (Slurm) or a pod (Kubernetes)
+// writes in the shared dir, which the agent reads from where it runs. How
+// far it read is kept in the attempt's state file, so that an agent
+// restarted under the attempt reads on instead of from the start.
+//
+// It reads files only: finding, watching and stopping the job is the
+// runner's. The job only appends to its files (the runners open them so)
+// and nothing else writes them, so a file that shrank (truncated,
+// rotated) is not read again from its start.
+package follow
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/fsutil"
+)
+
+// maxRead bounds one read of one file: a job that wrote a lot since the
+// last poll is handed over in pieces, each poll a piece.
+const maxRead = 8 << 20
+
+// Offsets is how far each output file was read and handed over: the end
+// of the last line handed over.
+type Offsets struct {
+	Stdout int64 `json:"stdout_offset"`
+	Stderr int64 `json:"stderr_offset"`
+}
+
+func (o *Offsets) offsets() *Offsets { return o }
+
+// State is an attempt's state file: a struct that embeds Offsets (its
+// fields sit beside the runner's own in the file's JSON object) and holds
+// what the runner finds its job again by.
+type State interface{ offsets() *Offsets }
+
+// Files follows an attempt's output files, BASE.out (stdout) and
+// BASE.err (stderr), keeping its State in BASE.json.
+type Files struct {
+	paths     [2]string // by events.Stream
+	statePath string
+	state     State
+	// partial is the line each file ends with, read but not handed over
+	// until its newline (or the final read) comes.
+	partial [2][]byte
+	maxLine int
+	out     func(executor.Line)
+}
+
+// Open returns the follower of BASE.out and BASE.err. State is read from
+// BASE.json where an earlier agent process left it; with no file it is
+// left as it is. Lines longer than maxLine bytes (0: no limit) are cut.
+func Open(base string, state State, maxLine int, out func(executor.Line)) (*Files, error) {
+	f := &Files{paths: [2]string{events.Stdout: base + ".out", events.Stderr: base + ".err"}, statePath: base + ".json",
+		state: state, maxLine: maxLine, out: out}
+	b, err := os.ReadFile(f.statePath)
+	if errors.Is(err, os.ErrNotExist) {
+		return f, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, state)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the attempt's state %s: %w", f.statePath, err)
+	}
+	return f, nil
+}
+
+// Save writes the state to the state file.
+func (f *Files) Save() error {
+	b, err := json.Marshal(f.state)
+	if err != nil {
+		return fmt.Errorf("encoding the attempt's state: %w", err)
+	}
+	return fsutil.WriteFileAtomic(f.statePath, b, 0o644)
+}
+
+// Read hands over the complete lines written since the last read (all of
+// it, the last line too, when final) and, when it handed any over, saves
+// how far it got; the error is the save's. A file not there yet (the job
+// is pending) has nothing to read.
+func (f *Files) Read(final bool) error {
+	off := f.state.offsets()
+	moved := false
+	for s, path := range f.paths {
+		pos := &off.Stdout
+		if events.Stream(s) == events.Stderr {
+			pos = &off.Stderr
+		}
+		fh, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		_, _ = fh.Seek(*pos+int64(len(f.partial[s])), io.SeekStart)
+		b, _ := io.ReadAll(io.LimitReader(fh, maxRead))
+		fh.Close()
+		buf := append(f.partial[s], b...)
+		for {
+			i := bytes.IndexByte(buf, '\n')
+			if i < 0 {
+				break
+			}
+			*pos += int64(i + 1)
+			f.emit(events.Stream(s), buf[:i], *pos)
+			buf = buf[i+1:]
+			moved = true
+		}
+		if final && len(buf) > 0 {
+			*pos += int64(len(buf))
+			f.emit(events.Stream(s), buf, *pos)
+			buf = nil
+			moved = true
+		}
+		f.partial[s] = append([]byte(nil), buf...)
+	}
+	if moved {
+		return f.Save()
+	}
+	return nil
+}
+
+func (f *Files) emit(s events.Stream, b []byte, end int64) {
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	l := executor.Line{Stream: s, Offset: end}
+	if f.maxLine > 0 && len(b) > f.maxLine {
+		l.Cut = len(b) - f.maxLine
+		b = b[:f.maxLine]
+	}
+	if !utf8.Valid(b) {
+		l.InvalidUTF8 = true
+		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+	}
+	l.Text = string(b)
+	f.out(l)
+}
+
+// Attempt is one attempt of a run as a runner that follows it from files
+// keeps it.
+type Attempt struct {
+	// AllocID and N (the attempt's number) come from the attempt's
+	// environment; a runner names its job after them.
+	AllocID, N string
+	// Base is the attempt's files less their extension, in its work
+	// dir: BASE.out, BASE.err, BASE.json and the runner's own.
+	Base  string
+	Files *Files
+}
+
+// Start reads the attempt's allocation id and number from its
+// environment, makes its dir (WORKDIR/SUB) and opens the follower of its
+// files there, with state. An attempt followed on after an agent restart
+// (a.From) reads on from where the run's spool holds the lines, not from
+// the state file's offsets: lines read just before the agent died but
+// never stored are handed over again, stored ones are not.
+func Start(a executor.Attempt, sub string, state State, out func(executor.Line)) (*Attempt, error) {
+	at := &Attempt{AllocID: executor.EnvValue(a.Env, executor.EnvAllocID), N: executor.EnvValue(a.Env, executor.EnvAttempt)}
+	if at.AllocID == "" || at.N == "" {
+		return nil, errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt)
+	}
+	if _, err := strconv.Atoi(at.N); err != nil {
+		return nil, fmt.Errorf("%s=%q is not a number", executor.EnvAttempt, at.N)
+	}
+	dir := filepath.Join(a.Dir, sub)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("making the job's dir: %w", err)
+	}
+	at.Base = filepath.Join(dir, "attempt-"+at.N)
+	f, err := Open(at.Base, state, a.MaxLine, out)
+	if err != nil {
+		return nil, err
+	}
+	at.Files = f
+	if a.From != nil {
+		off := state.offsets()
+		off.Stdout, off.Stderr = a.From.Stdout, a.From.Stderr
+	}
+	return at, nil
+}
