@@ -28,7 +28,7 @@ func readLines(r io.Reader, stream events.Stream, maxLine int, emit func(Line)) 
 	cur := make([]byte, 0, min(maxLine, 4096))
 	cut := 0
 	flush := func() {
-		emit(makeLine(stream, cur, cut))
+		emit(MakeLine(stream, cur, cut))
 		cur, cut = cur[:0], 0
 	}
 	for {
@@ -64,7 +64,11 @@ func readLines(r io.Reader, stream events.Stream, maxLine int, emit func(Line)) 
 	}
 }
 
-func makeLine(stream events.Stream, b []byte, cut int) Line {
+// MakeLine is the line b of stream, cut bytes already dropped from its
+// end: a trailing \r is dropped, a cut that split a character backs off to
+// the last whole one, and bytes that are not UTF-8 are replaced (and said
+// so). Runners that read output files make their lines with it too.
+func MakeLine(stream events.Stream, b []byte, cut int) Line {
 	b = bytes.TrimSuffix(b, []byte("\r"))
 	if cut > 0 {
 		// Do not let the cut itself split a character and look like bad

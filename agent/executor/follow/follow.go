@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/events"
@@ -50,17 +49,24 @@ type Files struct {
 	paths     [2]string // by events.Stream
 	statePath string
 	state     State
-	// partial is the line each file ends with, read but not handed over
-	// until its newline (or the final read) comes.
+	// partial is the start (at most maxLine bytes) of the line each file
+	// ends with, read but not handed over until its newline (or the final
+	// read) comes; pending is that line's whole length so far. A job
+	// writing without a newline costs maxLine bytes here, not all it wrote.
 	partial [2][]byte
+	pending [2]int64
 	maxLine int
 	out     func(executor.Line)
 }
 
 // Open returns the follower of BASE.out and BASE.err. State is read from
 // BASE.json where an earlier agent process left it; with no file it is
-// left as it is. Lines longer than maxLine bytes (0: no limit) are cut.
+// left as it is. Lines longer than maxLine bytes (0:
+// executor.DefaultMaxLine) are cut, as the local executor cuts them.
 func Open(base string, state State, maxLine int, out func(executor.Line)) (*Files, error) {
+	if maxLine <= 0 {
+		maxLine = executor.DefaultMaxLine
+	}
 	f := &Files{paths: [2]string{events.Stdout: base + ".out", events.Stderr: base + ".err"}, statePath: base + ".json",
 		state: state, maxLine: maxLine, out: out}
 	b, err := os.ReadFile(f.statePath)
@@ -101,27 +107,34 @@ func (f *Files) Read(final bool) error {
 		if err != nil {
 			continue
 		}
-		_, _ = fh.Seek(*pos+int64(len(f.partial[s])), io.SeekStart)
+		_, _ = fh.Seek(*pos+f.pending[s], io.SeekStart)
 		b, _ := io.ReadAll(io.LimitReader(fh, maxRead))
 		fh.Close()
-		buf := append(f.partial[s], b...)
-		for {
-			i := bytes.IndexByte(buf, '\n')
+		for len(b) > 0 {
+			i := bytes.IndexByte(b, '\n')
+			part := b
+			if i >= 0 {
+				part = b[:i]
+			}
+			if room := f.maxLine + 1 - len(f.partial[s]); room > 0 {
+				// One byte past maxLine: a cut line's \r is then not
+				// mistaken for its end.
+				f.partial[s] = append(f.partial[s], part[:min(room, len(part))]...)
+			}
+			f.pending[s] += int64(len(part))
 			if i < 0 {
 				break
 			}
-			*pos += int64(i + 1)
-			f.emit(events.Stream(s), buf[:i], *pos)
-			buf = buf[i+1:]
+			*pos += f.pending[s] + 1
+			f.emit(events.Stream(s), *pos)
+			b = b[i+1:]
 			moved = true
 		}
-		if final && len(buf) > 0 {
-			*pos += int64(len(buf))
-			f.emit(events.Stream(s), buf, *pos)
-			buf = nil
+		if final && f.pending[s] > 0 {
+			*pos += f.pending[s]
+			f.emit(events.Stream(s), *pos)
 			moved = true
 		}
-		f.partial[s] = append([]byte(nil), buf...)
 	}
 	if moved {
 		return f.Save()
@@ -129,18 +142,20 @@ func (f *Files) Read(final bool) error {
 	return nil
 }
 
-func (f *Files) emit(s events.Stream, b []byte, end int64) {
-	b = bytes.TrimSuffix(b, []byte("\r"))
-	l := executor.Line{Stream: s, Offset: end}
-	if f.maxLine > 0 && len(b) > f.maxLine {
-		l.Cut = len(b) - f.maxLine
+// emit hands over stream s's pending line, which ends at end, and starts
+// the next.
+func (f *Files) emit(s events.Stream, end int64) {
+	b, n := f.partial[s], f.pending[s]
+	f.partial[s], f.pending[s] = f.partial[s][:0], 0
+	if int64(len(b)) == n {
+		b = bytes.TrimSuffix(b, []byte("\r"))
+		n = int64(len(b))
+	}
+	if len(b) > f.maxLine {
 		b = b[:f.maxLine]
 	}
-	if !utf8.Valid(b) {
-		l.InvalidUTF8 = true
-		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
-	}
-	l.Text = string(b)
+	l := executor.MakeLine(s, b, int(n-int64(len(b))))
+	l.Offset = end
 	f.out(l)
 }
 

@@ -244,3 +244,52 @@ func TestStart(t *testing.T) {
 		})
 	}
 }
+
+// TestLineWithoutNewlineIsBounded: a job writing far more than a line's
+// limit without a newline costs the follower maxLine bytes, not all it
+// wrote (it held every byte since the last newline, read after read), and
+// the line, when its newline comes, is cut to maxLine with the rest
+// counted, ending where the file says.
+func TestLineWithoutNewlineIsBounded(t *testing.T) {
+	t.Parallel()
+	base := filepath.Join(t.TempDir(), "attempt-1")
+	const maxLine = 999
+	var got []executor.Line
+	f, err := Open(base, &state{}, maxLine, func(l executor.Line) { got = append(got, l) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := strings.Repeat("é", maxRead/4) // maxRead/2 bytes
+	total := 0
+	for range 5 {
+		appendFile(t, base+".out", chunk)
+		total += len(chunk)
+		if err := f.Read(false); err != nil {
+			t.Fatal(err)
+		}
+		if held := cap(f.partial[0]); held > 4*maxLine {
+			t.Fatalf("after %d bytes without a newline the follower holds %d bytes of it, want at most about %d", total, held, maxLine)
+		}
+	}
+	if len(got) != 0 {
+		t.Fatalf("%d lines handed over before the newline", len(got))
+	}
+	appendFile(t, base+".out", "\r\nnext\n")
+	if err := f.Read(false); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("handed over %d lines, want 2", len(got))
+	}
+	l := got[0]
+	// 999 bytes end halfway through an é: the cut backs off to 998.
+	if want := strings.Repeat("é", 499); l.Text != want || l.InvalidUTF8 {
+		t.Errorf("the long line holds %d bytes (invalid UTF-8 %v), want the first %d whole characters", len(l.Text), l.InvalidUTF8, len(want))
+	}
+	if l.Cut != total+1-len(l.Text) || l.Offset != int64(total+2) {
+		t.Errorf("cut %d ending at %d, want cut %d (the \\r too) ending at %d", l.Cut, l.Offset, total+1-len(l.Text), total+2)
+	}
+	if got[1].Text != "next" || got[1].Offset != int64(total+7) {
+		t.Errorf("next line %q ending at %d, want \"next\" ending at %d", got[1].Text, got[1].Offset, total+7)
+	}
+}
