@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -163,13 +164,7 @@ func TestHelmChartOtherNamespace(t *testing.T) {
 		"--set", "images.agent.digest="+digest)
 	crb, ok := objs["ClusterRoleBinding/<nil>/gpupass-agent-nodes-team-a"].(map[string]any)
 	if !ok {
-		t.Fatalf("no ClusterRoleBinding gpupass-agent-nodes-team-a in %v", slices.Sorted(func(yield func(string) bool) {
-			for k := range objs {
-				if !yield(k) {
-					return
-				}
-			}
-		}))
+		t.Fatalf("no ClusterRoleBinding gpupass-agent-nodes-team-a in %v", slices.Sorted(maps.Keys(objs)))
 	}
 	sa := crb["subjects"].(map[string]any)["gpupass-agent"].(map[string]any)
 	if sa["namespace"] != "team-a" {
