@@ -176,6 +176,7 @@ patches:
 			}
 		}},
 	}
+	env := deployEnv{c: c, stack: stack, ns: ns, image: image, apiPort: server.Port(), py: py}
 	for i, inst := range installs {
 		t.Run(inst.name, func(t *testing.T) {
 			cluster := fmt.Sprintf("%s-%d", cluster, i)
@@ -191,14 +192,32 @@ patches:
 				remove(dctx)
 				_ = c.KubectlCmd(dctx, "-n", ns, "delete", "jobs", "--all", "--cascade=foreground", "--wait=true").Run()
 			})
-			checkDeployedAgent(t, ctx, c, stack, ns, deploy, sa, image, server.Port(), cluster, region, py)
+			checkDeployedAgent(t, ctx, env, deployedAgent{deploy: deploy, sa: sa, cluster: cluster, region: region})
 		})
 	}
 }
 
+// deployEnv is what every install of the agent in the test shares.
+type deployEnv struct {
+	c       *k8stest.Cluster
+	stack   *upstack.Stack // the broker and the gpupass CLI
+	ns      string         // the test's namespace
+	image   string         // the run image by digest, also the agent's
+	apiPort string         // the apiserver's port on loopback
+	py      string         // the image's Python
+}
+
+// deployedAgent is one install of the agent's Deployment.
+type deployedAgent struct {
+	deploy, sa      string // "deployment/NAME" and its service account
+	cluster, region string // what its node enrolls as
+}
+
 // checkDeployedAgent: the agent's Deployment runs with in-cluster config,
 // its node is in dry-run, and a train runs through it.
-func checkDeployedAgent(t *testing.T, ctx context.Context, c *k8stest.Cluster, stack *upstack.Stack, ns, deploy, sa, image, apiPort, cluster, region, py string) {
+func checkDeployedAgent(t *testing.T, ctx context.Context, e deployEnv, a deployedAgent) {
+	c, stack, ns, image, apiPort, py := e.c, e.stack, e.ns, e.image, e.apiPort, e.py
+	deploy, sa, cluster, region := a.deploy, a.sa, a.cluster, a.region
 	diagnose := func() string {
 		describe, _ := c.KubectlCmd(context.Background(), "-n", ns, "describe", "pods").CombinedOutput()
 		logs, _ := c.KubectlCmd(context.Background(), "-n", ns, "logs", deploy, "--tail", "80").CombinedOutput()
