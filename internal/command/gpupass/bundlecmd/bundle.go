@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"text/tabwriter"
 
@@ -115,24 +114,19 @@ pip --no-index.`,
 
 // BundlePushOptions are the flags of `gpupass bundle push`.
 type BundlePushOptions struct {
-	Global     *gpupass.GlobalOptions
-	Registry   RegistryFlags
-	Target     TargetFlags
-	Wheelhouse string
-	MountFrom  string
-	Source     string
-	NoCache    bool
-	// Progress is where progress goes (stderr); TTY selects the bar.
-	Progress io.Writer
-	TTY      bool
-	Getenv   func(string) string
-	Logger   *slog.Logger
+	// PushOptions are the use case's: the flags fill them, and Ref,
+	// Registry and Target are set from the argument and the flag groups
+	// below when the command runs.
+	appbundle.PushOptions
+	Global        *gpupass.GlobalOptions
+	RegistryFlags RegistryFlags
+	TargetFlags   TargetFlags
 }
 
 // AddFlags registers push's flags.
 func (o *BundlePushOptions) AddFlags(cmd *cobra.Command) {
-	o.Registry.AddFlags(cmd)
-	o.Target.AddFlags(cmd)
+	o.RegistryFlags.AddFlags(cmd)
+	o.TargetFlags.AddFlags(cmd)
 	f := cmd.Flags()
 	f.StringVarP(&o.Wheelhouse, "wheelhouse", "w", "", "directory of .whl files to push (required)")
 	f.StringVar(&o.MountFrom, "mount-from", "", "repository on the same registry to mount existing blobs from (REGISTRY/REPO)")
@@ -176,32 +170,28 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 
 // bundlePush runs the push use case with the flags.
 func bundlePush(ctx context.Context, o *BundlePushOptions, ref string) (*appbundle.PushResult, error) {
-	ropts, err := o.Registry.options()
+	ropts, err := o.RegistryFlags.options()
 	if err != nil {
 		return nil, err
 	}
-	return appbundle.Push(ctx, appbundle.PushOptions{
-		Ref: ref, Wheelhouse: o.Wheelhouse, Registry: ropts, Target: o.Target.target(), MountFrom: o.MountFrom,
-		Source: o.Source, NoCache: o.NoCache, Progress: o.Progress, TTY: o.TTY, Getenv: o.Getenv, Logger: o.Logger,
-	})
+	opts := o.PushOptions
+	opts.Ref, opts.Registry, opts.Target = ref, ropts, o.TargetFlags.target()
+	return appbundle.Push(ctx, opts)
 }
 
 // BundlePullOptions are the flags of `gpupass bundle pull`.
 type BundlePullOptions struct {
-	Global   *gpupass.GlobalOptions
-	Registry RegistryFlags
-	To       string
-	Fsync    bool
-	Progress io.Writer
-	TTY      bool
-	Logger   *slog.Logger
-
-	VerifyRecord bool // --verify-record (bundle.PullOptions.VerifyRecord)
+	// PullOptions are the use case's: the flags fill them, and Ref and
+	// Registry are set from the argument and RegistryFlags when the
+	// command runs.
+	appbundle.PullOptions
+	Global        *gpupass.GlobalOptions
+	RegistryFlags RegistryFlags
 }
 
 // AddFlags registers pull's flags.
 func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
-	o.Registry.AddFlags(cmd)
+	o.RegistryFlags.AddFlags(cmd)
 	cmd.Flags().StringVar(&o.To, "to", "", "directory to write the wheelhouse to; must not exist or be empty (required)")
 	cmd.Flags().BoolVar(&o.Fsync, "fsync", false, "fsync every wheel before the wheelhouse is moved into place (survives power loss; slower)")
 	cmd.Flags().BoolVar(&o.VerifyRecord, "verify-record", false, "also re-check every wheel's zip and RECORD hashes, as push did (always done for artifacts without a gpupass lock layer; inflates every deflated file)")
@@ -234,14 +224,13 @@ Exit codes: 0 pulled, 1 verification failed, 2 usage, I/O or registry error.`,
 
 // RunBundlePull runs `gpupass bundle pull`.
 func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io.Writer) error {
-	ropts, err := o.Registry.options()
+	ropts, err := o.RegistryFlags.options()
 	if err != nil {
 		return err
 	}
-	res, err := appbundle.Pull(ctx, appbundle.PullOptions{
-		Ref: ref, To: o.To, Registry: ropts, Fsync: o.Fsync, VerifyRecord: o.VerifyRecord,
-		Progress: o.Progress, TTY: o.TTY, Logger: o.Logger,
-	})
+	opts := o.PullOptions
+	opts.Ref, opts.Registry = ref, ropts
+	res, err := appbundle.Pull(ctx, opts)
 	if err != nil {
 		return bundleCLIError(err)
 	}

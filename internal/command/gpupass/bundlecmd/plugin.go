@@ -78,8 +78,8 @@ func ciBundlePush(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, ou
 		return err
 	}
 	p := &BundlePushOptions{
-		Global: &gpupass.GlobalOptions{Output: "json"}, Registry: reg, Target: TargetFlags{Spec: o.Spec, Arch: defaultArch, GLIBC: defaultGLIBC},
-		Wheelhouse: o.Wheelhouse, Progress: o.ErrOut, Getenv: o.Getenv, Logger: o.Logger,
+		Global: &gpupass.GlobalOptions{Output: "json"}, RegistryFlags: reg, TargetFlags: TargetFlags{Spec: o.Spec, Arch: defaultArch, GLIBC: defaultGLIBC},
+		PushOptions: appbundle.PushOptions{Wheelhouse: o.Wheelhouse, Progress: o.ErrOut, Getenv: o.Getenv, Logger: o.Logger},
 	}
 	res, err := bundlePush(ctx, p, o.RegistryRef)
 	if err != nil {
