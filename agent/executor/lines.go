@@ -67,7 +67,8 @@ func readLines(r io.Reader, stream events.Stream, maxLine int, emit func(Line)) 
 // MakeLine is the line b of stream, cut bytes already dropped from its
 // end: a trailing \r is dropped, a cut that split a character backs off to
 // the last whole one, and bytes that are not UTF-8 are replaced (and said
-// so). Runners that read output files make their lines with it too.
+// so). Runners that read output files make their lines with it too. The
+// Line holds a copy: callers may reuse b (the follower does).
 func MakeLine(stream events.Stream, b []byte, cut int) Line {
 	b = bytes.TrimSuffix(b, []byte("\r"))
 	if cut > 0 {

@@ -145,6 +145,10 @@ func (f *Files) Read(final bool) error {
 // emit hands over stream s's pending line, which ends at end, and starts
 // the next.
 func (f *Files) emit(s events.Stream, end int64) {
+	// b is f.partial[s]'s array, which the next line reuses (no
+	// allocation per line). That is safe only because the Line handed over
+	// owns no part of it: executor.MakeLine copies the bytes into a
+	// string. Keep it so if Line ever holds bytes.
 	b, n := f.partial[s], f.pending[s]
 	f.partial[s], f.pending[s] = f.partial[s][:0], 0
 	if int64(len(b)) == n {
