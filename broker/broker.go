@@ -394,13 +394,13 @@ func (b *Broker) checkLiveness(ctx context.Context) error {
 	// Every replica follows the transitions, so that the one that takes
 	// the lease knows which nodes were online; only the holder says so.
 	speak := b.leading()
-	live := b.liveness(snap)
+	live := b.liveness(snap, nil)
 	b.offlineMu.Lock()
 	defer b.offlineMu.Unlock()
 	for i, n := range snap.nodes {
 		last := n.LastSeen
-		if hb := live[i]; hb.At.After(last) {
-			last = hb.At // taken here, maybe not yet flushed
+		if at := live[i].at; at != 0 && (last.IsZero() || at > last.UnixNano()) {
+			last = time.Unix(0, at) // taken here, maybe not yet flushed
 		}
 		on := !last.IsZero() && now.Sub(last) <= b.cfg.OfflineAfter
 		was, known := b.online[n.ID]
