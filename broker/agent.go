@@ -256,10 +256,10 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	}
 	b.counter[m.AgentId] = m.Counter
 	hb := store.Heartbeat{AgentID: m.AgentId, At: now, RTTMS: rtt}
-	if prev, ok := b.seen[hb.AgentID]; ok && rtt < 0 {
+	if prev, ok := b.seen.get(hb.AgentID); ok && rtt < 0 {
 		hb.RTTMS = prev.RTTMS // keep the last measured RTT
 	}
-	b.seen[hb.AgentID] = hb
+	b.seen.set(hb)
 	b.dirty[hb.AgentID] = struct{}{}
 	b.beatsMu.Unlock()
 	b.agentsMu.Lock()

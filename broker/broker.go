@@ -121,7 +121,7 @@ type Broker struct {
 	// overlays the store, so a beat counts before it is flushed and while
 	// a cached snapshot is older than it); dirty lists those to flush.
 	beatsMu sync.RWMutex
-	seen    map[string]store.Heartbeat
+	seen    beatTable
 	dirty   map[string]struct{}
 	// counter is the highest heartbeat counter taken per agent: a beat
 	// must rise above it (replays are refused).
@@ -220,7 +220,7 @@ func New(cfg Config) *Broker {
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
 		tokens:  tokenCache{m: map[string]cachedToken{}},
 		agents:  map[string]*agentEntry{},
-		seen:    map[string]store.Heartbeat{},
+		seen:    newBeatTable(),
 		counter: map[string]uint64{},
 		dirty:   map[string]struct{}{},
 		online:  map[string]bool{},
@@ -349,7 +349,8 @@ func (b *Broker) flush(ctx context.Context) error {
 	}
 	batch := make([]store.Heartbeat, 0, len(b.dirty))
 	for id := range b.dirty {
-		batch = append(batch, b.seen[id])
+		hb, _ := b.seen.get(id)
+		batch = append(batch, hb)
 	}
 	clear(b.dirty)
 	b.beatsMu.Unlock()
@@ -373,7 +374,7 @@ func (b *Broker) flush(ctx context.Context) error {
 // beat returns the newest heartbeat this broker received from an agent.
 func (b *Broker) beat(id string) (store.Heartbeat, bool) {
 	b.beatsMu.RLock()
-	hb, ok := b.seen[id]
+	hb, ok := b.seen.get(id)
 	b.beatsMu.RUnlock()
 	return hb, ok
 }
@@ -393,12 +394,13 @@ func (b *Broker) checkLiveness(ctx context.Context) error {
 	// Every replica follows the transitions, so that the one that takes
 	// the lease knows which nodes were online; only the holder says so.
 	speak := b.leading()
+	live := b.liveness(snap, nil)
 	b.offlineMu.Lock()
 	defer b.offlineMu.Unlock()
-	for _, n := range snap.nodes {
+	for i, n := range snap.nodes {
 		last := n.LastSeen
-		if hb, ok := b.beat(n.ID); ok && hb.At.After(last) {
-			last = hb.At // taken here, maybe not yet flushed
+		if at := live[i].at; at != 0 && (last.IsZero() || at > last.UnixNano()) {
+			last = time.Unix(0, at) // taken here, maybe not yet flushed
 		}
 		on := !last.IsZero() && now.Sub(last) <= b.cfg.OfflineAfter
 		was, known := b.online[n.ID]

@@ -21,8 +21,11 @@ import (
 // snapshot is one read of the registry. It is never modified once
 // published: refreshes build a new one.
 type snapshot struct {
-	nodes    []store.Node
-	pos      map[string]int // node id -> index in nodes
+	nodes []store.Node
+	pos   map[string]int // node id -> index in nodes
+	// slots are nodes' slots in Broker.seen, in nodes order: the
+	// heartbeats this broker took from them (Broker.liveness).
+	slots    []int32
 	launches map[string]store.LaunchStats
 	index    *match.Index
 	at       time.Time // when it was read
@@ -128,6 +131,15 @@ func (b *Broker) refresh(ctx context.Context, force bool) (*snapshot, error) {
 			}
 		}
 	}
+	// Nodes keep their positions between full reads; new ones are
+	// appended (above), so only theirs need a slot.
+	var prevSlots []int32
+	if old != nil && next.full == old.full {
+		prevSlots = old.slots
+	}
+	b.beatsMu.Lock()
+	next.slots = b.seen.slotsOf(next.nodes, prevSlots)
+	b.beatsMu.Unlock()
 	launches, err := b.store.LaunchStats(ctx, now.Add(-24*time.Hour))
 	if err != nil {
 		return nil, err

@@ -70,10 +70,10 @@ type workService struct{ b *Broker }
 func (b *Broker) touch(id string) {
 	b.beatsMu.Lock()
 	hb := store.Heartbeat{AgentID: id, At: time.Now(), RTTMS: -1}
-	if prev, ok := b.seen[id]; ok {
+	if prev, ok := b.seen.get(id); ok {
 		hb.RTTMS = prev.RTTMS
 	}
-	b.seen[id] = hb
+	b.seen.set(hb)
 	b.dirty[id] = struct{}{}
 	b.beatsMu.Unlock()
 }

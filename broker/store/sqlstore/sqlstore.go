@@ -149,6 +149,7 @@ var queries = map[string]string{
 		WHERE id = ? AND last_seen <= ?`,
 	"latestReport": `SELECT agent_id, report, signature, received_at FROM reports WHERE agent_id = ?
 		ORDER BY received_at DESC, id DESC LIMIT 1`,
+	"countNodes": `SELECT COUNT(*) FROM nodes`,
 	"nodes": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
 		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
 		FROM nodes n JOIN agents a ON a.id = n.id ORDER BY n.id`,
@@ -463,12 +464,18 @@ func beatsUpdate(rows []mergedBeat) (string, []any) {
 
 // Nodes implements store.Store.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
-	return s.nodes(ctx, s.q["nodes"])
+	// The count makes room for every entry up front; it is a hint, and
+	// entries enrolled in between are read all the same.
+	var count int
+	if err := s.db.QueryRowContext(ctx, s.q["countNodes"]).Scan(&count); err != nil {
+		return nil, fmt.Errorf("listing nodes: counting: %w", err)
+	}
+	return s.nodes(ctx, count, s.q["nodes"])
 }
 
 // NodesUpdatedSince implements store.Store.
 func (s *Store) NodesUpdatedSince(ctx context.Context, t time.Time) ([]store.Node, error) {
-	nodes, err := s.nodes(ctx, s.q["nodesSince"], t.UnixNano())
+	nodes, err := s.nodes(ctx, 0, s.q["nodesSince"], t.UnixNano())
 	// In id order, as Nodes: sorted here, where there are few (see the
 	// query).
 	slices.SortFunc(nodes, func(a, b store.Node) int { return strings.Compare(a.ID, b.ID) })
@@ -535,35 +542,43 @@ func (s *Store) Liveness(ctx context.Context, since time.Time) ([]store.Heartbea
 	return out, nil
 }
 
-func (s *Store) nodes(ctx context.Context, q string, args ...any) ([]store.Node, error) {
+// nodes reads registry entries; want is how many the caller expects
+// (room is made for them up front: a store.Node is large, and growing a
+// slice of 100,000 copied them about twenty times over).
+func (s *Store) nodes(ctx context.Context, want int, q string, args ...any) ([]store.Node, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Node
+	out := make([]store.Node, 0, want)
+	in := newInterner()
+	// The index column is copied into one buffer, row after row (decoded,
+	// never kept); never nil before a Scan, so that an empty stored index
+	// is told from NULL. An index is about 700 bytes; a longer one (many
+	// failed checks) makes a buffer of its own.
+	buf := make(sql.RawBytes, 0, 4096)
+	var idx sql.RawBytes
 	for rows.Next() {
-		var n store.Node
-		var idx sql.NullString
+		out = append(out, store.Node{})
+		n := &out[len(out)-1]
 		var seen, updated int64
 		l := &n.Labels
+		idx = buf[:0]
 		if err := rows.Scan(&n.ID, &n.HasReport, &idx, &seen, &n.RTTMS, &updated,
 			&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname); err != nil {
 			return nil, fmt.Errorf("listing nodes: %w", err)
 		}
+		l.Provider, l.Region, l.Zone, l.StorageClass = in.string(l.Provider), in.string(l.Region), in.string(l.Zone), in.string(l.StorageClass)
 		if seen > 0 {
 			n.LastSeen = time.Unix(0, seen).UTC()
 		}
 		n.UpdatedAt = time.Unix(0, updated).UTC()
-		if n.HasReport && idx.Valid {
-			var ix index
-			if err := json.Unmarshal([]byte(idx.String), &ix); err != nil {
+		if n.HasReport && idx != nil {
+			if n.Index, err = readIndex(idx, in); err != nil {
 				return nil, fmt.Errorf("listing nodes: node %s: corrupt index: %w", n.ID, err)
 			}
-			n.Index = ix.NodeIndex
-			n.Index.GeneratedAt = time.Unix(0, ix.GeneratedAtNS).UTC()
 		}
-		out = append(out, n)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)

@@ -50,6 +50,7 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 	runSessionKeys(t, open)
 	runLeases(t, open)
 	runLogUsage(t, open)
+	runRegistry(t, open)
 
 	t.Run("tokens", func(t *testing.T) {
 		t.Parallel()
