@@ -2,7 +2,6 @@ package spec
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -328,15 +327,38 @@ func mustVersion(s string) Version {
 	return v
 }
 
-var (
-	pep503Sep  = regexp.MustCompile(`[-_.]+`)
-	pep508Name = regexp.MustCompile(`(?i)^([a-z0-9]|[a-z0-9][a-z0-9._-]*[a-z0-9])$`)
-)
-
 // NormalizeName returns a package name normalised per PEP 503
-// ("Flash_Attn" -> "flash-attn").
+// ("Flash_Attn" -> "flash-attn"): each run of "-", "_" and "." becomes one
+// "-", and letters are lowercased.
 func NormalizeName(name string) string {
-	return strings.ToLower(pep503Sep.ReplaceAllString(name, "-"))
+	var b strings.Builder
+	b.Grow(len(name))
+	for i := 0; i < len(name); i++ {
+		if isPEPSep(name[i]) {
+			if i == 0 || !isPEPSep(name[i-1]) {
+				b.WriteByte('-')
+			}
+			continue
+		}
+		b.WriteByte(name[i])
+	}
+	return strings.ToLower(b.String())
+}
+
+// pep508Name says whether s is a valid PEP 508 project name: ASCII
+// letters and digits, with ".", "_" and "-" inside. (It was a regexp,
+// compiled by every gpupass process at start-up; a case-insensitive one,
+// which also let the Kelvin sign and the long s stand for k and s.)
+func pep508Name(s string) bool {
+	if s == "" || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isAlnum(s[i]) && !isPEPSep(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Requirement is one parsed PEP 508 requirement line of runtime.packages.
@@ -385,7 +407,7 @@ func ParseRequirement(s string) (Requirement, error) {
 		end = len(s)
 	}
 	r.Name = s[:end]
-	if !pep508Name.MatchString(r.Name) {
+	if !pep508Name(r.Name) {
 		return r, fmt.Errorf("%q is not a valid package name", r.Name)
 	}
 	rest := strings.TrimSpace(s[end:])
@@ -396,7 +418,7 @@ func ParseRequirement(s string) (Requirement, error) {
 		}
 		for _, e := range strings.Split(rest[1:j], ",") {
 			e = strings.TrimSpace(e)
-			if !pep508Name.MatchString(e) {
+			if !pep508Name(e) {
 				return r, fmt.Errorf("invalid extra %q", e)
 			}
 			r.Extras = append(r.Extras, NormalizeName(e))

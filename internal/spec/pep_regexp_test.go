@@ -3,6 +3,7 @@ package spec
 import (
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -135,4 +136,69 @@ func FuzzParseVersion(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(checkAgainstRegexp)
+}
+
+// TestSmallMatchersMatchRegexps holds the hand-written matchers of the
+// rules and of PEP 503/508 names to the regexps they replace, over edge
+// cases and random strings of their alphabet. The one difference is
+// meant: the name regexp was case-insensitive, so Unicode's Kelvin sign
+// and long s passed for k and s; pep508Name takes ASCII only.
+func TestSmallMatchersMatchRegexps(t *testing.T) {
+	t.Parallel()
+	type matcher struct {
+		name string
+		re   *regexp.Regexp
+		fn   func(string) []string
+	}
+	bools := func(f func(string) bool) func(string) []string {
+		return func(s string) []string {
+			if f(s) {
+				return []string{s}
+			}
+			return nil
+		}
+	}
+	matchers := []matcher{
+		{"cudaExact", regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)$`), cudaExact},
+		{"cudaPartial", regexp.MustCompile(`^(\d+)(?:\.(\d+))?$`), cudaPartial},
+		{"driver", regexp.MustCompile(`^(\d+)\.(\d+)(?:\.(\d+))?$`), driverMatch},
+		{"python", regexp.MustCompile(`^3\.(\d+)(?:\.(\d+))?$`), pythonMatch},
+		{"cudaTag", regexp.MustCompile(`^cu\d+$`), bools(isCUDATag)},
+		{"pep508Name", regexp.MustCompile(`(?i)^([a-z0-9]|[a-z0-9][a-z0-9._-]*[a-z0-9])$`), bools(pep508Name)},
+	}
+	sep := regexp.MustCompile(`[-_.]+`)
+	cases := []string{"", ".", "1", "12.1", "12.1.105", "12.1.", ".12.1", "12..1", "1.2.3.4", "3", "3.10", "3.10.12",
+		"4.10", "3.x", "03.1", "cu", "cu121", "cu12a", "Cu121", "a", "A", "a-", "-a", "a.b", "a..b", "Flash_Attn",
+		"flash--attn", "x__y.-z", "１２", "12\n", " 12.1.1"}
+	pieces := []string{"0", "1", "3", "12", ".", "..", "-", "_", "a", "Z", "cu", "x", " "}
+	rng := rand.New(rand.NewPCG(21, 508))
+	for range 20000 {
+		var b strings.Builder
+		for range rng.IntN(6) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		cases = append(cases, b.String())
+	}
+	for _, s := range cases {
+		for _, m := range matchers {
+			want := m.re.FindStringSubmatch(s)
+			if m.name == "cudaTag" || m.name == "pep508Name" {
+				want = want[:min(len(want), 1)]
+				if len(want) == 0 {
+					want = nil
+				}
+			}
+			if got := m.fn(s); !slices.Equal(got, want) {
+				t.Errorf("%s(%q) = %q; the regexp: %q", m.name, s, got, want)
+			}
+		}
+		if got, want := NormalizeName(s), strings.ToLower(sep.ReplaceAllString(s, "-")); got != want {
+			t.Errorf("NormalizeName(%q) = %q; with the regexp: %q", s, got, want)
+		}
+	}
+	for _, s := range []string{"\u212Aeras", "\u017Fix"} {
+		if pep508Name(s) {
+			t.Errorf("pep508Name(%q) = true; a project name is ASCII", s)
+		}
+	}
 }
