@@ -57,6 +57,9 @@ func ApplyEnv(cmd *cobra.Command) error { return applyEnv(cmd, os.Getenv, nil) }
 // variable is one of its own, nothing can be a typo and the whole tree is
 // not built.
 func warnEnvTypos(cmd *cobra.Command, environ []string, all func() *cobra.Command) {
+	if !flagenv.Unknown(environ, nil) {
+		return // no GPUPASS_* variable that could be a typo: skip the walk
+	}
 	root := cmd.Root()
 	known := flagVars(root)
 	if all != nil && flagenv.Unknown(environ, known) {

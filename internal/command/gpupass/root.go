@@ -118,6 +118,9 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 	}
 	g.AddFlags(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	// `gpupass completion` gets the whole tree (rootFor), so a partial
+	// one need not build cobra's completion command on every start.
+	root.CompletionOptions.DisableDefaultCmd = only != ""
 	for _, c := range commands {
 		if only == "" || only == c.name {
 			root.AddCommand(c.new(g))
