@@ -174,7 +174,7 @@ func Typos(environ []string, known map[string]bool) []string {
 	var warnings []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, Prefix) || known[name] || others[name] || strings.HasPrefix(name, Prefix+"ALLOCATION_") {
+		if !unknown(name, known, others) {
 			continue
 		}
 		// Two edits for a long name, one for a short one: GPUPASS_FOO
@@ -194,6 +194,26 @@ func Typos(environ []string, known map[string]bool) []string {
 		}
 	}
 	return warnings
+}
+
+// Unknown says whether environ holds a GPUPASS_* variable that Typos
+// would look at: one not in known and not one of Others.
+func Unknown(environ []string, known map[string]bool) bool {
+	others := map[string]bool{}
+	for _, o := range Others {
+		others[o] = true
+	}
+	for _, kv := range environ {
+		if name, _, _ := strings.Cut(kv, "="); unknown(name, known, others) {
+			return true
+		}
+	}
+	return false
+}
+
+// unknown is the one rule for which variables Typos considers.
+func unknown(name string, known, others map[string]bool) bool {
+	return strings.HasPrefix(name, Prefix) && !known[name] && !others[name] && !strings.HasPrefix(name, Prefix+"ALLOCATION_")
 }
 
 // distance is the edit distance of a and b, capped at 3 (all Typos

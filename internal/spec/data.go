@@ -1,17 +1,16 @@
 package spec
 
 import (
-	"embed"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"sync"
 )
 
-// The data tables ship inside the binary; each file names its source.
+// The data tables are data/*.json, each file naming its source. The
+// binary carries them as Go values (tables_gen.go, regenerated with go
+// generate and held to the JSON by TestTablesGenerated): decoding the JSON
+// at run time was a large part of what `gpupass validate` allocated.
 //
-//go:embed data/*.json
-var dataFS embed.FS
+//go:generate go test -run ^TestTablesGenerated$ -update .
 
 type torchRelease struct {
 	Version string   `json:"version"`
@@ -54,56 +53,22 @@ type tables struct {
 	compiled     map[string]compiledPackage
 }
 
-// tbl returns the tables, decoded on first use so that commands which
+// tbl returns the tables, indexed on first use so that commands which
 // never validate a spec do not pay for it at start-up.
-var tbl = sync.OnceValue(mustLoadTables)
+var tbl = sync.OnceValue(func() *tables { return newTables(genTorch, genCUDA, genAccelerators, genCompiled) })
 
-func mustLoadTables() *tables {
-	t, err := loadTables()
-	if err != nil {
-		// The files are embedded and tested; a failure here is a build bug.
-		panic(fmt.Sprintf("spec: embedded data: %v", err))
-	}
-	return t
-}
-
-func loadTables() (*tables, error) {
-	read := func(name string, v any) error {
-		b, err := dataFS.ReadFile("data/" + name)
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(b, v); err != nil {
-			return fmt.Errorf("decoding %s: %w", name, err)
-		}
-		return nil
-	}
-	var torch struct{ Releases []torchRelease }
-	var cuda struct{ Toolkits []cudaToolkit }
-	var acc struct{ Classes []accelerator }
-	var comp struct{ Packages []compiledPackage }
-	for name, v := range map[string]any{"torch.json": &torch, "cuda.json": &cuda, "accelerators.json": &acc, "compiled.json": &comp} {
-		if err := read(name, v); err != nil {
-			return nil, err
-		}
-	}
-	t := &tables{cuda: map[string]cudaToolkit{}, compiled: map[string]compiledPackage{}, accelerators: acc.Classes}
-	for _, r := range torch.Releases {
-		v, err := ParseVersion(r.Version)
-		if err != nil {
-			return nil, fmt.Errorf("torch.json: %w", err)
-		}
-		r.v = v
-		t.torch = append(t.torch, r)
-	}
-	for _, c := range cuda.Toolkits {
+// newTables indexes the tables. Each torch release's version is parsed
+// already (the generator and loadTables do it).
+func newTables(torch []torchRelease, cuda []cudaToolkit, acc []accelerator, comp []compiledPackage) *tables {
+	t := &tables{torch: torch, cuda: make(map[string]cudaToolkit, len(cuda)), compiled: make(map[string]compiledPackage, len(comp)), accelerators: acc}
+	for _, c := range cuda {
 		t.cuda[c.CUDA] = c
 		t.cudaOrder = append(t.cudaOrder, c.CUDA)
 	}
-	for _, p := range comp.Packages {
+	for _, p := range comp {
 		t.compiled[NormalizeName(p.Name)] = p
 	}
-	return t, nil
+	return t
 }
 
 func (t *tables) torchRelease(v Version) (torchRelease, bool) {

@@ -25,7 +25,7 @@ func TestDataTables(t *testing.T) {
 			t.Errorf("torch %s: empty cuda or python list", r.Version)
 		}
 		for _, tag := range r.CUDA {
-			if !torchTagRe.MatchString(tag) {
+			if !isCUDATag(tag) {
 				t.Errorf("torch %s: bad tag %q", r.Version, tag)
 			}
 		}

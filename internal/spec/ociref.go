@@ -2,25 +2,7 @@ package spec
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
-	"sync"
-)
-
-// The OCI distribution reference grammar (distribution/reference), written
-// out here because spec may not import network code.
-var (
-	ociDomainPart = `(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])`
-	ociDomain     = `(?:` + ociDomainPart + `(?:\.` + ociDomainPart + `)*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?`
-	ociPathPart   = `[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*`
-	ociName       = `(?:` + ociDomain + `/)?` + ociPathPart + `(?:/` + ociPathPart + `)*`
-	// The tag's limit of 128 characters is checked after the match: a
-	// bounded repeat ({0,127}) compiles to 127 nested alternatives, which
-	// cost every gpupass process 1,500 allocations at start-up. Compiled
-	// on first use: most commands never parse a reference.
-	ociRef = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`^(` + ociName + `)(?::([\w][\w.-]*))?(?:@([A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-zA-Z=_-]+))?$`)
-	})
 )
 
 // maxTagLen is the grammar's limit on a tag.
@@ -66,11 +48,10 @@ func ParseOCIRef(s string) (OCIRef, error) {
 	if strings.Contains(s, "://") {
 		return OCIRef{}, fmt.Errorf("%q has a URL scheme; an OCI reference is registry/repository:tag or @sha256:digest", s)
 	}
-	m := ociRef().FindStringSubmatch(s)
-	if m == nil || len(m[2]) > maxTagLen {
+	r, ok := splitOCIRef(s)
+	if !ok || len(r.Tag) > maxTagLen {
 		return OCIRef{}, fmt.Errorf("%q is not an OCI reference (registry/repository:tag or registry/repository@sha256:<64 hex>; repository names are lowercase)", s)
 	}
-	r := OCIRef{Name: m[1], Tag: m[2], Digest: m[3]}
 	if len(r.Name) > 255 {
 		return OCIRef{}, fmt.Errorf("repository name longer than 255 characters")
 	}
@@ -81,4 +62,144 @@ func ParseOCIRef(s string) (OCIRef, error) {
 		return OCIRef{}, fmt.Errorf("%q has neither a tag nor a digest", s)
 	}
 	return r, nil
+}
+
+// splitOCIRef matches the distribution/reference grammar (name, optional
+// tag, optional digest), written out by hand rather than as its regexp,
+// which was a large part of what `gpupass validate` allocated;
+// TestSplitOCIRefMatchesRegexp holds it to that regexp. No part may hold
+// an "@", and neither a tag nor a digest's parts a ":" or "/", so the
+// parts split at fixed places: the "@", then the last ":" when no "/"
+// follows it (a registry's port is always followed by the path).
+func splitOCIRef(s string) (OCIRef, bool) {
+	var r OCIRef
+	if i := strings.IndexByte(s, '@'); i >= 0 {
+		s, r.Digest = s[:i], s[i+1:]
+		if !ociDigestSyntax(r.Digest) {
+			return OCIRef{}, false
+		}
+	}
+	if i := strings.LastIndexByte(s, ':'); i >= 0 && !strings.Contains(s[i:], "/") {
+		s, r.Tag = s[:i], s[i+1:]
+		if !ociTag(r.Tag) {
+			return OCIRef{}, false
+		}
+	}
+	r.Name = s
+	if !ociName(s) {
+		return OCIRef{}, false
+	}
+	return r, true
+}
+
+// ociName: [domain "/"] path-component ("/" path-component)*, where the
+// first of several components may be a domain or a path component.
+func ociName(s string) bool {
+	parts := strings.Split(s, "/")
+	for i, p := range parts {
+		if !ociPathComponent(p) && (i > 0 || len(parts) == 1 || !ociDomain(p)) {
+			return false
+		}
+	}
+	return true
+}
+
+// ociPathComponent: [a-z0-9]+ (([._]|__|-+) [a-z0-9]+)*
+func ociPathComponent(s string) bool {
+	i := 0
+	for {
+		start := i
+		for i < len(s) && (isDigit(s[i]) || 'a' <= s[i] && s[i] <= 'z') {
+			i++
+		}
+		if i == start {
+			return false
+		}
+		if i == len(s) {
+			return true
+		}
+		switch {
+		case strings.HasPrefix(s[i:], "__"):
+			i += 2
+		case s[i] == '.' || s[i] == '_':
+			i++
+		case s[i] == '-':
+			for i < len(s) && s[i] == '-' {
+				i++
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// ociDomain: (label ("." label)* | "[" [a-fA-F0-9:]+ "]") [":" [0-9]+],
+// a label being alphanumerics with inner hyphens.
+func ociDomain(s string) bool {
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i >= 0 && !strings.Contains(s[i:], "]") {
+		host = s[:i]
+		port := s[i+1:]
+		if port == "" || strings.Trim(port, "0123456789") != "" {
+			return false
+		}
+	}
+	if strings.HasPrefix(host, "[") {
+		inner, ok := strings.CutSuffix(host[1:], "]")
+		return ok && inner != "" && strings.Trim(inner, "0123456789abcdefABCDEF:") == ""
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			if c := label[i]; !isAlnum(c) && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ociTag: [\w][\w.-]* (the length is checked by the caller).
+func ociTag(s string) bool {
+	if s == "" || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// ociDigestSyntax: algorithm ":" encoded, the algorithm being
+// [A-Za-z][A-Za-z0-9]* ([-_+.] [A-Za-z][A-Za-z0-9]*)* and the encoded part
+// [0-9a-zA-Z=_-]+. Which algorithms and lengths are accepted is
+// ociDigestOK's.
+func ociDigestSyntax(d string) bool {
+	alg, enc, ok := strings.Cut(d, ":")
+	if !ok || enc == "" || strings.Trim(enc, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ=_-") != "" {
+		return false
+	}
+	atStart := true
+	for i := 0; i < len(alg); i++ {
+		c := alg[i]
+		switch {
+		case c == '-' || c == '_' || c == '+' || c == '.':
+			if atStart {
+				return false
+			}
+			atStart = true
+		case atStart:
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+				return false
+			}
+			atStart = false
+		case !isAlnum(c):
+			return false
+		}
+	}
+	return !atStart
 }

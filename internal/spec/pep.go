@@ -2,25 +2,10 @@ package spec
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 )
-
-// pep440 is the version grammar of PEP 440, appendix B ("Parsing version
-// strings with regular expressions"), anchored and case-insensitive.
-// Compiled on first use, not at every process start.
-var pep440 = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`(?i)^\s*v?` +
-		`(?:(?P<epoch>[0-9]+)!)?` +
-		`(?P<release>[0-9]+(?:\.[0-9]+)*)` +
-		`(?P<pre>[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?` +
-		`(?P<post>(?:-(?P<post_n1>[0-9]+))|(?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?))?` +
-		`(?P<dev>[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?` +
-		`(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*$`)
-})
 
 // Version is a parsed PEP 440 version.
 type Version struct {
@@ -37,70 +22,212 @@ type Version struct {
 // a bound keeps a hostile spec from making the regexp work hard.
 const maxVersionLen = 128
 
-// ParseVersion parses a PEP 440 version.
+// ParseVersion parses a PEP 440 version: the grammar of PEP 440's
+// appendix B ("Parsing version strings with regular expressions"),
+// case-insensitive, with surrounding whitespace allowed. It is written
+// out by hand because compiling and running that regexp was the largest
+// part of what `gpupass validate` allocated; TestParseVersionMatchesRegexp
+// holds it to the appendix's regexp.
 func ParseVersion(s string) (Version, error) {
 	if len(s) > maxVersionLen {
 		return Version{}, fmt.Errorf("version longer than %d characters", maxVersionLen)
 	}
-	m := pep440().FindStringSubmatch(s)
-	if m == nil {
-		return Version{}, fmt.Errorf("%q is not a PEP 440 version", s)
-	}
-	g := func(name string) string { return m[pep440().SubexpIndex(name)] }
-	num := func(s string) (int, error) {
-		if s == "" {
-			return 0, nil
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("version component %q is too large", s)
-		}
-		return n, nil
-	}
-	v := Version{Post: -1, Dev: -1}
-	var err error
-	if v.Epoch, err = num(g("epoch")); err != nil {
+	v, ok, err := parsePEP440(s)
+	if err != nil {
 		return Version{}, err
 	}
-	for _, part := range strings.Split(g("release"), ".") {
-		n, err := num(part)
-		if err != nil {
-			return Version{}, err
-		}
-		v.Release = append(v.Release, n)
+	if !ok {
+		return Version{}, fmt.Errorf("%q is not a PEP 440 version", s)
 	}
-	if g("pre") != "" {
-		switch strings.ToLower(g("pre_l")) {
-		case "a", "alpha":
+	return v, nil
+}
+
+// parsePEP440 scans s left to right. The appendix's regexp never needs to
+// backtrack into an earlier part: every part after the release starts
+// with a separator or a letter, and no label is a prefix of what may
+// follow another (so the first label that matches, in the regexp's
+// order, is the one a full match uses).
+func parsePEP440(s string) (v Version, ok bool, err error) {
+	p := pepScanner{s: s}
+	v = Version{Post: -1, Dev: -1}
+	p.spaces()
+	if p.peek() == 'v' || p.peek() == 'V' {
+		p.i++
+	}
+	// The epoch is the first number when "!" follows it.
+	start := p.i
+	n := p.digits()
+	if n == "" {
+		return v, false, nil
+	}
+	if p.peek() == '!' {
+		p.i++
+		if v.Epoch, err = pepNum(n); err != nil {
+			return v, false, err
+		}
+		start = p.i
+		if p.digits() == "" {
+			return v, false, nil
+		}
+	}
+	p.i = start
+	for {
+		part := p.digits()
+		if part == "" {
+			return v, false, nil
+		}
+		x, err := pepNum(part)
+		if err != nil {
+			return v, false, err
+		}
+		v.Release = append(v.Release, x)
+		if p.peek() != '.' || !isDigit(p.at(p.i+1)) {
+			break
+		}
+		p.i++
+	}
+	// Pre-release: [-_.]? label [-_.]? N?
+	if j, label := p.label(p.i, true, "alpha", "a", "beta", "b", "preview", "pre", "c", "rc"); label != "" {
+		p.i = j
+		switch label {
+		case "alpha", "a":
 			v.Pre = "a"
-		case "b", "beta":
+		case "beta", "b":
 			v.Pre = "b"
 		default:
 			v.Pre = "rc"
 		}
-		if v.PreN, err = num(g("pre_n")); err != nil {
-			return Version{}, err
+		if v.PreN, err = p.number(); err != nil {
+			return v, false, err
 		}
 	}
-	if g("post") != "" {
-		n := g("post_n1")
-		if n == "" {
-			n = g("post_n2")
+	// Post-release: -N, or [-_.]? label [-_.]? N?
+	if p.peek() == '-' && isDigit(p.at(p.i+1)) {
+		p.i++
+		if v.Post, err = pepNum(p.digits()); err != nil {
+			return v, false, err
 		}
-		if v.Post, err = num(n); err != nil {
-			return Version{}, err
-		}
-	}
-	if g("dev") != "" {
-		if v.Dev, err = num(g("dev_n")); err != nil {
-			return Version{}, err
+	} else if j, label := p.label(p.i, true, "post", "rev", "r"); label != "" {
+		p.i = j
+		if v.Post, err = p.number(); err != nil {
+			return v, false, err
 		}
 	}
-	if l := g("local"); l != "" {
-		v.Local = strings.ToLower(strings.NewReplacer("-", ".", "_", ".").Replace(l))
+	// Development release: [-_.]? dev [-_.]? N?
+	if j, label := p.label(p.i, true, "dev"); label != "" {
+		p.i = j
+		if v.Dev, err = p.number(); err != nil {
+			return v, false, err
+		}
 	}
-	return v, nil
+	// Local label: + alnum+ ([-_.] alnum+)*
+	if p.peek() == '+' {
+		p.i++
+		start := p.i
+		for {
+			if p.alnums() == 0 {
+				return v, false, nil
+			}
+			if !isPEPSep(p.peek()) || !isAlnum(p.at(p.i+1)) {
+				break
+			}
+			p.i++
+		}
+		v.Local = strings.ToLower(strings.NewReplacer("-", ".", "_", ".").Replace(s[start:p.i]))
+	}
+	p.spaces()
+	if p.i != len(s) {
+		return v, false, nil
+	}
+	return v, true, nil
 }
+
+// pepScanner is a position in a version string.
+type pepScanner struct {
+	s string
+	i int
+}
+
+// at is the byte at i, or 0 past the end.
+func (p *pepScanner) at(i int) byte {
+	if i < len(p.s) {
+		return p.s[i]
+	}
+	return 0
+}
+
+func (p *pepScanner) peek() byte { return p.at(p.i) }
+
+// spaces skips the regexp's \s: ASCII tab, newline, form feed, carriage
+// return and space.
+func (p *pepScanner) spaces() {
+	for {
+		switch p.peek() {
+		case '\t', '\n', '\f', '\r', ' ':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *pepScanner) digits() string {
+	start := p.i
+	for isDigit(p.peek()) {
+		p.i++
+	}
+	return p.s[start:p.i]
+}
+
+func (p *pepScanner) alnums() int {
+	start := p.i
+	for isAlnum(p.peek()) {
+		p.i++
+	}
+	return p.i - start
+}
+
+// label matches an optional separator and the first of labels (case
+// folded) at i, returning the position after it, or "" for none.
+func (p *pepScanner) label(i int, sep bool, labels ...string) (int, string) {
+	if sep && isPEPSep(p.at(i)) {
+		if j, l := p.label(i+1, false, labels...); l != "" {
+			return j, l
+		}
+	}
+	for _, l := range labels {
+		if len(p.s)-i >= len(l) && strings.EqualFold(p.s[i:i+len(l)], l) {
+			return i + len(l), l
+		}
+	}
+	return i, ""
+}
+
+// number reads a label's number: [-_.]? N?, 0 when absent. Like the
+// regexp it takes a separator even when no digits follow ("1.0a."):
+// what may come next either has an optional separator of its own or, for
+// the post-release "-N", starts with digits this would have taken.
+func (p *pepScanner) number() (int, error) {
+	if isPEPSep(p.peek()) {
+		p.i++
+	}
+	return pepNum(p.digits())
+}
+
+func pepNum(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("version component %q is too large", s)
+	}
+	return n, nil
+}
+
+func isDigit(c byte) bool  { return '0' <= c && c <= '9' }
+func isAlnum(c byte) bool  { return isDigit(c) || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func isPEPSep(c byte) bool { return c == '-' || c == '_' || c == '.' }
 
 // Public is the normalised version without its local label.
 func (v Version) Public() string {
@@ -200,15 +327,38 @@ func mustVersion(s string) Version {
 	return v
 }
 
-var (
-	pep503Sep  = regexp.MustCompile(`[-_.]+`)
-	pep508Name = regexp.MustCompile(`(?i)^([a-z0-9]|[a-z0-9][a-z0-9._-]*[a-z0-9])$`)
-)
-
 // NormalizeName returns a package name normalised per PEP 503
-// ("Flash_Attn" -> "flash-attn").
+// ("Flash_Attn" -> "flash-attn"): each run of "-", "_" and "." becomes one
+// "-", and letters are lowercased.
 func NormalizeName(name string) string {
-	return strings.ToLower(pep503Sep.ReplaceAllString(name, "-"))
+	var b strings.Builder
+	b.Grow(len(name))
+	for i := 0; i < len(name); i++ {
+		if isPEPSep(name[i]) {
+			if i == 0 || !isPEPSep(name[i-1]) {
+				b.WriteByte('-')
+			}
+			continue
+		}
+		b.WriteByte(name[i])
+	}
+	return strings.ToLower(b.String())
+}
+
+// pep508Name says whether s is a valid PEP 508 project name: ASCII
+// letters and digits, with ".", "_" and "-" inside. (It was a regexp,
+// compiled by every gpupass process at start-up; a case-insensitive one,
+// which also let the Kelvin sign and the long s stand for k and s.)
+func pep508Name(s string) bool {
+	if s == "" || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isAlnum(s[i]) && !isPEPSep(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Requirement is one parsed PEP 508 requirement line of runtime.packages.
@@ -257,7 +407,7 @@ func ParseRequirement(s string) (Requirement, error) {
 		end = len(s)
 	}
 	r.Name = s[:end]
-	if !pep508Name.MatchString(r.Name) {
+	if !pep508Name(r.Name) {
 		return r, fmt.Errorf("%q is not a valid package name", r.Name)
 	}
 	rest := strings.TrimSpace(s[end:])
@@ -268,7 +418,7 @@ func ParseRequirement(s string) (Requirement, error) {
 		}
 		for _, e := range strings.Split(rest[1:j], ",") {
 			e = strings.TrimSpace(e)
-			if !pep508Name.MatchString(e) {
+			if !pep508Name(e) {
 				return r, fmt.Errorf("invalid extra %q", e)
 			}
 			r.Extras = append(r.Extras, NormalizeName(e))

@@ -3,19 +3,58 @@ package spec
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-var (
-	cudaExact   = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)$`)
-	cudaPartial = regexp.MustCompile(`^(\d+)(?:\.(\d+))?$`)
-	driverRe    = regexp.MustCompile(`^(\d+)\.(\d+)(?:\.(\d+))?$`)
-	pythonRe    = regexp.MustCompile(`^3\.(\d+)(?:\.(\d+))?$`)
-	torchTagRe  = regexp.MustCompile(`^cu(\d+)$`)
-)
+// dotted matches s against min to max dot-separated decimal numbers,
+// returning what FindStringSubmatch of `^(\d+)(?:\.(\d+))?…$` would (s,
+// then max numbers, "" for those absent), or nil. It replaces the five
+// regexps these rules were written with: compiling them was most of the
+// spec package's start-up, paid by every gpupass process
+// (TestDottedMatchesRegexps holds them to each other).
+func dotted(s string, min, max int) []string {
+	m := make([]string, 1, 1+max)
+	m[0] = s
+	for part := range strings.SplitSeq(s, ".") {
+		if part == "" || strings.Trim(part, "0123456789") != "" || len(m) > max {
+			return nil
+		}
+		m = append(m, part)
+	}
+	if len(m)-1 < min {
+		return nil
+	}
+	for len(m) < 1+max {
+		m = append(m, "")
+	}
+	return m
+}
+
+// cudaExact: major.minor.patch, as `^(\d+)\.(\d+)\.(\d+)$`.
+func cudaExact(s string) []string { return dotted(s, 3, 3) }
+
+// cudaPartial: major[.minor], as `^(\d+)(?:\.(\d+))?$`.
+func cudaPartial(s string) []string { return dotted(s, 1, 2) }
+
+// driverMatch: major.minor[.patch], as `^(\d+)\.(\d+)(?:\.(\d+))?$`.
+func driverMatch(s string) []string { return dotted(s, 2, 3) }
+
+// pythonMatch: 3.minor[.patch], as `^3\.(\d+)(?:\.(\d+))?$` (s, minor, patch).
+func pythonMatch(s string) []string {
+	m := dotted(s, 2, 3)
+	if m == nil || m[1] != "3" {
+		return nil
+	}
+	return []string{s, m[2], m[3]}
+}
+
+// isCUDATag: a torch wheel's CUDA tag, as `^cu(\d+)$`.
+func isCUDATag(s string) bool {
+	n, ok := strings.CutPrefix(s, "cu")
+	return ok && n != "" && strings.Trim(n, "0123456789") == ""
+}
 
 // mallocAsyncMinDriver: cudaMemPoolAttrReleaseThreshold behaves as
 // documented from this driver on (the 535 branch).
@@ -81,7 +120,7 @@ func (c *checker) cuda() {
 	if v == "" {
 		return
 	}
-	if m := cudaExact.FindStringSubmatch(v); m != nil {
+	if m := cudaExact(v); m != nil {
 		c.cudaMM = m[1] + "." + strings.TrimLeft(m[2], "0")
 		if c.cudaMM == m[1]+"." {
 			c.cudaMM += "0"
@@ -95,7 +134,7 @@ func (c *checker) cuda() {
 		return
 	}
 	example := "12.1.105"
-	if m := cudaPartial.FindStringSubmatch(v); m != nil && m[2] != "" {
+	if m := cudaPartial(v); m != nil && m[2] != "" {
 		if t, ok := tbl().cuda[m[1]+"."+m[2]]; ok && t.NVCC != "" {
 			example = t.NVCC
 		} else {
@@ -113,7 +152,7 @@ func (c *checker) cuda() {
 
 // driverVersion parses "535.104.05" into comparable numbers.
 func driverVersion(s string) ([]int, bool) {
-	m := driverRe.FindStringSubmatch(s)
+	m := driverMatch(s)
 	if m == nil {
 		return nil, false
 	}
@@ -163,7 +202,7 @@ func (c *checker) torchAndPython() {
 	py := r.Python
 	pyMM := ""
 	if py != "" {
-		if m := pythonRe.FindStringSubmatch(py); m == nil {
+		if m := pythonMatch(py); m == nil {
 			c.add("python.version", SevError, "runtime.python",
 				fmt.Sprintf("Python version %q is not a CPython 3 version", py), "write major.minor.patch, e.g. 3.10.12")
 		} else {
@@ -198,7 +237,7 @@ func (c *checker) torchAndPython() {
 		c.add("torch.local-tag", SevError, "runtime.pytorch",
 			fmt.Sprintf("PyTorch %q is the CPU-only build; it cannot use the GPU", r.PyTorch),
 			fmt.Sprintf("use the CUDA build, e.g. %s+%s", tv.Public(), or(wantTag, "cu121")))
-	case !torchTagRe.MatchString(tv.Local):
+	case !isCUDATag(tv.Local):
 		c.add("torch.local-tag", SevError, "runtime.pytorch",
 			fmt.Sprintf("PyTorch local tag %q is not a CUDA tag such as cu121", tv.Local),
 			fmt.Sprintf("write %s+%s", tv.Public(), or(wantTag, "cu121")))

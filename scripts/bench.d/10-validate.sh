@@ -5,8 +5,9 @@
 #
 # BENCH_VALIDATE_RUNS: starts per binary (default 200).
 # BENCH_VALIDATE_BASE: a git revision whose gpupass is timed in the same
-#   run, interleaved, for a before/after figure (e.g. 6afeccf, the last
-#   commit before bundle and forge posting moved to gpupass-audit).
+#   run, interleaved, for a before/after figure (e.g. ee5b741, the last
+#   commit before the lazy command tree and the hand-written spec
+#   parsers).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS="${BENCH_VALIDATE_RUNS:-200}"
@@ -79,3 +80,20 @@ awk -v n="$RUNS" -v vw="${wall[validate]}" -v vc="${cpu[validate]}" -v fw="${wal
 	printf "| validate | whole process wall, median of %d starts (load %s→%s on %s cores; binary %.1f MB) | %.1f ms | < 20 ms (%s) | %.2fx `gpupass version` (%.1f ms); a hello-world Go binary %.1f ms%s |\n", n, l1, l2, cores, size/1e6, vw, ok, vw/fw, fw, hw, base
 	printf "| validate | whole process CPU (user+sys), median | %.1f ms | — | %.2fx `gpupass version` (%.1f ms); hello-world %.1f ms |\n", vc, vc/fc, fc, hc
 }'
+
+# Page faults per start, when perf is installed: on a VM a process's CPU
+# time follows them (most are anonymous memory the runtime, the package
+# inits and the command touch), and unlike times they hardly move with
+# the load.
+if command -v perf >/dev/null 2>&1; then
+	declare -A faults
+	for i in "${!cmds[@]}"; do
+		# shellcheck disable=SC2086 # the command line splits into words
+		faults[${names[$i]}]=$(perf stat -x, -r 50 -e page-faults ${cmds[$i]} 2>&1 >/dev/null | awk -F, '/page-faults/ {print $1; exit}')
+	done
+	base_faults=""
+	if [ -n "$BASE" ]; then
+		base_faults="; gpupass at $BASE ${faults[base]}"
+	fi
+	echo "| validate | page faults per start (perf stat, mean of 50) | ${faults[validate]} | — | \`gpupass version\` ${faults[version]}; hello-world ${faults[hello]}$base_faults |"
+fi

@@ -27,9 +27,11 @@ func isSecret(flag string) bool { return flagenv.IsSecret(flag) }
 // applyEnv sets every flag of cmd (and its parents' persistent flags) that
 // was not given on the command line from its environment variable, then
 // masks every secret in CI logs.
-func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
+// all builds the whole command tree when cmd's holds only the command
+// that runs (nil: cmd's is whole).
+func applyEnv(cmd *cobra.Command, getenv func(string) string, all func() *cobra.Command) error {
 	firstErr := flagenv.Apply(cmd, getenv)
-	warnEnvTypos(cmd, os.Environ())
+	warnEnvTypos(cmd, os.Environ(), all)
 	// Mask every secret before the command can print anything, whether it
 	// came from the command line, GPUPASS_<FLAG> or GPUPASS_<FLAG>_FILE.
 	env := ci.Detect(getenv, cmd.ErrOrStderr())
@@ -45,13 +47,32 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 
 // ApplyEnv sets cmd's unset flags from their GPUPASS_* variables. The other
 // binaries (gpupass-broker) call it so every flag follows the same rule.
-func ApplyEnv(cmd *cobra.Command) error { return applyEnv(cmd, os.Getenv) }
+func ApplyEnv(cmd *cobra.Command) error { return applyEnv(cmd, os.Getenv, nil) }
 
 // warnEnvTypos warns on stderr about each GPUPASS_* variable that is close
 // to, but not, one this binary reads: a typo would otherwise be ignored
 // without a word. Known are the variables of every flag of every command
 // (the same shell may serve several), and GPUPASS_<FLAG>_FILE of secrets.
-func warnEnvTypos(cmd *cobra.Command, environ []string) {
+// When cmd's tree is partial (all is not nil) and every GPUPASS_*
+// variable is one of its own, nothing can be a typo and the whole tree is
+// not built.
+func warnEnvTypos(cmd *cobra.Command, environ []string, all func() *cobra.Command) {
+	if !flagenv.Unknown(environ, nil) {
+		return // no GPUPASS_* variable that could be a typo: skip the walk
+	}
+	root := cmd.Root()
+	known := flagVars(root)
+	if all != nil && flagenv.Unknown(environ, known) {
+		root = all()
+		known = flagVars(root)
+	}
+	for _, w := range flagenv.Typos(environ, known) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", root.Name(), w)
+	}
+}
+
+// flagVars are the environment variables of every flag in root's tree.
+func flagVars(root *cobra.Command) map[string]bool {
 	known := map[string]bool{}
 	var walk func(c *cobra.Command)
 	add := func(f *pflag.Flag) {
@@ -67,8 +88,6 @@ func warnEnvTypos(cmd *cobra.Command, environ []string) {
 			walk(sub)
 		}
 	}
-	walk(cmd.Root())
-	for _, w := range flagenv.Typos(environ, known) {
-		fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", cmd.Root().Name(), w)
-	}
+	walk(root)
+	return known
 }

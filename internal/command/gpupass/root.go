@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -82,7 +84,15 @@ func newRootConfig(args []string, in io.Reader, out, errw io.Writer, opts []Opti
 	return c
 }
 
-func newRoot(cfg *rootConfig) *cobra.Command {
+func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
+
+// newRootFor builds the root command with every subcommand, or with only
+// the one named only when only is not "". A process runs one command:
+// building the others' subtrees and flags was a third of what a short
+// command such as validate allocated at start-up, which on this kind of
+// VM is most of its CPU time. Help, completion and unknown commands get
+// the whole tree (Main decides).
+func newRootFor(cfg *rootConfig, only string) *cobra.Command {
 	g := &GlobalOptions{Audit: cfg.audit, Bundle: cfg.bundle, Poster: cfg.poster, names: cfg.names, cfg: cfg}
 	root := &cobra.Command{
 		Use:   "gpupass",
@@ -97,7 +107,10 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd, os.Getenv); err != nil {
+			// The typo check knows every command's variables: a partial
+			// tree builds the whole one when it must look.
+			all := func() *cobra.Command { return newRootFor(cfg, "") }
+			if err := applyEnv(cmd, os.Getenv, all); err != nil {
 				return err
 			}
 			return g.Validate()
@@ -105,13 +118,21 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 	}
 	g.AddFlags(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
-	for _, add := range commands {
-		root.AddCommand(add(g))
+	// `gpupass completion` gets the whole tree (rootFor), so a partial
+	// one need not build cobra's completion command on every start.
+	root.CompletionOptions.DisableDefaultCmd = only != ""
+	for _, c := range commands {
+		if only == "" || only == c.name {
+			root.AddCommand(c.new(g))
+		}
 	}
 	for _, p := range []struct {
 		linked Plugin
 		fwd    forwarder
 	}{{cfg.audit, auditCommands}, {cfg.bundle, bundleCommands}} {
+		if only != "" && only != p.fwd.use {
+			continue
+		}
 		if p.linked != nil {
 			root.AddCommand(p.linked.Command(g))
 		} else {
@@ -121,25 +142,72 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 	return root
 }
 
-// commands lists the subcommand constructors, one file per command.
-var commands = []func(*GlobalOptions) *cobra.Command{
-	newVersionCmd,
-	newNodesCmd,
-	newValidateCmd,
-	newInitCmd,
-	newUpCmd,
-	newCompareCmd,
-	newTrainCmd,
-	newLogsCmd,
-	newRunsCmd,
-	newCancelCmd,
-	newCICmd,
+// commands lists the subcommands, one file per command, by the name each
+// answers to (TestCommandNames keeps the names true).
+var commands = []subcommand{
+	{"version", newVersionCmd},
+	{"nodes", newNodesCmd},
+	{"validate", newValidateCmd},
+	{"init", newInitCmd},
+	{"up", newUpCmd},
+	{"compare", newCompareCmd},
+	{"train", newTrainCmd},
+	{"logs", newLogsCmd},
+	{"runs", newRunsCmd},
+	{"cancel", newCancelCmd},
+	{"ci", newCICmd},
+}
+
+type subcommand struct {
+	name string
+	new  func(*GlobalOptions) *cobra.Command
+}
+
+// rootFor builds the root command for args: with only the subcommand
+// args name when cobra, given that tree, resolves args to it; otherwise
+// (no command, help, completion, a misspelt command that cobra suggests
+// a fix for) with all of them.
+func rootFor(cfg *rootConfig, args []string) *cobra.Command {
+	if name := commandName(args); name != "" {
+		root := newRootFor(cfg, name)
+		if c, _, err := root.Find(args); err == nil && c != root {
+			for c.HasParent() && c.Parent() != root {
+				c = c.Parent()
+			}
+			if c.Name() == name {
+				return root
+			}
+		}
+	}
+	return newRoot(cfg)
+}
+
+// commandName is the first argument that is not a global flag or its
+// value: the subcommand args would run, or "" when it cannot tell.
+func commandName(args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return ""
+		case a == "--output" || a == "-o":
+			i++ // its value follows (cobra's Find reads "-vo json" alike)
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+		default:
+			known := slices.ContainsFunc(commands, func(c subcommand) bool { return c.name == a })
+			if !known && a != auditCommands.use && a != bundleCommands.use {
+				return ""
+			}
+			return a
+		}
+	}
+	return ""
 }
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, opts ...Option) int {
 	cfg := newRootConfig(args, stdin, stdout, stderr, opts)
-	root := newRoot(cfg)
+	root := rootFor(cfg, args)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)

@@ -1,0 +1,162 @@
+package gpupass
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+)
+
+// everyCommand is every top-level command of gpupass, forwarded ones too.
+func everyCommand() []string {
+	names := []string{auditCommands.use, bundleCommands.use}
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// TestCommandNames keeps the table's names the ones the commands answer
+// to: a wrong name would send that command to the whole tree every time,
+// or (were another command given it) to the wrong one.
+func TestCommandNames(t *testing.T) {
+	t.Parallel()
+	g := &GlobalOptions{}
+	for _, c := range commands {
+		if got := c.new(g).Name(); got != c.name {
+			t.Errorf("commands entry %q builds a command named %q", c.name, got)
+		}
+	}
+}
+
+// TestRootForBuildsOnlyTheCommandRun: a process builds the subtree of the
+// command it runs, and the whole tree where cobra needs it (help,
+// completion, a misspelt command it suggests a fix for).
+func TestRootForBuildsOnlyTheCommandRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want []string // the root's subcommands; nil: all of them
+	}{
+		{args: []string{"validate", "--spec", "x.yaml"}, want: []string{"validate"}},
+		{args: []string{"-o", "json", "version"}, want: []string{"version"}},
+		{args: []string{"--output", "json", "runs", "--limit", "3"}, want: []string{"runs"}},
+		{args: []string{"--output=json", "-v", "nodes"}, want: []string{"nodes"}},
+		// cobra itself finds no command here (it takes "json" for one).
+		{args: []string{"-vo", "json", "ci", "step", "train"}},
+		{args: []string{"-ojson", "validate"}, want: []string{"validate"}},
+		{args: []string{"validate", "--help"}, want: []string{"validate"}},
+		{args: []string{"audit", "alloc-1"}, want: []string{"audit"}},
+		{args: []string{"bundle", "push"}, want: []string{"bundle"}},
+		{args: nil},
+		{args: []string{"--help"}},
+		{args: []string{"help", "validate"}},
+		{args: []string{"completion", "bash"}},
+		{args: []string{"__complete", "val"}},
+		{args: []string{"valdate"}},
+		{args: []string{"-o", "validate"}},
+		{args: []string{"--", "validate"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			root := rootFor(newRootConfig(tt.args, strings.NewReader(""), &out, &out, nil), tt.args)
+			want := tt.want
+			if want == nil {
+				want = everyCommand()
+			}
+			if diff := cmp.Diff(sortedNames(want), subcommandNames(root)); diff != "" {
+				t.Errorf("subcommands built (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func subcommandNames(root *cobra.Command) []string {
+	var names []string
+	for _, c := range root.Commands() {
+		names = append(names, c.Name())
+	}
+	return sortedNames(names)
+}
+
+func sortedNames(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return out
+}
+
+// TestHelpAndCompletionListEveryCommand: with the tree built lazily,
+// `gpupass --help`, `gpupass help` and shell completion (the script's
+// `gpupass __complete`) still offer every command.
+func TestHelpAndCompletionListEveryCommand(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"help"}, nil, {"__complete", ""}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			if code := Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr); code != ExitOK {
+				t.Fatalf("exit %d, stderr: %s", code, stderr.String())
+			}
+			for _, name := range append(everyCommand(), "completion") {
+				if !hasCommandLine(stdout.String(), name) {
+					t.Errorf("output lists no %q:\n%s", name, stdout.String())
+				}
+			}
+		})
+	}
+	// The bash script itself asks gpupass (`__complete`) for the names.
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"completion", "bash"}, strings.NewReader(""), &stdout, &stderr); code != ExitOK {
+		t.Fatalf("completion bash: exit %d, stderr: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "__complete") {
+		t.Errorf("completion bash: the script does not call __complete:\n%.400s", stdout.String())
+	}
+}
+
+// hasCommandLine says whether out has a line listing name: help's
+// "  name   Short", or completion's "name\tShort" or "name".
+func hasCommandLine(out, name string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEnvTypoCheckSeesEveryCommand: a process runs with only its own
+// command built, yet a variable of another command's flag is known (no
+// warning) and a misspelling of one is still caught.
+func TestEnvTypoCheckSeesEveryCommand(t *testing.T) {
+	tests := []struct {
+		name, env, want string
+	}{
+		{name: "another command's flag", env: "GPUPASS_BROKER_URL"},
+		{name: "misspelt", env: "GPUPASS_BROKR_URL", want: "GPUPASS_BROKR_URL is not a gpupass setting and is ignored; did you mean GPUPASS_BROKER_URL?"},
+		{name: "one of its own", env: "GPUPASS_OUTPUT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.env, "text")
+			var stdout, stderr bytes.Buffer
+			code := Main(context.Background(), []string{"version"}, strings.NewReader(""), &stdout, &stderr)
+			if code != ExitOK {
+				t.Fatalf("exit %d, stderr: %s", code, stderr.String())
+			}
+			switch {
+			case tt.want == "" && stderr.Len() > 0:
+				t.Errorf("unexpected warning: %s", stderr.String())
+			case tt.want != "" && !strings.Contains(stderr.String(), tt.want):
+				t.Errorf("stderr lacks %q: %s", tt.want, stderr.String())
+			}
+		})
+	}
+}
