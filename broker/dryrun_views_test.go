@@ -121,6 +121,20 @@ func sameCut(t *testing.T, ask askFunc, limit int32) {
 			return []func(*gpupassv1.DryRunRequest){vc.opt, last}
 		}
 		all, cut := ask(vc.view, opts(listAll)...), ask(vc.view, opts(withLimit)...)
+		// The reason table of a cut answer has only what its listed
+		// nodes refer to.
+		used := map[uint32]bool{}
+		for _, r := range cut.GetExcludedColumns().GetReasonRefs() {
+			used[r] = true
+		}
+		for _, x := range cut.Excluded {
+			for _, r := range x.ReasonRefs {
+				used[r] = true
+			}
+		}
+		if len(cut.Reasons) != len(used) {
+			t.Errorf("%s with limit %d: %d reasons in the table, %d referenced", vc.name, limit, len(cut.Reasons), len(used))
+		}
 		if err := api.ExpandDryRun(all); err != nil {
 			t.Fatal(err)
 		}

@@ -172,12 +172,15 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		cands, excl = cands[:min(limit, len(cands))], excl[:min(limit, len(excl))]
 	}
 	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS {
-		resp.Reasons = make([]*gpupassv1.Reason, len(vs.Reasons))
-		for i, why := range vs.Reasons {
-			resp.Reasons[i] = reasonProto(why)
-		}
+		var renum []int32
+		resp.Reasons, renum = reasonTable(&vs, excl)
 		derive := m.DeriveScoreTerms
 		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, &vs, cands, derive), columns(ctx, ix, &vs, excl, derive)
+		if renum != nil {
+			for j, id := range resp.ExcludedColumns.ReasonRefs {
+				resp.ExcludedColumns.ReasonRefs[j] = uint32(renum[id])
+			}
+		}
 		if derive {
 			capMS := sp.Resources.Network.LatencyToleranceMS
 			resp.CandidateColumns.DerivedLatencyCapMs, resp.ExcludedColumns.DerivedLatencyCapMs = capMS, capMS
@@ -206,9 +209,12 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		// per node was a third of a 10,000-node answer and most of the
 		// messages a client had to decode. INLINE_EXPANDED shares the
 		// message between nodes (marshalling writes it out for each).
-		reasons := make([]*gpupassv1.Reason, len(vs.Reasons))
-		for i, why := range vs.Reasons {
-			reasons[i] = reasonProto(why)
+		reasons, renum := reasonTable(&vs, excl)
+		ref := func(id int32) int32 {
+			if renum == nil {
+				return id
+			}
+			return renum[id]
 		}
 		expanded := view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED
 		if !expanded {
@@ -235,12 +241,12 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 			if expanded {
 				x.Reasons = make([]*gpupassv1.Reason, len(why))
 				for j, id := range why {
-					x.Reasons[j] = reasons[id]
+					x.Reasons[j] = reasons[ref(id)]
 				}
 			} else {
 				start := len(refs)
 				for _, id := range why {
-					refs = append(refs, uint32(id))
+					refs = append(refs, uint32(ref(id)))
 				}
 				x.ReasonRefs = refs[start:len(refs):len(refs)]
 			}
@@ -413,6 +419,36 @@ func reasonCounts(ix *match.Index, vs match.Verdicts) []*gpupassv1.ReasonCount {
 		return strings.Compare(a.Field, b.Field)
 	})
 	return out
+}
+
+// reasonTable returns the reasons of the listed excluded nodes, each
+// once, and renum, each reason's index in that table by its index in
+// vs.Reasons. When every excluded node is listed the table is vs.Reasons
+// and renum is nil. A cut list sends only what its nodes refer to: at
+// 100,000 nodes a match has hundreds of distinct reasons (each measured
+// value is one), most of them of nodes not listed.
+func reasonTable(vs *match.Verdicts, excl []match.Verdict) ([]*gpupassv1.Reason, []int32) {
+	if len(excl) == len(vs.Excluded) {
+		table := make([]*gpupassv1.Reason, len(vs.Reasons))
+		for i, why := range vs.Reasons {
+			table[i] = reasonProto(why)
+		}
+		return table, nil
+	}
+	renum := make([]int32, len(vs.Reasons))
+	for i := range renum {
+		renum[i] = -1
+	}
+	var table []*gpupassv1.Reason
+	for i := range excl {
+		for _, id := range vs.Why(&excl[i]) {
+			if renum[id] < 0 {
+				renum[id] = int32(len(table))
+				table = append(table, reasonProto(vs.Reasons[id]))
+			}
+		}
+	}
+	return table, renum
 }
 
 // maxReasonExamples is how many example node ids each reason count names.

@@ -1511,7 +1511,8 @@ type DryRunResponse struct {
 	Candidates      []*Candidate           `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	Excluded        []*Excluded            `protobuf:"bytes,4,rep,name=excluded,proto3" json:"excluded,omitempty"`
 	// DRY_RUN_VIEW_COLUMNS and DRY_RUN_VIEW_INLINE: each distinct reason
-	// once, referenced by NodeColumns.reason_refs and Excluded.reason_refs.
+	// of the listed excluded nodes once, referenced by
+	// NodeColumns.reason_refs and Excluded.reason_refs.
 	Reasons []*Reason `protobuf:"bytes,5,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	// How many excluded nodes have each reason code and field, most first.
 	ReasonCounts []*ReasonCount `protobuf:"bytes,6,rep,name=reason_counts,json=reasonCounts,proto3" json:"reason_counts,omitempty"`
