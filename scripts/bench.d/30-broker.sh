@@ -18,6 +18,11 @@ base_out="$(mktemp)"
 base_dir=""
 trap 'rm -f "$out" "$base_out"; [ -z "$base_dir" ] || rm -rf "$base_dir"' EXIT
 base="${GPUPASS_BENCH_DRYRUN_BASE:-}"
+# Dry-runs: 400 calls per case (p95 over 400) at 1,000 and 10,000 nodes,
+# 40 at 100,000 (GPUPASS_BENCH_DRYRUN_100K=0 skips those: populating
+# 100,000 nodes takes minutes); heartbeats: 20,000 beats.
+big=true
+[ "${GPUPASS_BENCH_DRYRUN_100K:-1}" = 0 ] && big=false
 if [ -n "$base" ]; then
 	base_dir="$(mktemp -d)"
 	git archive "$base" | tar -x -C "$base_dir"
@@ -28,11 +33,6 @@ if [ -n "$base" ]; then
 		echo "| broker | dry-run latency, base $base | FAILED (see stderr) | | n/a |"
 	fi
 fi
-# Dry-runs: 400 calls per case (p95 over 400) at 1,000 and 10,000 nodes,
-# 40 at 100,000 (GPUPASS_BENCH_DRYRUN_100K=0 skips those: populating
-# 100,000 nodes takes minutes); heartbeats: 20,000 beats.
-big=true
-[ "${GPUPASS_BENCH_DRYRUN_100K:-1}" = 0 ] && big=false
 if ! go test -run '^$' -bench 'BenchmarkDryRun/store=.*/nodes=(1000|10000)$' -benchtime 400x -timeout 40m ./broker/ >"$out" 2>&1 ||
 	! go test -run '^$' -bench 'BenchmarkHeartbeats' -benchtime 20000x -timeout 20m ./broker/ >>"$out" 2>&1; then
 	cat "$out" >&2
