@@ -110,7 +110,12 @@ func percentile(d []time.Duration, p float64) float64 {
 //     inline view before the table), the peer of inline;
 //   - summary: per-reason counts instead of the excluded list;
 //   - uncached: columns, with the registry re-read from the store on
-//     every call (SnapshotTTL 1 ns).
+//     every call (SnapshotTTL 1 ns);
+//   - all: columns with every node listed (DryRunRequest.all), the
+//     answer every view gave before the default limit.
+//
+// Every case but all lists the default limit of candidates and excluded
+// nodes (api.DefaultDryRunLimit) and counts the rest.
 func BenchmarkDryRun(b *testing.B) {
 	for _, kind := range brokertest.Stores {
 		for _, n := range []int{1000, 10000, 100000} {
@@ -122,7 +127,7 @@ func BenchmarkDryRun(b *testing.B) {
 				// the last 2 s (refreshMargin) at each background refresh.
 				// Measure the steady state, past that window.
 				time.Sleep(2500 * time.Millisecond)
-				for _, mode := range []string{"columns", "inline", "expanded", "summary", "uncached"} {
+				for _, mode := range []string{"columns", "inline", "expanded", "summary", "uncached", "all"} {
 					b.Run(mode, func(b *testing.B) {
 						cfg := broker.Config{OfflineAfter: 2 * time.Hour}
 						view := gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS
@@ -140,7 +145,7 @@ func BenchmarkDryRun(b *testing.B) {
 						c := srv.Clients(b, srv.Token(b, store.RoleRead, "*"))
 						// The CLI's request lets the client derive the score terms.
 						req := &gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: benchSpec(b)}, View: view,
-							DeriveScoreTerms: view == gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS}
+							DeriveScoreTerms: view == gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, All: mode == "all"}
 						ctx := context.Background()
 						call := func() (*gpupassv1.DryRunResponse, error) {
 							resp, err := c.Node.DryRun(ctx, connect.NewRequest(req))
@@ -178,17 +183,25 @@ func BenchmarkDryRun(b *testing.B) {
 						if len(last.Candidates) == 0 {
 							b.Fatal("no candidates: the fixture does not match the spec")
 						}
-						// Every node is accounted for, and in the per-node
-						// views each excluded one has its reasons.
-						if got := len(last.Candidates) + int(last.ExcludedTotal); got != n {
-							b.Fatalf("%d candidates + %d excluded = %d, want %d nodes", len(last.Candidates), last.ExcludedTotal, got, n)
+						// Every node is accounted for, as many are listed
+						// as the limit allows, and in the per-node views
+						// each excluded one has its reasons.
+						if got := int(last.CandidatesTotal) + int(last.ExcludedTotal); got != n {
+							b.Fatalf("%d candidates + %d excluded = %d, want %d nodes", last.CandidatesTotal, last.ExcludedTotal, got, n)
 						}
-						if mode != "summary" && (len(last.Excluded) != int(last.ExcludedTotal) || len(last.Excluded[0].Reasons) == 0) {
-							b.Fatalf("excluded list: %d nodes of %d, want every one with reasons", len(last.Excluded), last.ExcludedTotal)
+						limit := api.DefaultDryRunLimit
+						if mode == "all" {
+							limit = n
+						}
+						if want := min(limit, int(last.CandidatesTotal)); len(last.Candidates) != want {
+							b.Fatalf("candidates: %d listed of %d, want %d", len(last.Candidates), last.CandidatesTotal, want)
+						}
+						if want := min(limit, int(last.ExcludedTotal)); mode != "summary" && (len(last.Excluded) != want || len(last.Excluded[0].Reasons) == 0) {
+							b.Fatalf("excluded list: %d nodes of %d, want %d, each with reasons", len(last.Excluded), last.ExcludedTotal, want)
 						}
 						b.ReportMetric(percentile(lat, 0.50), "p50-ms")
 						b.ReportMetric(percentile(lat, 0.95), "p95-ms")
-						b.ReportMetric(float64(len(last.Candidates)), "candidates")
+						b.ReportMetric(float64(last.CandidatesTotal), "candidates")
 						b.ReportMetric(float64(wire), "answer-bytes")
 						// The machine's load beside the figures: on a
 						// shared machine the wall times mostly measure it.

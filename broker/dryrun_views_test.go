@@ -21,7 +21,9 @@ import (
 // columns view, once expanded as the CLI does, equal the expanded inline
 // view (nodes in short form unless full_nodes is asked for), and the
 // summary counts the same excluded nodes per reason. The token sees us-* and eu-* only,
-// so out-of-scope nodes (id and region only) are in the answer too.
+// so out-of-scope nodes (id and region only) are in the answer too. Each
+// view asked with a limit lists the first nodes of its answer with all,
+// and counts every node.
 func TestDryRunViews(t *testing.T) {
 	t.Parallel()
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
@@ -42,13 +44,13 @@ func TestDryRunViews(t *testing.T) {
 		}
 		return resp.Msg
 	}
-	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED)
-	refs := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED)
-	cols := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS)
-	summary := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY)
-	derived := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, deriveTerms)
-	refsFull := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, fullNodes)
-	summaryFull := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, fullNodes)
+	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED, listAll)
+	refs := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_UNSPECIFIED, listAll)
+	cols := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, listAll)
+	summary := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, listAll)
+	derived := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, deriveTerms, listAll)
+	refsFull := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, fullNodes, listAll)
+	summaryFull := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, fullNodes, listAll)
 
 	if len(inline.Excluded) != 5 || inline.ExcludedTotal != 5 || len(inline.Candidates) != 1 {
 		t.Fatalf("inline: %d candidates, %d excluded (total %d); want 1 and 5", len(inline.Candidates), len(inline.Excluded), inline.ExcludedTotal)
@@ -66,10 +68,87 @@ func TestDryRunViews(t *testing.T) {
 	if got := counts["region_scope:region"]; got != 1 {
 		t.Errorf("out-of-scope nodes counted %d, want 1 (ap-south-1)", got)
 	}
+	// 1 candidate and 5 excluded: the default limit lists them all, 2
+	// cuts the excluded list, 1 both.
+	for _, limit := range []int32{0, 2, 1} {
+		sameCut(t, ask, limit)
+	}
 
-	_, err := c.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}, View: 42}))
-	if brokertest.Code(err) != connect.CodeInvalidArgument {
-		t.Errorf("unknown view: %v, want invalid_argument", err)
+	for name, req := range map[string]*gpupassv1.DryRunRequest{
+		"unknown view":   {Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}, View: 42},
+		"negative limit": {Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}, Limit: -1},
+	} {
+		_, err := c.Node.DryRun(ctx, connect.NewRequest(req))
+		if brokertest.Code(err) != connect.CodeInvalidArgument {
+			t.Errorf("%s: %v, want invalid_argument", name, err)
+		}
+	}
+}
+
+// askFunc asks the dry-run of a test in one view.
+type askFunc func(view gpupassv1.DryRunView, opts ...func(*gpupassv1.DryRunRequest)) *gpupassv1.DryRunResponse
+
+func listAll(r *gpupassv1.DryRunRequest) { r.All = true }
+
+// sameCut asks the dry-run in every view twice, with all and with limit
+// (0: the default), and checks that the second, expanded, is the first
+// with each list cut to the limit: the best candidates and the nearest
+// misses, with the same verdicts, totals and reason counts.
+func sameCut(t *testing.T, ask askFunc, limit int32) {
+	t.Helper()
+	n := int(limit)
+	if n == 0 {
+		n = api.DefaultDryRunLimit
+	}
+	withLimit := func(r *gpupassv1.DryRunRequest) { r.Limit = limit }
+	for _, vc := range []struct {
+		name string
+		view gpupassv1.DryRunView
+		opt  func(*gpupassv1.DryRunRequest)
+	}{
+		{"INLINE_EXPANDED", gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED, nil},
+		{"INLINE", gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, nil},
+		{"INLINE full_nodes", gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, fullNodes},
+		{"COLUMNS", gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, nil},
+		{"COLUMNS derive_score_terms", gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, deriveTerms},
+		{"SUMMARY", gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, nil},
+		{"SUMMARY full_nodes", gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, fullNodes},
+	} {
+		opts := func(last func(*gpupassv1.DryRunRequest)) []func(*gpupassv1.DryRunRequest) {
+			if vc.opt == nil {
+				return []func(*gpupassv1.DryRunRequest){last}
+			}
+			return []func(*gpupassv1.DryRunRequest){vc.opt, last}
+		}
+		all, cut := ask(vc.view, opts(listAll)...), ask(vc.view, opts(withLimit)...)
+		// The reason table of a cut answer has only what its listed
+		// nodes refer to.
+		used := map[uint32]bool{}
+		for _, r := range cut.GetExcludedColumns().GetReasonRefs() {
+			used[r] = true
+		}
+		for _, x := range cut.Excluded {
+			for _, r := range x.ReasonRefs {
+				used[r] = true
+			}
+		}
+		if len(cut.Reasons) != len(used) {
+			t.Errorf("%s with limit %d: %d reasons in the table, %d referenced", vc.name, limit, len(cut.Reasons), len(used))
+		}
+		if err := api.ExpandDryRun(all); err != nil {
+			t.Fatal(err)
+		}
+		if err := api.ExpandDryRun(cut); err != nil {
+			t.Fatalf("%s, limit %d: %v", vc.name, limit, err)
+		}
+		if int(all.CandidatesTotal) != len(all.Candidates) || (vc.view != gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY && int(all.ExcludedTotal) != len(all.Excluded)) {
+			t.Fatalf("%s with all: %d of %d candidates and %d of %d excluded listed, want every one",
+				vc.name, len(all.Candidates), all.CandidatesTotal, len(all.Excluded), all.ExcludedTotal)
+		}
+		all.Candidates, all.Excluded = all.Candidates[:min(n, len(all.Candidates))], all.Excluded[:min(n, len(all.Excluded))]
+		if diff := cmp.Diff(all, cut, protocmp.Transform()); diff != "" {
+			t.Errorf("%s with limit %d differs from its answer with all, cut to %d (-all, cut +limit):\n%s", vc.name, limit, n, short(diff))
+		}
 	}
 }
 
@@ -143,6 +222,26 @@ func sameVerdicts(t *testing.T, inline *gpupassv1.DryRunResponse, v views) map[s
 	if diff := cmp.Diff(counts, got); diff != "" {
 		t.Errorf("summary reason counts (-counted from inline +summary):\n%s", short(diff))
 	}
+	// Each count's examples are its first three nodes in the list.
+	examples := map[string][]string{}
+	for _, x := range inline.Excluded {
+		for _, r := range x.Reasons {
+			k := r.Code + ":" + r.Field
+			if e := examples[k]; len(e) < 3 && (len(e) == 0 || e[len(e)-1] != x.Node.Id) {
+				examples[k] = append(e, x.Node.Id)
+			}
+		}
+	}
+	gotEx := map[string][]string{}
+	for _, rc := range summary.ReasonCounts {
+		gotEx[rc.Code+":"+rc.Field] = rc.ExampleNodeIds
+	}
+	if diff := cmp.Diff(examples, gotEx); diff != "" {
+		t.Errorf("summary reason counts' example nodes (-first in the inline list +summary):\n%s", short(diff))
+	}
+	if int(inline.CandidatesTotal) != len(inline.Candidates) || int(summary.CandidatesTotal) != len(inline.Candidates) {
+		t.Errorf("candidates_total: inline %d, summary %d, want %d", inline.CandidatesTotal, summary.CandidatesTotal, len(inline.Candidates))
+	}
 	// The same candidates in the same order, in short form unless asked
 	// for in full, and the totals.
 	if diff := cmp.Diff(want.Candidates, summary.Candidates, protocmp.Transform()); diff != "" {
@@ -169,7 +268,7 @@ func leanAnswer(inline *gpupassv1.DryRunResponse) *gpupassv1.DryRunResponse {
 			Simulated: n.Simulated, ConformancePassed: n.ConformancePassed, Health: n.Health}
 	}
 	want := &gpupassv1.DryRunResponse{SpecFingerprint: inline.SpecFingerprint, MinHealthScore: inline.MinHealthScore,
-		Excluded: inline.Excluded, ReasonCounts: inline.ReasonCounts, ExcludedTotal: inline.ExcludedTotal}
+		Excluded: inline.Excluded, ReasonCounts: inline.ReasonCounts, ExcludedTotal: inline.ExcludedTotal, CandidatesTotal: inline.CandidatesTotal}
 	for _, cd := range inline.Candidates {
 		want.Candidates = append(want.Candidates, &gpupassv1.Candidate{Node: lean(cd.Node)})
 	}
@@ -212,10 +311,10 @@ func TestDryRunViewsAt10k(t *testing.T) {
 		}
 		return resp.Msg
 	}
-	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED)
-	counts := sameVerdicts(t, inline, views{refs: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE), refsFull: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, fullNodes),
-		cols: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS), summary: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY),
-		summaryFull: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, fullNodes), derived: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, deriveTerms)})
+	inline := ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED, listAll)
+	counts := sameVerdicts(t, inline, views{refs: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, listAll), refsFull: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE, fullNodes, listAll),
+		cols: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, listAll), summary: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, listAll),
+		summaryFull: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, fullNodes, listAll), derived: ask(gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, deriveTerms, listAll)})
 	if n := len(inline.Candidates) + len(inline.Excluded); n != 10000 || len(inline.Candidates) == 0 {
 		t.Fatalf("%d candidates and %d excluded; want some candidates and 10,000 nodes in all", len(inline.Candidates), len(inline.Excluded))
 	}
@@ -223,5 +322,9 @@ func TestDryRunViewsAt10k(t *testing.T) {
 		if counts[code] == 0 {
 			t.Errorf("no node excluded for %s; the fixture should exercise it (counts %v)", code, counts)
 		}
+	}
+	// The default limit and a small one cut both lists here.
+	for _, limit := range []int32{0, 7} {
+		sameCut(t, ask, limit)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/match"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -146,6 +147,9 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	if _, known := gpupassv1.DryRunView_name[int32(view)]; !known {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("view %d is not one of INLINE, COLUMNS, SUMMARY, INLINE_EXPANDED", view))
 	}
+	if m.Limit < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("limit is %d: want 0 (the default, %d) or more, or set all for every node", m.Limit, api.DefaultDryRunLimit))
+	}
 	snap, err := b.snapshot(ctx)
 	if err != nil {
 		b.log.Error("reading registry", "err", err)
@@ -155,14 +159,28 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	vs := ix.Match(match.Query{Spec: sp, Beat: b.beat, Scope: tok.Regions,
 		Regions: m.Regions, MinScore: minScore, MaxPrice: m.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
 	resp := &gpupassv1.DryRunResponse{SpecFingerprint: fp, MinHealthScore: minScore, ExcludedTotal: int32(len(vs.Excluded)),
-		ReasonCounts: reasonCounts(vs)}
-	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS {
-		resp.Reasons = make([]*gpupassv1.Reason, len(vs.Reasons))
-		for i, why := range vs.Reasons {
-			resp.Reasons[i] = reasonProto(why)
+		CandidatesTotal: int32(len(vs.Candidates)), ReasonCounts: reasonCounts(ix, vs)}
+	// The best candidates and the nearest misses, unless every node is
+	// asked for: the counts above cover the rest. Listing a fleet of
+	// 100,000 nodes was most of a call's CPU, on both sides.
+	cands, excl := vs.Candidates, vs.Excluded
+	if !m.All {
+		limit := int(m.Limit)
+		if limit == 0 {
+			limit = api.DefaultDryRunLimit
 		}
+		cands, excl = cands[:min(limit, len(cands))], excl[:min(limit, len(excl))]
+	}
+	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS {
+		var renum []int32
+		resp.Reasons, renum = reasonTable(&vs, excl)
 		derive := m.DeriveScoreTerms
-		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, &vs, vs.Candidates, derive), columns(ctx, ix, &vs, vs.Excluded, derive)
+		resp.CandidateColumns, resp.ExcludedColumns = columns(ctx, ix, &vs, cands, derive), columns(ctx, ix, &vs, excl, derive)
+		if renum != nil {
+			for j, id := range resp.ExcludedColumns.ReasonRefs {
+				resp.ExcludedColumns.ReasonRefs[j] = uint32(renum[id])
+			}
+		}
 		if derive {
 			capMS := sp.Resources.Network.LatencyToleranceMS
 			resp.CandidateColumns.DerivedLatencyCapMs, resp.ExcludedColumns.DerivedLatencyCapMs = capMS, capMS
@@ -173,17 +191,17 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	// Candidates in short form unless asked for in full (full_nodes,
 	// INLINE_EXPANDED's old layout): the full form is four messages and
 	// about twenty strings a node for each side to encode and decode.
-	resp.Candidates = make([]*gpupassv1.Candidate, len(vs.Candidates))
+	resp.Candidates = make([]*gpupassv1.Candidate, len(cands))
 	full := m.FullNodes || view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED
-	cands, slab := make([]gpupassv1.Candidate, len(vs.Candidates)), newProtoSlab(len(vs.Candidates), full)
-	for i := range vs.Candidates {
-		v := &vs.Candidates[i]
+	cms, slab := make([]gpupassv1.Candidate, len(cands)), newProtoSlab(len(cands), full)
+	for i := range cands {
+		v := &cands[i]
 		if full {
-			cands[i].Node = slab.full(i, ix.Node(v.Node), v, vs.Terms(v))
+			cms[i].Node = slab.full(i, ix.Node(v.Node), v, vs.Terms(v))
 		} else {
-			cands[i].Node = slab.lean(i, ix, v, vs.Terms(v))
+			cms[i].Node = slab.lean(i, ix, v, vs.Terms(v))
 		}
-		resp.Candidates[i] = &cands[i]
+		resp.Candidates[i] = &cms[i]
 	}
 	if view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE || view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED {
 		// Each distinct reason becomes one message. INLINE sends it once
@@ -191,9 +209,12 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		// per node was a third of a 10,000-node answer and most of the
 		// messages a client had to decode. INLINE_EXPANDED shares the
 		// message between nodes (marshalling writes it out for each).
-		reasons := make([]*gpupassv1.Reason, len(vs.Reasons))
-		for i, why := range vs.Reasons {
-			reasons[i] = reasonProto(why)
+		reasons, renum := reasonTable(&vs, excl)
+		ref := func(id int32) int32 {
+			if renum == nil {
+				return id
+			}
+			return renum[id]
 		}
 		expanded := view == gpupassv1.DryRunView_DRY_RUN_VIEW_INLINE_EXPANDED
 		if !expanded {
@@ -201,31 +222,31 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		}
 		// One array each for the messages and the references instead of
 		// an allocation per node.
-		xs := make([]gpupassv1.Excluded, len(vs.Excluded))
+		xs := make([]gpupassv1.Excluded, len(excl))
 		var refs []uint32
 		if !expanded {
 			total := 0
-			for i := range vs.Excluded {
-				total += len(vs.Why(&vs.Excluded[i]))
+			for i := range excl {
+				total += len(vs.Why(&excl[i]))
 			}
 			refs = make([]uint32, 0, total)
 		}
-		resp.Excluded = make([]*gpupassv1.Excluded, len(vs.Excluded))
-		lean := newProtoSlab(len(vs.Excluded), false)
-		for i := range vs.Excluded {
-			v := &vs.Excluded[i]
+		resp.Excluded = make([]*gpupassv1.Excluded, len(excl))
+		lean := newProtoSlab(len(excl), false)
+		for i := range excl {
+			v := &excl[i]
 			x := &xs[i]
 			x.Node = lean.lean(i, ix, v, vs.Terms(v))
 			why := vs.Why(v)
 			if expanded {
 				x.Reasons = make([]*gpupassv1.Reason, len(why))
 				for j, id := range why {
-					x.Reasons[j] = reasons[id]
+					x.Reasons[j] = reasons[ref(id)]
 				}
 			} else {
 				start := len(refs)
 				for _, id := range why {
-					refs = append(refs, uint32(id))
+					refs = append(refs, uint32(ref(id)))
 				}
 				x.ReasonRefs = refs[start:len(refs):len(refs)]
 			}
@@ -358,24 +379,36 @@ func zeroEmpty[T comparable](col []T) []T {
 
 // reasonCounts counts excluded nodes per reason code and field, most
 // first (then by code and field).
-func reasonCounts(vs match.Verdicts) []*gpupassv1.ReasonCount {
-	perReason := make([]int32, len(vs.Reasons))
-	for i := range vs.Excluded {
-		for _, id := range vs.Why(&vs.Excluded[i]) {
-			perReason[id]++
-		}
-	}
+func reasonCounts(ix *match.Index, vs match.Verdicts) []*gpupassv1.ReasonCount {
+	// Reasons differ by expected and measured values; they are counted
+	// by code and field. slot maps a reason to its count.
 	type key struct{ code, field string }
-	sum := map[key]int32{}
-	for id, n := range perReason {
-		if n > 0 {
-			sum[key{vs.Reasons[id].Code, vs.Reasons[id].Field}] += n
+	slots := map[key]int{}
+	slot := make([]int, len(vs.Reasons))
+	var out []*gpupassv1.ReasonCount
+	for id, r := range vs.Reasons {
+		k := key{r.Code, r.Field}
+		i, ok := slots[k]
+		if !ok {
+			i = len(out)
+			slots[k] = i
+			out = append(out, &gpupassv1.ReasonCount{Code: r.Code, Field: r.Field})
+		}
+		slot[id] = i
+	}
+	for i := range vs.Excluded {
+		v := &vs.Excluded[i]
+		for _, id := range vs.Why(v) {
+			c := out[slot[id]]
+			c.Nodes++
+			// A few nodes to look at, when the list is cut (a node with
+			// two reasons of one code and field is named once).
+			if n := len(c.ExampleNodeIds); n < maxReasonExamples && (n == 0 || c.ExampleNodeIds[n-1] != ix.ID(v.Node)) {
+				c.ExampleNodeIds = append(c.ExampleNodeIds, ix.ID(v.Node))
+			}
 		}
 	}
-	out := make([]*gpupassv1.ReasonCount, 0, len(sum))
-	for k, n := range sum {
-		out = append(out, &gpupassv1.ReasonCount{Code: k.code, Field: k.field, Nodes: n})
-	}
+	out = slices.DeleteFunc(out, func(c *gpupassv1.ReasonCount) bool { return c.Nodes == 0 })
 	slices.SortFunc(out, func(a, b *gpupassv1.ReasonCount) int {
 		if a.Nodes != b.Nodes {
 			return int(b.Nodes - a.Nodes)
@@ -387,6 +420,39 @@ func reasonCounts(vs match.Verdicts) []*gpupassv1.ReasonCount {
 	})
 	return out
 }
+
+// reasonTable returns the reasons of the listed excluded nodes, each
+// once, and renum, each reason's index in that table by its index in
+// vs.Reasons. When every excluded node is listed the table is vs.Reasons
+// and renum is nil. A cut list sends only what its nodes refer to: at
+// 100,000 nodes a match has hundreds of distinct reasons (each measured
+// value is one), most of them of nodes not listed.
+func reasonTable(vs *match.Verdicts, excl []match.Verdict) ([]*gpupassv1.Reason, []int32) {
+	if len(excl) == len(vs.Excluded) {
+		table := make([]*gpupassv1.Reason, len(vs.Reasons))
+		for i, why := range vs.Reasons {
+			table[i] = reasonProto(why)
+		}
+		return table, nil
+	}
+	renum := make([]int32, len(vs.Reasons))
+	for i := range renum {
+		renum[i] = -1
+	}
+	var table []*gpupassv1.Reason
+	for i := range excl {
+		for _, id := range vs.Why(&excl[i]) {
+			if renum[id] < 0 {
+				renum[id] = int32(len(table))
+				table = append(table, reasonProto(vs.Reasons[id]))
+			}
+		}
+	}
+	return table, renum
+}
+
+// maxReasonExamples is how many example node ids each reason count names.
+const maxReasonExamples = 3
 
 func reasonProto(r match.Reason) *gpupassv1.Reason {
 	return &gpupassv1.Reason{Code: r.Code, Field: r.Field, Expected: r.Expected, Measured: r.Measured, Message: r.Message}

@@ -279,7 +279,7 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, sess *session) {
 	}
 	resp, err := s.node.DryRun(apiCtx(r), req(sess, &gpupassv1.DryRunRequest{
 		Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: spec}, MinHealthScore: &minScore,
-		View: gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, DeriveScoreTerms: true,
+		View: gpupassv1.DryRunView_DRY_RUN_VIEW_COLUMNS, DeriveScoreTerms: true, All: r.PostFormValue("all") != "",
 	}))
 	if err != nil {
 		if c := connect.CodeOf(err); c == connect.CodeInvalidArgument || c == connect.CodeFailedPrecondition {
@@ -296,17 +296,28 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, sess *session) {
 	// The API names out-of-scope nodes by id and region only ("say
 	// where, not what"); the dashboard counts them instead, so a scoped
 	// token's pages show no node of another region at all.
-	outOfScope := 0
-	kept := resp.Msg.Excluded[:0]
-	for _, x := range resp.Msg.Excluded {
+	// Counted from reason_counts, not the list: the broker lists only the
+	// nearest misses unless asked for all, out-of-scope nodes last.
+	m := resp.Msg
+	outOfScope := int32(0)
+	for _, c := range m.ReasonCounts {
+		if c.Code == match.CodeRegionScope {
+			outOfScope += c.Nodes
+			c.ExampleNodeIds = nil
+		}
+	}
+	candidatesLeft := int(m.CandidatesTotal) - len(m.Candidates)
+	excludedLeft := int(m.ExcludedTotal) - len(m.Excluded)
+	kept := m.Excluded[:0]
+	for _, x := range m.Excluded {
 		if slices.ContainsFunc(x.Reasons, func(r *gpupassv1.Reason) bool { return r.Code == match.CodeRegionScope }) {
-			outOfScope++
 			continue
 		}
 		kept = append(kept, x)
 	}
-	resp.Msg.Excluded = kept
-	s.render(w, r, "dryrun", sess, map[string]any{"Title": "Dry run", "DryRun": resp.Msg, "Spec": string(spec), "OutOfScope": outOfScope})
+	m.Excluded = kept
+	s.render(w, r, "dryrun", sess, map[string]any{"Title": "Dry run", "DryRun": m, "Spec": string(spec), "OutOfScope": outOfScope,
+		"CandidatesLeft": candidatesLeft, "ExcludedLeft": excludedLeft})
 }
 
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, sess *session) {

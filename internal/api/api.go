@@ -29,6 +29,11 @@ const (
 // DefaultMinHealthScore is the dry-run threshold when none is given.
 const DefaultMinHealthScore = 85.0
 
+// DefaultDryRunLimit is how many candidates, and how many excluded nodes,
+// a dry-run lists when the request sets no limit (DryRunRequest.limit):
+// more than a terminal or a page shows, a small fraction of a fleet.
+const DefaultDryRunLimit = 100
+
 // AuthHeader is the header that carries the bearer token.
 const AuthHeader = "Authorization"
 

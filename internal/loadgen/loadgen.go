@@ -373,8 +373,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 						dryMu.Lock()
 						drys = append(drys, d)
 						dryMu.Unlock()
-						dryCands.Store(int64(len(resp.Msg.Candidates)))
-						dryNodes.Store(int64(len(resp.Msg.Candidates) + len(resp.Msg.Excluded)))
+						// Counted, not listed: the broker lists at most
+						// api.DefaultDryRunLimit nodes of each kind.
+						dryCands.Store(int64(resp.Msg.CandidatesTotal))
+						dryNodes.Store(int64(resp.Msg.CandidatesTotal + resp.Msg.ExcludedTotal))
 					}
 					select {
 					case <-ctx.Done():

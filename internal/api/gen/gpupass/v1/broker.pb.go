@@ -38,7 +38,8 @@ const (
 )
 
 // DryRunView chooses how a dry-run answer is laid out. Every view carries
-// reason_counts and excluded_total.
+// reason_counts, candidates_total and excluded_total, and lists at most
+// DryRunRequest.limit nodes of each kind unless asked for all.
 type DryRunView int32
 
 const (
@@ -1358,7 +1359,18 @@ type DryRunRequest struct {
 	// repeated it for each of them, and was half the summary view's CPU per
 	// call at 10,000 nodes (ListNodes gives any node's full record).
 	// DRY_RUN_VIEW_INLINE_EXPANDED always sends them in full.
-	FullNodes     bool `protobuf:"varint,8,opt,name=full_nodes,json=fullNodes,proto3" json:"full_nodes,omitempty"`
+	FullNodes bool `protobuf:"varint,8,opt,name=full_nodes,json=fullNodes,proto3" json:"full_nodes,omitempty"`
+	// At most this many candidates (the best, in the answer's order) and at
+	// most this many excluded nodes (nearest misses first) are listed, in
+	// every view; candidates_total, excluded_total and reason_counts (with
+	// a few example node ids each) count them all. 0 means 100
+	// (api.DefaultDryRunLimit); negative is invalid_argument. A fleet of
+	// 100,000 nodes listed in full is tens of megabytes that no one reads
+	// node by node, and most of a call's CPU on both sides.
+	Limit int32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Every candidate and every excluded node, whatever limit says: the
+	// answer as it was before limit.
+	All           bool `protobuf:"varint,10,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1460,6 +1472,20 @@ func (x *DryRunRequest) GetFullNodes() bool {
 	return false
 }
 
+func (x *DryRunRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *DryRunRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
 type isDryRunRequest_Spec interface {
 	isDryRunRequest_Spec()
 }
@@ -1485,7 +1511,8 @@ type DryRunResponse struct {
 	Candidates      []*Candidate           `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	Excluded        []*Excluded            `protobuf:"bytes,4,rep,name=excluded,proto3" json:"excluded,omitempty"`
 	// DRY_RUN_VIEW_COLUMNS and DRY_RUN_VIEW_INLINE: each distinct reason
-	// once, referenced by NodeColumns.reason_refs and Excluded.reason_refs.
+	// of the listed excluded nodes once, referenced by
+	// NodeColumns.reason_refs and Excluded.reason_refs.
 	Reasons []*Reason `protobuf:"bytes,5,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	// How many excluded nodes have each reason code and field, most first.
 	ReasonCounts []*ReasonCount `protobuf:"bytes,6,rep,name=reason_counts,json=reasonCounts,proto3" json:"reason_counts,omitempty"`
@@ -1495,8 +1522,11 @@ type DryRunResponse struct {
 	// order of candidates and excluded.
 	CandidateColumns *NodeColumns `protobuf:"bytes,8,opt,name=candidate_columns,json=candidateColumns,proto3" json:"candidate_columns,omitempty"`
 	ExcludedColumns  *NodeColumns `protobuf:"bytes,9,opt,name=excluded_columns,json=excludedColumns,proto3" json:"excluded_columns,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Number of candidates, in every view; more than are listed when the
+	// request's limit cut the list.
+	CandidatesTotal int32 `protobuf:"varint,10,opt,name=candidates_total,json=candidatesTotal,proto3" json:"candidates_total,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DryRunResponse) Reset() {
@@ -1592,13 +1622,24 @@ func (x *DryRunResponse) GetExcludedColumns() *NodeColumns {
 	return nil
 }
 
+func (x *DryRunResponse) GetCandidatesTotal() int32 {
+	if x != nil {
+		return x.CandidatesTotal
+	}
+	return 0
+}
+
 type ReasonCount struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	Field         string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
-	Nodes         int32                  `protobuf:"varint,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Field string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	Nodes int32                  `protobuf:"varint,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The first few nodes (at most 3, in the order excluded nodes are
+	// listed) that have this reason, listed or not: where to look without
+	// asking for every node.
+	ExampleNodeIds []string `protobuf:"bytes,4,rep,name=example_node_ids,json=exampleNodeIds,proto3" json:"example_node_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReasonCount) Reset() {
@@ -1650,6 +1691,13 @@ func (x *ReasonCount) GetNodes() int32 {
 		return x.Nodes
 	}
 	return 0
+}
+
+func (x *ReasonCount) GetExampleNodeIds() []string {
+	if x != nil {
+		return x.ExampleNodeIds
+	}
+	return nil
 }
 
 // NodeColumns holds nodes in short form by column: entry i of every column
@@ -2242,7 +2290,7 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x10class_mean_price\x18\n" +
 	" \x01(\x01R\x0eclassMeanPrice\x12*\n" +
 	"\x11price_premium_pct\x18\v \x01(\x01R\x0fpricePremiumPct\x12#\n" +
-	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xc9\x02\n" +
+	"\rprice_penalty\x18\f \x01(\x01R\fpricePenalty\"\xf1\x02\n" +
 	"\rDryRunRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x18\n" +
@@ -2252,9 +2300,12 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x04view\x18\x06 \x01(\x0e2\x16.gpupass.v1.DryRunViewR\x04view\x12,\n" +
 	"\x12derive_score_terms\x18\a \x01(\bR\x10deriveScoreTerms\x12\x1d\n" +
 	"\n" +
-	"full_nodes\x18\b \x01(\bR\tfullNodesB\x06\n" +
+	"full_nodes\x18\b \x01(\bR\tfullNodes\x12\x14\n" +
+	"\x05limit\x18\t \x01(\x05R\x05limit\x12\x10\n" +
+	"\x03all\x18\n" +
+	" \x01(\bR\x03allB\x06\n" +
 	"\x04specB\x13\n" +
-	"\x11_min_health_score\"\xeb\x03\n" +
+	"\x11_min_health_score\"\x96\x04\n" +
 	"\x0eDryRunResponse\x12)\n" +
 	"\x10spec_fingerprint\x18\x01 \x01(\tR\x0fspecFingerprint\x12(\n" +
 	"\x10min_health_score\x18\x02 \x01(\x01R\x0eminHealthScore\x125\n" +
@@ -2266,11 +2317,14 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\rreason_counts\x18\x06 \x03(\v2\x17.gpupass.v1.ReasonCountR\freasonCounts\x12%\n" +
 	"\x0eexcluded_total\x18\a \x01(\x05R\rexcludedTotal\x12D\n" +
 	"\x11candidate_columns\x18\b \x01(\v2\x17.gpupass.v1.NodeColumnsR\x10candidateColumns\x12B\n" +
-	"\x10excluded_columns\x18\t \x01(\v2\x17.gpupass.v1.NodeColumnsR\x0fexcludedColumns\"M\n" +
+	"\x10excluded_columns\x18\t \x01(\v2\x17.gpupass.v1.NodeColumnsR\x0fexcludedColumns\x12)\n" +
+	"\x10candidates_total\x18\n" +
+	" \x01(\x05R\x0fcandidatesTotal\"w\n" +
 	"\vReasonCount\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x14\n" +
-	"\x05nodes\x18\x03 \x01(\x05R\x05nodes\"\x93\b\n" +
+	"\x05nodes\x18\x03 \x01(\x05R\x05nodes\x12(\n" +
+	"\x10example_node_ids\x18\x04 \x03(\tR\x0eexampleNodeIds\"\x93\b\n" +
 	"\vNodeColumns\x12\x0e\n" +
 	"\x02id\x18\x01 \x03(\tR\x02id\x12\x18\n" +
 	"\astrings\x18\x02 \x03(\tR\astrings\x12\x1a\n" +

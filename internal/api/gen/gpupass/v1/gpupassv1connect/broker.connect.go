@@ -238,7 +238,9 @@ type NodeServiceClient interface {
 	// health score (spec-independent terms: no latency cap).
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	// DryRun matches a spec against the registry: candidates ordered by
-	// score (then price, then id), then every excluded node with its reasons.
+	// score (then price, then id), then excluded nodes with their reasons,
+	// each list cut at DryRunRequest.limit unless it asks for all, and
+	// every node counted.
 	DryRun(context.Context, *connect.Request[v1.DryRunRequest]) (*connect.Response[v1.DryRunResponse], error)
 }
 
@@ -290,7 +292,9 @@ type NodeServiceHandler interface {
 	// health score (spec-independent terms: no latency cap).
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	// DryRun matches a spec against the registry: candidates ordered by
-	// score (then price, then id), then every excluded node with its reasons.
+	// score (then price, then id), then excluded nodes with their reasons,
+	// each list cut at DryRunRequest.limit unless it asks for all, and
+	// every node counted.
 	DryRun(context.Context, *connect.Request[v1.DryRunRequest]) (*connect.Response[v1.DryRunResponse], error)
 }
 
