@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,34 @@ type KubeFlags struct {
 	// AgentBinary is gpupass-agent inside the image, which the
 	// conformance Job runs.
 	AgentBinary string
+	// RunAs is --kube-run-as: "UID:GID", "image" (the image's user), or
+	// "" (the agent's own uid and gid when it is not root, else the
+	// image's user); runAs is what validateKube made of it.
+	RunAs string
+	runAs *kube.RunAs
+}
+
+// kubeRunAs resolves --kube-run-as for an agent running as euid:egid.
+func kubeRunAs(v string, euid, egid int) (*kube.RunAs, error) {
+	switch v {
+	case "image":
+		return nil, nil
+	case "":
+		if euid == 0 {
+			return nil, nil
+		}
+		return &kube.RunAs{UID: int64(euid), GID: int64(egid)}, nil
+	}
+	u, g, ok := strings.Cut(v, ":")
+	uid, uerr := strconv.ParseInt(u, 10, 32)
+	gid, gerr := strconv.ParseInt(g, 10, 32)
+	if !ok || uerr != nil || gerr != nil || uid < 0 || gid < 0 {
+		return nil, fielderr.New(FieldKubeRunAs, v, `give UID:GID (numbers, as a pod's runAsUser and runAsGroup), "image" for the image's user, or nothing for the agent's own`)
+	}
+	if euid != 0 && uid != int64(euid) {
+		return nil, fielderr.New(FieldKubeRunAs, v, "the agent runs as uid %d and could not delete what pods running as uid %d write into the shared dir: leave it unset (the agent's own uid), or run the agent as root", euid, uid)
+	}
+	return &kube.RunAs{UID: uid, GID: gid}, nil
 }
 
 func (o *Options) validateKube() error {
@@ -80,6 +109,11 @@ func (o *Options) validateKube() error {
 	if k.AgentBinary == "" {
 		k.AgentBinary = "gpupass-agent"
 	}
+	r, err := kubeRunAs(k.RunAs, os.Geteuid(), os.Getegid())
+	if err != nil {
+		return err
+	}
+	k.runAs = r
 	return nil
 }
 
@@ -236,7 +270,10 @@ func RunKubernetes(ctx context.Context, o *Options, log *slog.Logger) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	client := &kube.Client{API: api, Namespace: o.Kube.Namespace, Image: o.Kube.Image,
-		Volume: kube.SharedDir{Path: o.Kube.SharedDir, Claim: o.Kube.SharedClaim}}
+		Volume: kube.SharedDir{Path: o.Kube.SharedDir, Claim: o.Kube.SharedClaim}, RunAs: o.Kube.runAs}
+	if r := o.Kube.runAs; r != nil {
+		log.Info("kubernetes pods run as", "uid", r.UID, "gid", r.GID)
+	}
 	agents, err := newClusterAgents(o, ExecutorKubernetes, cluster, o.Kube.Refresh, log)
 	if err != nil {
 		return err

@@ -116,6 +116,7 @@ const (
 	FieldKubeRefresh      = "kubernetes refresh"
 	FieldKubeTimeLimit    = "kubernetes time limit"
 	FieldKubeCluster      = "kubernetes cluster"
+	FieldKubeRunAs        = "kubernetes pods' user"
 )
 
 // geteuid is os.Geteuid; tests replace it.

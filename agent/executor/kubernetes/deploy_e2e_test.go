@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,5 +332,47 @@ func checkDeployedAgent(t *testing.T, ctx context.Context, e deployEnv, a deploy
 		if got != "1" {
 			t.Errorf("the run's Job asks for %q %s, want 1 (the spec's resources.count)", got, k8stest.GPUResource)
 		}
+		// The pod ran as the agent (--kube-run-as's default for an agent
+		// that is not root), so the agent can delete what the run wrote
+		// when it prunes or clears work dirs; the image's user is root.
+		checkOwnedByAgent(t, filepath.Join(localSharedDir, "gpupass", cluster), id)
 	})
+}
+
+// checkOwnedByAgent: everything in the work dir of run id, under root,
+// the pod's own files included, belongs to the agent's uid.
+func checkOwnedByAgent(t *testing.T, root, id string) {
+	t.Helper()
+	var dirs []string
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == id {
+			dirs = append(dirs, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if len(dirs) != 1 {
+		t.Fatalf("found %d work dirs of %s under %s, want 1", len(dirs), id, root)
+	}
+	n := 0
+	err := filepath.WalkDir(dirs[0], func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != agentUID {
+			t.Errorf("%s belongs to uid %d, want %d (the agent's): the agent could not delete it", p, st.Uid, agentUID)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 4 {
+		t.Errorf("only %d entries in %s: the run's output files are missing", n, dirs[0])
+	}
 }

@@ -69,6 +69,33 @@ type Client struct {
 	// Volume is the directory the agent and the pods share: work dirs,
 	// output and metrics files, checkpoints.
 	Volume SharedDir
+	// RunAs, when set, is the user and group the pods run as; nil leaves
+	// the image's user.
+	RunAs *RunAs
+}
+
+// RunAs is a pod's user and group. An agent that is not root runs its
+// pods as itself: what a run writes into its work dir (sub-directories
+// included) must be the agent's to read and, when it prunes old work
+// dirs or clears one for a new placement, to delete. Pods running as the
+// image's root would leave it files it cannot delete.
+type RunAs struct{ UID, GID int64 }
+
+// securityContext is the pods' security context for r (nil: none).
+func (c *Client) securityContext() *corev1.PodSecurityContext {
+	r := c.RunAs
+	if r == nil {
+		return nil
+	}
+	uid, gid, nonRoot := r.UID, r.GID, r.UID != 0
+	sc := &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &nonRoot}
+	if c.Volume.Claim != "" {
+		// A claim's volume is made group-owned and writable by the
+		// kubelet for fsGroup (a hostPath is not: the agent made those
+		// dirs as this user already).
+		sc.FSGroup = &gid
+	}
+	return sc
 }
 
 // SharedDir is the directory the agent and every pod see at the same
@@ -254,7 +281,8 @@ func (c *Client) podSpec(node string, gpus int, grace time.Duration, dirs []stri
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			ImagePullPolicy:          corev1.PullIfNotPresent,
 		}},
-		Volumes: vols,
+		Volumes:         vols,
+		SecurityContext: c.securityContext(),
 	}, nil
 }
 

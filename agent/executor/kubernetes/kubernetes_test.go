@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -590,5 +591,81 @@ func TestStepUnschedulable(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Step still waits for an unschedulable pod")
+	}
+}
+
+// TestPodsRunAs: with Client.RunAs the run's and the conformance check's
+// pods run as that user and group (an agent that is not root runs them as
+// itself, so that it can delete what they write), with fsGroup only for a
+// claim; without it they keep the image's user.
+func TestPodsRunAs(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		runAs *RunAs
+		claim string
+		// want is uid, gid, fsGroup (-1: unset); nil: no security context.
+		want []int64
+	}{
+		{"the image's user", nil, "", nil},
+		{"the agent's uid on a hostPath", &RunAs{UID: 65532, GID: 65532}, "", []int64{65532, 65532, -1}},
+		{"the agent's uid on a claim", &RunAs{UID: 1000, GID: 2000}, "shared", []int64{1000, 2000, 2000}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			check := func(what string, sc *corev1.PodSecurityContext) {
+				t.Helper()
+				if tt.want == nil {
+					if sc != nil {
+						t.Errorf("the %s pod has a security context %+v, want none (the image's user)", what, sc)
+					}
+					return
+				}
+				if sc == nil || sc.RunAsUser == nil || sc.RunAsGroup == nil || sc.RunAsNonRoot == nil {
+					t.Fatalf("the %s pod's security context is %+v, want runAsUser %d runAsGroup %d", what, sc, tt.want[0], tt.want[1])
+				}
+				fs := int64(-1)
+				if sc.FSGroup != nil {
+					fs = *sc.FSGroup
+				}
+				if got := []int64{*sc.RunAsUser, *sc.RunAsGroup, fs}; !slices.Equal(got, tt.want) {
+					t.Errorf("the %s pod runs as uid, gid, fsGroup %v, want %v", what, got, tt.want)
+				}
+				if !*sc.RunAsNonRoot {
+					t.Errorf("the %s pod may run as root", what)
+				}
+			}
+			api := fake.NewClientset()
+			shared := t.TempDir()
+			r := newRunner(shared)
+			r.Client.RunAs, r.Client.Volume.Claim = tt.runAs, tt.claim
+			ctx, cancel := context.WithCancel(context.Background())
+			fr := startRun(t, ctx, api, r, filepath.Join(shared, "alloc-abc"))
+			var job *batchv1.Job
+			waitFor(t, "the run's job", func() bool { job = getJob(api, "gpupass-alloc-abc-1"); return job != nil })
+			check("run", job.Spec.Template.Spec.SecurityContext)
+			cancel()
+			<-fr.done
+
+			c := *r.Client
+			c.API = api
+			sctx, scancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = c.Step(sctx, "gpu-1", 4, shared, "gpupass-agent", "facts")
+			}()
+			var step *batchv1.Job
+			waitFor(t, "the check's job", func() bool {
+				jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{LabelSelector: LabelKind + "=check"})
+				if len(jobs.Items) == 1 {
+					step = &jobs.Items[0]
+				}
+				return step != nil
+			})
+			check("conformance check", step.Spec.Template.Spec.SecurityContext)
+			scancel()
+			<-done
+		})
 	}
 }

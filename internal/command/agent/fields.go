@@ -40,6 +40,7 @@ var flagNames = fielderr.Names{
 	daemon.FieldKubeRefresh:      "--kube-refresh",
 	daemon.FieldKubeTimeLimit:    "--kube-time-limit",
 	daemon.FieldKubeCluster:      "--kube-cluster",
+	daemon.FieldKubeRunAs:        "--kube-run-as",
 	executor.FieldRunAs:          "--run-as",
 	api.FieldCA:                  "--tls-ca",
 	executor.FieldUIDRange:       "--run-as-range",

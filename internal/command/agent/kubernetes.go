@@ -22,5 +22,6 @@ func addKubeFlags(cmd *cobra.Command, o *daemon.Options) {
 	f.StringVar(&k.NodeSelector, "kube-node-selector", "", "with --executor kubernetes: label selector narrowing the GPU nodes enrolled (e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3)")
 	f.DurationVar(&k.TimeLimit, "kube-time-limit", 0, "with --executor kubernetes: activeDeadlineSeconds of each run's Job (0: none)")
 	f.DurationVar(&k.Refresh, "kube-refresh", 30*time.Second, "with --executor kubernetes: how often nodes are read (a cordoned, NotReady or pressured node stops being certified within one)")
+	f.StringVar(&k.RunAs, "kube-run-as", "", `with --executor kubernetes: UID:GID the run and conformance pods run as; "image" keeps the image's user; default the agent's own uid and gid when it is not root (it must be able to delete what runs write), else the image's user`)
 	f.StringVar(&k.AgentBinary, "kube-agent-binary", "gpupass-agent", "with --executor kubernetes: gpupass-agent inside --kube-image, which the conformance Job runs")
 }

@@ -25,6 +25,7 @@ func TestKubeFlagErrors(t *testing.T) {
 		{"no shared dir", []string{"--kube-image", pinned}, `--kube-shared-dir: give an absolute directory`},
 		{"relative shared dir", []string{"--kube-image", pinned, "--kube-shared-dir", "shared"}, `--kube-shared-dir "shared": give an absolute directory`},
 		{"refresh too short", []string{"--kube-image", pinned, "--kube-shared-dir", "/tmp", "--kube-refresh", "10ms"}, `--kube-refresh "10ms": must be at least 1s`},
+		{"run-as not numbers", []string{"--kube-image", pinned, "--kube-shared-dir", "/tmp", "--kube-run-as", "nonroot"}, `--kube-run-as "nonroot": give UID:GID (numbers`},
 		{"kubeconfig missing", []string{"--kube-image", pinned, "--kube-shared-dir", "/tmp", "--kubeconfig", "/nonexistent/kubeconfig"}, `--kubeconfig "/nonexistent/kubeconfig": `},
 	}
 	for _, tt := range tests {
