@@ -2,7 +2,9 @@ package broker
 
 import (
 	"slices"
+	"sync"
 
+	"github.com/gpupass/gpupass/broker/match"
 	"github.com/gpupass/gpupass/broker/store"
 )
 
@@ -64,10 +66,7 @@ func (t *beatTable) slotsOf(nodes []store.Node, prev []int32) []int32 {
 // beatAt is a heartbeat as a match reads it: 16 bytes, no pointer (at
 // 100,000 nodes, copying whole store.Heartbeats into fresh memory cost
 // more in page faults than the map lookups it saves).
-type beatAt struct {
-	at  int64 // unix nanoseconds; 0: none taken
-	rtt float64
-}
+type beatAt = match.LiveBeat
 
 // liveness returns, in dst's memory when it is large enough, the newest
 // heartbeat this broker took from each of s's nodes, in s.nodes order
@@ -77,11 +76,34 @@ func (b *Broker) liveness(s *snapshot, dst []beatAt) []beatAt {
 	b.beatsMu.RLock()
 	for i, slot := range s.slots {
 		hb := &b.seen.beats[slot]
-		dst[i] = beatAt{rtt: hb.RTTMS}
+		dst[i] = beatAt{RTTMS: hb.RTTMS}
 		if !hb.At.IsZero() {
-			dst[i].at = hb.At.UnixNano()
+			dst[i].At = hb.At.UnixNano()
 		}
 	}
 	b.beatsMu.RUnlock()
 	return dst
+}
+
+// livePool holds liveness buffers for matches (1.6 MB at 100,000 nodes):
+// a match copies what it needs, so a buffer is back in the pool as soon
+// as the match returns.
+var livePool sync.Pool
+
+// match runs q against s's index with the liveness of s's nodes.
+func (b *Broker) match(s *snapshot, q match.Query) match.Verdicts {
+	var buf []beatAt
+	if p, ok := livePool.Get().(*[]beatAt); ok {
+		buf = *p
+	}
+	q.Live, q.Beat = b.liveness(s, buf), nil
+	if len(q.Live) != s.index.Len() {
+		// Not the index's nodes (never expected): ask per node.
+		q.Live, q.Beat = nil, b.beat
+	}
+	vs := s.index.Match(q)
+	if q.Live != nil {
+		livePool.Put(&q.Live)
+	}
+	return vs
 }

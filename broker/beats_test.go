@@ -46,7 +46,7 @@ func TestLivenessFollowsSnapshotNodes(t *testing.T) {
 	at := func(hbs ...store.Heartbeat) []beatAt {
 		out := make([]beatAt, len(hbs))
 		for i, hb := range hbs {
-			out[i] = beatAt{at: hb.At.UnixNano(), rtt: hb.RTTMS}
+			out[i] = beatAt{At: hb.At.UnixNano(), RTTMS: hb.RTTMS}
 		}
 		return out
 	}
@@ -60,7 +60,7 @@ func TestLivenessFollowsSnapshotNodes(t *testing.T) {
 	c := beat("c", 1, 5)
 	s1 := snap(nil, "a", "b", "c")
 	a := beat("a", 2, 7)
-	if diff := cmp.Diff(append(at(a), none, at(c)[0]), live(s1), cmp.AllowUnexported(beatAt{})); diff != "" {
+	if diff := cmp.Diff(append(at(a), none, at(c)[0]), live(s1)); diff != "" {
 		t.Errorf("liveness of a, b, c (-want +got):\n%s", diff)
 	}
 	if _, ok := b.beat("b"); ok {
@@ -73,11 +73,11 @@ func TestLivenessFollowsSnapshotNodes(t *testing.T) {
 		t.Fatalf("growing a snapshot changed its predecessor's slots: %v", s1.slots)
 	}
 	d := beat("d", 5, 2)
-	if diff := cmp.Diff(at(a, bb, c, d, x), live(s2), cmp.AllowUnexported(beatAt{})); diff != "" {
+	if diff := cmp.Diff(at(a, bb, c, d, x), live(s2)); diff != "" {
 		t.Errorf("liveness of a, b, c, d, x (-want +got):\n%s", diff)
 	}
 	s3 := snap(nil, "x", "c") // a full read: positions change
-	if diff := cmp.Diff(at(x, c), live(s3), cmp.AllowUnexported(beatAt{})); diff != "" {
+	if diff := cmp.Diff(at(x, c), live(s3)); diff != "" {
 		t.Errorf("liveness after a full read (-want +got):\n%s", diff)
 	}
 	for _, want := range []store.Heartbeat{a, bb, c, d, x} {
@@ -117,7 +117,7 @@ func BenchmarkLiveness(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d/snapshot", n), func(b *testing.B) {
 			var buf []beatAt
 			for i := 0; i < b.N; i++ {
-				if buf = br.liveness(s, buf); buf[n-1].at == 0 {
+				if buf = br.liveness(s, buf); buf[n-1].At == 0 {
 					b.Fatal("no beat")
 				}
 			}

@@ -399,7 +399,7 @@ func (b *Broker) checkLiveness(ctx context.Context) error {
 	defer b.offlineMu.Unlock()
 	for i, n := range snap.nodes {
 		last := n.LastSeen
-		if at := live[i].at; at != 0 && (last.IsZero() || at > last.UnixNano()) {
+		if at := live[i].At; at != 0 && (last.IsZero() || at > last.UnixNano()) {
 			last = time.Unix(0, at) // taken here, maybe not yet flushed
 		}
 		on := !last.IsZero() && now.Sub(last) <= b.cfg.OfflineAfter

@@ -53,7 +53,7 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 		b.log.Error("reading registry", "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
-	vs := snap.index.Match(match.Query{Beat: b.beat, Scope: tok.Regions,
+	vs := b.match(snap, match.Query{Scope: tok.Regions,
 		Regions: req.Msg.Regions, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
 	if req.Msg.PageSize > 0 || req.Msg.PageToken != "" || req.Msg.RuntimeFingerprint != "" {
 		defer vs.Release()
@@ -156,7 +156,7 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
 	ix := snap.index
-	vs := ix.Match(match.Query{Spec: sp, Beat: b.beat, Scope: tok.Regions,
+	vs := b.match(snap, match.Query{Spec: sp, Scope: tok.Regions,
 		Regions: m.Regions, MinScore: minScore, MaxPrice: m.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
 	resp := &gpupassv1.DryRunResponse{SpecFingerprint: fp, MinHealthScore: minScore, ExcludedTotal: int32(len(vs.Excluded)),
 		CandidatesTotal: int32(len(vs.Candidates)), ReasonCounts: reasonCounts(ix, vs)}

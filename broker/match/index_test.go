@@ -164,49 +164,67 @@ func TestVerdictReadsBack(t *testing.T) {
 			}
 			return store.Heartbeat{}, false
 		}}
-	vs := ix.Match(q)
-	defer vs.Release()
-	got := map[string]Verdict{}
-	for _, v := range append(slices.Clone(vs.Candidates), vs.Excluded...) {
-		got[ix.ID(v.Node)] = v
-	}
-	why := func(id string) []string {
-		v := got[id]
-		var out []string
-		for _, r := range vs.Why(&v) {
-			out = append(out, vs.Reasons[r].Code+" "+vs.Reasons[r].Measured)
-		}
-		return out
-	}
-	tests := []struct {
-		id                    string
-		online, out           bool
-		lastSeen              time.Time
-		rtt, usedMS, latPenal float64
-		why                   []string
-	}{
-		{id: "fresh", online: true, lastSeen: beat, rtt: 5, usedMS: 5, latPenal: 0.5},
-		{id: "capped", online: true, lastSeen: now.Add(-time.Second), rtt: 80, usedMS: 50, latPenal: 5},
-		{id: "never", why: []string{"offline never"}},
-		{id: "gone", lastSeen: now.Add(-time.Hour), why: []string{"offline " + now.Add(-time.Hour).Format(time.RFC3339)}},
-		{id: "away", out: true, lastSeen: now.Add(-time.Second), why: []string{"region_scope ap-south-1"}},
-	}
-	for _, tt := range tests {
-		v := got[tt.id]
-		terms := vs.Terms(&v)
-		if v.Online != tt.online || v.OutOfScope != tt.out || !v.LastSeenTime().Equal(tt.lastSeen) || v.RTTMS != tt.rtt {
-			t.Errorf("%s: online %v, out of scope %v, last seen %v, rtt %v; want %v, %v, %v, %v",
-				tt.id, v.Online, v.OutOfScope, v.LastSeenTime(), v.RTTMS, tt.online, tt.out, tt.lastSeen, tt.rtt)
-		}
-		if terms.Score != v.Score || terms.LatencyMS != tt.rtt*b2f(!tt.out) || terms.LatencyUsedMS != tt.usedMS || terms.LatencyPenalty != tt.latPenal {
-			t.Errorf("%s: terms %+v for score %v; want the same score, latency %v used %v, penalty %v", tt.id, terms, v.Score, tt.rtt, tt.usedMS, tt.latPenal)
-		}
-		if diff := cmp.Diff(tt.why, why(tt.id)); diff != "" {
-			t.Errorf("%s: reasons (-want +got):\n%s", tt.id, diff)
+	// The same beats given as a broker gives them: one per indexed node,
+	// in index order (Live), instead of asked per node (Beat).
+	live := q
+	live.Beat, live.Live = nil, make([]LiveBeat, ix.Len())
+	for i := range live.Live {
+		if hb, ok := q.Beat(ix.ID(int32(i))); ok {
+			live.Live[i] = LiveBeat{At: hb.At.UnixNano(), RTTMS: hb.RTTMS}
 		}
 	}
-	if (vs.Terms(&Verdict{OutOfScope: true}) != Score{}) {
-		t.Error("an out-of-scope verdict has score terms")
+	for _, way := range []struct {
+		name string
+		q    Query
+	}{{"beat", q}, {"live", live}} {
+		t.Run(way.name, func(t *testing.T) {
+			q := way.q
+			vs := ix.Match(q)
+			defer vs.Release()
+			got := map[string]Verdict{}
+			for _, v := range append(slices.Clone(vs.Candidates), vs.Excluded...) {
+				got[ix.ID(v.Node)] = v
+			}
+			why := func(id string) []string {
+				v := got[id]
+				var out []string
+				for _, r := range vs.Why(&v) {
+					out = append(out, vs.Reasons[r].Code+" "+vs.Reasons[r].Measured)
+				}
+				return out
+			}
+			tests := []struct {
+				id                    string
+				online, out           bool
+				lastSeen              time.Time
+				rtt, usedMS, latPenal float64
+				why                   []string
+			}{
+				{id: "fresh", online: true, lastSeen: beat, rtt: 5, usedMS: 5, latPenal: 0.5},
+				{id: "capped", online: true, lastSeen: now.Add(-time.Second), rtt: 80, usedMS: 50, latPenal: 5},
+				{id: "never", why: []string{"offline never"}},
+				{id: "gone", lastSeen: now.Add(-time.Hour), why: []string{"offline " + now.Add(-time.Hour).Format(time.RFC3339)}},
+				{id: "away", out: true, lastSeen: now.Add(-time.Second), why: []string{"region_scope ap-south-1"}},
+			}
+			for _, tt := range tests {
+				v := got[tt.id]
+				terms := vs.Terms(&v)
+				if v.Online != tt.online || v.OutOfScope != tt.out || !v.LastSeenTime().Equal(tt.lastSeen) || v.RTTMS != tt.rtt {
+					t.Errorf("%s: online %v, out of scope %v, last seen %v, rtt %v; want %v, %v, %v, %v",
+						tt.id, v.Online, v.OutOfScope, v.LastSeenTime(), v.RTTMS, tt.online, tt.out, tt.lastSeen, tt.rtt)
+				}
+				if terms.Score != v.Score || terms.LatencyMS != tt.rtt*b2f(!tt.out) || terms.LatencyUsedMS != tt.usedMS || terms.LatencyPenalty != tt.latPenal {
+					t.Errorf("%s: terms %+v for score %v; want the same score, latency %v used %v, penalty %v", tt.id, terms, v.Score, tt.rtt, tt.usedMS, tt.latPenal)
+				}
+				if diff := cmp.Diff(tt.why, why(tt.id)); diff != "" {
+					t.Errorf("%s: reasons (-want +got):\n%s", tt.id, diff)
+				}
+			}
+			if (vs.Terms(&Verdict{OutOfScope: true}) != Score{}) {
+				t.Error("an out-of-scope verdict has score terms")
+			}
+
+		})
 	}
 }
 
