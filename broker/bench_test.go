@@ -6,13 +6,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +22,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 var regions = []string{"us-west-2", "us-east-1", "eu-central-1", "eu-west-1", "ap-south-1", "ap-northeast-1"}
@@ -68,28 +65,6 @@ func populate(b testing.TB, s store.Store, n int) *ecdsa.PrivateKey {
 		b.Fatal(err)
 	}
 	return key
-}
-
-// cpuTime is this process's user+system CPU time. Benchmarks report CPU
-// per operation besides wall time: on a shared machine the wall time
-// mostly measures the other tenants; the CPU cost does not.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// load1 is the machine's one-minute load average (-1 where unknown).
-func load1() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f, err := strconv.ParseFloat(strings.Fields(string(b) + " x")[0], 64)
-	if err != nil {
-		return -1
-	}
-	return f
 }
 
 func percentile(d []time.Duration, p float64) float64 {
@@ -167,7 +142,7 @@ func BenchmarkDryRun(b *testing.B) {
 						}
 						lat := make([]time.Duration, 0, b.N)
 						var last *gpupassv1.DryRunResponse
-						cpu0 := cpuTime()
+						cpu0 := testutil.CPUTime()
 						b.ResetTimer()
 						for i := 0; i < b.N; i++ {
 							t0 := time.Now()
@@ -179,7 +154,7 @@ func BenchmarkDryRun(b *testing.B) {
 							last = resp
 						}
 						b.StopTimer()
-						b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+						b.ReportMetric(float64(testutil.CPUTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 						if len(last.Candidates) == 0 {
 							b.Fatal("no candidates: the fixture does not match the spec")
 						}
@@ -205,7 +180,7 @@ func BenchmarkDryRun(b *testing.B) {
 						b.ReportMetric(float64(wire), "answer-bytes")
 						// The machine's load beside the figures: on a
 						// shared machine the wall times mostly measure it.
-						b.ReportMetric(load1(), "load1")
+						b.ReportMetric(testutil.Load1(), "load1")
 					})
 				}
 			})
@@ -263,7 +238,7 @@ func BenchmarkHeartbeats(b *testing.B) {
 			}
 			var next atomic.Int64
 			var failed, stale atomic.Int64
-			cpu0 := cpuTime()
+			cpu0 := testutil.CPUTime()
 			b.ResetTimer()
 			t0 := time.Now()
 			var wg sync.WaitGroup
@@ -308,7 +283,7 @@ func BenchmarkHeartbeats(b *testing.B) {
 			wg.Wait()
 			el := time.Since(t0)
 			b.StopTimer()
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/beat")
+			b.ReportMetric(float64(testutil.CPUTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/beat")
 			if failed.Load() > 0 {
 				b.Fatalf("%d heartbeats failed", failed.Load())
 			}

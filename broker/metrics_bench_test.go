@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // BenchmarkMetricsScrape measures one GET /metrics on a broker holding
@@ -48,7 +49,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			}
 			scrape() // warm up: the first snapshot read
 			lat := make([]time.Duration, 0, b.N)
-			cpu0 := cpuTime()
+			cpu0 := testutil.CPUTime()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
@@ -56,7 +57,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 				lat = append(lat, time.Since(t0))
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(testutil.CPUTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(percentile(lat, 0.50), "p50-ms")
 			b.ReportMetric(percentile(lat, 0.95), "p95-ms")
 			b.ReportMetric(float64(wire), "wire-bytes")

@@ -1,7 +1,11 @@
 package testutil
 
 import (
+	"os"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -44,4 +48,27 @@ func Percentile(d []time.Duration, q float64) float64 {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return float64(s[int(q*float64(len(s)-1)+0.5)]) / float64(time.Millisecond)
+}
+
+// CPUTime is this process's user+system CPU time. Benchmarks report CPU
+// per operation besides wall time: on a shared machine the wall time
+// mostly measures the other tenants; the CPU cost does not.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Load1 is the machine's one-minute load average (-1 where unknown), for
+// benchmarks to print beside their figures.
+func Load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, err := strconv.ParseFloat(strings.Fields(string(b) + " x")[0], 64)
+	if err != nil {
+		return -1
+	}
+	return f
 }

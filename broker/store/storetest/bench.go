@@ -7,36 +7,41 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
-// CPUTime is this process's user+system CPU time: the stores' benchmarks
-// report CPU per operation besides wall time, because on a shared machine
-// the wall time mostly measures the other tenants.
-func CPUTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// Load1 is the machine's one-minute load average (-1 where unknown), for
-// benchmarks to print beside their figures.
-func Load1() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
+// BenchNodes times a broker's first registry read of n nodes: Nodes on
+// a store that open makes afresh each time, as at start-up. It reports
+// CPU per read besides wall time, and the load beside them.
+func BenchNodes(b *testing.B, n int, open func(context.Context) (store.Store, error)) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	var cpu time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s, err := open(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		cpu0 := testutil.CPUTime()
+		nodes, err := s.Nodes(ctx)
+		cpu += testutil.CPUTime() - cpu0
+		b.StopTimer()
+		s.Close()
+		if err != nil || len(nodes) != n {
+			b.Fatalf("Nodes = %d nodes, %v; want %d", len(nodes), err, n)
+		}
+		b.StartTimer()
 	}
-	f, err := strconv.ParseFloat(strings.Fields(string(b) + " x")[0], 64)
-	if err != nil {
-		return -1
-	}
-	return f
+	b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(testutil.Load1(), "load1")
 }
 
 // RegistryFile returns the path of a fresh copy of a SQLite database
