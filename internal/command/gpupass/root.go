@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/buildinfo"
@@ -184,15 +185,28 @@ func rootFor(cfg *rootConfig, args []string) *cobra.Command {
 
 // commandName is the first argument that is not a global flag or its
 // value: the subcommand args would run, or "" when it cannot tell.
+// Which global flags take a value is read from GlobalOptions.AddFlags.
 func commandName(args []string) string {
+	globals := &cobra.Command{}
+	new(GlobalOptions).AddFlags(globals)
+	takesValue := func(a string) bool {
+		var f *pflag.Flag
+		if name, ok := strings.CutPrefix(a, "--"); ok {
+			f = globals.PersistentFlags().Lookup(name)
+		} else if len(a) == 2 {
+			f = globals.PersistentFlags().ShorthandLookup(a[1:])
+		}
+		return f != nil && f.NoOptDefVal == ""
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
 		case a == "--":
 			return ""
-		case a == "--output" || a == "-o":
-			i++ // its value follows (cobra's Find reads "-vo json" alike)
 		case strings.HasPrefix(a, "-") && len(a) > 1:
+			if takesValue(a) {
+				i++ // its value follows, as --output json
+			}
 		default:
 			known := slices.ContainsFunc(commands, func(c subcommand) bool { return c.name == a })
 			if !known && a != auditCommands.use && a != bundleCommands.use {
