@@ -13,7 +13,7 @@ import (
 // then max numbers, "" for those absent), or nil. It replaces the five
 // regexps these rules were written with: compiling them was most of the
 // spec package's start-up, paid by every gpupass process
-// (TestDottedMatchesRegexps holds them to each other).
+// (TestSmallMatchersMatchRegexps holds them to each other).
 func dotted(s string, min, max int) []string {
 	m := make([]string, 1, 1+max)
 	m[0] = s

@@ -81,7 +81,7 @@ type Client struct {
 // image's root would leave it files it cannot delete.
 type RunAs struct{ UID, GID int64 }
 
-// securityContext is the pods' security context for r (nil: none).
+// securityContext is the pods' security context for c.RunAs (nil: none).
 func (c *Client) securityContext() *corev1.PodSecurityContext {
 	r := c.RunAs
 	if r == nil {
