@@ -36,9 +36,12 @@ func helperAgent() int {
 		return 1
 	}
 	r := &slurm.Runner{Client: &slurm.Client{}, Node: "n1", Gres: "gpu:a100:1", Poll: 50 * time.Millisecond}
-	r.Run(context.Background(), reattachAttempt(os.Getenv("GPUPASS_SLURM_HELPER_DIR")), func(l executor.Line) {
+	ex := r.Run(context.Background(), reattachAttempt(os.Getenv("GPUPASS_SLURM_HELPER_DIR")), func(l executor.Line) {
 		fmt.Fprintf(f, "%d\t%d\t%s\n", l.Offset, l.Stream, l.Text)
 	})
+	// The test kills this process mid-run; getting here means the follow
+	// ended on its own, which the test reports with this line.
+	fmt.Fprintf(os.Stderr, "helper agent: the follow ended: %+v\n", ex)
 	return 0
 }
 
@@ -56,23 +59,47 @@ func TestAgentKilledMidRunFindsTheJobAgain(t *testing.T) {
 	linesFile := filepath.Join(t.TempDir(), "lines")
 	agent := exec.Command(os.Args[0], "-test.run=^$")
 	agent.Env = append(c.Env(), helperEnv+"="+linesFile, "GPUPASS_SLURM_HELPER_DIR="+dir)
+	var stderr strings.Builder
+	agent.Stderr = &stderr
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	// The job shares n1 with the package's other tests, which take all its
+	// GPUs at times; it may wait in the queue for a while under a loaded CI.
+	// So the minute for the first lines counts from the job's start, and
+	// the queue wait has a bound of its own.
+	queued, started := time.Now().Add(5*time.Minute), time.Time{}
+	state, asked := "", time.Time{}
 	for {
 		b, _ := os.ReadFile(linesFile)
 		if strings.Count(string(b), "\n") >= 5 && !strings.Contains(string(b), "line 40") {
 			break
 		}
-		if time.Now().After(deadline) {
-			agent.Process.Kill()
-			t.Fatalf("the first agent handed over no lines: %q", b)
+		select {
+		case err := <-exited:
+			t.Fatalf("the first agent exited before it was killed (%v), having handed over %q; its stderr:\n%s", err, b, stderr.String())
+		default:
+		}
+		if started.IsZero() && time.Since(asked) > 500*time.Millisecond {
+			asked = time.Now()
+			if jobs, err := client(c).JobsNamed(context.Background(), slurm.JobName("alloc-reattach1")); err == nil && len(jobs) == 1 {
+				state = jobs[0].State
+				if jobs[0].Phase() != slurm.Pending {
+					started = time.Now()
+				}
+			}
+		}
+		if now := time.Now(); (started.IsZero() && now.After(queued)) || (!started.IsZero() && now.After(started.Add(time.Minute))) {
+			_ = agent.Process.Kill()
+			<-exited
+			t.Fatalf("the first agent handed over %q (job state %q, started %v); its stderr:\n%s", b, state, !started.IsZero(), stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = agent.Process.Kill()
-	_ = agent.Wait()
+	<-exited
 
 	stored, _ := os.ReadFile(linesFile)
 	var before []string
