@@ -217,7 +217,8 @@ func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session
 	p := keysetPager(r, resp.Msg.NextPageToken)
 	p.Total, p.Pages = total, max((total+nodesPerPage-1)/nodesPerPage, 1)
 	s.render(w, r, "nodes", sess, map[string]any{"Title": "Nodes", "Nodes": views, "Regions": resp.Msg.FacetRegions,
-		"Fingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "Fingerprint": fp, "Pager": p})
+		"Fingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "Fingerprint": fp, "Pager": p,
+		"DryRunLimit": api.DefaultDryRunLimit})
 }
 
 // keysetPager links the pages of a list the API pages by token: next

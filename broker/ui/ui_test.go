@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/ui"
+	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -118,6 +120,11 @@ func TestDashboardAuth(t *testing.T) {
 	}
 	if strings.Contains(page, readUS) {
 		t.Error("the nodes page carries the token secret")
+	}
+	// The dry-run form says how many nodes the broker lists by default:
+	// the API's own limit, not a number of the template's.
+	if want := fmt.Sprintf("the best %d candidates and the %d nearest misses", api.DefaultDryRunLimit, api.DefaultDryRunLimit); !strings.Contains(page, want) {
+		t.Errorf("the nodes page's dry-run form lacks %q", want)
 	}
 	spec, err := os.ReadFile(testutil.RepoRoot(t) + "/examples/train/gpupass.yaml")
 	if err != nil {
