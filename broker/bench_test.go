@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,12 +64,6 @@ func populate(b testing.TB, s store.Store, n int) *ecdsa.PrivateKey {
 		b.Fatal(err)
 	}
 	return key
-}
-
-func percentile(d []time.Duration, p float64) float64 {
-	slices.Sort(d)
-	i := int(float64(len(d)-1) * p)
-	return float64(d[i]) / float64(time.Millisecond)
 }
 
 // BenchmarkDryRun measures dry-run latency over the API (Connect protocol
@@ -174,8 +167,8 @@ func BenchmarkDryRun(b *testing.B) {
 						if want := min(limit, int(last.ExcludedTotal)); mode != "summary" && (len(last.Excluded) != want || len(last.Excluded[0].Reasons) == 0) {
 							b.Fatalf("excluded list: %d nodes of %d, want %d, each with reasons", len(last.Excluded), last.ExcludedTotal, want)
 						}
-						b.ReportMetric(percentile(lat, 0.50), "p50-ms")
-						b.ReportMetric(percentile(lat, 0.95), "p95-ms")
+						b.ReportMetric(testutil.Percentile(lat, 0.50), "p50-ms")
+						b.ReportMetric(testutil.Percentile(lat, 0.95), "p95-ms")
 						b.ReportMetric(float64(last.CandidatesTotal), "candidates")
 						b.ReportMetric(float64(wire), "answer-bytes")
 						// The machine's load beside the figures: on a

@@ -16,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // BenchmarkDashboard measures the dashboard's pages (issue #20) on a
@@ -86,8 +87,8 @@ func BenchmarkDashboard(b *testing.B) {
 				}
 				size = len(body)
 			}
-			b.ReportMetric(percentile(times, 0.50), "p50-ms")
-			b.ReportMetric(percentile(times, 0.95), "p95-ms")
+			b.ReportMetric(testutil.Percentile(times, 0.50), "p50-ms")
+			b.ReportMetric(testutil.Percentile(times, 0.95), "p95-ms")
 			b.ReportMetric(float64(size)/1024, "page-KiB")
 		})
 	}

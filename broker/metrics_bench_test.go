@@ -58,8 +58,8 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(testutil.CPUTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
-			b.ReportMetric(percentile(lat, 0.50), "p50-ms")
-			b.ReportMetric(percentile(lat, 0.95), "p95-ms")
+			b.ReportMetric(testutil.Percentile(lat, 0.50), "p50-ms")
+			b.ReportMetric(testutil.Percentile(lat, 0.95), "p95-ms")
 			b.ReportMetric(float64(wire), "wire-bytes")
 			// The exposition itself, and a check that it counts them all.
 			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // BenchmarkRecordIngest measures events per second stored through
@@ -135,6 +136,6 @@ func BenchmarkSubmitToAssignment(b *testing.B) {
 	}
 	b.StopTimer()
 	slices.Sort(lat)
-	b.ReportMetric(percentile(lat, 0.50), "p50-ms")
-	b.ReportMetric(percentile(lat, 0.95), "p95-ms")
+	b.ReportMetric(testutil.Percentile(lat, 0.50), "p50-ms")
+	b.ReportMetric(testutil.Percentile(lat, 0.95), "p95-ms")
 }

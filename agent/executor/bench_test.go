@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // BenchmarkChattyEvents pushes output lines of a `yes`-like command
@@ -100,9 +100,8 @@ func BenchmarkFirstLine(b *testing.B) {
 		lat = append(lat, fl.at.Sub(start))
 		sp.Close()
 	}
-	p50, p95 := percentiles(lat)
-	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(p95.Microseconds())/1000, "p95-ms")
+	b.ReportMetric(testutil.Percentile(lat, 0.50), "p50-ms")
+	b.ReportMetric(testutil.Percentile(lat, 0.95), "p95-ms")
 }
 
 // BenchmarkFirstLinePeer: the same command started by os/exec, to its
@@ -126,13 +125,6 @@ func BenchmarkFirstLinePeer(b *testing.B) {
 		lat = append(lat, time.Since(start))
 		c.Wait()
 	}
-	p50, p95 := percentiles(lat)
-	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(p95.Microseconds())/1000, "p95-ms")
-}
-
-func percentiles(d []time.Duration) (p50, p95 time.Duration) {
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
-	return at(0.50), at(0.95)
+	b.ReportMetric(testutil.Percentile(lat, 0.50), "p50-ms")
+	b.ReportMetric(testutil.Percentile(lat, 0.95), "p95-ms")
 }
