@@ -93,17 +93,47 @@ func fleet(b *testing.B, kill bool) {
 		LinesPerSecond: 100, Lines: 100 * streamSeconds, MetricsPerSecond: 10, Submitters: 1, DryRunEvery: time.Second,
 		Emitter: []string{os.Args[0], "emit"}, StateDir: b.TempDir(), Failover: kill,
 	}
-	if kill {
-		cfg.During = func(ctx context.Context) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(10 * time.Second):
+	// How much of the machine each side took while under load, from the
+	// runs' submission to the end of the heartbeat window: the brokers,
+	// PostgreSQL (postmaster and backends), and the load generator (this
+	// process and its emitters, the brokers' share taken out).
+	pg := pgtest.ServerPID(b)
+	sample := func() (at time.Time, brokersCPU, pgCPU, genCPU time.Duration) {
+		at = time.Now()
+		for _, p := range procs {
+			c, err := testutil.TreeCPU(p.Process.Pid)
+			if err != nil {
+				b.Fatalf("broker %d's CPU: %v", p.Process.Pid, err)
 			}
-			// Submitters and followers use the first broker; the last dies.
-			if err := procs[brokers-1].Process.Kill(); err != nil {
-				b.Error(err)
-			}
+			brokersCPU += c
+		}
+		var err error
+		if pgCPU, err = testutil.TreeCPU(pg); err != nil {
+			b.Fatalf("PostgreSQL's CPU: %v", err)
+		}
+		self, err := testutil.TreeCPU(os.Getpid())
+		if err != nil {
+			b.Fatalf("the load generator's CPU: %v", err)
+		}
+		return at, brokersCPU, pgCPU, self - brokersCPU
+	}
+	var t0 time.Time
+	var brokers0, pg0, gen0 time.Duration
+	cfg.During = func(ctx context.Context) {
+		t0, brokers0, pg0, gen0 = sample()
+		if !kill {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+		// Submitters and followers use the first broker; the last dies.
+		// A killed broker stays a zombie until the benchmark's cleanup
+		// waits for it, so its CPU still reads.
+		if err := procs[brokers-1].Process.Kill(); err != nil {
+			b.Error(err)
 		}
 	}
 	for i := 0; i < b.N; i++ {
@@ -113,6 +143,11 @@ func fleet(b *testing.B, kill bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		t1, brokers1, pg1, gen1 := sample()
+		wall := t1.Sub(t0).Seconds()
+		b.ReportMetric((brokers1-brokers0).Seconds()/wall, "broker-cores")
+		b.ReportMetric((pg1-pg0).Seconds()/wall, "pg-cores")
+		b.ReportMetric((gen1-gen0).Seconds()/wall, "gen-cores")
 		b.Logf("%+v", *res)
 		b.ReportMetric(float64(res.Agents+res.Runs), "agents")
 		b.ReportMetric(res.HeartbeatsPerSec, "beats/s")

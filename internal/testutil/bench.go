@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -71,4 +72,81 @@ func Load1() float64 {
 		return -1
 	}
 	return f
+}
+
+// clockTick is the kernel's USER_HZ, the unit of /proc's CPU times: 100
+// on every Linux architecture Go supports (sysconf(_SC_CLK_TCK) reads the
+// same constant from the kernel's ABI).
+const clockTick = 10 * time.Millisecond
+
+// TreeCPU is the user+system CPU time of process pid and of every live
+// process below it, plus what its children that have ended and been
+// waited for used (the kernel's cutime and cstime), read from /proc.
+// Benchmarks read it before and after a measured stretch to say how much
+// of the machine another process (a broker, the PostgreSQL server and
+// its backends) took for the load it served.
+func TreeCPU(pid int) (time.Duration, error) {
+	_, cpu, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	// ppid of every live process, to walk the tree down from pid.
+	children := map[int][]int{}
+	own := map[int]time.Duration{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == pid {
+			continue
+		}
+		pp, c, err := procStat(p)
+		if err != nil {
+			continue // ended while listed
+		}
+		children[pp] = append(children[pp], p)
+		own[p] = c
+	}
+	total := cpu
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		total += own[queue[0]]
+		queue = append(queue, children[queue[0]]...)
+	}
+	return total, nil
+}
+
+// procStat reads pid's parent and its CPU time (utime+stime, and
+// cutime+cstime of its waited-for children) from /proc/PID/stat.
+func procStat(pid int) (ppid int, cpu time.Duration, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields that follow start after its last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want 15 or more", pid, len(f))
+	}
+	ppid, err = strconv.Atoi(f[1])
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: ppid %q: %w", pid, f[1], err)
+	}
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: CPU time %q: %w", pid, v, err)
+		}
+		ticks += n
+	}
+	return ppid, time.Duration(ticks) * clockTick, nil
 }

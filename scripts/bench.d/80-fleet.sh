@@ -9,7 +9,8 @@
 # write 10 metric points/s each to their metrics file. The
 # kill -9 row (agents fail over through the client's URL list) is left out
 # with GPUPASS_BENCH_FLEET_FAILOVER=0. Load and the simulated fleet share this
-# machine with the brokers and PostgreSQL: the load average is printed.
+# machine with the brokers and PostgreSQL: the load average is printed, and
+# how many cores each side used while under load (read from /proc).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="$(mktemp)"
@@ -25,6 +26,7 @@ function m(u,   i) { for (i = 2; i <= NF; i++) if ($i == u) return $(i-1); retur
 	printf "| fleet | agents held by 3 brokers on one PostgreSQL, scale %s: %d agents beating every %.1f s (load %s on %s cores) | %.0f beats/s, p50 %.1f ms, p99 %.1f ms, %d errors, longest silence %.1f s | 20,000 agents at 10 s (2,000 beats/s), p99 < 50 ms | n/a |\n", scale, m("agents"), m("beat-every-s"), load, cores, m("beats/s"), m("hb-p50-ms"), m("hb-p99-ms"), m("hb-errors"), m("max-beat-gap-s")
 	printf "| fleet | streaming runs, scale %s: %d runs x 100 lines/s + 10 metric points/s (load %s) | %.0f lines/s stored, %d lost (including the unprinted lines of failed runs), %d duplicated, %d runs failed; metric points %d stored, %d lost, %d duplicated; line to following client p50 %.0f ms, p99 %.0f ms | 200 runs x 100 lines/s, 0 lost, p99 < 1 s | n/a |\n", scale, m("runs"), load, m("lines/s"), m("lost"), m("dup"), m("runs-failed"), m("points"), m("points-lost"), m("points-dup"), m("line-p50-ms"), m("line-p99-ms")
 	printf "| fleet | dry-run under that load, %d nodes, inline view | p95 %.1f ms | | n/a |\n", m("agents"), m("dryrun-p95-ms")
+	printf "| fleet | CPU while under that load, scale %s (from the runs'"'"' submission to the end of the heartbeat window) | 3 brokers %.2f cores, PostgreSQL %.2f, load generator and its emitters %.2f, of %s | | n/a |\n", scale, m("broker-cores"), m("pg-cores"), m("gen-cores"), cores
 }
 /^BenchmarkFleet\/kill9/ {
 	killed = 1

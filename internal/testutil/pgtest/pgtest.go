@@ -23,6 +23,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,4 +159,30 @@ func (c *cluster) stop() {
 	if c.stopFn != nil {
 		c.stopFn()
 	}
+}
+
+// ServerPID is the shared cluster's postmaster PID (its backends are its
+// children), for benchmarks that say how much CPU the server took. It
+// starts the cluster if no test has yet.
+func ServerPID(t testing.TB) int {
+	t.Helper()
+	once.Do(func() { shared = start() })
+	c := shared
+	if c.missing != "" {
+		testutil.Missing(t, "%s", c.missing)
+	}
+	if c.err != nil {
+		t.Fatalf("starting postgres: %v", c.err)
+	}
+	f := filepath.Join(c.dir, "data", "postmaster.pid")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatalf("pgtest.ServerPID: %v", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("pgtest.ServerPID: %s: first line %q is not a PID: %v", f, line, err)
+	}
+	return pid
 }
