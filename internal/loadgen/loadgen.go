@@ -265,9 +265,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Spread the fleet's beats over the interval, as agents that
-			// started at different times do.
+			// Spread the idle fleet's beats over the interval, as agents
+			// that started at different times do; the runners beat at
+			// once, since the runs wait for them (below).
 			phase := time.Duration(int64(cfg.HeartbeatEvery) * int64(i) / int64(max(total, 1)))
+			if i >= cfg.Agents {
+				phase = 0
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -388,8 +392,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	// Runs: submitted at once, each followed by a client that times its
-	// lines.
+	// Runs: submitted at once, once the broker they are submitted to
+	// counts every runner agent as a candidate, each followed by a client
+	// that times its lines.
+	if err := awaitRunners(ctx, cfg); err != nil {
+		return nil, err
+	}
 	streamStart := time.Now()
 	if cfg.During != nil {
 		wg.Add(1)
@@ -464,6 +472,42 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.DryRuns, res.DryRunErrors, res.DryRunCandidates, res.DryRunNodes = summarize(drys), dryErrs.Load(), int(dryCands.Load()), int(dryNodes.Load())
 	res.LineLatency = summarize(lines)
 	return res, nil
+}
+
+// awaitRunners waits until the broker the runs go to (the first) counts
+// every runner agent as a candidate for the runs' spec in their region.
+// A broker fails a run at once when no node of its region is live, and
+// it learns of a heartbeat another replica took only from the store: a
+// run submitted before that failed with "never sent a heartbeat" (seen
+// with three brokers at a small scale, where the runs followed the
+// runners' first beats by less than a registry refresh).
+func awaitRunners(ctx context.Context, cfg Config) error {
+	if cfg.Runs == 0 {
+		return nil
+	}
+	rd, err := client.Dial(cfg.agentURL(0), client.Options{Token: cfg.ReadToken, UserAgent: "gpupass-loadgen"})
+	if err != nil {
+		return err
+	}
+	anyScore := 0.0
+	var seen int32
+	for tick := time.NewTicker(50 * time.Millisecond); ; {
+		resp, err := rd.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{
+			Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: []byte(SpecYAML)}, Regions: []string{runRegion},
+			MinHealthScore: &anyScore, View: gpupassv1.DryRunView_DRY_RUN_VIEW_SUMMARY, Limit: 1}))
+		if err == nil {
+			if seen = resp.Msg.CandidatesTotal; int(seen) >= cfg.Runs {
+				tick.Stop()
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return fmt.Errorf("waiting for the broker to count the %d runner agents as candidates (%d so far, last error %v): %w", cfg.Runs, seen, err, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // agentURL is the broker address of agent pool b: its broker, or with

@@ -142,3 +142,39 @@ func TestLoadAgainstOneBroker(t *testing.T) {
 		t.Errorf("dry-runs: %d measured, %d errors, %d nodes judged; want some, no error, %d nodes", res.DryRuns.N, res.DryRunErrors, res.DryRunNodes, agents+runs)
 	}
 }
+
+// TestRunsWaitUntilTheBrokerSeesTheirAgents: the broker fails a run at once
+// when its region has no live node, so the runs must not be submitted
+// before their runner agents' first heartbeats. With a long heartbeat
+// interval, spreading the runners' first beats over it (as the idle
+// fleet's are) put them seconds after the submission: the run failed
+// with "never sent a heartbeat" (seen at GPUPASS_BENCH_FLEET_SCALE=0.005).
+// Two brokers on one PostgreSQL, the runner agent on the one the runs
+// are not submitted to: its report, beats and work polls tell only its
+// own broker that it is alive at once; the submitting broker learns it
+// from the store, after the runner's broker has written its buffered
+// beats (every 2 s here; 250 ms by default). Without the wait for that,
+// the run failed with "never sent a heartbeat".
+func TestRunsWaitUntilTheBrokerSeesTheirAgents(t *testing.T) {
+	t.Setenv("GPUPASS_RUN_LOG_LINES_PER_SECOND", "-1")
+	db := brokertest.NewDB(t, "postgres")
+	slow := brokertest.Fast()
+	slow.FlushInterval = 2 * time.Second
+	b0, b1 := brokertest.Start(t, db, brokertest.Fast()), brokertest.Start(t, db, slow)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Agent i talks to broker i mod 2: the runner, agent 9, to b1.
+	res, err := loadgen.Run(ctx, loadgen.Config{
+		BrokerURLs: []string{b0.URL, b1.URL}, AgentToken: b0.Token(t, store.RoleAgent, "*"),
+		SubmitToken: b0.Token(t, store.RoleSubmit, "*"), ReadToken: b0.Token(t, store.RoleRead, "*"),
+		Agents: 9, Runs: 1, Lines: 20, LinesPerSecond: 100,
+		HeartbeatEvery: 4 * time.Second, Duration: time.Second,
+		Emitter: []string{os.Args[0], "emit"}, ClientsPerBroker: 1, StateDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RunsSucceeded != 1 || len(res.RunsFailed) != 0 || res.LinesStored != 20 {
+		t.Errorf("runs: %d succeeded, failed %q, %d of 20 lines stored; want the run to succeed whole", res.RunsSucceeded, res.RunsFailed, res.LinesStored)
+	}
+}
