@@ -231,6 +231,16 @@ func New(cfg Config) *Broker {
 		replicaID: newReplicaID(), echoTag: newEchoTag(),
 	}
 	b.metrics = b.newMetrics()
+	// Replicas on one store pass their wake-ups to each other (signal.go).
+	if sg, ok := b.store.(store.Signals); ok {
+		if _, shared := b.leases(); shared {
+			r := newRelay(sg)
+			b.runs.relay = r
+			b.wg.Add(2)
+			go b.sendSignals(r)
+			go b.listenSignals(r)
+		}
+	}
 	b.wg.Add(4)
 	if b.cfg.SnapshotTTL >= minBackgroundTTL {
 		b.wg.Add(1)

@@ -49,6 +49,9 @@ type runsState struct {
 	mu      sync.Mutex
 	nodes   map[string]chan struct{} // closed when work may wait for the node
 	changed chan struct{}            // closed when any run changed
+	// relay, when replicas share the store, passes this replica's
+	// wake-ups on to the others (signal.go); nil otherwise.
+	relay *relay
 }
 
 func newRunsState() *runsState {
@@ -66,9 +69,27 @@ func (r *runsState) nodeWait(id string) <-chan struct{} {
 	return ch
 }
 
+// wakeNode wakes the work polls waiting for node id, here and, through
+// the relay, on the other replicas.
 func (r *runsState) wakeNode(id string) {
+	r.wakeNodeHere(id)
+	r.relay.node(id)
+}
+
+func (r *runsState) wakeNodeHere(id string) {
 	r.mu.Lock()
 	if ch, ok := r.nodes[id]; ok {
+		close(ch)
+		delete(r.nodes, id)
+	}
+	r.mu.Unlock()
+}
+
+// wakeAllNodesHere wakes every work poll waiting here (a signal naming
+// more nodes than one payload holds).
+func (r *runsState) wakeAllNodesHere() {
+	r.mu.Lock()
+	for id, ch := range r.nodes {
 		close(ch)
 		delete(r.nodes, id)
 	}
@@ -81,7 +102,14 @@ func (r *runsState) changeWait() <-chan struct{} {
 	return r.changed
 }
 
+// notify wakes everything waiting for a change of any run (log
+// followers), here and, through the relay, on the other replicas.
 func (r *runsState) notify() {
+	r.notifyHere()
+	r.relay.changed()
+}
+
+func (r *runsState) notifyHere() {
 	r.mu.Lock()
 	close(r.changed)
 	r.changed = make(chan struct{})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -109,6 +110,7 @@ func Open(ctx context.Context, dsn string) (*sqlstore.Store, error) {
 		// A round trip per node per flush cost more than the beats.
 		BatchHeartbeats: true,
 		Shared:          true,
+		Listen:          listen,
 		Lock: func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockKey))
 			return err
@@ -119,4 +121,34 @@ func Open(ctx context.Context, dsn string) (*sqlstore.Store, error) {
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
 	return s, nil
+}
+
+// listen is sqlstore.Dialect.Listen: LISTEN on the pgx connection under
+// conn, then each notification's payload to fn. The connection is closed
+// when it returns, so that database/sql drops it from the pool instead of
+// handing a listening session to the next query.
+func listen(ctx context.Context, conn *sql.Conn, channel string, listening func(), fn func(payload string)) error {
+	return conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("listening: a %T, not a pgx connection", dc)
+		}
+		pc := sc.Conn()
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = pc.Close(ctx)
+		}()
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			return fmt.Errorf("listening on %s: %w", channel, err)
+		}
+		listening()
+		for {
+			n, err := pc.WaitForNotification(ctx)
+			if err != nil {
+				return err
+			}
+			fn(n.Payload)
+		}
+	})
 }

@@ -2,9 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/postgres"
@@ -70,5 +73,66 @@ func TestConcurrentMigrations(t *testing.T) {
 	defer s.Close()
 	if v, err := s.SchemaVersion(context.Background()); err != nil || v != len(postgres.Migrations) {
 		t.Errorf("schema version %d, %v; want %d", v, err, len(postgres.Migrations))
+	}
+}
+
+// Signals between two stores on one database: each listener hears every
+// signal (its own store's included), a payload over the limit is refused
+// before it reaches the server, and a listener that has stopped leaves
+// no listening session behind (its connection is closed, not pooled).
+func TestSignals(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	open := func() *sqlstore.Store {
+		s, err := postgres.Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	ctx, cancel := context.WithCancel(context.Background())
+	heard := make(chan string, 8)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- b.Listen(ctx, func() { close(ready) }, func(p string) { heard <- p }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Listen: %v", err)
+	}
+	for _, s := range []*sqlstore.Store{a, b} {
+		if err := s.Signal(context.Background(), "gp1 x c n1"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case p := <-heard:
+			if p != "gp1 x c n1" {
+				t.Errorf("heard %q, want the payload sent", p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a signal was not heard within 5 s")
+		}
+	}
+	if err := a.Signal(context.Background(), strings.Repeat("n", store.MaxSignal+1)); err == nil || !strings.Contains(err.Error(), "at most 7999") {
+		t.Errorf("a payload of MaxSignal+1 bytes: %v, want refused", err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Listen after its context ended: %v, want context.Canceled", err)
+	}
+	// The pool still works, and no session listens any more.
+	var n int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err := b.DB().QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions still listen 5 s after the listener stopped", n)
+		}
 	}
 }

@@ -37,6 +37,11 @@ type Dialect struct {
 	// Shared says several broker replicas may use the database at once
 	// (PostgreSQL), so they share once-only work by lease (Store.Shared).
 	Shared bool
+	// Listen, where the database carries notifications (PostgreSQL),
+	// listens on channel on conn and calls fn with each payload until ctx
+	// ends or the connection fails; it must leave conn unusable for the
+	// pool (closed) when it returns (Store.Listen).
+	Listen func(ctx context.Context, conn *sql.Conn, channel string, listening func(), fn func(payload string)) error
 }
 
 // Store is a store.Store over a *sql.DB.
