@@ -131,7 +131,7 @@ func (b *Broker) overQuota(ctx context.Context, rs store.Runs, seen store.Alloc,
 	switch {
 	case err == nil:
 		b.log.Warn("run over quota: failed", "alloc", seen.ID, "node", seen.NodeID, "reason", why)
-		b.runs.notify()
+		b.runs.wakeRun(seen.ID)
 	case !errors.Is(err, errMoved):
 		b.log.Error("failing a run over quota", "alloc", seen.ID, "err", err)
 	}

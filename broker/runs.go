@@ -43,76 +43,92 @@ func init() {
 
 // runsState is the broker's in-memory side of runs: wake-ups only. All
 // run state lives in the store, so a restarted broker (or a second one
-// on the same PostgreSQL) carries on; waiters also re-read the store
-// periodically because another replica's writes do not wake them.
+// on the same PostgreSQL) carries on. Waiters wait on a key: a node's
+// work polls on nodeKey (work may be there for it), a run's log
+// followers on runKey (it changed: records, state). They also re-read
+// the store periodically, for a wake-up lost between replicas.
 type runsState struct {
-	mu      sync.Mutex
-	nodes   map[string]chan struct{} // closed when work may wait for the node
-	changed chan struct{}            // closed when any run changed
+	mu    sync.Mutex
+	waits map[string]*waiter
 	// relay, when replicas share the store, passes this replica's
 	// wake-ups on to the others (signal.go); nil otherwise.
 	relay *relay
 }
 
-func newRunsState() *runsState {
-	return &runsState{nodes: map[string]chan struct{}{}, changed: make(chan struct{})}
+// waiter is the channel the waiters on one key share, closed at its next
+// wake-up, and how many wait on it (its entry goes when the last stops
+// waiting, so that a run nobody follows holds no memory).
+type waiter struct {
+	ch chan struct{}
+	n  int
 }
 
-func (r *runsState) nodeWait(id string) <-chan struct{} {
+func newRunsState() *runsState {
+	return &runsState{waits: map[string]*waiter{}}
+}
+
+func nodeKey(id string) string { return "n:" + id }
+func runKey(id string) string  { return "r:" + id }
+
+// wait returns a channel closed at key's next wake-up, and release, to be
+// called (once or more) when the caller stops waiting on it.
+func (r *runsState) wait(key string) (<-chan struct{}, func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ch, ok := r.nodes[id]
+	w, ok := r.waits[key]
 	if !ok {
-		ch = make(chan struct{})
-		r.nodes[id] = ch
+		w = &waiter{ch: make(chan struct{})}
+		r.waits[key] = w
 	}
-	return ch
+	w.n++
+	var once sync.Once
+	return w.ch, func() {
+		once.Do(func() {
+			r.mu.Lock()
+			if w.n--; w.n == 0 && r.waits[key] == w {
+				delete(r.waits, key)
+			}
+			r.mu.Unlock()
+		})
+	}
+}
+
+// waiting is how many keys have waiters (tests).
+func (r *runsState) waiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.waits)
 }
 
 // wakeNode wakes the work polls waiting for node id, here and, through
 // the relay, on the other replicas.
-func (r *runsState) wakeNode(id string) {
-	r.wakeNodeHere(id)
-	r.relay.node(id)
+func (r *runsState) wakeNode(id string) { r.wake(nodeKey(id)) }
+
+// wakeRun wakes the followers of run id, here and on the other replicas.
+func (r *runsState) wakeRun(id string) { r.wake(runKey(id)) }
+
+func (r *runsState) wake(key string) {
+	r.wakeHere(key)
+	r.relay.add(key)
 }
 
-func (r *runsState) wakeNodeHere(id string) {
+func (r *runsState) wakeHere(key string) {
 	r.mu.Lock()
-	if ch, ok := r.nodes[id]; ok {
-		close(ch)
-		delete(r.nodes, id)
+	if w, ok := r.waits[key]; ok {
+		close(w.ch)
+		delete(r.waits, key)
 	}
 	r.mu.Unlock()
 }
 
-// wakeAllNodesHere wakes every work poll waiting here (a signal naming
-// more nodes than one payload holds).
-func (r *runsState) wakeAllNodesHere() {
+// wakeAllHere wakes everyone waiting here (a signal naming more keys than
+// one payload holds; signals missed while not listening).
+func (r *runsState) wakeAllHere() {
 	r.mu.Lock()
-	for id, ch := range r.nodes {
-		close(ch)
-		delete(r.nodes, id)
+	for key, w := range r.waits {
+		close(w.ch)
+		delete(r.waits, key)
 	}
-	r.mu.Unlock()
-}
-
-func (r *runsState) changeWait() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.changed
-}
-
-// notify wakes everything waiting for a change of any run (log
-// followers), here and, through the relay, on the other replicas.
-func (r *runsState) notify() {
-	r.notifyHere()
-	r.relay.changed()
-}
-
-func (r *runsState) notifyHere() {
-	r.mu.Lock()
-	close(r.changed)
-	r.changed = make(chan struct{})
 	r.mu.Unlock()
 }
 
@@ -308,7 +324,7 @@ func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, 
 	case !started:
 		b.recordLaunch(ctx, store.Launch{NodeID: seen.NodeID, At: time.Now().UTC(), Failed: true, Reason: "node lost before start", AllocID: a.ID})
 	}
-	b.runs.notify()
+	b.runs.wakeRun(a.ID)
 	if replace {
 		if _, err := b.place(ctx, rs, a.ID); err != nil {
 			b.log.Error("re-placing run", "alloc", a.ID, "err", err)
@@ -357,7 +373,7 @@ func (b *Broker) startTimedOut(ctx context.Context, rs store.Runs, seen store.Al
 	}
 	b.log.Warn("run start timed out", "alloc", a.ID, "node", node, "was", seen.State, "now", a.State)
 	b.recordLaunch(ctx, store.Launch{NodeID: node, At: time.Now().UTC(), Failed: true, Reason: "start timed out in " + string(seen.State), AllocID: a.ID})
-	b.runs.notify()
+	b.runs.wakeRun(a.ID)
 	if a.State == store.AllocPending {
 		if _, err := b.place(ctx, rs, a.ID); err != nil {
 			b.log.Error("re-placing run", "alloc", a.ID, "err", err)
@@ -433,7 +449,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 		b.log.Info("run placed", "alloc", placed.ID, "node", placed.NodeID, "score", c.Score.Score)
 		b.metrics.Placed(time.Since(placeStart), time.Since(placed.CreatedAt))
 		b.runs.wakeNode(placed.NodeID)
-		b.runs.notify()
+		b.runs.wakeRun(placed.ID)
 		return placed, nil
 	}
 	if waiting {
@@ -507,7 +523,7 @@ func (b *Broker) finish(ctx context.Context, rs store.Runs, a store.Alloc, st st
 	}
 	if err == nil {
 		b.log.Info("run finished", "alloc", a.ID, "state", st, "reason", reason)
-		b.runs.notify()
+		b.runs.wakeRun(a.ID)
 	}
 	return out, err
 }

@@ -94,9 +94,13 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 	}
 	wait = min(wait, 60*time.Second)
 	deadline := time.Now().Add(wait)
+	release := func() {}
+	defer func() { release() }()
 	for {
 		b.touch(id)
-		wake := b.runs.nodeWait(id)
+		release()
+		var wake <-chan struct{}
+		wake, release = b.runs.wait(nodeKey(id))
 		active, err := rs.ActiveAllocs(ctx)
 		if err != nil {
 			return nil, b.storeErr("polling work", err)
@@ -119,8 +123,8 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 		if left <= 0 {
 			return connect.NewResponse(&gpupassv1.PollWorkResponse{}), nil
 		}
-		// Re-read at least every second: another broker replica may
-		// have placed work here without waking this one.
+		// Re-read at least every second: another replica's wake-up
+		// (signal.go) may have been lost with its connection.
 		t := time.NewTimer(min(left, time.Second))
 		select {
 		case <-ctx.Done():
@@ -233,7 +237,7 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 	if launch != nil {
 		b.recordLaunch(ctx, *launch)
 	}
-	b.runs.notify()
+	b.runs.wakeRun(m.AllocId)
 	return connect.NewResponse(&gpupassv1.UpdateAllocationResponse{CancelRequested: a.CancelRequested}), nil
 }
 
@@ -306,7 +310,7 @@ func (s *workService) UploadRecords(ctx context.Context, req *connect.Request[gp
 			"alloc", m.AllocId, "agent", m.AgentId, "peer", req.Peer().Addr, "first_seq", res.Disputed[0], "records", len(res.Disputed))
 	}
 	if len(recs) > 0 {
-		b.runs.notify()
+		b.runs.wakeRun(m.AllocId)
 		b.noteIngested(a, a.HeldThrough, recs, res.Disputed)
 	}
 	return connect.NewResponse(&gpupassv1.UploadRecordsResponse{HeldThrough: res.HeldThrough, CancelRequested: a.CancelRequested,
@@ -522,7 +526,7 @@ func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.
 		return nil, b.storeErr("cancelling run "+req.Msg.AllocId, err)
 	}
 	b.log.Info("run cancel requested", "alloc", a.ID, "state", a.State)
-	b.runs.notify()
+	b.runs.wakeRun(a.ID)
 	return connect.NewResponse(&gpupassv1.CancelResponse{Run: runProto(a)}), nil
 }
 
@@ -546,8 +550,12 @@ func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1
 		kind = 0
 	}
 	after := m.AfterSeq
+	release, key := func() {}, runKey(a.ID)
+	defer func() { release() }()
 	for {
-		wake := b.runs.changeWait()
+		release()
+		var wake <-chan struct{}
+		wake, release = b.runs.wait(key)
 		// Following, read the run before its records and send only up to
 		// its gap-free mark: records past a gap are sent once the gap is
 		// filled, so a follower sees every seq once and in order.

@@ -12,34 +12,33 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 )
 
-// relay passes this replica's wake-ups (a run changed: log followers look
-// again; work for a node: its agent's long poll looks again) to the other
-// replicas on the same store, and theirs to it, through store.Signals
-// (PostgreSQL NOTIFY). Without it a follower on one replica heard of
-// records another replica stored only at its once-a-second re-read, and
-// a run placed by one replica reached an agent polling another at the
-// poll's own re-read.
+// relay passes this replica's wake-ups (a run changed: its log followers
+// look again; work for a node: its agent's long poll looks again) to the
+// other replicas on the same store, and theirs to it, through
+// store.Signals (PostgreSQL NOTIFY). Without it a follower on one replica
+// heard of records another replica stored only at its once-a-second
+// re-read, and a run placed by one replica reached an agent polling
+// another at the poll's own re-read.
 //
 // Wake-ups are coalesced: at most one signal per relayEvery per replica,
-// naming the nodes woken since the last one (every node, "*", when they
-// do not fit one payload). A signal only says "look again": waiters still
-// re-read the store for what changed, and still re-read it periodically,
-// so a lost signal (a dropped connection) costs latency, never records.
-// After listening again, a replica wakes all its waiters once, for what
-// it may have missed.
+// naming the keys (runKey, nodeKey) woken since the last one, or "*"
+// (everyone) when they do not fit one payload. A signal only says "look
+// again": waiters still re-read the store for what changed, and still
+// re-read it periodically, so a lost signal (a dropped connection) costs
+// latency, never records. After listening again, a replica wakes all its
+// waiters once, for what it may have missed.
 //
-// Payload: "gp1 FROM c|- NODE…" (FROM: the sender's tag, so that a
-// replica ignores its own signals, which it has already acted on).
+// Payload: "gp1 FROM KEY…" (FROM: the sender's tag, so that a replica
+// ignores its own signals, which it has already acted on).
 type relay struct {
 	st  store.Signals
 	tag string
 
-	mu      sync.Mutex
-	changes bool
-	nodes   map[string]struct{}
-	size    int  // bytes the node ids take in a payload
-	all     bool // more nodes than one payload holds
-	kick    chan struct{}
+	mu   sync.Mutex
+	keys map[string]struct{}
+	size int  // bytes the keys take in a payload
+	all  bool // more keys than one payload holds
+	kick chan struct{}
 }
 
 // relayEvery bounds the signals a replica sends: one per 10 ms at most.
@@ -48,39 +47,24 @@ const relayEvery = 10 * time.Millisecond
 func newRelay(st store.Signals) *relay {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &relay{st: st, tag: hex.EncodeToString(b[:]), nodes: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+	return &relay{st: st, tag: hex.EncodeToString(b[:]), keys: map[string]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
-// changed queues "a run changed" for the other replicas. No-op on nil.
-func (r *relay) changed() {
+// add queues a wake-up of key for the other replicas. No-op on nil.
+func (r *relay) add(key string) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
-	r.changes = true
-	r.mu.Unlock()
-	r.poke()
-}
-
-// node queues "work for node id" for the other replicas. No-op on nil.
-func (r *relay) node(id string) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	if _, ok := r.nodes[id]; !ok && !r.all {
-		if r.size+1+len(id) > store.MaxSignal-64 || strings.ContainsAny(id, " \n") {
+	if _, ok := r.keys[key]; !ok && !r.all {
+		if r.size+1+len(key) > store.MaxSignal-64 || strings.ContainsAny(key, " \t\n") {
 			r.all = true
 		} else {
-			r.nodes[id] = struct{}{}
-			r.size += 1 + len(id)
+			r.keys[key] = struct{}{}
+			r.size += 1 + len(key)
 		}
 	}
 	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *relay) poke() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
@@ -92,48 +76,43 @@ func (r *relay) poke() {
 func (r *relay) take() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.changes && len(r.nodes) == 0 && !r.all {
+	if len(r.keys) == 0 && !r.all {
 		return ""
 	}
 	var sb strings.Builder
 	sb.Grow(32 + r.size)
 	sb.WriteString("gp1 ")
 	sb.WriteString(r.tag)
-	if r.changes {
-		sb.WriteString(" c")
-	} else {
-		sb.WriteString(" -")
-	}
 	if r.all {
 		sb.WriteString(" *")
 	} else {
-		for id := range r.nodes {
+		for key := range r.keys {
 			sb.WriteByte(' ')
-			sb.WriteString(id)
+			sb.WriteString(key)
 		}
 	}
-	r.changes, r.all, r.size = false, false, 0
-	clear(r.nodes)
+	r.all, r.size = false, 0
+	clear(r.keys)
 	return sb.String()
 }
 
-// parseSignal reads a payload: whether runs changed, the nodes to wake
-// and whether every node is to be woken. ok is false for a payload that
-// is not a relay signal or that this replica sent itself.
-func (r *relay) parseSignal(p string) (changes bool, nodes []string, all, ok bool) {
+// parseSignal reads a payload: the keys to wake, or all. ok is false for
+// a payload that is not a relay signal or that this replica sent itself.
+// Keys other than a run's or a node's are skipped.
+func (r *relay) parseSignal(p string) (keys []string, all, ok bool) {
 	f := strings.Fields(p)
-	if len(f) < 3 || f[0] != "gp1" || f[1] == r.tag {
-		return false, nil, false, false
+	if len(f) < 2 || f[0] != "gp1" || f[1] == r.tag {
+		return nil, false, false
 	}
-	changes = f[2] == "c"
-	for _, id := range f[3:] {
-		if id == "*" {
+	for _, k := range f[2:] {
+		switch {
+		case k == "*":
 			all = true
-			continue
+		case strings.HasPrefix(k, "r:") || strings.HasPrefix(k, "n:"):
+			keys = append(keys, k)
 		}
-		nodes = append(nodes, id)
 	}
-	return changes, nodes, all, true
+	return keys, all, true
 }
 
 // sendSignals sends the queued wake-ups until the broker stops.
@@ -182,22 +161,19 @@ func (b *Broker) listenSignals(r *relay) {
 		err := r.st.Listen(ctx, func() {
 			// What was signalled while not listening is lost: everyone
 			// waiting here looks again once.
-			b.runs.notifyHere()
-			b.runs.wakeAllNodesHere()
+			b.runs.wakeAllHere()
 		}, func(p string) {
 			heard = true
-			changes, nodes, all, ok := r.parseSignal(p)
+			keys, all, ok := r.parseSignal(p)
 			if !ok {
 				return
 			}
-			if changes {
-				b.runs.notifyHere()
-			}
 			if all {
-				b.runs.wakeAllNodesHere()
+				b.runs.wakeAllHere()
+				return
 			}
-			for _, id := range nodes {
-				b.runs.wakeNodeHere(id)
+			for _, k := range keys {
+				b.runs.wakeHere(k)
 			}
 		})
 		if ctx.Err() != nil {
