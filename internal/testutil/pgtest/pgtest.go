@@ -63,14 +63,7 @@ func Run(m *testing.M) int {
 // cluster (starting it on first use).
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	once.Do(func() { shared = start() })
-	c := shared
-	if c.missing != "" {
-		testutil.Missing(t, "%s", c.missing)
-	}
-	if c.err != nil {
-		t.Fatalf("starting postgres: %v", c.err)
-	}
+	c := running(t)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "t_" + hex.EncodeToString(b)
@@ -85,6 +78,21 @@ func NewDatabase(t testing.TB) string {
 		t.Fatalf("creating database %s: %v", name, err)
 	}
 	return c.url(name)
+}
+
+// running returns the shared cluster, starting it on first use; a test
+// skips where PostgreSQL is not installed (fails in CI).
+func running(t testing.TB) *cluster {
+	t.Helper()
+	once.Do(func() { shared = start() })
+	c := shared
+	if c.missing != "" {
+		testutil.Missing(t, "%s", c.missing)
+	}
+	if c.err != nil {
+		t.Fatalf("starting postgres: %v", c.err)
+	}
+	return c
 }
 
 func (c *cluster) url(db string) string {
@@ -166,14 +174,7 @@ func (c *cluster) stop() {
 // starts the cluster if no test has yet.
 func ServerPID(t testing.TB) int {
 	t.Helper()
-	once.Do(func() { shared = start() })
-	c := shared
-	if c.missing != "" {
-		testutil.Missing(t, "%s", c.missing)
-	}
-	if c.err != nil {
-		t.Fatalf("starting postgres: %v", c.err)
-	}
+	c := running(t)
 	f := filepath.Join(c.dir, "data", "postmaster.pid")
 	b, err := os.ReadFile(f)
 	if err != nil {
