@@ -2,8 +2,10 @@ package ui_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpupass/gpupass/broker/brokertest"
@@ -36,6 +39,15 @@ func newBrowser(t *testing.T, base string) *browser {
 
 func (b *browser) do(method, path string, form url.Values, hdr ...string) (*http.Response, string) {
 	b.t.Helper()
+	resp, out, err := b.try(method, path, form, hdr...)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return resp, out
+}
+
+// try is do with the transport's error returned instead of failing.
+func (b *browser) try(method, path string, form url.Values, hdr ...string) (*http.Response, string, error) {
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
@@ -49,11 +61,11 @@ func (b *browser) do(method, path string, form url.Values, hdr ...string) (*http
 	}
 	resp, err := b.c.Do(req)
 	if err != nil {
-		b.t.Fatal(err)
+		return nil, "", err
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
-	return resp, string(out)
+	return resp, string(out), nil
 }
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
@@ -143,10 +155,22 @@ func TestDashboardAuth(t *testing.T) {
 		{"same origin", url.Values{"spec": {string(spec)}, "csrf": {csrf}}, []string{"Origin", b.URL, "Sec-Fetch-Site", "same-origin"}, http.StatusOK},
 		{"form over the limit", url.Values{"spec": {strings.Repeat("#", ui.DefaultMaxFormBytes)}, "csrf": {csrf}}, nil, http.StatusForbidden},
 	} {
-		resp, body := usOnly.do("POST", "/ui/dryrun", tc.form, tc.hdr...)
+		over := tc.name == "form over the limit"
+		resp, body, err := usOnly.try("POST", "/ui/dryrun", tc.form, tc.hdr...)
+		if err != nil {
+			// Over the limit the server answers before reading the form
+			// and closes the connection with most of it unread: a client
+			// still writing may get the reset before the answer (seen in
+			// CI under load), or find the connection closed under it.
+			// That too is a refusal.
+			if over && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)) {
+				continue
+			}
+			t.Fatalf("dry run, %s: %v", tc.name, err)
+		}
 		// Over the limit the broker's guard or the dashboard refuses
 		// before the form is read: any 4xx but success will do.
-		ok := resp.StatusCode == tc.want || (tc.name == "form over the limit" && resp.StatusCode >= 400 && resp.StatusCode < 500)
+		ok := resp.StatusCode == tc.want || (over && resp.StatusCode >= 400 && resp.StatusCode < 500)
 		if !ok {
 			t.Errorf("dry run, %s: %s, want %d\n%s", tc.name, resp.Status, tc.want, tail(body, 600))
 		}
