@@ -501,9 +501,18 @@ func (s *Spool) recoverMark() error {
 	if err != nil {
 		return fmt.Errorf("opening spool %s: reading MARK: %w (move it away to follow the run's files from the start)", s.dir, err)
 	}
-	s.mark = m.Prev
 	if s.nextSeq-1 >= m.Seq {
 		s.mark = m.Mark
+		return nil
+	}
+	// The batch MARK names did not land: Prev holds. Say so in the file
+	// before anything else is appended, or records of another writer
+	// taking the batch's seqs would later make its mark look landed (a
+	// crash, plain appends through seq m.Seq, a crash before the next
+	// marked batch: the follower would resume past lines never spooled).
+	s.mark = m.Prev
+	if err := s.writeMark(markFile{Seq: s.nextSeq - 1, Mark: m.Prev}); err != nil {
+		return fmt.Errorf("opening spool %s: settling the mark of a batch that did not land: %w", s.dir, err)
 	}
 	return nil
 }
