@@ -157,13 +157,13 @@ func (b *Broker) listenSignals(r *relay) {
 	}()
 	wait := time.Second
 	for {
-		heard := false
+		listened := false
 		err := r.st.Listen(ctx, func() {
 			// What was signalled while not listening is lost: everyone
 			// waiting here looks again once.
+			listened = true
 			b.runs.wakeAllHere()
 		}, func(p string) {
-			heard = true
 			keys, all, ok := r.parseSignal(p)
 			if !ok {
 				return
@@ -182,8 +182,8 @@ func (b *Broker) listenSignals(r *relay) {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return
 		}
-		if heard {
-			wait = time.Second
+		if listened {
+			wait = time.Second // it worked for a while: not a failing server
 		}
 		b.log.Warn("listening for the other replicas' signals failed; listening again (meanwhile waiters re-read the store periodically)", "err", err, "retry_in", wait)
 		select {

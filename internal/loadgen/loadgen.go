@@ -504,7 +504,11 @@ func awaitRunners(ctx context.Context, cfg Config) error {
 		select {
 		case <-ctx.Done():
 			tick.Stop()
-			return fmt.Errorf("waiting for the broker to count the %d runner agents as candidates (%d so far, last error %v): %w", cfg.Runs, seen, err, ctx.Err())
+			why := fmt.Sprintf("%d so far", seen)
+			if err != nil {
+				why = "last dry-run: " + err.Error()
+			}
+			return fmt.Errorf("waiting for the broker to count the %d runner agents as candidates (%s): %w", cfg.Runs, why, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -126,7 +126,9 @@ func Open(ctx context.Context, dsn string) (*sqlstore.Store, error) {
 // listen is sqlstore.Dialect.Listen: LISTEN on the pgx connection under
 // conn, then each notification's payload to fn. The connection is closed
 // when it returns, so that database/sql drops it from the pool instead of
-// handing a listening session to the next query.
+// handing a listening session to the next query. (pgx already closes a
+// connection whose wait a context cancelled, and a failed one is gone:
+// the close covers any other way out.)
 func listen(ctx context.Context, conn *sql.Conn, channel string, listening func(), fn func(payload string)) error {
 	return conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
