@@ -6,9 +6,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -54,5 +56,39 @@ func TestAgentCallReplayToAnotherReplica(t *testing.T) {
 		if _, err := onB.Work.PollWork(ctx, connect.NewRequest(poll)); err != nil {
 			t.Fatalf("the agent's own call on replica B: %v", err)
 		}
+	}
+}
+
+// TestRunForANodeAnotherReplicaJustSaw: two brokers on one PostgreSQL with
+// the production timings (heartbeats written every 250 ms, the registry
+// re-read every 500 ms). A node enrolls and beats through b1, and a run
+// for its region is submitted to b0 at once, as a CI job does right after
+// its autoscaled node comes up. b0 knows of the node only from the store,
+// and not yet: the run must wait for the news and be placed on the node,
+// not fail with "never sent a heartbeat" or "no certified node". A region
+// with no node at all still fails, within a bounded time.
+func TestRunForANodeAnotherReplicaJustSaw(t *testing.T) {
+	t.Parallel()
+	db := brokertest.NewDB(t, "postgres")
+	b0, b1 := brokertest.Start(t, db, broker.Config{}), brokertest.Start(t, db, broker.Config{})
+	agentTok := b0.Token(t, store.RoleAgent, "*")
+	c := dialRuns(t, b0, b0.Token(t, store.RoleSubmit, "*"))
+	for _, region := range []string{"us-west-2", "us-east-1", "eu-central-1"} {
+		w := newWorker(t, b1, agentTok, brokertest.H100(region, 20))
+		w.keepAlive(t)
+		run := submit(t, c, region, nil)
+		r := waitRun(t, c, run.Id, "placed or ended", func(r *gpupassv1.Run) bool { return r.State != gpupassv1.AllocState_ALLOC_STATE_PENDING })
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_MATCHED || r.NodeId != w.ID {
+			t.Errorf("%s: run submitted to b0 right after %s's first beats on b1 is %s on %q (%s), want matched on %s", region, w.ID, r.State, r.NodeId, r.Reason, w.ID)
+		}
+	}
+	start := time.Now()
+	run := submit(t, c, "ap-south-1", nil)
+	r := waitRun(t, c, run.Id, "failed", func(r *gpupassv1.Run) bool { return r.State != gpupassv1.AllocState_ALLOC_STATE_PENDING })
+	if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(r.Reason, "no certified node in region ap-south-1") {
+		t.Errorf("run for a region without nodes: %s (%s), want failed: no certified node", r.State, r.Reason)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a run for a region without nodes failed after %s, want within 5 s", took)
 	}
 }

@@ -423,34 +423,70 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	for _, n := range a.Replaced {
 		skip[n] = true
 	}
-	out := match.Run(match.Input{Spec: &sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
-		Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
+	// A run new enough that another replica may know of a node this one
+	// has not read yet (newsDelay) is matched again on a fresh read of
+	// the store before it is found unplaceable.
+	news := b.awaitsNews(a)
+	var out match.Output
 	waiting := false
-	for _, c := range out.Candidates {
-		switch {
-		case skip[c.Node.ID]:
-			continue
-		case busy[c.Node.ID]:
-			waiting = true
-			continue
+	for fresh := false; ; fresh = true {
+		out = match.Run(match.Input{Spec: &sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
+			Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
+		for _, c := range out.Candidates {
+			switch {
+			case skip[c.Node.ID]:
+				continue
+			case busy[c.Node.ID]:
+				waiting = true
+				continue
+			}
+			placed, err := b.lease(ctx, rs, a.ID, c)
+			switch {
+			case errors.Is(err, store.ErrNodeBusy):
+				// Another placement took the node since ActiveAllocs was
+				// read; the store refused the second lease.
+				waiting = true
+				continue
+			case errors.Is(err, errMoved):
+				return rs.Alloc(ctx, id)
+			case err != nil:
+				return a, err
+			}
+			b.log.Info("run placed", "alloc", placed.ID, "node", placed.NodeID, "score", c.Score.Score)
+			b.metrics.Placed(time.Since(placeStart), time.Since(placed.CreatedAt))
+			b.runs.wakeNode(placed.NodeID)
+			b.runs.wakeRun(placed.ID)
+			return placed, nil
 		}
-		placed, err := b.lease(ctx, rs, a.ID, c)
-		switch {
-		case errors.Is(err, store.ErrNodeBusy):
-			// Another placement took the node since ActiveAllocs was
-			// read; the store refused the second lease.
-			waiting = true
-			continue
-		case errors.Is(err, errMoved):
-			return rs.Alloc(ctx, id)
-		case err != nil:
+		if waiting || !news || fresh {
+			break
+		}
+		if snap, err = b.refresh(ctx, true); err != nil {
 			return a, err
 		}
-		b.log.Info("run placed", "alloc", placed.ID, "node", placed.NodeID, "score", c.Score.Score)
-		b.metrics.Placed(time.Since(placeStart), time.Since(placed.CreatedAt))
-		b.runs.wakeNode(placed.NodeID)
-		b.runs.wakeRun(placed.ID)
-		return placed, nil
+	}
+	if !waiting && news {
+		// Still nothing: the node may be in another replica's heartbeat
+		// buffer. The run stays pending until newsDelay has passed since
+		// it was submitted, then fails as below. This replica looks again
+		// once that buffer is written (superviseRuns, on whichever replica
+		// does once-only work, would within a second).
+		const why = "no candidate node yet; waiting for news from the other brokers"
+		if a.Reason == why {
+			return a, nil
+		}
+		b.placeLater(rs, a.ID, 2*b.cfg.FlushInterval)
+		a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+			if x.State != store.AllocPending {
+				return errMoved
+			}
+			x.Reason = why
+			return nil
+		})
+		if errors.Is(err, errMoved) {
+			return rs.Alloc(ctx, id)
+		}
+		return a, err
 	}
 	if waiting {
 		if a.Reason == "" || !strings.Contains(a.Reason, "waiting") {
@@ -468,6 +504,43 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 		return a, err
 	}
 	return b.finish(ctx, rs, a, store.AllocFailed, noCandidate(a, out))
+}
+
+// awaitsNews reports whether a run that finds no candidate here should
+// wait before failing: brokers share the store, and it was submitted less
+// than newsDelay ago, as a CI job does right after its node came up
+// through another replica.
+func (b *Broker) awaitsNews(a store.Alloc) bool {
+	_, shared := b.leases()
+	return shared && len(a.Replaced) == 0 && time.Since(a.CreatedAt) < b.newsDelay()
+}
+
+// placeLater places a pending run again after d, unless the broker stops
+// first.
+func (b *Broker) placeLater(rs store.Runs, id string, d time.Duration) {
+	go func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := b.place(ctx, rs, id); err != nil {
+			b.log.Error("placing run", "alloc", id, "err", err)
+		}
+	}()
+}
+
+// newsDelay bounds how long what another replica took (an enrollment, a
+// report, the heartbeats it buffers) takes to reach this one: that
+// replica's heartbeat write every FlushInterval (replicas share a
+// configuration), twice over for a write that misses its commit, and this
+// replica's read of the store every SnapshotTTL. 1 s with the defaults.
+func (b *Broker) newsDelay() time.Duration {
+	return 2*b.cfg.FlushInterval + b.cfg.SnapshotTTL
 }
 
 // lease moves a pending run onto the candidate's node with a new fence

@@ -476,11 +476,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // awaitRunners waits until the broker the runs go to (the first) counts
 // every runner agent as a candidate for the runs' spec in their region.
-// A broker fails a run at once when no node of its region is live, and
-// it learns of a heartbeat another replica took only from the store: a
-// run submitted before that failed with "never sent a heartbeat" (seen
-// with three brokers at a small scale, where the runs followed the
-// runners' first beats by less than a registry refresh).
+// A broker fails a run when no node of its region is live, and it learns
+// of a heartbeat another replica took only from the store. It waits about
+// a second for that news (the broker's newsDelay), which a replica with a
+// slower heartbeat write, or a loaded machine, can exceed: a run
+// submitted too soon failed with "never sent a heartbeat" (seen with three
+// brokers at a small scale, before the broker waited at all).
 func awaitRunners(ctx context.Context, cfg Config) error {
 	if cfg.Runs == 0 {
 		return nil
