@@ -236,6 +236,7 @@ func New(cfg Config) *Broker {
 		if _, shared := b.leases(); shared {
 			r := newRelay(sg)
 			b.runs.relay = r
+			b.metrics.SignalListening(false) // until its first listen
 			b.wg.Add(2)
 			go b.sendSignals(r)
 			go b.listenSignals(r)

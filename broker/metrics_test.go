@@ -59,6 +59,11 @@ func TestMetricsScrape(t *testing.T) {
 			if _, ok := fams["gpupass_broker_heartbeat_lag_seconds"]; !ok {
 				t.Error("no gpupass_broker_heartbeat_lag_seconds family")
 			}
+			// One broker on SQLite has no replicas to listen to: no
+			// sample that an alert on "not listening" would fire on.
+			if _, ok := fams["gpupass_broker_signal_listening"]; ok != (kind == "postgres") {
+				t.Errorf("%s: gpupass_broker_signal_listening present %t, want %t", kind, ok, kind == "postgres")
+			}
 		})
 	}
 }

@@ -127,10 +127,16 @@ func (b *Broker) sendSignals(r *relay) {
 		}
 		if p := r.take(); p != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := r.st.Signal(ctx, p); err != nil && time.Since(lastErr) > 10*time.Second {
-				// Waiters on other replicas fall back to their re-reads.
-				lastErr = time.Now()
-				b.log.Warn("signalling the other replicas failed; they will see this replica's changes at their next re-read", "err", err)
+			switch err := r.st.Signal(ctx, p); {
+			case err == nil:
+				b.metrics.SignalSent()
+			default:
+				b.metrics.SignalError("send")
+				if time.Since(lastErr) > 10*time.Second {
+					// Waiters on other replicas fall back to their re-reads.
+					lastErr = time.Now()
+					b.log.Warn("signalling the other replicas failed; they will see this replica's changes at their next re-read", "err", err)
+				}
 			}
 			cancel()
 		}
@@ -162,12 +168,14 @@ func (b *Broker) listenSignals(r *relay) {
 			// What was signalled while not listening is lost: everyone
 			// waiting here looks again once.
 			listened = true
+			b.metrics.SignalListening(true)
 			b.runs.wakeAllHere()
 		}, func(p string) {
 			keys, all, ok := r.parseSignal(p)
 			if !ok {
 				return
 			}
+			b.metrics.SignalReceived()
 			if all {
 				b.runs.wakeAllHere()
 				return
@@ -176,12 +184,14 @@ func (b *Broker) listenSignals(r *relay) {
 				b.runs.wakeHere(k)
 			}
 		})
+		b.metrics.SignalListening(false)
 		if ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, errors.ErrUnsupported) {
 			return
 		}
+		b.metrics.SignalError("listen")
 		if listened {
 			wait = time.Second // it worked for a while: not a failing server
 		}

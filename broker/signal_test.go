@@ -12,6 +12,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil/promtest"
 )
 
 // TestReplicasWakeEachOther: two brokers on one PostgreSQL. A run
@@ -150,5 +151,25 @@ func TestReplicasWakeEachOther(t *testing.T) {
 	// the test waited).
 	if len(slow) > 2 {
 		t.Errorf("%d of %d wake-ups across replicas took over %v: %v", len(slow), rounds*4, bound, slow)
+	}
+	// What an operator sees: both replicas listen again, each sent and
+	// heard signals (b0 placed runs for b1's node, b1 took uploads for
+	// b0's follower), and each counted its lost listening connection.
+	for i, b := range []*brokertest.Broker{b0, b1} {
+		fams := promtest.Parse(t, promtest.Scrape(t, b.URL+"/metrics", b.Token(t, store.RoleRead, "*")))
+		for _, c := range []struct {
+			name   string
+			labels []string
+			min    float64
+		}{
+			{"gpupass_broker_signal_listening", nil, 1},
+			{"gpupass_broker_signals_sent_total", nil, rounds},
+			{"gpupass_broker_signals_received_total", nil, rounds},
+			{"gpupass_broker_signal_errors_total", []string{"op=listen"}, 1},
+		} {
+			if got, ok := promtest.Value(fams, c.name, c.labels...); !ok || got < c.min {
+				t.Errorf("b%d: %s%v = %v (found %t), want at least %v", i, c.name, c.labels, got, ok, c.min)
+			}
+		}
 	}
 }

@@ -99,3 +99,52 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsDocumented: every family the broker and the agent export has
+// a row in the README's tables (Broker (`gpupass_broker_…`) and Agent
+// (`gpupass_agent_…`)), so an operator can look up what a series means.
+func TestMetricsDocumented(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	section := func(start, end string) string {
+		i := strings.Index(readme, start)
+		if i < 0 {
+			t.Fatalf("README: no %q", start)
+		}
+		j := strings.Index(readme[i+len(start):], end)
+		if j < 0 {
+			t.Fatalf("README: nothing ends the section %q with %q", start, end)
+		}
+		return readme[i : i+len(start)+j]
+	}
+	for _, c := range []struct {
+		prefix string
+		table  string
+		names  []string
+	}{
+		{"gpupass_broker_", section("Broker (`gpupass_broker_…`):", "Agent (`gpupass_agent_…`):"), brokermetrics.New(brokermetrics.Sources{}).Names()},
+		{"gpupass_agent_", section("Agent (`gpupass_agent_…`):", "\n#"), agentmetrics.New(nil).Names()},
+	} {
+		// A row's first cell names families in backticks, alone, as
+		// `name{labels}`, or as `a`, `b`.
+		documented := map[string]bool{}
+		for _, line := range strings.Split(c.table, "\n") {
+			if !strings.HasPrefix(line, "|") {
+				continue
+			}
+			cell := strings.SplitN(line, "|", 3)[1]
+			for _, m := range regexp.MustCompile("`([a-z0-9_]+)[`{]").FindAllStringSubmatch(cell, -1) {
+				documented[m[1]] = true
+			}
+		}
+		for _, n := range c.names {
+			if short := strings.TrimPrefix(n, c.prefix); !documented[short] {
+				t.Errorf("README: %s has no row in the %s… metrics table", n, c.prefix)
+			}
+		}
+	}
+}

@@ -63,6 +63,11 @@ type Metrics struct {
 	beatLag      prometheus.Histogram
 	storeErrors  *prometheus.CounterVec
 	refusals     *prometheus.CounterVec
+	// Replicas' wake-ups (broker/signal.go).
+	signalsSent     prometheus.Counter
+	signalsReceived prometheus.Counter
+	signalErrors    *prometheus.CounterVec
+	signalListening *prometheus.GaugeVec // no labels; no sample until set (one broker on SQLite)
 
 	runGauges *runGauges // nil unless opted in (EnableRunGauges)
 	own       []prometheus.Collector
@@ -112,8 +117,25 @@ func New(src Sources) *Metrics {
 		Namespace: Namespace, Name: "refusals_total",
 		Help: "Requests and uploads refused, by reason: auth (no or unknown token), role (token may not call it), quota (a run over its record, log or rate limit), httpguard (request body over its limit or the memory budget), conns (a connection closed at accept: over --max-conns or --max-conns-per-ip).",
 	}, []string{"reason"})
+	m.signalsSent = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "signals_sent_total",
+		Help: "Wake-ups sent to the other replicas on the store (PostgreSQL NOTIFY), at most one per 10 ms, each naming the runs and nodes woken.",
+	})
+	m.signalsReceived = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "signals_received_total",
+		Help: "Wake-ups received from the other replicas (this replica's own are not counted).",
+	})
+	m.signalErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "signal_errors_total",
+		Help: "Wake-ups that could not be sent (op=send), and listening connections lost or not made (op=listen); waiters then fall back to re-reading the store every second.",
+	}, []string{"op"})
+	m.signalListening = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "signal_listening",
+		Help: "1 while this replica listens for the other replicas' wake-ups, 0 while it does not (its log followers and work polls then hear of other replicas' writes only at their once-a-second re-read). No sample on a broker that has no replicas.",
+	}, nil)
 	m.own = []prometheus.Collector{m.rpcDuration, m.httpDuration, m.records, m.recordBytes, m.placement, m.queueWait,
-		m.beatLag, m.storeErrors, m.refusals, &scrapeCollector{m: m, src: src}}
+		m.beatLag, m.storeErrors, m.refusals, m.signalsSent, m.signalsReceived, m.signalErrors, m.signalListening,
+		&scrapeCollector{m: m, src: src}}
 	m.reg.MustRegister(m.own...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -184,6 +206,43 @@ func (m *Metrics) Refused(reason string) {
 		return
 	}
 	m.refusals.WithLabelValues(reason).Inc()
+}
+
+// SignalSent counts a wake-up sent to the other replicas.
+func (m *Metrics) SignalSent() {
+	if m == nil {
+		return
+	}
+	m.signalsSent.Inc()
+}
+
+// SignalReceived counts a wake-up received from another replica.
+func (m *Metrics) SignalReceived() {
+	if m == nil {
+		return
+	}
+	m.signalsReceived.Inc()
+}
+
+// SignalError counts a failed send or a lost or failed listen.
+func (m *Metrics) SignalError(op string) {
+	if m == nil {
+		return
+	}
+	m.signalErrors.WithLabelValues(op).Inc()
+}
+
+// SignalListening says whether this replica listens for the others'
+// wake-ups now.
+func (m *Metrics) SignalListening(on bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.signalListening.WithLabelValues().Set(v)
 }
 
 // RefusalReason names the refusal a Connect error stands for, "" when it
