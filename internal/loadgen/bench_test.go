@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/internal/loadgen"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/pgtest"
+	"github.com/gpupass/gpupass/internal/testutil/promtest"
 )
 
 // benchScale is GPUPASS_BENCH_FLEET_SCALE, the fraction of issue #21's
@@ -119,8 +122,18 @@ func fleet(b *testing.B, kill bool) {
 	}
 	var t0 time.Time
 	var brokers0, pg0, gen0 time.Duration
+	// The brokers' own time per heartbeat (their rpc_duration_seconds),
+	// over the same window, from the brokers that live to its end: what
+	// of the latency the load generator measures is the brokers' handling
+	// and what is the trip and the wait for a CPU on the shared machine.
+	served := urls
+	if kill {
+		served = urls[:brokers-1]
+	}
+	var beats0 map[float64]uint64
 	cfg.During = func(ctx context.Context) {
 		t0, brokers0, pg0, gen0 = sample()
+		beats0 = beatBuckets(b, served, cfg.ReadToken)
 		if !kill {
 			return
 		}
@@ -144,6 +157,7 @@ func fleet(b *testing.B, kill bool) {
 			b.Fatal(err)
 		}
 		t1, brokers1, pg1, gen1 := sample()
+		b.ReportMetric(quantile(beatBuckets(b, served, cfg.ReadToken), beats0, 0.99)*1000, "hb-broker-p99-ms")
 		wall := t1.Sub(t0).Seconds()
 		b.ReportMetric((brokers1-brokers0).Seconds()/wall, "broker-cores")
 		b.ReportMetric((pg1-pg0).Seconds()/wall, "pg-cores")
@@ -169,6 +183,61 @@ func fleet(b *testing.B, kill bool) {
 		b.ReportMetric(float64(len(res.RunsFailed)), "runs-failed")
 		b.ReportMetric(res.DryRuns.P95, "dryrun-p95-ms")
 	}
+}
+
+// beatBuckets sums the brokers' histograms of the Heartbeat call's
+// duration: cumulative counts by upper bound in seconds.
+func beatBuckets(b *testing.B, urls []string, token string) map[float64]uint64 {
+	out := map[float64]uint64{}
+	for _, u := range urls {
+		f := promtest.Parse(b, promtest.Scrape(b, u+"/metrics", token))["gpupass_broker_rpc_duration_seconds"]
+		if f == nil {
+			b.Fatalf("%s/metrics: no gpupass_broker_rpc_duration_seconds", u)
+		}
+		for _, m := range f.Metric {
+			heartbeat := false
+			for _, l := range m.Label {
+				heartbeat = heartbeat || (l.GetName() == "procedure" && strings.HasSuffix(l.GetValue(), "/Heartbeat"))
+			}
+			if !heartbeat || m.Histogram == nil {
+				continue
+			}
+			for _, bk := range m.Histogram.Bucket {
+				if !math.IsInf(bk.GetUpperBound(), 1) { // the parser may list +Inf: it is the count
+					out[bk.GetUpperBound()] += bk.GetCumulativeCount()
+				}
+			}
+			out[math.Inf(1)] += m.Histogram.GetSampleCount()
+		}
+	}
+	return out
+}
+
+// quantile is q of the observations between two reads of cumulative
+// buckets, interpolated within its bucket as PromQL's histogram_quantile
+// does (the highest finite bound when it falls in +Inf; NaN for none).
+func quantile(now, before map[float64]uint64, q float64) float64 {
+	bounds := slices.Sorted(maps.Keys(now))
+	total := now[math.Inf(1)] - before[math.Inf(1)]
+	if total == 0 {
+		return math.NaN()
+	}
+	rank := q * float64(total)
+	lower, below := 0.0, 0.0
+	for _, ub := range bounds {
+		cum := float64(now[ub] - before[ub])
+		if cum >= rank {
+			if math.IsInf(ub, 1) {
+				return lower
+			}
+			if cum == below {
+				return ub
+			}
+			return lower + (ub-lower)*(rank-below)/(cum-below)
+		}
+		lower, below = ub, cum
+	}
+	return lower
 }
 
 var servingURL = regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
@@ -208,5 +277,25 @@ func startBroker(b *testing.B, bin, dsn string) (string, *exec.Cmd) {
 	case <-time.After(30 * time.Second):
 		b.Fatal("gpupass-broker did not say where it serves within 30 s")
 		return "", nil
+	}
+}
+
+// TestQuantile: the bench's reading of histogram deltas matches
+// histogram_quantile's interpolation.
+func TestQuantile(t *testing.T) {
+	inf := math.Inf(1)
+	before := map[float64]uint64{0.001: 10, 0.0025: 10, 0.005: 10, 0.01: 10, inf: 10}
+	now := map[float64]uint64{0.001: 60, 0.0025: 100, 0.005: 109, 0.01: 110, inf: 110}
+	for _, c := range []struct{ q, want float64 }{{0.5, 0.001}, {0.25, 0.0005}, {0.99, 0.005}, {0.7, 0.001 + 0.0015*0.5}} {
+		if got := quantile(now, before, c.q); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("q%v = %v, want %v", c.q, got, c.want)
+		}
+	}
+	over := map[float64]uint64{0.001: 0, 0.01: 1, inf: 100}
+	if got := quantile(over, map[float64]uint64{}, 0.99); got != 0.01 {
+		t.Errorf("q0.99 in +Inf = %v, want the highest finite bound 0.01", got)
+	}
+	if got := quantile(before, before, 0.99); !math.IsNaN(got) {
+		t.Errorf("no observations: %v, want NaN", got)
 	}
 }
