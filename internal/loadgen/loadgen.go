@@ -91,6 +91,9 @@ type Config struct {
 	// During, when set, runs alongside the load from the moment the runs
 	// are submitted (a benchmark kills a broker from it).
 	During func(ctx context.Context)
+	// StreamingDone, when set, is called as the last run ends (the end
+	// of HeartbeatsStreaming's window).
+	StreamingDone func()
 	// StateDir holds the runner agents' spools (a temporary directory
 	// when empty).
 	StateDir string
@@ -106,10 +109,14 @@ type Latency struct {
 
 // Result is what one load run measured.
 type Result struct {
-	Agents, Runs    int
-	RunIDs          []string
-	Heartbeats      Latency
-	HeartbeatErrors int64
+	Agents, Runs int
+	RunIDs       []string
+	Heartbeats   Latency
+	// HeartbeatsStreaming is the beats sent while the runs streamed
+	// (from their submission until the last one ended): Heartbeats'
+	// window also holds the quiet time before and after.
+	HeartbeatsStreaming Latency
+	HeartbeatErrors     int64
 	// MaxBeatGap is the longest any agent went between two answered
 	// heartbeats (at least HeartbeatEvery): after a broker dies, how long
 	// its agents took to be heard again elsewhere.
@@ -259,6 +266,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var wg sync.WaitGroup
 	var beatMu sync.Mutex
 	var beats []time.Duration
+	var beatsAt []time.Time // when each of beats was sent
 	var beatErrs, maxGap atomic.Int64
 	measureUntil := time.Now().Add(cfg.Duration)
 	for i, a := range agents {
@@ -299,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 					}
 				} else if t.Before(measureUntil) {
 					beatMu.Lock()
-					beats = append(beats, d)
+					beats, beatsAt = append(beats, d), append(beatsAt, t)
 					beatMu.Unlock()
 				}
 				select {
@@ -433,7 +441,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}()
 	}
 	follow.Wait()
-	res.StreamingDuration = time.Since(streamStart)
+	streamEnd := time.Now()
+	res.StreamingDuration = streamEnd.Sub(streamStart)
+	if cfg.StreamingDone != nil {
+		cfg.StreamingDone()
+	}
 	res.RunIDs = runs
 	// Every run's log and metrics, read back once it ended: what the
 	// store holds.
@@ -467,6 +479,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	stop()
 	wg.Wait()
+	res.HeartbeatsStreaming = summarize(sentWithin(beats, beatsAt, streamStart, streamEnd))
 	res.Heartbeats, res.HeartbeatErrors, res.MaxBeatGap = summarize(beats), beatErrs.Load(), time.Duration(maxGap.Load())
 	res.HeartbeatsPerSec = float64(len(beats)) / cfg.Duration.Seconds()
 	res.DryRuns, res.DryRunErrors, res.DryRunCandidates, res.DryRunNodes = summarize(drys), dryErrs.Load(), int(dryCands.Load()), int(dryNodes.Load())
@@ -834,6 +847,19 @@ func forEach(ctx context.Context, n, par int, f func(int) error) error {
 	return context.Cause(ctx)
 }
 
+// sentWithin returns, in a new slice, the latencies ds[i] of the calls
+// sent (at[i]) in [from, to). Before summarize: it sorts ds.
+func sentWithin(ds []time.Duration, at []time.Time, from, to time.Time) []time.Duration {
+	var out []time.Duration
+	for i, t := range at {
+		if !t.Before(from) && t.Before(to) {
+			out = append(out, ds[i])
+		}
+	}
+	return out
+}
+
+// summarize sorts ds and reads its percentiles.
 func summarize(ds []time.Duration) Latency {
 	if len(ds) == 0 {
 		return Latency{}

@@ -133,6 +133,9 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 	}
 	fmt.Fprintf(out, "agents          %d + %d runners on %d broker(s), enrolled in %s\n", res.Agents, res.Runs, len(o.Brokers), res.EnrollTime.Round(time.Millisecond))
 	fmt.Fprintf(out, "heartbeats      %s, %.0f/s, %d errors\n", lat(res.Heartbeats), res.HeartbeatsPerSec, res.HeartbeatErrors)
+	if res.Runs > 0 {
+		fmt.Fprintf(out, "  while streaming %s\n", lat(res.HeartbeatsStreaming))
+	}
 	fmt.Fprintf(out, "dry-runs        %s, %d errors, %d nodes judged\n", lat(res.DryRuns), res.DryRunErrors, res.DryRunNodes)
 	fmt.Fprintf(out, "line to client  %s\n", lat(res.LineLatency))
 	fmt.Fprintf(out, "lines           %d emitted, %d stored (%.0f/s), %d lost, %d duplicated\n", res.LinesEmitted, res.LinesStored, res.StoredPerSecond, res.LinesLost, res.LinesDuplicated)
