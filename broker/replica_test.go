@@ -88,7 +88,9 @@ func TestRunForANodeAnotherReplicaJustSaw(t *testing.T) {
 	if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(r.Reason, "no certified node in region ap-south-1") {
 		t.Errorf("run for a region without nodes: %s (%s), want failed: no certified node", r.State, r.Reason)
 	}
-	if took := time.Since(start); took > 5*time.Second {
+	took := time.Since(start)
+	t.Logf("a run for a region without nodes failed after %s", took)
+	if took > 5*time.Second {
 		t.Errorf("a run for a region without nodes failed after %s, want within 5 s", took)
 	}
 }

@@ -475,7 +475,6 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 		if a.Reason == why {
 			return a, nil
 		}
-		b.placeLater(rs, a.ID, 2*b.cfg.FlushInterval)
 		a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
 			if x.State != store.AllocPending {
 				return errMoved
@@ -483,8 +482,12 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 			x.Reason = why
 			return nil
 		})
-		if errors.Is(err, errMoved) {
+		switch {
+		case errors.Is(err, errMoved):
 			return rs.Alloc(ctx, id)
+		case err == nil:
+			// Once per run: a later pass finds the reason set.
+			b.placeLater(rs, a.ID, 2*b.cfg.FlushInterval)
 		}
 		return a, err
 	}
