@@ -61,24 +61,31 @@ func (b *Broker) snapshot(ctx context.Context) (*snapshot, error) {
 	if s != nil && s.writes == writes && time.Since(s.at) < maxAge {
 		return s, nil
 	}
-	return b.refresh(ctx, false)
+	return b.refresh(ctx, time.Time{})
 }
 
 // refreshInBackground keeps the snapshot fresh so calls never wait for it.
 func (b *Broker) refreshInBackground(ctx context.Context) error {
-	_, err := b.refresh(ctx, true)
+	_, err := b.refresh(ctx, time.Now())
 	return err
 }
 
-// refresh reads the registry again. Unless forced it returns a snapshot
-// that another caller refreshed while this one waited for its turn.
-func (b *Broker) refresh(ctx context.Context, force bool) (*snapshot, error) {
+// refresh reads the registry again, unless the snapshot is already good
+// enough: one whose read began at or after readAfter, or with readAfter
+// zero one younger than the TTL. Either way no write through this broker
+// may have come since. Callers that wait for their turn here share the
+// read that the first of them made.
+func (b *Broker) refresh(ctx context.Context, readAfter time.Time) (*snapshot, error) {
 	b.refreshMu.Lock()
 	defer b.refreshMu.Unlock()
 	b.snapMu.Lock()
 	old, writes := b.snap, b.writes
 	b.snapMu.Unlock()
-	if !force && old != nil && old.writes == writes && time.Since(old.at) < b.cfg.SnapshotTTL {
+	fresh := !readAfter.IsZero() && old != nil && !old.at.Before(readAfter)
+	if readAfter.IsZero() && old != nil {
+		fresh = time.Since(old.at) < b.cfg.SnapshotTTL
+	}
+	if fresh && old.writes == writes {
 		return old, nil
 	}
 	now := time.Now()
