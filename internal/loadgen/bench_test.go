@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/loadgen"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/pgtest"
@@ -193,24 +194,13 @@ func fleet(b *testing.B, kill bool) {
 func beatBuckets(b *testing.B, urls []string, token string) map[float64]uint64 {
 	out := map[float64]uint64{}
 	for _, u := range urls {
-		f := promtest.Parse(b, promtest.Scrape(b, u+"/metrics", token))["gpupass_broker_rpc_duration_seconds"]
-		if f == nil {
-			b.Fatalf("%s/metrics: no gpupass_broker_rpc_duration_seconds", u)
+		fams := promtest.Parse(b, promtest.Scrape(b, u+"/metrics", token))
+		bk := promtest.Buckets(fams, "gpupass_broker_rpc_duration_seconds", "procedure="+gpupassv1connect.AgentServiceHeartbeatProcedure)
+		if len(bk) == 0 {
+			b.Fatalf("%s/metrics: no Heartbeat in gpupass_broker_rpc_duration_seconds", u)
 		}
-		for _, m := range f.Metric {
-			heartbeat := false
-			for _, l := range m.Label {
-				heartbeat = heartbeat || (l.GetName() == "procedure" && strings.HasSuffix(l.GetValue(), "/Heartbeat"))
-			}
-			if !heartbeat || m.Histogram == nil {
-				continue
-			}
-			for _, bk := range m.Histogram.Bucket {
-				if !math.IsInf(bk.GetUpperBound(), 1) { // the parser may list +Inf: it is the count
-					out[bk.GetUpperBound()] += bk.GetCumulativeCount()
-				}
-			}
-			out[math.Inf(1)] += m.Histogram.GetSampleCount()
+		for ub, n := range bk {
+			out[ub] += n
 		}
 	}
 	return out

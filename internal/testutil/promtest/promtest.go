@@ -6,6 +6,7 @@ package promtest
 import (
 	"bytes"
 	"io"
+	"math"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -78,17 +79,9 @@ func Value(fams map[string]*dto.MetricFamily, name string, want ...string) (floa
 	}
 	var sum float64
 	found := false
-outer:
 	for _, m := range f.Metric {
-		have := map[string]string{}
-		for _, l := range m.Label {
-			have[l.GetName()] = l.GetValue()
-		}
-		for _, kv := range want {
-			k, v, _ := strings.Cut(kv, "=")
-			if have[k] != v {
-				continue outer
-			}
+		if !labelled(m, want) {
+			continue
 		}
 		found = true
 		switch {
@@ -103,4 +96,42 @@ outer:
 		}
 	}
 	return sum, found
+}
+
+// Buckets returns the histogram samples of family name whose labels
+// include want, summed: cumulative counts by upper bound, +Inf holding the
+// count. Empty when none matched.
+func Buckets(fams map[string]*dto.MetricFamily, name string, want ...string) map[float64]uint64 {
+	out := map[float64]uint64{}
+	f, ok := fams[name]
+	if !ok {
+		return out
+	}
+	for _, m := range f.Metric {
+		if m.Histogram == nil || !labelled(m, want) {
+			continue
+		}
+		for _, b := range m.Histogram.Bucket {
+			if !math.IsInf(b.GetUpperBound(), 1) { // the text parser lists +Inf too: it is the count
+				out[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+		}
+		out[math.Inf(1)] += m.Histogram.GetSampleCount()
+	}
+	return out
+}
+
+// labelled reports whether m's labels include every "k=v" of want.
+func labelled(m *dto.Metric, want []string) bool {
+	have := map[string]string{}
+	for _, l := range m.Label {
+		have[l.GetName()] = l.GetValue()
+	}
+	for _, kv := range want {
+		k, v, _ := strings.Cut(kv, "=")
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
