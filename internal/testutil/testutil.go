@@ -48,11 +48,26 @@ func Tool(t testing.TB, name string) string {
 // RepoRoot returns the repository root (the directory holding go.mod).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate testutil source")
+	// From the source file where the build keeps its path; with -trimpath
+	// (which lets worktrees share one build cache) it does not, and the
+	// root is the nearest directory above the test's own holding go.mod.
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		return filepath.Join(filepath.Dir(file), "..", "..")
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("cannot locate the repository root: no go.mod above " + dir)
+		}
+		dir = parent
+	}
 }
 
 // BuildBinary builds a main package of this module (e.g. "./cmd/gpupass")
