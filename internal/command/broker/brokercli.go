@@ -124,6 +124,8 @@ type ServeOptions struct {
 	MaxConns, MaxConnsPerIP                           int
 	Workdir                                           workdir.Limits
 	Metrics                                           MetricsOptions
+	// Admission is --admission, parsed by daemon.ParseAdmission.
+	Admission string
 	// Dashboard is daemon.Config.Dashboard.
 	Dashboard daemon.DashboardConfig
 	Logger    *slog.Logger
@@ -156,6 +158,7 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
 	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")
 	f.IntVar(&o.Workdir.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest entry name (bytes) in a run's work dir archive")
+	f.StringVar(&o.Admission, "admission", "open", "how regions admit newly enrolled nodes: open (any agent token's node takes runs at once) or approve (a node takes none until an admin runs gpupass nodes approve ID); rules PATTERN=MODE, comma-separated, first match wins, e.g. 'eu-*=approve' or 'approve'; give every replica the same")
 	f.IntVar(&o.Dashboard.MaxSessions, "dashboard-max-sessions", ui.DefaultMaxSessions, "dashboard sessions this broker holds at once (in memory, per replica)")
 	f.IntVar(&o.Dashboard.AdminReserve, "dashboard-admin-reserve", 0, "of --dashboard-max-sessions, how many only admin tokens may use (0: a tenth; -1: none); an admin login is never refused for want of room")
 	f.IntVar(&o.Dashboard.SessionsPerToken, "dashboard-sessions-per-token", ui.DefaultSessionsPerToken, "dashboard sessions one token holds at once; its next login ends its oldest")
@@ -238,6 +241,10 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err := o.checkDashboard(); err != nil {
 		return err
 	}
+	admission, err := daemon.ParseAdmission(o.Admission)
+	if err != nil {
+		return fmt.Errorf("--admission %w", err)
+	}
 	s, err := OpenStore(ctx, o.DB)
 	if err != nil {
 		return err
@@ -256,7 +263,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	}
 	b := daemon.New(daemon.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout, LeaseTTL: o.LeaseTTL,
 		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, MaxTimeLimit: o.MaxTimeLimit, Workdir: o.Workdir, Metrics: mc,
-		Dashboard: o.Dashboard})
+		Admission: admission, Dashboard: o.Dashboard})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"
