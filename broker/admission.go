@@ -204,14 +204,26 @@ func (s *nodeService) SetAdmission(ctx context.Context, req *connect.Request[gpu
 		b.log.Error("reading agent", "agent", id, "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
+	// The region the node is listed and matched in (its last report's),
+	// which is what the admin saw.
+	snap, err := b.snapshot(ctx)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
+	}
 	region := a.Labels.Region
+	if i, ok := snap.pos[a.ID]; ok {
+		region = match.Region(&snap.nodes[i])
+	}
+	if checkRegion(tok, region) != nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s): see gpupass nodes", id, tok.ID, strings.Join(tok.Regions, ",")))
+	}
 	if err := as.SetAdmission(ctx, store.Admission{AgentID: a.ID, Region: region, State: state, DecidedBy: tok.ID, DecidedAt: time.Now().UTC()}); err != nil {
 		b.log.Error("storing admission", "agent", a.ID, "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("storing the decision failed"))
 	}
 	b.invalidate()
 	b.log.Info("node admission decided", "agent", a.ID, "region", region, "decision", req.Msg.Decision, "token", tok.ID)
-	snap, err := b.snapshot(ctx)
+	snap, err = b.snapshot(ctx)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
