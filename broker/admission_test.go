@@ -2,6 +2,10 @@ package broker_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +100,12 @@ func TestAdmissionSharedByReplicas(t *testing.T) {
 	}
 	eventually("before any decision", readB.Node, map[string]string{eu.ID: "pending", us.ID: "admitted"})
 
+	// The dashboard's nodes page says so too, with the command.
+	br := newBrowserForAdmission(t, b.URL, a.Token(t, store.RoleRead, "*"))
+	if page := br(); !strings.Contains(page, "pending admission: takes no runs until an admin runs <code>gpupass nodes approve "+eu.ID+"</code>") {
+		t.Errorf("the dashboard's nodes page does not show %s pending admission:\n%s", eu.ID, page)
+	}
+
 	// The dry-run says why the pending node is excluded, and how to admit it.
 	dry, err := readB.Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: specYAML(t)}}))
 	if err != nil {
@@ -155,4 +165,27 @@ func TestAdmissionSharedByReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually("after the approved node moved to eu-west-1", readB.Node, map[string]string{eu.ID: "pending", us.ID: "denied"})
+}
+
+// newBrowserForAdmission logs in to the dashboard at base with tok and
+// returns a function that fetches its nodes page.
+func newBrowserForAdmission(t *testing.T, base, tok string) func() string {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	resp, err := c.PostForm(base+"/ui/login", url.Values{"token": {tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return func() string {
+		t.Helper()
+		resp, err := c.Get(base + "/ui/nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
 }
