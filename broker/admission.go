@@ -158,9 +158,24 @@ func (b *Broker) holdNodes(s *snapshot) {
 	if !b.approvesAny() && len(s.decided) == 0 {
 		return
 	}
+	// Nodes without a decision in an open region (most, in a fleet that
+	// approves a few regions) are admitted: the rules are matched once
+	// per region, not per node.
+	open := map[string]bool{}
 	for i := range s.nodes {
 		n := &s.nodes[i]
-		if _, why := b.admissionOf(n.ID, match.Region(n), s.decided); why.Code != "" {
+		region := match.Region(n)
+		if _, ok := s.decided[n.ID]; !ok {
+			o, seen := open[region]
+			if !seen {
+				o = b.admissionMode(region) == AdmissionOpen
+				open[region] = o
+			}
+			if o {
+				continue
+			}
+		}
+		if _, why := b.admissionOf(n.ID, region, s.decided); why.Code != "" {
 			if s.held == nil {
 				s.held = map[string]match.Reason{}
 			}
