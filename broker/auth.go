@@ -91,6 +91,7 @@ var roles = map[string][]store.Role{
 	gpupassv1connect.AgentServiceUploadReportProcedure: {store.RoleAgent, store.RoleAdmin},
 	gpupassv1connect.NodeServiceListNodesProcedure:     {store.RoleRead, store.RoleSubmit, store.RoleAdmin},
 	gpupassv1connect.NodeServiceDryRunProcedure:        {store.RoleRead, store.RoleSubmit, store.RoleAdmin},
+	gpupassv1connect.NodeServiceSetAdmissionProcedure:  {store.RoleAdmin},
 }
 
 // AllowRoles lets later services (runs, logs) declare who may call their

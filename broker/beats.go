@@ -96,7 +96,7 @@ func (b *Broker) match(s *snapshot, q match.Query) match.Verdicts {
 	if p, ok := livePool.Get().(*[]beatAt); ok {
 		buf = *p
 	}
-	q.Live, q.Beat = b.liveness(s, buf), nil
+	q.Live, q.Beat, q.Held = b.liveness(s, buf), nil, s.held
 	if len(q.Live) != s.index.Len() {
 		// Not the index's nodes (never expected): ask per node.
 		q.Live, q.Beat = nil, b.beat

@@ -100,6 +100,12 @@ type Config struct {
 	Workdir workdir.Limits
 	// Metrics configures GET /metrics (metrics.go).
 	Metrics MetricsConfig
+	// Admission says how each region admits newly enrolled nodes
+	// (admission.go; ParseAdmission): the first rule matching a region
+	// decides; none (the default) admits every node.
+	Admission []AdmissionRule
+	// Dashboard bounds the web dashboard's sessions (dashboard.go).
+	Dashboard DashboardConfig
 	// LeaseTTL is how long the lease of once-only work (lease.go) lasts
 	// without renewal: when the replica holding it dies, another takes
 	// it within LeaseTTL plus LeaseTTL/3 (default DefaultLeaseTTL).

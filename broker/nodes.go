@@ -70,7 +70,9 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 			filtered = filtered || x.Code == match.CodeRegionFilter || (x.Code == match.CodeOffline && !req.Msg.IncludeOffline)
 		}
 		if !filtered {
-			resp.Nodes = append(resp.Nodes, toProto(snap.index.Node(v.Node), &v, vs.Terms(&v)))
+			n := toProto(snap.index.Node(v.Node), &v, vs.Terms(&v))
+			n.Admission = snap.nodeAdmission(n.Id)
+			resp.Nodes = append(resp.Nodes, n)
 		}
 	}
 	vs.Release()

@@ -102,7 +102,9 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 	}
 	resp.TotalSize = int32(total)
 	for _, v := range rows {
-		resp.Nodes = append(resp.Nodes, toProto(ix.Node(v.Node), v, vs.Terms(v)))
+		n := toProto(ix.Node(v.Node), v, vs.Terms(v))
+		n.Admission = snap.nodeAdmission(n.Id)
+		resp.Nodes = append(resp.Nodes, n)
 	}
 	if more {
 		resp.NextPageToken = encodePageToken(pageToken{Kind: "nodes", Bind: bind, ID: ix.ID(rows[len(rows)-1].Node)})

@@ -31,6 +31,11 @@ type snapshot struct {
 	at       time.Time // when it was read
 	full     time.Time // when it was last read in full
 	writes   uint64    // Broker.writes when the read began
+	// decided are the admission decisions by agent id; held the nodes
+	// that may take no run (pending or denied admission), with why
+	// (admission.go). Both nil when nothing is held.
+	decided map[string]store.Admission
+	held    map[string]match.Reason
 }
 
 // Registry refresh: in between full reads only what changed since the
@@ -91,7 +96,15 @@ func (b *Broker) refresh(ctx context.Context, readAfter time.Time) (*snapshot, e
 	now := time.Now()
 	next := &snapshot{at: now, writes: writes}
 	changedAny := true
-	if old == nil || now.Sub(old.full) >= fullRefresh {
+	full := old == nil || now.Sub(old.full) >= fullRefresh
+	prev := old
+	if full {
+		prev = nil
+	}
+	if err := b.readAdmissions(ctx, next, prev); err != nil {
+		return nil, err
+	}
+	if full {
 		nodes, err := b.store.Nodes(ctx)
 		if err != nil {
 			return nil, err
@@ -152,11 +165,12 @@ func (b *Broker) refresh(ctx context.Context, readAfter time.Time) (*snapshot, e
 		return nil, err
 	}
 	next.launches = launches
-	if !changedAny && old != nil && len(next.nodes) == len(old.nodes) && maps.Equal(launches, old.launches) {
+	b.holdNodes(next)
+	if !changedAny && old != nil && len(next.nodes) == len(old.nodes) && maps.Equal(launches, old.launches) && sameHeld(next.held, old.held) {
 		// Only liveness moved: the match keys and score terms stand.
 		next.index = old.index.WithNodes(next.nodes)
 	} else {
-		next.index = match.Prepare(next.nodes, launches)
+		next.index = match.PrepareHeld(next.nodes, launches, next.held)
 	}
 	b.snapMu.Lock()
 	b.snap = next

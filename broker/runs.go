@@ -431,7 +431,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	waiting := false
 	for fresh := false; ; fresh = true {
 		out = match.Run(match.Input{Spec: &sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
-			Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
+			Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter, Held: snap.held})
 		for _, c := range out.Candidates {
 			switch {
 			case skip[c.Node.ID]:

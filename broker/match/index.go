@@ -99,8 +99,15 @@ type resourceKey struct {
 // Prepare indexes nodes and their launch statistics over the last 24 h.
 // The Index keeps nodes (it does not copy them): do not modify them after.
 func Prepare(nodes []store.Node, launches map[string]store.LaunchStats) *Index {
+	return PrepareHeld(nodes, launches, nil)
+}
+
+// PrepareHeld is Prepare where the nodes in held (by id) may take no run:
+// their prices stay out of their class's mean price. Matches against the
+// Index must hold them too (Query.Held).
+func PrepareHeld(nodes []store.Node, launches map[string]store.LaunchStats, held map[string]Reason) *Index {
 	ix := &Index{nodes: nodes, ent: make([]entry, len(nodes)), live: livenessOf(nodes)}
-	means := classMeans(nodes)
+	means := classMeans(nodes, held)
 	nameID := map[string]int32{}
 	name := func(s string) int32 {
 		id, ok := nameID[s]
@@ -242,6 +249,8 @@ type Query struct {
 	Live         []LiveBeat
 	Now          time.Time
 	OfflineAfter time.Duration
+	// Held are nodes (by id) that may take no run, with why.
+	Held map[string]Reason
 }
 
 // LiveBeat is a node's newest heartbeat as a broker holds it beside an
@@ -494,6 +503,11 @@ func (ix *Index) Match(q Query) Verdicts {
 			}
 			if m.inFilter[reg] == 2 {
 				rs = append(rs, m.filter[reg])
+			}
+		}
+		if len(q.Held) > 0 {
+			if r, ok := q.Held[ix.ids[i]]; ok {
+				rs = append(rs, m.add(r))
 			}
 		}
 		if !e.hasReport {

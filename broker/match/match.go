@@ -45,6 +45,9 @@ const (
 	CodeOffline           = "offline"
 	CodeNoReport          = "no_report"
 	CodeConformanceFailed = "conformance_failed"
+	// CodeAdmission: the node is pending admission or denied it
+	// (gpupass-broker serve --admission); Measured says which.
+	CodeAdmission = "admission"
 )
 
 // Reason is why a node was excluded.
@@ -129,6 +132,9 @@ type Input struct {
 	// Now and OfflineAfter decide liveness.
 	Now          time.Time
 	OfflineAfter time.Duration
+	// Held are nodes (by id) that may take no run, with why (their
+	// admission, decided by the broker).
+	Held map[string]Reason
 }
 
 // Output is the verdicts: candidates by score (then price, then id), then
@@ -142,9 +148,9 @@ type Output struct {
 // the verdicts written out in full; callers that match one registry often
 // keep the Index.
 func Run(in Input) Output {
-	ix := Prepare(in.Nodes, in.Launches)
+	ix := PrepareHeld(in.Nodes, in.Launches, in.Held)
 	vs := ix.Match(Query{Spec: in.Spec, Scope: in.Scope, Regions: in.Regions, MinScore: in.MinScore, MaxPrice: in.MaxPrice,
-		Beat: in.Beat, Now: in.Now, OfflineAfter: in.OfflineAfter})
+		Beat: in.Beat, Now: in.Now, OfflineAfter: in.OfflineAfter, Held: in.Held})
 	return Output{Candidates: vs.results(vs.Candidates), Excluded: vs.results(vs.Excluded)}
 }
 
@@ -168,12 +174,18 @@ func (vs *Verdicts) results(list []Verdict) []*Result {
 	return out
 }
 
-func classMeans(nodes []store.Node) map[string]float64 {
+// classMeans are the mean prices per accelerator class, of the nodes
+// not held: a node pending admission must not move the premium, and so
+// the score, of the nodes that may take runs.
+func classMeans(nodes []store.Node, held map[string]Reason) map[string]float64 {
 	sum := map[string]float64{}
 	cnt := map[string]int{}
 	for i := range nodes {
 		n := &nodes[i]
 		if !n.HasReport || n.Index.Accelerator == "" {
+			continue
+		}
+		if _, ok := held[n.ID]; ok {
 			continue
 		}
 		// A price out of bounds (stored before the broker refused them)

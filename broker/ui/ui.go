@@ -23,6 +23,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -58,9 +59,26 @@ type Config struct {
 	// own lookup); an error refuses the login.
 	Lookup func(ctx context.Context, secret string) (Token, error)
 	Log    *slog.Logger
-	// MaxSessions bounds sessions held at once (default 1000); a login
-	// over it is refused until one ends or expires.
+	// MaxSessions bounds sessions held at once (default 1000). Logins
+	// with read and submit tokens may hold all but AdminReserve of them;
+	// a login over that is refused until one ends or expires. An admin
+	// login is never refused for want of room: past MaxSessions it ends
+	// the oldest admin session (only other admins' logins end an admin's
+	// session), or the oldest session when there is none.
 	MaxSessions int
+	// AdminReserve is the part of MaxSessions only admin tokens may use
+	// (default a tenth of it; negative: none).
+	AdminReserve int
+	// SessionsPerToken bounds one token's sessions (default 16): its
+	// next login ends its oldest session, so one token, however often it
+	// logs in, holds at most this many and its newest logins work.
+	SessionsPerToken int
+	// SessionsPerAddress bounds the sessions of read and submit tokens
+	// logged in from one client address (default 64), several tokens
+	// together: the next login from it ends that address's oldest such
+	// session. Admin sessions do not count here and are never ended by
+	// it.
+	SessionsPerAddress int
 	// SessionIdle ends a session unused this long (default 1 h);
 	// SessionMax ends any session this old (default 12 h).
 	SessionIdle, SessionMax time.Duration
@@ -72,11 +90,13 @@ type Config struct {
 
 // Defaults for Config's limits.
 const (
-	DefaultMaxSessions  = 1000
-	DefaultSessionIdle  = time.Hour
-	DefaultSessionMax   = 12 * time.Hour
-	DefaultMaxFormBytes = 64 << 10
-	cookieName          = "gpupass_session"
+	DefaultMaxSessions        = 1000
+	DefaultSessionsPerToken   = 16
+	DefaultSessionsPerAddress = 64
+	DefaultSessionIdle        = time.Hour
+	DefaultSessionMax         = 12 * time.Hour
+	DefaultMaxFormBytes       = 64 << 10
+	cookieName                = "gpupass_session"
 )
 
 // Server serves the dashboard.
@@ -89,6 +109,7 @@ type Server struct {
 	mux   *http.ServeMux
 	mu    sync.Mutex
 	sess  map[string]*session // by hash of the cookie value
+	seq   uint64              // logins so far, for session.seq
 	nowFn func() time.Time
 }
 
@@ -97,9 +118,12 @@ type Server struct {
 type session struct {
 	secret   string
 	tok      Token
+	addr     string // client address of the login (no port)
 	csrf     string
 	created  time.Time
 	lastUsed time.Time
+	// seq orders logins: created may tie on a coarse clock.
+	seq uint64
 }
 
 // New returns the dashboard handler, to be mounted at Prefix.
@@ -112,6 +136,21 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
+	}
+	switch {
+	case cfg.AdminReserve == 0:
+		cfg.AdminReserve = cfg.MaxSessions / 10
+	case cfg.AdminReserve < 0:
+		cfg.AdminReserve = 0
+	}
+	if cfg.AdminReserve >= cfg.MaxSessions {
+		return nil, fmt.Errorf("ui: AdminReserve %d leaves no sessions of MaxSessions %d to other tokens", cfg.AdminReserve, cfg.MaxSessions)
+	}
+	if cfg.SessionsPerToken <= 0 {
+		cfg.SessionsPerToken = DefaultSessionsPerToken
+	}
+	if cfg.SessionsPerAddress <= 0 {
+		cfg.SessionsPerAddress = DefaultSessionsPerAddress
 	}
 	if cfg.SessionIdle <= 0 {
 		cfg.SessionIdle = DefaultSessionIdle
@@ -266,7 +305,7 @@ func (s *Server) session(r *http.Request) *session {
 	if sess == nil {
 		return nil
 	}
-	if now.Sub(sess.lastUsed) > s.cfg.SessionIdle || now.Sub(sess.created) > s.cfg.SessionMax {
+	if s.expired(sess, now) {
 		delete(s.sess, k)
 		return nil
 	}
@@ -274,26 +313,96 @@ func (s *Server) session(r *http.Request) *session {
 	return sess
 }
 
-// newSession stores a session and returns its cookie value; it fails
-// when MaxSessions are held, after dropping expired ones.
-func (s *Server) newSession(secret string, t Token) (string, *session, error) {
+// newSession stores a session and returns its cookie value. To make
+// room it ends, in this order: expired sessions; the oldest session of
+// the same token past SessionsPerToken; for read and submit tokens the
+// oldest read or submit session from the same address past
+// SessionsPerAddress; for an admin past MaxSessions, the oldest admin
+// session (or the oldest at all). A read or submit login that still finds
+// every slot but the admin reserve taken is refused.
+func (s *Server) newSession(secret string, t Token, addr string) (string, *session, error) {
 	now := s.nowFn()
+	admin := t.isAdmin()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.sess) >= s.cfg.MaxSessions {
-		for k, v := range s.sess {
-			if now.Sub(v.lastUsed) > s.cfg.SessionIdle || now.Sub(v.created) > s.cfg.SessionMax {
-				delete(s.sess, k)
+	var (
+		nonAdmin, ofToken, ofAddr int
+		oldToken, oldAddr         string // keys of the oldest such session
+		oldAdmin, oldAny          string
+	)
+	older := func(k, than string) bool { return than == "" || s.sess[k].seq < s.sess[than].seq }
+	for k, v := range s.sess {
+		if s.expired(v, now) {
+			delete(s.sess, k)
+			continue
+		}
+		vAdmin := v.tok.isAdmin()
+		if !vAdmin {
+			nonAdmin++
+			if v.addr == addr {
+				ofAddr++
+				if older(k, oldAddr) {
+					oldAddr = k
+				}
+			}
+		} else if older(k, oldAdmin) {
+			oldAdmin = k
+		}
+		if older(k, oldAny) {
+			oldAny = k
+		}
+		if v.tok.ID == t.ID {
+			ofToken++
+			if older(k, oldToken) {
+				oldToken = k
 			}
 		}
 	}
-	if len(s.sess) >= s.cfg.MaxSessions {
-		return "", nil, fmt.Errorf("the dashboard holds its limit of %d sessions; try again when one ends", s.cfg.MaxSessions)
+	evict := func(k, why string) {
+		v := s.sess[k]
+		delete(s.sess, k)
+		if !v.tok.isAdmin() {
+			nonAdmin--
+		}
+		s.log.Info("dashboard session ended to make room", "token", v.tok.ID, "role", v.tok.Role, "peer", v.addr, "why", why)
+	}
+	switch {
+	case ofToken >= s.cfg.SessionsPerToken:
+		evict(oldToken, fmt.Sprintf("its token logged in again past %d sessions", s.cfg.SessionsPerToken))
+	case !admin && ofAddr >= s.cfg.SessionsPerAddress:
+		evict(oldAddr, fmt.Sprintf("another login from its address past %d sessions", s.cfg.SessionsPerAddress))
+	}
+	switch {
+	case admin && len(s.sess) >= s.cfg.MaxSessions:
+		k := oldAdmin
+		if _, ok := s.sess[k]; !ok {
+			k = oldAny
+		}
+		evict(k, fmt.Sprintf("an admin logged in past %d sessions", s.cfg.MaxSessions))
+	case !admin && nonAdmin >= s.cfg.MaxSessions-s.cfg.AdminReserve:
+		return "", nil, fmt.Errorf("the dashboard holds its limit of %d sessions for read and submit tokens; try again when one ends (admin tokens can still log in)",
+			s.cfg.MaxSessions-s.cfg.AdminReserve)
 	}
 	cookie := randomString(32)
-	sess := &session{secret: secret, tok: t, csrf: randomString(24), created: now, lastUsed: now}
+	s.seq++
+	sess := &session{secret: secret, tok: t, addr: addr, csrf: randomString(24), created: now, lastUsed: now, seq: s.seq}
 	s.sess[sessionKey(cookie)] = sess
 	return cookie, sess, nil
+}
+
+func (s *Server) expired(v *session, now time.Time) bool {
+	return now.Sub(v.lastUsed) > s.cfg.SessionIdle || now.Sub(v.created) > s.cfg.SessionMax
+}
+
+func (t Token) isAdmin() bool { return t.Role == "admin" }
+
+// clientAddr is the address a request came from, without its port: the
+// unit SessionsPerAddress counts by.
+func clientAddr(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
 }
 
 func (s *Server) endSession(r *http.Request) {
@@ -342,7 +451,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.endSession(r)
-	cookie, _, err := s.newSession(secret, t)
+	cookie, _, err := s.newSession(secret, t, clientAddr(r))
 	if err != nil {
 		fail(http.StatusServiceUnavailable, err.Error())
 		return

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/ui"
@@ -237,4 +238,154 @@ func mustURL(s string) *url.URL {
 		panic(err)
 	}
 	return u
+}
+
+// fromAddr is an HTTP client whose connections leave from ip (any
+// 127.0.0.0/8 address reaches a broker on 127.0.0.1 on Linux), so a test
+// can log in from several client addresses. It keeps no cookies and
+// follows no redirects.
+func fromAddr(t *testing.T, ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// loginCookie posts the login form as a browser would and returns the
+// answer's status and session cookie (nil when refused).
+func loginCookie(t *testing.T, c *http.Client, base, tok string) (int, *http.Cookie) {
+	t.Helper()
+	resp, err := c.PostForm(base+"/ui/login", url.Values{"token": {tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "gpupass_session" && ck.Value != "" {
+			return resp.StatusCode, ck
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// works reports whether the session cookie still opens the nodes page.
+func works(t *testing.T, c *http.Client, base string, ck *http.Cookie) bool {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/ui/nodes", nil)
+	req.AddCookie(ck)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true
+	case http.StatusSeeOther:
+		return false
+	}
+	t.Fatalf("nodes page with a session cookie: %s", resp.Status)
+	return false
+}
+
+// TestDashboardOneTokenCannotFillSessions is issue #31's finding 4 as a
+// user of a real broker (default limits) meets it: a read token logs in
+// 1,100 times from one address; an admin can still log in, the read
+// token's newest sessions work and its oldest are gone.
+func TestDashboardOneTokenCannotFillSessions(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	read, admin := b.Token(t, store.RoleRead, "us-*"), b.Token(t, store.RoleAdmin, "*")
+	c := fromAddr(t, "127.0.0.1")
+	const logins = ui.DefaultMaxSessions + 100
+	var cookies []*http.Cookie
+	refused := 0
+	for i := range logins {
+		code, ck := loginCookie(t, c, b.URL, read)
+		if code != http.StatusSeeOther || ck == nil {
+			if refused++; refused == 1 {
+				t.Errorf("read token's login %d: %d, want 303 and a session (its oldest session makes room)", i+1, code)
+			}
+		}
+		cookies = append(cookies, ck)
+	}
+	code, ck := loginCookie(t, c, b.URL, admin)
+	if code != http.StatusSeeOther || ck == nil || !works(t, c, b.URL, ck) {
+		t.Fatalf("admin login after %d read logins (%d refused): %d, want 303 and a working session", logins, refused, code)
+	}
+	for i, ck := range cookies {
+		newest := i >= len(cookies)-ui.DefaultSessionsPerToken
+		if got := ck != nil && works(t, c, b.URL, ck); got != newest {
+			t.Errorf("read login %d of %d: session works %v, want %v (the newest %d stay)", i+1, logins, got, newest, ui.DefaultSessionsPerToken)
+		}
+	}
+}
+
+// TestDashboardSessionLimits checks each limit with a real broker: one
+// address's read and submit sessions (several tokens) end oldest first
+// and leave other addresses' alone; once the slots outside the admin
+// reserve are taken, read logins are refused but admins get in; admins
+// past every slot end only admin sessions, never a reader's.
+func TestDashboardSessionLimits(t *testing.T) {
+	t.Parallel()
+	cfg := brokertest.Fast()
+	cfg.Dashboard = broker.DashboardConfig{MaxSessions: 12, AdminReserve: 3, SessionsPerToken: 2, SessionsPerAddress: 4}
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+	var readers []string
+	for range 8 {
+		readers = append(readers, b.Token(t, store.RoleRead, "*"))
+	}
+	admins := []string{b.Token(t, store.RoleAdmin, "*"), b.Token(t, store.RoleAdmin, "*"), b.Token(t, store.RoleAdmin, "*")}
+	a1, a2, a3 := fromAddr(t, "127.0.0.1"), fromAddr(t, "127.0.0.2"), fromAddr(t, "127.0.0.3")
+
+	// Address 127.0.0.2: one session each of five tokens; the fifth login
+	// ends the first token's session (the address's oldest) only.
+	var fromA2 []*http.Cookie
+	for i := range 5 {
+		code, ck := loginCookie(t, a2, b.URL, readers[i])
+		if code != http.StatusSeeOther {
+			t.Fatalf("login %d from 127.0.0.2: %d", i+1, code)
+		}
+		fromA2 = append(fromA2, ck)
+	}
+	for i, ck := range fromA2 {
+		if got, want := works(t, a2, b.URL, ck), i > 0; got != want {
+			t.Errorf("session %d from 127.0.0.2: works %v, want %v (4 per address, oldest ends)", i+1, got, want)
+		}
+	}
+	// 127.0.0.1 and 127.0.0.3 fill the remaining read slots (9 = 12 - 3):
+	// 4 held from 127.0.0.2, 4 from 127.0.0.1, 1 from 127.0.0.3.
+	var held []*http.Cookie
+	for i, c := range []*http.Client{a1, a1, a1, a1, a3} {
+		code, ck := loginCookie(t, c, b.URL, readers[5+i/2])
+		if code != http.StatusSeeOther {
+			t.Fatalf("read login %d: %d, want 303", i+1, code)
+		}
+		held = append(held, ck)
+	}
+	if code, _ := loginCookie(t, a3, b.URL, readers[0]); code != http.StatusServiceUnavailable {
+		t.Fatalf("read login past the slots outside the admin reserve: %d, want 503", code)
+	}
+	// Admins: the reserve, then past MaxSessions they end the oldest
+	// admin session; every read session stands.
+	var adminCks []*http.Cookie
+	for i := range 4 {
+		code, ck := loginCookie(t, a3, b.URL, admins[i%3])
+		if code != http.StatusSeeOther {
+			t.Fatalf("admin login %d: %d, want 303", i+1, code)
+		}
+		adminCks = append(adminCks, ck)
+	}
+	for i, ck := range adminCks {
+		if got, want := works(t, a3, b.URL, ck), i > 0; got != want {
+			t.Errorf("admin session %d: works %v, want %v (the fourth admin login ends the first)", i+1, got, want)
+		}
+	}
+	for i, ck := range append(fromA2[1:], held...) {
+		if !works(t, a1, b.URL, ck) {
+			t.Errorf("read session %d was ended by an admin's login", i+1)
+		}
+	}
 }

@@ -161,6 +161,9 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "token", "create", "--role", "read"},
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--max-body-memory-per-token", "1MiB"},
 		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--body-min-rate", "fast"},
+		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--admission", "eu-*=maybe"},
+		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--dashboard-admin-reserve", "1000"},
+		{"--db", "sqlite://" + filepath.Join(t.TempDir(), "b.db"), "serve", "--listen", "127.0.0.1:0", "--dashboard-sessions-per-token", "0"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, broker, args...).CombinedOutput()

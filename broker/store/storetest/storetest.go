@@ -49,6 +49,7 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 	runEvidence(t, open)
 	runSessionKeys(t, open)
 	runLeases(t, open)
+	runAdmissions(t, open)
 	runLogUsage(t, open)
 	runRegistry(t, open)
 

@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/postgres"
 	"github.com/gpupass/gpupass/broker/store/sqlite"
+	"github.com/gpupass/gpupass/broker/ui"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/flagenv"
@@ -123,7 +124,11 @@ type ServeOptions struct {
 	MaxConns, MaxConnsPerIP                           int
 	Workdir                                           workdir.Limits
 	Metrics                                           MetricsOptions
-	Logger                                            *slog.Logger
+	// Admission is --admission, parsed by daemon.ParseAdmission.
+	Admission string
+	// Dashboard is daemon.Config.Dashboard.
+	Dashboard daemon.DashboardConfig
+	Logger    *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -153,7 +158,29 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
 	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")
 	f.IntVar(&o.Workdir.MaxPath, "workdir-max-path", workdir.DefaultMaxPath, "longest entry name (bytes) in a run's work dir archive")
+	f.StringVar(&o.Admission, "admission", "open", "how regions admit newly enrolled nodes: open (any agent token's node takes runs at once) or approve (a node takes none until an admin runs gpupass nodes approve ID); rules PATTERN=MODE, comma-separated, first match wins, e.g. 'eu-*=approve' or 'approve'; give every replica the same")
+	f.IntVar(&o.Dashboard.MaxSessions, "dashboard-max-sessions", ui.DefaultMaxSessions, "dashboard sessions this broker holds at once (in memory, per replica)")
+	f.IntVar(&o.Dashboard.AdminReserve, "dashboard-admin-reserve", 0, "of --dashboard-max-sessions, how many only admin tokens may use (0: a tenth; -1: none); an admin login is never refused for want of room")
+	f.IntVar(&o.Dashboard.SessionsPerToken, "dashboard-sessions-per-token", ui.DefaultSessionsPerToken, "dashboard sessions one token holds at once; its next login ends its oldest")
+	f.IntVar(&o.Dashboard.SessionsPerAddress, "dashboard-sessions-per-address", ui.DefaultSessionsPerAddress, "read and submit sessions from one client address at once; the next login from it ends its oldest")
 	o.Metrics.AddFlags(f)
+}
+
+// checkDashboard refuses dashboard limits that leave no room to log in.
+func (o *ServeOptions) checkDashboard() error {
+	d := o.Dashboard
+	for _, f := range []struct {
+		flag string
+		n    int
+	}{{"--dashboard-max-sessions", d.MaxSessions}, {"--dashboard-sessions-per-token", d.SessionsPerToken}, {"--dashboard-sessions-per-address", d.SessionsPerAddress}} {
+		if f.n < 1 {
+			return fmt.Errorf("%s is %d: give 1 or more", f.flag, f.n)
+		}
+	}
+	if d.AdminReserve >= d.MaxSessions {
+		return fmt.Errorf("--dashboard-admin-reserve %d leaves no sessions of --dashboard-max-sessions %d to read and submit tokens: give less than %d", d.AdminReserve, d.MaxSessions, d.MaxSessions)
+	}
+	return nil
 }
 
 // limits parses the limit flags.
@@ -211,6 +238,13 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := o.checkDashboard(); err != nil {
+		return err
+	}
+	admission, err := daemon.ParseAdmission(o.Admission)
+	if err != nil {
+		return fmt.Errorf("--admission %w", err)
+	}
 	s, err := OpenStore(ctx, o.DB)
 	if err != nil {
 		return err
@@ -228,7 +262,8 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 		logBytes = -1
 	}
 	b := daemon.New(daemon.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout, LeaseTTL: o.LeaseTTL,
-		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, MaxTimeLimit: o.MaxTimeLimit, Workdir: o.Workdir, Metrics: mc})
+		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, MaxTimeLimit: o.MaxTimeLimit, Workdir: o.Workdir, Metrics: mc,
+		Admission: admission, Dashboard: o.Dashboard})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"

@@ -137,6 +137,12 @@ func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 		if n.Simulated {
 			status += ", simulated"
 		}
+		switch n.Admission {
+		case "pending":
+			status += ", pending admission: gpupass nodes approve " + termsafe.String(n.Id)
+		case "denied":
+			status += ", denied admission"
+		}
 		if n.Runtime != nil && !n.ConformancePassed {
 			status += ", conformance failed"
 			if len(n.FailedChecks) > 0 {

@@ -42,6 +42,18 @@ health score: score = min(100, 100 - 0.1*latency_ms - 5*failure_rate_pct_24h
 		},
 	}
 	o.AddFlags(cmd)
+	cmd.AddCommand(
+		newNodesAdmitCmd(g, "approve", "Admit nodes pending admission, so they may take runs (admin token)",
+			`Approve nodes where the broker admits nodes by approval (gpupass-broker serve
+--admission 'eu-*=approve'): an approved node takes runs in the region it is
+enrolled in now; enrolled into another region, it is pending again. The
+decision is stored and shared by every broker replica. Needs an admin token
+whose scope covers the node's region.`),
+		newNodesAdmitCmd(g, "deny", "Deny nodes admission: they take no runs until approved (admin token)",
+			`Deny nodes admission, in any region: a denied node stays listed, with the
+reason, and takes no runs until an admin approves it. Runs it holds now are
+not stopped (gpupass cancel does that). Needs an admin token whose scope
+covers the node's region.`))
 	return cmd
 }
 

@@ -112,6 +112,120 @@ func (DryRunView) EnumDescriptor() ([]byte, []int) {
 	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{0}
 }
 
+type SetAdmissionRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// "approve" or "deny".
+	Decision      string `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAdmissionRequest) Reset() {
+	*x = SetAdmissionRequest{}
+	mi := &file_gpupass_v1_broker_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAdmissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAdmissionRequest) ProtoMessage() {}
+
+func (x *SetAdmissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_broker_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAdmissionRequest.ProtoReflect.Descriptor instead.
+func (*SetAdmissionRequest) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetAdmissionRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetAdmissionRequest) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+type SetAdmissionResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Region string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	// The node's admission now: "admitted", "pending" or "denied".
+	Admission     string `protobuf:"bytes,3,opt,name=admission,proto3" json:"admission,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAdmissionResponse) Reset() {
+	*x = SetAdmissionResponse{}
+	mi := &file_gpupass_v1_broker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAdmissionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAdmissionResponse) ProtoMessage() {}
+
+func (x *SetAdmissionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_broker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAdmissionResponse.ProtoReflect.Descriptor instead.
+func (*SetAdmissionResponse) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetAdmissionResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetAdmissionResponse) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *SetAdmissionResponse) GetAdmission() string {
+	if x != nil {
+		return x.Admission
+	}
+	return ""
+}
+
 type EnrollRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PKIX PEM of the agent's ECDSA P-256 identity key.
@@ -132,7 +246,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[0]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -144,7 +258,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[0]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -157,7 +271,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{0}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *EnrollRequest) GetPublicKeyPem() []byte {
@@ -211,7 +325,7 @@ type NodeLabels struct {
 
 func (x *NodeLabels) Reset() {
 	*x = NodeLabels{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[1]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +337,7 @@ func (x *NodeLabels) String() string {
 func (*NodeLabels) ProtoMessage() {}
 
 func (x *NodeLabels) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[1]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +350,7 @@ func (x *NodeLabels) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLabels.ProtoReflect.Descriptor instead.
 func (*NodeLabels) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{1}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeLabels) GetProvider() string {
@@ -306,7 +420,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[2]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +432,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[2]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +445,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{2}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnrollResponse) GetAgentId() string {
@@ -409,7 +523,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[3]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +535,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[3]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +548,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{3}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatRequest) GetAgentId() string {
@@ -505,7 +619,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[4]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +631,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[4]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +644,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{4}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetBrokerTimeUnixNano() int64 {
@@ -581,7 +695,7 @@ type UploadReportRequest struct {
 
 func (x *UploadReportRequest) Reset() {
 	*x = UploadReportRequest{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[5]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +707,7 @@ func (x *UploadReportRequest) String() string {
 func (*UploadReportRequest) ProtoMessage() {}
 
 func (x *UploadReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[5]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +720,7 @@ func (x *UploadReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReportRequest.ProtoReflect.Descriptor instead.
 func (*UploadReportRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{5}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UploadReportRequest) GetAgentId() string {
@@ -641,7 +755,7 @@ type UploadReportResponse struct {
 
 func (x *UploadReportResponse) Reset() {
 	*x = UploadReportResponse{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[6]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +767,7 @@ func (x *UploadReportResponse) String() string {
 func (*UploadReportResponse) ProtoMessage() {}
 
 func (x *UploadReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[6]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +780,7 @@ func (x *UploadReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReportResponse.ProtoReflect.Descriptor instead.
 func (*UploadReportResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{6}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UploadReportResponse) GetNodeId() string {
@@ -712,7 +826,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[7]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +838,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[7]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +851,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{7}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListNodesRequest) GetRegions() []string {
@@ -792,7 +906,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[8]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +918,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[8]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +931,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{8}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -886,14 +1000,18 @@ type Node struct {
 	// The last report's failed checks, "name: message" (at most 4, then a
 	// marker; each at most 300 bytes): why the node is not certified, e.g.
 	// "slurm.node: slurm node n1 is drain: fan". Full form only.
-	FailedChecks  []string `protobuf:"bytes,30,rep,name=failed_checks,json=failedChecks,proto3" json:"failed_checks,omitempty"`
+	FailedChecks []string `protobuf:"bytes,30,rep,name=failed_checks,json=failedChecks,proto3" json:"failed_checks,omitempty"`
+	// admission: "admitted" (it may take runs), "pending" (its region
+	// admits nodes by approval and no admin has approved it: gpupass nodes
+	// approve ID) or "denied". Set by ListNodes.
+	Admission     string `protobuf:"bytes,31,opt,name=admission,proto3" json:"admission,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[9]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1023,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[9]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1036,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{9}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Node) GetId() string {
@@ -1096,6 +1214,13 @@ func (x *Node) GetFailedChecks() []string {
 	return nil
 }
 
+func (x *Node) GetAdmission() string {
+	if x != nil {
+		return x.Admission
+	}
+	return ""
+}
+
 type Runtime struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NvidiaDriver  string                 `protobuf:"bytes,1,opt,name=nvidia_driver,json=nvidiaDriver,proto3" json:"nvidia_driver,omitempty"`
@@ -1112,7 +1237,7 @@ type Runtime struct {
 
 func (x *Runtime) Reset() {
 	*x = Runtime{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[10]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1249,7 @@ func (x *Runtime) String() string {
 func (*Runtime) ProtoMessage() {}
 
 func (x *Runtime) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[10]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1262,7 @@ func (x *Runtime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Runtime.ProtoReflect.Descriptor instead.
 func (*Runtime) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{10}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Runtime) GetNvidiaDriver() string {
@@ -1219,7 +1344,7 @@ type HealthScore struct {
 
 func (x *HealthScore) Reset() {
 	*x = HealthScore{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[11]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1356,7 @@ func (x *HealthScore) String() string {
 func (*HealthScore) ProtoMessage() {}
 
 func (x *HealthScore) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[11]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1369,7 @@ func (x *HealthScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthScore.ProtoReflect.Descriptor instead.
 func (*HealthScore) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{11}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HealthScore) GetScore() float64 {
@@ -1377,7 +1502,7 @@ type DryRunRequest struct {
 
 func (x *DryRunRequest) Reset() {
 	*x = DryRunRequest{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[12]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1514,7 @@ func (x *DryRunRequest) String() string {
 func (*DryRunRequest) ProtoMessage() {}
 
 func (x *DryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[12]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1527,7 @@ func (x *DryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DryRunRequest.ProtoReflect.Descriptor instead.
 func (*DryRunRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{12}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DryRunRequest) GetSpec() isDryRunRequest_Spec {
@@ -1531,7 +1656,7 @@ type DryRunResponse struct {
 
 func (x *DryRunResponse) Reset() {
 	*x = DryRunResponse{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[13]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1668,7 @@ func (x *DryRunResponse) String() string {
 func (*DryRunResponse) ProtoMessage() {}
 
 func (x *DryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[13]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1681,7 @@ func (x *DryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DryRunResponse.ProtoReflect.Descriptor instead.
 func (*DryRunResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{13}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DryRunResponse) GetSpecFingerprint() string {
@@ -1644,7 +1769,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1781,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[14]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1794,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReasonCount) GetCode() string {
@@ -1753,7 +1878,7 @@ type NodeColumns struct {
 
 func (x *NodeColumns) Reset() {
 	*x = NodeColumns{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1890,7 @@ func (x *NodeColumns) String() string {
 func (*NodeColumns) ProtoMessage() {}
 
 func (x *NodeColumns) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[15]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1903,7 @@ func (x *NodeColumns) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeColumns.ProtoReflect.Descriptor instead.
 func (*NodeColumns) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeColumns) GetId() []string {
@@ -1993,7 +2118,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2130,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2143,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Candidate) GetNode() *Node {
@@ -2044,7 +2169,7 @@ type Excluded struct {
 
 func (x *Excluded) Reset() {
 	*x = Excluded{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2181,7 @@ func (x *Excluded) String() string {
 func (*Excluded) ProtoMessage() {}
 
 func (x *Excluded) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2194,7 @@ func (x *Excluded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Excluded.ProtoReflect.Descriptor instead.
 func (*Excluded) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Excluded) GetNode() *Node {
@@ -2110,7 +2235,7 @@ type Reason struct {
 
 func (x *Reason) Reset() {
 	*x = Reason{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2247,7 @@ func (x *Reason) String() string {
 func (*Reason) ProtoMessage() {}
 
 func (x *Reason) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2260,7 @@ func (x *Reason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reason.ProtoReflect.Descriptor instead.
 func (*Reason) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Reason) GetCode() string {
@@ -2178,7 +2303,14 @@ var File_gpupass_v1_broker_proto protoreflect.FileDescriptor
 const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"\x17gpupass/v1/broker.proto\x12\n" +
-	"gpupass.v1\"\xd1\x01\n" +
+	"gpupass.v1\"J\n" +
+	"\x13SetAdmissionRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bdecision\x18\x02 \x01(\tR\bdecision\"e\n" +
+	"\x14SetAdmissionResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1c\n" +
+	"\tadmission\x18\x03 \x01(\tR\tadmission\"\xd1\x01\n" +
 	"\rEnrollRequest\x12$\n" +
 	"\x0epublic_key_pem\x18\x01 \x01(\fR\fpublicKeyPem\x12.\n" +
 	"\x06labels\x18\x02 \x01(\v2\x16.gpupass.v1.NodeLabelsR\x06labels\x12#\n" +
@@ -2238,7 +2370,7 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"total_size\x18\x03 \x01(\x05R\ttotalSize\x12#\n" +
 	"\rfacet_regions\x18\x04 \x03(\tR\ffacetRegions\x12<\n" +
-	"\x1afacet_runtime_fingerprints\x18\x05 \x03(\tR\x18facetRuntimeFingerprints\"\xf8\x06\n" +
+	"\x1afacet_runtime_fingerprints\x18\x05 \x03(\tR\x18facetRuntimeFingerprints\"\x96\a\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
@@ -2265,7 +2397,8 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x1areport_generated_unix_nano\x18\x16 \x01(\x03R\x17reportGeneratedUnixNano\x12/\n" +
 	"\x06health\x18\x17 \x01(\v2\x17.gpupass.v1.HealthScoreR\x06health\x12\x18\n" +
 	"\aprofile\x18\x18 \x01(\tR\aprofile\x12#\n" +
-	"\rfailed_checks\x18\x1e \x03(\tR\ffailedChecks\"\xf4\x01\n" +
+	"\rfailed_checks\x18\x1e \x03(\tR\ffailedChecks\x12\x1c\n" +
+	"\tadmission\x18\x1f \x01(\tR\tadmission\"\xf4\x01\n" +
 	"\aRuntime\x12#\n" +
 	"\rnvidia_driver\x18\x01 \x01(\tR\fnvidiaDriver\x12&\n" +
 	"\x0fcuda_driver_api\x18\x02 \x01(\tR\rcudaDriverApi\x12\x12\n" +
@@ -2382,10 +2515,11 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\fAgentService\x12A\n" +
 	"\x06Enroll\x12\x19.gpupass.v1.EnrollRequest\x1a\x1a.gpupass.v1.EnrollResponse\"\x00\x12J\n" +
 	"\tHeartbeat\x12\x1c.gpupass.v1.HeartbeatRequest\x1a\x1d.gpupass.v1.HeartbeatResponse\"\x00\x12S\n" +
-	"\fUploadReport\x12\x1f.gpupass.v1.UploadReportRequest\x1a .gpupass.v1.UploadReportResponse\"\x002\x9c\x01\n" +
+	"\fUploadReport\x12\x1f.gpupass.v1.UploadReportRequest\x1a .gpupass.v1.UploadReportResponse\"\x002\xf1\x01\n" +
 	"\vNodeService\x12J\n" +
 	"\tListNodes\x12\x1c.gpupass.v1.ListNodesRequest\x1a\x1d.gpupass.v1.ListNodesResponse\"\x00\x12A\n" +
-	"\x06DryRun\x12\x19.gpupass.v1.DryRunRequest\x1a\x1a.gpupass.v1.DryRunResponse\"\x00BBZ@github.com/gpupass/gpupass/internal/api/gen/gpupass/v1;gpupassv1b\x06proto3"
+	"\x06DryRun\x12\x19.gpupass.v1.DryRunRequest\x1a\x1a.gpupass.v1.DryRunResponse\"\x00\x12S\n" +
+	"\fSetAdmission\x12\x1f.gpupass.v1.SetAdmissionRequest\x1a .gpupass.v1.SetAdmissionResponse\"\x00BBZ@github.com/gpupass/gpupass/internal/api/gen/gpupass/v1;gpupassv1b\x06proto3"
 
 var (
 	file_gpupass_v1_broker_proto_rawDescOnce sync.Once
@@ -2400,56 +2534,60 @@ func file_gpupass_v1_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_gpupass_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_gpupass_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_gpupass_v1_broker_proto_goTypes = []any{
 	(DryRunView)(0),              // 0: gpupass.v1.DryRunView
-	(*EnrollRequest)(nil),        // 1: gpupass.v1.EnrollRequest
-	(*NodeLabels)(nil),           // 2: gpupass.v1.NodeLabels
-	(*EnrollResponse)(nil),       // 3: gpupass.v1.EnrollResponse
-	(*HeartbeatRequest)(nil),     // 4: gpupass.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 5: gpupass.v1.HeartbeatResponse
-	(*UploadReportRequest)(nil),  // 6: gpupass.v1.UploadReportRequest
-	(*UploadReportResponse)(nil), // 7: gpupass.v1.UploadReportResponse
-	(*ListNodesRequest)(nil),     // 8: gpupass.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 9: gpupass.v1.ListNodesResponse
-	(*Node)(nil),                 // 10: gpupass.v1.Node
-	(*Runtime)(nil),              // 11: gpupass.v1.Runtime
-	(*HealthScore)(nil),          // 12: gpupass.v1.HealthScore
-	(*DryRunRequest)(nil),        // 13: gpupass.v1.DryRunRequest
-	(*DryRunResponse)(nil),       // 14: gpupass.v1.DryRunResponse
-	(*ReasonCount)(nil),          // 15: gpupass.v1.ReasonCount
-	(*NodeColumns)(nil),          // 16: gpupass.v1.NodeColumns
-	(*Candidate)(nil),            // 17: gpupass.v1.Candidate
-	(*Excluded)(nil),             // 18: gpupass.v1.Excluded
-	(*Reason)(nil),               // 19: gpupass.v1.Reason
+	(*SetAdmissionRequest)(nil),  // 1: gpupass.v1.SetAdmissionRequest
+	(*SetAdmissionResponse)(nil), // 2: gpupass.v1.SetAdmissionResponse
+	(*EnrollRequest)(nil),        // 3: gpupass.v1.EnrollRequest
+	(*NodeLabels)(nil),           // 4: gpupass.v1.NodeLabels
+	(*EnrollResponse)(nil),       // 5: gpupass.v1.EnrollResponse
+	(*HeartbeatRequest)(nil),     // 6: gpupass.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 7: gpupass.v1.HeartbeatResponse
+	(*UploadReportRequest)(nil),  // 8: gpupass.v1.UploadReportRequest
+	(*UploadReportResponse)(nil), // 9: gpupass.v1.UploadReportResponse
+	(*ListNodesRequest)(nil),     // 10: gpupass.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),    // 11: gpupass.v1.ListNodesResponse
+	(*Node)(nil),                 // 12: gpupass.v1.Node
+	(*Runtime)(nil),              // 13: gpupass.v1.Runtime
+	(*HealthScore)(nil),          // 14: gpupass.v1.HealthScore
+	(*DryRunRequest)(nil),        // 15: gpupass.v1.DryRunRequest
+	(*DryRunResponse)(nil),       // 16: gpupass.v1.DryRunResponse
+	(*ReasonCount)(nil),          // 17: gpupass.v1.ReasonCount
+	(*NodeColumns)(nil),          // 18: gpupass.v1.NodeColumns
+	(*Candidate)(nil),            // 19: gpupass.v1.Candidate
+	(*Excluded)(nil),             // 20: gpupass.v1.Excluded
+	(*Reason)(nil),               // 21: gpupass.v1.Reason
 }
 var file_gpupass_v1_broker_proto_depIdxs = []int32{
-	2,  // 0: gpupass.v1.EnrollRequest.labels:type_name -> gpupass.v1.NodeLabels
-	10, // 1: gpupass.v1.ListNodesResponse.nodes:type_name -> gpupass.v1.Node
-	11, // 2: gpupass.v1.Node.runtime:type_name -> gpupass.v1.Runtime
-	12, // 3: gpupass.v1.Node.health:type_name -> gpupass.v1.HealthScore
+	4,  // 0: gpupass.v1.EnrollRequest.labels:type_name -> gpupass.v1.NodeLabels
+	12, // 1: gpupass.v1.ListNodesResponse.nodes:type_name -> gpupass.v1.Node
+	13, // 2: gpupass.v1.Node.runtime:type_name -> gpupass.v1.Runtime
+	14, // 3: gpupass.v1.Node.health:type_name -> gpupass.v1.HealthScore
 	0,  // 4: gpupass.v1.DryRunRequest.view:type_name -> gpupass.v1.DryRunView
-	17, // 5: gpupass.v1.DryRunResponse.candidates:type_name -> gpupass.v1.Candidate
-	18, // 6: gpupass.v1.DryRunResponse.excluded:type_name -> gpupass.v1.Excluded
-	19, // 7: gpupass.v1.DryRunResponse.reasons:type_name -> gpupass.v1.Reason
-	15, // 8: gpupass.v1.DryRunResponse.reason_counts:type_name -> gpupass.v1.ReasonCount
-	16, // 9: gpupass.v1.DryRunResponse.candidate_columns:type_name -> gpupass.v1.NodeColumns
-	16, // 10: gpupass.v1.DryRunResponse.excluded_columns:type_name -> gpupass.v1.NodeColumns
-	10, // 11: gpupass.v1.Candidate.node:type_name -> gpupass.v1.Node
-	10, // 12: gpupass.v1.Excluded.node:type_name -> gpupass.v1.Node
-	19, // 13: gpupass.v1.Excluded.reasons:type_name -> gpupass.v1.Reason
-	1,  // 14: gpupass.v1.AgentService.Enroll:input_type -> gpupass.v1.EnrollRequest
-	4,  // 15: gpupass.v1.AgentService.Heartbeat:input_type -> gpupass.v1.HeartbeatRequest
-	6,  // 16: gpupass.v1.AgentService.UploadReport:input_type -> gpupass.v1.UploadReportRequest
-	8,  // 17: gpupass.v1.NodeService.ListNodes:input_type -> gpupass.v1.ListNodesRequest
-	13, // 18: gpupass.v1.NodeService.DryRun:input_type -> gpupass.v1.DryRunRequest
-	3,  // 19: gpupass.v1.AgentService.Enroll:output_type -> gpupass.v1.EnrollResponse
-	5,  // 20: gpupass.v1.AgentService.Heartbeat:output_type -> gpupass.v1.HeartbeatResponse
-	7,  // 21: gpupass.v1.AgentService.UploadReport:output_type -> gpupass.v1.UploadReportResponse
-	9,  // 22: gpupass.v1.NodeService.ListNodes:output_type -> gpupass.v1.ListNodesResponse
-	14, // 23: gpupass.v1.NodeService.DryRun:output_type -> gpupass.v1.DryRunResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
+	19, // 5: gpupass.v1.DryRunResponse.candidates:type_name -> gpupass.v1.Candidate
+	20, // 6: gpupass.v1.DryRunResponse.excluded:type_name -> gpupass.v1.Excluded
+	21, // 7: gpupass.v1.DryRunResponse.reasons:type_name -> gpupass.v1.Reason
+	17, // 8: gpupass.v1.DryRunResponse.reason_counts:type_name -> gpupass.v1.ReasonCount
+	18, // 9: gpupass.v1.DryRunResponse.candidate_columns:type_name -> gpupass.v1.NodeColumns
+	18, // 10: gpupass.v1.DryRunResponse.excluded_columns:type_name -> gpupass.v1.NodeColumns
+	12, // 11: gpupass.v1.Candidate.node:type_name -> gpupass.v1.Node
+	12, // 12: gpupass.v1.Excluded.node:type_name -> gpupass.v1.Node
+	21, // 13: gpupass.v1.Excluded.reasons:type_name -> gpupass.v1.Reason
+	3,  // 14: gpupass.v1.AgentService.Enroll:input_type -> gpupass.v1.EnrollRequest
+	6,  // 15: gpupass.v1.AgentService.Heartbeat:input_type -> gpupass.v1.HeartbeatRequest
+	8,  // 16: gpupass.v1.AgentService.UploadReport:input_type -> gpupass.v1.UploadReportRequest
+	10, // 17: gpupass.v1.NodeService.ListNodes:input_type -> gpupass.v1.ListNodesRequest
+	15, // 18: gpupass.v1.NodeService.DryRun:input_type -> gpupass.v1.DryRunRequest
+	1,  // 19: gpupass.v1.NodeService.SetAdmission:input_type -> gpupass.v1.SetAdmissionRequest
+	5,  // 20: gpupass.v1.AgentService.Enroll:output_type -> gpupass.v1.EnrollResponse
+	7,  // 21: gpupass.v1.AgentService.Heartbeat:output_type -> gpupass.v1.HeartbeatResponse
+	9,  // 22: gpupass.v1.AgentService.UploadReport:output_type -> gpupass.v1.UploadReportResponse
+	11, // 23: gpupass.v1.NodeService.ListNodes:output_type -> gpupass.v1.ListNodesResponse
+	16, // 24: gpupass.v1.NodeService.DryRun:output_type -> gpupass.v1.DryRunResponse
+	2,  // 25: gpupass.v1.NodeService.SetAdmission:output_type -> gpupass.v1.SetAdmissionResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2460,7 +2598,7 @@ func file_gpupass_v1_broker_proto_init() {
 	if File_gpupass_v1_broker_proto != nil {
 		return
 	}
-	file_gpupass_v1_broker_proto_msgTypes[12].OneofWrappers = []any{
+	file_gpupass_v1_broker_proto_msgTypes[14].OneofWrappers = []any{
 		(*DryRunRequest_SpecYaml)(nil),
 		(*DryRunRequest_SpecJson)(nil),
 	}
@@ -2470,7 +2608,7 @@ func file_gpupass_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_broker_proto_rawDesc), len(file_gpupass_v1_broker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

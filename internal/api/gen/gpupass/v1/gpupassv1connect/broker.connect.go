@@ -62,6 +62,9 @@ const (
 	NodeServiceListNodesProcedure = "/gpupass.v1.NodeService/ListNodes"
 	// NodeServiceDryRunProcedure is the fully-qualified name of the NodeService's DryRun RPC.
 	NodeServiceDryRunProcedure = "/gpupass.v1.NodeService/DryRun"
+	// NodeServiceSetAdmissionProcedure is the fully-qualified name of the NodeService's SetAdmission
+	// RPC.
+	NodeServiceSetAdmissionProcedure = "/gpupass.v1.NodeService/SetAdmission"
 )
 
 // AgentServiceClient is a client for the gpupass.v1.AgentService service.
@@ -242,6 +245,12 @@ type NodeServiceClient interface {
 	// each list cut at DryRunRequest.limit unless it asks for all, and
 	// every node counted.
 	DryRun(context.Context, *connect.Request[v1.DryRunRequest]) (*connect.Response[v1.DryRunResponse], error)
+	// SetAdmission records an admin's decision on a node where the broker
+	// admits nodes by approval (gpupass-broker serve --admission): an
+	// approved node may take runs in the region it is enrolled in now, a
+	// denied one takes none. Admin tokens only, whose scope covers the
+	// node's region; the decision is stored and shared by every replica.
+	SetAdmission(context.Context, *connect.Request[v1.SetAdmissionRequest]) (*connect.Response[v1.SetAdmissionResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the gpupass.v1.NodeService service. By default, it
@@ -267,13 +276,20 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("DryRun")),
 			connect.WithClientOptions(opts...),
 		),
+		setAdmission: connect.NewClient[v1.SetAdmissionRequest, v1.SetAdmissionResponse](
+			httpClient,
+			baseURL+NodeServiceSetAdmissionProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SetAdmission")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	listNodes *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
-	dryRun    *connect.Client[v1.DryRunRequest, v1.DryRunResponse]
+	listNodes    *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
+	dryRun       *connect.Client[v1.DryRunRequest, v1.DryRunResponse]
+	setAdmission *connect.Client[v1.SetAdmissionRequest, v1.SetAdmissionResponse]
 }
 
 // ListNodes calls gpupass.v1.NodeService.ListNodes.
@@ -286,6 +302,11 @@ func (c *nodeServiceClient) DryRun(ctx context.Context, req *connect.Request[v1.
 	return c.dryRun.CallUnary(ctx, req)
 }
 
+// SetAdmission calls gpupass.v1.NodeService.SetAdmission.
+func (c *nodeServiceClient) SetAdmission(ctx context.Context, req *connect.Request[v1.SetAdmissionRequest]) (*connect.Response[v1.SetAdmissionResponse], error) {
+	return c.setAdmission.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the gpupass.v1.NodeService service.
 type NodeServiceHandler interface {
 	// ListNodes lists certified nodes (online and offline) with their
@@ -296,6 +317,12 @@ type NodeServiceHandler interface {
 	// each list cut at DryRunRequest.limit unless it asks for all, and
 	// every node counted.
 	DryRun(context.Context, *connect.Request[v1.DryRunRequest]) (*connect.Response[v1.DryRunResponse], error)
+	// SetAdmission records an admin's decision on a node where the broker
+	// admits nodes by approval (gpupass-broker serve --admission): an
+	// approved node may take runs in the region it is enrolled in now, a
+	// denied one takes none. Admin tokens only, whose scope covers the
+	// node's region; the decision is stored and shared by every replica.
+	SetAdmission(context.Context, *connect.Request[v1.SetAdmissionRequest]) (*connect.Response[v1.SetAdmissionResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -317,12 +344,20 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("DryRun")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceSetAdmissionHandler := connect.NewUnaryHandler(
+		NodeServiceSetAdmissionProcedure,
+		svc.SetAdmission,
+		connect.WithSchema(nodeServiceMethods.ByName("SetAdmission")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/gpupass.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceListNodesProcedure:
 			nodeServiceListNodesHandler.ServeHTTP(w, r)
 		case NodeServiceDryRunProcedure:
 			nodeServiceDryRunHandler.ServeHTTP(w, r)
+		case NodeServiceSetAdmissionProcedure:
+			nodeServiceSetAdmissionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -338,4 +373,8 @@ func (UnimplementedNodeServiceHandler) ListNodes(context.Context, *connect.Reque
 
 func (UnimplementedNodeServiceHandler) DryRun(context.Context, *connect.Request[v1.DryRunRequest]) (*connect.Response[v1.DryRunResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.NodeService.DryRun is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SetAdmission(context.Context, *connect.Request[v1.SetAdmissionRequest]) (*connect.Response[v1.SetAdmissionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.NodeService.SetAdmission is not implemented"))
 }

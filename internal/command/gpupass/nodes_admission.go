@@ -1,0 +1,65 @@
+package gpupass
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/termsafe"
+)
+
+// AdmitOptions are the flags of `gpupass nodes approve` and `deny`.
+type AdmitOptions struct {
+	Global *GlobalOptions
+	Broker BrokerFlags
+	// Decision is "approve" or "deny".
+	Decision string
+}
+
+// AddFlags registers the broker flags.
+func (o *AdmitOptions) AddFlags(cmd *cobra.Command) { o.Broker.AddFlags(cmd) }
+
+func newNodesAdmitCmd(g *GlobalOptions, decision, short, long string) *cobra.Command {
+	o := &AdmitOptions{Global: g, Decision: decision}
+	cmd := &cobra.Command{
+		Use:   decision + " NODE_ID...",
+		Short: short,
+		Long:  long,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return RunAdmit(cmd.Context(), o, args, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// RunAdmit records the decision on each node, in order, and stops at the
+// first refusal.
+func RunAdmit(ctx context.Context, o *AdmitOptions, ids []string, out io.Writer) error {
+	c, err := o.Broker.Dial()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		resp, err := c.Node.SetAdmission(ctx, connect.NewRequest(&gpupassv1.SetAdmissionRequest{NodeId: id, Decision: o.Decision}))
+		if err != nil {
+			return rpcError(o.Decision+" node "+termsafe.String(id), o.Broker.URL, err)
+		}
+		m := resp.Msg
+		if o.Global != nil && o.Global.Output == "json" {
+			if err := writeProtoJSON(out, m); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := fmt.Fprintf(out, "%s in %s: %s\n", termsafe.String(m.NodeId), termsafe.String(m.Region), termsafe.String(m.Admission)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
