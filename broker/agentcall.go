@@ -140,7 +140,17 @@ func (b *Broker) proveAgentCall(w http.ResponseWriter, r *http.Request) (context
 	sum := sha256.Sum256(body)
 	payload := api.AgentCallPayload(proc, call, sum[:])
 	if call.MAC != nil {
-		key, epoch, err := b.sessionKey(ctx, e, call.AgentID, call.Epoch)
+		reveal, err := api.ParseSessionKeyHeader(r.Header.Get(api.SessionKeyHeader))
+		if err != nil {
+			return refuse(connect.CodeInvalidArgument, call.AgentID, err)
+		}
+		key, epoch, err := b.sessionKey(ctx, e, call.AgentID, call.Epoch, reveal)
+		if api.SessionKeyWanted(err) {
+			// Set here too: the error writer of a raw handler is not
+			// the one that copies an error's metadata.
+			w.Header().Set(api.SessionKeyWantedHeader, "1")
+			return nil, nil, err
+		}
 		if err != nil {
 			return nil, nil, err
 		}

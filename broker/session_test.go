@@ -54,12 +54,10 @@ func TestSessionKeys(t *testing.T) {
 				t.Fatalf("session key of %d bytes, epoch %d; want %d bytes, epoch 1", len(a.SessionKey), a.SessionEpoch, api.SessionKeyBytes)
 			}
 			keys := [][]byte{a.SessionKey}
-			beat := func(b *brokertest.Broker, req *gpupassv1.HeartbeatRequest) (*gpupassv1.HeartbeatResponse, error) {
-				resp, err := b.Clients(t, tok).Agent.Heartbeat(ctx, connect.NewRequest(req))
-				if err != nil {
-					return nil, err
-				}
-				return resp.Msg, nil
+			// beat sends req, and again with key when the replica
+			// holds only its verifier and asks for it.
+			beat := func(b *brokertest.Broker, req *gpupassv1.HeartbeatRequest, key []byte) (*gpupassv1.HeartbeatResponse, error) {
+				return b.Clients(t, tok).Heartbeat(ctx, req, key)
 			}
 			// Beats with the key count, through either replica.
 			if hb, err := a.Beat(ctx); err != nil || hb.StaleEcho {
@@ -72,19 +70,34 @@ func TestSessionKeys(t *testing.T) {
 			if req.Signature != "" || len(req.Mac) == 0 {
 				t.Fatalf("beat with a session key carries signature %q and a %d-byte mac; want only the mac", req.Signature, len(req.Mac))
 			}
-			if _, err := beat(b2, req); err != nil {
+			// The other replica holds only the key's verifier: it asks
+			// for the key, refuses a wrong one, and takes the right one.
+			if _, err := beat(b2, req, nil); connect.CodeOf(err) != connect.CodeUnauthenticated || !api.SessionKeyWanted(err) {
+				t.Fatalf("beat with a key issued by the other replica, key not sent: %v; want unauthenticated asking for the key", err)
+			}
+			wrong := bytes.Clone(a.SessionKey)
+			wrong[0] ^= 1
+			if _, err := beat(b2, req, wrong); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "not the one issued") {
+				t.Fatalf("beat with a key issued by the other replica, a wrong key sent: %v; want permission_denied", err)
+			}
+			if _, err := beat(b2, req, a.SessionKey); err != nil {
 				t.Fatalf("beat with a key issued by the other replica: %v", err)
+			}
+			// Shown once: the replica keeps it.
+			req, _ = a.BeatRequest()
+			if _, err := beat(b2, req, nil); err != nil {
+				t.Fatalf("second beat through the other replica, key not sent: %v", err)
 			}
 			// A bad mac, and a mac naming an epoch never issued.
 			bad, _ := a.BeatRequest()
 			bad.Mac[0] ^= 1
-			if _, err := beat(b1, bad); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "mac does not verify") || !strings.Contains(err.Error(), "enroll again") {
+			if _, err := beat(b1, bad, a.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "mac does not verify") || !strings.Contains(err.Error(), "enroll again") {
 				t.Errorf("beat with a bad mac: %v, want permission_denied saying to enroll again", err)
 			}
 			future, _ := a.BeatRequest()
 			future.SessionEpoch = 99
 			future.Mac = api.HeartbeatMAC(a.SessionKey, future)
-			if _, err := beat(b2, future); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 99 is not the current one") {
+			if _, err := beat(b2, future, a.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 99 is not the current one") {
 				t.Errorf("beat naming epoch 99: %v, want permission_denied naming the epoch", err)
 			}
 
@@ -99,7 +112,7 @@ func TestSessionKeys(t *testing.T) {
 				t.Fatalf("re-enrollment: agent %s epoch %d, new key %v; want %s, epoch 2, a new key", a2.ID, a2.SessionEpoch, !bytes.Equal(a2.SessionKey, a.SessionKey), a.ID)
 			}
 			old, _ := a.BeatRequest()
-			if _, err := beat(b2, old); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 1 is not the current one (2)") {
+			if _, err := beat(b2, old, a.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 1 is not the current one (2)") {
 				t.Errorf("beat with the rotated-out key: %v, want permission_denied", err)
 			}
 			// The replica that cached epoch 1 takes epoch 2 from the store.
@@ -108,7 +121,7 @@ func TestSessionKeys(t *testing.T) {
 				t.Errorf("beat with the new key through the replica that issued it: %v", err)
 			}
 			next, _ := a2.BeatRequest()
-			if _, err := beat(b1, next); err != nil {
+			if _, err := beat(b1, next, a2.SessionKey); err != nil {
 				t.Errorf("beat with the new key through the other replica: %v", err)
 			}
 
@@ -123,13 +136,13 @@ func TestSessionKeys(t *testing.T) {
 			retired, _ := a2.BeatRequest()
 			retired.Counter = next.Counter + 5
 			retired.Mac = api.HeartbeatMAC(a2.SessionKey, retired)
-			if _, err := beat(b1, retired); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 2 is not the current one (3)") {
+			if _, err := beat(b1, retired, a2.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 2 is not the current one (3)") {
 				t.Errorf("beat with a key rotated through the other replica, after the TTL: %v, want permission_denied", err)
 			}
 			a2 = a3
 			a2.SetCounter(next.Counter + 5)
 			next, _ = a2.BeatRequest()
-			if _, err := beat(b1, next); err != nil {
+			if _, err := beat(b1, next, a2.SessionKey); err != nil {
 				t.Errorf("beat with the third key: %v", err)
 			}
 
@@ -177,7 +190,7 @@ func TestSessionKeys(t *testing.T) {
 			again, _ := a2.BeatRequest()
 			again.Counter = next.Counter + 10
 			again.Mac = api.HeartbeatMAC(a2.SessionKey, again)
-			if _, err := beat(b1, again); err != nil {
+			if _, err := beat(b1, again, a2.SessionKey); err != nil {
 				t.Errorf("beat with the current key after an unproven enrollment: %v", err)
 			}
 

@@ -82,6 +82,8 @@ var Migrations = []string{
 	disputesMigration,
 	// 8: leases of once-only work shared by broker replicas; see lease.go.
 	leaseMigration,
+	// 9: session key verifiers instead of session keys; see session.go.
+	sessionVerifierMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while
