@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,6 +75,60 @@ func TestRefreshQueriesUseIndexes(t *testing.T) {
 			t.Errorf("query %s does not search nodes by %s; plan:\n%s", tc.query, tc.index, plan)
 		}
 	}
+}
+
+// TestFilesOwnerOnly (issue #31): the database and its -wal and -shm
+// files are 0600 whatever the umask (this test's is the usual 022, under
+// which SQLite alone makes them 0644), and a store an older broker left
+// 0644 is narrowed when opened.
+func TestFilesOwnerOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	check := func(t *testing.T, path string) {
+		t.Helper()
+		s, err := sqlite.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		// A write, so that the -wal and -shm files exist.
+		if _, err := s.RotateSessionKey(ctx, "agt-x", make([]byte, 32), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for _, sfx := range []string{"", "-wal", "-shm"} {
+			fi, err := os.Stat(path + sfx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s is %v, want -rw------- (0600)", filepath.Base(path+sfx), fi.Mode().Perm())
+			}
+		}
+	}
+	t.Run("new", func(t *testing.T) {
+		check(t, filepath.Join(t.TempDir(), "broker.db"))
+	})
+	t.Run("left 0644 by an older broker", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "broker.db")
+		s, err := sqlite.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		for _, sfx := range []string{"", "-wal", "-shm"} {
+			// SQLite removed the -wal and -shm files at close: empty
+			// ones stand for those an older broker left behind.
+			if _, err := os.Stat(path + sfx); os.IsNotExist(err) {
+				if err := os.WriteFile(path+sfx, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chmod(path+sfx, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(t, path)
+	})
 }
 
 // TestUpgradeDropsClearSessionKeys (issue #31): a store written before
