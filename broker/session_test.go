@@ -9,7 +9,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"log/slog"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 )
 
@@ -251,5 +254,64 @@ func TestReenrollWhileServing(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("enrolling again: %v", err)
+	}
+}
+
+// keyShown counts the requests that carry the session key itself.
+type keyShown struct {
+	next  http.RoundTripper
+	shown atomic.Int32
+}
+
+func (k *keyShown) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Header.Get(api.SessionKeyHeader) != "" {
+		k.shown.Add(1)
+	}
+	return k.next.RoundTrip(req)
+}
+
+// TestAgentCallShowsKeyOnce: the store keeps only session key verifiers
+// (issue #31), so a replica that did not issue a key asks for it. An
+// agent's work call MACed with a key issued through b1 goes through b2:
+// the agent's transport sends the key once, b2 checks it against the
+// verifier and keeps it, and later calls carry only MACs. A key that is
+// not the one issued is refused.
+func TestAgentCallShowsKeyOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := brokertest.NewDB(t, "sqlite")
+	b1 := brokertest.Start(t, db, brokertest.Fast())
+	b2 := brokertest.Start(t, db, brokertest.Fast())
+	tok := b1.Token(t, store.RoleAgent, "*")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := brokertest.EnrollProven(ctx, b1.URL, tok, key, brokertest.H100("us-west-2", 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := &gpupassv1.PollWorkRequest{AgentId: a.ID, WaitSeconds: 0}
+	count := &keyShown{next: client.HTTPClient(false, nil).Transport}
+	onB2 := dialWithTransport(t, b2.URL, tok, a.Creds.Transport(count))
+	for i := range 3 {
+		if _, err := onB2.Work.PollWork(ctx, connect.NewRequest(poll)); err != nil {
+			t.Fatalf("work call %d through the replica that did not issue the key: %v", i+1, err)
+		}
+	}
+	if n := count.shown.Load(); n != 1 {
+		t.Errorf("the key was sent %d times over 3 calls, want once", n)
+	}
+
+	// A wrong key shown to a replica that holds only the verifier (b3
+	// has cached nothing) is refused.
+	b3 := brokertest.Start(t, db, brokertest.Fast())
+	wrong := bytes.Clone(a.SessionKey)
+	wrong[0] ^= 1
+	forged := &api.AgentCredentials{}
+	forged.Set(a.ID, wrong, a.SessionEpoch, 0)
+	onB3 := dialWithTransport(t, b3.URL, tok, forged.Transport(client.HTTPClient(false, nil).Transport))
+	if _, err := onB3.Work.PollWork(ctx, connect.NewRequest(poll)); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "not the one issued") {
+		t.Errorf("work call with a wrong key shown: %v, want permission_denied", err)
 	}
 }
