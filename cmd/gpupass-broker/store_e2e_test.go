@@ -147,7 +147,9 @@ func umask022(t *testing.T, bin string) string {
 // from the store; the run goes on and succeeds. The SQLite files are the
 // owner's alone (0600) though the broker runs under umask 022. A broker
 // restart (which forgets every key) does not make the real agent enroll
-// again: it shows the restarted broker its key once.
+// again: it shows the restarted broker its key once. Upgrading a store
+// that held keys in clear retires them: the agent enrolls again on its
+// own.
 func TestStoreCopyCannotActAsNode(t *testing.T) {
 	brokerBin := testutil.BuildBinary(t, "./cmd/gpupass-broker")
 	agentBin := testutil.BuildBinary(t, "./cmd/gpupass-agent")
@@ -334,7 +336,56 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 			if strings.Contains(agentLog.String(), "enrolling again") {
 				t.Errorf("the agent enrolled again after the broker restart:\n%s", upstack.Tail(agentLog.String(), 2000))
 			}
-			for _, l := range []string{br.log.String(), br2.log.String()} {
+
+			// An upgrade from a store that held keys in clear: the store
+			// is put back to schema 8 with the old table (holding a key
+			// for the node, as an old broker wrote it), and the broker
+			// started on it migrates. No stored key survives, so the
+			// agent's key is refused and the agent enrolls again on its
+			// own, for epoch 1, and beats on.
+			_ = br2.cmd.Process.Signal(syscall.SIGTERM)
+			_, _ = br2.cmd.Process.Wait()
+			rw, err := sql.Open(map[string]string{"sqlite": "sqlite", "postgres": "pgx"}[kind], map[string]string{"sqlite": "file:" + strings.TrimPrefix(db, "sqlite://"), "postgres": db}[kind])
+			if err != nil {
+				t.Fatal(err)
+			}
+			blob := map[string]string{"sqlite": "BLOB", "postgres": "BYTEA"}[kind]
+			for _, q := range []string{
+				`DROP TABLE agent_session_verifiers`,
+				`CREATE TABLE agent_sessions (agent_id TEXT PRIMARY KEY, session_key ` + blob + ` NOT NULL, epoch BIGINT NOT NULL, issued_at BIGINT NOT NULL)`,
+				`INSERT INTO agent_sessions VALUES ('` + nodeID + `', ` + map[string]string{"sqlite": "x'", "postgres": "'\\x"}[kind] + strings.Repeat("ab", 32) + `', 7, 1)`,
+				`DELETE FROM schema_migrations WHERE version >= 9`,
+			} {
+				if _, err := rw.Exec(q); err != nil {
+					t.Fatalf("putting the store back to schema 8: %s: %v", q, err)
+				}
+			}
+			rw.Close()
+			br3 := &replica{url: br.url, log: &testutil.Buffer{}}
+			br3.cmd = exec.Command(brokerBin, "serve", "--listen", addr)
+			br3.cmd.Env = append(append(os.Environ(), "GPUPASS_DB="+db), env...)
+			br3.cmd.Stderr = br3.log
+			if err := br3.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = br3.cmd.Process.Kill(); _, _ = br3.cmd.Process.Wait() })
+			upstack.WaitFor(t, ctx, "the agent to enroll again after the upgrade", func() bool {
+				return strings.Contains(agentLog.String(), "heartbeat refused; enrolling again for a new session key")
+			})
+			since = time.Now()
+			upstack.WaitFor(t, ctx, "a heartbeat with the new key", func() bool {
+				resp, err := nc.Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{}))
+				return err == nil && len(resp.Msg.Nodes) == 1 && resp.Msg.Nodes[0].Online && resp.Msg.Nodes[0].LastSeenUnixNano > since.UnixNano()
+			})
+			if kind == "sqlite" {
+				copyDB = copySQLite(t, strings.TrimPrefix(db, "sqlite://"))
+			}
+			tablesQuery = strings.Replace(tablesQuery, "'%session%'", "'%session%' AND "+map[string]string{"sqlite": "name", "postgres": "table_name"}[kind]+" <> 'agent_sessions'", 1)
+			if now := readSessions(t, copyDB, tablesQuery)[nodeID]; now == nil || now.epoch != 1 {
+				t.Errorf("after the upgrade the node's session is %+v, want a new enrollment's, epoch 1", now)
+			}
+
+			for _, l := range []string{br.log.String(), br2.log.String(), br3.log.String()} {
 				for _, k := range stolen.blobs {
 					if strings.Contains(l, base64.RawURLEncoding.EncodeToString(k)) || strings.Contains(l, fmt.Sprintf("%x", k)) {
 						t.Error("the broker log holds a value of the session row")
