@@ -146,8 +146,9 @@ func (b *Broker) proveAgentCall(w http.ResponseWriter, r *http.Request) (context
 		}
 		key, epoch, err := b.sessionKey(ctx, e, call.AgentID, call.Epoch, reveal)
 		if api.SessionKeyWanted(err) {
-			// Set here too: the error writer of a raw handler is not
-			// the one that copies an error's metadata.
+			// A header as well as the error's metadata: over gRPC the
+			// error writer sends metadata as trailers, and the agent's
+			// transport decides on the answer's headers.
 			w.Header().Set(api.SessionKeyWantedHeader, "1")
 			return nil, nil, err
 		}
