@@ -460,7 +460,7 @@ func (a *Agent) heartbeat(ctx context.Context, cp ControlPlane, hb *beat) (*gpup
 		}
 		req.Signature = sig
 	}
-	resp, err := cp.Heartbeat(ctx, req)
+	resp, err := cp.Heartbeat(ctx, req, key)
 	if err != nil {
 		return nil, err
 	}

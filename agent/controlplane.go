@@ -21,7 +21,10 @@ import (
 // loop never looks at a transport's codes; a fake implements it in tests.
 type ControlPlane interface {
 	Enroll(ctx context.Context, req *gpupassv1.EnrollRequest) (*gpupassv1.EnrollResponse, error)
-	Heartbeat(ctx context.Context, req *gpupassv1.HeartbeatRequest) (*gpupassv1.HeartbeatResponse, error)
+	// Heartbeat sends a beat; sessionKey is the key its MAC was made
+	// with (nil for a signed beat), sent only to a broker replica that
+	// asks for it (client.Clients.Heartbeat).
+	Heartbeat(ctx context.Context, req *gpupassv1.HeartbeatRequest, sessionKey []byte) (*gpupassv1.HeartbeatResponse, error)
 	UploadReport(ctx context.Context, req *gpupassv1.UploadReportRequest) (*gpupassv1.UploadReportResponse, error)
 }
 
@@ -99,12 +102,12 @@ func (p connectControlPlane) Enroll(ctx context.Context, req *gpupassv1.EnrollRe
 	return resp.Msg, nil
 }
 
-func (p connectControlPlane) Heartbeat(ctx context.Context, req *gpupassv1.HeartbeatRequest) (*gpupassv1.HeartbeatResponse, error) {
-	resp, err := p.c.Agent.Heartbeat(ctx, connect.NewRequest(req))
+func (p connectControlPlane) Heartbeat(ctx context.Context, req *gpupassv1.HeartbeatRequest, sessionKey []byte) (*gpupassv1.HeartbeatResponse, error) {
+	resp, err := p.c.Heartbeat(ctx, req, sessionKey)
 	if err != nil {
 		return nil, brokerErr(err)
 	}
-	return resp.Msg, nil
+	return resp, nil
 }
 
 func (p connectControlPlane) UploadReport(ctx context.Context, req *gpupassv1.UploadReportRequest) (*gpupassv1.UploadReportResponse, error) {

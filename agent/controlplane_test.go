@@ -35,7 +35,7 @@ func (f *fakeControlPlane) Enroll(_ context.Context, _ *gpupassv1.EnrollRequest)
 	return &gpupassv1.EnrollResponse{AgentId: "agt-1", SessionKey: f.sessKey, SessionEpoch: 1, BrokerTimeUnixNano: time.Now().UnixNano(), HeartbeatIntervalSeconds: 1}, nil
 }
 
-func (f *fakeControlPlane) Heartbeat(_ context.Context, _ *gpupassv1.HeartbeatRequest) (*gpupassv1.HeartbeatResponse, error) {
+func (f *fakeControlPlane) Heartbeat(_ context.Context, _ *gpupassv1.HeartbeatRequest, _ []byte) (*gpupassv1.HeartbeatResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heartbeat++

@@ -37,7 +37,7 @@ func TestSessionKeyRecovery(t *testing.T) {
 			return 0, false
 		}
 		id = b
-		_, e, err := sk.SessionKey(ctx, id)
+		_, e, err := sk.SessionVerifier(ctx, id)
 		return e, err == nil && e >= 1
 	})
 	key, err := conformance.LoadOrCreateKey(filepath.Join(dir, agent.KeyFile))
@@ -53,7 +53,7 @@ func TestSessionKeyRecovery(t *testing.T) {
 	}
 	// The agent's beat with the old key is refused; it enrolls again.
 	waitValue(t, "the agent to enroll again for a new key", func() (uint64, bool) {
-		_, e, err := sk.SessionKey(ctx, id)
+		_, e, err := sk.SessionVerifier(ctx, id)
 		return e, err == nil && e > other.SessionEpoch
 	})
 	// ... and its beats with the new key are taken.

@@ -221,7 +221,11 @@ func (s *agentService) Heartbeat(ctx context.Context, req *connect.Request[gpupa
 	_, pub := b.identity(e)
 	switch {
 	case len(m.Mac) > 0:
-		if err := b.checkMAC(ctx, e, m, req.Peer().Addr); err != nil {
+		reveal, err := api.ParseSessionKeyHeader(req.Header().Get(api.SessionKeyHeader))
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		if err := b.checkMAC(ctx, e, m, reveal, req.Peer().Addr); err != nil {
 			return nil, err
 		}
 	case m.Signature == "":

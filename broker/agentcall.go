@@ -140,7 +140,18 @@ func (b *Broker) proveAgentCall(w http.ResponseWriter, r *http.Request) (context
 	sum := sha256.Sum256(body)
 	payload := api.AgentCallPayload(proc, call, sum[:])
 	if call.MAC != nil {
-		key, epoch, err := b.sessionKey(ctx, e, call.AgentID, call.Epoch)
+		reveal, err := api.ParseSessionKeyHeader(r.Header.Get(api.SessionKeyHeader))
+		if err != nil {
+			return refuse(connect.CodeInvalidArgument, call.AgentID, err)
+		}
+		key, epoch, err := b.sessionKey(ctx, e, call.AgentID, call.Epoch, reveal)
+		if api.SessionKeyWanted(err) {
+			// A header as well as the error's metadata: over gRPC the
+			// error writer sends metadata as trailers, and the agent's
+			// transport decides on the answer's headers.
+			w.Header().Set(api.SessionKeyWantedHeader, "1")
+			return nil, nil, err
+		}
 		if err != nil {
 			return nil, nil, err
 		}

@@ -176,10 +176,12 @@ type agentEntry struct {
 	// an enrollment through this broker).
 	loaded time.Time
 	// The heartbeat session key (session.go) as this replica last knew
-	// it: read from the store when sessLoaded is older than SessionKeyTTL or
-	// a beat names a newer epoch, at most once per sessionReloadEvery
-	// (tried).
+	// it: its verifier and epoch read from the store when sessLoaded is
+	// older than SessionKeyTTL or a beat names a newer epoch, at most
+	// once per sessionReloadEvery (tried); the key itself only when this
+	// replica issued it or the agent showed it (nil until then).
 	sessKey               []byte
+	sessVerifier          []byte
 	sessEpoch             uint64
 	sessLoaded, sessTried time.Time
 	// calls refuses replayed agent calls (agentcall.go).

@@ -9,7 +9,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"log/slog"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
 )
 
@@ -54,12 +57,10 @@ func TestSessionKeys(t *testing.T) {
 				t.Fatalf("session key of %d bytes, epoch %d; want %d bytes, epoch 1", len(a.SessionKey), a.SessionEpoch, api.SessionKeyBytes)
 			}
 			keys := [][]byte{a.SessionKey}
-			beat := func(b *brokertest.Broker, req *gpupassv1.HeartbeatRequest) (*gpupassv1.HeartbeatResponse, error) {
-				resp, err := b.Clients(t, tok).Agent.Heartbeat(ctx, connect.NewRequest(req))
-				if err != nil {
-					return nil, err
-				}
-				return resp.Msg, nil
+			// beat sends req, and again with key when the replica
+			// holds only its verifier and asks for it.
+			beat := func(b *brokertest.Broker, req *gpupassv1.HeartbeatRequest, key []byte) (*gpupassv1.HeartbeatResponse, error) {
+				return b.Clients(t, tok).Heartbeat(ctx, req, key)
 			}
 			// Beats with the key count, through either replica.
 			if hb, err := a.Beat(ctx); err != nil || hb.StaleEcho {
@@ -72,19 +73,34 @@ func TestSessionKeys(t *testing.T) {
 			if req.Signature != "" || len(req.Mac) == 0 {
 				t.Fatalf("beat with a session key carries signature %q and a %d-byte mac; want only the mac", req.Signature, len(req.Mac))
 			}
-			if _, err := beat(b2, req); err != nil {
+			// The other replica holds only the key's verifier: it asks
+			// for the key, refuses a wrong one, and takes the right one.
+			if _, err := beat(b2, req, nil); connect.CodeOf(err) != connect.CodeUnauthenticated || !api.SessionKeyWanted(err) {
+				t.Fatalf("beat with a key issued by the other replica, key not sent: %v; want unauthenticated asking for the key", err)
+			}
+			wrong := bytes.Clone(a.SessionKey)
+			wrong[0] ^= 1
+			if _, err := beat(b2, req, wrong); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "not the one issued") {
+				t.Fatalf("beat with a key issued by the other replica, a wrong key sent: %v; want permission_denied", err)
+			}
+			if _, err := beat(b2, req, a.SessionKey); err != nil {
 				t.Fatalf("beat with a key issued by the other replica: %v", err)
+			}
+			// Shown once: the replica keeps it.
+			req, _ = a.BeatRequest()
+			if _, err := beat(b2, req, nil); err != nil {
+				t.Fatalf("second beat through the other replica, key not sent: %v", err)
 			}
 			// A bad mac, and a mac naming an epoch never issued.
 			bad, _ := a.BeatRequest()
 			bad.Mac[0] ^= 1
-			if _, err := beat(b1, bad); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "mac does not verify") || !strings.Contains(err.Error(), "enroll again") {
+			if _, err := beat(b1, bad, a.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "mac does not verify") || !strings.Contains(err.Error(), "enroll again") {
 				t.Errorf("beat with a bad mac: %v, want permission_denied saying to enroll again", err)
 			}
 			future, _ := a.BeatRequest()
 			future.SessionEpoch = 99
 			future.Mac = api.HeartbeatMAC(a.SessionKey, future)
-			if _, err := beat(b2, future); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 99 is not the current one") {
+			if _, err := beat(b2, future, a.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 99 is not the current one") {
 				t.Errorf("beat naming epoch 99: %v, want permission_denied naming the epoch", err)
 			}
 
@@ -99,7 +115,7 @@ func TestSessionKeys(t *testing.T) {
 				t.Fatalf("re-enrollment: agent %s epoch %d, new key %v; want %s, epoch 2, a new key", a2.ID, a2.SessionEpoch, !bytes.Equal(a2.SessionKey, a.SessionKey), a.ID)
 			}
 			old, _ := a.BeatRequest()
-			if _, err := beat(b2, old); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 1 is not the current one (2)") {
+			if _, err := beat(b2, old, a.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 1 is not the current one (2)") {
 				t.Errorf("beat with the rotated-out key: %v, want permission_denied", err)
 			}
 			// The replica that cached epoch 1 takes epoch 2 from the store.
@@ -108,7 +124,7 @@ func TestSessionKeys(t *testing.T) {
 				t.Errorf("beat with the new key through the replica that issued it: %v", err)
 			}
 			next, _ := a2.BeatRequest()
-			if _, err := beat(b1, next); err != nil {
+			if _, err := beat(b1, next, a2.SessionKey); err != nil {
 				t.Errorf("beat with the new key through the other replica: %v", err)
 			}
 
@@ -123,13 +139,13 @@ func TestSessionKeys(t *testing.T) {
 			retired, _ := a2.BeatRequest()
 			retired.Counter = next.Counter + 5
 			retired.Mac = api.HeartbeatMAC(a2.SessionKey, retired)
-			if _, err := beat(b1, retired); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 2 is not the current one (3)") {
+			if _, err := beat(b1, retired, a2.SessionKey); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "epoch 2 is not the current one (3)") {
 				t.Errorf("beat with a key rotated through the other replica, after the TTL: %v, want permission_denied", err)
 			}
 			a2 = a3
 			a2.SetCounter(next.Counter + 5)
 			next, _ = a2.BeatRequest()
-			if _, err := beat(b1, next); err != nil {
+			if _, err := beat(b1, next, a2.SessionKey); err != nil {
 				t.Errorf("beat with the third key: %v", err)
 			}
 
@@ -177,7 +193,7 @@ func TestSessionKeys(t *testing.T) {
 			again, _ := a2.BeatRequest()
 			again.Counter = next.Counter + 10
 			again.Mac = api.HeartbeatMAC(a2.SessionKey, again)
-			if _, err := beat(b1, again); err != nil {
+			if _, err := beat(b1, again, a2.SessionKey); err != nil {
 				t.Errorf("beat with the current key after an unproven enrollment: %v", err)
 			}
 
@@ -238,5 +254,64 @@ func TestReenrollWhileServing(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("enrolling again: %v", err)
+	}
+}
+
+// keyShown counts the requests that carry the session key itself.
+type keyShown struct {
+	next  http.RoundTripper
+	shown atomic.Int32
+}
+
+func (k *keyShown) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Header.Get(api.SessionKeyHeader) != "" {
+		k.shown.Add(1)
+	}
+	return k.next.RoundTrip(req)
+}
+
+// TestAgentCallShowsKeyOnce: the store keeps only session key verifiers
+// (issue #31), so a replica that did not issue a key asks for it. An
+// agent's work call MACed with a key issued through b1 goes through b2:
+// the agent's transport sends the key once, b2 checks it against the
+// verifier and keeps it, and later calls carry only MACs. A key that is
+// not the one issued is refused.
+func TestAgentCallShowsKeyOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := brokertest.NewDB(t, "sqlite")
+	b1 := brokertest.Start(t, db, brokertest.Fast())
+	b2 := brokertest.Start(t, db, brokertest.Fast())
+	tok := b1.Token(t, store.RoleAgent, "*")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := brokertest.EnrollProven(ctx, b1.URL, tok, key, brokertest.H100("us-west-2", 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := &gpupassv1.PollWorkRequest{AgentId: a.ID, WaitSeconds: 0}
+	count := &keyShown{next: client.HTTPClient(false, nil).Transport}
+	onB2 := dialWithTransport(t, b2.URL, tok, a.Creds.Transport(count))
+	for i := range 3 {
+		if _, err := onB2.Work.PollWork(ctx, connect.NewRequest(poll)); err != nil {
+			t.Fatalf("work call %d through the replica that did not issue the key: %v", i+1, err)
+		}
+	}
+	if n := count.shown.Load(); n != 1 {
+		t.Errorf("the key was sent %d times over 3 calls, want once", n)
+	}
+
+	// A wrong key shown to a replica that holds only the verifier (b3
+	// has cached nothing) is refused.
+	b3 := brokertest.Start(t, db, brokertest.Fast())
+	wrong := bytes.Clone(a.SessionKey)
+	wrong[0] ^= 1
+	forged := &api.AgentCredentials{}
+	forged.Set(a.ID, wrong, a.SessionEpoch, 0)
+	onB3 := dialWithTransport(t, b3.URL, tok, forged.Transport(client.HTTPClient(false, nil).Transport))
+	if _, err := onB3.Work.PollWork(ctx, connect.NewRequest(poll)); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "not the one issued") {
+		t.Errorf("work call with a wrong key shown: %v, want permission_denied", err)
 	}
 }

@@ -184,3 +184,34 @@ func TestAgentAsTheUnitStartsIt(t *testing.T) {
 		t.Errorf("agent as the unit starts it:\n%s", out)
 	}
 }
+
+// TestBrokerUnitKeepsStoreOwnerOnly (issue #31): the broker unit makes
+// its state directory the broker user's alone and every file the broker
+// creates (broker.db, -wal, -shm) unreadable by other local users.
+func TestBrokerUnitKeepsStoreOwnerOnly(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("systemd", "gpupass-broker.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	service := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			section = line
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok && section == "[Service]" && !strings.HasPrefix(line, "#") {
+			service[k] = v
+		}
+	}
+	for k, want := range map[string]string{"UMask": "0077", "StateDirectoryMode": "0700", "StateDirectory": "gpupass-broker"} {
+		if service[k] != want {
+			t.Errorf("gpupass-broker.service [Service] %s=%q, want %q", k, service[k], want)
+		}
+	}
+	if db := service["Environment"]; !strings.Contains(db, "/var/lib/gpupass-broker/") {
+		t.Errorf("gpupass-broker.service keeps the store at %q, not in its StateDirectory", db)
+	}
+}

@@ -366,15 +366,15 @@ func (a *Agent) Beat(ctx context.Context) (*gpupassv1.HeartbeatResponse, error) 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a.Clients.Agent.Heartbeat(ctx, connect.NewRequest(req))
+	resp, err := a.Clients.Heartbeat(ctx, req, a.SessionKey)
 	if err != nil {
 		return nil, err
 	}
-	a.echo, a.gotAt = resp.Msg.BrokerTimeUnixNano, time.Now()
+	a.echo, a.gotAt = resp.BrokerTimeUnixNano, time.Now()
 	if a.Creds != nil { // nil for agents a test made by hand
-		a.Creds.SawBrokerTime(resp.Msg.BrokerTimeUnixNano)
+		a.Creds.SawBrokerTime(resp.BrokerTimeUnixNano)
 	}
-	return resp.Msg, nil
+	return resp, nil
 }
 
 // Report builds the agent's conformance report (simulated, all checks pass).

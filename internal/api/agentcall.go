@@ -228,6 +228,13 @@ func (c *AgentCredentials) AgentID() string {
 	return c.agentID
 }
 
+// sessionKey is the current session key (nil: none).
+func (c *AgentCredentials) sessionKey() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.key
+}
+
 // prove makes the header for one call with body hash sum.
 func (c *AgentCredentials) prove(procedure string, sum []byte) (string, error) {
 	c.mu.Lock()
@@ -283,13 +290,21 @@ func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		body = b
 	}
 	sum := sha256.Sum256(body)
-	for try := 0; ; try++ {
+	// At most one retry for each reason: a stale echo, and a replica
+	// that asks for the session key (SessionKeyWantedHeader).
+	var staleTried, reveal bool
+	for {
 		h, err := t.c.prove(req.URL.Path, sum[:])
 		if err != nil {
 			return nil, err
 		}
 		r := req.Clone(req.Context())
 		r.Header.Set(AgentCallHeader, h)
+		if reveal {
+			if k := t.c.sessionKey(); k != nil {
+				r.Header.Set(SessionKeyHeader, EncodeSessionKey(k))
+			}
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		r.ContentLength = int64(len(body))
@@ -300,11 +315,19 @@ func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if v, perr := strconv.ParseInt(resp.Header.Get(BrokerTimeHeader), 10, 64); perr == nil {
 			t.c.answered(v)
 		}
-		if try > 0 || resp.Header.Get(StaleEchoHeader) == "" {
+		switch {
+		case resp.Header.Get(SessionKeyWantedHeader) != "" && !reveal && t.c.sessionKey() != nil:
+			// This replica holds only the key's verifier: the same
+			// call again, with the key.
+			reveal = true
+		case resp.Header.Get(StaleEchoHeader) != "" && !staleTried:
+			// Refused for an old echo only: the answer brought a fresh
+			// broker time, so the same call with a new proof goes
+			// through.
+			staleTried = true
+		default:
 			return resp, nil
 		}
-		// Refused for an old echo only: the answer brought a fresh
-		// broker time, so the same call with a new proof goes through.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		_ = resp.Body.Close()
 	}

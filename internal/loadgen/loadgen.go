@@ -610,12 +610,12 @@ func (a *simAgent) beat(ctx context.Context) error {
 	req := &gpupassv1.HeartbeatRequest{AgentId: a.id, Counter: a.counter, EchoBrokerTimeUnixNano: a.echo,
 		AgentHoldNanos: int64(time.Since(a.gotAt)), SessionEpoch: a.epoch}
 	req.Mac = api.HeartbeatMAC(a.session, req)
-	resp, err := a.c.Agent.Heartbeat(ctx, connect.NewRequest(req))
+	resp, err := a.c.Heartbeat(ctx, req, a.session)
 	if err != nil {
 		return fmt.Errorf("heartbeat of %s: %s", a.id, api.Describe(err))
 	}
-	a.echo, a.gotAt = resp.Msg.BrokerTimeUnixNano, time.Now()
-	a.creds.SawBrokerTime(resp.Msg.BrokerTimeUnixNano)
+	a.echo, a.gotAt = resp.BrokerTimeUnixNano, time.Now()
+	a.creds.SawBrokerTime(resp.BrokerTimeUnixNano)
 	return nil
 }
 

@@ -84,6 +84,8 @@ var Migrations = []string{
 	leaseMigration,
 	// 9: admins' decisions on admitting nodes; see admission.go.
 	admissionMigration,
+	// 10: session key verifiers instead of session keys; see session.go.
+	sessionVerifierMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

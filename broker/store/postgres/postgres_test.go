@@ -1,13 +1,17 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/postgres"
@@ -134,5 +138,43 @@ func TestSignals(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d sessions still listen 5 s after the listener stopped", n)
 		}
+	}
+}
+
+// TestUpgradeDropsClearSessionKeys (issue #31): a store written before
+// verifiers held session keys in clear, readable by any holder of a dump.
+// Opening it drops them (agents enroll again for a new key) and keeps
+// verifiers from then on.
+func TestUpgradeDropsClearSessionKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewDatabase(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := sqlstore.Open(ctx, db, sqlstore.Dialect{Name: "postgres", Dollar: true, Migrations: postgres.Migrations[:8]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO agent_sessions (agent_id, session_key, epoch, issued_at) VALUES ('agt-old', $1, 3, 1)`, bytes.Repeat([]byte{7}, 32)); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	s, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, _, err := s.SessionVerifier(ctx, "agt-old"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("session of agt-old after the upgrade: %v, want ErrNotFound (the agent enrolls again)", err)
+	}
+	var n int
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_name = 'agent_sessions'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the table of clear session keys is still there (%d, %v)", n, err)
+	}
+	if e, err := s.RotateSessionKey(ctx, "agt-old", make([]byte, 32), time.Now()); err != nil || e != 1 {
+		t.Errorf("first verifier after the upgrade: epoch %d, %v; want 1", e, err)
 	}
 }

@@ -5,7 +5,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -84,12 +86,18 @@ var Migrations = []string{
 	leaseMigration,
 	// 9: admins' decisions on admitting nodes; see admission.go.
 	admissionMigration,
+	// 10: session key verifiers instead of session keys; see session.go.
+	sessionVerifierMigration,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and
-// migrates it.
+// migrates it. The database and its -wal and -shm files are the owner's
+// alone (0600): see restrictFiles.
 func Open(ctx context.Context, path string) (*sqlstore.Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
+	}
+	if err := restrictFiles(path); err != nil {
 		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
 	}
 	q := url.Values{}
@@ -113,4 +121,37 @@ func Open(ctx context.Context, path string) (*sqlstore.Store, error) {
 		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// restrictFiles makes the database file 0600 before SQLite opens it
+// (creating it empty when absent, which SQLite takes as a new database)
+// and takes group and other bits off an existing one and its -wal and
+// -shm files. SQLite creates -wal and -shm with the database file's mode,
+// so every file of the store is then the owner's alone whatever the
+// process umask: the store holds run logs, evidence and token hashes, and
+// a file a local user could read was how the issue #31 reader took a
+// node's session key. A store an older broker made 0644 is narrowed here.
+func restrictFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+				return fmt.Errorf("narrowing %s to its owner: %w", p, err)
+			}
+		}
+	}
+	return nil
 }

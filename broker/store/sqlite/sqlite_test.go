@@ -1,13 +1,19 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/sqlite"
+	"github.com/gpupass/gpupass/broker/store/sqlstore"
 	"github.com/gpupass/gpupass/broker/store/storetest"
 )
 
@@ -68,5 +74,98 @@ func TestRefreshQueriesUseIndexes(t *testing.T) {
 		if !strings.Contains(plan, "SEARCH n USING INDEX "+tc.index) && !strings.Contains(plan, "SEARCH nodes USING INDEX "+tc.index) {
 			t.Errorf("query %s does not search nodes by %s; plan:\n%s", tc.query, tc.index, plan)
 		}
+	}
+}
+
+// TestFilesOwnerOnly (issue #31): the database and its -wal and -shm
+// files are 0600 whatever the umask (this test's is the usual 022, under
+// which SQLite alone makes them 0644), and a store an older broker left
+// 0644 is narrowed when opened.
+func TestFilesOwnerOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	check := func(t *testing.T, path string) {
+		t.Helper()
+		s, err := sqlite.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		// A write, so that the -wal and -shm files exist.
+		if _, err := s.RotateSessionKey(ctx, "agt-x", make([]byte, 32), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for _, sfx := range []string{"", "-wal", "-shm"} {
+			fi, err := os.Stat(path + sfx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s is %v, want -rw------- (0600)", filepath.Base(path+sfx), fi.Mode().Perm())
+			}
+		}
+	}
+	t.Run("new", func(t *testing.T) {
+		check(t, filepath.Join(t.TempDir(), "broker.db"))
+	})
+	t.Run("left 0644 by an older broker", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "broker.db")
+		s, err := sqlite.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		for _, sfx := range []string{"", "-wal", "-shm"} {
+			// SQLite removed the -wal and -shm files at close: empty
+			// ones stand for those an older broker left behind.
+			if _, err := os.Stat(path + sfx); os.IsNotExist(err) {
+				if err := os.WriteFile(path+sfx, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chmod(path+sfx, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(t, path)
+	})
+}
+
+// TestUpgradeDropsClearSessionKeys (issue #31): a store written before
+// verifiers held session keys in clear. Opening it drops them (no key a
+// reader of the old file may have taken proves a node any more: agents
+// enroll again for a new key) and keeps verifiers from then on.
+func TestUpgradeDropsClearSessionKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "broker.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := sqlstore.Open(ctx, db, sqlstore.Dialect{Name: "sqlite", Migrations: sqlite.Migrations[:8]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bytes.Repeat([]byte{7}, 32)
+	if _, err := db.ExecContext(ctx, `INSERT INTO agent_sessions (agent_id, session_key, epoch, issued_at) VALUES ('agt-old', ?, 3, 1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, _, err := s.SessionVerifier(ctx, "agt-old"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("session of agt-old after the upgrade: %v, want ErrNotFound (the agent enrolls again)", err)
+	}
+	var n int
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'agent_sessions'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the table of clear session keys is still there (%d, %v)", n, err)
+	}
+	if e, err := s.RotateSessionKey(ctx, "agt-old", make([]byte, 32), time.Now()); err != nil || e != 1 {
+		t.Errorf("first verifier after the upgrade: epoch %d, %v; want 1", e, err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // runSessionKeys checks store.SessionKeys: epochs rise by one per
-// rotation, the newest key wins, a second handle (another replica) reads
+// rotation, the newest verifier wins, a second handle (another replica) reads
 // what the first wrote, and concurrent rotations hand out distinct epochs.
 func runSessionKeys(t *testing.T, open Factory) {
 	t.Run("session keys", func(t *testing.T) {
@@ -22,8 +22,8 @@ func runSessionKeys(t *testing.T, open Factory) {
 		if !ok {
 			t.Fatalf("%T does not implement store.SessionKeys", s)
 		}
-		if _, _, err := sk.SessionKey(ctx, "agt-none"); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("SessionKey of an agent with none: err = %v, want ErrNotFound", err)
+		if _, _, err := sk.SessionVerifier(ctx, "agt-none"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("SessionVerifier of an agent with none: err = %v, want ErrNotFound", err)
 		}
 		k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
 		for i, k := range [][]byte{k1, k2} {
@@ -39,12 +39,12 @@ func runSessionKeys(t *testing.T, open Factory) {
 			t.Fatal(err)
 		}
 		other := reopen(t).(store.SessionKeys)
-		key, e, err := other.SessionKey(ctx, "agt-a")
+		key, e, err := other.SessionVerifier(ctx, "agt-a")
 		if err != nil || e != 2 || !bytes.Equal(key, k2) {
-			t.Errorf("SessionKey(agt-a) from a second handle = epoch %d, key equal to the newest %v, err %v; want epoch 2, true, nil", e, bytes.Equal(key, k2), err)
+			t.Errorf("SessionVerifier(agt-a) from a second handle = epoch %d, verifier equal to the newest %v, err %v; want epoch 2, true, nil", e, bytes.Equal(key, k2), err)
 		}
-		if key, e, err := sk.SessionKey(ctx, "agt-b"); err != nil || e != 1 || !bytes.Equal(key, k1) {
-			t.Errorf("SessionKey(agt-b) = epoch %d, key equal %v, err %v; want epoch 1, true, nil", e, bytes.Equal(key, k1), err)
+		if key, e, err := sk.SessionVerifier(ctx, "agt-b"); err != nil || e != 1 || !bytes.Equal(key, k1) {
+			t.Errorf("SessionVerifier(agt-b) = epoch %d, verifier equal %v, err %v; want epoch 1, true, nil", e, bytes.Equal(key, k1), err)
 		}
 
 		const n = 8
@@ -71,7 +71,7 @@ func runSessionKeys(t *testing.T, open Factory) {
 			}
 			seen[e] = true
 		}
-		if _, e, err := sk.SessionKey(ctx, "agt-c"); err != nil || e != n {
+		if _, e, err := sk.SessionVerifier(ctx, "agt-c"); err != nil || e != n {
 			t.Errorf("after %d rotations: epoch %d, err %v; want %d", n, e, err, n)
 		}
 	})
