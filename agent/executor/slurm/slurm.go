@@ -96,10 +96,14 @@ func (c *Client) ClusterName(ctx context.Context) (string, error) {
 }
 
 // Step runs command as a job step on node (srun -w NODE -N1 -n1) with
-// the GRES gres ("gpu:a100:4"; empty: none) and returns its stdout. The
-// step's stderr is in the error when it fails.
-func (c *Client) Step(ctx context.Context, node, gres string, env []string, command ...string) (string, error) {
+// the GRES gres ("gpu:a100:4"; empty: none) and the job comment comment
+// (Ledger.Hold's; empty: none) and returns its stdout. The step's stderr
+// is in the error when it fails.
+func (c *Client) Step(ctx context.Context, node, gres, comment string, env []string, command ...string) (string, error) {
 	args := []string{"-w", node, "-N1", "-n1", "--quiet", "--job-name", "gpupass-check"}
+	if comment != "" {
+		args = append(args, "--comment", comment)
+	}
 	if gres != "" {
 		args = append(args, "--gres="+gres)
 	}
