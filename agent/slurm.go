@@ -71,6 +71,11 @@ func (o *Options) validateSlurm() error {
 		}
 		s.AgentBinary = exe
 	}
+	for _, v := range o.SlurmSimulate {
+		if _, _, ok := strings.Cut(v, "="); !ok {
+			return fielderr.New(FieldSlurmSimulate, v, "want NODE=PROFILE")
+		}
+	}
 	if s.LedgerDir == "" {
 		s.LedgerDir = filepath.Join(o.StateDir, "slurm", "ledger")
 	}
@@ -82,12 +87,7 @@ func (o *Options) validateSlurm() error {
 		s.LedgerDir = abs
 	}
 	if rel, err := filepath.Rel(s.SharedDir, s.LedgerDir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return fielderr.New(FieldSlurmLedgerDir, s.LedgerDir, "is inside --slurm-shared-dir, which every job can write: give a directory on the login node that no compute node mounts")
-	}
-	for _, v := range o.SlurmSimulate {
-		if _, _, ok := strings.Cut(v, "="); !ok {
-			return fielderr.New(FieldSlurmSimulate, v, "want NODE=PROFILE")
-		}
+		return fielderr.New(FieldSlurmLedgerDir, s.LedgerDir, "is inside {"+FieldSlurmSharedDir+"}, which every job can write: give a directory on the login node that no compute node mounts")
 	}
 	return nil
 }
@@ -202,6 +202,9 @@ func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
 	if err := n.client.Cancel(ctx, slurm.JobName(allocID)); err != nil {
 		n.log.Error("cancelling the slurm jobs of a run the agent died under", "alloc", allocID, "err", err)
 		reason += " (scancel failed: " + err.Error() + ")"
+	}
+	if n.ledger != nil {
+		n.ledger.ForgetRun(allocID)
 	}
 	return reason
 }

@@ -96,6 +96,17 @@ func (l *Ledger) forget(alloc, attempt string) {
 	_ = os.Remove(l.entryPath(alloc, attempt))
 }
 
+// ForgetRun drops every attempt of the run alloc, whose jobs the agent
+// cancelled without following them to their end (it died before the
+// attempt was marked): the run may be placed here again, and its first
+// attempt must not find the cancelled job.
+func (l *Ledger) ForgetRun(alloc string) {
+	matches, _ := filepath.Glob(filepath.Join(l.Dir, alloc+".*.job"))
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+}
+
 // Hold records a conformance step about to start (srun is a job of the
 // account too) and returns the comment the step's job carries and the
 // func that forgets it once srun has returned. A job can copy a live
