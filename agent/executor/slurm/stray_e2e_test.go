@@ -24,7 +24,7 @@ import (
 // strayScript is what a run's job leaves behind: a batch job of the
 // agent's account that watches the node's runs dir and, as the runs after
 // its own start, appends a fake log line and a fake loss to the first one
-// and scancels the second one's job. Every job runs as the agent's one
+// and scancels the second one's job; it leaves later runs alone. Every job runs as the agent's one
 // account, so nothing but the agent stops it.
 const strayScript = `root=$(dirname "$PWD"); seen=$(ls "$root"); n=0; i=0
 while [ $i -lt 900 ]; do
@@ -36,7 +36,7 @@ while [ $i -lt 900 ]; do
     if [ $n -eq 1 ]; then
       echo "FORGED by a stray job of an earlier run" >> "$d/.slurm/attempt-1.out"
       echo '{"step": 1000, "loss": 0.0001}' >> "$d/metrics.jsonl"
-    else
+    elif [ $n -eq 2 ]; then
       scancel --name "gpupass-$a"
     fi
   done
@@ -60,6 +60,13 @@ func TestE2ESlurmStrayJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Where the stray outlives its run (the bug), it must not outlive
+	// the test too.
+	t.Cleanup(func() {
+		stop := exec.Command("scancel", "--name", "stray-e2e")
+		stop.Env = c.Env()
+		_ = stop.Run()
+	})
 	// A refresh far off: only the sweeps at each submit and each
 	// attempt's end can stop the stray.
 	login := stack.StartAgent(t, "slurm-stray", "hpc-eu", "--executor", "slurm", "--slurm-partition", slurmtest.Partition,
