@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,7 +87,12 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 		// Only what the agent recorded: a job id in the shared dir may
 		// be another job's doing, and a job found by name may be one a
 		// job submitted under the run's name.
-		f.st.JobID, _ = r.Ledger.Lookup(alloc, attempt)
+		var ok bool
+		if f.st.JobID, ok = r.Ledger.Lookup(alloc, attempt); !ok && a.From == nil {
+			// A new job: its files are read from their start, whatever
+			// offsets a job wrote into the attempt's state file.
+			f.st.Offsets = follow.Offsets{}
+		}
 	} else if f.st.JobID == "" {
 		// The agent may have died between sbatch and writing the state.
 		jobs, err := r.Client.JobsNamed(ctx, JobName(alloc))
@@ -167,10 +171,6 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if len(a.Command) == 0 {
 		return "", false, errors.New("the attempt has no command")
 	}
-	path := base + ".sh"
-	if err := os.WriteFile(path, []byte(script(a)), 0o755); err != nil {
-		return "", false, fmt.Errorf("writing the batch script: %w", err)
-	}
 	args := []string{"--parsable", "-w", r.Node, "-N1", "-n1", "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
 		"--chdir", a.Dir, "--output", base + ".out", "--error", base + ".err", "--open-mode=append", "--export=ALL", "--no-requeue"}
 	if r.Partition != "" {
@@ -185,11 +185,13 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 			a.Note(note, map[string]string{"slurm_time_limit_minutes": strconv.Itoa(minutes)})
 		}
 	}
-	args = append(args, path)
 	sbatch := func() (string, error) {
 		// The job's environment is the attempt's (sbatch --export=ALL):
-		// the same GPUPASS_* variables as the local executor's.
-		out, err := r.Client.run(ctx, a.Env, "sbatch", args...)
+		// the same GPUPASS_* variables as the local executor's. The
+		// script goes on sbatch's stdin, never through the shared dir,
+		// where a job of the account could change it before sbatch
+		// reads it.
+		out, err := r.Client.runStdin(ctx, a.Env, script(a), "sbatch", args...)
 		if err != nil {
 			var te *ToolError
 			refused = errors.As(err, &te)

@@ -56,6 +56,11 @@ func (e *ToolError) Unwrap() error { return e.Err }
 // run runs one tool with extra environment env (nil: the client's own)
 // and returns its stdout.
 func (c *Client) run(ctx context.Context, env []string, name string, args ...string) (string, error) {
+	return c.runStdin(ctx, env, "", name, args...)
+}
+
+// runStdin is run with stdin as the tool's standard input.
+func (c *Client) runStdin(ctx context.Context, env []string, stdin, name string, args ...string) (string, error) {
 	d := c.Timeout
 	if d <= 0 {
 		d = 30 * time.Second
@@ -69,6 +74,9 @@ func (c *Client) run(ctx context.Context, env []string, name string, args ...str
 	cmd.Env = append(env[:len(env):len(env)], c.Env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w (after %s)", err, d)
