@@ -177,17 +177,22 @@ echo stray running`, c.Conf, shellQuote("export SLURM_CONF="+c.Conf+"; "+straySc
 	})
 
 	t.Run("output changed in the shared dir after the job's end disputes the run", func(t *testing.T) {
-		id := train(t, "written-after-end", honest)
+		// $((0+1)): the line, not the command the run's log also shows.
+		id := train(t, "written-after-end", `echo "short run at step $((0+1))"; sleep 1`)
 		upstack.WaitFor(t, ctx, "the run's job to write its first line", func() bool {
-			return strings.Contains(logOf(t, id), "honest run started")
+			return strings.Contains(logOf(t, id), "short run at step 1")
 		})
 		// The agent is down (a crash, an upgrade) when the job ends; a
 		// job of the account (here the test, which is that account)
-		// appends to the run's output meanwhile.
+		// appends to the run's output meanwhile. (Down for less than
+		// the broker's 10 s heartbeat window, so the run is not lost.)
 		login.Kill9(t)
-		upstack.WaitFor(t, ctx, "the run's job to end", func() bool {
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		upstack.WaitFor(t, wctx, "the run's job to end", func() bool {
 			return regexp.MustCompile(`^[0-9]+ COMPLETED\n$`).MatchString(c.Command(t, "squeue", "-h", "-t", "all", "-n", "gpupass-"+id, "-o", "%i %T"))
 		})
+		// Past the end Slurm records (whole seconds) and its slack.
 		time.Sleep(3 * time.Second)
 		out := filepath.Join(c.Shared, "gpupass", slurmtest.ClusterName, "n1", "runs", id, ".slurm", "attempt-1.out")
 		f, err := os.OpenFile(out, os.O_APPEND|os.O_WRONLY, 0)
