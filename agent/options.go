@@ -109,6 +109,7 @@ const (
 	FieldSlurmRefresh     = "slurm refresh"
 	FieldSlurmAgentBinary = "slurm agent binary"
 	FieldSlurmSimulate    = "slurm simulated node"
+	FieldSlurmLedgerDir   = "slurm ledger dir"
 	FieldKubeconfig       = "kubeconfig"
 	FieldKubeImage        = "kubernetes run image"
 	FieldKubeNamespace    = "kubernetes namespace"

@@ -46,6 +46,11 @@ type SlurmFlags struct {
 	// AgentBinary is the gpupass-agent the conformance job step runs on
 	// the compute node (it must be at that path there too).
 	AgentBinary string
+	// LedgerDir is where the agent records each job it submits (default
+	// --state-dir/slurm/ledger): on the login node, where no job writes.
+	// Every job of the account it does not hold is cancelled, so all the
+	// agents of one account share it (slurm.Ledger).
+	LedgerDir string
 }
 
 func (o *Options) validateSlurm() error {
@@ -71,12 +76,26 @@ func (o *Options) validateSlurm() error {
 			return fielderr.New(FieldSlurmSimulate, v, "want NODE=PROFILE")
 		}
 	}
+	if s.LedgerDir == "" {
+		s.LedgerDir = filepath.Join(o.StateDir, "slurm", "ledger")
+	}
+	if !filepath.IsAbs(s.LedgerDir) {
+		abs, err := filepath.Abs(s.LedgerDir)
+		if err != nil {
+			return fielderr.New(FieldSlurmLedgerDir, s.LedgerDir, "give an absolute directory on the login node: %w", err)
+		}
+		s.LedgerDir = abs
+	}
+	if rel, err := filepath.Rel(s.SharedDir, s.LedgerDir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fielderr.New(FieldSlurmLedgerDir, s.LedgerDir, "is inside {"+FieldSlurmSharedDir+"}, which every job can write: give a directory on the login node that no compute node mounts")
+	}
 	return nil
 }
 
 // slurmNode is what one compute node's agent needs from the supervisor.
 type slurmNode struct {
 	client    *slurm.Client
+	ledger    *slurm.Ledger
 	cluster   string
 	name      string
 	partition string
@@ -152,7 +171,7 @@ func (n *slurmNode) set(node slurm.Node) {
 func (n *slurmNode) runner() executor.Runner {
 	node := n.current()
 	return &slurm.Runner{Client: n.client, Cluster: n.cluster, Node: n.name, Gres: node.Gres(), Partition: n.partition, TimeLimit: n.timeLimit,
-		OnJob: func(j slurm.Job) {
+		Ledger: n.ledger, OnJob: func(j slurm.Job) {
 			n.mu.Lock()
 			n.job = j
 			n.mu.Unlock()
@@ -183,6 +202,9 @@ func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
 	if err := n.client.Cancel(ctx, slurm.JobName(allocID)); err != nil {
 		n.log.Error("cancelling the slurm jobs of a run the agent died under", "alloc", allocID, "err", err)
 		reason += " (scancel failed: " + err.Error() + ")"
+	}
+	if n.ledger != nil {
+		n.ledger.ForgetRun(allocID)
 	}
 	return reason
 }
@@ -227,7 +249,14 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("making the node's dir in the slurm shared dir: %w", err)
 	}
-	out, err := n.client.Step(ctx, n.name, n.current().Gres(), nil, remoteArgs(n.exe, n.dir(), o)...)
+	// srun's job is one of the account's too: held in the ledger while
+	// it runs, so that a sweep does not take it for a stray.
+	comment, release, err := n.ledger.Hold()
+	if err != nil {
+		return nil, err
+	}
+	out, err := n.client.Step(ctx, n.name, n.current().Gres(), comment, nil, remoteArgs(n.exe, n.dir(), o)...)
+	release()
 	var f probe.Facts
 	if err == nil {
 		if jerr := json.Unmarshal([]byte(out), &f); jerr != nil {
@@ -283,6 +312,7 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	ledger := &slurm.Ledger{Dir: o.Slurm.LedgerDir}
 	agents, err := newClusterAgents(o, ExecutorSlurm, cluster, o.Slurm.Refresh, log)
 	if err != nil {
 		return err
@@ -292,6 +322,14 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 		running = map[string]*slurmNode{}
 	)
 	refresh := func() error {
+		// Every refresh also ends the jobs of the account that no live
+		// run submitted: a job a run's job started lives at most one
+		// refresh, even while that run lasts.
+		if strays, err := ledger.Sweep(ctx, client, slurm.SweepWait); err != nil {
+			log.Warn("cancelling slurm jobs of the account that the agent did not submit", "err", err)
+		} else if len(strays) > 0 {
+			log.Warn("cancelled slurm jobs of the account that the agent did not submit", "jobs", slurm.DescribeStrays(strays))
+		}
 		nodes, err := client.Nodes(ctx, o.Slurm.Partitions)
 		if err != nil {
 			return err
@@ -311,7 +349,7 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 					break
 				}
 			}
-			sn := &slurmNode{client: client, cluster: cluster, name: nd.Name, partition: part, sharedDir: o.Slurm.SharedDir,
+			sn := &slurmNode{client: client, ledger: ledger, cluster: cluster, name: nd.Name, partition: part, sharedDir: o.Slurm.SharedDir,
 				exe: o.Slurm.AgentBinary, timeLimit: o.Slurm.TimeLimit, node: nd, log: log.With("slurm_node", nd.Name)}
 			sn.stateDir = agents.nodeStateDir(nd.Name)
 			simulate := simulateFor(o, nd.Name)

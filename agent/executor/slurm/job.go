@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Job is what Slurm says about one job.
@@ -21,6 +22,12 @@ type Job struct {
 	Signal    int    `json:"signal,omitempty"`
 	TimeLimit string `json:"time_limit,omitempty"`
 	Comment   string `json:"comment,omitempty"`
+	// UserID is the uid the job runs as (UserId=NAME(UID)); -1 when
+	// Slurm did not say.
+	UserID int `json:"user_id"`
+	// EndTime is when slurmctld saw the job end (whole seconds, its
+	// clock); zero while it runs or when Slurm did not say.
+	EndTime time.Time `json:"end_time,omitzero"`
 }
 
 // ErrNoJob is a job Slurm no longer (or never) knew.
@@ -58,6 +65,15 @@ func (c *Client) JobsNamed(ctx context.Context, name string) ([]Job, error) {
 	return named, nil
 }
 
+// Jobs returns every job Slurm still knows, of every user.
+func (c *Client) Jobs(ctx context.Context) ([]Job, error) {
+	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o")
+	if err != nil {
+		return nil, fmt.Errorf("listing slurm jobs: %w", err)
+	}
+	return ParseJobs(out), nil
+}
+
 // RunJobsOn returns the jobs of gpupass runs (JobName) running on node:
 // a job step asked for on the node now would wait for their end. (One
 // completing is over within KillWait, and a step waits for it.)
@@ -91,6 +107,17 @@ func ParseJobs(out string) []Job {
 			j.Node = n
 		} else if n := f["NodeList"]; n != "(null)" {
 			j.Node = n
+		}
+		j.UserID = -1
+		if _, uid, ok := strings.Cut(f["UserId"], "("); ok {
+			if n, err := strconv.Atoi(strings.TrimSuffix(uid, ")")); err == nil {
+				j.UserID = n
+			}
+		}
+		// Slurm prints its local time without a zone; "Unknown" or
+		// "None" while the job runs.
+		if t, err := time.ParseInLocation("2006-01-02T15:04:05", f["EndTime"], time.Local); err == nil && j.Phase() == Ended {
+			j.EndTime = t
 		}
 		code, sig, _ := strings.Cut(f["ExitCode"], ":")
 		j.ExitCode, _ = strconv.Atoi(code)

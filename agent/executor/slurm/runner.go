@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
@@ -45,7 +46,20 @@ type Runner struct {
 	// OnJob, when set, hears each change of the job's state (PENDING
 	// with its reason, RUNNING, the end): the agent shows it in runs.
 	OnJob func(Job)
+	// Ledger, when set (the agent always sets it), records each job
+	// submitted, and is the only place an attempt's job is found again:
+	// the shared dir (WORKDIR/.slurm, job names) is every job's to write.
+	// Strays of the account are cancelled before each submit and at
+	// each attempt's end, and what the attempt's files show changed
+	// after its job ended fails the attempt as disputed. Nil: the job is
+	// found again by the attempt's file or its name (tests of the runner
+	// alone).
+	Ledger *Ledger
 }
+
+// endSlack is how long after the end slurmctld records (whole seconds,
+// truncated) a job's own last write may still carry as its change time.
+const endSlack = 2 * time.Second
 
 // attemptState is WORKDIR/.slurm/attempt-N.json.
 type attemptState struct {
@@ -61,14 +75,25 @@ func attemptComment(n string) string { return "gpupass-attempt-" + n }
 // Run submits (or finds again) the attempt's job, follows its output
 // until it ends and maps Slurm's end to an Exit.
 func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
-	f := &follower{r: r, note: a.Note}
+	f := &follower{r: r, note: a.Note, metrics: executor.EnvValue(a.Env, executor.EnvMetricsFile)}
 	at, err := follow.Start(a, ".slurm", &f.st, out)
 	if err != nil {
 		return startErr(err)
 	}
 	f.files = at.Files
 	alloc, attempt, base := at.AllocID, at.N, at.Base
-	if f.st.JobID == "" {
+	f.alloc, f.attempt, f.base = alloc, attempt, base
+	if r.Ledger != nil {
+		// Only what the agent recorded: a job id in the shared dir may
+		// be another job's doing, and a job found by name may be one a
+		// job submitted under the run's name.
+		var ok bool
+		if f.st.JobID, ok = r.Ledger.Lookup(alloc, attempt); !ok && a.From == nil {
+			// A new job: its files are read from their start, whatever
+			// offsets a job wrote into the attempt's state file.
+			f.st.Offsets = follow.Offsets{}
+		}
+	} else if f.st.JobID == "" {
 		// The agent may have died between sbatch and writing the state.
 		jobs, err := r.Client.JobsNamed(ctx, JobName(alloc))
 		if err != nil {
@@ -81,7 +106,7 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 		}
 	}
 	if f.st.JobID == "" {
-		id, refused, err := r.submit(ctx, a, alloc, attempt, base)
+		id, refused, err := r.submit(ctx, a, alloc, attempt, base, f.noteStrays)
 		if err != nil {
 			ex := startErr(err)
 			// sbatch said no (a node Slurm will not run it on, a
@@ -142,13 +167,9 @@ func script(a executor.Attempt) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string) (id string, refused bool, err error) {
+func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string, strays func([]Job, string)) (id string, refused bool, err error) {
 	if len(a.Command) == 0 {
 		return "", false, errors.New("the attempt has no command")
-	}
-	path := base + ".sh"
-	if err := os.WriteFile(path, []byte(script(a)), 0o755); err != nil {
-		return "", false, fmt.Errorf("writing the batch script: %w", err)
 	}
 	args := []string{"--parsable", "-w", r.Node, "-N1", "-n1", "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
 		"--chdir", a.Dir, "--output", base + ".out", "--error", base + ".err", "--open-mode=append", "--export=ALL", "--no-requeue"}
@@ -164,19 +185,31 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 			a.Note(note, map[string]string{"slurm_time_limit_minutes": strconv.Itoa(minutes)})
 		}
 	}
-	args = append(args, path)
-	// The job's environment is the attempt's (sbatch --export=ALL): the
-	// same GPUPASS_* variables as the local executor's.
-	out, err := r.Client.run(ctx, a.Env, "sbatch", args...)
-	if err != nil {
-		var te *ToolError
-		return "", errors.As(err, &te), fmt.Errorf("submitting to node %s: %w", r.Node, err)
+	sbatch := func() (string, error) {
+		// The job's environment is the attempt's (sbatch --export=ALL):
+		// the same GPUPASS_* variables as the local executor's. The
+		// script goes on sbatch's stdin, never through the shared dir,
+		// where a job of the account could change it before sbatch
+		// reads it.
+		out, err := r.Client.runStdin(ctx, a.Env, script(a), "sbatch", args...)
+		if err != nil {
+			var te *ToolError
+			refused = errors.As(err, &te)
+			return "", fmt.Errorf("submitting to node %s: %w", r.Node, err)
+		}
+		id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
+		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+			return "", fmt.Errorf("sbatch --parsable printed %.100q, not a job id", out)
+		}
+		return id, nil
 	}
-	id, _, _ = strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
-	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-		return "", false, fmt.Errorf("sbatch --parsable printed %.100q, not a job id", out)
+	if r.Ledger == nil {
+		id, err = sbatch()
+		return id, refused, err
 	}
-	return id, false, nil
+	id, cancelled, err := r.Ledger.Submit(ctx, r.Client, alloc, attempt, r.Node, sbatch)
+	strays(cancelled, "before submitting the attempt's job")
+	return id, refused, err
 }
 
 // follower follows one attempt: its job and its output files.
@@ -186,6 +219,77 @@ type follower struct {
 	files *follow.Files
 	last  Job
 	note  func(string, map[string]string)
+	// alloc and attempt name the attempt in the ledger; base is its
+	// files less their extension, metrics the run's metrics file.
+	alloc, attempt, base, metrics string
+}
+
+// noteStrays tells the run's log which jobs of the account the agent did
+// not submit it cancelled, and when.
+func (f *follower) noteStrays(jobs []Job, when string) {
+	if len(jobs) == 0 || f.note == nil {
+		return
+	}
+	f.note(fmt.Sprintf("cancelled %d slurm job(s) of the agent's account that no live run submitted (%s): %s", len(jobs), when, DescribeStrays(jobs)),
+		map[string]string{"slurm_strays_cancelled": strconv.Itoa(len(jobs))})
+}
+
+// end is the attempt's end once Slurm says its job ended: no job of the
+// account that the agent did not submit is left running (one the run's
+// job started must not outlive it), then the output files are read to
+// their end, and the attempt is disputed when one of its files changed
+// after the job ended: only another job of the account could write it
+// then.
+func (f *follower) end(ctx context.Context, j Job, ex executor.Exit) executor.Exit {
+	r := f.r
+	if r.Ledger != nil {
+		strays, err := r.Ledger.Sweep(ctx, r.Client, SweepWait)
+		f.noteStrays(strays, "at the end of the attempt's job")
+		if err != nil {
+			ex.Code = -1
+			ex.Reason = joinReason(ex.Reason, "jobs the run may have started could not all be ended: "+err.Error())
+		}
+	}
+	f.read(true)
+	if r.Ledger != nil {
+		if why := changedAfterEnd(j, f.base+".out", f.base+".err", f.metrics); why != "" {
+			ex.Code = -1
+			ex.Reason = joinReason(ex.Reason, why)
+		}
+		r.Ledger.forget(f.alloc, f.attempt)
+	}
+	return ex
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// changedAfterEnd says which of files changed (its ctime, which no
+// process can set back) after the job's end, in words; "" when none did
+// or Slurm gave no end time.
+func changedAfterEnd(j Job, files ...string) string {
+	if j.EndTime.IsZero() {
+		return ""
+	}
+	for _, p := range files {
+		if p == "" {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) != nil {
+			continue
+		}
+		ct := time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+		if ct.After(j.EndTime.Add(endSlack)) {
+			return fmt.Sprintf("disputed: %s changed at %s, after slurm job %s ended at %s: only another job of the agent's account could write it then, so what was read from it after the job's end is not proof",
+				filepath.Base(p), ct.UTC().Format(time.RFC3339), j.ID, j.EndTime.UTC().Format(time.RFC3339))
+		}
+	}
+	return ""
 }
 
 // read hands over the lines written since the last read. Failing to
@@ -224,14 +328,12 @@ func (f *follower) run(ctx context.Context, grace time.Duration) executor.Exit {
 		j, err := f.r.Client.Job(bg, f.st.JobID)
 		switch {
 		case errors.Is(err, ErrNoJob):
-			f.read(true)
-			return executor.Exit{Code: -1, Stopped: stopped, Killed: killed,
-				Reason: fmt.Sprintf("slurm no longer knows job %s (purged after MinJobAge before its end was read)", f.st.JobID)}
+			return f.end(bg, Job{ID: f.st.JobID}, executor.Exit{Code: -1, Stopped: stopped, Killed: killed,
+				Reason: fmt.Sprintf("slurm no longer knows job %s (purged after MinJobAge before its end was read)", f.st.JobID)})
 		case err == nil:
 			f.observe(j)
 			if j.Phase() == Ended {
-				f.read(true)
-				return exitOf(j, stopped, killed)
+				return f.end(bg, j, exitOf(j, stopped, killed))
 			}
 		}
 		if stopped && !killed && time.Now().After(killAt) {

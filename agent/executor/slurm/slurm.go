@@ -56,6 +56,11 @@ func (e *ToolError) Unwrap() error { return e.Err }
 // run runs one tool with extra environment env (nil: the client's own)
 // and returns its stdout.
 func (c *Client) run(ctx context.Context, env []string, name string, args ...string) (string, error) {
+	return c.runStdin(ctx, env, "", name, args...)
+}
+
+// runStdin is run with stdin as the tool's standard input.
+func (c *Client) runStdin(ctx context.Context, env []string, stdin, name string, args ...string) (string, error) {
 	d := c.Timeout
 	if d <= 0 {
 		d = 30 * time.Second
@@ -69,6 +74,9 @@ func (c *Client) run(ctx context.Context, env []string, name string, args ...str
 	cmd.Env = append(env[:len(env):len(env)], c.Env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w (after %s)", err, d)
@@ -96,10 +104,14 @@ func (c *Client) ClusterName(ctx context.Context) (string, error) {
 }
 
 // Step runs command as a job step on node (srun -w NODE -N1 -n1) with
-// the GRES gres ("gpu:a100:4"; empty: none) and returns its stdout. The
-// step's stderr is in the error when it fails.
-func (c *Client) Step(ctx context.Context, node, gres string, env []string, command ...string) (string, error) {
+// the GRES gres ("gpu:a100:4"; empty: none) and the job comment comment
+// (Ledger.Hold's; empty: none) and returns its stdout. The step's stderr
+// is in the error when it fails.
+func (c *Client) Step(ctx context.Context, node, gres, comment string, env []string, command ...string) (string, error) {
 	args := []string{"-w", node, "-N1", "-n1", "--quiet", "--job-name", "gpupass-check"}
+	if comment != "" {
+		args = append(args, "--comment", comment)
+	}
 	if gres != "" {
 		args = append(args, "--gres="+gres)
 	}

@@ -2,8 +2,10 @@ package slurm_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +92,28 @@ func TestJobStates(t *testing.T) {
 		j := jobs[0]
 		if j.Phase() != c.phase || j.NodeLost() != c.lost || j.Describe() != c.describe {
 			t.Errorf("%s:\n phase %v lost %v %q\nwant %v %v %q", c.line, j.Phase(), j.NodeLost(), j.Describe(), c.phase, c.lost, c.describe)
+		}
+	}
+}
+
+// TestJobOwnerAndEnd: the sweep tells the account's jobs by UserId's uid,
+// and the end a file's change time is held against is EndTime, only once
+// the job ended (a running job's EndTime is its projected end).
+func TestJobOwnerAndEnd(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 6, 7, 30, 5, 0, time.Local)
+	for _, c := range []struct {
+		line string
+		uid  int
+		end  time.Time
+	}{
+		{"JobId=8 JobName=x UserId=svc-gpupass(1234) GroupId=svc(1234) JobState=COMPLETED ExitCode=0:0 EndTime=2026-12-06T07:30:05 BatchHost=n1", 1234, end},
+		{"JobId=8 JobName=x UserId=root(0) JobState=RUNNING ExitCode=0:0 EndTime=2026-12-06T07:30:05 BatchHost=n1", 0, time.Time{}},
+		{"JobId=8 JobName=x JobState=COMPLETED ExitCode=0:0 EndTime=Unknown BatchHost=n1", -1, time.Time{}},
+	} {
+		j := slurm.ParseJobs(c.line)[0]
+		if j.UserID != c.uid || !j.EndTime.Equal(c.end) {
+			t.Errorf("%s: uid %d end %v, want %d %v", c.line, j.UserID, j.EndTime, c.uid, c.end)
 		}
 	}
 }
@@ -367,5 +391,33 @@ echo '{"step":2,"loss":0.25}' >> "$GPUPASS_METRICS_FILE"`}}
 	if len(out) != 2 || !strings.HasPrefix(out[0], "attempt 1 job ") || !strings.HasPrefix(out[1], "attempt 2 job ") ||
 		!strings.HasSuffix(out[1], "step-1.ckpt") || strings.Fields(out[0])[3] == strings.Fields(out[1])[3] {
 		t.Errorf("stdout %q: want two attempts as two jobs, the second resuming from step-1.ckpt", out)
+	}
+}
+
+// TestAttemptEndCancelsWhatItsJobStarted: a job the attempt's job
+// sbatch-es (a job of the same account) is cancelled when the attempt's
+// job ends, and the run's log says so. Not parallel: the ledger's sweep
+// cancels every job of the account it does not hold, the jobs of the
+// package's parallel tests too, which run only after this one.
+func TestAttemptEndCancelsWhatItsJobStarted(t *testing.T) {
+	c := slurmtest.Shared(t)
+	r := runner(c, "n1")
+	r.Ledger = &slurm.Ledger{Dir: t.TempDir()}
+	x := &executor.Executor{Runner: r, MetricsPoll: 50 * time.Millisecond}
+	job := executor.Job{AllocID: "alloc-stray1", Region: "hpc-1", WorkRoot: workRoot(t, c),
+		Command: []string{"sh", "-c", fmt.Sprintf(`export SLURM_CONF=%s
+id=$(sbatch --parsable --job-name stray-unit --output /dev/null --wrap "sleep 300") || exit 3
+i=0; until [ "$(squeue -h -j $id -o %%T)" = RUNNING ]; do i=$((i+1)); [ $i -gt 200 ] && exit 4; sleep 0.1; done
+echo "stray $id running"`, c.Conf)}}
+	res := execute(t, context.Background(), x, job)
+	if res.res.State != executor.Succeeded || !res.has("stray ") {
+		t.Fatalf("run %s (%s), events %v", res.res.State, res.res.Reason, res.lines(events.StdoutComponent))
+	}
+	stray := c.Command(t, "squeue", "-h", "-t", "all", "-n", "stray-unit", "-o", "%i %T")
+	if !regexp.MustCompile(`^[0-9]+ (CANCELLED|FAILED)\n$`).MatchString(stray) {
+		t.Errorf("the job the attempt's job started, once the attempt ended: %q, want it ended", stray)
+	}
+	if !res.has("cancelled 1 slurm job(s) of the agent's account that no live run submitted (at the end of the attempt's job): job ") {
+		t.Errorf("the run's log does not name the stray it cancelled")
 	}
 }

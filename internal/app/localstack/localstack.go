@@ -229,7 +229,9 @@ func AgentArgs(o Options, brokerURL, region, name, dir string) ([]string, error)
 		if err := os.MkdirAll(shared, 0o755); err != nil {
 			return nil, &fielderr.Error{Field: "SlurmSharedDir", Err: err}
 		}
-		args = append(args, "--executor", "slurm", "--slurm-shared-dir", shared)
+		// Every region's agent works as the same account: one ledger, or
+		// each would cancel the others' jobs as strays.
+		args = append(args, "--executor", "slurm", "--slurm-shared-dir", shared, "--slurm-ledger-dir", filepath.Join(dir, "slurm-ledger"))
 		for _, p := range o.Slurm.Partitions {
 			args = append(args, "--slurm-partition", p)
 		}

@@ -33,6 +33,7 @@ var flagNames = fielderr.Names{
 	daemon.FieldSlurmRefresh:     "--slurm-refresh",
 	daemon.FieldSlurmAgentBinary: "--slurm-agent-binary",
 	daemon.FieldSlurmSimulate:    "--slurm-simulate",
+	daemon.FieldSlurmLedgerDir:   "--slurm-ledger-dir",
 	daemon.FieldKubeconfig:       "--kubeconfig",
 	daemon.FieldKubeImage:        "--kube-image",
 	daemon.FieldKubeNamespace:    "--kube-namespace",

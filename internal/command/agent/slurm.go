@@ -21,6 +21,7 @@ func addExecutorFlags(cmd *cobra.Command, o *daemon.Options) {
 	f.StringVar(&s.SharedDir, "slurm-shared-dir", "", "with --executor slurm: directory the login node and every compute node see (runs' work dirs, output and metrics files)")
 	f.DurationVar(&s.TimeLimit, "slurm-time-limit", 0, "with --executor slurm: sbatch --time of each run's job, rounded up to minutes (0: the partition's limit)")
 	f.DurationVar(&s.Refresh, "slurm-refresh", 30*time.Second, "with --executor slurm: how often node states are read from Slurm (a drained node stops being certified within one)")
+	f.StringVar(&s.LedgerDir, "slurm-ledger-dir", "", "with --executor slurm: directory on the login node, which no compute node mounts, where the agent records each job it submits; every other job of its account is cancelled, so agents sharing one account must share it (default: --state-dir/slurm/ledger)")
 	f.StringVar(&s.AgentBinary, "slurm-agent-binary", "", "with --executor slurm: gpupass-agent binary the conformance job step runs on each compute node (default: this one; it must be at the same path there)")
 }
 

@@ -22,6 +22,7 @@ func TestSlurmFlagErrors(t *testing.T) {
 		{"relative shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "scratch"}, `--slurm-shared-dir "scratch": give an absolute directory`},
 		{"missing shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "/nonexistent/gpupass"}, `--slurm-shared-dir "/nonexistent/gpupass": not a directory here`},
 		{"bad per-node profile", []string{"--executor", "slurm", "--slurm-shared-dir", "/tmp", "--slurm-simulate", "n1"}, `--slurm-simulate "n1": want NODE=PROFILE`},
+		{"ledger in the shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "/tmp", "--slurm-ledger-dir", "/tmp/gpupass-ledger"}, `--slurm-ledger-dir "/tmp/gpupass-ledger" is inside --slurm-shared-dir, which every job can write`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
