@@ -141,7 +141,7 @@ fetch() {
 # resolve_tag sets tag: the version asked for, or the tag "latest" points
 # at now (GitHub answers /releases/latest with a redirect to it).
 resolve_tag() {
-	local url err
+	local url
 	if [ "$version" != latest ]; then
 		tag="$version"
 	elif ! url="$(curl -fsS --retry 3 -o /dev/null -w '%{redirect_url}' "${GITHUB_SERVER_URL}/${repo}/releases/latest" 2>&1)"; then
