@@ -212,7 +212,7 @@ print("confinement " + " ".join(k + "=" + f.get(k, "?") for k in ("CapEff", "Cap
 		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 			t.Fatalf("run %s: %s (%s)\n%s", id, r.State, r.Reason, upstack.Tail(text, 3000))
 		}
-		got := regexp.MustCompile(`confinement [^"\\]*`).FindString(text)
+		got := regexp.MustCompile(`confinement CapEff=[^"\\]*`).FindString(text)
 		const want = "confinement CapEff=0000000000000000 CapPrm=0000000000000000 CapBnd=0000000000000000 NoNewPrivs=1 Seccomp=2 token=absent"
 		if got != want {
 			t.Errorf("inside the run's pod:\n got %s\nwant %s\nlog:\n%s", got, want, upstack.Tail(text, 3000))
