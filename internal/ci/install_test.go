@@ -110,6 +110,7 @@ func TestInstallScript(t *testing.T) {
 		noRelease  bool
 		tarball    []byte // nil: the v9.9.9 one
 		goInPath   bool   // a go that "builds" a gpupass printing "gpupass dev"
+		env        []string
 		wantOK     bool
 		wantLog    string
 		wantPath   string // a request the install must make
@@ -122,6 +123,8 @@ func TestInstallScript(t *testing.T) {
 		{name: "another release's signed files under the tag asked for", checksums: oldSums, bundle: oldSig, tarball: oldTarball, version: "v9.9.9",
 			wantLog: `::error title=gpupass install::the release at `},
 		{name: "a version that is not a tag", version: "main", goInPath: true, wantLog: "::error title=gpupass install::version main is not a release tag: give vX.Y.Z, latest or source"},
+		{name: "a platform no release is built for is an error, not a source build", checksums: good, bundle: goodSig, version: "v9.9.9", goInPath: true, env: []string{"RUNNER_ARCH=ARM"},
+			wantLog: "::error title=gpupass install::no gpupass release is built for Linux/ARM; set version: source"},
 		{name: "source builds from source and says why", version: "source", goInPath: true, wantOK: true, wantLog: "building gpupass from source in "},
 		{name: "checksum mismatch is an error, never a fallback", checksums: bad, bundle: badSig, version: "v9.9.9", wantLog: "::error title=gpupass install::checksum mismatch"},
 		{name: "tampered checksum file", checksums: bad, bundle: goodSig, version: "v9.9.9", wantLog: "::error title=gpupass install::the signature of checksums.txt from"},
@@ -147,10 +150,10 @@ func TestInstallScript(t *testing.T) {
 				os.MkdirAll(filepath.Join(tmp, "scripts", "action"), 0o755)
 				os.WriteFile(filepath.Join(tmp, "scripts", "action", "version"), []byte(tt.actionFile), 0o644)
 			}
-			out, err := runInstall(t, bash, script, tmp, srv.URL,
-				"GPUPASS_INSTALL_VERSION="+tt.version,
-				"GPUPASS_INSTALL_COSIGN="+cosign,
-				"GPUPASS_INSTALL_COSIGN_PUBLIC_KEY="+pub)
+			out, err := runInstall(t, bash, script, tmp, srv.URL, append([]string{
+				"GPUPASS_INSTALL_VERSION=" + tt.version,
+				"GPUPASS_INSTALL_COSIGN=" + cosign,
+				"GPUPASS_INSTALL_COSIGN_PUBLIC_KEY=" + pub}, tt.env...)...)
 			if (err == nil) != tt.wantOK {
 				t.Fatalf("install.sh: err = %v, want ok %v\n%s", err, tt.wantOK, out)
 			}

@@ -157,7 +157,9 @@ resolve_tag() {
 
 from_release() {
 	[ -n "$repo" ] || fail "cannot install release ${version}: the action's repository is unknown (github.action_repository is empty when the action runs from a local path); set version: source to build from the action's checkout"
-	[ -n "$os" ] && [ -n "$arch" ] || fail "no gpupass release is built for ${RUNNER_OS:-$(uname -s)}/${RUNNER_ARCH:-$(uname -m)}; set version: source to build from the action's checkout (needs Go)"
+	if [ -z "$os" ] || [ -z "$arch" ]; then
+		fail "no gpupass release is built for ${RUNNER_OS:-$(uname -s)}/${RUNNER_ARCH:-$(uname -m)}; set version: source to build from the action's checkout (needs Go)"
+	fi
 	: "${GITHUB_SERVER_URL:?GITHUB_SERVER_URL is not set}"
 	resolve_tag
 	local asset="gpupass_${os}_${arch}.tar.gz"
