@@ -757,3 +757,72 @@ func TestVerifyLogLayer(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyLayerStatus: without pinned agent keys the agent-signature
+// layer warns (the report still verifies) unless pinning is required; a
+// layer that reads a file which failed the manifest check is skipped, not
+// run over contents nobody signed.
+func TestVerifyLayerStatus(t *testing.T) {
+	t.Parallel()
+	f := loadFixture(t)
+	rep := f.build(t, f.run(t), true)
+	files := entries(t, rep.Zip)
+	var report, summary []byte
+	for _, e := range files {
+		switch e.name {
+		case FileConformanceReport:
+			report = e.data
+		case FileRunSummary:
+			summary = e.data
+		}
+	}
+	pinned := []AgentKey{{PEM: f.agentPub}}
+	tests := []struct {
+		name   string
+		zip    []byte
+		opts   VerifyOptions
+		ok     bool
+		want   map[string]string
+		warned bool
+	}{
+		{"unpinned warns", rep.Zip, VerifyOptions{Key: f.cosignPub}, true,
+			map[string]string{LayerAgent: StatusWarn, LayerFingerprint: StatusOK, LayerAttestation: StatusOK}, true},
+		{"unpinned with pinning required fails", rep.Zip, VerifyOptions{Key: f.cosignPub, RequirePinned: true}, false,
+			map[string]string{LayerAgent: StatusFail}, false},
+		{"pinned is ok", rep.Zip, VerifyOptions{Key: f.cosignPub, AgentKeys: pinned, RequirePinned: true}, true,
+			map[string]string{LayerAgent: StatusOK}, false},
+		{"a changed conformance report skips the layers that read it", rezip(t, replace(files, FileConformanceReport, flipByte(report))), VerifyOptions{Key: f.cosignPub, AgentKeys: pinned}, false,
+			map[string]string{LayerManifest: StatusFail, LayerAgent: StatusSkipped, LayerFingerprint: StatusSkipped, LayerLog: StatusOK, LayerAttestation: StatusOK}, false},
+		{"a changed run summary skips the log layer", rezip(t, replace(files, FileRunSummary, flipByte(summary))), VerifyOptions{Key: f.cosignPub, AgentKeys: pinned}, false,
+			map[string]string{LayerManifest: StatusFail, LayerAgent: StatusOK, LayerLog: StatusSkipped}, false},
+		{"an unreadable manifest skips every layer that reads a file", rezip(t, replace(files, FileManifest, []byte("{"))), VerifyOptions{Key: f.cosignPub, AgentKeys: pinned}, false,
+			map[string]string{LayerManifest: StatusFail, LayerAgent: StatusSkipped, LayerFingerprint: StatusSkipped, LayerLog: StatusSkipped, LayerAttestation: StatusSkipped}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := Verify(context.Background(), tc.zip, tc.opts)
+			got := map[string]string{}
+			for _, l := range res.Layers {
+				if _, ok := tc.want[l.Name]; ok {
+					got[l.Name] = l.Status
+				}
+				if l.OK != (l.Status == StatusOK || l.Status == StatusWarn) {
+					t.Errorf("layer %s: ok %v with status %q", l.Name, l.OK, l.Status)
+				}
+				if l.Status == StatusSkipped && (!strings.Contains(l.Detail, "not checked: ") || len(l.Problems) > 0) {
+					t.Errorf("skipped layer %s: detail %q, problems %v", l.Name, l.Detail, l.Problems)
+				}
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("layer statuses (-want +got):\n%s", d)
+			}
+			if res.OK != tc.ok {
+				t.Errorf("ok %v, want %v: %+v", res.OK, tc.ok, res.Layers)
+			}
+			if (len(res.Warnings) > 0) != tc.warned || res.AgentKeyPinned != (len(tc.opts.AgentKeys) > 0) {
+				t.Errorf("warnings %q, agent_key_pinned %v", res.Warnings, res.AgentKeyPinned)
+			}
+		})
+	}
+}

@@ -55,9 +55,14 @@ type VerifyOptions struct {
 	// Key is the cosign public key the manifest must be signed with.
 	Key crypto.PublicKey
 	// AgentKeys pin the agent keys accepted for the conformance report.
-	// Empty: the key inside the report is used, and the layer says so
-	// (the CLI refuses an --agent-key file that lists no key).
+	// Empty: the key inside the report is used, and the layer warns
+	// (StatusWarn: whoever made the report chose that key), or fails
+	// with RequirePinned (the CLI refuses an --agent-key file that lists
+	// no key).
 	AgentKeys []AgentKey
+	// RequirePinned fails the agent-signature layer when AgentKeys is
+	// empty instead of warning.
+	RequirePinned bool
 	// Fingerprint, when set, recomputes the declared fingerprint from the
 	// declared spec source (spec.Parse + spec.Fingerprint), so a report
 	// cannot pair a spec with another spec's fingerprint.
@@ -65,21 +70,43 @@ type VerifyOptions struct {
 	Limits      Limits
 }
 
-// Result is the outcome of Verify, layer by layer.
+// Result is the outcome of Verify, layer by layer. OK is true when no
+// layer failed or was skipped; a layer that warns (an agent key that was
+// not pinned) leaves it true and is listed in Warnings.
 type Result struct {
-	OK           bool    `json:"ok"`
-	FailedLayer  string  `json:"failed_layer,omitempty"`
-	AllocationID string  `json:"allocation_id,omitempty"`
-	Simulated    bool    `json:"simulated"`
-	Layers       []Layer `json:"layers"`
+	OK           bool   `json:"ok"`
+	FailedLayer  string `json:"failed_layer,omitempty"`
+	AllocationID string `json:"allocation_id,omitempty"`
+	Simulated    bool   `json:"simulated"`
+	// AgentKeyPinned: the conformance report was checked against a key
+	// the verifier gave (--agent-key), not only the one inside it.
+	AgentKeyPinned bool     `json:"agent_key_pinned"`
+	Warnings       []string `json:"warnings,omitempty"`
+	Layers         []Layer  `json:"layers"`
 }
 
-// Layer is one verification step.
+// A layer's status.
+const (
+	StatusOK   = "ok"
+	StatusWarn = "warn"
+	StatusFail = "fail"
+	// StatusSkipped: the layer was not checked because a file it reads
+	// failed the manifest check; what it would say would be about
+	// contents nobody signed.
+	StatusSkipped = "skipped"
+)
+
+// Layer is one verification step. OK is true for StatusOK and
+// StatusWarn.
 type Layer struct {
 	Name     string    `json:"layer"`
 	OK       bool      `json:"ok"`
+	Status   string    `json:"status"`
 	Detail   string    `json:"detail,omitempty"`
 	Problems []Problem `json:"problems,omitempty"`
+	// warning, when set and no problem was found, makes the layer
+	// StatusWarn with this as its entry in Result.Warnings.
+	warning string
 }
 
 // Problem is one failed check, naming the file it concerns.
@@ -108,7 +135,7 @@ func VerifyFile(ctx context.Context, path string, opts VerifyOptions) (*Result, 
 	// The compressed archive cannot legitimately exceed the inflated
 	// total, so refuse to read more than that.
 	if fi.Size() > lim.MaxTotal {
-		return &Result{FailedLayer: LayerArchive, Layers: []Layer{{Name: LayerArchive, Problems: []Problem{{File: path, Check: "size", Message: fmt.Sprintf("%d bytes, at most %d allowed", fi.Size(), lim.MaxTotal)}}}}}, nil
+		return &Result{FailedLayer: LayerArchive, Layers: []Layer{{Name: LayerArchive, Status: StatusFail, Problems: []Problem{{File: path, Check: "size", Message: fmt.Sprintf("%d bytes, at most %d allowed", fi.Size(), lim.MaxTotal)}}}}}, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -127,7 +154,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 	res := &Result{}
 	files, _, err := readZip(zipBytes, lim)
 	if err != nil {
-		res.Layers = append(res.Layers, Layer{Name: LayerArchive, Problems: []Problem{{Check: "safe-archive", Message: err.Error()}}})
+		res.Layers = append(res.Layers, Layer{Name: LayerArchive, Status: StatusFail, Problems: []Problem{{Check: "safe-archive", Message: err.Error()}}})
 		res.FailedLayer = LayerArchive
 		return res
 	}
@@ -144,20 +171,57 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 	res.AllocationID = m.AllocationID
 	res.Simulated = m.Simulated
 
+	manifest := verifyManifest(files, m, manifestErr)
+	// A layer that reads a file the manifest check failed is not run:
+	// the file is not the one that was signed.
+	failed := map[string]bool{}
+	for _, p := range manifest.Problems {
+		if p.File != "" {
+			failed[p.File] = true
+		}
+	}
+	checked := func(name string, deps []string, verify func() Layer) Layer {
+		if manifestErr != nil {
+			return Layer{Name: name, Status: StatusSkipped, Detail: fmt.Sprintf("not checked: %s cannot be read, so none of the files it reads is verified", FileManifest)}
+		}
+		for _, f := range deps {
+			if failed[f] {
+				return Layer{Name: name, Status: StatusSkipped, Detail: fmt.Sprintf("not checked: it reads %s, which failed the manifest check", f)}
+			}
+		}
+		return verify()
+	}
 	res.Layers = append(res.Layers,
 		verifySignature(ctx, files, opts.Key),
-		verifyManifest(files, m, manifestErr),
-		verifyAgent(files, opts.AgentKeys),
-		verifyFingerprint(files, m.AllocationID, opts.Fingerprint),
-		verifyLog(files),
+		manifest,
+		checked(LayerAgent, []string{FileConformanceReport, FileConformanceSig, FileAgentKey}, func() Layer {
+			return verifyAgent(files, opts.AgentKeys, opts.RequirePinned)
+		}),
+		checked(LayerFingerprint, []string{FileEnvironment, FileConformanceReport}, func() Layer {
+			return verifyFingerprint(files, m.AllocationID, opts.Fingerprint)
+		}),
+		checked(LayerLog, []string{FileRunSummary}, func() Layer { return verifyLog(files) }),
 	)
 	if _, ok := files[FileAttestation]; ok {
-		res.Layers = append(res.Layers, verifyAttestation(ctx, files, opts.Key, m, manifestErr))
+		res.Layers = append(res.Layers, checked(LayerAttestation, []string{FileManifest, FileEnvironment}, func() Layer {
+			return verifyAttestation(ctx, files, opts.Key, m, manifestErr)
+		}))
 	}
+	res.AgentKeyPinned = len(opts.AgentKeys) > 0
 	res.OK = true
 	for i := range res.Layers {
 		l := &res.Layers[i]
-		l.OK = len(l.Problems) == 0
+		switch {
+		case l.Status == StatusSkipped:
+		case len(l.Problems) > 0:
+			l.Status = StatusFail
+		case l.warning != "":
+			l.Status = StatusWarn
+			res.Warnings = append(res.Warnings, l.warning)
+		default:
+			l.Status = StatusOK
+		}
+		l.OK = l.Status == StatusOK || l.Status == StatusWarn
 		if !l.OK && res.OK {
 			res.OK = false
 			res.FailedLayer = l.Name
@@ -277,7 +341,7 @@ func verifyManifest(files map[string][]byte, m Manifest, manifestErr error) Laye
 	return b.l
 }
 
-func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
+func verifyAgent(files map[string][]byte, pinned []AgentKey, requirePinned bool) Layer {
 	b := &layerBuilder{l: Layer{Name: LayerAgent}}
 	report, okR := files[FileConformanceReport]
 	sig, okS := files[FileConformanceSig]
@@ -297,6 +361,10 @@ func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
 		return b.l
 	}
 	useKey := embedded
+	if len(pinned) == 0 && requirePinned {
+		b.fail(FileAgentKey, "known-agent-key", "no agent key was pinned and pinning is required: pass --agent-key with the node's public key (agent.pub in the agent's state dir) or the broker's key list")
+		return b.l
+	}
 	if len(pinned) > 0 {
 		var match *AgentKey
 		embDER, _ := x509.MarshalPKIXPublicKey(embPub)
@@ -335,7 +403,11 @@ func verifyAgent(files map[string][]byte, pinned []AgentKey) Layer {
 		if len(pinned) > 0 {
 			b.l.Detail = "conformance report signed by a pinned agent key"
 		} else {
-			b.l.Detail = "conformance report signed by the agent key inside the report; pass --agent-key to pin it"
+			// Only the manifest's signer vouches for that key: whoever
+			// holds the cosign key could have made the report and the
+			// key together.
+			b.l.Detail = "unpinned: the conformance report verifies only against the agent key inside the report, which whoever built the report chose; pin the node's key with --agent-key agent.pub (or --require-pinned to fail without one)"
+			b.l.warning = "unpinned: the agent key was not pinned (--agent-key)"
 		}
 	}
 	return b.l

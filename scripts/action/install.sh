@@ -2,12 +2,14 @@
 # Installs gpupass for the GitHub Action: the released binary for this
 # runner's OS and architecture, trusted only after the release's
 # checksums.txt verifies against its Sigstore bundle and the archive
-# against the sha256 inside it; or, when GPUPASS_INSTALL_VERSION is
-# "source" (or no release exists for this platform), a build from the
-# action's own checkout. Puts gpupass on GITHUB_PATH. Inputs come only
+# against the sha256 inside it; or, only when asked for ("source", or an
+# unreleased action checkout), a build from the action's own checkout. A
+# named release that cannot be downloaded is an error, never a reason to
+# build something else. Puts gpupass on GITHUB_PATH. Inputs come only
 # through the environment:
 #
-#   GPUPASS_INSTALL_VERSION    a release tag, "latest" or "source"; empty: the
+#   GPUPASS_INSTALL_VERSION    a release tag (vX.Y.Z), "latest" (resolved to
+#                              its tag first) or "source"; empty: the
 #                              action's own release (scripts/action/version,
 #                              stamped by scripts/release/stamp.sh; "dev" on
 #                              an unreleased commit, which builds from source)
@@ -20,18 +22,26 @@
 #                              release with its own key; the tests)
 #
 # By default the signature must be a keyless one made by this repository's
-# release workflow (.github/workflows/release.yml at a v* tag) through
-# GitHub Actions' OIDC issuer: anyone who can upload release assets but not
-# run that workflow cannot make a binary this script accepts.
+# release workflow (.github/workflows/release.yml) run for the very tag
+# asked for, through GitHub Actions' OIDC issuer: anyone who can upload
+# release assets but not run that workflow cannot make a binary this
+# script accepts, and the signed checksums.txt of another (older) release
+# served under this tag's URL does not verify. Whatever the signature, the
+# installed gpupass must also report that tag as its version.
 set -euo pipefail
 
 action_path="${GPUPASS_ACTION_PATH:?GPUPASS_ACTION_PATH is not set}"
 version="${GPUPASS_INSTALL_VERSION:-}"
+# Why a source build was chosen, for the log; empty: install a release.
+source_reason=""
 if [ -z "$version" ]; then
 	version="$(tr -d ' \t\r\n' <"$action_path/scripts/action/version" 2>/dev/null || true)"
 	case "$version" in
-	"" | dev) version=source ;;
+	"" | dev) source_reason="the action's checkout is not a release (scripts/action/version says ${version:-nothing})" ;;
 	esac
+fi
+if [ "$version" = source ]; then
+	source_reason="version: source was asked for"
 fi
 repo="${GPUPASS_ACTION_REPOSITORY:-}"
 dest="${RUNNER_TEMP:-${TMPDIR:-/tmp}}/gpupass-bin"
@@ -93,11 +103,11 @@ find_cosign() {
 	cosign="$bin"
 }
 
-# The keyless identity: this repository's release workflow at a v* tag.
-identity_regexp() {
-	local escaped
-	escaped="${repo//./\\.}" # owner/name: only the dot is special
-	printf '^https://github\\.com/%s/\\.github/workflows/release\\.yml@refs/tags/v' "$escaped"
+# The keyless identity: this repository's release workflow, run for the
+# tag being installed (not any v* tag: an older release's checksums.txt
+# must not pass for this one's).
+identity() {
+	printf 'https://github.com/%s/.github/workflows/release.yml@refs/tags/%s' "$repo" "$tag"
 }
 
 # verify_checksums fails the install unless checksums.txt carries a valid
@@ -110,29 +120,53 @@ verify_checksums() {
 		# A key-pair signature carries no transparency-log entry.
 		args+=(--key "$GPUPASS_INSTALL_COSIGN_PUBLIC_KEY" --insecure-ignore-tlog=true)
 	else
-		args+=(--certificate-identity-regexp "$(identity_regexp)"
+		args+=(--certificate-identity "$(identity)"
 			--certificate-oidc-issuer https://token.actions.githubusercontent.com)
 	fi
 	if ! out="$("$cosign" "${args[@]}" "$download/checksums.txt" 2>&1)"; then
 		printf '%s\n' "$out" >&2
-		fail "the signature of checksums.txt from $base does not verify (cosign verify-blob); not installing. The release was not made by ${repo}'s release workflow, or was changed after"
+		fail "the signature of checksums.txt from $base does not verify (cosign verify-blob); not installing. The release was not made by ${repo}'s release workflow for ${tag}, or was changed after"
 	fi
 	printf '%s\n' "$out" >&2
 }
 
-from_release() {
-	[ "$version" != source ] && [ -n "$repo" ] && [ -n "$os" ] && [ -n "$arch" ] || return 1
-	local asset="gpupass_${os}_${arch}.tar.gz"
-	if [ "$version" = latest ]; then
-		base="${GITHUB_SERVER_URL:?}/${repo}/releases/latest/download"
-	else
-		base="${GITHUB_SERVER_URL:?}/${repo}/releases/download/${version}"
+# fetch downloads $1 to $2 or fails the install naming what was missing.
+fetch() {
+	local err
+	if ! err="$(curl -fsSL --retry 3 -o "$2" "$1" 2>&1)"; then
+		fail "cannot download gpupass ${tag} for ${os}/${arch}: $1: ${err##*curl: }. Check that release ${tag} exists at ${GITHUB_SERVER_URL}/${repo}/releases, or set version: source to build from the action's checkout (needs Go); nothing else is installed instead"
 	fi
+}
+
+# resolve_tag sets tag: the version asked for, or the tag "latest" points
+# at now (GitHub answers /releases/latest with a redirect to it).
+resolve_tag() {
+	local url
+	if [ "$version" != latest ]; then
+		tag="$version"
+	elif ! url="$(curl -fsS --retry 3 -o /dev/null -w '%{redirect_url}' "${GITHUB_SERVER_URL}/${repo}/releases/latest" 2>&1)"; then
+		fail "cannot find the latest release of ${repo} (${url##*curl: }); name a version (vX.Y.Z)"
+	else
+		tag="${url##*/releases/tag/}"
+		[ "$tag" != "$url" ] || fail "cannot find the latest release of ${repo}: ${GITHUB_SERVER_URL}/${repo}/releases/latest does not redirect to a release tag; name a version (vX.Y.Z)"
+	fi
+	# The tag goes into URLs and the signer's identity.
+	[[ "$tag" =~ ^v[0-9][0-9A-Za-z.+-]*$ ]] ||
+		fail "version ${tag} is not a release tag: give vX.Y.Z, latest or source"
+}
+
+from_release() {
+	[ -n "$repo" ] || fail "cannot install release ${version}: the action's repository is unknown (github.action_repository is empty when the action runs from a local path); set version: source to build from the action's checkout"
+	if [ -z "$os" ] || [ -z "$arch" ]; then
+		fail "no gpupass release is built for ${RUNNER_OS:-$(uname -s)}/${RUNNER_ARCH:-$(uname -m)}; set version: source to build from the action's checkout (needs Go)"
+	fi
+	: "${GITHUB_SERVER_URL:?GITHUB_SERVER_URL is not set}"
+	resolve_tag
+	local asset="gpupass_${os}_${arch}.tar.gz"
+	base="${GITHUB_SERVER_URL}/${repo}/releases/download/${tag}"
 	download="$(mktemp -d "$(dirname "$dest")/gpupass-download.XXXXXX")"
-	curl -fsSL --retry 3 -o "$download/$asset" "$base/$asset" || return 1
-	curl -fsSL --retry 3 -o "$download/checksums.txt" "$base/checksums.txt" || return 1
-	# From here on the release exists: anything missing or wrong is an
-	# error, never a reason to fall back to a source build.
+	fetch "$base/$asset" "$download/$asset"
+	fetch "$base/checksums.txt" "$download/checksums.txt"
 	curl -fsSL --retry 3 -o "$download/checksums.txt.sigstore.json" "$base/checksums.txt.sigstore.json" ||
 		fail "the release at $base has no checksums.txt.sigstore.json: cannot verify checksums.txt, not installing"
 	verify_checksums
@@ -140,19 +174,29 @@ from_release() {
 		fail "checksum mismatch for $asset from $base"
 	# gpupass runs gpupass-audit (beside it) for the audit commands.
 	tar -xzf "$download/$asset" -C "$dest" gpupass gpupass-audit
+	# With a key-pair signature nothing above names the tag: the binary
+	# must.
+	local got
+	got="$("$dest/gpupass" version 2>&1 | head -n 1)" || true
+	if [ "$(printf '%s' "$got" | cut -d' ' -f2)" != "$tag" ]; then
+		rm -f "$dest/gpupass" "$dest/gpupass-audit"
+		fail "the release at $base holds \"${got}\", not gpupass ${tag}: not installing"
+	fi
 }
 
 from_source() {
 	if ! command -v go >/dev/null; then
-		fail "no gpupass release for ${os:-this OS}/${arch:-this arch} at version ${version}, and Go is not installed to build it (add actions/setup-go)"
+		fail "building gpupass from source because ${source_reason}, but Go is not installed (add actions/setup-go)"
 	fi
-	echo "building gpupass from ${action_path}" >&2
+	echo "building gpupass from source in ${action_path}: ${source_reason}" >&2
 	(cd "$action_path" && CGO_ENABLED=0 go build -trimpath -o "$dest/" ./cmd/gpupass ./cmd/gpupass-audit)
 }
 
-base="" cosign=""
-if ! from_release; then
+base="" cosign="" tag=""
+if [ -n "$source_reason" ]; then
 	from_source
+else
+	from_release
 fi
 "$dest/gpupass" version >&2
 echo "$dest" >>"${GITHUB_PATH:?GITHUB_PATH is not set}"

@@ -189,6 +189,36 @@ func TestE2EKubernetesCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a run's pod has no capabilities, no token, no_new_privs and the runtime's seccomp filter", func(t *testing.T) {
+		// What the job itself sees, from inside its pod: the kernel's
+		// view of the process (/proc/self/status), not the pod spec.
+		probe := `import os, re
+s = open("/proc/self/status").read()
+f = dict(re.findall(r"^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):\s*(\S+)", s, re.M))
+print("confinement " + " ".join(k + "=" + f.get(k, "?") for k in ("CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp")) +
+      " token=" + ("present" if os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount") else "absent"), flush=True)`
+		out, err := gp("--output", "json", "train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-eu",
+			"--workdir", "examples/train", "--name", "k8s-confined", "--", py, "-c", probe).Output()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		id := regexp.MustCompile(`alloc-[A-Za-z0-9_-]+`).FindString(string(out))
+		var r *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			r = getRun(id)
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || r.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || r.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED
+		})
+		text, _ := upstack.RunLog(t, ctx, rc, id)
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			t.Fatalf("run %s: %s (%s)\n%s", id, r.State, r.Reason, upstack.Tail(text, 3000))
+		}
+		got := regexp.MustCompile(`confinement CapEff=[^"\\]*`).FindString(text)
+		const want = "confinement CapEff=0000000000000000 CapPrm=0000000000000000 CapBnd=0000000000000000 NoNewPrivs=1 Seccomp=2 token=absent"
+		if got != want {
+			t.Errorf("inside the run's pod:\n got %s\nwant %s\nlog:\n%s", got, want, upstack.Tail(text, 3000))
+		}
+	})
+
 	t.Run("gpupass cancel deletes the Job", func(t *testing.T) {
 		id := submit(t, "k8s-cancel", "--steps", "100000", "--sleep", "0.2")
 		upstack.WaitFor(t, ctx, "the run's job to run", func() bool {

@@ -81,14 +81,17 @@ type Client struct {
 // image's root would leave it files it cannot delete.
 type RunAs struct{ UID, GID int64 }
 
-// securityContext is the pods' security context for c.RunAs (nil: none).
+// securityContext is the pods' security context: the container
+// runtime's default seccomp filter always, and c.RunAs's user and group
+// when set (else the image's user).
 func (c *Client) securityContext() *corev1.PodSecurityContext {
+	sc := &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	r := c.RunAs
 	if r == nil {
-		return nil
+		return sc
 	}
 	uid, gid, nonRoot := r.UID, r.GID, r.UID != 0
-	sc := &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &nonRoot}
+	sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = &uid, &gid, &nonRoot
 	if c.Volume.Claim != "" {
 		// A claim's volume is made group-owned and writable by the
 		// kubelet for fsGroup (a hostPath is not: the agent made those
@@ -96,6 +99,23 @@ func (c *Client) securityContext() *corev1.PodSecurityContext {
 		sc.FSGroup = &gid
 	}
 	return sc
+}
+
+// containerSecurityContext confines what a job runs to what training
+// needs: no capabilities (not even an image's root keeps
+// CAP_DAC_OVERRIDE, CAP_SYS_ADMIN's siblings or CAP_NET_RAW), no way to
+// gain privileges through a setuid binary (no_new_privs), the runtime's
+// default seccomp filter. These are what PodSecurity admission's
+// "restricted" level asks of a container, less runAsNonRoot where the
+// image's user is kept (--kube-run-as image on a root agent).
+func containerSecurityContext() *corev1.SecurityContext {
+	no := false
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: &no,
+		Privileged:               &no,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
 // SharedDir is the directory the agent and every pod see at the same
@@ -280,6 +300,7 @@ func (c *Client) podSpec(node string, gpus int, grace time.Duration, dirs []stri
 			VolumeMounts:             mounts,
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			ImagePullPolicy:          corev1.PullIfNotPresent,
+			SecurityContext:          containerSecurityContext(),
 		}},
 		Volumes:         vols,
 		SecurityContext: c.securityContext(),

@@ -604,7 +604,7 @@ func TestPodsRunAs(t *testing.T) {
 		name  string
 		runAs *RunAs
 		claim string
-		// want is uid, gid, fsGroup (-1: unset); nil: no security context.
+		// want is uid, gid, fsGroup (-1: unset); nil: the image's user.
 		want []int64
 	}{
 		{"the image's user", nil, "", nil},
@@ -615,13 +615,16 @@ func TestPodsRunAs(t *testing.T) {
 			t.Parallel()
 			check := func(what string, sc *corev1.PodSecurityContext) {
 				t.Helper()
+				if sc == nil {
+					t.Fatalf("the %s pod has no security context", what)
+				}
 				if tt.want == nil {
-					if sc != nil {
-						t.Errorf("the %s pod has a security context %+v, want none (the image's user)", what, sc)
+					if sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.FSGroup != nil || sc.RunAsNonRoot != nil {
+						t.Errorf("the %s pod sets a user %+v, want none (the image's user)", what, sc)
 					}
 					return
 				}
-				if sc == nil || sc.RunAsUser == nil || sc.RunAsGroup == nil || sc.RunAsNonRoot == nil {
+				if sc.RunAsUser == nil || sc.RunAsGroup == nil || sc.RunAsNonRoot == nil {
 					t.Fatalf("the %s pod's security context is %+v, want runAsUser %d runAsGroup %d", what, sc, tt.want[0], tt.want[1])
 				}
 				fs := int64(-1)
@@ -635,37 +638,91 @@ func TestPodsRunAs(t *testing.T) {
 					t.Errorf("the %s pod may run as root", what)
 				}
 			}
-			api := fake.NewClientset()
 			shared := t.TempDir()
 			r := newRunner(shared)
 			r.Client.RunAs, r.Client.Volume.Claim = tt.runAs, tt.claim
-			ctx, cancel := context.WithCancel(context.Background())
-			fr := startRun(t, ctx, api, r, filepath.Join(shared, "alloc-abc"))
-			var job *batchv1.Job
-			waitFor(t, "the run's job", func() bool { job = getJob(api, "gpupass-alloc-abc-1"); return job != nil })
-			check("run", job.Spec.Template.Spec.SecurityContext)
-			cancel()
-			<-fr.done
-
-			c := *r.Client
-			c.API = api
-			sctx, scancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				_, _ = c.Step(sctx, "gpu-1", 4, shared, "gpupass-agent", "facts")
-			}()
-			var step *batchv1.Job
-			waitFor(t, "the check's job", func() bool {
-				jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{LabelSelector: LabelKind + "=check"})
-				if len(jobs.Items) == 1 {
-					step = &jobs.Items[0]
-				}
-				return step != nil
-			})
-			check("conformance check", step.Spec.Template.Spec.SecurityContext)
-			scancel()
-			<-done
+			run, step := podsOf(t, r, shared)
+			check("run", run.SecurityContext)
+			check("conformance check", step.SecurityContext)
 		})
 	}
+}
+
+// TestPodsConfined: what a job runs (the run's pod, and the conformance
+// check's, which runs in the same image a job can influence) gets no
+// capabilities, cannot gain privileges (setuid binaries, file
+// capabilities), runs under the runtime's default seccomp filter and has
+// no service-account token, whichever user it runs as: a training script
+// has no business with the node's kernel or the cluster's API.
+func TestPodsConfined(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		runAs *RunAs
+	}{
+		{"the image's user", nil},
+		{"the agent's uid", &RunAs{UID: 65532, GID: 65532}},
+		{"root asked for", &RunAs{UID: 0, GID: 0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			shared := t.TempDir()
+			r := newRunner(shared)
+			r.Client.RunAs = tt.runAs
+			run, step := podsOf(t, r, shared)
+			for what, spec := range map[string]*corev1.PodSpec{"run": run, "conformance check": step} {
+				if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+					t.Errorf("the %s pod mounts the service account's token", what)
+				}
+				if sc := spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+					t.Errorf("the %s pod's seccomp profile is not RuntimeDefault: %+v", what, sc)
+				}
+				if len(spec.Containers) != 1 {
+					t.Fatalf("the %s pod has %d containers", what, len(spec.Containers))
+				}
+				want := &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr(false),
+					Privileged:               ptr(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				}
+				if d := cmp.Diff(want, spec.Containers[0].SecurityContext); d != "" {
+					t.Errorf("the %s container's security context (-want +got):\n%s", what, d)
+				}
+			}
+		})
+	}
+}
+
+// podsOf starts a run with r and a conformance check with its client on a
+// fake API, and returns the pod specs of their Jobs.
+func podsOf(t *testing.T, r *Runner, shared string) (run, step *corev1.PodSpec) {
+	t.Helper()
+	api := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	fr := startRun(t, ctx, api, r, filepath.Join(shared, "alloc-abc"))
+	var job *batchv1.Job
+	waitFor(t, "the run's job", func() bool { job = getJob(api, "gpupass-alloc-abc-1"); return job != nil })
+	cancel()
+	<-fr.done
+
+	c := *r.Client
+	c.API = api
+	sctx, scancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = c.Step(sctx, "gpu-1", 4, shared, "gpupass-agent", "facts")
+	}()
+	var check *batchv1.Job
+	waitFor(t, "the check's job", func() bool {
+		jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{LabelSelector: LabelKind + "=check"})
+		if len(jobs.Items) == 1 {
+			check = &jobs.Items[0]
+		}
+		return check != nil
+	})
+	scancel()
+	<-done
+	return &job.Spec.Template.Spec, &check.Spec.Template.Spec
 }

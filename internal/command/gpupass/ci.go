@@ -54,6 +54,7 @@ type CIStepOptions struct {
 	PlainHTTP        bool
 	CosignKey        string
 	CosignPassword   string
+	AgentKey         string
 	Allocation       string
 	RunFile          string
 	AuditPath        string
@@ -91,6 +92,7 @@ func (o *CIStepOptions) AddFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.PlainHTTP, "plain-http", false, "plain HTTP to a loopback test registry (bundle-push, bundle-pull)")
 	f.StringVar(&o.CosignKey, "cosign-key", "", "cosign key: a file or the PEM itself; private for audit, public for audit-verify")
 	f.StringVar(&o.CosignPassword, "cosign-password", "", "password of the cosign private key (audit)")
+	f.StringVar(&o.AgentKey, "agent-key", "", "the node's agent public key, a file or the PEM itself (or the broker's JSON key list), that the conformance report must be signed with (audit-verify); without it that layer warns: unpinned")
 	f.StringVar(&o.Allocation, "allocation", "", "allocation id to audit (audit)")
 	f.StringVar(&o.RunFile, "run-file", "", "JSON run record (audit.Run) to audit offline instead of --allocation (audit)")
 	f.StringVar(&o.AuditPath, "audit-path", "audit-report.zip", "audit report zip to write or verify (audit, audit-verify)")
@@ -382,17 +384,26 @@ func (o *CIStepOptions) gitlabAnnotations(md, verdict string) error {
 // KeyFile returns a path for the cosign-key input: the file it names, or
 // a private temporary file holding the PEM it carries.
 func (o *CIStepOptions) KeyFile() (path string, done func(), err error) {
-	k := o.CosignKey
-	if !strings.Contains(k, "-----BEGIN") {
+	return inputKeyFile("cosign-key", "cosign", o.CosignKey)
+}
+
+// AgentKeyFile is KeyFile for the agent-key input, which may also carry
+// the broker's JSON key list.
+func (o *CIStepOptions) AgentKeyFile() (path string, done func(), err error) {
+	return inputKeyFile("agent-key", "agent", o.AgentKey)
+}
+
+func inputKeyFile(input, what, k string) (path string, done func(), err error) {
+	if t := strings.TrimSpace(k); !strings.Contains(k, "-----BEGIN") && !strings.HasPrefix(t, "[") {
 		if _, err := os.Stat(k); err != nil {
 			// Never echo the value: it may be a mangled secret.
-			return "", nil, errors.New("input cosign-key: neither a readable file nor a PEM key")
+			return "", nil, fmt.Errorf("input %s: neither a readable file nor a PEM key", input)
 		}
 		return k, func() {}, nil
 	}
-	f, err := os.CreateTemp("", "gpupass-cosign-*.key") // mode 0600
+	f, err := os.CreateTemp("", "gpupass-"+what+"-*.key") // mode 0600
 	if err != nil {
-		return "", nil, fmt.Errorf("writing the cosign key: %w", err)
+		return "", nil, fmt.Errorf("writing the %s key: %w", what, err)
 	}
 	done = func() { os.Remove(f.Name()) }
 	_, err = f.WriteString(k + "\n")
@@ -401,7 +412,7 @@ func (o *CIStepOptions) KeyFile() (path string, done func(), err error) {
 	}
 	if err != nil {
 		done()
-		return "", nil, fmt.Errorf("writing the cosign key: %w", err)
+		return "", nil, fmt.Errorf("writing the %s key: %w", what, err)
 	}
 	return f.Name(), done, nil
 }

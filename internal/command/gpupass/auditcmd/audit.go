@@ -83,9 +83,12 @@ type AuditVerifyOptions struct {
 	Path      string
 	Key       string
 	AgentKeys []string
-	Extract   string
-	Output    string
-	Getenv    func(string) string
+	// RequirePinned makes a report checked only against the agent key
+	// inside it a failure (exit 1) instead of a warning.
+	RequirePinned bool
+	Extract       string
+	Output        string
+	Getenv        func(string) string
 }
 
 // AddFlags registers the flags of `gpupass audit verify`.
@@ -93,6 +96,7 @@ func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file or env://VAR (required)")
 	f.StringSliceVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]); repeatable")
+	f.BoolVar(&o.RequirePinned, "require-pinned", false, "fail (exit 1) unless the conformance report's agent key is pinned with --agent-key; without it an unpinned key is a warning")
 	f.StringVar(&o.Extract, "extract", "", "also write the report's files into this directory (never overwrites)")
 }
 
@@ -153,7 +157,18 @@ is the zip to write, and the summary is printed as text.`,
 		Long: `Verify every layer of an audit report: the cosign signature over
 manifest.json, every file against the manifest (no missing or extra files),
 the agent's signature over the conformance report, and the report's
-fingerprint against the declared one. Exit code 1 names the failed layer.`,
+fingerprint against the declared one, the run's log, the attestation.
+
+Each layer prints ok, warn, FAIL or skip. Without --agent-key the agent's
+signature is checked only against the key inside the report, which whoever
+built the report chose: that layer says "warn ... unpinned", and the report
+still verifies (exit 0) unless --require-pinned is given. Pin the node's
+public key (agent.pub in the agent's state dir, or the broker's key list)
+with --agent-key. A layer that reads a file which failed the manifest check
+is skipped, naming that file.
+
+Exit codes: 0 every layer ok (or warn), 1 a layer failed or was skipped
+(the first is named), 2 a usage error (a missing --key, an unreadable key).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vo.Path = args[0]
@@ -263,7 +278,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 		agentKeys = append(agentKeys, ks...)
 	}
-	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, Fingerprint: declaredFingerprint})
+	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, RequirePinned: o.RequirePinned, Fingerprint: declaredFingerprint})
 	if err != nil {
 		return err
 	}
@@ -292,11 +307,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 			b.WriteString("!!! SIMULATED: this report describes a run on a simulated hardware profile !!!\n")
 		}
 		for _, l := range res.Layers {
-			status := "ok  "
-			if !l.OK {
-				status = "FAIL"
-			}
-			fmt.Fprintf(&b, "%s %-16s %s\n", status, l.Name, l.Detail)
+			fmt.Fprintf(&b, "%s %-16s %s\n", layerStatus[l.Status], l.Name, l.Detail)
 			for _, p := range l.Problems {
 				fmt.Fprintf(&b, "     %s [%s]: %s\n", p.File, p.Check, p.Message)
 			}
@@ -304,9 +315,12 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		if extracted != "" {
 			fmt.Fprintf(&b, "extracted the report's files into %s\n", extracted)
 		}
-		if res.OK {
+		switch {
+		case res.OK && len(res.Warnings) > 0:
+			fmt.Fprintf(&b, "verified %s (allocation %s) with warnings: %s\n", o.Path, res.AllocationID, strings.Join(res.Warnings, "; "))
+		case res.OK:
 			fmt.Fprintf(&b, "verified %s (allocation %s)\n", o.Path, res.AllocationID)
-		} else {
+		default:
 			fmt.Fprintf(&b, "verification of %s failed at layer %s\n", o.Path, res.FailedLayer)
 		}
 		if _, err := io.WriteString(out, b.String()); err != nil {
@@ -317,6 +331,12 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		return gpupass.Findings(nil)
 	}
 	return nil
+}
+
+// layerStatus is how the text output shows a layer's status: four
+// columns, so that the names line up.
+var layerStatus = map[string]string{
+	audit.StatusOK: "ok  ", audit.StatusWarn: "warn", audit.StatusFail: "FAIL", audit.StatusSkipped: "skip",
 }
 
 // loadAgentKeys reads --agent-key: a PEM public key, or a JSON list of

@@ -50,6 +50,26 @@ func TestCIStepAudit(t *testing.T) {
 	if !strings.Contains(out.String(), "signature") {
 		t.Errorf("audit-verify step printed %q, want the signature layer", out.String())
 	}
+	// Without the agent-key input the agent-signature layer warns; with
+	// it, a file or the PEM itself, the key is pinned.
+	if !strings.Contains(out.String(), "warn agent-signature  unpinned:") {
+		t.Errorf("audit-verify step without agent-key printed %q, want the unpinned warning", out.String())
+	}
+	pem, err := os.ReadFile(filepath.Join(dir, "agent.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ak := range []string{filepath.Join(dir, "agent.pub"), string(pem)} {
+		out.Reset()
+		v.AgentKey = ak
+		err = gpupass.RunCIStep(context.Background(), v, &out)
+		if err != nil && gpupass.ExitCode(err) != gpupass.ExitFindings {
+			t.Fatalf("audit-verify step: %v\n%s", err, out.String())
+		}
+		if !strings.Contains(out.String(), "ok   agent-signature  conformance report signed by a pinned agent key") {
+			t.Errorf("audit-verify step with agent-key printed %q, want the pinned key", out.String())
+		}
+	}
 	// A wrong password is refused: the value given is the one used.
 	o.CosignPassword, o.AuditPath = "wrong", filepath.Join(dir, "other.zip")
 	if err := gpupass.RunCIStep(context.Background(), o, &bytes.Buffer{}); err == nil {

@@ -50,7 +50,16 @@ func (Plugin) CIStep(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env,
 			return err
 		}
 		defer done()
-		return RunAuditVerify(ctx, AuditVerifyOptions{Path: o.AuditPath, Key: key, Output: "text", Getenv: o.Getenv}, out)
+		var agentKeys []string
+		if o.AgentKey != "" {
+			ak, adone, err := o.AgentKeyFile()
+			if err != nil {
+				return err
+			}
+			defer adone()
+			agentKeys = []string{ak}
+		}
+		return RunAuditVerify(ctx, AuditVerifyOptions{Path: o.AuditPath, Key: key, AgentKeys: agentKeys, Output: "text", Getenv: o.Getenv}, out)
 	}
 	return ciAudit(ctx, o, env, out)
 }
