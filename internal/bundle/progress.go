@@ -71,9 +71,9 @@ func (p *TextProgress) Done(name string, skipped bool, err error) {
 	case err != nil:
 		fmt.Fprintf(p.w, "failed  %s\n", name)
 	case skipped:
-		fmt.Fprintf(p.w, "exists  %s (%s, not sent)\n", name, human(p.sizes[name]))
+		fmt.Fprintf(p.w, "exists  %s (%s, not sent)\n", name, HumanBytes(p.sizes[name]))
 	default:
-		fmt.Fprintf(p.w, "%s  %s (%s)\n", p.verb, name, human(p.sizes[name]))
+		fmt.Fprintf(p.w, "%s  %s (%s)\n", p.verb, name, HumanBytes(p.sizes[name]))
 	}
 }
 
@@ -103,10 +103,11 @@ func (p *TextProgress) draw() {
 		}
 	}
 	rate := float64(p.done) / max(time.Since(p.started).Seconds(), 0.001)
-	fmt.Fprintf(p.w, "\r[%s] %3.0f%% %s/%s %d/%d blobs %s/s ", bar, frac*100, human(p.done), human(p.total), p.finished, p.blobs, human(int64(rate)))
+	fmt.Fprintf(p.w, "\r[%s] %3.0f%% %s/%s %d/%d blobs %s/s ", bar, frac*100, HumanBytes(p.done), HumanBytes(p.total), p.finished, p.blobs, HumanBytes(int64(rate)))
 }
 
-func human(n int64) string {
+// HumanBytes writes a byte count the way gpupass prints sizes: B, KiB, MiB, GiB.
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

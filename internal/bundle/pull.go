@@ -423,7 +423,7 @@ func checkSpace(dir string, wheels []v1.Descriptor) error {
 		}
 	}
 	if need > free {
-		return fmt.Errorf("the bundle's wheels take %s, but %s has %s free: free space or pull elsewhere", human(need), dir, human(free))
+		return fmt.Errorf("the bundle's wheels take %s, but %s has %s free: free space or pull elsewhere", HumanBytes(need), dir, HumanBytes(free))
 	}
 	return nil
 }
