@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
-	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/bytesize"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -92,7 +92,7 @@ func workdirSummary(w *apptrain.Workdir, names fielderr.Names) string {
 }
 
 func summarize(w *apptrain.Workdir, verb string, names fielderr.Names) string {
-	s := fmt.Sprintf("work dir %s %s: %d files, %s (%s compressed)", w.Dir, verb, len(w.Files), bundle.HumanBytes(w.Bytes), bundle.HumanBytes(int64(len(w.Archive))))
+	s := fmt.Sprintf("work dir %s %s: %d files, %s (%s compressed)", w.Dir, verb, len(w.Files), bytesize.Format(w.Bytes), bytesize.Format(int64(len(w.Archive))))
 	if n := len(w.Left); n > 0 {
 		s += fmt.Sprintf("; %d left out", n)
 		if names["Workdir"] == "--workdir" {
