@@ -188,25 +188,25 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", shellQuote(st.Dir))
 	}
 	if !o.Demo {
-		fmt.Fprintln(out, "ready: "+readyCommand(o))
+		fmt.Fprintln(out, "ready: "+readyCommand(o, "."))
 		fmt.Fprintln(out, "Ctrl-C stops everything.")
 	}
 	return nil
 }
 
 // readyCommand is the train command up prints, one that runs as pasted
-// in the directory up runs in: the project's spec and train.py when they
-// are there (a project from `gpupass init`), else the repository's
+// in cwd, the directory up runs in: the project's spec and train.py when
+// they are there (a project from `gpupass init`), else the repository's
 // example, else init first. The spec's directory is the run's work dir,
 // so train.py reaches the nodes.
-func readyCommand(o *UpOptions) string {
+func readyCommand(o *UpOptions, cwd string) string {
 	spec := "gpupass.yaml"
 	init := "gpupass init && "
 	for _, s := range []string{"gpupass.yaml", filepath.Join("examples", "train", "gpupass.yaml")} {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(s), "train.py")); err != nil {
+		if _, err := os.Stat(filepath.Join(cwd, filepath.Dir(s), "train.py")); err != nil {
 			continue
 		}
-		if _, err := os.Stat(s); err == nil {
+		if _, err := os.Stat(filepath.Join(cwd, s)); err == nil {
 			spec, init = s, ""
 			break
 		}
