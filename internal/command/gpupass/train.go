@@ -47,7 +47,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "lowest node health score to place on")
 	f.StringVar(&o.Workdir, "workdir", "", "directory shipped to each node as the command's work dir (default: the spec's directory; at most 64 MiB compressed); .gitignore and .gpupassignore rules apply and gpupass state dirs never ship")
 	f.BoolVar(&o.NoWorkdir, "no-workdir", false, "ship no work dir (the command finds its files on the node)")
-	f.StringArrayVar(&o.WorkdirInclude, "include", nil, "ship this file of the work dir although it looks like a secret (*.key, *.pem, .env, a token); repeat for more")
+	f.StringSliceVar(&o.WorkdirInclude, "include", nil, "ship this file of the work dir although it looks like a secret (*.key, *.pem, .env, a token); repeat or comma-separate for more")
 	f.BoolVar(&o.ListWorkdir, "list-workdir", false, "print every file the work dir would ship and what is left out, by which rule; submit nothing")
 	f.IntVar(&o.WorkdirLimits.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories --workdir may hold (the broker checks its own limit)")
 	f.IntVar(&o.WorkdirLimits.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in --workdir")

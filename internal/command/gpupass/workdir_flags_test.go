@@ -75,3 +75,18 @@ func TestTrainWorkdirFlags(t *testing.T) {
 		}
 	}
 }
+
+// The refusal's --include fix, pasted, ships the key.
+func TestTrainIncludeShipsARefusedFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, body := range map[string]string{"gpupass.yaml": "name: x\n", "cosign.key": "k", ".env": "A=1\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runMain(t, "train", "--list-workdir", "--spec", filepath.Join(dir, "gpupass.yaml"), "--include", "cosign.key,.env")
+	if code != 0 || !strings.Contains(out, "ship  cosign.key") || !strings.Contains(out, "ship  .env") {
+		t.Errorf("exit %d, want cosign.key and .env shipped:\n%s%s", code, out, errOut)
+	}
+}
