@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/bytesize"
 )
 
 // TextProgress renders Progress for people. On a terminal it redraws one
@@ -71,9 +73,9 @@ func (p *TextProgress) Done(name string, skipped bool, err error) {
 	case err != nil:
 		fmt.Fprintf(p.w, "failed  %s\n", name)
 	case skipped:
-		fmt.Fprintf(p.w, "exists  %s (%s, not sent)\n", name, human(p.sizes[name]))
+		fmt.Fprintf(p.w, "exists  %s (%s, not sent)\n", name, bytesize.Format(p.sizes[name]))
 	default:
-		fmt.Fprintf(p.w, "%s  %s (%s)\n", p.verb, name, human(p.sizes[name]))
+		fmt.Fprintf(p.w, "%s  %s (%s)\n", p.verb, name, bytesize.Format(p.sizes[name]))
 	}
 }
 
@@ -103,17 +105,5 @@ func (p *TextProgress) draw() {
 		}
 	}
 	rate := float64(p.done) / max(time.Since(p.started).Seconds(), 0.001)
-	fmt.Fprintf(p.w, "\r[%s] %3.0f%% %s/%s %d/%d blobs %s/s ", bar, frac*100, human(p.done), human(p.total), p.finished, p.blobs, human(int64(rate)))
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	fmt.Fprintf(p.w, "\r[%s] %3.0f%% %s/%s %d/%d blobs %s/s ", bar, frac*100, bytesize.Format(p.done), bytesize.Format(p.total), p.finished, p.blobs, bytesize.Format(int64(rate)))
 }

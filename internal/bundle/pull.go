@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gpupass/gpupass/internal/bytesize"
 	"github.com/gpupass/gpupass/internal/wheel"
 )
 
@@ -423,7 +424,7 @@ func checkSpace(dir string, wheels []v1.Descriptor) error {
 		}
 	}
 	if need > free {
-		return fmt.Errorf("the bundle's wheels take %s, but %s has %s free: free space or pull elsewhere", human(need), dir, human(free))
+		return fmt.Errorf("the bundle's wheels take %s, but %s has %s free: free space or pull elsewhere", bytesize.Format(need), dir, bytesize.Format(free))
 	}
 	return nil
 }

@@ -88,12 +88,12 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	if err := os.Remove(filepath.Join(src, "empty-dir", ".keep-no-files")); err != nil {
 		t.Fatal(err)
 	}
-	archive, err := workdir.Pack(src, workdir.Limits{}, bigArchive)
+	packed, err := workdir.Pack(src, workdir.PackOptions{MaxCompressed: bigArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
-	if err := workdir.Unpack(archive, dst, workdir.Limits{}); err != nil {
+	if err := workdir.Unpack(packed.Archive, dst, workdir.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
@@ -163,7 +163,7 @@ func TestPackRefuses(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			tc.setup(t, dir)
-			_, err := workdir.Pack(dir, tc.lim, tc.max)
+			_, err := workdir.Pack(dir, workdir.PackOptions{Limits: tc.lim, MaxCompressed: tc.max})
 			if !tc.check(err) {
 				t.Errorf("Pack: %v, not the refusal expected", err)
 			}
@@ -211,10 +211,11 @@ func TestUnpackEdges(t *testing.T) {
 
 	src := t.TempDir()
 	write(t, src, map[string]os.FileMode{"abc": 0o644, "de": 0o644}) // 5 bytes
-	archive, err := workdir.Pack(src, workdir.Limits{MaxBytes: 5}, bigArchive)
+	packed, err := workdir.Pack(src, workdir.PackOptions{Limits: workdir.Limits{MaxBytes: 5}, MaxCompressed: bigArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
+	archive := packed.Archive
 	if err := workdir.Unpack(archive, t.TempDir(), workdir.Limits{MaxBytes: 5}); err != nil {
 		t.Errorf("unpacking under the limit it was packed under: %v", err)
 	}

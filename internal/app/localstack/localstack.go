@@ -28,6 +28,7 @@ import (
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // Options describe the stack.
@@ -163,6 +164,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("creating state dir: %w", err)
 		}
+	}
+	// The marker keeps the state dir (database, tokens, agents' work
+	// dirs) out of every work dir train ships, wherever it lies.
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, workdir.StateMarker), []byte("gpupass state dir: broker database, tokens, agents' state; never shipped in a work dir\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
 	db := "sqlite://" + filepath.Join(dir, "broker.db")
 	toks, err := upTokens(ctx, brokerBin, db, dir)

@@ -57,9 +57,19 @@ type Options struct {
 	// spec.ParseTimeLimit); it overrides the spec's resources.time-limit.
 	// Empty: the spec's, if any.
 	TimeLimit string
-	// Workdir is shipped to each node as the command's work dir.
+	// Workdir is shipped to each node as the command's work dir; empty:
+	// the spec's directory, which holds the files its command names
+	// (train.py next to gpupass.yaml), unless NoWorkdir.
 	Workdir       string
+	NoWorkdir     bool
 	WorkdirLimits workdir.Limits
+	// WorkdirInclude names files of the work dir that look like secrets
+	// (keys, .env, tokens) and are shipped all the same.
+	WorkdirInclude []string
+	// StateDirs are gpupass state dirs never shipped, besides those
+	// holding workdir.StateMarker (`up`'s configured one, for a state
+	// dir written before markers).
+	StateDirs []string
 	// Command is what runs on each node.
 	Command []string
 	// Getenv reads the CI's variables for the run name.
@@ -74,6 +84,8 @@ type Options struct {
 // Follow.
 type Result struct {
 	Runs []*gpupassv1.Run
+	// Workdir is what was shipped; nil when nothing was.
+	Workdir *Workdir
 	// c is the broker the runs were submitted to, for Follow.
 	c *client.RunClients
 }
@@ -117,11 +129,13 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading spec %s: %w", o.Spec, err)
 	}
+	wd, err := PackWorkdir(o)
+	if err != nil {
+		return nil, err
+	}
 	var archive []byte
-	if o.Workdir != "" {
-		if archive, err = workdir.Pack(o.Workdir, o.WorkdirLimits, MaxArchive); err != nil {
-			return nil, &fielderr.Error{Field: "Workdir", Value: o.Workdir, Err: err}
-		}
+	if wd != nil {
+		archive = wd.Archive
 	}
 	name := RunName(o.Name, specYAML, o.Getenv)
 	if o.Name != "" {
@@ -135,7 +149,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	}
 	restarts := int32(o.MaxRestarts)
 	minScore := o.MinHealthScore
-	res := &Result{c: c}
+	res := &Result{c: c, Workdir: wd}
 	for _, region := range o.Regions {
 		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
@@ -147,6 +161,53 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 		res.Runs = append(res.Runs, resp.Msg.Run)
 	}
 	return res, nil
+}
+
+// Workdir is a packed work dir and the directory it was packed from.
+type Workdir struct {
+	Dir string
+	*workdir.Packed
+}
+
+// WorkdirDir is the directory o ships: Workdir, else the spec's
+// directory; "" with NoWorkdir.
+func WorkdirDir(o Options) (string, error) {
+	switch {
+	case o.NoWorkdir && o.Workdir != "":
+		return "", &fielderr.Error{Field: "Workdir", Value: o.Workdir, Problem: "and {NoWorkdir} exclude each other: give one"}
+	case o.NoWorkdir && len(o.WorkdirInclude) > 0:
+		return "", &fielderr.Error{Field: "WorkdirInclude", Value: o.WorkdirInclude[0], Problem: "and {NoWorkdir} exclude each other: nothing is shipped"}
+	case o.NoWorkdir:
+		return "", nil
+	case o.Workdir != "":
+		return o.Workdir, nil
+	}
+	return filepath.Dir(o.Spec), nil
+}
+
+// PackWorkdir packs the work dir o ships (WorkdirDir); nil, nil when it
+// ships none.
+func PackWorkdir(o Options) (*Workdir, error) {
+	dir, err := WorkdirDir(o)
+	if err != nil || dir == "" {
+		return nil, err
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, fielderr.New("Workdir", dir, "not a directory: name the directory to ship, or {NoWorkdir} to ship none")
+	}
+	p, err := workdir.Pack(dir, workdir.PackOptions{Limits: o.WorkdirLimits, MaxCompressed: MaxArchive, Include: o.WorkdirInclude, StateDirs: o.StateDirs})
+	var ie *workdir.IncludeError
+	if errors.As(err, &ie) {
+		return nil, fielderr.New("WorkdirInclude", ie.Path, "not a file of %s that looks like a secret (none there, or an ignore rule leaves it out): name it as the refusal printed it", dir)
+	}
+	if err != nil {
+		e := &fielderr.Error{Field: "Workdir", Value: dir, Err: err}
+		if o.Workdir == "" {
+			e.Problem = "the spec's directory, shipped by default ({Workdir} DIR ships another, {NoWorkdir} none): " + err.Error()
+		}
+		return nil, e
+	}
+	return &Workdir{Dir: dir, Packed: p}, nil
 }
 
 // FollowOptions say where the followed logs go.

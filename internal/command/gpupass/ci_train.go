@@ -36,7 +36,7 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 	t := &TrainOptions{
 		Global: o.Global, Broker: BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Follow: true,
 		Options: apptrain.Options{Spec: spec, Regions: regions, Name: o.Name, MaxRestarts: 3, MinHealthScore: api.DefaultMinHealthScore,
-			TimeLimit: o.TimeLimit, Workdir: o.Workdir, WorkdirLimits: workdir.Default(), Command: words, Getenv: o.Getenv},
+			TimeLimit: o.TimeLimit, Workdir: o.Workdir, NoWorkdir: o.Workdir == "", WorkdirLimits: workdir.Default(), Command: words, Getenv: o.Getenv},
 	}
 	res, runErr := runTrain(ctx, t, ciTrainInputs, out, o.ErrOut)
 	if res == nil || len(res.Runs) == 0 {

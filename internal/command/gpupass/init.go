@@ -122,11 +122,22 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 		}
 		written = append(written, f.dst)
 	}
+	gitignore := filepath.Join(o.Dir, ".gitignore")
+	created, added, err := ignoreStateDir(gitignore)
+	if err != nil {
+		return err
+	}
+	if created {
+		written = append(written, gitignore)
+	}
 	if o.Global != nil && o.Global.Output == "json" {
-		return writeJSON(out, map[string]any{"dir": o.Dir, "name": name, "files": written, "kept": kept})
+		return writeJSON(out, map[string]any{"dir": o.Dir, "name": name, "files": written, "kept": kept, "gitignore_added": added})
 	}
 	for _, w := range written {
 		fmt.Fprintf(out, "wrote %s\n", w)
+	}
+	if created || added {
+		fmt.Fprintf(out, "  (%s keeps %s, up's state dir with its database and tokens, out of git)\n", gitignore, stateIgnore)
 	}
 	for _, k := range kept {
 		fmt.Fprintf(out, "kept %s (it exists; --force overwrites it)\n", k)
@@ -135,7 +146,7 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	if filepath.Clean(o.Dir) != "." {
 		next = "cd " + shellQuote(o.Dir) + " && " + next
 	}
-	_, err := fmt.Fprintf(out, "\nNext: %s\n", next)
+	_, err = fmt.Fprintf(out, "\nNext: %s\n", next)
 	return err
 }
 
@@ -146,4 +157,39 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// stateIgnore is the .gitignore line that keeps `gpupass up`'s default
+// state dir (broker database, tokens, agents' state) out of git.
+const stateIgnore = ".gpupass/"
+
+// ignoreStateDir makes sure the .gitignore at path keeps the state dir
+// out of git: it writes the file when there is none, else appends the
+// line when no line names the state dir already; the user's rules stay.
+func ignoreStateDir(path string) (created, added bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		body := "# gpupass up's state dir: broker database, tokens, agents' state\n" + stateIgnore + "\n"
+		if err := fsutil.WriteFileAtomic(path, []byte(body), 0o644); err != nil {
+			return false, false, err
+		}
+		return true, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		switch strings.TrimSpace(l) {
+		case ".gpupass", ".gpupass/", "/.gpupass", "/.gpupass/":
+			return false, false, nil
+		}
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		b = append(b, '\n')
+	}
+	b = append(b, stateIgnore+"\n"...)
+	if err := fsutil.WriteFileAtomic(path, b, 0o644); err != nil {
+		return false, false, err
+	}
+	return false, true, nil
 }

@@ -27,6 +27,9 @@ type TrainOptions struct {
 	Global *GlobalOptions
 	Broker BrokerFlags
 	Follow bool
+	// ListWorkdir prints what the work dir ships and what it leaves
+	// out, and submits nothing.
+	ListWorkdir bool
 }
 
 // AddFlags registers train's flags.
@@ -42,7 +45,10 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.ResumeElsewhere, "resume-elsewhere", false, "when a node is lost mid-run, restart on another candidate from the newest checkpoint instead of failing")
 	f.StringVar(&o.TimeLimit, "time-limit", "", "wall-clock limit of each run, e.g. 90m or 2h (overrides the spec's resources.time-limit; the broker caps it): a run past it is stopped and ends failed with TIMEOUT; NaN restarts share it")
 	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "lowest node health score to place on")
-	f.StringVar(&o.Workdir, "workdir", "", "directory shipped to each node as the command's work dir (at most 64 MiB compressed)")
+	f.StringVar(&o.Workdir, "workdir", "", "directory shipped to each node as the command's work dir (default: the spec's directory; at most 64 MiB compressed); .gitignore and .gpupassignore rules apply and gpupass state dirs never ship")
+	f.BoolVar(&o.NoWorkdir, "no-workdir", false, "ship no work dir (the command finds its files on the node)")
+	f.StringSliceVar(&o.WorkdirInclude, "include", nil, "ship this file of the work dir although it looks like a secret (*.key, *.pem, .env, a token); repeat or comma-separate for more")
+	f.BoolVar(&o.ListWorkdir, "list-workdir", false, "print every file the work dir would ship and what is left out, by which rule; submit nothing")
 	f.IntVar(&o.WorkdirLimits.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories --workdir may hold (the broker checks its own limit)")
 	f.IntVar(&o.WorkdirLimits.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in --workdir")
 	f.Int64Var(&o.WorkdirLimits.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes of files in --workdir")
@@ -58,15 +64,28 @@ func newTrainCmd(g *GlobalOptions) *cobra.Command {
 node of its region (the order of validate --dry-run) and printed with its
 allocation id, node and health score. With --follow, the logs of all runs are
 streamed, each line prefixed by its region, and the exit code is the worst
-result: 0 all succeeded, 1 any failed or was cancelled, 2 bad input.`,
+result: 0 all succeeded, 1 any failed or was cancelled, 2 bad input.
+
+The spec's directory is shipped to each node as the command's work dir
+(--workdir ships another, --no-workdir none). Left out: .git, __pycache__,
+gpupass state dirs (up's .gpupass: broker database, tokens), and whatever
+.gitignore and .gpupassignore (same syntax, read after .gitignore) ignore.
+Files that look like secrets (*.key, *.pem, .env, .env.*, SSH keys, files
+holding a private key or a gpupass token, a config.json with a token) are
+refused by name until left out or named with --include. --list-workdir
+prints what would ship.`,
 		Example: `  gpupass train --spec gpupass.yaml --region us-west-2 --region eu-central-1 --follow -- python3 train.py
-  gpupass train --region us-west-2 --max-price 30 --workdir . -- python3 train.py --epochs 3`,
+  gpupass train --spec project/gpupass.yaml --region us-west-2 --list-workdir
+  gpupass train --region us-west-2 --max-price 30 --workdir . --include certs/ca.pem -- python3 train.py --epochs 3`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() < 0 && len(args) > 0 || cmd.ArgsLenAtDash() > 0 {
 				return fmt.Errorf("put the training command after --: gpupass train … -- %s", strings.Join(args, " "))
 			}
 			o.Command = args
 			o.Getenv = os.Getenv
+			if o.ListWorkdir {
+				return ListWorkdir(o, cmd.OutOrStdout())
+			}
 			return RunTrain(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -78,12 +97,14 @@ result: 0 all succeeded, 1 any failed or was cancelled, 2 bad input.`,
 var trainFlagNames = fielderr.Names{
 	"Regions": "--region", "Command": "the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
 	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name", "TimeLimit": "--time-limit",
+	"NoWorkdir": "--no-workdir", "WorkdirInclude": "--include",
 }
 
 // options are the use case's options, dialling the broker of the flags.
 func (o *TrainOptions) options() apptrain.Options {
 	opts := o.Options
 	opts.Dial, opts.BrokerURL = o.Broker.DialRuns, o.Broker.URL
+	opts.StateDirs = stateDirs(opts.Getenv)
 	return opts
 }
 
@@ -100,9 +121,13 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, errOut io.Writer) (*apptrain.Result, error) {
 	res, err := apptrain.Submit(ctx, o.options())
 	if err != nil {
-		return res, limitHint(names.Apply(err))
+		return res, workdirHint(limitHint(names.Apply(err)), names)
 	}
 	jsonOut := o.Global != nil && o.Global.Output == "json"
+	if res.Workdir != nil {
+		// On stderr: stdout is the table, or only JSON.
+		fmt.Fprintln(errOut, workdirSummary(res.Workdir, names))
+	}
 	if !jsonOut {
 		if err := apptrain.WriteTable(out, res.Runs); err != nil {
 			return res, err

@@ -185,13 +185,39 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 	}
 	fmt.Fprintf(out, "token   %s  (submit; saved in %s)\n", st.Config.Token, st.ConfigPath)
 	if st.Dir != mustAbs(DefaultStateDir(o.Getenv)) {
-		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", st.Dir)
+		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", shellQuote(st.Dir))
 	}
 	if !o.Demo {
-		fmt.Fprintln(out, "ready: gpupass train --spec examples/train/gpupass.yaml --region "+strings.Join(o.Regions, " --region ")+" --follow -- /usr/bin/python3 train.py")
+		fmt.Fprintln(out, "ready: "+readyCommand(o, "."))
 		fmt.Fprintln(out, "Ctrl-C stops everything.")
 	}
 	return nil
+}
+
+// readyCommand is the train command up prints, one that runs as pasted
+// in cwd, the directory up runs in: the project's spec and train.py when
+// they are there (a project from `gpupass init`), else the repository's
+// example, else init first. The spec's directory is the run's work dir,
+// so train.py reaches the nodes.
+func readyCommand(o *UpOptions, cwd string) string {
+	spec := "gpupass.yaml"
+	init := "gpupass init && "
+	for _, s := range []string{"gpupass.yaml", filepath.Join("examples", "train", "gpupass.yaml")} {
+		if _, err := os.Stat(filepath.Join(cwd, filepath.Dir(s), "train.py")); err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(cwd, s)); err == nil {
+			spec, init = s, ""
+			break
+		}
+	}
+	var b strings.Builder
+	b.WriteString(init + "gpupass train --spec " + shellQuote(spec))
+	for _, r := range o.Regions {
+		b.WriteString(" --region " + shellQuote(r))
+	}
+	b.WriteString(" --follow -- " + shellQuote(o.Python) + " train.py")
+	return b.String()
 }
 
 func mustAbs(p string) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/examples"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 const invalidSpec = "name: x\nruntime:\n  cuda: \"12.1\"\n  nvidia-driver: 535.104.05\n  python: 3.10.12\n  pytorch: 2.1.2+cu121\n"
@@ -140,7 +141,7 @@ func TestValidateInGitHubActions(t *testing.T) {
 			o := &ValidateOptions{Global: &GlobalOptions{Output: output}, Spec: spec, Getenv: func(k string) string { return env[k] }}
 			// A package that compiles CUDA gives a warning to annotate.
 			b, _ := os.ReadFile(spec)
-			os.WriteFile(spec, []byte(strings.Replace(string(b), "- numpy==1.26.4", "- deepspeed==0.14.0", 1)), 0o644)
+			os.WriteFile(spec, []byte(strings.Replace(string(b), "- numpy==1.24.2", "- deepspeed==0.14.0", 1)), 0o644)
 			var out bytes.Buffer
 			if err := RunValidate(context.Background(), o, &out); err != nil {
 				t.Fatalf("RunValidate: %v", err)
@@ -160,6 +161,37 @@ func TestValidateInGitHubActions(t *testing.T) {
 	}
 }
 
+// init keeps up's state dir (database, tokens) out of git: it writes a
+// .gitignore, or adds the line to the user's own once, keeping their
+// rules (issue #31, finding 6).
+func TestInitKeepsStateDirOutOfGit(t *testing.T) {
+	t.Parallel()
+	fresh, own := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(own, ".gitignore"), []byte("*.ckpt\n!best.ckpt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]string{
+		fresh: "# gpupass up's state dir: broker database, tokens, agents' state\n.gpupass/\n",
+		own:   "*.ckpt\n!best.ckpt\n.gpupass/\n",
+	} {
+		for range 2 { // the second init adds nothing
+			var out bytes.Buffer
+			if err := RunInit(context.Background(), &InitOptions{Dir: dir}, &out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, ".gitignore")); string(b) != want {
+			t.Errorf("%s/.gitignore: %q, want %q", dir, b, want)
+		}
+		var ig workdir.Ignore
+		b, _ := os.ReadFile(filepath.Join(dir, ".gitignore"))
+		ig.Add("", ".gitignore", b)
+		if ignored, _ := ig.Match(".gpupass", true); !ignored {
+			t.Errorf("%s/.gitignore does not ignore .gpupass/", dir)
+		}
+	}
+}
+
 func TestInit(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "My Project_2")
@@ -175,7 +207,7 @@ func TestInit(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if diff := cmp.Diff([]string{"GPUPASS.md", "gpupass.yaml", "train.py"}, names); diff != "" {
+	if diff := cmp.Diff([]string{".gitignore", "GPUPASS.md", "gpupass.yaml", "train.py"}, names); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)
 	}
 	// The starter must be a valid spec, named after the directory.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,13 +81,22 @@ type Options struct {
 	Args []string
 	// Env is added to the environment of up and of Command.
 	Env []string
+	// Environ, when set, replaces this process's environment as the base
+	// of up's and Command's (a clean HOME, nothing of the machine's).
+	Environ []string
+	// Dir is where up and Command run (default: the repository root).
+	Dir string
+	// DefaultStateDir starts up without --state-dir or GPUPASS_STATE_DIR,
+	// so it keeps its state where a user's would (Dir/.gpupass with a
+	// clean environment); State names that dir.
+	DefaultStateDir bool
 }
 
 // Stack is a running `gpupass up`.
 type Stack struct {
 	Bin   string // directory of the three binaries
 	State string // --state-dir
-	Root  string // repository root, the working directory of commands
+	Root  string // working directory of up and of commands: the repository root, or Options.Dir
 	Env   []string
 	Out   *Buffer // up's stdout and stderr
 
@@ -101,13 +111,27 @@ type Stack struct {
 // tails of the broker and agent logs are logged.
 func Start(t testing.TB, opts Options) *Stack {
 	t.Helper()
-	s := &Stack{Bin: BuildAll(t), State: t.TempDir(), Root: testutil.RepoRoot(t), Out: &Buffer{}}
-	s.Env = append(append(os.Environ(), "GPUPASS_STATE_DIR="+s.State), opts.Env...)
+	s := &Stack{Bin: BuildAll(t), Root: opts.Dir, Out: &Buffer{}}
+	if s.Root == "" {
+		s.Root = testutil.RepoRoot(t)
+	}
+	base := opts.Environ
+	if base == nil {
+		base = os.Environ()
+	}
+	args := []string{"up", "--listen", "127.0.0.1:0"}
+	if opts.DefaultStateDir {
+		s.State = filepath.Join(s.Root, ".gpupass")
+		s.Env = append(slices.Clone(base), opts.Env...)
+	} else {
+		s.State = t.TempDir()
+		s.Env = append(append(slices.Clone(base), "GPUPASS_STATE_DIR="+s.State), opts.Env...)
+		args = append(args, "--state-dir", s.State)
+	}
 	regions := opts.Regions
 	if len(regions) == 0 {
 		regions = []string{"us-west-2", "eu-central-1"}
 	}
-	args := []string{"up", "--listen", "127.0.0.1:0", "--state-dir", s.State}
 	for _, r := range regions {
 		args = append(args, "--region", r)
 	}
@@ -160,8 +184,9 @@ func (s *Stack) Config(t testing.TB) Config {
 	return c
 }
 
-// Command returns `gpupass ARGS...` run from the repository root with the
-// stack's environment, so it finds the broker without flags.
+// Command returns `gpupass ARGS...` run from the stack's Root (the
+// repository root, or Options.Dir) with the stack's environment, so it
+// finds the broker without flags.
 func (s *Stack) Command(ctx context.Context, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, filepath.Join(s.Bin, "gpupass"), args...)
 	c.Env, c.Dir = s.Env, s.Root

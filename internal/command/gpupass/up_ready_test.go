@@ -1,0 +1,47 @@
+package gpupass
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// up's ready line names a spec and a script that are there where up runs
+// (issue #32, item 1): the project's own after `gpupass init`, the
+// repository's example at its root, else `gpupass init` first. The
+// end-to-end test pastes the first kind; these are the others.
+func TestUpReadyCommandNamesFilesThatExist(t *testing.T) {
+	t.Parallel()
+	mk := func(files ...string) string {
+		dir := t.TempDir()
+		for _, f := range files {
+			p := filepath.Join(dir, filepath.FromSlash(f))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	o := &UpOptions{Regions: []string{"us-west-2", "eu central"}, Python: "/usr/bin/python3"}
+	tests := []struct{ name, dir, want string }{
+		{"a project from init", mk("gpupass.yaml", "train.py", "examples/train/gpupass.yaml", "examples/train/train.py"),
+			"gpupass train --spec gpupass.yaml --region us-west-2 --region 'eu central' --follow -- /usr/bin/python3 train.py"},
+		{"the repository root", mk("examples/train/gpupass.yaml", "examples/train/train.py"),
+			"gpupass train --spec examples/train/gpupass.yaml --region us-west-2 --region 'eu central' --follow -- /usr/bin/python3 train.py"},
+		{"a spec without train.py", mk("gpupass.yaml"),
+			"gpupass init && gpupass train --spec gpupass.yaml --region us-west-2 --region 'eu central' --follow -- /usr/bin/python3 train.py"},
+		{"an empty directory", mk(),
+			"gpupass init && gpupass train --spec gpupass.yaml --region us-west-2 --region 'eu central' --follow -- /usr/bin/python3 train.py"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := readyCommand(o, tc.dir); got != tc.want {
+				t.Errorf("ready: %s\nwant:   %s", got, tc.want)
+			}
+		})
+	}
+}
