@@ -337,7 +337,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var loops sync.WaitGroup
 	defer func() { stopLoops(); loops.Wait() }()
 	for _, a := range agents[cfg.Agents:] {
-		src, err := agent.NewBrokerSource(a.url, cfg.AgentToken, nil, func() string { return a.id }, a.creds, nil)
+		src, err := agent.NewBrokerSource(a.url, client.Options{Token: cfg.AgentToken, Agent: a.creds}, func() string { return a.id }, nil)
 		if err != nil {
 			return nil, err
 		}
