@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,10 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 		args    func(url string) []string
 		env     func(url string) []string
 		allowed bool
+		// byName: the URL names the broker by a host name that resolves
+		// to its address (an /etc/hosts of the command's own, in a mount
+		// namespace), so the check at connect time is what refuses it.
+		byName bool
 	}{
 		{name: "cli nodes, flags", args: func(u string) []string {
 			return []string{"nodes", "--broker-url", u, "--broker-token", token}
@@ -100,7 +105,11 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 			env: func(u string) []string {
 				return []string{"GPUPASS_BROKER_URL=" + u, "GPUPASS_BROKER_TOKEN=" + token, "GPUPASS_INSECURE_HTTP=true"}
 			}},
+		{name: "cli nodes, a host name", byName: true, args: func(u string) []string {
+			return []string{"nodes", "--broker-url", u, "--broker-token", token}
+		}},
 		{name: "agent", agent: true, args: func(u string) []string { return []string{"--broker-url", u} }},
+		{name: "agent, a host name", agent: true, byName: true, args: func(u string) []string { return []string{"--broker-url", u} }},
 		{name: "agent --insecure-http", agent: true, allowed: true, args: func(u string) []string {
 			return []string{"--broker-url", u, "--insecure-http"}
 		}},
@@ -112,18 +121,28 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 			home := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			var cmd *exec.Cmd
-			if tc.agent {
-				args := append([]string{"--broker-token", token, "--region", "r", "--state-dir", t.TempDir(), "--query-addr", "127.0.0.1:0",
-					"--simulate", "h100-sxm5-8x", "--read-probe-mb", "1", "--no-work"}, tc.args(rec.URL)...)
-				cmd = exec.CommandContext(ctx, agentBin, args...)
-			} else {
-				cmd = exec.CommandContext(ctx, cli, tc.args(rec.URL)...)
+			url := rec.URL
+			var argv []string
+			if tc.byName {
+				const host = "broker.gpupass-test.invalid"
+				hosts := filepath.Join(home, "hosts")
+				if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"+ns.PeerIP+" "+host+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				url = strings.Replace(url, ns.PeerIP, host, 1)
+				argv = []string{testutil.Tool(t, "unshare"), "--mount", "--", "sh", "-c", `mount --bind "$0" /etc/hosts && exec "$@"`, hosts}
 			}
+			if tc.agent {
+				argv = append(append(argv, agentBin, "--broker-token", token, "--region", "r", "--state-dir", t.TempDir(), "--query-addr", "127.0.0.1:0",
+					"--simulate", "h100-sxm5-8x", "--read-probe-mb", "1", "--no-work"), tc.args(url)...)
+			} else {
+				argv = append(append(argv, cli), tc.args(url)...)
+			}
+			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 			// A clean environment: no GPUPASS_* of the machine running the test.
 			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
 			if tc.env != nil {
-				cmd.Env = append(cmd.Env, tc.env(rec.URL)...)
+				cmd.Env = append(cmd.Env, tc.env(url)...)
 			}
 			var stdout, stderr testutil.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -161,12 +180,12 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 				return
 			}
 			if conns != 0 || len(tokens) != 0 {
-				t.Errorf("the broker at %s got %d connections and tokens %q: want none before consent\n%s", rec.URL, conns, tokens, out)
+				t.Errorf("the broker at %s got %d connections and tokens %q: want none before consent\n%s", url, conns, tokens, out)
 			}
 			if err == nil {
 				t.Errorf("exit 0, want a refusal\n%s", out)
 			}
-			for _, w := range append(refusal, rec.URL) {
+			for _, w := range append(refusal, url, ns.PeerIP+" is not a loopback address") {
 				if !strings.Contains(out, w) {
 					t.Errorf("output lacks %q:\n%s", w, out)
 				}
