@@ -34,7 +34,7 @@ var ciInputNames = fielderr.Names{
 	forge.FieldBehavior:    "input comment-behavior",
 	forge.FieldGitHubToken: "input github-token",
 	api.FieldCA:            "broker CA file",
-	api.FieldInsecureHTTP:  "input insecure-http (true)",
+	api.FieldInsecureHTTP:  "GPUPASS_INSECURE_HTTP=true (a CI/CD variable, or the step's env)",
 }
 
 // fieldNames are the tables a command's error is renamed by: the CLI's
