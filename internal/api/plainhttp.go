@@ -25,7 +25,7 @@ type PlainHTTPError struct {
 
 func (e *PlainHTTPError) Error() string {
 	return fmt.Sprintf("refusing to send the broker token over plain HTTP to %s: %s is not a loopback address, so anyone on the network path could read the token and use it; "+
-		"use an https:// broker URL (the broker's --tls-cert and --tls-key), or %s", e.URL, e.Host, e.fix())
+		"use an https:// broker URL (a broker with a TLS certificate), or %s", e.URL, e.Host, e.fix())
 }
 
 // fix is the consent, as a field error so that the command layer names
