@@ -78,8 +78,7 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 	cli := testutil.BuildBinary(t, "./cmd/gpupass")
 	agentBin := testutil.BuildBinary(t, "./cmd/gpupass-agent")
 	const token = "gpp_plainhttp_test_s3cret"
-	refusal := []string{"refusing to send the broker token over plain HTTP to ", "is not a loopback address",
-		"use an https:// broker URL", "--insecure-http (or GPUPASS_INSECURE_HTTP=true)"}
+	refusal := []string{"refusing to send the broker token over plain HTTP to ", "is not a loopback address", "use an https:// broker URL"}
 	warning := "the broker token goes over plain HTTP, unencrypted"
 
 	tests := []struct {
@@ -92,6 +91,8 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 		// to its address (an /etc/hosts of the command's own, in a mount
 		// namespace), so the check at connect time is what refuses it.
 		byName bool
+		// fix is how the refusal names the consent (default: the flag).
+		fix string
 	}{
 		{name: "cli nodes, flags", args: func(u string) []string {
 			return []string{"nodes", "--broker-url", u, "--broker-token", token}
@@ -105,6 +106,12 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 			env: func(u string) []string {
 				return []string{"GPUPASS_BROKER_URL=" + u, "GPUPASS_BROKER_TOKEN=" + token, "GPUPASS_INSECURE_HTTP=true"}
 			}},
+		// The CI step (the GitHub Action, the GitLab components): inputs
+		// arrive as GPUPASS_* variables, consent too.
+		{name: "ci step compare-report", fix: "GPUPASS_INSECURE_HTTP=true (a CI/CD variable, or the step's env)", args: func(string) []string { return []string{"ci", "step"} },
+			env: func(u string) []string { return ciCompare(u, token) }},
+		{name: "ci step compare-report GPUPASS_INSECURE_HTTP=true", allowed: true, args: func(string) []string { return []string{"ci", "step"} },
+			env: func(u string) []string { return append(ciCompare(u, token), "GPUPASS_INSECURE_HTTP=true") }},
 		{name: "cli nodes, a host name", byName: true, args: func(u string) []string {
 			return []string{"nodes", "--broker-url", u, "--broker-token", token}
 		}},
@@ -139,6 +146,7 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 				argv = append(append(argv, cli), tc.args(url)...)
 			}
 			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+			cmd.Dir = home
 			// A clean environment: no GPUPASS_* of the machine running the test.
 			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
 			if tc.env != nil {
@@ -185,7 +193,11 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 			if err == nil {
 				t.Errorf("exit 0, want a refusal\n%s", out)
 			}
-			for _, w := range append(refusal, url, ns.PeerIP+" is not a loopback address") {
+			fix := tc.fix
+			if fix == "" {
+				fix = "--insecure-http (or GPUPASS_INSECURE_HTTP=true)"
+			}
+			for _, w := range append(refusal, url, ns.PeerIP+" is not a loopback address", fix) {
 				if !strings.Contains(out, w) {
 					t.Errorf("output lacks %q:\n%s", w, out)
 				}
@@ -195,4 +207,11 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ciCompare is the environment of a compare-report step that reads two
+// runs by allocation id from the broker at url, outside any CI.
+func ciCompare(url, token string) []string {
+	return []string{"GPUPASS_COMMAND=compare-report", "GPUPASS_RUNS=us=alloc-us eu=alloc-eu", "GPUPASS_BROKER_URL=" + url,
+		"GPUPASS_BROKER_TOKEN=" + token, "GITHUB_ACTIONS=", "GITLAB_CI="}
 }
