@@ -292,9 +292,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	default:
 		a.log.Warn("jobs run as the agent's own user and can read its identity key (so sign reports it never measured); run the agent as root with --run-as USER", "uid", os.Geteuid())
 	}
-	if u := client.PlainHTTPOffHost(a.o.BrokerURL); u != "" && a.o.InsecureHTTP {
-		a.log.Warn("the broker token goes over plain HTTP, unencrypted, to a broker that may not be on this machine (--insecure-http): anyone on the network path can read it and act as this node; use an https:// broker URL", "broker", u)
-	}
+	a.o.warnInsecureHTTP(a.log)
 	if a.o.Registry.PlainHTTP && !a.o.NoWork {
 		a.log.Warn("wheel bundles are pulled over plain HTTP (--plain-http): for loopback test registries only")
 	}
@@ -610,6 +608,15 @@ var errNotRunning = errors.New("the agent's main loop is not running")
 
 // tlsConfig trusts the system roots plus --tls-ca.
 func (o *Options) tlsConfig() (*tls.Config, error) { return api.TrustCA(o.TLSCA) }
+
+// warnInsecureHTTP says, at every start, that --insecure-http lets the
+// token cross a network unencrypted (when the broker URL is one it
+// applies to).
+func (o *Options) warnInsecureHTTP(log *slog.Logger) {
+	if u := client.PlainHTTPOffHost(o.BrokerURL); u != "" && o.InsecureHTTP {
+		log.Warn("the broker token goes over plain HTTP, unencrypted, to a broker that may not be on this machine (--insecure-http): anyone on the network path can read it and act as this node; use an https:// broker URL", "broker", u)
+	}
+}
 
 // brokerOptions are what every dial of the broker by this agent shares:
 // token, trust, plain HTTP consent, protocol and user agent.

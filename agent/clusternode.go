@@ -110,6 +110,7 @@ func newClusterAgents(o *Options, kind, cluster string, refresh time.Duration, l
 	if err != nil {
 		return nil, err
 	}
+	o.warnInsecureHTTP(log)
 	co := o.brokerOptions(tlsConf)
 	co.Timeout = 30 * time.Second
 	clients, err := brokerclient.Dial(o.BrokerURL, co)
