@@ -292,6 +292,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	default:
 		a.log.Warn("jobs run as the agent's own user and can read its identity key (so sign reports it never measured); run the agent as root with --run-as USER", "uid", os.Geteuid())
 	}
+	a.o.warnInsecureHTTP(a.log)
 	if a.o.Registry.PlainHTTP && !a.o.NoWork {
 		a.log.Warn("wheel bundles are pulled over plain HTTP (--plain-http): for loopback test registries only")
 	}
@@ -313,10 +314,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	clients, err := client.Dial(a.o.BrokerURL, client.Options{Token: a.o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: a.tls, UserAgent: buildinfo.UserAgent("gpupass-agent"),
-		OnFailover: func(from, to string, err error) {
-			a.log.Warn("broker replica stopped answering; moving to the next", "from", from, "to", to, "err", err)
-		}})
+	co := a.o.brokerOptions(a.tls)
+	co.Timeout = 30 * time.Second
+	co.OnFailover = func(from, to string, err error) {
+		a.log.Warn("broker replica stopped answering; moving to the next", "from", from, "to", to, "err", err)
+	}
+	clients, err := client.Dial(a.o.BrokerURL, co)
 	if err != nil {
 		return err
 	}
@@ -510,6 +513,9 @@ func (a *Agent) enroll(ctx context.Context, cp ControlPlane) (*gpupassv1.EnrollR
 		if u, ok := api.UntrustedCert(err); ok {
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, u)
 		}
+		if p, ok := api.PlainHTTP(err); ok {
+			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, p)
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
 		}
@@ -602,3 +608,18 @@ var errNotRunning = errors.New("the agent's main loop is not running")
 
 // tlsConfig trusts the system roots plus --tls-ca.
 func (o *Options) tlsConfig() (*tls.Config, error) { return api.TrustCA(o.TLSCA) }
+
+// warnInsecureHTTP says, at every start, that --insecure-http lets the
+// token cross a network unencrypted (when the broker URL is one it
+// applies to).
+func (o *Options) warnInsecureHTTP(log *slog.Logger) {
+	if u := client.PlainHTTPOffHost(o.BrokerURL); u != "" && o.InsecureHTTP {
+		log.Warn("the broker token goes over plain HTTP, unencrypted, to a broker that may not be on this machine (--insecure-http): anyone on the network path can read it and act as this node; use an https:// broker URL", "broker", u)
+	}
+}
+
+// brokerOptions are what every dial of the broker by this agent shares:
+// token, trust, plain HTTP consent, protocol and user agent.
+func (o *Options) brokerOptions(tlsConf *tls.Config) client.Options {
+	return client.Options{Token: o.Token, GRPC: true, TLSConfig: tlsConf, InsecureHTTP: o.InsecureHTTP, UserAgent: buildinfo.UserAgent("gpupass-agent")}
+}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpupass/gpupass/internal/buildinfo"
 	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -111,7 +110,10 @@ func newClusterAgents(o *Options, kind, cluster string, refresh time.Duration, l
 	if err != nil {
 		return nil, err
 	}
-	clients, err := brokerclient.Dial(o.BrokerURL, brokerclient.Options{Token: o.Token, GRPC: true, Timeout: 30 * time.Second, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass-agent")})
+	o.warnInsecureHTTP(log)
+	co := o.brokerOptions(tlsConf)
+	co.Timeout = 30 * time.Second
+	clients, err := brokerclient.Dial(o.BrokerURL, co)
 	if err != nil {
 		return nil, err
 	}

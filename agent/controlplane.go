@@ -85,6 +85,9 @@ func brokerErr(err error) error {
 		// the certificate trusted.
 		kind = nil
 	}
+	if _, ok := api.PlainHTTP(err); ok {
+		kind = nil // nor will it make the network private
+	}
 	return &BrokerError{Kind: kind, Err: err}
 }
 

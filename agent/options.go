@@ -22,9 +22,12 @@ type Options struct {
 	Token     string
 	// TLSCA is a PEM bundle of CAs trusted for an https broker URL, in
 	// addition to the system roots (a private CA or a self-signed broker).
-	TLSCA     string
-	StateDir  string
-	QueryAddr string
+	TLSCA string
+	// InsecureHTTP lets the token go over plain http:// to a broker that
+	// is not on loopback (client.Options.InsecureHTTP); Run warns of it.
+	InsecureHTTP bool
+	StateDir     string
+	QueryAddr    string
 	// AddrFile, when set, receives the query endpoint's URL once it
 	// listens (useful with --query-addr 127.0.0.1:0).
 	AddrFile string

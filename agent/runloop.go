@@ -364,7 +364,9 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	}
 	// The work API is on the broker that enrollment and heartbeats
 	// reach: --tls-ca is trusted here too.
-	src, err := NewBrokerSource(a.o.BrokerURL, a.o.Token, a.tls, id, a.creds, a.log)
+	co := a.o.brokerOptions(a.tls)
+	co.Agent = a.creds
+	src, err := NewBrokerSource(a.o.BrokerURL, co, id, a.log)
 	if err != nil {
 		return nil, err
 	}

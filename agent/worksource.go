@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -32,16 +31,17 @@ type brokerSource struct {
 }
 
 // NewBrokerSource returns the WorkSource of the broker at baseURL; it
-// dials the AgentWorkService. tlsConf is the agent's trust for an https
-// URL (--tls-ca; nil: the system roots), the same as enrollment and
-// heartbeats use; creds prove the node's identity on every call (a
-// broker refuses calls without). The HTTP client has no overall timeout
-// (the long poll would trip it); each call carries its own deadline
-// instead. log hears what the broker says about the records sent (nil:
-// discarded).
-func NewBrokerSource(baseURL, token string, tlsConf *tls.Config, agentID func() string, creds *api.AgentCredentials, log *slog.Logger) (WorkSource, error) {
-	c, err := client.DialRuns(baseURL, client.Options{Token: token, GRPC: true, TLSConfig: tlsConf, Agent: creds, NoGzip: true,
-		UserAgent: buildinfo.UserAgent("gpupass-agent")})
+// dials the AgentWorkService with o: the token, the agent's trust for an
+// https URL (TLSConfig: --tls-ca; nil: the system roots) and its plain
+// HTTP consent, the same as enrollment and heartbeats use, and the creds
+// that prove the node's identity on every call (Agent: a broker refuses
+// calls without). It sets the protocol and user agent itself. The HTTP
+// client has no overall timeout (the long poll would trip it); each call
+// carries its own deadline instead. log hears what the broker says about
+// the records sent (nil: discarded).
+func NewBrokerSource(baseURL string, o client.Options, agentID func() string, log *slog.Logger) (WorkSource, error) {
+	o.GRPC, o.NoGzip, o.UserAgent = true, true, buildinfo.UserAgent("gpupass-agent")
+	c, err := client.DialRuns(baseURL, o)
 	if err != nil {
 		return nil, err
 	}

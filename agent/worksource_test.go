@@ -23,6 +23,7 @@ import (
 	"github.com/gpupass/gpupass/agent/uploader"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/client"
 )
 
 // seqBroker is an AgentWorkService that stores records by seq and
@@ -83,7 +84,7 @@ func seqSink(t *testing.T, b *seqBroker, resumeAfter uint64) uploader.Sink {
 	mux := http.NewServeMux()
 	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
 	srv := serveGRPC(t, mux)
-	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil, nil)
+	src, err := NewBrokerSource(srv.URL, client.Options{Token: "tok"}, func() string { return "agt-1" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestUnsafeAllocIDFromTheBroker(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(gpupassv1connect.NewAgentWorkServiceHandler(b))
 	srv := serveGRPC(t, mux)
-	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil, nil)
+	src, err := NewBrokerSource(srv.URL, client.Options{Token: "tok"}, func() string { return "agt-1" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func TestRunLoopTrustsTLSCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := NewBrokerSource(o.BrokerURL, o.Token, conf, func() string { return "agt-1" }, nil, nil)
+	src, err := NewBrokerSource(o.BrokerURL, client.Options{Token: o.Token, TLSConfig: conf}, func() string { return "agt-1" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestRecordSinkLogsDisputedSeqs(t *testing.T) {
 	srv := serveGRPC(t, mux)
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	src, err := NewBrokerSource(srv.URL, "tok", nil, func() string { return "agt-1" }, nil, log)
+	src, err := NewBrokerSource(srv.URL, client.Options{Token: "tok"}, func() string { return "agt-1" }, log)
 	if err != nil {
 		t.Fatal(err)
 	}

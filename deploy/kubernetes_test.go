@@ -262,7 +262,10 @@ func TestKubernetesBrokerOnPostgres(t *testing.T) {
 	brIP := strings.TrimSpace(c.Kubectl(t, "-n", ns, "get", "pod", "-l", "app.kubernetes.io/name=gpupass-broker",
 		"-o", "jsonpath={.items[0].status.podIP}"))
 	listNodes := func(token string) error {
-		cl, err := client.Dial("http://"+brIP+":7070", client.Options{Token: token})
+		// The pod's address is the test cluster's pod network, not
+		// loopback: plain HTTP there only with consent, as the agent
+		// manifest gives it (GPUPASS_INSECURE_HTTP).
+		cl, err := client.Dial("http://"+brIP+":7070", client.Options{Token: token, InsecureHTTP: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,6 +45,9 @@ func Describe(err error) string {
 	if u, ok := UntrustedCert(err); ok {
 		return u.Error()
 	}
+	if p, ok := PlainHTTP(err); ok {
+		return p.Error()
+	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return err.Error()
@@ -61,6 +64,9 @@ func Describe(err error) string {
 // address: the connection could not be made (refused, no route, unknown
 // host), so no broker (or another server) sent any HTTP status.
 func NoAnswer(err error) bool {
+	if _, ok := PlainHTTP(err); ok {
+		return false // refused here, before the dial: a broker may well answer
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true

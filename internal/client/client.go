@@ -3,6 +3,8 @@
 // cleartext HTTP/2 otherwise), and adds the bearer token and user agent to
 // every call, unary and streaming, through one interceptor. Agents plug
 // their per-call node proof (api.AgentCredentials) into the same dial.
+// It holds the one rule for plain HTTP (plainhttp.go): a token goes over
+// http:// only to a loopback address, unless Options.InsecureHTTP.
 //
 // It holds no command-line concerns: callers (the CLI's command layer,
 // the agent, tests) pass what their flags said in Options.
@@ -56,6 +58,10 @@ type Options struct {
 	// broker replica to another (a URL list: failover.go), with the error
 	// that made it move; agents log it. URLs come without credentials.
 	OnFailover func(from, to string, err error)
+	// InsecureHTTP lets the token go over plain http:// to an address
+	// that is not loopback (--insecure-http); without it such a call is
+	// refused before it connects (plainhttp.go).
+	InsecureHTTP bool
 }
 
 // Clients are the broker's node and agent services, dialed with one token.
@@ -74,8 +80,8 @@ type RunClients struct {
 }
 
 // Dial returns the node and agent service clients for the broker at
-// baseURL (http:// for cleartext HTTP/2 on loopback or a private network,
-// https:// with TLS). Each call is bounded by o.Timeout. baseURL may list
+// baseURL (https:// with TLS; http:// for cleartext HTTP/2 on loopback, or
+// anywhere with o.InsecureHTTP). Each call is bounded by o.Timeout. baseURL may list
 // several replicas of one broker, comma-separated (failover.go).
 func Dial(baseURL string, o Options) (*Clients, error) {
 	if o.Timeout == 0 {
@@ -124,6 +130,12 @@ func dial(baseURL string, o Options) (*http.Client, string, []connect.ClientOpti
 		return nil, "", nil, err
 	}
 	u := urls[0]
+	guard := u.Scheme == "http" && (o.Token != "" || o.Agent != nil) && !o.InsecureHTTP
+	if guard {
+		if err := refuseLiteral(urls); err != nil {
+			return nil, "", nil, err
+		}
+	}
 	tlsConf := o.TLSConfig
 	if tlsConf == nil && u.Scheme == "https" {
 		if tlsConf, err = api.TrustCA(o.CAFile); err != nil {
@@ -131,9 +143,19 @@ func dial(baseURL string, o Options) (*http.Client, string, []connect.ClientOpti
 		}
 	}
 	hc := HTTPClient(u.Scheme == "https", tlsConf)
+	tr := hc.Transport.(*http.Transport)
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second} // http.DefaultTransport's
 	if len(urls) > 1 {
-		tr := hc.Transport.(*http.Transport)
-		tr.DialContext = (&net.Dialer{Timeout: FailoverDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		dialer.Timeout = FailoverDialTimeout
+	}
+	if guard {
+		// A name is checked address by address as it is dialed (it may
+		// resolve elsewhere later); a proxy would carry the token on.
+		dialer.Control = loopbackOnly(baseURL)
+		tr.Proxy = nil
+	}
+	tr.DialContext = dialer.DialContext
+	if len(urls) > 1 {
 		// The proof of an agent call (below) wraps the failover: a call
 		// sent again to another replica is the same call, and the
 		// replica's refusal of a foreign echo makes a fresh proof.
@@ -156,19 +178,11 @@ func dial(baseURL string, o Options) (*http.Client, string, []connect.ClientOpti
 
 func allLoopback(urls []*url.URL) bool {
 	for _, u := range urls {
-		if !isLoopback(u.Hostname()) {
+		if !LoopbackHost(u.Hostname()) {
 			return false
 		}
 	}
 	return true
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // HTTPClient returns an HTTP/2 client: with TLS for https, and cleartext

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/backoff"
 )
 
@@ -178,6 +179,9 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if ctx.Err() != nil {
 			return nil, err
+		}
+		if _, ok := api.PlainHTTP(err); ok {
+			return nil, err // the rule refused it: the replica did not fail
 		}
 		f.failed(i, err)
 		lastErr = err

@@ -54,6 +54,9 @@ type Config struct {
 	// AgentToken enrolls agents; SubmitToken submits runs, follows and
 	// reads their logs; ReadToken does dry-runs.
 	AgentToken, SubmitToken, ReadToken string
+	// InsecureHTTP lets the tokens go over plain http:// to brokers that
+	// are not on loopback (client.Options.InsecureHTTP).
+	InsecureHTTP bool
 	// Agents is how many simulated nodes only heartbeat (and are dry-run
 	// candidates); Runs is how many more run one streaming run each.
 	Agents, Runs int
@@ -233,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	pools := make([][]*client.Clients, len(cfg.BrokerURLs))
 	for i, u := range cfg.BrokerURLs {
 		for j := 0; j < cfg.ClientsPerBroker; j++ {
-			c, err := client.Dial(cfg.agentURL(i), client.Options{Token: cfg.AgentToken, GRPC: true, UserAgent: "gpupass-loadgen"})
+			c, err := client.Dial(cfg.agentURL(i), client.Options{Token: cfg.AgentToken, GRPC: true, UserAgent: "gpupass-loadgen", InsecureHTTP: cfg.InsecureHTTP})
 			if err != nil {
 				return nil, fmt.Errorf("broker %s: %w", u, err)
 			}
@@ -319,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}()
 	}
 
-	sub, err := client.DialRuns(cfg.agentURL(0), client.Options{Token: cfg.SubmitToken, UserAgent: "gpupass-loadgen"})
+	sub, err := client.DialRuns(cfg.agentURL(0), client.Options{Token: cfg.SubmitToken, UserAgent: "gpupass-loadgen", InsecureHTTP: cfg.InsecureHTTP})
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +340,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var loops sync.WaitGroup
 	defer func() { stopLoops(); loops.Wait() }()
 	for _, a := range agents[cfg.Agents:] {
-		src, err := agent.NewBrokerSource(a.url, cfg.AgentToken, nil, func() string { return a.id }, a.creds, nil)
+		src, err := agent.NewBrokerSource(a.url, client.Options{Token: cfg.AgentToken, Agent: a.creds, InsecureHTTP: cfg.InsecureHTTP}, func() string { return a.id }, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -357,7 +360,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var dryErrs atomic.Int64
 	var dryCands, dryNodes atomic.Int64
 	if cfg.Submitters > 0 {
-		rd, err := client.Dial(cfg.agentURL(0), client.Options{Token: cfg.ReadToken, UserAgent: "gpupass-loadgen"})
+		rd, err := client.Dial(cfg.agentURL(0), client.Options{Token: cfg.ReadToken, UserAgent: "gpupass-loadgen", InsecureHTTP: cfg.InsecureHTTP})
 		if err != nil {
 			return nil, err
 		}
@@ -499,7 +502,7 @@ func awaitRunners(ctx context.Context, cfg Config) error {
 	if cfg.Runs == 0 {
 		return nil
 	}
-	rd, err := client.Dial(cfg.agentURL(0), client.Options{Token: cfg.ReadToken, UserAgent: "gpupass-loadgen"})
+	rd, err := client.Dial(cfg.agentURL(0), client.Options{Token: cfg.ReadToken, UserAgent: "gpupass-loadgen", InsecureHTTP: cfg.InsecureHTTP})
 	if err != nil {
 		return err
 	}

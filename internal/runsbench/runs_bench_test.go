@@ -36,7 +36,7 @@ func start(b testing.TB) *stack {
 	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), cfg)
 	tok := br.Token(b, store.RoleAgent, "*")
 	node := brokertest.Register(b, br.URL, tok, brokertest.H100("us-bench-1", 20))
-	src, err := agent.NewBrokerSource(br.URL, tok, nil, func() string { return node.ID }, node.Creds, nil)
+	src, err := agent.NewBrokerSource(br.URL, client.Options{Token: tok, Agent: node.Creds}, func() string { return node.ID }, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -190,7 +190,12 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	st.BrokerLog = st.broker.log
-	url := "http://" + addr
+	url := localURL(addr)
+	// A broker on a non-loopback address (--listen 10.0.0.5:7070) is one
+	// the user chose to expose (serve warns of it); the stack's own
+	// processes reach it on this host and are let through the plain HTTP
+	// rule (internal/client) the way --insecure-http would.
+	offHost := client.PlainHTTPOffHost(url) != ""
 	if err = waitListening(ctx, addr, st.broker, 20*time.Second); err != nil {
 		return nil, err
 	}
@@ -202,7 +207,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			if err != nil {
 				return nil, err
 			}
-			c, err := st.start(name, agentBin, args, []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent})
+			env := []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent}
+			if offHost {
+				env = append(env, "GPUPASS_INSECURE_HTTP=true")
+			}
+			c, err := st.start(name, agentBin, args, env)
 			if err != nil {
 				return nil, err
 			}
@@ -212,7 +221,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if st.ConfigPath, err = WriteConfig(dir, st.Config); err != nil {
 		return nil, err
 	}
-	if st.Nodes, err = waitCertified(ctx, url, toks.Submit, len(o.Regions)*o.AgentsPerRegion, st, 90*time.Second); err != nil {
+	if st.Nodes, err = waitCertified(ctx, client.Options{Token: toks.Submit, InsecureHTTP: offHost, UserAgent: buildinfo.UserAgent("gpupass")}, url, len(o.Regions)*o.AgentsPerRegion, st, 90*time.Second); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -399,6 +408,23 @@ func upTokens(ctx context.Context, brokerBin, db, dir string) (*upTokenFile, err
 	return &t, nil
 }
 
+// localURL is the URL this host's clients reach a broker listening on
+// addr by: a wildcard address (0.0.0.0, ::) listens on loopback too, so
+// they use loopback, where no token crosses a network.
+func localURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			loop := "127.0.0.1"
+			if ip != nil && ip.To4() == nil {
+				loop = "::1"
+			}
+			addr = net.JoinHostPort(loop, port)
+		}
+	}
+	return "http://" + addr
+}
+
 // listenAddr resolves port 0 to a free port now, so the URL is known
 // before the broker starts (the agents and the config need it).
 func listenAddr(listen string) (string, error) {
@@ -506,8 +532,8 @@ func waitListening(ctx context.Context, addr string, c *child, limit time.Durati
 }
 
 // waitCertified waits until want nodes are online with a passed report.
-func waitCertified(ctx context.Context, url, token string, want int, st *Stack, limit time.Duration) ([]*gpupassv1.Node, error) {
-	cl, err := client.Dial(url, client.Options{Token: token, UserAgent: buildinfo.UserAgent("gpupass")})
+func waitCertified(ctx context.Context, co client.Options, url string, want int, st *Stack, limit time.Duration) ([]*gpupassv1.Node, error) {
+	cl, err := client.Dial(url, co)
 	if err != nil {
 		return nil, err
 	}

@@ -85,3 +85,23 @@ func TestAgentArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalURL: the stack's own processes reach a broker on a wildcard
+// address over loopback, so their tokens stay on this host and the plain
+// HTTP rule (internal/client) lets them through without consent.
+func TestLocalURL(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"127.0.0.1:7070":  "http://127.0.0.1:7070",
+		"0.0.0.0:7070":    "http://127.0.0.1:7070",
+		"[::]:7070":       "http://[::1]:7070",
+		":7070":           "http://127.0.0.1:7070",
+		"10.0.0.5:7070":   "http://10.0.0.5:7070",
+		"localhost:7070":  "http://localhost:7070",
+		"[2001:db8::1]:1": "http://[2001:db8::1]:1",
+	} {
+		if got := localURL(addr); got != want {
+			t.Errorf("localURL(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}

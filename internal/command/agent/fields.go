@@ -44,5 +44,6 @@ var flagNames = fielderr.Names{
 	daemon.FieldKubeRunAs:        "--kube-run-as",
 	executor.FieldRunAs:          "--run-as",
 	api.FieldCA:                  "--tls-ca",
+	api.FieldInsecureHTTP:        "--insecure-http (or GPUPASS_INSECURE_HTTP=true)",
 	executor.FieldUIDRange:       "--run-as-range",
 }

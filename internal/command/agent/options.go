@@ -28,6 +28,7 @@ func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags) {
 	// GPUPASS_TOKEN_FILE) is what agents were started with before.
 	flagenv.Alias(f, "broker-token", "token")
 	f.StringVar(&o.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
+	f.BoolVar(&o.InsecureHTTP, "insecure-http", false, "send the broker token over plain http:// to a broker that is not on loopback (refused without it: anyone on the path could read the token); warned of at every start")
 	f.StringVar(&o.StateDir, "state-dir", "/var/lib/gpupass-agent", "directory for the identity key (0600), agent id and last signed report")
 	f.StringVar(&o.QueryAddr, "query-addr", "127.0.0.1:7465", "local query endpoint (HTTP JSON); loopback unless you mean otherwise")
 	f.StringVar(&o.AddrFile, "addr-file", "", "write the query endpoint URL to this file once listening")

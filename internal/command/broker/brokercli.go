@@ -24,6 +24,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/broker/ui"
 	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/spec"
@@ -269,6 +270,12 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 		scheme = "https"
 	}
 	o.Logger.Info("broker serving", "url", scheme+"://"+ln.Addr().String(), "store", strings.SplitN(o.DB, ":", 2)[0])
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); scheme == "http" && !client.LoopbackHost(host) {
+		// Clients refuse such a URL unless told --insecure-http
+		// (internal/client), but this is where the choice is made.
+		o.Logger.Warn("listening off loopback without TLS: every token clients and agents send crosses the network unencrypted, readable by anyone on the path; give --tls-cert and --tls-key, or --listen 127.0.0.1:PORT behind a TLS-terminating proxy",
+			"listen", ln.Addr().String())
+	}
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,6 +31,17 @@ type BrokerFlags struct {
 	// TLSCA is a PEM file of CAs to trust for an https broker, besides
 	// the system roots.
 	TLSCA string
+	// InsecureHTTP lets the token go over plain http:// to a broker that
+	// is not on loopback (client.Options.InsecureHTTP); each command that
+	// dials warns of it.
+	InsecureHTTP bool
+	// ErrOut hears that warning; nil: the command's stderr when AddFlags
+	// registered the flags, else os.Stderr (a warning nobody can silence
+	// by leaving a field unset).
+	ErrOut io.Writer
+
+	errOut func() io.Writer
+	warned bool
 }
 
 // AddFlags registers --broker-url (alias --broker) and --broker-token.
@@ -41,6 +53,8 @@ func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&b.Token, "broker-token", "", "broker API token (secret; also GPUPASS_BROKER_TOKEN_FILE)")
 	MarkSecret("broker-token")
 	f.StringVar(&b.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
+	f.BoolVar(&b.InsecureHTTP, "insecure-http", false, "send the broker token over plain http:// to a broker that is not on loopback (refused without it: anyone on the path could read the token); warned of every time")
+	b.errOut = cmd.ErrOrStderr
 }
 
 // Dial returns API clients, or a usage error naming the missing flag.
@@ -77,7 +91,21 @@ func (b *BrokerFlags) options() (client.Options, error) {
 	if err != nil {
 		return client.Options{}, err
 	}
-	return client.Options{Token: b.Token, TLSConfig: tlsConf, UserAgent: buildinfo.UserAgent("gpupass")}, nil
+	if u := client.PlainHTTPOffHost(b.URL); u != "" && b.InsecureHTTP && !b.warned {
+		b.warned = true
+		fmt.Fprintf(b.warnOut(), "warning: the broker token goes over plain HTTP, unencrypted, to %s (--insecure-http): anyone on the network path can read it and use it; use an https:// broker URL\n", u)
+	}
+	return client.Options{Token: b.Token, TLSConfig: tlsConf, InsecureHTTP: b.InsecureHTTP, UserAgent: buildinfo.UserAgent("gpupass")}, nil
+}
+
+func (b *BrokerFlags) warnOut() io.Writer {
+	switch {
+	case b.ErrOut != nil:
+		return b.ErrOut
+	case b.errOut != nil:
+		return b.errOut()
+	}
+	return os.Stderr
 }
 
 // rpcError words a broker error for users (brokerrpc) and, when no

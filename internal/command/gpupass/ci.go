@@ -52,6 +52,7 @@ type CIStepOptions struct {
 	RegistryRef      string
 	Wheelhouse       string
 	PlainHTTP        bool
+	InsecureHTTP     bool
 	CosignKey        string
 	CosignPassword   string
 	AgentKey         string
@@ -90,6 +91,7 @@ func (o *CIStepOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.RegistryRef, "registry-ref", "", "OCI reference of the wheel bundle (bundle-push, bundle-pull)")
 	f.StringVar(&o.Wheelhouse, "wheelhouse", "", "wheelhouse directory to push from or pull into (bundle-push, bundle-pull)")
 	f.BoolVar(&o.PlainHTTP, "plain-http", false, "plain HTTP to a loopback test registry (bundle-push, bundle-pull)")
+	f.BoolVar(&o.InsecureHTTP, "insecure-http", false, "send the broker token over plain http:// to a broker that is not on loopback (refused without it; warned of in the log)")
 	f.StringVar(&o.CosignKey, "cosign-key", "", "cosign key: a file or the PEM itself; private for audit, public for audit-verify")
 	f.StringVar(&o.CosignPassword, "cosign-password", "", "password of the cosign private key (audit)")
 	f.StringVar(&o.AgentKey, "agent-key", "", "the node's agent public key, a file or the PEM itself (or the broker's JSON key list), that the conformance report must be signed with (audit-verify); without it that layer warns: unpinned")
@@ -333,7 +335,7 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 		Output: "text", Getenv: o.Getenv, Logger: o.Logger,
 		// Allocation ids (train's output) are read from the broker; a
 		// local `gpupass up` stack is found without the inputs.
-		Source: brokerSource(&BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}),
+		Source: brokerSource(o.Broker()),
 	}
 	opts, err := c.options()
 	if err != nil {
@@ -415,4 +417,10 @@ func inputKeyFile(input, what, k string) (path string, done func(), err error) {
 		return "", nil, fmt.Errorf("writing the %s key: %w", what, err)
 	}
 	return f.Name(), done, nil
+}
+
+// Broker is the broker the step's inputs name (broker-url, broker-token,
+// insecure-http), with the plain HTTP warning going to the step's log.
+func (o *CIStepOptions) Broker() *BrokerFlags {
+	return &BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken, InsecureHTTP: o.InsecureHTTP, ErrOut: o.ErrOut}
 }

@@ -34,7 +34,7 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 		spec = "gpupass.yaml"
 	}
 	t := &TrainOptions{
-		Global: o.Global, Broker: BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Follow: true,
+		Global: o.Global, Broker: *o.Broker(), Follow: true,
 		Options: apptrain.Options{Spec: spec, Regions: regions, Name: o.Name, MaxRestarts: 3, MinHealthScore: api.DefaultMinHealthScore,
 			TimeLimit: o.TimeLimit, Workdir: o.Workdir, NoWorkdir: o.Workdir == "", WorkdirLimits: workdir.Default(), Command: words, Getenv: o.Getenv},
 	}

@@ -22,6 +22,7 @@ var flagNames = fielderr.Names{
 	forge.FieldBehavior:    "--comment-behavior",
 	forge.FieldGitHubToken: "--github-token (or GITHUB_TOKEN)",
 	api.FieldCA:            "--tls-ca",
+	api.FieldInsecureHTTP:  "--insecure-http (or GPUPASS_INSECURE_HTTP=true)",
 }
 
 // ciInputNames renames the same fields to the inputs of the GitHub
@@ -33,6 +34,7 @@ var ciInputNames = fielderr.Names{
 	forge.FieldBehavior:    "input comment-behavior",
 	forge.FieldGitHubToken: "input github-token",
 	api.FieldCA:            "broker CA file",
+	api.FieldInsecureHTTP:  "GPUPASS_INSECURE_HTTP=true (a CI/CD variable, or the step's env)",
 }
 
 // fieldNames are the tables a command's error is renamed by: the CLI's

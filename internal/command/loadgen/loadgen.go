@@ -13,7 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/api"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/exitcode"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/loadgen"
 )
@@ -31,6 +34,7 @@ type Options struct {
 	Enrolling, ClientsPerBroker        int
 	Output                             string
 	Verbose                            bool
+	InsecureHTTP                       bool
 }
 
 // AddFlags declares o's flags on cmd.
@@ -56,6 +60,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.ClientsPerBroker, "clients-per-broker", 32, "HTTP/2 connections the heartbeating agents of one broker share")
 	f.StringVarP(&o.Output, "output", "o", "text", "output format: text or json")
 	f.BoolVarP(&o.Verbose, "verbose", "v", false, "log warnings (failed beats, dry-runs) to stderr")
+	f.BoolVar(&o.InsecureHTTP, "insecure-http", false, "send the tokens over plain http:// to brokers that are not on loopback (refused without it); warned of at every start")
 }
 
 // Main runs gpupass-loadgen with args and returns its exit code.
@@ -92,7 +97,7 @@ Every flag can be set with GPUPASS_<FLAG>; tokens also with GPUPASS_<FLAG>_FILE.
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "gpupass-loadgen: %v\n", err)
+		fmt.Fprintf(stderr, "gpupass-loadgen: %v\n", flagNames.Apply(err))
 		return exitcode.Of(err)
 	}
 	return 0
@@ -109,6 +114,11 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 	if o.AgentToken == "" || (o.Runs > 0 && o.SubmitToken == "") || (o.Submitters > 0 && o.ReadToken == "") {
 		return fmt.Errorf("--agent-token, --submit-token (with --runs) and --read-token (with --submitters) are required")
 	}
+	for _, b := range o.Brokers {
+		if u := client.PlainHTTPOffHost(b); u != "" && o.InsecureHTTP {
+			fmt.Fprintf(diag, "warning: the tokens go over plain HTTP, unencrypted, to %s (--insecure-http): anyone on the network path can read them and use them; use an https:// broker URL\n", u)
+		}
+	}
 	level := slog.LevelError
 	if o.Verbose {
 		level = slog.LevelWarn
@@ -117,7 +127,7 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 		BrokerURLs: o.Brokers, AgentToken: o.AgentToken, SubmitToken: o.SubmitToken, ReadToken: o.ReadToken,
 		Agents: o.Agents, Runs: o.Runs, HeartbeatEvery: o.HeartbeatEvery, Duration: o.Duration,
 		LinesPerSecond: o.LinesPerSecond, Lines: o.Lines, MetricsPerSecond: o.MetricsPerSecond, Submitters: o.Submitters, DryRunEvery: o.DryRunEvery,
-		Enrolling: o.Enrolling, ClientsPerBroker: o.ClientsPerBroker,
+		Enrolling: o.Enrolling, ClientsPerBroker: o.ClientsPerBroker, InsecureHTTP: o.InsecureHTTP,
 		Log: slog.New(slog.NewTextHandler(diag, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
@@ -147,3 +157,7 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 	}
 	return nil
 }
+
+// flagNames renames the libraries' fields (*fielderr.Error) to the flags
+// that set them.
+var flagNames = fielderr.Names{api.FieldInsecureHTTP: "--insecure-http (or GPUPASS_INSECURE_HTTP=true)"}

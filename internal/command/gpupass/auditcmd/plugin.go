@@ -78,7 +78,7 @@ func ciAudit(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.
 	defer done()
 	a := AuditOptions{
 		AllocationID: o.Allocation, Out: o.AuditPath, RunFile: o.RunFile, Key: key, Output: "text",
-		Broker: gpupass.BrokerFlags{URL: o.BrokerURL, Token: o.BrokerToken}, Getenv: o.Getenv, Log: o.Logger,
+		Broker: *o.Broker(), Getenv: o.Getenv, Log: o.Logger,
 	}
 	if o.CosignPassword != "" {
 		a.Password = []byte(o.CosignPassword)
