@@ -100,3 +100,53 @@ func dump(o runOut) string {
 	}
 	return b.String()
 }
+
+// torchSharedMemory trains nothing but moves tensors the ways training
+// does through /dev/shm: a DataLoader with two worker processes, and a
+// tensor in shared memory changed by a child process.
+const torchSharedMemory = `import os, torch, torch.multiprocessing as mp
+from torch.utils.data import DataLoader, TensorDataset
+
+def bump(q, t):
+    t.add_(1)
+    q.put(float(t.sum()))
+
+if __name__ == "__main__":
+    ds = TensorDataset(torch.arange(1000, dtype=torch.float32).reshape(250, 4))
+    total = 0.0
+    for (b,) in DataLoader(ds, batch_size=25, num_workers=2):
+        total += float(b.sum())
+    t = torch.zeros(1000).share_memory_()
+    ctx = mp.get_context("fork")
+    q = ctx.SimpleQueue()
+    p = ctx.Process(target=bump, args=(q, t))
+    p.start()
+    got = q.get()
+    p.join()
+    print("dataloader-sum=%d shared=%d/%d shm=%s" % (total, got, float(t.sum()), os.statvfs("/dev/shm").f_blocks))
+`
+
+// TestTorchSharedMemoryInPrivateTmp: PyTorch's DataLoader workers and
+// torch.multiprocessing hand tensors over in /dev/shm; with a run's own
+// /dev/shm (a tmpfs in its mount namespace), as --run-as nobody in a
+// cgroup, they still work.
+func TestTorchSharedMemoryInPrivateTmp(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	testutil.NeedRoot(t)
+	nobody, err := executor.LookupRunAs("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t), PrivateTmp: &executor.PrivateTmp{ShmSize: "512m"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out := execute(t, ctx, executor.Job{AllocID: "alloc-torch-shm", Command: []string{py, "-c", torchSharedMemory},
+		WorkRoot: filepath.Join(testutil.TempDirMode(t, 0o711), "runs"), RunAs: nobody}, x)
+	if out.res.State != executor.Succeeded {
+		t.Fatalf("run %s: %s\n%s", out.res.State, out.res.Reason, dump(out))
+	}
+	if said := lines(out.find("stdout")); !strings.Contains(said, "dataloader-sum=499500 shared=1000/1000 shm=131072") {
+		t.Errorf("job said %q, want the DataLoader's sum 499500 and the shared tensor bumped to 1000, in a /dev/shm of 512 MiB (131072 blocks)", said)
+	}
+}
