@@ -1,7 +1,6 @@
 package executor_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -103,7 +102,7 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 				if !strings.Contains(mode, "mount namespace") {
 					t.Errorf("run 1's start event says private_tmp=%q, want the mount namespace named", mode)
 				}
-				if got := mountsOf("gpupass-" + alloc1); len(got) > 0 {
+				if got := testutil.MountsOf("gpupass-" + alloc1); len(got) > 0 {
 					t.Errorf("run 1's /dev/shm tmpfs is still mounted after the run (memory held): %q", got)
 				}
 			} else if !strings.HasPrefix(mode, "no:") {
@@ -127,26 +126,6 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 			}
 		})
 	}
-}
-
-// mountsOf lists the mounts of source in any process's mount namespace.
-func mountsOf(source string) []string {
-	var found []string
-	pids, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
-	for _, p := range pids {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		for l := range bytes.Lines(b) {
-			// ... - fstype source options
-			_, after, ok := bytes.Cut(l, []byte(" - "))
-			if f := bytes.Fields(after); ok && len(f) >= 2 && string(f[1]) == source {
-				found = append(found, p+": "+strings.TrimSpace(string(l)))
-			}
-		}
-	}
-	return found
 }
 
 // A private /tmp still shows what runs need below the node's /tmp (here

@@ -1,0 +1,97 @@
+//go:build e2e
+
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// TestRunTmpReachesNoLaterRun is issue #31's finding 5 as a user meets
+// it: a real broker (`gpupass up`), a real agent started as root with
+// --run-as nobody (one uid for every run, a cgroup per run), and `gpupass
+// train`. Run 1 leaves files in /tmp, /var/tmp and /dev/shm (64 MiB held
+// there, and a process that escaped its group keeps the file open); run
+// 2, as the same user, must find none of them, and the node's dirs must
+// hold nothing of run 1 once it ended, its /dev/shm tmpfs (and the memory)
+// included. The agent says at start what runs get.
+func TestRunTmpReachesNoLaterRun(t *testing.T) {
+	testutil.NeedRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
+	// nobody must reach its work dirs below the stack's state dir.
+	for _, d := range []string{filepath.Dir(stack.State), stack.State, filepath.Join(stack.State, "test-agents"), filepath.Join(stack.State, "test-agents", "tmpnode")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := stack.StartAgent(t, "tmpnode", "tmp-e2e", "--run-as", "nobody")
+	agentLog := func() string { b, _ := os.ReadFile(agent.Log); return string(b) }
+	upstack.WaitFor(t, ctx, "the agent's first report", func() bool { return strings.Contains(agentLog(), "report uploaded") })
+
+	name := fmt.Sprintf("gpupass-e2e-leak-%d", os.Getpid())
+	leftovers := []string{"/tmp/" + name, "/var/tmp/" + name, "/dev/shm/" + name}
+	t.Cleanup(func() {
+		for _, p := range leftovers {
+			os.Remove(p)
+		}
+	})
+	train := func(run, job string) string {
+		t.Helper()
+		out, err := stack.Command(ctx, "train", "--spec", "examples/train/gpupass.yaml", "--region", "tmp-e2e", "--name", run,
+			"--follow", "--", "sh", "-c", job).CombinedOutput()
+		if err != nil {
+			t.Fatalf("train %s: %v\n%s\n--- agent log\n%s", run, err, out, upstack.Tail(agentLog(), 3000))
+		}
+		return string(out)
+	}
+	out := train("tmp-one", `set -e
+id -u
+echo secret > /tmp/`+name+`
+echo secret > /var/tmp/`+name+`
+dd if=/dev/zero of=/dev/shm/`+name+` bs=1M count=64 2>/dev/null
+setsid sh -c 'exec 3</dev/shm/`+name+`; exec sleep 300' </dev/null >/dev/null 2>&1 &
+echo "wrote $(cat /tmp/`+name+`) $(stat -c %s /dev/shm/`+name+`)"
+`)
+	if !strings.Contains(out, "65534") || !strings.Contains(out, "wrote secret 67108864") {
+		t.Fatalf("run 1 did not run as nobody or could not write its files:\n%s", out)
+	}
+	for _, p := range leftovers {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is on the node after run 1 ended (%v)", p, err)
+		}
+	}
+	runs, _ := filepath.Glob(filepath.Join(agent.State, "runs", "alloc-*"))
+	if len(runs) != 1 {
+		t.Fatalf("work dirs %q, want run 1's", runs)
+	}
+	if m := testutil.MountsOf("gpupass-" + filepath.Base(runs[0])); len(m) > 0 {
+		t.Errorf("run 1's /dev/shm tmpfs is still mounted after the run (its memory held): %q", m)
+	}
+
+	out = train("tmp-two", `for f in `+strings.Join(leftovers, " ")+`; do
+  if [ -e "$f" ]; then echo "found $f: $(head -c 6 "$f")"; else echo "no $f"; fi
+done
+`)
+	for _, p := range leftovers {
+		if !strings.Contains(out, "no "+p) {
+			t.Errorf("run 2 (same user) reached run 1's %s:\n%s", p, out)
+		}
+	}
+	if log := agentLog(); !strings.Contains(log, "each run gets a /tmp, /var/tmp and /dev/shm of its own") {
+		t.Errorf("the agent's log does not say runs get a private /tmp:\n%s", upstack.Tail(log, 3000))
+	}
+}
