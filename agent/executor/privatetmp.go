@@ -63,11 +63,11 @@ func CheckShmSize(s string) error {
 	n, err := strconv.ParseUint(num, 10, 64)
 	switch {
 	case err != nil || len(suffix) > 1:
-		return fmt.Errorf("%q is not a size: want bytes with an optional k, m, g or t suffix (e.g. 16g), or a percentage of RAM (e.g. 50%%)", s)
+		return errors.New("not a size: want bytes with an optional k, m, g or t suffix (e.g. 16g), or a percentage of RAM (e.g. 50%)")
 	case n == 0:
-		return fmt.Errorf("%q is zero: a run could not use /dev/shm at all", s)
+		return errors.New("must be more than 0: a run could not use /dev/shm at all")
 	case suffix == "%" && n > 100:
-		return fmt.Errorf("%q is more than all the RAM", s)
+		return errors.New("must be at most 100% of RAM")
 	}
 	return nil
 }

@@ -157,7 +157,7 @@ func TestPrivateTmpKeepsTheStateDir(t *testing.T) {
 
 func TestCheckShmSize(t *testing.T) {
 	t.Parallel()
-	for s, want := range map[string]string{"50%": "", "16g": "", "1048576": "", "512M": "", "0": "zero", "101%": "more than all", "16gb": "not a size", "": "not a size", "-1": "not a size", "g": "not a size"} {
+	for s, want := range map[string]string{"50%": "", "16g": "", "1048576": "", "512M": "", "0": "more than 0", "101%": "at most 100%", "16gb": "not a size", "": "not a size", "-1": "not a size", "g": "not a size"} {
 		err := executor.CheckShmSize(s)
 		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
 			t.Errorf("CheckShmSize(%q) = %v, want %q", s, err, want)
