@@ -30,9 +30,9 @@ import (
 // a file system while a run goes on.
 //
 // Only the local executor (ProcessRunner) uses it. A Slurm batch job
-// runs on a compute node under slurmd (its own job_container/tmpfs
-// plugin does this there), and a Kubernetes pod already has a /tmp and
-// /dev/shm of its own.
+// runs on a compute node under slurmd (Slurm's job_container/tmpfs
+// plugin does this there, where the cluster enables it), and a
+// Kubernetes pod already has a /tmp and /dev/shm of its own.
 type PrivateTmp struct {
 	// ShmSize is the size= of each run's /dev/shm tmpfs (default
 	// DefaultShmSize): a tmpfs's pages are RAM, charged to the cgroup of
