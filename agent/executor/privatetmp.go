@@ -35,13 +35,13 @@ import (
 // Kubernetes pod already has a /tmp and /dev/shm of its own.
 type PrivateTmp struct {
 	// ShmSize is the size= of each run's /dev/shm tmpfs (default
-	// DefaultShmSize): a tmpfs's pages are RAM, charged to the cgroup of
-	// the process that writes them.
+	// DefaultShmSize): a tmpfs's pages are RAM, charged (with a memory
+	// controller) to the cgroup of the process that writes them.
 	ShmSize string
-	// Keep are dirs below /tmp or /var/tmp that runs still see at their
-	// paths (the agent's state dir, when an operator put it there: the
-	// runs' work dirs and bundle venvs are in it). The run's work root
-	// is always kept.
+	// Keep are dirs below /tmp, /var/tmp or /dev/shm that runs still
+	// see at their paths (the agent's state dir, when an operator put it
+	// there: the runs' work dirs and bundle venvs are in it). The run's
+	// work root is always kept.
 	Keep []string
 }
 
@@ -186,8 +186,8 @@ func (p PrivateTmp) setUp(tag, tmpDir string, keep []string) (*runTmp, error) {
 		}
 	}
 	for _, k := range keeps[1:] {
-		// The dirs it is reached by are made in the run's TMPDIR,
-		// which goes with the run.
+		// The dirs it is reached by are made in the run's TMPDIR or
+		// tmpfs, which go with the run.
 		if err := os.MkdirAll(k.path, 0o755); err != nil {
 			return nil, fmt.Errorf("making %s in the run's /tmp: %w", k.path, err)
 		}
@@ -203,8 +203,9 @@ func (p PrivateTmp) setUp(tag, tmpDir string, keep []string) (*runTmp, error) {
 }
 
 // keepBelowTmp returns the dirs of keep (symbolic links resolved) that
-// lie below /tmp or /var/tmp, where the run's own dirs would hide them;
-// /tmp itself is never kept, as that would be the node's /tmp.
+// lie below /tmp, /var/tmp or /dev/shm, where the run's own dirs would
+// hide them; those dirs themselves are never kept, as that would be the
+// node's.
 func keepBelowTmp(keep []string) []string {
 	var out []string
 	for _, k := range keep {
@@ -212,7 +213,7 @@ func keepBelowTmp(keep []string) []string {
 		if err != nil || !filepath.IsAbs(k) {
 			continue
 		}
-		for _, d := range privateTmpDirs[:2] {
+		for _, d := range privateTmpDirs {
 			if rel, err := filepath.Rel(d, k); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") {
 				out = append(out, k)
 			}

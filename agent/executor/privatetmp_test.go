@@ -128,8 +128,9 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 	}
 }
 
-// A private /tmp still shows what runs need below the node's /tmp (here
-// the state dir, as an operator may put it there) and nothing else of it.
+// A private /tmp still shows what runs need below the node's /tmp or
+// /dev/shm (here the state dir, as an operator may put it there) and
+// nothing else of them; /tmp or /dev/shm itself is never kept.
 func TestPrivateTmpKeepsTheStateDir(t *testing.T) {
 	t.Parallel()
 	testutil.NeedRoot(t)
@@ -141,14 +142,22 @@ func TestPrivateTmpKeepsTheStateDir(t *testing.T) {
 	if err := os.WriteFile(other, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	x := &executor.Executor{Runner: executor.ProcessRunner{}, PrivateTmp: &executor.PrivateTmp{Keep: []string{state, "/tmp"}}}
-	out := execute(t, context.Background(), executor.Job{Command: []string{"/bin/sh", "-c", "cat " + filepath.Join(state, "kept") + "; ls " + other + " 2>/dev/null || echo other-hidden; pwd"},
+	shm, err := os.MkdirTemp("/dev/shm", "gpupass-test-keep-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	if err := os.WriteFile(filepath.Join(shm, "kept"), []byte("in-shm\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x := &executor.Executor{Runner: executor.ProcessRunner{}, PrivateTmp: &executor.PrivateTmp{Keep: []string{state, "/tmp", shm, "/dev/shm"}}}
+	out := execute(t, context.Background(), executor.Job{Command: []string{"/bin/sh", "-c", "cat " + filepath.Join(state, "kept") + " " + filepath.Join(shm, "kept") + "; ls " + other + " 2>/dev/null || echo other-hidden; pwd"},
 		WorkRoot: filepath.Join(state, "runs")}, x)
 	said := lines(out.find("stdout"))
 	if out.res.State != executor.Succeeded {
 		t.Fatalf("run %s: %s\n%s", out.res.State, out.res.Reason, lines(out.events))
 	}
-	for _, want := range []string{"here", "other-hidden", filepath.Join(state, "runs", "alloc-0000test")} {
+	for _, want := range []string{"here", "in-shm", "other-hidden", filepath.Join(state, "runs", "alloc-0000test")} {
 		if !strings.Contains(said, want) {
 			t.Errorf("job said %q, want %q", said, want)
 		}
