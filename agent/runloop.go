@@ -414,7 +414,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 // runPrivateTmp checks that runs can have a /tmp and /dev/shm of their
 // own (--run-private-tmp) and says in the log what they get.
 func (a *Agent) runPrivateTmp() (*executor.PrivateTmp, error) {
-	shared := "runs share the node's /tmp, /var/tmp and /dev/shm; what a run's uid adds there is removed at its end (never root's: without --run-as or --run-as-range, jobs' files there stay)"
+	shared := "runs share the node's /tmp, /var/tmp and /dev/shm; what a run's uid adds there is removed at its end, unless jobs run as root"
 	if a.o.RunPrivateTmp == "off" {
 		a.log.Info(shared, "reason", "--run-private-tmp off")
 		return nil, nil

@@ -294,15 +294,6 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
 		}
 	}
-	tmpMode := "no: what the run adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
-	if x.PrivateTmp != nil {
-		keep := append(slices.Clone(x.PrivateTmp.Keep), job.WorkRoot)
-		if contain.tmp, err = x.PrivateTmp.new(job.AllocID, tmpDir, keep); err != nil {
-			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
-		}
-		defer contain.tmp.Close()
-		tmpMode = x.PrivateTmp.String()
-	}
 	// With a uid that runs share, what it adds to the node's tmp dirs
 	// during the run is the run's; with a private mount namespace this
 	// still catches a file written through /proc/PID/root of another
@@ -317,6 +308,18 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 		if uid != 0 {
 			snap = snapshotShared(uid)
 		}
+	}
+	tmpMode := "no: what the run's uid adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
+	if contain.UID == nil && snap == nil {
+		tmpMode = "no: the job runs as root, and what it leaves in the node's " + strings.Join(SharedTmpDirs, ", ") + " stays"
+	}
+	if x.PrivateTmp != nil {
+		keep := append(slices.Clone(x.PrivateTmp.Keep), job.WorkRoot)
+		if contain.tmp, err = x.PrivateTmp.new(job.AllocID, tmpDir, keep); err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
+		}
+		defer contain.tmp.Close()
+		tmpMode = x.PrivateTmp.String()
 	}
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
