@@ -23,26 +23,45 @@ import (
 // there, and a process that escaped its group keeps the file open); run
 // 2, as the same user, must find none of them, and the node's dirs must
 // hold nothing of run 1 once it ended, its /dev/shm tmpfs (and the memory)
-// included. The agent says at start what runs get.
+// included. With the default (a mount namespace per run) and with
+// --run-private-tmp off (what the run added is removed at its end); the
+// agent says at start which one runs get.
 func TestRunTmpReachesNoLaterRun(t *testing.T) {
 	testutil.NeedRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
-	// nobody must reach its work dirs below the stack's state dir.
-	for _, d := range []string{filepath.Dir(stack.State), stack.State, filepath.Join(stack.State, "test-agents"), filepath.Join(stack.State, "test-agents", "tmpnode")} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
+	for _, tc := range []struct {
+		node, mode, wantLog string
+	}{
+		{"tmp-ns", "auto", "each run gets a /tmp, /var/tmp and /dev/shm of its own"},
+		{"tmp-sweep", "off", "runs share the node's /tmp, /var/tmp and /dev/shm; what a run's uid adds there is removed at its end"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			// nobody must reach its work dirs below the stack's state dir.
+			for _, d := range []string{filepath.Dir(stack.State), stack.State, filepath.Join(stack.State, "test-agents"), filepath.Join(stack.State, "test-agents", tc.node)} {
+				if err := os.MkdirAll(d, 0o711); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(d, 0o711); err != nil {
+					t.Fatal(err)
+				}
+			}
+			agent := stack.StartAgent(t, tc.node, tc.node, "--run-as", "nobody", "--run-private-tmp", tc.mode)
+			agentLog := func() string { b, _ := os.ReadFile(agent.Log); return string(b) }
+			upstack.WaitFor(t, ctx, "the agent's first report", func() bool { return strings.Contains(agentLog(), "report uploaded") })
+			if log := agentLog(); !strings.Contains(log, tc.wantLog) {
+				t.Errorf("the agent's log does not say %q:\n%s", tc.wantLog, upstack.Tail(log, 3000))
+			}
+			checkRunTmp(t, ctx, stack, agent, agentLog)
+		})
 	}
-	agent := stack.StartAgent(t, "tmpnode", "tmp-e2e", "--run-as", "nobody")
-	agentLog := func() string { b, _ := os.ReadFile(agent.Log); return string(b) }
-	upstack.WaitFor(t, ctx, "the agent's first report", func() bool { return strings.Contains(agentLog(), "report uploaded") })
+}
 
-	name := fmt.Sprintf("gpupass-e2e-leak-%d", os.Getpid())
+// checkRunTmp runs run 1 and run 2 on agent and checks that nothing of
+// run 1's /tmp, /var/tmp and /dev/shm files reaches run 2 or stays.
+func checkRunTmp(t *testing.T, ctx context.Context, stack *upstack.Stack, agent *upstack.Agent, agentLog func() string) {
+	name := fmt.Sprintf("gpupass-e2e-leak-%d-%s", os.Getpid(), agent.Name)
 	leftovers := []string{"/tmp/" + name, "/var/tmp/" + name, "/dev/shm/" + name}
 	t.Cleanup(func() {
 		for _, p := range leftovers {
@@ -51,14 +70,14 @@ func TestRunTmpReachesNoLaterRun(t *testing.T) {
 	})
 	train := func(run, job string) string {
 		t.Helper()
-		out, err := stack.Command(ctx, "train", "--spec", "examples/train/gpupass.yaml", "--region", "tmp-e2e", "--name", run,
+		out, err := stack.Command(ctx, "train", "--spec", "examples/train/gpupass.yaml", "--region", agent.Name, "--name", run,
 			"--follow", "--", "sh", "-c", job).CombinedOutput()
 		if err != nil {
 			t.Fatalf("train %s: %v\n%s\n--- agent log\n%s", run, err, out, upstack.Tail(agentLog(), 3000))
 		}
 		return string(out)
 	}
-	out := train("tmp-one", `set -e
+	out := train("tmp-one-"+agent.Name, `set -e
 id -u
 echo secret > /tmp/`+name+`
 echo secret > /var/tmp/`+name+`
@@ -82,7 +101,7 @@ echo "wrote $(cat /tmp/`+name+`) $(stat -c %s /dev/shm/`+name+`)"
 		t.Errorf("run 1's /dev/shm tmpfs is still mounted after the run (its memory held): %q", m)
 	}
 
-	out = train("tmp-two", `for f in `+strings.Join(leftovers, " ")+`; do
+	out = train("tmp-two-"+agent.Name, `for f in `+strings.Join(leftovers, " ")+`; do
   if [ -e "$f" ]; then echo "found $f: $(head -c 6 "$f")"; else echo "no $f"; fi
 done
 `)
@@ -90,8 +109,5 @@ done
 		if !strings.Contains(out, "no "+p) {
 			t.Errorf("run 2 (same user) reached run 1's %s:\n%s", p, out)
 		}
-	}
-	if log := agentLog(); !strings.Contains(log, "each run gets a /tmp, /var/tmp and /dev/shm of its own") {
-		t.Errorf("the agent's log does not say runs get a private /tmp:\n%s", upstack.Tail(log, 3000))
 	}
 }
