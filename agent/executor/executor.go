@@ -294,13 +294,13 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
 		}
 	}
-	// With a uid that runs share, what it adds to the node's tmp dirs
-	// during the run is the run's; with a private mount namespace this
-	// still catches a file written through /proc/PID/root of another
-	// process of that uid. Never root's: root's other services write
-	// there all the time.
+	// Without a private /tmp, what a uid that runs share adds to the
+	// node's tmp dirs during the run is the run's. Never root's: root's
+	// other services write there all the time. With one, the run cannot
+	// write there, and a sweep would only take what the uid's other
+	// processes (another agent's runs, a service as nobody) add meanwhile.
 	var snap *tmpSnapshot
-	if contain.UID == nil {
+	if contain.UID == nil && x.PrivateTmp == nil {
 		uid := uint32(os.Geteuid())
 		if job.RunAs != nil {
 			uid = job.RunAs.UID
@@ -310,7 +310,7 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 		}
 	}
 	tmpMode := "no: what the run's uid adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
-	if contain.UID == nil && snap == nil {
+	if contain.UID == nil && snap == nil && x.PrivateTmp == nil {
 		tmpMode = "no: the job runs as root, and what it leaves in the node's " + strings.Join(SharedTmpDirs, ", ") + " stays"
 	}
 	if x.PrivateTmp != nil {
@@ -333,7 +333,7 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	}
 	rec := newMarkedRecorder(sp, mark, func(err error) { stopRun(err) })
 	rec.limit = newOutputLimiter(x.Output)
-	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir, tmpMode: tmpMode}, metricsStart, contain)
+	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir, tmpMode: tmpMode, privateTmp: contain.tmp != nil}, metricsStart, contain)
 	res.WorkDir = workDir
 	// Each attempt's end killed what it left; this also reaches what
 	// ran as the run's uid outside an attempt. The run ends, and the
@@ -394,6 +394,20 @@ type runDirs struct {
 	work, ckpt, metrics, tmp string
 	// tmpMode says whether the run has a /tmp of its own (PrivateTmp).
 	tmpMode string
+	// privateTmp says the run's /tmp is tmp (PrivateTmp).
+	privateTmp bool
+}
+
+// jobTmp is the run's TMPDIR as the job reaches it: /tmp when that is
+// the run's own, a short path. A Unix socket's path must fit in 108
+// bytes, and Python's multiprocessing (PyTorch's DataLoader workers hand
+// their shared memory over through one) puts them in TMPDIR; below a
+// deep state dir they would not fit, and the DataLoader would hang.
+func (d runDirs) jobTmp() string {
+	if d.privateTmp {
+		return "/tmp"
+	}
+	return d.tmp
 }
 
 // leftover fails a run whose processes could not all be killed.
@@ -839,7 +853,7 @@ func buildEnv(job Job, dirs runDirs) ([]string, error) {
 		EnvMetricsFile:   dirs.metrics,
 		EnvCheckpointDir: dirs.ckpt,
 		// Python's tempfile, mktemp and most tools read one of these.
-		"TMPDIR": dirs.tmp, "TMP": dirs.tmp, "TEMP": dirs.tmp,
+		"TMPDIR": dirs.jobTmp(), "TMP": dirs.jobTmp(), "TEMP": dirs.jobTmp(),
 	}
 	var ld []string
 	if job.CUDAHome != "" {

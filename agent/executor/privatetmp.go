@@ -17,7 +17,7 @@ import (
 // /dev/shm of its own, as systemd's PrivateTmp= does for a service: the
 // run's processes start in a mount namespace of the run's, where /tmp and
 // /var/tmp are the run's TMPDIR (on disk, under the state dir, removed
-// with the run) and /dev/shm is a fresh tmpfs. What one run leaves there
+// with the run; $TMPDIR says /tmp) and /dev/shm is a fresh tmpfs. What one run leaves there
 // never reaches the node's dirs, so the next run, as the same --run-as
 // user, finds nothing of it; the tmpfs and the memory it holds go with
 // the run's last process.

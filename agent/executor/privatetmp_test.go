@@ -25,7 +25,7 @@ dd if=/dev/zero of=/dev/shm/` + name + ` bs=1M count=64 2>/dev/null
 echo "own-tmp=$(cat /tmp/` + name + `) shm-bytes=$(stat -c %s /dev/shm/` + name + `)"
 echo "shm-fs=$(stat -f -c %T /dev/shm) shm-kb=$(df -k /dev/shm | awk 'NR==2 {print $2}')"
 grep -o ' - tmpfs gpupass-[^ ]*' /proc/self/mountinfo || true
-echo mine > "$TMPDIR/t"; echo "tmpdir-is-tmp=$(cat /tmp/t 2>/dev/null)"
+echo mine > "$TMPDIR/t"; echo "tmpdir-is-tmp=$(cat /tmp/t 2>/dev/null) tmpdir=$TMPDIR"
 echo '{"step":1,"loss":0.5}' >> "$GPUPASS_METRICS_FILE"
 `
 }
@@ -39,7 +39,7 @@ done
 }
 
 // Files a run leaves in /tmp, /var/tmp and /dev/shm do not reach the next
-// run as the same user (--run-as nobody: one uid for every run, a cgroup
+// run as the same user (--run-as UID:GID: one uid for every run, a cgroup
 // per run), and nothing of them is left on the node once the run ends:
 // with a private /tmp and /dev/shm (a mount namespace; the /dev/shm tmpfs
 // and its memory are gone with the run), and without (what the run added
@@ -47,19 +47,22 @@ done
 func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 	t.Parallel()
 	testutil.NeedRoot(t)
-	nobody, err := executor.LookupRunAs("nobody")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name    string
 		private bool
+		// runAs is the --run-as user of both runs: a uid no other
+		// test's runs have, whose sweep would take this test's files.
+		runAs string
 	}{
-		{"private tmp", true},
-		{"swept at the end", false},
+		{"private tmp", true, "230990:230990"},
+		{"swept at the end", false, "230991:230991"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			runAs, err := executor.LookupRunAs(tc.runAs)
+			if err != nil {
+				t.Fatal(err)
+			}
 			x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t)}
 			if tc.private {
 				x.PrivateTmp = &executor.PrivateTmp{ShmSize: "256m"}
@@ -78,7 +81,7 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			alloc1 := "alloc-tmp-first-" + map[bool]string{true: "ns", false: "sweep"}[tc.private]
-			out := execute(t, ctx, executor.Job{AllocID: alloc1, Command: []string{"/bin/sh", "-c", leakJob(name)}, WorkRoot: work, RunAs: nobody}, x)
+			out := execute(t, ctx, executor.Job{AllocID: alloc1, Command: []string{"/bin/sh", "-c", leakJob(name)}, WorkRoot: work, RunAs: runAs}, x)
 			said := lines(out.find("stdout"))
 			if out.res.State != executor.Succeeded {
 				t.Fatalf("run 1 %s: %s\n%s", out.res.State, out.res.Reason, lines(out.events))
@@ -94,7 +97,7 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 			}
 			if tc.private {
 				// size=256m: the tmpfs is the run's own, bounded.
-				for _, want := range []string{"shm-fs=tmpfs shm-kb=262144", "tmpdir-is-tmp=mine", " - tmpfs gpupass-" + alloc1} {
+				for _, want := range []string{"shm-fs=tmpfs shm-kb=262144", "tmpdir-is-tmp=mine tmpdir=/tmp", " - tmpfs gpupass-" + alloc1} {
 					if !strings.Contains(said, want) {
 						t.Errorf("run 1 said %q, want %q", said, want)
 					}
@@ -114,7 +117,7 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 				}
 			}
 
-			out = execute(t, ctx, executor.Job{AllocID: alloc1 + "-next", Command: []string{"/bin/sh", "-c", lookJob(name)}, WorkRoot: work, RunAs: nobody}, x)
+			out = execute(t, ctx, executor.Job{AllocID: alloc1 + "-next", Command: []string{"/bin/sh", "-c", lookJob(name)}, WorkRoot: work, RunAs: runAs}, x)
 			said = lines(out.find("stdout"))
 			if out.res.State != executor.Succeeded {
 				t.Fatalf("run 2 %s: %s\n%s", out.res.State, out.res.Reason, lines(out.events))

@@ -101,32 +101,7 @@ func dump(o runOut) string {
 	return b.String()
 }
 
-// torchSharedMemory trains nothing but moves tensors the ways training
-// does through /dev/shm: a DataLoader with two worker processes, and a
-// tensor in shared memory changed by a child process.
-const torchSharedMemory = `import os, torch, torch.multiprocessing as mp
-from torch.utils.data import DataLoader, TensorDataset
-
-def bump(q, t):
-    t.add_(1)
-    q.put(float(t.sum()))
-
-if __name__ == "__main__":
-    ds = TensorDataset(torch.arange(1000, dtype=torch.float32).reshape(250, 4))
-    total = 0.0
-    for (b,) in DataLoader(ds, batch_size=25, num_workers=2):
-        total += float(b.sum())
-    t = torch.zeros(1000).share_memory_()
-    ctx = mp.get_context("fork")
-    q = ctx.SimpleQueue()
-    p = ctx.Process(target=bump, args=(q, t))
-    p.start()
-    got = q.get()
-    p.join()
-    print("dataloader-sum=%d shared=%d/%d shm=%s" % (total, got, float(t.sum()), os.statvfs("/dev/shm").f_blocks))
-`
-
-// TestTorchSharedMemoryInPrivateTmp: PyTorch's DataLoader workers and
+// TestTorchSharedMemoryInPrivateTmp (testdata/torch_shm.py): PyTorch's DataLoader workers and
 // torch.multiprocessing hand tensors over in /dev/shm; with a run's own
 // /dev/shm (a tmpfs in its mount namespace), as --run-as nobody in a
 // cgroup, they still work.
@@ -141,7 +116,11 @@ func TestTorchSharedMemoryInPrivateTmp(t *testing.T) {
 	x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t), PrivateTmp: &executor.PrivateTmp{ShmSize: "512m"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out := execute(t, ctx, executor.Job{AllocID: "alloc-torch-shm", Command: []string{py, "-c", torchSharedMemory},
+	code, err := os.ReadFile(filepath.Join("testdata", "torch_shm.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := execute(t, ctx, executor.Job{AllocID: "alloc-torch-shm", Command: []string{py, "-c", string(code)},
 		WorkRoot: filepath.Join(testutil.TempDirMode(t, 0o711), "runs"), RunAs: nobody}, x)
 	if out.res.State != executor.Succeeded {
 		t.Fatalf("run %s: %s\n%s", out.res.State, out.res.Reason, dump(out))
