@@ -52,7 +52,11 @@ func TestRunTmpReachesNoLaterRun(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			agent := stack.StartAgent(t, tc.node, tc.node, "--run-as", tc.runAs, "--run-private-tmp", tc.mode)
+			args := []string{"--run-as", tc.runAs}
+			if tc.mode != "auto" { // the default, as a user has it
+				args = append(args, "--run-private-tmp", tc.mode)
+			}
+			agent := stack.StartAgent(t, tc.node, tc.node, args...)
 			agentLog := func() string { b, _ := os.ReadFile(agent.Log); return string(b) }
 			upstack.WaitFor(t, ctx, "the agent's first report", func() bool { return strings.Contains(agentLog(), "report uploaded") })
 			if log := agentLog(); !strings.Contains(log, tc.wantLog) {
