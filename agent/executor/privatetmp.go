@@ -17,10 +17,10 @@ import (
 // /dev/shm of its own, as systemd's PrivateTmp= does for a service: the
 // run's processes start in a mount namespace of the run's, where /tmp and
 // /var/tmp are the run's TMPDIR (on disk, under the state dir, removed
-// with the run; $TMPDIR says /tmp) and /dev/shm is a fresh tmpfs. What one run leaves there
-// never reaches the node's dirs, so the next run, as the same --run-as
-// user, finds nothing of it; the tmpfs and the memory it holds go with
-// the run's last process.
+// with the run; $TMPDIR says /tmp) and /dev/shm is a fresh tmpfs. What
+// one run leaves there never reaches the node's dirs, so the next run, as
+// the same --run-as user, finds nothing of it; the tmpfs is unmounted,
+// and its memory freed, once the run's processes are gone.
 //
 // The namespace's mounts are slaves of the node's: a file system the node
 // mounts later shows up in the run, and nothing the run's namespace
@@ -112,8 +112,8 @@ type runTmp struct {
 
 // new makes a run's mount namespace: /tmp and /var/tmp are tmpDir (the
 // run's TMPDIR), /dev/shm a fresh tmpfs named gpupass-<tag> (so it can be
-// found in /proc/*/mountinfo), and the dirs of keep that lie below /tmp or
-// /var/tmp are bind-mounted back at their paths. It runs on a thread of
+// found in /proc/*/mountinfo), and the dirs of keep that lie below
+// those are bind-mounted back at their paths. It runs on a thread of
 // its own, which the namespace ends with; the returned runTmp holds it.
 func (p PrivateTmp) new(tag, tmpDir string, keep []string) (*runTmp, error) {
 	type result struct {
