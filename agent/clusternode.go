@@ -138,6 +138,8 @@ func (c *clusterAgents) start(ctx context.Context, node string, log *slog.Logger
 	clone.Hostname = node
 	// Serve, not Run: no query endpoint per node.
 	clone.RunCgroup = "off"
+	// The runs are batch jobs or pods elsewhere, not processes here.
+	clone.RunPrivateTmp = "off"
 	if clone.SuiteInterval > c.refresh {
 		clone.SuiteInterval = c.refresh
 	}

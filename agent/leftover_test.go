@@ -237,14 +237,16 @@ func TestRunAsRangeFlags(t *testing.T) {
 		{"bad range", Options{RunAsRange: "0-5"}, "includes uid 0"},
 		{"bad cgroup mode", Options{RunCgroup: "yes"}, `run cgroup "yes": use auto, required or off`},
 		{"negative pids", Options{RunPidsMax: -1}, `run pids max "-1"`},
+		{"bad private tmp mode", Options{RunPrivateTmp: "yes"}, `run private tmp "yes": use auto, required or off`},
+		{"bad shm size", Options{RunShmSize: "16gb"}, `run shm size "16gb": not a size`},
 		{"short kill timeout", Options{RunKillTimeout: time.Millisecond}, `run kill timeout "1ms": must be at least 1s`},
 	} {
 		o := tc.o
 		o.StorageClass, o.SuiteInterval = "standard", time.Hour
 		err := o.Validate(false)
 		switch {
-		case tc.want == "" && (err != nil || o.runAsRange == nil || o.RunCgroup != "auto" || o.RunKillTimeout != executor.DefaultKillTimeout):
-			t.Errorf("%s: Validate = %v (range %v, cgroup %q, kill timeout %s), want it valid with defaults", tc.name, err, o.runAsRange, o.RunCgroup, o.RunKillTimeout)
+		case tc.want == "" && (err != nil || o.runAsRange == nil || o.RunCgroup != "auto" || o.RunKillTimeout != executor.DefaultKillTimeout || o.RunPrivateTmp != "auto" || o.RunShmSize != executor.DefaultShmSize):
+			t.Errorf("%s: Validate = %v (range %v, cgroup %q, kill timeout %s, private tmp %q, shm size %q), want it valid with defaults", tc.name, err, o.runAsRange, o.RunCgroup, o.RunKillTimeout, o.RunPrivateTmp, o.RunShmSize)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: Validate = %v, want %q", tc.name, err, tc.want)
 		}

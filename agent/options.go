@@ -62,6 +62,12 @@ type Options struct {
 	// RunCgroup is auto, required or off: whether each run gets a
 	// cgroup that all its processes stay in.
 	RunCgroup string
+	// RunPrivateTmp is auto, required or off: whether each run of the
+	// local executor gets a /tmp, /var/tmp and /dev/shm of its own (a
+	// mount namespace).
+	RunPrivateTmp string
+	// RunShmSize is the size= of a run's own /dev/shm tmpfs.
+	RunShmSize string
 	// RunPidsMax bounds a run's processes and threads (pids.max); 0 for
 	// no bound.
 	RunPidsMax int64
@@ -106,6 +112,8 @@ const (
 	FieldReadProbeMB      = "read probe MiB"
 	FieldRunCgroup        = "run cgroup"
 	FieldRunPidsMax       = "run pids max"
+	FieldRunPrivateTmp    = "run private tmp"
+	FieldRunShmSize       = "run shm size"
 	FieldRunKillTimeout   = "run kill timeout"
 	FieldExecutor         = "executor"
 	FieldSlurmSharedDir   = "slurm shared dir"
@@ -201,6 +209,19 @@ func (o *Options) Validate(daemon bool) error {
 	case "auto", "required", "off":
 	default:
 		return fielderr.New(FieldRunCgroup, o.RunCgroup, "use auto, required or off")
+	}
+	switch o.RunPrivateTmp {
+	case "":
+		o.RunPrivateTmp = "auto"
+	case "auto", "required", "off":
+	default:
+		return fielderr.New(FieldRunPrivateTmp, o.RunPrivateTmp, "use auto, required or off")
+	}
+	if o.RunShmSize == "" {
+		o.RunShmSize = executor.DefaultShmSize
+	}
+	if err := executor.CheckShmSize(o.RunShmSize); err != nil {
+		return fielderr.New(FieldRunShmSize, o.RunShmSize, "%v", err)
 	}
 	if o.RunPidsMax < 0 {
 		return fielderr.New(FieldRunPidsMax, fmt.Sprint(o.RunPidsMax), "must be 0 (no limit) or more")

@@ -393,6 +393,11 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		// name and follows them on from the spool's mark.
 		l.Executor.Marks = true
 	}
+	if a.o.slurm == nil && a.o.kube == nil {
+		if l.Executor.PrivateTmp, err = a.runPrivateTmp(); err != nil {
+			return nil, err
+		}
+	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics
 	done := make(chan struct{})
@@ -406,6 +411,27 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		}
 	}()
 	return func() { <-done }, nil
+}
+
+// runPrivateTmp checks that runs can have a /tmp and /dev/shm of their
+// own (--run-private-tmp) and says in the log what they get.
+func (a *Agent) runPrivateTmp() (*executor.PrivateTmp, error) {
+	shared := "runs share the node's /tmp, /var/tmp and /dev/shm; what a run's uid adds there is removed at its end, unless jobs run as root"
+	if a.o.RunPrivateTmp == "off" {
+		a.log.Info(shared, "reason", "--run-private-tmp off")
+		return nil, nil
+	}
+	p := &executor.PrivateTmp{ShmSize: a.o.RunShmSize, Keep: []string{a.o.StateDir}}
+	err := executor.DetectPrivateTmp(*p, a.o.StateDir)
+	switch {
+	case err != nil && a.o.RunPrivateTmp == "required":
+		return nil, fielderr.New(FieldRunPrivateTmp, "required", "%w; run the agent as root where mount namespaces are allowed, or make the {run private tmp} auto", err)
+	case err != nil:
+		a.log.Warn(shared, "reason", err)
+		return nil, nil
+	}
+	a.log.Info("each run gets a /tmp, /var/tmp and /dev/shm of its own", "how", p.String())
+	return p, nil
 }
 
 // runCgroups finds where runs' cgroups go (--run-cgroup) and says in the

@@ -25,10 +25,26 @@ type Containment struct {
 	// UID, when set, is the run's own uid: every process holding it is
 	// the run's.
 	UID *uint32
+	// tmp, when set, is the run's mount namespace (PrivateTmp): the
+	// command starts inside.
+	tmp *runTmp
 	// Timeout bounds the wait for the killed processes to be gone
 	// (default DefaultKillTimeout): one stuck in the kernel (D state on
 	// a dead NFS server or GPU driver) may never go.
 	Timeout time.Duration
+}
+
+// lockedStart runs start (cmd.Start) on a locked thread in the run's
+// cgroup and mount namespace, as far as it has them. release, called once
+// the started process is gone, lets that thread go.
+func (c *Containment) lockedStart(attr *syscall.SysProcAttr, start func() error) (release func(), err error) {
+	if c == nil {
+		return func() {}, (*Cgroup)(nil).lockedStart(attr, start)
+	}
+	if c.tmp != nil {
+		return c.tmp.startIn(c.Cgroup, attr, start)
+	}
+	return func() {}, c.Cgroup.lockedStart(attr, start)
 }
 
 // DefaultKillTimeout is Containment.Timeout's default (--run-kill-timeout).
@@ -234,5 +250,65 @@ func sweepShared(uid uint32) error {
 			}
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// tmpEntry is one entry of a shared tmp dir, by name and inode: a name
+// the run removed and made again is the run's.
+type tmpEntry struct {
+	dir, name string
+	dev, ino  uint64
+}
+
+// tmpSnapshot is what a uid that runs share (--run-as, or the agent's own
+// without it) owned in SharedTmpDirs as a run started: whatever that uid
+// owns there at the run's end and did not then is the run's. The uid's
+// other processes (other services' as nobody) keep what they had.
+type tmpSnapshot struct {
+	uid uint32
+	had map[tmpEntry]bool
+}
+
+// snapshotShared lists what uid owns in SharedTmpDirs now.
+func snapshotShared(uid uint32) *tmpSnapshot {
+	s := &tmpSnapshot{uid: uid, had: map[tmpEntry]bool{}}
+	s.each(func(e tmpEntry) { s.had[e] = true })
+	return s
+}
+
+// each calls f with every entry of SharedTmpDirs that s's uid owns,
+// as lstat sees it.
+func (s *tmpSnapshot) each(f func(tmpEntry)) {
+	for _, dir := range SharedTmpDirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue // not on this node
+		}
+		for _, e := range ents {
+			fi, err := e.Info()
+			if err != nil {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == s.uid {
+				f(tmpEntry{dir: dir, name: e.Name(), dev: st.Dev, ino: st.Ino})
+			}
+		}
+	}
+}
+
+// sweep removes what s's uid added to SharedTmpDirs since the snapshot.
+// It runs once the run's processes are gone; in these sticky dirs only
+// the uid itself could swap an entry meanwhile, and os.RemoveAll follows
+// no symbolic link, the entry's or one below it.
+func (s *tmpSnapshot) sweep() error {
+	var errs []error
+	s.each(func(e tmpEntry) {
+		if s.had[e] {
+			return
+		}
+		if err := os.RemoveAll(filepath.Join(e.dir, e.name)); err != nil {
+			errs = append(errs, err)
+		}
+	})
 	return errors.Join(errs...)
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,12 @@ type Executor struct {
 	// Cgroups, when set, gives every run a cgroup of its own: its
 	// processes start there and are all killed when an attempt ends.
 	Cgroups *Cgroups
+	// PrivateTmp, when set, gives every run a /tmp, /var/tmp and
+	// /dev/shm of its own (a mount namespace); the local Runner
+	// (ProcessRunner) only. Without it what a run's uid adds to the
+	// node's is removed at the run's end (with a uid shared by runs,
+	// when that uid is not root).
+	PrivateTmp *PrivateTmp
 	// Marks stores with the run's records where they reach into the
 	// files the attempt writes (Mark, with a MarkedAppender), for a
 	// Runner whose attempts outlive the agent and whose lines carry their
@@ -287,6 +294,33 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
 		}
 	}
+	// Without a private /tmp, what a uid that runs share adds to the
+	// node's tmp dirs during the run is the run's. Never root's: root's
+	// other services write there all the time. With one, the run cannot
+	// write there, and a sweep would only take what the uid's other
+	// processes (another agent's runs, a service as nobody) add meanwhile.
+	var snap *tmpSnapshot
+	if contain.UID == nil && x.PrivateTmp == nil {
+		uid := uint32(os.Geteuid())
+		if job.RunAs != nil {
+			uid = job.RunAs.UID
+		}
+		if uid != 0 {
+			snap = snapshotShared(uid)
+		}
+	}
+	tmpMode := "no: what the run's uid adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
+	if contain.UID == nil && snap == nil && x.PrivateTmp == nil {
+		tmpMode = "no: the job runs as root, and what it leaves in the node's " + strings.Join(SharedTmpDirs, ", ") + " stays"
+	}
+	if x.PrivateTmp != nil {
+		keep := append(slices.Clone(x.PrivateTmp.Keep), job.WorkRoot)
+		if contain.tmp, err = x.PrivateTmp.new(job.AllocID, tmpDir, keep); err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
+		}
+		defer contain.tmp.Close()
+		tmpMode = x.PrivateTmp.String()
+	}
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
@@ -299,17 +333,28 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	}
 	rec := newMarkedRecorder(sp, mark, func(err error) { stopRun(err) })
 	rec.limit = newOutputLimiter(x.Output)
-	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir}, metricsStart, contain)
+	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir, tmpMode: tmpMode, privateTmp: contain.tmp != nil}, metricsStart, contain)
 	res.WorkDir = workDir
 	// Each attempt's end killed what it left; this also reaches what
 	// ran as the run's uid outside an attempt. The run ends, and the
 	// next one starts, only once nothing of it is left.
 	if err := contain.Kill(); err != nil {
 		res = leftover(res, err)
-	} else if contain.UID != nil {
-		if err := sweepShared(*contain.UID); err != nil {
+	} else {
+		var err error
+		if contain.UID != nil {
+			err = sweepShared(*contain.UID)
+		} else if snap != nil {
+			err = snap.sweep()
+		}
+		if err != nil {
 			rec.event(events.Warn, events.ExecutorComp, fmt.Sprintf("removing what the run left in %s: %v", strings.Join(SharedTmpDirs, ", "), err), nil)
 		}
+	}
+	// Only once its processes are gone: then no file of the tmpfs is
+	// open, and unmounting it frees its memory.
+	if err := contain.tmp.Close(); err != nil {
+		rec.event(events.Warn, events.ExecutorComp, err.Error(), nil)
 	}
 	if contain.Cgroup != nil {
 		if err := contain.Cgroup.Remove(); err != nil {
@@ -345,7 +390,25 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 }
 
 // runDirs are the paths of one run.
-type runDirs struct{ work, ckpt, metrics, tmp string }
+type runDirs struct {
+	work, ckpt, metrics, tmp string
+	// tmpMode says whether the run has a /tmp of its own (PrivateTmp).
+	tmpMode string
+	// privateTmp says the run's /tmp is tmp (PrivateTmp).
+	privateTmp bool
+}
+
+// jobTmp is the run's TMPDIR as the job reaches it: /tmp when that is
+// the run's own, a short path. A Unix socket's path must fit in 108
+// bytes, and Python's multiprocessing (PyTorch's DataLoader workers hand
+// their shared memory over through one) puts them in TMPDIR; below a
+// deep state dir they would not fit, and the DataLoader would hang.
+func (d runDirs) jobTmp() string {
+	if d.privateTmp {
+		return "/tmp"
+	}
+	return d.tmp
+}
 
 // leftover fails a run whose processes could not all be killed.
 func leftover(res Result, err error) Result {
@@ -391,6 +454,9 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 	}
 	if contain.Cgroup != nil {
 		startFields["cgroup"] = contain.Cgroup.String()
+	}
+	if dirs.tmpMode != "" {
+		startFields["private_tmp"] = dirs.tmpMode
 	}
 	if len(job.Command) == 0 {
 		rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s starting in %s", job.AllocID, workDir), startFields)
@@ -787,7 +853,7 @@ func buildEnv(job Job, dirs runDirs) ([]string, error) {
 		EnvMetricsFile:   dirs.metrics,
 		EnvCheckpointDir: dirs.ckpt,
 		// Python's tempfile, mktemp and most tools read one of these.
-		"TMPDIR": dirs.tmp, "TMP": dirs.tmp, "TEMP": dirs.tmp,
+		"TMPDIR": dirs.jobTmp(), "TMP": dirs.jobTmp(), "TEMP": dirs.jobTmp(),
 	}
 	var ld []string
 	if job.CUDAHome != "" {

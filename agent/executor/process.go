@@ -80,11 +80,10 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 		return Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
 	}
 	cmd.Stdout, cmd.Stderr = wOut, wErr
-	var cg *Cgroup
-	if a.Contain != nil {
-		cg = a.Contain.Cgroup
-	}
-	startErr := cg.lockedStart(cmd.SysProcAttr, cmd.Start)
+	release, startErr := a.Contain.lockedStart(cmd.SysProcAttr, cmd.Start)
+	// After the leader was reaped: the thread that forked it holds its
+	// Pdeathsig.
+	defer release()
 	wOut.Close()
 	wErr.Close()
 	if startErr != nil {

@@ -100,3 +100,32 @@ func dump(o runOut) string {
 	}
 	return b.String()
 }
+
+// TestTorchSharedMemoryInPrivateTmp (testdata/torch_shm.py): PyTorch's DataLoader workers and
+// torch.multiprocessing hand tensors over in /dev/shm; with a run's own
+// /dev/shm (a tmpfs in its mount namespace), as --run-as nobody in a
+// cgroup, they still work.
+func TestTorchSharedMemoryInPrivateTmp(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	testutil.NeedRoot(t)
+	nobody, err := executor.LookupRunAs("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t), PrivateTmp: &executor.PrivateTmp{ShmSize: "512m"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	code, err := os.ReadFile(filepath.Join("testdata", "torch_shm.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := execute(t, ctx, executor.Job{AllocID: "alloc-torch-shm", Command: []string{py, "-c", string(code)},
+		WorkRoot: filepath.Join(testutil.TempDirMode(t, 0o711), "runs"), RunAs: nobody}, x)
+	if out.res.State != executor.Succeeded {
+		t.Fatalf("run %s: %s\n%s", out.res.State, out.res.Reason, dump(out))
+	}
+	if said := lines(out.find("stdout")); !strings.Contains(said, "dataloader-sum=499500 shared=1000/1000 shm=131072") {
+		t.Errorf("job said %q, want the DataLoader's sum 499500 and the shared tensor bumped to 1000, in a /dev/shm of 512 MiB (131072 blocks)", said)
+	}
+}

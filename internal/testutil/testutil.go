@@ -212,3 +212,25 @@ func TempDirMode(t testing.TB, mode os.FileMode) string {
 	}
 	return d
 }
+
+// MountsOf lists the mounts whose source is source in any process's
+// mount namespace (/proc/*/mountinfo), one "FILE: LINE" each: a tmpfs
+// that is still mounted somewhere still holds its memory.
+func MountsOf(source string) []string {
+	var found []string
+	files, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for l := range bytes.Lines(b) {
+			// ... - fstype source options
+			_, after, ok := bytes.Cut(l, []byte(" - "))
+			if f := bytes.Fields(after); ok && len(f) >= 2 && string(f[1]) == source {
+				found = append(found, p+": "+strings.TrimSpace(string(l)))
+			}
+		}
+	}
+	return found
+}

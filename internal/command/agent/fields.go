@@ -25,6 +25,8 @@ var flagNames = fielderr.Names{
 	daemon.FieldReadProbeMB:      "--read-probe-mb",
 	daemon.FieldRunCgroup:        "--run-cgroup",
 	daemon.FieldRunPidsMax:       "--run-pids-max",
+	daemon.FieldRunPrivateTmp:    "--run-private-tmp",
+	daemon.FieldRunShmSize:       "--run-shm-size",
 	daemon.FieldRunKillTimeout:   "--run-kill-timeout",
 	bundle.FieldUsername:         "--registry-username",
 	bundle.FieldPassword:         "--registry-password",

@@ -50,6 +50,9 @@ func TestOptionErrorsNameFlags(t *testing.T) {
 		{"uid range", []string{"--run-as-range", "0-10"}, `--run-as-range "0-10": includes uid 0`},
 		{"cgroup", []string{"--run-cgroup", "maybe"}, `--run-cgroup "maybe": use auto, required or off`},
 		{"pids", []string{"--run-pids-max", "-1"}, `--run-pids-max "-1": must be 0`},
+		{"private tmp", []string{"--run-private-tmp", "yes"}, `--run-private-tmp "yes": use auto, required or off`},
+		{"shm size", []string{"--run-shm-size", "16gb"}, `--run-shm-size "16gb": not a size: want bytes with an optional k, m, g or t suffix (e.g. 16g), or a percentage of RAM (e.g. 50%)`},
+		{"shm size zero", []string{"--run-shm-size", "0"}, `--run-shm-size "0": must be more than 0`},
 		{"kill timeout", []string{"--run-kill-timeout", "1ms"}, `--run-kill-timeout "1ms": must be at least 1s`},
 		{"registry credentials", []string{"--registry-username", "u"}, "--registry-username and --registry-password go together"},
 	}
