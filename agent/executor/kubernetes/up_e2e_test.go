@@ -42,6 +42,10 @@ func TestE2EKubernetesUp(t *testing.T) {
 	if out := gp("validate", "--spec", "examples/train/gpupass.yaml", "--dry-run", "--region", "k8s-up"); !regexp.MustCompile(`kubernetes:\S+ +k8s-up +a100-80gb x4 .*online, simulated`).MatchString(out) {
 		t.Errorf("dry-run does not list the kubernetes node:\n%s", out)
 	}
+	// The agent's HOST is the Kubernetes node it stands for (issue #32 item 7).
+	if out := gp("nodes"); !regexp.MustCompile(`(?m)^agt-[0-9a-f]+ +` + regexp.QuoteMeta(c.NodeName) + ` +kubernetes:`).MatchString(out) {
+		t.Errorf("gpupass nodes does not show HOST %s for the cluster's node:\n%s", c.NodeName, out)
+	}
 	out := gp("train", "--spec", "examples/train/gpupass.yaml", "--region", "k8s-up", "--workdir", "examples/train",
 		"--name", "k8s-up", "--follow", "--", py, "train.py", "--steps", "5")
 	for _, want := range []string{"kubernetes job gpupass-alloc-", "step 5 loss", "succeeded"} {

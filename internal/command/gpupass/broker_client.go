@@ -113,7 +113,7 @@ func f2(v float64) string {
 // writeNodeTable prints nodes with the health score and each term.
 func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tPROVIDER\tREGION\tACCELERATOR\tPRICE/H\tSCORE\tLATENCY ms (-pen)\tFAIL 24h % (-pen)\tPREMIUM % (-pen)\tSTATUS")
+	fmt.Fprintln(tw, "NODE\tHOST\tPROVIDER\tREGION\tACCELERATOR\tPRICE/H\tSCORE\tLATENCY ms (-pen)\tFAIL 24h % (-pen)\tPREMIUM % (-pen)\tSTATUS")
 	for _, n := range nodes {
 		h := n.GetHealth()
 		acc := "-"
@@ -149,8 +149,8 @@ func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 				status += " (" + termsafe.String(strings.Join(n.FailedChecks, "; ")) + ")"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s (-%s)\t%+.1f (%+.2f)\t%s\n",
-			termsafe.String(n.Id), termsafe.String(dash(n.Provider)), termsafe.String(n.Region), acc, f2(n.PricePerHour), h.GetScore(), lat,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s (-%s)\t%+.1f (%+.2f)\t%s\n",
+			termsafe.String(n.Id), termsafe.String(dash(n.Hostname)), termsafe.String(dash(n.Provider)), termsafe.String(n.Region), acc, f2(n.PricePerHour), h.GetScore(), lat,
 			f2(h.GetFailureRatePct()), f2(h.GetFailurePenalty()), h.GetPricePremiumPct(), -h.GetPricePenalty(), status)
 	}
 	return tw.Flush()

@@ -64,7 +64,8 @@ func TestNodesAndDryRun(t *testing.T) {
 		json     bool
 	}{
 		{name: "nodes text", args: []string{"nodes", "--broker-url", url, "--broker-token", read},
-			contains: []string{ids["west"], ids["eu"], ids["east"], "h100-sxm5 x8", "simulated", "SCORE"}},
+			contains: []string{ids["west"], ids["eu"], ids["east"], "h100-sxm5 x8", "simulated", "SCORE", "  HOST  ",
+				ids["west"] + "  host-us-west-2  "}},
 		{name: "nodes region", args: []string{"nodes", "--broker-url", url, "--broker-token", read, "--region", "eu-*"},
 			contains: []string{ids["eu"]}, absent: []string{ids["west"], ids["east"]}},
 		{name: "nodes json", args: []string{"nodes", "-o", "json", "--broker-url", url, "--broker-token", read}, json: true,
