@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -565,28 +566,85 @@ func (b *Broker) lease(ctx context.Context, rs store.Runs, id string, pick *matc
 	})
 }
 
-// noCandidate explains an empty match: the first reason of up to three
-// excluded nodes of the region.
+// Bounds on the reason of a run no node can take: the exclusions are
+// what the nodes' reports say (a Slurm admin's drain reason among them),
+// and the reason is stored with the run and shown in every listing.
+const (
+	maxNoCandidateReasons = 8
+	maxNoCandidateBytes   = 2000
+	maxNoCandidatePart    = 400
+)
+
+// noCandidate explains an empty match with every distinct exclusion of
+// the region's nodes, as dry-run names them: each reason once, with how
+// many nodes it excludes and the first few of them, the most common
+// first (then the nearest misses'). A node excluded for three reasons
+// shows all three. Past maxNoCandidateReasons or maxNoCandidateBytes it
+// says how many more there are and where to see them.
 func noCandidate(a store.Alloc, out match.Output) string {
-	var why []string
+	type group struct {
+		msg, last string
+		nodes     []string
+		n         int
+	}
+	var groups []*group
+	byMsg := map[string]*group{}
+	excluded := 0
 	for _, x := range out.Excluded {
 		if x.OutOfScope || len(x.Reasons) == 0 || match.Region(&x.Node) != a.Region {
 			continue
 		}
-		if len(why) == 3 {
-			why = append(why, "…")
-			break
+		excluded++
+		for _, r := range x.Reasons {
+			g := byMsg[r.Message]
+			if g == nil {
+				g = &group{msg: r.Message}
+				byMsg[r.Message] = g
+				groups = append(groups, g)
+			}
+			// A node with the same message twice is counted once.
+			if g.n > 0 && g.last == x.Node.ID {
+				continue
+			}
+			g.n, g.last = g.n+1, x.Node.ID
+			if len(g.nodes) < maxReasonExamples {
+				g.nodes = append(g.nodes, x.Node.ID)
+			}
 		}
-		why = append(why, x.Node.ID+": "+x.Reasons[0].Message)
 	}
 	prefix := ""
 	if len(a.Replaced) > 0 {
 		prefix = "lost on " + strings.Join(a.Replaced, ", ") + "; "
 	}
-	if len(why) == 0 {
+	if excluded == 0 {
 		return prefix + "no candidate node: no certified node in region " + a.Region
 	}
-	return prefix + "no candidate node in " + a.Region + ": " + strings.Join(why, "; ")
+	slices.SortStableFunc(groups, func(x, y *group) int { return y.n - x.n })
+	head := fmt.Sprintf("no candidate node in %s (%d node(s) excluded): ", a.Region, excluded)
+	var b strings.Builder
+	b.WriteString(prefix + head)
+	for i, g := range groups {
+		who := "node " + g.nodes[0]
+		if g.n > 1 {
+			who = fmt.Sprintf("%d nodes: %s", g.n, strings.Join(g.nodes, ", "))
+			if g.n > len(g.nodes) {
+				who += ", …"
+			}
+		}
+		part := clipBytes(g.msg, maxNoCandidatePart) + " (" + who + ")"
+		if i > 0 {
+			part = "; " + part
+		}
+		// The last reason always fits: the note on what was left out is
+		// only for reasons that were.
+		left := len(groups) - i
+		if i == maxNoCandidateReasons || (left > 1 && b.Len()+len(part) > maxNoCandidateBytes-120) || b.Len()+len(part) > maxNoCandidateBytes {
+			fmt.Fprintf(&b, "; and %d more reason(s): gpupass validate --dry-run --region %s --excluded summary counts them", left, a.Region)
+			break
+		}
+		b.WriteString(part)
+	}
+	return b.String()
 }
 
 // finish moves a non-terminal run to a terminal state with a reason.

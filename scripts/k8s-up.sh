@@ -17,6 +17,18 @@
 #
 # stdout is KEY=VALUE lines, the last one `export KUBECONFIG=...`:
 #   eval "$(scripts/k8s-up.sh)"; kubectl get nodes
+#
+# --run-image (or GPUPASS_K8S_RUN_IMAGE=1) also builds the default run
+# image (python3, torch, numpy and this checkout's gpupass-agent, from
+# this machine's Debian packages: debimage.RunImageSpec, as the tests
+# build it; ~1.3 GB, cached by content key under
+# ${GPUPASS_K8S_CACHE:-~/.cache/gpupass/k8s}/images), imports it into the
+# cluster's containerd, prints it pinned as GPUPASS_K8S_RUN_IMAGE=NAME@sha256:…
+# and, on stderr, the `gpupass up --executor kubernetes` line that uses it.
+#
+# As root it installs the Debian packages it needs (scripts/lib.sh
+# K8S_APT_PACKAGES, and the run image's with --run-image), as `make demo`
+# does; without root it stops (containerd and the kubelet need it).
 # Ports (loopback): apiserver $GPUPASS_K8S_API_PORT (16443), etcd 12379/12380,
 # kubelet 20250, controller-manager 20257, scheduler 20259.
 #
@@ -50,7 +62,26 @@ die() {
 	exit 1
 }
 
-[ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet and their mounts)"
+WANT_RUN_IMAGE="${GPUPASS_K8S_RUN_IMAGE:-0}"
+for a in "$@"; do
+	case "$a" in
+	--run-image) WANT_RUN_IMAGE=1 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+		exit 0
+		;;
+	*) die "unknown argument $a; usage: scripts/k8s-up.sh [--run-image]" ;;
+	esac
+done
+
+[ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet and their mounts): sudo $0 $*"
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+# need_apt writes apt's output to stderr: stdout stays KEY=VALUE lines.
+need_apt "${K8S_APT_PACKAGES[@]}" || die "installing ${K8S_APT_PACKAGES[*]} failed"
+if [ "$WANT_RUN_IMAGE" = 1 ]; then
+	need_apt python3 python3-torch python3-numpy dash coreutils || die "installing the run image's packages failed"
+fi
 for t in etcd containerd containerd-shim-runc-v2 runc ctr iptables conntrack openssl curl ip; do
 	command -v "$t" >/dev/null || [ -x "/usr/sbin/$t" ] ||
 		die "$t not found; install: apt-get install etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static openssl curl iproute2 (scripts/setup.d/70-kubernetes.sh)"
@@ -74,7 +105,9 @@ flock -w "${GPUPASS_K8S_LOCK_WAIT:-900}" 8 ||
 	die "another k8s-up.sh or k8s-down.sh has held $LOCK for ${GPUPASS_K8S_LOCK_WAIT:-900} s; the PIDs holding it: fuser $LOCK"
 mkdir -p "$RUN"
 
+RUN_IMAGE=""
 emit() {
+	[ -z "$RUN_IMAGE" ] || echo "GPUPASS_K8S_RUN_IMAGE=$RUN_IMAGE"
 	echo "GPUPASS_K8S_RUN=$RUN"
 	echo "GPUPASS_K8S_NODE=$NODE"
 	echo "GPUPASS_K8S_CONTAINERD=$RUN/containerd/containerd.sock"
@@ -83,6 +116,33 @@ emit() {
 }
 
 alive() { [ -f "$RUN/pids/$1" ] && kill -0 "$(cat "$RUN/pids/$1")" 2>/dev/null; }
+
+ctrk() { ctr --address "$RUN/containerd/containerd.sock" --namespace k8s.io "$@"; }
+
+# run_image: with --run-image, build the default run image with this
+# checkout's gpupass-agent, import it (once per digest) and print how to
+# use it. The image is what the runs see; pinned, so the certified
+# environment is this node and this image.
+run_image() {
+	[ "$WANT_RUN_IMAGE" = 1 ] || return 0
+	local cache="${GPUPASS_K8S_CACHE:-$HOME/.cache/gpupass/k8s}/images" out path digest
+	mkdir -p "$cache"
+	log "building the run image (python3, torch, numpy, gpupass-agent; ~1.3 GB the first time, cached in $cache)"
+	# As the tests build it (upstack.BuildAll), so that both make one image.
+	CGO_CFLAGS=-Wno-deprecated-declarations go build -trimpath -o "$cache/gpupass-agent" ./cmd/gpupass-agent >&2
+	out="$(go run ./scripts/k8s-image --cache "$cache" --run-image --agent "$cache/gpupass-agent")"
+	path="${out%% *}"
+	digest="${out##* }"
+	RUN_IMAGE="gpupass.local/run@$digest"
+	if ! ctrk images ls -q | grep -qxF "$RUN_IMAGE"; then
+		log "importing $RUN_IMAGE into the cluster's containerd (a minute or more)"
+		ctrk images import --digests --base-name gpupass.local/run "$path" >/dev/null
+	fi
+	log "run image: $RUN_IMAGE"
+	log "try it, as root (the kubeconfig is root's):"
+	# Bare, so that the whole line pastes.
+	echo "KUBECONFIG=$RUN/admin.kubeconfig gpupass up --executor kubernetes --kube-image $RUN_IMAGE" >&2
+}
 
 # advertise: what a device plugin and GFD would do. The kubelet keeps
 # extended resources it does not manage, but zeroes them when it
@@ -102,6 +162,7 @@ all_alive() {
 
 if all_alive && "$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1; then
 	advertise
+	run_image
 	emit
 	exit 0
 fi
@@ -227,7 +288,6 @@ wait_for containerd 30 ctr --address "$RUN/containerd/containerd.sock" version
 
 # Images the kubelet needs before any pod: the sandbox (pause) image and a
 # busybox for tests and the bench; built from busybox-static, cached.
-ctrk() { ctr --address "$RUN/containerd/containerd.sock" --namespace k8s.io "$@"; }
 image() { # name entrypoint...
 	local name="$1" out path
 	shift
@@ -309,4 +369,5 @@ node_ready() {
 wait_for "node $NODE Ready" 300 node_ready
 advertise
 log "cluster up: node $NODE Ready with $GPU_COUNT x $GPU_PRODUCT (simulated); logs in $RUN/log"
+run_image
 emit

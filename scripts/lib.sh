@@ -42,6 +42,13 @@ need_go_tool() {
 	CGO_ENABLED="${CGO_ENABLED:-0}" go install "$spec" >&2
 }
 
+# The Debian packages of the local Kubernetes cluster (scripts/k8s-up.sh,
+# which installs them as root as setup.d/70-kubernetes.sh does): etcd,
+# containerd, runc, the CNI plugins, iptables and conntrack, busybox-static
+# for the sandbox image, openssl for its certificates, curl and iproute2
+# (neither is in a minimal Debian).
+K8S_APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static openssl curl iproute2)
+
 # The Debian packages that give /usr/bin/python3 what `make demo`'s job
 # imports (examples/train/train.py); internal/command/gpupass.DemoAptPackages is the
 # same list, which `gpupass up --demo` names when they are missing.

@@ -6,9 +6,11 @@
 //	go run ./scripts/k8s-image --cache DIR --name gpupass.local/pause:1 --busybox \
 //	  --entrypoint /bin/sleep --entrypoint 2147483647
 //
-// scripts/k8s-up.sh uses it for the sandbox (pause) and busybox images;
-// the run image (python3, torch, numpy, gpupass-agent) is built by
-// internal/testutil/k8stest with the same package.
+// scripts/k8s-up.sh uses it for the sandbox (pause) and busybox images,
+// and with --run-image for the default run image (python3, torch, numpy,
+// the agent at --agent: debimage.RunImageSpec, as the tests build it):
+//
+//	go run ./scripts/k8s-image --cache DIR --run-image --agent bin/gpupass-agent
 package main
 
 import (
@@ -38,6 +40,8 @@ func run(args []string) error {
 	var pkgs, files, entry, cmd list
 	cache := fs.String("cache", "", "directory the image tarballs are cached in")
 	name := fs.String("name", "", "image name with tag")
+	runImage := fs.Bool("run-image", false, "build the default run image (debimage.RunImageSpec); --name and the image flags are not used")
+	agent := fs.String("agent", "", "with --run-image: the gpupass-agent binary to put in the image")
 	busybox := fs.Bool("busybox", false, "add /bin/busybox (busybox-static) with a /bin symlink for each applet")
 	fs.Var(&pkgs, "package", "Debian package whose installed closure goes in (repeatable)")
 	fs.Var(&files, "file", "DST=SRC: copy SRC from this machine to DST in the image (repeatable)")
@@ -48,6 +52,13 @@ func run(args []string) error {
 	}
 	if *cache == "" {
 		return fmt.Errorf("--cache is required")
+	}
+	if *runImage {
+		spec, err := debimage.RunImageSpec(*cache, *agent)
+		if err != nil {
+			return err
+		}
+		return build(*cache, spec)
 	}
 	spec := debimage.Spec{
 		Name: *name, Packages: pkgs, Files: map[string]string{}, Symlinks: map[string]string{},
@@ -73,7 +84,13 @@ func run(args []string) error {
 			}
 		}
 	}
-	r, err := debimage.Build(*cache, spec)
+	return build(*cache, spec)
+}
+
+// build builds spec into cache and prints the tarball's path and the
+// manifest digest.
+func build(cache string, spec debimage.Spec) error {
+	r, err := debimage.Build(cache, spec)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@
 # minimal Debian), and Kubernetes itself built from the Go module proxy
 # (scripts/k8s-build.sh, started in the background by 05-kubernetes-build.sh;
 # cached by version outside the repo).
-need_apt etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static openssl curl iproute2
+need_apt "${K8S_APT_PACKAGES[@]}"
 # Wait for the build (a file test when cached), unless the caller lets the
 # tests wait for it instead (GPUPASS_K8S_BUILD_WAIT=0; .ci/run does not, see there).
 if [ "${GPUPASS_K8S_BUILD_WAIT:-1}" != 0 ]; then

@@ -133,6 +133,30 @@ func TestE2ESlurmUp(t *testing.T) {
 	if out = must("nodes"); !strings.Contains(out, "slurm node n1 is drain: fan") {
 		t.Errorf("gpupass nodes does not show the drain reason")
 	}
+	// Each agent's HOST is the Slurm node it stands for (issue #32 item 7),
+	// in the table and in JSON.
+	for _, n := range []string{"n1", "n2"} {
+		if !regexp.MustCompile(`(?m)^agt-[0-9a-f]+ +` + n + ` +slurm:gptest +hpc-up `).MatchString(out) {
+			t.Errorf("gpupass nodes shows no agent with HOST %s", n)
+		}
+	}
+	out = must("--output", "json", "nodes")
+	var nodes struct {
+		Nodes []struct {
+			ID       string `json:"id"`
+			Hostname string `json:"hostname"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+		t.Fatalf("nodes -o json: %v", err)
+	}
+	hosts := map[string]bool{}
+	for _, n := range nodes.Nodes {
+		hosts[n.Hostname] = true
+	}
+	if len(nodes.Nodes) != 2 || !hosts["n1"] || !hosts["n2"] {
+		t.Errorf("nodes -o json: hostnames %v, want n1 and n2", hosts)
+	}
 }
 
 func readZip(t *testing.T, path, name string) string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -138,10 +139,23 @@ func f2(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-// writeNodeTable prints nodes with the health score and each term.
+// writeNodeTable prints nodes with the health score and each term. HOST
+// is the machine, or the Slurm or Kubernetes node, the agent stands for;
+// left out when no node has one (dry-run's short form carries none).
 func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tPROVIDER\tREGION\tACCELERATOR\tPRICE/H\tSCORE\tLATENCY ms (-pen)\tFAIL 24h % (-pen)\tPREMIUM % (-pen)\tSTATUS")
+	hosts := slices.ContainsFunc(nodes, func(n *gpupassv1.Node) bool { return n.Hostname != "" })
+	host := func(n *gpupassv1.Node) string {
+		if !hosts {
+			return ""
+		}
+		return termsafe.String(dash(n.Hostname)) + "\t"
+	}
+	head := "NODE\t"
+	if hosts {
+		head += "HOST\t"
+	}
+	fmt.Fprintln(tw, head+"PROVIDER\tREGION\tACCELERATOR\tPRICE/H\tSCORE\tLATENCY ms (-pen)\tFAIL 24h % (-pen)\tPREMIUM % (-pen)\tSTATUS")
 	for _, n := range nodes {
 		h := n.GetHealth()
 		acc := "-"
@@ -177,8 +191,8 @@ func writeNodeTable(out io.Writer, nodes []*gpupassv1.Node) error {
 				status += " (" + termsafe.String(strings.Join(n.FailedChecks, "; ")) + ")"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s (-%s)\t%+.1f (%+.2f)\t%s\n",
-			termsafe.String(n.Id), termsafe.String(dash(n.Provider)), termsafe.String(n.Region), acc, f2(n.PricePerHour), h.GetScore(), lat,
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%.1f\t%s\t%s (-%s)\t%+.1f (%+.2f)\t%s\n",
+			termsafe.String(n.Id), host(n), termsafe.String(dash(n.Provider)), termsafe.String(n.Region), acc, f2(n.PricePerHour), h.GetScore(), lat,
 			f2(h.GetFailureRatePct()), f2(h.GetFailurePenalty()), h.GetPricePremiumPct(), -h.GetPricePenalty(), status)
 	}
 	return tw.Flush()

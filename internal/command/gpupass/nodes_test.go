@@ -64,13 +64,16 @@ func TestNodesAndDryRun(t *testing.T) {
 		json     bool
 	}{
 		{name: "nodes text", args: []string{"nodes", "--broker-url", url, "--broker-token", read},
-			contains: []string{ids["west"], ids["eu"], ids["east"], "h100-sxm5 x8", "simulated", "SCORE"}},
+			contains: []string{ids["west"], ids["eu"], ids["east"], "h100-sxm5 x8", "simulated", "SCORE", "  HOST  ",
+				ids["west"] + "  host-us-west-2  "}},
 		{name: "nodes region", args: []string{"nodes", "--broker-url", url, "--broker-token", read, "--region", "eu-*"},
 			contains: []string{ids["eu"]}, absent: []string{ids["west"], ids["east"]}},
 		{name: "nodes json", args: []string{"nodes", "-o", "json", "--broker-url", url, "--broker-token", read}, json: true,
 			contains: []string{`"nodes"`, `"health"`, `"latency_penalty"`, `"simulated":true`}},
 		{name: "dry-run text", args: []string{"validate", "-f", specPath, "--dry-run", "--broker", url, "--broker-token", read},
-			contains: []string{"2 candidate(s), 1 excluded", ids["west"], "excluded:", ids["east"] + " (us-east-1", "runtime.cuda: expected 12.1.105, measured 12.2.140"}},
+			contains: []string{"2 candidate(s), 1 excluded", ids["west"], "excluded:", ids["east"] + " (us-east-1", "runtime.cuda: expected 12.1.105, measured 12.2.140"},
+			// Dry-run's short form carries no hostname: no column of dashes.
+			absent: []string{"HOST"}},
 		{name: "dry-run json", args: []string{"validate", "-f", specPath, "-o", "json", "--dry-run", "--broker-url", url, "--broker-token", read}, json: true,
 			contains: []string{`"fingerprint"`, `"dry_run"`, `"candidates"`, `"runtime_mismatch"`, `"measured": "12.2.140"`, `"excluded_total": 1`}},
 		{name: "dry-run summary", args: []string{"validate", "-f", specPath, "--dry-run", "--broker-url", url, "--broker-token", read, "--excluded", "summary"},

@@ -42,7 +42,7 @@ func (k *UpKube) validate(executor string, agentsPerRegion int, stateDir string)
 		return nil
 	}
 	if k.Image == "" {
-		return errors.New("--kube-image is required with --executor kubernetes: the runs' image, pinned by digest (NAME@sha256:…)")
+		return errors.New("--kube-image is required with --executor kubernetes: the runs' image, pinned by digest (NAME@sha256:…); on the local cluster, `sudo scripts/k8s-up.sh --run-image` builds one and prints the up line that uses it")
 	}
 	if !strings.Contains(k.Image, "@sha256:") {
 		return fmt.Errorf("--kube-image %q: pin it by digest (NAME@sha256:…): the certified environment is the node and this image", k.Image)

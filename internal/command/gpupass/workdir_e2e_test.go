@@ -4,6 +4,7 @@ package gpupass_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,5 +194,52 @@ func TestE2ETrainWorkdirKeepsStateAndSecretsHome(t *testing.T) {
 		if code != 0 || !strings.Contains(list, want) {
 			t.Errorf("--list-workdir (exit %d) lacks %q:\n%s", code, want, list)
 		}
+	}
+}
+
+// Issue #32, item 2: the spec `init` writes is one every node of `up`'s
+// default stack (its profile, in each of its regions) can run: dry-run
+// from the project dir lists every agent as a candidate and excludes
+// none, so the first `train` is placed.
+func TestE2EInitSpecMatchesEveryUpNode(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	stack, proj := newProject(t)
+	agents := len(stack.Config(t).Regions)
+	var out string
+	var dry struct {
+		DryRun struct {
+			Candidates []struct {
+				Node struct{ Region string }
+			}
+			Excluded []struct {
+				Node    struct{ ID string }
+				Reasons []struct{ Message string }
+			}
+		} `json:"dry_run"`
+	}
+	upstack.WaitFor(t, ctx, "every agent of up certified", func() bool {
+		var code int
+		out, code = shell(t, ctx, stack, proj, "gpupass validate --dry-run --all -o json 2>/dev/null")
+		dry.DryRun.Candidates, dry.DryRun.Excluded = nil, nil
+		if err := json.Unmarshal([]byte(out), &dry); err != nil {
+			t.Fatalf("validate --dry-run -o json (exit %d): %v\n%s", code, err, out)
+		}
+		for _, x := range dry.DryRun.Excluded {
+			for _, r := range x.Reasons {
+				if !strings.Contains(r.Message, "no verified conformance report") {
+					t.Fatalf("init's spec excludes %s of up's stack: %s\n%s", x.Node.ID, r.Message, out)
+				}
+			}
+		}
+		return len(dry.DryRun.Candidates) == agents && len(dry.DryRun.Excluded) == 0
+	})
+	regions := map[string]bool{}
+	for _, c := range dry.DryRun.Candidates {
+		regions[c.Node.Region] = true
+	}
+	if len(regions) != agents || agents < 2 {
+		t.Errorf("candidates in %d region(s) of %d agents, want every region up started:\n%s", len(regions), agents, out)
 	}
 }

@@ -10,50 +10,27 @@ import (
 )
 
 // RunImageName is the repository name of the run image in the cluster's
-// containerd (a name no registry serves: nothing is ever pulled).
-const RunImageName = "gpupass.local/run"
+// containerd (debimage.RunImageName).
+const RunImageName = debimage.RunImageName
 
-// RunImagePackages are the Debian packages whose installed closure makes
-// the run image: what examples/train imports, the same list as the demo's
-// (scripts/lib.sh DEMO_APT_PACKAGES), and a POSIX shell with coreutils,
-// which the executor's pod command (/bin/sh -c WRAPPER) needs; being
-// Essential, they are no package's dependency.
-var RunImagePackages = []string{"python3", "python3-torch", "python3-numpy", "dash", "coreutils"}
+// RunImagePackages are the Debian packages of the run image
+// (debimage.RunImagePackages).
+var RunImagePackages = debimage.RunImagePackages
 
-// AgentPath is where the run image holds the agent binary, for the
-// executor's conformance check inside the image.
-const AgentPath = "/usr/local/bin/gpupass-agent"
+// AgentPath is where the run image holds the agent binary
+// (debimage.RunImageAgentPath).
+const AgentPath = debimage.RunImageAgentPath
 
 // BuildRunImage builds the run image (no cluster needed) and returns the
-// OCI layout tarball and its manifest digest: Debian's python3,
-// python3-torch, python3-numpy with their installed dependency closure
-// (the dynamic loader and libc included), /etc/ld.so.cache, and agentBin
-// at AgentPath ("" for none). Cached by content key (package versions,
-// agent digest) under the k8s cache, so a second call is a hash of the
-// agent binary; the first writes about 1 GB (tens of seconds).
+// OCI layout tarball and its manifest digest: debimage.RunImageSpec, as
+// scripts/k8s-up.sh --run-image builds it. Cached by content key (package
+// versions, agent digest) under the k8s cache, so a second call is a hash
+// of the agent binary; the first writes about 1 GB (tens of seconds).
 func BuildRunImage(t testing.TB, agentBin string) debimage.Result {
 	t.Helper()
-	cache := imageCache(t)
-	passwd := filepath.Join(cache, "passwd")
-	if err := os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/tmp:/bin/sh\n"), 0o644); err != nil {
+	spec, err := debimage.RunImageSpec(imageCache(t), agentBin)
+	if err != nil {
 		t.Fatal(err)
-	}
-	spec := debimage.Spec{
-		Name:     RunImageName + ":1",
-		Packages: RunImagePackages,
-		Files: map[string]string{
-			"/etc/ld.so.cache": "/etc/ld.so.cache",
-			"/etc/passwd":      passwd,
-		},
-		TmpDirs: []string{"/tmp", "/root"},
-		Env: []string{
-			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"HOME=/root",
-		},
-		Cmd: []string{"python3"},
-	}
-	if agentBin != "" {
-		spec.Files[AgentPath] = agentBin
 	}
 	return BuildImage(t, spec, "scripts/setup.d/10-python.sh")
 }
