@@ -1,9 +1,12 @@
 package gpupass
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
+	"github.com/gpupass/gpupass/internal/clientconfig"
 )
 
 // LocalConfig is what `gpupass up` leaves for the other commands.
@@ -13,7 +16,8 @@ type LocalConfig = localstack.Config
 const LocalConfigFile = localstack.ConfigFile
 
 // DefaultStateDir is where `gpupass up` keeps its state when no
-// --state-dir is given.
+// --state-dir is given, and where the other commands look for it: the
+// project's .gpupass is found from its subdirectories.
 func DefaultStateDir(getenv func(string) string) string { return localstack.DefaultStateDir(getenv) }
 
 // LoadLocalConfig reads the config `gpupass up` wrote in the default state
@@ -26,21 +30,123 @@ func writeLocalConfig(dir string, c *LocalConfig) (string, error) {
 	return localstack.WriteConfig(dir, c)
 }
 
-// fromLocal fills an unset broker URL and token from `gpupass up`'s
-// config, so commands need no flags after `up`.
+// contextEnv sets --context.
+var contextEnv = EnvName("context")
+
+// fromLocal fills an unset broker URL (and with it the token and CA)
+// from, highest first:
+//
+//  1. --broker-url, --broker-token (set before this runs)
+//  2. GPUPASS_BROKER_URL, GPUPASS_BROKER_TOKEN(_FILE) (likewise)
+//  3. the context --context or GPUPASS_CONTEXT names
+//  4. the config of a `gpupass up` stack in the state dir:
+//     GPUPASS_STATE_DIR, $XDG_STATE_HOME/gpupass, or the project's
+//     .gpupass found from the working directory up
+//  5. the current context of the config file (gpupass context use)
+//
+// A token is taken only from where the URL came from: a broker given by
+// flag never receives a local stack's or a context's token.
 func (b *BrokerFlags) fromLocal() error {
-	if b.URL != "" && b.Token != "" {
+	if b.URL != "" {
 		return nil
 	}
-	c, err := LoadLocalConfig(os.Getenv)
-	if err != nil || c == nil {
+	getenv := b.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if name := b.contextName(getenv); name != "" {
+		cfg, err := loadClientConfig(getenv)
+		if err != nil {
+			return err
+		}
+		x, err := cfg.Lookup(name)
+		if err != nil {
+			return fmt.Errorf("--context: %w", err)
+		}
+		return b.fromContext(cfg, x)
+	}
+	c, err := localstack.LoadConfig(getenv)
+	if err != nil {
 		return err
 	}
-	if b.URL == "" {
-		b.URL = c.BrokerURL
-		if b.Token == "" {
-			b.Token = c.Token
+	if c != nil {
+		b.fill(c.BrokerURL, c.Token, "")
+		return nil
+	}
+	path, err := clientconfig.Path(getenv)
+	if err != nil {
+		return nil // no config file can exist: nothing to fall back on
+	}
+	cfg, err := clientconfig.Load(path)
+	if err != nil || cfg.CurrentContext == "" {
+		return err
+	}
+	x, err := cfg.Lookup(cfg.CurrentContext)
+	if err != nil {
+		return fmt.Errorf("current context: %w (or pick another: gpupass context use NAME)", err)
+	}
+	return b.fromContext(cfg, x)
+}
+
+// contextName is --context, which GPUPASS_CONTEXT sets too; for flags
+// built without a command (ci, audit), GPUPASS_CONTEXT alone.
+func (b *BrokerFlags) contextName(getenv func(string) string) string {
+	if b.cmd != nil {
+		if f := b.cmd.Flag("context"); f != nil {
+			return f.Value.String()
 		}
 	}
+	return getenv(contextEnv)
+}
+
+func (b *BrokerFlags) fill(url, token, ca string) {
+	b.URL = url
+	if b.Token == "" {
+		b.Token = token
+	}
+	if b.TLSCA == "" {
+		b.TLSCA = ca
+	}
+}
+
+// fromContext fills the broker from context x of cfg.
+func (b *BrokerFlags) fromContext(cfg *clientconfig.Config, x *clientconfig.Context) error {
+	if x.StateDir != "" {
+		dir := cfg.Abs(x.StateDir)
+		c, err := localstack.ReadConfig(dir)
+		if err != nil {
+			return fmt.Errorf("context %q: %w", x.Name, err)
+		}
+		if c == nil {
+			return fmt.Errorf("context %q: its stack has no %s (not up): start it with gpupass up --state-dir %s", x.Name,
+				filepath.Join(dir, LocalConfigFile), shellQuote(dir))
+		}
+		b.fill(c.BrokerURL, c.Token, cfg.Abs(x.TLSCA))
+		return nil
+	}
+	if x.BrokerURL == "" {
+		return fmt.Errorf("context %q in %s has no broker-url: gpupass context set %s --broker-url URL --token-file FILE", x.Name, cfg.Path, x.Name)
+	}
+	token := ""
+	if b.Token == "" {
+		t, err := cfg.ReadToken(x)
+		if err != nil {
+			return err
+		}
+		if t == "" {
+			return fmt.Errorf("context %q in %s has no token-file: gpupass context set %s --token-file FILE", x.Name, cfg.Path, x.Name)
+		}
+		token = t
+	}
+	b.fill(x.BrokerURL, token, cfg.Abs(x.TLSCA))
 	return nil
+}
+
+// loadClientConfig reads the config file of contexts.
+func loadClientConfig(getenv func(string) string) (*clientconfig.Config, error) {
+	path, err := clientconfig.Path(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return clientconfig.Load(path)
 }
