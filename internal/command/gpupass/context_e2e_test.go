@@ -3,13 +3,23 @@
 package gpupass
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/broker/brokertest"
+	"github.com/gpupass/gpupass/broker/store"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
 // Issue #32 item 3: which broker a command talks to, for each source,
@@ -127,4 +137,111 @@ func TestE2EContextPrecedence(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Issue #32 item 3, as a newcomer meets it: init, up, then broker
+// commands from a subdirectory of the project (they said "no broker"),
+// the stack listed as the current context, and a second broker added
+// as a context and switched to with the command gpupass prints.
+func TestE2EUpContextFromSubdirectory(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := upstack.BuildAll(t)
+	home := t.TempDir()
+	cfgFile := filepath.Join(home, "cfg", "gpupass", "config.yaml")
+	environ := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, "cfg")}
+	proj := filepath.Join(home, "proj")
+	initCmd := exec.Command(filepath.Join(bin, "gpupass"), "init", proj)
+	initCmd.Env = environ
+	if out, err := initCmd.CombinedOutput(); err != nil {
+		t.Fatalf("gpupass init: %v\n%s", err, out)
+	}
+	stack := upstack.Start(t, upstack.Options{Dir: proj, Environ: environ, DefaultStateDir: true})
+	stackURL := stack.Config(t).BrokerURL
+	if want := "context proj  (current; saved in " + cfgFile + ")"; !strings.Contains(stack.Out.String(), want) {
+		t.Errorf("up's lines lack %q:\n%s", want, stack.Out.String())
+	}
+	sub := filepath.Join(proj, "src", "deep")
+	outside := filepath.Join(home, "elsewhere")
+	for _, d := range []string{sub, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gp := func(t *testing.T, dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "gpupass"), args...)
+		cmd.Dir, cmd.Env = dir, environ
+		stdout, stderr, code := testutil.Run(t, cmd)
+		if code != 0 {
+			t.Fatalf("gpupass %s in %s: exit %d\n%s%s", strings.Join(args, " "), dir, code, stdout, stderr)
+		}
+		return stdout
+	}
+
+	// From a subdirectory, no flags: the project's stack.
+	gp(t, sub, "runs")
+	if out := gp(t, sub, "nodes"); !strings.Contains(out, "us-west-2") || !strings.Contains(out, "eu-central-1") {
+		t.Errorf("nodes from %s lacks the stack's agents:\n%s", sub, out)
+	}
+	// Outside the project: the current context, which up registered.
+	ls := gp(t, outside, "context", "ls")
+	if !regexp.MustCompile(`(?m)^\*\s+proj\s+` + regexp.QuoteMeta(stackURL) + `\s`).MatchString(ls) {
+		t.Errorf("context ls does not list the stack as current:\n%s", ls)
+	}
+	if out := gp(t, outside, "nodes"); !strings.Contains(out, "us-west-2") {
+		t.Errorf("nodes outside the project, through the current context:\n%s", out)
+	}
+
+	// A second broker, with a run only it has.
+	other := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	submitter, err := client.DialRuns(other.URL, client.Options{Token: other.Token(t, store.RoleSubmit, "*")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specYAML, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "h100.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub2, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
+		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "ap-south-1", Command: []string{"true"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRun := sub2.Msg.Run.Id
+	tokFile := filepath.Join(home, "other.token")
+	if err := os.WriteFile(tokFile, []byte(other.Token(t, store.RoleRead, "*")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := gp(t, outside, "context", "add", "other", "--broker-url", other.URL, "--token-file", tokFile)
+	_, use, ok := strings.Cut(strings.TrimSpace(out), "use it with: ")
+	if !ok {
+		t.Fatalf("context add printed no command to switch:\n%s", out)
+	}
+	pasted := exec.CommandContext(ctx, "bash", "-c", use)
+	pasted.Dir, pasted.Env = outside, environ
+	if stdout, stderr, code := testutil.Run(t, pasted); code != 0 {
+		t.Fatalf("%s, as pasted: exit %d\n%s%s", use, code, stdout, stderr)
+	}
+	if ls := gp(t, outside, "context", "ls"); !regexp.MustCompile(`(?m)^\*\s+other\s`).MatchString(ls) {
+		t.Errorf("after %s, context ls:\n%s", use, ls)
+	}
+	b, err := os.ReadFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := os.ReadFile(tokFile); strings.Contains(string(b), strings.TrimSpace(string(tok))) {
+		t.Errorf("%s holds the token itself:\n%s", cfgFile, b)
+	}
+	if out := gp(t, outside, "runs"); !strings.Contains(out, otherRun) {
+		t.Errorf("runs outside the project after `context use other` lacks %s:\n%s", otherRun, out)
+	}
+	// In the project, its stack still comes first; --context picks.
+	if out := gp(t, sub, "runs"); strings.Contains(out, otherRun) {
+		t.Errorf("runs in the project went to the current context, not the project's stack:\n%s", out)
+	}
+	if out := gp(t, sub, "--context", "other", "runs"); !strings.Contains(out, otherRun) {
+		t.Errorf("--context other in the project lacks %s:\n%s", otherRun, out)
+	}
 }
