@@ -33,6 +33,7 @@ type BrokerFlags struct {
 
 	cmd    *cobra.Command      // set by AddFlags: where --context is
 	getenv func(string) string // nil: os.Getenv (tests inject one)
+	source string              // where fromLocal found the broker
 }
 
 // AddFlags registers --broker-url (alias --broker) and --broker-token.

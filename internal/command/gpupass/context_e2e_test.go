@@ -104,6 +104,10 @@ func TestE2EContextPrecedence(t *testing.T) {
 		{"GPUPASS_STATE_DIR names the stack", other, []string{"GPUPASS_STATE_DIR=" + stateDir}, nil, []string{stateURL}},
 		{"not past a git root: the current context", nested, nil, nil, []string{curURL}},
 		{"outside any project: the current context", other, nil, nil, []string{curURL}},
+		{"an environment token never goes to the project's broker", sub, []string{"GPUPASS_BROKER_TOKEN=gpp_env"}, nil,
+			[]string{"--broker-token (or GPUPASS_BROKER_TOKEN) is set without --broker-url: it is not sent to " + projURL, "pass --broker-url with it"}},
+		{"nor to the current context's", other, nil, []string{"--broker-token", "gpp_flag"},
+			[]string{"it is not sent to " + curURL + ", the broker of the current context cur"}},
 		{"an unknown context", sub, nil, []string{"--context", "nope"}, []string{`--context: no context "nope"`, "there are: cur, ctx, gone", "gpupass context ls"}},
 		{"a context whose token file is gone", other, nil, []string{"--context", "gone"}, []string{`context "gone": token file ` + tokenFile + ": no such file or directory", "gpupass context set gone --token-file FILE"}},
 	}

@@ -44,12 +44,32 @@ var contextEnv = EnvName("context")
 //     .gpupass found from the working directory up
 //  5. the current context of the config file (gpupass context use)
 //
-// A token is taken only from where the URL came from: a broker given by
-// flag never receives a local stack's or a context's token.
+// The token comes from where the URL came from: a broker given by flag
+// never receives a local stack's or a context's token, and a token given
+// by flag or environment is never sent to a broker that a context or a
+// .gpupass directory (which a cloned repository could hold) chose.
 func (b *BrokerFlags) fromLocal() error {
 	if b.URL != "" {
 		return nil
 	}
+	if b.Token != "" {
+		defer func() {
+			if b.URL != "" {
+				b.URL, b.Token = "", ""
+			}
+		}()
+		if err := b.fromLower(); err != nil || b.URL == "" {
+			return err
+		}
+		return fmt.Errorf("--broker-token (or %s) is set without --broker-url: it is not sent to %s, the broker of %s; pass --broker-url with it, or unset it to use that broker's own token",
+			EnvName("broker-token"), b.URL, b.source)
+	}
+	return b.fromLower()
+}
+
+// fromLower fills URL, token and CA from the first of sources 3 to 5
+// that has a broker, and records which in b.source.
+func (b *BrokerFlags) fromLower() error {
 	getenv := b.getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -63,6 +83,7 @@ func (b *BrokerFlags) fromLocal() error {
 		if err != nil {
 			return fmt.Errorf("--context: %w", err)
 		}
+		b.source = fmt.Sprintf("context %s (--context or %s)", x.Name, contextEnv)
 		return b.fromContext(cfg, x)
 	}
 	c, err := localstack.LoadConfig(getenv)
@@ -70,6 +91,7 @@ func (b *BrokerFlags) fromLocal() error {
 		return err
 	}
 	if c != nil {
+		b.source = "the stack in " + DefaultStateDir(getenv)
 		b.fill(c.BrokerURL, c.Token, "")
 		return nil
 	}
@@ -85,6 +107,7 @@ func (b *BrokerFlags) fromLocal() error {
 	if err != nil {
 		return fmt.Errorf("current context: %w (or pick another: gpupass context use NAME)", err)
 	}
+	b.source = "the current context " + x.Name
 	return b.fromContext(cfg, x)
 }
 
@@ -100,10 +123,7 @@ func (b *BrokerFlags) contextName(getenv func(string) string) string {
 }
 
 func (b *BrokerFlags) fill(url, token, ca string) {
-	b.URL = url
-	if b.Token == "" {
-		b.Token = token
-	}
+	b.URL, b.Token = url, token
 	if b.TLSCA == "" {
 		b.TLSCA = ca
 	}
@@ -127,16 +147,12 @@ func (b *BrokerFlags) fromContext(cfg *clientconfig.Config, x *clientconfig.Cont
 	if x.BrokerURL == "" {
 		return fmt.Errorf("context %q in %s has no broker-url: gpupass context set %s --broker-url URL --token-file FILE", x.Name, cfg.Path, x.Name)
 	}
-	token := ""
-	if b.Token == "" {
-		t, err := cfg.ReadToken(x)
-		if err != nil {
-			return err
-		}
-		if t == "" {
-			return fmt.Errorf("context %q in %s has no token-file: gpupass context set %s --token-file FILE", x.Name, cfg.Path, x.Name)
-		}
-		token = t
+	token, err := cfg.ReadToken(x)
+	if err != nil {
+		return err
+	}
+	if token == "" {
+		return fmt.Errorf("context %q in %s has no token-file: gpupass context set %s --token-file FILE", x.Name, cfg.Path, x.Name)
 	}
 	b.fill(x.BrokerURL, token, cfg.Abs(x.TLSCA))
 	return nil
