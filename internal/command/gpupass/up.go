@@ -66,8 +66,10 @@ taken from next to gpupass, else from PATH; build them with
 
 It prints the broker URL and a submit token and writes both to
 STATE_DIR/config.json, which train, logs, runs, cancel and nodes read when
-no --broker-url is given. With a non-default --state-dir, set
-GPUPASS_STATE_DIR for those commands. --demo runs the example pipeline.`,
+no --broker-url is given, from the project's directory or any directory
+below it. It also saves the stack as a context (gpupass context ls), named
+after the project's directory: gpupass context use NAME reaches it from
+anywhere. --demo runs the example pipeline.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Output, o.Log, o.Getenv = g.Output, g.Logger(cmd.ErrOrStderr()), os.Getenv
