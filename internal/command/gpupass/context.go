@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -213,11 +214,19 @@ func (o *ContextOptions) set(cfg *clientconfig.Config, args []string, out io.Wri
 		}
 	}
 	if x.StateDir == "" {
+		// The fix repeats what was given, so only the missing part is to fill in.
+		fix := "gpupass context set " + name + " --broker-url " + shellQuote(x.BrokerURL) + " --token-file " + shellQuote(x.TokenFile)
 		if x.BrokerURL == "" {
-			return fmt.Errorf("--broker-url: context %q needs a broker: gpupass context set %s --broker-url URL --token-file FILE", name, name)
+			fix = strings.Replace(fix, "--broker-url ''", "--broker-url URL", 1)
+		}
+		if x.TokenFile == "" {
+			fix = strings.Replace(fix, "--token-file ''", "--token-file FILE", 1)
+		}
+		if x.BrokerURL == "" {
+			return fmt.Errorf("--broker-url: context %q needs a broker: %s", name, fix)
 		}
 		if x.TokenFile == "" && x.Token == "" {
-			return fmt.Errorf("--token-file: context %q needs the file that holds its token: gpupass context set %s --token-file FILE", name, name)
+			return fmt.Errorf("--token-file: context %q needs the file that holds its token: %s", name, fix)
 		}
 		if _, err := cfg.ReadToken(&x); err != nil {
 			return fmt.Errorf("--token-file: %w", err)

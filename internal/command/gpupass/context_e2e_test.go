@@ -249,3 +249,61 @@ func TestE2EUpContextFromSubdirectory(t *testing.T) {
 		t.Errorf("--context other in the project lacks %s:\n%s", otherRun, out)
 	}
 }
+
+// The context commands on the built binary: what each prints, what each
+// refuses and how it says the fix, and the file they leave.
+func TestE2EContextCommands(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	home := t.TempDir()
+	cfgDir := filepath.Join(home, "cfg", "gpupass")
+	tok := filepath.Join(home, "a.token")
+	if err := os.WriteFile(tok, []byte("gpp_secret_a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gp := func(args ...string) (string, int) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir, cmd.Env = home, []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, "cfg")}
+		stdout, stderr, code := testutil.Run(t, cmd)
+		return stdout + stderr, code
+	}
+	steps := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"context", "ls"}, 0, "no contexts in " + filepath.Join(cfgDir, "config.yaml")},
+		{[]string{"context", "set", "a", "--broker-url", "http://127.0.0.1:1", "--token-file", filepath.Join(home, "missing")}, ExitUsage,
+			`--token-file: context "a": token file ` + filepath.Join(home, "missing") + ": no such file or directory"},
+		{[]string{"context", "set", "a", "--broker-url", "http://127.0.0.1:1"}, ExitUsage,
+			"gpupass context set a --broker-url http://127.0.0.1:1 --token-file FILE"},
+		{[]string{"context", "set", "bad/name", "--broker-url", "http://127.0.0.1:1", "--token-file", tok}, ExitUsage, `context name "bad/name"`},
+		{[]string{"context", "set", "a", "--broker-url", "http://127.0.0.1:1", "--token-file", "a.token"}, 0, "(current: it is the first)"},
+		{[]string{"context", "add", "b", "--broker-url", "http://127.0.0.1:2", "--token-file", tok}, 0, "use it with: gpupass context use b"},
+		{[]string{"context", "use", "c"}, ExitUsage, `no context "c" in ` + filepath.Join(cfgDir, "config.yaml") + " (there are: a, b)"},
+		{[]string{"context", "use", "b"}, 0, "current context: b"},
+		{[]string{"context", "rm", "b"}, 0, "context b removed"},
+		{[]string{"context", "ls"}, 0, "http://127.0.0.1:1  " + tok},
+	}
+	for _, s := range steps {
+		out, code := gp(s.args...)
+		if code != s.code || !strings.Contains(out, s.want) {
+			t.Errorf("gpupass %s: exit %d (want %d), output lacks %q:\n%s", strings.Join(s.args, " "), code, s.code, s.want, out)
+		}
+		if strings.Contains(out, "gpp_secret") {
+			t.Errorf("gpupass %s printed the token:\n%s", strings.Join(s.args, " "), out)
+		}
+	}
+	// b was current: after rm no context is.
+	if out, _ := gp("context", "ls"); strings.Contains(out, "*") {
+		t.Errorf("a removed current context is still current:\n%s", out)
+	}
+	for p, want := range map[string]os.FileMode{cfgDir: 0o700, filepath.Join(cfgDir, "config.yaml"): 0o600} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", p, st.Mode(), err, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfgDir, "config.yaml")); strings.Contains(string(b), "gpp_secret") {
+		t.Errorf("config.yaml holds the token:\n%s", b)
+	}
+}
