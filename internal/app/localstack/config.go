@@ -27,22 +27,81 @@ type Config struct {
 const ConfigFile = "config.json"
 
 // DefaultStateDir is where `gpupass up` keeps its state when no
-// --state-dir is given: $GPUPASS_STATE_DIR, else $XDG_STATE_HOME/gpupass,
-// else .gpupass in the working directory.
+// --state-dir is given, and where the other commands look for its
+// config: $GPUPASS_STATE_DIR, else $XDG_STATE_HOME/gpupass, else the
+// project's .gpupass (FindStateDir from the working directory), else
+// .gpupass in the working directory.
 func DefaultStateDir(getenv func(string) string) string {
+	cwd, err := os.Getwd()
+	if err != nil {
+		cwd = "."
+	}
+	return StateDirFrom(getenv, cwd)
+}
+
+// StateDirFrom is DefaultStateDir for the working directory cwd.
+func StateDirFrom(getenv func(string) string, cwd string) string {
 	if d := getenv("GPUPASS_STATE_DIR"); d != "" {
 		return d
 	}
 	if d := getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "gpupass")
 	}
-	return ".gpupass"
+	if d := FindStateDir(cwd, getenv("HOME")); d != "" {
+		return d
+	}
+	return StateDirName
+}
+
+// StateDirName is the state dir's name in a project.
+const StateDirName = ".gpupass"
+
+// FindStateDir walks up from cwd to the project's .gpupass directory, so
+// that every command works from a subdirectory of the project. It looks
+// in cwd and each parent, and stops after the first directory that is a
+// git work tree's root (has .git: a .gpupass above it belongs to another
+// project), after home (a .gpupass above $HOME is no user's project), or
+// at the filesystem root. It returns StateDirName when the dir is in cwd
+// itself (paths up prints stay as short as before), the absolute path
+// when it is in a parent, and "" when there is none.
+func FindStateDir(cwd, home string) string {
+	dir, err := filepath.Abs(cwd)
+	if err != nil {
+		return ""
+	}
+	if home != "" {
+		if h, err := filepath.Abs(home); err == nil {
+			home = h
+		}
+	}
+	for start := dir; ; {
+		if st, err := os.Stat(filepath.Join(dir, StateDirName)); err == nil && st.IsDir() {
+			if dir == start {
+				return StateDirName
+			}
+			return filepath.Join(dir, StateDirName)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil || dir == home {
+			return ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 // LoadConfig reads the config `gpupass up` wrote in the default state
 // dir; nil, nil when there is none.
 func LoadConfig(getenv func(string) string) (*Config, error) {
-	path := filepath.Join(DefaultStateDir(getenv), ConfigFile)
+	return ReadConfig(DefaultStateDir(getenv))
+}
+
+// ReadConfig reads the config `gpupass up` wrote in the state dir dir;
+// nil, nil when there is none.
+func ReadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, ConfigFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

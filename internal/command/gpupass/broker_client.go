@@ -43,10 +43,14 @@ type BrokerFlags struct {
 
 	errOut func() io.Writer
 	warned bool
+	cmd    *cobra.Command      // set by AddFlags: where --context is
+	getenv func(string) string // nil: os.Getenv (tests inject one)
+	source string              // where fromLocal found the broker
 }
 
 // AddFlags registers --broker-url (alias --broker) and --broker-token.
 func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
+	b.cmd = cmd
 	f := cmd.Flags()
 	flagenv.ListVar(f, &b.URL, "broker-url", "broker URL, e.g. http://127.0.0.1:7070; repeat it or give a comma-separated list for several replicas of one broker (the CLI moves to the next when one stops answering)")
 	flagenv.ListVar(f, &b.URL, "broker", "alias of --broker-url")
@@ -83,7 +87,8 @@ func (b *BrokerFlags) options() (client.Options, error) {
 		return client.Options{}, err
 	}
 	if b.URL == "" {
-		return client.Options{}, errors.New("no broker: pass --broker-url URL or set " + EnvName("broker-url"))
+		return client.Options{}, errors.New("no broker: pass --broker-url URL or set " + EnvName("broker-url") +
+			", pick a context (gpupass context ls, then gpupass context use NAME), or run gpupass up in the project")
 	}
 	if b.Token == "" {
 		return client.Options{}, errors.New("no broker token: pass --broker-token or set " + EnvName("broker-token") + " (or " + EnvName("broker-token") + "_FILE)")

@@ -1,9 +1,12 @@
 package gpupass
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
+	"github.com/gpupass/gpupass/internal/clientconfig"
 )
 
 // LocalConfig is what `gpupass up` leaves for the other commands.
@@ -13,7 +16,8 @@ type LocalConfig = localstack.Config
 const LocalConfigFile = localstack.ConfigFile
 
 // DefaultStateDir is where `gpupass up` keeps its state when no
-// --state-dir is given.
+// --state-dir is given, and where the other commands look for it: the
+// project's .gpupass is found from its subdirectories.
 func DefaultStateDir(getenv func(string) string) string { return localstack.DefaultStateDir(getenv) }
 
 // LoadLocalConfig reads the config `gpupass up` wrote in the default state
@@ -26,21 +30,139 @@ func writeLocalConfig(dir string, c *LocalConfig) (string, error) {
 	return localstack.WriteConfig(dir, c)
 }
 
-// fromLocal fills an unset broker URL and token from `gpupass up`'s
-// config, so commands need no flags after `up`.
+// contextEnv sets --context.
+var contextEnv = EnvName("context")
+
+// fromLocal fills an unset broker URL (and with it the token and CA)
+// from, highest first:
+//
+//  1. --broker-url, --broker-token (set before this runs)
+//  2. GPUPASS_BROKER_URL, GPUPASS_BROKER_TOKEN(_FILE) (likewise)
+//  3. the context --context or GPUPASS_CONTEXT names
+//  4. the config of a `gpupass up` stack in the state dir:
+//     GPUPASS_STATE_DIR, $XDG_STATE_HOME/gpupass, or the project's
+//     .gpupass found from the working directory up
+//  5. the current context of the config file (gpupass context use)
+//
+// The token comes from where the URL came from: a broker given by flag
+// never receives a local stack's or a context's token, and a token given
+// by flag or environment is never sent to a broker that a context or a
+// .gpupass directory (which a cloned repository could hold) chose.
 func (b *BrokerFlags) fromLocal() error {
-	if b.URL != "" && b.Token != "" {
+	if b.URL != "" {
 		return nil
 	}
-	c, err := LoadLocalConfig(os.Getenv)
-	if err != nil || c == nil {
+	if b.Token != "" {
+		defer func() {
+			if b.URL != "" {
+				b.URL, b.Token = "", ""
+			}
+		}()
+		if err := b.fromLower(); err != nil || b.URL == "" {
+			return err
+		}
+		return fmt.Errorf("--broker-token (or %s) is set without --broker-url: it is not sent to %s, the broker of %s; pass --broker-url with it, or unset it to use that broker's own token",
+			EnvName("broker-token"), b.URL, b.source)
+	}
+	return b.fromLower()
+}
+
+// fromLower fills URL, token and CA from the first of sources 3 to 5
+// that has a broker, and records which in b.source.
+func (b *BrokerFlags) fromLower() error {
+	getenv := b.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if name := b.contextName(getenv); name != "" {
+		cfg, err := loadClientConfig(getenv)
+		if err != nil {
+			return err
+		}
+		x, err := cfg.Lookup(name)
+		if err != nil {
+			return fmt.Errorf("--context: %w", err)
+		}
+		b.source = fmt.Sprintf("context %s (--context or %s)", x.Name, contextEnv)
+		return b.fromContext(cfg, x)
+	}
+	c, err := localstack.LoadConfig(getenv)
+	if err != nil {
 		return err
 	}
-	if b.URL == "" {
-		b.URL = c.BrokerURL
-		if b.Token == "" {
-			b.Token = c.Token
+	if c != nil {
+		b.source = "the stack in " + DefaultStateDir(getenv)
+		b.fill(c.BrokerURL, c.Token, "")
+		return nil
+	}
+	path, err := clientconfig.Path(getenv)
+	if err != nil {
+		return nil // no config file can exist: nothing to fall back on
+	}
+	cfg, err := clientconfig.Load(path)
+	if err != nil || cfg.CurrentContext == "" {
+		return err
+	}
+	x, err := cfg.Lookup(cfg.CurrentContext)
+	if err != nil {
+		return fmt.Errorf("current context: %w (or pick another: gpupass context use NAME)", err)
+	}
+	b.source = "the current context " + x.Name
+	return b.fromContext(cfg, x)
+}
+
+// contextName is --context, which GPUPASS_CONTEXT sets too; for flags
+// built without a command (ci, audit), GPUPASS_CONTEXT alone.
+func (b *BrokerFlags) contextName(getenv func(string) string) string {
+	if b.cmd != nil {
+		if f := b.cmd.Flag("context"); f != nil {
+			return f.Value.String()
 		}
 	}
+	return getenv(contextEnv)
+}
+
+func (b *BrokerFlags) fill(url, token, ca string) {
+	b.URL, b.Token = url, token
+	if b.TLSCA == "" {
+		b.TLSCA = ca
+	}
+}
+
+// fromContext fills the broker from context x of cfg.
+func (b *BrokerFlags) fromContext(cfg *clientconfig.Config, x *clientconfig.Context) error {
+	if x.StateDir != "" {
+		dir := cfg.Abs(x.StateDir)
+		c, err := localstack.ReadConfig(dir)
+		if err != nil {
+			return fmt.Errorf("context %q: %w", x.Name, err)
+		}
+		if c == nil {
+			return fmt.Errorf("context %q: its stack has no %s (not up): start it with gpupass up --state-dir %s", x.Name,
+				filepath.Join(dir, LocalConfigFile), shellQuote(dir))
+		}
+		b.fill(c.BrokerURL, c.Token, cfg.Abs(x.TLSCA))
+		return nil
+	}
+	if x.BrokerURL == "" {
+		return fmt.Errorf("context %q in %s has no broker-url: gpupass context set %s --broker-url URL --token-file FILE", x.Name, cfg.Path, x.Name)
+	}
+	token, err := cfg.ReadToken(x)
+	if err != nil {
+		return err
+	}
+	if token == "" {
+		return fmt.Errorf("context %q in %s has no token-file: gpupass context set %s --token-file FILE", x.Name, cfg.Path, x.Name)
+	}
+	b.fill(x.BrokerURL, token, cfg.Abs(x.TLSCA))
 	return nil
+}
+
+// loadClientConfig reads the config file of contexts.
+func loadClientConfig(getenv func(string) string) (*clientconfig.Config, error) {
+	path, err := clientconfig.Path(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return clientconfig.Load(path)
 }

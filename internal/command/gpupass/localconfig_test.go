@@ -15,7 +15,6 @@ func TestDefaultStateDir(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"nothing set: in the working directory", nil, ".gpupass"},
 		{"XDG state home", map[string]string{"XDG_STATE_HOME": "/x/state"}, "/x/state/gpupass"},
 		{"explicit dir wins", map[string]string{"XDG_STATE_HOME": "/x/state", "GPUPASS_STATE_DIR": "/y"}, "/y"},
 	}

@@ -25,6 +25,9 @@ import (
 type GlobalOptions struct {
 	Output  string // text | json
 	Verbose bool
+	// Context names the context of the config file that broker
+	// commands use (BrokerFlags.fromLocal reads it from the flag).
+	Context string
 
 	// The command sets gpupass does not link (plugin.go): linked in, or
 	// nil, when gpupass-audit runs them (set by NewRoot).
@@ -49,6 +52,7 @@ func (g *GlobalOptions) forward(f forwarder, out, errOut io.Writer) forwarder {
 func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text or json")
 	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
+	cmd.PersistentFlags().StringVar(&o.Context, "context", "", "broker context to use, from the config file (gpupass context ls lists them)")
 }
 
 // Validate checks the global flags.
@@ -157,6 +161,7 @@ var commands = []subcommand{
 	{"runs", newRunsCmd},
 	{"cancel", newCancelCmd},
 	{"ci", newCICmd},
+	{"context", newContextCmd},
 }
 
 type subcommand struct {

@@ -66,8 +66,10 @@ taken from next to gpupass, else from PATH; build them with
 
 It prints the broker URL and a submit token and writes both to
 STATE_DIR/config.json, which train, logs, runs, cancel and nodes read when
-no --broker-url is given. With a non-default --state-dir, set
-GPUPASS_STATE_DIR for those commands. --demo runs the example pipeline.`,
+no --broker-url is given, from the project's directory or any directory
+below it. It also saves the stack as a context (gpupass context ls), named
+after the project's directory: gpupass context use NAME reaches it from
+anywhere. --demo runs the example pipeline.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Output, o.Log, o.Getenv = g.Output, g.Logger(cmd.ErrOrStderr()), os.Getenv
@@ -150,6 +152,14 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 }
 
 func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
+	// A demo's stack is gone when it ends: it gets no context.
+	var sc *stackContext
+	if !o.Demo {
+		var err error
+		if sc, err = registerStack(o.Getenv, st.Dir); err != nil {
+			o.Log.Warn("the stack is not saved as a context; other directories need GPUPASS_STATE_DIR", "err", err)
+		}
+	}
 	if o.Output == "json" {
 		type agentJSON struct {
 			Node      string  `json:"node"`
@@ -159,12 +169,13 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 			Score     float64 `json:"score"`
 		}
 		v := struct {
-			BrokerURL string      `json:"broker_url"`
-			Token     string      `json:"token"`
-			Config    string      `json:"config"`
-			StateDir  string      `json:"state_dir"`
-			Agents    []agentJSON `json:"agents"`
-		}{BrokerURL: st.Config.BrokerURL, Token: st.Config.Token, Config: st.ConfigPath, StateDir: st.Dir}
+			BrokerURL string        `json:"broker_url"`
+			Token     string        `json:"token"`
+			Config    string        `json:"config"`
+			StateDir  string        `json:"state_dir"`
+			Context   *stackContext `json:"context,omitempty"`
+			Agents    []agentJSON   `json:"agents"`
+		}{BrokerURL: st.Config.BrokerURL, Token: st.Config.Token, Config: st.ConfigPath, StateDir: st.Dir, Context: sc}
 		for _, n := range st.Nodes {
 			v.Agents = append(v.Agents, agentJSON{n.Id, n.Region, n.Profile, n.Simulated, n.GetHealth().GetScore()})
 		}
@@ -186,6 +197,9 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 	fmt.Fprintf(out, "token   %s  (submit; saved in %s)\n", st.Config.Token, st.ConfigPath)
 	if st.Dir != mustAbs(DefaultStateDir(o.Getenv)) {
 		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", shellQuote(st.Dir))
+	}
+	if sc != nil {
+		fmt.Fprintln(out, sc.line())
 	}
 	if !o.Demo {
 		fmt.Fprintln(out, "ready: "+readyCommand(o, "."))

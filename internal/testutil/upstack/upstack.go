@@ -119,6 +119,11 @@ func Start(t testing.TB, opts Options) *Stack {
 	if base == nil {
 		base = os.Environ()
 	}
+	// up saves its stack as a context in the config file: a test's goes
+	// to a config of its own, never the user's.
+	if !slices.ContainsFunc(append(slices.Clone(base), opts.Env...), func(e string) bool { return strings.HasPrefix(e, "XDG_CONFIG_HOME=") }) {
+		base = append(slices.Clone(base), "XDG_CONFIG_HOME="+t.TempDir())
+	}
 	args := []string{"up", "--listen", "127.0.0.1:0"}
 	if opts.DefaultStateDir {
 		s.State = filepath.Join(s.Root, ".gpupass")
