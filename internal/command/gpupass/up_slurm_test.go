@@ -23,7 +23,7 @@ func TestUpSlurmArgs(t *testing.T) {
 	}{
 		{name: "local", slurm: UpSlurm{Executor: "local"}, per: 2, want: []string{"--executor", "local", "--provider", "local"}, not: []string{"--slurm-shared-dir"}},
 		{name: "slurm", slurm: UpSlurm{Executor: "slurm", Partitions: []string{"gpu", "big"}, SharedDir: shared}, per: 1,
-			want: []string{"--executor", "slurm", "--slurm-shared-dir", shared + "/up-hpc", "--slurm-partition", "gpu", "--slurm-partition", "big", "--simulate", "a100-80gb-4x"},
+			want: []string{"--executor", "slurm", "--slurm-shared-dir", shared + "/up-hpc", "--slurm-ledger-dir", "/state/slurm-ledger", "--slurm-partition", "gpu", "--slurm-partition", "big", "--simulate", "a100-80gb-4x"},
 			not:  []string{"--query-addr", "--hostname"}},
 		{name: "unknown executor", slurm: UpSlurm{Executor: "k8s"}, per: 1, wantErr: `--executor "k8s"`},
 		{name: "slurm flags without slurm", slurm: UpSlurm{SharedDir: shared}, per: 1, wantErr: "need --executor slurm"},
