@@ -116,6 +116,16 @@ func (s *runService) GetRunEvidence(ctx context.Context, req *connect.Request[gp
 			"run %s is %s: a run still in progress cannot be audited; audit it after it finishes (gpupass logs %s --follow waits for it)", a.ID, a.State, a.ID))
 	}
 	ev, err := es.RunEvidence(ctx, a.ID)
+	if errors.Is(err, store.ErrNotFound) && a.StartedAt.IsZero() {
+		// Cancelled while pending or matched, or failed on the way in:
+		// nothing ran, so there is nothing to prove or disprove.
+		how := "was " + string(a.State)
+		if a.State != store.AllocCancelled {
+			how = string(a.State)
+		}
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"run %s %s before it started (%s): it never ran, so there is nothing to audit; audit a run that ran (gpupass runs lists them)", a.ID, how, a.Reason))
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"run %s (%s: %s) has no signed run report: its agent sent none (the run ended before runtime-init, or the agent predates run reports), so it cannot be audited", a.ID, a.State, a.Reason))

@@ -177,8 +177,8 @@ func TestRunEvidence(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = c.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: run2.Id}))
-			if brokertest.Code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "no signed run report") {
-				t.Errorf("evidence of a run without a report: err = %v, want failed_precondition naming the missing report", err)
+			if brokertest.Code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "failed before it started (work dir could not be created): it never ran, so there is nothing to audit") {
+				t.Errorf("evidence of a run that never started: err = %v, want failed_precondition saying it never ran", err)
 			}
 		})
 	}

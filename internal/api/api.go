@@ -75,22 +75,34 @@ func NoAnswer(err error) bool {
 	return errors.As(err, &dns)
 }
 
+// httpStatus is the HTTP status the Connect protocol gives code, as a
+// broker sends it (connect-go's connectCodeToHTTP, which is unexported):
+// refusals of what the client asked (failed_precondition, out_of_range)
+// are 4xx, so a user does not read them as the broker's fault.
 func httpStatus(c connect.Code) int {
 	switch c {
-	case connect.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case connect.CodePermissionDenied:
-		return http.StatusForbidden
-	case connect.CodeInvalidArgument:
+	case connect.CodeCanceled:
+		return 499
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeOutOfRange:
 		return http.StatusBadRequest
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
 	case connect.CodeNotFound:
 		return http.StatusNotFound
+	case connect.CodeAlreadyExists, connect.CodeAborted:
+		return http.StatusConflict
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
 	case connect.CodeResourceExhausted:
 		return http.StatusTooManyRequests
+	case connect.CodeUnimplemented:
+		return http.StatusNotImplemented
 	case connect.CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
 	}
-	return http.StatusInternalServerError
+	return http.StatusInternalServerError // unknown, internal, data_loss
 }
 
 // Type aliases so callers need not import the generated package for the

@@ -101,6 +101,9 @@ func Push(ctx context.Context, ref string, wheels []Wheel, o PushOptions) (PushR
 			return PushResult{}, fmt.Errorf("wheel %s: no file on disk (use List or Scan)", w.File)
 		}
 	}
+	if err := o.Registry.checkTLS(ctx, r.Context().Registry); err != nil {
+		return PushResult{}, fmt.Errorf("pushing %s: %w", ref, err)
+	}
 	pusher, err := remote.NewPusher(o.Registry.remoteOptions(ctx)...)
 	if err != nil {
 		return PushResult{}, fmt.Errorf("pushing %s: %w", ref, explain(err))

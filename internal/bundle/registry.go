@@ -168,9 +168,59 @@ func (t tlsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 // DefaultRetry is the backoff the CLI uses.
 var DefaultRetry = remote.Backoff{Duration: time.Second, Factor: 3.0, Jitter: 0.1, Steps: 3}
 
+// PlainHTTPError is a registry that answered a TLS request in plain
+// HTTP: PlainHTTP was not set for a registry that speaks nothing else.
+type PlainHTTPError struct{ Registry string }
+
+func (e *PlainHTTPError) Error() string {
+	return fmt.Sprintf("the registry %s speaks plain HTTP: add --plain-http (GPUPASS_PLAIN_HTTP=true) if it is a test registry you mean to reach without TLS", e.Registry)
+}
+
+// plainHTTP is err as a *PlainHTTPError when the registry answered TLS in
+// plain HTTP, else nil. Go's and ggcr's own wording would print the HTTPS
+// try and ggcr's plain-HTTP fallback (which tlsOnly upgrades again).
+func plainHTTP(err error) error {
+	if !errors.Is(err, http.ErrSchemeMismatch) {
+		return nil
+	}
+	pe := &PlainHTTPError{}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			pe.Registry = u.Host
+		}
+	}
+	return pe
+}
+
+// checkTLS asks the registry's /v2/ once whether it speaks TLS, before
+// a push's uploads: each of them would fail on its own, one error per
+// blob. Any other failure is left to the push, with its retries.
+func (o RegistryOptions) checkTLS(ctx context.Context, reg name.Registry) error {
+	if o.PlainHTTP {
+		return nil
+	}
+	header, _ := o.timeouts()
+	ctx, cancel := context.WithTimeout(ctx, header)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+reg.RegistryStr()+"/v2/", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := (&http.Client{Transport: o.baseTransport(), CheckRedirect: checkRedirect}).Do(req)
+	if err != nil {
+		return plainHTTP(err)
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // explain adds what to do about a registry's refusal; ggcr's error says
 // only what the registry said.
 func explain(err error) error {
+	if pe := plainHTTP(err); pe != nil {
+		return pe
+	}
 	var te *transport.Error
 	if !errors.As(err, &te) {
 		return err

@@ -40,7 +40,7 @@ func (r *Flags) AddFlags(fs *pflag.FlagSet) {
 	flagenv.Alias(fs, "plain-http", "registry-plain-http")
 	fs.StringVar(&r.Username, "registry-username", "", "registry user name (default: docker config credentials)")
 	fs.StringVar(&r.Password, "registry-password", "", "registry password or token (secret; prefer GPUPASS_REGISTRY_PASSWORD_FILE)")
-	fs.DurationVar(&r.Timeout, "registry-timeout", bundle.DefaultTimeout, "on a pull, longest wait for the registry's response headers or for the next bytes of a response")
+	fs.DurationVar(&r.Timeout, "registry-timeout", bundle.DefaultTimeout, "longest wait of a pull for the registry's response headers or for the next bytes of a response")
 }
 
 // Options are the library's registry options; userAgent names the

@@ -140,14 +140,25 @@ func FromProto(r *gpupassv1.Run) Run {
 			LastSeq: r.GetLastSeq(), DisputedRecords: r.GetDisputedRecords(), FirstDisputedSeq: r.GetFirstDisputedSeq()},
 		Slurm: SlurmOf(r),
 	}
-	if s := r.GetScore(); s != nil {
-		v.Score = &Score{Score: s.GetScore(), LatencyMS: s.GetLatencyMs(), LatencyUsedMS: s.GetLatencyUsedMs(),
-			LatencyCapMS: s.GetLatencyCapMs(), LatencyPenalty: s.GetLatencyPenalty(), FailureRatePct: s.GetFailureRatePct(),
-			Launches24h: s.GetLaunches_24H(), LaunchFailures24h: s.GetLaunchFailures_24H(), FailurePenalty: s.GetFailurePenalty(),
-			ClassMeanPrice: s.GetClassMeanPrice(), PricePremiumPct: s.GetPricePremiumPct(), PricePenalty: s.GetPricePenalty()}
-	}
+	v.Score = ScoreOf(r.GetScore())
 	return v
 }
+
+// ScoreOf converts a health score from the broker's API; nil stays nil.
+// Runs, nodes and dry-run answers print it in this one shape.
+func ScoreOf(s *gpupassv1.HealthScore) *Score {
+	if s == nil {
+		return nil
+	}
+	return &Score{Score: s.GetScore(), LatencyMS: s.GetLatencyMs(), LatencyUsedMS: s.GetLatencyUsedMs(),
+		LatencyCapMS: s.GetLatencyCapMs(), LatencyPenalty: s.GetLatencyPenalty(), FailureRatePct: s.GetFailureRatePct(),
+		Launches24h: s.GetLaunches_24H(), LaunchFailures24h: s.GetLaunchFailures_24H(), FailurePenalty: s.GetFailurePenalty(),
+		ClassMeanPrice: s.GetClassMeanPrice(), PricePremiumPct: s.GetPricePremiumPct(), PricePenalty: s.GetPricePenalty()}
+}
+
+// TimeOf is a nanosecond epoch from the broker's API as a Time; nil for
+// 0, which the API sends for "not yet".
+func TimeOf(ns int64) *Time { return unixNano(ns) }
 
 // WriteList prints runs as one List document.
 func WriteList(w io.Writer, runs []*gpupassv1.Run) error {

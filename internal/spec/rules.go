@@ -114,28 +114,42 @@ func (c *checker) required() {
 	}
 }
 
-// cudaMajorMinor returns "12.1" for a CUDA version written exactly.
+// cuda checks runtime.cuda and sets cudaMM ("12.1") for the rules that
+// depend on the release: from an exact version, and from a major.minor
+// one too, which is an error of its own but names the release, so the
+// driver, PyTorch and package findings come in the same run and fixing
+// cuda as told brings no new ones.
 func (c *checker) cuda() {
 	v := c.d.Spec.Runtime.CUDA
 	if v == "" {
 		return
 	}
-	if m := cudaExact(v); m != nil {
+	m := cudaExact(v)
+	exact := m != nil
+	if !exact {
+		if m = cudaPartial(v); m != nil && m[2] == "" {
+			m = nil // "12": no release named
+		}
+	}
+	if m != nil {
 		c.cudaMM = m[1] + "." + strings.TrimLeft(m[2], "0")
 		if c.cudaMM == m[1]+"." {
 			c.cudaMM += "0"
 		}
-		if _, ok := tbl().cuda[c.cudaMM]; !ok {
-			c.add("cuda.unknown-release", SevWarning, "runtime.cuda",
-				fmt.Sprintf("CUDA %s is not in gpupass's driver table (covers %s to %s); the driver cannot be checked against it",
-					c.cudaMM, tbl().cudaOrder[0], tbl().cudaOrder[len(tbl().cudaOrder)-1]),
-				"check the version, or add the release to internal/spec/data/cuda.json")
-		}
+	}
+	t, known := tbl().cuda[c.cudaMM]
+	if m != nil && !known {
+		c.add("cuda.unknown-release", SevWarning, "runtime.cuda",
+			fmt.Sprintf("CUDA %s is not in gpupass's driver table (covers %s to %s); the driver cannot be checked against it",
+				c.cudaMM, tbl().cudaOrder[0], tbl().cudaOrder[len(tbl().cudaOrder)-1]),
+			"check the version, or add the release to internal/spec/data/cuda.json")
+	}
+	if exact {
 		return
 	}
 	example := "12.1.105"
-	if m := cudaPartial(v); m != nil && m[2] != "" {
-		if t, ok := tbl().cuda[m[1]+"."+m[2]]; ok && t.NVCC != "" {
+	if m != nil {
+		if known && t.NVCC != "" {
 			example = t.NVCC
 		} else {
 			example = m[1] + "." + m[2] + ".<patch>"

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/nodeview"
 )
 
 // NodesOptions are the flags of `gpupass nodes`.
@@ -68,7 +69,7 @@ func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
 		return rpcError("listing nodes", o.Broker.URL, err)
 	}
 	if o.Global != nil && o.Global.Output == "json" {
-		return writeProtoJSON(out, resp.Msg)
+		return nodeview.WriteList(out, resp.Msg.Nodes)
 	}
 	if len(resp.Msg.Nodes) == 0 {
 		_, err := fmt.Fprintln(out, "no nodes in scope")

@@ -69,7 +69,7 @@ func TestNodesAndDryRun(t *testing.T) {
 		{name: "nodes region", args: []string{"nodes", "--broker-url", url, "--broker-token", read, "--region", "eu-*"},
 			contains: []string{ids["eu"]}, absent: []string{ids["west"], ids["east"]}},
 		{name: "nodes json", args: []string{"nodes", "-o", "json", "--broker-url", url, "--broker-token", read}, json: true,
-			contains: []string{`"nodes"`, `"health"`, `"latency_penalty"`, `"simulated":true`}},
+			contains: []string{`"nodes"`, `"health"`, `"latency_penalty"`, `"simulated": true`, `"admission": "admitted"`}},
 		{name: "dry-run text", args: []string{"validate", "-f", specPath, "--dry-run", "--broker", url, "--broker-token", read},
 			contains: []string{"2 candidate(s), 1 excluded", ids["west"], "excluded:", ids["east"] + " (us-east-1", "runtime.cuda: expected 12.1.105, measured 12.2.140"},
 			// Dry-run's short form carries no hostname: no column of dashes.

@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/flagalias"
+	"github.com/gpupass/gpupass/internal/nodeview"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -171,19 +172,18 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 
 	// Likewise the broker's dry-run answer goes under "dry_run".
 	var dry *gpupassv1.DryRunResponse
-	var dryJSON json.RawMessage
+	var dryView *nodeview.DryRun
 	if o.DryRun.Enabled && res.Valid && format == "json" {
 		if dry, err = o.DryRun.run(ctx, b); err != nil {
 			return err
 		}
-		if dryJSON, err = protoJSON.Marshal(dry); err != nil {
-			return fmt.Errorf("encoding JSON: %w", err)
-		}
+		v := nodeview.DryRunOf(dry)
+		dryView = &v
 	}
 
 	fo := findings.Options{Color: o.Color, Version: buildinfo.Get().Version, Getenv: getenv}
 	if format == "json" {
-		err = writeJSON(out, validateReport{Result: res, Local: local, DryRun: dryJSON})
+		err = writeJSON(out, validateReport{Result: res, Local: local, DryRun: dryView})
 	} else {
 		err = findings.Write(out, format, results, fo)
 	}
@@ -242,6 +242,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 type validateReport struct {
 	*spec.Result
 	Local json.RawMessage `json:"local,omitempty"`
-	// DryRun is the broker's answer to --dry-run (protobuf JSON names).
-	DryRun json.RawMessage `json:"dry_run,omitempty"`
+	// DryRun is the broker's answer to --dry-run (README "Nodes and dry
+	// runs as JSON").
+	DryRun *nodeview.DryRun `json:"dry_run,omitempty"`
 }

@@ -37,8 +37,14 @@ func (s *BrokerRuns) Run(ctx context.Context, allocID string) (*audit.Run, error
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			// Still in progress, or no run report: the run itself is
 			// the problem (a finding), not how the command was called.
-			if gr, gerr := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: allocID})); gerr == nil && !runview.Terminal(gr.Msg.Run.GetState()) {
+			gr, gerr := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: allocID}))
+			if gerr == nil && !runview.Terminal(gr.Msg.Run.GetState()) {
 				return nil, fmt.Errorf("allocation %s: %w (state %s): audit it after it finishes", allocID, audit.ErrInProgress, runview.State(gr.Msg.Run.GetState()))
+			}
+			if gerr == nil && gr.Msg.Run.GetStartedUnixNano() == 0 {
+				// Ended before it started: nothing ran, so no proof is
+				// missing; auditing it is the wrong request (exit 2).
+				return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: gpupass.RPCError("auditing "+allocID, s.Broker.URL, err)}
 			}
 			return nil, gpupass.Findings(gpupass.RPCError("auditing "+allocID, s.Broker.URL, err))
 		}

@@ -44,6 +44,14 @@ func (o *RegistryFlags) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 4, "blobs moved in parallel")
 }
 
+// noTimeout hides --registry-timeout where it has no effect (push and
+// inspect: only a pull's requests are bounded by it), so no help text
+// describes another command. It stays accepted, with a note, for scripts
+// that pass it to every bundle command.
+func noTimeout(cmd *cobra.Command) {
+	_ = cmd.Flags().MarkDeprecated("registry-timeout", "it bounds a pull's waits; `gpupass bundle "+cmd.Name()+"` ignores it")
+}
+
 func (o *RegistryFlags) options() (bundle.RegistryOptions, error) {
 	if o.Jobs < 1 || o.Jobs > 64 {
 		return bundle.RegistryOptions{}, fielderr.New("jobs", fmt.Sprint(o.Jobs), "want 1 to 64")
@@ -126,6 +134,7 @@ type BundlePushOptions struct {
 // AddFlags registers push's flags.
 func (o *BundlePushOptions) AddFlags(cmd *cobra.Command) {
 	o.RegistryFlags.AddFlags(cmd)
+	noTimeout(cmd)
 	o.TargetFlags.AddFlags(cmd)
 	f := cmd.Flags()
 	f.StringVarP(&o.Wheelhouse, "wheelhouse", "w", "", "directory of .whl files to push (required)")
@@ -257,6 +266,7 @@ registry's referrers API, or the sha256-<hex> tag on a registry without it.`,
 		},
 	}
 	o.Registry.AddFlags(cmd)
+	noTimeout(cmd)
 	return cmd
 }
 
