@@ -39,7 +39,8 @@ const Stale = "docs/cli is stale: run make docs and commit"
 
 // Write replaces the Markdown files of dir with the reference of trees:
 // a page per visible command, and README.md, an index of the binaries.
-// The output depends only on the trees (no dates, no map order).
+// The output depends only on the trees (no dates, no map order). It
+// removes only pages it wrote before.
 func Write(dir string, trees []Tree) error {
 	pages, err := Render(trees)
 	if err != nil {
@@ -52,11 +53,17 @@ func Write(dir string, trees []Tree) error {
 	if err != nil {
 		return err
 	}
+	// Pages of commands that are gone go; a file this did not write
+	// (pointed at the wrong directory) stays, and Check names it.
 	for _, p := range old {
-		if _, ok := pages[filepath.Base(p)]; !ok {
-			if err := os.Remove(p); err != nil {
-				return err
-			}
+		if _, ok := pages[filepath.Base(p)]; ok {
+			continue
+		}
+		if b, err := os.ReadFile(p); err != nil || !bytes.HasPrefix(b, []byte(header)) {
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			return err
 		}
 	}
 	for name, b := range pages {
@@ -93,7 +100,11 @@ func Check(dir string, trees []Tree) error {
 	}
 	for _, p := range old {
 		if _, ok := pages[filepath.Base(p)]; !ok {
-			diffs = append(diffs, filepath.Base(p)+" documents no command")
+			if b, err := os.ReadFile(p); err == nil && bytes.HasPrefix(b, []byte(header)) {
+				diffs = append(diffs, filepath.Base(p)+" documents no command")
+			} else {
+				diffs = append(diffs, filepath.Base(p)+" was not generated: this directory holds only the generated reference")
+			}
 		}
 	}
 	if len(diffs) > 0 {

@@ -118,10 +118,15 @@ func TestCheck(t *testing.T) {
 			}
 		}, "tool_run_deep.md is missing"},
 		{"a page of a command that is gone", func(t *testing.T, dir string) {
-			if err := os.WriteFile(filepath.Join(dir, "tool_old.md"), []byte("## tool old\n"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, "tool_old.md"), []byte(header+"## tool old\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}, "tool_old.md documents no command"},
+		{"a page written by hand", func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "notes.md"), []byte("# Notes\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "notes.md was not generated"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -145,12 +150,17 @@ func TestCheck(t *testing.T) {
 }
 
 // TestWriteRemovesStalePages: make docs after a command is removed leaves
-// no page for it.
+// no page for it, and a page it did not write (the generator pointed at
+// docs/ instead of docs/cli) is left alone.
 func TestWriteRemovesStalePages(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	stale := filepath.Join(dir, "tool_old.md")
-	if err := os.WriteFile(stale, []byte("old"), 0o644); err != nil {
+	if err := os.WriteFile(stale, []byte(header+"## tool old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	handWritten := filepath.Join(dir, "slurm.md")
+	if err := os.WriteFile(handWritten, []byte("# Slurm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := Write(dir, tree()); err != nil {
@@ -158,6 +168,12 @@ func TestWriteRemovesStalePages(t *testing.T) {
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("Write kept %s (stat: %v)", stale, err)
+	}
+	if _, err := os.Stat(handWritten); err != nil {
+		t.Errorf("Write removed a page it did not write: %v", err)
+	}
+	if err := os.Remove(handWritten); err != nil {
+		t.Fatal(err)
 	}
 	if err := Check(dir, tree()); err != nil {
 		t.Errorf("Check after Write: %v", err)
