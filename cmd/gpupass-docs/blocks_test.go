@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/docsgen"
@@ -70,5 +72,48 @@ func TestDocsShellMarkers(t *testing.T) {
 	}
 	if runnable == 0 {
 		t.Error("no shell block of the docs is run: TestDocsShellBlocks would pass vacuously")
+	}
+}
+
+// link is a Markdown link or image target.
+var link = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// TestDocsLinks: every relative link of README.md, docs/ and docs/cli
+// names a file of the repository (pages moved between them keep working).
+func TestDocsLinks(t *testing.T) {
+	t.Parallel()
+	root := testutil.RepoRoot(t)
+	var files []string
+	for _, g := range []string{"README.md", "docs/*.md", "docs/cli/*.md"} {
+		m, err := filepath.Glob(filepath.Join(root, g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		inFence := false
+		for n, line := range strings.Split(string(b), "\n") {
+			if s := strings.TrimSpace(line); strings.HasPrefix(s, "```") || strings.HasPrefix(s, "~~~") {
+				inFence = !inFence
+			}
+			if inFence {
+				continue
+			}
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target, _, _ := strings.Cut(m[1], "#")
+				if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+					t.Errorf("%s:%d: link to %s: no such file", rel, n+1, m[1])
+				}
+			}
+		}
 	}
 }
