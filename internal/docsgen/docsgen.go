@@ -145,6 +145,8 @@ func Render(trees []Tree) (map[string][]byte, error) {
 		root := t.Command
 		root.DisableAutoGenTag = true
 		root.InitDefaultHelpFlag()
+		// What Execute adds: `completion` is a command users run.
+		root.InitDefaultCompletionCmd()
 		if root.Version != "" {
 			root.InitDefaultVersionFlag()
 		}
