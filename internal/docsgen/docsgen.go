@@ -214,6 +214,7 @@ func annotate(root *cobra.Command) {
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
+		c.Short, c.Long = escapeTags(c.Short), escapeTags(c.Long)
 		c.PersistentFlags().VisitAll(add)
 		c.LocalFlags().VisitAll(add)
 		for _, sub := range c.Commands() {
@@ -221,6 +222,26 @@ func annotate(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// escapeTags writes each < of help text outside `code` as &lt;: help
+// says GPUPASS_<FLAG>, which Markdown renderers would take for an HTML
+// tag and drop. It leaves &lt; as it is, so a tree rendered twice reads
+// the same.
+func escapeTags(s string) string {
+	var b strings.Builder
+	code := false
+	for _, r := range s {
+		switch {
+		case r == '`':
+			code = !code
+		case r == '<' && !code:
+			b.WriteString("&lt;")
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // annotated marks a flag whose usage names its variable already (a tree

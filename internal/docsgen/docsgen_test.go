@@ -16,7 +16,8 @@ import (
 // persistent flag, a secret, a hidden flag, an old flag name kept as an
 // alias, a hidden command and a nested one.
 func tree() []Tree {
-	root := &cobra.Command{Use: "tool", Short: "a tool", Version: "v1.2.3"}
+	root := &cobra.Command{Use: "tool", Short: "a tool", Version: "v1.2.3",
+		Long: "Every flag can be set with GPUPASS_<FLAG>; `pip install <pkg>` stays code."}
 	root.PersistentFlags().StringP("output", "o", "text", "output format")
 	run := &cobra.Command{Use: "run", Short: "run it", RunE: func(*cobra.Command, []string) error { return nil }}
 	run.Flags().String("docsgen-token", "", "the token")
@@ -63,6 +64,10 @@ func TestRender(t *testing.T) {
 				t.Errorf("%s shows %q:\n%s", name, hidden, p)
 			}
 		}
+	}
+	// An HTML tag to a Markdown renderer, which would drop it.
+	if want := "GPUPASS_&lt;FLAG>; `pip install <pkg>` stays code."; !strings.Contains(string(pages["tool.md"]), want) {
+		t.Errorf("tool.md lacks %q:\n%s", want, pages["tool.md"])
 	}
 	if !strings.Contains(string(pages["tool.md"]), "--version") {
 		t.Errorf("tool.md does not document --version:\n%s", pages["tool.md"])
