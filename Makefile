@@ -10,7 +10,7 @@ BIN := bin
 # Bumped by slower suites; `go test` kills a package past this.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test test-short bench lint deps demo-deps generate demo clean
+.PHONY: all build test test-short bench lint deps demo-deps generate docs demo clean
 
 all: build
 
@@ -45,6 +45,10 @@ lint: deps
 ## generate: regenerate committed generated code with pinned tools
 generate:
 	@scripts/generate.sh
+
+## docs: regenerate the CLI reference in docs/cli from the command trees (a test fails when it is stale)
+docs:
+	$(GO) run -trimpath ./cmd/gpupass-docs docs/cli
 
 ## demo-deps: install only what the demo needs (Debian python3, python3-torch, python3-numpy)
 demo-deps:

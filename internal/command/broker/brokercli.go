@@ -66,6 +66,20 @@ func (g *globals) logger(w io.Writer) *slog.Logger {
 
 // Main runs gpupass-broker with args and returns the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := NewCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "gpupass-broker: %v\n", flagNames.Apply(err))
+		return exitcode.Of(err)
+	}
+	return 0
+}
+
+// NewCommand builds the gpupass-broker command tree (Main runs it; the
+// CLI reference in docs/cli is generated from it).
+func NewCommand() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:   "gpupass-broker",
@@ -92,14 +106,7 @@ Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
 	root.PersistentFlags().BoolVarP(&g.Verbose, "verbose", "v", false, "debug logging")
 	root.PersistentFlags().StringVar(&g.DB, "db", DefaultDB, "store: sqlite:///path/file.db or postgres://user@host:port/db")
 	root.AddCommand(newServeCmd(g), newTokenCmd(g))
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "gpupass-broker: %v\n", flagNames.Apply(err))
-		return exitcode.Of(err)
-	}
-	return 0
+	return root
 }
 
 // ServeOptions are the flags of `serve`.

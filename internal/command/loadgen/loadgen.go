@@ -65,6 +65,20 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 
 // Main runs gpupass-loadgen with args and returns its exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := NewCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "gpupass-loadgen: %v\n", flagNames.Apply(err))
+		return exitcode.Of(err)
+	}
+	return 0
+}
+
+// NewCommand builds the gpupass-loadgen command (Main runs it; the CLI
+// reference in docs/cli is generated from it).
+func NewCommand() *cobra.Command {
 	o := &Options{}
 	root := &cobra.Command{
 		Use:   "gpupass-loadgen",
@@ -93,14 +107,7 @@ Every flag can be set with GPUPASS_<FLAG>; tokens also with GPUPASS_<FLAG>_FILE.
 		Args:   cobra.RangeArgs(2, 3),
 		RunE:   func(_ *cobra.Command, args []string) error { return loadgen.EmitMain(args) },
 	})
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "gpupass-loadgen: %v\n", flagNames.Apply(err))
-		return exitcode.Of(err)
-	}
-	return 0
+	return root
 }
 
 // Run makes the load o describes and prints what it measured.

@@ -1,0 +1,52 @@
+// Command gpupass-docs writes the CLI reference of every gpupass binary
+// into docs/cli (`make docs`); its test fails when the checked-in
+// reference is stale. It is a development tool, not shipped.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
+	agentcmd "github.com/gpupass/gpupass/internal/command/agent"
+	brokercmd "github.com/gpupass/gpupass/internal/command/broker"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
+	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
+	loadgencmd "github.com/gpupass/gpupass/internal/command/loadgen"
+	"github.com/gpupass/gpupass/internal/docsgen"
+)
+
+// dir is where the reference lives, from the repository root.
+const dir = "docs/cli"
+
+// trees are the binaries' command trees, built afresh on each call.
+// gpupass is documented with every command linked in, as gpupass-audit
+// has them: gpupass runs gpupass-audit, with the same arguments, for the
+// commands it does not link.
+func trees() []docsgen.Tree {
+	return []docsgen.Tree{
+		{Command: gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{})),
+			Note: "The CLI every pipeline step runs. `gpupass audit`, `gpupass bundle` and a `gpupass compare` that posts to GitHub or GitLab run `gpupass-audit`, " +
+				"the same CLI with those commands linked in, with the same arguments: release archives ship both."},
+		{Command: brokercmd.NewCommand(), Note: "The control plane (see [operating the broker](../operating-the-broker.md))."},
+		{Command: agentcmd.NewCommand(io.Discard), Note: "The daemon on each GPU node or Slurm login node (see [Slurm](../slurm.md) and [Kubernetes](../kubernetes.md))."},
+		{Command: loadgencmd.NewCommand(), Note: "A development tool that `make bench` runs; not in release archives (see [development](../development.md))."},
+	}
+}
+
+func main() {
+	out := dir
+	if len(os.Args) > 2 {
+		fmt.Fprintln(os.Stderr, "usage: gpupass-docs [DIR] (default docs/cli, from the repository root)")
+		os.Exit(2)
+	}
+	if len(os.Args) == 2 {
+		out = os.Args[1]
+	}
+	if err := docsgen.Write(out, trees()); err != nil {
+		fmt.Fprintf(os.Stderr, "gpupass-docs: %v\n", err)
+		os.Exit(1)
+	}
+}
