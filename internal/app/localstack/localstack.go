@@ -23,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
@@ -135,6 +136,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	if len(o.Regions) == 0 {
 		return nil, &fielderr.Error{Field: "Regions", Problem: "is required: " + "give at least one region, e.g. us-west-2"}
+	}
+	for _, r := range o.Regions {
+		if api.CheckRegion(r) != nil {
+			return nil, fielderr.New("Regions", r, "not a region name: use %s", api.RegionRule)
+		}
 	}
 	if o.AgentsPerRegion < 1 || o.AgentsPerRegion > 16 {
 		return nil, fielderr.New("AgentsPerRegion", fmt.Sprint(o.AgentsPerRegion), "must be between 1 and 16")

@@ -99,6 +99,9 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	}
 	seen := map[string]bool{}
 	for _, r := range o.Regions {
+		if api.CheckRegion(r) != nil {
+			return nil, fielderr.New("Regions", r, "not a region name: use %s", api.RegionRule)
+		}
 		if seen[r] {
 			return nil, fielderr.New("Regions", r, "given twice; one run per region")
 		}

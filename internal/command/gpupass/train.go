@@ -37,7 +37,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 	f := cmd.Flags()
 	f.StringVarP(&o.Spec, "spec", "s", "gpupass.yaml", "the run's spec file")
-	f.StringArrayVar(&o.Regions, "region", nil, "region to train in; repeat for one run per region (required)")
+	f.StringSliceVar(&o.Regions, "region", nil, "region to train in; repeat or comma-separate for one run per region (required)")
 	f.StringVar(&o.Name, "name", "", "run name (default: the spec's name); the region and, in CI, the short commit are added")
 	f.BoolVarP(&o.Follow, "follow", "f", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
