@@ -110,6 +110,8 @@ type Stack struct {
 	broker     *child
 	agents     []*child
 	exited     chan *child
+	// lock is the state dir's, held until Stop.
+	lock *stateLock
 }
 
 type child struct {
@@ -171,6 +173,17 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, fmt.Errorf("creating state dir: %w", err)
 		}
 	}
+	// One stack per state dir, taken before the tokens or the database
+	// are touched; Stop (or the kernel, if up dies) releases it.
+	lock, err := lockState(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
 	// The marker keeps the state dir (database, tokens, agents' work
 	// dirs) out of every work dir train ships, wherever it lies.
 	if err := fsutil.WriteFileAtomic(filepath.Join(dir, workdir.StateMarker), []byte("gpupass state dir: broker database, tokens, agents' state; never shipped in a work dir\n"), 0o600); err != nil {
@@ -185,7 +198,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Stack{Dir: dir, log: log, brokerBin: brokerBin, addr: addr, exited: make(chan *child, 64)}
+	st := &Stack{Dir: dir, log: log, brokerBin: brokerBin, addr: addr, exited: make(chan *child, 64), lock: lock}
 	defer func() {
 		if err != nil {
 			st.Stop()
@@ -198,6 +211,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	st.BrokerLog = st.broker.log
 	url := "http://" + addr
 	if err = waitListening(ctx, addr, st.broker, 20*time.Second); err != nil {
+		return nil, err
+	}
+	if err = lock.write(lockInfo{PID: os.Getpid(), URL: url}); err != nil {
 		return nil, err
 	}
 	st.Config = &Config{BrokerURL: url, Token: toks.Submit, Regions: o.Regions, StateDir: dir, BrokerPID: st.broker.cmd.Process.Pid}
@@ -488,6 +504,7 @@ func (st *Stack) stop(log *slog.Logger) {
 	if st.broker != nil {
 		term([]*child{st.broker})
 	}
+	st.lock.release()
 }
 
 func waitListening(ctx context.Context, addr string, c *child, limit time.Duration) error {
