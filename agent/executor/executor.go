@@ -330,7 +330,7 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	if res.State != Succeeded {
 		lvl = events.Error
 	}
-	rec.event(lvl, events.ExecutorComp, fmt.Sprintf("run %s %s: %s", job.AllocID, res.State, res.Reason),
+	rec.event(lvl, events.ExecutorComp, fmt.Sprintf("run %s %s", job.AllocID, events.Outcome(string(res.State), res.Reason)),
 		map[string]string{"state": string(res.State), "exit_code": strconv.Itoa(res.ExitCode), "attempts": strconv.Itoa(res.Attempts), "restarts": strconv.Itoa(res.Restarts)})
 	last, err := rec.close()
 	res.LastSeq = last
@@ -550,7 +550,8 @@ func cancelled(ctx, parent context.Context, attempts, restarts int) Result {
 		return Result{State: Failed, Reason: reason, ExitCode: -1, Attempts: attempts, Restarts: restarts}
 	}
 	if c := context.Cause(parent); c != nil && !errors.Is(c, context.Canceled) {
-		reason = "cancelled: " + c.Error()
+		// "cancelled by the broker" says it already.
+		reason = events.Outcome(reason, c.Error())
 	}
 	return Result{State: Cancelled, Reason: reason, ExitCode: -1, Attempts: attempts, Restarts: restarts}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -255,7 +256,7 @@ func (r *Result) Err() error {
 	var bad []string
 	for _, run := range r.Runs {
 		if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || run.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-			bad = append(bad, fmt.Sprintf("%s (%s) %s: %s", run.Id, termsafe.String(run.Region), runview.State(run.State), termsafe.String(run.Reason)))
+			bad = append(bad, fmt.Sprintf("%s (%s) %s", run.Id, termsafe.String(run.Region), events.Outcome(runview.State(run.State), termsafe.String(run.Reason))))
 		}
 	}
 	if len(bad) == 0 {
