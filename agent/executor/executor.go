@@ -101,6 +101,10 @@ type Job struct {
 	// change the environment that was measured, and starts none of its
 	// code (agent/bundleinstall.go).
 	RunAs *RunAs
+	// OnAttempt, when set, hears the number of each attempt as it starts
+	// (or is followed on after an agent restart): the agent reports the
+	// attempt under way, not 0 until the run ends.
+	OnAttempt func(attempt int)
 }
 
 // gpus is how many accelerators the run's spec asks for
@@ -464,6 +468,9 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 	enforcer, selfLimited := x.Runner.(LimitEnforcer)
 	selfLimited = selfLimited && enforcer.EnforcesTimeLimit()
 	for attempt := first; ; attempt++ {
+		if job.OnAttempt != nil {
+			job.OnAttempt(attempt)
+		}
 		var left time.Duration
 		if !deadline.IsZero() {
 			left = time.Until(deadline)
