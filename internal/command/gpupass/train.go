@@ -1,6 +1,7 @@
 package gpupass
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -128,9 +129,13 @@ func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, e
 		// On stderr: stdout is the table, or only JSON.
 		fmt.Fprintln(errOut, workdirSummary(res.Workdir, names))
 	}
+	var submitted bytes.Buffer
 	if !jsonOut {
-		if err := apptrain.WriteTable(out, res.Runs); err != nil {
+		if err := apptrain.WriteTable(io.MultiWriter(out, &submitted), res.Runs); err != nil {
 			return res, err
+		}
+		if !o.Follow {
+			followHint(errOut, res.Runs)
 		}
 	}
 	if o.Follow {
@@ -143,9 +148,17 @@ func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, e
 			return res, err
 		}
 	} else if o.Follow {
-		fmt.Fprintln(out)
-		if err := apptrain.WriteTable(out, res.Runs); err != nil {
+		// The runs as they ended, unless that is the table above again
+		// (every run had ended when it was submitted).
+		var ended bytes.Buffer
+		if err := apptrain.WriteTable(&ended, res.Runs); err != nil {
 			return res, err
+		}
+		if !bytes.Equal(ended.Bytes(), submitted.Bytes()) {
+			fmt.Fprintln(out)
+			if _, err := out.Write(ended.Bytes()); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, res.Err()
