@@ -43,34 +43,18 @@ func TestE2ETrainFirstHour(t *testing.T) {
 	job := `echo x > "$GPUPASS_CHECKPOINT_DIR/ckpt-1.pt"; sleep 90`
 	stdout, stderr, code := gp(t, ctx, stack, append(spec, "--region", "us-west-2,eu-central-1", "--name", "hour", "--", "sh", "-c", job)...)
 	if code != 0 {
-		t.Fatalf("train --region us-west-2,eu-central-1: exit %d\n%s%s", code, stdout, stderr)
+		t.Errorf("train --region us-west-2,eu-central-1: exit %d\n%s%s", code, stdout, stderr)
 	}
-	hints := map[string]string{} // region -> pasted command
-	for _, m := range regexp.MustCompile(`(?m)^follow (\S+) with: (gpupass logs --follow (alloc-\S+))$`).FindAllStringSubmatch(stderr, -1) {
-		hints[m[1]] = m[2]
+	type runJSON struct {
+		ID, Name, Region, State, Reason string
+		Attempts                        int
 	}
-	if len(hints) != 2 || hints["us-west-2"] == "" || hints["eu-central-1"] == "" {
-		t.Fatalf("train without --follow: want a `follow REGION with: gpupass logs --follow ALLOC` line for us-west-2 and eu-central-1, got %v\nstdout:\n%s\nstderr:\n%s", hints, stdout, stderr)
-	}
-	ids := map[string]string{}
-	for region, cmd := range hints {
-		ids[region] = cmd[strings.LastIndex(cmd, " ")+1:]
-	}
-
-	runs := func() []struct {
-		ID, Region, State, Reason string
-		Attempts                  int
-	} {
+	runs := func() []runJSON {
 		out, errOut, code := gp(t, ctx, stack, "runs", "-o", "json")
 		if code != 0 {
 			t.Fatalf("runs -o json: exit %d\n%s", code, errOut)
 		}
-		var v struct {
-			Runs []struct {
-				ID, Region, State, Reason string
-				Attempts                  int
-			}
-		}
+		var v struct{ Runs []runJSON }
 		if err := json.Unmarshal([]byte(out), &v); err != nil {
 			t.Fatalf("runs -o json: %v\n%s", err, out)
 		}
@@ -79,6 +63,27 @@ func TestE2ETrainFirstHour(t *testing.T) {
 	for _, r := range runs() {
 		if strings.Contains(r.Region, ",") {
 			t.Errorf("run %s is in region %q", r.ID, r.Region)
+		}
+	}
+
+	ids := map[string]string{}
+	for _, r := range runs() {
+		if r.Name == "hour-"+r.Region {
+			ids[r.Region] = r.ID
+		}
+	}
+	if ids["us-west-2"] == "" || ids["eu-central-1"] == "" {
+		t.Fatalf("train --region us-west-2,eu-central-1: want a run in each region, got %v", runs())
+	}
+	// Each run's hint, as pasted; the checks below go on without one.
+	hints := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^follow (\S+) with: (gpupass logs --follow (alloc-\S+))$`).FindAllStringSubmatch(stderr, -1) {
+		hints[m[1]] = m[2]
+	}
+	for region, id := range ids {
+		if hints[region] != "gpupass logs --follow "+id {
+			t.Errorf("train without --follow: want `follow %s with: gpupass logs --follow %s` on stderr, got %v\nstdout:\n%s\nstderr:\n%s", region, id, hints, stdout, stderr)
+			hints[region] = "gpupass logs --follow " + id
 		}
 	}
 
@@ -99,7 +104,8 @@ func TestE2ETrainFirstHour(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("want both runs running with attempts 1 within 60s; runs -o json says: %s", strings.Join(seen, "; "))
+			t.Errorf("want both runs running with attempts 1 within 60s; runs -o json says: %s", strings.Join(seen, "; "))
+			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
