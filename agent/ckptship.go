@@ -76,7 +76,7 @@ func (c *ckptShipper) tick(now time.Time) {
 	}
 	c.last = key
 	if best.Size() > api.MaxCheckpointBytes {
-		c.event(events.Warn, fmt.Sprintf("checkpoint %s is %d bytes, over the %d shipped to the broker: if this node is lost, the run cannot resume from it elsewhere", best.Name(), best.Size(), api.MaxCheckpointBytes), best.Name())
+		c.event(events.Warn, fmt.Sprintf("%s is %d bytes, over the %d shipped to the broker: if this node is lost, the run cannot resume from it elsewhere", best.Name(), best.Size(), api.MaxCheckpointBytes), best.Name())
 		return
 	}
 	data, err := c.read(filepath.Join(c.dir, best.Name()), best.Size())
@@ -85,7 +85,7 @@ func (c *ckptShipper) tick(now time.Time) {
 		return
 	}
 	if err != nil {
-		c.event(events.Warn, fmt.Sprintf("checkpoint %s not shipped: %v", best.Name(), err), best.Name())
+		c.event(events.Warn, fmt.Sprintf("%s not shipped: %v", best.Name(), err), best.Name())
 		return
 	}
 	chunks := api.CheckpointChunks(best.Name(), data)
@@ -98,7 +98,7 @@ func (c *ckptShipper) tick(now time.Time) {
 		c.last = ""
 		return
 	}
-	c.event(events.Info, fmt.Sprintf("checkpoint %s (%d bytes) shipped for resuming elsewhere", best.Name(), len(data)), best.Name())
+	c.event(events.Info, fmt.Sprintf("%s (%d bytes) shipped for resuming elsewhere", best.Name(), len(data)), best.Name())
 }
 
 // read reads a checkpoint of size bytes, only as a regular file of the

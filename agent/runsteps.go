@@ -48,6 +48,10 @@ type run struct {
 	// stale: the broker refused this node's lease during the run.
 	stale atomic.Bool
 
+	// attempt is the executor's attempt under way (0 before the first),
+	// sent with every update.
+	attempt atomic.Int32
+
 	// reattach and prepared are set for a run followed on after the
 	// agent restarted (runfollow.go): where its records end, and the job
 	// as its command started.
@@ -198,6 +202,7 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 	job := executor.Job{
 		AllocID: r.a.AllocID, Region: r.a.Region, Command: r.a.Command, Spec: r.spec, WorkRoot: r.workRoot,
 		Python: r.l.Python, MaxRestarts: r.a.MaxRestarts, Grace: r.a.Grace, TimeLimit: r.a.TimeLimit, ResumeFrom: r.resumeFrom, RunAs: r.runAs,
+		OnAttempt: func(n int) { r.attempt.Store(int32(n)) },
 	}
 	if r.l.CUDAHome != nil {
 		job.CUDAHome = r.l.CUDAHome()
@@ -251,7 +256,8 @@ func (r *run) leaseCheck(ctx context.Context, job executor.Job) (string, error) 
 	}
 	r.stateMu.Lock()
 	defer r.stateMu.Unlock()
-	if err := r.l.edge(ctx, r.log, r.a, AllocUpdate{State: StateRunning}, time.Minute); err != nil {
+	// The lease check is the last before attempt 1 starts.
+	if err := r.l.edge(ctx, r.log, r.a, AllocUpdate{State: StateRunning, Attempts: 1}, time.Minute); err != nil {
 		return "", err
 	}
 	r.state.Store(StateRunning)
@@ -296,7 +302,7 @@ func (r *run) watch(ctx context.Context, stop context.CancelCauseFunc, ship *ckp
 			ship.tick(time.Now())
 		}
 		r.stateMu.Lock()
-		cancel, err := r.l.send(ctx, r.a, AllocUpdate{State: r.state.Load().(AllocState)})
+		cancel, err := r.l.send(ctx, r.a, AllocUpdate{State: r.state.Load().(AllocState), Attempts: int(r.attempt.Load())})
 		r.stateMu.Unlock()
 		switch {
 		case errors.Is(err, ErrStaleLease):

@@ -139,3 +139,22 @@ func TestReenrollShowsOnOtherReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestEnrollRefusesBadRegion: an agent's region follows the rule of a
+// run's (api.CheckRegion), so no node sits in a region no run can name.
+func TestEnrollRefusesBadRegion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	tok := b.Token(t, store.RoleAgent, "*")
+	for _, region := range []string{"us-west-2,eu-central-1", "US-West-2", "us west"} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = brokertest.Enroll(ctx, b.URL, tok, key, brokertest.H100(region, 20))
+		if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "lowercase letters, digits and '-'") {
+			t.Errorf("enrolling in region %q: %v, want invalid_argument naming the rule", region, err)
+		}
+	}
+}

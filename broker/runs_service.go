@@ -328,8 +328,10 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	tok, _ := TokenFrom(ctx)
 	m := req.Msg
 	region := strings.TrimSpace(m.Region)
-	if region == "" || strings.ContainsAny(region, "*?[]") {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("region %q: name exactly one region (e.g. us-west-2), not a pattern", m.Region))
+	if err := api.CheckRegion(region); err != nil {
+		// One run per region: a list or a pattern would be stored as a
+		// region of its own that no node is in.
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%w; name exactly one region per run, not a list or a pattern", err))
 	}
 	if err := checkRegion(tok, region); err != nil {
 		return nil, err

@@ -351,6 +351,16 @@ func TestRunScopeAndRefusals(t *testing.T) {
 			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-*", Command: []string{"true"}}))
 			return err
 		}, connect.CodeInvalidArgument},
+		// Issue #32, item 5: a list, upper case or a space would be a
+		// region of its own, kept in runs and the dashboard.
+		{"region list", func() error {
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2,eu-central-1", Command: []string{"true"}}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"region not lower case", func() error {
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "US-West-2", Command: []string{"true"}}))
+			return err
+		}, connect.CodeInvalidArgument},
 		{"no command", func() error {
 			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2"}))
 			return err

@@ -102,6 +102,10 @@ type Job struct {
 	// change the environment that was measured, and starts none of its
 	// code (agent/bundleinstall.go).
 	RunAs *RunAs
+	// OnAttempt, when set, hears the number of each attempt as it starts
+	// (or is followed on after an agent restart): the agent reports the
+	// attempt under way, not 0 until the run ends.
+	OnAttempt func(attempt int)
 }
 
 // gpus is how many accelerators the run's spec asks for
@@ -375,7 +379,7 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	if res.State != Succeeded {
 		lvl = events.Error
 	}
-	rec.event(lvl, events.ExecutorComp, fmt.Sprintf("run %s %s: %s", job.AllocID, res.State, res.Reason),
+	rec.event(lvl, events.ExecutorComp, fmt.Sprintf("run %s %s", job.AllocID, events.Outcome(string(res.State), res.Reason)),
 		map[string]string{"state": string(res.State), "exit_code": strconv.Itoa(res.ExitCode), "attempts": strconv.Itoa(res.Attempts), "restarts": strconv.Itoa(res.Restarts)})
 	last, err := rec.close()
 	res.LastSeq = last
@@ -530,6 +534,9 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 	enforcer, selfLimited := x.Runner.(LimitEnforcer)
 	selfLimited = selfLimited && enforcer.EnforcesTimeLimit()
 	for attempt := first; ; attempt++ {
+		if job.OnAttempt != nil {
+			job.OnAttempt(attempt)
+		}
 		var left time.Duration
 		if !deadline.IsZero() {
 			left = time.Until(deadline)
@@ -616,7 +623,8 @@ func cancelled(ctx, parent context.Context, attempts, restarts int) Result {
 		return Result{State: Failed, Reason: reason, ExitCode: -1, Attempts: attempts, Restarts: restarts}
 	}
 	if c := context.Cause(parent); c != nil && !errors.Is(c, context.Canceled) {
-		reason = "cancelled: " + c.Error()
+		// "cancelled by the broker" says it already.
+		reason = events.Outcome(reason, c.Error())
 	}
 	return Result{State: Cancelled, Reason: reason, ExitCode: -1, Attempts: attempts, Restarts: restarts}
 }

@@ -6,12 +6,15 @@ package editdist
 // keys are short; anything longer is no near miss).
 const Max = 1 << 30
 
-// Distance is the Levenshtein distance of a and b (bytes), or Max when
-// either is longer than 64 bytes.
+// Distance is the edit distance of a and b (bytes) where an insertion, a
+// deletion, a substitution or a swap of two adjacent bytes is one edit
+// (optimal string alignment): SPCE is one edit from SPEC, as a typist
+// sees it, not two. Max when either is longer than 64 bytes.
 func Distance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return Max
 	}
+	prev2 := make([]int, len(b)+1) // row i-2, for swaps
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -25,8 +28,11 @@ func Distance(a, b string) int {
 				c = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

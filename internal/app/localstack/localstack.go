@@ -23,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
@@ -109,6 +110,8 @@ type Stack struct {
 	broker     *child
 	agents     []*child
 	exited     chan *child
+	// lock is the state dir's, held until Stop.
+	lock *stateLock
 }
 
 type child struct {
@@ -135,6 +138,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	if len(o.Regions) == 0 {
 		return nil, &fielderr.Error{Field: "Regions", Problem: "is required: " + "give at least one region, e.g. us-west-2"}
+	}
+	for _, r := range o.Regions {
+		if api.CheckRegion(r) != nil {
+			return nil, fielderr.New("Regions", r, "not a region name: use %s", api.RegionRule)
+		}
 	}
 	if o.AgentsPerRegion < 1 || o.AgentsPerRegion > 16 {
 		return nil, fielderr.New("AgentsPerRegion", fmt.Sprint(o.AgentsPerRegion), "must be between 1 and 16")
@@ -165,6 +173,17 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, fmt.Errorf("creating state dir: %w", err)
 		}
 	}
+	// One stack per state dir, taken before the tokens or the database
+	// are touched; Stop (or the kernel, if up dies) releases it.
+	lock, err := lockState(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
 	// The marker keeps the state dir (database, tokens, agents' work
 	// dirs) out of every work dir train ships, wherever it lies.
 	if err := fsutil.WriteFileAtomic(filepath.Join(dir, workdir.StateMarker), []byte("gpupass state dir: broker database, tokens, agents' state; never shipped in a work dir\n"), 0o600); err != nil {
@@ -179,7 +198,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Stack{Dir: dir, log: log, brokerBin: brokerBin, addr: addr, exited: make(chan *child, 64)}
+	st := &Stack{Dir: dir, log: log, brokerBin: brokerBin, addr: addr, exited: make(chan *child, 64), lock: lock}
 	defer func() {
 		if err != nil {
 			st.Stop()
@@ -197,6 +216,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	// rule (internal/client) the way --insecure-http would.
 	offHost := client.PlainHTTPOffHost(url) != ""
 	if err = waitListening(ctx, addr, st.broker, 20*time.Second); err != nil {
+		return nil, err
+	}
+	if err = lock.write(lockInfo{PID: os.Getpid(), URL: url}); err != nil {
 		return nil, err
 	}
 	st.Config = &Config{BrokerURL: url, Token: toks.Submit, Regions: o.Regions, StateDir: dir, BrokerPID: st.broker.cmd.Process.Pid}
@@ -508,6 +530,7 @@ func (st *Stack) stop(log *slog.Logger) {
 	if st.broker != nil {
 		term([]*child{st.broker})
 	}
+	st.lock.release()
 }
 
 func waitListening(ctx context.Context, addr string, c *child, limit time.Duration) error {

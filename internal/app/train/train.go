@@ -29,6 +29,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -99,6 +100,9 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	}
 	seen := map[string]bool{}
 	for _, r := range o.Regions {
+		if api.CheckRegion(r) != nil {
+			return nil, fielderr.New("Regions", r, "not a region name: use %s", api.RegionRule)
+		}
 		if seen[r] {
 			return nil, fielderr.New("Regions", r, "given twice; one run per region")
 		}
@@ -252,7 +256,7 @@ func (r *Result) Err() error {
 	var bad []string
 	for _, run := range r.Runs {
 		if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || run.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-			bad = append(bad, fmt.Sprintf("%s (%s) %s: %s", run.Id, termsafe.String(run.Region), runview.State(run.State), termsafe.String(run.Reason)))
+			bad = append(bad, fmt.Sprintf("%s (%s) %s", run.Id, termsafe.String(run.Region), events.Outcome(runview.State(run.State), termsafe.String(run.Reason))))
 		}
 	}
 	if len(bad) == 0 {

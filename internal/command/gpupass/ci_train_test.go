@@ -49,7 +49,7 @@ func TestCIStepTrain(t *testing.T) {
 	agentTok := b.Token(t, store.RoleAgent, "*")
 	fakeAgent(t, b.URL, agentTok, brokertest.H100("us-west-2", 20), false)
 	fakeAgent(t, b.URL, agentTok, brokertest.H100("eu-central-1", 22), true)
-	fakeAgent(t, b.URL, agentTok, brokertest.H100("ap_south.1", 21), false)
+	fakeAgent(t, b.URL, agentTok, brokertest.H100("ap-south-1", 21), false)
 	apTok := b.Token(t, store.RoleSubmit, "ap*")
 	usTok := b.Token(t, store.RoleSubmit, "us-*")
 	euTok := b.Token(t, store.RoleSubmit, "eu-*")
@@ -81,10 +81,15 @@ func TestCIStepTrain(t *testing.T) {
 			wantCode: gpupass.ExitFindings, wantErr: "1 of 1 runs did not succeed",
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_ALLOCATION_EU_CENTRAL_1=alloc-"}},
 			wantIDs:  []string{"eu-central-1"}},
-		{name: "a region name that is no output name", kind: "gitlab",
+		{name: "a region name the output name changes", kind: "gitlab",
+			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: apTok, Regions: "ap-south-1", TrainCommand: "python3 train.py"},
+			wantFile: map[string][]string{"gpupass.env": {`GPUPASS_ALLOCATION_IDS={"ap-south-1":"alloc-`, "GPUPASS_ALLOCATION_AP_SOUTH_1=alloc-"}},
+			wantIDs:  []string{"ap-south-1"}},
+		// Issue #32, item 5: one rule for region names, before the broker
+		// is asked (it refuses them too).
+		{name: "a region name that is none", kind: "gitlab",
 			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: apTok, Regions: "ap_south.1", TrainCommand: "python3 train.py"},
-			wantFile: map[string][]string{"gpupass.env": {`GPUPASS_ALLOCATION_IDS={"ap_south.1":"alloc-`, "GPUPASS_ALLOCATION_AP_SOUTH_1=alloc-"}},
-			wantIDs:  []string{"ap_south.1"}},
+			wantCode: gpupass.ExitUsage, wantErr: `"ap_south.1": not a region name: use lowercase letters, digits and '-'`},
 		{name: "token scoped to another region", kind: "github",
 			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "eu-central-1", TrainCommand: "python3 train.py"},
 			wantCode: gpupass.ExitUsage, wantErr: "submitting the run in eu-central-1"},

@@ -104,6 +104,11 @@ func TestFirstMinutes(t *testing.T) {
 		{name: "misspelt variable", dir: empty, env: []string{"GPUPASS_BROKR_URL=" + b.URL, "GPUPASS_REGIONS=x"}, args: []string{"version"},
 			code: ExitOK, want: []string{"warning: GPUPASS_BROKR_URL is not a gpupass setting and is ignored; did you mean GPUPASS_BROKER_URL?"},
 			notWant: []string{"GPUPASS_REGIONS"}},
+		// Issue #32, item 10: two letters swapped is one edit, and the
+		// value (maybe a secret) is never echoed.
+		{name: "transposed variable", dir: empty, env: []string{"GPUPASS_SPCE=gpp_notshown"}, args: []string{"version"},
+			code: ExitOK, want: []string{"warning: GPUPASS_SPCE is not a gpupass setting and is ignored; did you mean GPUPASS_SPEC?"},
+			notWant: []string{"gpp_notshown"}},
 		{name: "audit -o names the zip", dir: fixture, env: []string{"COSIGN_PASSWORD=gpupass-test"},
 			args: []string{"audit", "alloc-7f3a", "--run-file", "run.json", "--key", "cosign.key", "-o", "a.zip"}, code: ExitOK,
 			want: []string{"a.zip"}, notWant: []string{"must be text or json"}, files: []string{"a.zip"}},

@@ -10,6 +10,7 @@ import (
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/runlog"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
@@ -81,7 +82,7 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 		fmt.Fprintln(errOut, "WARN "+disputedNote(fin))
 	}
 	if o.Follow && fin.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
-		return Findings(fmt.Errorf("run %s %s: %s", fin.Id, stateName(fin.State), termsafe.String(fin.Reason)))
+		return Findings(fmt.Errorf("run %s %s", fin.Id, events.Outcome(stateName(fin.State), termsafe.String(fin.Reason))))
 	}
 	if o.Follow && fin.GetLogDisputed() {
 		return Findings(fmt.Errorf("run %s succeeded, but %s", fin.Id, disputedNote(fin)))
@@ -197,7 +198,7 @@ func RunCancel(ctx context.Context, o *CancelOptions, out io.Writer) error {
 	}
 	switch {
 	case terminal(r.State):
-		_, err = fmt.Fprintf(out, "%s %s: %s\n", r.Id, stateName(r.State), termsafe.String(r.Reason))
+		_, err = fmt.Fprintf(out, "%s %s\n", r.Id, events.Outcome(stateName(r.State), termsafe.String(r.Reason)))
 	default:
 		_, err = fmt.Fprintf(out, "%s cancel requested (%s on %s); follow with: gpupass logs --follow %s\n", r.Id, stateName(r.State), termsafe.String(r.NodeId), r.Id)
 	}

@@ -319,7 +319,7 @@ func TestRealAgentFaults(t *testing.T) {
 		// Kill once a checkpoint past step 5 has reached the broker.
 		upstack.WaitFor(t, ctx, "a checkpoint to be shipped", func() bool {
 			_, msgs, _ := f.logs(r.Id)
-			return anyContains(msgs, "checkpoint ckpt-10 (") || anyContains(msgs, "checkpoint ckpt-15 (")
+			return anyContains(msgs, "ckpt-10 (") || anyContains(msgs, "ckpt-15 (")
 		})
 		first.Kill9(t)
 		r = f.wait(r.Id, "to end", terminalState)

@@ -175,7 +175,7 @@ func TestTrainWorstResultAndCancel(t *testing.T) {
 		t.Fatalf("train in ap-south-1: exit %d\n%s", code, out)
 	}
 	code, out, _ = runMain(t, append([]string{"cancel", id}, broker...)...)
-	if code != 0 || out != id+" cancelled: cancelled by user\n" {
+	if code != 0 || out != id+" cancelled by user\n" {
 		t.Errorf("cancel: exit %d %q", code, out)
 	}
 	code, _, errOut = runMain(t, append([]string{"logs", id, "--follow"}, broker...)...)

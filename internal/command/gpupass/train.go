@@ -1,6 +1,7 @@
 package gpupass
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -37,7 +38,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 	f := cmd.Flags()
 	f.StringVarP(&o.Spec, "spec", "s", "gpupass.yaml", "the run's spec file")
-	f.StringArrayVar(&o.Regions, "region", nil, "region to train in; repeat for one run per region (required)")
+	f.StringSliceVar(&o.Regions, "region", nil, "region to train in; repeat or comma-separate for one run per region (required)")
 	f.StringVar(&o.Name, "name", "", "run name (default: the spec's name); the region and, in CI, the short commit are added")
 	f.BoolVarP(&o.Follow, "follow", "f", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
@@ -128,9 +129,13 @@ func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, e
 		// On stderr: stdout is the table, or only JSON.
 		fmt.Fprintln(errOut, workdirSummary(res.Workdir, names))
 	}
+	var submitted bytes.Buffer
 	if !jsonOut {
-		if err := apptrain.WriteTable(out, res.Runs); err != nil {
+		if err := apptrain.WriteTable(io.MultiWriter(out, &submitted), res.Runs); err != nil {
 			return res, err
+		}
+		if !o.Follow {
+			followHint(errOut, res.Runs)
 		}
 	}
 	if o.Follow {
@@ -143,9 +148,17 @@ func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, e
 			return res, err
 		}
 	} else if o.Follow {
-		fmt.Fprintln(out)
-		if err := apptrain.WriteTable(out, res.Runs); err != nil {
+		// The runs as they ended, unless that is the table above again
+		// (every run had ended when it was submitted).
+		var ended bytes.Buffer
+		if err := apptrain.WriteTable(&ended, res.Runs); err != nil {
 			return res, err
+		}
+		if !bytes.Equal(ended.Bytes(), submitted.Bytes()) {
+			fmt.Fprintln(out)
+			if _, err := out.Write(ended.Bytes()); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, res.Err()

@@ -3,11 +3,13 @@ package gpupass
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -127,6 +129,9 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 		Profile: o.Profile, Python: o.Python, Log: o.Log,
 		Executor: o.Slurm.Executor, Slurm: o.Slurm.options(), Kube: o.Kube.options(o.Slurm.Executor),
 	})
+	if re := (*localstack.RunningError)(nil); errors.As(err, &re) {
+		return upRunningError(re)
+	}
 	if err != nil {
 		return upFlagNames.Apply(err)
 	}
@@ -149,6 +154,21 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 		fmt.Fprintln(out, "stopping…")
 	}
 	return err
+}
+
+// upRunningError says which stack holds the state dir and how to stop
+// it or start a second one; each command in it runs as pasted.
+func upRunningError(re *localstack.RunningError) error {
+	pid, url, stop := "unknown", re.URL, "Ctrl-C in its terminal"
+	if re.PID > 0 {
+		pid = strconv.Itoa(re.PID)
+		stop += " or `kill " + pid + "`"
+	}
+	if url == "" {
+		url = "not listening yet"
+	}
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("a stack is already running here (pid %s, URL %s, state dir %s): stop it with %s, or start another with `gpupass up --state-dir %s --listen 127.0.0.1:0`",
+		pid, url, shellQuote(re.Dir), stop, shellQuote(re.Other))}
 }
 
 func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {

@@ -174,6 +174,9 @@ func Start(t testing.TB, opts Options) *Stack {
 	return s
 }
 
+// PID is the process id of `gpupass up`.
+func (s *Stack) PID() int { return s.cmd.Process.Pid }
+
 // Config reads the config.json `up` wrote (it changes when up restarts
 // the broker).
 func (s *Stack) Config(t testing.TB) Config {

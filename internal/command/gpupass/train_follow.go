@@ -1,0 +1,20 @@
+package gpupass
+
+import (
+	"fmt"
+	"io"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/runview"
+	"github.com/gpupass/gpupass/internal/termsafe"
+)
+
+// followHint says, on stderr (stdout is the table), how to follow each
+// run that has not ended: the command `cancel` prints too.
+func followHint(errOut io.Writer, runs []*gpupassv1.Run) {
+	for _, r := range runs {
+		if !runview.Terminal(r.State) {
+			fmt.Fprintf(errOut, "follow %s with: gpupass logs --follow %s\n", termsafe.String(r.Region), r.Id)
+		}
+	}
+}
