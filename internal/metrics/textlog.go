@@ -333,9 +333,9 @@ func ReadTextLog(r io.Reader, source string, opt Options) (*Series, error) {
 			}
 		}
 	}
-	how := "the built-in forms (`" + metric + " 1.23`, `" + metric + "=1.23`, `" + metric + ": 1.23`, `'" + metric + "': 1.23`)"
+	how := fmt.Sprintf(`the built-in forms ("%[1]s 1.23", "%[1]s=1.23", "%[1]s: 1.23", "'%[1]s': 1.23")`, metric)
 	if opt.Pattern != nil {
-		how = "the metric pattern `" + opt.Pattern.String() + "`"
+		how = "the metric pattern '" + opt.Pattern.String() + "'"
 	}
 	read := fmt.Sprintf("%d line(s)", ln.n)
 	if updates > 0 {
