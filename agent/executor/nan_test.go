@@ -45,6 +45,9 @@ func TestNaNGuardRestartsFromCheckpoint(t *testing.T) {
 	}{
 		{"metrics file NaN", "NaN", `echo "$line" >> "$GPUPASS_METRICS_FILE"`},
 		{"stdout Infinity", "Infinity", `echo "gpupass:metric $line"`},
+		// A script that prints its own log lines, as PyTorch's examples do.
+		{"stdout plain text nan", "nan", `echo "| epoch   1 | step $i | lr 20.00 | loss  $loss | ppl 1.5"`},
+		{"stderr printed dict inf", "inf", `echo "{'loss': $loss, 'step': $i}" >&2`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
