@@ -497,7 +497,7 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 		if !deadline.IsZero() && !selfLimited {
 			stopAt = time.AfterFunc(left, func() { stopAttempt(errTimeLimit) }).Stop
 		}
-		text := newTextMetrics(pat)
+		text := newTextMetrics(pat, metricsPath, metricsStart)
 		check := guard.check(stopAttempt)
 		tail.attempt, tail.onMetric = attempt, func(m events.Metric) { text.stop(); check(m) }
 		ex := x.runAttempt(actx, job, attemptEnv, workDir, attemptInfo{n: attempt, restarts: restarts, resume: resume, from: from, left: left, deadline: deadline},

@@ -93,6 +93,28 @@ func TestNaNGuardRestartsFromCheckpoint(t *testing.T) {
 	}
 }
 
+// TestTextLossesYieldToMetricsFile: a trainer that writes each step to
+// $GPUPASS_METRICS_FILE and also prints `step N loss X` (as
+// examples/train/train.py does) has one series, the file's: its printed
+// lines are not recorded as metrics a second time, even when printed
+// before the agent's next look at the file.
+func TestTextLossesYieldToMetricsFile(t *testing.T) {
+	t.Parallel()
+	script := writeScript(t, `for i in 1 2 3; do echo "{\"step\":$i,\"loss\":0.$i}" >> "$GPUPASS_METRICS_FILE"; echo "trainer: step $i loss 0.$i"; done`)
+	out := execute(t, context.Background(), executor.Job{Command: []string{script}, Grace: 5 * time.Second},
+		&executor.Executor{MetricsPoll: time.Hour})
+	if out.res.State != executor.Succeeded {
+		t.Fatalf("result %+v", out.res)
+	}
+	var got []string
+	for _, m := range out.metrics {
+		got = append(got, fmt.Sprintf("%d:%g:%s", m.Step, m.Values["loss"], m.Source))
+	}
+	if want := "1:0.1:file 2:0.2:file 3:0.3:file"; strings.Join(got, " ") != want {
+		t.Errorf("metrics %v, want %s", got, want)
+	}
+}
+
 func TestNaNGuardGivesUp(t *testing.T) {
 	t.Parallel()
 	script := writeScript(t, `echo '{"step":1,"loss":NaN}' >> "$GPUPASS_METRICS_FILE"; sleep 30`)

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"os"
 	"sync"
 
 	"github.com/gpupass/gpupass/internal/metrics"
@@ -23,10 +24,22 @@ type textMetrics struct {
 	mu  sync.Mutex
 	r   *metrics.LineReader
 	off bool
+	// fileUsed says whether the job has written its metrics file. The
+	// file is polled, so a trainer that writes a step's JSON line and then
+	// prints `step 40 loss 0.5` would have that line read first; the
+	// file's size, looked at when a line has a loss, decides instead.
+	fileUsed func() bool
 }
 
-func newTextMetrics(pat *metrics.Pattern) *textMetrics {
-	return &textMetrics{r: metrics.NewLineReader("", pat)}
+// newTextMetrics reads losses from output lines until the job logs the
+// gpupass way, which for the metrics file is its growing past start
+// bytes (where this run's metrics begin).
+func newTextMetrics(pat *metrics.Pattern, metricsFile string, start int64) *textMetrics {
+	return &textMetrics{r: metrics.NewLineReader("", pat), fileUsed: func() bool {
+		// Lstat: only the size, never following a link the job made.
+		fi, err := os.Lstat(metricsFile)
+		return err == nil && fi.Size() > start
+	}}
 }
 
 // read returns the loss of one output line, stdout and stderr alike
@@ -49,6 +62,10 @@ func (t *textMetrics) read(line string) (step int64, loss float64, ok bool) {
 		}
 	}
 	step, loss, ok, err := t.r.Read([]byte(line))
+	if ok && err == nil && t.fileUsed != nil && t.fileUsed() {
+		t.off = true
+		return 0, 0, false
+	}
 	return step, loss, ok && err == nil
 }
 
