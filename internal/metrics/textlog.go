@@ -276,7 +276,7 @@ func (r *LineReader) epochStep(line []byte, mode string) int64 {
 	if !r.seenEp {
 		r.seenEp, r.base = true, min(e, 1)
 	}
-	e = max(e-r.base, 0)
+	e = min(max(e-r.base, 0), MaxStep)
 	if mode == StepEpoch {
 		return e
 	}
@@ -287,7 +287,7 @@ func (r *LineReader) epochStep(line []byte, mode string) int64 {
 	}
 	ni, _ := strconv.ParseInt(string(n), 10, 64)
 	mi, _ := strconv.ParseInt(string(m), 10, 64)
-	if mi > 0 && e > 0 && e > (MaxStep-ni)/mi {
+	if ni > MaxStep || (mi > 0 && e > 0 && e > (MaxStep-ni)/mi) {
 		return MaxStep
 	}
 	return e*mi + ni

@@ -198,3 +198,21 @@ func TestTextLogEmpty(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// FuzzLineReader: any line, in any order after any other, reads without
+// a panic and with a step inside ±MaxStep.
+func FuzzLineReader(f *testing.F) {
+	for _, s := range []string{"| epoch   1 |   200/ 2983 batches | loss  7.63", "step 3 loss nan", "{'loss': 1e-3, 'epoch': 0.1}",
+		"epoch 99999999999999999 | 9999999999999999/3 batches | loss 1", "Epoch 0: 50%|| 50/100 [00:05, train_loss=0.693]"} {
+		f.Add(s, "epoch 1 | loss 2")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		r := NewLineReader("", nil)
+		for _, line := range []string{a, b, a} {
+			step, _, ok, _ := r.Read([]byte(line))
+			if ok && (step > MaxStep || step < -MaxStep) {
+				t.Fatalf("step %d out of range for %q", step, line)
+			}
+		}
+	})
+}
