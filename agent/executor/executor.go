@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -106,6 +107,14 @@ type Job struct {
 	// (or is followed on after an agent restart): the agent reports the
 	// attempt under way, not 0 until the run ends.
 	OnAttempt func(attempt int)
+}
+
+// metricPattern is the spec's metrics.pattern, nil when it has none.
+func (j Job) metricPattern() (*metrics.Pattern, error) {
+	if j.Spec == nil || j.Spec.Metrics.Pattern == "" {
+		return nil, nil
+	}
+	return metrics.CompilePattern(j.Spec.Metrics.Pattern)
 }
 
 // gpus is how many accelerators the run's spec asks for
@@ -531,6 +540,12 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 		rec.event(events.Info, events.ExecutorComp, fmt.Sprintf("run %s: the agent restarted; following attempt %d on where its records end (stdout byte %d, stderr byte %d, metrics byte %d)",
 			job.AllocID, m.Attempt, m.Stdout, m.Stderr, m.Metrics), map[string]string{"attempt": strconv.Itoa(m.Attempt), "reattached": "true"})
 	}
+	pat, perr := job.metricPattern()
+	if perr != nil {
+		// The broker validates the spec it is given; this is a spec from
+		// elsewhere (an older broker, a hand-made job).
+		rec.event(events.Warn, events.MetricsComp, "metrics.pattern: "+perr.Error()+"; reading `loss 1.23`, `loss=1.23`, `loss: 1.23` instead", nil)
+	}
 	enforcer, selfLimited := x.Runner.(LimitEnforcer)
 	selfLimited = selfLimited && enforcer.EnforcesTimeLimit()
 	for attempt := first; ; attempt++ {
@@ -555,9 +570,11 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 		if !deadline.IsZero() && !selfLimited {
 			stopAt = time.AfterFunc(left, func() { stopAttempt(errTimeLimit) }).Stop
 		}
-		tail.attempt, tail.onMetric = attempt, guard.check(stopAttempt)
+		text := newTextMetrics(pat, metricsPath, metricsStart)
+		check := guard.check(stopAttempt)
+		tail.attempt, tail.onMetric = attempt, func(m events.Metric) { text.stop(); check(m) }
 		ex := x.runAttempt(actx, job, attemptEnv, workDir, attemptInfo{n: attempt, restarts: restarts, resume: resume, from: from, left: left, deadline: deadline},
-			rec, tail, guard.check(stopAttempt), contain)
+			rec, tail, check, text, contain)
 		stopAt()
 		from = nil
 		limited := errors.Is(context.Cause(actx), errTimeLimit)
@@ -677,7 +694,7 @@ type attemptInfo struct {
 }
 
 // runAttempt runs one process and tails its metrics file meanwhile.
-func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, at attemptInfo, rec *recorder, tail *metricsTail, onMetric func(events.Metric), contain *Containment) Exit {
+func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, at attemptInfo, rec *recorder, tail *metricsTail, onMetric func(events.Metric), text *textMetrics, contain *Containment) Exit {
 	attempt, from := at.n, at.from
 	poll := x.MetricsPoll
 	if poll <= 0 {
@@ -715,7 +732,7 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 	}
 	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: at.left, GPUs: job.gpus(), MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
 		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
-		rec.line(classifiers[l.Stream], l, attempt, onMetric)
+		rec.line(classifiers[l.Stream], l, attempt, onMetric, text)
 	})
 	close(tailStop)
 	<-tailDone

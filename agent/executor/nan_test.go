@@ -45,6 +45,9 @@ func TestNaNGuardRestartsFromCheckpoint(t *testing.T) {
 	}{
 		{"metrics file NaN", "NaN", `echo "$line" >> "$GPUPASS_METRICS_FILE"`},
 		{"stdout Infinity", "Infinity", `echo "gpupass:metric $line"`},
+		// A script that prints its own log lines, as PyTorch's examples do.
+		{"stdout plain text nan", "nan", `echo "| epoch   1 | step $i | lr 20.00 | loss  $loss | ppl 1.5"`},
+		{"stderr printed dict inf", "inf", `echo "{'loss': $loss, 'step': $i}" >&2`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,6 +90,28 @@ func TestNaNGuardRestartsFromCheckpoint(t *testing.T) {
 				t.Errorf("continuous series (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestTextLossesYieldToMetricsFile: a trainer that writes each step to
+// $GPUPASS_METRICS_FILE and also prints `step N loss X` (as
+// examples/train/train.py does) has one series, the file's: its printed
+// lines are not recorded as metrics a second time, even when printed
+// before the agent's next look at the file.
+func TestTextLossesYieldToMetricsFile(t *testing.T) {
+	t.Parallel()
+	script := writeScript(t, `for i in 1 2 3; do echo "{\"step\":$i,\"loss\":0.$i}" >> "$GPUPASS_METRICS_FILE"; echo "trainer: step $i loss 0.$i"; done`)
+	out := execute(t, context.Background(), executor.Job{Command: []string{script}, Grace: 5 * time.Second},
+		&executor.Executor{MetricsPoll: time.Hour})
+	if out.res.State != executor.Succeeded {
+		t.Fatalf("result %+v", out.res)
+	}
+	var got []string
+	for _, m := range out.metrics {
+		got = append(got, fmt.Sprintf("%d:%g:%s", m.Step, m.Values["loss"], m.Source))
+	}
+	if want := "1:0.1:file 2:0.2:file 3:0.3:file"; strings.Join(got, " ") != want {
+		t.Errorf("metrics %v, want %s", got, want)
 	}
 }
 

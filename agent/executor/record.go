@@ -174,7 +174,7 @@ func (r *recorder) metricAt(m events.Metric, off int64) {
 // line records one output line: a `gpupass:metric` line as a metric
 // point (and a DEBUG event, so the log still shows every line), anything
 // else as a classified event.
-func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func(events.Metric)) {
+func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func(events.Metric), text *textMetrics) {
 	now := events.Now()
 	if r.limit != nil {
 		ok, n := r.limit.admit(time.Now())
@@ -225,9 +225,18 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 		}
 		r.ch <- it
 		if point != nil {
+			text.stop()
 			onMetric(m)
 		}
 		return
+	}
+	var point []byte
+	var m events.Metric
+	if l.Cut == 0 {
+		if step, loss, ok := text.read(l.Text); ok {
+			m = events.Metric{Step: step, Time: now, Attempt: attempt, Values: map[string]float64{"loss": loss}, Source: SourceText}
+			point, _ = json.Marshal(m)
+		}
 	}
 	cl := c.Classify(msg)
 	if l.Stream == events.Stderr && cl.Component != events.StderrComponent {
@@ -240,8 +249,15 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 	}
 	ev := events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields}
 	data := ev.AppendJSON(make([]byte, 0, 96+len(ev.Message)))
-	if r.charge(len(data)) {
-		r.ch <- item{rec: spool.Record{Kind: spool.KindEvent, Data: data}, pos: linePos(l.Stream), off: l.Offset}
+	if r.charge(len(point) + len(data)) {
+		it := item{rec: spool.Record{Kind: spool.KindEvent, Data: data}, pos: linePos(l.Stream), off: l.Offset}
+		if point != nil {
+			it.pre = &spool.Record{Kind: spool.KindMetric, Data: point}
+		}
+		r.ch <- it
+		if point != nil {
+			onMetric(m)
+		}
 		return
 	}
 	r.moved(linePos(l.Stream), l.Offset)

@@ -93,6 +93,88 @@ func TestTrainExampleNaNRestart(t *testing.T) {
 	}
 }
 
+// wlmNaN trains a small torch model and logs as PyTorch's
+// word_language_model example does (its format string), with no
+// gpupass:metric line and no metrics file; the first attempt's loss is
+// NaN at batch 25. It saves a checkpoint every 10 batches and resumes
+// from $GPUPASS_RESUME_FROM.
+const wlmNaN = `import math, os, time, torch
+torch.manual_seed(1)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x = torch.randn(64, 8)
+y = x.sum(1, keepdim=True)
+ckdir = os.environ["GPUPASS_CHECKPOINT_DIR"]
+resume = os.environ.get("GPUPASS_RESUME_FROM")
+start = 0
+if resume:
+    st = torch.load(resume)
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    start = st["batch"]
+    print("checkpoint: resumed from %s at batch %d" % (resume, start), flush=True)
+nb = 40
+for batch in range(start + 1, nb + 1):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if batch == 25 and not resume:
+        loss = loss * float("nan")
+    cur_loss = loss.item()
+    if batch % 5 == 0:
+        ppl = math.exp(cur_loss) if cur_loss < 700 else float("inf")
+        print('| epoch {:3d} | {:5d}/{:5d} batches | lr {:02.2f} | ms/batch {:5.2f} | '
+              'loss {:5.2f} | ppl {:8.2f}'.format(1, batch, nb, 0.05, 1.0, cur_loss, ppl), flush=True)
+    if not math.isfinite(cur_loss):
+        time.sleep(60)  # a careless trainer: the guard has to stop it
+    loss.backward()
+    opt.step()
+    if batch % 10 == 0:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "batch": batch}, os.path.join(ckdir, "ckpt-%03d.pt" % batch))
+        time.sleep(0.05)
+`
+
+// TestScriptLogNaNRestart: a real torch trainer that prints its own log
+// lines (`| loss   nan |`) gets the NaN restart a JSONL NaN gets, and its
+// printed losses are the run's metrics.
+func TestScriptLogNaNRestart(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	script := filepath.Join(t.TempDir(), "main.py")
+	if err := os.WriteFile(script, []byte(wlmNaN), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := execute(t, context.Background(), executor.Job{AllocID: "alloc-wlm", Command: []string{py, script}, MaxRestarts: 3, Grace: 10 * time.Second}, nil)
+	if n.res.State != executor.Succeeded || n.res.Restarts != 1 || n.res.Attempts != 2 {
+		t.Fatalf("run: %+v\n%s", n.res, dump(n))
+	}
+	ckpt := filepath.Join(n.res.WorkDir, "checkpoints", "ckpt-020.pt")
+	var restart *events.Event
+	for _, e := range n.find(events.NaNGuard) {
+		if e.Level == events.Error {
+			e := e
+			restart = &e
+		}
+	}
+	if restart == nil || restart.Fields["step"] != "25" || restart.Fields["resume_from"] != ckpt {
+		t.Fatalf("restart event %+v, want an ERROR naming step 25 and %s\n%s", restart, ckpt, dump(n))
+	}
+	got := events.Continuous(n.metrics)
+	var steps []int64
+	for _, m := range got {
+		l, _ := m.Loss()
+		if m.Source != executor.SourceText || math.IsNaN(l) || math.IsInf(l, 0) {
+			t.Errorf("point %+v", m)
+		}
+		if wantAttempt := map[bool]int{true: 1, false: 2}[m.Step <= 20]; m.Attempt != wantAttempt {
+			t.Errorf("step %d from attempt %d, want %d", m.Step, m.Attempt, wantAttempt)
+		}
+		steps = append(steps, m.Step)
+	}
+	if len(steps) != 8 || steps[0] != 5 || steps[7] != 40 {
+		t.Errorf("steps %v, want 5, 10, …, 40", steps)
+	}
+}
+
 func dump(o runOut) string {
 	var b strings.Builder
 	for _, e := range o.events {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,9 +12,14 @@ import (
 )
 
 // ReadFile reads a metric file, choosing the reader by name and content:
-// a directory or a name containing "tfevents" is TensorBoard, ".csv" is a
-// CSVLogger file, anything else is gpupass JSONL or a log with
-// gpupass:metric lines. Files are streamed, never read whole.
+// a directory is TensorBoard (event files in it) or an MLflow file-store
+// run (mlruns/<experiment>/<run>, or a directory holding one such run);
+// a name containing "tfevents" is TensorBoard, ".csv" is a CSVLogger
+// file, a file in an MLflow run's metrics directory is that metric;
+// anything else is gpupass JSONL or a log with gpupass:metric lines, and
+// failing that a plain-text training log (ReadTextLog). With
+// opt.Pattern, a file that is not TensorBoard, CSV or MLflow is read as
+// a text log with it. Files are streamed, never read whole.
 func ReadFile(path string, opt Options) (*Series, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -25,7 +31,14 @@ func ReadFile(path string, opt Options) (*Series, error) {
 			return nil, fmt.Errorf("listing %s: %w", path, err)
 		}
 		if len(names) == 0 {
-			return nil, fmt.Errorf("%s is a directory without TensorBoard event files (events.out.tfevents.*)", path)
+			mdir, ok, err := mlflowMetricsDir(path)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return ReadMLflow(mdir, path, opt)
+			}
+			return nil, fmt.Errorf("%s is a directory without TensorBoard event files (events.out.tfevents.*) or an MLflow run (mlruns/<experiment>/<run>/metrics)", path)
 		}
 		sort.Strings(names)
 		open := func(n string) (io.ReadCloser, error) {
@@ -50,6 +63,12 @@ func ReadFile(path string, opt Options) (*Series, error) {
 	case strings.HasSuffix(base, ".csv"):
 		return ReadCSV(f, path, opt)
 	}
+	if dir := filepath.Dir(path); filepath.Base(dir) == "metrics" && exists(filepath.Join(filepath.Dir(dir), "meta.yaml")) {
+		if opt.Metric != "" && opt.Metric != filepath.Base(path) {
+			return nil, fmt.Errorf("%s is MLflow's metric %q, not %q: pass the run's directory, %s", path, filepath.Base(path), opt.Metric, filepath.Dir(dir))
+		}
+		return readMLflowFile(f, path, filepath.Base(path))
+	}
 	// Sniff: a TFRecord starts with a length whose CRC matches.
 	var head [12]byte
 	n, _ := io.ReadFull(f, head[:])
@@ -62,7 +81,35 @@ func ReadFile(path string, opt Options) (*Series, error) {
 	if n > 0 && bytes.HasPrefix(bytes.TrimLeft(head[:n], "\ufeff"), []byte("epoch,")) || bytes.HasPrefix(head[:n], []byte("step,")) {
 		return ReadCSV(f, path, opt)
 	}
-	return ReadJSONL(f, path, opt)
+	if opt.Pattern != nil {
+		return ReadTextLog(f, path, opt)
+	}
+	s, err := ReadJSONL(f, path, opt)
+	var empty *EmptyError
+	if !errors.As(err, &empty) {
+		return s, err
+	}
+	if jsonProblems(empty.Problems) {
+		// Broken JSON metric lines say more than "no loss lines".
+		return nil, err
+	}
+	// No JSON metric lines: a log of a script that prints its own way.
+	// Its non-JSON lines were ordinary output, not problems.
+	if _, serr := f.Seek(0, io.SeekStart); serr != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, serr)
+	}
+	return ReadTextLog(f, path, opt)
+}
+
+// jsonProblems says whether some problem is a broken JSON metric line
+// rather than a line that is no JSON at all.
+func jsonProblems(p Problems) bool {
+	for _, pr := range p.First {
+		if pr.Reason != errNotJSON {
+			return true
+		}
+	}
+	return false
 }
 
 func le32(b []byte) uint32 {

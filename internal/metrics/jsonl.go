@@ -18,12 +18,18 @@ import (
 //	gpupass:metric {"step":10,"loss":1.93,"ts":"2026-01-02T03:04:05Z"}
 const LogMarker = "gpupass:metric"
 
+// errNotJSON is the problem of a line that is not JSON at all.
+const errNotJSON = "not a JSON object"
+
 // Options choose what a reader extracts.
 type Options struct {
 	// Metric is the key, CSV column or TensorBoard tag to read. Empty
 	// picks the loss: "loss" in JSONL, the first training-loss column or
 	// tag otherwise.
 	Metric string
+	// Pattern, when set, reads text logs with it instead of the built-in
+	// forms (see LineReader).
+	Pattern *Pattern
 	// SizeHint is the input size in bytes when known; readers use it to
 	// size their buffers once.
 	SizeHint int64
@@ -68,8 +74,8 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 		if i := bytes.Index(line, marker); i >= 0 {
 			markers++
 			line = bytes.TrimSpace(line[i+len(marker):])
-		} else if line[0] != '{' {
-			plain.Add(where.String(), "not a JSON object")
+		} else if !jsonObject(line) {
+			plain.Add(where.String(), errNotJSON)
 			continue
 		}
 		rec, perr := parseFlat(line, metric, false)
@@ -121,6 +127,16 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 	}
 	s.Normalize()
 	return s, nil
+}
+
+// jsonObject says whether a line looks like a JSON object: `{"` or `{}`,
+// not a printed Python dict (`{'loss': 2.3}`), which is a text log line.
+func jsonObject(line []byte) bool {
+	if len(line) == 0 || line[0] != '{' {
+		return false
+	}
+	rest := bytes.TrimLeft(line[1:], " \t")
+	return len(rest) == 0 || rest[0] == '"' || rest[0] == '}'
 }
 
 type flatRecord struct {

@@ -115,6 +115,12 @@ type EmptyError struct {
 	Source   string
 	Metric   string
 	Problems Problems
+	// Read says what was tried, e.g. that a text log had no line with
+	// the metric; empty for a file read in one known format.
+	Read string
+	// PatternOption names how the caller takes a metric pattern
+	// ("--metric-pattern"); the command layer sets it.
+	PatternOption string
 }
 
 func (e *EmptyError) Error() string {
@@ -122,8 +128,18 @@ func (e *EmptyError) Error() string {
 	if e.Metric == "" {
 		msg = fmt.Sprintf("%s: no loss metric found", e.Source)
 	}
+	if e.Read != "" {
+		msg += "; " + e.Read
+	}
 	if e.Problems.Count > 0 {
 		msg += "; " + e.Problems.String()
+	}
+	if e.Read != "" {
+		opt := e.PatternOption
+		if opt == "" {
+			opt = "a metric pattern"
+		}
+		return msg + "; give " + opt + " that finds the value, e.g. '" + PatternExample + "'"
 	}
 	return msg + "; check the file format and the metric to read"
 }

@@ -99,7 +99,7 @@ func Parse(file string, data []byte) (*Document, []Finding) {
 		// Nothing of the schema can be read from a list or a scalar; a
 		// finding per missing field would only bury this one.
 		p.add("yaml.type", SevError, p.at(root), "",
-			"the spec must be a mapping of keys (name, runtime, security, resources), got "+kindName(root),
+			"the spec must be a mapping of keys (name, runtime, security, resources, metrics), got "+kindName(root),
 			"run `gpupass init` for a starter spec")
 		return nil, p.findings
 	}
@@ -536,6 +536,11 @@ func (p *parser) top(root *yaml.Node) {
 					})
 				}},
 				{"time-limit", p.str(&r.TimeLimit)},
+			})
+		}},
+		{"metrics", func(path string, v *yaml.Node) {
+			p.mapping(v, path, []field{
+				{"pattern", p.str(&s.Metrics.Pattern)},
 			})
 		}},
 	})

@@ -11,6 +11,19 @@ type Spec struct {
 	Runtime     Runtime   `json:"runtime"`
 	Security    Security  `json:"security"`
 	Resources   Resources `json:"resources"`
+	// Metrics says how to read the run's metrics from its output. Like
+	// resources it is not part of the fingerprint: how a log is read
+	// does not change what the job runs in.
+	Metrics Metrics `json:"metrics,omitzero"`
+}
+
+// Metrics says how to read a run's metrics.
+type Metrics struct {
+	// Pattern is a Go regular expression (RE2) with a named group for the
+	// value, (?P<loss>…) or (?P<value>…), and optionally (?P<step>…),
+	// that finds the loss in a script's own log lines
+	// (metrics.CompilePattern); empty reads the built-in forms.
+	Pattern string `json:"pattern,omitempty"`
 }
 
 // Runtime is the declared software environment. With Security it makes

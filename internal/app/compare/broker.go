@@ -24,6 +24,11 @@ type BrokerSource struct {
 	URL  string
 }
 
+// sourceText is the Source of a point the agent read from a job's own
+// log line (agent/executor.SourceText; the daemon's packages are not
+// imported here).
+const sourceText = "text"
+
 // Metrics implements Source.
 func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*metrics.Series, error) {
 	c, err := b.Dial()
@@ -45,12 +50,31 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	s := &metrics.Series{Label: run.GetRegion(), Source: "broker:" + allocID, Metric: key, Format: "gpupass-broker",
 		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated(),
 		Slurm: runview.SlurmOf(run)}
+	// Points the agent read from the job's own log lines (`loss 7.89`)
+	// count only when the job logged none the gpupass way: a job that
+	// does both has its series in the gpupass:metric lines or file, and
+	// its printed lines, read until the first of those, would add a
+	// second curve at other steps.
+	structured := false
+	for _, p := range resp.Msg.Points {
+		if _, ok := p.Values[key]; ok && p.GetSource() != sourceText {
+			structured = true
+			break
+		}
+	}
+	text := 0
 	for _, p := range resp.Msg.Points {
 		v, ok := p.Values[key]
-		if !ok {
+		if !ok || (structured && p.GetSource() == sourceText) {
 			continue
 		}
+		if p.GetSource() == sourceText {
+			text++
+		}
 		s.Points = append(s.Points, metrics.Point{Step: p.Step, Value: v, Time: p.TimeUnixNano})
+	}
+	if text > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d of its %s values were read by the agent from the job's own log lines (`%s 1.23`, `%s=1.23`, `%s: 1.23` or the spec's metrics.pattern)", text, key, key, key, key))
 	}
 	// The state decides whether the figures are final: compare refuses
 	// an unfinished run unless asked (RunNotDoneError), and says how a

@@ -26,6 +26,7 @@ import (
 	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // Source fetches the metric series of an allocation (the broker's runs
@@ -112,7 +113,13 @@ type Options struct {
 	Prices []Price
 	// Metric is a metric key, CSV column or TensorBoard tag; empty is
 	// the training loss.
-	Metric    string
+	Metric string
+	// MetricPattern finds the metric in text logs (metrics.Pattern);
+	// empty uses the pattern of SpecFile, else the built-in forms.
+	MetricPattern string
+	// SpecFile is a spec whose metrics.pattern applies when
+	// MetricPattern is empty; empty for none.
+	SpecFile  string
 	Tolerance report.Tolerance
 	// AllowRunning compares allocations that have not ended on their
 	// partial curves.
@@ -178,7 +185,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	series, err := load(ctx, o, ins)
+	pat, err := metricPattern(o.MetricPattern, o.SpecFile)
+	if err != nil {
+		return nil, err
+	}
+	series, err := load(ctx, o, pat, ins)
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +329,32 @@ func NameAllowRunning(err error, allow string) {
 	}
 }
 
+// NamePatternOption sets PatternOption on every *metrics.EmptyError in
+// err's tree, so "no loss values found" names the option that takes a
+// metric pattern as the user gives it ("--metric-pattern").
+func NamePatternOption(err error, name string) {
+	walkErrors(err, func(e error) {
+		if ee, ok := e.(*metrics.EmptyError); ok {
+			ee.PatternOption = name
+		}
+	})
+}
+
+func walkErrors(err error, f func(error)) {
+	if err == nil {
+		return
+	}
+	f(err)
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			walkErrors(e, f)
+		}
+	case interface{ Unwrap() error }:
+		walkErrors(u.Unwrap(), f)
+	}
+}
+
 func (e *RunNotDoneError) Error() string {
 	wait := fmt.Sprintf("`gpupass logs %s --follow` waits for it", e.ID)
 	if e.Series == nil || len(e.Series.Points) == 0 {
@@ -332,13 +369,47 @@ func (e *RunNotDoneError) Error() string {
 		e.ID, e.Region, e.State, len(p), p[len(p)-1].Step, wait, allow)
 }
 
-func load(ctx context.Context, o Options, ins []input) ([]*metrics.Series, error) {
+// metricPattern compiles the pattern given, else the spec's
+// metrics.pattern; nil when there is none.
+func metricPattern(expr, specFile string) (*metrics.Pattern, error) {
+	if expr != "" {
+		p, err := metrics.CompilePattern(expr)
+		if err != nil {
+			return nil, &fielderr.Error{Field: FieldMetricPattern, Value: expr, Problem: err.Error()}
+		}
+		return p, nil
+	}
+	if specFile == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(specFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the spec for its metrics.pattern: %w", err)
+	}
+	doc, _ := spec.Parse(specFile, data)
+	if doc == nil || doc.Spec.Metrics.Pattern == "" {
+		// A spec that does not parse is validate's business; compare
+		// only needs the pattern, and there is none to use.
+		return nil, nil
+	}
+	p, err := metrics.CompilePattern(doc.Spec.Metrics.Pattern)
+	if err != nil {
+		at := doc.At("metrics.pattern")
+		return nil, fmt.Errorf("%s:%d:%d: metrics.pattern: %w", specFile, at.Line, at.Column, err)
+	}
+	return p, nil
+}
+
+// FieldMetricPattern is the field of a bad Options.MetricPattern.
+const FieldMetricPattern = "MetricPattern"
+
+func load(ctx context.Context, o Options, pat *metrics.Pattern, ins []input) ([]*metrics.Series, error) {
 	series := make([]*metrics.Series, len(ins))
 	errs := make([]error, len(ins))
 	var wg sync.WaitGroup
 	for i, in := range ins {
 		wg.Go(func() {
-			series[i], errs[i] = loadOne(ctx, o, in)
+			series[i], errs[i] = loadOne(ctx, o, pat, in)
 		})
 	}
 	wg.Wait()
@@ -351,10 +422,10 @@ func load(ctx context.Context, o Options, ins []input) ([]*metrics.Series, error
 // ErrNoSource is an allocation id given without a Source to read it.
 var ErrNoSource = errors.New("no such file, and allocation ids need the broker")
 
-func loadOne(ctx context.Context, o Options, in input) (*metrics.Series, error) {
+func loadOne(ctx context.Context, o Options, pat *metrics.Pattern, in input) (*metrics.Series, error) {
 	var s *metrics.Series
 	if _, err := os.Stat(in.ref); err == nil {
-		s, err = metrics.ReadFile(in.ref, metrics.Options{Metric: o.Metric})
+		s, err = metrics.ReadFile(in.ref, metrics.Options{Metric: o.Metric, Pattern: pat})
 		if err != nil {
 			return nil, err
 		}

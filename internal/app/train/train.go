@@ -32,6 +32,7 @@ import (
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/termsafe"
@@ -58,6 +59,10 @@ type Options struct {
 	// spec.ParseTimeLimit); it overrides the spec's resources.time-limit.
 	// Empty: the spec's, if any.
 	TimeLimit string
+	// MetricPattern, when set, becomes the run spec's metrics.pattern
+	// (metrics.CompilePattern): how the agent finds the loss in the
+	// job's own log lines. It leaves the fingerprint alone.
+	MetricPattern string
 	// Workdir is shipped to each node as the command's work dir; empty:
 	// the spec's directory, which holds the files its command names
 	// (train.py next to gpupass.yaml), unless NoWorkdir.
@@ -132,6 +137,14 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading spec %s: %w", o.Spec, err)
+	}
+	if o.MetricPattern != "" {
+		if _, err := metrics.CompilePattern(o.MetricPattern); err != nil {
+			return nil, &fielderr.Error{Field: "MetricPattern", Value: o.MetricPattern, Problem: err.Error()}
+		}
+		if specYAML, err = spec.SetMetricPattern(specYAML, o.MetricPattern); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Spec, err)
+		}
 	}
 	wd, err := PackWorkdir(o)
 	if err != nil {

@@ -69,6 +69,20 @@ type CIStepOptions struct {
 	Logger *slog.Logger
 }
 
+// ciCompareSpec is the spec whose metrics.pattern compare-report reads
+// text logs with: the spec input when that file is there (the same input
+// is set for every step, and compare-report runs need no spec), else
+// compare's default, the working directory's.
+func ciCompareSpec(spec string) string {
+	if spec == "" {
+		return ""
+	}
+	if fi, err := os.Stat(spec); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return spec
+}
+
 // AddFlags registers the step inputs.
 func (o *CIStepOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
@@ -326,6 +340,9 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 	js := filepath.Join(o.ReportDir, "report.json")
 	c := &CompareOptions{
 		Labels: labels, Inputs: inputs,
+		// Text logs are read with the spec's metrics.pattern: CI needs
+		// no input of its own for it.
+		Spec:      ciCompareSpec(o.Spec),
 		Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence,
 		Tag: o.Tag, CommentBehavior: o.CommentBehavior, Post: string(ciComparePost), Poster: o.Global.Poster,
 		Markdown: md, JSON: js,
@@ -343,6 +360,7 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 	}
 	res, runErr := compare.Run(ctx, opts)
 	compare.NameAllowRunning(runErr, "use `gpupass compare --allow-running`")
+	compare.NamePatternOption(runErr, "a metrics.pattern in the spec")
 	if errors.Is(runErr, compare.ErrNoSource) {
 		runErr = fmt.Errorf("%w: set the broker-url and broker-token inputs", runErr)
 	}

@@ -69,6 +69,10 @@ func TestRunCIStep(t *testing.T) {
 			wantCode: ExitFindings,
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_VERDICT=diverged", "GPUPASS_REPORT_PATH=rep/report.md"},
 				"rep/annotations.json": {`"label": "gpupass compare report: diverged"`, `"url": "https://gitlab.invalid/g/p/-/jobs/7/artifacts/file/`}}},
+		{name: "compare-report reads text logs with the spec's metrics.pattern", kind: "github",
+			spec:     string(starter) + "metrics:\n  pattern: 'it=(?P<step>\\d+) xent (?P<loss>\\S+)'\n",
+			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.log eu=eu.log", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
+			wantFile: map[string][]string{"rep/report.md": {"| 2.5 ", "1..3 (3 pts)", "step: the pattern's step group"}}},
 		{name: "compare-report without runs", kind: "gitlab", opts: CIStepOptions{Command: "compare-report"}, wantCode: ExitUsage},
 	}
 	for _, tt := range tests {
@@ -78,6 +82,11 @@ func TestRunCIStep(t *testing.T) {
 			writeMetrics(t, filepath.Join(dir, "us.jsonl"), 0)
 			writeMetrics(t, filepath.Join(dir, "eu.jsonl"), 0.001)
 			writeMetrics(t, filepath.Join(dir, "far.jsonl"), 0.5)
+			for _, name := range []string{"us.log", "eu.log"} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte("it=1 xent 2.9\nit=2 xent 2.7\nit=3 xent 2.5\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tt.spec != "" {
 				if err := os.WriteFile(filepath.Join(dir, "gpupass.yaml"), []byte(tt.spec), 0o644); err != nil {
 					t.Fatal(err)

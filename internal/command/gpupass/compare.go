@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/compare"
+	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
 	"github.com/gpupass/gpupass/internal/report"
@@ -24,6 +25,8 @@ type CompareOptions struct {
 	Labels           []string
 	Prices           []string
 	Metric           string
+	MetricPattern    string
+	Spec             string
 	Tolerance        string
 	FailOnDivergence bool
 	AllowRunning     bool
@@ -56,7 +59,9 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringArrayVar(&o.Labels, "label", nil, "name a run: NAME=INPUT (file or allocation id); repeatable")
 	f.StringArrayVar(&o.Prices, "price", nil, "hardware price of a run in USD per hour: NAME=3.5; repeatable")
-	f.StringVar(&o.Metric, "metric", "", "metric key, CSV column or TensorBoard tag (default: the training loss)")
+	f.StringVar(&o.Metric, "metric", "", "metric key, CSV column, TensorBoard tag or MLflow key, or the name before the number in a text log (default: the training loss)")
+	f.StringVar(&o.MetricPattern, "metric-pattern", "", "Go regular expression (RE2) that finds the value in text log lines: a named group (?P<loss>…) or (?P<value>…), optionally (?P<step>…) (default: the spec's metrics.pattern, else `loss 1.23`, `loss=1.23`, `loss: 1.23`, `'loss': 1.23`)")
+	f.StringVar(&o.Spec, "spec", "", "spec whose metrics.pattern reads text logs when --metric-pattern is not given (default: gpupass.yaml, or lightning-cloud.yaml, in the working directory, when there)")
 	f.StringVar(&o.Tolerance, "tolerance", "5%", "allowed loss difference at every common step: 0.05 (absolute), 2% (relative) or abs=0.05,rel=2%")
 	f.BoolVar(&o.FailOnDivergence, "fail-on-divergence", false, "exit 1 when runs diverge past the tolerance or cannot be compared")
 	f.BoolVar(&o.AllowRunning, "allow-running", false, "compare allocations that have not ended yet on their partial curves (default: refuse, the figures are not final)")
@@ -82,8 +87,16 @@ func newCompareCmd(g *GlobalOptions) *cobra.Command {
 		Short: "Compare loss curves of runs across regions and post the report",
 		Long: `Compare the training loss of several runs (gpupass JSONL or training logs with
 gpupass:metric lines, Lightning CSVLogger metrics.csv, TensorBoard event files
-or directories, allocation ids) at common steps, and render a verdict against
---tolerance as markdown with a Mermaid chart, SVG, JSON and JUnit.
+or directories, MLflow file-store runs (mlruns/<experiment>/<run>), allocation
+ids) at common steps, and render a verdict against --tolerance as markdown with
+a Mermaid chart, SVG, JSON and JUnit.
+
+A script's own log needs no change: lines such as ` + "`loss 7.89`, `loss=7.89`, `Loss: 7.89`" + `
+or a printed dict ` + "`{'loss': 7.89}`" + ` (train_loss too; val/valid/eval/test losses are
+not the training loss) are read, the step taken from ` + "`step N`/`iter N`" + `, else
+` + "`epoch E`" + ` with an ` + "`N/M`" + ` batch position, else the line's order; the report's
+notes say which, and how many lines had a value. --metric-pattern (or the
+spec's metrics.pattern) reads any other form.
 
 Allocation ids are read from the broker (--broker-url, or the config that
 ` + "`gpupass up`" + ` left): the series as the run logged it, labelled by region,
@@ -97,7 +110,9 @@ the report is posted as one sticky comment per --tag; $GITHUB_STEP_SUMMARY is
 always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 1 diverged or not comparable with --fail-on-divergence, 2 bad input or I/O.`,
 		Example: `  gpupass compare --label us=runs/us/metrics.jsonl --label eu=runs/eu/metrics.csv
-  gpupass compare us.jsonl eu.jsonl --tolerance abs=0.05,rel=2% --fail-on-divergence --svg chart.svg --junit compare.xml`,
+  gpupass compare us.jsonl eu.jsonl --tolerance abs=0.05,rel=2% --fail-on-divergence --svg chart.svg --junit compare.xml
+  gpupass compare us/train.log eu/train.log --metric-pattern '\| loss\s+(?P<loss>\S+) \|'
+  gpupass compare us/mlruns eu/mlruns`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Inputs = args
 			o.Output = g.Output
@@ -170,7 +185,21 @@ func brokerSource(b *BrokerFlags) *compare.BrokerSource {
 }
 
 // compareFlagNames maps the use case's option fields to compare's flags.
-var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post"}
+var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post", compare.FieldMetricPattern: "--metric-pattern"}
+
+// specFile is the spec whose metrics.pattern compare uses: --spec, else
+// the working directory's spec when there is one.
+func (o *CompareOptions) specFile() string {
+	if o.Spec != "" || o.MetricPattern != "" {
+		return o.Spec
+	}
+	for _, n := range validate.SpecFileNames {
+		if fi, err := os.Stat(n); err == nil && fi.Mode().IsRegular() {
+			return n
+		}
+	}
+	return ""
+}
 
 // options turns the flags into the use case's options.
 func (o *CompareOptions) options() (compare.Options, error) {
@@ -199,7 +228,8 @@ func (o *CompareOptions) options() (compare.Options, error) {
 		return compare.Options{}, err
 	}
 	return compare.Options{
-		Runs: runs, Prices: prices, Metric: o.Metric, Tolerance: tol, AllowRunning: o.AllowRunning,
+		Runs: runs, Prices: prices, Metric: o.Metric, MetricPattern: o.MetricPattern, SpecFile: o.specFile(),
+		Tolerance: tol, AllowRunning: o.AllowRunning,
 		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit},
 		Post:  post, Tag: o.Tag, Behavior: behavior, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
 		Getenv: o.Getenv, Poster: o.Poster, Source: o.Source, HTTPClient: o.HTTPClient, Logger: o.Logger,
@@ -233,6 +263,7 @@ func runCompare(ctx context.Context, o *CompareOptions) (*compare.Result, error)
 	}
 	res, err := compare.Run(ctx, opts)
 	compare.NameAllowRunning(err, "pass --allow-running")
+	compare.NamePatternOption(err, "--metric-pattern")
 	switch {
 	case errors.Is(err, compare.ErrNothing):
 		err = fmt.Errorf("%w, e.g. gpupass compare us.jsonl eu.jsonl", err)

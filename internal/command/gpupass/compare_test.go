@@ -134,7 +134,7 @@ func TestCompareBadInput(t *testing.T) {
 		{"duplicate default labels", []string{us, filepath.Join(dir, "us.jsonl")}, ""},
 		{"alloc without broker", []string{us, "alloc-7f3a"}, "alloc-7f3a: no such file, and allocation ids need the broker"},
 		{"missing file", []string{us, filepath.Join(dir, "nope.csv")}, "nope.csv: no such file"},
-		{"empty series", []string{us, empty}, "no loss values found; 1 malformed (line 1: not a JSON object)"},
+		{"empty series", []string{us, empty}, "no loss values found; read 1 line(s) as a text log"},
 		{"bad tolerance", []string{us, "--tolerance", "abc"}, "--tolerance"},
 		{"bad behavior", []string{us, "--comment-behavior", "hide"}, "--comment-behavior"},
 		{"bad price", []string{us, "--price", "zz=1"}, `no run named "zz"`},
