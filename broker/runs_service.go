@@ -446,7 +446,7 @@ func (b *Broker) timeLimit(seconds int64, sp *spec.Spec) (time.Duration, error) 
 }
 
 // visibleRun reads a run the caller's token may see. A run outside the
-// token's regions is refused with 403, as README and SECURITY.md promise
+// token's regions is refused with 403, as docs/operating-the-broker.md and SECURITY.md promise
 // for scope: a 404 sent users looking for a mistyped id when their token
 // was the problem. The answer does not name the run's region, and run ids
 // are random, so it tells no more than that the id exists.

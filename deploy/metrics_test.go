@@ -101,25 +101,31 @@ func TestGrafanaDashboard(t *testing.T) {
 }
 
 // TestMetricsDocumented: every family the broker and the agent export has
-// a row in the README's tables (Broker (`gpupass_broker_…`) and Agent
+// a row in docs/metrics.md's tables (Broker (`gpupass_broker_…`) and Agent
 // (`gpupass_agent_…`)), so an operator can look up what a series means.
 func TestMetricsDocumented(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	const page = "docs/metrics.md"
+	b, err := os.ReadFile(filepath.Join("..", page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
+	doc := string(b)
+	// section is doc from start to end, or to the page's end when end is
+	// empty (the agent's table closes the page).
 	section := func(start, end string) string {
-		i := strings.Index(readme, start)
+		i := strings.Index(doc, start)
 		if i < 0 {
-			t.Fatalf("README: no %q", start)
+			t.Fatalf("%s: no %q", page, start)
 		}
-		j := strings.Index(readme[i+len(start):], end)
+		if end == "" {
+			return doc[i:]
+		}
+		j := strings.Index(doc[i+len(start):], end)
 		if j < 0 {
-			t.Fatalf("README: nothing ends the section %q with %q", start, end)
+			t.Fatalf("%s: nothing ends the section %q with %q", page, start, end)
 		}
-		return readme[i : i+len(start)+j]
+		return doc[i : i+len(start)+j]
 	}
 	for _, c := range []struct {
 		prefix string
@@ -127,7 +133,7 @@ func TestMetricsDocumented(t *testing.T) {
 		names  []string
 	}{
 		{"gpupass_broker_", section("Broker (`gpupass_broker_…`):", "Agent (`gpupass_agent_…`):"), brokermetrics.New(brokermetrics.Sources{}).Names()},
-		{"gpupass_agent_", section("Agent (`gpupass_agent_…`):", "\n#"), agentmetrics.New(nil).Names()},
+		{"gpupass_agent_", section("Agent (`gpupass_agent_…`):", ""), agentmetrics.New(nil).Names()},
 	} {
 		// A row's first cell names families in backticks, alone, as
 		// `name{labels}`, or as `a`, `b`.
@@ -143,7 +149,7 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 		for _, n := range c.names {
 			if short := strings.TrimPrefix(n, c.prefix); !documented[short] {
-				t.Errorf("README: %s has no row in the %s… metrics table", n, c.prefix)
+				t.Errorf("%s: %s has no row in the %s… metrics table", page, n, c.prefix)
 			}
 		}
 	}

@@ -1,6 +1,6 @@
 // Package nodeview is the JSON shape of nodes that `gpupass nodes` and
 // `gpupass validate --dry-run` print with --output json: a documented
-// contract for scripts and jq (README "Nodes and dry runs as JSON"),
+// contract for scripts and jq (docs/using.md "Nodes and dry runs as JSON"),
 // independent of the wire format. The protobuf JSON it replaces spelled
 // 64-bit integers as strings and times as nanosecond epochs, and printed
 // zeros for every field a dry run's short form leaves out, which read as

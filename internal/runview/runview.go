@@ -5,7 +5,7 @@
 // integers as strings and times as nanosecond epochs, and would change
 // with every field added to the API.
 //
-// The rules (README "Runs as JSON"): snake_case keys, every key always
+// The rules (docs/using.md "Runs as JSON"): snake_case keys, every key always
 // present; states in lower case; counts and prices as JSON numbers; times
 // as RFC 3339 strings in UTC, null when the run has not reached that
 // point; empty lists as [], never null. New keys may be added; existing
@@ -89,7 +89,7 @@ type Log struct {
 }
 
 // Score is the health score the broker gave the node when it placed the
-// run, with each term (README "Broker and agents").
+// run, with each term (docs/operating-the-broker.md "Broker and agents").
 type Score struct {
 	Score             float64 `json:"score"`
 	LatencyMS         float64 `json:"latency_ms"`

@@ -39,7 +39,7 @@ func runs() []*gpupassv1.Run {
 }
 
 // TestGolden holds the documented shape: every key, its spelling and its
-// type. A change here is a change to a public contract (README "Runs as
+// type. A change here is a change to a public contract (docs/using.md "Runs as
 // JSON"): add keys, never rename or retype one.
 func TestGolden(t *testing.T) {
 	t.Parallel()

@@ -28,7 +28,7 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden")
 // files and to the real jq (issue #32, item 6): numbers as numbers, RFC
 // 3339 times, snake_case keys, no key a dry run's short form leaves out,
 // and an out-of-scope node told by region only. The golden files are the
-// documented contract (README "Nodes and dry runs as JSON"); what varies
+// documented contract (docs/using.md "Nodes and dry runs as JSON"); what varies
 // between runs (node ids, times, measured round trips and the score
 // terms that follow from them) is replaced by placeholders that keep
 // the value's JSON type.
@@ -89,7 +89,7 @@ func TestNodesAndDryRunJSON(t *testing.T) {
 	check(dry, `.dry_run.candidates[0] | has("zone") or has("runtime") or has("storage_free_gb") | not`)
 	check(dry, `[.dry_run.excluded[] | select(.node.out_of_scope) | .node | {region, keys: keys}] == [{"region": "eu-central-1", "keys": ["id", "out_of_scope", "region"]}]`)
 	check(dry, `[.dry_run.excluded[].reasons[] | select(.field == "runtime.cuda") | .measured] == ["12.2.140"]`)
-	// The README's examples, as written there.
+	// docs/using.md's examples, as written there.
 	check(nodes, `.nodes[] | select(.online and .admission == "admitted") | "\(.id) \(.health.score)"`)
 	check(dry, `.dry_run.excluded[] | "\(.node.id) \(.reasons[0].message)"`)
 

@@ -19,7 +19,7 @@ import (
 
 // TestRunsJSONThroughJq drives the built gpupass against a real broker and
 // pipes `train`, `runs` and `cancel -o json` through the real jq, the way
-// the README shows (issue #17, item 5): states in lower case, counts as
+// docs/using.md shows (issue #17, item 5): states in lower case, counts as
 // numbers, RFC 3339 times, snake_case keys, and the same document decodes
 // into runview's types. The node is a registered stand-in that never polls,
 // so the run stays matched until it is cancelled.

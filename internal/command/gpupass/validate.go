@@ -242,7 +242,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 type validateReport struct {
 	*spec.Result
 	Local json.RawMessage `json:"local,omitempty"`
-	// DryRun is the broker's answer to --dry-run (README "Nodes and dry
+	// DryRun is the broker's answer to --dry-run (docs/using.md "Nodes and dry
 	// runs as JSON").
 	DryRun *nodeview.DryRun `json:"dry_run,omitempty"`
 }
