@@ -36,7 +36,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("labels.region is required (e.g. us-west-2)"))
 	}
 	if err := api.CheckRegion(l.Region); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("labels.region: %w (the agent's --region)", err))
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("labels.region: %w (the region the agent enrolls in)", err))
 	}
 	if err := checkRegion(tok, l.Region); err != nil {
 		b.log.Warn("refused enrollment", "region", l.Region, "token", tok.ID, "err", err)

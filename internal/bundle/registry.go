@@ -61,6 +61,9 @@ const DefaultTimeout = 30 * time.Second
 const (
 	FieldUsername = "registry username"
 	FieldPassword = "registry password"
+	// FieldPlainHTTP is the switch to reach a registry without TLS
+	// (PlainHTTPError's fix).
+	FieldPlainHTTP = "plain HTTP registry"
 )
 
 // Validate checks that credentials come as a pair: a user name alone
@@ -173,8 +176,16 @@ var DefaultRetry = remote.Backoff{Duration: time.Second, Factor: 3.0, Jitter: 0.
 type PlainHTTPError struct{ Registry string }
 
 func (e *PlainHTTPError) Error() string {
-	return fmt.Sprintf("the registry %s speaks plain HTTP: add --plain-http (GPUPASS_PLAIN_HTTP=true) if it is a test registry you mean to reach without TLS", e.Registry)
+	return fmt.Sprintf("the registry %s speaks plain HTTP: add %s", e.Registry, e.fix())
 }
+
+// fix is the switch, as a field error so that the command layer names its
+// flag or input (it is in Unwrap's tree).
+func (e *PlainHTTPError) fix() *fielderr.Error {
+	return &fielderr.Error{Field: FieldPlainHTTP, Problem: "if it is a test registry you mean to reach without TLS"}
+}
+
+func (e *PlainHTTPError) Unwrap() error { return e.fix() }
 
 // plainHTTP is err as a *PlainHTTPError when the registry answered TLS in
 // plain HTTP, else nil. Go's and ggcr's own wording would print the HTTPS

@@ -32,11 +32,13 @@ func (Plugin) FieldNames() (flags, inputs fielderr.Names) {
 			bundle.FieldMountFrom: "--mount-from",
 			bundle.FieldUsername:  "--registry-username",
 			bundle.FieldPassword:  "--registry-password",
+			bundle.FieldPlainHTTP: "--plain-http (GPUPASS_PLAIN_HTTP=true)",
 			"jobs":                "--jobs",
 		}, fielderr.Names{
 			bundle.FieldMountFrom: "mount source",
 			bundle.FieldUsername:  "GPUPASS_REGISTRY_USERNAME",
 			bundle.FieldPassword:  "GPUPASS_REGISTRY_PASSWORD",
+			bundle.FieldPlainHTTP: "GPUPASS_PLAIN_HTTP=true",
 		}
 }
 
