@@ -29,6 +29,7 @@ import (
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -148,7 +149,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, fielderr.New("AgentsPerRegion", fmt.Sprint(o.AgentsPerRegion), "must be between 1 and 16")
 	}
 	if o.Python == "" {
-		o.Python = "/usr/bin/python3"
+		o.Python = probe.DefaultPython
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:7070"

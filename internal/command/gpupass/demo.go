@@ -25,6 +25,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -103,7 +104,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	rc := rcs.Run
 	python := o.Python
 	if python == "" {
-		python = "/usr/bin/python3"
+		python = probe.DefaultPython
 	}
 	var runs []*gpupassv1.Run
 	for _, r := range regions {

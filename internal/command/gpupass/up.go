@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/probe"
 )
 
 // UpOptions are the flags of `gpupass up`.
@@ -48,7 +49,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f.StringSliceVar(&o.Regions, "region", []string{"us-west-2", "eu-central-1"}, "regions to start agents in (repeat or comma-separate)")
 	f.IntVar(&o.AgentsPerRegion, "agents-per-region", 1, "agents started per region")
 	f.StringVar(&o.Profile, "profile", "a100-80gb-4x", "simulated hardware profile of the agents (built-in name or PROFILE.json)")
-	f.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
+	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
 	o.Slurm.AddFlags(cmd)
@@ -106,7 +107,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 		o.StateDir = DefaultStateDir(o.Getenv)
 	}
 	if o.Python == "" {
-		o.Python = "/usr/bin/python3"
+		o.Python = probe.DefaultPython
 	}
 	if err := o.Slurm.validate(o.AgentsPerRegion); err != nil {
 		return err
