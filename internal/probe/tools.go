@@ -145,6 +145,13 @@ type Python struct {
 	Isolated bool
 }
 
+// DefaultPython is the interpreter `gpupass validate --local` probes and
+// `gpupass up` runs jobs with unless told otherwise: one default, so the
+// check and the run see the same Python. Debian's python3-torch and
+// python3-numpy serve only the system interpreter, not a python3 that a
+// venv or conda puts first on PATH.
+const DefaultPython = "/usr/bin/python3"
+
 // Name implements Probe.
 func (Python) Name() string { return "python" }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -102,6 +103,10 @@ type Stack struct {
 	Nodes []*gpupassv1.Node
 	// BrokerLog is the broker's log file.
 	BrokerLog string
+	// MetricsURL is the broker's Prometheus endpoint; ReadTokenFile the
+	// file holding a read token for every region, which it accepts.
+	MetricsURL    string
+	ReadTokenFile string
 
 	log        *slog.Logger
 	brokerBin  string
@@ -148,7 +153,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, fielderr.New("AgentsPerRegion", fmt.Sprint(o.AgentsPerRegion), "must be between 1 and 16")
 	}
 	if o.Python == "" {
-		o.Python = "/usr/bin/python3"
+		o.Python = probe.DefaultPython
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:7070"
@@ -221,6 +226,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err = lock.write(lockInfo{PID: os.Getpid(), URL: url}); err != nil {
 		return nil, err
 	}
+	st.MetricsURL, st.ReadTokenFile = url+"/metrics", filepath.Join(dir, ReadTokenFile)
 	st.Config = &Config{BrokerURL: url, Token: toks.Submit, Regions: o.Regions, StateDir: dir, BrokerPID: st.broker.cmd.Process.Pid}
 	for _, region := range o.Regions {
 		for i := 1; i <= o.AgentsPerRegion; i++ {
@@ -385,7 +391,14 @@ func findBinary(name string) (string, error) {
 type upTokenFile struct {
 	Agent  string `json:"agent"`
 	Submit string `json:"submit"`
+	// Read (role read, every region) scrapes /metrics; it is also kept
+	// alone in ReadTokenFile, so a pasted command reads it with
+	// $(cat FILE) and up never prints it.
+	Read string `json:"read"`
 }
+
+// ReadTokenFile is where in the state dir up keeps its read token alone.
+const ReadTokenFile = "read.token"
 
 // upTokens returns the stack's agent and submit tokens, creating them on
 // first start (the database keeps only their hashes; the state dir keeps
@@ -393,10 +406,14 @@ type upTokenFile struct {
 func upTokens(ctx context.Context, brokerBin, db, dir string) (*upTokenFile, error) {
 	path := filepath.Join(dir, "tokens.json")
 	var t upTokenFile
+	have := false
 	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &t) == nil && t.Agent != "" && t.Submit != "" {
 		if _, err := os.Stat(filepath.Join(dir, "broker.db")); err == nil {
-			return &t, nil
+			have = true
 		}
+	}
+	if have && t.Read != "" {
+		return &t, writeReadToken(dir, t.Read)
 	}
 	create := func(role string) (string, error) {
 		var stdout, stderr bytes.Buffer
@@ -414,10 +431,17 @@ func upTokens(ctx context.Context, brokerBin, db, dir string) (*upTokenFile, err
 		return v.Token, nil
 	}
 	var err error
-	if t.Agent, err = create("agent"); err != nil {
-		return nil, err
+	if !have {
+		if t.Agent, err = create("agent"); err != nil {
+			return nil, err
+		}
+		if t.Submit, err = create("submit"); err != nil {
+			return nil, err
+		}
 	}
-	if t.Submit, err = create("submit"); err != nil {
+	// A state dir from before the read token gets one; its other
+	// tokens stay, so its config and agents stay valid.
+	if t.Read, err = create("read"); err != nil {
 		return nil, err
 	}
 	b, _ := json.Marshal(t)
@@ -427,7 +451,13 @@ func upTokens(ctx context.Context, brokerBin, db, dir string) (*upTokenFile, err
 	if err := fsutil.WriteFileAtomic(path, b, 0o600); err != nil {
 		return nil, err
 	}
-	return &t, nil
+	return &t, writeReadToken(dir, t.Read)
+}
+
+// writeReadToken keeps the read token alone in dir/ReadTokenFile, mode
+// 0600 like tokens.json.
+func writeReadToken(dir, tok string) error {
+	return fsutil.WriteFileAtomic(filepath.Join(dir, ReadTokenFile), []byte(tok), 0o600)
 }
 
 // localURL is the URL this host's clients reach a broker listening on

@@ -53,7 +53,34 @@ func TestUpTokensReplacesAtomically(t *testing.T) {
 		t.Fatalf("tokens %+v", tok)
 	}
 	testutil.WantFile(t, before, old, 0o644)
-	testutil.WantFile(t, path, `{"agent":"gpp_new","submit":"gpp_new"}`, 0o600)
+	testutil.WantFile(t, path, `{"agent":"gpp_new","submit":"gpp_new","read":"gpp_new"}`, 0o600)
+	testutil.WantFile(t, filepath.Join(dir, ReadTokenFile), "gpp_new", 0o600)
+}
+
+// TestUpTokensAddsAReadTokenToAnOlderStateDir: a state dir from before
+// the read token keeps its agent and submit tokens (its config and agents
+// stay valid) and gets a read token for the metrics line.
+func TestUpTokensAddsAReadTokenToAnOlderStateDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	broker := filepath.Join(dir, "gpupass-broker")
+	if err := os.WriteFile(broker, []byte("#!/bin/sh\necho '{\"token\":\"gpp_read\"}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "broker.db"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokens.json"), []byte(`{"agent":"gpp_a","submit":"gpp_s"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := upTokens(context.Background(), broker, filepath.Join(dir, "broker.db"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Agent != "gpp_a" || tok.Submit != "gpp_s" || tok.Read != "gpp_read" {
+		t.Fatalf("tokens %+v, want the old agent and submit tokens and a new read token", tok)
+	}
+	testutil.WantFile(t, filepath.Join(dir, ReadTokenFile), "gpp_read", 0o600)
 }
 
 // TestAgentArgs checks the executor choice reaches every agent's command

@@ -80,11 +80,18 @@ func (p *Printer) Print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 		line = e.Text()
 	}
 	if p.Prefix {
-		line = run.Region + " | " + line
+		line = PrefixRegion(run.Region, line)
 	}
 	// The line is the job's output: a terminal must show it, not obey it.
 	_, err := fmt.Fprintln(p.Out, termsafe.String(line))
 	return err
+}
+
+// PrefixRegion is the one form of a log line marked with the region it
+// came from, wherever runs of several regions share one terminal
+// (`train --follow`, `logs`, `up --demo`).
+func PrefixRegion(region, line string) string {
+	return region + " | " + line
 }
 
 // Follow streams a run's records to p from after (exclusive) and

@@ -22,9 +22,10 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
-	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -42,13 +43,9 @@ func (o *DemoOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.Steps, "demo-steps", 100, "training steps per region in the demo")
 }
 
-// runClient dials the broker's RunService.
-func runClient(url, token string) (gpupassv1connect.RunServiceClient, error) {
-	c, err := client.DialRuns(url, client.Options{Token: token, UserAgent: buildinfo.UserAgent("gpupass")})
-	if err != nil {
-		return nil, err
-	}
-	return c.Run, nil
+// runClients dials the broker's run services.
+func runClients(url, token string) (*client.RunClients, error) {
+	return client.DialRuns(url, client.Options{Token: token, UserAgent: buildinfo.UserAgent("gpupass")})
 }
 
 // RunDemo runs the example pipeline on a started stack: validate, train in
@@ -84,24 +81,36 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 		return fmt.Errorf("validate %s: %w", specPath, err)
 	}
 
-	fmt.Fprintf(out, "\n== 2/4 train in %s with the real PyTorch example (%d steps)\n", strings.Join(regions, " and "), o.Steps)
+	// The demo shows the NaN guard for real: train.py makes the loss NaN
+	// once, halfway, on a fresh start; gpupass restarts the job from the
+	// checkpoint saved before it, and the resumed run goes on to the end.
+	every := max(1, o.Steps/4)
+	nanAt := 2*every + 1
+	inject := []string{"--checkpoint-every", fmt.Sprint(every)}
+	if o.Steps >= 3 {
+		inject = append(inject, "--nan-at-step", fmt.Sprint(nanAt))
+		fmt.Fprintf(out, "\n== 2/4 train in %s with the real PyTorch example (%d steps, a NaN injected at step %d and recovered from a checkpoint)\n", strings.Join(regions, " and "), o.Steps, nanAt)
+	} else {
+		fmt.Fprintf(out, "\n== 2/4 train in %s with the real PyTorch example (%d steps)\n", strings.Join(regions, " and "), o.Steps)
+	}
 	archive, err := archiveDir(o.ExampleDir, workdir.Default())
 	if err != nil {
 		return err
 	}
-	rc, err := runClient(cfg.BrokerURL, cfg.Token)
+	rcs, err := runClients(cfg.BrokerURL, cfg.Token)
 	if err != nil {
 		return err
 	}
+	rc := rcs.Run
 	python := o.Python
 	if python == "" {
-		python = "/usr/bin/python3"
+		python = probe.DefaultPython
 	}
 	var runs []*gpupassv1.Run
 	for _, r := range regions {
 		resp, err := rc.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: r, Name: "demo",
-			Command:        []string{python, "train.py", "--steps", fmt.Sprint(o.Steps)},
+			Command:        append([]string{python, "train.py", "--steps", fmt.Sprint(o.Steps)}, inject...),
 			WorkdirArchive: archive,
 		}))
 		if err != nil {
@@ -112,20 +121,17 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 		runs = append(runs, run)
 	}
 	var (
-		mu     sync.Mutex
 		wg     sync.WaitGroup
 		finals = make([]*gpupassv1.Run, len(runs))
 		errs   = make([]error, len(runs))
+		// The same lines, in the same form, as `train --follow`.
+		p = &runlog.Printer{Out: out, Prefix: true}
 	)
 	for i, run := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			finals[i], errs[i] = demoFollow(ctx, rc, run, func(line string) {
-				mu.Lock()
-				defer mu.Unlock()
-				fmt.Fprintf(out, "%-14s %s\n", run.Region, line)
-			})
+			finals[i], errs[i] = runlog.Follow(ctx, rcs, run, 0, true, false, p, log)
 		}()
 	}
 	wg.Wait()
@@ -194,47 +200,6 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	fmt.Fprintf(out, "  nodes are simulated (\"simulated\": true): the training is real, the GPUs are not\n")
 	log.Debug("demo finished")
 	return nil
-}
-
-// demoFollow streams a run's events as text lines until it is terminal.
-func demoFollow(ctx context.Context, rc gpupassv1connect.RunServiceClient, run *gpupassv1.Run, line func(string)) (*gpupassv1.Run, error) {
-	var after uint64
-	for {
-		st, err := rc.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, AfterSeq: after, Follow: true}))
-		if err != nil {
-			return nil, err
-		}
-		for st.Receive() {
-			m := st.Msg()
-			for _, r := range m.Records {
-				after = max(after, r.Seq)
-				if r.Kind != gpupassv1.RecordKind_RECORD_KIND_EVENT {
-					continue
-				}
-				var ev events.Event
-				if err := json.Unmarshal(r.Data, &ev); err != nil {
-					line(fmt.Sprintf("(record %d unreadable: %v)", r.Seq, err))
-					continue
-				}
-				line(ev.Text())
-			}
-			if m.Run != nil {
-				st.Close()
-				return m.Run, nil
-			}
-		}
-		err = st.Err()
-		st.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
-			return nil, err
-		}
-		// The stream ended without the final run (the broker restarted):
-		// follow again from where it stopped.
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // writeMetricsFile fetches a run's metric series through the API and

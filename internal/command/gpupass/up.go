@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/probe"
 )
 
 // UpOptions are the flags of `gpupass up`.
@@ -48,7 +49,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f.StringSliceVar(&o.Regions, "region", []string{"us-west-2", "eu-central-1"}, "regions to start agents in (repeat or comma-separate)")
 	f.IntVar(&o.AgentsPerRegion, "agents-per-region", 1, "agents started per region")
 	f.StringVar(&o.Profile, "profile", "a100-80gb-4x", "simulated hardware profile of the agents (built-in name or PROFILE.json)")
-	f.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
+	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
 	o.Slurm.AddFlags(cmd)
@@ -106,7 +107,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 		o.StateDir = DefaultStateDir(o.Getenv)
 	}
 	if o.Python == "" {
-		o.Python = "/usr/bin/python3"
+		o.Python = probe.DefaultPython
 	}
 	if err := o.Slurm.validate(o.AgentsPerRegion); err != nil {
 		return err
@@ -193,9 +194,11 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 			Token     string        `json:"token"`
 			Config    string        `json:"config"`
 			StateDir  string        `json:"state_dir"`
+			Metrics   string        `json:"metrics_url,omitempty"`
+			ReadToken string        `json:"read_token_file,omitempty"`
 			Context   *stackContext `json:"context,omitempty"`
 			Agents    []agentJSON   `json:"agents"`
-		}{BrokerURL: st.Config.BrokerURL, Token: st.Config.Token, Config: st.ConfigPath, StateDir: st.Dir, Context: sc}
+		}{BrokerURL: st.Config.BrokerURL, Token: st.Config.Token, Config: st.ConfigPath, StateDir: st.Dir, Metrics: st.MetricsURL, ReadToken: st.ReadTokenFile, Context: sc}
 		for _, n := range st.Nodes {
 			v.Agents = append(v.Agents, agentJSON{n.Id, n.Region, n.Profile, n.Simulated, n.GetHealth().GetScore()})
 		}
@@ -215,6 +218,10 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 		fmt.Fprintf(out, "agent   %-14s %s  %s x%d (%s)  %s, score %s%s\n", n.Region, n.Id, n.Accelerator, n.GpuCount, n.Profile, cert, f2(n.GetHealth().GetScore()), sim)
 	}
 	fmt.Fprintf(out, "token   %s  (submit; saved in %s)\n", st.Config.Token, st.ConfigPath)
+	if st.MetricsURL != "" {
+		// The read token stays in its file: the line is pasted, not the secret.
+		fmt.Fprintf(out, "metrics %s  (Prometheus text; the read token is in %s)\n", metricsCurl(st.MetricsURL, st.ReadTokenFile), st.ReadTokenFile)
+	}
 	if st.Dir != mustAbs(DefaultStateDir(o.Getenv)) {
 		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", shellQuote(st.Dir))
 	}
@@ -226,6 +233,12 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 		fmt.Fprintln(out, "Ctrl-C stops everything.")
 	}
 	return nil
+}
+
+// metricsCurl is the command that scrapes the stack's /metrics with the
+// read token read from its file when pasted.
+func metricsCurl(url, tokenFile string) string {
+	return fmt.Sprintf(`curl -H "Authorization: Bearer $(cat %s)" %s`, shellQuote(tokenFile), url)
 }
 
 // readyCommand is the train command up prints, one that runs as pasted

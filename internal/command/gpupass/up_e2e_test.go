@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -241,6 +242,19 @@ func TestUpDemo(t *testing.T) {
 	for _, want := range []string{"== 1/4 validate", "2 candidate(s)", "== 2/4 train", "trainer done", "== 3/4 compare", "consistent", "== 4/4 audit", "ok   signature", "ok   agent-signature", "ok   fingerprint", `"simulated": true`, "results:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, upstack.Tail(out, 6000))
+		}
+	}
+	// One log-line form for every command that follows runs of several
+	// regions (runlog.PrefixRegion), not a padded one of its own.
+	if padded := regexp.MustCompile(`(?m)^us-west-2 +\[`).FindString(out); padded != "" {
+		t.Errorf("demo log line in a second form %q, want %q:\n%s", padded, "us-west-2 | [", upstack.Tail(out, 6000))
+	}
+	// The NaN the demo promises is injected and recovered from a
+	// checkpoint in both regions (train.py --nan-at-step).
+	for _, r := range []string{"us-west-2", "eu-central-1"} {
+		if !regexp.MustCompile(`(?m)^`+r+` \| .*non-finite loss nan at step`).MatchString(out) ||
+			!regexp.MustCompile(`(?m)^`+r+` \| .*checkpoint:? resumed from .* at step`).MatchString(out) {
+			t.Errorf("demo log of %s lacks the injected NaN and the resume from a checkpoint:\n%s", r, upstack.Tail(out, 6000))
 		}
 	}
 	md, err := os.ReadFile(filepath.Join(state, "demo", "compare.md"))

@@ -20,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/flagalias"
 	"github.com/gpupass/gpupass/internal/nodeview"
+	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -60,7 +61,7 @@ func (o *ValidateOptions) AddFlags(cmd *cobra.Command) {
 	flagalias.Shorthand(f, "spec", "f", cmd.ErrOrStderr) // -f is --follow elsewhere
 	f.StringVar(&o.Format, "format", "", "findings format: "+strings.Join(findings.Formats, ", ")+" (default text; json with --output json)")
 	f.BoolVar(&o.Local, "local", false, "also check this machine's runtime (driver, nvcc, python, torch, packages) against the spec")
-	f.StringVar(&o.Python, "python", "python3", "Python interpreter probed by --local")
+	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter probed by --local (the one gpupass up runs jobs with)")
 	o.DryRun.AddFlags(cmd)
 }
 
