@@ -287,14 +287,20 @@ func TestRealAgentFaults(t *testing.T) {
 
 	t.Run("kill -9 mid-run: node lost, the command dies with the agent", func(t *testing.T) {
 		f.t = t
-		pidFile := filepath.Join(t.TempDir(), "job.pid")
-		r := f.submit("lost", nil, "sh", "-c", "echo $$ > "+pidFile+"; echo trainer: step 1; exec sleep 600")
+		// The job says its pid in its log: a file it wrote under /tmp
+		// would be in the run's own /tmp (--run-private-tmp), not the
+		// test's.
+		r := f.submit("lost", nil, "sh", "-c", "echo job-pid $$; echo trainer: step 1; exec sleep 600")
 		f.wait(r.Id, "to run", func(r *gpupassv1.Run) bool { return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING })
 		var pid int
 		upstack.WaitFor(t, ctx, "the job's pid", func() bool {
-			b, err := os.ReadFile(pidFile)
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-			return err == nil && pid > 0
+			_, msgs, _ := f.logs(r.Id)
+			for _, m := range msgs {
+				if v, ok := strings.CutPrefix(m, "job-pid "); ok {
+					pid, _ = strconv.Atoi(strings.TrimSpace(v))
+				}
+			}
+			return pid > 0
 		})
 		other.Kill9(t)
 		upstack.WaitFor(t, ctx, "the job to die with its agent", func() bool { return !testutil.PIDAlive(pid) })

@@ -4,6 +4,7 @@ package gpupass_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +69,10 @@ func TestE2EValidate(t *testing.T) {
 	if code != 1 {
 		t.Errorf("broken spec: exit %d, want 1\n%s", code, out)
 	}
-	for _, want := range []string{"gpupass.yaml:6:9: error [cuda.exact-version]", "[yaml.type] resources.count must be an integer"} {
+	// The finding points at the cuda line of the starter spec, wherever
+	// init's template puts it.
+	cudaLine := 1 + strings.Count(broken[:strings.Index(broken, "cuda: 12.1")], "\n")
+	for _, want := range []string{fmt.Sprintf("gpupass.yaml:%d:9: error [cuda.exact-version]", cudaLine), "[yaml.type] resources.count must be an integer"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("broken spec output lacks %q:\n%s", want, out)
 		}

@@ -210,10 +210,8 @@ func TestE2EInitSpecMatchesEveryUpNode(t *testing.T) {
 	var out string
 	var dry struct {
 		DryRun struct {
-			Candidates []struct {
-				Node struct{ Region string }
-			}
-			Excluded []struct {
+			Candidates []struct{ Region string }
+			Excluded   []struct {
 				Node    struct{ ID string }
 				Reasons []struct{ Message string }
 			}
@@ -237,7 +235,7 @@ func TestE2EInitSpecMatchesEveryUpNode(t *testing.T) {
 	})
 	regions := map[string]bool{}
 	for _, c := range dry.DryRun.Candidates {
-		regions[c.Node.Region] = true
+		regions[c.Region] = true
 	}
 	if len(regions) != agents || agents < 2 {
 		t.Errorf("candidates in %d region(s) of %d agents, want every region up started:\n%s", len(regions), agents, out)
