@@ -179,8 +179,12 @@ func TestRealAgentFaults(t *testing.T) {
 	// The spool cases flood (1M lines): the per-run rate limits of the
 	// agents and the broker (issue #16 finding 6, tested on their own)
 	// would hold the run far below what the spool must be ahead of.
+	// The faulty commands tell the test their pids through files in its
+	// temp dir under /tmp, which a run's own /tmp would hide: these
+	// agents share the node's /tmp (TestRunTmpReachesNoLaterRun covers
+	// the private one).
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"},
-		Env: []string{"GPUPASS_RUN_LOG_LINES_PER_SECOND=-1", "GPUPASS_RUN_MAX_RECORDS_PER_SECOND=-1"}})
+		Env: []string{"GPUPASS_RUN_LOG_LINES_PER_SECOND=-1", "GPUPASS_RUN_MAX_RECORDS_PER_SECOND=-1", "GPUPASS_RUN_PRIVATE_TMP=off"}})
 	cfg := stack.Config(t)
 	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
