@@ -152,7 +152,7 @@ func TestCheckpointShipperReadsOnlyTheJobsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.tick(later.Add(time.Second))
-	if n, msgs := kinds(); n == 0 || !contains(msgs, "checkpoint step1.pt (7 bytes) shipped") {
+	if n, msgs := kinds(); n == 0 || !contains(msgs, "step1.pt (7 bytes) shipped") {
 		t.Errorf("the job's file: %d checkpoint records, events %q; want it shipped", n, msgs)
 	}
 }
