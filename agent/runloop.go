@@ -49,6 +49,10 @@ type Assignment struct {
 	// the lost node shipped; the command starts from it.
 	ResumeCheckpointName string
 	ResumeCheckpoint     []byte
+	// KeepCheckpoints is set for a run submitted without
+	// --resume-elsewhere: no other node resumes from its checkpoints, so
+	// none is shipped to the broker.
+	KeepCheckpoints bool
 }
 
 // AllocState is a state the agent reports for an allocation.

@@ -189,9 +189,12 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 		r.state.Store(StateStarting)
 	}
 	x := r.executor()
-	ship := &ckptShipper{dir: filepath.Join(r.workDir, "checkpoints"), app: r.up, log: r.log, settle: 500 * time.Millisecond, runAs: r.runAs}
-	if r.resumeFrom != "" {
-		ship.skip(r.resumeFrom)
+	var ship *ckptShipper // nil: the run's checkpoints stay here
+	if !r.a.KeepCheckpoints {
+		ship = &ckptShipper{dir: filepath.Join(r.workDir, "checkpoints"), app: r.up, log: r.log, settle: 500 * time.Millisecond, runAs: r.runAs}
+		if r.resumeFrom != "" {
+			ship.skip(r.resumeFrom)
+		}
 	}
 	watchDone := make(chan struct{})
 	go func() {

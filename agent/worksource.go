@@ -68,6 +68,7 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 		Grace: time.Duration(m.GraceSeconds) * time.Second, TimeLimit: time.Duration(min(max(m.TimeLimitSeconds, 0), int64(spec.MaxTimeLimit/time.Second))) * time.Second,
 		ResumeAfterSeq:       m.ResumeAfterSeq,
 		ResumeCheckpointName: m.ResumeCheckpointName, ResumeCheckpoint: m.ResumeCheckpoint,
+		KeepCheckpoints: m.KeepCheckpoints,
 	}, nil
 }
 

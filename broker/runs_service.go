@@ -143,7 +143,7 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 func assignment(a store.Alloc, workdir []byte) *gpupassv1.Assignment {
 	as := &gpupassv1.Assignment{AllocId: a.ID, FencingToken: a.Fence, Name: a.Name, Region: a.Region, SpecJson: a.SpecJSON,
 		Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(a.MaxRestarts), GraceSeconds: int32(a.GraceSeconds),
-		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq}
+		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: !a.ResumeElsewhere}
 	if len(workdir) > 0 {
 		as.WorkdirDigest = digest(workdir)
 	}

@@ -29,8 +29,9 @@ func gp(t *testing.T, ctx context.Context, s *upstack.Stack, args ...string) (st
 // refused by train and up; train without --follow says how to follow
 // each run, and the commands it prints work pasted; a running run counts
 // its attempt; a cancelled run's log and the CLI say "cancelled" once; a
-// shipped checkpoint's line says "checkpoint" once; train --follow whose
-// runs ended at submission prints its table once.
+// shipped checkpoint's line says "checkpoint" once, and a run without
+// --resume-elsewhere ships none; train --follow whose runs ended at
+// submission prints its table once.
 func TestE2ETrainFirstHour(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -39,9 +40,10 @@ func TestE2ETrainFirstHour(t *testing.T) {
 	stack := upstack.Start(t, upstack.Options{Env: []string{"PATH=" + upstack.BuildAll(t) + ":" + os.Getenv("PATH")}})
 	spec := []string{"train", "--spec", "examples/train/gpupass.yaml"}
 
-	// One flag, two regions, no --follow.
+	// One flag, two regions, no --follow; --resume-elsewhere, so the
+	// checkpoint is shipped to the broker.
 	job := `echo x > "$GPUPASS_CHECKPOINT_DIR/ckpt-1.pt"; sleep 90`
-	stdout, stderr, code := gp(t, ctx, stack, append(spec, "--region", "us-west-2,eu-central-1", "--name", "hour", "--", "sh", "-c", job)...)
+	stdout, stderr, code := gp(t, ctx, stack, append(spec, "--region", "us-west-2,eu-central-1", "--name", "hour", "--resume-elsewhere", "--", "sh", "-c", job)...)
 	if code != 0 {
 		t.Errorf("train --region us-west-2,eu-central-1: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -137,6 +139,17 @@ func TestE2ETrainFirstHour(t *testing.T) {
 	}
 	if strings.Contains(out, "cancelled: cancelled") {
 		t.Errorf("the log of a cancelled run stutters:\n%s", upstack.Tail(out, 3000))
+	}
+
+	// Without --resume-elsewhere no other node resumes from the run's
+	// checkpoints: they stay on the node, none reaches the broker.
+	kept := `echo x > "$GPUPASS_CHECKPOINT_DIR/ckpt-1.pt"; sleep 3; echo wrote ckpt-1.pt`
+	stdout, stderr, code = gp(t, ctx, stack, append(spec, "--region", "us-west-2", "--follow", "--", "sh", "-c", kept)...)
+	if code != 0 || !strings.Contains(stdout+stderr, "wrote ckpt-1.pt") {
+		t.Errorf("train without --resume-elsewhere: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if strings.Contains(stdout+stderr, "shipped for resuming elsewhere") {
+		t.Errorf("a run without --resume-elsewhere shipped its checkpoint to the broker:\n%s", upstack.Tail(stdout+stderr, 3000))
 	}
 
 	// A region no node is in: the run ends at submission, and --follow

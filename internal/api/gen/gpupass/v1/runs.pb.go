@@ -327,6 +327,11 @@ type Assignment struct {
 	// default applies, e.g. --slurm-time-limit). It is the run's, not the
 	// placement's: after the node is lost it starts again whole on the next.
 	TimeLimitSeconds int64 `protobuf:"varint,12,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
+	// Set when the run was submitted without resume_elsewhere: its
+	// checkpoints stay on the node, nothing resumes from them elsewhere, so
+	// the agent ships none to the broker. Inverted so that a broker older
+	// than the field (which sends false) keeps the agent shipping, as then.
+	KeepCheckpoints bool `protobuf:"varint,13,opt,name=keep_checkpoints,json=keepCheckpoints,proto3" json:"keep_checkpoints,omitempty"`
 	// The newest checkpoint the lost node shipped (complete, digest
 	// checked) before resume_after_seq; the agent puts it in the run's
 	// checkpoint dir and starts the command with GPUPASS_RESUME_FROM on it.
@@ -450,6 +455,13 @@ func (x *Assignment) GetTimeLimitSeconds() int64 {
 		return x.TimeLimitSeconds
 	}
 	return 0
+}
+
+func (x *Assignment) GetKeepCheckpoints() bool {
+	if x != nil {
+		return x.KeepCheckpoints
+	}
+	return false
 }
 
 func (x *Assignment) GetResumeCheckpointName() string {
@@ -2326,7 +2338,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10PollWorkResponse\x126\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x16.gpupass.v1.AssignmentR\n" +
-	"assignment\"\x82\x04\n" +
+	"assignment\"\xad\x04\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12#\n" +
@@ -2341,7 +2353,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\rgrace_seconds\x18\n" +
 	" \x01(\x05R\fgraceSeconds\x12(\n" +
 	"\x10resume_after_seq\x18\v \x01(\x04R\x0eresumeAfterSeq\x12,\n" +
-	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x124\n" +
+	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x12)\n" +
+	"\x10keep_checkpoints\x18\r \x01(\bR\x0fkeepCheckpoints\x124\n" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
 	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\x92\x03\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
