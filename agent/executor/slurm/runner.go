@@ -207,7 +207,7 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 		id, err = sbatch()
 		return id, refused, err
 	}
-	id, cancelled, err := r.Ledger.Submit(ctx, r.Client, alloc, attempt, r.Node, sbatch)
+	id, cancelled, err := r.Ledger.Submit(ctx, r.Client, alloc, attempt, sbatch)
 	strays(cancelled, "before submitting the attempt's job")
 	return id, refused, err
 }
