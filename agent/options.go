@@ -100,6 +100,7 @@ type Options struct {
 // executor.FieldRunAs and executor.FieldUIDRange).
 const (
 	FieldBrokerURL        = "broker URL"
+	FieldStateDir         = "state dir"
 	FieldBrokerToken      = "broker token"
 	FieldRegion           = "region"
 	FieldStorageClass     = "storage class"

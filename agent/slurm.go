@@ -76,18 +76,32 @@ func (o *Options) validateSlurm() error {
 			return fielderr.New(FieldSlurmSimulate, v, "want NODE=PROFILE")
 		}
 	}
+	// The state dir (node keys, the default ledger) and the ledger must
+	// be out of every job's reach: a job that wrote them could forge the
+	// node's measurements or the jobs the agent owns.
+	if s.LedgerDir != "" {
+		if err := outsideShared(FieldSlurmLedgerDir, &s.LedgerDir, s.SharedDir); err != nil {
+			return err
+		}
+	}
+	if err := outsideShared(FieldStateDir, &o.StateDir, s.SharedDir); err != nil {
+		return err
+	}
 	if s.LedgerDir == "" {
 		s.LedgerDir = filepath.Join(o.StateDir, "slurm", "ledger")
 	}
-	if !filepath.IsAbs(s.LedgerDir) {
-		abs, err := filepath.Abs(s.LedgerDir)
-		if err != nil {
-			return fielderr.New(FieldSlurmLedgerDir, s.LedgerDir, "give an absolute directory on the login node: %w", err)
-		}
-		s.LedgerDir = abs
+	return nil
+}
+
+// outsideShared makes *dir absolute and refuses it inside shared.
+func outsideShared(field string, dir *string, shared string) error {
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return fielderr.New(field, *dir, "give an absolute directory on the login node: %w", err)
 	}
-	if rel, err := filepath.Rel(s.SharedDir, s.LedgerDir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return fielderr.New(FieldSlurmLedgerDir, s.LedgerDir, "is inside {"+FieldSlurmSharedDir+"}, which every job can write: give a directory on the login node that no compute node mounts")
+	*dir = abs
+	if rel, err := filepath.Rel(shared, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fielderr.New(field, abs, "is inside {"+FieldSlurmSharedDir+"}, which every job can write: give a directory on the login node that no compute node mounts")
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,9 +35,16 @@ type Job struct {
 // ErrNoJob is a job Slurm no longer (or never) knew.
 var ErrNoJob = errors.New("slurm does not know the job")
 
+// showJobs runs `scontrol show job -o [ID]` with its times as Unix
+// seconds (SLURM_TIME_FORMAT=%s): the default, the local time without a
+// zone, names two instants in the hour a DST change repeats.
+func (c *Client) showJobs(ctx context.Context, id ...string) (string, error) {
+	return c.run(ctx, append(os.Environ(), "SLURM_TIME_FORMAT=%s"), "scontrol", append([]string{"show", "job", "-o"}, id...)...)
+}
+
 // Job reads one job (scontrol show job -o ID).
 func (c *Client) Job(ctx context.Context, id string) (Job, error) {
-	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o", id)
+	out, err := c.showJobs(ctx, id)
 	if err != nil {
 		var te *ToolError
 		if errors.As(err, &te) && strings.Contains(te.Stderr, "Invalid job id") {
@@ -50,48 +59,32 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	return jobs[0], nil
 }
 
-// JobsNamed returns the jobs Slurm still knows by name, oldest first.
-func (c *Client) JobsNamed(ctx context.Context, name string) ([]Job, error) {
-	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o")
-	if err != nil {
-		return nil, fmt.Errorf("listing slurm jobs: %w", err)
-	}
-	var named []Job
-	for _, j := range ParseJobs(out) {
-		if j.Name == name {
-			named = append(named, j)
-		}
-	}
-	return named, nil
-}
-
-// Jobs returns every job Slurm still knows, of every user.
+// Jobs returns every job Slurm still knows, of every user, oldest first.
 func (c *Client) Jobs(ctx context.Context) ([]Job, error) {
-	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o")
+	out, err := c.showJobs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing slurm jobs: %w", err)
 	}
 	return ParseJobs(out), nil
 }
 
+// JobsNamed returns the jobs Slurm still knows by name, oldest first.
+func (c *Client) JobsNamed(ctx context.Context, name string) ([]Job, error) {
+	jobs, err := c.Jobs(ctx)
+	return slices.DeleteFunc(jobs, func(j Job) bool { return j.Name != name }), err
+}
+
 // RunJobsOn returns the jobs of gpupass runs (JobName) running on node:
 // a job step asked for on the node now would wait for their end. (One
 // completing is over within KillWait, and a step waits for it.)
 func (c *Client) RunJobsOn(ctx context.Context, node string) ([]Job, error) {
-	out, err := c.run(ctx, nil, "scontrol", "show", "job", "-o")
-	if err != nil {
-		return nil, fmt.Errorf("listing slurm jobs: %w", err)
-	}
-	var on []Job
-	for _, j := range ParseJobs(out) {
-		if j.Node == node && strings.HasPrefix(j.Name, JobName("")) && j.baseState() == "RUNNING" {
-			on = append(on, j)
-		}
-	}
-	return on, nil
+	jobs, err := c.Jobs(ctx)
+	return slices.DeleteFunc(jobs, func(j Job) bool {
+		return j.Node != node || !strings.HasPrefix(j.Name, JobName("")) || j.baseState() != "RUNNING"
+	}), err
 }
 
-// ParseJobs parses `scontrol show job -o`.
+// ParseJobs parses `scontrol show job -o` with SLURM_TIME_FORMAT=%s.
 func ParseJobs(out string) []Job {
 	var jobs []Job
 	for _, line := range strings.Split(out, "\n") {
@@ -114,10 +107,10 @@ func ParseJobs(out string) []Job {
 				j.UserID = n
 			}
 		}
-		// Slurm prints its local time without a zone; "Unknown" or
-		// "None" while the job runs.
-		if t, err := time.ParseInLocation("2006-01-02T15:04:05", f["EndTime"], time.Local); err == nil && j.Phase() == Ended {
-			j.EndTime = t
+		// Unix seconds (showJobs); "Unknown" or "None" while the job
+		// runs, and a running job's is its projected end.
+		if sec, err := strconv.ParseInt(f["EndTime"], 10, 64); err == nil && sec > 0 && j.Phase() == Ended {
+			j.EndTime = time.Unix(sec, 0)
 		}
 		code, sig, _ := strings.Cut(f["ExitCode"], ":")
 		j.ExitCode, _ = strconv.Atoi(code)

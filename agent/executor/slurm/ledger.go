@@ -38,7 +38,6 @@ type Ledger struct {
 // ledgerEntry is ALLOC.N.job.
 type ledgerEntry struct {
 	JobID string `json:"job_id"`
-	Node  string `json:"node"`
 }
 
 const lockFile = ".lock"
@@ -68,8 +67,8 @@ func (l *Ledger) entryPath(alloc, attempt string) string {
 }
 
 // record notes the job an attempt was submitted as (under the lock).
-func (l *Ledger) record(alloc, attempt, node, jobID string) error {
-	b, _ := json.Marshal(ledgerEntry{JobID: jobID, Node: node})
+func (l *Ledger) record(alloc, attempt, jobID string) error {
+	b, _ := json.Marshal(ledgerEntry{JobID: jobID})
 	if err := fsutil.WriteFileAtomic(l.entryPath(alloc, attempt), b, 0o600); err != nil {
 		return fmt.Errorf("recording slurm job %s in the ledger: %w", jobID, err)
 	}
@@ -165,7 +164,7 @@ const SweepWait = time.Minute
 // records it, with no sweep in between; strays of the account are
 // cancelled first, and must have ended, so that none is left to write
 // into the new job's files. It returns the strays it cancelled.
-func (l *Ledger) Submit(ctx context.Context, c *Client, alloc, attempt, node string, sbatch func() (string, error)) (id string, strays []Job, err error) {
+func (l *Ledger) Submit(ctx context.Context, c *Client, alloc, attempt string, sbatch func() (string, error)) (id string, strays []Job, err error) {
 	unlock, err := l.lock()
 	if err != nil {
 		return "", nil, err
@@ -180,7 +179,7 @@ func (l *Ledger) Submit(ctx context.Context, c *Client, alloc, attempt, node str
 	if id, err = sbatch(); err != nil {
 		return "", strays, err
 	}
-	return id, strays, l.record(alloc, attempt, node, id)
+	return id, strays, l.record(alloc, attempt, id)
 }
 
 // Sweep cancels every job of this account (uid) that Slurm has not ended

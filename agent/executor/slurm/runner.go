@@ -23,9 +23,9 @@ import (
 //
 // Each attempt keeps, in WORKDIR/.slurm/attempt-N.json, its job id and
 // how far its output files were read; an agent restarted under a run
-// finds the job again there (or by name in Slurm) and reads on from the
-// offsets the attempt's From gives (where the run's spool ends) instead
-// of submitting it twice.
+// finds the job again in its Ledger (without one: there, or by name in
+// Slurm) and reads on from the offsets the attempt's From gives (where
+// the run's spool ends) instead of submitting it twice.
 type Runner struct {
 	Client *Client
 	// Cluster is the cluster's name, named in the run's events.
@@ -115,7 +115,8 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 			return ex
 		}
 		f.st.JobID = id
-		// Not fatal: the job is found again by name.
+		// Not fatal: the job is found again in the ledger (without
+		// one, by name).
 		_ = f.files.Save()
 	}
 	return f.run(ctx, a.Grace)
@@ -207,7 +208,7 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 		id, err = sbatch()
 		return id, refused, err
 	}
-	id, cancelled, err := r.Ledger.Submit(ctx, r.Client, alloc, attempt, r.Node, sbatch)
+	id, cancelled, err := r.Ledger.Submit(ctx, r.Client, alloc, attempt, sbatch)
 	strays(cancelled, "before submitting the attempt's job")
 	return id, refused, err
 }

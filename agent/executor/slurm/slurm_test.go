@@ -97,24 +97,50 @@ func TestJobStates(t *testing.T) {
 }
 
 // TestJobOwnerAndEnd: the sweep tells the account's jobs by UserId's uid,
-// and the end a file's change time is held against is EndTime, only once
-// the job ended (a running job's EndTime is its projected end).
+// and the end a file's change time is held against is EndTime (Unix
+// seconds, Client asks for them), only once the job ended (a running
+// job's EndTime is its projected end).
 func TestJobOwnerAndEnd(t *testing.T) {
 	t.Parallel()
-	end := time.Date(2026, 12, 6, 7, 30, 5, 0, time.Local)
+	end := time.Unix(1796542205, 0)
 	for _, c := range []struct {
 		line string
 		uid  int
 		end  time.Time
 	}{
-		{"JobId=8 JobName=x UserId=svc-gpupass(1234) GroupId=svc(1234) JobState=COMPLETED ExitCode=0:0 EndTime=2026-12-06T07:30:05 BatchHost=n1", 1234, end},
-		{"JobId=8 JobName=x UserId=root(0) JobState=RUNNING ExitCode=0:0 EndTime=2026-12-06T07:30:05 BatchHost=n1", 0, time.Time{}},
+		{"JobId=8 JobName=x UserId=svc-gpupass(1234) GroupId=svc(1234) JobState=COMPLETED ExitCode=0:0 EndTime=1796542205 BatchHost=n1", 1234, end},
+		{"JobId=8 JobName=x UserId=root(0) JobState=RUNNING ExitCode=0:0 EndTime=1796542205 BatchHost=n1", 0, time.Time{}},
 		{"JobId=8 JobName=x JobState=COMPLETED ExitCode=0:0 EndTime=Unknown BatchHost=n1", -1, time.Time{}},
 	} {
 		j := slurm.ParseJobs(c.line)[0]
 		if j.UserID != c.uid || !j.EndTime.Equal(c.end) {
 			t.Errorf("%s: uid %d end %v, want %d %v", c.line, j.UserID, j.EndTime, c.uid, c.end)
 		}
+	}
+}
+
+// TestJobEndIsTheInstantItEnded: the end a file's change time is held
+// against does not hang on the zone Slurm's tools print local times in
+// (here not the test's; on a login node, the hour a DST change repeats
+// is two instants).
+func TestJobEndIsTheInstantItEnded(t *testing.T) {
+	t.Parallel()
+	c := slurmtest.Shared(t)
+	cl := &slurm.Client{Env: []string{"SLURM_CONF=" + c.Conf, "TZ=XST-7"}}
+	before := time.Now().Truncate(time.Second)
+	id := strings.TrimSpace(c.Command(t, "sbatch", "--parsable", "-w", "n2", "-N1", "-n1", "--output", "/dev/null", "--wrap", "true"))
+	var j slurm.Job
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var err error
+		if j, err = cl.Job(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		if j.Phase() == slurm.Ended || time.Now().After(deadline) {
+			break
+		}
+	}
+	if after := time.Now(); j.EndTime.Before(before) || j.EndTime.After(after) {
+		t.Errorf("job %s (%s) ended at %v by Slurm's word, want between %v and %v", id, j.State, j.EndTime, before, after)
 	}
 }
 

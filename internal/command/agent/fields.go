@@ -13,6 +13,7 @@ import (
 // TestFlagNames keeps every entry a real flag.
 var flagNames = fielderr.Names{
 	daemon.FieldBrokerURL:        "--broker-url",
+	daemon.FieldStateDir:         "--state-dir",
 	daemon.FieldBrokerToken:      "--broker-token",
 	daemon.FieldRegion:           "--region",
 	daemon.FieldStorageClass:     "--storage-class",
