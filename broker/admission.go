@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/match"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 )
 
@@ -66,8 +67,8 @@ func ParseAdmission(s string) ([]AdmissionRule, error) {
 			pat, mode = "*", item
 		}
 		pat, mode = strings.TrimSpace(pat), strings.TrimSpace(mode)
-		if _, err := path.Match(pat, ""); err != nil || pat == "" || strings.ContainsAny(pat, "/ ") {
-			return nil, fmt.Errorf("%q: %q is not a region pattern (e.g. eu-* or us-east-1)", item, pat)
+		if err := api.CheckRegionPattern(pat); err != nil {
+			return nil, fmt.Errorf("%q: %w", item, err)
 		}
 		switch m := AdmissionMode(mode); m {
 		case AdmissionOpen, AdmissionApprove:
