@@ -153,6 +153,24 @@ func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) error {
 	return nil
 }
 
+// decided are the admission decisions this replica holds, for Enroll's
+// log line: the snapshot it has, not a fresh read. Enroll has just
+// invalidated the snapshot, so a refresh there would make every
+// enrollment in an approve region (a whole fleet, after a restart) wait
+// for a registry read and re-index, for a log line.
+func (b *Broker) decided(ctx context.Context) map[string]store.Admission {
+	b.snapMu.Lock()
+	s := b.snap
+	b.snapMu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = b.snapshot(ctx); err != nil {
+			return nil
+		}
+	}
+	return s.decided
+}
+
 // holdNodes sets s.held: the nodes that may take no run, with why.
 func (b *Broker) holdNodes(s *snapshot) {
 	s.held = nil
