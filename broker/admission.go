@@ -126,11 +126,12 @@ func (b *Broker) admissionOf(id, region string, decided map[string]store.Admissi
 }
 
 // readAdmissions brings s's decisions up to date: all of them on a full
-// read (old nil), else those decided since old was read.
-func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) error {
+// read (old nil), else those decided since old was read. read says
+// whether it read any (then held nodes must be worked out again).
+func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) (read bool, err error) {
 	as, ok := b.store.(store.Admissions)
 	if !ok {
-		return nil
+		return false, nil
 	}
 	var since time.Time
 	if old != nil {
@@ -139,7 +140,7 @@ func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) error {
 	}
 	got, err := as.Admissions(ctx, since)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(got) > 0 {
 		s.decided = maps.Clone(s.decided)
@@ -150,7 +151,7 @@ func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) error {
 			s.decided[a.AgentID] = a
 		}
 	}
-	return nil
+	return len(got) > 0, nil
 }
 
 // decided are the admission decisions this replica holds, for Enroll's
