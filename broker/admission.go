@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/match"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 )
 
@@ -66,8 +67,8 @@ func ParseAdmission(s string) ([]AdmissionRule, error) {
 			pat, mode = "*", item
 		}
 		pat, mode = strings.TrimSpace(pat), strings.TrimSpace(mode)
-		if _, err := path.Match(pat, ""); err != nil || pat == "" || strings.ContainsAny(pat, "/ ") {
-			return nil, fmt.Errorf("%q: %q is not a region pattern (e.g. eu-* or us-east-1)", item, pat)
+		if err := api.CheckRegionPattern(pat); err != nil {
+			return nil, fmt.Errorf("%q: %w", item, err)
 		}
 		switch m := AdmissionMode(mode); m {
 		case AdmissionOpen, AdmissionApprove:
@@ -125,11 +126,12 @@ func (b *Broker) admissionOf(id, region string, decided map[string]store.Admissi
 }
 
 // readAdmissions brings s's decisions up to date: all of them on a full
-// read (old nil), else those decided since old was read.
-func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) error {
+// read (old nil), else those decided since old was read. read says
+// whether it read any (then held nodes must be worked out again).
+func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) (read bool, err error) {
 	as, ok := b.store.(store.Admissions)
 	if !ok {
-		return nil
+		return false, nil
 	}
 	var since time.Time
 	if old != nil {
@@ -138,7 +140,7 @@ func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) error {
 	}
 	got, err := as.Admissions(ctx, since)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(got) > 0 {
 		s.decided = maps.Clone(s.decided)
@@ -149,7 +151,25 @@ func (b *Broker) readAdmissions(ctx context.Context, s, old *snapshot) error {
 			s.decided[a.AgentID] = a
 		}
 	}
-	return nil
+	return len(got) > 0, nil
+}
+
+// decided are the admission decisions this replica holds, for Enroll's
+// log line: the snapshot it has, not a fresh read. Enroll has just
+// invalidated the snapshot, so a refresh there would make every
+// enrollment in an approve region (a whole fleet, after a restart) wait
+// for a registry read and re-index, for a log line.
+func (b *Broker) decided(ctx context.Context) map[string]store.Admission {
+	b.snapMu.Lock()
+	s := b.snap
+	b.snapMu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = b.snapshot(ctx); err != nil {
+			return nil
+		}
+	}
+	return s.decided
 }
 
 // holdNodes sets s.held: the nodes that may take no run, with why.

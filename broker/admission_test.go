@@ -32,8 +32,11 @@ func TestParseAdmission(t *testing.T) {
 			{Pattern: "eu-*", Mode: broker.AdmissionApprove}, {Pattern: "us-east-1", Mode: broker.AdmissionApprove}, {Pattern: "*", Mode: broker.AdmissionOpen}}},
 		{in: ""},
 		{in: "eu-*=maybe", wantErr: `mode "maybe" is not open or approve`},
-		{in: "eu-[=approve", wantErr: `"eu-[" is not a region pattern`},
-		{in: "=approve", wantErr: `"" is not a region pattern`},
+		{in: "eu-[=approve", wantErr: `region pattern "eu-["`},
+		{in: "=approve", wantErr: `region pattern ""`},
+		// No region is upper case (api.CheckRegion): the rule would
+		// approve nothing.
+		{in: "EU-*=approve", wantErr: `region pattern "EU-*": use a region (lowercase letters`},
 	} {
 		got, err := broker.ParseAdmission(tc.in)
 		if tc.wantErr != "" {
@@ -47,6 +50,21 @@ func TestParseAdmission(t *testing.T) {
 		}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("ParseAdmission(%q) (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
+
+// TestParseRegions: a token's scope follows the region rule outside its
+// glob syntax; one that no region can match is refused, not stored.
+func TestParseRegions(t *testing.T) {
+	t.Parallel()
+	got, err := broker.ParseRegions(" us-*, eu-central-1 ,*")
+	if diff := cmp.Diff([]string{"us-*", "eu-central-1", "*"}, got); err != nil || diff != "" {
+		t.Errorf("ParseRegions: %v (-want +got):\n%s", err, diff)
+	}
+	for _, in := range []string{"US-*", "us-west-2,us_east", "eu-[", "us west"} {
+		if _, err := broker.ParseRegions(in); err == nil || !strings.Contains(err.Error(), "lowercase letters, digits and '-'") {
+			t.Errorf("ParseRegions(%q) = %v, want an error naming the region rule", in, err)
 		}
 	}
 }

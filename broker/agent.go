@@ -112,8 +112,8 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	b.invalidate()
 	b.log.Info("agent enrolled", "agent", a.ID, "new", created, "region", l.Region, "provider", l.Provider, "token", tok.ID, "session_epoch", resp.SessionEpoch)
 	if b.admissionMode(l.Region) == AdmissionApprove {
-		if snap, err := b.snapshot(ctx); err == nil && snap.nodeAdmission(a.ID) != admitted {
-			b.log.Warn("node takes no runs until an admin admits it", "agent", a.ID, "region", l.Region, "admission", snap.nodeAdmission(a.ID), "admit", approveHint(a.ID))
+		if state, _ := b.admissionOf(a.ID, l.Region, b.decided(ctx)); state != admitted {
+			b.log.Warn("node takes no runs until an admin admits it", "agent", a.ID, "region", l.Region, "admission", state, "admit", approveHint(a.ID))
 		}
 	}
 	resp.BrokerTimeUnixNano = b.brokerTime()

@@ -46,11 +46,8 @@ func ParseRegions(s string) ([]string, error) {
 		if p == "" {
 			continue
 		}
-		if _, err := path.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("region pattern %q: %w", p, err)
-		}
-		if strings.ContainsAny(p, "/ ") {
-			return nil, fmt.Errorf("region pattern %q: no slashes or spaces", p)
+		if err := api.CheckRegionPattern(p); err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}

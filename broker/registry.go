@@ -101,7 +101,8 @@ func (b *Broker) refresh(ctx context.Context, readAfter time.Time) (*snapshot, e
 	if full {
 		prev = nil
 	}
-	if err := b.readAdmissions(ctx, next, prev); err != nil {
+	decisions, err := b.readAdmissions(ctx, next, prev)
+	if err != nil {
 		return nil, err
 	}
 	if full {
@@ -165,7 +166,14 @@ func (b *Broker) refresh(ctx context.Context, readAfter time.Time) (*snapshot, e
 		return nil, err
 	}
 	next.launches = launches
-	b.holdNodes(next)
+	if changedAny || decisions || old == nil {
+		b.holdNodes(next)
+	} else {
+		// The same nodes in the same regions, and no new decision: a
+		// pass over every node (milliseconds at 10,000) would find
+		// what old did, on every refresh that only moved liveness.
+		next.held = old.held
+	}
 	if !changedAny && old != nil && len(next.nodes) == len(old.nodes) && maps.Equal(launches, old.launches) && sameHeld(next.held, old.held) {
 		// Only liveness moved: the match keys and score terms stand.
 		next.index = old.index.WithNodes(next.nodes)

@@ -327,10 +327,9 @@ func (s *Server) newSession(secret string, t Token, addr string) (string, *sessi
 	defer s.mu.Unlock()
 	var (
 		nonAdmin, ofToken, ofAddr int
-		oldToken, oldAddr         string // keys of the oldest such session
-		oldAdmin, oldAny          string
+		oldToken, oldAddr         oldest
+		oldAdmin, oldAny          oldest
 	)
-	older := func(k, than string) bool { return than == "" || s.sess[k].seq < s.sess[than].seq }
 	for k, v := range s.sess {
 		if s.expired(v, now) {
 			delete(s.sess, k)
@@ -341,21 +340,15 @@ func (s *Server) newSession(secret string, t Token, addr string) (string, *sessi
 			nonAdmin++
 			if v.addr == addr {
 				ofAddr++
-				if older(k, oldAddr) {
-					oldAddr = k
-				}
+				oldAddr.see(k, v)
 			}
-		} else if older(k, oldAdmin) {
-			oldAdmin = k
+		} else {
+			oldAdmin.see(k, v)
 		}
-		if older(k, oldAny) {
-			oldAny = k
-		}
+		oldAny.see(k, v)
 		if v.tok.ID == t.ID {
 			ofToken++
-			if older(k, oldToken) {
-				oldToken = k
-			}
+			oldToken.see(k, v)
 		}
 	}
 	evict := func(k, why string) {
@@ -368,15 +361,15 @@ func (s *Server) newSession(secret string, t Token, addr string) (string, *sessi
 	}
 	switch {
 	case ofToken >= s.cfg.SessionsPerToken:
-		evict(oldToken, fmt.Sprintf("its token logged in again past %d sessions", s.cfg.SessionsPerToken))
+		evict(oldToken.key, fmt.Sprintf("its token logged in again past %d sessions", s.cfg.SessionsPerToken))
 	case !admin && ofAddr >= s.cfg.SessionsPerAddress:
-		evict(oldAddr, fmt.Sprintf("another login from its address past %d sessions", s.cfg.SessionsPerAddress))
+		evict(oldAddr.key, fmt.Sprintf("another login from its address past %d sessions", s.cfg.SessionsPerAddress))
 	}
 	switch {
 	case admin && len(s.sess) >= s.cfg.MaxSessions:
-		k := oldAdmin
+		k := oldAdmin.key
 		if _, ok := s.sess[k]; !ok {
-			k = oldAny
+			k = oldAny.key
 		}
 		evict(k, fmt.Sprintf("an admin logged in past %d sessions", s.cfg.MaxSessions))
 	case !admin && nonAdmin >= s.cfg.MaxSessions-s.cfg.AdminReserve:
@@ -388,6 +381,20 @@ func (s *Server) newSession(secret string, t Token, addr string) (string, *sessi
 	sess := &session{secret: secret, tok: t, addr: addr, csrf: randomString(24), created: now, lastUsed: now, seq: s.seq}
 	s.sess[sessionKey(cookie)] = sess
 	return cookie, sess, nil
+}
+
+// oldest is the key of the oldest session seen, with its seq, so that
+// newSession's pass over up to MaxSessions sessions, which every login
+// makes, compares without looking sessions up in the map again.
+type oldest struct {
+	key string
+	seq uint64
+}
+
+func (o *oldest) see(k string, v *session) {
+	if o.key == "" || v.seq < o.seq {
+		o.key, o.seq = k, v.seq
+	}
 }
 
 func (s *Server) expired(v *session, now time.Time) bool {

@@ -35,7 +35,13 @@ type replica struct {
 
 func startReplica(t *testing.T, bin, db string, env ...string) *replica {
 	t.Helper()
-	addr := freePort(t)
+	return startReplicaAt(t, bin, db, freePort(t), env...)
+}
+
+// startReplicaAt is startReplica listening on addr (a restart at the
+// address agents already use).
+func startReplicaAt(t *testing.T, bin, db, addr string, env ...string) *replica {
+	t.Helper()
 	r := &replica{url: "http://" + addr, log: &testutil.Buffer{}}
 	r.cmd = exec.Command(bin, "serve", "--listen", addr)
 	r.cmd.Env = append(append(os.Environ(), "GPUPASS_DB="+db), env...)

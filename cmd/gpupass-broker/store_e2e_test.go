@@ -306,14 +306,7 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 			_ = br.cmd.Process.Signal(syscall.SIGTERM)
 			_, _ = br.cmd.Process.Wait()
 			addr := strings.TrimPrefix(br.url, "http://")
-			br2 := &replica{url: br.url, log: &testutil.Buffer{}}
-			br2.cmd = exec.Command(brokerBin, "serve", "--listen", addr)
-			br2.cmd.Env = append(append(os.Environ(), "GPUPASS_DB="+db), env...)
-			br2.cmd.Stderr = br2.log
-			if err := br2.cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = br2.cmd.Process.Kill(); _, _ = br2.cmd.Process.Wait() })
+			br2 := startReplicaAt(t, brokerBin, db, addr, env...)
 			var r *gpupassv1.Run
 			upstack.WaitFor(t, ctx, "the run to finish", func() bool {
 				r = getRun()
@@ -338,9 +331,10 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 			}
 
 			// An upgrade from a store that held keys in clear: the store
-			// is put back to schema 9 with the old table (holding a key
-			// for the node, as an old broker wrote it), and the broker
-			// started on it migrates. No stored key survives, so the
+			// is put back to schema 8, the last release's (the old table,
+			// holding a key for the node as an old broker wrote it, and no
+			// admissions table), and the broker started on it migrates
+			// through 9 and 10 at once. No stored key survives, so the
 			// agent's key is refused and the agent enrolls again on its
 			// own, for epoch 1, and beats on.
 			_ = br2.cmd.Process.Signal(syscall.SIGTERM)
@@ -354,21 +348,15 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 				`DROP TABLE agent_session_verifiers`,
 				`CREATE TABLE agent_sessions (agent_id TEXT PRIMARY KEY, session_key ` + blob + ` NOT NULL, epoch BIGINT NOT NULL, issued_at BIGINT NOT NULL)`,
 				`INSERT INTO agent_sessions VALUES ('` + nodeID + `', ` + map[string]string{"sqlite": "x'", "postgres": "'\\x"}[kind] + strings.Repeat("ab", 32) + `', 7, 1)`,
-				`DELETE FROM schema_migrations WHERE version >= 10`,
+				`DROP TABLE node_admissions`,
+				`DELETE FROM schema_migrations WHERE version >= 9`,
 			} {
 				if _, err := rw.Exec(q); err != nil {
-					t.Fatalf("putting the store back to schema 9: %s: %v", q, err)
+					t.Fatalf("putting the store back to schema 8: %s: %v", q, err)
 				}
 			}
 			rw.Close()
-			br3 := &replica{url: br.url, log: &testutil.Buffer{}}
-			br3.cmd = exec.Command(brokerBin, "serve", "--listen", addr)
-			br3.cmd.Env = append(append(os.Environ(), "GPUPASS_DB="+db), env...)
-			br3.cmd.Stderr = br3.log
-			if err := br3.cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = br3.cmd.Process.Kill(); _, _ = br3.cmd.Process.Wait() })
+			br3 := startReplicaAt(t, brokerBin, db, addr, env...)
 			upstack.WaitFor(t, ctx, "the agent to enroll again after the upgrade", func() bool {
 				return strings.Contains(agentLog.String(), "heartbeat refused; enrolling again for a new session key")
 			})

@@ -25,3 +25,21 @@ func TestCheckRegion(t *testing.T) {
 		t.Errorf("63 characters refused: %v", err)
 	}
 }
+
+// TestCheckRegionPattern: a scope or an --admission pattern follows the
+// region rule outside its glob syntax, so it can match some region.
+func TestCheckRegionPattern(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		p  string
+		ok bool
+	}{
+		{"*", true}, {"us-*", true}, {"eu-central-1", true}, {"us-west-?", true}, {"us-[ew]*", true}, {"us-[^e]*", true},
+		{"", false}, {"US-*", false}, {"us_west", false}, {"us west", false}, {"us/*", false}, {"eu-[", false},
+		{`us-\*`, false}, {"us-west-2,eu-*", false},
+	} {
+		if err := CheckRegionPattern(tc.p); (err == nil) != tc.ok {
+			t.Errorf("CheckRegionPattern(%q) = %v, want ok %v", tc.p, err, tc.ok)
+		}
+	}
+}
