@@ -204,19 +204,11 @@ func (o *Options) Validate(daemon bool) error {
 		}
 		o.runAsRange = r
 	}
-	switch o.RunCgroup {
-	case "":
-		o.RunCgroup = "auto"
-	case "auto", "required", "off":
-	default:
-		return fielderr.New(FieldRunCgroup, o.RunCgroup, "use auto, required or off")
+	if err := checkMode(FieldRunCgroup, &o.RunCgroup); err != nil {
+		return err
 	}
-	switch o.RunPrivateTmp {
-	case "":
-		o.RunPrivateTmp = "auto"
-	case "auto", "required", "off":
-	default:
-		return fielderr.New(FieldRunPrivateTmp, o.RunPrivateTmp, "use auto, required or off")
+	if err := checkMode(FieldRunPrivateTmp, &o.RunPrivateTmp); err != nil {
+		return err
 	}
 	if o.RunShmSize == "" {
 		o.RunShmSize = executor.DefaultShmSize
@@ -279,4 +271,17 @@ func (o *Options) outputLimits() executor.OutputLimits {
 		l.MaxBytes = executor.DefaultMaxLogBytes
 	}
 	return l
+}
+
+// checkMode checks an auto, required or off setting (a run's cgroup, its
+// private /tmp), auto when unset.
+func checkMode(field string, mode *string) error {
+	switch *mode {
+	case "":
+		*mode = "auto"
+	case "auto", "required", "off":
+	default:
+		return fielderr.New(field, *mode, "use auto, required or off")
+	}
+	return nil
 }

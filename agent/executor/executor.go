@@ -149,7 +149,7 @@ type Executor struct {
 	Cgroups *Cgroups
 	// PrivateTmp, when set, gives every run a /tmp, /var/tmp and
 	// /dev/shm of its own (a mount namespace); the local Runner
-	// (ProcessRunner) only. Without it what a run's uid adds to the
+	// (ProcessRunner) only. Without it what a local run's uid adds to the
 	// node's is removed at the run's end (with a uid shared by runs,
 	// when that uid is not root).
 	PrivateTmp *PrivateTmp
@@ -312,27 +312,33 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	// other services write there all the time. With one, the run cannot
 	// write there, and a sweep would only take what the uid's other
 	// processes (another agent's runs, a service as nobody) add meanwhile.
+	// A job that runs elsewhere (a Slurm compute node, a pod) has that
+	// node's or pod's /tmp: here the uid's entries are the user's own.
 	var snap *tmpSnapshot
-	if contain.UID == nil && x.PrivateTmp == nil {
-		uid := uint32(os.Geteuid())
-		if job.RunAs != nil {
-			uid = job.RunAs.UID
-		}
-		if uid != 0 {
-			snap = snapshotShared(uid)
-		}
-	}
-	tmpMode := "no: what the run's uid adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
-	if contain.UID == nil && snap == nil && x.PrivateTmp == nil {
-		tmpMode = "no: the job runs as root, and what it leaves in the node's " + strings.Join(SharedTmpDirs, ", ") + " stays"
-	}
-	if x.PrivateTmp != nil {
+	var tmpMode string
+	swept := "no: what the run's uid adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
+	_, local := x.Runner.(ProcessRunner)
+	switch {
+	case x.PrivateTmp != nil:
 		keep := append(slices.Clone(x.PrivateTmp.Keep), job.WorkRoot)
 		if contain.tmp, err = x.PrivateTmp.new(job.AllocID, tmpDir, keep); err != nil {
 			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
 		}
 		defer contain.tmp.Close()
 		tmpMode = x.PrivateTmp.String()
+	case !local:
+		// Nothing to sweep here, nothing to say.
+	case contain.UID != nil:
+		tmpMode = swept
+	default:
+		uid := uint32(os.Geteuid())
+		if job.RunAs != nil {
+			uid = job.RunAs.UID
+		}
+		tmpMode = "no: the job runs as root, and what it leaves in the node's " + strings.Join(SharedTmpDirs, ", ") + " stays"
+		if uid != 0 {
+			snap, tmpMode = snapshotShared(uid), swept
+		}
 	}
 
 	runCtx, stopRun := context.WithCancelCause(ctx)

@@ -176,3 +176,42 @@ func TestCheckShmSize(t *testing.T) {
 		}
 	}
 }
+
+// A Runner that runs the job elsewhere (a Slurm compute node, a pod)
+// leaves this node's /tmp alone: what the agent's uid adds there during
+// the run (here a file made as the run started, as the user's own shell
+// on a login node would) is not the run's, and no start event says it
+// would be removed.
+func TestRemoteRunnerLeavesTheNodesTmpAlone(t *testing.T) {
+	t.Parallel()
+	testutil.NeedRoot(t)
+	// A uid of this test's own (not root, whose files are never swept),
+	// as a non-root agent's would be.
+	runAs, err := executor.LookupRunAs("230993:230993")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := fmt.Sprintf("/tmp/gpupass-test-remote-%d", os.Getpid())
+	t.Cleanup(func() { os.Remove(other) })
+	remote := runnerFunc(func(executor.Attempt) executor.Exit {
+		if err := os.WriteFile(other, []byte("mine"), 0o600); err != nil {
+			t.Error(err)
+		}
+		if err := os.Lchown(other, int(runAs.UID), int(runAs.GID)); err != nil {
+			t.Error(err)
+		}
+		return executor.Exit{}
+	})
+	out := execute(t, context.Background(), executor.Job{Command: []string{"train"}, RunAs: runAs}, &executor.Executor{Runner: remote})
+	if out.res.State != executor.Succeeded {
+		t.Fatalf("run %s: %s\n%s", out.res.State, out.res.Reason, lines(out.events))
+	}
+	if _, err := os.Lstat(other); err != nil {
+		t.Errorf("%s, made on this node while the run went on elsewhere, is gone after it: %v", other, err)
+	}
+	for _, e := range out.events {
+		if m, ok := e.Fields["private_tmp"]; ok {
+			t.Errorf("the start event says private_tmp=%q of a run that is not on this node", m)
+		}
+	}
+}

@@ -200,11 +200,16 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 	if l.Cut > 0 {
 		msg += fmt.Sprintf(" … [line cut: %d more bytes dropped]", l.Cut)
 	}
-	if strings.HasPrefix(strings.TrimSpace(l.Text), events.MetricMarker) && l.Stream == events.Stdout {
-		m, err := events.ParseMetric([]byte(l.Text), now)
+	// A metric point goes just before its line's event, in one item:
+	// the limits charge both, and the mark moves past the line once.
+	var point []byte
+	var m events.Metric
+	var ev events.Event
+	marked := strings.HasPrefix(strings.TrimSpace(l.Text), events.MetricMarker) && l.Stream == events.Stdout
+	if marked {
+		var err error
 		lvl := events.Debug
-		var point []byte
-		if err != nil {
+		if m, err = events.ParseMetric([]byte(l.Text), now); err != nil {
 			lvl = events.Warn
 			msg = "malformed metric line (" + err.Error() + "): " + msg
 		} else {
@@ -213,54 +218,41 @@ func (r *recorder) line(c *events.Classifier, l Line, attempt int, onMetric func
 				lvl, msg, point = events.Warn, "unencodable metric point ("+err.Error()+"): "+msg, nil
 			}
 		}
-		ev := events.Event{Time: now, Level: lvl, Component: events.MetricsComp, Message: msg, Fields: fields}
-		data := ev.AppendJSON(make([]byte, 0, 96+len(msg)))
-		if !r.charge(len(point) + len(data)) {
-			r.moved(linePos(l.Stream), l.Offset)
-			return
+		ev = events.Event{Time: now, Level: lvl, Component: events.MetricsComp, Message: msg, Fields: fields}
+	} else {
+		if l.Cut == 0 {
+			if step, loss, ok := text.read(l.Text); ok {
+				m = events.Metric{Step: step, Time: now, Attempt: attempt, Values: map[string]float64{"loss": loss}, Source: SourceText}
+				point, _ = json.Marshal(m)
+			}
 		}
-		it := item{rec: spool.Record{Kind: spool.KindEvent, Data: data}, pos: linePos(l.Stream), off: l.Offset}
-		if point != nil {
-			it.pre = &spool.Record{Kind: spool.KindMetric, Data: point}
+		cl := c.Classify(msg)
+		if l.Stream == events.Stderr && cl.Component != events.StderrComponent {
+			// The component hides the stream; stdout is the default and
+			// goes unsaid, to keep the text form of ordinary lines clean.
+			if fields == nil {
+				fields = map[string]string{}
+			}
+			fields["stream"] = events.StderrComponent
 		}
-		r.ch <- it
-		if point != nil {
-			text.stop()
-			onMetric(m)
-		}
-		return
+		ev = events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields}
 	}
-	var point []byte
-	var m events.Metric
-	if l.Cut == 0 {
-		if step, loss, ok := text.read(l.Text); ok {
-			m = events.Metric{Step: step, Time: now, Attempt: attempt, Values: map[string]float64{"loss": loss}, Source: SourceText}
-			point, _ = json.Marshal(m)
-		}
-	}
-	cl := c.Classify(msg)
-	if l.Stream == events.Stderr && cl.Component != events.StderrComponent {
-		// The component hides the stream; stdout is the default and
-		// goes unsaid, to keep the text form of ordinary lines clean.
-		if fields == nil {
-			fields = map[string]string{}
-		}
-		fields["stream"] = events.StderrComponent
-	}
-	ev := events.Event{Time: now, Level: cl.Level, Component: cl.Component, Message: cl.Message, Fields: fields}
 	data := ev.AppendJSON(make([]byte, 0, 96+len(ev.Message)))
-	if r.charge(len(point) + len(data)) {
-		it := item{rec: spool.Record{Kind: spool.KindEvent, Data: data}, pos: linePos(l.Stream), off: l.Offset}
-		if point != nil {
-			it.pre = &spool.Record{Kind: spool.KindMetric, Data: point}
-		}
-		r.ch <- it
-		if point != nil {
-			onMetric(m)
-		}
+	if !r.charge(len(point) + len(data)) {
+		r.moved(linePos(l.Stream), l.Offset)
 		return
 	}
-	r.moved(linePos(l.Stream), l.Offset)
+	it := item{rec: spool.Record{Kind: spool.KindEvent, Data: data}, pos: linePos(l.Stream), off: l.Offset}
+	if point != nil {
+		it.pre = &spool.Record{Kind: spool.KindMetric, Data: point}
+	}
+	r.ch <- it
+	if point != nil {
+		if marked {
+			text.stop()
+		}
+		onMetric(m)
+	}
 }
 
 // charge counts size bytes of one line's records against the run's log

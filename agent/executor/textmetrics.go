@@ -24,6 +24,8 @@ type textMetrics struct {
 	mu  sync.Mutex
 	r   *metrics.LineReader
 	off bool
+	// buf holds the line being read: one buffer, not a copy a line.
+	buf []byte
 	// fileUsed says whether the job has written its metrics file. The
 	// file is polled, so a trainer that writes a step's JSON line and then
 	// prints `step 40 loss 0.5` would have that line read first; the
@@ -61,7 +63,8 @@ func (t *textMetrics) read(line string) (step int64, loss float64, ok bool) {
 			break
 		}
 	}
-	step, loss, ok, err := t.r.Read([]byte(line))
+	t.buf = append(t.buf[:0], line...)
+	step, loss, ok, err := t.r.Read(t.buf)
 	if ok && err == nil && t.fileUsed != nil && t.fileUsed() {
 		t.off = true
 		return 0, 0, false

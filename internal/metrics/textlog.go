@@ -101,8 +101,12 @@ const (
 // line, so a log's steps all mean the same thing. It keeps state; the
 // agent holds one per run attempt.
 type LineReader struct {
-	pat    *Pattern
-	key    *regexp.Regexp
+	pat *Pattern
+	key *regexp.Regexp
+	// word is what every match of key holds, lower-case ASCII (or ""):
+	// a line without it skips the regexp, as most of a job's output
+	// lines do (the agent reads every one).
+	word   string
 	mode   string
 	count  int64 // metric lines so far
 	base   int64 // the first epoch's number, 0 or 1
@@ -115,6 +119,13 @@ func NewLineReader(metric string, pat *Pattern) *LineReader {
 	r := &LineReader{pat: pat}
 	if pat == nil {
 		r.key = keyRegexp(metric)
+		r.word = strings.ToLower(metric)
+		if metric == "" || metric == "loss" {
+			r.word = "loss"
+		}
+		if !isASCII(r.word) {
+			r.word = "" // left to the regexp's Unicode folding
+		}
 	}
 	return r
 }
@@ -223,7 +234,7 @@ var heldOut = regexp.MustCompile(`(?i)(?:^|[^a-z0-9])(?:val|valid|validation|eva
 var summary = []byte("'train_runtime'")
 
 func (r *LineReader) value(line []byte) (float64, bool) {
-	if bytes.Contains(line, summary) {
+	if !containsLower(line, r.word) || bytes.Contains(line, summary) {
 		return 0, false
 	}
 	for off := 0; off < len(line); {
@@ -241,6 +252,36 @@ func (r *LineReader) value(line []byte) (float64, bool) {
 		off += m[3]
 	}
 	return 0, false
+}
+
+// containsLower says whether line holds word (lower-case) in any ASCII
+// case, as key's (?i) matches it; key also folds the Kelvin sign and the
+// long s (ſ) to k and s, which no training log spells a metric with.
+func containsLower(line []byte, word string) bool {
+	n := len(word)
+next:
+	for i := 0; i+n <= len(line); i++ {
+		for j := 0; j < n; j++ {
+			c := line[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != word[j] {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 var (
