@@ -99,17 +99,12 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 	s := &Series{Source: source, Metric: metric, Format: "csv"}
 	var rec []string
 	for {
-		line, err := ln.next()
+		line, where, err := ln.read(source, &s.Problems)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", source, err)
-		}
-		where := lineRef(ln.n)
-		if ln.long {
-			s.Problems.Add(where.String(), "line longer than 1 MiB")
-			continue
+			return nil, err
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue

@@ -148,17 +148,12 @@ func readMLflowFile(r io.Reader, source, key string) (*Series, error) {
 	s := &Series{Source: source, Metric: key, Format: "mlflow"}
 	ln := newLines(r)
 	for {
-		line, err := ln.next()
+		line, where, err := ln.read(source, &s.Problems)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", source, err)
-		}
-		where := lineRef(ln.n)
-		if ln.long {
-			s.Problems.Add(where.String(), "line longer than 1 MiB")
-			continue
+			return nil, err
 		}
 		f := bytes.Fields(line)
 		if len(f) == 0 {

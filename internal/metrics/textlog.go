@@ -308,17 +308,12 @@ func ReadTextLog(r io.Reader, source string, opt Options) (*Series, error) {
 	ln := newLines(r)
 	updates := 0 // progress-bar updates after a carriage return
 	for {
-		line, err := ln.next()
+		line, where, err := ln.read(source, &s.Problems)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", source, err)
-		}
-		where := lineRef(ln.n)
-		if ln.long {
-			s.Problems.Add(where.String(), "line longer than 1 MiB")
-			continue
+			return nil, err
 		}
 		segs := bytes.Split(line, []byte("\r"))
 		updates += len(segs) - 1
