@@ -113,7 +113,11 @@ type LineReader struct {
 // the built-in forms when pat is nil.
 func NewLineReader(metric string, pat *Pattern) *LineReader {
 	r := &LineReader{pat: pat}
-	if pat == nil {
+	switch {
+	case pat != nil:
+	case metric == "" || metric == "loss":
+		r.key = lossKey
+	default:
 		r.key = keyRegexp(metric)
 	}
 	return r
@@ -212,6 +216,10 @@ func keyRegexp(metric string) *regexp.Regexp {
 	}
 	return regexp.MustCompile(`(?i)(?:^|[^a-z0-9_./])['"]?(` + key + `)['"]?(?:\s*[:=]\s*|\s+)(` + num + `)(?:[^a-z0-9_.]|$)`)
 }
+
+// lossKey is keyRegexp("loss"), compiled once: the agent makes a
+// LineReader per run attempt, compare and ReadFile one per file.
+var lossKey = keyRegexp("loss")
 
 // heldOut says the text before a key names held-out data, whose loss is
 // not the training loss: `valid loss`, `test loss`, and within two words,

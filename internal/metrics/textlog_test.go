@@ -157,6 +157,17 @@ func TestLineReaderKeepsStepSource(t *testing.T) {
 	}
 }
 
+// TestNewLineReaderReusesLossKey: the training loss's expression is
+// compiled once for the package, not once per reader (a run attempt in
+// the agent, a file in compare).
+func TestNewLineReaderReusesLossKey(t *testing.T) {
+	for _, metric := range []string{"", "loss"} {
+		if n := testing.AllocsPerRun(10, func() { NewLineReader(metric, nil) }); n > 1 {
+			t.Errorf("NewLineReader(%q, nil): %v allocations, want at most 1 (the reader)", metric, n)
+		}
+	}
+}
+
 func TestCompilePatternErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ expr, want string }{
