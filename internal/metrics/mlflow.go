@@ -110,7 +110,7 @@ func pickMLflowKey(keys []string, metric string) (string, error) {
 	var losses []string
 	for _, k := range keys {
 		lk := strings.ToLower(k)
-		if strings.Contains(lk, "loss") && !heldOut.MatchString(lk[:strings.Index(lk, "loss")]) {
+		if strings.Contains(lk, "loss") && !heldOut().MatchString(lk[:strings.Index(lk, "loss")]) {
 			losses = append(losses, k)
 		}
 	}
