@@ -74,17 +74,20 @@ for a in "$@"; do
 	esac
 done
 
-[ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet and their mounts): sudo $0 $*"
+# sudo's secure_path drops the go this needs (scripts/lib.sh, k8s-build.sh):
+# the line keeps this PATH.
+[ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet and their mounts): sudo env PATH=$(printf %q "$PATH") $(printf '%q ' "$0" "$@")"
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 # need_apt writes apt's output to stderr: stdout stays KEY=VALUE lines.
 need_apt "${K8S_APT_PACKAGES[@]}" || die "installing ${K8S_APT_PACKAGES[*]} failed"
 if [ "$WANT_RUN_IMAGE" = 1 ]; then
-	need_apt python3 python3-torch python3-numpy dash coreutils || die "installing the run image's packages failed"
+	# debimage.RunImagePackages: the demo's, and a shell with coreutils.
+	need_apt "${DEMO_APT_PACKAGES[@]}" dash coreutils || die "installing the run image's packages failed"
 fi
 for t in etcd containerd containerd-shim-runc-v2 runc ctr iptables conntrack openssl curl ip; do
 	command -v "$t" >/dev/null || [ -x "/usr/sbin/$t" ] ||
-		die "$t not found; install: apt-get install etcd-server containerd runc containernetworking-plugins iptables conntrack busybox-static openssl curl iproute2 (scripts/setup.d/70-kubernetes.sh)"
+		die "$t not found; install: apt-get install ${K8S_APT_PACKAGES[*]} (scripts/setup.d/70-kubernetes.sh)"
 done
 [ -x /usr/lib/cni/bridge ] || die "no CNI plugins in /usr/lib/cni; apt-get install containernetworking-plugins"
 [ -x /bin/busybox ] || die "no /bin/busybox; apt-get install busybox-static"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,26 +16,33 @@ import (
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
-// lossColumns are tried in order when no metric is named.
-var lossColumns = []string{"loss", "train_loss", "train_loss_step", "train/loss", "loss_step"}
+// lossColumns are the training loss's names, tried in order when no
+// metric is named (CSV columns, TensorBoard tags, MLflow keys).
+var lossColumns = []string{"loss", "train_loss", "train_loss_step", "training_loss", "train/loss", "loss_step"}
 
 // pickLoss chooses the training loss among names: a known name first, else
-// the first name containing "loss" that is not a validation or test loss.
+// the first name trainingLoss accepts.
 func pickLoss(names []string) string {
 	for _, want := range lossColumns {
-		for _, n := range names {
-			if n == want {
-				return n
-			}
+		if slices.Contains(names, want) {
+			return want
 		}
 	}
 	for _, n := range names {
-		l := strings.ToLower(n)
-		if strings.Contains(l, "loss") && !strings.HasPrefix(l, "val") && !strings.HasPrefix(l, "test") {
+		if trainingLoss(n) {
 			return n
 		}
 	}
 	return ""
+}
+
+// trainingLoss says whether a metric's name is a loss of the training
+// data: it contains "loss" and what comes before names no held-out data
+// (val_loss, valid/loss, eval_loss, test_loss; not value_loss).
+func trainingLoss(name string) bool {
+	l := strings.ToLower(name)
+	i := strings.Index(l, "loss")
+	return i >= 0 && !heldOut().MatchString(l[:i])
 }
 
 // ReadCSV reads a Lightning CSVLogger metrics.csv: a header with "step"
@@ -99,17 +107,12 @@ func ReadCSV(r io.Reader, source string, opt Options) (*Series, error) {
 	s := &Series{Source: source, Metric: metric, Format: "csv"}
 	var rec []string
 	for {
-		line, err := ln.next()
+		line, where, err := ln.read(source, &s.Problems)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", source, err)
-		}
-		where := lineRef(ln.n)
-		if ln.long {
-			s.Problems.Add(where.String(), "line longer than 1 MiB")
-			continue
+			return nil, err
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue

@@ -55,17 +55,12 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 	ln := newLines(r)
 	marker := []byte(LogMarker)
 	for {
-		line, err := ln.next()
+		line, where, err := ln.read(source, &s.Problems)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", source, err)
-		}
-		where := lineRef(ln.n)
-		if ln.long {
-			s.Problems.Add(where.String(), "line longer than 1 MiB")
-			continue
+			return nil, err
 		}
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {

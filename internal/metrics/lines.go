@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -51,6 +52,25 @@ func (l *lines) next() ([]byte, error) {
 	l.n++
 	line = bytes.TrimRight(line, "\r\n")
 	return line, nil
+}
+
+// read returns the next line of a text reader's body: a line over
+// maxLine is skipped and added to p as a problem, a read error comes back
+// naming source, and io.EOF follows the last line.
+func (l *lines) read(source string, p *Problems) ([]byte, lineRef, error) {
+	for {
+		line, err := l.next()
+		if err == io.EOF {
+			return nil, 0, err
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("reading %s: %w", source, err)
+		}
+		if !l.long {
+			return line, lineRef(l.n), nil
+		}
+		p.Add(lineRef(l.n).String(), "line longer than 1 MiB")
+	}
 }
 
 // sizeSample is how many points a reader collects before it sizes the

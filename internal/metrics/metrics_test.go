@@ -555,6 +555,19 @@ func TestTensorBoardKeepsOneTag(t *testing.T) {
 	}
 }
 
+// TestCSVSkipsHeldOutLoss: a CSV without a known loss column reads the
+// first training loss, not an evaluation loss before it.
+func TestCSVSkipsHeldOutLoss(t *testing.T) {
+	t.Parallel()
+	s, err := ReadCSV(strings.NewReader("step,eval_loss,aux_loss\n1,9,2\n"), "mem.csv", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Metric != "aux_loss" || len(s.Points) != 1 || s.Points[0].Value != 2 {
+		t.Errorf("metric %q, points %v; want aux_loss, 2", s.Metric, s.Points)
+	}
+}
+
 // TestTensorBoardPicksLossAsTagsAppear: the loss tag is chosen while
 // reading, so a better tag appearing later still wins, with all of its
 // points, as pickLoss would choose among all tags.
@@ -567,6 +580,9 @@ func TestTensorBoardPicksLossAsTagsAppear(t *testing.T) {
 		{[]string{"aux_loss", "grad_norm", "loss_step", "train_loss", "loss"}, "loss"},
 		{[]string{"val_loss", "Aux_Loss", "test_loss", "extra_loss"}, "Aux_Loss"},
 		{[]string{"loss_step", "train/loss", "train_loss_step"}, "train_loss_step"},
+		// Held-out losses by any of their names are skipped; a name that
+		// merely starts with "val" is not one.
+		{[]string{"eval/loss", "valid_loss", "train_val_loss", "value_loss"}, "value_loss"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,29 +89,24 @@ func mlflowKeys(dir string) ([]string, error) {
 	return keys, err
 }
 
-// pickMLflowKey chooses the metric: the one asked for, else loss,
-// train_loss, training_loss, train/loss, else the only key containing
-// "loss" that is not held out (val, eval, test).
+// pickMLflowKey chooses the metric: the one asked for, else a known
+// training-loss name (lossColumns), else the only key trainingLoss
+// accepts: with two such keys there is no telling which to read.
 func pickMLflowKey(keys []string, metric string) (string, error) {
-	has := map[string]bool{}
-	for _, k := range keys {
-		has[k] = true
-	}
 	if metric != "" {
-		if has[metric] {
+		if slices.Contains(keys, metric) {
 			return metric, nil
 		}
 		return "", fmt.Errorf("no metric %q (the run has %s)", metric, strings.Join(keys, ", "))
 	}
-	for _, k := range []string{"loss", "train_loss", "training_loss", "train/loss"} {
-		if has[k] {
-			return k, nil
+	for _, want := range lossColumns {
+		if slices.Contains(keys, want) {
+			return want, nil
 		}
 	}
 	var losses []string
 	for _, k := range keys {
-		lk := strings.ToLower(k)
-		if strings.Contains(lk, "loss") && !heldOut.MatchString(lk[:strings.Index(lk, "loss")]) {
+		if trainingLoss(k) {
 			losses = append(losses, k)
 		}
 	}
@@ -148,17 +144,12 @@ func readMLflowFile(r io.Reader, source, key string) (*Series, error) {
 	s := &Series{Source: source, Metric: key, Format: "mlflow"}
 	ln := newLines(r)
 	for {
-		line, err := ln.next()
+		line, where, err := ln.read(source, &s.Problems)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", source, err)
-		}
-		where := lineRef(ln.n)
-		if ln.long {
-			s.Problems.Add(where.String(), "line longer than 1 MiB")
-			continue
+			return nil, err
 		}
 		f := bytes.Fields(line)
 		if len(f) == 0 {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // MaxPatternLen bounds a metric pattern. RE2 matches in linear time
@@ -41,7 +42,7 @@ const PatternExample = `step (?P<step>\d+).*loss[:= ]+(?P<loss>[-+.0-9eE]+|nan|i
 
 // lookaround finds what Perl and Python regular expressions have and RE2
 // does not: lookarounds and backreferences.
-var lookaround = regexp.MustCompile(`\(\?(?:=|!|<=|<!)|\\[1-9]`)
+var lookaround = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\(\?(?:=|!|<=|<!)|\\[1-9]`) })
 
 // CompilePattern checks and compiles a metric pattern. It is the one
 // rule for the spec field metrics.pattern and the --metric-pattern flags.
@@ -56,7 +57,7 @@ func CompilePattern(expr string) (*Pattern, error) {
 	re, err := regexp.Compile(expr)
 	if err != nil {
 		msg := err.Error()
-		if lookaround.MatchString(expr) {
+		if lookaround().MatchString(expr) {
 			fix = "Go regular expressions (RE2) do not support lookarounds ((?=…), (?!…), (?<=…), (?<!…)) or backreferences (\\1); " + fix
 		}
 		return nil, &PatternError{"not a valid regular expression: " + msg, fix}
@@ -117,7 +118,11 @@ type LineReader struct {
 // the built-in forms when pat is nil.
 func NewLineReader(metric string, pat *Pattern) *LineReader {
 	r := &LineReader{pat: pat}
-	if pat == nil {
+	switch {
+	case pat != nil:
+	case metric == "" || metric == "loss":
+		r.key = lossKey()
+	default:
 		r.key = keyRegexp(metric)
 		r.word = strings.ToLower(metric)
 		if metric == "" || metric == "loss" {
@@ -224,10 +229,21 @@ func keyRegexp(metric string) *regexp.Regexp {
 	return regexp.MustCompile(`(?i)(?:^|[^a-z0-9_./])['"]?(` + key + `)['"]?(?:\s*[:=]\s*|\s+)(` + num + `)(?:[^a-z0-9_.]|$)`)
 }
 
+// lossKey is keyRegexp("loss"), compiled once: the agent makes a
+// LineReader per run attempt, compare and ReadFile one per file.
+//
+// This file's expressions are compiled on first use (sync.OnceValue),
+// not at package initialisation: every binary links this package (spec
+// checks metrics.pattern with CompilePattern), and a command that reads
+// no text log, `gpupass validate` first, should not pay for them.
+var lossKey = sync.OnceValue(func() *regexp.Regexp { return keyRegexp("loss") })
+
 // heldOut says the text before a key names held-out data, whose loss is
 // not the training loss: `valid loss`, `test loss`, and within two words,
 // as PyTorch's mnist example prints `Test set: Average loss: 0.1004`.
-var heldOut = regexp.MustCompile(`(?i)(?:^|[^a-z0-9])(?:val|valid|validation|eval|evaluation|test)(?:[^a-z0-9|]+[a-z]+){0,2}[^a-z0-9|]*$`)
+var heldOut = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)(?:^|[^a-z0-9])(?:val|valid|validation|eval|evaluation|test)(?:[^a-z0-9|]+[a-z]+){0,2}[^a-z0-9|]*$`)
+})
 
 // summary marks Hugging Face Trainer's end-of-training dict, whose
 // train_loss is the mean over the run, not a step's loss.
@@ -243,7 +259,7 @@ func (r *LineReader) value(line []byte) (float64, bool) {
 			return 0, false
 		}
 		keyStart := off + m[2]
-		if !heldOut.Match(bytes.TrimRight(line[:keyStart], `'" `+"\t")) {
+		if !heldOut().Match(bytes.TrimRight(line[:keyStart], `'" `+"\t")) {
 			v, err := parseValue(string(line[off+m[4] : off+m[5]]))
 			if err == nil {
 				return v, true
@@ -285,22 +301,28 @@ func isASCII(s string) bool {
 }
 
 var (
-	stepField  = regexp.MustCompile(`(?i)(?:^|[^a-z0-9_])['"]?(?:global_step|step|iter|iteration)['"]?\s*[:=]?\s*(\d+)(?:[^\d.]|\.\D|\.$|$)`)
-	epochField = regexp.MustCompile(`(?i)(?:^|[^a-z0-9_])['"]?epoch['"]?\s*[:=]?\s*(\d+)(?:[^\d.]|\.\D|\.$|$)`)
+	stepField = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)(?:^|[^a-z0-9_])['"]?(?:global_step|step|iter|iteration)['"]?\s*[:=]?\s*(\d+)(?:[^\d.]|\.\D|\.$|$)`)
+	})
+	epochField = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)(?:^|[^a-z0-9_])['"]?epoch['"]?\s*[:=]?\s*(\d+)(?:[^\d.]|\.\D|\.$|$)`)
+	})
 	// A batch position: `50/ 544 batches`, `batch 50/544`, `[640/60000`,
 	// a progress bar's `| 50/100 [`.
-	batchPos = regexp.MustCompile(`(?i)(?:batch(?:es)?\s*[:=]?\s*|\[\s*|\|\s*)(\d+)\s*/\s*(\d+)|(\d+)\s*/\s*(\d+)\s*batch`)
+	batchPos = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)(?:batch(?:es)?\s*[:=]?\s*|\[\s*|\|\s*)(\d+)\s*/\s*(\d+)|(\d+)\s*/\s*(\d+)\s*batch`)
+	})
 )
 
 // lineStep finds the step of a line and says where it came from.
 func lineStep(line []byte) (int64, string, bool) {
-	if m := stepField.FindSubmatch(line); m != nil {
+	if m := stepField().FindSubmatch(line); m != nil {
 		if s, err := strconv.ParseInt(string(m[1]), 10, 64); err == nil && s <= MaxStep {
 			return s, StepField, true
 		}
 	}
-	if epochField.Match(line) {
-		if batchPos.Match(line) {
+	if epochField().Match(line) {
+		if batchPos().Match(line) {
 			return 0, StepEpochBatch, true
 		}
 		return 0, StepEpoch, true
@@ -312,7 +334,7 @@ func lineStep(line []byte) (int64, string, bool) {
 // batches an epoch, batch N of epoch E is step (E-base)·M + N, base
 // being the log's first epoch number when that is 0 or 1.
 func (r *LineReader) epochStep(line []byte, mode string) int64 {
-	em := epochField.FindSubmatch(line)
+	em := epochField().FindSubmatch(line)
 	e, _ := strconv.ParseInt(string(em[1]), 10, 64)
 	if !r.seenEp {
 		r.seenEp, r.base = true, min(e, 1)
@@ -321,7 +343,7 @@ func (r *LineReader) epochStep(line []byte, mode string) int64 {
 	if mode == StepEpoch {
 		return e
 	}
-	bm := batchPos.FindSubmatch(line)
+	bm := batchPos().FindSubmatch(line)
 	n, m := bm[1], bm[2]
 	if len(n) == 0 {
 		n, m = bm[3], bm[4]
@@ -349,17 +371,12 @@ func ReadTextLog(r io.Reader, source string, opt Options) (*Series, error) {
 	ln := newLines(r)
 	updates := 0 // progress-bar updates after a carriage return
 	for {
-		line, err := ln.next()
+		line, where, err := ln.read(source, &s.Problems)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", source, err)
-		}
-		where := lineRef(ln.n)
-		if ln.long {
-			s.Problems.Add(where.String(), "line longer than 1 MiB")
-			continue
+			return nil, err
 		}
 		segs := bytes.Split(line, []byte("\r"))
 		updates += len(segs) - 1

@@ -18,7 +18,6 @@ package nodeview
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -229,15 +228,7 @@ func WriteList(w io.Writer, nodes []*gpupassv1.Node) error {
 	for _, n := range nodes {
 		l.Nodes = append(l.Nodes, NodeOf(n))
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	// Names and checks come from agents: keep them as they are (json
-	// escapes control characters), without HTML escaping.
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(l); err != nil {
-		return fmt.Errorf("encoding nodes as JSON: %w", err)
-	}
-	return nil
+	return runview.Encode(w, "nodes", l)
 }
 
 // rtt is the API's round trip, -1 for "not measured yet", as null then.

@@ -134,8 +134,8 @@ func FromProto(r *gpupassv1.Run) Run {
 		Attempts: r.GetAttempts(), Restarts: r.GetRestarts(), CancelRequested: r.GetCancelRequested(),
 		Simulated: r.GetSimulated(), ResumeElsewhere: r.GetResumeElsewhere(), ReplacedNodes: nonNil(r.GetReplacedNodes()),
 		TimeLimitSeconds: r.GetTimeLimitSeconds(),
-		CreatedAt:        unixNano(r.GetCreatedUnixNano()), UpdatedAt: unixNano(r.GetUpdatedUnixNano()),
-		StartedAt: unixNano(r.GetStartedUnixNano()), FinishedAt: unixNano(r.GetFinishedUnixNano()),
+		CreatedAt:        TimeOf(r.GetCreatedUnixNano()), UpdatedAt: TimeOf(r.GetUpdatedUnixNano()),
+		StartedAt: TimeOf(r.GetStartedUnixNano()), FinishedAt: TimeOf(r.GetFinishedUnixNano()),
 		Log: Log{Complete: r.GetLogComplete(), Disputed: r.GetLogDisputed(), HeldThrough: r.GetHeldThrough(),
 			LastSeq: r.GetLastSeq(), DisputedRecords: r.GetDisputedRecords(), FirstDisputedSeq: r.GetFirstDisputedSeq()},
 		Slurm: SlurmOf(r),
@@ -156,37 +156,38 @@ func ScoreOf(s *gpupassv1.HealthScore) *Score {
 		ClassMeanPrice: s.GetClassMeanPrice(), PricePremiumPct: s.GetPricePremiumPct(), PricePenalty: s.GetPricePenalty()}
 }
 
-// TimeOf is a nanosecond epoch from the broker's API as a Time; nil for
-// 0, which the API sends for "not yet".
-func TimeOf(ns int64) *Time { return unixNano(ns) }
-
 // WriteList prints runs as one List document.
 func WriteList(w io.Writer, runs []*gpupassv1.Run) error {
 	l := List{Runs: make([]Run, 0, len(runs))}
 	for _, r := range runs {
 		l.Runs = append(l.Runs, FromProto(r))
 	}
-	return write(w, l)
+	return Encode(w, "runs", l)
 }
 
 // WriteRun prints one run as a Run document (`cancel`).
 func WriteRun(w io.Writer, r *gpupassv1.Run) error {
-	return write(w, FromProto(r))
+	return Encode(w, "runs", FromProto(r))
 }
 
-func write(w io.Writer, v any) error {
+// Encode prints v, a document of this package's rules (nodeview's too),
+// as indented JSON; what names it in an error ("runs").
+func Encode(w io.Writer, what string, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	// Names and reasons come from submitters and jobs: keep them as they
-	// are (json escapes control characters), without HTML escaping.
+	// Names, reasons and checks come from submitters, jobs and agents:
+	// keep them as they are (json escapes control characters), without
+	// HTML escaping.
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("encoding runs as JSON: %w", err)
+		return fmt.Errorf("encoding %s as JSON: %w", what, err)
 	}
 	return nil
 }
 
-func unixNano(ns int64) *Time {
+// TimeOf is a nanosecond epoch from the broker's API as a Time; nil for
+// 0, which the API sends for "not yet".
+func TimeOf(ns int64) *Time {
 	if ns == 0 {
 		return nil
 	}

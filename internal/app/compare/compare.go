@@ -308,25 +308,11 @@ type RunNotDoneError struct {
 // the user gives it ("pass --allow-running"). Run never wraps them with
 // fmt.Errorf, whose message is fixed when made.
 func NameAllowRunning(err error, allow string) {
-	var walk func(error)
-	walk = func(err error) {
-		if e, ok := err.(*RunNotDoneError); ok {
-			e.Allow = allow
+	walkErrors(err, func(e error) {
+		if rn, ok := e.(*RunNotDoneError); ok {
+			rn.Allow = allow
 		}
-		switch u := err.(type) {
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
-			}
-		case interface{ Unwrap() error }:
-			if e := u.Unwrap(); e != nil {
-				walk(e)
-			}
-		}
-	}
-	if err != nil {
-		walk(err)
-	}
+	})
 }
 
 // NamePatternOption sets PatternOption on every *metrics.EmptyError in
@@ -340,6 +326,7 @@ func NamePatternOption(err error, name string) {
 	})
 }
 
+// walkErrors calls f on err and every error in its tree.
 func walkErrors(err error, f func(error)) {
 	if err == nil {
 		return
