@@ -89,12 +89,13 @@ func (b *BrokerFlags) fromLower() error {
 		b.source = fmt.Sprintf("context %s (--context or %s)", x.Name, contextEnv)
 		return b.fromContext(cfg, x)
 	}
-	c, err := localstack.LoadConfig(getenv)
+	dir := DefaultStateDir(getenv) // a walk up the directories: once
+	c, err := localstack.ReadConfig(dir)
 	if err != nil {
 		return err
 	}
 	if c != nil {
-		b.source = "the stack in " + DefaultStateDir(getenv)
+		b.source = "the stack in " + dir
 		b.fill(c.BrokerURL, c.Token, "")
 		return nil
 	}
