@@ -2,6 +2,7 @@ package gpupass
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,6 +55,23 @@ func TestInsecureHTTPReachesFoundBroker(t *testing.T) {
 		}
 		if warnings != 1 {
 			t.Errorf("with --insecure-http, %d warnings on the command's stderr, want 1:\n%s", warnings, stderr.String())
+		}
+	}
+}
+
+// `up --demo` with its broker off loopback: the demo's own dial and the
+// gpupass commands it runs have the consent up's agents have (they were
+// refused: the demo stopped at its first step); on loopback none is
+// given, since none is needed.
+func TestDemoConsentsOffLoopback(t *testing.T) {
+	t.Parallel()
+	for url, off := range map[string]bool{"http://198.18.0.2:7070": true, "http://127.0.0.1:7070": false} {
+		cfg := &LocalConfig{BrokerURL: url, Token: "gpp_stack", StateDir: t.TempDir()}
+		if _, err := runClients(cfg); err != nil {
+			t.Errorf("%s: the demo's dial: %v", url, err)
+		}
+		if got := slices.Contains(demoEnv(cfg), "GPUPASS_INSECURE_HTTP=true"); got != off {
+			t.Errorf("%s: GPUPASS_INSECURE_HTTP=true in the demo's commands' environment: %v, want %v", url, got, off)
 		}
 	}
 }

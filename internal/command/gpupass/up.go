@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
-	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/probe"
 )
@@ -232,7 +231,7 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 	// A broker on an address off loopback (--listen 10.0.0.5:7070) is
 	// refused the token without consent (internal/client): the ready
 	// line carries it, and the other commands are told how.
-	insecure := client.PlainHTTPOffHost(st.Config.BrokerURL) != ""
+	insecure := stackOffLoopback(st.Config)
 	if insecure {
 		fmt.Fprintf(out, "        plain HTTP off loopback: other broker commands need --insecure-http, or: export %s=true\n", EnvName("insecure-http"))
 	}
