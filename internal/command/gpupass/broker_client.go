@@ -41,9 +41,8 @@ type BrokerFlags struct {
 	// by leaving a field unset).
 	ErrOut io.Writer
 
-	errOut func() io.Writer
 	warned bool
-	cmd    *cobra.Command      // set by AddFlags: where --context is
+	cmd    *cobra.Command      // set by AddFlags: where --context is, and the stderr warned on
 	getenv func(string) string // nil: os.Getenv (tests inject one)
 	source string              // where fromLocal found the broker
 }
@@ -59,7 +58,6 @@ func (b *BrokerFlags) AddFlags(cmd *cobra.Command) {
 	MarkSecret("broker-token")
 	f.StringVar(&b.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust for an https broker URL (besides the system roots)")
 	f.BoolVar(&b.InsecureHTTP, "insecure-http", false, "send the broker token over plain http:// to a broker that is not on loopback (refused without it: anyone on the path could read the token); warned of every time")
-	b.errOut = cmd.ErrOrStderr
 }
 
 // Dial returns API clients, or a usage error naming the missing flag.
@@ -108,8 +106,8 @@ func (b *BrokerFlags) warnOut() io.Writer {
 	switch {
 	case b.ErrOut != nil:
 		return b.ErrOut
-	case b.errOut != nil:
-		return b.errOut()
+	case b.cmd != nil:
+		return b.cmd.ErrOrStderr()
 	}
 	return os.Stderr
 }

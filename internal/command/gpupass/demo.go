@@ -43,10 +43,24 @@ func (o *DemoOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.Steps, "demo-steps", 100, "training steps per region in the demo")
 }
 
-// runClients dials the broker's run services.
-func runClients(url, token string) (*client.RunClients, error) {
-	return client.DialRuns(url, client.Options{Token: token, UserAgent: buildinfo.UserAgent("gpupass")})
+// runClients dials the stack's run services. Like up's agents, the demo
+// is the stack's own: a broker up put off loopback (--listen 10.0.0.5:0)
+// has its consent to plain HTTP.
+func runClients(cfg *LocalConfig) (*client.RunClients, error) {
+	return client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token, InsecureHTTP: stackOffLoopback(cfg), UserAgent: buildinfo.UserAgent("gpupass")})
 }
+
+// demoEnv is the environment of the gpupass commands the demo runs: the
+// stack's broker, and the consent runClients gives.
+func demoEnv(cfg *LocalConfig) []string {
+	env := append(os.Environ(), "GPUPASS_STATE_DIR="+cfg.StateDir, "GPUPASS_BROKER_URL="+cfg.BrokerURL, "GPUPASS_BROKER_TOKEN="+cfg.Token)
+	if stackOffLoopback(cfg) {
+		env = append(env, EnvName("insecure-http")+"=true")
+	}
+	return env
+}
+
+func stackOffLoopback(cfg *LocalConfig) bool { return client.PlainHTTPOffHost(cfg.BrokerURL) != "" }
 
 // RunDemo runs the example pipeline on a started stack: validate, train in
 // the first two regions with the real PyTorch example, fetch metrics,
@@ -69,7 +83,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	if err != nil {
 		return fmt.Errorf("finding the gpupass binary: %w", err)
 	}
-	env := append(os.Environ(), "GPUPASS_STATE_DIR="+cfg.StateDir, "GPUPASS_BROKER_URL="+cfg.BrokerURL, "GPUPASS_BROKER_TOKEN="+cfg.Token)
+	env := demoEnv(cfg)
 	sub := func(args ...string) error {
 		cmd := exec.CommandContext(ctx, self, args...)
 		cmd.Env, cmd.Stdout, cmd.Stderr = env, out, out
@@ -97,7 +111,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	if err != nil {
 		return err
 	}
-	rcs, err := runClients(cfg.BrokerURL, cfg.Token)
+	rcs, err := runClients(cfg)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/netnstest"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
 // tokenRecorder is a "broker" on a non-loopback address: an HTTP/1 and
@@ -214,4 +215,64 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 func ciCompare(url, token string) []string {
 	return []string{"GPUPASS_COMMAND=compare-report", "GPUPASS_RUNS=us=alloc-us eu=alloc-eu", "GPUPASS_BROKER_URL=" + url,
 		"GPUPASS_BROKER_TOKEN=" + token, "GITHUB_ACTIONS=", "GITLAB_CI="}
+}
+
+// `gpupass up --listen ADDR` with ADDR off loopback (the network
+// namespace's near end: an address of this machine that is not
+// loopback) printed a ready line the plain HTTP rule refused when
+// pasted. The ready line carries the consent; the other commands, from
+// a subdirectory of the project, are refused naming it, and work after
+// the export line up prints.
+func TestE2EUpOffLoopbackPrintsCommandsThatWork(t *testing.T) {
+	t.Parallel()
+	ns := netnstest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := upstack.BuildAll(t)
+	home := t.TempDir()
+	proj := filepath.Join(home, "proj")
+	environ := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + home}
+	initCmd := exec.Command(filepath.Join(bin, "gpupass"), "init", proj)
+	initCmd.Env = environ
+	if out, err := initCmd.CombinedOutput(); err != nil {
+		t.Fatalf("gpupass init: %v\n%s", err, out)
+	}
+	stack := upstack.Start(t, upstack.Options{Dir: proj, Environ: environ, DefaultStateDir: true, Args: []string{"--listen", ns.HostIP + ":0"}})
+	if url := stack.Config(t).BrokerURL; !strings.Contains(url, "//"+ns.HostIP+":") {
+		t.Fatalf("the stack's broker is at %s, want %s", url, ns.HostIP)
+	}
+	var ready, export string
+	for _, l := range strings.Split(stack.Out.String(), "\n") {
+		if r, ok := strings.CutPrefix(l, "ready: "); ok {
+			ready = r
+		}
+		if _, e, ok := strings.Cut(l, "plain HTTP off loopback: "); ok {
+			_, export, _ = strings.Cut(e, "or: ")
+		}
+	}
+	if ready == "" || !strings.HasPrefix(export, "export ") {
+		t.Fatalf("up printed no ready line or no export line:\n%s", stack.Out.String())
+	}
+	const refusal, warning = "refusing to send the broker token over plain HTTP", "the broker token goes over plain HTTP, unencrypted"
+
+	out, code := shell(t, ctx, stack, proj, ready)
+	if strings.Contains(out, refusal) || !strings.Contains(out, warning) {
+		t.Errorf("%s, as pasted: exit %d, refused or not warned:\n%s", ready, code, upstack.Tail(out, 3000))
+	}
+	if exec.Command(upstack.Python, "-c", "import torch, numpy").Run() == nil && code != 0 {
+		t.Errorf("%s, as pasted: exit %d\n%s", ready, code, upstack.Tail(out, 3000))
+	}
+
+	sub := filepath.Join(proj, "src")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code = shell(t, ctx, stack, sub, "gpupass runs")
+	if code != 2 || !strings.Contains(out, refusal) || !strings.Contains(out, "--insecure-http (or GPUPASS_INSECURE_HTTP=true)") {
+		t.Errorf("gpupass runs without consent: exit %d, want 2 and the refusal naming the consent:\n%s", code, out)
+	}
+	out, code = shell(t, ctx, stack, sub, export+"\ngpupass runs")
+	if code != 0 || !strings.Contains(out, warning) || !strings.Contains(out, "us-west-2") {
+		t.Errorf("%s; gpupass runs: exit %d, want the run the ready line started, and the warning:\n%s", export, code, out)
+	}
 }

@@ -61,8 +61,11 @@ func (b *BrokerFlags) fromLocal() error {
 		if err := b.fromLower(); err != nil || b.URL == "" {
 			return err
 		}
-		return fmt.Errorf("--broker-token (or %s) is set without --broker-url: it is not sent to %s, the broker of %s; pass --broker-url with it, or unset it to use that broker's own token",
-			EnvName("broker-token"), b.URL, b.source)
+		// The token may have come from any of three places, which
+		// flagenv does not tell apart: the fix names all three.
+		env := EnvName("broker-token")
+		return fmt.Errorf("--broker-token (or %s or %s_FILE) is set without --broker-url: it is not sent to %s, the broker of %s; pass --broker-url with it, or, to use that broker's own token, leave out --broker-token and run: unset %s %s_FILE",
+			env, env, b.URL, b.source, env, env)
 	}
 	return b.fromLower()
 }
@@ -86,12 +89,13 @@ func (b *BrokerFlags) fromLower() error {
 		b.source = fmt.Sprintf("context %s (--context or %s)", x.Name, contextEnv)
 		return b.fromContext(cfg, x)
 	}
-	c, err := localstack.LoadConfig(getenv)
+	dir := DefaultStateDir(getenv) // a walk up the directories: once
+	c, err := localstack.ReadConfig(dir)
 	if err != nil {
 		return err
 	}
 	if c != nil {
-		b.source = "the stack in " + DefaultStateDir(getenv)
+		b.source = "the stack in " + dir
 		b.fill(c.BrokerURL, c.Token, "")
 		return nil
 	}

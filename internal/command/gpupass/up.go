@@ -228,8 +228,15 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 	if sc != nil {
 		fmt.Fprintln(out, sc.line())
 	}
+	// A broker on an address off loopback (--listen 10.0.0.5:7070) is
+	// refused the token without consent (internal/client): the ready
+	// line carries it, and the other commands are told how.
+	insecure := stackOffLoopback(st.Config)
+	if insecure {
+		fmt.Fprintf(out, "        plain HTTP off loopback: other broker commands need --insecure-http, or: export %s=true\n", EnvName("insecure-http"))
+	}
 	if !o.Demo {
-		fmt.Fprintln(out, "ready: "+readyCommand(o, "."))
+		fmt.Fprintln(out, "ready: "+readyCommand(o, ".", insecure))
 		fmt.Fprintln(out, "Ctrl-C stops everything.")
 	}
 	return nil
@@ -245,8 +252,9 @@ func metricsCurl(url, tokenFile string) string {
 // in cwd, the directory up runs in: the project's spec and train.py when
 // they are there (a project from `gpupass init`), else the repository's
 // example, else init first. The spec's directory is the run's work dir,
-// so train.py reaches the nodes.
-func readyCommand(o *UpOptions, cwd string) string {
+// so train.py reaches the nodes. insecure adds the consent a broker off
+// loopback needs.
+func readyCommand(o *UpOptions, cwd string, insecure bool) string {
 	spec := "gpupass.yaml"
 	init := "gpupass init && "
 	for _, s := range []string{"gpupass.yaml", filepath.Join("examples", "train", "gpupass.yaml")} {
@@ -262,6 +270,9 @@ func readyCommand(o *UpOptions, cwd string) string {
 	b.WriteString(init + "gpupass train --spec " + shellQuote(spec))
 	for _, r := range o.Regions {
 		b.WriteString(" --region " + shellQuote(r))
+	}
+	if insecure {
+		b.WriteString(" --insecure-http")
 	}
 	b.WriteString(" --follow -- " + shellQuote(o.Python) + " train.py")
 	return b.String()

@@ -39,9 +39,15 @@ func TestUpReadyCommandNamesFilesThatExist(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := readyCommand(o, tc.dir); got != tc.want {
+			if got := readyCommand(o, tc.dir, false); got != tc.want {
 				t.Errorf("ready: %s\nwant:   %s", got, tc.want)
 			}
 		})
+	}
+	// A broker off loopback: the consent comes before --, among train's
+	// own flags (TestE2EUpOffLoopbackPrintsCommandsThatWork pastes it).
+	want := "gpupass init && gpupass train --spec gpupass.yaml --region us-west-2 --region 'eu central' --insecure-http --follow -- /usr/bin/python3 train.py"
+	if got := readyCommand(o, mk(), true); got != want {
+		t.Errorf("ready off loopback: %s\nwant:   %s", got, want)
 	}
 }
