@@ -80,10 +80,8 @@ type Options struct {
 	Command []string
 	// Getenv reads the CI's variables for the run name.
 	Getenv func(string) string
-	// Dial returns the broker's runs API, once the options checked out;
-	// BrokerURL names it in errors.
-	Dial      func() (*client.RunClients, error)
-	BrokerURL string
+	// Dial returns the broker's runs API, once the options checked out.
+	Dial func() (*client.RunClients, error)
 }
 
 // Result holds the runs as last seen: as submitted, or as ended after
@@ -173,7 +171,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
 			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second)}))
 		if err != nil {
-			return res, brokerrpc.Error("submitting the run in "+region, o.BrokerURL, err)
+			return res, brokerrpc.Error("submitting the run in "+region, c.URL, err)
 		}
 		res.Runs = append(res.Runs, resp.Msg.Run)
 	}
