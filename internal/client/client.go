@@ -77,6 +77,8 @@ type Clients struct {
 type RunClients struct {
 	Run  gpupassv1connect.RunServiceClient
 	Work gpupassv1connect.AgentWorkServiceClient
+	// URL is the broker's, as dialled: errors name it.
+	URL string
 }
 
 // Dial returns the node and agent service clients for the broker at
@@ -110,6 +112,7 @@ func DialRuns(baseURL string, o Options) (*RunClients, error) {
 	return &RunClients{
 		Run:  gpupassv1connect.NewRunServiceClient(hc, base, opts...),
 		Work: gpupassv1connect.NewAgentWorkServiceClient(hc, base, opts...),
+		URL:  baseURL,
 	}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -28,6 +29,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/app/runlog"
+	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/exitcode"
@@ -80,10 +82,8 @@ type Options struct {
 	Command []string
 	// Getenv reads the CI's variables for the run name.
 	Getenv func(string) string
-	// Dial returns the broker's runs API, once the options checked out;
-	// BrokerURL names it in errors.
-	Dial      func() (*client.RunClients, error)
-	BrokerURL string
+	// Dial returns the broker's runs API, once the options checked out.
+	Dial func() (*client.RunClients, error)
 }
 
 // Result holds the runs as last seen: as submitted, or as ended after
@@ -133,6 +133,13 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		// The message validate gives for a missing spec: what to run next.
 		abs, _ := filepath.Abs(o.Spec)
+		// The default name, from a subdirectory of a project: its spec
+		// (a path of ".." and a spec file name, safe to paste).
+		if slices.Contains(validate.SpecFileNames, o.Spec) {
+			if above := validate.SpecAbove("."); above != "" {
+				return nil, fielderr.New("Spec", o.Spec, "no %s in %s; the project's spec is %s: pass {Spec} %s", o.Spec, filepath.Dir(abs), above, above)
+			}
+		}
 		return nil, fielderr.New("Spec", o.Spec, "no %s in %s: run `gpupass init` for a starter spec, or name another spec file", filepath.Base(abs), filepath.Dir(abs))
 	}
 	if err != nil {
@@ -173,7 +180,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
 			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second)}))
 		if err != nil {
-			return res, brokerrpc.Error("submitting the run in "+region, o.BrokerURL, err)
+			return res, brokerrpc.Error("submitting the run in "+region, c.URL, err)
 		}
 		res.Runs = append(res.Runs, resp.Msg.Run)
 	}

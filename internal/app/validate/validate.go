@@ -41,11 +41,51 @@ type Result struct {
 }
 
 // NoSpecError is a directory without any of SpecFileNames and no spec
-// named; the caller says how its user names one.
-type NoSpecError struct{ Dir string }
+// named; the caller says how its user names one (Above, when a
+// directory above holds one).
+type NoSpecError struct {
+	Dir string
+	// Above is SpecAbove(Dir).
+	Above string
+}
 
 func (e *NoSpecError) Error() string {
+	if e.Above != "" {
+		return fmt.Sprintf("no %s in %s; the project's spec is %s", strings.Join(SpecFileNames, " or "), e.Dir, e.Above)
+	}
 	return fmt.Sprintf("no %s in %s: run `gpupass init` for a starter spec", strings.Join(SpecFileNames, " or "), e.Dir)
+}
+
+// SpecAbove is the nearest of SpecFileNames in a directory above dir,
+// relative to dir ("../gpupass.yaml"), or "". From a subdirectory of a
+// project its spec is the fix, not `gpupass init` writing a second
+// project there. The search stops after a git work tree's root and at
+// home, as the search for the project's .gpupass does.
+func SpecAbove(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	home, _ := os.UserHomeDir()
+	for d := abs; ; {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil || d == home {
+			return ""
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return ""
+		}
+		d = parent
+		for _, n := range SpecFileNames {
+			if fi, err := os.Stat(filepath.Join(d, n)); err == nil && fi.Mode().IsRegular() {
+				rel, err := filepath.Rel(abs, filepath.Join(d, n))
+				if err != nil {
+					return ""
+				}
+				return rel
+			}
+		}
+	}
 }
 
 // Run finds, reads and lints the spec. A spec with errors is a Result
@@ -83,7 +123,7 @@ func find(o Options, log *slog.Logger) (string, error) {
 	}
 	switch len(found) {
 	case 0:
-		return "", &NoSpecError{Dir: o.Dir}
+		return "", &NoSpecError{Dir: o.Dir, Above: SpecAbove(o.Dir)}
 	case 2:
 		log.Warn("both spec files present; using the first", "using", found[0], "ignored", found[1])
 	}

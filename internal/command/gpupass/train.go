@@ -23,7 +23,7 @@ import (
 type TrainOptions struct {
 	// Options are the use case's: the flags fill them, and the command
 	// adds only what the CLI has of its own (the broker flags, --follow).
-	// Dial and BrokerURL are set from Broker when the command runs.
+	// Dial is set from Broker when the command runs.
 	apptrain.Options
 	Global *GlobalOptions
 	Broker BrokerFlags
@@ -105,7 +105,7 @@ var trainFlagNames = fielderr.Names{
 // options are the use case's options, dialling the broker of the flags.
 func (o *TrainOptions) options() apptrain.Options {
 	opts := o.Options
-	opts.Dial, opts.BrokerURL = o.Broker.DialRuns, o.Broker.URL
+	opts.Dial = o.Broker.DialRuns
 	opts.StateDirs = stateDirs(opts.Getenv)
 	return opts
 }

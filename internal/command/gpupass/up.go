@@ -222,7 +222,11 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 		// The read token stays in its file: the line is pasted, not the secret.
 		fmt.Fprintf(out, "metrics %s  (Prometheus text; the read token is in %s)\n", metricsCurl(st.MetricsURL, st.ReadTokenFile), st.ReadTokenFile)
 	}
-	if st.Dir != mustAbs(DefaultStateDir(o.Getenv)) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		cwd = "."
+	}
+	if st.Dir != stateDirFrom(o.Getenv, cwd) {
 		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", shellQuote(st.Dir))
 	}
 	if sc != nil {
@@ -236,7 +240,7 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 		fmt.Fprintf(out, "        plain HTTP off loopback: other broker commands need --insecure-http, or: export %s=true\n", EnvName("insecure-http"))
 	}
 	if !o.Demo {
-		fmt.Fprintln(out, "ready: "+readyCommand(o, ".", insecure))
+		fmt.Fprintln(out, "ready: "+readyCommand(o, cwd, st.Dir, insecure))
 		fmt.Fprintln(out, "Ctrl-C stops everything.")
 	}
 	return nil
@@ -249,25 +253,40 @@ func metricsCurl(url, tokenFile string) string {
 }
 
 // readyCommand is the train command up prints, one that runs as pasted
-// in cwd, the directory up runs in: the project's spec and train.py when
-// they are there (a project from `gpupass init`), else the repository's
-// example, else init first. The spec's directory is the run's work dir,
-// so train.py reaches the nodes. insecure adds the consent a broker off
-// loopback needs.
-func readyCommand(o *UpOptions, cwd string, insecure bool) string {
+// in cwd, the directory up runs in, against the stack in stateDir: the
+// project's spec and train.py when they are there (a project from
+// `gpupass init`) or in the project's root above cwd (the parent of a
+// .gpupass stateDir), else the repository's example, else init first.
+// The spec's directory is the run's work dir, so train.py reaches the
+// nodes. Where commands in cwd would find another stack (--state-dir
+// elsewhere), the command names this one's state dir. insecure adds the
+// consent a broker off loopback needs.
+func readyCommand(o *UpOptions, cwd, stateDir string, insecure bool) string {
+	cwd, stateDir = mustAbs(cwd), mustAbs(stateDir)
+	dirs := []string{"."}
+	if filepath.Base(stateDir) == localstack.StateDirName {
+		if rel, err := filepath.Rel(cwd, filepath.Dir(stateDir)); err == nil && onlyParents(rel) {
+			dirs = append(dirs, rel) // cwd is below the project's root
+		}
+	}
+	dirs = append(dirs, filepath.Join("examples", "train"))
 	spec := "gpupass.yaml"
 	init := "gpupass init && "
-	for _, s := range []string{"gpupass.yaml", filepath.Join("examples", "train", "gpupass.yaml")} {
-		if _, err := os.Stat(filepath.Join(cwd, filepath.Dir(s), "train.py")); err != nil {
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(cwd, d, "train.py")); err != nil {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(cwd, s)); err == nil {
-			spec, init = s, ""
+		if _, err := os.Stat(filepath.Join(cwd, d, "gpupass.yaml")); err == nil {
+			spec, init = filepath.Join(d, "gpupass.yaml"), ""
 			break
 		}
 	}
 	var b strings.Builder
-	b.WriteString(init + "gpupass train --spec " + shellQuote(spec))
+	b.WriteString(init)
+	if stateDirFrom(o.Getenv, cwd) != stateDir {
+		b.WriteString(EnvName("state-dir") + "=" + shellQuote(stateDir) + " ")
+	}
+	b.WriteString("gpupass train --spec " + shellQuote(spec))
 	for _, r := range o.Regions {
 		b.WriteString(" --region " + shellQuote(r))
 	}
@@ -276,6 +295,26 @@ func readyCommand(o *UpOptions, cwd string, insecure bool) string {
 	}
 	b.WriteString(" --follow -- " + shellQuote(o.Python) + " train.py")
 	return b.String()
+}
+
+// stateDirFrom is the absolute state dir whose stack commands run in
+// cwd find (DefaultStateDir there).
+func stateDirFrom(getenv func(string) string, cwd string) string {
+	d := localstack.StateDirFrom(getenv, cwd)
+	if !filepath.IsAbs(d) {
+		d = filepath.Join(mustAbs(cwd), d)
+	}
+	return filepath.Clean(d)
+}
+
+// onlyParents reports whether rel is "..", "../..", …: a directory above.
+func onlyParents(rel string) bool {
+	for _, p := range strings.Split(rel, string(filepath.Separator)) {
+		if p != ".." {
+			return false
+		}
+	}
+	return true
 }
 
 func mustAbs(p string) string {

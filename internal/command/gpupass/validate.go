@@ -128,6 +128,9 @@ func (o *ValidateOptions) format() (string, error) {
 func (o *ValidateOptions) validateSpec(ctx context.Context) (*validate.Result, error) {
 	v, err := validate.Run(ctx, validate.Options{Spec: o.Spec, Dir: o.Dir, Logger: o.Logger})
 	var ns *validate.NoSpecError
+	if errors.As(err, &ns) && ns.Above != "" {
+		return nil, fmt.Errorf("%w: pass --spec %s", err, shellQuote(ns.Above))
+	}
 	if errors.As(err, &ns) {
 		return nil, fmt.Errorf("%w, or pass --spec FILE", err)
 	}

@@ -241,3 +241,43 @@ func TestE2EInitSpecMatchesEveryUpNode(t *testing.T) {
 		t.Errorf("candidates in %d region(s) of %d agents, want every region up started:\n%s", len(regions), agents, out)
 	}
 }
+
+// From a subdirectory of a project, train and validate without --spec
+// name the project's spec instead of `gpupass init` (which would write a
+// second project there), and the fix they print works as pasted.
+func TestE2ESpecFromSubdirectory(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	home := t.TempDir()
+	proj := filepath.Join(t.TempDir(), "proj")
+	sub := filepath.Join(proj, "src", "deep")
+	gp := func(dir string, args ...string) (string, int) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir, cmd.Env = dir, []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, "cfg"), "PATH=" + os.Getenv("PATH")}
+		stdout, stderr, code := testutil.Run(t, cmd)
+		return stdout + stderr, code
+	}
+	if out, code := gp(filepath.Dir(proj), "init", proj); code != 0 {
+		t.Fatalf("gpupass init: exit %d\n%s", code, out)
+	}
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// No broker here: the pasted train gets past its spec to the broker.
+	for _, args := range [][]string{{"train", "--region", "us-west-2", "--", "true"}, {"validate"}} {
+		out, code := gp(sub, args...)
+		_, fix, ok := strings.Cut(strings.TrimSpace(out), "the project's spec is ../../gpupass.yaml: pass ")
+		if code != 2 || !ok || strings.Contains(out, "gpupass init") {
+			t.Errorf("gpupass %s in a subdirectory: exit %d, want 2 naming the project's spec and no init:\n%s", strings.Join(args, " "), code, out)
+			continue
+		}
+		pasted := append(append([]string{args[0]}, strings.Fields(fix)...), args[1:]...)
+		out, code = gp(sub, pasted...)
+		if args[0] == "train" && code == 2 && strings.Contains(out, "no broker") && !strings.Contains(out, "spec") {
+			continue
+		}
+		if code != 0 {
+			t.Errorf("gpupass %s, the fix pasted: exit %d\n%s", strings.Join(pasted, " "), code, out)
+		}
+	}
+}
