@@ -23,7 +23,7 @@ import (
 // `include: component:` at $CI_COMMIT_SHA, in GitLab's default stages, then
 // a job that reads their dotenv) through gitlab-ci-local on the shell
 // executor, with a real registry for bundle-push and a `gpupass up` stack
-// for train (us and eu, testdata/train), compare-runs (the train jobs'
+// for train (us-west-2 and eu-central-1, testdata/train), compare-runs (the train jobs'
 // allocation ids through dotenv) and audit.
 func TestGitLabComponents(t *testing.T) {
 	p := startPipeline(t, "git@gitlab.invalid:acme/train.git")
@@ -54,7 +54,7 @@ func TestGitLabComponents(t *testing.T) {
 		t.Fatalf("gitlab-ci-local --preview: %v\n%s", err, pb)
 	}
 	for job, stage := range map[string]string{"gpupass-validate": "build", "gpupass-bundle-push": "build",
-		"gpupass-train-us": "test", "gpupass-train-eu": "test", "compare-files": "deploy", "compare-runs": "deploy", "gpupass-audit": "deploy"} {
+		"gpupass-train-us-west-2": "test", "gpupass-train-eu-central-1": "test", "compare-files": "deploy", "compare-runs": "deploy", "gpupass-audit": "deploy"} {
 		if j, _ := plan[job].(map[string]any); j["stage"] != stage {
 			t.Errorf("the component pipeline plans %s in stage %v, want %s", job, j["stage"], stage)
 		}
@@ -84,7 +84,7 @@ func TestGitLabComponents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gitlab-ci-local: %v\n%s", err, log)
 	}
-	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-bundle-push", "PASS  gpupass-train-us", "PASS  gpupass-train-eu",
+	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-bundle-push", "PASS  gpupass-train-us-west-2", "PASS  gpupass-train-eu-central-1",
 		"PASS  compare-files", "PASS  compare-runs", "PASS  gpupass-audit", "PASS  check-handoff",
 		// gitlab-ci-local turns section markers into timings.
 		"gpupass_validate took", "gpupass_compare-report took", "gpupass_bundle-push took", "gpupass_train took", "gpupass_audit took"} {
@@ -115,7 +115,7 @@ func TestGitLabComponents(t *testing.T) {
 	// the runs names the allocation ids the train jobs handed on.
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	if len(srv.bodies) != 2 || !strings.Contains(strings.Join(srv.bodies, "\n"), ids["us"]) || !strings.Contains(strings.Join(srv.bodies, "\n"), ids["eu"]) {
+	if len(srv.bodies) != 2 || !strings.Contains(strings.Join(srv.bodies, "\n"), ids["us-west-2"]) || !strings.Contains(strings.Join(srv.bodies, "\n"), ids["eu-central-1"]) {
 		t.Errorf("MR notes posted = %q, want the files' and the runs' compare reports, the latter naming %v", srv.bodies, ids)
 	}
 	for _, b := range srv.bodies {
@@ -263,7 +263,7 @@ func checkExamplePlan(t *testing.T, glci string, p *pipeline) {
 	if err := yaml.Unmarshal([]byte(preview), &rendered); err != nil {
 		t.Fatalf("--preview is not YAML: %v\n%s", err, preview)
 	}
-	stages := map[string]string{"gpupass-validate": "build", "gpupass-train-us": "test", "gpupass-train-eu": "test",
+	stages := map[string]string{"gpupass-validate": "build", "gpupass-train-us-west-2": "test", "gpupass-train-eu-central-1": "test",
 		"gpupass-compare-report": "deploy", "gpupass-audit": "deploy"}
 	for job, stage := range stages {
 		j, _ := rendered[job].(map[string]any)
@@ -298,7 +298,7 @@ func checkExamplePlan(t *testing.T, glci string, p *pipeline) {
 
 // fetchRace tells gitlab-ci-local's (4.75.1) own race, seen in CI, from
 // any other failure: it fetches every include of one project and ref at
-// once, train twice (us and eu), each fetch ending in `cp -r
+// once, train twice (us-west-2 and eu-central-1), each fetch ending in `cp -r
 // <clone>/templates <cache dir>`, and two copies that both find a
 // directory or file missing both create it, one failing with "File
 // exists". Every template is read only after all fetches end, so nothing
@@ -310,18 +310,18 @@ func fetchRace(stderr string) bool {
 }
 
 // trainIDs reads the allocation id each train job handed on through its
-// dotenv report (gitlab-ci-local's artifacts under dir), by region.
+// dotenv report (gitlab-ci-local's artifacts under dir), by region: the
+// variable the examples read, spelled out.
 func trainIDs(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	ids := map[string]string{}
-	for _, region := range []string{"us", "eu"} {
+	for region, key := range map[string]string{"us-west-2": "GPUPASS_ALLOCATION_US_WEST_2=", "eu-central-1": "GPUPASS_ALLOCATION_EU_CENTRAL_1="} {
 		f := filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-train-"+region, ".gitlab-ci-reports", "dotenv", "gpupass-train-"+region+".env")
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Errorf("dotenv of train %s: %v", region, err)
 			continue
 		}
-		key := "GPUPASS_ALLOCATION_" + strings.ToUpper(region) + "="
 		for _, l := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, key); ok {
 				ids[region] = v

@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpupass/gpupass/internal/app/localstack"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -192,5 +193,77 @@ func TestExampleUsesActionInputs(t *testing.T) {
 	}
 	if n < 5 {
 		t.Errorf("the example uses the action %d times, want validate, train ×2, compare-report and audit", n)
+	}
+}
+
+// TestCIExamplesUseUpRegions holds the shipped CI pipelines and their docs
+// to the regions `gpupass up` starts agents in: a new user runs `up`, then
+// pastes an example, and a region no agent is in leaves its runs pending
+// forever. Checked: every region a train job names (region: / regions:),
+// every allocation id read from train's allocation-ids output, and every
+// GPUPASS_ALLOCATION_<REGION> variable from its dotenv.
+func TestCIExamplesUseUpRegions(t *testing.T) {
+	t.Parallel()
+	root := testutil.RepoRoot(t)
+	known := map[string]bool{}
+	// The dotenv variable of a region: upper-cased, any other character
+	// than a letter or digit → _ (components/gitlab/README.md).
+	dotenv := map[string]bool{"GPUPASS_ALLOCATION_IDS": true}
+	var dotenvNames []string
+	other := regexp.MustCompile(`[^a-z0-9]`)
+	for _, r := range localstack.DefaultRegions() {
+		known[r] = true
+		v := "GPUPASS_ALLOCATION_" + strings.ToUpper(other.ReplaceAllString(r, "_"))
+		dotenv[v] = true
+		dotenvNames = append(dotenvNames, v)
+	}
+	files := []string{"components/gitlab/.gitlab-ci.yml", "components/gitlab/README.md", "docs/ci.md"}
+	tmpl, _ := filepath.Glob(filepath.Join(root, "components", "gitlab", "templates", "*", "template.yml"))
+	for _, f := range tmpl {
+		rel, _ := filepath.Rel(root, f)
+		files = append(files, rel)
+	}
+	if err := filepath.WalkDir(filepath.Join(root, "examples", "ci"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(root, p)
+			files = append(files, rel)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	regionKey := regexp.MustCompile(`^\s*(?:-\s+)?regions?:\s*(\S.*)$`)
+	idsKey := regexp.MustCompile(`outputs\.allocation-ids\)(?:\.([A-Za-z0-9_-]+)|\['([^']*)'\])`)
+	dotenvVar := regexp.MustCompile(`\bGPUPASS_ALLOCATION_[A-Z0-9_]+`)
+	named := 0
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			var regions []string
+			if m := regionKey.FindStringSubmatch(line); m != nil {
+				regions = strings.FieldsFunc(m[1], func(r rune) bool { return r == ',' || r == ' ' })
+			}
+			for _, m := range idsKey.FindAllStringSubmatch(line, -1) {
+				regions = append(regions, m[1]+m[2])
+			}
+			for _, r := range regions {
+				named++
+				if !known[r] {
+					t.Errorf("%s:%d: region %q: `gpupass up` starts agents in %v only; use one of those", f, i+1, r, localstack.DefaultRegions())
+				}
+			}
+			for _, v := range dotenvVar.FindAllString(line, -1) {
+				named++
+				if !dotenv[v] {
+					t.Errorf("%s:%d: $%s is the allocation of no region `gpupass up` starts agents in: use one of %v", f, i+1, v, dotenvNames)
+				}
+			}
+		}
+	}
+	if named < 10 {
+		t.Errorf("found %d region names in %v: the patterns no longer match the files", named, files)
 	}
 }

@@ -26,15 +26,19 @@ import (
 // exampleSteps keeps the real PyTorch example short in the pipelines.
 const exampleSteps = "30"
 
+// exampleRegions are the regions the examples/ci pipelines train in:
+// those of a stack started as `gpupass up` (TestCIExamplesUseUpRegions).
+var exampleRegions = []string{"us-west-2", "eu-central-1"}
+
 // pipeline is what the examples/ci pipelines need: a `gpupass up` stack
-// with agents in us and eu, region-scoped submit tokens and a read token
+// with its default agents (us-west-2 and eu-central-1), region-scoped submit tokens and a read token
 // made with `gpupass-broker token create` against the stack's database, a
 // cosign key pair, and a user repository holding the example training job
 // (examples/train) at its root, as the example pipelines expect.
 type pipeline struct {
 	stack             *upstack.Stack
 	url               string
-	us, eu, read      string // broker tokens
+	us, eu, read      string // broker tokens: submit us-west-2, submit eu-central-1, read both
 	cosignKey         string // PEM of the private key
 	cosignPub         string // path of the public key
 	cosignPassword    string
@@ -47,7 +51,8 @@ func startPipeline(t *testing.T, remote string) *pipeline {
 	upstack.RequireTorch(t)
 	// The example runs `python3 train.py`: the agents' PATH finds the
 	// Python that has torch first (scripts/setup.d/10-python.sh).
-	stack := upstack.Start(t, upstack.Options{Regions: []string{"us", "eu"},
+	// No --region: the examples must run against up's own regions.
+	stack := upstack.Start(t, upstack.Options{
 		Env: []string{"PATH=" + filepath.Dir(upstack.Python) + string(os.PathListSeparator) + os.Getenv("PATH"), "EXAMPLE_STEPS=" + exampleSteps}})
 	p := &pipeline{stack: stack, url: stack.Config(t).BrokerURL, gpupass: filepath.Join(stack.Bin, "gpupass")}
 	p.toolPath = toolsPath(t, p.gpupass)
@@ -63,7 +68,7 @@ func startPipeline(t *testing.T, remote string) *pipeline {
 		}
 		return v.Token
 	}
-	p.us, p.eu, p.read = token("submit", "us"), token("submit", "eu"), token("read", "us,eu")
+	p.us, p.eu, p.read = token("submit", "us-west-2"), token("submit", "eu-central-1"), token("read", "us-west-2,eu-central-1")
 
 	keys := t.TempDir()
 	p.cosignPassword = "e2e-cosign-password-3f1a"
@@ -123,7 +128,7 @@ func (p *pipeline) checkRuns(t *testing.T, ids map[string]string, sha string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, region := range []string{"us", "eu"} {
+	for _, region := range exampleRegions {
 		id := ids[region]
 		if id == "" {
 			t.Errorf("no allocation id handed on for %s (got %v)", region, ids)
@@ -217,8 +222,8 @@ func releaseServer(t *testing.T, dist, repo string) *httptest.Server {
 
 // TestExamplePipelineThroughAct runs examples/ci/github/gpupass.yml, as a
 // user copies it, through act on the host against a `gpupass up` stack:
-// validate → train us + eu (the real PyTorch example) → compare-report →
-// audit. `gpupass/gpupass@v1` is the v1 tag a dry run of the release
+// validate → train us-west-2 + eu-central-1 (the real PyTorch example) →
+// compare-report → audit. `gpupass/gpupass@v1` is the v1 tag a dry run of the release
 // steps (scripts/release/dry-run.sh) left in a copy of this checkout (act
 // --local-repository); it installs its own release, from a loopback release
 // server (GITHUB_SERVER_URL) serving the dry run's assets, after checking
@@ -278,7 +283,7 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 		}
 	}()
 
-	jobs := []string{"validate", "train-us", "train-eu", "compare", "audit"}
+	jobs := []string{"validate", "train-us-west-2", "train-eu-central-1", "compare", "audit"}
 	if runErr != nil {
 		t.Errorf("act: %v", runErr)
 	}
@@ -321,7 +326,7 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 	comments.mu.Lock()
 	bodies, denied := comments.bodies, comments.denied
 	comments.mu.Unlock()
-	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us"]) || !strings.Contains(bodies[0], ids["eu"]) {
+	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us-west-2"]) || !strings.Contains(bodies[0], ids["eu-central-1"]) {
 		t.Errorf("PR comments posted = %q, want one compare report of %v", bodies, ids)
 	}
 	if denied != 0 {
@@ -343,8 +348,8 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 
 // TestExamplePipelineThroughGitLabCILocal runs examples/ci/gitlab/.gitlab-ci.yml,
 // as a user commits it, through gitlab-ci-local on the shell executor
-// against a `gpupass up` stack: validate → train us + eu (the real PyTorch
-// example) → compare-report + audit, with no stages list and no needs, so
+// against a `gpupass up` stack: validate → train us-west-2 + eu-central-1
+// (the real PyTorch example) → compare-report + audit, with no stages list and no needs, so
 // the report and the audit wait for the train jobs by default and read
 // their allocation ids from dotenv. Every component is included at the
 // semantic-version tag 1.0.0 of the catalog project the release script
@@ -395,7 +400,7 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 			t.Logf("pipeline log:\n%s", upstack.Tail(log, 20000))
 		}
 	}()
-	jobs := []string{"gpupass-validate", "gpupass-train-us", "gpupass-train-eu", "gpupass-compare-report", "gpupass-audit"}
+	jobs := []string{"gpupass-validate", "gpupass-train-us-west-2", "gpupass-train-eu-central-1", "gpupass-compare-report", "gpupass-audit"}
 	if runErr != nil {
 		t.Errorf("gitlab-ci-local: %v", runErr)
 	}
@@ -407,7 +412,7 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 	// The report and the audit started after both train jobs finished.
 	for _, later := range []string{"gpupass-compare-report", "gpupass-audit"} {
 		start := regexp.MustCompile(`(?m)^\s*` + later + `\s+starting`).FindStringIndex(log)
-		for _, train := range []string{"gpupass-train-us", "gpupass-train-eu"} {
+		for _, train := range []string{"gpupass-train-us-west-2", "gpupass-train-eu-central-1"} {
 			done := regexp.MustCompile(`(?m)^\s*` + train + `\s+finished in`).FindStringIndex(log)
 			if start == nil || done == nil || start[0] < done[0] {
 				t.Errorf("%s did not wait for %s", later, train)
@@ -421,7 +426,7 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 	notes.mu.Lock()
 	bodies, denied := notes.bodies, notes.denied
 	notes.mu.Unlock()
-	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us"]) || !strings.Contains(bodies[0], ids["eu"]) {
+	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us-west-2"]) || !strings.Contains(bodies[0], ids["eu-central-1"]) {
 		t.Errorf("MR notes posted = %q, want one compare report of %v", bodies, ids)
 	}
 	if denied != 0 {

@@ -65,6 +65,11 @@ type Options struct {
 	Log                 *slog.Logger
 }
 
+// DefaultRegions are the regions `gpupass up` starts agents in without
+// --region. The shipped CI examples train in these regions, so they run
+// against a stack started as printed; internal/ci holds them to it.
+func DefaultRegions() []string { return []string{"us-west-2", "eu-central-1"} }
+
 // Slurm are the settings of agents with --executor slurm: each region's
 // agent stands for the partitions' compute nodes.
 type Slurm struct {

@@ -46,7 +46,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.StateDir, "state-dir", "", "state dir: broker database, agent state, logs, config.json (default $XDG_STATE_HOME/gpupass, else .gpupass)")
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:7070", "broker address; port 0 picks a free one")
-	f.StringSliceVar(&o.Regions, "region", []string{"us-west-2", "eu-central-1"}, "regions to start agents in (repeat or comma-separate)")
+	f.StringSliceVar(&o.Regions, "region", localstack.DefaultRegions(), "regions to start agents in (repeat or comma-separate)")
 	f.IntVar(&o.AgentsPerRegion, "agents-per-region", 1, "agents started per region")
 	f.StringVar(&o.Profile, "profile", "a100-80gb-4x", "simulated hardware profile of the agents (built-in name or PROFILE.json)")
 	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")

@@ -75,7 +75,8 @@ type Config struct {
 
 // Options changes how the stack starts.
 type Options struct {
-	// Regions for the agents; default us-west-2 and eu-central-1.
+	// Regions for the agents; none: up's default, as a user who runs
+	// `gpupass up` gets (localstack.DefaultRegions).
 	Regions []string
 	// Args are extra `gpupass up` flags.
 	Args []string
@@ -133,11 +134,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		s.Env = append(append(slices.Clone(base), "GPUPASS_STATE_DIR="+s.State), opts.Env...)
 		args = append(args, "--state-dir", s.State)
 	}
-	regions := opts.Regions
-	if len(regions) == 0 {
-		regions = []string{"us-west-2", "eu-central-1"}
-	}
-	for _, r := range regions {
+	for _, r := range opts.Regions {
 		args = append(args, "--region", r)
 	}
 	args = append(args, opts.Args...)
