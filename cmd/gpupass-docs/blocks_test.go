@@ -13,12 +13,6 @@ import (
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
-// enforceREADME holds README.md to the rule docs/ follows: every shell
-// block runs as written on one machine (TestDocsShellBlocks runs it) or
-// is marked with what it needs. On since the README became a short
-// page (issue #32 item 8); its long sections live in docs/.
-const enforceREADME = true
-
 // page is a Markdown file whose shell blocks readers paste.
 type page struct {
 	path   string // from the repository root
@@ -26,18 +20,17 @@ type page struct {
 }
 
 // pages reads README.md and docs/*.md and their shell blocks; a bad
-// marker fails the test. With enforceREADME off the README is left out
-// unless all is set.
-func pages(t *testing.T, all bool) []page {
+// marker fails the test. The README is held to the rule docs/ follows
+// (issue #32 item 8): every block runs as written on one machine or is
+// marked with what it needs.
+func pages(t *testing.T) []page {
 	t.Helper()
 	root := testutil.RepoRoot(t)
 	paths, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if enforceREADME || all {
-		paths = append([]string{filepath.Join(root, "README.md")}, paths...)
-	}
+	paths = append([]string{filepath.Join(root, "README.md")}, paths...)
 	var out []page
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
@@ -56,19 +49,14 @@ func pages(t *testing.T, all bool) []page {
 }
 
 // TestDocsShellMarkers checks every marker (a reason, a shell block after
-// it) and lists the README's blocks that would have to run once
-// enforceREADME is on.
+// it) and that some block is left to run.
 func TestDocsShellMarkers(t *testing.T) {
 	t.Parallel()
 	runnable := 0
-	for _, p := range pages(t, true) {
+	for _, p := range pages(t) {
 		for _, b := range p.blocks {
-			if b.NotRun != "" {
-				continue
-			}
-			runnable++
-			if p.path == "README.md" && !enforceREADME {
-				t.Logf("README.md:%d: shell block neither marked nor run (enforceREADME is off): %s", b.Line, docsgen.MarkerHelp)
+			if b.NotRun == "" {
+				runnable++
 			}
 		}
 	}
