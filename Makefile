@@ -14,10 +14,14 @@ TEST_TIMEOUT ?= 30m
 
 all: build
 
-## build: the three binaries into ./bin
+# Every binary of cmd/ but gpupass-docs, the generator `make docs` runs:
+# it links every command tree (the largest binary here) and is not shipped.
+CMDS := $(filter-out ./cmd/gpupass-docs,$(patsubst %/main.go,%,$(wildcard ./cmd/*/main.go)))
+
+## build: the binaries of cmd/ into ./bin (gpupass, gpupass-audit, gpupass-broker, gpupass-agent, gpupass-loadgen)
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
 
 ## deps: install what the tests need (apt packages, pinned Go tools)
 deps:

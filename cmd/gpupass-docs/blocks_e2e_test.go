@@ -20,11 +20,11 @@ import (
 // machine takes seconds.
 const blockTimeout = 2 * time.Minute
 
-// TestDocsShellBlocks runs every unmarked shell block of docs/*.md (and of
-// README.md with enforceREADME) as a user who pastes it would: each page's
-// blocks in order in one fresh directory and HOME, under bash -e -o
-// pipefail, with the binaries built from this checkout first on PATH and
-// no GPUPASS_* variable set. A block that fails names its page and line.
+// TestDocsShellBlocks runs every unmarked shell block of README.md and
+// docs/*.md as a user who pastes it would: each page's blocks in order
+// in one fresh directory and HOME, under bash -e -o pipefail, with the
+// binaries built from this checkout first on PATH and no GPUPASS_*
+// variable set. A block that fails names its page and line.
 func TestDocsShellBlocks(t *testing.T) {
 	bins := []string{
 		testutil.BuildBinary(t, "./cmd/gpupass"), // gpupass-audit beside it
@@ -37,7 +37,7 @@ func TestDocsShellBlocks(t *testing.T) {
 	}
 	path := strings.Join(append(dirs, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"), ":")
 	bash := testutil.Tool(t, "bash")
-	for _, p := range pages(t, false) {
+	for _, p := range pages(t) {
 		t.Run(p.path, func(t *testing.T) {
 			dir := t.TempDir()
 			for _, b := range p.blocks {
