@@ -30,7 +30,9 @@ const ConfigFile = "config.json"
 // --state-dir is given, and where the other commands look for its
 // config: $GPUPASS_STATE_DIR, else $XDG_STATE_HOME/gpupass, else the
 // project's .gpupass (FindStateDir from the working directory), else
-// .gpupass in the working directory.
+// .gpupass beside the project's spec (ProjectStateDir: `up` run from a
+// subdirectory of a project that has no stack yet), else .gpupass in the
+// working directory.
 func DefaultStateDir(getenv func(string) string) string {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -50,7 +52,31 @@ func StateDirFrom(getenv func(string) string, cwd string) string {
 	if d := FindStateDir(cwd, getenv("HOME")); d != "" {
 		return d
 	}
+	if d := ProjectStateDir(cwd, getenv("HOME")); d != "" {
+		return d
+	}
 	return StateDirName
+}
+
+// ProjectSpecNames are the spec files whose directory is a project's
+// root (validate.SpecFileNames).
+var ProjectSpecNames = []string{"gpupass.yaml", "lightning-cloud.yaml"}
+
+// ProjectStateDir is the state dir of the project cwd is in, found by
+// its spec: the nearest directory from cwd up that holds one of
+// ProjectSpecNames, within FindStateDir's bounds. StateDirName when the
+// spec is in cwd, the absolute path when it is above, "" when there is
+// none. Without it, `up` in a subdirectory of a project from `gpupass
+// init` made a second stack there and printed `gpupass init &&`.
+func ProjectStateDir(cwd, home string) string {
+	return findUp(cwd, home, func(dir string) bool {
+		for _, n := range ProjectSpecNames {
+			if fi, err := os.Stat(filepath.Join(dir, n)); err == nil && fi.Mode().IsRegular() {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // StateDirName is the state dir's name in a project.
@@ -65,6 +91,17 @@ const StateDirName = ".gpupass"
 // itself (paths up prints stay as short as before), the absolute path
 // when it is in a parent, and "" when there is none.
 func FindStateDir(cwd, home string) string {
+	return findUp(cwd, home, func(dir string) bool {
+		st, err := os.Stat(filepath.Join(dir, StateDirName))
+		return err == nil && st.IsDir()
+	})
+}
+
+// findUp walks from cwd up to the first directory that match holds and
+// returns its StateDirName: StateDirName itself for cwd, else the
+// absolute path; "" when none does. It stops after a git work tree's
+// root, after home, and at the filesystem root.
+func findUp(cwd, home string, match func(dir string) bool) string {
 	dir, err := filepath.Abs(cwd)
 	if err != nil {
 		return ""
@@ -75,7 +112,7 @@ func FindStateDir(cwd, home string) string {
 		}
 	}
 	for start := dir; ; {
-		if st, err := os.Stat(filepath.Join(dir, StateDirName)); err == nil && st.IsDir() {
+		if match(dir) {
 			if dir == start {
 				return StateDirName
 			}

@@ -3,7 +3,10 @@ package localstack
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/gpupass/gpupass/internal/app/validate"
 )
 
 // Issue #32 item 3: the project's .gpupass is found from its
@@ -83,5 +86,44 @@ func TestStateDirFrom(t *testing.T) {
 				t.Errorf("StateDirFrom = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A project with a spec and no stack yet: up from a subdirectory keeps
+// its state beside the spec, not in the subdirectory; a .gpupass found
+// first wins, and the search stops at a git work tree's root.
+func TestProjectStateDir(t *testing.T) {
+	if !slices.Equal(ProjectSpecNames, validate.SpecFileNames) {
+		t.Fatalf("ProjectSpecNames %v, validate.SpecFileNames %v: a project's root is where validate finds its spec", ProjectSpecNames, validate.SpecFileNames)
+	}
+	home := t.TempDir()
+	proj := filepath.Join(home, "proj")
+	sub := filepath.Join(proj, "src", "deep")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := func(string) string { return "" }
+	if got := StateDirFrom(env, sub); got != StateDirName {
+		t.Errorf("no spec anywhere: %q, want %q", got, StateDirName)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "gpupass.yaml"), []byte("name: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]string{sub: filepath.Join(proj, StateDirName), proj: StateDirName} {
+		if got := StateDirFrom(env, dir); got != want {
+			t.Errorf("from %s: %q, want %q", dir, got, want)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(proj, "src", ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := ProjectStateDir(sub, home); got != "" {
+		t.Errorf("across a git root: %q, want none", got)
+	}
+	if err := os.Mkdir(filepath.Join(sub, StateDirName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := StateDirFrom(env, sub); got != StateDirName {
+		t.Errorf("with a .gpupass in the subdirectory: %q, want it", got)
 	}
 }

@@ -44,7 +44,7 @@ type UpOptions struct {
 // AddFlags registers up's flags.
 func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.StateDir, "state-dir", "", "state dir: broker database, agent state, logs, config.json (default $XDG_STATE_HOME/gpupass, else .gpupass)")
+	f.StringVar(&o.StateDir, "state-dir", "", "state dir: broker database, agent state, logs, config.json (default $XDG_STATE_HOME/gpupass, else the project's .gpupass: found from here up, else beside the nearest gpupass.yaml, else in the working directory)")
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:7070", "broker address; port 0 picks a free one")
 	f.StringSliceVar(&o.Regions, "region", localstack.DefaultRegions(), "regions to start agents in (repeat or comma-separate)")
 	f.IntVar(&o.AgentsPerRegion, "agents-per-region", 1, "agents started per region")

@@ -22,6 +22,13 @@ import (
 // proj/.gpupass as it does for a user.
 func newProject(t *testing.T) (*upstack.Stack, string) {
 	t.Helper()
+	return newProjectIn(t, "")
+}
+
+// newProjectIn is newProject with up run in proj's subdirectory sub
+// (created; "" for proj itself).
+func newProjectIn(t *testing.T, sub string) (*upstack.Stack, string) {
+	t.Helper()
 	upstack.RequireTorch(t)
 	bin := upstack.BuildAll(t)
 	home := t.TempDir()
@@ -32,7 +39,11 @@ func newProject(t *testing.T) (*upstack.Stack, string) {
 	if out, err := initCmd.CombinedOutput(); err != nil {
 		t.Fatalf("gpupass init: %v\n%s", err, out)
 	}
-	return upstack.Start(t, upstack.Options{Dir: proj, Environ: environ, DefaultStateDir: true}), proj
+	dir := filepath.Join(proj, sub)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return upstack.Start(t, upstack.Options{Dir: dir, Environ: environ, DefaultStateDir: true}), proj
 }
 
 // shell runs script with bash -c in dir with the stack's environment, as
@@ -51,9 +62,32 @@ func shell(t *testing.T, ctx context.Context, s *upstack.Stack, dir, script stri
 // it starts succeed: the spec's directory, with train.py, is the work dir.
 func TestE2EUpPrintedCommandsRunAsPasted(t *testing.T) {
 	t.Parallel()
+	upPastedIn(t, "")
+}
+
+// The same from a subdirectory of the project: up there keeps its state
+// in the project's .gpupass, beside its spec (it made a second stack in
+// the subdirectory and printed `gpupass init &&`, which wrote a second
+// project there), and its lines run as pasted in the subdirectory.
+func TestE2EUpPrintedCommandsRunAsPastedFromSubdirectory(t *testing.T) {
+	t.Parallel()
+	sub := filepath.Join("src", "deep")
+	stack, proj := upPastedIn(t, sub)
+	if got, want := stack.Config(t).StateDir, filepath.Join(proj, ".gpupass"); got != want {
+		t.Errorf("up in %s keeps its state in %s, want the project's %s", sub, got, want)
+	}
+	if _, err := os.Stat(filepath.Join(proj, sub, "gpupass.yaml")); err == nil {
+		t.Errorf("the pasted lines wrote a second spec in %s", sub)
+	}
+}
+
+// upPastedIn starts up in proj's subdirectory sub after `gpupass init
+// proj` and pastes its ready and export lines there; the runs succeed.
+func upPastedIn(t *testing.T, sub string) (*upstack.Stack, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	stack, proj := newProject(t)
+	stack, proj := newProjectIn(t, sub)
 	var script []string
 	for _, l := range strings.Split(stack.Out.String(), "\n") {
 		l = strings.TrimSpace(l)
@@ -67,7 +101,7 @@ func TestE2EUpPrintedCommandsRunAsPasted(t *testing.T) {
 	if len(script) == 0 || !strings.Contains(strings.Join(script, "\n"), "gpupass train") {
 		t.Fatalf("up printed no train command:\n%s", stack.Out.String())
 	}
-	out, code := shell(t, ctx, stack, proj, "set -e\n"+strings.Join(script, "\n"))
+	out, code := shell(t, ctx, stack, filepath.Join(proj, sub), "set -e\n"+strings.Join(script, "\n"))
 	if code != 0 {
 		t.Fatalf("the commands up printed:\n%s\nexit %d:\n%s", strings.Join(script, "\n"), code, upstack.Tail(out, 4000))
 	}
@@ -79,6 +113,7 @@ func TestE2EUpPrintedCommandsRunAsPasted(t *testing.T) {
 	if strings.Contains(out, "can't open file") {
 		t.Errorf("train.py did not reach the nodes:\n%s", upstack.Tail(out, 4000))
 	}
+	return stack, proj
 }
 
 // nodeFiles pastes `gpupass train --workdir . … EXTRA -- find .` into a

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/app/localstack"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -127,8 +128,13 @@ func Start(t testing.TB, opts Options) *Stack {
 	}
 	args := []string{"up", "--listen", "127.0.0.1:0"}
 	if opts.DefaultStateDir {
-		s.State = filepath.Join(s.Root, ".gpupass")
+		// Where up finds its state dir without one named: the
+		// project's, which may be above Root.
 		s.Env = append(slices.Clone(base), opts.Env...)
+		s.State = localstack.StateDirFrom(func(k string) string { return envValue(s.Env, k) }, s.Root)
+		if !filepath.IsAbs(s.State) {
+			s.State = filepath.Join(s.Root, s.State)
+		}
 	} else {
 		s.State = t.TempDir()
 		s.Env = append(append(slices.Clone(base), "GPUPASS_STATE_DIR="+s.State), opts.Env...)
@@ -239,3 +245,14 @@ func Tail(s string, n int) string {
 
 // Buffer is testutil.Buffer (tests name it through this package too).
 type Buffer = testutil.Buffer
+
+// envValue is the last value of key in env (as exec uses it), or "".
+func envValue(env []string, key string) string {
+	v := ""
+	for _, e := range env {
+		if k, val, ok := strings.Cut(e, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
