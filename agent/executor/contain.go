@@ -233,23 +233,11 @@ var SharedTmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
 // os.RemoveAll does not follow symbolic links either way.
 func sweepShared(uid uint32) error {
 	var errs []error
-	for _, dir := range SharedTmpDirs {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			continue // not on this node
+	ownedShared(uid, func(e tmpEntry) {
+		if err := os.RemoveAll(filepath.Join(e.dir, e.name)); err != nil {
+			errs = append(errs, err)
 		}
-		for _, e := range ents {
-			fi, err := e.Info()
-			if err != nil {
-				continue
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == uid {
-				if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-					errs = append(errs, err)
-				}
-			}
-		}
-	}
+	})
 	return errors.Join(errs...)
 }
 
@@ -278,7 +266,11 @@ func snapshotShared(uid uint32) *tmpSnapshot {
 
 // each calls f with every entry of SharedTmpDirs that s's uid owns,
 // as lstat sees it.
-func (s *tmpSnapshot) each(f func(tmpEntry)) {
+func (s *tmpSnapshot) each(f func(tmpEntry)) { ownedShared(s.uid, f) }
+
+// ownedShared calls f with every entry of SharedTmpDirs that uid owns,
+// as lstat sees it.
+func ownedShared(uid uint32, f func(tmpEntry)) {
 	for _, dir := range SharedTmpDirs {
 		ents, err := os.ReadDir(dir)
 		if err != nil {
@@ -289,7 +281,7 @@ func (s *tmpSnapshot) each(f func(tmpEntry)) {
 			if err != nil {
 				continue
 			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == s.uid {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == uid {
 				f(tmpEntry{dir: dir, name: e.Name(), dev: st.Dev, ino: st.Ino})
 			}
 		}
