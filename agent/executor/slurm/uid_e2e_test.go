@@ -158,7 +158,7 @@ func TestE2ESlurmRunUIDs(t *testing.T) {
 		// the test must fail so.
 		t.Log("GPUPASS_E2E_SHARED_ACCOUNT set: no --run-as-range")
 	}
-	stack.StartAgent(t, "slurm-uids", "hpc-eu", args...)
+	login := stack.StartAgent(t, "slurm-uids", "hpc-eu", args...)
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
 	for _, spec := range []string{"examples/train/gpupass.yaml", h100Spec} {
 		upstack.WaitFor(t, ctx, "a node certified for "+spec, func() bool {
@@ -207,8 +207,9 @@ func TestE2ESlurmRunUIDs(t *testing.T) {
 	}
 
 	// B: a line, its loss, time for A to attack, another line.
-	runB := train(t, h100Spec, "uid-victim", `echo "victim uid $(id -u)"; echo '{"step": 1, "loss": 0.5}' >> "$GPUPASS_METRICS_FILE"; sleep 15; echo victim done`)
-	upstack.WaitFor(t, ctx, "run B's job to run", func() bool { return strings.Contains(logOf(t, runB), "victim uid") })
+	runB := train(t, h100Spec, "uid-victim", `echo "victim uid $(id -u) step $((0+1))"; echo '{"step": 1, "loss": 0.5}' >> "$GPUPASS_METRICS_FILE"; sleep 15; echo victim done`)
+	// $((0+1)): the job's line, not the command the run's log also shows.
+	upstack.WaitFor(t, ctx, "run B's job to run", func() bool { return strings.Contains(logOf(t, runB), " step 1") })
 	runsOf := func(node string) string {
 		return filepath.Join(c.Shared, "gpupass", slurmtest.ClusterName, node, "runs")
 	}
@@ -285,5 +286,33 @@ echo attacker done`, c.Conf, shellQuote(bDir), runB)
 	}
 	if strings.Contains(stray, "RUNNING") || strings.Contains(stray, "PENDING") {
 		t.Errorf("the job run A's job submitted outlived run A: %q", stray)
+	}
+
+	if t.Failed() {
+		return
+	}
+
+	// An agent killed under a run and started again follows it on as
+	// the uid its job runs as, and does not kill the job (this test's
+	// login node is its compute node too).
+	runC := train(t, "examples/train/gpupass.yaml", "uid-reattach",
+		`echo "run C uid $(id -u) step $((0+1))"; sleep 8; echo '{"step": 1, "loss": 0.25}' >> "$GPUPASS_METRICS_FILE"; echo "run C done uid $(id -u)"`)
+	upstack.WaitFor(t, ctx, "run C's job to run", func() bool { return strings.Contains(logOf(t, runC), " step 1") })
+	login.Kill9(t)
+	time.Sleep(time.Second)
+	login.Restart(t)
+	rcr := ended(t, runC)
+	lc := logOf(t, runC)
+	uidC := regexp.MustCompile(`run C uid ([0-9]+)`).FindStringSubmatch(lc)
+	t.Logf("run C %s: %s (%s)", runC, rcr.State, rcr.Reason)
+	if rcr.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || uidC == nil || !strings.Contains(lc, "run C done uid "+uidC[1]) {
+		t.Errorf("run C across an agent restart: %s (%s), want succeeded as one uid to its end:\n%s", rcr.State, rcr.Reason, upstack.Tail(lc, 3000))
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(runsOf("n1"), runC, ".slurm", "attempt-1.out"), &st); err != nil || uidC == nil || strconv.Itoa(int(st.Uid)) != uidC[1] {
+		t.Errorf("run C's output: uid %d (%v), want run C's uid %v", st.Uid, err, uidC)
+	}
+	if b, _ := os.ReadFile(login.Log); strings.Contains(string(b), "taking the run's uid back") {
+		t.Errorf("the restarted agent could not take run C's uid back:\n%s", upstack.Tail(string(b), 3000))
 	}
 }
