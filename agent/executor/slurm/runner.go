@@ -26,6 +26,10 @@ import (
 // finds the job again in its Ledger (without one: there, or by name in
 // Slurm) and reads on from the offsets the attempt's From gives (where
 // the run's spool ends) instead of submitting it twice.
+//
+// An attempt with a Credential (a uid of the run's own) is submitted as
+// it (sbatch --uid/--gid): WORKDIR/.slurm is handed to it, its files are
+// read only when they are its regular files, and no state file is kept.
 type Runner struct {
 	Client *Client
 	// Cluster is the cluster's name, named in the run's events.
