@@ -216,19 +216,22 @@ func TestE2ESlurmRunUIDs(t *testing.T) {
 	bDir := filepath.Join(runsOf("n2"), runB)
 
 	// A, on n1: it knows B's dir and job name.
-	attack := fmt.Sprintf(`export SLURM_CONF=%s; b=%s; echo "attacker uid $(id -u)"
-if echo "FORGED by run A" >> "$b/.slurm/attempt-1.out"; then echo "attack: B's output appended"; else echo "attack: B's output refused"; fi
-if echo '{"step": 1000, "loss": 0.0001}' >> "$b/metrics.jsonl"; then echo "attack: B's metrics appended"; else echo "attack: B's metrics refused"; fi
+	// $no and $((0+1)): the job's lines, not the command the run's log
+	// also shows, say what happened (and no "word: " prefix, which the
+	// log takes for a component).
+	attack := fmt.Sprintf(`export SLURM_CONF=%s; b=%s; no=refused; echo "attacker uid $(id -u)"
+if echo "FORGED by run A" >> "$b/.slurm/attempt-1.out"; then echo "attack on B's output appended"; else echo "attack on B's output $no"; fi
+if echo '{"step": 1000, "loss": 0.0001}' >> "$b/metrics.jsonl"; then echo "attack on B's metrics appended"; else echo "attack on B's metrics $no"; fi
 j=$(squeue -h -n gpupass-%s -o %%i); echo "B's job: $j"
-if [ -n "$j" ] && scancel "$j"; then echo "attack: B's job cancelled"; else echo "attack: B's job not cancelled"; fi
-s=$(sbatch --parsable --job-name uid-stray-e2e --output /dev/null --wrap 'sleep 300') && echo "attack: stray $s submitted"
-echo attacker done`, c.Conf, shellQuote(bDir), runB)
+if [ -n "$j" ] && scancel "$j"; then echo "attack on B's job cancelled"; else echo "attack on B's job not cancelled, $no"; fi
+s=$(sbatch --parsable --job-name uid-stray-e2e --output /dev/null --wrap 'sleep 300') && echo "attack on stray $s submitted"
+echo "attacker finished $((0+1))"`, c.Conf, shellQuote(bDir), runB)
 	runA := train(t, "examples/train/gpupass.yaml", "uid-attacker", attack)
 
 	ra, rb := ended(t, runA), ended(t, runB)
 	la, lb := logOf(t, runA), logOf(t, runB)
 	t.Logf("run A %s: %s (%s)\n%s", runA, ra.State, ra.Reason, upstack.Tail(la, 2000))
-	for _, want := range []string{"attack: B's output refused", "attack: B's metrics refused", "attack: B's job not cancelled", "attacker done"} {
+	for _, want := range []string{"attack on B's output refused", "attack on B's metrics refused", "attack on B's job not cancelled, refused", "attacker finished 1"} {
 		if !strings.Contains(la, want) {
 			t.Errorf("run A's log lacks %q", want)
 		}
@@ -281,7 +284,7 @@ echo attacker done`, c.Conf, shellQuote(bDir), runB)
 	// What A's job submitted did not outlive A.
 	stray := c.Command(t, "squeue", "-h", "-t", "all", "-n", "uid-stray-e2e", "-o", "%i %T %U")
 	t.Logf("A's stray once A ended: %q", stray)
-	if !strings.Contains(la, "attack: stray ") {
+	if !regexp.MustCompile(`attack on stray [0-9]+ submitted`).MatchString(la) {
 		t.Errorf("run A's job could not submit its stray (the test proves nothing of its end):\n%s", upstack.Tail(la, 2000))
 	}
 	if strings.Contains(stray, "RUNNING") || strings.Contains(stray, "PENDING") {
