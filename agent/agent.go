@@ -132,7 +132,12 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir %s: %w", o.StateDir, err)
 	}
-	if ra, field := o.jobUser(); ra != nil {
+	if ra, field := o.jobUser(); ra != nil && o.slurm != nil {
+		// A Slurm run's work dir is in the shared dir, not here.
+		if err := ra.CanReach(o.slurm.sharedDir); err != nil {
+			return nil, fielderr.New(field, ra.Spec, "%w", err)
+		}
+	} else if ra != nil {
 		// Jobs running as another user reach their work dirs under
 		// runs/ through the state dir: they may pass through it, not
 		// list it. What it holds that is not public (the key, the

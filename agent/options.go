@@ -187,7 +187,7 @@ func (o *Options) Validate(daemon bool) error {
 			return err
 		}
 		if euid := geteuid(); euid != 0 {
-			return fielderr.New(executor.FieldRunAs, o.RunAs, "starting jobs as another user needs the agent to run as root (it runs as uid %d); run the agent as root, or drop the {job user}", euid)
+			return fielderr.New(executor.FieldRunAs, o.RunAs, "starting jobs as another user needs the agent to run as root (it runs as uid %d)%s; run the agent as root, or drop the {job user}", euid, o.slurmRootWhy())
 		}
 		o.runAs = r
 	}
@@ -200,7 +200,7 @@ func (o *Options) Validate(daemon bool) error {
 			return err
 		}
 		if euid := geteuid(); euid != 0 {
-			return fielderr.New(executor.FieldUIDRange, o.RunAsRange, "starting jobs as other users needs the agent to run as root (it runs as uid %d); run the agent as root, or drop the {job uid range}", euid)
+			return fielderr.New(executor.FieldUIDRange, o.RunAsRange, "starting jobs as other users needs the agent to run as root (it runs as uid %d)%s; run the agent as root, or drop the {job uid range}", euid, o.slurmRootWhy())
 		}
 		o.runAsRange = r
 	}
@@ -229,6 +229,15 @@ func (o *Options) Validate(daemon bool) error {
 		o.Hostname, _ = os.Hostname()
 	}
 	return nil
+}
+
+// slurmRootWhy says, for --executor slurm, why root and not the cluster's
+// SlurmUser, which Slurm also lets submit as another uid.
+func (o *Options) slurmRootWhy() string {
+	if o.Executor != ExecutorSlurm {
+		return ""
+	}
+	return " on the login node: Slurm lets only root or its SlurmUser submit a job as another uid (sbatch --uid), and the agent hands each run's dir in the shared dir to the run's uid, which only root may"
 }
 
 // jobUser is the user jobs run as (a sample of the job uid range) and

@@ -2,8 +2,11 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
@@ -33,6 +36,14 @@ func (l *RunLoop) follow(ctx context.Context, log *slog.Logger, e runLedger, sp 
 		r.workRoot = l.WorkRoot
 	}
 	r.workDir = filepath.Join(r.workRoot, a.AllocID)
+	release, err := r.reclaimUser()
+	if err != nil {
+		// Its later attempts would run as the agent's account, or as
+		// a uid another run holds: the attempt followed on is its last.
+		log.Error("taking the run's uid back; the run is not restarted", "err", err)
+		r.runAs, a.MaxRestarts = nil, 0
+	}
+	defer release()
 	log.Info("following a run on that an earlier agent process started", "attempt", mark.Attempt, "stdout_offset", mark.Stdout, "stderr_offset", mark.Stderr, "metrics_offset", mark.Metrics)
 	r.state.Store(StateRunning)
 	up.Sink, r.untrack = l.Metrics.Track(sp, func() string { return string(r.state.Load().(AllocState)) }, up.Sink)
@@ -44,4 +55,32 @@ func (l *RunLoop) follow(ctx context.Context, log *slog.Logger, e runLedger, sp 
 	}
 	r.final.LastSeq = max(r.final.LastSeq, sp.Stats().LastSeq)
 	return r.final, false
+}
+
+// reclaimUser takes the uid back that the run's job runs as (--run-as,
+// or with --run-as-range the owner of its work dir, which the executor
+// handed to it and which the job cannot give away), so that its later
+// attempts run as it too, and the uid is not handed to another run until
+// this one ended.
+func (r *run) reclaimUser() (release func(), err error) {
+	r.runAs = r.l.RunAs
+	if r.l.RunAsRange == nil {
+		return func() {}, nil
+	}
+	fi, err := os.Lstat(r.workDir)
+	if err != nil {
+		return func() {}, fmt.Errorf("finding the uid of the run's work dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.IsDir() {
+		return func() {}, fmt.Errorf("the run's work dir %s is not a directory", r.workDir)
+	}
+	if r.runAs, err = r.l.RunAsRange.Claim(st.Uid); err != nil {
+		return func() {}, err
+	}
+	return func() {
+		if err := r.l.RunAsRange.Release(r.runAs); err != nil {
+			r.log.Error("giving the run's uid back", "err", err)
+		}
+	}, nil
 }

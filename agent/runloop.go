@@ -459,7 +459,11 @@ func (a *Agent) runCgroups() (*executor.Cgroups, error) {
 			}
 		}
 	}
-	if r := a.o.runAsRange; r != nil {
+	// A Slurm run's processes are jobs on the compute nodes, ended by
+	// the range's Guard: here a process of the range's uids is none of
+	// this agent's (a login node that is a compute node too runs the
+	// jobs of the agent's live runs, which a restarted agent follows on).
+	if r := a.o.runAsRange; r != nil && a.o.slurm == nil {
 		if err := r.Reap(a.o.RunKillTimeout); err != nil {
 			a.log.Error("killing what runs of an earlier agent process left; their uids are not handed out", "err", err)
 		}

@@ -3,13 +3,16 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -89,6 +92,34 @@ func (o *Options) validateSlurm() error {
 	}
 	if s.LedgerDir == "" {
 		s.LedgerDir = filepath.Join(o.StateDir, "slurm", "ledger")
+	}
+	return o.checkSlurmJobUsers()
+}
+
+// checkSlurmJobUsers checks what sbatch --uid needs of the job users:
+// Slurm submits and runs a job only as a user and group its nodes know
+// (sbatch refuses a bare uid: "Invalid --uid specification"). The first
+// and last uid of a range are checked here, on the login node; the site
+// keeps the accounts the same on every compute node.
+func (o *Options) checkSlurmJobUsers() error {
+	var users []*executor.RunAs
+	field, spec := executor.FieldRunAs, o.RunAs
+	switch {
+	case o.runAs != nil:
+		users = []*executor.RunAs{o.runAs}
+	case o.runAsRange != nil:
+		r := o.runAsRange
+		users = []*executor.RunAs{r.Of(r.First), r.Of(r.Last)}
+		field, spec = executor.FieldUIDRange, o.RunAsRange
+	}
+	for _, u := range users {
+		id := strconv.FormatUint(uint64(u.UID), 10)
+		if _, err := user.LookupId(id); err != nil {
+			return fielderr.New(field, spec, "uid %d is no account here (%v): Slurm submits a job only as a user its nodes know, so with {%s} slurm each of its uids must be an account on the login node and on every compute node (useradd --no-create-home --uid %d …, or your directory service); give accounts that exist", u.UID, err, FieldExecutor, u.UID)
+		}
+		if _, err := user.LookupGroupId(strconv.FormatUint(uint64(u.GID), 10)); err != nil {
+			return fielderr.New(field, spec, "gid %d is no group here (%v): Slurm runs a job only in a group its nodes know; create the group on the login node and every compute node, or name one after the range (FIRST-LAST:GROUP)", u.GID, err)
+		}
 	}
 	return nil
 }
@@ -327,6 +358,23 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 		return err
 	}
 	ledger := &slurm.Ledger{Dir: o.Slurm.LedgerDir}
+	switch {
+	case o.runAsRange != nil:
+		// Each run's jobs run as a uid of the range: those are the
+		// jobs to police, and a uid is handed out again only once
+		// every job of it ended.
+		r := o.runAsRange
+		ledger.Polices = func(uid int) bool { return uid >= int(r.First) && uid <= int(r.Last) }
+		r.Guard = slurm.UIDGuard{Ledger: ledger, Client: client}
+	case o.runAs != nil:
+		uid := int(o.runAs.UID)
+		ledger.Polices = func(u int) bool { return u == uid }
+	}
+	if o.runAs != nil || o.runAsRange != nil {
+		if err := closeRunsParents(o.Slurm.SharedDir, cluster); err != nil {
+			return err
+		}
+	}
 	agents, err := newClusterAgents(o, ExecutorSlurm, cluster, o.Slurm.Refresh, log)
 	if err != nil {
 		return err
@@ -376,6 +424,42 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 		return nil
 	}
 	return agents.run(ctx, refresh)
+}
+
+// closeRunsParents makes the dirs above the runs' own dirs in the shared
+// dir (gpupass/CLUSTER, each node's dir and its runs/) the agent's and
+// 0755: a run's dir (the executor hands it to the run's uid, 0700) is
+// then the only place a run can write, and no run can replace another's
+// dir or the dirs on the way to it. A link on the way is refused.
+func closeRunsParents(shared, cluster string) error {
+	top := filepath.Join(shared, "gpupass")
+	if err := os.MkdirAll(filepath.Join(top, cluster), 0o755); err != nil {
+		return fmt.Errorf("making the runs' dirs in the shared dir: %w", err)
+	}
+	var dirs []string
+	nodes, _ := os.ReadDir(filepath.Join(top, cluster))
+	for _, n := range nodes {
+		dirs = append(dirs, filepath.Join(top, cluster, n.Name()), filepath.Join(top, cluster, n.Name(), "runs"))
+	}
+	for _, d := range append([]string{top, filepath.Join(top, cluster)}, dirs...) {
+		fi, err := os.Lstat(d)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err == nil && !fi.IsDir() {
+			err = fmt.Errorf("not a directory (%s)", fi.Mode().Type())
+		}
+		if err == nil {
+			err = os.Lchown(d, os.Geteuid(), os.Getegid())
+		}
+		if err == nil {
+			err = os.Chmod(d, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("closing %s to the runs: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // simulateFor is the node's profile: --slurm-simulate NODE=PROFILE, else

@@ -377,3 +377,79 @@ func TestUIDRange(t *testing.T) {
 		}
 	}
 }
+
+// fakeGuard stands for a cluster the run's processes are on: uids it
+// holds elsewhere, uids whose jobs do not end.
+type fakeGuard struct {
+	mu                     sync.Mutex
+	elsewhere, stuck       map[uint32]bool
+	claimed, ended, gaveUp []uint32
+}
+
+func (g *fakeGuard) Claim(uid uint32) (func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.elsewhere[uid] {
+		return nil, fmt.Errorf("uid %d is another agent's", uid)
+	}
+	g.claimed = append(g.claimed, uid)
+	return func() { g.mu.Lock(); g.gaveUp = append(g.gaveUp, uid); g.mu.Unlock() }, nil
+}
+
+func (g *fakeGuard) End(uid uint32) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ended = append(g.ended, uid)
+	if g.stuck[uid] {
+		return fmt.Errorf("job of uid %d still running", uid)
+	}
+	return nil
+}
+
+// With a Guard (a Slurm cluster's jobs), a uid another agent holds is
+// skipped, a uid is given back only once its jobs there ended, and one
+// whose jobs did not end is never handed out again, its claim kept.
+func TestUIDRangeGuard(t *testing.T) {
+	t.Parallel()
+	r, err := executor.ParseUIDRange("231100-231102")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &fakeGuard{elsewhere: map[uint32]bool{231100: true}, stuck: map[uint32]bool{231102: true}}
+	r.Guard = g
+	a, err := r.Acquire()
+	if err != nil || a.UID != 231101 {
+		t.Fatalf("first: %+v, %v; want 231101 (231100 is another agent's)", a, err)
+	}
+	b, err := r.Acquire()
+	if err != nil || b.UID != 231102 {
+		t.Fatalf("second: %+v, %v; want 231102", b, err)
+	}
+	if err := r.Release(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(b); err == nil || !strings.Contains(err.Error(), "uid 231102 not reused: job of uid 231102 still running") {
+		t.Fatalf("Release with a job left = %v, want the uid refused", err)
+	}
+	if fmt.Sprint(g.ended) != "[231101 231102]" || fmt.Sprint(g.gaveUp) != "[231101]" {
+		t.Errorf("ended %v, claims given up %v; want both ended, only 231101's claim given up", g.ended, g.gaveUp)
+	}
+	if _, err := r.Claim(231102); err == nil {
+		t.Error("Claim of a spoiled uid succeeded")
+	}
+	if _, err := r.Claim(231000); err == nil {
+		t.Error("Claim of a uid outside the range succeeded")
+	}
+	c, err := r.Claim(231101)
+	if err != nil || c.UID != 231101 || !c.Private {
+		t.Fatalf("Claim(231101) = %+v, %v; want the run's uid back", c, err)
+	}
+	if _, err := r.Claim(231101); err == nil {
+		t.Error("a held uid was claimed twice")
+	}
+	for range 3 {
+		if d, err := r.Acquire(); err == nil && (d.UID == 231102 || d.UID == 231101) {
+			t.Fatalf("uid %d handed out while spoiled or held", d.UID)
+		}
+	}
+}

@@ -30,11 +30,33 @@ type UIDRange struct {
 	GID    uint32
 	hasGID bool
 
+	// Guard, when set, reaches where a run's processes are when they
+	// are not this node's (a Slurm cluster's compute nodes): a uid is
+	// handed out only once Guard claimed it, and given back only once
+	// Guard ended everything of it there.
+	Guard UIDGuard
+
 	mu   sync.Mutex
 	next uint32
 	// held are handed out and not yet released; spoiled were released
 	// while a process still held them and are never handed out again.
 	held, spoiled map[uint32]bool
+	// claims are the Guard's claims of the held uids.
+	claims map[uint32]func()
+}
+
+// UIDGuard is what a UIDRange needs from an executor whose runs are not
+// processes of this node (agent/executor/slurm's Ledger): the uid's
+// processes there are out of procUIDs' sight.
+type UIDGuard interface {
+	// Claim takes uid for one run, so that no other agent sharing the
+	// range hands it out meanwhile; release gives it back. An error
+	// says it is another's now: Acquire tries the next one.
+	Claim(uid uint32) (release func(), err error)
+	// End ends everything that runs as uid (a run's jobs and what they
+	// started) and returns once it ended; an error when something of it
+	// may still run, which spoils the uid.
+	End(uid uint32) error
 }
 
 // MaxUIDRange bounds a job uid range; one run at a time needs few uids,
@@ -62,7 +84,7 @@ func ParseUIDRange(s string) (*UIDRange, error) {
 	case last-first+1 > MaxUIDRange:
 		return nil, fielderr.New(FieldUIDRange, s, "holds %d uids, more than %d: give a smaller range", last-first+1, MaxUIDRange)
 	}
-	r := &UIDRange{Spec: s, First: uint32(first), Last: uint32(last), next: uint32(first), held: map[uint32]bool{}, spoiled: map[uint32]bool{}}
+	r := &UIDRange{Spec: s, First: uint32(first), Last: uint32(last), next: uint32(first), held: map[uint32]bool{}, spoiled: map[uint32]bool{}, claims: map[uint32]func(){}}
 	if hasGroup {
 		gid, err := lookupGroup(group)
 		if err != nil {
@@ -88,6 +110,9 @@ func (r *UIDRange) runAs(uid uint32) *RunAs {
 	// a group shared by runs would be a way between them.
 	return &RunAs{Spec: r.Spec, UID: uid, GID: gid, Groups: []uint32{}, Private: true}
 }
+
+// Of is the identity a run that holds uid runs as.
+func (r *UIDRange) Of(uid uint32) *RunAs { return r.runAs(uid) }
 
 // Sample is an identity like the ones Acquire hands out, for checks that
 // hold for every uid of the range (CanReach: no uid of it owns the dirs
@@ -115,10 +140,40 @@ func (r *UIDRange) Acquire() (*RunAs, error) {
 		if r.held[uid] || r.spoiled[uid] || busy[uid] {
 			continue
 		}
+		if r.Guard != nil {
+			release, err := r.Guard.Claim(uid)
+			if err != nil {
+				continue
+			}
+			r.claims[uid] = release
+		}
 		r.held[uid] = true
 		return r.runAs(uid), nil
 	}
 	return nil, fielderr.New(FieldUIDRange, r.Spec, "%w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", ErrNoFreeUID, n)
+}
+
+// Claim hands out uid itself: a run followed on after the agent
+// restarted keeps the uid its job runs as. It fails when uid is not in
+// the range, held, spoiled or (Guard) claimed elsewhere.
+func (r *UIDRange) Claim(uid uint32) (*RunAs, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if uid < r.First || uid > r.Last {
+		return nil, fielderr.New(FieldUIDRange, r.Spec, "uid %d is not in the range", uid)
+	}
+	if r.held[uid] || r.spoiled[uid] {
+		return nil, fielderr.New(FieldUIDRange, r.Spec, "uid %d is held by another run or spoiled", uid)
+	}
+	if r.Guard != nil {
+		release, err := r.Guard.Claim(uid)
+		if err != nil {
+			return nil, fielderr.New(FieldUIDRange, r.Spec, "uid %d: %w", uid, err)
+		}
+		r.claims[uid] = release
+	}
+	r.held[uid] = true
+	return r.runAs(uid), nil
 }
 
 // Reap kills the processes that hold a uid of the range: an earlier
@@ -149,17 +204,33 @@ func (r *UIDRange) Reap(timeout time.Duration) error {
 // Release gives a uid back once its run is over. If a process still holds
 // it (the executor could not kill it), the uid is never handed out again
 // by this agent, and the error names the processes.
+//
+// With a Guard, the uid's processes elsewhere are ended first (Guard.End);
+// a uid whose processes there may still run is spoiled too, and its claim
+// is kept, so that no other agent sharing the range hands it out.
 func (r *UIDRange) Release(ra *RunAs) error {
+	var guardErr error
+	if r.Guard != nil {
+		guardErr = r.Guard.End(ra.UID)
+	}
 	left, err := procsOfUID(ra.UID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.held, ra.UID)
-	if err != nil || len(left) > 0 {
+	release := r.claims[ra.UID]
+	delete(r.claims, ra.UID)
+	if err != nil || len(left) > 0 || guardErr != nil {
 		r.spoiled[ra.UID] = true
-		if err != nil {
+		switch {
+		case guardErr != nil:
+			return fmt.Errorf("uid %d not reused: %w", ra.UID, guardErr)
+		case err != nil:
 			return fmt.Errorf("uid %d not reused: looking for its processes: %w", ra.UID, err)
 		}
 		return fmt.Errorf("uid %d not reused: processes %v still hold it", ra.UID, left)
+	}
+	if release != nil {
+		release()
 	}
 	return nil
 }

@@ -57,6 +57,10 @@ type Files struct {
 	pending [2]int64
 	maxLine int
 	out     func(executor.Line)
+	// owner, when set, is the job's own user (StartAs): its files are
+	// read only when they are its regular files, and no state file is
+	// read or written in its dir.
+	owner *executor.RunAs
 }
 
 // Open returns the follower of BASE.out and BASE.err. State is read from
@@ -64,11 +68,7 @@ type Files struct {
 // left as it is. Lines longer than maxLine bytes (0:
 // executor.DefaultMaxLine) are cut, as the local executor cuts them.
 func Open(base string, state State, maxLine int, out func(executor.Line)) (*Files, error) {
-	if maxLine <= 0 {
-		maxLine = executor.DefaultMaxLine
-	}
-	f := &Files{paths: [2]string{events.Stdout: base + ".out", events.Stderr: base + ".err"}, statePath: base + ".json",
-		state: state, maxLine: maxLine, out: out}
+	f := newFiles(base, state, maxLine, out)
 	b, err := os.ReadFile(f.statePath)
 	if errors.Is(err, os.ErrNotExist) {
 		return f, nil
@@ -82,8 +82,30 @@ func Open(base string, state State, maxLine int, out func(executor.Line)) (*File
 	return f, nil
 }
 
-// Save writes the state to the state file.
+func (f *Files) open(path string) (*os.File, error) {
+	if f.owner == nil {
+		return os.Open(path)
+	}
+	// The dir is the job's: a link there to a file only the agent may
+	// read must not put that file into the run's log.
+	fh, _, err := f.owner.OpenJobFile(path)
+	return fh, err
+}
+
+func newFiles(base string, state State, maxLine int, out func(executor.Line)) *Files {
+	if maxLine <= 0 {
+		maxLine = executor.DefaultMaxLine
+	}
+	return &Files{paths: [2]string{events.Stdout: base + ".out", events.Stderr: base + ".err"}, statePath: base + ".json",
+		state: state, maxLine: maxLine, out: out}
+}
+
+// Save writes the state to the state file (not in a dir of the job's
+// own user: the agent would write where the job's links point).
 func (f *Files) Save() error {
+	if f.owner != nil {
+		return nil
+	}
 	b, err := json.Marshal(f.state)
 	if err != nil {
 		return fmt.Errorf("encoding the attempt's state: %w", err)
@@ -103,7 +125,7 @@ func (f *Files) Read(final bool) error {
 		if events.Stream(s) == events.Stderr {
 			pos = &off.Stderr
 		}
-		fh, err := os.Open(path)
+		fh, err := f.open(path)
 		if err != nil {
 			continue
 		}
@@ -182,6 +204,16 @@ type Attempt struct {
 // the state file's offsets: lines read just before the agent died but
 // never stored are handed over again, stored ones are not.
 func Start(a executor.Attempt, sub string, state State, out func(executor.Line)) (*Attempt, error) {
+	return StartAs(a, sub, nil, state, out)
+}
+
+// StartAs is Start for a job that runs as owner (a uid of the run's own):
+// WORKDIR/SUB is handed to owner (0700), so that the job, and no other
+// run's, can create its output files there; those files are read only
+// when they are owner's regular files, and there is no state file (the
+// runner finds its job again in its own records, and an agent restarted
+// under the attempt reads on from a.From).
+func StartAs(a executor.Attempt, sub string, owner *executor.RunAs, state State, out func(executor.Line)) (*Attempt, error) {
 	at := &Attempt{AllocID: executor.EnvValue(a.Env, executor.EnvAllocID), N: executor.EnvValue(a.Env, executor.EnvAttempt)}
 	if at.AllocID == "" || at.N == "" {
 		return nil, errors.New("the attempt's environment has no " + executor.EnvAllocID + " or " + executor.EnvAttempt)
@@ -194,9 +226,30 @@ func Start(a executor.Attempt, sub string, state State, out func(executor.Line))
 		return nil, fmt.Errorf("making the job's dir: %w", err)
 	}
 	at.Base = filepath.Join(dir, "attempt-"+at.N)
-	f, err := Open(at.Base, state, a.MaxLine, out)
-	if err != nil {
-		return nil, err
+	var f *Files
+	if owner != nil {
+		// Lchown: a link the job put there is changed itself, and then
+		// refused as not a directory.
+		fi, err := os.Lstat(dir)
+		if err == nil && !fi.IsDir() {
+			err = fmt.Errorf("%s is not a directory (%s)", dir, fi.Mode().Type())
+		}
+		if err == nil {
+			err = os.Lchown(dir, int(owner.UID), int(owner.GID))
+		}
+		if err == nil {
+			err = os.Chmod(dir, 0o700)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("handing the job's dir to %s: %w", owner, err)
+		}
+		f = newFiles(at.Base, state, a.MaxLine, out)
+		f.owner = owner
+	} else {
+		var err error
+		if f, err = Open(at.Base, state, a.MaxLine, out); err != nil {
+			return nil, err
+		}
 	}
 	at.Files = f
 	if a.From != nil {

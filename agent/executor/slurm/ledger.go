@@ -30,9 +30,17 @@ import (
 // from those.
 type Ledger struct {
 	// Dir holds one file per attempt's job (ALLOC.N.job) and one per
-	// conformance step in flight (check-NONCE), and the lock file that
-	// serializes a submit and its record against a sweep.
+	// conformance step in flight (check-NONCE), the lock file that
+	// serializes a submit and its record against a sweep, and one lock
+	// file per uid of a --run-as-range that a run holds (uid-N.lock).
 	Dir string
+	// Polices, when set, says whose jobs are the runs': every job of
+	// such a uid that the ledger does not hold is a stray. Nil: the
+	// agent's own uid's (every run's jobs run as the agent's account).
+	// With a uid per run (--run-as-range) the runs' uids are, and not
+	// the agent's own: a job of the range cannot submit one as another
+	// uid, and the agent's (root's) other jobs are not the runs'.
+	Polices func(uid int) bool
 }
 
 // ledgerEntry is ALLOC.N.job.
@@ -230,10 +238,14 @@ func (l *Ledger) strays(ctx context.Context, c *Client) ([]Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	uid := os.Getuid()
+	polices := l.Polices
+	if polices == nil {
+		uid := os.Getuid()
+		polices = func(u int) bool { return u == uid }
+	}
 	var strays []Job
 	for _, j := range jobs {
-		if j.UserID != uid || j.Phase() == Ended || ids[j.ID] || comments[j.Comment] {
+		if !polices(j.UserID) || j.Phase() == Ended || ids[j.ID] || comments[j.Comment] {
 			continue
 		}
 		// A conformance step whose srun returned is forgotten while
@@ -275,6 +287,69 @@ func waitEnded(ctx context.Context, c *Client, jobs []Job, wait time.Duration) e
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// UIDGuard is the executor.UIDGuard of a --run-as-range on a Slurm
+// cluster: the run's processes are its jobs on the compute nodes, which
+// the login node's process table does not show.
+type UIDGuard struct {
+	Ledger *Ledger
+	Client *Client
+	// Wait bounds the wait for the uid's cancelled jobs to end
+	// (default SweepWait).
+	Wait time.Duration
+}
+
+// Claim takes uid with a lock file in the ledger dir (flock, held until
+// release): agents that share the range share the ledger dir (as they
+// must, else each cancels the other's jobs), so two of them never hand
+// one uid to two live runs. A lock that a dead agent held is free again;
+// what its run left is the sweep's.
+func (g UIDGuard) Claim(uid uint32) (func(), error) {
+	if err := os.MkdirAll(g.Ledger.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("making the slurm ledger dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(g.Ledger.Dir, fmt.Sprintf("uid-%d.lock", uid)), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening uid %d's lock: %w", uid, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("uid %d is held by a run of another agent sharing the ledger dir", uid)
+	}
+	return func() { f.Close() }, nil
+}
+
+// End cancels every job of uid that Slurm has not ended (the run's own
+// and any its jobs submitted), with SIGKILL, and waits for them to end:
+// only then is the uid handed to another run.
+func (g UIDGuard) End(uid uint32) error {
+	wait := g.Wait
+	if wait <= 0 {
+		wait = SweepWait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait+time.Minute)
+	defer cancel()
+	jobs, err := g.Client.Jobs(ctx)
+	if err != nil {
+		return fmt.Errorf("listing uid %d's slurm jobs: %w", uid, err)
+	}
+	var left []Job
+	var ids []string
+	for _, j := range jobs {
+		if j.UserID == int(uid) && j.Phase() != Ended {
+			left, ids = append(left, j), append(ids, j.ID)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	_, _ = g.Client.run(ctx, nil, "scancel", append([]string{"--full", "--signal=KILL"}, ids...)...)
+	_, _ = g.Client.run(ctx, nil, "scancel", ids...)
+	if err := waitEnded(ctx, g.Client, left, wait); err != nil {
+		return fmt.Errorf("uid %d's slurm jobs: %w", uid, err)
+	}
+	return nil
 }
 
 // DescribeStrays names the jobs a sweep cancelled, for the run's log.

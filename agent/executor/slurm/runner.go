@@ -26,6 +26,10 @@ import (
 // finds the job again in its Ledger (without one: there, or by name in
 // Slurm) and reads on from the offsets the attempt's From gives (where
 // the run's spool ends) instead of submitting it twice.
+//
+// An attempt with a Credential (a uid of the run's own) is submitted as
+// it (sbatch --uid/--gid): WORKDIR/.slurm is handed to it, its files are
+// read only when they are its regular files, and no state file is kept.
 type Runner struct {
 	Client *Client
 	// Cluster is the cluster's name, named in the run's events.
@@ -76,7 +80,13 @@ func attemptComment(n string) string { return "gpupass-attempt-" + n }
 // until it ends and maps Slurm's end to an Exit.
 func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
 	f := &follower{r: r, note: a.Note, metrics: executor.EnvValue(a.Env, executor.EnvMetricsFile)}
-	at, err := follow.Start(a, ".slurm", &f.st, out)
+	var owner *executor.RunAs
+	if c := a.Credential; c != nil {
+		// A uid of the run's own (sbatch --uid): slurmd creates the
+		// job's output files as it, in a dir of its own.
+		owner = &executor.RunAs{UID: c.Uid, GID: c.Gid}
+	}
+	at, err := follow.StartAs(a, ".slurm", owner, &f.st, out)
 	if err != nil {
 		return startErr(err)
 	}
@@ -174,6 +184,13 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	}
 	args := []string{"--parsable", "-w", r.Node, "-N1", "-n1", "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
 		"--chdir", a.Dir, "--output", base + ".out", "--error", base + ".err", "--open-mode=append", "--export=ALL", "--no-requeue"}
+	if c := a.Credential; c != nil {
+		// The run's own uid (--run-as-range): its job cannot write
+		// another run's files or scancel another run's job, and every
+		// job it submits is of that uid too. Only root and the
+		// cluster's SlurmUser may submit as another uid.
+		args = append(args, "--uid="+strconv.FormatUint(uint64(c.Uid), 10), "--gid="+strconv.FormatUint(uint64(c.Gid), 10))
+	}
 	if r.Partition != "" {
 		args = append(args, "-p", r.Partition)
 	}
@@ -231,7 +248,11 @@ func (f *follower) noteStrays(jobs []Job, when string) {
 	if len(jobs) == 0 || f.note == nil {
 		return
 	}
-	f.note(fmt.Sprintf("cancelled %d slurm job(s) of the agent's account that no live run submitted (%s): %s", len(jobs), when, DescribeStrays(jobs)),
+	whose := "the agent's account"
+	if f.r.Ledger != nil && f.r.Ledger.Polices != nil {
+		whose = "the runs' uids"
+	}
+	f.note(fmt.Sprintf("cancelled %d slurm job(s) of %s that no live run submitted (%s): %s", len(jobs), whose, when, DescribeStrays(jobs)),
 		map[string]string{"slurm_strays_cancelled": strconv.Itoa(len(jobs))})
 }
 
@@ -286,7 +307,7 @@ func changedAfterEnd(j Job, files ...string) string {
 		}
 		ct := time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
 		if ct.After(j.EndTime.Add(endSlack)) {
-			return fmt.Sprintf("disputed: %s changed at %s, after slurm job %s ended at %s: only another job of the agent's account could write it then, so what was read from it after the job's end is not proof",
+			return fmt.Sprintf("disputed: %s changed at %s, after slurm job %s ended at %s: only another job of the run's user could write it then, so what was read from it after the job's end is not proof",
 				filepath.Base(p), ct.UTC().Format(time.RFC3339), j.ID, j.EndTime.UTC().Format(time.RFC3339))
 		}
 	}

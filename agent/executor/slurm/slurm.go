@@ -1,5 +1,6 @@
 // Package slurm reaches compute nodes through a Slurm cluster's own
-// command-line tools, from a login node and without root: it discovers a
+// command-line tools, from a login node and without root (root only to
+// submit each run's jobs as a uid of its own, sbatch --uid): it discovers a
 // partition's nodes (sinfo/scontrol), runs a job step on one node (srun)
 // and runs a run's attempts as batch jobs pinned to a node (sbatch),
 // following their output files in a directory every node sees, mapping
