@@ -36,11 +36,11 @@ func (l *RunLoop) follow(ctx context.Context, log *slog.Logger, e runLedger, sp 
 		r.workRoot = l.WorkRoot
 	}
 	r.workDir = filepath.Join(r.workRoot, a.AllocID)
-	release, err := r.reclaimUser()
-	if err != nil {
+	release, reclaimErr := r.reclaimUser()
+	if reclaimErr != nil {
 		// Its later attempts would run as the agent's account, or as
 		// a uid another run holds: the attempt followed on is its last.
-		log.Error("taking the run's uid back; the run is not restarted", "err", err)
+		log.Error("taking the run's uid back; the run is not restarted", "err", reclaimErr)
 		r.runAs, a.MaxRestarts = nil, 0
 	}
 	defer release()
@@ -50,6 +50,9 @@ func (l *RunLoop) follow(ctx context.Context, log *slog.Logger, e runLedger, sp 
 	defer r.untrack()
 	res, err := r.execute(ctx)
 	r.settle(ctx, res, err)
+	if l.RunAsRange != nil {
+		disputeUnclaimed(&r.final, reclaimErr)
+	}
 	if r.stale.Load() {
 		return r.final, true
 	}
@@ -83,4 +86,16 @@ func (r *run) reclaimUser() (release func(), err error) {
 			r.log.Error("giving the run's uid back", "err", err)
 		}
 	}, nil
+}
+
+// disputeUnclaimed fails a run that would have succeeded when its uid
+// could not be taken back after the agent restarted (err): another run
+// may hold that uid now, and a job of it could have written the files
+// the attempt was read from, so they are no proof.
+func disputeUnclaimed(final *AllocUpdate, err error) {
+	if err == nil || final.State != StateSucceeded {
+		return
+	}
+	final.State, final.ExitCode = StateFailed, -1
+	final.Reason = fmt.Sprintf("disputed: the run's uid could not be taken back after the agent restarted (%v): another run may hold it, so what was read from the attempt is not proof", err)
 }
