@@ -69,7 +69,7 @@ func JUnit(w io.Writer, r *Report) error {
 			tc := junitCase{Name: name, Classname: class, Time: "0"}
 			if !c.Passed {
 				msg := fmt.Sprintf("%d of %d common steps past %s; first at step %d; worst %s at step %d",
-					c.Failures, p.CommonSteps, limitText(c), *c.FirstFail, Num(float64(c.Worst)), c.WorstStep)
+					c.Failures, p.CommonSteps, c.LimitText(), *c.FirstFail, c.WorstText(), c.WorstStep)
 				tc.Failure = &junitMessage{Message: msg, Type: "Divergence", Text: msg}
 				suite.Failures++
 			}
@@ -88,13 +88,6 @@ func JUnit(w io.Writer, r *Report) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
-}
-
-func limitText(c Check) string {
-	if c.Kind == "rel" {
-		return pct(c.Limit)
-	}
-	return Num(c.Limit)
 }
 
 func junitName(s string) string {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/clipperhouse/displaywidth"
 )
@@ -46,8 +45,8 @@ func Markdown(w io.Writer, r *Report) error {
 		runs = append(runs, []string{
 			mdText(run.Label), mdText(source), Num(float64(run.FinalLoss)), minCell,
 			fmt.Sprintf("%d..%d (%d pts)", run.FirstStep, run.LastStep, run.Points),
-			dur(run.WallSeconds), opt(run.StepsPerSecond, "%.3g"), dur(run.TimeToFirstStep),
-			opt(run.CostUSD, "$%.2f"), strconv.Itoa(run.Restarts),
+			Duration(run.WallSeconds), Throughput(run.StepsPerSecond), Duration(run.TimeToFirstStep),
+			Cost(run.CostUSD), strconv.Itoa(run.Restarts),
 		})
 	}
 	b.WriteString("#### Runs\n\n")
@@ -58,12 +57,8 @@ func Markdown(w io.Writer, r *Report) error {
 		pairs := [][]string{}
 		for _, p := range r.Pairs {
 			if p.Error != "" {
-				pairs = append(pairs, []string{mdText(p.A) + " vs " + mdText(p.B), "0", "n/a", "n/a", "n/a", "⚠️ " + mdText(p.Error)})
+				pairs = append(pairs, []string{mdText(p.Label()), "0", NA, NA, NA, "⚠️ " + mdText(p.Error)})
 				continue
-			}
-			maxCell := Num(float64(p.MaxAbsDelta))
-			if finite(float64(p.MaxAbsDelta)) {
-				maxCell += " (step " + strconv.FormatInt(p.MaxAbsDeltaStep, 10) + ")"
 			}
 			first := "none"
 			if p.FirstDivergence != nil {
@@ -76,7 +71,7 @@ func Markdown(w io.Writer, r *Report) error {
 			case p.Verdict == Diverged:
 				verdict = "❌ diverged"
 			}
-			pairs = append(pairs, []string{mdText(p.A) + " vs " + mdText(p.B), strconv.Itoa(p.CommonSteps), maxCell, signedPct(float64(p.RelFinalDiff)), first, verdict})
+			pairs = append(pairs, []string{mdText(p.Label()), strconv.Itoa(p.CommonSteps), p.MaxAbsDeltaText(), p.RelFinalDiffText(), first, verdict})
 		}
 		b.WriteString("\n#### Pairs\n\n")
 		if err := table(&b, []string{"pair", "common steps", "max abs Δ", "rel final diff", "first divergence", "verdict"}, pairs); err != nil {
@@ -119,10 +114,10 @@ func notesOf(r *Report) []string {
 	}
 	for _, p := range r.Pairs {
 		if p.Note != "" {
-			out = append(out, p.A+" vs "+p.B+": "+p.Note)
+			out = append(out, p.Label()+": "+p.Note)
 		}
 		if p.NonFiniteSteps > 0 {
-			out = append(out, fmt.Sprintf("%s vs %s: %d common step(s) with NaN/Inf", p.A, p.B, p.NonFiniteSteps))
+			out = append(out, fmt.Sprintf("%s: %d common step(s) with NaN/Inf", p.Label(), p.NonFiniteSteps))
 		}
 	}
 	if r.Chart != nil && len(r.Chart.Dropped) > 0 {
@@ -313,30 +308,3 @@ func mdCode(s string) string {
 func oneLine(s string) string { return lineBreaks.Replace(s) }
 
 var lineBreaks = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ")
-
-func dur(sec *float64) string {
-	if sec == nil {
-		return "n/a"
-	}
-	d := time.Duration(*sec * float64(time.Second))
-	if d >= time.Second {
-		d = d.Round(time.Second)
-	} else {
-		d = d.Round(time.Millisecond)
-	}
-	return d.String()
-}
-
-func opt(v *float64, format string) string {
-	if v == nil {
-		return "n/a"
-	}
-	return fmt.Sprintf(format, *v)
-}
-
-func signedPct(f float64) string {
-	if !finite(f) {
-		return Num(f)
-	}
-	return fmt.Sprintf("%+.2f%%", f*100)
-}

@@ -53,10 +53,21 @@ func scenarios() map[string]struct {
 		noTimes.Points[i].Step += 500
 		noTimes.Points[i].Time = 0
 	}
+	// Two identical runs of a fast step, logged for about a second: the
+	// throughput needs more than three digits, the cost is under a cent,
+	// the loss difference is zero everywhere.
+	fast := func(label string) *metrics.Series {
+		s := &metrics.Series{Label: label, Source: label + ".jsonl", Metric: "loss", Format: "jsonl", Start: t0 - 1e9, PricePerHour: 3.5}
+		for st := int64(0); st <= 2800; st += 100 {
+			s.Points = append(s.Points, metrics.Point{Step: st, Value: 2 - float64(st)/2000, Time: t0 + st*1e9/2812})
+		}
+		return s
+	}
 	return map[string]struct {
 		series []*metrics.Series
 		tol    Tolerance
 	}{
+		"identical":  {[]*metrics.Series{fast("us-west-2"), fast("eu-central-1")}, DefaultTolerance},
 		"consistent": {[]*metrics.Series{curve("us", 10, 100, 0), curve("eu", 5, 100, 0.01)}, Tolerance{Abs: 0.05, HasAbs: true, Rel: 0.02, HasRel: true}},
 		"diverged":   {[]*metrics.Series{curve("us", 10, 100, 0), curve("eu", 5, 100, 0.01), diverging}, Tolerance{Abs: 0.1, HasAbs: true}},
 		"no-overlap": {[]*metrics.Series{curve("us", 10, 100, 0), noTimes}, DefaultTolerance},
