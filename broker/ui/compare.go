@@ -20,8 +20,9 @@ const maxCompared = 8
 
 // comparePage makes the comparison `gpupass compare ALLOC…` makes: the
 // same series from the same API, built, judged and drawn by package
-// report (the table from its figures, the chart by its SVG code, the
-// table from the same figures the markdown table shows).
+// report (the tables from the figures the markdown tables show, written
+// by report's formatters and in the same pair order, the chart by its
+// SVG code).
 func (s *Server) comparePage(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	ids := q["run"]

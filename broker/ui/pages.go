@@ -80,18 +80,15 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"opt": func(v *float64) string {
-		if v == nil {
-			return "—"
-		}
-		return report.Num(*v)
-	},
-	"safe":     termsafe.String,
-	"join":     strings.Join,
-	"dur":      runDuration,
-	"terminal": terminal,
-	"fnum":     func(f report.Float) string { return report.Num(float64(f)) },
-	"fpct":     func(f report.Float) string { return strconv.FormatFloat(float64(f)*100, 'f', 2, 64) + "%" },
+	// The compare page's figures read as the markdown report's do.
+	"cost":       report.Cost,
+	"throughput": report.Throughput,
+	"duration":   report.Duration,
+	"safe":       termsafe.String,
+	"join":       strings.Join,
+	"dur":        runDuration,
+	"terminal":   terminal,
+	"fnum":       func(f report.Float) string { return report.Num(float64(f)) },
 }
 
 func (s *Server) parseTemplates() error {
