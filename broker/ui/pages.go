@@ -197,7 +197,7 @@ func viewNode(n *gpupassv1.Node) nodeView {
 
 func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
-	region, fp := q.Get("region"), q.Get("fingerprint")
+	region, fp := q.Get("region"), q.Get("runtime_fingerprint")
 	m := &gpupassv1.ListNodesRequest{IncludeOffline: true, PageSize: nodesPerPage, PageToken: q.Get("after"), RuntimeFingerprint: fp}
 	if region != "" {
 		m.Regions = []string{region}
@@ -217,7 +217,7 @@ func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session
 	p := keysetPager(r, resp.Msg.NextPageToken)
 	p.Total, p.Pages = total, max((total+nodesPerPage-1)/nodesPerPage, 1)
 	s.render(w, r, "nodes", sess, map[string]any{"Title": "Nodes", "Nodes": views, "Regions": resp.Msg.FacetRegions,
-		"Fingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "Fingerprint": fp, "Pager": p,
+		"RuntimeFingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "RuntimeFingerprint": fp, "Pager": p,
 		"DryRunLimit": api.DefaultDryRunLimit})
 }
 
@@ -446,7 +446,7 @@ type evidence struct {
 	Received                     int64
 	Checks                       []conformance.Check
 	Simulated                    bool
-	Fingerprint                  string
+	RuntimeFingerprint           string
 }
 
 // evidenceView checks the report's signature again here, with the key
@@ -466,7 +466,7 @@ func evidenceView(m *gpupassv1.GetRunEvidenceResponse) evidence {
 		e.Verified = true
 	}
 	if rep, err := conformance.Parse(m.Report); err == nil {
-		e.Checks, e.Simulated, e.Fingerprint = rep.Checks, rep.Simulated, rep.RuntimeFingerprint
+		e.Checks, e.Simulated, e.RuntimeFingerprint = rep.Checks, rep.Simulated, rep.RuntimeFingerprint
 	}
 	return e
 }
