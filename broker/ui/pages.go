@@ -199,8 +199,9 @@ func viewNode(n *gpupassv1.Node) nodeView {
 
 func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
-	region, fp := q.Get("region"), q.Get("runtime_fingerprint")
-	m := &gpupassv1.ListNodesRequest{IncludeOffline: true, PageSize: nodesPerPage, PageToken: q.Get("after"), RuntimeFingerprint: fp}
+	region, fp, specFP := q.Get("region"), q.Get("runtime_fingerprint"), strings.TrimSpace(q.Get("spec_fingerprint"))
+	m := &gpupassv1.ListNodesRequest{IncludeOffline: true, PageSize: nodesPerPage, PageToken: q.Get("after"), RuntimeFingerprint: fp,
+		SpecFingerprint: specFP}
 	if region != "" {
 		m.Regions = []string{region}
 	}
@@ -219,7 +220,7 @@ func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session
 	p := keysetPager(r, resp.Msg.NextPageToken)
 	p.Total, p.Pages = total, max((total+nodesPerPage-1)/nodesPerPage, 1)
 	s.render(w, r, "nodes", sess, map[string]any{"Title": "Nodes", "Nodes": views, "Regions": resp.Msg.FacetRegions,
-		"RuntimeFingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "RuntimeFingerprint": fp, "Pager": p,
+		"RuntimeFingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "RuntimeFingerprint": fp, "SpecFingerprint": specFP, "Pager": p,
 		"DryRunLimit": api.DefaultDryRunLimit})
 }
 
