@@ -103,7 +103,7 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	if err != nil {
 		return nil, err
 	}
-	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "fingerprint", rep.RuntimeFingerprint,
+	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "runtime_fingerprint", rep.RuntimeFingerprint,
 		"spec_fingerprint", rep.SpecFingerprint, "simulated", rep.Simulated)
 	return &SignedReport{Report: rep, Bytes: b, Signature: sig, python: measured}, nil
 }
