@@ -263,7 +263,7 @@ func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 		return nil, err
 	}
 	sr := &SignedReport{Report: rep, Bytes: b, Signature: sig, generated: now}
-	a.log.Info("conformance suite ran", "passed", rep.Passed(), "wall_ms", rep.SuiteDurationMS, "reused", res.Reused, "simulated", rep.Simulated, "fingerprint", rep.RuntimeFingerprint)
+	a.log.Info("conformance suite ran", "passed", rep.Passed(), "wall_ms", rep.SuiteDurationMS, "reused", res.Reused, "simulated", rep.Simulated, "runtime_fingerprint", rep.RuntimeFingerprint)
 	if id != "" {
 		// Keep the last report next to the key: auditors and `cosign
 		// verify-blob` read it from there.
@@ -598,7 +598,7 @@ func (a *Agent) upload(ctx context.Context, cp ControlPlane) error {
 	a.mu.Lock()
 	sr.Uploaded = true
 	a.mu.Unlock()
-	a.log.Info("report uploaded", "agent", id, "passed", resp.Passed, "fingerprint", resp.RuntimeFingerprint)
+	a.log.Info("report uploaded", "agent", id, "passed", resp.Passed, "runtime_fingerprint", resp.RuntimeFingerprint)
 	return nil
 }
 

@@ -103,7 +103,7 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	if err != nil {
 		return nil, err
 	}
-	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "fingerprint", rep.RuntimeFingerprint,
+	a.log.Info("run report signed", "alloc", allocID, "passed", rep.Passed(), "runtime_fingerprint", rep.RuntimeFingerprint,
 		"spec_fingerprint", rep.SpecFingerprint, "simulated", rep.Simulated)
 	return &SignedReport{Report: rep, Bytes: b, Signature: sig, python: measured}, nil
 }
@@ -167,11 +167,7 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 		if !ok {
 			return "node conforms to the spec (suite re-run; no broker to keep the signed run report)", failed, measured, nil
 		}
-		match := "matches"
-		if sr.Report.RuntimeFingerprint != sr.Report.SpecFingerprint {
-			match = "differs from"
-		}
-		detail := fmt.Sprintf("signed run report sent to the broker: runtime fingerprint %s %s the spec's", sr.Report.RuntimeFingerprint, match)
+		detail := reportSentDetail(sr.Report)
 		if err := submitWithRetry(ctx, sink, as, sr, a.log); err != nil {
 			if errors.Is(err, errReportUnsupported) {
 				a.log.Warn("the broker does not keep run reports (older broker): this run cannot be audited", "alloc", as.AllocID)
@@ -181,6 +177,16 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 		}
 		return detail, failed, measured, nil
 	}
+}
+
+// reportSentDetail is the run log's line for a run report the broker
+// took. Each hash goes under its one name: when the two are equal the
+// line says so, rather than print the spec's hash as the runtime's.
+func reportSentDetail(rep *conformance.Report) string {
+	if rep.RuntimeFingerprint == rep.SpecFingerprint {
+		return "signed run report sent to the broker: runtime fingerprint equals the spec fingerprint " + rep.SpecFingerprint
+	}
+	return fmt.Sprintf("signed run report sent to the broker: runtime fingerprint %s differs from the spec fingerprint %s", rep.RuntimeFingerprint, rep.SpecFingerprint)
 }
 
 var errReportUnsupported = errors.New("the broker does not support run reports")

@@ -15,6 +15,23 @@ import (
 	"github.com/gpupass/gpupass/internal/probe"
 )
 
+// TestReportSentDetail: the run log names each hash once, by its own
+// name; it used to print the spec's hash as "runtime fingerprint".
+func TestReportSentDetail(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, runtime, want string
+	}{
+		{"equal", "sha256:aa", "signed run report sent to the broker: runtime fingerprint equals the spec fingerprint sha256:aa"},
+		{"differ", "sha256:bb", "signed run report sent to the broker: runtime fingerprint sha256:bb differs from the spec fingerprint sha256:aa"},
+	} {
+		got := reportSentDetail(&conformance.Report{SpecFingerprint: "sha256:aa", RuntimeFingerprint: tc.runtime})
+		if got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestPackageChecks(t *testing.T) {
 	t.Parallel()
 	found := probe.PythonSection{Found: true, Packages: map[string]string{"numpy": "1.24.2", "torch": "2.1.0+cu121", "flash-attn": ""}}

@@ -346,7 +346,7 @@ func (s *agentService) UploadReport(ctx context.Context, req *connect.Request[gp
 	e.hasReport = true
 	b.agentsMu.Unlock()
 	b.invalidate()
-	b.log.Info("report accepted", "agent", m.AgentId, "passed", idx.Passed, "simulated", idx.Simulated, "fingerprint", idx.RuntimeFingerprint)
+	b.log.Info("report accepted", "agent", m.AgentId, "passed", idx.Passed, "simulated", idx.Simulated, "runtime_fingerprint", idx.RuntimeFingerprint)
 	return connect.NewResponse(&gpupassv1.UploadReportResponse{NodeId: m.AgentId, Passed: idx.Passed, RuntimeFingerprint: idx.RuntimeFingerprint}), nil
 }
 

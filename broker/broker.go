@@ -143,6 +143,8 @@ type Broker struct {
 	offlineMu sync.Mutex
 	online    map[string]bool // last seen state, to log transitions
 
+	specs knownSpecs // specs by fingerprint, for ListNodes' spec filter (specs.go)
+
 	runs   *runsState  // wake-ups for long polls and log followers (runs.go)
 	quota  quotaState  // per-run accounting (quota.go)
 	health storeHealth // whether the store takes writes (quota.go)

@@ -53,9 +53,18 @@ func (s *nodeService) ListNodes(ctx context.Context, req *connect.Request[gpupas
 		b.log.Error("reading registry", "err", err)
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
-	vs := b.match(snap, match.Query{Scope: tok.Regions,
-		Regions: req.Msg.Regions, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
-	if req.Msg.PageSize > 0 || req.Msg.PageToken != "" || req.Msg.RuntimeFingerprint != "" {
+	q := match.Query{Scope: tok.Regions, Regions: req.Msg.Regions, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter}
+	if fp := req.Msg.SpecFingerprint; fp != "" {
+		// Matched against the spec, for its runtime verdicts only:
+		// listNodesPage keeps the nodes certified for it, whatever their
+		// score.
+		if q.Spec, err = b.specByFingerprint(ctx, tok, fp); err != nil {
+			return nil, err
+		}
+		q.MinScore = -math.MaxFloat64
+	}
+	vs := b.match(snap, q)
+	if req.Msg.PageSize > 0 || req.Msg.PageToken != "" || req.Msg.RuntimeFingerprint != "" || req.Msg.SpecFingerprint != "" {
 		defer vs.Release()
 		return listNodesPage(tok, snap, &vs, req.Msg)
 	}
@@ -135,6 +144,9 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	// A dry run's spec can be asked about next: which nodes are
+	// certified for it (ListNodes' spec_fingerprint).
+	b.specs.put(fp, sp)
 	minScore := match.DefaultMinScore
 	if m.MinHealthScore != nil {
 		minScore = m.GetMinHealthScore()

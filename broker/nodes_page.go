@@ -22,7 +22,12 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 		size = 100
 	}
 	size = min(size, maxPageSize)
-	bind := pageBinding("nodes", tok, regionFilter(m.Regions), m.RuntimeFingerprint, boolFilter(m.IncludeOffline))
+	filters := []string{regionFilter(m.Regions), m.RuntimeFingerprint, boolFilter(m.IncludeOffline)}
+	if m.SpecFingerprint != "" {
+		// Only when set: tokens issued before the filter existed stay good.
+		filters = append(filters, m.SpecFingerprint)
+	}
+	bind := pageBinding("nodes", tok, filters...)
 	after := ""
 	if m.PageToken != "" {
 		t, err := decodePageToken(m.PageToken, "nodes", bind)
@@ -66,7 +71,7 @@ func listNodesPage(tok store.Token, snap *snapshot, vs *match.Verdicts, m *gpupa
 			if fp != "" {
 				fps[fp] = true
 			}
-			filtered := m.RuntimeFingerprint != "" && fp != m.RuntimeFingerprint
+			filtered := (m.RuntimeFingerprint != "" && fp != m.RuntimeFingerprint) || (m.SpecFingerprint != "" && !certifiedFor(vs, v))
 			for _, id := range vs.Why(v) {
 				x := vs.Reasons[id]
 				filtered = filtered || x.Code == match.CodeRegionFilter || (x.Code == match.CodeOffline && !m.IncludeOffline)

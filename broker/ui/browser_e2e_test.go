@@ -256,6 +256,13 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("the run page does not show a verified signed conformance report: %s", eval(`document.querySelector("main").innerText.split("Signed conformance report")[1] || ""`))
 	}
 	shot("run-finished")
+	// Its spec fingerprint links to the nodes certified for that spec:
+	// up's simulated nodes measure the example's runtime.
+	do("nodes certified for the run's spec", chromedp.Click(chromedp.CSS("#certified-nodes")), chromedp.WaitVisible(chromedp.CSS("#nodes")))
+	if n, text := eval(`String(document.querySelectorAll("tr.node").length)`), eval(`document.querySelector("main").innerText`); n == "0" || !strings.Contains(text, "certified for spec fingerprint") {
+		t.Errorf("nodes certified for %s's spec: %s node(s), page:\n%s", finUS.Id, n, upstack.Tail(text, 1500))
+	}
+	shot("nodes-certified")
 
 	// Compare two finished runs, picked on the runs page.
 	do("compare", chromedp.Navigate(base+"/ui/runs"), chromedp.WaitVisible(chromedp.CSS("#runs")),

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"html/template"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -194,8 +196,9 @@ func viewNode(n *gpupassv1.Node) nodeView {
 
 func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
-	region, fp := q.Get("region"), q.Get("fingerprint")
-	m := &gpupassv1.ListNodesRequest{IncludeOffline: true, PageSize: nodesPerPage, PageToken: q.Get("after"), RuntimeFingerprint: fp}
+	region, fp, specFP := q.Get("region"), q.Get("runtime_fingerprint"), strings.TrimSpace(q.Get("spec_fingerprint"))
+	m := &gpupassv1.ListNodesRequest{IncludeOffline: true, PageSize: nodesPerPage, PageToken: q.Get("after"), RuntimeFingerprint: fp,
+		SpecFingerprint: specFP}
 	if region != "" {
 		m.Regions = []string{region}
 	}
@@ -214,7 +217,7 @@ func (s *Server) nodesPage(w http.ResponseWriter, r *http.Request, sess *session
 	p := keysetPager(r, resp.Msg.NextPageToken)
 	p.Total, p.Pages = total, max((total+nodesPerPage-1)/nodesPerPage, 1)
 	s.render(w, r, "nodes", sess, map[string]any{"Title": "Nodes", "Nodes": views, "Regions": resp.Msg.FacetRegions,
-		"Fingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "Fingerprint": fp, "Pager": p,
+		"RuntimeFingerprints": resp.Msg.FacetRuntimeFingerprints, "Region": region, "RuntimeFingerprint": fp, "SpecFingerprint": specFP, "Pager": p,
 		"DryRunLimit": api.DefaultDryRunLimit})
 }
 
@@ -412,7 +415,8 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, sess *session) 
 		data["NextLog"] = fmt.Sprintf("/ui/runs/%s?after=%d", run.Id, last)
 	}
 	if mr, err := s.run.GetMetrics(apiCtx(r), req(sess, &gpupassv1.GetMetricsRequest{AllocId: id})); err == nil {
-		data["Points"] = countLoss(mr.Msg.Points)
+		points, _ := countLoss(mr.Msg.Points)
+		data["Points"], data["ChartNote"] = points, chartNote(run, mr.Msg.Points)
 	}
 	ev, err := s.run.GetRunEvidence(apiCtx(r), req(sess, &gpupassv1.GetRunEvidenceRequest{AllocId: id}))
 	switch {
@@ -426,14 +430,39 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, sess *session) 
 	s.render(w, r, "run", sess, data)
 }
 
-func countLoss(ps []*gpupassv1.MetricPoint) int {
-	n := 0
+// countLoss counts the points with a loss value, and of those the
+// finite ones (the chart draws only those).
+func countLoss(ps []*gpupassv1.MetricPoint) (n, finite int) {
 	for _, p := range ps {
-		if _, ok := p.Values["loss"]; ok {
+		if v, ok := p.Values["loss"]; ok {
 			n++
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				finite++
+			}
 		}
 	}
-	return n
+	return n, finite
+}
+
+// chartNote says why a run has no loss curve to draw, "" when it has
+// one: a chart frame with nothing in it tells a reader nothing, least of
+// all that the run never started.
+func chartNote(run *gpupassv1.Run, ps []*gpupassv1.MetricPoint) string {
+	n, finite := countLoss(ps)
+	switch {
+	case finite > 0:
+		return ""
+	case n > 0:
+		return fmt.Sprintf("no finite loss values to draw: %d loss point(s), each NaN or infinite", n)
+	case run.GetStartedUnixNano() == 0 && terminal(run.GetState()):
+		return "no metrics (the run never started)"
+	case run.GetStartedUnixNano() == 0:
+		return "no metrics yet (the run has not started)"
+	case terminal(run.GetState()):
+		return "no metrics (the run logged no loss values)"
+	default:
+		return "no loss values yet"
+	}
 }
 
 type evidence struct {
@@ -443,7 +472,7 @@ type evidence struct {
 	Received                     int64
 	Checks                       []conformance.Check
 	Simulated                    bool
-	Fingerprint                  string
+	RuntimeFingerprint           string
 }
 
 // evidenceView checks the report's signature again here, with the key
@@ -463,7 +492,7 @@ func evidenceView(m *gpupassv1.GetRunEvidenceResponse) evidence {
 		e.Verified = true
 	}
 	if rep, err := conformance.Parse(m.Report); err == nil {
-		e.Checks, e.Simulated, e.Fingerprint = rep.Checks, rep.Simulated, rep.RuntimeFingerprint
+		e.Checks, e.Simulated, e.RuntimeFingerprint = rep.Checks, rep.Simulated, rep.RuntimeFingerprint
 	}
 	return e
 }
@@ -512,9 +541,15 @@ func (s *Server) runChart(w http.ResponseWriter, r *http.Request, sess *session)
 		http.Error(w, connectMessage(err), http.StatusBadGateway)
 		return
 	}
+	var b bytes.Buffer
+	if note := chartNote(mr.Msg.Run, mr.Msg.Points); note != "" {
+		fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="880" height="60"><text x="10" y="35" font-family="sans-serif" font-size="14">%s</text></svg>`, html.EscapeString(note))
+		w.Header().Set("Content-Type", "image/svg+xml")
+		_, _ = w.Write(b.Bytes())
+		return
+	}
 	ser := api.MetricSeries(mr.Msg, "loss")
 	ser.Normalize()
-	var b bytes.Buffer
 	rep, err := report.Build([]*metrics.Series{ser}, report.Tolerance{})
 	if err == nil {
 		rep.Verdict = stateName(mr.Msg.Run.GetState())

@@ -79,7 +79,9 @@ type Node struct {
 	BandwidthGbps   float64 `json:"bandwidth_gbps"`
 	PricePerHour    float64 `json:"price_per_hour"`
 	// Runtime is what the node's last report measured; null without one.
-	Runtime            *Runtime      `json:"runtime"`
+	Runtime *Runtime `json:"runtime"`
+	// RuntimeFingerprint is the hash of that runtime written as a spec
+	// (no packages); a spec's own hash is its spec fingerprint.
 	RuntimeFingerprint string        `json:"runtime_fingerprint"`
 	Simulated          bool          `json:"simulated"`
 	Profile            string        `json:"profile"` // the simulated hardware profile; "" on real hardware

@@ -38,8 +38,8 @@ type Run struct {
 	NodeID          string   `json:"node_id"`
 	Score           *Score   `json:"score"` // the node's score when it was chosen; null before
 	PricePerHour    float64  `json:"price_per_hour"`
-	MaxPrice        float64  `json:"max_price"` // 0: no cap
-	SpecFingerprint string   `json:"spec_fingerprint"`
+	MaxPrice        float64  `json:"max_price"`        // 0: no cap
+	SpecFingerprint string   `json:"spec_fingerprint"` // the hash gpupass validate prints
 	Command         []string `json:"command"`
 	ExitCode        int32    `json:"exit_code"`
 	Attempts        int32    `json:"attempts"`

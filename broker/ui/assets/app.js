@@ -10,6 +10,7 @@
   var after = log.dataset.after || "0";
   var pointsEl = document.getElementById("points");
   var chart = document.getElementById("chart");
+  var note = document.getElementById("chart-note");
   var stateEl = document.getElementById("state");
   var reasonEl = document.getElementById("reason");
   var status = document.getElementById("live-status");
@@ -33,7 +34,9 @@
         if (a.points > 0) {
           points += a.points;
           if (pointsEl) { pointsEl.textContent = String(points); }
-          if (chart) { chart.src = "/ui/runs/" + encodeURIComponent(run) + "/chart.svg?n=" + points; }
+          if (chart) { chart.src = "/ui/runs/" + encodeURIComponent(run) + "/chart.svg?n=" + points; chart.hidden = false; }
+          // The chart says itself what it cannot draw from now on.
+          if (note) { note.hidden = true; }
         }
         if (stateEl) { stateEl.textContent = a.state; stateEl.className = "state " + a.state; }
         if (reasonEl) { reasonEl.textContent = a.reason; }

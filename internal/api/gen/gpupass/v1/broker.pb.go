@@ -818,10 +818,19 @@ type ListNodesRequest struct {
 	// the same token; opaque. A token that was altered, or is sent with
 	// other filters or by another token, is refused (INVALID_ARGUMENT).
 	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// Exact runtime fingerprint (sha256:...); empty means any.
+	// Exact runtime fingerprint (sha256:...): the hash of what a node
+	// measured. Empty means any.
 	RuntimeFingerprint string `protobuf:"bytes,5,opt,name=runtime_fingerprint,json=runtimeFingerprint,proto3" json:"runtime_fingerprint,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Spec fingerprint (sha256:..., the hash of a gpupass.yaml that
+	// `gpupass validate` prints): only nodes certified for that spec, whose
+	// last conformance report passed and whose measured runtime and
+	// security are the spec's (its resources are not part of the
+	// fingerprint, and not checked). The broker must hold the spec: from a
+	// run of it in the token's scope, or a dry run of it on this broker;
+	// otherwise FAILED_PRECONDITION. Empty means any.
+	SpecFingerprint string `protobuf:"bytes,6,opt,name=spec_fingerprint,json=specFingerprint,proto3" json:"spec_fingerprint,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListNodesRequest) Reset() {
@@ -885,6 +894,13 @@ func (x *ListNodesRequest) GetPageToken() string {
 func (x *ListNodesRequest) GetRuntimeFingerprint() string {
 	if x != nil {
 		return x.RuntimeFingerprint
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetSpecFingerprint() string {
+	if x != nil {
+		return x.SpecFingerprint
 	}
 	return ""
 }
@@ -972,31 +988,33 @@ func (x *ListNodesResponse) GetFacetRuntimeFingerprints() []string {
 // Node is a certified node as the registry indexes it from its last
 // verified report and its heartbeats.
 type Node struct {
-	state                   protoimpl.MessageState `protogen:"open.v1"`
-	Id                      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Provider                string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
-	Region                  string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
-	Zone                    string                 `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
-	Hostname                string                 `protobuf:"bytes,5,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	Accelerator             string                 `protobuf:"bytes,6,opt,name=accelerator,proto3" json:"accelerator,omitempty"`        // class of its GPUs, e.g. h100-sxm5
-	GpuName                 string                 `protobuf:"bytes,7,opt,name=gpu_name,json=gpuName,proto3" json:"gpu_name,omitempty"` // e.g. NVIDIA H100 80GB HBM3
-	GpuCount                int32                  `protobuf:"varint,8,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
-	GpuMemoryMib            uint64                 `protobuf:"varint,9,opt,name=gpu_memory_mib,json=gpuMemoryMib,proto3" json:"gpu_memory_mib,omitempty"` // per GPU
-	StorageClass            string                 `protobuf:"bytes,10,opt,name=storage_class,json=storageClass,proto3" json:"storage_class,omitempty"`
-	StorageFreeGb           float64                `protobuf:"fixed64,11,opt,name=storage_free_gb,json=storageFreeGb,proto3" json:"storage_free_gb,omitempty"`
-	StorageReadMbps         float64                `protobuf:"fixed64,12,opt,name=storage_read_mbps,json=storageReadMbps,proto3" json:"storage_read_mbps,omitempty"`
-	BandwidthGbps           float64                `protobuf:"fixed64,13,opt,name=bandwidth_gbps,json=bandwidthGbps,proto3" json:"bandwidth_gbps,omitempty"`
-	PricePerHour            float64                `protobuf:"fixed64,14,opt,name=price_per_hour,json=pricePerHour,proto3" json:"price_per_hour,omitempty"`
-	Runtime                 *Runtime               `protobuf:"bytes,15,opt,name=runtime,proto3" json:"runtime,omitempty"`
-	RuntimeFingerprint      string                 `protobuf:"bytes,16,opt,name=runtime_fingerprint,json=runtimeFingerprint,proto3" json:"runtime_fingerprint,omitempty"`
-	Simulated               bool                   `protobuf:"varint,17,opt,name=simulated,proto3" json:"simulated,omitempty"` // report made from a simulated hardware profile
-	Online                  bool                   `protobuf:"varint,18,opt,name=online,proto3" json:"online,omitempty"`
-	LastSeenUnixNano        int64                  `protobuf:"varint,19,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
-	RttMs                   float64                `protobuf:"fixed64,20,opt,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"` // -1 when not measured yet
-	ConformancePassed       bool                   `protobuf:"varint,21,opt,name=conformance_passed,json=conformancePassed,proto3" json:"conformance_passed,omitempty"`
-	ReportGeneratedUnixNano int64                  `protobuf:"varint,22,opt,name=report_generated_unix_nano,json=reportGeneratedUnixNano,proto3" json:"report_generated_unix_nano,omitempty"`
-	Health                  *HealthScore           `protobuf:"bytes,23,opt,name=health,proto3" json:"health,omitempty"`
-	Profile                 string                 `protobuf:"bytes,24,opt,name=profile,proto3" json:"profile,omitempty"` // simulated profile name
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Provider        string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	Region          string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	Zone            string                 `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
+	Hostname        string                 `protobuf:"bytes,5,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Accelerator     string                 `protobuf:"bytes,6,opt,name=accelerator,proto3" json:"accelerator,omitempty"`        // class of its GPUs, e.g. h100-sxm5
+	GpuName         string                 `protobuf:"bytes,7,opt,name=gpu_name,json=gpuName,proto3" json:"gpu_name,omitempty"` // e.g. NVIDIA H100 80GB HBM3
+	GpuCount        int32                  `protobuf:"varint,8,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
+	GpuMemoryMib    uint64                 `protobuf:"varint,9,opt,name=gpu_memory_mib,json=gpuMemoryMib,proto3" json:"gpu_memory_mib,omitempty"` // per GPU
+	StorageClass    string                 `protobuf:"bytes,10,opt,name=storage_class,json=storageClass,proto3" json:"storage_class,omitempty"`
+	StorageFreeGb   float64                `protobuf:"fixed64,11,opt,name=storage_free_gb,json=storageFreeGb,proto3" json:"storage_free_gb,omitempty"`
+	StorageReadMbps float64                `protobuf:"fixed64,12,opt,name=storage_read_mbps,json=storageReadMbps,proto3" json:"storage_read_mbps,omitempty"`
+	BandwidthGbps   float64                `protobuf:"fixed64,13,opt,name=bandwidth_gbps,json=bandwidthGbps,proto3" json:"bandwidth_gbps,omitempty"`
+	PricePerHour    float64                `protobuf:"fixed64,14,opt,name=price_per_hour,json=pricePerHour,proto3" json:"price_per_hour,omitempty"`
+	Runtime         *Runtime               `protobuf:"bytes,15,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Hash of the runtime the last report measured, written as a spec (no
+	// packages): equals a spec fingerprint when the runtime is the spec's.
+	RuntimeFingerprint      string       `protobuf:"bytes,16,opt,name=runtime_fingerprint,json=runtimeFingerprint,proto3" json:"runtime_fingerprint,omitempty"`
+	Simulated               bool         `protobuf:"varint,17,opt,name=simulated,proto3" json:"simulated,omitempty"` // report made from a simulated hardware profile
+	Online                  bool         `protobuf:"varint,18,opt,name=online,proto3" json:"online,omitempty"`
+	LastSeenUnixNano        int64        `protobuf:"varint,19,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	RttMs                   float64      `protobuf:"fixed64,20,opt,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"` // -1 when not measured yet
+	ConformancePassed       bool         `protobuf:"varint,21,opt,name=conformance_passed,json=conformancePassed,proto3" json:"conformance_passed,omitempty"`
+	ReportGeneratedUnixNano int64        `protobuf:"varint,22,opt,name=report_generated_unix_nano,json=reportGeneratedUnixNano,proto3" json:"report_generated_unix_nano,omitempty"`
+	Health                  *HealthScore `protobuf:"bytes,23,opt,name=health,proto3" json:"health,omitempty"`
+	Profile                 string       `protobuf:"bytes,24,opt,name=profile,proto3" json:"profile,omitempty"` // simulated profile name
 	// The last report's failed checks, "name: message" (at most 4, then a
 	// marker; each at most 300 bytes): why the node is not certified, e.g.
 	// "slurm.node: slurm node n1 is drain: fan". Full form only.
@@ -2356,14 +2374,15 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x14UploadReportResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12/\n" +
-	"\x13runtime_fingerprint\x18\x03 \x01(\tR\x12runtimeFingerprint\"\xc2\x01\n" +
+	"\x13runtime_fingerprint\x18\x03 \x01(\tR\x12runtimeFingerprint\"\xed\x01\n" +
 	"\x10ListNodesRequest\x12\x18\n" +
 	"\aregions\x18\x01 \x03(\tR\aregions\x12'\n" +
 	"\x0finclude_offline\x18\x02 \x01(\bR\x0eincludeOffline\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\x12/\n" +
-	"\x13runtime_fingerprint\x18\x05 \x01(\tR\x12runtimeFingerprint\"\xe5\x01\n" +
+	"\x13runtime_fingerprint\x18\x05 \x01(\tR\x12runtimeFingerprint\x12)\n" +
+	"\x10spec_fingerprint\x18\x06 \x01(\tR\x0fspecFingerprint\"\xe5\x01\n" +
 	"\x11ListNodesResponse\x12&\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x10.gpupass.v1.NodeR\x05nodes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
