@@ -1,7 +1,9 @@
 package report
 
 import (
+	"cmp"
 	"math"
+	"slices"
 
 	"github.com/gpupass/gpupass/internal/metrics"
 )
@@ -14,24 +16,32 @@ const (
 	SVGPoints     = 400
 )
 
-// Chart is every run on one grid of steps over the range common to all
-// runs (Mermaid's xychart needs one x axis for all lines).
+// Chart is every run at the same steps over the range common to all runs
+// (Mermaid's xychart needs one x axis for all lines).
 type Chart struct {
-	Lo, Hi   int64
-	Steps    []int64
-	Lines    []Line
+	Lo, Hi int64
+	// Steps are the steps drawn: every Every-th step logged by any run in
+	// Lo..Hi, Lo and Hi always among them.
+	Steps []int64
+	Every int
+	Lines []Line
+	// Min and Max are the extremes of the values drawn.
 	Min, Max float64
-	// Held counts buckets with no finite value, drawn at the previous
+	// Held counts points with no finite value, drawn at the previous
 	// value.
 	Held int
 	// Dropped lists runs with no finite value in the chart range.
 	Dropped []string
 }
 
-// Line is one run's values on the chart grid.
+// Line is one run's values at the chart's steps.
 type Line struct {
 	Label  string
 	Values []float64
+	// Between counts the steps drawn that the run did not log: its value
+	// there is on the straight line joining its neighbouring points, as
+	// the chart would draw it anyway.
+	Between int
 }
 
 // Curve is one run downsampled on its own steps.
@@ -40,6 +50,10 @@ type Curve struct {
 	Points []metrics.Point
 }
 
+// buildChart samples every run at no more than n steps. The values drawn
+// are the logged ones, not means of the steps around them, so that the
+// first and last points and every spike the sample hits read as in the
+// log.
 func buildChart(series []*metrics.Series, n int) *Chart {
 	if len(series) == 0 {
 		return nil
@@ -55,38 +69,31 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 	if lo > hi {
 		return nil
 	}
-	span := hi - lo + 1
-	if int64(n) > span {
-		n = int(span)
-	}
-	c := &Chart{Lo: lo, Hi: hi, Steps: make([]int64, n), Min: math.Inf(1), Max: math.Inf(-1)}
-	for i := range n {
-		c.Steps[i] = lo + int64((float64(i)+0.5)*float64(span)/float64(n))
-	}
-	if n == 1 {
-		c.Steps[0] = lo
-	}
-	sums := make([]float64, n)
-	counts := make([]int, n)
+	var logged []int64
 	for _, s := range series {
-		clear(sums)
-		clear(counts)
 		for _, p := range s.Points {
-			if p.Step < lo || p.Step > hi || !finite(p.Value) {
-				continue
+			if p.Step >= lo && p.Step <= hi {
+				logged = append(logged, p.Step)
 			}
-			b := min(int(float64(p.Step-lo)/float64(span)*float64(n)), n-1)
-			sums[b] += p.Value
-			counts[b]++
 		}
-		line := Line{Label: s.Label, Values: make([]float64, n)}
+	}
+	slices.Sort(logged)
+	logged = slices.Compact(logged)
+	every := sampleEvery(len(logged), n)
+	c := &Chart{Lo: lo, Hi: hi, Every: every, Min: math.Inf(1), Max: math.Inf(-1)}
+	for i := 0; i < len(logged); i += every {
+		c.Steps = append(c.Steps, logged[i])
+	}
+	if c.Steps[len(c.Steps)-1] != hi {
+		c.Steps = append(c.Steps, hi)
+	}
+	for _, s := range series {
+		line := Line{Label: s.Label, Values: make([]float64, len(c.Steps))}
 		prev := math.NaN()
-		for i := range n {
-			v := math.NaN()
-			if counts[i] > 0 {
-				v = sums[i] / float64(counts[i])
-			} else if x, ok := s.ValueAt(c.Steps[i]); ok && finite(x) {
-				v = x
+		for i, st := range c.Steps {
+			v, _ := s.ValueAt(st)
+			if !logs(s, st) {
+				line.Between++
 			}
 			if !finite(v) {
 				c.Held++
@@ -95,10 +102,9 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 			line.Values[i] = v
 			if finite(v) {
 				prev = v
-				c.Min, c.Max = min(c.Min, v), max(c.Max, v)
 			}
 		}
-		// Leading buckets with no finite value take the first finite one.
+		// Leading points with no finite value take the first finite one.
 		first := math.NaN()
 		for _, v := range line.Values {
 			if finite(v) {
@@ -114,8 +120,13 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 		}
 		for i, v := range line.Values {
 			if !finite(v) {
-				line.Values[i] = first
+				v = first
 			}
+			// Rounded here, as written, so the axis bounds hold what is
+			// drawn.
+			v = round5(v)
+			line.Values[i] = v
+			c.Min, c.Max = min(c.Min, v), max(c.Max, v)
 		}
 		c.Lines = append(c.Lines, line)
 	}
@@ -123,6 +134,32 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 		return nil
 	}
 	return c
+}
+
+// sampleEvery is the smallest stride that keeps every stride-th of
+// logged steps, plus the last, within n points.
+func sampleEvery(logged, n int) int {
+	n = max(n, 2)
+	if logged <= n {
+		return 1
+	}
+	every := (logged - 1 + n - 2) / (n - 1)
+	for {
+		points := (logged-1)/every + 1
+		if (logged-1)%every != 0 {
+			points++
+		}
+		if points <= n {
+			return every
+		}
+		every++
+	}
+}
+
+// logs reports whether s logged a point at step.
+func logs(s *metrics.Series, step int64) bool {
+	_, ok := slices.BinarySearchFunc(s.Points, step, func(p metrics.Point, st int64) int { return cmp.Compare(p.Step, st) })
+	return ok
 }
 
 // Downsample keeps at most about n points of p: the first and last, and

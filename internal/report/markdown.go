@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -123,12 +124,23 @@ func notesOf(r *Report) []string {
 	if r.Chart != nil && len(r.Chart.Dropped) > 0 {
 		out = append(out, "chart: no finite values to draw for "+strings.Join(r.Chart.Dropped, ", "))
 	}
+	if r.Chart != nil {
+		for _, l := range r.Chart.Lines {
+			if l.Between > 0 {
+				out = append(out, fmt.Sprintf("chart: %s logged no value at %d of the %d steps drawn; drawn there on the line between its neighbouring points", l.Label, l.Between, len(r.Chart.Steps)))
+			}
+		}
+	}
 	if r.Chart != nil && r.Chart.Held > 0 {
-		out = append(out, fmt.Sprintf("chart: %d bucket(s) without a finite value drawn at the previous value", r.Chart.Held))
+		out = append(out, fmt.Sprintf("chart: %d point(s) without a finite value drawn at the previous value", r.Chart.Held))
 	}
 	return append(out, r.Notes...)
 }
 
+// mermaid writes the chart as a Mermaid xychart with the real steps drawn
+// on its x axis, and under it, as xychart-beta draws no legend, which
+// line is which run (named and ordered as in the runs table) and which
+// steps are drawn.
 func mermaid(b *bytes.Buffer, c *Chart, metric string) {
 	colours := make([]string, 0, len(c.Lines))
 	legend := make([]string, 0, len(c.Lines))
@@ -137,25 +149,116 @@ func mermaid(b *bytes.Buffer, c *Chart, metric string) {
 		colours = append(colours, p.hex)
 		legend = append(legend, p.dot+" "+mdText(l.Label))
 	}
-	lo, hi := axisRange(c.Min, c.Max)
+	steps := make([]string, len(c.Steps))
+	for i, st := range c.Steps {
+		steps[i] = strconv.FormatInt(st, 10)
+	}
+	lo, hi := mermaidYAxis(c.Min, c.Max)
 	b.WriteString("```mermaid\n")
 	fmt.Fprintf(b, "%%%%{init: {\"themeVariables\": {\"xyChart\": {\"plotColorPalette\": \"%s\"}}}}%%%%\n", strings.Join(colours, ", "))
 	b.WriteString("xychart-beta\n")
 	fmt.Fprintf(b, "    title \"%s by step\"\n", mermaidText(metric))
-	fmt.Fprintf(b, "    x-axis \"step\" %d --> %d\n", c.Lo, c.Hi)
-	fmt.Fprintf(b, "    y-axis \"%s\" %s --> %s\n", mermaidText(metric), Num(lo), Num(hi))
+	fmt.Fprintf(b, "    x-axis \"step\" [%s]\n", strings.Join(steps, ", "))
+	fmt.Fprintf(b, "    y-axis \"%s\" %s --> %s\n", mermaidText(metric), mermaidNum(lo), mermaidNum(hi))
 	for _, l := range c.Lines {
 		vals := make([]string, len(l.Values))
 		for i, v := range l.Values {
-			vals[i] = strconv.FormatFloat(v, 'g', 5, 64)
+			vals[i] = mermaidNum(v)
 		}
 		fmt.Fprintf(b, "    line [%s]\n", strings.Join(vals, ", "))
 	}
 	b.WriteString("```\n\n")
-	b.WriteString(strings.Join(legend, " · ") + "\n")
+	drawn := fmt.Sprintf("every logged step from %d to %d", c.Lo, c.Hi)
+	if c.Every > 1 {
+		drawn = fmt.Sprintf("every %s logged step from %d to %d, the last included", ordinal(c.Every), c.Lo, c.Hi)
+	}
+	fmt.Fprintf(b, "Lines: %s. Drawn: %s, values as logged (not averaged).\n", strings.Join(legend, " · "), drawn)
 }
 
-// axisRange pads [lo, hi] by 5% so lines do not sit on the frame.
+// ordinal writes 2 as "2nd", 11 as "11th", 23 as "23rd".
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return strconv.Itoa(n) + suffix
+}
+
+// mermaidNum writes v as Mermaid's xychart reads a number: digits with an
+// optional sign and decimals, never an exponent.
+func mermaidNum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// mermaidYAxis is the Mermaid chart's y axis for values in [lo, hi]: from
+// 0 when no value is negative (a loss is drawn against zero, not against
+// its own minimum), out to round bounds at or beyond the values.
+func mermaidYAxis(lo, hi float64) (float64, float64) {
+	if v := lo; hi == v {
+		// One value: room either side of it, or above it from 0.
+		d := max(0.05*abs(v), 0.5)
+		if finite(v-d) && finite(v+d) {
+			lo, hi = v-d, v+d
+		}
+		if v >= 0 {
+			lo = 0
+		}
+	}
+	if lo >= 0 {
+		lo = 0
+	}
+	span := hi - lo
+	if !finite(span) {
+		// Values near the float64 limits: the values themselves rather
+		// than ±Inf.
+		return lo, hi
+	}
+	// A tenth of the span rounded up to 1, 2 or 5 times a power of ten.
+	e := int(math.Floor(math.Log10(span / 10)))
+	m := int64(1)
+	switch f := span / 10 / math.Pow10(e); {
+	case f <= 1:
+	case f <= 2:
+		m = 2
+	case f <= 5:
+		m = 5
+	default:
+		e++
+	}
+	step := float64(m) * math.Pow10(e)
+	if !finite(step) || step == 0 || abs(lo)/step > 1e15 || abs(hi)/step > 1e15 {
+		return lo, hi
+	}
+	// k·m·10^e parsed from its decimal, which is what Mermaid reads, and
+	// moved a step out where float rounding left it inside the values.
+	at := func(k int64) float64 {
+		v, err := strconv.ParseFloat(fmt.Sprintf("%de%d", k*m, e), 64)
+		if err != nil {
+			return math.NaN()
+		}
+		return v
+	}
+	top := int64(math.Ceil(hi / step))
+	for at(top) < hi {
+		top++
+	}
+	bottom := int64(math.Floor(lo / step))
+	for at(bottom) > lo {
+		bottom--
+	}
+	if a, z := at(bottom), at(top); finite(a) && finite(z) {
+		return a, z
+	}
+	return lo, hi
+}
+
+// axisRange pads [lo, hi] by 5% so lines do not sit on the frame of the
+// SVG and PNG charts.
 func axisRange(lo, hi float64) (float64, float64) {
 	pad := (hi - lo) * 0.05
 	if !finite(pad) || !finite(lo-pad) || !finite(hi+pad) {
@@ -175,8 +278,13 @@ func abs(f float64) float64 {
 	return f
 }
 
+// round5 rounds f to five significant digits, as the chart draws values;
+// a value that would round past the float64 range stays as it is.
 func round5(f float64) float64 {
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'g', 5, 64), 64)
+	v, err := strconv.ParseFloat(strconv.FormatFloat(f, 'g', 5, 64), 64)
+	if err != nil || !finite(v) {
+		return f
+	}
 	return v
 }
 

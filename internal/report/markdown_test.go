@@ -3,7 +3,9 @@ package report
 import (
 	"bytes"
 	"encoding/csv"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -216,8 +218,8 @@ func TestMarkdownUntrustedTextIsInert(t *testing.T) {
 					section = l
 				case strings.HasPrefix(l, "<details>"):
 					section = "notes"
-				case strings.HasPrefix(l, "🔵 "):
-					first, _, _ := strings.Cut(strings.TrimPrefix(l, "🔵 "), " · ")
+				case strings.HasPrefix(l, "Lines: 🔵 "):
+					first, _, _ := strings.Cut(strings.TrimPrefix(l, "Lines: 🔵 "), " · ")
 					pieces = append(pieces, piece{"legend", first, want})
 				case section == "#### Runs" && strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| run "):
 					c := cells(l)
@@ -257,6 +259,232 @@ func TestMarkdownUntrustedTextIsInert(t *testing.T) {
 				if !strings.HasPrefix(plain(p.md), want) || plain(p.md) != p.reader {
 					t.Errorf("%s shows %q, want %q", p.where, plain(p.md), p.reader)
 				}
+			}
+		})
+	}
+}
+
+// mermaidBlock is the xychart in md: its x-axis labels, y-axis bounds and
+// lines as written, and the line of text under it.
+type mermaidBlock struct {
+	steps  []string
+	lo, hi string
+	lines  [][]string
+	under  string
+}
+
+func parseMermaid(t *testing.T, md string) mermaidBlock {
+	t.Helper()
+	_, rest, ok := strings.Cut(md, "```mermaid\n")
+	if !ok {
+		t.Fatalf("no Mermaid block:\n%s", md)
+	}
+	block, after, _ := strings.Cut(rest, "```\n")
+	var m mermaidBlock
+	list := func(s string) []string {
+		s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+		return strings.Split(s, ", ")
+	}
+	for _, l := range strings.Split(block, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, `x-axis "step" [`):
+			m.steps = list(strings.TrimPrefix(l, `x-axis "step" `))
+		case strings.HasPrefix(l, "y-axis "):
+			f := strings.Fields(l)
+			if len(f) != 5 || f[3] != "-->" {
+				t.Fatalf("y-axis line: %q", l)
+			}
+			m.lo, m.hi = f[2], f[4]
+		case strings.HasPrefix(l, "line "):
+			m.lines = append(m.lines, list(strings.TrimPrefix(l, "line ")))
+		}
+	}
+	m.under = strings.TrimSpace(after)
+	m.under, _, _ = strings.Cut(m.under, "\n")
+	return m
+}
+
+// mermaidNumber is what Mermaid's xychart lexer takes as a number: no
+// exponent, no Inf or NaN.
+var everyNth = regexp.MustCompile(`every (\d+)(?:st|nd|rd|th) logged step`)
+
+var mermaidNumber = regexp.MustCompile(`^[+-]?(?:\d+(?:\.\d+)?|\.\d+)$`)
+
+func TestMermaidDrawsLoggedSteps(t *testing.T) {
+	t.Parallel()
+	// Two regions logging every step from 1 to 200: step 1's loss 0.756
+	// falls fast, as in the report that opened issue #36.
+	loss := func(label string, offset float64) *metrics.Series {
+		s := &metrics.Series{Label: label, Source: label + ".jsonl", Metric: "loss", Format: "jsonl"}
+		for st := int64(1); st <= 200; st++ {
+			v := 0.756
+			if st > 1 {
+				v = 0.05 + 0.5/float64(st) + offset
+			}
+			s.Points = append(s.Points, metrics.Point{Step: st, Value: v})
+		}
+		return s
+	}
+	series := []*metrics.Series{loss("us-west-2", 0), loss("eu-central-1", 0.001)}
+	r, err := Build(series, DefaultTolerance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Markdown(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	md := out.String()
+	m := parseMermaid(t, md)
+	if len(m.lines) != len(series) || len(m.lines[0]) == 0 {
+		t.Fatalf("%d lines, want %d", len(m.lines), len(series))
+	}
+
+	// Step 1 drawn as logged, on a y axis from 0 out to at least the
+	// largest value drawn.
+	if m.lines[0][0] != "0.756" {
+		t.Errorf("step 1 drawn as %s, logged 0.756", m.lines[0][0])
+	}
+	var largest float64
+	for _, line := range m.lines {
+		for _, s := range line {
+			if !mermaidNumber.MatchString(s) {
+				t.Fatalf("value %q is not a Mermaid number", s)
+			}
+			v, _ := strconv.ParseFloat(s, 64)
+			largest = max(largest, v)
+		}
+	}
+	lo, errLo := strconv.ParseFloat(m.lo, 64)
+	hi, errHi := strconv.ParseFloat(m.hi, 64)
+	if errLo != nil || errHi != nil {
+		t.Fatalf("y-axis %s --> %s", m.lo, m.hi)
+	}
+	if lo != 0 {
+		t.Errorf("y-axis starts at %s, want 0 for a loss with no negative value", m.lo)
+	}
+	if hi < largest || hi < 0.756 {
+		t.Errorf("y-axis ends at %s, below the largest value drawn, %v, or logged, 0.756", m.hi, largest)
+	}
+
+	// The lines named as in the runs table, in its order.
+	var names []string
+	section := ""
+	for _, l := range strings.Split(md, "\n") {
+		switch {
+		case strings.HasPrefix(l, "#### "):
+			section = l
+		case section == "#### Runs" && strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| run "):
+			names = append(names, cells(l)[0])
+		}
+	}
+	if d := cmp.Diff([]string{"us-west-2", "eu-central-1"}, names); d != "" {
+		t.Fatalf("runs table names (-want +got):\n%s", d)
+	}
+	legend, _, _ := strings.Cut(strings.TrimPrefix(m.under, "Lines: "), ". Drawn:")
+	var drawn []string
+	for _, entry := range strings.Split(legend, " · ") {
+		_, name, _ := strings.Cut(entry, " ") // after the colour
+		drawn = append(drawn, name)
+	}
+	if !strings.HasPrefix(m.under, "Lines: ") || !cmp.Equal(names, drawn) {
+		t.Errorf("text under the chart %q names the lines %q, want the runs table's %q", m.under, drawn, names)
+	}
+
+	// The x axis: the real steps, every Nth of them from the first (N
+	// stated under the block), and the last.
+	if len(m.steps) < 2 || m.steps[0] != "1" || m.steps[len(m.steps)-1] != "200" {
+		t.Fatalf("x-axis labels %v: want the real steps, from 1 to 200", m.steps)
+	}
+	if len(m.steps) > MermaidPoints {
+		t.Errorf("%d points drawn, want at most %d", len(m.steps), MermaidPoints)
+	}
+	n, err := strconv.Atoi(m.steps[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	n--
+	if said := everyNth.FindStringSubmatch(m.under); said == nil || said[1] != strconv.Itoa(n) {
+		t.Errorf("text under the chart does not say every %dth logged step is drawn: %q", n, m.under)
+	}
+	for i, s := range series {
+		if len(m.lines[i]) != len(m.steps) {
+			t.Fatalf("line %d has %d values for %d steps", i, len(m.lines[i]), len(m.steps))
+		}
+		for j, label := range m.steps {
+			st, err := strconv.ParseInt(label, 10, 64)
+			if err != nil {
+				t.Fatalf("x-axis label %q is not a step", label)
+			}
+			if j < len(m.steps)-1 && st != 1+int64(j*n) {
+				t.Errorf("x-axis label %d is step %d, want %d", j, st, 1+j*n)
+			}
+			want, _ := s.ValueAt(st)
+			got, _ := strconv.ParseFloat(m.lines[i][j], 64)
+			if math.Abs(got-want) > 1e-4*math.Abs(want) {
+				t.Errorf("%s at step %d drawn as %s, logged %v", s.Label, st, m.lines[i][j], want)
+			}
+		}
+	}
+}
+
+func TestMermaidYAxis(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		values []float64
+	}{
+		{"loss", []float64{0.756, 0.5, 0.49, 0.486}},
+		{"all zero", []float64{0, 0, 0}},
+		{"negative", []float64{-3.2, -1.1, -0.4}},
+		{"both signs", []float64{-0.2, 0.3, 1.7}},
+		{"tiny range far from zero", []float64{-1000.1, -1000.04, -1000}},
+		{"small values", []float64{3e-5, 2e-5, 1.5e-5}},
+		{"large values", []float64{4.2e21, 3e21}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs []*metrics.Series
+			for _, label := range []string{"a", "b"} {
+				s := &metrics.Series{Label: label, Source: label, Metric: "loss"}
+				for i, v := range tc.values {
+					s.Points = append(s.Points, metrics.Point{Step: int64(i), Value: v})
+				}
+				runs = append(runs, s)
+			}
+			r, err := Build(runs, DefaultTolerance)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := Markdown(&out, r); err != nil {
+				t.Fatal(err)
+			}
+			m := parseMermaid(t, out.String())
+			for _, s := range []string{m.lo, m.hi} {
+				if !mermaidNumber.MatchString(s) {
+					t.Fatalf("y-axis %s --> %s: %q is not a Mermaid number", m.lo, m.hi, s)
+				}
+			}
+			lo, _ := strconv.ParseFloat(m.lo, 64)
+			hi, _ := strconv.ParseFloat(m.hi, 64)
+			least, most := math.Inf(1), math.Inf(-1)
+			for _, line := range m.lines {
+				for _, s := range line {
+					if !mermaidNumber.MatchString(s) {
+						t.Fatalf("value %q is not a Mermaid number", s)
+					}
+					v, _ := strconv.ParseFloat(s, 64)
+					least, most = min(least, v), max(most, v)
+				}
+			}
+			if lo > least || hi < most || lo >= hi {
+				t.Errorf("y-axis %s --> %s does not hold the values drawn, %v..%v", m.lo, m.hi, least, most)
+			}
+			if least >= 0 && lo != 0 {
+				t.Errorf("y-axis starts at %s, want 0: no value is negative", m.lo)
 			}
 		})
 	}

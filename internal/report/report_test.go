@@ -204,7 +204,7 @@ func TestSinglePointAndSingleRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, want := range []string{"only one run", "solo: a single point", "x-axis \"step\" 5 --> 5"} {
+	for _, want := range []string{"only one run", "solo: a single point", "x-axis \"step\" [5]"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
