@@ -32,6 +32,11 @@ func Markdown(w io.Writer, r *Report) error {
 		}
 	}
 	fmt.Fprintf(&b, "Metric %s, %d run(s), tolerance %s at every common step.\n\n", mdCode(r.Metric), len(r.Runs), r.Tolerance)
+	// Near the top: a comment too long for the forge is cut at the end
+	// (forge.Truncate), and the way back should survive the cut.
+	if links := mdLinks(r.Links); links != "" {
+		b.WriteString(links + "\n\n")
+	}
 
 	runs := [][]string{}
 	for _, run := range r.Runs {
@@ -82,9 +87,6 @@ func Markdown(w io.Writer, r *Report) error {
 	if c := r.Chart; c != nil && len(r.Runs) > 0 {
 		b.WriteString("\n")
 		mermaid(&b, c, r.Metric)
-	}
-	if links := mdLinks(r.Links); links != "" {
-		b.WriteString("\n" + links + "\n")
 	}
 	notes := notesOf(r)
 	if len(notes) > 0 {
