@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,11 @@ func Markdown(w io.Writer, r *Report) error {
 		}
 	}
 	fmt.Fprintf(&b, "Metric %s, %d run(s), tolerance %s at every common step.\n\n", mdCode(r.Metric), len(r.Runs), r.Tolerance)
+	// Near the top: a comment too long for the forge is cut at the end
+	// (forge.Truncate), and the way back should survive the cut.
+	if links := mdLinks(r.Links); links != "" {
+		b.WriteString(links + "\n\n")
+	}
 
 	runs := [][]string{}
 	for _, run := range r.Runs {
@@ -381,6 +387,47 @@ func mdText(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// mdLinks renders links as one "Links:" line; a link whose URL is not an
+// absolute http(s) URL is left out, so a stray variable shows nothing
+// rather than a link somewhere else.
+func mdLinks(links []Link) string {
+	var parts []string
+	for _, l := range links {
+		u, ok := LinkURL(l.URL)
+		if !ok {
+			continue
+		}
+		parts = append(parts, "["+mdText(l.Label)+"]("+u+")")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "**Links:** " + strings.Join(parts, " · ")
+}
+
+// LinkURL checks that s is an absolute http(s) URL and returns it as a
+// link destination that cannot end early: url.Parse refuses control
+// characters (a line break among them), and every byte that could close
+// the destination or the link ("(", ")", "<", ">", "[", "]", a space, a
+// quote, a backslash, a backtick) is percent-encoded, which a browser
+// reads as the same URL.
+func LinkURL(s string) (string, bool) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("()<>[]\\\"'`|", c) >= 0 {
+			fmt.Fprintf(&b, "%%%02X", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), true
 }
 
 // zwsp is ZERO WIDTH SPACE, U+200B.

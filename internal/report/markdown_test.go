@@ -489,3 +489,64 @@ func TestMermaidYAxis(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkdownLinks holds the links line to what a reader can follow
+// back: only http(s) URLs, and none of a value's characters can close
+// the link early or start markup after it.
+func TestMarkdownLinks(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		links []Link
+		want  string // the links line; empty: none
+	}{
+		{"none", nil, ""},
+		{"ci run and dashboard", []Link{
+			{"CI run", "https://github.example.com/o/r/actions/runs/42/attempts/2"},
+			{"run us-west-2", "https://dash.example.com/ui/runs/alloc-1"},
+		}, "**Links:** [CI run](https://github.example.com/o/r/actions/runs/42/attempts/2) · [run us-west-2](https://dash.example.com/ui/runs/alloc-1)"},
+		{"parenthesis and brackets are encoded", []Link{
+			{"CI run", "https://ci.example.com/a) [pwned](https://evil.example/x"},
+		}, "**Links:** [CI run](https://ci.example.com/a%29%20%5Bpwned%5D%28https://evil.example/x)"},
+		{"a line break drops the link", []Link{
+			{"CI run", "https://ci.example.com/a\n# heading @team"},
+		}, ""},
+		{"not http", []Link{
+			{"CI run", "javascript:alert(1)"}, {"artifacts", "/relative/path"}, {"x", "ftp://files.example.com/a"},
+		}, ""},
+		{"hostile label", []Link{
+			{"run ](https://evil.example) @team", "https://dash.example.com/ui/runs/a"},
+		}, "**Links:** [run \\](https://evil.example) @" + zwsp + "team](https://dash.example.com/ui/runs/a)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, err := Build([]*metrics.Series{curve("us", 1, 5, 0), curve("eu", 1, 5, 0)}, DefaultTolerance)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Links = tc.links
+			var out bytes.Buffer
+			if err := Markdown(&out, r); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range strings.Split(out.String(), "\n") {
+				if strings.HasPrefix(l, "**Links") || strings.Contains(l, "evil") || strings.Contains(l, "heading") {
+					got = append(got, l)
+				}
+			}
+			var want []string
+			if tc.want != "" {
+				want = []string{tc.want}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("links lines (-want +got):\n%s", diff)
+			}
+			// Above the tables: a comment cut to the forge's limit keeps it.
+			if tc.want != "" && strings.Index(out.String(), tc.want) > strings.Index(out.String(), "#### Runs") {
+				t.Errorf("the links line comes after the runs table:\n%s", out.String())
+			}
+		})
+	}
+}

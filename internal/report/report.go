@@ -219,6 +219,16 @@ type Report struct {
 	Chart *Chart `json:"-"`
 	// Curves are the per-run downsampled curves for file charts.
 	Curves []Curve `json:"-"`
+	// Links lead back to where the report came from (the CI run, its
+	// artifacts, each run's dashboard page). They are the caller's to
+	// set: a report is the same comparison wherever it was built.
+	Links []Link `json:"-"`
+}
+
+// Link is one place a reader of the report may go.
+type Link struct {
+	Label string
+	URL   string
 }
 
 // Build computes the figures of series (normalised, labelled) and the

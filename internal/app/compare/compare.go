@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -139,9 +140,15 @@ type Options struct {
 	// (Destination); nil is an error then (ErrNoPoster).
 	Poster Poster
 	// Source resolves allocation ids; nil means files only.
-	Source     Source
-	HTTPClient *http.Client
-	Logger     *slog.Logger
+	Source Source
+	// Links go at the end of the report (report.Link): the CI run and
+	// its artifacts, say. Runs read from the broker also get a link to
+	// their page on DashboardURL, the broker's public address, when it
+	// is set: the URL the runs were read from may be internal.
+	Links        []report.Link
+	DashboardURL string
+	HTTPClient   *http.Client
+	Logger       *slog.Logger
 }
 
 // Result is the report, its markdown and what posting did.
@@ -203,6 +210,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.Links = append(append([]report.Link(nil), o.Links...), DashboardLinks(o.DashboardURL, rep.Runs)...)
 	var md bytes.Buffer
 	if err := report.Markdown(&md, rep); err != nil {
 		return nil, err
@@ -290,6 +298,23 @@ func Render(w io.Writer, r *Result, out Output) error {
 	}
 	_, err := w.Write(r.Markdown)
 	return err
+}
+
+// DashboardLinks are the dashboard pages (/ui/runs/ID on base) of the
+// runs read from the broker; none when base is empty.
+func DashboardLinks(base string, runs []report.Run) []report.Link {
+	if base == "" {
+		return nil
+	}
+	var out []report.Link
+	for _, r := range runs {
+		id, ok := strings.CutPrefix(r.Source, "broker:")
+		if !ok {
+			continue
+		}
+		out = append(out, report.Link{Label: "run " + r.Label, URL: strings.TrimRight(base, "/") + "/ui/runs/" + url.PathEscape(id)})
+	}
+	return out
 }
 
 // RunNotDoneError is a Source's answer for an allocation that has not

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/metrics"
@@ -187,5 +189,38 @@ func TestNameAllowRunning(t *testing.T) {
 	NameAllowRunning(err, "pass --allow-running")
 	if n := strings.Count(err.Error(), "or pass --allow-running to compare"); n != 2 {
 		t.Errorf("%d of 2 errors name the flag:\n%v", n, err)
+	}
+}
+
+// TestRunLinks checks that the caller's links and, with a dashboard
+// address, a page per broker run (not per file) reach the report.
+func TestRunLinks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	us := writeLines(t, dir, "us.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`)
+	src := fakeSource{"alloc-eu1": {Label: "eu-west", Source: "broker:alloc-eu1", Metric: "loss", Points: []metrics.Point{{Step: 0, Value: 2}, {Step: 10, Value: 1.5}}}}
+	ciRun := report.Link{Label: "CI run", URL: "https://ci.example.com/runs/1"}
+	tests := []struct {
+		name string
+		dash string
+		want []report.Link
+	}{
+		{"no dashboard address", "", []report.Link{ciRun}},
+		{"dashboard address", "https://dash.example.com/", []report.Link{ciRun, {Label: "run eu-west", URL: "https://dash.example.com/ui/runs/alloc-eu1"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := Run(context.Background(), Options{Runs: refs(us, "alloc-eu1"), Source: src, Links: []report.Link{ciRun}, DashboardURL: tc.dash})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, res.Report.Links); diff != "" {
+				t.Errorf("links (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(string(res.Markdown), "**Links:** [CI run](https://ci.example.com/runs/1)") {
+				t.Errorf("the markdown lacks the links line:\n%s", res.Markdown)
+			}
+		})
 	}
 }

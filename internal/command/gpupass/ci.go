@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,7 @@ type CIStepOptions struct {
 	RunFile          string
 	AuditPath        string
 	ReportDir        string
+	DashboardURL     string
 	CodeQuality      string
 
 	// Set by the caller.
@@ -113,6 +115,7 @@ func (o *CIStepOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.RunFile, "run-file", "", "JSON run record (audit.Run) to audit offline instead of --allocation (audit)")
 	f.StringVar(&o.AuditPath, "audit-path", "audit-report.zip", "audit report zip to write or verify (audit, audit-verify)")
 	f.StringVar(&o.ReportDir, "report-dir", "gpupass-report", "directory for the report files: markdown, JSON, JUnit, SVG (compare-report)")
+	f.StringVar(&o.DashboardURL, "dashboard-url", "", "public address of the broker's dashboard: the report links each run read from the broker to its page there (compare-report); empty links none, as broker-url may be an address only the runners reach")
 	f.StringVar(&o.CodeQuality, "code-quality", "gl-code-quality-report.json", "GitLab code quality report of the spec findings (validate, on GitLab)")
 	for _, s := range []string{"broker-token", "github-token", "gitlab-token", "cosign-key", "cosign-password"} {
 		MarkSecret(s)
@@ -358,6 +361,12 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 	if err != nil {
 		return err
 	}
+	if o.DashboardURL != "" {
+		if _, ok := report.LinkURL(o.DashboardURL); !ok {
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input dashboard-url %q: not an http:// or https:// URL", o.DashboardURL)}
+		}
+	}
+	opts.Links, opts.DashboardURL = ciLinks(env.Kind(), o.Getenv, o.ReportDir), o.DashboardURL
 	res, runErr := compare.Run(ctx, opts)
 	compare.NameAllowRunning(runErr, "use `gpupass compare --allow-running`")
 	compare.NamePatternOption(runErr, "a metrics.pattern in the spec")
@@ -386,6 +395,42 @@ func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer)
 		}
 	}
 	return runErr
+}
+
+// ciLinks lead from the report back to the CI run and its artifacts:
+// on GitHub the run (this attempt of it) and its artifacts section, where
+// the workflow's uploads (the audit zip, the report directory) are; on
+// GitLab the pipeline (the audit job is one of its jobs) and the report
+// directory among this job's artifacts, which the component keeps.
+// Outside either, or without the variables, there are none.
+func ciLinks(kind ci.Kind, getenv func(string) string, reportDir string) []report.Link {
+	switch kind {
+	case ci.GitHub:
+		server, repo, id := getenv("GITHUB_SERVER_URL"), getenv("GITHUB_REPOSITORY"), getenv("GITHUB_RUN_ID")
+		if server == "" || repo == "" || id == "" {
+			return nil
+		}
+		run := strings.TrimRight(server, "/") + "/" + repo + "/actions/runs/" + url.PathEscape(id)
+		links := []report.Link{{Label: "CI run", URL: run}}
+		if a := getenv("GITHUB_RUN_ATTEMPT"); a != "" {
+			links[0].URL += "/attempts/" + url.PathEscape(a)
+		}
+		return append(links, report.Link{Label: "artifacts", URL: run + "#artifacts"})
+	case ci.GitLab:
+		var links []report.Link
+		if p := getenv("CI_PIPELINE_URL"); p != "" {
+			links = append(links, report.Link{Label: "CI pipeline", URL: p})
+		}
+		if j := getenv("CI_JOB_URL"); j != "" {
+			browse := j + "/artifacts/browse"
+			if d := filepath.ToSlash(filepath.Clean(reportDir)); reportDir != "" && !filepath.IsAbs(reportDir) && d != "." && !strings.HasPrefix(d, "../") {
+				browse += "/" + (&url.URL{Path: d}).EscapedPath()
+			}
+			links = append(links, report.Link{Label: "report artifacts", URL: browse})
+		}
+		return links
+	}
+	return nil
 }
 
 // gitlabAnnotations writes the annotations report GitLab shows on the
