@@ -94,7 +94,8 @@ func (l *stateLock) release() {
 		return
 	}
 	_ = l.f.Truncate(0)
-	_ = l.f.Close() // closing the last descriptor releases the lock
+	unlock(l.f)
+	_ = l.f.Close()
 	l.f = nil
 }
 

@@ -24,3 +24,9 @@ func tryLock(f *os.File) (bool, error) {
 		return false, err
 	}
 }
+
+// unlock drops f's flock now. Closing f alone is not enough: a child
+// forked meanwhile by another goroutine (exec'ing a command, as up does)
+// holds the same open file, and with it the lock, until its exec closes
+// it, so a stack started just after this one stopped was refused.
+func unlock(f *os.File) { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

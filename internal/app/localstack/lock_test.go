@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -36,6 +37,31 @@ func TestLockState(t *testing.T) {
 	l2, err := lockState(dir)
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
+	}
+	l2.release()
+}
+
+// A child forked by another goroutine while the stack ran holds the lock
+// file's open description until its exec; release must free the lock
+// all the same (the dup here stands for that child's copy). With only a
+// close, TestLockState failed under load: "state dir … is in use by a
+// running stack (pid 0, …)".
+func TestReleaseWithAnotherHolderOfTheFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, err := lockState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Dup(int(l.f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	l.release()
+	l2, err := lockState(dir)
+	if err != nil {
+		t.Fatalf("lock after release, the file still open elsewhere: %v", err)
 	}
 	l2.release()
 }
