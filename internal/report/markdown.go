@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -408,14 +407,30 @@ func mdLinks(links []Link) string {
 }
 
 // LinkURL checks that s is an absolute http(s) URL and returns it as a
-// link destination that cannot end early: url.Parse refuses control
-// characters (a line break among them), and every byte that could close
-// the destination or the link ("(", ")", "<", ">", "[", "]", a space, a
-// quote, a backslash, a backtick) is percent-encoded, which a browser
-// reads as the same URL.
+// link destination that cannot end early. A control character (a line
+// break among them) refuses it, as url.Parse does (report stays pure:
+// no net packages), and so does a scheme other than http or https or an
+// empty host. Every byte that could close the destination or the link
+// ("(", ")", "<", ">", "[", "]", a space, a quote, a backslash, a
+// backtick) is percent-encoded, which a browser reads as the same URL.
 func LinkURL(s string) (string, bool) {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+	rest, ok := "", false
+	for _, scheme := range []string{"http://", "https://"} {
+		if len(s) > len(scheme) && strings.EqualFold(s[:len(scheme)], scheme) {
+			rest, ok = s[len(scheme):], true
+		}
+	}
+	if !ok || strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+		return "", false
+	}
+	host := rest
+	if i := strings.IndexAny(host, "/?#"); i >= 0 {
+		host = host[:i]
+	}
+	if at := strings.LastIndexByte(host, '@'); at >= 0 {
+		host = host[at+1:] // after the userinfo
+	}
+	if host == "" {
 		return "", false
 	}
 	var b strings.Builder

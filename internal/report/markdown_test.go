@@ -550,3 +550,26 @@ func TestMarkdownLinks(t *testing.T) {
 		})
 	}
 }
+
+// LinkURL without net/url (report is pure): what url.Parse refused or
+// the check of its scheme and host turned away stays out.
+func TestLinkURL(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		"https://ci.example.com/o/r/actions/runs/1": true,
+		"HTTP://ci.example.com":                     true,
+		"https://u:p@ci.example.com/x":              true,
+		"https://":                                  false,
+		"https:///x":                                false,
+		"https://u@/x":                              false,
+		"ftp://ci.example.com":                      false,
+		"javascript:alert(1)":                       false,
+		"//ci.example.com/x":                        false,
+		"https://ci.example.com/\n# heading":        false,
+		"https://ci.example.com/\x7f":               false,
+	} {
+		if _, ok := LinkURL(s); ok != want {
+			t.Errorf("LinkURL(%q): %v, want %v", s, ok, want)
+		}
+	}
+}
