@@ -253,7 +253,12 @@ func (c *Cluster) KubectlStdin(t testing.TB, stdin string, args ...string) strin
 }
 
 // Namespace creates a namespace of the test's own (gpupass-test-<random>)
-// and deletes it, without waiting, when the test ends.
+// and deletes it, without waiting, when the test ends. It returns once the
+// namespace's "default" service account exists: the service-account
+// controller makes it a moment after the namespace, and until then the API
+// server refuses every pod there ("error looking up service account
+// NS/default"), as the Kubernetes e2e framework's
+// WaitForDefaultServiceAccountInNamespace knows.
 func (c *Cluster) Namespace(t testing.TB) string {
 	t.Helper()
 	var b [4]byte
@@ -265,7 +270,30 @@ func (c *Cluster) Namespace(t testing.TB) string {
 		defer cancel()
 		_ = c.KubectlCmd(ctx, "delete", "namespace", ns, "--wait=false").Run()
 	})
+	if err := c.waitServiceAccount(ns, "default", DefaultServiceAccountWait); err != nil {
+		t.Fatal(err)
+	}
 	return ns
+}
+
+// DefaultServiceAccountWait is how long Namespace waits for the
+// namespace's default service account (the e2e framework waits 2 min).
+const DefaultServiceAccountWait = 2 * time.Minute
+
+func (c *Cluster) waitServiceAccount(ns, name string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := c.KubectlCmd(ctx, "get", "serviceaccount", name, "-n", ns, "-o", "name").CombinedOutput()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespace %s: no service account %q after %v (is kube-controller-manager running?): %s", ns, name, limit, strings.TrimSpace(string(out)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // LoadImage imports an image tarball (docker-save or OCI layout, e.g. from

@@ -1,6 +1,7 @@
 package k8stest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -161,5 +163,47 @@ func TestBuildRunning(t *testing.T) {
 	}
 	if buildRunning() {
 		t.Fatal("buildRunning after the lock was released")
+	}
+}
+
+// TestNamespaceTakesPods: a pod can be made in a namespace the moment
+// Namespace returns (CI once met "serviceaccount \"default\" not found"
+// on a pod made right after the namespace). The dry run asks the API
+// server's admission, which looks the service account up.
+func TestNamespaceTakesPods(t *testing.T) {
+	c := Require(t)
+	// Several at once, so that the controller has a queue.
+	for i := 0; i < 8; i++ {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			ns := c.Namespace(t)
+			c.KubectlStdin(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}`,
+				"create", "-n", ns, "--dry-run=server", "-f", "-")
+		})
+	}
+}
+
+// TestWaitServiceAccount: the wait returns once the account exists, made
+// late here as a slow controller would, and names the namespace and the
+// account when it never comes.
+func TestWaitServiceAccount(t *testing.T) {
+	c := Require(t)
+	ns := c.Namespace(t)
+	go func() {
+		time.Sleep(time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.KubectlCmd(ctx, "create", "serviceaccount", "late", "-n", ns).Run()
+	}()
+	start := time.Now()
+	if err := c.waitServiceAccount(ns, "late", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("returned after %v, before the account was made", took)
+	}
+	err := c.waitServiceAccount(ns, "never", 500*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), ns) || !strings.Contains(err.Error(), `"never"`) {
+		t.Errorf("waiting for an account never made: %v, want an error naming %s and \"never\"", err, ns)
 	}
 }
