@@ -189,8 +189,10 @@ func benchSpec(b *testing.B) []byte {
 // BenchmarkHeartbeats measures heartbeats per second one broker sustains:
 // 64 concurrent gRPC agents (the agent's protocol: each beat carries an
 // HMAC with the node's session key, which the broker checks), 1,000
-// enrolled nodes, beats batched to the store as in production. Client and
-// broker share this machine's CPUs, so the client's work is paid here too.
+// enrolled nodes, beats batched to the store as in production. Measured
+// after each node's first contact with the broker (reported apart as
+// first-beats/s). Client and broker share this machine's CPUs, so the
+// client's work is paid here too.
 func BenchmarkHeartbeats(b *testing.B) {
 	for _, kind := range brokertest.Stores {
 		b.Run("store="+kind, func(b *testing.B) {
@@ -230,49 +232,65 @@ func BenchmarkHeartbeats(b *testing.B) {
 				}
 				clients[i] = c
 			}
-			var next atomic.Int64
+			// Worker w beats for nodes w, w+64, …: one sender per node,
+			// so each node's counter rises as the broker requires.
+			const used = nodes - nodes%workers
+			type state struct {
+				echo    int64
+				counter uint64
+			}
+			states := make([]state, used)
 			var failed, stale atomic.Int64
-			cpu0 := testutil.CPUTime()
-			b.ResetTimer()
-			t0 := time.Now()
+			beat := func(c *client.Clients, n int) {
+				st := &states[n]
+				st.counter++
+				req := &gpupassv1.HeartbeatRequest{AgentId: fmt.Sprintf("agt-bench%06d", n), Counter: st.counter, EchoBrokerTimeUnixNano: st.echo,
+					SessionEpoch: sessions[n].epoch}
+				req.Mac = api.HeartbeatMAC(sessions[n].key, req)
+				// The broker holds only the keys' verifiers: each node's
+				// first beat shows it its key.
+				resp, err := c.Heartbeat(context.Background(), req, sessions[n].key)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				if resp.StaleEcho {
+					stale.Add(1)
+				}
+				st.echo = resp.BrokerTimeUnixNano
+			}
+			// First contact, not measured: each node's first beat has no
+			// echo yet (not counted) and shows this replica its key (a
+			// second call). A node then beats for hours, so the rate of
+			// the beats after it is the figure; the first contact's is
+			// reported beside it (first-beats/s).
 			var wg sync.WaitGroup
+			t0 := time.Now()
 			for w := 0; w < workers; w++ {
 				wg.Add(1)
-				// Worker w beats for nodes w, w+64, …: one sender per node,
-				// so each node's counter rises as the broker requires.
 				go func(w int, c *client.Clients) {
 					defer wg.Done()
-					ctx := context.Background()
-					type state struct {
-						echo    int64
-						counter uint64
+					for n := w; n < used; n += workers {
+						beat(c, n)
 					}
-					mine := map[int]*state{}
-					for k := 0; ; k++ {
-						if next.Add(1) > int64(b.N) {
-							return
-						}
-						n := w + (k*workers)%(nodes-nodes%workers)
-						st := mine[n]
-						if st == nil {
-							st = &state{}
-							mine[n] = st
-						}
-						st.counter++
-						req := &gpupassv1.HeartbeatRequest{AgentId: fmt.Sprintf("agt-bench%06d", n), Counter: st.counter, EchoBrokerTimeUnixNano: st.echo,
-							SessionEpoch: sessions[n].epoch}
-						req.Mac = api.HeartbeatMAC(sessions[n].key, req)
-						// The broker holds only the keys' verifiers: each
-						// node's first beat shows it its key.
-						resp, err := c.Heartbeat(ctx, req, sessions[n].key)
-						if err != nil {
-							failed.Add(1)
-							continue
-						}
-						if resp.StaleEcho {
-							stale.Add(1)
-						}
-						st.echo = resp.BrokerTimeUnixNano
+				}(w, clients[w])
+			}
+			wg.Wait()
+			first := time.Since(t0)
+			if failed.Load() > 0 || stale.Load() != used {
+				b.Fatalf("first contact: %d of %d beats failed, %d not counted (stale echo), want all %d", failed.Load(), used, stale.Load(), used)
+			}
+			stale.Store(0)
+			var next atomic.Int64
+			cpu0 := testutil.CPUTime()
+			b.ResetTimer()
+			t0 = time.Now()
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func(w int, c *client.Clients) {
+					defer wg.Done()
+					for k := 0; next.Add(1) <= int64(b.N); k++ {
+						beat(c, w+(k*workers)%used)
 					}
 				}(w, clients[w])
 			}
@@ -283,15 +301,16 @@ func BenchmarkHeartbeats(b *testing.B) {
 			if failed.Load() > 0 {
 				b.Fatalf("%d heartbeats failed", failed.Load())
 			}
-			// Only each node's first beat (no echo yet) may go uncounted.
-			if stale.Load() > nodes {
-				b.Fatalf("%d heartbeats not counted (stale echo), want at most one per node", stale.Load())
+			// After its first beat, a node's every beat counts.
+			if stale.Load() > 0 {
+				b.Fatalf("%d heartbeats not counted (stale echo) after each node's first, want none", stale.Load())
 			}
 			// The batch writer must keep up: every beat is in the store
 			// after a final flush.
 			if err := srv.Broker.Close(context.Background()); err != nil {
 				b.Fatal(err)
 			}
+			b.ReportMetric(float64(used)/first.Seconds(), "first-beats/s")
 			b.ReportMetric(float64(b.N)/el.Seconds(), "beats/s")
 		})
 	}
