@@ -1,4 +1,5 @@
-// Package fsutil holds the one way gpupass replaces a file on disk.
+// Package fsutil holds the one way gpupass replaces a file on disk and
+// the one walk up a project's directories.
 // Stdlib only, so every binary (the agent included) may import it.
 package fsutil
 
@@ -48,4 +49,36 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("writing %s: syncing directory: %w", path, err)
 	}
 	return nil
+}
+
+// FindUp walks from start up to the first directory match holds and
+// returns it as an absolute path; "" when none does. It looks in start
+// and each parent, and stops after the first directory that is a git
+// work tree's root (has .git: what is above belongs to no project of
+// this one), after home (nothing above $HOME is a user's project), or at
+// the filesystem root. One walk for every search of a project's files
+// (its .gpupass, its spec), so that they stop at the same places.
+func FindUp(start, home string, match func(dir string) bool) string {
+	dir, err := filepath.Abs(start)
+	if err != nil {
+		return ""
+	}
+	if home != "" {
+		if h, err := filepath.Abs(home); err == nil {
+			home = h
+		}
+	}
+	for {
+		if match(dir) {
+			return dir
+		}
+		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil || dir == home {
+			return ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }

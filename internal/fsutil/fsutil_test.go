@@ -32,3 +32,38 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Error("write into a missing directory succeeded")
 	}
 }
+
+// TestFindUp: the walk looks in start and each parent, and stops after a
+// git work tree's root and after home.
+func TestFindUp(t *testing.T) {
+	root := t.TempDir()
+	mk := func(p string) string {
+		t.Helper()
+		d := filepath.Join(root, p)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	deep := mk("home/u/proj/a/b")
+	mk("home/u/proj/.git")
+	mk("home/u/proj/a/mark")
+	mk("home/mark") // above home: never found
+	has := func(d string) bool { _, err := os.Stat(filepath.Join(d, "mark")); return err == nil }
+	home := filepath.Join(root, "home/u")
+	if got, want := FindUp(deep, home, has), filepath.Join(root, "home/u/proj/a"); got != want {
+		t.Errorf("FindUp from %s = %q, want %q", deep, got, want)
+	}
+	if got := FindUp(filepath.Join(root, "home/u/proj"), home, has); got != "" {
+		t.Errorf("FindUp from a work tree's root found %q above it", got)
+	}
+	if err := os.Remove(filepath.Join(root, "home/u/proj/.git")); err != nil {
+		t.Fatal(err)
+	}
+	if got := FindUp(filepath.Join(root, "home/u/proj"), home, has); got != "" {
+		t.Errorf("FindUp found %q above home", got)
+	}
+	if got, want := FindUp(filepath.Join(root, "home/u/proj"), "", has), filepath.Join(root, "home"); got != want {
+		t.Errorf("FindUp without a home = %q, want %q", got, want)
+	}
+}

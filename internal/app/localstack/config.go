@@ -97,36 +97,17 @@ func FindStateDir(cwd, home string) string {
 	})
 }
 
-// findUp walks from cwd up to the first directory that match holds and
-// returns its StateDirName: StateDirName itself for cwd, else the
-// absolute path; "" when none does. It stops after a git work tree's
-// root, after home, and at the filesystem root.
+// findUp is fsutil.FindUp's directory as the state dir's path:
+// StateDirName itself for cwd, else the absolute path; "" when none.
 func findUp(cwd, home string, match func(dir string) bool) string {
-	dir, err := filepath.Abs(cwd)
-	if err != nil {
+	dir := fsutil.FindUp(cwd, home, match)
+	if dir == "" {
 		return ""
 	}
-	if home != "" {
-		if h, err := filepath.Abs(home); err == nil {
-			home = h
-		}
+	if abs, err := filepath.Abs(cwd); err == nil && abs == dir {
+		return StateDirName
 	}
-	for start := dir; ; {
-		if match(dir) {
-			if dir == start {
-				return StateDirName
-			}
-			return filepath.Join(dir, StateDirName)
-		}
-		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil || dir == home {
-			return ""
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
+	return filepath.Join(dir, StateDirName)
 }
 
 // LoadConfig reads the config `gpupass up` wrote in the default state

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -67,25 +68,27 @@ func SpecAbove(dir string) string {
 		return ""
 	}
 	home, _ := os.UserHomeDir()
-	for d := abs; ; {
-		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil || d == home {
-			return ""
+	var spec string
+	fsutil.FindUp(abs, home, func(d string) bool {
+		if d == abs {
+			return false // dir itself is where the caller looked
 		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return ""
-		}
-		d = parent
 		for _, n := range SpecFileNames {
 			if fi, err := os.Stat(filepath.Join(d, n)); err == nil && fi.Mode().IsRegular() {
-				rel, err := filepath.Rel(abs, filepath.Join(d, n))
-				if err != nil {
-					return ""
-				}
-				return rel
+				spec = filepath.Join(d, n)
+				return true
 			}
 		}
+		return false
+	})
+	if spec == "" {
+		return ""
 	}
+	rel, err := filepath.Rel(abs, spec)
+	if err != nil {
+		return ""
+	}
+	return rel
 }
 
 // Run finds, reads and lints the spec. A spec with errors is a Result
