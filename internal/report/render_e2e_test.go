@@ -29,7 +29,7 @@ import (
 const renderPage = `<!doctype html>
 <html><head><meta charset="utf-8"><title>PR comment</title>
 <style>
-body { margin: 0; background: #fff; color: #1f2328; font: 14px/1.5 -apple-system, "Segoe UI", "Noto Sans", Helvetica, Arial, sans-serif, "Noto Color Emoji"; }
+body { margin: 0; background: #fff; color: #1f2328; font: 14px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; }
 #comment { max-width: 880px; margin: 16px; padding: 16px; border: 1px solid #d1d9e0; border-radius: 6px; }
 table { border-collapse: collapse; display: block; overflow: auto; }
 th, td { border: 1px solid #d1d9e0; padding: 6px 13px; }
@@ -140,14 +140,19 @@ func TestCompareRenderedInChromium(t *testing.T) {
 			logged[label][s] = v
 			fmt.Fprintf(&b, `{"step":%d,"loss":%s}`+"\n", s, strconv.FormatFloat(v, 'g', -1, 64))
 		}
-		f := filepath.Join(dir, label+".jsonl")
-		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+		// Relative to the command's directory, as a CI job names them.
+		f := filepath.Join(label, "metrics.jsonl")
+		if err := os.MkdirAll(filepath.Join(dir, label), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(b.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		args = append(args, "--label", label+"="+f)
 	}
 	md, svg, png := filepath.Join(dir, "comment.md"), filepath.Join(dir, "chart.svg"), filepath.Join(dir, "chart.png")
 	cmd := exec.Command(gpupass, append(args, "--markdown", md, "--svg", svg, "--png", png)...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GITHUB_ACTIONS=", "GITLAB_CI=", "GITHUB_STEP_SUMMARY=")
 	if out, errOut, code := testutil.Run(t, cmd); code != 0 {
 		t.Fatalf("gpupass %s: exit %d\n%s\n%s", strings.Join(cmd.Args[1:], " "), code, out, errOut)
