@@ -10,7 +10,7 @@ BIN := bin
 # Bumped by slower suites; `go test` kills a package past this.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test test-short bench lint deps demo-deps generate docs demo clean
+.PHONY: all build test test-short bench lint deps demo-deps generate docs screenshots demo clean
 
 all: build
 
@@ -53,6 +53,13 @@ generate:
 ## docs: regenerate the CLI reference in docs/cli from the command trees (a test fails when it is stale)
 docs:
 	$(GO) run -trimpath ./cmd/gpupass-docs docs/cli
+
+## screenshots: retake docs/img/*.png in headless Chromium (the dashboard's pages, the compare charts, the PR comment)
+# CI=true: a missing Chromium or mermaid fails rather than skips, which
+# would leave the old images in place.
+screenshots:
+	CI=true GPUPASS_UPDATE_SCREENSHOTS=1 $(GO) test -tags e2e -count=1 -timeout $(TEST_TIMEOUT) \
+		-run '^(TestDashboardBrowser|TestCompareRenderedInChromium)$$' ./broker/ui/ ./internal/report/
 
 ## demo-deps: install only what the demo needs (Debian python3, python3-torch, python3-numpy)
 demo-deps:

@@ -55,15 +55,11 @@ func TestDashboardBrowser(t *testing.T) {
 	if !strings.Contains(stack.Out.String(), "ui      "+cfg.BrokerURL+"/ui/") {
 		t.Fatalf("gpupass up does not print the dashboard URL:\n%s", stack.Out.String())
 	}
-	shots := os.Getenv("GPUPASS_TEST_ARTIFACTS")
-	if shots == "" {
-		shots = t.TempDir()
-	}
-	shots = filepath.Join(shots, "dashboard")
-	if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshots in %s", shots)
+	// The pages docs/using.md shows, retaken by `make screenshots`.
+	shots := testutil.Screenshots(t, "dashboard", map[string]string{
+		"nodes": "dashboard-nodes.png", "run-live": "dashboard-run-live.png", "run-finished": "dashboard-run-finished.png",
+		"compare": "dashboard-compare.png",
+	})
 
 	token := func(role, regions string) string {
 		t.Helper()
@@ -155,9 +151,7 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Errorf("screenshot %s: %v", name, err)
 			return
 		}
-		if err := os.WriteFile(filepath.Join(shots, name+".png"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		shots.Save(t, name, b)
 	}
 	login := func(tok string) {
 		t.Helper()

@@ -19,11 +19,7 @@ import (
 // (Node 22 and gitlab-ci-local) and the gpupass binary's directory in front.
 func toolsPath(t *testing.T, gpupass string) string {
 	t.Helper()
-	dir := os.Getenv("GPUPASS_TOOLS_DIR")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "gpupass-tools")
-	}
+	dir := testutil.ToolsDir()
 	gobin, _ := exec.Command("go", "env", "GOPATH").Output()
 	return strings.Join([]string{
 		filepath.Dir(gpupass),
