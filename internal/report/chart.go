@@ -48,6 +48,8 @@ type Line struct {
 type Curve struct {
 	Label  string
 	Points []metrics.Point
+	// Restarts are where the run restarted, as its log shows them.
+	Restarts []metrics.Restart
 }
 
 // buildChart samples every run at no more than n steps. The values drawn
