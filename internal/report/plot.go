@@ -328,7 +328,7 @@ func newFigure(r *Report, o ChartOptions) *figure {
 		var at []string
 		for _, rs := range c.Restarts {
 			y := yMin
-			if v, ok := valueAt(c.Points, rs.Resume); ok && drawable(v) {
+			if v, ok := valueNear(c.Points, rs.Resume); ok && drawable(v) {
 				y = v
 			}
 			restartMarks = append(restartMarks, plotter.XY{X: float64(rs.Resume), Y: y})
@@ -409,10 +409,15 @@ func listSteps(steps []string) string {
 	return strings.Join(steps[:show], ", ") + fmt.Sprintf(" and %d more", len(steps)-show)
 }
 
-func valueAt(pts []metrics.Point, step int64) (float64, bool) {
-	i, ok := slices.BinarySearchFunc(pts, step, func(p metrics.Point, s int64) int { return cmp.Compare(p.Step, s) })
-	if !ok {
+// valueNear is the value of the point drawn nearest to step (a curve is
+// downsampled: the step itself may not be among its points).
+func valueNear(pts []metrics.Point, step int64) (float64, bool) {
+	if len(pts) == 0 {
 		return 0, false
+	}
+	i, _ := slices.BinarySearchFunc(pts, step, func(p metrics.Point, s int64) int { return cmp.Compare(p.Step, s) })
+	if i == len(pts) || (i > 0 && step-pts[i-1].Step < pts[i].Step-step) {
+		i--
 	}
 	return pts[i].Value, true
 }
@@ -477,7 +482,7 @@ func toleranceBand(ref []metrics.Point, tol Tolerance, drawable func(float64) bo
 // full).
 func (f *figure) fitLegend() {
 	sty := f.legend.TextStyle
-	room := legendMaxW - f.legend.ThumbnailWidth - sty.Width("  ") - 8
+	room := (legendMaxW-f.legend.ThumbnailWidth-8)*5/6 - sty.Width("  ")
 	w := legendMinW
 	for _, e := range f.entries {
 		name := e.name
@@ -489,7 +494,9 @@ func (f *figure) fitLegend() {
 			name = string(r) + "…"
 		}
 		f.legend.Add(name, e.thumb)
-		w = max(w, f.legend.ThumbnailWidth+sty.Width("  "+name)+8)
+		// A fifth more than Liberation Sans needs: a viewer of the SVG
+		// without it or Arial draws the text in a wider font.
+		w = max(w, f.legend.ThumbnailWidth+sty.Width("  "+name)*6/5+8)
 	}
 	f.legendW = min(w, legendMaxW)
 }
@@ -506,7 +513,7 @@ func (f *figure) draw(dc draw.Canvas) {
 		return
 	}
 	notesH := noteLine * vg.Length(len(f.notes))
-	plotArea := draw.Crop(dc, 0, -f.legendW, notesH, 0)
+	plotArea := draw.Crop(dc, 0, -f.legendW, notesH, -4)
 	f.plot.Draw(plotArea)
 	// The legend: a caption, then one entry per run and per mark, at the
 	// height of the data area's top.
