@@ -11,7 +11,6 @@ package metrics
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strings"
 
@@ -169,13 +168,16 @@ func (s *Series) Normalize() {
 	pts := s.Points
 	backwards := 0
 	sorted := true
+	// Explicit restart events, when the log has them, are where the run
+	// restarted (as they are what Restarts counts); otherwise the step
+	// jumps are. A second Normalize finds the points sorted.
+	listJumps := len(s.RestartAt) == 0
 	for i := 1; i < len(pts); i++ {
 		if pts[i].Step < pts[i-1].Step {
 			backwards++
 			sorted = false
-			// An explicit restart event at this place is already listed.
-			if r := (Restart{After: pts[i-1].Step, Resume: pts[i].Step}); len(s.RestartAt) < MaxRestartAt && !slices.Contains(s.RestartAt, r) {
-				s.RestartAt = append(s.RestartAt, r)
+			if listJumps && len(s.RestartAt) < MaxRestartAt {
+				s.RestartAt = append(s.RestartAt, Restart{After: pts[i-1].Step, Resume: pts[i].Step})
 			}
 		}
 	}

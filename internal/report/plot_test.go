@@ -125,6 +125,25 @@ func chartCases(t *testing.T) map[string]struct {
 		tol    Tolerance
 		opt    ChartOptions
 	}{[]*metrics.Series{jsonlSeries(t, "us", ref.String()), jsonlSeries(t, "eu", restarted.String())}, DefaultTolerance, ChartOptions{}}
+	// A metric that crosses 0 (a reward, a log-likelihood) asked for on a
+	// log axis: what is ≤ 0 cannot be drawn there, and the chart says so.
+	signed := func(label string, off float64) *metrics.Series {
+		s := &metrics.Series{Label: label, Source: label + ".jsonl", Metric: "reward"}
+		for st := int64(0); st <= 100; st += 10 {
+			s.Points = append(s.Points, metrics.Point{Step: st, Value: float64(st)/10 - 2 + off})
+		}
+		return s
+	}
+	cases["log-y-nonpositive"] = struct {
+		series []*metrics.Series
+		tol    Tolerance
+		opt    ChartOptions
+	}{[]*metrics.Series{signed("us", 0), signed("eu", 0.01)}, Tolerance{Abs: 0.1, HasAbs: true}, ChartOptions{LogY: true}}
+	cases["log-y-negative"] = struct {
+		series []*metrics.Series
+		tol    Tolerance
+		opt    ChartOptions
+	}{[]*metrics.Series{signed("us", -20)}, DefaultTolerance, ChartOptions{LogY: true}}
 	cases["no-finite"] = struct {
 		series []*metrics.Series
 		tol    Tolerance
@@ -186,6 +205,8 @@ func TestChartMarks(t *testing.T) {
 		{"log-y", []string{"loss (log scale)", "0.5", "1", "2"}, []string{"log scale: the values span"}},
 		{"diverged", []string{"diverged: step 60", "first divergence", "first divergence at step 60: us vs ap|south, eu vs ap|south (tolerance |Δ| ≤ 0.1)", "ap|south: NaN or Inf at step 80 (× on the top edge)", "NaN or Inf", "tolerance of us"}, nil},
 		{"nan-restart", []string{"eu: restarted at step 40 (after 50) (▲)", "restart"}, nil},
+		{"log-y-nonpositive", []string{"reward (log scale)", "5 value(s) ≤ 0 not drawn on the log scale"}, nil},
+		{"log-y-negative", []string{"reward", "-20", "-12", "log scale asked for, but no value is above 0: drawn on a linear scale"}, []string{"reward (log scale)"}},
 		{"no-finite", []string{"no finite loss values to draw: 2 point(s), each NaN or infinite"}, []string{"step"}},
 	} {
 		got := texts(tc.chart)
