@@ -10,7 +10,7 @@ import (
 
 // Sizes of the downsampled curves: Mermaid's xychart gets crowded past a
 // few dozen points per line and GitHub caps diagram source size; an SVG
-// polyline stays smooth and small at a few hundred buckets.
+// line stays smooth and small at a few hundred buckets.
 const (
 	MermaidPoints = 50
 	SVGPoints     = 400
