@@ -67,7 +67,8 @@ func PNG(w io.Writer, r *Report) error { return ChartOptions{}.PNG(w, r) }
 // keeping spikes) for a CI artifact or to inline in a page: every text
 // is escaped and no font is embedded (the text names Liberation Sans
 // and its metric-compatible fallbacks), so it stays a few tens of kB.
-func (o ChartOptions) SVG(w io.Writer, r *Report) error {
+func (o ChartOptions) SVG(w io.Writer, r *Report) (err error) {
+	defer drawing(&err)
 	f := newFigure(r, o)
 	c := vgsvg.New(chartW, f.height)
 	f.draw(draw.New(c))
@@ -82,13 +83,14 @@ func (o ChartOptions) SVG(w io.Writer, r *Report) error {
 		out = out[i:]
 	}
 	out = bytes.ReplaceAll(out, []byte("font-family:Liberation Sans;"), []byte("font-family:Liberation Sans,Arial,Helvetica,sans-serif;"))
-	_, err := w.Write(out)
+	_, err = w.Write(out)
 	return err
 }
 
 // PNG writes the chart of SVG as a PNG, for places that do not show SVG
 // (some artifact viewers, chat).
-func (o ChartOptions) PNG(w io.Writer, r *Report) error {
+func (o ChartOptions) PNG(w io.Writer, r *Report) (err error) {
+	defer drawing(&err)
 	f := newFigure(r, o)
 	c := vgimg.NewWith(vgimg.UseWH(chartW, f.height), vgimg.UseDPI(chartDPI))
 	f.draw(draw.New(c))
@@ -96,6 +98,15 @@ func (o ChartOptions) PNG(w io.Writer, r *Report) error {
 		return fmt.Errorf("encoding png: %w", err)
 	}
 	return nil
+}
+
+// drawing turns a panic of gonum/plot (its way to refuse a value, e.g.
+// one ≤ 0 on a log axis) into an error: a chart the data cannot make
+// must not take the comparison, or the dashboard, down with it.
+func drawing(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("drawing the chart: %v", p)
+	}
 }
 
 // figure is a report's chart, laid out: the plot on the left, the legend
@@ -213,6 +224,9 @@ func newFigure(r *Report, o ChartOptions) *figure {
 		if yMin == yMax {
 			yMax = logCeil(yMax * 1.01)
 		}
+		// gonum takes an infinite bound for 0, which a log axis cannot
+		// have.
+		yMax = min(yMax, math.MaxFloat64)
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, logTicks{}
 		if n := countFinite(r.Curves, func(v float64) bool { return v <= 0 }); n > 0 {
 			f.notes = append(f.notes, fmt.Sprintf("%d value(s) ≤ 0 not drawn on the log scale", n))
