@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"html"
 	"image/color"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,8 +85,32 @@ func (o ChartOptions) SVG(w io.Writer, r *Report) (err error) {
 		out = out[i:]
 	}
 	out = bytes.ReplaceAll(out, []byte("font-family:Liberation Sans;"), []byte("font-family:Liberation Sans,Arial,Helvetica,sans-serif;"))
+	out = presentationAttrs(out)
 	_, err = w.Write(out)
 	return err
+}
+
+// styleAttr is one style attribute of vgsvg's output, with the space
+// before it.
+var styleAttr = regexp.MustCompile(`\s+style="([^"]*)"`)
+
+// presentationAttrs rewrites vgsvg's style="fill:none;stroke:#1F77B4"
+// as fill="none" stroke="#1F77B4": a page whose Content-Security-Policy
+// forbids inline styles (the dashboard's: style-src 'self') ignores style
+// attributes of an inlined SVG, and every path is then filled black.
+// vgsvg writes only properties that are presentation attributes too.
+func presentationAttrs(svg []byte) []byte {
+	return styleAttr.ReplaceAllFunc(svg, func(m []byte) []byte {
+		var b bytes.Buffer
+		for _, decl := range strings.Split(string(styleAttr.FindSubmatch(m)[1]), ";") {
+			k, v, ok := strings.Cut(decl, ":")
+			if !ok || strings.TrimSpace(k) == "" {
+				continue
+			}
+			fmt.Fprintf(&b, ` %s="%s"`, html.EscapeString(strings.TrimSpace(k)), html.EscapeString(strings.TrimSpace(v)))
+		}
+		return b.Bytes()
+	})
 }
 
 // PNG writes the chart of SVG as a PNG, for places that do not show SVG
@@ -121,6 +147,8 @@ type figure struct {
 	height  vg.Length
 	// legendW is the legend column's width.
 	legendW vg.Length
+	// caption heads the legend.
+	caption string
 }
 
 type legendEntry struct {
@@ -248,6 +276,10 @@ func newFigure(r *Report, o ChartOptions) *figure {
 	grid.Vertical.Width, grid.Horizontal.Width = 0.5, 0.5
 	p.Add(grid)
 
+	f.caption = "run"
+	if len(r.Curves) > 1 {
+		f.caption = "runs (first = reference)"
+	}
 	f.legend = plot.NewLegend()
 	f.legend.TextStyle = style(10, color.Black)
 	f.legend.Top, f.legend.Left = true, true
@@ -512,6 +544,7 @@ func (f *figure) fitLegend() {
 		// without it or Arial draws the text in a wider font.
 		w = max(w, f.legend.ThumbnailWidth+sty.Width("  "+name)*6/5+8)
 	}
+	w = max(w, style(10, grey).Width(f.caption)*6/5+8)
 	f.legendW = min(w, legendMaxW)
 }
 
@@ -535,7 +568,7 @@ func (f *figure) draw(dc draw.Canvas) {
 	caption.YAlign = draw.YTop
 	top := dc.Max.Y - 30
 	left := dc.Max.X - f.legendW + 8
-	dc.FillText(caption, vg.Point{X: left, Y: top}, "runs (first = reference)")
+	dc.FillText(caption, vg.Point{X: left, Y: top}, f.caption)
 	lc := draw.Crop(dc, dc.Size().X-f.legendW+8, 0, notesH, -(30 + 16))
 	f.legend.Draw(lc)
 	for i, n := range f.notes {

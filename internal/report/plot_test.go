@@ -232,8 +232,8 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// TestChartEscapesLabels: a run name is text in the SVG, never markup, so
-// the dashboard can inline the chart.
+// TestChartEscapesLabels: a run name is text in the SVG, never markup, and
+// the SVG needs no inline styles, so the dashboard can inline the chart.
 func TestChartEscapesLabels(t *testing.T) {
 	t.Parallel()
 	evil := `<script>alert("x")</script>&amp;`
@@ -252,6 +252,11 @@ func TestChartEscapesLabels(t *testing.T) {
 	texts := svgTexts(t, out.Bytes())
 	if !contains(texts, evil) {
 		t.Errorf("label not shown as text; texts:\n%s", strings.Join(texts, "\n"))
+	}
+	// The dashboard's Content-Security-Policy (style-src 'self') drops
+	// inline style attributes: the SVG styles by attributes.
+	if styleAttr.MatchString(out.String()) || !strings.Contains(out.String(), `fill="none"`) {
+		t.Errorf("the SVG uses style attributes, which a page without 'unsafe-inline' ignores:\n%.600s", out.String())
 	}
 	if strings.HasPrefix(out.String(), "<?xml") {
 		t.Error("the SVG starts with an XML prologue: it cannot be inlined in HTML as is")
