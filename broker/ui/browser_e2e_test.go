@@ -276,6 +276,11 @@ func TestDashboardBrowser(t *testing.T) {
 	if legend := eval(`Array.from(document.querySelectorAll("#compare-chart svg text")).map(e => e.textContent).join("\n")`); !strings.Contains(legend, "\nus-west-2\n") || !strings.Contains(legend, "\neu-central-1\n") {
 		t.Fatalf("compare chart's texts lack a run's name:\n%s", legend)
 	}
+	// Under the page's CSP (no inline styles) the chart keeps its colours:
+	// the background white, not every path filled black.
+	if bg := eval(`getComputedStyle(document.querySelector("#compare-chart svg path")).fill`); bg != "rgb(255, 255, 255)" {
+		t.Errorf("compare chart's background is %s, want white (styles dropped by the CSP?)", bg)
+	}
 	shot("compare")
 
 	// Cross-site POSTs are refused: no CSRF token, or a foreign Origin.
