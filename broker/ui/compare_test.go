@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"html"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,6 +28,7 @@ var (
 	rowRE   = regexp.MustCompile(`(?s)<tr>(.*?)</tr>`)
 	cellRE  = regexp.MustCompile(`(?s)<td>(.*?)</td>`)
 	tagRE   = regexp.MustCompile(`(?s)<div.*`)
+	chartRE = regexp.MustCompile(`(?s)<div class="chart" id="compare-chart">(.*?)</div>`)
 )
 
 // TestCompareReadsAsTheCLI compares two runs of the broker with the
@@ -73,9 +76,11 @@ func TestCompareReadsAsTheCLI(t *testing.T) {
 	b := brokertest.Start(t, db, broker.Config{OfflineAfter: time.Hour})
 	tok := b.Token(t, store.RoleRead, "*")
 
+	svgFile := filepath.Join(t.TempDir(), "chart.svg")
 	res, err := compare.Run(ctx, compare.Options{
 		Runs:      []compare.Input{{Ref: "alloc-fmt00001"}, {Ref: "alloc-fmt00002"}},
 		Tolerance: report.DefaultTolerance,
+		Files:     compare.Files{SVG: svgFile},
 		Source: &compare.BrokerSource{URL: b.URL, Dial: func() (*client.RunClients, error) {
 			return client.DialRuns(b.URL, client.Options{Token: tok})
 		}},
@@ -134,6 +139,17 @@ func TestCompareReadsAsTheCLI(t *testing.T) {
 	}
 	if d := cmp.Diff(want, pick(ui["compare-pairs"], pairCols, 1)); d != "" {
 		t.Errorf("dashboard pairs (-want +got):\n%s", d)
+	}
+	// The page draws the chart `gpupass compare --svg` writes (the PR
+	// comment's artifact), byte for byte.
+	cli, err := os.ReadFile(svgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := chartRE.FindStringSubmatch(page); m == nil {
+		t.Error("compare page has no chart")
+	} else if d := cmp.Diff(strings.TrimSpace(string(cli)), strings.TrimSpace(m[1])); d != "" {
+		t.Errorf("compare page's chart differs from compare --svg's (-cli +page):\n%s", d)
 	}
 	// The chart's legend lists the runs in the same order.
 	if i, j := strings.Index(page, ">us-west-2</text>"), strings.Index(page, ">eu-central-1</text>"); i < 0 || j < i {

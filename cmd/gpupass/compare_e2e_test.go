@@ -3,6 +3,7 @@
 package main_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -111,7 +112,13 @@ func TestCompareExampleRuns(t *testing.T) {
 		}
 	}
 
-	r, stderr, code = compare(t, bin, "--label", "us="+us, "--label", "ap="+ap, "--tolerance", "abs=0.01", "--fail-on-divergence")
+	// Identical curves are both visible (one dashed) and said to be.
+	if b, _ := os.ReadFile(svg); !strings.Contains(string(b), ">curves identical (max |Δ| 0): us vs eu; eu dashed</text>") || !strings.Contains(string(b), ">eu</text>") {
+		t.Errorf("chart of the healthy runs lacks its legend or the identical-curves note:\n%s", b)
+	}
+
+	nanSVG, nanPNG := filepath.Join(dir, "nan.svg"), filepath.Join(dir, "nan.png")
+	r, stderr, code = compare(t, bin, "--label", "us="+us, "--label", "ap="+ap, "--tolerance", "abs=0.01", "--fail-on-divergence", "--svg", nanSVG, "--png", nanPNG)
 	if code != 1 {
 		t.Fatalf("NaN run: exit %d, want 1 (findings); stderr %s", code, stderr)
 	}
@@ -123,6 +130,15 @@ func TestCompareExampleRuns(t *testing.T) {
 	}
 	if fd := r.Pairs[0].FirstDivergence; fd == nil || *fd != 40 {
 		t.Errorf("first divergence %v, want step 40 (the NaN)", fd)
+	}
+	b, _ := os.ReadFile(nanSVG)
+	for _, want := range []string{">diverged: step 40</text>", ">ap: NaN or Inf at step 40 (× on the top edge)</text>", ">tolerance of us</text>"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("chart of the NaN run lacks %s:\n%s", want, b)
+		}
+	}
+	if p, err := os.ReadFile(nanPNG); err != nil || !bytes.HasPrefix(p, []byte("\x89PNG")) {
+		t.Errorf("--png: %v", err)
 	}
 
 	// Text mode prints the markdown report.

@@ -79,6 +79,7 @@ var rules = []struct {
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure", false},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure", false},
 	{"internal/report", []string{"net/http", "net", "connectrpc.com/"}, "report is pure", false},
+	{"cmd/gpupass-agent", []string{"gonum.org/v1/plot", "./internal/report"}, "the agent draws no charts: gonum/plot and its fonts link only into gpupass and gpupass-broker", false},
 	{"internal/conformance", []string{"github.com/sigstore/", "./internal/audit", "net/http"}, "the agent imports conformance: it stays free of cosign and network code", false},
 }
 

@@ -39,6 +39,12 @@ type Series struct {
 	// Restarts counts restarts: explicit restart events plus every place
 	// where the step went backwards in logging order.
 	Restarts int `json:"restarts"`
+	// RestartAt lists where restarts show in the log, in logging order:
+	// an explicit restart event, or a step that went backwards. A
+	// restart counted only from attempt numbers has no place here. The
+	// first MaxRestartAt are kept: a log that jumps back at every line
+	// is counted, not listed.
+	RestartAt []Restart `json:"restart_at,omitempty"`
 	// PricePerHour is the cost of the run's hardware in USD per hour, 0 when
 	// unknown.
 	PricePerHour float64 `json:"price_per_hour,omitempty"`
@@ -57,6 +63,17 @@ type Series struct {
 	// Slurm node); nil otherwise.
 	Slurm *Slurm `json:"slurm,omitempty"`
 }
+
+// Restart is one place a run restarted: After is the last step logged
+// before it, Resume the first step logged after it (lower than After when
+// the run went back to a checkpoint).
+type Restart struct {
+	After  int64 `json:"after"`
+	Resume int64 `json:"resume"`
+}
+
+// MaxRestartAt bounds Series.RestartAt.
+const MaxRestartAt = 64
 
 // MaxStep bounds steps: events.MaxStep, which the agent enforces.
 const MaxStep = events.MaxStep
@@ -151,10 +168,17 @@ func (s *Series) Normalize() {
 	pts := s.Points
 	backwards := 0
 	sorted := true
+	// Explicit restart events, when the log has them, are where the run
+	// restarted (as they are what Restarts counts); otherwise the step
+	// jumps are. A second Normalize finds the points sorted.
+	listJumps := len(s.RestartAt) == 0
 	for i := 1; i < len(pts); i++ {
 		if pts[i].Step < pts[i-1].Step {
 			backwards++
 			sorted = false
+			if listJumps && len(s.RestartAt) < MaxRestartAt {
+				s.RestartAt = append(s.RestartAt, Restart{After: pts[i-1].Step, Resume: pts[i].Step})
+			}
 		}
 	}
 	counted := ""

@@ -425,6 +425,39 @@ func TestNormalizeDuplicates(t *testing.T) {
 	}
 }
 
+// TestRestartAt: where a run restarted, for the chart's marks: with
+// restart events, where they are (as Restarts counts them, not the step
+// jumps); without, each step jump, listed only up to MaxRestartAt for a
+// log that jumps back at every line.
+func TestRestartAt(t *testing.T) {
+	t.Parallel()
+	log := `{"step":10,"loss":1}
+{"step":20,"loss":NaN}
+{"event":"restart"}
+{"step":10,"loss":1.1}
+{"step":20,"loss":0.9}
+{"step":30,"loss":0.8}
+{"step":25,"loss":0.85}
+{"step":40,"loss":0.7}
+`
+	s, err := ReadJSONL(strings.NewReader(log), "r.jsonl", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]Restart{{After: 20, Resume: 10}}, s.RestartAt); d != "" {
+		t.Errorf("restarts (-want +got):\n%s", d)
+	}
+	var pts []Point
+	for i := range 1000 {
+		pts = append(pts, Point{Step: int64(1000 - i), Value: 1})
+	}
+	many := &Series{Points: pts}
+	many.Normalize()
+	if many.Restarts != 999 || len(many.RestartAt) != MaxRestartAt {
+		t.Errorf("%d restarts, %d listed; want 999 and %d", many.Restarts, len(many.RestartAt), MaxRestartAt)
+	}
+}
+
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestTimeRange: Unix nanoseconds in an int64 end in 2262; times past it

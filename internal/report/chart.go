@@ -10,7 +10,7 @@ import (
 
 // Sizes of the downsampled curves: Mermaid's xychart gets crowded past a
 // few dozen points per line and GitHub caps diagram source size; an SVG
-// polyline stays smooth and small at a few hundred buckets.
+// line stays smooth and small at a few hundred buckets.
 const (
 	MermaidPoints = 50
 	SVGPoints     = 400
@@ -48,6 +48,8 @@ type Line struct {
 type Curve struct {
 	Label  string
 	Points []metrics.Point
+	// Restarts are where the run restarted, as its log shows them.
+	Restarts []metrics.Restart
 }
 
 // buildChart samples every run at no more than n steps. The values drawn

@@ -1,6 +1,7 @@
 // Package report turns metric series into comparison figures (per run and
 // per pair of runs), a verdict against a tolerance, and renderings:
-// markdown with a Mermaid chart, SVG, JSON and JUnit XML.
+// markdown with a Mermaid chart, SVG and PNG charts (gonum/plot), JSON and
+// JUnit XML.
 //
 // It is pure: no I/O beyond the writers it is given, no network
 // (internal/depcheck enforces this).
@@ -299,7 +300,7 @@ func Build(series []*metrics.Series, tol Tolerance) (*Report, error) {
 		r.Notes = append(r.Notes, "no step range common to all runs: inline chart left out (see the SVG)")
 	}
 	for _, s := range series {
-		r.Curves = append(r.Curves, Curve{Label: s.Label, Points: Downsample(s.Points, SVGPoints)})
+		r.Curves = append(r.Curves, Curve{Label: s.Label, Points: Downsample(s.Points, SVGPoints), Restarts: s.RestartAt})
 	}
 	return r, nil
 }

@@ -55,6 +55,8 @@ type Price struct {
 // Files are the paths to write the report to; empty ones are skipped.
 type Files struct {
 	Markdown, JSON, SVG, PNG, JUnit string
+	// Chart says how the SVG and PNG draw (a log y axis).
+	Chart report.ChartOptions
 }
 
 // PostMode says where the report is posted.
@@ -220,7 +222,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		render func(io.Writer, *report.Report) error
 	}{
 		{o.Files.Markdown, func(w io.Writer, _ *report.Report) error { _, err := w.Write(md.Bytes()); return err }},
-		{o.Files.JSON, report.JSON}, {o.Files.SVG, report.SVG}, {o.Files.PNG, report.PNG}, {o.Files.JUnit, report.JUnit},
+		{o.Files.JSON, report.JSON}, {o.Files.SVG, o.Files.Chart.SVG}, {o.Files.PNG, o.Files.Chart.PNG}, {o.Files.JUnit, report.JUnit},
 	}
 	for _, f := range files {
 		if f.path == "" {

@@ -35,6 +35,7 @@ type CompareOptions struct {
 	Post             string
 	SVG              string
 	PNG              string
+	LogY             bool
 	JUnit            string
 	JSON             string
 	Markdown         string
@@ -70,6 +71,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Post, "post", "auto", "where to post: auto (detect CI), github, gitlab or none")
 	f.StringVar(&o.SVG, "svg", "", "write the chart as SVG to this path")
 	f.StringVar(&o.PNG, "png", "", "write the chart as PNG to this path")
+	f.BoolVar(&o.LogY, "log-y", false, "draw the SVG/PNG chart's loss axis on a log scale (default: only when the values span two decades or more)")
 	f.StringVar(&o.JUnit, "junit", "", "write JUnit XML (one test case per pair and tolerance) to this path")
 	f.StringVar(&o.JSON, "json", "", "write the report as JSON to this path")
 	f.StringVar(&o.Markdown, "markdown", "", "write the full markdown report to this path (keep it as an artifact: long comments are truncated)")
@@ -230,7 +232,7 @@ func (o *CompareOptions) options() (compare.Options, error) {
 	return compare.Options{
 		Runs: runs, Prices: prices, Metric: o.Metric, MetricPattern: o.MetricPattern, SpecFile: o.specFile(),
 		Tolerance: tol, AllowRunning: o.AllowRunning,
-		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit},
+		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit, Chart: report.ChartOptions{LogY: o.LogY}},
 		Post:  post, Tag: o.Tag, Behavior: behavior, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
 		Getenv: o.Getenv, Poster: o.Poster, Source: o.Source, HTTPClient: o.HTTPClient, Logger: o.Logger,
 	}, nil

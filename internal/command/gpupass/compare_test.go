@@ -274,3 +274,50 @@ func TestComparePostsToGitLab(t *testing.T) {
 		t.Errorf("token %q, want the one from GPUPASS_GITLAB_TOKEN_FILE", g.token)
 	}
 }
+
+// TestCompareLogY: --log-y, or GPUPASS_LOG_Y as CI sets it, draws the
+// chart files' loss axis on a log scale; without either the axis of
+// these runs (one decade) stays linear and starts at 0.
+func TestCompareLogY(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	clean := map[string]string{"GITHUB_ACTIONS": "", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": "", "GPUPASS_LOG_Y": ""}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		log  bool
+	}{
+		{"default", nil, nil, false},
+		{"flag", nil, []string{"--log-y"}, true},
+		{"env", map[string]string{"GPUPASS_LOG_Y": "true"}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range clean {
+				env[k] = v
+			}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			svg, png := filepath.Join(dir, tc.name+".svg"), filepath.Join(dir, tc.name+".png")
+			_, stderr, code := runCLI(t, env, append([]string{us, eu, "--svg", svg, "--png", png}, tc.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			b, err := os.ReadFile(svg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(string(b), ">loss (log scale)</text>"); got != tc.log {
+				t.Errorf("log scale %v, want %v:\n%s", got, tc.log, b)
+			}
+			if !tc.log && !strings.Contains(string(b), ">0</text>") {
+				t.Errorf("linear loss axis does not start at 0:\n%s", b)
+			}
+			if fi, err := os.Stat(png); err != nil || fi.Size() == 0 {
+				t.Errorf("png: %v", err)
+			}
+		})
+	}
+}
