@@ -16,15 +16,26 @@ const (
 	SVGPoints     = 400
 )
 
+// MermaidLabels is how many steps a Mermaid chart draws when they cannot
+// be spread evenly over a numeric x axis: xychart-beta then writes every
+// step under the axis, and at 50 labels they ran into one another.
+const MermaidLabels = 16
+
 // Chart is every run at the same steps over the range common to all runs
 // (Mermaid's xychart needs one x axis for all lines).
 type Chart struct {
 	Lo, Hi int64
-	// Steps are the steps drawn: every Every-th step logged by any run in
-	// Lo..Hi, Lo and Hi always among them.
-	Steps []int64
-	Every int
-	Lines []Line
+	// Steps are the steps drawn, Lo and Hi always among them. Linear:
+	// for each of len(Steps) points spread evenly over Lo..Hi, the
+	// logged step nearest to it (within half a step when every step is
+	// logged), so a numeric x axis draws each where it was logged.
+	// Otherwise every Every-th step logged by any run in Lo..Hi.
+	Steps  []int64
+	Linear bool
+	Every  int
+	// Logged counts the steps in Lo..Hi that any run logged.
+	Logged int
+	Lines  []Line
 	// Min and Max are the extremes of the values drawn.
 	Min, Max float64
 	// Held counts points with no finite value, drawn at the previous
@@ -81,13 +92,17 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 	}
 	slices.Sort(logged)
 	logged = slices.Compact(logged)
-	every := sampleEvery(len(logged), n)
-	c := &Chart{Lo: lo, Hi: hi, Every: every, Min: math.Inf(1), Max: math.Inf(-1)}
-	for i := 0; i < len(logged); i += every {
-		c.Steps = append(c.Steps, logged[i])
-	}
-	if c.Steps[len(c.Steps)-1] != hi {
-		c.Steps = append(c.Steps, hi)
+	c := &Chart{Lo: lo, Hi: hi, Every: 1, Logged: len(logged), Min: math.Inf(1), Max: math.Inf(-1)}
+	if steps := spread(logged, n); steps != nil {
+		c.Steps, c.Linear = steps, true
+	} else {
+		c.Every = sampleEvery(len(logged), min(n, MermaidLabels))
+		for i := 0; i < len(logged); i += c.Every {
+			c.Steps = append(c.Steps, logged[i])
+		}
+		if c.Steps[len(c.Steps)-1] != hi {
+			c.Steps = append(c.Steps, hi)
+		}
 	}
 	for _, s := range series {
 		line := Line{Label: s.Label, Values: make([]float64, len(c.Steps))}
@@ -136,6 +151,33 @@ func buildChart(series []*metrics.Series, n int) *Chart {
 		return nil
 	}
 	return c
+}
+
+// spread picks, for each of at most n points spread evenly from the first
+// of logged to the last, the logged step nearest to it; nil when some
+// point's step is further from it than half a step or 0.5% of the range
+// (logging too uneven for a numeric axis), or when there is one step.
+func spread(logged []int64, n int) []int64 {
+	k := min(n, len(logged))
+	if k < 2 {
+		return nil
+	}
+	lo, hi := logged[0], logged[len(logged)-1]
+	span := float64(hi - lo)
+	slack := max(0.5, 0.005*span)
+	out := make([]int64, k)
+	j := 0
+	for i := range out {
+		target := float64(lo) + span*float64(i)/float64(k-1)
+		for j+1 < len(logged) && math.Abs(float64(logged[j+1])-target) < math.Abs(float64(logged[j])-target) {
+			j++
+		}
+		if math.Abs(float64(logged[j])-target) > slack || (i > 0 && logged[j] == out[i-1]) {
+			return nil
+		}
+		out[i] = logged[j]
+	}
+	return out
 }
 
 // sampleEvery is the smallest stride that keeps every stride-th of

@@ -163,7 +163,14 @@ func mermaid(b *bytes.Buffer, c *Chart, metric string) {
 	fmt.Fprintf(b, "%%%%{init: {\"themeVariables\": {\"xyChart\": {\"plotColorPalette\": \"%s\"}}}}%%%%\n", strings.Join(colours, ", "))
 	b.WriteString("xychart-beta\n")
 	fmt.Fprintf(b, "    title \"%s by step\"\n", mermaidText(metric))
-	fmt.Fprintf(b, "    x-axis \"step\" [%s]\n", strings.Join(steps, ", "))
+	if c.Linear {
+		// A numeric axis: xychart-beta spreads the points evenly over
+		// it, which is where Linear's steps are, and labels a few round
+		// steps rather than every point.
+		fmt.Fprintf(b, "    x-axis \"step\" %d --> %d\n", c.Lo, c.Hi)
+	} else {
+		fmt.Fprintf(b, "    x-axis \"step\" [%s]\n", strings.Join(steps, ", "))
+	}
 	fmt.Fprintf(b, "    y-axis \"%s\" %s --> %s\n", mermaidText(metric), mermaidNum(lo), mermaidNum(hi))
 	for _, l := range c.Lines {
 		vals := make([]string, len(l.Values))
@@ -174,7 +181,10 @@ func mermaid(b *bytes.Buffer, c *Chart, metric string) {
 	}
 	b.WriteString("```\n\n")
 	drawn := fmt.Sprintf("every logged step from %d to %d", c.Lo, c.Hi)
-	if c.Every > 1 {
+	switch {
+	case c.Linear && len(c.Steps) < c.Logged:
+		drawn = fmt.Sprintf("%d points spread evenly from step %d to %d, each at the logged step nearest to it", len(c.Steps), c.Lo, c.Hi)
+	case c.Every > 1:
 		drawn = fmt.Sprintf("every %s logged step from %d to %d, the last included", ordinal(c.Every), c.Lo, c.Hi)
 	}
 	fmt.Fprintf(b, "Lines: %s. Drawn: %s, values as logged (not averaged).\n", strings.Join(legend, " · "), drawn)

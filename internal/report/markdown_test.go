@@ -267,10 +267,12 @@ func TestMarkdownUntrustedTextIsInert(t *testing.T) {
 // mermaidBlock is the xychart in md: its x-axis labels, y-axis bounds and
 // lines as written, and the line of text under it.
 type mermaidBlock struct {
-	steps  []string
-	lo, hi string
-	lines  [][]string
-	under  string
+	steps []string // a category axis's labels
+	// A numeric x axis's range ("" with a category axis).
+	xlo, xhi string
+	lo, hi   string
+	lines    [][]string
+	under    string
 }
 
 func parseMermaid(t *testing.T, md string) mermaidBlock {
@@ -290,6 +292,12 @@ func parseMermaid(t *testing.T, md string) mermaidBlock {
 		switch {
 		case strings.HasPrefix(l, `x-axis "step" [`):
 			m.steps = list(strings.TrimPrefix(l, `x-axis "step" `))
+		case strings.HasPrefix(l, `x-axis "step" `):
+			f := strings.Fields(l)
+			if len(f) != 5 || f[3] != "-->" {
+				t.Fatalf("x-axis line: %q", l)
+			}
+			m.xlo, m.xhi = f[2], f[4]
 		case strings.HasPrefix(l, "y-axis "):
 			f := strings.Fields(l)
 			if len(f) != 5 || f[3] != "-->" {
@@ -392,13 +400,69 @@ func TestMermaidDrawsLoggedSteps(t *testing.T) {
 		t.Errorf("text under the chart %q names the lines %q, want the runs table's %q", m.under, drawn, names)
 	}
 
-	// The x axis: the real steps, every Nth of them from the first (N
-	// stated under the block), and the last.
-	if len(m.steps) < 2 || m.steps[0] != "1" || m.steps[len(m.steps)-1] != "200" {
-		t.Fatalf("x-axis labels %v: want the real steps, from 1 to 200", m.steps)
+	// The x axis: numeric, from the first step to the last, with a few
+	// round labels Mermaid picks (it once listed all 50 points' steps,
+	// which ran into one another). Mermaid spreads a line's points
+	// evenly over it: each must be the value logged at the step nearest
+	// to where it is drawn.
+	if m.steps != nil || m.xlo != "1" || m.xhi != "200" {
+		t.Fatalf("x axis %v / %s --> %s: want a numeric axis from 1 to 200", m.steps, m.xlo, m.xhi)
 	}
-	if len(m.steps) > MermaidPoints {
-		t.Errorf("%d points drawn, want at most %d", len(m.steps), MermaidPoints)
+	if !strings.Contains(m.under, "points spread evenly from step 1 to 200, each at the logged step nearest to it") {
+		t.Errorf("text under the chart does not say how the points are picked: %q", m.under)
+	}
+	for i, s := range series {
+		k := len(m.lines[i])
+		if k < 2 || k > MermaidPoints {
+			t.Fatalf("line %d has %d values, want 2 to %d", i, k, MermaidPoints)
+		}
+		for j, drawn := range m.lines[i] {
+			at := 1 + 199*float64(j)/float64(k-1) // where Mermaid draws it
+			got, _ := strconv.ParseFloat(drawn, 64)
+			ok := false
+			for _, st := range []int64{int64(math.Floor(at + 0.5)), int64(math.Ceil(at - 0.5))} {
+				want, _ := s.ValueAt(st)
+				ok = ok || math.Abs(got-want) <= 1e-4*math.Abs(want)
+			}
+			if !ok {
+				want, _ := s.ValueAt(int64(math.Round(at)))
+				t.Errorf("%s: point %d, drawn at step %.2f, is %s; logged there %v", s.Label, j, at, drawn, want)
+			}
+		}
+	}
+}
+
+// TestMermaidUnevenSteps: steps too uneven to spread over a numeric axis
+// are drawn on a category axis of every Nth logged step (N stated under
+// the chart), with few enough labels to read.
+func TestMermaidUnevenSteps(t *testing.T) {
+	t.Parallel()
+	var series []*metrics.Series
+	for _, label := range []string{"a", "b"} {
+		s := &metrics.Series{Label: label, Source: label + ".jsonl", Metric: "loss", Format: "jsonl"}
+		// Every step at first, then every 100th: a numeric axis would
+		// draw the early steps far from where they were logged.
+		for st := int64(1); st <= 2000; st++ {
+			if st <= 60 || st%100 == 0 {
+				s.Points = append(s.Points, metrics.Point{Step: st, Value: 1 / float64(st)})
+			}
+		}
+		series = append(series, s)
+	}
+	r, err := Build(series, DefaultTolerance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Markdown(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	m := parseMermaid(t, out.String())
+	if m.xlo != "" || len(m.steps) < 2 || m.steps[0] != "1" || m.steps[len(m.steps)-1] != "2000" {
+		t.Fatalf("x axis %v / %s --> %s: want the real steps, from 1 to 2000", m.steps, m.xlo, m.xhi)
+	}
+	if len(m.steps) > MermaidLabels {
+		t.Errorf("%d step labels, want at most %d", len(m.steps), MermaidLabels)
 	}
 	n, err := strconv.Atoi(m.steps[1])
 	if err != nil {
@@ -409,16 +473,10 @@ func TestMermaidDrawsLoggedSteps(t *testing.T) {
 		t.Errorf("text under the chart does not say every %dth logged step is drawn: %q", n, m.under)
 	}
 	for i, s := range series {
-		if len(m.lines[i]) != len(m.steps) {
-			t.Fatalf("line %d has %d values for %d steps", i, len(m.lines[i]), len(m.steps))
-		}
 		for j, label := range m.steps {
 			st, err := strconv.ParseInt(label, 10, 64)
 			if err != nil {
 				t.Fatalf("x-axis label %q is not a step", label)
-			}
-			if j < len(m.steps)-1 && st != 1+int64(j*n) {
-				t.Errorf("x-axis label %d is step %d, want %d", j, st, 1+j*n)
 			}
 			want, _ := s.ValueAt(st)
 			got, _ := strconv.ParseFloat(m.lines[i][j], 64)
