@@ -264,6 +264,16 @@ func newFigure(r *Report, o ChartOptions) *figure {
 			// A loss cannot be negative: an axis below 0 says it could.
 			lo = 0
 		}
+		if len(r.Curves) > 1 && len(r.Pairs) > 0 {
+			// The tolerance band whole, not cut at the top edge.
+			for _, ring := range toleranceBand(r.Curves[0].Points, r.Tolerance, finite, lo, false) {
+				for _, pt := range ring {
+					if finite(pt.Y) {
+						hi = max(hi, pt.Y)
+					}
+				}
+			}
+		}
 		yt := niceTicks{}
 		yMin, yMax, yt.step = niceRange(lo, hi, false)
 		p.Y.Scale, p.Y.Tick.Marker = linearScale{}, yt

@@ -223,6 +223,30 @@ func TestChartMarks(t *testing.T) {
 	}
 }
 
+// TestChartBandInsideAxis: the y axis reaches the top of the reference
+// run's tolerance band. A loss starting at exactly 1 (a round number)
+// once ended the axis at 1, and the band above the first points was cut
+// off at the top edge (the dashboard's compare page showed it).
+func TestChartBandInsideAxis(t *testing.T) {
+	t.Parallel()
+	log := ""
+	for st := 1; st <= 12; st++ {
+		log += fmt.Sprintf("{\"step\":%d,\"loss\":%g}\n", st, 1/float64(st))
+	}
+	r, err := Build([]*metrics.Series{jsonlSeries(t, "us", log), jsonlSeries(t, "eu", log)}, Tolerance{Rel: 0.05, HasRel: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := (ChartOptions{}).SVG(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	// Ticks every 0.2: the axis must go on to 1.2 to hold 1.05.
+	if texts := svgTexts(t, b.Bytes()); !contains(texts, "1.2") {
+		t.Errorf("no y tick 1.2: the axis ends under the band's top, 1.05 (step 1's loss 1, +5%%); texts:\n%s", strings.Join(texts, "\n"))
+	}
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
