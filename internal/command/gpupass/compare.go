@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/app/validate"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
 	"github.com/gpupass/gpupass/internal/report"
@@ -36,6 +38,7 @@ type CompareOptions struct {
 	SVG              string
 	PNG              string
 	LogY             bool
+	DashboardURL     string
 	JUnit            string
 	JSON             string
 	Markdown         string
@@ -71,6 +74,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Post, "post", "auto", "where to post: auto (detect CI), github, gitlab or none")
 	f.StringVar(&o.SVG, "svg", "", "write the chart as SVG to this path")
 	f.StringVar(&o.PNG, "png", "", "write the chart as PNG to this path")
+	f.StringVar(&o.DashboardURL, "dashboard-url", "", "public address of the broker's dashboard: the report links each run read from the broker to its page there (empty: no such links)")
 	f.BoolVar(&o.LogY, "log-y", false, "draw the SVG/PNG chart's loss axis on a log scale (default: only when the values span two decades or more)")
 	f.StringVar(&o.JUnit, "junit", "", "write JUnit XML (one test case per pair and tolerance) to this path")
 	f.StringVar(&o.JSON, "json", "", "write the report as JSON to this path")
@@ -229,7 +233,23 @@ func (o *CompareOptions) options() (compare.Options, error) {
 	if err != nil {
 		return compare.Options{}, err
 	}
+	if o.DashboardURL != "" {
+		if _, ok := report.LinkURL(o.DashboardURL); !ok {
+			return compare.Options{}, fmt.Errorf("--dashboard-url %q: not an http:// or https:// URL (the dashboard's public address, e.g. https://gpupass.example.com)", o.DashboardURL)
+		}
+	}
+	// In a CI job the report links back to it: the run (or pipeline)
+	// and the artifacts the --markdown file is kept among.
+	var links []report.Link
+	if o.Getenv != nil {
+		reportDir := ""
+		if o.Markdown != "" {
+			reportDir = filepath.Dir(o.Markdown)
+		}
+		links = ciLinks(ci.Detect(o.Getenv, io.Discard).Kind(), o.Getenv, reportDir)
+	}
 	return compare.Options{
+		Links: links, DashboardURL: o.DashboardURL,
 		Runs: runs, Prices: prices, Metric: o.Metric, MetricPattern: o.MetricPattern, SpecFile: o.specFile(),
 		Tolerance: tol, AllowRunning: o.AllowRunning,
 		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit, Chart: report.ChartOptions{LogY: o.LogY}},

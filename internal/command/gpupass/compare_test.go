@@ -321,3 +321,32 @@ func TestCompareLogY(t *testing.T) {
 		})
 	}
 }
+
+// TestCompareLinksBack: compare run by hand in a CI job links the report
+// to the CI run and its artifacts, as `ci step compare-report` does; a
+// --dashboard-url that is no http(s) address is refused by its name.
+func TestCompareLinksBack(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	env := map[string]string{"GITHUB_ACTIONS": "true", "GITLAB_CI": "", "GITHUB_STEP_SUMMARY": "", "GPUPASS_DASHBOARD_URL": "",
+		"GITHUB_SERVER_URL": "https://github.example", "GITHUB_REPOSITORY": "team/model", "GITHUB_RUN_ID": "42", "GITHUB_RUN_ATTEMPT": "2"}
+	md := filepath.Join(dir, "compare.md")
+	_, stderr, code := runCLI(t, env, us, eu, "--post", "none", "--markdown", md, "--dashboard-url", "https://gpupass.example")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"**Links:**", "https://github.example/team/model/actions/runs/42/attempts/2", "https://github.example/team/model/actions/runs/42#artifacts"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the report lacks %q:\n%s", want, b)
+		}
+	}
+	env["GPUPASS_DASHBOARD_URL"] = "javascript:alert(1)"
+	_, stderr, code = runCLI(t, env, us, eu, "--post", "none")
+	if code == 0 || !strings.Contains(stderr, `--dashboard-url "javascript:alert(1)": not an http:// or https:// URL`) {
+		t.Errorf("a javascript: dashboard URL: exit %d, %s", code, stderr)
+	}
+}
