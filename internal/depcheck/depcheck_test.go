@@ -1,6 +1,7 @@
 // Package depcheck holds the test that keeps the import rules of STYLE.md
 // true: broker and agent never import each other, the agent stays small,
-// and the pure packages import no network code.
+// only the command layer imports cobra and pflag, and the pure packages
+// import no network code.
 package depcheck
 
 import (
@@ -131,6 +132,19 @@ func violations(pkgs []pkg) []string {
 			}
 		}
 	}
+	// Only the command layer speaks cobra and pflag. Direct imports only:
+	// cosign (the audit use case) and client-go's kubeconfig loader link
+	// them for code paths gpupass never calls.
+	for _, p := range pkgs {
+		if under(p.ImportPath, "cmd") || under(p.ImportPath, commandLayer) {
+			continue
+		}
+		for _, d := range p.Imports {
+			if d == "github.com/spf13/cobra" || d == "github.com/spf13/pflag" || strings.HasPrefix(d, "github.com/spf13/cobra/") {
+				out = append(out, fmt.Sprintf("%s imports %s: only cmd/... and %s/... import cobra and pflag; take typed options and let the command layer own the flags", p.ImportPath, d, commandLayer))
+			}
+		}
+	}
 	// Direct imports suffice: a transitive import of the command layer
 	// needs some non-cmd package to import it directly.
 	for _, p := range pkgs {
@@ -192,6 +206,11 @@ func TestRulesFire(t *testing.T) {
 		{"a use case importing the command layer", pkg{ImportPath: m("internal/app/audit"), Imports: []string{m("internal/command/gpupass")}}, "no command layer"},
 		{"a use case importing cobra", pkg{ImportPath: m("internal/app/compare"), Imports: []string{"github.com/spf13/cobra"}}, "use cases take typed options"},
 		{"a use case importing pflag", pkg{ImportPath: m("internal/app/localstack"), Imports: []string{"github.com/spf13/pflag"}}, "use cases take typed options"},
+		{"a library importing pflag", pkg{ImportPath: m("internal/flagenv"), Imports: []string{"github.com/spf13/pflag"}}, "only cmd/... and internal/command/... import cobra and pflag"},
+		{"a library importing cobra/doc", pkg{ImportPath: m("internal/docsgen"), Imports: []string{"github.com/spf13/cobra/doc"}}, "only cmd/... and internal/command/... import cobra and pflag"},
+		{"a shared command helper importing pflag", pkg{ImportPath: m("internal/command/flagenv"), Imports: []string{"github.com/spf13/pflag"}}, ""},
+		{"a main importing cobra", pkg{ImportPath: m("cmd/gpupass"), Imports: []string{"github.com/spf13/cobra"}}, ""},
+		{"a library linking cobra through a dependency", pkg{ImportPath: m("internal/audit"), Deps: []string{"github.com/spf13/cobra"}}, ""},
 		{"a use case may import the client", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/client")}, Deps: []string{m("internal/client")}}, ""},
 	}
 	for _, c := range cases {
