@@ -36,7 +36,7 @@ func TestTrainRenamesTheBrokersField(t *testing.T) {
 		{"a time limit over the broker's cap", []string{"train", "--spec", spec, "--region", "us-west-2", "--no-workdir", "--time-limit", "2h"},
 			[]string{"--time-limit: 2h is longer than this broker allows (1h: gpupass-broker serve --max-time-limit)"}},
 		{"a work dir over the broker's limit", []string{"train", "--spec", spec, "--region", "us-west-2", "--workdir", proj},
-			[]string{"--workdir: refused: ", "gpupass-broker serve --workdir-max-*"}},
+			[]string{"--workdir: refused: ", "gpupass-broker serve --workdir-max-*", "ship less (data from storage, not the work dir; a .gpupassignore leaves files out)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
