@@ -29,7 +29,6 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance"
@@ -38,6 +37,7 @@ import (
 	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
+	"github.com/gpupass/gpupass/internal/retry"
 )
 
 // Files in the state directory.
@@ -485,7 +485,7 @@ func (a *Agent) enroll(ctx context.Context, cp ControlPlane) (*gpupassv1.EnrollR
 	if err != nil {
 		return nil, err
 	}
-	bo := backoff.New(500*time.Millisecond, 30*time.Second)
+	bo := retry.Backoff(500*time.Millisecond, 30*time.Second)
 	for {
 		// The proof (a fresh one per try: the broker wants a recent time)
 		// gets the agent a heartbeat session key.
@@ -524,7 +524,7 @@ func (a *Agent) enroll(ctx context.Context, cp ControlPlane) (*gpupassv1.EnrollR
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("enrolling with %s: %w", a.o.BrokerURL, ctx.Err())
 		}
-		wait := bo.Next()
+		wait := bo.NextBackOff()
 		a.log.Warn("broker unreachable; retrying", "broker", a.o.BrokerURL, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():

@@ -15,10 +15,10 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/retry"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -197,7 +197,7 @@ var errReportUnsupported = errors.New("the broker does not support run reports")
 // without evidence, which must not pass unnoticed.
 func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr *SignedReport, log *slog.Logger) error {
 	deadline := time.Now().Add(time.Minute)
-	bo := backoff.New(100*time.Millisecond, 5*time.Second)
+	bo := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for {
 		err := sink.SubmitRunReport(ctx, as, sr.Bytes, sr.Signature)
 		switch {
@@ -208,7 +208,7 @@ func submitWithRetry(ctx context.Context, sink RunReportSink, as *Assignment, sr
 		case time.Now().After(deadline):
 			return err
 		}
-		wait := bo.Next()
+		wait := bo.NextBackOff()
 		log.Warn("sending the run report failed; retrying", "alloc", as.AllocID, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():

@@ -15,8 +15,8 @@ import (
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
-	"github.com/gpupass/gpupass/internal/backoff"
 	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/retry"
 )
 
 // A run's end reaches the broker in one order: every spooled record
@@ -162,13 +162,13 @@ func (l *RunLoop) send(ctx context.Context, a *Assignment, u AllocUpdate) (bool,
 // (until ctx ends when limit <= 0).
 func (l *RunLoop) edge(ctx context.Context, log *slog.Logger, a *Assignment, u AllocUpdate, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	bo := backoff.New(100*time.Millisecond, 5*time.Second)
+	bo := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for {
 		_, err := l.send(ctx, a, u)
 		if err == nil || errors.Is(err, ErrStaleLease) || (limit > 0 && time.Now().After(deadline)) {
 			return err
 		}
-		wait := bo.Next()
+		wait := bo.NextBackOff()
 		log.Warn("allocation update failed; retrying", "state", u.State, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():

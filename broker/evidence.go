@@ -113,7 +113,7 @@ func (s *runService) GetRunEvidence(ctx context.Context, req *connect.Request[gp
 	}
 	if !a.State.Terminal() {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-			"run %s is %s: a run still in progress cannot be audited; audit it after it finishes (gpupass logs %s --follow waits for it)", a.ID, a.State, a.ID))
+			"run %s is %s: a run still in progress cannot be audited; audit it after it finishes", a.ID, a.State))
 	}
 	ev, err := es.RunEvidence(ctx, a.ID)
 	if errors.Is(err, store.ErrNotFound) && a.StartedAt.IsZero() {

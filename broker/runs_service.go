@@ -22,6 +22,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -348,7 +349,7 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	if len(m.Command) == 0 || strings.TrimSpace(m.Command[0]) == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("command is required: gpupass train … -- COMMAND ARGS…"))
+		return nil, api.FieldError(connect.CodeInvalidArgument, &fielderr.Error{Field: api.FieldSubmitCommand, Problem: "is required: the program and arguments the node runs"})
 	}
 	restarts := int32(3)
 	if m.MaxRestarts != nil {
@@ -384,18 +385,17 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		name = "run"
 	}
 	if err := api.CheckRunName(name); err != nil {
-		field := "name (gpupass train --name)"
 		if strings.TrimSpace(m.Name) == "" {
-			field = "the spec's name (or gpupass train --name)"
+			return nil, api.FieldError(connect.CodeInvalidArgument, fielderr.New("the spec's name", "", "%w; or give the run a {"+api.FieldSubmitName+"}", err))
 		}
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %w", field, err))
+		return nil, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitName, "", "%w", err))
 	}
 	if len(m.WorkdirArchive) > 0 {
 		// Read to the end under the limits before it is stored: the
 		// agent would refuse it anyway, after the run was placed.
 		if _, _, err := workdir.Check(bytes.NewReader(m.WorkdirArchive), b.cfg.Workdir); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
-				"workdir archive (gpupass train --workdir) refused: %w (this broker takes at most %s: gpupass-broker serve --workdir-max-*)", err, b.cfg.Workdir.WithDefaults()))
+			return nil, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitWorkdir, "",
+				"refused: %w (this broker takes at most %s: gpupass-broker serve --workdir-max-*)", err, b.cfg.Workdir.WithDefaults()))
 		}
 	}
 	if !strings.HasSuffix(name, "-"+region) {
@@ -422,10 +422,10 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 // --time-limit) over the spec's resources.time-limit, at most the
 // broker's MaxTimeLimit; 0 when neither sets one.
 func (b *Broker) timeLimit(seconds int64, sp *spec.Spec) (time.Duration, error) {
-	field, d := "time_limit_seconds (gpupass train --time-limit)", time.Duration(0)
+	field, d := api.FieldSubmitTimeLimit, time.Duration(0)
 	switch {
 	case seconds < 0:
-		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is %d: give a positive number of seconds, or 0 for the spec's limit", field, seconds))
+		return 0, api.FieldError(connect.CodeInvalidArgument, fielderr.New(field, "", "is %d: give a positive number of seconds, or 0 for the spec's limit", seconds))
 	case seconds > int64(spec.MaxTimeLimit/time.Second):
 		// Compared in seconds first: a huge value would overflow a Duration.
 		d = spec.MaxTimeLimit + time.Second
@@ -439,8 +439,8 @@ func (b *Broker) timeLimit(seconds int64, sp *spec.Spec) (time.Duration, error) 
 		}
 	}
 	if d > b.cfg.MaxTimeLimit {
-		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s is longer than this broker allows (%s: gpupass-broker serve --max-time-limit)",
-			field, spec.FormatTimeLimit(d), spec.FormatTimeLimit(b.cfg.MaxTimeLimit)))
+		return 0, api.FieldError(connect.CodeInvalidArgument, fielderr.New(field, "", "%s is longer than this broker allows (%s: gpupass-broker serve --max-time-limit)",
+			spec.FormatTimeLimit(d), spec.FormatTimeLimit(b.cfg.MaxTimeLimit)))
 	}
 	return d, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/retry"
 )
 
 // relay passes this replica's wake-ups (a run changed: its log followers
@@ -161,7 +162,7 @@ func (b *Broker) listenSignals(r *relay) {
 		case <-ctx.Done():
 		}
 	}()
-	wait := time.Second
+	bo := retry.Backoff(time.Second, 30*time.Second)
 	for {
 		listened := false
 		err := r.st.Listen(ctx, func() {
@@ -193,14 +194,16 @@ func (b *Broker) listenSignals(r *relay) {
 		}
 		b.metrics.SignalError("listen")
 		if listened {
-			wait = time.Second // it worked for a while: not a failing server
+			bo.Reset() // it worked for a while: not a failing server
 		}
+		// Jittered: replicas cut off by the same PostgreSQL restart do
+		// not all listen again at the same instant.
+		wait := bo.NextBackOff()
 		b.log.Warn("listening for the other replicas' signals failed; listening again (meanwhile waiters re-read the store periodically)", "err", err, "retry_in", wait)
 		select {
 		case <-b.stop:
 			return
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 30*time.Second)
 	}
 }

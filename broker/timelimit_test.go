@@ -69,7 +69,7 @@ func TestTimeLimit(t *testing.T) {
 				seconds int64
 				want    []string
 			}{
-				{"flag over the cap", specYAML(t), 3 * 3600, []string{"time_limit_seconds (gpupass train --time-limit)", "3h", "--max-time-limit", "2h"}},
+				{"flag over the cap", specYAML(t), 3 * 3600, []string{"time_limit_seconds: 3h", "--max-time-limit", "2h"}},
 				{"spec over the cap", withLimit("3h"), 0, []string{"the spec's resources.time-limit", "3h", "--max-time-limit"}},
 				{"flag over any cap", specYAML(t), 1 << 62, []string{"time_limit_seconds", "--max-time-limit"}},
 				{"negative", specYAML(t), -5, []string{"time_limit_seconds", "positive"}},

@@ -75,8 +75,9 @@ func TestSubmitRefusesWorkdirBombs(t *testing.T) {
 			req := &gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2",
 				Command: []string{"python3", "train.py"}, WorkdirArchive: tc.archive}
 			_, err := c.Run.Submit(ctx, connect.NewRequest(req))
-			if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--workdir") {
-				t.Fatalf("Submit: %v; want invalid_argument saying %q and naming --workdir", err, tc.want)
+			if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "workdir_archive") ||
+				!strings.Contains(err.Error(), "gpupass-broker serve --workdir-max-*") {
+				t.Fatalf("Submit: %v; want invalid_argument saying %q, naming workdir_archive and the broker's --workdir-max-*", err, tc.want)
 			}
 			resp, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
 			if err != nil {

@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	agentcmd "github.com/gpupass/gpupass/internal/command/agent"
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/k8stest"
 )

@@ -3,7 +3,7 @@ package executor
 import (
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 )
 
 // TestAgentEnvPrefix: the prefix JobEnviron strips is the one every agent

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/spool"
-	"github.com/gpupass/gpupass/internal/backoff"
+	"github.com/gpupass/gpupass/internal/retry"
 )
 
 // Sink is where records go.
@@ -49,7 +49,7 @@ type Uploader struct {
 	// 100ms); Kick wakes the uploader sooner.
 	Poll time.Duration
 	// MinBackoff and MaxBackoff bound the retry delay after a failed
-	// upload (defaults 100ms and 10s; internal/backoff: jittered, about
+	// upload (defaults 100ms and 10s; internal/retry: jittered, about
 	// doubling per failure).
 	MinBackoff, MaxBackoff time.Duration
 	Log                    *slog.Logger
@@ -108,7 +108,7 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	bo := backoff.New(minB, maxB)
+	bo := retry.Backoff(minB, maxB)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -135,7 +135,7 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 			if errors.Is(err, ErrRefused) {
 				return fmt.Errorf("uploading run %s: %w", u.AllocID, err)
 			}
-			d := bo.Next()
+			d := bo.NextBackOff()
 			log.Warn("uploading run records failed; retrying", "alloc", u.AllocID, "records", len(recs), "first_seq", recs[0].Seq, "retry_in", d, "err", err)
 			if err := wait(ctx, d, nil); err != nil {
 				return err
@@ -151,7 +151,7 @@ func (u *Uploader) loop(ctx context.Context, untilEmpty bool) error {
 		case held == acked:
 			// Nothing new held (a partial failure on the other side):
 			// retry like a failure, without spinning.
-			d := bo.Next()
+			d := bo.NextBackOff()
 			log.Warn("the sink held none of the records sent; retrying", "alloc", u.AllocID, "first_seq", recs[0].Seq, "retry_in", d)
 			if err := wait(ctx, d, nil); err != nil {
 				return err

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpupass/gpupass/internal/docsgen"
+	"github.com/gpupass/gpupass/internal/command/docsgen"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unicode"
 
-	"github.com/gpupass/gpupass/internal/docsgen"
+	"github.com/gpupass/gpupass/internal/command/docsgen"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 

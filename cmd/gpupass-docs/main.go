@@ -11,11 +11,11 @@ import (
 	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
 	agentcmd "github.com/gpupass/gpupass/internal/command/agent"
 	brokercmd "github.com/gpupass/gpupass/internal/command/broker"
+	"github.com/gpupass/gpupass/internal/command/docsgen"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
 	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
 	loadgencmd "github.com/gpupass/gpupass/internal/command/loadgen"
-	"github.com/gpupass/gpupass/internal/docsgen"
 )
 
 // dir is where the reference lives, from the repository root.

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/docsgen"
+	"github.com/gpupass/gpupass/internal/command/docsgen"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 

@@ -168,7 +168,14 @@ func (t tlsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(req)
 }
 
-// DefaultRetry is the backoff the CLI uses.
+// DefaultRetry is the backoff the CLI uses. Registry calls keep
+// go-containerregistry's own retry (remote.WithRetryBackoff, its
+// transport.NewRetry in pullTransport) rather than internal/retry, the
+// project's one policy elsewhere: ggcr retries inside a call (a blob's
+// upload or ranged read, a token handshake) at points only it sees, decides
+// with its status codes and our retryable predicate what may be resent,
+// and wraps the transport every registry call goes through, so no loop of
+// ours is there to take a delay from internal/retry.
 var DefaultRetry = remote.Backoff{Duration: time.Second, Factor: 3.0, Jitter: 0.1, Steps: 3}
 
 // PlainHTTPError is a registry that answered a TLS request in plain

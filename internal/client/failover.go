@@ -12,8 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/gpupass/gpupass/internal/api"
-	"github.com/gpupass/gpupass/internal/backoff"
+	"github.com/gpupass/gpupass/internal/retry"
 )
 
 // Several brokers on one store (replicas) are reached through one client:
@@ -33,7 +35,7 @@ const (
 	// replica is tried.
 	FailoverDialTimeout = 5 * time.Second
 	// FailoverBackoffInitial and FailoverBackoffMax bound how long a
-	// replica that failed is skipped (growing per failure with decorrelated jitter, internal/backoff).
+	// replica that failed is skipped (growing per failure with jitter, internal/retry).
 	FailoverBackoffInitial = 500 * time.Millisecond
 	FailoverBackoffMax     = 30 * time.Second
 	// MaxBrokerURLs bounds the list.
@@ -78,7 +80,7 @@ type failover struct {
 	mu    sync.Mutex
 	cur   int
 	until []time.Time // a failed replica is skipped until then
-	bo    []*backoff.Backoff
+	bo    []backoff.BackOff
 }
 
 func newFailover(urls []*url.URL, next http.RoundTripper, onSwitch func(from, to string, err error)) *failover {
@@ -86,7 +88,7 @@ func newFailover(urls []*url.URL, next http.RoundTripper, onSwitch func(from, to
 	for range urls {
 		// The agent loops' back-off (decorrelated jitter): clients cut
 		// off by one replica's death do not all retry it together.
-		f.bo = append(f.bo, backoff.New(FailoverBackoffInitial, FailoverBackoffMax))
+		f.bo = append(f.bo, retry.Backoff(FailoverBackoffInitial, FailoverBackoffMax))
 	}
 	return f
 }
@@ -121,7 +123,7 @@ func (f *failover) succeeded(i int) {
 // failed puts replica i into back-off and moves the client to the next.
 func (f *failover) failed(i int, err error) {
 	f.mu.Lock()
-	f.until[i] = time.Now().Add(f.bo[i].Next())
+	f.until[i] = time.Now().Add(f.bo[i].NextBackOff())
 	moved := f.cur == i
 	if moved {
 		f.cur = (i + 1) % len(f.urls)

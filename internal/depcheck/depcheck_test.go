@@ -1,6 +1,7 @@
 // Package depcheck holds the test that keeps the import rules of STYLE.md
 // true: broker and agent never import each other, the agent stays small,
-// and the pure packages import no network code.
+// only the command layer imports cobra and pflag, and the pure packages
+// import no network code.
 package depcheck
 
 import (
@@ -89,6 +90,11 @@ var rules = []struct {
 // handling into code that should take typed options.
 const commandLayer = "internal/command"
 
+// sharedFlags are the command layer's own helpers (GPUPASS_* variables,
+// renamed flags, the registry flag set, the CLI reference): every command
+// tree may import them, nothing outside the command layer may.
+var sharedFlags = []string{commandLayer + "/flagenv", commandLayer + "/flagalias", commandLayer + "/registryflags", commandLayer + "/docsgen"}
+
 // commandTree is the command tree a command-layer package belongs to
 // (internal/command/gpupass for internal/command/gpupass/auditcmd).
 func commandTree(importPath string) string {
@@ -127,6 +133,19 @@ func violations(pkgs []pkg) []string {
 			}
 		}
 	}
+	// Only the command layer speaks cobra and pflag. Direct imports only:
+	// cosign (the audit use case) and client-go's kubeconfig loader link
+	// them for code paths gpupass never calls.
+	for _, p := range pkgs {
+		if under(p.ImportPath, "cmd") || under(p.ImportPath, commandLayer) {
+			continue
+		}
+		for _, d := range p.Imports {
+			if d == "github.com/spf13/cobra" || d == "github.com/spf13/pflag" || strings.HasPrefix(d, "github.com/spf13/cobra/") {
+				out = append(out, fmt.Sprintf("%s imports %s: only cmd/... and %s/... import cobra and pflag; take typed options and let the command layer own the flags", p.ImportPath, d, commandLayer))
+			}
+		}
+	}
 	// Direct imports suffice: a transitive import of the command layer
 	// needs some non-cmd package to import it directly.
 	for _, p := range pkgs {
@@ -136,12 +155,21 @@ func violations(pkgs []pkg) []string {
 		for _, d := range p.Imports {
 			// A command tree's sub-packages (internal/command/gpupass/auditcmd)
 			// may use its own root: they are the same layer.
-			if under(d, commandLayer) && !under(p.ImportPath, commandTree(d)) {
+			if under(d, commandLayer) && !under(p.ImportPath, commandTree(d)) && !(under(p.ImportPath, commandLayer) && sharedFlag(d)) {
 				out = append(out, fmt.Sprintf("%s imports %s: nothing but cmd/... imports %s/...; move the shared code down into internal/app or a library package", p.ImportPath, d, commandLayer))
 			}
 		}
 	}
 	return out
+}
+
+func sharedFlag(importPath string) bool {
+	for _, s := range sharedFlags {
+		if under(importPath, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestImportRules(t *testing.T) {
@@ -170,6 +198,8 @@ func TestRulesFire(t *testing.T) {
 		{"one command layer importing another", pkg{ImportPath: m("internal/command/gpupass"), Imports: []string{m("internal/command/agent")}}, "nothing but cmd/..."},
 		{"the broker daemon importing its command layer", pkg{ImportPath: m("broker"), Imports: []string{m("internal/command/broker")}, Deps: []string{m("internal/command/broker")}}, "the daemons never import"},
 		{"the agent daemon importing a use case", pkg{ImportPath: m("agent/spool"), Deps: []string{m("internal/app/audit")}}, "the daemons never import"},
+		{"a command tree importing the shared flag helpers", pkg{ImportPath: m("internal/command/gpupass/bundlecmd"), Imports: []string{m("internal/command/flagenv"), m("internal/command/registryflags")}}, ""},
+		{"a library importing the shared flag helpers", pkg{ImportPath: m("internal/client"), Imports: []string{m("internal/command/flagenv")}}, "nothing but cmd/..."},
 		{"a command tree's sub-package importing its root", pkg{ImportPath: m("internal/command/gpupass/auditcmd"), Imports: []string{m("internal/command/gpupass")}}, ""},
 		{"gpupass linking sigstore", pkg{ImportPath: m("cmd/gpupass"), Deps: []string{m("internal/command/gpupass"), "github.com/sigstore/sigstore-go/pkg/sign"}}, "gpupass starts fast"},
 		{"gpupass linking the audit commands", pkg{ImportPath: m("cmd/gpupass"), Deps: []string{m("internal/command/gpupass/auditcmd")}}, "gpupass starts fast"},
@@ -177,6 +207,11 @@ func TestRulesFire(t *testing.T) {
 		{"a use case importing the command layer", pkg{ImportPath: m("internal/app/audit"), Imports: []string{m("internal/command/gpupass")}}, "no command layer"},
 		{"a use case importing cobra", pkg{ImportPath: m("internal/app/compare"), Imports: []string{"github.com/spf13/cobra"}}, "use cases take typed options"},
 		{"a use case importing pflag", pkg{ImportPath: m("internal/app/localstack"), Imports: []string{"github.com/spf13/pflag"}}, "use cases take typed options"},
+		{"a library importing pflag", pkg{ImportPath: m("internal/flagenv"), Imports: []string{"github.com/spf13/pflag"}}, "only cmd/... and internal/command/... import cobra and pflag"},
+		{"a library importing cobra/doc", pkg{ImportPath: m("internal/docsgen"), Imports: []string{"github.com/spf13/cobra/doc"}}, "only cmd/... and internal/command/... import cobra and pflag"},
+		{"a shared command helper importing pflag", pkg{ImportPath: m("internal/command/flagenv"), Imports: []string{"github.com/spf13/pflag"}}, ""},
+		{"a main importing cobra", pkg{ImportPath: m("cmd/gpupass"), Imports: []string{"github.com/spf13/cobra"}}, ""},
+		{"a library linking cobra through a dependency", pkg{ImportPath: m("internal/audit"), Deps: []string{"github.com/spf13/cobra"}}, ""},
 		{"a use case may import the client", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/client")}, Deps: []string{m("internal/client")}}, ""},
 	}
 	for _, c := range cases {

@@ -12,12 +12,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/retry"
 )
 
 // Retry is an http.RoundTripper that retries 429 and GitHub's secondary
 // rate limits (403 with Retry-After or that message) and connections that
 // could not be opened, for every method, and 5xx answers for idempotent
-// methods, with exponential backoff, honouring Retry-After.
+// methods, with the project's back-off (internal/retry: growing, jittered,
+// capped at MaxWait), honouring Retry-After.
 //
 // A non-idempotent request (a POST: it creates a comment) is not sent
 // again after an outcome that may mean the forge applied it: a 5xx answer
@@ -29,8 +32,8 @@ import (
 type Retry struct {
 	Base     http.RoundTripper
 	Attempts int           // total tries, default 4
-	Backoff  time.Duration // first wait, default 1s, doubled each try
-	MaxWait  time.Duration // longest single wait, default 60s
+	Backoff  time.Duration // shortest wait, default 1s; each try's is drawn by retry.Backoff
+	MaxWait  time.Duration // longest single wait, default 60s (a longer Retry-After ends the retries)
 	// AttemptTimeout bounds each try, body included (0: no bound). It
 	// stands in for http.Client.Timeout, which would also count the
 	// waits between tries and so cut off a Retry-After it should honour.
@@ -80,7 +83,7 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
-	wait := backoff
+	bo := retry.Backoff(backoff, maxWait)
 	for try := 1; ; try++ {
 		ctx, cancel := req.Context(), context.CancelFunc(func() {})
 		if r.AttemptTimeout > 0 {
@@ -92,7 +95,8 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 			rq.ContentLength = int64(len(body))
 		}
 		resp, err := base.RoundTrip(rq)
-		d, why, outcome := wait, "", ""
+		var d time.Duration
+		var why, outcome string
 		if err != nil {
 			cancel()
 			switch {
@@ -103,7 +107,7 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 			case !unsent(err) || try >= attempts:
 				return nil, err
 			}
-			why, outcome = "could not connect", err.Error()
+			d, why, outcome = bo.NextBackOff(), "could not connect", err.Error()
 		} else {
 			if resp.StatusCode >= 500 && !idempotent(req) {
 				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -112,15 +116,14 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 				// One line, whether the forge sent JSON or a proxy's HTML page.
 				return nil, &UncertainError{Status: resp.Status, Message: strings.Join(strings.Fields(string(msg)), " ")}
 			}
-			var retry bool
-			var after time.Duration
-			retry, after, why = shouldRetry(resp)
-			if after > 0 {
-				d = after
+			again, after, w := shouldRetry(resp)
+			why, d = w, after
+			if d <= 0 {
+				d = bo.NextBackOff()
 			}
 			// Waiting longer than a CI step should is worse than failing
 			// with the forge's own message.
-			if !retry || try >= attempts || d > maxWait {
+			if !again || try >= attempts || d > maxWait {
 				resp.Body = cancelOnClose{resp.Body, cancel}
 				return resp, nil
 			}
@@ -133,7 +136,6 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := sleep(req.Context(), d); err != nil {
 			return nil, err
 		}
-		wait *= 2
 	}
 }
 

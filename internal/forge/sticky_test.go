@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -437,9 +438,7 @@ func TestRetry(t *testing.T) {
 					t.Errorf("try sent body %q", b)
 				}
 			}
-			if d := cmp.Diff(tc.wantWaits, waits); d != "" {
-				t.Errorf("waits (-want +got):\n%s", d)
-			}
+			checkWaits(t, tc.wantWaits, waits)
 		})
 	}
 }
@@ -487,6 +486,53 @@ func TestRetryAttemptTimeout(t *testing.T) {
 	}
 }
 
+// checkWaits: the back-off is jittered, so each wait is drawn from
+// [want, 3×want] (the first from [Backoff, 3×Backoff], each interval
+// twice the last); a Retry-After wait is exactly its want.
+func checkWaits(t *testing.T, want, got []time.Duration) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("waits %v, want %d of them (about %v)", got, len(want), want)
+	}
+	for i := range want {
+		if got[i] < want[i] || got[i] > 3*want[i] {
+			t.Errorf("wait %d is %v, want within [%v, %v] (all: %v)", i+1, got[i], want[i], 3*want[i], got)
+		}
+	}
+}
+
+// TestRetryWaitsJitteredAndCapped: forge clients that fail together
+// (every CI job of a project when the forge is down) must not retry in
+// lockstep, and no wait may pass MaxWait. The doubling this replaced
+// slept 1s, 2s, 4s … for every client alike, past MaxWait (64s on the
+// 7th try) when connections were refused.
+func TestRetryWaitsJitteredAndCapped(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(&flaky{})
+	defer srv.Close()
+	schedule := func() []time.Duration {
+		var waits []time.Duration
+		c := &http.Client{Transport: &Retry{Base: testutil.RefuseDials(t, srv, func(int32) bool { return true }), Attempts: 9, MaxWait: 10 * time.Second,
+			Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}}
+		if _, err := c.Get(srv.URL); err == nil {
+			t.Fatal("every dial refused, yet the GET succeeded")
+		}
+		return waits
+	}
+	a, b := schedule(), schedule()
+	if len(a) != 8 {
+		t.Fatalf("%d waits for 9 attempts: %v", len(a), a)
+	}
+	if slices.Equal(a, b) {
+		t.Errorf("two clients waited alike, %v: no jitter", a)
+	}
+	for _, d := range append(a, b...) {
+		if d < time.Second || d > 10*time.Second {
+			t.Errorf("a wait of %v, want within [1s (Backoff), 10s (MaxWait)]: %v", d, a)
+		}
+	}
+}
+
 // TestRetryUnsent: a POST whose connection is refused never reached the
 // forge, so it is sent again; when every try is refused, the error is the
 // connection's, not one that says the POST may have been applied.
@@ -527,9 +573,7 @@ func TestRetryUnsent(t *testing.T) {
 			if len(f.bodies) != tc.wantTries {
 				t.Errorf("%d tries reached the server, want %d", len(f.bodies), tc.wantTries)
 			}
-			if d := cmp.Diff(tc.wantWaits, waits); d != "" {
-				t.Errorf("waits (-want +got):\n%s", d)
-			}
+			checkWaits(t, tc.wantWaits, waits)
 		})
 	}
 }

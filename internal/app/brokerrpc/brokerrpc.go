@@ -13,7 +13,8 @@ import (
 
 // Error wraps a broker call's error: what is the action ("submitting the
 // run in us-west"), url the broker's. The call's error stays in the chain
-// (errors.As finds a *fielderr.Error or the untrusted certificate in it).
+// (errors.As finds a *fielderr.Error, the broker's refused request field
+// included, or the untrusted certificate in it).
 func Error(what, url string, err error) error {
 	if api.NoAnswer(err) {
 		return &NoBrokerError{What: what, URL: url, Detail: strings.TrimPrefix(api.Describe(err), "no answer: "), Err: err}
@@ -21,6 +22,11 @@ func Error(what, url string, err error) error {
 	d := &describedError{msg: fmt.Sprintf("%s at %s: %s", what, url, api.Describe(err)), errs: []error{err}}
 	if u, ok := api.UntrustedCert(err); ok {
 		d.errs = append(d.errs, u) // Describe made it: how to trust the broker
+	}
+	if fe := api.FieldErrorOf(err); fe != nil {
+		// The broker names its request field; the command layer's
+		// fielderr.Names renames it to the flag or input the user typed.
+		d.errs = append(d.errs, fe)
 	}
 	return d
 }

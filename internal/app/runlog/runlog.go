@@ -20,6 +20,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/events"
+	"github.com/gpupass/gpupass/internal/retry"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -99,13 +100,14 @@ func PrefixRegion(region, line string) string {
 // seen when the broker restarts or the connection drops, so no record is
 // lost or printed twice.
 func Follow(ctx context.Context, c *client.RunClients, run *gpupassv1.Run, after uint64, follow, withMetrics bool, p *Printer, log *slog.Logger) (*gpupassv1.Run, error) {
-	backoff := 200 * time.Millisecond
+	bo := retry.Backoff(200*time.Millisecond, 5*time.Second)
 	failingSince := time.Time{}
 	for {
 		st, err := c.Run.GetLogs(ctx, connect.NewRequest(&gpupassv1.GetLogsRequest{AllocId: run.Id, AfterSeq: after, Follow: follow, IncludeMetrics: withMetrics}))
 		if err == nil {
 			for st.Receive() {
-				failingSince, backoff = time.Time{}, 200*time.Millisecond
+				failingSince = time.Time{}
+				bo.Reset()
 				for _, r := range st.Msg().Records {
 					if r.Seq <= after {
 						continue
@@ -143,12 +145,12 @@ func Follow(ctx context.Context, c *client.RunClients, run *gpupassv1.Run, after
 		if time.Since(failingSince) > 5*time.Minute {
 			return nil, fmt.Errorf("reading logs of %s: broker unreachable for 5 minutes: %s", run.Id, api.Describe(err))
 		}
-		log.Warn("log stream interrupted; reconnecting", "alloc", run.Id, "after_seq", after, "err", api.Describe(err))
+		wait := bo.NextBackOff()
+		log.Warn("log stream interrupted; reconnecting", "alloc", run.Id, "after_seq", after, "in", wait, "err", api.Describe(err))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }

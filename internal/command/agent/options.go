@@ -8,8 +8,8 @@ import (
 	daemon "github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/buildinfo"
-	"github.com/gpupass/gpupass/internal/flagenv"
-	"github.com/gpupass/gpupass/internal/registryflags"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/command/registryflags"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 

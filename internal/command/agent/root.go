@@ -17,9 +17,9 @@ import (
 
 	daemon "github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/internal/buildinfo"
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/command/registryflags"
 	"github.com/gpupass/gpupass/internal/probe"
-	"github.com/gpupass/gpupass/internal/registryflags"
 )
 
 // Exit codes, the same contract as the gpupass CLI: 0 ok, 1 findings (a

@@ -25,8 +25,8 @@ import (
 	"github.com/gpupass/gpupass/broker/ui"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 	"github.com/gpupass/gpupass/internal/exitcode"
-	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )

@@ -20,7 +20,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 

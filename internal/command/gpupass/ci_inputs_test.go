@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gpupass/gpupass/internal/registryflags"
+	"github.com/gpupass/gpupass/internal/command/registryflags"
 )
 
 // TestCIInputsMatchFlags holds the action and the GitLab templates to the

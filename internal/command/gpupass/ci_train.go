@@ -71,7 +71,8 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 }
 
 // ciTrainInputs maps the train use case's option fields to the inputs.
-var ciTrainInputs = fielderr.Names{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name", "TimeLimit": "input time-limit"}
+var ciTrainInputs = fielderr.Names{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name", "TimeLimit": "input time-limit",
+	api.FieldSubmitCommand: "input train-command", api.FieldSubmitName: "input name", api.FieldSubmitWorkdir: "input workdir", api.FieldSubmitTimeLimit: "input time-limit"}
 
 // outputSuffix turns a region into the tail of an output name: region
 // names are free-form (eu_central, ap.south-1), output names kebab-case,

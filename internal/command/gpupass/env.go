@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpupass/gpupass/internal/ci"
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 )
 
 // EnvPrefix is the prefix of every environment variable gpupass reads for

@@ -100,6 +100,8 @@ var trainFlagNames = fielderr.Names{
 	"Regions": "--region", "Command": "the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
 	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name", "TimeLimit": "--time-limit", "MetricPattern": "--metric-pattern",
 	"NoWorkdir": "--no-workdir", "WorkdirInclude": "--include",
+	// The broker's request fields: it names no client's flags.
+	api.FieldSubmitCommand: "the training command after --", api.FieldSubmitName: "--name", api.FieldSubmitWorkdir: "--workdir", api.FieldSubmitTimeLimit: "--time-limit",
 }
 
 // options are the use case's options, dialling the broker of the flags.

@@ -30,6 +30,11 @@ func archiveDir(dir string, l workdir.Limits) ([]byte, error) {
 
 // limitHint adds to a work dir limit error what to do about it.
 func limitHint(err error) error {
+	var fe *fielderr.Error
+	if errors.As(err, &fe) && fe.Field == api.FieldSubmitWorkdir {
+		// The broker's own limit, lower than this side's.
+		return fmt.Errorf("%w: ship less (data from storage, not the work dir; a .gpupassignore leaves files out), or ask the broker's operator to raise it", err)
+	}
 	var le *workdir.LimitError
 	if !errors.As(err, &le) {
 		return err

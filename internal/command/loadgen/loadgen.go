@@ -15,9 +15,9 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/fielderr"
-	"github.com/gpupass/gpupass/internal/flagenv"
 	"github.com/gpupass/gpupass/internal/loadgen"
 )
 

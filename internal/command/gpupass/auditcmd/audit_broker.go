@@ -39,7 +39,7 @@ func (s *BrokerRuns) Run(ctx context.Context, allocID string) (*audit.Run, error
 			// the problem (a finding), not how the command was called.
 			gr, gerr := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: allocID}))
 			if gerr == nil && !runview.Terminal(gr.Msg.Run.GetState()) {
-				return nil, fmt.Errorf("allocation %s: %w (state %s): audit it after it finishes", allocID, audit.ErrInProgress, runview.State(gr.Msg.Run.GetState()))
+				return nil, fmt.Errorf("allocation %s: %w (state %s): audit it after it finishes (gpupass logs %s --follow waits for it)", allocID, audit.ErrInProgress, runview.State(gr.Msg.Run.GetState()), allocID)
 			}
 			if gerr == nil && gr.Msg.Run.GetStartedUnixNano() == 0 {
 				// Ended before it started: nothing ran, so no proof is

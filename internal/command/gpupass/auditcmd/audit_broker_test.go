@@ -45,8 +45,9 @@ func TestAuditFromBroker(t *testing.T) {
 	opts := AuditOptions{AllocationID: run.Id, Out: zipPath, Key: filepath.Join(dir, "cosign.key"), Broker: reader, Getenv: getenv, Output: "json"}
 	var out bytes.Buffer
 	err := RunAudit(ctx, opts, &out)
-	if gpupass.ExitCode(err) != gpupass.ExitFindings || !strings.Contains(fmt.Sprint(err), "still in progress") || !strings.Contains(fmt.Sprint(err), "running") {
-		t.Fatalf("audit of a running run: exit %d, %v; want exit 1 saying it is still in progress", gpupass.ExitCode(err), err)
+	if gpupass.ExitCode(err) != gpupass.ExitFindings || !strings.Contains(fmt.Sprint(err), "still in progress") || !strings.Contains(fmt.Sprint(err), "running") ||
+		!strings.Contains(fmt.Sprint(err), "(gpupass logs "+run.Id+" --follow waits for it)") {
+		t.Fatalf("audit of a running run: exit %d, %v; want exit 1 saying it is still in progress and how to wait for it", gpupass.ExitCode(err), err)
 	}
 	if _, err := os.Stat(zipPath); err == nil {
 		t.Fatal("an audit zip was written for a run in progress")

@@ -21,10 +21,10 @@ import (
 	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/command/flagalias"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/registryflags"
 	"github.com/gpupass/gpupass/internal/fielderr"
-	"github.com/gpupass/gpupass/internal/flagalias"
-	"github.com/gpupass/gpupass/internal/registryflags"
 )
 
 // RegistryFlags are the transport and auth flags every bundle command

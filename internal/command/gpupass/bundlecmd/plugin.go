@@ -13,8 +13,8 @@ import (
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/registryflags"
 	"github.com/gpupass/gpupass/internal/fielderr"
-	"github.com/gpupass/gpupass/internal/registryflags"
 )
 
 // Plugin is the gpupass.Plugin with the bundle commands linked in.

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 )
 
 // tree is a small binary with what the reference must show and hide: a

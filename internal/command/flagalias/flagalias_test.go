@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpupass/gpupass/internal/flagalias"
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagalias"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 )
 
 // TestShorthand: the old short flag sets the same value as the new one,

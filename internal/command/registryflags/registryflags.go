@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpupass/gpupass/internal/bundle"
-	"github.com/gpupass/gpupass/internal/flagenv"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 )
 
 // Flags say how a wheel-bundle registry is reached: the CLI pushes and

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/gpupass/gpupass/internal/registryflags"
+	"github.com/gpupass/gpupass/internal/command/registryflags"
 )
 
 // TestFlags: the one flag set, with the agent's old --registry-plain-http
