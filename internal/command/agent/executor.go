@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -37,6 +38,25 @@ func backendFor(bs []daemon.Backend, name string) (daemon.Backend, error) {
 		why = " (" + m + ")"
 	}
 	return nil, fielderr.New(daemon.FieldExecutor, name, "unknown executor%s: use one of %s", why, strings.Join(names, ", "))
+}
+
+// executorsCommand is `gpupass-agent executors`: the --executor values
+// this build has, one a line. gpupass up asks the agent it starts, so an
+// executor added to the agent is one up takes too.
+func executorsCommand(bs []daemon.Backend) *cobra.Command {
+	return &cobra.Command{
+		Use:   "executors",
+		Short: "List the executors this gpupass-agent has (--executor values), one a line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, b := range bs {
+				if _, err := fmt.Fprintln(cmd.OutOrStdout(), b.Name()); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
 }
 
 // factsCommand is `gpupass-agent facts`: the probes of the suite, run on

@@ -45,6 +45,11 @@ func TestNewExecutorIsOneLine(t *testing.T) {
 			t.Errorf("--help does not say %q:\n%s", want, out.String())
 		}
 	}
+	// gpupass up asks the agent which executors it has.
+	out.Reset()
+	if code := Main(context.Background(), []string{"executors"}, &out, &errw); code != 0 || !strings.HasPrefix(out.String(), "local\nslurm\n") || !strings.HasSuffix(out.String(), "\nfake\n") {
+		t.Errorf("gpupass-agent executors: exit %d, %q; want local, slurm, …, fake", code, out.String())
+	}
 	base := []string{"--broker-url", "http://127.0.0.1:1", "--broker-token", "x", "--region", "r", "--state-dir", t.TempDir()}
 	for _, tt := range []struct {
 		args []string

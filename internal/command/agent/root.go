@@ -155,6 +155,7 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 	co.SuiteInterval = 1 << 62 // unused by check, but Validate wants a sane value
 	root.AddCommand(check)
 	root.AddCommand(factsCommand())
+	root.AddCommand(executorsCommand(bs))
 
 	root.AddCommand(&cobra.Command{
 		Use:   "profiles",
