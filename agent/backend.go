@@ -46,6 +46,15 @@ type FlagSet interface {
 	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
 }
 
+// About is a backend's Name and Usage; a Backend embeds it.
+type About struct {
+	// Executor is the --executor value, Help its part of the help.
+	Executor, Help string
+}
+
+func (a About) Name() string  { return a.Executor }
+func (a About) Usage() string { return a.Help }
+
 // RootReasoner is a Backend that says why starting jobs as other users
 // needs the agent to run as root there (Options.RootReason).
 type RootReasoner interface {
@@ -97,12 +106,12 @@ func (o *Options) JobUIDRange() *executor.UIDRange { return o.runAsRange }
 const ExecutorLocal = "local"
 
 // LocalBackend is the local executor: this machine is the node.
-func LocalBackend() Backend { return localBackend{} }
+func LocalBackend() Backend {
+	return localBackend{About{Executor: ExecutorLocal, Help: "processes on this node"}}
+}
 
-type localBackend struct{}
+type localBackend struct{ About }
 
-func (localBackend) Name() string                 { return ExecutorLocal }
-func (localBackend) Usage() string                { return "processes on this node" }
 func (localBackend) AddFlags(FlagSet)             {}
 func (localBackend) FlagNames() map[string]string { return nil }
 

@@ -32,30 +32,73 @@ type RemoteNode interface {
 // RemoteSuite is a node's conformance suite: every probe runs on the node,
 // in the one measurement its cluster makes.
 func RemoteSuite(n RemoteNode, o *Options) *suite.Suite {
+	m := &measurement{n: n}
 	var ps []probe.Probe
 	for _, name := range []string{"gpu", "nvcc", "python", "storage", "fips"} {
-		ps = append(ps, remoteProbe{name: name, n: n, o: o})
+		ps = append(ps, remoteProbe{name: name, m: m, o: o})
 	}
 	return suite.New(ps...)
+}
+
+// measurement is a node's last measurement, which the probes of one suite
+// run share: the node is measured once for all of them.
+type measurement struct {
+	n     RemoteNode
+	mu    sync.Mutex
+	facts *probe.Facts
+	err   error
+	at    time.Time
+}
+
+func (m *measurement) get(ctx context.Context, o *Options) (*probe.Facts, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if time.Since(m.at) < 2*time.Second {
+		return m.facts, m.err
+	}
+	m.facts, m.err = m.n.Measure(ctx, o)
+	m.at = time.Now()
+	return m.facts, m.err
+}
+
+// Watched is what a backend last read of one of its cluster's nodes: set
+// by its refresh, read by the agent that stands for the node.
+type Watched[T any] struct {
+	mu sync.Mutex
+	v  T
+}
+
+// Get is the node as last read.
+func (w *Watched[T]) Get() T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.v
+}
+
+// Set records the node as read now.
+func (w *Watched[T]) Set(v T) {
+	w.mu.Lock()
+	w.v = v
+	w.mu.Unlock()
 }
 
 // remoteProbe is one probe's section of what the node's measurement found.
 type remoteProbe struct {
 	name string
-	n    RemoteNode
+	m    *measurement
 	o    *Options
 }
 
 func (p remoteProbe) Name() string { return p.name }
 
 func (p remoteProbe) Measure(ctx context.Context) (probe.Section, error) {
-	f, err := p.n.Measure(ctx, p.o)
+	f, err := p.m.get(ctx, p.o)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	if err != nil {
 		// What could not be measured fails the node's checks, with why.
-		note := "measuring through " + p.n.Via() + ": " + err.Error()
+		note := "measuring through " + p.m.n.Via() + ": " + err.Error()
 		f = &probe.Facts{}
 		f.GPU.Reason, f.NVCC.Reason, f.Python.Reason = note, note, note
 	}

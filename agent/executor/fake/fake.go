@@ -36,15 +36,15 @@ const (
 const CheckName = "fake.node"
 
 // Backend is the fake executor.
-func Backend() agent.Backend { return &backend{} }
+func Backend() agent.Backend {
+	return &backend{About: agent.About{Executor: Name, Help: "test-only: nodes that are all this machine; see --fake-*"}}
+}
 
 type backend struct {
+	agent.About
 	dir   string
 	nodes int
 }
-
-func (*backend) Name() string  { return Name }
-func (*backend) Usage() string { return "test-only: nodes that are all this machine; see --fake-*" }
 
 func (b *backend) AddFlags(f agent.FlagSet) {
 	f.StringVar(&b.dir, "fake-dir", "", "with --executor fake: absolute directory the fake cluster's nodes share (runs' work dirs)")

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/agent"
@@ -97,14 +96,13 @@ func kubeRunAs(v string, euid, egid int) (*RunAs, error) {
 
 // Backend is the Kubernetes executor (agent.Backend): the agent runs in
 // the cluster or beside it and stands for each GPU node.
-func Backend() agent.Backend { return &backend{} }
+func Backend() agent.Backend {
+	return &backend{About: agent.About{Executor: Name, Help: "Jobs on a cluster's GPU nodes, each enrolled as a node of its own; see --kube-*"}}
+}
 
-type backend struct{ flags Flags }
-
-func (*backend) Name() string { return Name }
-
-func (*backend) Usage() string {
-	return "Jobs on a cluster's GPU nodes, each enrolled as a node of its own; see --kube-*"
+type backend struct {
+	agent.About
+	flags Flags
 }
 
 func (b *backend) AddFlags(f agent.FlagSet) {
@@ -180,26 +178,10 @@ type kubeNode struct {
 	flags   Flags
 	log     *slog.Logger
 
-	mu   sync.Mutex
-	node Node
-
-	factsMu sync.Mutex
-	facts   *probe.Facts
-	factsAt time.Time
-	factsOK error
+	node agent.Watched[Node]
 }
 
-func (n *kubeNode) current() Node {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.node
-}
-
-func (n *kubeNode) set(node Node) {
-	n.mu.Lock()
-	n.node = node
-	n.mu.Unlock()
-}
+func (n *kubeNode) current() Node { return n.node.Get() }
 
 func (n *kubeNode) dir() string {
 	return filepath.Join(n.flags.SharedDir, "gpupass", n.cluster, n.name)
@@ -228,11 +210,6 @@ func (n *kubeNode) Orphaned(ctx context.Context, allocID string) string {
 // Measure runs the probes in the image on the node, as one Job, and
 // returns what they found; the probes of one suite run share it.
 func (n *kubeNode) Measure(ctx context.Context, o *agent.Options) (*probe.Facts, error) {
-	n.factsMu.Lock()
-	defer n.factsMu.Unlock()
-	if time.Since(n.factsAt) < 2*time.Second {
-		return n.facts, n.factsOK
-	}
 	if why := n.current().Unavailable(); why != "" {
 		// The Job would wait as long as the node is out.
 		return nil, fmt.Errorf("not measured: %s", why)
@@ -257,7 +234,6 @@ func (n *kubeNode) Measure(ctx context.Context, o *agent.Options) (*probe.Facts,
 			err = fmt.Errorf("reading the conformance job's output on %s: %w", n.name, err)
 		}
 	}
-	n.facts, n.factsOK, n.factsAt = &f, err, time.Now()
 	return &f, err
 }
 
@@ -356,10 +332,11 @@ func Run(ctx context.Context, o *agent.Options, k *Flags, log *slog.Logger) erro
 		for _, nd := range nodes {
 			seen[nd.Name] = true
 			if kn, ok := running[nd.Name]; ok {
-				kn.set(nd)
+				kn.node.Set(nd)
 				continue
 			}
-			kn := &kubeNode{client: client, cluster: cluster, name: nd.Name, flags: *k, node: nd, log: log.With("kube_node", nd.Name)}
+			kn := &kubeNode{client: client, cluster: cluster, name: nd.Name, flags: *k, log: log.With("kube_node", nd.Name)}
+			kn.node.Set(nd)
 			if err := agents.Start(ctx, nd.Name, kn.log, kn, ""); err != nil {
 				return err
 			}
@@ -370,7 +347,7 @@ func Run(ctx context.Context, o *agent.Options, k *Flags, log *slog.Logger) erro
 			if !seen[name] {
 				// Deleted from the cluster (or no longer selected): its
 				// broker node stays, uncertified, with why.
-				kn.set(Node{Name: name, NotReady: "gone from the cluster's GPU nodes"})
+				kn.node.Set(Node{Name: name, NotReady: "gone from the cluster's GPU nodes"})
 			}
 		}
 		return nil

@@ -67,14 +67,13 @@ type Flags struct {
 // Backend is the Slurm executor (agent.Backend): the agent runs where
 // Slurm's client tools work and stands for each compute node of the
 // partitions.
-func Backend() agent.Backend { return &backend{} }
+func Backend() agent.Backend {
+	return &backend{About: agent.About{Executor: Name, Help: "batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*"}}
+}
 
-type backend struct{ flags Flags }
-
-func (*backend) Name() string { return Name }
-
-func (*backend) Usage() string {
-	return "batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*"
+type backend struct {
+	agent.About
+	flags Flags
 }
 
 func (b *backend) AddFlags(f agent.FlagSet) {
@@ -202,15 +201,15 @@ type slurmNode struct {
 	// measurement is kept there for an agent restarted under a run.
 	stateDir string
 
-	mu   sync.Mutex
-	node Node
+	node agent.Watched[Node]
+
+	mu sync.Mutex
 	// job is the newest batch job seen on the node (one run at a time).
 	job Job
-
-	factsMu sync.Mutex
+	// facts is the node's last successful measurement in this process,
+	// made at factsAt (Measure's, which the agent calls one at a time).
 	facts   *probe.Facts
 	factsAt time.Time
-	factsOK error
 	// reused, when set, says the node's facts are its last measurement,
 	// reused while a run's job holds the node (the slurm.node check says
 	// so). Guarded by mu.
@@ -229,7 +228,7 @@ type savedFacts struct {
 // lastFacts is the node's last successful measurement: this process's,
 // else the one an earlier agent process kept in the state dir.
 func (n *slurmNode) lastFacts() (*probe.Facts, time.Time, bool) {
-	if n.facts != nil && n.factsOK == nil && !n.factsAt.IsZero() {
+	if n.facts != nil {
 		return n.facts, n.factsAt, true
 	}
 	b, err := os.ReadFile(filepath.Join(n.stateDir, lastFactsFile))
@@ -250,17 +249,7 @@ func (n *slurmNode) setReused(why string) {
 	n.mu.Unlock()
 }
 
-func (n *slurmNode) current() Node {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.node
-}
-
-func (n *slurmNode) set(node Node) {
-	n.mu.Lock()
-	n.node = node
-	n.mu.Unlock()
-}
+func (n *slurmNode) current() Node { return n.node.Get() }
 
 // Runner runs the node's attempts as batch jobs pinned to it.
 func (n *slurmNode) Runner() executor.Runner {
@@ -313,11 +302,6 @@ func (n *slurmNode) WorkRoot() string { return filepath.Join(n.dir(), "runs") }
 // Measure runs the probes on the compute node as one job step and
 // returns what they found; the probes of one suite run share it.
 func (n *slurmNode) Measure(ctx context.Context, o *agent.Options) (*probe.Facts, error) {
-	n.factsMu.Lock()
-	defer n.factsMu.Unlock()
-	if time.Since(n.factsAt) < 2*time.Second {
-		return n.facts, n.factsOK
-	}
 	if why := n.current().Unavailable(); why != "" {
 		// srun would wait for the node as long as Slurm keeps it out.
 		n.setReused("")
@@ -358,8 +342,8 @@ func (n *slurmNode) Measure(ctx context.Context, o *agent.Options) (*probe.Facts
 			err = fmt.Errorf("reading the conformance step's output on %s: %w", n.name, jerr)
 		}
 	}
-	n.facts, n.factsOK, n.factsAt = &f, err, time.Now()
 	if err == nil {
+		n.facts, n.factsAt = &f, time.Now()
 		n.setReused("")
 		b, _ := json.Marshal(savedFacts{MeasuredAt: n.factsAt.UTC(), Facts: f})
 		if werr := fsutil.WriteFileAtomic(filepath.Join(n.stateDir, lastFactsFile), b, 0o600); werr != nil {
@@ -458,7 +442,7 @@ func Run(ctx context.Context, o *agent.Options, s *Flags, log *slog.Logger) erro
 		defer mu.Unlock()
 		for _, nd := range nodes {
 			if sn, ok := running[nd.Name]; ok {
-				sn.set(nd)
+				sn.node.Set(nd)
 				continue
 			}
 			part := ""
@@ -469,7 +453,8 @@ func Run(ctx context.Context, o *agent.Options, s *Flags, log *slog.Logger) erro
 				}
 			}
 			sn := &slurmNode{client: client, ledger: ledger, cluster: cluster, name: nd.Name, partition: part, sharedDir: s.SharedDir,
-				exe: s.AgentBinary, timeLimit: s.TimeLimit, node: nd, log: log.With("slurm_node", nd.Name)}
+				exe: s.AgentBinary, timeLimit: s.TimeLimit, log: log.With("slurm_node", nd.Name)}
+			sn.node.Set(nd)
 			sn.stateDir = agents.NodeStateDir(nd.Name)
 			if err := agents.Start(ctx, nd.Name, sn.log, sn, simulateFor(o, s, nd.Name)); err != nil {
 				return err

@@ -35,7 +35,8 @@ func TestGresCheck(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			n := &slurmNode{name: tt.node.Name, node: tt.node, log: slog.New(slog.DiscardHandler)}
+			n := &slurmNode{name: tt.node.Name, log: slog.New(slog.DiscardHandler)}
+			n.node.Set(tt.node)
 			c := n.gresCheck(tt.facts)
 			if c.Name != conformance.CheckSlurmGres || c.Status != tt.status || c.Expected != tt.expected || !strings.Contains(c.Message, tt.message) {
 				t.Errorf("check = %+v, want %s, expected %s, message with %q", c, tt.status, tt.expected, tt.message)
