@@ -132,9 +132,9 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir %s: %w", o.StateDir, err)
 	}
-	if ra, field := o.jobUser(); ra != nil && o.slurm != nil {
-		// A Slurm run's work dir is in the shared dir, not here.
-		if err := ra.CanReach(o.slurm.sharedDir); err != nil {
+	if ra, field := o.jobUser(); ra != nil && o.standsFor != nil && o.standsFor.JobDir() != "" {
+		// A cluster run's work dir is in the shared dir, not here.
+		if err := ra.CanReach(o.standsFor.JobDir()); err != nil {
 			return nil, fielderr.New(field, ra.Spec, "%w", err)
 		}
 	} else if ra != nil {
@@ -201,13 +201,22 @@ func New(o *Options, log *slog.Logger) (*Agent, error) {
 	}
 	a.suite = suite.New(gpu, nvcc, a.python(nil), probe.Storage{Path: storage},
 		probe.ReadThroughput{Path: storage, Bytes: int64(o.ReadProbeMB) << 20}, probe.FIPS{})
-	if o.slurm != nil {
-		a.suite = o.slurm.suite(o)
-	}
-	if o.kube != nil {
-		a.suite = o.kube.suite(o)
+	if o.standsFor != nil {
+		a.suite = o.standsFor.Suite(o)
 	}
 	return a, nil
+}
+
+// Facts runs the probes of the suite once and returns what they found:
+// the `gpupass-agent facts` command, run on a cluster's node (a Slurm job
+// step, a Kubernetes Job) for the agent that stands for it, which checks
+// and signs them.
+func (a *Agent) Facts(ctx context.Context) (*probe.Facts, error) {
+	res, err := a.suite.Run(ctx, a.expectations())
+	if err != nil {
+		return nil, err
+	}
+	return &res.Facts, nil
 }
 
 // PublicKeyPEM returns the agent's PKIX PEM public key.
@@ -228,14 +237,12 @@ func (a *Agent) measure(ctx context.Context) (*SignedReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.o.slurm != nil {
+	if a.o.standsFor != nil {
 		// First: where and how the node was measured is the cause when
 		// the rest fail (a drained node is not measured at all), and the
 		// broker keeps only the first few failed checks.
-		res.Checks = append([]conformance.Check{a.o.slurm.check(), a.o.slurm.gresCheck(&res.Facts)}, res.Checks...)
-	}
-	if a.o.kube != nil {
-		res.Checks = append(res.Checks, a.o.kube.check())
+		first, last := a.o.standsFor.Checks(&res.Facts)
+		res.Checks = append(append(first, res.Checks...), last...)
 	}
 	a.metrics.Conformance(res.Checks, res.Wall)
 	a.mu.Lock()

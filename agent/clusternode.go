@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -18,43 +19,86 @@ import (
 // node (or in a cluster) stands for every node of the cluster, one broker
 // node each, and measures each node where it is, through the cluster.
 
-// remoteNode is a node measured through its cluster: a Slurm job step, a
+// RemoteNode is a node measured through its cluster: a Slurm job step, a
 // Kubernetes Job.
-type remoteNode interface {
-	// measure runs the agent's facts command on the node once for all
-	// the probes of a suite run (remoteArgs).
-	measure(ctx context.Context, o *Options) (*probe.Facts, error)
-	// via names the cluster in the reason a failed measurement gives.
-	via() string
+type RemoteNode interface {
+	// Measure runs the agent's facts command on the node once for all
+	// the probes of a suite run (RemoteArgs).
+	Measure(ctx context.Context, o *Options) (*probe.Facts, error)
+	// Via names the cluster in the reason a failed measurement gives.
+	Via() string
 }
 
-// remoteSuite is a node's conformance suite: every probe runs on the node,
+// RemoteSuite is a node's conformance suite: every probe runs on the node,
 // in the one measurement its cluster makes.
-func remoteSuite(n remoteNode, o *Options) *suite.Suite {
+func RemoteSuite(n RemoteNode, o *Options) *suite.Suite {
+	m := &measurement{n: n}
 	var ps []probe.Probe
 	for _, name := range []string{"gpu", "nvcc", "python", "storage", "fips"} {
-		ps = append(ps, remoteProbe{name: name, n: n, o: o})
+		ps = append(ps, remoteProbe{name: name, m: m, o: o})
 	}
 	return suite.New(ps...)
+}
+
+// measurement is a node's last measurement, which the probes of one suite
+// run share: the node is measured once for all of them.
+type measurement struct {
+	n     RemoteNode
+	mu    sync.Mutex
+	facts *probe.Facts
+	err   error
+	at    time.Time
+}
+
+func (m *measurement) get(ctx context.Context, o *Options) (*probe.Facts, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if time.Since(m.at) < 2*time.Second {
+		return m.facts, m.err
+	}
+	m.facts, m.err = m.n.Measure(ctx, o)
+	m.at = time.Now()
+	return m.facts, m.err
+}
+
+// Watched is what a backend last read of one of its cluster's nodes: set
+// by its refresh, read by the agent that stands for the node.
+type Watched[T any] struct {
+	mu sync.Mutex
+	v  T
+}
+
+// Get is the node as last read.
+func (w *Watched[T]) Get() T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.v
+}
+
+// Set records the node as read now.
+func (w *Watched[T]) Set(v T) {
+	w.mu.Lock()
+	w.v = v
+	w.mu.Unlock()
 }
 
 // remoteProbe is one probe's section of what the node's measurement found.
 type remoteProbe struct {
 	name string
-	n    remoteNode
+	m    *measurement
 	o    *Options
 }
 
 func (p remoteProbe) Name() string { return p.name }
 
 func (p remoteProbe) Measure(ctx context.Context) (probe.Section, error) {
-	f, err := p.n.measure(ctx, p.o)
+	f, err := p.m.get(ctx, p.o)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	if err != nil {
 		// What could not be measured fails the node's checks, with why.
-		note := "measuring through " + p.n.via() + ": " + err.Error()
+		note := "measuring through " + p.m.n.Via() + ": " + err.Error()
 		f = &probe.Facts{}
 		f.GPU.Reason, f.NVCC.Reason, f.Python.Reason = note, note, note
 	}
@@ -71,12 +115,12 @@ func (p remoteProbe) Measure(ctx context.Context) (probe.Section, error) {
 	return f.FIPS, nil
 }
 
-// remoteArgs is the agent's facts command (exe, as the node sees it), run
+// RemoteArgs is the agent's facts command (exe, as the node sees it), run
 // on the node with dir, the node's own dir in the shared dir, for the
 // storage probe. The facts command's state dir holds a key that signs
 // nothing; it stays so a simulated profile keeps its GPU UUIDs from one
 // measurement to the next.
-func remoteArgs(exe, dir string, o *Options) []string {
+func RemoteArgs(exe, dir string, o *Options) []string {
 	args := []string{exe, "facts", "--python", o.Python, "--read-probe-mb", strconv.Itoa(o.ReadProbeMB),
 		"--storage-path", dir, "--state-dir", filepath.Join(dir, "facts")}
 	if o.Simulate != "" {
@@ -88,10 +132,10 @@ func remoteArgs(exe, dir string, o *Options) []string {
 	return args
 }
 
-// clusterAgents runs one agent per node of a cluster until ctx ends, all
+// ClusterAgents runs one agent per node of a cluster until ctx ends, all
 // over one connection to the broker: each request names and proves its
 // node, so the nodes share one ControlPlane.
-type clusterAgents struct {
+type ClusterAgents struct {
 	o *Options
 	// kind is the executor (slurm, kubernetes): the provider is
 	// KIND:CLUSTER and each node's state dir --state-dir/KIND/CLUSTER-NODE.
@@ -105,7 +149,9 @@ type clusterAgents struct {
 	errs chan error
 }
 
-func newClusterAgents(o *Options, kind, cluster string, refresh time.Duration, log *slog.Logger) (*clusterAgents, error) {
+// NewClusterAgents dials the broker for the agents of cluster, whose
+// backend is kind.
+func NewClusterAgents(o *Options, kind, cluster string, refresh time.Duration, log *slog.Logger) (*ClusterAgents, error) {
 	tlsConf, err := o.tlsConfig()
 	if err != nil {
 		return nil, err
@@ -117,23 +163,25 @@ func newClusterAgents(o *Options, kind, cluster string, refresh time.Duration, l
 	if err != nil {
 		return nil, err
 	}
-	return &clusterAgents{o: o, kind: kind, cluster: cluster, refresh: refresh, log: log, cp: NewControlPlane(clients), errs: make(chan error, 1)}, nil
+	return &ClusterAgents{o: o, kind: kind, cluster: cluster, refresh: refresh, log: log, cp: NewControlPlane(clients), errs: make(chan error, 1)}, nil
 }
 
-// nodeStateDir is the node's own state dir (identity key, reports), so
+var nodeIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// NodeStateDir is the node's own state dir (identity key, reports), so
 // its broker node id is stable across restarts.
-func (c *clusterAgents) nodeStateDir(node string) string {
+func (c *ClusterAgents) NodeStateDir(node string) string {
 	return filepath.Join(c.o.StateDir, c.kind, nodeIDUnsafe.ReplaceAllString(c.cluster+"-"+node, "_"))
 }
 
-// start starts the agent that stands for node: hostname the node's name,
-// an identity of its own (nodeStateDir), its suite run at least once a
-// refresh so a node the cluster takes out is reported within one. backend
-// sets what the executor's agent needs on its copy of the options (the
-// node it stands for).
-func (c *clusterAgents) start(ctx context.Context, node string, log *slog.Logger, backend func(*Options)) error {
+// Start starts the agent that stands for n, the cluster's node named
+// node: hostname the node's name, an identity of its own (NodeStateDir),
+// simulate its hardware profile (--simulate when ""), its suite run at
+// least once a refresh so a node the cluster takes out is reported within
+// one.
+func (c *ClusterAgents) Start(ctx context.Context, node string, log *slog.Logger, n Node, simulate string) error {
 	clone := *c.o
-	clone.StateDir = c.nodeStateDir(node)
+	clone.StateDir = c.NodeStateDir(node)
 	clone.Provider = c.kind + ":" + c.cluster
 	clone.Hostname = node
 	// Serve, not Run: no query endpoint per node.
@@ -143,7 +191,10 @@ func (c *clusterAgents) start(ctx context.Context, node string, log *slog.Logger
 	if clone.SuiteInterval > c.refresh {
 		clone.SuiteInterval = c.refresh
 	}
-	backend(&clone)
+	clone.standsFor = n
+	if simulate != "" {
+		clone.Simulate = simulate
+	}
 	a, err := New(&clone, log)
 	if err != nil {
 		return fmt.Errorf("%s node %s: %w", c.kind, node, err)
@@ -161,11 +212,11 @@ func (c *clusterAgents) start(ctx context.Context, node string, log *slog.Logger
 	return nil
 }
 
-// run reads the cluster's nodes (refresh, which starts an agent for each
+// Run reads the cluster's nodes (refresh, which starts an agent for each
 // new one) now and every c.refresh until ctx ends or a node's agent
 // fails; a failed first read is the caller's error, a later one keeps the
 // last view.
-func (c *clusterAgents) run(ctx context.Context, refresh func() error) error {
+func (c *ClusterAgents) Run(ctx context.Context, refresh func() error) error {
 	if err := refresh(); err != nil {
 		return err
 	}

@@ -83,53 +83,37 @@ type Options struct {
 	// (executor.OutputLimits); -1 turns one off.
 	RunLogLinesPerSecond int
 	RunLogMaxMB          int
-	// Executor is where runs go: local (processes on this node) or
-	// slurm (batch jobs on a cluster's compute nodes; agent/slurm.go).
-	Executor      string
-	Slurm         SlurmFlags
-	SlurmSimulate []string
-	// slurm, set by RunSlurm, makes this agent stand for one compute node.
-	slurm *slurmNode
-	// Kube configures --executor kubernetes (agent/kubernetes.go); kube,
-	// set by RunKubernetes, makes this agent stand for one GPU node.
-	Kube KubeFlags
-	kube *kubeNode
+	// Executor is where runs go: the Name of a Backend (--executor).
+	Executor string
+	// RootReason, set from the executor's Backend (RootReasoner), says
+	// in Validate's errors why job users need the agent to run as root.
+	RootReason string
+	// standsFor, set by StandFor, makes this agent stand for one node of a
+	// cluster; nil: this machine is the node.
+	standsFor Node
 }
 
 // Fields of the errors Validate returns, in the agent's terms (with
 // executor.FieldRunAs and executor.FieldUIDRange).
 const (
-	FieldBrokerURL        = "broker URL"
-	FieldStateDir         = "state dir"
-	FieldBrokerToken      = "broker token"
-	FieldRegion           = "region"
-	FieldStorageClass     = "storage class"
-	FieldPricePerHour     = "price per hour"
-	FieldBandwidth        = "bandwidth"
-	FieldSuiteInterval    = "suite interval"
-	FieldRunLogLines      = "run log lines per second"
-	FieldRunLogMB         = "run log MB"
-	FieldKeepRuns         = "kept runs"
-	FieldReadProbeMB      = "read probe MiB"
-	FieldRunCgroup        = "run cgroup"
-	FieldRunPidsMax       = "run pids max"
-	FieldRunPrivateTmp    = "run private tmp"
-	FieldRunShmSize       = "run shm size"
-	FieldRunKillTimeout   = "run kill timeout"
-	FieldExecutor         = "executor"
-	FieldSlurmSharedDir   = "slurm shared dir"
-	FieldSlurmRefresh     = "slurm refresh"
-	FieldSlurmAgentBinary = "slurm agent binary"
-	FieldSlurmSimulate    = "slurm simulated node"
-	FieldSlurmLedgerDir   = "slurm ledger dir"
-	FieldKubeconfig       = "kubeconfig"
-	FieldKubeImage        = "kubernetes run image"
-	FieldKubeNamespace    = "kubernetes namespace"
-	FieldKubeSharedDir    = "kubernetes shared dir"
-	FieldKubeRefresh      = "kubernetes refresh"
-	FieldKubeTimeLimit    = "kubernetes time limit"
-	FieldKubeCluster      = "kubernetes cluster"
-	FieldKubeRunAs        = "kubernetes pods' user"
+	FieldBrokerURL      = "broker URL"
+	FieldStateDir       = "state dir"
+	FieldBrokerToken    = "broker token"
+	FieldRegion         = "region"
+	FieldStorageClass   = "storage class"
+	FieldPricePerHour   = "price per hour"
+	FieldBandwidth      = "bandwidth"
+	FieldSuiteInterval  = "suite interval"
+	FieldRunLogLines    = "run log lines per second"
+	FieldRunLogMB       = "run log MB"
+	FieldKeepRuns       = "kept runs"
+	FieldReadProbeMB    = "read probe MiB"
+	FieldRunCgroup      = "run cgroup"
+	FieldRunPidsMax     = "run pids max"
+	FieldRunPrivateTmp  = "run private tmp"
+	FieldRunShmSize     = "run shm size"
+	FieldRunKillTimeout = "run kill timeout"
+	FieldExecutor       = "executor"
 )
 
 // geteuid is os.Geteuid; tests replace it.
@@ -187,7 +171,7 @@ func (o *Options) Validate(daemon bool) error {
 			return err
 		}
 		if euid := geteuid(); euid != 0 {
-			return fielderr.New(executor.FieldRunAs, o.RunAs, "starting jobs as another user needs the agent to run as root (it runs as uid %d)%s; run the agent as root, or drop the {job user}", euid, o.slurmRootWhy())
+			return fielderr.New(executor.FieldRunAs, o.RunAs, "starting jobs as another user needs the agent to run as root (it runs as uid %d)%s; run the agent as root, or drop the {job user}", euid, o.rootWhy())
 		}
 		o.runAs = r
 	}
@@ -200,7 +184,7 @@ func (o *Options) Validate(daemon bool) error {
 			return err
 		}
 		if euid := geteuid(); euid != 0 {
-			return fielderr.New(executor.FieldUIDRange, o.RunAsRange, "starting jobs as other users needs the agent to run as root (it runs as uid %d)%s; run the agent as root, or drop the {job uid range}", euid, o.slurmRootWhy())
+			return fielderr.New(executor.FieldUIDRange, o.RunAsRange, "starting jobs as other users needs the agent to run as root (it runs as uid %d)%s; run the agent as root, or drop the {job uid range}", euid, o.rootWhy())
 		}
 		o.runAsRange = r
 	}
@@ -231,13 +215,12 @@ func (o *Options) Validate(daemon bool) error {
 	return nil
 }
 
-// slurmRootWhy says, for --executor slurm, why root and not the cluster's
-// SlurmUser, which Slurm also lets submit as another uid.
-func (o *Options) slurmRootWhy() string {
-	if o.Executor != ExecutorSlurm {
+// rootWhy is " " and RootReason, when the executor gave one.
+func (o *Options) rootWhy() string {
+	if o.RootReason == "" {
 		return ""
 	}
-	return " on the login node: Slurm lets only root or its SlurmUser submit a job as another uid (sbatch --uid), and the agent hands each run's dir in the shared dir to the run's uid, which only root may"
+	return " " + o.RootReason
 }
 
 // jobUser is the user jobs run as (a sample of the job uid range) and

@@ -385,22 +385,13 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Bundles: BundleInstaller{Registry: a.o.Registry, Log: a.log, VerifyRecord: a.o.VerifyRecord},
 	}
 	l.RunReport = a.runReporter(src)
-	if a.o.slurm != nil {
-		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.slurm.runner(), a.o.slurm.workRoot(), a.o.slurm.orphaned
-		l.Placement = a.o.slurm.placement
-		// Batch jobs outlive the agent: a restarted one follows them on.
+	if n := a.o.standsFor; n != nil {
+		l.Executor.Runner, l.WorkRoot, l.Orphaned, l.Placement = n.Runner(), n.WorkRoot(), n.Orphaned, n.Placement
+		// A cluster's jobs outlive the agent: a restarted one finds
+		// them again and follows them on from the spool's mark.
 		l.Executor.Marks = true
-	}
-	if a.o.kube != nil {
-		l.Executor.Runner, l.WorkRoot, l.Orphaned = a.o.kube.runner(), a.o.kube.workRoot(), a.o.kube.orphaned
-		// Jobs outlive the agent: a restarted one finds them again by
-		// name and follows them on from the spool's mark.
-		l.Executor.Marks = true
-	}
-	if a.o.slurm == nil && a.o.kube == nil {
-		if l.Executor.PrivateTmp, err = a.runPrivateTmp(); err != nil {
-			return nil, err
-		}
+	} else if l.Executor.PrivateTmp, err = a.runPrivateTmp(); err != nil {
+		return nil, err
 	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics
@@ -459,11 +450,12 @@ func (a *Agent) runCgroups() (*executor.Cgroups, error) {
 			}
 		}
 	}
-	// A Slurm run's processes are jobs on the compute nodes, ended by
-	// the range's Guard: here a process of the range's uids is none of
-	// this agent's (a login node that is a compute node too runs the
-	// jobs of the agent's live runs, which a restarted agent follows on).
-	if r := a.o.runAsRange; r != nil && a.o.slurm == nil {
+	// A cluster run's processes are jobs on the cluster's nodes, ended
+	// by its backend (Slurm: the range's Guard): here a process of the
+	// range's uids is none of this agent's (a login node that is a
+	// compute node too runs the jobs of the agent's live runs, which a
+	// restarted agent follows on).
+	if r := a.o.runAsRange; r != nil && a.o.standsFor == nil {
 		if err := r.Reap(a.o.RunKillTimeout); err != nil {
 			a.log.Error("killing what runs of an earlier agent process left; their uids are not handed out", "err", err)
 		}

@@ -109,19 +109,29 @@ func TestReleaseBuild(t *testing.T) {
 	all := untar(t, filepath.Join(dist, "gpupass-all_"+strings.ReplaceAll(host, "/", "_")+".tar.gz"))
 	wantAll := []string{"gpupass", "gpupass-audit", "gpupass-broker"}
 	if runtime.GOOS == "linux" {
-		wantAll = []string{"gpupass", "gpupass-agent", "gpupass-audit", "gpupass-broker"}
+		// gpupass-agent for a GPU node (-tags nokube), and the one with
+		// the Kubernetes executor that the agent image holds.
+		wantAll = []string{"gpupass", "gpupass-agent", "gpupass-agent-kubernetes", "gpupass-audit", "gpupass-broker"}
 	}
 	if diff := cmp.Diff(wantAll, keys(all)); diff != "" {
 		t.Errorf("the -all archive holds (-want +got):\n%s", diff)
 	}
-	if runtime.GOOS == "linux" {
-		f, err := elf.NewFile(bytes.NewReader(all["gpupass-agent"]))
+	for _, agent := range []string{"gpupass-agent", "gpupass-agent-kubernetes"} {
+		if runtime.GOOS != "linux" {
+			break
+		}
+		f, err := elf.NewFile(bytes.NewReader(all[agent]))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if libs, _ := f.ImportedLibraries(); len(libs) == 0 {
-			t.Errorf("gpupass-agent is statically linked: it must be built with cgo for NVML")
+			t.Errorf("%s is statically linked: it must be built with cgo for NVML", agent)
 		}
+	}
+	// The GPU node's agent links no client-go (cmd/gpupass-agent's
+	// TestNodeAgentSize holds the build to 15 MiB).
+	if n := len(all["gpupass-agent"]); runtime.GOOS == "linux" && n > 15<<20 {
+		t.Errorf("the release's gpupass-agent is %.2f MiB, over 15 MiB: built without -tags nokube?", float64(n)/(1<<20))
 	}
 	// The host CLI runs and carries the release version.
 	bin := filepath.Join(t.TempDir(), "gpupass")

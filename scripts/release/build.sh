@@ -3,7 +3,10 @@
 # gpupass_<os>_<arch>.tar.gz (the CLI: gpupass and gpupass-audit, which
 # holds the audit commands; what the GitHub Action installs) and, on a
 # native runner, gpupass-all_<os>_<arch>.tar.gz (CLI, broker and, on
-# Linux, the agent).
+# Linux, the agent: gpupass-agent for a GPU node, built -tags nokube so it
+# links no client-go and stays under 15 MiB, and gpupass-agent-kubernetes,
+# the agent with the Kubernetes executor that the gpupass-agent image
+# holds, which runs in or beside a cluster).
 # The CLI is pure Go and cross-compiles. The agent links NVML through cgo
 # and uses Linux process APIs, so it is built natively and for Linux only
 # (the release workflow runs one native runner per platform); a cross
@@ -30,7 +33,8 @@ fi
 bins=(gpupass gpupass-audit gpupass-broker)
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-broker" ./cmd/gpupass-broker
 if [ "$GOOS" = linux ]; then
-	CGO_ENABLED=1 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-agent" ./cmd/gpupass-agent
-	bins+=(gpupass-agent)
+	CGO_ENABLED=1 go build -trimpath -tags nokube -ldflags "$ldflags" -o "$out/gpupass-agent" ./cmd/gpupass-agent
+	CGO_ENABLED=1 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-agent-kubernetes" ./cmd/gpupass-agent
+	bins+=(gpupass-agent gpupass-agent-kubernetes)
 fi
 tar -czf "$dist/gpupass-all_${GOOS}_${GOARCH}.tar.gz" -C "$out" "${bins[@]}"

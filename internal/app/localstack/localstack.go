@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -173,6 +174,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		if agentBin, err = findBinary("gpupass-agent"); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkExecutor(ctx, agentBin, o.Executor); err != nil {
+		return nil, err
 	}
 	dir, err := filepath.Abs(o.StateDir)
 	if err != nil {
@@ -377,6 +381,26 @@ func (st *Stack) Supervise(ctx context.Context, restarted func(Restart)) error {
 
 // Stop ends the agents first (they report their runs), then the broker.
 func (st *Stack) Stop() { st.stop(st.log) }
+
+// checkExecutor asks the agent which executors it has (gpupass-agent
+// executors): an executor added to the agent is one up runs, with its
+// settings from the environment (GPUPASS_*, which every agent inherits)
+// or AgentArgs, and a name the agent lacks is refused before anything
+// starts.
+func checkExecutor(ctx context.Context, agentBin, name string) error {
+	if name == "" || name == "local" {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, agentBin, "executors").Output()
+	if err != nil {
+		return fmt.Errorf("asking the agent for its executors (%s executors): %w", agentBin, err)
+	}
+	names := strings.Fields(string(out))
+	if slices.Contains(names, name) {
+		return nil
+	}
+	return fielderr.New("Executor", name, "%s has no such executor: use one of %s", agentBin, strings.Join(names, ", "))
+}
 
 // findBinary looks next to the running gpupass first (a `make build`
 // tree), then on PATH.

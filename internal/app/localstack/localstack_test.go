@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/testutil"
@@ -95,6 +96,9 @@ func TestAgentArgs(t *testing.T) {
 		{"local by default", Options{Profile: "p", Python: "py"}, []string{"--query-addr", "127.0.0.1:0"}},
 		{"an executor and its settings", Options{Executor: "local", AgentArgs: []string{"--other-flag", "x"}}, []string{"--query-addr", "127.0.0.1:0", "--other-flag", "x"}},
 		{"slurm", Options{Executor: "slurm", Slurm: &Slurm{SharedDir: t.TempDir(), Partitions: []string{"gpu"}}}, []string{"--slurm-partition", "gpu"}},
+		// An executor up has no flags of its own for goes on as it is.
+		{"another executor", Options{Executor: "fake", Profile: "p", AgentArgs: []string{"--fake-dir", "/d"}},
+			[]string{"--executor", "fake", "--provider", "local", "--zone", "us-west-2a", "--hostname", "agent-us-west-2-1", "--simulate", "p", "--query-addr", "127.0.0.1:0", "--fake-dir", "/d"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,5 +134,33 @@ func TestLocalURL(t *testing.T) {
 		if got := localURL(addr); got != want {
 			t.Errorf("localURL(%q) = %q, want %q", addr, got, want)
 		}
+	}
+}
+
+// TestCheckExecutor: up takes an executor the agent lists (gpupass-agent
+// executors), so one added to the agent needs no edit here, and refuses
+// another before anything starts, naming what the agent has.
+func TestCheckExecutor(t *testing.T) {
+	t.Parallel()
+	// A stand-in for the gpupass-agent next to gpupass, which has a
+	// fourth executor (internal/command/agent's tests show the real
+	// agent lists one registered with a line).
+	agent := filepath.Join(t.TempDir(), "gpupass-agent")
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\n[ \"$1\" = executors ] && printf 'local\\nslurm\\nkubernetes\\nfake\\n'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"", "local", "slurm", "fake"} {
+		if err := checkExecutor(ctx, agent, name); err != nil {
+			t.Errorf("executor %q: %v", name, err)
+		}
+	}
+	err := checkExecutor(ctx, agent, "pbs")
+	if err == nil || !strings.Contains(err.Error(), `"pbs": `+agent+" has no such executor: use one of local, slurm, kubernetes, fake") {
+		t.Errorf("executor pbs: %v, want refused with the agent's executors", err)
+	}
+	// An agent that cannot say (older than `executors`) is named.
+	if err := checkExecutor(ctx, "/bin/false", "fake"); err == nil || !strings.Contains(err.Error(), "/bin/false executors") {
+		t.Errorf("an agent without executors: %v", err)
 	}
 }

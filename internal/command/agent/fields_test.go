@@ -14,7 +14,7 @@ import (
 func TestFlagNames(t *testing.T) {
 	t.Parallel()
 	root := NewCommand(nil)
-	for field, name := range flagNames {
+	for field, name := range allFlagNames() {
 		flag, _, _ := strings.Cut(strings.TrimPrefix(name, "--"), " ")
 		if root.Flags().Lookup(flag) == nil {
 			t.Errorf("field %q: renamed to %q, not a flag of gpupass-agent", field, name)

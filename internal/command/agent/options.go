@@ -20,7 +20,7 @@ func init() {
 }
 
 // AddFlags registers the daemon's flags.
-func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags) {
+func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags, bs []daemon.Backend) {
 	f := cmd.Flags()
 	flagenv.ListVar(f, &o.BrokerURL, "broker-url", "broker URL, http://HOST:PORT or https://HOST:PORT (required); repeat it or give a comma-separated list for several replicas of one broker: the agent moves to the next when one stops answering")
 	f.StringVar(&o.Token, "broker-token", "", "agent token the broker gave this node (gpupass-broker token create --role agent); secret: prefer GPUPASS_BROKER_TOKEN_FILE")
@@ -57,8 +57,7 @@ func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags) {
 	f.IntVar(&o.RunLogMaxMB, "run-log-max-mb", executor.DefaultMaxLogBytes>>20, "MB of log a run's output may add in all; further output is dropped after an ERROR event, and the run goes on (-1: no limit); keep it below the broker's --run-max-log-mb")
 	f.DurationVar(&o.SuiteInterval, "suite-interval", 10*time.Minute, "how often the conformance suite runs again")
 	addRegistryFlags(cmd, reg, o)
-	addExecutorFlags(cmd, o)
-	addKubeFlags(cmd, o)
+	addExecutorFlags(cmd, o, bs)
 }
 
 func addProbeFlags(cmd *cobra.Command, o *daemon.Options) {

@@ -50,11 +50,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "gpupass-agent: %v\n", flagNames.Apply(ee.err))
+			fmt.Fprintf(stderr, "gpupass-agent: %v\n", allFlagNames().Apply(ee.err))
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "gpupass-agent: %v\n", flagNames.Apply(err))
+	fmt.Fprintf(stderr, "gpupass-agent: %v\n", allFlagNames().Apply(err))
 	return ExitUsage
 }
 
@@ -62,6 +62,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // logw.
 func NewCommand(logw io.Writer) *cobra.Command {
 	o := &daemon.Options{}
+	bs := newBackends()
 	reg := &registryflags.Flags{}
 	var verbose bool
 	var output string
@@ -99,30 +100,21 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bindRegistry(reg, o)
-			if err := o.Validate(true); err != nil {
-				return err
-			}
-			if o.Executor == daemon.ExecutorKubernetes {
-				return daemon.RunKubernetes(cmd.Context(), o, logger())
-			}
-			if slurm, err := o.UseSlurm(); err != nil || slurm {
-				if err != nil {
-					return err
-				}
-				return daemon.RunSlurm(cmd.Context(), o, logger())
-			}
-			a, err := daemon.New(o, logger())
+			b, err := backendFor(bs, o.Executor)
 			if err != nil {
 				return err
 			}
-			if err := a.Run(cmd.Context()); err != nil {
+			if r, ok := b.(daemon.RootReasoner); ok {
+				o.RootReason = r.RootReason()
+			}
+			if err := o.Validate(true); err != nil {
 				return err
 			}
-			return nil
+			return b.Serve(cmd.Context(), o, logger())
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug diagnostics on stderr")
-	addFlags(root, o, reg)
+	addFlags(root, o, reg, bs)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
 	co := &daemon.Options{}
@@ -163,6 +155,7 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 	co.SuiteInterval = 1 << 62 // unused by check, but Validate wants a sane value
 	root.AddCommand(check)
 	root.AddCommand(factsCommand())
+	root.AddCommand(executorsCommand(bs))
 
 	root.AddCommand(&cobra.Command{
 		Use:   "profiles",

@@ -17,7 +17,7 @@ func TestSlurmFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown executor", []string{"--executor", "pbs"}, `--executor "pbs": use local, slurm or kubernetes`},
+		{"unknown executor", []string{"--executor", "pbs"}, `--executor "pbs": unknown executor: use one of local, slurm`},
 		{"no shared dir", []string{"--executor", "slurm"}, `--slurm-shared-dir: give an absolute directory every compute node sees`},
 		{"relative shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "scratch"}, `--slurm-shared-dir "scratch": give an absolute directory`},
 		{"missing shared dir", []string{"--executor", "slurm", "--slurm-shared-dir", "/nonexistent/gpupass"}, `--slurm-shared-dir "/nonexistent/gpupass": not a directory here`},

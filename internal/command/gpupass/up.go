@@ -91,7 +91,7 @@ anywhere. --demo runs the example pipeline.`,
 // upFlagNames maps the local stack's option fields to up's flags.
 var upFlagNames = fielderr.Names{
 	"Regions": "--region", "AgentsPerRegion": "--agents-per-region", "StateDir": "--state-dir", "Listen": "--listen",
-	"SlurmSharedDir": "--slurm-shared-dir", "KubeSharedDir": "--kube-shared-dir",
+	"SlurmSharedDir": "--slurm-shared-dir", "KubeSharedDir": "--kube-shared-dir", "Executor": "--executor",
 }
 
 // RunUp starts the stack, prints where it is, and serves until ctx ends

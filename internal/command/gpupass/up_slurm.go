@@ -24,7 +24,7 @@ type UpSlurm struct {
 // AddFlags registers the flags.
 func (s *UpSlurm) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&s.Executor, "executor", "local", "how the agents run jobs: local (simulated nodes on this machine), slurm (the compute nodes of a Slurm cluster, found through SLURM_CONF) or kubernetes (Jobs on a cluster's GPU nodes, found through KUBECONFIG; see --kube-*)")
+	f.StringVar(&s.Executor, "executor", "local", "how the agents run jobs: local (simulated nodes on this machine), slurm (the compute nodes of a Slurm cluster, found through SLURM_CONF), kubernetes (Jobs on a cluster's GPU nodes, found through KUBECONFIG; see --kube-*) or another executor the agent has (gpupass-agent executors lists them; its settings from GPUPASS_* in the environment)")
 	f.StringArrayVar(&s.Partitions, "slurm-partition", nil, "with --executor slurm: partition whose compute nodes the agents stand for (repeatable; default all)")
 	f.StringVar(&s.SharedDir, "slurm-shared-dir", "", "with --executor slurm: absolute directory this machine and every compute node see (runs' work dirs and output)")
 }
@@ -45,7 +45,12 @@ func (s *UpSlurm) validate(agentsPerRegion int) error {
 		}
 		return nil // UpKube.validate
 	default:
-		return fmt.Errorf("--executor %q: use local, slurm or kubernetes", s.Executor)
+		// Another executor of the agent's (checked against
+		// gpupass-agent executors as the stack starts).
+		if len(s.Partitions) > 0 || s.SharedDir != "" {
+			return errors.New("--slurm-partition and --slurm-shared-dir need --executor slurm")
+		}
+		return nil
 	}
 	if s.SharedDir == "" || !filepath.IsAbs(s.SharedDir) {
 		return fmt.Errorf("--slurm-shared-dir %q: give an absolute directory that every compute node sees", s.SharedDir)

@@ -25,7 +25,10 @@ func TestUpSlurmArgs(t *testing.T) {
 		{name: "slurm", slurm: UpSlurm{Executor: "slurm", Partitions: []string{"gpu", "big"}, SharedDir: shared}, per: 1,
 			want: []string{"--executor", "slurm", "--slurm-shared-dir", shared + "/up-hpc", "--slurm-ledger-dir", "/state/slurm-ledger", "--slurm-partition", "gpu", "--slurm-partition", "big", "--simulate", "a100-80gb-4x"},
 			not:  []string{"--query-addr", "--hostname"}},
-		{name: "unknown executor", slurm: UpSlurm{Executor: "k8s"}, per: 1, wantErr: `--executor "k8s"`},
+		// Any other executor the agent has (localstack checks the name
+		// against gpupass-agent executors as the stack starts).
+		{name: "another executor", slurm: UpSlurm{Executor: "fake"}, per: 2, want: []string{"--executor", "fake", "--provider", "local"}, not: []string{"--slurm-shared-dir"}},
+		{name: "slurm flags with another executor", slurm: UpSlurm{Executor: "fake", SharedDir: shared}, per: 1, wantErr: "need --executor slurm"},
 		{name: "slurm flags without slurm", slurm: UpSlurm{SharedDir: shared}, per: 1, wantErr: "need --executor slurm"},
 		{name: "relative shared dir", slurm: UpSlurm{Executor: "slurm", SharedDir: "scratch"}, per: 1, wantErr: "--slurm-shared-dir \"scratch\""},
 		{name: "two agents per region", slurm: UpSlurm{Executor: "slurm", SharedDir: shared}, per: 2, wantErr: "--agents-per-region 2"},

@@ -1,10 +1,8 @@
-package agent
+package kubernetes
 
 import (
 	"strings"
 	"testing"
-
-	kube "github.com/gpupass/gpupass/agent/executor/kubernetes"
 )
 
 // TestKubeRunAs: --kube-run-as defaults to the agent's own uid and gid
@@ -16,14 +14,14 @@ func TestKubeRunAs(t *testing.T) {
 		name       string
 		v          string
 		euid, egid int
-		want       *kube.RunAs
+		want       *RunAs
 		err        string
 	}{
-		{"default, non-root agent", "", 65532, 65532, &kube.RunAs{UID: 65532, GID: 65532}, ""},
+		{"default, non-root agent", "", 65532, 65532, &RunAs{UID: 65532, GID: 65532}, ""},
 		{"default, root agent", "", 0, 0, nil, ""},
 		{"image", "image", 65532, 65532, nil, ""},
-		{"given, root agent", "1000:2000", 0, 0, &kube.RunAs{UID: 1000, GID: 2000}, ""},
-		{"given, the agent's own", "65532:100", 65532, 65532, &kube.RunAs{UID: 65532, GID: 100}, ""},
+		{"given, root agent", "1000:2000", 0, 0, &RunAs{UID: 1000, GID: 2000}, ""},
+		{"given, the agent's own", "65532:100", 65532, 65532, &RunAs{UID: 65532, GID: 100}, ""},
 		{"another uid than a non-root agent's", "1000:1000", 65532, 65532, nil, "could not delete what pods running as uid 1000 write"},
 		{"not numbers", "nonroot", 0, 0, nil, "give UID:GID"},
 		{"no group", "1000", 0, 0, nil, "give UID:GID"},

@@ -1,4 +1,4 @@
-package agent
+package slurm
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,8 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
-	"github.com/gpupass/gpupass/agent/executor/slurm"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -26,17 +25,23 @@ import (
 	"github.com/gpupass/gpupass/internal/probe"
 )
 
-// Executors (--executor).
+// Name is --executor slurm.
+const Name = "slurm"
+
+// Fields of the errors the backend returns (Backend.FlagNames).
 const (
-	ExecutorLocal = "local"
-	ExecutorSlurm = "slurm"
+	FieldSharedDir   = "slurm shared dir"
+	FieldRefresh     = "slurm refresh"
+	FieldAgentBinary = "slurm agent binary"
+	FieldSimulate    = "slurm simulated node"
+	FieldLedgerDir   = "slurm ledger dir"
 )
 
-// SlurmFlags configure --executor slurm: the agent runs where Slurm's
+// Flags configure --executor slurm: the agent runs where Slurm's
 // client tools work (a login node, as an unprivileged service account)
 // and stands for each compute node of the partitions, one broker node
 // each.
-type SlurmFlags struct {
+type Flags struct {
 	Partitions []string
 	// SharedDir is seen by the login node and every compute node: the
 	// runs' work dirs, output and metrics files live there.
@@ -52,48 +57,93 @@ type SlurmFlags struct {
 	// LedgerDir is where the agent records each job it submits (default
 	// --state-dir/slurm/ledger): on the login node, where no job writes.
 	// Every job of the account it does not hold is cancelled, so all the
-	// agents of one account share it (slurm.Ledger).
+	// agents of one account share it (Ledger).
 	LedgerDir string
+	// Simulate is --slurm-simulate: NODE=PROFILE, a simulated hardware
+	// profile for one compute node.
+	Simulate []string
 }
 
-func (o *Options) validateSlurm() error {
-	s := &o.Slurm
+// Backend is the Slurm executor (agent.Backend): the agent runs where
+// Slurm's client tools work and stands for each compute node of the
+// partitions.
+func Backend() agent.Backend {
+	return &backend{About: agent.About{Executor: Name, Help: "batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*"}}
+}
+
+type backend struct {
+	agent.About
+	flags Flags
+}
+
+func (b *backend) AddFlags(f agent.FlagSet) {
+	s := &b.flags
+	f.StringSliceVar(&s.Simulate, "slurm-simulate", nil, "with --executor slurm: NODE=PROFILE, a simulated hardware profile for one compute node (repeatable; --simulate applies to the others)")
+	f.StringSliceVar(&s.Partitions, "slurm-partition", nil, "with --executor slurm: partition whose compute nodes the agent enrolls (repeatable; default: every partition)")
+	f.StringVar(&s.SharedDir, "slurm-shared-dir", "", "with --executor slurm: directory the login node and every compute node see (runs' work dirs, output and metrics files)")
+	f.DurationVar(&s.TimeLimit, "slurm-time-limit", 0, "with --executor slurm: sbatch --time of each run's job, rounded up to minutes (0: the partition's limit)")
+	f.DurationVar(&s.Refresh, "slurm-refresh", 30*time.Second, "with --executor slurm: how often node states are read from Slurm (a drained node stops being certified within one)")
+	f.StringVar(&s.LedgerDir, "slurm-ledger-dir", "", "with --executor slurm: directory on the login node, which no compute node mounts, where the agent records each job it submits; every other job of its account is cancelled, so agents sharing one account must share it (default: --state-dir/slurm/ledger)")
+	f.StringVar(&s.AgentBinary, "slurm-agent-binary", "", "with --executor slurm: gpupass-agent binary the conformance job step runs on each compute node (default: this one; it must be at the same path there)")
+}
+
+func (*backend) FlagNames() map[string]string {
+	return map[string]string{
+		FieldSharedDir:   "--slurm-shared-dir",
+		FieldRefresh:     "--slurm-refresh",
+		FieldAgentBinary: "--slurm-agent-binary",
+		FieldSimulate:    "--slurm-simulate",
+		FieldLedgerDir:   "--slurm-ledger-dir",
+	}
+}
+
+// RootReason: why root and not the cluster's SlurmUser, which Slurm also
+// lets submit as another uid.
+func (*backend) RootReason() string {
+	return "on the login node: Slurm lets only root or its SlurmUser submit a job as another uid (sbatch --uid), and the agent hands each run's dir in the shared dir to the run's uid, which only root may"
+}
+
+func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger) error {
+	return Run(ctx, o, &b.flags, log)
+}
+
+func validate(o *agent.Options, s *Flags) error {
 	if s.SharedDir == "" || !filepath.IsAbs(s.SharedDir) {
-		return fielderr.New(FieldSlurmSharedDir, s.SharedDir, "give an absolute directory every compute node sees")
+		return fielderr.New(FieldSharedDir, s.SharedDir, "give an absolute directory every compute node sees")
 	}
 	if st, err := os.Stat(s.SharedDir); err != nil || !st.IsDir() {
-		return fielderr.New(FieldSlurmSharedDir, s.SharedDir, "not a directory here (%v)", err)
+		return fielderr.New(FieldSharedDir, s.SharedDir, "not a directory here (%v)", err)
 	}
 	if s.Refresh < time.Second {
-		return fielderr.New(FieldSlurmRefresh, s.Refresh.String(), "must be at least 1s")
+		return fielderr.New(FieldRefresh, s.Refresh.String(), "must be at least 1s")
 	}
 	if s.AgentBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fielderr.New(FieldSlurmAgentBinary, "", "finding this binary: %w", err)
+			return fielderr.New(FieldAgentBinary, "", "finding this binary: %w", err)
 		}
 		s.AgentBinary = exe
 	}
-	for _, v := range o.SlurmSimulate {
+	for _, v := range s.Simulate {
 		if _, _, ok := strings.Cut(v, "="); !ok {
-			return fielderr.New(FieldSlurmSimulate, v, "want NODE=PROFILE")
+			return fielderr.New(FieldSimulate, v, "want NODE=PROFILE")
 		}
 	}
 	// The state dir (node keys, the default ledger) and the ledger must
 	// be out of every job's reach: a job that wrote them could forge the
 	// node's measurements or the jobs the agent owns.
 	if s.LedgerDir != "" {
-		if err := outsideShared(FieldSlurmLedgerDir, &s.LedgerDir, s.SharedDir); err != nil {
+		if err := outsideShared(FieldLedgerDir, &s.LedgerDir, s.SharedDir); err != nil {
 			return err
 		}
 	}
-	if err := outsideShared(FieldStateDir, &o.StateDir, s.SharedDir); err != nil {
+	if err := outsideShared(agent.FieldStateDir, &o.StateDir, s.SharedDir); err != nil {
 		return err
 	}
 	if s.LedgerDir == "" {
 		s.LedgerDir = filepath.Join(o.StateDir, "slurm", "ledger")
 	}
-	return o.checkSlurmJobUsers()
+	return checkJobUsers(o.JobUser(), o.JobUIDRange(), o.RunAs, o.RunAsRange)
 }
 
 // checkSlurmJobUsers checks what sbatch --uid needs of the job users:
@@ -101,21 +151,20 @@ func (o *Options) validateSlurm() error {
 // (sbatch refuses a bare uid: "Invalid --uid specification"). The first
 // and last uid of a range are checked here, on the login node; the site
 // keeps the accounts the same on every compute node.
-func (o *Options) checkSlurmJobUsers() error {
+func checkJobUsers(runAs *executor.RunAs, rng *executor.UIDRange, runAsSpec, rangeSpec string) error {
 	var users []*executor.RunAs
-	field, spec := executor.FieldRunAs, o.RunAs
+	field, spec := executor.FieldRunAs, runAsSpec
 	switch {
-	case o.runAs != nil:
-		users = []*executor.RunAs{o.runAs}
-	case o.runAsRange != nil:
-		r := o.runAsRange
-		users = []*executor.RunAs{r.Of(r.First), r.Of(r.Last)}
-		field, spec = executor.FieldUIDRange, o.RunAsRange
+	case runAs != nil:
+		users = []*executor.RunAs{runAs}
+	case rng != nil:
+		users = []*executor.RunAs{rng.Of(rng.First), rng.Of(rng.Last)}
+		field, spec = executor.FieldUIDRange, rangeSpec
 	}
 	for _, u := range users {
 		id := strconv.FormatUint(uint64(u.UID), 10)
 		if _, err := user.LookupId(id); err != nil {
-			return fielderr.New(field, spec, "uid %d is no account here (%v): Slurm submits a job only as a user its nodes know, so with {%s} slurm each of its uids must be an account on the login node and on every compute node (useradd --no-create-home --uid %d …, or your directory service); give accounts that exist", u.UID, err, FieldExecutor, u.UID)
+			return fielderr.New(field, spec, "uid %d is no account here (%v): Slurm submits a job only as a user its nodes know, so with {%s} slurm each of its uids must be an account on the login node and on every compute node (useradd --no-create-home --uid %d …, or your directory service); give accounts that exist", u.UID, err, agent.FieldExecutor, u.UID)
 		}
 		if _, err := user.LookupGroupId(strconv.FormatUint(uint64(u.GID), 10)); err != nil {
 			return fielderr.New(field, spec, "gid %d is no group here (%v): Slurm runs a job only in a group its nodes know; create the group on the login node and every compute node, or name one after the range (FIRST-LAST:GROUP)", u.GID, err)
@@ -132,15 +181,15 @@ func outsideShared(field string, dir *string, shared string) error {
 	}
 	*dir = abs
 	if rel, err := filepath.Rel(shared, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return fielderr.New(field, abs, "is inside {"+FieldSlurmSharedDir+"}, which every job can write: give a directory on the login node that no compute node mounts")
+		return fielderr.New(field, abs, "is inside {"+FieldSharedDir+"}, which every job can write: give a directory on the login node that no compute node mounts")
 	}
 	return nil
 }
 
 // slurmNode is what one compute node's agent needs from the supervisor.
 type slurmNode struct {
-	client    *slurm.Client
-	ledger    *slurm.Ledger
+	client    *Client
+	ledger    *Ledger
 	cluster   string
 	name      string
 	partition string
@@ -152,15 +201,15 @@ type slurmNode struct {
 	// measurement is kept there for an agent restarted under a run.
 	stateDir string
 
-	mu   sync.Mutex
-	node slurm.Node
-	// job is the newest batch job seen on the node (one run at a time).
-	job slurm.Job
+	node agent.Watched[Node]
 
-	factsMu sync.Mutex
+	mu sync.Mutex
+	// job is the newest batch job seen on the node (one run at a time).
+	job Job
+	// facts is the node's last successful measurement in this process,
+	// made at factsAt (Measure's, which the agent calls one at a time).
 	facts   *probe.Facts
 	factsAt time.Time
-	factsOK error
 	// reused, when set, says the node's facts are its last measurement,
 	// reused while a run's job holds the node (the slurm.node check says
 	// so). Guarded by mu.
@@ -179,7 +228,7 @@ type savedFacts struct {
 // lastFacts is the node's last successful measurement: this process's,
 // else the one an earlier agent process kept in the state dir.
 func (n *slurmNode) lastFacts() (*probe.Facts, time.Time, bool) {
-	if n.facts != nil && n.factsOK == nil && !n.factsAt.IsZero() {
+	if n.facts != nil {
 		return n.facts, n.factsAt, true
 	}
 	b, err := os.ReadFile(filepath.Join(n.stateDir, lastFactsFile))
@@ -200,23 +249,13 @@ func (n *slurmNode) setReused(why string) {
 	n.mu.Unlock()
 }
 
-func (n *slurmNode) current() slurm.Node {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.node
-}
+func (n *slurmNode) current() Node { return n.node.Get() }
 
-func (n *slurmNode) set(node slurm.Node) {
-	n.mu.Lock()
-	n.node = node
-	n.mu.Unlock()
-}
-
-// runner runs the node's attempts as batch jobs pinned to it.
-func (n *slurmNode) runner() executor.Runner {
+// Runner runs the node's attempts as batch jobs pinned to it.
+func (n *slurmNode) Runner() executor.Runner {
 	node := n.current()
-	return &slurm.Runner{Client: n.client, Cluster: n.cluster, Node: n.name, Gres: node.Gres(), Partition: n.partition, TimeLimit: n.timeLimit,
-		Ledger: n.ledger, OnJob: func(j slurm.Job) {
+	return &Runner{Client: n.client, Cluster: n.cluster, Node: n.name, Gres: node.Gres(), Partition: n.partition, TimeLimit: n.timeLimit,
+		Ledger: n.ledger, OnJob: func(j Job) {
 			n.mu.Lock()
 			n.job = j
 			n.mu.Unlock()
@@ -224,27 +263,27 @@ func (n *slurmNode) runner() executor.Runner {
 		}}
 }
 
-// placement is where the run's batch job is, once the runner saw it.
-func (n *slurmNode) placement(allocID string) *SlurmPlacement {
+// Placement is where the run's batch job is, once the runner saw it.
+func (n *slurmNode) Placement(allocID string) *agent.SlurmPlacement {
 	n.mu.Lock()
 	j := n.job
 	n.mu.Unlock()
-	if j.ID == "" || j.Name != slurm.JobName(allocID) {
+	if j.ID == "" || j.Name != JobName(allocID) {
 		return nil
 	}
-	p := &SlurmPlacement{Cluster: n.cluster, JobID: j.ID, Node: j.Node, Partition: j.Partition}
+	p := &agent.SlurmPlacement{Cluster: n.cluster, JobID: j.ID, Node: j.Node, Partition: j.Partition}
 	if p.Node == "" {
 		p.Node = n.name // pending: pinned here (sbatch -w)
 	}
 	return p
 }
 
-// orphaned cancels the jobs of a run the agent died under and cannot
+// Orphaned cancels the jobs of a run the agent died under and cannot
 // follow on (it died before the run's attempt was marked in its spool,
 // see RunLoop.follow): a job nobody follows must not hold the node.
-func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
-	reason := "agent restarted during the run: its slurm job " + slurm.JobName(allocID) + " was cancelled"
-	if err := n.client.Cancel(ctx, slurm.JobName(allocID)); err != nil {
+func (n *slurmNode) Orphaned(ctx context.Context, allocID string) string {
+	reason := "agent restarted during the run: its slurm job " + JobName(allocID) + " was cancelled"
+	if err := n.client.Cancel(ctx, JobName(allocID)); err != nil {
 		n.log.Error("cancelling the slurm jobs of a run the agent died under", "alloc", allocID, "err", err)
 		reason += " (scancel failed: " + err.Error() + ")"
 	}
@@ -257,17 +296,12 @@ func (n *slurmNode) orphaned(ctx context.Context, allocID string) string {
 // dir is the node's own dir in the shared dir.
 func (n *slurmNode) dir() string { return filepath.Join(n.sharedDir, "gpupass", n.cluster, n.name) }
 
-// workRoot is where the node's runs' work dirs go: in the shared dir.
-func (n *slurmNode) workRoot() string { return filepath.Join(n.dir(), "runs") }
+// WorkRoot is where the node's runs' work dirs go: in the shared dir.
+func (n *slurmNode) WorkRoot() string { return filepath.Join(n.dir(), "runs") }
 
-// measure runs the probes on the compute node as one job step and
+// Measure runs the probes on the compute node as one job step and
 // returns what they found; the probes of one suite run share it.
-func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, error) {
-	n.factsMu.Lock()
-	defer n.factsMu.Unlock()
-	if time.Since(n.factsAt) < 2*time.Second {
-		return n.facts, n.factsOK
-	}
+func (n *slurmNode) Measure(ctx context.Context, o *agent.Options) (*probe.Facts, error) {
 	if why := n.current().Unavailable(); why != "" {
 		// srun would wait for the node as long as Slurm keeps it out.
 		n.setReused("")
@@ -300,7 +334,7 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 	if err != nil {
 		return nil, err
 	}
-	out, err := n.client.Step(ctx, n.name, n.current().Gres(), comment, nil, remoteArgs(n.exe, n.dir(), o)...)
+	out, err := n.client.Step(ctx, n.name, n.current().Gres(), comment, nil, agent.RemoteArgs(n.exe, n.dir(), o)...)
 	release()
 	var f probe.Facts
 	if err == nil {
@@ -308,8 +342,8 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 			err = fmt.Errorf("reading the conformance step's output on %s: %w", n.name, jerr)
 		}
 	}
-	n.facts, n.factsOK, n.factsAt = &f, err, time.Now()
 	if err == nil {
+		n.facts, n.factsAt = &f, time.Now()
 		n.setReused("")
 		b, _ := json.Marshal(savedFacts{MeasuredAt: n.factsAt.UTC(), Facts: f})
 		if werr := fsutil.WriteFileAtomic(filepath.Join(n.stateDir, lastFactsFile), b, 0o600); werr != nil {
@@ -319,11 +353,20 @@ func (n *slurmNode) measure(ctx context.Context, o *Options) (*probe.Facts, erro
 	return &f, err
 }
 
-// suite is the node's conformance suite: every probe runs on the compute
+// Suite is the node's conformance suite: every probe runs on the compute
 // node, in one srun job step.
-func (n *slurmNode) suite(o *Options) *suite.Suite { return remoteSuite(n, o) }
+func (n *slurmNode) Suite(o *agent.Options) *suite.Suite { return agent.RemoteSuite(n, o) }
 
-func (n *slurmNode) via() string { return "slurm" }
+func (n *slurmNode) Via() string { return "slurm" }
+
+// JobDir: a Slurm run's work dir is in the shared dir.
+func (n *slurmNode) JobDir() string { return n.sharedDir }
+
+// Checks: where and how the node was measured, and its GRES against
+// what was measured, before the suite's.
+func (n *slurmNode) Checks(f *probe.Facts) (first, last []conformance.Check) {
+	return []conformance.Check{n.check(), n.gresCheck(f)}, nil
+}
 
 // check is the slurm.node check every report of the node carries: where
 // and how it was measured, and whether Slurm runs jobs there.
@@ -342,40 +385,38 @@ func (n *slurmNode) check() conformance.Check {
 	return c
 }
 
-var nodeIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
-
-// RunSlurm runs the agent for every compute node of the partitions until
+// Run runs the agent for every compute node of the partitions until
 // ctx ends: one broker node per compute node, each with an identity key
 // of its own under --state-dir/slurm/CLUSTER-NODE (so its id is stable
 // across restarts), provider slurm:CLUSTER, hostname the node's name.
-func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
-	if err := o.validateSlurm(); err != nil {
+func Run(ctx context.Context, o *agent.Options, s *Flags, log *slog.Logger) error {
+	if err := validate(o, s); err != nil {
 		return err
 	}
-	client := &slurm.Client{}
+	client := &Client{}
 	cluster, err := client.ClusterName(ctx)
 	if err != nil {
 		return err
 	}
-	ledger := &slurm.Ledger{Dir: o.Slurm.LedgerDir}
+	ledger := &Ledger{Dir: s.LedgerDir}
 	switch {
-	case o.runAsRange != nil:
+	case o.JobUIDRange() != nil:
 		// Each run's jobs run as a uid of the range: those are the
 		// jobs to police, and a uid is handed out again only once
 		// every job of it ended.
-		r := o.runAsRange
+		r := o.JobUIDRange()
 		ledger.Polices = func(uid int) bool { return uid >= int(r.First) && uid <= int(r.Last) }
-		r.Guard = slurm.UIDGuard{Ledger: ledger, Client: client}
-	case o.runAs != nil:
-		uid := int(o.runAs.UID)
+		r.Guard = UIDGuard{Ledger: ledger, Client: client}
+	case o.JobUser() != nil:
+		uid := int(o.JobUser().UID)
 		ledger.Polices = func(u int) bool { return u == uid }
 	}
-	if o.runAs != nil || o.runAsRange != nil {
-		if err := closeRunsParents(o.Slurm.SharedDir, cluster); err != nil {
+	if o.JobUser() != nil || o.JobUIDRange() != nil {
+		if err := closeRunsParents(s.SharedDir, cluster); err != nil {
 			return err
 		}
 	}
-	agents, err := newClusterAgents(o, ExecutorSlurm, cluster, o.Slurm.Refresh, log)
+	agents, err := agent.NewClusterAgents(o, Name, cluster, s.Refresh, log)
 	if err != nil {
 		return err
 	}
@@ -387,12 +428,12 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 		// Every refresh also ends the jobs of the account that no live
 		// run submitted: a job a run's job started lives at most one
 		// refresh, even while that run lasts.
-		if strays, err := ledger.Sweep(ctx, client, slurm.SweepWait); err != nil {
+		if strays, err := ledger.Sweep(ctx, client, SweepWait); err != nil {
 			log.Warn("cancelling slurm jobs of the account that the agent did not submit", "err", err)
 		} else if len(strays) > 0 {
-			log.Warn("cancelled slurm jobs of the account that the agent did not submit", "jobs", slurm.DescribeStrays(strays))
+			log.Warn("cancelled slurm jobs of the account that the agent did not submit", "jobs", DescribeStrays(strays))
 		}
-		nodes, err := client.Nodes(ctx, o.Slurm.Partitions)
+		nodes, err := client.Nodes(ctx, s.Partitions)
 		if err != nil {
 			return err
 		}
@@ -401,21 +442,21 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 		defer mu.Unlock()
 		for _, nd := range nodes {
 			if sn, ok := running[nd.Name]; ok {
-				sn.set(nd)
+				sn.node.Set(nd)
 				continue
 			}
 			part := ""
 			for _, p := range nd.Partitions {
-				if len(o.Slurm.Partitions) == 0 || slices.Contains(o.Slurm.Partitions, p) {
+				if len(s.Partitions) == 0 || slices.Contains(s.Partitions, p) {
 					part = p
 					break
 				}
 			}
-			sn := &slurmNode{client: client, ledger: ledger, cluster: cluster, name: nd.Name, partition: part, sharedDir: o.Slurm.SharedDir,
-				exe: o.Slurm.AgentBinary, timeLimit: o.Slurm.TimeLimit, node: nd, log: log.With("slurm_node", nd.Name)}
-			sn.stateDir = agents.nodeStateDir(nd.Name)
-			simulate := simulateFor(o, nd.Name)
-			if err := agents.start(ctx, nd.Name, sn.log, func(o *Options) { o.slurm, o.Simulate = sn, simulate }); err != nil {
+			sn := &slurmNode{client: client, ledger: ledger, cluster: cluster, name: nd.Name, partition: part, sharedDir: s.SharedDir,
+				exe: s.AgentBinary, timeLimit: s.TimeLimit, log: log.With("slurm_node", nd.Name)}
+			sn.node.Set(nd)
+			sn.stateDir = agents.NodeStateDir(nd.Name)
+			if err := agents.Start(ctx, nd.Name, sn.log, sn, simulateFor(o, s, nd.Name)); err != nil {
 				return err
 			}
 			running[nd.Name] = sn
@@ -423,7 +464,7 @@ func RunSlurm(ctx context.Context, o *Options, log *slog.Logger) error {
 		}
 		return nil
 	}
-	return agents.run(ctx, refresh)
+	return agents.Run(ctx, refresh)
 }
 
 // closeRunsParents makes the dirs above the runs' own dirs in the shared
@@ -464,33 +505,11 @@ func closeRunsParents(shared, cluster string) error {
 
 // simulateFor is the node's profile: --slurm-simulate NODE=PROFILE, else
 // --simulate.
-func simulateFor(o *Options, node string) string {
-	for _, v := range o.SlurmSimulate {
+func simulateFor(o *agent.Options, s *Flags, node string) string {
+	for _, v := range s.Simulate {
 		if n, p, _ := strings.Cut(v, "="); n == node {
 			return p
 		}
 	}
 	return o.Simulate
-}
-
-// Facts runs the probes of the suite once and returns what they found:
-// the `gpupass-agent facts` command, run on a compute node as a job step
-// for the agent on the login node, which checks and signs them.
-func (a *Agent) Facts(ctx context.Context) (*probe.Facts, error) {
-	res, err := a.suite.Run(ctx, a.expectations())
-	if err != nil {
-		return nil, err
-	}
-	return &res.Facts, nil
-}
-
-// UseSlurm says whether the executor is slurm, refusing what it does not know.
-func (o *Options) UseSlurm() (bool, error) {
-	switch o.Executor {
-	case "", ExecutorLocal:
-		return false, nil
-	case ExecutorSlurm:
-		return true, nil
-	}
-	return false, fielderr.New(FieldExecutor, o.Executor, "use local, slurm or kubernetes")
 }

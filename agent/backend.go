@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/conformance/suite"
+	"github.com/gpupass/gpupass/internal/probe"
+)
+
+// Backend is an executor, where runs go (--executor NAME): the local
+// node's processes, a Slurm cluster's batch jobs, a Kubernetes cluster's
+// Jobs. Each lives in a package of its own (agent/executor/NAME), owns
+// its flags and is listed once where the binary is wired
+// (internal/command/agent); the agent itself never names one. Backends
+// import this package, never the other way round, so a build leaves out
+// a backend (and what it links, client-go for Kubernetes) by not listing
+// it.
+type Backend interface {
+	// Name is the --executor value.
+	Name() string
+	// Usage is its part of --executor's help: what runs become.
+	Usage() string
+	// AddFlags registers the backend's own flags, bound to its own
+	// settings; each also reads GPUPASS_<FLAG>, as every flag does.
+	AddFlags(f FlagSet)
+	// FlagNames maps the Field of each *fielderr.Error the backend
+	// returns to the flag that sets it.
+	FlagNames() map[string]string
+	// Serve runs the agent (or, for a cluster, one agent per node it
+	// stands for) with o, validated, until ctx ends.
+	Serve(ctx context.Context, o *Options, log *slog.Logger) error
+}
+
+// FlagSet is where a backend registers its flags: a *pflag.FlagSet,
+// which the command layer (internal/command/agent) hands it; the daemon
+// itself links no flag package (internal/depcheck).
+type FlagSet interface {
+	StringVar(p *string, name, value, usage string)
+	StringSliceVar(p *[]string, name string, value []string, usage string)
+	BoolVar(p *bool, name string, value bool, usage string)
+	IntVar(p *int, name string, value int, usage string)
+	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
+}
+
+// About is a backend's Name and Usage; a Backend embeds it.
+type About struct {
+	// Executor is the --executor value, Help its part of the help.
+	Executor, Help string
+}
+
+func (a About) Name() string  { return a.Executor }
+func (a About) Usage() string { return a.Help }
+
+// RootReasoner is a Backend that says why starting jobs as other users
+// needs the agent to run as root there (Options.RootReason).
+type RootReasoner interface {
+	RootReason() string
+}
+
+// Node is a broker node that a cluster backend stands for: measured
+// through the cluster and running its runs there. An agent without one
+// (Options.StandFor not called) is this machine, running runs as local
+// processes.
+type Node interface {
+	// Suite is the node's conformance suite (RemoteSuite).
+	Suite(o *Options) *suite.Suite
+	// Checks are the backend's checks every report of the node carries,
+	// given what the suite measured: first go before the suite's checks
+	// (where and how the node was measured is the cause when the rest
+	// fail, and the broker keeps only the first few failed checks), last
+	// after them.
+	Checks(f *probe.Facts) (first, last []conformance.Check)
+	// Runner runs the node's attempts. Its jobs outlive the agent: a
+	// restarted agent follows them on from the spool's mark.
+	Runner() executor.Runner
+	// WorkRoot holds the node's runs' work dirs (a dir the cluster's
+	// nodes see) instead of --state-dir/runs.
+	WorkRoot() string
+	// Orphaned stops what a run left running when the agent died under
+	// it and cannot follow it on, and returns the run's reason.
+	Orphaned(ctx context.Context, allocID string) string
+	// Placement is where the run's batch job is, nil when not known.
+	Placement(allocID string) *SlurmPlacement
+	// JobDir, when not "", is the dir a job user must reach to get to
+	// its run's work dir, instead of the state dir.
+	JobDir() string
+}
+
+// StandFor makes an agent built from o stand for n (ClusterAgents.Start
+// does it for each node of a cluster).
+func (o *Options) StandFor(n Node) { o.standsFor = n }
+
+// JobUser is the user jobs run as (--run-as), nil for the agent's own.
+func (o *Options) JobUser() *executor.RunAs { return o.runAs }
+
+// JobUIDRange hands out a uid of its own to each run (--run-as-range);
+// nil without one.
+func (o *Options) JobUIDRange() *executor.UIDRange { return o.runAsRange }
+
+// ExecutorLocal is --executor local: the runs are processes on this
+// machine, which is the node.
+const ExecutorLocal = "local"
+
+// LocalBackend is the local executor: this machine is the node.
+func LocalBackend() Backend {
+	return localBackend{About{Executor: ExecutorLocal, Help: "processes on this node"}}
+}
+
+type localBackend struct{ About }
+
+func (localBackend) AddFlags(FlagSet)             {}
+func (localBackend) FlagNames() map[string]string { return nil }
+
+func (localBackend) Serve(ctx context.Context, o *Options, log *slog.Logger) error {
+	a, err := New(o, log)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
