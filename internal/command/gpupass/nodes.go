@@ -19,6 +19,8 @@ type NodesOptions struct {
 	Regions []string
 	// OnlineOnly hides offline nodes.
 	OnlineOnly bool
+	// SpecFingerprint keeps the nodes certified for that spec.
+	SpecFingerprint string
 }
 
 // AddFlags registers nodes' flags.
@@ -27,6 +29,7 @@ func (o *NodesOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringSliceVar(&o.Regions, "region", nil, "only these regions (glob patterns; repeatable or comma-separated)")
 	f.BoolVar(&o.OnlineOnly, "online", false, "hide offline nodes")
+	f.StringVar(&o.SpecFingerprint, "spec-fingerprint", "", "only nodes certified for this spec (sha256:…, as gpupass validate prints it; the broker must know the spec from a dry run or a run)")
 }
 
 func newNodesCmd(g *GlobalOptions) *cobra.Command {
@@ -64,7 +67,8 @@ func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{Regions: o.Regions, IncludeOffline: !o.OnlineOnly}))
+	resp, err := c.Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{Regions: o.Regions, IncludeOffline: !o.OnlineOnly,
+		SpecFingerprint: o.SpecFingerprint}))
 	if err != nil {
 		return rpcError("listing nodes", o.Broker.URL, err)
 	}
@@ -72,7 +76,11 @@ func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
 		return nodeview.WriteList(out, resp.Msg.Nodes)
 	}
 	if len(resp.Msg.Nodes) == 0 {
-		_, err := fmt.Fprintln(out, "no nodes in scope")
+		msg := "no nodes in scope"
+		if o.SpecFingerprint != "" {
+			msg = "no node in scope is certified for spec " + o.SpecFingerprint
+		}
+		_, err := fmt.Fprintln(out, msg)
 		return err
 	}
 	return writeNodeTable(out, resp.Msg.Nodes)

@@ -51,6 +51,41 @@ func writeH100Spec(t *testing.T) string {
 	return p
 }
 
+// TestNodesSpecFingerprint: nodes --spec-fingerprint lists the nodes
+// certified for a spec the broker knows (from a dry run here), as the
+// dashboard's filter does; a spec it does not know is an error that
+// says how to make it known.
+func TestNodesSpecFingerprint(t *testing.T) {
+	t.Parallel()
+	url, read, ids := cliBroker(t)
+	specPath := writeH100Spec(t)
+	code, out, errs := runMain(t, "validate", "-f", specPath, "-o", "json", "--dry-run", "--broker-url", url, "--broker-token", read)
+	if code != 0 {
+		t.Fatalf("dry run: exit %d\n%s%s", code, out, errs)
+	}
+	var dry struct{ Fingerprint string }
+	if err := json.Unmarshal([]byte(out), &dry); err != nil || !strings.HasPrefix(dry.Fingerprint, "sha256:") {
+		t.Fatalf("dry run's fingerprint %q: %v\n%s", dry.Fingerprint, err, out)
+	}
+	code, out, errs = runMain(t, "nodes", "--broker-url", url, "--broker-token", read, "--spec-fingerprint", dry.Fingerprint)
+	if code != 0 {
+		t.Fatalf("nodes --spec-fingerprint: exit %d\n%s%s", code, out, errs)
+	}
+	for _, id := range []string{ids["west"], ids["eu"]} {
+		if !strings.Contains(out, id) {
+			t.Errorf("a node certified for the spec, %s, is not listed:\n%s", id, out)
+		}
+	}
+	if strings.Contains(out, ids["east"]) {
+		t.Errorf("%s (CUDA 12.2, the spec wants 12.1) is listed:\n%s", ids["east"], out)
+	}
+	unknown := "sha256:" + strings.Repeat("0", 64)
+	code, out, errs = runMain(t, "nodes", "--broker-url", url, "--broker-token", read, "--spec-fingerprint", unknown)
+	if code == 0 || !strings.Contains(errs, "names no spec this broker holds") {
+		t.Errorf("an unknown spec: exit %d\n%s%s", code, out, errs)
+	}
+}
+
 func TestNodesAndDryRun(t *testing.T) {
 	t.Parallel()
 	url, read, ids := cliBroker(t)
