@@ -639,7 +639,7 @@ func noCandidate(a store.Alloc, out match.Output) string {
 		// only for reasons that were.
 		left := len(groups) - i
 		if i == maxNoCandidateReasons || (left > 1 && b.Len()+len(part) > maxNoCandidateBytes-120) || b.Len()+len(part) > maxNoCandidateBytes {
-			fmt.Fprintf(&b, "; and %d more reason(s): gpupass validate --dry-run --region %s --excluded summary counts them", left, a.Region)
+			fmt.Fprintf(&b, "; and %d more reason(s), which a dry run of the spec in %s counts", left, a.Region)
 			break
 		}
 		b.WriteString(part)

@@ -68,7 +68,7 @@ func (b *Broker) specByFingerprint(ctx context.Context, tok store.Token, fp stri
 		return sp, nil
 	}
 	unknown := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-		"spec fingerprint %s names no spec this broker holds: dry-run it (gpupass validate --dry-run, or the dashboard's dry run) or submit a run of it, then filter again", fp))
+		"spec fingerprint %s names no spec this broker holds: dry-run the spec or submit a run of it, then filter again", fp))
 	rs, ok := b.store.(store.Runs)
 	if !ok {
 		return nil, unknown

@@ -88,7 +88,7 @@ func TestDashboardNodesCertifiedForSpec(t *testing.T) {
 	csrf := br.login(b.Token(t, store.RoleRead, "*"))
 	// Spec B is not known yet: the page says how to make it known.
 	resp, page := br.do("GET", "/ui/nodes?spec_fingerprint="+url.QueryEscape(fpB), nil)
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "dry-run it") {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "dry-run the spec or submit a run of it") {
 		t.Errorf("nodes certified for an unknown spec: %s\n%s", resp.Status, tail(page, 1500))
 	}
 	resp, page = br.do("POST", "/ui/dryrun", url.Values{"spec": {string(specB)}, "csrf": {csrf}})

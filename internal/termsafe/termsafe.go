@@ -69,3 +69,13 @@ func unsafe(r rune, size int) bool {
 	}
 	return false
 }
+
+// ShellQuote quotes s for a POSIX shell when it holds anything but plain
+// path characters, so that a command printed for the user to paste runs
+// as printed.
+func ShellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./+,:@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

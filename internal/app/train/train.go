@@ -94,6 +94,8 @@ type Result struct {
 	Workdir *Workdir
 	// c is the broker the runs were submitted to, for Follow.
 	c *client.RunClients
+	// spec is the spec file's path as given, for the hints of Err.
+	spec string
 }
 
 // Submit checks the options and submits one run per region, in order. A
@@ -173,7 +175,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	}
 	restarts := int32(o.MaxRestarts)
 	minScore := o.MinHealthScore
-	res := &Result{c: c, Workdir: wd}
+	res := &Result{c: c, Workdir: wd, spec: o.Spec}
 	for _, region := range o.Regions {
 		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
@@ -276,13 +278,29 @@ func (r *Result) Err() error {
 	var bad []string
 	for _, run := range r.Runs {
 		if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || run.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-			bad = append(bad, fmt.Sprintf("%s (%s) %s", run.Id, termsafe.String(run.Region), events.Outcome(runview.State(run.State), termsafe.String(run.Reason))))
+			why := fmt.Sprintf("%s (%s) %s", run.Id, termsafe.String(run.Region), events.Outcome(runview.State(run.State), termsafe.String(run.Reason)))
+			if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED && run.NodeId == "" {
+				// Never placed: the broker says why in its words; the
+				// command that shows every node's reason is the CLI's.
+				why += " (every node's reason: " + r.dryRunHint(run.Region) + ")"
+			}
+			bad = append(bad, why)
 		}
 	}
 	if len(bad) == 0 {
 		return nil
 	}
 	return &exitcode.Error{Code: exitcode.Findings, Err: fmt.Errorf("%d of %d runs did not succeed: %s", len(bad), len(r.Runs), strings.Join(bad, "; "))}
+}
+
+// dryRunHint is the command that says, node by node, why a run of the
+// spec in region found no node.
+func (r *Result) dryRunHint(region string) string {
+	cmd := "gpupass validate --dry-run"
+	if r.spec != "" && !slices.Contains(validate.SpecFileNames, r.spec) {
+		cmd += " --spec " + termsafe.ShellQuote(r.spec)
+	}
+	return cmd + " --region " + termsafe.ShellQuote(region) + " --excluded summary"
 }
 
 // RunName is the base name of the runs: name or the spec's name, plus

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpupass/gpupass/examples"
 	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // InitOptions are the flags of `gpupass init`.
@@ -150,14 +151,9 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	return err
 }
 
-// shellQuote quotes s for a POSIX shell when it holds anything but plain
-// path characters, so the printed command can be pasted as is.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./+,:@%") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+// shellQuote quotes s for a POSIX shell (termsafe.ShellQuote), so the
+// printed command can be pasted as is.
+var shellQuote = termsafe.ShellQuote
 
 // stateIgnore is the .gitignore line that keeps `gpupass up`'s default
 // state dir (broker database, tokens, agents' state) out of git.

@@ -70,6 +70,11 @@ func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
 	resp, err := c.Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{Regions: o.Regions, IncludeOffline: !o.OnlineOnly,
 		SpecFingerprint: o.SpecFingerprint}))
 	if err != nil {
+		if o.SpecFingerprint != "" && connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			// The broker knows specs from dry runs and runs; the CLI
+			// names its own command that makes one known.
+			return fmt.Errorf("%w; gpupass validate --dry-run --spec FILE makes a spec known", rpcError("listing nodes", o.Broker.URL, err))
+		}
 		return rpcError("listing nodes", o.Broker.URL, err)
 	}
 	if o.Global != nil && o.Global.Output == "json" {

@@ -81,7 +81,7 @@ func TestNodesSpecFingerprint(t *testing.T) {
 	}
 	unknown := "sha256:" + strings.Repeat("0", 64)
 	code, out, errs = runMain(t, "nodes", "--broker-url", url, "--broker-token", read, "--spec-fingerprint", unknown)
-	if code == 0 || !strings.Contains(errs, "names no spec this broker holds") {
+	if code == 0 || !strings.Contains(errs, "names no spec this broker holds") || !strings.Contains(errs, "gpupass validate --dry-run --spec FILE makes a spec known") {
 		t.Errorf("an unknown spec: exit %d\n%s%s", code, out, errs)
 	}
 }

@@ -85,4 +85,20 @@ func TestUnplaceableRunNamesEveryExclusion(t *testing.T) {
 			t.Errorf("train's reason does not name node %s (%s):\n%s", id, name, trained)
 		}
 	}
+
+	// train names the command that lists every node's reason (the
+	// broker's reason names none: a server does not know the client's
+	// flags), and it runs as printed; the broker comes from the flags
+	// here, from the project's config for a user.
+	hint := "gpupass validate --dry-run --spec " + spec + " --region us-west-2 --excluded summary"
+	if !strings.Contains(trained, "(every node's reason: "+hint+")") {
+		t.Fatalf("train does not name %q:\n%s", hint, trained)
+	}
+	if strings.Contains(listed, "gpupass validate") {
+		t.Errorf("the broker's stored reason names a client command:\n%s", listed)
+	}
+	code, out, errOut = runMain(t, append(strings.Fields(strings.TrimPrefix(hint, "gpupass ")), append(broker, "--min-health-score", "0")...)...)
+	if code != 1 || !strings.Contains(out, "excluded, by reason:") || !strings.Contains(out, "0 candidate(s), 5 excluded") {
+		t.Errorf("%s: exit %d, want 1 with every reason counted:\n%s\n%s", hint, code, out, errOut)
+	}
 }
