@@ -52,7 +52,7 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 	var plain Problems // non-JSON lines; problems only if no marker line is seen
 	markers := 0
 	maxAttempt := 0
-	restarted := false // a restart event waits for the next point to place it
+	var restarts RestartTracker // a restart waits for the next point to place it
 	ln := newLines(r)
 	marker := []byte(LogMarker)
 	for {
@@ -87,7 +87,7 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 			continue
 		case "restart":
 			s.Restarts++
-			restarted = true
+			restarts.Event()
 			continue
 		}
 		if !rec.hasValue {
@@ -102,10 +102,7 @@ func ReadJSONL(r io.Reader, source string, opt Options) (*Series, error) {
 		if rec.attempt > maxAttempt {
 			maxAttempt = rec.attempt
 		}
-		if restarted && len(s.Points) > 0 && len(s.RestartAt) < MaxRestartAt {
-			s.RestartAt = append(s.RestartAt, Restart{After: s.Points[len(s.Points)-1].Step, Resume: rec.step})
-		}
-		restarted = false
+		restarts.Point(s, rec.attempt, rec.step)
 		s.Points = append(s.Points, Point{Step: rec.step, Value: rec.value, Time: rec.time})
 		if len(s.Points) == sizeSample && opt.SizeHint > 0 {
 			s.Points = presize(s.Points, ln.bytes, opt.SizeHint)

@@ -40,8 +40,8 @@ type Series struct {
 	// where the step went backwards in logging order.
 	Restarts int `json:"restarts"`
 	// RestartAt lists where restarts show in the log, in logging order:
-	// an explicit restart event, or a step that went backwards. A
-	// restart counted only from attempt numbers has no place here. The
+	// an explicit restart event, a point of a later attempt (a process
+	// start) than the one before it, or a step that went backwards. The
 	// first MaxRestartAt are kept: a log that jumps back at every line
 	// is counted, not listed.
 	RestartAt []Restart `json:"restart_at,omitempty"`
@@ -70,6 +70,36 @@ type Series struct {
 type Restart struct {
 	After  int64 `json:"after"`
 	Resume int64 `json:"resume"`
+	// NonFinite: the last value logged before it was NaN or infinite
+	// (the agent's NaN guard restarts a run from its checkpoint so).
+	NonFinite bool `json:"non_finite,omitempty"`
+}
+
+// RestartTracker finds restarts in points read in logging order: a point
+// of a later attempt than the one before it, or one that follows an
+// explicit restart event (Event).
+type RestartTracker struct {
+	attempt   int
+	restarted bool
+}
+
+// Event notes an explicit restart event.
+func (t *RestartTracker) Event() { t.restarted = true }
+
+// Point adds the restart that shows before a point of attempt (0:
+// unknown) at step to s.RestartAt, given the points read so far.
+func (t *RestartTracker) Point(s *Series, attempt int, step int64) {
+	if attempt > 0 && t.attempt > 0 && attempt > t.attempt {
+		t.restarted = true
+	}
+	if attempt > 0 {
+		t.attempt = attempt
+	}
+	if t.restarted && len(s.Points) > 0 && len(s.RestartAt) < MaxRestartAt {
+		last := s.Points[len(s.Points)-1]
+		s.RestartAt = append(s.RestartAt, Restart{After: last.Step, Resume: step, NonFinite: math.IsNaN(last.Value) || math.IsInf(last.Value, 0)})
+	}
+	t.restarted = false
 }
 
 // MaxRestartAt bounds Series.RestartAt.

@@ -444,8 +444,24 @@ func TestRestartAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]Restart{{After: 20, Resume: 10}}, s.RestartAt); d != "" {
+	if d := cmp.Diff([]Restart{{After: 20, Resume: 10, NonFinite: true}}, s.RestartAt); d != "" {
 		t.Errorf("restarts (-want +got):\n%s", d)
+	}
+	// The agent's own log of a NaN restart: no restart event, the
+	// attempt (process start) goes up, and the step logged NaN is logged
+	// again from the checkpoint. It was counted, not placed, so the
+	// chart showed nothing where the run restarted.
+	agentLog := `{"step":50,"ts":"2026-12-06T15:08:16Z","attempt":1,"values":{"loss":0.03}}
+{"step":51,"ts":"2026-12-06T15:08:16Z","attempt":1,"values":{"loss":"NaN"}}
+{"step":51,"ts":"2026-12-06T15:08:17Z","attempt":2,"values":{"loss":0.029}}
+{"step":52,"ts":"2026-12-06T15:08:17Z","attempt":2,"values":{"loss":0.028}}
+`
+	s, err = ReadJSONL(strings.NewReader(agentLog), "agent.jsonl", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]Restart{{After: 51, Resume: 51, NonFinite: true}}, s.RestartAt); d != "" || s.Restarts != 1 {
+		t.Errorf("%d restarts; placed (-want +got):\n%s", s.Restarts, d)
 	}
 	var pts []Point
 	for i := range 1000 {

@@ -389,7 +389,12 @@ func newFigure(r *Report, o ChartOptions) *figure {
 			}
 			restartMarks = append(restartMarks, plotter.XY{X: float64(rs.Resume), Y: y})
 			restartColors = append(restartColors, ls.Color)
-			at = append(at, fmt.Sprintf("%d (after %d)", rs.Resume, rs.After))
+			switch {
+			case rs.NonFinite:
+				at = append(at, fmt.Sprintf("%d (after a NaN or Inf at %d)", rs.Resume, rs.After))
+			default:
+				at = append(at, fmt.Sprintf("%d (after %d)", rs.Resume, rs.After))
+			}
 		}
 		if len(at) > 0 {
 			f.notes = append(f.notes, c.Label+": restarted at step "+listSteps(at)+" (▲)")

@@ -204,7 +204,7 @@ func TestChartMarks(t *testing.T) {
 		{"auto-log", []string{"loss (log scale)", "log scale: the values span 4.35 decades", "0.001", "0.01", "0.1", "1", "10"}, nil},
 		{"log-y", []string{"loss (log scale)", "0.5", "1", "2"}, []string{"log scale: the values span"}},
 		{"diverged", []string{"diverged: step 60", "first divergence", "first divergence at step 60: us vs ap|south, eu vs ap|south (tolerance |Δ| ≤ 0.1)", "ap|south: NaN or Inf at step 80 (× on the top edge)", "NaN or Inf", "tolerance of us"}, nil},
-		{"nan-restart", []string{"eu: restarted at step 40 (after 50) (▲)", "restart"}, nil},
+		{"nan-restart", []string{"eu: restarted at step 40 (after a NaN or Inf at 50) (▲)", "restart"}, nil},
 		{"log-y-nonpositive", []string{"reward (log scale)", "5 value(s) ≤ 0 not drawn on the log scale"}, nil},
 		{"log-y-negative", []string{"reward", "-20", "-12", "log scale asked for, but no value is above 0: drawn on a linear scale"}, []string{"reward (log scale)"}},
 		{"no-finite", []string{"no finite loss values to draw: 2 point(s), each NaN or infinite"}, []string{"step"}},

@@ -63,6 +63,7 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 		}
 	}
 	text := 0
+	var restarts metrics.RestartTracker // where the attempt (process start) changes
 	for _, p := range resp.Msg.Points {
 		v, ok := p.Values[key]
 		if !ok || (structured && p.GetSource() == sourceText) {
@@ -71,6 +72,7 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 		if p.GetSource() == sourceText {
 			text++
 		}
+		restarts.Point(s, int(p.GetAttempt()), p.Step)
 		s.Points = append(s.Points, metrics.Point{Step: p.Step, Value: v, Time: p.TimeUnixNano})
 	}
 	if text > 0 {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +232,63 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCompareBrokerRunRestartOnTheChart: a run the agent's NaN guard
+// restarted from its checkpoint logs the NaN step again in its next
+// attempt, with no restart event. compare reads that from the broker's
+// attempts and marks it on the chart (the demo's NaN at step 51 showed
+// nowhere on its chart: only the runs table's restart count said it).
+func TestCompareBrokerRunRestartOnTheChart(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	agentTok := b.Token(t, store.RoleAgent, "*")
+	protocolAgent(t, b.URL, agentTok, brokertest.H100("us-west-2", 20), func(ctx context.Context, c *client.RunClients, agentID string, as *gpupassv1.Assignment) {
+		update := func(st gpupassv1.AllocState, restarts int32, last uint64) {
+			_, _ = c.Work.UpdateAllocation(ctx, connect.NewRequest(&gpupassv1.UpdateAllocationRequest{AgentId: agentID, AllocId: as.AllocId,
+				FencingToken: as.FencingToken, State: st, Attempts: restarts + 1, Restarts: restarts, LastSeq: last}))
+		}
+		update(gpupassv1.AllocState_ALLOC_STATE_STARTING, 0, 0)
+		update(gpupassv1.AllocState_ALLOC_STATE_RUNNING, 0, 0)
+		var recs []*gpupassv1.Record
+		add := func(step, attempt int, loss string) {
+			ts := time.Now().UTC().Format(time.RFC3339Nano)
+			recs = append(recs, &gpupassv1.Record{Seq: uint64(len(recs) + 1), Kind: gpupassv1.RecordKind_RECORD_KIND_METRIC,
+				Data: fmt.Appendf(nil, `{"step":%d,"ts":%q,"attempt":%d,"values":{"loss":%s}}`, step, ts, attempt, loss)})
+		}
+		for step := 1; step <= 10; step++ {
+			add(step, 1, fmt.Sprint(1/float64(step)))
+		}
+		add(11, 1, `"NaN"`) // the guard stops the process here
+		for step := 11; step <= 20; step++ {
+			add(step, 2, fmt.Sprint(1/float64(step)))
+		}
+		if _, err := c.Work.UploadRecords(ctx, connect.NewRequest(&gpupassv1.UploadRecordsRequest{AgentId: agentID, AllocId: as.AllocId,
+			FencingToken: as.FencingToken, Records: recs})); err != nil {
+			t.Errorf("uploading records of %s: %v", as.AllocId, err)
+		}
+		update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 1, uint64(len(recs)))
+	})
+	tok := b.Token(t, store.RoleSubmit, "*")
+	broker := []string{"--broker-url", b.URL, "--broker-token", tok}
+	code, out, errOut := runMain(t, append([]string{"train", "--spec", writeH100Spec(t), "--region", "us-west-2", "--follow"}, append(broker, "--", "python3", "train.py")...)...)
+	id := allocRE.FindString(out)
+	if code != 0 || id == "" {
+		t.Fatalf("train: exit %d\n%s\n%s", code, out, errOut)
+	}
+	svg := filepath.Join(t.TempDir(), "chart.svg")
+	code, out, errOut = runMain(t, append([]string{"compare", "--post", "none", "--svg", svg, id}, broker...)...)
+	if code != 0 {
+		t.Fatalf("compare: exit %d\n%s\n%s", code, out, errOut)
+	}
+	b2, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The broker's series keeps the value step 11 was logged again with
+	// (the NaN is superseded); the attempt says the run restarted there.
+	if want := "us-west-2: restarted at step 11 (after 10) (▲)"; !strings.Contains(string(b2), want) {
+		t.Errorf("the chart lacks %q:\n%s", want, b2)
 	}
 }
