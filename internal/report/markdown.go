@@ -272,20 +272,6 @@ func mermaidYAxis(lo, hi float64) (float64, float64) {
 	return lo, hi
 }
 
-// axisRange pads [lo, hi] by 5% so lines do not sit on the frame of the
-// SVG and PNG charts.
-func axisRange(lo, hi float64) (float64, float64) {
-	pad := (hi - lo) * 0.05
-	if !finite(pad) || !finite(lo-pad) || !finite(hi+pad) {
-		// Values near the float64 limits: no padding rather than ±Inf.
-		return lo, hi
-	}
-	if pad == 0 {
-		pad = max(0.05*abs(hi), 0.5)
-	}
-	return round5(lo - pad), round5(hi + pad)
-}
-
 func abs(f float64) float64 {
 	if f < 0 {
 		return -f
