@@ -275,6 +275,21 @@ type mermaidBlock struct {
 	under    string
 }
 
+// markdownOf is the markdown report of series under the default
+// tolerance.
+func markdownOf(t *testing.T, series []*metrics.Series) string {
+	t.Helper()
+	r, err := Build(series, DefaultTolerance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Markdown(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
 func parseMermaid(t *testing.T, md string) mermaidBlock {
 	t.Helper()
 	_, rest, ok := strings.Cut(md, "```mermaid\n")
@@ -449,15 +464,7 @@ func TestMermaidUnevenSteps(t *testing.T) {
 		}
 		series = append(series, s)
 	}
-	r, err := Build(series, DefaultTolerance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := Markdown(&out, r); err != nil {
-		t.Fatal(err)
-	}
-	m := parseMermaid(t, out.String())
+	m := parseMermaid(t, markdownOf(t, series))
 	if m.xlo != "" || len(m.steps) < 2 || m.steps[0] != "1" || m.steps[len(m.steps)-1] != "2000" {
 		t.Fatalf("x axis %v / %s --> %s: want the real steps, from 1 to 2000", m.steps, m.xlo, m.xhi)
 	}
@@ -512,15 +519,7 @@ func TestMermaidYAxis(t *testing.T) {
 				}
 				runs = append(runs, s)
 			}
-			r, err := Build(runs, DefaultTolerance)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			if err := Markdown(&out, r); err != nil {
-				t.Fatal(err)
-			}
-			m := parseMermaid(t, out.String())
+			m := parseMermaid(t, markdownOf(t, runs))
 			for _, s := range []string{m.lo, m.hi} {
 				if !mermaidNumber.MatchString(s) {
 					t.Fatalf("y-axis %s --> %s: %q is not a Mermaid number", m.lo, m.hi, s)
