@@ -55,6 +55,17 @@ type About struct {
 func (a About) Name() string  { return a.Executor }
 func (a About) Usage() string { return a.Help }
 
+// Regional is a Backend that `gpupass up` starts once in each region of
+// one local stack (gpupass-agent --stack-dir): InStack moves what the
+// regions' agents must not share (a work dir in the shared dir) into a
+// place of the region's own, and points what they must share (Slurm's
+// ledger: they submit as one account) into the stack's dir. It runs
+// before Serve, on the backend's own settings; up and its use case
+// (internal/app/localstack) never name an executor.
+type Regional interface {
+	InStack(stackDir, region string) error
+}
+
 // RootReasoner is a Backend that says why starting jobs as other users
 // needs the agent to run as root there (Options.RootReason).
 type RootReasoner interface {

@@ -55,6 +55,15 @@ func (*backend) FlagNames() map[string]string {
 	return map[string]string{FieldDir: "--fake-dir", FieldNodes: "--fake-nodes"}
 }
 
+// InStack (agent.Regional): each region's agent of a gpupass up stack
+// has nodes of its own under --fake-dir.
+func (b *backend) InStack(_, region string) error {
+	if b.dir != "" {
+		b.dir = filepath.Join(b.dir, "up-"+region)
+	}
+	return nil
+}
+
 func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger) error {
 	if b.dir == "" || !filepath.IsAbs(b.dir) {
 		return fielderr.New(FieldDir, b.dir, "give an absolute directory")

@@ -137,6 +137,15 @@ func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger)
 	return Run(ctx, o, &b.flags, log)
 }
 
+// InStack (agent.Regional): each region's agent of a gpupass up stack
+// works under a dir of its own in the shared dir (validate makes it).
+func (b *backend) InStack(_, region string) error {
+	if b.flags.SharedDir != "" {
+		b.flags.SharedDir = filepath.Join(b.flags.SharedDir, "up-"+region)
+	}
+	return nil
+}
+
 func validate(k *Flags) error {
 	if k.Image == "" {
 		return fielderr.New(FieldImage, "", "is required with the kubernetes executor: the runs' image, pinned by digest (NAME@sha256:…)")

@@ -107,6 +107,24 @@ func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger)
 	return Run(ctx, o, &b.flags, log)
 }
 
+// InStack (agent.Regional): each region's agent of a gpupass up stack
+// works under a dir of its own in the shared dir, and all of them share
+// one ledger in the stack's dir: they submit as one account, and each
+// would cancel the others' jobs as strays.
+func (b *backend) InStack(stackDir, region string) error {
+	s := &b.flags
+	if s.SharedDir != "" {
+		s.SharedDir = filepath.Join(s.SharedDir, "up-"+region)
+		if err := os.MkdirAll(s.SharedDir, 0o755); err != nil {
+			return fielderr.New(FieldSharedDir, s.SharedDir, "%w", err)
+		}
+	}
+	if s.LedgerDir == "" {
+		s.LedgerDir = filepath.Join(stackDir, "slurm-ledger")
+	}
+	return nil
+}
+
 func validate(o *agent.Options, s *Flags) error {
 	if s.SharedDir == "" || !filepath.IsAbs(s.SharedDir) {
 		return fielderr.New(FieldSharedDir, s.SharedDir, "give an absolute directory every compute node sees")
