@@ -11,13 +11,12 @@ func TestInStack(t *testing.T) {
 	t.Parallel()
 	shared := t.TempDir()
 	for _, region := range []string{"us-west-2", "eu-central-1"} {
-		b := Backend().(*backend)
-		b.flags.SharedDir = shared
-		if err := b.InStack(t.TempDir(), region); err != nil {
+		s := &Flags{SharedDir: shared}
+		if err := inStack(s, t.TempDir(), region); err != nil {
 			t.Fatal(err)
 		}
-		if want := filepath.Join(shared, "up-"+region); b.flags.SharedDir != want {
-			t.Errorf("region %s: shared dir %s, want %s", region, b.flags.SharedDir, want)
+		if want := filepath.Join(shared, "up-"+region); s.SharedDir != want {
+			t.Errorf("region %s: shared dir %s, want %s", region, s.SharedDir, want)
 		}
 	}
 }

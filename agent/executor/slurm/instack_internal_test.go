@@ -14,19 +14,18 @@ func TestInStack(t *testing.T) {
 	t.Parallel()
 	shared, stack := t.TempDir(), t.TempDir()
 	for _, region := range []string{"us-west-2", "eu-central-1"} {
-		b := Backend().(*backend)
-		b.flags.SharedDir = shared
-		if err := b.InStack(stack, region); err != nil {
+		s := &Flags{SharedDir: shared}
+		if err := inStack(s, stack, region); err != nil {
 			t.Fatal(err)
 		}
-		if want := filepath.Join(shared, "up-"+region); b.flags.SharedDir != want {
-			t.Errorf("region %s: shared dir %s, want %s", region, b.flags.SharedDir, want)
+		if want := filepath.Join(shared, "up-"+region); s.SharedDir != want {
+			t.Errorf("region %s: shared dir %s, want %s", region, s.SharedDir, want)
 		}
-		if st, err := os.Stat(b.flags.SharedDir); err != nil || !st.IsDir() {
+		if st, err := os.Stat(s.SharedDir); err != nil || !st.IsDir() {
 			t.Errorf("region %s: shared dir not made: %v", region, err)
 		}
-		if want := filepath.Join(stack, "slurm-ledger"); b.flags.LedgerDir != want {
-			t.Errorf("region %s: ledger %s, want the stack's %s", region, b.flags.LedgerDir, want)
+		if want := filepath.Join(stack, "slurm-ledger"); s.LedgerDir != want {
+			t.Errorf("region %s: ledger %s, want the stack's %s", region, s.LedgerDir, want)
 		}
 	}
 }
