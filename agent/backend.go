@@ -53,9 +53,6 @@ type About struct {
 	Executor, Help string
 }
 
-func (a About) Name() string  { return a.Executor }
-func (a About) Usage() string { return a.Help }
-
 // Spec is an executor whose settings are a value of S: its package gives
 // the settings and what it does with them, Define the Backend around
 // them (the shape every executor would otherwise write again).
