@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
@@ -46,14 +47,82 @@ type FlagSet interface {
 	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
 }
 
-// About is a backend's Name and Usage; a Backend embeds it.
+// About is a backend's Name and Usage.
 type About struct {
 	// Executor is the --executor value, Help its part of the help.
 	Executor, Help string
 }
 
-func (a About) Name() string  { return a.Executor }
-func (a About) Usage() string { return a.Help }
+// Spec is an executor whose settings are a value of S: its package gives
+// the settings and what it does with them, Define the Backend around
+// them (the shape every executor would otherwise write again).
+type Spec[S any] struct {
+	About
+	// Bind registers the backend's flags, bound to s (nil: none).
+	Bind func(f FlagSet, s *S)
+	// Fields is Backend.FlagNames.
+	Fields map[string]string
+	// Root, when set, is why job users need root there (RootReasoner).
+	Root string
+	// Stack, when set, places one region's agent of a gpupass up stack
+	// (Regional.InStack).
+	Stack func(s *S, stackDir, region string) error
+	// Run is Backend.Serve, with the settings.
+	Run func(ctx context.Context, o *Options, s *S, log *slog.Logger) error
+}
+
+// Define is the Backend of spec, with settings of its own: the command
+// layer calls an executor's constructor once per command tree, so trees
+// built side by side (tests) share none.
+func Define[S any](spec Spec[S]) Backend { return &defined[S]{spec: spec} }
+
+type defined[S any] struct {
+	spec     Spec[S]
+	settings S
+}
+
+func (d *defined[S]) Name() string                 { return d.spec.Executor }
+func (d *defined[S]) Usage() string                { return d.spec.Help }
+func (d *defined[S]) FlagNames() map[string]string { return d.spec.Fields }
+func (d *defined[S]) RootReason() string           { return d.spec.Root }
+
+func (d *defined[S]) AddFlags(f FlagSet) {
+	if d.spec.Bind != nil {
+		d.spec.Bind(f, &d.settings)
+	}
+}
+
+func (d *defined[S]) InStack(stackDir, region string) error {
+	if d.spec.Stack == nil {
+		return nil
+	}
+	return d.spec.Stack(&d.settings, stackDir, region)
+}
+
+func (d *defined[S]) Serve(ctx context.Context, o *Options, log *slog.Logger) error {
+	return d.spec.Run(ctx, o, &d.settings, log)
+}
+
+// Regional is a Backend that `gpupass up` starts once in each region of
+// one local stack (gpupass-agent --stack-dir): InStack moves what the
+// regions' agents must not share (a work dir in the shared dir) into a
+// place of the region's own, and points what they must share (Slurm's
+// ledger: they submit as one account) into the stack's dir. It runs
+// before Serve, on the backend's own settings; up and its use case
+// (internal/app/localstack) never name an executor.
+type Regional interface {
+	InStack(stackDir, region string) error
+}
+
+// InRegion is dir's part for one region's agent of a gpupass up stack,
+// where a Regional backend keeps that agent's work; "" stays "" (the
+// backend's own check names the missing flag).
+func InRegion(dir, region string) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, "up-"+region)
+}
 
 // RootReasoner is a Backend that says why starting jobs as other users
 // needs the agent to run as root there (Options.RootReason).
@@ -107,18 +176,12 @@ const ExecutorLocal = "local"
 
 // LocalBackend is the local executor: this machine is the node.
 func LocalBackend() Backend {
-	return localBackend{About{Executor: ExecutorLocal, Help: "processes on this node"}}
-}
-
-type localBackend struct{ About }
-
-func (localBackend) AddFlags(FlagSet)             {}
-func (localBackend) FlagNames() map[string]string { return nil }
-
-func (localBackend) Serve(ctx context.Context, o *Options, log *slog.Logger) error {
-	a, err := New(o, log)
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
+	return Define(Spec[struct{}]{About: About{Executor: ExecutorLocal, Help: "processes on this node"},
+		Run: func(ctx context.Context, o *Options, _ *struct{}, log *slog.Logger) error {
+			a, err := New(o, log)
+			if err != nil {
+				return err
+			}
+			return a.Run(ctx)
+		}})
 }

@@ -40,10 +40,13 @@ type Options struct {
 	BandwidthGbps float64
 	Hostname      string
 
-	StoragePath   string
-	Python        string
-	NVCC          string
-	Simulate      string
+	StoragePath string
+	Python      string
+	NVCC        string
+	Simulate    string
+	// StackDir, set by gpupass up, is the state dir of the local stack
+	// this agent is one region's agent of (Regional).
+	StackDir      string
 	SuiteInterval time.Duration
 	ReadProbeMB   int
 	// NoWork keeps the agent from taking runs (registry and reports only).

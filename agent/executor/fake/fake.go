@@ -37,30 +37,38 @@ const CheckName = "fake.node"
 
 // Backend is the fake executor.
 func Backend() agent.Backend {
-	return &backend{About: agent.About{Executor: Name, Help: "test-only: nodes that are all this machine; see --fake-*"}}
+	return agent.Define(agent.Spec[settings]{
+		About:  agent.About{Executor: Name, Help: "test-only: nodes that are all this machine; see --fake-*"},
+		Bind:   bind,
+		Fields: map[string]string{FieldDir: "--fake-dir", FieldNodes: "--fake-nodes"},
+		Stack:  inStack,
+		Run:    serve,
+	})
 }
 
-type backend struct {
-	agent.About
+type settings struct {
 	dir   string
 	nodes int
 }
 
-func (b *backend) AddFlags(f agent.FlagSet) {
-	f.StringVar(&b.dir, "fake-dir", "", "with --executor fake: absolute directory the fake cluster's nodes share (runs' work dirs)")
-	f.IntVar(&b.nodes, "fake-nodes", 1, "with --executor fake: how many nodes the agent stands for")
+func bind(f agent.FlagSet, s *settings) {
+	f.StringVar(&s.dir, "fake-dir", "", "with --executor fake: absolute directory the fake cluster's nodes share (runs' work dirs)")
+	f.IntVar(&s.nodes, "fake-nodes", 1, "with --executor fake: how many nodes the agent stands for")
 }
 
-func (*backend) FlagNames() map[string]string {
-	return map[string]string{FieldDir: "--fake-dir", FieldNodes: "--fake-nodes"}
+// inStack (agent.Regional): each region's agent of a gpupass up stack
+// has nodes of its own under --fake-dir.
+func inStack(s *settings, _, region string) error {
+	s.dir = agent.InRegion(s.dir, region)
+	return nil
 }
 
-func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger) error {
-	if b.dir == "" || !filepath.IsAbs(b.dir) {
-		return fielderr.New(FieldDir, b.dir, "give an absolute directory")
+func serve(ctx context.Context, o *agent.Options, s *settings, log *slog.Logger) error {
+	if s.dir == "" || !filepath.IsAbs(s.dir) {
+		return fielderr.New(FieldDir, s.dir, "give an absolute directory")
 	}
-	if b.nodes < 1 {
-		return fielderr.New(FieldNodes, fmt.Sprint(b.nodes), "must be 1 or more")
+	if s.nodes < 1 {
+		return fielderr.New(FieldNodes, fmt.Sprint(s.nodes), "must be 1 or more")
 	}
 	agents, err := agent.NewClusterAgents(o, Name, "test", time.Hour, log)
 	if err != nil {
@@ -72,9 +80,9 @@ func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger)
 		if started {
 			return nil
 		}
-		for i := range b.nodes {
+		for i := range s.nodes {
 			name := fmt.Sprintf("fake-%d", i)
-			n := &node{name: name, dir: filepath.Join(b.dir, name), stateDir: agents.NodeStateDir(name)}
+			n := &node{name: name, dir: filepath.Join(s.dir, name), stateDir: agents.NodeStateDir(name)}
 			if err := agents.Start(ctx, name, log.With("fake_node", name), n, ""); err != nil {
 				return err
 			}

@@ -97,16 +97,25 @@ func kubeRunAs(v string, euid, egid int) (*RunAs, error) {
 // Backend is the Kubernetes executor (agent.Backend): the agent runs in
 // the cluster or beside it and stands for each GPU node.
 func Backend() agent.Backend {
-	return &backend{About: agent.About{Executor: Name, Help: "Jobs on a cluster's GPU nodes, each enrolled as a node of its own; see --kube-*"}}
+	return agent.Define(agent.Spec[Flags]{
+		About: agent.About{Executor: Name, Help: "Jobs on a cluster's GPU nodes, each enrolled as a node of its own; see --kube-*"},
+		Bind:  bind,
+		Fields: map[string]string{
+			FieldKubeconfig: "--kubeconfig",
+			FieldImage:      "--kube-image",
+			FieldNamespace:  "--kube-namespace",
+			FieldSharedDir:  "--kube-shared-dir",
+			FieldRefresh:    "--kube-refresh",
+			FieldTimeLimit:  "--kube-time-limit",
+			FieldCluster:    "--kube-cluster",
+			FieldRunAs:      "--kube-run-as",
+		},
+		Stack: inStack,
+		Run:   Run,
+	})
 }
 
-type backend struct {
-	agent.About
-	flags Flags
-}
-
-func (b *backend) AddFlags(f agent.FlagSet) {
-	k := &b.flags
+func bind(f agent.FlagSet, k *Flags) {
 	f.StringVar(&k.Kubeconfig, "kubeconfig", "", "with --executor kubernetes: kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then the pod's service account)")
 	f.StringVar(&k.Namespace, "kube-namespace", "gpupass", "with --executor kubernetes: namespace of the runs' and conformance checks' Jobs")
 	f.StringVar(&k.Image, "kube-image", "", "with --executor kubernetes: the runs' container image, pinned by digest (NAME@sha256:…); the certified environment is a node and this image")
@@ -120,21 +129,11 @@ func (b *backend) AddFlags(f agent.FlagSet) {
 	f.StringVar(&k.AgentBinary, "kube-agent-binary", "gpupass-agent", "with --executor kubernetes: gpupass-agent inside --kube-image, which the conformance Job runs")
 }
 
-func (*backend) FlagNames() map[string]string {
-	return map[string]string{
-		FieldKubeconfig: "--kubeconfig",
-		FieldImage:      "--kube-image",
-		FieldNamespace:  "--kube-namespace",
-		FieldSharedDir:  "--kube-shared-dir",
-		FieldRefresh:    "--kube-refresh",
-		FieldTimeLimit:  "--kube-time-limit",
-		FieldCluster:    "--kube-cluster",
-		FieldRunAs:      "--kube-run-as",
-	}
-}
-
-func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger) error {
-	return Run(ctx, o, &b.flags, log)
+// inStack (agent.Regional): each region's agent of a gpupass up stack
+// works under a dir of its own in the shared dir (validate makes it).
+func inStack(k *Flags, _, region string) error {
+	k.SharedDir = agent.InRegion(k.SharedDir, region)
+	return nil
 }
 
 func validate(k *Flags) error {

@@ -68,16 +68,25 @@ type Flags struct {
 // Slurm's client tools work and stands for each compute node of the
 // partitions.
 func Backend() agent.Backend {
-	return &backend{About: agent.About{Executor: Name, Help: "batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*"}}
+	return agent.Define(agent.Spec[Flags]{
+		About: agent.About{Executor: Name, Help: "batch jobs on a Slurm cluster's compute nodes, each enrolled as a node of its own; see --slurm-*"},
+		Bind:  bind,
+		Fields: map[string]string{
+			FieldSharedDir:   "--slurm-shared-dir",
+			FieldRefresh:     "--slurm-refresh",
+			FieldAgentBinary: "--slurm-agent-binary",
+			FieldSimulate:    "--slurm-simulate",
+			FieldLedgerDir:   "--slurm-ledger-dir",
+		},
+		// Why root and not the cluster's SlurmUser, which Slurm also lets
+		// submit as another uid.
+		Root:  "on the login node: Slurm lets only root or its SlurmUser submit a job as another uid (sbatch --uid), and the agent hands each run's dir in the shared dir to the run's uid, which only root may",
+		Stack: inStack,
+		Run:   Run,
+	})
 }
 
-type backend struct {
-	agent.About
-	flags Flags
-}
-
-func (b *backend) AddFlags(f agent.FlagSet) {
-	s := &b.flags
+func bind(f agent.FlagSet, s *Flags) {
 	f.StringSliceVar(&s.Simulate, "slurm-simulate", nil, "with --executor slurm: NODE=PROFILE, a simulated hardware profile for one compute node (repeatable; --simulate applies to the others)")
 	f.StringSliceVar(&s.Partitions, "slurm-partition", nil, "with --executor slurm: partition whose compute nodes the agent enrolls (repeatable; default: every partition)")
 	f.StringVar(&s.SharedDir, "slurm-shared-dir", "", "with --executor slurm: directory the login node and every compute node see (runs' work dirs, output and metrics files)")
@@ -87,24 +96,20 @@ func (b *backend) AddFlags(f agent.FlagSet) {
 	f.StringVar(&s.AgentBinary, "slurm-agent-binary", "", "with --executor slurm: gpupass-agent binary the conformance job step runs on each compute node (default: this one; it must be at the same path there)")
 }
 
-func (*backend) FlagNames() map[string]string {
-	return map[string]string{
-		FieldSharedDir:   "--slurm-shared-dir",
-		FieldRefresh:     "--slurm-refresh",
-		FieldAgentBinary: "--slurm-agent-binary",
-		FieldSimulate:    "--slurm-simulate",
-		FieldLedgerDir:   "--slurm-ledger-dir",
+// inStack (agent.Regional): each region's agent of a gpupass up stack
+// works under a dir of its own in the shared dir, and all of them share
+// one ledger in the stack's dir: they submit as one account, and each
+// would cancel the others' jobs as strays.
+func inStack(s *Flags, stackDir, region string) error {
+	if s.SharedDir = agent.InRegion(s.SharedDir, region); s.SharedDir != "" {
+		if err := os.MkdirAll(s.SharedDir, 0o755); err != nil {
+			return fielderr.New(FieldSharedDir, s.SharedDir, "%w", err)
+		}
 	}
-}
-
-// RootReason: why root and not the cluster's SlurmUser, which Slurm also
-// lets submit as another uid.
-func (*backend) RootReason() string {
-	return "on the login node: Slurm lets only root or its SlurmUser submit a job as another uid (sbatch --uid), and the agent hands each run's dir in the shared dir to the run's uid, which only root may"
-}
-
-func (b *backend) Serve(ctx context.Context, o *agent.Options, log *slog.Logger) error {
-	return Run(ctx, o, &b.flags, log)
+	if s.LedgerDir == "" {
+		s.LedgerDir = filepath.Join(stackDir, "slurm-ledger")
+	}
+	return nil
 }
 
 func validate(o *agent.Options, s *Flags) error {

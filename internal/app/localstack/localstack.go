@@ -54,12 +54,11 @@ type Options struct {
 	// executor's own settings). Both go on every agent's command line.
 	Executor  string
 	AgentArgs []string
-	// Slurm, with Executor "slurm", is the cluster the agents stand for
-	// (SLURM_CONF, from the environment, names it).
-	Slurm *Slurm
-	// Kube, with Executor "kubernetes", is the cluster the agents stand
-	// for.
-	Kube *Kube
+	// ExecutorArgs are the executor's own agent arguments (up's
+	// --slurm-*, --kube-* flags as the agent's). Each agent also gets
+	// --stack-dir, so an executor that stands for a cluster keeps each
+	// region's work apart (agent.Regional); this package names none.
+	ExecutorArgs []string
 	// BrokerBin and AgentBin are the binaries to run (default: next to
 	// the running executable, else on PATH).
 	BrokerBin, AgentBin string
@@ -70,33 +69,6 @@ type Options struct {
 // --region. The shipped CI examples train in these regions, so they run
 // against a stack started as printed; internal/ci holds them to it.
 func DefaultRegions() []string { return []string{"us-west-2", "eu-central-1"} }
-
-// Slurm are the settings of agents with --executor slurm: each region's
-// agent stands for the partitions' compute nodes.
-type Slurm struct {
-	// Partitions whose compute nodes the agents stand for (default all).
-	Partitions []string
-	// SharedDir is an absolute directory this machine and every compute
-	// node see; each region's agent works under SharedDir/up-REGION.
-	SharedDir string
-}
-
-// Kube are the settings of agents with --executor kubernetes: each
-// region's agent stands for the cluster's GPU nodes and runs jobs as
-// Jobs there.
-type Kube struct {
-	// Kubeconfig is the cluster's kubeconfig (empty: the agent's
-	// default, $KUBECONFIG then ~/.kube/config).
-	Kubeconfig string
-	Namespace  string
-	// Image is the runs' image, pinned by digest.
-	Image string
-	// SharedDir is an absolute directory this machine and the pods see
-	// at the same path (a hostPath: the cluster's node is this machine,
-	// as scripts/k8s-up.sh's is); each region's agent works under
-	// SharedDir/up-REGION.
-	SharedDir string
-}
 
 // Stack is a running local stack.
 type Stack struct {
@@ -265,54 +237,25 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 }
 
 // AgentArgs is the command line of the agent name in region: the broker,
-// its own state dir under dir, the simulated profile, the interpreter,
-// and the executor with its arguments. With Slurm, the agent stands for
-// the cluster's compute nodes: no local host facts, its work under
-// SharedDir/up-REGION, and no --simulate when Profile is empty (the
-// compute nodes' own GPUs are measured).
+// its own state dir under dir, the simulated profile (none when Profile
+// is empty: a cluster's nodes' own GPUs are measured), the interpreter,
+// and the executor with its arguments. An executor that stands for a
+// cluster's nodes keeps its provider and hostname labels to itself, and
+// places each region's work from --stack-dir (agent.Regional).
 func AgentArgs(o Options, brokerURL, region, name, dir string) ([]string, error) {
 	args := []string{
 		"--broker-url", brokerURL, "--region", region, "--state-dir", filepath.Join(dir, "agents", name),
 		"--python", o.Python, "--price-per-hour", "2.5", "--storage-class", "standard", "--bandwidth-gbps", "25",
 		"--read-probe-mb", "8",
 	}
-	if o.Executor == "slurm" && o.Slurm != nil {
-		shared := filepath.Join(o.Slurm.SharedDir, "up-"+region)
-		if err := os.MkdirAll(shared, 0o755); err != nil {
-			return nil, &fielderr.Error{Field: "SlurmSharedDir", Err: err}
-		}
-		// Every region's agent works as the same account: one ledger, or
-		// each would cancel the others' jobs as strays.
-		args = append(args, "--executor", "slurm", "--slurm-shared-dir", shared, "--slurm-ledger-dir", filepath.Join(dir, "slurm-ledger"))
-		for _, p := range o.Slurm.Partitions {
-			args = append(args, "--slurm-partition", p)
-		}
-		if o.Profile != "" {
-			args = append(args, "--simulate", o.Profile)
-		}
-		return append(args, o.AgentArgs...), nil
-	}
-	if o.Executor == "kubernetes" && o.Kube != nil {
-		shared := filepath.Join(o.Kube.SharedDir, "up-"+region)
-		if err := os.MkdirAll(shared, 0o755); err != nil {
-			return nil, &fielderr.Error{Field: "KubeSharedDir", Err: err}
-		}
-		args = append(args, "--executor", "kubernetes", "--kube-shared-dir", shared, "--kube-image", o.Kube.Image,
-			"--kube-namespace", o.Kube.Namespace, "--kube-refresh", "5s")
-		if o.Kube.Kubeconfig != "" {
-			args = append(args, "--kubeconfig", o.Kube.Kubeconfig)
-		}
-		if o.Profile != "" {
-			args = append(args, "--simulate", o.Profile)
-		}
-		return append(args, o.AgentArgs...), nil
-	}
 	if o.Executor != "" {
-		args = append(args, "--executor", o.Executor)
+		args = append(args, "--executor", o.Executor, "--stack-dir", dir)
 	}
-	args = append(args, "--provider", "local", "--zone", region+"a", "--hostname", name,
-		"--simulate", o.Profile, "--query-addr", "127.0.0.1:0")
-	return append(args, o.AgentArgs...), nil
+	if o.Profile != "" {
+		args = append(args, "--simulate", o.Profile)
+	}
+	args = append(args, "--provider", "local", "--zone", region+"a", "--hostname", name, "--query-addr", "127.0.0.1:0")
+	return append(append(args, o.ExecutorArgs...), o.AgentArgs...), nil
 }
 
 // Restart is a child that exited and was started again.

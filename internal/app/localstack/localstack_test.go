@@ -95,10 +95,12 @@ func TestAgentArgs(t *testing.T) {
 	}{
 		{"local by default", Options{Profile: "p", Python: "py"}, []string{"--query-addr", "127.0.0.1:0"}},
 		{"an executor and its settings", Options{Executor: "local", AgentArgs: []string{"--other-flag", "x"}}, []string{"--query-addr", "127.0.0.1:0", "--other-flag", "x"}},
-		{"slurm", Options{Executor: "slurm", Slurm: &Slurm{SharedDir: t.TempDir(), Partitions: []string{"gpu"}}}, []string{"--slurm-partition", "gpu"}},
-		// An executor up has no flags of its own for goes on as it is.
+		// Every executor's settings go on as they are, after the stack's
+		// dir, where the agent places the region's work (agent.Regional).
+		{"an executor's settings", Options{Executor: "slurm", ExecutorArgs: []string{"--slurm-shared-dir", "/s", "--slurm-partition", "gpu"}},
+			[]string{"--executor", "slurm", "--stack-dir", "/state", "--provider", "local", "--zone", "us-west-2a", "--hostname", "agent-us-west-2-1", "--query-addr", "127.0.0.1:0", "--slurm-shared-dir", "/s", "--slurm-partition", "gpu"}},
 		{"another executor", Options{Executor: "fake", Profile: "p", AgentArgs: []string{"--fake-dir", "/d"}},
-			[]string{"--executor", "fake", "--provider", "local", "--zone", "us-west-2a", "--hostname", "agent-us-west-2-1", "--simulate", "p", "--query-addr", "127.0.0.1:0", "--fake-dir", "/d"}},
+			[]string{"--executor", "fake", "--stack-dir", "/state", "--simulate", "p", "--provider", "local", "--zone", "us-west-2a", "--hostname", "agent-us-west-2-1", "--query-addr", "127.0.0.1:0", "--fake-dir", "/d"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

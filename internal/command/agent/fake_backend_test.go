@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/localstack"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -105,13 +106,18 @@ func TestFakeExecutorRunsAJob(t *testing.T) {
 	}
 	dir := t.TempDir()
 	shared := filepath.Join(dir, "shared")
+	// The agent gpupass up --executor fake starts, through the path up's
+	// agents take (the fake's settings as GPUPASS_FAKE_* or these).
+	args, err := localstack.AgentArgs(localstack.Options{Executor: fake.Name, Profile: "a100-80gb-4x", Python: python,
+		AgentArgs: []string{"--fake-dir", shared, "--fake-nodes", "2"}}, url, "us-west-2", "agent-us-west-2-1", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	actx, stop := context.WithCancel(ctx)
 	var logs testutil.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(actx, []string{"--broker-url", url, "--broker-token", tok(store.RoleAgent, "*"), "--region", "us-west-2",
-			"--state-dir", filepath.Join(dir, "state"), "--simulate", "a100-80gb-4x", "--read-probe-mb", "1", "--python", python, "--bandwidth-gbps", "25",
-			"--executor", "fake", "--fake-dir", shared, "--fake-nodes", "2"}, io.Discard, &logs)
+		done <- Main(actx, append(args, "--broker-token", tok(store.RoleAgent, "*")), io.Discard, &logs)
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -158,10 +164,13 @@ func TestFakeExecutorRunsAJob(t *testing.T) {
 	if r.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 		t.Fatalf("run %v: %s\n%s", r.State, r.Reason, logs.String())
 	}
-	// The run's work dir is in the node's WorkRoot, in the fake dir.
-	runs, _ := filepath.Glob(filepath.Join(shared, "fake-*", "runs", r.Id))
+	// The run's work dir is in the node's WorkRoot, in the region's own
+	// part of the fake dir (agent.Regional): another region's agent of
+	// the stack never shares it.
+	runs, _ := filepath.Glob(filepath.Join(shared, "up-us-west-2", "fake-*", "runs", r.Id))
 	if len(runs) != 1 {
-		t.Errorf("run %s's work dir not under %s/fake-N/runs: %v", r.Id, shared, runs)
+		all, _ := filepath.Glob(filepath.Join(shared, "*", "*", r.Id))
+		t.Errorf("run %s's work dir not under %s/up-us-west-2/fake-N/runs: %v", r.Id, shared, all)
 	}
 	// Each fake node is a broker node of its own, provider fake:test,
 	// certified with the backend's check.
@@ -197,7 +206,7 @@ func TestFakeExecutorRunsAJob(t *testing.T) {
 	if len(cands) != 2 {
 		t.Errorf("dry-run candidates %v, want both fake nodes", cands)
 	}
-	rep, err := os.ReadFile(filepath.Join(dir, "state", "fake", "test-fake-0", "report.json"))
+	rep, err := os.ReadFile(filepath.Join(dir, "agents", "agent-us-west-2-1", "fake", "test-fake-0", "report.json"))
 	if err != nil || !strings.Contains(string(rep), `"`+fake.CheckName+`"`) {
 		t.Errorf("fake-0's signed report has no %s check (%v): %.300s", fake.CheckName, err, rep)
 	}

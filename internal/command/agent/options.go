@@ -39,6 +39,7 @@ func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags, b
 	f.StringVar(&o.StorageClass, "storage-class", "standard", "label: storage class: standard, high-iops-nvme or ultra-nvme")
 	f.Float64Var(&o.BandwidthGbps, "bandwidth-gbps", 0, "label: network bandwidth in Gbit/s")
 	f.StringVar(&o.Hostname, "hostname", "", "label: hostname (default: this machine's)")
+	f.StringVar(&o.StackDir, "stack-dir", "", "set by gpupass up: its state dir, under which an executor that stands for a cluster keeps each region's agent's work apart (and shares what they must)")
 	addProbeFlags(cmd, o)
 	f.BoolVar(&o.NoWork, "no-work", false, "do not take runs from the broker (enroll, heartbeat and report only)")
 	f.StringVar(&o.RunAs, "run-as", "", "run jobs as this unprivileged USER, UID, USER:GROUP or UID:GID (the agent must run as root); without it jobs run as the agent's own user and can read its identity key")

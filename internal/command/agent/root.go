@@ -110,6 +110,11 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 			if err := o.Validate(true); err != nil {
 				return err
 			}
+			if r, ok := b.(daemon.Regional); ok && o.StackDir != "" {
+				if err := r.InStack(o.StackDir, o.Region); err != nil {
+					return err
+				}
+			}
 			return b.Serve(cmd.Context(), o, logger())
 		},
 	}

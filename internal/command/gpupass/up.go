@@ -91,7 +91,7 @@ anywhere. --demo runs the example pipeline.`,
 // upFlagNames maps the local stack's option fields to up's flags.
 var upFlagNames = fielderr.Names{
 	"Regions": "--region", "AgentsPerRegion": "--agents-per-region", "StateDir": "--state-dir", "Listen": "--listen",
-	"SlurmSharedDir": "--slurm-shared-dir", "KubeSharedDir": "--kube-shared-dir", "Executor": "--executor",
+	"Executor": "--executor",
 }
 
 // RunUp starts the stack, prints where it is, and serves until ctx ends
@@ -128,7 +128,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	st, err := localstack.Start(ctx, localstack.Options{
 		StateDir: o.StateDir, Listen: o.Listen, Regions: o.Regions, AgentsPerRegion: o.AgentsPerRegion,
 		Profile: o.Profile, Python: o.Python, Log: o.Log,
-		Executor: o.Slurm.Executor, Slurm: o.Slurm.options(), Kube: o.Kube.options(o.Slurm.Executor),
+		Executor: o.Slurm.Executor, ExecutorArgs: append(o.Slurm.args(), o.Kube.args(o.Slurm.Executor)...),
 	})
 	if re := (*localstack.RunningError)(nil); errors.As(err, &re) {
 		return upRunningError(re)

@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/gpupass/gpupass/internal/app/localstack"
 )
 
 // UpKube are up's flags for a Kubernetes cluster: with --executor
@@ -63,11 +61,16 @@ func (k *UpKube) validate(executor string, agentsPerRegion int, stateDir string)
 	return nil
 }
 
-// options are the stack's Kubernetes settings (nil without --executor
-// kubernetes).
-func (k *UpKube) options(executor string) *localstack.Kube {
+// args are the agents' Kubernetes arguments (none without --executor
+// kubernetes); the agent places each region's work (--stack-dir). A
+// local stack's agents read the cluster's nodes every 5s.
+func (k *UpKube) args(executor string) []string {
 	if executor != "kubernetes" {
 		return nil
 	}
-	return &localstack.Kube{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Image: k.Image, SharedDir: k.SharedDir}
+	args := []string{"--kube-shared-dir", k.SharedDir, "--kube-image", k.Image, "--kube-namespace", k.Namespace, "--kube-refresh", "5s"}
+	if k.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", k.Kubeconfig)
+	}
+	return args
 }

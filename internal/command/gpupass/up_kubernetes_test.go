@@ -9,8 +9,9 @@ import (
 )
 
 // TestUpKubeArgs: --executor kubernetes gives each region's agent the
-// kube flags, the image and a shared dir of its own (under the state dir
-// by default); bad combinations are refused naming the flag.
+// kube flags, the image, the shared dir (under the state dir by default)
+// and the stack's dir, under which the agent places the region's
+// (kubernetes' TestInStack); bad combinations are refused naming the flag.
 func TestUpKubeArgs(t *testing.T) {
 	t.Parallel()
 	pinned := "gpupass.local/run@sha256:" + strings.Repeat("a", 64)
@@ -25,10 +26,9 @@ func TestUpKubeArgs(t *testing.T) {
 		not      []string
 	}{
 		{name: "kubernetes", executor: "kubernetes", kube: UpKube{Kubeconfig: "/k/admin.kubeconfig", Namespace: "default", Image: pinned, SharedDir: shared}, per: 1,
-			want: []string{"--executor", "kubernetes", "--kube-shared-dir", shared + "/up-k8s", "--kube-image", pinned, "--kube-namespace", "default", "--kubeconfig", "/k/admin.kubeconfig", "--simulate", "a100-80gb-4x"},
-			not:  []string{"--query-addr", "--hostname", "--provider"}},
+			want: []string{"--executor", "kubernetes", "--stack-dir", "/state", "--simulate", "a100-80gb-4x", "--kube-shared-dir", shared, "--kube-image", pinned, "--kube-namespace", "default", "--kubeconfig", "/k/admin.kubeconfig"}},
 		{name: "shared dir defaults under the state dir", executor: "kubernetes", kube: UpKube{Namespace: "default", Image: pinned}, per: 1,
-			want: []string{"--kube-shared-dir", state + "/kube-shared/up-k8s"}, not: []string{"--kubeconfig"}},
+			want: []string{"--kube-shared-dir", state + "/kube-shared"}, not: []string{"--kubeconfig"}},
 		{name: "no image", executor: "kubernetes", kube: UpKube{Namespace: "default"}, per: 1, wantErr: "--kube-image is required"},
 		{name: "image by tag", executor: "kubernetes", kube: UpKube{Image: "gpupass.local/run:1"}, per: 1, wantErr: `--kube-image "gpupass.local/run:1": pin it by digest`},
 		{name: "relative shared dir", executor: "kubernetes", kube: UpKube{Image: pinned, SharedDir: "scratch"}, per: 1, wantErr: `--kube-shared-dir "scratch"`},
@@ -51,7 +51,7 @@ func TestUpKubeArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args, err := localstack.AgentArgs(localstack.Options{Executor: tt.executor, Kube: o.Kube.options(tt.executor), Profile: o.Profile, Python: o.Python},
+			args, err := localstack.AgentArgs(localstack.Options{Executor: tt.executor, ExecutorArgs: o.Kube.args(tt.executor), Profile: o.Profile, Python: o.Python},
 				"http://127.0.0.1:1", "k8s", "agent-k8s-1", "/state")
 			if err != nil {
 				t.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-
-	"github.com/gpupass/gpupass/internal/app/localstack"
 )
 
 // UpSlurm are up's flags for a Slurm cluster: with --executor slurm each
@@ -64,10 +62,15 @@ func (s *UpSlurm) validate(agentsPerRegion int) error {
 	return nil
 }
 
-// options are the stack's Slurm settings (nil without --executor slurm).
-func (s *UpSlurm) options() *localstack.Slurm {
+// args are the agents' Slurm arguments (none without --executor slurm);
+// the agent places each region's work (--stack-dir).
+func (s *UpSlurm) args() []string {
 	if s.Executor != "slurm" {
 		return nil
 	}
-	return &localstack.Slurm{Partitions: s.Partitions, SharedDir: s.SharedDir}
+	args := []string{"--slurm-shared-dir", s.SharedDir}
+	for _, p := range s.Partitions {
+		args = append(args, "--slurm-partition", p)
+	}
+	return args
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // TestUpSlurmArgs: --executor slurm gives each region's agent the slurm
-// flags and a shared dir of its own; bad combinations are refused naming
+// flags and the stack's dir, where the agent places the region's shared
+// dir and the one ledger (slurm's TestInStack); bad combinations are refused naming
 // the flag.
 func TestUpSlurmArgs(t *testing.T) {
 	t.Parallel()
@@ -21,13 +22,12 @@ func TestUpSlurmArgs(t *testing.T) {
 		want    []string // in order, somewhere in the argv
 		not     []string
 	}{
-		{name: "local", slurm: UpSlurm{Executor: "local"}, per: 2, want: []string{"--executor", "local", "--provider", "local"}, not: []string{"--slurm-shared-dir"}},
+		{name: "local", slurm: UpSlurm{Executor: "local"}, per: 2, want: []string{"--executor", "local", "--stack-dir", "/state"}, not: []string{"--slurm-shared-dir"}},
 		{name: "slurm", slurm: UpSlurm{Executor: "slurm", Partitions: []string{"gpu", "big"}, SharedDir: shared}, per: 1,
-			want: []string{"--executor", "slurm", "--slurm-shared-dir", shared + "/up-hpc", "--slurm-ledger-dir", "/state/slurm-ledger", "--slurm-partition", "gpu", "--slurm-partition", "big", "--simulate", "a100-80gb-4x"},
-			not:  []string{"--query-addr", "--hostname"}},
+			want: []string{"--query-addr", "127.0.0.1:0", "--slurm-shared-dir", shared, "--slurm-partition", "gpu", "--slurm-partition", "big"}},
 		// Any other executor the agent has (localstack checks the name
 		// against gpupass-agent executors as the stack starts).
-		{name: "another executor", slurm: UpSlurm{Executor: "fake"}, per: 2, want: []string{"--executor", "fake", "--provider", "local"}, not: []string{"--slurm-shared-dir"}},
+		{name: "another executor", slurm: UpSlurm{Executor: "fake"}, per: 2, want: []string{"--executor", "fake", "--stack-dir", "/state"}, not: []string{"--slurm-shared-dir"}},
 		{name: "slurm flags with another executor", slurm: UpSlurm{Executor: "fake", SharedDir: shared}, per: 1, wantErr: "need --executor slurm"},
 		{name: "slurm flags without slurm", slurm: UpSlurm{SharedDir: shared}, per: 1, wantErr: "need --executor slurm"},
 		{name: "relative shared dir", slurm: UpSlurm{Executor: "slurm", SharedDir: "scratch"}, per: 1, wantErr: "--slurm-shared-dir \"scratch\""},
@@ -46,7 +46,7 @@ func TestUpSlurmArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args, err := localstack.AgentArgs(localstack.Options{Executor: o.Slurm.Executor, Slurm: o.Slurm.options(), Profile: o.Profile, Python: o.Python},
+			args, err := localstack.AgentArgs(localstack.Options{Executor: o.Slurm.Executor, ExecutorArgs: o.Slurm.args(), Profile: o.Profile, Python: o.Python},
 				"http://127.0.0.1:1", "hpc", "agent-hpc-1", "/state")
 			if err != nil {
 				t.Fatal(err)
