@@ -186,7 +186,7 @@ except OSError:
 `
 	l := &RunLoop{
 		Source: nil, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}},
 		StateDir: o.StateDir, Python: py, RunAs: o.runAs,
 		UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 		Bundles: BundleInstaller{Registry: reg},

@@ -176,7 +176,7 @@ func TestBundleInstallThroughTheRunLoop(t *testing.T) {
 			src := newMemSource()
 			l := &RunLoop{
 				Source: src, AgentID: func() string { return "agent-1" },
-				Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+				Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}},
 				StateDir: t.TempDir(), Python: py,
 				UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 				Bundles: BundleInstaller{Registry: reg},
@@ -254,7 +254,7 @@ func TestBundleInstallCredentials(t *testing.T) {
 			src := newMemSource()
 			l := &RunLoop{
 				Source: src, AgentID: func() string { return "agent-1" },
-				Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+				Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}},
 				StateDir: t.TempDir(), Python: py, UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 				Bundles: BundleInstaller{Registry: tc.reg},
 			}
@@ -308,7 +308,7 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "seen-%d" % o
 	src := newMemSource()
 	l := &RunLoop{
 		Source: src, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}},
 		StateDir: t.TempDir(), Python: py, UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 		Bundles: BundleInstaller{Registry: reg},
 	}

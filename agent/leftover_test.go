@@ -100,7 +100,7 @@ func TestLeftoverProcessCannotReachTheNextRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			state := testutil.TempDirMode(t, 0o711)
-			x := &executor.Executor{Runner: executor.ProcessRunner{}}
+			x := &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}}
 			l := &RunLoop{
 				AgentID: func() string { return "agent-1" }, Executor: x, StateDir: state, Python: "/usr/bin/python3",
 				UpdateEvery: 20 * time.Millisecond, DrainTimeout: 10 * time.Second,
@@ -124,7 +124,7 @@ func TestLeftoverProcessCannotReachTheNextRun(t *testing.T) {
 					testutil.Missing(t, "a cgroup hierarchy the agent can use: %v", err)
 				}
 				t.Cleanup(func() { cg.RemoveParents() })
-				x.Cgroups = cg
+				x.Host = &executor.Host{Cgroups: cg}
 			}
 			suffix := strconv.Itoa(len(tc.uids))
 			first, next := "alloc-leftover-first-"+suffix, "alloc-leftover-next-"+suffix

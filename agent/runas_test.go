@@ -57,7 +57,7 @@ func TestRunAsKeepsTheKeyFromTheJob(t *testing.T) {
 	src := newMemSource()
 	l := &RunLoop{
 		Source: src, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}},
 		StateDir: o.StateDir, Python: "/usr/bin/python3", RunAs: o.runAs,
 		UpdateEvery: 20 * time.Millisecond, DrainTimeout: 10 * time.Second,
 	}

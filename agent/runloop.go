@@ -378,9 +378,10 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	host := &executor.Host{Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout}
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout, Output: a.o.outputLimits()},
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: host, Log: a.log, Output: a.o.outputLimits()},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange, WorkdirLimits: a.o.Workdir,
 		Bundles: BundleInstaller{Registry: a.o.Registry, Log: a.log, VerifyRecord: a.o.VerifyRecord},
 	}
@@ -390,7 +391,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		// A cluster's jobs outlive the agent: a restarted one finds
 		// them again and follows them on from the spool's mark.
 		l.Executor.Marks = true
-	} else if l.Executor.PrivateTmp, err = a.runPrivateTmp(); err != nil {
+	} else if host.PrivateTmp, err = a.runPrivateTmp(); err != nil {
 		return nil, err
 	}
 	l.Busy = a.busy

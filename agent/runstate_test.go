@@ -40,7 +40,7 @@ func (m *memSource) held() (n, atEnd int) {
 func newTestLoop(src *memSource, dir string) *RunLoop {
 	return &RunLoop{
 		Source: src, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}},
 		StateDir: dir, UpdateEvery: 20 * time.Millisecond, DrainTimeout: 300 * time.Millisecond, Retry: 20 * time.Millisecond,
 	}
 }

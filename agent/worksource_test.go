@@ -153,7 +153,7 @@ func TestUnsafeAllocIDFromTheBroker(t *testing.T) {
 	}
 	state := t.TempDir()
 	l := &RunLoop{Source: src, AgentID: func() string { return "agt-1" }, StateDir: state,
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}}}
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}}}
 	if final := l.RunAssignment(t.Context(), a); final.State != StateFailed || !strings.Contains(final.Reason, `allocation id ".." is not a plain name`) {
 		t.Errorf("final %s (%s), want failed naming the id", final.State, final.Reason)
 	}

@@ -115,9 +115,9 @@ func TestRunLeavesNoProcessBehind(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			x := &executor.Executor{Runner: executor.ProcessRunner{}}
+			x := &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}}
 			if tc.cgroup {
-				x.Cgroups = cgroups(t)
+				x.Host = &executor.Host{Cgroups: cgroups(t)}
 			}
 			runAs := nobody
 			if tc.uids != "" {

@@ -46,6 +46,10 @@ func executeOpt(t *testing.T, ctx context.Context, job executor.Job, x *executor
 	if x.Runner == nil {
 		x.Runner = executor.ProcessRunner{}
 	}
+	if x.Host == nil {
+		// What every Executor had before it had a RunHost.
+		x.Host = &executor.Host{}
+	}
 	sp, err := spool.Open(filepath.Join(t.TempDir(), "spool"), spool.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -63,9 +63,10 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t)}
+			host := &executor.Host{Cgroups: cgroups(t)}
+			x := &executor.Executor{Runner: executor.ProcessRunner{}, Host: host}
 			if tc.private {
-				x.PrivateTmp = &executor.PrivateTmp{ShmSize: "256m"}
+				host.PrivateTmp = &executor.PrivateTmp{ShmSize: "256m"}
 			}
 			// Below /tmp, as t.TempDir is: the run still sees its work
 			// dir there.
@@ -153,7 +154,7 @@ func TestPrivateTmpKeepsTheStateDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(shm, "kept"), []byte("in-shm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	x := &executor.Executor{Runner: executor.ProcessRunner{}, PrivateTmp: &executor.PrivateTmp{Keep: []string{state, "/tmp", shm, "/dev/shm"}}}
+	x := &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{PrivateTmp: &executor.PrivateTmp{Keep: []string{state, "/tmp", shm, "/dev/shm"}}}}
 	out := execute(t, context.Background(), executor.Job{Command: []string{"/bin/sh", "-c", "cat " + filepath.Join(state, "kept") + " " + filepath.Join(shm, "kept") + "; ls " + other + " 2>/dev/null || echo other-hidden; pwd"},
 		WorkRoot: filepath.Join(state, "runs")}, x)
 	said := lines(out.find("stdout"))

@@ -35,10 +35,6 @@ type ProcessRunner struct {
 	DrainTimeout time.Duration
 }
 
-// DefaultGrace is the time between SIGTERM and SIGKILL when an attempt
-// does not say.
-const DefaultGrace = 10 * time.Second
-
 // Run implements Runner.
 func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit {
 	if len(a.Command) == 0 {
@@ -80,7 +76,9 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 		return Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
 	}
 	cmd.Stdout, cmd.Stderr = wOut, wErr
-	release, startErr := a.Contain.lockedStart(cmd.SysProcAttr, cmd.Start)
+	// The hold of a RunHost other than Host (none) holds nothing here.
+	contain, _ := a.Contain.(*Containment)
+	release, startErr := contain.lockedStart(cmd.SysProcAttr, cmd.Start)
 	// After the leader was reaped: the thread that forked it holds its
 	// Pdeathsig.
 	defer release()
@@ -104,7 +102,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 			// A read error other than EOF (the pipe closed under us
 			// after the drain timeout) ends the stream; the exit status
 			// still tells the story.
-			_ = readLines(s.f, s.st, a.MaxLine, out)
+			_ = ReadLines(s.f, s.st, a.MaxLine, out)
 		}()
 	}
 
@@ -153,7 +151,9 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	}
 	// Before the drain: a process that left the group may hold the
 	// pipes, and it must be gone before the next attempt or run starts.
-	ex.Leftover = a.Contain.Kill()
+	if a.Contain != nil {
+		ex.Leftover = a.Contain.Kill()
+	}
 
 	done := make(chan struct{})
 	go func() { readers.Wait(); close(done) }()

@@ -158,7 +158,7 @@ func TestRunAsRefusesHardLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &executor.Executor{Runner: executor.ProcessRunner{}}
+	x := &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}}
 	_, err = x.Execute(context.Background(), executor.Job{AllocID: "alloc-0000test", Command: []string{"true"}, WorkRoot: work, RunAs: nobody}, nil)
 	if err == nil || !strings.Contains(err.Error(), "hard links") {
 		t.Fatalf("Execute = %v, want a refusal naming the hard link", err)

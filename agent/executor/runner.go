@@ -38,6 +38,10 @@ type LimitEnforcer interface {
 	EnforcesTimeLimit() bool
 }
 
+// DefaultGrace is the time between SIGTERM and SIGKILL when an attempt
+// does not say.
+const DefaultGrace = 10 * time.Second
+
 // EnvValue is key's value in an attempt's environment (Attempt.Env): the
 // last one set, as the process would see it; "" when not set.
 func EnvValue(env []string, key string) string {
@@ -75,9 +79,10 @@ type Attempt struct {
 	// (the runner must be root to use it).
 	Credential *syscall.Credential
 	// Contain, when set, holds every process of the run (its cgroup,
-	// its own uid): the command starts inside, and once it ended
-	// whatever is left there is killed before Run returns.
-	Contain *Containment
+	// its own uid; the Executor's RunHost): the command starts inside,
+	// and once it ended whatever is left there is killed before Run
+	// returns.
+	Contain Held
 	// Note, when set, records an event in the run's log: a runner that
 	// hands the attempt to a scheduler says there what the scheduler
 	// does with it (job id, pending and why, node).

@@ -195,7 +195,7 @@ func TestTorchSharedMemoryInPrivateTmp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t), PrivateTmp: &executor.PrivateTmp{ShmSize: "512m"}}
+	x := &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{Cgroups: cgroups(t), PrivateTmp: &executor.PrivateTmp{ShmSize: "512m"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	code, err := os.ReadFile(filepath.Join("testdata", "torch_shm.py"))

@@ -349,7 +349,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		l := &agent.RunLoop{Source: src, AgentID: func() string { return a.id }, StateDir: dir,
-			Executor: &executor.Executor{Runner: executor.ProcessRunner{}}, Log: cfg.Log}
+			Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}}, Log: cfg.Log}
 		loops.Add(1)
 		go func() { defer loops.Done(); _ = l.Run(loopCtx) }()
 	}

@@ -42,7 +42,7 @@ func start(b testing.TB) *stack {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &agent.RunLoop{Source: src, AgentID: func() string { return node.ID }, StateDir: b.TempDir(),
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}}}
+		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Host: &executor.Host{}}}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = l.Run(ctx) }()
 	b.Cleanup(func() { cancel(); <-done })
