@@ -1,9 +1,10 @@
-package executor
+package local
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/gpupass/gpupass/agent/executor"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -332,7 +333,7 @@ type Host struct {
 }
 
 // Hold implements RunHost.
-func (h *Host) Hold(job Job, runner Runner, tmpDir string) (Held, error) {
+func (h *Host) Hold(job executor.Job, runner executor.Runner, tmpDir string) (executor.Held, error) {
 	var err error
 	contain := &Containment{Timeout: h.KillTimeout}
 	if job.RunAs != nil && job.RunAs.Private {

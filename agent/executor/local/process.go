@@ -1,10 +1,11 @@
-package executor
+package local
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpupass/gpupass/agent/executor"
 	"os"
 	"os/exec"
 	"strconv"
@@ -36,13 +37,13 @@ type ProcessRunner struct {
 }
 
 // Run implements Runner.
-func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit {
+func (p ProcessRunner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
 	if len(a.Command) == 0 {
-		return Exit{Code: -1, StartErr: errors.New("empty command")}
+		return executor.Exit{Code: -1, StartErr: errors.New("empty command")}
 	}
 	grace := a.Grace
 	if grace <= 0 {
-		grace = DefaultGrace
+		grace = executor.DefaultGrace
 	}
 	drain := p.DrainTimeout
 	if drain <= 0 {
@@ -50,7 +51,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	}
 	cmd := exec.Command(a.Command[0], a.Command[1:]...)
 	if cmd.Err != nil {
-		return Exit{Code: -1, StartErr: cmd.Err}
+		return executor.Exit{Code: -1, StartErr: cmd.Err}
 	}
 	cmd.Dir, cmd.Env = a.Dir, a.Env
 	if a.Dir != "" {
@@ -67,13 +68,13 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: a.Credential}
 	rOut, wOut, err := os.Pipe()
 	if err != nil {
-		return Exit{Code: -1, StartErr: fmt.Errorf("creating stdout pipe: %w", err)}
+		return executor.Exit{Code: -1, StartErr: fmt.Errorf("creating stdout pipe: %w", err)}
 	}
 	rErr, wErr, err := os.Pipe()
 	if err != nil {
 		rOut.Close()
 		wOut.Close()
-		return Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
+		return executor.Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
 	}
 	cmd.Stdout, cmd.Stderr = wOut, wErr
 	// The hold of a RunHost other than Host (none) holds nothing here.
@@ -87,7 +88,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	if startErr != nil {
 		rOut.Close()
 		rErr.Close()
-		return Exit{Code: -1, StartErr: startErr}
+		return executor.Exit{Code: -1, StartErr: startErr}
 	}
 	pid := cmd.Process.Pid
 
@@ -102,7 +103,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 			// A read error other than EOF (the pipe closed under us
 			// after the drain timeout) ends the stream; the exit status
 			// still tells the story.
-			_ = ReadLines(s.f, s.st, a.MaxLine, out)
+			_ = executor.ReadLines(s.f, s.st, a.MaxLine, out)
 		}()
 	}
 
@@ -110,7 +111,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	go func() { exited <- waitNoReap(pid) }()
 
 	var (
-		ex      Exit
+		ex      executor.Exit
 		waitErr error
 		reaped  bool
 	)
