@@ -10,8 +10,8 @@ import (
 )
 
 // Runner starts one attempt of a job and reports its output and its end.
-// It is the plug-in point for where a job runs: ProcessRunner runs it as a
-// process group on this node; container and Kubernetes-Job runners fit
+// It is the plug-in point for where a job runs: agent/executor/local's
+// ProcessRunner runs it as a process group on this node; container and Kubernetes-Job runners fit
 // the same contract (output lines stream back, cancel stops everything
 // the attempt started, Run returns only when nothing of it is left).
 //
