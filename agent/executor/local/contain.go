@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/gpupass/gpupass/agent/executor"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpupass/gpupass/agent/executor"
 )
 
 // Containment is what makes sure nothing a run started outlives it: the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpupass/gpupass/agent/executor"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/events"
 )
 

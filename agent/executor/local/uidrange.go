@@ -3,12 +3,12 @@ package local
 import (
 	"errors"
 	"fmt"
-	"github.com/gpupass/gpupass/agent/executor"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
