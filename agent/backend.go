@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -168,7 +169,7 @@ func (o *Options) JobUser() *executor.RunAs { return o.runAs }
 
 // JobUIDRange hands out a uid of its own to each run (--run-as-range);
 // nil without one.
-func (o *Options) JobUIDRange() *executor.UIDRange { return o.runAsRange }
+func (o *Options) JobUIDRange() *local.UIDRange { return o.runAsRange }
 
 // ExecutorLocal is --executor local: the runs are processes on this
 // machine, which is the node.

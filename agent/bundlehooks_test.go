@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/testutil"
@@ -186,7 +187,7 @@ except OSError:
 `
 	l := &RunLoop{
 		Source: nil, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 		StateDir: o.StateDir, Python: py, RunAs: o.runAs,
 		UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 		Bundles: BundleInstaller{Registry: reg},

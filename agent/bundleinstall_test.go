@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/events"
@@ -176,7 +177,7 @@ func TestBundleInstallThroughTheRunLoop(t *testing.T) {
 			src := newMemSource()
 			l := &RunLoop{
 				Source: src, AgentID: func() string { return "agent-1" },
-				Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+				Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 				StateDir: t.TempDir(), Python: py,
 				UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 				Bundles: BundleInstaller{Registry: reg},
@@ -254,7 +255,7 @@ func TestBundleInstallCredentials(t *testing.T) {
 			src := newMemSource()
 			l := &RunLoop{
 				Source: src, AgentID: func() string { return "agent-1" },
-				Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+				Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 				StateDir: t.TempDir(), Python: py, UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 				Bundles: BundleInstaller{Registry: tc.reg},
 			}
@@ -308,7 +309,7 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "seen-%d" % o
 	src := newMemSource()
 	l := &RunLoop{
 		Source: src, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 		StateDir: t.TempDir(), Python: py, UpdateEvery: 50 * time.Millisecond, DrainTimeout: 10 * time.Second,
 		Bundles: BundleInstaller{Registry: reg},
 	}

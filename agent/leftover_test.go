@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -100,13 +101,13 @@ func TestLeftoverProcessCannotReachTheNextRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			state := testutil.TempDirMode(t, 0o711)
-			x := &executor.Executor{Runner: executor.ProcessRunner{}}
+			x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 			l := &RunLoop{
 				AgentID: func() string { return "agent-1" }, Executor: x, StateDir: state, Python: "/usr/bin/python3",
 				UpdateEvery: 20 * time.Millisecond, DrainTimeout: 10 * time.Second,
 			}
 			if tc.uids != "" {
-				r, err := executor.ParseUIDRange(tc.uids)
+				r, err := local.ParseUIDRange(tc.uids)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -119,12 +120,12 @@ func TestLeftoverProcessCannotReachTheNextRun(t *testing.T) {
 				l.RunAs = nobody
 			}
 			if tc.cgroup {
-				cg, err := executor.DetectCgroups(executor.CgroupRoot, "test-"+strconv.Itoa(os.Getpid()))
+				cg, err := local.DetectCgroups(local.CgroupRoot, "test-"+strconv.Itoa(os.Getpid()))
 				if err != nil {
 					testutil.Missing(t, "a cgroup hierarchy the agent can use: %v", err)
 				}
 				t.Cleanup(func() { cg.RemoveParents() })
-				x.Cgroups = cg
+				x.Host = &local.Host{Cgroups: cg}
 			}
 			suffix := strconv.Itoa(len(tc.uids))
 			first, next := "alloc-leftover-first-"+suffix, "alloc-leftover-next-"+suffix
@@ -245,7 +246,7 @@ func TestRunAsRangeFlags(t *testing.T) {
 		o.StorageClass, o.SuiteInterval = "standard", time.Hour
 		err := o.Validate(false)
 		switch {
-		case tc.want == "" && (err != nil || o.runAsRange == nil || o.RunCgroup != "auto" || o.RunKillTimeout != executor.DefaultKillTimeout || o.RunPrivateTmp != "auto" || o.RunShmSize != executor.DefaultShmSize):
+		case tc.want == "" && (err != nil || o.runAsRange == nil || o.RunCgroup != "auto" || o.RunKillTimeout != local.DefaultKillTimeout || o.RunPrivateTmp != "auto" || o.RunShmSize != local.DefaultShmSize):
 			t.Errorf("%s: Validate = %v (range %v, cgroup %q, kill timeout %s, private tmp %q, shm size %q), want it valid with defaults", tc.name, err, o.runAsRange, o.RunCgroup, o.RunKillTimeout, o.RunPrivateTmp, o.RunShmSize)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: Validate = %v, want %q", tc.name, err, tc.want)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/conformance"
@@ -61,7 +62,7 @@ type Options struct {
 	// RunAsRange is --run-as-range as given; runAsRange hands out its
 	// uids, one per run.
 	RunAsRange string
-	runAsRange *executor.UIDRange
+	runAsRange *local.UIDRange
 	// RunCgroup is auto, required or off: whether each run gets a
 	// cgroup that all its processes stay in.
 	RunCgroup string
@@ -182,7 +183,7 @@ func (o *Options) Validate(daemon bool) error {
 		if o.RunAs != "" {
 			return fielderr.New(executor.FieldRunAs, o.RunAs, "and {job uid range} %q exclude each other: give one (the {job uid range} gives each run a uid of its own)", o.RunAsRange)
 		}
-		r, err := executor.ParseUIDRange(o.RunAsRange)
+		r, err := local.ParseUIDRange(o.RunAsRange)
 		if err != nil {
 			return err
 		}
@@ -198,16 +199,16 @@ func (o *Options) Validate(daemon bool) error {
 		return err
 	}
 	if o.RunShmSize == "" {
-		o.RunShmSize = executor.DefaultShmSize
+		o.RunShmSize = local.DefaultShmSize
 	}
-	if err := executor.CheckShmSize(o.RunShmSize); err != nil {
+	if err := local.CheckShmSize(o.RunShmSize); err != nil {
 		return fielderr.New(FieldRunShmSize, o.RunShmSize, "%v", err)
 	}
 	if o.RunPidsMax < 0 {
 		return fielderr.New(FieldRunPidsMax, fmt.Sprint(o.RunPidsMax), "must be 0 (no limit) or more")
 	}
 	if o.RunKillTimeout == 0 {
-		o.RunKillTimeout = executor.DefaultKillTimeout
+		o.RunKillTimeout = local.DefaultKillTimeout
 	}
 	if o.RunKillTimeout < time.Second {
 		return fielderr.New(FieldRunKillTimeout, o.RunKillTimeout.String(), "must be at least 1s")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -57,7 +58,7 @@ func TestRunAsKeepsTheKeyFromTheJob(t *testing.T) {
 	src := newMemSource()
 	l := &RunLoop{
 		Source: src, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 		StateDir: o.StateDir, Python: "/usr/bin/python3", RunAs: o.runAs,
 		UpdateEvery: 20 * time.Millisecond, DrainTimeout: 10 * time.Second,
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/agentmetrics"
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -166,7 +167,7 @@ type RunLoop struct {
 	RunAs *executor.RunAs
 	// RunAsRange, when set, gives each run a uid of its own
 	// (--run-as-range); it replaces RunAs.
-	RunAsRange *executor.UIDRange
+	RunAsRange *local.UIDRange
 	// KeepRuns bounds the work dirs under StateDir/runs: as a run starts,
 	// all but the newest KeepRuns (the starting run's included) are
 	// deleted, so checkpoints of old runs do not fill the node's disk.
@@ -378,9 +379,10 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	host := &local.Host{Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout}
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}, Log: a.log, Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout, Output: a.o.outputLimits()},
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: host, Log: a.log, Output: a.o.outputLimits()},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange, WorkdirLimits: a.o.Workdir,
 		Bundles: BundleInstaller{Registry: a.o.Registry, Log: a.log, VerifyRecord: a.o.VerifyRecord},
 	}
@@ -390,7 +392,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		// A cluster's jobs outlive the agent: a restarted one finds
 		// them again and follows them on from the spool's mark.
 		l.Executor.Marks = true
-	} else if l.Executor.PrivateTmp, err = a.runPrivateTmp(); err != nil {
+	} else if host.PrivateTmp, err = a.runPrivateTmp(); err != nil {
 		return nil, err
 	}
 	l.Busy = a.busy
@@ -410,14 +412,14 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 
 // runPrivateTmp checks that runs can have a /tmp and /dev/shm of their
 // own (--run-private-tmp) and says in the log what they get.
-func (a *Agent) runPrivateTmp() (*executor.PrivateTmp, error) {
+func (a *Agent) runPrivateTmp() (*local.PrivateTmp, error) {
 	shared := "runs share the node's /tmp, /var/tmp and /dev/shm; what a run's uid adds there is removed at its end, unless jobs run as root"
 	if a.o.RunPrivateTmp == "off" {
 		a.log.Info(shared, "reason", "--run-private-tmp off")
 		return nil, nil
 	}
-	p := &executor.PrivateTmp{ShmSize: a.o.RunShmSize, Keep: []string{a.o.StateDir}}
-	err := executor.DetectPrivateTmp(*p, a.o.StateDir)
+	p := &local.PrivateTmp{ShmSize: a.o.RunShmSize, Keep: []string{a.o.StateDir}}
+	err := local.DetectPrivateTmp(*p, a.o.StateDir)
 	switch {
 	case err != nil && a.o.RunPrivateTmp == "required":
 		return nil, fielderr.New(FieldRunPrivateTmp, "required", "%w; run the agent as root where mount namespaces are allowed, or make the {run private tmp} auto", err)
@@ -431,11 +433,11 @@ func (a *Agent) runPrivateTmp() (*executor.PrivateTmp, error) {
 
 // runCgroups finds where runs' cgroups go (--run-cgroup) and says in the
 // log what keeps a run's processes from outliving it.
-func (a *Agent) runCgroups() (*executor.Cgroups, error) {
-	var cg *executor.Cgroups
+func (a *Agent) runCgroups() (*local.Cgroups, error) {
+	var cg *local.Cgroups
 	if a.o.RunCgroup != "off" {
 		var err error
-		cg, err = executor.DetectCgroups(executor.CgroupRoot, agentCgroupName(a.o.StateDir))
+		cg, err = local.DetectCgroups(local.CgroupRoot, agentCgroupName(a.o.StateDir))
 		switch {
 		case err != nil && a.o.RunCgroup == "required":
 			return nil, fielderr.New(FieldRunCgroup, "required", "%w; run the agent as root (under systemd with Delegate=yes on cgroup v2), or make the {run cgroup} auto with a {job uid range}", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/conformance"
@@ -244,7 +245,7 @@ func TestRunAssignment(t *testing.T) {
 			src.cancelAfter, src.staleAfter = tc.cancelAfter, tc.staleAfter
 			l := &RunLoop{
 				Source: src, AgentID: func() string { return "agent-1" },
-				Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+				Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 				StateDir: t.TempDir(), Python: "/usr/bin/python3", Recheck: tc.recheck,
 				UpdateEvery: 20 * time.Millisecond, DrainTimeout: 10 * time.Second,
 			}
@@ -285,7 +286,7 @@ func TestRunLoopTakesWorkUntilStopped(t *testing.T) {
 	src := newMemSource()
 	l := &RunLoop{
 		Source: src, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 		StateDir: t.TempDir(), UpdateEvery: 20 * time.Millisecond,
 	}
 	// Busy holds the agent's periodic suite while the run is in progress.

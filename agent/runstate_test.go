@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/api"
@@ -40,7 +41,7 @@ func (m *memSource) held() (n, atEnd int) {
 func newTestLoop(src *memSource, dir string) *RunLoop {
 	return &RunLoop{
 		Source: src, AgentID: func() string { return "agent-1" },
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}},
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}},
 		StateDir: dir, UpdateEvery: 20 * time.Millisecond, DrainTimeout: 300 * time.Millisecond, Retry: 20 * time.Millisecond,
 	}
 }

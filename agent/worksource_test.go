@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -153,7 +154,7 @@ func TestUnsafeAllocIDFromTheBroker(t *testing.T) {
 	}
 	state := t.TempDir()
 	l := &RunLoop{Source: src, AgentID: func() string { return "agt-1" }, StateDir: state,
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}}}
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}}
 	if final := l.RunAssignment(t.Context(), a); final.State != StateFailed || !strings.Contains(final.Reason, `allocation id ".." is not a plain name`) {
 		t.Errorf("final %s (%s), want failed naming the id", final.State, final.Reason)
 	}

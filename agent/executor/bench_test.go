@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -28,7 +29,7 @@ func BenchmarkChattyEvents(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		x := &executor.Executor{Runner: executor.ProcessRunner{}}
+		x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 		start := time.Now()
 		res, err := x.Execute(context.Background(), executor.Job{AllocID: "alloc-bench", WorkRoot: b.TempDir(), Command: []string{"sh", "-c", cmd}}, sp)
 		if err != nil || res.State != executor.Succeeded {
@@ -91,7 +92,7 @@ func BenchmarkFirstLine(b *testing.B) {
 			b.Fatal(err)
 		}
 		fl := &firstLine{Spool: sp}
-		x := &executor.Executor{Runner: executor.ProcessRunner{}}
+		x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 		start := time.Now()
 		res, err := x.Execute(context.Background(), executor.Job{AllocID: "alloc-" + strconv.Itoa(i), WorkRoot: dir, Command: []string{"echo", "hello"}}, fl)
 		if err != nil || res.State != executor.Succeeded || fl.at.IsZero() {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -32,13 +33,13 @@ echo "tmp=$TMPDIR $(stat -c '%a:%u' "$TMPDIR") uid=$(id -u)"
 
 // cgroups is this node's cgroup hierarchy for runs; the test fails with
 // CI=true when there is none (CI runs as root on a node with one).
-func cgroups(t *testing.T) *executor.Cgroups {
+func cgroups(t *testing.T) *local.Cgroups {
 	t.Helper()
 	testutil.NeedRoot(t)
 	// A parent of its own: TestReapAfterAgentRestart reaps every run
 	// under its parent.
 	name := fmt.Sprintf("test-%d-%s", os.Getpid(), strings.NewReplacer("/", "_", ".", "_").Replace(t.Name()))
-	cg, err := executor.DetectCgroups(executor.CgroupRoot, name)
+	cg, err := local.DetectCgroups(local.CgroupRoot, name)
 	if err != nil {
 		testutil.Missing(t, "a cgroup hierarchy the agent can use (v2, or v1 freezer): %v", err)
 	}
@@ -66,7 +67,7 @@ func TestReapAfterAgentRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := executor.ParseUIDRange("230300-230309")
+	r, err := local.ParseUIDRange("230300-230309")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +116,13 @@ func TestRunLeavesNoProcessBehind(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			x := &executor.Executor{Runner: executor.ProcessRunner{}}
+			x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 			if tc.cgroup {
-				x.Cgroups = cgroups(t)
+				x.Host = &local.Host{Cgroups: cgroups(t)}
 			}
 			runAs := nobody
 			if tc.uids != "" {
-				r, err := executor.ParseUIDRange(tc.uids)
+				r, err := local.ParseUIDRange(tc.uids)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -179,7 +180,7 @@ func TestRunLeavesNoProcessBehind(t *testing.T) {
 func TestNaNRestartWaitsForTheAttemptsProcesses(t *testing.T) {
 	t.Parallel()
 	testutil.NeedRoot(t)
-	r, err := executor.ParseUIDRange("230020-230029")
+	r, err := local.ParseUIDRange("230020-230029")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,10 +236,10 @@ func TestCgroupHoldsTheRun(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "daemon.pid")
 	t.Cleanup(func() { os.Remove("/dev/shm/gpupass-test-0"); os.Remove("/tmp/gpupass-test-0") }) // escapeScript's, as root
 	var text []string
-	ex := executor.ProcessRunner{}.Run(context.Background(), executor.Attempt{
+	ex := local.ProcessRunner{}.Run(context.Background(), executor.Attempt{
 		Command: []string{"sh", "-c", escapeScript(pidFile) + "cat /proc/self/cgroup"},
 		Env:     []string{"PATH=" + os.Getenv("PATH"), "TMPDIR=/tmp"},
-		Contain: &executor.Containment{Cgroup: g},
+		Contain: &local.Containment{Cgroup: g},
 	}, func(l executor.Line) { text = append(text, l.Text) })
 	pid := readPid(t, pidFile)
 	if testutil.PIDAlive(pid) {
@@ -273,10 +274,10 @@ func TestCgroupKillsAForkingJob(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var ready sync.Once
-	ex := executor.ProcessRunner{}.Run(ctx, executor.Attempt{
+	ex := local.ProcessRunner{}.Run(ctx, executor.Attempt{
 		Command: []string{"sh", "-c", `trap "" TERM HUP; i=0; while [ $i -lt 5 ]; do (setsid sh -c 'trap "" TERM HUP; while :; do sleep 0.01 & done' &) ; i=$((i+1)); done; echo ready; sleep 300`},
 		Grace:   100 * time.Millisecond,
-		Contain: &executor.Containment{Cgroup: g},
+		Contain: &local.Containment{Cgroup: g},
 	}, func(l executor.Line) {
 		if l.Text == "ready" {
 			ready.Do(cancel)
@@ -307,19 +308,19 @@ func TestUIDRange(t *testing.T) {
 		"200000-200009:0":   "group 0",
 		"200000-200009:no-": "no such group",
 	} {
-		_, err := executor.ParseUIDRange(in)
+		_, err := local.ParseUIDRange(in)
 		var fe *fielderr.Error
 		if !errors.As(err, &fe) || fe.Field != executor.FieldUIDRange || fe.Value != in || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseUIDRange(%q) = %v, want a %q field error that says %q", in, err, executor.FieldUIDRange, want)
 		}
 	}
-	g, err := executor.ParseUIDRange("200000-200009:65534")
+	g, err := local.ParseUIDRange("200000-200009:65534")
 	if err != nil || g.Sample().GID != 65534 {
 		t.Errorf("a shared group: %+v, %v", g, err)
 	}
 
 	testutil.NeedRoot(t)
-	r, err := executor.ParseUIDRange("230100-230102")
+	r, err := local.ParseUIDRange("230100-230102")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func TestUIDRange(t *testing.T) {
 	if err != nil || b.UID != 230102 {
 		t.Fatalf("second: %+v, %v; want 230102 (230100 is held, 230101 has a process)", b, err)
 	}
-	if c, err := r.Acquire(); !errors.Is(err, executor.ErrNoFreeUID) {
+	if c, err := r.Acquire(); !errors.Is(err, local.ErrNoFreeUID) {
 		t.Fatalf("third: %+v, %v; want no free uid", c, err)
 	}
 	if err := r.Release(a); err != nil {
@@ -411,7 +412,7 @@ func (g *fakeGuard) End(uid uint32) error {
 // whose jobs did not end is never handed out again, its claim kept.
 func TestUIDRangeGuard(t *testing.T) {
 	t.Parallel()
-	r, err := executor.ParseUIDRange("231100-231102")
+	r, err := local.ParseUIDRange("231100-231102")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,24 +143,16 @@ type Executor struct {
 	// command, in order; the agent adds the conformance re-check and the
 	// refusal of GPUs held by foreign processes here.
 	Checks []RuntimeCheck
-	// Cgroups, when set, gives every run a cgroup of its own: its
-	// processes start there and are all killed when an attempt ends.
-	Cgroups *Cgroups
-	// PrivateTmp, when set, gives every run a /tmp, /var/tmp and
-	// /dev/shm of its own (a mount namespace); the local Runner
-	// (ProcessRunner) only. Without it what a local run's uid adds to the
-	// node's is removed at the run's end (with a uid shared by runs,
-	// when that uid is not root).
-	PrivateTmp *PrivateTmp
+	// Host, when set, holds each run's processes on this node (its
+	// cgroup, its own uid, its own /tmp: agent/executor/local's Host),
+	// so that nothing a run started outlives it.
+	Host RunHost
 	// Marks stores with the run's records where they reach into the
 	// files the attempt writes (Mark, with a MarkedAppender), for a
 	// Runner whose attempts outlive the agent and whose lines carry their
 	// file offsets (Slurm's batch jobs): a restarted agent follows them
 	// on (Job.Reattach).
 	Marks bool
-	// KillTimeout bounds the wait for a run's processes to be gone once
-	// killed (default DefaultKillTimeout; --run-kill-timeout).
-	KillTimeout time.Duration
 }
 
 // RuntimeCheck is one runtime-init check. Run returns a short detail for
@@ -297,48 +288,12 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 		return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
 	}
 	defer os.RemoveAll(tmpDir)
-	contain := &Containment{Timeout: x.KillTimeout}
-	if job.RunAs != nil && job.RunAs.Private {
-		uid := job.RunAs.UID
-		contain.UID = &uid
-	}
-	if x.Cgroups != nil {
-		if contain.Cgroup, err = x.Cgroups.New(job.AllocID); err != nil {
-			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
+	var contain Held = noHold{}
+	if x.Host != nil {
+		if contain, err = x.Host.Hold(job, x.Runner, tmpDir); err != nil {
+			return Result{}, err
 		}
-	}
-	// Without a private /tmp, what a uid that runs share adds to the
-	// node's tmp dirs during the run is the run's. Never root's: root's
-	// other services write there all the time. With one, the run cannot
-	// write there, and a sweep would only take what the uid's other
-	// processes (another agent's runs, a service as nobody) add meanwhile.
-	// A job that runs elsewhere (a Slurm compute node, a pod) has that
-	// node's or pod's /tmp: here the uid's entries are the user's own.
-	var snap *tmpSnapshot
-	var tmpMode string
-	swept := "no: what the run's uid adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
-	_, local := x.Runner.(ProcessRunner)
-	switch {
-	case x.PrivateTmp != nil:
-		keep := append(slices.Clone(x.PrivateTmp.Keep), job.WorkRoot)
-		if contain.tmp, err = x.PrivateTmp.new(job.AllocID, tmpDir, keep); err != nil {
-			return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
-		}
-		defer contain.tmp.Close()
-		tmpMode = x.PrivateTmp.String()
-	case !local:
-		// Nothing to sweep here, nothing to say.
-	case contain.UID != nil:
-		tmpMode = swept
-	default:
-		uid := uint32(os.Geteuid())
-		if job.RunAs != nil {
-			uid = job.RunAs.UID
-		}
-		tmpMode = "no: the job runs as root, and what it leaves in the node's " + strings.Join(SharedTmpDirs, ", ") + " stays"
-		if uid != 0 {
-			snap, tmpMode = snapshotShared(uid), swept
-		}
+		defer contain.Release()
 	}
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
@@ -352,33 +307,20 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	}
 	rec := newMarkedRecorder(sp, mark, func(err error) { stopRun(err) })
 	rec.limit = newOutputLimiter(x.Output)
-	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir, tmpMode: tmpMode, privateTmp: contain.tmp != nil}, metricsStart, contain)
+	res := x.execute(runCtx, ctx, job, rec, runDirs{work: workDir, ckpt: ckptDir, metrics: metricsPath, tmp: tmpDir, tmpMode: contain.TmpMode(), privateTmp: contain.PrivateTmp()}, metricsStart, contain)
 	res.WorkDir = workDir
 	// Each attempt's end killed what it left; this also reaches what
 	// ran as the run's uid outside an attempt. The run ends, and the
 	// next one starts, only once nothing of it is left.
 	if err := contain.Kill(); err != nil {
 		res = leftover(res, err)
-	} else {
-		var err error
-		if contain.UID != nil {
-			err = sweepShared(*contain.UID)
-		} else if snap != nil {
-			err = snap.sweep()
-		}
-		if err != nil {
-			rec.event(events.Warn, events.ExecutorComp, fmt.Sprintf("removing what the run left in %s: %v", strings.Join(SharedTmpDirs, ", "), err), nil)
-		}
+	} else if err := contain.Sweep(); err != nil {
+		rec.event(events.Warn, events.ExecutorComp, err.Error(), nil)
 	}
 	// Only once its processes are gone: then no file of the tmpfs is
 	// open, and unmounting it frees its memory.
-	if err := contain.tmp.Close(); err != nil {
+	for _, err := range contain.Release() {
 		rec.event(events.Warn, events.ExecutorComp, err.Error(), nil)
-	}
-	if contain.Cgroup != nil {
-		if err := contain.Cgroup.Remove(); err != nil {
-			rec.event(events.Warn, events.ExecutorComp, err.Error(), nil)
-		}
 	}
 	if err := os.RemoveAll(tmpDir); err != nil {
 		rec.event(events.Warn, events.ExecutorComp, fmt.Sprintf("removing the run's TMPDIR: %v", err), nil)
@@ -465,14 +407,14 @@ func makeTmpDir(job Job) (string, error) {
 	return d, nil
 }
 
-func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, dirs runDirs, metricsStart int64, contain *Containment) Result {
+func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, dirs runDirs, metricsStart int64, contain Held) Result {
 	workDir := dirs.work
 	startFields := map[string]string{"alloc": job.AllocID, "region": job.Region, "command": strings.Join(job.Command, " ")}
 	if job.RunAs != nil {
 		startFields["user"] = job.RunAs.String()
 	}
-	if contain.Cgroup != nil {
-		startFields["cgroup"] = contain.Cgroup.String()
+	if cg := contain.CgroupName(); cg != "" {
+		startFields["cgroup"] = cg
 	}
 	if dirs.tmpMode != "" {
 		startFields["private_tmp"] = dirs.tmpMode
@@ -515,7 +457,7 @@ func (x *Executor) execute(ctx, parent context.Context, job Job, rec *recorder, 
 // attempts runs the command, and runs it again from the newest checkpoint
 // when the NaN guard trips, up to MaxRestarts; a reattached run starts
 // with following the attempt it was left in.
-func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder, dirs runDirs, metricsStart int64, contain *Containment) Result {
+func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder, dirs runDirs, metricsStart int64, contain Held) Result {
 	workDir, ckptDir, metricsPath := dirs.work, dirs.ckpt, dirs.metrics
 	// After the checks: a Prepare may have changed the job's environment.
 	env, err := buildEnv(job, dirs)
@@ -700,7 +642,7 @@ type attemptInfo struct {
 }
 
 // runAttempt runs one process and tails its metrics file meanwhile.
-func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, at attemptInfo, rec *recorder, tail *metricsTail, onMetric func(events.Metric), text *textMetrics, contain *Containment) Exit {
+func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDir string, at attemptInfo, rec *recorder, tail *metricsTail, onMetric func(events.Metric), text *textMetrics, contain Held) Exit {
 	attempt, from := at.n, at.from
 	poll := x.MetricsPoll
 	if poll <= 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/spec"
@@ -409,7 +410,7 @@ func (f *failingSpool) Append(recs ...spool.Record) (uint64, uint64, error) {
 
 func TestSpoolFailureFailsTheRun(t *testing.T) {
 	t.Parallel()
-	x := &executor.Executor{Runner: executor.ProcessRunner{}}
+	x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 	res, err := x.Execute(context.Background(), executor.Job{AllocID: "alloc-1", WorkRoot: t.TempDir(), Command: []string{"sh", "-c", "while :; do echo spam; done"}, Grace: time.Second}, &failingSpool{n: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +422,7 @@ func TestSpoolFailureFailsTheRun(t *testing.T) {
 
 func TestBadAllocID(t *testing.T) {
 	t.Parallel()
-	x := &executor.Executor{Runner: executor.ProcessRunner{}}
+	x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 	for _, id := range []string{"", "..", "a/b"} {
 		if _, err := x.Execute(context.Background(), executor.Job{AllocID: id, WorkRoot: t.TempDir(), Command: []string{"true"}}, &failingSpool{n: 100}); err == nil {
 			t.Errorf("alloc id %q accepted", id)

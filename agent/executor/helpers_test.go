@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
 )
@@ -44,7 +45,11 @@ func executeOpt(t *testing.T, ctx context.Context, job executor.Job, x *executor
 		x = &executor.Executor{}
 	}
 	if x.Runner == nil {
-		x.Runner = executor.ProcessRunner{}
+		x.Runner = local.ProcessRunner{}
+	}
+	if x.Host == nil {
+		// What every Executor had before it had a RunHost.
+		x.Host = &local.Host{}
 	}
 	sp, err := spool.Open(filepath.Join(t.TempDir(), "spool"), spool.Options{})
 	if err != nil {

@@ -16,11 +16,11 @@ import (
 // (or binary data with no newline) costs this much memory, not 100 MB.
 const DefaultMaxLine = 16 << 10
 
-// readLines splits r into lines of at most maxLine bytes and calls emit
+// ReadLines splits r into lines of at most maxLine bytes and calls emit
 // for each. Memory stays bounded by the read buffer plus maxLine whatever
 // the input: the part of a longer line past maxLine is counted and dropped
 // as it is read.
-func readLines(r io.Reader, stream events.Stream, maxLine int, emit func(Line)) error {
+func ReadLines(r io.Reader, stream events.Stream, maxLine int, emit func(Line)) error {
 	if maxLine <= 0 {
 		maxLine = DefaultMaxLine
 	}

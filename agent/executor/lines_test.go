@@ -50,7 +50,7 @@ func TestReadLines(t *testing.T) {
 				if slow {
 					r = &oneByteReader{tt.in}
 				}
-				if err := readLines(r, events.Stderr, tt.maxLine, func(l Line) { got = append(got, l) }); err != nil {
+				if err := ReadLines(r, events.Stderr, tt.maxLine, func(l Line) { got = append(got, l) }); err != nil {
 					t.Fatal(err)
 				}
 				want := append([]Line(nil), tt.want...)

@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
 	// Re-executed as an "agent" that runs a long job until killed.
 	if pidFile := os.Getenv("GPUPASS_EXECUTOR_HELPER_PIDFILE"); pidFile != "" {
-		executor.ProcessRunner{}.Run(context.Background(), executor.Attempt{
+		local.ProcessRunner{}.Run(context.Background(), executor.Attempt{
 			Command: []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 300"},
 		}, func(executor.Line) {})
 		os.Exit(0)

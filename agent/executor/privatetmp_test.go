@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
@@ -63,9 +64,10 @@ func TestRunTmpDoesNotReachTheNextRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t)}
+			host := &local.Host{Cgroups: cgroups(t)}
+			x := &executor.Executor{Runner: local.ProcessRunner{}, Host: host}
 			if tc.private {
-				x.PrivateTmp = &executor.PrivateTmp{ShmSize: "256m"}
+				host.PrivateTmp = &local.PrivateTmp{ShmSize: "256m"}
 			}
 			// Below /tmp, as t.TempDir is: the run still sees its work
 			// dir there.
@@ -153,7 +155,7 @@ func TestPrivateTmpKeepsTheStateDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(shm, "kept"), []byte("in-shm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	x := &executor.Executor{Runner: executor.ProcessRunner{}, PrivateTmp: &executor.PrivateTmp{Keep: []string{state, "/tmp", shm, "/dev/shm"}}}
+	x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{PrivateTmp: &local.PrivateTmp{Keep: []string{state, "/tmp", shm, "/dev/shm"}}}}
 	out := execute(t, context.Background(), executor.Job{Command: []string{"/bin/sh", "-c", "cat " + filepath.Join(state, "kept") + " " + filepath.Join(shm, "kept") + "; ls " + other + " 2>/dev/null || echo other-hidden; pwd"},
 		WorkRoot: filepath.Join(state, "runs")}, x)
 	said := lines(out.find("stdout"))
@@ -170,7 +172,7 @@ func TestPrivateTmpKeepsTheStateDir(t *testing.T) {
 func TestCheckShmSize(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[string]string{"50%": "", "16g": "", "1048576": "", "512M": "", "0": "more than 0", "101%": "at most 100%", "16gb": "not a size", "": "not a size", "-1": "not a size", "g": "not a size"} {
-		err := executor.CheckShmSize(s)
+		err := local.CheckShmSize(s)
 		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
 			t.Errorf("CheckShmSize(%q) = %v, want %q", s, err, want)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 )
 
 // stopWhenReady runs script under sh -c and cancels it once it has
@@ -19,7 +20,7 @@ func stopWhenReady(t *testing.T, script string, grace time.Duration) executor.Ex
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var once sync.Once
-	return executor.ProcessRunner{}.Run(ctx, executor.Attempt{Command: []string{"sh", "-c", script}, Grace: grace},
+	return local.ProcessRunner{}.Run(ctx, executor.Attempt{Command: []string{"sh", "-c", script}, Grace: grace},
 		func(l executor.Line) {
 			if l.Text == "ready" {
 				once.Do(cancel)

@@ -65,7 +65,7 @@ func LookupRunAs(s string) (*RunAs, error) {
 				}
 			}
 		}
-	case isNumeric(userPart):
+	case NumericID(userPart):
 		// A uid the user database does not list (a container image
 		// without it): its group must be given.
 		n, perr := strconv.ParseUint(userPart, 10, 32)
@@ -80,7 +80,7 @@ func LookupRunAs(s string) (*RunAs, error) {
 		return nil, fielderr.New(FieldRunAs, s, "no such user (%v); create it (useradd --system --no-create-home gpupass-job) or give a numeric UID:GID", err)
 	}
 	if hasGroup {
-		gid, err := lookupGroup(groupPart)
+		gid, err := LookupGroup(groupPart)
 		if err != nil {
 			return nil, fielderr.New(FieldRunAs, s, "%w", err)
 		}
@@ -95,14 +95,15 @@ func LookupRunAs(s string) (*RunAs, error) {
 }
 
 func lookupUser(s string) (*user.User, error) {
-	if isNumeric(s) {
+	if NumericID(s) {
 		return user.LookupId(s)
 	}
 	return user.Lookup(s)
 }
 
-func lookupGroup(s string) (uint32, error) {
-	if isNumeric(s) {
+// LookupGroup resolves a group name or gid to its gid.
+func LookupGroup(s string) (uint32, error) {
+	if NumericID(s) {
 		n, err := strconv.ParseUint(s, 10, 32)
 		if err != nil {
 			return 0, fmt.Errorf("gid %s is out of range", s)
@@ -117,7 +118,8 @@ func lookupGroup(s string) (uint32, error) {
 	return uint32(n), nil
 }
 
-func isNumeric(s string) bool {
+// NumericID says s is a uid or gid given as digits rather than a name.
+func NumericID(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 

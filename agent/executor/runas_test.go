@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/testutil"
@@ -158,7 +159,7 @@ func TestRunAsRefusesHardLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &executor.Executor{Runner: executor.ProcessRunner{}}
+	x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 	_, err = x.Execute(context.Background(), executor.Job{AllocID: "alloc-0000test", Command: []string{"true"}, WorkRoot: work, RunAs: nobody}, nil)
 	if err == nil || !strings.Contains(err.Error(), "hard links") {
 		t.Fatalf("Execute = %v, want a refusal naming the hard link", err)

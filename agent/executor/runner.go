@@ -10,8 +10,8 @@ import (
 )
 
 // Runner starts one attempt of a job and reports its output and its end.
-// It is the plug-in point for where a job runs: ProcessRunner runs it as a
-// process group on this node; container and Kubernetes-Job runners fit
+// It is the plug-in point for where a job runs: agent/executor/local's
+// ProcessRunner runs it as a process group on this node; container and Kubernetes-Job runners fit
 // the same contract (output lines stream back, cancel stops everything
 // the attempt started, Run returns only when nothing of it is left).
 //
@@ -37,6 +37,10 @@ type LimitEnforcer interface {
 	Runner
 	EnforcesTimeLimit() bool
 }
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when an attempt
+// does not say.
+const DefaultGrace = 10 * time.Second
 
 // EnvValue is key's value in an attempt's environment (Attempt.Env): the
 // last one set, as the process would see it; "" when not set.
@@ -75,9 +79,10 @@ type Attempt struct {
 	// (the runner must be root to use it).
 	Credential *syscall.Credential
 	// Contain, when set, holds every process of the run (its cgroup,
-	// its own uid): the command starts inside, and once it ended
-	// whatever is left there is killed before Run returns.
-	Contain *Containment
+	// its own uid; the Executor's RunHost): the command starts inside,
+	// and once it ended whatever is left there is killed before Run
+	// returns.
+	Contain Held
 	// Note, when set, records an event in the run's log: a runner that
 	// hands the attempt to a scheduler says there what the scheduler
 	// does with it (job id, pending and why, node).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -195,7 +196,7 @@ func TestTorchSharedMemoryInPrivateTmp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &executor.Executor{Runner: executor.ProcessRunner{}, Cgroups: cgroups(t), PrivateTmp: &executor.PrivateTmp{ShmSize: "512m"}}
+	x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{Cgroups: cgroups(t), PrivateTmp: &local.PrivateTmp{ShmSize: "512m"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	code, err := os.ReadFile(filepath.Join("testdata", "torch_shm.py"))

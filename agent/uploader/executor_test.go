@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 )
@@ -28,7 +29,7 @@ func TestExecutorToSink(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- u.Run(ctx) }()
-	x := &executor.Executor{Runner: executor.ProcessRunner{}}
+	x := &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}
 	res, err := x.Execute(context.Background(), executor.Job{AllocID: "alloc-up", WorkRoot: t.TempDir(), Command: []string{"seq", "1", "5000"}}, u)
 	if err != nil || res.State != executor.Succeeded {
 		t.Fatalf("%+v %v", res, err)

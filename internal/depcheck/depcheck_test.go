@@ -84,6 +84,18 @@ var rules = []struct {
 	{"internal/conformance", []string{"github.com/sigstore/", "./internal/audit", "net/http"}, "the agent imports conformance: it stays free of cosign and network code", false},
 }
 
+// contracts are plug-in contracts whose implementations are packages below
+// them: the contract package itself (not the packages under it) depends on
+// none of them, so a build leaves a backend out by not listing it, and a
+// backend cannot reach into another through the contract.
+var contracts = []struct {
+	pkg   string
+	impls []string
+	why   string
+}{
+	{"agent/executor", []string{"agent/executor/local", "agent/executor/slurm", "agent/executor/kubernetes"}, "agent/executor is the executors' contract and the generic executor; the backends import it, never the other way round"},
+}
+
 // commandLayer is the layer only the binaries' main packages may import:
 // cmd/X -> internal/command/X -> internal/app -> internal/client. A library
 // (or another command layer) importing it would drag cobra and flag
@@ -128,6 +140,20 @@ func violations(pkgs []pkg) []string {
 					}
 					if bad {
 						out = append(out, fmt.Sprintf("%s imports %s: %s", p.ImportPath, d, r.why))
+					}
+				}
+			}
+		}
+	}
+	for _, c := range contracts {
+		for _, p := range pkgs {
+			if p.ImportPath != module+"/"+c.pkg {
+				continue
+			}
+			for _, d := range p.Deps {
+				for _, impl := range c.impls {
+					if under(d, impl) {
+						out = append(out, fmt.Sprintf("%s imports %s: %s", p.ImportPath, d, c.why))
 					}
 				}
 			}
@@ -212,6 +238,9 @@ func TestRulesFire(t *testing.T) {
 		{"a shared command helper importing pflag", pkg{ImportPath: m("internal/command/flagenv"), Imports: []string{"github.com/spf13/pflag"}}, ""},
 		{"a main importing cobra", pkg{ImportPath: m("cmd/gpupass"), Imports: []string{"github.com/spf13/cobra"}}, ""},
 		{"a library linking cobra through a dependency", pkg{ImportPath: m("internal/audit"), Deps: []string{"github.com/spf13/cobra"}}, ""},
+		{"the executor contract importing the local executor", pkg{ImportPath: m("agent/executor"), Deps: []string{m("agent/executor/local")}}, "the backends import it, never the other way round"},
+		{"the executor contract linking the Slurm backend", pkg{ImportPath: m("agent/executor"), Deps: []string{m("agent/spool"), m("agent/executor/slurm")}}, "the backends import it, never the other way round"},
+		{"a backend importing the executor contract", pkg{ImportPath: m("agent/executor/local"), Imports: []string{m("agent/executor")}, Deps: []string{m("agent/executor")}}, ""},
 		{"a use case may import the client", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/client")}, Deps: []string{m("internal/client")}}, ""},
 	}
 	for _, c := range cases {

@@ -39,6 +39,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
@@ -349,7 +350,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		l := &agent.RunLoop{Source: src, AgentID: func() string { return a.id }, StateDir: dir,
-			Executor: &executor.Executor{Runner: executor.ProcessRunner{}}, Log: cfg.Log}
+			Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}, Log: cfg.Log}
 		loops.Add(1)
 		go func() { defer loops.Done(); _ = l.Run(loopCtx) }()
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -42,7 +43,7 @@ func start(b testing.TB) *stack {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &agent.RunLoop{Source: src, AgentID: func() string { return node.ID }, StateDir: b.TempDir(),
-		Executor: &executor.Executor{Runner: executor.ProcessRunner{}}}
+		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: &local.Host{}}}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = l.Run(ctx) }()
 	b.Cleanup(func() { cancel(); <-done })

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -117,7 +118,7 @@ func (n *node) Checks(*probe.Facts) (first, last []conformance.Check) {
 	return []conformance.Check{{Name: CheckName, Expected: "this machine", Actual: n.name, Status: conformance.Pass}}, nil
 }
 
-func (n *node) Runner() executor.Runner { return executor.ProcessRunner{} }
+func (n *node) Runner() executor.Runner { return local.ProcessRunner{} }
 
 func (n *node) WorkRoot() string {
 	_ = os.MkdirAll(n.dir, 0o755)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -156,7 +157,7 @@ func validate(o *agent.Options, s *Flags) error {
 // (sbatch refuses a bare uid: "Invalid --uid specification"). The first
 // and last uid of a range are checked here, on the login node; the site
 // keeps the accounts the same on every compute node.
-func checkJobUsers(runAs *executor.RunAs, rng *executor.UIDRange, runAsSpec, rangeSpec string) error {
+func checkJobUsers(runAs *executor.RunAs, rng *local.UIDRange, runAsSpec, rangeSpec string) error {
 	var users []*executor.RunAs
 	field, spec := executor.FieldRunAs, runAsSpec
 	switch {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
@@ -22,7 +23,7 @@ func TestSlurmJobUsersMustBeAccounts(t *testing.T) {
 		{"1-2", ""},
 		{"1-2:65534", ""},
 	} {
-		r, err := executor.ParseUIDRange(c.spec)
+		r, err := local.ParseUIDRange(c.spec)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -289,7 +289,7 @@ func waitEnded(ctx context.Context, c *Client, jobs []Job, wait time.Duration) e
 	}
 }
 
-// UIDGuard is the executor.UIDGuard of a --run-as-range on a Slurm
+// UIDGuard is the local.UIDGuard of a --run-as-range on a Slurm
 // cluster: the run's processes are its jobs on the compute nodes, which
 // the login node's process table does not show.
 type UIDGuard struct {

@@ -7,6 +7,7 @@ import (
 
 	daemon "github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/command/flagenv"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
@@ -46,9 +47,9 @@ func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags, b
 	f.StringVar(&o.RunAsRange, "run-as-range", "", "run each job as a uid of its own from FIRST-LAST (recommended, e.g. 200000-200999: uids no user or other service has); the gid is the uid unless FIRST-LAST:GROUP names a group; every process of the uid is killed when the run ends, and a process left by one run cannot reach another (the agent must run as root; instead of --run-as); with --executor slurm each run's jobs are submitted as its uid (sbatch --uid) and are cancelled when it ends, and every uid of the range must be an account on the login node and every compute node")
 	f.StringVar(&o.RunCgroup, "run-cgroup", "auto", "give each run a cgroup its processes cannot leave, killed whole at the run's end: auto (when the agent can make one: root, cgroup v2 delegated or v1 freezer), required (refuse to start without), off")
 	f.StringVar(&o.RunPrivateTmp, "run-private-tmp", "auto", "give each run its own /tmp and /var/tmp (its TMPDIR) and /dev/shm (a tmpfs) in a mount namespace, so nothing a run leaves there reaches the next: auto (when the agent can: root, mount namespaces allowed; else what a run's uid adds to the node's is removed at its end), required (refuse to start without), off")
-	f.StringVar(&o.RunShmSize, "run-shm-size", executor.DefaultShmSize, "size of each run's own /dev/shm (tmpfs size=: bytes with k, m, g or t, or a percentage of RAM); what a run keeps there is RAM")
+	f.StringVar(&o.RunShmSize, "run-shm-size", local.DefaultShmSize, "size of each run's own /dev/shm (tmpfs size=: bytes with k, m, g or t, or a percentage of RAM); what a run keeps there is RAM")
 	f.Int64Var(&o.RunPidsMax, "run-pids-max", 0, "most processes and threads a run may have at once (its cgroup's pids.max; 0: no limit)")
-	f.DurationVar(&o.RunKillTimeout, "run-kill-timeout", executor.DefaultKillTimeout, "how long the agent waits for a run's processes to be gone after SIGKILL at its end; a run whose processes outlast it fails, and its uid is not reused")
+	f.DurationVar(&o.RunKillTimeout, "run-kill-timeout", local.DefaultKillTimeout, "how long the agent waits for a run's processes to be gone after SIGKILL at its end; a run whose processes outlast it fails, and its uid is not reused")
 	f.IntVar(&o.Workdir.MaxEntries, "workdir-max-entries", workdir.DefaultMaxEntries, "most files and directories a run's work dir archive may unpack to (keep it as the broker's --workdir-max-entries)")
 	f.IntVar(&o.Workdir.MaxDepth, "workdir-max-depth", workdir.DefaultMaxDepth, "most directory levels in a run's work dir archive")
 	f.Int64Var(&o.Workdir.MaxBytes, "workdir-max-bytes", workdir.DefaultMaxBytes, "most bytes a run's work dir archive may unpack to")

@@ -1,4 +1,4 @@
-package executor
+package local
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/events"
 )
 
@@ -35,18 +36,14 @@ type ProcessRunner struct {
 	DrainTimeout time.Duration
 }
 
-// DefaultGrace is the time between SIGTERM and SIGKILL when an attempt
-// does not say.
-const DefaultGrace = 10 * time.Second
-
 // Run implements Runner.
-func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit {
+func (p ProcessRunner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
 	if len(a.Command) == 0 {
-		return Exit{Code: -1, StartErr: errors.New("empty command")}
+		return executor.Exit{Code: -1, StartErr: errors.New("empty command")}
 	}
 	grace := a.Grace
 	if grace <= 0 {
-		grace = DefaultGrace
+		grace = executor.DefaultGrace
 	}
 	drain := p.DrainTimeout
 	if drain <= 0 {
@@ -54,7 +51,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	}
 	cmd := exec.Command(a.Command[0], a.Command[1:]...)
 	if cmd.Err != nil {
-		return Exit{Code: -1, StartErr: cmd.Err}
+		return executor.Exit{Code: -1, StartErr: cmd.Err}
 	}
 	cmd.Dir, cmd.Env = a.Dir, a.Env
 	if a.Dir != "" {
@@ -71,16 +68,18 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: a.Credential}
 	rOut, wOut, err := os.Pipe()
 	if err != nil {
-		return Exit{Code: -1, StartErr: fmt.Errorf("creating stdout pipe: %w", err)}
+		return executor.Exit{Code: -1, StartErr: fmt.Errorf("creating stdout pipe: %w", err)}
 	}
 	rErr, wErr, err := os.Pipe()
 	if err != nil {
 		rOut.Close()
 		wOut.Close()
-		return Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
+		return executor.Exit{Code: -1, StartErr: fmt.Errorf("creating stderr pipe: %w", err)}
 	}
 	cmd.Stdout, cmd.Stderr = wOut, wErr
-	release, startErr := a.Contain.lockedStart(cmd.SysProcAttr, cmd.Start)
+	// The hold of a RunHost other than Host (none) holds nothing here.
+	contain, _ := a.Contain.(*Containment)
+	release, startErr := contain.lockedStart(cmd.SysProcAttr, cmd.Start)
 	// After the leader was reaped: the thread that forked it holds its
 	// Pdeathsig.
 	defer release()
@@ -89,7 +88,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	if startErr != nil {
 		rOut.Close()
 		rErr.Close()
-		return Exit{Code: -1, StartErr: startErr}
+		return executor.Exit{Code: -1, StartErr: startErr}
 	}
 	pid := cmd.Process.Pid
 
@@ -104,7 +103,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 			// A read error other than EOF (the pipe closed under us
 			// after the drain timeout) ends the stream; the exit status
 			// still tells the story.
-			_ = readLines(s.f, s.st, a.MaxLine, out)
+			_ = executor.ReadLines(s.f, s.st, a.MaxLine, out)
 		}()
 	}
 
@@ -112,7 +111,7 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	go func() { exited <- waitNoReap(pid) }()
 
 	var (
-		ex      Exit
+		ex      executor.Exit
 		waitErr error
 		reaped  bool
 	)
@@ -153,7 +152,9 @@ func (p ProcessRunner) Run(ctx context.Context, a Attempt, out func(Line)) Exit 
 	}
 	// Before the drain: a process that left the group may hold the
 	// pipes, and it must be gone before the next attempt or run starts.
-	ex.Leftover = a.Contain.Kill()
+	if a.Contain != nil {
+		ex.Leftover = a.Contain.Kill()
+	}
 
 	done := make(chan struct{})
 	go func() { readers.Wait(); close(done) }()

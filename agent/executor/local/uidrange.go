@@ -1,4 +1,4 @@
-package executor
+package local
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
@@ -69,29 +70,29 @@ const MaxUIDRange = 1 << 20
 func ParseUIDRange(s string) (*UIDRange, error) {
 	rng, group, hasGroup := strings.Cut(s, ":")
 	a, b, ok := strings.Cut(rng, "-")
-	if !ok || !isNumeric(a) || !isNumeric(b) || (hasGroup && group == "") {
-		return nil, fielderr.New(FieldUIDRange, s, "want FIRST-LAST or FIRST-LAST:GROUP, e.g. 200000-200999")
+	if !ok || !executor.NumericID(a) || !executor.NumericID(b) || (hasGroup && group == "") {
+		return nil, fielderr.New(executor.FieldUIDRange, s, "want FIRST-LAST or FIRST-LAST:GROUP, e.g. 200000-200999")
 	}
 	first, err1 := strconv.ParseUint(a, 10, 32)
 	last, err2 := strconv.ParseUint(b, 10, 32)
 	switch {
 	case err1 != nil || err2 != nil || last >= 1<<32-1:
-		return nil, fielderr.New(FieldUIDRange, s, "a uid is out of range")
+		return nil, fielderr.New(executor.FieldUIDRange, s, "a uid is out of range")
 	case first == 0:
-		return nil, fielderr.New(FieldUIDRange, s, "includes uid 0 (root): jobs would read the agent's identity key; start the range above every real user, e.g. 200000-200999")
+		return nil, fielderr.New(executor.FieldUIDRange, s, "includes uid 0 (root): jobs would read the agent's identity key; start the range above every real user, e.g. 200000-200999")
 	case last <= first:
-		return nil, fielderr.New(FieldUIDRange, s, "LAST must be above FIRST (two uids at least, so a run never gets the uid of the run before it)")
+		return nil, fielderr.New(executor.FieldUIDRange, s, "LAST must be above FIRST (two uids at least, so a run never gets the uid of the run before it)")
 	case last-first+1 > MaxUIDRange:
-		return nil, fielderr.New(FieldUIDRange, s, "holds %d uids, more than %d: give a smaller range", last-first+1, MaxUIDRange)
+		return nil, fielderr.New(executor.FieldUIDRange, s, "holds %d uids, more than %d: give a smaller range", last-first+1, MaxUIDRange)
 	}
 	r := &UIDRange{Spec: s, First: uint32(first), Last: uint32(last), next: uint32(first), held: map[uint32]bool{}, spoiled: map[uint32]bool{}, claims: map[uint32]func(){}}
 	if hasGroup {
-		gid, err := lookupGroup(group)
+		gid, err := executor.LookupGroup(group)
 		if err != nil {
-			return nil, fielderr.New(FieldUIDRange, s, "%w", err)
+			return nil, fielderr.New(executor.FieldUIDRange, s, "%w", err)
 		}
 		if gid == 0 {
-			return nil, fielderr.New(FieldUIDRange, s, "group 0 (root) would give jobs root's group files; name another group")
+			return nil, fielderr.New(executor.FieldUIDRange, s, "group 0 (root) would give jobs root's group files; name another group")
 		}
 		r.GID, r.hasGID = gid, true
 	}
@@ -101,31 +102,31 @@ func ParseUIDRange(s string) (*UIDRange, error) {
 // ErrNoFreeUID is returned by Acquire when every uid of the range is held.
 var ErrNoFreeUID = errors.New("no free uid")
 
-func (r *UIDRange) runAs(uid uint32) *RunAs {
+func (r *UIDRange) runAs(uid uint32) *executor.RunAs {
 	gid := uid
 	if r.hasGID {
 		gid = r.GID
 	}
 	// No supplementary groups: the agent's (root's) must not leak in, and
 	// a group shared by runs would be a way between them.
-	return &RunAs{Spec: r.Spec, UID: uid, GID: gid, Groups: []uint32{}, Private: true}
+	return &executor.RunAs{Spec: r.Spec, UID: uid, GID: gid, Groups: []uint32{}, Private: true}
 }
 
 // Of is the identity a run that holds uid runs as.
-func (r *UIDRange) Of(uid uint32) *RunAs { return r.runAs(uid) }
+func (r *UIDRange) Of(uid uint32) *executor.RunAs { return r.runAs(uid) }
 
 // Sample is an identity like the ones Acquire hands out, for checks that
 // hold for every uid of the range (CanReach: no uid of it owns the dirs
 // on the way).
-func (r *UIDRange) Sample() *RunAs { return r.runAs(r.First) }
+func (r *UIDRange) Sample() *executor.RunAs { return r.runAs(r.First) }
 
 // Acquire hands out a uid of the range that no earlier run still holds
 // and that no process on the node has (as real, effective, saved or
 // filesystem uid), round robin, so a uid is reused as late as possible.
-func (r *UIDRange) Acquire() (*RunAs, error) {
+func (r *UIDRange) Acquire() (*executor.RunAs, error) {
 	busy, err := procUIDs()
 	if err != nil {
-		return nil, fielderr.New(FieldUIDRange, r.Spec, "finding uids in use: %w", err)
+		return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "finding uids in use: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -150,25 +151,25 @@ func (r *UIDRange) Acquire() (*RunAs, error) {
 		r.held[uid] = true
 		return r.runAs(uid), nil
 	}
-	return nil, fielderr.New(FieldUIDRange, r.Spec, "%w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", ErrNoFreeUID, n)
+	return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "%w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", ErrNoFreeUID, n)
 }
 
 // Claim hands out uid itself: a run followed on after the agent
 // restarted keeps the uid its job runs as. It fails when uid is not in
 // the range, held, spoiled or (Guard) claimed elsewhere.
-func (r *UIDRange) Claim(uid uint32) (*RunAs, error) {
+func (r *UIDRange) Claim(uid uint32) (*executor.RunAs, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if uid < r.First || uid > r.Last {
-		return nil, fielderr.New(FieldUIDRange, r.Spec, "uid %d is not in the range", uid)
+		return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "uid %d is not in the range", uid)
 	}
 	if r.held[uid] || r.spoiled[uid] {
-		return nil, fielderr.New(FieldUIDRange, r.Spec, "uid %d is held by another run or spoiled", uid)
+		return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "uid %d is held by another run or spoiled", uid)
 	}
 	if r.Guard != nil {
 		release, err := r.Guard.Claim(uid)
 		if err != nil {
-			return nil, fielderr.New(FieldUIDRange, r.Spec, "uid %d: %w", uid, err)
+			return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "uid %d: %w", uid, err)
 		}
 		r.claims[uid] = release
 	}
@@ -183,7 +184,7 @@ func (r *UIDRange) Claim(uid uint32) (*RunAs, error) {
 func (r *UIDRange) Reap(timeout time.Duration) error {
 	busy, err := procUIDs()
 	if err != nil {
-		return fielderr.New(FieldUIDRange, r.Spec, "finding uids in use: %w", err)
+		return fielderr.New(executor.FieldUIDRange, r.Spec, "finding uids in use: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
 	var errs []error
@@ -208,7 +209,7 @@ func (r *UIDRange) Reap(timeout time.Duration) error {
 // With a Guard, the uid's processes elsewhere are ended first (Guard.End);
 // a uid whose processes there may still run is spoiled too, and its claim
 // is kept, so that no other agent sharing the range hands it out.
-func (r *UIDRange) Release(ra *RunAs) error {
+func (r *UIDRange) Release(ra *executor.RunAs) error {
 	var guardErr error
 	if r.Guard != nil {
 		guardErr = r.Guard.End(ra.UID)

@@ -1,4 +1,4 @@
-package executor
+package local
 
 import (
 	"bytes"
@@ -7,9 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpupass/gpupass/agent/executor"
 )
 
 // Containment is what makes sure nothing a run started outlives it: the
@@ -28,6 +32,12 @@ type Containment struct {
 	// tmp, when set, is the run's mount namespace (PrivateTmp): the
 	// command starts inside.
 	tmp *runTmp
+	// tmpMode is Held.TmpMode; snap, when set, what the run's uid had in
+	// the node's tmp dirs as the run started (Sweep removes the rest).
+	tmpMode string
+	snap    *tmpSnapshot
+	// removed says Release removed the cgroup.
+	removed bool
 	// Timeout bounds the wait for the killed processes to be gone
 	// (default DefaultKillTimeout): one stuck in the kernel (D state on
 	// a dead NFS server or GPU driver) may never go.
@@ -303,4 +313,112 @@ func (s *tmpSnapshot) sweep() error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// Host holds the runs of an agent whose runs are processes of this node
+// (or whose Runner hands them to a cluster: then it holds what of the run
+// can run here, as the run's own uid): the Executor's RunHost.
+type Host struct {
+	// Cgroups, when set, gives every run a cgroup of its own: its
+	// processes start there and are all killed when an attempt ends.
+	Cgroups *Cgroups
+	// PrivateTmp, when set, gives every run a /tmp, /var/tmp and
+	// /dev/shm of its own (a mount namespace); the local Runner
+	// (ProcessRunner) only. Without it what a local run's uid adds to the
+	// node's is removed at the run's end (with a uid shared by runs,
+	// when that uid is not root).
+	PrivateTmp *PrivateTmp
+	// KillTimeout bounds the wait for a run's processes to be gone once
+	// killed (default DefaultKillTimeout; --run-kill-timeout).
+	KillTimeout time.Duration
+}
+
+// Hold implements RunHost.
+func (h *Host) Hold(job executor.Job, runner executor.Runner, tmpDir string) (executor.Held, error) {
+	var err error
+	contain := &Containment{Timeout: h.KillTimeout}
+	if job.RunAs != nil && job.RunAs.Private {
+		uid := job.RunAs.UID
+		contain.UID = &uid
+	}
+	if h.Cgroups != nil {
+		if contain.Cgroup, err = h.Cgroups.New(job.AllocID); err != nil {
+			return nil, fmt.Errorf("run %s: %w", job.AllocID, err)
+		}
+	}
+	// Without a private /tmp, what a uid that runs share adds to the
+	// node's tmp dirs during the run is the run's. Never root's: root's
+	// other services write there all the time. With one, the run cannot
+	// write there, and a sweep would only take what the uid's other
+	// processes (another agent's runs, a service as nobody) add meanwhile.
+	// A job that runs elsewhere (a Slurm compute node, a pod) has that
+	// node's or pod's /tmp: here the uid's entries are the user's own.
+	swept := "no: what the run's uid adds to the node's " + strings.Join(SharedTmpDirs, ", ") + " is removed at its end"
+	_, local := runner.(ProcessRunner)
+	switch {
+	case h.PrivateTmp != nil:
+		keep := append(slices.Clone(h.PrivateTmp.Keep), job.WorkRoot)
+		if contain.tmp, err = h.PrivateTmp.new(job.AllocID, tmpDir, keep); err != nil {
+			return nil, fmt.Errorf("run %s: %w", job.AllocID, err)
+		}
+		contain.tmpMode = h.PrivateTmp.String()
+	case !local:
+		// Nothing to sweep here, nothing to say.
+	case contain.UID != nil:
+		contain.tmpMode = swept
+	default:
+		uid := uint32(os.Geteuid())
+		if job.RunAs != nil {
+			uid = job.RunAs.UID
+		}
+		contain.tmpMode = "no: the job runs as root, and what it leaves in the node's " + strings.Join(SharedTmpDirs, ", ") + " stays"
+		if uid != 0 {
+			contain.snap, contain.tmpMode = snapshotShared(uid), swept
+		}
+	}
+	return contain, nil
+}
+
+// CgroupName implements Held.
+func (c *Containment) CgroupName() string {
+	if c.Cgroup == nil {
+		return ""
+	}
+	return c.Cgroup.String()
+}
+
+// TmpMode implements Held.
+func (c *Containment) TmpMode() string { return c.tmpMode }
+
+// PrivateTmp implements Held.
+func (c *Containment) PrivateTmp() bool { return c.tmp != nil }
+
+// Sweep implements Held.
+func (c *Containment) Sweep() error {
+	var err error
+	if c.UID != nil {
+		err = sweepShared(*c.UID)
+	} else if c.snap != nil {
+		err = c.snap.sweep()
+	}
+	if err != nil {
+		return fmt.Errorf("removing what the run left in %s: %v", strings.Join(SharedTmpDirs, ", "), err)
+	}
+	return nil
+}
+
+// Release implements Held: only once its processes are gone, as then no
+// file of the tmpfs is open, and unmounting it frees its memory.
+func (c *Containment) Release() []error {
+	var errs []error
+	if err := c.tmp.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Cgroup != nil && !c.removed {
+		c.removed = true
+		if err := c.Cgroup.Remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
