@@ -59,3 +59,4 @@ func TestGraceEndsForChildren(t *testing.T) {
 	}
 	waitGone(t, readPid(t, pidFile))
 }
+

@@ -48,13 +48,26 @@ type Containment struct {
 // cgroup and mount namespace, as far as it has them. release, called once
 // the started process is gone, lets that thread go.
 func (c *Containment) lockedStart(attr *syscall.SysProcAttr, start func() error) (release func(), err error) {
-	if c == nil {
-		return func() {}, (*Cgroup)(nil).lockedStart(attr, start)
+	// The job's Pdeathsig follows the thread that forks it, and a
+	// goroutine that ends locked to its thread (private /tmp's do)
+	// retires that thread. So the forking thread stays locked to the
+	// caller until release, which the runner calls once the job's
+	// leader was reaped: until then it runs nothing else. Locks nest;
+	// the ones below end inside this one.
+	runtime.LockOSThread()
+	inner := func() {}
+	switch {
+	case c == nil:
+		err = (*Cgroup)(nil).lockedStart(attr, start)
+	case c.tmp != nil:
+		inner, err = c.tmp.startIn(c.Cgroup, attr, start)
+	default:
+		err = c.Cgroup.lockedStart(attr, start)
 	}
-	if c.tmp != nil {
-		return c.tmp.startIn(c.Cgroup, attr, start)
-	}
-	return func() {}, c.Cgroup.lockedStart(attr, start)
+	return func() {
+		inner()
+		runtime.UnlockOSThread()
+	}, err
 }
 
 // DefaultKillTimeout is Containment.Timeout's default (--run-kill-timeout).
