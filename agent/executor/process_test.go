@@ -59,4 +59,3 @@ func TestGraceEndsForChildren(t *testing.T) {
 	}
 	waitGone(t, readPid(t, pidFile))
 }
-
