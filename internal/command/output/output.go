@@ -3,7 +3,7 @@
 // formats a command accepts, and how each format is written. A command
 // returns a typed result that can write itself as text (Texter); JSON is
 // encoded here, so another format is one change in this file. It imports
-// only cobra/pflag and flagenv (the agent links it).
+// only cobra/pflag, flagenv and termsafe (the agent links it).
 package output
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // Format is a value of -o/--output.
@@ -34,8 +35,8 @@ const (
 // all is every Format, in the order help and errors name them.
 var all = []Format{Text, JSON, GitHub, GitLab}
 
-// Default is what a command accepts unless it declares otherwise.
-var Default = []Format{Text, JSON}
+// defaults is what a command accepts unless it declares otherwise.
+var defaults = []Format{Text, JSON}
 
 // CI reports whether f is a CI system's format (GitHub, GitLab).
 func (f Format) CI() bool { return f == GitHub || f == GitLab }
@@ -81,8 +82,8 @@ const (
 )
 
 // Supports declares the formats cmd accepts (its subcommands inherit
-// them unless they declare their own). Without it a command accepts
-// Default.
+// them unless they declare their own). Without it a command accepts text
+// and json.
 func Supports(cmd *cobra.Command, formats ...Format) {
 	if cmd.Annotations == nil {
 		cmd.Annotations = map[string]string{}
@@ -105,7 +106,7 @@ func WritesFileWith(cmd *cobra.Command, flag, what string) {
 }
 
 // Supported is the formats cmd accepts: its own declaration, else its
-// nearest parent's, else Default.
+// nearest parent's, else text and json.
 func Supported(cmd *cobra.Command) []Format {
 	for c := cmd; c != nil; c = c.Parent() {
 		if a, ok := c.Annotations[formatsAnnotation]; ok {
@@ -116,7 +117,7 @@ func Supported(cmd *cobra.Command) []Format {
 			return fs
 		}
 	}
-	return Default
+	return slices.Clone(defaults)
 }
 
 // Check refuses a format cmd does not accept, naming the flag, the value
@@ -144,9 +145,13 @@ func check(cmd *cobra.Command, f Format) error {
 	}
 	accepted := orList(names)
 	if !slices.Contains(all, f) {
-		if a := cmd.Annotations[fileAnnotation]; a != "" {
+		// A path, as -o means to many tools that write a file: the fix
+		// names the flag that does, quoted to paste (a value a terminal
+		// could act on gets the plain refusal, escaped).
+		if a := cmd.Annotations[fileAnnotation]; a != "" && termsafe.String(string(f)) == string(f) {
 			flag, what, _ := strings.Cut(a, ",")
-			return fmt.Errorf("-o %s: --output is the output format (%s); write %s with --%s %s", quote(string(f)), accepted, what, flag, quote(string(f)))
+			p := termsafe.ShellQuote(string(f))
+			return fmt.Errorf("-o %s: --output is the output format (%s); write %s with --%s %s", p, accepted, what, flag, p)
 		}
 		return fmt.Errorf("--output %q (or %s): must be %s", string(f), flagenv.Name(Flag), accepted)
 	}
@@ -159,15 +164,6 @@ func orList(s []string) string {
 		return strings.Join(s, "")
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
-}
-
-// quote leaves a plain path as it is and single-quotes anything a shell
-// would read otherwise, so the fix pastes.
-func quote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./+=:@,") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // Texter is a result that writes itself as text (the default format).

@@ -70,6 +70,8 @@ func TestFormatFlag(t *testing.T) {
 			wantErr: "-o report.zip: --output is the output format (text or json); write the zip with --out report.zip"},
 		{name: "a path that needs quoting", args: []string{"audit", "-o", "my report.zip"},
 			wantErr: "-o 'my report.zip': --output is the output format (text or json); write the zip with --out 'my report.zip'"},
+		{name: "a value a terminal would act on", args: []string{"audit", "-o", "x\x1b]0;owned\a.zip"},
+			wantErr: `--output "x\x1b]0;owned\a.zip" (or GPUPASS_OUTPUT): must be text or json`},
 		{name: "json where a file is written", args: []string{"audit", "-o", "json"}, want: output.JSON},
 	}
 	for _, tc := range tests {
