@@ -103,9 +103,10 @@ var contracts = []struct {
 const commandLayer = "internal/command"
 
 // sharedFlags are the command layer's own helpers (GPUPASS_* variables,
-// renamed flags, the registry flag set, the CLI reference): every command
-// tree may import them, nothing outside the command layer may.
-var sharedFlags = []string{commandLayer + "/flagenv", commandLayer + "/flagalias", commandLayer + "/registryflags", commandLayer + "/docsgen"}
+// renamed flags, the registry flag set, the CLI reference, --output and
+// its formats): every command tree may import them, nothing outside the
+// command layer may.
+var sharedFlags = []string{commandLayer + "/flagenv", commandLayer + "/flagalias", commandLayer + "/registryflags", commandLayer + "/docsgen", commandLayer + "/output"}
 
 // commandTree is the command tree a command-layer package belongs to
 // (internal/command/gpupass for internal/command/gpupass/auditcmd).
@@ -225,6 +226,8 @@ func TestRulesFire(t *testing.T) {
 		{"the broker daemon importing its command layer", pkg{ImportPath: m("broker"), Imports: []string{m("internal/command/broker")}, Deps: []string{m("internal/command/broker")}}, "the daemons never import"},
 		{"the agent daemon importing a use case", pkg{ImportPath: m("agent/spool"), Deps: []string{m("internal/app/audit")}}, "the daemons never import"},
 		{"a command tree importing the shared flag helpers", pkg{ImportPath: m("internal/command/gpupass/bundlecmd"), Imports: []string{m("internal/command/flagenv"), m("internal/command/registryflags")}}, ""},
+		{"a command tree importing the output module", pkg{ImportPath: m("internal/command/broker"), Imports: []string{m("internal/command/output")}}, ""},
+		{"a library importing the output module", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/command/output")}}, "nothing but cmd/..."},
 		{"a library importing the shared flag helpers", pkg{ImportPath: m("internal/client"), Imports: []string{m("internal/command/flagenv")}}, "nothing but cmd/..."},
 		{"a command tree's sub-package importing its root", pkg{ImportPath: m("internal/command/gpupass/auditcmd"), Imports: []string{m("internal/command/gpupass")}}, ""},
 		{"gpupass linking sigstore", pkg{ImportPath: m("cmd/gpupass"), Deps: []string{m("internal/command/gpupass"), "github.com/sigstore/sigstore-go/pkg/sign"}}, "gpupass starts fast"},

@@ -226,11 +226,16 @@ func DryRunOf(m *gpupassv1.DryRunResponse) DryRun {
 
 // WriteList prints nodes as one List document.
 func WriteList(w io.Writer, nodes []*gpupassv1.Node) error {
+	return runview.Encode(w, "nodes", ListOf(nodes))
+}
+
+// ListOf is nodes as one List document.
+func ListOf(nodes []*gpupassv1.Node) List {
 	l := List{Nodes: make([]Node, 0, len(nodes))}
 	for _, n := range nodes {
 		l.Nodes = append(l.Nodes, NodeOf(n))
 	}
-	return runview.Encode(w, "nodes", l)
+	return l
 }
 
 // rtt is the API's round trip, -1 for "not measured yet", as null then.

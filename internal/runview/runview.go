@@ -158,11 +158,16 @@ func ScoreOf(s *gpupassv1.HealthScore) *Score {
 
 // WriteList prints runs as one List document.
 func WriteList(w io.Writer, runs []*gpupassv1.Run) error {
+	return Encode(w, "runs", ListOf(runs))
+}
+
+// ListOf is runs as one List document.
+func ListOf(runs []*gpupassv1.Run) List {
 	l := List{Runs: make([]Run, 0, len(runs))}
 	for _, r := range runs {
 		l.Runs = append(l.Runs, FromProto(r))
 	}
-	return Encode(w, "runs", l)
+	return l
 }
 
 // WriteRun prints one run as a Run document (`cancel`).

@@ -18,6 +18,7 @@ import (
 	daemon "github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
 	"github.com/gpupass/gpupass/internal/probe"
 )
@@ -65,7 +66,7 @@ func NewCommand(logw io.Writer) *cobra.Command {
 	bs := newBackends()
 	reg := &registryflags.Flags{}
 	var verbose bool
-	var output string
+	var format output.Format
 	logger := func() *slog.Logger {
 		lvl := slog.LevelInfo
 		if verbose {
@@ -96,7 +97,10 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 		SilenceErrors: true,
 		Version:       buildinfo.Get().String(),
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd, os.Getenv)
+			if err := applyEnv(cmd, os.Getenv); err != nil {
+				return err
+			}
+			return output.Check(cmd)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bindRegistry(reg, o)
@@ -118,6 +122,7 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 			return b.Serve(cmd.Context(), o, logger())
 		},
 	}
+	output.Register(root, &format)
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug diagnostics on stderr")
 	addFlags(root, o, reg, bs)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
@@ -128,9 +133,6 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 		Short: "Run the conformance suite once and print the signed report (no broker)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("--output %q: must be text or json", output)
-			}
 			if err := co.Validate(false); err != nil {
 				return err
 			}
@@ -142,7 +144,7 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 			if err != nil {
 				return err
 			}
-			if err := printReport(cmd.OutOrStdout(), output, sr); err != nil {
+			if err := output.Write(cmd.OutOrStdout(), format, checked{sr}); err != nil {
 				return err
 			}
 			if !sr.Report.Passed() {
@@ -152,7 +154,6 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 		},
 	}
 	f := check.Flags()
-	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&co.StateDir, "state-dir", "/var/lib/gpupass-agent", "directory holding the identity key that signs the report")
 	f.StringVar(&co.StorageClass, "storage-class", "standard", "storage class the node is sold as")
 	f.StringVar(&co.Region, "region", "", "label: region written in the report")
@@ -181,16 +182,21 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 	return root
 }
 
-func printReport(w io.Writer, output string, sr *daemon.SignedReport) error {
-	if output == "json" {
-		b, err := sr.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
+// checked is what `check` prints: a table of the checks, or as JSON the
+// signed report as it was signed.
+type checked struct{ sr *daemon.SignedReport }
+
+func (c checked) WriteJSON(w io.Writer) error {
+	b, err := c.sr.MarshalJSON()
+	if err != nil {
 		return err
 	}
-	r := sr.Report
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func (c checked) WriteText(w io.Writer) error {
+	r := c.sr.Report
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "STATUS\tCHECK\tEXPECTED\tACTUAL\tMS\tNOTE\n")
 	for _, c := range r.Checks {

@@ -5,7 +5,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
@@ -51,7 +51,7 @@ func OpenStore(ctx context.Context, dbURL string) (store.Store, error) {
 }
 
 type globals struct {
-	Output  string
+	Output  output.Format
 	Verbose bool
 	DB      string
 }
@@ -96,13 +96,10 @@ Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
 			if err := flagenv.Apply(cmd, os.Getenv); err != nil {
 				return err
 			}
-			if g.Output != "text" && g.Output != "json" {
-				return fmt.Errorf("--output %q: must be text or json", g.Output)
-			}
-			return nil
+			return output.Check(cmd)
 		},
 	}
-	root.PersistentFlags().StringVarP(&g.Output, "output", "o", "text", "output format: text or json")
+	output.Register(root, &g.Output)
 	root.PersistentFlags().BoolVarP(&g.Verbose, "verbose", "v", false, "debug logging")
 	root.PersistentFlags().StringVar(&g.DB, "db", DefaultDB, "store: sqlite:///path/file.db or postgres://user@host:port/db")
 	root.AddCommand(newServeCmd(g), newTokenCmd(g))
@@ -299,7 +296,7 @@ type TokenCreateOptions struct {
 	Role    string
 	Regions string
 	Note    string
-	Output  string
+	Output  output.Format
 }
 
 // AddFlags registers token create's flags.
@@ -366,16 +363,28 @@ func RunTokenCreate(ctx context.Context, o *TokenCreateOptions, out, errw io.Wri
 	if err != nil {
 		return fmt.Errorf("--role: %w", err)
 	}
-	if o.Output == "json" {
-		return json.NewEncoder(out).Encode(tokenJSON{ID: t.ID, Role: string(t.Role), Regions: t.Regions, Note: t.Note, CreatedAt: t.CreatedAt, Token: secret})
-	}
-	fmt.Fprintf(errw, "created %s (role %s, regions %s); the token is shown once:\n", t.ID, t.Role, strings.Join(t.Regions, ","))
-	_, err = fmt.Fprintln(out, secret)
+	return output.Write(out, o.Output, tokenCreated{tokenJSON{ID: t.ID, Role: string(t.Role), Regions: t.Regions, Note: t.Note, CreatedAt: t.CreatedAt, Token: secret}, errw})
+}
+
+// tokenCreated is what `token create` prints: the secret alone on
+// stdout (what goes into a file) and what it is on stderr, or one JSON
+// line.
+type tokenCreated struct {
+	tokenJSON
+	errw io.Writer
+}
+
+func (t tokenCreated) WriteText(out io.Writer) error {
+	fmt.Fprintf(t.errw, "created %s (role %s, regions %s); the token is shown once:\n", t.ID, t.Role, strings.Join(t.Regions, ","))
+	_, err := fmt.Fprintln(out, t.Token)
 	return err
 }
 
+// WriteJSON keeps the one-line document token create has always printed.
+func (t tokenCreated) WriteJSON(w io.Writer) error { return output.WriteCompactJSON(w, t.tokenJSON) }
+
 // RunTokenList lists tokens without secrets.
-func RunTokenList(ctx context.Context, db, output string, out io.Writer) error {
+func RunTokenList(ctx context.Context, db string, format output.Format, out io.Writer) error {
 	s, err := OpenStore(ctx, db)
 	if err != nil {
 		return err
@@ -385,20 +394,27 @@ func RunTokenList(ctx context.Context, db, output string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if output == "json" {
-		list := []tokenJSON{}
-		for _, t := range ts {
-			list = append(list, tokenJSON{ID: t.ID, Role: string(t.Role), Regions: t.Regions, Note: t.Note, CreatedAt: t.CreatedAt})
-		}
-		return json.NewEncoder(out).Encode(list)
+	list := tokenList{}
+	for _, t := range ts {
+		list = append(list, tokenJSON{ID: t.ID, Role: string(t.Role), Regions: t.Regions, Note: t.Note, CreatedAt: t.CreatedAt})
 	}
+	return output.Write(out, format, list)
+}
+
+// tokenList is what `token list` prints (never a secret).
+type tokenList []tokenJSON
+
+func (l tokenList) WriteText(out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROLE\tREGIONS\tCREATED\tNOTE")
-	for _, t := range ts {
+	for _, t := range l {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Role, strings.Join(t.Regions, ","), t.CreatedAt.Format(time.RFC3339), t.Note)
 	}
 	return tw.Flush()
 }
+
+// WriteJSON keeps the one-line document token list has always printed.
+func (l tokenList) WriteJSON(w io.Writer) error { return output.WriteCompactJSON(w, []tokenJSON(l)) }
 
 // RunTokenRevoke deletes a token.
 func RunTokenRevoke(ctx context.Context, db, id string, out io.Writer) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
 	"github.com/gpupass/gpupass/internal/report"
@@ -47,7 +48,7 @@ type CompareOptions struct {
 
 	// Set by the caller, not by flags.
 	Inputs []string
-	Output string // text | json
+	Output output.Format
 	Getenv func(string) string
 	// Poster posts the report; nil when this binary does not link the
 	// forge clients (then the command runs gpupass-audit to post).

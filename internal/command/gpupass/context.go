@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
 	"github.com/gpupass/gpupass/internal/clientconfig"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -22,7 +23,7 @@ type ContextOptions struct {
 	TLSCA     string
 	StateDir  string
 
-	Output string
+	Output output.Format
 	// Getenv reads the environment (tests inject one).
 	Getenv func(string) string
 }
@@ -128,11 +129,21 @@ func (o *ContextOptions) list(cfg *clientconfig.Config, _ []string, out io.Write
 	for i := range cfg.Contexts {
 		rows = append(rows, describe(cfg, &cfg.Contexts[i]))
 	}
-	if o.Output == "json" {
-		return writeJSON(out, map[string]any{"config": cfg.Path, "current_context": cfg.CurrentContext, "contexts": rows})
-	}
+	return output.Write(out, o.Output, contextList{Config: cfg.Path, Contexts: rows, CurrentContext: cfg.CurrentContext})
+}
+
+// contextList is what `context ls` prints (JSON keys in the order they
+// have always had).
+type contextList struct {
+	Config         string        `json:"config"`
+	Contexts       []contextJSON `json:"contexts"`
+	CurrentContext string        `json:"current_context"`
+}
+
+func (l contextList) WriteText(out io.Writer) error {
+	rows := l.Contexts
 	if len(rows) == 0 {
-		_, err := fmt.Fprintf(out, "no contexts in %s: gpupass up registers its stack, gpupass context set NAME --broker-url URL --token-file FILE adds a broker\n", cfg.Path)
+		_, err := fmt.Fprintf(out, "no contexts in %s: gpupass up registers its stack, gpupass context set NAME --broker-url URL --token-file FILE adds a broker\n", l.Config)
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -166,10 +177,17 @@ func (o *ContextOptions) use(cfg *clientconfig.Config, args []string, out io.Wri
 	if err := cfg.Save(); err != nil {
 		return err
 	}
-	if o.Output == "json" {
-		return writeJSON(out, map[string]string{"current_context": x.Name, "config": cfg.Path})
-	}
-	_, err = fmt.Fprintf(out, "current context: %s (a project's .gpupass, --context and GPUPASS_* still come first)\n", x.Name)
+	return output.Write(out, o.Output, contextUsed{Config: cfg.Path, CurrentContext: x.Name})
+}
+
+// contextUsed is what `context use` prints.
+type contextUsed struct {
+	Config         string `json:"config"`
+	CurrentContext string `json:"current_context"`
+}
+
+func (u contextUsed) WriteText(out io.Writer) error {
+	_, err := fmt.Fprintf(out, "current context: %s (a project's .gpupass, --context and GPUPASS_* still come first)\n", u.CurrentContext)
 	return err
 }
 
@@ -240,13 +258,22 @@ func (o *ContextOptions) set(cfg *clientconfig.Config, args []string, out io.Wri
 	if err := cfg.Save(); err != nil {
 		return err
 	}
-	if o.Output == "json" {
-		return writeJSON(out, map[string]any{"context": describe(cfg, &x), "config": cfg.Path})
-	}
-	if first {
-		_, err = fmt.Fprintf(out, "context %s saved in %s (current: it is the first)\n", name, cfg.Path)
+	return output.Write(out, o.Output, contextSaved{Config: cfg.Path, Context: describe(cfg, &x), first: first})
+}
+
+// contextSaved is what `context set` prints.
+type contextSaved struct {
+	Config  string      `json:"config"`
+	Context contextJSON `json:"context"`
+	first   bool        // it became the current context
+}
+
+func (s contextSaved) WriteText(out io.Writer) error {
+	var err error
+	if s.first {
+		_, err = fmt.Fprintf(out, "context %s saved in %s (current: it is the first)\n", s.Context.Name, s.Config)
 	} else {
-		_, err = fmt.Fprintf(out, "context %s saved in %s; use it with: gpupass context use %s\n", name, cfg.Path, name)
+		_, err = fmt.Fprintf(out, "context %s saved in %s; use it with: gpupass context use %s\n", s.Context.Name, s.Config, s.Context.Name)
 	}
 	return err
 }
@@ -259,10 +286,17 @@ func (o *ContextOptions) rm(cfg *clientconfig.Config, args []string, out io.Writ
 	if err := cfg.Save(); err != nil {
 		return err
 	}
-	if o.Output == "json" {
-		return writeJSON(out, map[string]string{"removed": args[0], "config": cfg.Path})
-	}
-	_, err := fmt.Fprintf(out, "context %s removed from %s\n", args[0], cfg.Path)
+	return output.Write(out, o.Output, contextRemoved{Config: cfg.Path, Removed: args[0]})
+}
+
+// contextRemoved is what `context rm` prints.
+type contextRemoved struct {
+	Config  string `json:"config"`
+	Removed string `json:"removed"`
+}
+
+func (r contextRemoved) WriteText(out io.Writer) error {
+	_, err := fmt.Fprintf(out, "context %s removed from %s\n", r.Removed, r.Config)
 	return err
 }
 

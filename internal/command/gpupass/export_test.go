@@ -1,6 +1,9 @@
 package gpupass
 
-import "github.com/gpupass/gpupass/internal/workdir"
+import (
+	"github.com/gpupass/gpupass/internal/command/output"
+	"github.com/gpupass/gpupass/internal/workdir"
+)
 
 // ArchiveDir is archiveDir under the default limits, for the external
 // tests.
@@ -8,3 +11,6 @@ func ArchiveDir(dir string) ([]byte, error) { return archiveDir(dir, workdir.Def
 
 // ArchiveDirLimits is archiveDir for the external tests.
 var ArchiveDirLimits = archiveDir
+
+// outputFormat is s as an --output value (tests loop over plain strings).
+func outputFormat(s string) output.Format { return output.Format(s) }

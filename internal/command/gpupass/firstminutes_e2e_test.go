@@ -4,6 +4,8 @@ package gpupass
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -80,6 +82,7 @@ func TestFirstMinutes(t *testing.T) {
 		want    []string // in stdout+stderr
 		notWant []string
 		files   []string // written into dir
+		noFiles []string // not written into dir
 	}{
 		{name: "broker down", dir: empty, env: []string{"GPUPASS_BROKER_TOKEN=x"},
 			args: []string{"runs", "--broker-url", down}, code: ExitUsage,
@@ -109,9 +112,12 @@ func TestFirstMinutes(t *testing.T) {
 		{name: "transposed variable", dir: empty, env: []string{"GPUPASS_SPCE=gpp_notshown"}, args: []string{"version"},
 			code: ExitOK, want: []string{"warning: GPUPASS_SPCE is not a gpupass setting and is ignored; did you mean GPUPASS_SPEC?"},
 			notWant: []string{"gpp_notshown"}},
-		{name: "audit -o names the zip", dir: fixture, env: []string{"COSIGN_PASSWORD=gpupass-test"},
-			args: []string{"audit", "alloc-7f3a", "--run-file", "run.json", "--key", "cosign.key", "-o", "a.zip"}, code: ExitOK,
-			want: []string{"a.zip"}, notWant: []string{"must be text or json"}, files: []string{"a.zip"}},
+		// Issue #33, item 4: -o is the output format everywhere; a zip
+		// given to it is refused with --out as the fix, before any work.
+		{name: "audit -o a zip names --out", dir: fixture, env: []string{"COSIGN_PASSWORD=gpupass-test"},
+			args: []string{"audit", "alloc-7f3a", "--run-file", "run.json", "--key", "cosign.key", "-o", "a.zip"}, code: ExitUsage,
+			want:    []string{"-o a.zip: --output is the output format (text or json); write the zip with --out a.zip"},
+			notWant: []string{"wrote"}, noFiles: []string{"a.zip"}},
 		{name: "audit with a token of another region", dir: fixture, env: []string{"COSIGN_PASSWORD=gpupass-test"},
 			args: []string{"audit", euRun, "--broker-url", b.URL, "--broker-token", usReadTok, "--key", "cosign.key"}, code: ExitUsage,
 			want: []string{"outside the scope of token", "(403 permission_denied)"}, notWant: []string{"(404", "not_found"}},
@@ -152,6 +158,11 @@ func TestFirstMinutes(t *testing.T) {
 			for _, f := range tc.files {
 				if _, err := os.Stat(filepath.Join(tc.dir, f)); err != nil {
 					t.Errorf("wrote no %s: %v", f, err)
+				}
+			}
+			for _, f := range tc.noFiles {
+				if _, err := os.Stat(filepath.Join(tc.dir, f)); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("wrote %s (or cannot tell: %v)", f, err)
 				}
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/examples"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
@@ -131,23 +132,38 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	if created {
 		written = append(written, gitignore)
 	}
-	if o.Global != nil && o.Global.Output == "json" {
-		return writeJSON(out, map[string]any{"dir": o.Dir, "name": name, "files": written, "kept": kept, "gitignore_added": added})
-	}
-	for _, w := range written {
+	return output.Write(out, o.Global.format(), initResult{Dir: o.Dir, Files: written, GitignoreAdded: added, Kept: kept, Name: name,
+		gitignore: gitignore, gitignoreCreated: created})
+}
+
+// initResult is what init prints (JSON keys in the order they have
+// always had).
+type initResult struct {
+	Dir            string   `json:"dir"`
+	Files          []string `json:"files"`
+	GitignoreAdded bool     `json:"gitignore_added"`
+	Kept           []string `json:"kept"`
+	Name           string   `json:"name"`
+
+	gitignore        string
+	gitignoreCreated bool
+}
+
+func (r initResult) WriteText(out io.Writer) error {
+	for _, w := range r.Files {
 		fmt.Fprintf(out, "wrote %s\n", w)
 	}
-	if created || added {
-		fmt.Fprintf(out, "  (%s keeps %s, up's state dir with its database and tokens, out of git)\n", gitignore, stateIgnore)
+	if r.gitignoreCreated || r.GitignoreAdded {
+		fmt.Fprintf(out, "  (%s keeps %s, up's state dir with its database and tokens, out of git)\n", r.gitignore, stateIgnore)
 	}
-	for _, k := range kept {
+	for _, k := range r.Kept {
 		fmt.Fprintf(out, "kept %s (it exists; --force overwrites it)\n", k)
 	}
 	next := "gpupass validate"
-	if filepath.Clean(o.Dir) != "." {
-		next = "cd " + shellQuote(o.Dir) + " && " + next
+	if filepath.Clean(r.Dir) != "." {
+		next = "cd " + shellQuote(r.Dir) + " && " + next
 	}
-	_, err = fmt.Fprintf(out, "\nNext: %s\n", next)
+	_, err := fmt.Fprintf(out, "\nNext: %s\n", next)
 	return err
 }
 

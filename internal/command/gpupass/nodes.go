@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/nodeview"
 )
 
@@ -77,16 +78,24 @@ func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
 		}
 		return rpcError("listing nodes", o.Broker.URL, err)
 	}
-	if o.Global != nil && o.Global.Output == "json" {
-		return nodeview.WriteList(out, resp.Msg.Nodes)
-	}
-	if len(resp.Msg.Nodes) == 0 {
+	return output.Write(out, o.Global.format(), nodeList{List: nodeview.ListOf(resp.Msg.Nodes), nodes: resp.Msg.Nodes, spec: o.SpecFingerprint})
+}
+
+// nodeList is what `nodes` prints: as JSON, nodeview's document.
+type nodeList struct {
+	nodeview.List
+	nodes []*gpupassv1.Node
+	spec  string // --spec-fingerprint
+}
+
+func (l nodeList) WriteText(out io.Writer) error {
+	if len(l.nodes) == 0 {
 		msg := "no nodes in scope"
-		if o.SpecFingerprint != "" {
-			msg = "no node in scope is certified for spec " + o.SpecFingerprint
+		if l.spec != "" {
+			msg = "no node in scope is certified for spec " + l.spec
 		}
 		_, err := fmt.Fprintln(out, msg)
 		return err
 	}
-	return writeNodeTable(out, resp.Msg.Nodes)
+	return writeNodeTable(out, l.nodes)
 }

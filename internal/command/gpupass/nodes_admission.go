@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -50,16 +51,22 @@ func RunAdmit(ctx context.Context, o *AdmitOptions, ids []string, out io.Writer)
 		if err != nil {
 			return rpcError(o.Decision+" node "+termsafe.String(id), o.Broker.URL, err)
 		}
-		m := resp.Msg
-		if o.Global != nil && o.Global.Output == "json" {
-			if err := writeProtoJSON(out, m); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := fmt.Fprintf(out, "%s in %s: %s\n", termsafe.String(m.NodeId), termsafe.String(m.Region), termsafe.String(m.Admission)); err != nil {
+		if err := output.Write(out, o.Global.format(), admitted{resp.Msg}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// admitted is one node's line of `nodes approve|deny`: as JSON, the
+// API's answer, one line per node.
+type admitted struct {
+	m *gpupassv1.SetAdmissionResponse
+}
+
+func (a admitted) WriteJSON(w io.Writer) error { return writeProtoJSON(w, a.m) }
+
+func (a admitted) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "%s in %s: %s\n", termsafe.String(a.m.NodeId), termsafe.String(a.m.Region), termsafe.String(a.m.Admission))
+	return err
 }

@@ -2,19 +2,15 @@ package gpupass
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fsutil"
 )
 
-// writeJSON prints v as the one JSON document of a command's --output json.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
+// writeJSON prints v as a JSON document in the house form (files such as
+// ci's annotations.json); a command's --output goes through output.Write.
+func writeJSON(w io.Writer, v any) error { return output.WriteJSON(w, v) }
 
 // writeFile renders in full, then replaces path atomically, so a failed
 // or killed run never leaves half a file.

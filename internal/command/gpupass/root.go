@@ -4,7 +4,6 @@ package gpupass
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,11 +18,12 @@ import (
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/command/output"
 )
 
 // GlobalOptions are the flags every command shares.
 type GlobalOptions struct {
-	Output  string // text | json
+	Output  output.Format
 	Verbose bool
 	// Context names the context of the config file that broker
 	// commands use (BrokerFlags.fromLocal reads it from the flag).
@@ -50,18 +50,18 @@ func (g *GlobalOptions) forward(f forwarder, out, errOut io.Writer) forwarder {
 
 // AddFlags registers the global flags.
 func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text or json")
+	output.Register(cmd, &o.Output)
 	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
 	cmd.PersistentFlags().StringVar(&o.Context, "context", "", "broker context to use, from the config file (gpupass context ls lists them)")
 }
 
-// Validate checks the global flags.
-func (o *GlobalOptions) Validate() error {
-	switch o.Output {
-	case "text", "json":
-		return nil
+// format is the --output format; text for a nil GlobalOptions (library
+// callers).
+func (o *GlobalOptions) format() output.Format {
+	if o == nil {
+		return output.Text
 	}
-	return fmt.Errorf("--output %q: must be text or json", o.Output)
+	return o.Output
 }
 
 // Logger returns the diagnostics logger for the command (stderr).
@@ -118,7 +118,7 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 			if err := applyEnv(cmd, os.Getenv, all); err != nil {
 				return err
 			}
-			return g.Validate()
+			return output.Check(cmd)
 		},
 	}
 	g.AddFlags(root)
@@ -256,11 +256,18 @@ func newVersionCmd(g *GlobalOptions) *cobra.Command {
 		Short: "Print the gpupass version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g.Output == "json" {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(buildinfo.Get())
-			}
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpupass", buildinfo.Get().String())
-			return err
+			return output.Write(cmd.OutOrStdout(), g.Output, version(buildinfo.Get()))
 		},
 	}
 }
+
+// version is what `gpupass version` prints.
+type version buildinfo.Info
+
+func (v version) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintln(w, "gpupass", buildinfo.Info(v).String())
+	return err
+}
+
+// WriteJSON keeps the one-line document version has always printed.
+func (v version) WriteJSON(w io.Writer) error { return output.WriteCompactJSON(w, buildinfo.Info(v)) }

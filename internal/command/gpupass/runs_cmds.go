@@ -10,6 +10,7 @@ import (
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/runlog"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
@@ -64,7 +65,7 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 	if err != nil {
 		return rpcError("reading run "+o.AllocID, o.Broker.URL, err)
 	}
-	p := &runlog.Printer{Out: out, JSON: o.Global != nil && o.Global.Output == "json"}
+	p := &runlog.Printer{Out: out, JSON: o.Global.format() == output.JSON}
 	fin, err := runlog.Follow(ctx, c, resp.Msg.Run, o.AfterSeq, o.Follow, o.Metrics, p, o.Global.logger(errOut))
 	if err != nil {
 		return err
@@ -142,14 +143,21 @@ func RunRuns(ctx context.Context, o *RunsOptions, out io.Writer) error {
 	if err != nil {
 		return rpcError("listing runs", o.Broker.URL, err)
 	}
-	if o.Global != nil && o.Global.Output == "json" {
-		return runview.WriteList(out, resp.Msg.Runs)
-	}
-	if len(resp.Msg.Runs) == 0 {
+	return output.Write(out, o.Global.format(), runList{List: runview.ListOf(resp.Msg.Runs), runs: resp.Msg.Runs})
+}
+
+// runList is what `runs` prints: as JSON, runview's document.
+type runList struct {
+	runview.List
+	runs []*gpupassv1.Run
+}
+
+func (l runList) WriteText(out io.Writer) error {
+	if len(l.runs) == 0 {
 		_, err := fmt.Fprintln(out, "no runs in scope")
 		return err
 	}
-	writeRunTable(out, resp.Msg.Runs)
+	writeRunTable(out, l.runs)
 	return nil
 }
 
@@ -193,9 +201,18 @@ func RunCancel(ctx context.Context, o *CancelOptions, out io.Writer) error {
 		return rpcError("cancelling "+o.AllocID, o.Broker.URL, err)
 	}
 	r := resp.Msg.Run
-	if o.Global != nil && o.Global.Output == "json" {
-		return runview.WriteRun(out, r)
-	}
+	return output.Write(out, o.Global.format(), cancelled{Run: runview.FromProto(r), run: r})
+}
+
+// cancelled is what `cancel` prints: as JSON, runview's Run document.
+type cancelled struct {
+	runview.Run
+	run *gpupassv1.Run
+}
+
+func (c cancelled) WriteText(out io.Writer) error {
+	r := c.run
+	var err error
 	switch {
 	case terminal(r.State):
 		_, err = fmt.Fprintf(out, "%s %s\n", r.Id, events.Outcome(stateName(r.State), termsafe.String(r.Reason)))

@@ -14,6 +14,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/workdir"
@@ -127,7 +128,7 @@ func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, e
 	if err != nil {
 		return res, workdirHint(limitHint(names.Apply(err)), names)
 	}
-	jsonOut := o.Global != nil && o.Global.Output == "json"
+	jsonOut := o.Global.format() == output.JSON
 	if res.Workdir != nil {
 		// On stderr: stdout is the table, or only JSON.
 		fmt.Fprintln(errOut, workdirSummary(res.Workdir, names))

@@ -2,7 +2,6 @@ package gpupass
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/probe"
 )
@@ -32,7 +32,7 @@ type UpOptions struct {
 	Slurm UpSlurm
 	Kube  UpKube
 
-	Output string
+	Output output.Format
 	Log    *slog.Logger
 	// Getenv reads the environment (tests inject one).
 	Getenv func(string) string
@@ -147,11 +147,11 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 		return RunDemo(ctx, &o.DemoOptions, st.Config, out, o.Log)
 	}
 	err = st.Supervise(ctx, func(r localstack.Restart) {
-		if o.Output != "json" {
+		if o.Output != output.JSON {
 			fmt.Fprintf(out, "%s exited (%v); starting it again\n", r.Name, r.Err)
 		}
 	})
-	if err == nil && o.Output != "json" {
+	if err == nil && o.Output != output.JSON {
 		fmt.Fprintln(out, "stopping…")
 	}
 	return err
@@ -181,29 +181,41 @@ func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
 			o.Log.Warn("the stack is not saved as a context; other directories need GPUPASS_STATE_DIR", "err", err)
 		}
 	}
-	if o.Output == "json" {
-		type agentJSON struct {
-			Node      string  `json:"node"`
-			Region    string  `json:"region"`
-			Profile   string  `json:"profile"`
-			Simulated bool    `json:"simulated"`
-			Score     float64 `json:"score"`
-		}
-		v := struct {
-			BrokerURL string        `json:"broker_url"`
-			Token     string        `json:"token"`
-			Config    string        `json:"config"`
-			StateDir  string        `json:"state_dir"`
-			Metrics   string        `json:"metrics_url,omitempty"`
-			ReadToken string        `json:"read_token_file,omitempty"`
-			Context   *stackContext `json:"context,omitempty"`
-			Agents    []agentJSON   `json:"agents"`
-		}{BrokerURL: st.Config.BrokerURL, Token: st.Config.Token, Config: st.ConfigPath, StateDir: st.Dir, Metrics: st.MetricsURL, ReadToken: st.ReadTokenFile, Context: sc}
-		for _, n := range st.Nodes {
-			v.Agents = append(v.Agents, agentJSON{n.Id, n.Region, n.Profile, n.Simulated, n.GetHealth().GetScore()})
-		}
-		return json.NewEncoder(out).Encode(v)
+	v := upResult{BrokerURL: st.Config.BrokerURL, Token: st.Config.Token, Config: st.ConfigPath, StateDir: st.Dir, Metrics: st.MetricsURL, ReadToken: st.ReadTokenFile, Context: sc, o: o, st: st}
+	for _, n := range st.Nodes {
+		v.Agents = append(v.Agents, upAgent{n.Id, n.Region, n.Profile, n.Simulated, n.GetHealth().GetScore()})
 	}
+	return output.Write(out, o.Output, v)
+}
+
+// upResult is what up prints once its stack is ready.
+type upResult struct {
+	BrokerURL string        `json:"broker_url"`
+	Token     string        `json:"token"`
+	Config    string        `json:"config"`
+	StateDir  string        `json:"state_dir"`
+	Metrics   string        `json:"metrics_url,omitempty"`
+	ReadToken string        `json:"read_token_file,omitempty"`
+	Context   *stackContext `json:"context,omitempty"`
+	Agents    []upAgent     `json:"agents"`
+
+	o  *UpOptions
+	st *localstack.Stack
+}
+
+type upAgent struct {
+	Node      string  `json:"node"`
+	Region    string  `json:"region"`
+	Profile   string  `json:"profile"`
+	Simulated bool    `json:"simulated"`
+	Score     float64 `json:"score"`
+}
+
+// WriteJSON keeps the one-line document up has always printed.
+func (v upResult) WriteJSON(w io.Writer) error { return output.WriteCompactJSON(w, v) }
+
+func (v upResult) WriteText(out io.Writer) error {
+	o, st, sc := v.o, v.st, v.Context
 	fmt.Fprintf(out, "broker  %s  (SQLite %s, log %s)\n", st.Config.BrokerURL, filepath.Join(st.Dir, "broker.db"), st.BrokerLog)
 	fmt.Fprintf(out, "ui      %s/ui/  (dashboard; log in with the token below)\n", st.Config.BrokerURL)
 	for _, n := range st.Nodes {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/command/flagalias"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/nodeview"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -106,7 +107,7 @@ func isTerminal(w io.Writer) bool {
 
 // format resolves --format against the global --output.
 func (o *ValidateOptions) format() (string, error) {
-	jsonOnly := o.Global != nil && o.Global.Output == "json"
+	jsonOnly := o.Global.format() == output.JSON
 	f := o.Format
 	if f == "" {
 		f = "text"

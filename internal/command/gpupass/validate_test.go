@@ -138,7 +138,7 @@ func TestValidateInGitHubActions(t *testing.T) {
 			ghOut := filepath.Join(dir, "github_output")
 			env := map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": ghOut}
 			spec := filepath.Join(dir, "gpupass.yaml")
-			o := &ValidateOptions{Global: &GlobalOptions{Output: output}, Spec: spec, Getenv: func(k string) string { return env[k] }}
+			o := &ValidateOptions{Global: &GlobalOptions{Output: outputFormat(output)}, Spec: spec, Getenv: func(k string) string { return env[k] }}
 			// A package that compiles CUDA gives a warning to annotate.
 			b, _ := os.ReadFile(spec)
 			os.WriteFile(spec, []byte(strings.Replace(string(b), "- numpy==1.24.2", "- deepspeed==0.14.0", 1)), 0o644)

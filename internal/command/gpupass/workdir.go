@@ -11,6 +11,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/bytesize"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -115,13 +116,29 @@ func ListWorkdir(o *TrainOptions, out io.Writer) error {
 	if err != nil {
 		return workdirHint(limitHint(trainFlagNames.Apply(err)), trainFlagNames)
 	}
-	if o.Global != nil && o.Global.Output == "json" {
-		v := map[string]any{"dir": nil, "files": []string{}, "left_out": []workdir.LeftOut{}}
-		if w != nil {
-			v = map[string]any{"dir": w.Dir, "files": w.Files, "bytes": w.Bytes, "compressed_bytes": len(w.Archive), "left_out": w.Left}
-		}
-		return writeJSON(out, v)
+	v := workdirList{Files: []string{}, LeftOut: []workdir.LeftOut{}, w: w}
+	if w != nil {
+		n := len(w.Archive)
+		v = workdirList{Bytes: &w.Bytes, CompressedBytes: &n, Dir: &w.Dir, Files: w.Files, LeftOut: w.Left, w: w}
 	}
+	return output.Write(out, o.Global.format(), v)
+}
+
+// workdirList is what --list-workdir prints: with no work dir (nil w),
+// only a null dir and empty lists (JSON keys in the order they have
+// always had).
+type workdirList struct {
+	Bytes           *int64            `json:"bytes,omitempty"`
+	CompressedBytes *int              `json:"compressed_bytes,omitempty"`
+	Dir             *string           `json:"dir"`
+	Files           []string          `json:"files"`
+	LeftOut         []workdir.LeftOut `json:"left_out"`
+
+	w *apptrain.Workdir
+}
+
+func (l workdirList) WriteText(out io.Writer) error {
+	w := l.w
 	if w == nil {
 		_, err := fmt.Fprintln(out, "no work dir is shipped (--no-workdir)")
 		return err

@@ -4,7 +4,6 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/exitcode"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/loadgen"
@@ -32,7 +32,7 @@ type Options struct {
 	Submitters                         int
 	DryRunEvery                        time.Duration
 	Enrolling, ClientsPerBroker        int
-	Output                             string
+	Output                             output.Format
 	Verbose                            bool
 	InsecureHTTP                       bool
 }
@@ -58,7 +58,7 @@ func (o *Options) AddFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.DryRunEvery, "dry-run-every", time.Second, "each submitter's dry-run interval")
 	f.IntVar(&o.Enrolling, "enrolling", 16, "enrollments in flight")
 	f.IntVar(&o.ClientsPerBroker, "clients-per-broker", 32, "HTTP/2 connections the heartbeating agents of one broker share")
-	f.StringVarP(&o.Output, "output", "o", "text", "output format: text or json")
+	output.Register(cmd, &o.Output)
 	f.BoolVarP(&o.Verbose, "verbose", "v", false, "log warnings (failed beats, dry-runs) to stderr")
 	f.BoolVar(&o.InsecureHTTP, "insecure-http", false, "send the tokens over plain http:// to brokers that are not on loopback (refused without it); warned of at every start")
 }
@@ -93,7 +93,10 @@ Every flag can be set with GPUPASS_<FLAG>; tokens also with GPUPASS_<FLAG>_FILE.
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return flagenv.Apply(cmd, os.Getenv)
+			if err := flagenv.Apply(cmd, os.Getenv); err != nil {
+				return err
+			}
+			return output.Check(cmd)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return Run(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -112,9 +115,6 @@ Every flag can be set with GPUPASS_<FLAG>; tokens also with GPUPASS_<FLAG>_FILE.
 
 // Run makes the load o describes and prints what it measured.
 func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
-	if o.Output != "text" && o.Output != "json" {
-		return fmt.Errorf("--output %q: must be text or json", o.Output)
-	}
 	if len(o.Brokers) == 0 {
 		return fmt.Errorf("--brokers: give at least one broker URL")
 	}
@@ -140,15 +140,28 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	if err := output.Write(out, o.Output, measured{res, len(o.Brokers)}); err != nil {
+		return err
 	}
+	if res.LinesLost != 0 || res.LinesDuplicated != 0 || res.MetricsLost != 0 || res.MetricsDuplicated != 0 || len(res.RunsFailed) != 0 {
+		return fmt.Errorf("%d lines lost, %d duplicated; %d metric points lost, %d duplicated; %d runs failed",
+			res.LinesLost, res.LinesDuplicated, res.MetricsLost, res.MetricsDuplicated, len(res.RunsFailed))
+	}
+	return nil
+}
+
+// measured is what gpupass-loadgen prints: as JSON, the loadgen.Result.
+type measured struct {
+	*loadgen.Result
+	brokers int
+}
+
+func (m measured) WriteText(out io.Writer) error {
+	res := m.Result
 	lat := func(l loadgen.Latency) string {
 		return fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms (n=%d)", l.P50, l.P95, l.P99, l.N)
 	}
-	fmt.Fprintf(out, "agents          %d + %d runners on %d broker(s), enrolled in %s\n", res.Agents, res.Runs, len(o.Brokers), res.EnrollTime.Round(time.Millisecond))
+	fmt.Fprintf(out, "agents          %d + %d runners on %d broker(s), enrolled in %s\n", res.Agents, res.Runs, m.brokers, res.EnrollTime.Round(time.Millisecond))
 	fmt.Fprintf(out, "heartbeats      %s, %.0f/s, %d errors\n", lat(res.Heartbeats), res.HeartbeatsPerSec, res.HeartbeatErrors)
 	if res.Runs > 0 {
 		fmt.Fprintf(out, "  while streaming %s\n", lat(res.HeartbeatsStreaming))
@@ -157,12 +170,8 @@ func Run(ctx context.Context, o *Options, out, diag io.Writer) error {
 	fmt.Fprintf(out, "line to client  %s\n", lat(res.LineLatency))
 	fmt.Fprintf(out, "lines           %d emitted, %d stored (%.0f/s), %d lost, %d duplicated\n", res.LinesEmitted, res.LinesStored, res.StoredPerSecond, res.LinesLost, res.LinesDuplicated)
 	fmt.Fprintf(out, "metric points   %d emitted, %d stored, %d lost, %d duplicated\n", res.MetricsEmitted, res.MetricsStored, res.MetricsLost, res.MetricsDuplicated)
-	fmt.Fprintf(out, "runs            %d succeeded, %d failed %q\n", res.RunsSucceeded, len(res.RunsFailed), res.RunsFailed)
-	if res.LinesLost != 0 || res.LinesDuplicated != 0 || res.MetricsLost != 0 || res.MetricsDuplicated != 0 || len(res.RunsFailed) != 0 {
-		return fmt.Errorf("%d lines lost, %d duplicated; %d metric points lost, %d duplicated; %d runs failed",
-			res.LinesLost, res.LinesDuplicated, res.MetricsLost, res.MetricsDuplicated, len(res.RunsFailed))
-	}
-	return nil
+	_, err := fmt.Fprintf(out, "runs            %d succeeded, %d failed %q\n", res.RunsSucceeded, len(res.RunsFailed), res.RunsFailed)
+	return err
 }
 
 // flagNames renames the libraries' fields (*fielderr.Error) to the flags

@@ -15,6 +15,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/auditrun"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/spf13/cobra"
 )
@@ -39,7 +40,7 @@ type AuditOptions struct {
 	TlogUpload   bool
 	FulcioURL    string
 	RekorURL     string
-	Output       string
+	Output       output.Format
 	// Password decrypts Key; nil: COSIGN_PASSWORD (ci step passes its
 	// cosign-password input here).
 	Password []byte
@@ -64,20 +65,6 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 }
 
-// outputOrZip reads -o/--output: text or json is the output format, any
-// other value the zip to write.
-func (o *AuditOptions) outputOrZip(outSet bool) error {
-	switch o.Output {
-	case "text", "json":
-		return nil
-	}
-	if outSet {
-		return fmt.Errorf("--output %q and --out %q: name the zip once (-o a.zip or --out a.zip); --output is otherwise text or json", o.Output, o.Out)
-	}
-	o.Out, o.Output = o.Output, "text"
-	return nil
-}
-
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
 type AuditVerifyOptions struct {
 	Path      string
@@ -87,7 +74,7 @@ type AuditVerifyOptions struct {
 	// inside it a failure (exit 1) instead of a warning.
 	RequirePinned bool
 	Extract       string
-	Output        string
+	Output        output.Format
 	Getenv        func(string) string
 }
 
@@ -104,7 +91,7 @@ func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
 type AuditKeygenOptions struct {
 	Prefix string
 	Force  bool
-	Output string
+	Output output.Format
 	Getenv func(string) string
 	Log    *slog.Logger
 }
@@ -132,23 +119,19 @@ SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
 The run comes from the broker alone (--broker-url, a read token for the
 run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
 the agent's signed report for that run, the node and the metrics. A run
-still in progress cannot be audited. The zip is named with --out, or with
--o/--output: a value other than text or json (gpupass audit ALLOC -o a.zip)
-is the zip to write, and the summary is printed as text.`,
+still in progress cannot be audited. The zip is named with --out; -o is
+the output format (text or json), as for every command.`,
 		Args: gpupass.AllocArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.AllocationID = args[0]
-			if err := o.outputOrZip(cmd.Flags().Changed("out")); err != nil {
-				return err
-			}
+			o.AllocationID, o.Output = args[0], g.Output
 			o.Log = g.Logger(cmd.ErrOrStderr())
 			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
 	o.AddFlags(cmd)
-	// audit's own -o/--output shadows the global one, so that `-o a.zip`
-	// names the zip, as -o does for most tools that write a file.
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "output format, text or json; any other value is the zip to write (as --out)")
+	// -o is the format everywhere; `-o a.zip` (what -o means to many
+	// tools that write a file) is refused with --out as the fix.
+	output.WritesFileWith(cmd, "out", "the zip")
 
 	vo := &AuditVerifyOptions{}
 	verify := &cobra.Command{
@@ -237,14 +220,14 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.Output == "json" {
-		return gpupass.WriteJSON(out, res)
-	}
-	return writeAuditText(out, res)
+	return output.Write(out, o.Output, auditWritten{res})
 }
 
-// writeAuditText is the text rendering of an audit result.
-func writeAuditText(out io.Writer, res *AuditResult) error {
+// auditWritten is what `audit` prints: as JSON, the AuditResult.
+type auditWritten struct{ *AuditResult }
+
+func (a auditWritten) WriteText(out io.Writer) error {
+	res := a.AuditResult
 	var b strings.Builder
 	if res.Simulated {
 		b.WriteString("!!! SIMULATED: this run used a simulated hardware profile; the report proves nothing about real hardware !!!\n")
@@ -293,44 +276,47 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 		extracted = o.Extract
 	}
-	if o.Output == "json" {
-		if err := gpupass.WriteJSON(out, struct {
-			File        string `json:"file"`
-			ExtractedTo string `json:"extracted_to,omitempty"`
-			*audit.Result
-		}{o.Path, extracted, res}); err != nil {
-			return err
-		}
-	} else {
-		var b strings.Builder
-		if res.Simulated {
-			b.WriteString("!!! SIMULATED: this report describes a run on a simulated hardware profile !!!\n")
-		}
-		for _, l := range res.Layers {
-			fmt.Fprintf(&b, "%s %-16s %s\n", layerStatus[l.Status], l.Name, l.Detail)
-			for _, p := range l.Problems {
-				fmt.Fprintf(&b, "     %s [%s]: %s\n", p.File, p.Check, p.Message)
-			}
-		}
-		if extracted != "" {
-			fmt.Fprintf(&b, "extracted the report's files into %s\n", extracted)
-		}
-		switch {
-		case res.OK && len(res.Warnings) > 0:
-			fmt.Fprintf(&b, "verified %s (allocation %s) with warnings: %s\n", o.Path, res.AllocationID, strings.Join(res.Warnings, "; "))
-		case res.OK:
-			fmt.Fprintf(&b, "verified %s (allocation %s)\n", o.Path, res.AllocationID)
-		default:
-			fmt.Fprintf(&b, "verification of %s failed at layer %s\n", o.Path, res.FailedLayer)
-		}
-		if _, err := io.WriteString(out, b.String()); err != nil {
-			return err
-		}
+	if err := output.Write(out, o.Output, verified{o.Path, extracted, res}); err != nil {
+		return err
 	}
 	if !res.OK {
 		return gpupass.Findings(nil)
 	}
 	return nil
+}
+
+// verified is what `audit verify` prints.
+type verified struct {
+	File        string `json:"file"`
+	ExtractedTo string `json:"extracted_to,omitempty"`
+	*audit.Result
+}
+
+func (v verified) WriteText(out io.Writer) error {
+	res := v.Result
+	var b strings.Builder
+	if res.Simulated {
+		b.WriteString("!!! SIMULATED: this report describes a run on a simulated hardware profile !!!\n")
+	}
+	for _, l := range res.Layers {
+		fmt.Fprintf(&b, "%s %-16s %s\n", layerStatus[l.Status], l.Name, l.Detail)
+		for _, p := range l.Problems {
+			fmt.Fprintf(&b, "     %s [%s]: %s\n", p.File, p.Check, p.Message)
+		}
+	}
+	if v.ExtractedTo != "" {
+		fmt.Fprintf(&b, "extracted the report's files into %s\n", v.ExtractedTo)
+	}
+	switch {
+	case res.OK && len(res.Warnings) > 0:
+		fmt.Fprintf(&b, "verified %s (allocation %s) with warnings: %s\n", v.File, res.AllocationID, strings.Join(res.Warnings, "; "))
+	case res.OK:
+		fmt.Fprintf(&b, "verified %s (allocation %s)\n", v.File, res.AllocationID)
+	default:
+		fmt.Fprintf(&b, "verification of %s failed at layer %s\n", v.File, res.FailedLayer)
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
 }
 
 // layerStatus is how the text output shows a layer's status: four
@@ -392,9 +378,16 @@ func RunAuditKeygen(_ context.Context, o AuditKeygenOptions, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if o.Output == "json" {
-		return gpupass.WriteJSON(out, map[string]string{"private_key": keyPath, "public_key": pubPath})
-	}
-	_, err = fmt.Fprintf(out, "wrote %s (private, mode 0600) and %s (public)\n", keyPath, pubPath)
+	return output.Write(out, o.Output, keyPair{PrivateKey: keyPath, PublicKey: pubPath})
+}
+
+// keyPair is what `audit keygen` prints.
+type keyPair struct {
+	PrivateKey string `json:"private_key"`
+	PublicKey  string `json:"public_key"`
+}
+
+func (k keyPair) WriteText(out io.Writer) error {
+	_, err := fmt.Fprintf(out, "wrote %s (private, mode 0600) and %s (public)\n", k.PrivateKey, k.PublicKey)
 	return err
 }

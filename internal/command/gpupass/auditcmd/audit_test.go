@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -244,4 +245,40 @@ func TestAuditVerifyEmptyAgentKeyList(t *testing.T) {
 	if strings.Contains(out.String(), "verified") {
 		t.Errorf("output claims verification:\n%s", out.String())
 	}
+}
+
+// TestAuditOutputIsTheFormat: -o means the output format on audit as on
+// every command (issue #33, item 4). A zip given to it, which once named
+// the report, is refused before anything is read or written, with --out
+// as the fix; -o json prints JSON that parses.
+func TestAuditOutputIsTheFormat(t *testing.T) {
+	t.Parallel()
+	dir, zipPath, _ := auditReport(t)
+	t.Run("a zip", func(t *testing.T) {
+		t.Parallel()
+		zip := filepath.Join(t.TempDir(), "report.zip")
+		var out, errb bytes.Buffer
+		code := gpupass.Main(context.Background(), []string{"audit", "alloc-7f3a", "--run-file", filepath.Join(dir, "run.json"), "--key", filepath.Join(dir, "cosign.key"), "-o", zip},
+			nil, &out, &errb, gpupass.WithAudit(Plugin{}))
+		want := fmt.Sprintf("gpupass: -o %s: --output is the output format (text or json); write the zip with --out %s\n", zip, zip)
+		if code != gpupass.ExitUsage || out.String() != "" || errb.String() != want {
+			t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, stderr %q", code, out.String(), errb.String(), gpupass.ExitUsage, want)
+		}
+		if _, err := os.Stat(zip); !os.IsNotExist(err) {
+			t.Errorf("audit wrote %s", zip)
+		}
+	})
+	t.Run("json", func(t *testing.T) {
+		t.Parallel()
+		var out, errb bytes.Buffer
+		code := gpupass.Main(context.Background(), []string{"audit", "verify", zipPath, "--key", filepath.Join(dir, "cosign.pub"), "-o", "json"},
+			nil, &out, &errb, gpupass.WithAudit(Plugin{}))
+		var got struct {
+			File string `json:"file"`
+			OK   bool   `json:"ok"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &got); code != gpupass.ExitOK || err != nil || got.File != zipPath || !got.OK {
+			t.Errorf("exit %d (%s), not verify's JSON (%v): %q", code, errb.String(), err, out.String())
+		}
+	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/command/flagalias"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
@@ -174,8 +175,14 @@ func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io
 	if err != nil {
 		return bundleCLIError(err)
 	}
-	return appbundle.RenderPush(out, res, o.Global.Output == "json")
+	return output.Write(out, o.Global.Output, pushed{res})
 }
+
+// pushed is what `bundle push` prints: the reference, or as JSON the
+// PushResult.
+type pushed struct{ *appbundle.PushResult }
+
+func (p pushed) WriteText(w io.Writer) error { return appbundle.RenderPush(w, p.PushResult, false) }
 
 // bundlePush runs the push use case with the flags.
 func bundlePush(ctx context.Context, o *BundlePushOptions, ref string) (*appbundle.PushResult, error) {
@@ -243,8 +250,13 @@ func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io
 	if err != nil {
 		return bundleCLIError(err)
 	}
-	return appbundle.RenderPull(out, res, o.Global.Output == "json")
+	return output.Write(out, o.Global.Output, pulled{res})
 }
+
+// pulled is what `bundle pull` prints.
+type pulled struct{ *bundle.PullResult }
+
+func (p pulled) WriteText(w io.Writer) error { return appbundle.RenderPull(w, p.PullResult, false) }
 
 // BundleInspectOptions are the flags of `gpupass bundle inspect`.
 type BundleInspectOptions struct {
@@ -280,9 +292,14 @@ func RunBundleInspect(ctx context.Context, o *BundleInspectOptions, ref string, 
 	if err != nil {
 		return err
 	}
-	if o.Global.Output == "json" {
-		return gpupass.WriteJSON(out, info)
-	}
+	return output.Write(out, o.Global.Output, inspected(info))
+}
+
+// inspected is what `bundle inspect` prints.
+type inspected bundle.Info
+
+func (i inspected) WriteText(out io.Writer) error {
+	info := bundle.Info(i)
 	fmt.Fprintf(out, "%s\nartifactType: %s\n", info.Reference, info.ArtifactType)
 	for _, k := range []string{bundle.AnnotationCreated, bundle.AnnotationSource, bundle.AnnotationFingerprint, bundle.AnnotationPython} {
 		if v := info.Annotations[k]; v != "" {
@@ -349,8 +366,15 @@ func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, ou
 	if err != nil {
 		return bundleCLIError(err)
 	}
-	if err := appbundle.RenderVerify(out, res, o.Global.Output == "json", "--allow-incomplete"); err != nil {
+	if err := output.Write(out, o.Global.Output, verified{res}); err != nil {
 		return err
 	}
 	return res.Err()
+}
+
+// verified is what `bundle verify` prints.
+type verified struct{ *appbundle.VerifyResult }
+
+func (v verified) WriteText(w io.Writer) error {
+	return appbundle.RenderVerify(w, v.VerifyResult, false, "--allow-incomplete")
 }
