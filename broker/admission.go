@@ -233,7 +233,7 @@ func (s *nodeService) SetAdmission(ctx context.Context, req *connect.Request[gpu
 	a, err := b.store.Agent(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && checkRegion(tok, a.Labels.Region) != nil) {
 		// A node outside the token's scope is not shown to it either.
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s): see gpupass nodes", id, tok.ID, strings.Join(tok.Regions, ",")))
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s)", id, tok.ID, strings.Join(tok.Regions, ",")))
 	}
 	if err != nil {
 		b.log.Error("reading agent", "agent", id, "err", err)
@@ -250,7 +250,7 @@ func (s *nodeService) SetAdmission(ctx context.Context, req *connect.Request[gpu
 		region = match.Region(&snap.nodes[i])
 	}
 	if checkRegion(tok, region) != nil {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s): see gpupass nodes", id, tok.ID, strings.Join(tok.Regions, ",")))
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s)", id, tok.ID, strings.Join(tok.Regions, ",")))
 	}
 	if err := as.SetAdmission(ctx, store.Admission{AgentID: a.ID, Region: region, State: state, DecidedBy: tok.ID, DecidedAt: time.Now().UTC()}); err != nil {
 		b.log.Error("storing admission", "agent", a.ID, "err", err)

@@ -79,6 +79,9 @@ func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
 			// names its own command that makes one known.
 			return fmt.Errorf("%w; %s", rpcError("listing nodes", o.Broker.URL, err), knownSpecHint(ctx, o.SpecFingerprint))
 		}
+		if o.SpecFingerprint != "" && connect.CodeOf(err) == connect.CodeInvalidArgument {
+			return fmt.Errorf("%w; gpupass validate prints a spec's fingerprint", rpcError("listing nodes", o.Broker.URL, err))
+		}
 		return rpcError("listing nodes", o.Broker.URL, err)
 	}
 	if o.Global != nil && o.Global.Output == "json" {
