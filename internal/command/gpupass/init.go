@@ -145,15 +145,11 @@ func RunInit(_ context.Context, o *InitOptions, out io.Writer) error {
 	}
 	next := "gpupass validate"
 	if filepath.Clean(o.Dir) != "." {
-		next = "cd " + shellQuote(o.Dir) + " && " + next
+		next = "cd " + termsafe.ShellQuote(o.Dir) + " && " + next
 	}
 	_, err = fmt.Fprintf(out, "\nNext: %s\n", next)
 	return err
 }
-
-// shellQuote quotes s for a POSIX shell (termsafe.ShellQuote), so the
-// printed command can be pasted as is.
-var shellQuote = termsafe.ShellQuote
 
 // stateIgnore is the .gitignore line that keeps `gpupass up`'s default
 // state dir (broker database, tokens, agents' state) out of git.
