@@ -99,10 +99,9 @@ func (b *Broker) approvesAny() bool {
 	return false
 }
 
-// approveHint is the command that admits node id, as a reason or a log
-// line says it: the CLI over the API, with the same broker and token
-// settings (GPUPASS_BROKER_URL, an admin GPUPASS_BROKER_TOKEN) as the
-// command that showed it.
+// approveHint is the command that admits node id, for the broker's own
+// log, which its operator reads; a reason an API client receives names
+// no command (the CLI adds it to the reasons it prints).
 func approveHint(id string) string { return "gpupass nodes approve " + id }
 
 // admissionOf is a node's admission given the stored decisions.
@@ -111,16 +110,16 @@ func (b *Broker) admissionOf(id, region string, decided map[string]store.Admissi
 	if ok && a.Region == region {
 		if a.State == store.AdmissionDenied {
 			return denied, match.Reason{Code: match.CodeAdmission, Field: "admission", Expected: admitted, Measured: denied,
-				Message: fmt.Sprintf("denied admission by %s at %s; to admit it: %s", a.DecidedBy, a.DecidedAt.UTC().Format(time.RFC3339), approveHint(id))}
+				Message: fmt.Sprintf("denied admission by %s at %s", a.DecidedBy, a.DecidedAt.UTC().Format(time.RFC3339))}
 		}
 		return admitted, match.Reason{}
 	}
 	if b.admissionMode(region) == AdmissionOpen {
 		return admitted, match.Reason{}
 	}
-	msg := "pending admission (region " + region + " admits nodes by approval): " + approveHint(id)
+	msg := "pending admission (region " + region + " admits nodes by approval)"
 	if ok {
-		msg = fmt.Sprintf("pending admission: approved for region %s, now enrolled in %s: %s", a.Region, region, approveHint(id))
+		msg = fmt.Sprintf("pending admission: approved for region %s, now enrolled in %s", a.Region, region)
 	}
 	return pending, match.Reason{Code: match.CodeAdmission, Field: "admission", Expected: admitted, Measured: pending, Message: msg}
 }

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -96,5 +97,50 @@ func TestBrokerRefusalsNameNoCommand(t *testing.T) {
 				t.Errorf("%s as printed: exit %d, want %q in\n%s%s", tt.hint, code, tt.want, out, errs)
 			}
 		})
+	}
+}
+
+// TestDryRunAdmissionReasonNamesApproveInTheCLI: a node pending admission
+// is excluded with the broker's reason in the API's terms; the CLI's
+// dry-run adds the command that admits it, which, pasted with an admin
+// token, admits it.
+func TestDryRunAdmissionReasonNamesApproveInTheCLI(t *testing.T) {
+	cfg := brokertest.Fast()
+	var err error
+	if cfg.Admission, err = broker.ParseAdmission("eu-*=approve"); err != nil {
+		t.Fatal(err)
+	}
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+	node := brokertest.Register(t, b.URL, b.Token(t, store.RoleAgent, "*"), brokertest.H100("eu-central-1", 20)).ID
+	spec, err := os.ReadFile(writeH100Spec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := b.Token(t, store.RoleRead, "*")
+	dry, err := b.Clients(t, read).Node.DryRun(context.Background(), connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: spec}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range dry.Msg.GetExcluded() {
+		for _, r := range x.GetReasons() {
+			if strings.Contains(r.GetMessage(), "gpupass ") {
+				t.Errorf("the broker's reason names a client command: %s", r.GetMessage())
+			}
+		}
+	}
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("gpupass.yaml", spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GPUPASS_BROKER_URL", b.URL)
+	t.Setenv("GPUPASS_BROKER_TOKEN", read)
+	_, out, errs := runMain(t, "validate", "--dry-run")
+	hint := "gpupass nodes approve " + node
+	if !strings.Contains(out, "pending admission (region eu-central-1 admits nodes by approval); to admit it: "+hint+"\n") {
+		t.Fatalf("validate --dry-run does not name %q:\n%s%s", hint, out, errs)
+	}
+	t.Setenv("GPUPASS_BROKER_TOKEN", b.Token(t, store.RoleAdmin, "*"))
+	if code, out, errs := runMain(t, strings.Fields(hint)[1:]...); code != 0 || !strings.Contains(out, node+" in eu-central-1: admitted") {
+		t.Errorf("%s as printed: exit %d\n%s%s", hint, code, out, errs)
 	}
 }
