@@ -7,19 +7,12 @@ package agent_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,8 +26,8 @@ import (
 
 	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/broker"
+	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
@@ -46,27 +39,12 @@ type node struct {
 	price           float64
 }
 
+// startBroker serves a broker on a SQLite file (brokertest.Start, the
+// one way tests start one) with the heartbeat these tests wait on.
 func startBroker(t *testing.T) (url string, st store.Store) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := broker.New(broker.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HeartbeatInterval: time.Second})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- broker.Serve(ctx, ln, b, broker.ServeOptions{}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String(), st
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), broker.Config{Logger: slog.New(slog.DiscardHandler), HeartbeatInterval: time.Second})
+	return b.URL, b.Store
 }
 
 func token(t *testing.T, st store.Store, role store.Role, regions ...string) string {
@@ -349,36 +327,8 @@ func ptr[T any](v T) *T { return &v }
 // the agent trusts it through --tls-ca and enrolls, and refuses it without.
 func TestAgentOverTLS(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpupass-broker test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalPKCS8PrivateKey(key)
-	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "broker.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := broker.New(broker.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HeartbeatInterval: time.Second})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- broker.Serve(ctx, ln, b, broker.ServeOptions{TLSCertFile: certFile, TLSKeyFile: keyFile})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	url := "https://" + ln.Addr().String()
+	b, certFile := brokertest.StartTLS(t, brokertest.NewDB(t, "sqlite"), broker.Config{Logger: slog.New(slog.DiscardHandler), HeartbeatInterval: time.Second})
+	url, st := b.URL, b.Store
 	tok := token(t, st, store.RoleAgent, "*")
 
 	o := &agent.Options{BrokerURL: url, Token: tok, TLSCA: certFile, StateDir: t.TempDir(), QueryAddr: "127.0.0.1:0",
@@ -393,12 +343,13 @@ func TestAgentOverTLS(t *testing.T) {
 	actx, acancel := context.WithCancel(context.Background())
 	adone := make(chan error, 1)
 	go func() { adone <- a.Run(actx) }()
-	reader, _ := client.Dial(url, client.Options{Token: token(t, st, store.RoleRead, "*"), TLSConfig: &tls.Config{RootCAs: func() *x509.CertPool {
-		p := x509.NewCertPool()
-		c, _ := x509.ParseCertificate(der)
-		p.AddCert(c)
-		return p
-	}()}})
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	reader, _ := client.Dial(url, client.Options{Token: token(t, st, store.RoleRead, "*"), TLSConfig: &tls.Config{RootCAs: pool}})
 	listNodes(t, reader, 1)
 	acancel()
 	if err := <-adone; err != nil {

@@ -99,10 +99,9 @@ func (b *Broker) approvesAny() bool {
 	return false
 }
 
-// approveHint is the command that admits node id, as a reason or a log
-// line says it: the CLI over the API, with the same broker and token
-// settings (GPUPASS_BROKER_URL, an admin GPUPASS_BROKER_TOKEN) as the
-// command that showed it.
+// approveHint is the command that admits node id, for the broker's own
+// log, which its operator reads; a reason an API client receives names
+// no command (the CLI adds it to the reasons it prints).
 func approveHint(id string) string { return "gpupass nodes approve " + id }
 
 // admissionOf is a node's admission given the stored decisions.
@@ -111,16 +110,16 @@ func (b *Broker) admissionOf(id, region string, decided map[string]store.Admissi
 	if ok && a.Region == region {
 		if a.State == store.AdmissionDenied {
 			return denied, match.Reason{Code: match.CodeAdmission, Field: "admission", Expected: admitted, Measured: denied,
-				Message: fmt.Sprintf("denied admission by %s at %s; to admit it: %s", a.DecidedBy, a.DecidedAt.UTC().Format(time.RFC3339), approveHint(id))}
+				Message: fmt.Sprintf("denied admission by %s at %s", a.DecidedBy, a.DecidedAt.UTC().Format(time.RFC3339))}
 		}
 		return admitted, match.Reason{}
 	}
 	if b.admissionMode(region) == AdmissionOpen {
 		return admitted, match.Reason{}
 	}
-	msg := "pending admission (region " + region + " admits nodes by approval): " + approveHint(id)
+	msg := "pending admission (region " + region + " admits nodes by approval)"
 	if ok {
-		msg = fmt.Sprintf("pending admission: approved for region %s, now enrolled in %s: %s", a.Region, region, approveHint(id))
+		msg = fmt.Sprintf("pending admission: approved for region %s, now enrolled in %s", a.Region, region)
 	}
 	return pending, match.Reason{Code: match.CodeAdmission, Field: "admission", Expected: admitted, Measured: pending, Message: msg}
 }
@@ -233,7 +232,7 @@ func (s *nodeService) SetAdmission(ctx context.Context, req *connect.Request[gpu
 	a, err := b.store.Agent(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && checkRegion(tok, a.Labels.Region) != nil) {
 		// A node outside the token's scope is not shown to it either.
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s): see gpupass nodes", id, tok.ID, strings.Join(tok.Regions, ",")))
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s)", id, tok.ID, strings.Join(tok.Regions, ",")))
 	}
 	if err != nil {
 		b.log.Error("reading agent", "agent", id, "err", err)
@@ -250,7 +249,7 @@ func (s *nodeService) SetAdmission(ctx context.Context, req *connect.Request[gpu
 		region = match.Region(&snap.nodes[i])
 	}
 	if checkRegion(tok, region) != nil {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s): see gpupass nodes", id, tok.ID, strings.Join(tok.Regions, ",")))
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s in the scope of token %s (%s)", id, tok.ID, strings.Join(tok.Regions, ",")))
 	}
 	if err := as.SetAdmission(ctx, store.Admission{AgentID: a.ID, Region: region, State: state, DecidedBy: tok.ID, DecidedAt: time.Now().UTC()}); err != nil {
 		b.log.Error("storing admission", "agent", a.ID, "err", err)

@@ -124,7 +124,7 @@ func (s *runService) GetRunEvidence(ctx context.Context, req *connect.Request[gp
 			how = string(a.State)
 		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-			"run %s %s before it started (%s): it never ran, so there is nothing to audit; audit a run that ran (gpupass runs lists them)", a.ID, how, a.Reason))
+			"run %s %s before it started (%s): it never ran, so there is nothing to audit; audit a run that ran", a.ID, how, a.Reason))
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(

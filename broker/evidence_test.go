@@ -181,6 +181,11 @@ func TestRunEvidence(t *testing.T) {
 			if brokertest.Code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "failed before it started (work dir could not be created): it never ran, so there is nothing to audit") {
 				t.Errorf("evidence of a run that never started: err = %v, want failed_precondition saying it never ran", err)
 			}
+			// A server's answer speaks the API's terms: the CLI adds
+			// its command (gpupass audit's TestAuditNeverStartedE2E).
+			if err != nil && strings.Contains(err.Error(), "gpupass ") {
+				t.Errorf("evidence of a run that never started names a client command: %v", err)
+			}
 		})
 	}
 }

@@ -101,7 +101,7 @@ func parseSpec(m *gpupassv1.DryRunRequest) (*spec.Spec, string, error) {
 					msgs = append(msgs, fmt.Sprintf("%d:%d %s: %s", f.Line, f.Column, f.Rule, f.Message))
 				}
 			}
-			return nil, "", fmt.Errorf("spec_yaml is not a valid spec (%d errors): %s; run gpupass validate", res.Errors, strings.Join(msgs, "; "))
+			return nil, "", fmt.Errorf("spec_yaml is not a valid spec (%d errors): %s", res.Errors, strings.Join(msgs, "; "))
 		}
 		return res.Spec, res.Fingerprint, nil
 	case len(m.GetSpecJson()) > 0:

@@ -62,7 +62,7 @@ func (k *knownSpecs) put(fp string, sp *spec.Spec) {
 // how to make it known.
 func (b *Broker) specByFingerprint(ctx context.Context, tok store.Token, fp string) (*spec.Spec, error) {
 	if !specFingerprintRE.MatchString(fp) {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec_fingerprint %q: want sha256: and 64 hex digits, as gpupass validate prints it", fp))
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec_fingerprint %q: want sha256: and 64 hex digits (the spec's canonical fingerprint)", fp))
 	}
 	if sp := b.specs.get(fp); sp != nil {
 		return sp, nil

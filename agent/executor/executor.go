@@ -143,9 +143,10 @@ type Executor struct {
 	// command, in order; the agent adds the conformance re-check and the
 	// refusal of GPUs held by foreign processes here.
 	Checks []RuntimeCheck
-	// Host, when set, holds each run's processes on this node (its
-	// cgroup, its own uid, its own /tmp: agent/executor/local's Host),
-	// so that nothing a run started outlives it.
+	// Host holds each run's processes on this node (its cgroup, its own
+	// uid, its own /tmp: agent/executor/local's Host), so that nothing a
+	// run started outlives it. Required: an Executor without one refuses
+	// to run (a forgotten Host must not mean runs without those checks).
 	Host RunHost
 	// Marks stores with the run's records where they reach into the
 	// files the attempt writes (Mark, with a MarkedAppender), for a
@@ -250,6 +251,9 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 	if err := CheckAllocID(job.AllocID); err != nil {
 		return Result{}, fmt.Errorf("executing run: %w", err)
 	}
+	if x.Host == nil {
+		return Result{}, fmt.Errorf("executing run %s: %w", job.AllocID, ErrNoHost)
+	}
 	workDir := filepath.Join(job.WorkRoot, job.AllocID)
 	ckptDir := filepath.Join(workDir, "checkpoints")
 	metricsPath := filepath.Join(workDir, "metrics.jsonl")
@@ -288,13 +292,11 @@ func (x *Executor) Execute(ctx context.Context, job Job, sp Appender) (Result, e
 		return Result{}, fmt.Errorf("run %s: %w", job.AllocID, err)
 	}
 	defer os.RemoveAll(tmpDir)
-	var contain Held = noHold{}
-	if x.Host != nil {
-		if contain, err = x.Host.Hold(job, x.Runner, tmpDir); err != nil {
-			return Result{}, err
-		}
-		defer contain.Release()
+	contain, err := x.Host.Hold(job, x.Runner, tmpDir)
+	if err != nil {
+		return Result{}, err
 	}
+	defer contain.Release()
 
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)

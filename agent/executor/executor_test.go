@@ -430,6 +430,24 @@ func TestBadAllocID(t *testing.T) {
 	}
 }
 
+// TestExecutorWithoutHostRefuses: an Executor built without a Host (a
+// backend that forgot it) refuses the run, naming the field, and starts
+// nothing: without a hold, what a run starts outlives it and the next run
+// shares its /tmp, with nothing to say so.
+func TestExecutorWithoutHostRefuses(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	ran := filepath.Join(root, "ran")
+	x := &executor.Executor{Runner: local.ProcessRunner{}}
+	_, err := x.Execute(context.Background(), executor.Job{AllocID: "alloc-nohost", WorkRoot: root, Command: []string{"touch", ran}}, &failingSpool{n: 100})
+	if !errors.Is(err, executor.ErrNoHost) || !strings.Contains(err.Error(), "Executor.Host") {
+		t.Fatalf("Execute without a Host = %v, want a refusal naming Executor.Host", err)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the job ran without a Host")
+	}
+}
+
 var _ = math.NaN
 
 // TestSameWorkDirAgain: executing a run again in its work dir (after an

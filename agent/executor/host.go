@@ -1,10 +1,12 @@
 package executor
 
+import "errors"
+
 // RunHost holds a run's processes on the node the agent runs on, so that
 // nothing the run started outlives it: its cgroup, its own uid, its own
 // /tmp (agent/executor/local's Host). The Executor asks for a hold once
-// per run, before its first attempt, and ends it after the last; with no
-// RunHost a run is held by nothing but its Runner.
+// per run, before its first attempt, and ends it after the last; an
+// Executor without one refuses to run (ErrNoHost).
 type RunHost interface {
 	// Hold sets up what holds run job's processes. runner is the
 	// Executor's Runner: a host holds more for one that starts the
@@ -37,12 +39,7 @@ type Held interface {
 	Release() []error
 }
 
-// noHold is the hold of an Executor without a RunHost.
-type noHold struct{}
-
-func (noHold) Kill() error        { return nil }
-func (noHold) CgroupName() string { return "" }
-func (noHold) TmpMode() string    { return "" }
-func (noHold) PrivateTmp() bool   { return false }
-func (noHold) Sweep() error       { return nil }
-func (noHold) Release() []error   { return nil }
+// ErrNoHost is Execute's refusal of an Executor without a Host: a run
+// held by nothing but its Runner would leave what it started behind and
+// share the node's /tmp with the next, and nothing would say so.
+var ErrNoHost = errors.New("the executor has no Host (Executor.Host is nil): give it the node's RunHost, e.g. agent/executor/local's Host")

@@ -26,6 +26,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/browsertest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
@@ -116,15 +117,9 @@ func TestDashboardBrowser(t *testing.T) {
 	})
 
 	// One browser, one tab: users take turns, logging out between.
-	actx, acancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 800))
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
+	br := browsertest.Start(t, ctx, chrome, 1280, 800, shots)
+	bctx := br.Ctx
 	base := cfg.BrokerURL
-	if err := chromedp.Do(bctx); err != nil { // starts the browser
-		t.Fatalf("starting %s: %v", chrome, err)
-	}
 	// Each step gets 30 s, so a missing element fails the test quickly.
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -134,25 +129,8 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluating %s: %v", expr, err)
-		}
-		return v
-	}
-	shot := func(name string) {
-		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
-		defer scancel()
-		b, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Errorf("screenshot %s: %v", name, err)
-			return
-		}
-		shots.Save(t, name, b)
-	}
+	eval := func(expr string) string { t.Helper(); return br.Eval(t, expr) }
+	shot := func(name string) { t.Helper(); br.Shot(t, name) }
 	login := func(tok string) {
 		t.Helper()
 		do("log in", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")),

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/browsertest"
 )
 
 // renderPage renders comment.md as GitHub shows a PR comment: the
@@ -186,30 +187,10 @@ func TestCompareRenderedInChromium(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(960, 800))
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting %s: %v", chrome, err)
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluating %.60s…: %v", expr, err)
-		}
-		return v
-	}
-	shot := func(name string) {
-		t.Helper()
-		b, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		shots.Save(t, name, b)
-	}
+	br := browsertest.Start(t, ctx, chrome, 960, 800, shots)
+	bctx := br.Ctx
+	eval := func(expr string) string { t.Helper(); return br.Eval(t, expr) }
+	shot := func(name string) { t.Helper(); br.Shot(t, name) }
 
 	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/comment.html")); err != nil {
 		t.Fatal(err)

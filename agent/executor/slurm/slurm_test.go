@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/agent/executor/local"
 	"github.com/gpupass/gpupass/agent/executor/slurm"
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/internal/events"
@@ -284,7 +285,7 @@ func readSpool(t *testing.T, sp *spool.Spool, res executor.Result) result {
 func TestRunGoesThroughSbatch(t *testing.T) {
 	t.Parallel()
 	c := slurmtest.Shared(t)
-	x := &executor.Executor{Runner: runner(c, "n2"), MetricsPoll: 50 * time.Millisecond}
+	x := &executor.Executor{Runner: runner(c, "n2"), Host: &local.Host{}, MetricsPoll: 50 * time.Millisecond}
 	job := executor.Job{AllocID: "alloc-sbatch1", Region: "hpc-1", WorkRoot: workRoot(t, c), MaxRestarts: 0,
 		Command: []string{"sh", "-c", `for i in 1 2 3; do echo "out $i"; done; echo err1 >&2
 echo "{\"step\":1,\"loss\":0.5}" >> "$GPUPASS_METRICS_FILE"
@@ -311,7 +312,7 @@ printf 'no newline at the end'`}}
 func TestFailedJobCarriesSlurmsStateAndExitCode(t *testing.T) {
 	t.Parallel()
 	c := slurmtest.Shared(t)
-	x := &executor.Executor{Runner: runner(c, "n1")}
+	x := &executor.Executor{Runner: runner(c, "n1"), Host: &local.Host{}}
 	r := execute(t, context.Background(), x, executor.Job{AllocID: "alloc-fail1", WorkRoot: workRoot(t, c), Command: []string{"sh", "-c", "echo bye; exit 3"}})
 	if r.res.State != executor.Failed || r.res.ExitCode != 3 || !strings.Contains(r.res.Reason, "FAILED (NonZeroExitCode, exit code 3)") || !strings.Contains(r.res.Reason, "on n1 (partition gpu)") {
 		t.Fatalf("result %+v, want failed with Slurm's FAILED and exit code 3", r.res)
@@ -334,7 +335,7 @@ func TestCancelStopsTheJobWithSIGTERM(t *testing.T) {
 			time.AfterFunc(500*time.Millisecond, cancel)
 		}
 	}
-	x := &executor.Executor{Runner: rn}
+	x := &executor.Executor{Runner: rn, Host: &local.Host{}}
 	r := execute(t, ctx, x, executor.Job{AllocID: "alloc-cancel1", WorkRoot: workRoot(t, c), Grace: 5 * time.Second,
 		Command: []string{"sh", "-c", `trap 'echo got TERM; exit 0' TERM; echo started; while :; do sleep 0.1; done`}})
 	if r.res.State != executor.Cancelled {
@@ -361,7 +362,7 @@ func TestCancelKillsAJobThatIgnoresSIGTERM(t *testing.T) {
 			time.AfterFunc(300*time.Millisecond, cancel)
 		}
 	}
-	x := &executor.Executor{Runner: rn}
+	x := &executor.Executor{Runner: rn, Host: &local.Host{}}
 	r := execute(t, ctx, x, executor.Job{AllocID: "alloc-cancel2", WorkRoot: workRoot(t, c), Grace: time.Second,
 		Command: []string{"sh", "-c", `trap 'echo ignoring TERM' TERM; while :; do sleep 0.1; done`}})
 	if r.res.State != executor.Cancelled {
@@ -383,7 +384,7 @@ func TestTimeLimitEndsFailedWithTIMEOUT(t *testing.T) {
 	c := slurmtest.Shared(t)
 	rn := runner(c, "n1")
 	rn.TimeLimit = time.Hour // the agent's default: the run's own limit wins
-	x := &executor.Executor{Runner: rn}
+	x := &executor.Executor{Runner: rn, Host: &local.Host{}}
 	r := execute(t, context.Background(), x, executor.Job{AllocID: "alloc-timeout1", WorkRoot: workRoot(t, c), TimeLimit: 2 * time.Second,
 		Command: []string{"sh", "-c", "echo start; exec sleep 600"}})
 	if r.res.State != executor.Failed || !strings.Contains(r.res.Reason, ": TIMEOUT (TimeLimit, time limit 00:01:00)") {
@@ -400,7 +401,7 @@ func TestTimeLimitEndsFailedWithTIMEOUT(t *testing.T) {
 func TestNaNRestartIsANewJob(t *testing.T) {
 	t.Parallel()
 	c := slurmtest.Shared(t)
-	x := &executor.Executor{Runner: runner(c, "n2"), MetricsPoll: 50 * time.Millisecond}
+	x := &executor.Executor{Runner: runner(c, "n2"), Host: &local.Host{}, MetricsPoll: 50 * time.Millisecond}
 	job := executor.Job{AllocID: "alloc-nan1", WorkRoot: workRoot(t, c), MaxRestarts: 2, Grace: 2 * time.Second,
 		Command: []string{"sh", "-c", `echo "attempt $GPUPASS_ATTEMPT job $SLURM_JOB_ID resume=$GPUPASS_RESUME_FROM"
 if [ "$GPUPASS_ATTEMPT" = 1 ]; then
@@ -429,7 +430,7 @@ func TestAttemptEndCancelsWhatItsJobStarted(t *testing.T) {
 	c := slurmtest.Shared(t)
 	r := runner(c, "n1")
 	r.Ledger = &slurm.Ledger{Dir: t.TempDir()}
-	x := &executor.Executor{Runner: r, MetricsPoll: 50 * time.Millisecond}
+	x := &executor.Executor{Runner: r, Host: &local.Host{}, MetricsPoll: 50 * time.Millisecond}
 	job := executor.Job{AllocID: "alloc-stray1", Region: "hpc-1", WorkRoot: workRoot(t, c),
 		Command: []string{"sh", "-c", fmt.Sprintf(`export SLURM_CONF=%s
 id=$(sbatch --parsable --job-name stray-unit --output /dev/null --wrap "sleep 300") || exit 3

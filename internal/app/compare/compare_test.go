@@ -148,6 +148,7 @@ func TestInputs(t *testing.T) {
 		{"allocations by region, clashes by id", Options{Runs: refs(us, "alloc-eu1", "alloc-eu2"), Source: src}, []string{"us", "eu-west alloc-eu1", "eu-west alloc-eu2"}, "", ""},
 		{"running allowed", Options{Runs: refs(us, "alloc-ap-running"), Source: src, AllowRunning: true}, []string{"us", "ap-south"}, "", ""},
 		{"running refused", Options{Runs: refs(us, "alloc-ap-running"), Source: src}, nil, "", "or set AllowRunning to compare the partial curve"},
+		{"one run under two names", Options{Runs: []Input{{Name: "a", Ref: "alloc-eu1"}, {Name: "b", Ref: "alloc-eu1"}, {Ref: us}}, Source: src}, nil, "Runs", `Runs "b=alloc-eu1": the names "a" and "b" are given to the same run alloc-eu1`},
 		{"name twice", Options{Runs: []Input{{Name: "a", Ref: us}, {Name: "a", Ref: eu}}}, nil, "Runs", `Runs "a=` + eu + `": the name "a" is given twice`},
 		{"price of no run", Options{Runs: refs(us, eu), Prices: []Price{{Name: "zz", PerHour: 1}}}, nil, "Prices", `Prices "zz": no run named "zz"`},
 		{"bad post mode", Options{Runs: refs(us, eu), Post: "slack"}, nil, "Post", `Post "slack": must be auto, github, gitlab or none`},

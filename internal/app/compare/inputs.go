@@ -19,7 +19,7 @@ type input struct {
 var ErrNothing = errors.New("nothing to compare: give metric files or allocation ids")
 
 // resolveInputs pairs each input with its name and price; a Ref given
-// twice is one run.
+// twice is one run, which may have one name.
 func resolveInputs(runs []Input, prices []Price) ([]input, error) {
 	var ins []input
 	index := map[string]int{}
@@ -39,6 +39,11 @@ func resolveInputs(runs []Input, prices []Price) ([]input, error) {
 		}
 		if named[r.Name] {
 			return nil, fielderr.New("Runs", r.Name+"="+r.Ref, "the name %q is given twice; each run needs its own", r.Name)
+		}
+		if prev := ins[i].label; prev != "" {
+			// One run under two names would be compared once, under the
+			// last: the report would lack a run the caller asked for.
+			return nil, fielderr.New("Runs", r.Name+"="+r.Ref, "the names %q and %q are given to the same run %s; give each name a run of its own", prev, r.Name, r.Ref)
 		}
 		named[r.Name] = true
 		ins[i].label = r.Name

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +17,8 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor/fake"
 	"github.com/gpupass/gpupass/broker"
+	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/broker/store/sqlite"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/localstack"
@@ -96,14 +95,9 @@ func TestFakeExecutorRunsAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	url, st := startTestBroker(t)
-	tok := func(role store.Role, regions ...string) string {
-		secret, _, err := broker.CreateToken(ctx, st, role, regions, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return secret
-	}
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), broker.Config{Logger: slog.New(slog.DiscardHandler), HeartbeatInterval: time.Second})
+	url := b.URL
+	tok := func(role store.Role, regions ...string) string { return b.Token(t, role, regions...) }
 	dir := t.TempDir()
 	shared := filepath.Join(dir, "shared")
 	// The agent gpupass up --executor fake starts, through the path up's
@@ -210,27 +204,4 @@ func TestFakeExecutorRunsAJob(t *testing.T) {
 	if err != nil || !strings.Contains(string(rep), `"`+fake.CheckName+`"`) {
 		t.Errorf("fake-0's signed report has no %s check (%v): %.300s", fake.CheckName, err, rep)
 	}
-}
-
-func startTestBroker(t *testing.T) (string, store.Store) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := broker.New(broker.Config{Store: st, Logger: slog.New(slog.DiscardHandler), HeartbeatInterval: time.Second})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- broker.Serve(ctx, ln, b, broker.ServeOptions{}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String(), st
 }

@@ -62,6 +62,14 @@ func TestAuditNeverStartedE2E(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
 	}
+	// The broker's answer names no command; the CLI adds the one that
+	// lists the runs there are to audit, and it runs as printed.
+	if !strings.HasSuffix(strings.TrimSpace(errOut), "; gpupass runs lists the runs") {
+		t.Errorf("stderr does not end naming gpupass runs:\n%s", errOut)
+	}
+	if out, errRuns, code := gp(b.Token(t, store.RoleRead, "eu-*"), "runs"); code != ExitOK || !strings.Contains(out, id) {
+		t.Errorf("gpupass runs as printed: exit %d\n%s%s", code, out, errRuns)
+	}
 	if strings.Contains(errOut, "500") {
 		t.Errorf("stderr shows an HTTP 500 for a client-side refusal:\n%s", errOut)
 	}

@@ -208,13 +208,23 @@ func dash(s string) string {
 	return s
 }
 
+// reasonAdmission is the API's reason code (Reason.code) of a node
+// pending admission or denied it.
+const reasonAdmission = "admission"
+
 // writeExcluded prints every excluded node with each reason.
 func writeExcluded(out io.Writer, xs []*gpupassv1.Excluded) error {
 	for _, x := range xs {
 		n := x.GetNode()
 		var why []string
 		for _, r := range x.Reasons {
-			why = append(why, r.Message)
+			msg := r.Message
+			if r.Code == reasonAdmission {
+				// The broker says why in the API's terms; the
+				// command that admits the node is the CLI's.
+				msg += "; to admit it: gpupass nodes approve " + termsafe.String(n.GetId())
+			}
+			why = append(why, msg)
 		}
 		score := ""
 		if n.GetHealth() != nil {

@@ -131,6 +131,7 @@ func TestCompareBadInput(t *testing.T) {
 	}{
 		{"nothing", nil, "nothing to compare"},
 		{"duplicate labels", []string{us, "--label", "a=" + us, "--label", "a=" + empty}, `the name "a" is given twice`},
+		{"one run under two labels", []string{"--label", "a=" + us, "--label", "b=" + us}, `--label "b=` + us + `": the names "a" and "b" are given to the same run ` + us},
 		{"duplicate default labels", []string{us, filepath.Join(dir, "us.jsonl")}, ""},
 		{"alloc without broker", []string{us, "alloc-7f3a"}, "alloc-7f3a: no such file, and allocation ids need the broker"},
 		{"missing file", []string{us, filepath.Join(dir, "nope.csv")}, "nope.csv: no such file"},

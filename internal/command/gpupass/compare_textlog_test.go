@@ -70,7 +70,12 @@ func TestCompareMetricPatternFromSpec(t *testing.T) {
 	if err := os.WriteFile("gpupass.yaml", []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, code := runCLI(t, env, "--post", "none", "--label", "a="+log, "--label", "b="+log)
+	// Two runs of one log (one run under two labels is refused).
+	log2 := filepath.Join(dir, "run2.log")
+	if err := os.WriteFile(log2, []byte("it=1 xent 2.5\nit=2 xent 2.25\nit=3 xent nan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runCLI(t, env, "--post", "none", "--label", "a="+log, "--label", "b="+log2)
 	if code != 0 || !strings.Contains(out, "step: the pattern's step group") || !strings.Contains(out, "1..3 (3 pts)") {
 		t.Errorf("spec pattern: exit %d %s\n%s", code, stderr, out)
 	}

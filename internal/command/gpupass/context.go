@@ -233,7 +233,7 @@ func (o *ContextOptions) set(cfg *clientconfig.Config, args []string, out io.Wri
 	}
 	if x.StateDir == "" {
 		// The fix repeats what was given, so only the missing part is to fill in.
-		fix := "gpupass context set " + name + " --broker-url " + shellQuote(x.BrokerURL) + " --token-file " + shellQuote(x.TokenFile)
+		fix := "gpupass context set " + name + " --broker-url " + termsafe.ShellQuote(x.BrokerURL) + " --token-file " + termsafe.ShellQuote(x.TokenFile)
 		if x.BrokerURL == "" {
 			fix = strings.Replace(fix, "--broker-url ''", "--broker-url URL", 1)
 		}

@@ -161,15 +161,11 @@ func (r initResult) WriteText(out io.Writer) error {
 	}
 	next := "gpupass validate"
 	if filepath.Clean(r.Dir) != "." {
-		next = "cd " + shellQuote(r.Dir) + " && " + next
+		next = "cd " + termsafe.ShellQuote(r.Dir) + " && " + next
 	}
 	_, err := fmt.Fprintf(out, "\nNext: %s\n", next)
 	return err
 }
-
-// shellQuote quotes s for a POSIX shell (termsafe.ShellQuote), so the
-// printed command can be pasted as is.
-var shellQuote = termsafe.ShellQuote
 
 // stateIgnore is the .gitignore line that keeps `gpupass up`'s default
 // state dir (broker database, tokens, agents' state) out of git.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
 	"github.com/gpupass/gpupass/internal/clientconfig"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // LocalConfig is what `gpupass up` leaves for the other commands.
@@ -143,7 +144,7 @@ func (b *BrokerFlags) fromContext(cfg *clientconfig.Config, x *clientconfig.Cont
 		}
 		if c == nil {
 			return fmt.Errorf("context %q: its stack has no %s (not up): start it with gpupass up --state-dir %s", x.Name,
-				filepath.Join(dir, LocalConfigFile), shellQuote(dir))
+				filepath.Join(dir, LocalConfigFile), termsafe.ShellQuote(dir))
 		}
 		b.fill(c.BrokerURL, c.Token, cfg.Abs(x.TLSCA))
 		return nil

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/nodeview"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // NodesOptions are the flags of `gpupass nodes`.
@@ -74,7 +78,10 @@ func RunNodes(ctx context.Context, o *NodesOptions, out io.Writer) error {
 		if o.SpecFingerprint != "" && connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			// The broker knows specs from dry runs and runs; the CLI
 			// names its own command that makes one known.
-			return fmt.Errorf("%w; gpupass validate --dry-run --spec FILE makes a spec known", rpcError("listing nodes", o.Broker.URL, err))
+			return fmt.Errorf("%w; %s", rpcError("listing nodes", o.Broker.URL, err), knownSpecHint(ctx, o.SpecFingerprint))
+		}
+		if o.SpecFingerprint != "" && connect.CodeOf(err) == connect.CodeInvalidArgument {
+			return fmt.Errorf("%w; gpupass validate prints a spec's fingerprint", rpcError("listing nodes", o.Broker.URL, err))
 		}
 		return rpcError("listing nodes", o.Broker.URL, err)
 	}
@@ -98,4 +105,24 @@ func (l nodeList) WriteText(out io.Writer) error {
 		return err
 	}
 	return writeNodeTable(out, l.nodes)
+}
+
+// knownSpecHint says how to make the spec of fingerprint fp known to the
+// broker: the dry run of the project's spec file when that is the spec
+// (a command that runs as printed here), else in words, for a spec file
+// this command cannot name.
+func knownSpecHint(ctx context.Context, fp string) string {
+	files := slices.Clone(validate.SpecFileNames)
+	if above := validate.SpecAbove("."); above != "" {
+		files = append(files, above)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		if res, err := validate.Run(ctx, validate.Options{Spec: f}); err == nil && res.Fingerprint == fp {
+			return "gpupass validate --dry-run --spec " + termsafe.ShellQuote(f) + " makes it known"
+		}
+	}
+	return "a dry run of the spec file with that fingerprint (gpupass validate's --dry-run) or a run of it makes it known"
 }

@@ -49,6 +49,11 @@ func RunAdmit(ctx context.Context, o *AdmitOptions, ids []string, out io.Writer)
 	for _, id := range ids {
 		resp, err := c.Node.SetAdmission(ctx, connect.NewRequest(&gpupassv1.SetAdmissionRequest{NodeId: id, Decision: o.Decision}))
 		if err != nil {
+			if connect.CodeOf(err) == connect.CodeNotFound {
+				// The broker says which token's scope lacks the node;
+				// the CLI names its command that lists the scope.
+				return fmt.Errorf("%w; gpupass nodes lists the nodes in the token's scope", rpcError(o.Decision+" node "+termsafe.String(id), o.Broker.URL, err))
+			}
 			return rpcError(o.Decision+" node "+termsafe.String(id), o.Broker.URL, err)
 		}
 		if err := output.Write(out, o.Global.format(), admitted{resp.Msg}); err != nil {

@@ -81,8 +81,56 @@ func TestNodesSpecFingerprint(t *testing.T) {
 	}
 	unknown := "sha256:" + strings.Repeat("0", 64)
 	code, out, errs = runMain(t, "nodes", "--broker-url", url, "--broker-token", read, "--spec-fingerprint", unknown)
-	if code == 0 || !strings.Contains(errs, "names no spec this broker holds") || !strings.Contains(errs, "gpupass validate --dry-run --spec FILE makes a spec known") {
+	// No spec here has that fingerprint: the hint is words, with no
+	// placeholder a pasted command would take for a file.
+	if code == 0 || !strings.Contains(errs, "names no spec this broker holds") || !strings.Contains(errs, "a dry run of the spec file with that fingerprint (gpupass validate's --dry-run) or a run of it makes it known") || strings.Contains(errs, "FILE") {
 		t.Errorf("an unknown spec: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// TestNodesUnknownSpecHintRunsAsPrinted: in a project whose spec the
+// broker does not know yet, nodes --spec-fingerprint with its fingerprint
+// names the dry run of that very file, and the command, pasted, makes
+// the spec known (the broker from the environment, as a user's project
+// has it from gpupass up's config).
+func TestNodesUnknownSpecHintRunsAsPrinted(t *testing.T) {
+	url, read, ids := cliBroker(t)
+	spec, err := os.ReadFile(writeH100Spec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The project's spec is above the working directory (a
+	// subdirectory of the project).
+	project := filepath.Join(t.TempDir(), "my project")
+	if err := os.MkdirAll(filepath.Join(project, "src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(project, "gpupass.yaml"), spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(project, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Join(project, "src"))
+	t.Setenv("GPUPASS_BROKER_URL", url)
+	t.Setenv("GPUPASS_BROKER_TOKEN", read)
+	code, out, errs := runMain(t, "validate", "--spec", "../gpupass.yaml", "-o", "json")
+	var v struct{ Fingerprint string }
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil {
+		t.Fatalf("validate: exit %d %v\n%s%s", code, err, out, errs)
+	}
+	code, _, errs = runMain(t, "nodes", "--spec-fingerprint", v.Fingerprint)
+	const hint = "gpupass validate --dry-run --spec ../gpupass.yaml makes it known"
+	if code == 0 || !strings.Contains(errs, hint) {
+		t.Fatalf("nodes for a spec the broker does not know: exit %d, want the hint %q:\n%s", code, hint, errs)
+	}
+	pasted := strings.Fields(strings.TrimSuffix(hint, " makes it known"))[1:]
+	if code, out, errs := runMain(t, pasted...); code != 0 {
+		t.Fatalf("%q as printed: exit %d\n%s%s", pasted, code, out, errs)
+	}
+	code, out, errs = runMain(t, "nodes", "--spec-fingerprint", v.Fingerprint)
+	if code != 0 || !strings.Contains(out, ids["west"]) {
+		t.Errorf("nodes after the printed dry run: exit %d\n%s%s", code, out, errs)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // UpOptions are the flags of `gpupass up`.
@@ -169,7 +170,7 @@ func upRunningError(re *localstack.RunningError) error {
 		url = "not listening yet"
 	}
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("a stack is already running here (pid %s, URL %s, state dir %s): stop it with %s, or start another with `gpupass up --state-dir %s --listen 127.0.0.1:0`",
-		pid, url, shellQuote(re.Dir), stop, shellQuote(re.Other))}
+		pid, url, termsafe.ShellQuote(re.Dir), stop, termsafe.ShellQuote(re.Other))}
 }
 
 func printUp(out io.Writer, o *UpOptions, st *localstack.Stack) error {
@@ -239,7 +240,7 @@ func (v upResult) WriteText(out io.Writer) error {
 		cwd = "."
 	}
 	if st.Dir != stateDirFrom(o.Getenv, cwd) {
-		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", shellQuote(st.Dir))
+		fmt.Fprintf(out, "        other shells: export GPUPASS_STATE_DIR=%s\n", termsafe.ShellQuote(st.Dir))
 	}
 	if sc != nil {
 		fmt.Fprintln(out, sc.line())
@@ -261,7 +262,7 @@ func (v upResult) WriteText(out io.Writer) error {
 // metricsCurl is the command that scrapes the stack's /metrics with the
 // read token read from its file when pasted.
 func metricsCurl(url, tokenFile string) string {
-	return fmt.Sprintf(`curl -H "Authorization: Bearer $(cat %s)" %s`, shellQuote(tokenFile), url)
+	return fmt.Sprintf(`curl -H "Authorization: Bearer $(cat %s)" %s`, termsafe.ShellQuote(tokenFile), url)
 }
 
 // readyCommand is the train command up prints, one that runs as pasted
@@ -296,16 +297,16 @@ func readyCommand(o *UpOptions, cwd, stateDir string, insecure bool) string {
 	var b strings.Builder
 	b.WriteString(init)
 	if stateDirFrom(o.Getenv, cwd) != stateDir {
-		b.WriteString(EnvName("state-dir") + "=" + shellQuote(stateDir) + " ")
+		b.WriteString(EnvName("state-dir") + "=" + termsafe.ShellQuote(stateDir) + " ")
 	}
-	b.WriteString("gpupass train --spec " + shellQuote(spec))
+	b.WriteString("gpupass train --spec " + termsafe.ShellQuote(spec))
 	for _, r := range o.Regions {
-		b.WriteString(" --region " + shellQuote(r))
+		b.WriteString(" --region " + termsafe.ShellQuote(r))
 	}
 	if insecure {
 		b.WriteString(" --insecure-http")
 	}
-	b.WriteString(" --follow -- " + shellQuote(o.Python) + " train.py")
+	b.WriteString(" --follow -- " + termsafe.ShellQuote(o.Python) + " train.py")
 	return b.String()
 }
 

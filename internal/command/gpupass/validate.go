@@ -23,6 +23,7 @@ import (
 	"github.com/gpupass/gpupass/internal/nodeview"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // ValidateOptions are the flags of `gpupass validate`. Other branches add
@@ -130,7 +131,7 @@ func (o *ValidateOptions) validateSpec(ctx context.Context) (*validate.Result, e
 	v, err := validate.Run(ctx, validate.Options{Spec: o.Spec, Dir: o.Dir, Logger: o.Logger})
 	var ns *validate.NoSpecError
 	if errors.As(err, &ns) && ns.Above != "" {
-		return nil, fmt.Errorf("%w: pass --spec %s", err, shellQuote(ns.Above))
+		return nil, fmt.Errorf("%w: pass --spec %s", err, termsafe.ShellQuote(ns.Above))
 	}
 	if errors.As(err, &ns) {
 		return nil, fmt.Errorf("%w, or pass --spec FILE", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gpupass/gpupass/internal/bytesize"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -72,11 +73,11 @@ func workdirHint(err error, names fielderr.Names) error {
 	}
 	lines, incl := make([]string, 0, len(se.Files)), []string{}
 	for _, f := range se.Files {
-		lines = append(lines, shellQuote(workdir.IgnoreLine(f.Path)))
-		incl = append(incl, names["WorkdirInclude"]+" "+shellQuote(f.Path))
+		lines = append(lines, termsafe.ShellQuote(workdir.IgnoreLine(f.Path)))
+		incl = append(incl, names["WorkdirInclude"]+" "+termsafe.ShellQuote(f.Path))
 	}
 	msg := fmt.Sprintf("%v\nleave them out (they stay on this machine), then run the command again:\n  printf '\\n%%s\\n' %s >> %s", err,
-		strings.Join(lines, " "), shellQuote(filepath.Join(dir, ".gpupassignore")))
+		strings.Join(lines, " "), termsafe.ShellQuote(filepath.Join(dir, ".gpupassignore")))
 	if names["WorkdirInclude"] != "" {
 		msg += "\nor ship them on purpose: add " + strings.Join(incl, " ") + " to the command"
 	}

@@ -44,7 +44,8 @@ func (s *BrokerRuns) Run(ctx context.Context, allocID string) (*audit.Run, error
 			if gerr == nil && gr.Msg.Run.GetStartedUnixNano() == 0 {
 				// Ended before it started: nothing ran, so no proof is
 				// missing; auditing it is the wrong request (exit 2).
-				return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: gpupass.RPCError("auditing "+allocID, s.Broker.URL, err)}
+				// The CLI names its command that lists runs to audit.
+				return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%w; gpupass runs lists the runs", gpupass.RPCError("auditing "+allocID, s.Broker.URL, err))}
 			}
 			return nil, gpupass.Findings(gpupass.RPCError("auditing "+allocID, s.Broker.URL, err))
 		}
