@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -493,7 +494,7 @@ func newProtoSlab(n int, full bool) *protoSlab {
 
 // lean is the short form of a node (identity, offer, liveness, score),
 // into the slab's i-th messages, from the index alone (see Index.Short).
-func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms health.Score) *gpupassv1.Node {
 	p := &s.nodes[i]
 	names := ix.Names()
 	provider, region, accel := ix.NameIDs(v.Node)
@@ -504,36 +505,23 @@ func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms match.S
 	gpus, simulated, passed := ix.Short(v.Node)
 	p.Provider, p.Accelerator, p.GpuCount, p.Simulated = names[provider], names[accel], gpus, simulated
 	p.PricePerHour, p.Online, p.RttMs, p.ConformancePassed = ix.Price(v.Node), v.Online, v.RTTMS, passed
-	p.Health = fillHealth(&s.health[i], terms)
+	p.Health = terms.Fill(&s.health[i])
 	p.LastSeenUnixNano = v.LastSeen
 	return p
 }
 
-func healthProto(s match.Score) *gpupassv1.HealthScore {
-	return fillHealth(new(gpupassv1.HealthScore), s)
-}
-
-// fillHealth sets h (a zero message) to s and returns it.
-func fillHealth(h *gpupassv1.HealthScore, s match.Score) *gpupassv1.HealthScore {
-	h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs = s.Score, s.LatencyMS, s.LatencyUsedMS, s.LatencyCapMS
-	h.LatencyPenalty, h.FailureRatePct, h.Launches_24H = s.LatencyPenalty, s.FailureRatePct, s.Launches24h
-	h.LaunchFailures_24H, h.FailurePenalty, h.ClassMeanPrice = s.LaunchFailures24h, s.FailurePenalty, s.ClassMeanPrice
-	h.PricePremiumPct, h.PricePenalty = s.PricePremiumPct, s.PricePenalty
-	return h
-}
-
 // toProto is the full form of a node with its verdict's liveness and score.
-func toProto(n *store.Node, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+func toProto(n *store.Node, v *match.Verdict, terms health.Score) *gpupassv1.Node {
 	return newProtoSlab(1, true).full(0, n, v, terms)
 }
 
 // full is toProto into the slab's i-th messages.
-func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict, terms health.Score) *gpupassv1.Node {
 	ix := &n.Index
 	p := &s.nodes[i]
 	p.Id, p.Provider, p.Region, p.Zone, p.Hostname = n.ID, n.Labels.Provider, match.Region(n), n.Labels.Zone, n.Labels.Hostname
 	p.StorageClass, p.BandwidthGbps, p.PricePerHour = n.Labels.StorageClass, n.Labels.BandwidthGbps, match.Price(n)
-	p.Online, p.RttMs, p.ConformancePassed, p.Health = v.Online, v.RTTMS, ix.Passed, fillHealth(&s.health[i], terms)
+	p.Online, p.RttMs, p.ConformancePassed, p.Health = v.Online, v.RTTMS, ix.Passed, terms.Fill(&s.health[i])
 	p.LastSeenUnixNano = v.LastSeen
 	if n.HasReport {
 		p.Provider, p.Zone, p.Hostname = ix.Provider, ix.Zone, ix.Hostname

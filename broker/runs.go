@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -209,9 +210,9 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		Slurm: slurmPlacementProto(a.Slurm),
 	}
 	if len(a.ScoreJSON) > 0 {
-		var s match.Score
+		var s health.Score
 		if json.Unmarshal(a.ScoreJSON, &s) == nil {
-			r.Score = healthProto(s)
+			r.Score = s.ToProto()
 		}
 	}
 	return r
