@@ -529,10 +529,7 @@ func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict, terms health.Sc
 		p.StorageClass, p.StorageFreeGb, p.StorageReadMbps, p.BandwidthGbps = ix.StorageClass, ix.StorageFreeGB, ix.StorageReadMBps, ix.BandwidthGbps
 		p.RuntimeFingerprint, p.Simulated, p.Profile = ix.RuntimeFingerprint, ix.Simulated, ix.Profile
 		p.FailedChecks = ix.FailedChecks
-		rt, r := &s.runtimes[i], &ix.Runtime
-		rt.NvidiaDriver, rt.CudaDriverApi, rt.Cuda, rt.Python = r.NvidiaDriver, r.CUDADriverAPI, r.CUDA, r.Python
-		rt.Pytorch, rt.TorchCuda, rt.Cudnn, rt.FipsEnabled = r.PyTorch, r.TorchCUDA, r.CuDNN, r.FIPSEnabled
-		p.Runtime = rt
+		p.Runtime = ix.Runtime.Fill(&s.runtimes[i])
 		if !ix.GeneratedAt.IsZero() {
 			p.ReportGeneratedUnixNano = ix.GeneratedAt.UnixNano()
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -610,7 +611,7 @@ func (m *matcher) runtime(k int32) []int32 {
 		if !rk.passed {
 			rs = append(rs, Reason{Code: CodeConformanceFailed, Message: "the node's last conformance report has failed checks"})
 		}
-		rs = append(rs, runtimeMismatches(m.q.Spec, store.NodeIndex{Runtime: store.Runtime{NvidiaDriver: rk.driver, CUDA: rk.cuda,
+		rs = append(rs, runtimeMismatches(m.q.Spec, store.NodeIndex{Runtime: conformance.Runtime{NvidiaDriver: rk.driver, CUDA: rk.cuda,
 			Python: rk.python, PyTorch: rk.pytorch, FIPSEnabled: rk.fips}})...)
 		m.runtimeWhy[k], m.runtimeDone[k] = m.adds(rs), true
 	}

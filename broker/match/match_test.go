@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -20,7 +21,7 @@ func node(id, region, class string, count int, price, rtt float64) store.Node {
 		ID: id, Labels: store.Labels{Region: region}, HasReport: true, LastSeen: now.Add(-time.Second), RTTMS: rtt,
 		Index: store.NodeIndex{Region: region, Accelerator: class, GPUCount: count, PricePerHour: price, Passed: true,
 			StorageClass: "ultra-nvme", StorageFreeGB: 8000, BandwidthGbps: 400,
-			Runtime: store.Runtime{NvidiaDriver: "535.104.05", CUDA: "12.1.105", Python: "3.10.12", PyTorch: "2.1.0+cu121"}},
+			Runtime: conformance.Runtime{NvidiaDriver: "535.104.05", CUDA: "12.1.105", Python: "3.10.12", PyTorch: "2.1.0+cu121"}},
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"io"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/runview"
 )
@@ -99,16 +100,20 @@ type Node struct {
 	Admission string `json:"admission"`
 }
 
-// Runtime is a node's measured software stack.
+// Runtime is a node's measured software stack: conformance.Runtime
+// spelt in this document's snake_case keys, every one always present. A
+// conversion, which the compiler allows only while the two have the same
+// fields, keeps it the same type (the broker sends no packages).
 type Runtime struct {
-	NvidiaDriver  string `json:"nvidia_driver"`
-	CUDADriverAPI string `json:"cuda_driver_api"`
-	CUDA          string `json:"cuda"`
-	Python        string `json:"python"`
-	PyTorch       string `json:"pytorch"`
-	TorchCUDA     string `json:"torch_cuda"`
-	CuDNN         string `json:"cudnn"`
-	FIPSEnabled   bool   `json:"fips_enabled"`
+	NvidiaDriver  string            `json:"nvidia_driver"`
+	CUDADriverAPI string            `json:"cuda_driver_api"`
+	CUDA          string            `json:"cuda"`
+	Python        string            `json:"python"`
+	PyTorch       string            `json:"pytorch"`
+	TorchCUDA     string            `json:"torch_cuda"`
+	CuDNN         string            `json:"cudnn"`
+	Packages      map[string]string `json:"-"`
+	FIPSEnabled   bool              `json:"fips_enabled"`
 }
 
 // List is the document of `gpupass nodes -o json`: {"nodes": [...]}, in
@@ -174,9 +179,8 @@ func NodeOf(n *gpupassv1.Node) Node {
 		ReportGeneratedAt: runview.TimeOf(n.GetReportGeneratedUnixNano()), Health: health.FromProto(n.GetHealth()),
 		Admission: n.GetAdmission(),
 	}
-	if r := n.GetRuntime(); r != nil {
-		v.Runtime = &Runtime{NvidiaDriver: r.GetNvidiaDriver(), CUDADriverAPI: r.GetCudaDriverApi(), CUDA: r.GetCuda(),
-			Python: r.GetPython(), PyTorch: r.GetPytorch(), TorchCUDA: r.GetTorchCuda(), CuDNN: r.GetCudnn(), FIPSEnabled: r.GetFipsEnabled()}
+	if r := conformance.RuntimeFromProto(n.GetRuntime()); r != nil {
+		v.Runtime = (*Runtime)(r)
 	}
 	return v
 }

@@ -46,6 +46,12 @@ func fill(t testing.TB, v reflect.Value, n *int, path string) {
 	case reflect.Slice:
 		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
 		fill(t, v.Index(0), n, path+"[0]")
+	case reflect.Map:
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(t, k, n, path+"[key]")
+		fill(t, e, n, path+"[value]")
+		v.Set(reflect.MakeMap(v.Type()))
+		v.SetMapIndex(k, e)
 	default:
 		t.Fatalf("FillFields: %s is a %s, which it cannot fill", path, v.Kind())
 	}

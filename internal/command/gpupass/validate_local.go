@@ -30,13 +30,22 @@ func (m LocalMismatch) Line() string {
 // LocalResult is what `validate --local` measured and found.
 type LocalResult struct {
 	Python             string          `json:"python"`
-	Measured           localRuntime    `json:"measured"`
+	Measured           localMeasured   `json:"measured"`
 	Mismatches         []LocalMismatch `json:"mismatches"`
 	SpecFingerprint    string          `json:"spec_fingerprint"`
 	RuntimeFingerprint string          `json:"runtime_fingerprint"`
 	Notes              []string        `json:"notes,omitempty"`
 }
 
+// localMeasured is the measured runtime (suite.MeasuredRuntime, as the
+// node's report has it) and the GPU count.
+type localMeasured struct {
+	localRuntime
+	GPUs int `json:"gpus"`
+}
+
+// localRuntime is conformance.Runtime with every key always present; the
+// conversion from it compiles only while the two have the same fields.
 type localRuntime struct {
 	NvidiaDriver  string            `json:"nvidia-driver"`
 	CUDADriverAPI string            `json:"cuda-driver-api"`
@@ -45,9 +54,8 @@ type localRuntime struct {
 	PyTorch       string            `json:"pytorch"`
 	TorchCUDA     string            `json:"torch-cuda"`
 	CuDNN         string            `json:"cudnn"`
-	FIPSEnabled   bool              `json:"fips-enabled"`
 	Packages      map[string]string `json:"packages"`
-	GPUs          int               `json:"gpus"`
+	FIPSEnabled   bool              `json:"fips-enabled"`
 }
 
 // localGPUProbe reads the GPUs for --local: NVML, or a message saying
@@ -105,12 +113,8 @@ func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Wr
 func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, error) {
 	r := s.Runtime
 	lr := &LocalResult{
-		Python: f.Python.Executable,
-		Measured: localRuntime{
-			NvidiaDriver: f.GPU.DriverVersion, CUDADriverAPI: f.GPU.CUDADriverAPI, CUDA: f.NVCC.Version,
-			Python: f.Python.Version, PyTorch: f.Python.Torch, TorchCUDA: f.Python.TorchCUDA, CuDNN: f.Python.CuDNN,
-			FIPSEnabled: f.FIPS.Enabled, Packages: f.Python.Packages, GPUs: len(f.GPU.GPUs),
-		},
+		Python:     f.Python.Executable,
+		Measured:   localMeasured{localRuntime: localRuntime(suite.MeasuredRuntime(f)), GPUs: len(f.GPU.GPUs)},
 		Mismatches: []LocalMismatch{},
 	}
 	if lr.Python == "" {
