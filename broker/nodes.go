@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -106,17 +104,15 @@ func parseSpec(m *gpupassv1.DryRunRequest) (*spec.Spec, string, error) {
 		}
 		return res.Spec, res.Fingerprint, nil
 	case len(m.GetSpecJson()) > 0:
-		var sp spec.Spec
-		dec := json.NewDecoder(bytes.NewReader(m.GetSpecJson()))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&sp); err != nil {
-			return nil, "", fmt.Errorf("spec_json: %v", err)
-		}
-		fp, err := spec.Fingerprint(&sp)
+		sp, err := spec.Decode(m.GetSpecJson())
 		if err != nil {
 			return nil, "", fmt.Errorf("spec_json: %v", err)
 		}
-		return &sp, fp, nil
+		fp, err := spec.Fingerprint(sp)
+		if err != nil {
+			return nil, "", fmt.Errorf("spec_json: %v", err)
+		}
+		return sp, fp, nil
 	}
 	return nil, "", errors.New("no spec: set spec_yaml or spec_json")
 }
