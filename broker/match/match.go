@@ -19,10 +19,10 @@ import (
 	"math"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -190,21 +190,17 @@ func classMeans(nodes []store.Node, held map[string]Reason) map[string]float64 {
 
 func runtimeMismatches(sp *spec.Spec, ix store.NodeIndex) []Reason {
 	var rs []Reason
-	check := func(field, want, got string) {
-		want = strings.TrimSpace(want)
-		if want == "" || want == strings.TrimSpace(got) {
-			return
+	for _, d := range conformance.DeclaredVersions(sp, &ix.Runtime) {
+		if d.Met() {
+			continue
 		}
+		got := d.Measured
 		if got == "" {
 			got = "(not found)"
 		}
-		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: field, Expected: want, Measured: got,
-			Message: fmt.Sprintf("%s: expected %s, measured %s", field, want, got)})
+		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: d.Field, Expected: d.Expected, Measured: got,
+			Message: fmt.Sprintf("%s: expected %s, measured %s", d.Field, d.Expected, got)})
 	}
-	check("runtime.nvidia-driver", sp.Runtime.NvidiaDriver, ix.Runtime.NvidiaDriver)
-	check("runtime.cuda", sp.Runtime.CUDA, ix.Runtime.CUDA)
-	check("runtime.python", sp.Runtime.Python, ix.Runtime.Python)
-	check("runtime.pytorch", sp.Runtime.PyTorch, ix.Runtime.PyTorch)
 	if sp.Security.FIPSCompliant && !ix.Runtime.FIPSEnabled {
 		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: "security.fips-compliant", Expected: "true", Measured: "false",
 			Message: "security.fips-compliant: expected FIPS mode enabled, measured disabled"})

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
@@ -129,10 +130,12 @@ func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, er
 		}
 		lr.Mismatches = append(lr.Mismatches, LocalMismatch{Field: field, What: what, Expected: expected, Got: got})
 	}
-	add("runtime.nvidia-driver", "NVIDIA driver version", r.NvidiaDriver, f.GPU.DriverVersion)
-	add("runtime.cuda", "CUDA version", r.CUDA, f.NVCC.Version)
-	add("runtime.python", "Python version", r.Python, f.Python.Version)
-	add("runtime.pytorch", "PyTorch version", r.PyTorch, f.Python.Torch)
+	measured := conformance.Runtime(lr.Measured.localRuntime)
+	for _, d := range conformance.DeclaredVersions(s, &measured) {
+		if !d.Met() {
+			add(d.Field, d.What, d.Expected, d.Measured)
+		}
+	}
 	if r.CUDA != "" && f.Python.TorchCUDA != "" {
 		// torch built for another CUDA loads, then fails in JIT-built
 		// kernels: say so even when the version strings look right.
