@@ -26,7 +26,7 @@ func (l *RunLoop) follow(ctx context.Context, log *slog.Logger, e runLedger, sp 
 	a := e.assignment()
 	r := &run{l: l, a: a, log: log, spool: sp, up: up, ledgerWritten: func() error { return nil }, reattach: &mark, prepared: e.Job}
 	r.final = AllocUpdate{AllocID: a.AllocID, FencingToken: a.FencingToken}
-	sp2, err := decodeSpec(a.Spec)
+	sp2, err := decodeSpec(a.Spec, a.SpecFingerprint)
 	if err != nil {
 		log.Error("the run's recorded spec", "err", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,9 +29,13 @@ type Assignment struct {
 	// upload carries it, and the broker refuses a stale one, so a run
 	// that was moved elsewhere is never written to by two nodes.
 	FencingToken uint64
-	// Spec is the run's spec as JSON (spec.Spec's encoding) or YAML.
-	Spec    []byte
-	Command []string
+	// Spec is the run's spec in its wire form (spec.Encode; spec.Decode
+	// reads it).
+	Spec []byte
+	// SpecFingerprint is the fingerprint the broker computed at submit;
+	// empty from a broker of the previous release (not checked then).
+	SpecFingerprint string
+	Command         []string
 	// Workdir is a tar (optionally gzip-compressed) of the job's files,
 	// unpacked into the run's work dir before the command starts.
 	Workdir     []byte
@@ -252,7 +255,7 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		r.final.State, r.final.Reason = StateFailed, err.Error()
 		return r.final
 	}
-	sp, err := decodeSpec(a.Spec)
+	sp, err := decodeSpec(a.Spec, a.SpecFingerprint)
 	if err != nil {
 		return r.failBeforeStart(ctx, err.Error())
 	}
@@ -330,24 +333,29 @@ func (l *RunLoop) checks(a *Assignment, sp *spec.Spec) []executor.RuntimeCheck {
 	}}}
 }
 
-// decodeSpec reads the spec the broker sent: JSON of spec.Spec, else YAML
-// through the spec parser (so a bad one is reported with its findings).
-func decodeSpec(b []byte) (*spec.Spec, error) {
+// decodeSpec reads the spec the broker sent (spec.Decode: its one wire
+// form) and, when the broker sent the run's fingerprint, checks that the
+// spec hashes to it here: what this node runs and signs for is then the
+// spec the submitter fingerprinted, not one changed on the way.
+func decodeSpec(b []byte, fingerprint string) (*spec.Spec, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
-	var s spec.Spec
-	if json.Valid(b) {
-		if err := json.Unmarshal(b, &s); err != nil {
-			return nil, fmt.Errorf("decoding the run's spec: %w", err)
-		}
-		return &s, nil
+	s, err := spec.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("the run's spec: %w", err)
 	}
-	doc, fs := spec.Parse("spec", b)
-	if doc == nil {
-		return nil, fmt.Errorf("decoding the run's spec: %d finding(s)", len(fs))
+	if fingerprint == "" {
+		return s, nil
 	}
-	return &doc.Spec, nil
+	got, err := spec.Fingerprint(s)
+	if err != nil {
+		return nil, fmt.Errorf("the run's spec: %w", err)
+	}
+	if got != fingerprint {
+		return nil, fmt.Errorf("the run's spec hashes to %s on this node, but the run was submitted with spec fingerprint %s: refusing to run a spec other than the one submitted", got, fingerprint)
+	}
+	return s, nil
 }
 
 // Recheck is RunLoop.Recheck for this agent: CheckSpec's failed checks.

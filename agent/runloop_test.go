@@ -215,6 +215,36 @@ func TestRunAssignment(t *testing.T) {
 			notMsgs:    []string{"must-not-run"},
 		},
 		{
+			// The broker (or anything between it and the node) sends a spec
+			// other than the one submitted: the node would run it and sign
+			// a report for it.
+			name: "a spec other than the submitted one is refused before the command",
+			a: Assignment{Command: []string{"sh", "-c", "echo must-not-run"}, Spec: []byte(`{"name":"x","runtime":{"cuda":"12.2"}}`),
+				SpecFingerprint: fingerprintOf(t, `{"name":"x","runtime":{"cuda":"12.1"}}`)},
+			wantStates: []AllocState{StateStarting, StateFailed},
+			wantState:  StateFailed,
+			wantReason: "refusing to run a spec other than the one submitted",
+			notMsgs:    []string{"must-not-run"},
+		},
+		{
+			name: "the submitted spec runs",
+			a: Assignment{Command: []string{"sh", "-c", "echo ran"}, Spec: []byte(`{"name":"x","runtime":{"cuda":"12.1"}}`),
+				SpecFingerprint: fingerprintOf(t, `{"name":"x","runtime":{"cuda":"12.1"}}`)},
+			wantStates: []AllocState{StateStarting, StateRunning, StateSucceeded},
+			wantState:  StateSucceeded,
+			wantMsgs:   []string{"ran"},
+		},
+		{
+			// The wire form is JSON only; the agent no longer guesses
+			// (json.Valid) and parses anything else as YAML.
+			name:       "a spec not in the wire form is refused",
+			a:          Assignment{Command: []string{"sh", "-c", "echo must-not-run"}, Spec: []byte("name: x\nruntime:\n  cuda: \"12.1\"\n")},
+			wantStates: []AllocState{StateStarting, StateFailed},
+			wantState:  StateFailed,
+			wantReason: "decoding the spec (JSON)",
+			notMsgs:    []string{"must-not-run"},
+		},
+		{
 			name:        "cancel requested by the broker stops the command",
 			a:           Assignment{Command: []string{"sh", "-c", "echo started; exec sleep 60"}, Grace: time.Second},
 			cancelAfter: 2,
@@ -327,4 +357,18 @@ func stateStrings(s []AllocState) []string {
 		out[i] = string(x)
 	}
 	return out
+}
+
+// fingerprintOf is spec.Fingerprint of a spec in its wire form.
+func fingerprintOf(t *testing.T, wire string) string {
+	t.Helper()
+	sp, err := spec.Decode([]byte(wire))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := spec.Fingerprint(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
 }

@@ -63,7 +63,7 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 		return nil, nil
 	}
 	return &Assignment{
-		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, Command: m.Command,
+		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, SpecFingerprint: m.SpecFingerprint, Command: m.Command,
 		Workdir: m.WorkdirArchive, Region: m.Region, MaxRestarts: int(m.MaxRestarts),
 		Grace: time.Duration(m.GraceSeconds) * time.Second, TimeLimit: time.Duration(min(max(m.TimeLimitSeconds, 0), int64(spec.MaxTimeLimit/time.Second))) * time.Second,
 		ResumeAfterSeq:       m.ResumeAfterSeq,

@@ -409,11 +409,11 @@ func indexReport(r *conformance.Report, l store.Labels) (store.NodeIndex, error)
 		Provider: r.Node.Provider, Region: r.Node.Region, Zone: r.Node.Zone, Hostname: r.Node.Hostname,
 		GPUCount: len(r.GPUs), StorageClass: r.Storage.Class, StorageFreeGB: r.Storage.FreeGB, StorageReadMBps: r.Storage.ReadMBps,
 		BandwidthGbps: r.Node.BandwidthGbps, PricePerHour: r.Node.PricePerHour,
-		Runtime: store.Runtime{NvidiaDriver: r.Runtime.NvidiaDriver, CUDADriverAPI: r.Runtime.CUDADriverAPI, CUDA: r.Runtime.CUDA,
-			Python: r.Runtime.Python, PyTorch: r.Runtime.PyTorch, TorchCUDA: r.Runtime.TorchCUDA, CuDNN: r.Runtime.CuDNN, FIPSEnabled: r.Runtime.FIPSEnabled},
-		RuntimeFingerprint: r.RuntimeFingerprint, Simulated: r.Simulated, Profile: r.Profile, Passed: r.Passed(),
+		Runtime: r.Runtime, RuntimeFingerprint: r.RuntimeFingerprint, Simulated: r.Simulated, Profile: r.Profile, Passed: r.Passed(),
 		FailedChecks: failedChecks(r), GresGPUs: gresGPUs(r),
 	}
+	// The index holds no package versions (store.NodeIndex.Runtime).
+	ix.Runtime.Packages = nil
 	if r.GeneratedAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, r.GeneratedAt)
 		if err != nil {

@@ -53,7 +53,7 @@ func populate(b testing.TB, s store.Store, n int) *ecdsa.PrivateKey {
 		}
 		ix := store.NodeIndex{Provider: "bench", Region: region, Accelerator: spec.Class, GPUName: spec.GPUName, GPUCount: spec.Count, GPUMemoryMiB: 81559,
 			StorageClass: spec.StorageClass, StorageFreeGB: spec.FreeGB, StorageReadMBps: 5000, BandwidthGbps: spec.BandwidthGbps, PricePerHour: spec.Price,
-			Runtime:            store.Runtime{NvidiaDriver: spec.Driver, CUDA: spec.CUDA, Python: spec.Python, PyTorch: spec.PyTorch},
+			Runtime:            conformance.Runtime{NvidiaDriver: spec.Driver, CUDA: spec.CUDA, Python: spec.Python, PyTorch: spec.PyTorch},
 			RuntimeFingerprint: "sha256:bench", Simulated: true, Passed: true, GeneratedAt: now}
 		if err := s.SaveReport(ctx, store.Report{AgentID: id, Bytes: []byte("{}"), Signature: "bench", ReceivedAt: now, Index: ix}); err != nil {
 			b.Fatal(err)

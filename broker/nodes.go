@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -105,17 +104,15 @@ func parseSpec(m *gpupassv1.DryRunRequest) (*spec.Spec, string, error) {
 		}
 		return res.Spec, res.Fingerprint, nil
 	case len(m.GetSpecJson()) > 0:
-		var sp spec.Spec
-		dec := json.NewDecoder(bytes.NewReader(m.GetSpecJson()))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&sp); err != nil {
-			return nil, "", fmt.Errorf("spec_json: %v", err)
-		}
-		fp, err := spec.Fingerprint(&sp)
+		sp, err := spec.Decode(m.GetSpecJson())
 		if err != nil {
 			return nil, "", fmt.Errorf("spec_json: %v", err)
 		}
-		return &sp, fp, nil
+		fp, err := spec.Fingerprint(sp)
+		if err != nil {
+			return nil, "", fmt.Errorf("spec_json: %v", err)
+		}
+		return sp, fp, nil
 	}
 	return nil, "", errors.New("no spec: set spec_yaml or spec_json")
 }
@@ -493,7 +490,7 @@ func newProtoSlab(n int, full bool) *protoSlab {
 
 // lean is the short form of a node (identity, offer, liveness, score),
 // into the slab's i-th messages, from the index alone (see Index.Short).
-func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms health.Score) *gpupassv1.Node {
 	p := &s.nodes[i]
 	names := ix.Names()
 	provider, region, accel := ix.NameIDs(v.Node)
@@ -504,36 +501,23 @@ func (s *protoSlab) lean(i int, ix *match.Index, v *match.Verdict, terms match.S
 	gpus, simulated, passed := ix.Short(v.Node)
 	p.Provider, p.Accelerator, p.GpuCount, p.Simulated = names[provider], names[accel], gpus, simulated
 	p.PricePerHour, p.Online, p.RttMs, p.ConformancePassed = ix.Price(v.Node), v.Online, v.RTTMS, passed
-	p.Health = fillHealth(&s.health[i], terms)
+	p.Health = terms.Fill(&s.health[i])
 	p.LastSeenUnixNano = v.LastSeen
 	return p
 }
 
-func healthProto(s match.Score) *gpupassv1.HealthScore {
-	return fillHealth(new(gpupassv1.HealthScore), s)
-}
-
-// fillHealth sets h (a zero message) to s and returns it.
-func fillHealth(h *gpupassv1.HealthScore, s match.Score) *gpupassv1.HealthScore {
-	h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs = s.Score, s.LatencyMS, s.LatencyUsedMS, s.LatencyCapMS
-	h.LatencyPenalty, h.FailureRatePct, h.Launches_24H = s.LatencyPenalty, s.FailureRatePct, s.Launches24h
-	h.LaunchFailures_24H, h.FailurePenalty, h.ClassMeanPrice = s.LaunchFailures24h, s.FailurePenalty, s.ClassMeanPrice
-	h.PricePremiumPct, h.PricePenalty = s.PricePremiumPct, s.PricePenalty
-	return h
-}
-
 // toProto is the full form of a node with its verdict's liveness and score.
-func toProto(n *store.Node, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+func toProto(n *store.Node, v *match.Verdict, terms health.Score) *gpupassv1.Node {
 	return newProtoSlab(1, true).full(0, n, v, terms)
 }
 
 // full is toProto into the slab's i-th messages.
-func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict, terms match.Score) *gpupassv1.Node {
+func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict, terms health.Score) *gpupassv1.Node {
 	ix := &n.Index
 	p := &s.nodes[i]
 	p.Id, p.Provider, p.Region, p.Zone, p.Hostname = n.ID, n.Labels.Provider, match.Region(n), n.Labels.Zone, n.Labels.Hostname
 	p.StorageClass, p.BandwidthGbps, p.PricePerHour = n.Labels.StorageClass, n.Labels.BandwidthGbps, match.Price(n)
-	p.Online, p.RttMs, p.ConformancePassed, p.Health = v.Online, v.RTTMS, ix.Passed, fillHealth(&s.health[i], terms)
+	p.Online, p.RttMs, p.ConformancePassed, p.Health = v.Online, v.RTTMS, ix.Passed, terms.Fill(&s.health[i])
 	p.LastSeenUnixNano = v.LastSeen
 	if n.HasReport {
 		p.Provider, p.Zone, p.Hostname = ix.Provider, ix.Zone, ix.Hostname
@@ -541,10 +525,7 @@ func (s *protoSlab) full(i int, n *store.Node, v *match.Verdict, terms match.Sco
 		p.StorageClass, p.StorageFreeGb, p.StorageReadMbps, p.BandwidthGbps = ix.StorageClass, ix.StorageFreeGB, ix.StorageReadMBps, ix.BandwidthGbps
 		p.RuntimeFingerprint, p.Simulated, p.Profile = ix.RuntimeFingerprint, ix.Simulated, ix.Profile
 		p.FailedChecks = ix.FailedChecks
-		rt, r := &s.runtimes[i], &ix.Runtime
-		rt.NvidiaDriver, rt.CudaDriverApi, rt.Cuda, rt.Python = r.NvidiaDriver, r.CUDADriverAPI, r.CUDA, r.Python
-		rt.Pytorch, rt.TorchCuda, rt.Cudnn, rt.FipsEnabled = r.PyTorch, r.TorchCUDA, r.CuDNN, r.FIPSEnabled
-		p.Runtime = rt
+		p.Runtime = ix.Runtime.Fill(&s.runtimes[i])
 		if !ix.GeneratedAt.IsZero() {
 			p.ReportGeneratedUnixNano = ix.GeneratedAt.UnixNano()
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -209,9 +210,9 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		Slurm: slurmPlacementProto(a.Slurm),
 	}
 	if len(a.ScoreJSON) > 0 {
-		var s match.Score
+		var s health.Score
 		if json.Unmarshal(a.ScoreJSON, &s) == nil {
-			r.Score = healthProto(s)
+			r.Score = s.ToProto()
 		}
 	}
 	return r
@@ -402,8 +403,8 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	if a.State != store.AllocPending {
 		return a, nil
 	}
-	var sp spec.Spec
-	if err := json.Unmarshal(a.SpecJSON, &sp); err != nil {
+	sp, err := spec.Decode(a.SpecJSON)
+	if err != nil {
 		return b.finish(ctx, rs, a, store.AllocFailed, "stored spec is unreadable: "+err.Error())
 	}
 	snap, err := b.snapshot(ctx)
@@ -431,7 +432,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	var out match.Output
 	waiting := false
 	for fresh := false; ; fresh = true {
-		out = match.Run(match.Input{Spec: &sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
+		out = match.Run(match.Input{Spec: sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
 			Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter, Held: snap.held})
 		for _, c := range out.Candidates {
 			switch {

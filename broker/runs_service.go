@@ -143,7 +143,7 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 
 func assignment(a store.Alloc, workdir []byte) *gpupassv1.Assignment {
 	as := &gpupassv1.Assignment{AllocId: a.ID, FencingToken: a.Fence, Name: a.Name, Region: a.Region, SpecJson: a.SpecJSON,
-		Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(a.MaxRestarts), GraceSeconds: int32(a.GraceSeconds),
+		SpecFingerprint: a.SpecFingerprint, Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(a.MaxRestarts), GraceSeconds: int32(a.GraceSeconds),
 		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: !a.ResumeElsewhere}
 	if len(workdir) > 0 {
 		as.WorkdirDigest = digest(workdir)
@@ -373,7 +373,7 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if err := checkLimits(minScore, m.MaxPrice); err != nil {
 		return nil, err
 	}
-	specJSON, err := json.Marshal(sp)
+	specJSON, err := spec.Encode(sp)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec: %v", err))
 	}

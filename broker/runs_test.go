@@ -16,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // worker is an API-level agent speaking the real run protocol (gRPC,
@@ -169,6 +170,17 @@ func TestRunLifecycle(t *testing.T) {
 			}
 			if other := dear.poll(t, 1); other != nil {
 				t.Fatalf("the other node got the run too: %v", other)
+			}
+			// The spec reaches the node in its one wire form with the
+			// fingerprint the CLI computes of the file, to check again.
+			cli := spec.Validate("gpupass.yaml", specYAML(t))
+			wire, err := spec.Encode(cli.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if run.SpecFingerprint != cli.Fingerprint || as.SpecFingerprint != cli.Fingerprint || string(as.SpecJson) != string(wire) {
+				t.Errorf("run fingerprint %s, assignment's %s, the CLI's %s; assignment spec %s, want %s",
+					run.SpecFingerprint, as.SpecFingerprint, cli.Fingerprint, as.SpecJson, wire)
 			}
 
 			// A follower started now sees every record and the end.

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"sync"
@@ -81,17 +80,17 @@ func (b *Broker) specByFingerprint(ctx context.Context, tok store.Token, fp stri
 		if a.SpecFingerprint != fp {
 			continue
 		}
-		var sp spec.Spec
-		if err := json.Unmarshal(a.SpecJSON, &sp); err != nil {
+		sp, err := spec.Decode(a.SpecJSON)
+		if err != nil {
 			continue
 		}
 		// The stored fingerprint is the one computed at submit; the
 		// spec is hashed again so a filter never runs on another spec.
-		if got, err := spec.Fingerprint(&sp); err != nil || got != fp {
+		if got, err := spec.Fingerprint(sp); err != nil || got != fp {
 			continue
 		}
-		b.specs.put(fp, &sp)
-		return &sp, nil
+		b.specs.put(fp, sp)
+		return sp, nil
 	}
 	return nil, unknown
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -310,9 +311,9 @@ func (vs *Verdicts) Why(v *Verdict) []int32 {
 // Terms returns v's health score term by term (the zero Score out of
 // scope), recomputed from the node's inputs as the match computed
 // v.Score: the same value, bit for bit.
-func (vs *Verdicts) Terms(v *Verdict) Score {
+func (vs *Verdicts) Terms(v *Verdict) health.Score {
 	if v.OutOfScope {
-		return Score{}
+		return health.Score{}
 	}
 	return vs.ix.ent[v.Node].score(v.RTTMS, vs.capMS)
 }
@@ -610,7 +611,7 @@ func (m *matcher) runtime(k int32) []int32 {
 		if !rk.passed {
 			rs = append(rs, Reason{Code: CodeConformanceFailed, Message: "the node's last conformance report has failed checks"})
 		}
-		rs = append(rs, runtimeMismatches(m.q.Spec, store.NodeIndex{Runtime: store.Runtime{NvidiaDriver: rk.driver, CUDA: rk.cuda,
+		rs = append(rs, runtimeMismatches(m.q.Spec, store.NodeIndex{Runtime: conformance.Runtime{NvidiaDriver: rk.driver, CUDA: rk.cuda,
 			Python: rk.python, PyTorch: rk.pytorch, FIPSEnabled: rk.fips}})...)
 		m.runtimeWhy[k], m.runtimeDone[k] = m.adds(rs), true
 	}
@@ -633,8 +634,8 @@ func (m *matcher) resource(k int32) []int32 {
 
 // score is the health score of a node with latency rtt (package doc),
 // computed by internal/health as a client recomputes it.
-func (e *entry) score(rtt, capMS float64) Score {
-	return Score(health.Compute(rtt, capMS, e.launches, e.failures, e.price, e.classMean))
+func (e *entry) score(rtt, capMS float64) health.Score {
+	return health.Compute(rtt, capMS, e.launches, e.failures, e.price, e.classMean)
 }
 
 // sortKey orders verdicts by a, then b; a and b encode the order of each

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/health"
 )
 
 // TestIndexSharesReasons: a thousand nodes with the same mismatch share one
@@ -220,7 +221,7 @@ func TestVerdictReadsBack(t *testing.T) {
 					t.Errorf("%s: reasons (-want +got):\n%s", tt.id, diff)
 				}
 			}
-			if (vs.Terms(&Verdict{OutOfScope: true}) != Score{}) {
+			if (vs.Terms(&Verdict{OutOfScope: true}) != health.Score{}) {
 				t.Error("an out-of-scope verdict has score terms")
 			}
 

@@ -2,7 +2,7 @@
 // them. It is pure: the broker hands it the registry snapshot, launch
 // statistics, the caller's scope and filters, and the time.
 //
-// Health score (DESIGN §3), every term kept in Score:
+// Health score (DESIGN §3), every term kept in health.Score:
 //
 //	score = min(100, 100 - 0.1*latency_ms - 5*failure_rate_pct_24h - 2*price_premium_pct)
 //
@@ -19,10 +19,11 @@ import (
 	"math"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -59,28 +60,12 @@ type Reason struct {
 	Message  string `json:"message"`
 }
 
-// Score is the health score with each of its terms.
-type Score struct {
-	Score             float64 `json:"score"`
-	LatencyMS         float64 `json:"latency_ms"`
-	LatencyUsedMS     float64 `json:"latency_used_ms"`
-	LatencyCapMS      float64 `json:"latency_cap_ms"`
-	LatencyPenalty    float64 `json:"latency_penalty"`
-	FailureRatePct    float64 `json:"failure_rate_pct"`
-	Launches24h       int64   `json:"launches_24h"`
-	LaunchFailures24h int64   `json:"launch_failures_24h"`
-	FailurePenalty    float64 `json:"failure_penalty"`
-	ClassMeanPrice    float64 `json:"class_mean_price"`
-	PricePremiumPct   float64 `json:"price_premium_pct"`
-	PricePenalty      float64 `json:"price_penalty"`
-}
-
 // Result is one node's verdict.
 type Result struct {
 	Node       store.Node
 	Online     bool
 	OutOfScope bool
-	Score      Score
+	Score      health.Score
 	Reasons    []Reason
 }
 
@@ -205,21 +190,17 @@ func classMeans(nodes []store.Node, held map[string]Reason) map[string]float64 {
 
 func runtimeMismatches(sp *spec.Spec, ix store.NodeIndex) []Reason {
 	var rs []Reason
-	check := func(field, want, got string) {
-		want = strings.TrimSpace(want)
-		if want == "" || want == strings.TrimSpace(got) {
-			return
+	for _, d := range conformance.DeclaredVersions(sp, &ix.Runtime) {
+		if d.Met() {
+			continue
 		}
+		got := d.Measured
 		if got == "" {
 			got = "(not found)"
 		}
-		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: field, Expected: want, Measured: got,
-			Message: fmt.Sprintf("%s: expected %s, measured %s", field, want, got)})
+		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: d.Field, Expected: d.Expected, Measured: got,
+			Message: fmt.Sprintf("%s: expected %s, measured %s", d.Field, d.Expected, got)})
 	}
-	check("runtime.nvidia-driver", sp.Runtime.NvidiaDriver, ix.Runtime.NvidiaDriver)
-	check("runtime.cuda", sp.Runtime.CUDA, ix.Runtime.CUDA)
-	check("runtime.python", sp.Runtime.Python, ix.Runtime.Python)
-	check("runtime.pytorch", sp.Runtime.PyTorch, ix.Runtime.PyTorch)
 	if sp.Security.FIPSCompliant && !ix.Runtime.FIPSEnabled {
 		rs = append(rs, Reason{Code: CodeRuntimeMismatch, Field: "security.fips-compliant", Expected: "true", Measured: "false",
 			Message: "security.fips-compliant: expected FIPS mode enabled, measured disabled"})

@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -19,7 +21,7 @@ func node(id, region, class string, count int, price, rtt float64) store.Node {
 		ID: id, Labels: store.Labels{Region: region}, HasReport: true, LastSeen: now.Add(-time.Second), RTTMS: rtt,
 		Index: store.NodeIndex{Region: region, Accelerator: class, GPUCount: count, PricePerHour: price, Passed: true,
 			StorageClass: "ultra-nvme", StorageFreeGB: 8000, BandwidthGbps: 400,
-			Runtime: store.Runtime{NvidiaDriver: "535.104.05", CUDA: "12.1.105", Python: "3.10.12", PyTorch: "2.1.0+cu121"}},
+			Runtime: conformance.Runtime{NvidiaDriver: "535.104.05", CUDA: "12.1.105", Python: "3.10.12", PyTorch: "2.1.0+cu121"}},
 	}
 }
 
@@ -42,11 +44,11 @@ func TestScoreTerms(t *testing.T) {
 	}
 	launches := map[string]store.LaunchStats{"b": {Launches: 10, Failures: 2}}
 	out := Run(Input{Spec: testSpec(), Nodes: nodes, Launches: launches, Scope: []string{"*"}, MinScore: 85, Now: now, OfflineAfter: 30 * time.Second})
-	got := map[string]Score{}
+	got := map[string]health.Score{}
 	for _, r := range append(out.Candidates, out.Excluded...) {
 		got[r.Node.ID] = r.Score
 	}
-	want := map[string]Score{
+	want := map[string]health.Score{
 		"a": {Score: 100, LatencyMS: 10, LatencyUsedMS: 10, LatencyCapMS: 50, LatencyPenalty: 1, ClassMeanPrice: 30, PricePremiumPct: -100.0 / 3, PricePenalty: -200.0 / 3},
 		"b": {Score: 85, LatencyMS: 80, LatencyUsedMS: 50, LatencyCapMS: 50, LatencyPenalty: 5, FailureRatePct: 20, Launches24h: 10, LaunchFailures24h: 2, FailurePenalty: 100, ClassMeanPrice: 30},
 		"c": {Score: 100 - 2 - 200.0/3, LatencyMS: 20, LatencyUsedMS: 20, LatencyCapMS: 50, LatencyPenalty: 2, ClassMeanPrice: 30, PricePremiumPct: 100.0 / 3, PricePenalty: 200.0 / 3},

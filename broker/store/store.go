@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/gpupass/gpupass/internal/conformance"
 )
 
 // ErrNotFound is returned when a looked-up record does not exist.
@@ -70,34 +72,24 @@ type Agent struct {
 	EnrolledAt     time.Time
 }
 
-// Runtime is the measured runtime the registry indexes.
-type Runtime struct {
-	NvidiaDriver  string
-	CUDADriverAPI string
-	CUDA          string
-	Python        string
-	PyTorch       string
-	TorchCUDA     string
-	CuDNN         string
-	FIPSEnabled   bool
-}
-
 // NodeIndex is what the registry indexes from a verified report.
 type NodeIndex struct {
-	Provider           string
-	Region             string
-	Zone               string
-	Hostname           string
-	Accelerator        string
-	GPUName            string
-	GPUCount           int
-	GPUMemoryMiB       uint64
-	StorageClass       string
-	StorageFreeGB      float64
-	StorageReadMBps    float64
-	BandwidthGbps      float64
-	PricePerHour       float64
-	Runtime            Runtime
+	Provider        string
+	Region          string
+	Zone            string
+	Hostname        string
+	Accelerator     string
+	GPUName         string
+	GPUCount        int
+	GPUMemoryMiB    uint64
+	StorageClass    string
+	StorageFreeGB   float64
+	StorageReadMBps float64
+	BandwidthGbps   float64
+	PricePerHour    float64
+	// Runtime is the report's measured runtime, without its packages
+	// (a run checks those on the node when it starts).
+	Runtime            conformance.Runtime
 	RuntimeFingerprint string
 	Simulated          bool
 	Profile            string

@@ -121,10 +121,7 @@ func expandColumns(c *gpupassv1.NodeColumns, table []*gpupassv1.Reason) ([]*gpup
 		if c.ScoreTermsDerived {
 			// The broker left the terms out: they follow from these
 			// columns by the broker's own formula (broker.proto).
-			t := health.Compute(p.RttMs, c.DerivedLatencyCapMs, at(c.Launches_24H, i), at(c.LaunchFailures_24H, i), p.PricePerHour, at(c.ClassMeanPrice, i))
-			h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs, h.LatencyPenalty = t.Score, t.LatencyMS, t.LatencyUsedMS, t.LatencyCapMS, t.LatencyPenalty
-			h.FailureRatePct, h.Launches_24H, h.LaunchFailures_24H, h.FailurePenalty = t.FailureRatePct, t.Launches24h, t.LaunchFailures24h, t.FailurePenalty
-			h.ClassMeanPrice, h.PricePremiumPct, h.PricePenalty = t.ClassMeanPrice, t.PricePremiumPct, t.PricePenalty
+			health.Compute(p.RttMs, c.DerivedLatencyCapMs, at(c.Launches_24H, i), at(c.LaunchFailures_24H, i), p.PricePerHour, at(c.ClassMeanPrice, i)).Fill(h)
 			continue
 		}
 		h.Score, h.LatencyMs, h.LatencyUsedMs, h.LatencyCapMs, h.LatencyPenalty = at(c.Score, i), at(c.LatencyMs, i), at(c.LatencyUsedMs, i), at(c.LatencyCapMs, i), at(c.LatencyPenalty, i)

@@ -1,7 +1,9 @@
 // Package conformance defines the conformance report an agent measures and
 // signs, and the signature scheme over it. It is the contract between
 // agent, broker and audit: pure data and stdlib crypto only (no cgo, no
-// network, no cosign), so every side can import it.
+// network, no cosign), so every side can import it. Its Runtime is the
+// one measured runtime: the report's, the broker's index and node
+// listings' (proto.go converts to the API), and validate --local's.
 //
 // The signed bytes are the canonical JSON of a Report (package canonjson).
 // The signature is base64 (standard encoding) of an ASN.1 DER ECDSA P-256

@@ -13,28 +13,32 @@ package health
 
 import "math"
 
-// Terms are the score and each of its terms (match.Score, HealthScore).
-type Terms struct {
-	Score             float64
-	LatencyMS         float64
-	LatencyUsedMS     float64
-	LatencyCapMS      float64
-	LatencyPenalty    float64
-	FailureRatePct    float64
-	Launches24h       int64
-	LaunchFailures24h int64
-	FailurePenalty    float64
-	ClassMeanPrice    float64
-	PricePremiumPct   float64
-	PricePenalty      float64
+// Score is the health score with each of its terms: what the broker
+// matches on, stores with a run (its JSON, so the field names are a
+// stored format), sends as gpupassv1.HealthScore (proto.go converts) and
+// the CLI prints in runs, nodes and dry-run answers
+// (docs/operating-the-broker.md "Broker and agents").
+type Score struct {
+	Score             float64 `json:"score"`
+	LatencyMS         float64 `json:"latency_ms"`
+	LatencyUsedMS     float64 `json:"latency_used_ms"`
+	LatencyCapMS      float64 `json:"latency_cap_ms"`
+	LatencyPenalty    float64 `json:"latency_penalty"`
+	FailureRatePct    float64 `json:"failure_rate_pct"`
+	Launches24h       int64   `json:"launches_24h"`
+	LaunchFailures24h int64   `json:"launch_failures_24h"`
+	FailurePenalty    float64 `json:"failure_penalty"`
+	ClassMeanPrice    float64 `json:"class_mean_price"`
+	PricePremiumPct   float64 `json:"price_premium_pct"`
+	PricePenalty      float64 `json:"price_penalty"`
 }
 
 // Compute scores a node from its inputs: rttMS is its heartbeat latency
 // (0 or less: not measured), capMS the spec's latency tolerance (0: none),
 // launches and failures its launches over 24 h, price its price per hour
 // and classMean the mean price of its accelerator class (0: none).
-func Compute(rttMS, capMS float64, launches, failures int64, price, classMean float64) Terms {
-	t := Terms{LatencyCapMS: capMS, Launches24h: launches, LaunchFailures24h: failures, ClassMeanPrice: classMean}
+func Compute(rttMS, capMS float64, launches, failures int64, price, classMean float64) Score {
+	t := Score{LatencyCapMS: capMS, Launches24h: launches, LaunchFailures24h: failures, ClassMeanPrice: classMean}
 	if launches > 0 {
 		t.FailureRatePct = float64(100*float64(failures)) / float64(launches)
 	}

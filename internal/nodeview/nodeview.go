@@ -21,6 +21,8 @@ import (
 	"io"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/runview"
 )
 
@@ -41,7 +43,7 @@ type Brief struct {
 	Simulated         bool     `json:"simulated"`
 	ConformancePassed bool     `json:"conformance_passed"`
 	// Health is the score with each of its terms (runs' "score" shape).
-	Health *runview.Score `json:"health"`
+	Health *health.Score `json:"health"`
 	// OutOfScope: the node is in a region outside the token's scope; the
 	// broker says where, not what, so only id and region are printed.
 	OutOfScope bool `json:"out_of_scope"`
@@ -90,24 +92,28 @@ type Node struct {
 	RTTMS              *float64      `json:"rtt_ms"`
 	ConformancePassed  bool          `json:"conformance_passed"`
 	// FailedChecks are the last report's failed checks ("name: message").
-	FailedChecks      []string       `json:"failed_checks"`
-	ReportGeneratedAt *runview.Time  `json:"report_generated_at"`
-	Health            *runview.Score `json:"health"`
+	FailedChecks      []string      `json:"failed_checks"`
+	ReportGeneratedAt *runview.Time `json:"report_generated_at"`
+	Health            *health.Score `json:"health"`
 	// Admission is admitted, pending (awaiting `gpupass nodes approve`)
 	// or denied.
 	Admission string `json:"admission"`
 }
 
-// Runtime is a node's measured software stack.
+// Runtime is a node's measured software stack: conformance.Runtime
+// spelt in this document's snake_case keys, every one always present. A
+// conversion, which the compiler allows only while the two have the same
+// fields, keeps it the same type (the broker sends no packages).
 type Runtime struct {
-	NvidiaDriver  string `json:"nvidia_driver"`
-	CUDADriverAPI string `json:"cuda_driver_api"`
-	CUDA          string `json:"cuda"`
-	Python        string `json:"python"`
-	PyTorch       string `json:"pytorch"`
-	TorchCUDA     string `json:"torch_cuda"`
-	CuDNN         string `json:"cudnn"`
-	FIPSEnabled   bool   `json:"fips_enabled"`
+	NvidiaDriver  string            `json:"nvidia_driver"`
+	CUDADriverAPI string            `json:"cuda_driver_api"`
+	CUDA          string            `json:"cuda"`
+	Python        string            `json:"python"`
+	PyTorch       string            `json:"pytorch"`
+	TorchCUDA     string            `json:"torch_cuda"`
+	CuDNN         string            `json:"cudnn"`
+	Packages      map[string]string `json:"-"`
+	FIPSEnabled   bool              `json:"fips_enabled"`
 }
 
 // List is the document of `gpupass nodes -o json`: {"nodes": [...]}, in
@@ -170,12 +176,11 @@ func NodeOf(n *gpupassv1.Node) Node {
 		BandwidthGbps: n.GetBandwidthGbps(), PricePerHour: n.GetPricePerHour(), RuntimeFingerprint: n.GetRuntimeFingerprint(),
 		Simulated: n.GetSimulated(), Profile: n.GetProfile(), Online: n.GetOnline(), LastSeenAt: runview.TimeOf(n.GetLastSeenUnixNano()),
 		RTTMS: rtt(n.GetRttMs()), ConformancePassed: n.GetConformancePassed(), FailedChecks: nonNil(n.GetFailedChecks()),
-		ReportGeneratedAt: runview.TimeOf(n.GetReportGeneratedUnixNano()), Health: runview.ScoreOf(n.GetHealth()),
+		ReportGeneratedAt: runview.TimeOf(n.GetReportGeneratedUnixNano()), Health: health.FromProto(n.GetHealth()),
 		Admission: n.GetAdmission(),
 	}
-	if r := n.GetRuntime(); r != nil {
-		v.Runtime = &Runtime{NvidiaDriver: r.GetNvidiaDriver(), CUDADriverAPI: r.GetCudaDriverApi(), CUDA: r.GetCuda(),
-			Python: r.GetPython(), PyTorch: r.GetPytorch(), TorchCUDA: r.GetTorchCuda(), CuDNN: r.GetCudnn(), FIPSEnabled: r.GetFipsEnabled()}
+	if r := conformance.RuntimeFromProto(n.GetRuntime()); r != nil {
+		v.Runtime = (*Runtime)(r)
 	}
 	return v
 }
@@ -187,7 +192,7 @@ func BriefOf(n *gpupassv1.Node, outOfScope bool) Brief {
 		ID: n.GetId(), Provider: n.GetProvider(), Region: n.GetRegion(), Accelerator: n.GetAccelerator(), GPUCount: n.GetGpuCount(),
 		PricePerHour: n.GetPricePerHour(), Online: n.GetOnline(), LastSeenAt: runview.TimeOf(n.GetLastSeenUnixNano()),
 		RTTMS: rtt(n.GetRttMs()), Simulated: n.GetSimulated(), ConformancePassed: n.GetConformancePassed(),
-		Health: runview.ScoreOf(n.GetHealth()), OutOfScope: outOfScope,
+		Health: health.FromProto(n.GetHealth()), OutOfScope: outOfScope,
 	}
 }
 

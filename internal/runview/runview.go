@@ -22,6 +22,7 @@ import (
 	"time"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/metrics"
 )
 
@@ -35,19 +36,19 @@ type Run struct {
 	State  string `json:"state"`
 	Reason string `json:"reason"`
 	// NodeID is empty until the run is matched.
-	NodeID          string   `json:"node_id"`
-	Score           *Score   `json:"score"` // the node's score when it was chosen; null before
-	PricePerHour    float64  `json:"price_per_hour"`
-	MaxPrice        float64  `json:"max_price"`        // 0: no cap
-	SpecFingerprint string   `json:"spec_fingerprint"` // the hash gpupass validate prints
-	Command         []string `json:"command"`
-	ExitCode        int32    `json:"exit_code"`
-	Attempts        int32    `json:"attempts"`
-	Restarts        int32    `json:"restarts"`
-	CancelRequested bool     `json:"cancel_requested"`
-	Simulated       bool     `json:"simulated"`
-	ResumeElsewhere bool     `json:"resume_elsewhere"`
-	ReplacedNodes   []string `json:"replaced_nodes"` // nodes tried before the current one, in order
+	NodeID          string        `json:"node_id"`
+	Score           *health.Score `json:"score"` // the node's score when it was chosen; null before
+	PricePerHour    float64       `json:"price_per_hour"`
+	MaxPrice        float64       `json:"max_price"`        // 0: no cap
+	SpecFingerprint string        `json:"spec_fingerprint"` // the hash gpupass validate prints
+	Command         []string      `json:"command"`
+	ExitCode        int32         `json:"exit_code"`
+	Attempts        int32         `json:"attempts"`
+	Restarts        int32         `json:"restarts"`
+	CancelRequested bool          `json:"cancel_requested"`
+	Simulated       bool          `json:"simulated"`
+	ResumeElsewhere bool          `json:"resume_elsewhere"`
+	ReplacedNodes   []string      `json:"replaced_nodes"` // nodes tried before the current one, in order
 	// TimeLimitSeconds is the run's wall-clock limit (train
 	// --time-limit, else the spec's resources.time-limit); 0: none.
 	TimeLimitSeconds int64 `json:"time_limit_seconds"`
@@ -88,23 +89,6 @@ type Log struct {
 	FirstDisputedSeq uint64 `json:"first_disputed_seq"`
 }
 
-// Score is the health score the broker gave the node when it placed the
-// run, with each term (docs/operating-the-broker.md "Broker and agents").
-type Score struct {
-	Score             float64 `json:"score"`
-	LatencyMS         float64 `json:"latency_ms"`
-	LatencyUsedMS     float64 `json:"latency_used_ms"`
-	LatencyCapMS      float64 `json:"latency_cap_ms"`
-	LatencyPenalty    float64 `json:"latency_penalty"`
-	FailureRatePct    float64 `json:"failure_rate_pct"`
-	Launches24h       int64   `json:"launches_24h"`
-	LaunchFailures24h int64   `json:"launch_failures_24h"`
-	FailurePenalty    float64 `json:"failure_penalty"`
-	ClassMeanPrice    float64 `json:"class_mean_price"`
-	PricePremiumPct   float64 `json:"price_premium_pct"`
-	PricePenalty      float64 `json:"price_penalty"`
-}
-
 // Time is a point in time printed as RFC 3339 in UTC with the
 // nanoseconds the broker keeps ("2026-12-02T03:51:59.123456789Z").
 type Time struct{ time.Time }
@@ -140,20 +124,8 @@ func FromProto(r *gpupassv1.Run) Run {
 			LastSeq: r.GetLastSeq(), DisputedRecords: r.GetDisputedRecords(), FirstDisputedSeq: r.GetFirstDisputedSeq()},
 		Slurm: SlurmOf(r),
 	}
-	v.Score = ScoreOf(r.GetScore())
+	v.Score = health.FromProto(r.GetScore())
 	return v
-}
-
-// ScoreOf converts a health score from the broker's API; nil stays nil.
-// Runs, nodes and dry-run answers print it in this one shape.
-func ScoreOf(s *gpupassv1.HealthScore) *Score {
-	if s == nil {
-		return nil
-	}
-	return &Score{Score: s.GetScore(), LatencyMS: s.GetLatencyMs(), LatencyUsedMS: s.GetLatencyUsedMs(),
-		LatencyCapMS: s.GetLatencyCapMs(), LatencyPenalty: s.GetLatencyPenalty(), FailureRatePct: s.GetFailureRatePct(),
-		Launches24h: s.GetLaunches_24H(), LaunchFailures24h: s.GetLaunchFailures_24H(), FailurePenalty: s.GetFailurePenalty(),
-		ClassMeanPrice: s.GetClassMeanPrice(), PricePremiumPct: s.GetPricePremiumPct(), PricePenalty: s.GetPricePenalty()}
 }
 
 // WriteList prints runs as one List document.

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"encoding/json"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/gpupass/gpupass/broker/store"
@@ -68,9 +67,7 @@ func readIndex(data []byte, in *interner) (store.NodeIndex, error) {
 			return store.NodeIndex{}, err
 		}
 	}
-	n := ix.NodeIndex
-	n.GeneratedAt = time.Unix(0, ix.GeneratedAtNS).UTC()
-	return n, nil
+	return ix.nodeIndex(), nil
 }
 
 // decodeIndex decodes a stored index into ix, reporting false when data is
@@ -367,7 +364,7 @@ func (d *decoder) float(v *float64) bool {
 	return err == nil
 }
 
-func (d *decoder) runtime(rt *store.Runtime) bool {
+func (d *decoder) runtime(rt *storedRuntime) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "NvidiaDriver":

@@ -2,22 +2,21 @@ package sqlstore
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/broker/store/storetest"
+	"github.com/gpupass/gpupass/internal/conformance"
 )
 
 // stored is what SaveReport writes for idx.
 func stored(t testing.TB, idx store.NodeIndex) []byte {
 	t.Helper()
-	ix := index{NodeIndex: idx, GeneratedAtNS: idx.GeneratedAt.UnixNano()}
-	ix.GeneratedAt = time.Time{}
-	b, err := json.Marshal(ix)
+	b, err := json.Marshal(storedIndex(idx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,9 +29,7 @@ func jsonIndex(data []byte) (store.NodeIndex, error) {
 	if err := json.Unmarshal(data, &ix); err != nil {
 		return store.NodeIndex{}, err
 	}
-	n := ix.NodeIndex
-	n.GeneratedAt = time.Unix(0, ix.GeneratedAtNS).UTC()
-	return n, nil
+	return ix.nodeIndex(), nil
 }
 
 // Every index SaveReport writes is read by the fast path (no fallback to
@@ -162,4 +159,54 @@ func FuzzReadIndex(f *testing.F) {
 			t.Errorf("readIndex(%q) (-encoding/json +readIndex):\n%s", data, diff)
 		}
 	})
+}
+
+// oldIndex is the index as a broker of the previous release reads and
+// writes it, its runtime a struct of its own without JSON tags.
+type oldIndex struct {
+	store.NodeIndex
+	Runtime struct {
+		NvidiaDriver, CUDADriverAPI, CUDA, Python, PyTorch, TorchCUDA, CuDNN string
+		FIPSEnabled                                                          bool
+	}
+	GeneratedAtNS int64 `json:"generated_at_ns"`
+}
+
+// The index column keeps its form across the change to the report's
+// runtime type: a row the previous release wrote loads with its runtime,
+// and one this release writes loads in the previous release (brokers of
+// both share a database during an upgrade).
+func TestIndexRuntimeStoredForm(t *testing.T) {
+	t.Parallel()
+	// Written by the previous release (its SaveReport's bytes for
+	// storetest.RegistryNode(2), cuDNN and FIPS changed to be told apart).
+	const old = `{"Provider":"on-prem","Region":"eu-central-1","Zone":"eu-central-1c","Hostname":"gpu-2.eu-central-1.example","Accelerator":"h100-sxm5","GPUName":"NVIDIA H100 80GB HBM3","GPUCount":8,"GPUMemoryMiB":81559,"StorageClass":"","StorageFreeGB":6498.5,"StorageReadMBps":5000.25,"BandwidthGbps":300,"PricePerHour":20.5,"Runtime":{"NvidiaDriver":"535.104.05","CUDADriverAPI":"12.2","CUDA":"12.1.105","Python":"3.10.12","PyTorch":"2.1.0+cu121","TorchCUDA":"12.1","CuDNN":"8.9.2","FIPSEnabled":true},"RuntimeFingerprint":"sha256:ab","Simulated":true,"Profile":"a100","Passed":true,"GresGPUs":2,"GeneratedAt":"0001-01-01T00:00:00Z","generated_at_ns":1795953600002000000}`
+	want := conformance.Runtime{NvidiaDriver: "535.104.05", CUDADriverAPI: "12.2", CUDA: "12.1.105", Python: "3.10.12",
+		PyTorch: "2.1.0+cu121", TorchCUDA: "12.1", CuDNN: "8.9.2", FIPSEnabled: true}
+	var ix index
+	if !decodeIndex([]byte(old), &ix, newInterner()) {
+		t.Error("the fast path gave up on the previous release's form")
+	}
+	got, err := readIndex([]byte(old), newInterner())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got.Runtime); diff != "" {
+		t.Errorf("runtime of a previous release's row (-want +got):\n%s", diff)
+	}
+	if ref, err := jsonIndex([]byte(old)); err != nil || !cmp.Equal(want, ref.Runtime) {
+		t.Errorf("encoding/json reads the previous release's runtime as %+v (%v)", ref.Runtime, err)
+	}
+
+	// Written now, read by the previous release.
+	var prev oldIndex
+	if err := json.Unmarshal(stored(t, got), &prev); err != nil {
+		t.Fatal(err)
+	}
+	if prev.Runtime.NvidiaDriver != want.NvidiaDriver || prev.Runtime.TorchCUDA != want.TorchCUDA || !prev.Runtime.FIPSEnabled {
+		t.Errorf("the previous release reads this release's row's runtime as %+v", prev.Runtime)
+	}
+	if b := string(stored(t, got)); !strings.Contains(b, `"Runtime":{"NvidiaDriver":"535.104.05","CUDADriverAPI":"12.2","CUDA":"12.1.105","Python":"3.10.12","PyTorch":"2.1.0+cu121","TorchCUDA":"12.1","CuDNN":"8.9.2","FIPSEnabled":true}`) {
+		t.Errorf("stored runtime is not in the previous release's form: %s", b)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
 )
 
 // Dialect is what differs between SQL backends.
@@ -319,14 +320,47 @@ func scanAgent(row *sql.Row) (store.Agent, error) {
 // filters on are few and filtering happens in the broker.
 type index struct {
 	store.NodeIndex
-	GeneratedAtNS int64 `json:"generated_at_ns"`
+	// Runtime is written in the stored form (it shadows NodeIndex's).
+	Runtime       storedRuntime `json:"Runtime"`
+	GeneratedAtNS int64         `json:"generated_at_ns"`
+}
+
+// storedRuntime is conformance.Runtime as the index column has always
+// stored it: keys are the Go field names (rows written before the store
+// shared the report's type load unchanged, and a broker of the previous
+// version sharing the database reads ours). A conversion, which the
+// compiler allows only while the two have the same fields, keeps it the
+// same type in another spelling.
+type storedRuntime struct {
+	NvidiaDriver  string
+	CUDADriverAPI string
+	CUDA          string
+	Python        string
+	PyTorch       string
+	TorchCUDA     string
+	CuDNN         string
+	Packages      map[string]string `json:",omitempty"`
+	FIPSEnabled   bool
+}
+
+// storedIndex is ix in the form SaveReport writes.
+func storedIndex(ix store.NodeIndex) index {
+	idx := index{NodeIndex: ix, Runtime: storedRuntime(ix.Runtime), GeneratedAtNS: ix.GeneratedAt.UnixNano()}
+	idx.GeneratedAt = time.Time{}
+	return idx
+}
+
+// nodeIndex is the index ix stores.
+func (ix *index) nodeIndex() store.NodeIndex {
+	n := ix.NodeIndex
+	n.Runtime = conformance.Runtime(ix.Runtime)
+	n.GeneratedAt = time.Unix(0, ix.GeneratedAtNS).UTC()
+	return n
 }
 
 // SaveReport implements store.Store.
 func (s *Store) SaveReport(ctx context.Context, r store.Report) error {
-	idx := index{NodeIndex: r.Index, GeneratedAtNS: r.Index.GeneratedAt.UnixNano()}
-	idx.GeneratedAt = time.Time{}
-	b, err := json.Marshal(idx)
+	b, err := json.Marshal(storedIndex(r.Index))
 	if err != nil {
 		return fmt.Errorf("saving report of %s: %w", r.AgentID, err)
 	}

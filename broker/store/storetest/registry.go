@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
 )
 
 // A registry of n generated nodes, for the read-back test and the stores'
@@ -49,7 +50,7 @@ func RegistryNode(i int) (a store.Agent, r store.Report, hb store.Heartbeat, has
 		Accelerator: "h100-sxm5", GPUName: "NVIDIA H100 80GB HBM3", GPUCount: 8, GPUMemoryMiB: 81559,
 		StorageClass: a.Labels.StorageClass, StorageFreeGB: 6500.5 - float64(i%100), StorageReadMBps: 5000 + float64(i%7)/8,
 		BandwidthGbps: a.Labels.BandwidthGbps, PricePerHour: price,
-		Runtime: store.Runtime{NvidiaDriver: "535.104.05", CUDADriverAPI: "12.2", CUDA: "12.1.105", Python: "3.10.12",
+		Runtime: conformance.Runtime{NvidiaDriver: "535.104.05", CUDADriverAPI: "12.2", CUDA: "12.1.105", Python: "3.10.12",
 			PyTorch: "2.1.0+cu121", TorchCUDA: "12.1", CuDNN: "8902", FIPSEnabled: i%9 == 0},
 		RuntimeFingerprint: fmt.Sprintf("sha256:%064x", i%50), Simulated: i%2 == 0, Profile: []string{"h100", "", "a100"}[i%3],
 		Passed:      i%6 != 1,

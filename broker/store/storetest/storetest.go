@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/conformance"
 )
 
 // Factory opens a fresh, empty store. reopen closes nothing: it opens a
@@ -189,7 +190,7 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 		idx := store.NodeIndex{Provider: "lambda", Region: "eu-central-1", Accelerator: "h100-sxm5", GPUName: "NVIDIA H100 80GB HBM3",
 			GPUCount: 8, GPUMemoryMiB: 81559, StorageClass: "ultra-nvme", StorageFreeGB: 6000, StorageReadMBps: 5000,
 			BandwidthGbps: 400, PricePerHour: 23.9, RuntimeFingerprint: "sha256:ab", Simulated: true, Profile: "h100", Passed: true,
-			Runtime:     store.Runtime{NvidiaDriver: "535.104.05", CUDA: "12.1.105", Python: "3.10.12", PyTorch: "2.1.0+cu121", FIPSEnabled: true},
+			Runtime:     conformance.Runtime{NvidiaDriver: "535.104.05", CUDA: "12.1.105", Python: "3.10.12", PyTorch: "2.1.0+cu121", FIPSEnabled: true},
 			GeneratedAt: t0.Add(time.Millisecond)}
 		for i, body := range []string{`{"n":1}`, `{"n":2}`} {
 			r := store.Report{AgentID: "agt-1", Bytes: []byte(body), Signature: "sig", ReceivedAt: t0.Add(time.Duration(i) * time.Second), Index: idx}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
 	"github.com/gpupass/gpupass/internal/probe/nvmlprobe"
@@ -30,13 +31,22 @@ func (m LocalMismatch) Line() string {
 // LocalResult is what `validate --local` measured and found.
 type LocalResult struct {
 	Python             string          `json:"python"`
-	Measured           localRuntime    `json:"measured"`
+	Measured           localMeasured   `json:"measured"`
 	Mismatches         []LocalMismatch `json:"mismatches"`
 	SpecFingerprint    string          `json:"spec_fingerprint"`
 	RuntimeFingerprint string          `json:"runtime_fingerprint"`
 	Notes              []string        `json:"notes,omitempty"`
 }
 
+// localMeasured is the measured runtime (suite.MeasuredRuntime, as the
+// node's report has it) and the GPU count.
+type localMeasured struct {
+	localRuntime
+	GPUs int `json:"gpus"`
+}
+
+// localRuntime is conformance.Runtime with every key always present; the
+// conversion from it compiles only while the two have the same fields.
 type localRuntime struct {
 	NvidiaDriver  string            `json:"nvidia-driver"`
 	CUDADriverAPI string            `json:"cuda-driver-api"`
@@ -45,9 +55,8 @@ type localRuntime struct {
 	PyTorch       string            `json:"pytorch"`
 	TorchCUDA     string            `json:"torch-cuda"`
 	CuDNN         string            `json:"cudnn"`
-	FIPSEnabled   bool              `json:"fips-enabled"`
 	Packages      map[string]string `json:"packages"`
-	GPUs          int               `json:"gpus"`
+	FIPSEnabled   bool              `json:"fips-enabled"`
 }
 
 // localGPUProbe reads the GPUs for --local: NVML, or a message saying
@@ -105,12 +114,8 @@ func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Wr
 func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, error) {
 	r := s.Runtime
 	lr := &LocalResult{
-		Python: f.Python.Executable,
-		Measured: localRuntime{
-			NvidiaDriver: f.GPU.DriverVersion, CUDADriverAPI: f.GPU.CUDADriverAPI, CUDA: f.NVCC.Version,
-			Python: f.Python.Version, PyTorch: f.Python.Torch, TorchCUDA: f.Python.TorchCUDA, CuDNN: f.Python.CuDNN,
-			FIPSEnabled: f.FIPS.Enabled, Packages: f.Python.Packages, GPUs: len(f.GPU.GPUs),
-		},
+		Python:     f.Python.Executable,
+		Measured:   localMeasured{localRuntime: localRuntime(suite.MeasuredRuntime(f)), GPUs: len(f.GPU.GPUs)},
 		Mismatches: []LocalMismatch{},
 	}
 	if lr.Python == "" {
@@ -125,10 +130,12 @@ func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, er
 		}
 		lr.Mismatches = append(lr.Mismatches, LocalMismatch{Field: field, What: what, Expected: expected, Got: got})
 	}
-	add("runtime.nvidia-driver", "NVIDIA driver version", r.NvidiaDriver, f.GPU.DriverVersion)
-	add("runtime.cuda", "CUDA version", r.CUDA, f.NVCC.Version)
-	add("runtime.python", "Python version", r.Python, f.Python.Version)
-	add("runtime.pytorch", "PyTorch version", r.PyTorch, f.Python.Torch)
+	measured := conformance.Runtime(lr.Measured.localRuntime)
+	for _, d := range conformance.DeclaredVersions(s, &measured) {
+		if !d.Met() {
+			add(d.Field, d.What, d.Expected, d.Measured)
+		}
+	}
 	if r.CUDA != "" && f.Python.TorchCUDA != "" {
 		// torch built for another CUDA loads, then fails in JIT-built
 		// kernels: say so even when the version strings look right.

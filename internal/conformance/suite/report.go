@@ -51,6 +51,18 @@ func MeasuredSpec(f *probe.Facts, like *spec.Spec) *spec.Spec {
 	return s
 }
 
+// MeasuredRuntime is the runtime the probe found, as the report, the
+// broker's index and validate --local give it: the one place facts become
+// a conformance.Runtime. Packages are those installed (not-installed
+// names the probe was asked about are left out).
+func MeasuredRuntime(f *probe.Facts) conformance.Runtime {
+	return conformance.Runtime{
+		NvidiaDriver: f.GPU.DriverVersion, CUDADriverAPI: f.GPU.CUDADriverAPI, CUDA: f.NVCC.Version,
+		Python: f.Python.Version, PyTorch: f.Python.Torch, TorchCUDA: f.Python.TorchCUDA,
+		CuDNN: f.Python.CuDNN, Packages: installed(f.Python.Packages), FIPSEnabled: f.FIPS.Enabled,
+	}
+}
+
 // RuntimeFingerprint is spec.Fingerprint of MeasuredSpec(f, like): equal
 // to a spec's fingerprint exactly when this node measures what it declares.
 func RuntimeFingerprint(f *probe.Facts, like *spec.Spec) (string, error) {
@@ -88,19 +100,15 @@ func (r *Result) Report(in ReportInput) (*conformance.Report, error) {
 		}
 	}
 	rep := &conformance.Report{
-		SchemaVersion:   conformance.SchemaVersion,
-		AgentID:         in.AgentID,
-		GeneratedAt:     in.Now.UTC().Format("2006-01-02T15:04:05.000Z"),
-		Simulated:       f.Simulated(),
-		Profile:         f.GPU.Profile,
-		AllocationID:    in.AllocID,
-		SpecFingerprint: specFP,
-		Node:            in.Node,
-		Runtime: conformance.Runtime{
-			NvidiaDriver: f.GPU.DriverVersion, CUDADriverAPI: f.GPU.CUDADriverAPI, CUDA: f.NVCC.Version,
-			Python: f.Python.Version, PyTorch: f.Python.Torch, TorchCUDA: f.Python.TorchCUDA,
-			CuDNN: f.Python.CuDNN, Packages: installed(f.Python.Packages), FIPSEnabled: f.FIPS.Enabled,
-		},
+		SchemaVersion:      conformance.SchemaVersion,
+		AgentID:            in.AgentID,
+		GeneratedAt:        in.Now.UTC().Format("2006-01-02T15:04:05.000Z"),
+		Simulated:          f.Simulated(),
+		Profile:            f.GPU.Profile,
+		AllocationID:       in.AllocID,
+		SpecFingerprint:    specFP,
+		Node:               in.Node,
+		Runtime:            MeasuredRuntime(f),
 		RuntimeFingerprint: fp,
 		GPUs:               []conformance.GPU{},
 		Storage: conformance.Storage{

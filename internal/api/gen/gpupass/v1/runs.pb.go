@@ -311,7 +311,9 @@ type Assignment struct {
 	FencingToken uint64                 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	Name         string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	Region       string                 `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
-	// JSON (encoding/json) of the internal/spec.Spec the run was matched with.
+	// The internal/spec.Spec the run was matched with, in its one wire form
+	// (spec.Encode: canonical JSON; brokers of the previous release sent
+	// encoding/json's form, which spec.Decode reads too).
 	SpecJson []byte   `protobuf:"bytes,5,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
 	Command  []string `protobuf:"bytes,6,rep,name=command,proto3" json:"command,omitempty"`
 	// gzip-compressed tar of the work dir; empty for none.
@@ -339,8 +341,13 @@ type Assignment struct {
 	// feature's.
 	ResumeCheckpointName string `protobuf:"bytes,20,opt,name=resume_checkpoint_name,json=resumeCheckpointName,proto3" json:"resume_checkpoint_name,omitempty"`
 	ResumeCheckpoint     []byte `protobuf:"bytes,21,opt,name=resume_checkpoint,json=resumeCheckpoint,proto3" json:"resume_checkpoint,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// spec.Fingerprint of spec_json as computed at submit (the run's
+	// spec_fingerprint, which the CLI printed): the agent hashes the spec it
+	// decoded and refuses the run when the two differ. Empty from a broker
+	// of the previous release (the agent then skips the check).
+	SpecFingerprint string `protobuf:"bytes,22,opt,name=spec_fingerprint,json=specFingerprint,proto3" json:"spec_fingerprint,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
@@ -476,6 +483,13 @@ func (x *Assignment) GetResumeCheckpoint() []byte {
 		return x.ResumeCheckpoint
 	}
 	return nil
+}
+
+func (x *Assignment) GetSpecFingerprint() string {
+	if x != nil {
+		return x.SpecFingerprint
+	}
+	return ""
 }
 
 type UpdateAllocationRequest struct {
@@ -2338,7 +2352,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10PollWorkResponse\x126\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x16.gpupass.v1.AssignmentR\n" +
-	"assignment\"\xad\x04\n" +
+	"assignment\"\xd8\x04\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12#\n" +
@@ -2356,7 +2370,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x12)\n" +
 	"\x10keep_checkpoints\x18\r \x01(\bR\x0fkeepCheckpoints\x124\n" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
-	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\"\x92\x03\n" +
+	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\x12)\n" +
+	"\x10spec_fingerprint\x18\x16 \x01(\tR\x0fspecFingerprint\"\x92\x03\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
