@@ -177,25 +177,16 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error)
 	if !slices.Contains(CISteps, o.Command) {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input command %q: unknown step; use one of %s", o.Command, strings.Join(CISteps, ", "))}
 	}
-	// The steps of the command sets this binary may not link run in
-	// gpupass-audit when it does not (plugin.go), before any group opens:
-	// that process opens its own.
+	// The audit and bundle steps live with their commands (plugin.go).
 	var plugin Plugin
 	switch o.Command {
 	case "audit", "audit-verify":
 		plugin = o.Global.Audit
-		if plugin == nil {
-			plugin = o.Global.forward(auditCommands, out, o.ErrOut)
-		}
 	case "bundle-push", "bundle-pull":
 		plugin = o.Global.Bundle
-		if plugin == nil {
-			plugin = o.Global.forward(bundleCommands, out, o.ErrOut)
-		}
-	case "compare-report":
-		if o.Global.Poster == nil && compare.Destination(ciComparePost, o.Getenv) != compare.PostNone {
-			return o.Global.forward(comparePosting, out, o.ErrOut).run(ctx)
-		}
+	}
+	if plugin == nil && o.Command != "validate" && o.Command != "train" && o.Command != "compare-report" {
+		return fmt.Errorf("step %s: its commands are not linked into this program (build cmd/gpupass)", o.Command)
 	}
 	if plugin != nil {
 		return plugin.CIStep(ctx, o, env, out)

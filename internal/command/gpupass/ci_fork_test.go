@@ -56,7 +56,7 @@ func TestCIStepCompareOnForkPR(t *testing.T) {
 	o := gpupass.CIStepOptions{Command: "compare-report", Runs: "us=" + filepath.Join(dir, "us.jsonl") + " eu=" + filepath.Join(dir, "eu.jsonl"),
 		Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: filepath.Join(dir, "rep"),
 		GitHubToken: token, Getenv: func(k string) string { return env[k] },
-		// Posting: the forge clients linked in, as gpupass-audit runs it.
+		// Posting: the forge clients linked in, as cmd/gpupass runs it.
 		Global: &gpupass.GlobalOptions{Output: "text", Poster: forgepost.Poster{}}}
 	var out, log bytes.Buffer
 	o.ErrOut = &log

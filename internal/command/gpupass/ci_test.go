@@ -103,7 +103,7 @@ func TestRunCIStep(t *testing.T) {
 			var out, log bytes.Buffer
 			o.ErrOut = &log
 			// compare-report posts in CI: with the forge clients linked
-			// in, as gpupass-audit runs it.
+			// in, as cmd/gpupass runs it.
 			o.Global = &GlobalOptions{Output: "text", Poster: forgepost.Poster{}}
 			// Paths are relative to the job's directory, as in CI.
 			o.Spec = filepath.Join(dir, "gpupass.yaml")

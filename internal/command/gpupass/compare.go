@@ -49,8 +49,8 @@ type CompareOptions struct {
 	Inputs []string
 	Output string // text | json
 	Getenv func(string) string
-	// Poster posts the report; nil when this binary does not link the
-	// forge clients (then the command runs gpupass-audit to post).
+	// Poster posts the report (the forge clients, linked in by
+	// cmd/gpupass); nil refuses to post (compare.ErrNoPoster).
 	Poster compare.Poster
 	// Source resolves allocation ids; nil until the broker client exists.
 	Source     compare.Source
@@ -125,10 +125,6 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
 			o.Poster = g.Poster
-			if o.Poster == nil && compare.Destination(compare.PostMode(o.Post), o.Getenv) != compare.PostNone {
-				// Posting needs the forge clients: gpupass-audit links them.
-				return g.forward(comparePosting, cmd.OutOrStdout(), cmd.ErrOrStderr()).run(cmd.Context())
-			}
 			if o.needsBroker() {
 				// After `gpupass up` its config names the broker, as for
 				// every other broker command.

@@ -51,7 +51,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (string, string
 		t.Setenv(k, v)
 	}
 	var out, errb bytes.Buffer
-	// With the forge clients linked in, as gpupass-audit runs a compare
+	// With the forge clients linked in, as cmd/gpupass runs a compare
 	// that posts.
 	code := Main(context.Background(), append([]string{"compare"}, args...), strings.NewReader(""), &out, &errb, WithPoster(forgepost.Poster{}))
 	return out.String(), errb.String(), code

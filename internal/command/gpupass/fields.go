@@ -55,8 +55,8 @@ func (g *GlobalOptions) fieldNames() fieldNames {
 	return fieldNames{flags: flagNames, inputs: ciInputNames}
 }
 
-// newFieldNames are the CLI's tables with the linked plugins' (nil for
-// one gpupass-audit runs) merged in.
+// newFieldNames are the CLI's tables with the linked plugins' (nil when
+// not linked) merged in.
 func newFieldNames(plugins ...Plugin) fieldNames {
 	n := fieldNames{flags: flagNames, inputs: ciInputNames}
 	for _, p := range plugins {

@@ -78,7 +78,7 @@ func TestCIStepAudit(t *testing.T) {
 }
 
 // TestAuditErrorsNameFlagOrInput: the audit library refuses a public key
-// to sign with in its own terms; `gpupass-audit audit` names --key and the
+// to sign with in its own terms; `gpupass audit` names --key and the
 // audit step names its input cosign-key, neither the other's.
 func TestAuditErrorsNameFlagOrInput(t *testing.T) {
 	t.Parallel()

@@ -1,8 +1,7 @@
 // Package auditcmd holds the audit commands: `gpupass audit` (build and
 // sign a run's audit report), `audit verify`, `audit keygen` and the audit
-// and audit-verify CI steps. They link sigstore, so they are linked only
-// into gpupass-audit (cmd/gpupass-audit); gpupass runs that program for
-// them (see gpupass.Plugin).
+// and audit-verify CI steps. They link sigstore; cmd/gpupass links them in
+// (see gpupass.Plugin).
 package auditcmd
 
 import (

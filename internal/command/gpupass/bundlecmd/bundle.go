@@ -1,10 +1,7 @@
 // Package bundlecmd holds the bundle commands: `gpupass bundle push`,
 // `pull`, `inspect` and `verify`, and the bundle-push and bundle-pull CI
 // steps. They link the OCI registry client (go-containerregistry, docker's
-// credential config), whose package initialisation every process that
-// links it pays at start-up, so they are linked only into gpupass-audit
-// (cmd/gpupass-audit); gpupass runs that program for them (see
-// gpupass.Plugin).
+// credential config); cmd/gpupass links them in (see gpupass.Plugin).
 package bundlecmd
 
 import (
