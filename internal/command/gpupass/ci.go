@@ -17,13 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/compare"
-	"github.com/gpupass/gpupass/internal/app/validate"
-	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/fielderr"
-	"github.com/gpupass/gpupass/internal/findings"
 	"github.com/gpupass/gpupass/internal/report"
-	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // CISteps are the steps the GitHub Action and the GitLab components run,
@@ -191,11 +187,20 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error)
 	if plugin != nil {
 		return plugin.CIStep(ctx, o, env, out)
 	}
+	// The steps moved onto their real commands run them with the CI
+	// output format of the detected system (`gpupass -o github validate`).
+	switch o.Command {
+	case "validate":
+		dir, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("finding the working directory: %w", err)
+		}
+		return RunValidate(ctx, &ValidateOptions{Global: o.ciGlobal(env), Spec: o.Spec, CodeQuality: o.CodeQuality, Dir: dir,
+			Getenv: o.Getenv, Logger: o.Logger, ErrOut: o.ErrOut}, out)
+	}
 	end := env.Group("gpupass " + o.Command)
 	defer end()
 	switch o.Command {
-	case "validate":
-		return o.validate(ctx, env, out)
 	case "train":
 		return o.train(ctx, env, out)
 	case "compare-report":
@@ -220,65 +225,14 @@ func (o *CIStepOptions) Require(pairs ...string) error {
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("step %s: missing required input %s", o.Command, strings.Join(missing, ", "))}
 }
 
-// hideCI hides the CI variables from a command whose output is only read
-// back, so it sets no outputs and prints no annotations of its own.
-func hideCI(getenv func(string) string) func(string) string {
-	return func(k string) string {
-		switch k {
-		case "GITHUB_ACTIONS", "GITLAB_CI", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY":
-			return ""
-		}
-		return getenv(k)
+// ciGlobal is o's global options with the CI output format of env.
+func (o *CIStepOptions) ciGlobal(env *ci.Env) *GlobalOptions {
+	g := *o.Global
+	g.Output = string(env.Kind())
+	if env.Kind() == ci.None {
+		g.Output = "text"
 	}
-}
-
-// validate validates the spec once and renders the typed result three
-// ways: findings in the log (annotations on the spec's lines on GitHub),
-// the code quality report on GitLab, and the job summary.
-func (o *CIStepOptions) validate(ctx context.Context, env *ci.Env, out io.Writer) error {
-	dir, err := os.Getwd()
-	if err != nil {
-		return fmt.Errorf("finding the working directory: %w", err)
-	}
-	v, err := validate.Run(ctx, validate.Options{Spec: o.Spec, Dir: dir, Logger: o.Logger})
-	var ns *validate.NoSpecError
-	if errors.As(err, &ns) {
-		return fmt.Errorf("%w, or set the spec input", err)
-	}
-	if err != nil {
-		return err
-	}
-	res := v.Result
-	results := []*spec.Result{res}
-	fo := findings.Options{Version: buildinfo.Get().Version, Getenv: o.Getenv}
-	if err := findings.Write(out, "text", results, fo); err != nil {
-		return fmt.Errorf("writing findings: %w", err)
-	}
-	if o.Getenv("GITHUB_ACTIONS") == "true" {
-		// Annotations on the spec's lines and the fingerprint output.
-		if err := findings.GitHub(out, results, o.Getenv); err != nil {
-			return err
-		}
-	}
-	if env.Kind() == ci.GitLab {
-		// GitLab shows code quality findings on the merge request's diff.
-		fo.Getenv = hideCI(o.Getenv)
-		if err := writeFile(o.CodeQuality, func(w io.Writer) error { return findings.Write(w, "gitlab", results, fo) }); err != nil {
-			return err
-		}
-		if res.Fingerprint != "" {
-			if err := env.SetOutput("fingerprint", res.Fingerprint); err != nil {
-				return err
-			}
-		}
-	}
-	if !res.Valid {
-		if err := env.Summary(fmt.Sprintf("### ❌ gpupass validate\n\n`%s` has errors: see the annotations.\n", res.File)); err != nil {
-			return err
-		}
-		return Findings(nil)
-	}
-	return env.Summary(fmt.Sprintf("### ✅ gpupass validate\n\n`%s` is valid.\n\nFingerprint: `%s`\n", res.File, res.Fingerprint))
+	return &g
 }
 
 // compareInputs turns the runs input into compare's labels and inputs:

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
+	"github.com/gpupass/gpupass/internal/ci"
 )
 
 // writeMetrics writes a gpupass JSONL loss series whose loss is offset
@@ -112,7 +115,7 @@ func TestRunCIStep(t *testing.T) {
 				o.ReportDir = filepath.Join(dir, o.ReportDir)
 			}
 			o.CodeQuality = filepath.Join(dir, "gl-code-quality-report.json")
-			err := RunCIStep(context.Background(), &o, &out)
+			err := runStep(context.Background(), &o, ci.Kind(tt.kind), &out)
 			if got := ExitCode(err); got != tt.wantCode {
 				t.Fatalf("exit code %d (err %v), want %d\nstdout:\n%s\nlog:\n%s", got, err, tt.wantCode, out.String(), log.String())
 			}
@@ -143,6 +146,22 @@ func TestRunCIStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runStep runs the step o.Command names as the GitHub Action and the
+// GitLab components run it: the real command with -o github or -o
+// gitlab, o's inputs as its flags; `ci step` for the steps that have not
+// moved onto their commands yet.
+func runStep(ctx context.Context, o *CIStepOptions, kind ci.Kind, out io.Writer) error {
+	g := *o.Global
+	g.Output = string(kind)
+	switch o.Command {
+	case "validate":
+		dir := filepath.Dir(o.Spec)
+		return RunValidate(ctx, &ValidateOptions{Global: &g, Spec: o.Spec, CodeQuality: o.CodeQuality, Dir: dir, Getenv: o.Getenv, ErrOut: o.ErrOut,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, out)
+	}
+	return RunCIStep(ctx, o, out)
 }
 
 func prefixRuns(runs, dir string) string {

@@ -40,18 +40,14 @@ type GlobalOptions struct {
 
 // AddFlags registers the global flags.
 func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text or json")
+	cmd.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text or json; github or gitlab for a CI step ("+strings.Join(ciCommands, ", ")+")")
 	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
 	cmd.PersistentFlags().StringVar(&o.Context, "context", "", "broker context to use, from the config file (gpupass context ls lists them)")
 }
 
-// Validate checks the global flags.
-func (o *GlobalOptions) Validate() error {
-	switch o.Output {
-	case "text", "json":
-		return nil
-	}
-	return fmt.Errorf("--output %q: must be text or json", o.Output)
+// Validate checks the global flags for the command cmd.
+func (o *GlobalOptions) Validate(cmd *cobra.Command) error {
+	return validateOutput(o.Output, cmd.CommandPath())
 }
 
 // Logger returns the diagnostics logger for the command (stderr).
@@ -107,7 +103,7 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 			if err := applyEnv(cmd, os.Getenv, all); err != nil {
 				return err
 			}
-			return g.Validate()
+			return g.Validate(cmd)
 		},
 	}
 	g.AddFlags(root)

@@ -1,0 +1,61 @@
+package gpupass
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpupass/gpupass/internal/ci"
+)
+
+// The CI output formats: `-o github` and `-o gitlab` make a command do
+// what a pipeline step needs besides its human text in the log: step
+// outputs (GITHUB_OUTPUT) or the dotenv file (GPUPASS_DOTENV,
+// GPUPASS_<OUTPUT>), the job summary, annotations, GitLab's report
+// files, masked secrets and a collapsible log group. The GitHub Action
+// and the GitLab components run the real commands with them, configured
+// by GPUPASS_<FLAG> variables (buildkite's annotate command is the model).
+// This file is the one place that decides them.
+
+// ciCommands are the commands that render the CI output formats.
+var ciCommands = []string{"gpupass validate"}
+
+// ciOutput is the CI system g's --output renders for, and whether it is one.
+func ciOutput(g *GlobalOptions) (ci.Kind, bool) {
+	if g == nil {
+		return ci.None, false
+	}
+	switch g.Output {
+	case string(ci.GitHub):
+		return ci.GitHub, true
+	case string(ci.GitLab):
+		return ci.GitLab, true
+	}
+	return ci.None, false
+}
+
+// validateOutput checks --output for the command at path ("gpupass
+// validate"): text and json everywhere, github and gitlab where the
+// command renders them.
+func validateOutput(output, path string) error {
+	switch output {
+	case "text", "json":
+		return nil
+	case string(ci.GitHub), string(ci.GitLab):
+		if slices.Contains(ciCommands, path) {
+			return nil
+		}
+		return fmt.Errorf("--output %s: %s has no CI output; only %s do (use text or json)", output, path, strings.Join(ciCommands, ", "))
+	}
+	return fmt.Errorf("--output %q: must be text or json (or github or gitlab for %s)", output, strings.Join(ciCommands, ", "))
+}
+
+// ciFlag names a flag for a user who may have set it through the GitHub
+// Action's or a GitLab component's input of the same name: "--spec
+// (GPUPASS_SPEC, the spec input)" with a CI output format, else "--spec".
+func ciFlag(g *GlobalOptions, flag string) string {
+	if _, ok := ciOutput(g); ok {
+		return fmt.Sprintf("--%s (%s, the %s input)", flag, EnvName(flag), flag)
+	}
+	return "--" + flag
+}

@@ -1,0 +1,87 @@
+//go:build e2e
+
+package gpupass_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/testutil"
+)
+
+// TestCIOutputFormats runs the real commands as the GitHub Action and the
+// GitLab components do: `gpupass -o github|gitlab COMMAND`, configured by
+// GPUPASS_<FLAG> variables, in a runner's environment. Each must do what
+// its pipeline step needs (outputs, dotenv, summary, reports, log group);
+// a command without CI output refuses the format, naming those that have
+// it.
+func TestCIOutputFormats(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	starter, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "examples", "starter", "gpupass.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		env      []string // besides the runner's own
+		kind     string   // github | gitlab
+		noSpec   bool     // no gpupass.yaml in the work dir
+		wantCode int
+		wantLog  []string            // in stdout + stderr
+		wantFile map[string][]string // file in the work dir -> substrings
+	}{
+		{name: "validate on GitHub", kind: "github", args: []string{"-o", "github", "validate"}, env: []string{"GPUPASS_SPEC=gpupass.yaml"},
+			wantLog:  []string{"::group::gpupass validate", "::endgroup::", "gpupass.yaml: valid"},
+			wantFile: map[string][]string{"output": {"fingerprint<<", "sha256:"}, "summary": {"### ✅ gpupass validate", "is valid"}}},
+		{name: "validate on GitLab", kind: "gitlab", args: []string{"--output=gitlab", "validate"},
+			wantLog:  []string{"section_start:", "section_end:"},
+			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_FINGERPRINT=sha256:"}, "gl-code-quality-report.json": {"[]"}}},
+		{name: "validate names the input of a missing spec", kind: "github", args: []string{"-o", "github", "validate"}, env: []string{"GPUPASS_SPEC=missing.yaml"},
+			wantCode: 2, wantLog: []string{"::error title=gpupass validate::", "missing.yaml"}},
+		{name: "validate without a spec names the flag and the input", kind: "gitlab", args: []string{"-o", "gitlab", "validate"}, noSpec: true,
+			wantCode: 2, wantLog: []string{"or pass --spec (GPUPASS_SPEC, the spec input)"}},
+		{name: "a command without CI output refuses it", kind: "github", args: []string{"-o", "github", "version"},
+			wantCode: 2, wantLog: []string{"--output github: gpupass version has no CI output; only gpupass validate"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if !tc.noSpec {
+				if err := os.WriteFile(filepath.Join(dir, "gpupass.yaml"), starter, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := []string{"GITHUB_ACTIONS=true", "GITHUB_OUTPUT=" + filepath.Join(dir, "output"), "GITHUB_STEP_SUMMARY=" + filepath.Join(dir, "summary")}
+			if tc.kind == "gitlab" {
+				env = []string{"GITLAB_CI=true", "CI_JOB_URL=https://gitlab.invalid/g/p/-/jobs/7"}
+			}
+			out, errOut, code := run(t, bin, dir, append(env, tc.env...), tc.args...)
+			log := out + errOut
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.wantCode, log)
+			}
+			for _, s := range tc.wantLog {
+				if !strings.Contains(log, s) {
+					t.Errorf("log lacks %q:\n%s", s, log)
+				}
+			}
+			for file, subs := range tc.wantFile {
+				b, err := os.ReadFile(filepath.Join(dir, file))
+				if err != nil {
+					t.Errorf("%s: %v", file, err)
+					continue
+				}
+				for _, s := range subs {
+					if !strings.Contains(string(b), s) {
+						t.Errorf("%s lacks %q:\n%s", file, s, b)
+					}
+				}
+			}
+		})
+	}
+}
