@@ -2,15 +2,10 @@ package gpupass
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -18,8 +13,6 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/ci"
-	"github.com/gpupass/gpupass/internal/fielderr"
-	"github.com/gpupass/gpupass/internal/report"
 )
 
 // CISteps are the steps the GitHub Action and the GitLab components run,
@@ -65,20 +58,6 @@ type CIStepOptions struct {
 	Getenv func(string) string
 	ErrOut io.Writer
 	Logger *slog.Logger
-}
-
-// ciCompareSpec is the spec whose metrics.pattern compare-report reads
-// text logs with: the spec input when that file is there (the same input
-// is set for every step, and compare-report runs need no spec), else
-// compare's default, the working directory's.
-func ciCompareSpec(spec string) string {
-	if spec == "" {
-		return ""
-	}
-	if fi, err := os.Stat(spec); err != nil || !fi.Mode().IsRegular() {
-		return ""
-	}
-	return spec
 }
 
 // AddFlags registers the step inputs.
@@ -197,14 +176,17 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error)
 		}
 		return RunValidate(ctx, &ValidateOptions{Global: o.ciGlobal(env), Spec: o.Spec, CodeQuality: o.CodeQuality, Dir: dir,
 			Getenv: o.Getenv, Logger: o.Logger, ErrOut: o.ErrOut}, out)
+	case "compare-report":
+		return RunCompare(ctx, &CompareOptions{Runs: o.Runs, Spec: o.Spec, Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence,
+			Tag: o.Tag, CommentBehavior: o.CommentBehavior, Post: string(compare.PostAuto), Poster: o.Global.Poster, ReportDir: o.ReportDir,
+			DashboardURL: o.DashboardURL, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
+			Output: o.ciGlobal(env).Output, Getenv: o.Getenv, ErrOut: o.ErrOut, Logger: o.Logger, Source: brokerSource(o.Broker())}, out)
 	}
 	end := env.Group("gpupass " + o.Command)
 	defer end()
 	switch o.Command {
 	case "train":
 		return o.train(ctx, env, out)
-	case "compare-report":
-		return o.compare(ctx, env, out)
 	}
 	return nil // unreachable: the command was checked against CISteps
 }
@@ -233,162 +215,6 @@ func (o *CIStepOptions) ciGlobal(env *ci.Env) *GlobalOptions {
 		g.Output = "text"
 	}
 	return &g
-}
-
-// compareInputs turns the runs input into compare's labels and inputs:
-// JSON from train's allocation-ids output ({"us":"alloc-1"} or a list), or
-// NAME=REF / REF words.
-func compareInputs(runs string) (labels, inputs []string, err error) {
-	runs = strings.TrimSpace(runs)
-	switch {
-	case strings.HasPrefix(runs, "{"):
-		var m map[string]string
-		if err := json.Unmarshal([]byte(runs), &m); err != nil {
-			return nil, nil, fmt.Errorf("input runs: not a JSON object of name to allocation id: %w", err)
-		}
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			labels = append(labels, k+"="+m[k])
-		}
-		return labels, nil, nil
-	case strings.HasPrefix(runs, "["):
-		if err := json.Unmarshal([]byte(runs), &inputs); err != nil {
-			return nil, nil, fmt.Errorf("input runs: not a JSON list of allocation ids: %w", err)
-		}
-		return nil, inputs, nil
-	}
-	for _, w := range strings.Fields(runs) {
-		if strings.Contains(w, "=") {
-			labels = append(labels, w)
-		} else {
-			inputs = append(inputs, w)
-		}
-	}
-	return labels, inputs, nil
-}
-
-// ciComparePost: the compare-report step posts to the forge it runs in.
-const ciComparePost = compare.PostAuto
-
-func (o *CIStepOptions) compare(ctx context.Context, env *ci.Env, out io.Writer) error {
-	if err := o.Require("runs", o.Runs); err != nil {
-		return err
-	}
-	labels, inputs, err := compareInputs(o.Runs)
-	if err != nil {
-		return &ExitError{Code: ExitUsage, Err: err}
-	}
-	var te *report.ToleranceError
-	if _, err := report.ParseTolerance(o.Tolerance); errors.As(err, &te) {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input tolerance %q: %s", te.Value, te.Problem)}
-	}
-	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
-		return fmt.Errorf("creating the report directory: %w", err)
-	}
-	md := filepath.Join(o.ReportDir, "report.md")
-	js := filepath.Join(o.ReportDir, "report.json")
-	c := &CompareOptions{
-		Labels: labels, Inputs: inputs,
-		// Text logs are read with the spec's metrics.pattern: CI needs
-		// no input of its own for it.
-		Spec:      ciCompareSpec(o.Spec),
-		Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence,
-		Tag: o.Tag, CommentBehavior: o.CommentBehavior, Post: string(ciComparePost), Poster: o.Global.Poster,
-		Markdown: md, JSON: js,
-		JUnit:       filepath.Join(o.ReportDir, "junit.xml"),
-		SVG:         filepath.Join(o.ReportDir, "chart.svg"),
-		GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
-		Output: "text", Getenv: o.Getenv, Logger: o.Logger,
-		// Allocation ids (train's output) are read from the broker; a
-		// local `gpupass up` stack is found without the inputs.
-		Source: brokerSource(o.Broker()),
-	}
-	opts, err := c.options()
-	if err != nil {
-		return err
-	}
-	if o.DashboardURL != "" {
-		if _, ok := report.LinkURL(o.DashboardURL); !ok {
-			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input dashboard-url %q: not an http:// or https:// URL", o.DashboardURL)}
-		}
-	}
-	opts.Links, opts.DashboardURL = ciLinks(env.Kind(), o.Getenv, o.ReportDir), o.DashboardURL
-	res, runErr := compare.Run(ctx, opts)
-	compare.NameAllowRunning(runErr, "use `gpupass compare --allow-running`")
-	compare.NamePatternOption(runErr, "a metrics.pattern in the spec")
-	if errors.Is(runErr, compare.ErrNoSource) {
-		runErr = fmt.Errorf("%w: set the broker-url and broker-token inputs", runErr)
-	}
-	runErr = fielderr.Names(map[string]string{"Runs": "input runs"}).Apply(runErr)
-	if res == nil {
-		return runErr // no report was built: the error says why
-	}
-	if err := compare.Render(out, res, compare.Text); err != nil {
-		return err
-	}
-	if runErr == nil && o.FailOnDivergence {
-		runErr = res.Divergence()
-	}
-	rep := res.Report
-	for _, kv := range [][2]string{{"report-path", md}, {"verdict", rep.Verdict}} {
-		if err := env.SetOutput(kv[0], kv[1]); err != nil {
-			return err
-		}
-	}
-	if env.Kind() == ci.GitLab {
-		if err := o.gitlabAnnotations(md, rep.Verdict); err != nil {
-			return err
-		}
-	}
-	return runErr
-}
-
-// ciLinks lead from the report back to the CI run and its artifacts:
-// on GitHub the run (this attempt of it) and its artifacts section, where
-// the workflow's uploads (the audit zip, the report directory) are; on
-// GitLab the pipeline (the audit job is one of its jobs) and the report
-// directory among this job's artifacts, which the component keeps.
-// Outside either, or without the variables, there are none.
-func ciLinks(kind ci.Kind, getenv func(string) string, reportDir string) []report.Link {
-	switch kind {
-	case ci.GitHub:
-		server, repo, id := getenv("GITHUB_SERVER_URL"), getenv("GITHUB_REPOSITORY"), getenv("GITHUB_RUN_ID")
-		if server == "" || repo == "" || id == "" {
-			return nil
-		}
-		run := strings.TrimRight(server, "/") + "/" + repo + "/actions/runs/" + url.PathEscape(id)
-		links := []report.Link{{Label: "CI run", URL: run}}
-		if a := getenv("GITHUB_RUN_ATTEMPT"); a != "" {
-			links[0].URL += "/attempts/" + url.PathEscape(a)
-		}
-		return append(links, report.Link{Label: "artifacts", URL: run + "#artifacts"})
-	case ci.GitLab:
-		var links []report.Link
-		if p := getenv("CI_PIPELINE_URL"); p != "" {
-			links = append(links, report.Link{Label: "CI pipeline", URL: p})
-		}
-		if j := getenv("CI_JOB_URL"); j != "" {
-			browse := j + "/artifacts/browse"
-			if d := filepath.ToSlash(filepath.Clean(reportDir)); reportDir != "" && !filepath.IsAbs(reportDir) && d != "." && !strings.HasPrefix(d, "../") {
-				browse += "/" + (&url.URL{Path: d}).EscapedPath()
-			}
-			links = append(links, report.Link{Label: "report artifacts", URL: browse})
-		}
-		return links
-	}
-	return nil
-}
-
-// gitlabAnnotations writes the annotations report GitLab shows on the
-// job page: a link to the full report among the job's artifacts.
-func (o *CIStepOptions) gitlabAnnotations(md, verdict string) error {
-	link := map[string]string{"label": "gpupass compare report: " + verdict}
-	if u := o.Getenv("CI_JOB_URL"); u != "" {
-		link["url"] = u + "/artifacts/file/" + filepath.ToSlash(md)
-	} else {
-		return nil // nothing to link to outside a real GitLab job
-	}
-	doc := map[string][]map[string]map[string]string{"gpupass": {{"external_link": link}}}
-	return writeFile(filepath.Join(o.ReportDir, "annotations.json"), func(w io.Writer) error { return writeJSON(w, doc) })
 }
 
 // KeyFile returns a path for the cosign-key input: the file it names, or

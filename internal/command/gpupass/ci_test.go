@@ -160,8 +160,19 @@ func runStep(ctx context.Context, o *CIStepOptions, kind ci.Kind, out io.Writer)
 		dir := filepath.Dir(o.Spec)
 		return RunValidate(ctx, &ValidateOptions{Global: &g, Spec: o.Spec, CodeQuality: o.CodeQuality, Dir: dir, Getenv: o.Getenv, ErrOut: o.ErrOut,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, out)
+	case "compare-report":
+		return RunCompare(ctx, compareStep(o, kind), out)
 	}
 	return RunCIStep(ctx, o, out)
+}
+
+// compareStep is `gpupass -o KIND compare` with o's inputs as its flags
+// (and the action's default of --post).
+func compareStep(o *CIStepOptions, kind ci.Kind) *CompareOptions {
+	return &CompareOptions{Runs: o.Runs, Spec: o.Spec, Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence, Tag: o.Tag,
+		CommentBehavior: o.CommentBehavior, Post: "auto", Poster: o.Global.Poster, ReportDir: o.ReportDir, DashboardURL: o.DashboardURL,
+		GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken, Output: string(kind), Getenv: o.Getenv, ErrOut: o.ErrOut,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 func prefixRuns(runs, dir string) string {
@@ -207,8 +218,8 @@ func TestCompareInputs(t *testing.T) {
 }
 
 // TestBadToleranceNamesFlagOrInput: the report package says what is wrong
-// with a tolerance; `gpupass compare` names the flag the user typed and
-// `ci step` the input the workflow set, never the other's name.
+// with a tolerance; `gpupass compare` names the flag the user typed and,
+// as a CI step (-o github), also the variable and the input that set it.
 func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -224,10 +235,10 @@ func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 	}
 
 	o := &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, Tolerance: "abs=5%", ReportDir: filepath.Join(dir, "rep"),
-		Getenv: func(string) string { return "" }}
-	err := RunCIStep(context.Background(), o, &bytes.Buffer{})
-	if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "input tolerance "+problem) || strings.Contains(fmt.Sprint(err), "--tolerance") {
-		t.Errorf("ci step with input tolerance abs=5%%: %v (exit %d); want a usage error naming the input tolerance, not the flag", err, ExitCode(err))
+		Getenv: func(string) string { return "" }, Global: &GlobalOptions{}}
+	err := RunCompare(context.Background(), compareStep(o, ci.GitHub), &bytes.Buffer{})
+	if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "--tolerance (GPUPASS_TOLERANCE, the tolerance input) "+problem) {
+		t.Errorf("gpupass -o github compare with GPUPASS_TOLERANCE=abs=5%%: %v (exit %d); want a usage error naming the flag, its variable and the input", err, ExitCode(err))
 	}
 }
 

@@ -2,10 +2,12 @@ package gpupass
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
 // The CI output formats: `-o github` and `-o gitlab` make a command do
@@ -18,7 +20,7 @@ import (
 // This file is the one place that decides them.
 
 // ciCommands are the commands that render the CI output formats.
-var ciCommands = []string{"gpupass validate"}
+var ciCommands = []string{"gpupass validate", "gpupass compare"}
 
 // ciOutput is the CI system g's --output renders for, and whether it is one.
 func ciOutput(g *GlobalOptions) (ci.Kind, bool) {
@@ -45,7 +47,7 @@ func validateOutput(output, path string) error {
 		if slices.Contains(ciCommands, path) {
 			return nil
 		}
-		return fmt.Errorf("--output %s: %s has no CI output; only %s do (use text or json)", output, path, strings.Join(ciCommands, ", "))
+		return fmt.Errorf("--output %s: %s has no CI output (github and gitlab are for %s); use text or json", output, path, strings.Join(ciCommands, ", "))
 	}
 	return fmt.Errorf("--output %q: must be text or json (or github or gitlab for %s)", output, strings.Join(ciCommands, ", "))
 }
@@ -58,4 +60,23 @@ func ciFlag(g *GlobalOptions, flag string) string {
 		return fmt.Sprintf("--%s (%s, the %s input)", flag, EnvName(flag), flag)
 	}
 	return "--" + flag
+}
+
+// ciFlagNames are names (field -> "--flag") with each plain flag named as
+// ciFlag names it when output is a CI output format: a library's error
+// then tells a pipeline's author the input to set.
+func ciFlagNames(names fielderr.Names, output string) fielderr.Names {
+	g := &GlobalOptions{Output: output}
+	if _, ok := ciOutput(g); !ok {
+		return names
+	}
+	plain := regexp.MustCompile(`^--([a-z0-9-]+)$`)
+	ci := make(fielderr.Names, len(names))
+	for field, name := range names {
+		if m := plain.FindStringSubmatch(name); m != nil {
+			name = ciFlag(g, m[1])
+		}
+		ci[field] = name
+	}
+	return ci
 }

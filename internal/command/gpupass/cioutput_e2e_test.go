@@ -3,6 +3,7 @@
 package gpupass_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,8 +45,19 @@ func TestCIOutputFormats(t *testing.T) {
 			wantCode: 2, wantLog: []string{"::error title=gpupass validate::", "missing.yaml"}},
 		{name: "validate without a spec names the flag and the input", kind: "gitlab", args: []string{"-o", "gitlab", "validate"}, noSpec: true,
 			wantCode: 2, wantLog: []string{"or pass --spec (GPUPASS_SPEC, the spec input)"}},
+		{name: "compare on GitHub", kind: "github", args: []string{"-o", "github", "compare"},
+			env:      []string{"GPUPASS_RUNS=us=us.jsonl eu=eu.jsonl", "GPUPASS_REPORT_DIR=rep", "GPUPASS_FAIL_ON_DIVERGENCE=true"},
+			wantLog:  []string{"::group::gpupass compare-report", "gpupass compare: consistent"},
+			wantFile: map[string][]string{"output": {"verdict<<", "consistent", "report-path<<", "rep/report.md"}, "summary": {"gpupass compare: consistent"}, "rep/junit.xml": {"<testsuite"}, "rep/chart.svg": {"<svg"}}},
+		{name: "compare on GitLab takes train's allocation-ids JSON and fails on divergence", kind: "gitlab", args: []string{"-o", "gitlab", "compare", "--tolerance", "abs=0.01"},
+			env:      []string{`GPUPASS_RUNS={"us":"us.jsonl","far":"far.jsonl"}`, "GPUPASS_FAIL_ON_DIVERGENCE=true"},
+			wantCode: 1, wantLog: []string{"section_start:", "gpupass_compare-report"},
+			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_VERDICT=diverged", "GPUPASS_REPORT_PATH=gpupass-report/report.md"},
+				"gpupass-report/annotations.json": {`"label": "gpupass compare report: diverged"`, `"url": "https://gitlab.invalid/g/p/-/jobs/7/artifacts/file/gpupass-report/report.md"`}}},
+		{name: "compare without runs names the input", kind: "gitlab", args: []string{"-o", "gitlab", "compare"},
+			wantCode: 2, wantLog: []string{"nothing to compare: set --runs (GPUPASS_RUNS, the runs input)"}},
 		{name: "a command without CI output refuses it", kind: "github", args: []string{"-o", "github", "version"},
-			wantCode: 2, wantLog: []string{"--output github: gpupass version has no CI output; only gpupass validate"}},
+			wantCode: 2, wantLog: []string{"--output github: gpupass version has no CI output (github and gitlab are for gpupass validate"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,9 +68,18 @@ func TestCIOutputFormats(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			for name, delta := range map[string]float64{"us.jsonl": 0, "eu.jsonl": 0.001, "far.jsonl": 0.5} {
+				var b strings.Builder
+				for step := 0; step <= 100; step += 10 {
+					fmt.Fprintf(&b, "{\"step\":%d,\"loss\":%g}\n", step, 3.0-float64(step)/50+delta)
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 			env := []string{"GITHUB_ACTIONS=true", "GITHUB_OUTPUT=" + filepath.Join(dir, "output"), "GITHUB_STEP_SUMMARY=" + filepath.Join(dir, "summary")}
 			if tc.kind == "gitlab" {
-				env = []string{"GITLAB_CI=true", "CI_JOB_URL=https://gitlab.invalid/g/p/-/jobs/7"}
+				env = []string{"GITLAB_CI=true", "CI_JOB_URL=https://gitlab.invalid/g/p/-/jobs/7", "GPUPASS_DOTENV=" + filepath.Join(dir, "gpupass.env")}
 			}
 			out, errOut, code := run(t, bin, dir, append(env, tc.env...), tc.args...)
 			log := out + errOut

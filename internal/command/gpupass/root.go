@@ -208,8 +208,12 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	// Libraries name the field they refuse; the user typed a flag.
-	err := cfg.names.flags.Apply(root.ExecuteContext(ctx))
+	// Libraries name the field they refuse; the user typed a flag, or in
+	// a pipeline step set the input of the same name.
+	err := root.ExecuteContext(ctx)
+	if out := root.PersistentFlags().Lookup("output"); out != nil {
+		err = ciFlagNames(cfg.names.flags, out.Value.String()).Apply(err)
+	}
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {
