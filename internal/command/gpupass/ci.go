@@ -11,8 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/app/compare"
+	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // CISteps are the steps the GitHub Action and the GitLab components run,
@@ -181,12 +184,14 @@ func RunCIStep(ctx context.Context, o *CIStepOptions, out io.Writer) (err error)
 			Tag: o.Tag, CommentBehavior: o.CommentBehavior, Post: string(compare.PostAuto), Poster: o.Global.Poster, ReportDir: o.ReportDir,
 			DashboardURL: o.DashboardURL, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
 			Output: o.ciGlobal(env).Output, Getenv: o.Getenv, ErrOut: o.ErrOut, Logger: o.Logger, Source: brokerSource(o.Broker())}, out)
-	}
-	end := env.Group("gpupass " + o.Command)
-	defer end()
-	switch o.Command {
 	case "train":
-		return o.train(ctx, env, out)
+		spec := o.Spec
+		if spec == "" {
+			spec = "gpupass.yaml"
+		}
+		return RunTrain(ctx, &TrainOptions{Global: o.ciGlobal(env), Broker: *o.Broker(), Follow: true, CommandLine: o.TrainCommand,
+			Options: apptrain.Options{Spec: spec, Regions: []string{o.Regions}, Name: o.Name, MaxRestarts: 3, MinHealthScore: api.DefaultMinHealthScore,
+				TimeLimit: o.TimeLimit, Workdir: o.Workdir, NoWorkdir: o.Workdir == "", WorkdirLimits: workdir.Default(), Getenv: o.Getenv}}, out, o.ErrOut)
 	}
 	return nil // unreachable: the command was checked against CISteps
 }

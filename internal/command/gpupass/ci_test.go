@@ -243,8 +243,8 @@ func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 }
 
 // TestCIStepErrorsNameInputsNotFlags checks that a use case's error
-// reaches a `ci step` user with the input's name, never a CLI flag the
-// step has no way to set, and the CLI user with the flag.
+// reaches the CLI user with the flag, and a pipeline step (the same
+// command with -o github) with the flag, its variable and the input.
 func TestCIStepErrorsNameInputsNotFlags(t *testing.T) {
 	t.Parallel()
 	// The bundle steps' case is bundlecmd's TestBundleStepErrorsNameInputs.
@@ -252,29 +252,28 @@ func TestCIStepErrorsNameInputsNotFlags(t *testing.T) {
 	missing := filepath.Join(dir, "nonexistent.yaml")
 	tests := []struct {
 		name     string
-		ci       CIStepOptions
+		ci       []string
 		cli      []string
 		wantCode int
-		want     string // in the ci step's error
+		want     string // in the CI step's stderr
 		wantCLI  string // in the CLI's stderr
-		flag     string // must not be in the ci step's error
 	}{
-		{"train, no spec", CIStepOptions{Command: "train", BrokerURL: "http://127.0.0.1:1", BrokerToken: "gpp_x", Regions: "us-west-2", TrainCommand: "true", Spec: missing},
+		{"train, no spec", []string{"-o", "github", "train", "--broker-url", "http://127.0.0.1:1", "--broker-token", "gpp_x", "--region", "us-west-2", "--spec", missing, "--command", "true"},
 			[]string{"train", "--broker-url", "http://127.0.0.1:1", "--broker-token", "gpp_x", "--region", "us-west-2", "--spec", missing, "--", "true"},
-			ExitUsage, "input spec", "--spec", "--spec"},
+			ExitUsage, "--spec (GPUPASS_SPEC, the spec input)", "--spec"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.ci.Getenv = func(string) string { return "" }
-			err := RunCIStep(context.Background(), &tc.ci, &bytes.Buffer{})
-			if ExitCode(err) != tc.wantCode || !strings.Contains(fmt.Sprint(err), tc.want) || strings.Contains(fmt.Sprint(err), tc.flag) {
-				t.Errorf("ci step: %v (exit %d); want exit %d, %q and no %s", err, ExitCode(err), tc.wantCode, tc.want, tc.flag)
-			}
-			var out, errb bytes.Buffer
-			code := Main(context.Background(), tc.cli, strings.NewReader(""), &out, &errb)
-			if code != tc.wantCode || !strings.Contains(errb.String(), tc.wantCLI) {
-				t.Errorf("CLI: exit %d, stderr %q; want exit %d and %q", code, errb.String(), tc.wantCode, tc.wantCLI)
+			for _, run := range []struct {
+				args []string
+				want string
+			}{{tc.ci, tc.want}, {tc.cli, tc.wantCLI}} {
+				var out, errb bytes.Buffer
+				code := Main(context.Background(), run.args, strings.NewReader(""), &out, &errb)
+				if code != tc.wantCode || !strings.Contains(errb.String(), run.want) {
+					t.Errorf("gpupass %s: exit %d, stderr %q; want exit %d and %q", strings.Join(run.args, " "), code, errb.String(), tc.wantCode, run.want)
+				}
 			}
 		})
 	}

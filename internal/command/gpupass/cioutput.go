@@ -20,7 +20,7 @@ import (
 // This file is the one place that decides them.
 
 // ciCommands are the commands that render the CI output formats.
-var ciCommands = []string{"gpupass validate", "gpupass compare"}
+var ciCommands = []string{"gpupass validate", "gpupass compare", "gpupass train"}
 
 // ciOutput is the CI system g's --output renders for, and whether it is one.
 func ciOutput(g *GlobalOptions) (ci.Kind, bool) {
@@ -52,14 +52,25 @@ func validateOutput(output, path string) error {
 	return fmt.Errorf("--output %q: must be text or json (or github or gitlab for %s)", output, strings.Join(ciCommands, ", "))
 }
 
-// ciFlag names a flag for a user who may have set it through the GitHub
-// Action's or a GitLab component's input of the same name: "--spec
-// (GPUPASS_SPEC, the spec input)" with a CI output format, else "--spec".
+// ciFlag names a flag for a user who may have set it through an input of
+// the GitHub Action or a GitLab component: "--spec (GPUPASS_SPEC, the
+// spec input)" with a CI output format, else "--spec".
 func ciFlag(g *GlobalOptions, flag string) string {
-	if _, ok := ciOutput(g); ok {
-		return fmt.Sprintf("--%s (%s, the %s input)", flag, EnvName(flag), flag)
+	kind, ok := ciOutput(g)
+	if !ok {
+		return "--" + flag
 	}
-	return "--" + flag
+	input := flag
+	if in, ok := ciInputs[kind][flag]; ok {
+		input = in
+	}
+	return fmt.Sprintf("--%s (%s, the %s input)", flag, EnvName(flag), input)
+}
+
+// ciInputs are the inputs that set a flag of another name, by CI system:
+// the action's and the components' inputs are kept as they were named.
+var ciInputs = map[ci.Kind]map[string]string{
+	ci.GitHub: {"region": "regions", "command": "train-command"},
 }
 
 // ciFlagNames are names (field -> "--flag") with each plain flag named as
