@@ -225,37 +225,13 @@ func (o *CIStepOptions) ciGlobal(env *ci.Env) *GlobalOptions {
 // KeyFile returns a path for the cosign-key input: the file it names, or
 // a private temporary file holding the PEM it carries.
 func (o *CIStepOptions) KeyFile() (path string, done func(), err error) {
-	return inputKeyFile("cosign-key", "cosign", o.CosignKey)
+	return KeyFile("input cosign-key", o.CosignKey)
 }
 
 // AgentKeyFile is KeyFile for the agent-key input, which may also carry
 // the broker's JSON key list.
 func (o *CIStepOptions) AgentKeyFile() (path string, done func(), err error) {
-	return inputKeyFile("agent-key", "agent", o.AgentKey)
-}
-
-func inputKeyFile(input, what, k string) (path string, done func(), err error) {
-	if t := strings.TrimSpace(k); !strings.Contains(k, "-----BEGIN") && !strings.HasPrefix(t, "[") {
-		if _, err := os.Stat(k); err != nil {
-			// Never echo the value: it may be a mangled secret.
-			return "", nil, fmt.Errorf("input %s: neither a readable file nor a PEM key", input)
-		}
-		return k, func() {}, nil
-	}
-	f, err := os.CreateTemp("", "gpupass-"+what+"-*.key") // mode 0600
-	if err != nil {
-		return "", nil, fmt.Errorf("writing the %s key: %w", what, err)
-	}
-	done = func() { os.Remove(f.Name()) }
-	_, err = f.WriteString(k + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		done()
-		return "", nil, fmt.Errorf("writing the %s key: %w", what, err)
-	}
-	return f.Name(), done, nil
+	return KeyFile("input agent-key", o.AgentKey)
 }
 
 // Broker is the broker the step's inputs name (broker-url, broker-token,

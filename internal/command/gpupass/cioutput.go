@@ -2,6 +2,7 @@ package gpupass
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,7 +21,7 @@ import (
 // This file is the one place that decides them.
 
 // ciCommands are the commands that render the CI output formats.
-var ciCommands = []string{"gpupass validate", "gpupass compare", "gpupass train"}
+var ciCommands = []string{"gpupass validate", "gpupass compare", "gpupass train", "gpupass audit", "gpupass audit verify"}
 
 // ciOutput is the CI system g's --output renders for, and whether it is one.
 func ciOutput(g *GlobalOptions) (ci.Kind, bool) {
@@ -70,7 +71,46 @@ func ciFlag(g *GlobalOptions, flag string) string {
 // ciInputs are the inputs that set a flag of another name, by CI system:
 // the action's and the components' inputs are kept as they were named.
 var ciInputs = map[ci.Kind]map[string]string{
-	ci.GitHub: {"region": "regions", "command": "train-command"},
+	ci.GitHub: {"region": "regions", "command": "train-command", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path"},
+	ci.GitLab: {"key": "cosign-key", "key-password": "cosign-password", "out": "audit-path"},
+}
+
+// CIOutput is ciOutput for the command trees in subpackages (auditcmd,
+// bundlecmd), whose commands may hold the format in their own -o.
+func CIOutput(output string) (ci.Kind, bool) { return ciOutput(&GlobalOptions{Output: output}) }
+
+// CIFlag is ciFlag for the command trees in subpackages.
+func CIFlag(output, flag string) string { return ciFlag(&GlobalOptions{Output: output}, flag) }
+
+// KeyFile returns a path for a key flag's value (flag names it for
+// errors): the file it names, env://VAR as given, or a private temporary
+// file holding the PEM (or JSON key list) it carries, as a pipeline's
+// secret input passes it. done removes that file.
+func KeyFile(flag, value string) (path string, done func(), err error) {
+	if strings.HasPrefix(value, "env://") {
+		return value, func() {}, nil
+	}
+	if t := strings.TrimSpace(value); !strings.Contains(value, "-----BEGIN") && !strings.HasPrefix(t, "[") {
+		if _, err := os.Stat(value); err != nil {
+			// Never echo the value: it may be a mangled secret.
+			return "", nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: neither a readable file nor a PEM key", flag)}
+		}
+		return value, func() {}, nil
+	}
+	f, err := os.CreateTemp("", "gpupass-key-*.pem") // mode 0600
+	if err != nil {
+		return "", nil, fmt.Errorf("writing the %s key: %w", flag, err)
+	}
+	done = func() { os.Remove(f.Name()) }
+	_, err = f.WriteString(value + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		done()
+		return "", nil, fmt.Errorf("writing the %s key: %w", flag, err)
+	}
+	return f.Name(), done, nil
 }
 
 // ciFlagNames are names (field -> "--flag") with each plain flag named as

@@ -25,6 +25,11 @@ func TestCIOutputFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testdata := filepath.Join(testutil.RepoRoot(t), "internal", "audit", "testdata")
+	key, err := os.ReadFile(filepath.Join(testdata, "cosign.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		args     []string
@@ -56,6 +61,14 @@ func TestCIOutputFormats(t *testing.T) {
 				"gpupass-report/annotations.json": {`"label": "gpupass compare report: diverged"`, `"url": "https://gitlab.invalid/g/p/-/jobs/7/artifacts/file/gpupass-report/report.md"`}}},
 		{name: "compare without runs names the input", kind: "gitlab", args: []string{"-o", "gitlab", "compare"},
 			wantCode: 2, wantLog: []string{"nothing to compare: set --runs (GPUPASS_RUNS, the runs input)"}},
+		{name: "train names every missing input at once", kind: "github", args: []string{"-o", "github", "train", "--follow"}, env: []string{"GPUPASS_BROKER_TOKEN=gpp_secret"},
+			wantCode: 2, wantLog: []string{"::group::gpupass train", "train: missing --broker-url (GPUPASS_BROKER_URL, the broker-url input), --region (GPUPASS_REGION, the regions input), --command (GPUPASS_COMMAND, the train-command input)"}},
+		{name: "audit on GitLab signs with the key itself and hands on the zip", kind: "gitlab", args: []string{"-o", "gitlab", "audit"},
+			env:      []string{"GPUPASS_RUN_FILE=" + filepath.Join(testdata, "run.json"), "GPUPASS_KEY=" + string(key), "GPUPASS_KEY_PASSWORD=gpupass-test", "GPUPASS_OUT=a.zip"},
+			wantLog:  []string{"section_start:", "gpupass_audit", "wrote a.zip"},
+			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_AUDIT_PATH=a.zip"}}},
+		{name: "audit without a key names the input", kind: "github", args: []string{"-o", "github", "audit", "--run-file", filepath.Join(testdata, "run.json")},
+			wantCode: 2, wantLog: []string{"audit: missing --key (GPUPASS_KEY, the cosign-key input) (or --keyless)"}},
 		{name: "a command without CI output refuses it", kind: "github", args: []string{"-o", "github", "version"},
 			wantCode: 2, wantLog: []string{"--output github: gpupass version has no CI output (github and gitlab are for gpupass validate"}},
 	}

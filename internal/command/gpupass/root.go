@@ -211,9 +211,13 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	// Libraries name the field they refuse; the user typed a flag, or in
 	// a pipeline step set the input of the same name.
 	err := root.ExecuteContext(ctx)
-	if out := root.PersistentFlags().Lookup("output"); out != nil {
-		err = ciFlagNames(cfg.names.flags, out.Value.String()).Apply(err)
+	output := "text"
+	if c, _, ferr := root.Find(args); ferr == nil {
+		if f := c.Flag("output"); f != nil { // audit has its own -o
+			output = f.Value.String()
+		}
 	}
+	err = ciFlagNames(cfg.names.flags, output).Apply(err)
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {

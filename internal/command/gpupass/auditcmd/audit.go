@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/auditrun"
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/spf13/cobra"
@@ -40,9 +41,11 @@ type AuditOptions struct {
 	FulcioURL    string
 	RekorURL     string
 	Output       string
-	// Password decrypts Key; nil: COSIGN_PASSWORD (ci step passes its
-	// cosign-password input here).
+	// Password decrypts Key; nil: COSIGN_PASSWORD. --key-password sets
+	// it (a pipeline's cosign-password input).
 	Password []byte
+	// ErrOut receives the CI log group markers (-o github|gitlab).
+	ErrOut io.Writer
 
 	// Source overrides the run source (the broker client, later; tests).
 	Source audit.Source
@@ -54,8 +57,13 @@ type AuditOptions struct {
 func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Out, "out", "audit-report.zip", "where to write the audit report zip")
+	f.StringVar(&o.AllocationID, "allocation", "", "allocation id of the run to audit, instead of the ALLOC argument")
+	f.Var(passwordValue{&o.Password}, "key-password", "password of --key (default: $COSIGN_PASSWORD)")
+	gpupass.MarkSecret("key-password")
+	// A pipeline passes the key itself (a secret input): masked in the log.
+	gpupass.MarkSecret("key")
 	f.StringVar(&o.RunFile, "run-file", "", "audit a JSON run record (audit.Run) instead of asking the broker (offline re-audits)")
-	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file or env://VAR (password in COSIGN_PASSWORD)")
+	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file, env://VAR or the PEM itself (password in --key-password or COSIGN_PASSWORD)")
 	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless with the CI's OIDC token through Fulcio and Rekor (needs network)")
 	f.BoolVar(&o.Attest, "attest", false, "also add an in-toto statement signed as a DSSE envelope")
 	f.BoolVar(&o.TlogUpload, "tlog-upload", false, "with --key, also record the signature in Rekor (default: offline)")
@@ -64,9 +72,24 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 }
 
-// outputOrZip reads -o/--output: text or json is the output format, any
-// other value the zip to write.
+// passwordValue is --key-password: kept as bytes, never printed.
+type passwordValue struct{ p *[]byte }
+
+func (v passwordValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	return "***"
+}
+func (v passwordValue) Set(s string) error { *v.p = []byte(s); return nil }
+func (passwordValue) Type() string         { return "string" }
+
+// outputOrZip reads -o/--output: text, json or a CI output format
+// (github, gitlab) is the output format, any other value the zip to write.
 func (o *AuditOptions) outputOrZip(outSet bool) error {
+	if _, isCI := gpupass.CIOutput(o.Output); isCI {
+		return nil
+	}
 	switch o.Output {
 	case "text", "json":
 		return nil
@@ -89,13 +112,15 @@ type AuditVerifyOptions struct {
 	Extract       string
 	Output        string
 	Getenv        func(string) string
+	// ErrOut receives the CI log group markers (-o github|gitlab).
+	ErrOut io.Writer
 }
 
 // AddFlags registers the flags of `gpupass audit verify`.
 func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file or env://VAR (required)")
-	f.StringSliceVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]); repeatable")
+	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file, env://VAR or the PEM itself (required)")
+	f.StringArrayVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]): a file, env://VAR or the key itself; repeatable")
 	f.BoolVar(&o.RequirePinned, "require-pinned", false, "fail (exit 1) unless the conformance report's agent key is pinned with --agent-key; without it an unpinned key is a warning")
 	f.StringVar(&o.Extract, "extract", "", "also write the report's files into this directory (never overwrites)")
 }
@@ -118,7 +143,7 @@ func (o *AuditKeygenOptions) AddFlags(cmd *cobra.Command) {
 func newAuditCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &AuditOptions{}
 	cmd := &cobra.Command{
-		Use:   "audit ALLOC [--out audit-report.zip]",
+		Use:   "audit ALLOC|--allocation ALLOC|--run-file FILE [--out audit-report.zip]",
 		Short: "Build a signed audit report of a finished run, verifiable with cosign",
 		Long: `Build audit-report.zip for a finished run: the declared and measured
 environment with their fingerprints, the agent's signed conformance report,
@@ -135,20 +160,35 @@ the agent's signed report for that run, the node and the metrics. A run
 still in progress cannot be audited. The zip is named with --out, or with
 -o/--output: a value other than text or json (gpupass audit ALLOC -o a.zip)
 is the zip to write, and the summary is printed as text.`,
-		Args: gpupass.AllocArg,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.AllocationID = args[0]
+			if len(args) == 1 {
+				if o.AllocationID != "" && o.AllocationID != args[0] {
+					return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("allocation %s and --allocation %s: name the run once", args[0], o.AllocationID)}
+				}
+				o.AllocationID = args[0]
+			}
+			// `gpupass -o github audit`: the global -o reaches audit's own.
+			if _, isCI := gpupass.CIOutput(g.Output); isCI && !cmd.Flags().Changed("output") {
+				o.Output = g.Output
+			}
+			if _, isCI := gpupass.CIOutput(o.Output); !isCI && o.AllocationID == "" && o.RunFile == "" {
+				if err := gpupass.AllocArg(cmd, args); err != nil {
+					return err
+				}
+			}
 			if err := o.outputOrZip(cmd.Flags().Changed("out")); err != nil {
 				return err
 			}
 			o.Log = g.Logger(cmd.ErrOrStderr())
+			o.ErrOut = cmd.ErrOrStderr()
 			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
 	o.AddFlags(cmd)
 	// audit's own -o/--output shadows the global one, so that `-o a.zip`
 	// names the zip, as -o does for most tools that write a file.
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "output format, text or json; any other value is the zip to write (as --out)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "output format: text or json, github or gitlab for a CI step; any other value is the zip to write (as --out)")
 
 	vo := &AuditVerifyOptions{}
 	verify := &cobra.Command{
@@ -173,6 +213,7 @@ Exit codes: 0 every layer ok (or warn), 1 a layer failed or was skipped
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vo.Path = args[0]
 			vo.Output = g.Output
+			vo.ErrOut = cmd.ErrOrStderr()
 			return RunAuditVerify(cmd.Context(), *vo, cmd.OutOrStdout())
 		},
 	}
@@ -214,7 +255,33 @@ func auditLog(l *slog.Logger) *slog.Logger {
 type AuditResult = auditrun.Result
 
 // RunAudit builds, signs and writes the audit report of a finished run.
-func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
+func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
+	kind, isCI := gpupass.CIOutput(o.Output)
+	env := ci.New(kind, auditGetenv(o.Getenv), o.ErrOut)
+	defer env.Group("gpupass audit")()
+	if isCI {
+		// A pipeline signs with its key: it never falls back to keyless
+		// signing unless asked to.
+		if o.AllocationID == "" && o.RunFile == "" {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s (or %s)", gpupass.CIFlag(o.Output, "allocation"), gpupass.CIFlag(o.Output, "run-file"))}
+		}
+		if o.Key == "" && !o.Keyless {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s (or --keyless)", gpupass.CIFlag(o.Output, "key"))}
+		}
+		defer func() {
+			if err == nil {
+				err = env.SetOutput("audit-path", o.Out)
+			}
+		}()
+	}
+	if o.Key != "" {
+		key, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "key"), o.Key)
+		if err != nil {
+			return err
+		}
+		defer done()
+		o.Key = key
+	}
 	if o.Out == "" {
 		return errors.New("--out is empty: name the zip to write")
 	}
@@ -263,9 +330,28 @@ func writeAuditText(out io.Writer, res *AuditResult) error {
 // RunAuditVerify verifies an audit report and prints each layer.
 func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) error {
 	getenv := auditGetenv(o.Getenv)
+	kind, _ := gpupass.CIOutput(o.Output)
+	// The section keeps the step's name, as pipelines know it.
+	defer ci.New(kind, getenv, o.ErrOut).Group("gpupass audit-verify")()
 	if o.Key == "" {
-		return errors.New("--key is required: the cosign public key (cosign.pub) the report must be signed with")
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required: the cosign public key (cosign.pub) the report must be signed with", gpupass.CIFlag(o.Output, "key"))}
 	}
+	key, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "key"), o.Key)
+	if err != nil {
+		return err
+	}
+	defer done()
+	o.Key = key
+	agentKeyFiles := make([]string, 0, len(o.AgentKeys))
+	for _, ref := range o.AgentKeys {
+		p, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "agent-key"), ref)
+		if err != nil {
+			return err
+		}
+		defer done()
+		agentKeyFiles = append(agentKeyFiles, p)
+	}
+	o.AgentKeys = agentKeyFiles
 	pub, _, err := audit.LoadPublicKey(audit.KeyRef(o.Key), getenv)
 	if err != nil {
 		return err

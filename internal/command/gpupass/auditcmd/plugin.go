@@ -36,54 +36,26 @@ func (Plugin) FieldNames() (flags, inputs fielderr.Names) {
 		}
 }
 
-// CIStep runs the audit or audit-verify CI step.
+// CIStep runs the audit or audit-verify CI step: the real command with
+// the CI output format of env.
 func (Plugin) CIStep(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.Writer) error {
-	end := env.Group("gpupass " + o.Command)
-	defer end()
+	output := string(env.Kind())
+	if env.Kind() == ci.None {
+		output = "text"
+	}
 	if o.Command == "audit-verify" {
-		if err := o.Require("cosign-key", o.CosignKey); err != nil {
-			return err
-		}
-		key, done, err := o.KeyFile()
-		if err != nil {
-			return err
-		}
-		defer done()
-		var agentKeys []string
+		v := AuditVerifyOptions{Path: o.AuditPath, Key: o.CosignKey, Output: output, Getenv: o.Getenv, ErrOut: o.ErrOut}
 		if o.AgentKey != "" {
-			ak, adone, err := o.AgentKeyFile()
-			if err != nil {
-				return err
-			}
-			defer adone()
-			agentKeys = []string{ak}
+			v.AgentKeys = []string{o.AgentKey}
 		}
-		return RunAuditVerify(ctx, AuditVerifyOptions{Path: o.AuditPath, Key: key, AgentKeys: agentKeys, Output: "text", Getenv: o.Getenv}, out)
+		return RunAuditVerify(ctx, v, out)
 	}
-	return ciAudit(ctx, o, env, out)
-}
-
-func ciAudit(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.Writer) error {
-	if o.Allocation == "" && o.RunFile == "" {
-		return o.Require("allocation", "")
-	}
-	if err := o.Require("cosign-key", o.CosignKey); err != nil {
-		return err
-	}
-	key, done, err := o.KeyFile()
-	if err != nil {
-		return err
-	}
-	defer done()
 	a := AuditOptions{
-		AllocationID: o.Allocation, Out: o.AuditPath, RunFile: o.RunFile, Key: key, Output: "text",
-		Broker: *o.Broker(), Getenv: o.Getenv, Log: o.Logger,
+		AllocationID: o.Allocation, Out: o.AuditPath, RunFile: o.RunFile, Key: o.CosignKey, Output: output,
+		Broker: *o.Broker(), Getenv: o.Getenv, Log: o.Logger, ErrOut: o.ErrOut,
 	}
 	if o.CosignPassword != "" {
 		a.Password = []byte(o.CosignPassword)
 	}
-	if err := RunAudit(ctx, a, out); err != nil {
-		return err
-	}
-	return env.SetOutput("audit-path", o.AuditPath)
+	return RunAudit(ctx, a, out)
 }
