@@ -21,7 +21,7 @@ import (
 // This file is the one place that decides them.
 
 // ciCommands are the commands that render the CI output formats.
-var ciCommands = []string{"gpupass validate", "gpupass compare", "gpupass train", "gpupass audit", "gpupass audit verify"}
+var ciCommands = []string{"gpupass validate", "gpupass compare", "gpupass train", "gpupass audit", "gpupass audit verify", "gpupass bundle push", "gpupass bundle pull"}
 
 // ciOutput is the CI system g's --output renders for, and whether it is one.
 func ciOutput(g *GlobalOptions) (ci.Kind, bool) {
@@ -71,8 +71,8 @@ func ciFlag(g *GlobalOptions, flag string) string {
 // ciInputs are the inputs that set a flag of another name, by CI system:
 // the action's and the components' inputs are kept as they were named.
 var ciInputs = map[ci.Kind]map[string]string{
-	ci.GitHub: {"region": "regions", "command": "train-command", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path"},
-	ci.GitLab: {"key": "cosign-key", "key-password": "cosign-password", "out": "audit-path"},
+	ci.GitHub: {"region": "regions", "command": "train-command", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref", "to": "wheelhouse"},
+	ci.GitLab: {"key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref"},
 }
 
 // CIOutput is ciOutput for the command trees in subpackages (auditcmd,

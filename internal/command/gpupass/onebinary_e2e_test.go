@@ -94,10 +94,10 @@ func TestBundleAndPosting(t *testing.T) {
 	}{
 		{"bundle push", noCI, []string{"-o", "json", "bundle", "push", "--plain-http", "--no-cache", "-w", house, host + "/team/wheels:v1"}, `"digest": "sha256:`, 0},
 		{"bundle inspect", noCI, []string{"bundle", "inspect", "--plain-http", host + "/team/wheels:v1"}, "alpha-1.0-py3-none-any.whl", 0},
-		{"bundle-pull step", noCI, []string{"ci", "step", "--command", "bundle-pull", "--plain-http", "--registry-ref", host + "/team/wheels:v1", "--wheelhouse", filepath.Join(dir, "pulled")}, "1 wheels in", 0},
+		{"bundle-pull step", noCI, []string{"-o", "github", "bundle", "pull", "--plain-http", "--ref", host + "/team/wheels:v1", "--to", filepath.Join(dir, "pulled")}, "1 wheels in", 0},
 		{"compare --post github", append([]string{"GITHUB_ACTIONS="}, prVars...), []string{"-o", "json", "compare", us, eu, "--post", "github"}, `"action": "created"`, 1},
 		{"compare in a pull request", runner, []string{"compare", us, eu}, "gpupass compare: consistent", 2},
-		{"compare-report step in a pull request", runner, []string{"ci", "step", "--command", "compare-report", "--runs", "us=" + us + " eu=" + eu, "--report-dir", filepath.Join(dir, "rep")}, "gpupass compare: consistent", 3},
+		{"compare-report step in a pull request", runner, []string{"-o", "github", "compare", "--runs", "us=" + us + " eu=" + eu, "--report-dir", filepath.Join(dir, "rep")}, "gpupass compare: consistent", 3},
 	}
 	for _, tc := range tests { // in order: pull reads what push wrote
 		cmd := exec.Command(bin, tc.args...)

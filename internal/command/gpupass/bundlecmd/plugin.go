@@ -42,15 +42,25 @@ func (Plugin) FieldNames() (flags, inputs fielderr.Names) {
 		}
 }
 
-// CIStep runs the bundle-push or bundle-pull CI step (o.Command).
+// CIStep runs the bundle-push or bundle-pull CI step (o.Command): the
+// real command with the CI output format of env.
 func (Plugin) CIStep(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.Writer) error {
-	end := env.Group("gpupass " + o.Command)
-	defer end()
+	output := string(env.Kind())
+	if env.Kind() == ci.None {
+		output = "text"
+	}
+	reg, err := ciRegistry(o)
+	if err != nil {
+		return err
+	}
+	g := &gpupass.GlobalOptions{Output: output}
 	switch o.Command {
 	case "bundle-push":
-		return ciBundlePush(ctx, o, env, out)
+		return RunBundlePush(ctx, &BundlePushOptions{Global: g, RegistryFlags: reg, TargetFlags: TargetFlags{Spec: o.Spec, Arch: defaultArch, GLIBC: defaultGLIBC},
+			PushOptions: appbundle.PushOptions{Wheelhouse: o.Wheelhouse, Progress: o.ErrOut, Getenv: o.Getenv, Logger: o.Logger}}, o.RegistryRef, out)
 	case "bundle-pull":
-		return ciBundlePull(ctx, o, out)
+		return RunBundlePull(ctx, &BundlePullOptions{Global: g, RegistryFlags: reg, Getenv: o.Getenv,
+			PullOptions: appbundle.PullOptions{To: o.Wheelhouse, Progress: o.ErrOut, Logger: o.Logger}}, o.RegistryRef, out)
 	}
 	return fmt.Errorf("step %s: not a bundle step", o.Command)
 }
@@ -70,50 +80,3 @@ func ciRegistry(o *gpupass.CIStepOptions) (RegistryFlags, error) {
 	}
 	return r, nil
 }
-
-func ciBundlePush(ctx context.Context, o *gpupass.CIStepOptions, env *ci.Env, out io.Writer) error {
-	if err := o.Require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
-		return err
-	}
-	reg, err := ciRegistry(o)
-	if err != nil {
-		return err
-	}
-	p := &BundlePushOptions{
-		Global: &gpupass.GlobalOptions{Output: "json"}, RegistryFlags: reg, TargetFlags: TargetFlags{Spec: o.Spec, Arch: defaultArch, GLIBC: defaultGLIBC},
-		PushOptions: appbundle.PushOptions{Wheelhouse: o.Wheelhouse, Progress: o.ErrOut, Getenv: o.Getenv, Logger: o.Logger},
-	}
-	res, err := bundlePush(ctx, p, o.RegistryRef)
-	if err != nil {
-		return ciBundleInputs.Apply(err)
-	}
-	if err := gpupass.WriteJSON(out, res); err != nil {
-		return err
-	}
-	if err := env.SetOutput("bundle-digest", res.Digest); err != nil {
-		return err
-	}
-	return env.Summary(fmt.Sprintf("### gpupass bundle push\n\nPushed `%s`\n", res.Reference))
-}
-
-func ciBundlePull(ctx context.Context, o *gpupass.CIStepOptions, out io.Writer) error {
-	if err := o.Require("registry-ref", o.RegistryRef, "wheelhouse", o.Wheelhouse); err != nil {
-		return err
-	}
-	reg, err := ciRegistry(o)
-	if err != nil {
-		return err
-	}
-	ropts, err := reg.options()
-	if err != nil {
-		return err
-	}
-	res, err := appbundle.Pull(ctx, appbundle.PullOptions{Ref: o.RegistryRef, To: o.Wheelhouse, Registry: ropts, Progress: o.ErrOut, Logger: o.Logger})
-	if err != nil {
-		return ciBundleInputs.Apply(err)
-	}
-	return appbundle.RenderPull(out, res, false)
-}
-
-// ciBundleInputs maps the bundle use cases' option fields to the inputs.
-var ciBundleInputs = fielderr.Names{"Wheelhouse": "input wheelhouse", "To": "input wheelhouse", "Python": "input spec"}
