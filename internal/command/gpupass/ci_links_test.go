@@ -87,7 +87,7 @@ func TestCIStepReportLinks(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			o := &CIStepOptions{Command: "compare-report", Runs: "us=" + us + " eu=" + eu, Tolerance: "5%", Tag: "compare", CommentBehavior: "update",
+			o := &stepInputs{Command: "compare-report", Runs: "us=" + us + " eu=" + eu, Tolerance: "5%", Tag: "compare", CommentBehavior: "update",
 				DashboardURL: tc.dash, Getenv: func(k string) string { return env[k] }, ErrOut: &bytes.Buffer{},
 				// Posting is skipped without a token, as forgepost does in CI.
 				Global: &GlobalOptions{Output: "text", Poster: forgepost.Poster{}}}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
+	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/ci"
 )
 
@@ -31,6 +32,18 @@ func writeMetrics(t *testing.T, path string, delta float64) string {
 	return path
 }
 
+// stepInputs are a pipeline step's inputs (the action's names), which
+// the tests pass to the real command as its flags.
+type stepInputs struct {
+	Command, Spec, GitHubToken, BrokerToken, CosignKey, Runs, Tolerance, Tag, CommentBehavior, ReportDir, CodeQuality, DashboardURL, GitLabToken string
+	FailOnDivergence                                                                                                                             bool
+	Global                                                                                                                                       *GlobalOptions
+	Getenv                                                                                                                                       func(string) string
+	ErrOut                                                                                                                                       io.Writer
+}
+
+// TestRunCIStep runs each step as the GitHub Action and the GitLab
+// components do: the real command with -o github or -o gitlab.
 func TestRunCIStep(t *testing.T) {
 	t.Parallel()
 	starter, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "starter", "gpupass.yaml"))
@@ -41,7 +54,7 @@ func TestRunCIStep(t *testing.T) {
 	tests := []struct {
 		name     string
 		kind     string // github | gitlab
-		opts     CIStepOptions
+		opts     stepInputs
 		spec     string // gpupass.yaml content; "" = none
 		wantCode int
 		// wantFile: path (relative to the work dir) -> substrings.
@@ -49,34 +62,31 @@ func TestRunCIStep(t *testing.T) {
 		wantLog  []string
 	}{
 		{name: "validate on GitHub sets the fingerprint and summary", kind: "github", spec: string(starter),
-			opts:     CIStepOptions{Command: "validate", GitHubToken: secret},
+			opts:     stepInputs{Command: "validate", GitHubToken: secret},
 			wantFile: map[string][]string{"output": {"fingerprint<<", "sha256:"}, "summary": {"gpupass validate", "is valid", "sha256:"}},
 			wantLog:  []string{"::group::gpupass validate", "::endgroup::"}},
 		{name: "validate on GitLab writes dotenv and code quality", kind: "gitlab", spec: string(starter),
-			opts:     CIStepOptions{Command: "validate"},
+			opts:     stepInputs{Command: "validate"},
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_FINGERPRINT=sha256:"}, "gl-code-quality-report.json": {"[]"}},
 			wantLog:  []string{"section_start:", "section_end:"}},
 		{name: "invalid spec fails with findings and code quality", kind: "gitlab", spec: "version: 1\nruntime: 7\n",
-			opts: CIStepOptions{Command: "validate"}, wantCode: ExitFindings,
+			opts: stepInputs{Command: "validate"}, wantCode: ExitFindings,
 			wantFile: map[string][]string{"gl-code-quality-report.json": {`"check_name"`, "gpupass.yaml"}}},
-		{name: "missing spec is one usage error", kind: "github", opts: CIStepOptions{Command: "validate"}, wantCode: ExitUsage},
-		{name: "no command", kind: "github", opts: CIStepOptions{GitHubToken: secret}, wantCode: ExitUsage},
-		{name: "unknown command", kind: "github", opts: CIStepOptions{Command: "deploy"}, wantCode: ExitUsage},
-		{name: "train without its inputs", kind: "github", opts: CIStepOptions{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
-		{name: "audit-verify rejects a mangled key without echoing it", kind: "github", opts: CIStepOptions{Command: "audit-verify", CosignKey: secret}, wantCode: ExitUsage},
+		{name: "missing spec is one usage error", kind: "github", opts: stepInputs{Command: "validate"}, wantCode: ExitUsage},
+		{name: "train without its inputs", kind: "github", opts: stepInputs{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
 		{name: "compare-report consistent", kind: "github",
-			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl eu=eu.jsonl", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep", GitHubToken: secret},
+			opts:     stepInputs{Command: "compare-report", Runs: "us=us.jsonl eu=eu.jsonl", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep", GitHubToken: secret},
 			wantFile: map[string][]string{"output": {"verdict<<", "consistent", "report-path<<", "rep/report.md"}, "summary": {"gpupass compare: consistent"}, "rep/junit.xml": {"<testsuite"}, "rep/chart.svg": {"<svg"}}},
 		{name: "compare-report diverged fails and still hands off the verdict", kind: "gitlab",
-			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl far=far.jsonl", Tolerance: "abs=0.01", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
+			opts:     stepInputs{Command: "compare-report", Runs: "us=us.jsonl far=far.jsonl", Tolerance: "abs=0.01", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
 			wantCode: ExitFindings,
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_VERDICT=diverged", "GPUPASS_REPORT_PATH=rep/report.md"},
 				"rep/annotations.json": {`"label": "gpupass compare report: diverged"`, `"url": "https://gitlab.invalid/g/p/-/jobs/7/artifacts/file/`}}},
 		{name: "compare-report reads text logs with the spec's metrics.pattern", kind: "github",
 			spec:     string(starter) + "metrics:\n  pattern: 'it=(?P<step>\\d+) xent (?P<loss>\\S+)'\n",
-			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.log eu=eu.log", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
+			opts:     stepInputs{Command: "compare-report", Runs: "us=us.log eu=eu.log", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
 			wantFile: map[string][]string{"rep/report.md": {"| 2.5 ", "1..3 (3 pts)", "step: the pattern's step group"}}},
-		{name: "compare-report without runs", kind: "gitlab", opts: CIStepOptions{Command: "compare-report"}, wantCode: ExitUsage},
+		{name: "compare-report without runs", kind: "gitlab", opts: stepInputs{Command: "compare-report"}, wantCode: ExitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,25 +160,26 @@ func TestRunCIStep(t *testing.T) {
 
 // runStep runs the step o.Command names as the GitHub Action and the
 // GitLab components run it: the real command with -o github or -o
-// gitlab, o's inputs as its flags; `ci step` for the steps that have not
-// moved onto their commands yet.
-func runStep(ctx context.Context, o *CIStepOptions, kind ci.Kind, out io.Writer) error {
+// gitlab, o's inputs as its flags.
+func runStep(ctx context.Context, o *stepInputs, kind ci.Kind, out io.Writer) error {
 	g := *o.Global
 	g.Output = string(kind)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	switch o.Command {
 	case "validate":
 		dir := filepath.Dir(o.Spec)
-		return RunValidate(ctx, &ValidateOptions{Global: &g, Spec: o.Spec, CodeQuality: o.CodeQuality, Dir: dir, Getenv: o.Getenv, ErrOut: o.ErrOut,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, out)
+		return RunValidate(ctx, &ValidateOptions{Global: &g, Spec: o.Spec, CodeQuality: o.CodeQuality, Dir: dir, Getenv: o.Getenv, ErrOut: o.ErrOut, Logger: quiet}, out)
 	case "compare-report":
 		return RunCompare(ctx, compareStep(o, kind), out)
+	case "train":
+		return RunTrain(ctx, &TrainOptions{Global: &g, Broker: BrokerFlags{Token: o.BrokerToken}, Follow: true, Options: apptrain.Options{Spec: o.Spec, Getenv: o.Getenv}}, out, o.ErrOut)
 	}
-	return RunCIStep(ctx, o, out)
+	return fmt.Errorf("no step %s", o.Command)
 }
 
 // compareStep is `gpupass -o KIND compare` with o's inputs as its flags
 // (and the action's default of --post).
-func compareStep(o *CIStepOptions, kind ci.Kind) *CompareOptions {
+func compareStep(o *stepInputs, kind ci.Kind) *CompareOptions {
 	return &CompareOptions{Runs: o.Runs, Spec: o.Spec, Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence, Tag: o.Tag,
 		CommentBehavior: o.CommentBehavior, Post: "auto", Poster: o.Global.Poster, ReportDir: o.ReportDir, DashboardURL: o.DashboardURL,
 		GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken, Output: string(kind), Getenv: o.Getenv, ErrOut: o.ErrOut,
@@ -234,7 +245,7 @@ func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 		t.Errorf("gpupass compare --tolerance abs=5%%: exit %d, stderr %q; want %d naming --tolerance and %s", code, errb.String(), ExitUsage, problem)
 	}
 
-	o := &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, Tolerance: "abs=5%", ReportDir: filepath.Join(dir, "rep"),
+	o := &stepInputs{Command: "compare-report", Runs: us + " " + eu, Tolerance: "abs=5%", ReportDir: filepath.Join(dir, "rep"),
 		Getenv: func(string) string { return "" }, Global: &GlobalOptions{}}
 	err := RunCompare(context.Background(), compareStep(o, ci.GitHub), &bytes.Buffer{})
 	if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "--tolerance (GPUPASS_TOLERANCE, the tolerance input) "+problem) {

@@ -117,9 +117,6 @@ func TestFirstMinutes(t *testing.T) {
 			want: []string{"outside the scope of token", "(403 permission_denied)"}, notWant: []string{"(404", "not_found"}},
 		{name: "bundle verify help", dir: empty, args: []string{"bundle", "verify", "--help"}, code: ExitOK,
 			want: []string{"--allow-incomplete   exit 0 when the wheelhouse does not cover"}, notWant: []string{"push even"}},
-		{name: "ci step help", dir: empty, args: []string{"ci", "step", "--help"}, code: ExitOK,
-			want:    []string{"broker URL (train; compare-report and audit", "(train: a submit token; compare-report, audit: a read token)"},
-			notWant: []string{"broker URL (train)\n", "until the broker serves runs"}},
 		{name: "broker token create help", bin: brokerBin, dir: empty, args: []string{"token", "create", "--help"}, code: ExitOK,
 			want: []string{"--note string"}, notWant: []string{"--note token list"}},
 	}

@@ -1,13 +1,9 @@
 package gpupass
 
 import (
-	"context"
-	"io"
-
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/compare"
-	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
@@ -20,16 +16,13 @@ import (
 // the forge clients' package initialisation) buys one install instead
 // of two and no "install the other binary" failure (CHANGELOG.md).
 
-// Plugin provides a command tree that lives in a subpackage, and its CI
-// steps.
+// Plugin provides a command tree that lives in a subpackage.
 type Plugin interface {
 	// Command returns the command tree (`audit`, `bundle`).
 	Command(g *GlobalOptions) *cobra.Command
-	// CIStep runs one of its CI steps (o.Command).
-	CIStep(ctx context.Context, o *CIStepOptions, env *ci.Env, out io.Writer) error
-	// FieldNames rename its libraries' fields to the flags and the CI
-	// inputs that set them (see flagNames).
-	FieldNames() (flags, inputs fielderr.Names)
+	// FieldNames rename its libraries' fields to the flags that set them
+	// (see flagNames).
+	FieldNames() fielderr.Names
 }
 
 // Option configures Main and NewRoot.

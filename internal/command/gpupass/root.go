@@ -137,7 +137,6 @@ var commands = []subcommand{
 	{"logs", newLogsCmd},
 	{"runs", newRunsCmd},
 	{"cancel", newCancelCmd},
-	{"ci", newCICmd},
 	{"context", newContextCmd},
 }
 

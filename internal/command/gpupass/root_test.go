@@ -3,7 +3,6 @@ package gpupass
 import (
 	"bytes"
 	"context"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
-	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
@@ -24,9 +22,7 @@ func (p fakePlugin) Command(*GlobalOptions) *cobra.Command {
 	return &cobra.Command{Use: p.name, Short: "the " + p.name + " commands", RunE: func(*cobra.Command, []string) error { return nil }}
 }
 
-func (fakePlugin) CIStep(context.Context, *CIStepOptions, *ci.Env, io.Writer) error { return nil }
-
-func (fakePlugin) FieldNames() (flags, inputs fielderr.Names) { return nil, nil }
+func (fakePlugin) FieldNames() fielderr.Names { return nil }
 
 // withPlugins links fake audit and bundle trees in, as cmd/gpupass links
 // the real ones.

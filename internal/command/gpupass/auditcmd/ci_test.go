@@ -99,3 +99,20 @@ func TestAuditErrorsNameFlagOrInput(t *testing.T) {
 		t.Errorf("gpupass -o github audit: exit %d, stderr %q; want %q", code, errb.String(), want)
 	}
 }
+
+// TestAuditVerifyStepRefusesAMangledKey: the audit-verify step with a
+// cosign-key input that is neither a file nor a PEM key is one usage
+// error that never echoes the value (it may be a mangled secret).
+func TestAuditVerifyStepRefusesAMangledKey(t *testing.T) {
+	t.Parallel()
+	const secret = "tok-must-not-leak-9f3"
+	var out, log bytes.Buffer
+	err := RunAuditVerify(context.Background(), AuditVerifyOptions{Output: "github", Key: secret, Path: "audit-report.zip", ErrOut: &log,
+		Getenv: func(string) string { return "" }}, &out)
+	if gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.Contains(err.Error(), "--key (GPUPASS_KEY, the cosign-key input): neither a readable file nor a PEM key") {
+		t.Errorf("err %v (exit %d), want a usage error naming the flag and the input", err, gpupass.ExitCode(err))
+	}
+	if all := out.String() + log.String() + err.Error(); strings.Contains(all, secret) {
+		t.Errorf("the key's value reached the output:\n%s", all)
+	}
+}
