@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -136,18 +137,7 @@ func TestCIStepTrain(t *testing.T) {
 			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Errorf("error %v, want it to say %q", err, tt.wantErr)
 			}
-			for file, subs := range tt.wantFile {
-				b, rerr := os.ReadFile(filepath.Join(dir, file))
-				if rerr != nil {
-					t.Errorf("%s: %v", file, rerr)
-					continue
-				}
-				for _, s := range subs {
-					if !strings.Contains(string(b), s) {
-						t.Errorf("%s lacks %q:\n%s", file, s, b)
-					}
-				}
-			}
+			testutil.WantFiles(t, dir, tt.wantFile)
 			if tt.wantIDs != nil {
 				ids := allocationIDs(t, tt.kind, dir)
 				var regions []string

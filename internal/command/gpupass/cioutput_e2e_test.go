@@ -99,23 +99,8 @@ func TestCIOutputFormats(t *testing.T) {
 			if code != tc.wantCode {
 				t.Fatalf("exit %d, want %d:\n%s", code, tc.wantCode, log)
 			}
-			for _, s := range tc.wantLog {
-				if !strings.Contains(log, s) {
-					t.Errorf("log lacks %q:\n%s", s, log)
-				}
-			}
-			for file, subs := range tc.wantFile {
-				b, err := os.ReadFile(filepath.Join(dir, file))
-				if err != nil {
-					t.Errorf("%s: %v", file, err)
-					continue
-				}
-				for _, s := range subs {
-					if !strings.Contains(string(b), s) {
-						t.Errorf("%s lacks %q:\n%s", file, s, b)
-					}
-				}
-			}
+			testutil.WantAll(t, "log", log, tc.wantLog)
+			testutil.WantFiles(t, dir, tc.wantFile)
 		})
 	}
 }
