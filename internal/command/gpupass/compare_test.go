@@ -323,7 +323,7 @@ func TestCompareLogY(t *testing.T) {
 }
 
 // TestCompareLinksBack: compare run by hand in a CI job links the report
-// to the CI run and its artifacts, as `ci step compare-report` does; a
+// to the CI run and its artifacts, as the compare-report step does; a
 // --dashboard-url that is no http(s) address is refused by its name.
 func TestCompareLinksBack(t *testing.T) {
 	dir := t.TempDir()
