@@ -18,7 +18,7 @@ all: build
 # it links every command tree (the largest binary here) and is not shipped.
 CMDS := $(filter-out ./cmd/gpupass-docs,$(patsubst %/main.go,%,$(wildcard ./cmd/*/main.go)))
 
-## build: the binaries of cmd/ into ./bin (gpupass, gpupass-audit, gpupass-broker, gpupass-agent, gpupass-loadgen)
+## build: the binaries of cmd/ into ./bin (gpupass, gpupass-broker, gpupass-agent, gpupass-loadgen)
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)

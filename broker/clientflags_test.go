@@ -15,7 +15,7 @@ import (
 )
 
 // TestSubmitRefusalsNameNoClientFlag: the broker cannot know which client
-// sent a Submit (gpupass train, `ci step train`, a Go program), so a
+// sent a Submit (gpupass train by hand or as a CI step, a Go program), so a
 // refusal names the request field, in the error's text and in a detail
 // the client renames to its own flag or input, and only the broker's own
 // operator flags; it used to tell every caller `gpupass train --workdir`.

@@ -6,8 +6,8 @@
 # `scripts/setup.sh demo` (what `make demo` runs) installs only what the
 # demo needs: Debian's python3, python3-torch and python3-numpy, and
 # nothing of the test toolchain (PostgreSQL, registry, cosign, npm tools):
-# the demo signs and verifies its audit with gpupass-audit (built beside
-# gpupass), without the cosign CLI.
+# the demo signs and verifies its audit with gpupass, without the cosign
+# CLI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

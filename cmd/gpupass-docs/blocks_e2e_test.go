@@ -27,7 +27,7 @@ const blockTimeout = 2 * time.Minute
 // variable set. A block that fails names its page and line.
 func TestDocsShellBlocks(t *testing.T) {
 	bins := []string{
-		testutil.BuildBinary(t, "./cmd/gpupass"), // gpupass-audit beside it
+		testutil.BuildBinary(t, "./cmd/gpupass"),
 		testutil.BuildBinary(t, "./cmd/gpupass-broker"),
 		testutil.BuildBinary(t, "./cmd/gpupass-agent"),
 	}

@@ -21,15 +21,12 @@ import (
 // dir is where the reference lives, from the repository root.
 const dir = "docs/cli"
 
-// trees are the binaries' command trees, built afresh on each call.
-// gpupass is documented with every command linked in, as gpupass-audit
-// has them: gpupass runs gpupass-audit, with the same arguments, for the
-// commands it does not link.
+// trees are the binaries' command trees, built afresh on each call,
+// linked as their mains link them.
 func trees() []docsgen.Tree {
 	return []docsgen.Tree{
 		{Command: gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{})),
-			Note: "The CLI every pipeline step runs. `gpupass audit`, `gpupass bundle` and a `gpupass compare` that posts to GitHub or GitLab run `gpupass-audit`, " +
-				"the same CLI with those commands linked in, with the same arguments: release archives ship both."},
+			Note: "The CLI every pipeline step runs: one binary with every command, the audit, bundle and forge commands included."},
 		{Command: brokercmd.NewCommand(), Note: "The control plane (see [operating the broker](../operating-the-broker.md))."},
 		{Command: agentcmd.NewCommand(io.Discard), Note: "The daemon on each GPU node or Slurm login node (see [Slurm](../slurm.md) and [Kubernetes](../kubernetes.md))."},
 		{Command: loadgencmd.NewCommand(), Note: "A development tool that `make bench` runs; not in release archives (see [development](../development.md))."},

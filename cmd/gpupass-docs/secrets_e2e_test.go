@@ -27,9 +27,8 @@ var secretFlag = regexp.MustCompile(`--([a-z0-9-]+) .*\(env (GPUPASS_[A-Z0-9_]+)
 // secret in one binary and plain in another would be documented wrong).
 // An unreadable file stops the command before it does anything.
 func TestDocumentedSecretFilesWork(t *testing.T) {
-	gp := testutil.BuildBinary(t, "./cmd/gpupass")
 	bins := map[string]string{
-		"gpupass":         filepath.Join(filepath.Dir(gp), "gpupass-audit"), // the tree documented
+		"gpupass":         testutil.BuildBinary(t, "./cmd/gpupass"),
 		"gpupass-broker":  testutil.BuildBinary(t, "./cmd/gpupass-broker"),
 		"gpupass-agent":   testutil.BuildBinary(t, "./cmd/gpupass-agent"),
 		"gpupass-loadgen": testutil.BuildBinary(t, "./cmd/gpupass-loadgen"),

@@ -10,7 +10,7 @@ import (
 )
 
 // Request fields a client renames to what its user typed (a --flag, a
-// `ci step` input); a server names these, never a client's flags.
+// pipeline's input); a server names these, never a client's flags.
 const (
 	FieldSubmitCommand   = "command"
 	FieldSubmitName      = "name"

@@ -52,20 +52,30 @@ type Env struct {
 
 // Detect returns the CI environment described by getenv.
 func Detect(getenv func(string) string, log io.Writer) *Env {
+	kind := None
+	if getenv != nil {
+		switch {
+		case getenv("GITHUB_ACTIONS") == "true":
+			kind = GitHub
+		case getenv("GITLAB_CI") == "true":
+			kind = GitLab
+		}
+	}
+	return New(kind, getenv, log)
+}
+
+// New returns the environment of a CI system the caller names (a
+// command's -o github or -o gitlab) rather than detects. Files the
+// runner did not name (GITHUB_OUTPUT, GITHUB_STEP_SUMMARY) are still
+// skipped.
+func New(kind Kind, getenv func(string) string, log io.Writer) *Env {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
 	if log == nil {
 		log = io.Discard
 	}
-	e := &Env{getenv: getenv, log: log, masked: map[string]bool{}}
-	switch {
-	case getenv("GITHUB_ACTIONS") == "true":
-		e.kind = GitHub
-	case getenv("GITLAB_CI") == "true":
-		e.kind = GitLab
-	}
-	return e
+	return &Env{kind: kind, getenv: getenv, log: log, masked: map[string]bool{}}
 }
 
 // Kind reports the CI system.

@@ -117,8 +117,10 @@ func TestComponentTemplates(t *testing.T) {
 				if img["name"] != "$[[ inputs.image ]]" || !cmp.Equal(img["entrypoint"], []any{""}) {
 					t.Errorf("image %v, want the image input with entrypoint [\"\"] (the image's entrypoint is gpupass)", job["image"])
 				}
-				if script, _ := job["script"].(string); script != "gpupass ci step" {
-					t.Errorf("script %q, want gpupass ci step alone (no go install, no logic)", job["script"])
+				// The real command with the GitLab output format, configured
+				// by the job's GPUPASS_* variables.
+				if script, _ := job["script"].(string); !regexp.MustCompile(`^gpupass -o gitlab [a-z]+( [a-z]+)?( --[a-z-]+)*$`).MatchString(script) {
+					t.Errorf("script %q, want gpupass -o gitlab COMMAND alone (no go install, no logic)", job["script"])
 				}
 			}
 		})

@@ -30,10 +30,8 @@ func releaseTarball(t *testing.T, version string) []byte {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	for _, name := range []string{"gpupass", "gpupass-audit"} {
-		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(script))})
-		tw.Write(script)
-	}
+	tw.WriteHeader(&tar.Header{Name: "gpupass", Mode: 0o755, Size: int64(len(script))})
+	tw.Write(script)
 	tw.Close()
 	gz.Close()
 	return buf.Bytes()
@@ -240,7 +238,7 @@ func fakeGo(t *testing.T, tmp string) {
 	stub := `#!/bin/bash
 out=""
 while [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done
-for b in gpupass gpupass-audit; do printf '#!/bin/sh\necho gpupass dev\n' >"$out$b"; chmod +x "$out$b"; done
+printf '#!/bin/sh\necho gpupass dev\n' >"${out}gpupass"; chmod +x "${out}gpupass"
 `
 	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(stub), 0o755); err != nil {
 		t.Fatal(err)

@@ -98,7 +98,7 @@ func TestReleaseBuild(t *testing.T) {
 	for _, target := range targets {
 		goos, goarch, _ := strings.Cut(target, "/")
 		files := untar(t, filepath.Join(dist, "gpupass_"+goos+"_"+goarch+".tar.gz"))
-		if diff := cmp.Diff([]string{"gpupass", "gpupass-audit"}, keys(files)); diff != "" {
+		if diff := cmp.Diff([]string{"gpupass"}, keys(files)); diff != "" {
 			t.Errorf("%s CLI archive holds (-want +got):\n%s", target, diff)
 			continue
 		}
@@ -107,11 +107,11 @@ func TestReleaseBuild(t *testing.T) {
 		}
 	}
 	all := untar(t, filepath.Join(dist, "gpupass-all_"+strings.ReplaceAll(host, "/", "_")+".tar.gz"))
-	wantAll := []string{"gpupass", "gpupass-audit", "gpupass-broker"}
+	wantAll := []string{"gpupass", "gpupass-broker"}
 	if runtime.GOOS == "linux" {
 		// gpupass-agent for a GPU node (-tags nokube), and the one with
 		// the Kubernetes executor that the agent image holds.
-		wantAll = []string{"gpupass", "gpupass-agent", "gpupass-agent-kubernetes", "gpupass-audit", "gpupass-broker"}
+		wantAll = []string{"gpupass", "gpupass-agent", "gpupass-agent-kubernetes", "gpupass-broker"}
 	}
 	if diff := cmp.Diff(wantAll, keys(all)); diff != "" {
 		t.Errorf("the -all archive holds (-want +got):\n%s", diff)

@@ -20,7 +20,7 @@ var flagRE = regexp.MustCompile(`(^|[^-\w])--[a-z][a-z0-9]*(-[a-z0-9]+)*`)
 
 // commandDirs are where flags live: the command layer and the mains may
 // name them, everything else says what is wrong in its own terms and the
-// command layer adds the flag or the ci step input (STYLE.md rule 13).
+// command layer adds the flag (and under -o github|gitlab its input) (STYLE.md rule 13).
 // commandLine matches the text before a flag that belongs to a command
 // line the message quotes for the user to run (`pip install --no-index`,
 // `gpupass logs ID --follow`, `sbatch --parsable`): a whole command says
@@ -30,7 +30,7 @@ var commandLine = regexp.MustCompile(`(^|[\s('"` + "`" + `])(sbatch|srun|scontro
 var commandDirs = []string{"internal/command", "cmd", "scripts", "examples", "deploy", "docs", "components"}
 
 // TestLibraryErrorsNameNoFlags fails when an error built in a library
-// package names a --flag: a user who came through a `ci step` input, the
+// package names a --flag: a user who came through a Go caller, the
 // Action or a GitLab component never typed that flag. It reads the format
 // string of every fmt.Errorf and errors.New, and every string in an
 // Error() method, outside the command layer.

@@ -1,6 +1,6 @@
 // Package fielderr is the error a library returns for a bad setting or
 // input, in the library's own terms ("tolerance", "job user"). A library
-// cannot know whether the value came from a CLI flag, a `ci step` input
+// cannot know whether the value came from a CLI flag, a pipeline's input
 // (the GitHub Action, a GitLab component) or a Go caller, so it never names
 // a --flag; the command layer renames the field with its own table (Names)
 // to the flag or input the user actually typed.
@@ -71,13 +71,14 @@ func (e *Error) render(names Names) string {
 }
 
 // Names maps a library field to what the user typed for it, one table
-// per command: "--tolerance" for the CLI, "input tolerance" for `ci step`.
+// per command: "--tolerance" for the CLI ("--tolerance (GPUPASS_TOLERANCE,
+// the tolerance input)" for gpupass under -o github|gitlab).
 type Names map[string]string
 
 // Apply returns err with the first *Error in its chain renamed by n, the
 // text around it kept; errors.Is and errors.As still see the chain. An
 // error renamed once is left as it is, so the innermost command's table
-// wins (`ci step` over the CLI that runs it).
+// wins (a command's own over the root's).
 func (n Names) Apply(err error) error {
 	var fe *Error
 	if err == nil || !errors.As(err, &fe) {

@@ -3,6 +3,7 @@ package testutil
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -23,5 +24,29 @@ func WantFile(t testing.TB, path, content string, perm os.FileMode) {
 	}
 	if fi.Mode().Perm() != perm {
 		t.Errorf("%s has mode %v, want %v", filepath.Base(path), fi.Mode().Perm(), perm)
+	}
+}
+
+// WantFiles checks that each file, a path under dir, holds each of its
+// substrings (a step's outputs, summary and reports).
+func WantFiles(t testing.TB, dir string, want map[string][]string) {
+	t.Helper()
+	for file, subs := range want {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		WantAll(t, file, string(b), subs)
+	}
+}
+
+// WantAll checks that got, named what in a failure, holds each of want.
+func WantAll(t testing.TB, what, got string, want []string) {
+	t.Helper()
+	for _, s := range want {
+		if !strings.Contains(got, s) {
+			t.Errorf("%s lacks %q:\n%s", what, s, got)
+		}
 	}
 }

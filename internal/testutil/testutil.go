@@ -72,8 +72,6 @@ func RepoRoot(t testing.TB) string {
 
 // BuildBinary builds a main package of this module (e.g. "./cmd/gpupass")
 // into a temporary directory, once per test binary, and returns its path.
-// gpupass is built with gpupass-audit beside it, where it looks for the
-// audit commands, as in a release archive.
 func BuildBinary(t testing.TB, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -87,9 +85,6 @@ func BuildBinary(t testing.TB, pkg string) string {
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
 	pkgs := []string{pkg}
-	if pkg == "./cmd/gpupass" {
-		pkgs = append(pkgs, "./cmd/gpupass-audit")
-	}
 	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
 	cmd.Dir = RepoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")

@@ -172,14 +172,13 @@ from_release() {
 	verify_checksums
 	(cd "$download" && grep " ${asset}\$" checksums.txt | sha256sum -c -) >&2 ||
 		fail "checksum mismatch for $asset from $base"
-	# gpupass runs gpupass-audit (beside it) for the audit commands.
-	tar -xzf "$download/$asset" -C "$dest" gpupass gpupass-audit
+	tar -xzf "$download/$asset" -C "$dest" gpupass
 	# With a key-pair signature nothing above names the tag: the binary
 	# must.
 	local got
 	got="$("$dest/gpupass" version 2>&1 | head -n 1)" || true
 	if [ "$(printf '%s' "$got" | cut -d' ' -f2)" != "$tag" ]; then
-		rm -f "$dest/gpupass" "$dest/gpupass-audit"
+		rm -f "$dest/gpupass"
 		fail "the release at $base holds \"${got}\", not gpupass ${tag}: not installing"
 	fi
 }
@@ -189,7 +188,7 @@ from_source() {
 		fail "building gpupass from source because ${source_reason}, but Go is not installed (add actions/setup-go)"
 	fi
 	echo "building gpupass from source in ${action_path}: ${source_reason}" >&2
-	(cd "$action_path" && CGO_ENABLED=0 go build -trimpath -o "$dest/" ./cmd/gpupass ./cmd/gpupass-audit)
+	(cd "$action_path" && CGO_ENABLED=0 go build -trimpath -o "$dest/" ./cmd/gpupass)
 }
 
 base="" cosign="" tag=""

@@ -31,7 +31,7 @@ brbench="$(go test ./internal/command/gpupass/auditcmd -run '^$' -bench 'Benchma
 echo "| audit | from the broker: evidence + 100k metric points + build+sign+verify (in process) | $(ms "$(awk '$1 ~ /BenchmarkAuditFromBroker/ {print $3}' <<<"$brbench" | head -1)") | — | — |"
 
 # Processes: the real binaries, the same key and manifest.
-go build -o "$work/" ./cmd/gpupass ./cmd/gpupass-audit # gpupass runs gpupass-audit for audit
+go build -o "$work/" ./cmd/gpupass
 cp internal/audit/testdata/{run.json,cosign.pub,agent.pub} "$work/"
 install -m 0600 internal/audit/testdata/cosign.key "$work/cosign.key"
 python3 - "$work/run.json" "$work/run100k.json" <<'PY'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the release archives for GOOS/GOARCH into ${DIST:-dist}/:
-# gpupass_<os>_<arch>.tar.gz (the CLI: gpupass and gpupass-audit, which
-# holds the audit commands; what the GitHub Action installs) and, on a
+# gpupass_<os>_<arch>.tar.gz (the CLI, gpupass, one binary with every
+# command; what the GitHub Action installs) and, on a
 # native runner, gpupass-all_<os>_<arch>.tar.gz (CLI, broker and, on
 # Linux, the agent: gpupass-agent for a GPU node, built -tags nokube so it
 # links no client-go and stays under 15 MiB, and gpupass-agent-kubernetes,
@@ -20,8 +20,8 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$dist"
 export GOOS GOARCH
-CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" ./cmd/gpupass ./cmd/gpupass-audit
-tar -czf "$dist/gpupass_${GOOS}_${GOARCH}.tar.gz" -C "$out" gpupass gpupass-audit
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" ./cmd/gpupass
+tar -czf "$dist/gpupass_${GOOS}_${GOARCH}.tar.gz" -C "$out" gpupass
 if [ "$GOOS/$GOARCH" != "$(go env GOHOSTOS)/$(go env GOHOSTARCH)" ]; then
 	if [ "${REQUIRE_NATIVE:-0}" = 1 ]; then
 		echo "build.sh: the broker and agent archive is built on a native $GOOS/$GOARCH runner only" >&2
@@ -30,7 +30,7 @@ if [ "$GOOS/$GOARCH" != "$(go env GOHOSTOS)/$(go env GOHOSTARCH)" ]; then
 	echo "build.sh: cross build for $GOOS/$GOARCH: the CLI archive only" >&2
 	exit 0
 fi
-bins=(gpupass gpupass-audit gpupass-broker)
+bins=(gpupass gpupass-broker)
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/gpupass-broker" ./cmd/gpupass-broker
 if [ "$GOOS" = linux ]; then
 	CGO_ENABLED=1 go build -trimpath -tags nokube -ldflags "$ldflags" -o "$out/gpupass-agent" ./cmd/gpupass-agent

@@ -1,9 +1,9 @@
 // Package auditrun is the audit use case: read a finished run from a
 // source, sign its audit report with a key or keyless, and write the zip,
-// returning a typed Result. The gpupass command and `ci step` both call
-// it; they choose the source, pass the key's password as a value (never
-// through the process environment) and render the Result. It imports no
-// cobra and prints nothing.
+// returning a typed Result. The gpupass command (a CI step with -o
+// github|gitlab too) calls it: it chooses the source, passes the key's
+// password as a value (never through the process environment) and
+// renders the Result. It imports no cobra and prints nothing.
 package auditrun
 
 import (

@@ -2,8 +2,9 @@
 // checking that it covers a spec, pull a bundle into a verified
 // wheelhouse, and verify a wheelhouse on disk. Each takes typed options
 // and returns a typed result with a Render beside it; the gpupass command
-// and `ci step` both call them. It imports no cobra and names no flag:
-// bad options are *fielderr.Error naming the Options field.
+// calls them (as a CI step with -o github|gitlab too). It imports no
+// cobra and names no flag: bad options are *fielderr.Error naming the
+// Options field.
 package bundle
 
 import (

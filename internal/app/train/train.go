@@ -1,8 +1,8 @@
 // Package train is the train use case: submit one run per region to the
 // broker (Submit), stream their logs to the end (Follow), and say which
-// did not succeed (Result.Err). The gpupass command and `ci step` both
-// call it and render the typed Result (WriteTable, runview's JSON, the
-// CI step's outputs). No cobra, no flag names: bad options are
+// did not succeed (Result.Err). The gpupass command calls it and renders
+// the typed Result (WriteTable, runview's JSON, and with -o github|gitlab
+// the CI step's outputs). No cobra, no flag names: bad options are
 // *fielderr.Error naming the Options field.
 package train
 

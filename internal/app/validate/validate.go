@@ -1,7 +1,7 @@
 // Package validate is the validate use case: find the spec, read it under
 // the spec size limit and lint it, returning the typed result. Rendering
 // (text, JSON, SARIF, annotations) and the flags or CI inputs that chose
-// the spec are the callers' (the gpupass command and `ci step`); this
+// the spec are the caller's (the gpupass command, also as a CI step); this
 // package imports no cobra and prints nothing.
 package validate
 

@@ -53,14 +53,15 @@ func TestCIStepCompareOnForkPR(t *testing.T) {
 	env["GITHUB_EVENT_PATH"] = event
 	env["GITHUB_REPOSITORY"] = "acme/train"
 	env["GITHUB_API_URL"] = gh.URL
-	o := gpupass.CIStepOptions{Command: "compare-report", Runs: "us=" + filepath.Join(dir, "us.jsonl") + " eu=" + filepath.Join(dir, "eu.jsonl"),
-		Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: filepath.Join(dir, "rep"),
-		GitHubToken: token, Getenv: func(k string) string { return env[k] },
-		// Posting: the forge clients linked in, as gpupass-audit runs it.
-		Global: &gpupass.GlobalOptions{Output: "text", Poster: forgepost.Poster{}}}
+	// `gpupass -o github compare`, as the action runs it.
+	o := gpupass.CompareOptions{Runs: "us=" + filepath.Join(dir, "us.jsonl") + " eu=" + filepath.Join(dir, "eu.jsonl"),
+		Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", Post: "auto", ReportDir: filepath.Join(dir, "rep"),
+		GitHubToken: token, Getenv: func(k string) string { return env[k] }, Output: "github",
+		// Posting: the forge clients linked in, as cmd/gpupass runs it.
+		Poster: forgepost.Poster{}}
 	var out, log bytes.Buffer
 	o.ErrOut = &log
-	err := gpupass.RunCIStep(context.Background(), &o, &out)
+	err := gpupass.RunCompare(context.Background(), &o, &out)
 	if code := gpupass.ExitCode(err); code != gpupass.ExitUsage {
 		t.Fatalf("exit %d (%v), want %d", code, err, gpupass.ExitUsage)
 	}

@@ -1,4 +1,4 @@
-package gpupass
+package gpupass_test
 
 import (
 	"os"
@@ -10,39 +10,72 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
+	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
+	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
 )
 
 // TestCIInputsMatchFlags holds the action and the GitLab templates to the
-// CLI: every GPUPASS_<INPUT> they set must be a flag of `gpupass ci step`
-// (or of the command it dispatches to), or the value would be dropped
-// without a word.
+// CLI: every GPUPASS_<NAME> they set must be a flag of the command they
+// run (the action: of one of the commands its run step runs), or the
+// value would be dropped without a word.
 func TestCIInputsMatchFlags(t *testing.T) {
 	t.Parallel()
-	step := &cobra.Command{Use: "step"}
-	(&CIStepOptions{}).AddFlags(step)
-	known := map[string]bool{"GPUPASS_DOTENV": true, "GPUPASS_INSTALL_VERSION": true, "GPUPASS_ACTION_PATH": true, "GPUPASS_ACTION_REPOSITORY": true}
-	step.Flags().VisitAll(func(f *pflag.Flag) { known[EnvName(f.Name)] = true })
-	// The bundle steps read the registry flags' variables (bundlecmd).
-	bundle := &cobra.Command{Use: "push"}
-	(&registryflags.Flags{}).AddFlags(bundle.Flags())
-	bundle.Flags().VisitAll(func(f *pflag.Flag) { known[EnvName(f.Name)] = true })
-
-	root := filepath.Join("..", "..", "..")
-	files, _ := filepath.Glob(filepath.Join(root, "components", "gitlab", "templates", "*", "template.yml"))
-	files = append(files, filepath.Join(root, "action.yml"))
+	root := gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{}))
+	// Read by the action's scripts or by the ci package, not flags.
+	always := map[string]bool{"GPUPASS_DOTENV": true, "GPUPASS_INSTALL_VERSION": true, "GPUPASS_ACTION_PATH": true, "GPUPASS_ACTION_REPOSITORY": true, "GPUPASS_ACTION_STEP": true}
+	// flagsOf are the variables of the flags of the command a script line
+	// runs ("gpupass -o gitlab train --follow").
+	flagsOf := func(t *testing.T, line string) map[string]bool {
+		t.Helper()
+		args := strings.Fields(line)[1:]
+		for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+			args = args[2:] // -o gitlab
+		}
+		cmd, _, err := root.Find(args)
+		if err != nil || cmd == root {
+			t.Fatalf("%q runs no gpupass command: %v", line, err)
+		}
+		known := map[string]bool{}
+		add := func(f *pflag.Flag) { known[gpupass.EnvName(f.Name)] = true }
+		cmd.Flags().VisitAll(add)
+		cmd.InheritedFlags().VisitAll(add)
+		if strings.HasPrefix(cmd.CommandPath(), "gpupass bundle") || cmd.Name() == "step" {
+			// The registry flags' variables (bundlecmd reads them in CI).
+			r := &cobra.Command{Use: "r"}
+			(&registryflags.Flags{}).AddFlags(r.Flags())
+			r.Flags().VisitAll(add)
+		}
+		return known
+	}
+	dir := filepath.Join("..", "..", "..")
+	files, _ := filepath.Glob(filepath.Join(dir, "components", "gitlab", "templates", "*", "template.yml"))
+	files = append(files, filepath.Join(dir, "action.yml"))
 	if len(files) < 6 {
 		t.Fatalf("found %d files", len(files))
 	}
-	re := regexp.MustCompile(`(?m)^\s+(GPUPASS_[A-Z_]+):`)
+	vars := regexp.MustCompile(`(?m)^\s+(GPUPASS_[A-Z_]+):`)
+	// A template's script, or an arm of the action's case.
+	runs := regexp.MustCompile(`(?m)(?:^\s*script:\s*|\)\s*exec\s+)(gpupass [^;\n]*?)\s*(?:;;|$)`)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-			if !known[m[1]] {
-				t.Errorf("%s sets %s, which no gpupass ci step flag reads", strings.TrimPrefix(f, root+"/"), m[1])
+		known := map[string]bool{}
+		for _, m := range runs.FindAllStringSubmatch(string(b), -1) {
+			for k := range flagsOf(t, m[1]) {
+				known[k] = true
+			}
+		}
+		if len(known) == 0 {
+			t.Fatalf("%s runs no gpupass command", f)
+		}
+		for _, m := range vars.FindAllStringSubmatch(string(b), -1) {
+			if !known[m[1]] && !always[m[1]] {
+				t.Errorf("%s sets %s, which no flag of the command it runs reads", strings.TrimPrefix(f, dir+"/"), m[1])
 			}
 		}
 	}

@@ -54,7 +54,8 @@ func TestCILinks(t *testing.T) {
 	}
 }
 
-// TestCIStepReportLinks runs compare-report as the action does and reads
+// TestCIStepReportLinks runs compare as the action does (-o github, or
+// -o gitlab as the component does; plain text outside CI) and reads
 // the links line of the report it writes (the comment's text): the CI
 // variables become links, and a hostile one cannot break out of its link.
 func TestCIStepReportLinks(t *testing.T) {
@@ -86,7 +87,7 @@ func TestCIStepReportLinks(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			o := &CIStepOptions{Command: "compare-report", Runs: "us=" + us + " eu=" + eu, Tolerance: "5%", Tag: "compare", CommentBehavior: "update",
+			o := &stepInputs{Command: "compare-report", Runs: "us=" + us + " eu=" + eu, Tolerance: "5%", Tag: "compare", CommentBehavior: "update",
 				DashboardURL: tc.dash, Getenv: func(k string) string { return env[k] }, ErrOut: &bytes.Buffer{},
 				// Posting is skipped without a token, as forgepost does in CI.
 				Global: &GlobalOptions{Output: "text", Poster: forgepost.Poster{}}}
@@ -94,7 +95,12 @@ func TestCIStepReportLinks(t *testing.T) {
 			// working directory in parallel) links the job's artifacts
 			// rather than the directory among them (TestCILinks).
 			o.ReportDir = filepath.Join(dir, "rep")
-			err := RunCIStep(context.Background(), o, &bytes.Buffer{})
+			kind := ci.Detect(o.Getenv, nil).Kind()
+			c := compareStep(o, kind)
+			if kind == ci.None {
+				c.Output = "text"
+			}
+			err := RunCompare(context.Background(), c, &bytes.Buffer{})
 			if got := ExitCode(err); got != tc.wantCode {
 				t.Fatalf("exit code %d (%v), want %d", got, err, tc.wantCode)
 			}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
+	apptrain "github.com/gpupass/gpupass/internal/app/train"
+	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/command/output"
 )
 
 // writeMetrics writes a gpupass JSONL loss series whose loss is offset
@@ -28,6 +33,18 @@ func writeMetrics(t *testing.T, path string, delta float64) string {
 	return path
 }
 
+// stepInputs are a pipeline step's inputs (the action's names), which
+// the tests pass to the real command as its flags.
+type stepInputs struct {
+	Command, Spec, GitHubToken, BrokerToken, CosignKey, Runs, Tolerance, Tag, CommentBehavior, ReportDir, CodeQuality, DashboardURL, GitLabToken string
+	FailOnDivergence                                                                                                                             bool
+	Global                                                                                                                                       *GlobalOptions
+	Getenv                                                                                                                                       func(string) string
+	ErrOut                                                                                                                                       io.Writer
+}
+
+// TestRunCIStep runs each step as the GitHub Action and the GitLab
+// components do: the real command with -o github or -o gitlab.
 func TestRunCIStep(t *testing.T) {
 	t.Parallel()
 	starter, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "starter", "gpupass.yaml"))
@@ -38,7 +55,7 @@ func TestRunCIStep(t *testing.T) {
 	tests := []struct {
 		name     string
 		kind     string // github | gitlab
-		opts     CIStepOptions
+		opts     stepInputs
 		spec     string // gpupass.yaml content; "" = none
 		wantCode int
 		// wantFile: path (relative to the work dir) -> substrings.
@@ -46,34 +63,31 @@ func TestRunCIStep(t *testing.T) {
 		wantLog  []string
 	}{
 		{name: "validate on GitHub sets the fingerprint and summary", kind: "github", spec: string(starter),
-			opts:     CIStepOptions{Command: "validate", GitHubToken: secret},
+			opts:     stepInputs{Command: "validate", GitHubToken: secret},
 			wantFile: map[string][]string{"output": {"fingerprint<<", "sha256:"}, "summary": {"gpupass validate", "is valid", "sha256:"}},
 			wantLog:  []string{"::group::gpupass validate", "::endgroup::"}},
 		{name: "validate on GitLab writes dotenv and code quality", kind: "gitlab", spec: string(starter),
-			opts:     CIStepOptions{Command: "validate"},
+			opts:     stepInputs{Command: "validate"},
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_FINGERPRINT=sha256:"}, "gl-code-quality-report.json": {"[]"}},
 			wantLog:  []string{"section_start:", "section_end:"}},
 		{name: "invalid spec fails with findings and code quality", kind: "gitlab", spec: "version: 1\nruntime: 7\n",
-			opts: CIStepOptions{Command: "validate"}, wantCode: ExitFindings,
+			opts: stepInputs{Command: "validate"}, wantCode: ExitFindings,
 			wantFile: map[string][]string{"gl-code-quality-report.json": {`"check_name"`, "gpupass.yaml"}}},
-		{name: "missing spec is one usage error", kind: "github", opts: CIStepOptions{Command: "validate"}, wantCode: ExitUsage},
-		{name: "no command", kind: "github", opts: CIStepOptions{GitHubToken: secret}, wantCode: ExitUsage},
-		{name: "unknown command", kind: "github", opts: CIStepOptions{Command: "deploy"}, wantCode: ExitUsage},
-		{name: "train without its inputs", kind: "github", opts: CIStepOptions{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
-		{name: "audit-verify rejects a mangled key without echoing it", kind: "github", opts: CIStepOptions{Command: "audit-verify", CosignKey: secret}, wantCode: ExitUsage},
+		{name: "missing spec is one usage error", kind: "github", opts: stepInputs{Command: "validate"}, wantCode: ExitUsage},
+		{name: "train without its inputs", kind: "github", opts: stepInputs{Command: "train", BrokerToken: secret}, wantCode: ExitUsage},
 		{name: "compare-report consistent", kind: "github",
-			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl eu=eu.jsonl", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep", GitHubToken: secret},
+			opts:     stepInputs{Command: "compare-report", Runs: "us=us.jsonl eu=eu.jsonl", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep", GitHubToken: secret},
 			wantFile: map[string][]string{"output": {"verdict<<", "consistent", "report-path<<", "rep/report.md"}, "summary": {"gpupass compare: consistent"}, "rep/junit.xml": {"<testsuite"}, "rep/chart.svg": {"<svg"}}},
 		{name: "compare-report diverged fails and still hands off the verdict", kind: "gitlab",
-			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.jsonl far=far.jsonl", Tolerance: "abs=0.01", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
+			opts:     stepInputs{Command: "compare-report", Runs: "us=us.jsonl far=far.jsonl", Tolerance: "abs=0.01", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
 			wantCode: ExitFindings,
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_VERDICT=diverged", "GPUPASS_REPORT_PATH=rep/report.md"},
 				"rep/annotations.json": {`"label": "gpupass compare report: diverged"`, `"url": "https://gitlab.invalid/g/p/-/jobs/7/artifacts/file/`}}},
 		{name: "compare-report reads text logs with the spec's metrics.pattern", kind: "github",
 			spec:     string(starter) + "metrics:\n  pattern: 'it=(?P<step>\\d+) xent (?P<loss>\\S+)'\n",
-			opts:     CIStepOptions{Command: "compare-report", Runs: "us=us.log eu=eu.log", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
+			opts:     stepInputs{Command: "compare-report", Runs: "us=us.log eu=eu.log", Tolerance: "5%", FailOnDivergence: true, Tag: "compare", CommentBehavior: "update", ReportDir: "rep"},
 			wantFile: map[string][]string{"rep/report.md": {"| 2.5 ", "1..3 (3 pts)", "step: the pattern's step group"}}},
-		{name: "compare-report without runs", kind: "gitlab", opts: CIStepOptions{Command: "compare-report"}, wantCode: ExitUsage},
+		{name: "compare-report without runs", kind: "gitlab", opts: stepInputs{Command: "compare-report"}, wantCode: ExitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,7 +117,7 @@ func TestRunCIStep(t *testing.T) {
 			var out, log bytes.Buffer
 			o.ErrOut = &log
 			// compare-report posts in CI: with the forge clients linked
-			// in, as gpupass-audit runs it.
+			// in, as cmd/gpupass runs it.
 			o.Global = &GlobalOptions{Output: "text", Poster: forgepost.Poster{}}
 			// Paths are relative to the job's directory, as in CI.
 			o.Spec = filepath.Join(dir, "gpupass.yaml")
@@ -112,7 +126,7 @@ func TestRunCIStep(t *testing.T) {
 				o.ReportDir = filepath.Join(dir, o.ReportDir)
 			}
 			o.CodeQuality = filepath.Join(dir, "gl-code-quality-report.json")
-			err := RunCIStep(context.Background(), &o, &out)
+			err := runStep(context.Background(), &o, ci.Kind(tt.kind), &out)
 			if got := ExitCode(err); got != tt.wantCode {
 				t.Fatalf("exit code %d (err %v), want %d\nstdout:\n%s\nlog:\n%s", got, err, tt.wantCode, out.String(), log.String())
 			}
@@ -143,6 +157,34 @@ func TestRunCIStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runStep runs the step o.Command names as the GitHub Action and the
+// GitLab components run it: the real command with -o github or -o
+// gitlab, o's inputs as its flags.
+func runStep(ctx context.Context, o *stepInputs, kind ci.Kind, out io.Writer) error {
+	g := *o.Global
+	g.Output = output.Format(kind)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	switch o.Command {
+	case "validate":
+		dir := filepath.Dir(o.Spec)
+		return RunValidate(ctx, &ValidateOptions{Global: &g, Spec: o.Spec, CodeQuality: o.CodeQuality, Dir: dir, Getenv: o.Getenv, ErrOut: o.ErrOut, Logger: quiet}, out)
+	case "compare-report":
+		return RunCompare(ctx, compareStep(o, kind), out)
+	case "train":
+		return RunTrain(ctx, &TrainOptions{Global: &g, Broker: BrokerFlags{Token: o.BrokerToken}, Follow: true, Options: apptrain.Options{Spec: o.Spec, Getenv: o.Getenv}}, out, o.ErrOut)
+	}
+	return fmt.Errorf("no step %s", o.Command)
+}
+
+// compareStep is `gpupass -o KIND compare` with o's inputs as its flags
+// (and the action's default of --post).
+func compareStep(o *stepInputs, kind ci.Kind) *CompareOptions {
+	return &CompareOptions{Runs: o.Runs, Spec: o.Spec, Tolerance: o.Tolerance, FailOnDivergence: o.FailOnDivergence, Tag: o.Tag,
+		CommentBehavior: o.CommentBehavior, Post: "auto", Poster: o.Global.Poster, ReportDir: o.ReportDir, DashboardURL: o.DashboardURL,
+		GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken, Output: output.Format(kind), Getenv: o.Getenv, ErrOut: o.ErrOut,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 func prefixRuns(runs, dir string) string {
@@ -188,8 +230,8 @@ func TestCompareInputs(t *testing.T) {
 }
 
 // TestBadToleranceNamesFlagOrInput: the report package says what is wrong
-// with a tolerance; `gpupass compare` names the flag the user typed and
-// `ci step` the input the workflow set, never the other's name.
+// with a tolerance; `gpupass compare` names the flag the user typed and,
+// as a CI step (-o github), also the variable and the input that set it.
 func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -204,17 +246,17 @@ func TestBadToleranceNamesFlagOrInput(t *testing.T) {
 		t.Errorf("gpupass compare --tolerance abs=5%%: exit %d, stderr %q; want %d naming --tolerance and %s", code, errb.String(), ExitUsage, problem)
 	}
 
-	o := &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, Tolerance: "abs=5%", ReportDir: filepath.Join(dir, "rep"),
-		Getenv: func(string) string { return "" }}
-	err := RunCIStep(context.Background(), o, &bytes.Buffer{})
-	if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "input tolerance "+problem) || strings.Contains(fmt.Sprint(err), "--tolerance") {
-		t.Errorf("ci step with input tolerance abs=5%%: %v (exit %d); want a usage error naming the input tolerance, not the flag", err, ExitCode(err))
+	o := &stepInputs{Command: "compare-report", Runs: us + " " + eu, Tolerance: "abs=5%", ReportDir: filepath.Join(dir, "rep"),
+		Getenv: func(string) string { return "" }, Global: &GlobalOptions{}}
+	err := RunCompare(context.Background(), compareStep(o, ci.GitHub), &bytes.Buffer{})
+	if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "--tolerance (GPUPASS_TOLERANCE, the tolerance input) "+problem) {
+		t.Errorf("gpupass -o github compare with GPUPASS_TOLERANCE=abs=5%%: %v (exit %d); want a usage error naming the flag, its variable and the input", err, ExitCode(err))
 	}
 }
 
 // TestCIStepErrorsNameInputsNotFlags checks that a use case's error
-// reaches a `ci step` user with the input's name, never a CLI flag the
-// step has no way to set, and the CLI user with the flag.
+// reaches the CLI user with the flag, and a pipeline step (the same
+// command with -o github) with the flag, its variable and the input.
 func TestCIStepErrorsNameInputsNotFlags(t *testing.T) {
 	t.Parallel()
 	// The bundle steps' case is bundlecmd's TestBundleStepErrorsNameInputs.
@@ -222,29 +264,28 @@ func TestCIStepErrorsNameInputsNotFlags(t *testing.T) {
 	missing := filepath.Join(dir, "nonexistent.yaml")
 	tests := []struct {
 		name     string
-		ci       CIStepOptions
+		ci       []string
 		cli      []string
 		wantCode int
-		want     string // in the ci step's error
+		want     string // in the CI step's stderr
 		wantCLI  string // in the CLI's stderr
-		flag     string // must not be in the ci step's error
 	}{
-		{"train, no spec", CIStepOptions{Command: "train", BrokerURL: "http://127.0.0.1:1", BrokerToken: "gpp_x", Regions: "us-west-2", TrainCommand: "true", Spec: missing},
+		{"train, no spec", []string{"-o", "github", "train", "--broker-url", "http://127.0.0.1:1", "--broker-token", "gpp_x", "--region", "us-west-2", "--spec", missing, "--command", "true"},
 			[]string{"train", "--broker-url", "http://127.0.0.1:1", "--broker-token", "gpp_x", "--region", "us-west-2", "--spec", missing, "--", "true"},
-			ExitUsage, "input spec", "--spec", "--spec"},
+			ExitUsage, "--spec (GPUPASS_SPEC, the spec input)", "--spec"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.ci.Getenv = func(string) string { return "" }
-			err := RunCIStep(context.Background(), &tc.ci, &bytes.Buffer{})
-			if ExitCode(err) != tc.wantCode || !strings.Contains(fmt.Sprint(err), tc.want) || strings.Contains(fmt.Sprint(err), tc.flag) {
-				t.Errorf("ci step: %v (exit %d); want exit %d, %q and no %s", err, ExitCode(err), tc.wantCode, tc.want, tc.flag)
-			}
-			var out, errb bytes.Buffer
-			code := Main(context.Background(), tc.cli, strings.NewReader(""), &out, &errb)
-			if code != tc.wantCode || !strings.Contains(errb.String(), tc.wantCLI) {
-				t.Errorf("CLI: exit %d, stderr %q; want exit %d and %q", code, errb.String(), tc.wantCode, tc.wantCLI)
+			for _, run := range []struct {
+				args []string
+				want string
+			}{{tc.ci, tc.want}, {tc.cli, tc.wantCLI}} {
+				var out, errb bytes.Buffer
+				code := Main(context.Background(), run.args, strings.NewReader(""), &out, &errb)
+				if code != tc.wantCode || !strings.Contains(errb.String(), run.want) {
+					t.Errorf("gpupass %s: exit %d, stderr %q; want exit %d and %q", strings.Join(run.args, " "), code, errb.String(), tc.wantCode, run.want)
+				}
 			}
 		})
 	}

@@ -14,7 +14,12 @@ import (
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
+	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/output"
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/workdir"
 )
 
 // ciEnv is the environment of a GitHub or GitLab job whose files live in dir.
@@ -38,7 +43,12 @@ func closedURL(t *testing.T) string {
 	return "http://" + addr
 }
 
-// TestCIStepTrain runs the train step against a real broker with agents
+// trainInputs are the train step's inputs (the action's names).
+type trainInputs struct{ BrokerURL, BrokerToken, Regions, Name, TrainCommand, TimeLimit string }
+
+// TestCIStepTrain runs the train step as the action and the component
+// do (gpupass -o github|gitlab train --follow, the inputs its flags)
+// against a real broker with agents
 // that work the runs over the real protocol: the allocation ids reach the
 // step outputs (GitHub) or the dotenv file per region (GitLab), the run
 // names carry the region and the short commit, and each bad input ends
@@ -60,7 +70,7 @@ func TestCIStepTrain(t *testing.T) {
 	tests := []struct {
 		name     string
 		kind     string
-		opts     gpupass.CIStepOptions
+		opts     trainInputs
 		wantCode int
 		wantErr  string
 		// wantFile: file in the job dir -> substrings.
@@ -69,75 +79,66 @@ func TestCIStepTrain(t *testing.T) {
 		wantIDs []string
 	}{
 		{name: "GitHub: allocation ids and summary", kind: "github",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: "python3 train.py --steps 5"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: "python3 train.py --steps 5"},
 			wantFile: map[string][]string{"output": {"allocation-ids<<"}, "summary": {"### gpupass train", "| us-west-2 | `alloc-", "llm-finetune-8a3f9b2-us-west-2", "succeeded"}},
 			wantIDs:  []string{"us-west-2"}},
 		{name: "GitLab: one dotenv variable per region", kind: "gitlab",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", Name: "bert", TrainCommand: `["python3","train.py"]`},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", Name: "bert", TrainCommand: `["python3","train.py"]`},
 			wantFile: map[string][]string{"gpupass.env": {`GPUPASS_ALLOCATION_IDS={"us-west-2":"alloc-`, "GPUPASS_ALLOCATION_US_WEST_2=alloc-"}},
 			wantIDs:  []string{"us-west-2"}},
 		{name: "a failed run fails the step and still hands off its id", kind: "gitlab",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: euTok, Regions: "eu-central-1", TrainCommand: "python3 train.py"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: euTok, Regions: "eu-central-1", TrainCommand: "python3 train.py"},
 			wantCode: gpupass.ExitFindings, wantErr: "1 of 1 runs did not succeed",
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_ALLOCATION_EU_CENTRAL_1=alloc-"}},
 			wantIDs:  []string{"eu-central-1"}},
 		{name: "a region name the output name changes", kind: "gitlab",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: apTok, Regions: "ap-south-1", TrainCommand: "python3 train.py"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: apTok, Regions: "ap-south-1", TrainCommand: "python3 train.py"},
 			wantFile: map[string][]string{"gpupass.env": {`GPUPASS_ALLOCATION_IDS={"ap-south-1":"alloc-`, "GPUPASS_ALLOCATION_AP_SOUTH_1=alloc-"}},
 			wantIDs:  []string{"ap-south-1"}},
 		// Issue #32, item 5: one rule for region names, before the broker
 		// is asked (it refuses them too).
 		{name: "a region name that is none", kind: "gitlab",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: apTok, Regions: "ap_south.1", TrainCommand: "python3 train.py"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: apTok, Regions: "ap_south.1", TrainCommand: "python3 train.py"},
 			wantCode: gpupass.ExitUsage, wantErr: `"ap_south.1": not a region name: use lowercase letters, digits and '-'`},
 		{name: "token scoped to another region", kind: "github",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "eu-central-1", TrainCommand: "python3 train.py"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: usTok, Regions: "eu-central-1", TrainCommand: "python3 train.py"},
 			wantCode: gpupass.ExitUsage, wantErr: "submitting the run in eu-central-1"},
 		{name: "token without the submit role", kind: "github",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: readTok, Regions: "us-west-2", TrainCommand: "python3 train.py"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: readTok, Regions: "us-west-2", TrainCommand: "python3 train.py"},
 			wantCode: gpupass.ExitUsage, wantErr: "role"},
 		{name: "broker down", kind: "gitlab",
-			opts:     gpupass.CIStepOptions{BrokerURL: down, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: "python3 train.py"},
+			opts:     trainInputs{BrokerURL: down, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: "python3 train.py"},
 			wantCode: gpupass.ExitUsage, wantErr: "submitting the run in us-west-2 at " + down},
 		{name: "missing inputs are named at once", kind: "github",
-			opts:     gpupass.CIStepOptions{BrokerToken: usTok},
-			wantCode: gpupass.ExitUsage, wantErr: "step train: missing required input broker-url, regions, train-command"},
+			opts:     trainInputs{BrokerToken: usTok},
+			wantCode: gpupass.ExitUsage, wantErr: "train: missing --broker-url (GPUPASS_BROKER_URL, the broker-url input), --region (GPUPASS_REGION, the regions input), --command (GPUPASS_COMMAND, the train-command input)"},
 		{name: "unbalanced quote in the command", kind: "github",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: `python3 "train.py`},
-			wantCode: gpupass.ExitUsage, wantErr: "input train-command: unterminated \" quote"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: `python3 "train.py`},
+			wantCode: gpupass.ExitUsage, wantErr: "--command (GPUPASS_COMMAND, the train-command input): unterminated \" quote"},
 		{name: "time limit that is no duration", kind: "gitlab",
-			opts:     gpupass.CIStepOptions{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: "python3 train.py", TimeLimit: "ninety minutes"},
-			wantCode: gpupass.ExitUsage, wantErr: "input time-limit"},
+			opts:     trainInputs{BrokerURL: b.URL, BrokerToken: usTok, Regions: "us-west-2", TrainCommand: "python3 train.py", TimeLimit: "ninety minutes"},
+			wantCode: gpupass.ExitUsage, wantErr: "--time-limit (GPUPASS_TIME_LIMIT, the time-limit input)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			env := ciEnv(tt.kind, dir)
-			o := tt.opts
-			o.Command, o.Spec = "train", spec
-			o.Getenv = func(k string) string { return env[k] }
+			in := tt.opts
+			o := &gpupass.TrainOptions{Global: &gpupass.GlobalOptions{Output: output.Format(tt.kind)}, Follow: true, CommandLine: in.TrainCommand,
+				Broker: gpupass.BrokerFlags{URL: in.BrokerURL, Token: in.BrokerToken},
+				Options: apptrain.Options{Spec: spec, Regions: []string{in.Regions}, Name: in.Name, TimeLimit: in.TimeLimit, NoWorkdir: true,
+					MaxRestarts: 3, MinHealthScore: api.DefaultMinHealthScore, WorkdirLimits: workdir.Default(), Getenv: func(k string) string { return env[k] }}}
 			var out, log bytes.Buffer
-			o.ErrOut = &log
-			err := gpupass.RunCIStep(context.Background(), &o, &out)
+			o.Broker.ErrOut = &log
+			err := gpupass.RunTrain(context.Background(), o, &out, &log)
 			if got := gpupass.ExitCode(err); got != tt.wantCode {
 				t.Fatalf("exit code %d (err %v), want %d\nstdout:\n%s\nlog:\n%s", got, err, tt.wantCode, out.String(), log.String())
 			}
 			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Errorf("error %v, want it to say %q", err, tt.wantErr)
 			}
-			for file, subs := range tt.wantFile {
-				b, rerr := os.ReadFile(filepath.Join(dir, file))
-				if rerr != nil {
-					t.Errorf("%s: %v", file, rerr)
-					continue
-				}
-				for _, s := range subs {
-					if !strings.Contains(string(b), s) {
-						t.Errorf("%s lacks %q:\n%s", file, s, b)
-					}
-				}
-			}
+			testutil.WantFiles(t, dir, tt.wantFile)
 			if tt.wantIDs != nil {
 				ids := allocationIDs(t, tt.kind, dir)
 				var regions []string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,13 +46,21 @@ type CompareOptions struct {
 	Markdown         string
 	GitHubToken      string
 	GitLabToken      string
+	// Runs are more runs as one string: NAME=INPUT and INPUT words, or
+	// train's allocation-ids output (JSON), as the CI inputs pass them.
+	Runs string
+	// ReportDir gets the report files (report.md, report.json,
+	// junit.xml, chart.svg) that no flag of their own names.
+	ReportDir string
 
 	// Set by the caller, not by flags.
 	Inputs []string
 	Output output.Format
 	Getenv func(string) string
-	// Poster posts the report; nil when this binary does not link the
-	// forge clients (then the command runs gpupass-audit to post).
+	// ErrOut receives the CI log group markers (-o github|gitlab).
+	ErrOut io.Writer
+	// Poster posts the report (the forge clients, linked in by
+	// cmd/gpupass); nil refuses to post (compare.ErrNoPoster).
 	Poster compare.Poster
 	// Source resolves allocation ids; nil until the broker client exists.
 	Source     compare.Source
@@ -80,6 +89,8 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.JUnit, "junit", "", "write JUnit XML (one test case per pair and tolerance) to this path")
 	f.StringVar(&o.JSON, "json", "", "write the report as JSON to this path")
 	f.StringVar(&o.Markdown, "markdown", "", "write the full markdown report to this path (keep it as an artifact: long comments are truncated)")
+	f.StringVar(&o.Runs, "runs", "", "runs to compare as one value: NAME=INPUT and INPUT words separated by spaces or newlines, or the allocation-ids JSON of train (as CI inputs pass them)")
+	f.StringVar(&o.ReportDir, "report-dir", "", "write report.md, report.json, junit.xml and chart.svg into this directory, unless --markdown, --json, --junit or --svg name their own (default with --output github or gitlab: "+ciCompareReportDir+")")
 	f.StringVar(&o.GitHubToken, "github-token", "", "token for PR comments (default $GITHUB_TOKEN); needs pull-requests: write")
 	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token for MR notes (default $GITLAB_TOKEN); a job token cannot post notes")
 	MarkSecret("github-token")
@@ -124,11 +135,11 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 			o.Inputs = args
 			o.Output = g.Output
 			o.Getenv = os.Getenv
+			o.ErrOut = cmd.ErrOrStderr()
 			o.Logger = g.Logger(cmd.ErrOrStderr())
 			o.Poster = g.Poster
-			if o.Poster == nil && compare.Destination(compare.PostMode(o.Post), o.Getenv) != compare.PostNone {
-				// Posting needs the forge clients: gpupass-audit links them.
-				return g.forward(comparePosting, cmd.OutOrStdout(), cmd.ErrOrStderr()).run(cmd.Context())
+			if err := o.expandRuns(); err != nil {
+				return err
 			}
 			if o.needsBroker() {
 				// After `gpupass up` its config names the broker, as for
@@ -145,7 +156,23 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 	}
 	o.AddFlags(cmd)
 	broker.AddFlags(cmd)
-	return cmd
+	return ciCommand(cmd)
+}
+
+// expandRuns adds --runs to the positional inputs and labels, once.
+func (o *CompareOptions) expandRuns() error {
+	labels, inputs, err := compareInputs(o.Runs)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: %w", o.flag("runs"), err)}
+	}
+	o.Labels, o.Inputs, o.Runs = append(o.Labels, labels...), append(o.Inputs, inputs...), ""
+	return nil
+}
+
+// flag names one of compare's flags for the user, with its CI input
+// under -o github|gitlab (ciFlag).
+func (o *CompareOptions) flag(name string) string {
+	return ciFlag(&GlobalOptions{Output: o.Output}, name)
 }
 
 // needsBroker says whether some input is an allocation id rather than a
@@ -213,7 +240,7 @@ func (o *CompareOptions) options() (compare.Options, error) {
 	tol, err := report.ParseTolerance(o.Tolerance)
 	var te *report.ToleranceError
 	if errors.As(err, &te) {
-		return compare.Options{}, fmt.Errorf("--tolerance %q: %s", te.Value, te.Problem)
+		return compare.Options{}, fmt.Errorf("%s %q: %s", o.flag("tolerance"), te.Value, te.Problem)
 	}
 	if err != nil {
 		return compare.Options{}, err
@@ -247,7 +274,11 @@ func (o *CompareOptions) options() (compare.Options, error) {
 		if o.Markdown != "" {
 			reportDir = filepath.Dir(o.Markdown)
 		}
-		links = ciLinks(ci.Detect(o.Getenv, io.Discard).Kind(), o.Getenv, reportDir)
+		kind, ok := ciOutput(&GlobalOptions{Output: o.Output})
+		if !ok {
+			kind = ci.Detect(o.Getenv, io.Discard).Kind()
+		}
+		links = ciLinks(kind, o.Getenv, reportDir)
 	}
 	return compare.Options{
 		Links: links, DashboardURL: o.DashboardURL,
@@ -262,6 +293,15 @@ func (o *CompareOptions) options() (compare.Options, error) {
 // RunCompare runs the compare use case with the flags, prints the report
 // on out and turns divergence into exit code 1 with --fail-on-divergence.
 func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
+	if err := o.expandRuns(); err != nil {
+		return err
+	}
+	if err := o.reportFiles(); err != nil {
+		return err
+	}
+	if kind, ok := ciOutput(&GlobalOptions{Output: o.Output}); ok {
+		return o.runCI(ctx, kind, out)
+	}
 	res, err := runCompare(ctx, o)
 	if res == nil {
 		return err
@@ -291,7 +331,12 @@ func runCompare(ctx context.Context, o *CompareOptions) (*compare.Result, error)
 	case errors.Is(err, compare.ErrNothing):
 		err = fmt.Errorf("%w, e.g. gpupass compare us.jsonl eu.jsonl", err)
 	case errors.Is(err, compare.ErrNoSource):
-		err = fmt.Errorf("%w: pass --broker-url and --broker-token, or run `gpupass up` first (or export the run's metrics to a file and pass that)", err)
+		err = fmt.Errorf("%w: pass %s and %s, or run `gpupass up` first (or export the run's metrics to a file and pass that)", err, o.flag("broker-url"), o.flag("broker-token"))
 	}
-	return res, compareFlagNames.Apply(err)
+	names := compareFlagNames
+	if _, isCI := ciOutput(&GlobalOptions{Output: o.Output}); isCI {
+		names = maps.Clone(names)
+		names["Runs"] = o.flag("runs")
+	}
+	return res, names.Apply(err)
 }

@@ -51,7 +51,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (string, string
 		t.Setenv(k, v)
 	}
 	var out, errb bytes.Buffer
-	// With the forge clients linked in, as gpupass-audit runs a compare
+	// With the forge clients linked in, as cmd/gpupass runs a compare
 	// that posts.
 	code := Main(context.Background(), append([]string{"compare"}, args...), strings.NewReader(""), &out, &errb, WithPoster(forgepost.Poster{}))
 	return out.String(), errb.String(), code
@@ -324,7 +324,7 @@ func TestCompareLogY(t *testing.T) {
 }
 
 // TestCompareLinksBack: compare run by hand in a CI job links the report
-// to the CI run and its artifacts, as `ci step compare-report` does; a
+// to the CI run and its artifacts, as the compare-report step does; a
 // --dashboard-url that is no http(s) address is refused by its name.
 func TestCompareLinksBack(t *testing.T) {
 	dir := t.TempDir()

@@ -99,9 +99,9 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 		}
 	})
 
-	// audit is in gpupass-audit (it links sigstore): run that program.
+	// audit lives in auditcmd, which cmd/gpupass links: run the binary.
 	t.Run("audit", func(t *testing.T) {
-		bin := testutil.BuildBinary(t, "./cmd/gpupass-audit")
+		bin := testutil.BuildBinary(t, "./cmd/gpupass")
 		zipPath := filepath.Join(dir, "disputed-audit.zip")
 		audit := func(args ...string) (string, int) {
 			cmd := exec.Command(bin, args...)

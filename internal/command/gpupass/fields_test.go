@@ -3,7 +3,6 @@ package gpupass
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,8 +15,8 @@ import (
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
-// TestFieldNames: every flag and input the two tables name exists, so a
-// renamed error never sends the user to a flag or input that is not there.
+// TestFieldNames: every flag the table names exists, so a renamed error
+// never sends the user to a flag that is not there.
 func TestFieldNames(t *testing.T) {
 	t.Parallel()
 	flags := map[string]bool{}
@@ -30,10 +29,7 @@ func TestFieldNames(t *testing.T) {
 		}
 	}
 	walk(NewRoot())
-	step := &cobra.Command{Use: "step"}
-	(&CIStepOptions{}).AddFlags(step)
 	flagRE := regexp.MustCompile(`--([a-z0-9-]+)`)
-	inputRE := regexp.MustCompile(`^input ([a-z0-9-]+)`)
 	for field, name := range flagNames {
 		for _, m := range flagRE.FindAllStringSubmatch(name, -1) {
 			if !flags[m[1]] {
@@ -41,19 +37,11 @@ func TestFieldNames(t *testing.T) {
 			}
 		}
 	}
-	for field, name := range ciInputNames {
-		if strings.Contains(name, "--") {
-			t.Errorf("ciInputNames[%q] = %q names a flag: a ci step user never typed it", field, name)
-		}
-		if m := inputRE.FindStringSubmatch(name); m != nil && step.Flags().Lookup(m[1]) == nil {
-			t.Errorf("ciInputNames[%q] = %q: ci step has no input %s", field, name, m[1])
-		}
-	}
 }
 
 // TestLibraryErrorsNameFlagOrInput: a library refuses a value in its own
 // terms (*fielderr.Error); `gpupass compare` names the flag the user
-// typed, `ci step` the input the workflow set, and neither the other's.
+// typed and, as a CI step (-o github), also its variable and input.
 func TestLibraryErrorsNameFlagOrInput(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -68,14 +56,15 @@ func TestLibraryErrorsNameFlagOrInput(t *testing.T) {
 		name      string
 		cli       []string
 		wantCLI   string
-		ci        *CIStepOptions // nil: no input sets it
+		ci        []string // the flags of the same command as a CI step (-o github) sets them; nil: no input sets it
 		wantInput string
 	}{
 		{
-			name:    "comment behavior",
-			cli:     []string{"compare", us, eu, "--comment-behavior", "sometimes"},
-			wantCLI: `--comment-behavior "sometimes": must be update, new or delete-and-new`,
-			ci:      &CIStepOptions{Command: "compare-report", Runs: us + " " + eu, CommentBehavior: "sometimes"}, wantInput: `input comment-behavior "sometimes": must be update, new or delete-and-new`,
+			name:      "comment behavior",
+			cli:       []string{"compare", us, eu, "--comment-behavior", "sometimes"},
+			wantCLI:   `--comment-behavior "sometimes": must be update, new or delete-and-new`,
+			ci:        []string{"-o", "github", "compare", "--runs", us + " " + eu, "--comment-behavior", "sometimes", "--report-dir", filepath.Join(dir, "rep")},
+			wantInput: `--comment-behavior (GPUPASS_COMMENT_BEHAVIOR, the comment-behavior input) "sometimes": must be update, new or delete-and-new`,
 		},
 		{
 			name:    "time limit",
@@ -99,11 +88,11 @@ func TestLibraryErrorsNameFlagOrInput(t *testing.T) {
 			if tt.ci == nil {
 				return
 			}
-			o := tt.ci
-			o.ReportDir, o.Getenv = filepath.Join(t.TempDir(), "rep"), func(string) string { return "" }
-			err := RunCIStep(context.Background(), o, &bytes.Buffer{})
-			if ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), tt.wantInput) || strings.Contains(fmt.Sprint(err), "--") {
-				t.Errorf("ci step: %v (exit %d); want a usage error with %q and no flag", err, ExitCode(err), tt.wantInput)
+			out.Reset()
+			errb.Reset()
+			code = Main(context.Background(), tt.ci, strings.NewReader(""), &out, &errb)
+			if code != ExitUsage || !strings.Contains(errb.String(), tt.wantInput) {
+				t.Errorf("gpupass %s: exit %d, stderr %q; want %d and %q", strings.Join(tt.ci, " "), code, errb.String(), ExitUsage, tt.wantInput)
 			}
 		})
 	}

@@ -109,9 +109,9 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 			}},
 		// The CI step (the GitHub Action, the GitLab components): inputs
 		// arrive as GPUPASS_* variables, consent too.
-		{name: "ci step compare-report", fix: "GPUPASS_INSECURE_HTTP=true (a CI/CD variable, or the step's env)", args: func(string) []string { return []string{"ci", "step"} },
+		{name: "compare-report step", fix: "--insecure-http (or GPUPASS_INSECURE_HTTP=true)", args: func(string) []string { return []string{"-o", "gitlab", "compare"} },
 			env: func(u string) []string { return ciCompare(u, token) }},
-		{name: "ci step compare-report GPUPASS_INSECURE_HTTP=true", allowed: true, args: func(string) []string { return []string{"ci", "step"} },
+		{name: "compare-report step GPUPASS_INSECURE_HTTP=true", allowed: true, args: func(string) []string { return []string{"-o", "gitlab", "compare"} },
 			env: func(u string) []string { return append(ciCompare(u, token), "GPUPASS_INSECURE_HTTP=true") }},
 		{name: "cli nodes, a host name", byName: true, args: func(u string) []string {
 			return []string{"nodes", "--broker-url", u, "--broker-token", token}
@@ -210,10 +210,11 @@ func TestTokenNotOverPlainHTTP(t *testing.T) {
 	}
 }
 
-// ciCompare is the environment of a compare-report step that reads two
-// runs by allocation id from the broker at url, outside any CI.
+// ciCompare is the environment of a compare-report step (gpupass -o
+// gitlab compare) that reads two runs by allocation id from the broker at
+// url, outside any CI.
 func ciCompare(url, token string) []string {
-	return []string{"GPUPASS_COMMAND=compare-report", "GPUPASS_RUNS=us=alloc-us eu=alloc-eu", "GPUPASS_BROKER_URL=" + url,
+	return []string{"GPUPASS_RUNS=us=alloc-us eu=alloc-eu", "GPUPASS_BROKER_URL=" + url,
 		"GPUPASS_BROKER_TOKEN=" + token, "GITHUB_ACTIONS=", "GITLAB_CI="}
 }
 

@@ -18,100 +18,49 @@ import (
 	"github.com/gpupass/gpupass/internal/wheel/wheeltest"
 )
 
-// TestAuditRunsGpupassAudit: gpupass does not link the audit commands
-// (sigstore); it runs gpupass-audit for them with the same arguments,
-// streams and exit code, finds it beside itself, on PATH or in
-// $GPUPASS_AUDIT_BIN, and says how to get it when it is missing.
-func TestAuditRunsGpupassAudit(t *testing.T) {
+// TestOneBinary: gpupass alone (no other program beside it or on PATH)
+// runs every command: the audit commands (sigstore), the bundle commands
+// (the registry client) and a compare that posts (the forge clients).
+// It was two programs: gpupass then failed with "install gpupass-audit".
+func TestOneBinary(t *testing.T) {
 	t.Parallel()
-	bin := testutil.BuildBinary(t, "./cmd/gpupass") // gpupass-audit beside it
-	run := func(env []string, args ...string) (string, string, int) {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = t.TempDir()
-		cmd.Env = append(os.Environ(), env...)
+	lone := filepath.Join(t.TempDir(), "gpupass")
+	b, err := os.ReadFile(testutil.BuildBinary(t, "./cmd/gpupass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(lone, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin", "GITHUB_ACTIONS=", "GITLAB_CI=", "GITHUB_STEP_SUMMARY=", "GITHUB_OUTPUT=")
 		return testutil.Run(t, cmd)
 	}
-	t.Run("beside", func(t *testing.T) {
-		dir := t.TempDir()
-		// -o json before the command reaches gpupass-audit too.
-		out, errOut, code := run(nil, "-o", "json", "audit", "keygen", "--out-prefix", filepath.Join(dir, "k"))
-		if code != 0 || !strings.Contains(out, `"public_key"`) {
-			t.Fatalf("audit keygen through gpupass: exit %d\n%s%s", code, out, errOut)
-		}
-		if _, err := os.Stat(filepath.Join(dir, "k.key")); err != nil {
-			t.Fatal(err)
-		}
-		// Its exit code and its own error pass through unchanged.
-		_, errOut, code = run(nil, "audit", "verify", "missing.zip", "--key", filepath.Join(dir, "k.pub"))
-		if code != ExitUsage && code != ExitFindings || strings.Count(errOut, "missing.zip") != 1 {
-			t.Errorf("audit verify of a missing zip: exit %d, stderr %q; want its error once", code, errOut)
-		}
-		out, _, code = run(nil, "audit", "verify", "--help")
-		if code != 0 || !strings.Contains(out, "--agent-key") {
-			t.Errorf("audit verify --help: exit %d\n%s", code, out)
-		}
-	})
-	t.Run("missing", func(t *testing.T) {
-		lone := filepath.Join(t.TempDir(), "gpupass")
-		b, err := os.ReadFile(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(lone, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(lone, "audit", "keygen")
-		cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin", AuditBinaryEnv+"=")
-		_, errOut, code := testutil.Run(t, cmd)
-		if code != ExitUsage || !strings.Contains(errOut, "gpupass-audit") || !strings.Contains(errOut, "go install github.com/gpupass/gpupass/cmd/gpupass-audit") {
-			t.Errorf("without gpupass-audit: exit %d, stderr %q; want exit 2 saying where to get it", code, errOut)
-		}
-		// Every forwarded command set names the program and how to get it.
-		dir := t.TempDir()
-		us, eu, _ := writeRuns(t, dir)
-		for _, args := range [][]string{
-			{"bundle", "verify", dir},
-			{"compare", us, eu, "--post", "github"},
-			{"ci", "step", "--command", "bundle-pull", "--registry-ref", "127.0.0.1:1/x:1", "--wheelhouse", dir},
-		} {
-			cmd := exec.Command(lone, args...)
-			cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin", AuditBinaryEnv+"=")
-			_, errOut, code := testutil.Run(t, cmd)
-			if code != ExitUsage || !strings.Contains(errOut, "in gpupass-audit: it is not beside this program") || !strings.Contains(errOut, "go install github.com/gpupass/gpupass/cmd/gpupass-audit") {
-				t.Errorf("%v without gpupass-audit: exit %d, stderr %q; want exit 2 saying where to get it", args, code, errOut)
-			}
-		}
-		// A compare that posts nowhere (outside CI, --post auto) is
-		// gpupass's own, as is validate.
-		cmd = exec.Command(lone, "compare", us, eu)
-		cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin", "GITHUB_ACTIONS=", "GITLAB_CI=", "GITHUB_STEP_SUMMARY=")
-		if out, errOut, code := testutil.Run(t, cmd); code != 0 || !strings.Contains(out, "gpupass compare: consistent") {
-			t.Errorf("compare without posting, without gpupass-audit: exit %d\n%s%s", code, out, errOut)
-		}
-		// validate needs nothing more.
-		cmd = exec.Command(lone, "validate", "--spec", filepath.Join(testutil.RepoRoot(t), "internal", "spec", "testdata", "specs", "design-example-fixed.yaml"))
-		cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin")
-		if out, errOut, code := testutil.Run(t, cmd); code != 0 {
-			t.Errorf("validate without gpupass-audit: exit %d\n%s%s", code, out, errOut)
-		}
-	})
-	t.Run("not the audit build", func(t *testing.T) {
-		// $GPUPASS_AUDIT_BIN naming gpupass itself must not loop.
-		_, errOut, code := run([]string{AuditBinaryEnv + "=" + bin}, "audit", "keygen")
-		if code != ExitUsage || !strings.Contains(errOut, "is gpupass without the audit, bundle and forge commands") {
-			t.Errorf("GPUPASS_AUDIT_BIN=gpupass: exit %d, stderr %q", code, errOut)
-		}
-	})
+	out, errOut, code := run("-o", "json", "audit", "keygen", "--out-prefix", filepath.Join(dir, "k"))
+	if code != 0 || !strings.Contains(out, `"public_key"`) {
+		t.Fatalf("audit keygen: exit %d\n%s%s", code, out, errOut)
+	}
+	_, errOut, code = run("audit", "verify", "missing.zip", "--key", filepath.Join(dir, "k.pub"))
+	if code != ExitUsage && code != ExitFindings || strings.Count(errOut, "missing.zip") != 1 {
+		t.Errorf("audit verify of a missing zip: exit %d, stderr %q; want its error once", code, errOut)
+	}
+	if out, errOut, code := run("bundle", "verify", "--help"); code != 0 || !strings.Contains(out, "gpupass bundle verify") {
+		t.Errorf("bundle verify --help: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := run("validate", "--spec", filepath.Join(testutil.RepoRoot(t), "internal", "spec", "testdata", "specs", "design-example-fixed.yaml")); code != 0 {
+		t.Errorf("validate: exit %d\n%s%s", code, out, errOut)
+	}
 }
 
-// TestBundleAndPostingRunGpupassAudit: gpupass does not link the OCI
-// registry client or the forge clients either; `bundle`, a `compare`
-// that posts and their CI steps run gpupass-audit and work end to end
-// through it: a real registry on loopback, a GitHub API that records
-// the comment.
-func TestBundleAndPostingRunGpupassAudit(t *testing.T) {
+// TestBundleAndPosting: `bundle`, a `compare` that posts and their CI
+// steps work end to end from the one binary: a real registry on loopback,
+// a GitHub API that records the comment.
+func TestBundleAndPosting(t *testing.T) {
 	t.Parallel()
-	bin := testutil.BuildBinary(t, "./cmd/gpupass") // gpupass-audit beside it
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
 	host := strings.TrimPrefix(reg.URL, "http://")
@@ -145,15 +94,15 @@ func TestBundleAndPostingRunGpupassAudit(t *testing.T) {
 	}{
 		{"bundle push", noCI, []string{"-o", "json", "bundle", "push", "--plain-http", "--no-cache", "-w", house, host + "/team/wheels:v1"}, `"digest": "sha256:`, 0},
 		{"bundle inspect", noCI, []string{"bundle", "inspect", "--plain-http", host + "/team/wheels:v1"}, "alpha-1.0-py3-none-any.whl", 0},
-		{"bundle-pull step", noCI, []string{"ci", "step", "--command", "bundle-pull", "--plain-http", "--registry-ref", host + "/team/wheels:v1", "--wheelhouse", filepath.Join(dir, "pulled")}, "1 wheels in", 0},
+		{"bundle-pull step", noCI, []string{"-o", "github", "bundle", "pull", "--plain-http", "--ref", host + "/team/wheels:v1", "--to", filepath.Join(dir, "pulled")}, "1 wheels in", 0},
 		{"compare --post github", append([]string{"GITHUB_ACTIONS="}, prVars...), []string{"-o", "json", "compare", us, eu, "--post", "github"}, `"action": "created"`, 1},
 		{"compare in a pull request", runner, []string{"compare", us, eu}, "gpupass compare: consistent", 2},
-		{"compare-report step in a pull request", runner, []string{"ci", "step", "--command", "compare-report", "--runs", "us=" + us + " eu=" + eu, "--report-dir", filepath.Join(dir, "rep")}, "gpupass compare: consistent", 3},
+		{"compare-report step in a pull request", runner, []string{"-o", "github", "compare", "--runs", "us=" + us + " eu=" + eu, "--report-dir", filepath.Join(dir, "rep")}, "gpupass compare: consistent", 3},
 	}
 	for _, tc := range tests { // in order: pull reads what push wrote
 		cmd := exec.Command(bin, tc.args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), append(tc.env, AuditBinaryEnv+"=")...)
+		cmd.Env = append(os.Environ(), tc.env...)
 		out, errOut, code := testutil.Run(t, cmd)
 		if code != 0 || !strings.Contains(out, tc.want) {
 			t.Fatalf("%s: exit %d, stdout lacks %q:\n%s%s", tc.name, code, tc.want, out, errOut)

@@ -26,7 +26,7 @@ import (
 // gpupass refuses), and exits 2: how it was called, not a finding.
 func TestBundlePlainHTTPRegistryE2E(t *testing.T) {
 	t.Parallel()
-	bin := testutil.BuildBinary(t, "./cmd/gpupass") // gpupass-audit beside it
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
 	host := strings.TrimPrefix(reg.URL, "http://")

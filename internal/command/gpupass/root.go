@@ -29,28 +29,19 @@ type GlobalOptions struct {
 	// commands use (BrokerFlags.fromLocal reads it from the flag).
 	Context string
 
-	// The command sets gpupass does not link (plugin.go): linked in, or
-	// nil, when gpupass-audit runs them (set by NewRoot).
+	// The command sets in subpackages (plugin.go), as cmd/gpupass links
+	// them (set by NewRoot; nil in a test that builds the root without).
 	Audit  Plugin
 	Bundle Plugin
 	Poster compare.Poster
 
-	names fieldNames  // set by NewRoot, with the plugins' fields
-	cfg   *rootConfig // set by NewRoot: what forwarding passes on
-}
-
-// forward is f forwarding this process's arguments and streams (NewRoot's,
-// or for a GlobalOptions built by hand, os.Args and out and errOut).
-func (g *GlobalOptions) forward(f forwarder, out, errOut io.Writer) forwarder {
-	if g != nil && g.cfg != nil {
-		return f.with(g.cfg)
-	}
-	return f.with(newRootConfig(os.Args[1:], os.Stdin, out, errOut, nil))
+	names fieldNames // set by NewRoot, with the plugins' fields
 }
 
 // AddFlags registers the global flags.
 func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
 	output.Register(cmd, &o.Output)
+	cmd.PersistentFlags().Lookup(output.Flag).Usage = "output format: text or json; github or gitlab for a CI step (validate, compare, train, audit, audit verify, bundle push, bundle pull)"
 	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
 	cmd.PersistentFlags().StringVar(&o.Context, "context", "", "broker context to use, from the config file (gpupass context ls lists them)")
 }
@@ -73,15 +64,14 @@ func (o *GlobalOptions) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// NewRoot builds the root command with every subcommand. Without
-// WithAudit, WithBundle or WithPoster, the commands they would link run
-// gpupass-audit with os.Args.
+// NewRoot builds the root command with every subcommand: the audit and
+// bundle trees and posting compare reports as opts link them in.
 func NewRoot(opts ...Option) *cobra.Command {
-	return newRoot(newRootConfig(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, opts))
+	return newRoot(newRootConfig(opts))
 }
 
-func newRootConfig(args []string, in io.Reader, out, errw io.Writer, opts []Option) *rootConfig {
-	c := &rootConfig{args: args, in: in, out: out, err: errw}
+func newRootConfig(opts []Option) *rootConfig {
+	c := &rootConfig{}
 	for _, o := range opts {
 		o(c)
 	}
@@ -98,7 +88,7 @@ func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
 // VM is most of its CPU time. Help, completion and unknown commands get
 // the whole tree (Main decides).
 func newRootFor(cfg *rootConfig, only string) *cobra.Command {
-	g := &GlobalOptions{Audit: cfg.audit, Bundle: cfg.bundle, Poster: cfg.poster, names: cfg.names, cfg: cfg}
+	g := &GlobalOptions{Audit: cfg.audit, Bundle: cfg.bundle, Poster: cfg.poster, names: cfg.names}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",
@@ -131,17 +121,9 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 			root.AddCommand(c.new(g))
 		}
 	}
-	for _, p := range []struct {
-		linked Plugin
-		fwd    forwarder
-	}{{cfg.audit, auditCommands}, {cfg.bundle, bundleCommands}} {
-		if only != "" && only != p.fwd.use {
-			continue
-		}
-		if p.linked != nil {
-			root.AddCommand(p.linked.Command(g))
-		} else {
-			root.AddCommand(p.fwd.with(cfg).Command(g))
+	for i, p := range []Plugin{cfg.audit, cfg.bundle} {
+		if p != nil && (only == "" || only == pluginCommands[i]) {
+			root.AddCommand(p.Command(g))
 		}
 	}
 	return root
@@ -160,7 +142,6 @@ var commands = []subcommand{
 	{"logs", newLogsCmd},
 	{"runs", newRunsCmd},
 	{"cancel", newCancelCmd},
-	{"ci", newCICmd},
 	{"context", newContextCmd},
 }
 
@@ -214,7 +195,7 @@ func commandName(args []string) string {
 			}
 		default:
 			known := slices.ContainsFunc(commands, func(c subcommand) bool { return c.name == a })
-			if !known && a != auditCommands.use && a != bundleCommands.use {
+			if !known && !slices.Contains(pluginCommands, a) {
 				return ""
 			}
 			return a
@@ -225,14 +206,22 @@ func commandName(args []string) string {
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, opts ...Option) int {
-	cfg := newRootConfig(args, stdin, stdout, stderr, opts)
+	cfg := newRootConfig(opts)
 	root := rootFor(cfg, args)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	// Libraries name the field they refuse; the user typed a flag.
-	err := cfg.names.flags.Apply(root.ExecuteContext(ctx))
+	// Libraries name the field they refuse; the user typed a flag, or in
+	// a pipeline step set the input of the same name.
+	err := root.ExecuteContext(ctx)
+	format := output.Text
+	if c, _, ferr := root.Find(args); ferr == nil {
+		if f := c.Flag(output.Flag); f != nil {
+			format = output.Format(f.Value.String())
+		}
+	}
+	err = ciFlagNames(cfg.names.flags, format).Apply(err)
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {

@@ -9,11 +9,28 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
+
+	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
-// everyCommand is every top-level command of gpupass, forwarded ones too.
+// fakePlugin stands for auditcmd's and bundlecmd's plugins, which
+// import this package (so its tests cannot import them): a command tree
+// named name.
+type fakePlugin struct{ name string }
+
+func (p fakePlugin) Command(*GlobalOptions) *cobra.Command {
+	return &cobra.Command{Use: p.name, Short: "the " + p.name + " commands", RunE: func(*cobra.Command, []string) error { return nil }}
+}
+
+func (fakePlugin) FieldNames() fielderr.Names { return nil }
+
+// withPlugins links fake audit and bundle trees in, as cmd/gpupass links
+// the real ones.
+var withPlugins = []Option{WithAudit(fakePlugin{"audit"}), WithBundle(fakePlugin{"bundle"})}
+
+// everyCommand is every top-level command of gpupass, the plugins' too.
 func everyCommand() []string {
-	names := []string{auditCommands.use, bundleCommands.use}
+	names := slices.Clone(pluginCommands)
 	for _, c := range commands {
 		names = append(names, c.name)
 	}
@@ -64,8 +81,7 @@ func TestRootForBuildsOnlyTheCommandRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Parallel()
-			var out bytes.Buffer
-			root := rootFor(newRootConfig(tt.args, strings.NewReader(""), &out, &out, nil), tt.args)
+			root := rootFor(newRootConfig(withPlugins), tt.args)
 			want := tt.want
 			if want == nil {
 				want = everyCommand()
@@ -100,7 +116,7 @@ func TestHelpAndCompletionListEveryCommand(t *testing.T) {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
-			if code := Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr); code != ExitOK {
+			if code := Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr, withPlugins...); code != ExitOK {
 				t.Fatalf("exit %d, stderr: %s", code, stderr.String())
 			}
 			for _, name := range append(everyCommand(), "completion") {

@@ -7,7 +7,7 @@ import (
 )
 
 // What the audit and bundle commands (packages auditcmd and bundlecmd,
-// linked only into gpupass-audit) share with the other commands.
+// which cmd/gpupass links in) share with the other commands.
 
 // AllocArg checks that a command got exactly one allocation id.
 func AllocArg(cmd *cobra.Command, args []string) error { return allocArg(cmd, args) }

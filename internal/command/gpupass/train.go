@@ -32,6 +32,9 @@ type TrainOptions struct {
 	// ListWorkdir prints what the work dir ships and what it leaves
 	// out, and submits nothing.
 	ListWorkdir bool
+	// CommandLine is the training command as one string (--command),
+	// split into words as a shell would, never run through one.
+	CommandLine string
 }
 
 // AddFlags registers train's flags.
@@ -40,6 +43,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVarP(&o.Spec, "spec", "s", "gpupass.yaml", "the run's spec file")
 	f.StringSliceVar(&o.Regions, "region", nil, "region to train in; repeat or comma-separate for one run per region (required)")
+	f.StringVar(&o.CommandLine, "command", "", `the training command as one string instead of after --, e.g. "python3 train.py --steps 200": split into words as a shell would ('…', "…", \ escapes; no expansion), or a JSON list of words; the node never runs it through a shell`)
 	f.StringVar(&o.Name, "name", "", "run name (default: the spec's name); the region and, in CI, the short commit are added")
 	f.BoolVarP(&o.Follow, "follow", "f", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
@@ -61,7 +65,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 func newTrainCmd(g *GlobalOptions) *cobra.Command {
 	o := &TrainOptions{Global: g}
 	cmd := &cobra.Command{
-		Use:   "train --spec FILE --region R [--region R2 …] [flags] -- COMMAND [ARG…]",
+		Use:   "train --spec FILE --region R [--region R2 …] [flags] -- COMMAND [ARG…] | --command 'COMMAND ARG…'",
 		Short: "Run the training command on certified nodes, one run per region",
 		Long: `Submit one run per --region to the broker. Each is placed on the best certified
 node of its region (the order of validate --dry-run) and printed with its
@@ -93,16 +97,16 @@ prints what would ship.`,
 		},
 	}
 	o.AddFlags(cmd)
-	return cmd
+	return ciCommand(cmd)
 }
 
 // trainFlagNames maps the use case's option fields to train's flags.
 var trainFlagNames = fielderr.Names{
-	"Regions": "--region", "Command": "the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
+	"Regions": "--region", "Command": "--command or the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
 	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name", "TimeLimit": "--time-limit", "MetricPattern": "--metric-pattern",
 	"NoWorkdir": "--no-workdir", "WorkdirInclude": "--include",
 	// The broker's request fields: it names no client's flags.
-	api.FieldSubmitCommand: "the training command after --", api.FieldSubmitName: "--name", api.FieldSubmitWorkdir: "--workdir", api.FieldSubmitTimeLimit: "--time-limit",
+	api.FieldSubmitCommand: "--command or the training command after --", api.FieldSubmitName: "--name", api.FieldSubmitWorkdir: "--workdir", api.FieldSubmitTimeLimit: "--time-limit",
 }
 
 // options are the use case's options, dialling the broker of the flags.
@@ -115,8 +119,36 @@ func (o *TrainOptions) options() apptrain.Options {
 
 // RunTrain submits the runs and, with Follow, streams them to the end.
 func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error {
+	if err := o.commandLine(); err != nil {
+		return err
+	}
+	// Regions may come as one value (an input): "us-west-2, eu-central-1".
+	var regions []string
+	for _, r := range o.Regions {
+		regions = append(regions, strings.FieldsFunc(r, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })...)
+	}
+	o.Regions = regions
+	if kind, ok := ciOutput(o.Global); ok {
+		return o.runCI(ctx, kind, out, errOut)
+	}
 	_, err := runTrain(ctx, o, trainFlagNames, out, errOut)
 	return err
+}
+
+// commandLine splits --command into the training command's words.
+func (o *TrainOptions) commandLine() error {
+	if o.CommandLine == "" {
+		return nil
+	}
+	if len(o.Command) > 0 {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("the training command is given twice: pass %s or the words after --, not both", ciFlag(o.Global, "command"))}
+	}
+	words, err := apptrain.SplitCommand(o.CommandLine)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: %w", ciFlag(o.Global, "command"), err)}
+	}
+	o.Command, o.CommandLine = words, ""
+	return nil
 }
 
 // runTrain runs the use case and renders it: the table of runs as

@@ -17,6 +17,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/validate"
 	"github.com/gpupass/gpupass/internal/buildinfo"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/flagalias"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/findings"
@@ -41,6 +42,9 @@ type ValidateOptions struct {
 	Python string
 	// DryRun asks the broker which nodes match (validate_dryrun.go).
 	DryRun DryRunOptions
+	// CodeQuality is the GitLab code quality report that --output gitlab
+	// writes.
+	CodeQuality string
 
 	// Dir is where the spec is looked up (the working directory).
 	Dir string
@@ -64,6 +68,7 @@ func (o *ValidateOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Format, "format", "", "findings format: "+strings.Join(findings.Formats, ", ")+" (default text; json with --output json)")
 	f.BoolVar(&o.Local, "local", false, "also check this machine's runtime (driver, nvcc, python, torch, packages) against the spec")
 	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter probed by --local (the one gpupass up runs jobs with)")
+	f.StringVar(&o.CodeQuality, "code-quality", "gl-code-quality-report.json", "GitLab code quality report of the findings, written with --output gitlab")
 	o.DryRun.AddFlags(cmd)
 }
 
@@ -93,7 +98,7 @@ mismatches, 2 usage or I/O error.`,
 		},
 	}
 	o.AddFlags(cmd)
-	return cmd
+	return ciCommand(cmd)
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -109,6 +114,14 @@ func isTerminal(w io.Writer) bool {
 // format resolves --format against the global --output.
 func (o *ValidateOptions) format() (string, error) {
 	jsonOnly := o.Global.format() == output.JSON
+	if _, isCI := ciOutput(o.Global); isCI {
+		// The findings are text in the log; the output format adds the
+		// annotations or the code quality report.
+		if o.Format != "" && o.Format != "text" {
+			return "", fmt.Errorf("--format %s with --output %s: the CI output prints text and writes its own reports; drop --format", o.Format, o.Global.Output)
+		}
+		return "text", nil
+	}
 	f := o.Format
 	if f == "" {
 		f = "text"
@@ -134,7 +147,7 @@ func (o *ValidateOptions) validateSpec(ctx context.Context) (*validate.Result, e
 		return nil, fmt.Errorf("%w: pass --spec %s", err, termsafe.ShellQuote(ns.Above))
 	}
 	if errors.As(err, &ns) {
-		return nil, fmt.Errorf("%w, or pass --spec FILE", err)
+		return nil, fmt.Errorf("%w, or pass %s", err, ciFlag(o.Global, "spec"))
 	}
 	return v, err
 }
@@ -147,16 +160,18 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	kind, isCI := ciOutput(o.Global)
+	env := ci.New(kind, getenv, o.ErrOut)
+	defer env.Group("gpupass validate")()
 	v, err := o.validateSpec(ctx)
 	if err != nil {
 		return err
 	}
 	res, b := v.Result, v.Source
-
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
 	results := []*spec.Result{res}
 
 	// With JSON output the local check's report (itself JSON) goes inside
@@ -196,7 +211,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("writing findings: %w", err)
 	}
-	if getenv("GITHUB_ACTIONS") == "true" && format != "github" {
+	if (getenv("GITHUB_ACTIONS") == "true" || kind == ci.GitHub) && format != "github" {
 		// In a workflow, annotate the spec's lines too; with JSON output,
 		// stdout must stay JSON, so only the step output is set.
 		w := out
@@ -204,6 +219,11 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 			w = io.Discard
 		}
 		if err := findings.GitHub(w, results, getenv); err != nil {
+			return err
+		}
+	}
+	if isCI {
+		if err := ciValidateReports(env, o, results); err != nil {
 			return err
 		}
 	}
@@ -240,6 +260,42 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 		return Findings(nil)
 	}
 	return nil
+}
+
+// ciValidateReports renders the typed result for a pipeline (-o github,
+// -o gitlab), besides the findings in the log: on GitLab the code quality
+// report (GitLab shows it on the merge request's diff) and the
+// fingerprint in the dotenv file (on GitHub findings.GitHub set the step
+// output), and the job summary.
+func ciValidateReports(env *ci.Env, o *ValidateOptions, results []*spec.Result) error {
+	res := results[0]
+	if env.Kind() == ci.GitLab {
+		fo := findings.Options{Version: buildinfo.Get().Version, Getenv: hideCI(o.Getenv)}
+		if err := writeFile(o.CodeQuality, func(w io.Writer) error { return findings.Write(w, "gitlab", results, fo) }); err != nil {
+			return err
+		}
+		if res.Fingerprint != "" {
+			if err := env.SetOutput("fingerprint", res.Fingerprint); err != nil {
+				return err
+			}
+		}
+	}
+	if !res.Valid {
+		return env.Summary(fmt.Sprintf("### ❌ gpupass validate\n\n`%s` has errors: see the annotations.\n", res.File))
+	}
+	return env.Summary(fmt.Sprintf("### ✅ gpupass validate\n\n`%s` is valid.\n\nFingerprint: `%s`\n", res.File, res.Fingerprint))
+}
+
+// hideCI hides the CI variables from a renderer whose output is only a
+// report file, so it sets no outputs and prints no annotations of its own.
+func hideCI(getenv func(string) string) func(string) string {
+	return func(k string) string {
+		switch k {
+		case "GITHUB_ACTIONS", "GITLAB_CI", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY":
+			return ""
+		}
+		return getenv(k)
+	}
 }
 
 // validateReport is validate's JSON document: the spec result, plus the

@@ -180,8 +180,10 @@ type JSONWriter interface {
 }
 
 // Write prints v in format f: JSON in the house form (WriteJSON), text
-// through v's WriteText. A format with no writer here is an error, not
-// silence: Check keeps those from reaching a command.
+// through v's WriteText. A CI format prints the text too: it is what the
+// job's log shows, and the command adds the CI's own channels (step
+// outputs, summary, annotations) beside it. A format with no writer here
+// is an error, not silence: Check keeps those from reaching a command.
 func Write(w io.Writer, f Format, v any) error {
 	switch f {
 	case JSON:
@@ -189,7 +191,7 @@ func Write(w io.Writer, f Format, v any) error {
 			return j.WriteJSON(w)
 		}
 		return WriteJSON(w, v)
-	case Text, "":
+	case Text, GitHub, GitLab, "":
 		t, ok := v.(Texter)
 		if !ok {
 			return fmt.Errorf("output: %T has no text form", v)

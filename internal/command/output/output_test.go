@@ -169,7 +169,11 @@ func TestWrite(t *testing.T) {
 		{name: "text by default", f: "", v: r, want: "a<b>&c: the text form\n"},
 		{name: "a result's own JSON", f: output.JSON, v: own{}, want: "{\"own\":true}\n"},
 		{name: "no text form", f: output.Text, v: struct{}{}, wantErr: "output: struct {} has no text form"},
-		{name: "a format with no writer", f: output.GitHub, v: r, wantErr: "--output github: this command does not print that format"},
+		// A CI step's log shows the text; the command adds the CI's own
+		// channels beside it.
+		{name: "github prints the text", f: output.GitHub, v: r, want: "a<b>&c: the text form\n"},
+		{name: "gitlab prints the text", f: output.GitLab, v: r, want: "a<b>&c: the text form\n"},
+		{name: "a format with no writer", f: "yaml", v: r, wantErr: "--output yaml: this command does not print that format"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

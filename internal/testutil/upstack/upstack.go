@@ -54,7 +54,7 @@ func BuildAll(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/gpupass", "./cmd/gpupass-audit", "./cmd/gpupass-broker", "./cmd/gpupass-agent")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/gpupass", "./cmd/gpupass-broker", "./cmd/gpupass-agent")
 	cmd.Dir = testutil.RepoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if b, err := cmd.CombinedOutput(); err != nil {

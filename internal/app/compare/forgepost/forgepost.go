@@ -1,9 +1,7 @@
 // Package forgepost posts compare reports to the forges: a sticky comment
 // on the GitHub pull request or GitLab merge request the pipeline runs
-// for. It links go-github and GitLab's client, whose package
-// initialisation every process that links them pays at start-up, so only
-// gpupass-audit links it; gpupass runs that program when a compare would
-// post (see compare.Poster).
+// for. It links go-github and GitLab's client, so it is kept out of
+// the compare use case: cmd/gpupass hands it in (see compare.Poster).
 package forgepost
 
 import (

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/app/auditrun"
 	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/conformance"
@@ -41,9 +42,11 @@ type AuditOptions struct {
 	FulcioURL    string
 	RekorURL     string
 	Output       output.Format
-	// Password decrypts Key; nil: COSIGN_PASSWORD (ci step passes its
-	// cosign-password input here).
+	// Password decrypts Key; nil: COSIGN_PASSWORD. --key-password sets
+	// it (a pipeline's cosign-password input).
 	Password []byte
+	// ErrOut receives the CI log group markers (-o github|gitlab).
+	ErrOut io.Writer
 
 	// Source overrides the run source (the broker client, later; tests).
 	Source audit.Source
@@ -55,8 +58,13 @@ type AuditOptions struct {
 func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Out, "out", "audit-report.zip", "where to write the audit report zip")
+	f.StringVar(&o.AllocationID, "allocation", "", "allocation id of the run to audit, instead of the ALLOC argument")
+	f.Var(passwordValue{&o.Password}, "key-password", "password of --key (default: $COSIGN_PASSWORD)")
+	gpupass.MarkSecret("key-password")
+	// A pipeline passes the key itself (a secret input): masked in the log.
+	gpupass.MarkSecret("key")
 	f.StringVar(&o.RunFile, "run-file", "", "audit a JSON run record (audit.Run) instead of asking the broker (offline re-audits)")
-	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file or env://VAR (password in COSIGN_PASSWORD)")
+	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file, env://VAR or the PEM itself (password in --key-password or COSIGN_PASSWORD)")
 	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless with the CI's OIDC token through Fulcio and Rekor (needs network)")
 	f.BoolVar(&o.Attest, "attest", false, "also add an in-toto statement signed as a DSSE envelope")
 	f.BoolVar(&o.TlogUpload, "tlog-upload", false, "with --key, also record the signature in Rekor (default: offline)")
@@ -64,6 +72,18 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for keyless signing or --tlog-upload")
 	o.Broker.AddFlags(cmd)
 }
+
+// passwordValue is --key-password: kept as bytes, never printed.
+type passwordValue struct{ p *[]byte }
+
+func (v passwordValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	return "***"
+}
+func (v passwordValue) Set(s string) error { *v.p = []byte(s); return nil }
+func (passwordValue) Type() string         { return "string" }
 
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
 type AuditVerifyOptions struct {
@@ -76,13 +96,15 @@ type AuditVerifyOptions struct {
 	Extract       string
 	Output        output.Format
 	Getenv        func(string) string
+	// ErrOut receives the CI log group markers (-o github|gitlab).
+	ErrOut io.Writer
 }
 
 // AddFlags registers the flags of `gpupass audit verify`.
 func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file or env://VAR (required)")
-	f.StringSliceVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]); repeatable")
+	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file, env://VAR or the PEM itself (required)")
+	f.StringArrayVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]): a file, env://VAR or the key itself; repeatable")
 	f.BoolVar(&o.RequirePinned, "require-pinned", false, "fail (exit 1) unless the conformance report's agent key is pinned with --agent-key; without it an unpinned key is a warning")
 	f.StringVar(&o.Extract, "extract", "", "also write the report's files into this directory (never overwrites)")
 }
@@ -105,7 +127,7 @@ func (o *AuditKeygenOptions) AddFlags(cmd *cobra.Command) {
 func newAuditCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &AuditOptions{}
 	cmd := &cobra.Command{
-		Use:   "audit ALLOC [--out audit-report.zip]",
+		Use:   "audit ALLOC|--allocation ALLOC|--run-file FILE [--out audit-report.zip]",
 		Short: "Build a signed audit report of a finished run, verifiable with cosign",
 		Long: `Build audit-report.zip for a finished run: the declared and measured
 environment with their fingerprints, the agent's signed conformance report,
@@ -120,11 +142,24 @@ The run comes from the broker alone (--broker-url, a read token for the
 run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
 the agent's signed report for that run, the node and the metrics. A run
 still in progress cannot be audited. The zip is named with --out; -o is
-the output format (text or json), as for every command.`,
-		Args: gpupass.AllocArg,
+the output format (text or json, or github or gitlab in a CI step), as
+for every command.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.AllocationID, o.Output = args[0], g.Output
+			if len(args) == 1 {
+				if o.AllocationID != "" && o.AllocationID != args[0] {
+					return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("allocation %s and --allocation %s: name the run once", args[0], o.AllocationID)}
+				}
+				o.AllocationID = args[0]
+			}
+			o.Output = g.Output
+			if _, isCI := gpupass.CIOutput(o.Output); !isCI && o.AllocationID == "" && o.RunFile == "" {
+				if err := gpupass.AllocArg(cmd, args); err != nil {
+					return err
+				}
+			}
 			o.Log = g.Logger(cmd.ErrOrStderr())
+			o.ErrOut = cmd.ErrOrStderr()
 			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
@@ -132,6 +167,7 @@ the output format (text or json), as for every command.`,
 	// -o is the format everywhere; `-o a.zip` (what -o means to many
 	// tools that write a file) is refused with --out as the fix.
 	output.WritesFileWith(cmd, "out", "the zip")
+	gpupass.CICommand(cmd)
 
 	vo := &AuditVerifyOptions{}
 	verify := &cobra.Command{
@@ -156,10 +192,12 @@ Exit codes: 0 every layer ok (or warn), 1 a layer failed or was skipped
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vo.Path = args[0]
 			vo.Output = g.Output
+			vo.ErrOut = cmd.ErrOrStderr()
 			return RunAuditVerify(cmd.Context(), *vo, cmd.OutOrStdout())
 		},
 	}
 	vo.AddFlags(verify)
+	gpupass.CICommand(verify)
 
 	ko := &AuditKeygenOptions{}
 	keygen := &cobra.Command{
@@ -175,6 +213,8 @@ encrypted with COSIGN_PASSWORD (empty if unset) and written with mode 0600.`,
 		},
 	}
 	ko.AddFlags(keygen)
+	// keygen is no CI step: it prints text or json, not audit's CI formats.
+	output.Supports(keygen, output.Text, output.JSON)
 	cmd.AddCommand(verify, keygen)
 	return cmd
 }
@@ -197,7 +237,33 @@ func auditLog(l *slog.Logger) *slog.Logger {
 type AuditResult = auditrun.Result
 
 // RunAudit builds, signs and writes the audit report of a finished run.
-func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) error {
+func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
+	kind, isCI := gpupass.CIOutput(o.Output)
+	env := ci.New(kind, auditGetenv(o.Getenv), o.ErrOut)
+	defer env.Group("gpupass audit")()
+	if isCI {
+		// A pipeline signs with its key: it never falls back to keyless
+		// signing unless asked to.
+		if o.AllocationID == "" && o.RunFile == "" {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s (or %s)", gpupass.CIFlag(o.Output, "allocation"), gpupass.CIFlag(o.Output, "run-file"))}
+		}
+		if o.Key == "" && !o.Keyless {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s (or --keyless)", gpupass.CIFlag(o.Output, "key"))}
+		}
+		defer func() {
+			if err == nil {
+				err = env.SetOutput("audit-path", o.Out)
+			}
+		}()
+	}
+	if o.Key != "" {
+		key, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "key"), o.Key)
+		if err != nil {
+			return err
+		}
+		defer done()
+		o.Key = key
+	}
 	if o.Out == "" {
 		return errors.New("--out is empty: name the zip to write")
 	}
@@ -246,9 +312,28 @@ func (a auditWritten) WriteText(out io.Writer) error {
 // RunAuditVerify verifies an audit report and prints each layer.
 func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) error {
 	getenv := auditGetenv(o.Getenv)
+	kind, _ := gpupass.CIOutput(o.Output)
+	// The section keeps the step's name, as pipelines know it.
+	defer ci.New(kind, getenv, o.ErrOut).Group("gpupass audit-verify")()
 	if o.Key == "" {
-		return errors.New("--key is required: the cosign public key (cosign.pub) the report must be signed with")
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required: the cosign public key (cosign.pub) the report must be signed with", gpupass.CIFlag(o.Output, "key"))}
 	}
+	key, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "key"), o.Key)
+	if err != nil {
+		return err
+	}
+	defer done()
+	o.Key = key
+	agentKeyFiles := make([]string, 0, len(o.AgentKeys))
+	for _, ref := range o.AgentKeys {
+		p, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "agent-key"), ref)
+		if err != nil {
+			return err
+		}
+		defer done()
+		agentKeyFiles = append(agentKeyFiles, p)
+	}
+	o.AgentKeys = agentKeyFiles
 	pub, _, err := audit.LoadPublicKey(audit.KeyRef(o.Key), getenv)
 	if err != nil {
 		return err

@@ -260,7 +260,7 @@ func TestAuditOutputIsTheFormat(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := gpupass.Main(context.Background(), []string{"audit", "alloc-7f3a", "--run-file", filepath.Join(dir, "run.json"), "--key", filepath.Join(dir, "cosign.key"), "-o", zip},
 			nil, &out, &errb, gpupass.WithAudit(Plugin{}))
-		want := fmt.Sprintf("gpupass: -o %s: --output is the output format (text or json); write the zip with --out %s\n", zip, zip)
+		want := fmt.Sprintf("gpupass: -o %s: --output is the output format (text, json, github or gitlab); write the zip with --out %s\n", zip, zip)
 		if code != gpupass.ExitUsage || out.String() != "" || errb.String() != want {
 			t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, stderr %q", code, out.String(), errb.String(), gpupass.ExitUsage, want)
 		}

@@ -3,7 +3,6 @@ package auditcmd
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +12,9 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 )
 
-// TestCIStepAudit: the audit and audit-verify steps call the audit use
-// case with the cosign-password input as a value. The process environment
+// TestCIStepAudit: the audit and audit-verify steps (gpupass -o github
+// audit, audit verify) call the audit use case with the cosign-password
+// input (--key-password) as a value. The process environment
 // is not touched (COSIGN_PASSWORD stays unset, here and for the steps that
 // follow in the same job), and the typed result sets the step output.
 func TestCIStepAudit(t *testing.T) {
@@ -25,9 +25,9 @@ func TestCIStepAudit(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	zipPath := filepath.Join(dir, "audit-report.zip")
 	var out bytes.Buffer
-	o := &gpupass.CIStepOptions{Global: &gpupass.GlobalOptions{Output: "text", Audit: Plugin{}}, Command: "audit", RunFile: filepath.Join(dir, "run.json"), CosignKey: filepath.Join(dir, "cosign.key"),
-		CosignPassword: "gpupass-test", AuditPath: zipPath, Getenv: getenv}
-	if err := gpupass.RunCIStep(context.Background(), o, &out); err != nil {
+	o := AuditOptions{Output: "github", RunFile: filepath.Join(dir, "run.json"), Key: filepath.Join(dir, "cosign.key"),
+		Password: []byte("gpupass-test"), Out: zipPath, Getenv: getenv}
+	if err := RunAudit(context.Background(), o, &out); err != nil {
 		t.Fatalf("audit step: %v\n%s", err, out.String())
 	}
 	if v, set := os.LookupEnv(audit.PasswordEnv); set {
@@ -40,8 +40,8 @@ func TestCIStepAudit(t *testing.T) {
 		t.Errorf("audit-path output missing: %s", b)
 	}
 	out.Reset()
-	v := &gpupass.CIStepOptions{Global: &gpupass.GlobalOptions{Output: "text", Audit: Plugin{}}, Command: "audit-verify", CosignKey: filepath.Join(dir, "cosign.pub"), AuditPath: zipPath, Getenv: getenv}
-	err := gpupass.RunCIStep(context.Background(), v, &out)
+	v := AuditVerifyOptions{Output: "github", Key: filepath.Join(dir, "cosign.pub"), Path: zipPath, Getenv: getenv}
+	err := RunAuditVerify(context.Background(), v, &out)
 	// The fixture run is simulated, so verify reports findings; what
 	// matters here is that it read and checked the signature.
 	if err != nil && gpupass.ExitCode(err) != gpupass.ExitFindings {
@@ -61,8 +61,8 @@ func TestCIStepAudit(t *testing.T) {
 	}
 	for _, ak := range []string{filepath.Join(dir, "agent.pub"), string(pem)} {
 		out.Reset()
-		v.AgentKey = ak
-		err = gpupass.RunCIStep(context.Background(), v, &out)
+		v.AgentKeys = []string{ak}
+		err = RunAuditVerify(context.Background(), v, &out)
 		if err != nil && gpupass.ExitCode(err) != gpupass.ExitFindings {
 			t.Fatalf("audit-verify step: %v\n%s", err, out.String())
 		}
@@ -71,15 +71,15 @@ func TestCIStepAudit(t *testing.T) {
 		}
 	}
 	// A wrong password is refused: the value given is the one used.
-	o.CosignPassword, o.AuditPath = "wrong", filepath.Join(dir, "other.zip")
-	if err := gpupass.RunCIStep(context.Background(), o, &bytes.Buffer{}); err == nil {
+	o.Password, o.Out = []byte("wrong"), filepath.Join(dir, "other.zip")
+	if err := RunAudit(context.Background(), o, &bytes.Buffer{}); err == nil {
 		t.Error("audit step with a wrong cosign-password succeeded")
 	}
 }
 
 // TestAuditErrorsNameFlagOrInput: the audit library refuses a public key
-// to sign with in its own terms; `gpupass-audit audit` names --key and the
-// audit step names its input cosign-key, neither the other's.
+// to sign with in its own terms; `gpupass audit` names --key and, as the
+// audit step (-o github), also its variable and the input cosign-key.
 func TestAuditErrorsNameFlagOrInput(t *testing.T) {
 	t.Parallel()
 	keys, _ := auditFixture(t)
@@ -91,10 +91,28 @@ func TestAuditErrorsNameFlagOrInput(t *testing.T) {
 	if want := `--key "` + pub + `" is a public key: signing takes the private key`; code != gpupass.ExitUsage || !strings.Contains(errb.String(), want) {
 		t.Errorf("audit: exit %d, stderr %q; want %q", code, errb.String(), want)
 	}
-	o := &gpupass.CIStepOptions{Global: &gpupass.GlobalOptions{Output: "text", Audit: Plugin{}}, Command: "audit", RunFile: filepath.Join(keys, "run.json"),
-		CosignKey: pub, AuditPath: filepath.Join(dir, "b.zip"), ReportDir: filepath.Join(dir, "rep"), Getenv: func(string) string { return "" }}
-	err := gpupass.RunCIStep(context.Background(), o, &bytes.Buffer{})
-	if want := `input cosign-key "` + pub + `" is a public key: signing takes the private key`; gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.Contains(fmt.Sprint(err), want) || strings.Contains(fmt.Sprint(err), "--") {
-		t.Errorf("ci step: %v (exit %d); want %q and no flag", err, gpupass.ExitCode(err), want)
+	out.Reset()
+	errb.Reset()
+	code = gpupass.Main(context.Background(), []string{"-o", "github", "audit", "--run-file", filepath.Join(keys, "run.json"), "--key", pub, "--out", filepath.Join(dir, "b.zip")},
+		strings.NewReader(""), &out, &errb, gpupass.WithAudit(Plugin{}))
+	if want := `--key (GPUPASS_KEY, the cosign-key input) "` + pub + `" is a public key: signing takes the private key`; code != gpupass.ExitUsage || !strings.Contains(errb.String(), want) {
+		t.Errorf("gpupass -o github audit: exit %d, stderr %q; want %q", code, errb.String(), want)
+	}
+}
+
+// TestAuditVerifyStepRefusesAMangledKey: the audit-verify step with a
+// cosign-key input that is neither a file nor a PEM key is one usage
+// error that never echoes the value (it may be a mangled secret).
+func TestAuditVerifyStepRefusesAMangledKey(t *testing.T) {
+	t.Parallel()
+	const secret = "tok-must-not-leak-9f3"
+	var out, log bytes.Buffer
+	err := RunAuditVerify(context.Background(), AuditVerifyOptions{Output: "github", Key: secret, Path: "audit-report.zip", ErrOut: &log,
+		Getenv: func(string) string { return "" }}, &out)
+	if gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.Contains(err.Error(), "--key (GPUPASS_KEY, the cosign-key input): neither a readable file nor a PEM key") {
+		t.Errorf("err %v (exit %d), want a usage error naming the flag and the input", err, gpupass.ExitCode(err))
+	}
+	if all := out.String() + log.String() + err.Error(); strings.Contains(all, secret) {
+		t.Errorf("the key's value reached the output:\n%s", all)
 	}
 }

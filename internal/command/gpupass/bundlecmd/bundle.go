@@ -1,10 +1,7 @@
 // Package bundlecmd holds the bundle commands: `gpupass bundle push`,
 // `pull`, `inspect` and `verify`, and the bundle-push and bundle-pull CI
 // steps. They link the OCI registry client (go-containerregistry, docker's
-// credential config), whose package initialisation every process that
-// links it pays at start-up, so they are linked only into gpupass-audit
-// (cmd/gpupass-audit); gpupass runs that program for them (see
-// gpupass.Plugin).
+// credential config); cmd/gpupass links them in (see gpupass.Plugin).
 package bundlecmd
 
 import (
@@ -14,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -21,6 +19,7 @@ import (
 	appbundle "github.com/gpupass/gpupass/internal/app/bundle"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/flagalias"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/output"
@@ -99,13 +98,18 @@ func (o *TargetFlags) target() appbundle.Target {
 // bundleFlagNames maps the use cases' option fields to the flags.
 var bundleFlagNames = fielderr.Names{"Wheelhouse": "--wheelhouse", "To": "--to", "Python": "--python"}
 
-// bundleCLIError names the flags in a bundle use case's error.
-func bundleCLIError(err error) error {
+// bundleCLIError names the flags in a bundle use case's error (with a
+// CI output format, as flag, variable and input).
+func bundleCLIError(err error, format output.Format) error {
 	var ie *appbundle.IncompleteError
 	if errors.As(err, &ie) {
 		return gpupass.Findings(fmt.Errorf("%w (--allow-incomplete pushes anyway)", ie))
 	}
-	return bundleFlagNames.Apply(err)
+	names := fielderr.Names{}
+	for field, flag := range bundleFlagNames {
+		names[field] = gpupass.CIFlag(format, strings.TrimPrefix(flag, "--"))
+	}
+	return names.Apply(err)
 }
 
 func newBundleCmd(g *gpupass.GlobalOptions) *cobra.Command {
@@ -130,6 +134,8 @@ type BundlePushOptions struct {
 	Global        *gpupass.GlobalOptions
 	RegistryFlags RegistryFlags
 	TargetFlags   TargetFlags
+	// Ref is --ref, the REF argument's flag (a pipeline's registry-ref).
+	Ref string
 }
 
 // AddFlags registers push's flags.
@@ -142,12 +148,47 @@ func (o *BundlePushOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.MountFrom, "mount-from", "", "repository on the same registry to mount existing blobs from (REGISTRY/REPO)")
 	f.BoolVar(&o.NoCache, "no-cache", false, "re-read every wheel instead of trusting the scan cache for files unchanged since they last passed")
 	f.StringVar(&o.Source, "source", "", "source repository URL for the org.opencontainers.image.source annotation (default: from CI variables)")
+	f.StringVar(&o.Ref, "ref", "", "OCI reference to push to, instead of the REF argument")
+}
+
+// refArg is the REF argument, or --ref; a usage error when both differ.
+func refArg(args []string, flag string) (string, error) {
+	switch {
+	case len(args) == 0:
+		return flag, nil
+	case flag != "" && flag != args[0]:
+		return "", &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("reference %s and --ref %s: name it once", args[0], flag)}
+	}
+	return args[0], nil
+}
+
+// missing is a usage error naming every (flag, value) pair left empty, as
+// flag, variable and input with a CI output format (a pipeline step's
+// inputs are named at once). Outside CI only REF is checked here: the use
+// case names its own required fields.
+func missing(format output.Format, command string, pairs ...string) error {
+	if _, isCI := gpupass.CIOutput(format); !isCI {
+		if pairs[1] == "" {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s needs REF, the bundle's reference (or --ref)", command)}
+		}
+		return nil
+	}
+	var names []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if strings.TrimSpace(pairs[i+1]) == "" {
+			names = append(names, gpupass.CIFlag(format, pairs[i]))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s: missing %s", command, strings.Join(names, ", "))}
 }
 
 func newBundlePushCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &BundlePushOptions{Global: g}
 	cmd := &cobra.Command{
-		Use:   "push --wheelhouse DIR [--spec gpupass.yaml] REF",
+		Use:   "push --wheelhouse DIR [--spec gpupass.yaml] REF|--ref REF",
 		Short: "Push a wheelhouse as a bundle and print its digest",
 		Long: `Check every wheel (name, zip, RECORD hashes), check that the wheelhouse covers
 every pinned package of the spec for its python and the nodes' platform, then
@@ -156,26 +197,45 @@ upload: blobs in parallel, those the registry already has skipped, the tag last.
 Prints REF@sha256:... (with --output json, everything).
 Exit codes: 0 pushed, 1 wheelhouse problems or incomplete coverage, 2 usage,
 I/O or registry error.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := refArg(args, o.Ref)
+			if err != nil {
+				return err
+			}
 			o.Progress = cmd.ErrOrStderr()
 			o.TTY = gpupass.IsTerminal(o.Progress)
 			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
-			return RunBundlePush(cmd.Context(), o, args[0], cmd.OutOrStdout())
+			return RunBundlePush(cmd.Context(), o, ref, cmd.OutOrStdout())
 		},
 	}
 	o.AddFlags(cmd)
-	return cmd
+	return gpupass.CICommand(cmd)
 }
 
-// RunBundlePush runs `gpupass bundle push`.
+// RunBundlePush runs `gpupass bundle push`. With a CI output format
+// (the bundle-push step) it also hands on the bundle-digest output and
+// writes the job summary.
 func RunBundlePush(ctx context.Context, o *BundlePushOptions, ref string, out io.Writer) error {
+	kind, isCI := gpupass.CIOutput(o.Global.Output)
+	env := ci.New(kind, o.Getenv, o.Progress)
+	// The section keeps the step's name, as pipelines know it.
+	defer env.Group("gpupass bundle-push")()
+	if err := missing(o.Global.Output, "bundle push", "ref", ref, "wheelhouse", o.Wheelhouse); err != nil {
+		return err
+	}
 	res, err := bundlePush(ctx, o, ref)
 	if err != nil {
-		return bundleCLIError(err)
+		return bundleCLIError(err, o.Global.Output)
 	}
-	return output.Write(out, o.Global.Output, pushed{res})
+	if err := output.Write(out, o.Global.Output, pushed{res}); err != nil || !isCI {
+		return err
+	}
+	if err := env.SetOutput("bundle-digest", res.Digest); err != nil {
+		return err
+	}
+	return env.Summary(fmt.Sprintf("### gpupass bundle push\n\nPushed `%s`\n", res.Reference))
 }
 
 // pushed is what `bundle push` prints: the reference, or as JSON the
@@ -203,11 +263,16 @@ type BundlePullOptions struct {
 	appbundle.PullOptions
 	Global        *gpupass.GlobalOptions
 	RegistryFlags RegistryFlags
+	// Ref is --ref, the REF argument's flag (a pipeline's registry-ref).
+	Ref string
+	// Getenv reads the CI variables (-o github|gitlab); nil: none.
+	Getenv func(string) string
 }
 
 // AddFlags registers pull's flags.
 func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
 	o.RegistryFlags.AddFlags(cmd)
+	cmd.Flags().StringVar(&o.Ref, "ref", "", "OCI reference to pull, instead of the REF argument")
 	cmd.Flags().StringVar(&o.To, "to", "", "directory to write the wheelhouse to; must not exist or be empty (required)")
 	cmd.Flags().BoolVar(&o.Fsync, "fsync", false, "fsync every wheel before the wheelhouse is moved into place (survives power loss; slower)")
 	cmd.Flags().BoolVar(&o.VerifyRecord, "verify-record", false, "also re-check every wheel's zip and RECORD hashes, as push did (always done for artifacts without a gpupass lock layer; inflates every deflated file)")
@@ -216,7 +281,7 @@ func (o *BundlePullOptions) AddFlags(cmd *cobra.Command) {
 func newBundlePullCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &BundlePullOptions{Global: g}
 	cmd := &cobra.Command{
-		Use:   "pull REF --to DIR",
+		Use:   "pull REF|--ref REF --to DIR",
 		Short: "Pull a bundle into a verified wheelhouse",
 		Long: `Fetch a bundle by tag or digest, check every blob's digest and the lock
 layer, refuse unsafe file names, and move the wheelhouse into place only when
@@ -226,20 +291,31 @@ checked again for artifacts without a gpupass lock layer, or with
   pip install --no-index --find-links DIR <pkg>==<version>
 
 Exit codes: 0 pulled, 1 verification failed, 2 usage, I/O or registry error.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := refArg(args, o.Ref)
+			if err != nil {
+				return err
+			}
 			o.Progress = cmd.ErrOrStderr()
 			o.TTY = gpupass.IsTerminal(o.Progress)
+			o.Getenv = os.Getenv
 			o.Logger = g.Logger(cmd.ErrOrStderr())
-			return RunBundlePull(cmd.Context(), o, args[0], cmd.OutOrStdout())
+			return RunBundlePull(cmd.Context(), o, ref, cmd.OutOrStdout())
 		},
 	}
 	o.AddFlags(cmd)
-	return cmd
+	return gpupass.CICommand(cmd)
 }
 
 // RunBundlePull runs `gpupass bundle pull`.
 func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io.Writer) error {
+	kind, _ := gpupass.CIOutput(o.Global.Output)
+	// The section keeps the step's name, as pipelines know it.
+	defer ci.New(kind, o.Getenv, o.Progress).Group("gpupass bundle-pull")()
+	if err := missing(o.Global.Output, "bundle pull", "ref", ref, "to", o.To); err != nil {
+		return err
+	}
 	ropts, err := o.RegistryFlags.options()
 	if err != nil {
 		return err
@@ -248,7 +324,7 @@ func RunBundlePull(ctx context.Context, o *BundlePullOptions, ref string, out io
 	opts.Ref, opts.Registry = ref, ropts
 	res, err := appbundle.Pull(ctx, opts)
 	if err != nil {
-		return bundleCLIError(err)
+		return bundleCLIError(err, o.Global.Output)
 	}
 	return output.Write(out, o.Global.Output, pulled{res})
 }
@@ -364,7 +440,7 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 func RunBundleVerify(ctx context.Context, o *BundleVerifyOptions, dir string, out io.Writer) error {
 	res, err := appbundle.Verify(ctx, appbundle.VerifyOptions{Dir: dir, Target: o.Target.target(), Jobs: o.Jobs})
 	if err != nil {
-		return bundleCLIError(err)
+		return bundleCLIError(err, o.Global.Output)
 	}
 	if err := output.Write(out, o.Global.Output, verified{res}); err != nil {
 		return err

@@ -1,22 +1,18 @@
 package bundlecmd_test
 
 import (
-	"bytes"
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/command/gpupass"
-	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
 )
 
 // TestBundleStepErrorsNameInputs: a bundle use case's error reaches a
-// `ci step` user with the input's name, never a CLI flag the step has no
-// way to set, and the CLI user with the flag; a step missing inputs
-// names all of them at once.
+// pipeline step (the real command with -o github) with the flag, its
+// variable and the input, and the CLI user with the flag; a step missing
+// inputs names all of them at once.
 func TestBundleStepErrorsNameInputs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -35,34 +31,31 @@ func TestBundleStepErrorsNameInputs(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		ci       gpupass.CIStepOptions
+		ci       []string // the step: -o github and the inputs as flags
 		cli      []string // nil: no CLI counterpart
 		wantCode int
-		want     string // in the ci step's error
+		want     string // in the step's stderr
 		wantCLI  string // in the CLI's stderr
-		flag     string // must not be in the ci step's error
 	}{
-		{"push, incomplete", gpupass.CIStepOptions{Command: "bundle-push", RegistryRef: "127.0.0.1:1/x:1", Wheelhouse: house, Spec: spec},
+		{"push, incomplete", []string{"-o", "github", "bundle", "push", "--ref", "127.0.0.1:1/x:1", "--wheelhouse", house, "--spec", spec, "--no-cache"},
 			[]string{"bundle", "push", "--plain-http", "--no-cache", "-w", house, "--spec", spec, "127.0.0.1:1/x:1"},
-			gpupass.ExitFindings, "does not cover spec", "(--allow-incomplete pushes anyway)", "--allow-incomplete"},
-		{"push without inputs", gpupass.CIStepOptions{Command: "bundle-push"}, nil,
-			gpupass.ExitUsage, "missing required input registry-ref, wheelhouse", "", "--"},
-		{"pull without inputs", gpupass.CIStepOptions{Command: "bundle-pull", RegistryRef: "127.0.0.1:1/x:1"}, nil,
-			gpupass.ExitUsage, "missing required input wheelhouse", "", "--"},
+			gpupass.ExitFindings, "does not cover spec", "(--allow-incomplete pushes anyway)"},
+		{"push without inputs", []string{"-o", "github", "bundle", "push"}, nil,
+			gpupass.ExitUsage, "bundle push: missing --ref (GPUPASS_REF, the registry-ref input), --wheelhouse (GPUPASS_WHEELHOUSE, the wheelhouse input)", ""},
+		{"pull without inputs", []string{"-o", "github", "bundle", "pull", "--ref", "127.0.0.1:1/x:1"}, nil,
+			gpupass.ExitUsage, "bundle pull: missing --to (GPUPASS_TO, the wheelhouse input)", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.ci.Getenv = func(string) string { return "" }
-			tc.ci.Global = &gpupass.GlobalOptions{Output: "text", Bundle: bundlecmd.Plugin{}}
-			err := gpupass.RunCIStep(context.Background(), &tc.ci, &bytes.Buffer{})
-			if gpupass.ExitCode(err) != tc.wantCode || !strings.Contains(fmt.Sprint(err), tc.want) || strings.Contains(fmt.Sprint(err), tc.flag) {
-				t.Errorf("ci step: %v (exit %d); want exit %d, %q and no %s", err, gpupass.ExitCode(err), tc.wantCode, tc.want, tc.flag)
+			code, _, stderr := runCLI(t, tc.ci...)
+			if code != tc.wantCode || !strings.Contains(stderr, tc.want) {
+				t.Errorf("gpupass %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.ci, " "), code, stderr, tc.wantCode, tc.want)
 			}
 			if tc.cli == nil {
 				return
 			}
-			code, _, stderr := runCLI(t, tc.cli...)
+			code, _, stderr = runCLI(t, tc.cli...)
 			if code != tc.wantCode || !strings.Contains(stderr, tc.wantCLI) {
 				t.Errorf("CLI: exit %d, stderr %q; want exit %d and %q", code, stderr, tc.wantCode, tc.wantCLI)
 			}

@@ -6,39 +6,37 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/ci"
-	"github.com/gpupass/gpupass/internal/fielderr"
-	"github.com/gpupass/gpupass/internal/workdir"
 )
 
-// train runs `gpupass train --follow` in every region of the regions
-// input and hands the allocation ids on: the allocation-ids output (JSON,
-// region → id) and, on GitLab, GPUPASS_ALLOCATION_<REGION> in the dotenv
-// file, which the compare-report and audit jobs read.
-func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) error {
-	if err := o.Require("broker-url", o.BrokerURL, "broker-token", o.BrokerToken, "regions", o.Regions, "train-command", o.TrainCommand); err != nil {
-		return err
+// runCI runs train as a pipeline step (-o github|gitlab): the runs as
+// the command prints them in the log, then the allocation ids handed on
+// (the allocation-ids output, JSON region → id, and on GitLab
+// GPUPASS_ALLOCATION_<REGION> in the dotenv file, which the
+// compare-report and audit jobs read) and the job summary.
+func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.Writer) error {
+	env := ci.New(kind, o.Getenv, errOut)
+	defer env.Group("gpupass train")()
+	var missing []string
+	for _, f := range []struct {
+		flag string
+		set  bool
+	}{{"broker-url", o.Broker.URL != ""}, {"broker-token", o.Broker.Token != ""}, {"region", len(o.Regions) > 0}, {"command", len(o.Command) > 0}} {
+		if !f.set {
+			missing = append(missing, ciFlag(o.Global, f.flag))
+		}
 	}
-	regions := strings.FieldsFunc(o.Regions, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
-	words, err := apptrain.SplitCommand(o.TrainCommand)
-	if err != nil {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("input train-command: %w", err)}
+	if len(missing) > 0 {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("train: missing %s", strings.Join(missing, ", "))}
 	}
-	spec := o.Spec
-	if spec == "" {
-		spec = "gpupass.yaml"
-	}
-	t := &TrainOptions{
-		Global: o.Global, Broker: *o.Broker(), Follow: true,
-		Options: apptrain.Options{Spec: spec, Regions: regions, Name: o.Name, MaxRestarts: 3, MinHealthScore: api.DefaultMinHealthScore,
-			TimeLimit: o.TimeLimit, Workdir: o.Workdir, NoWorkdir: o.Workdir == "", WorkdirLimits: workdir.Default(), Command: words, Getenv: o.Getenv},
-	}
-	res, runErr := runTrain(ctx, t, ciTrainInputs, out, o.ErrOut)
+	names := maps.Clone(ciFlagNames(trainFlagNames, o.Global.Output))
+	names["Command"], names[api.FieldSubmitCommand] = ciFlag(o.Global, "command"), ciFlag(o.Global, "command")
+	res, runErr := runTrain(ctx, o, names, out, errOut)
 	if res == nil || len(res.Runs) == 0 {
 		return runErr
 	}
@@ -69,10 +67,6 @@ func (o *CIStepOptions) train(ctx context.Context, env *ci.Env, out io.Writer) e
 	}
 	return errors.Join(runErr, env.Summary(trainSummary(runs)))
 }
-
-// ciTrainInputs maps the train use case's option fields to the inputs.
-var ciTrainInputs = fielderr.Names{"Regions": "input regions", "Command": "input train-command", "Spec": "input spec", "Workdir": "input workdir", "Name": "input name", "TimeLimit": "input time-limit",
-	api.FieldSubmitCommand: "input train-command", api.FieldSubmitName: "input name", api.FieldSubmitWorkdir: "input workdir", api.FieldSubmitTimeLimit: "input time-limit"}
 
 // outputSuffix turns a region into the tail of an output name: region
 // names are free-form (eu_central, ap.south-1), output names kebab-case,
