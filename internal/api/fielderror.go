@@ -16,6 +16,7 @@ const (
 	FieldSubmitName      = "name"
 	FieldSubmitWorkdir   = "workdir_archive"
 	FieldSubmitTimeLimit = "time_limit_seconds"
+	FieldSubmitGroup     = "group"
 )
 
 // FieldError is a refusal of one request field as a connect error: its
