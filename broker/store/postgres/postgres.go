@@ -88,6 +88,8 @@ var Migrations = []string{
 	sessionVerifierMigration,
 	// 11: run groups (the runs one submission made); see groups.go.
 	groupsMigration,
+	// 12: webhooks and their deliveries; see webhooks.go.
+	webhooksMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

@@ -90,6 +90,8 @@ var Migrations = []string{
 	sessionVerifierMigration,
 	// 11: run groups (the runs one submission made); see groups.go.
 	groupsMigration,
+	// 12: webhooks and their deliveries; see webhooks.go.
+	webhooksMigration,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and
