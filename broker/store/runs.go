@@ -48,7 +48,10 @@ type Alloc struct {
 	// Group names the runs one submission made (one per region): drawn
 	// by the broker for the first, joined by the same token's others.
 	// Empty for runs stored before groups existed.
-	Group           string
+	Group string
+	// GroupSize is how many runs Group will hold: it has ended when that
+	// many of its runs are terminal.
+	GroupSize       int
 	State           AllocState
 	Reason          string // set on every terminal state
 	NodeID          string // empty until matched

@@ -63,7 +63,8 @@ type Webhooks interface {
 	// DeleteWebhook removes a webhook (ErrNotFound when there is none);
 	// its deliveries stay, for the record, and are no longer attempted.
 	DeleteWebhook(ctx context.Context, id string) error
-	// EndedGroups returns groups whose every run is terminal and one of
+	// EndedGroups returns groups that hold their GroupSize runs, every
+	// one terminal, and one of
 	// whose runs was updated in (since, until]: the groups that ended in
 	// that window (and maybe a few that ended before; callers dedupe by
 	// CreateDelivery). At most limit.

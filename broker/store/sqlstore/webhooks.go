@@ -76,7 +76,7 @@ func (s *Store) EndedGroups(ctx context.Context, since, until time.Time, limit i
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT group_id FROM allocs
 		WHERE group_id IN (SELECT DISTINCT group_id FROM allocs WHERE updated_at > ? AND updated_at <= ? AND group_id <> '' AND state IN `+terminalStates+`)
 		GROUP BY group_id
-		HAVING SUM(CASE WHEN state IN `+terminalStates+` THEN 0 ELSE 1 END) = 0
+		HAVING SUM(CASE WHEN state IN `+terminalStates+` THEN 0 ELSE 1 END) = 0 AND COUNT(*) >= MAX(group_size)
 		ORDER BY MAX(updated_at) LIMIT ?`), since.UnixNano(), until.UnixNano(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("finding ended groups: %w", err)

@@ -93,6 +93,8 @@ func runWebhooks(t *testing.T, open Factory) {
 			{ID: "alloc-e3", Group: "group-half", State: store.AllocSucceeded},
 			{ID: "alloc-e4", Group: "group-half", State: store.AllocRunning},
 			{ID: "alloc-e5", State: store.AllocSucceeded},
+			// One of the two runs the group will hold: not ended yet.
+			{ID: "alloc-e6", Group: "group-short", GroupSize: 2, State: store.AllocFailed},
 		} {
 			a.Name, a.Region, a.CreatedAt = "n", "us-west-2", t0
 			if err := r.CreateAlloc(ctx, a); err != nil {

@@ -183,7 +183,8 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
-			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group}))
+			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group,
+			GroupSize: int32(len(o.Regions))}))
 		if err != nil {
 			return res, brokerrpc.Error("submitting the run in "+region, c.URL, err)
 		}

@@ -954,7 +954,12 @@ type SubmitRequest struct {
 	// id, returned in Run.group); else the group of an earlier Submit by
 	// the same token (gpupass train sends each region's run in one group).
 	// A group started by another token, or unknown, is refused.
-	Group         string `protobuf:"bytes,13,opt,name=group,proto3" json:"group,omitempty"`
+	Group string `protobuf:"bytes,13,opt,name=group,proto3" json:"group,omitempty"`
+	// The runs the new group will hold (gpupass train: one per region,
+	// 1..64; 0 is 1): the group ends when that many of its runs have
+	// ended, not when a first run fails before the others are submitted.
+	// Taken from the request that starts the group.
+	GroupSize     int32 `protobuf:"varint,14,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1089,6 +1094,13 @@ func (x *SubmitRequest) GetGroup() string {
 		return x.Group
 	}
 	return ""
+}
+
+func (x *SubmitRequest) GetGroupSize() int32 {
+	if x != nil {
+		return x.GroupSize
+	}
+	return 0
 }
 
 type isSubmitRequest_Spec interface {
@@ -2437,7 +2449,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xf2\x03\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\x91\x04\n" +
 	"\rSubmitRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x16\n" +
@@ -2452,7 +2464,9 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	" \x01(\x01H\x02R\x0eminHealthScore\x88\x01\x01\x12#\n" +
 	"\rgrace_seconds\x18\v \x01(\x05R\fgraceSeconds\x12,\n" +
 	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
-	"\x05group\x18\r \x01(\tR\x05groupB\x06\n" +
+	"\x05group\x18\r \x01(\tR\x05group\x12\x1d\n" +
+	"\n" +
+	"group_size\x18\x0e \x01(\x05R\tgroupSizeB\x06\n" +
 	"\x04specB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"3\n" +
