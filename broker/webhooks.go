@@ -353,8 +353,22 @@ func (b *Broker) deliver(j hookJob) {
 		}
 		return
 	}
+	// A broker stopping cuts the attempt and records nothing: the claim
+	// runs out and the next sweep (this replica's or another's) sends it.
+	sendCtx, stopSend := context.WithCancel(context.Background())
+	defer stopSend()
+	go func() {
+		select {
+		case <-b.stop:
+			stopSend()
+		case <-sendCtx.Done():
+		}
+	}()
 	start := time.Now()
-	status, attemptErr := b.post(j.hook, d)
+	status, attemptErr := b.post(sendCtx, j.hook, d)
+	if sendCtx.Err() != nil {
+		return
+	}
 	a := store.Attempt{N: d.Attempts + 1, At: start.UTC(), Status: status, Duration: time.Since(start)}
 	d.Attempts++
 	result := "delivered"
@@ -382,11 +396,11 @@ func (b *Broker) deliver(j hookJob) {
 }
 
 // post sends d once: nil for a 2xx answer, else why not.
-func (b *Broker) post(hook store.Webhook, d store.Delivery) (int, error) {
+func (b *Broker) post(ctx context.Context, hook store.Webhook, d store.Delivery) (int, error) {
 	if hook.ID == "" {
 		return 0, errors.New("webhook removed")
 	}
-	req, err := http.NewRequest(http.MethodPost, hook.URL, bytes.NewReader(d.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook.URL, bytes.NewReader(d.Body))
 	if err != nil {
 		return 0, fmt.Errorf("building the request: %v", err)
 	}

@@ -267,3 +267,86 @@ func TestWebhookFaults(t *testing.T) {
 		})
 	}
 }
+
+// Issue #35: while a webhook endpoint hangs every attempt to its
+// timeout, runs are still placed, logged and ended, and nodes beat, at
+// their usual pace: deliveries wait in their own queue, never on those
+// paths. One worker and a queue of one make the deliveries back up.
+func TestWebhookHangingNeverSlowsPlacement(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hung := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	cfg := brokertest.Fast()
+	cfg.Webhooks = fastHooks()
+	cfg.Webhooks.Timeout, cfg.Webhooks.Workers, cfg.Webhooks.Queue = 10*time.Second, 1, 1
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+	addHook(t, b.Store, hung.URL)
+	w := newWorker(t, b, b.Token(t, store.RoleAgent, "*"), brokertest.H100("us-west-2", 20))
+	c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+	start := time.Now()
+	const runs = 8
+	for i := range runs {
+		if _, err := w.Beat(context.Background()); err != nil {
+			t.Fatalf("heartbeat %d: %v", i, err)
+		}
+		r := submit(t, c, "us-west-2", nil)
+		as := w.poll(t, 2)
+		if as == nil || as.AllocId != r.Id {
+			t.Fatalf("run %d (%s) not placed on the node: %v", i, r.Id, as)
+		}
+		for _, st := range []gpupassv1.AllocState{gpupassv1.AllocState_ALLOC_STATE_STARTING, gpupassv1.AllocState_ALLOC_STATE_RUNNING} {
+			if _, err := w.update(as, st, "", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.upload(as, records(1, 6)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.update(as, gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, "", 6); err != nil {
+			t.Fatal(err)
+		}
+		// Let the sweep find the group ended and hand it to the worker,
+		// which then hangs on it.
+		time.Sleep(60 * time.Millisecond)
+	}
+	took := time.Since(start)
+	// A delivery on any of those paths would have held the run's end
+	// for the 10 s attempt timeout at least once.
+	if took > 8*time.Second {
+		t.Errorf("%d runs placed, logged and ended in %s while the webhook hung; want well under one attempt timeout (10s)", runs, took)
+	}
+	if len(hung.got()) == 0 {
+		t.Error("the hanging endpoint was never called: the test proved nothing")
+	}
+	t.Logf("%d runs placed, logged and ended in %s while the webhook hung", runs, took)
+}
+
+// Issue #35: with two broker replicas on one PostgreSQL, a group's
+// webhook is sent once.
+func TestWebhookOnceWithReplicas(t *testing.T) {
+	t.Parallel()
+	rec := newReceiver(t, nil)
+	db := brokertest.NewDB(t, "postgres")
+	cfg := brokertest.Fast()
+	cfg.Webhooks = fastHooks()
+	cfg.LeaseTTL = time.Second
+	b0, b1 := brokertest.Start(t, db, cfg), brokertest.Start(t, db, cfg)
+	hook := addHook(t, b0.Store, rec.URL)
+	tok := b0.Token(t, store.RoleSubmit, "*")
+	group := endGroup(t, dialRuns(t, b1, tok), "us-west-2", "eu-central-1")
+	waitDeliveries(t, b0.Store, hook.ID, 1)
+	time.Sleep(time.Second) // many sweeps of both replicas, and a lease renewal
+	got := rec.got()
+	if len(got) != 1 || !strings.Contains(string(got[0].body), group) {
+		t.Errorf("receiver got %d requests for group %s, want 1", len(got), group)
+	}
+	if ds := waitDeliveries(t, b1.Store, hook.ID, 1); ds[0].Attempts != 1 {
+		t.Errorf("delivery made %d attempts, want 1", ds[0].Attempts)
+	}
+}
