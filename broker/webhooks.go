@@ -134,6 +134,9 @@ func RedactURL(u *url.URL) string {
 	return c.String()
 }
 
+// ErrShortSecret refuses a webhook secret that could be guessed.
+var ErrShortSecret = errors.New("the secret is shorter than 16 bytes: generate one, e.g. openssl rand -hex 32")
+
 // AddWebhook stores a webhook (gpupass-broker webhook add) and returns it.
 func AddWebhook(ctx context.Context, s store.Store, rawURL string, secret []byte, regions []string) (store.Webhook, error) {
 	ws, ok := s.(store.Webhooks)
@@ -144,7 +147,7 @@ func AddWebhook(ctx context.Context, s store.Store, rawURL string, secret []byte
 		return store.Webhook{}, err
 	}
 	if len(bytes.TrimSpace(secret)) < 16 {
-		return store.Webhook{}, errors.New("the secret is shorter than 16 bytes: generate one, e.g. openssl rand -hex 32")
+		return store.Webhook{}, ErrShortSecret
 	}
 	if len(regions) == 0 {
 		regions = []string{"*"}
