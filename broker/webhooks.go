@@ -114,7 +114,7 @@ func CheckWebhookURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("%s: scheme %q: use https:// (or http:// to a loopback host)", RedactURL(u), u.Scheme)
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("%s: credentials in the URL would be stored and shown; sign with --secret-file instead", RedactURL(u))
+		return nil, fmt.Errorf("%s: credentials in the URL would be stored and shown; sign with the webhook's secret instead", RedactURL(u))
 	}
 	return u, nil
 }
