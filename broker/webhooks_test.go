@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +53,7 @@ func newReceiver(t *testing.T, h http.HandlerFunc) *receiver {
 		r.reqs = append(r.reqs, recvd{req.Header.Clone(), body})
 		r.mu.Unlock()
 		if h != nil {
+			req.Body = io.NopCloser(bytes.NewReader(body))
 			h(w, req)
 		}
 	}))
@@ -348,5 +351,96 @@ func TestWebhookOnceWithReplicas(t *testing.T) {
 	}
 	if ds := waitDeliveries(t, b1.Store, hook.ID, 1); ds[0].Attempts != 1 {
 		t.Errorf("delivery made %d attempts, want 1", ds[0].Attempts)
+	}
+}
+
+// Issue #35's two uses, as docs/webhooks.md shows them: a receiver checks
+// the signature and starts, with the group, a GitHub repository_dispatch
+// and a GitLab pipeline trigger (both forges faked here); a forged event
+// starts nothing.
+func TestWebhookClosesTheLoop(t *testing.T) {
+	t.Parallel()
+	type call struct {
+		path, auth string
+		body       []byte
+	}
+	forge := make(chan call, 4)
+	forgeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		forge <- call{r.URL.Path, r.Header.Get("Authorization"), body}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(forgeSrv.Close)
+	relay := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !verify(hookSecret, recvd{r.Header, body}) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var ev broker.GroupEvent
+		if err := json.Unmarshal(body, &ev); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		gh, _ := json.Marshal(map[string]any{"event_type": "gpupass-group-ended", "client_payload": map[string]any{"group": ev.Group, "runs": ev.Runs}})
+		req, _ := http.NewRequest(http.MethodPost, forgeSrv.URL+"/repos/acme/bert/dispatches", bytes.NewReader(gh))
+		req.Header.Set("Authorization", "Bearer gh-token")
+		gl := url.Values{"token": {"glptt-trigger"}, "ref": {"main"}, "variables[GPUPASS_GROUP]": {ev.Group}}
+		for _, do := range []func() (*http.Response, error){
+			func() (*http.Response, error) { return http.DefaultClient.Do(req) },
+			func() (*http.Response, error) {
+				return http.PostForm(forgeSrv.URL+"/api/v4/projects/7/trigger/pipeline", gl)
+			},
+		} {
+			resp, err := do()
+			if err != nil {
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			resp.Body.Close()
+		}
+	})
+	// A forged event (signed with another secret) is refused.
+	forged := []byte(`{"event":"group.ended","group":"group-0000000000000000"}`)
+	req, _ := http.NewRequest(http.MethodPost, relay.URL, bytes.NewReader(forged))
+	req.Header.Set(broker.HeaderSignature, broker.Sign([]byte("not-the-webhook-secret"), forged))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("forged event: %v, %v; want 401", resp, err)
+	}
+
+	cfg := brokertest.Fast()
+	cfg.Webhooks = fastHooks()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+	addHook(t, b.Store, relay.URL)
+	group := endGroup(t, dialRuns(t, b, b.Token(t, store.RoleSubmit, "*")), "us-west-2", "eu-central-1")
+	got := map[string]call{}
+	for len(got) < 2 {
+		select {
+		case c := <-forge:
+			got[c.path] = c
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the forges got %d calls, want 2", len(got))
+		}
+	}
+	var dispatch struct {
+		EventType     string `json:"event_type"`
+		ClientPayload struct {
+			Group string            `json:"group"`
+			Runs  []broker.GroupRun `json:"runs"`
+		} `json:"client_payload"`
+	}
+	gh := got["/repos/acme/bert/dispatches"]
+	if err := json.Unmarshal(gh.body, &dispatch); err != nil || dispatch.EventType != "gpupass-group-ended" || dispatch.ClientPayload.Group != group ||
+		len(dispatch.ClientPayload.Runs) != 2 || gh.auth != "Bearer gh-token" {
+		t.Errorf("repository_dispatch = %s (auth %q), %v; want event_type gpupass-group-ended, client_payload.group %s and its 2 runs", gh.body, gh.auth, err, group)
+	}
+	form, err := url.ParseQuery(string(got["/api/v4/projects/7/trigger/pipeline"].body))
+	if err != nil || form.Get("variables[GPUPASS_GROUP]") != group || form.Get("ref") != "main" || form.Get("token") != "glptt-trigger" {
+		t.Errorf("pipeline trigger = %v, %v; want the group in variables[GPUPASS_GROUP]", form, err)
+	}
+	select {
+	case c := <-forge:
+		t.Errorf("the forged event reached a forge: %s %s", c.path, c.body)
+	default:
 	}
 }
