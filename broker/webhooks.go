@@ -232,12 +232,18 @@ func (b *Broker) sweepWebhooks(ctx context.Context) error {
 		return nil
 	}
 	hooks, err := ws.ListWebhooks(ctx)
-	if err != nil || len(hooks) == 0 {
+	if err != nil {
 		return err
 	}
 	h := b.hooks
 	now := time.Now()
 	until := now.Add(-h.cfg.Settle)
+	if len(hooks) == 0 {
+		// A webhook added later hears of groups that end from then on
+		// (and the last minute), not of every group since this start.
+		h.since = until.Add(-time.Minute)
+		return nil
+	}
 	groups, err := ws.EndedGroups(ctx, h.since, until, 500)
 	if err != nil {
 		return err
