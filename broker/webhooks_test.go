@@ -331,10 +331,12 @@ func TestWebhookHangingNeverSlowsPlacement(t *testing.T) {
 }
 
 // Issue #35: with two broker replicas on one PostgreSQL, a group's
-// webhook is sent once.
+// webhook is sent once: one delivery stored, each attempt claimed.
 func TestWebhookOnceWithReplicas(t *testing.T) {
 	t.Parallel()
-	rec := newReceiver(t, nil)
+	// A slow answer leaves the delivery pending through several sweeps
+	// of both replicas while it is being made.
+	rec := newReceiver(t, func(http.ResponseWriter, *http.Request) { time.Sleep(300 * time.Millisecond) })
 	db := brokertest.NewDB(t, "postgres")
 	cfg := brokertest.Fast()
 	cfg.Webhooks = fastHooks()
