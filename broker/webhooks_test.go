@@ -258,12 +258,15 @@ func TestWebhookFaults(t *testing.T) {
 				if tt.check != nil {
 					tt.check(t, a)
 				}
-				// Retried after the back-off (at least RetryMin after the
-				// previous attempt ended), not at once.
+				// Retried after a growing back-off, not at once: the
+				// retry package's delays start in [RetryMin, 3×RetryMin]
+				// and about double, so the nth wait is at least
+				// RetryMin×2^(n-1) (100ms, then 200ms) up to RetryMax.
 				if i > 0 {
 					prev := d.Log[i-1]
-					if gap := a.At.Sub(prev.At.Add(prev.Duration)); gap < 100*time.Millisecond {
-						t.Errorf("attempt %d came %s after the previous one; want at least the 100ms back-off", a.N, gap)
+					least := 100 * time.Millisecond << (i - 1)
+					if gap := a.At.Sub(prev.At.Add(prev.Duration)); gap < least {
+						t.Errorf("attempt %d came %s after the previous one; want a back-off of at least %s", a.N, gap, least)
 					}
 				}
 			}
