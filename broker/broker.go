@@ -110,6 +110,8 @@ type Config struct {
 	// without renewal: when the replica holding it dies, another takes
 	// it within LeaseTTL plus LeaseTTL/3 (default DefaultLeaseTTL).
 	LeaseTTL time.Duration
+	// Webhooks tunes the deliveries of webhooks (webhooks.go).
+	Webhooks WebhookConfig
 }
 
 // Broker is the control plane service.
@@ -164,6 +166,8 @@ type Broker struct {
 	// it takes only agent calls made for it (agentcall.go).
 	echoTag int64
 	once    leaseState
+	// hooks sends webhooks when run groups end (webhooks.go).
+	hooks *hookState
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -262,6 +266,7 @@ func New(cfg Config) *Broker {
 	// Runs are re-placed and lost nodes noticed at least every second,
 	// by one replica (lease.go).
 	go b.every(max(min(b.cfg.OfflineAfter/3, time.Second), 50*time.Millisecond), 30*time.Second, "supervising runs", b.onceOnly(b.superviseRuns))
+	b.startWebhooks()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
 		if err := b.renewLease(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/match"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/health"
@@ -163,6 +164,18 @@ func newAllocID() string {
 	return "alloc-" + hex.EncodeToString(id)
 }
 
+// newGroupID draws a run group id: 8 random bytes, so a group cannot be
+// guessed from another (joining one is for its token alone anyway).
+func newGroupID() string {
+	id := make([]byte, 8)
+	_, _ = rand.Read(id)
+	return api.GroupIDPrefix + hex.EncodeToString(id)
+}
+
+// maxGroupRuns bounds the runs of one group: one per region of a
+// submission, so a few; the bound keeps GroupAllocs one small read.
+const maxGroupRuns = 64
+
 // storeErr maps a store failure to a wire error, logging the detail.
 func (b *Broker) storeErr(what string, err error) error {
 	if errors.Is(err, store.ErrNotFound) {
@@ -197,7 +210,7 @@ var stateRank = map[store.AllocState]int{
 
 func runProto(a store.Alloc) *gpupassv1.Run {
 	r := &gpupassv1.Run{
-		Id: a.ID, Name: a.Name, Region: a.Region, State: stateProto[a.State], Reason: a.Reason, NodeId: a.NodeID,
+		Id: a.ID, Name: a.Name, Region: a.Region, Group: a.Group, State: stateProto[a.State], Reason: a.Reason, NodeId: a.NodeID,
 		PricePerHour: a.PricePerHour, SpecFingerprint: a.SpecFingerprint, Command: a.Command, ExitCode: int32(a.ExitCode),
 		// FencingToken stays 0: the lease's token is for the node that
 		// holds it (PollWork), not for whoever may read the run.

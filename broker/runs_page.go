@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpupass/gpupass/broker/match"
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 )
 
@@ -50,6 +51,25 @@ func (b *Broker) listRunsPage(ctx context.Context, rs store.Runs, tok store.Toke
 	}
 	for _, a := range all {
 		resp.Runs = append(resp.Runs, runProto(a))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// listGroup is ListRuns of one group: its runs the caller may see, oldest
+// first, in one page (a group holds at most maxGroupRuns).
+func (b *Broker) listGroup(ctx context.Context, rs store.Runs, group string, limit int, inScope func(string) bool) (*connect.Response[gpupassv1.ListRunsResponse], error) {
+	if err := api.CheckGroupID(group); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	all, err := rs.GroupAllocs(ctx, group, min(limit, maxGroupRuns))
+	if err != nil {
+		return nil, b.storeErr("listing group "+group, err)
+	}
+	resp := &gpupassv1.ListRunsResponse{}
+	for _, a := range all {
+		if inScope(a.Region) {
+			resp.Runs = append(resp.Runs, runProto(a))
+		}
 	}
 	return connect.NewResponse(resp), nil
 }

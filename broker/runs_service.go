@@ -401,7 +401,11 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if !strings.HasSuffix(name, "-"+region) {
 		name += "-" + region
 	}
-	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, State: store.AllocPending, SpecJSON: specJSON, SpecYAML: m.GetSpecYaml(), SpecFingerprint: fp,
+	group, size, err := b.joinGroup(ctx, rs, tok, strings.TrimSpace(m.Group), m.GroupSize)
+	if err != nil {
+		return nil, err
+	}
+	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, Group: group, GroupSize: size, State: store.AllocPending, SpecJSON: specJSON, SpecYAML: m.GetSpecYaml(), SpecFingerprint: fp,
 		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
 		GraceSeconds: int(grace), TimeLimitSeconds: int64(limit / time.Second), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC()}
 	if err := rs.CreateAlloc(ctx, a); err != nil {
@@ -416,6 +420,40 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		placed = a
 	}
 	return connect.NewResponse(&gpupassv1.SubmitResponse{Run: runProto(placed)}), nil
+}
+
+// joinGroup is the group a submitted run goes into: a new one when the
+// request names none, else the named group when every run in it was
+// submitted by tok. A submit token must not put its runs into another
+// token's group (whose webhook and listing would then carry them, in
+// regions the other token may not see): one answer for an unknown group
+// and another token's, so the refusal tells nothing about others' groups.
+//
+// It returns the group and its size: the request's for a new group (the
+// runs it will hold; 0 is 1), the group's for one joined.
+func (b *Broker) joinGroup(ctx context.Context, rs store.Runs, tok store.Token, group string, size int32) (string, int, error) {
+	if group == "" {
+		if size < 0 || size > maxGroupRuns {
+			return "", 0, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitGroupSize, "", "is %d: a group holds 1 to %d runs", size, maxGroupRuns))
+		}
+		return newGroupID(), max(int(size), 1), nil
+	}
+	if err := api.CheckGroupID(group); err != nil {
+		return "", 0, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitGroup, "", "%w", err))
+	}
+	runs, err := rs.GroupAllocs(ctx, group, maxGroupRuns)
+	if err != nil {
+		return "", 0, b.storeErr("group "+group, err)
+	}
+	if len(runs) == 0 || slices.ContainsFunc(runs, func(a store.Alloc) bool { return a.TokenID != tok.ID }) {
+		return "", 0, api.FieldError(connect.CodePermissionDenied, fielderr.New(api.FieldSubmitGroup, "",
+			"run group %s was not started by token %s: leave the group empty to start a new one", group, tok.ID))
+	}
+	if len(runs) >= maxGroupRuns {
+		return "", 0, api.FieldError(connect.CodeResourceExhausted, fielderr.New(api.FieldSubmitGroup, "",
+			"run group %s already holds %d runs, the most one group may: start a new group", group, maxGroupRuns))
+	}
+	return group, runs[0].GroupSize, nil
 }
 
 // timeLimit is the run's wall-clock limit: the request's (train
@@ -492,6 +530,9 @@ func (s *runService) ListRuns(ctx context.Context, req *connect.Request[gpupassv
 	// few regions still gets its newest runs, however many others exist.
 	inScope := func(region string) bool {
 		return match.MatchRegion(tok.Regions, region) && (len(req.Msg.Regions) == 0 || match.MatchRegion(req.Msg.Regions, region))
+	}
+	if g := strings.TrimSpace(req.Msg.Group); g != "" {
+		return b.listGroup(ctx, rs, g, limit, inScope)
 	}
 	if len(req.Msg.Regions) == 0 && slices.Contains(tok.Regions, "*") {
 		inScope = nil // every region: no need to list the regions first

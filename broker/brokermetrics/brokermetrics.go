@@ -68,6 +68,8 @@ type Metrics struct {
 	signalsReceived prometheus.Counter
 	signalErrors    *prometheus.CounterVec
 	signalListening *prometheus.GaugeVec // no labels; no sample until set (one broker on SQLite)
+	// Webhook delivery attempts (broker/webhooks.go).
+	webhookDeliveries *prometheus.CounterVec
 
 	runGauges *runGauges // nil unless opted in (EnableRunGauges)
 	own       []prometheus.Collector
@@ -133,8 +135,12 @@ func New(src Sources) *Metrics {
 		Namespace: Namespace, Name: "signal_listening",
 		Help: "1 while this replica listens for the other replicas' wake-ups, 0 while it does not (its log followers and work polls then hear of other replicas' writes only at their once-a-second re-read). No sample on a broker that has no replicas.",
 	}, nil)
+	m.webhookDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "webhook_attempts_total",
+		Help: "Webhook delivery attempts, by result: delivered (a 2xx answer), retry (failed, another attempt is due), failed (failed, the attempts ran out).",
+	}, []string{"result"})
 	m.own = []prometheus.Collector{m.rpcDuration, m.httpDuration, m.records, m.recordBytes, m.placement, m.queueWait,
-		m.beatLag, m.storeErrors, m.refusals, m.signalsSent, m.signalsReceived, m.signalErrors, m.signalListening,
+		m.beatLag, m.storeErrors, m.refusals, m.signalsSent, m.signalsReceived, m.signalErrors, m.signalListening, m.webhookDeliveries,
 		&scrapeCollector{m: m, src: src}}
 	m.reg.MustRegister(m.own...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -150,6 +156,9 @@ func (m *Metrics) Names() []string {
 	}
 	return promutil.Names(own...)
 }
+
+// WebhookDelivery counts one webhook delivery attempt by its result.
+func (m *Metrics) WebhookDelivery(result string) { m.webhookDeliveries.WithLabelValues(result).Inc() }
 
 // Registry is where the families live (tests gather from it).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

@@ -42,9 +42,16 @@ func (s AllocState) HoldsNode() bool {
 
 // Alloc is one run placed (or to be placed) on one node.
 type Alloc struct {
-	ID              string
-	Name            string
-	Region          string
+	ID     string
+	Name   string
+	Region string
+	// Group names the runs one submission made (one per region): drawn
+	// by the broker for the first, joined by the same token's others.
+	// Empty for runs stored before groups existed.
+	Group string
+	// GroupSize is how many runs Group will hold: it has ended when that
+	// many of its runs are terminal.
+	GroupSize       int
 	State           AllocState
 	Reason          string // set on every terminal state
 	NodeID          string // empty until matched
@@ -173,6 +180,9 @@ type Runs interface {
 	// nothing, and a late page costs what the first does. A zero key
 	// starts at the newest (after.ID empty).
 	ListAllocsAfter(ctx context.Context, after AllocKey, limit int, inScope func(region string) bool) ([]Alloc, error)
+	// GroupAllocs returns the allocations of group, oldest first, at
+	// most limit (Workdir empty); none for an unknown group.
+	GroupAllocs(ctx context.Context, group string, limit int) ([]Alloc, error)
 	// ActiveAllocs returns every allocation not in a terminal state.
 	ActiveAllocs(ctx context.Context) ([]Alloc, error)
 	// AppendRecords stores records of an allocation after checking fence

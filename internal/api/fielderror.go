@@ -16,6 +16,8 @@ const (
 	FieldSubmitName      = "name"
 	FieldSubmitWorkdir   = "workdir_archive"
 	FieldSubmitTimeLimit = "time_limit_seconds"
+	FieldSubmitGroup     = "group"
+	FieldSubmitGroupSize = "group_size"
 )
 
 // FieldError is a refusal of one request field as a connect error: its

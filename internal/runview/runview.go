@@ -31,6 +31,9 @@ type Run struct {
 	ID     string `json:"id"`
 	Name   string `json:"name"`
 	Region string `json:"region"`
+	// Group names the runs one submission made, one per region
+	// (`gpupass runs --group`); empty for runs from before groups.
+	Group string `json:"group"`
 	// State is pending, matched, starting, running, succeeded, failed or
 	// cancelled (unspecified only from a broker that sent none).
 	State  string `json:"state"`
@@ -112,7 +115,7 @@ func State(s gpupassv1.AllocState) string {
 // FromProto converts a run from the broker's API.
 func FromProto(r *gpupassv1.Run) Run {
 	v := Run{
-		ID: r.GetId(), Name: r.GetName(), Region: r.GetRegion(), State: State(r.GetState()), Reason: r.GetReason(),
+		ID: r.GetId(), Name: r.GetName(), Region: r.GetRegion(), Group: r.GetGroup(), State: State(r.GetState()), Reason: r.GetReason(),
 		NodeID: r.GetNodeId(), PricePerHour: r.GetPricePerHour(), MaxPrice: r.GetMaxPrice(),
 		SpecFingerprint: r.GetSpecFingerprint(), Command: nonNil(r.GetCommand()), ExitCode: r.GetExitCode(),
 		Attempts: r.GetAttempts(), Restarts: r.GetRestarts(), CancelRequested: r.GetCancelRequested(),

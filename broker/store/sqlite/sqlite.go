@@ -88,6 +88,10 @@ var Migrations = []string{
 	admissionMigration,
 	// 10: session key verifiers instead of session keys; see session.go.
 	sessionVerifierMigration,
+	// 11: run groups (the runs one submission made); see groups.go.
+	groupsMigration,
+	// 12: webhooks and their deliveries; see webhooks.go.
+	webhooksMigration,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and

@@ -25,8 +25,9 @@ var _ store.Runs = (*Store)(nil)
 // JSON body, so a new allocation field needs no migration. held_through is
 // written only by AppendRecords (its column is authoritative).
 var runQueries = map[string]string{
-	"insertAlloc": `INSERT INTO allocs (id, name, region, state, node_id, fence, held_through, created_at, updated_at, body, workdir)
-		VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)`,
+	"insertAlloc": `INSERT INTO allocs (id, name, region, group_id, group_size, state, node_id, fence, held_through, created_at, updated_at, body, workdir)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)`,
+	"groupAllocs":  `SELECT ` + allocCols + ` FROM allocs WHERE group_id = ? ORDER BY created_at, id LIMIT ?`,
 	"alloc":        `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
 	"allocLock":    `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
 	"allocWork":    `SELECT workdir FROM allocs WHERE id = ?`,
@@ -142,7 +143,7 @@ func (s *Store) CreateAlloc(ctx context.Context, a store.Alloc) error {
 	if err != nil {
 		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.rq("insertAlloc"), a.ID, a.Name, a.Region, string(a.State), a.NodeID, int64(a.Fence),
+	if _, err := s.db.ExecContext(ctx, s.rq("insertAlloc"), a.ID, a.Name, a.Region, a.Group, a.GroupSize, string(a.State), a.NodeID, int64(a.Fence),
 		a.CreatedAt.UnixNano(), a.UpdatedAt.UnixNano(), body, a.Workdir); err != nil {
 		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
 	}
@@ -251,6 +252,31 @@ func (s *Store) allocs(ctx context.Context, q string, args ...any) ([]store.Allo
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing allocations: %w", err)
+	}
+	return out, nil
+}
+
+// GroupAllocs implements store.Runs.
+func (s *Store) GroupAllocs(ctx context.Context, group string, limit int) ([]store.Alloc, error) {
+	if group == "" {
+		// Runs stored before groups have '': they are no group.
+		return nil, nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.rq("groupAllocs"), group, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing group %s: %w", group, err)
+	}
+	defer rows.Close()
+	var out []store.Alloc
+	for rows.Next() {
+		a, err := decodeAlloc(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing group %s: %w", group, err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing group %s: %w", group, err)
 	}
 	return out, nil
 }

@@ -131,6 +131,42 @@ func runRuns(t *testing.T, open Factory, o Options) {
 		}
 	})
 
+	t.Run("a group's runs are found by group, oldest first", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r := runsOf(t, s)
+		for i, g := range []string{"group-a", "group-b", "group-a", "", "group-a"} {
+			a := store.Alloc{ID: fmt.Sprintf("alloc-g%07d", i), Name: "n", Region: "us-west-2", Group: g, State: store.AllocPending,
+				CreatedAt: t0.Add(time.Duration(i) * time.Second)}
+			if err := r.CreateAlloc(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := func(as []store.Alloc) (out []string) {
+			for _, a := range as {
+				out = append(out, a.ID+"/"+a.Group)
+			}
+			return out
+		}
+		got, err := runsOf(t, reopen(t)).GroupAllocs(ctx, "group-a", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"alloc-g0000000/group-a", "alloc-g0000002/group-a", "alloc-g0000004/group-a"}, ids(got)); diff != "" {
+			t.Errorf("GroupAllocs(group-a) (-want +got):\n%s", diff)
+		}
+		if got, err := r.GroupAllocs(ctx, "group-a", 2); err != nil || len(got) != 2 {
+			t.Errorf("GroupAllocs(group-a, 2) = %v, %v; want the oldest 2", ids(got), err)
+		}
+		// Runs stored before groups have none: '' is no group.
+		if got, err := r.GroupAllocs(ctx, "", 10); err != nil || len(got) != 0 {
+			t.Errorf("GroupAllocs('') = %v, %v; want none", ids(got), err)
+		}
+		if got, err := r.GroupAllocs(ctx, "group-nope", 10); err != nil || len(got) != 0 {
+			t.Errorf("GroupAllocs(unknown) = %v, %v; want none", ids(got), err)
+		}
+	})
+
 	t.Run("records are idempotent, fenced and gap-aware", func(t *testing.T) {
 		t.Parallel()
 		s, _ := open(t)

@@ -90,6 +90,9 @@ type Options struct {
 // Follow.
 type Result struct {
 	Runs []*gpupassv1.Run
+	// Group is the run group the broker drew for the first run and the
+	// others joined ("" from a broker without groups).
+	Group string
 	// Workdir is what was shipped; nil when nothing was.
 	Workdir *Workdir
 	// c is the broker the runs were submitted to, for Follow.
@@ -180,11 +183,14 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
-			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second)}))
+			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group,
+			GroupSize: int32(len(o.Regions))}))
 		if err != nil {
 			return res, brokerrpc.Error("submitting the run in "+region, c.URL, err)
 		}
 		res.Runs = append(res.Runs, resp.Msg.Run)
+		// The first run's group, drawn by the broker, takes the others.
+		res.Group = resp.Msg.Run.GetGroup()
 	}
 	return res, nil
 }

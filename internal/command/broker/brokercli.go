@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -102,7 +103,7 @@ Every flag can be set with GPUPASS_<FLAG> (--db is GPUPASS_DB).`,
 	output.Register(root, &g.Output)
 	root.PersistentFlags().BoolVarP(&g.Verbose, "verbose", "v", false, "debug logging")
 	root.PersistentFlags().StringVar(&g.DB, "db", DefaultDB, "store: sqlite:///path/file.db or postgres://user@host:port/db")
-	root.AddCommand(newServeCmd(g), newTokenCmd(g))
+	root.AddCommand(newServeCmd(g), newTokenCmd(g), newWebhookCmd(g), newWebhooksCmd(g))
 	return root
 }
 
@@ -131,6 +132,9 @@ type ServeOptions struct {
 	Metrics                                           MetricsOptions
 	// Admission is --admission, parsed by daemon.ParseAdmission.
 	Admission string
+	// Webhooks is daemon.Config.Webhooks (its flags: --public-url,
+	// --webhook-*).
+	Webhooks daemon.WebhookConfig
 	// Dashboard is daemon.Config.Dashboard.
 	Dashboard daemon.DashboardConfig
 	Logger    *slog.Logger
@@ -168,7 +172,23 @@ func (o *ServeOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.Dashboard.AdminReserve, "dashboard-admin-reserve", 0, "of --dashboard-max-sessions, how many only admin tokens may use (0: a tenth; -1: none); an admin login is never refused for want of room")
 	f.IntVar(&o.Dashboard.SessionsPerToken, "dashboard-sessions-per-token", ui.DefaultSessionsPerToken, "dashboard sessions one token holds at once; its next login ends its oldest")
 	f.IntVar(&o.Dashboard.SessionsPerAddress, "dashboard-sessions-per-address", ui.DefaultSessionsPerAddress, "read and submit sessions from one client address at once; the next login from it ends its oldest")
+	f.StringVar(&o.Webhooks.PublicURL, "public-url", "", "where users reach this broker (https://…): webhook events link each run to its dashboard page there")
+	f.DurationVar(&o.Webhooks.Timeout, "webhook-timeout", 10*time.Second, "longest one webhook delivery attempt may take, connection to answer")
+	f.IntVar(&o.Webhooks.MaxAttempts, "webhook-max-attempts", 10, "attempts of one webhook delivery before it is recorded failed (back-off between them: 10s doubling to 10m)")
 	o.Metrics.AddFlags(f)
+}
+
+// checkWebhooks refuses webhook settings the broker could not use.
+func (o *ServeOptions) checkWebhooks() error {
+	if o.Webhooks.Timeout < 0 || o.Webhooks.MaxAttempts < 0 {
+		return fmt.Errorf("--webhook-timeout and --webhook-max-attempts must not be negative (0 takes the default)")
+	}
+	if p := o.Webhooks.PublicURL; p != "" {
+		if u, err := url.Parse(p); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("--public-url %q: give the URL users open, e.g. https://gpupass.example.com", p)
+		}
+	}
+	return nil
 }
 
 // checkDashboard refuses dashboard limits that leave no room to log in.
@@ -246,6 +266,9 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	if err := o.checkDashboard(); err != nil {
 		return err
 	}
+	if err := o.checkWebhooks(); err != nil {
+		return err
+	}
 	admission, err := daemon.ParseAdmission(o.Admission)
 	if err != nil {
 		return fmt.Errorf("--admission %w", err)
@@ -268,7 +291,7 @@ func RunServe(ctx context.Context, o *ServeOptions, out io.Writer) error {
 	}
 	b := daemon.New(daemon.Config{Store: s, Logger: o.Logger, HeartbeatInterval: o.HeartbeatInterval, OfflineAfter: o.OfflineAfter, StartTimeout: o.StartTimeout, LeaseTTL: o.LeaseTTL,
 		RunMaxRecords: o.RunMaxRecords, RunMaxLogBytes: logBytes, RunMaxRecordsPerSecond: o.RunMaxRecordsPerSecond, MaxTimeLimit: o.MaxTimeLimit, Workdir: o.Workdir, Metrics: mc,
-		Admission: admission, Dashboard: o.Dashboard})
+		Admission: admission, Dashboard: o.Dashboard, Webhooks: o.Webhooks})
 	scheme := "http"
 	if o.TLSCert != "" {
 		scheme = "https"

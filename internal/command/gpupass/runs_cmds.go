@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/command/output"
@@ -100,6 +101,7 @@ type RunsOptions struct {
 	Global  *GlobalOptions
 	Broker  BrokerFlags
 	Regions []string
+	Group   string
 	Limit   int
 }
 
@@ -108,6 +110,7 @@ func (o *RunsOptions) AddFlags(cmd *cobra.Command) {
 	o.Broker.AddFlags(cmd)
 	f := cmd.Flags()
 	f.StringSliceVar(&o.Regions, "region", nil, "only these regions (glob patterns)")
+	f.StringVar(&o.Group, "group", "", "only the runs of this run group (the id gpupass train printed), oldest first")
 	f.IntVar(&o.Limit, "limit", 50, fmt.Sprintf("newest runs to show (at most %d)", maxRunsLimit))
 }
 
@@ -135,11 +138,16 @@ func RunRuns(ctx context.Context, o *RunsOptions, out io.Writer) error {
 	if o.Limit < 1 || o.Limit > maxRunsLimit {
 		return fmt.Errorf("--limit %d: must be 1 to %d (the most the broker returns at once; narrow with --region)", o.Limit, maxRunsLimit)
 	}
+	if o.Group != "" {
+		if err := api.CheckGroupID(o.Group); err != nil {
+			return fmt.Errorf("--group: %w", err)
+		}
+	}
 	c, err := o.Broker.DialRuns()
 	if err != nil {
 		return err
 	}
-	resp, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{Regions: o.Regions, Limit: int32(o.Limit)}))
+	resp, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{Regions: o.Regions, Limit: int32(o.Limit), Group: o.Group}))
 	if err != nil {
 		return rpcError("listing runs", o.Broker.URL, err)
 	}

@@ -170,6 +170,7 @@ func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, e
 		if err := apptrain.WriteTable(io.MultiWriter(out, &submitted), res.Runs); err != nil {
 			return res, err
 		}
+		groupLine(out, res.Group)
 		if !o.Follow {
 			followHint(errOut, res.Runs)
 		}

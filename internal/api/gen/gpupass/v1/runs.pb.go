@@ -950,8 +950,18 @@ type SubmitRequest struct {
 	// At most the broker's --max-time-limit; a run past it ends failed
 	// with a reason starting TIMEOUT.
 	TimeLimitSeconds int64 `protobuf:"varint,12,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The run group to join: empty starts a new one (the broker draws its
+	// id, returned in Run.group); else the group of an earlier Submit by
+	// the same token (gpupass train sends each region's run in one group).
+	// A group started by another token, or unknown, is refused.
+	Group string `protobuf:"bytes,13,opt,name=group,proto3" json:"group,omitempty"`
+	// The runs the new group will hold (gpupass train: one per region,
+	// 1..64; 0 is 1): the group ends when that many of its runs have
+	// ended, not when a first run fails before the others are submitted.
+	// Taken from the request that starts the group.
+	GroupSize     int32 `protobuf:"varint,14,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -1079,6 +1089,20 @@ func (x *SubmitRequest) GetTimeLimitSeconds() int64 {
 	return 0
 }
 
+func (x *SubmitRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SubmitRequest) GetGroupSize() int32 {
+	if x != nil {
+		return x.GroupSize
+	}
+	return 0
+}
+
 type isSubmitRequest_Spec interface {
 	isSubmitRequest_Spec()
 }
@@ -1170,6 +1194,9 @@ type Run struct {
 	// The run's wall-clock limit in seconds (train --time-limit, else the
 	// spec's resources.time-limit); 0: none.
 	TimeLimitSeconds int64 `protobuf:"varint,25,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
+	// The run group: the runs one submission made, one per region (empty
+	// for runs submitted before groups existed).
+	Group string `protobuf:"bytes,26,opt,name=group,proto3" json:"group,omitempty"`
 	// Highest seq the agent said it spooled; with held_through equal to it
 	// (and a terminal state) the broker holds the run's whole log. Field
 	// numbers from 40 on are the runs fault work's.
@@ -1395,6 +1422,13 @@ func (x *Run) GetTimeLimitSeconds() int64 {
 	return 0
 }
 
+func (x *Run) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
 func (x *Run) GetLastSeq() uint64 {
 	if x != nil {
 		return x.LastSeq
@@ -1534,7 +1568,10 @@ type ListRunsRequest struct {
 	// created_at, id; no offset), so every run is reachable. Opaque; an
 	// altered one, or one sent with other regions or by another token, is
 	// refused (INVALID_ARGUMENT).
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only the runs of this group (gpupass runs --group), oldest first, in
+	// one page; with regions, of those regions too.
+	Group         string `protobuf:"bytes,4,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1586,6 +1623,13 @@ func (x *ListRunsRequest) GetLimit() int32 {
 func (x *ListRunsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
 	}
 	return ""
 }
@@ -2405,7 +2449,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xdc\x03\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\x91\x04\n" +
 	"\rSubmitRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x16\n" +
@@ -2419,12 +2463,15 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10min_health_score\x18\n" +
 	" \x01(\x01H\x02R\x0eminHealthScore\x88\x01\x01\x12#\n" +
 	"\rgrace_seconds\x18\v \x01(\x05R\fgraceSeconds\x12,\n" +
-	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSecondsB\x06\n" +
+	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
+	"\x05group\x18\r \x01(\tR\x05group\x12\x1d\n" +
+	"\n" +
+	"group_size\x18\x0e \x01(\x05R\tgroupSizeB\x06\n" +
 	"\x04specB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xdb\b\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xf1\b\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2451,7 +2498,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\tmax_price\x18\x16 \x01(\x01R\bmaxPrice\x12)\n" +
 	"\x10resume_elsewhere\x18\x17 \x01(\bR\x0fresumeElsewhere\x12%\n" +
 	"\x0ereplaced_nodes\x18\x18 \x03(\tR\rreplacedNodes\x12,\n" +
-	"\x12time_limit_seconds\x18\x19 \x01(\x03R\x10timeLimitSeconds\x12\x19\n" +
+	"\x12time_limit_seconds\x18\x19 \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
+	"\x05group\x18\x1a \x01(\tR\x05group\x12\x19\n" +
 	"\blast_seq\x18( \x01(\x04R\alastSeq\x12!\n" +
 	"\flog_disputed\x182 \x01(\bR\vlogDisputed\x12)\n" +
 	"\x10disputed_records\x183 \x01(\x04R\x0fdisputedRecords\x12,\n" +
@@ -2461,12 +2509,13 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"`\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"v\n" +
 	"\x0fListRunsRequest\x12\x18\n" +
 	"\aregions\x18\x01 \x03(\tR\aregions\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"_\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x14\n" +
+	"\x05group\x18\x04 \x01(\tR\x05group\"_\n" +
 	"\x10ListRunsResponse\x12#\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0f.gpupass.v1.RunR\x04runs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"B\n" +
