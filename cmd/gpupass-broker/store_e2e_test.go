@@ -333,10 +333,10 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 			// An upgrade from a store that held keys in clear: the store
 			// is put back to schema 8, the last release's (the old table,
 			// holding a key for the node as an old broker wrote it, and no
-			// admissions table), and the broker started on it migrates
-			// through 9 and 10 at once. No stored key survives, so the
-			// agent's key is refused and the agent enrolls again on its
-			// own, for epoch 1, and beats on.
+			// admissions table, no run groups or webhooks), and the broker
+			// started on it migrates through 9 to 12 at once. No stored key
+			// survives, so the agent's key is refused and the agent enrolls
+			// again on its own, for epoch 1, and beats on.
 			_ = br2.cmd.Process.Signal(syscall.SIGTERM)
 			_, _ = br2.cmd.Process.Wait()
 			rw, err := sql.Open(map[string]string{"sqlite": "sqlite", "postgres": "pgx"}[kind], map[string]string{"sqlite": "file:" + strings.TrimPrefix(db, "sqlite://"), "postgres": db}[kind])
@@ -349,6 +349,14 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 				`CREATE TABLE agent_sessions (agent_id TEXT PRIMARY KEY, session_key ` + blob + ` NOT NULL, epoch BIGINT NOT NULL, issued_at BIGINT NOT NULL)`,
 				`INSERT INTO agent_sessions VALUES ('` + nodeID + `', ` + map[string]string{"sqlite": "x'", "postgres": "'\\x"}[kind] + strings.Repeat("ab", 32) + `', 7, 1)`,
 				`DROP TABLE node_admissions`,
+				// Schema 11 and 12 (run groups, webhooks) came later.
+				`DROP INDEX allocs_group`,
+				`DROP INDEX allocs_updated`,
+				`ALTER TABLE allocs DROP COLUMN group_id`,
+				`ALTER TABLE allocs DROP COLUMN group_size`,
+				`DROP TABLE webhook_attempts`,
+				`DROP TABLE webhook_deliveries`,
+				`DROP TABLE webhooks`,
 				`DELETE FROM schema_migrations WHERE version >= 9`,
 			} {
 				if _, err := rw.Exec(q); err != nil {
