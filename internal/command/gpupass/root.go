@@ -139,6 +139,7 @@ var commands = []subcommand{
 	{"up", newUpCmd},
 	{"compare", newCompareCmd},
 	{"train", newTrainCmd},
+	{"wait", newWaitCmd},
 	{"logs", newLogsCmd},
 	{"runs", newRunsCmd},
 	{"cancel", newCancelCmd},

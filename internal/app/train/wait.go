@@ -1,0 +1,78 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/gpupass/gpupass/internal/api"
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/brokerrpc"
+	"github.com/gpupass/gpupass/internal/client"
+)
+
+// MaxGroupRuns is the most runs one group id expands to: the broker's cap
+// on ListRuns (a group holds one run per region of a submission).
+const MaxGroupRuns = 1000
+
+// Resume reads the runs named by ids from the broker, as they are now, as
+// a Result that Follow and Err take: what `gpupass wait` follows, however
+// often it is started again. An id is a run's allocation id or a run
+// group id (api.GroupIDPrefix…), which stands for every run of the group
+// in the caller's scope; a run named twice is followed once.
+func Resume(ctx context.Context, dial func() (*client.RunClients, error), ids []string) (*Result, error) {
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("no run to wait for: pass a run group id or allocation ids, as gpupass train prints them")
+	}
+	for _, id := range ids {
+		if strings.HasPrefix(id, api.GroupIDPrefix) {
+			if err := api.CheckGroupID(id); err != nil {
+				return nil, err
+			}
+		}
+	}
+	c, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{c: c}
+	seen := map[string]bool{}
+	add := func(r *gpupassv1.Run) {
+		if !seen[r.Id] {
+			seen[r.Id] = true
+			res.Runs = append(res.Runs, r)
+		}
+	}
+	groups := map[string]bool{}
+	for _, id := range ids {
+		if strings.HasPrefix(id, api.GroupIDPrefix) {
+			resp, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{Group: id, Limit: MaxGroupRuns}))
+			if err != nil {
+				return nil, brokerrpc.Error("listing the runs of group "+id, c.URL, err)
+			}
+			if len(resp.Msg.Runs) == 0 {
+				return nil, fmt.Errorf("run group %s: no runs in this token's scope (a group id as gpupass train printed it, and a token of its regions)", id)
+			}
+			for _, r := range resp.Msg.Runs {
+				add(r)
+			}
+			groups[id] = true
+			continue
+		}
+		resp, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+		if err != nil {
+			return nil, brokerrpc.Error("reading run "+id, c.URL, err)
+		}
+		add(resp.Msg.Run)
+		groups[resp.Msg.Run.GetGroup()] = true
+	}
+	// The group of the runs, when they share one, for the step's outputs.
+	if len(groups) == 1 {
+		for g := range groups {
+			res.Group = g
+		}
+	}
+	return res, nil
+}
