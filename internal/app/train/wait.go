@@ -13,10 +13,6 @@ import (
 	"github.com/gpupass/gpupass/internal/client"
 )
 
-// MaxGroupRuns is the most runs one group id expands to: the broker's cap
-// on ListRuns (a group holds one run per region of a submission).
-const MaxGroupRuns = 1000
-
 // Resume reads the runs named by ids from the broker, as they are now, as
 // a Result that Follow and Err take: what `gpupass wait` follows, however
 // often it is started again. An id is a run's allocation id or a run
@@ -48,14 +44,11 @@ func Resume(ctx context.Context, dial func() (*client.RunClients, error), ids []
 	groups := map[string]bool{}
 	for _, id := range ids {
 		if strings.HasPrefix(id, api.GroupIDPrefix) {
-			resp, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{Group: id, Limit: MaxGroupRuns}))
+			runs, err := brokerrpc.GroupRuns(ctx, c, id)
 			if err != nil {
-				return nil, brokerrpc.Error("listing the runs of group "+id, c.URL, err)
+				return nil, err
 			}
-			if len(resp.Msg.Runs) == 0 {
-				return nil, fmt.Errorf("run group %s: no runs in this token's scope (a group id as gpupass train printed it, and a token of its regions)", id)
-			}
-			for _, r := range resp.Msg.Runs {
+			for _, r := range runs {
 				add(r)
 			}
 			groups[id] = true

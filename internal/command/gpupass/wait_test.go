@@ -3,9 +3,11 @@ package gpupass_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -176,4 +178,39 @@ func stepOutput(t *testing.T, kind, dir, name string) string {
 		}
 	}
 	return ""
+}
+
+// Issue #35: compare takes a run group id, as an argument and in --runs
+// (the compare-report step's input), and compares the group's runs
+// labelled by region; a group given a name is refused with the way out.
+func TestCompareGroup(t *testing.T) {
+	t.Parallel()
+	url, tok := runsBroker(t, false)
+	spec := writeH100Spec(t)
+	broker := []string{"--broker-url", url, "--broker-token", tok}
+	code, out, errOut := runMain(t, append([]string{"train", "--follow", "--spec", spec, "--min-health-score", "0", "--region", "us-west-2,eu-central-1"}, append(broker, "--", "true")...)...)
+	group := groupRE.FindString(out)
+	if code != 0 || group == "" {
+		t.Fatalf("train --follow: exit %d, group %q\n%s\n%s", code, group, out, errOut)
+	}
+	for _, args := range [][]string{{group}, {"--runs", group}} {
+		code, out, errOut := runMain(t, append(append([]string{"compare", "-o", "json"}, args...), broker...)...)
+		var rep struct {
+			Runs []struct{ Label string } `json:"runs"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil {
+			t.Fatalf("compare %v: exit %d, %v\n%s\n%s", args, code, err, out, errOut)
+		}
+		var labels []string
+		for _, r := range rep.Runs {
+			labels = append(labels, r.Label)
+		}
+		if !slices.Equal(labels, []string{"us-west-2", "eu-central-1"}) {
+			t.Errorf("compare %v compared %v, want the group's runs labelled us-west-2 and eu-central-1\n%s", args, labels, out)
+		}
+	}
+	code, _, errOut = runMain(t, append([]string{"compare", "--label", "mine=" + group}, broker...)...)
+	if code != gpupass.ExitUsage || !strings.Contains(errOut, "a run group stands for several runs") {
+		t.Errorf("compare --label mine=%s: exit %d, want %d refusing a named group:\n%s", group, code, gpupass.ExitUsage, errOut)
+	}
 }
