@@ -23,10 +23,15 @@ func Resume(ctx context.Context, dial func() (*client.RunClients, error), ids []
 		return nil, fmt.Errorf("no run to wait for: pass a run group id or allocation ids, as gpupass train prints them")
 	}
 	for _, id := range ids {
-		if strings.HasPrefix(id, api.GroupIDPrefix) {
+		switch {
+		case strings.HasPrefix(id, api.GroupIDPrefix):
 			if err := api.CheckGroupID(id); err != nil {
 				return nil, err
 			}
+		case !strings.HasPrefix(id, "alloc-"):
+			// Checked before the broker is asked: a value from a
+			// pipeline that is neither names no run.
+			return nil, fmt.Errorf("%q: neither a run group id (group-…) nor an allocation id (alloc-…), as gpupass train prints them", id)
 		}
 	}
 	c, err := dial()

@@ -94,9 +94,11 @@ func TestTrainDetachAndWait(t *testing.T) {
 			{nil, "missing GROUP or ALLOC"},
 			{[]string{"group-xyz"}, "a group id is group- followed by 16 hex digits"},
 			{[]string{"group-0000000000000000"}, "no runs in this token's scope"},
+			// A pipeline's value after --: an argument, never a flag.
+			{[]string{"--", "--broker-url=http://127.0.0.1:1"}, `"--broker-url=http://127.0.0.1:1": neither a run group id`},
 			{[]string{"--timeout", "-1s", "group-0000000000000000"}, "--timeout -1s: must not be negative"},
 		} {
-			code, _, errOut := runMain(t, append(append([]string{"wait"}, tt.args...), broker...)...)
+			code, _, errOut := runMain(t, append(append([]string{"wait"}, broker...), tt.args...)...)
 			if code != gpupass.ExitUsage || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, tok) {
 				t.Errorf("wait %v: exit %d, want %d saying %q:\n%s", tt.args, code, gpupass.ExitUsage, tt.want, errOut)
 			}
