@@ -41,13 +41,17 @@ func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.W
 	if res == nil || len(res.Runs) == 0 {
 		return runErr
 	}
-	return errors.Join(runErr, stepOutputs(env, res))
+	if err := stepOutputs(env, res); err != nil {
+		return errors.Join(runErr, err)
+	}
+	return errors.Join(runErr, env.Summary(trainSummary(res.Runs)))
 }
 
 // stepOutputs hands the runs of a train or wait step on: the
 // allocation-ids output (JSON region → id), the group output (the id
 // `gpupass wait`, compare and the broker's webhook name them by), on
-// GitLab GPUPASS_ALLOCATION_<REGION> too, and the job summary.
+// GitLab GPUPASS_ALLOCATION_<REGION> too. The caller writes the job
+// summary (trainSummary) once the runs are as it reports them.
 func stepOutputs(env *ci.Env, res *apptrain.Result) error {
 	runs := res.Runs
 	ids := map[string]string{}
@@ -79,7 +83,7 @@ func stepOutputs(env *ci.Env, res *apptrain.Result) error {
 			}
 		}
 	}
-	return env.Summary(trainSummary(runs))
+	return nil
 }
 
 // outputSuffix turns a region into the tail of an output name: region
