@@ -23,6 +23,9 @@ import (
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
+// ghToken is the GITHUB_TOKEN secret of the act pipelines.
+const ghToken = "ghs-e2e-pipeline-secret-0d4c"
+
 // exampleSteps keeps the real PyTorch example short in the pipelines.
 const exampleSteps = "30"
 
@@ -233,7 +236,6 @@ func releaseServer(t *testing.T, dist, repo string) *httptest.Server {
 // cannot fetch here, is a stand-in that copies the files for the test.
 func TestExamplePipelineThroughAct(t *testing.T) {
 	p := startPipeline(t, "https://github.com/acme/train.git")
-	act := lookPath(t, p.toolPath, "act")
 	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "examples", "ci", "github", "gpupass.yml"))
 	if err != nil {
 		t.Fatal(err)
@@ -241,42 +243,11 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 	p.commit(t, map[string]string{".github/workflows/gpupass.yml": string(wf)})
 	sha := p.head(t)
 
-	const ghToken = "ghs-e2e-pipeline-secret-0d4c"
 	comments := githubComments(ghToken)
 	ghAPI := httptest.NewServer(comments.handler())
 	defer ghAPI.Close()
-	action, dist, releasePub := dryRunRelease(t)
-	release := releaseServer(t, dist, "gpupass/gpupass")
-	uploadStandIn := filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "upload-artifact")
-
-	event := filepath.Join(t.TempDir(), "event.json")
-	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"`+sha+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, act, "pull_request",
-		"-P", "ubuntu-latest=-self-hosted",
-		"-e", event,
-		"--local-repository", "gpupass/gpupass@v1="+action,
-		"--local-repository", "actions/upload-artifact@v4="+uploadStandIn,
-		"--env", "E2E_OUT="+out,
-		"--env", "GITHUB_API_URL="+ghAPI.URL+"/api/v3",
-		"--env", "GITHUB_SERVER_URL="+release.URL,
-		"--env", "GITHUB_REPOSITORY=acme/train",
-		"--env", "GPUPASS_INSTALL_COSIGN="+lookPath(t, p.toolPath, "cosign"),
-		"--env", "GPUPASS_INSTALL_COSIGN_PUBLIC_KEY="+releasePub,
-		"--var", "GPUPASS_BROKER_URL="+p.url,
-		"-s", "GITHUB_TOKEN="+ghToken,
-		"-s", "BROKER_TOKEN_US="+p.us,
-		"-s", "BROKER_TOKEN_EU="+p.eu,
-		"-s", "BROKER_TOKEN_READ="+p.read,
-		"-s", "COSIGN_KEY="+p.cosignKey,
-		"-s", "COSIGN_PASSWORD="+p.cosignPassword,
-	)
-	cmd.Dir = p.user
-	cmd.Env = append(os.Environ(), "PATH="+p.toolPath)
-	b, runErr := cmd.CombinedOutput()
-	log := string(b)
+	log, runErr := p.act(t, sha, ghAPI.URL, out)
 	defer func() {
 		if t.Failed() {
 			t.Logf("act log:\n%s", upstack.Tail(log, 20000))
@@ -344,6 +315,47 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 	if strings.Contains(log, "goroutine ") {
 		t.Errorf("a stack trace reached the act log")
 	}
+}
+
+// act runs the workflows committed in the user repository through act on a
+// pull_request event for sha, on the host, with the action as its release
+// installs it (a dry-run release served on loopback), the stack's broker
+// as the GPUPASS_BROKER_URL variable, its tokens and the cosign key as
+// secrets, and ghAPI as the GitHub API. E2E_OUT is out.
+func (p *pipeline) act(t *testing.T, sha, ghAPI, out string) (string, error) {
+	t.Helper()
+	act := lookPath(t, p.toolPath, "act")
+	action, dist, releasePub := dryRunRelease(t)
+	release := releaseServer(t, dist, "gpupass/gpupass")
+	uploadStandIn := filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "upload-artifact")
+
+	event := filepath.Join(t.TempDir(), "event.json")
+	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"`+sha+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, act, "pull_request",
+		"-P", "ubuntu-latest=-self-hosted",
+		"-e", event,
+		"--local-repository", "gpupass/gpupass@v1="+action,
+		"--local-repository", "actions/upload-artifact@v4="+uploadStandIn,
+		"--env", "E2E_OUT="+out,
+		"--env", "GITHUB_API_URL="+ghAPI+"/api/v3",
+		"--env", "GITHUB_SERVER_URL="+release.URL,
+		"--env", "GITHUB_REPOSITORY=acme/train",
+		"--env", "GPUPASS_INSTALL_COSIGN="+lookPath(t, p.toolPath, "cosign"),
+		"--env", "GPUPASS_INSTALL_COSIGN_PUBLIC_KEY="+releasePub,
+		"--var", "GPUPASS_BROKER_URL="+p.url,
+		"-s", "GITHUB_TOKEN="+ghToken,
+		"-s", "BROKER_TOKEN_US="+p.us,
+		"-s", "BROKER_TOKEN_EU="+p.eu,
+		"-s", "BROKER_TOKEN_READ="+p.read,
+		"-s", "COSIGN_KEY="+p.cosignKey,
+		"-s", "COSIGN_PASSWORD="+p.cosignPassword,
+	)
+	cmd.Dir = p.user
+	cmd.Env = append(os.Environ(), "PATH="+p.toolPath)
+	b, err := cmd.CombinedOutput()
+	return string(b), err
 }
 
 // TestExamplePipelineThroughGitLabCILocal runs examples/ci/gitlab/.gitlab-ci.yml,
@@ -461,6 +473,62 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 		}
 		if strings.Contains(text, "goroutine ") {
 			t.Errorf("a stack trace reached the job log %s", l)
+		}
+	}
+}
+
+// TestDetachedTrainThroughAct (#35): through act, the action's train step
+// with wait "false" succeeds while its run has not ended, outputs the
+// run group, and a later job's `gpupass -o github wait -- "$GROUP"` step
+// follows the run to the end and succeeds with it.
+func TestDetachedTrainThroughAct(t *testing.T) {
+	p := startPipeline(t, "https://github.com/acme/train.git")
+	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "act-detached", "gpupass.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.commit(t, map[string]string{".github/workflows/gpupass.yml": string(wf)})
+	ghAPI := httptest.NewServer(githubComments(ghToken).handler())
+	defer ghAPI.Close()
+	out := t.TempDir()
+	log, runErr := p.act(t, p.head(t), ghAPI.URL, out)
+	defer func() {
+		if t.Failed() {
+			t.Logf("act log:\n%s", upstack.Tail(log, 20000))
+		}
+	}()
+	if runErr != nil {
+		t.Errorf("act: %v", runErr)
+	}
+	for _, job := range []string{"train", "wait"} {
+		if !regexp.MustCompile(`\[gpupass-detached/` + job + ` *\] \x{1F3C1}  Job succeeded`).MatchString(log) {
+			t.Errorf("job %s did not succeed", job)
+		}
+	}
+	m := regexp.MustCompile(`::set-output:: group=(group-[0-9a-f]{16})`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatal("the train step output no group")
+	}
+	// When the train step had ended, its run had not.
+	b, err := os.ReadFile(filepath.Join(out, "after-train.json"))
+	var after struct {
+		Runs []struct{ ID, Region, State, Group string }
+	}
+	if err != nil || json.Unmarshal(b, &after) != nil || len(after.Runs) != 1 || after.Runs[0].Group != m[1] {
+		t.Fatalf("runs --group after the train step: %v\n%s", err, b)
+	}
+	if st := after.Runs[0].State; st == "succeeded" || st == "failed" || st == "cancelled" {
+		t.Errorf("the run had ended (%s) when the train step did: wait false did not detach", st)
+	}
+	// The wait step followed it to the end: its log, its table, success.
+	for _, want := range []string{"run group " + m[1], "us-west-2 | ", "succeeded", "Success - Main Wait for the runs"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("act log lacks %q", want)
+		}
+	}
+	for _, s := range []string{ghToken, p.us, p.eu, p.read} {
+		if strings.Contains(log, s) {
+			t.Errorf("a secret reached the act log")
 		}
 	}
 }

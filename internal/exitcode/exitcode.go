@@ -21,6 +21,9 @@ const (
 	// Usage: bad flags or arguments, unreadable input, or an I/O error
 	// that kept the command from running at all.
 	Usage = 2
+	// Timeout: `gpupass wait --timeout` ran out while runs were still
+	// going; they keep running, and the same wait picks them up again.
+	Timeout = 3
 )
 
 // Error carries an exit code up to main. Commands return it when the

@@ -24,6 +24,24 @@ type BrokerSource struct {
 	URL  string
 }
 
+// GroupRuns implements GroupSource: the allocation ids of a run group's
+// runs, oldest first.
+func (b *BrokerSource) GroupRuns(ctx context.Context, group string) ([]string, error) {
+	c, err := b.Dial()
+	if err != nil {
+		return nil, err
+	}
+	runs, err := brokerrpc.GroupRuns(ctx, c, group)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.GetId()
+	}
+	return ids, nil
+}
+
 // sourceText is the Source of a point the agent read from a job's own
 // log line (agent/executor.SourceText; the daemon's packages are not
 // imported here).

@@ -190,7 +190,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if to != PostNone && o.Poster == nil {
 		return nil, ErrNoPoster
 	}
-	ins, err := resolveInputs(o.Runs, o.Prices)
+	runs, err := expandGroups(ctx, o.Runs, o.Source)
+	if err != nil {
+		return nil, err
+	}
+	ins, err := resolveInputs(runs, o.Prices)
 	if err != nil {
 		return nil, err
 	}

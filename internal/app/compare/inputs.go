@@ -1,11 +1,14 @@
 package compare
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/metrics"
 )
@@ -72,7 +75,7 @@ func resolveInputs(runs []Input, prices []Price) ([]input, error) {
 // file, so the caller knows to find the broker.
 func NeedsSource(runs []Input) bool {
 	for _, r := range runs {
-		if _, err := os.Stat(r.Ref); err != nil && LooksLikeAlloc(r.Ref) {
+		if _, err := os.Stat(r.Ref); err != nil && (LooksLikeAlloc(r.Ref) || LooksLikeGroup(r.Ref)) {
 			return true
 		}
 	}
@@ -107,6 +110,45 @@ func disambiguate(ins []input, series []*metrics.Series) {
 			s.Label += " " + ins[i].ref
 		}
 	}
+}
+
+// LooksLikeGroup says whether ref is a run group id (as train prints it)
+// rather than a path.
+func LooksLikeGroup(ref string) bool { return api.CheckGroupID(ref) == nil }
+
+// GroupSource is a Source that also knows run groups: a group id among
+// the inputs stands for its runs, each labelled by its region as an
+// allocation id is.
+type GroupSource interface {
+	GroupRuns(ctx context.Context, group string) (allocIDs []string, err error)
+}
+
+// expandGroups replaces each run group id among runs (one that is no
+// file) by its runs' allocation ids. A group has no one name: a named
+// one is refused with the way to name its runs.
+func expandGroups(ctx context.Context, runs []Input, src Source) ([]Input, error) {
+	var out []Input
+	for _, r := range runs {
+		if _, err := os.Stat(r.Ref); err == nil || !LooksLikeGroup(r.Ref) {
+			out = append(out, r)
+			continue
+		}
+		if r.Name != "" {
+			return nil, fielderr.New("Runs", r.Name+"="+r.Ref, "a run group stands for several runs, each labelled by its region: pass %s without a name, or name each run by its allocation id (gpupass runs --group %s lists them)", r.Ref, r.Ref)
+		}
+		gs, ok := src.(GroupSource)
+		if !ok {
+			return nil, fmt.Errorf("%s: %w", r.Ref, ErrNoSource)
+		}
+		ids, err := gs.GroupRuns(ctx, r.Ref)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			out = append(out, Input{Ref: id})
+		}
+	}
+	return out, nil
 }
 
 // LooksLikeAlloc says whether ref is an allocation id rather than a path.

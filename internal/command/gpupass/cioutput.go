@@ -61,8 +61,8 @@ func ciFlag(g *GlobalOptions, flag string) string {
 // ciInputs are the inputs that set a flag of another name, by CI system:
 // the action's and the components' inputs are kept as they were named.
 var ciInputs = map[ci.Kind]map[string]string{
-	ci.GitHub: {"region": "regions", "command": "train-command", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref", "to": "wheelhouse"},
-	ci.GitLab: {"key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref"},
+	ci.GitHub: {"follow": "wait", "region": "regions", "command": "train-command", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref", "to": "wheelhouse"},
+	ci.GitLab: {"follow": "wait", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref"},
 }
 
 // CIOutput is ciOutput for the command trees in subpackages (auditcmd,

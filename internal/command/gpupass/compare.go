@@ -89,7 +89,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.JUnit, "junit", "", "write JUnit XML (one test case per pair and tolerance) to this path")
 	f.StringVar(&o.JSON, "json", "", "write the report as JSON to this path")
 	f.StringVar(&o.Markdown, "markdown", "", "write the full markdown report to this path (keep it as an artifact: long comments are truncated)")
-	f.StringVar(&o.Runs, "runs", "", "runs to compare as one value: NAME=INPUT and INPUT words separated by spaces or newlines, or the allocation-ids JSON of train (as CI inputs pass them)")
+	f.StringVar(&o.Runs, "runs", "", "runs to compare as one value: NAME=INPUT and INPUT words separated by spaces or newlines (a run group id stands for its runs), or the allocation-ids JSON of train (as CI inputs pass them)")
 	f.StringVar(&o.ReportDir, "report-dir", "", "write report.md, report.json, junit.xml and chart.svg into this directory, unless --markdown, --json, --junit or --svg name their own (default with --output github or gitlab: "+ciCompareReportDir+")")
 	f.StringVar(&o.GitHubToken, "github-token", "", "token for PR comments (default $GITHUB_TOKEN); needs pull-requests: write")
 	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token for MR notes (default $GITLAB_TOKEN); a job token cannot post notes")
@@ -101,7 +101,7 @@ func newCompareCmd(g *GlobalOptions) *cobra.Command {
 	o := &CompareOptions{}
 	broker := &BrokerFlags{}
 	cmd := &cobra.Command{
-		Use:   "compare FILE|ALLOC...",
+		Use:   "compare FILE|ALLOC|GROUP...",
 		Short: "Compare loss curves of runs across regions and post the report",
 		Long: `Compare the training loss of several runs (gpupass JSONL or training logs with
 gpupass:metric lines, Lightning CSVLogger metrics.csv, TensorBoard event files
@@ -119,6 +119,8 @@ spec's metrics.pattern) reads any other form.
 Allocation ids are read from the broker (--broker-url, or the config that
 ` + "`gpupass up`" + ` left): the series as the run logged it, labelled by region,
 with price per hour, restarts and start time from the run record. A run
+group id (group-…, as gpupass train prints it; --runs takes it too) stands
+for the group's runs, each labelled by its region. A run
 that has not ended is refused unless --allow-running. A run whose log the
 broker marked disputed (a seq sent twice with different content) makes
 every verdict it is part of inconclusive: its figures are not proof.
@@ -130,7 +132,8 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 		Example: `  gpupass compare --label us=runs/us/metrics.jsonl --label eu=runs/eu/metrics.csv
   gpupass compare us.jsonl eu.jsonl --tolerance abs=0.05,rel=2% --fail-on-divergence --svg chart.svg --junit compare.xml
   gpupass compare us/train.log eu/train.log --metric-pattern '\| loss\s+(?P<loss>\S+) \|'
-  gpupass compare us/mlruns eu/mlruns`,
+  gpupass compare us/mlruns eu/mlruns
+  gpupass compare group-3f9a1c0d5e7b2a41`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Inputs = args
 			o.Output = g.Output

@@ -8,6 +8,7 @@ const (
 	ExitOK       = exitcode.OK
 	ExitFindings = exitcode.Findings
 	ExitUsage    = exitcode.Usage
+	ExitTimeout  = exitcode.Timeout
 )
 
 // ExitError carries an exit code up to main.

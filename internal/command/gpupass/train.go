@@ -29,6 +29,10 @@ type TrainOptions struct {
 	Global *GlobalOptions
 	Broker BrokerFlags
 	Follow bool
+	// Detach submits and exits without following, as train does
+	// without --follow: said outright, so a pipeline's wait input of
+	// false reads as what it does.
+	Detach bool
 	// ListWorkdir prints what the work dir ships and what it leaves
 	// out, and submits nothing.
 	ListWorkdir bool
@@ -46,6 +50,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.CommandLine, "command", "", `the training command as one string instead of after --, e.g. "python3 train.py --steps 200": split into words as a shell would ('…', "…", \ escapes; no expansion), or a JSON list of words; the node never runs it through a shell`)
 	f.StringVar(&o.Name, "name", "", "run name (default: the spec's name); the region and, in CI, the short commit are added")
 	f.BoolVarP(&o.Follow, "follow", "f", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
+	f.BoolVar(&o.Detach, "detach", false, "submit, print the allocation ids and the run group, and exit without following (what train does without --follow); wait for the runs later with gpupass wait GROUP")
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
 	f.IntVar(&o.MaxRestarts, "max-restarts", 3, "restarts after a NaN/Inf loss, from the newest checkpoint")
 	f.BoolVar(&o.ResumeElsewhere, "resume-elsewhere", false, "when a node is lost mid-run, restart on another candidate from the newest checkpoint instead of failing")
@@ -122,6 +127,9 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 	if err := o.commandLine(); err != nil {
 		return err
 	}
+	if o.Detach && o.Follow {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s and %s contradict each other: pass one (--detach submits and exits; --follow streams the runs to the end)", ciFlag(o.Global, "detach"), ciFlag(o.Global, "follow"))}
+	}
 	// Regions may come as one value (an input): "us-west-2, eu-central-1".
 	var regions []string
 	for _, r := range o.Regions {
@@ -160,45 +168,53 @@ func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, e
 	if err != nil {
 		return res, workdirHint(limitHint(names.Apply(err)), names)
 	}
-	jsonOut := o.Global.format() == output.JSON
 	if res.Workdir != nil {
 		// On stderr: stdout is the table, or only JSON.
 		fmt.Fprintln(errOut, workdirSummary(res.Workdir, names))
 	}
+	return res, showRuns(ctx, o.Global, res, o.Follow, out, errOut)
+}
+
+// showRuns renders runs as train and wait show them: the table of runs
+// as they are, the group, and with follow the followed logs and the runs
+// as ended (or, with JSON, only the list); the error is res.Err(): which
+// runs did not succeed.
+func showRuns(ctx context.Context, g *GlobalOptions, res *apptrain.Result, follow bool, out, errOut io.Writer) error {
+	jsonOut := g.format() == output.JSON
 	var submitted bytes.Buffer
 	if !jsonOut {
 		if err := apptrain.WriteTable(io.MultiWriter(out, &submitted), res.Runs); err != nil {
-			return res, err
+			return err
 		}
 		groupLine(out, res.Group)
-		if !o.Follow {
-			followHint(errOut, res.Runs)
+		if !follow {
+			followHint(errOut, res.Runs, res.Group)
 		}
 	}
-	if o.Follow {
-		if err := apptrain.Follow(ctx, apptrain.FollowOptions{Out: out, JSON: jsonOut, Logger: o.Global.logger(errOut)}, res); err != nil {
-			return res, err
+	if follow {
+		if err := apptrain.Follow(ctx, apptrain.FollowOptions{Out: out, JSON: jsonOut, Logger: g.logger(errOut)}, res); err != nil {
+			return err
 		}
 	}
 	if jsonOut {
 		if err := runview.WriteList(out, res.Runs); err != nil {
-			return res, err
+			return err
 		}
-	} else if o.Follow {
+	} else if follow {
 		// The runs as they ended, unless that is the table above again
 		// (every run had ended when it was submitted).
 		var ended bytes.Buffer
 		if err := apptrain.WriteTable(&ended, res.Runs); err != nil {
-			return res, err
+			return err
 		}
 		if !bytes.Equal(ended.Bytes(), submitted.Bytes()) {
 			fmt.Fprintln(out)
 			if _, err := out.Write(ended.Bytes()); err != nil {
-				return res, err
+				return err
 			}
 		}
 	}
-	return res, res.Err()
+	return res.Err()
 }
 
 // logger tolerates a nil GlobalOptions (library callers).

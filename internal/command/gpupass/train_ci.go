@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	apptrain "github.com/gpupass/gpupass/internal/app/train"
 	"github.com/gpupass/gpupass/internal/ci"
 )
 
@@ -40,6 +41,18 @@ func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.W
 	if res == nil || len(res.Runs) == 0 {
 		return runErr
 	}
+	if err := stepOutputs(env, res); err != nil {
+		return errors.Join(runErr, err)
+	}
+	return errors.Join(runErr, env.Summary(trainSummary(res.Runs)))
+}
+
+// stepOutputs hands the runs of a train or wait step on: the
+// allocation-ids output (JSON region → id), the group output (the id
+// `gpupass wait`, compare and the broker's webhook name them by), on
+// GitLab GPUPASS_ALLOCATION_<REGION> too. The caller writes the job
+// summary (trainSummary) once the runs are as it reports them.
+func stepOutputs(env *ci.Env, res *apptrain.Result) error {
 	runs := res.Runs
 	ids := map[string]string{}
 	for _, r := range runs {
@@ -50,22 +63,27 @@ func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.W
 		return err
 	}
 	if err := env.SetOutput("allocation-ids", string(doc)); err != nil {
-		return errors.Join(runErr, err)
+		return err
+	}
+	if res.Group != "" {
+		if err := env.SetOutput("group", res.Group); err != nil {
+			return err
+		}
 	}
 	if env.Kind() == ci.GitLab {
 		named := map[string]string{}
 		for _, r := range runs {
 			out := "allocation-" + outputSuffix(r.Region)
 			if other, dup := named[out]; dup && other != r.Region {
-				return errors.Join(runErr, fmt.Errorf("regions %s and %s both give the output %s: rename one, or read allocation-ids (JSON, region → id) instead", other, r.Region, out))
+				return fmt.Errorf("regions %s and %s both give the output %s: rename one, or read allocation-ids (JSON, region → id) instead", other, r.Region, out)
 			}
 			named[out] = r.Region
 			if err := env.SetOutput(out, r.Id); err != nil {
-				return errors.Join(runErr, err)
+				return err
 			}
 		}
 	}
-	return errors.Join(runErr, env.Summary(trainSummary(runs)))
+	return nil
 }
 
 // outputSuffix turns a region into the tail of an output name: region

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/app/auditrun"
+	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
@@ -141,7 +143,9 @@ SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
 The run comes from the broker alone (--broker-url, a read token for the
 run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
 the agent's signed report for that run, the node and the metrics. A run
-still in progress cannot be audited. The zip is named with --out; -o is
+still in progress cannot be audited. A run group id (group-…) is refused
+with the command that audits each of its runs: a report proves one run.
+The zip is named with --out; -o is
 the output format (text or json, or github or gitlab in a CI step), as
 for every command.`,
 		Args: cobra.MaximumNArgs(1),
@@ -241,6 +245,9 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	kind, isCI := gpupass.CIOutput(o.Output)
 	env := ci.New(kind, auditGetenv(o.Getenv), o.ErrOut)
 	defer env.Group("gpupass audit")()
+	if strings.HasPrefix(o.AllocationID, api.GroupIDPrefix) {
+		return o.refuseGroup(ctx)
+	}
 	if isCI {
 		// A pipeline signs with its key: it never falls back to keyless
 		// signing unless asked to.
@@ -287,6 +294,32 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		return err
 	}
 	return output.Write(out, o.Output, auditWritten{res})
+}
+
+// refuseGroup answers a run group id: an audit report proves one run (one
+// signed manifest, one zip that audit verify checks), so a group is
+// refused with the command that audits each of its runs, read from the
+// broker when it answers.
+func (o AuditOptions) refuseGroup(ctx context.Context) error {
+	group := o.AllocationID
+	if err := api.CheckGroupID(group); err != nil {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
+	}
+	each := fmt.Sprintf("list them with gpupass runs --group %s and audit each: gpupass audit ALLOC --out audit-REGION.zip", group)
+	if o.Source == nil && o.RunFile == "" {
+		if c, err := o.Broker.DialRuns(); err == nil {
+			if runs, err := brokerrpc.GroupRuns(ctx, c, group); err == nil {
+				var cmds []string
+				for _, r := range runs {
+					// Region names are lowercase letters, digits and '-':
+					// safe in a file name and to paste.
+					cmds = append(cmds, fmt.Sprintf("gpupass audit %s --out audit-%s.zip", r.GetId(), r.GetRegion()))
+				}
+				each = fmt.Sprintf("audit each of its %d runs: %s", len(runs), strings.Join(cmds, "; "))
+			}
+		}
+	}
+	return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit %s: an audit report proves one run, and a run group holds one per region: %s", group, each)}
 }
 
 // auditWritten is what `audit` prints: as JSON, the AuditResult.
