@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -60,6 +61,10 @@ func (c *Client) run(ctx context.Context, env []string, name string, args ...str
 	return c.runStdin(ctx, env, "", name, args...)
 }
 
+// toolGrace is how long a tool past its timeout has, after SIGTERM,
+// before it is killed.
+const toolGrace = 10 * time.Second
+
 // runStdin is run with stdin as the tool's standard input.
 func (c *Client) runStdin(ctx context.Context, env []string, stdin, name string, args ...string) (string, error) {
 	d := c.Timeout
@@ -69,6 +74,13 @@ func (c *Client) runStdin(ctx context.Context, env []string, stdin, name string,
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
+	// Past its time a tool gets SIGTERM and a moment to act on it before
+	// SIGKILL: an srun killed outright while its step launches leaves its
+	// allocation held (for good where InactiveLimit is 0, Slurm's
+	// default), keeping the node from every later job; on SIGTERM srun
+	// ends the step and gives the allocation back.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = toolGrace
 	if env == nil {
 		env = os.Environ()
 	}
