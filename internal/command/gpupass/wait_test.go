@@ -27,7 +27,9 @@ func TestTrainDetachAndWait(t *testing.T) {
 	url, tok := runsBroker(t, true) // eu-central-1 fails; ap-south-1's node never takes work
 	spec := writeH100Spec(t)
 	broker := []string{"--broker-url", url, "--broker-token", tok}
-	detach := func(regions ...string) (ids []string, group string) {
+	// detach fails t, the subtest's: the parent's t must not be failed
+	// from a subtest.
+	detach := func(t *testing.T, broker []string, regions ...string) (ids []string, group string) {
 		t.Helper()
 		args := []string{"train", "--detach", "--spec", spec, "--min-health-score", "0", "--region", strings.Join(regions, ",")}
 		code, out, errOut := runMain(t, append(append(args, broker...), "--", "true")...)
@@ -48,7 +50,7 @@ func TestTrainDetachAndWait(t *testing.T) {
 
 	t.Run("a group with a failed run: exit 1 as train --follow", func(t *testing.T) {
 		t.Parallel()
-		ids, group := detach("us-west-2", "eu-central-1")
+		ids, group := detach(t, broker, "us-west-2", "eu-central-1")
 		code, out, errOut := runMain(t, append([]string{"wait", group}, broker...)...)
 		if code != gpupass.ExitFindings || !strings.Contains(errOut, "1 of 2 runs did not succeed") {
 			t.Fatalf("wait %s: exit %d, want %d and the failed run named\nstdout:\n%s\nstderr:\n%s", group, code, gpupass.ExitFindings, out, errOut)
@@ -72,7 +74,13 @@ func TestTrainDetachAndWait(t *testing.T) {
 
 	t.Run("timeout: its own code and a command that waits on", func(t *testing.T) {
 		t.Parallel()
-		_, group := detach("ap-south-1")
+		// A broker of its own: ap-south-1's node never beats, so it is
+		// offline a minute after it registered, and on a loaded machine
+		// the other subtests can take that long (CI: "last heartbeat
+		// 1m14s ago"); the run must stay pending here.
+		url, tok := runsBroker(t, true)
+		broker := []string{"--broker-url", url, "--broker-token", tok}
+		_, group := detach(t, broker, "ap-south-1")
 		code, out, errOut := runMain(t, append([]string{"wait", "--timeout", "1s", group}, broker...)...)
 		if code != gpupass.ExitTimeout || !strings.Contains(errOut, "still going") || !strings.Contains(out, "ap-south-1") {
 			t.Fatalf("wait --timeout 1s: exit %d, want %d saying the runs are still going\nstdout:\n%s\nstderr:\n%s", code, gpupass.ExitTimeout, out, errOut)
