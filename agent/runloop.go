@@ -339,6 +339,11 @@ func (l *RunLoop) checks(a *Assignment, sp *spec.Spec) []executor.RuntimeCheck {
 // spec the submitter fingerprinted, not one changed on the way.
 func decodeSpec(b []byte, fingerprint string) (*spec.Spec, error) {
 	if len(b) == 0 {
+		if fingerprint != "" {
+			// A run with a fingerprint always has a spec: without one
+			// the node would skip its conformance re-check.
+			return nil, fmt.Errorf("the run was submitted with spec fingerprint %s but came without its spec: refusing to run a spec other than the one submitted", fingerprint)
+		}
 		return nil, nil
 	}
 	s, err := spec.Decode(b)

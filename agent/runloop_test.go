@@ -227,6 +227,19 @@ func TestRunAssignment(t *testing.T) {
 			notMsgs:    []string{"must-not-run"},
 		},
 		{
+			// The spec stripped on the way, its fingerprint kept: without a
+			// spec the node would run the command with no conformance
+			// re-check at all.
+			name: "a fingerprint without its spec is refused before the command",
+			a: Assignment{Command: []string{"sh", "-c", "echo must-not-run"},
+				SpecFingerprint: fingerprintOf(t, `{"name":"x","runtime":{"cuda":"12.1"}}`)},
+			recheck:    nonConforming,
+			wantStates: []AllocState{StateStarting, StateFailed},
+			wantState:  StateFailed,
+			wantReason: "refusing to run a spec other than the one submitted",
+			notMsgs:    []string{"must-not-run"},
+		},
+		{
 			name: "the submitted spec runs",
 			a: Assignment{Command: []string{"sh", "-c", "echo ran"}, Spec: []byte(`{"name":"x","runtime":{"cuda":"12.1"}}`),
 				SpecFingerprint: fingerprintOf(t, `{"name":"x","runtime":{"cuda":"12.1"}}`)},

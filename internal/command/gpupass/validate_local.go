@@ -113,9 +113,10 @@ func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Wr
 
 func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, error) {
 	r := s.Runtime
+	measured := suite.MeasuredRuntime(f)
 	lr := &LocalResult{
 		Python:     f.Python.Executable,
-		Measured:   localMeasured{localRuntime: localRuntime(suite.MeasuredRuntime(f)), GPUs: len(f.GPU.GPUs)},
+		Measured:   localMeasured{localRuntime: localRuntime(measured), GPUs: len(f.GPU.GPUs)},
 		Mismatches: []LocalMismatch{},
 	}
 	if lr.Python == "" {
@@ -130,7 +131,6 @@ func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, er
 		}
 		lr.Mismatches = append(lr.Mismatches, LocalMismatch{Field: field, What: what, Expected: expected, Got: got})
 	}
-	measured := conformance.Runtime(lr.Measured.localRuntime)
 	for _, d := range conformance.DeclaredVersions(s, &measured) {
 		if !d.Met() {
 			add(d.Field, d.What, d.Expected, d.Measured)

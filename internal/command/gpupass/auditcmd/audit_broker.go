@@ -2,7 +2,6 @@ package auditcmd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -63,7 +62,7 @@ func (s *BrokerRuns) Run(ctx context.Context, allocID string) (*audit.Run, error
 func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.MetricPoint) (*audit.Run, error) {
 	run := ev.GetRun()
 	var (
-		sp        spec.Spec
+		sp        *spec.Spec
 		file, src string
 	)
 	switch {
@@ -73,14 +72,16 @@ func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.Metri
 		if doc == nil {
 			return nil, fmt.Errorf("allocation %s: the broker's copy of the spec does not parse", run.GetId())
 		}
-		sp = doc.Spec
+		sp = &doc.Spec
 	default:
+		// The spec's wire form, read as the agent that ran it read it.
 		file, src = "spec.json", string(ev.SpecJson)
-		if err := json.Unmarshal(ev.SpecJson, &sp); err != nil {
+		var err error
+		if sp, err = spec.Decode(ev.SpecJson); err != nil {
 			return nil, fmt.Errorf("allocation %s: the broker's copy of the spec: %w", run.GetId(), err)
 		}
 	}
-	fp, err := spec.Fingerprint(&sp)
+	fp, err := spec.Fingerprint(sp)
 	if err != nil {
 		return nil, fmt.Errorf("allocation %s: fingerprint of the declared spec: %w", run.GetId(), err)
 	}
@@ -127,7 +128,7 @@ func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.Metri
 		AllocationID: run.GetId(), State: state, Result: state, Restarts: int(run.GetRestarts()),
 		StartedAt: time.Unix(0, started).UTC(), FinishedAt: time.Unix(0, run.GetFinishedUnixNano()).UTC(),
 		BundleDigest: ev.BundleDigest,
-		SpecFile:     file, SpecBytes: src, Spec: sp, DeclaredFingerprint: fp,
+		SpecFile:     file, SpecBytes: src, Spec: *sp, DeclaredFingerprint: fp,
 		Conformance: audit.Evidence{Report: ev.Report, Signature: ev.Signature, AgentPublicKeyPEM: string(ev.AgentPublicKeyPem)},
 		Hardware:    hw, Metrics: pts, Simulated: run.GetSimulated() || rep.Simulated,
 		Log: &audit.Log{LastSeq: run.GetLastSeq(), HeldThrough: run.GetHeldThrough(),

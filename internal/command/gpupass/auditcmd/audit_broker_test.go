@@ -18,6 +18,7 @@ import (
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // TestAuditFromBroker audits a run from the broker alone: an API-level
@@ -119,4 +120,26 @@ func mustReadFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The broker's copy of a spec submitted as JSON is read as the agent reads
+// it (spec.Decode): a key this audit does not know is refused, not
+// dropped, so the audit never vouches for a spec it read only in part.
+func TestEvidenceSpecJSONReadAsTheAgentReads(t *testing.T) {
+	t.Parallel()
+	const wire = `{"name":"x","runtime":{"cuda":"12.1"}}`
+	sp, err := spec.Decode([]byte(wire))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := spec.Fingerprint(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &gpupassv1.GetRunEvidenceResponse{Run: &gpupassv1.Run{Id: "alloc-1", SpecFingerprint: fp},
+		SpecJson: []byte(`{"name":"x","runtime":{"cuda":"12.1"},"security":{"sandbox":"strict"}}`)}
+	_, err = evidenceRun(ev, nil)
+	if err == nil || !strings.Contains(err.Error(), "the broker's copy of the spec") || !strings.Contains(err.Error(), `unknown field "sandbox"`) {
+		t.Fatalf("evidence whose spec has a key this audit does not know: %v, want it refused naming the key", err)
+	}
 }
