@@ -29,13 +29,9 @@ type GlobalOptions struct {
 	// commands use (BrokerFlags.fromLocal reads it from the flag).
 	Context string
 
-	// The command sets in subpackages (plugin.go), as cmd/gpupass links
-	// them (set by NewRoot; nil in a test that builds the root without).
-	Audit  Plugin
-	Bundle Plugin
+	// Poster posts compare reports to the forges, as cmd/gpupass links
+	// it (set by NewRoot; nil in a test that builds the root without).
 	Poster compare.Poster
-
-	names fieldNames // set by NewRoot, with the plugins' fields
 }
 
 // AddFlags registers the global flags.
@@ -88,7 +84,7 @@ func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
 // VM is most of its CPU time. Help, completion and unknown commands get
 // the whole tree (Main decides).
 func newRootFor(cfg *rootConfig, only string) *cobra.Command {
-	g := &GlobalOptions{Audit: cfg.audit, Bundle: cfg.bundle, Poster: cfg.poster, names: cfg.names}
+	g := &GlobalOptions{Poster: cfg.poster}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",
