@@ -209,16 +209,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	// Libraries name the field they refuse; the user typed a flag, or in
-	// a pipeline step set the input of the same name.
 	err := root.ExecuteContext(ctx)
-	format := output.Text
-	if c, _, ferr := root.Find(args); ferr == nil {
-		if f := c.Flag(output.Flag); f != nil {
-			format = output.Format(f.Value.String())
-		}
-	}
-	err = ciFlagNames(cfg.names.flags, format).Apply(err)
+	// Libraries name the field they refuse; the user typed a flag, or in
+	// a pipeline step set the input of the same name. The root's -o is
+	// the one every command shares.
+	err = ciFlagNames(cfg.names.flags, output.Of(root)).Apply(err)
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {
