@@ -4,9 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
 	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
 )
 
@@ -78,5 +81,32 @@ func TestCIInputsMatchFlags(t *testing.T) {
 				t.Errorf("%s sets %s, which no flag of the command it runs reads", strings.TrimPrefix(f, dir+"/"), m[1])
 			}
 		}
+	}
+}
+
+// TestOutputHelpNamesTheCICommands keeps -o's help, which lists the
+// commands that print github and gitlab, the list of the commands that
+// declare them (CICommand): the help is written by hand.
+func TestOutputHelpNamesTheCICommands(t *testing.T) {
+	t.Parallel()
+	root := gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{}))
+	var ci []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c != root && slices.Contains(output.Supported(c), output.GitHub) {
+			ci = append(ci, strings.TrimPrefix(c.CommandPath(), "gpupass "))
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	usage := root.PersistentFlags().Lookup(output.Flag).Usage
+	_, list, _ := strings.Cut(usage, "for a CI step (")
+	got := strings.Split(strings.TrimSuffix(list, ")"), ", ")
+	slices.Sort(got)
+	slices.Sort(ci)
+	if diff := cmp.Diff(ci, got); diff != "" {
+		t.Errorf("-o's help %q names other commands than those that print github (-declared, +in the help):\n%s", usage, diff)
 	}
 }
