@@ -26,7 +26,7 @@ import (
 // value would be dropped without a word.
 func TestCIInputsMatchFlags(t *testing.T) {
 	t.Parallel()
-	root := gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{}))
+	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}))
 	// Read by the action's scripts or by the ci package, not flags.
 	always := map[string]bool{"GPUPASS_DOTENV": true, "GPUPASS_INSTALL_VERSION": true, "GPUPASS_ACTION_PATH": true, "GPUPASS_ACTION_REPOSITORY": true, "GPUPASS_ACTION_STEP": true}
 	// flagsOf are the variables of the flags of the command a script line
@@ -89,7 +89,7 @@ func TestCIInputsMatchFlags(t *testing.T) {
 // declare them (CICommand): the help is written by hand.
 func TestOutputHelpNamesTheCICommands(t *testing.T) {
 	t.Parallel()
-	root := gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{}))
+	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}))
 	var ci []string
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -108,5 +108,16 @@ func TestOutputHelpNamesTheCICommands(t *testing.T) {
 	slices.Sort(ci)
 	if diff := cmp.Diff(ci, got); diff != "" {
 		t.Errorf("-o's help %q names other commands than those that print github (-declared, +in the help):\n%s", usage, diff)
+	}
+}
+
+// TestLinkedCommandNames: the trees cmd/gpupass links in answer to the
+// name they are linked under (TestCommandNames checks this package's).
+func TestLinkedCommandNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []gpupass.Subcommand{auditcmd.Command, bundlecmd.Command} {
+		if got := c.New(&gpupass.GlobalOptions{}).Name(); got != c.Name {
+			t.Errorf("Subcommand %q builds a command named %q", c.Name, got)
+		}
 	}
 }
