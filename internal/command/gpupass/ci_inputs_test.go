@@ -1,6 +1,7 @@
 package gpupass_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -119,5 +120,65 @@ func TestLinkedCommandNames(t *testing.T) {
 		if got := c.New(&gpupass.GlobalOptions{}).Name(); got != c.Name {
 			t.Errorf("Subcommand %q builds a command named %q", c.Name, got)
 		}
+	}
+}
+
+// TestErrorsNameTheInputsTheStepsSet holds the input an error names
+// under -o github|gitlab (CIFlag, from a table kept by hand) to the input
+// the action or the component really sets the flag from: its
+// GPUPASS_<FLAG>: <input> line, or an argument --flag "$GPUPASS_<VAR>".
+func TestErrorsNameTheInputsTheStepsSet(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "..")
+	templates, _ := filepath.Glob(filepath.Join(dir, "components", "gitlab", "templates", "*", "template.yml"))
+	if len(templates) < 5 {
+		t.Fatalf("found %d templates", len(templates))
+	}
+	files := map[string]output.Format{filepath.Join(dir, "action.yml"): output.GitHub}
+	for _, f := range templates {
+		files[f] = output.GitLab
+	}
+	env := regexp.MustCompile(`(?m)^\s+GPUPASS_([A-Z_]+):\s*(?:\$\{\{|\$\[\[)\s*inputs\.([a-z0-9-]+)\s*(?:\}\}|\]\])`)
+	arg := regexp.MustCompile(`--([a-z0-9-]+) "\$GPUPASS_([A-Z_]+)"`)
+	flags := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { flags[f.Name] = true })
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{})))
+	checked := 0
+	for f, format := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputOf := map[string]string{} // variable -> the input it is set from
+		for _, m := range env.FindAllStringSubmatch(string(b), -1) {
+			inputOf[m[1]] = m[2]
+		}
+		check := func(flag, input string) {
+			t.Helper()
+			checked++
+			want := fmt.Sprintf("the %s input)", input)
+			if got := gpupass.CIFlag(format, flag); !strings.HasSuffix(got, want) {
+				t.Errorf("%s sets --%s from the %s input, but under -o %s an error names it %q", strings.TrimPrefix(f, dir+"/"), flag, input, format, got)
+			}
+		}
+		for v, input := range inputOf {
+			if flag := strings.ToLower(strings.ReplaceAll(v, "_", "-")); flags[flag] {
+				check(flag, input) // not the install script's variables
+			}
+		}
+		for _, m := range arg.FindAllStringSubmatch(string(b), -1) {
+			if input, ok := inputOf[m[2]]; ok {
+				check(m[1], input)
+			}
+		}
+	}
+	if checked < 30 {
+		t.Fatalf("checked only %d inputs: the patterns no longer match the files", checked)
 	}
 }
