@@ -309,7 +309,7 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 	if res == nil {
 		return err
 	}
-	if rerr := compare.Render(out, res, compare.Output(o.Output)); rerr != nil {
+	if rerr := output.Write(out, o.Output, res); rerr != nil {
 		return rerr
 	}
 	if err != nil {
