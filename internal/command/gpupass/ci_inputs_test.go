@@ -46,7 +46,7 @@ func TestCIInputsMatchFlags(t *testing.T) {
 		add := func(f *pflag.Flag) { known[gpupass.EnvName(f.Name)] = true }
 		cmd.Flags().VisitAll(add)
 		cmd.InheritedFlags().VisitAll(add)
-		if strings.HasPrefix(cmd.CommandPath(), "gpupass bundle") || cmd.Name() == "step" {
+		if strings.HasPrefix(cmd.CommandPath(), "gpupass bundle") {
 			// The registry flags' variables (bundlecmd reads them in CI).
 			r := &cobra.Command{Use: "r"}
 			(&registryflags.Flags{}).AddFlags(r.Flags())
