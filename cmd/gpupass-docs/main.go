@@ -25,7 +25,7 @@ const dir = "docs/cli"
 // linked as their mains link them.
 func trees() []docsgen.Tree {
 	return []docsgen.Tree{
-		{Command: gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{})),
+		{Command: gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{})),
 			Note: "The CLI every pipeline step runs: one binary with every command, the audit, bundle and forge commands included."},
 		{Command: brokercmd.NewCommand(), Note: "The control plane (see [operating the broker](../operating-the-broker.md))."},
 		{Command: agentcmd.NewCommand(io.Discard), Note: "The daemon on each GPU node or Slurm login node (see [Slurm](../slurm.md) and [Kubernetes](../kubernetes.md))."},

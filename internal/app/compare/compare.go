@@ -156,8 +156,8 @@ type Options struct {
 // Result is the report, its markdown and what posting did.
 type Result struct {
 	Report *report.Report
-	// Markdown is the full report as markdown (what Render prints as
-	// text and the forge comment is composed from).
+	// Markdown is the full report as markdown (what WriteText prints
+	// as text and the forge comment is composed from).
 	Markdown []byte
 	// Posted is nil when nothing was posted.
 	Posted *forge.Result
@@ -282,28 +282,22 @@ func (r *Result) Divergence() error {
 	return &exitcode.Error{Code: exitcode.Findings, Err: fmt.Errorf("runs %s (tolerance %s)", rep.Verdict, rep.Tolerance)}
 }
 
-// Output is a rendering of a Result.
-type Output string
-
-// The renderings.
-const (
-	Text Output = "text" // the markdown report
-	JSON Output = "json" // the report and what posting did
-)
-
 // jsonResult is the JSON rendering: the report and what posting did.
 type jsonResult struct {
 	*report.Report
 	Posted *forge.Result `json:"posted,omitempty"`
 }
 
-// Render writes r as text (markdown) or JSON.
-func Render(w io.Writer, r *Result, out Output) error {
-	if out == JSON {
-		return report.EncodeJSON(w, jsonResult{Report: r.Report, Posted: r.Posted})
-	}
+// WriteText writes r as text: the markdown report.
+func (r *Result) WriteText(w io.Writer) error {
 	_, err := w.Write(r.Markdown)
 	return err
+}
+
+// WriteJSON writes r as JSON: the report (in the form of its --json
+// file) and what posting did.
+func (r *Result) WriteJSON(w io.Writer) error {
+	return report.EncodeJSON(w, jsonResult{Report: r.Report, Posted: r.Posted})
 }
 
 // DashboardLinks are the dashboard pages (/ui/runs/ID on base) of the

@@ -92,7 +92,7 @@ func TestEdgeInputs(t *testing.T) {
 				}
 			}
 			var md bytes.Buffer
-			if err := Render(&md, res, Text); err != nil {
+			if err := res.WriteText(&md); err != nil {
 				t.Fatal(err)
 			}
 			for _, want := range tc.wantLines {

@@ -1,12 +1,15 @@
 package gpupass_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
 	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
 )
 
@@ -23,7 +27,7 @@ import (
 // value would be dropped without a word.
 func TestCIInputsMatchFlags(t *testing.T) {
 	t.Parallel()
-	root := gpupass.NewRoot(gpupass.WithAudit(auditcmd.Plugin{}), gpupass.WithBundle(bundlecmd.Plugin{}), gpupass.WithPoster(forgepost.Poster{}))
+	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}))
 	// Read by the action's scripts or by the ci package, not flags.
 	always := map[string]bool{"GPUPASS_DOTENV": true, "GPUPASS_INSTALL_VERSION": true, "GPUPASS_ACTION_PATH": true, "GPUPASS_ACTION_REPOSITORY": true, "GPUPASS_ACTION_STEP": true}
 	// flagsOf are the variables of the flags of the command a script line
@@ -42,7 +46,7 @@ func TestCIInputsMatchFlags(t *testing.T) {
 		add := func(f *pflag.Flag) { known[gpupass.EnvName(f.Name)] = true }
 		cmd.Flags().VisitAll(add)
 		cmd.InheritedFlags().VisitAll(add)
-		if strings.HasPrefix(cmd.CommandPath(), "gpupass bundle") || cmd.Name() == "step" {
+		if strings.HasPrefix(cmd.CommandPath(), "gpupass bundle") {
 			// The registry flags' variables (bundlecmd reads them in CI).
 			r := &cobra.Command{Use: "r"}
 			(&registryflags.Flags{}).AddFlags(r.Flags())
@@ -78,5 +82,103 @@ func TestCIInputsMatchFlags(t *testing.T) {
 				t.Errorf("%s sets %s, which no flag of the command it runs reads", strings.TrimPrefix(f, dir+"/"), m[1])
 			}
 		}
+	}
+}
+
+// TestOutputHelpNamesTheCICommands keeps -o's help, which lists the
+// commands that print github and gitlab, the list of the commands that
+// declare them (CICommand): the help is written by hand.
+func TestOutputHelpNamesTheCICommands(t *testing.T) {
+	t.Parallel()
+	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}))
+	var ci []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c != root && slices.Contains(output.Supported(c), output.GitHub) {
+			ci = append(ci, strings.TrimPrefix(c.CommandPath(), "gpupass "))
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	usage := root.PersistentFlags().Lookup(output.Flag).Usage
+	_, list, _ := strings.Cut(usage, "for a CI step (")
+	got := strings.Split(strings.TrimSuffix(list, ")"), ", ")
+	slices.Sort(got)
+	slices.Sort(ci)
+	if diff := cmp.Diff(ci, got); diff != "" {
+		t.Errorf("-o's help %q names other commands than those that print github (-declared, +in the help):\n%s", usage, diff)
+	}
+}
+
+// TestLinkedCommandNames: the trees cmd/gpupass links in answer to the
+// name they are linked under (TestCommandNames checks this package's).
+func TestLinkedCommandNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []gpupass.Subcommand{auditcmd.Command, bundlecmd.Command} {
+		if got := c.New(&gpupass.GlobalOptions{}).Name(); got != c.Name {
+			t.Errorf("Subcommand %q builds a command named %q", c.Name, got)
+		}
+	}
+}
+
+// TestErrorsNameTheInputsTheStepsSet holds the input an error names
+// under -o github|gitlab (CIFlag, from a table kept by hand) to the input
+// the action or the component really sets the flag from: its
+// GPUPASS_<FLAG>: <input> line, or an argument --flag "$GPUPASS_<VAR>".
+func TestErrorsNameTheInputsTheStepsSet(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "..")
+	templates, _ := filepath.Glob(filepath.Join(dir, "components", "gitlab", "templates", "*", "template.yml"))
+	if len(templates) < 5 {
+		t.Fatalf("found %d templates", len(templates))
+	}
+	files := map[string]output.Format{filepath.Join(dir, "action.yml"): output.GitHub}
+	for _, f := range templates {
+		files[f] = output.GitLab
+	}
+	env := regexp.MustCompile(`(?m)^\s+GPUPASS_([A-Z_]+):\s*(?:\$\{\{|\$\[\[)\s*inputs\.([a-z0-9-]+)\s*(?:\}\}|\]\])`)
+	arg := regexp.MustCompile(`--([a-z0-9-]+) "\$GPUPASS_([A-Z_]+)"`)
+	flags := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { flags[f.Name] = true })
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{})))
+	checked := 0
+	for f, format := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputOf := map[string]string{} // variable -> the input it is set from
+		for _, m := range env.FindAllStringSubmatch(string(b), -1) {
+			inputOf[m[1]] = m[2]
+		}
+		check := func(flag, input string) {
+			t.Helper()
+			checked++
+			want := fmt.Sprintf("the %s input)", input)
+			if got := gpupass.CIFlag(format, flag); !strings.HasSuffix(got, want) {
+				t.Errorf("%s sets --%s from the %s input, but under -o %s an error names it %q", strings.TrimPrefix(f, dir+"/"), flag, input, format, got)
+			}
+		}
+		for v, input := range inputOf {
+			if flag := strings.ToLower(strings.ReplaceAll(v, "_", "-")); flags[flag] {
+				check(flag, input) // not the install script's variables
+			}
+		}
+		for _, m := range arg.FindAllStringSubmatch(string(b), -1) {
+			if input, ok := inputOf[m[2]]; ok {
+				check(m[1], input)
+			}
+		}
+	}
+	if checked < 30 {
+		t.Fatalf("checked only %d inputs: the patterns no longer match the files", checked)
 	}
 }

@@ -22,9 +22,10 @@ import (
 // by GPUPASS_<FLAG> variables (buildkite's annotate command is the model).
 // This file is the one place that decides them.
 
-// ciOutput is the CI system g's --output renders for, and whether it is one.
-func ciOutput(g *GlobalOptions) (ci.Kind, bool) {
-	switch g.format() {
+// CIOutput is the CI system output format f renders for, and whether it
+// is one.
+func CIOutput(f output.Format) (ci.Kind, bool) {
+	switch f {
 	case output.GitHub:
 		return ci.GitHub, true
 	case output.GitLab:
@@ -33,21 +34,18 @@ func ciOutput(g *GlobalOptions) (ci.Kind, bool) {
 	return ci.None, false
 }
 
-// ciCommand declares that cmd renders the CI output formats besides text
+// CICommand declares that cmd renders the CI output formats besides text
 // and json (output.Check refuses them on every other command).
-func ciCommand(cmd *cobra.Command) *cobra.Command {
+func CICommand(cmd *cobra.Command) *cobra.Command {
 	output.Supports(cmd, output.Text, output.JSON, output.GitHub, output.GitLab)
 	return cmd
 }
 
-// CICommand is ciCommand for the command trees in subpackages.
-func CICommand(cmd *cobra.Command) *cobra.Command { return ciCommand(cmd) }
-
-// ciFlag names a flag for a user who may have set it through an input of
+// CIFlag names a flag for a user who may have set it through an input of
 // the GitHub Action or a GitLab component: "--spec (GPUPASS_SPEC, the
-// spec input)" with a CI output format, else "--spec".
-func ciFlag(g *GlobalOptions, flag string) string {
-	kind, ok := ciOutput(g)
+// spec input)" with a CI output format f, else "--spec".
+func CIFlag(f output.Format, flag string) string {
+	kind, ok := CIOutput(f)
 	if !ok {
 		return "--" + flag
 	}
@@ -64,13 +62,6 @@ var ciInputs = map[ci.Kind]map[string]string{
 	ci.GitHub: {"follow": "wait", "region": "regions", "command": "train-command", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref", "to": "wheelhouse"},
 	ci.GitLab: {"follow": "wait", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref"},
 }
-
-// CIOutput is ciOutput for the command trees in subpackages (auditcmd,
-// bundlecmd), whose commands may hold the format in their own -o.
-func CIOutput(f output.Format) (ci.Kind, bool) { return ciOutput(&GlobalOptions{Output: f}) }
-
-// CIFlag is ciFlag for the command trees in subpackages.
-func CIFlag(f output.Format, flag string) string { return ciFlag(&GlobalOptions{Output: f}, flag) }
 
 // KeyFile returns a path for a key flag's value (flag names it for
 // errors): the file it names, env://VAR as given, or a private temporary
@@ -104,18 +95,17 @@ func KeyFile(flag, value string) (path string, done func(), err error) {
 }
 
 // ciFlagNames are names (field -> "--flag") with each plain flag named as
-// ciFlag names it when output is a CI output format: a library's error
+// CIFlag names it when output is a CI output format: a library's error
 // then tells a pipeline's author the input to set.
 func ciFlagNames(names fielderr.Names, f output.Format) fielderr.Names {
-	g := &GlobalOptions{Output: f}
-	if _, ok := ciOutput(g); !ok {
+	if _, ok := CIOutput(f); !ok {
 		return names
 	}
 	plain := regexp.MustCompile(`^--([a-z0-9-]+)$`)
 	ci := make(fielderr.Names, len(names))
 	for field, name := range names {
 		if m := plain.FindStringSubmatch(name); m != nil {
-			name = ciFlag(g, m[1])
+			name = CIFlag(f, m[1])
 		}
 		ci[field] = name
 	}

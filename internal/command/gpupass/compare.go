@@ -159,7 +159,7 @@ always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
 	}
 	o.AddFlags(cmd)
 	broker.AddFlags(cmd)
-	return ciCommand(cmd)
+	return CICommand(cmd)
 }
 
 // expandRuns adds --runs to the positional inputs and labels, once.
@@ -173,9 +173,9 @@ func (o *CompareOptions) expandRuns() error {
 }
 
 // flag names one of compare's flags for the user, with its CI input
-// under -o github|gitlab (ciFlag).
+// under -o github|gitlab (CIFlag).
 func (o *CompareOptions) flag(name string) string {
-	return ciFlag(&GlobalOptions{Output: o.Output}, name)
+	return CIFlag(o.Output, name)
 }
 
 // needsBroker says whether some input is an allocation id rather than a
@@ -277,7 +277,7 @@ func (o *CompareOptions) options() (compare.Options, error) {
 		if o.Markdown != "" {
 			reportDir = filepath.Dir(o.Markdown)
 		}
-		kind, ok := ciOutput(&GlobalOptions{Output: o.Output})
+		kind, ok := CIOutput(o.Output)
 		if !ok {
 			kind = ci.Detect(o.Getenv, io.Discard).Kind()
 		}
@@ -302,14 +302,14 @@ func RunCompare(ctx context.Context, o *CompareOptions, out io.Writer) error {
 	if err := o.reportFiles(); err != nil {
 		return err
 	}
-	if kind, ok := ciOutput(&GlobalOptions{Output: o.Output}); ok {
+	if kind, ok := CIOutput(o.Output); ok {
 		return o.runCI(ctx, kind, out)
 	}
 	res, err := runCompare(ctx, o)
 	if res == nil {
 		return err
 	}
-	if rerr := compare.Render(out, res, compare.Output(o.Output)); rerr != nil {
+	if rerr := output.Write(out, o.Output, res); rerr != nil {
 		return rerr
 	}
 	if err != nil {
@@ -337,7 +337,7 @@ func runCompare(ctx context.Context, o *CompareOptions) (*compare.Result, error)
 		err = fmt.Errorf("%w: pass %s and %s, or run `gpupass up` first (or export the run's metrics to a file and pass that)", err, o.flag("broker-url"), o.flag("broker-token"))
 	}
 	names := compareFlagNames
-	if _, isCI := ciOutput(&GlobalOptions{Output: o.Output}); isCI {
+	if _, isCI := CIOutput(o.Output); isCI {
 		names = maps.Clone(names)
 		names["Runs"] = o.flag("runs")
 	}

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/report"
 )
@@ -50,7 +49,7 @@ func (o *CompareOptions) runCI(ctx context.Context, kind ci.Kind, out io.Writer)
 	if res == nil {
 		return runErr // no report was built: the error says why
 	}
-	if err := compare.Render(out, res, compare.Text); err != nil {
+	if err := res.WriteText(out); err != nil {
 		return err
 	}
 	if runErr == nil && o.FailOnDivergence {

@@ -14,7 +14,7 @@ import (
 // gpupass flags that set them. Main applies it to every command's error,
 // with each flag's variable and CI input under -o github|gitlab
 // (ciFlagNames). TestFieldNames keeps every entry a real flag. The audit
-// and bundle commands add theirs (Plugin.FieldNames): newFieldNames
+// and bundle commands add theirs (Subcommand.FieldNames): newFieldNames
 // merges them in once, when the root command is built.
 var flagNames = fielderr.Names{
 	report.FieldLabel:      "--label",
@@ -29,15 +29,11 @@ var flagNames = fielderr.Names{
 // own and the plugins', merged.
 type fieldNames struct{ flags fielderr.Names }
 
-// newFieldNames are the CLI's table with the linked plugins' (nil when
-// not linked) merged in.
-func newFieldNames(plugins ...Plugin) fieldNames {
+// newFieldNames are the CLI's table with the linked commands' merged in.
+func newFieldNames(cmds []Subcommand) fieldNames {
 	n := fieldNames{flags: flagNames}
-	for _, p := range plugins {
-		if p == nil {
-			continue
-		}
-		n.flags = mergeNames(n.flags, p.FieldNames())
+	for _, c := range cmds {
+		n.flags = mergeNames(n.flags, c.FieldNames)
 	}
 	return n
 }

@@ -29,13 +29,9 @@ type GlobalOptions struct {
 	// commands use (BrokerFlags.fromLocal reads it from the flag).
 	Context string
 
-	// The command sets in subpackages (plugin.go), as cmd/gpupass links
-	// them (set by NewRoot; nil in a test that builds the root without).
-	Audit  Plugin
-	Bundle Plugin
+	// Poster posts compare reports to the forges, as cmd/gpupass links
+	// it (set by NewRoot; nil in a test that builds the root without).
 	Poster compare.Poster
-
-	names fieldNames // set by NewRoot, with the plugins' fields
 }
 
 // AddFlags registers the global flags.
@@ -64,19 +60,11 @@ func (o *GlobalOptions) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// NewRoot builds the root command with every subcommand: the audit and
-// bundle trees and posting compare reports as opts link them in.
+// NewRoot builds the root command with every subcommand: this package's
+// and those opts link in (the audit and bundle trees), and posting
+// compare reports as opts link it.
 func NewRoot(opts ...Option) *cobra.Command {
 	return newRoot(newRootConfig(opts))
-}
-
-func newRootConfig(opts []Option) *rootConfig {
-	c := &rootConfig{}
-	for _, o := range opts {
-		o(c)
-	}
-	c.names = newFieldNames(c.audit, c.bundle)
-	return c
 }
 
 func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
@@ -88,7 +76,7 @@ func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
 // VM is most of its CPU time. Help, completion and unknown commands get
 // the whole tree (Main decides).
 func newRootFor(cfg *rootConfig, only string) *cobra.Command {
-	g := &GlobalOptions{Audit: cfg.audit, Bundle: cfg.bundle, Poster: cfg.poster, names: cfg.names}
+	g := &GlobalOptions{Poster: cfg.poster}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",
@@ -116,39 +104,29 @@ Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
 	// `gpupass completion` gets the whole tree (rootFor), so a partial
 	// one need not build cobra's completion command on every start.
 	root.CompletionOptions.DisableDefaultCmd = only != ""
-	for _, c := range commands {
-		if only == "" || only == c.name {
-			root.AddCommand(c.new(g))
-		}
-	}
-	for i, p := range []Plugin{cfg.audit, cfg.bundle} {
-		if p != nil && (only == "" || only == pluginCommands[i]) {
-			root.AddCommand(p.Command(g))
+	for _, c := range cfg.commands {
+		if only == "" || only == c.Name {
+			root.AddCommand(c.New(g))
 		}
 	}
 	return root
 }
 
-// commands lists the subcommands, one file per command, by the name each
-// answers to (TestCommandNames keeps the names true).
-var commands = []subcommand{
-	{"version", newVersionCmd},
-	{"nodes", newNodesCmd},
-	{"validate", newValidateCmd},
-	{"init", newInitCmd},
-	{"up", newUpCmd},
-	{"compare", newCompareCmd},
-	{"train", newTrainCmd},
-	{"wait", newWaitCmd},
-	{"logs", newLogsCmd},
-	{"runs", newRunsCmd},
-	{"cancel", newCancelCmd},
-	{"context", newContextCmd},
-}
-
-type subcommand struct {
-	name string
-	new  func(*GlobalOptions) *cobra.Command
+// commands are this package's top-level commands, one file per command;
+// cmd/gpupass links the others in (WithCommands).
+var commands = []Subcommand{
+	{Name: "version", New: newVersionCmd},
+	{Name: "nodes", New: newNodesCmd},
+	{Name: "validate", New: newValidateCmd},
+	{Name: "init", New: newInitCmd},
+	{Name: "up", New: newUpCmd},
+	{Name: "compare", New: newCompareCmd},
+	{Name: "train", New: newTrainCmd},
+	{Name: "wait", New: newWaitCmd},
+	{Name: "logs", New: newLogsCmd},
+	{Name: "runs", New: newRunsCmd},
+	{Name: "cancel", New: newCancelCmd},
+	{Name: "context", New: newContextCmd},
 }
 
 // rootFor builds the root command for args: with only the subcommand
@@ -156,7 +134,7 @@ type subcommand struct {
 // (no command, help, completion, a misspelt command that cobra suggests
 // a fix for) with all of them.
 func rootFor(cfg *rootConfig, args []string) *cobra.Command {
-	if name := commandName(args); name != "" {
+	if name := commandName(args, cfg.commands); name != "" {
 		root := newRootFor(cfg, name)
 		if c, _, err := root.Find(args); err == nil && c != root {
 			for c.HasParent() && c.Parent() != root {
@@ -171,9 +149,9 @@ func rootFor(cfg *rootConfig, args []string) *cobra.Command {
 }
 
 // commandName is the first argument that is not a global flag or its
-// value: the subcommand args would run, or "" when it cannot tell.
+// value: the one of cmds args would run, or "" when it cannot tell.
 // Which global flags take a value is read from GlobalOptions.AddFlags.
-func commandName(args []string) string {
+func commandName(args []string, cmds []Subcommand) string {
 	globals := &cobra.Command{}
 	new(GlobalOptions).AddFlags(globals)
 	takesValue := func(a string) bool {
@@ -195,8 +173,7 @@ func commandName(args []string) string {
 				i++ // its value follows, as --output json
 			}
 		default:
-			known := slices.ContainsFunc(commands, func(c subcommand) bool { return c.name == a })
-			if !known && !slices.Contains(pluginCommands, a) {
+			if !slices.ContainsFunc(cmds, func(c Subcommand) bool { return c.Name == a }) {
 				return ""
 			}
 			return a
@@ -213,16 +190,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	// Libraries name the field they refuse; the user typed a flag, or in
-	// a pipeline step set the input of the same name.
 	err := root.ExecuteContext(ctx)
-	format := output.Text
-	if c, _, ferr := root.Find(args); ferr == nil {
-		if f := c.Flag(output.Flag); f != nil {
-			format = output.Format(f.Value.String())
-		}
-	}
-	err = ciFlagNames(cfg.names.flags, format).Apply(err)
+	// Libraries name the field they refuse; the user typed a flag, or in
+	// a pipeline step set the input of the same name. The root's -o is
+	// the one every command shares.
+	err = ciFlagNames(cfg.names.flags, output.Of(root)).Apply(err)
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {

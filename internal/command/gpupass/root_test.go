@@ -9,30 +9,26 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
-
-	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
-// fakePlugin stands for auditcmd's and bundlecmd's plugins, which
-// import this package (so its tests cannot import them): a command tree
-// named name.
-type fakePlugin struct{ name string }
-
-func (p fakePlugin) Command(*GlobalOptions) *cobra.Command {
-	return &cobra.Command{Use: p.name, Short: "the " + p.name + " commands", RunE: func(*cobra.Command, []string) error { return nil }}
+// fakeCommand stands for auditcmd's and bundlecmd's Command, whose
+// packages import this one (so its tests cannot import them): a command
+// tree named name.
+func fakeCommand(name string) Subcommand {
+	return Subcommand{Name: name, New: func(*GlobalOptions) *cobra.Command {
+		return &cobra.Command{Use: name, Short: "the " + name + " commands", RunE: func(*cobra.Command, []string) error { return nil }}
+	}}
 }
-
-func (fakePlugin) FieldNames() fielderr.Names { return nil }
 
 // withPlugins links fake audit and bundle trees in, as cmd/gpupass links
 // the real ones.
-var withPlugins = []Option{WithAudit(fakePlugin{"audit"}), WithBundle(fakePlugin{"bundle"})}
+var withPlugins = []Option{WithCommands(fakeCommand("audit"), fakeCommand("bundle"))}
 
-// everyCommand is every top-level command of gpupass, the plugins' too.
+// everyCommand is every top-level command of gpupass, the linked ones too.
 func everyCommand() []string {
-	names := slices.Clone(pluginCommands)
-	for _, c := range commands {
-		names = append(names, c.name)
+	var names []string
+	for _, c := range newRootConfig(withPlugins).commands {
+		names = append(names, c.Name)
 	}
 	return names
 }
@@ -43,9 +39,9 @@ func everyCommand() []string {
 func TestCommandNames(t *testing.T) {
 	t.Parallel()
 	g := &GlobalOptions{}
-	for _, c := range commands {
-		if got := c.new(g).Name(); got != c.name {
-			t.Errorf("commands entry %q builds a command named %q", c.name, got)
+	for _, c := range newRootConfig(withPlugins).commands {
+		if got := c.New(g).Name(); got != c.Name {
+			t.Errorf("commands entry %q builds a command named %q", c.Name, got)
 		}
 	}
 }

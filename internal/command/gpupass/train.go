@@ -102,7 +102,7 @@ prints what would ship.`,
 		},
 	}
 	o.AddFlags(cmd)
-	return ciCommand(cmd)
+	return CICommand(cmd)
 }
 
 // trainFlagNames maps the use case's option fields to train's flags.
@@ -128,7 +128,7 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 		return err
 	}
 	if o.Detach && o.Follow {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s and %s contradict each other: pass one (--detach submits and exits; --follow streams the runs to the end)", ciFlag(o.Global, "detach"), ciFlag(o.Global, "follow"))}
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s and %s contradict each other: pass one (--detach submits and exits; --follow streams the runs to the end)", CIFlag(o.Global.format(), "detach"), CIFlag(o.Global.format(), "follow"))}
 	}
 	// Regions may come as one value (an input): "us-west-2, eu-central-1".
 	var regions []string
@@ -136,7 +136,7 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 		regions = append(regions, strings.FieldsFunc(r, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })...)
 	}
 	o.Regions = regions
-	if kind, ok := ciOutput(o.Global); ok {
+	if kind, ok := CIOutput(o.Global.format()); ok {
 		return o.runCI(ctx, kind, out, errOut)
 	}
 	_, err := runTrain(ctx, o, trainFlagNames, out, errOut)
@@ -149,11 +149,11 @@ func (o *TrainOptions) commandLine() error {
 		return nil
 	}
 	if len(o.Command) > 0 {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("the training command is given twice: pass %s or the words after --, not both", ciFlag(o.Global, "command"))}
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("the training command is given twice: pass %s or the words after --, not both", CIFlag(o.Global.format(), "command"))}
 	}
 	words, err := apptrain.SplitCommand(o.CommandLine)
 	if err != nil {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: %w", ciFlag(o.Global, "command"), err)}
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: %w", CIFlag(o.Global.format(), "command"), err)}
 	}
 	o.Command, o.CommandLine = words, ""
 	return nil

@@ -29,14 +29,14 @@ func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.W
 		set  bool
 	}{{"broker-url", o.Broker.URL != ""}, {"broker-token", o.Broker.Token != ""}, {"region", len(o.Regions) > 0}, {"command", len(o.Command) > 0}} {
 		if !f.set {
-			missing = append(missing, ciFlag(o.Global, f.flag))
+			missing = append(missing, CIFlag(o.Global.format(), f.flag))
 		}
 	}
 	if len(missing) > 0 {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("train: missing %s", strings.Join(missing, ", "))}
 	}
 	names := maps.Clone(ciFlagNames(trainFlagNames, o.Global.Output))
-	names["Command"], names[api.FieldSubmitCommand] = ciFlag(o.Global, "command"), ciFlag(o.Global, "command")
+	names["Command"], names[api.FieldSubmitCommand] = CIFlag(o.Global.format(), "command"), CIFlag(o.Global.format(), "command")
 	res, runErr := runTrain(ctx, o, names, out, errOut)
 	if res == nil || len(res.Runs) == 0 {
 		return runErr

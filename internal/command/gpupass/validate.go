@@ -98,7 +98,7 @@ mismatches, 2 usage or I/O error.`,
 		},
 	}
 	o.AddFlags(cmd)
-	return ciCommand(cmd)
+	return CICommand(cmd)
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -114,7 +114,7 @@ func isTerminal(w io.Writer) bool {
 // format resolves --format against the global --output.
 func (o *ValidateOptions) format() (string, error) {
 	jsonOnly := o.Global.format() == output.JSON
-	if _, isCI := ciOutput(o.Global); isCI {
+	if _, isCI := CIOutput(o.Global.format()); isCI {
 		// The findings are text in the log; the output format adds the
 		// annotations or the code quality report.
 		if o.Format != "" && o.Format != "text" {
@@ -147,7 +147,7 @@ func (o *ValidateOptions) validateSpec(ctx context.Context) (*validate.Result, e
 		return nil, fmt.Errorf("%w: pass --spec %s", err, termsafe.ShellQuote(ns.Above))
 	}
 	if errors.As(err, &ns) {
-		return nil, fmt.Errorf("%w, or pass %s", err, ciFlag(o.Global, "spec"))
+		return nil, fmt.Errorf("%w, or pass %s", err, CIFlag(o.Global.format(), "spec"))
 	}
 	return v, err
 }
@@ -164,7 +164,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	kind, isCI := ciOutput(o.Global)
+	kind, isCI := CIOutput(o.Global.format())
 	env := ci.New(kind, getenv, o.ErrOut)
 	defer env.Group("gpupass validate")()
 	v, err := o.validateSpec(ctx)

@@ -68,16 +68,16 @@ step (allocation-ids, group; on GitLab the dotenv file).`, ExitTimeout),
 		},
 	}
 	o.AddFlags(cmd)
-	return ciCommand(cmd)
+	return CICommand(cmd)
 }
 
 // RunWait follows the runs o names until every one has ended (or
 // Timeout) and renders them as train --follow does.
 func RunWait(ctx context.Context, o *WaitOptions, out, errOut io.Writer) error {
 	if o.Timeout < 0 {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s %s: must not be negative (0 = no limit)", ciFlag(o.Global, "timeout"), o.Timeout)}
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s %s: must not be negative (0 = no limit)", CIFlag(o.Global.format(), "timeout"), o.Timeout)}
 	}
-	kind, isCI := ciOutput(o.Global)
+	kind, isCI := CIOutput(o.Global.format())
 	var env *ci.Env
 	if isCI {
 		getenv := o.Getenv
@@ -138,7 +138,7 @@ func (o *WaitOptions) timedOut(ctx context.Context, res *apptrain.Result, out io
 		}
 	}
 	return &ExitError{Code: ExitTimeout, Err: fmt.Errorf("%s %s ran out with %d of %d runs still going (%s): they keep running; wait again with: %s",
-		ciFlag(o.Global, "timeout"), o.Timeout, len(going), len(res.Runs), strings.Join(going, ", "), waitCommand("", o.IDs))}
+		CIFlag(o.Global.format(), "timeout"), o.Timeout, len(going), len(res.Runs), strings.Join(going, ", "), waitCommand("", o.IDs))}
 }
 
 // waitCommand is the `gpupass wait` command for a group, or for the

@@ -123,15 +123,32 @@ func Supported(cmd *cobra.Command) []Format {
 // Check refuses a format cmd does not accept, naming the flag, the value
 // and the accepted values; the binaries call it before a command runs.
 func Check(cmd *cobra.Command) error {
-	fl := cmd.Flags().Lookup(Flag)
-	if fl == nil {
-		return nil
-	}
-	f, ok := fl.Value.(*Format)
+	f, ok := of(cmd)
 	if !ok {
 		return nil
 	}
-	return check(cmd, *f)
+	return check(cmd, f)
+}
+
+// Of is the format cmd's -o/--output (its own or inherited) holds: Text
+// when it has none, or before the flags are parsed.
+func Of(cmd *cobra.Command) Format {
+	if f, ok := of(cmd); ok {
+		return f
+	}
+	return Text
+}
+
+func of(cmd *cobra.Command) (Format, bool) {
+	fl := cmd.Flag(Flag)
+	if fl == nil {
+		return "", false
+	}
+	f, ok := fl.Value.(*Format)
+	if !ok {
+		return "", false
+	}
+	return *f, true
 }
 
 func check(cmd *cobra.Command, f Format) error {

@@ -97,7 +97,19 @@ func TestFormatFlag(t *testing.T) {
 			if ran != tc.want {
 				t.Errorf("the command saw %q, want %q", ran, tc.want)
 			}
+			// What a binary's main reads after the command, to name
+			// flags as a CI step's inputs in its error.
+			if got := output.Of(root); got != tc.want {
+				t.Errorf("Of(root) after the run = %q, want %q", got, tc.want)
+			}
 		})
+	}
+}
+
+func TestOfWithoutTheFlag(t *testing.T) {
+	t.Parallel()
+	if got := output.Of(&cobra.Command{Use: "bare"}); got != output.Text {
+		t.Errorf("Of of a command without -o = %q, want text", got)
 	}
 }
 

@@ -203,7 +203,7 @@ func TestAuditCommandWiring(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
 			var out, errb bytes.Buffer
-			code := gpupass.Main(context.Background(), tc.args, nil, &out, &errb, gpupass.WithAudit(Plugin{}))
+			code := gpupass.Main(context.Background(), tc.args, nil, &out, &errb, gpupass.WithCommands(Command))
 			if code != tc.wantCode || !strings.Contains(out.String()+errb.String(), tc.want) {
 				t.Fatalf("exit %d, want %d; output %q %q; want %q", code, tc.wantCode, out.String(), errb.String(), tc.want)
 			}
@@ -259,7 +259,7 @@ func TestAuditOutputIsTheFormat(t *testing.T) {
 		zip := filepath.Join(t.TempDir(), "report.zip")
 		var out, errb bytes.Buffer
 		code := gpupass.Main(context.Background(), []string{"audit", "alloc-7f3a", "--run-file", filepath.Join(dir, "run.json"), "--key", filepath.Join(dir, "cosign.key"), "-o", zip},
-			nil, &out, &errb, gpupass.WithAudit(Plugin{}))
+			nil, &out, &errb, gpupass.WithCommands(Command))
 		want := fmt.Sprintf("gpupass: -o %s: --output is the output format (text, json, github or gitlab); write the zip with --out %s\n", zip, zip)
 		if code != gpupass.ExitUsage || out.String() != "" || errb.String() != want {
 			t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, stderr %q", code, out.String(), errb.String(), gpupass.ExitUsage, want)
@@ -272,7 +272,7 @@ func TestAuditOutputIsTheFormat(t *testing.T) {
 		t.Parallel()
 		var out, errb bytes.Buffer
 		code := gpupass.Main(context.Background(), []string{"audit", "verify", zipPath, "--key", filepath.Join(dir, "cosign.pub"), "-o", "json"},
-			nil, &out, &errb, gpupass.WithAudit(Plugin{}))
+			nil, &out, &errb, gpupass.WithCommands(Command))
 		var got struct {
 			File string `json:"file"`
 			OK   bool   `json:"ok"`

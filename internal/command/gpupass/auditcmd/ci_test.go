@@ -87,14 +87,14 @@ func TestAuditErrorsNameFlagOrInput(t *testing.T) {
 	pub := filepath.Join(keys, "cosign.pub")
 	var out, errb bytes.Buffer
 	code := gpupass.Main(context.Background(), []string{"audit", "alloc-7f3a", "--run-file", filepath.Join(keys, "run.json"), "--key", pub, "--out", filepath.Join(dir, "a.zip")},
-		strings.NewReader(""), &out, &errb, gpupass.WithAudit(Plugin{}))
+		strings.NewReader(""), &out, &errb, gpupass.WithCommands(Command))
 	if want := `--key "` + pub + `" is a public key: signing takes the private key`; code != gpupass.ExitUsage || !strings.Contains(errb.String(), want) {
 		t.Errorf("audit: exit %d, stderr %q; want %q", code, errb.String(), want)
 	}
 	out.Reset()
 	errb.Reset()
 	code = gpupass.Main(context.Background(), []string{"-o", "github", "audit", "--run-file", filepath.Join(keys, "run.json"), "--key", pub, "--out", filepath.Join(dir, "b.zip")},
-		strings.NewReader(""), &out, &errb, gpupass.WithAudit(Plugin{}))
+		strings.NewReader(""), &out, &errb, gpupass.WithCommands(Command))
 	if want := `--key (GPUPASS_KEY, the cosign-key input) "` + pub + `" is a public key: signing takes the private key`; code != gpupass.ExitUsage || !strings.Contains(errb.String(), want) {
 		t.Errorf("gpupass -o github audit: exit %d, stderr %q; want %q", code, errb.String(), want)
 	}

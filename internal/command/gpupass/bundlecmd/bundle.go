@@ -1,7 +1,7 @@
 // Package bundlecmd holds the bundle commands: `gpupass bundle push`,
 // `pull`, `inspect` and `verify`, and the bundle-push and bundle-pull CI
 // steps. They link the OCI registry client (go-containerregistry, docker's
-// credential config); cmd/gpupass links them in (see gpupass.Plugin).
+// credential config); cmd/gpupass links them in (Command).
 package bundlecmd
 
 import (

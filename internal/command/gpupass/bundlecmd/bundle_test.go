@@ -24,7 +24,7 @@ import (
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := gpupass.Main(context.Background(), args, strings.NewReader(""), &out, &errb, gpupass.WithBundle(bundlecmd.Plugin{}))
+	code := gpupass.Main(context.Background(), args, strings.NewReader(""), &out, &errb, gpupass.WithCommands(bundlecmd.Command))
 	return code, out.String(), errb.String()
 }
 
