@@ -110,7 +110,7 @@ func RunWait(ctx context.Context, o *WaitOptions, out, errOut io.Writer) error {
 	}
 	if isCI {
 		// The summary as the runs ended (or are, after a timeout).
-		return errors.Join(waitErr, env.Summary(trainSummary(res.Runs)))
+		return errors.Join(waitErr, env.Summary(trainSummary("wait", res.Runs)))
 	}
 	return waitErr
 }

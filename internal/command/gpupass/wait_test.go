@@ -146,7 +146,7 @@ func TestCIStepTrainDetachWait(t *testing.T) {
 			}
 			ids := allocationIDs(t, kind, dir)
 			// The next job starts with a clean output file.
-			for _, f := range []string{"output", "gpupass.env"} {
+			for _, f := range []string{"output", "summary", "gpupass.env"} {
 				os.Remove(filepath.Join(dir, f))
 			}
 			w := &gpupass.WaitOptions{Global: &gpupass.GlobalOptions{Output: output.Format(kind)}, Broker: gpupass.BrokerFlags{URL: url, Token: tok},
@@ -161,6 +161,13 @@ func TestCIStepTrainDetachWait(t *testing.T) {
 			}
 			if got := allocationIDs(t, kind, dir); len(got) != 2 || got["us-west-2"] != ids["us-west-2"] || got["eu-central-1"] != ids["eu-central-1"] {
 				t.Errorf("wait's allocation-ids %v, want %v", got, ids)
+			}
+			if kind == "github" {
+				// The wait job's summary is headed as wait's, not as a
+				// second train's.
+				if b, _ := os.ReadFile(filepath.Join(dir, "summary")); !strings.HasPrefix(string(b), "### gpupass wait\n") || !strings.Contains(string(b), ids["eu-central-1"]) {
+					t.Errorf("wait's job summary:\n%s\nwant it headed ### gpupass wait, with the runs", b)
+				}
 			}
 			if strings.Contains(out.String()+log.String()+err.Error(), tok) {
 				t.Error("the token reached the output")
