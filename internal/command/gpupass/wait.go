@@ -75,7 +75,7 @@ step (allocation-ids, group; on GitLab the dotenv file).`, ExitTimeout),
 // Timeout) and renders them as train --follow does.
 func RunWait(ctx context.Context, o *WaitOptions, out, errOut io.Writer) error {
 	if o.Timeout < 0 {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s %s: must not be negative (0 = no limit)", ciFlag(o.Global, "timeout"), o.Timeout)}
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s %s: must not be negative (0 = no limit)", o.flag("timeout"), o.Timeout)}
 	}
 	kind, isCI := ciOutput(o.Global)
 	var env *ci.Env
@@ -138,7 +138,17 @@ func (o *WaitOptions) timedOut(ctx context.Context, res *apptrain.Result, out io
 		}
 	}
 	return &ExitError{Code: ExitTimeout, Err: fmt.Errorf("%s %s ran out with %d of %d runs still going (%s): they keep running; wait again with: %s",
-		ciFlag(o.Global, "timeout"), o.Timeout, len(going), len(res.Runs), strings.Join(going, ", "), waitCommand("", o.IDs))}
+		o.flag("timeout"), o.Timeout, len(going), len(res.Runs), strings.Join(going, ", "), waitCommand("", o.IDs))}
+}
+
+// flag names one of wait's flags for the user. wait is no step of the
+// Action or the component (a pipeline runs it in a script line), so
+// under -o github|gitlab it has no input to name, only the variable.
+func (o *WaitOptions) flag(name string) string {
+	if _, ok := ciOutput(o.Global); ok {
+		return fmt.Sprintf("--%s (%s)", name, EnvName(name))
+	}
+	return "--" + name
 }
 
 // waitCommand is the `gpupass wait` command for a group, or for the

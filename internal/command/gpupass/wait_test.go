@@ -107,9 +107,12 @@ func TestTrainDetachAndWait(t *testing.T) {
 			// A pipeline's value after --: an argument, never a flag.
 			{[]string{"--", "--broker-url=http://127.0.0.1:1"}, `"--broker-url=http://127.0.0.1:1": neither a run group id`},
 			{[]string{"--timeout", "-1s", "group-0000000000000000"}, "--timeout -1s: must not be negative"},
+			// In a pipeline's script line: wait is no Action step, so
+			// there is no input to name, only the variable.
+			{[]string{"-o", "github", "--timeout", "-1s", "group-0000000000000000"}, "--timeout (GPUPASS_TIMEOUT) -1s: must not be negative"},
 		} {
 			code, _, errOut := runMain(t, append(append([]string{"wait"}, broker...), tt.args...)...)
-			if code != gpupass.ExitUsage || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, tok) {
+			if code != gpupass.ExitUsage || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, tok) || strings.Contains(errOut, " input") {
 				t.Errorf("wait %v: exit %d, want %d saying %q:\n%s", tt.args, code, gpupass.ExitUsage, tt.want, errOut)
 			}
 		}
