@@ -235,4 +235,9 @@ func TestCompareGroup(t *testing.T) {
 	if code != gpupass.ExitUsage || !strings.Contains(errOut, "a run group stands for several runs") {
 		t.Errorf("compare --label mine=%s: exit %d, want %d refusing a named group:\n%s", group, code, gpupass.ExitUsage, errOut)
 	}
+	// Given in --runs, the error names the flag the user typed too.
+	code, _, errOut = runMain(t, append([]string{"compare", "--runs", "mine=" + group}, broker...)...)
+	if code != gpupass.ExitUsage || !strings.Contains(errOut, `--label or --runs "mine=`+group+`": a run group stands for several runs`) {
+		t.Errorf("compare --runs mine=%s: exit %d, want %d naming --runs:\n%s", group, code, gpupass.ExitUsage, errOut)
+	}
 }
