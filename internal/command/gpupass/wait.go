@@ -105,8 +105,14 @@ func RunWait(ctx context.Context, o *WaitOptions, out, errOut io.Writer) error {
 		defer cancel()
 	}
 	waitErr := showRuns(followCtx, o.Global, res, true, out, errOut)
-	if o.Timeout > 0 && ctx.Err() == nil && errors.Is(followCtx.Err(), context.DeadlineExceeded) {
+	switch {
+	case o.Timeout > 0 && ctx.Err() == nil && errors.Is(followCtx.Err(), context.DeadlineExceeded):
 		waitErr = o.timedOut(ctx, res, out)
+	case waitErr != nil && ctx.Err() != nil:
+		// Ctrl-C, or the CI job cancelled or past its limit (SIGTERM):
+		// say that the runs go on and how to wait on, not "context
+		// canceled".
+		waitErr = &ExitError{Code: ExitUsage, Err: fmt.Errorf("stopped waiting: the runs keep running; wait again with: %s", waitCommand("", o.IDs))}
 	}
 	if isCI {
 		// The summary as the runs ended (or are, after a timeout).

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpupass/gpupass/internal/api"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
@@ -92,6 +93,16 @@ func TestTrainDetachAndWait(t *testing.T) {
 		pasted := append(strings.Fields(m[1])[1:], append([]string{"--timeout", "1s"}, broker...)...)
 		if code, _, errOut := runMain(t, pasted...); code != gpupass.ExitTimeout {
 			t.Errorf("the pasted command: exit %d, want %d\n%s", code, gpupass.ExitTimeout, errOut)
+		}
+
+		// Interrupted (Ctrl-C, a cancelled CI job's SIGTERM): the runs
+		// go on, and the message says so and how to wait on.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var sout, serr bytes.Buffer
+		code = gpupass.Main(ctx, append([]string{"wait", group}, broker...), strings.NewReader(""), &sout, &serr)
+		if code != gpupass.ExitUsage || !strings.Contains(serr.String(), "the runs keep running; wait again with: gpupass wait "+group) {
+			t.Errorf("wait interrupted: exit %d, want %d saying the runs keep running and how to wait on\n%s", code, gpupass.ExitUsage, serr.String())
 		}
 	})
 
