@@ -44,7 +44,7 @@ func newWaitCmd(g *GlobalOptions) *cobra.Command {
 group-…"), or runs named by allocation id, until every one has ended, and exit
 as gpupass train --follow would: the logs of each run prefixed by its region,
 the runs as ended, and exit code 0 when all succeeded, 1 when any failed or was
-cancelled, 2 on bad input.
+cancelled, 2 on bad input or when interrupted (Ctrl-C, SIGTERM).
 
 wait only reads: killing it leaves the runs running, and the same command
 started again picks them up where they are (a run that ended meanwhile
