@@ -57,6 +57,9 @@ type CompareOptions struct {
 	Inputs []string
 	Output output.Format
 	Getenv func(string) string
+	// runsGiven says that --runs was set: its words joined Labels and
+	// Inputs (expandRuns), so an error about a run names both flags.
+	runsGiven bool
 	// ErrOut receives the CI log group markers (-o github|gitlab).
 	ErrOut io.Writer
 	// Poster posts the report (the forge clients, linked in by
@@ -167,6 +170,9 @@ func (o *CompareOptions) expandRuns() error {
 	labels, inputs, err := compareInputs(o.Runs)
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: %w", o.flag("runs"), err)}
+	}
+	if o.Runs != "" {
+		o.runsGiven = true
 	}
 	o.Labels, o.Inputs, o.Runs = append(o.Labels, labels...), append(o.Inputs, inputs...), ""
 	return nil
@@ -340,6 +346,10 @@ func runCompare(ctx context.Context, o *CompareOptions) (*compare.Result, error)
 	if _, isCI := CIOutput(o.Output); isCI {
 		names = maps.Clone(names)
 		names["Runs"] = o.flag("runs")
+	} else if o.runsGiven {
+		// --runs words join --label's: the run named may be in either.
+		names = maps.Clone(names)
+		names["Runs"] = "--label or --runs"
 	}
 	return res, names.Apply(err)
 }

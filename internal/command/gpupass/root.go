@@ -85,7 +85,8 @@ fingerprint, certified GPU nodes, signed conformance reports, cross-region
 comparison and signed audits.
 
 Exit codes: 0 ok, 1 findings (spec problems, mismatches, failed checks),
-2 usage or I/O error. Every flag can be set with GPUPASS_<FLAG>.`,
+2 usage or I/O error, 3 wait --timeout ran out with runs still going.
+Every flag can be set with GPUPASS_<FLAG>.`,
 		Version:       buildinfo.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -44,7 +44,7 @@ func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.W
 	if err := stepOutputs(env, res); err != nil {
 		return errors.Join(runErr, err)
 	}
-	return errors.Join(runErr, env.Summary(trainSummary(res.Runs)))
+	return errors.Join(runErr, env.Summary(trainSummary("train", res.Runs)))
 }
 
 // stepOutputs hands the runs of a train or wait step on: the
@@ -101,10 +101,11 @@ func outputSuffix(region string) string {
 	}, region)
 }
 
-// trainSummary is the job summary: one row per run.
-func trainSummary(runs []*gpupassv1.Run) string {
+// trainSummary is the job summary of a train or wait step (command):
+// one row per run.
+func trainSummary(command string, runs []*gpupassv1.Run) string {
 	var b strings.Builder
-	b.WriteString("### gpupass train\n\n| region | allocation | run | state | node | score |\n|---|---|---|---|---|---|\n")
+	b.WriteString("### gpupass " + command + "\n\n| region | allocation | run | state | node | score |\n|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		score := "-"
 		if r.Score != nil {

@@ -44,7 +44,7 @@ func newWaitCmd(g *GlobalOptions) *cobra.Command {
 group-…"), or runs named by allocation id, until every one has ended, and exit
 as gpupass train --follow would: the logs of each run prefixed by its region,
 the runs as ended, and exit code 0 when all succeeded, 1 when any failed or was
-cancelled, 2 on bad input.
+cancelled, 2 on bad input or when interrupted (Ctrl-C, SIGTERM).
 
 wait only reads: killing it leaves the runs running, and the same command
 started again picks them up where they are (a run that ended meanwhile
@@ -75,7 +75,7 @@ step (allocation-ids, group; on GitLab the dotenv file).`, ExitTimeout),
 // Timeout) and renders them as train --follow does.
 func RunWait(ctx context.Context, o *WaitOptions, out, errOut io.Writer) error {
 	if o.Timeout < 0 {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s %s: must not be negative (0 = no limit)", CIFlag(o.Global.format(), "timeout"), o.Timeout)}
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s %s: must not be negative (0 = no limit)", o.flag("timeout"), o.Timeout)}
 	}
 	kind, isCI := CIOutput(o.Global.format())
 	var env *ci.Env
@@ -105,12 +105,18 @@ func RunWait(ctx context.Context, o *WaitOptions, out, errOut io.Writer) error {
 		defer cancel()
 	}
 	waitErr := showRuns(followCtx, o.Global, res, true, out, errOut)
-	if o.Timeout > 0 && ctx.Err() == nil && errors.Is(followCtx.Err(), context.DeadlineExceeded) {
+	switch {
+	case o.Timeout > 0 && ctx.Err() == nil && errors.Is(followCtx.Err(), context.DeadlineExceeded):
 		waitErr = o.timedOut(ctx, res, out)
+	case waitErr != nil && ctx.Err() != nil:
+		// Ctrl-C, or the CI job cancelled or past its limit (SIGTERM):
+		// say that the runs go on and how to wait on, not "context
+		// canceled".
+		waitErr = &ExitError{Code: ExitUsage, Err: fmt.Errorf("stopped waiting: the runs keep running; wait again with: %s", waitCommand("", o.IDs))}
 	}
 	if isCI {
 		// The summary as the runs ended (or are, after a timeout).
-		return errors.Join(waitErr, env.Summary(trainSummary(res.Runs)))
+		return errors.Join(waitErr, env.Summary(trainSummary("wait", res.Runs)))
 	}
 	return waitErr
 }
@@ -138,7 +144,17 @@ func (o *WaitOptions) timedOut(ctx context.Context, res *apptrain.Result, out io
 		}
 	}
 	return &ExitError{Code: ExitTimeout, Err: fmt.Errorf("%s %s ran out with %d of %d runs still going (%s): they keep running; wait again with: %s",
-		CIFlag(o.Global.format(), "timeout"), o.Timeout, len(going), len(res.Runs), strings.Join(going, ", "), waitCommand("", o.IDs))}
+		o.flag("timeout"), o.Timeout, len(going), len(res.Runs), strings.Join(going, ", "), waitCommand("", o.IDs))}
+}
+
+// flag names one of wait's flags for the user. wait is no step of the
+// Action or the component (a pipeline runs it in a script line), so
+// under -o github|gitlab it has no input to name, only the variable.
+func (o *WaitOptions) flag(name string) string {
+	if _, ok := CIOutput(o.Global.format()); ok {
+		return fmt.Sprintf("--%s (%s)", name, EnvName(name))
+	}
+	return "--" + name
 }
 
 // waitCommand is the `gpupass wait` command for a group, or for the

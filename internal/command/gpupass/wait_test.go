@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpupass/gpupass/internal/api"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
@@ -93,6 +94,16 @@ func TestTrainDetachAndWait(t *testing.T) {
 		if code, _, errOut := runMain(t, pasted...); code != gpupass.ExitTimeout {
 			t.Errorf("the pasted command: exit %d, want %d\n%s", code, gpupass.ExitTimeout, errOut)
 		}
+
+		// Interrupted (Ctrl-C, a cancelled CI job's SIGTERM): the runs
+		// go on, and the message says so and how to wait on.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var sout, serr bytes.Buffer
+		code = gpupass.Main(ctx, append([]string{"wait", group}, broker...), strings.NewReader(""), &sout, &serr)
+		if code != gpupass.ExitUsage || !strings.Contains(serr.String(), "the runs keep running; wait again with: gpupass wait "+group) {
+			t.Errorf("wait interrupted: exit %d, want %d saying the runs keep running and how to wait on\n%s", code, gpupass.ExitUsage, serr.String())
+		}
 	})
 
 	t.Run("bad arguments", func(t *testing.T) {
@@ -107,9 +118,12 @@ func TestTrainDetachAndWait(t *testing.T) {
 			// A pipeline's value after --: an argument, never a flag.
 			{[]string{"--", "--broker-url=http://127.0.0.1:1"}, `"--broker-url=http://127.0.0.1:1": neither a run group id`},
 			{[]string{"--timeout", "-1s", "group-0000000000000000"}, "--timeout -1s: must not be negative"},
+			// In a pipeline's script line: wait is no Action step, so
+			// there is no input to name, only the variable.
+			{[]string{"-o", "github", "--timeout", "-1s", "group-0000000000000000"}, "--timeout (GPUPASS_TIMEOUT) -1s: must not be negative"},
 		} {
 			code, _, errOut := runMain(t, append(append([]string{"wait"}, broker...), tt.args...)...)
-			if code != gpupass.ExitUsage || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, tok) {
+			if code != gpupass.ExitUsage || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, tok) || strings.Contains(errOut, " input") {
 				t.Errorf("wait %v: exit %d, want %d saying %q:\n%s", tt.args, code, gpupass.ExitUsage, tt.want, errOut)
 			}
 		}
@@ -146,7 +160,7 @@ func TestCIStepTrainDetachWait(t *testing.T) {
 			}
 			ids := allocationIDs(t, kind, dir)
 			// The next job starts with a clean output file.
-			for _, f := range []string{"output", "gpupass.env"} {
+			for _, f := range []string{"output", "summary", "gpupass.env"} {
 				os.Remove(filepath.Join(dir, f))
 			}
 			w := &gpupass.WaitOptions{Global: &gpupass.GlobalOptions{Output: output.Format(kind)}, Broker: gpupass.BrokerFlags{URL: url, Token: tok},
@@ -161,6 +175,13 @@ func TestCIStepTrainDetachWait(t *testing.T) {
 			}
 			if got := allocationIDs(t, kind, dir); len(got) != 2 || got["us-west-2"] != ids["us-west-2"] || got["eu-central-1"] != ids["eu-central-1"] {
 				t.Errorf("wait's allocation-ids %v, want %v", got, ids)
+			}
+			if kind == "github" {
+				// The wait job's summary is headed as wait's, not as a
+				// second train's.
+				if b, _ := os.ReadFile(filepath.Join(dir, "summary")); !strings.HasPrefix(string(b), "### gpupass wait\n") || !strings.Contains(string(b), ids["eu-central-1"]) {
+					t.Errorf("wait's job summary:\n%s\nwant it headed ### gpupass wait, with the runs", b)
+				}
 			}
 			if strings.Contains(out.String()+log.String()+err.Error(), tok) {
 				t.Error("the token reached the output")
@@ -224,5 +245,10 @@ func TestCompareGroup(t *testing.T) {
 	code, _, errOut = runMain(t, append([]string{"compare", "--label", "mine=" + group}, broker...)...)
 	if code != gpupass.ExitUsage || !strings.Contains(errOut, "a run group stands for several runs") {
 		t.Errorf("compare --label mine=%s: exit %d, want %d refusing a named group:\n%s", group, code, gpupass.ExitUsage, errOut)
+	}
+	// Given in --runs, the error names the flag the user typed too.
+	code, _, errOut = runMain(t, append([]string{"compare", "--runs", "mine=" + group}, broker...)...)
+	if code != gpupass.ExitUsage || !strings.Contains(errOut, `--label or --runs "mine=`+group+`": a run group stands for several runs`) {
+		t.Errorf("compare --runs mine=%s: exit %d, want %d naming --runs:\n%s", group, code, gpupass.ExitUsage, errOut)
 	}
 }

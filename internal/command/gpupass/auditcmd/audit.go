@@ -20,6 +20,7 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -296,6 +297,24 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	return output.Write(out, o.Output, auditWritten{res})
 }
 
+// signFlags are the signing flags of the per-run audit commands a group
+// refusal prints, so that they run as pasted: the --keyless or --key
+// the user gave (a file or env://VAR; a PEM itself is never echoed: it
+// came from a secret the pasted command reads again), or a key file to
+// make, and how (keyHint, said before the commands so that they paste
+// as one line), when none was given.
+func (o AuditOptions) signFlags() (flags, keyHint string) {
+	switch {
+	case o.Keyless:
+		return " --keyless", ""
+	case o.Key == "":
+		return " --key cosign.key", " (with a cosign.key from gpupass audit keygen)"
+	case strings.Contains(o.Key, "-----BEGIN") || strings.HasPrefix(strings.TrimSpace(o.Key), "["):
+		return "", ""
+	}
+	return " --key " + termsafe.ShellQuote(o.Key), ""
+}
+
 // refuseGroup answers a run group id: an audit report proves one run (one
 // signed manifest, one zip that audit verify checks), so a group is
 // refused with the command that audits each of its runs, read from the
@@ -305,7 +324,8 @@ func (o AuditOptions) refuseGroup(ctx context.Context) error {
 	if err := api.CheckGroupID(group); err != nil {
 		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
 	}
-	each := fmt.Sprintf("list them with gpupass runs --group %s and audit each: gpupass audit ALLOC --out audit-REGION.zip", group)
+	sign, keyHint := o.signFlags()
+	each := fmt.Sprintf("list them with gpupass runs --group %s and audit each%s: gpupass audit ALLOC --out audit-REGION.zip%s", group, keyHint, sign)
 	if o.Source == nil && o.RunFile == "" {
 		if c, err := o.Broker.DialRuns(); err == nil {
 			if runs, err := brokerrpc.GroupRuns(ctx, c, group); err == nil {
@@ -313,9 +333,9 @@ func (o AuditOptions) refuseGroup(ctx context.Context) error {
 				for _, r := range runs {
 					// Region names are lowercase letters, digits and '-':
 					// safe in a file name and to paste.
-					cmds = append(cmds, fmt.Sprintf("gpupass audit %s --out audit-%s.zip", r.GetId(), r.GetRegion()))
+					cmds = append(cmds, fmt.Sprintf("gpupass audit %s --out audit-%s.zip%s", r.GetId(), r.GetRegion(), sign))
 				}
-				each = fmt.Sprintf("audit each of its %d runs: %s", len(runs), strings.Join(cmds, "; "))
+				each = fmt.Sprintf("audit each of its %d runs%s: %s", len(runs), keyHint, strings.Join(cmds, "; "))
 			}
 		}
 	}

@@ -26,17 +26,31 @@ func TestAuditGroupNamesEachRun(t *testing.T) {
 	}
 	zipPath := filepath.Join(t.TempDir(), "audit-report.zip")
 	reader := gpupass.BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
-	want := "audit each of its 1 runs: gpupass audit " + run.Id + " --out audit-us-west-2.zip"
-	// In a CI step (no key given) as on the command line.
-	for _, kind := range []output.Format{output.Text, output.GitHub} {
+	each := ": gpupass audit " + run.Id + " --out audit-us-west-2.zip"
+	pem := "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nc2VjcmV0\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----"
+	// The per-run commands sign as the user asked, so that they run as
+	// pasted (audit refuses to sign without a key); a PEM is never echoed.
+	for _, tt := range []struct {
+		kind    output.Format
+		key     string
+		keyless bool
+		want    string
+	}{
+		{output.Text, "", false, "audit each of its 1 runs (with a cosign.key from gpupass audit keygen)" + each + " --key cosign.key"},
+		{output.GitHub, "", false, "audit each of its 1 runs (with a cosign.key from gpupass audit keygen)" + each + " --key cosign.key"},
+		{output.Text, "keys/my key.pem", false, "runs" + each + " --key 'keys/my key.pem'"},
+		{output.Text, "env://AUDIT_KEY", false, "runs" + each + " --key env://AUDIT_KEY"},
+		{output.Text, "", true, "runs" + each + " --keyless"},
+		{output.GitHub, pem, false, "runs" + each},
+	} {
 		var out bytes.Buffer
-		err := RunAudit(context.Background(), AuditOptions{AllocationID: run.Group, Out: zipPath, Broker: reader, Output: kind, ErrOut: &out,
-			Getenv: func(string) string { return "" }}, &out)
-		if gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.Contains(err.Error(), want) {
-			t.Fatalf("audit %s (-o %s): exit %d, %v; want %d saying %q", run.Group, kind, gpupass.ExitCode(err), err, gpupass.ExitUsage, want)
+		err := RunAudit(context.Background(), AuditOptions{AllocationID: run.Group, Out: zipPath, Broker: reader, Output: tt.kind, ErrOut: &out,
+			Key: tt.key, Keyless: tt.keyless, Getenv: func(string) string { return "" }}, &out)
+		if gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.HasSuffix(err.Error(), tt.want) {
+			t.Fatalf("audit %s (-o %s, key %q, keyless %v): exit %d, %v; want %d ending %q", run.Group, tt.kind, tt.key, tt.keyless, gpupass.ExitCode(err), err, gpupass.ExitUsage, tt.want)
 		}
-		if strings.Contains(err.Error()+out.String(), reader.Token) {
-			t.Error("the token reached the output")
+		if strings.Contains(err.Error()+out.String(), reader.Token) || strings.Contains(err.Error(), "c2VjcmV0") {
+			t.Error("the token or the key reached the output")
 		}
 	}
 	if _, err := os.Stat(zipPath); err == nil {
