@@ -93,6 +93,10 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	return c
 }
 
+// webhookStoreTimeout bounds each store write of a delivery attempt
+// (its claim, its record), apart from the attempt's own timeout.
+const webhookStoreTimeout = 10 * time.Second
+
 // endedLookback is how far back a broker that takes up the sweep looks
 // for groups that ended (while no broker was sweeping).
 const endedLookback = time.Hour
@@ -353,10 +357,10 @@ func (b *Broker) deliver(j hookJob) {
 	ws := b.store.(store.Webhooks)
 	cfg := b.hooks.cfg
 	d := j.d
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	claimCtx, cancelClaim := context.WithTimeout(context.Background(), webhookStoreTimeout)
+	defer cancelClaim()
 	// Claimed past the attempt's end: no other sweep sends it meanwhile.
-	if ok, err := ws.ClaimDelivery(ctx, d.ID, d.NextAt, time.Now().Add(cfg.Timeout+30*time.Second)); err != nil || !ok {
+	if ok, err := ws.ClaimDelivery(claimCtx, d.ID, d.NextAt, time.Now().Add(cfg.Timeout+30*time.Second)); err != nil || !ok {
 		if err != nil {
 			b.log.Error("claiming webhook delivery", "delivery", d.ID, "err", err)
 		}
@@ -399,6 +403,12 @@ func (b *Broker) deliver(j hookJob) {
 	// Never the URL's query or the secret: the id names the webhook.
 	b.log.Info("webhook delivery attempt", "webhook", d.WebhookID, "delivery", d.ID, "group", d.Group, "attempt", a.N,
 		"status", status, "err", a.Error, "duration", a.Duration.Round(time.Millisecond), "state", d.State)
+	// A context of its own, begun after the attempt: one begun before it
+	// would have run out when the attempt took its whole timeout (10 s by
+	// default), and the attempt would go unrecorded and be made again
+	// without end.
+	ctx, cancel := context.WithTimeout(context.Background(), webhookStoreTimeout)
+	defer cancel()
 	if err := ws.FinishAttempt(ctx, d, a); err != nil {
 		b.log.Error("recording webhook delivery attempt", "delivery", d.ID, "err", err)
 	}

@@ -453,3 +453,33 @@ func TestWebhookClosesTheLoop(t *testing.T) {
 	default:
 	}
 }
+
+// Issue #35's slow endpoint at the default attempt timeout (10 s): the
+// attempt cut at its timeout is recorded, and the delivery ends when
+// its attempts run out. The record was once written under a context
+// begun before the attempt with the same 10 s, which had run out by
+// then: nothing was recorded and the attempt came again without end.
+func TestWebhookAttemptAtDefaultTimeoutRecorded(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hung := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	cfg := brokertest.Fast()
+	cfg.Webhooks = fastHooks()
+	cfg.Webhooks.Timeout, cfg.Webhooks.MaxAttempts = 0, 1 // the default timeout
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+	hook := addHook(t, b.Store, hung.URL)
+	endGroup(t, dialRuns(t, b, b.Token(t, store.RoleSubmit, "*")), "us-west-2")
+	d := waitDeliveries(t, b.Store, hook.ID, 1)[0]
+	if d.State != store.DeliveryFailed || len(d.Log) != 1 || !strings.Contains(d.Log[0].Error, "no answer") {
+		t.Fatalf("delivery = %+v; want failed, its one attempt recorded as no answer", d)
+	}
+	if got := d.Log[0].Duration; got < 10*time.Second {
+		t.Errorf("attempt took %s; want it cut at the default 10s timeout", got)
+	}
+}
