@@ -93,6 +93,9 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	return c
 }
 
+// endedPage is how many ended groups one sweep reads at most.
+const endedPage = 500
+
 // webhookStoreTimeout bounds each store write of a delivery attempt
 // (its claim, its record), apart from the attempt's own timeout.
 const webhookStoreTimeout = 10 * time.Second
@@ -200,6 +203,7 @@ type hookState struct {
 	mu       sync.Mutex
 	inFlight map[string]bool
 	since    time.Time
+	page     int                  // ended groups read per sweep at most
 	done     map[string]time.Time // groups handled lately: skip a re-read
 }
 
@@ -215,7 +219,7 @@ func (b *Broker) startWebhooks() {
 		tr = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	b.hooks = &hookState{cfg: cfg, queue: make(chan hookJob, cfg.Queue), inFlight: map[string]bool{}, done: map[string]time.Time{},
-		since: time.Now().Add(-endedLookback),
+		since: time.Now().Add(-endedLookback), page: endedPage,
 		http: &http.Client{Transport: tr, Timeout: cfg.Timeout,
 			// Only the configured URL is called: a redirect is answered,
 			// recorded and retried, never followed.
@@ -248,23 +252,35 @@ func (b *Broker) sweepWebhooks(ctx context.Context) error {
 		h.since = until.Add(-time.Minute)
 		return nil
 	}
-	groups, err := ws.EndedGroups(ctx, h.since, until, 500)
+	// A replica that takes the sweep up again after a long while looks
+	// back no further than a broker that starts: the holder meanwhile
+	// handled the rest, and each sweep would read the whole gap again.
+	if floor := now.Add(-endedLookback); h.since.Before(floor) {
+		h.since = floor
+	}
+	groups, err := ws.EndedGroups(ctx, h.since, until, h.page)
 	if err != nil {
 		return err
 	}
 	for _, g := range groups {
-		if _, seen := h.done[g]; seen {
+		if _, seen := h.done[g.ID]; seen {
 			continue
 		}
-		if err := b.groupEnded(ctx, ws, rs, hooks, g, now); err != nil {
+		if err := b.groupEnded(ctx, ws, rs, hooks, g.ID, now); err != nil {
 			return err
 		}
-		h.done[g] = now
+		h.done[g.ID] = now
 	}
-	// Look again at a minute past, for replicas' clocks and writes that
-	// commit late; done keeps that from costing a delivery each time.
-	if len(groups) < 500 {
+	if len(groups) < h.page {
+		// Look again at a minute past, for replicas' clocks and writes
+		// that commit late; done keeps that from costing a delivery
+		// each time.
 		h.since = until.Add(-time.Minute)
+	} else {
+		// A full page, in the order the groups ended: the next sweep
+		// goes on after the last one's end. Staying put read the same
+		// page every sweep and never reached the groups after it.
+		h.since = groups[len(groups)-1].LastUpdate
 	}
 	for g, at := range h.done {
 		if now.Sub(at) > 5*time.Minute {
