@@ -118,8 +118,18 @@ func TestWebhookCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "delivered") || !strings.Contains(out, "200") {
 		t.Errorf("webhooks deliveries (text): exit %d\n%s", code, out)
 	}
-	code, out, _ = run("webhook", "rm", added[0].ID, "--db", db.URL())
-	if code != 0 || out != "removed "+added[0].ID+"\n" {
+	code, out, _ = run("webhook", "rm", added[0].ID, "--db", db.URL(), "-o", "json")
+	var removed struct{ Removed string }
+	if err := json.Unmarshal([]byte(out), &removed); code != 0 || err != nil || removed.Removed != added[0].ID {
+		t.Errorf("webhook rm -o json: exit %d, %v: %q; want only {\"removed\": %q}", code, err, out, added[0].ID)
+	}
+	code, out, _ = run("webhook", "add", "--db", db.URL(), "--url", recv.URL+"/other", "--secret-file", secretFile, "-o", "json")
+	var other []webhookJSON
+	if err := json.Unmarshal([]byte(out), &other); code != 0 || err != nil || len(other) != 1 {
+		t.Fatalf("webhook add: exit %d, %v\n%s", code, err, out)
+	}
+	code, out, _ = run("webhook", "rm", other[0].ID, "--db", db.URL())
+	if code != 0 || out != "removed "+other[0].ID+"\n" {
 		t.Errorf("webhook rm: exit %d %q", code, out)
 	}
 	if code, _, errOut := run("webhook", "rm", added[0].ID, "--db", db.URL()); code != 2 || !strings.Contains(errOut, "gpupass-broker webhook list") {
