@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -159,14 +158,8 @@ func AddWebhook(ctx context.Context, s store.Store, rawURL string, secret []byte
 	if len(regions) == 0 {
 		regions = []string{"*"}
 	}
-	w := store.Webhook{ID: "hook-" + randHex(4), URL: rawURL, Secret: bytes.TrimSpace(secret), Regions: regions, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	w := store.Webhook{ID: randomID("hook-", 4), URL: rawURL, Secret: bytes.TrimSpace(secret), Regions: regions, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	return w, ws.CreateWebhook(ctx, w)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // Sign is the value of HeaderSignature for body: "sha256=" and the hex
@@ -326,7 +319,7 @@ func (b *Broker) groupEnded(ctx context.Context, ws store.Webhooks, rs store.Run
 		return err
 	}
 	for _, w := range hooks {
-		ev := GroupEvent{Event: EventGroupEnded, Delivery: "dlv-" + randHex(8), Group: group}
+		ev := GroupEvent{Event: EventGroupEnded, Delivery: randomID("dlv-", 8), Group: group}
 		for _, a := range runs {
 			if !match.MatchRegion(w.Regions, a.Region) {
 				continue
