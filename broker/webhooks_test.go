@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil/promtest"
 )
 
 const hookSecret = "0123456789abcdef-webhook-secret"
@@ -250,6 +251,13 @@ func TestWebhookFaults(t *testing.T) {
 			d := waitDeliveries(t, b.Store, hook.ID, 1)[0]
 			if d.State != store.DeliveryFailed || d.Attempts != 3 || len(d.Log) != 3 {
 				t.Fatalf("delivery %s is %s after %d attempts (log %+v); want failed after its 3 attempts, each recorded", d.ID, d.State, d.Attempts, d.Log)
+			}
+			// docs/metrics.md: each attempt counted by its result.
+			fams := promtest.Parse(t, promtest.Scrape(t, b.URL+"/metrics", b.Token(t, store.RoleRead, "*")))
+			for result, want := range map[string]float64{"retry": 2, "failed": 1} {
+				if got, _ := promtest.Value(fams, "gpupass_broker_webhook_attempts_total", "result="+result); got != want {
+					t.Errorf("gpupass_broker_webhook_attempts_total{result=%q} = %v, want %v", result, got, want)
+				}
 			}
 			for i, a := range d.Log {
 				if a.Status != tt.status || !strings.Contains(a.Error, tt.wantErr) {
