@@ -109,5 +109,18 @@ func runWebhooks(t *testing.T, open Factory) {
 		if got, _ := w.EndedGroups(ctx, now.Add(time.Minute), now.Add(2*time.Minute), 10); len(got) != 0 {
 			t.Errorf("EndedGroups after the window = %v", got)
 		}
+		// Pages in the order the groups ended: a second group ending later
+		// comes after a full page of one, from the first's LastUpdate.
+		if err := r.CreateAlloc(ctx, store.Alloc{ID: "alloc-e7", Name: "n", Region: "us-west-2", Group: "group-later", State: store.AllocCancelled, CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		until := time.Now().Add(time.Minute)
+		page, err := w.EndedGroups(ctx, now.Add(-time.Minute), until, 1)
+		if err != nil || len(page) != 1 || page[0].ID != "group-done" {
+			t.Fatalf("first page of one = %+v, %v; want [group-done]", page, err)
+		}
+		if next, err := w.EndedGroups(ctx, page[0].LastUpdate, until, 1); err != nil || len(next) != 1 || next[0].ID != "group-later" {
+			t.Errorf("page after group-done = %+v, %v; want [group-later]", next, err)
+		}
 	})
 }
