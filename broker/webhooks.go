@@ -141,7 +141,7 @@ func RedactURL(u *url.URL) string {
 }
 
 // ErrShortSecret refuses a webhook secret that could be guessed.
-var ErrShortSecret = errors.New("the secret is shorter than 16 bytes: generate one, e.g. openssl rand -hex 32")
+var ErrShortSecret = errors.New("the secret is shorter than 16 bytes")
 
 // AddWebhook stores a webhook (gpupass-broker webhook add) and returns it.
 func AddWebhook(ctx context.Context, s store.Store, rawURL string, secret []byte, regions []string) (store.Webhook, error) {

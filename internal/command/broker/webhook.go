@@ -158,7 +158,7 @@ func RunWebhookAdd(ctx context.Context, o *WebhookAddOptions, out io.Writer) err
 	w, err := daemon.AddWebhook(ctx, s, o.URL, secret, regions)
 	if err != nil {
 		if errors.Is(err, daemon.ErrShortSecret) {
-			return fmt.Errorf("--secret-file %s: %w", o.SecretFile, err)
+			return fmt.Errorf("--secret-file %s: %w: write a new one with openssl rand -hex 32 > %s", o.SecretFile, err, o.SecretFile)
 		}
 		return err
 	}

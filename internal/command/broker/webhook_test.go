@@ -59,7 +59,7 @@ func TestWebhookCommands(t *testing.T) {
 		{"plain http off loopback", []string{"--url", "http://ci.example.com/hook", "--secret-file", secretFile}, "--url http://ci.example.com/hook: plain http:// is allowed only to a loopback host"},
 		{"no url", []string{"--secret-file", secretFile}, "--url is required"},
 		{"no secret", []string{"--url", recv.URL}, "--secret-file is required"},
-		{"short secret", []string{"--url", recv.URL, "--secret-file", short}, "--secret-file " + short + ": the secret is shorter than 16 bytes"},
+		{"short secret", []string{"--url", recv.URL, "--secret-file", short}, "--secret-file " + short + ": the secret is shorter than 16 bytes: write a new one with openssl rand -hex 32 > " + short},
 		{"credentials in the URL", []string{"--url", "https://user:pw@ci.example.com/", "--secret-file", secretFile}, "credentials in the URL"},
 	} {
 		code, out, errOut := run(append([]string{"webhook", "add", "--db", db.URL()}, tt.args...)...)
