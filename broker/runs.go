@@ -158,19 +158,19 @@ func newFence(old uint64) uint64 {
 	}
 }
 
-func newAllocID() string {
-	id := make([]byte, 4)
-	_, _ = rand.Read(id)
-	return "alloc-" + hex.EncodeToString(id)
+// randomID is prefix and n random bytes in hex: the broker's ids of
+// runs, groups, webhooks and deliveries.
+func randomID(prefix string, n int) string {
+	id := make([]byte, n)
+	_, _ = rand.Read(id) // crypto/rand.Read does not fail (it panics instead)
+	return prefix + hex.EncodeToString(id)
 }
+
+func newAllocID() string { return randomID("alloc-", 4) }
 
 // newGroupID draws a run group id: 8 random bytes, so a group cannot be
 // guessed from another (joining one is for its token alone anyway).
-func newGroupID() string {
-	id := make([]byte, 8)
-	_, _ = rand.Read(id)
-	return api.GroupIDPrefix + hex.EncodeToString(id)
-}
+func newGroupID() string { return randomID(api.GroupIDPrefix, 8) }
 
 // maxGroupRuns bounds the runs of one group: one per region of a
 // submission, so a few; the bound keeps GroupAllocs one small read.

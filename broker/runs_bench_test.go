@@ -3,13 +3,17 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -94,9 +98,36 @@ func BenchmarkRecordIngest(b *testing.B) {
 }
 
 // BenchmarkSubmitToAssignment measures Submit returning to the agent's
-// pending long poll receiving the assignment, on loopback, one node.
+// pending long poll receiving the assignment, on loopback, one node: with
+// no webhook, and with one whose endpoint hangs every attempt to its
+// 10 s timeout (issue #35: a failing endpoint never slows placement).
+// Each run is ended, so each ends a group and queues a delivery.
 func BenchmarkSubmitToAssignment(b *testing.B) {
-	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), brokertest.Fast())
+	for _, hook := range []string{"none", "hanging"} {
+		b.Run("webhook="+hook, func(b *testing.B) { benchSubmitToAssignment(b, hook == "hanging") })
+	}
+}
+
+func benchSubmitToAssignment(b *testing.B, hangingHook bool) {
+	cfg := brokertest.Fast()
+	cfg.Webhooks = broker.WebhookConfig{Sweep: 50 * time.Millisecond, Settle: 20 * time.Millisecond}
+	br := brokertest.Start(b, brokertest.NewDB(b, "sqlite"), cfg)
+	var called atomic.Int64
+	if hangingHook {
+		release := make(chan struct{})
+		hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			called.Add(1)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		b.Cleanup(hung.Close)
+		b.Cleanup(func() { close(release) })
+		if _, err := broker.AddWebhook(context.Background(), br.Store, hung.URL, []byte("0123456789abcdef-bench-secret"), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 	tok := br.Token(b, store.RoleAgent, "*")
 	a := brokertest.Register(b, br.URL, tok, brokertest.H100("us-west-2", 20))
 	c := a.Runs(b, br.URL, tok)
@@ -138,4 +169,7 @@ func BenchmarkSubmitToAssignment(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(testutil.Percentile(lat, 0.50), "p50-ms")
 	b.ReportMetric(testutil.Percentile(lat, 0.95), "p95-ms")
+	if hangingHook && called.Load() == 0 && b.N >= 100 {
+		b.Error("the hanging webhook endpoint was never called: the figure shows nothing about it")
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -93,6 +92,13 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	return c
 }
 
+// endedPage is how many ended groups one sweep reads at most.
+const endedPage = 500
+
+// webhookStoreTimeout bounds each store write of a delivery attempt
+// (its claim, its record), apart from the attempt's own timeout.
+const webhookStoreTimeout = 10 * time.Second
+
 // endedLookback is how far back a broker that takes up the sweep looks
 // for groups that ended (while no broker was sweeping).
 const endedLookback = time.Hour
@@ -135,7 +141,7 @@ func RedactURL(u *url.URL) string {
 }
 
 // ErrShortSecret refuses a webhook secret that could be guessed.
-var ErrShortSecret = errors.New("the secret is shorter than 16 bytes: generate one, e.g. openssl rand -hex 32")
+var ErrShortSecret = errors.New("the secret is shorter than 16 bytes")
 
 // AddWebhook stores a webhook (gpupass-broker webhook add) and returns it.
 func AddWebhook(ctx context.Context, s store.Store, rawURL string, secret []byte, regions []string) (store.Webhook, error) {
@@ -152,14 +158,8 @@ func AddWebhook(ctx context.Context, s store.Store, rawURL string, secret []byte
 	if len(regions) == 0 {
 		regions = []string{"*"}
 	}
-	w := store.Webhook{ID: "hook-" + randHex(4), URL: rawURL, Secret: bytes.TrimSpace(secret), Regions: regions, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	w := store.Webhook{ID: randomID("hook-", 4), URL: rawURL, Secret: bytes.TrimSpace(secret), Regions: regions, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	return w, ws.CreateWebhook(ctx, w)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // Sign is the value of HeaderSignature for body: "sha256=" and the hex
@@ -196,6 +196,7 @@ type hookState struct {
 	mu       sync.Mutex
 	inFlight map[string]bool
 	since    time.Time
+	page     int                  // ended groups read per sweep at most
 	done     map[string]time.Time // groups handled lately: skip a re-read
 }
 
@@ -211,7 +212,7 @@ func (b *Broker) startWebhooks() {
 		tr = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	b.hooks = &hookState{cfg: cfg, queue: make(chan hookJob, cfg.Queue), inFlight: map[string]bool{}, done: map[string]time.Time{},
-		since: time.Now().Add(-endedLookback),
+		since: time.Now().Add(-endedLookback), page: endedPage,
 		http: &http.Client{Transport: tr, Timeout: cfg.Timeout,
 			// Only the configured URL is called: a redirect is answered,
 			// recorded and retried, never followed.
@@ -244,23 +245,35 @@ func (b *Broker) sweepWebhooks(ctx context.Context) error {
 		h.since = until.Add(-time.Minute)
 		return nil
 	}
-	groups, err := ws.EndedGroups(ctx, h.since, until, 500)
+	// A replica that takes the sweep up again after a long while looks
+	// back no further than a broker that starts: the holder meanwhile
+	// handled the rest, and each sweep would read the whole gap again.
+	if floor := now.Add(-endedLookback); h.since.Before(floor) {
+		h.since = floor
+	}
+	groups, err := ws.EndedGroups(ctx, h.since, until, h.page)
 	if err != nil {
 		return err
 	}
 	for _, g := range groups {
-		if _, seen := h.done[g]; seen {
+		if _, seen := h.done[g.ID]; seen {
 			continue
 		}
-		if err := b.groupEnded(ctx, ws, rs, hooks, g, now); err != nil {
+		if err := b.groupEnded(ctx, ws, rs, hooks, g.ID, now); err != nil {
 			return err
 		}
-		h.done[g] = now
+		h.done[g.ID] = now
 	}
-	// Look again at a minute past, for replicas' clocks and writes that
-	// commit late; done keeps that from costing a delivery each time.
-	if len(groups) < 500 {
+	if len(groups) < h.page {
+		// Look again at a minute past, for replicas' clocks and writes
+		// that commit late; done keeps that from costing a delivery
+		// each time.
 		h.since = until.Add(-time.Minute)
+	} else {
+		// A full page, in the order the groups ended: the next sweep
+		// goes on after the last one's end. Staying put read the same
+		// page every sweep and never reached the groups after it.
+		h.since = groups[len(groups)-1].LastUpdate
 	}
 	for g, at := range h.done {
 		if now.Sub(at) > 5*time.Minute {
@@ -306,7 +319,7 @@ func (b *Broker) groupEnded(ctx context.Context, ws store.Webhooks, rs store.Run
 		return err
 	}
 	for _, w := range hooks {
-		ev := GroupEvent{Event: EventGroupEnded, Delivery: "dlv-" + randHex(8), Group: group}
+		ev := GroupEvent{Event: EventGroupEnded, Delivery: randomID("dlv-", 8), Group: group}
 		for _, a := range runs {
 			if !match.MatchRegion(w.Regions, a.Region) {
 				continue
@@ -353,10 +366,10 @@ func (b *Broker) deliver(j hookJob) {
 	ws := b.store.(store.Webhooks)
 	cfg := b.hooks.cfg
 	d := j.d
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	claimCtx, cancelClaim := context.WithTimeout(context.Background(), webhookStoreTimeout)
+	defer cancelClaim()
 	// Claimed past the attempt's end: no other sweep sends it meanwhile.
-	if ok, err := ws.ClaimDelivery(ctx, d.ID, d.NextAt, time.Now().Add(cfg.Timeout+30*time.Second)); err != nil || !ok {
+	if ok, err := ws.ClaimDelivery(claimCtx, d.ID, d.NextAt, time.Now().Add(cfg.Timeout+30*time.Second)); err != nil || !ok {
 		if err != nil {
 			b.log.Error("claiming webhook delivery", "delivery", d.ID, "err", err)
 		}
@@ -399,6 +412,12 @@ func (b *Broker) deliver(j hookJob) {
 	// Never the URL's query or the secret: the id names the webhook.
 	b.log.Info("webhook delivery attempt", "webhook", d.WebhookID, "delivery", d.ID, "group", d.Group, "attempt", a.N,
 		"status", status, "err", a.Error, "duration", a.Duration.Round(time.Millisecond), "state", d.State)
+	// A context of its own, begun after the attempt: one begun before it
+	// would have run out when the attempt took its whole timeout (10 s by
+	// default), and the attempt would go unrecorded and be made again
+	// without end.
+	ctx, cancel := context.WithTimeout(context.Background(), webhookStoreTimeout)
+	defer cancel()
 	if err := ws.FinishAttempt(ctx, d, a); err != nil {
 		b.log.Error("recording webhook delivery attempt", "delivery", d.ID, "err", err)
 	}

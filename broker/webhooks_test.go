@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil/promtest"
 )
 
 const hookSecret = "0123456789abcdef-webhook-secret"
@@ -251,6 +252,13 @@ func TestWebhookFaults(t *testing.T) {
 			if d.State != store.DeliveryFailed || d.Attempts != 3 || len(d.Log) != 3 {
 				t.Fatalf("delivery %s is %s after %d attempts (log %+v); want failed after its 3 attempts, each recorded", d.ID, d.State, d.Attempts, d.Log)
 			}
+			// docs/metrics.md: each attempt counted by its result.
+			fams := promtest.Parse(t, promtest.Scrape(t, b.URL+"/metrics", b.Token(t, store.RoleRead, "*")))
+			for result, want := range map[string]float64{"retry": 2, "failed": 1} {
+				if got, _ := promtest.Value(fams, "gpupass_broker_webhook_attempts_total", "result="+result); got != want {
+					t.Errorf("gpupass_broker_webhook_attempts_total{result=%q} = %v, want %v", result, got, want)
+				}
+			}
 			for i, a := range d.Log {
 				if a.Status != tt.status || !strings.Contains(a.Error, tt.wantErr) {
 					t.Errorf("attempt %d = status %d, %q; want %d, %q", a.N, a.Status, a.Error, tt.status, tt.wantErr)
@@ -451,5 +459,35 @@ func TestWebhookClosesTheLoop(t *testing.T) {
 	case c := <-forge:
 		t.Errorf("the forged event reached a forge: %s %s", c.path, c.body)
 	default:
+	}
+}
+
+// Issue #35's slow endpoint at the default attempt timeout (10 s): the
+// attempt cut at its timeout is recorded, and the delivery ends when
+// its attempts run out. The record was once written under a context
+// begun before the attempt with the same 10 s, which had run out by
+// then: nothing was recorded and the attempt came again without end.
+func TestWebhookAttemptAtDefaultTimeoutRecorded(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hung := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	cfg := brokertest.Fast()
+	cfg.Webhooks = fastHooks()
+	cfg.Webhooks.Timeout, cfg.Webhooks.MaxAttempts = 0, 1 // the default timeout
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+	hook := addHook(t, b.Store, hung.URL)
+	endGroup(t, dialRuns(t, b, b.Token(t, store.RoleSubmit, "*")), "us-west-2")
+	d := waitDeliveries(t, b.Store, hook.ID, 1)[0]
+	if d.State != store.DeliveryFailed || len(d.Log) != 1 || !strings.Contains(d.Log[0].Error, "no answer") {
+		t.Fatalf("delivery = %+v; want failed, its one attempt recorded as no answer", d)
+	}
+	if got := d.Log[0].Duration; got < 10*time.Second {
+		t.Errorf("attempt took %s; want it cut at the default 10s timeout", got)
 	}
 }

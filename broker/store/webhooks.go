@@ -21,6 +21,13 @@ type Webhook struct {
 	CreatedAt time.Time
 }
 
+// EndedGroup is a run group all of whose runs have ended.
+type EndedGroup struct {
+	ID string
+	// LastUpdate is when its runs were last written: when it ended.
+	LastUpdate time.Time
+}
+
 // Delivery states.
 const (
 	DeliveryPending   = "pending"   // an attempt is due at NextAt
@@ -64,11 +71,12 @@ type Webhooks interface {
 	// its deliveries stay, for the record, and are no longer attempted.
 	DeleteWebhook(ctx context.Context, id string) error
 	// EndedGroups returns groups that hold their GroupSize runs, every
-	// one terminal, and one of
-	// whose runs was updated in (since, until]: the groups that ended in
-	// that window (and maybe a few that ended before; callers dedupe by
-	// CreateDelivery). At most limit.
-	EndedGroups(ctx context.Context, since, until time.Time, limit int) ([]string, error)
+	// one terminal, and one of whose runs was updated in (since, until]:
+	// the groups that ended in that window (and maybe a few that ended
+	// before; callers dedupe by CreateDelivery). At most limit, in the
+	// order they ended: a caller given a full page goes on from the last
+	// one's LastUpdate.
+	EndedGroups(ctx context.Context, since, until time.Time, limit int) ([]EndedGroup, error)
 	// CreateDelivery stores d unless its webhook already has a delivery
 	// for d.Group (then it returns false): once per group and webhook,
 	// however many replicas notice the group ended.

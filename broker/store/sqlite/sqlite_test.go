@@ -77,6 +77,28 @@ func TestRefreshQueriesUseIndexes(t *testing.T) {
 	}
 }
 
+// TestEndedGroupsQueryUsesIndex: the webhook sweep looks for ended run
+// groups every 2 s on the lease holder, so it must find the runs written
+// in its window by allocs_updated. With the state in that search SQLite
+// took allocs_active instead and read every run that ever ended, at each
+// sweep.
+func TestEndedGroupsQueryUsesIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	plan, err := s.QueryPlan(ctx, "endedGroups", int64(1), int64(2), 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "SEARCH allocs USING INDEX allocs_updated") || strings.Contains(plan, "allocs_active") {
+		t.Errorf("the ended-groups query does not find the window's runs by allocs_updated; plan:\n%s", plan)
+	}
+}
+
 // TestFilesOwnerOnly (issue #31): the database and its -wal and -shm
 // files are 0600 whatever the umask (this test's is the usual 022, under
 // which SQLite alone makes them 0644), and a store an older broker left

@@ -166,6 +166,7 @@ var queries = map[string]string{
 		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
 		FROM nodes n JOIN agents a ON a.id = n.id WHERE n.updated_at >= ?`,
 	"liveness":     `SELECT id, last_seen, rtt_ms FROM nodes WHERE last_seen >= ?`,
+	"endedGroups":  endedGroupsQuery,
 	"recordLaunch": `INSERT INTO launches (node_id, at, failed, reason, alloc_id) VALUES (?, ?, ?, ?, ?)`,
 	"launchStats": `SELECT node_id, COUNT(DISTINCT run), COUNT(DISTINCT CASE WHEN failed THEN run END)
 		FROM (SELECT node_id, failed, CASE WHEN alloc_id = '' THEN '#' || CAST(id AS TEXT) ELSE alloc_id END AS run

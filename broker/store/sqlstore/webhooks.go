@@ -69,25 +69,34 @@ func (s *Store) DeleteWebhook(ctx context.Context, id string) error {
 	return nil
 }
 
-// EndedGroups implements store.Webhooks: the groups of the runs that
-// ended in the window (allocs_updated), kept when none of their runs is
-// still going (allocs_group).
-func (s *Store) EndedGroups(ctx context.Context, since, until time.Time, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT group_id FROM allocs
-		WHERE group_id IN (SELECT DISTINCT group_id FROM allocs WHERE updated_at > ? AND updated_at <= ? AND group_id <> '' AND state IN `+terminalStates+`)
+// endedGroupsQuery finds the groups of the runs written in the window
+// (allocs_updated), kept when every run of theirs has ended
+// (allocs_group). The window's rows are not filtered by state: with
+// state in the inner WHERE, SQLite searched allocs_active for every
+// ended run there has ever been, at each sweep (0.4 s at 300,000 runs,
+// against 0.01 s); a group with a run still going is dropped by HAVING
+// all the same.
+const endedGroupsQuery = `SELECT group_id, MAX(updated_at) FROM allocs
+		WHERE group_id IN (SELECT DISTINCT group_id FROM allocs WHERE updated_at > ? AND updated_at <= ? AND group_id <> '')
 		GROUP BY group_id
-		HAVING SUM(CASE WHEN state IN `+terminalStates+` THEN 0 ELSE 1 END) = 0 AND COUNT(*) >= MAX(group_size)
-		ORDER BY MAX(updated_at) LIMIT ?`), since.UnixNano(), until.UnixNano(), limit)
+		HAVING SUM(CASE WHEN state IN ` + terminalStates + ` THEN 0 ELSE 1 END) = 0 AND COUNT(*) >= MAX(group_size)
+		ORDER BY MAX(updated_at) LIMIT ?`
+
+// EndedGroups implements store.Webhooks.
+func (s *Store) EndedGroups(ctx context.Context, since, until time.Time, limit int) ([]store.EndedGroup, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["endedGroups"], since.UnixNano(), until.UnixNano(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("finding ended groups: %w", err)
 	}
 	defer rows.Close()
-	var out []string
+	var out []store.EndedGroup
 	for rows.Next() {
-		var g string
-		if err := rows.Scan(&g); err != nil {
+		var g store.EndedGroup
+		var last int64
+		if err := rows.Scan(&g.ID, &last); err != nil {
 			return nil, fmt.Errorf("finding ended groups: %w", err)
 		}
+		g.LastUpdate = time.Unix(0, last).UTC()
 		out = append(out, g)
 	}
 	if err := rows.Err(); err != nil {

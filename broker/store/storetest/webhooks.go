@@ -103,11 +103,24 @@ func runWebhooks(t *testing.T, open Factory) {
 		}
 		now := time.Now()
 		got, err := w.EndedGroups(ctx, now.Add(-time.Minute), now.Add(time.Minute), 10)
-		if err != nil || !cmp.Equal(got, []string{"group-done"}) {
-			t.Errorf("EndedGroups = %v, %v; want [group-done]", got, err)
+		if err != nil || len(got) != 1 || got[0].ID != "group-done" || got[0].LastUpdate.Before(now.Add(-time.Minute)) || got[0].LastUpdate.After(time.Now()) {
+			t.Errorf("EndedGroups = %+v, %v; want [group-done] with its last update", got, err)
 		}
 		if got, _ := w.EndedGroups(ctx, now.Add(time.Minute), now.Add(2*time.Minute), 10); len(got) != 0 {
 			t.Errorf("EndedGroups after the window = %v", got)
+		}
+		// Pages in the order the groups ended: a second group ending later
+		// comes after a full page of one, from the first's LastUpdate.
+		if err := r.CreateAlloc(ctx, store.Alloc{ID: "alloc-e7", Name: "n", Region: "us-west-2", Group: "group-later", State: store.AllocCancelled, CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		until := time.Now().Add(time.Minute)
+		page, err := w.EndedGroups(ctx, now.Add(-time.Minute), until, 1)
+		if err != nil || len(page) != 1 || page[0].ID != "group-done" {
+			t.Fatalf("first page of one = %+v, %v; want [group-done]", page, err)
+		}
+		if next, err := w.EndedGroups(ctx, page[0].LastUpdate, until, 1); err != nil || len(next) != 1 || next[0].ID != "group-later" {
+			t.Errorf("page after group-done = %+v, %v; want [group-later]", next, err)
 		}
 	})
 }

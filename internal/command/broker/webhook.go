@@ -59,7 +59,7 @@ func newWebhookCmd(g *globals) *cobra.Command {
 	rm := &cobra.Command{
 		Use: "rm WEBHOOK_ID", Short: "Remove a webhook (its deliveries stay on record and are no longer attempted)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return RunWebhookRemove(cmd.Context(), g.DB, args[0], cmd.OutOrStdout())
+			return RunWebhookRemove(cmd.Context(), g.DB, args[0], g.Output, cmd.OutOrStdout())
 		},
 	}
 	cmd.AddCommand(add, list, rm)
@@ -158,7 +158,7 @@ func RunWebhookAdd(ctx context.Context, o *WebhookAddOptions, out io.Writer) err
 	w, err := daemon.AddWebhook(ctx, s, o.URL, secret, regions)
 	if err != nil {
 		if errors.Is(err, daemon.ErrShortSecret) {
-			return fmt.Errorf("--secret-file %s: %w", o.SecretFile, err)
+			return fmt.Errorf("--secret-file %s: %w: write a new one with openssl rand -hex 32 > %s", o.SecretFile, err, o.SecretFile)
 		}
 		return err
 	}
@@ -200,7 +200,7 @@ func (l webhookList) WriteText(out io.Writer) error {
 }
 
 // RunWebhookRemove deletes a webhook.
-func RunWebhookRemove(ctx context.Context, db, id string, out io.Writer) error {
+func RunWebhookRemove(ctx context.Context, db, id string, format output.Format, out io.Writer) error {
 	s, ws, err := webhookStore(ctx, db)
 	if err != nil {
 		return err
@@ -212,7 +212,16 @@ func RunWebhookRemove(ctx context.Context, db, id string, out io.Writer) error {
 		}
 		return err
 	}
-	_, err = fmt.Fprintf(out, "removed %s\n", id)
+	return output.Write(out, format, webhookRemoved{Removed: id})
+}
+
+// webhookRemoved is what `webhook rm` prints: with -o json, JSON only.
+type webhookRemoved struct {
+	Removed string `json:"removed"`
+}
+
+func (r webhookRemoved) WriteText(out io.Writer) error {
+	_, err := fmt.Fprintf(out, "removed %s\n", r.Removed)
 	return err
 }
 

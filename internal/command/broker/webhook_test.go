@@ -59,7 +59,7 @@ func TestWebhookCommands(t *testing.T) {
 		{"plain http off loopback", []string{"--url", "http://ci.example.com/hook", "--secret-file", secretFile}, "--url http://ci.example.com/hook: plain http:// is allowed only to a loopback host"},
 		{"no url", []string{"--secret-file", secretFile}, "--url is required"},
 		{"no secret", []string{"--url", recv.URL}, "--secret-file is required"},
-		{"short secret", []string{"--url", recv.URL, "--secret-file", short}, "--secret-file " + short + ": the secret is shorter than 16 bytes"},
+		{"short secret", []string{"--url", recv.URL, "--secret-file", short}, "--secret-file " + short + ": the secret is shorter than 16 bytes: write a new one with openssl rand -hex 32 > " + short},
 		{"credentials in the URL", []string{"--url", "https://user:pw@ci.example.com/", "--secret-file", secretFile}, "credentials in the URL"},
 	} {
 		code, out, errOut := run(append([]string{"webhook", "add", "--db", db.URL()}, tt.args...)...)
@@ -118,8 +118,18 @@ func TestWebhookCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "delivered") || !strings.Contains(out, "200") {
 		t.Errorf("webhooks deliveries (text): exit %d\n%s", code, out)
 	}
-	code, out, _ = run("webhook", "rm", added[0].ID, "--db", db.URL())
-	if code != 0 || out != "removed "+added[0].ID+"\n" {
+	code, out, _ = run("webhook", "rm", added[0].ID, "--db", db.URL(), "-o", "json")
+	var removed struct{ Removed string }
+	if err := json.Unmarshal([]byte(out), &removed); code != 0 || err != nil || removed.Removed != added[0].ID {
+		t.Errorf("webhook rm -o json: exit %d, %v: %q; want only {\"removed\": %q}", code, err, out, added[0].ID)
+	}
+	code, out, _ = run("webhook", "add", "--db", db.URL(), "--url", recv.URL+"/other", "--secret-file", secretFile, "-o", "json")
+	var other []webhookJSON
+	if err := json.Unmarshal([]byte(out), &other); code != 0 || err != nil || len(other) != 1 {
+		t.Fatalf("webhook add: exit %d, %v\n%s", code, err, out)
+	}
+	code, out, _ = run("webhook", "rm", other[0].ID, "--db", db.URL())
+	if code != 0 || out != "removed "+other[0].ID+"\n" {
 		t.Errorf("webhook rm: exit %d %q", code, out)
 	}
 	if code, _, errOut := run("webhook", "rm", added[0].ID, "--db", db.URL()); code != 2 || !strings.Contains(errOut, "gpupass-broker webhook list") {
