@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/retry"
 	"github.com/gpupass/gpupass/internal/testutil/promtest"
 )
 
@@ -267,16 +268,21 @@ func TestWebhookFaults(t *testing.T) {
 					tt.check(t, a)
 				}
 				// Retried after a growing back-off, not at once: the
-				// retry package's delays start in [RetryMin, 3×RetryMin]
-				// and about double, so the nth wait is at least
-				// RetryMin×2^(n-1) (100ms, then 200ms) up to RetryMax.
-				// The store keeps times to the millisecond, so a gap
-				// measured from them may read a few short (CI saw
-				// 199.8ms for a 200ms wait).
+				// retry package's intervals start at 2×RetryMin and
+				// double, capped at RetryMax/(1+Jitter), and each delay
+				// is its interval ±Jitter, so the nth wait is at least
+				// the smaller of RetryMin×2^(n-1) and
+				// RetryMax×(1-Jitter)/(1+Jitter): 100ms, then 133ms
+				// with RetryMax 400ms (CI saw 192ms against a bound of
+				// 200ms that ignored the cap). The store keeps times to
+				// the millisecond, so a gap measured from them may read
+				// a few short (CI saw 199.8ms for a 200ms wait).
 				if i > 0 {
 					prev := d.Log[i-1]
 					const storedTimeSlack = 5 * time.Millisecond
-					least := 100*time.Millisecond<<(i-1) - storedTimeSlack
+					hooks := fastHooks()
+					capped := time.Duration(float64(hooks.RetryMax) * (1 - retry.Jitter) / (1 + retry.Jitter))
+					least := min(hooks.RetryMin<<(i-1), capped) - storedTimeSlack
 					if gap := a.At.Sub(prev.At.Add(prev.Duration)); gap < least {
 						t.Errorf("attempt %d came %s after the previous one; want a back-off of at least %s", a.N, gap, least)
 					}
