@@ -5,8 +5,10 @@
 package flagenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -46,6 +48,37 @@ func IsSecret(flag string) bool {
 	return secrets[flag]
 }
 
+// ValueError is a variable whose value its flag refused. Where refers to
+// it in the message: the variable, unless the caller names it better (a
+// CI step's input that sets the variable).
+type ValueError struct {
+	Flag, Var, Value string
+	// Secret: the value is never in the message.
+	Secret bool
+	// Where names the variable in the message; empty is Var.
+	Where string
+	Err   error
+}
+
+func (e *ValueError) Error() string {
+	where := e.Where
+	if where == "" {
+		where = e.Var
+	}
+	if e.Secret {
+		return "invalid value in " + where
+	}
+	// pflag's bool says only "strconv.ParseBool: parsing …: invalid
+	// syntax"; the fix is the values it takes.
+	var ne *strconv.NumError
+	if errors.As(e.Err, &ne) && ne.Func == "ParseBool" {
+		return fmt.Sprintf("invalid value %q in %s: want true or false", e.Value, where)
+	}
+	return fmt.Sprintf("invalid value %q in %s: %v", e.Value, where, e.Err)
+}
+
+func (e *ValueError) Unwrap() error { return e.Err }
+
 // Apply sets every flag of cmd (and its inherited persistent flags) that
 // was not given on the command line from its environment variable.
 func Apply(cmd *cobra.Command, getenv func(string) string) error {
@@ -71,11 +104,7 @@ func Apply(cmd *cobra.Command, getenv func(string) string) error {
 			return
 		}
 		if err := f.Value.Set(v); err != nil {
-			if secret {
-				firstErr = fmt.Errorf("invalid value in %s", name)
-			} else {
-				firstErr = fmt.Errorf("invalid value %q in %s: %w", v, name, err)
-			}
+			firstErr = &ValueError{Flag: f.Name, Var: name, Value: v, Secret: secret, Err: err}
 			return
 		}
 		f.Changed = true

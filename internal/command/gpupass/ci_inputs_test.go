@@ -182,3 +182,34 @@ func TestErrorsNameTheInputsTheStepsSet(t *testing.T) {
 		t.Fatalf("checked only %d inputs: the patterns no longer match the files", checked)
 	}
 }
+
+// TestBadInputValueNamesTheInput: a step's input that sets a flag's
+// variable to a value the flag refuses is named by the input under a CI
+// format, with the values it takes, not by a variable the pipeline's
+// author never wrote (wait: maybe was "invalid value "maybe" in
+// GPUPASS_FOLLOW: strconv.ParseBool: parsing "maybe": invalid syntax").
+// Secrets stay out of the message.
+func TestBadInputValueNamesTheInput(t *testing.T) {
+	tests := []struct {
+		args          []string
+		env, value    string
+		want, notWant string
+	}{
+		{[]string{"-o", "github", "train"}, "GPUPASS_FOLLOW", "maybe",
+			`invalid value "maybe" in --follow (GPUPASS_FOLLOW, the wait input): want true or false`, "strconv"},
+		{[]string{"-o", "gitlab", "train"}, "GPUPASS_FOLLOW", "maybe",
+			`invalid value "maybe" in --follow (GPUPASS_FOLLOW, the wait input): want true or false`, "strconv"},
+		{[]string{"train"}, "GPUPASS_FOLLOW", "maybe", `invalid value "maybe" in GPUPASS_FOLLOW: want true or false`, "input"},
+		{[]string{"-o", "github", "compare"}, "GPUPASS_FAIL_ON_DIVERGENCE", "perhaps",
+			`invalid value "perhaps" in --fail-on-divergence (GPUPASS_FAIL_ON_DIVERGENCE, the fail-on-divergence input): want true or false`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Setenv(tt.env, tt.value)
+			code, _, stderr := runMain(t, tt.args...)
+			if code != 2 || !strings.Contains(stderr, tt.want) || (tt.notWant != "" && strings.Contains(stderr, tt.notWant)) {
+				t.Errorf("%s=%s gpupass %s: exit %d, %q; want 2 and %q", tt.env, tt.value, strings.Join(tt.args, " "), code, stderr, tt.want)
+			}
+		})
+	}
+}

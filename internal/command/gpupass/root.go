@@ -18,6 +18,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 	"github.com/gpupass/gpupass/internal/command/output"
 )
 
@@ -196,6 +197,13 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	// a pipeline step set the input of the same name. The root's -o is
 	// the one every command shares.
 	err = ciFlagNames(cfg.names.flags, output.Of(root)).Apply(err)
+	// A variable a step's input set is named by the input too: the
+	// pipeline's author wrote wait: maybe, not GPUPASS_FOLLOW.
+	if ve := (*flagenv.ValueError)(nil); errors.As(err, &ve) {
+		if _, ok := CIOutput(output.Of(root)); ok {
+			ve.Where = CIFlag(output.Of(root), ve.Flag)
+		}
+	}
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Err != nil {
