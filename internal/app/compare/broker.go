@@ -100,6 +100,7 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	// an unfinished run unless asked (RunNotDoneError), and says how a
 	// run ended when it did not succeed.
 	state := runview.State(run.GetState())
+	s.State = state
 	if !runview.Terminal(run.GetState()) {
 		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: state, Series: s}
 	}
