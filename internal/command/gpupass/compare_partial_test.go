@@ -65,7 +65,7 @@ func slowAgent(t *testing.T, url, tok string, n brokertest.NodeSpec, scale float
 // --partial the unfinished runs are refused as before. Once the runs
 // have ended the same command posts the verdict into the same comment,
 // edited in place, and renders exactly what compare without --partial
-// renders.
+// renders. The same on GitHub (PR comment) and GitLab (MR note).
 func TestComparePartialEditsTheStickyComment(t *testing.T) {
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
 	agentTok := b.Token(t, store.RoleAgent, "*")
@@ -103,98 +103,123 @@ func TestComparePartialEditsTheStickyComment(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	gh := &gpupass.GitHubPR{}
-	srv := httptest.NewServer(gh)
-	defer srv.Close()
+	gh, gl := &gpupass.GitHubPR{}, &gpupass.GitLabMR{}
+	ghSrv, glSrv := httptest.NewServer(gh), httptest.NewServer(gl)
+	defer ghSrv.Close()
+	defer glSrv.Close()
 	event := filepath.Join(dir, "event.json")
 	os.WriteFile(event, []byte(`{"pull_request":{"number":7}}`), 0o644)
-	outputs := filepath.Join(dir, "output") // stepOutput reads it
-	for k, v := range map[string]string{
-		"GITHUB_ACTIONS": "true", "GITLAB_CI": "", "GITHUB_EVENT_PATH": event, "GITHUB_REPOSITORY": "acme/train",
-		"GITHUB_RUN_ID": "77", "GITHUB_API_URL": srv.URL, "GITHUB_TOKEN": "ghs_x", "GITHUB_STEP_SUMMARY": "",
-		"GITHUB_OUTPUT": outputs, "GPUPASS_DASHBOARD_URL": "https://gpupass.example.com",
-	} {
-		t.Setenv(k, v)
+	// The compare-report step on each forge: its CI's variables, a pull
+	// or merge request to post to, the step outputs where stepOutput
+	// reads them.
+	forges := []struct {
+		kind   string // -o
+		env    map[string]string
+		marker string
+		bodies func() []string
+		edits  func() int
+	}{
+		{"github", map[string]string{
+			"GITHUB_ACTIONS": "true", "GITLAB_CI": "", "GITHUB_EVENT_PATH": event, "GITHUB_REPOSITORY": "acme/train",
+			"GITHUB_RUN_ID": "77", "GITHUB_API_URL": ghSrv.URL, "GITHUB_TOKEN": "ghs_x", "GITHUB_STEP_SUMMARY": "",
+			"GITHUB_OUTPUT": filepath.Join(dir, "output"),
+		}, `<!-- gpupass:report tag="compare" run=77 `, gh.Bodies, gh.Edits},
+		{"gitlab", map[string]string{
+			"GITHUB_ACTIONS": "", "GITLAB_CI": "true", "CI_API_V4_URL": glSrv.URL + "/api/v4", "CI_MERGE_REQUEST_PROJECT_ID": "4",
+			"CI_MERGE_REQUEST_IID": "2", "CI_PIPELINE_ID": "31", "CI_COMMIT_SHA": "c0ffee", "GITLAB_TOKEN": "glpat-x",
+			"GPUPASS_DOTENV": filepath.Join(dir, "gpupass.env"),
+		}, `<!-- gpupass:report tag="compare" run=31 `, gl.Bodies, gl.Edits},
 	}
-	run := func(args ...string) (int, string, string) {
+	t.Setenv("GPUPASS_DASHBOARD_URL", "https://gpupass.example.com")
+	run := func(env map[string]string, args ...string) (int, string, string) {
 		t.Helper()
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
 		var out, errb bytes.Buffer
 		args = append(append([]string{"compare", "--report-dir", filepath.Join(dir, "report")}, args...), broker...)
 		code := gpupass.Main(ctx, args, strings.NewReader(""), &out, &errb, gpupass.WithPoster(forgepost.Poster{}))
 		return code, out.String(), errb.String()
 	}
-
-	// Without --partial a run that has not ended is refused, as before.
-	if code, _, errOut := run("-o", "github", group); code != 2 || !strings.Contains(errOut, "is still running (10 points so far, last step 10)") {
-		t.Errorf("compare without --partial: exit %d, want 2 and the refusal\n%s", code, errOut)
-	}
-	if b := gh.Bodies(); len(b) != 0 {
-		t.Fatalf("a refused compare posted %q", b)
+	removeOutputs := func() {
+		os.Remove(filepath.Join(dir, "output"))
+		os.Remove(filepath.Join(dir, "gpupass.env"))
 	}
 
-	code, out, errOut = run("-o", "github", "--partial", "--fail-on-divergence", group)
-	if code != 0 {
-		t.Fatalf("compare --partial while running: exit %d, want 0 (not a verdict)\n%s\n%s", code, out, errOut)
-	}
-	bodies := gh.Bodies()
-	if len(bodies) != 1 {
-		t.Fatalf("comments %q, want one", bodies)
-	}
-	body := bodies[0]
-	want := []string{
-		`<!-- gpupass:report tag="compare" run=77 `, "### ⏳ gpupass compare: in progress",
-		"**Not a verdict yet:** 2 of 2 run(s) have not ended", "#### Runs so far", "```mermaid",
-	}
-	for _, id := range ids {
-		pts := points(id)
-		last := pts[len(pts)-1]
-		// The row of the run: its state and the last loss the broker
-		// holds for it, as the report writes numbers.
-		row := fmt.Sprintf("⏳ running | broker:%s | %d ", id, last.Step)
-		if !strings.Contains(body, row) || !strings.Contains(body, "| "+report.Num(last.Values["loss"])+" ") {
-			t.Errorf("the in-progress comment lacks %s's row %q with last loss %s", id, row, report.Num(last.Values["loss"]))
+	for _, f := range forges {
+		// Without --partial a run that has not ended is refused, as before.
+		if code, _, errOut := run(f.env, "-o", f.kind, group); code != 2 || !strings.Contains(errOut, "is still running (10 points so far, last step 10)") {
+			t.Errorf("%s: compare without --partial: exit %d, want 2 and the refusal\n%s", f.kind, code, errOut)
 		}
-		want = append(want, "(https://gpupass.example.com/ui/runs/"+id+")")
-	}
-	for _, w := range want {
-		if !strings.Contains(body, w) || !strings.Contains(out, strings.TrimPrefix(w, `<!-- gpupass:report tag="compare" run=77 `)) {
-			t.Errorf("the in-progress comment or log lacks %q:\n%s", w, body)
+		if b := f.bodies(); len(b) != 0 {
+			t.Fatalf("%s: a refused compare posted %q", f.kind, b)
 		}
-	}
-	for _, no := range []string{"#### Pairs", "consistent", "diverged"} {
-		if strings.Contains(body, no) {
-			t.Errorf("the in-progress comment reads %q, as if it were a verdict:\n%s", no, body)
+
+		code, out, errOut := run(f.env, "-o", f.kind, "--partial", "--fail-on-divergence", group)
+		if code != 0 {
+			t.Fatalf("%s: compare --partial while running: exit %d, want 0 (not a verdict)\n%s\n%s", f.kind, code, out, errOut)
 		}
-	}
-	if v := stepOutput(t, "github", dir, "verdict"); v != "in progress" {
-		t.Errorf("the verdict output is %q, want in progress", v)
+		bodies := f.bodies()
+		if len(bodies) != 1 {
+			t.Fatalf("%s: comments %q, want one", f.kind, bodies)
+		}
+		body := bodies[0]
+		want := []string{
+			f.marker, "### ⏳ gpupass compare: in progress",
+			"**Not a verdict yet:** 2 of 2 run(s) have not ended", "#### Runs so far", "```mermaid",
+		}
+		for _, id := range ids {
+			pts := points(id)
+			last := pts[len(pts)-1]
+			// The row of the run: its state and the last loss the broker
+			// holds for it, as the report writes numbers.
+			row := fmt.Sprintf("⏳ running | broker:%s | %d ", id, last.Step)
+			if !strings.Contains(body, row) || !strings.Contains(body, "| "+report.Num(last.Values["loss"])+" ") {
+				t.Errorf("%s: the in-progress comment lacks %s's row %q with last loss %s", f.kind, id, row, report.Num(last.Values["loss"]))
+			}
+			want = append(want, "(https://gpupass.example.com/ui/runs/"+id+")")
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) || !strings.Contains(out, strings.TrimPrefix(w, f.marker)) {
+				t.Errorf("%s: the in-progress comment or log lacks %q:\n%s", f.kind, w, body)
+			}
+		}
+		for _, no := range []string{"#### Pairs", "consistent", "diverged"} {
+			if strings.Contains(body, no) {
+				t.Errorf("%s: the in-progress comment reads %q, as if it were a verdict:\n%s", f.kind, no, body)
+			}
+		}
+		if v := stepOutput(t, f.kind, dir, "verdict"); v != "in progress" {
+			t.Errorf("%s: the verdict output is %q, want in progress", f.kind, v)
+		}
 	}
 
-	os.Remove(outputs)
+	removeOutputs()
 	close(release)
 	for _, id := range ids {
 		waitFor(t, id+" to succeed", func() bool { return state(id) == gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED })
 	}
-	code, out, errOut = run("-o", "github", "--partial", "--fail-on-divergence", group)
-	if code != 0 {
-		t.Fatalf("compare --partial after the runs ended: exit %d\n%s\n%s", code, out, errOut)
-	}
-	bodies = gh.Bodies()
-	if len(bodies) != 1 || gh.Edits() != 1 {
-		t.Fatalf("%d comment(s), %d edit(s), want the in-progress one edited into the verdict:\n%s", len(bodies), gh.Edits(), strings.Join(bodies, "\n----\n"))
-	}
-	if !strings.Contains(bodies[0], "### ✅ gpupass compare: consistent") || strings.Contains(bodies[0], "in progress") ||
-		!strings.Contains(bodies[0], "1..20 (20 pts)") {
-		t.Errorf("the comment after the runs ended is not the verdict on all 20 steps:\n%s", bodies[0])
-	}
-	if v := stepOutput(t, "github", dir, "verdict"); v != "consistent" {
-		t.Errorf("the verdict output is %q, want consistent", v)
+	for _, f := range forges {
+		code, out, errOut := run(f.env, "-o", f.kind, "--partial", "--fail-on-divergence", group)
+		if code != 0 {
+			t.Fatalf("%s: compare --partial after the runs ended: exit %d\n%s\n%s", f.kind, code, out, errOut)
+		}
+		bodies := f.bodies()
+		if len(bodies) != 1 || f.edits() != 1 {
+			t.Fatalf("%s: %d comment(s), %d edit(s), want the in-progress one edited into the verdict:\n%s", f.kind, len(bodies), f.edits(), strings.Join(bodies, "\n----\n"))
+		}
+		if !strings.HasPrefix(bodies[0], f.marker) || !strings.Contains(bodies[0], "### ✅ gpupass compare: consistent") || strings.Contains(bodies[0], "in progress") ||
+			!strings.Contains(bodies[0], "1..20 (20 pts)") {
+			t.Errorf("%s: the comment after the runs ended is not the verdict on all 20 steps:\n%s", f.kind, bodies[0])
+		}
+		if v := stepOutput(t, f.kind, dir, "verdict"); v != "consistent" {
+			t.Errorf("%s: the verdict output is %q, want consistent", f.kind, v)
+		}
 	}
 
 	// Once every run has ended, --partial renders the verdict exactly.
-	t.Setenv("GITHUB_ACTIONS", "")
-	_, partial, _ := run("--post", "none", "--partial", group)
-	_, plain, errOut := run("--post", "none", group)
+	_, partial, _ := run(nil, "--post", "none", "--partial", group)
+	_, plain, errOut := run(nil, "--post", "none", group)
 	if partial != plain || !strings.Contains(plain, "consistent") {
 		t.Errorf("--partial after the runs ended renders\n%s\nwithout it\n%s\n%s", partial, plain, errOut)
 	}

@@ -274,12 +274,24 @@ func TestCompareGitLabJobToken(t *testing.T) {
 	}
 }
 
-// gitlabMR is a minimal GitLab MR-notes endpoint for the CLI test;
-// internal/forge/gitlab tests the API in depth.
+// gitlabMR is a minimal GitLab MR-notes endpoint for the CLI test, its
+// token's account user 9: it keeps the notes and takes edits, so a test
+// can see a sticky note replaced in place. internal/forge/gitlab tests
+// the API in depth.
 type gitlabMR struct {
-	mu    sync.Mutex
-	notes []string
-	token string
+	mu     sync.Mutex
+	notes  []string // bodies created, in order
+	edits  int
+	stored []gitlabNote
+	token  string
+}
+
+type gitlabNote struct {
+	ID     int64  `json:"id"`
+	Body   string `json:"body"`
+	Author struct {
+		ID int64 `json:"id"`
+	} `json:"author"`
 }
 
 func (g *gitlabMR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -289,16 +301,51 @@ func (g *gitlabMR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	const path = "/api/v4/projects/4/merge_requests/2/notes"
 	switch {
 	case r.Method == "GET" && r.URL.Path == path:
-		io.WriteString(w, "[]")
+		json.NewEncoder(w).Encode(append([]gitlabNote{}, g.stored...))
+	case r.Method == "GET" && r.URL.Path == "/api/v4/user":
+		io.WriteString(w, `{"id":9,"username":"ci"}`)
 	case r.Method == "POST" && r.URL.Path == path:
-		var n struct{ Body string }
+		var n gitlabNote
 		json.NewDecoder(r.Body).Decode(&n)
 		g.notes = append(g.notes, n.Body)
+		n.ID = int64(len(g.notes)) + 4
+		n.Author.ID = 9
+		g.stored = append(g.stored, n)
 		w.WriteHeader(201)
-		io.WriteString(w, `{"id":5}`)
+		json.NewEncoder(w).Encode(n)
+	case r.Method == "PUT" && strings.HasPrefix(r.URL.Path, path+"/"):
+		var n gitlabNote
+		json.NewDecoder(r.Body).Decode(&n)
+		for i := range g.stored {
+			if fmt.Sprint(g.stored[i].ID) == strings.TrimPrefix(r.URL.Path, path+"/") {
+				g.stored[i].Body = n.Body
+				g.edits++
+				json.NewEncoder(w).Encode(g.stored[i])
+				return
+			}
+		}
+		http.NotFound(w, r)
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// Bodies are the merge request's notes now, oldest first.
+func (g *gitlabMR) Bodies() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, n := range g.stored {
+		out = append(out, n.Body)
+	}
+	return out
+}
+
+// Edits counts the notes edited in place.
+func (g *gitlabMR) Edits() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.edits
 }
 
 func TestComparePostsToGitLab(t *testing.T) {
