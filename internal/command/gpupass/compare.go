@@ -131,7 +131,7 @@ far) or --partial. With --partial such runs give an in-progress report: each
 run's state, last step, last loss and curve so far, headed "in progress", no
 verdict and exit code 0; it goes to the same sticky comment as the verdict,
 which replaces it once every run has ended (--partial then gives exactly the
-verdict). A run whose log the
+verdict; over --allow-running, --partial decides). A run whose log the
 broker marked disputed (a seq sent twice with different content) makes
 every verdict it is part of inconclusive: its figures are not proof.
 
