@@ -273,6 +273,22 @@ func TestPartial(t *testing.T) {
 		t.Errorf("an in-progress report reads as a verdict:\n%s", md)
 	}
 
+	// Right after submission nothing is logged yet: still a report,
+	// with every report file written (the CI step writes them all).
+	files := Files{Markdown: filepath.Join(dir, "r.md"), JSON: filepath.Join(dir, "r.json"), SVG: filepath.Join(dir, "r.svg"), PNG: filepath.Join(dir, "r.png"), JUnit: filepath.Join(dir, "r.xml")}
+	early, err := Run(context.Background(), Options{Runs: refs("alloc-sa-running"), Source: src, Partial: true, Files: files})
+	if err != nil {
+		t.Fatalf("nothing logged yet: %v", err)
+	}
+	if early.Report.Verdict != report.InProgress || !strings.Contains(string(early.Markdown), "| sa-east | ⏳ matched ") {
+		t.Errorf("nothing logged yet: verdict %q\n%s", early.Report.Verdict, early.Markdown)
+	}
+	for _, f := range []string{files.Markdown, files.JSON, files.SVG, files.PNG, files.JUnit} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+			t.Errorf("nothing logged yet: %s not written (%v)", f, err)
+		}
+	}
+
 	// Every run ended: the verdict, as without Partial.
 	o.Runs = refs(us, "alloc-eu1")
 	partial, err := Run(context.Background(), o)
