@@ -101,11 +101,13 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	// run ended when it did not succeed.
 	state := runview.State(run.GetState())
 	s.State = state
-	if !runview.Terminal(run.GetState()) {
-		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: state, Series: s}
-	}
+	// A log disputed while the run runs is no proof either: the partial
+	// curve (--allow-running, --partial) says so as the final one does.
 	if run.GetLogDisputed() {
 		s.Disputed = runview.DisputedNote(run)
+	}
+	if !runview.Terminal(run.GetState()) {
+		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: state, Series: s}
 	}
 	if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 		note := "the run ended " + state
