@@ -62,6 +62,12 @@ type Series struct {
 	// Slurm is the batch job the run trained in (a broker run on a
 	// Slurm node); nil otherwise.
 	Slurm *Slurm `json:"slurm,omitempty"`
+	// State is the run's state on the broker when it was read
+	// (running, succeeded…); empty for a file.
+	State string `json:"state,omitempty"`
+	// Running marks a run that had not ended when it was read: its
+	// points are those logged so far.
+	Running bool `json:"running,omitempty"`
 }
 
 // Restart is one place a run restarted: After is the last step logged

@@ -21,8 +21,12 @@ var palette = []struct{ hex, dot string }{
 // tables of run and pair figures, a Mermaid xychart and notes.
 func Markdown(w io.Writer, r *Report) error {
 	var b bytes.Buffer
-	icon := map[string]string{Consistent: "✅", Diverged: "❌", Inconclusive: "⚠️"}[r.Verdict]
+	icon := map[string]string{Consistent: "✅", Diverged: "❌", Inconclusive: "⚠️", InProgress: "⏳"}[r.Verdict]
 	fmt.Fprintf(&b, "### %s gpupass compare: %s\n\n", icon, r.Verdict)
+	progress := r.Verdict == InProgress
+	if progress {
+		fmt.Fprintf(&b, "**Not a verdict yet:** %d of %d run(s) have not ended. The figures are those logged so far; this report is replaced by the verdict once every run has ended.\n\n", r.Running(), len(r.Runs))
+	}
 	if r.Simulated {
 		b.WriteString("> **Simulated**: figures derive from a simulated hardware profile.\n\n")
 	}
@@ -31,32 +35,22 @@ func Markdown(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "> **Log disputed** (%s): %s\n\n", mdText(run.Label), mdText(run.Disputed))
 		}
 	}
-	fmt.Fprintf(&b, "Metric %s, %d run(s), tolerance %s at every common step.\n\n", mdCode(r.Metric), len(r.Runs), r.Tolerance)
+	if progress {
+		fmt.Fprintf(&b, "Metric %s, %d run(s); once they have ended, compared at tolerance %s at every common step.\n\n", mdCode(r.Metric), len(r.Runs), r.Tolerance)
+	} else {
+		fmt.Fprintf(&b, "Metric %s, %d run(s), tolerance %s at every common step.\n\n", mdCode(r.Metric), len(r.Runs), r.Tolerance)
+	}
 	// Near the top: a comment too long for the forge is cut at the end
 	// (forge.Truncate), and the way back should survive the cut.
 	if links := mdLinks(r.Links); links != "" {
 		b.WriteString(links + "\n\n")
 	}
 
-	runs := [][]string{}
-	for _, run := range r.Runs {
-		minCell := Num(float64(run.MinLoss))
-		if finite(float64(run.MinLoss)) {
-			minCell += " (step " + strconv.FormatInt(run.MinStep, 10) + ")"
+	if progress {
+		if err := progressTable(&b, r); err != nil {
+			return err
 		}
-		source := run.Source
-		if run.Slurm != nil {
-			source += ", " + run.Slurm.String()
-		}
-		runs = append(runs, []string{
-			mdText(run.Label), mdText(source), Num(float64(run.FinalLoss)), minCell,
-			fmt.Sprintf("%d..%d (%d pts)", run.FirstStep, run.LastStep, run.Points),
-			Duration(run.WallSeconds), Throughput(run.StepsPerSecond), Duration(run.TimeToFirstStep),
-			Cost(run.CostUSD), strconv.Itoa(run.Restarts),
-		})
-	}
-	b.WriteString("#### Runs\n\n")
-	if err := table(&b, []string{"run", "source", "final loss", "min loss", "steps", "wall time", "steps/s", "time to first step", "cost", "restarts"}, runs); err != nil {
+	} else if err := runsTable(&b, r); err != nil {
 		return err
 	}
 	if len(r.Pairs) > 0 {
@@ -98,6 +92,61 @@ func Markdown(w io.Writer, r *Report) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// runsTable writes the figures of the runs of a verdict.
+func runsTable(b *bytes.Buffer, r *Report) error {
+	runs := [][]string{}
+	for _, run := range r.Runs {
+		minCell := Num(float64(run.MinLoss))
+		if finite(float64(run.MinLoss)) {
+			minCell += " (step " + strconv.FormatInt(run.MinStep, 10) + ")"
+		}
+		source := run.Source
+		if run.Slurm != nil {
+			source += ", " + run.Slurm.String()
+		}
+		runs = append(runs, []string{
+			mdText(run.Label), mdText(source), Num(float64(run.FinalLoss)), minCell,
+			fmt.Sprintf("%d..%d (%d pts)", run.FirstStep, run.LastStep, run.Points),
+			Duration(run.WallSeconds), Throughput(run.StepsPerSecond), Duration(run.TimeToFirstStep),
+			Cost(run.CostUSD), strconv.Itoa(run.Restarts),
+		})
+	}
+	b.WriteString("#### Runs\n\n")
+	return table(b, []string{"run", "source", "final loss", "min loss", "steps", "wall time", "steps/s", "time to first step", "cost", "restarts"}, runs)
+}
+
+// progressTable writes where each run of an in-progress report stands:
+// its state, and its last step and loss so far.
+func progressTable(b *bytes.Buffer, r *Report) error {
+	runs := [][]string{}
+	for _, run := range r.Runs {
+		state := run.State
+		if state == "" {
+			state = "ended" // a file: all there is
+		}
+		if run.Running {
+			state = "⏳ " + mdText(state)
+		} else {
+			state = mdText(state)
+		}
+		last, lastLoss, minCell := NA, NA, NA
+		if run.Points > 0 {
+			last = strconv.FormatInt(run.LastStep, 10)
+			lastLoss = Num(float64(run.FinalLoss))
+			minCell = Num(float64(run.MinLoss))
+			if finite(float64(run.MinLoss)) {
+				minCell += " (step " + strconv.FormatInt(run.MinStep, 10) + ")"
+			}
+		}
+		runs = append(runs, []string{
+			mdText(run.Label), state, mdText(run.Source), last, lastLoss, minCell, strconv.Itoa(run.Points),
+			Duration(run.WallSeconds), Throughput(run.StepsPerSecond), Cost(run.CostUSD), strconv.Itoa(run.Restarts),
+		})
+	}
+	b.WriteString("#### Runs so far\n\n")
+	return table(b, []string{"run", "state", "source", "last step", "last loss", "min loss", "points", "wall time", "steps/s", "cost so far", "restarts"}, runs)
 }
 
 // notesOf gathers what a reader should know: input problems, NaN/Inf,

@@ -23,6 +23,9 @@ const (
 	Consistent   = "consistent"
 	Diverged     = "diverged"
 	Inconclusive = "inconclusive" // some pair could not be compared
+	// InProgress is not a verdict: some run has not ended, and the
+	// report shows where each stands (BuildProgress).
+	InProgress = "in progress"
 )
 
 // Tolerance bounds the loss difference between two runs at every common
@@ -168,6 +171,11 @@ type Run struct {
 	Disputed string `json:"log_disputed,omitempty"`
 	// Slurm is the batch job the run trained in, when it ran on Slurm.
 	Slurm *metrics.Slurm `json:"slurm,omitempty"`
+	// State and Running are set in an in-progress report only
+	// (BuildProgress): the run's state on the broker, and whether it
+	// had not ended, its figures being those so far.
+	State   string `json:"state,omitempty"`
+	Running bool   `json:"running,omitempty"`
 }
 
 // Check is one tolerance check of one pair.
@@ -235,33 +243,9 @@ type Link struct {
 // Build computes the figures of series (normalised, labelled) and the
 // verdict of every pair against tol.
 func Build(series []*metrics.Series, tol Tolerance) (*Report, error) {
-	if len(series) == 0 {
-		return nil, fmt.Errorf("no runs to compare")
-	}
-	if !tol.HasAbs && !tol.HasRel {
-		tol = DefaultTolerance
-	}
-	seen := map[string]string{}
-	for _, s := range series {
-		if s.Label == "" {
-			return nil, &fielderr.Error{Field: FieldLabel, Problem: fmt.Sprintf("the run from %s has none; name it as NAME=%s", s.Source, s.Source)}
-		}
-		if prev, ok := seen[s.Label]; ok {
-			return nil, fielderr.New(FieldLabel, s.Label, "names both %s and %s; give each run its own, NAME=INPUT", prev, s.Source)
-		}
-		seen[s.Label] = s.Source
-	}
-	r := &Report{Tolerance: tol, Verdict: Consistent}
-	metricsSeen := map[string]bool{}
-	for _, s := range series {
-		r.Runs = append(r.Runs, runFigures(s))
-		metricsSeen[s.Metric] = true
-		r.Simulated = r.Simulated || s.Simulated
-	}
-	r.Metric = series[0].Metric
-	if len(metricsSeen) > 1 {
-		r.Metric = "loss"
-		r.Notes = append(r.Notes, "runs use different metric names (JSONL loss, CSV train_loss, TensorBoard tag); compared as the same loss")
+	r, err := newReport(series, tol, Consistent)
+	if err != nil {
+		return nil, err
 	}
 	if len(series) == 1 {
 		r.Notes = append(r.Notes, "only one run: figures only, nothing to compare")
@@ -303,6 +287,77 @@ func Build(series []*metrics.Series, tol Tolerance) (*Report, error) {
 		r.Curves = append(r.Curves, Curve{Label: s.Label, Points: Downsample(s.Points, SVGPoints), Restarts: s.RestartAt})
 	}
 	return r, nil
+}
+
+// newReport checks the labels of series and starts a report with verdict
+// and every run's figures.
+func newReport(series []*metrics.Series, tol Tolerance, verdict string) (*Report, error) {
+	if len(series) == 0 {
+		return nil, fmt.Errorf("no runs to compare")
+	}
+	if !tol.HasAbs && !tol.HasRel {
+		tol = DefaultTolerance
+	}
+	seen := map[string]string{}
+	for _, s := range series {
+		if s.Label == "" {
+			return nil, &fielderr.Error{Field: FieldLabel, Problem: fmt.Sprintf("the run from %s has none; name it as NAME=%s", s.Source, s.Source)}
+		}
+		if prev, ok := seen[s.Label]; ok {
+			return nil, fielderr.New(FieldLabel, s.Label, "names both %s and %s; give each run its own, NAME=INPUT", prev, s.Source)
+		}
+		seen[s.Label] = s.Source
+	}
+	r := &Report{Tolerance: tol, Verdict: verdict}
+	metricsSeen := map[string]bool{}
+	for _, s := range series {
+		r.Runs = append(r.Runs, runFigures(s))
+		metricsSeen[s.Metric] = true
+		r.Simulated = r.Simulated || s.Simulated
+	}
+	r.Metric = series[0].Metric
+	if len(metricsSeen) > 1 {
+		r.Metric = "loss"
+		r.Notes = append(r.Notes, "runs use different metric names (JSONL loss, CSV train_loss, TensorBoard tag); compared as the same loss")
+	}
+	return r, nil
+}
+
+// BuildProgress is the report on runs of which some have not ended
+// (Series.Running): each run's state and figures so far, and the curves
+// so far, under the verdict InProgress. It compares no pairs: figures
+// that are not final decide nothing, and the verdict is Build's once
+// every run has ended.
+func BuildProgress(series []*metrics.Series, tol Tolerance) (*Report, error) {
+	r, err := newReport(series, tol, InProgress)
+	if err != nil {
+		return nil, err
+	}
+	var drawn []*metrics.Series
+	for i, s := range series {
+		r.Runs[i].State, r.Runs[i].Running = s.State, s.Running
+		if len(s.Points) > 0 {
+			drawn = append(drawn, s)
+		}
+	}
+	// The chart draws the runs that have logged something: one still
+	// pending would leave no common step for the others.
+	r.Chart = buildChart(drawn, MermaidPoints)
+	for _, s := range drawn {
+		r.Curves = append(r.Curves, Curve{Label: s.Label, Points: Downsample(s.Points, SVGPoints), Restarts: s.RestartAt})
+	}
+	return r, nil
+}
+
+// Running counts the runs that had not ended when the report was built.
+func (r *Report) Running() int {
+	n := 0
+	for _, run := range r.Runs {
+		if run.Running {
+			n++
+		}
+	}
+	return n
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

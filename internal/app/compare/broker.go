@@ -100,11 +100,14 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	// an unfinished run unless asked (RunNotDoneError), and says how a
 	// run ended when it did not succeed.
 	state := runview.State(run.GetState())
-	if !runview.Terminal(run.GetState()) {
-		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: state, Series: s}
-	}
+	s.State = state
+	// A log disputed while the run runs is no proof either: the partial
+	// curve (--allow-running, --partial) says so as the final one does.
 	if run.GetLogDisputed() {
 		s.Disputed = runview.DisputedNote(run)
+	}
+	if !runview.Terminal(run.GetState()) {
+		return nil, &RunNotDoneError{ID: allocID, Region: run.GetRegion(), State: state, Series: s}
 	}
 	if run.GetState() != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 		note := "the run ended " + state

@@ -127,8 +127,13 @@ type Options struct {
 	// AllowRunning compares allocations that have not ended on their
 	// partial curves.
 	AllowRunning bool
-	Files        Files
-	Post         PostMode // empty is PostNone
+	// Partial reports on runs that have not ended instead of refusing
+	// them: an in-progress report (report.InProgress) with each run's
+	// state and figures so far. When every run has ended the report is
+	// the verdict, as without it.
+	Partial bool
+	Files   Files
+	Post    PostMode // empty is PostNone
 	// Tag names the sticky comment (one per tag); Behavior says what
 	// happens to an existing one.
 	Tag         string
@@ -212,7 +217,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			log.Warn("skipped malformed input", "run", s.Label, "source", s.Source, "problems", s.Problems.String())
 		}
 	}
-	rep, err := report.Build(series, o.Tolerance)
+	build := report.Build
+	for _, s := range series {
+		if s.Running {
+			build = report.BuildProgress
+		}
+	}
+	rep, err := build(series, o.Tolerance)
 	if err != nil {
 		return nil, err
 	}
@@ -259,10 +270,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 // Divergence is nil when the runs are consistent, else a findings error
 // (exit code 1) that says why: the pairs that could not be compared and
-// the disputed logs, or the verdict against the tolerance.
+// the disputed logs, or the verdict against the tolerance. An
+// in-progress report (Options.Partial) is no verdict: nil.
 func (r *Result) Divergence() error {
 	rep := r.Report
-	if rep.Verdict == report.Consistent {
+	if rep.Verdict == report.Consistent || rep.Verdict == report.InProgress {
 		return nil
 	}
 	var why []string
@@ -453,7 +465,11 @@ func loadOne(ctx context.Context, o Options, pat *metrics.Pattern, in input) (*m
 		}
 		s, err = o.Source.Metrics(ctx, in.ref, o.Metric)
 		var notDone *RunNotDoneError
-		if errors.As(err, &notDone) {
+		if errors.As(err, &notDone) && o.Partial && notDone.Series != nil {
+			// Where the run stands, even before its first point.
+			s, err = notDone.Series, nil
+			s.Running = true
+		} else if errors.As(err, &notDone) {
 			if !o.AllowRunning || notDone.Series == nil || len(notDone.Series.Points) == 0 {
 				return nil, err
 			}

@@ -225,3 +225,82 @@ func TestRunLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestPartial: with Partial, runs that have not ended give an
+// in-progress report, not a verdict: every run with its state and
+// figures so far (a run that has logged nothing yet too), the curves of
+// those that have logged, no pairs, no divergence even where the curves
+// so far differ past the tolerance. Once none is running, Partial changes
+// nothing.
+func TestPartial(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	us := writeLines(t, dir, "us.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`)
+	src := fakeSource{
+		"alloc-ap-running": {Label: "ap-south", Source: "broker:alloc-ap-running", Metric: "loss", State: "running", Points: []metrics.Point{{Step: 0, Value: 2}, {Step: 5, Value: 9}}},
+		"alloc-sa-running": {Label: "sa-east", Source: "broker:alloc-sa-running", Metric: "loss", State: "matched"},
+		"alloc-eu1":        {Label: "eu-west", Source: "broker:alloc-eu1", Metric: "loss", State: "succeeded", Points: []metrics.Point{{Step: 0, Value: 2}, {Step: 10, Value: 1.5}}},
+	}
+	o := Options{Runs: refs(us, "alloc-ap-running", "alloc-sa-running"), Source: src, Partial: true, Tolerance: tolerance(t, "5%")}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := res.Report
+	type row struct {
+		Label, State string
+		Running      bool
+		Points       int
+	}
+	var got []row
+	for _, r := range rep.Runs {
+		got = append(got, row{r.Label, r.State, r.Running, r.Points})
+	}
+	want := []row{{"us", "", false, 2}, {"ap-south", "running", true, 2}, {"sa-east", "matched", true, 0}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("runs (-want +got):\n%s", d)
+	}
+	if rep.Verdict != report.InProgress || len(rep.Pairs) != 0 || res.Divergence() != nil {
+		t.Errorf("verdict %q, %d pairs, divergence %v: want in progress, none, nil", rep.Verdict, len(rep.Pairs), res.Divergence())
+	}
+	md := string(res.Markdown)
+	for _, w := range []string{"### ⏳ gpupass compare: in progress", "**Not a verdict yet:** 2 of 3 run(s) have not ended", "| ap-south | ⏳ running ", "| sa-east  | ⏳ matched ", "| 5         | 9 ", "| n/a       | n/a ", "🔵 us · 🟠 ap-south."} {
+		if !strings.Contains(md, w) {
+			t.Errorf("markdown lacks %q:\n%s", w, md)
+		}
+	}
+	if strings.Contains(md, "diverged") || strings.Contains(md, "Pairs") {
+		t.Errorf("an in-progress report reads as a verdict:\n%s", md)
+	}
+
+	// Right after submission nothing is logged yet: still a report,
+	// with every report file written (the CI step writes them all).
+	files := Files{Markdown: filepath.Join(dir, "r.md"), JSON: filepath.Join(dir, "r.json"), SVG: filepath.Join(dir, "r.svg"), PNG: filepath.Join(dir, "r.png"), JUnit: filepath.Join(dir, "r.xml")}
+	early, err := Run(context.Background(), Options{Runs: refs("alloc-sa-running"), Source: src, Partial: true, Files: files})
+	if err != nil {
+		t.Fatalf("nothing logged yet: %v", err)
+	}
+	if early.Report.Verdict != report.InProgress || !strings.Contains(string(early.Markdown), "| sa-east | ⏳ matched ") {
+		t.Errorf("nothing logged yet: verdict %q\n%s", early.Report.Verdict, early.Markdown)
+	}
+	for _, f := range []string{files.Markdown, files.JSON, files.SVG, files.PNG, files.JUnit} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+			t.Errorf("nothing logged yet: %s not written (%v)", f, err)
+		}
+	}
+
+	// Every run ended: the verdict, as without Partial.
+	o.Runs = refs(us, "alloc-eu1")
+	partial, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Partial = false
+	plain, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(plain.Markdown), string(partial.Markdown)); d != "" || partial.Report.Verdict != report.Consistent {
+		t.Errorf("Partial with every run ended: verdict %q, markdown (-without +with):\n%s", partial.Report.Verdict, d)
+	}
+}

@@ -34,6 +34,7 @@ type CompareOptions struct {
 	Tolerance        string
 	FailOnDivergence bool
 	AllowRunning     bool
+	Partial          bool
 	Tag              string
 	CommentBehavior  string
 	Post             string
@@ -82,6 +83,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Tolerance, "tolerance", "5%", "allowed loss difference at every common step: 0.05 (absolute), 2% (relative) or abs=0.05,rel=2%")
 	f.BoolVar(&o.FailOnDivergence, "fail-on-divergence", false, "exit 1 when runs diverge past the tolerance or cannot be compared")
 	f.BoolVar(&o.AllowRunning, "allow-running", false, "compare allocations that have not ended yet on their partial curves (default: refuse, the figures are not final)")
+	f.BoolVar(&o.Partial, "partial", false, "when some run has not ended, report where each stands (state, last step, last loss, the curves so far) under \"in progress\" and exit 0 instead of refusing; once every run has ended, the verdict as without it")
 	f.StringVar(&o.Tag, "tag", "compare", "report kind: one sticky comment per tag")
 	f.StringVar(&o.CommentBehavior, "comment-behavior", "update", "existing comment: update, new or delete-and-new")
 	f.StringVar(&o.Post, "post", "auto", "where to post: auto (detect CI), github, gitlab or none")
@@ -124,19 +126,26 @@ Allocation ids are read from the broker (--broker-url, or the config that
 with price per hour, restarts and start time from the run record. A run
 group id (group-…, as gpupass train prints it; --runs takes it too) stands
 for the group's runs, each labelled by its region. A run
-that has not ended is refused unless --allow-running. A run whose log the
+that has not ended is refused unless --allow-running (compare its curve so
+far) or --partial. With --partial such runs give an in-progress report: each
+run's state, last step, last loss and curve so far, headed "in progress", no
+verdict and exit code 0; it goes to the same sticky comment as the verdict,
+which replaces it once every run has ended (--partial then gives exactly the
+verdict; over --allow-running, --partial decides). A run whose log the
 broker marked disputed (a seq sent twice with different content) makes
 every verdict it is part of inconclusive: its figures are not proof.
 
 In GitHub Actions on a pull request, and in GitLab merge request pipelines,
 the report is posted as one sticky comment per --tag; $GITHUB_STEP_SUMMARY is
-always written when set. Exit codes: 0 consistent (or no --fail-on-divergence),
+always written when set. Exit codes: 0 consistent, in progress (--partial) or
+no --fail-on-divergence,
 1 diverged or not comparable with --fail-on-divergence, 2 bad input or I/O.`,
 		Example: `  gpupass compare --label us=runs/us/metrics.jsonl --label eu=runs/eu/metrics.csv
   gpupass compare us.jsonl eu.jsonl --tolerance abs=0.05,rel=2% --fail-on-divergence --svg chart.svg --junit compare.xml
   gpupass compare us/train.log eu/train.log --metric-pattern '\| loss\s+(?P<loss>\S+) \|'
   gpupass compare us/mlruns eu/mlruns
-  gpupass compare group-3f9a1c0d5e7b2a41`,
+  gpupass compare group-3f9a1c0d5e7b2a41
+  gpupass compare --partial group-3f9a1c0d5e7b2a41`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Inputs = args
 			o.Output = g.Output
@@ -292,7 +301,7 @@ func (o *CompareOptions) options() (compare.Options, error) {
 	return compare.Options{
 		Links: links, DashboardURL: o.DashboardURL,
 		Runs: runs, Prices: prices, Metric: o.Metric, MetricPattern: o.MetricPattern, SpecFile: o.specFile(),
-		Tolerance: tol, AllowRunning: o.AllowRunning,
+		Tolerance: tol, AllowRunning: o.AllowRunning, Partial: o.Partial,
 		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit, Chart: report.ChartOptions{LogY: o.LogY}},
 		Post:  post, Tag: o.Tag, Behavior: behavior, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
 		Getenv: o.Getenv, Poster: o.Poster, Source: o.Source, HTTPClient: o.HTTPClient, Logger: o.Logger,

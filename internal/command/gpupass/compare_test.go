@@ -159,28 +159,80 @@ func TestCompareBadInput(t *testing.T) {
 	}
 }
 
-// githubPR is a minimal GitHub issue-comments endpoint for the CLI test;
-// internal/forge/github tests the API in depth.
+// githubPR is a minimal GitHub issue-comments endpoint for the CLI test,
+// posting as GITHUB_TOKEN does (the Actions bot, refused by GET /user):
+// it keeps the comments and takes edits, so a test can see a sticky
+// comment replaced in place. internal/forge/github tests the API in depth.
 type githubPR struct {
-	mu    sync.Mutex
-	posts []string
+	mu       sync.Mutex
+	posts    []string // bodies created, in order
+	edits    int
+	comments []githubComment
+}
+
+type githubComment struct {
+	ID   int64  `json:"id"`
+	Body string `json:"body"`
+	URL  string `json:"html_url"`
+	User struct {
+		Login string `json:"login"`
+		Type  string `json:"type"`
+	} `json:"user"`
 }
 
 func (g *githubPR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	const base = "/repos/acme/train/issues/"
 	switch {
-	case r.Method == "GET" && r.URL.Path == "/repos/acme/train/issues/7/comments":
-		io.WriteString(w, "[]")
-	case r.Method == "POST" && r.URL.Path == "/repos/acme/train/issues/7/comments":
-		var c struct{ Body string }
+	case r.Method == "GET" && r.URL.Path == base+"7/comments":
+		json.NewEncoder(w).Encode(append([]githubComment{}, g.comments...))
+	case r.Method == "GET" && r.URL.Path == "/user":
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"message":"Resource not accessible by integration"}`)
+	case r.Method == "POST" && r.URL.Path == base+"7/comments":
+		var c githubComment
 		json.NewDecoder(r.Body).Decode(&c)
 		g.posts = append(g.posts, c.Body)
+		c.ID = int64(len(g.posts))
+		c.URL = fmt.Sprintf("http://127.0.0.1/pr/7#%d", c.ID)
+		c.User.Login, c.User.Type = "github-actions[bot]", "Bot"
+		g.comments = append(g.comments, c)
 		w.WriteHeader(201)
-		io.WriteString(w, `{"id":1,"html_url":"http://127.0.0.1/pr/7#1"}`)
+		json.NewEncoder(w).Encode(c)
+	case r.Method == "PATCH" && strings.HasPrefix(r.URL.Path, base+"comments/"):
+		var c githubComment
+		json.NewDecoder(r.Body).Decode(&c)
+		for i := range g.comments {
+			if fmt.Sprint(g.comments[i].ID) == strings.TrimPrefix(r.URL.Path, base+"comments/") {
+				g.comments[i].Body = c.Body
+				g.edits++
+				json.NewEncoder(w).Encode(g.comments[i])
+				return
+			}
+		}
+		http.NotFound(w, r)
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// Bodies are the pull request's comments now, oldest first.
+func (g *githubPR) Bodies() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, c := range g.comments {
+		out = append(out, c.Body)
+	}
+	return out
+}
+
+// Edits counts the comments edited in place.
+func (g *githubPR) Edits() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.edits
 }
 
 func TestComparePostsToGitHub(t *testing.T) {
@@ -222,12 +274,24 @@ func TestCompareGitLabJobToken(t *testing.T) {
 	}
 }
 
-// gitlabMR is a minimal GitLab MR-notes endpoint for the CLI test;
-// internal/forge/gitlab tests the API in depth.
+// gitlabMR is a minimal GitLab MR-notes endpoint for the CLI test, its
+// token's account user 9: it keeps the notes and takes edits, so a test
+// can see a sticky note replaced in place. internal/forge/gitlab tests
+// the API in depth.
 type gitlabMR struct {
-	mu    sync.Mutex
-	notes []string
-	token string
+	mu     sync.Mutex
+	notes  []string // bodies created, in order
+	edits  int
+	stored []gitlabNote
+	token  string
+}
+
+type gitlabNote struct {
+	ID     int64  `json:"id"`
+	Body   string `json:"body"`
+	Author struct {
+		ID int64 `json:"id"`
+	} `json:"author"`
 }
 
 func (g *gitlabMR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -237,16 +301,51 @@ func (g *gitlabMR) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	const path = "/api/v4/projects/4/merge_requests/2/notes"
 	switch {
 	case r.Method == "GET" && r.URL.Path == path:
-		io.WriteString(w, "[]")
+		json.NewEncoder(w).Encode(append([]gitlabNote{}, g.stored...))
+	case r.Method == "GET" && r.URL.Path == "/api/v4/user":
+		io.WriteString(w, `{"id":9,"username":"ci"}`)
 	case r.Method == "POST" && r.URL.Path == path:
-		var n struct{ Body string }
+		var n gitlabNote
 		json.NewDecoder(r.Body).Decode(&n)
 		g.notes = append(g.notes, n.Body)
+		n.ID = int64(len(g.notes)) + 4
+		n.Author.ID = 9
+		g.stored = append(g.stored, n)
 		w.WriteHeader(201)
-		io.WriteString(w, `{"id":5}`)
+		json.NewEncoder(w).Encode(n)
+	case r.Method == "PUT" && strings.HasPrefix(r.URL.Path, path+"/"):
+		var n gitlabNote
+		json.NewDecoder(r.Body).Decode(&n)
+		for i := range g.stored {
+			if fmt.Sprint(g.stored[i].ID) == strings.TrimPrefix(r.URL.Path, path+"/") {
+				g.stored[i].Body = n.Body
+				g.edits++
+				json.NewEncoder(w).Encode(g.stored[i])
+				return
+			}
+		}
+		http.NotFound(w, r)
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// Bodies are the merge request's notes now, oldest first.
+func (g *gitlabMR) Bodies() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, n := range g.stored {
+		out = append(out, n.Body)
+	}
+	return out
+}
+
+// Edits counts the notes edited in place.
+func (g *gitlabMR) Edits() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.edits
 }
 
 func TestComparePostsToGitLab(t *testing.T) {

@@ -123,6 +123,52 @@ func TestDisputedLogInTheCLI(t *testing.T) {
 	})
 }
 
+// TestDisputedLogWhileRunning: a run whose log is disputed while it
+// still runs is no proof either. compare --allow-running, whose curves
+// agree with a clean copy, is inconclusive (exit 1 with
+// --fail-on-divergence), not consistent; --partial's in-progress report
+// says the log is disputed. Before, the dispute was read only once the
+// run had ended.
+func TestDisputedLogWhileRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	l := brokertest.StartRun(t, b, "us-west-2")
+	var recs []*gpupassv1.Record
+	var jsonl bytes.Buffer
+	for step := 1; step <= 10; step++ {
+		recs = append(recs, brokertest.MetricRecord(uint64(step), step, fmt.Sprintf(`"loss":%g`, 4.0/float64(step))))
+		fmt.Fprintf(&jsonl, `{"step":%d,"loss":%g}`+"\n", step, 4.0/float64(step))
+	}
+	if _, err := l.Upload(recs...); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := l.Upload(brokertest.MetricRecord(7, 7, `"loss":0.001`)); err != nil || len(resp.DisputedSeqs) != 1 {
+		t.Fatalf("second, different seq 7: %v, %v; want it refused as disputed", resp, err)
+	}
+	clean := filepath.Join(t.TempDir(), "clean.jsonl")
+	if err := os.WriteFile(clean, jsonl.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reader := BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}
+	const note = "log disputed: 1 record(s) were sent twice with different content (first at seq 7)"
+	compare := func(flag string) (string, error) {
+		var out bytes.Buffer
+		o := &CompareOptions{Inputs: []string{clean, l.Run.Id}, Tolerance: "5%", FailOnDivergence: true, Post: "none", CommentBehavior: "update", Source: brokerSource(&reader)}
+		o.AllowRunning, o.Partial = flag == "--allow-running", flag == "--partial"
+		err := RunCompare(ctx, o, &out)
+		return out.String(), err
+	}
+	md, err := compare("--allow-running")
+	if ExitCode(err) != ExitFindings || !strings.Contains(fmt.Sprint(err), note) || !strings.Contains(md, "gpupass compare: inconclusive") {
+		t.Errorf("compare --allow-running --fail-on-divergence: exit %d, %v; want 1, inconclusive, naming the dispute:\n%s", ExitCode(err), err, md)
+	}
+	md, err = compare("--partial")
+	if err != nil || !strings.Contains(md, "gpupass compare: in progress") || !strings.Contains(md, "**Log disputed** (us-west-2): "+note) {
+		t.Errorf("compare --partial: %v; want the in-progress report to say the log is disputed:\n%s", err, md)
+	}
+}
+
 // auditFixture copies the audit package's fixture (run record, cosign key
 // pair encrypted with "gpupass-test", agent key) into a temp dir.
 func auditFixture(t *testing.T) string {
