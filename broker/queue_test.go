@@ -2,12 +2,14 @@ package broker_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/gpupass/gpupass/broker"
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -30,12 +32,16 @@ func TestQueueOrderAndTimeout(t *testing.T) {
 			ctx := context.Background()
 			const region = "us-west-2"
 			db := brokertest.NewDB(t, kind)
-			one := brokertest.Start(t, db, brokertest.Fast())
+			cfg := brokertest.Fast()
+			cfg.Webhooks = fastHooks()
+			one := brokertest.Start(t, db, cfg)
 			// Replicas share PostgreSQL; a SQLite store has one broker.
 			two := one
 			if kind == "postgres" {
-				two = brokertest.Start(t, db, brokertest.Fast())
+				two = brokertest.Start(t, db, cfg)
 			}
+			hook := newReceiver(t, nil)
+			addHook(t, one.Store, hook.URL)
 			busy := brokertest.StartRun(t, one, region) // the only node, running
 			dial := func(b *brokertest.Broker) *client.RunClients {
 				c, err := client.DialRuns(b.URL, client.Options{Token: b.Token(t, store.RoleSubmit, region)})
@@ -125,6 +131,23 @@ func TestQueueOrderAndTimeout(t *testing.T) {
 			}
 			if r := get(onTwo, second.Id); r.State != gpupassv1.AllocState_ALLOC_STATE_PENDING || r.QueuePosition != 1 {
 				t.Errorf("second, with no queue timeout, is %v at position %d; want still pending at 1", r.State, r.QueuePosition)
+			}
+			// The group's webhook carries the reason.
+			deadline = time.Now().Add(20 * time.Second)
+			for found := false; !found; {
+				for _, got := range hook.got() {
+					var ev broker.GroupEvent
+					if json.Unmarshal(got.body, &ev) == nil && ev.Group == late.Group {
+						found = true
+						if len(ev.Runs) != 1 || ev.Runs[0].State != "failed" || ev.Runs[0].Reason != want {
+							t.Errorf("webhook of late's group: %+v; want its run failed with %q", ev.Runs, want)
+						}
+					}
+				}
+				if !found && time.Now().After(deadline) {
+					t.Fatalf("no webhook for late's group %s in 20 s", late.Group)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}
