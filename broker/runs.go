@@ -220,7 +220,10 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		LogDisputed: a.DisputedRecords > 0, DisputedRecords: a.DisputedRecords, FirstDisputedSeq: a.FirstDisputedSeq,
 		LogComplete:     a.State.Terminal() && a.LogComplete(),
 		CreatedUnixNano: nsOf(a.CreatedAt), UpdatedUnixNano: nsOf(a.UpdatedAt), StartedUnixNano: nsOf(a.StartedAt), FinishedUnixNano: nsOf(a.FinishedAt),
-		Slurm: slurmPlacementProto(a.Slurm),
+		Slurm:               slurmPlacementProto(a.Slurm),
+		QueuedUnixNano:      nsOf(a.QueuedAt),
+		QueueNodes:          int32(a.QueueNodeCount),
+		QueueTimeoutSeconds: a.QueueTimeoutSeconds,
 	}
 	if len(a.ScoreJSON) > 0 {
 		var s health.Score
@@ -438,21 +441,27 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	for _, n := range a.Replaced {
 		skip[n] = true
 	}
+	// First come first placed: a node a run ahead in the queue waits
+	// for is as good as busy to this one.
+	claimed := queueClaims(a, active)
 	// A run new enough that another replica may know of a node this one
 	// has not read yet (newsDelay) is matched again on a fresh read of
 	// the store before it is found unplaceable.
 	news := b.awaitsNews(a)
 	var out match.Output
 	waiting := false
+	var waitFor []string // the busy nodes that could take it
 	for fresh := false; ; fresh = true {
+		waitFor = waitFor[:0]
 		out = match.Run(match.Input{Spec: sp, Nodes: snap.nodes, Launches: snap.launches, Beat: b.beat, Scope: []string{a.Region},
 			Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter, Held: snap.held})
 		for _, c := range out.Candidates {
 			switch {
 			case skip[c.Node.ID]:
 				continue
-			case busy[c.Node.ID]:
+			case busy[c.Node.ID], claimed[c.Node.ID]:
 				waiting = true
+				waitFor = append(waitFor, c.Node.ID)
 				continue
 			}
 			placed, err := b.lease(ctx, rs, a.ID, c)
@@ -461,6 +470,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 				// Another placement took the node since ActiveAllocs was
 				// read; the store refused the second lease.
 				waiting = true
+				waitFor = append(waitFor, c.Node.ID)
 				continue
 			case errors.Is(err, errMoved):
 				return rs.Alloc(ctx, id)
@@ -511,19 +521,7 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 		return a, err
 	}
 	if waiting {
-		if a.Reason == "" || !strings.Contains(a.Reason, "waiting") {
-			a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
-				if x.State != store.AllocPending {
-					return errMoved
-				}
-				x.Reason = strings.TrimPrefix(x.Reason+"; ", "; ") + "waiting for a free node"
-				return nil
-			})
-			if errors.Is(err, errMoved) {
-				err = nil
-			}
-		}
-		return a, err
+		return b.wait(ctx, rs, a, active, waitFor)
 	}
 	return b.finish(ctx, rs, a, store.AllocFailed, noCandidate(a, out))
 }
@@ -576,6 +574,8 @@ func (b *Broker) lease(ctx context.Context, rs store.Runs, id string, pick *matc
 		}
 		x.State, x.NodeID, x.Fence, x.ScoreJSON = store.AllocMatched, pick.Node.ID, newFence(x.Fence), score
 		x.PricePerHour, x.Simulated, x.Reason = match.Price(&pick.Node), pick.Node.Index.Simulated, ""
+		// Out of the queue: if it is re-placed it queues again.
+		x.QueuedAt, x.QueueNodes, x.QueueNodeCount = time.Time{}, nil, 0
 		return nil
 	})
 }

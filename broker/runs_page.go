@@ -49,9 +49,7 @@ func (b *Broker) listRunsPage(ctx context.Context, rs store.Runs, tok store.Toke
 		last := all[limit-1]
 		resp.NextPageToken = encodePageToken(pageToken{Kind: "runs", Bind: bind, ID: last.ID, At: last.CreatedAt.UnixNano()})
 	}
-	for _, a := range all {
-		resp.Runs = append(resp.Runs, runProto(a))
-	}
+	resp.Runs = b.runsProto(ctx, rs, all)
 	return connect.NewResponse(resp), nil
 }
 
@@ -66,10 +64,12 @@ func (b *Broker) listGroup(ctx context.Context, rs store.Runs, group string, lim
 		return nil, b.storeErr("listing group "+group, err)
 	}
 	resp := &gpupassv1.ListRunsResponse{}
+	seen := all[:0]
 	for _, a := range all {
 		if inScope(a.Region) {
-			resp.Runs = append(resp.Runs, runProto(a))
+			seen = append(seen, a)
 		}
 	}
+	resp.Runs = b.runsProto(ctx, rs, seen)
 	return connect.NewResponse(resp), nil
 }

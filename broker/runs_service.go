@@ -366,6 +366,10 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if err != nil {
 		return nil, err
 	}
+	queueTimeout, err := queueTimeout(m.QueueTimeoutSeconds, sp)
+	if err != nil {
+		return nil, err
+	}
 	minScore := match.DefaultMinScore
 	if m.MinHealthScore != nil {
 		minScore = m.GetMinHealthScore()
@@ -407,7 +411,8 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	}
 	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, Group: group, GroupSize: size, State: store.AllocPending, SpecJSON: specJSON, SpecYAML: m.GetSpecYaml(), SpecFingerprint: fp,
 		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
-		GraceSeconds: int(grace), TimeLimitSeconds: int64(limit / time.Second), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC()}
+		GraceSeconds: int(grace), TimeLimitSeconds: int64(limit / time.Second), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC(),
+		QueueTimeoutSeconds: int64(queueTimeout / time.Second)}
 	if err := rs.CreateAlloc(ctx, a); err != nil {
 		return nil, b.storeErr("storing run", err)
 	}
@@ -419,7 +424,7 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		b.log.Error("placing run", "alloc", a.ID, "err", err)
 		placed = a
 	}
-	return connect.NewResponse(&gpupassv1.SubmitResponse{Run: runProto(placed)}), nil
+	return connect.NewResponse(&gpupassv1.SubmitResponse{Run: b.runProtoQ(ctx, rs, placed)}), nil
 }
 
 // joinGroup is the group a submitted run goes into: a new one when the
@@ -483,6 +488,28 @@ func (b *Broker) timeLimit(seconds int64, sp *spec.Spec) (time.Duration, error) 
 	return d, nil
 }
 
+// queueTimeout is how long the run may wait in its region's queue: the
+// request's (train --queue-timeout) over the spec's
+// resources.queue-timeout, at most spec.MaxQueueTimeout; 0 when neither
+// sets one (it waits until a node frees).
+func queueTimeout(seconds int64, sp *spec.Spec) (time.Duration, error) {
+	switch {
+	case seconds < 0:
+		return 0, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitQueueTimeout, "", "is %d: give a positive number of seconds, or 0 for the spec's", seconds))
+	case seconds > int64(spec.MaxQueueTimeout/time.Second):
+		// Compared in seconds: a huge value would overflow a Duration.
+		return 0, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitQueueTimeout, "", "is %ds, longer than %s, the most a run may wait in the queue",
+			seconds, spec.FormatTimeLimit(spec.MaxQueueTimeout)))
+	case seconds > 0:
+		return time.Duration(seconds) * time.Second, nil
+	}
+	d, err := sp.Resources.QueueTimeoutDuration()
+	if err != nil {
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec: %w", err))
+	}
+	return d, nil
+}
+
 // visibleRun reads a run the caller's token may see. A run outside the
 // token's regions is refused with 403, as docs/operating-the-broker.md and SECURITY.md promise
 // for scope: a 404 sent users looking for a mistyped id when their token
@@ -509,7 +536,7 @@ func (s *runService) GetRun(ctx context.Context, req *connect.Request[gpupassv1.
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&gpupassv1.GetRunResponse{Run: runProto(a)}), nil
+	return connect.NewResponse(&gpupassv1.GetRunResponse{Run: s.b.runProtoQ(ctx, rs, a)}), nil
 }
 
 func (s *runService) ListRuns(ctx context.Context, req *connect.Request[gpupassv1.ListRunsRequest]) (*connect.Response[gpupassv1.ListRunsResponse], error) {

@@ -72,6 +72,21 @@ type Alloc struct {
 	// no column, no migration.
 	TimeLimitSeconds int64 `json:",omitempty"`
 	ResumeElsewhere  bool
+	// QueueTimeoutSeconds bounds how long the run may wait in its queue
+	// (train --queue-timeout, else the spec's resources.queue-timeout);
+	// 0: no bound. In the JSON body: no column.
+	QueueTimeoutSeconds int64 `json:",omitempty"`
+	// QueuedAt is when the run began waiting in its region's queue: the
+	// broker found certified nodes that could take it, all busy. Zero
+	// while it is not waiting (and once placed). Written to the
+	// queued_at column too, which orders the queue (QueuedAllocs).
+	QueuedAt time.Time `json:"-"`
+	// QueueNodes are the busy nodes that could take the waiting run, as
+	// the broker last matched it (at most MaxQueueNodes); QueueNodeCount
+	// is how many there were. A run ahead in the queue sharing one of
+	// them comes first. In the JSON body.
+	QueueNodes     []string `json:",omitempty"`
+	QueueNodeCount int      `json:",omitempty"`
 	// Fence is the fencing token of the current placement: the broker
 	// draws a fresh random one for every placement (never 0, never the
 	// previous one), so a token cannot be guessed from another. Only
@@ -185,6 +200,10 @@ type Runs interface {
 	GroupAllocs(ctx context.Context, group string, limit int) ([]Alloc, error)
 	// ActiveAllocs returns every allocation not in a terminal state.
 	ActiveAllocs(ctx context.Context) ([]Alloc, error)
+	// QueuedAllocs returns region's queue: its pending allocations with
+	// a QueuedAt, in queue order (QueuedAt, then id), at most limit
+	// (Workdir empty). Every replica reads the same queue from it.
+	QueuedAllocs(ctx context.Context, region string, limit int) ([]Alloc, error)
 	// AppendRecords stores records of an allocation after checking fence
 	// is the allocation's current one (ErrStaleFence otherwise;
 	// ErrNotFound for an unknown id). Each record is judged on its own:
@@ -205,6 +224,11 @@ type Runs interface {
 	// files.
 	LogRecords(ctx context.Context, allocID string, afterSeq uint64, kind RecordKind, limit int) ([]RunRecord, error)
 }
+
+// MaxQueueNodes bounds Alloc.QueueNodes: the order between two waiting
+// runs needs only whether their nodes overlap, and a region's certified
+// nodes of one class are a few dozen.
+const MaxQueueNodes = 64
 
 // AllocKey is an allocation's place in the newest-first listing order.
 type AllocKey struct {

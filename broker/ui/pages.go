@@ -25,6 +25,7 @@ import (
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
+	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
@@ -90,7 +91,10 @@ var funcs = template.FuncMap{
 	"join":       strings.Join,
 	"dur":        runDuration,
 	"terminal":   terminal,
-	"fnum":       func(f report.Float) string { return report.Num(float64(f)) },
+	// Where a run waiting for a busy node stands in its region's queue
+	// ("" for any other), as gpupass logs says it.
+	"queue": runview.QueueNote,
+	"fnum":  func(f report.Float) string { return report.Num(float64(f)) },
 }
 
 func (s *Server) parseTemplates() error {

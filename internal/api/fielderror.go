@@ -18,6 +18,8 @@ const (
 	FieldSubmitTimeLimit = "time_limit_seconds"
 	FieldSubmitGroup     = "group"
 	FieldSubmitGroupSize = "group_size"
+	// FieldSubmitQueueTimeout is train's --queue-timeout.
+	FieldSubmitQueueTimeout = "queue_timeout_seconds"
 )
 
 // FieldError is a refusal of one request field as a connect error: its

@@ -55,11 +55,21 @@ type Run struct {
 	// TimeLimitSeconds is the run's wall-clock limit (train
 	// --time-limit, else the spec's resources.time-limit); 0: none.
 	TimeLimitSeconds int64 `json:"time_limit_seconds"`
-	CreatedAt        *Time `json:"created_at"`
-	UpdatedAt        *Time `json:"updated_at"`
-	StartedAt        *Time `json:"started_at"`
-	FinishedAt       *Time `json:"finished_at"`
-	Log              Log   `json:"log"`
+	// QueuePosition is the run's place in its region's queue while it
+	// waits for a busy certified node (1: next); 0 when not waiting.
+	QueuePosition int32 `json:"queue_position"`
+	// QueuedAt is when it began waiting; null when it is not waiting.
+	QueuedAt *Time `json:"queued_at"`
+	// QueueBusyNodes is how many busy certified nodes could take it.
+	QueueBusyNodes int32 `json:"queue_busy_nodes"`
+	// QueueTimeoutSeconds bounds its wait in the queue (train
+	// --queue-timeout, else the spec's resources.queue-timeout); 0: none.
+	QueueTimeoutSeconds int64 `json:"queue_timeout_seconds"`
+	CreatedAt           *Time `json:"created_at"`
+	UpdatedAt           *Time `json:"updated_at"`
+	StartedAt           *Time `json:"started_at"`
+	FinishedAt          *Time `json:"finished_at"`
+	Log                 Log   `json:"log"`
 	// Slurm is where the run's batch job is on a Slurm cluster; null for
 	// runs of other executors (and until the job is submitted).
 	Slurm *Slurm `json:"slurm"`
@@ -121,7 +131,9 @@ func FromProto(r *gpupassv1.Run) Run {
 		Attempts: r.GetAttempts(), Restarts: r.GetRestarts(), CancelRequested: r.GetCancelRequested(),
 		Simulated: r.GetSimulated(), ResumeElsewhere: r.GetResumeElsewhere(), ReplacedNodes: nonNil(r.GetReplacedNodes()),
 		TimeLimitSeconds: r.GetTimeLimitSeconds(),
-		CreatedAt:        TimeOf(r.GetCreatedUnixNano()), UpdatedAt: TimeOf(r.GetUpdatedUnixNano()),
+		QueuePosition:    r.GetQueuePosition(), QueuedAt: TimeOf(r.GetQueuedUnixNano()), QueueBusyNodes: r.GetQueueNodes(),
+		QueueTimeoutSeconds: r.GetQueueTimeoutSeconds(),
+		CreatedAt:           TimeOf(r.GetCreatedUnixNano()), UpdatedAt: TimeOf(r.GetUpdatedUnixNano()),
 		StartedAt: TimeOf(r.GetStartedUnixNano()), FinishedAt: TimeOf(r.GetFinishedUnixNano()),
 		Log: Log{Complete: r.GetLogComplete(), Disputed: r.GetLogDisputed(), HeldThrough: r.GetHeldThrough(),
 			LastSeq: r.GetLastSeq(), DisputedRecords: r.GetDisputedRecords(), FirstDisputedSeq: r.GetFirstDisputedSeq()},
@@ -193,4 +205,25 @@ func Terminal(s gpupassv1.AllocState) bool {
 func DisputedNote(r *gpupassv1.Run) string {
 	return fmt.Sprintf("log disputed: %d record(s) were sent twice with different content (first at seq %d); the broker kept the first of each, so this log is not proof of what the run printed",
 		r.GetDisputedRecords(), r.GetFirstDisputedSeq())
+}
+
+// QueueNote says where a waiting run stands ("waiting in the queue of
+// us-west-2 at position 2 for 3 busy certified nodes, up to 10m0s");
+// empty for a run that is not waiting.
+func QueueNote(r *gpupassv1.Run) string {
+	if r.GetQueuePosition() == 0 {
+		return ""
+	}
+	nodes := "nodes"
+	if r.GetQueueNodes() == 1 {
+		nodes = "node"
+	}
+	s := fmt.Sprintf("waiting in the queue of %s at position %d for %d busy certified %s", r.GetRegion(), r.GetQueuePosition(), r.GetQueueNodes(), nodes)
+	if at := TimeOf(r.GetQueuedUnixNano()); at != nil {
+		s += " since " + at.UTC().Format("15:04:05Z")
+	}
+	if t := r.GetQueueTimeoutSeconds(); t > 0 {
+		s += fmt.Sprintf(", up to %s (--queue-timeout)", time.Duration(t)*time.Second)
+	}
+	return s
 }

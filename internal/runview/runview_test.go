@@ -35,6 +35,9 @@ func runs() []*gpupassv1.Run {
 		},
 		// Just submitted: no node, score, command or times past creation.
 		{Id: "alloc-1c2d3e4f", Region: "eu-central-1", State: gpupassv1.AllocState_ALLOC_STATE_PENDING, CreatedUnixNano: at},
+		// Waiting in its region's queue for a busy node.
+		{Id: "alloc-5a6b7c8d", Region: "us-west-2", State: gpupassv1.AllocState_ALLOC_STATE_PENDING, Reason: "waiting for a free node",
+			CreatedUnixNano: at, QueuePosition: 2, QueuedUnixNano: at + 1e9, QueueNodes: 3, QueueTimeoutSeconds: 600},
 	}
 }
 

@@ -80,6 +80,7 @@ var Rules = []Rule{
 	{"resources.storage-type", SevError, "unknown storage type"},
 	{"resources.size", SevError, "sizes must be positive"},
 	{"resources.time-limit", SevError, "the time limit is not a duration from 1s to 30 days"},
+	{"resources.queue-timeout", SevError, "the queue timeout is not a duration from 1s to 7 days"},
 	{"metrics.pattern", SevError, "the metric pattern is not a Go regular expression with a value group"},
 }
 

@@ -536,6 +536,7 @@ func (p *parser) top(root *yaml.Node) {
 					})
 				}},
 				{"time-limit", p.str(&r.TimeLimit)},
+				{"queue-timeout", p.str(&r.QueueTimeout)},
 			})
 		}},
 		{"metrics", func(path string, v *yaml.Node) {

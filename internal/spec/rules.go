@@ -87,6 +87,7 @@ func Check(d *Document) []Finding {
 	c.bundle()
 	c.resources()
 	c.timeLimit()
+	c.queueTimeout()
 	c.metricPattern()
 	return c.findings
 }

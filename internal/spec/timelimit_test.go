@@ -60,3 +60,55 @@ func TestTimeLimitFinding(t *testing.T) {
 		t.Errorf("finding = %+v", f)
 	}
 }
+
+// TestParseQueueTimeout: the queue timeout takes what a time limit takes,
+// up to its own bound (7 days), and refuses nonsense with the fix.
+func TestParseQueueTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{in: "10m", want: 10 * time.Minute},
+		{in: "3s", want: 3 * time.Second},
+		{in: "168h", want: MaxQueueTimeout},
+		{in: "169h", err: "longer than 168h, the most a queue timeout may be"},
+		{in: "-10m", err: "not positive; a queue timeout must be at least 1s"},
+		{in: "0s", err: "not positive"},
+		{in: "600", err: "needs a unit"},
+		{in: "1.5s", err: "whole seconds"},
+	} {
+		got, err := ParseQueueTimeout(tc.in)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("ParseQueueTimeout(%q): %v", tc.in, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("ParseQueueTimeout(%q) = %v, %v; want an error with %q", tc.in, got, err, tc.err)
+		case tc.err == "" && got != tc.want:
+			t.Errorf("ParseQueueTimeout(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestQueueTimeoutFinding: a bad resources.queue-timeout is one
+// positioned finding with a fix; a good one parses from the spec.
+func TestQueueTimeoutFinding(t *testing.T) {
+	t.Parallel()
+	const head = "name: x\nruntime: {cuda: 12.1.105, nvidia-driver: 535.104.05, python: 3.10.12, pytorch: 2.1.2+cu121}\nresources:\n  accelerator: h100-sxm5\n"
+	res := Validate("gpupass.yaml", []byte(head+"  queue-timeout: -5m\n"))
+	if len(res.Findings) != 1 {
+		t.Fatalf("findings = %+v, want one", res.Findings)
+	}
+	f := res.Findings[0]
+	if f.Rule != "resources.queue-timeout" || f.Path != "resources.queue-timeout" || f.Line != 5 || !strings.Contains(f.Fix, "queue-timeout: 30m") {
+		t.Errorf("finding = %+v", f)
+	}
+	res = Validate("gpupass.yaml", []byte(head+"  queue-timeout: 10m\n"))
+	if len(res.Findings) != 0 {
+		t.Fatalf("findings of a good queue-timeout = %+v, want none", res.Findings)
+	}
+	if d, err := res.Spec.Resources.QueueTimeoutDuration(); err != nil || d != 10*time.Minute {
+		t.Errorf("QueueTimeoutDuration = %v, %v; want 10m", d, err)
+	}
+}

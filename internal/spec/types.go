@@ -60,6 +60,11 @@ type Resources struct {
 	// overrides it. Like all resources it is not part of the fingerprint:
 	// how long a job may run does not change what it runs in.
 	TimeLimit string `json:"time-limit,omitempty"`
+	// QueueTimeout bounds how long a run waits in its region's queue for
+	// a busy node, as written ("10m"; ParseQueueTimeout); empty for no
+	// bound. gpupass train --queue-timeout overrides it. Scheduling, not
+	// environment: it is not part of the fingerprint.
+	QueueTimeout string `json:"queue-timeout,omitempty"`
 }
 
 // Storage is the storage constraint.

@@ -90,6 +90,8 @@ var Migrations = []string{
 	groupsMigration,
 	// 12: webhooks and their deliveries; see webhooks.go.
 	webhooksMigration,
+	// 13: the queue of runs waiting for a busy node; see queue.go.
+	queueMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

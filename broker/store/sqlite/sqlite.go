@@ -92,6 +92,8 @@ var Migrations = []string{
 	groupsMigration,
 	// 12: webhooks and their deliveries; see webhooks.go.
 	webhooksMigration,
+	// 13: the queue of runs waiting for a busy node; see queue.go.
+	queueMigration,
 }
 
 // Open opens (creating it when absent) the SQLite database at path and

@@ -191,3 +191,52 @@ func TestUpgradeDropsClearSessionKeys(t *testing.T) {
 		t.Errorf("first verifier after the upgrade: epoch %d, %v; want 1", e, err)
 	}
 }
+
+// TestUpgradeQueue (issue #35): a run waiting when the broker is upgraded
+// to version 13 is not in the queue (queued_at 0) until the broker places
+// it again and finds its nodes busy; it is read back whole, and joins the
+// queue then.
+func TestUpgradeQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "broker.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := sqlstore.Open(ctx, db, sqlstore.Dialect{Name: "sqlite", Migrations: sqlite.Migrations[:12]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO allocs (id, name, region, state, created_at, updated_at, body)
+		VALUES ('alloc-old', 'old-us-west-2', 'us-west-2', 'pending', 1, 1, '{"ID":"alloc-old","Name":"old-us-west-2","Region":"us-west-2","State":"pending","Reason":"waiting for a free node","created_ns":1,"updated_ns":1}')`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkUpgradedQueue(t, s)
+}
+
+func checkUpgradedQueue(t *testing.T, s store.Runs) {
+	t.Helper()
+	ctx := context.Background()
+	if q, err := s.QueuedAllocs(ctx, "us-west-2", 10); err != nil || len(q) != 0 {
+		t.Fatalf("queue right after the upgrade: %d runs, %v; want none (not placed since)", len(q), err)
+	}
+	a, err := s.Alloc(ctx, "alloc-old")
+	if err != nil || a.Reason != "waiting for a free node" || !a.QueuedAt.IsZero() || a.QueueTimeoutSeconds != 0 {
+		t.Fatalf("run stored before the upgrade reads back as %+v, %v", a, err)
+	}
+	at := time.Now().UTC()
+	if _, err := s.UpdateAlloc(ctx, "alloc-old", func(a *store.Alloc) error { a.QueuedAt = at; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := s.QueuedAllocs(ctx, "us-west-2", 10); err != nil || len(q) != 1 || !q[0].QueuedAt.Equal(at) {
+		t.Errorf("queue once the broker found its nodes busy: %v, %v; want alloc-old queued at %v", q, err, at)
+	}
+}

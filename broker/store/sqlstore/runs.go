@@ -25,13 +25,17 @@ var _ store.Runs = (*Store)(nil)
 // JSON body, so a new allocation field needs no migration. held_through is
 // written only by AppendRecords (its column is authoritative).
 var runQueries = map[string]string{
-	"insertAlloc": `INSERT INTO allocs (id, name, region, group_id, group_size, state, node_id, fence, held_through, created_at, updated_at, body, workdir)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)`,
-	"groupAllocs":  `SELECT ` + allocCols + ` FROM allocs WHERE group_id = ? ORDER BY created_at, id LIMIT ?`,
-	"alloc":        `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
-	"allocLock":    `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
-	"allocWork":    `SELECT workdir FROM allocs WHERE id = ?`,
-	"updateAlloc":  `UPDATE allocs SET name = ?, region = ?, state = ?, node_id = ?, fence = ?, updated_at = ?, body = ? WHERE id = ?`,
+	"insertAlloc": `INSERT INTO allocs (id, name, region, group_id, group_size, state, node_id, fence, held_through, created_at, updated_at, queued_at, body, workdir)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)`,
+	"groupAllocs": `SELECT ` + allocCols + ` FROM allocs WHERE group_id = ? ORDER BY created_at, id LIMIT ?`,
+	"alloc":       `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
+	"allocLock":   `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
+	"allocWork":   `SELECT workdir FROM allocs WHERE id = ?`,
+	"updateAlloc": `UPDATE allocs SET name = ?, region = ?, state = ?, node_id = ?, fence = ?, updated_at = ?, queued_at = ?, body = ? WHERE id = ?`,
+	// allocs_queue (region, state, queued_at, id) serves the search and
+	// the order.
+	"queuedAllocs": `SELECT ` + allocCols + ` FROM allocs
+		WHERE region = ? AND state = 'pending' AND queued_at > 0 ORDER BY queued_at, id LIMIT ?`,
 	"allocRegions": `SELECT DISTINCT region FROM allocs`,
 	"activeAllocs": `SELECT ` + allocCols + ` FROM allocs
 		WHERE state NOT IN ('succeeded', 'failed', 'cancelled') ORDER BY created_at, id`,
@@ -89,10 +93,11 @@ type allocBody struct {
 	UpdatedNS  int64 `json:"updated_ns"`
 	StartedNS  int64 `json:"started_ns"`
 	FinishedNS int64 `json:"finished_ns"`
+	QueuedNS   int64 `json:"queued_ns,omitempty"`
 }
 
 func encodeAlloc(a store.Alloc) (string, error) {
-	b := allocBody{Alloc: a, CreatedNS: ns(a.CreatedAt), UpdatedNS: ns(a.UpdatedAt), StartedNS: ns(a.StartedAt), FinishedNS: ns(a.FinishedAt)}
+	b := allocBody{Alloc: a, CreatedNS: ns(a.CreatedAt), UpdatedNS: ns(a.UpdatedAt), StartedNS: ns(a.StartedAt), FinishedNS: ns(a.FinishedAt), QueuedNS: ns(a.QueuedAt)}
 	b.Workdir = nil
 	b.CreatedAt, b.UpdatedAt, b.StartedAt, b.FinishedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	out, err := json.Marshal(b)
@@ -129,6 +134,7 @@ func decodeAlloc(r scanner) (store.Alloc, error) {
 	a.Fence, a.HeldThrough = uint64(fence), uint64(held)
 	a.DisputedRecords, a.FirstDisputedSeq = uint64(disputed), uint64(firstDisputed)
 	a.CreatedAt, a.UpdatedAt, a.StartedAt, a.FinishedAt = fromNS(b.CreatedNS), fromNS(b.UpdatedNS), fromNS(b.StartedNS), fromNS(b.FinishedNS)
+	a.QueuedAt = fromNS(b.QueuedNS)
 	return a, nil
 }
 
@@ -144,7 +150,7 @@ func (s *Store) CreateAlloc(ctx context.Context, a store.Alloc) error {
 		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
 	}
 	if _, err := s.db.ExecContext(ctx, s.rq("insertAlloc"), a.ID, a.Name, a.Region, a.Group, a.GroupSize, string(a.State), a.NodeID, int64(a.Fence),
-		a.CreatedAt.UnixNano(), a.UpdatedAt.UnixNano(), body, a.Workdir); err != nil {
+		a.CreatedAt.UnixNano(), a.UpdatedAt.UnixNano(), queuedNS(a), body, a.Workdir); err != nil {
 		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
 	}
 	return nil
@@ -205,7 +211,7 @@ func (s *Store) UpdateAlloc(ctx context.Context, id string, fn func(a *store.All
 		return a, fmt.Errorf("updating allocation %s: %w", id, err)
 	}
 	if _, err := tx.ExecContext(ctx, s.rq("updateAlloc"), a.Name, a.Region, string(a.State), a.NodeID, int64(a.Fence),
-		a.UpdatedAt.UnixNano(), body, id); err != nil {
+		a.UpdatedAt.UnixNano(), queuedNS(a), body, id); err != nil {
 		return a, fmt.Errorf("updating allocation %s: %w", id, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -337,6 +343,28 @@ func (s *Store) ListAllocsAfter(ctx context.Context, after store.AllocKey, limit
 	}
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	return s.allocs(ctx, s.rebind(q), append(args, limit)...)
+}
+
+// queuedNS is the queued_at column of a: its QueuedAt while it is
+// pending, else 0, so the queue holds pending runs only whatever the
+// broker left in the field.
+func queuedNS(a store.Alloc) int64 {
+	if a.State != store.AllocPending {
+		return 0
+	}
+	return ns(a.QueuedAt)
+}
+
+// QueuedAllocs implements store.Runs.
+func (s *Store) QueuedAllocs(ctx context.Context, region string, limit int) ([]store.Alloc, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	out, err := s.allocs(ctx, s.rq("queuedAllocs"), region, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading the queue of %s: %w", region, err)
+	}
+	return out, nil
 }
 
 // ActiveAllocs implements store.Runs.

@@ -47,6 +47,7 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 		o = opts[0]
 	}
 	runRuns(t, open, o)
+	runQueue(t, open)
 	runWebhooks(t, open)
 	runEvidence(t, open)
 	runSessionKeys(t, open)

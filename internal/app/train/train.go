@@ -61,6 +61,10 @@ type Options struct {
 	// spec.ParseTimeLimit); it overrides the spec's resources.time-limit.
 	// Empty: the spec's, if any.
 	TimeLimit string
+	// QueueTimeout is how long each run may wait in its region's queue
+	// for a busy node, as written ("30m"; spec.ParseQueueTimeout); it
+	// overrides the spec's resources.queue-timeout. Empty: the spec's.
+	QueueTimeout string
 	// MetricPattern, when set, becomes the run spec's metrics.pattern
 	// (metrics.CompilePattern): how the agent finds the loss in the
 	// job's own log lines. It leaves the fingerprint alone.
@@ -134,6 +138,13 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 			return nil, &fielderr.Error{Field: "TimeLimit", Value: o.TimeLimit, Err: err}
 		}
 	}
+	var queueTimeout time.Duration
+	if o.QueueTimeout != "" {
+		var err error
+		if queueTimeout, err = spec.ParseQueueTimeout(o.QueueTimeout); err != nil {
+			return nil, &fielderr.Error{Field: "QueueTimeout", Value: o.QueueTimeout, Err: err}
+		}
+	}
 	specYAML, err := os.ReadFile(o.Spec)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The message validate gives for a missing spec: what to run next.
@@ -184,7 +195,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
 			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group,
-			GroupSize: int32(len(o.Regions))}))
+			GroupSize: int32(len(o.Regions)), QueueTimeoutSeconds: int64(queueTimeout / time.Second)}))
 		if err != nil {
 			return res, brokerrpc.Error("submitting the run in "+region, c.URL, err)
 		}
@@ -338,11 +349,11 @@ func RunName(name string, specYAML []byte, getenv func(string) string) string {
 	return name
 }
 
-// WriteTable prints runs: id, name, region, state, node, score, price,
-// reason.
+// WriteTable prints runs: id, name, region, state, queue position, node,
+// score, price, limit, reason.
 func WriteTable(out io.Writer, runs []*gpupassv1.Run) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ALLOC\tNAME\tREGION\tSTATE\tNODE\tSCORE\tPRICE/H\tLIMIT\tREASON")
+	fmt.Fprintln(tw, "ALLOC\tNAME\tREGION\tSTATE\tQUEUE\tNODE\tSCORE\tPRICE/H\tLIMIT\tREASON")
 	for _, r := range runs {
 		score, price := "-", "-"
 		if r.Score != nil {
@@ -371,7 +382,13 @@ func WriteTable(out io.Writer, runs []*gpupassv1.Run) error {
 		if r.TimeLimitSeconds > 0 {
 			limit = spec.FormatTimeLimit(time.Duration(r.TimeLimitSeconds) * time.Second)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st,
+		// QUEUE: the run's place in its region's queue while it waits
+		// for a busy node.
+		queue := "-"
+		if r.QueuePosition > 0 {
+			queue = fmt.Sprint(r.QueuePosition)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.String(r.Id), termsafe.String(r.Name), termsafe.String(r.Region), st, queue,
 			termsafe.String(node), score, price, limit, termsafe.String(dash(r.Reason)))
 	}
 	return tw.Flush()

@@ -66,6 +66,10 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 	if err != nil {
 		return rpcError("reading run "+o.AllocID, o.Broker.URL, err)
 	}
+	if note := runview.QueueNote(resp.Msg.Run); note != "" {
+		// On stderr, so --output json stays JSON.
+		fmt.Fprintf(errOut, "%s %s\n", resp.Msg.Run.Id, termsafe.String(note))
+	}
 	p := &runlog.Printer{Out: out, JSON: o.Global.format() == output.JSON}
 	fin, err := runlog.Follow(ctx, c, resp.Msg.Run, o.AfterSeq, o.Follow, o.Metrics, p, o.Global.logger(errOut))
 	if err != nil {

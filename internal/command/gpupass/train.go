@@ -55,6 +55,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.MaxRestarts, "max-restarts", 3, "restarts after a NaN/Inf loss, from the newest checkpoint")
 	f.BoolVar(&o.ResumeElsewhere, "resume-elsewhere", false, "when a node is lost mid-run, restart on another candidate from the newest checkpoint instead of failing")
 	f.StringVar(&o.TimeLimit, "time-limit", "", "wall-clock limit of each run, e.g. 90m or 2h (overrides the spec's resources.time-limit; the broker caps it): a run past it is stopped and ends failed with TIMEOUT; NaN restarts share it")
+	f.StringVar(&o.QueueTimeout, "queue-timeout", "", "how long each run may wait in its region's queue while every certified node that could take it is busy, e.g. 30m (1s to 168h; overrides the spec's resources.queue-timeout): a run still waiting then ends failed with where it stood; default: wait until a node frees")
 	f.StringVar(&o.MetricPattern, "metric-pattern", "", "Go regular expression (RE2) with which the agent finds the loss in the job's own log lines: a named group (?P<loss>…), optionally (?P<step>…); sets the run spec's metrics.pattern (default: the spec's, else `loss 1.23`, `loss=1.23`, `loss: 1.23`, `'loss': 1.23`)")
 	f.Float64Var(&o.MinHealthScore, "min-health-score", api.DefaultMinHealthScore, "lowest node health score to place on")
 	f.StringVar(&o.Workdir, "workdir", "", "directory shipped to each node as the command's work dir (default: the spec's directory; at most 64 MiB compressed); .gitignore and .gpupassignore rules apply and gpupass state dirs never ship")
@@ -108,10 +109,11 @@ prints what would ship.`,
 // trainFlagNames maps the use case's option fields to train's flags.
 var trainFlagNames = fielderr.Names{
 	"Regions": "--region", "Command": "--command or the training command after --", "MaxPrice": "--max-price", "MaxRestarts": "--max-restarts",
-	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name", "TimeLimit": "--time-limit", "MetricPattern": "--metric-pattern",
+	"Spec": "--spec", "Workdir": "--workdir", "Name": "--name", "TimeLimit": "--time-limit", "QueueTimeout": "--queue-timeout", "MetricPattern": "--metric-pattern",
 	"NoWorkdir": "--no-workdir", "WorkdirInclude": "--include",
 	// The broker's request fields: it names no client's flags.
 	api.FieldSubmitCommand: "--command or the training command after --", api.FieldSubmitName: "--name", api.FieldSubmitWorkdir: "--workdir", api.FieldSubmitTimeLimit: "--time-limit",
+	api.FieldSubmitQueueTimeout: "--queue-timeout",
 }
 
 // options are the use case's options, dialling the broker of the flags.

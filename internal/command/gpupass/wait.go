@@ -140,7 +140,11 @@ func (o *WaitOptions) timedOut(ctx context.Context, res *apptrain.Result, out io
 	var going []string
 	for _, r := range res.Runs {
 		if !runview.Terminal(r.State) {
-			going = append(going, fmt.Sprintf("%s (%s) %s", r.Id, termsafe.String(r.Region), stateName(r.State)))
+			st := stateName(r.State)
+			if r.QueuePosition > 0 {
+				st += fmt.Sprintf(" at queue position %d", r.QueuePosition)
+			}
+			going = append(going, fmt.Sprintf("%s (%s) %s", r.Id, termsafe.String(r.Region), st))
 		}
 	}
 	return &ExitError{Code: ExitTimeout, Err: fmt.Errorf("%s %s ran out with %d of %d runs still going (%s): they keep running; wait again with: %s",

@@ -959,9 +959,14 @@ type SubmitRequest struct {
 	// 1..64; 0 is 1): the group ends when that many of its runs have
 	// ended, not when a first run fails before the others are submitted.
 	// Taken from the request that starts the group.
-	GroupSize     int32 `protobuf:"varint,14,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GroupSize int32 `protobuf:"varint,14,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
+	// How long the run may wait in its region's queue for a busy certified
+	// node (gpupass train --queue-timeout); overrides the spec's
+	// resources.queue-timeout. 0: the spec's, else no bound. At most 7 days
+	// (604800). Field numbers from 70 on are the queue's.
+	QueueTimeoutSeconds int64 `protobuf:"varint,70,opt,name=queue_timeout_seconds,json=queueTimeoutSeconds,proto3" json:"queue_timeout_seconds,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -1103,6 +1108,13 @@ func (x *SubmitRequest) GetGroupSize() int32 {
 	return 0
 }
 
+func (x *SubmitRequest) GetQueueTimeoutSeconds() int64 {
+	if x != nil {
+		return x.QueueTimeoutSeconds
+	}
+	return 0
+}
+
 type isSubmitRequest_Spec interface {
 	isSubmitRequest_Spec()
 }
@@ -1212,9 +1224,24 @@ type Run struct {
 	// held_through == last_seq and log_disputed is false (DESIGN §10).
 	LogComplete bool `protobuf:"varint,53,opt,name=log_complete,json=logComplete,proto3" json:"log_complete,omitempty"`
 	// Set once the agent of a Slurm node reported the run's batch job.
-	Slurm         *SlurmPlacement `protobuf:"bytes,60,opt,name=slurm,proto3" json:"slurm,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Slurm *SlurmPlacement `protobuf:"bytes,60,opt,name=slurm,proto3" json:"slurm,omitempty"`
+	// The queue (field numbers from 70 on are the queue's). A pending run
+	// whose certified nodes are all busy waits in its region's queue: the
+	// region's waiting runs in the order they began waiting, of which those
+	// that could take one of the same nodes come before it. queue_position
+	// is its place among those (1: the next such node that frees is its);
+	// 0 when it is not waiting. Every replica reads it from the store.
+	QueuePosition int32 `protobuf:"varint,70,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
+	// When the run began waiting (0: not waiting).
+	QueuedUnixNano int64 `protobuf:"varint,71,opt,name=queued_unix_nano,json=queuedUnixNano,proto3" json:"queued_unix_nano,omitempty"`
+	// How many busy certified nodes could take it, as last matched.
+	QueueNodes int32 `protobuf:"varint,72,opt,name=queue_nodes,json=queueNodes,proto3" json:"queue_nodes,omitempty"`
+	// How long it may wait in the queue (train --queue-timeout, else the
+	// spec's resources.queue-timeout); 0: until a node frees. A run still
+	// waiting then ends failed with a reason starting "waited".
+	QueueTimeoutSeconds int64 `protobuf:"varint,73,opt,name=queue_timeout_seconds,json=queueTimeoutSeconds,proto3" json:"queue_timeout_seconds,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -1469,6 +1496,34 @@ func (x *Run) GetSlurm() *SlurmPlacement {
 		return x.Slurm
 	}
 	return nil
+}
+
+func (x *Run) GetQueuePosition() int32 {
+	if x != nil {
+		return x.QueuePosition
+	}
+	return 0
+}
+
+func (x *Run) GetQueuedUnixNano() int64 {
+	if x != nil {
+		return x.QueuedUnixNano
+	}
+	return 0
+}
+
+func (x *Run) GetQueueNodes() int32 {
+	if x != nil {
+		return x.QueueNodes
+	}
+	return 0
+}
+
+func (x *Run) GetQueueTimeoutSeconds() int64 {
+	if x != nil {
+		return x.QueueTimeoutSeconds
+	}
+	return 0
 }
 
 type GetRunRequest struct {
@@ -2449,7 +2504,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\x91\x04\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xc5\x04\n" +
 	"\rSubmitRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x16\n" +
@@ -2466,12 +2521,14 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
 	"\x05group\x18\r \x01(\tR\x05group\x12\x1d\n" +
 	"\n" +
-	"group_size\x18\x0e \x01(\x05R\tgroupSizeB\x06\n" +
+	"group_size\x18\x0e \x01(\x05R\tgroupSize\x122\n" +
+	"\x15queue_timeout_seconds\x18F \x01(\x03R\x13queueTimeoutSecondsB\x06\n" +
 	"\x04specB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xf1\b\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\x97\n" +
+	"\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2505,7 +2562,12 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10disputed_records\x183 \x01(\x04R\x0fdisputedRecords\x12,\n" +
 	"\x12first_disputed_seq\x184 \x01(\x04R\x10firstDisputedSeq\x12!\n" +
 	"\flog_complete\x185 \x01(\bR\vlogComplete\x120\n" +
-	"\x05slurm\x18< \x01(\v2\x1a.gpupass.v1.SlurmPlacementR\x05slurm\"*\n" +
+	"\x05slurm\x18< \x01(\v2\x1a.gpupass.v1.SlurmPlacementR\x05slurm\x12%\n" +
+	"\x0equeue_position\x18F \x01(\x05R\rqueuePosition\x12(\n" +
+	"\x10queued_unix_nano\x18G \x01(\x03R\x0equeuedUnixNano\x12\x1f\n" +
+	"\vqueue_nodes\x18H \x01(\x05R\n" +
+	"queueNodes\x122\n" +
+	"\x15queue_timeout_seconds\x18I \x01(\x03R\x13queueTimeoutSeconds\"*\n" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +
