@@ -77,6 +77,9 @@ var rules = []struct {
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure", false},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure", false},
 	{"internal/report", []string{"net/http", "net", "connectrpc.com/"}, "report is pure", false},
+	// gpupass up takes the executors' flags as data (executorflags).
+	{"cmd/gpupass", []string{"./agent", "./internal/command/agent", "k8s.io/"}, "gpupass links no executor: up takes their flags from internal/command/executorflags, and client-go would double gpupass's size and start", false},
+	{"internal/command/executorflags", []string{"./agent"}, "gpupass embeds the executors' flags as data and links none of them", false},
 	{"cmd/gpupass-agent", []string{"gonum.org/v1/plot", "./internal/report"}, "the agent draws no charts: gonum/plot and its fonts link only into gpupass and gpupass-broker", false},
 	{"internal/conformance", []string{"github.com/sigstore/", "./internal/audit", "net/http"}, "the agent imports conformance: it stays free of cosign and network code", false},
 }
@@ -103,7 +106,7 @@ const commandLayer = "internal/command"
 // renamed flags, the registry flag set, the CLI reference, --output and
 // its formats): every command tree may import them, nothing outside the
 // command layer may.
-var sharedFlags = []string{commandLayer + "/flagenv", commandLayer + "/flagalias", commandLayer + "/registryflags", commandLayer + "/docsgen", commandLayer + "/output"}
+var sharedFlags = []string{commandLayer + "/flagenv", commandLayer + "/flagalias", commandLayer + "/registryflags", commandLayer + "/docsgen", commandLayer + "/output", commandLayer + "/executorflags"}
 
 // commandTree is the command tree a command-layer package belongs to
 // (internal/command/gpupass for internal/command/gpupass/auditcmd).

@@ -18,6 +18,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/ci"
+	"github.com/gpupass/gpupass/internal/command/executorflags"
 	"github.com/gpupass/gpupass/internal/command/output"
 )
 
@@ -32,6 +33,9 @@ type GlobalOptions struct {
 	// Poster posts compare reports to the forges, as cmd/gpupass links
 	// it (set by NewRoot; nil in a test that builds the root without).
 	Poster compare.Poster
+	// Executors are the agent's executors whose flags up offers (set by
+	// NewRoot; nil: the list gpupass was built with, executorflags).
+	Executors []executorflags.Executor
 }
 
 // AddFlags registers the global flags.
@@ -76,7 +80,7 @@ func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
 // VM is most of its CPU time. Help, completion and unknown commands get
 // the whole tree (Main decides).
 func newRootFor(cfg *rootConfig, only string) *cobra.Command {
-	g := &GlobalOptions{Poster: cfg.poster}
+	g := &GlobalOptions{Poster: cfg.poster, Executors: cfg.executors}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",

@@ -278,3 +278,33 @@ func TestUpDemo(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EUpExecutorErrors: up hands an executor's flags to the agents,
+// whose backend checks them; a bad one stops up with the agent's error,
+// naming the flag the user typed, and a flag of another executor is
+// refused before anything starts. The runs' image, the shared dir and
+// "needs --executor" are no rules of up's own any more.
+func TestE2EUpExecutorErrors(t *testing.T) {
+	bin := upstack.BuildAll(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--executor", "kubernetes", "--kube-image", "gpupass.local/run:1"}, `gpupass-agent: --kube-image: image "gpupass.local/run:1" is not pinned by digest`},
+		{[]string{"--executor", "kubernetes"}, "gpupass-agent: --kube-image is required with the kubernetes executor: the runs' image, pinned by digest (NAME@sha256:…); on the local cluster, `sudo scripts/k8s-up.sh --run-image` builds one"},
+		{[]string{"--executor", "slurm", "--slurm-shared-dir", "scratch"}, `gpupass-agent: --slurm-shared-dir "scratch": give an absolute directory every compute node sees`},
+		{[]string{"--executor", "slurm", "--slurm-shared-dir", "/nonexistent/shared"}, `gpupass-agent: --slurm-shared-dir "/nonexistent/shared": not a directory here`},
+		{[]string{"--kube-image", "gpupass.local/run:1"}, "gpupass: --kube-image needs --executor kubernetes"},
+		{[]string{"--executor", "slurm", "--slurm-shared-dir", "/tmp", "--agents-per-region", "2"}, "--agents-per-region 2: with --executor slurm each region has one agent, which stands for every compute node"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(filepath.Join(bin, "gpupass"), append([]string{"up", "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--region", "r1"}, tt.args...)...)
+			cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tt.want) {
+				t.Errorf("gpupass up %s: %v\n%s\nwant %q", strings.Join(tt.args, " "), err, out, tt.want)
+			}
+		})
+	}
+}
