@@ -41,7 +41,7 @@ type GlobalOptions struct {
 // AddFlags registers the global flags.
 func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
 	output.Register(cmd, &o.Output)
-	cmd.PersistentFlags().Lookup(output.Flag).Usage = "output format: text or json; github or gitlab for a CI step (validate, compare, train, wait, audit, audit verify, bundle push, bundle pull)"
+	cmd.PersistentFlags().Lookup(output.Flag).Usage = "output format: text or json; sarif for validate's findings (SARIF 2.1.0); github or gitlab for a CI step (validate, compare, train, wait, audit, audit verify, bundle push, bundle pull)"
 	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
 	cmd.PersistentFlags().StringVar(&o.Context, "context", "", "broker context to use, from the config file (gpupass context ls lists them)")
 }
