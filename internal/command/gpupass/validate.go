@@ -74,6 +74,11 @@ func newValidateCmd(g *GlobalOptions) *cobra.Command {
 each with file:line:column, a rule id and a fix hint; print the fingerprint of a
 valid spec. --local also checks this machine's runtime against it.
 
+-o picks the findings' format: text (the default), json (one document, with
+--local's and --dry-run's answers in it), sarif (SARIF 2.1.0, for code
+scanning), github or gitlab (a CI step: the text, plus annotations on the
+spec's lines or the code quality report in --code-quality).
+
 Exit codes: 0 valid (warnings allowed), 1 errors in the spec or runtime
 mismatches, 2 usage or I/O error.`,
 		Args: cobra.NoArgs,
