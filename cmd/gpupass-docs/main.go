@@ -61,7 +61,9 @@ func main() {
 	}
 	b, es, err := executors()
 	if err == nil {
-		err = os.WriteFile(filepath.FromSlash(executorflags.File), b, 0o644)
+		if err = os.WriteFile(filepath.FromSlash(executorflags.File), b, 0o644); err != nil {
+			err = fmt.Errorf("%w (run it from the repository root, as make docs does)", err)
+		}
 	}
 	if err == nil {
 		err = docsgen.Write(out, trees(es))

@@ -241,6 +241,9 @@ func TestRulesFire(t *testing.T) {
 		{"the executor contract importing the local executor", pkg{ImportPath: m("agent/executor"), Deps: []string{m("agent/executor/local")}}, "the backends import it, never the other way round"},
 		{"the executor contract linking the Slurm backend", pkg{ImportPath: m("agent/executor"), Deps: []string{m("agent/spool"), m("agent/executor/slurm")}}, "the backends import it, never the other way round"},
 		{"a backend importing the executor contract", pkg{ImportPath: m("agent/executor/local"), Imports: []string{m("agent/executor")}, Deps: []string{m("agent/executor")}}, ""},
+		{"gpupass linking an executor", pkg{ImportPath: m("cmd/gpupass"), Deps: []string{m("internal/command/executorflags"), m("agent/executor/kubernetes"), "k8s.io/client-go/kubernetes"}}, "gpupass links no executor"},
+		{"gpupass linking the executors' flags as data", pkg{ImportPath: m("cmd/gpupass"), Imports: []string{m("internal/command/gpupass")}, Deps: []string{m("internal/command/gpupass"), m("internal/command/executorflags")}}, ""},
+		{"a command tree importing the executors' flags", pkg{ImportPath: m("internal/command/gpupass"), Imports: []string{m("internal/command/executorflags")}}, ""},
 		{"a use case may import the client", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/client")}, Deps: []string{m("internal/client")}}, ""},
 	}
 	for _, c := range cases {
