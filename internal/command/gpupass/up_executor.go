@@ -39,8 +39,11 @@ func (x *UpExecutor) AddFlags(cmd *cobra.Command, es []executorflags.Executor) {
 	var kinds []string
 	for _, e := range es {
 		kinds = append(kinds, e.Name+" ("+e.Usage+")")
-		if err := e.AddFlags(x.flags); err != nil && x.err == nil {
-			x.err = err
+		if err := e.AddFlags(x.flags); err != nil {
+			if x.err == nil {
+				x.err = err
+			}
+			continue
 		}
 		for _, fl := range e.Flags {
 			if f := x.flags.Lookup(fl.Name); f != nil {

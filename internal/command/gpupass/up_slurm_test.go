@@ -1,6 +1,9 @@
 package gpupass
 
 import (
+	"bytes"
+	"context"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -83,5 +86,31 @@ func TestUpSlurmArgs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUpHelpGroupsExecutorFlags: up --help lists its own flags first and
+// then each executor's under a heading of its own, every flag of the
+// agent's executors included (gpupass links none of them).
+func TestUpHelpGroupsExecutorFlags(t *testing.T) {
+	t.Parallel()
+	var out, errw bytes.Buffer
+	if code := Main(context.Background(), []string{"up", "--help"}, strings.NewReader(""), &out, &errw); code != 0 {
+		t.Fatalf("up --help: exit %d %s", code, errw.String())
+	}
+	help := out.String()
+	own, rest, ok := strings.Cut(help, "\nFlags of --executor ")
+	if !ok || regexp.MustCompile(`(?m)^ +--(slurm|kube)`).MatchString(own) || !strings.Contains(own, "--agents-per-region") {
+		t.Fatalf("up --help does not keep the executors' flags apart from its own:\n%s", help)
+	}
+	for _, group := range []struct{ heading, flag string }{
+		{"Flags of --executor slurm (gpupass-agent's own, passed to each region's agent):", "--slurm-simulate strings"},
+		{"Flags of --executor kubernetes (gpupass-agent's own, passed to each region's agent):", `--kube-namespace string       with --executor kubernetes: namespace of the runs' and conformance checks' Jobs (default "default")`},
+	} {
+		_, after, ok := strings.Cut("\nFlags of --executor "+rest, "\n"+group.heading+"\n")
+		section, _, _ := strings.Cut(after, "\n\n")
+		if !ok || !strings.Contains(section, group.flag) {
+			t.Errorf("up --help has no %q with %q:\n%s", group.heading, group.flag, help)
+		}
 	}
 }
