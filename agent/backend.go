@@ -68,6 +68,15 @@ type Spec[S any] struct {
 	// Stack, when set, places one region's agent of a gpupass up stack
 	// (Regional.InStack).
 	Stack func(s *S, stackDir, region string) error
+	// StandsFor, when set, is what one agent stands for ("every compute
+	// node"): a gpupass up stack starts one agent per region, since two
+	// would enroll each node twice (Regional.StandsFor).
+	StandsFor string
+	// StackFlags are flag values (name without --: value) that a gpupass
+	// up stack's agents get unless the user sets the flag: what suits a
+	// cluster beside this machine rather than a site's service
+	// (Regional.StackFlags).
+	StackFlags map[string]string
 	// Run is Backend.Serve, with the settings.
 	Run func(ctx context.Context, o *Options, s *S, log *slog.Logger) error
 }
@@ -93,6 +102,9 @@ func (d *defined[S]) AddFlags(f FlagSet) {
 	}
 }
 
+func (d *defined[S]) StandsFor() string             { return d.spec.StandsFor }
+func (d *defined[S]) StackFlags() map[string]string { return d.spec.StackFlags }
+
 func (d *defined[S]) InStack(stackDir, region string) error {
 	if d.spec.Stack == nil {
 		return nil
@@ -111,8 +123,18 @@ func (d *defined[S]) Serve(ctx context.Context, o *Options, log *slog.Logger) er
 // ledger: they submit as one account) into the stack's dir. It runs
 // before Serve, on the backend's own settings; up and its use case
 // (internal/app/localstack) never name an executor.
+//
+// gpupass does not link the backends: what it needs of them (their flags,
+// StandsFor, StackFlags) reaches it as data that gpupass-docs writes
+// (internal/command/executorflags), and it hands the flags the user set
+// to the agents, whose backend checks them (InStack, Serve).
 type Regional interface {
 	InStack(stackDir, region string) error
+	// StandsFor is what one agent stands for; "" when a region may have
+	// several agents (the local executor).
+	StandsFor() string
+	// StackFlags are the stack's defaults for the backend's flags.
+	StackFlags() map[string]string
 }
 
 // InRegion is dir's part for one region's agent of a gpupass up stack,

@@ -1,20 +1,35 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/command/docsgen"
+	"github.com/gpupass/gpupass/internal/command/executorflags"
 	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // TestCLIReferenceIsCurrent fails when a command, flag or help text
-// changed and docs/cli was not regenerated (or was edited by hand).
+// changed and docs/cli was not regenerated (or was edited by hand), or
+// when an executor's flags changed and the list gpupass up embeds
+// (executorflags.File) was not.
 func TestCLIReferenceIsCurrent(t *testing.T) {
 	t.Parallel()
-	if err := docsgen.Check(filepath.Join(testutil.RepoRoot(t), dir), trees()); err != nil {
+	want, es, err := executors()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := docsgen.Check(filepath.Join(testutil.RepoRoot(t), dir), trees(es)); err != nil {
+		t.Fatal(err)
+	}
+	have, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), executorflags.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(have, want) {
+		t.Fatalf("%s is stale: the agent's executors' flags changed; run make docs", executorflags.File)
 	}
 }
 
@@ -26,7 +41,7 @@ func TestEveryBinaryDocumented(t *testing.T) {
 		"gpupass-docs": "this generator",
 	}
 	documented := map[string]bool{}
-	for _, tr := range trees() {
+	for _, tr := range trees(nil) {
 		documented[tr.Command.Name()] = true
 	}
 	entries, err := os.ReadDir(filepath.Join(testutil.RepoRoot(t), "cmd"))

@@ -77,6 +77,9 @@ var rules = []struct {
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure", false},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure", false},
 	{"internal/report", []string{"net/http", "net", "connectrpc.com/"}, "report is pure", false},
+	// gpupass up takes the executors' flags as data (executorflags).
+	{"cmd/gpupass", []string{"./agent", "./internal/command/agent", "k8s.io/"}, "gpupass links no executor: up takes their flags from internal/command/executorflags, and client-go would double gpupass's size and start", false},
+	{"internal/command/executorflags", []string{"./agent"}, "gpupass embeds the executors' flags as data and links none of them", false},
 	{"cmd/gpupass-agent", []string{"gonum.org/v1/plot", "./internal/report"}, "the agent draws no charts: gonum/plot and its fonts link only into gpupass and gpupass-broker", false},
 	{"internal/conformance", []string{"github.com/sigstore/", "./internal/audit", "net/http"}, "the agent imports conformance: it stays free of cosign and network code", false},
 }
@@ -103,7 +106,7 @@ const commandLayer = "internal/command"
 // renamed flags, the registry flag set, the CLI reference, --output and
 // its formats): every command tree may import them, nothing outside the
 // command layer may.
-var sharedFlags = []string{commandLayer + "/flagenv", commandLayer + "/flagalias", commandLayer + "/registryflags", commandLayer + "/docsgen", commandLayer + "/output"}
+var sharedFlags = []string{commandLayer + "/flagenv", commandLayer + "/flagalias", commandLayer + "/registryflags", commandLayer + "/docsgen", commandLayer + "/output", commandLayer + "/executorflags"}
 
 // commandTree is the command tree a command-layer package belongs to
 // (internal/command/gpupass for internal/command/gpupass/auditcmd).
@@ -238,6 +241,9 @@ func TestRulesFire(t *testing.T) {
 		{"the executor contract importing the local executor", pkg{ImportPath: m("agent/executor"), Deps: []string{m("agent/executor/local")}}, "the backends import it, never the other way round"},
 		{"the executor contract linking the Slurm backend", pkg{ImportPath: m("agent/executor"), Deps: []string{m("agent/spool"), m("agent/executor/slurm")}}, "the backends import it, never the other way round"},
 		{"a backend importing the executor contract", pkg{ImportPath: m("agent/executor/local"), Imports: []string{m("agent/executor")}, Deps: []string{m("agent/executor")}}, ""},
+		{"gpupass linking an executor", pkg{ImportPath: m("cmd/gpupass"), Deps: []string{m("internal/command/executorflags"), m("agent/executor/kubernetes"), "k8s.io/client-go/kubernetes"}}, "gpupass links no executor"},
+		{"gpupass linking the executors' flags as data", pkg{ImportPath: m("cmd/gpupass"), Imports: []string{m("internal/command/gpupass")}, Deps: []string{m("internal/command/gpupass"), m("internal/command/executorflags")}}, ""},
+		{"a command tree importing the executors' flags", pkg{ImportPath: m("internal/command/gpupass"), Imports: []string{m("internal/command/executorflags")}}, ""},
 		{"a use case may import the client", pkg{ImportPath: m("internal/app/train"), Imports: []string{m("internal/client")}, Deps: []string{m("internal/client")}}, ""},
 	}
 	for _, c := range cases {

@@ -20,9 +20,6 @@ import (
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
-// Formats lists the values of --format.
-var Formats = []string{"text", "json", "github", "gitlab", "sarif"}
-
 // Options tune the renderers.
 type Options struct {
 	// Color enables ANSI colour in text output; set it only for a terminal.
@@ -31,23 +28,6 @@ type Options struct {
 	Version string
 	// Getenv reads the environment (GitHub output files); nil: none.
 	Getenv func(string) string
-}
-
-// Write renders results in format to w.
-func Write(w io.Writer, format string, results []*spec.Result, o Options) error {
-	switch format {
-	case "text":
-		return Text(w, results, o.Color)
-	case "json":
-		return JSON(w, results)
-	case "github":
-		return GitHub(w, results, o.Getenv)
-	case "gitlab":
-		return GitLab(w, results)
-	case "sarif":
-		return SARIF(w, results, o.Version)
-	}
-	return fmt.Errorf("unknown format %q: use one of %s", format, strings.Join(Formats, ", "))
 }
 
 const (

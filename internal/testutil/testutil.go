@@ -72,11 +72,20 @@ func RepoRoot(t testing.TB) string {
 
 // BuildBinary builds a main package of this module (e.g. "./cmd/gpupass")
 // into a temporary directory, once per test binary, and returns its path.
-func BuildBinary(t testing.TB, pkg string) string {
+func BuildBinary(t testing.TB, pkg string) string { return BuildBinaryTags(t, pkg) }
+
+// BuildBinaryTags is BuildBinary with build tags (-tags fakeexecutor:
+// gpupass-agent with the test-only fake executor); each set of tags
+// gets a directory of its own.
+func BuildBinaryTags(t testing.TB, pkg string, tags ...string) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if p, ok := built[pkg]; ok {
+	key := pkg
+	if len(tags) > 0 {
+		key += " -tags " + strings.Join(tags, ",")
+	}
+	if p, ok := built[key]; ok {
 		return p
 	}
 	dir, err := ProcessTempDir("gpupass-bin-")
@@ -84,18 +93,17 @@ func BuildBinary(t testing.TB, pkg string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	pkgs := []string{pkg}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = RepoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		t.Fatalf("go build %s: %v\n%s", key, err, b)
 	}
-	for _, p := range pkgs {
-		if _, ok := built[p]; !ok {
-			built[p] = filepath.Join(dir, filepath.Base(p))
-		}
-	}
+	built[key] = out
 	return out
 }
 

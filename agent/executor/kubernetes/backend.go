@@ -110,8 +110,13 @@ func Backend() agent.Backend {
 			FieldCluster:    "--kube-cluster",
 			FieldRunAs:      "--kube-run-as",
 		},
-		Stack: inStack,
-		Run:   Run,
+		Stack:     inStack,
+		StandsFor: "every GPU node",
+		// A stack beside this machine: the local cluster
+		// (scripts/k8s-up.sh) has the default namespace, and its nodes
+		// are read every 5s so that a cordon shows at once.
+		StackFlags: map[string]string{"kube-namespace": "default", "kube-refresh": "5s"},
+		Run:        Run,
 	})
 }
 
@@ -120,7 +125,7 @@ func bind(f agent.FlagSet, k *Flags) {
 	f.StringVar(&k.Namespace, "kube-namespace", "gpupass", "with --executor kubernetes: namespace of the runs' and conformance checks' Jobs")
 	f.StringVar(&k.Image, "kube-image", "", "with --executor kubernetes: the runs' container image, pinned by digest (NAME@sha256:…); the certified environment is a node and this image")
 	f.StringVar(&k.Cluster, "kube-cluster", "", "with --executor kubernetes: cluster name in node ids and the provider kubernetes:NAME (default: the kubeconfig's current cluster)")
-	f.StringVar(&k.SharedDir, "kube-shared-dir", "", "with --executor kubernetes: absolute directory the agent and every pod see at the same path (runs' work dirs, output, metrics, checkpoints); a hostPath unless --kube-shared-claim")
+	f.StringVar(&k.SharedDir, "kube-shared-dir", "", "with --executor kubernetes: absolute directory the agent and every pod see at the same path (runs' work dirs, output, metrics, checkpoints); a hostPath unless --kube-shared-claim (in a gpupass up stack, default STATE_DIR/kube-shared: right for scripts/k8s-up.sh's one-node cluster on this machine)")
 	f.StringVar(&k.SharedClaim, "kube-shared-claim", "", "with --executor kubernetes: ReadWriteMany PersistentVolumeClaim mounted at --kube-shared-dir in each pod (the agent's pod mounts it there too); empty: hostPath")
 	f.StringVar(&k.NodeSelector, "kube-node-selector", "", "with --executor kubernetes: label selector narrowing the GPU nodes enrolled (e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3)")
 	f.DurationVar(&k.TimeLimit, "kube-time-limit", 0, "with --executor kubernetes: activeDeadlineSeconds of each run's Job (0: none)")
@@ -130,8 +135,19 @@ func bind(f agent.FlagSet, k *Flags) {
 }
 
 // inStack (agent.Regional): each region's agent of a gpupass up stack
-// works under a dir of its own in the shared dir (validate makes it).
-func inStack(k *Flags, _, region string) error {
+// works under a dir of its own in the shared dir (validate makes it),
+// by default the stack's kube-shared: right for scripts/k8s-up.sh's
+// one-node cluster on this machine, whose hostPath is this machine's.
+func inStack(k *Flags, stackDir, region string) error {
+	if k.Image == "" {
+		return fielderr.New(FieldImage, "", "is required with the kubernetes executor: the runs' image, pinned by digest (NAME@sha256:…); on the local cluster, `sudo scripts/k8s-up.sh --run-image` builds one and prints the up line that uses it")
+	}
+	if k.SharedDir == "" {
+		k.SharedDir = filepath.Join(stackDir, "kube-shared")
+	}
+	if !filepath.IsAbs(k.SharedDir) {
+		return fielderr.New(FieldSharedDir, k.SharedDir, "give an absolute directory the agent and the pods see at the same path")
+	}
 	k.SharedDir = agent.InRegion(k.SharedDir, region)
 	return nil
 }

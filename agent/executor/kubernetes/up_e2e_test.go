@@ -62,6 +62,29 @@ func TestE2EKubernetesUp(t *testing.T) {
 	}
 }
 
+// TestE2EKubernetesUpAgentFlags: every flag of the agent's Kubernetes
+// executor is one of gpupass up's, taken from the executor (gpupass links
+// none) and handed to the stack's agent: the up line k8s-up.sh prints,
+// with --kube-cluster (up had no such flag before, issue #33), enrolls
+// the node under the provider kubernetes:NAME that flag names.
+func TestE2EKubernetesUpAgentFlags(t *testing.T) {
+	c := k8stest.Require(t)
+	_, env, args := k8sUpRunImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"k8s-flags"},
+		Args: append(args, "--kube-namespace", c.Namespace(t), "--kube-cluster", "flags-test"), Env: []string{env}})
+	var out string
+	upstack.WaitFor(t, ctx, "the node under provider kubernetes:flags-test in gpupass nodes", func() bool {
+		b, _ := stack.Command(ctx, "nodes").CombinedOutput()
+		out = string(b)
+		return regexp.MustCompile(`(?m)^agt-[0-9a-f]+ +` + regexp.QuoteMeta(c.NodeName) + ` +kubernetes:flags-test +k8s-flags `).MatchString(out)
+	})
+	if t.Failed() {
+		t.Logf("gpupass nodes:\n%s", out)
+	}
+}
+
 // k8sUpRunImage runs `scripts/k8s-up.sh --run-image` as a user would and
 // returns the run image it printed on stdout (GPUPASS_K8S_RUN_IMAGE), and
 // the line it printed to paste, `KUBECONFIG=… gpupass up ARGS`, as its

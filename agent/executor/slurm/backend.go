@@ -81,9 +81,10 @@ func Backend() agent.Backend {
 		},
 		// Why root and not the cluster's SlurmUser, which Slurm also lets
 		// submit as another uid.
-		Root:  "on the login node: Slurm lets only root or its SlurmUser submit a job as another uid (sbatch --uid), and the agent hands each run's dir in the shared dir to the run's uid, which only root may",
-		Stack: inStack,
-		Run:   Run,
+		Root:      "on the login node: Slurm lets only root or its SlurmUser submit a job as another uid (sbatch --uid), and the agent hands each run's dir in the shared dir to the run's uid, which only root may",
+		Stack:     inStack,
+		StandsFor: "every compute node",
+		Run:       Run,
 	})
 }
 
@@ -101,7 +102,13 @@ func bind(f agent.FlagSet, s *Flags) {
 // works under a dir of its own in the shared dir, and all of them share
 // one ledger in the stack's dir: they submit as one account, and each
 // would cancel the others' jobs as strays.
+//
+// The shared dir itself must be there, seen by every compute node: a
+// mistyped one would otherwise be made here, where no node sees it.
 func inStack(s *Flags, stackDir, region string) error {
+	if err := checkShared(s.SharedDir); err != nil {
+		return err
+	}
 	if s.SharedDir = agent.InRegion(s.SharedDir, region); s.SharedDir != "" {
 		if err := os.MkdirAll(s.SharedDir, 0o755); err != nil {
 			return fielderr.New(FieldSharedDir, s.SharedDir, "%w", err)
@@ -113,12 +120,21 @@ func inStack(s *Flags, stackDir, region string) error {
 	return nil
 }
 
-func validate(o *agent.Options, s *Flags) error {
-	if s.SharedDir == "" || !filepath.IsAbs(s.SharedDir) {
-		return fielderr.New(FieldSharedDir, s.SharedDir, "give an absolute directory every compute node sees")
+// checkShared refuses a shared dir that is not an absolute directory
+// here.
+func checkShared(dir string) error {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return fielderr.New(FieldSharedDir, dir, "give an absolute directory every compute node sees")
 	}
-	if st, err := os.Stat(s.SharedDir); err != nil || !st.IsDir() {
-		return fielderr.New(FieldSharedDir, s.SharedDir, "not a directory here (%v)", err)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fielderr.New(FieldSharedDir, dir, "not a directory here (%v)", err)
+	}
+	return nil
+}
+
+func validate(o *agent.Options, s *Flags) error {
+	if err := checkShared(s.SharedDir); err != nil {
+		return err
 	}
 	if s.Refresh < time.Second {
 		return fielderr.New(FieldRefresh, s.Refresh.String(), "must be at least 1s")

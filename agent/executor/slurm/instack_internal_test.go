@@ -3,6 +3,7 @@ package slurm
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -27,5 +28,26 @@ func TestInStack(t *testing.T) {
 		if want := filepath.Join(stack, "slurm-ledger"); s.LedgerDir != want {
 			t.Errorf("region %s: ledger %s, want the stack's %s", region, s.LedgerDir, want)
 		}
+	}
+}
+
+// TestInStackSharedDir: a stack's shared dir must be an absolute
+// directory that is there: a mistyped one is refused, not made here,
+// where no compute node sees it.
+func TestInStackSharedDir(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "typo")
+	for _, tt := range []struct{ dir, want string }{
+		{"", `slurm shared dir: give an absolute directory`},
+		{"scratch", `slurm shared dir "scratch": give an absolute directory`},
+		{missing, `slurm shared dir "` + missing + `": not a directory here`},
+	} {
+		err := inStack(&Flags{SharedDir: tt.dir}, t.TempDir(), "r")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("inStack(%q) = %v, want an error with %q", tt.dir, err, tt.want)
+		}
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("%s was made", missing)
 	}
 }

@@ -159,6 +159,30 @@ func TestE2ESlurmUp(t *testing.T) {
 	}
 }
 
+// TestE2ESlurmUpAgentFlags: every flag of the agent's Slurm executor is
+// one of gpupass up's, taken from the executor (gpupass links none) and
+// handed to the stack's agent: --slurm-simulate gives n2 a profile of its
+// own, which nodes shows; gpupass up had no such flag before (issue #33).
+func TestE2ESlurmUpAgentFlags(t *testing.T) {
+	c := slurmtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"hpc-flags"},
+		Args: []string{"--executor", "slurm", "--slurm-partition", slurmtest.Partition, "--slurm-shared-dir", c.Shared,
+			"--slurm-simulate", "n2=rtx-4090-1x", "--slurm-refresh", "2s"},
+		Env: []string{"SLURM_CONF=" + c.Conf}})
+	var out string
+	upstack.WaitFor(t, ctx, "n1 on up's --profile and n2 on its --slurm-simulate profile in gpupass nodes", func() bool {
+		b, _ := stack.Command(ctx, "nodes").CombinedOutput()
+		out = string(b)
+		return regexp.MustCompile(`(?m)^agt-[0-9a-f]+ +n1 +slurm:gptest +hpc-flags .*a100-80gb x4`).MatchString(out) &&
+			regexp.MustCompile(`(?m)^agt-[0-9a-f]+ +n2 +slurm:gptest +hpc-flags .*rtx-4090.* x1`).MatchString(out)
+	})
+	if t.Failed() {
+		t.Logf("gpupass nodes:\n%s", out)
+	}
+}
+
 func readZip(t *testing.T, path, name string) string {
 	t.Helper()
 	z, err := zip.OpenReader(path)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -31,6 +32,7 @@ import (
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/fsutil"
 	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -545,7 +547,7 @@ func waitListening(ctx context.Context, addr string, c *child, limit time.Durati
 		}
 		select {
 		case <-c.done:
-			return fmt.Errorf("%s exited before listening on %s (%v); see %s", c.name, addr, c.err, c.log)
+			return fmt.Errorf("%s exited before listening on %s%s (%v); see %s", c.name, addr, lastError(c.log), c.err, c.log)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -554,6 +556,31 @@ func waitListening(ctx context.Context, addr string, c *child, limit time.Durati
 			return fmt.Errorf("%s did not listen on %s within %s; see %s", c.name, addr, limit, c.log)
 		}
 	}
+}
+
+// lastError is ": " and the last error line a child wrote to its log
+// ("gpupass-agent: --kube-image …": the binaries print their error so as
+// they exit), or "" when it wrote none: an agent refuses its executor's
+// flags, which up hands it, and up shows why.
+func lastError(logPath string) string {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	// The error is the last thing written: the log's tail holds it.
+	const tail = 16 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > tail {
+		_, _ = f.Seek(st.Size()-tail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, tail))
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "gpupass-agent: ") || strings.HasPrefix(lines[i], "gpupass-broker: ") {
+			return ": " + termsafe.String(lines[i])
+		}
+	}
+	return ""
 }
 
 // waitCertified waits until want nodes are online with a passed report.
@@ -580,7 +607,7 @@ func waitCertified(ctx context.Context, co client.Options, url string, want int,
 		}
 		select {
 		case c := <-st.exited:
-			return nil, fmt.Errorf("%s exited during start-up (%v); see %s", c.name, c.err, c.log)
+			return nil, fmt.Errorf("%s exited during start-up%s (%v); see %s", c.name, lastError(c.log), c.err, c.log)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/compare"
+	"github.com/gpupass/gpupass/internal/command/executorflags"
 	"github.com/gpupass/gpupass/internal/fielderr"
 )
 
@@ -36,6 +37,8 @@ type rootConfig struct {
 	commands []Subcommand   // this package's and those linked in
 	poster   compare.Poster // nil: compare cannot post (compare.ErrNoPoster)
 	names    fieldNames
+	// executors: GlobalOptions.Executors.
+	executors []executorflags.Executor
 }
 
 // WithCommands links top-level commands of other packages in
@@ -47,6 +50,13 @@ func WithCommands(cs ...Subcommand) Option {
 // WithPoster links posting compare reports to the forges in (cmd/gpupass
 // does).
 func WithPoster(p compare.Poster) Option { return func(c *rootConfig) { c.poster = p } }
+
+// WithExecutors gives up the flags of es instead of the executors gpupass
+// was built with (gpupass-docs, from the agent's own; tests, with the
+// fake executor's).
+func WithExecutors(es []executorflags.Executor) Option {
+	return func(c *rootConfig) { c.executors = es }
+}
 
 // newRootConfig is this package's commands with opts applied.
 func newRootConfig(opts []Option) *rootConfig {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/command/executorflags"
 	"github.com/gpupass/gpupass/internal/command/output"
 )
 
@@ -33,12 +34,15 @@ type GlobalOptions struct {
 	// Poster posts compare reports to the forges, as cmd/gpupass links
 	// it (set by NewRoot; nil in a test that builds the root without).
 	Poster compare.Poster
+	// Executors are the agent's executors whose flags up offers (set by
+	// NewRoot; nil: the list gpupass was built with, executorflags).
+	Executors []executorflags.Executor
 }
 
 // AddFlags registers the global flags.
 func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
 	output.Register(cmd, &o.Output)
-	cmd.PersistentFlags().Lookup(output.Flag).Usage = "output format: text or json; github or gitlab for a CI step (validate, compare, train, wait, audit, audit verify, bundle push, bundle pull)"
+	cmd.PersistentFlags().Lookup(output.Flag).Usage = "output format: text or json; sarif for validate's findings (SARIF 2.1.0); github or gitlab for a CI step (validate, compare, train, wait, audit, audit verify, bundle push, bundle pull)"
 	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
 	cmd.PersistentFlags().StringVar(&o.Context, "context", "", "broker context to use, from the config file (gpupass context ls lists them)")
 }
@@ -77,7 +81,7 @@ func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
 // VM is most of its CPU time. Help, completion and unknown commands get
 // the whole tree (Main decides).
 func newRootFor(cfg *rootConfig, only string) *cobra.Command {
-	g := &GlobalOptions{Poster: cfg.poster}
+	g := &GlobalOptions{Poster: cfg.poster, Executors: cfg.executors}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpupass/gpupass/internal/app/localstack"
+	"github.com/gpupass/gpupass/internal/command/executorflags"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/probe"
@@ -30,8 +31,7 @@ type UpOptions struct {
 	Python          string
 	Demo            bool
 	DemoOptions
-	Slurm UpSlurm
-	Kube  UpKube
+	Executor UpExecutor
 
 	Output output.Format
 	Log    *slog.Logger
@@ -42,8 +42,11 @@ type UpOptions struct {
 	Ready func(*LocalConfig)
 }
 
-// AddFlags registers up's flags.
-func (o *UpOptions) AddFlags(cmd *cobra.Command) {
+// AddFlags registers up's flags, with the executors' flags of the list
+// gpupass was built with.
+func (o *UpOptions) AddFlags(cmd *cobra.Command) { o.addFlags(cmd, nil) }
+
+func (o *UpOptions) addFlags(cmd *cobra.Command, executors []executorflags.Executor) {
 	f := cmd.Flags()
 	f.StringVar(&o.StateDir, "state-dir", "", "state dir: broker database, agent state, logs, config.json (default $XDG_STATE_HOME/gpupass, else the project's .gpupass: found from here up, else beside the nearest gpupass.yaml, else in the working directory)")
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:7070", "broker address; port 0 picks a free one")
@@ -53,8 +56,7 @@ func (o *UpOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
-	o.Slurm.AddFlags(cmd)
-	o.Kube.AddFlags(cmd)
+	o.Executor.AddFlags(cmd, executors)
 }
 
 func newUpCmd(g *GlobalOptions) *cobra.Command {
@@ -85,7 +87,7 @@ anywhere. --demo runs the example pipeline.`,
 			return RunUp(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
-	o.AddFlags(cmd)
+	o.addFlags(cmd, g.Executors)
 	return cmd
 }
 
@@ -110,10 +112,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	if o.Python == "" {
 		o.Python = probe.DefaultPython
 	}
-	if err := o.Slurm.validate(o.AgentsPerRegion); err != nil {
-		return err
-	}
-	if err := o.Kube.validate(o.Slurm.Executor, o.AgentsPerRegion, o.StateDir); err != nil {
+	if err := o.Executor.validate(o.AgentsPerRegion, o.Getenv); err != nil {
 		return err
 	}
 	if o.Demo {
@@ -129,7 +128,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	st, err := localstack.Start(ctx, localstack.Options{
 		StateDir: o.StateDir, Listen: o.Listen, Regions: o.Regions, AgentsPerRegion: o.AgentsPerRegion,
 		Profile: o.Profile, Python: o.Python, Log: o.Log,
-		Executor: o.Slurm.Executor, ExecutorArgs: append(o.Slurm.args(), o.Kube.args(o.Slurm.Executor)...),
+		Executor: o.Executor.Name, ExecutorArgs: o.Executor.args(),
 	})
 	if re := (*localstack.RunningError)(nil); errors.As(err, &re) {
 		return upRunningError(re)

@@ -4,55 +4,46 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/gpupass/gpupass/internal/app/localstack"
 )
 
 // TestUpKubeArgs: --executor kubernetes gives each region's agent the
-// kube flags, the image, the shared dir (under the state dir by default)
-// and the stack's dir, under which the agent places the region's
-// (kubernetes' TestInStack); bad combinations are refused naming the flag.
+// kube flags the user set, as the agent's own, the stack's defaults of
+// the others (namespace default, nodes read every 5s) and the stack's
+// dir, under which the agent places the region's shared dir (by default
+// in the stack's dir) and refuses a missing or unpinned image
+// (kubernetes' TestInStack, and TestE2EUpExecutorErrors through the
+// binaries); the stack's rules are up's, naming the flag.
 func TestUpKubeArgs(t *testing.T) {
 	t.Parallel()
 	pinned := "gpupass.local/run@sha256:" + strings.Repeat("a", 64)
-	shared, state := t.TempDir(), t.TempDir()
+	shared := t.TempDir()
 	for _, tt := range []struct {
-		name     string
-		executor string
-		kube     UpKube
-		per      int
-		wantErr  string
-		want     []string // in order, somewhere in the argv
-		not      []string
+		name    string
+		args    []string
+		wantErr string
+		want    []string // in order, somewhere in the argv
+		not     []string
 	}{
-		{name: "kubernetes", executor: "kubernetes", kube: UpKube{Kubeconfig: "/k/admin.kubeconfig", Namespace: "default", Image: pinned, SharedDir: shared}, per: 1,
-			want: []string{"--executor", "kubernetes", "--stack-dir", "/state", "--simulate", "a100-80gb-4x", "--kube-shared-dir", shared, "--kube-image", pinned, "--kube-namespace", "default", "--kubeconfig", "/k/admin.kubeconfig"}},
-		{name: "shared dir defaults under the state dir", executor: "kubernetes", kube: UpKube{Namespace: "default", Image: pinned}, per: 1,
-			want: []string{"--kube-shared-dir", state + "/kube-shared"}, not: []string{"--kubeconfig"}},
-		{name: "no image", executor: "kubernetes", kube: UpKube{Namespace: "default"}, per: 1, wantErr: "--kube-image is required"},
-		{name: "image by tag", executor: "kubernetes", kube: UpKube{Image: "gpupass.local/run:1"}, per: 1, wantErr: `--kube-image "gpupass.local/run:1": pin it by digest`},
-		{name: "relative shared dir", executor: "kubernetes", kube: UpKube{Image: pinned, SharedDir: "scratch"}, per: 1, wantErr: `--kube-shared-dir "scratch"`},
-		{name: "two agents per region", executor: "kubernetes", kube: UpKube{Image: pinned}, per: 2, wantErr: "--agents-per-region 2"},
-		{name: "kube flags without kubernetes", executor: "local", kube: UpKube{Image: pinned}, per: 1, wantErr: "need --executor kubernetes"},
+		{name: "kubernetes", args: []string{"--executor", "kubernetes", "--kubeconfig", "/k/admin.kubeconfig", "--kube-image", pinned, "--kube-shared-dir", shared},
+			want: []string{"--executor", "kubernetes", "--stack-dir", "/state", "--simulate", "a100-80gb-4x", "--kube-image=" + pinned, "--kube-namespace=default", "--kube-refresh=5s", "--kube-shared-dir=" + shared, "--kubeconfig=/k/admin.kubeconfig"}},
+		{name: "shared dir left to the agent's stack default", args: []string{"--executor", "kubernetes", "--kube-image", pinned},
+			want: []string{"--kube-image=" + pinned}, not: []string{"--kubeconfig", "--kube-shared-dir"}},
+		{name: "the user's namespace and refresh win", args: []string{"--executor", "kubernetes", "--kube-image", pinned, "--kube-namespace", "ml", "--kube-refresh", "1m"},
+			want: []string{"--kube-namespace=ml", "--kube-refresh=1m0s"}, not: []string{"--kube-namespace=default", "--kube-refresh=5s"}},
+		{name: "two agents per region", args: []string{"--executor", "kubernetes", "--kube-image", pinned, "--agents-per-region", "2"},
+			wantErr: "--agents-per-region 2: with --executor kubernetes each region has one agent, which stands for every GPU node"},
+		{name: "kube flags without kubernetes", args: []string{"--kube-image", pinned}, wantErr: "--kube-image needs --executor kubernetes"},
+		{name: "kubeconfig with slurm", args: []string{"--executor", "slurm", "--slurm-shared-dir", shared, "--kubeconfig", "/k"}, wantErr: "--kubeconfig needs --executor kubernetes"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o := &UpOptions{Slurm: UpSlurm{Executor: tt.executor}, Kube: tt.kube, Profile: "a100-80gb-4x", Python: "/usr/bin/python3"}
-			err := o.Slurm.validate(tt.per)
-			if err == nil {
-				err = o.Kube.validate(tt.executor, tt.per, state)
-			}
+			args, err := upArgs(t, append([]string{"--profile", "a100-80gb-4x"}, tt.args...), nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("validate = %v, want an error with %q", err, tt.wantErr)
+					t.Fatalf("up %q = %v, want an error with %q", tt.args, err, tt.wantErr)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			args, err := localstack.AgentArgs(localstack.Options{Executor: tt.executor, ExecutorArgs: o.Kube.args(tt.executor), Profile: o.Profile, Python: o.Python},
-				"http://127.0.0.1:1", "k8s", "agent-k8s-1", "/state")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +57,7 @@ func TestUpKubeArgs(t *testing.T) {
 				t.Errorf("args %q lack %q in order (matched %d)", args, tt.want, i)
 			}
 			for _, n := range tt.not {
-				if slices.Contains(args, n) {
+				if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, n) }) {
 					t.Errorf("args %q have %s", args, n)
 				}
 			}

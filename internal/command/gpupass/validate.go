@@ -1,16 +1,12 @@
 package gpupass
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -34,8 +30,6 @@ type ValidateOptions struct {
 	Global *GlobalOptions
 	// Spec is the spec file; empty: look up SpecFileNames in Dir.
 	Spec string
-	// Format is the findings format; empty: text, or json with --output json.
-	Format string
 	// Local checks this machine's runtime against the spec.
 	Local bool
 	// Python is the interpreter probed by --local.
@@ -55,8 +49,8 @@ type ValidateOptions struct {
 	Getenv func(string) string
 	// Logger receives diagnostics.
 	Logger *slog.Logger
-	// ErrOut receives human output that must not mix into a JSON stdout
-	// (the --local report with --format sarif or gitlab).
+	// ErrOut receives human output that must not mix into a document on
+	// stdout (the --local report and the dry run with -o sarif).
 	ErrOut io.Writer
 }
 
@@ -65,7 +59,6 @@ func (o *ValidateOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVarP(&o.Spec, "spec", "s", "", "spec file (default: gpupass.yaml, or lightning-cloud.yaml, in the working directory)")
 	flagalias.Shorthand(f, "spec", "f", cmd.ErrOrStderr) // -f is --follow elsewhere
-	f.StringVar(&o.Format, "format", "", "findings format: "+strings.Join(findings.Formats, ", ")+" (default text; json with --output json)")
 	f.BoolVar(&o.Local, "local", false, "also check this machine's runtime (driver, nvcc, python, torch, packages) against the spec")
 	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter probed by --local (the one gpupass up runs jobs with)")
 	f.StringVar(&o.CodeQuality, "code-quality", "gl-code-quality-report.json", "GitLab code quality report of the findings, written with --output gitlab")
@@ -80,6 +73,11 @@ func newValidateCmd(g *GlobalOptions) *cobra.Command {
 		Long: `Parse and lint gpupass.yaml (or lightning-cloud.yaml): every problem at once,
 each with file:line:column, a rule id and a fix hint; print the fingerprint of a
 valid spec. --local also checks this machine's runtime against it.
+
+-o picks the findings' format: text (the default), json (one document, with
+--local's and --dry-run's answers in it), sarif (SARIF 2.1.0, for code
+scanning), github or gitlab (a CI step: the text, plus annotations on the
+spec's lines or the code quality report in --code-quality).
 
 Exit codes: 0 valid (warnings allowed), 1 errors in the spec or runtime
 mismatches, 2 usage or I/O error.`,
@@ -98,7 +96,10 @@ mismatches, 2 usage or I/O error.`,
 		},
 	}
 	o.AddFlags(cmd)
-	return CICommand(cmd)
+	// The findings' formats are -o's: SARIF besides the CI formats.
+	output.Supports(cmd, output.Text, output.JSON, output.GitHub, output.GitLab, output.SARIF)
+	output.Alias(cmd, "format", "deprecated: use -o (text, json, github, gitlab or sarif)")
+	return cmd
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -109,33 +110,6 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// format resolves --format against the global --output.
-func (o *ValidateOptions) format() (string, error) {
-	jsonOnly := o.Global.format() == output.JSON
-	if _, isCI := CIOutput(o.Global.format()); isCI {
-		// The findings are text in the log; the output format adds the
-		// annotations or the code quality report.
-		if o.Format != "" && o.Format != "text" {
-			return "", fmt.Errorf("--format %s with --output %s: the CI output prints text and writes its own reports; drop --format", o.Format, o.Global.Output)
-		}
-		return "text", nil
-	}
-	f := o.Format
-	if f == "" {
-		f = "text"
-		if jsonOnly {
-			f = "json"
-		}
-	}
-	if !slices.Contains(findings.Formats, f) {
-		return "", fmt.Errorf("--format %q: use one of %s", f, strings.Join(findings.Formats, ", "))
-	}
-	if jsonOnly && (f == "text" || f == "github") {
-		return "", fmt.Errorf("--format %s does not print JSON; with --output json use --format json, gitlab or sarif", f)
-	}
-	return f, nil
 }
 
 // validateSpec runs the validate use case and words its errors for the
@@ -152,70 +126,47 @@ func (o *ValidateOptions) validateSpec(ctx context.Context) (*validate.Result, e
 	return v, err
 }
 
-// RunValidate validates the spec and prints the findings in the chosen
-// format. It returns an ExitError with ExitFindings when the spec has
-// errors or --local found mismatches.
+// RunValidate validates the spec and prints the findings in the -o
+// format, with the local check's and the dry run's answers when asked
+// for. It returns an ExitError with ExitFindings when the spec has
+// errors, --local found mismatches or the dry run no candidate.
 func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
-	format, err := o.format()
-	if err != nil {
-		return err
-	}
+	f := o.Global.format()
 	getenv := o.Getenv
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	kind, isCI := CIOutput(o.Global.format())
+	kind, isCI := CIOutput(f)
 	env := ci.New(kind, getenv, o.ErrOut)
 	defer env.Group("gpupass validate")()
 	v, err := o.validateSpec(ctx)
 	if err != nil {
 		return err
 	}
-	res, b := v.Result, v.Source
+	res := v.Result
 	results := []*spec.Result{res}
-
-	// With JSON output the local check's report (itself JSON) goes inside
-	// the one document under "local", so stdout stays a single JSON value.
-	var local json.RawMessage
-	var localErr error
-	mismatches := 0
-	runLocal := o.Local && res.Valid
-	if runLocal && format == "json" {
-		var buf bytes.Buffer
-		mismatches, localErr = localCheck(ctx, o, res.Spec, &buf)
-		if json.Valid(buf.Bytes()) {
-			local = json.RawMessage(bytes.TrimSpace(buf.Bytes()))
-		} else if buf.Len() > 0 {
-			local, _ = json.Marshal(buf.String())
+	r := validateReport{Result: res, fo: findings.Options{Color: o.Color, Version: buildinfo.Get().Version, Getenv: getenv}, url: o.DryRun.Broker.URL, people: o.ErrOut}
+	// The local check and the dry run are of a valid spec only; an error
+	// of either comes after the findings, which are printed all the same.
+	var checkErr error
+	if res.Valid && o.Local {
+		r.Local, checkErr = localCheck(ctx, o, res.Spec)
+	}
+	if res.Valid && o.DryRun.Enabled && checkErr == nil {
+		r.dry, checkErr = o.DryRun.run(ctx, v.Source)
+		if r.dry != nil {
+			dv := nodeview.DryRunOf(r.dry)
+			r.DryRun = &dv
 		}
-		runLocal = false
 	}
-
-	// Likewise the broker's dry-run answer goes under "dry_run".
-	var dry *gpupassv1.DryRunResponse
-	var dryView *nodeview.DryRun
-	if o.DryRun.Enabled && res.Valid && format == "json" {
-		if dry, err = o.DryRun.run(ctx, b); err != nil {
-			return err
-		}
-		v := nodeview.DryRunOf(dry)
-		dryView = &v
-	}
-
-	fo := findings.Options{Color: o.Color, Version: buildinfo.Get().Version, Getenv: getenv}
-	if format == "json" {
-		err = writeJSON(out, validateReport{Result: res, Local: local, DryRun: dryView})
-	} else {
-		err = findings.Write(out, format, results, fo)
-	}
-	if err != nil {
+	if err := output.Write(out, f, r); err != nil {
 		return fmt.Errorf("writing findings: %w", err)
 	}
-	if (getenv("GITHUB_ACTIONS") == "true" || kind == ci.GitHub) && format != "github" {
-		// In a workflow, annotate the spec's lines too; with JSON output,
-		// stdout must stay JSON, so only the step output is set.
+	if getenv("GITHUB_ACTIONS") == "true" || kind == ci.GitHub {
+		// In a workflow, annotate the spec's lines too; a document on
+		// stdout stays one, so only the step output is set.
 		w := out
-		if format != "text" {
+		if f.Document() {
 			w = io.Discard
 		}
 		if err := findings.GitHub(w, results, getenv); err != nil {
@@ -230,33 +181,10 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	if !res.Valid {
 		return Findings(nil)
 	}
-	if localErr != nil {
-		return localErr
+	if checkErr != nil {
+		return checkErr
 	}
-	if runLocal {
-		w := out
-		if format != "text" && o.ErrOut != nil {
-			w = o.ErrOut // keep a machine-readable stdout clean
-		}
-		n, err := localCheck(ctx, o, res.Spec, w)
-		if err != nil {
-			return err
-		}
-		mismatches = n
-	}
-	if o.DryRun.Enabled && dry == nil {
-		if dry, err = o.DryRun.run(ctx, b); err != nil {
-			return err
-		}
-		w := out
-		if format != "text" && o.ErrOut != nil {
-			w = o.ErrOut // keep a machine-readable stdout clean
-		}
-		if err := writeDryRunText(w, o.DryRun.Broker.URL, dry); err != nil {
-			return err
-		}
-	}
-	if mismatches > 0 || (dry != nil && len(dry.Candidates) == 0) {
+	if (r.Local != nil && len(r.Local.Mismatches) > 0) || (r.dry != nil && len(r.dry.Candidates) == 0) {
 		return Findings(nil)
 	}
 	return nil
@@ -270,8 +198,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 func ciValidateReports(env *ci.Env, o *ValidateOptions, results []*spec.Result) error {
 	res := results[0]
 	if env.Kind() == ci.GitLab {
-		fo := findings.Options{Version: buildinfo.Get().Version, Getenv: hideCI(o.Getenv)}
-		if err := writeFile(o.CodeQuality, func(w io.Writer) error { return findings.Write(w, "gitlab", results, fo) }); err != nil {
+		if err := writeFile(o.CodeQuality, func(w io.Writer) error { return findings.GitLab(w, results) }); err != nil {
 			return err
 		}
 		if res.Fingerprint != "" {
@@ -286,25 +213,51 @@ func ciValidateReports(env *ci.Env, o *ValidateOptions, results []*spec.Result) 
 	return env.Summary(fmt.Sprintf("### ✅ gpupass validate\n\n`%s` is valid.\n\nFingerprint: `%s`\n", res.File, res.Fingerprint))
 }
 
-// hideCI hides the CI variables from a renderer whose output is only a
-// report file, so it sets no outputs and prints no annotations of its own.
-func hideCI(getenv func(string) string) func(string) string {
-	return func(k string) string {
-		switch k {
-		case "GITHUB_ACTIONS", "GITLAB_CI", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY":
-			return ""
-		}
-		return getenv(k)
-	}
-}
-
-// validateReport is validate's JSON document: the spec result, plus the
-// local runtime check's report when --local ran. Later checks (a broker
-// dry run) add their own field here.
+// validateReport is what validate prints: the spec's findings, and the
+// local runtime check's and the broker's dry run's answers when asked for.
+// As JSON it is one document (docs/using.md "Nodes and dry runs as
+// JSON"); as SARIF the findings, the rest going to people on stderr.
 type validateReport struct {
 	*spec.Result
-	Local json.RawMessage `json:"local,omitempty"`
-	// DryRun is the broker's answer to --dry-run (docs/using.md "Nodes and dry
-	// runs as JSON").
+	Local *LocalResult `json:"local,omitempty"`
+	// DryRun is the broker's answer to --dry-run.
 	DryRun *nodeview.DryRun `json:"dry_run,omitempty"`
+
+	fo     findings.Options
+	dry    *gpupassv1.DryRunResponse
+	url    string
+	people io.Writer
+}
+
+func (r validateReport) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
+
+func (r validateReport) WriteText(w io.Writer) error {
+	if err := findings.Text(w, []*spec.Result{r.Result}, r.fo.Color); err != nil {
+		return err
+	}
+	return r.writeChecks(w)
+}
+
+func (r validateReport) WriteSARIF(w io.Writer) error {
+	if err := findings.SARIF(w, []*spec.Result{r.Result}, r.fo.Version); err != nil {
+		return err
+	}
+	people := r.people
+	if people == nil {
+		people = io.Discard
+	}
+	return r.writeChecks(people)
+}
+
+// writeChecks is the local check's and the dry run's text.
+func (r validateReport) writeChecks(w io.Writer) error {
+	if r.Local != nil {
+		if err := r.Local.WriteText(w); err != nil {
+			return err
+		}
+	}
+	if r.dry != nil {
+		return writeDryRunText(w, r.url, r.dry)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package gpupass
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -66,33 +65,19 @@ var localGPUProbe = nvmlprobe.Default
 // localCheck compares this machine's runtime with the spec: NVML for the
 // driver, nvcc for the toolkit, the --python interpreter for Python,
 // torch and the declared packages, and FIPS mode when the spec asks for it.
-// Each difference is one line; with --format json, one JSON value (the
-// LocalResult); other machine formats get the lines (validate sends them
-// to stderr).
-func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Writer) (mismatches int, err error) {
+func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec) (*LocalResult, error) {
 	exp := suite.FromSpec(s)
 	ss := suite.New(localGPUProbe(), probe.NVCC{}, probe.Python{Exe: o.Python, Packages: exp.PackageNames()}, probe.FIPS{})
 	res, err := ss.Run(ctx, exp)
 	if err != nil {
-		return 0, fmt.Errorf("probing the local runtime: %w", err)
+		return nil, fmt.Errorf("probing the local runtime: %w", err)
 	}
-	lr, err := compareLocal(&res.Facts, s, o.Python)
-	if err != nil {
-		return 0, err
-	}
-	format, err := o.format()
-	if err != nil {
-		return 0, err
-	}
-	if format == "json" {
-		// One JSON value: validate puts it under "local" in its document.
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(lr); err != nil {
-			return 0, fmt.Errorf("writing local check: %w", err)
-		}
-		return len(lr.Mismatches), nil
-	}
+	return compareLocal(&res.Facts, s, o.Python)
+}
+
+// WriteText is the local check for people: one line per difference, the
+// notes, and a verdict.
+func (lr *LocalResult) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, m := range lr.Mismatches {
 		b.WriteString(m.Line() + "\n")
@@ -105,10 +90,10 @@ func localCheck(ctx context.Context, o *ValidateOptions, s *spec.Spec, out io.Wr
 	} else {
 		fmt.Fprintf(&b, "%d mismatch(es) between the spec and this machine (python: %s)\n", len(lr.Mismatches), lr.Python)
 	}
-	if _, err := io.WriteString(out, b.String()); err != nil {
-		return 0, fmt.Errorf("writing local check: %w", err)
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("writing local check: %w", err)
 	}
-	return len(lr.Mismatches), nil
+	return nil
 }
 
 func compareLocal(f *probe.Facts, s *spec.Spec, python string) (*LocalResult, error) {

@@ -56,11 +56,18 @@ func TestMainValidate(t *testing.T) {
 		{name: "short flag", args: []string{"validate", "-f", bad}, wantCode: 1, wantStdout: "bad.yaml:3:9: error"},
 		{name: "json", args: []string{"validate", "--spec", good, "-o", "json"}, wantCode: 0, wantStdout: `"canonical": {`, wantJSON: true},
 		{name: "json invalid", args: []string{"--output", "json", "validate", "--spec", bad}, wantCode: 1, wantStdout: `"valid": false`, wantJSON: true},
-		{name: "sarif", args: []string{"validate", "--spec", bad, "--format", "sarif"}, wantCode: 1, wantStdout: `"version": "2.1.0"`, wantJSON: true},
-		{name: "gitlab", args: []string{"validate", "--spec", bad, "--format", "gitlab", "-o", "json"}, wantCode: 1, wantStdout: `"check_name": "cuda.exact-version"`, wantJSON: true},
-		{name: "github", args: []string{"validate", "--spec", bad, "--format", "github"}, wantCode: 1, wantStdout: "::error col=9,file=" + bad + ",line=3,"},
-		{name: "json with text format", args: []string{"validate", "--spec", good, "-o", "json", "--format", "text"}, wantCode: 2, wantStderr: "does not print JSON"},
+		{name: "sarif", args: []string{"validate", "--spec", bad, "-o", "sarif"}, wantCode: 1, wantStdout: `"version": "2.1.0"`, wantJSON: true},
+		// --format is -o's old name: it still works, and says so on stderr.
+		{name: "sarif by the old flag", args: []string{"validate", "--spec", bad, "--format", "sarif"}, wantCode: 1, wantStdout: `"version": "2.1.0"`, wantJSON: true,
+			wantStderr: "gpupass: warning: --format is deprecated: use -o sarif\n"},
+		{name: "gitlab by the old flag", args: []string{"validate", "--spec", bad, "--format", "gitlab", "--code-quality", filepath.Join(dir, "cq.json")}, wantCode: 1,
+			wantStdout: "error [cuda.exact-version]", wantStderr: "--format is deprecated: use -o gitlab"},
+		{name: "github by the old flag", args: []string{"validate", "--spec", bad, "--format", "github"}, wantCode: 1, wantStdout: "::error col=9,file=" + bad + ",line=3,",
+			wantStderr: "--format is deprecated: use -o github"},
+		{name: "the old flag against -o", args: []string{"validate", "--spec", good, "-o", "json", "--format", "text"}, wantCode: 2, wantStderr: "--format text with --output json: --format is the old name of --output; give -o text alone"},
 		{name: "unknown format", args: []string{"validate", "--spec", good, "--format", "xml"}, wantCode: 2, wantStderr: `--format "xml"`},
+		{name: "sarif is validate's", args: []string{"version", "-o", "sarif"}, wantCode: 2, wantStderr: "--output sarif: gpupass version prints text or json"},
+		{name: "sarif is not a CI command's", args: []string{"compare", "-o", "sarif"}, wantCode: 2, wantStderr: "--output sarif: gpupass compare prints text, json, github or gitlab"},
 		{name: "missing file", args: []string{"validate", "--spec", filepath.Join(dir, "nope.yaml")}, wantCode: 2, wantStderr: "does not exist"},
 		{name: "directory", args: []string{"validate", "--spec", dir}, wantCode: 2, wantStderr: "is a directory"},
 		{name: "extra argument", args: []string{"validate", "x"}, wantCode: 2, wantStderr: "unknown command"},
@@ -251,5 +258,31 @@ func TestInit(t *testing.T) {
 	}
 	if err := RunInit(context.Background(), &InitOptions{Dir: dir, Force: true, Name: "bad: name"}, &out); err == nil {
 		t.Error("want an error for a name that would break the YAML")
+	}
+}
+
+// TestValidateSARIFAsBefore: `validate -o sarif` prints, byte for byte,
+// what `validate --format sarif` printed before SARIF was one of -o's
+// formats: testdata/sarif holds the output of main's gpupass (cb74ef3)
+// for each spec, run from this directory. The old flag prints the same
+// and says on stderr to use -o.
+func TestValidateSARIFAsBefore(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"design-example", "wrong-types", "design-example-fixed"} {
+		want, err := os.ReadFile(filepath.Join("testdata", "sarif", name+".sarif.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := filepath.Join("..", "..", "spec", "testdata", "specs", name+".yaml")
+		for _, args := range [][]string{{"-o", "sarif"}, {"--output=sarif"}, {"--format", "sarif"}} {
+			var stdout, stderr bytes.Buffer
+			Main(context.Background(), append([]string{"validate", "--spec", spec}, args...), strings.NewReader(""), &stdout, &stderr)
+			if diff := cmp.Diff(string(want), stdout.String()); diff != "" {
+				t.Errorf("%s %v differs from main's --format sarif (-main +now):\n%s", name, args, diff)
+			}
+			if deprecated := strings.Contains(stderr.String(), "--format is deprecated: use -o sarif"); deprecated != (args[0] == "--format") {
+				t.Errorf("%s %v: stderr %q", name, args, stderr.String())
+			}
+		}
 	}
 }

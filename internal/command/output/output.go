@@ -23,23 +23,28 @@ import (
 type Format string
 
 // The formats. GitHub and GitLab are for CI steps (annotations, job
-// summaries, reports): only the commands that declare them (Supports)
-// accept them.
+// summaries, reports), SARIF 2.1.0 for code scanning: only the commands
+// that declare them (Supports) accept them.
 const (
 	Text   Format = "text"
 	JSON   Format = "json"
 	GitHub Format = "github"
 	GitLab Format = "gitlab"
+	SARIF  Format = "sarif"
 )
 
 // all is every Format, in the order help and errors name them.
-var all = []Format{Text, JSON, GitHub, GitLab}
+var all = []Format{Text, JSON, GitHub, GitLab, SARIF}
 
 // defaults is what a command accepts unless it declares otherwise.
 var defaults = []Format{Text, JSON}
 
 // CI reports whether f is a CI system's format (GitHub, GitLab).
 func (f Format) CI() bool { return f == GitHub || f == GitLab }
+
+// Document reports whether f prints one document a program reads (JSON,
+// SARIF): what a command has for people goes to stderr instead.
+func (f Format) Document() bool { return f == JSON || f == SARIF }
 
 // String implements pflag.Value.
 func (f *Format) String() string { return string(*f) }
@@ -120,12 +125,47 @@ func Supported(cmd *cobra.Command) []Format {
 	return slices.Clone(defaults)
 }
 
+// aliasAnnotation names a command's deprecated spelling of -o (Alias).
+const aliasAnnotation = "gpupass-output-alias"
+
+// Alias registers --name on cmd as a deprecated spelling of -o that
+// scripts still type (validate's --format, from before its formats were
+// -o's): Check makes its value the command's format, with a note on
+// stderr naming -o. It sets GPUPASS_<NAME> too, as flags do.
+func Alias(cmd *cobra.Command, name, usage string) {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[aliasAnnotation] = name
+	var v Format
+	cmd.Flags().Var(&v, name, usage)
+	_ = cmd.Flags().MarkHidden(name)
+}
+
 // Check refuses a format cmd does not accept, naming the flag, the value
-// and the accepted values; the binaries call it before a command runs.
+// and the accepted values; the binaries call it before a command runs. A
+// deprecated alias (Alias) given becomes the format here; beside a -o of
+// another value it is refused.
 func Check(cmd *cobra.Command) error {
 	f, ok := of(cmd)
 	if !ok {
 		return nil
+	}
+	if name := cmd.Annotations[aliasAnnotation]; name != "" {
+		if a := cmd.Flags().Lookup(name); a != nil && a.Changed {
+			v := Format(a.Value.String())
+			if ok := Supported(cmd); !slices.Contains(ok, v) {
+				return fmt.Errorf("--%s %q (or %s): must be %s; --%s is deprecated: use -o", name, string(v), flagenv.Name(name), orFormats(ok), name)
+			}
+			if o := cmd.Flag(Flag); o.Changed && f != v {
+				return fmt.Errorf("--%s %s with --output %s: --%s is the old name of --output; give -o %s alone", name, termsafe.String(string(v)), termsafe.String(string(f)), name, termsafe.String(string(v)))
+			}
+			if err := cmd.Flag(Flag).Value.Set(string(v)); err != nil {
+				return err
+			}
+			f = v
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: --%s is deprecated: use -o %s\n", cmd.Root().Name(), name, termsafe.ShellQuote(string(v)))
+		}
 	}
 	return check(cmd, f)
 }
@@ -156,11 +196,7 @@ func check(cmd *cobra.Command, f Format) error {
 	if slices.Contains(ok, f) {
 		return nil
 	}
-	names := make([]string, len(ok))
-	for i, v := range ok {
-		names[i] = string(v)
-	}
-	accepted := orList(names)
+	accepted := orFormats(ok)
 	if !slices.Contains(all, f) {
 		// A path, as -o means to many tools that write a file: the fix
 		// names the flag that does, quoted to paste (a value a terminal
@@ -175,6 +211,15 @@ func check(cmd *cobra.Command, f Format) error {
 	return fmt.Errorf("--output %s: %s prints %s", f, cmd.CommandPath(), accepted)
 }
 
+// orFormats is fs as "text or json", "text, json or github".
+func orFormats(fs []Format) string {
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = string(f)
+	}
+	return orList(names)
+}
+
 // orList is "a or b", "a, b or c".
 func orList(s []string) string {
 	if len(s) < 2 {
@@ -186,6 +231,12 @@ func orList(s []string) string {
 // Texter is a result that writes itself as text (the default format).
 type Texter interface {
 	WriteText(w io.Writer) error
+}
+
+// SARIFWriter is a result that has a SARIF 2.1.0 form (validate's
+// findings), for the commands that declare SARIF.
+type SARIFWriter interface {
+	WriteSARIF(w io.Writer) error
 }
 
 // JSONWriter is a result whose JSON is not the house form and writes it
@@ -214,6 +265,10 @@ func Write(w io.Writer, f Format, v any) error {
 			return fmt.Errorf("output: %T has no text form", v)
 		}
 		return t.WriteText(w)
+	case SARIF:
+		if s, ok := v.(SARIFWriter); ok {
+			return s.WriteSARIF(w)
+		}
 	}
 	return fmt.Errorf("--output %s: this command does not print that format", f)
 }

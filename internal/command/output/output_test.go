@@ -38,7 +38,11 @@ func tree(env map[string]string, ran *output.Format) *cobra.Command {
 	audit := &cobra.Command{Use: "audit", RunE: run}
 	audit.Flags().String("out", "audit-report.zip", "the zip")
 	output.WritesFileWith(audit, "out", "the zip")
-	root.AddCommand(plain, ci, audit)
+	// A command with SARIF and an old --format, as validate.
+	findings := &cobra.Command{Use: "findings", RunE: run}
+	output.Supports(findings, output.Text, output.JSON, output.GitHub, output.GitLab, output.SARIF)
+	output.Alias(findings, "format", "deprecated: use -o")
+	root.AddCommand(plain, ci, audit, findings)
 	return root
 }
 
@@ -64,8 +68,21 @@ func TestFormatFlag(t *testing.T) {
 			wantErr: "--output github: tool plain prints text or json"},
 		{name: "a CI format where declared", args: []string{"ci", "-o", "gitlab"}, want: output.GitLab},
 		{name: "declared formats are inherited", args: []string{"ci", "sub", "-o", "github"}, want: output.GitHub},
-		{name: "unknown where CI formats are declared", args: []string{"ci", "-o", "sarif"},
-			wantErr: `--output "sarif" (or GPUPASS_OUTPUT): must be text, json, github or gitlab`},
+		{name: "unknown where CI formats are declared", args: []string{"ci", "-o", "yaml"},
+			wantErr: `--output "yaml" (or GPUPASS_OUTPUT): must be text, json, github or gitlab`},
+		// SARIF is a format of the commands that declare it only.
+		{name: "sarif where not declared", args: []string{"ci", "-o", "sarif"},
+			wantErr: "--output sarif: tool ci prints text, json, github or gitlab"},
+		{name: "sarif on a plain command", args: []string{"plain", "-o", "sarif"},
+			wantErr: "--output sarif: tool plain prints text or json"},
+		{name: "sarif where declared", args: []string{"findings", "-o", "sarif"}, want: output.SARIF},
+		{name: "the old flag is -o", args: []string{"findings", "--format", "sarif"}, want: output.SARIF},
+		{name: "the old flag's variable is -o", args: []string{"findings"}, env: map[string]string{"GPUPASS_FORMAT": "gitlab"}, want: output.GitLab},
+		{name: "the old flag with the same -o", args: []string{"findings", "-o", "json", "--format", "json"}, want: output.JSON},
+		{name: "the old flag against -o", args: []string{"findings", "-o", "json", "--format", "sarif"},
+			wantErr: "--format sarif with --output json: --format is the old name of --output; give -o sarif alone"},
+		{name: "the old flag, unknown", args: []string{"findings", "--format", "xml"},
+			wantErr: `--format "xml" (or GPUPASS_FORMAT): must be text, json, github, gitlab or sarif; --format is deprecated: use -o`},
 		{name: "a zip given to -o", args: []string{"audit", "-o", "report.zip"},
 			wantErr: "-o report.zip: --output is the output format (text or json); write the zip with --out report.zip"},
 		{name: "a path that needs quoting", args: []string{"audit", "-o", "my report.zip"},
