@@ -14,6 +14,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -119,6 +120,13 @@ func (o *TrainOptions) options() apptrain.Options {
 	opts := o.Options
 	opts.Dial = o.Broker.DialRuns
 	opts.StateDirs = stateDirs(opts.Getenv)
+	if opts.Getenv != nil {
+		kind, ok := CIOutput(o.Global.format())
+		if !ok {
+			kind = ci.Detect(opts.Getenv, io.Discard).Kind()
+		}
+		opts.CI = trainCIContext(kind, opts.Getenv, o.Global.logger(io.Discard))
+	}
 	return opts
 }
 
