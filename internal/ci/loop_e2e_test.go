@@ -168,6 +168,8 @@ func checkGroupEvent(t *testing.T, d hookDelivery, group, forge string, pr int64
 	if ev.CI == nil || ev.CI.Forge != forge || ev.CI.Repository != "acme/train" || ev.CI.PullRequest != pr {
 		t.Errorf("webhook event %s; want ci of %s acme/train, pull request %d", d.body, forge, pr)
 	}
+	t.Logf("group %s ended %s after the train job; its event reached the receiver %s later: %s",
+		ev.Group, ev.EndedAt.Sub(trainEnded).Round(time.Millisecond), d.at.Sub(ev.EndedAt).Round(time.Millisecond), d.body)
 }
 
 // checkReport checks the forge's thread: one report comment, carrying
@@ -187,6 +189,7 @@ func checkReport(t *testing.T, s *forgeServer, ev groupEvent) forgeComment {
 			t.Errorf("report lacks run %s (%s):\n%s", r.Allocation, r.Region, c.Body)
 		}
 	}
+	t.Logf("the report, as the pull request shows it (%d edits before):\n%s", len(c.History), c.Body)
 	s.mu.Lock()
 	denied := s.denied
 	s.mu.Unlock()
