@@ -147,7 +147,9 @@ func gitlabNotes(token string) *forgeServer {
 			return map[string]any{"id": c.ID, "body": c.Body, "system": false, "author": map[string]any{"id": 1, "username": "project_42_bot"}}
 		},
 		selfPath: "/api/v4/user",
-		self:     func(w http.ResponseWriter) { json.NewEncoder(w).Encode(map[string]any{"id": 1, "username": "project_42_bot"}) }}
+		self: func(w http.ResponseWriter) {
+			json.NewEncoder(w).Encode(map[string]any{"id": 1, "username": "project_42_bot"})
+		}}
 }
 
 // thread returns the comments as they are now, oldest first, each with
