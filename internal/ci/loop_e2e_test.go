@@ -34,8 +34,8 @@ import (
 // or merge request the train step ran for, which only the event's ci
 // context names.
 
-// loopSteps: the runs sleep this long per step (EXAMPLE_STEP_SLEEP), so
-// they outlive the detached train job by tens of seconds.
+// loopStepSleep: the runs sleep a second per step (EXAMPLE_STEP_SLEEP),
+// so they outlive the detached train job by tens of seconds.
 const loopStepSleep = "EXAMPLE_STEP_SLEEP=1"
 
 // groupEvent is the part of the broker's group.ended event the receivers
@@ -122,12 +122,15 @@ func (h *hookReceiver) next(t *testing.T, within time.Duration) hookDelivery {
 	return hookDelivery{}
 }
 
-// addWebhook configures the stack's broker to call the receiver, as an
-// operator does (gpupass-broker webhook add with a secret file), and
-// returns the secret.
-func (p *pipeline) addWebhook(t *testing.T, url string) []byte {
+// loopSecret is the webhook's secret, shared by the broker and the
+// receiver.
+var loopSecret = []byte("e2e-webhook-secret-5b0d2c71a9e84f36b1c0")
+
+// addWebhook configures the stack's broker to call url with secret, as
+// an operator does (gpupass-broker webhook add with a secret file, which
+// ends in a newline as openssl writes it).
+func (p *pipeline) addWebhook(t *testing.T, url string, secret []byte) {
 	t.Helper()
-	secret := []byte("e2e-webhook-secret-5b0d2c71a9e84f36b1c0")
 	f := filepath.Join(t.TempDir(), "webhook.secret")
 	if err := os.WriteFile(f, append(secret, '\n'), 0o600); err != nil {
 		t.Fatal(err)
@@ -135,7 +138,6 @@ func (p *pipeline) addWebhook(t *testing.T, url string) []byte {
 	if b, err := exec.Command(p.broker(), "--db", p.db(), "webhook", "add", "--url", url, "--secret-file", f).CombinedOutput(); err != nil {
 		t.Fatalf("webhook add: %v\n%s", err, b)
 	}
-	return secret
 }
 
 // example reads a file of examples/ci, which the docs include.
@@ -222,8 +224,8 @@ func noSecrets(t *testing.T, what, log string, secrets ...string) {
 func TestWebhookLoopThroughAct(t *testing.T) {
 	p := startPipeline(t, "https://github.com/acme/train.git", loopStepSleep)
 	train := p.token(t, "submit", "us-west-2,eu-central-1")
-	rec := newHookReceiver(t, nil)
-	rec.secret = p.addWebhook(t, rec.URL+"/gpupass")
+	rec := newHookReceiver(t, loopSecret)
+	p.addWebhook(t, rec.URL+"/gpupass", loopSecret)
 	p.commit(t, map[string]string{
 		".github/workflows/gpupass-detached.yml":    example(t, "github", "gpupass-detached.yml"),
 		".github/workflows/gpupass-group-ended.yml": example(t, "github", "gpupass-group-ended.yml"),
@@ -232,7 +234,7 @@ func TestWebhookLoopThroughAct(t *testing.T) {
 	ghAPI := httptest.NewServer(comments.handler())
 	defer ghAPI.Close()
 	out := t.TempDir()
-	secrets := []string{ghToken, p.us, p.eu, p.read, train}
+	secrets := []string{ghToken, p.us, p.eu, p.read, train, string(loopSecret)}
 
 	log, runErr := p.act(t, p.head(t), ghAPI.URL, out, "BROKER_TOKEN_TRAIN="+train)
 	trainEnded := time.Now()
@@ -296,15 +298,15 @@ func TestWebhookLoopThroughGitLabCILocal(t *testing.T) {
 	glci := lookPath(t, p.toolPath, "gitlab-ci-local")
 	lookPath(t, p.toolPath, "rsync")
 	train := p.token(t, "submit", "us-west-2,eu-central-1")
-	rec := newHookReceiver(t, nil)
-	rec.secret = p.addWebhook(t, rec.URL+"/gpupass")
+	rec := newHookReceiver(t, loopSecret)
+	p.addWebhook(t, rec.URL+"/gpupass", loopSecret)
 	p.commit(t, map[string]string{".gitlab-ci.yml": example(t, "gitlab", "webhook.gitlab-ci.yml")})
 
 	const glToken = "glpat-e2e-loop-secret-7c21"
 	notes := gitlabNotes(glToken)
 	glAPI := httptest.NewServer(notes.handler())
 	defer glAPI.Close()
-	secrets := []string{glToken, p.read, train}
+	secrets := []string{glToken, p.read, train, string(loopSecret)}
 	// pipeline runs gitlab-ci-local on the shell executor with the
 	// project's CI/CD variables and vars, as GitLab starts a pipeline.
 	pipeline := func(vars ...string) (string, error) {

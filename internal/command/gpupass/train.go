@@ -120,14 +120,21 @@ func (o *TrainOptions) options() apptrain.Options {
 	opts := o.Options
 	opts.Dial = o.Broker.DialRuns
 	opts.StateDirs = stateDirs(opts.Getenv)
-	if opts.Getenv != nil {
-		kind, ok := CIOutput(o.Global.format())
-		if !ok {
-			kind = ci.Detect(opts.Getenv, io.Discard).Kind()
-		}
-		opts.CI = trainCIContext(kind, opts.Getenv, o.Global.logger(io.Discard))
-	}
 	return opts
+}
+
+// ciContext is the CI job train submits from (trainCIContext), for its
+// run group; why there is none, when the job's variables make none, is
+// a warning on errOut.
+func (o *TrainOptions) ciContext(errOut io.Writer) *gpupassv1.CIContext {
+	if o.Getenv == nil {
+		return nil
+	}
+	kind, ok := CIOutput(o.Global.format())
+	if !ok {
+		kind = ci.Detect(o.Getenv, io.Discard).Kind()
+	}
+	return trainCIContext(kind, o.Getenv, o.Global.logger(errOut))
 }
 
 // RunTrain submits the runs and, with Follow, streams them to the end.
@@ -172,7 +179,9 @@ func (o *TrainOptions) commandLine() error {
 // The result holds the runs submitted even when an error comes with it;
 // names words option errors for the caller's door (flags or inputs).
 func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, errOut io.Writer) (*apptrain.Result, error) {
-	res, err := apptrain.Submit(ctx, o.options())
+	opts := o.options()
+	opts.CI = o.ciContext(errOut)
+	res, err := apptrain.Submit(ctx, opts)
 	if err != nil {
 		return res, workdirHint(limitHint(names.Apply(err)), names)
 	}

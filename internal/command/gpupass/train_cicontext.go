@@ -1,7 +1,6 @@
 package gpupass
 
 import (
-	"io"
 	"log/slog"
 	"strconv"
 
@@ -20,9 +19,6 @@ import (
 // GitLab CI, or when the job's variables do not make a valid one (then
 // the runs go without it: the event's receiver falls back to its own).
 func trainCIContext(kind ci.Kind, getenv func(string) string, log *slog.Logger) *gpupassv1.CIContext {
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
 	var c *gpupassv1.CIContext
 	switch kind {
 	case ci.GitHub:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -92,6 +93,9 @@ func TestTrainRecordsCIContext(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("CI context of group %s (-want +got):\n%s", group, diff)
+			}
+			if warned := strings.Contains(errOut.String(), "the run group goes without its CI context"); warned != (tc.name == "variables that make none") {
+				t.Errorf("warned %v that the group has no CI context:\n%s", warned, errOut.String())
 			}
 		})
 	}
