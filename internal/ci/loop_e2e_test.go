@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -255,10 +254,15 @@ func TestWebhookLoopThroughAct(t *testing.T) {
 		t.Errorf("the pull request's workflow commented: %+v", comments.thread())
 	}
 
-	// The receiver: the verified event, as is, is the client_payload.
+	// The receiver, as docs/webhooks.md's (TestDocsReceiversMatch): the
+	// verified event is the client_payload.
 	d := rec.next(t, 5*time.Minute)
 	checkGroupEvent(t, d, m[1], "github", 7, trainEnded)
-	dispatch, err := json.Marshal(map[string]any{"action": "gpupass-group-ended", "client_payload": json.RawMessage(d.body),
+	payload, err := dispatchPayload(d.body, "acme/train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dispatch, err := json.Marshal(map[string]any{"action": "gpupass-group-ended", "client_payload": payload,
 		"repository": map[string]any{"full_name": "acme/train", "name": "train", "owner": map[string]any{"login": "acme"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -359,15 +363,21 @@ func TestWebhookLoopThroughGitLabCILocal(t *testing.T) {
 	}
 	noSecrets(t, "pipeline log", log, secrets...)
 
-	// The receiver: a trigger of this project with the group and, when
-	// the event's ci is this project's, its merge request.
+	// The receiver, as docs/webhooks.md's (TestDocsReceiversMatch): a
+	// trigger of this project with the group and, when the event's ci is
+	// this project's, its merge request.
 	d := rec.next(t, 5*time.Minute)
 	checkGroupEvent(t, d, string(m[1]), "gitlab", 3, trainEnded)
-	vars := []string{"CI_PIPELINE_SOURCE=trigger", "GPUPASS_GROUP=" + d.ev.Group}
-	if c := d.ev.CI; c != nil && c.Forge == "gitlab" && c.ProjectID == "42" && c.PullRequest > 0 {
-		vars = append(vars, "GPUPASS_MERGE_REQUEST="+strconv.FormatInt(c.PullRequest, 10))
-	} else {
-		t.Errorf("the event's ci %+v does not name a merge request of project 42", c)
+	tv, err := triggerVariables(d.body, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tv["GPUPASS_MERGE_REQUEST"] != "3" {
+		t.Errorf("the trigger's variables %v name no merge request 3 of project 42", tv)
+	}
+	vars := []string{"CI_PIPELINE_SOURCE=trigger"}
+	for k, v := range tv {
+		vars = append(vars, k+"="+v)
 	}
 	tlog, runErr := pipeline(vars...)
 	defer func() {
