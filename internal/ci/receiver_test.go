@@ -126,8 +126,10 @@ func TestDocsReceiversMatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, err := exec.Command(python, "-c", receiverHarness, receiver, event, tc.repo, strconv.Itoa(tc.project)).Output()
-			if err != nil {
-				t.Fatalf("the docs' receivers: %v\n%s", err, out)
+			if ee, ok := err.(*exec.ExitError); ok {
+				t.Fatalf("the docs' receivers: %v\n%s", err, ee.Stderr)
+			} else if err != nil {
+				t.Fatal(err)
 			}
 			var calls []struct{ URL, Data, Auth string }
 			if err := json.Unmarshal(out, &calls); err != nil || len(calls) != 2 {
