@@ -405,9 +405,20 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if !strings.HasSuffix(name, "-"+region) {
 		name += "-" + region
 	}
+	ciJSON, err := groupCIJSON(m)
+	if err != nil {
+		return nil, err
+	}
 	group, size, err := b.joinGroup(ctx, rs, tok, strings.TrimSpace(m.Group), m.GroupSize)
 	if err != nil {
 		return nil, err
+	}
+	if ciJSON != nil {
+		// Before the run: a group's webhook event must not go out
+		// without the context its first run was submitted with.
+		if err := rs.SetGroupCI(ctx, group, tok.ID, ciJSON); err != nil {
+			return nil, b.storeErr("storing the CI context of group "+group, err)
+		}
 	}
 	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, Group: group, GroupSize: size, State: store.AllocPending, SpecJSON: specJSON, SpecYAML: m.GetSpecYaml(), SpecFingerprint: fp,
 		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
@@ -425,6 +436,26 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		placed = a
 	}
 	return connect.NewResponse(&gpupassv1.SubmitResponse{Run: b.runProtoQ(ctx, rs, placed)}), nil
+}
+
+// groupCIJSON checks the CI context of a Submit and returns it as stored
+// and sent in the group's webhook event; nil when there is none. Only
+// the request that starts a group gives one: the group is its token's,
+// and a context once stored is never replaced, so what a receiver reads
+// is what the submission that started the group said.
+func groupCIJSON(m *gpupassv1.SubmitRequest) ([]byte, error) {
+	c := m.GetCi()
+	if c == nil {
+		return nil, nil
+	}
+	if strings.TrimSpace(m.Group) != "" {
+		return nil, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitCI, "",
+			"is given by the submission that starts a run group: leave it out when joining group %s", strings.TrimSpace(m.Group)))
+	}
+	if err := api.CheckCIContext(c); err != nil {
+		return nil, api.FieldError(connect.CodeInvalidArgument, fielderr.New(api.FieldSubmitCI, "", "%w", err))
+	}
+	return json.Marshal(GroupCI{Forge: c.Forge, Repository: c.Repository, PullRequest: c.PullRequest, SHA: c.Sha, RunURL: c.RunUrl, ProjectID: c.ProjectId})
 }
 
 // joinGroup is the group a submitted run goes into: a new one when the

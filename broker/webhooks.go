@@ -177,6 +177,23 @@ type GroupEvent struct {
 	Group    string     `json:"group"`
 	EndedAt  time.Time  `json:"ended_at"`
 	Runs     []GroupRun `json:"runs"`
+	// CI is where the group was submitted from (gpupass train in a CI
+	// job); absent when it was not. Submitter-provided: see GroupCI.
+	CI *GroupCI `json:"ci,omitempty"`
+}
+
+// GroupCI is the CI job a run group was submitted from, as its
+// submitter said (checked by api.CheckCIContext, stored with the group):
+// the pull or merge request a workflow the event starts comments on. It
+// proves nothing about the runs; a receiver uses it only within the
+// repository it starts workflows in (SECURITY.md).
+type GroupCI struct {
+	Forge       string `json:"forge"`
+	Repository  string `json:"repository"`
+	PullRequest int64  `json:"pull_request,omitempty"`
+	SHA         string `json:"sha,omitempty"`
+	RunURL      string `json:"run_url,omitempty"`
+	ProjectID   string `json:"project_id,omitempty"`
 }
 
 // GroupRun is one run of a GroupEvent (those in the webhook's regions).
@@ -318,8 +335,17 @@ func (b *Broker) groupEnded(ctx context.Context, ws store.Webhooks, rs store.Run
 	if err != nil {
 		return err
 	}
+	var ci *GroupCI
+	if raw, err := rs.GroupCI(ctx, group); err != nil {
+		return err
+	} else if raw != nil {
+		ci = &GroupCI{}
+		if err := json.Unmarshal(raw, ci); err != nil {
+			return fmt.Errorf("the CI context of group %s: %w", group, err)
+		}
+	}
 	for _, w := range hooks {
-		ev := GroupEvent{Event: EventGroupEnded, Delivery: randomID("dlv-", 8), Group: group}
+		ev := GroupEvent{Event: EventGroupEnded, Delivery: randomID("dlv-", 8), Group: group, CI: ci}
 		for _, a := range runs {
 			if !match.MatchRegion(w.Regions, a.Region) {
 				continue

@@ -405,7 +405,8 @@ func TestWebhookClosesTheLoop(t *testing.T) {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		gh, _ := json.Marshal(map[string]any{"event_type": "gpupass-group-ended", "client_payload": map[string]any{"group": ev.Group, "runs": ev.Runs}})
+		// The verified event, as it came, is the client_payload.
+		gh, _ := json.Marshal(map[string]any{"event_type": "gpupass-group-ended", "client_payload": json.RawMessage(body)})
 		req, _ := http.NewRequest(http.MethodPost, forgeSrv.URL+"/repos/acme/bert/dispatches", bytes.NewReader(gh))
 		req.Header.Set("Authorization", "Bearer gh-token")
 		gl := url.Values{"token": {"glptt-trigger"}, "ref": {"main"}, "variables[GPUPASS_GROUP]": {ev.Group}}

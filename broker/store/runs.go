@@ -198,6 +198,12 @@ type Runs interface {
 	// GroupAllocs returns the allocations of group, oldest first, at
 	// most limit (Workdir empty); none for an unknown group.
 	GroupAllocs(ctx context.Context, group string, limit int) ([]Alloc, error)
+	// SetGroupCI stores ci, the CI context (broker-defined JSON) the
+	// submission that started group gave, with the token that gave it.
+	// A group has one: a second call for it fails and stores nothing.
+	SetGroupCI(ctx context.Context, group, tokenID string, ci []byte) error
+	// GroupCI returns the CI context stored for group; nil when none.
+	GroupCI(ctx context.Context, group string) ([]byte, error)
 	// ActiveAllocs returns every allocation not in a terminal state.
 	ActiveAllocs(ctx context.Context) ([]Alloc, error)
 	// QueuedAllocs returns region's queue: its pending allocations with

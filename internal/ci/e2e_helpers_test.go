@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -90,29 +91,79 @@ func gitRepo(t *testing.T, sub, remote string) string {
 	return dir
 }
 
-// forgeServer records the pull request comments or merge request notes
-// gpupass posts at base, as the forge's API does (list, create), and
-// counts requests that lack the token.
+// forgeServer is the comments API of one pull request (GitHub) or the
+// notes API of one merge request (GitLab) at base, as the forge serves it
+// to a token gpupass posts with: list, create, and edit in place. It keeps
+// every comment with its edit history (thread) and counts requests that
+// lack the token.
 type forgeServer struct {
-	base   string
+	base   string // the list/create path
+	edit   string // the path of one comment, with {id}
 	authed func(*http.Request) bool
 	refuse string // the forge's 401 body
+	// item renders a stored comment as the forge lists it: authored by
+	// the account the token posts as.
+	item func(c forgeComment) map[string]any
+	// self answers the forge's "who am I" call (nil: none).
+	selfPath string
+	self     func(w http.ResponseWriter)
 
-	mu     sync.Mutex
-	bodies []string
-	denied int
+	mu       sync.Mutex
+	bodies   []string // the bodies created, in order
+	comments []forgeComment
+	denied   int
+}
+
+// forgeComment is one comment and the bodies it had before its edits.
+type forgeComment struct {
+	ID      int64
+	Body    string
+	History []string // earlier bodies, oldest first
 }
 
 // githubComments serves GitHub's issue comments API for acme/train#7.
+// GITHUB_TOKEN posts as the Actions bot: GET /user refuses it, as GitHub
+// does an installation token, and its comments are a Bot's.
 func githubComments(token string) *forgeServer {
-	return &forgeServer{base: "/api/v3/repos/acme/train/issues/7/comments", refuse: `{"message":"Bad credentials"}`,
-		authed: func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer "+token }}
+	return &forgeServer{base: "/api/v3/repos/acme/train/issues/7/comments", edit: "/api/v3/repos/acme/train/issues/comments/{id}",
+		refuse: `{"message":"Bad credentials"}`,
+		authed: func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer "+token },
+		item: func(c forgeComment) map[string]any {
+			return map[string]any{"id": c.ID, "body": c.Body, "user": map[string]any{"login": "github-actions[bot]", "type": "Bot"}}
+		},
+		selfPath: "/api/v3/user",
+		self: func(w http.ResponseWriter) {
+			http.Error(w, `{"message":"Resource not accessible by integration"}`, http.StatusForbidden)
+		}}
 }
 
-// gitlabNotes serves GitLab's merge request notes API for project 42, MR 3.
+// gitlabNotes serves GitLab's merge request notes API for project 42, MR 3,
+// to a project access token whose bot user is id 1.
 func gitlabNotes(token string) *forgeServer {
-	return &forgeServer{base: "/api/v4/projects/42/merge_requests/3/notes", refuse: `{"message":"401 Unauthorized"}`,
-		authed: func(r *http.Request) bool { return r.Header.Get("PRIVATE-TOKEN") == token }}
+	return &forgeServer{base: "/api/v4/projects/42/merge_requests/3/notes", edit: "/api/v4/projects/42/merge_requests/3/notes/{id}",
+		refuse: `{"message":"401 Unauthorized"}`,
+		authed: func(r *http.Request) bool { return r.Header.Get("PRIVATE-TOKEN") == token },
+		item: func(c forgeComment) map[string]any {
+			return map[string]any{"id": c.ID, "body": c.Body, "system": false, "author": map[string]any{"id": 1, "username": "project_42_bot"}}
+		},
+		selfPath: "/api/v4/user",
+		self: func(w http.ResponseWriter) {
+			json.NewEncoder(w).Encode(map[string]any{"id": 1, "username": "project_42_bot"})
+		}}
+}
+
+// thread returns the comments as they are now, oldest first, each with
+// its edit history: what a reader of the pull request sees, and how each
+// comment came to be.
+func (s *forgeServer) thread() []forgeComment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]forgeComment, len(s.comments))
+	for i, c := range s.comments {
+		c.History = append([]string(nil), c.History...)
+		out[i] = c
+	}
+	return out
 }
 
 func (s *forgeServer) handler() http.Handler {
@@ -127,25 +178,62 @@ func (s *forgeServer) handler() http.Handler {
 		}
 		return true
 	}
-	mux.HandleFunc("GET "+s.base, func(w http.ResponseWriter, r *http.Request) {
-		if auth(w, r) {
-			w.Write([]byte("[]"))
+	body := func(r *http.Request) string {
+		var c struct {
+			Body string `json:"body"`
 		}
+		json.NewDecoder(r.Body).Decode(&c)
+		return c.Body
+	}
+	mux.HandleFunc("GET "+s.base, func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		list := []map[string]any{}
+		for _, c := range s.thread() {
+			list = append(list, s.item(c))
+		}
+		json.NewEncoder(w).Encode(list)
 	})
 	mux.HandleFunc("POST "+s.base, func(w http.ResponseWriter, r *http.Request) {
 		if !auth(w, r) {
 			return
 		}
-		var c struct {
-			Body string `json:"body"`
-		}
-		json.NewDecoder(r.Body).Decode(&c)
+		b := body(r)
 		s.mu.Lock()
-		s.bodies = append(s.bodies, c.Body)
-		id := len(s.bodies)
+		s.bodies = append(s.bodies, b)
+		c := forgeComment{ID: int64(len(s.comments) + 1), Body: b}
+		s.comments = append(s.comments, c)
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
-		json.NewEncoder(w).Encode(map[string]any{"id": id, "body": c.Body})
+		json.NewEncoder(w).Encode(s.item(c))
 	})
+	update := func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		b := body(r)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i := range s.comments {
+			if c := &s.comments[i]; err == nil && c.ID == id {
+				c.History = append(c.History, c.Body)
+				c.Body = b
+				json.NewEncoder(w).Encode(s.item(*c))
+				return
+			}
+		}
+		http.Error(w, `{"message":"Not Found"}`, http.StatusNotFound)
+	}
+	mux.HandleFunc("PATCH "+s.edit, update) // GitHub
+	mux.HandleFunc("PUT "+s.edit, update)   // GitLab
+	if s.self != nil {
+		mux.HandleFunc("GET "+s.selfPath, func(w http.ResponseWriter, r *http.Request) {
+			if auth(w, r) {
+				s.self(w)
+			}
+		})
+	}
 	return mux
 }

@@ -47,31 +47,24 @@ type pipeline struct {
 	cosignPassword    string
 	user              string // the user's repository (a git work tree)
 	gpupass, toolPath string
+	// release is the action as its dry-run release installs it, made
+	// once per pipeline (see actRelease).
+	release *actRelease
 }
 
-func startPipeline(t *testing.T, remote string) *pipeline {
+// startPipeline starts the stack; env goes to its agents, and so to the
+// example's train.py (EXAMPLE_STEP_SLEEP=1 makes its runs outlive a job).
+func startPipeline(t *testing.T, remote string, env ...string) *pipeline {
 	t.Helper()
 	upstack.RequireTorch(t)
 	// The example runs `python3 train.py`: the agents' PATH finds the
 	// Python that has torch first (scripts/setup.d/10-python.sh).
 	// No --region: the examples must run against up's own regions.
 	stack := upstack.Start(t, upstack.Options{
-		Env: []string{"PATH=" + filepath.Dir(upstack.Python) + string(os.PathListSeparator) + os.Getenv("PATH"), "EXAMPLE_STEPS=" + exampleSteps}})
+		Env: append([]string{"PATH=" + filepath.Dir(upstack.Python) + string(os.PathListSeparator) + os.Getenv("PATH"), "EXAMPLE_STEPS=" + exampleSteps}, env...)})
 	p := &pipeline{stack: stack, url: stack.Config(t).BrokerURL, gpupass: filepath.Join(stack.Bin, "gpupass")}
 	p.toolPath = toolsPath(t, p.gpupass)
-	token := func(role, regions string) string {
-		cmd := exec.Command(filepath.Join(stack.Bin, "gpupass-broker"), "--db", "sqlite://"+filepath.Join(stack.State, "broker.db"),
-			"--output", "json", "token", "create", "--role", role, "--regions", regions, "--note", "ci e2e")
-		out, err := cmd.Output()
-		var v struct {
-			Token string `json:"token"`
-		}
-		if err != nil || json.Unmarshal(out, &v) != nil || v.Token == "" {
-			t.Fatalf("token create --role %s --regions %s: %v\n%s", role, regions, err, out)
-		}
-		return v.Token
-	}
-	p.us, p.eu, p.read = token("submit", "us-west-2"), token("submit", "eu-central-1"), token("read", "us-west-2,eu-central-1")
+	p.us, p.eu, p.read = p.token(t, "submit", "us-west-2"), p.token(t, "submit", "eu-central-1"), p.token(t, "read", "us-west-2,eu-central-1")
 
 	keys := t.TempDir()
 	p.cosignPassword = "e2e-cosign-password-3f1a"
@@ -89,6 +82,25 @@ func startPipeline(t *testing.T, remote string) *pipeline {
 	p.user = gitRepo(t, "examples/train", remote)
 	return p
 }
+
+// token makes a broker token with `gpupass-broker token create` against
+// the stack's database.
+func (p *pipeline) token(t *testing.T, role, regions string) string {
+	t.Helper()
+	cmd := exec.Command(p.broker(), "--db", p.db(), "--output", "json", "token", "create", "--role", role, "--regions", regions, "--note", "ci e2e")
+	out, err := cmd.Output()
+	var v struct {
+		Token string `json:"token"`
+	}
+	if err != nil || json.Unmarshal(out, &v) != nil || v.Token == "" {
+		t.Fatalf("token create --role %s --regions %s: %v\n%s", role, regions, err, out)
+	}
+	return v.Token
+}
+
+// broker is the stack's gpupass-broker binary; db its store, as --db.
+func (p *pipeline) broker() string { return filepath.Join(p.stack.Bin, "gpupass-broker") }
+func (p *pipeline) db() string     { return "sqlite://" + filepath.Join(p.stack.State, "broker.db") }
 
 // commit adds files (path → content) to the user repository.
 func (p *pipeline) commit(t *testing.T, files map[string]string) {
@@ -322,36 +334,58 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 // installs it (a dry-run release served on loopback), the stack's broker
 // as the GPUPASS_BROKER_URL variable, its tokens and the cosign key as
 // secrets, and ghAPI as the GitHub API. E2E_OUT is out.
-func (p *pipeline) act(t *testing.T, sha, ghAPI, out string) (string, error) {
+func (p *pipeline) act(t *testing.T, sha, ghAPI, out string, secrets ...string) (string, error) {
+	t.Helper()
+	return p.actEvent(t, "pull_request", `{"pull_request":{"number":7,"head":{"sha":"`+sha+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`,
+		ghAPI, out, secrets...)
+}
+
+// actRelease is the action at v1 as a dry run of the release leaves it
+// (dryRunRelease) and the loopback server of its assets.
+type actRelease struct {
+	action, pub string
+	server      *httptest.Server
+}
+
+// actEvent runs the workflows of the user repository that event (its
+// name and JSON payload) starts through act, as act does; secrets are
+// NAME=VALUE secrets besides the pipeline's own.
+func (p *pipeline) actEvent(t *testing.T, name, payload, ghAPI, out string, secrets ...string) (string, error) {
 	t.Helper()
 	act := lookPath(t, p.toolPath, "act")
-	action, dist, releasePub := dryRunRelease(t)
-	release := releaseServer(t, dist, "gpupass/gpupass")
+	if p.release == nil {
+		action, dist, pub := dryRunRelease(t)
+		p.release = &actRelease{action: action, pub: pub, server: releaseServer(t, dist, "gpupass/gpupass")}
+	}
 	uploadStandIn := filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "upload-artifact")
 
 	event := filepath.Join(t.TempDir(), "event.json")
-	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"`+sha+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
+	os.WriteFile(event, []byte(payload), 0o644)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, act, "pull_request",
+	args := []string{name,
 		"-P", "ubuntu-latest=-self-hosted",
 		"-e", event,
-		"--local-repository", "gpupass/gpupass@v1="+action,
-		"--local-repository", "actions/upload-artifact@v4="+uploadStandIn,
-		"--env", "E2E_OUT="+out,
-		"--env", "GITHUB_API_URL="+ghAPI+"/api/v3",
-		"--env", "GITHUB_SERVER_URL="+release.URL,
+		"--local-repository", "gpupass/gpupass@v1=" + p.release.action,
+		"--local-repository", "actions/upload-artifact@v4=" + uploadStandIn,
+		"--env", "E2E_OUT=" + out,
+		"--env", "GITHUB_API_URL=" + ghAPI + "/api/v3",
+		"--env", "GITHUB_SERVER_URL=" + p.release.server.URL,
 		"--env", "GITHUB_REPOSITORY=acme/train",
-		"--env", "GPUPASS_INSTALL_COSIGN="+lookPath(t, p.toolPath, "cosign"),
-		"--env", "GPUPASS_INSTALL_COSIGN_PUBLIC_KEY="+releasePub,
-		"--var", "GPUPASS_BROKER_URL="+p.url,
-		"-s", "GITHUB_TOKEN="+ghToken,
-		"-s", "BROKER_TOKEN_US="+p.us,
-		"-s", "BROKER_TOKEN_EU="+p.eu,
-		"-s", "BROKER_TOKEN_READ="+p.read,
-		"-s", "COSIGN_KEY="+p.cosignKey,
-		"-s", "COSIGN_PASSWORD="+p.cosignPassword,
-	)
+		"--env", "GPUPASS_INSTALL_COSIGN=" + lookPath(t, p.toolPath, "cosign"),
+		"--env", "GPUPASS_INSTALL_COSIGN_PUBLIC_KEY=" + p.release.pub,
+		"--var", "GPUPASS_BROKER_URL=" + p.url,
+		"-s", "GITHUB_TOKEN=" + ghToken,
+		"-s", "BROKER_TOKEN_US=" + p.us,
+		"-s", "BROKER_TOKEN_EU=" + p.eu,
+		"-s", "BROKER_TOKEN_READ=" + p.read,
+		"-s", "COSIGN_KEY=" + p.cosignKey,
+		"-s", "COSIGN_PASSWORD=" + p.cosignPassword,
+	}
+	for _, s := range secrets {
+		args = append(args, "-s", s)
+	}
+	cmd := exec.CommandContext(ctx, act, args...)
 	cmd.Dir = p.user
 	cmd.Env = append(os.Environ(), "PATH="+p.toolPath)
 	b, err := cmd.CombinedOutput()

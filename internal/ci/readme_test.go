@@ -66,3 +66,29 @@ func TestComponentsREADMEListsEveryInput(t *testing.T) {
 		})
 	}
 }
+
+// TestWebhookDocsShowTheExamples holds docs/webhooks.md to the pipelines
+// the loop's end-to-end tests run (TestWebhookLoopThroughAct,
+// TestWebhookLoopThroughGitLabCILocal read them from examples/ci): each
+// is shown whole, in its own fenced block, so what a user pastes from the
+// page is what was tested.
+func TestWebhookDocsShowTheExamples(t *testing.T) {
+	t.Parallel()
+	root := testutil.RepoRoot(t)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "webhooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"github/gpupass-detached.yml", "github/gpupass-group-ended.yml", "gitlab/webhook.gitlab-ci.yml"} {
+		b, err := os.ReadFile(filepath.Join(root, "examples", "ci", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), "```yaml\n"+string(b)+"```\n") {
+			t.Errorf("docs/webhooks.md does not show examples/ci/%s whole in a ```yaml block", f)
+		}
+		if !strings.Contains(string(doc), "(../examples/ci/"+f+")") {
+			t.Errorf("docs/webhooks.md does not link examples/ci/%s", f)
+		}
+	}
+}

@@ -92,6 +92,8 @@ var Migrations = []string{
 	webhooksMigration,
 	// 13: the queue of runs waiting for a busy node; see queue.go.
 	queueMigration,
+	// 14: the CI context a run group was submitted from; see groups.go.
+	groupCIMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

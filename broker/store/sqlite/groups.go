@@ -10,3 +10,15 @@ package sqlite
 const groupsMigration = `ALTER TABLE allocs ADD COLUMN group_id TEXT NOT NULL DEFAULT '';
 	ALTER TABLE allocs ADD COLUMN group_size INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX allocs_group ON allocs(group_id, created_at);`
+
+// groupCIMigration (version 14) holds the CI context of a run group: the
+// forge, repository, pull or merge request and run that `gpupass train`
+// submitted it from (broker-defined JSON, at most a few hundred bytes),
+// sent in the group's webhook event. One row per group, set by the
+// submission that started it; token_id is who set it.
+const groupCIMigration = `CREATE TABLE group_ci (
+		group_id TEXT PRIMARY KEY,
+		token_id TEXT NOT NULL,
+		body BLOB NOT NULL,
+		created_at BIGINT NOT NULL
+	);`

@@ -167,6 +167,26 @@ func runRuns(t *testing.T, open Factory, o Options) {
 		}
 	})
 
+	t.Run("a group's CI context is set once", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		r := runsOf(t, s)
+		ci := []byte(`{"forge":"github","repository":"acme/train","pull_request":7}`)
+		if err := r.SetGroupCI(ctx, "group-ci", "tok-1", ci); err != nil {
+			t.Fatal(err)
+		}
+		// The first context stays: a group's is never replaced.
+		if err := r.SetGroupCI(ctx, "group-ci", "tok-1", []byte(`{"forge":"github","repository":"evil/x"}`)); err == nil {
+			t.Errorf("a second SetGroupCI of one group succeeded")
+		}
+		if got, err := runsOf(t, reopen(t)).GroupCI(ctx, "group-ci"); err != nil || string(got) != string(ci) {
+			t.Errorf("GroupCI = %s, %v; want %s", got, err, ci)
+		}
+		if got, err := r.GroupCI(ctx, "group-none"); err != nil || got != nil {
+			t.Errorf("GroupCI(unknown) = %s, %v; want nil", got, err)
+		}
+	})
+
 	t.Run("records are idempotent, fenced and gap-aware", func(t *testing.T) {
 		t.Parallel()
 		s, _ := open(t)

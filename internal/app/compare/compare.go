@@ -106,6 +106,10 @@ type Poster interface {
 	Post(ctx context.Context, to PostMode, o Options, md string) (*forge.Result, error)
 }
 
+// FieldPullRequest is the Options field naming the pull or merge
+// request to comment on (fielderr.Error.Field).
+const FieldPullRequest = "PullRequest"
+
 // ErrNoPoster: the options say to post, and no Poster was given.
 var ErrNoPoster = errors.New("the report is to be posted to a forge and no Poster was given")
 
@@ -140,6 +144,11 @@ type Options struct {
 	Behavior    forge.Behavior
 	GitHubToken string // default $GITHUB_TOKEN
 	GitLabToken string // default $GITLAB_TOKEN
+	// PullRequest is the pull request (GitHub) or merge request iid
+	// (GitLab) of the CI's own repository or project to comment on when
+	// the CI event names none (a workflow started by the broker's
+	// webhook: the event's ci.pull_request); 0: none.
+	PullRequest int64
 
 	// Getenv reads the CI's variables (event, tokens, step summary).
 	Getenv func(string) string
@@ -182,6 +191,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if o.Post == "" {
 		o.Post = PostNone
+	}
+	if o.PullRequest < 0 {
+		return nil, fielderr.New(FieldPullRequest, fmt.Sprint(o.PullRequest), "must be a pull or merge request number, or 0 for the CI event's own")
 	}
 	if _, err := ParsePostMode(string(o.Post)); err != nil {
 		return nil, err

@@ -86,6 +86,9 @@ type Options struct {
 	Command []string
 	// Getenv reads the CI's variables for the run name.
 	Getenv func(string) string
+	// CI is the CI job the runs are submitted from (nil: none): the
+	// broker keeps it with their run group, for the group's webhook.
+	CI *gpupassv1.CIContext
 	// Dial returns the broker's runs API, once the options checked out.
 	Dial func() (*client.RunClients, error)
 }
@@ -191,11 +194,15 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	minScore := o.MinHealthScore
 	res := &Result{c: c, Workdir: wd, spec: o.Spec}
 	for _, region := range o.Regions {
-		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
+		req := &gpupassv1.SubmitRequest{
 			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
 			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group,
-			GroupSize: int32(len(o.Regions)), QueueTimeoutSeconds: int64(queueTimeout / time.Second)}))
+			GroupSize: int32(len(o.Regions)), QueueTimeoutSeconds: int64(queueTimeout / time.Second)}
+		if res.Group == "" {
+			req.Ci = o.CI // the request that starts the group gives its context
+		}
+		resp, err := c.Run.Submit(ctx, connect.NewRequest(req))
 		if err != nil {
 			return res, brokerrpc.Error("submitting the run in "+region, c.URL, err)
 		}

@@ -60,7 +60,7 @@ func CIFlag(f output.Format, flag string) string {
 // the action's and the components' inputs are kept as they were named.
 var ciInputs = map[ci.Kind]map[string]string{
 	ci.GitHub: {"follow": "wait", "region": "regions", "command": "train-command", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref", "to": "wheelhouse"},
-	ci.GitLab: {"follow": "wait", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref"},
+	ci.GitLab: {"follow": "wait", "pull-request": "merge-request", "key": "cosign-key", "key-password": "cosign-password", "out": "audit-path", "ref": "registry-ref"},
 }
 
 // KeyFile returns a path for a key flag's value (flag names it for

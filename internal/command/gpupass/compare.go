@@ -47,6 +47,7 @@ type CompareOptions struct {
 	Markdown         string
 	GitHubToken      string
 	GitLabToken      string
+	PullRequest      int64
 	// Runs are more runs as one string: NAME=INPUT and INPUT words, or
 	// train's allocation-ids output (JSON), as the CI inputs pass them.
 	Runs string
@@ -96,6 +97,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Markdown, "markdown", "", "write the full markdown report to this path (keep it as an artifact: long comments are truncated)")
 	f.StringVar(&o.Runs, "runs", "", "runs to compare as one value: NAME=INPUT and INPUT words separated by spaces or newlines (a run group id stands for its runs), or the allocation-ids JSON of train (as CI inputs pass them)")
 	f.StringVar(&o.ReportDir, "report-dir", "", "write report.md, report.json, junit.xml and chart.svg into this directory, unless --markdown, --json, --junit or --svg name their own (default with --output github or gitlab: "+ciCompareReportDir+")")
+	f.Int64Var(&o.PullRequest, "pull-request", 0, "pull request (GitHub) or merge request iid (GitLab) of the CI's repository to comment on when the CI event names none, e.g. the ci.pull_request of the broker's webhook event (0: the event's)")
 	f.StringVar(&o.GitHubToken, "github-token", "", "token for PR comments (default $GITHUB_TOKEN); needs pull-requests: write")
 	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token for MR notes (default $GITLAB_TOKEN); a job token cannot post notes")
 	MarkSecret("github-token")
@@ -237,7 +239,7 @@ func brokerSource(b *BrokerFlags) *compare.BrokerSource {
 }
 
 // compareFlagNames maps the use case's option fields to compare's flags.
-var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post", compare.FieldMetricPattern: "--metric-pattern"}
+var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post", compare.FieldMetricPattern: "--metric-pattern", compare.FieldPullRequest: "--pull-request"}
 
 // specFile is the spec whose metrics.pattern compare uses: --spec, else
 // the working directory's spec when there is one.
@@ -303,7 +305,7 @@ func (o *CompareOptions) options() (compare.Options, error) {
 		Runs: runs, Prices: prices, Metric: o.Metric, MetricPattern: o.MetricPattern, SpecFile: o.specFile(),
 		Tolerance: tol, AllowRunning: o.AllowRunning, Partial: o.Partial,
 		Files: compare.Files{Markdown: o.Markdown, JSON: o.JSON, SVG: o.SVG, PNG: o.PNG, JUnit: o.JUnit, Chart: report.ChartOptions{LogY: o.LogY}},
-		Post:  post, Tag: o.Tag, Behavior: behavior, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken,
+		Post:  post, Tag: o.Tag, Behavior: behavior, GitHubToken: o.GitHubToken, GitLabToken: o.GitLabToken, PullRequest: o.PullRequest,
 		Getenv: o.Getenv, Poster: o.Poster, Source: o.Source, HTTPClient: o.HTTPClient, Logger: o.Logger,
 	}, nil
 }
@@ -355,6 +357,7 @@ func runCompare(ctx context.Context, o *CompareOptions) (*compare.Result, error)
 	if _, isCI := CIOutput(o.Output); isCI {
 		names = maps.Clone(names)
 		names["Runs"] = o.flag("runs")
+		names[compare.FieldPullRequest] = o.flag("pull-request")
 	} else if o.runsGiven {
 		// --runs words join --label's: the run named may be in either.
 		names = maps.Clone(names)

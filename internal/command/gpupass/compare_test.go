@@ -450,3 +450,77 @@ func TestCompareLinksBack(t *testing.T) {
 		t.Errorf("a javascript: dashboard URL: exit %d, %s", code, stderr)
 	}
 }
+
+// Issue #35: a workflow the broker's webhook starts (repository_dispatch,
+// a GitLab pipeline trigger) belongs to no pull request: compare-report
+// comments on the one its pull-request / merge-request input names
+// (GPUPASS_PULL_REQUEST, the event's ci.pull_request), in the CI's own
+// repository. Told to post with none named, it says which input to set.
+func TestComparePostsToNamedPullRequest(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	g := &githubPR{}
+	ghSrv := httptest.NewServer(g)
+	defer ghSrv.Close()
+	gl := &gitlabMR{}
+	glSrv := httptest.NewServer(gl)
+	defer glSrv.Close()
+	dispatch := filepath.Join(dir, "dispatch.json")
+	os.WriteFile(dispatch, []byte(`{"action":"gpupass-group-ended","client_payload":{"group":"group-0123456789abcdef"}}`), 0o644)
+	github := map[string]string{
+		"GITHUB_ACTIONS": "true", "GITLAB_CI": "", "GITHUB_EVENT_PATH": dispatch, "GITHUB_EVENT_NAME": "repository_dispatch", "GITHUB_REF": "refs/heads/main",
+		"GITHUB_REPOSITORY": "acme/train", "GITHUB_RUN_ID": "78", "GITHUB_API_URL": ghSrv.URL, "GITHUB_TOKEN": "ghs_x",
+		"GITHUB_STEP_SUMMARY": filepath.Join(dir, "s.md"), "GITHUB_OUTPUT": filepath.Join(dir, "out"),
+	}
+	gitlab := map[string]string{
+		"GITHUB_ACTIONS": "", "GITLAB_CI": "true", "GITHUB_STEP_SUMMARY": "", "CI_API_V4_URL": glSrv.URL + "/api/v4", "CI_PIPELINE_SOURCE": "trigger",
+		"CI_PROJECT_ID": "4", "CI_MERGE_REQUEST_IID": "", "CI_MERGE_REQUEST_PROJECT_ID": "", "CI_PIPELINE_ID": "32", "GITLAB_TOKEN": "glpat-x",
+		"GPUPASS_DOTENV": filepath.Join(dir, "gpupass.env"),
+	}
+	set := func(env map[string]string, kv ...string) map[string]string {
+		c := map[string]string{}
+		for k, v := range env {
+			c[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			c[kv[i]] = kv[i+1]
+		}
+		return c
+	}
+	report := filepath.Join(dir, "report")
+	for _, tc := range []struct {
+		name      string
+		env       map[string]string
+		args      []string
+		wantCode  int
+		wantErr   string
+		posts     func() int
+		wantPosts int
+	}{
+		{"github: the input names the pull request", set(github, "GPUPASS_PULL_REQUEST", "7"), []string{"-o", "github", "compare", "--report-dir", report}, 0, "", func() int { return len(g.posts) }, 1},
+		{"gitlab: the input names the merge request", set(gitlab, "GPUPASS_PULL_REQUEST", "2"), []string{"-o", "gitlab", "compare", "--report-dir", report}, 0, "", func() int { return len(gl.notes) }, 1},
+		{"github: none named, auto posts nothing", github, []string{"compare"}, 0, "", func() int { return len(g.posts) }, 1},
+		{"github: none named, told to post", set(github, "GPUPASS_POST", "github"), []string{"-o", "github", "compare", "--report-dir", report}, ExitUsage,
+			"--pull-request (GPUPASS_PULL_REQUEST, the pull-request input) is required to post to github here", nil, 0},
+		{"gitlab: none named, told to post", set(gitlab, "GPUPASS_POST", "gitlab"), []string{"-o", "gitlab", "compare", "--report-dir", report}, ExitUsage,
+			"--pull-request (GPUPASS_PULL_REQUEST, the merge-request input) is required to post to gitlab here", nil, 0},
+		{"a negative number", set(github, "GPUPASS_PULL_REQUEST", "-3"), []string{"compare"}, ExitUsage, "--pull-request \"-3\": must be a pull or merge request number", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			code := Main(context.Background(), append(tc.args, us, eu), strings.NewReader(""), &out, &errb, WithPoster(forgepost.Poster{}))
+			if code != tc.wantCode || !strings.Contains(errb.String()+out.String(), tc.wantErr) {
+				t.Errorf("exit %d, want %d and %q:\n%s\n%s", code, tc.wantCode, tc.wantErr, out.String(), errb.String())
+			}
+			if tc.posts != nil && tc.posts() != tc.wantPosts {
+				t.Errorf("%d posted, want %d", tc.posts(), tc.wantPosts)
+			}
+		})
+	}
+	if len(g.posts) != 1 || !strings.Contains(g.posts[0], "gpupass compare: consistent") || len(gl.notes) != 1 {
+		t.Errorf("PR 7 comments %q, MR 2 notes %q; want one report each", g.posts, gl.notes)
+	}
+}

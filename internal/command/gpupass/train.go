@@ -14,6 +14,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	apptrain "github.com/gpupass/gpupass/internal/app/train"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -124,6 +125,20 @@ func (o *TrainOptions) options() apptrain.Options {
 	return opts
 }
 
+// ciContext is the CI job train submits from (trainCIContext), for its
+// run group; why there is none, when the job's variables make none, is
+// a warning on errOut.
+func (o *TrainOptions) ciContext(errOut io.Writer) *gpupassv1.CIContext {
+	if o.Getenv == nil {
+		return nil
+	}
+	kind, ok := CIOutput(o.Global.format())
+	if !ok {
+		kind = ci.Detect(o.Getenv, io.Discard).Kind()
+	}
+	return trainCIContext(kind, o.Getenv, o.Global.logger(errOut))
+}
+
 // RunTrain submits the runs and, with Follow, streams them to the end.
 func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error {
 	if err := o.commandLine(); err != nil {
@@ -166,7 +181,9 @@ func (o *TrainOptions) commandLine() error {
 // The result holds the runs submitted even when an error comes with it;
 // names words option errors for the caller's door (flags or inputs).
 func runTrain(ctx context.Context, o *TrainOptions, names fielderr.Names, out, errOut io.Writer) (*apptrain.Result, error) {
-	res, err := apptrain.Submit(ctx, o.options())
+	opts := o.options()
+	opts.CI = o.ciContext(errOut)
+	res, err := apptrain.Submit(ctx, opts)
 	if err != nil {
 		return res, workdirHint(limitHint(names.Apply(err)), names)
 	}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 
 	gh "github.com/google/go-github/v73/github"
@@ -32,8 +34,12 @@ type Run struct {
 	SHA   string
 }
 
+// pullRef is the ref GitHub runs a pull request's workflows on.
+var pullRef = regexp.MustCompile(`^refs/pull/([0-9]{1,10})/(?:merge|head)$`)
+
 // FromEnv reads the pull request from the Actions event payload
-// (GITHUB_EVENT_PATH) and the run from the environment. ok is false when
+// (GITHUB_EVENT_PATH), else from GITHUB_REF (refs/pull/N/merge), and the
+// run from the environment. ok is false when
 // the workflow was not triggered by a pull request.
 func FromEnv(getenv func(string) string) (Target, Run, bool, error) {
 	c, err := githubactions.New(githubactions.WithGetenv(getenv)).Context()
@@ -56,6 +62,15 @@ func FromEnv(getenv func(string) string) (Target, Run, bool, error) {
 		if _, isPR := issue["pull_request"]; isPR {
 			if n, ok := issue["number"].(float64); ok {
 				t.Number = int(n)
+			}
+		}
+	}
+	if t.Number == 0 {
+		// A pull request's workflows run on its merge ref even when the
+		// event (pull_request_target, a custom one) carries no number.
+		if m := pullRef.FindStringSubmatch(getenv("GITHUB_REF")); m != nil {
+			if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
+				t.Number = n
 			}
 		}
 	}

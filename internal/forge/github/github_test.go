@@ -472,4 +472,14 @@ func TestFromEnv(t *testing.T) {
 	if ok || err != nil {
 		t.Errorf("push event: ok %v err %v, want not a PR", ok, err)
 	}
+	// An event without the number, on a pull request's merge ref.
+	tgt, _, ok, err = FromEnv(env(map[string]string{"GITHUB_EVENT_PATH": push, "GITHUB_REPOSITORY": "acme/train", "GITHUB_REF": "refs/pull/12/merge", "GITHUB_API_URL": "https://api.github.com"}))
+	if !ok || err != nil || tgt.Number != 12 {
+		t.Errorf("GITHUB_REF refs/pull/12/merge: %+v ok %v err %v, want PR 12", tgt, ok, err)
+	}
+	for _, ref := range []string{"refs/heads/pull/12/merge", "refs/pull/x/merge", "refs/pull/0/merge"} {
+		if _, _, ok, _ := FromEnv(env(map[string]string{"GITHUB_EVENT_PATH": push, "GITHUB_REPOSITORY": "acme/train", "GITHUB_REF": ref})); ok {
+			t.Errorf("GITHUB_REF %s read as a pull request", ref)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/app/compare"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/forge"
 	ghforge "github.com/gpupass/gpupass/internal/forge/github"
 	glforge "github.com/gpupass/gpupass/internal/forge/gitlab"
@@ -53,12 +54,21 @@ func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options
 		if err != nil {
 			return nil, err
 		}
+		if !ok && o.PullRequest > 0 {
+			// The workflow's own repository: a PR number alone
+			// cannot send the comment anywhere else.
+			if tgt.Owner == "" || tgt.Repo == "" {
+				return nil, errors.New("posting to github: GITHUB_REPOSITORY is not set: cannot tell which repository's pull request to comment on")
+			}
+			tgt.Number, ok = int(o.PullRequest), true
+		}
 		if !ok {
 			if o.Post == compare.PostAuto {
-				log.Info("not a pull request event: nothing posted")
+				log.Info("not a pull request event and no pull request named: nothing posted")
 				return nil, nil
 			}
-			return nil, errors.New("posting to github: the workflow was not triggered by a pull request (no pull_request in GITHUB_EVENT_PATH)")
+			return nil, &fielderr.Error{Field: compare.FieldPullRequest, Problem: "is required to post to github here: the workflow was not triggered by a pull request " +
+				"(no pull_request in GITHUB_EVENT_PATH, GITHUB_REF is not refs/pull/N/merge); name the pull request to comment on, e.g. the ci.pull_request of the broker's webhook event"}
 		}
 		c, err := ghforge.New(tgt, firstNonEmpty(o.GitHubToken, getenv("GITHUB_TOKEN")), hc)
 		if err != nil {
@@ -70,12 +80,21 @@ func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options
 		if err != nil {
 			return nil, err
 		}
+		if !ok && o.PullRequest > 0 {
+			// The pipeline's own project: an iid alone cannot send the
+			// note anywhere else.
+			if tgt.APIURL == "" || tgt.Project == "" {
+				return nil, errors.New("posting to gitlab: CI_API_V4_URL or CI_PROJECT_ID is not set: cannot tell where to post the note")
+			}
+			tgt.IID, ok = o.PullRequest, true
+		}
 		if !ok {
 			if o.Post == compare.PostAuto {
-				log.Info("not a merge request pipeline: nothing posted")
+				log.Info("not a merge request pipeline and no merge request named: nothing posted")
 				return nil, nil
 			}
-			return nil, errors.New("posting to gitlab: not a merge request pipeline (CI_MERGE_REQUEST_IID is not set)")
+			return nil, &fielderr.Error{Field: compare.FieldPullRequest, Problem: "is required to post to gitlab here: not a merge request pipeline " +
+				"(CI_MERGE_REQUEST_IID is not set); name the merge request to comment on, e.g. the ci.pull_request of the broker's webhook event"}
 		}
 		token := firstNonEmpty(o.GitLabToken, getenv("GITLAB_TOKEN"))
 		if token == "" && getenv("CI_JOB_TOKEN") != "" {

@@ -965,8 +965,16 @@ type SubmitRequest struct {
 	// resources.queue-timeout. 0: the spec's, else no bound. At most 7 days
 	// (604800). Field numbers from 70 on are the queue's.
 	QueueTimeoutSeconds int64 `protobuf:"varint,70,opt,name=queue_timeout_seconds,json=queueTimeoutSeconds,proto3" json:"queue_timeout_seconds,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Where the CI job that starts the group ran (gpupass train in GitHub
+	// Actions or GitLab CI): the pull or merge request a report of the
+	// group belongs to. Set only by the request that starts a group (a
+	// request joining one is refused with it); the broker checks its
+	// fields, stores it with the group and puts it in the group's webhook
+	// event ("ci"). Submitter-provided: it says where a triggered workflow
+	// comments, nothing more (SECURITY.md).
+	Ci            *CIContext `protobuf:"bytes,15,opt,name=ci,proto3" json:"ci,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -1115,6 +1123,13 @@ func (x *SubmitRequest) GetQueueTimeoutSeconds() int64 {
 	return 0
 }
 
+func (x *SubmitRequest) GetCi() *CIContext {
+	if x != nil {
+		return x.Ci
+	}
+	return nil
+}
+
 type isSubmitRequest_Spec interface {
 	isSubmitRequest_Spec()
 }
@@ -1131,6 +1146,95 @@ func (*SubmitRequest_SpecYaml) isSubmitRequest_Spec() {}
 
 func (*SubmitRequest_SpecJson) isSubmitRequest_Spec() {}
 
+// CIContext is the CI job a run group was submitted from.
+type CIContext struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Forge      string                 `protobuf:"bytes,1,opt,name=forge,proto3" json:"forge,omitempty"`           // "github" or "gitlab"
+	Repository string                 `protobuf:"bytes,2,opt,name=repository,proto3" json:"repository,omitempty"` // GitHub OWNER/REPO, GitLab project path (group/project)
+	// The pull request number (GitHub) or merge request iid (GitLab); 0:
+	// the job ran for none.
+	PullRequest int64  `protobuf:"varint,3,opt,name=pull_request,json=pullRequest,proto3" json:"pull_request,omitempty"`
+	Sha         string `protobuf:"bytes,4,opt,name=sha,proto3" json:"sha,omitempty"`                     // the commit the job ran for (hex)
+	RunUrl      string `protobuf:"bytes,5,opt,name=run_url,json=runUrl,proto3" json:"run_url,omitempty"` // the workflow run or the pipeline (https://…)
+	// GitLab: the project's numeric id (CI_MERGE_REQUEST_PROJECT_ID, else
+	// CI_PROJECT_ID), as its API takes it; empty on GitHub.
+	ProjectId     string `protobuf:"bytes,6,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CIContext) Reset() {
+	*x = CIContext{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CIContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CIContext) ProtoMessage() {}
+
+func (x *CIContext) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CIContext.ProtoReflect.Descriptor instead.
+func (*CIContext) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CIContext) GetForge() string {
+	if x != nil {
+		return x.Forge
+	}
+	return ""
+}
+
+func (x *CIContext) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *CIContext) GetPullRequest() int64 {
+	if x != nil {
+		return x.PullRequest
+	}
+	return 0
+}
+
+func (x *CIContext) GetSha() string {
+	if x != nil {
+		return x.Sha
+	}
+	return ""
+}
+
+func (x *CIContext) GetRunUrl() string {
+	if x != nil {
+		return x.RunUrl
+	}
+	return ""
+}
+
+func (x *CIContext) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
+}
+
 type SubmitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -1140,7 +1244,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1256,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1269,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{10}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitResponse) GetRun() *Run {
@@ -1246,7 +1350,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1362,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1375,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{11}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Run) GetId() string {
@@ -1535,7 +1639,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1651,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1664,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{12}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRunRequest) GetAllocId() string {
@@ -1579,7 +1683,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1695,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1708,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{13}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1633,7 +1737,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1749,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1762,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{14}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRunsRequest) GetRegions() []string {
@@ -1700,7 +1804,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1816,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1829,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{15}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1752,7 +1856,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1868,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1881,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{16}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelRequest) GetAllocId() string {
@@ -1803,7 +1907,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1919,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1932,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{17}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelResponse) GetRun() *Run {
@@ -1850,7 +1954,7 @@ type GetLogsRequest struct {
 
 func (x *GetLogsRequest) Reset() {
 	*x = GetLogsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1966,7 @@ func (x *GetLogsRequest) String() string {
 func (*GetLogsRequest) ProtoMessage() {}
 
 func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1979,7 @@ func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetLogsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{18}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetLogsRequest) GetAllocId() string {
@@ -1917,7 +2021,7 @@ type GetLogsResponse struct {
 
 func (x *GetLogsResponse) Reset() {
 	*x = GetLogsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2033,7 @@ func (x *GetLogsResponse) String() string {
 func (*GetLogsResponse) ProtoMessage() {}
 
 func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2046,7 @@ func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetLogsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{19}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetLogsResponse) GetRecords() []*Record {
@@ -1968,7 +2072,7 @@ type GetMetricsRequest struct {
 
 func (x *GetMetricsRequest) Reset() {
 	*x = GetMetricsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2084,7 @@ func (x *GetMetricsRequest) String() string {
 func (*GetMetricsRequest) ProtoMessage() {}
 
 func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2097,7 @@ func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{20}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetMetricsRequest) GetAllocId() string {
@@ -2017,7 +2121,7 @@ type MetricPoint struct {
 
 func (x *MetricPoint) Reset() {
 	*x = MetricPoint{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2133,7 @@ func (x *MetricPoint) String() string {
 func (*MetricPoint) ProtoMessage() {}
 
 func (x *MetricPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2146,7 @@ func (x *MetricPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricPoint.ProtoReflect.Descriptor instead.
 func (*MetricPoint) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{21}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MetricPoint) GetSeq() uint64 {
@@ -2097,7 +2201,7 @@ type GetMetricsResponse struct {
 
 func (x *GetMetricsResponse) Reset() {
 	*x = GetMetricsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2213,7 @@ func (x *GetMetricsResponse) String() string {
 func (*GetMetricsResponse) ProtoMessage() {}
 
 func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2226,7 @@ func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{22}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetMetricsResponse) GetRun() *Run {
@@ -2155,7 +2259,7 @@ type SubmitRunReportRequest struct {
 
 func (x *SubmitRunReportRequest) Reset() {
 	*x = SubmitRunReportRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2271,7 @@ func (x *SubmitRunReportRequest) String() string {
 func (*SubmitRunReportRequest) ProtoMessage() {}
 
 func (x *SubmitRunReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2284,7 @@ func (x *SubmitRunReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRunReportRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRunReportRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{23}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SubmitRunReportRequest) GetAgentId() string {
@@ -2230,7 +2334,7 @@ type SubmitRunReportResponse struct {
 
 func (x *SubmitRunReportResponse) Reset() {
 	*x = SubmitRunReportResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2346,7 @@ func (x *SubmitRunReportResponse) String() string {
 func (*SubmitRunReportResponse) ProtoMessage() {}
 
 func (x *SubmitRunReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2359,7 @@ func (x *SubmitRunReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRunReportResponse.ProtoReflect.Descriptor instead.
 func (*SubmitRunReportResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{24}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubmitRunReportResponse) GetPassed() bool {
@@ -2288,7 +2392,7 @@ type GetRunEvidenceRequest struct {
 
 func (x *GetRunEvidenceRequest) Reset() {
 	*x = GetRunEvidenceRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2404,7 @@ func (x *GetRunEvidenceRequest) String() string {
 func (*GetRunEvidenceRequest) ProtoMessage() {}
 
 func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2417,7 @@ func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{25}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetRunEvidenceRequest) GetAllocId() string {
@@ -2348,7 +2452,7 @@ type GetRunEvidenceResponse struct {
 
 func (x *GetRunEvidenceResponse) Reset() {
 	*x = GetRunEvidenceResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2464,7 @@ func (x *GetRunEvidenceResponse) String() string {
 func (*GetRunEvidenceResponse) ProtoMessage() {}
 
 func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2477,7 @@ func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{26}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetRunEvidenceResponse) GetRun() *Run {
@@ -2504,7 +2608,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xc5\x04\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xec\x04\n" +
 	"\rSubmitRequest\x12\x1d\n" +
 	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
 	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x16\n" +
@@ -2522,10 +2626,21 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x05group\x18\r \x01(\tR\x05group\x12\x1d\n" +
 	"\n" +
 	"group_size\x18\x0e \x01(\x05R\tgroupSize\x122\n" +
-	"\x15queue_timeout_seconds\x18F \x01(\x03R\x13queueTimeoutSecondsB\x06\n" +
+	"\x15queue_timeout_seconds\x18F \x01(\x03R\x13queueTimeoutSeconds\x12%\n" +
+	"\x02ci\x18\x0f \x01(\v2\x15.gpupass.v1.CIContextR\x02ciB\x06\n" +
 	"\x04specB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
-	"\x11_min_health_score\"3\n" +
+	"\x11_min_health_score\"\xae\x01\n" +
+	"\tCIContext\x12\x14\n" +
+	"\x05forge\x18\x01 \x01(\tR\x05forge\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x02 \x01(\tR\n" +
+	"repository\x12!\n" +
+	"\fpull_request\x18\x03 \x01(\x03R\vpullRequest\x12\x10\n" +
+	"\x03sha\x18\x04 \x01(\tR\x03sha\x12\x17\n" +
+	"\arun_url\x18\x05 \x01(\tR\x06runUrl\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x06 \x01(\tR\tprojectId\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
 	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\x97\n" +
 	"\n" +
@@ -2681,7 +2796,7 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
@@ -2696,26 +2811,27 @@ var file_gpupass_v1_runs_proto_goTypes = []any{
 	(*UploadRecordsRequest)(nil),     // 10: gpupass.v1.UploadRecordsRequest
 	(*UploadRecordsResponse)(nil),    // 11: gpupass.v1.UploadRecordsResponse
 	(*SubmitRequest)(nil),            // 12: gpupass.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 13: gpupass.v1.SubmitResponse
-	(*Run)(nil),                      // 14: gpupass.v1.Run
-	(*GetRunRequest)(nil),            // 15: gpupass.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 16: gpupass.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 17: gpupass.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 18: gpupass.v1.ListRunsResponse
-	(*CancelRequest)(nil),            // 19: gpupass.v1.CancelRequest
-	(*CancelResponse)(nil),           // 20: gpupass.v1.CancelResponse
-	(*GetLogsRequest)(nil),           // 21: gpupass.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),          // 22: gpupass.v1.GetLogsResponse
-	(*GetMetricsRequest)(nil),        // 23: gpupass.v1.GetMetricsRequest
-	(*MetricPoint)(nil),              // 24: gpupass.v1.MetricPoint
-	(*GetMetricsResponse)(nil),       // 25: gpupass.v1.GetMetricsResponse
-	(*SubmitRunReportRequest)(nil),   // 26: gpupass.v1.SubmitRunReportRequest
-	(*SubmitRunReportResponse)(nil),  // 27: gpupass.v1.SubmitRunReportResponse
-	(*GetRunEvidenceRequest)(nil),    // 28: gpupass.v1.GetRunEvidenceRequest
-	(*GetRunEvidenceResponse)(nil),   // 29: gpupass.v1.GetRunEvidenceResponse
-	nil,                              // 30: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 31: gpupass.v1.HealthScore
-	(*NodeLabels)(nil),               // 32: gpupass.v1.NodeLabels
+	(*CIContext)(nil),                // 13: gpupass.v1.CIContext
+	(*SubmitResponse)(nil),           // 14: gpupass.v1.SubmitResponse
+	(*Run)(nil),                      // 15: gpupass.v1.Run
+	(*GetRunRequest)(nil),            // 16: gpupass.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 17: gpupass.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 18: gpupass.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 19: gpupass.v1.ListRunsResponse
+	(*CancelRequest)(nil),            // 20: gpupass.v1.CancelRequest
+	(*CancelResponse)(nil),           // 21: gpupass.v1.CancelResponse
+	(*GetLogsRequest)(nil),           // 22: gpupass.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),          // 23: gpupass.v1.GetLogsResponse
+	(*GetMetricsRequest)(nil),        // 24: gpupass.v1.GetMetricsRequest
+	(*MetricPoint)(nil),              // 25: gpupass.v1.MetricPoint
+	(*GetMetricsResponse)(nil),       // 26: gpupass.v1.GetMetricsResponse
+	(*SubmitRunReportRequest)(nil),   // 27: gpupass.v1.SubmitRunReportRequest
+	(*SubmitRunReportResponse)(nil),  // 28: gpupass.v1.SubmitRunReportResponse
+	(*GetRunEvidenceRequest)(nil),    // 29: gpupass.v1.GetRunEvidenceRequest
+	(*GetRunEvidenceResponse)(nil),   // 30: gpupass.v1.GetRunEvidenceResponse
+	nil,                              // 31: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 32: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 33: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	5,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
@@ -2724,47 +2840,48 @@ var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	7,  // 3: gpupass.v1.UpdateAllocationRequest.slurm:type_name -> gpupass.v1.SlurmPlacement
 	1,  // 4: gpupass.v1.Record.kind:type_name -> gpupass.v1.RecordKind
 	9,  // 5: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
-	14, // 6: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
-	0,  // 7: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	31, // 8: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
-	7,  // 9: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
-	14, // 10: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
-	14, // 11: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
-	14, // 12: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
-	9,  // 13: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
-	14, // 14: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	30, // 15: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
-	14, // 16: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
-	24, // 17: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
-	14, // 18: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
-	32, // 19: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
-	3,  // 20: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
-	6,  // 21: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
-	10, // 22: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
-	26, // 23: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
-	12, // 24: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
-	15, // 25: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
-	17, // 26: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
-	19, // 27: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
-	21, // 28: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
-	23, // 29: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	28, // 30: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
-	4,  // 31: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	8,  // 32: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	11, // 33: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	27, // 34: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
-	13, // 35: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	16, // 36: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	18, // 37: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	20, // 38: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	22, // 39: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	25, // 40: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	29, // 41: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
-	31, // [31:42] is the sub-list for method output_type
-	20, // [20:31] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	13, // 6: gpupass.v1.SubmitRequest.ci:type_name -> gpupass.v1.CIContext
+	15, // 7: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
+	0,  // 8: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
+	32, // 9: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	7,  // 10: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
+	15, // 11: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
+	15, // 12: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
+	15, // 13: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
+	9,  // 14: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
+	15, // 15: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
+	31, // 16: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	15, // 17: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
+	25, // 18: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
+	15, // 19: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
+	33, // 20: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	3,  // 21: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
+	6,  // 22: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
+	10, // 23: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
+	27, // 24: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
+	12, // 25: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
+	16, // 26: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
+	18, // 27: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
+	20, // 28: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
+	22, // 29: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
+	24, // 30: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
+	29, // 31: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	4,  // 32: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	8,  // 33: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	11, // 34: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	28, // 35: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	14, // 36: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	17, // 37: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	19, // 38: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	21, // 39: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	23, // 40: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	26, // 41: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	30, // 42: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_runs_proto_init() }
@@ -2783,7 +2900,7 @@ func file_gpupass_v1_runs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
