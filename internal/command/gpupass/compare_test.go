@@ -14,10 +14,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/internal/app/compare/forgepost"
+	"github.com/gpupass/gpupass/internal/forge"
 )
 
 // writeRuns writes two consistent runs (JSONL and CSVLogger) and one that
@@ -522,5 +524,46 @@ func TestComparePostsToNamedPullRequest(t *testing.T) {
 	}
 	if len(g.posts) != 1 || !strings.Contains(g.posts[0], "gpupass compare: consistent") || len(gl.notes) != 1 {
 		t.Errorf("PR 7 comments %q, MR 2 notes %q; want one report each", g.posts, gl.notes)
+	}
+}
+
+// TestTriggeredVerdictReplacesTheMergeRequestsNote: the pipeline a
+// webhook receiver triggers runs on the trigger's ref (main), whose
+// commit is older than the merge request's head. Its verdict, for the
+// merge request the compare-report step names, must still replace the
+// in-progress note the merge request's pipeline posted: before, its
+// main's CI_COMMIT_TIMESTAMP made it the older report and it was skipped
+// ("a newer pipeline's report is posted"), so the loop ended on "in
+// progress" forever.
+func TestTriggeredVerdictReplacesTheMergeRequestsNote(t *testing.T) {
+	dir := t.TempDir()
+	us, eu, _ := writeRuns(t, dir)
+	gl := &gitlabMR{}
+	// The merge request pipeline's (id 30, on the head committed
+	// 2026-12-01) in-progress note.
+	progress := gitlabNote{ID: 5, Body: forge.Compose(forge.Meta{Tag: "compare", RunID: 30, SHA: "c0ffee",
+		CommitTime: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}, "### ⏳ gpupass compare: in progress\n", forge.MaxChars, "")}
+	progress.Author.ID = 9
+	gl.stored = []gitlabNote{progress}
+	glSrv := httptest.NewServer(gl)
+	defer glSrv.Close()
+	for k, v := range map[string]string{
+		"GITHUB_ACTIONS": "", "GITLAB_CI": "true", "GITHUB_STEP_SUMMARY": "", "CI_API_V4_URL": glSrv.URL + "/api/v4", "CI_PIPELINE_SOURCE": "trigger",
+		"CI_PROJECT_ID": "4", "CI_MERGE_REQUEST_IID": "", "CI_MERGE_REQUEST_PROJECT_ID": "", "GITLAB_TOKEN": "glpat-x",
+		// The triggered pipeline: a later id, on main, committed earlier.
+		"CI_PIPELINE_ID": "32", "CI_COMMIT_SHA": "0ld0a1n", "CI_COMMIT_TIMESTAMP": "2026-11-20T08:00:00Z",
+		"GPUPASS_PULL_REQUEST": "2", "GPUPASS_DOTENV": filepath.Join(dir, "gpupass.env"),
+	} {
+		t.Setenv(k, v)
+	}
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"-o", "gitlab", "compare", "--report-dir", filepath.Join(dir, "report"), us, eu},
+		strings.NewReader(""), &out, &errb, WithPoster(forgepost.Poster{}))
+	bodies := gl.Bodies()
+	if code != 0 || len(bodies) != 1 || gl.edits != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") {
+		t.Errorf("exit %d, %d edits, notes %q; want the in-progress note edited into the verdict:\n%s%s", code, gl.edits, bodies, out.String(), errb.String())
+	}
+	if len(bodies) == 1 && strings.Contains(bodies[0], "0ld0a1n") {
+		t.Errorf("the verdict's marker names main's commit, not the merge request's: %q", strings.SplitN(bodies[0], "\n", 2)[0])
 	}
 }

@@ -61,6 +61,9 @@ func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options
 				return nil, errors.New("posting to github: GITHUB_REPOSITORY is not set: cannot tell which repository's pull request to comment on")
 			}
 			tgt.Number, ok = int(o.PullRequest), true
+			// The dispatch's commit is the default branch's, not the
+			// pull request's: the marker names none.
+			run.SHA = ""
 		}
 		if !ok {
 			if o.Post == compare.PostAuto {
@@ -87,6 +90,14 @@ func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options
 				return nil, errors.New("posting to gitlab: CI_API_V4_URL or CI_PROJECT_ID is not set: cannot tell where to post the note")
 			}
 			tgt.IID, ok = o.PullRequest, true
+			// A triggered pipeline runs on the trigger's ref (say
+			// main), not the merge request's head: its commit and
+			// commit time say nothing about the merge request, and a
+			// main older than the merge request's head made the
+			// verdict "older" than the in-progress note the merge
+			// request's own pipeline posted, and skipped it. The
+			// pipeline id alone orders the reports then.
+			run.SHA, run.CommitTime = "", time.Time{}
 		}
 		if !ok {
 			if o.Post == compare.PostAuto {
