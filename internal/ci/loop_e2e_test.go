@@ -215,11 +215,13 @@ func noSecrets(t *testing.T, what, log string, secrets ...string) {
 
 // TestWebhookLoopThroughAct: examples/ci/github/gpupass-detached.yml on a
 // pull request (#7) through act trains both regions as one group with
-// wait "false" and ends while the runs go on; the broker's webhook reaches
+// wait "false", posts an "in progress" report on the pull request (partial
+// "true") and ends while the runs go on; the broker's webhook reaches
 // the receiver, which runs `act repository_dispatch` with the event as
 // client_payload, starting examples/ci/github/gpupass-group-ended.yml;
 // its compare-report step takes the group and the pull request from the
-// payload and posts the report on #7 of the fake GitHub.
+// payload and edits the in-progress comment on #7 of the fake GitHub into
+// the verdict.
 func TestWebhookLoopThroughAct(t *testing.T) {
 	p := startPipeline(t, "https://github.com/acme/train.git", loopStepSleep)
 	train := p.token(t, "submit", "us-west-2,eu-central-1")
@@ -250,8 +252,12 @@ func TestWebhookLoopThroughAct(t *testing.T) {
 		t.Fatal("the train step output no group")
 	}
 	noSecrets(t, "act log", log, secrets...)
-	if len(comments.thread()) != 0 {
-		t.Errorf("the pull request's workflow commented: %+v", comments.thread())
+	// The pull request's workflow posted the in-progress report, and
+	// only that: no verdict while the runs run.
+	progress := comments.thread()
+	if len(progress) != 1 || !strings.Contains(progress[0].Body, "gpupass compare: in progress") ||
+		!strings.Contains(log, "::set-output:: verdict=in progress") {
+		t.Errorf("the pull request's workflow left %+v; want one in-progress report", progress)
 	}
 
 	// The receiver, as docs/webhooks.md's (TestDocsReceiversMatch): the
@@ -279,7 +285,13 @@ func TestWebhookLoopThroughAct(t *testing.T) {
 	if !strings.Contains(dlog, "::set-output:: verdict=consistent") {
 		t.Errorf("act log lacks the verdict output")
 	}
-	checkReport(t, comments, d.ev)
+	// The verdict edited the in-progress comment in place: one comment,
+	// which read "in progress" before.
+	if c := checkReport(t, comments, d.ev); len(progress) == 1 &&
+		(c.ID != progress[0].ID || len(c.History) != 1 || !strings.Contains(c.History[0], "gpupass compare: in progress")) {
+		t.Errorf("the verdict is comment %d after %d edits (%q); want comment %d, the in-progress report edited once",
+			c.ID, len(c.History), c.History, progress[0].ID)
+	}
 	noSecrets(t, "act log", dlog, secrets...)
 	rec.mu.Lock()
 	forged := rec.forged
@@ -291,11 +303,13 @@ func TestWebhookLoopThroughAct(t *testing.T) {
 
 // TestWebhookLoopThroughGitLabCILocal: examples/ci/gitlab/webhook.gitlab-ci.yml
 // in a merge request pipeline (!3 of project 42) through gitlab-ci-local
-// runs its detached train job, which ends while the runs go on; the
+// runs its detached train job, which ends while the runs go on, and its
+// progress job, which posts the "in progress" note; the
 // broker's webhook reaches the receiver, which starts the pipeline as a
 // pipeline trigger does (CI_PIPELINE_SOURCE=trigger, the group and the
 // merge request as variables); its compare-report job, the component at
-// 1.0.0 of the catalog, posts the note on !3 of the fake GitLab.
+// 1.0.0 of the catalog, edits that note on !3 of the fake GitLab into the
+// verdict.
 func TestWebhookLoopThroughGitLabCILocal(t *testing.T) {
 	remote := catalogRemote(t, "1.0.0", testImage)
 	p := startPipeline(t, remote+"/acme/train.git", loopStepSleep)
@@ -350,8 +364,14 @@ func TestWebhookLoopThroughGitLabCILocal(t *testing.T) {
 			t.Logf("merge request pipeline log:\n%s", upstack.Tail(log, 12000))
 		}
 	}()
-	if runErr != nil || !strings.Contains(log, "PASS  gpupass-train") {
-		t.Fatalf("the train job did not pass: %v", runErr)
+	if runErr != nil || !strings.Contains(log, "PASS  gpupass-train") || !strings.Contains(log, "PASS  gpupass-progress") {
+		t.Fatalf("the train and progress jobs did not pass: %v", runErr)
+	}
+	// The merge request pipeline posted the in-progress note, and only
+	// that.
+	progress := notes.thread()
+	if len(progress) != 1 || !strings.Contains(progress[0].Body, "gpupass compare: in progress") {
+		t.Errorf("the merge request pipeline left %+v; want one in-progress note", progress)
 	}
 	if strings.Contains(log, "gpupass-compare-report") {
 		t.Errorf("the merge request pipeline ran the compare job, which is the triggered pipeline's")
@@ -391,7 +411,11 @@ func TestWebhookLoopThroughGitLabCILocal(t *testing.T) {
 	if strings.Contains(tlog, "gpupass-train ") {
 		t.Errorf("the triggered pipeline ran the train job again")
 	}
-	checkReport(t, notes, d.ev)
+	if c := checkReport(t, notes, d.ev); len(progress) == 1 &&
+		(c.ID != progress[0].ID || len(c.History) != 1 || !strings.Contains(c.History[0], "gpupass compare: in progress")) {
+		t.Errorf("the verdict is note %d after %d edits (%q); want note %d, the in-progress note edited once",
+			c.ID, len(c.History), c.History, progress[0].ID)
+	}
 	noSecrets(t, "pipeline log", tlog, secrets...)
 	logs, _ := filepath.Glob(filepath.Join(p.user, ".gitlab-ci-local", "output", "*.log"))
 	for _, l := range logs {
