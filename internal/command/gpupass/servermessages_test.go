@@ -144,3 +144,35 @@ func TestDryRunAdmissionReasonNamesApproveInTheCLI(t *testing.T) {
 		t.Errorf("%s as printed: exit %d\n%s%s", hint, code, out, errs)
 	}
 }
+
+// TestDryRunNamesTheContextsBroker: validate --dry-run against the broker
+// of the current context (as gpupass up leaves one) names it in its
+// header; it printed "dry-run at : 1 candidate(s)" when the URL came from
+// no flag, read before the dry run resolved it.
+func TestDryRunNamesTheContextsBroker(t *testing.T) {
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	brokertest.Register(t, b.URL, b.Token(t, store.RoleAgent, "*"), brokertest.H100("us-west-2", 20))
+	spec, err := os.ReadFile(writeH100Spec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("GPUPASS_BROKER_URL", "")
+	t.Setenv("GPUPASS_BROKER_TOKEN", "")
+	if err := os.WriteFile("gpupass.yaml", spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("read.token", []byte(b.Token(t, store.RoleRead, "*")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"context", "add", "lab", "--broker-url", b.URL, "--token-file", "read.token"}, {"context", "use", "lab"}} {
+		if code, out, errs := runMain(t, args...); code != 0 {
+			t.Fatalf("gpupass %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+		}
+	}
+	code, out, errs := runMain(t, "validate", "--dry-run", "--region", "us-west-2")
+	if want := "dry-run at " + b.URL + ": 1 candidate(s)"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("validate --dry-run with the context's broker: exit %d, want %q in\n%s%s", code, want, out, errs)
+	}
+}

@@ -145,7 +145,7 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	}
 	res := v.Result
 	results := []*spec.Result{res}
-	r := validateReport{Result: res, fo: findings.Options{Color: o.Color, Version: buildinfo.Get().Version, Getenv: getenv}, url: o.DryRun.Broker.URL, people: o.ErrOut}
+	r := validateReport{Result: res, fo: findings.Options{Color: o.Color, Version: buildinfo.Get().Version, Getenv: getenv}, people: o.ErrOut}
 	// The local check and the dry run are of a valid spec only; an error
 	// of either comes after the findings, which are printed all the same.
 	var checkErr error
@@ -154,6 +154,9 @@ func RunValidate(ctx context.Context, o *ValidateOptions, out io.Writer) error {
 	}
 	if res.Valid && o.DryRun.Enabled && checkErr == nil {
 		r.dry, checkErr = o.DryRun.run(ctx, v.Source)
+		// Dial resolved the broker from the flags, a context or gpupass
+		// up's state: the URL is known only now ("dry-run at :" before).
+		r.url = o.DryRun.Broker.URL
 		if r.dry != nil {
 			dv := nodeview.DryRunOf(r.dry)
 			r.DryRun = &dv
