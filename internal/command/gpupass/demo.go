@@ -89,6 +89,21 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 		cmd.Env, cmd.Stdout, cmd.Stderr = env, out, out
 		return cmd.Run()
 	}
+	// saveLog writes a run's whole log to a file: the stack, and with it
+	// `gpupass logs`, is gone when the demo ends.
+	saveLog := func(id, path string) error {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, self, "logs", id)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, f, out
+		err = cmd.Run()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
 
 	fmt.Fprintf(out, "\n== 1/4 validate %s\n", specPath)
 	if err := sub("validate", "--spec", specPath, "--dry-run", "--region", strings.Join(regions, ",")); err != nil {
@@ -171,6 +186,9 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 		}
 		fmt.Fprintf(out, "metrics of %s: %d points via the API -> %s\n", run.Id, n, p)
 		files = append(files, p)
+		if err := saveLog(run.Id, filepath.Join(demoDir, run.Id+".log")); err != nil {
+			return fmt.Errorf("saving the log of %s: %w", run.Id, err)
+		}
 	}
 	md, svg := filepath.Join(demoDir, "compare.md"), filepath.Join(demoDir, "compare.svg")
 	args := []string{"compare", "--post", "none", "--markdown", md, "--svg", svg}
@@ -207,7 +225,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 
 	fmt.Fprintf(out, "\nresults:\n")
 	for _, f := range finals {
-		fmt.Fprintf(out, "  run      %s  %s  gpupass logs %s\n", f.Id, f.Region, f.Id)
+		fmt.Fprintf(out, "  run      %s  %s  log %s\n", f.Id, f.Region, filepath.Join(demoDir, f.Id+".log"))
 	}
 	fmt.Fprintf(out, "  metrics  %s\n  report   %s (chart %s)\n", strings.Join(files, ", "), md, svg)
 	fmt.Fprintf(out, "  audit    %s (verify: gpupass audit verify %s --key %s.pub --agent-key %s)\n", zip, zip, keyPrefix, agentPub)

@@ -269,6 +269,26 @@ func TestUpDemo(t *testing.T) {
 	if zips, _ := filepath.Glob(filepath.Join(state, "demo", "audit-alloc-*.zip")); len(zips) != 1 {
 		t.Errorf("audit zips %v, want one", zips)
 	}
+	// The stack is gone once the demo has ended: a result it points to
+	// is a file, not a command that asks the stopped broker ("gpupass
+	// logs ALLOC" did, and failed when pasted), and every command it
+	// prints runs as printed.
+	results := out[strings.LastIndex(out, "results:"):]
+	for _, m := range regexp.MustCompile(`(?m)^  run +(alloc-\S+) +\S+ +log (\S+)$`).FindAllStringSubmatch(results, -1) {
+		if b, err := os.ReadFile(m[2]); err != nil || !strings.Contains(string(b), "trainer done") {
+			t.Errorf("the log of %s the demo points to, %s: %v\n%s", m[1], m[2], err, upstack.Tail(string(b), 2000))
+		}
+	}
+	if n := strings.Count(results, "  run "); n != 2 || strings.Contains(results, "gpupass logs") {
+		t.Errorf("results name %d runs, or a command that needs the stopped broker:\n%s", n, results)
+	}
+	for _, m := range regexp.MustCompile(`verify: (gpupass audit verify [^)]*)\)`).FindAllStringSubmatch(results, -1) {
+		pasted := exec.CommandContext(ctx, "bash", "-c", m[1])
+		pasted.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		if b, err := pasted.CombinedOutput(); err != nil {
+			t.Errorf("%s, as printed: %v\n%s", m[1], err, b)
+		}
+	}
 	files, _ := filepath.Glob(filepath.Join(state, "demo", "alloc-*-metrics.jsonl"))
 	if len(files) != 2 {
 		t.Fatalf("metrics files %v, want two", files)
