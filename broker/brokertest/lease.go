@@ -33,20 +33,45 @@ type Lease struct {
 // takes the run to RUNNING with a signed run report.
 func StartRun(tb testing.TB, b *Broker, region string) *Lease {
 	tb.Helper()
-	ctx := context.Background()
-	agentTok := b.Token(tb, store.RoleAgent, "*")
-	ag := Register(tb, b.URL, agentTok, H100(region, 20))
-	work := ag.Runs(tb, b.URL, agentTok)
 	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(tb, store.RoleSubmit, region)})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return startRun(tb, b, submitter, region, "", 1)
+}
+
+// StartGroup is StartRun for each region in one run group, as gpupass
+// train submits several regions: one submit token for all of them, the
+// first run drawing the group and the others joining it.
+func StartGroup(tb testing.TB, b *Broker, regions ...string) []*Lease {
+	tb.Helper()
+	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(tb, store.RoleSubmit, regions...)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var ls []*Lease
+	group := ""
+	for _, r := range regions {
+		l := startRun(tb, b, submitter, r, group, int32(len(regions)))
+		group = l.Run.Group
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func startRun(tb testing.TB, b *Broker, submitter *client.RunClients, region, group string, groupSize int32) *Lease {
+	tb.Helper()
+	ctx := context.Background()
+	agentTok := b.Token(tb, store.RoleAgent, "*")
+	ag := Register(tb, b.URL, agentTok, H100(region, 20))
+	work := ag.Runs(tb, b.URL, agentTok)
 	specYAML, err := os.ReadFile(filepath.Join(testutil.RepoRoot(tb), "broker", "testdata", "h100.yaml"))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Command: []string{"python3", "train.py"}}))
+		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Command: []string{"python3", "train.py"},
+		Group: group, GroupSize: groupSize}))
 	if err != nil {
 		tb.Fatal(err)
 	}
