@@ -123,6 +123,25 @@ func TestAuditGroupWritesOneZipPerRun(t *testing.T) {
 		t.Fatalf("verify %s: %v\n%s", out, err, vout.String())
 	}
 
+	// The CI steps: the audit step's audit-path output is the directory,
+	// and the audit-verify step given it verifies every zip in it.
+	ciEnv := map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": filepath.Join(dir, "github-output"), audit.PasswordEnv: "gpupass-test"}
+	ciGetenv := func(k string) string { return ciEnv[k] }
+	ciOpts := opts
+	ciOpts.Output, ciOpts.Out, ciOpts.Getenv, ciOpts.ErrOut = output.GitHub, filepath.Join(dir, "ci"), ciGetenv, &bytes.Buffer{}
+	if err := RunAudit(ctx, ciOpts, &bytes.Buffer{}); err != nil {
+		t.Fatalf("audit step of a group: %v", err)
+	}
+	if b, _ := os.ReadFile(ciEnv["GITHUB_OUTPUT"]); !strings.Contains(string(b), ciOpts.Out) {
+		t.Errorf("audit step of a group: audit-path output %q, want the directory %s", b, ciOpts.Out)
+	}
+	vout.Reset()
+	ciVerify := verifyDir
+	ciVerify.Path, ciVerify.Output, ciVerify.Getenv, ciVerify.ErrOut = ciOpts.Out, output.GitHub, ciGetenv, &bytes.Buffer{}
+	if err := RunAuditVerify(ctx, ciVerify, &vout); err != nil || strings.Count(vout.String(), "\nverified ") != 3 {
+		t.Fatalf("audit-verify step of the directory: %v\n%s", err, vout.String())
+	}
+
 	// A zip tampered with fails the directory, named, the other verified.
 	bad := want[1].Path
 	if err := os.WriteFile(bad, testutil.RewriteZip(t, bad, audit.FileRunSummary, func(b []byte) []byte {
