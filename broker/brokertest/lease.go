@@ -25,6 +25,9 @@ type Lease struct {
 	Run        *gpupassv1.Run
 	Assignment *gpupassv1.Assignment
 	SpecYAML   []byte // the spec submitted
+	// Submitter is the client that submitted the run: its token may add
+	// runs to the run's group.
+	Submitter *client.RunClients
 	tb         testing.TB
 }
 
@@ -80,7 +83,7 @@ func startRun(tb testing.TB, b *Broker, submitter *client.RunClients, region, gr
 	if err != nil || pw.Msg.Assignment.GetAllocId() != run.Id {
 		tb.Fatalf("PollWork = %v, %v; want the assignment of %s", pw, err, run.Id)
 	}
-	l := &Lease{Agent: ag, Work: work, Run: run, Assignment: pw.Msg.Assignment, SpecYAML: specYAML, tb: tb}
+	l := &Lease{Agent: ag, Work: work, Run: run, Assignment: pw.Msg.Assignment, SpecYAML: specYAML, Submitter: submitter, tb: tb}
 	l.Update(gpupassv1.AllocState_ALLOC_STATE_STARTING, 0)
 	rep := ag.Report()
 	rep.AllocationID, rep.SpecFingerprint, rep.RuntimeFingerprint = run.Id, run.SpecFingerprint, run.SpecFingerprint

@@ -34,6 +34,10 @@ func GroupOut(group, out string) string {
 // the zip proves (the same Result a per-run audit prints).
 type groupZip struct {
 	Region string `json:"region"`
+	// Skipped says why a run has no zip: it ended before it started, so
+	// nothing ran and there is nothing to prove (audit ALLOC refuses it).
+	Skipped           string `json:"skipped,omitempty"`
+	SkippedAllocation string `json:"skipped_allocation_id,omitempty"`
 	*AuditResult
 }
 
@@ -43,6 +47,10 @@ type groupWritten []groupZip
 func (g groupWritten) WriteText(out io.Writer) error {
 	var b strings.Builder
 	for _, z := range g {
+		if z.AuditResult == nil {
+			fmt.Fprintf(&b, "no zip for run %s in %s: %s\n", z.SkippedAllocation, z.Region, z.Skipped)
+			continue
+		}
 		if z.Simulated {
 			fmt.Fprintf(&b, "!!! SIMULATED: run %s used a simulated hardware profile; its report proves nothing about real hardware !!!\n", z.AllocationID)
 		}
@@ -113,21 +121,35 @@ func (o AuditOptions) auditGroup(ctx context.Context) (groupWritten, error) {
 		return nil, gpupass.Findings(fmt.Errorf("audit %s: %w: %d of its %d runs have not ended: %s; nothing was written: audit the group after they end (gpupass wait %s waits for them)",
 			group, audit.ErrInProgress, len(going), len(runs), strings.Join(going, ", "), termsafe.ShellQuote(group)))
 	}
+	// A run that ended before it started ran nothing: it has no zip (as
+	// audit ALLOC refuses it) and the output says so.
+	var audited []*gpupassv1.Run
+	written := make(groupWritten, 0, len(runs))
+	for _, r := range runs {
+		if r.GetStartedUnixNano() == 0 {
+			written = append(written, groupZip{Region: r.GetRegion(), SkippedAllocation: r.GetId(),
+				Skipped: fmt.Sprintf("it ended before it started (%s): nothing ran, so there is nothing to audit", runview.State(r.GetState()))})
+			continue
+		}
+		audited = append(audited, r)
+	}
+	if len(audited) == 0 {
+		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit %s: every run of the group ended before it started: nothing ran, so there is nothing to audit; gpupass runs --group %s lists them", group, termsafe.ShellQuote(group))}
+	}
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit %s: %s %s is a file: name a directory for the group's zips", group, outFlag, dir)}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("audit %s: %w", group, err)
 	}
-	names := groupZipNames(runs)
-	written := make(groupWritten, 0, len(runs))
-	for i, r := range runs {
+	names := groupZipNames(audited)
+	for i, r := range audited {
 		one := o
 		one.AllocationID, one.Out = r.GetId(), filepath.Join(dir, names[i])
 		res, err := one.auditOne(ctx)
 		if err != nil {
-			if len(written) > 0 {
-				err = fmt.Errorf("%w (the zips of %d runs before it were written into %s)", err, len(written), dir)
+			if i > 0 {
+				err = fmt.Errorf("%w (the zips of the %d runs before it were written into %s)", err, i, dir)
 			}
 			return nil, fmt.Errorf("audit %s: run %s in %s: %w", group, r.GetId(), r.GetRegion(), err)
 		}

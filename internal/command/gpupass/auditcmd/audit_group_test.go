@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/brokertest"
@@ -188,5 +189,41 @@ func TestAuditGroupWritesOneZipPerRun(t *testing.T) {
 	zo.Out = filepath.Join(dir, "group.zip")
 	if err := RunAudit(ctx, zo, &bytes.Buffer{}); gpupass.ExitCode(err) != gpupass.ExitUsage || !strings.Contains(err.Error(), "--out "+zo.Out+" names one zip") {
 		t.Errorf("audit GROUP --out x.zip: exit %d, %v", gpupass.ExitCode(err), err)
+	}
+}
+
+// A run of the group that ended before it started (cancelled while
+// pending) ran nothing: it gets no zip, as audit ALLOC refuses it, and
+// the output says so; the runs that ran are audited.
+func TestAuditGroupSkipsRunsThatNeverStarted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir, getenv := auditFixture(t)
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	l := brokertest.StartGroup(t, b, "us-west-2")[0]
+	sub, err := l.Submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
+		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: l.SpecYAML}, Region: "us-west-2", Command: []string{"true"}, Group: l.Run.Group}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := sub.Msg.Run.Id
+	if _, err := l.Submitter.Run.Cancel(ctx, connect.NewRequest(&gpupassv1.CancelRequest{AllocId: never, Reason: "test"})); err != nil {
+		t.Fatal(err)
+	}
+	l.Update(gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, 0)
+	out := filepath.Join(dir, "reports")
+	opts := AuditOptions{AllocationID: l.Run.Group, Out: out, Key: filepath.Join(dir, "cosign.key"), Getenv: getenv, Output: output.Text,
+		Broker: gpupass.BrokerFlags{URL: b.URL, Token: b.Token(t, store.RoleRead, "us-west-2")}}
+	var buf bytes.Buffer
+	if err := RunAudit(ctx, opts, &buf); err != nil {
+		t.Fatalf("audit of a group with a run that never started: %v\n%s", err, buf.String())
+	}
+	for _, want := range []string{"no zip for run " + never + " in us-west-2: it ended before it started (cancelled)", "wrote " + filepath.Join(out, "audit-us-west-2.zip") + ": run " + l.Run.Id} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("audit output lacks %q:\n%s", want, buf.String())
+		}
+	}
+	if zips, _ := filepath.Glob(filepath.Join(out, "*.zip")); len(zips) != 1 {
+		t.Errorf("zips written: %v, want the one run that ran", zips)
 	}
 }
