@@ -154,7 +154,8 @@ signed zip per run of the group, each what 'gpupass audit ALLOC' writes
 for that run, into the directory --out names (left out: audit-GROUP/),
 named by region: audit-us-west-2.zip, or audit-REGION-ALLOC.zip where a
 region holds two runs of the group. If any run of the group has not
-ended, nothing is written (gpupass wait GROUP waits for them). Verify
+ended, nothing is written (gpupass wait GROUP waits for them); a run
+that ended before it started ran nothing and gets no zip. Verify
 them all with 'gpupass audit verify DIR'. -o is
 the output format (text or json, or github or gitlab in a CI step), as
 for every command.`,
