@@ -28,7 +28,7 @@ type Lease struct {
 	// Submitter is the client that submitted the run: its token may add
 	// runs to the run's group.
 	Submitter *client.RunClients
-	tb         testing.TB
+	tb        testing.TB
 }
 
 // StartRun registers an H100 agent in region, submits the spec
