@@ -68,10 +68,18 @@ func (g groupWritten) WriteText(out io.Writer) error {
 
 // groupZipNames names each run's zip by its region, adding the
 // allocation id where a region holds more than one run of the group.
-// Region names are lowercase letters, digits and '-': safe in a file name.
-func groupZipNames(runs []*gpupassv1.Run) []string {
+// The names come from the broker: a region or an id that is not plain
+// lowercase letters, digits and '-' is refused rather than joined into a
+// path (a "../" would write outside --out).
+func groupZipNames(runs []*gpupassv1.Run) ([]string, error) {
 	per := map[string]int{}
 	for _, r := range runs {
+		if err := api.CheckRegion(r.GetRegion()); err != nil {
+			return nil, fmt.Errorf("the broker named run %q's region: %w", r.GetId(), err)
+		}
+		if id := r.GetId(); id == "" || strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return nil, fmt.Errorf("the broker named a run %q: not an allocation id", id)
+		}
 		per[r.GetRegion()]++
 	}
 	names := make([]string, len(runs))
@@ -81,7 +89,7 @@ func groupZipNames(runs []*gpupassv1.Run) []string {
 			names[i] = "audit-" + r.GetRegion() + "-" + r.GetId() + ".zip"
 		}
 	}
-	return names
+	return names, nil
 }
 
 // auditGroup writes one signed zip per run of a run group, each by the
@@ -136,13 +144,16 @@ func (o AuditOptions) auditGroup(ctx context.Context) (groupWritten, error) {
 	if len(audited) == 0 {
 		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit %s: every run of the group ended before it started: nothing ran, so there is nothing to audit; gpupass runs --group %s lists them", group, termsafe.ShellQuote(group))}
 	}
+	names, err := groupZipNames(audited)
+	if err != nil {
+		return nil, fmt.Errorf("audit %s: %w", group, err)
+	}
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit %s: %s %s is a file: name a directory for the group's zips", group, outFlag, dir)}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("audit %s: %w", group, err)
 	}
-	names := groupZipNames(audited)
 	for i, r := range audited {
 		one := o
 		one.AllocationID, one.Out = r.GetId(), filepath.Join(dir, names[i])
