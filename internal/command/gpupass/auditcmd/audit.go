@@ -400,7 +400,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		return err
 	}
 	if !several {
-		v, err := verifyOne(ctx, o.Path, o.Extract, vopts)
+		v, err := verifyOne(ctx, paths[0], o.Extract, vopts)
 		if err != nil {
 			return err
 		}
