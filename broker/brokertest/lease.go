@@ -25,7 +25,10 @@ type Lease struct {
 	Run        *gpupassv1.Run
 	Assignment *gpupassv1.Assignment
 	SpecYAML   []byte // the spec submitted
-	tb         testing.TB
+	// Submitter is the client that submitted the run: its token may add
+	// runs to the run's group.
+	Submitter *client.RunClients
+	tb        testing.TB
 }
 
 // StartRun registers an H100 agent in region, submits the spec
@@ -33,20 +36,45 @@ type Lease struct {
 // takes the run to RUNNING with a signed run report.
 func StartRun(tb testing.TB, b *Broker, region string) *Lease {
 	tb.Helper()
-	ctx := context.Background()
-	agentTok := b.Token(tb, store.RoleAgent, "*")
-	ag := Register(tb, b.URL, agentTok, H100(region, 20))
-	work := ag.Runs(tb, b.URL, agentTok)
 	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(tb, store.RoleSubmit, region)})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return startRun(tb, b, submitter, region, "", 1)
+}
+
+// StartGroup is StartRun for each region in one run group, as gpupass
+// train submits several regions: one submit token for all of them, the
+// first run drawing the group and the others joining it.
+func StartGroup(tb testing.TB, b *Broker, regions ...string) []*Lease {
+	tb.Helper()
+	submitter, err := client.DialRuns(b.URL, client.Options{Token: b.Token(tb, store.RoleSubmit, regions...)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var ls []*Lease
+	group := ""
+	for _, r := range regions {
+		l := startRun(tb, b, submitter, r, group, int32(len(regions)))
+		group = l.Run.Group
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func startRun(tb testing.TB, b *Broker, submitter *client.RunClients, region, group string, groupSize int32) *Lease {
+	tb.Helper()
+	ctx := context.Background()
+	agentTok := b.Token(tb, store.RoleAgent, "*")
+	ag := Register(tb, b.URL, agentTok, H100(region, 20))
+	work := ag.Runs(tb, b.URL, agentTok)
 	specYAML, err := os.ReadFile(filepath.Join(testutil.RepoRoot(tb), "broker", "testdata", "h100.yaml"))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Command: []string{"python3", "train.py"}}))
+		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Command: []string{"python3", "train.py"},
+		Group: group, GroupSize: groupSize}))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -55,7 +83,7 @@ func StartRun(tb testing.TB, b *Broker, region string) *Lease {
 	if err != nil || pw.Msg.Assignment.GetAllocId() != run.Id {
 		tb.Fatalf("PollWork = %v, %v; want the assignment of %s", pw, err, run.Id)
 	}
-	l := &Lease{Agent: ag, Work: work, Run: run, Assignment: pw.Msg.Assignment, SpecYAML: specYAML, tb: tb}
+	l := &Lease{Agent: ag, Work: work, Run: run, Assignment: pw.Msg.Assignment, SpecYAML: specYAML, Submitter: submitter, tb: tb}
 	l.Update(gpupassv1.AllocState_ALLOC_STATE_STARTING, 0)
 	rep := ag.Report()
 	rep.AllocationID, rep.SpecFingerprint, rep.RuntimeFingerprint = run.Id, run.SpecFingerprint, run.SpecFingerprint

@@ -24,7 +24,8 @@ import (
 // a job that reads their dotenv) through gitlab-ci-local on the shell
 // executor, with a real registry for bundle-push and a `gpupass up` stack
 // for train (us-west-2 and eu-central-1, testdata/train), compare-runs (the train jobs'
-// allocation ids through dotenv) and audit.
+// allocation ids through dotenv) and audit, of a run and of a run group
+// (GPUPASS_GROUP: its directory of zips kept as the job's artifact).
 func TestGitLabComponents(t *testing.T) {
 	p := startPipeline(t, "git@gitlab.invalid:acme/train.git")
 	path := p.toolPath
@@ -85,7 +86,7 @@ func TestGitLabComponents(t *testing.T) {
 		t.Fatalf("gitlab-ci-local: %v\n%s", err, log)
 	}
 	for _, want := range []string{"PASS  gpupass-validate", "PASS  gpupass-bundle-push", "PASS  gpupass-train-us-west-2", "PASS  gpupass-train-eu-central-1",
-		"PASS  compare-files", "PASS  compare-runs", "PASS  gpupass-audit", "PASS  check-handoff",
+		"PASS  compare-files", "PASS  compare-runs", "PASS  gpupass-audit", "PASS  gpupass-audit-group", "PASS  check-handoff",
 		// gitlab-ci-local turns section markers into timings.
 		"gpupass_validate took", "gpupass_compare-report took", "gpupass_bundle-push took", "gpupass_train took", "gpupass_audit took"} {
 		if !strings.Contains(log, want) {
@@ -111,6 +112,13 @@ func TestGitLabComponents(t *testing.T) {
 	ids := trainIDs(t, dir)
 	p.checkRuns(t, ids, strings.TrimSpace(gitOut(t, dir, "rev-parse", "HEAD")))
 	p.verifyAudit(t, filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-audit", "audit-report.zip"))
+	groupZips, _ := filepath.Glob(filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-audit-group", "audit-group-*", "audit-*.zip"))
+	if len(groupZips) != 1 {
+		t.Errorf("the group audit job's artifacts hold %v, want the zip of its group's one run", groupZips)
+	}
+	for _, z := range groupZips {
+		p.verifyAudit(t, z)
+	}
 	// Two compare-report includes, two notes (one per tag); the one over
 	// the runs names the allocation ids the train jobs handed on.
 	srv.mu.Lock()

@@ -514,7 +514,9 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 // TestDetachedTrainThroughAct (#35): through act, the action's train step
 // with wait "false" succeeds while its run has not ended, outputs the
 // run group, and a later job's `gpupass -o github wait -- "$GROUP"` step
-// follows the run to the end and succeeds with it.
+// follows the run to the end and succeeds with it; the audit step given
+// the group writes one zip per run into a directory, its audit-path
+// output, which the audit-verify step verifies.
 func TestDetachedTrainThroughAct(t *testing.T) {
 	p := startPipeline(t, "https://github.com/acme/train.git")
 	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "act-detached", "gpupass.yml"))
@@ -525,7 +527,11 @@ func TestDetachedTrainThroughAct(t *testing.T) {
 	ghAPI := httptest.NewServer(githubComments(ghToken).handler())
 	defer ghAPI.Close()
 	out := t.TempDir()
-	log, runErr := p.act(t, p.head(t), ghAPI.URL, out)
+	pub, err := os.ReadFile(p.cosignPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, runErr := p.act(t, p.head(t), ghAPI.URL, out, "COSIGN_PUB="+string(pub))
 	defer func() {
 		if t.Failed() {
 			t.Logf("act log:\n%s", upstack.Tail(log, 20000))
@@ -555,7 +561,13 @@ func TestDetachedTrainThroughAct(t *testing.T) {
 		t.Errorf("the run had ended (%s) when the train step did: wait false did not detach", st)
 	}
 	// The wait step followed it to the end: its log, its table, success.
-	for _, want := range []string{"run group " + m[1], "us-west-2 | ", "succeeded", "Success - Main Wait for the runs"} {
+	// The group's audit: a directory named by the group, handed on as
+	// audit-path, verified whole by the audit-verify step.
+	if !strings.Contains(log, "::set-output:: audit-path=audit-"+m[1]) {
+		t.Errorf("the audit step of group %s did not output its directory as audit-path", m[1])
+	}
+	p.verifyAudit(t, filepath.Join(out, "audit", "audit-us-west-2.zip"))
+	for _, want := range []string{"run group " + m[1], "us-west-2 | ", "succeeded", "Success - Main Wait for the runs", "verified all 1 audit reports"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("act log lacks %q", want)
 		}

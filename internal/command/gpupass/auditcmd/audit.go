@@ -9,18 +9,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/app/auditrun"
-	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/conformance"
-	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -90,7 +89,11 @@ func (passwordValue) Type() string         { return "string" }
 
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
 type AuditVerifyOptions struct {
+	// Path is the zip to verify; Paths, when set, are several zips or
+	// directories of zips (what `audit GROUP` writes), each verified
+	// with the same keys.
 	Path      string
+	Paths     []string
 	Key       string
 	AgentKeys []string
 	// RequirePinned makes a report checked only against the agent key
@@ -130,7 +133,7 @@ func (o *AuditKeygenOptions) AddFlags(cmd *cobra.Command) {
 func newAuditCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	o := &AuditOptions{}
 	cmd := &cobra.Command{
-		Use:   "audit ALLOC|--allocation ALLOC|--run-file FILE [--out audit-report.zip]",
+		Use:   "audit ALLOC|GROUP|--allocation ALLOC|--run-file FILE [--out audit-report.zip|DIR]",
 		Short: "Build a signed audit report of a finished run, verifiable with cosign",
 		Long: `Build audit-report.zip for a finished run: the declared and measured
 environment with their fingerprints, the agent's signed conformance report,
@@ -144,9 +147,16 @@ SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
 The run comes from the broker alone (--broker-url, a read token for the
 run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
 the agent's signed report for that run, the node and the metrics. A run
-still in progress cannot be audited. A run group id (group-…) is refused
-with the command that audits each of its runs: a report proves one run.
-The zip is named with --out; -o is
+still in progress cannot be audited. The zip is named with --out.
+
+A run group id (group-…, as gpupass train printed it) writes one complete
+signed zip per run of the group, each what 'gpupass audit ALLOC' writes
+for that run, into the directory --out names (left out: audit-GROUP/),
+named by region: audit-us-west-2.zip, or audit-REGION-ALLOC.zip where a
+region holds two runs of the group. If any run of the group has not
+ended, nothing is written (gpupass wait GROUP waits for them); a run
+that ended before it started ran nothing and gets no zip. Verify
+them all with 'gpupass audit verify DIR'. -o is
 the output format (text or json, or github or gitlab in a CI step), as
 for every command.`,
 		Args: cobra.MaximumNArgs(1),
@@ -176,7 +186,7 @@ for every command.`,
 
 	vo := &AuditVerifyOptions{}
 	verify := &cobra.Command{
-		Use:   "verify audit-report.zip --key cosign.pub [--agent-key agent.pub]",
+		Use:   "verify audit-report.zip|DIR... --key cosign.pub [--agent-key agent.pub]",
 		Short: "Verify an audit report layer by layer",
 		Long: `Verify every layer of an audit report: the cosign signature over
 manifest.json, every file against the manifest (no missing or extra files),
@@ -191,11 +201,26 @@ public key (agent.pub in the agent's state dir, or the broker's key list)
 with --agent-key. A layer that reads a file which failed the manifest check
 is skipped, naming that file.
 
+Several zips, or a directory (what 'gpupass audit GROUP' writes: every
+.zip in it), are each verified with the same flags and printed in turn,
+followed by the reports that failed, if any; with --extract each goes
+into its own directory under it, named by its zip. -o json prints a list.
+
 Exit codes: 0 every layer ok (or warn), 1 a layer failed or was skipped
-(the first is named), 2 a usage error (a missing --key, an unreadable key).`,
-		Args: cobra.ExactArgs(1),
+(the first is named; with several zips, in any of them, each named), 2 a usage error (a missing --key, an unreadable key).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("missing the audit report: name its zip (audit-report.zip), several zips, or the directory gpupass audit GROUP wrote")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vo.Path = args[0]
+			if len(args) > 1 {
+				vo.Paths = args
+			} else {
+				vo.Paths = nil
+			}
 			vo.Output = g.Output
 			vo.ErrOut = cmd.ErrOrStderr()
 			return RunAuditVerify(cmd.Context(), *vo, cmd.OutOrStdout())
@@ -246,8 +271,9 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	kind, isCI := gpupass.CIOutput(o.Output)
 	env := ci.New(kind, auditGetenv(o.Getenv), o.ErrOut)
 	defer env.Group("gpupass audit")()
-	if strings.HasPrefix(o.AllocationID, api.GroupIDPrefix) {
-		return o.refuseGroup(ctx)
+	group := strings.HasPrefix(o.AllocationID, api.GroupIDPrefix)
+	if group {
+		o.Out = GroupOut(o.AllocationID, o.Out)
 	}
 	if isCI {
 		// A pipeline signs with its key: it never falls back to keyless
@@ -272,8 +298,25 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		defer done()
 		o.Key = key
 	}
+	if group {
+		written, err := o.auditGroup(ctx)
+		if err != nil {
+			return err
+		}
+		return output.Write(out, o.Output, written)
+	}
+	res, err := o.auditOne(ctx)
+	if err != nil {
+		return err
+	}
+	return output.Write(out, o.Output, auditWritten{res})
+}
+
+// auditOne writes the audit report of one run, o.AllocationID, to o.Out:
+// what `gpupass audit ALLOC` does, and for each run of a group.
+func (o AuditOptions) auditOne(ctx context.Context) (*AuditResult, error) {
 	if o.Out == "" {
-		return errors.New("--out is empty: name the zip to write")
+		return nil, errors.New("--out is empty: name the zip to write")
 	}
 	src := o.Source
 	switch {
@@ -289,57 +332,9 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		Getenv: auditGetenv(o.Getenv), Log: auditLog(o.Log),
 	})
 	if errors.Is(err, audit.ErrInProgress) {
-		return gpupass.Findings(err)
+		return nil, gpupass.Findings(err)
 	}
-	if err != nil {
-		return err
-	}
-	return output.Write(out, o.Output, auditWritten{res})
-}
-
-// signFlags are the signing flags of the per-run audit commands a group
-// refusal prints, so that they run as pasted: the --keyless or --key
-// the user gave (a file or env://VAR; a PEM itself is never echoed: it
-// came from a secret the pasted command reads again), or a key file to
-// make, and how (keyHint, said before the commands so that they paste
-// as one line), when none was given.
-func (o AuditOptions) signFlags() (flags, keyHint string) {
-	switch {
-	case o.Keyless:
-		return " --keyless", ""
-	case o.Key == "":
-		return " --key cosign.key", " (with a cosign.key from gpupass audit keygen)"
-	case strings.Contains(o.Key, "-----BEGIN") || strings.HasPrefix(strings.TrimSpace(o.Key), "["):
-		return "", ""
-	}
-	return " --key " + termsafe.ShellQuote(o.Key), ""
-}
-
-// refuseGroup answers a run group id: an audit report proves one run (one
-// signed manifest, one zip that audit verify checks), so a group is
-// refused with the command that audits each of its runs, read from the
-// broker when it answers.
-func (o AuditOptions) refuseGroup(ctx context.Context) error {
-	group := o.AllocationID
-	if err := api.CheckGroupID(group); err != nil {
-		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
-	}
-	sign, keyHint := o.signFlags()
-	each := fmt.Sprintf("list them with gpupass runs --group %s and audit each%s: gpupass audit ALLOC --out audit-REGION.zip%s", group, keyHint, sign)
-	if o.Source == nil && o.RunFile == "" {
-		if c, err := o.Broker.DialRuns(); err == nil {
-			if runs, err := brokerrpc.GroupRuns(ctx, c, group); err == nil {
-				var cmds []string
-				for _, r := range runs {
-					// Region names are lowercase letters, digits and '-':
-					// safe in a file name and to paste.
-					cmds = append(cmds, fmt.Sprintf("gpupass audit %s --out audit-%s.zip%s", r.GetId(), r.GetRegion(), sign))
-				}
-				each = fmt.Sprintf("audit each of its %d runs%s: %s", len(runs), keyHint, strings.Join(cmds, "; "))
-			}
-		}
-	}
-	return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit %s: an audit report proves one run, and a run group holds one per region: %s", group, each)}
+	return res, err
 }
 
 // auditWritten is what `audit` prints: as JSON, the AuditResult.
@@ -399,28 +394,131 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 		agentKeys = append(agentKeys, ks...)
 	}
-	res, err := audit.VerifyFile(ctx, o.Path, audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, RequirePinned: o.RequirePinned, Fingerprint: declaredFingerprint})
+	vopts := audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, RequirePinned: o.RequirePinned, Fingerprint: declaredFingerprint}
+	paths, several, err := verifyPaths(o)
 	if err != nil {
 		return err
 	}
-	extracted := ""
-	if o.Extract != "" && res.FailedLayer != audit.LayerArchive {
-		zb, err := os.ReadFile(o.Path)
+	if !several {
+		v, err := verifyOne(ctx, paths[0], o.Extract, vopts)
 		if err != nil {
-			return fmt.Errorf("reading audit report: %w", err)
-		}
-		if _, err := audit.Extract(zb, o.Extract, audit.Limits{}); err != nil {
 			return err
 		}
-		extracted = o.Extract
+		if err := output.Write(out, o.Output, v); err != nil {
+			return err
+		}
+		if !v.OK {
+			return gpupass.Findings(nil)
+		}
+		return nil
 	}
-	if err := output.Write(out, o.Output, verified{o.Path, extracted, res}); err != nil {
+	set := make(verifiedSet, 0, len(paths))
+	for _, p := range paths {
+		extract := ""
+		if o.Extract != "" {
+			// One directory per report, named by its zip.
+			extract = filepath.Join(o.Extract, strings.TrimSuffix(filepath.Base(p), ".zip"))
+		}
+		v, err := verifyOne(ctx, p, extract, vopts)
+		if err != nil {
+			// An unreadable zip fails its archive layer; the others
+			// are still verified and printed.
+			v = verified{File: p, Result: &audit.Result{FailedLayer: audit.LayerArchive, Layers: []audit.Layer{{Name: audit.LayerArchive, Status: audit.StatusFail,
+				Problems: []audit.Problem{{File: p, Check: "read", Message: err.Error()}}}}}}
+		}
+		set = append(set, v)
+	}
+	if err := output.Write(out, o.Output, set); err != nil {
 		return err
 	}
-	if !res.OK {
-		return gpupass.Findings(nil)
+	if failed := set.failed(); len(failed) > 0 {
+		return gpupass.Findings(fmt.Errorf("%d of %d audit reports failed: %s", len(failed), len(set), strings.Join(failed, ", ")))
 	}
 	return nil
+}
+
+// verifyPaths expands what `audit verify` was given: each directory to
+// the zips in it, by name. several is false for one zip named alone,
+// whose output stays what it always was.
+func verifyPaths(o AuditVerifyOptions) (paths []string, several bool, err error) {
+	args := o.Paths
+	if len(args) == 0 {
+		args = []string{o.Path}
+	}
+	several = len(args) > 1
+	for _, a := range args {
+		fi, err := os.Stat(a)
+		if err != nil || !fi.IsDir() {
+			// A missing file fails as it always did, with the others.
+			paths = append(paths, a)
+			continue
+		}
+		several = true
+		zips, err := filepath.Glob(filepath.Join(a, "*.zip"))
+		if err != nil {
+			return nil, false, err
+		}
+		if len(zips) == 0 {
+			return nil, false, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit verify: directory %s holds no .zip: name the audit report zips, or the directory gpupass audit GROUP --out wrote", a)}
+		}
+		paths = append(paths, zips...)
+	}
+	return paths, several, nil
+}
+
+// verifyOne verifies one zip and, unless its archive is broken,
+// extracts its files when asked.
+func verifyOne(ctx context.Context, path, extract string, vopts audit.VerifyOptions) (verified, error) {
+	res, err := audit.VerifyFile(ctx, path, vopts)
+	if err != nil {
+		return verified{}, err
+	}
+	extracted := ""
+	if extract != "" && res.FailedLayer != audit.LayerArchive {
+		zb, err := os.ReadFile(path)
+		if err != nil {
+			return verified{}, fmt.Errorf("reading audit report: %w", err)
+		}
+		if _, err := audit.Extract(zb, extract, audit.Limits{}); err != nil {
+			return verified{}, err
+		}
+		extracted = extract
+	}
+	return verified{path, extracted, res}, nil
+}
+
+// verifiedSet is what `audit verify` prints for several reports: each
+// report's layers, then which failed; as JSON, a list.
+type verifiedSet []verified
+
+func (s verifiedSet) failed() []string {
+	var f []string
+	for _, v := range s {
+		if !v.OK {
+			f = append(f, fmt.Sprintf("%s (layer %s)", v.File, v.FailedLayer))
+		}
+	}
+	return f
+}
+
+func (s verifiedSet) WriteText(out io.Writer) error {
+	for i, v := range s {
+		if i > 0 {
+			if _, err := io.WriteString(out, "\n"); err != nil {
+				return err
+			}
+		}
+		if err := v.WriteText(out); err != nil {
+			return err
+		}
+	}
+	var err error
+	if failed := s.failed(); len(failed) > 0 {
+		_, err = fmt.Fprintf(out, "\n%d of %d audit reports failed: %s\n", len(failed), len(s), strings.Join(failed, ", "))
+	} else {
+		_, err = fmt.Fprintf(out, "\nverified all %d audit reports\n", len(s))
+	}
+	return err
 }
 
 // verified is what `audit verify` prints.

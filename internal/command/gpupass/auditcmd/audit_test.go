@@ -194,7 +194,7 @@ func TestAuditCommandWiring(t *testing.T) {
 		want     string
 	}{
 		{[]string{"audit"}, gpupass.ExitUsage, "missing ALLOC"},
-		{[]string{"audit", "verify"}, gpupass.ExitUsage, "accepts 1 arg"},
+		{[]string{"audit", "verify"}, gpupass.ExitUsage, "missing the audit report: name its zip"},
 		{[]string{"audit", "verify", "x.zip"}, gpupass.ExitUsage, "--key is required"},
 		{[]string{"audit", "keygen", "extra"}, gpupass.ExitUsage, "unknown command"},
 		{[]string{"audit", "verify", "--help"}, gpupass.ExitOK, "--agent-key"},
