@@ -40,11 +40,31 @@ const ManifestVersion = 1
 // Manifest lists every file of the report except itself and the bundles
 // that sign it.
 type Manifest struct {
-	ManifestVersion int            `json:"manifest_version"`
-	GpupassVersion  string         `json:"gpupass_version"`
-	AllocationID    string         `json:"allocation_id"`
-	Simulated       bool           `json:"simulated"`
-	Files           []ManifestFile `json:"files"`
+	ManifestVersion int    `json:"manifest_version"`
+	GpupassVersion  string `json:"gpupass_version"`
+	AllocationID    string `json:"allocation_id"`
+	Simulated       bool   `json:"simulated"`
+	// Group is set on the reports `gpupass audit GROUP` writes together.
+	Group *ManifestGroup `json:"group,omitempty"`
+	Files []ManifestFile `json:"files"`
+}
+
+// ManifestGroup names the run group a report was written with: every
+// run of the group as the auditor's broker listed it, and whether it has
+// a report (a run that ended before it started has none). Signed with
+// each report, it lets the verifier of the set tell a report taken out
+// of it from a group of fewer runs.
+type ManifestGroup struct {
+	ID   string             `json:"id"`
+	Runs []ManifestGroupRun `json:"runs"`
+}
+
+// ManifestGroupRun is one run of a ManifestGroup.
+type ManifestGroupRun struct {
+	AllocationID string `json:"allocation_id"`
+	Region       string `json:"region"`
+	// Audited is false for a run that ended before it started.
+	Audited bool `json:"audited"`
 }
 
 // ManifestFile is one file's entry in the manifest.
@@ -118,6 +138,8 @@ type BuildOptions struct {
 	Signer  Signer
 	Attest  bool   // add an in-toto statement signed as a DSSE envelope
 	Version string // gpupass version written to the manifest
+	// Group is the run group the report is written with (audit GROUP).
+	Group *ManifestGroup
 }
 
 // Report is a built audit report.
@@ -238,6 +260,7 @@ func Build(ctx context.Context, r *Run, opts BuildOptions) (*Report, error) {
 		GpupassVersion:  opts.Version,
 		AllocationID:    r.AllocationID,
 		Simulated:       simulated,
+		Group:           opts.Group,
 	}
 	for _, f := range files {
 		d := sha256.Sum256(f.data)

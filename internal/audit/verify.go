@@ -80,9 +80,12 @@ type Result struct {
 	Simulated    bool   `json:"simulated"`
 	// AgentKeyPinned: the conformance report was checked against a key
 	// the verifier gave (--agent-key), not only the one inside it.
-	AgentKeyPinned bool     `json:"agent_key_pinned"`
-	Warnings       []string `json:"warnings,omitempty"`
-	Layers         []Layer  `json:"layers"`
+	AgentKeyPinned bool `json:"agent_key_pinned"`
+	// Group is the signed manifest's run group (audit GROUP), read only
+	// when the report verified.
+	Group    *ManifestGroup `json:"group,omitempty"`
+	Warnings []string       `json:"warnings,omitempty"`
+	Layers   []Layer        `json:"layers"`
 }
 
 // A layer's status.
@@ -226,6 +229,10 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 			res.OK = false
 			res.FailedLayer = l.Name
 		}
+	}
+	if res.OK {
+		// Signed: the set's verifier may rely on it.
+		res.Group = m.Group
 	}
 	return res
 }

@@ -28,9 +28,11 @@ type Options struct {
 	Key string
 	// Password decrypts Key; nil reads audit.PasswordEnv through Getenv,
 	// as cosign does.
-	Password   []byte
-	Keyless    bool
-	Attest     bool
+	Password []byte
+	Keyless  bool
+	Attest   bool
+	// Group is written into the signed manifest (audit GROUP).
+	Group      *audit.ManifestGroup
 	TlogUpload bool
 	FulcioURL  string
 	RekorURL   string
@@ -106,7 +108,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		signer = &audit.KeylessSigner{IDToken: tok, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL}
 	}
-	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version})
+	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version, Group: o.Group})
 	if err != nil {
 		return nil, err
 	}

@@ -93,14 +93,14 @@ func TestE2EAuditGroup(t *testing.T) {
 		verify = append(verify, "--agent-key", agentPub)
 	}
 	stdout, stderr, code = gp(t, ctx, stack, verify...)
-	if code != 0 || !strings.HasSuffix(stdout, "\nverified all 2 audit reports\n") {
+	if code != 0 || !strings.HasSuffix(stdout, "\nverified all 2 audit reports\nrun group "+group+": every audited run has its report here (2 of 2 runs)\n") {
 		t.Fatalf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", verify, code, stdout, stderr)
 	}
 	for _, z := range zips {
 		// Each alone, as a per-run audit's zip verifies.
 		one := append([]string{"audit", "verify", z.Path}, verify[3:]...)
 		stdout, stderr, code := gp(t, ctx, stack, one...)
-		if code != 0 || !strings.HasSuffix(stdout, "verified "+z.Path+" (allocation "+z.AllocationID+")\n") {
+		if code != 0 || !strings.Contains(stdout, "verified "+z.Path+" (allocation "+z.AllocationID+")\none of the 2 runs of run group "+group+": ") {
 			t.Errorf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", one, code, stdout, stderr)
 		}
 	}

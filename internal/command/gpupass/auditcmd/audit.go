@@ -34,16 +34,18 @@ const (
 // AuditOptions are the options of `gpupass audit ALLOC`.
 type AuditOptions struct {
 	AllocationID string
-	Out          string
-	RunFile      string
-	Broker       gpupass.BrokerFlags
-	Key          string
-	Keyless      bool
-	Attest       bool
-	TlogUpload   bool
-	FulcioURL    string
-	RekorURL     string
-	Output       output.Format
+	// group is written into each report of a group (audit GROUP).
+	group      *audit.ManifestGroup
+	Out        string
+	RunFile    string
+	Broker     gpupass.BrokerFlags
+	Key        string
+	Keyless    bool
+	Attest     bool
+	TlogUpload bool
+	FulcioURL  string
+	RekorURL   string
+	Output     output.Format
 	// Password decrypts Key; nil: COSIGN_PASSWORD. --key-password sets
 	// it (a pipeline's cosign-password input).
 	Password []byte
@@ -329,7 +331,7 @@ func (o AuditOptions) auditOne(ctx context.Context) (*AuditResult, error) {
 	res, err := auditrun.Run(ctx, auditrun.Options{
 		AllocationID: o.AllocationID, Out: o.Out, Source: src, Key: o.Key, Password: o.Password,
 		Keyless: o.Keyless, Attest: o.Attest, TlogUpload: o.TlogUpload, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL,
-		Getenv: auditGetenv(o.Getenv), Log: auditLog(o.Log),
+		Getenv: auditGetenv(o.Getenv), Log: auditLog(o.Log), Group: o.group,
 	})
 	if errors.Is(err, audit.ErrInProgress) {
 		return nil, gpupass.Findings(err)
@@ -426,13 +428,18 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 			v = verified{File: p, Result: &audit.Result{FailedLayer: audit.LayerArchive, Layers: []audit.Layer{{Name: audit.LayerArchive, Status: audit.StatusFail,
 				Problems: []audit.Problem{{File: p, Check: "read", Message: err.Error()}}}}}}
 		}
+		v.inSet = true
 		set = append(set, v)
 	}
+	groupErr := set.checkGroup()
 	if err := output.Write(out, o.Output, set); err != nil {
 		return err
 	}
 	if failed := set.failed(); len(failed) > 0 {
-		return gpupass.Findings(fmt.Errorf("%d of %d audit reports failed: %s", len(failed), len(set), strings.Join(failed, ", ")))
+		return gpupass.Findings(errors.Join(fmt.Errorf("%d of %d audit reports failed: %s", len(failed), len(set), strings.Join(failed, ", ")), groupErr))
+	}
+	if groupErr != nil {
+		return gpupass.Findings(groupErr)
 	}
 	return nil
 }
@@ -484,7 +491,7 @@ func verifyOne(ctx context.Context, path, extract string, vopts audit.VerifyOpti
 		}
 		extracted = extract
 	}
-	return verified{path, extracted, res}, nil
+	return verified{File: path, ExtractedTo: extracted, Result: res}, nil
 }
 
 // verifiedSet is what `audit verify` prints for several reports: each
@@ -518,6 +525,40 @@ func (s verifiedSet) WriteText(out io.Writer) error {
 	} else {
 		_, err = fmt.Fprintf(out, "\nverified all %d audit reports\n", len(s))
 	}
+	if err != nil {
+		return err
+	}
+	return s.writeGroup(out)
+}
+
+// writeGroup says whether the set holds every audited run of the run
+// group its reports name (checkGroup); nothing for reports of no group.
+func (s verifiedSet) writeGroup(out io.Writer) error {
+	var g *audit.ManifestGroup
+	for _, v := range s {
+		if v.Result != nil && v.Result.Group != nil {
+			g = v.Result.Group
+			break
+		}
+	}
+	if g == nil {
+		return nil
+	}
+	if err := s.checkGroup(); err != nil {
+		_, err = fmt.Fprintf(out, "FAIL %v\n", err)
+		return err
+	}
+	audited := 0
+	for _, r := range g.Runs {
+		if r.Audited {
+			audited++
+		}
+	}
+	line := fmt.Sprintf("run group %s: every audited run has its report here (%d of %d runs", g.ID, audited, len(g.Runs))
+	if n := len(g.Runs) - audited; n > 0 {
+		line += fmt.Sprintf("; %d ended before it started and has none", n)
+	}
+	_, err := fmt.Fprintf(out, "%s)\n", line)
 	return err
 }
 
@@ -526,6 +567,8 @@ type verified struct {
 	File        string `json:"file"`
 	ExtractedTo string `json:"extracted_to,omitempty"`
 	*audit.Result
+	// inSet: verified with the rest of its set, which checks the group.
+	inSet bool
 }
 
 func (v verified) WriteText(out io.Writer) error {
@@ -550,6 +593,9 @@ func (v verified) WriteText(out io.Writer) error {
 		fmt.Fprintf(&b, "verified %s (allocation %s)\n", v.File, res.AllocationID)
 	default:
 		fmt.Fprintf(&b, "verification of %s failed at layer %s\n", v.File, res.FailedLayer)
+	}
+	if res.Group != nil && !v.inSet {
+		fmt.Fprintf(&b, "one of the %d runs of run group %s: verify the directory of its reports to check the whole group\n", len(res.Group.Runs), res.Group.ID)
 	}
 	_, err := io.WriteString(out, b.String())
 	return err

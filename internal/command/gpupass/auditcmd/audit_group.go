@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	"github.com/gpupass/gpupass/internal/api"
@@ -154,8 +155,15 @@ func (o AuditOptions) auditGroup(ctx context.Context) (groupWritten, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("audit %s: %w", group, err)
 	}
+	// Every report carries, signed, the whole group as listed here:
+	// audit verify DIR then knows a report taken out of the set.
+	listing := &audit.ManifestGroup{ID: group}
+	for _, r := range runs {
+		listing.Runs = append(listing.Runs, audit.ManifestGroupRun{AllocationID: r.GetId(), Region: r.GetRegion(), Audited: r.GetStartedUnixNano() != 0})
+	}
 	for i, r := range audited {
 		one := o
+		one.group = listing
 		one.AllocationID, one.Out = r.GetId(), filepath.Join(dir, names[i])
 		res, err := one.auditOne(ctx)
 		if err != nil {
@@ -167,4 +175,59 @@ func (o AuditOptions) auditGroup(ctx context.Context) (groupWritten, error) {
 		written = append(written, groupZip{Region: r.GetRegion(), AuditResult: res})
 	}
 	return written, nil
+}
+
+// checkGroup holds a set of verified reports to the run group their
+// signed manifests name: every report of one group names the same runs,
+// and every run of it that has a report has exactly one here. A set
+// with no group (reports of single runs) is not checked. The text and
+// JSON output say what was found (groupCheck).
+func (s verifiedSet) checkGroup() error {
+	var g *audit.ManifestGroup
+	var from string
+	var outside []string // verified reports of no group
+	have := map[string]int{}
+	for _, v := range s {
+		if v.Result == nil || !v.Result.OK {
+			continue // failed already, named by failed()
+		}
+		if v.Result.Group == nil {
+			outside = append(outside, v.File)
+			continue
+		}
+		if g == nil {
+			g, from = v.Result.Group, v.File
+		} else if !reflect.DeepEqual(g, v.Result.Group) {
+			return fmt.Errorf("%s and %s name different run groups or runs (%s, %s): verify each group's reports apart", from, v.File, g.ID, v.Result.Group.ID)
+		}
+		have[v.Result.AllocationID]++
+	}
+	if g == nil {
+		return nil
+	}
+	if len(outside) > 0 {
+		return fmt.Errorf("%s: not a report of run group %s, as %s is: verify each group's reports apart", strings.Join(outside, ", "), g.ID, from)
+	}
+	var missing, twice []string
+	audited := 0
+	for _, r := range g.Runs {
+		if !r.Audited {
+			continue
+		}
+		audited++
+		switch have[r.AllocationID] {
+		case 0:
+			missing = append(missing, r.AllocationID+" ("+r.Region+")")
+		case 1:
+		default:
+			twice = append(twice, r.AllocationID)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		return fmt.Errorf("run group %s: %d of its %d audited runs have no report here: %s (the reports' signed manifests list the group's runs)", g.ID, len(missing), audited, strings.Join(missing, ", "))
+	case len(twice) > 0:
+		return fmt.Errorf("run group %s: more than one report of %s here", g.ID, strings.Join(twice, ", "))
+	}
+	return nil
 }

@@ -114,14 +114,47 @@ func TestAuditGroupWritesOneZipPerRun(t *testing.T) {
 		agentKeys = append(agentKeys, p)
 		var vout bytes.Buffer
 		v := AuditVerifyOptions{Path: want[i].Path, Key: filepath.Join(dir, "cosign.pub"), AgentKeys: []string{p}, RequirePinned: true, Getenv: getenv}
-		if err := RunAuditVerify(ctx, v, &vout); err != nil || !strings.HasSuffix(vout.String(), "verified "+want[i].Path+" (allocation "+l.Run.Id+")\n") {
+		if err := RunAuditVerify(ctx, v, &vout); err != nil || !strings.HasSuffix(vout.String(), "verified "+want[i].Path+" (allocation "+l.Run.Id+")\n"+
+			"one of the 2 runs of run group "+group+": verify the directory of its reports to check the whole group\n") {
 			t.Fatalf("verify %s alone: %v\n%s", want[i].Path, err, vout.String())
 		}
 	}
 	verifyDir := AuditVerifyOptions{Path: out, Key: filepath.Join(dir, "cosign.pub"), AgentKeys: agentKeys, RequirePinned: true, Getenv: getenv}
 	var vout bytes.Buffer
-	if err := RunAuditVerify(ctx, verifyDir, &vout); err != nil || !strings.HasSuffix(vout.String(), "\nverified all 2 audit reports\n") {
+	if err := RunAuditVerify(ctx, verifyDir, &vout); err != nil || !strings.HasSuffix(vout.String(), "\nverified all 2 audit reports\n"+
+		"run group "+group+": every audited run has its report here (2 of 2 runs)\n") {
 		t.Fatalf("verify %s: %v\n%s", out, err, vout.String())
+	}
+
+	// The reports carry the group's runs, signed: a directory a report
+	// was taken out of fails, naming the run whose report is missing
+	// (before, it verified as "verified all 1 audit reports").
+	partial := filepath.Join(dir, "partial")
+	if err := os.MkdirAll(partial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(want[0].Path); err != nil || os.WriteFile(filepath.Join(partial, "audit-us-west-2.zip"), b, 0o644) != nil {
+		t.Fatal(err)
+	}
+	vout.Reset()
+	short := verifyDir
+	short.Path = partial
+	err = RunAuditVerify(ctx, short, &vout)
+	if wantErr := "run group " + group + ": 1 of its 2 audited runs have no report here: " + ls[1].Run.Id + " (ap-south-1)"; gpupass.ExitCode(err) != gpupass.ExitFindings ||
+		!strings.Contains(err.Error(), wantErr) || !strings.Contains(vout.String(), "FAIL "+wantErr) {
+		t.Fatalf("verify of a directory missing a report of the group: exit %d, %v; want exit 1 and %q\n%s", gpupass.ExitCode(err), err, wantErr, vout.String())
+	}
+	// A report of one run (audit ALLOC, no group) put beside the group's
+	// fails the set too, named.
+	single := opts
+	single.AllocationID, single.Out, single.Output = ls[1].Run.Id, filepath.Join(partial, "audit-ap-south-1.zip"), output.Text
+	if err := RunAudit(ctx, single, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	vout.Reset()
+	err = RunAuditVerify(ctx, short, &vout)
+	if wantErr := single.Out + ": not a report of run group " + group; gpupass.ExitCode(err) != gpupass.ExitFindings || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("verify of a group's report beside a single run's: exit %d, %v; want exit 1 and %q\n%s", gpupass.ExitCode(err), err, wantErr, vout.String())
 	}
 
 	// The CI steps: the audit step's audit-path output is the directory,
