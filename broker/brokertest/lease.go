@@ -46,7 +46,7 @@ func StartRun(tb testing.TB, b *Broker, region string) *Lease {
 		tb.Fatal(err)
 	}
 	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Command: []string{"python3", "train.py"}}))
+		SpecYaml: specYAML, Region: region, Command: []string{"python3", "train.py"}}))
 	if err != nil {
 		tb.Fatal(err)
 	}
