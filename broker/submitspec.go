@@ -73,4 +73,3 @@ func submitSpec(m *gpupassv1.SubmitRequest) (*spec.Spec, []byte, string, error) 
 	}
 	return sp, js, fp, nil
 }
-
