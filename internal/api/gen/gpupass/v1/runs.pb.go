@@ -944,9 +944,10 @@ type SubmitRequest struct {
 	// taking them out changes no bytes: a request with one of them set
 	// reads the same on either side. What protobuf's rules warn of (moving
 	// fields into or out of a oneof "may lose information") is the reader
-	// of the old definition given both: it keeps the last on the wire,
-	// spec_json, so a broker of the previous release runs that spec and
-	// stores no spec_yaml for the audit. Proto3 presence is unchanged in
+	// of the old definition given both: it keeps the last on the wire
+	// (spec_json: Go writes fields in number order), so a broker of the
+	// previous release runs that spec and stores no spec_yaml for the
+	// audit, which then holds the spec's JSON. Proto3 presence is unchanged in
 	// use: both sides test for empty bytes, never for presence.
 	SpecYaml        []byte   `protobuf:"bytes,1,opt,name=spec_yaml,json=specYaml,proto3" json:"spec_yaml,omitempty"`
 	SpecJson        []byte   `protobuf:"bytes,2,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
