@@ -81,7 +81,7 @@ func TestRunPrintingWithoutEnd(t *testing.T) {
 		t.Helper()
 		for i := 0; i < 450; i++ { // the node certifies a moment after the agent starts
 			resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-				Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec}, Region: "us-west-2", Command: []string{systemPython, "-u", "-c", code}}))
+				SpecYaml: spec, Region: "us-west-2", Command: []string{systemPython, "-u", "-c", code}}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -74,7 +74,7 @@ func TestRunReportKeptByBroker(t *testing.T) {
 		for {
 			// The node certifies a moment after the agent starts.
 			resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-				Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "us-west-2", Command: []string{systemPython, "-c", "print('hi')"}}))
+				SpecYaml: specYAML, Region: "us-west-2", Command: []string{systemPython, "-c", "print('hi')"}}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -40,7 +40,7 @@ func TestSubmitRefusalsNameNoClientFlag(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			req := &gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2",
+			req := &gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-west-2",
 				Command: []string{"python3", "train.py"}}
 			tc.mod(req)
 			_, err := c.Run.Submit(context.Background(), connect.NewRequest(req))

@@ -36,7 +36,7 @@ func TestWebhookCarriesGroupCI(t *testing.T) {
 	// Joining the group with a context of its own is refused: the
 	// group's is the starting submission's.
 	_, err := c.Run.Submit(context.Background(), connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "eu-central-1", Command: []string{"python3", "train.py"},
+		SpecYaml: specYAML(t), Region: "eu-central-1", Command: []string{"python3", "train.py"},
 		Group: first.Group, Ci: &gpupassv1.CIContext{Forge: "github", Repository: "acme/train", PullRequest: 8}}))
 	if fe := api.FieldErrorOf(err); connect.CodeOf(err) != connect.CodeInvalidArgument || fe == nil || fe.Field != api.FieldSubmitCI {
 		t.Errorf("joining with a CI context: %v; want invalid argument on field %s", err, api.FieldSubmitCI)
@@ -103,7 +103,7 @@ func TestSubmitRefusesBadGroupCI(t *testing.T) {
 		ci := good()
 		tc.mod(ci)
 		_, err := c.Run.Submit(context.Background(), connect.NewRequest(&gpupassv1.SubmitRequest{
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2", Command: []string{"python3", "train.py"}, Ci: ci}))
+			SpecYaml: specYAML(t), Region: "us-west-2", Command: []string{"python3", "train.py"}, Ci: ci}))
 		if fe := api.FieldErrorOf(err); connect.CodeOf(err) != connect.CodeInvalidArgument || fe == nil || fe.Field != api.FieldSubmitCI || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want invalid argument on field %s naming %s", tc.name, err, api.FieldSubmitCI, tc.want)
 		}

@@ -69,17 +69,17 @@ func TestRunGroups(t *testing.T) {
 				want connect.Code
 			}{
 				{"another token joins the group", func() error {
-					_, err := other.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)},
+					_, err := other.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t),
 						Region: "eu-central-1", Command: []string{"true"}, Group: first.Group}))
 					return err
 				}, connect.CodePermissionDenied},
 				{"an unknown group", func() error {
-					_, err := owner.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)},
+					_, err := owner.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t),
 						Region: "eu-central-1", Command: []string{"true"}, Group: "group-0123456789abcdef"}))
 					return err
 				}, connect.CodePermissionDenied},
 				{"not a group id", func() error {
-					_, err := owner.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)},
+					_, err := owner.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t),
 						Region: "eu-central-1", Command: []string{"true"}, Group: "' OR 1=1"}))
 					return err
 				}, connect.CodeInvalidArgument},

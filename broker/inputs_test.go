@@ -42,7 +42,7 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 				{"max_price", func(r *gpupassv1.SubmitRequest) { r.MaxPrice = inf }},
 				{"max_price", func(r *gpupassv1.SubmitRequest) { r.MaxPrice = nan }},
 			} {
-				req := &gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2", Command: []string{"python3", "train.py"}}
+				req := &gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-west-2", Command: []string{"python3", "train.py"}}
 				tc.mod(req)
 				_, err := c.Run.Submit(ctx, connect.NewRequest(req))
 				if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.field) {

@@ -94,13 +94,7 @@ func parseSpec(m *gpupassv1.DryRunRequest) (*spec.Spec, string, error) {
 	case len(m.GetSpecYaml()) > 0:
 		res := spec.Validate("spec_yaml", m.GetSpecYaml())
 		if !res.Valid {
-			var msgs []string
-			for _, f := range res.Findings {
-				if f.Severity == spec.SevError && len(msgs) < 5 {
-					msgs = append(msgs, fmt.Sprintf("%d:%d %s: %s", f.Line, f.Column, f.Rule, f.Message))
-				}
-			}
-			return nil, "", fmt.Errorf("spec_yaml is not a valid spec (%d errors): %s", res.Errors, strings.Join(msgs, "; "))
+			return nil, "", invalidSpecYAML(res)
 		}
 		return res.Spec, res.Fingerprint, nil
 	case len(m.GetSpecJson()) > 0:
@@ -115,6 +109,18 @@ func parseSpec(m *gpupassv1.DryRunRequest) (*spec.Spec, string, error) {
 		return sp, fp, nil
 	}
 	return nil, "", errors.New("no spec: set spec_yaml or spec_json")
+}
+
+// invalidSpecYAML is the refusal of a spec_yaml that is not a valid
+// spec: its first errors, as gpupass validate names them.
+func invalidSpecYAML(res *spec.Result) error {
+	var msgs []string
+	for _, f := range res.Findings {
+		if f.Severity == spec.SevError && len(msgs) < 5 {
+			msgs = append(msgs, fmt.Sprintf("%d:%d %s: %s", f.Line, f.Column, f.Rule, f.Message))
+		}
+	}
+	return fmt.Errorf("spec_yaml is not a valid spec (%d errors): %s", res.Errors, strings.Join(msgs, "; "))
 }
 
 // checkLimits refuses a threshold or budget that is not a finite number

@@ -25,7 +25,7 @@ func TestParallelSubmitsShareNoNode(t *testing.T) {
 			w.keepAlive(t)
 			c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "us-*"))
 			req := func() *connect.Request[gpupassv1.SubmitRequest] {
-				return connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)},
+				return connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t),
 					Region: "us-west-2", Command: []string{"python3", "train.py"}})
 			}
 			// The race is narrow: repeat it (the unfixed broker lost it

@@ -54,7 +54,7 @@ func TestQueueOrderAndTimeout(t *testing.T) {
 			submit := func(c *client.RunClients, name string, queueTimeout int64) *gpupassv1.Run {
 				t.Helper()
 				resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-					Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: busy.SpecYAML}, Region: region, Name: name,
+					SpecYaml: busy.SpecYAML, Region: region, Name: name,
 					Command: []string{"python3", "train.py"}, QueueTimeoutSeconds: queueTimeout}))
 				if err != nil {
 					t.Fatalf("submitting %s: %v", name, err)

@@ -51,7 +51,7 @@ func BenchmarkRecordIngest(b *testing.B) {
 				for i := 0; i < agents; i++ {
 					a := brokertest.Register(b, br.URL, tok, brokertest.H100(fmt.Sprintf("us-bench-%d", i), 20))
 					c := a.Runs(b, br.URL, tok)
-					if _, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec},
+					if _, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: spec,
 						Region: a.Node.Region, Command: []string{"true"}})); err != nil {
 						b.Fatal(err)
 					}
@@ -150,7 +150,7 @@ func benchSubmitToAssignment(b *testing.B, hangingHook bool) {
 		}()
 		time.Sleep(2 * time.Millisecond) // let the poll reach its wait
 		start := time.Now()
-		if _, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec},
+		if _, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: spec,
 			Region: "us-west-2", Command: []string{"true"}})); err != nil {
 			b.Fatal(err)
 		}

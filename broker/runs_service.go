@@ -337,16 +337,9 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if err := checkRegion(tok, region); err != nil {
 		return nil, err
 	}
-	dr := &gpupassv1.DryRunRequest{}
-	switch {
-	case len(m.GetSpecYaml()) > 0:
-		dr.Spec = &gpupassv1.DryRunRequest_SpecYaml{SpecYaml: m.GetSpecYaml()}
-	case len(m.GetSpecJson()) > 0:
-		dr.Spec = &gpupassv1.DryRunRequest_SpecJson{SpecJson: m.GetSpecJson()}
-	}
-	sp, fp, err := parseSpec(dr)
+	sp, specJSON, fp, err := submitSpec(m)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return nil, err
 	}
 	if len(m.Command) == 0 || strings.TrimSpace(m.Command[0]) == "" {
 		return nil, api.FieldError(connect.CodeInvalidArgument, &fielderr.Error{Field: api.FieldSubmitCommand, Problem: "is required: the program and arguments the node runs"})
@@ -376,10 +369,6 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	}
 	if err := checkLimits(minScore, m.MaxPrice); err != nil {
 		return nil, err
-	}
-	specJSON, err := spec.Encode(sp)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec: %v", err))
 	}
 	name := strings.TrimSpace(m.Name)
 	if name == "" {

@@ -99,7 +99,7 @@ func records(from, to uint64) []*gpupassv1.Record {
 
 func submit(t *testing.T, c *client.RunClients, region string, mod func(*gpupassv1.SubmitRequest)) *gpupassv1.Run {
 	t.Helper()
-	req := &gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: region,
+	req := &gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: region,
 		Command: []string{"python3", "train.py"}}
 	if mod != nil {
 		mod(req)
@@ -327,7 +327,7 @@ func TestRunScopeAndRefusals(t *testing.T) {
 		want connect.Code
 	}{
 		{"submit outside scope", func() error {
-			_, err := us.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "eu-central-1", Command: []string{"true"}}))
+			_, err := us.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "eu-central-1", Command: []string{"true"}}))
 			return err
 		}, connect.CodePermissionDenied},
 		{"read a run outside scope", func() error {
@@ -356,29 +356,29 @@ func TestRunScopeAndRefusals(t *testing.T) {
 			return err
 		}, connect.CodeNotFound},
 		{"read token submits", func() error {
-			_, err := reader.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2", Command: []string{"true"}}))
+			_, err := reader.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-west-2", Command: []string{"true"}}))
 			return err
 		}, connect.CodePermissionDenied},
 		{"region pattern", func() error {
-			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-*", Command: []string{"true"}}))
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-*", Command: []string{"true"}}))
 			return err
 		}, connect.CodeInvalidArgument},
 		// Issue #32, item 5: a list, upper case or a space would be a
 		// region of its own, kept in runs and the dashboard.
 		{"region list", func() error {
-			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2,eu-central-1", Command: []string{"true"}}))
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-west-2,eu-central-1", Command: []string{"true"}}))
 			return err
 		}, connect.CodeInvalidArgument},
 		{"region not lower case", func() error {
-			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "US-West-2", Command: []string{"true"}}))
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "US-West-2", Command: []string{"true"}}))
 			return err
 		}, connect.CodeInvalidArgument},
 		{"no command", func() error {
-			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2"}))
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-west-2"}))
 			return err
 		}, connect.CodeInvalidArgument},
 		{"bad spec", func() error {
-			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte("name: [")}, Region: "us-west-2", Command: []string{"true"}}))
+			_, err := all.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: []byte("name: ["), Region: "us-west-2", Command: []string{"true"}}))
 			return err
 		}, connect.CodeInvalidArgument},
 		{"logs without a token", func() error {

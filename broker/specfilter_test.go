@@ -45,7 +45,7 @@ func TestListNodesSpecFingerprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub, err := runs.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "eu-central-1", Command: []string{"true"}}))
+		SpecYaml: specYAML(t), Region: "eu-central-1", Command: []string{"true"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func TestFullStoreKeepsNodesOnline(t *testing.T) {
 		t.Errorf("/healthz on a full disk = %d %q; want 503 saying the store is full", code, body)
 	}
 	// A client's write is refused as such.
-	if _, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)},
+	if _, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t),
 		Region: "us-west-2", Command: []string{"python3", "train.py"}})); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "broker store full") {
 		t.Errorf("Submit on a full disk: %v; want unavailable: ... broker store full", err)
 	}

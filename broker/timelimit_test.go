@@ -45,7 +45,7 @@ func TestTimeLimit(t *testing.T) {
 				{"flag over spec", withLimit("90m"), 30, 30},
 			} {
 				run := submit(t, c, "us-west-2", func(r *gpupassv1.SubmitRequest) {
-					r.Spec = &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: tc.spec}
+					r.SpecYaml = tc.spec
 					r.TimeLimitSeconds = tc.seconds
 				})
 				as := w.poll(t, 5)
@@ -75,7 +75,7 @@ func TestTimeLimit(t *testing.T) {
 				{"negative", specYAML(t), -5, []string{"time_limit_seconds", "positive"}},
 			} {
 				_, err := c.Run.Submit(context.Background(), connect.NewRequest(&gpupassv1.SubmitRequest{
-					Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: tc.spec}, Region: "us-west-2", Command: []string{"true"}, TimeLimitSeconds: tc.seconds}))
+					SpecYaml: tc.spec, Region: "us-west-2", Command: []string{"true"}, TimeLimitSeconds: tc.seconds}))
 				if connect.CodeOf(err) != connect.CodeInvalidArgument {
 					t.Errorf("%s: %v, want invalid_argument", tc.name, err)
 					continue

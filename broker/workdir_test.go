@@ -72,7 +72,7 @@ func TestSubmitRefusesWorkdirBombs(t *testing.T) {
 			cfg.Workdir.MaxBytes = 1 << 20 // configurable: the content case uses it
 			b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
 			c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
-			req := &gpupassv1.SubmitRequest{Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML(t)}, Region: "us-west-2",
+			req := &gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-west-2",
 				Command: []string{"python3", "train.py"}, WorkdirArchive: tc.archive}
 			_, err := c.Run.Submit(ctx, connect.NewRequest(req))
 			if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "workdir_archive") ||

@@ -73,7 +73,7 @@ func startRun(tb testing.TB, b *Broker, submitter *client.RunClients, region, gr
 		tb.Fatal(err)
 	}
 	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Command: []string{"python3", "train.py"},
+		SpecYaml: specYAML, Region: region, Command: []string{"python3", "train.py"},
 		Group: group, GroupSize: groupSize}))
 	if err != nil {
 		tb.Fatal(err)

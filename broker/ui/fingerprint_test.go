@@ -80,7 +80,7 @@ func TestDashboardNodesCertifiedForSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := sub.Run.Submit(context.Background(), connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specA}, Region: "ap-south-1", Command: []string{"true"}})); err != nil {
+		SpecYaml: specA, Region: "ap-south-1", Command: []string{"true"}})); err != nil {
 		t.Fatal(err)
 	}
 

@@ -33,7 +33,7 @@ func TestDashboardRunWithoutMetrics(t *testing.T) {
 	}
 	ctx := context.Background()
 	s, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "ap-south-1", Command: []string{"true"}}))
+		SpecYaml: specYAML, Region: "ap-south-1", Command: []string{"true"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

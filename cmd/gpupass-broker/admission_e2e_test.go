@@ -100,7 +100,7 @@ func TestNodeAdmissionByApproval(t *testing.T) {
 	submit := func() string {
 		t.Helper()
 		sub, err := runs.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "eu-central-1", Command: []string{"python3", "train.py"}}))
+			SpecYaml: specYAML, Region: "eu-central-1", Command: []string{"python3", "train.py"}}))
 		if err != nil {
 			t.Fatalf("submit: %v", err)
 		}

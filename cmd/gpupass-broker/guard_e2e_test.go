@@ -173,7 +173,7 @@ func TestBodyBudget(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			resp, err := c.Run.Submit(context.Background(), connect.NewRequest(&gpupassv1.SubmitRequest{
-				Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec}, Region: "us-west-2",
+				SpecYaml: spec, Region: "us-west-2",
 				Command: []string{"python3", "train.py"}, WorkdirArchive: archive}))
 			if err == nil {
 				results[i].id = resp.Msg.Run.Id

@@ -20,6 +20,10 @@ const (
 	FieldSubmitGroupSize = "group_size"
 	// FieldSubmitQueueTimeout is train's --queue-timeout.
 	FieldSubmitQueueTimeout = "queue_timeout_seconds"
+	// FieldSubmitSpecYAML and FieldSubmitSpecJSON are the spec as written
+	// and its canonical JSON; the CLI computes both from --spec itself.
+	FieldSubmitSpecYAML = "spec_yaml"
+	FieldSubmitSpecJSON = "spec_json"
 )
 
 // FieldError is a refusal of one request field as a connect error: its

@@ -426,7 +426,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// scores, and what is measured is the brokers, not the threshold.
 		anyScore := 0.0
 		resp, err := sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte(SpecYAML)}, Region: runRegion, Command: cmd, MinHealthScore: &anyScore}))
+			SpecYaml: []byte(SpecYAML), Region: runRegion, Command: cmd, MinHealthScore: &anyScore}))
 		if err != nil {
 			return nil, fmt.Errorf("submitting run %d: %w", r, err)
 		}

@@ -56,7 +56,7 @@ func start(b testing.TB) *stack {
 
 func (s *stack) submit(b testing.TB, ctx context.Context, command ...string) *gpupassv1.Run {
 	resp, err := s.sub.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: []byte(loadgen.SpecYAML)}, Region: "us-bench-1", Command: command}))
+		SpecYaml: []byte(loadgen.SpecYAML), Region: "us-bench-1", Command: command}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -40,3 +40,18 @@ func Decode(b []byte) (*Spec, error) {
 	}
 	return &s, nil
 }
+
+// EncodeFile is a spec file in the form it travels: Validate's result
+// for data (the content of file) and, when the spec is valid, Encode of
+// it. A client sends these bytes as SubmitRequest.spec_json beside the
+// file as written; the broker computes them from spec_yaml the same way,
+// so both ends agree byte for byte. json is nil when the spec is not
+// valid (res says why).
+func EncodeFile(file string, data []byte) (res *Result, json []byte, err error) {
+	res = Validate(file, data)
+	if !res.Valid {
+		return res, nil, nil
+	}
+	json, err = Encode(res.Spec)
+	return res, json, err
+}

@@ -91,3 +91,60 @@ func TestDecodeRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The broker refuses a spec_json that re-encodes to other bytes, so what
+// EncodeFile gives a client must survive Decode and Encode byte for byte
+// and keep the file's fingerprint; a spec that is not valid gives none.
+func TestEncodeFileIsStable(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/fingerprint/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no specs in testdata/fingerprint: %v", err)
+	}
+	valid := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, js, err := spec.EncodeFile(f, data)
+		if !res.Valid {
+			continue // some only show what the fingerprint hashes
+		}
+		valid++
+		if err != nil || js == nil {
+			t.Errorf("%s: EncodeFile = %d bytes, %v", f, len(js), err)
+			continue
+		}
+		sp, err := spec.Decode(js)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		again, err := spec.Encode(sp)
+		if err != nil || string(again) != string(js) {
+			t.Errorf("%s: re-encoded %s (%v), want %s", f, again, err, js)
+		}
+		if fp, err := spec.Fingerprint(sp); err != nil || fp != res.Fingerprint {
+			t.Errorf("%s: fingerprint of the bytes %s (%v), of the file %s", f, fp, err, res.Fingerprint)
+		}
+	}
+	if valid == 0 {
+		t.Fatal("no valid spec in testdata/fingerprint")
+	}
+	var s spec.Spec
+	testutil.FillFields(t, &s)
+	b, err := spec.Encode(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := spec.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := spec.Encode(got); err != nil || string(again) != string(b) {
+		t.Errorf("every field set: re-encoded %s (%v), want %s", again, err, b)
+	}
+	if res, js, err := spec.EncodeFile("gpupass.yaml", []byte("name: [")); res.Valid || js != nil || err != nil {
+		t.Errorf("a spec that does not parse: valid %v, %q, %v; want no bytes and the findings", res.Valid, js, err)
+	}
+}

@@ -180,6 +180,13 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	if wd != nil {
 		archive = wd.Archive
 	}
+	// The spec travels as the bytes its fingerprint is computed from; the
+	// file as written goes beside it for the audit. A spec that is not
+	// valid goes as written alone: the broker names its findings.
+	_, specJSON, err := spec.EncodeFile(o.Spec, specYAML)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Spec, err)
+	}
 	name := RunName(o.Name, specYAML, o.Getenv)
 	if o.Name != "" {
 		if err := api.CheckRunName(name); err != nil {
@@ -195,7 +202,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{c: c, Workdir: wd, spec: o.Spec}
 	for _, region := range o.Regions {
 		req := &gpupassv1.SubmitRequest{
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: region, Name: name, Command: o.Command,
+			SpecYaml: specYAML, SpecJson: specJSON, Region: region, Name: name, Command: o.Command,
 			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
 			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group,
 			GroupSize: int32(len(o.Regions)), QueueTimeoutSeconds: int64(queueTimeout / time.Second)}

@@ -137,7 +137,7 @@ func TestFakeExecutorRunsAJob(t *testing.T) {
 	var r *gpupassv1.Run
 	for {
 		resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{Region: "us-west-2",
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec}, Command: []string{"sh", "-c", "echo hello"}}))
+			SpecYaml: spec, Command: []string{"sh", "-c", "echo hello"}}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -90,7 +90,7 @@ func TestWebhookCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Run.Submit(context.Background(), connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec}, Region: "us-west-2", Command: []string{"true"}})); err != nil {
+		SpecYaml: spec, Region: "us-west-2", Command: []string{"true"}})); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -126,6 +126,20 @@ func TestUpTrainAudit(t *testing.T) {
 			t.Errorf("verify output lacks %q:\n%s", want, out)
 		}
 	}
+	// train sends the spec's canonical JSON as the spec; the audit still
+	// holds the file as the user wrote it, comments and all.
+	written, err := os.ReadFile(filepath.Join(stack.Root, "examples/train/gpupass.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env audit.Environment
+	if b, err := os.ReadFile(filepath.Join(extract, audit.FileEnvironment)); err != nil || json.Unmarshal(b, &env) != nil {
+		t.Fatalf("environment: %v", err)
+	}
+	if env.Declared.File != "gpupass.yaml" || env.Declared.Source != string(written) || env.Declared.Fingerprint != run.SpecFingerprint {
+		t.Errorf("the audit's declared spec is %s (fingerprint %s, run's %s):\n%s\nwant the file as written:\n%s",
+			env.Declared.File, env.Declared.Fingerprint, run.SpecFingerprint, env.Declared.Source, written)
+	}
 	var sum audit.RunSummary
 	if b, err := os.ReadFile(filepath.Join(extract, audit.FileRunSummary)); err != nil || json.Unmarshal(b, &sum) != nil {
 		t.Fatalf("run summary: %v", err)

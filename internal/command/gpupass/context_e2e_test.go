@@ -211,7 +211,7 @@ func TestE2EUpContextFromSubdirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub2, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "ap-south-1", Command: []string{"true"}}))
+		SpecYaml: specYAML, Region: "ap-south-1", Command: []string{"true"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

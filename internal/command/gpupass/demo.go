@@ -26,6 +26,7 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -74,6 +75,12 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	specYAML, err := os.ReadFile(specPath)
 	if err != nil {
 		return fmt.Errorf("reading the example spec: %w (run from the repository root, or pass --example DIR)", err)
+	}
+	// As gpupass train sends it: the canonical JSON is the spec, the file
+	// as written goes beside it for the audit.
+	_, specJSON, err := spec.EncodeFile(specPath, specYAML)
+	if err != nil {
+		return fmt.Errorf("%s: %w", specPath, err)
 	}
 	demoDir := filepath.Join(cfg.StateDir, "demo")
 	if err := os.MkdirAll(demoDir, 0o700); err != nil {
@@ -138,7 +145,7 @@ func RunDemo(ctx context.Context, o *DemoOptions, cfg *LocalConfig, out io.Write
 	var runs []*gpupassv1.Run
 	for _, r := range regions {
 		resp, err := rc.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-			Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: r, Name: "demo",
+			SpecYaml: specYAML, SpecJson: specJSON, Region: r, Name: "demo",
 			Command:        append([]string{python, "train.py", "--steps", fmt.Sprint(o.Steps)}, inject...),
 			WorkdirArchive: archive,
 		}))

@@ -100,7 +100,7 @@ func TestEscapesReachNoTerminal(t *testing.T) {
 		{Name: "ok\u202eevil", Region: "us-west-2", Command: []string{"true"}},
 		{Name: "n\u0085el", Region: "us-west-2", Command: []string{"true"}},
 	} {
-		req.Spec = &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: spec}
+		req.SpecYaml = spec
 		_, err := rc.Run.Submit(ctx, connect.NewRequest(req))
 		// The broker names its request field (a server does not know the
 		// client's flags; gpupass train renames it to --name).

@@ -57,7 +57,7 @@ func TestFirstMinutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub, err := submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: specYAML}, Region: "eu-central-1", Command: []string{"true"}}))
+		SpecYaml: specYAML, Region: "eu-central-1", Command: []string{"true"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

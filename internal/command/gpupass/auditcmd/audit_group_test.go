@@ -235,7 +235,7 @@ func TestAuditGroupSkipsRunsThatNeverStarted(t *testing.T) {
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
 	l := brokertest.StartGroup(t, b, "us-west-2")[0]
 	sub, err := l.Submitter.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{
-		Spec: &gpupassv1.SubmitRequest_SpecYaml{SpecYaml: l.SpecYAML}, Region: "us-west-2", Command: []string{"true"}, Group: l.Run.Group}))
+		SpecYaml: l.SpecYAML, Region: "us-west-2", Command: []string{"true"}, Group: l.Run.Group}))
 	if err != nil {
 		t.Fatal(err)
 	}

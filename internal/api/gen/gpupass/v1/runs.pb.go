@@ -931,20 +931,35 @@ func (x *UploadRecordsResponse) GetDisputedSeqs() []uint64 {
 
 type SubmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Spec:
+	// The spec: spec_json is the run's spec, its canonical JSON
+	// (internal/spec.Encode of the parsed spec, the bytes the broker stores,
+	// the agent gets and spec.Fingerprint is computed from); the broker
+	// refuses bytes spec.Encode would not write. spec_yaml is the file as
+	// written, kept for the audit: sent with spec_json it must parse to the
+	// same spec, else the request is refused; sent alone (older CLIs) the
+	// broker parses it and computes spec_json itself.
 	//
-	//	*SubmitRequest_SpecYaml
-	//	*SubmitRequest_SpecJson
-	Spec            isSubmitRequest_Spec `protobuf_oneof:"spec"`
-	Region          string               `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"` // exactly one region (not a glob)
-	Name            string               `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`     // default: the spec's name, then "run"; "-<region>" is added
-	Command         []string             `protobuf:"bytes,5,rep,name=command,proto3" json:"command,omitempty"`
-	WorkdirArchive  []byte               `protobuf:"bytes,6,opt,name=workdir_archive,json=workdirArchive,proto3" json:"workdir_archive,omitempty"` // gzip-compressed tar; optional
-	MaxPrice        float64              `protobuf:"fixed64,7,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`                 // USD per hour; 0 = no limit
-	MaxRestarts     *int32               `protobuf:"varint,8,opt,name=max_restarts,json=maxRestarts,proto3,oneof" json:"max_restarts,omitempty"`   // NaN restarts; default 3
-	ResumeElsewhere bool                 `protobuf:"varint,9,opt,name=resume_elsewhere,json=resumeElsewhere,proto3" json:"resume_elsewhere,omitempty"`
-	MinHealthScore  *float64             `protobuf:"fixed64,10,opt,name=min_health_score,json=minHealthScore,proto3,oneof" json:"min_health_score,omitempty"` // default 85
-	GraceSeconds    int32                `protobuf:"varint,11,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`                // SIGTERM -> SIGKILL; default 10
+	// Both were members of a oneof before. On the wire a oneof member is
+	// encoded exactly as the plain field of the same number and type, so
+	// taking them out changes no bytes: a request with one of them set
+	// reads the same on either side. What protobuf's rules warn of (moving
+	// fields into or out of a oneof "may lose information") is the reader
+	// of the old definition given both: it keeps the last on the wire
+	// (spec_json: Go writes fields in number order), so a broker of the
+	// previous release runs that spec and stores no spec_yaml for the
+	// audit, which then holds the spec's JSON. Proto3 presence is unchanged in
+	// use: both sides test for empty bytes, never for presence.
+	SpecYaml        []byte   `protobuf:"bytes,1,opt,name=spec_yaml,json=specYaml,proto3" json:"spec_yaml,omitempty"`
+	SpecJson        []byte   `protobuf:"bytes,2,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
+	Region          string   `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"` // exactly one region (not a glob)
+	Name            string   `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`     // default: the spec's name, then "run"; "-<region>" is added
+	Command         []string `protobuf:"bytes,5,rep,name=command,proto3" json:"command,omitempty"`
+	WorkdirArchive  []byte   `protobuf:"bytes,6,opt,name=workdir_archive,json=workdirArchive,proto3" json:"workdir_archive,omitempty"` // gzip-compressed tar; optional
+	MaxPrice        float64  `protobuf:"fixed64,7,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`                 // USD per hour; 0 = no limit
+	MaxRestarts     *int32   `protobuf:"varint,8,opt,name=max_restarts,json=maxRestarts,proto3,oneof" json:"max_restarts,omitempty"`   // NaN restarts; default 3
+	ResumeElsewhere bool     `protobuf:"varint,9,opt,name=resume_elsewhere,json=resumeElsewhere,proto3" json:"resume_elsewhere,omitempty"`
+	MinHealthScore  *float64 `protobuf:"fixed64,10,opt,name=min_health_score,json=minHealthScore,proto3,oneof" json:"min_health_score,omitempty"` // default 85
+	GraceSeconds    int32    `protobuf:"varint,11,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`                // SIGTERM -> SIGKILL; default 10
 	// The run's wall-clock limit in seconds (gpupass train --time-limit);
 	// overrides the spec's resources.time-limit. 0: the spec's, else none.
 	// At most the broker's --max-time-limit; a run past it ends failed
@@ -1007,27 +1022,16 @@ func (*SubmitRequest) Descriptor() ([]byte, []int) {
 	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{9}
 }
 
-func (x *SubmitRequest) GetSpec() isSubmitRequest_Spec {
-	if x != nil {
-		return x.Spec
-	}
-	return nil
-}
-
 func (x *SubmitRequest) GetSpecYaml() []byte {
 	if x != nil {
-		if x, ok := x.Spec.(*SubmitRequest_SpecYaml); ok {
-			return x.SpecYaml
-		}
+		return x.SpecYaml
 	}
 	return nil
 }
 
 func (x *SubmitRequest) GetSpecJson() []byte {
 	if x != nil {
-		if x, ok := x.Spec.(*SubmitRequest_SpecJson); ok {
-			return x.SpecJson
-		}
+		return x.SpecJson
 	}
 	return nil
 }
@@ -1129,22 +1133,6 @@ func (x *SubmitRequest) GetCi() *CIContext {
 	}
 	return nil
 }
-
-type isSubmitRequest_Spec interface {
-	isSubmitRequest_Spec()
-}
-
-type SubmitRequest_SpecYaml struct {
-	SpecYaml []byte `protobuf:"bytes,1,opt,name=spec_yaml,json=specYaml,proto3,oneof"` // the spec file as written
-}
-
-type SubmitRequest_SpecJson struct {
-	SpecJson []byte `protobuf:"bytes,2,opt,name=spec_json,json=specJson,proto3,oneof"` // the parsed internal/spec.Spec as JSON
-}
-
-func (*SubmitRequest_SpecYaml) isSubmitRequest_Spec() {}
-
-func (*SubmitRequest_SpecJson) isSubmitRequest_Spec() {}
 
 // CIContext is the CI job a run group was submitted from.
 type CIContext struct {
@@ -2608,27 +2596,26 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xec\x04\n" +
-	"\rSubmitRequest\x12\x1d\n" +
-	"\tspec_yaml\x18\x01 \x01(\fH\x00R\bspecYaml\x12\x1d\n" +
-	"\tspec_json\x18\x02 \x01(\fH\x00R\bspecJson\x12\x16\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xe0\x04\n" +
+	"\rSubmitRequest\x12\x1b\n" +
+	"\tspec_yaml\x18\x01 \x01(\fR\bspecYaml\x12\x1b\n" +
+	"\tspec_json\x18\x02 \x01(\fR\bspecJson\x12\x16\n" +
 	"\x06region\x18\x03 \x01(\tR\x06region\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x18\n" +
 	"\acommand\x18\x05 \x03(\tR\acommand\x12'\n" +
 	"\x0fworkdir_archive\x18\x06 \x01(\fR\x0eworkdirArchive\x12\x1b\n" +
 	"\tmax_price\x18\a \x01(\x01R\bmaxPrice\x12&\n" +
-	"\fmax_restarts\x18\b \x01(\x05H\x01R\vmaxRestarts\x88\x01\x01\x12)\n" +
+	"\fmax_restarts\x18\b \x01(\x05H\x00R\vmaxRestarts\x88\x01\x01\x12)\n" +
 	"\x10resume_elsewhere\x18\t \x01(\bR\x0fresumeElsewhere\x12-\n" +
 	"\x10min_health_score\x18\n" +
-	" \x01(\x01H\x02R\x0eminHealthScore\x88\x01\x01\x12#\n" +
+	" \x01(\x01H\x01R\x0eminHealthScore\x88\x01\x01\x12#\n" +
 	"\rgrace_seconds\x18\v \x01(\x05R\fgraceSeconds\x12,\n" +
 	"\x12time_limit_seconds\x18\f \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
 	"\x05group\x18\r \x01(\tR\x05group\x12\x1d\n" +
 	"\n" +
 	"group_size\x18\x0e \x01(\x05R\tgroupSize\x122\n" +
 	"\x15queue_timeout_seconds\x18F \x01(\x03R\x13queueTimeoutSeconds\x12%\n" +
-	"\x02ci\x18\x0f \x01(\v2\x15.gpupass.v1.CIContextR\x02ciB\x06\n" +
-	"\x04specB\x0f\n" +
+	"\x02ci\x18\x0f \x01(\v2\x15.gpupass.v1.CIContextR\x02ciB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"\xae\x01\n" +
 	"\tCIContext\x12\x14\n" +
@@ -2890,10 +2877,7 @@ func file_gpupass_v1_runs_proto_init() {
 		return
 	}
 	file_gpupass_v1_broker_proto_init()
-	file_gpupass_v1_runs_proto_msgTypes[9].OneofWrappers = []any{
-		(*SubmitRequest_SpecYaml)(nil),
-		(*SubmitRequest_SpecJson)(nil),
-	}
+	file_gpupass_v1_runs_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
