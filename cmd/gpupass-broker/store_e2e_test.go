@@ -333,8 +333,9 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 			// An upgrade from a store that held keys in clear: the store
 			// is put back to schema 8, the last release's (the old table,
 			// holding a key for the node as an old broker wrote it, and no
-			// admissions table, no run groups or webhooks), and the broker
-			// started on it migrates through 9 to 12 at once. No stored key
+			// admissions table, no run groups, webhooks, queue or group CI
+			// context), and the broker started on it migrates through 9 to
+			// 14 at once. No stored key
 			// survives, so the agent's key is refused and the agent enrolls
 			// again on its own, for epoch 1, and beats on.
 			_ = br2.cmd.Process.Signal(syscall.SIGTERM)
@@ -357,6 +358,10 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 				`DROP TABLE webhook_attempts`,
 				`DROP TABLE webhook_deliveries`,
 				`DROP TABLE webhooks`,
+				// Schema 13 and 14 (the queue, a group's CI context).
+				`DROP INDEX allocs_queue`,
+				`ALTER TABLE allocs DROP COLUMN queued_at`,
+				`DROP TABLE group_ci`,
 				`DELETE FROM schema_migrations WHERE version >= 9`,
 			} {
 				if _, err := rw.Exec(q); err != nil {
