@@ -57,6 +57,14 @@ func TestServeShutdownEndsLongCallsAndFlushes(t *testing.T) {
 		t.Fatalf("follow ended before its first records: %v", st.Err())
 	}
 
+	// The poll must be held by the broker before it stops: a request
+	// still on its way then finds the listener closed (connection
+	// refused), which says nothing of how Serve ends the calls it holds.
+	for deadline := time.Now().Add(10 * time.Second); b.Broker.LongPolls() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls held after 10 s; want the long poll and the follow", b.Broker.LongPolls())
+		}
+	}
 	b.Stop(t) // fails the test unless Serve shut down cleanly
 	if err := <-polled; err != nil {
 		t.Errorf("long poll during shutdown: %v, want an empty answer", err)
