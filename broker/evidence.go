@@ -134,7 +134,7 @@ func (s *runService) GetRunEvidence(ctx context.Context, req *connect.Request[gp
 		return nil, b.storeErr("reading the run report of "+a.ID, err)
 	}
 	resp := &gpupassv1.GetRunEvidenceResponse{
-		Run: runProto(a), SpecYaml: a.SpecYAML, SpecJson: a.SpecJSON, Report: ev.Report, Signature: ev.Signature,
+		Run: b.runView(a), SpecYaml: a.SpecYAML, SpecJson: a.SpecJSON, Report: ev.Report, Signature: ev.Signature,
 		AgentPublicKeyPem: ev.AgentPublicKeyPEM, ReportReceivedUnixNano: nsOf(ev.ReceivedAt),
 	}
 	if ag, err := b.store.Agent(ctx, ev.AgentID); err == nil {

@@ -109,7 +109,7 @@ func (b *Broker) runsProto(ctx context.Context, rs store.Runs, as []store.Alloc)
 	queues := map[string][]store.Alloc{}
 	out := make([]*gpupassv1.Run, 0, len(as))
 	for _, a := range as {
-		r := runProto(a)
+		r := b.runView(a)
 		if a.State == store.AllocPending && !a.QueuedAt.IsZero() {
 			q, ok := queues[a.Region]
 			if !ok {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -232,6 +233,24 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		}
 	}
 	return r
+}
+
+// runView is runProto for a client: with the run's dashboard page at the
+// broker's public address, where it has one.
+func (b *Broker) runView(a store.Alloc) *gpupassv1.Run {
+	r := runProto(a)
+	r.DashboardUrl = b.runPage(a.ID)
+	return r
+}
+
+// runPage is the run's dashboard page at the address users reach the
+// broker (serve --public-url); empty without one.
+func (b *Broker) runPage(id string) string {
+	pub := strings.TrimRight(b.cfg.Webhooks.PublicURL, "/")
+	if pub == "" {
+		return ""
+	}
+	return pub + "/ui/runs/" + url.PathEscape(id)
 }
 
 func nsOf(t time.Time) int64 {

@@ -617,7 +617,7 @@ func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.
 	}
 	b.log.Info("run cancel requested", "alloc", a.ID, "state", a.State)
 	b.runs.wakeRun(a.ID)
-	return connect.NewResponse(&gpupassv1.CancelResponse{Run: runProto(a)}), nil
+	return connect.NewResponse(&gpupassv1.CancelResponse{Run: b.runView(a)}), nil
 }
 
 // followGrace bounds how long a follower waits, after a run ended, for
@@ -690,7 +690,7 @@ func (s *runService) GetLogs(ctx context.Context, req *connect.Request[gpupassv1
 		}
 		after = max(after, limit) // the rest up to the mark are of another kind
 		if a.State.Terminal() && (a.HeldThrough >= a.LastSeq || time.Since(a.FinishedAt) > followGrace) {
-			return stream.Send(&gpupassv1.GetLogsResponse{Run: runProto(a)})
+			return stream.Send(&gpupassv1.GetLogsResponse{Run: b.runView(a)})
 		}
 		t := time.NewTimer(time.Second)
 		select {
@@ -738,7 +738,7 @@ func (s *runService) GetMetrics(ctx context.Context, req *connect.Request[gpupas
 		}
 		after = recs[len(recs)-1].Seq
 	}
-	resp := &gpupassv1.GetMetricsResponse{Run: runProto(a)}
+	resp := &gpupassv1.GetMetricsResponse{Run: b.runView(a)}
 	for _, p := range events.Continuous(points) {
 		resp.Points = append(resp.Points, &gpupassv1.MetricPoint{Seq: p.Seq, Step: p.Step, TimeUnixNano: nsOf(p.Time),
 			Attempt: int32(p.Attempt), Values: p.Values, Source: p.Source})

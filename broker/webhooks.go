@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -351,8 +350,8 @@ func (b *Broker) groupEnded(ctx context.Context, ws store.Webhooks, rs store.Run
 				continue
 			}
 			links := map[string]string{}
-			if pub := strings.TrimSuffix(b.hooks.cfg.PublicURL, "/"); pub != "" {
-				links["run"] = pub + "/ui/runs/" + a.ID
+			if page := b.runPage(a.ID); page != "" {
+				links["run"] = page
 			}
 			ev.Runs = append(ev.Runs, GroupRun{Allocation: a.ID, Region: a.Region, Name: a.Name, State: string(a.State), Reason: a.Reason, Links: links})
 			ev.EndedAt = maxTime(ev.EndedAt, maxTime(a.FinishedAt, a.UpdatedAt)).UTC()

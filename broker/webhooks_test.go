@@ -498,3 +498,48 @@ func TestWebhookAttemptAtDefaultTimeoutRecorded(t *testing.T) {
 		t.Errorf("attempt took %s; want it cut at the default 10s timeout", got)
 	}
 }
+
+// Issue #35: the broker hands clients each run's page at its public
+// address (serve --public-url), so that compare's report links to it
+// without being told the dashboard's address; none without one.
+func TestRunsNameTheirDashboardPage(t *testing.T) {
+	t.Parallel()
+	for _, pub := range []string{"https://gpupass.example/", ""} {
+		cfg := brokertest.Fast()
+		cfg.Webhooks.PublicURL = pub
+		b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
+		c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "*"))
+		r := submit(t, c, "us-west-2", nil)
+		want := ""
+		if pub != "" {
+			want = "https://gpupass.example/ui/runs/" + r.Id
+		}
+		ctx := context.Background()
+		got := map[string]string{"Submit": r.GetDashboardUrl()}
+		cr, err := c.Run.Cancel(ctx, connect.NewRequest(&gpupassv1.CancelRequest{AllocId: r.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got["Cancel"] = cr.Msg.Run.GetDashboardUrl()
+		gr, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: r.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got["GetRun"] = gr.Msg.Run.GetDashboardUrl()
+		lr, err := c.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{Group: r.Group}))
+		if err != nil || len(lr.Msg.Runs) != 1 {
+			t.Fatalf("ListRuns: %v, %d runs", err, len(lr.Msg.GetRuns()))
+		}
+		got["ListRuns"] = lr.Msg.Runs[0].GetDashboardUrl()
+		mr, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: r.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got["GetMetrics"] = mr.Msg.Run.GetDashboardUrl()
+		for rpc, url := range got {
+			if url != want {
+				t.Errorf("public URL %q: %s's run says dashboard_url %q; want %q", pub, rpc, url, want)
+			}
+		}
+	}
+}

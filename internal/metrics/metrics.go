@@ -68,6 +68,10 @@ type Series struct {
 	// Running marks a run that had not ended when it was read: its
 	// points are those logged so far.
 	Running bool `json:"running,omitempty"`
+	// DashboardURL is the run's page on its broker's dashboard, at the
+	// address the broker says users reach it (serve --public-url); empty
+	// for a file or a broker with none.
+	DashboardURL string `json:"dashboard_url,omitempty"`
 }
 
 // Restart is one place a run restarted: After is the last step logged

@@ -176,6 +176,9 @@ type Run struct {
 	// had not ended, its figures being those so far.
 	State   string `json:"state,omitempty"`
 	Running bool   `json:"running,omitempty"`
+	// DashboardURL is the run's dashboard page as its broker gave it
+	// (metrics.Series).
+	DashboardURL string `json:"dashboard_url,omitempty"`
 }
 
 // Check is one tolerance check of one pair.
@@ -368,7 +371,7 @@ func runFigures(s *metrics.Series) Run {
 		Label: s.Label, Source: s.Source, Format: s.Format, Metric: s.Metric,
 		Points: len(p), Restarts: s.Restarts, Problems: s.Problems, Notes: s.Notes,
 		Simulated: s.Simulated, MinLoss: Float(math.NaN()), PricePerHour: s.PricePerHour, Disputed: s.Disputed,
-		Slurm: s.Slurm,
+		Slurm: s.Slurm, DashboardURL: s.DashboardURL,
 	}
 	if len(p) == 0 {
 		return r

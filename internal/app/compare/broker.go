@@ -10,6 +10,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
@@ -68,6 +69,13 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	s := &metrics.Series{Label: run.GetRegion(), Source: "broker:" + allocID, Metric: key, Format: "gpupass-broker",
 		Start: run.GetStartedUnixNano(), Restarts: int(run.GetRestarts()), PricePerHour: run.GetPricePerHour(), Simulated: run.GetSimulated(),
 		Slurm: runview.SlurmOf(run)}
+	// The broker's own word for where users see the run: linked in the
+	// report only if it is an http(s) URL (report.LinkURL).
+	if page := run.GetDashboardUrl(); page != "" {
+		if _, ok := report.LinkURL(page); ok {
+			s.DashboardURL = page
+		}
+	}
 	// Points the agent read from the job's own log lines (`loss 7.89`)
 	// count only when the job logged none the gpupass way: a job that
 	// does both has its series in the gpupass:metric lines or file, and

@@ -324,19 +324,23 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	return report.EncodeJSON(w, jsonResult{Report: r.Report, Posted: r.Posted})
 }
 
-// DashboardLinks are the dashboard pages (/ui/runs/ID on base) of the
-// runs read from the broker; none when base is empty.
+// DashboardLinks are the dashboard pages of the runs read from the
+// broker: /ui/runs/ID on base when it is given (--dashboard-url), else
+// the page the broker named for each run (its --public-url), else none.
 func DashboardLinks(base string, runs []report.Run) []report.Link {
-	if base == "" {
-		return nil
-	}
 	var out []report.Link
 	for _, r := range runs {
 		id, ok := strings.CutPrefix(r.Source, "broker:")
 		if !ok {
 			continue
 		}
-		out = append(out, report.Link{Label: "run " + r.Label, URL: strings.TrimRight(base, "/") + "/ui/runs/" + url.PathEscape(id)})
+		page := r.DashboardURL
+		if base != "" {
+			page = strings.TrimRight(base, "/") + "/ui/runs/" + url.PathEscape(id)
+		}
+		if page != "" {
+			out = append(out, report.Link{Label: "run " + r.Label, URL: page})
+		}
 	}
 	return out
 }

@@ -193,26 +193,32 @@ func TestNameAllowRunning(t *testing.T) {
 	}
 }
 
-// TestRunLinks checks that the caller's links and, with a dashboard
-// address, a page per broker run (not per file) reach the report.
+// TestRunLinks checks that the caller's links and a page per broker run
+// (not per file) reach the report: on the dashboard address when one is
+// given, else the page the broker named (its --public-url), else none.
 func TestRunLinks(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	us := writeLines(t, dir, "us.jsonl", `{"step":0,"loss":2}`, `{"step":10,"loss":1.5}`)
-	src := fakeSource{"alloc-eu1": {Label: "eu-west", Source: "broker:alloc-eu1", Metric: "loss", Points: []metrics.Point{{Step: 0, Value: 2}, {Step: 10, Value: 1.5}}}}
+	pts := []metrics.Point{{Step: 0, Value: 2}, {Step: 10, Value: 1.5}}
+	src := fakeSource{
+		"alloc-eu1": {Label: "eu-west", Source: "broker:alloc-eu1", Metric: "loss", Points: pts},
+		"alloc-ap1": {Label: "ap-south", Source: "broker:alloc-ap1", Metric: "loss", Points: pts, DashboardURL: "https://public.example.com/ui/runs/alloc-ap1"},
+	}
 	ciRun := report.Link{Label: "CI run", URL: "https://ci.example.com/runs/1"}
 	tests := []struct {
 		name string
 		dash string
 		want []report.Link
 	}{
-		{"no dashboard address", "", []report.Link{ciRun}},
-		{"dashboard address", "https://dash.example.com/", []report.Link{ciRun, {Label: "run eu-west", URL: "https://dash.example.com/ui/runs/alloc-eu1"}}},
+		{"no dashboard address", "", []report.Link{ciRun, {Label: "run ap-south", URL: "https://public.example.com/ui/runs/alloc-ap1"}}},
+		{"dashboard address", "https://dash.example.com/", []report.Link{ciRun,
+			{Label: "run eu-west", URL: "https://dash.example.com/ui/runs/alloc-eu1"}, {Label: "run ap-south", URL: "https://dash.example.com/ui/runs/alloc-ap1"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			res, err := Run(context.Background(), Options{Runs: refs(us, "alloc-eu1"), Source: src, Links: []report.Link{ciRun}, DashboardURL: tc.dash})
+			res, err := Run(context.Background(), Options{Runs: refs(us, "alloc-eu1", "alloc-ap1"), Source: src, Links: []report.Link{ciRun}, DashboardURL: tc.dash})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -64,7 +64,9 @@ type Options struct {
 	// BrokerBin and AgentBin are the binaries to run (default: next to
 	// the running executable, else on PATH).
 	BrokerBin, AgentBin string
-	Log                 *slog.Logger
+	// PublicURL is the broker's --public-url (empty: none).
+	PublicURL string
+	Log       *slog.Logger
 }
 
 // DefaultRegions are the regions `gpupass up` starts agents in without
@@ -193,6 +195,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 	}()
 	st.brokerArgs = []string{"--db", db, "serve", "--listen", addr, "--heartbeat-interval", "2s", "--offline-after", "10s"}
+	if o.PublicURL != "" {
+		st.brokerArgs = append(st.brokerArgs, "--public-url", o.PublicURL)
+	}
 	if _, err = st.start("broker", brokerBin, st.brokerArgs, nil); err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Post, "post", "auto", "where to post: auto (detect CI), github, gitlab or none")
 	f.StringVar(&o.SVG, "svg", "", "write the chart as SVG to this path")
 	f.StringVar(&o.PNG, "png", "", "write the chart as PNG to this path")
-	f.StringVar(&o.DashboardURL, "dashboard-url", "", "public address of the broker's dashboard: the report links each run read from the broker to its page there (empty: no such links)")
+	f.StringVar(&o.DashboardURL, "dashboard-url", "", "public address of the broker's dashboard: the report links each run read from the broker to its page there (empty: the page the broker names, when it has a --public-url, else none)")
 	f.BoolVar(&o.LogY, "log-y", false, "draw the SVG/PNG chart's loss axis on a log scale (default: only when the values span two decades or more)")
 	f.StringVar(&o.JUnit, "junit", "", "write JUnit XML (one test case per pair and tolerance) to this path")
 	f.StringVar(&o.JSON, "json", "", "write the report as JSON to this path")

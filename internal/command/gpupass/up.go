@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,7 +30,10 @@ type UpOptions struct {
 	AgentsPerRegion int
 	Profile         string
 	Python          string
-	Demo            bool
+	// PublicURL is where users reach the dashboard: the broker's
+	// --public-url (empty: none).
+	PublicURL string
+	Demo      bool
 	DemoOptions
 	Executor UpExecutor
 
@@ -54,6 +58,7 @@ func (o *UpOptions) addFlags(cmd *cobra.Command, executors []executorflags.Execu
 	f.IntVar(&o.AgentsPerRegion, "agents-per-region", 1, "agents started per region")
 	f.StringVar(&o.Profile, "profile", "a100-80gb-4x", "simulated hardware profile of the agents (built-in name or PROFILE.json)")
 	f.StringVar(&o.Python, "python", probe.DefaultPython, "Python interpreter the agents run jobs with (--demo checks it has torch and the example's pinned packages)")
+	f.StringVar(&o.PublicURL, "public-url", "", "where users reach the broker's dashboard (https://…), when not at the local URL: run pages in webhook events and compare's report link there (gpupass-broker serve --public-url)")
 	f.BoolVar(&o.Demo, "demo", false, "run the example pipeline end to end (validate, train in two regions, compare, audit), then stop")
 	o.DemoOptions.AddFlags(cmd)
 	o.Executor.AddFlags(cmd, executors)
@@ -115,6 +120,11 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	if err := o.Executor.validate(o.AgentsPerRegion, o.Getenv); err != nil {
 		return err
 	}
+	if p := o.PublicURL; p != "" {
+		if u, err := url.Parse(p); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("up: --public-url %q: give the URL users open the dashboard at, e.g. https://gpupass.example.com", p)}
+		}
+	}
 	if o.Demo {
 		// The demo's jobs run with the agents' interpreter; check it can
 		// run them before anything starts.
@@ -127,7 +137,7 @@ func RunUp(ctx context.Context, o *UpOptions, out io.Writer) error {
 	}
 	st, err := localstack.Start(ctx, localstack.Options{
 		StateDir: o.StateDir, Listen: o.Listen, Regions: o.Regions, AgentsPerRegion: o.AgentsPerRegion,
-		Profile: o.Profile, Python: o.Python, Log: o.Log,
+		Profile: o.Profile, Python: o.Python, Log: o.Log, PublicURL: o.PublicURL,
 		Executor: o.Executor.Name, ExecutorArgs: o.Executor.args(),
 	})
 	if re := (*localstack.RunningError)(nil); errors.As(err, &re) {

@@ -114,3 +114,16 @@ func TestUpHelpGroupsExecutorFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestUpRefusesABadPublicURL: up checks --public-url before it starts
+// anything, with the fix in the message, exit 2.
+func TestUpRefusesABadPublicURL(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"gpupass.example.com", "ftp://gpupass.example.com", "https://"} {
+		var out, errw bytes.Buffer
+		code := Main(context.Background(), []string{"up", "--state-dir", t.TempDir(), "--public-url", bad}, strings.NewReader(""), &out, &errw)
+		if code != 2 || !strings.Contains(errw.String(), "--public-url") || !strings.Contains(errw.String(), "e.g. https://gpupass.example.com") {
+			t.Errorf("up --public-url %q: exit %d, stderr %q; want 2 and the fix", bad, code, errw.String())
+		}
+	}
+}

@@ -1332,8 +1332,13 @@ type Run struct {
 	// spec's resources.queue-timeout); 0: until a node frees. A run still
 	// waiting then ends failed with a reason starting "waited".
 	QueueTimeoutSeconds int64 `protobuf:"varint,73,opt,name=queue_timeout_seconds,json=queueTimeoutSeconds,proto3" json:"queue_timeout_seconds,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The run's page on the broker's dashboard at the address users reach
+	// it (gpupass-broker serve --public-url, + /ui/runs/ID); empty when the
+	// broker was given none. Clients link to it (compare's report) rather
+	// than to the URL they read the run from, which may be internal.
+	DashboardUrl  string `protobuf:"bytes,80,opt,name=dashboard_url,json=dashboardUrl,proto3" json:"dashboard_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -1616,6 +1621,13 @@ func (x *Run) GetQueueTimeoutSeconds() int64 {
 		return x.QueueTimeoutSeconds
 	}
 	return 0
+}
+
+func (x *Run) GetDashboardUrl() string {
+	if x != nil {
+		return x.DashboardUrl
+	}
+	return ""
 }
 
 type GetRunRequest struct {
@@ -2629,7 +2641,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\n" +
 	"project_id\x18\x06 \x01(\tR\tprojectId\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\x97\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xbc\n" +
 	"\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2669,7 +2681,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10queued_unix_nano\x18G \x01(\x03R\x0equeuedUnixNano\x12\x1f\n" +
 	"\vqueue_nodes\x18H \x01(\x05R\n" +
 	"queueNodes\x122\n" +
-	"\x15queue_timeout_seconds\x18I \x01(\x03R\x13queueTimeoutSeconds\"*\n" +
+	"\x15queue_timeout_seconds\x18I \x01(\x03R\x13queueTimeoutSeconds\x12#\n" +
+	"\rdashboard_url\x18P \x01(\tR\fdashboardUrl\"*\n" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +
