@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/health"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -106,21 +107,46 @@ func parseSpec(m *gpupassv1.DryRunRequest) (*spec.Spec, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("spec_json: %v", err)
 		}
+		if fe := specRules(m.GetSpecJson(), fp); fe != nil {
+			return nil, "", fe
+		}
 		return sp, fp, nil
 	}
 	return nil, "", errors.New("no spec: set spec_yaml or spec_json")
 }
 
+// specRules holds a spec sent as JSON alone (no file as written) to the
+// rules gpupass validate applies to a file: JSON is YAML, and read as a
+// spec file it must be valid and the spec fp fingerprints. Without this
+// a client sending spec_json only could run and certify a spec that
+// `gpupass validate` refuses (an unpinned CUDA, a missing runtime).
+func specRules(js []byte, fp string) *fielderr.Error {
+	res := spec.Validate(api.FieldSubmitSpecJSON, js)
+	if !res.Valid {
+		return fielderr.New(api.FieldSubmitSpecJSON, "", "is not a valid spec (%d errors): %s: run gpupass validate on the spec file it encodes",
+			res.Errors, strings.Join(specErrors(res), "; "))
+	}
+	if res.Fingerprint != fp {
+		return fielderr.New(api.FieldSubmitSpecJSON, "", "does not read back as the spec it encodes (fingerprint %s, read as a spec file %s): send spec.Encode of a valid spec, as gpupass train does", fp, res.Fingerprint)
+	}
+	return nil
+}
+
 // invalidSpecYAML is the refusal of a spec_yaml that is not a valid
 // spec: its first errors, as gpupass validate names them.
 func invalidSpecYAML(res *spec.Result) error {
+	return fmt.Errorf("spec_yaml is not a valid spec (%d errors): %s", res.Errors, strings.Join(specErrors(res), "; "))
+}
+
+// specErrors are the first errors of res, as gpupass validate names them.
+func specErrors(res *spec.Result) []string {
 	var msgs []string
 	for _, f := range res.Findings {
 		if f.Severity == spec.SevError && len(msgs) < 5 {
 			msgs = append(msgs, fmt.Sprintf("%d:%d %s: %s", f.Line, f.Column, f.Rule, f.Message))
 		}
 	}
-	return fmt.Errorf("spec_yaml is not a valid spec (%d errors): %s", res.Errors, strings.Join(msgs, "; "))
+	return msgs
 }
 
 // checkLimits refuses a threshold or budget that is not a finite number

@@ -61,6 +61,11 @@ func submitSpec(m *gpupassv1.SubmitRequest) (*spec.Spec, []byte, string, error) 
 	if err != nil {
 		return nil, nil, "", refuse("%w", err)
 	}
+	if len(yml) == 0 {
+		if fe := specRules(js, fp); fe != nil {
+			return nil, nil, "", api.FieldError(connect.CodeInvalidArgument, fe)
+		}
+	}
 	if len(yml) > 0 {
 		res, fromYAML, err := spec.EncodeFile(api.FieldSubmitSpecYAML, yml)
 		if !res.Valid {

@@ -48,6 +48,17 @@ func TestSubmitSpecJSONIsTheSpec(t *testing.T) {
 	// Another spec: what the run would really run while the audit shows
 	// the file.
 	other := canon([]byte(strings.Replace(string(file), "transformers==4.38.2", "transformers==4.37.0", 1)))
+	// A spec gpupass validate refuses (no exact CUDA version), in its
+	// canonical JSON: sent alone it skipped the file's rules.
+	loose, err := spec.Decode(sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose.Runtime.CUDA = "12"
+	invalid, err := spec.Encode(loose)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	for _, kind := range brokertest.Stores {
 		t.Run(kind, func(t *testing.T) {
@@ -67,6 +78,7 @@ func TestSubmitSpecJSONIsTheSpec(t *testing.T) {
 				{"spec_json not canonical beside its file", file, structOrder, api.FieldSubmitSpecJSON, "spec_json is not the spec's canonical JSON"},
 				{"spec_json over the size cap", file, append(bytes.Clone(sent), bytes.Repeat([]byte(" "), spec.MaxSize)...), api.FieldSubmitSpecJSON, "spec_json is 1"},
 				{"spec_json with a key this broker does not know", nil, []byte(`{"name":"x","smuggled":true}`), api.FieldSubmitSpecJSON, "unknown field"},
+				{"spec_json alone of a spec gpupass validate refuses", nil, invalid, api.FieldSubmitSpecJSON, "spec_json is not a valid spec (1 errors): 1:"},
 			}
 			for _, r := range refusals {
 				resp, err := c.Run.Submit(ctx, connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: r.yml, SpecJson: r.js,
@@ -82,6 +94,11 @@ func TestSubmitSpecJSONIsTheSpec(t *testing.T) {
 				if connect.CodeOf(err) != connect.CodeInvalidArgument || fe == nil || fe.Field != r.field || !strings.Contains(err.Error(), r.wantInErr) {
 					t.Errorf("%s: err = %v (field %v); want invalid_argument on %s saying %q", r.name, err, fe, r.field, r.wantInErr)
 				}
+			}
+			// A dry run of it is refused the same way, naming the rule.
+			_, err := b.Clients(t, b.Token(t, store.RoleRead, "*")).Node.DryRun(ctx, connect.NewRequest(&gpupassv1.DryRunRequest{Spec: &gpupassv1.DryRunRequest_SpecJson{SpecJson: invalid}}))
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "cuda.exact-version") {
+				t.Errorf("dry run of a spec_json gpupass validate refuses: %v; want invalid_argument naming cuda.exact-version", err)
 			}
 
 			accepted := []struct {
