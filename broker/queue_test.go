@@ -126,8 +126,10 @@ func TestQueueOrderAndTimeout(t *testing.T) {
 				r = get(onOne, late.Id)
 			}
 			want := "waited 2s in the queue at position 2 for 1 busy certified node in us-west-2: raise --queue-timeout or add nodes"
-			if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || r.Reason != want {
-				t.Errorf("late ended %v: %q; want failed: %q", r.State, r.Reason, want)
+			// It keeps when it began waiting: clients tell a run that
+			// waited out its timeout from one no node could take.
+			if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || r.Reason != want || r.QueuedUnixNano == 0 {
+				t.Errorf("late ended %v: %q, queued at %d; want failed: %q, with its time in the queue", r.State, r.Reason, r.QueuedUnixNano, want)
 			}
 			if r := get(onTwo, second.Id); r.State != gpupassv1.AllocState_ALLOC_STATE_PENDING || r.QueuePosition != 1 {
 				t.Errorf("second, with no queue timeout, is %v at position %d; want still pending at 1", r.State, r.QueuePosition)

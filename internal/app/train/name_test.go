@@ -1,6 +1,11 @@
 package train
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+)
 
 func TestTrainRunName(t *testing.T) {
 	t.Parallel()
@@ -23,5 +28,26 @@ func TestTrainRunName(t *testing.T) {
 				t.Errorf("RunName = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestErrHintsFitTheFailure: a run no node could take names the dry-run
+// that gives every node's reason; one that waited in the queue until its
+// --queue-timeout (nodes busy, not unfit) does not, its reason saying
+// what to do.
+func TestErrHintsFitTheFailure(t *testing.T) {
+	t.Parallel()
+	failed := gpupassv1.AllocState_ALLOC_STATE_FAILED
+	r := &Result{spec: "gpupass.yaml", Runs: []*gpupassv1.Run{
+		{Id: "alloc-1", Region: "us-west-2", State: failed, Reason: "no certified node in us-west-2: 2 excluded"},
+		{Id: "alloc-2", Region: "eu-central-1", State: failed, QueuedUnixNano: 1,
+			Reason: "waited 10s in the queue at position 1 for 1 busy certified node in eu-central-1: raise --queue-timeout or add nodes"},
+	}}
+	msg := r.Err().Error()
+	if !strings.Contains(msg, "no certified node in us-west-2: 2 excluded (every node's reason: gpupass validate --dry-run --region us-west-2 --excluded summary)") {
+		t.Errorf("the unplaced run has no dry-run hint:\n%s", msg)
+	}
+	if strings.Count(msg, "every node's reason") != 1 || !strings.HasSuffix(msg, "raise --queue-timeout or add nodes") {
+		t.Errorf("the run that waited out its queue timeout got the dry-run hint, or lost its reason:\n%s", msg)
 	}
 }

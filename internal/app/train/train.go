@@ -310,7 +310,7 @@ func (r *Result) Err() error {
 	for _, run := range r.Runs {
 		if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED || run.State == gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
 			why := fmt.Sprintf("%s (%s) %s", run.Id, termsafe.String(run.Region), events.Outcome(runview.State(run.State), termsafe.String(run.Reason)))
-			if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED && run.NodeId == "" {
+			if run.State == gpupassv1.AllocState_ALLOC_STATE_FAILED && run.NodeId == "" && !queueExpired(run) {
 				// Never placed: the broker says why in its words; the
 				// command that shows every node's reason is the CLI's.
 				why += " (every node's reason: " + r.dryRunHint(run.Region) + ")"
@@ -322,6 +322,14 @@ func (r *Result) Err() error {
 		return nil
 	}
 	return &exitcode.Error{Code: exitcode.Findings, Err: fmt.Errorf("%d of %d runs did not succeed: %s", len(bad), len(r.Runs), strings.Join(bad, "; "))}
+}
+
+// queueExpired says the run failed waiting in its region's queue (its
+// --queue-timeout): nodes could take it but were all busy, so the
+// dry-run's reasons per node would show nothing to fix, and the broker's
+// reason already says what to do ("raise --queue-timeout or add nodes").
+func queueExpired(run *gpupassv1.Run) bool {
+	return run.GetQueuedUnixNano() != 0 && strings.HasPrefix(run.GetReason(), "waited ")
 }
 
 // dryRunHint is the command that says, node by node, why a run of the
