@@ -8,14 +8,19 @@ package regtest
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -118,4 +123,20 @@ func BuildWheels(t testing.TB, py string, pkgs map[string]string) string {
 		t.Fatalf("pip wheel: %v\n%s", err, out)
 	}
 	return house
+}
+
+// StartInProcessRegistry runs go-containerregistry's in-process registry
+// on a loopback port until the test ends, and returns host:port (plain
+// HTTP). With referrers it has the OCI 1.1 referrers API, which the
+// distribution registry of StartRegistry has not. wrap, when set, wraps
+// the registry's handler (a registry whose storage changed, a fault).
+func StartInProcessRegistry(t testing.TB, referrers bool, wrap func(next http.Handler) http.Handler) string {
+	t.Helper()
+	var h http.Handler = registry.New(registry.WithReferrersSupport(referrers), registry.Logger(log.New(io.Discard, "", 0)))
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
 }

@@ -1,0 +1,127 @@
+package model_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/model"
+	"github.com/gpupass/gpupass/internal/testutil/regtest"
+)
+
+func signer(t *testing.T) (*audit.KeySigner, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := audit.NewKeySigner(key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, key
+}
+
+func modelFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ckpt-40.pt")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var pred = model.Predicate{
+	SpecFingerprint: "sha256:abc",
+	Run:             model.Run{ID: "alloc-1", Group: "group-1", Region: "us-west-2", State: "succeeded"},
+	Nodes:           []model.Node{{NodeID: "node-1", RunReportSHA256: strings.Repeat("a", 64), AgentKeySHA256: strings.Repeat("b", 64), RuntimeFingerprint: "sha256:abc"}},
+	Metrics:         &model.Metrics{LastStep: 40, Values: map[string]float64{"loss": 0.25}},
+}
+
+func regOpts() bundle.RegistryOptions { return bundle.RegistryOptions{PlainHTTP: true} }
+
+// Push then Verify on a registry with the referrers API and one without
+// (the sha256-<hex> tag), and a changed model blob fails the model layer.
+func TestPushVerify(t *testing.T) {
+	t.Parallel()
+	for _, api := range []bool{true, false} {
+		t.Run(fmt.Sprintf("referrers-api=%v", api), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var tamper atomic.Bool
+			host := startRegistry(t, api, &tamper, len("weights"))
+			s, key := signer(t)
+			res, err := model.Push(ctx, host+"/team/model:v1", model.PushOptions{Registry: regOpts(), Path: modelFile(t, "weights"), Predicate: pred, Source: model.SourceFile, Signer: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(res.Reference, host+"/team/model@sha256:") || res.Model.Size != 7 {
+				t.Fatalf("push = %+v", res)
+			}
+			v, err := model.Verify(ctx, host+"/team/model:v1", model.VerifyOptions{Registry: regOpts(), Key: key.Public()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !v.OK || v.Predicate == nil || v.Predicate.Run.ID != "alloc-1" || v.Attestation != res.Attestation {
+				t.Fatalf("verify = %+v", v)
+			}
+			via := "referrers API"
+			if !api {
+				via = "tag sha256-"
+			}
+			if !strings.Contains(v.Layers[1].Detail, via) {
+				t.Errorf("attestation layer %q, want found through the %s", v.Layers[1].Detail, via)
+			}
+
+			// Another key: the signature layer fails.
+			_, other := signer(t)
+			v, err = model.Verify(ctx, res.Reference, model.VerifyOptions{Registry: regOpts(), Key: other.Public()})
+			if err != nil || v.OK || v.FailedLayer != model.LayerSignature {
+				t.Errorf("verify with another key = %+v, %v; want the signature layer failed", v, err)
+			}
+
+			tamper.Store(true)
+			v, err = model.Verify(ctx, res.Reference, model.VerifyOptions{Registry: regOpts(), Key: key.Public()})
+			if err != nil || v.OK || v.FailedLayer != model.LayerModel || !strings.Contains(v.Layers[len(v.Layers)-1].Problems[0].Message, "the stored model was changed") {
+				t.Errorf("verify of a changed blob = %+v, %v; want the model layer failed", v, err)
+			}
+		})
+	}
+}
+
+// startRegistry serves ggcr's registry; with tamper set, a blob of size
+// bytes is served with its first byte changed, as a registry whose
+// storage was edited would serve it.
+func startRegistry(t *testing.T, api bool, tamper *atomic.Bool, size int) string {
+	t.Helper()
+	return regtest.StartInProcessRegistry(t, api, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !tamper.Load() || r.Method != http.MethodGet || !strings.Contains(r.URL.Path, "/blobs/sha256:") {
+				next.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			b := rec.Body.Bytes()
+			if len(b) == size {
+				b[0] ^= 0xff
+			}
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(b)
+		})
+	})
+}
