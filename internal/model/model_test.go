@@ -42,10 +42,12 @@ func modelFile(t *testing.T, body string) string {
 	return p
 }
 
+var fp = "sha256:" + strings.Repeat("4e", 32)
+
 var pred = model.Predicate{
-	SpecFingerprint: "sha256:abc",
+	SpecFingerprint: fp,
 	Run:             model.Run{ID: "alloc-1", Group: "group-1", Region: "us-west-2", State: "succeeded"},
-	Nodes:           []model.Node{{NodeID: "node-1", RunReportSHA256: strings.Repeat("a", 64), AgentKeySHA256: strings.Repeat("b", 64), RuntimeFingerprint: "sha256:abc"}},
+	Nodes:           []model.Node{{NodeID: "node-1", RunReportSHA256: strings.Repeat("a", 64), AgentKeySHA256: strings.Repeat("b", 64), RuntimeFingerprint: fp}},
 	Metrics:         &model.Metrics{LastStep: 40, Values: map[string]float64{"loss": 0.25}},
 }
 
@@ -75,6 +77,9 @@ func TestPushVerify(t *testing.T) {
 			}
 			if !v.OK || v.Predicate == nil || v.Predicate.Run.ID != "alloc-1" || v.Attestation != res.Attestation {
 				t.Fatalf("verify = %+v", v)
+			}
+			if err := validate(t, schema(t), *v.Predicate); err != nil {
+				t.Errorf("the predicate push wrote does not validate against the schema: %v", err)
 			}
 			via := "referrers API"
 			if !api {

@@ -15,6 +15,7 @@ package model
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/gpupass/gpupass/internal/audit"
@@ -172,8 +173,8 @@ func (s Statement) Marshal() ([]byte, error) {
 	return b, nil
 }
 
-// FinalMetrics returns the last step of points and each metric's value
-// at its last logged step; nil when there are none.
+// FinalMetrics returns the last step of points and each metric's last
+// logged finite value; nil when there are none.
 func FinalMetrics(points []MetricPoint) *Metrics {
 	if len(points) == 0 {
 		return nil
@@ -184,7 +185,10 @@ func FinalMetrics(points []MetricPoint) *Metrics {
 	for _, p := range sorted {
 		m.LastStep = max(m.LastStep, p.Step)
 		for k, v := range p.Values {
-			m.Values[k] = v
+			// JSON has no NaN or Inf: a metric's last finite value.
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				m.Values[k] = v
+			}
 		}
 	}
 	return m
