@@ -70,6 +70,35 @@ type PushResult struct {
 	Predicate     Predicate `json:"predicate"`
 }
 
+// CheckPush checks what a push is given before any work: ref is a tag
+// reference, the file (when named) a regular file within maxBytes.
+func CheckPush(ref, path string, maxBytes int64, reg bundle.RegistryOptions) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxModelBytes
+	}
+	r, err := reg.ParseReference(ref)
+	if err != nil {
+		return fielderr.New(FieldRef, ref, "%w", err)
+	}
+	if _, ok := r.(name.Digest); ok {
+		return fielderr.New(FieldRef, ref, "names a digest: push to a tag (REGISTRY/REPOSITORY:TAG); the digest is what push prints")
+	}
+	if path == "" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fielderr.New(FieldFile, path, "%w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fielderr.New(FieldFile, path, "is not a regular file: name the model file itself (a directory is not pushed; archive it first)")
+	}
+	if fi.Size() > maxBytes {
+		return fielderr.New(FieldFile, path, "is %d bytes, over the %d allowed: raise {%s} if it is meant to be that large", fi.Size(), maxBytes, FieldMaxSize)
+	}
+	return nil
+}
+
 // Push uploads the model file as an OCI 1.1 artifact at ref (a tag) and
 // attaches the signed in-toto attestation of the predicate to it: the
 // blobs first, then the model manifest (and so the tag), then the
@@ -82,12 +111,8 @@ func Push(ctx context.Context, ref string, o PushOptions) (*PushResult, error) {
 	if limit <= 0 {
 		limit = DefaultMaxModelBytes
 	}
-	r, err := o.Registry.ParseReference(ref)
-	if err != nil {
-		return nil, fielderr.New(FieldRef, ref, "%w", err)
-	}
-	if _, ok := r.(name.Digest); ok {
-		return nil, fielderr.New(FieldRef, ref, "names a digest: push to a tag (REGISTRY/REPOSITORY:TAG); the digest is what push prints")
+	if err := CheckPush(ref, o.Path, limit, o.Registry); err != nil {
+		return nil, err
 	}
 	title := o.Name
 	if title == "" {
@@ -214,12 +239,6 @@ func hashFile(path string, limit int64) (File, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return File{}, fielderr.New(FieldFile, path, "%w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return File{}, fielderr.New(FieldFile, path, "is not a regular file: name the model file itself (a directory is not pushed; archive it first)")
-	}
-	if fi.Size() > limit {
-		return File{}, fielderr.New(FieldFile, path, "is %d bytes, over the %d allowed: raise {%s} if it is meant to be that large", fi.Size(), limit, FieldMaxSize)
 	}
 	fh, err := os.Open(path)
 	if err != nil {

@@ -223,7 +223,13 @@ func attestations(ctx context.Context, c *bundle.Client, digest name.Digest, res
 		res.add(audit.Layer{Name: LayerAttestation, Problems: problems})
 		return nil, nil
 	}
-	res.add(audit.Layer{Name: LayerAttestation, Detail: fmt.Sprintf("%d sigstore bundle(s) found through the %s", len(found), via)})
+	detail := fmt.Sprintf("%d sigstore bundle(s) found through the %s", len(found), via)
+	for _, p := range problems {
+		// Not a failure while another bundle is there to check; said,
+		// since it is what an attacker's referrer looks like.
+		detail += fmt.Sprintf("; skipped %s: %s", p.File, p.Message)
+	}
+	res.add(audit.Layer{Name: LayerAttestation, Detail: detail})
 	return found, nil
 }
 

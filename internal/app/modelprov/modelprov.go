@@ -70,6 +70,11 @@ func Push(ctx context.Context, rc *client.RunClients, o PushOptions) (*model.Pus
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// What the user named is checked before the broker and the registry
+	// are asked for anything.
+	if err := model.CheckPush(o.Ref, o.File, o.MaxBytes, o.Registry); err != nil {
+		return nil, err
+	}
 	p, err := Evidence(ctx, rc, o.AllocationID)
 	if err != nil {
 		return nil, err
