@@ -119,6 +119,7 @@ func TestModelPushVerify(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("model push: exit %d\n%s", code, text)
 			}
+			t.Logf("model push printed:\n%s", text)
 			var pasted string
 			for _, l := range strings.Split(text, "\n") {
 				if s := strings.TrimSpace(l); strings.HasPrefix(s, "gpupass model verify ") {
@@ -135,6 +136,7 @@ func TestModelPushVerify(t *testing.T) {
 			if code != 0 || !strings.Contains(vout, "verified "+reg.host+"/team/model@sha256:") || !strings.Contains(vout, "ok   model") {
 				t.Fatalf("the pasted %q: exit %d\n%s%s", pasted, code, vout, verr)
 			}
+			t.Logf("the pasted verify printed:\n%s", vout)
 			for _, want := range []string{"run       " + run.Id, "node      " + run.NodeId, "metrics   last step 30", "audit     audit-report.zip"} {
 				if !strings.Contains(vout, want) {
 					t.Errorf("verify output lacks %q:\n%s", want, vout)
