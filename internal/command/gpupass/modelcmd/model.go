@@ -280,6 +280,11 @@ func (p pushed) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "  %s\n", r.Reference)
 	fmt.Fprintf(&b, "attested %s\n  %s\n", r.PredicateType, r.Attestation)
 	fmt.Fprintf(&b, "verify it (the model's bytes too):\n  %s\n", p.verify)
+	if strings.Contains(p.verify, " --key cosign.pub") {
+		if _, err := os.Stat("cosign.pub"); err != nil {
+			b.WriteString("  (cosign.pub is the public half of --key: `cosign public-key --key cosign.key > cosign.pub` writes it)\n")
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

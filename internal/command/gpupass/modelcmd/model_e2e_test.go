@@ -90,6 +90,10 @@ func TestModelPushVerify(t *testing.T) {
 	}
 	ckName, ckSHA := st.Msg().Name, st.Msg().Sha256
 	st.Close()
+	// The run's last checkpoint, written as it ended, is its model.
+	if ckName != "ckpt-00000030.pt" {
+		t.Errorf("the broker's checkpoint of the run is %s, want the last one, ckpt-00000030.pt", ckName)
+	}
 
 	withAPI := regtest.StartInProcessRegistry(t, true, nil)
 	noAPI, storage := regtest.StartRegistryStorage(t)
