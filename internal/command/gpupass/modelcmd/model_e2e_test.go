@@ -89,6 +89,13 @@ func TestModelPushVerify(t *testing.T) {
 		t.Fatalf("the run's checkpoint: %v %v", err, st.Err())
 	}
 	ckName, ckSHA := st.Msg().Name, st.Msg().Sha256
+	ckBytes := st.Msg().Data
+	for st.Receive() {
+		ckBytes = append(ckBytes, st.Msg().Data...)
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
 	st.Close()
 	// The run's last checkpoint, written as it ended, is its model.
 	if ckName != "ckpt-00000030.pt" {
@@ -97,6 +104,45 @@ func TestModelPushVerify(t *testing.T) {
 
 	withAPI := regtest.StartInProcessRegistry(t, true, nil)
 	noAPI, storage := regtest.StartRegistryStorage(t)
+
+	t.Run("--file", func(t *testing.T) {
+		// The run's own checkpoint named as a file is still the run's;
+		// another file is attested as what it is.
+		same, other := filepath.Join(dir, "final.pt"), filepath.Join(dir, "tuned.pt")
+		if err := os.WriteFile(same, ckBytes, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(other, append(ckBytes, 0), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ file, name, source string }{{same, ckName, model.SourceCheckpoint}, {other, "tuned.pt", model.SourceFile}} {
+			out, all, code := gp("model", "push", run.Id, withAPI+"/team/file:v1", "--key", key, "--file", tc.file, "--plain-http", "-o", "json")
+			var res model.PushResult
+			if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Model.Name != tc.name || res.Model.Source != tc.source {
+				t.Errorf("model push --file %s: exit %d, model %+v; want %s from %s\n%s", tc.file, code, res.Model, tc.name, tc.source, all)
+			}
+		}
+		// A run without --resume-elsewhere shipped nothing: --file is the fix.
+		plain := stack.Command(ctx, "train", "--spec", "examples/train/gpupass.yaml", "--region", "us-west-2",
+			"--workdir", "examples/train", "--name", "model-e2e-plain", "--follow", "--", py, "-c", "pass")
+		if out, err := plain.CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		runs, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plainID string
+		for _, r := range runs.Msg.Runs {
+			if r.Id != run.Id {
+				plainID = r.Id
+			}
+		}
+		_, all, code := gp("model", "push", plainID, withAPI+"/team/file:v2", "--key", key, "--plain-http")
+		if code != 2 || !strings.Contains(all, "--file") || !strings.Contains(all, "shipped no checkpoint") || !strings.Contains(all, "--resume-elsewhere") {
+			t.Errorf("model push of a run that shipped no checkpoint: exit %d, want 2 naming --file and why\n%s", code, all)
+		}
+	})
 	for _, reg := range []struct{ name, host string }{{"referrers API", withAPI}, {"tag fallback", noAPI}} {
 		t.Run(reg.name, func(t *testing.T) {
 			ref := reg.host + "/team/model:v1"
