@@ -120,6 +120,10 @@ type Broker struct {
 	store store.Store
 	log   *slog.Logger
 
+	// ckptSlots bounds the GetCheckpoint calls assembling a checkpoint
+	// at once: each holds up to twice api.MaxCheckpointBytes.
+	ckptSlots chan struct{}
+
 	tokens tokenCache
 
 	agentsMu sync.Mutex
@@ -232,15 +236,16 @@ func New(cfg Config) *Broker {
 	}
 	b := &Broker{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
-		tokens:  tokenCache{m: map[string]cachedToken{}},
-		agents:  map[string]*agentEntry{},
-		seen:    newBeatTable(),
-		counter: map[string]uint64{},
-		dirty:   map[string]struct{}{},
-		online:  map[string]bool{},
-		stop:    make(chan struct{}),
-		runs:    newRunsState(),
-		started: time.Now(),
+		ckptSlots: make(chan struct{}, maxCheckpointReads),
+		tokens:    tokenCache{m: map[string]cachedToken{}},
+		agents:    map[string]*agentEntry{},
+		seen:      newBeatTable(),
+		counter:   map[string]uint64{},
+		dirty:     map[string]struct{}{},
+		online:    map[string]bool{},
+		stop:      make(chan struct{}),
+		runs:      newRunsState(),
+		started:   time.Now(),
 
 		replicaID: newReplicaID(), echoTag: newEchoTag(),
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -49,6 +50,13 @@ func (b *Broker) attachCheckpoint(ctx context.Context, rs store.Runs, a store.Al
 	return nil
 }
 
+// maxCheckpointReads is how many GetCheckpoint calls assemble a
+// checkpoint at once; a call waits checkpointSlotWait for a turn.
+const (
+	maxCheckpointReads = 4
+	checkpointSlotWait = 30 * time.Second
+)
+
 func init() {
 	AllowRoles(gpupassv1connect.RunServiceGetCheckpointProcedure, store.RoleRead, store.RoleSubmit, store.RoleAdmin)
 }
@@ -70,6 +78,18 @@ func (s *runService) GetCheckpoint(ctx context.Context, req *connect.Request[gpu
 	}
 	if !a.State.Terminal() {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("run %s is still %s: its final checkpoint is known once it ends", a.ID, a.State))
+	}
+	// A read token must not make the broker hold a checkpoint per call
+	// it opens: a few at a time, the others wait, then are told to retry.
+	t := time.NewTimer(checkpointSlotWait)
+	defer t.Stop()
+	select {
+	case b.ckptSlots <- struct{}{}:
+		defer func() { <-b.ckptSlots }()
+	case <-t.C:
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the broker is sending %d checkpoints already: retry in a few seconds", maxCheckpointReads))
+	case <-ctx.Done():
+		return connect.NewError(connect.CodeCanceled, ctx.Err())
 	}
 	var asm api.CheckpointAssembler
 	var after uint64
