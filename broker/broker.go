@@ -236,19 +236,19 @@ func New(cfg Config) *Broker {
 	}
 	b := &Broker{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
-		ckptSlots: make(chan struct{}, maxCheckpointReads),
-		tokens:    tokenCache{m: map[string]cachedToken{}},
-		agents:    map[string]*agentEntry{},
-		seen:      newBeatTable(),
-		counter:   map[string]uint64{},
-		dirty:     map[string]struct{}{},
-		online:    map[string]bool{},
-		stop:      make(chan struct{}),
-		runs:      newRunsState(),
-		started:   time.Now(),
+		tokens:  tokenCache{m: map[string]cachedToken{}},
+		agents:  map[string]*agentEntry{},
+		seen:    newBeatTable(),
+		counter: map[string]uint64{},
+		dirty:   map[string]struct{}{},
+		online:  map[string]bool{},
+		stop:    make(chan struct{}),
+		runs:    newRunsState(),
+		started: time.Now(),
 
 		replicaID: newReplicaID(), echoTag: newEchoTag(),
 	}
+	b.ckptSlots = make(chan struct{}, maxCheckpointReads)
 	b.metrics = b.newMetrics()
 	// Replicas on one store pass their wake-ups to each other (signal.go).
 	if sg, ok := b.store.(store.Signals); ok {
