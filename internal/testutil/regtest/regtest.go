@@ -1,8 +1,10 @@
-// Package regtest gives tests the real pieces of the wheel-bundle path:
-// the distribution registry server (Debian's docker-registry, installed by
-// scripts/setup.d/30-registry.sh) on a loopback port, and real wheels
-// built offline by pip. The bundle end-to-end tests and the agent's
-// bundle-install tests share it, so there is one way to stand them up.
+// Package regtest gives tests the real pieces of the wheel-bundle and
+// model paths: the distribution registry server (Debian's docker-registry,
+// installed by scripts/setup.d/30-registry.sh, without the OCI 1.1
+// referrers API) and go-containerregistry's in-process registry (with it)
+// on loopback ports, and real wheels built offline by pip. The bundle and
+// model end-to-end tests and the agent's bundle-install tests share it, so
+// there is one way to stand them up.
 package regtest
 
 import (
