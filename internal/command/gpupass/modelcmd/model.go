@@ -148,7 +148,8 @@ digest (cosign checks the manifest only: a model changed in the registry's
 storage passes cosign and fails here). Prints the provenance once verified.
 
 Exit codes: 0 every layer ok, 1 a layer failed (the first is named), 2 a
-usage error (a missing --key, an unreadable key).`,
+usage or I/O error (a missing --key, an unreadable key, a registry that
+cannot be reached).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return errors.New("want REF: the model's REGISTRY/REPOSITORY@sha256:… as gpupass model push printed it (or a tag)")
