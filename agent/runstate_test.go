@@ -399,3 +399,37 @@ func TestOldWorkDirsPruned(t *testing.T) {
 		t.Errorf("KeepRuns 0 deleted work dirs: %d left, want 4", len(ents))
 	}
 }
+
+// TestFinalCheckpointShipped: a checkpoint the job writes as its last act
+// (no tick of the watcher sees it settle while the run runs) is shipped
+// once the job exited, before the run's end is reported: it is the
+// run's model, what `gpupass model push` pushes.
+func TestFinalCheckpointShipped(t *testing.T) {
+	t.Parallel()
+	src := newMemSource()
+	l := newTestLoop(src, t.TempDir())
+	l.DrainTimeout = 10 * time.Second
+	job := `d="$GPUPASS_CHECKPOINT_DIR"; mkdir -p "$d"; echo early > "$d/ckpt-1.pt"; sleep 1.5; echo final > "$d/ckpt-2.pt"`
+	a := &Assignment{AllocID: "alloc-0000c0c1", FencingToken: 1, Command: []string{"sh", "-c", job}}
+	final := l.RunAssignment(context.Background(), a)
+	if final.State != StateSucceeded {
+		t.Fatalf("run ended %s (%s)", final.State, final.Reason)
+	}
+	var asm api.CheckpointAssembler
+	src.mu.Lock()
+	for seq := uint64(1); seq <= uint64(len(src.recs)); seq++ {
+		if r := src.recs[seq]; r.Kind == spool.KindCheckpoint {
+			if err := asm.Add(r.Data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n := len(src.recs)
+	src.mu.Unlock()
+	if name, data := asm.Newest(); name != "ckpt-2.pt" || string(data) != "final\n" {
+		t.Fatalf("newest shipped checkpoint = %q %q, want ckpt-2.pt, the one written last", name, data)
+	}
+	if final.LastSeq != uint64(n) {
+		t.Errorf("final last seq %d, %d records held: the final checkpoint's records are not counted", final.LastSeq, n)
+	}
+}

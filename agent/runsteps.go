@@ -217,6 +217,14 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 	res, err := x.Execute(runCtx, job, r.up)
 	stopRun(nil)
 	<-watchDone
+	if ship != nil && err == nil && res.State == executor.Succeeded {
+		// The job has exited: what it wrote last is final, settled or
+		// not, and is the model of the run (gpupass model push pushes the
+		// newest shipped checkpoint). The watcher ticks only while the
+		// run runs, so a checkpoint written in its last second would
+		// otherwise stay here.
+		ship.tick(time.Now().Add(ship.settle))
+	}
 	// The background uploader stops first: two loops uploading from one
 	// spool race on the broker's gap-free mark (one sees a lower
 	// held_through than the other already acknowledged and gives up),

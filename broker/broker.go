@@ -120,6 +120,10 @@ type Broker struct {
 	store store.Store
 	log   *slog.Logger
 
+	// ckptSlots bounds the GetCheckpoint calls assembling a checkpoint
+	// at once: each holds up to twice api.MaxCheckpointBytes.
+	ckptSlots chan struct{}
+
 	tokens tokenCache
 
 	agentsMu sync.Mutex
@@ -244,6 +248,7 @@ func New(cfg Config) *Broker {
 
 		replicaID: newReplicaID(), echoTag: newEchoTag(),
 	}
+	b.ckptSlots = make(chan struct{}, maxCheckpointReads)
 	b.metrics = b.newMetrics()
 	// Replicas on one store pass their wake-ups to each other (signal.go).
 	if sg, ok := b.store.(store.Signals); ok {

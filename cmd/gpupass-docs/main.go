@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
 	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
+	"github.com/gpupass/gpupass/internal/command/gpupass/modelcmd"
 	loadgencmd "github.com/gpupass/gpupass/internal/command/loadgen"
 )
 
@@ -42,7 +43,7 @@ func executors() ([]byte, []executorflags.Executor, error) {
 // stale one being replaced).
 func trees(es []executorflags.Executor) []docsgen.Tree {
 	return []docsgen.Tree{
-		{Command: gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}), gpupass.WithExecutors(es)),
+		{Command: gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command, modelcmd.Command), gpupass.WithPoster(forgepost.Poster{}), gpupass.WithExecutors(es)),
 			Note: "The CLI every pipeline step runs: one binary with every command, the audit, bundle and forge commands included."},
 		{Command: brokercmd.NewCommand(), Note: "The control plane (see [operating the broker](../operating-the-broker.md))."},
 		{Command: agentcmd.NewCommand(io.Discard), Note: "The daemon on each GPU node or Slurm login node (see [Slurm](../slurm.md) and [Kubernetes](../kubernetes.md))."},

@@ -14,12 +14,13 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
 	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
+	"github.com/gpupass/gpupass/internal/command/gpupass/modelcmd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := gpupass.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr,
-		gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}))
+		gpupass.WithCommands(auditcmd.Command, bundlecmd.Command, modelcmd.Command), gpupass.WithPoster(forgepost.Poster{}))
 	stop()
 	os.Exit(code)
 }

@@ -49,14 +49,14 @@ func getManifest(ctx context.Context, c *http.Client, r name.Reference) ([]byte,
 		return nil, v1.Hash{}, "", err
 	}
 	if resp.ContentLength > maxManifest {
-		return nil, v1.Hash{}, "", fmt.Errorf("%w: registry %s announces a manifest of %d bytes; a bundle's is at most %d", ErrVerification, repo.RegistryStr(), resp.ContentLength, maxManifest)
+		return nil, v1.Hash{}, "", fmt.Errorf("%w: registry %s announces a manifest of %d bytes; one of a bundle or a model is at most %d", ErrVerification, repo.RegistryStr(), resp.ContentLength, maxManifest)
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxManifest+1))
 	if err != nil {
 		return nil, v1.Hash{}, "", redactURL(err)
 	}
 	if len(raw) > maxManifest {
-		return nil, v1.Hash{}, "", fmt.Errorf("%w: registry %s sent more than %d bytes of manifest; a bundle's is a few kilobytes (stopped reading)", ErrVerification, repo.RegistryStr(), maxManifest)
+		return nil, v1.Hash{}, "", fmt.Errorf("%w: registry %s sent more than %d bytes of manifest; one of a bundle or a model is a few kilobytes (stopped reading)", ErrVerification, repo.RegistryStr(), maxManifest)
 	}
 	got, _, err := v1.SHA256(bytes.NewReader(raw))
 	if err != nil {

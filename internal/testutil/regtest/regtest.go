@@ -1,21 +1,28 @@
-// Package regtest gives tests the real pieces of the wheel-bundle path:
-// the distribution registry server (Debian's docker-registry, installed by
-// scripts/setup.d/30-registry.sh) on a loopback port, and real wheels
-// built offline by pip. The bundle end-to-end tests and the agent's
-// bundle-install tests share it, so there is one way to stand them up.
+// Package regtest gives tests the real pieces of the wheel-bundle and
+// model paths: the distribution registry server (Debian's docker-registry,
+// installed by scripts/setup.d/30-registry.sh, without the OCI 1.1
+// referrers API) and go-containerregistry's in-process registry (with it)
+// on loopback ports, and real wheels built offline by pip. The bundle and
+// model end-to-end tests and the agent's bundle-install tests share it, so
+// there is one way to stand them up.
 package regtest
 
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/gpupass/gpupass/internal/testutil"
 )
@@ -118,4 +125,20 @@ func BuildWheels(t testing.TB, py string, pkgs map[string]string) string {
 		t.Fatalf("pip wheel: %v\n%s", err, out)
 	}
 	return house
+}
+
+// StartInProcessRegistry runs go-containerregistry's in-process registry
+// on a loopback port until the test ends, and returns host:port (plain
+// HTTP). With referrers it has the OCI 1.1 referrers API, which the
+// distribution registry of StartRegistry has not. wrap, when set, wraps
+// the registry's handler (a registry whose storage changed, a fault).
+func StartInProcessRegistry(t testing.TB, referrers bool, wrap func(next http.Handler) http.Handler) string {
+	t.Helper()
+	var h http.Handler = registry.New(registry.WithReferrersSupport(referrers), registry.Logger(log.New(io.Discard, "", 0)))
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
 }

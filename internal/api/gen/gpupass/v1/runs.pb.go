@@ -2383,6 +2383,122 @@ func (x *SubmitRunReportResponse) GetMatch() bool {
 	return false
 }
 
+type GetCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AllocId       string                 `protobuf:"bytes,1,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCheckpointRequest) Reset() {
+	*x = GetCheckpointRequest{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCheckpointRequest) ProtoMessage() {}
+
+func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*GetCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetCheckpointRequest) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+type GetCheckpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set on the first message: the checkpoint's file name, size and
+	// hex sha256 as the node shipped it (the broker checked the bytes
+	// against it when it assembled them).
+	Name   string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Size   int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The next chunk of the file's bytes.
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCheckpointResponse) Reset() {
+	*x = GetCheckpointResponse{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCheckpointResponse) ProtoMessage() {}
+
+func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*GetCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetCheckpointResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetCheckpointResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *GetCheckpointResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *GetCheckpointResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type GetRunEvidenceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AllocId       string                 `protobuf:"bytes,1,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
@@ -2392,7 +2508,7 @@ type GetRunEvidenceRequest struct {
 
 func (x *GetRunEvidenceRequest) Reset() {
 	*x = GetRunEvidenceRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2520,7 @@ func (x *GetRunEvidenceRequest) String() string {
 func (*GetRunEvidenceRequest) ProtoMessage() {}
 
 func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2533,7 @@ func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{26}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetRunEvidenceRequest) GetAllocId() string {
@@ -2452,7 +2568,7 @@ type GetRunEvidenceResponse struct {
 
 func (x *GetRunEvidenceResponse) Reset() {
 	*x = GetRunEvidenceResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2580,7 @@ func (x *GetRunEvidenceResponse) String() string {
 func (*GetRunEvidenceResponse) ProtoMessage() {}
 
 func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2593,7 @@ func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{27}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetRunEvidenceResponse) GetRun() *Run {
@@ -2733,7 +2849,14 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x17SubmitRunReportResponse\x12\x16\n" +
 	"\x06passed\x18\x01 \x01(\bR\x06passed\x12/\n" +
 	"\x13runtime_fingerprint\x18\x02 \x01(\tR\x12runtimeFingerprint\x12\x14\n" +
-	"\x05match\x18\x03 \x01(\bR\x05match\"2\n" +
+	"\x05match\x18\x03 \x01(\bR\x05match\"1\n" +
+	"\x14GetCheckpointRequest\x12\x19\n" +
+	"\balloc_id\x18\x01 \x01(\tR\aallocId\"k\n" +
+	"\x15GetCheckpointResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"2\n" +
 	"\x15GetRunEvidenceRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"\xf5\x02\n" +
 	"\x16GetRunEvidenceResponse\x12!\n" +
@@ -2771,7 +2894,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\bPollWork\x12\x1b.gpupass.v1.PollWorkRequest\x1a\x1c.gpupass.v1.PollWorkResponse\"\x00\x12_\n" +
 	"\x10UpdateAllocation\x12#.gpupass.v1.UpdateAllocationRequest\x1a$.gpupass.v1.UpdateAllocationResponse\"\x00\x12V\n" +
 	"\rUploadRecords\x12 .gpupass.v1.UploadRecordsRequest\x1a!.gpupass.v1.UploadRecordsResponse\"\x00\x12\\\n" +
-	"\x0fSubmitRunReport\x12\".gpupass.v1.SubmitRunReportRequest\x1a#.gpupass.v1.SubmitRunReportResponse\"\x002\x90\x04\n" +
+	"\x0fSubmitRunReport\x12\".gpupass.v1.SubmitRunReportRequest\x1a#.gpupass.v1.SubmitRunReportResponse\"\x002\xea\x04\n" +
 	"\n" +
 	"RunService\x12A\n" +
 	"\x06Submit\x12\x19.gpupass.v1.SubmitRequest\x1a\x1a.gpupass.v1.SubmitResponse\"\x00\x12A\n" +
@@ -2781,7 +2904,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\aGetLogs\x12\x1a.gpupass.v1.GetLogsRequest\x1a\x1b.gpupass.v1.GetLogsResponse\"\x000\x01\x12M\n" +
 	"\n" +
 	"GetMetrics\x12\x1d.gpupass.v1.GetMetricsRequest\x1a\x1e.gpupass.v1.GetMetricsResponse\"\x00\x12Y\n" +
-	"\x0eGetRunEvidence\x12!.gpupass.v1.GetRunEvidenceRequest\x1a\".gpupass.v1.GetRunEvidenceResponse\"\x00BBZ@github.com/gpupass/gpupass/internal/api/gen/gpupass/v1;gpupassv1b\x06proto3"
+	"\x0eGetRunEvidence\x12!.gpupass.v1.GetRunEvidenceRequest\x1a\".gpupass.v1.GetRunEvidenceResponse\"\x00\x12X\n" +
+	"\rGetCheckpoint\x12 .gpupass.v1.GetCheckpointRequest\x1a!.gpupass.v1.GetCheckpointResponse\"\x000\x01BBZ@github.com/gpupass/gpupass/internal/api/gen/gpupass/v1;gpupassv1b\x06proto3"
 
 var (
 	file_gpupass_v1_runs_proto_rawDescOnce sync.Once
@@ -2796,7 +2920,7 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
@@ -2827,11 +2951,13 @@ var file_gpupass_v1_runs_proto_goTypes = []any{
 	(*GetMetricsResponse)(nil),       // 26: gpupass.v1.GetMetricsResponse
 	(*SubmitRunReportRequest)(nil),   // 27: gpupass.v1.SubmitRunReportRequest
 	(*SubmitRunReportResponse)(nil),  // 28: gpupass.v1.SubmitRunReportResponse
-	(*GetRunEvidenceRequest)(nil),    // 29: gpupass.v1.GetRunEvidenceRequest
-	(*GetRunEvidenceResponse)(nil),   // 30: gpupass.v1.GetRunEvidenceResponse
-	nil,                              // 31: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 32: gpupass.v1.HealthScore
-	(*NodeLabels)(nil),               // 33: gpupass.v1.NodeLabels
+	(*GetCheckpointRequest)(nil),     // 29: gpupass.v1.GetCheckpointRequest
+	(*GetCheckpointResponse)(nil),    // 30: gpupass.v1.GetCheckpointResponse
+	(*GetRunEvidenceRequest)(nil),    // 31: gpupass.v1.GetRunEvidenceRequest
+	(*GetRunEvidenceResponse)(nil),   // 32: gpupass.v1.GetRunEvidenceResponse
+	nil,                              // 33: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 34: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 35: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	5,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
@@ -2843,18 +2969,18 @@ var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	13, // 6: gpupass.v1.SubmitRequest.ci:type_name -> gpupass.v1.CIContext
 	15, // 7: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
 	0,  // 8: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	32, // 9: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	34, // 9: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
 	7,  // 10: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
 	15, // 11: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
 	15, // 12: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
 	15, // 13: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
 	9,  // 14: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
 	15, // 15: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	31, // 16: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	33, // 16: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
 	15, // 17: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
 	25, // 18: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
 	15, // 19: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
-	33, // 20: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	35, // 20: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
 	3,  // 21: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
 	6,  // 22: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
 	10, // 23: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
@@ -2865,20 +2991,22 @@ var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	20, // 28: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
 	22, // 29: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
 	24, // 30: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	29, // 31: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
-	4,  // 32: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	8,  // 33: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	11, // 34: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	28, // 35: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
-	14, // 36: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	17, // 37: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	19, // 38: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	21, // 39: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	23, // 40: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	26, // 41: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	30, // 42: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
+	31, // 31: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	29, // 32: gpupass.v1.RunService.GetCheckpoint:input_type -> gpupass.v1.GetCheckpointRequest
+	4,  // 33: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	8,  // 34: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	11, // 35: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	28, // 36: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	14, // 37: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	17, // 38: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	19, // 39: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	21, // 40: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	23, // 41: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	26, // 42: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	32, // 43: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	30, // 44: gpupass.v1.RunService.GetCheckpoint:output_type -> gpupass.v1.GetCheckpointResponse
+	33, // [33:45] is the sub-list for method output_type
+	21, // [21:33] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -2897,7 +3025,7 @@ func file_gpupass_v1_runs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

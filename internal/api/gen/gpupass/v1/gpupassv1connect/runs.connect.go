@@ -78,6 +78,9 @@ const (
 	// RunServiceGetRunEvidenceProcedure is the fully-qualified name of the RunService's GetRunEvidence
 	// RPC.
 	RunServiceGetRunEvidenceProcedure = "/gpupass.v1.RunService/GetRunEvidence"
+	// RunServiceGetCheckpointProcedure is the fully-qualified name of the RunService's GetCheckpoint
+	// RPC.
+	RunServiceGetCheckpointProcedure = "/gpupass.v1.RunService/GetCheckpoint"
 )
 
 // AgentWorkServiceClient is a client for the gpupass.v1.AgentWorkService service.
@@ -303,6 +306,12 @@ type RunServiceClient interface {
 	// failed_precondition (audit it after it finishes); so is a finished run
 	// whose agent sent no run report (it failed before runtime-init).
 	GetRunEvidence(context.Context, *connect.Request[v1.GetRunEvidenceRequest]) (*connect.Response[v1.GetRunEvidenceResponse], error)
+	// GetCheckpoint streams the newest complete checkpoint a finished run's
+	// node shipped (a run submitted with --resume-elsewhere ships them): the
+	// first message names it (name, size, sha256), every message carries the
+	// next chunk of its bytes. A run that is not terminal is
+	// failed_precondition; so is one that shipped no checkpoint.
+	GetCheckpoint(context.Context, *connect.Request[v1.GetCheckpointRequest]) (*connect.ServerStreamForClient[v1.GetCheckpointResponse], error)
 }
 
 // NewRunServiceClient constructs a client for the gpupass.v1.RunService service. By default, it
@@ -358,6 +367,12 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(runServiceMethods.ByName("GetRunEvidence")),
 			connect.WithClientOptions(opts...),
 		),
+		getCheckpoint: connect.NewClient[v1.GetCheckpointRequest, v1.GetCheckpointResponse](
+			httpClient,
+			baseURL+RunServiceGetCheckpointProcedure,
+			connect.WithSchema(runServiceMethods.ByName("GetCheckpoint")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -370,6 +385,7 @@ type runServiceClient struct {
 	getLogs        *connect.Client[v1.GetLogsRequest, v1.GetLogsResponse]
 	getMetrics     *connect.Client[v1.GetMetricsRequest, v1.GetMetricsResponse]
 	getRunEvidence *connect.Client[v1.GetRunEvidenceRequest, v1.GetRunEvidenceResponse]
+	getCheckpoint  *connect.Client[v1.GetCheckpointRequest, v1.GetCheckpointResponse]
 }
 
 // Submit calls gpupass.v1.RunService.Submit.
@@ -407,6 +423,11 @@ func (c *runServiceClient) GetRunEvidence(ctx context.Context, req *connect.Requ
 	return c.getRunEvidence.CallUnary(ctx, req)
 }
 
+// GetCheckpoint calls gpupass.v1.RunService.GetCheckpoint.
+func (c *runServiceClient) GetCheckpoint(ctx context.Context, req *connect.Request[v1.GetCheckpointRequest]) (*connect.ServerStreamForClient[v1.GetCheckpointResponse], error) {
+	return c.getCheckpoint.CallServerStream(ctx, req)
+}
+
 // RunServiceHandler is an implementation of the gpupass.v1.RunService service.
 type RunServiceHandler interface {
 	// Submit creates one allocation for one region and places it on the best
@@ -434,6 +455,12 @@ type RunServiceHandler interface {
 	// failed_precondition (audit it after it finishes); so is a finished run
 	// whose agent sent no run report (it failed before runtime-init).
 	GetRunEvidence(context.Context, *connect.Request[v1.GetRunEvidenceRequest]) (*connect.Response[v1.GetRunEvidenceResponse], error)
+	// GetCheckpoint streams the newest complete checkpoint a finished run's
+	// node shipped (a run submitted with --resume-elsewhere ships them): the
+	// first message names it (name, size, sha256), every message carries the
+	// next chunk of its bytes. A run that is not terminal is
+	// failed_precondition; so is one that shipped no checkpoint.
+	GetCheckpoint(context.Context, *connect.Request[v1.GetCheckpointRequest], *connect.ServerStream[v1.GetCheckpointResponse]) error
 }
 
 // NewRunServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -485,6 +512,12 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(runServiceMethods.ByName("GetRunEvidence")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runServiceGetCheckpointHandler := connect.NewServerStreamHandler(
+		RunServiceGetCheckpointProcedure,
+		svc.GetCheckpoint,
+		connect.WithSchema(runServiceMethods.ByName("GetCheckpoint")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/gpupass.v1.RunService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RunServiceSubmitProcedure:
@@ -501,6 +534,8 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 			runServiceGetMetricsHandler.ServeHTTP(w, r)
 		case RunServiceGetRunEvidenceProcedure:
 			runServiceGetRunEvidenceHandler.ServeHTTP(w, r)
+		case RunServiceGetCheckpointProcedure:
+			runServiceGetCheckpointHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -536,4 +571,8 @@ func (UnimplementedRunServiceHandler) GetMetrics(context.Context, *connect.Reque
 
 func (UnimplementedRunServiceHandler) GetRunEvidence(context.Context, *connect.Request[v1.GetRunEvidenceRequest]) (*connect.Response[v1.GetRunEvidenceResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.RunService.GetRunEvidence is not implemented"))
+}
+
+func (UnimplementedRunServiceHandler) GetCheckpoint(context.Context, *connect.Request[v1.GetCheckpointRequest], *connect.ServerStream[v1.GetCheckpointResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("gpupass.v1.RunService.GetCheckpoint is not implemented"))
 }
