@@ -237,3 +237,29 @@ func MountsOf(source string) []string {
 	}
 	return found
 }
+
+// clientEnv are the variables through which a developer's own gpupass
+// setup reaches the CLI: `gpupass up` tells users to export
+// GPUPASS_STATE_DIR in other shells, and saves a context in the config
+// file XDG_CONFIG_HOME (else HOME/.config) locates.
+var clientEnv = []string{"GPUPASS_STATE_DIR", "GPUPASS_CONTEXT", "GPUPASS_BROKER_URL", "GPUPASS_BROKER_TOKEN", "GPUPASS_BROKER_TOKEN_FILE", "GPUPASS_BROKER_CA"}
+
+// RunIsolatedFromUser runs a CLI package's tests (call it from TestMain)
+// with none of the developer's gpupass setup: the client variables unset
+// and XDG_CONFIG_HOME an empty directory, so a context saved by `gpupass
+// up` (or a GPUPASS_STATE_DIR exported as it says) cannot send a test's
+// commands to the developer's broker. Tests that need a config set
+// XDG_CONFIG_HOME themselves.
+func RunIsolatedFromUser(m interface{ Run() int }) int {
+	dir, err := os.MkdirTemp("", "gpupass-test-config-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	for _, k := range clientEnv {
+		os.Unsetenv(k)
+	}
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	return m.Run()
+}
