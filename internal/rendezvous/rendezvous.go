@@ -16,11 +16,14 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
-// Limits on a gang; the spec's resources.nodes obeys MaxNodes too.
+// Limits on a gang: the spec's bound on resources.nodes, and the ranks
+// one node starts.
 const (
-	MaxNodes      = 1024
+	MaxNodes      = spec.MaxNodes
 	MaxLocalRanks = 64
 )
 
