@@ -58,9 +58,9 @@ type Resources struct {
 	// evenly; 0 (left out) lets the broker choose the fewest. A placement
 	// request like Count: not part of the fingerprint. Omitted when 0, so
 	// a spec without it travels (Encode) exactly as before.
-	Nodes int `json:"nodes,omitempty"`
-	Storage     Storage `json:"storage"`
-	Network     Network `json:"network"`
+	Nodes   int     `json:"nodes,omitempty"`
+	Storage Storage `json:"storage"`
+	Network Network `json:"network"`
 	// TimeLimit is the run's wall-clock limit as written ("90m", "2h";
 	// ParseTimeLimit); empty for none. gpupass train --time-limit
 	// overrides it. Like all resources it is not part of the fingerprint:
