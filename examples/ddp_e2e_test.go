@@ -3,8 +3,10 @@
 package examples_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -369,4 +371,60 @@ func TestDDPSlurm(t *testing.T) {
 			t.Errorf("rank 0 finished though its peer failed:\n%s", out)
 		}
 	})
+}
+
+// BenchmarkDDPSrunFirstLine is the peer figure of issue #34's bench:
+// `srun -N2 --ntasks-per-node=1` of examples/ddp on the two-node Slurm
+// test cluster, through the rank wrapper (rendezvous.SlurmTask), timed
+// from submit to the first output line of every rank (srun -l labels
+// each line with its task). Reported: p50 and p95 in ms; the gang
+// placement's own figure is to be set beside it in the same run.
+func BenchmarkDDPSrunFirstLine(b *testing.B) {
+	c := slurmtest.Shared(b)
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch.distributed").Run(); err != nil {
+		testutil.Missing(b, "torch.distributed in %s: %v", py, err)
+	}
+	script := filepath.Join(testutil.RepoRoot(b), "examples", "ddp", "train_ddp.py")
+	testutil.Alternate(b, testutil.Timed{Name: "srun", Run: func(i int) time.Duration {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		argv, err := rendezvous.SlurmTask(port, []string{py, script, "--steps", "5", "--timeout", "30"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "srun", append([]string{"-N2", "--ntasks-per-node=1", "-K", "-l", "-p", slurmtest.Partition, "--chdir", c.Shared}, argv...)...)
+		cmd.Env = c.Env()
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		seen := map[string]bool{}
+		lines := bufio.NewScanner(out)
+		for len(seen) < 2 && lines.Scan() {
+			if task, _, ok := strings.Cut(lines.Text(), ":"); ok {
+				seen[strings.TrimSpace(task)] = true
+			}
+		}
+		all := time.Since(start)
+		if len(seen) < 2 {
+			b.Fatalf("srun round %d: lines from %d task(s), want 2", i, len(seen))
+		}
+		// Drain, so the job ends before the next round takes the nodes.
+		_, _ = io.Copy(io.Discard, out)
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("srun round %d: %v", i, err)
+		}
+		return all
+	}})
 }
