@@ -5,6 +5,7 @@ package examples_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -205,7 +206,7 @@ func TestDDPTorchrunFromGangEnv(t *testing.T) {
 // startRanks starts the ranks of a 2-node gang as plain processes, each
 // with the environment rendezvous.Gang.Rank gives it (what an executor
 // that starts every rank sets), and returns their commands.
-func startRanks(t *testing.T, ctx context.Context, py, metricsFile string, args ...string) []*exec.Cmd {
+func startRanks(t *testing.T, ctx context.Context, py string, extraEnv []string, args ...string) []*exec.Cmd {
 	t.Helper()
 	port := freePort(t)
 	var cmds []*exec.Cmd
@@ -214,7 +215,7 @@ func startRanks(t *testing.T, ctx context.Context, py, metricsFile string, args 
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := command(ctx, py, t, append(env, "GPUPASS_METRICS_FILE="+metricsFile), args...)
+		cmd := command(ctx, py, t, append(env, extraEnv...), args...)
 		cmd.Stdout = &testutil.Buffer{}
 		cmd.Stderr = cmd.Stdout
 		if err := cmd.Start(); err != nil {
@@ -234,12 +235,63 @@ func TestDDPEnvProcesses(t *testing.T) {
 	m := filepath.Join(t.TempDir(), "metrics.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i, cmd := range startRanks(t, ctx, py, m) {
+	for i, cmd := range startRanks(t, ctx, py, []string{"GPUPASS_METRICS_FILE=" + m}) {
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("rank %d: %v\n%s", i, err, cmd.Stdout)
 		}
 	}
 	sameCurve(t, "env://, 2 processes", want, loss(t, m))
+}
+
+// TestDDPResume: 2 ranks stop at a NaN at step 40 (every rank sees it
+// and exits 3, as gpupass's NaN guard expects); started again with
+// GPUPASS_RESUME_FROM at the step-25 checkpoint rank 0 wrote, they
+// continue on 1 rank's curve from step 26 to the end.
+func TestDDPResume(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	want := single(t, py)
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "checkpoints")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	first := filepath.Join(dir, "first.jsonl")
+	for i, cmd := range startRanks(t, ctx, py, []string{"GPUPASS_METRICS_FILE=" + first, "GPUPASS_CHECKPOINT_DIR=" + ckpt}, "--nan-at-step", "40") {
+		var ee *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Fatalf("rank %d at a NaN: %v, want exit status 3\n%s", i, err, cmd.Stdout)
+		}
+	}
+	s, err := metrics.ReadFile(first, metrics.Options{})
+	if err != nil || len(s.Points) != 40 || !math.IsNaN(s.Points[39].Value) {
+		t.Fatalf("first attempt's metrics: %v, %d points, want 40 ending in NaN", err, len(s.Points))
+	}
+	resume := filepath.Join(ckpt, "ckpt-00000025.pt")
+	second := filepath.Join(dir, "second.jsonl")
+	cmds := startRanks(t, ctx, py, []string{"GPUPASS_METRICS_FILE=" + second, "GPUPASS_CHECKPOINT_DIR=" + ckpt, "GPUPASS_RESUME_FROM=" + resume}, "--nan-at-step", "40")
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("rank %d resumed: %v\n%s", i, err, cmd.Stdout)
+		}
+		if !strings.Contains(cmd.Stdout.(*testutil.Buffer).String(), "resumed from "+resume+" at step 25") {
+			t.Errorf("rank %d does not say it resumed:\n%s", i, cmd.Stdout)
+		}
+	}
+	s, err = metrics.ReadFile(second, metrics.Options{})
+	if err != nil || len(s.Points) != ddpSteps-25 {
+		t.Fatalf("resumed metrics: %v, %d points, want %d", err, len(s.Points), ddpSteps-25)
+	}
+	var worst float64
+	for i, p := range s.Points {
+		if p.Step != int64(26+i) {
+			t.Fatalf("resumed point %d is step %d, want %d", i, p.Step, 26+i)
+		}
+		worst = max(worst, math.Abs(p.Value-want[25+i]))
+	}
+	t.Logf("resumed at 25 after a NaN at 40: max |Δloss| %.3g against 1 rank over steps 26-%d", worst, ddpSteps)
+	if !(worst <= 1e-5) {
+		t.Errorf("resumed curve: max |Δloss| %g against 1 rank, want ≤ 1e-5", worst)
+	}
 }
 
 // TestDDPFailedRank: a rank that exits non-zero fails its peer too: the
@@ -252,7 +304,7 @@ func TestDDPFailedRank(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	cmds := startRanks(t, ctx, py, m, "--fail-rank", "1", "--fail-at-step", "10")
+	cmds := startRanks(t, ctx, py, []string{"GPUPASS_METRICS_FILE=" + m}, "--fail-rank", "1", "--fail-at-step", "10")
 	for i, cmd := range cmds {
 		err := cmd.Wait()
 		if err == nil {
