@@ -98,14 +98,14 @@ func (b *Broker) match(s *snapshot, q match.Query) match.Verdicts {
 }
 
 // gangs is match for the gangs of a spec that may need several nodes
-// (match.Index.Gangs), with the same liveness; nothing for one that
-// needs one node.
-func (b *Broker) gangs(s *snapshot, q match.Query) match.Gangs {
+// (match.Index.Gangs, given the match the dry-run lists), with the
+// nodes' newest liveness; nothing for one that needs one node.
+func (b *Broker) gangs(s *snapshot, q match.Query, listed *match.Verdicts) match.Gangs {
 	var g match.Gangs
 	if len(match.NodeCounts(q.Spec)) == 0 {
 		return g
 	}
-	b.live(s, &q, func() { g = s.index.Gangs(q) })
+	b.live(s, &q, func() { g = s.index.Gangs(q, listed) })
 	return g
 }
 

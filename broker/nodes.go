@@ -175,13 +175,13 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 	ix := snap.index
 	q := match.Query{Spec: sp, Scope: tok.Regions,
 		Regions: m.Regions, MinScore: minScore, MaxPrice: m.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter}
-	gangs := b.gangs(snap, q)
-	if match.NeedsGang(sp) {
-		// Each node of a gang holds its share: the nodes listed are
-		// those matched for it, not for the whole count.
-		q.Spec = match.PerNode(sp, sp.Resources.Nodes)
-	}
-	vs := b.match(snap, q)
+	// A spec asking for several nodes: each node of a gang holds its
+	// share, and the nodes listed are those matched for it, not for the
+	// whole count.
+	lq := q
+	lq.Spec = match.ListedSpec(sp)
+	vs := b.match(snap, lq)
+	gangs := b.gangs(snap, q, &vs)
 	resp := &gpupassv1.DryRunResponse{SpecFingerprint: fp, MinHealthScore: minScore, ExcludedTotal: int32(len(vs.Excluded)),
 		CandidatesTotal: int32(len(vs.Candidates)), ReasonCounts: reasonCounts(ix, vs)}
 	for _, g := range gangs.Found {

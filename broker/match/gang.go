@@ -63,6 +63,28 @@ func NodeCounts(sp *spec.Spec) []int {
 	return ks
 }
 
+// MaxGangSizes bounds the gang sizes one dry-run tries, each a match over
+// the whole registry: with count left out, every divisor of a count like
+// 720720 up to MaxNodes would be hundreds of them.
+const MaxGangSizes = 16
+
+// gangSizes are the sizes of NodeCounts worth a match: those whose share
+// of the GPUs some indexed node has (a share above every node's count
+// can match none), the fewest nodes first, at most MaxGangSizes.
+func (ix *Index) gangSizes(sp *spec.Spec) []int {
+	ks := NodeCounts(sp)
+	if len(ks) == 0 {
+		return nil
+	}
+	var out []int
+	for _, k := range ks {
+		if sp.Resources.Count/k <= int(ix.maxGPUs) && len(out) < MaxGangSizes {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // PerNode is sp as each of k nodes of a gang must match it: its share
 // of the GPUs, the rest unchanged.
 func PerNode(sp *spec.Spec, k int) *spec.Spec {
@@ -70,6 +92,15 @@ func PerNode(sp *spec.Spec, k int) *spec.Spec {
 	c.Resources.Count = sp.Resources.Count / k
 	c.Resources.Nodes = 0
 	return &c
+}
+
+// ListedSpec is the spec a dry-run matches its listed nodes with: one
+// node's share of the GPUs when sp asks for resources.nodes > 1, else sp.
+func ListedSpec(sp *spec.Spec) *spec.Spec {
+	if NeedsGang(sp) {
+		return PerNode(sp, sp.Resources.Nodes)
+	}
+	return sp
 }
 
 // NeedsGang reports whether sp asks for more than one node in so many
@@ -111,36 +142,53 @@ type gangKey struct{ region, runtime, accel int32 }
 // the fewest nodes (NodeCounts) that runs q.Spec, and, when the spec
 // asks for resources.nodes > 1, for each region without one says why.
 // Without resources.nodes, a region where one node holds the whole count
-// needs no gang and is left out. q.Spec nil or asking for one
-// node gives nothing.
-func (ix *Index) Gangs(q Query) Gangs {
+// needs no gang and is left out. q.Spec nil or asking for one node gives
+// nothing.
+//
+// listed, when not nil, is the match a dry-run lists (ListedSpec's): of
+// q.Spec, or of one node's share with resources.nodes > 1. Gangs reads it
+// instead of matching again and leaves it to the caller to release. A
+// spec that asks for resources.nodes then costs no match of its own, and
+// one without it a match per gang size only when some region has no node
+// that holds the count.
+func (ix *Index) Gangs(q Query, listed *Verdicts) Gangs {
 	var out Gangs
-	ks := NodeCounts(q.Spec)
+	ks := ix.gangSizes(q.Spec)
 	if len(ks) == 0 {
 		return out
 	}
 	explicit := NeedsGang(q.Spec)
-	// The regions asked about, and (without resources.nodes) those where
-	// one node holds the count.
+	if listed == nil {
+		lq := q
+		lq.Spec = ListedSpec(q.Spec)
+		m := ix.Match(lq)
+		defer m.Release()
+		listed = &m
+	}
+	// The regions asked about (the token's scope and the filter, as the
+	// match decides them), and (without resources.nodes) those where one
+	// node holds the count: with one in every region asked about, there
+	// is nothing to find, at no cost beyond this pass.
 	regions := map[int32]bool{}
-	single := map[int32]bool{}
-	{
-		vs := ix.Match(q)
-		for _, list := range [][]Verdict{vs.Candidates, vs.Excluded} {
-			for i := range list {
-				v := &list[i]
-				if v.OutOfScope || slices.ContainsFunc(vs.Why(v), func(id int32) bool { return vs.Reasons[id].Code == CodeRegionFilter }) {
-					continue
-				}
-				regions[ix.ent[v.Node].region] = true
+	for _, r := range ix.regions {
+		if name := ix.names[r]; MatchRegion(q.Scope, name) && (len(q.Regions) == 0 || MatchRegion(q.Regions, name)) {
+			regions[r] = true
+		}
+	}
+	// Slices by region name, not maps: a fleet's candidates are most of
+	// its nodes, and this pass is all most dry-runs pay for gangs.
+	single := make([]bool, len(ix.names))
+	if !explicit {
+		nSingle := 0
+		for i := 0; i < len(listed.Candidates) && nSingle < len(regions); i++ {
+			if r := ix.ent[listed.Candidates[i].Node].region; !single[r] {
+				single[r] = true
+				nSingle++
 			}
 		}
-		if !explicit {
-			for i := range vs.Candidates {
-				single[ix.ent[vs.Candidates[i].Node].region] = true
-			}
+		if nSingle >= len(regions) {
+			return out
 		}
-		vs.Release()
 	}
 	found := map[int32]Gang{}
 	type near struct {
@@ -150,9 +198,13 @@ func (ix *Index) Gangs(q Query) Gangs {
 	nearest := map[int32]near{}
 	for _, k := range ks {
 		per := PerNode(q.Spec, k)
-		pq := q
-		pq.Spec = per
-		vs := ix.Match(pq)
+		vs := listed
+		if !explicit {
+			pq := q
+			pq.Spec = per
+			m := ix.Match(pq)
+			vs = &m
+		}
 		groups := map[gangKey][]int32{}
 		for i := range vs.Candidates {
 			n := vs.Candidates[i].Node
@@ -169,24 +221,26 @@ func (ix *Index) Gangs(q Query) Gangs {
 				found[e.region] = Gang{Region: ix.names[e.region], Accelerator: ix.names[e.accel], GPUsPerNode: per.Resources.Count, Nodes: groups[key]}
 			}
 		}
+		// Without resources.nodes the spec asked for no gang: a region
+		// that has none is a region without a candidate, as before.
 		for r := range regions {
-			if _, done := found[r]; done || single[r] {
+			if _, done := found[r]; done || !explicit {
 				continue
 			}
-			stage, msg := ix.gangMiss(&vs, r, k, per, q.MinScore, q.MaxPrice)
+			stage, msg := ix.gangMiss(vs, r, k, per, q.MinScore, q.MaxPrice)
 			if old, ok := nearest[r]; !ok || stage > old.stage {
 				nearest[r] = near{stage, msg}
 			}
 		}
-		vs.Release()
+		if vs != listed {
+			vs.Release()
+		}
 	}
 	for _, g := range found {
 		out.Found = append(out.Found, g)
 	}
 	for r, n := range nearest {
-		// Without resources.nodes the spec asked for no gang: a region
-		// that has none is a region without a candidate, as before.
-		if _, ok := found[r]; !ok && explicit {
+		if _, ok := found[r]; !ok {
 			out.Missed = append(out.Missed, GangMiss{Region: ix.names[r], Reason: n.msg})
 		}
 	}

@@ -105,7 +105,14 @@ func TestGangs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := gangsOf(ix, ix.Gangs(tc.query))
+			got := gangsOf(ix, ix.Gangs(tc.query, nil))
+			lq := tc.query
+			lq.Spec = ListedSpec(tc.query.Spec)
+			listed := ix.Match(lq)
+			if d := cmp.Diff(got, gangsOf(ix, ix.Gangs(tc.query, &listed))); d != "" {
+				t.Errorf("Gangs with the listed match differs from Gangs alone (-alone +listed):\n%s", d)
+			}
+			listed.Release()
 			for r, ids := range tc.want.Found {
 				if ids == nil {
 					delete(tc.want.Found, r)
@@ -129,5 +136,32 @@ func TestNodeCounts(t *testing.T) {
 		if got := NodeCounts(gangSpec(tc.count, tc.nodes)); !cmp.Equal(got, tc.want) {
 			t.Errorf("NodeCounts(count %d, nodes %d) = %v, want %v", tc.count, tc.nodes, got, tc.want)
 		}
+	}
+}
+
+// TestGangSizes: only the sizes whose share some node holds are matched,
+// at most MaxGangSizes of them, so a count with hundreds of divisors
+// costs no more than a few matches.
+func TestGangSizes(t *testing.T) {
+	t.Parallel()
+	ix := Prepare([]store.Node{node("a", "r", "a100-80gb", 8, 30, 5), node("b", "r", "a100-80gb", 2, 30, 5)}, nil)
+	for _, tc := range []struct {
+		count, nodes int
+		want         []int
+	}{
+		{8, 0, []int{2, 4, 8}},
+		{16, 0, []int{2, 4, 8, 16}},
+		{720720, 0, nil}, // 240 divisors, but every share is above 8 GPUs
+		{1008, 0, []int{126, 144, 168, 252, 336, 504, 1008}},
+		{64, 2, nil},
+		{16, 2, []int{2}},
+	} {
+		if got := ix.gangSizes(gangSpec(tc.count, tc.nodes)); !cmp.Equal(got, tc.want) {
+			t.Errorf("gangSizes(count %d, nodes %d) = %v, want %v", tc.count, tc.nodes, got, tc.want)
+		}
+	}
+	many := Prepare([]store.Node{node("a", "r", "a100-80gb", 720720, 30, 5)}, nil)
+	if got := many.gangSizes(gangSpec(720720, 0)); len(got) != MaxGangSizes || got[0] != 2 {
+		t.Errorf("a node of every share: %d sizes from %v, want the first %d", len(got), got, MaxGangSizes)
 	}
 }
