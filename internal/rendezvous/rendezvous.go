@@ -13,7 +13,7 @@ package rendezvous
 import (
 	"errors"
 	"fmt"
-	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -78,7 +78,12 @@ func CheckAddr(a string) error {
 	if a == "" {
 		return errors.New("empty: want the rank-0 node's IP address or host name")
 	}
-	if net.ParseIP(a) != nil {
+	if ip, err := netip.ParseAddr(a); err == nil {
+		if ip.Zone() != "" {
+			// A zone means one host's interface; the other nodes
+			// cannot reach rank 0 by it.
+			return fmt.Errorf("%q has an IPv6 zone: give an address the other nodes reach", a)
+		}
 		return nil
 	}
 	if len(a) > 253 {

@@ -127,6 +127,8 @@ func TestValidate(t *testing.T) {
 		{"address with a space", func(g *rendezvous.Gang) { g.MasterAddr = "n1 n2" }, 0, "neither an IP address nor a host name"},
 		{"label starting with a hyphen", func(g *rendezvous.Gang) { g.MasterAddr = "-n1" }, 0, "neither an IP address nor a host name"},
 		{"URL", func(g *rendezvous.Gang) { g.MasterAddr = "tcp://n1" }, 0, "neither an IP address nor a host name"},
+		{"IPv6 with a zone", func(g *rendezvous.Gang) { g.MasterAddr = "fe80::1%eth0" }, 0, "has an IPv6 zone"},
+		{"bracketed IPv6", func(g *rendezvous.Gang) { g.MasterAddr = "[fd00::1]" }, 0, "neither an IP address nor a host name"},
 		{"several at once", func(g *rendezvous.Gang) { g.Nodes, g.MasterPort = 0, -1 }, 0, "nodes 0: want 1 to 1024\nmaster port: -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
