@@ -126,7 +126,7 @@ func gangStages(per *spec.Spec, minScore, maxPrice float64) []gangStage {
 	code := func(c string) func(Reason) bool { return func(r Reason) bool { return r.Code == c } }
 	return []gangStage{
 		{code(CodeRuntimeMismatch), [2]string{"matches the spec's runtime", "match the spec's runtime"}},
-		{field("resources.count"), [2]string{"has ≥ " + strconv.Itoa(per.Resources.Count) + " GPUs", "have ≥ " + strconv.Itoa(per.Resources.Count) + " GPUs"}},
+		{field("resources.count"), [2]string{"has ≥ " + count(per.Resources.Count, "GPUs"), "have ≥ " + count(per.Resources.Count, "GPUs")}},
 		{field("resources.storage"), [2]string{"has the storage asked for", "have the storage asked for"}},
 		{field("resources.network.bandwidth_gbps"), [2]string{"has ≥ " + num(per.Resources.Network.BandwidthGbps) + " Gbit/s", "have ≥ " + num(per.Resources.Network.BandwidthGbps) + " Gbit/s"}},
 		{code(CodeScoreBelow), [2]string{"scores ≥ " + num(minScore), "score ≥ " + num(minScore)}},
