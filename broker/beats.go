@@ -92,6 +92,26 @@ var livePool sync.Pool
 
 // match runs q against s's index with the liveness of s's nodes.
 func (b *Broker) match(s *snapshot, q match.Query) match.Verdicts {
+	var vs match.Verdicts
+	b.live(s, &q, func() { vs = s.index.Match(q) })
+	return vs
+}
+
+// gangs is match for the gangs of a spec that may need several nodes
+// (match.Index.Gangs, given the match the dry-run lists), with the
+// nodes' newest liveness; nothing for one that needs one node.
+func (b *Broker) gangs(s *snapshot, q match.Query, listed *match.Verdicts) match.Gangs {
+	var g match.Gangs
+	if len(match.NodeCounts(q.Spec)) == 0 {
+		return g
+	}
+	b.live(s, &q, func() { g = s.index.Gangs(q, listed) })
+	return g
+}
+
+// live gives q the newest heartbeats and the held nodes for the length
+// of f.
+func (b *Broker) live(s *snapshot, q *match.Query, f func()) {
 	var buf []beatAt
 	if p, ok := livePool.Get().(*[]beatAt); ok {
 		buf = *p
@@ -101,9 +121,8 @@ func (b *Broker) match(s *snapshot, q match.Query) match.Verdicts {
 		// Not the index's nodes (never expected): ask per node.
 		q.Live, q.Beat = nil, b.beat
 	}
-	vs := s.index.Match(q)
+	f()
 	if q.Live != nil {
 		livePool.Put(&q.Live)
 	}
-	return vs
 }

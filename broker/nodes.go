@@ -199,10 +199,27 @@ func (s *nodeService) DryRun(ctx context.Context, req *connect.Request[gpupassv1
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("registry unavailable"))
 	}
 	ix := snap.index
-	vs := b.match(snap, match.Query{Spec: sp, Scope: tok.Regions,
-		Regions: m.Regions, MinScore: minScore, MaxPrice: m.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter})
+	q := match.Query{Spec: sp, Scope: tok.Regions,
+		Regions: m.Regions, MinScore: minScore, MaxPrice: m.MaxPrice, Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter}
+	// A spec asking for several nodes: each node of a gang holds its
+	// share, and the nodes listed are those matched for it, not for the
+	// whole count.
+	lq := q
+	lq.Spec = match.ListedSpec(sp)
+	vs := b.match(snap, lq)
+	gangs := b.gangs(snap, q, &vs)
 	resp := &gpupassv1.DryRunResponse{SpecFingerprint: fp, MinHealthScore: minScore, ExcludedTotal: int32(len(vs.Excluded)),
 		CandidatesTotal: int32(len(vs.Candidates)), ReasonCounts: reasonCounts(ix, vs)}
+	for _, g := range gangs.Found {
+		pg := &gpupassv1.Gang{Region: g.Region, Accelerator: g.Accelerator, GpusPerNode: int32(g.GPUsPerNode), NodeIds: make([]string, len(g.Nodes))}
+		for i, n := range g.Nodes {
+			pg.NodeIds[i] = ix.ID(n)
+		}
+		resp.Gangs = append(resp.Gangs, pg)
+	}
+	for _, g := range gangs.Missed {
+		resp.GangMisses = append(resp.GangMisses, &gpupassv1.GangMiss{Region: g.Region, Reason: g.Reason})
+	}
 	// The best candidates and the nearest misses, unless every node is
 	// asked for: the counts above cover the rest. Listing a fleet of
 	// 100,000 nodes was most of a call's CPU, on both sides.

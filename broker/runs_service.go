@@ -341,6 +341,15 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if err != nil {
 		return nil, err
 	}
+	if match.NeedsGang(sp) {
+		// Never one rank of a gang placed alone: it would wait for peers
+		// that never come, or train on a fraction of the GPUs declared.
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"the spec's resources.nodes is %d: runs across several nodes are not placed yet (this broker places each run on one node); "+
+				"`gpupass validate --dry-run` shows the gangs of %d nodes that would hold it in each region, or why a region has none; "+
+				"to run now, set resources.nodes: 1 (or leave it out) with a resources.count one node holds",
+			sp.Resources.Nodes, sp.Resources.Nodes))
+	}
 	if len(m.Command) == 0 || strings.TrimSpace(m.Command[0]) == "" {
 		return nil, api.FieldError(connect.CodeInvalidArgument, &fielderr.Error{Field: api.FieldSubmitCommand, Problem: "is required: the program and arguments the node runs"})
 	}

@@ -35,6 +35,11 @@ type Index struct {
 	names    []string
 	runtimes []runtimeKey
 	res      []resourceKey
+	// regions are the distinct regions of the nodes, as indexes into
+	// names (a gang match goes region by region); maxGPUs is the most
+	// GPUs a node's report has (no gang share above it can match).
+	regions []int32
+	maxGPUs int32
 }
 
 type entry struct {
@@ -119,12 +124,20 @@ func PrepareHeld(nodes []store.Node, launches map[string]store.LaunchStats, held
 		}
 		return id
 	}
+	var seenRegion []bool // by name index
 	rtID := map[runtimeKey]int32{}
 	resID := map[resourceKey]int32{}
 	for i := range nodes {
 		n := &nodes[i]
 		e := &ix.ent[i]
 		e.region = name(Region(n))
+		if int(e.region) >= len(seenRegion) {
+			seenRegion = append(seenRegion, make([]bool, int(e.region)+1-len(seenRegion))...)
+		}
+		if !seenRegion[e.region] {
+			seenRegion[e.region] = true
+			ix.regions = append(ix.regions, e.region)
+		}
 		if n.HasReport {
 			e.provider, e.accel = name(n.Index.Provider), name(n.Index.Accelerator)
 		} else {
@@ -157,6 +170,7 @@ func PrepareHeld(nodes []store.Node, launches map[string]store.LaunchStats, held
 		e.price, e.hasReport, e.passed = Price(n), n.HasReport, n.HasReport && n.Index.Passed
 		if n.HasReport {
 			e.gpus, e.simulated = int32(n.Index.GPUCount), n.Index.Simulated
+			ix.maxGPUs = max(ix.maxGPUs, e.gpus)
 		}
 		ls := launches[n.ID]
 		e.launches, e.failures = ls.Launches, ls.Failures

@@ -87,3 +87,44 @@ func TestDashboardDryRunCut(t *testing.T) {
 		}
 	}
 }
+
+// gangNodes answers a dry-run of a spec whose GPUs take two nodes.
+type gangNodes struct {
+	gpupassv1connect.UnimplementedNodeServiceHandler
+}
+
+func (*gangNodes) DryRun(context.Context, *connect.Request[gpupassv1.DryRunRequest]) (*connect.Response[gpupassv1.DryRunResponse], error) {
+	return connect.NewResponse(&gpupassv1.DryRunResponse{SpecFingerprint: "sha256:x", MinHealthScore: 85,
+		Gangs:      []*gpupassv1.Gang{{Region: "us-west-2", Accelerator: "a100-80gb", GpusPerNode: 4, NodeIds: []string{"agt-a", "agt-b"}}},
+		GangMisses: []*gpupassv1.GangMiss{{Region: "eu-central-1", Reason: "3 certified a100-80gb nodes, but only 1 has ≥ 200 Gbit/s (a gang needs 2)"}},
+	}), nil
+}
+
+// TestDashboardDryRunGangs (#34): the dry-run page shows each region's
+// gang and why a region has none, as validate --dry-run does, and says
+// such runs are not placed yet.
+func TestDashboardDryRunGangs(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle(gpupassv1connect.NewNodeServiceHandler(&gangNodes{}))
+	srv, err := ui.New(ui.Config{API: mux, Lookup: func(context.Context, string) (ui.Token, error) {
+		return ui.Token{ID: "tok-test", Role: "read", Regions: []string{"*"}}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	b := newBrowser(t, hs.URL)
+	csrf := b.login("gpp_x")
+	resp, page := b.do("POST", "/ui/dryrun", url.Values{"spec": {"name: x"}, "csrf": {csrf}}, "Origin", hs.URL, "Sec-Fetch-Site", "same-origin")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("dry run: %s\n%s", resp.Status, tail(page, 1500))
+	}
+	for _, want := range []string{`id="gangs"`, "2 × <code>agt-a</code> <code>agt-b</code> (4 × a100-80gb each)",
+		"no gang: 3 certified a100-80gb nodes, but only 1 has ≥ 200 Gbit/s (a gang needs 2)", "Runs across several nodes are not placed yet"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("dry-run page lacks %q:\n%s", want, tail(page, 3000))
+		}
+	}
+}

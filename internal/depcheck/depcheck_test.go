@@ -77,6 +77,7 @@ var rules = []struct {
 	{"internal/spec", []string{"net/http", "net", "google.golang.org/grpc", "connectrpc.com/"}, "spec is pure", false},
 	{"internal/metrics", []string{"net/http", "net", "connectrpc.com/"}, "metrics is pure", false},
 	{"internal/report", []string{"net/http", "net", "connectrpc.com/"}, "report is pure", false},
+	{"internal/rendezvous", []string{"net/http", "os/exec", "connectrpc.com/", "google.golang.org/grpc"}, "rendezvous only computes an environment: it dials, resolves and starts nothing (net/netip parses addresses; net itself it does not need)", false},
 	// gpupass up takes the executors' flags as data (executorflags).
 	{"cmd/gpupass", []string{"./agent", "./internal/command/agent", "k8s.io/"}, "gpupass links no executor: up takes their flags from internal/command/executorflags, and client-go would double gpupass's size and start", false},
 	{"internal/command/executorflags", []string{"./agent"}, "gpupass embeds the executors' flags as data and links none of them", false},

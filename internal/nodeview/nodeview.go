@@ -134,6 +134,26 @@ type DryRun struct {
 	Candidates      []Brief       `json:"candidates"` // best first
 	Excluded        []Exclusion   `json:"excluded"`   // nearest misses first; [] with --excluded summary
 	ReasonCounts    []ReasonCount `json:"reason_counts"`
+	// Gangs and GangMisses answer a spec whose GPUs may need several
+	// nodes (resources.nodes, or a count no one node holds): per region,
+	// the best gang, or why there is none. Absent for one node.
+	Gangs      []Gang     `json:"gangs,omitempty"`
+	GangMisses []GangMiss `json:"gang_misses,omitempty"`
+}
+
+// Gang is nodes of one region that together hold a spec's GPUs, the
+// same number on each (resources.count / the gang's size).
+type Gang struct {
+	Region      string   `json:"region"`
+	Accelerator string   `json:"accelerator"`
+	GPUsPerNode int      `json:"gpus_per_node"`
+	NodeIDs     []string `json:"node_ids"` // best first
+}
+
+// GangMiss says why a region has no gang for the spec.
+type GangMiss struct {
+	Region string `json:"region"`
+	Reason string `json:"reason"`
 }
 
 // Exclusion is an excluded node and every reason it was excluded.
@@ -225,6 +245,13 @@ func DryRunOf(m *gpupassv1.DryRunResponse) DryRun {
 	for _, c := range m.GetReasonCounts() {
 		d.ReasonCounts = append(d.ReasonCounts, ReasonCount{Code: c.GetCode(), Field: c.GetField(), Nodes: c.GetNodes(),
 			ExampleNodeIDs: nonNil(c.GetExampleNodeIds())})
+	}
+	for _, g := range m.GetGangs() {
+		d.Gangs = append(d.Gangs, Gang{Region: g.GetRegion(), Accelerator: g.GetAccelerator(), GPUsPerNode: int(g.GetGpusPerNode()),
+			NodeIDs: nonNil(g.GetNodeIds())})
+	}
+	for _, g := range m.GetGangMisses() {
+		d.GangMisses = append(d.GangMisses, GangMiss{Region: g.GetRegion(), Reason: g.GetReason()})
 	}
 	return d
 }

@@ -77,6 +77,7 @@ var Rules = []Rule{
 	{"resources.accelerator", SevError, "unknown accelerator class"},
 	{"resources.accelerator-cuda", SevError, "the accelerator needs a newer CUDA"},
 	{"resources.count", SevError, "the accelerator count must be at least 1"},
+	{"resources.nodes", SevError, "the node count must be 1 to 1024 and divide resources.count"},
 	{"resources.storage-type", SevError, "unknown storage type"},
 	{"resources.size", SevError, "sizes must be positive"},
 	{"resources.time-limit", SevError, "the time limit is not a duration from 1s to 30 days"},

@@ -523,6 +523,7 @@ func (p *parser) top(root *yaml.Node) {
 			p.mapping(v, path, []field{
 				{"accelerator", p.str(&r.Accelerator)},
 				{"count", p.integer(&r.Count)},
+				{"nodes", p.integer(&r.Nodes)},
 				{"storage", func(path string, v *yaml.Node) {
 					p.mapping(v, path, []field{
 						{"type", p.str(&r.Storage.Type)},

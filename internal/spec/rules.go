@@ -455,6 +455,27 @@ func (c *checker) bundle() {
 	}
 }
 
+// MaxNodes bounds resources.nodes (and a rendezvous's node count).
+const MaxNodes = 1024
+
+// divisors lists the node counts that split count evenly, as a fix
+// names them ("1, 2, 4 or 8").
+func divisors(count int) string {
+	var ds []string
+	for d := 1; d <= count && d <= MaxNodes; d++ {
+		if count%d == 0 {
+			ds = append(ds, strconv.Itoa(d))
+		}
+	}
+	if len(ds) > 8 {
+		ds = append(ds[:7], "…")
+	}
+	if len(ds) == 1 {
+		return ds[0]
+	}
+	return strings.Join(ds[:len(ds)-1], ", ") + " or " + ds[len(ds)-1]
+}
+
 var storageTypes = []string{"standard", "high-iops-nvme", "ultra-nvme"}
 
 func (c *checker) resources() {
@@ -480,6 +501,18 @@ func (c *checker) resources() {
 	if c.d.Has("resources.count") && r.Count < 1 {
 		c.add("resources.count", SevError, "resources.count",
 			fmt.Sprintf("resources.count is %d; it must be at least 1", r.Count), "write the number of accelerators, e.g. 8")
+	}
+	if c.d.Has("resources.nodes") && !c.d.Invalid("resources.nodes") {
+		switch {
+		case r.Nodes < 1 || r.Nodes > MaxNodes:
+			c.add("resources.nodes", SevError, "resources.nodes",
+				fmt.Sprintf("resources.nodes is %d; it must be 1 to %d", r.Nodes, MaxNodes),
+				"write how many nodes the run's resources.count GPUs are spread over, e.g. 2, or leave nodes out to let the broker choose the fewest")
+		case r.Count >= 1 && r.Count%r.Nodes != 0:
+			c.add("resources.nodes", SevError, "resources.nodes",
+				fmt.Sprintf("resources.count %d is not divisible by resources.nodes %d: every node of a run takes the same number of GPUs", r.Count, r.Nodes),
+				fmt.Sprintf("resources.count is the total over all nodes: make it a multiple of %d (e.g. %d), or set nodes to one of %s", r.Nodes, (r.Count+r.Nodes-1)/r.Nodes*r.Nodes, divisors(r.Count)))
+		}
 	}
 	if c.d.Has("resources.storage") {
 		if r.Storage.Type == "" && !c.d.Invalid("resources.storage.type") {

@@ -51,10 +51,16 @@ type Security struct {
 // fingerprint: a provider may swap an A100 for an H100 and the job stays
 // the same.
 type Resources struct {
-	Accelerator string  `json:"accelerator"`
-	Count       int     `json:"count"`
-	Storage     Storage `json:"storage"`
-	Network     Network `json:"network"`
+	Accelerator string `json:"accelerator"`
+	// Count is the run's total accelerators, over all its nodes.
+	Count int `json:"count"`
+	// Nodes, when set, is how many nodes the run's Count is spread over,
+	// evenly; 0 (left out) lets the broker choose the fewest. A placement
+	// request like Count: not part of the fingerprint. Omitted when 0, so
+	// a spec without it travels (Encode) exactly as before.
+	Nodes   int     `json:"nodes,omitempty"`
+	Storage Storage `json:"storage"`
+	Network Network `json:"network"`
 	// TimeLimit is the run's wall-clock limit as written ("90m", "2h";
 	// ParseTimeLimit); empty for none. gpupass train --time-limit
 	// overrides it. Like all resources it is not part of the fingerprint:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/termsafe"
 )
 
 // DryRunOptions are validate's --dry-run flags: ask the broker which
@@ -105,6 +106,9 @@ func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) err
 			return err
 		}
 	}
+	if err := writeGangs(out, m); err != nil {
+		return err
+	}
 	if len(m.Excluded) > 0 {
 		if _, err := fmt.Fprintln(out, "excluded:"); err != nil {
 			return err
@@ -140,4 +144,23 @@ func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) err
 		}
 	}
 	return nil
+}
+
+// writeGangs prints, for a spec whose GPUs may need several nodes, each
+// region's gang ("2 × agt-a, agt-b in us-west-2") or why it has none, and
+// that such runs are not placed yet.
+func writeGangs(out io.Writer, m *gpupassv1.DryRunResponse) error {
+	if len(m.Gangs) == 0 && len(m.GangMisses) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "gangs (one run across several nodes; not placed yet: gpupass train refuses resources.nodes > 1):\n")
+	for _, g := range m.Gangs {
+		fmt.Fprintf(&b, "  %d × %s in %s (%d × %s each)\n", len(g.NodeIds), termsafe.String(strings.Join(g.NodeIds, ", ")), termsafe.String(g.Region), g.GpusPerNode, termsafe.String(g.Accelerator))
+	}
+	for _, g := range m.GangMisses {
+		fmt.Fprintf(&b, "  no gang in %s: %s\n", termsafe.String(g.Region), termsafe.String(g.Reason))
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
 }

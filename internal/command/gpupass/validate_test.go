@@ -264,7 +264,7 @@ func TestInit(t *testing.T) {
 // TestValidateSARIFAsBefore: `validate -o sarif` prints, byte for byte,
 // what `validate --format sarif` printed before SARIF was one of -o's
 // formats: testdata/sarif holds the output of main's gpupass (cb74ef3)
-// for each spec, run from this directory (retaken with b025f11, main once resources.queue-timeout joined the rules). The old flag prints the same
+// for each spec, run from this directory (retaken with b025f11, main once resources.queue-timeout joined the rules, and again when resources.nodes did). The old flag prints the same
 // and says on stderr to use -o.
 func TestValidateSARIFAsBefore(t *testing.T) {
 	t.Parallel()

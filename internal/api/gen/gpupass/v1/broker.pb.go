@@ -1668,8 +1668,19 @@ type DryRunResponse struct {
 	// Number of candidates, in every view; more than are listed when the
 	// request's limit cut the list.
 	CandidatesTotal int32 `protobuf:"varint,10,opt,name=candidates_total,json=candidatesTotal,proto3" json:"candidates_total,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A spec whose GPUs may need several nodes (resources.nodes > 1, or
+	// resources.count with nodes left out): per region, the best gang of
+	// the fewest nodes (or exactly resources.nodes) that holds it, by
+	// region name. Without resources.nodes, a region where one node holds
+	// the count has no gang. With resources.nodes > 1, candidates and
+	// excluded are the nodes matched for one node's share (count / nodes).
+	// Runs across several nodes are not placed yet: Submit refuses a spec
+	// with resources.nodes > 1.
+	Gangs []*Gang `protobuf:"bytes,11,rep,name=gangs,proto3" json:"gangs,omitempty"`
+	// Each region asked about with no gang, and why, by region name.
+	GangMisses    []*GangMiss `protobuf:"bytes,12,rep,name=gang_misses,json=gangMisses,proto3" json:"gang_misses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DryRunResponse) Reset() {
@@ -1772,6 +1783,146 @@ func (x *DryRunResponse) GetCandidatesTotal() int32 {
 	return 0
 }
 
+func (x *DryRunResponse) GetGangs() []*Gang {
+	if x != nil {
+		return x.Gangs
+	}
+	return nil
+}
+
+func (x *DryRunResponse) GetGangMisses() []*GangMiss {
+	if x != nil {
+		return x.GangMisses
+	}
+	return nil
+}
+
+// Gang is nodes of one region that together hold a spec's GPUs, the same
+// number on each: the same accelerator class, the same runtime, each a
+// candidate for its share (bandwidth, storage, score, price).
+type Gang struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Region      string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	Accelerator string                 `protobuf:"bytes,2,opt,name=accelerator,proto3" json:"accelerator,omitempty"`
+	GpusPerNode int32                  `protobuf:"varint,3,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
+	// Best first.
+	NodeIds       []string `protobuf:"bytes,4,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gang) Reset() {
+	*x = Gang{}
+	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gang) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gang) ProtoMessage() {}
+
+func (x *Gang) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gang.ProtoReflect.Descriptor instead.
+func (*Gang) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Gang) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *Gang) GetAccelerator() string {
+	if x != nil {
+		return x.Accelerator
+	}
+	return ""
+}
+
+func (x *Gang) GetGpusPerNode() int32 {
+	if x != nil {
+		return x.GpusPerNode
+	}
+	return 0
+}
+
+func (x *Gang) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+// GangMiss says why a region has no gang for the spec, e.g. "3 certified
+// a100-80gb nodes, but only 1 has ≥ 200 Gbit/s (a gang needs 2)".
+type GangMiss struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GangMiss) Reset() {
+	*x = GangMiss{}
+	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GangMiss) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GangMiss) ProtoMessage() {}
+
+func (x *GangMiss) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GangMiss.ProtoReflect.Descriptor instead.
+func (*GangMiss) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GangMiss) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *GangMiss) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type ReasonCount struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
@@ -1787,7 +1938,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1950,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[16]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1963,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReasonCount) GetCode() string {
@@ -1896,7 +2047,7 @@ type NodeColumns struct {
 
 func (x *NodeColumns) Reset() {
 	*x = NodeColumns{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2059,7 @@ func (x *NodeColumns) String() string {
 func (*NodeColumns) ProtoMessage() {}
 
 func (x *NodeColumns) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[17]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2072,7 @@ func (x *NodeColumns) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeColumns.ProtoReflect.Descriptor instead.
 func (*NodeColumns) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeColumns) GetId() []string {
@@ -2136,7 +2287,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2299,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[18]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2312,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Candidate) GetNode() *Node {
@@ -2187,7 +2338,7 @@ type Excluded struct {
 
 func (x *Excluded) Reset() {
 	*x = Excluded{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[19]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2350,7 @@ func (x *Excluded) String() string {
 func (*Excluded) ProtoMessage() {}
 
 func (x *Excluded) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[19]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2363,7 @@ func (x *Excluded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Excluded.ProtoReflect.Descriptor instead.
 func (*Excluded) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Excluded) GetNode() *Node {
@@ -2253,7 +2404,7 @@ type Reason struct {
 
 func (x *Reason) Reset() {
 	*x = Reason{}
-	mi := &file_gpupass_v1_broker_proto_msgTypes[20]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2416,7 @@ func (x *Reason) String() string {
 func (*Reason) ProtoMessage() {}
 
 func (x *Reason) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_broker_proto_msgTypes[20]
+	mi := &file_gpupass_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2429,7 @@ func (x *Reason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reason.ProtoReflect.Descriptor instead.
 func (*Reason) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_gpupass_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Reason) GetCode() string {
@@ -2457,7 +2608,7 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x03all\x18\n" +
 	" \x01(\bR\x03allB\x06\n" +
 	"\x04specB\x13\n" +
-	"\x11_min_health_score\"\x96\x04\n" +
+	"\x11_min_health_score\"\xf5\x04\n" +
 	"\x0eDryRunResponse\x12)\n" +
 	"\x10spec_fingerprint\x18\x01 \x01(\tR\x0fspecFingerprint\x12(\n" +
 	"\x10min_health_score\x18\x02 \x01(\x01R\x0eminHealthScore\x125\n" +
@@ -2471,7 +2622,18 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x11candidate_columns\x18\b \x01(\v2\x17.gpupass.v1.NodeColumnsR\x10candidateColumns\x12B\n" +
 	"\x10excluded_columns\x18\t \x01(\v2\x17.gpupass.v1.NodeColumnsR\x0fexcludedColumns\x12)\n" +
 	"\x10candidates_total\x18\n" +
-	" \x01(\x05R\x0fcandidatesTotal\"w\n" +
+	" \x01(\x05R\x0fcandidatesTotal\x12&\n" +
+	"\x05gangs\x18\v \x03(\v2\x10.gpupass.v1.GangR\x05gangs\x125\n" +
+	"\vgang_misses\x18\f \x03(\v2\x14.gpupass.v1.GangMissR\n" +
+	"gangMisses\"\x7f\n" +
+	"\x04Gang\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12 \n" +
+	"\vaccelerator\x18\x02 \x01(\tR\vaccelerator\x12\"\n" +
+	"\rgpus_per_node\x18\x03 \x01(\x05R\vgpusPerNode\x12\x19\n" +
+	"\bnode_ids\x18\x04 \x03(\tR\anodeIds\":\n" +
+	"\bGangMiss\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"w\n" +
 	"\vReasonCount\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x14\n" +
@@ -2553,7 +2715,7 @@ func file_gpupass_v1_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_gpupass_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_gpupass_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_gpupass_v1_broker_proto_goTypes = []any{
 	(DryRunView)(0),              // 0: gpupass.v1.DryRunView
 	(*SetAdmissionRequest)(nil),  // 1: gpupass.v1.SetAdmissionRequest
@@ -2572,11 +2734,13 @@ var file_gpupass_v1_broker_proto_goTypes = []any{
 	(*HealthScore)(nil),          // 14: gpupass.v1.HealthScore
 	(*DryRunRequest)(nil),        // 15: gpupass.v1.DryRunRequest
 	(*DryRunResponse)(nil),       // 16: gpupass.v1.DryRunResponse
-	(*ReasonCount)(nil),          // 17: gpupass.v1.ReasonCount
-	(*NodeColumns)(nil),          // 18: gpupass.v1.NodeColumns
-	(*Candidate)(nil),            // 19: gpupass.v1.Candidate
-	(*Excluded)(nil),             // 20: gpupass.v1.Excluded
-	(*Reason)(nil),               // 21: gpupass.v1.Reason
+	(*Gang)(nil),                 // 17: gpupass.v1.Gang
+	(*GangMiss)(nil),             // 18: gpupass.v1.GangMiss
+	(*ReasonCount)(nil),          // 19: gpupass.v1.ReasonCount
+	(*NodeColumns)(nil),          // 20: gpupass.v1.NodeColumns
+	(*Candidate)(nil),            // 21: gpupass.v1.Candidate
+	(*Excluded)(nil),             // 22: gpupass.v1.Excluded
+	(*Reason)(nil),               // 23: gpupass.v1.Reason
 }
 var file_gpupass_v1_broker_proto_depIdxs = []int32{
 	4,  // 0: gpupass.v1.EnrollRequest.labels:type_name -> gpupass.v1.NodeLabels
@@ -2584,32 +2748,34 @@ var file_gpupass_v1_broker_proto_depIdxs = []int32{
 	13, // 2: gpupass.v1.Node.runtime:type_name -> gpupass.v1.Runtime
 	14, // 3: gpupass.v1.Node.health:type_name -> gpupass.v1.HealthScore
 	0,  // 4: gpupass.v1.DryRunRequest.view:type_name -> gpupass.v1.DryRunView
-	19, // 5: gpupass.v1.DryRunResponse.candidates:type_name -> gpupass.v1.Candidate
-	20, // 6: gpupass.v1.DryRunResponse.excluded:type_name -> gpupass.v1.Excluded
-	21, // 7: gpupass.v1.DryRunResponse.reasons:type_name -> gpupass.v1.Reason
-	17, // 8: gpupass.v1.DryRunResponse.reason_counts:type_name -> gpupass.v1.ReasonCount
-	18, // 9: gpupass.v1.DryRunResponse.candidate_columns:type_name -> gpupass.v1.NodeColumns
-	18, // 10: gpupass.v1.DryRunResponse.excluded_columns:type_name -> gpupass.v1.NodeColumns
-	12, // 11: gpupass.v1.Candidate.node:type_name -> gpupass.v1.Node
-	12, // 12: gpupass.v1.Excluded.node:type_name -> gpupass.v1.Node
-	21, // 13: gpupass.v1.Excluded.reasons:type_name -> gpupass.v1.Reason
-	3,  // 14: gpupass.v1.AgentService.Enroll:input_type -> gpupass.v1.EnrollRequest
-	6,  // 15: gpupass.v1.AgentService.Heartbeat:input_type -> gpupass.v1.HeartbeatRequest
-	8,  // 16: gpupass.v1.AgentService.UploadReport:input_type -> gpupass.v1.UploadReportRequest
-	10, // 17: gpupass.v1.NodeService.ListNodes:input_type -> gpupass.v1.ListNodesRequest
-	15, // 18: gpupass.v1.NodeService.DryRun:input_type -> gpupass.v1.DryRunRequest
-	1,  // 19: gpupass.v1.NodeService.SetAdmission:input_type -> gpupass.v1.SetAdmissionRequest
-	5,  // 20: gpupass.v1.AgentService.Enroll:output_type -> gpupass.v1.EnrollResponse
-	7,  // 21: gpupass.v1.AgentService.Heartbeat:output_type -> gpupass.v1.HeartbeatResponse
-	9,  // 22: gpupass.v1.AgentService.UploadReport:output_type -> gpupass.v1.UploadReportResponse
-	11, // 23: gpupass.v1.NodeService.ListNodes:output_type -> gpupass.v1.ListNodesResponse
-	16, // 24: gpupass.v1.NodeService.DryRun:output_type -> gpupass.v1.DryRunResponse
-	2,  // 25: gpupass.v1.NodeService.SetAdmission:output_type -> gpupass.v1.SetAdmissionResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	21, // 5: gpupass.v1.DryRunResponse.candidates:type_name -> gpupass.v1.Candidate
+	22, // 6: gpupass.v1.DryRunResponse.excluded:type_name -> gpupass.v1.Excluded
+	23, // 7: gpupass.v1.DryRunResponse.reasons:type_name -> gpupass.v1.Reason
+	19, // 8: gpupass.v1.DryRunResponse.reason_counts:type_name -> gpupass.v1.ReasonCount
+	20, // 9: gpupass.v1.DryRunResponse.candidate_columns:type_name -> gpupass.v1.NodeColumns
+	20, // 10: gpupass.v1.DryRunResponse.excluded_columns:type_name -> gpupass.v1.NodeColumns
+	17, // 11: gpupass.v1.DryRunResponse.gangs:type_name -> gpupass.v1.Gang
+	18, // 12: gpupass.v1.DryRunResponse.gang_misses:type_name -> gpupass.v1.GangMiss
+	12, // 13: gpupass.v1.Candidate.node:type_name -> gpupass.v1.Node
+	12, // 14: gpupass.v1.Excluded.node:type_name -> gpupass.v1.Node
+	23, // 15: gpupass.v1.Excluded.reasons:type_name -> gpupass.v1.Reason
+	3,  // 16: gpupass.v1.AgentService.Enroll:input_type -> gpupass.v1.EnrollRequest
+	6,  // 17: gpupass.v1.AgentService.Heartbeat:input_type -> gpupass.v1.HeartbeatRequest
+	8,  // 18: gpupass.v1.AgentService.UploadReport:input_type -> gpupass.v1.UploadReportRequest
+	10, // 19: gpupass.v1.NodeService.ListNodes:input_type -> gpupass.v1.ListNodesRequest
+	15, // 20: gpupass.v1.NodeService.DryRun:input_type -> gpupass.v1.DryRunRequest
+	1,  // 21: gpupass.v1.NodeService.SetAdmission:input_type -> gpupass.v1.SetAdmissionRequest
+	5,  // 22: gpupass.v1.AgentService.Enroll:output_type -> gpupass.v1.EnrollResponse
+	7,  // 23: gpupass.v1.AgentService.Heartbeat:output_type -> gpupass.v1.HeartbeatResponse
+	9,  // 24: gpupass.v1.AgentService.UploadReport:output_type -> gpupass.v1.UploadReportResponse
+	11, // 25: gpupass.v1.NodeService.ListNodes:output_type -> gpupass.v1.ListNodesResponse
+	16, // 26: gpupass.v1.NodeService.DryRun:output_type -> gpupass.v1.DryRunResponse
+	2,  // 27: gpupass.v1.NodeService.SetAdmission:output_type -> gpupass.v1.SetAdmissionResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_broker_proto_init() }
@@ -2627,7 +2793,7 @@ func file_gpupass_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_broker_proto_rawDesc), len(file_gpupass_v1_broker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
