@@ -7,6 +7,7 @@
 package auditrun
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -34,8 +35,17 @@ type Options struct {
 	// Group is written into the signed manifest (audit GROUP).
 	Group      *audit.ManifestGroup
 	TlogUpload bool
-	FulcioURL  string
-	RekorURL   string
+	// RekorURL records a key signature when TlogUpload is set.
+	RekorURL string
+	// SigningConfig and TrustedRoot are the files cosign's
+	// --signing-config and --trusted-root name; empty: the public-good
+	// Sigstore instance's, from its TUF repository (as cosign does).
+	// The trusted root, when given, checks each keyless bundle once
+	// signed.
+	SigningConfig string
+	TrustedRoot   string
+	// IdentityToken is an OIDC token given outright (--identity-token).
+	IdentityToken string
 	// Getenv reads key references (env://VAR) and the CI's OIDC token.
 	Getenv func(string) string
 	Log    *slog.Logger
@@ -71,7 +81,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Out == "" {
 		return nil, ErrNoOut
 	}
-	dec, err := audit.Decide(audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, TlogUpload: o.TlogUpload}, getenv)
+	cfg := audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, IDToken: o.IdentityToken, TlogUpload: o.TlogUpload}
+	dec, err := audit.Decide(cfg, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -101,12 +112,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	case audit.ModeKeyless:
-		log.Info("signing keyless", "token", dec.TokenSource, "fulcio", o.FulcioURL, "rekor", o.RekorURL)
-		tok, err := audit.IDToken(ctx, dec, getenv, &http.Client{Timeout: 30 * time.Second})
+		sc, tr, err := audit.LoadSigstore(o.SigningConfig, o.TrustedRoot)
 		if err != nil {
 			return nil, err
 		}
-		signer = &audit.KeylessSigner{IDToken: tok, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL}
+		log.Info("signing keyless", "token", dec.TokenSource, "signing_config", cmp.Or(o.SigningConfig, "public-good Sigstore"))
+		tok, err := audit.IDToken(ctx, dec, cfg, getenv, &http.Client{Timeout: 30 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		if signer, err = audit.NewKeylessSigner(tok, sc, tr); err != nil {
+			return nil, err
+		}
 	}
 	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version, Group: o.Group})
 	if err != nil {
