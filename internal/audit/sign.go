@@ -18,6 +18,7 @@ import (
 
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
 	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
+	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/sign"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
@@ -240,6 +241,8 @@ type KeylessSigner struct {
 	idToken string
 	kp      sign.Keypair
 	opts    sign.BundleOptions
+	// identity and issuer are the certificate's, once one is issued.
+	identity, issuer string
 }
 
 // NewKeylessSigner signs with idToken through the services sc names.
@@ -287,12 +290,24 @@ func (s *KeylessSigner) Mode() string { return ModeKeyless }
 func (s *KeylessSigner) bundle(ctx context.Context, content sign.Content) ([]byte, error) {
 	o := s.opts
 	o.Context = ctx
-	b, err := bundleJSON(content, s.kp, o)
+	b, err := sign.Bundle(content, s.kp, o)
 	if err != nil {
 		return nil, fmt.Errorf("signing keyless: %w", err)
 	}
-	return b, nil
+	if raw := b.GetVerificationMaterial().GetCertificate().GetRawBytes(); raw != nil {
+		if c, err := x509.ParseCertificate(raw); err == nil {
+			if sum, err := certificate.SummarizeCertificate(c); err == nil {
+				s.identity, s.issuer = sum.SubjectAlternativeName, sum.Extensions.Issuer
+			}
+		}
+	}
+	return marshalBundle(b)
 }
+
+// Identity is the certificate's identity and OIDC issuer, what a
+// verifier passes as --certificate-identity and
+// --certificate-oidc-issuer; empty before the first signature.
+func (s *KeylessSigner) Identity() (identity, issuer string) { return s.identity, s.issuer }
 
 // SignBlob implements Signer.
 func (s *KeylessSigner) SignBlob(ctx context.Context, data []byte) ([]byte, error) {

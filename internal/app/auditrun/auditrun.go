@@ -63,6 +63,10 @@ type Result struct {
 	Simulated      bool   `json:"simulated"`
 	// LogProblem says why the run's log is disputed or incomplete.
 	LogProblem string `json:"log_problem,omitempty"`
+	// SignerIdentity and SignerIssuer are a keyless signature's
+	// certificate identity and OIDC issuer: what verify is given.
+	SignerIdentity string `json:"signer_identity,omitempty"`
+	SignerIssuer   string `json:"signer_issuer,omitempty"`
 }
 
 // ErrNoOut is Options.Out left empty.
@@ -139,6 +143,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Path: o.Out, AllocationID: run.AllocationID, ManifestSHA256: rep.ManifestSHA256,
 		Files: len(rep.Manifest.Files) + 2, Signing: dec.Mode, Attested: o.Attest,
 		Match: rep.Environment.Match, Simulated: rep.Manifest.Simulated,
+	}
+	if ks, ok := signer.(*audit.KeylessSigner); ok {
+		res.SignerIdentity, res.SignerIssuer = ks.Identity()
 	}
 	if run.Log != nil && run.Log.Problem() != "" {
 		// Recorded in run-summary.json; verify fails its log layer.

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/app/auditrun"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
@@ -94,14 +95,28 @@ func TestE2EAuditKeyless(t *testing.T) {
 	}
 	for _, job := range jobs {
 		zipPath := filepath.Join(dir, job.name+".zip")
-		// No key: the job's identity signs, through the signing config.
-		stdout, stderr, code := gpx(job.env, "audit", alloc, "--attest", "--out", zipPath,
-			"--signing-config", sig.SigningConfig, "--trusted-root", sig.TrustedRoot, "-o", "json")
-		var res struct{ Signing string }
-		if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || res.Signing != audit.ModeKeyless {
-			t.Fatalf("%s: audit: exit %d, want it signed keyless\nstdout:\n%s\nstderr:\n%s", job.name, code, stdout, stderr)
-		}
 		id, iss := job.claims.Identity(), sig.Issuer(job.claims)
+		// No key: the job's identity signs, through the signing config.
+		auditArgs := []string{"audit", alloc, "--attest", "--out", zipPath, "--signing-config", sig.SigningConfig, "--trusted-root", sig.TrustedRoot}
+		if job.name == "github" {
+			stdout, stderr, code := gpx(job.env, append(auditArgs, "-o", "json")...)
+			var res auditrun.Result
+			if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || res.Signing != "keyless" || res.SignerIdentity != id || res.SignerIssuer != iss {
+				t.Fatalf("%s: audit: exit %d, want it signed keyless by %s from %s\nstdout:\n%s\nstderr:\n%s", job.name, code, id, iss, stdout, stderr)
+			}
+		} else {
+			// Text: the verify command it prints works pasted.
+			stdout, stderr, code := gpx(job.env, auditArgs...)
+			_, pasted, ok := strings.Cut(stdout, "; verify with:\n  ")
+			if code != 0 || !strings.Contains(stdout, "signed keyless as "+id+" (OIDC issuer "+iss+")") || !ok {
+				t.Fatalf("%s: audit: exit %d, want it signed keyless by %s from %s and the verify command\nstdout:\n%s\nstderr:\n%s", job.name, code, id, iss, stdout, stderr)
+			}
+			cmd := exec.CommandContext(ctx, "sh", "-c", strings.TrimSpace(pasted))
+			cmd.Env, cmd.Dir = stack.Env, stack.Root
+			if out, errOut, code := testutil.Run(t, cmd); code != 0 || !strings.Contains(out, "verified "+zipPath) {
+				t.Errorf("%s: the printed verify command, pasted: exit %d\n%s\n%s\n%s", job.name, code, pasted, out, errOut)
+			}
+		}
 		verify := func(args ...string) (string, string, int) {
 			if !slices.Contains(args, "--key") {
 				args = append(args, "--trusted-root", sig.TrustedRoot)
@@ -109,7 +124,8 @@ func TestE2EAuditKeyless(t *testing.T) {
 			return gp(t, ctx, stack, append([]string{"audit", "verify", "--agent-key", agentPub}, args...)...)
 		}
 		extract := filepath.Join(dir, job.name)
-		stdout, stderr, code = verify(zipPath, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--extract", extract)
+		stdout, stderr, code := verify(zipPath, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--extract", extract)
+		t.Logf("%s: gpupass audit verify:\n%s", job.name, stdout)
 		if code != 0 {
 			t.Fatalf("%s: verify: exit %d\nstdout:\n%s\nstderr:\n%s", job.name, code, stdout, stderr)
 		}
@@ -120,7 +136,7 @@ func TestE2EAuditKeyless(t *testing.T) {
 			}
 		}
 		// The same identity, as a regular expression over the repository.
-		if stdout, stderr, code := verify(zipPath, "--certificate-identity-regexp", "/ml-team/llm/", "--certificate-oidc-issuer", iss); code != 0 {
+		if stdout, stderr, code := verify(zipPath, "--certificate-identity-regexp", `^https://(github|gitlab)\.com/ml-team/llm/`, "--certificate-oidc-issuer", iss); code != 0 {
 			t.Errorf("%s: verify --certificate-identity-regexp: exit %d\n%s\n%s", job.name, code, stdout, stderr)
 		}
 

@@ -22,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -362,7 +363,7 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	return output.Write(out, o.Output, auditWritten{res})
+	return output.Write(out, o.Output, auditWritten{res, o.TrustedRoot})
 }
 
 // identityToken reads --identity-token as cosign does: the token, or a
@@ -406,7 +407,11 @@ func (o AuditOptions) auditOne(ctx context.Context) (*AuditResult, error) {
 }
 
 // auditWritten is what `audit` prints: as JSON, the AuditResult.
-type auditWritten struct{ *AuditResult }
+type auditWritten struct {
+	*AuditResult
+	// trustedRoot is --trusted-root, named in the verify command printed.
+	trustedRoot string
+}
 
 func (a auditWritten) WriteText(out io.Writer) error {
 	res := a.AuditResult
@@ -420,6 +425,14 @@ func (a auditWritten) WriteText(out io.Writer) error {
 	}
 	if res.LogProblem != "" {
 		fmt.Fprintf(&b, "note: %s; verify will fail the log layer\n", res.LogProblem)
+	}
+	if res.SignerIdentity != "" {
+		q := termsafe.ShellQuote
+		cmd := "gpupass audit verify " + q(res.Path) + " --certificate-identity " + q(res.SignerIdentity) + " --certificate-oidc-issuer " + q(res.SignerIssuer)
+		if a.trustedRoot != "" {
+			cmd += " --trusted-root " + q(a.trustedRoot)
+		}
+		fmt.Fprintf(&b, "signed keyless as %s (OIDC issuer %s); verify with:\n  %s\n", res.SignerIdentity, res.SignerIssuer, cmd)
 	}
 	_, err := io.WriteString(out, b.String())
 	return err
