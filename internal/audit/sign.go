@@ -126,7 +126,7 @@ func Decide(cfg SignConfig, getenv func(string) string) (Decision, error) {
 		field = FieldKeyless
 	}
 	if hint := MissingIdentity(getenv); hint != "" {
-		return Decision{}, &fielderr.Error{Field: field, Problem: "has nothing to sign with: " + hint + ", or pass a cosign key"}
+		return Decision{}, &fielderr.Error{Field: field, Problem: "is required, or an OIDC identity to sign keyless: " + hint}
 	}
 	if cfg.Keyless {
 		return Decision{}, &fielderr.Error{Field: field, Problem: "needs an OIDC token: in GitHub Actions grant `permissions: id-token: write`; in GitLab declare `id_tokens: " + TokenEnv + ": aud: sigstore`; elsewhere pass {identity token}"}
@@ -139,9 +139,9 @@ func Decide(cfg SignConfig, getenv func(string) string) (Decision, error) {
 func MissingIdentity(getenv func(string) string) string {
 	switch {
 	case getenv("GITHUB_ACTIONS") == "true":
-		return "this GitHub Actions job has no OIDC token (" + GitHubTokenURLEnv + " is unset): grant the job `permissions: id-token: write` to sign keyless"
+		return "this GitHub Actions job has none (" + GitHubTokenURLEnv + " is unset): grant the job `permissions: id-token: write`"
 	case getenv("GITLAB_CI") == "true":
-		return "this GitLab job has no OIDC token (" + TokenEnv + " is unset): declare `id_tokens: " + TokenEnv + ": aud: sigstore` in the job to sign keyless"
+		return "this GitLab job has none (" + TokenEnv + " is unset): declare `id_tokens: " + TokenEnv + ": aud: sigstore` in the job"
 	}
 	return ""
 }

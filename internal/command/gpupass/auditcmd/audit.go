@@ -334,9 +334,9 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		if _, err := audit.Decide(audit.SignConfig{Keyless: o.Keyless, IDToken: o.IdentityToken}, auditGetenv(o.Getenv)); o.Key == "" && err != nil {
 			hint := audit.MissingIdentity(auditGetenv(o.Getenv))
 			if hint == "" {
-				hint = "or an OIDC token to sign keyless (" + gpupass.CIFlag(o.Output, "identity-token") + ")"
+				hint = "pass " + gpupass.CIFlag(o.Output, "identity-token")
 			}
-			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s, and %s", gpupass.CIFlag(o.Output, "key"), hint)}
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s, or an OIDC identity to sign keyless: %s", gpupass.CIFlag(o.Output, "key"), hint)}
 		}
 		defer func() {
 			if err == nil {
