@@ -2,6 +2,7 @@ package sigstoretest
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,5 +50,31 @@ func TestFulcioConfigNamesTheIssuers(t *testing.T) {
 	}
 	if strings.Contains(cfg, "ISSUER") {
 		t.Errorf("a placeholder is left in the config:\n%s", cfg)
+	}
+}
+
+// TestMissingBinaryFailsInCI: with an empty cache Start stops the test,
+// a skip on a developer's machine and a failure with CI=true, naming the
+// build script.
+func TestMissingBinaryFailsInCI(t *testing.T) {
+	if os.Getenv("SIGSTORETEST_CHILD") == "1" {
+		Start(t)
+		return
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		ci       string
+		wantFail bool
+		want     string
+	}{
+		{"true", true, "required component missing (CI=true): fulcio v1.8.8 not built in"},
+		{"", false, "skipping, component missing: fulcio v1.8.8 not built in"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMissingBinaryFailsInCI$", "-test.v")
+		cmd.Env = append(os.Environ(), "SIGSTORETEST_CHILD=1", "CI="+tc.ci, "GPUPASS_SIGSTORE_CACHE="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if (err != nil) != tc.wantFail || !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "scripts/sigstore-build.sh") {
+			t.Errorf("CI=%q: err %v, want failure %v saying %q and naming the build script:\n%s", tc.ci, err, tc.wantFail, tc.want, out)
+		}
 	}
 }
