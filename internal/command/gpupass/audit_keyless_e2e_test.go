@@ -124,7 +124,7 @@ func TestE2EAuditKeyless(t *testing.T) {
 			return gp(t, ctx, stack, append([]string{"audit", "verify", "--agent-key", agentPub}, args...)...)
 		}
 		extract := filepath.Join(dir, job.name)
-		stdout, stderr, code := verify(zipPath, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--extract", extract)
+		stdout, stderr, code = verify(zipPath, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--extract", extract)
 		t.Logf("%s: gpupass audit verify:\n%s", job.name, stdout)
 		if code != 0 {
 			t.Fatalf("%s: verify: exit %d\nstdout:\n%s\nstderr:\n%s", job.name, code, stdout, stderr)
@@ -202,8 +202,21 @@ func TestE2EAuditKeyless(t *testing.T) {
 			t.Errorf("%s: cosign verify-blob-attestation: %v\n%s", job.name, err, out)
 		}
 	}
-	if n := sig.TokenRequests(); n != 1 {
-		t.Errorf("the GitHub token endpoint answered %d times, want once (the github job)", n)
+	// The CI step (-o github, what the Action runs) signs keyless too
+	// when it is given no key, and hands on the zip.
+	ghOut := filepath.Join(dir, "github-output")
+	ciZip := filepath.Join(dir, "ci.zip")
+	stdout, stderr, code = gpx(append(jobs[0].env, "GITHUB_OUTPUT="+ghOut, "GPUPASS_ALLOCATION="+alloc, "GPUPASS_OUT="+ciZip,
+		"GPUPASS_SIGNING_CONFIG="+sig.SigningConfig), "-o", "github", "audit")
+	if code != 0 || !strings.Contains(mustRead(t, ghOut), ciZip) {
+		t.Fatalf("-o github audit with the job's identity: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if stdout, stderr, code := gp(t, ctx, stack, "audit", "verify", ciZip, "--trusted-root", sig.TrustedRoot,
+		"--certificate-identity", gh.Identity(), "--certificate-oidc-issuer", sig.GitHubIssuer); code != 0 {
+		t.Errorf("verify of the CI step's zip: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if n := sig.TokenRequests(); n != 2 {
+		t.Errorf("the GitHub token endpoint answered %d times, want twice (the github job, the CI step)", n)
 	}
 
 	// A GitHub job without `permissions: id-token: write` has no token
