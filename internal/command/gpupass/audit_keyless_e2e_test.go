@@ -98,8 +98,11 @@ func TestE2EAuditKeyless(t *testing.T) {
 		id, iss := job.claims.Identity(), sig.Issuer(job.claims)
 		// No key: the job's identity signs, through the signing config.
 		auditArgs := []string{"audit", alloc, "--attest", "--out", zipPath, "--signing-config", sig.SigningConfig, "--trusted-root", sig.TrustedRoot}
+		t0 := time.Now()
+		var took time.Duration
 		if job.name == "github" {
 			stdout, stderr, code := gpx(job.env, append(auditArgs, "-o", "json")...)
+			took = time.Since(t0)
 			var res auditrun.Result
 			if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || res.Signing != "keyless" || res.SignerIdentity != id || res.SignerIssuer != iss {
 				t.Fatalf("%s: audit: exit %d, want it signed keyless by %s from %s\nstdout:\n%s\nstderr:\n%s", job.name, code, id, iss, stdout, stderr)
@@ -107,6 +110,7 @@ func TestE2EAuditKeyless(t *testing.T) {
 		} else {
 			// Text: the verify command it prints works pasted.
 			stdout, stderr, code := gpx(job.env, auditArgs...)
+			took = time.Since(t0)
 			_, pasted, ok := strings.Cut(stdout, "; verify with:\n  ")
 			if code != 0 || !strings.Contains(stdout, "signed keyless as "+id+" (OIDC issuer "+iss+")") || !ok {
 				t.Fatalf("%s: audit: exit %d, want it signed keyless by %s from %s and the verify command\nstdout:\n%s\nstderr:\n%s", job.name, code, id, iss, stdout, stderr)
@@ -123,6 +127,7 @@ func TestE2EAuditKeyless(t *testing.T) {
 			}
 			return gp(t, ctx, stack, append([]string{"audit", "verify", "--agent-key", agentPub}, args...)...)
 		}
+		t.Logf("%s: keyless audit (certificate, 2 log entries, 2 timestamps) in %v", job.name, took.Round(time.Millisecond))
 		extract := filepath.Join(dir, job.name)
 		stdout, stderr, code = verify(zipPath, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--extract", extract)
 		t.Logf("%s: gpupass audit verify:\n%s", job.name, stdout)
