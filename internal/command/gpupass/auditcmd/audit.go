@@ -357,7 +357,7 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		return output.Write(out, o.Output, written)
+		return output.Write(out, o.Output, groupPrinted{written, o.Out, o.TrustedRoot})
 	}
 	res, err := o.auditOne(ctx)
 	if err != nil {
@@ -427,15 +427,22 @@ func (a auditWritten) WriteText(out io.Writer) error {
 		fmt.Fprintf(&b, "note: %s; verify will fail the log layer\n", res.LogProblem)
 	}
 	if res.SignerIdentity != "" {
-		q := termsafe.ShellQuote
-		cmd := "gpupass audit verify " + q(res.Path) + " --certificate-identity " + q(res.SignerIdentity) + " --certificate-oidc-issuer " + q(res.SignerIssuer)
-		if a.trustedRoot != "" {
-			cmd += " --trusted-root " + q(a.trustedRoot)
-		}
-		fmt.Fprintf(&b, "signed keyless as %s (OIDC issuer %s); verify with:\n  %s\n", res.SignerIdentity, res.SignerIssuer, cmd)
+		b.WriteString(keylessVerify(res.Path, res.SignerIdentity, res.SignerIssuer, a.trustedRoot))
 	}
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// keylessVerify says who signed keyless and the command that verifies
+// path (a zip, or a group's directory) against that identity, quoted to
+// work pasted.
+func keylessVerify(path, identity, issuer, trustedRoot string) string {
+	q := termsafe.ShellQuote
+	cmd := "gpupass audit verify " + q(path) + " --certificate-identity " + q(identity) + " --certificate-oidc-issuer " + q(issuer)
+	if trustedRoot != "" {
+		cmd += " --trusted-root " + q(trustedRoot)
+	}
+	return fmt.Sprintf("signed keyless as %s (OIDC issuer %s); verify with:\n  %s\n", identity, issuer, cmd)
 }
 
 // RunAuditVerify verifies an audit report and prints each layer.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,5 +96,34 @@ func TestAuditKeylessRefusals(t *testing.T) {
 				t.Error("a zip was written")
 			}
 		})
+	}
+}
+
+// TestKeylessVerifyCommandPrinted: a keyless audit (one run, or a group)
+// prints who signed and the verify command for that identity, quoted to
+// work pasted; a group's JSON stays the list of its zips.
+func TestKeylessVerifyCommandPrinted(t *testing.T) {
+	t.Parallel()
+	res := &AuditResult{Path: "my reports/a.zip", Signing: audit.ModeKeyless, Match: true,
+		SignerIdentity: "https://github.com/o/r/.github/workflows/ci.yml@refs/heads/main", SignerIssuer: "https://token.actions.githubusercontent.com"}
+	const want = "signed keyless as https://github.com/o/r/.github/workflows/ci.yml@refs/heads/main (OIDC issuer https://token.actions.githubusercontent.com); verify with:\n" +
+		"  gpupass audit verify %s --certificate-identity https://github.com/o/r/.github/workflows/ci.yml@refs/heads/main --certificate-oidc-issuer https://token.actions.githubusercontent.com%s\n"
+	var one bytes.Buffer
+	if err := (auditWritten{res, "/etc/sigstore/trusted root.json"}).WriteText(&one); err != nil {
+		t.Fatal(err)
+	}
+	if w := fmt.Sprintf(want, "'my reports/a.zip'", " --trusted-root '/etc/sigstore/trusted root.json'"); !strings.HasSuffix(one.String(), w) {
+		t.Errorf("audit prints:\n%s\nwant it to end with:\n%s", one.String(), w)
+	}
+	g := groupPrinted{zips: groupWritten{{Region: "us-west-2", AuditResult: res}}, dir: "audit-group-1"}
+	var text, js bytes.Buffer
+	if err := g.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if w := fmt.Sprintf(want, "audit-group-1", ""); !strings.HasSuffix(text.String(), w) {
+		t.Errorf("audit GROUP prints:\n%s\nwant it to end with:\n%s", text.String(), w)
+	}
+	if err := g.WriteJSON(&js); err != nil || !strings.HasPrefix(js.String(), "[") || !strings.Contains(js.String(), `"signer_identity": "https://github.com/o/r/`) {
+		t.Errorf("audit GROUP -o json: %v\n%s", err, js.String())
 	}
 }
