@@ -126,6 +126,9 @@ func Decide(cfg SignConfig, getenv func(string) string) (Decision, error) {
 		field = FieldKeyless
 	}
 	if hint := MissingIdentity(getenv); hint != "" {
+		if cfg.Keyless {
+			return Decision{}, &fielderr.Error{Field: field, Problem: "needs an OIDC identity: " + hint}
+		}
 		return Decision{}, &fielderr.Error{Field: field, Problem: "is required, or an OIDC identity to sign keyless: " + hint}
 	}
 	if cfg.Keyless {
@@ -238,9 +241,8 @@ func (s *KeySigner) SignDSSE(ctx context.Context, payloadType string, payload []
 // integrated time, so the signed timestamp is what proves the certificate
 // was valid when the report was signed.
 type KeylessSigner struct {
-	idToken string
-	kp      sign.Keypair
-	opts    sign.BundleOptions
+	kp   sign.Keypair
+	opts sign.BundleOptions
 	// identity and issuer are the certificate's, once one is issued.
 	identity, issuer string
 }
@@ -269,7 +271,7 @@ func NewKeylessSigner(idToken string, sc *root.SigningConfig, trusted root.Trust
 	if err != nil {
 		return nil, err
 	}
-	s := &KeylessSigner{idToken: idToken, kp: kp}
+	s := &KeylessSigner{kp: kp}
 	s.opts = sign.BundleOptions{
 		CertificateProvider:        sign.NewFulcio(&sign.FulcioOptions{BaseURL: fulcio.URL, Timeout: 30 * time.Second, Retries: 1}),
 		CertificateProviderOptions: &sign.CertificateProviderOptions{IDToken: idToken},

@@ -34,7 +34,8 @@ func TestDecide(t *testing.T) {
 		{"key and an identity token", SignConfig{KeyRef: "k", IDToken: "eyJ"}, nil, Decision{}, "exclude each other"},
 		{"an identity token wins over the CI's", SignConfig{IDToken: "eyJ.given"}, gh, Decision{Mode: ModeKeyless, TokenSource: TokenSourceFlag}, ""},
 		{"github job without id-token: write", SignConfig{}, map[string]string{"GITHUB_ACTIONS": "true"}, Decision{}, "grant the job `permissions: id-token: write`"},
-		{"gitlab job without id_tokens", SignConfig{}, map[string]string{"GITLAB_CI": "true"}, Decision{}, "id_tokens: SIGSTORE_ID_TOKEN: aud: sigstore"},
+		{"gitlab job without id_tokens", SignConfig{}, map[string]string{"GITLAB_CI": "true"}, Decision{}, "signing key is required, or an OIDC identity to sign keyless: this GitLab job has none (SIGSTORE_ID_TOKEN is unset): declare `id_tokens: SIGSTORE_ID_TOKEN: aud: sigstore` in the job"},
+		{"explicit keyless in a github job without id-token: write", SignConfig{Keyless: true}, map[string]string{"GITHUB_ACTIONS": "true"}, Decision{}, "keyless signing: needs an OIDC identity: this GitHub Actions job has none"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
