@@ -387,6 +387,13 @@ func verifyKeyless(ctx context.Context, bd *sgbundle.Bundle, id Identity, artifa
 				return nil, fmt.Errorf("the certificate is for %s from issuer %s, not the identity given: %w", sum.SubjectAlternativeName, sum.Extensions.Issuer, err)
 			}
 		}
+		// A log entry, a CT proof, a timestamp or a CA the trusted
+		// root does not know: most often another instance's root.
+		for _, what := range []string{"log inclusion", "signed certificate timestamp", "timestamps", "certificate chain", "leaf certificate"} {
+			if strings.Contains(err.Error(), what) {
+				return nil, fmt.Errorf("%w (is the trusted root that of the Sigstore instance that signed it? it must hold the Fulcio, transparency log, CT log and timestamp authority that did)", err)
+			}
+		}
 		return nil, err
 	}
 	if res.Signature == nil || res.Signature.Certificate == nil {

@@ -93,6 +93,10 @@ func TestE2EAuditKeyless(t *testing.T) {
 	if _, errOut, code := gp(t, ctx, stack, "audit", "keygen", "--out-prefix", otherPub); code != 0 {
 		t.Fatalf("keygen: %s", errOut)
 	}
+	emptyRoot := filepath.Join(dir, "empty-root.json")
+	if err := os.WriteFile(emptyRoot, []byte(audit.MinimalTrustedRoot), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, job := range jobs {
 		zipPath := filepath.Join(dir, job.name+".zip")
 		id, iss := job.claims.Identity(), sig.Issuer(job.claims)
@@ -122,7 +126,7 @@ func TestE2EAuditKeyless(t *testing.T) {
 			}
 		}
 		verify := func(args ...string) (string, string, int) {
-			if !slices.Contains(args, "--key") {
+			if !slices.Contains(args, "--key") && !slices.Contains(args, "--trusted-root") {
 				args = append(args, "--trusted-root", sig.TrustedRoot)
 			}
 			return gp(t, ctx, stack, append([]string{"audit", "verify", "--agent-key", agentPub}, args...)...)
@@ -164,12 +168,15 @@ func TestE2EAuditKeyless(t *testing.T) {
 			{"wrong issuer", []string{zipPath, "--certificate-identity", id, "--certificate-oidc-issuer", sig.GitHubIssuer + "-other"}, "the certificate is for " + id + " from issuer " + iss + ", not the identity given"},
 			{"changed byte", []string{tampered, "--certificate-identity", id, "--certificate-oidc-issuer", iss}, "does not verify"},
 			{"a key for a keyless report", []string{zipPath, "--key", otherPub + ".pub"}, "signed keyless"},
+			// Another Sigstore's trusted root (here one with no CA at all).
+			{"another trusted root", []string{zipPath, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--trusted-root", emptyRoot}, "is the trusted root that of the Sigstore instance that signed it?"},
 		} {
 			stdout, stderr, code := verify(append(tc.args, "-o", "json")...)
 			var vr audit.Result
 			if err := json.Unmarshal([]byte(stdout), &vr); err != nil {
 				t.Fatalf("%s %s: verify -o json printed non-JSON: %v\n%s\n%s", job.name, tc.name, err, stdout, stderr)
 			}
+			t.Logf("%s %s: %s", job.name, tc.name, vr.Layers[1].Problems)
 			if code != gpupass.ExitFindings || vr.OK || vr.FailedLayer != audit.LayerSignature || !strings.Contains(stdout, tc.want) {
 				t.Errorf("%s %s: exit %d, failed layer %q, want 1 at %s saying %q\n%s", job.name, tc.name, code, vr.FailedLayer, audit.LayerSignature, tc.want, stdout)
 			}
