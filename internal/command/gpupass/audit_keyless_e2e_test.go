@@ -241,6 +241,14 @@ func TestE2EAuditKeyless(t *testing.T) {
 	if _, err := os.Stat(zipPath); err == nil {
 		t.Error("audit with nothing to sign with wrote a zip")
 	}
+	// A request token the endpoint refuses: the HTTP status and the
+	// permission to check, never the token.
+	const badBearer = "not-the-runtime-token"
+	stdout, stderr, code = gpx([]string{"GITHUB_ACTIONS=true", "ACTIONS_ID_TOKEN_REQUEST_URL=" + ghURL, "ACTIONS_ID_TOKEN_REQUEST_TOKEN=" + badBearer},
+		"audit", alloc, "--out", zipPath, "--signing-config", sig.SigningConfig)
+	if code == 0 || !strings.Contains(stderr, "HTTP 401 (does the job have `permissions: id-token: write`?)") || strings.Contains(stdout+stderr, badBearer) {
+		t.Errorf("audit with a refused request token: exit %d, want the 401 and the permission named, the token not\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
 }
 
 func mustRead(t *testing.T, path string) string {
