@@ -24,7 +24,7 @@ func VerifyAttestation(ctx context.Context, bundleJSON []byte, key crypto.Public
 	if err != nil || len(d) != 32 {
 		return nil, fmt.Errorf("subject digest %q is not a sha256 hex digest", sha256Hex)
 	}
-	bd, err := verifyBundle(ctx, bundleJSON, key, sgverify.WithArtifactDigest("sha256", d))
+	bd, _, err := verifyBundle(ctx, bundleJSON, VerifyOptions{Key: key}, sgverify.WithArtifactDigest("sha256", d))
 	if err != nil {
 		return nil, err
 	}

@@ -14,9 +14,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
 	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
+	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
+	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/sign"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -54,8 +57,11 @@ const (
 
 // SignConfig is what the user asked for.
 type SignConfig struct {
-	KeyRef     KeyRef
-	Keyless    bool
+	KeyRef  KeyRef
+	Keyless bool
+	// IDToken is an OIDC token given outright (cosign's
+	// --identity-token): it wins over the CI's.
+	IDToken    string
 	TlogUpload bool // upload the key signature to Rekor too (off: offline)
 }
 
@@ -63,7 +69,7 @@ type SignConfig struct {
 type Decision struct {
 	Mode string
 	// TokenSource names where the keyless OIDC token comes from:
-	// TokenEnv or "github-actions".
+	// TokenSourceFlag, TokenEnv or TokenSourceGitHub.
 	TokenSource string
 	// Offline is true when signing talks to no service.
 	Offline bool
@@ -74,16 +80,30 @@ type Decision struct {
 const (
 	FieldKey     = "signing key"
 	FieldKeyless = "keyless signing"
+	// FieldSigningConfig is the signing config (cosign's
+	// --signing-config): where to sign keyless.
+	FieldSigningConfig = "signing config"
+	// FieldTrustedRoot is the trusted root (--trusted-root).
+	FieldTrustedRoot = "trusted root"
+	// FieldIdentityToken is an OIDC token given outright.
+	FieldIdentityToken = "identity token"
 	// FieldForce is the overwrite WriteKeyPair refuses without force.
 	FieldForce = "key pair"
 )
 
+// Token sources a Decision names besides TokenEnv.
+const (
+	TokenSourceFlag   = "identity-token"
+	TokenSourceGitHub = "github-actions"
+)
+
 // Decide picks key or keyless signing. A key always wins and signs
-// offline (unless TlogUpload). Without a key, a CI OIDC token (GitLab
-// SIGSTORE_ID_TOKEN, GitHub's id-token endpoint) selects keyless signing
-// through Fulcio and Rekor; without either there is nothing to sign with.
+// offline (unless TlogUpload). Without a key, an OIDC identity (a token
+// given outright, GitLab's SIGSTORE_ID_TOKEN, GitHub's id-token endpoint)
+// selects keyless signing; without either there is nothing to sign with,
+// and the error says what the CI job lacks.
 func Decide(cfg SignConfig, getenv func(string) string) (Decision, error) {
-	if cfg.KeyRef != "" && cfg.Keyless {
+	if cfg.KeyRef != "" && (cfg.Keyless || cfg.IDToken != "") {
 		return Decision{}, &fielderr.Error{Field: FieldKey, Problem: "and {keyless signing} exclude each other: pick one"}
 	}
 	if cfg.KeyRef != "" {
@@ -91,28 +111,54 @@ func Decide(cfg SignConfig, getenv func(string) string) (Decision, error) {
 	}
 	src := ""
 	switch {
+	case cfg.IDToken != "":
+		src = TokenSourceFlag
 	case getenv(TokenEnv) != "":
 		src = TokenEnv
 	case getenv(GitHubTokenURLEnv) != "" && getenv(GitHubTokenTokenEnv) != "":
-		src = "github-actions"
+		src = TokenSourceGitHub
 	}
 	if src != "" {
 		return Decision{Mode: ModeKeyless, TokenSource: src}, nil
 	}
+	field := FieldKey
 	if cfg.Keyless {
-		return Decision{}, &fielderr.Error{Field: FieldKeyless, Problem: "needs a CI OIDC token: in GitHub Actions grant `permissions: id-token: write`; in GitLab declare `id_tokens: SIGSTORE_ID_TOKEN: aud: sigstore`"}
+		field = FieldKeyless
 	}
-	return Decision{}, &fielderr.Error{Field: FieldKey, Problem: "is required: a cosign.key (make one with `gpupass audit keygen`), or run in CI with an OIDC token to sign keyless"}
+	if hint := MissingIdentity(getenv); hint != "" {
+		if cfg.Keyless {
+			return Decision{}, &fielderr.Error{Field: field, Problem: "needs an OIDC identity: " + hint}
+		}
+		return Decision{}, &fielderr.Error{Field: field, Problem: "is required, or an OIDC identity to sign keyless: " + hint}
+	}
+	if cfg.Keyless {
+		return Decision{}, &fielderr.Error{Field: field, Problem: "needs an OIDC token: in GitHub Actions grant `permissions: id-token: write`; in GitLab declare `id_tokens: " + TokenEnv + ": aud: sigstore`; elsewhere pass {identity token}"}
+	}
+	return Decision{}, &fielderr.Error{Field: FieldKey, Problem: "is required: a cosign.key (make one with `gpupass audit keygen`), or an OIDC identity to sign keyless (a CI job's token, or {identity token})"}
+}
+
+// MissingIdentity says, in a CI job that has no OIDC token, what the job
+// must declare to sign keyless; "" outside GitHub Actions and GitLab CI.
+func MissingIdentity(getenv func(string) string) string {
+	switch {
+	case getenv("GITHUB_ACTIONS") == "true":
+		return "this GitHub Actions job has none (" + GitHubTokenURLEnv + " is unset): grant the job `permissions: id-token: write`"
+	case getenv("GITLAB_CI") == "true":
+		return "this GitLab job has none (" + TokenEnv + " is unset): declare `id_tokens: " + TokenEnv + ": aud: sigstore` in the job"
+	}
+	return ""
 }
 
 // IDToken returns the OIDC token for keyless signing from the source
 // Decide chose. For GitHub it asks the job's token endpoint for a token
 // with the sigstore audience.
-func IDToken(ctx context.Context, d Decision, getenv func(string) string, client *http.Client) (string, error) {
+func IDToken(ctx context.Context, d Decision, cfg SignConfig, getenv func(string) string, client *http.Client) (string, error) {
 	switch d.TokenSource {
+	case TokenSourceFlag:
+		return cfg.IDToken, nil
 	case TokenEnv:
 		return getenv(TokenEnv), nil
-	case "github-actions":
+	case TokenSourceGitHub:
 		return fetchGitHubToken(ctx, client, getenv(GitHubTokenURLEnv), getenv(GitHubTokenTokenEnv))
 	}
 	return "", fmt.Errorf("no OIDC token source")
@@ -188,43 +234,91 @@ func (s *KeySigner) SignDSSE(ctx context.Context, payloadType string, payload []
 	return bundleJSON(&sign.DSSEData{Data: payload, PayloadType: payloadType}, s.kp, sign.BundleOptions{Context: ctx, TransparencyLogs: s.tlog})
 }
 
-// KeylessSigner signs with a short-lived key certified by Fulcio for the
-// CI's OIDC identity, and records each signature in Rekor. It needs the
-// network; tests exercise Decide, not this path.
+// KeylessSigner signs with a short-lived key that the signing config's
+// Fulcio certifies for the CI job's OIDC identity, records each signature
+// in its transparency log and has its timestamp authority sign the time:
+// what `cosign sign-blob --signing-config` does. Rekor v2 gives no
+// integrated time, so the signed timestamp is what proves the certificate
+// was valid when the report was signed.
 type KeylessSigner struct {
-	IDToken   string
-	FulcioURL string
-	RekorURL  string
+	kp   sign.Keypair
+	opts sign.BundleOptions
+	// identity and issuer are the certificate's, once one is issued.
+	identity, issuer string
+}
+
+// NewKeylessSigner signs with idToken through the services sc names.
+// trusted, when set, checks each bundle after signing (cosign sign-blob
+// --trusted-root). One ephemeral key signs every bundle of the signer, so
+// a report's manifest and attestation carry the same certificate.
+func NewKeylessSigner(idToken string, sc *root.SigningConfig, trusted root.TrustedMaterial) (*KeylessSigner, error) {
+	now := time.Now()
+	fulcio, err := root.SelectService(sc.FulcioCertificateAuthorityURLs(), sign.FulcioAPIVersions, now)
+	if err != nil {
+		return nil, &fielderr.Error{Field: FieldSigningConfig, Problem: fmt.Sprintf("names no usable Fulcio: %v", err)}
+	}
+	tsas, err := root.SelectServices(sc.TimestampAuthorityURLs(), sc.TimestampAuthorityURLsConfig(), sign.TimestampAuthorityAPIVersions, now)
+	if err != nil || len(tsas) == 0 {
+		// Without a signed timestamp a Rekor v2 entry proves no time,
+		// and the short-lived certificate nothing after it expires.
+		return nil, &fielderr.Error{Field: FieldSigningConfig, Problem: "names no timestamp authority (tsaUrls): keyless audit reports carry a signed timestamp; add one with `cosign signing-config create --tsa url=…,api-version=1,start-time=…,operator=… --tsa-config ANY`"}
+	}
+	logs, err := root.SelectServices(sc.RekorLogURLs(), sc.RekorLogURLsConfig(), sign.RekorAPIVersions, now)
+	if err != nil || len(logs) == 0 {
+		return nil, &fielderr.Error{Field: FieldSigningConfig, Problem: "names no transparency log (rekorTlogUrls): a keyless signature must be logged for a verifier to accept it"}
+	}
+	kp, err := sign.NewEphemeralKeypair(nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &KeylessSigner{kp: kp}
+	s.opts = sign.BundleOptions{
+		CertificateProvider:        sign.NewFulcio(&sign.FulcioOptions{BaseURL: fulcio.URL, Timeout: 30 * time.Second, Retries: 1}),
+		CertificateProviderOptions: &sign.CertificateProviderOptions{IDToken: idToken},
+		TrustedRoot:                trusted,
+	}
+	for _, t := range tsas {
+		s.opts.TimestampAuthorities = append(s.opts.TimestampAuthorities, sign.NewTimestampAuthority(&sign.TimestampAuthorityOptions{URL: t.URL, Timeout: 30 * time.Second, Retries: 1}))
+	}
+	for _, l := range logs {
+		s.opts.TransparencyLogs = append(s.opts.TransparencyLogs, sign.NewRekor(&sign.RekorOptions{BaseURL: l.URL, Timeout: 90 * time.Second, Retries: 1, Version: l.MajorAPIVersion}))
+	}
+	return s, nil
 }
 
 // Mode implements Signer.
 func (s *KeylessSigner) Mode() string { return ModeKeyless }
 
-func (s *KeylessSigner) opts(ctx context.Context) sign.BundleOptions {
-	return sign.BundleOptions{
-		Context:                    ctx,
-		CertificateProvider:        sign.NewFulcio(&sign.FulcioOptions{BaseURL: s.FulcioURL}),
-		CertificateProviderOptions: &sign.CertificateProviderOptions{IDToken: s.IDToken},
-		TransparencyLogs:           []sign.Transparency{sign.NewRekor(&sign.RekorOptions{BaseURL: s.RekorURL})},
+func (s *KeylessSigner) bundle(ctx context.Context, content sign.Content) ([]byte, error) {
+	o := s.opts
+	o.Context = ctx
+	b, err := sign.Bundle(content, s.kp, o)
+	if err != nil {
+		return nil, fmt.Errorf("signing keyless: %w", err)
 	}
+	if raw := b.GetVerificationMaterial().GetCertificate().GetRawBytes(); raw != nil {
+		if c, err := x509.ParseCertificate(raw); err == nil {
+			if sum, err := certificate.SummarizeCertificate(c); err == nil {
+				s.identity, s.issuer = sum.SubjectAlternativeName, sum.Extensions.Issuer
+			}
+		}
+	}
+	return marshalBundle(b)
 }
+
+// Identity is the certificate's identity and OIDC issuer, what a
+// verifier passes as --certificate-identity and
+// --certificate-oidc-issuer; empty before the first signature.
+func (s *KeylessSigner) Identity() (identity, issuer string) { return s.identity, s.issuer }
 
 // SignBlob implements Signer.
 func (s *KeylessSigner) SignBlob(ctx context.Context, data []byte) ([]byte, error) {
-	kp, err := sign.NewEphemeralKeypair(nil)
-	if err != nil {
-		return nil, err
-	}
-	return bundleJSON(&sign.PlainData{Data: data}, kp, s.opts(ctx))
+	return s.bundle(ctx, &sign.PlainData{Data: data})
 }
 
 // SignDSSE implements Signer.
 func (s *KeylessSigner) SignDSSE(ctx context.Context, payloadType string, payload []byte) ([]byte, error) {
-	kp, err := sign.NewEphemeralKeypair(nil)
-	if err != nil {
-		return nil, err
-	}
-	return bundleJSON(&sign.DSSEData{Data: payload, PayloadType: payloadType}, kp, s.opts(ctx))
+	return s.bundle(ctx, &sign.DSSEData{Data: payload, PayloadType: payloadType})
 }
 
 func bundleJSON(content sign.Content, kp sign.Keypair, opts sign.BundleOptions) ([]byte, error) {

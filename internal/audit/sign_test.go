@@ -31,6 +31,11 @@ func TestDecide(t *testing.T) {
 		{"keyless without a token", SignConfig{Keyless: true}, nil, Decision{}, "id-token: write"},
 		{"nothing to sign with", SignConfig{}, nil, Decision{}, "gpupass audit keygen"},
 		{"key and keyless", SignConfig{KeyRef: "k", Keyless: true}, gl, Decision{}, "exclude each other"},
+		{"key and an identity token", SignConfig{KeyRef: "k", IDToken: "eyJ"}, nil, Decision{}, "exclude each other"},
+		{"an identity token wins over the CI's", SignConfig{IDToken: "eyJ.given"}, gh, Decision{Mode: ModeKeyless, TokenSource: TokenSourceFlag}, ""},
+		{"github job without id-token: write", SignConfig{}, map[string]string{"GITHUB_ACTIONS": "true"}, Decision{}, "grant the job `permissions: id-token: write`"},
+		{"gitlab job without id_tokens", SignConfig{}, map[string]string{"GITLAB_CI": "true"}, Decision{}, "signing key is required, or an OIDC identity to sign keyless: this GitLab job has none (SIGSTORE_ID_TOKEN is unset): declare `id_tokens: SIGSTORE_ID_TOKEN: aud: sigstore` in the job"},
+		{"explicit keyless in a github job without id-token: write", SignConfig{Keyless: true}, map[string]string{"GITHUB_ACTIONS": "true"}, Decision{}, "keyless signing: needs an OIDC identity: this GitHub Actions job has none"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,7 +91,7 @@ func TestGitHubIDToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := IDToken(context.Background(), d, getenv, srv.Client())
+			got, err := IDToken(context.Background(), d, SignConfig{}, getenv, srv.Client())
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)

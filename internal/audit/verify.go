@@ -14,11 +14,13 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 	sgbundle "github.com/sigstore/sigstore-go/pkg/bundle"
+	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	sgverify "github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -26,8 +28,10 @@ import (
 
 // Verification layers, in the order they are checked.
 const (
-	LayerArchive     = "archive"
-	LayerSignature   = "signature"
+	LayerArchive   = "archive"
+	LayerSignature = "signature"
+	// LayerSigner: who signed a keyless report, from its certificate.
+	LayerSigner      = "signer"
 	LayerManifest    = "manifest"
 	LayerAgent       = "agent-signature"
 	LayerFingerprint = "fingerprint"
@@ -50,10 +54,41 @@ type AgentKey struct {
 	NotAfter  time.Time
 }
 
+// Identity is the keyless signer a report must have been signed by:
+// cosign's --certificate-identity[-regexp] and --certificate-oidc-issuer
+// [-regexp], checked against a trusted root.
+type Identity struct {
+	TrustedRoot root.TrustedMaterial
+	// SAN or SANRegexp is the certificate's identity (a CI job's
+	// workflow or pipeline URL); Issuer or IssuerRegexp its OIDC issuer.
+	SAN, SANRegexp       string
+	Issuer, IssuerRegexp string
+}
+
+// SignedBy is who signed a keyless report: the certificate's subject and
+// the Fulcio extensions a CI provider's token filled in.
+type SignedBy struct {
+	Identity   string `json:"identity"`
+	Issuer     string `json:"issuer"`
+	Repository string `json:"repository,omitempty"`
+	// Workflow is the pipeline definition that ran (GitHub's workflow
+	// file at a ref, GitLab's .gitlab-ci.yml).
+	Workflow string `json:"workflow,omitempty"`
+	Ref      string `json:"ref,omitempty"`
+	Commit   string `json:"commit,omitempty"`
+	Trigger  string `json:"trigger,omitempty"`
+	Run      string `json:"run,omitempty"`
+	// SignedAt is the verified signed timestamp.
+	SignedAt time.Time `json:"signed_at"`
+}
+
 // VerifyOptions control Verify.
 type VerifyOptions struct {
 	// Key is the cosign public key the manifest must be signed with.
 	Key crypto.PublicKey
+	// Identity accepts a report signed keyless by that identity. With
+	// Key too, either signature is accepted; the report says which.
+	Identity *Identity
 	// AgentKeys pin the agent keys accepted for the conformance report.
 	// Empty: the key inside the report is used, and the layer warns
 	// (StatusWarn: whoever made the report chose that key), or fails
@@ -83,9 +118,11 @@ type Result struct {
 	AgentKeyPinned bool `json:"agent_key_pinned"`
 	// Group is the signed manifest's run group (audit GROUP), read only
 	// when the report verified.
-	Group    *ManifestGroup `json:"group,omitempty"`
-	Warnings []string       `json:"warnings,omitempty"`
-	Layers   []Layer        `json:"layers"`
+	Group *ManifestGroup `json:"group,omitempty"`
+	// Signer is who signed a keyless report (nil: signed with a key).
+	Signer   *SignedBy `json:"signer,omitempty"`
+	Warnings []string  `json:"warnings,omitempty"`
+	Layers   []Layer   `json:"layers"`
 }
 
 // A layer's status.
@@ -194,8 +231,13 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 		}
 		return verify()
 	}
+	sig, signer := verifySignature(ctx, files, opts)
+	res.Layers = append(res.Layers, sig)
+	if signer != nil {
+		res.Signer = signer
+		res.Layers = append(res.Layers, signerLayer(signer))
+	}
 	res.Layers = append(res.Layers,
-		verifySignature(ctx, files, opts.Key),
 		manifest,
 		checked(LayerAgent, []string{FileConformanceReport, FileConformanceSig, FileAgentKey}, func() Layer {
 			return verifyAgent(files, opts.AgentKeys, opts.RequirePinned)
@@ -207,7 +249,7 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 	)
 	if _, ok := files[FileAttestation]; ok {
 		res.Layers = append(res.Layers, checked(LayerAttestation, []string{FileManifest, FileEnvironment}, func() Layer {
-			return verifyAttestation(ctx, files, opts.Key, m, manifestErr)
+			return verifyAttestation(ctx, files, opts, signer, m, manifestErr)
 		}))
 	}
 	res.AgentKeyPinned = len(opts.AgentKeys) > 0
@@ -237,54 +279,138 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 	return res
 }
 
-func verifySignature(ctx context.Context, files map[string][]byte, key crypto.PublicKey) Layer {
+func verifySignature(ctx context.Context, files map[string][]byte, opts VerifyOptions) (Layer, *SignedBy) {
 	b := &layerBuilder{l: Layer{Name: LayerSignature}}
 	mb, ok := files[FileManifest]
 	if !ok {
 		b.fail(FileManifest, "present", "the report has no %s", FileManifest)
-		return b.l
+		return b.l, nil
 	}
 	bb, ok := files[FileManifestBundle]
 	if !ok {
 		b.fail(FileManifestBundle, "present", "the report has no cosign bundle %s", FileManifestBundle)
-		return b.l
+		return b.l, nil
 	}
-	if key == nil {
-		b.fail(FileManifestBundle, "cosign-signature", "no public key given: pass --key cosign.pub")
-		return b.l
+	_, signer, err := verifyBundle(ctx, bb, opts, sgverify.WithArtifact(bytes.NewReader(mb)))
+	if err != nil {
+		b.fail(FileManifestBundle, "cosign-signature", "the signature over %s does not verify: %v", FileManifest, err)
+		return b.l, nil
 	}
-	if _, err := verifyBundle(ctx, bb, key, sgverify.WithArtifact(bytes.NewReader(mb))); err != nil {
-		b.fail(FileManifestBundle, "cosign-signature", "the signature over %s does not verify with the given key: %v", FileManifest, err)
-		return b.l
+	if signer != nil {
+		b.l.Detail = fmt.Sprintf("cosign bundle over %s verified keyless: certificate for %s from %s, logged, signed timestamp %s", FileManifest, signer.Identity, signer.Issuer, signer.SignedAt.UTC().Format(time.RFC3339))
+		return b.l, signer
 	}
 	b.l.Detail = fmt.Sprintf("cosign bundle over %s verified with the given key", FileManifest)
-	return b.l
+	return b.l, nil
 }
 
-// verifyBundle checks a key-based sigstore bundle exactly as `cosign
-// verify-blob --key K --bundle B --insecure-ignore-tlog` does, and
-// returns the bundle so that the caller can check what it carries.
-func verifyBundle(ctx context.Context, bundleJSON []byte, key crypto.PublicKey, artifact sgverify.ArtifactPolicyOption) (*sgbundle.Bundle, error) {
+// signerLayer says who signed a keyless report.
+func signerLayer(s *SignedBy) Layer {
+	var parts []string
+	for _, f := range []struct{ name, v string }{
+		{"repository", s.Repository}, {"workflow", s.Workflow}, {"ref", s.Ref}, {"commit", s.Commit},
+		{"trigger", s.Trigger}, {"run", s.Run},
+	} {
+		if f.v != "" {
+			parts = append(parts, f.name+" "+f.v)
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "identity "+s.Identity)
+	}
+	return Layer{Name: LayerSigner, Detail: strings.Join(parts, ", ")}
+}
+
+// ErrSignedKeyless and ErrSignedWithKey say that a bundle was signed the
+// other way than the verifier can check.
+var (
+	ErrSignedKeyless = errors.New("the bundle was signed keyless (it carries a certificate): check it against the identity that must have signed it, as in `gpupass audit verify --certificate-identity ID --certificate-oidc-issuer URL`")
+	ErrSignedWithKey = errors.New("the bundle was signed with a key (it carries no certificate): check it against that key's public half, as in `gpupass audit verify --key cosign.pub`")
+)
+
+// verifyBundle checks a sigstore bundle as `cosign verify-blob` does: a
+// key-based one as with --key K --insecure-ignore-tlog, a keyless one as
+// with --certificate-identity … --certificate-oidc-issuer …
+// --trusted-root … --use-signed-timestamps. It returns the bundle, so that
+// the caller can check what it carries, and for a keyless one who signed.
+func verifyBundle(ctx context.Context, bundleJSON []byte, opts VerifyOptions, artifact sgverify.ArtifactPolicyOption) (*sgbundle.Bundle, *SignedBy, error) {
 	var bd sgbundle.Bundle
 	if err := bd.UnmarshalJSON(bundleJSON); err != nil {
-		return nil, fmt.Errorf("not a sigstore bundle: %w", err)
+		return nil, nil, fmt.Errorf("not a sigstore bundle: %w", err)
 	}
-	if vc, err := bd.VerificationContent(); err == nil && vc.Certificate() != nil {
-		return nil, errors.New("the bundle was signed keyless (it carries a certificate): verify it with `cosign verify-blob --certificate-identity … --certificate-oidc-issuer …`")
-	}
-	v, err := signature.LoadVerifier(key, crypto.SHA256)
+	vc, err := bd.VerificationContent()
 	if err != nil {
-		return nil, fmt.Errorf("loading public key: %w", err)
+		return nil, nil, fmt.Errorf("the bundle's verification material: %w", err)
+	}
+	if vc.Certificate() != nil {
+		if opts.Identity == nil {
+			return nil, nil, ErrSignedKeyless
+		}
+		signer, err := verifyKeyless(ctx, &bd, *opts.Identity, artifact)
+		return &bd, signer, err
+	}
+	if opts.Key == nil {
+		return nil, nil, ErrSignedWithKey
+	}
+	v, err := signature.LoadVerifier(opts.Key, crypto.SHA256)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading public key: %w", err)
 	}
 	tr, err := root.NewTrustedRootFromJSON([]byte(MinimalTrustedRoot))
 	if err != nil {
-		return nil, fmt.Errorf("trusted root: %w", err)
+		return nil, nil, fmt.Errorf("trusted root: %w", err)
 	}
 	co := &cosign.CheckOpts{SigVerifier: v, IgnoreTlog: true, TrustedMaterial: tr, NewBundleFormat: true}
 	if _, err := cosign.VerifyNewBundle(ctx, co, artifact, &bd); err != nil {
+		return nil, nil, err
+	}
+	return &bd, nil, nil
+}
+
+func verifyKeyless(ctx context.Context, bd *sgbundle.Bundle, id Identity, artifact sgverify.ArtifactPolicyOption) (*SignedBy, error) {
+	if id.TrustedRoot == nil {
+		return nil, errors.New("no trusted root to check the certificate against")
+	}
+	// cosign verify-blob's own checks: an embedded SCT, a transparency
+	// log entry and, since Rekor v2 states no time, a signed timestamp.
+	co := &cosign.CheckOpts{
+		TrustedMaterial: id.TrustedRoot, NewBundleFormat: true, UseSignedTimestamps: true,
+		Identities: []cosign.Identity{{Subject: id.SAN, SubjectRegExp: id.SANRegexp, Issuer: id.Issuer, IssuerRegExp: id.IssuerRegexp}},
+	}
+	res, err := cosign.VerifyNewBundle(ctx, co, artifact, bd)
+	if err != nil {
+		// Say who did sign: what the verifier needs to tell a
+		// mistyped identity from a report signed by someone else.
+		var idErr *sgverify.ErrNoMatchingCertificateIdentity
+		if vc, verr := bd.VerificationContent(); errors.As(err, &idErr) && verr == nil && vc.Certificate() != nil {
+			if sum, serr := certificate.SummarizeCertificate(vc.Certificate()); serr == nil {
+				return nil, fmt.Errorf("the certificate is for %s from issuer %s, not the identity given: %w", sum.SubjectAlternativeName, sum.Extensions.Issuer, err)
+			}
+		}
+		// A log entry, a CT proof, a timestamp or a CA the trusted
+		// root does not know: most often another instance's root.
+		for _, what := range []string{"log inclusion", "signed certificate timestamp", "timestamps", "certificate chain", "leaf certificate"} {
+			if strings.Contains(err.Error(), what) {
+				return nil, fmt.Errorf("%w (is the trusted root that of the Sigstore instance that signed it? it must hold the Fulcio, transparency log, CT log and timestamp authority that did)", err)
+			}
+		}
 		return nil, err
 	}
-	return &bd, nil
+	if res.Signature == nil || res.Signature.Certificate == nil {
+		return nil, errors.New("verified, but no certificate in the result")
+	}
+	c := res.Signature.Certificate
+	s := &SignedBy{
+		Identity: c.SubjectAlternativeName, Issuer: c.Extensions.Issuer, Repository: c.Extensions.SourceRepositoryURI,
+		Workflow: c.Extensions.BuildConfigURI, Ref: c.Extensions.SourceRepositoryRef, Commit: c.Extensions.SourceRepositoryDigest,
+		Trigger: c.Extensions.BuildTrigger, Run: c.Extensions.RunInvocationURI,
+	}
+	for _, ts := range res.VerifiedTimestamps {
+		if ts.Type == "TimestampAuthority" || s.SignedAt.IsZero() {
+			s.SignedAt = ts.Timestamp
+		}
+	}
+	return s, nil
 }
 
 var required = []string{FileEnvironment, FileConformanceReport, FileConformanceSig, FileAgentKey, FileConformanceLog, FileHardware, FileRunSummary}
@@ -511,16 +637,18 @@ func verifyLog(files map[string][]byte) Layer {
 	return b.l
 }
 
-func verifyAttestation(ctx context.Context, files map[string][]byte, key crypto.PublicKey, m Manifest, manifestErr error) Layer {
+func verifyAttestation(ctx context.Context, files map[string][]byte, opts VerifyOptions, manifestSigner *SignedBy, m Manifest, manifestErr error) Layer {
 	b := &layerBuilder{l: Layer{Name: LayerAttestation}}
-	if key == nil {
-		b.fail(FileAttestation, "dsse-signature", "no public key given: pass --key cosign.pub")
-		return b.l
-	}
 	d := sha256.Sum256(files[FileManifest])
-	bd, err := verifyBundle(ctx, files[FileAttestation], key, sgverify.WithArtifactDigest("sha256", d[:]))
+	bd, signer, err := verifyBundle(ctx, files[FileAttestation], opts, sgverify.WithArtifactDigest("sha256", d[:]))
 	if err != nil {
 		b.fail(FileAttestation, "dsse-signature", "the in-toto attestation does not verify for %s: %v", FileManifest, err)
+		return b.l
+	}
+	// Both signed the same way: a report whose manifest a key signed
+	// cannot carry an attestation by some CI identity, or the reverse.
+	if (signer == nil) != (manifestSigner == nil) || (signer != nil && (signer.Identity != manifestSigner.Identity || signer.Issuer != manifestSigner.Issuer)) {
+		b.fail(FileAttestation, "same-signer", "the attestation and %s were not signed by the same key or identity", FileManifestBundle)
 		return b.l
 	}
 	// A plain message signature over the manifest digest verifies just

@@ -7,6 +7,7 @@
 package auditrun
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -34,8 +35,17 @@ type Options struct {
 	// Group is written into the signed manifest (audit GROUP).
 	Group      *audit.ManifestGroup
 	TlogUpload bool
-	FulcioURL  string
-	RekorURL   string
+	// RekorURL records a key signature when TlogUpload is set.
+	RekorURL string
+	// SigningConfig and TrustedRoot are the files cosign's
+	// --signing-config and --trusted-root name; empty: the public-good
+	// Sigstore instance's, from its TUF repository (as cosign does).
+	// The trusted root, when given, checks each keyless bundle once
+	// signed.
+	SigningConfig string
+	TrustedRoot   string
+	// IdentityToken is an OIDC token given outright (--identity-token).
+	IdentityToken string
 	// Getenv reads key references (env://VAR) and the CI's OIDC token.
 	Getenv func(string) string
 	Log    *slog.Logger
@@ -53,6 +63,10 @@ type Result struct {
 	Simulated      bool   `json:"simulated"`
 	// LogProblem says why the run's log is disputed or incomplete.
 	LogProblem string `json:"log_problem,omitempty"`
+	// SignerIdentity and SignerIssuer are a keyless signature's
+	// certificate identity and OIDC issuer: what verify is given.
+	SignerIdentity string `json:"signer_identity,omitempty"`
+	SignerIssuer   string `json:"signer_issuer,omitempty"`
 }
 
 // ErrNoOut is Options.Out left empty.
@@ -71,7 +85,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Out == "" {
 		return nil, ErrNoOut
 	}
-	dec, err := audit.Decide(audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, TlogUpload: o.TlogUpload}, getenv)
+	cfg := audit.SignConfig{KeyRef: audit.KeyRef(o.Key), Keyless: o.Keyless, IDToken: o.IdentityToken, TlogUpload: o.TlogUpload}
+	dec, err := audit.Decide(cfg, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -101,12 +116,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	case audit.ModeKeyless:
-		log.Info("signing keyless", "token", dec.TokenSource, "fulcio", o.FulcioURL, "rekor", o.RekorURL)
-		tok, err := audit.IDToken(ctx, dec, getenv, &http.Client{Timeout: 30 * time.Second})
+		sc, tr, err := audit.LoadSigstore(o.SigningConfig, o.TrustedRoot)
 		if err != nil {
 			return nil, err
 		}
-		signer = &audit.KeylessSigner{IDToken: tok, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL}
+		log.Info("signing keyless", "token", dec.TokenSource, "signing_config", cmp.Or(o.SigningConfig, "public-good Sigstore"))
+		tok, err := audit.IDToken(ctx, dec, cfg, getenv, &http.Client{Timeout: 30 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		if signer, err = audit.NewKeylessSigner(tok, sc, tr); err != nil {
+			return nil, err
+		}
 	}
 	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version, Group: o.Group})
 	if err != nil {
@@ -122,6 +143,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Path: o.Out, AllocationID: run.AllocationID, ManifestSHA256: rep.ManifestSHA256,
 		Files: len(rep.Manifest.Files) + 2, Signing: dec.Mode, Attested: o.Attest,
 		Match: rep.Environment.Match, Simulated: rep.Manifest.Simulated,
+	}
+	if ks, ok := signer.(*audit.KeylessSigner); ok {
+		res.SignerIdentity, res.SignerIssuer = ks.Identity()
 	}
 	if run.Log != nil && run.Log.Problem() != "" {
 		// Recorded in run-summary.json; verify fails its log layer.

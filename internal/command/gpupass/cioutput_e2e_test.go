@@ -67,8 +67,8 @@ func TestCIOutputFormats(t *testing.T) {
 			env:      []string{"GPUPASS_RUN_FILE=" + filepath.Join(testdata, "run.json"), "GPUPASS_KEY=" + string(key), "GPUPASS_KEY_PASSWORD=gpupass-test", "GPUPASS_OUT=a.zip"},
 			wantLog:  []string{"section_start:", "gpupass_audit", "wrote a.zip"},
 			wantFile: map[string][]string{"gpupass.env": {"GPUPASS_AUDIT_PATH=a.zip"}}},
-		{name: "audit without a key names the input", kind: "github", args: []string{"-o", "github", "audit", "--run-file", filepath.Join(testdata, "run.json")},
-			wantCode: 2, wantLog: []string{"audit: missing --key (GPUPASS_KEY, the cosign-key input) (or --keyless)"}},
+		{name: "audit without a key or an identity names the input and the permission", kind: "github", args: []string{"-o", "github", "audit", "--run-file", filepath.Join(testdata, "run.json")},
+			wantCode: 2, wantLog: []string{"audit: missing --key (GPUPASS_KEY, the cosign-key input), or an OIDC identity to sign keyless: this GitHub Actions job has none (ACTIONS_ID_TOKEN_REQUEST_URL is unset): grant the job `permissions: id-token: write`"}},
 		{name: "a command without CI output refuses it", kind: "github", args: []string{"-o", "github", "version"},
 			wantCode: 2, wantLog: []string{"--output github: gpupass version prints text or json"}},
 	}

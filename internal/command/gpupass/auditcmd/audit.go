@@ -3,6 +3,7 @@ package auditcmd
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -20,16 +22,15 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
-// Public Sigstore instances: the same defaults cosign's own flags have
-// (its cli/options package is not imported: it drags in every cloud's
-// credential helper).
-const (
-	defaultFulcioURL = "https://fulcio.sigstore.dev"
-	defaultRekorURL  = "https://rekor.sigstore.dev"
-)
+// The public Rekor: the default cosign's own --rekor-url has (its
+// cli/options package is not imported: it drags in every cloud's
+// credential helper). Keyless signing finds its services in the signing
+// config instead.
+const defaultRekorURL = "https://rekor.sigstore.dev"
 
 // AuditOptions are the options of `gpupass audit ALLOC`.
 type AuditOptions struct {
@@ -43,9 +44,16 @@ type AuditOptions struct {
 	Keyless    bool
 	Attest     bool
 	TlogUpload bool
-	FulcioURL  string
-	RekorURL   string
-	Output     output.Format
+	// FulcioURL is the flag keyless signing had before signing
+	// configs; setting it is refused, naming --signing-config.
+	FulcioURL string
+	RekorURL  string
+	// SigningConfig, TrustedRoot and IdentityToken are cosign's flags of
+	// the same names.
+	SigningConfig string
+	TrustedRoot   string
+	IdentityToken string
+	Output        output.Format
 	// Password decrypts Key; nil: COSIGN_PASSWORD. --key-password sets
 	// it (a pipeline's cosign-password input).
 	Password []byte
@@ -69,11 +77,16 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	gpupass.MarkSecret("key")
 	f.StringVar(&o.RunFile, "run-file", "", "audit a JSON run record (audit.Run) instead of asking the broker (offline re-audits)")
 	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file, env://VAR or the PEM itself (password in --key-password or COSIGN_PASSWORD)")
-	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless with the CI's OIDC token through Fulcio and Rekor (needs network)")
+	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless, and fail unless the job has an OIDC identity (without --key that is the default whenever it has one)")
+	f.StringVar(&o.IdentityToken, "identity-token", "", "OIDC token to sign keyless with, or a file holding it (default: SIGSTORE_ID_TOKEN, or GitHub Actions' id-token endpoint)")
+	gpupass.MarkSecret("identity-token")
+	f.StringVar(&o.SigningConfig, "signing-config", "", "signing config (cosign signing-config create) naming the Fulcio, Rekor and timestamp authority to sign keyless with (default: the public-good Sigstore instance's, from its TUF repository)")
+	f.StringVar(&o.TrustedRoot, "trusted-root", "", "trusted root (cosign trusted-root create) to check each keyless bundle against once signed")
 	f.BoolVar(&o.Attest, "attest", false, "also add an in-toto statement signed as a DSSE envelope")
 	f.BoolVar(&o.TlogUpload, "tlog-upload", false, "with --key, also record the signature in Rekor (default: offline)")
-	f.StringVar(&o.FulcioURL, "fulcio-url", defaultFulcioURL, "Fulcio for keyless signing")
-	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for keyless signing or --tlog-upload")
+	f.StringVar(&o.FulcioURL, "fulcio-url", "", "replaced by --signing-config")
+	_ = f.MarkHidden("fulcio-url")
+	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for --key --tlog-upload (keyless signing uses the signing config's)")
 	o.Broker.AddFlags(cmd)
 }
 
@@ -98,6 +111,11 @@ type AuditVerifyOptions struct {
 	Paths     []string
 	Key       string
 	AgentKeys []string
+	// The keyless signer a report must have: cosign verify-blob's flags
+	// of the same names. TrustedRoot empty: the public-good instance's.
+	CertIdentity, CertIdentityRegexp string
+	CertIssuer, CertIssuerRegexp     string
+	TrustedRoot                      string
 	// RequirePinned makes a report checked only against the agent key
 	// inside it a failure (exit 1) instead of a warning.
 	RequirePinned bool
@@ -111,7 +129,12 @@ type AuditVerifyOptions struct {
 // AddFlags registers the flags of `gpupass audit verify`.
 func (o *AuditVerifyOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file, env://VAR or the PEM itself (required)")
+	f.StringVar(&o.Key, "key", "", "cosign public key the manifest must be signed with: a file, env://VAR or the PEM itself (or the keyless identity flags)")
+	f.StringVar(&o.CertIdentity, "certificate-identity", "", "for a keyless report: the identity that must have signed it (GitHub: https://github.com/OWNER/REPO/.github/workflows/FILE@REF; GitLab: https://gitlab.com/GROUP/PROJECT//.gitlab-ci.yml@REF)")
+	f.StringVar(&o.CertIdentityRegexp, "certificate-identity-regexp", "", "for a keyless report: a Go regular expression the signing identity must match, instead of --certificate-identity")
+	f.StringVar(&o.CertIssuer, "certificate-oidc-issuer", "", "for a keyless report: the OIDC issuer of the signing identity (GitHub: https://token.actions.githubusercontent.com; GitLab: https://gitlab.com)")
+	f.StringVar(&o.CertIssuerRegexp, "certificate-oidc-issuer-regexp", "", "for a keyless report: a Go regular expression the OIDC issuer must match, instead of --certificate-oidc-issuer")
+	f.StringVar(&o.TrustedRoot, "trusted-root", "", "trusted root (cosign trusted-root create) for keyless reports (default: the public-good Sigstore instance's, from its TUF repository)")
 	f.StringArrayVar(&o.AgentKeys, "agent-key", nil, "trusted agent public key (PEM) or key list (JSON [{pem,not_before,not_after}]): a file, env://VAR or the key itself; repeatable")
 	f.BoolVar(&o.RequirePinned, "require-pinned", false, "fail (exit 1) unless the conformance report's agent key is pinned with --agent-key; without it an unpinned key is a warning")
 	f.StringVar(&o.Extract, "extract", "", "also write the report's files into this directory (never overwrites)")
@@ -143,8 +166,15 @@ the hardware inventory and a run summary, listed in manifest.json, which is
 signed as a cosign bundle (manifest.sigstore.json).
 
 Signing: --key cosign.key (password in COSIGN_PASSWORD) signs offline.
-Without --key, a CI OIDC token (GitHub id-token: write, GitLab
-SIGSTORE_ID_TOKEN) signs keyless through Fulcio and Rekor.
+Without --key, the job's OIDC identity signs keyless: in GitHub Actions
+the id-token endpoint (the job needs permissions: id-token: write), in
+GitLab SIGSTORE_ID_TOKEN (id_tokens: SIGSTORE_ID_TOKEN: aud: sigstore),
+elsewhere --identity-token. The certificate comes from the Fulcio of
+--signing-config (a file 'cosign signing-config create' writes; default:
+the public-good Sigstore instance's), the signature is logged in its
+Rekor and timestamped by its timestamp authority, and the bundle carries
+all three; verify it with 'gpupass audit verify --certificate-identity
+… --certificate-oidc-issuer …' or 'cosign verify-blob'.
 
 The run comes from the broker alone (--broker-url, a read token for the
 run's region; inside a 'gpupass up' stack nothing needs passing): its spec,
@@ -188,12 +218,19 @@ for every command.`,
 
 	vo := &AuditVerifyOptions{}
 	verify := &cobra.Command{
-		Use:   "verify audit-report.zip|DIR... --key cosign.pub [--agent-key agent.pub]",
+		Use:   "verify audit-report.zip|DIR... --key cosign.pub|--certificate-identity ID --certificate-oidc-issuer URL [--agent-key agent.pub]",
 		Short: "Verify an audit report layer by layer",
 		Long: `Verify every layer of an audit report: the cosign signature over
 manifest.json, every file against the manifest (no missing or extra files),
 the agent's signature over the conformance report, and the report's
 fingerprint against the declared one, the run's log, the attestation.
+
+A report signed with a key verifies with --key cosign.pub. A report signed
+keyless verifies with the identity that must have signed it, as cosign
+verify-blob takes it: --certificate-identity (or
+--certificate-identity-regexp) and --certificate-oidc-issuer, checked
+against --trusted-root (default: the public-good Sigstore instance's);
+the signer layer then says who signed: repository, workflow, ref, commit.
 
 Each layer prints ok, warn, FAIL or skip. Without --agent-key the agent's
 signature is checked only against the key inside the report, which whoever
@@ -209,7 +246,7 @@ followed by the reports that failed, if any; with --extract each goes
 into its own directory under it, named by its zip. -o json prints a list.
 
 Exit codes: 0 every layer ok (or warn), 1 a layer failed or was skipped
-(the first is named; with several zips, in any of them, each named), 2 a usage error (a missing --key, an unreadable key).`,
+(the first is named; with several zips, in any of them, each named), 2 a usage error (neither --key nor an identity, an unreadable key).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return errors.New("missing the audit report: name its zip (audit-report.zip), several zips, or the directory gpupass audit GROUP wrote")
@@ -277,14 +314,29 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	if group {
 		o.Out = GroupOut(o.AllocationID, o.Out)
 	}
+	if o.FulcioURL != "" {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--fulcio-url is replaced by --signing-config FILE: write one naming your Fulcio, Rekor and timestamp authority with `cosign signing-config create`")}
+	}
+	if o.IdentityToken != "" {
+		tok, err := identityToken(o.IdentityToken)
+		if err != nil {
+			return err
+		}
+		o.IdentityToken = tok
+	}
 	if isCI {
-		// A pipeline signs with its key: it never falls back to keyless
-		// signing unless asked to.
+		// A pipeline signs with its key, or keyless with the job's own
+		// identity when it has one and no key is given (audit.Decide
+		// says what a job lacking both must add).
 		if o.AllocationID == "" && o.RunFile == "" {
 			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s (or %s)", gpupass.CIFlag(o.Output, "allocation"), gpupass.CIFlag(o.Output, "run-file"))}
 		}
-		if o.Key == "" && !o.Keyless {
-			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s (or --keyless)", gpupass.CIFlag(o.Output, "key"))}
+		if _, err := audit.Decide(audit.SignConfig{Keyless: o.Keyless, IDToken: o.IdentityToken}, auditGetenv(o.Getenv)); o.Key == "" && err != nil {
+			hint := audit.MissingIdentity(auditGetenv(o.Getenv))
+			if hint == "" {
+				hint = "pass " + gpupass.CIFlag(o.Output, "identity-token")
+			}
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("audit: missing %s, or an OIDC identity to sign keyless: %s", gpupass.CIFlag(o.Output, "key"), hint)}
 		}
 		defer func() {
 			if err == nil {
@@ -305,13 +357,27 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		return output.Write(out, o.Output, written)
+		return output.Write(out, o.Output, groupPrinted{written, o.Out, o.TrustedRoot})
 	}
 	res, err := o.auditOne(ctx)
 	if err != nil {
 		return err
 	}
-	return output.Write(out, o.Output, auditWritten{res})
+	return output.Write(out, o.Output, auditWritten{res, o.TrustedRoot})
+}
+
+// identityToken reads --identity-token as cosign does: the token, or a
+// file holding it.
+func identityToken(v string) (string, error) {
+	if strings.Count(v, ".") == 2 && !strings.ContainsAny(v, "/ ") {
+		return v, nil
+	}
+	b, err := os.ReadFile(v)
+	if err != nil {
+		// The value may be a mangled token: never echo it.
+		return "", &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--identity-token is neither a JWT (header.payload.signature) nor a readable file holding one")}
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // auditOne writes the audit report of one run, o.AllocationID, to o.Out:
@@ -330,7 +396,8 @@ func (o AuditOptions) auditOne(ctx context.Context) (*AuditResult, error) {
 	}
 	res, err := auditrun.Run(ctx, auditrun.Options{
 		AllocationID: o.AllocationID, Out: o.Out, Source: src, Key: o.Key, Password: o.Password,
-		Keyless: o.Keyless, Attest: o.Attest, TlogUpload: o.TlogUpload, FulcioURL: o.FulcioURL, RekorURL: o.RekorURL,
+		Keyless: o.Keyless, Attest: o.Attest, TlogUpload: o.TlogUpload, RekorURL: o.RekorURL,
+		SigningConfig: o.SigningConfig, TrustedRoot: o.TrustedRoot, IdentityToken: o.IdentityToken,
 		Getenv: auditGetenv(o.Getenv), Log: auditLog(o.Log), Group: o.group,
 	})
 	if errors.Is(err, audit.ErrInProgress) {
@@ -340,7 +407,11 @@ func (o AuditOptions) auditOne(ctx context.Context) (*AuditResult, error) {
 }
 
 // auditWritten is what `audit` prints: as JSON, the AuditResult.
-type auditWritten struct{ *AuditResult }
+type auditWritten struct {
+	*AuditResult
+	// trustedRoot is --trusted-root, named in the verify command printed.
+	trustedRoot string
+}
 
 func (a auditWritten) WriteText(out io.Writer) error {
 	res := a.AuditResult
@@ -355,8 +426,23 @@ func (a auditWritten) WriteText(out io.Writer) error {
 	if res.LogProblem != "" {
 		fmt.Fprintf(&b, "note: %s; verify will fail the log layer\n", res.LogProblem)
 	}
+	if res.SignerIdentity != "" {
+		b.WriteString(keylessVerify(res.Path, res.SignerIdentity, res.SignerIssuer, a.trustedRoot))
+	}
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// keylessVerify says who signed keyless and the command that verifies
+// path (a zip, or a group's directory) against that identity, quoted to
+// work pasted.
+func keylessVerify(path, identity, issuer, trustedRoot string) string {
+	q := termsafe.ShellQuote
+	cmd := "gpupass audit verify " + q(path) + " --certificate-identity " + q(identity) + " --certificate-oidc-issuer " + q(issuer)
+	if trustedRoot != "" {
+		cmd += " --trusted-root " + q(trustedRoot)
+	}
+	return fmt.Sprintf("signed keyless as %s (OIDC issuer %s); verify with:\n  %s\n", identity, issuer, cmd)
 }
 
 // RunAuditVerify verifies an audit report and prints each layer.
@@ -365,15 +451,25 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 	kind, _ := gpupass.CIOutput(o.Output)
 	// The section keeps the step's name, as pipelines know it.
 	defer ci.New(kind, getenv, o.ErrOut).Group("gpupass audit-verify")()
-	if o.Key == "" {
-		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required: the cosign public key (cosign.pub) the report must be signed with", gpupass.CIFlag(o.Output, "key"))}
-	}
-	key, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "key"), o.Key)
+	identity, err := verifyIdentity(o)
 	if err != nil {
 		return err
 	}
-	defer done()
-	o.Key = key
+	if o.Key == "" && identity == nil {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required: the cosign public key (cosign.pub) the report must be signed with; for a report signed keyless, %s (or %s) and %s instead",
+			gpupass.CIFlag(o.Output, "key"), gpupass.CIFlag(o.Output, "certificate-identity"), gpupass.CIFlag(o.Output, "certificate-identity-regexp"), gpupass.CIFlag(o.Output, "certificate-oidc-issuer"))}
+	}
+	var pub crypto.PublicKey
+	if o.Key != "" {
+		key, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "key"), o.Key)
+		if err != nil {
+			return err
+		}
+		defer done()
+		if pub, _, err = audit.LoadPublicKey(audit.KeyRef(key), getenv); err != nil {
+			return err
+		}
+	}
 	agentKeyFiles := make([]string, 0, len(o.AgentKeys))
 	for _, ref := range o.AgentKeys {
 		p, done, err := gpupass.KeyFile(gpupass.CIFlag(o.Output, "agent-key"), ref)
@@ -384,10 +480,6 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		agentKeyFiles = append(agentKeyFiles, p)
 	}
 	o.AgentKeys = agentKeyFiles
-	pub, _, err := audit.LoadPublicKey(audit.KeyRef(o.Key), getenv)
-	if err != nil {
-		return err
-	}
 	var agentKeys []audit.AgentKey
 	for _, ref := range o.AgentKeys {
 		ks, err := loadAgentKeys(ref, getenv)
@@ -396,7 +488,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		}
 		agentKeys = append(agentKeys, ks...)
 	}
-	vopts := audit.VerifyOptions{Key: pub, AgentKeys: agentKeys, RequirePinned: o.RequirePinned, Fingerprint: declaredFingerprint}
+	vopts := audit.VerifyOptions{Key: pub, Identity: identity, AgentKeys: agentKeys, RequirePinned: o.RequirePinned, Fingerprint: declaredFingerprint}
 	paths, several, err := verifyPaths(o)
 	if err != nil {
 		return err
@@ -442,6 +534,39 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		return gpupass.Findings(groupErr)
 	}
 	return nil
+}
+
+// verifyIdentity is the keyless signer the flags name (nil: none), with
+// its trusted root loaded.
+func verifyIdentity(o AuditVerifyOptions) (*audit.Identity, error) {
+	flag := func(n string) string { return gpupass.CIFlag(o.Output, n) }
+	hasID := o.CertIdentity != "" || o.CertIdentityRegexp != ""
+	hasIssuer := o.CertIssuer != "" || o.CertIssuerRegexp != ""
+	switch {
+	case !hasID && !hasIssuer:
+		if o.TrustedRoot != "" {
+			return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s checks keyless reports: name the identity that must have signed with %s (or %s) and %s", flag("trusted-root"), flag("certificate-identity"), flag("certificate-identity-regexp"), flag("certificate-oidc-issuer"))}
+		}
+		return nil, nil
+	case o.CertIdentity != "" && o.CertIdentityRegexp != "":
+		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s and %s exclude each other: pick one", flag("certificate-identity"), flag("certificate-identity-regexp"))}
+	case o.CertIssuer != "" && o.CertIssuerRegexp != "":
+		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s and %s exclude each other: pick one", flag("certificate-oidc-issuer"), flag("certificate-oidc-issuer-regexp"))}
+	case !hasIssuer:
+		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required with %s: the OIDC issuer of the signing CI (https://token.actions.githubusercontent.com for GitHub Actions, https://gitlab.com for GitLab.com)", flag("certificate-oidc-issuer"), flag("certificate-identity"))}
+	case !hasID:
+		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required with %s: the identity that must have signed (a GitHub workflow's URL at a ref, https://github.com/OWNER/REPO/.github/workflows/FILE@refs/heads/main, or a GitLab pipeline's)", flag("certificate-identity"), flag("certificate-oidc-issuer"))}
+	}
+	for _, re := range []struct{ flag, v string }{{"certificate-identity-regexp", o.CertIdentityRegexp}, {"certificate-oidc-issuer-regexp", o.CertIssuerRegexp}} {
+		if _, err := regexp.Compile(re.v); err != nil {
+			return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s: not a Go regular expression: %w", flag(re.flag), err)}
+		}
+	}
+	tr, err := audit.LoadTrustedRoot(o.TrustedRoot)
+	if err != nil {
+		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
+	}
+	return &audit.Identity{TrustedRoot: tr, SAN: o.CertIdentity, SANRegexp: o.CertIdentityRegexp, Issuer: o.CertIssuer, IssuerRegexp: o.CertIssuerRegexp}, nil
 }
 
 // verifyPaths expands what `audit verify` was given: each directory to

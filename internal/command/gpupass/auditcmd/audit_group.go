@@ -14,6 +14,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/runview"
 	"github.com/gpupass/gpupass/internal/termsafe"
 )
@@ -65,6 +66,30 @@ func (g groupWritten) WriteText(out io.Writer) error {
 	}
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// groupPrinted is groupWritten with, for a group signed keyless, the
+// command that verifies the whole directory; as JSON, the list alone.
+type groupPrinted struct {
+	zips groupWritten
+	// dir is --out; trustedRoot --trusted-root, named in the command.
+	dir, trustedRoot string
+}
+
+func (g groupPrinted) WriteJSON(w io.Writer) error { return output.WriteJSON(w, g.zips) }
+
+func (g groupPrinted) WriteText(w io.Writer) error {
+	if err := g.zips.WriteText(w); err != nil {
+		return err
+	}
+	for _, z := range g.zips {
+		// One identity signs every run's zip: the job's.
+		if z.AuditResult != nil && z.SignerIdentity != "" {
+			_, err := io.WriteString(w, keylessVerify(g.dir, z.SignerIdentity, z.SignerIssuer, g.trustedRoot))
+			return err
+		}
+	}
+	return nil
 }
 
 // groupZipNames names each run's zip by its region, adding the

@@ -18,6 +18,11 @@ var Command = gpupass.Subcommand{
 	FieldNames: fielderr.Names{
 		audit.FieldKey:     "--key",
 		audit.FieldKeyless: "--keyless",
-		audit.FieldForce:   "key pair (--force replaces it)",
+		// Verify reads the trusted root too; audit verify's own table
+		// is the same.
+		audit.FieldSigningConfig: "--signing-config",
+		audit.FieldTrustedRoot:   "--trusted-root",
+		audit.FieldIdentityToken: "--identity-token",
+		audit.FieldForce:         "key pair (--force replaces it)",
 	},
 }
