@@ -70,7 +70,7 @@ type Result struct {
 	Predicate *Predicate `json:"predicate,omitempty"`
 	// SignedBy is who signed a keyless attestation.
 	SignedBy *audit.SignedBy `json:"signed_by,omitempty"`
-	Layers    []audit.Layer `json:"layers"`
+	Layers   []audit.Layer   `json:"layers"`
 	// Written is Out, when the model was written there.
 	Written string `json:"written,omitempty"`
 }
