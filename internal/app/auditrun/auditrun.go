@@ -64,6 +64,9 @@ type Result struct {
 	// certificate identity and OIDC issuer: what verify is given.
 	SignerIdentity string `json:"signer_identity,omitempty"`
 	SignerIssuer   string `json:"signer_issuer,omitempty"`
+	// SignedBy is what the keyless certificate names: repository,
+	// workflow, ref, commit (the CI step's summary shows them).
+	SignedBy *audit.SignedBy `json:"signed_by,omitempty"`
 }
 
 // ErrNoOut is Options.Out left empty.
@@ -118,6 +121,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if ks, ok := signer.(*audit.KeylessSigner); ok {
 		res.SignerIdentity, res.SignerIssuer = ks.Identity()
+		sb := ks.SignedBy()
+		res.SignedBy = &sb
 	}
 	if run.Log != nil && run.Log.Problem() != "" {
 		// Recorded in run-summary.json; verify fails its log layer.

@@ -363,7 +363,34 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	return output.Write(out, o.Output, auditWritten{res, o.TrustedRoot})
+	if err := output.Write(out, o.Output, auditWritten{res, o.TrustedRoot}); err != nil {
+		return err
+	}
+	if isCI {
+		return env.Summary(auditSummary(res, o.TrustedRoot))
+	}
+	return nil
+}
+
+// auditSummary is the CI step's summary: the report written and how it
+// was signed; signed keyless, which identity signed (repository,
+// workflow, ref, commit) and the command that verifies it.
+func auditSummary(res *AuditResult, trustedRoot string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### gpupass audit\n\nWrote `%s` (allocation `%s`, %d files), signed with %s.\n", res.Path, res.AllocationID, res.Files, res.Signing)
+	if res.Simulated {
+		b.WriteString("\n**SIMULATED**: the run used a simulated hardware profile; the report proves nothing about real hardware.\n")
+	}
+	if sb := res.SignedBy; sb != nil && sb.Identity != "" {
+		b.WriteString("\n| Signed keyless by | |\n|---|---|\n")
+		for _, kv := range [][2]string{{"identity", sb.Identity}, {"OIDC issuer", sb.Issuer}, {"repository", sb.Repository}, {"workflow", sb.Workflow}, {"ref", sb.Ref}, {"commit", sb.Commit}} {
+			if kv[1] != "" {
+				fmt.Fprintf(&b, "| %s | `%s` |\n", kv[0], strings.ReplaceAll(kv[1], "|", "\\|"))
+			}
+		}
+		b.WriteString("\nVerify it with:\n\n```sh\n" + "gpupass audit verify " + termsafe.ShellQuote(res.Path) + keylessflags.VerifyArgs(sb.Identity, sb.Issuer, trustedRoot) + "\n```\n")
+	}
+	return b.String()
 }
 
 // auditOne writes the audit report of one run, o.AllocationID, to o.Out:
