@@ -311,7 +311,9 @@ func (s *KeylessSigner) bundle(ctx context.Context, content sign.Content) ([]byt
 // Identity is the certificate's identity and OIDC issuer, what a
 // verifier passes as --certificate-identity and
 // --certificate-oidc-issuer; empty before the first signature.
-func (s *KeylessSigner) Identity() (identity, issuer string) { return s.signed.Identity, s.signed.Issuer }
+func (s *KeylessSigner) Identity() (identity, issuer string) {
+	return s.signed.Identity, s.signed.Issuer
+}
 
 // SignedBy is who the certificate names (repository, workflow, ref,
 // commit, as the CI's token filled them in); zero before the first
