@@ -357,7 +357,13 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		return output.Write(out, o.Output, groupPrinted{written, o.Out, o.TrustedRoot})
+		if err := output.Write(out, o.Output, groupPrinted{written, o.Out, o.TrustedRoot}); err != nil {
+			return err
+		}
+		if isCI {
+			return env.Summary(written.summary(o.AllocationID, o.Out, o.TrustedRoot))
+		}
+		return nil
 	}
 	res, err := o.auditOne(ctx)
 	if err != nil {
@@ -367,28 +373,30 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		return err
 	}
 	if isCI {
-		return env.Summary(auditSummary(res, o.TrustedRoot))
+		wrote := fmt.Sprintf("Wrote `%s` (allocation `%s`, %d files), signed with %s.", res.Path, res.AllocationID, res.Files, res.Signing)
+		return env.Summary(auditSummary(wrote, res.Simulated, res.SignedBy, res.Path, o.TrustedRoot))
 	}
 	return nil
 }
 
-// auditSummary is the CI step's summary: the report written and how it
-// was signed; signed keyless, which identity signed (repository,
-// workflow, ref, commit) and the command that verifies it.
-func auditSummary(res *AuditResult, trustedRoot string) string {
+// auditSummary is the CI step's summary: what was written (wrote, a
+// markdown line) and how it was signed; signed keyless, which identity
+// signed (repository, workflow, ref, commit, from the certificate) and the
+// command that verifies path (a zip, or a group's directory).
+func auditSummary(wrote string, simulated bool, sb *audit.SignedBy, path, trustedRoot string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "### gpupass audit\n\nWrote `%s` (allocation `%s`, %d files), signed with %s.\n", res.Path, res.AllocationID, res.Files, res.Signing)
-	if res.Simulated {
+	b.WriteString("### gpupass audit\n\n" + wrote + "\n")
+	if simulated {
 		b.WriteString("\n**SIMULATED**: the run used a simulated hardware profile; the report proves nothing about real hardware.\n")
 	}
-	if sb := res.SignedBy; sb != nil && sb.Identity != "" {
+	if sb != nil && sb.Identity != "" {
 		b.WriteString("\n| Signed keyless by | |\n|---|---|\n")
 		for _, kv := range [][2]string{{"identity", sb.Identity}, {"OIDC issuer", sb.Issuer}, {"repository", sb.Repository}, {"workflow", sb.Workflow}, {"ref", sb.Ref}, {"commit", sb.Commit}} {
 			if kv[1] != "" {
-				fmt.Fprintf(&b, "| %s | `%s` |\n", kv[0], strings.ReplaceAll(kv[1], "|", "\\|"))
+				fmt.Fprintf(&b, "| %s | `%s` |\n", kv[0], strings.NewReplacer("|", "\\|", "`", "'", "\n", " ").Replace(kv[1]))
 			}
 		}
-		b.WriteString("\nVerify it with:\n\n```sh\n" + "gpupass audit verify " + termsafe.ShellQuote(res.Path) + keylessflags.VerifyArgs(sb.Identity, sb.Issuer, trustedRoot) + "\n```\n")
+		b.WriteString("\nVerify it with:\n\n```sh\n" + "gpupass audit verify " + termsafe.ShellQuote(path) + keylessflags.VerifyArgs(sb.Identity, sb.Issuer, trustedRoot) + "\n```\n")
 	}
 	return b.String()
 }
