@@ -127,6 +127,17 @@ func TestModelPushKeyless(t *testing.T) {
 				}
 			}
 
+			// A key for a keyless attestation: refused, naming the flags.
+			pub := filepath.Join(dir, "other.pub")
+			if _, err := os.Stat(pub); err != nil {
+				if _, all, code := gp(nil, "audit", "keygen", "--out-prefix", filepath.Join(dir, "other")); code != 0 {
+					t.Fatalf("keygen: %s", all)
+				}
+			}
+			if _, all, code := gp(nil, "model", "verify", digestRef, "--key", pub, "--plain-http"); code != 1 || !strings.Contains(all, "signed keyless") || !strings.Contains(all, "--certificate-identity") {
+				t.Errorf("model verify --key of a keyless attestation: exit %d, want 1 naming --certificate-identity\n%s", code, all)
+			}
+
 			// Stock cosign: the same identity passes, the others not.
 			cosignRun := func(id, iss string) (string, int) {
 				cmd := exec.CommandContext(ctx, cosign, "verify-attestation", "--type", model.PredicateType,
