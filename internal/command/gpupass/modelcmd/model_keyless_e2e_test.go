@@ -160,6 +160,23 @@ func TestModelPushKeyless(t *testing.T) {
 			}
 		})
 	}
+
+	// A key still signs as before, and wins in a job with an identity.
+	if _, all, code := gp(nil, "audit", "keygen", "--out-prefix", filepath.Join(dir, "cosign")); code != 0 {
+		t.Fatalf("keygen: %s", all)
+	}
+	out, all, code := gp(append(job, "COSIGN_PASSWORD="), "model", "push", run.Id, withAPI+"/team/keyed:v1", "--file", weights, "--plain-http", "--key", filepath.Join(dir, "cosign.key"), "-o", "json")
+	var pushed struct {
+		model.PushResult
+		SignerIdentity string `json:"signer_identity"`
+		Verify         string `json:"verify_command"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &pushed) != nil || pushed.SignerIdentity != "" || !strings.Contains(pushed.Verify, "--key ") {
+		t.Fatalf("model push --key in a job with an identity: exit %d, want it signed with the key\n%s", code, all)
+	}
+	if vout, all, code := gp(nil, "model", "verify", pushed.Reference, "--key", filepath.Join(dir, "cosign.pub"), "--plain-http"); code != 0 || !strings.Contains(vout, "verified with the given key") {
+		t.Errorf("model verify --key: exit %d\n%s", code, all)
+	}
 }
 
 func lastLine(s string) string {
