@@ -243,8 +243,8 @@ func (s *KeySigner) SignDSSE(ctx context.Context, payloadType string, payload []
 type KeylessSigner struct {
 	kp   sign.Keypair
 	opts sign.BundleOptions
-	// identity and issuer are the certificate's, once one is issued.
-	identity, issuer string
+	// signed is who the certificate names, once one is issued.
+	signed SignedBy
 }
 
 // NewKeylessSigner signs with idToken through the services sc names.
@@ -299,7 +299,9 @@ func (s *KeylessSigner) bundle(ctx context.Context, content sign.Content) ([]byt
 	if raw := b.GetVerificationMaterial().GetCertificate().GetRawBytes(); raw != nil {
 		if c, err := x509.ParseCertificate(raw); err == nil {
 			if sum, err := certificate.SummarizeCertificate(c); err == nil {
-				s.identity, s.issuer = sum.SubjectAlternativeName, sum.Extensions.Issuer
+				e := sum.Extensions
+				s.signed = SignedBy{Identity: sum.SubjectAlternativeName, Issuer: e.Issuer, Repository: e.SourceRepositoryURI,
+					Workflow: e.BuildConfigURI, Ref: e.SourceRepositoryRef, Commit: e.SourceRepositoryDigest, Trigger: e.BuildTrigger, Run: e.RunInvocationURI}
 			}
 		}
 	}
@@ -309,7 +311,14 @@ func (s *KeylessSigner) bundle(ctx context.Context, content sign.Content) ([]byt
 // Identity is the certificate's identity and OIDC issuer, what a
 // verifier passes as --certificate-identity and
 // --certificate-oidc-issuer; empty before the first signature.
-func (s *KeylessSigner) Identity() (identity, issuer string) { return s.identity, s.issuer }
+func (s *KeylessSigner) Identity() (identity, issuer string) {
+	return s.signed.Identity, s.signed.Issuer
+}
+
+// SignedBy is who the certificate names (repository, workflow, ref,
+// commit, as the CI's token filled them in); zero before the first
+// signature. SignedAt is left zero: it is what a verifier checks.
+func (s *KeylessSigner) SignedBy() SignedBy { return s.signed }
 
 // SignBlob implements Signer.
 func (s *KeylessSigner) SignBlob(ctx context.Context, data []byte) ([]byte, error) {

@@ -42,8 +42,11 @@ const (
 // VerifyOptions control Verify.
 type VerifyOptions struct {
 	Registry bundle.RegistryOptions
-	// Key is the cosign public key the attestation must be signed with.
-	Key crypto.PublicKey
+	// Key is the cosign public key the attestation must be signed with;
+	// Identity, instead, the keyless signer it must have (as for an
+	// audit report).
+	Key      crypto.PublicKey
+	Identity *audit.Identity
 	// MaxBytes bounds the model file downloaded (default
 	// DefaultMaxModelBytes).
 	MaxBytes int64
@@ -64,8 +67,10 @@ type Result struct {
 	Attestation   string `json:"attestation,omitempty"`
 	PredicateType string `json:"predicateType,omitempty"`
 	// Predicate is set when the attestation verified.
-	Predicate *Predicate    `json:"predicate,omitempty"`
-	Layers    []audit.Layer `json:"layers"`
+	Predicate *Predicate `json:"predicate,omitempty"`
+	// SignedBy is who signed a keyless attestation.
+	SignedBy *audit.SignedBy `json:"signed_by,omitempty"`
+	Layers   []audit.Layer   `json:"layers"`
 	// Written is Out, when the model was written there.
 	Written string `json:"written,omitempty"`
 }
@@ -104,8 +109,8 @@ func Verify(ctx context.Context, ref string, o VerifyOptions) (*Result, error) {
 	if limit <= 0 {
 		limit = DefaultMaxModelBytes
 	}
-	if o.Key == nil {
-		return nil, errors.New("verifying a model: no public key given")
+	if o.Key == nil && o.Identity == nil {
+		return nil, errors.New("verifying a model: no public key or keyless identity given")
 	}
 	c, err := o.Registry.Open(ctx, ref, false)
 	if err != nil {
@@ -137,7 +142,7 @@ func Verify(ctx context.Context, ref string, o VerifyOptions) (*Result, error) {
 		res.skip(LayerSignature, LayerStatement, LayerModel)
 		return res, nil
 	}
-	st, ok := verifySignature(ctx, found, o.Key, md.Hex, res)
+	st, ok := verifySignature(ctx, found, audit.VerifyOptions{Key: o.Key, Identity: o.Identity}, md.Hex, res)
 	if !ok {
 		res.skip(LayerStatement, LayerModel)
 		return res, nil
@@ -270,11 +275,17 @@ func readBundle(ctx context.Context, c *bundle.Client, subject name.Digest, d v1
 }
 
 // verifySignature returns the statement of the first bundle that
-// verifies with key for the manifest digest.
-func verifySignature(ctx context.Context, found []candidate, key crypto.PublicKey, manifestHex string, res *Result) (Statement, bool) {
+// verifies with the key, or the keyless identity, for the manifest digest.
+func verifySignature(ctx context.Context, found []candidate, vo audit.VerifyOptions, manifestHex string, res *Result) (Statement, bool) {
 	var problems []audit.Problem
 	for _, f := range found {
-		payload, err := audit.VerifyAttestation(ctx, f.bundle, key, manifestHex)
+		payload, signer, err := audit.VerifyAttestation(ctx, f.bundle, vo, manifestHex)
+		switch {
+		case errors.Is(err, audit.ErrSignedKeyless):
+			err = errors.New("the attestation was signed keyless (it carries a certificate): verify it against the identity that must have signed it, --certificate-identity ID --certificate-oidc-issuer URL, not --key")
+		case errors.Is(err, audit.ErrSignedWithKey):
+			err = errors.New("the attestation was signed with a key (it carries no certificate): verify it with that key's public half, --key cosign.pub")
+		}
 		if err != nil {
 			problems = append(problems, audit.Problem{File: f.ref, Check: "dsse-signature", Message: err.Error()})
 			continue
@@ -290,7 +301,12 @@ func verifySignature(ctx context.Context, found []candidate, key crypto.PublicKe
 			continue
 		}
 		res.Attestation = f.ref
-		res.add(audit.Layer{Name: LayerSignature, Detail: "in-toto statement (DSSE) in " + f.ref + " verified with the given key"})
+		detail := "in-toto statement (DSSE) in " + f.ref + " verified with the given key"
+		if signer != nil {
+			res.SignedBy = signer
+			detail = fmt.Sprintf("in-toto statement (DSSE) in %s verified keyless: certificate for %s from %s, logged and timestamped", f.ref, signer.Identity, signer.Issuer)
+		}
+		res.add(audit.Layer{Name: LayerSignature, Detail: detail})
 		return st, true
 	}
 	res.add(audit.Layer{Name: LayerSignature, Problems: problems})

@@ -7,12 +7,9 @@
 package auditrun
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
-	"time"
 
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/buildinfo"
@@ -67,6 +64,9 @@ type Result struct {
 	// certificate identity and OIDC issuer: what verify is given.
 	SignerIdentity string `json:"signer_identity,omitempty"`
 	SignerIssuer   string `json:"signer_issuer,omitempty"`
+	// SignedBy is what the keyless certificate names: repository,
+	// workflow, ref, commit (the CI step's summary shows them).
+	SignedBy *audit.SignedBy `json:"signed_by,omitempty"`
 }
 
 // ErrNoOut is Options.Out left empty.
@@ -97,37 +97,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := run.Validate(); err != nil {
 		return nil, err
 	}
-	var signer audit.Signer
-	switch dec.Mode {
-	case audit.ModeKey:
-		pw := o.Password
-		if pw == nil {
-			pw = []byte(getenv(audit.PasswordEnv))
-		}
-		key, err := audit.LoadPrivateKey(audit.KeyRef(o.Key), pw, getenv, log)
-		if err != nil {
-			return nil, err
-		}
-		rekor := ""
-		if o.TlogUpload {
-			rekor = o.RekorURL
-		}
-		if signer, err = audit.NewKeySigner(key, rekor); err != nil {
-			return nil, err
-		}
-	case audit.ModeKeyless:
-		sc, tr, err := audit.LoadSigstore(o.SigningConfig, o.TrustedRoot)
-		if err != nil {
-			return nil, err
-		}
-		log.Info("signing keyless", "token", dec.TokenSource, "signing_config", cmp.Or(o.SigningConfig, "public-good Sigstore"))
-		tok, err := audit.IDToken(ctx, dec, cfg, getenv, &http.Client{Timeout: 30 * time.Second})
-		if err != nil {
-			return nil, err
-		}
-		if signer, err = audit.NewKeylessSigner(tok, sc, tr); err != nil {
-			return nil, err
-		}
+	signer, err := audit.NewSigner(ctx, dec, cfg, audit.SignerOptions{
+		Key: audit.KeyRef(o.Key), Password: o.Password, RekorURL: o.RekorURL,
+		SigningConfig: o.SigningConfig, TrustedRoot: o.TrustedRoot,
+	}, getenv, log)
+	if err != nil {
+		return nil, err
 	}
 	rep, err := audit.Build(ctx, run, audit.BuildOptions{Signer: signer, Attest: o.Attest, Version: buildinfo.Get().Version, Group: o.Group})
 	if err != nil {
@@ -146,6 +121,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if ks, ok := signer.(*audit.KeylessSigner); ok {
 		res.SignerIdentity, res.SignerIssuer = ks.Identity()
+		sb := ks.SignedBy()
+		res.SignedBy = &sb
 	}
 	if run.Log != nil && run.Log.Problem() != "" {
 		// Recorded in run-summary.json; verify fails its log layer.

@@ -53,7 +53,7 @@ type PushOptions struct {
 	// CI_COMMIT_SHA).
 	Commit   string
 	MaxBytes int64
-	// Signer signs the attestation (audit.KeySigner; keyless later).
+	// Signer signs the attestation (audit.NewSigner: a key, or keyless).
 	Signer audit.Signer
 	Getenv func(string) string
 	Log    *slog.Logger

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/gpupass/keylessflags"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/termsafe"
@@ -318,7 +318,7 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--fulcio-url is replaced by --signing-config FILE: write one naming your Fulcio, Rekor and timestamp authority with `cosign signing-config create`")}
 	}
 	if o.IdentityToken != "" {
-		tok, err := identityToken(o.IdentityToken)
+		tok, err := keylessflags.IdentityToken(o.IdentityToken)
 		if err != nil {
 			return err
 		}
@@ -357,27 +357,48 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		return output.Write(out, o.Output, groupPrinted{written, o.Out, o.TrustedRoot})
+		if err := output.Write(out, o.Output, groupPrinted{written, o.Out, o.TrustedRoot}); err != nil {
+			return err
+		}
+		if isCI {
+			return env.Summary(written.summary(o.AllocationID, o.Out, o.TrustedRoot))
+		}
+		return nil
 	}
 	res, err := o.auditOne(ctx)
 	if err != nil {
 		return err
 	}
-	return output.Write(out, o.Output, auditWritten{res, o.TrustedRoot})
+	if err := output.Write(out, o.Output, auditWritten{res, o.TrustedRoot}); err != nil {
+		return err
+	}
+	if isCI {
+		wrote := fmt.Sprintf("Wrote `%s` (allocation `%s`, %d files), signed with %s.", res.Path, res.AllocationID, res.Files, res.Signing)
+		return env.Summary(auditSummary(wrote, res.Simulated, res.SignedBy, res.Path, o.TrustedRoot))
+	}
+	return nil
 }
 
-// identityToken reads --identity-token as cosign does: the token, or a
-// file holding it.
-func identityToken(v string) (string, error) {
-	if strings.Count(v, ".") == 2 && !strings.ContainsAny(v, "/ ") {
-		return v, nil
+// auditSummary is the CI step's summary: what was written (wrote, a
+// markdown line) and how it was signed; signed keyless, which identity
+// signed (repository, workflow, ref, commit, from the certificate) and the
+// command that verifies path (a zip, or a group's directory).
+func auditSummary(wrote string, simulated bool, sb *audit.SignedBy, path, trustedRoot string) string {
+	var b strings.Builder
+	b.WriteString("### gpupass audit\n\n" + wrote + "\n")
+	if simulated {
+		b.WriteString("\n**SIMULATED**: the run used a simulated hardware profile; the report proves nothing about real hardware.\n")
 	}
-	b, err := os.ReadFile(v)
-	if err != nil {
-		// The value may be a mangled token: never echo it.
-		return "", &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--identity-token is neither a JWT (header.payload.signature) nor a readable file holding one")}
+	if sb != nil && sb.Identity != "" {
+		b.WriteString("\n| Signed keyless by | |\n|---|---|\n")
+		for _, kv := range [][2]string{{"identity", sb.Identity}, {"OIDC issuer", sb.Issuer}, {"repository", sb.Repository}, {"workflow", sb.Workflow}, {"ref", sb.Ref}, {"commit", sb.Commit}} {
+			if kv[1] != "" {
+				fmt.Fprintf(&b, "| %s | `%s` |\n", kv[0], strings.NewReplacer("|", "\\|", "`", "'", "\n", " ").Replace(kv[1]))
+			}
+		}
+		b.WriteString("\nVerify it with:\n\n```sh\n" + "gpupass audit verify " + termsafe.ShellQuote(path) + keylessflags.VerifyArgs(sb.Identity, sb.Issuer, trustedRoot) + "\n```\n")
 	}
-	return strings.TrimSpace(string(b)), nil
+	return b.String()
 }
 
 // auditOne writes the audit report of one run, o.AllocationID, to o.Out:
@@ -437,11 +458,7 @@ func (a auditWritten) WriteText(out io.Writer) error {
 // path (a zip, or a group's directory) against that identity, quoted to
 // work pasted.
 func keylessVerify(path, identity, issuer, trustedRoot string) string {
-	q := termsafe.ShellQuote
-	cmd := "gpupass audit verify " + q(path) + " --certificate-identity " + q(identity) + " --certificate-oidc-issuer " + q(issuer)
-	if trustedRoot != "" {
-		cmd += " --trusted-root " + q(trustedRoot)
-	}
+	cmd := "gpupass audit verify " + termsafe.ShellQuote(path) + keylessflags.VerifyArgs(identity, issuer, trustedRoot)
 	return fmt.Sprintf("signed keyless as %s (OIDC issuer %s); verify with:\n  %s\n", identity, issuer, cmd)
 }
 
@@ -539,34 +556,8 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 // verifyIdentity is the keyless signer the flags name (nil: none), with
 // its trusted root loaded.
 func verifyIdentity(o AuditVerifyOptions) (*audit.Identity, error) {
-	flag := func(n string) string { return gpupass.CIFlag(o.Output, n) }
-	hasID := o.CertIdentity != "" || o.CertIdentityRegexp != ""
-	hasIssuer := o.CertIssuer != "" || o.CertIssuerRegexp != ""
-	switch {
-	case !hasID && !hasIssuer:
-		if o.TrustedRoot != "" {
-			return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s checks keyless reports: name the identity that must have signed with %s (or %s) and %s", flag("trusted-root"), flag("certificate-identity"), flag("certificate-identity-regexp"), flag("certificate-oidc-issuer"))}
-		}
-		return nil, nil
-	case o.CertIdentity != "" && o.CertIdentityRegexp != "":
-		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s and %s exclude each other: pick one", flag("certificate-identity"), flag("certificate-identity-regexp"))}
-	case o.CertIssuer != "" && o.CertIssuerRegexp != "":
-		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s and %s exclude each other: pick one", flag("certificate-oidc-issuer"), flag("certificate-oidc-issuer-regexp"))}
-	case !hasIssuer:
-		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required with %s: the OIDC issuer of the signing CI (https://token.actions.githubusercontent.com for GitHub Actions, https://gitlab.com for GitLab.com)", flag("certificate-oidc-issuer"), flag("certificate-identity"))}
-	case !hasID:
-		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s is required with %s: the identity that must have signed (a GitHub workflow's URL at a ref, https://github.com/OWNER/REPO/.github/workflows/FILE@refs/heads/main, or a GitLab pipeline's)", flag("certificate-identity"), flag("certificate-oidc-issuer"))}
-	}
-	for _, re := range []struct{ flag, v string }{{"certificate-identity-regexp", o.CertIdentityRegexp}, {"certificate-oidc-issuer-regexp", o.CertIssuerRegexp}} {
-		if _, err := regexp.Compile(re.v); err != nil {
-			return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s: not a Go regular expression: %w", flag(re.flag), err)}
-		}
-	}
-	tr, err := audit.LoadTrustedRoot(o.TrustedRoot)
-	if err != nil {
-		return nil, &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
-	}
-	return &audit.Identity{TrustedRoot: tr, SAN: o.CertIdentity, SANRegexp: o.CertIdentityRegexp, Issuer: o.CertIssuer, IssuerRegexp: o.CertIssuerRegexp}, nil
+	v := keylessflags.Verify{CertIdentity: o.CertIdentity, CertIdentityRegexp: o.CertIdentityRegexp, CertIssuer: o.CertIssuer, CertIssuerRegexp: o.CertIssuerRegexp, TrustedRoot: o.TrustedRoot}
+	return v.Identity(func(n string) string { return gpupass.CIFlag(o.Output, n) })
 }
 
 // verifyPaths expands what `audit verify` was given: each directory to

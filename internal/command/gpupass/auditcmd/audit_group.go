@@ -68,6 +68,26 @@ func (g groupWritten) WriteText(out io.Writer) error {
 	return err
 }
 
+// summary is the CI step's summary of a group's audit: the zips written
+// into dir and, signed keyless, who signed (one identity signs every
+// run's zip: the job's) and the command that verifies the directory.
+func (g groupWritten) summary(group, dir, trustedRoot string) string {
+	n, simulated := 0, false
+	var sb *audit.SignedBy
+	for _, z := range g {
+		if z.AuditResult == nil {
+			continue
+		}
+		n++
+		simulated = simulated || z.Simulated
+		if sb == nil && z.SignedBy != nil {
+			sb = z.SignedBy
+		}
+	}
+	wrote := fmt.Sprintf("Wrote %d signed zip(s) of run group `%s` into `%s`.", n, group, dir)
+	return auditSummary(wrote, simulated, sb, dir, trustedRoot)
+}
+
 // groupPrinted is groupWritten with, for a group signed keyless, the
 // command that verifies the whole directory; as JSON, the list alone.
 type groupPrinted struct {

@@ -52,7 +52,7 @@ func TestAuditKeylessRefusals(t *testing.T) {
 		{"an issuer without an identity", AuditVerifyOptions{CertIssuer: iss}, gpupass.ExitUsage, "--certificate-identity is required with --certificate-oidc-issuer"},
 		{"identity and its regexp", AuditVerifyOptions{CertIdentity: id, CertIdentityRegexp: "^x", CertIssuer: iss}, gpupass.ExitUsage, "--certificate-identity and --certificate-identity-regexp exclude each other"},
 		{"a bad regexp", AuditVerifyOptions{CertIdentityRegexp: "(", CertIssuer: iss}, gpupass.ExitUsage, "--certificate-identity-regexp: not a Go regular expression"},
-		{"a trusted root and a key only", AuditVerifyOptions{Key: filepath.Join(dir, "cosign.pub"), TrustedRoot: minimal}, gpupass.ExitUsage, "--trusted-root checks keyless reports"},
+		{"a trusted root and a key only", AuditVerifyOptions{Key: filepath.Join(dir, "cosign.pub"), TrustedRoot: minimal}, gpupass.ExitUsage, "--trusted-root checks keyless signatures"},
 		{"a missing trusted root", AuditVerifyOptions{CertIdentity: id, CertIssuer: iss, TrustedRoot: filepath.Join(dir, "nope.json")}, gpupass.ExitUsage,
 			"does not exist: write it with `cosign trusted-root create`"},
 		{"an identity for a report signed with a key", AuditVerifyOptions{CertIdentity: id, CertIssuer: iss, TrustedRoot: minimal}, gpupass.ExitFindings,

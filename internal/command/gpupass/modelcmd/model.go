@@ -6,12 +6,14 @@ package modelcmd
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/gpupass/keylessflags"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -38,6 +41,9 @@ type PushOptions struct {
 	Key          string
 	// Password decrypts Key; nil: COSIGN_PASSWORD.
 	Password []byte
+	// Sigstore signs keyless, as `gpupass audit` does: the default
+	// without --key whenever the job has an OIDC identity.
+	Sigstore keylessflags.Sign
 	MaxSize  string
 	Registry registryflags.Flags
 	Broker   gpupass.BrokerFlags
@@ -52,10 +58,11 @@ func (o *PushOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.File, "file", "", "push this file instead of the run's newest checkpoint from the broker (a run ships its checkpoints with gpupass train --resume-elsewhere)")
 	f.StringVar(&o.Audit, "audit", "", "the run's audit report zip (gpupass audit RUN): its sha256 goes into the attestation")
 	f.StringVar(&o.Commit, "commit", "", "the commit the model was trained from (default: the CI job's, GITHUB_SHA or CI_COMMIT_SHA)")
-	f.StringVar(&o.Key, "key", "", "cosign private key to sign the attestation with: a file, env://VAR or the PEM itself (password in --key-password or COSIGN_PASSWORD)")
+	f.StringVar(&o.Key, "key", "", "cosign private key to sign the attestation with: a file, env://VAR or the PEM itself (password in --key-password or COSIGN_PASSWORD); without it the job's OIDC identity signs keyless")
 	gpupass.MarkSecret("key")
 	f.Var(passwordValue{&o.Password}, "key-password", "password of --key (default: $COSIGN_PASSWORD)")
 	gpupass.MarkSecret("key-password")
+	o.Sigstore.AddFlags(f, "the keyless attestation")
 	f.StringVar(&o.MaxSize, "max-size", "16GiB", "largest model file pushed (e.g. 500MiB, 64GiB)")
 	o.Registry.AddFlags(f)
 	o.Broker.AddFlags(cmd)
@@ -63,8 +70,10 @@ func (o *PushOptions) AddFlags(cmd *cobra.Command) {
 
 // VerifyOptions are the options of `gpupass model verify REF`.
 type VerifyOptions struct {
-	Ref      string
-	Key      string
+	Ref string
+	Key string
+	// Keyless names the identity a keyless attestation must have.
+	Keyless  keylessflags.Verify
 	Out      string
 	MaxSize  string
 	Registry registryflags.Flags
@@ -75,7 +84,8 @@ type VerifyOptions struct {
 // AddFlags registers the flags of `gpupass model verify`.
 func (o *VerifyOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.Key, "key", "", "cosign public key the attestation must be signed with: a file, env://VAR or the PEM itself (required)")
+	f.StringVar(&o.Key, "key", "", "cosign public key the attestation must be signed with: a file, env://VAR or the PEM itself (or the keyless identity flags)")
+	o.Keyless.AddFlags(f, "attestation")
 	f.StringVar(&o.Out, "out", "", "also write the model file here once its bytes verified (never overwrites)")
 	f.StringVar(&o.MaxSize, "max-size", "16GiB", "largest model file downloaded to check its bytes")
 	o.Registry.AddFlags(f)
@@ -106,14 +116,21 @@ docs/model-provenance.md.`,
 	}
 	po := &PushOptions{}
 	push := &cobra.Command{
-		Use:   "push RUN REF --key cosign.key [--file FILE] [--audit audit-report.zip]",
+		Use:   "push RUN REF [--key cosign.key] [--file FILE] [--audit audit-report.zip]",
 		Short: "Push a finished run's model with a signed attestation of its provenance",
 		Long: `Push the newest checkpoint the run shipped to the broker (a run submitted
 with gpupass train --resume-elsewhere ships them), or the file --file names,
 to REF (REGISTRY/REPOSITORY:TAG) as an OCI artifact, then attach an in-toto
-attestation of its provenance signed with --key. The evidence comes from the
-broker alone: the run must have ended and its node must have sent its signed
-run report.
+attestation of its provenance. The evidence comes from the broker alone:
+the run must have ended and its node must have sent its signed run report.
+
+Signing is what 'gpupass audit' does: --key cosign.key signs offline;
+without --key the job's OIDC identity signs keyless (GitHub Actions'
+id-token endpoint with permissions: id-token: write, GitLab's
+SIGSTORE_ID_TOKEN, elsewhere --identity-token), through the Fulcio, Rekor
+and timestamp authority of --signing-config (default: the public-good
+Sigstore instance's). Push prints who signed and the command that
+verifies it against that identity.
 
 The attestation is found through the registry's referrers API or, on a
 registry without it, the sha256-<digest> tag, as cosign and oras look for
@@ -137,19 +154,23 @@ Prints the model's digest reference and the command that verifies it.`,
 
 	vo := &VerifyOptions{}
 	verify := &cobra.Command{
-		Use:   "verify REF --key cosign.pub",
+		Use:   "verify REF --key cosign.pub|--certificate-identity ID --certificate-oidc-issuer URL",
 		Short: "Verify a pushed model: its attestation, its provenance and its bytes",
 		Long: `Verify the model at REF layer by layer: the artifact is a gpupass model;
 an attestation refers to it (referrers API or the sha256-<digest> tag); its
-signature verifies with --key; its statement is of predicate type
+signature verifies with --key or, signed keyless, its certificate names
+--certificate-identity (or --certificate-identity-regexp) from
+--certificate-oidc-issuer and its log entry and signed timestamp check
+against --trusted-root (default: the public-good Sigstore instance's), and
+the signer is printed (repository, workflow, ref, commit); its statement is of predicate type
 ` + model.PredicateType + `, about exactly this manifest, and names the
 model file's digest and size; and the model's bytes, downloaded, hash to that
 digest (cosign checks the manifest only: a model changed in the registry's
 storage passes cosign and fails here). Prints the provenance once verified.
 
 Exit codes: 0 every layer ok, 1 a layer failed (the first is named), 2 a
-usage or I/O error (a missing --key, an unreadable key, a registry that
-cannot be reached).`,
+usage or I/O error (neither --key nor an identity, an unreadable key, a
+registry that cannot be reached).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return errors.New("want REF: the model's REGISTRY/REPOSITORY@sha256:… as gpupass model push printed it (or a tag)")
@@ -194,8 +215,13 @@ func registryOptions(f registryflags.Flags) (bundle.RegistryOptions, error) {
 // RunPush pushes the run's model and attaches its signed attestation.
 func RunPush(ctx context.Context, o PushOptions, out io.Writer) error {
 	getenv := getenvOr(o.Getenv)
-	if o.Key == "" {
-		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--key is required: the cosign private key that signs the attestation (make one with gpupass audit keygen)")}
+	cfg, err := o.Sigstore.Config(o.Key, false)
+	if err != nil {
+		return err
+	}
+	dec, err := audit.Decide(cfg, getenv)
+	if err != nil {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
 	}
 	limit, err := maxSize("max-size", o.MaxSize)
 	if err != nil {
@@ -205,21 +231,22 @@ func RunPush(ctx context.Context, o PushOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	key, done, err := gpupass.KeyFile("--key", o.Key)
-	if err != nil {
-		return err
+	if o.Key != "" {
+		key, done, err := gpupass.KeyFile("--key", o.Key)
+		if err != nil {
+			return err
+		}
+		defer done()
+		cfg.KeyRef = audit.KeyRef(key)
 	}
-	defer done()
-	pw := o.Password
-	if pw == nil {
-		pw = []byte(getenv(audit.PasswordEnv))
-	}
-	priv, err := audit.LoadPrivateKey(audit.KeyRef(key), pw, getenv, o.Log)
+	signer, err := audit.NewSigner(ctx, dec, cfg, audit.SignerOptions{
+		Key: cfg.KeyRef, Password: o.Password, SigningConfig: o.Sigstore.SigningConfig, TrustedRoot: o.Sigstore.TrustedRoot,
+	}, getenv, o.Log)
 	if err != nil {
-		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
-	}
-	signer, err := audit.NewKeySigner(priv, "")
-	if err != nil {
+		var fe *fielderr.Error
+		if errors.As(err, &fe) {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: err}
+		}
 		return err
 	}
 	rc, err := o.Broker.DialRuns()
@@ -237,7 +264,24 @@ func RunPush(ctx context.Context, o PushOptions, out io.Writer) error {
 		}
 		return err
 	}
-	return output.Write(out, o.Output, pushed{PushResult: res, verify: verifyCommand(res.Reference, o.Key, o.Registry.PlainHTTP)})
+	p := pushed{PushResult: res}
+	if ks, ok := signer.(*audit.KeylessSigner); ok {
+		p.SignerIdentity, p.SignerIssuer = ks.Identity()
+		p.verify = keylessVerifyCommand(res.Reference, p.SignerIdentity, p.SignerIssuer, o.Sigstore.TrustedRoot, o.Registry.PlainHTTP)
+	} else {
+		p.verify = verifyCommand(res.Reference, o.Key, o.Registry.PlainHTTP)
+	}
+	return output.Write(out, o.Output, p)
+}
+
+// keylessVerifyCommand verifies what was pushed against the identity
+// that signed it, as the user pastes it.
+func keylessVerifyCommand(ref, identity, issuer, trustedRoot string, plainHTTP bool) string {
+	cmd := "gpupass model verify " + termsafe.ShellQuote(ref) + keylessflags.VerifyArgs(identity, issuer, trustedRoot)
+	if plainHTTP {
+		cmd += " --plain-http"
+	}
+	return cmd
 }
 
 // verifyCommand is the command that verifies what was pushed, as the
@@ -261,14 +305,19 @@ func verifyCommand(ref, key string, plainHTTP bool) string {
 // verify command.
 type pushed struct {
 	*model.PushResult
-	verify string
+	// SignerIdentity and SignerIssuer are a keyless signature's
+	// certificate identity and OIDC issuer, as `audit` names them.
+	SignerIdentity, SignerIssuer string
+	verify                       string
 }
 
 func (p pushed) WriteJSON(w io.Writer) error {
 	return output.WriteJSON(w, struct {
 		*model.PushResult
-		Verify string `json:"verify_command"`
-	}{p.PushResult, p.verify})
+		SignerIdentity string `json:"signer_identity,omitempty"`
+		SignerIssuer   string `json:"signer_issuer,omitempty"`
+		Verify         string `json:"verify_command"`
+	}{p.PushResult, p.SignerIdentity, p.SignerIssuer, p.verify})
 }
 
 func (p pushed) WriteText(w io.Writer) error {
@@ -280,6 +329,9 @@ func (p pushed) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "pushed %s (%d bytes, sha256:%s, %s) of run %s\n", termsafe.String(r.Model.Name), r.Model.Size, r.Model.SHA256, r.Model.Source, r.Predicate.Run.ID)
 	fmt.Fprintf(&b, "  %s\n", r.Reference)
 	fmt.Fprintf(&b, "attested %s\n  %s\n", r.PredicateType, r.Attestation)
+	if p.SignerIdentity != "" {
+		fmt.Fprintf(&b, "signed keyless as %s (OIDC issuer %s)\n", termsafe.String(p.SignerIdentity), termsafe.String(p.SignerIssuer))
+	}
 	fmt.Fprintf(&b, "verify it (the model's bytes too):\n  %s\n", p.verify)
 	if strings.Contains(p.verify, " --key cosign.pub") {
 		if _, err := os.Stat("cosign.pub"); err != nil {
@@ -293,8 +345,15 @@ func (p pushed) WriteText(w io.Writer) error {
 // RunVerify verifies a pushed model and prints each layer.
 func RunVerify(ctx context.Context, o VerifyOptions, out io.Writer) error {
 	getenv := getenvOr(o.Getenv)
-	if o.Key == "" {
-		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--key is required: the cosign public key (cosign.pub) the attestation must be signed with")}
+	if o.Key != "" && (o.Keyless.CertIdentity != "" || o.Keyless.CertIdentityRegexp != "") {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--key and --certificate-identity exclude each other: name the key or the keyless identity the attestation must have")}
+	}
+	identity, err := o.Keyless.Identity(func(n string) string { return "--" + n })
+	if err != nil {
+		return err
+	}
+	if o.Key == "" && identity == nil {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--key is required: the cosign public key (cosign.pub) the attestation must be signed with; for an attestation signed keyless, --certificate-identity (or --certificate-identity-regexp) and --certificate-oidc-issuer instead")}
 	}
 	limit, err := maxSize("max-size", o.MaxSize)
 	if err != nil {
@@ -304,16 +363,18 @@ func RunVerify(ctx context.Context, o VerifyOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	key, done, err := gpupass.KeyFile("--key", o.Key)
-	if err != nil {
-		return err
+	var pub crypto.PublicKey
+	if o.Key != "" {
+		key, done, err := gpupass.KeyFile("--key", o.Key)
+		if err != nil {
+			return err
+		}
+		defer done()
+		if pub, _, err = audit.LoadPublicKey(audit.KeyRef(key), getenv); err != nil {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("--key: %w", err)}
+		}
 	}
-	defer done()
-	pub, _, err := audit.LoadPublicKey(audit.KeyRef(key), getenv)
-	if err != nil {
-		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("--key: %w", err)}
-	}
-	res, err := model.Verify(ctx, o.Ref, model.VerifyOptions{Registry: reg, Key: pub, MaxBytes: limit, Out: o.Out})
+	res, err := model.Verify(ctx, o.Ref, model.VerifyOptions{Registry: reg, Key: pub, Identity: identity, MaxBytes: limit, Out: o.Out})
 	if err != nil {
 		return err
 	}
@@ -350,6 +411,17 @@ func (v verified) WriteText(w io.Writer) error {
 			b.WriteString("!!! SIMULATED: the run used a simulated hardware profile; its provenance proves nothing about real hardware !!!\n")
 		}
 		fmt.Fprintf(&b, "provenance (%s):\n", r.PredicateType)
+		if sb := r.SignedBy; sb != nil {
+			fmt.Fprintf(&b, "  signed by %s (OIDC issuer %s)\n", termsafe.String(sb.Identity), termsafe.String(sb.Issuer))
+			for _, kv := range [][2]string{{"repository", sb.Repository}, {"workflow", sb.Workflow}, {"ref", sb.Ref}, {"commit", sb.Commit}} {
+				if kv[1] != "" {
+					fmt.Fprintf(&b, "            %s %s\n", kv[0], termsafe.String(kv[1]))
+				}
+			}
+			if !sb.SignedAt.IsZero() {
+				fmt.Fprintf(&b, "            signed at %s (signed timestamp)\n", sb.SignedAt.UTC().Format(time.RFC3339))
+			}
+		}
 		fmt.Fprintf(&b, "  model     %s, %d bytes, sha256:%s (%s)\n", termsafe.String(p.Model.Name), p.Model.Size, p.Model.SHA256, p.Model.Source)
 		fmt.Fprintf(&b, "  run       %s (group %s, region %s, %s)\n", termsafe.String(p.Run.ID), termsafe.String(p.Run.Group), termsafe.String(p.Run.Region), termsafe.String(p.Run.State))
 		fmt.Fprintf(&b, "  spec      %s\n", termsafe.String(p.SpecFingerprint))

@@ -50,6 +50,10 @@ func TestModelUsageErrors(t *testing.T) {
 		{"a directory", append([]string{"model", "push", "alloc-1", "reg.example/m:v1", "--key", key, "--file", dir}, broker...), []string{"--file", "not a regular file"}},
 		{"bad size", []string{"model", "push", "alloc-1", "reg.example/m:v1", "--key", key, "--max-size", "lots"}, []string{"--max-size \"lots\"", "500MiB"}},
 		{"verify without a key", []string{"model", "verify", "reg.example/m:v1"}, []string{"--key is required", "cosign.pub"}},
+		{"verify with a key and an identity", []string{"model", "verify", "reg.example/m:v1", "--key", key, "--certificate-identity", "https://github.com/o/r/.github/workflows/ci.yml@refs/heads/main", "--certificate-oidc-issuer", "https://token.actions.githubusercontent.com"}, []string{"--key and --certificate-identity exclude each other"}},
+		{"verify with an identity and no issuer", []string{"model", "verify", "reg.example/m:v1", "--certificate-identity", "https://github.com/o/r/.github/workflows/ci.yml@refs/heads/main"}, []string{"--certificate-oidc-issuer is required with --certificate-identity"}},
+		{"push with a key and keyless", []string{"model", "push", "alloc-1", "reg.example/m:v1", "--key", key, "--keyless"}, []string{"--key", "--keyless", "exclude each other"}},
+		{"push keyless without an identity", []string{"model", "push", "alloc-1", "reg.example/m:v1", "--keyless"}, []string{"--keyless", "needs an OIDC token", "id-token: write"}},
 		{"verify with a private key", []string{"model", "verify", "reg.example/m:v1", "--key", key}, []string{"--key", "not a PEM public key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/gpupass/gpupass/internal/app/modelprov"
+	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/fielderr"
@@ -16,14 +17,19 @@ var Command = gpupass.Subcommand{
 	Name: "model",
 	New:  newModelCmd,
 	FieldNames: fielderr.Names{
-		model.FieldFile:       "--file",
-		model.FieldMaxSize:    "--max-size",
-		model.FieldRef:        "REF",
-		modelprov.FieldAudit:  "--audit",
-		modelprov.FieldCommit: "--commit",
-		bundle.FieldUsername:  "--registry-username",
-		bundle.FieldPassword:  "--registry-password",
-		bundle.FieldPlainHTTP: "--plain-http (GPUPASS_PLAIN_HTTP=true)",
+		audit.FieldKey:           "--key",
+		audit.FieldKeyless:       "--keyless",
+		audit.FieldSigningConfig: "--signing-config",
+		audit.FieldTrustedRoot:   "--trusted-root",
+		audit.FieldIdentityToken: "--identity-token",
+		model.FieldFile:          "--file",
+		model.FieldMaxSize:       "--max-size",
+		model.FieldRef:           "REF",
+		modelprov.FieldAudit:     "--audit",
+		modelprov.FieldCommit:    "--commit",
+		bundle.FieldUsername:     "--registry-username",
+		bundle.FieldPassword:     "--registry-password",
+		bundle.FieldPlainHTTP:    "--plain-http (GPUPASS_PLAIN_HTTP=true)",
 	},
 }
 

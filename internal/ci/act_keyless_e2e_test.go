@@ -1,0 +1,135 @@
+//go:build e2e
+
+package ci_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
+)
+
+// TestActionKeylessThroughAct (issue #37, done when): the root action's
+// audit step, given no cosign-key, signs keyless with the job's OIDC
+// identity: act passes a simulated ACTIONS_ID_TOKEN_REQUEST_URL/_TOKEN
+// pointing at sigstoretest's issuer (what `permissions: id-token: write`
+// gives a job), and the private Sigstore's signing config and trusted root
+// come in as the signing-config and trusted-root inputs. The step summary
+// names who signed (repository, workflow, ref, commit) and the command that
+// verifies it, which, pasted, passes; the audit-verify step verifies the
+// report by identity, and so does stock `cosign verify-blob` with the
+// identity; a wrong identity is refused by both.
+func TestActionKeylessThroughAct(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	path := toolsPath(t, bin)
+	act := lookPath(t, path, "act")
+	cosign := lookPath(t, path, "cosign")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		testutil.Missing(t, "go on PATH (the action builds gpupass from source)")
+	}
+	sig := sigstoretest.Start(t)
+	gh := sigstoretest.GitHubClaims{Repository: "acme/train", Ref: "refs/pull/7/merge", SHA: strings.Repeat("0123abcd", 5)}
+	reqURL, reqToken := sig.GitHubActions(t, gh)
+	id, iss := gh.Identity(), sig.Issuer(gh)
+
+	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "act-keyless", "keyless.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goenv := func(k string) string {
+		b, _ := exec.Command(gobin, "env", k).Output()
+		return strings.TrimSpace(string(b))
+	}
+	dir := gitRepo(t, ".", "https://github.com/acme/train.git")
+	os.RemoveAll(filepath.Join(dir, ".github", "workflows"))
+	if err := os.MkdirAll(filepath.Join(dir, ".github", "workflows"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".github", "workflows", "keyless.yml"), wf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	event := filepath.Join(t.TempDir(), "event.json")
+	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"`+gh.SHA+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
+	out := t.TempDir()
+	cmd := exec.Command(act, "pull_request",
+		"-P", "ubuntu-latest=-self-hosted",
+		"-e", event,
+		"--env", "E2E_OUT="+out,
+		"--env", "GITHUB_REPOSITORY=acme/train",
+		"--env", "GOCACHE="+goenv("GOCACHE"),
+		"--env", "GOMODCACHE="+goenv("GOMODCACHE"),
+		// What a job granted id-token: write has.
+		"--env", "ACTIONS_ID_TOKEN_REQUEST_URL="+reqURL,
+		"--env", "ACTIONS_ID_TOKEN_REQUEST_TOKEN="+reqToken,
+		"--var", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
+		"--var", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot,
+		"--var", "SIGNER_IDENTITY="+id,
+		"--var", "SIGNER_ISSUER="+iss,
+	)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+path)
+	b, runErr := cmd.CombinedOutput()
+	log := string(b)
+	defer func() {
+		if t.Failed() {
+			t.Logf("act log:\n%s", log)
+		}
+	}()
+	if runErr != nil {
+		t.Fatalf("act: %v", runErr)
+	}
+	if sig.TokenRequests() == 0 {
+		t.Errorf("the audit step never asked the job's token endpoint")
+	}
+	// The step summary (act echoes it as it reads it) says who signed
+	// and how to verify it.
+	for _, want := range []string{"Summary - ### gpupass audit", "signed with keyless", "| identity | `" + id + "` |",
+		"| repository | `https://github.com/acme/train` |", "| ref | `refs/pull/7/merge` |", "| commit | `" + gh.SHA + "` |",
+		"gpupass audit verify audit-report.zip --certificate-identity " + id + " --certificate-oidc-issuer " + iss + " --trusted-root " + sig.TrustedRoot} {
+		if !strings.Contains(log, want) {
+			t.Errorf("act log (the audit step's summary) lacks %q", want)
+		}
+	}
+	if !strings.Contains(log, "verified audit-report.zip") {
+		t.Errorf("the audit-verify step did not verify the report by identity")
+	}
+	if strings.Contains(log, reqToken) {
+		t.Errorf("the token endpoint's bearer reached the act log")
+	}
+
+	zip := filepath.Join(out, "audit-report.zip")
+	// The summary's command, pasted in the directory holding the zip.
+	pasted := "gpupass audit verify audit-report.zip --certificate-identity " + id + " --certificate-oidc-issuer " + iss + " --trusted-root " + sig.TrustedRoot
+	sh := exec.Command("sh", "-c", pasted)
+	sh.Dir, sh.Env = out, append(os.Environ(), "PATH="+path)
+	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
+		t.Errorf("the summary's verify command, pasted: %v\n%s", err, b)
+	}
+	extract := filepath.Join(t.TempDir(), "x")
+	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--trusted-root", sig.TrustedRoot, "--extract", extract).CombinedOutput(); err != nil {
+		t.Fatalf("audit verify: %v\n%s", err, b)
+	}
+	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id+"-other", "--certificate-oidc-issuer", iss, "--trusted-root", sig.TrustedRoot).CombinedOutput(); err == nil {
+		t.Errorf("audit verify accepted a wrong identity:\n%s", b)
+	}
+	cosignBlob := func(id string) (string, error) {
+		c := exec.Command(cosign, "verify-blob", "--bundle", audit.FileManifestBundle, "--trusted-root", sig.TrustedRoot, "--use-signed-timestamps",
+			"--certificate-identity", id, "--certificate-oidc-issuer", iss, audit.FileManifest)
+		home := t.TempDir()
+		c.Dir, c.Env = extract, append(os.Environ(), "HOME="+home, "TUF_ROOT="+filepath.Join(home, "tuf"), "SIGSTORE_NO_CACHE=true")
+		b, err := c.CombinedOutput()
+		return string(b), err
+	}
+	if o, err := cosignBlob(id); err != nil || !strings.Contains(o, "Verified OK") {
+		t.Errorf("cosign verify-blob with the job's identity: %v\n%s", err, o)
+	}
+	if o, err := cosignBlob(id + "-other"); err == nil {
+		t.Errorf("cosign verify-blob accepted a wrong identity:\n%s", o)
+	}
+}

@@ -1,0 +1,116 @@
+//go:build e2e
+
+package ci_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/internal/audit"
+	"github.com/gpupass/gpupass/internal/testutil"
+	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
+)
+
+// TestGitLabComponentKeyless (issue #37, done when): the audit component,
+// with no COSIGN_KEY variable in the project, signs keyless with the job's
+// SIGSTORE_ID_TOKEN (the token its id_tokens declares; here one from
+// sigstoretest's issuer, handed in as gitlab-ci-local's variable) on the
+// private Sigstore, whose signing config and trusted root come in as the
+// component's signing-config and trusted-root inputs. The job log names who
+// signed and the command that verifies it, which, pasted, passes; stock
+// `cosign verify-blob` accepts the identity and refuses another.
+func TestGitLabComponentKeyless(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./cmd/gpupass")
+	path := toolsPath(t, bin)
+	glci := lookPath(t, path, "gitlab-ci-local")
+	cosign := lookPath(t, path, "cosign")
+	lookPath(t, path, "rsync")
+	sig := sigstoretest.Start(t)
+	gl := sigstoretest.GitLabClaims{ProjectPath: "acme/train", Ref: "main", SHA: strings.Repeat("feedc0de", 5)}
+	token := sig.Token(t, gl)
+	id, iss := gl.Identity(), sig.Issuer(gl)
+
+	dir := gitRepo(t, "components/gitlab", "git@gitlab.invalid:gpupass/components.git")
+	run, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "audit", "testdata", "run.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipeline := `include:
+  - component: $CI_SERVER_FQDN/$CI_PROJECT_PATH/audit@$CI_COMMIT_SHA
+    inputs:
+      run-file: run.json
+      signing-config: $SIGSTORE_SIGNING_CONFIG
+      trusted-root: $SIGSTORE_TRUSTED_ROOT
+`
+	for name, body := range map[string][]byte{".gitlab-ci.yml": []byte(pipeline), "run.json": run} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"add", "-A"}, {"-c", "user.email=ci@gpupass.test", "-c", "user.name=gpupass test", "commit", "-q", "-m", "keyless audit"}} {
+		c := exec.Command("git", args...)
+		c.Dir = dir
+		if b, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, b)
+		}
+	}
+	cmd := exec.Command(glci, "--shell-executor-no-image", "--force-shell-executor",
+		"--variable", "GITLAB_CI=true",
+		"--variable", "SIGSTORE_ID_TOKEN="+token,
+		"--variable", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
+		"--variable", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+path, "GITHUB_ACTIONS=", "CI=")
+	b, runErr := cmd.CombinedOutput()
+	log := string(b)
+	defer func() {
+		if t.Failed() {
+			t.Logf("pipeline log:\n%s", log)
+		}
+	}()
+	if runErr != nil {
+		t.Fatalf("gitlab-ci-local: %v", runErr)
+	}
+	jobLog, _ := os.ReadFile(filepath.Join(dir, ".gitlab-ci-local", "output", "gpupass-audit.log"))
+	_, pasted, ok := strings.Cut(string(jobLog), "signed keyless as "+id+" (OIDC issuer "+iss+"); verify with:\n")
+	if !strings.Contains(log, "PASS  gpupass-audit") || !ok {
+		t.Fatalf("the audit job did not sign keyless as %s from %s:\n%s", id, iss, jobLog)
+	}
+	pasted, _, _ = strings.Cut(strings.TrimSpace(pasted), "\n")
+	t.Logf("the job log's verify command: %s", pasted)
+	if strings.Contains(log, token) || strings.Contains(string(jobLog), token) {
+		t.Errorf("the OIDC token reached the log")
+	}
+
+	art := filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-audit")
+	sh := exec.Command("sh", "-c", pasted)
+	sh.Dir, sh.Env = art, append(os.Environ(), "PATH="+path)
+	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
+		t.Errorf("the job log's verify command, pasted: %v\n%s", err, b)
+	}
+	zip := filepath.Join(art, "audit-report.zip")
+	extract := filepath.Join(t.TempDir(), "x")
+	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id, "--certificate-oidc-issuer", iss, "--trusted-root", sig.TrustedRoot, "--extract", extract).CombinedOutput(); err != nil {
+		t.Fatalf("audit verify: %v\n%s", err, b)
+	}
+	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id, "--certificate-oidc-issuer", sig.GitHubIssuer, "--trusted-root", sig.TrustedRoot).CombinedOutput(); err == nil {
+		t.Errorf("audit verify accepted a wrong issuer:\n%s", b)
+	}
+	cosignBlob := func(id, iss string) (string, error) {
+		c := exec.Command(cosign, "verify-blob", "--bundle", audit.FileManifestBundle, "--trusted-root", sig.TrustedRoot, "--use-signed-timestamps",
+			"--certificate-identity", id, "--certificate-oidc-issuer", iss, audit.FileManifest)
+		home := t.TempDir()
+		c.Dir, c.Env = extract, append(os.Environ(), "HOME="+home, "TUF_ROOT="+filepath.Join(home, "tuf"), "SIGSTORE_NO_CACHE=true")
+		b, err := c.CombinedOutput()
+		return string(b), err
+	}
+	if o, err := cosignBlob(id, iss); err != nil || !strings.Contains(o, "Verified OK") {
+		t.Errorf("cosign verify-blob with the job's identity: %v\n%s", err, o)
+	}
+	if o, err := cosignBlob(id, sig.GitHubIssuer); err == nil {
+		t.Errorf("cosign verify-blob accepted a wrong issuer:\n%s", o)
+	}
+}
