@@ -119,6 +119,27 @@ type Alloc struct {
 	// Slurm node last reported it (nil for other executors). It lives in
 	// the JSON body: no column, no migration.
 	Slurm *SlurmPlacement `json:",omitempty"`
+
+	// A run across several nodes (resources.nodes > 1) is a gang of
+	// allocations, one per node: rank 0's is the run users see, ranks
+	// 1..GangSize-1 carry Gang, rank 0's id, and are found by it
+	// (GangAllocs; the gang_id column, migration 15). Each rank keeps
+	// what a run has (fence, lease, log, report), so what protects a
+	// run's proof protects each rank's. GangSize is the node count on
+	// every rank (0 on a one-node run); Rank and GangSize are in the
+	// JSON body only.
+	Gang     string `json:",omitempty"`
+	Rank     int    `json:",omitempty"`
+	GangSize int    `json:",omitempty"`
+}
+
+// GangID is the gang a belongs to: rank 0's id, which is a's own on
+// rank 0 (and on a one-node run, a gang of one).
+func (a *Alloc) GangID() string {
+	if a.Gang != "" {
+		return a.Gang
+	}
+	return a.ID
 }
 
 // SlurmPlacement is a run's batch job on a Slurm cluster.
@@ -169,6 +190,9 @@ type RunRecord struct {
 type Runs interface {
 	// CreateAlloc stores a new allocation.
 	CreateAlloc(ctx context.Context, a Alloc) error
+	// CreateAllocs stores allocations all at once or none (a gang's
+	// ranks: no rank exists without the others).
+	CreateAllocs(ctx context.Context, as []Alloc) error
 	// Alloc returns an allocation (without Workdir, which can be large)
 	// or ErrNotFound.
 	Alloc(ctx context.Context, id string) (Alloc, error)
@@ -182,6 +206,16 @@ type Runs interface {
 	// allocation holds it, nothing is written and ErrNodeBusy returned:
 	// the check and the write are atomic across brokers.
 	UpdateAlloc(ctx context.Context, id string, fn func(a *Alloc) error) (Alloc, error)
+	// UpdateAllocs is UpdateAlloc over several allocations in one
+	// transaction (fn gets them in the order of ids): a gang is leased,
+	// and ended, whole. When fn moves any of them onto a node held by
+	// an allocation outside ids, or two of them onto one node, nothing
+	// is written and ErrNodeBusy returned: no part of a gang ever holds
+	// a node alone. ErrNotFound if any id is unknown.
+	UpdateAllocs(ctx context.Context, ids []string, fn func(as []*Alloc) error) ([]Alloc, error)
+	// GangAllocs returns the ranks 1.. of the gang whose rank 0 is
+	// gang, in rank order (Workdir empty); none for a one-node run.
+	GangAllocs(ctx context.Context, gang string) ([]Alloc, error)
 	// ListAllocs and ActiveAllocs leave Workdir empty.
 	// ListAllocs returns the newest allocations first, at most limit,
 	// of the regions inScope accepts (nil: every region). The store asks
