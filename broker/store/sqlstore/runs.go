@@ -28,7 +28,7 @@ var runQueries = map[string]string{
 	"insertAlloc": `INSERT INTO allocs (id, name, region, group_id, group_size, gang_id, state, node_id, fence, held_through, created_at, updated_at, queued_at, body, workdir)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)`,
 	// allocs_gang (gang_id) finds a gang's other ranks.
-	"gangAllocs": `SELECT ` + allocCols + ` FROM allocs WHERE gang_id = ?`,
+	"gangAllocs":  `SELECT ` + allocCols + ` FROM allocs WHERE gang_id = ?`,
 	"groupAllocs": `SELECT ` + allocCols + ` FROM allocs WHERE group_id = ? ORDER BY created_at, id LIMIT ?`,
 	"alloc":       `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
 	"allocLock":   `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
