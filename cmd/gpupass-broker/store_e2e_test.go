@@ -365,6 +365,9 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 				// Schema 15 (the ranks of a gang).
 				`DROP INDEX allocs_gang`,
 				`ALTER TABLE allocs DROP COLUMN gang_id`,
+				`ALTER TABLE agents DROP COLUMN job_address`,
+				`ALTER TABLE agents DROP COLUMN job_port_min`,
+				`ALTER TABLE agents DROP COLUMN job_port_max`,
 				`DELETE FROM schema_migrations WHERE version >= 9`,
 			} {
 				if _, err := rw.Exec(q); err != nil {

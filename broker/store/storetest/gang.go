@@ -67,6 +67,39 @@ func runGangs(t *testing.T, open Factory, o Options) {
 		return held
 	}
 
+	t.Run("an agent's rendezvous address and job ports are stored and listed", func(t *testing.T) {
+		t.Parallel()
+		s, reopen := open(t)
+		a := agent("agt-j", "kj", "us-west-2")
+		a.Labels.JobAddress, a.Labels.JobPortMin, a.Labels.JobPortMax = "10.0.0.7", 29500, 29599
+		if _, _, err := s.EnrollAgent(ctx, a, nil); err != nil {
+			t.Fatal(err)
+		}
+		enroll(t, s, "agt-plain")
+		s2 := reopen(t)
+		if got, err := s2.Agent(ctx, "agt-j"); err != nil || got.Labels != a.Labels {
+			t.Errorf("Agent labels %+v, %v; want %+v", got.Labels, err, a.Labels)
+		}
+		nodes, err := s2.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if want := n.ID == "agt-j"; n.Labels.Rendezvous() != want {
+				t.Errorf("node %s: rendezvous %v (%s %d-%d), want %v", n.ID, !want, n.Labels.JobAddress, n.Labels.JobPortMin, n.Labels.JobPortMax, want)
+			}
+		}
+		// Enrolling again without them (an agent restarted without the
+		// flags) takes them away.
+		a.Labels.JobAddress, a.Labels.JobPortMin, a.Labels.JobPortMax = "", 0, 0
+		if _, _, err := s.EnrollAgent(ctx, a, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s2.Agent(ctx, "agt-j"); err != nil || got.Labels.Rendezvous() {
+			t.Errorf("after enrolling without job ports: %+v, %v", got.Labels, err)
+		}
+	})
+
 	t.Run("a gang is stored whole or not at all", func(t *testing.T) {
 		t.Parallel()
 		s, _ := open(t)
