@@ -131,6 +131,19 @@ type Alloc struct {
 	Gang     string `json:",omitempty"`
 	Rank     int    `json:",omitempty"`
 	GangSize int    `json:",omitempty"`
+	// MasterAddr and MasterPort are the gang's rendezvous for its
+	// current lease, on every rank: rank 0's node's job address and a
+	// port drawn from its job port range.
+	MasterAddr string `json:",omitempty"`
+	MasterPort int    `json:",omitempty"`
+	// RankDone is set on rank 0 when its own process succeeded while
+	// other ranks still run: the run ends when they all have, and
+	// succeeds only if every rank did. Its node stays held meanwhile.
+	RankDone bool `json:",omitempty"`
+	// EndedBy is why the broker stopped this rank: another rank of its
+	// gang ended first ("rank 1 on agt-…: exited with code 3"). The
+	// rank's cancelled becomes the run's failed, with this reason.
+	EndedBy string `json:",omitempty"`
 }
 
 // GangID is the gang a belongs to: rank 0's id, which is a's own on
@@ -217,7 +230,8 @@ type Runs interface {
 	// gang, in rank order (Workdir empty); none for a one-node run.
 	GangAllocs(ctx context.Context, gang string) ([]Alloc, error)
 	// ListAllocs and ActiveAllocs leave Workdir empty.
-	// ListAllocs returns the newest allocations first, at most limit,
+	// ListAllocs returns the newest allocations first, at most limit
+	// (runs: a gang's ranks 1.. are left out),
 	// of the regions inScope accepts (nil: every region). The store asks
 	// inScope about each region it holds runs in, so the limit counts
 	// only runs the caller may see.

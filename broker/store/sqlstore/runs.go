@@ -502,10 +502,10 @@ func (s *Store) ListAllocsAfter(ctx context.Context, after store.AllocKey, limit
 		where = append(where, `created_at <= ? AND (created_at < ? OR id < ?)`)
 		args = append(args, at, at, after.ID)
 	}
-	q := `SELECT ` + allocCols + ` FROM allocs`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
+	// Runs, not ranks: a gang's ranks 1.. are read through their run
+	// (GangAllocs).
+	where = append(where, `gang_id = ''`)
+	q := `SELECT ` + allocCols + ` FROM allocs WHERE ` + strings.Join(where, ` AND `)
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	return s.allocs(ctx, s.rebind(q), append(args, limit)...)
 }

@@ -141,6 +141,18 @@ func runGangs(t *testing.T, open Factory, o Options) {
 				t.Errorf("rank %d: %s rank %d of %q (%d nodes), want %s rank %d of alloc-g0000002 (4)", i+1, a.ID, a.Rank, a.Gang, a.GangSize, ids[i+1], i+1)
 			}
 		}
+		list, err := r.ListAllocs(ctx, 100, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range list {
+			if a.Gang != "" {
+				t.Errorf("ListAllocs lists rank %d of %s (%s): it lists runs", a.Rank, a.Gang, a.ID)
+			}
+		}
+		if len(list) != 2 {
+			t.Errorf("ListAllocs: %d allocations, want the 2 runs", len(list))
+		}
 		if got, err := r.GangAllocs(ctx, "alloc-g0000002-r1"); err != nil || len(got) != 0 {
 			t.Errorf("GangAllocs of a rank: %d, %v; want none", len(got), err)
 		}
