@@ -52,8 +52,8 @@ type Options struct {
 	Regions []string
 	// Name is the runs' base name (default: the spec's name); the region
 	// and, in CI, the short commit are added.
-	Name            string
-	MaxPrice        float64
+	Name        string
+	MaxPrice    float64
 	MaxRestarts int
 	// MaxRestartsSet says MaxRestarts was given (--max-restarts); else
 	// the broker's default applies: 3 for a run on one node, none for a
