@@ -242,7 +242,11 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		if target.Terminal() {
 			cancelReason := a.Reason
 			a.FinishedAt, a.ExitCode, a.Reason = now, int(m.ExitCode), m.Reason
-			if target == store.AllocCancelled && a.CancelRequested && cancelReason != "" {
+			if a.EndedBy != "" {
+				// Stopped because another rank of its gang ended:
+				// that rank is the reason.
+				a.Reason = a.EndedBy
+			} else if target == store.AllocCancelled && a.CancelRequested && cancelReason != "" {
 				// The agent only knows the broker asked; the user's
 				// reason is the one to keep.
 				a.Reason = cancelReason

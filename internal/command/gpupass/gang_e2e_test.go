@@ -113,7 +113,7 @@ func TestGangTwoLocalAgents(t *testing.T) {
 			t.Errorf("rank 0 on %q, rank 1 on %q: want two nodes", run.NodeId, rank1.NodeId)
 		}
 		log, _ := upstack.RunLog(t, ctx, rc, rank1.Id)
-		if !strings.Contains(log, "ddp: rank 1/2") {
+		if !strings.Contains(log, "rank 1/2 (local rank 0, node 1)") {
 			t.Errorf("rank 1's log has no first line of global rank 1 of 2:\n%s", upstack.Tail(log, 2000))
 		}
 		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
