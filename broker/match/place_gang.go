@@ -78,8 +78,8 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 				only = "none"
 			}
 			out.Miss = count(candidates, "candidate nodes") + " for " + count(per.Resources.Count, "GPUs") + " each, but " + only +
-				" advertise a job address and ports for the gang's rendezvous (gpupass-agent --job-address and --job-ports; " +
-				"the local executor's agents only, for now) (a gang needs " + strconv.Itoa(k) + ")"
+				" advertise a job address and ports for the gang's rendezvous (a gang needs " + strconv.Itoa(k) +
+				"; start the local executor's agents with --job-address and --job-ports)"
 			return out
 		}
 	}

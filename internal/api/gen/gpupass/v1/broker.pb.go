@@ -1703,8 +1703,8 @@ type DryRunResponse struct {
 	// region name. Without resources.nodes, a region where one node holds
 	// the count has no gang. With resources.nodes > 1, candidates and
 	// excluded are the nodes matched for one node's share (count / nodes).
-	// Runs across several nodes are not placed yet: Submit refuses a spec
-	// with resources.nodes > 1.
+	// A run with resources.nodes > 1 is placed on such a gang of nodes
+	// whose agents advertise a rendezvous (NodeLabels.job_address).
 	Gangs []*Gang `protobuf:"bytes,11,rep,name=gangs,proto3" json:"gangs,omitempty"`
 	// Each region asked about with no gang, and why, by region name.
 	GangMisses    []*GangMiss `protobuf:"bytes,12,rep,name=gang_misses,json=gangMisses,proto3" json:"gang_misses,omitempty"`
