@@ -303,7 +303,7 @@ func (l *RunLoop) gangEnv(a *Assignment) ([]string, error) {
 		return nil, nil
 	}
 	if l.JobPortMax == 0 {
-		return nil, errors.New("the broker gave this node a rank of a run across several nodes, but it advertises no job ports (gpupass-agent --job-address, --job-ports)")
+		return nil, errors.New("the broker gave this node a rank of a run across several nodes, but it advertises no job ports (this agent's job address and port range are not set)")
 	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("the broker's rendezvous for this rank: %w", err)

@@ -375,10 +375,10 @@ func checkJobLabels(l *gpupassv1.NodeLabels) error {
 		return nil
 	}
 	if err := rendezvous.CheckAddr(l.JobAddress); err != nil {
-		return fmt.Errorf("labels.job_address: %w (agent --job-address)", err)
+		return fmt.Errorf("labels.job_address: %w (where the node's jobs are reached)", err)
 	}
 	if err := rendezvous.CheckJobPorts(int(l.JobPortMin), int(l.JobPortMax)); err != nil {
-		return fmt.Errorf("labels.job_port_min..job_port_max: %w (agent --job-ports)", err)
+		return fmt.Errorf("labels.job_port_min..job_port_max: %w (the node's job port range)", err)
 	}
 	return nil
 }
