@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,7 +175,37 @@ func rankWhy(x *store.Alloc) string {
 	if x.NodeID != "" {
 		on = " on " + x.NodeID
 	}
-	return fmt.Sprintf("rank %d%s: %s", x.Rank, on, x.Reason)
+	own := x.Reason
+	if x.RankReason != "" {
+		own = x.RankReason
+	}
+	return fmt.Sprintf("rank %d%s: %s", x.Rank, on, own)
+}
+
+// maxGangReasons bounds the ranks a gang's reason names.
+const maxGangReasons = 3
+
+// gangWhy is why a gang ended: each rank that failed or was cancelled on
+// its own (not stopped by the broker for another), the first to be
+// reported first. When a rank dies its peers usually fail too, within
+// the same second and in no useful order, so all of them are named.
+func gangWhy(as []*store.Alloc) string {
+	var ended []*store.Alloc
+	for _, x := range as {
+		if (x.State == store.AllocFailed || x.State == store.AllocCancelled) && x.EndedBy == "" {
+			ended = append(ended, x)
+		}
+	}
+	slices.SortStableFunc(ended, func(x, y *store.Alloc) int { return x.FinishedAt.Compare(y.FinishedAt) })
+	var parts []string
+	for i, x := range ended {
+		if i == maxGangReasons {
+			parts = append(parts, fmt.Sprintf("and %d more rank(s)", len(ended)-i))
+			break
+		}
+		parts = append(parts, rankWhy(x))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // settleGang ends a's gang together after one of its ranks changed:
@@ -195,13 +226,7 @@ func (b *Broker) settleGang(ctx context.Context, rs store.Runs, a store.Alloc) {
 	var changed []string
 	out, err := rs.UpdateAllocs(ctx, ids, func(as []*store.Alloc) error {
 		changed = changed[:0]
-		why := ""
-		for _, x := range as {
-			if (x.State == store.AllocFailed || x.State == store.AllocCancelled) && x.EndedBy == "" {
-				why = rankWhy(x)
-				break
-			}
-		}
+		why := gangWhy(as)
 		if why == "" {
 			for i, x := range as {
 				if !(x.State == store.AllocSucceeded || (i == 0 && x.RankDone)) {
@@ -213,6 +238,15 @@ func (b *Broker) settleGang(ctx context.Context, rs store.Runs, a store.Alloc) {
 				changed = append(changed, as[0].ID)
 			}
 			return nil
+		}
+		if head := as[0]; head.State == store.AllocFailed && head.EndedBy == "" && why != rankWhy(head) && head.Reason != why {
+			// Rank 0 ended on its own, but not alone: the run's reason
+			// names every rank that did.
+			if head.RankReason == "" {
+				head.RankReason = head.Reason
+			}
+			head.Reason = why
+			changed = append(changed, head.ID)
 		}
 		for i, x := range as {
 			switch {

@@ -144,6 +144,9 @@ type Alloc struct {
 	// gang ended first ("rank 1 on agt-…: exited with code 3"). The
 	// rank's cancelled becomes the run's failed, with this reason.
 	EndedBy string `json:",omitempty"`
+	// RankReason is rank 0's own reason when the run's Reason names
+	// other ranks too (they failed with it).
+	RankReason string `json:",omitempty"`
 }
 
 // GangID is the gang a belongs to: rank 0's id, which is a's own on
