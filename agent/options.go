@@ -12,6 +12,7 @@ import (
 	"github.com/gpupass/gpupass/internal/bundle"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
 
@@ -40,6 +41,15 @@ type Options struct {
 	StorageClass  string
 	BandwidthGbps float64
 	Hostname      string
+	// JobAddress and JobPorts (FIRST-LAST) are where the other nodes of
+	// a gang reach this node's jobs: a run across several nodes has its
+	// rendezvous (MASTER_ADDR, MASTER_PORT) on rank 0's node, at this
+	// address and a port of this range. Without them the node takes no
+	// gang rank. jobPortMin..jobPortMax is JobPorts parsed by Validate.
+	JobAddress string
+	JobPorts   string
+	jobPortMin int
+	jobPortMax int
 
 	StoragePath string
 	Python      string
@@ -107,6 +117,8 @@ const (
 	FieldStorageClass   = "storage class"
 	FieldPricePerHour   = "price per hour"
 	FieldBandwidth      = "bandwidth"
+	FieldJobAddress     = "job address"
+	FieldJobPorts       = "job ports"
 	FieldSuiteInterval  = "suite interval"
 	FieldRunLogLines    = "run log lines per second"
 	FieldRunLogMB       = "run log MB"
@@ -150,6 +162,9 @@ func (o *Options) Validate(daemon bool) error {
 	}
 	if o.BandwidthGbps < 0 {
 		return fielderr.New(FieldBandwidth, fmt.Sprint(o.BandwidthGbps), "must not be negative")
+	}
+	if err := o.validateJobPorts(); err != nil {
+		return err
 	}
 	if o.SuiteInterval < time.Second {
 		return fielderr.New(FieldSuiteInterval, o.SuiteInterval.String(), "must be at least 1s")
@@ -219,6 +234,35 @@ func (o *Options) Validate(daemon bool) error {
 	return nil
 }
 
+// validateJobPorts checks the job address and ports: both or neither,
+// and only for the local executor, whose jobs are processes of this
+// machine (a Slurm or Kubernetes run across several nodes is started by
+// the cluster, in a later step).
+func (o *Options) validateJobPorts() error {
+	o.JobAddress, o.JobPorts = strings.TrimSpace(o.JobAddress), strings.TrimSpace(o.JobPorts)
+	if o.JobAddress == "" && o.JobPorts == "" {
+		return nil
+	}
+	if o.JobPorts == "" {
+		return fielderr.New(FieldJobPorts, "", "is required with a job address: the ports jobs of a gang may listen on here, e.g. 29500-29599")
+	}
+	if o.JobAddress == "" {
+		return fielderr.New(FieldJobAddress, "", "is required with job ports: this node's address the other nodes of a gang reach, e.g. 10.0.0.7")
+	}
+	if o.Executor != "" && o.Executor != ExecutorLocal {
+		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s executor takes ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, o.Executor)
+	}
+	if err := rendezvous.CheckAddr(o.JobAddress); err != nil {
+		return fielderr.New(FieldJobAddress, o.JobAddress, "%v", err)
+	}
+	lo, hi, err := rendezvous.ParseJobPorts(o.JobPorts)
+	if err != nil {
+		return fielderr.New(FieldJobPorts, o.JobPorts, "%v", err)
+	}
+	o.jobPortMin, o.jobPortMax = lo, hi
+	return nil
+}
+
 // rootWhy is " " and RootReason, when the executor gave one.
 func (o *Options) rootWhy() string {
 	if o.RootReason == "" {
@@ -243,6 +287,7 @@ func (o *Options) labels() *gpupassv1.NodeLabels {
 	return &gpupassv1.NodeLabels{
 		Provider: o.Provider, Region: o.Region, Zone: o.Zone, PricePerHour: o.PricePerHour,
 		StorageClass: o.StorageClass, BandwidthGbps: o.BandwidthGbps, Hostname: o.Hostname,
+		JobAddress: o.JobAddress, JobPortMin: int32(o.jobPortMin), JobPortMax: int32(o.jobPortMax),
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/fielderr"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/workdir"
 )
@@ -57,6 +58,12 @@ type Assignment struct {
 	// --resume-elsewhere: no other node resumes from its checkpoints, so
 	// none is shipped to the broker.
 	KeepCheckpoints bool
+	// Gang is this node's place in a run across several nodes, as the
+	// broker gave it (checked by gangEnv before use); nil for a run on
+	// one node.
+	Gang *rendezvous.Gang
+	// GangRun is the run (rank 0's allocation) this rank belongs to.
+	GangRun string
 }
 
 // AllocState is a state the agent reports for an allocation.
@@ -120,6 +127,10 @@ type RunLoop struct {
 	Source   WorkSource
 	AgentID  func() string
 	Executor *executor.Executor
+	// JobPortMin..JobPortMax are the node's job ports (agent
+	// --job-ports): a rank 0 is only started on a rendezvous port among
+	// them. 0: the node takes no gang rank.
+	JobPortMin, JobPortMax int
 	// StateDir holds runs/<alloc> (work dirs) and spool/<alloc>.
 	StateDir string
 	// Orphaned, when set, stops what a run left running when the agent
@@ -260,6 +271,9 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 		return r.failBeforeStart(ctx, err.Error())
 	}
 	r.spec = sp
+	if r.rendezvous, err = l.gangEnv(a); err != nil {
+		return r.failBeforeStart(ctx, err.Error())
+	}
 	release, err := r.acquireUser()
 	if err != nil {
 		return r.failBeforeStart(ctx, err.Error())
@@ -275,6 +289,32 @@ func (l *RunLoop) RunAssignment(ctx context.Context, a *Assignment) AllocUpdate 
 	res, err := r.execute(ctx)
 	r.settle(ctx, res, err)
 	return r.finish(ctx)
+}
+
+// gangEnv is the rendezvous environment of a rank of a gang (nil for a
+// run on one node), after checking what the broker gave: a node rank
+// below the node count, an address and port a rendezvous may use, and,
+// on rank 0, which listens there, a port of this node's own job range, so
+// a broker cannot make a job listen on a port the node keeps for
+// something else.
+func (l *RunLoop) gangEnv(a *Assignment) ([]string, error) {
+	g := a.Gang
+	if g == nil {
+		return nil, nil
+	}
+	if l.JobPortMax == 0 {
+		return nil, errors.New("the broker gave this node a rank of a run across several nodes, but it advertises no job ports (this agent's job address and port range are not set)")
+	}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("the broker's rendezvous for this rank: %w", err)
+	}
+	if g.NodeRank == 0 && !rendezvous.InRange(g.MasterPort, l.JobPortMin, l.JobPortMax) {
+		return nil, fmt.Errorf("the broker's rendezvous port %d is not one of this node's job ports %d-%d", g.MasterPort, l.JobPortMin, l.JobPortMax)
+	}
+	if g.LocalRanks != 1 {
+		return nil, fmt.Errorf("the broker's rendezvous has %d ranks per node: this agent starts one", g.LocalRanks)
+	}
+	return g.Rank(0)
 }
 
 // refuse reports a run this node will not touch as failed, once and
@@ -397,7 +437,8 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: host, Log: a.log, Output: a.o.outputLimits()},
 		Recheck:  a.Recheck, CUDAHome: a.cudaHome, KeepRuns: a.o.KeepRuns, RunAs: a.o.runAs, RunAsRange: a.o.runAsRange, WorkdirLimits: a.o.Workdir,
-		Bundles: BundleInstaller{Registry: a.o.Registry, Log: a.log, VerifyRecord: a.o.VerifyRecord},
+		Bundles:    BundleInstaller{Registry: a.o.Registry, Log: a.log, VerifyRecord: a.o.VerifyRecord},
+		JobPortMin: a.o.jobPortMin, JobPortMax: a.o.jobPortMax,
 	}
 	l.RunReport = a.runReporter(src)
 	if n := a.o.standsFor; n != nil {

@@ -25,6 +25,9 @@ type run struct {
 	a     *Assignment
 	log   *slog.Logger
 	final AllocUpdate
+	// rendezvous is the job's rendezvous environment (NAME=value) when
+	// it is a rank of a gang.
+	rendezvous []string
 	// ledgerWritten waits for the start ledger (written beside
 	// runtime-init, see start); every later ledger write waits for it.
 	ledgerWritten func() error
@@ -205,7 +208,8 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 	job := executor.Job{
 		AllocID: r.a.AllocID, Region: r.a.Region, Command: r.a.Command, Spec: r.spec, WorkRoot: r.workRoot,
 		Python: r.l.Python, MaxRestarts: r.a.MaxRestarts, Grace: r.a.Grace, TimeLimit: r.a.TimeLimit, ResumeFrom: r.resumeFrom, RunAs: r.runAs,
-		OnAttempt: func(n int) { r.attempt.Store(int32(n)) },
+		OnAttempt:  func(n int) { r.attempt.Store(int32(n)) },
+		Rendezvous: r.rendezvous,
 	}
 	if r.l.CUDAHome != nil {
 		job.CUDAHome = r.l.CUDAHome()

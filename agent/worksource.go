@@ -16,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api/gen/gpupass/v1/gpupassv1connect"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -62,7 +63,12 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 	if m == nil {
 		return nil, nil
 	}
+	var gang *rendezvous.Gang
+	if g := m.GetGang(); g != nil {
+		gang = &rendezvous.Gang{NodeRank: int(g.NodeRank), Nodes: int(g.Nodes), LocalRanks: int(g.LocalRanks), MasterAddr: g.MasterAddr, MasterPort: int(g.MasterPort)}
+	}
 	return &Assignment{
+		Gang: gang, GangRun: m.GetGang().GetRunId(),
 		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, SpecFingerprint: m.SpecFingerprint, Command: m.Command,
 		Workdir: m.WorkdirArchive, Region: m.Region, MaxRestarts: int(m.MaxRestarts),
 		Grace: time.Duration(m.GraceSeconds) * time.Second, TimeLimit: time.Duration(min(max(m.TimeLimitSeconds, 0), int64(spec.MaxTimeLimit/time.Second))) * time.Second,

@@ -19,6 +19,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
 type agentService struct{ b *Broker }
@@ -46,6 +47,9 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 		checkDeclared("labels.bandwidth_gbps", l.BandwidthGbps, maxBandwidthGbps)); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	if err := checkJobLabels(l); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	pub, err := conformance.ParsePublicKey(m.PublicKeyPem)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("public_key_pem: %w", err))
@@ -70,7 +74,8 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[gpupassv
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)
 	labels := store.Labels{Provider: l.Provider, Region: l.Region, Zone: l.Zone, PricePerHour: l.PricePerHour,
-		StorageClass: l.StorageClass, BandwidthGbps: l.BandwidthGbps, Hostname: l.Hostname}
+		StorageClass: l.StorageClass, BandwidthGbps: l.BandwidthGbps, Hostname: l.Hostname,
+		JobAddress: l.JobAddress, JobPortMin: int(l.JobPortMin), JobPortMax: int(l.JobPortMax)}
 	var refused error
 	a, created, err := b.store.EnrollAgent(ctx, store.Agent{
 		ID: "agt-" + hex.EncodeToString(idb), PublicKeyPEM: m.PublicKeyPem, KeyFingerprint: fp,
@@ -362,6 +367,22 @@ const (
 
 // checkDeclared refuses a declared number that is not finite or lies
 // outside [0, max], naming field and the range.
+// checkJobLabels checks where a node says its jobs can be reached: both
+// or neither of an address and a port range, each what a rendezvous may
+// use (a job's MASTER_ADDR is taken from it as it is).
+func checkJobLabels(l *gpupassv1.NodeLabels) error {
+	if l.JobAddress == "" && l.JobPortMin == 0 && l.JobPortMax == 0 {
+		return nil
+	}
+	if err := rendezvous.CheckAddr(l.JobAddress); err != nil {
+		return fmt.Errorf("labels.job_address: %w (where the node's jobs are reached)", err)
+	}
+	if err := rendezvous.CheckJobPorts(int(l.JobPortMin), int(l.JobPortMax)); err != nil {
+		return fmt.Errorf("labels.job_port_min..job_port_max: %w (the node's job port range)", err)
+	}
+	return nil
+}
+
 func checkDeclared(field string, v, max float64) error {
 	if v >= 0 && v <= max { // false for NaN
 		return nil

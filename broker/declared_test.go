@@ -48,6 +48,32 @@ func TestAbsurdNumbersRefused(t *testing.T) {
 			t.Errorf("enrolling with price %v, bandwidth %v: %v; want invalid_argument naming %s and its range", tc.price, tc.bw, err, tc.field)
 		}
 	}
+	// Where a node says its jobs are reached becomes a gang's
+	// MASTER_ADDR and MASTER_PORT as it is: both or neither, each what a
+	// rendezvous may use.
+	for _, tc := range []struct {
+		addr    string
+		lo, hi  int32
+		field   string
+		problem string
+	}{
+		{"10.0.0.7;id", 29500, 29599, "labels.job_address", "neither an IP address nor a host name"},
+		{"", 29500, 29599, "labels.job_address", "empty"},
+		{"10.0.0.7", 0, 0, "labels.job_port_min..job_port_max", "is not a TCP port"},
+		{"10.0.0.7", 29599, 29500, "labels.job_port_min..job_port_max", "ends before it starts"},
+		{"10.0.0.7", 1, 65535, "labels.job_port_min..job_port_max", "at most 4096"},
+	} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := brokertest.H100("us-west-2", 20)
+		n.JobAddress, n.JobPortMin, n.JobPortMax = tc.addr, tc.lo, tc.hi
+		_, err = brokertest.Enroll(ctx, b.URL, tok, key, n)
+		if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), tc.problem) {
+			t.Errorf("enrolling with job address %q, ports %d-%d: %v; want invalid_argument naming %s: %s", tc.addr, tc.lo, tc.hi, err, tc.field, tc.problem)
+		}
+	}
 	a := brokertest.NewAgent(t, b.URL, tok, brokertest.H100("us-west-2", 20))
 	if _, err := a.Beat(ctx); err != nil {
 		t.Fatal(err)

@@ -328,7 +328,13 @@ func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, 
 		if fault != "" {
 			why = lost + " says: " + fault
 		}
-		if started && !a.ResumeElsewhere {
+		if (started && !a.ResumeElsewhere) || a.GangSize > 1 {
+			// A gang's rank is not re-placed alone: the gang ends
+			// (settleGang), and restarts whole in a later step.
+			if !started {
+				a.State, a.Reason, a.FinishedAt, a.ExitCode = store.AllocFailed, "node lost: "+why+" before start", time.Now().UTC(), -1
+				return nil
+			}
 			a.State, a.Reason, a.FinishedAt = store.AllocFailed, "node lost: "+why+" mid-run", time.Now().UTC()
 			a.ExitCode = -1
 			return nil
@@ -367,6 +373,7 @@ func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, 
 			b.log.Error("re-placing run", "alloc", a.ID, "err", err)
 		}
 	}
+	b.settleGang(ctx, rs, a)
 }
 
 var errMoved = errors.New("allocation changed meanwhile")
@@ -391,7 +398,7 @@ func (b *Broker) startTimedOut(ctx context.Context, rs store.Runs, seen store.Al
 		if a.State != seen.State || a.Fence != seen.Fence {
 			return errMoved
 		}
-		if a.State == store.AllocMatched {
+		if a.State == store.AllocMatched && a.GangSize < 2 {
 			a.Replaced = append(a.Replaced, node)
 			a.State, a.NodeID, a.ScoreJSON = store.AllocPending, "", nil
 			a.Reason = fmt.Sprintf("node %s did not take the run within %s; re-placing", node, limit)
@@ -416,6 +423,7 @@ func (b *Broker) startTimedOut(ctx context.Context, rs store.Runs, seen store.Al
 			b.log.Error("re-placing run", "alloc", a.ID, "err", err)
 		}
 	}
+	b.settleGang(ctx, rs, a)
 }
 
 func (b *Broker) recordLaunch(ctx context.Context, l store.Launch) {
@@ -435,7 +443,8 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	if err != nil {
 		return a, err
 	}
-	if a.State != store.AllocPending {
+	if a.State != store.AllocPending || a.Gang != "" {
+		// A gang's ranks 1.. are placed with rank 0, never alone.
 		return a, nil
 	}
 	sp, err := spec.Decode(a.SpecJSON)
@@ -463,6 +472,9 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	// First come first placed: a node a run ahead in the queue waits
 	// for is as good as busy to this one.
 	claimed := queueClaims(a, active)
+	if a.GangSize > 1 {
+		return b.placeGang(ctx, rs, a, sp, snap, active, claimed, skip, placeStart)
+	}
 	// A run new enough that another replica may know of a node this one
 	// has not read yet (newsDelay) is matched again on a fresh read of
 	// the store before it is found unplaceable.
@@ -695,6 +707,7 @@ func (b *Broker) finish(ctx context.Context, rs store.Runs, a store.Alloc, st st
 	if err == nil {
 		b.log.Info("run finished", "alloc", a.ID, "state", st, "reason", reason)
 		b.runs.wakeRun(a.ID)
+		b.settleGang(ctx, rs, out)
 	}
 	return out, err
 }

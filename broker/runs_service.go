@@ -144,7 +144,7 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 func assignment(a store.Alloc, workdir []byte) *gpupassv1.Assignment {
 	as := &gpupassv1.Assignment{AllocId: a.ID, FencingToken: a.Fence, Name: a.Name, Region: a.Region, SpecJson: a.SpecJSON,
 		SpecFingerprint: a.SpecFingerprint, Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(a.MaxRestarts), GraceSeconds: int32(a.GraceSeconds),
-		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: !a.ResumeElsewhere}
+		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: !a.ResumeElsewhere, Gang: gangProto(a)}
 	if len(workdir) > 0 {
 		as.WorkdirDigest = digest(workdir)
 	}
@@ -192,7 +192,9 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 	}
 	var launch *store.Launch
 	now := time.Now().UTC()
+	settle := false
 	a, err := rs.UpdateAlloc(ctx, m.AllocId, func(a *store.Alloc) error {
+		target := target
 		if a.NodeID != m.AgentId || a.Fence != m.FencingToken {
 			return staleFence(*a, m.AgentId)
 		}
@@ -206,6 +208,25 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		}
 		if a.State.Terminal() || stateRank[target] < stateRank[a.State] {
 			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("allocation %s is %s (%s): cannot move it to %s", a.ID, a.State, a.Reason, target))
+		}
+		if a.GangSize > 1 && a.Gang == "" {
+			switch {
+			case target == store.AllocSucceeded:
+				// Rank 0's own process: the run succeeds once every
+				// rank has (settleGang), and holds its node till then.
+				if a.RankDone {
+					return nil
+				}
+				a.RankDone, a.ExitCode = true, int(m.ExitCode)
+				if a.State != store.AllocRunning {
+					a.State, a.StartedAt = store.AllocRunning, now
+				}
+				settle = true
+				return nil
+			case target == store.AllocCancelled && a.EndedBy != "":
+				// Stopped because another rank ended: the run failed.
+				target = store.AllocFailed
+			}
 		}
 		switch {
 		case target == store.AllocRunning:
@@ -221,7 +242,11 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		if target.Terminal() {
 			cancelReason := a.Reason
 			a.FinishedAt, a.ExitCode, a.Reason = now, int(m.ExitCode), m.Reason
-			if target == store.AllocCancelled && a.CancelRequested && cancelReason != "" {
+			if a.EndedBy != "" {
+				// Stopped because another rank of its gang ended:
+				// that rank is the reason.
+				a.Reason = a.EndedBy
+			} else if target == store.AllocCancelled && a.CancelRequested && cancelReason != "" {
 				// The agent only knows the broker asked; the user's
 				// reason is the one to keep.
 				a.Reason = cancelReason
@@ -239,6 +264,9 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		b.recordLaunch(ctx, *launch)
 	}
 	b.runs.wakeRun(m.AllocId)
+	if settle || (a.GangSize > 1 && a.State.Terminal()) {
+		b.settleGang(ctx, rs, a)
+	}
 	return connect.NewResponse(&gpupassv1.UpdateAllocationResponse{CancelRequested: a.CancelRequested}), nil
 }
 
@@ -341,19 +369,19 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	if err != nil {
 		return nil, err
 	}
-	if match.NeedsGang(sp) {
-		// Never one rank of a gang placed alone: it would wait for peers
-		// that never come, or train on a fraction of the GPUs declared.
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-			"the spec's resources.nodes is %d: runs across several nodes are not placed yet (this broker places each run on one node); "+
-				"`gpupass validate --dry-run` shows the gangs of %d nodes that would hold it in each region, or why a region has none; "+
-				"to run now, set resources.nodes: 1 (or leave it out) with a resources.count one node holds",
-			sp.Resources.Nodes, sp.Resources.Nodes))
+	gang := match.NeedsGang(sp)
+	if gang {
+		if err := gangRefusal(m); err != nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		}
 	}
 	if len(m.Command) == 0 || strings.TrimSpace(m.Command[0]) == "" {
 		return nil, api.FieldError(connect.CodeInvalidArgument, &fielderr.Error{Field: api.FieldSubmitCommand, Problem: "is required: the program and arguments the node runs"})
 	}
 	restarts := int32(3)
+	if gang {
+		restarts = 0
+	}
 	if m.MaxRestarts != nil {
 		restarts = m.GetMaxRestarts()
 	}
@@ -422,7 +450,13 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
 		GraceSeconds: int(grace), TimeLimitSeconds: int64(limit / time.Second), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC(),
 		QueueTimeoutSeconds: int64(queueTimeout / time.Second)}
-	if err := rs.CreateAlloc(ctx, a); err != nil {
+	if gang {
+		// Every rank at once: no rank exists without the others.
+		a.GangSize = sp.Resources.Nodes
+		if err := rs.CreateAllocs(ctx, gangAllocs(a, a.GangSize)); err != nil {
+			return nil, b.storeErr("storing run", err)
+		}
+	} else if err := rs.CreateAlloc(ctx, a); err != nil {
 		return nil, b.storeErr("storing run", err)
 	}
 	b.log.Info("run submitted", "alloc", a.ID, "name", a.Name, "region", region, "token", tok.ID)
@@ -602,14 +636,15 @@ func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.
 	if err != nil {
 		return nil, err
 	}
-	if _, err := b.visibleRun(ctx, rs, req.Msg.AllocId); err != nil {
+	seen, err := b.visibleRun(ctx, rs, req.Msg.AllocId)
+	if err != nil {
 		return nil, err
 	}
 	reason := strings.TrimSpace(req.Msg.Reason)
 	if reason == "" {
 		reason = "cancelled by user"
 	}
-	a, err := rs.UpdateAlloc(ctx, req.Msg.AllocId, func(a *store.Alloc) error {
+	cancel := func(a *store.Alloc) error {
 		switch a.State {
 		case store.AllocPending, store.AllocMatched:
 			// Not started: nothing to stop. An agent that already took
@@ -618,9 +653,34 @@ func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.
 		case store.AllocStarting, store.AllocRunning:
 			// The reason waits for the agent's CANCELLED, which keeps it.
 			a.CancelRequested, a.Reason = true, reason
+			if a.RankDone {
+				// Rank 0's own process ended; the others are asked.
+				a.State, a.FinishedAt = store.AllocCancelled, time.Now().UTC()
+			}
 		}
 		return nil
-	})
+	}
+	var a store.Alloc
+	if seen.GangSize > 1 {
+		// A gang is cancelled whole: every rank is asked at once.
+		var ids []string
+		if _, ids, err = gangRanks(ctx, rs, seen); err == nil {
+			var as []store.Alloc
+			if as, err = rs.UpdateAllocs(ctx, ids, func(as []*store.Alloc) error {
+				for _, x := range as {
+					_ = cancel(x)
+				}
+				return nil
+			}); err == nil {
+				a = as[0]
+				for _, x := range as[1:] {
+					b.runs.wakeRun(x.ID)
+				}
+			}
+		}
+	} else {
+		a, err = rs.UpdateAlloc(ctx, req.Msg.AllocId, cancel)
+	}
 	if err != nil {
 		return nil, b.storeErr("cancelling run "+req.Msg.AllocId, err)
 	}

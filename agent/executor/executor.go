@@ -102,6 +102,10 @@ type Job struct {
 	// change the environment that was measured, and starts none of its
 	// code (agent/bundleinstall.go).
 	RunAs *RunAs
+	// Rendezvous is the environment (NAME=value) of a rank of a run
+	// across several nodes (internal/rendezvous: MASTER_ADDR, RANK, …),
+	// set over whatever the base holds; nil for a run on one node.
+	Rendezvous []string
 	// OnAttempt, when set, hears the number of each attempt as it starts
 	// (or is followed on after an agent restart): the agent reports the
 	// attempt under way, not 0 until the run ends.
@@ -855,6 +859,12 @@ func buildEnv(job Job, dirs runDirs) ([]string, error) {
 	if job.RunAs != nil {
 		maps.Copy(set, job.RunAs.env(dirs.work))
 	}
+	var order []string // the rendezvous variables, in the contract's order
+	for _, kv := range job.Rendezvous {
+		k, v, _ := strings.Cut(kv, "=")
+		set[k] = v
+		order = append(order, k)
+	}
 	var env []string
 	for _, kv := range base {
 		k, v, _ := strings.Cut(kv, "=")
@@ -874,7 +884,7 @@ func buildEnv(job Job, dirs runDirs) ([]string, error) {
 	if len(ld) > 0 {
 		env = append(env, "LD_LIBRARY_PATH="+strings.Join(dedupe(ld), ":"))
 	}
-	for _, k := range []string{"HOME", "USER", "LOGNAME", "CUDA_HOME", "PYTORCH_CUDA_ALLOC_CONF", EnvReleaseThreshold, EnvAllocID, EnvRegion, EnvMetricsFile, EnvCheckpointDir, "TMPDIR", "TMP", "TEMP"} {
+	for _, k := range append([]string{"HOME", "USER", "LOGNAME", "CUDA_HOME", "PYTORCH_CUDA_ALLOC_CONF", EnvReleaseThreshold, EnvAllocID, EnvRegion, EnvMetricsFile, EnvCheckpointDir, "TMPDIR", "TMP", "TEMP"}, order...) {
 		if v, ok := set[k]; ok {
 			env = append(env, k+"="+v)
 		}

@@ -233,12 +233,16 @@ type NodeSpec struct {
 	FreeGB, BandwidthGbps            float64
 	CUDA, Driver, Python, PyTorch    string
 	FIPS                             bool
+	// JobAddress and JobPortMin..JobPortMax are where the node's jobs
+	// are reached: a node with them takes ranks of a gang.
+	JobAddress             string
+	JobPortMin, JobPortMax int32
 }
 
 // Labels are the labels an agent of n enrolls with.
 func (n NodeSpec) Labels() *gpupassv1.NodeLabels {
 	return &gpupassv1.NodeLabels{Provider: n.Provider, Region: n.Region, PricePerHour: n.Price, StorageClass: n.StorageClass,
-		BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region}
+		BandwidthGbps: n.BandwidthGbps, Hostname: "host-" + n.Region, JobAddress: n.JobAddress, JobPortMin: n.JobPortMin, JobPortMax: n.JobPortMax}
 }
 
 // H100 is an 8×H100 SXM5 node matching testdata/h100.yaml in region.

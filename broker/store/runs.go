@@ -119,6 +119,43 @@ type Alloc struct {
 	// Slurm node last reported it (nil for other executors). It lives in
 	// the JSON body: no column, no migration.
 	Slurm *SlurmPlacement `json:",omitempty"`
+
+	// A run across several nodes (resources.nodes > 1) is a gang of
+	// allocations, one per node: rank 0's is the run users see, ranks
+	// 1..GangSize-1 carry Gang, rank 0's id, and are found by it
+	// (GangAllocs; the gang_id column, migration 15). Each rank keeps
+	// what a run has (fence, lease, log, report), so what protects a
+	// run's proof protects each rank's. GangSize is the node count on
+	// every rank (0 on a one-node run); Rank and GangSize are in the
+	// JSON body only.
+	Gang     string `json:",omitempty"`
+	Rank     int    `json:",omitempty"`
+	GangSize int    `json:",omitempty"`
+	// MasterAddr and MasterPort are the gang's rendezvous for its
+	// current lease, on every rank: rank 0's node's job address and a
+	// port drawn from its job port range.
+	MasterAddr string `json:",omitempty"`
+	MasterPort int    `json:",omitempty"`
+	// RankDone is set on rank 0 when its own process succeeded while
+	// other ranks still run: the run ends when they all have, and
+	// succeeds only if every rank did. Its node stays held meanwhile.
+	RankDone bool `json:",omitempty"`
+	// EndedBy is why the broker stopped this rank: another rank of its
+	// gang ended first ("rank 1 on agt-…: exited with code 3"). The
+	// rank's cancelled becomes the run's failed, with this reason.
+	EndedBy string `json:",omitempty"`
+	// RankReason is rank 0's own reason when the run's Reason names
+	// other ranks too (they failed with it).
+	RankReason string `json:",omitempty"`
+}
+
+// GangID is the gang a belongs to: rank 0's id, which is a's own on
+// rank 0 (and on a one-node run, a gang of one).
+func (a *Alloc) GangID() string {
+	if a.Gang != "" {
+		return a.Gang
+	}
+	return a.ID
 }
 
 // SlurmPlacement is a run's batch job on a Slurm cluster.
@@ -169,6 +206,9 @@ type RunRecord struct {
 type Runs interface {
 	// CreateAlloc stores a new allocation.
 	CreateAlloc(ctx context.Context, a Alloc) error
+	// CreateAllocs stores allocations all at once or none (a gang's
+	// ranks: no rank exists without the others).
+	CreateAllocs(ctx context.Context, as []Alloc) error
 	// Alloc returns an allocation (without Workdir, which can be large)
 	// or ErrNotFound.
 	Alloc(ctx context.Context, id string) (Alloc, error)
@@ -182,8 +222,19 @@ type Runs interface {
 	// allocation holds it, nothing is written and ErrNodeBusy returned:
 	// the check and the write are atomic across brokers.
 	UpdateAlloc(ctx context.Context, id string, fn func(a *Alloc) error) (Alloc, error)
+	// UpdateAllocs is UpdateAlloc over several allocations in one
+	// transaction (fn gets them in the order of ids): a gang is leased,
+	// and ended, whole. When fn moves any of them onto a node held by
+	// an allocation outside ids, or two of them onto one node, nothing
+	// is written and ErrNodeBusy returned: no part of a gang ever holds
+	// a node alone. ErrNotFound if any id is unknown.
+	UpdateAllocs(ctx context.Context, ids []string, fn func(as []*Alloc) error) ([]Alloc, error)
+	// GangAllocs returns the ranks 1.. of the gang whose rank 0 is
+	// gang, in rank order (Workdir empty); none for a one-node run.
+	GangAllocs(ctx context.Context, gang string) ([]Alloc, error)
 	// ListAllocs and ActiveAllocs leave Workdir empty.
-	// ListAllocs returns the newest allocations first, at most limit,
+	// ListAllocs returns the newest allocations first, at most limit
+	// (runs: a gang's ranks 1.. are left out),
 	// of the regions inScope accepts (nil: every region). The store asks
 	// inScope about each region it holds runs in, so the limit counts
 	// only runs the caller may see.

@@ -59,6 +59,21 @@ type Labels struct {
 	StorageClass  string
 	BandwidthGbps float64
 	Hostname      string
+	// JobAddress and JobPortMin..JobPortMax are where the node's jobs
+	// can be reached by the other nodes of a gang (agent --job-address,
+	// --job-ports): the rendezvous of a run across several nodes is on
+	// rank 0's. Empty (0) on a node that runs no gang rank: a Slurm or
+	// Kubernetes node, or an agent of an earlier release. Columns of
+	// agents since migration 15.
+	JobAddress string
+	JobPortMin int
+	JobPortMax int
+}
+
+// Rendezvous reports whether the node advertises where the ranks of a
+// gang can reach its jobs.
+func (l *Labels) Rendezvous() bool {
+	return l.JobAddress != "" && l.JobPortMin > 0 && l.JobPortMax >= l.JobPortMin
 }
 
 // Agent is an enrolled agent identity.

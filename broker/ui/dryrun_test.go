@@ -102,7 +102,7 @@ func (*gangNodes) DryRun(context.Context, *connect.Request[gpupassv1.DryRunReque
 
 // TestDashboardDryRunGangs (#34): the dry-run page shows each region's
 // gang and why a region has none, as validate --dry-run does, and says
-// such runs are not placed yet.
+// which nodes take such runs.
 func TestDashboardDryRunGangs(t *testing.T) {
 	t.Parallel()
 	mux := http.NewServeMux()
@@ -122,7 +122,7 @@ func TestDashboardDryRunGangs(t *testing.T) {
 		t.Fatalf("dry run: %s\n%s", resp.Status, tail(page, 1500))
 	}
 	for _, want := range []string{`id="gangs"`, "2 × <code>agt-a</code> <code>agt-b</code> (4 × a100-80gb each)",
-		"no gang: 3 certified a100-80gb nodes, but only 1 has ≥ 200 Gbit/s (a gang needs 2)", "Runs across several nodes are not placed yet"} {
+		"no gang: 3 certified a100-80gb nodes, but only 1 has ≥ 200 Gbit/s (a gang needs 2)", "whose agents take ranks (local agents started with <code>--job-address</code>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("dry-run page lacks %q:\n%s", want, tail(page, 3000))
 		}

@@ -333,9 +333,9 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 			// An upgrade from a store that held keys in clear: the store
 			// is put back to schema 8, the last release's (the old table,
 			// holding a key for the node as an old broker wrote it, and no
-			// admissions table, no run groups, webhooks, queue or group CI
-			// context), and the broker started on it migrates through 9 to
-			// 14 at once. No stored key
+			// admissions table, no run groups, webhooks, queue, group CI
+			// context or gangs), and the broker started on it migrates
+			// through 9 to 15 at once. No stored key
 			// survives, so the agent's key is refused and the agent enrolls
 			// again on its own, for epoch 1, and beats on.
 			_ = br2.cmd.Process.Signal(syscall.SIGTERM)
@@ -362,6 +362,12 @@ func TestStoreCopyCannotActAsNode(t *testing.T) {
 				`DROP INDEX allocs_queue`,
 				`ALTER TABLE allocs DROP COLUMN queued_at`,
 				`DROP TABLE group_ci`,
+				// Schema 15 (the ranks of a gang).
+				`DROP INDEX allocs_gang`,
+				`ALTER TABLE allocs DROP COLUMN gang_id`,
+				`ALTER TABLE agents DROP COLUMN job_address`,
+				`ALTER TABLE agents DROP COLUMN job_port_min`,
+				`ALTER TABLE agents DROP COLUMN job_port_max`,
 				`DELETE FROM schema_migrations WHERE version >= 9`,
 			} {
 				if _, err := rw.Exec(q); err != nil {

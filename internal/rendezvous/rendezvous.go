@@ -248,3 +248,46 @@ func SlurmTaskScript(port int) string {
 	b.WriteString("exec \"$@\"\n")
 	return b.String()
 }
+
+// MaxJobPorts bounds a node's job port range: a broker draws one port of
+// rank 0's range per gang attempt, and a few hundred leave room for the
+// other listeners a job opens.
+const MaxJobPorts = 4096
+
+// CheckJobPorts says why lo..hi cannot be a node's job port range (agent
+// --job-ports): both TCP ports, lo ≤ hi, at most MaxJobPorts of them.
+func CheckJobPorts(lo, hi int) error {
+	if err := CheckPort(lo); err != nil {
+		return fmt.Errorf("first port: %w", err)
+	}
+	if err := CheckPort(hi); err != nil {
+		return fmt.Errorf("last port: %w", err)
+	}
+	if hi < lo {
+		return fmt.Errorf("%d-%d ends before it starts: want FIRST-LAST, e.g. 29500-29599", lo, hi)
+	}
+	if hi-lo+1 > MaxJobPorts {
+		return fmt.Errorf("%d-%d is %d ports: at most %d", lo, hi, hi-lo+1, MaxJobPorts)
+	}
+	return nil
+}
+
+// ParseJobPorts reads a job port range, "FIRST-LAST" (29500-29599) or
+// one port, and checks it (CheckJobPorts).
+func ParseJobPorts(s string) (lo, hi int, err error) {
+	first, last, ok := strings.Cut(strings.TrimSpace(s), "-")
+	if !ok {
+		last = first
+	}
+	if lo, err = strconv.Atoi(strings.TrimSpace(first)); err == nil {
+		hi, err = strconv.Atoi(strings.TrimSpace(last))
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("%q: want FIRST-LAST, e.g. 29500-29599", s)
+	}
+	return lo, hi, CheckJobPorts(lo, hi)
+}
+
+// InRange reports whether port is in lo..hi: an agent checks the
+// rendezvous port a broker gives rank 0 is one of its own.
+func InRange(port, lo, hi int) bool { return port >= lo && port <= hi }

@@ -94,6 +94,8 @@ var Migrations = []string{
 	queueMigration,
 	// 14: the CI context a run group was submitted from; see groups.go.
 	groupCIMigration,
+	// 15: the ranks of a run across several nodes; see gang.go.
+	gangMigration,
 }
 
 // migrationLockKey is the advisory lock every gpupass broker takes while

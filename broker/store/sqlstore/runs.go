@@ -25,8 +25,10 @@ var _ store.Runs = (*Store)(nil)
 // JSON body, so a new allocation field needs no migration. held_through is
 // written only by AppendRecords (its column is authoritative).
 var runQueries = map[string]string{
-	"insertAlloc": `INSERT INTO allocs (id, name, region, group_id, group_size, state, node_id, fence, held_through, created_at, updated_at, queued_at, body, workdir)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)`,
+	"insertAlloc": `INSERT INTO allocs (id, name, region, group_id, group_size, gang_id, state, node_id, fence, held_through, created_at, updated_at, queued_at, body, workdir)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)`,
+	// allocs_gang (gang_id) finds a gang's other ranks.
+	"gangAllocs":  `SELECT ` + allocCols + ` FROM allocs WHERE gang_id = ?`,
 	"groupAllocs": `SELECT ` + allocCols + ` FROM allocs WHERE group_id = ? ORDER BY created_at, id LIMIT ?`,
 	"alloc":       `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
 	"allocLock":   `SELECT ` + allocCols + ` FROM allocs WHERE id = ?`,
@@ -43,6 +45,10 @@ var runQueries = map[string]string{
 	"nodeLock":  `SELECT id FROM nodes WHERE id = ?`,
 	"nodeHolder": `SELECT id FROM allocs WHERE node_id = ? AND id <> ?
 		AND state IN ('matched', 'starting', 'running') LIMIT 1`,
+	// A node has at most one holder, and a gang at most 1024 ranks: the
+	// rows are few.
+	"nodeHolders": `SELECT id FROM allocs WHERE node_id = ?
+		AND state IN ('matched', 'starting', 'running')`,
 	"seqsAfter": `SELECT seq FROM run_records WHERE alloc_id = ? AND seq > ? ORDER BY seq`,
 	"setHeld":   `UPDATE allocs SET held_through = ? WHERE id = ? AND held_through < ?`,
 	"insertDispute": `INSERT INTO run_disputes (alloc_id, seq, digest, kind, size, received_at) VALUES (?, ?, ?, ?, ?, ?)
@@ -140,6 +146,37 @@ func decodeAlloc(r scanner) (store.Alloc, error) {
 
 // CreateAlloc implements store.Runs.
 func (s *Store) CreateAlloc(ctx context.Context, a store.Alloc) error {
+	return s.insertAlloc(ctx, s.db, a)
+}
+
+// CreateAllocs implements store.Runs.
+func (s *Store) CreateAllocs(ctx context.Context, as []store.Alloc) error {
+	if len(as) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("storing allocations: %w", err)
+	}
+	defer tx.Rollback()
+	for _, a := range as {
+		if err := s.insertAlloc(ctx, tx, a); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("storing allocations %s…: %w", as[0].ID, err)
+	}
+	return nil
+}
+
+// execer is what insertAlloc writes through: the database or a
+// transaction.
+type execer interface {
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+}
+
+func (s *Store) insertAlloc(ctx context.Context, db execer, a store.Alloc) error {
 	now := time.Now().UTC()
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = now
@@ -149,7 +186,7 @@ func (s *Store) CreateAlloc(ctx context.Context, a store.Alloc) error {
 	if err != nil {
 		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.rq("insertAlloc"), a.ID, a.Name, a.Region, a.Group, a.GroupSize, string(a.State), a.NodeID, int64(a.Fence),
+	if _, err := db.ExecContext(ctx, s.rq("insertAlloc"), a.ID, a.Name, a.Region, a.Group, a.GroupSize, a.Gang, string(a.State), a.NodeID, int64(a.Fence),
 		a.CreatedAt.UnixNano(), a.UpdatedAt.UnixNano(), queuedNS(a), body, a.Workdir); err != nil {
 		return fmt.Errorf("storing allocation %s: %w", a.ID, err)
 	}
@@ -240,6 +277,134 @@ func (s *Store) nodeFree(ctx context.Context, tx *sql.Tx, node, id string) error
 		return fmt.Errorf("updating allocation %s: checking node %s: %w", id, node, err)
 	}
 	return fmt.Errorf("updating allocation %s: node %s holds %s: %w", id, node, got, store.ErrNodeBusy)
+}
+
+// UpdateAllocs implements store.Runs. The rows are locked in id order
+// and the nodes they move onto in node order, so two gang leases that
+// share allocations or nodes wait for each other instead of deadlocking.
+func (s *Store) UpdateAllocs(ctx context.Context, ids []string, fn func(as []*store.Alloc) error) ([]store.Alloc, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	what := "updating allocations " + strings.Join(ids, ", ")
+	if len(ids) > 4 {
+		what = fmt.Sprintf("updating allocations %s… (%d)", strings.Join(ids[:4], ", "), len(ids))
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer tx.Rollback()
+	order := slices.Clone(ids)
+	slices.Sort(order)
+	if len(slices.Compact(order)) != len(ids) {
+		return nil, fmt.Errorf("%s: an allocation is named twice", what)
+	}
+	byID := make(map[string]store.Alloc, len(ids))
+	for _, id := range order {
+		a, err := decodeAlloc(tx.QueryRowContext(ctx, s.rq("allocLock"), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("%s: %s: %w", what, id, store.ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		byID[id] = a
+	}
+	before := make([]store.Alloc, len(ids))
+	ptrs := make([]*store.Alloc, len(ids))
+	for i, id := range ids {
+		before[i] = byID[id]
+		a := byID[id]
+		ptrs[i] = &a
+	}
+	if err := fn(ptrs); err != nil {
+		return nil, err
+	}
+	// The nodes the set holds after fn: each at most once, and none
+	// held by an allocation outside the set (whose rows in the
+	// database are still as read: nothing is written yet).
+	holds := map[string]string{}
+	var moved []string
+	for i, a := range ptrs {
+		if !a.State.HoldsNode() || a.NodeID == "" {
+			continue
+		}
+		if other, ok := holds[a.NodeID]; ok {
+			return nil, fmt.Errorf("%s: %s and %s both on node %s: %w", what, other, ids[i], a.NodeID, store.ErrNodeBusy)
+		}
+		holds[a.NodeID] = ids[i]
+		if a.NodeID != before[i].NodeID || !before[i].State.HoldsNode() {
+			moved = append(moved, a.NodeID)
+		}
+	}
+	slices.Sort(moved)
+	for _, node := range moved {
+		if err := s.nodeFreeOf(ctx, tx, node, byID, what); err != nil {
+			return nil, err
+		}
+	}
+	now := time.Now().UTC()
+	out := make([]store.Alloc, len(ids))
+	for i, a := range ptrs {
+		a.ID, a.UpdatedAt = ids[i], now
+		// The gang a rank belongs to is fixed when it is stored.
+		a.Gang = before[i].Gang
+		body, err := encodeAlloc(*a)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.rq("updateAlloc"), a.Name, a.Region, string(a.State), a.NodeID, int64(a.Fence),
+			a.UpdatedAt.UnixNano(), queuedNS(*a), body, a.ID); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out[i] = *a
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// nodeFreeOf is nodeFree for a set of allocations: ErrNodeBusy when an
+// allocation outside set holds node (the node's row locked first, as
+// nodeFree does).
+func (s *Store) nodeFreeOf(ctx context.Context, tx *sql.Tx, node string, set map[string]store.Alloc, what string) error {
+	var got string
+	err := tx.QueryRowContext(ctx, s.rq("nodeLock"), node).Scan(&got)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: locking node %s: %w", what, node, err)
+	}
+	rows, err := tx.QueryContext(ctx, s.rq("nodeHolders"), node)
+	if err != nil {
+		return fmt.Errorf("%s: checking node %s: %w", what, node, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(&got); err != nil {
+			return fmt.Errorf("%s: checking node %s: %w", what, node, err)
+		}
+		if _, ours := set[got]; !ours {
+			return fmt.Errorf("%s: node %s holds %s: %w", what, node, got, store.ErrNodeBusy)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: checking node %s: %w", what, node, err)
+	}
+	return nil
+}
+
+// GangAllocs implements store.Runs.
+func (s *Store) GangAllocs(ctx context.Context, gang string) ([]store.Alloc, error) {
+	if gang == "" {
+		return nil, nil
+	}
+	out, err := s.allocs(ctx, s.rq("gangAllocs"), gang)
+	if err != nil {
+		return nil, fmt.Errorf("listing gang %s: %w", gang, err)
+	}
+	slices.SortFunc(out, func(x, y store.Alloc) int { return cmp.Compare(x.Rank, y.Rank) })
+	return out, nil
 }
 
 func (s *Store) allocs(ctx context.Context, q string, args ...any) ([]store.Alloc, error) {
@@ -337,10 +502,10 @@ func (s *Store) ListAllocsAfter(ctx context.Context, after store.AllocKey, limit
 		where = append(where, `created_at <= ? AND (created_at < ? OR id < ?)`)
 		args = append(args, at, at, after.ID)
 	}
-	q := `SELECT ` + allocCols + ` FROM allocs`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
+	// Runs, not ranks: a gang's ranks 1.. are read through their run
+	// (GangAllocs).
+	where = append(where, `gang_id = ''`)
+	q := `SELECT ` + allocCols + ` FROM allocs WHERE ` + strings.Join(where, ` AND `)
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	return s.allocs(ctx, s.rebind(q), append(args, limit)...)
 }

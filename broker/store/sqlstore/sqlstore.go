@@ -137,15 +137,16 @@ var queries = map[string]string{
 	"listTokens":  `SELECT id, hash, role, regions, created_at, note FROM tokens ORDER BY created_at, id`,
 	"deleteToken": `DELETE FROM tokens WHERE id = ?`,
 	"agentByKey": `SELECT id, public_key_pem, key_fingerprint, agent_version, token_id, enrolled_at,
-		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname FROM agents WHERE key_fingerprint = ?`,
+		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname, job_address, job_port_min, job_port_max FROM agents WHERE key_fingerprint = ?`,
 	"insertAgent": `INSERT INTO agents (id, public_key_pem, key_fingerprint, agent_version, token_id, enrolled_at,
-		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname, job_address, job_port_min, job_port_max)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	"updateAgent": `UPDATE agents SET agent_version = ?, token_id = ?,
-		provider = ?, region = ?, zone = ?, price_per_hour = ?, storage_class = ?, bandwidth_gbps = ?, hostname = ?
+		provider = ?, region = ?, zone = ?, price_per_hour = ?, storage_class = ?, bandwidth_gbps = ?, hostname = ?,
+		job_address = ?, job_port_min = ?, job_port_max = ?
 		WHERE id = ?`,
 	"agent": `SELECT id, public_key_pem, key_fingerprint, agent_version, token_id, enrolled_at,
-		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname FROM agents WHERE id = ?`,
+		provider, region, zone, price_per_hour, storage_class, bandwidth_gbps, hostname, job_address, job_port_min, job_port_max FROM agents WHERE id = ?`,
 	"insertNode": `INSERT INTO nodes (id, has_report, last_seen, rtt_ms, updated_at) VALUES (?, FALSE, 0, -1, ?)
 		ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at`,
 	"insertReport": `INSERT INTO reports (agent_id, report, signature, received_at) VALUES (?, ?, ?, ?)`,
@@ -157,13 +158,13 @@ var queries = map[string]string{
 		ORDER BY received_at DESC, id DESC LIMIT 1`,
 	"countNodes": `SELECT COUNT(*) FROM nodes`,
 	"nodes": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
-		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
+		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname, a.job_address, a.job_port_min, a.job_port_max
 		FROM nodes n JOIN agents a ON a.id = n.id ORDER BY n.id`,
 	// No ORDER BY: with one, SQLite walks the whole table in id order
 	// (no sort) instead of the few recent rows by nodes_updated, and a
 	// broker runs this every half second (NodesUpdatedSince sorts).
 	"nodesSince": `SELECT n.id, n.has_report, n.idx, n.last_seen, n.rtt_ms, n.updated_at,
-		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname
+		a.provider, a.region, a.zone, a.price_per_hour, a.storage_class, a.bandwidth_gbps, a.hostname, a.job_address, a.job_port_min, a.job_port_max
 		FROM nodes n JOIN agents a ON a.id = n.id WHERE n.updated_at >= ?`,
 	"liveness":     `SELECT id, last_seen, rtt_ms FROM nodes WHERE last_seen >= ?`,
 	"endedGroups":  endedGroupsQuery,
@@ -264,7 +265,7 @@ func (s *Store) EnrollAgent(ctx context.Context, a store.Agent, allow func(store
 	case errors.Is(err, sql.ErrNoRows):
 		created = true
 		if _, err := tx.ExecContext(ctx, s.q["insertAgent"], a.ID, a.PublicKeyPEM, a.KeyFingerprint, a.AgentVersion, a.TokenID, a.EnrolledAt.UnixNano(),
-			l.Provider, l.Region, l.Zone, l.PricePerHour, l.StorageClass, l.BandwidthGbps, l.Hostname); err != nil {
+			l.Provider, l.Region, l.Zone, l.PricePerHour, l.StorageClass, l.BandwidthGbps, l.Hostname, l.JobAddress, l.JobPortMin, l.JobPortMax); err != nil {
 			return a, false, fmt.Errorf("enrolling agent: %w", err)
 		}
 	case err != nil:
@@ -277,7 +278,7 @@ func (s *Store) EnrollAgent(ctx context.Context, a store.Agent, allow func(store
 		}
 		a.ID = existing.ID
 		if _, err := tx.ExecContext(ctx, s.q["updateAgent"], a.AgentVersion, a.TokenID,
-			l.Provider, l.Region, l.Zone, l.PricePerHour, l.StorageClass, l.BandwidthGbps, l.Hostname, a.ID); err != nil {
+			l.Provider, l.Region, l.Zone, l.PricePerHour, l.StorageClass, l.BandwidthGbps, l.Hostname, l.JobAddress, l.JobPortMin, l.JobPortMax, a.ID); err != nil {
 			return a, false, fmt.Errorf("enrolling agent %s: %w", a.ID, err)
 		}
 	}
@@ -309,7 +310,7 @@ func scanAgent(row *sql.Row) (store.Agent, error) {
 	var enrolled int64
 	l := &a.Labels
 	if err := row.Scan(&a.ID, &a.PublicKeyPEM, &a.KeyFingerprint, &a.AgentVersion, &a.TokenID, &enrolled,
-		&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname); err != nil {
+		&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname, &l.JobAddress, &l.JobPortMin, &l.JobPortMax); err != nil {
 		return a, err
 	}
 	a.EnrolledAt = time.Unix(0, enrolled).UTC()
@@ -606,7 +607,7 @@ func (s *Store) nodes(ctx context.Context, want int, q string, args ...any) ([]s
 		l := &n.Labels
 		idx = buf[:0]
 		if err := rows.Scan(&n.ID, &n.HasReport, &idx, &seen, &n.RTTMS, &updated,
-			&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname); err != nil {
+			&l.Provider, &l.Region, &l.Zone, &l.PricePerHour, &l.StorageClass, &l.BandwidthGbps, &l.Hostname, &l.JobAddress, &l.JobPortMin, &l.JobPortMax); err != nil {
 			return nil, fmt.Errorf("listing nodes: %w", err)
 		}
 		l.Provider, l.Region, l.Zone, l.StorageClass = in.string(l.Provider), in.string(l.Region), in.string(l.Zone), in.string(l.StorageClass)

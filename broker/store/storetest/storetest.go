@@ -48,6 +48,7 @@ func Run(t *testing.T, open Factory, opts ...Options) {
 	}
 	runRuns(t, open, o)
 	runQueue(t, open)
+	runGangs(t, open, o)
 	runWebhooks(t, open)
 	runEvidence(t, open)
 	runSessionKeys(t, open)

@@ -216,6 +216,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	st.MetricsURL, st.ReadTokenFile = url+"/metrics", filepath.Join(dir, ReadTokenFile)
 	st.Config = &Config{BrokerURL: url, Token: toks.Submit, Regions: o.Regions, StateDir: dir, BrokerPID: st.broker.cmd.Process.Pid}
+	n := 0
 	for _, region := range o.Regions {
 		for i := 1; i <= o.AgentsPerRegion; i++ {
 			name := fmt.Sprintf("agent-%s-%d", region, i)
@@ -223,6 +224,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			if err != nil {
 				return nil, err
 			}
+			// First: an --agent-arg given to up comes later and wins.
+			args = append(JobArgs(o, n), args...)
+			n++
 			env := []string{"GPUPASS_BROKER_TOKEN=" + toks.Agent}
 			if offHost {
 				env = append(env, "GPUPASS_INSECURE_HTTP=true")
@@ -263,6 +267,29 @@ func AgentArgs(o Options, brokerURL, region, name, dir string) ([]string, error)
 	}
 	args = append(args, "--provider", "local", "--zone", region+"a", "--hostname", name, "--query-addr", "127.0.0.1:0")
 	return append(append(args, o.ExecutorArgs...), o.AgentArgs...), nil
+}
+
+// JobPortsBase and JobPortsEach lay out the job ports of a stack's
+// agents: agent n (0, 1, … across regions) gets JobPortsBase+n×JobPortsEach
+// and the JobPortsEach after it, so no two of the stack's simulated nodes
+// give a gang's rank 0 the same rendezvous port.
+const (
+	JobPortsBase = 29500
+	JobPortsEach = 100
+)
+
+// JobArgs are the rendezvous flags of the stack's agent n: loopback (the
+// stack's nodes are one machine) and a port range of its own. None for
+// an executor other than the local one, which takes no gang rank yet.
+func JobArgs(o Options, n int) []string {
+	if o.Executor != "" && o.Executor != "local" {
+		return nil
+	}
+	lo := JobPortsBase + n*JobPortsEach
+	if lo+JobPortsEach-1 > 65535 {
+		return nil // a stack of hundreds of agents: the rest take no gang rank
+	}
+	return []string{"--job-address", "127.0.0.1", "--job-ports", fmt.Sprintf("%d-%d", lo, lo+JobPortsEach-1)}
 }
 
 // Restart is a child that exited and was started again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -164,5 +165,25 @@ func TestCheckExecutor(t *testing.T) {
 	// An agent that cannot say (older than `executors`) is named.
 	if err := checkExecutor(ctx, "/bin/false", "fake"); err == nil || !strings.Contains(err.Error(), "/bin/false executors") {
 		t.Errorf("an agent without executors: %v", err)
+	}
+}
+
+// TestJobArgs (issue #34): each local agent of a stack advertises a job
+// port range of its own, so the rank 0s of two gangs on one machine are
+// never given the same rendezvous port; an executor that takes no gang
+// rank advertises none.
+func TestJobArgs(t *testing.T) {
+	t.Parallel()
+	if got, want := JobArgs(Options{}, 0), []string{"--job-address", "127.0.0.1", "--job-ports", "29500-29599"}; !slices.Equal(got, want) {
+		t.Errorf("agent 0: %q, want %q", got, want)
+	}
+	if got, want := JobArgs(Options{Executor: "local"}, 1), []string{"--job-address", "127.0.0.1", "--job-ports", "29600-29699"}; !slices.Equal(got, want) {
+		t.Errorf("agent 1: %q, want %q", got, want)
+	}
+	if got := JobArgs(Options{Executor: "slurm"}, 0); got != nil {
+		t.Errorf("slurm agent: %q, want no job flags", got)
+	}
+	if got := JobArgs(Options{}, 400); got != nil {
+		t.Errorf("agent 400: %q, want none (past port 65535)", got)
 	}
 }

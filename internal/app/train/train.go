@@ -52,9 +52,13 @@ type Options struct {
 	Regions []string
 	// Name is the runs' base name (default: the spec's name); the region
 	// and, in CI, the short commit are added.
-	Name            string
-	MaxPrice        float64
-	MaxRestarts     int
+	Name        string
+	MaxPrice    float64
+	MaxRestarts int
+	// MaxRestartsSet says MaxRestarts was given (--max-restarts); else
+	// the broker's default applies: 3 for a run on one node, none for a
+	// run across several (whose restart is not there yet).
+	MaxRestartsSet  bool
 	ResumeElsewhere bool
 	MinHealthScore  float64
 	// TimeLimit is each run's wall-clock limit as written ("90m";
@@ -197,13 +201,17 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	restarts := int32(o.MaxRestarts)
+	var restarts *int32
+	if o.MaxRestartsSet {
+		n := int32(o.MaxRestarts)
+		restarts = &n
+	}
 	minScore := o.MinHealthScore
 	res := &Result{c: c, Workdir: wd, spec: o.Spec}
 	for _, region := range o.Regions {
 		req := &gpupassv1.SubmitRequest{
 			SpecYaml: specYAML, SpecJson: specJSON, Region: region, Name: name, Command: o.Command,
-			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: &restarts, ResumeElsewhere: o.ResumeElsewhere,
+			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: restarts, ResumeElsewhere: o.ResumeElsewhere,
 			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group,
 			GroupSize: int32(len(o.Regions)), QueueTimeoutSeconds: int64(queueTimeout / time.Second)}
 		if res.Group == "" {

@@ -19,6 +19,8 @@ var flagNames = fielderr.Names{
 	daemon.FieldStorageClass:   "--storage-class",
 	daemon.FieldPricePerHour:   "--price-per-hour",
 	daemon.FieldBandwidth:      "--bandwidth-gbps",
+	daemon.FieldJobAddress:     "--job-address",
+	daemon.FieldJobPorts:       "--job-ports",
 	daemon.FieldSuiteInterval:  "--suite-interval",
 	daemon.FieldRunLogLines:    "--run-log-lines-per-second",
 	daemon.FieldRunLogMB:       "--run-log-max-mb",

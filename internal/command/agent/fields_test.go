@@ -55,6 +55,11 @@ func TestOptionErrorsNameFlags(t *testing.T) {
 		{"shm size zero", []string{"--run-shm-size", "0"}, `--run-shm-size "0": must be more than 0`},
 		{"kill timeout", []string{"--run-kill-timeout", "1ms"}, `--run-kill-timeout "1ms": must be at least 1s`},
 		{"registry credentials", []string{"--registry-username", "u"}, "--registry-username and --registry-password go together"},
+		{"job ports without an address", []string{"--job-ports", "29500-29599"}, "--job-address is required with job ports"},
+		{"job address without ports", []string{"--job-address", "10.0.0.7"}, "--job-ports is required with a job address"},
+		{"job ports backwards", []string{"--job-address", "10.0.0.7", "--job-ports", "29599-29500"}, `--job-ports "29599-29500": 29599-29500 ends before it starts: want FIRST-LAST, e.g. 29500-29599`},
+		{"job ports not ports", []string{"--job-address", "10.0.0.7", "--job-ports", "ssh"}, `--job-ports "ssh": "ssh": want FIRST-LAST, e.g. 29500-29599`},
+		{"job address a shell would read more into", []string{"--job-address", "10.0.0.7;id", "--job-ports", "29500"}, `--job-address "10.0.0.7;id": "10.0.0.7;id" is neither an IP address nor a host name`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -33,10 +33,11 @@ func writeGangSpec(t *testing.T, resources string) string {
 // Issue #34: a spec whose 8 GPUs take two 4-GPU nodes. Dry-run shows
 // each region's gang ("2 × ID, ID in us-west-2") or why it has none
 // ("3 certified h100-sxm5 nodes, but only 1 has ≥ 200 Gbit/s"); train
-// is refused with what to do, and no run is stored or placed; without
+// of it on nodes whose agents advertise no rendezvous fails the run at
+// once, naming the agent flags that would let them take ranks; without
 // resources.nodes the gangs are shown too, and a region whose one node
 // holds the count needs none.
-func TestDryRunGangsAndSubmitRefusal(t *testing.T) {
+func TestDryRunGangsAndSubmit(t *testing.T) {
 	t.Parallel()
 	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
 	agentTok := b.Token(t, store.RoleAgent, "*")
@@ -72,7 +73,7 @@ func TestDryRunGangsAndSubmitRefusal(t *testing.T) {
 		t.Errorf("dry-run of count 8, nodes 2 lacks the gang of %v in us-west-2:\n%s", west, out)
 	}
 	for _, want := range []string{
-		"gangs (one run across several nodes; not placed yet: gpupass train refuses resources.nodes > 1):",
+		"gangs (one run across several nodes; placed on local agents started with --job-address and --job-ports):",
 		"no gang in eu-central-1: 3 certified h100-sxm5 nodes, but only 1 has ≥ 200 Gbit/s (a gang needs 2)",
 		"no gang in ap-south-1: only 1 certified h100-sxm5 node, a gang needs 2",
 	} {
@@ -103,20 +104,31 @@ func TestDryRunGangsAndSubmitRefusal(t *testing.T) {
 		t.Errorf("-o json gangs %+v, misses %+v", g, doc.DryRun.GangMisses)
 	}
 
-	code, out, errOut = runMain(t, append(append([]string{"train", "--spec", twoNodes, "--no-workdir", "--min-health-score", "0", "--region", "us-west-2"}, broker...), "--", "true")...)
-	if code == 0 {
-		t.Fatalf("train of a spec with nodes: 2 was accepted:\n%s%s", out, errOut)
-	}
-	for _, want := range []string{"resources.nodes is 2", "runs across several nodes are not placed yet", "gpupass validate --dry-run", "set resources.nodes: 1"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("train's refusal lacks %q:\n%s%s", want, out, errOut)
+	// What a gang cannot do yet is refused, not done half: a restart
+	// would restart one rank.
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--max-restarts", "2"}, "a run across several nodes does not support restarts (--max-restarts above 0) yet"},
+		{[]string{"--resume-elsewhere"}, "a run across several nodes does not support --resume-elsewhere yet"},
+	} {
+		args := append(append([]string{"train", "--spec", twoNodes, "--no-workdir", "--min-health-score", "0", "--region", "us-west-2"}, tc.flags...), broker...)
+		code, out, errOut = runMain(t, append(args, "--", "true")...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("train %s of a gang: exit %d, want refused saying %q:\n%s%s", tc.flags[0], code, tc.want, out, errOut)
 		}
 	}
+	// These nodes' agents advertise no rendezvous (no --job-address,
+	// --job-ports): the run is taken, and fails at once saying so,
+	// with no rank on any node.
+	code, out, errOut = runMain(t, append(append([]string{"train", "--spec", twoNodes, "--no-workdir", "--min-health-score", "0", "--region", "us-west-2"}, broker...), "--", "true")...)
+	t.Logf("train: exit %d\n%s%s", code, out, errOut)
 	code, listed, errOut := runMain(t, append([]string{"runs", "-o", "json"}, broker...)...)
-	if code != 0 || strings.Contains(listed, "us-west-2") {
-		t.Errorf("after the refusal, runs: exit %d, want no run:\n%s%s", code, listed, errOut)
+	const why = "no gang of 2 nodes in us-west-2: 2 candidate nodes for 4 GPUs each, but none advertise a job address and ports for the gang's rendezvous"
+	if code != 0 || !strings.Contains(listed, why) || strings.Count(listed, `"id"`) != 1 {
+		t.Errorf("after train of a gang no node can hold: runs: exit %d, want one failed run saying %q:\n%s%s", code, why, listed, errOut)
 	}
-
 	// Without resources.nodes: the fewest nodes, and no gang where one
 	// node holds all 8.
 	out = dry(writeGangSpec(t, "  count: 8\n"))

@@ -97,6 +97,7 @@ prints what would ship.`,
 			}
 			o.Command = args
 			o.Getenv = os.Getenv
+			o.MaxRestartsSet = cmd.Flags().Changed("max-restarts")
 			if o.ListWorkdir {
 				return ListWorkdir(o, cmd.OutOrStdout())
 			}

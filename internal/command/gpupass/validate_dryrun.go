@@ -148,13 +148,13 @@ func writeDryRunText(out io.Writer, url string, m *gpupassv1.DryRunResponse) err
 
 // writeGangs prints, for a spec whose GPUs may need several nodes, each
 // region's gang ("2 × agt-a, agt-b in us-west-2") or why it has none, and
-// that such runs are not placed yet.
+// which nodes such runs are placed on.
 func writeGangs(out io.Writer, m *gpupassv1.DryRunResponse) error {
 	if len(m.Gangs) == 0 && len(m.GangMisses) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "gangs (one run across several nodes; not placed yet: gpupass train refuses resources.nodes > 1):\n")
+	fmt.Fprintf(&b, "gangs (one run across several nodes; placed on local agents started with --job-address and --job-ports):\n")
 	for _, g := range m.Gangs {
 		fmt.Fprintf(&b, "  %d × %s in %s (%d × %s each)\n", len(g.NodeIds), termsafe.String(strings.Join(g.NodeIds, ", ")), termsafe.String(g.Region), g.GpusPerNode, termsafe.String(g.Accelerator))
 	}

@@ -319,6 +319,14 @@ type NodeLabels struct {
 	StorageClass  string                 `protobuf:"bytes,5,opt,name=storage_class,json=storageClass,proto3" json:"storage_class,omitempty"`     // standard | high-iops-nvme | ultra-nvme
 	BandwidthGbps float64                `protobuf:"fixed64,6,opt,name=bandwidth_gbps,json=bandwidthGbps,proto3" json:"bandwidth_gbps,omitempty"`
 	Hostname      string                 `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// Where the other nodes of a gang reach this node's jobs (agent
+	// --job-address, --job-ports): an IP or host name, and the TCP ports
+	// job_port_min..job_port_max the broker picks a gang's rendezvous port
+	// from when this node holds rank 0. Empty and 0 on a node that runs no
+	// gang rank (its executor cannot yet, or it does not say).
+	JobAddress    string `protobuf:"bytes,8,opt,name=job_address,json=jobAddress,proto3" json:"job_address,omitempty"`
+	JobPortMin    int32  `protobuf:"varint,9,opt,name=job_port_min,json=jobPortMin,proto3" json:"job_port_min,omitempty"`
+	JobPortMax    int32  `protobuf:"varint,10,opt,name=job_port_max,json=jobPortMax,proto3" json:"job_port_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -400,6 +408,27 @@ func (x *NodeLabels) GetHostname() string {
 		return x.Hostname
 	}
 	return ""
+}
+
+func (x *NodeLabels) GetJobAddress() string {
+	if x != nil {
+		return x.JobAddress
+	}
+	return ""
+}
+
+func (x *NodeLabels) GetJobPortMin() int32 {
+	if x != nil {
+		return x.JobPortMin
+	}
+	return 0
+}
+
+func (x *NodeLabels) GetJobPortMax() int32 {
+	if x != nil {
+		return x.JobPortMax
+	}
+	return 0
 }
 
 type EnrollResponse struct {
@@ -1674,8 +1703,8 @@ type DryRunResponse struct {
 	// region name. Without resources.nodes, a region where one node holds
 	// the count has no gang. With resources.nodes > 1, candidates and
 	// excluded are the nodes matched for one node's share (count / nodes).
-	// Runs across several nodes are not placed yet: Submit refuses a spec
-	// with resources.nodes > 1.
+	// A run with resources.nodes > 1 is placed on such a gang of nodes
+	// whose agents advertise a rendezvous (NodeLabels.job_address).
 	Gangs []*Gang `protobuf:"bytes,11,rep,name=gangs,proto3" json:"gangs,omitempty"`
 	// Each region asked about with no gang, and why, by region name.
 	GangMisses    []*GangMiss `protobuf:"bytes,12,rep,name=gang_misses,json=gangMisses,proto3" json:"gang_misses,omitempty"`
@@ -2485,7 +2514,7 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x06labels\x18\x02 \x01(\v2\x16.gpupass.v1.NodeLabelsR\x06labels\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x14\n" +
 	"\x05proof\x18\x04 \x01(\tR\x05proof\x12/\n" +
-	"\x14proof_time_unix_nano\x18\x05 \x01(\x03R\x11proofTimeUnixNano\"\xe2\x01\n" +
+	"\x14proof_time_unix_nano\x18\x05 \x01(\x03R\x11proofTimeUnixNano\"\xc7\x02\n" +
 	"\n" +
 	"NodeLabels\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
@@ -2494,7 +2523,14 @@ const file_gpupass_v1_broker_proto_rawDesc = "" +
 	"\x0eprice_per_hour\x18\x04 \x01(\x01R\fpricePerHour\x12#\n" +
 	"\rstorage_class\x18\x05 \x01(\tR\fstorageClass\x12%\n" +
 	"\x0ebandwidth_gbps\x18\x06 \x01(\x01R\rbandwidthGbps\x12\x1a\n" +
-	"\bhostname\x18\a \x01(\tR\bhostname\"\x96\x02\n" +
+	"\bhostname\x18\a \x01(\tR\bhostname\x12\x1f\n" +
+	"\vjob_address\x18\b \x01(\tR\n" +
+	"jobAddress\x12 \n" +
+	"\fjob_port_min\x18\t \x01(\x05R\n" +
+	"jobPortMin\x12 \n" +
+	"\fjob_port_max\x18\n" +
+	" \x01(\x05R\n" +
+	"jobPortMax\"\x96\x02\n" +
 	"\x0eEnrollResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\x03R\x18heartbeatIntervalSeconds\x122\n" +

@@ -346,8 +346,12 @@ type Assignment struct {
 	// decoded and refuses the run when the two differ. Empty from a broker
 	// of the previous release (the agent then skips the check).
 	SpecFingerprint string `protobuf:"bytes,22,opt,name=spec_fingerprint,json=specFingerprint,proto3" json:"spec_fingerprint,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set when this allocation is one rank of a run across several nodes
+	// (resources.nodes > 1): the agent gives the job the rendezvous
+	// environment (internal/rendezvous) from it, after checking it.
+	Gang          *GangRank `protobuf:"bytes,23,opt,name=gang,proto3" json:"gang,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
@@ -492,6 +496,103 @@ func (x *Assignment) GetSpecFingerprint() string {
 	return ""
 }
 
+func (x *Assignment) GetGang() *GangRank {
+	if x != nil {
+		return x.Gang
+	}
+	return nil
+}
+
+// GangRank is one node's place in a run across several nodes.
+type GangRank struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run users see: rank 0's allocation id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// This node's rank, 0 to nodes-1; rank 0 hosts the rendezvous.
+	NodeRank int32 `protobuf:"varint,2,opt,name=node_rank,json=nodeRank,proto3" json:"node_rank,omitempty"`
+	Nodes    int32 `protobuf:"varint,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// Processes (ranks) each node starts: 1 for now.
+	LocalRanks int32 `protobuf:"varint,4,opt,name=local_ranks,json=localRanks,proto3" json:"local_ranks,omitempty"`
+	// Where rank 0 listens: its node's job address and a port of its
+	// job port range, drawn for this gang attempt.
+	MasterAddr    string `protobuf:"bytes,5,opt,name=master_addr,json=masterAddr,proto3" json:"master_addr,omitempty"`
+	MasterPort    int32  `protobuf:"varint,6,opt,name=master_port,json=masterPort,proto3" json:"master_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GangRank) Reset() {
+	*x = GangRank{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GangRank) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GangRank) ProtoMessage() {}
+
+func (x *GangRank) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GangRank.ProtoReflect.Descriptor instead.
+func (*GangRank) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GangRank) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *GangRank) GetNodeRank() int32 {
+	if x != nil {
+		return x.NodeRank
+	}
+	return 0
+}
+
+func (x *GangRank) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *GangRank) GetLocalRanks() int32 {
+	if x != nil {
+		return x.LocalRanks
+	}
+	return 0
+}
+
+func (x *GangRank) GetMasterAddr() string {
+	if x != nil {
+		return x.MasterAddr
+	}
+	return ""
+}
+
+func (x *GangRank) GetMasterPort() int32 {
+	if x != nil {
+		return x.MasterPort
+	}
+	return 0
+}
+
 type UpdateAllocationRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	AgentId      string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
@@ -520,7 +621,7 @@ type UpdateAllocationRequest struct {
 
 func (x *UpdateAllocationRequest) Reset() {
 	*x = UpdateAllocationRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[3]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +633,7 @@ func (x *UpdateAllocationRequest) String() string {
 func (*UpdateAllocationRequest) ProtoMessage() {}
 
 func (x *UpdateAllocationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[3]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +646,7 @@ func (x *UpdateAllocationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAllocationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAllocationRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{3}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UpdateAllocationRequest) GetAgentId() string {
@@ -639,7 +740,7 @@ type SlurmPlacement struct {
 
 func (x *SlurmPlacement) Reset() {
 	*x = SlurmPlacement{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +752,7 @@ func (x *SlurmPlacement) String() string {
 func (*SlurmPlacement) ProtoMessage() {}
 
 func (x *SlurmPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[4]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +765,7 @@ func (x *SlurmPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlurmPlacement.ProtoReflect.Descriptor instead.
 func (*SlurmPlacement) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{4}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SlurmPlacement) GetCluster() string {
@@ -704,7 +805,7 @@ type UpdateAllocationResponse struct {
 
 func (x *UpdateAllocationResponse) Reset() {
 	*x = UpdateAllocationResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +817,7 @@ func (x *UpdateAllocationResponse) String() string {
 func (*UpdateAllocationResponse) ProtoMessage() {}
 
 func (x *UpdateAllocationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[5]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +830,7 @@ func (x *UpdateAllocationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAllocationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAllocationResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{5}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UpdateAllocationResponse) GetCancelRequested() bool {
@@ -750,7 +851,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +863,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[6]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +876,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{6}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Record) GetSeq() uint64 {
@@ -811,7 +912,7 @@ type UploadRecordsRequest struct {
 
 func (x *UploadRecordsRequest) Reset() {
 	*x = UploadRecordsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +924,7 @@ func (x *UploadRecordsRequest) String() string {
 func (*UploadRecordsRequest) ProtoMessage() {}
 
 func (x *UploadRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[7]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +937,7 @@ func (x *UploadRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRecordsRequest.ProtoReflect.Descriptor instead.
 func (*UploadRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{7}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UploadRecordsRequest) GetAgentId() string {
@@ -880,7 +981,7 @@ type UploadRecordsResponse struct {
 
 func (x *UploadRecordsResponse) Reset() {
 	*x = UploadRecordsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +993,7 @@ func (x *UploadRecordsResponse) String() string {
 func (*UploadRecordsResponse) ProtoMessage() {}
 
 func (x *UploadRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[8]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1006,7 @@ func (x *UploadRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRecordsResponse.ProtoReflect.Descriptor instead.
 func (*UploadRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{8}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UploadRecordsResponse) GetHeldThrough() uint64 {
@@ -994,7 +1095,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1107,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[9]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1120,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{9}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitRequest) GetSpecYaml() []byte {
@@ -1153,7 +1254,7 @@ type CIContext struct {
 
 func (x *CIContext) Reset() {
 	*x = CIContext{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1266,7 @@ func (x *CIContext) String() string {
 func (*CIContext) ProtoMessage() {}
 
 func (x *CIContext) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[10]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1279,7 @@ func (x *CIContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CIContext.ProtoReflect.Descriptor instead.
 func (*CIContext) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{10}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CIContext) GetForge() string {
@@ -1232,7 +1333,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1345,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[11]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1358,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{11}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitResponse) GetRun() *Run {
@@ -1343,7 +1444,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1456,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[12]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1469,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{12}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Run) GetId() string {
@@ -1639,7 +1740,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1752,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[13]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1765,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{13}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRunRequest) GetAllocId() string {
@@ -1683,7 +1784,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1796,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[14]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1809,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{14}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1737,7 +1838,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1850,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[15]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1863,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{15}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRunsRequest) GetRegions() []string {
@@ -1804,7 +1905,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1917,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[16]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1930,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{16}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1856,7 +1957,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1969,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[17]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1982,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{17}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelRequest) GetAllocId() string {
@@ -1907,7 +2008,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2020,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[18]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2033,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{18}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelResponse) GetRun() *Run {
@@ -1954,7 +2055,7 @@ type GetLogsRequest struct {
 
 func (x *GetLogsRequest) Reset() {
 	*x = GetLogsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2067,7 @@ func (x *GetLogsRequest) String() string {
 func (*GetLogsRequest) ProtoMessage() {}
 
 func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[19]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2080,7 @@ func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetLogsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{19}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetLogsRequest) GetAllocId() string {
@@ -2021,7 +2122,7 @@ type GetLogsResponse struct {
 
 func (x *GetLogsResponse) Reset() {
 	*x = GetLogsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2134,7 @@ func (x *GetLogsResponse) String() string {
 func (*GetLogsResponse) ProtoMessage() {}
 
 func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[20]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2147,7 @@ func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetLogsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{20}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetLogsResponse) GetRecords() []*Record {
@@ -2072,7 +2173,7 @@ type GetMetricsRequest struct {
 
 func (x *GetMetricsRequest) Reset() {
 	*x = GetMetricsRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2185,7 @@ func (x *GetMetricsRequest) String() string {
 func (*GetMetricsRequest) ProtoMessage() {}
 
 func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[21]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2198,7 @@ func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{21}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetMetricsRequest) GetAllocId() string {
@@ -2121,7 +2222,7 @@ type MetricPoint struct {
 
 func (x *MetricPoint) Reset() {
 	*x = MetricPoint{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2234,7 @@ func (x *MetricPoint) String() string {
 func (*MetricPoint) ProtoMessage() {}
 
 func (x *MetricPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[22]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2247,7 @@ func (x *MetricPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricPoint.ProtoReflect.Descriptor instead.
 func (*MetricPoint) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{22}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MetricPoint) GetSeq() uint64 {
@@ -2201,7 +2302,7 @@ type GetMetricsResponse struct {
 
 func (x *GetMetricsResponse) Reset() {
 	*x = GetMetricsResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2314,7 @@ func (x *GetMetricsResponse) String() string {
 func (*GetMetricsResponse) ProtoMessage() {}
 
 func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[23]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2327,7 @@ func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{23}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetMetricsResponse) GetRun() *Run {
@@ -2259,7 +2360,7 @@ type SubmitRunReportRequest struct {
 
 func (x *SubmitRunReportRequest) Reset() {
 	*x = SubmitRunReportRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2372,7 @@ func (x *SubmitRunReportRequest) String() string {
 func (*SubmitRunReportRequest) ProtoMessage() {}
 
 func (x *SubmitRunReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[24]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2385,7 @@ func (x *SubmitRunReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRunReportRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRunReportRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{24}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubmitRunReportRequest) GetAgentId() string {
@@ -2334,7 +2435,7 @@ type SubmitRunReportResponse struct {
 
 func (x *SubmitRunReportResponse) Reset() {
 	*x = SubmitRunReportResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2447,7 @@ func (x *SubmitRunReportResponse) String() string {
 func (*SubmitRunReportResponse) ProtoMessage() {}
 
 func (x *SubmitRunReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[25]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2460,7 @@ func (x *SubmitRunReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRunReportResponse.ProtoReflect.Descriptor instead.
 func (*SubmitRunReportResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{25}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubmitRunReportResponse) GetPassed() bool {
@@ -2392,7 +2493,7 @@ type GetCheckpointRequest struct {
 
 func (x *GetCheckpointRequest) Reset() {
 	*x = GetCheckpointRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2505,7 @@ func (x *GetCheckpointRequest) String() string {
 func (*GetCheckpointRequest) ProtoMessage() {}
 
 func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[26]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2518,7 @@ func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*GetCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{26}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetCheckpointRequest) GetAllocId() string {
@@ -2443,7 +2544,7 @@ type GetCheckpointResponse struct {
 
 func (x *GetCheckpointResponse) Reset() {
 	*x = GetCheckpointResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2556,7 @@ func (x *GetCheckpointResponse) String() string {
 func (*GetCheckpointResponse) ProtoMessage() {}
 
 func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[27]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2569,7 @@ func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*GetCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{27}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetCheckpointResponse) GetName() string {
@@ -2508,7 +2609,7 @@ type GetRunEvidenceRequest struct {
 
 func (x *GetRunEvidenceRequest) Reset() {
 	*x = GetRunEvidenceRequest{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[28]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2621,7 @@ func (x *GetRunEvidenceRequest) String() string {
 func (*GetRunEvidenceRequest) ProtoMessage() {}
 
 func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[28]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2634,7 @@ func (x *GetRunEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{28}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetRunEvidenceRequest) GetAllocId() string {
@@ -2568,7 +2669,7 @@ type GetRunEvidenceResponse struct {
 
 func (x *GetRunEvidenceResponse) Reset() {
 	*x = GetRunEvidenceResponse{}
-	mi := &file_gpupass_v1_runs_proto_msgTypes[29]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2681,7 @@ func (x *GetRunEvidenceResponse) String() string {
 func (*GetRunEvidenceResponse) ProtoMessage() {}
 
 func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpupass_v1_runs_proto_msgTypes[29]
+	mi := &file_gpupass_v1_runs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2694,7 @@ func (x *GetRunEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*GetRunEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{29}
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetRunEvidenceResponse) GetRun() *Run {
@@ -2671,7 +2772,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10PollWorkResponse\x126\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x16.gpupass.v1.AssignmentR\n" +
-	"assignment\"\xd8\x04\n" +
+	"assignment\"\x82\x05\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\x12#\n" +
@@ -2690,7 +2791,18 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x10keep_checkpoints\x18\r \x01(\bR\x0fkeepCheckpoints\x124\n" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
 	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\x12)\n" +
-	"\x10spec_fingerprint\x18\x16 \x01(\tR\x0fspecFingerprint\"\x92\x03\n" +
+	"\x10spec_fingerprint\x18\x16 \x01(\tR\x0fspecFingerprint\x12(\n" +
+	"\x04gang\x18\x17 \x01(\v2\x14.gpupass.v1.GangRankR\x04gang\"\xb7\x01\n" +
+	"\bGangRank\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x14\n" +
+	"\x05nodes\x18\x03 \x01(\x05R\x05nodes\x12\x1f\n" +
+	"\vlocal_ranks\x18\x04 \x01(\x05R\n" +
+	"localRanks\x12\x1f\n" +
+	"\vmaster_addr\x18\x05 \x01(\tR\n" +
+	"masterAddr\x12\x1f\n" +
+	"\vmaster_port\x18\x06 \x01(\x05R\n" +
+	"masterPort\"\x92\x03\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
@@ -2920,7 +3032,7 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
@@ -2928,88 +3040,90 @@ var file_gpupass_v1_runs_proto_goTypes = []any{
 	(*PollWorkRequest)(nil),          // 3: gpupass.v1.PollWorkRequest
 	(*PollWorkResponse)(nil),         // 4: gpupass.v1.PollWorkResponse
 	(*Assignment)(nil),               // 5: gpupass.v1.Assignment
-	(*UpdateAllocationRequest)(nil),  // 6: gpupass.v1.UpdateAllocationRequest
-	(*SlurmPlacement)(nil),           // 7: gpupass.v1.SlurmPlacement
-	(*UpdateAllocationResponse)(nil), // 8: gpupass.v1.UpdateAllocationResponse
-	(*Record)(nil),                   // 9: gpupass.v1.Record
-	(*UploadRecordsRequest)(nil),     // 10: gpupass.v1.UploadRecordsRequest
-	(*UploadRecordsResponse)(nil),    // 11: gpupass.v1.UploadRecordsResponse
-	(*SubmitRequest)(nil),            // 12: gpupass.v1.SubmitRequest
-	(*CIContext)(nil),                // 13: gpupass.v1.CIContext
-	(*SubmitResponse)(nil),           // 14: gpupass.v1.SubmitResponse
-	(*Run)(nil),                      // 15: gpupass.v1.Run
-	(*GetRunRequest)(nil),            // 16: gpupass.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 17: gpupass.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 18: gpupass.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 19: gpupass.v1.ListRunsResponse
-	(*CancelRequest)(nil),            // 20: gpupass.v1.CancelRequest
-	(*CancelResponse)(nil),           // 21: gpupass.v1.CancelResponse
-	(*GetLogsRequest)(nil),           // 22: gpupass.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),          // 23: gpupass.v1.GetLogsResponse
-	(*GetMetricsRequest)(nil),        // 24: gpupass.v1.GetMetricsRequest
-	(*MetricPoint)(nil),              // 25: gpupass.v1.MetricPoint
-	(*GetMetricsResponse)(nil),       // 26: gpupass.v1.GetMetricsResponse
-	(*SubmitRunReportRequest)(nil),   // 27: gpupass.v1.SubmitRunReportRequest
-	(*SubmitRunReportResponse)(nil),  // 28: gpupass.v1.SubmitRunReportResponse
-	(*GetCheckpointRequest)(nil),     // 29: gpupass.v1.GetCheckpointRequest
-	(*GetCheckpointResponse)(nil),    // 30: gpupass.v1.GetCheckpointResponse
-	(*GetRunEvidenceRequest)(nil),    // 31: gpupass.v1.GetRunEvidenceRequest
-	(*GetRunEvidenceResponse)(nil),   // 32: gpupass.v1.GetRunEvidenceResponse
-	nil,                              // 33: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 34: gpupass.v1.HealthScore
-	(*NodeLabels)(nil),               // 35: gpupass.v1.NodeLabels
+	(*GangRank)(nil),                 // 6: gpupass.v1.GangRank
+	(*UpdateAllocationRequest)(nil),  // 7: gpupass.v1.UpdateAllocationRequest
+	(*SlurmPlacement)(nil),           // 8: gpupass.v1.SlurmPlacement
+	(*UpdateAllocationResponse)(nil), // 9: gpupass.v1.UpdateAllocationResponse
+	(*Record)(nil),                   // 10: gpupass.v1.Record
+	(*UploadRecordsRequest)(nil),     // 11: gpupass.v1.UploadRecordsRequest
+	(*UploadRecordsResponse)(nil),    // 12: gpupass.v1.UploadRecordsResponse
+	(*SubmitRequest)(nil),            // 13: gpupass.v1.SubmitRequest
+	(*CIContext)(nil),                // 14: gpupass.v1.CIContext
+	(*SubmitResponse)(nil),           // 15: gpupass.v1.SubmitResponse
+	(*Run)(nil),                      // 16: gpupass.v1.Run
+	(*GetRunRequest)(nil),            // 17: gpupass.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 18: gpupass.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 19: gpupass.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 20: gpupass.v1.ListRunsResponse
+	(*CancelRequest)(nil),            // 21: gpupass.v1.CancelRequest
+	(*CancelResponse)(nil),           // 22: gpupass.v1.CancelResponse
+	(*GetLogsRequest)(nil),           // 23: gpupass.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),          // 24: gpupass.v1.GetLogsResponse
+	(*GetMetricsRequest)(nil),        // 25: gpupass.v1.GetMetricsRequest
+	(*MetricPoint)(nil),              // 26: gpupass.v1.MetricPoint
+	(*GetMetricsResponse)(nil),       // 27: gpupass.v1.GetMetricsResponse
+	(*SubmitRunReportRequest)(nil),   // 28: gpupass.v1.SubmitRunReportRequest
+	(*SubmitRunReportResponse)(nil),  // 29: gpupass.v1.SubmitRunReportResponse
+	(*GetCheckpointRequest)(nil),     // 30: gpupass.v1.GetCheckpointRequest
+	(*GetCheckpointResponse)(nil),    // 31: gpupass.v1.GetCheckpointResponse
+	(*GetRunEvidenceRequest)(nil),    // 32: gpupass.v1.GetRunEvidenceRequest
+	(*GetRunEvidenceResponse)(nil),   // 33: gpupass.v1.GetRunEvidenceResponse
+	nil,                              // 34: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 35: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 36: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	5,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
-	0,  // 1: gpupass.v1.UpdateAllocationRequest.state:type_name -> gpupass.v1.AllocState
-	2,  // 2: gpupass.v1.UpdateAllocationRequest.node_fault:type_name -> gpupass.v1.NodeFault
-	7,  // 3: gpupass.v1.UpdateAllocationRequest.slurm:type_name -> gpupass.v1.SlurmPlacement
-	1,  // 4: gpupass.v1.Record.kind:type_name -> gpupass.v1.RecordKind
-	9,  // 5: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
-	13, // 6: gpupass.v1.SubmitRequest.ci:type_name -> gpupass.v1.CIContext
-	15, // 7: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
-	0,  // 8: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	34, // 9: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
-	7,  // 10: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
-	15, // 11: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
-	15, // 12: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
-	15, // 13: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
-	9,  // 14: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
-	15, // 15: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	33, // 16: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
-	15, // 17: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
-	25, // 18: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
-	15, // 19: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
-	35, // 20: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
-	3,  // 21: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
-	6,  // 22: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
-	10, // 23: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
-	27, // 24: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
-	12, // 25: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
-	16, // 26: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
-	18, // 27: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
-	20, // 28: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
-	22, // 29: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
-	24, // 30: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	31, // 31: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
-	29, // 32: gpupass.v1.RunService.GetCheckpoint:input_type -> gpupass.v1.GetCheckpointRequest
-	4,  // 33: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	8,  // 34: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	11, // 35: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	28, // 36: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
-	14, // 37: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	17, // 38: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	19, // 39: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	21, // 40: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	23, // 41: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	26, // 42: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	32, // 43: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
-	30, // 44: gpupass.v1.RunService.GetCheckpoint:output_type -> gpupass.v1.GetCheckpointResponse
-	33, // [33:45] is the sub-list for method output_type
-	21, // [21:33] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	6,  // 1: gpupass.v1.Assignment.gang:type_name -> gpupass.v1.GangRank
+	0,  // 2: gpupass.v1.UpdateAllocationRequest.state:type_name -> gpupass.v1.AllocState
+	2,  // 3: gpupass.v1.UpdateAllocationRequest.node_fault:type_name -> gpupass.v1.NodeFault
+	8,  // 4: gpupass.v1.UpdateAllocationRequest.slurm:type_name -> gpupass.v1.SlurmPlacement
+	1,  // 5: gpupass.v1.Record.kind:type_name -> gpupass.v1.RecordKind
+	10, // 6: gpupass.v1.UploadRecordsRequest.records:type_name -> gpupass.v1.Record
+	14, // 7: gpupass.v1.SubmitRequest.ci:type_name -> gpupass.v1.CIContext
+	16, // 8: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
+	0,  // 9: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
+	35, // 10: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	8,  // 11: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
+	16, // 12: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
+	16, // 13: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
+	16, // 14: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
+	10, // 15: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
+	16, // 16: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
+	34, // 17: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	16, // 18: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
+	26, // 19: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
+	16, // 20: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
+	36, // 21: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	3,  // 22: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
+	7,  // 23: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
+	11, // 24: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
+	28, // 25: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
+	13, // 26: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
+	17, // 27: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
+	19, // 28: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
+	21, // 29: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
+	23, // 30: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
+	25, // 31: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
+	32, // 32: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	30, // 33: gpupass.v1.RunService.GetCheckpoint:input_type -> gpupass.v1.GetCheckpointRequest
+	4,  // 34: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	9,  // 35: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	12, // 36: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	29, // 37: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	15, // 38: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	18, // 39: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	20, // 40: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	22, // 41: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	24, // 42: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	27, // 43: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	33, // 44: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	31, // 45: gpupass.v1.RunService.GetCheckpoint:output_type -> gpupass.v1.GetCheckpointResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_runs_proto_init() }
@@ -3018,14 +3132,14 @@ func file_gpupass_v1_runs_proto_init() {
 		return
 	}
 	file_gpupass_v1_broker_proto_init()
-	file_gpupass_v1_runs_proto_msgTypes[9].OneofWrappers = []any{}
+	file_gpupass_v1_runs_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,74 @@
+package match
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpupass/gpupass/broker/store"
+)
+
+// TestPlaceGang (issue #34): a gang is placed on nodes that advertise a
+// rendezvous, all free; with some of its nodes busy the run waits for
+// them; a region without one says why, and a region whose nodes would
+// make one but advertise no rendezvous names the agent flags.
+func TestPlaceGang(t *testing.T) {
+	t.Parallel()
+	a100 := func(id, region string, rdv bool) store.Node {
+		n := node(id, region, "a100-80gb", 4, 30, 5)
+		if rdv {
+			n.Labels.JobAddress, n.Labels.JobPortMin, n.Labels.JobPortMax = "10.0.0.1", 29500, 29599
+		}
+		return n
+	}
+	ix := Prepare([]store.Node{
+		a100("usw-1", "us-west-2", true), a100("usw-2", "us-west-2", true), a100("usw-3", "us-west-2", true),
+		a100("euc-1", "eu-central-1", false), a100("euc-2", "eu-central-1", false), a100("euc-3", "eu-central-1", true),
+		a100("aps-1", "ap-south-1", true),
+	}, nil)
+	type out struct {
+		Nodes []string
+		Busy  []string
+		Miss  string
+	}
+	for _, tc := range []struct {
+		name       string
+		region     string
+		nodes      int
+		busy, skip []string
+		want       out
+	}{
+		{"two of three free", "us-west-2", 2, []string{"usw-1"}, nil, out{Nodes: []string{"usw-2", "usw-3"}}},
+		{"a node lost on before is left out", "us-west-2", 2, nil, []string{"usw-2"}, out{Nodes: []string{"usw-1", "usw-3"}}},
+		{"too few free: wait for the busy ones", "us-west-2", 3, []string{"usw-2"}, nil, out{Busy: []string{"usw-2"}}},
+		{"too few at all", "us-west-2", 4, nil, nil, out{Miss: "only 3 certified a100-80gb nodes, a gang needs 4"}},
+		{"too few that advertise a rendezvous", "eu-central-1", 2, nil, nil, out{Miss: "3 candidate nodes for 4 GPUs each, but only 1 advertise a job address and ports for the gang's rendezvous (a gang needs 2; start the local executor's agents with --job-address and --job-ports)"}},
+		{"one node", "ap-south-1", 2, nil, nil, out{Miss: "only 1 certified a100-80gb node, a gang needs 2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := func(ids []string) func(string) bool {
+				return func(id string) bool {
+					for _, x := range ids {
+						if x == id {
+							return true
+						}
+					}
+					return false
+				}
+			}
+			q := Query{Spec: gangSpec(4*tc.nodes, tc.nodes), Scope: []string{"*"}, Regions: []string{tc.region}, MinScore: 85, Now: now, OfflineAfter: 30 * time.Second}
+			busy := in(tc.busy)
+			pick := ix.PlaceGang(q, tc.nodes, in(tc.skip), func(id string) bool { return !busy(id) })
+			var got out
+			for _, r := range pick.Nodes {
+				got.Nodes = append(got.Nodes, r.Node.ID)
+			}
+			got.Busy, got.Miss = pick.Busy, pick.Miss
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("PlaceGang (-want +got):\n%s", d)
+			}
+		})
+	}
+}
