@@ -122,8 +122,13 @@ func Start(t testing.TB, opts Options) *Stack {
 		base = os.Environ()
 	}
 	// up saves its stack as a context in the config file: a test's goes
-	// to a config of its own, never the user's.
-	if !slices.ContainsFunc(append(slices.Clone(base), opts.Env...), func(e string) bool { return strings.HasPrefix(e, "XDG_CONFIG_HOME=") }) {
+	// to a config of its own, never the user's nor one the test process
+	// shares with other tests (testutil.RunIsolatedFromUser sets one for
+	// the whole package), unless the test names one.
+	named := func(env []string) bool {
+		return slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "XDG_CONFIG_HOME=") })
+	}
+	if !named(opts.Env) && (opts.Environ == nil || !named(opts.Environ)) {
 		base = append(slices.Clone(base), "XDG_CONFIG_HOME="+t.TempDir())
 	}
 	args := []string{"up", "--listen", "127.0.0.1:0"}
