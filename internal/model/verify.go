@@ -282,9 +282,9 @@ func verifySignature(ctx context.Context, found []candidate, vo audit.VerifyOpti
 		payload, signer, err := audit.VerifyAttestation(ctx, f.bundle, vo, manifestHex)
 		switch {
 		case errors.Is(err, audit.ErrSignedKeyless):
-			err = errors.New("the attestation was signed keyless (it carries a certificate): verify it against the identity that must have signed it, --certificate-identity ID --certificate-oidc-issuer URL, not --key")
+			err = errors.New("the attestation was signed keyless (it carries a certificate): verify it against the identity that must have signed it, as in `gpupass model verify REF --certificate-identity ID --certificate-oidc-issuer URL`, not with a key")
 		case errors.Is(err, audit.ErrSignedWithKey):
-			err = errors.New("the attestation was signed with a key (it carries no certificate): verify it with that key's public half, --key cosign.pub")
+			err = errors.New("the attestation was signed with a key (it carries no certificate): verify it with that key's public half, as in `gpupass model verify REF --key cosign.pub`")
 		}
 		if err != nil {
 			problems = append(problems, audit.Problem{File: f.ref, Check: "dsse-signature", Message: err.Error()})

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpupass/gpupass/broker/brokertest"
 	"github.com/gpupass/gpupass/broker/store"
@@ -18,7 +19,12 @@ import (
 // matching H100 nodes and one with another CUDA toolkit.
 func cliBroker(t *testing.T) (url, read string, ids map[string]string) {
 	t.Helper()
-	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	// The nodes beat once, when they register: on a loaded machine (CI
+	// runs test packages side by side) the tests that read them may come
+	// more than Fast's minute later, and would find them offline.
+	cfg := brokertest.Fast()
+	cfg.OfflineAfter = time.Hour
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), cfg)
 	tok := b.Token(t, store.RoleAgent, "*")
 	east := brokertest.H100("us-east-1", 21)
 	east.CUDA = "12.2.140"
