@@ -63,6 +63,21 @@ func newReceiver(t *testing.T, h http.HandlerFunc) *receiver {
 	return r
 }
 
+// newHangingReceiver is an endpoint that answers no request until the
+// test ends (or the sender gives up on it). Its requests are let go
+// before the server closes, as Close waits for them.
+func newHangingReceiver(t *testing.T) *receiver {
+	release := make(chan struct{})
+	r := newReceiver(t, func(_ http.ResponseWriter, req *http.Request) {
+		select {
+		case <-release:
+		case <-req.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	return r
+}
+
 func (r *receiver) got() []recvd {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -208,8 +223,6 @@ func TestWebhookFaults(t *testing.T) {
 	down := httptest.NewServer(http.NotFoundHandler())
 	downURL := down.URL
 	down.Close()
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
 	tests := []struct {
 		name    string
 		url     func(t *testing.T) string
@@ -221,14 +234,7 @@ func TestWebhookFaults(t *testing.T) {
 		{"answering 500", func(t *testing.T) string {
 			return newReceiver(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }).URL
 		}, "answered 500", 500, nil},
-		{"slow", func(t *testing.T) string {
-			return newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
-				select {
-				case <-release:
-				case <-r.Context().Done():
-				}
-			}).URL
-		}, "no answer", 0, func(t *testing.T, a store.Attempt) {
+		{"slow", func(t *testing.T) string { return newHangingReceiver(t).URL }, "no answer", 0, func(t *testing.T, a store.Attempt) {
 			// Cut at the per-attempt timeout (300 ms here), not left to hang.
 			if a.Duration < 300*time.Millisecond || a.Duration > 2*time.Second {
 				t.Errorf("slow attempt took %s; want it cut at the 300ms timeout", a.Duration)
@@ -298,14 +304,7 @@ func TestWebhookFaults(t *testing.T) {
 // paths. One worker and a queue of one make the deliveries back up.
 func TestWebhookHangingNeverSlowsPlacement(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	hung := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
-	t.Cleanup(func() { close(release) })
+	hung := newHangingReceiver(t)
 	cfg := brokertest.Fast()
 	cfg.Webhooks = fastHooks()
 	cfg.Webhooks.Timeout, cfg.Webhooks.Workers, cfg.Webhooks.Queue = 10*time.Second, 1, 1
