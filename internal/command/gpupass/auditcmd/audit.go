@@ -71,7 +71,7 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Out, "out", "audit-report.zip", "where to write the audit report zip")
 	f.StringVar(&o.AllocationID, "allocation", "", "allocation id of the run to audit, instead of the ALLOC argument")
-	f.Var(passwordValue{&o.Password}, "key-password", "password of --key (default: $COSIGN_PASSWORD)")
+	f.Var(keylessflags.Password(&o.Password), "key-password", "password of --key (default: $COSIGN_PASSWORD)")
 	gpupass.MarkSecret("key-password")
 	// A pipeline passes the key itself (a secret input): masked in the log.
 	gpupass.MarkSecret("key")
@@ -89,18 +89,6 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for --key --tlog-upload (keyless signing uses the signing config's)")
 	o.Broker.AddFlags(cmd)
 }
-
-// passwordValue is --key-password: kept as bytes, never printed.
-type passwordValue struct{ p *[]byte }
-
-func (v passwordValue) String() string {
-	if v.p == nil || len(*v.p) == 0 {
-		return ""
-	}
-	return "***"
-}
-func (v passwordValue) Set(s string) error { *v.p = []byte(s); return nil }
-func (passwordValue) Type() string         { return "string" }
 
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
 type AuditVerifyOptions struct {
