@@ -529,7 +529,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		set = append(set, v)
 	}
 	groupErr := set.checkGroup()
-	if err := output.Write(out, o.Output, set); err != nil {
+	if err := output.Write(out, o.Output, checkedSet{set, groupErr}); err != nil {
 		return err
 	}
 	if failed := set.failed(); len(failed) > 0 {
@@ -598,9 +598,18 @@ func verifyOne(ctx context.Context, path, extract string, vopts audit.VerifyOpti
 	return verified{File: path, ExtractedTo: extracted, Result: res}, nil
 }
 
-// verifiedSet is what `audit verify` prints for several reports: each
-// report's layers, then which failed; as JSON, a list.
+// verifiedSet is the reports `audit verify` verified together.
 type verifiedSet []verified
+
+// checkedSet is what `audit verify` prints for several reports: each
+// report's layers, then which failed and what checkGroup found (groupErr,
+// computed once by the caller, which also exits on it); as JSON, a list.
+type checkedSet struct {
+	verifiedSet
+	groupErr error
+}
+
+func (c checkedSet) WriteJSON(w io.Writer) error { return output.WriteJSON(w, c.verifiedSet) }
 
 func (s verifiedSet) failed() []string {
 	var f []string
@@ -612,7 +621,8 @@ func (s verifiedSet) failed() []string {
 	return f
 }
 
-func (s verifiedSet) WriteText(out io.Writer) error {
+func (c checkedSet) WriteText(out io.Writer) error {
+	s := c.verifiedSet
 	for i, v := range s {
 		if i > 0 {
 			if _, err := io.WriteString(out, "\n"); err != nil {
@@ -632,12 +642,13 @@ func (s verifiedSet) WriteText(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return s.writeGroup(out)
+	return s.writeGroup(out, c.groupErr)
 }
 
 // writeGroup says whether the set holds every audited run of the run
-// group its reports name (checkGroup); nothing for reports of no group.
-func (s verifiedSet) writeGroup(out io.Writer) error {
+// group its reports name (groupErr, what checkGroup returned); nothing
+// for reports of no group.
+func (s verifiedSet) writeGroup(out io.Writer, groupErr error) error {
 	var g *audit.ManifestGroup
 	for _, v := range s {
 		if v.Result != nil && v.Result.Group != nil {
@@ -648,8 +659,8 @@ func (s verifiedSet) writeGroup(out io.Writer) error {
 	if g == nil {
 		return nil
 	}
-	if err := s.checkGroup(); err != nil {
-		_, err = fmt.Fprintf(out, "FAIL %v\n", err)
+	if groupErr != nil {
+		_, err := fmt.Fprintf(out, "FAIL %v\n", groupErr)
 		return err
 	}
 	audited := 0
