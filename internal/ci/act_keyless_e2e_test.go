@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
 )
@@ -25,15 +24,12 @@ import (
 // report by identity, and so does stock `cosign verify-blob` with the
 // identity; a wrong identity is refused by both.
 func TestActionKeylessThroughAct(t *testing.T) {
-	bin := testutil.BuildBinary(t, "./cmd/gpupass")
-	path := toolsPath(t, bin)
-	act := lookPath(t, path, "act")
-	cosign := lookPath(t, path, "cosign")
+	k := startKeylessCI(t, "act")
+	bin, path, act, sig := k.bin, k.path, k.runner, k.sig
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		testutil.Missing(t, "go on PATH (the action builds gpupass from source)")
 	}
-	sig := sigstoretest.Start(t)
 	gh := sigstoretest.GitHubClaims{Repository: "acme/train", Ref: "refs/pull/7/merge", SHA: strings.Repeat("0123abcd", 5)}
 	reqURL, reqToken := sig.GitHubActions(t, gh)
 	id, iss := gh.Identity(), sig.Issuer(gh)
@@ -118,18 +114,10 @@ func TestActionKeylessThroughAct(t *testing.T) {
 	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id+"-other", "--certificate-oidc-issuer", iss, "--trusted-root", sig.TrustedRoot).CombinedOutput(); err == nil {
 		t.Errorf("audit verify accepted a wrong identity:\n%s", b)
 	}
-	cosignBlob := func(id string) (string, error) {
-		c := exec.Command(cosign, "verify-blob", "--bundle", audit.FileManifestBundle, "--trusted-root", sig.TrustedRoot, "--use-signed-timestamps",
-			"--certificate-identity", id, "--certificate-oidc-issuer", iss, audit.FileManifest)
-		home := t.TempDir()
-		c.Dir, c.Env = extract, append(os.Environ(), "HOME="+home, "TUF_ROOT="+filepath.Join(home, "tuf"), "SIGSTORE_NO_CACHE=true")
-		b, err := c.CombinedOutput()
-		return string(b), err
-	}
-	if o, err := cosignBlob(id); err != nil || !strings.Contains(o, "Verified OK") {
+	if o, err := k.cosignVerifyBlob(t, extract, id, iss); err != nil || !strings.Contains(o, "Verified OK") {
 		t.Errorf("cosign verify-blob with the job's identity: %v\n%s", err, o)
 	}
-	if o, err := cosignBlob(id + "-other"); err == nil {
+	if o, err := k.cosignVerifyBlob(t, extract, id+"-other", iss); err == nil {
 		t.Errorf("cosign verify-blob accepted a wrong identity:\n%s", o)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
 )
@@ -23,12 +22,9 @@ import (
 // signed and the command that verifies it, which, pasted, passes; stock
 // `cosign verify-blob` accepts the identity and refuses another.
 func TestGitLabComponentKeyless(t *testing.T) {
-	bin := testutil.BuildBinary(t, "./cmd/gpupass")
-	path := toolsPath(t, bin)
-	glci := lookPath(t, path, "gitlab-ci-local")
-	cosign := lookPath(t, path, "cosign")
+	k := startKeylessCI(t, "gitlab-ci-local")
+	bin, path, glci, sig := k.bin, k.path, k.runner, k.sig
 	lookPath(t, path, "rsync")
-	sig := sigstoretest.Start(t)
 	gl := sigstoretest.GitLabClaims{ProjectPath: "acme/train", Ref: "main", SHA: strings.Repeat("feedc0de", 5)}
 	token := sig.Token(t, gl)
 	id, iss := gl.Identity(), sig.Issuer(gl)
@@ -99,18 +95,10 @@ func TestGitLabComponentKeyless(t *testing.T) {
 	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id, "--certificate-oidc-issuer", sig.GitHubIssuer, "--trusted-root", sig.TrustedRoot).CombinedOutput(); err == nil {
 		t.Errorf("audit verify accepted a wrong issuer:\n%s", b)
 	}
-	cosignBlob := func(id, iss string) (string, error) {
-		c := exec.Command(cosign, "verify-blob", "--bundle", audit.FileManifestBundle, "--trusted-root", sig.TrustedRoot, "--use-signed-timestamps",
-			"--certificate-identity", id, "--certificate-oidc-issuer", iss, audit.FileManifest)
-		home := t.TempDir()
-		c.Dir, c.Env = extract, append(os.Environ(), "HOME="+home, "TUF_ROOT="+filepath.Join(home, "tuf"), "SIGSTORE_NO_CACHE=true")
-		b, err := c.CombinedOutput()
-		return string(b), err
-	}
-	if o, err := cosignBlob(id, iss); err != nil || !strings.Contains(o, "Verified OK") {
+	if o, err := k.cosignVerifyBlob(t, extract, id, iss); err != nil || !strings.Contains(o, "Verified OK") {
 		t.Errorf("cosign verify-blob with the job's identity: %v\n%s", err, o)
 	}
-	if o, err := cosignBlob(id, sig.GitHubIssuer); err == nil {
+	if o, err := k.cosignVerifyBlob(t, extract, id, sig.GitHubIssuer); err == nil {
 		t.Errorf("cosign verify-blob accepted a wrong issuer:\n%s", o)
 	}
 }
