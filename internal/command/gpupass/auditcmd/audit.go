@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/app/auditrun"
+	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
@@ -59,6 +60,9 @@ type AuditOptions struct {
 	Password []byte
 	// ErrOut receives the CI log group markers (-o github|gitlab).
 	ErrOut io.Writer
+	// PostTo says where, besides the step summary, the audit says who
+	// signed: the sticky report comment.
+	PostTo PostFlags
 
 	// Source overrides the run source (the broker client, later; tests).
 	Source audit.Source
@@ -88,6 +92,7 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	_ = f.MarkHidden("fulcio-url")
 	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for --key --tlog-upload (keyless signing uses the signing config's)")
 	o.Broker.AddFlags(cmd)
+	o.PostTo.AddFlags(cmd)
 }
 
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
@@ -195,6 +200,7 @@ for every command.`,
 			}
 			o.Log = g.Logger(cmd.ErrOrStderr())
 			o.ErrOut = cmd.ErrOrStderr()
+			o.PostTo.Poster = g.Poster
 			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
@@ -302,6 +308,12 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	if group {
 		o.Out = GroupOut(o.AllocationID, o.Out)
 	}
+	if o.PostTo.Post == "" {
+		o.PostTo.Post = string(compare.PostNone) // options built without the flags
+	}
+	if _, err := compare.ParsePostMode(o.PostTo.Post); err != nil {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s %q: must be auto, github, gitlab or none", gpupass.CIFlag(o.Output, "post"), o.PostTo.Post)}
+	}
 	if o.FulcioURL != "" {
 		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--fulcio-url is replaced by --signing-config FILE: write one naming your Fulcio, Rekor and timestamp authority with `cosign signing-config create`")}
 	}
@@ -349,8 +361,11 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 			return err
 		}
 		if isCI {
-			return env.Summary(written.summary(o.AllocationID, o.Out, o.TrustedRoot))
+			if err := env.Summary(written.summary(o.AllocationID, o.Out, o.TrustedRoot)); err != nil {
+				return err
+			}
 		}
+		o.postSection(ctx, signedBySection(o.Out, written.mode(), written.signedBy(), o.TrustedRoot))
 		return nil
 	}
 	res, err := o.auditOne(ctx)
@@ -362,8 +377,11 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	}
 	if isCI {
 		wrote := fmt.Sprintf("Wrote `%s` (allocation `%s`, %d files), signed with %s.", res.Path, res.AllocationID, res.Files, res.Signing)
-		return env.Summary(auditSummary(wrote, res.Simulated, res.SignedBy, res.Path, o.TrustedRoot))
+		if err := env.Summary(auditSummary(wrote, res.Simulated, res.SignedBy, res.Path, o.TrustedRoot)); err != nil {
+			return err
+		}
 	}
+	o.postSection(ctx, signedBySection(res.Path, res.Signing, res.SignedBy, o.TrustedRoot))
 	return nil
 }
 
