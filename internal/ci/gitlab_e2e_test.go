@@ -272,7 +272,7 @@ func checkExamplePlan(t *testing.T, glci string, p *pipeline) {
 		t.Fatalf("--preview is not YAML: %v\n%s", err, preview)
 	}
 	stages := map[string]string{"gpupass-validate": "build", "gpupass-train-us-west-2": "test", "gpupass-train-eu-central-1": "test",
-		"gpupass-compare-report": "deploy", "gpupass-audit": "deploy"}
+		"gpupass-compare-report": "deploy", "gpupass-audit": ".post"}
 	for job, stage := range stages {
 		j, _ := rendered[job].(map[string]any)
 		if j == nil {
