@@ -35,8 +35,9 @@ type PostFlags struct {
 	PullRequest int64
 	GitHubToken string
 	GitLabToken string
-	// Poster is the forge poster (g.Poster); nil: nothing is posted.
-	Poster any
+	// Poster is the forge poster cmd/gpupass links in (g.Poster); one
+	// that cannot set a section (or nil) posts nothing.
+	Poster compare.Poster
 }
 
 // AddFlags registers the posting flags of `gpupass audit`.
