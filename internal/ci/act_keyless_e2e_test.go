@@ -3,13 +3,13 @@
 package ci_test
 
 import (
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
 )
@@ -23,17 +23,18 @@ import (
 // names who signed (repository, workflow, ref, commit) and the command that
 // verifies it, which, pasted, passes; the audit-verify step verifies the
 // report by identity, and so does stock `cosign verify-blob` with the
-// identity; a wrong identity is refused by both.
+// identity; a wrong identity is refused by both. The pull request's one
+// report comment (the fake comments API of GITHUB_API_URL) holds the
+// compare verdict and who signed, set in place by the audit step, kept by
+// a compare report after it, never twice though the audit ran twice; the
+// verify command in it, pasted, passes.
 func TestActionKeylessThroughAct(t *testing.T) {
-	bin := testutil.BuildBinary(t, "./cmd/gpupass")
-	path := toolsPath(t, bin)
-	act := lookPath(t, path, "act")
-	cosign := lookPath(t, path, "cosign")
+	k := startKeylessCI(t, "act")
+	bin, path, act, sig := k.bin, k.path, k.runner, k.sig
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		testutil.Missing(t, "go on PATH (the action builds gpupass from source)")
 	}
-	sig := sigstoretest.Start(t)
 	gh := sigstoretest.GitHubClaims{Repository: "acme/train", Ref: "refs/pull/7/merge", SHA: strings.Repeat("0123abcd", 5)}
 	reqURL, reqToken := sig.GitHubActions(t, gh)
 	id, iss := gh.Identity(), sig.Issuer(gh)
@@ -57,11 +58,17 @@ func TestActionKeylessThroughAct(t *testing.T) {
 	event := filepath.Join(t.TempDir(), "event.json")
 	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"`+gh.SHA+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
 	out := t.TempDir()
+	const ghToken = "ghs-keyless-secret-77c1"
+	srv := githubComments(ghToken)
+	ts := httptest.NewServer(srv.handler())
+	defer ts.Close()
 	cmd := exec.Command(act, "pull_request",
 		"-P", "ubuntu-latest=-self-hosted",
 		"-e", event,
 		"--env", "E2E_OUT="+out,
 		"--env", "GITHUB_REPOSITORY=acme/train",
+		"--env", "GITHUB_API_URL="+ts.URL+"/api/v3",
+		"-s", "GITHUB_TOKEN="+ghToken,
 		"--env", "GOCACHE="+goenv("GOCACHE"),
 		"--env", "GOMODCACHE="+goenv("GOMODCACHE"),
 		// What a job granted id-token: write has.
@@ -99,14 +106,54 @@ func TestActionKeylessThroughAct(t *testing.T) {
 	if !strings.Contains(log, "verified audit-report.zip") {
 		t.Errorf("the audit-verify step did not verify the report by identity")
 	}
-	if strings.Contains(log, reqToken) {
-		t.Errorf("the token endpoint's bearer reached the act log")
+	if strings.Contains(log, reqToken) || strings.Contains(log, ghToken) {
+		t.Errorf("the token endpoint's bearer or the GitHub token reached the act log")
+	}
+
+	// The pull request has one comment: the compare report, with who
+	// signed set in it by the audit (once, though the step ran twice),
+	// kept by the compare report after it; its verify command, pasted,
+	// passes.
+	thread := srv.thread()
+	if len(thread) != 1 {
+		t.Fatalf("%d comments on the pull request, want the one report comment: %+v", len(thread), thread)
+	}
+	c := thread[0]
+	for _, want := range []string{"gpupass compare: consistent", "6%", "Signed by `" + id + "` (`" + iss + "`)", "repository `https://github.com/acme/train`", "ref `refs/pull/7/merge`", "commit `" + gh.SHA + "`"} {
+		if !strings.Contains(c.Body, want) {
+			t.Errorf("the report comment lacks %q:\n%s", want, c.Body)
+		}
+	}
+	if n := strings.Count(c.Body, "<!-- gpupass:section "); n != 1 {
+		t.Errorf("the report comment holds %d signed-by sections, want 1:\n%s", n, c.Body)
+	}
+	// created by compare, set by the first audit (the rerun changed only
+	// the signing time, which the section does not show: no edit), then
+	// edited by the second compare.
+	if len(c.History) < 2 || strings.Contains(c.History[0], "Signed by") || !strings.Contains(c.History[len(c.History)-1], "Signed by") {
+		t.Errorf("the comment's history is not report, then report with who signed: %q", c.History)
+	}
+	for _, s := range []string{ghToken, reqToken} {
+		if strings.Contains(c.Body, s) {
+			t.Errorf("a token reached the report comment")
+		}
+	}
+	_, fromComment, ok := strings.Cut(c.Body, "```sh\n")
+	fromComment, _, _ = strings.Cut(fromComment, "\n```")
+	if !ok || !strings.HasPrefix(fromComment, "gpupass audit verify ") {
+		t.Fatalf("no verify command in the report comment:\n%s", c.Body)
+	}
+	t.Logf("the report comment's verify command: %s", fromComment)
+	sh := exec.Command("sh", "-c", fromComment)
+	sh.Dir, sh.Env = out, append(os.Environ(), "PATH="+path)
+	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
+		t.Errorf("the report comment's verify command, pasted: %v\n%s", err, b)
 	}
 
 	zip := filepath.Join(out, "audit-report.zip")
 	// The summary's command, pasted in the directory holding the zip.
 	pasted := "gpupass audit verify audit-report.zip --certificate-identity " + id + " --certificate-oidc-issuer " + iss + " --trusted-root " + sig.TrustedRoot
-	sh := exec.Command("sh", "-c", pasted)
+	sh = exec.Command("sh", "-c", pasted)
 	sh.Dir, sh.Env = out, append(os.Environ(), "PATH="+path)
 	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
 		t.Errorf("the summary's verify command, pasted: %v\n%s", err, b)
@@ -118,18 +165,10 @@ func TestActionKeylessThroughAct(t *testing.T) {
 	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id+"-other", "--certificate-oidc-issuer", iss, "--trusted-root", sig.TrustedRoot).CombinedOutput(); err == nil {
 		t.Errorf("audit verify accepted a wrong identity:\n%s", b)
 	}
-	cosignBlob := func(id string) (string, error) {
-		c := exec.Command(cosign, "verify-blob", "--bundle", audit.FileManifestBundle, "--trusted-root", sig.TrustedRoot, "--use-signed-timestamps",
-			"--certificate-identity", id, "--certificate-oidc-issuer", iss, audit.FileManifest)
-		home := t.TempDir()
-		c.Dir, c.Env = extract, append(os.Environ(), "HOME="+home, "TUF_ROOT="+filepath.Join(home, "tuf"), "SIGSTORE_NO_CACHE=true")
-		b, err := c.CombinedOutput()
-		return string(b), err
-	}
-	if o, err := cosignBlob(id); err != nil || !strings.Contains(o, "Verified OK") {
+	if o, err := k.cosignVerifyBlob(t, extract, id, iss); err != nil || !strings.Contains(o, "Verified OK") {
 		t.Errorf("cosign verify-blob with the job's identity: %v\n%s", err, o)
 	}
-	if o, err := cosignBlob(id + "-other"); err == nil {
+	if o, err := k.cosignVerifyBlob(t, extract, id+"-other", iss); err == nil {
 		t.Errorf("cosign verify-blob accepted a wrong identity:\n%s", o)
 	}
 }

@@ -55,7 +55,7 @@ func TestGitLabComponents(t *testing.T) {
 		t.Fatalf("gitlab-ci-local --preview: %v\n%s", err, pb)
 	}
 	for job, stage := range map[string]string{"gpupass-validate": "build", "gpupass-bundle-push": "build",
-		"gpupass-train-us-west-2": "test", "gpupass-train-eu-central-1": "test", "compare-files": "deploy", "compare-runs": "deploy", "gpupass-audit": "deploy"} {
+		"gpupass-train-us-west-2": "test", "gpupass-train-eu-central-1": "test", "compare-files": "deploy", "compare-runs": "deploy", "gpupass-audit": ".post"} {
 		if j, _ := plan[job].(map[string]any); j["stage"] != stage {
 			t.Errorf("the component pipeline plans %s in stage %v, want %s", job, j["stage"], stage)
 		}
@@ -272,7 +272,7 @@ func checkExamplePlan(t *testing.T, glci string, p *pipeline) {
 		t.Fatalf("--preview is not YAML: %v\n%s", err, preview)
 	}
 	stages := map[string]string{"gpupass-validate": "build", "gpupass-train-us-west-2": "test", "gpupass-train-eu-central-1": "test",
-		"gpupass-compare-report": "deploy", "gpupass-audit": "deploy"}
+		"gpupass-compare-report": "deploy", "gpupass-audit": ".post"}
 	for job, stage := range stages {
 		j, _ := rendered[job].(map[string]any)
 		if j == nil {

@@ -3,13 +3,13 @@
 package ci_test
 
 import (
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
 )
@@ -21,14 +21,15 @@ import (
 // private Sigstore, whose signing config and trusted root come in as the
 // component's signing-config and trusted-root inputs. The job log names who
 // signed and the command that verifies it, which, pasted, passes; stock
-// `cosign verify-blob` accepts the identity and refuses another.
+// `cosign verify-blob` accepts the identity and refuses another. The merge
+// request's one report note (the fake notes API of CI_API_V4_URL) holds
+// the compare verdict and who signed, set in place by the audit job,
+// replaced by its rerun, kept by a compare report after it; the verify
+// command in it, pasted, passes.
 func TestGitLabComponentKeyless(t *testing.T) {
-	bin := testutil.BuildBinary(t, "./cmd/gpupass")
-	path := toolsPath(t, bin)
-	glci := lookPath(t, path, "gitlab-ci-local")
-	cosign := lookPath(t, path, "cosign")
+	k := startKeylessCI(t, "gitlab-ci-local")
+	bin, path, glci, sig := k.bin, k.path, k.runner, k.sig
 	lookPath(t, path, "rsync")
-	sig := sigstoretest.Start(t)
 	gl := sigstoretest.GitLabClaims{ProjectPath: "acme/train", Ref: "main", SHA: strings.Repeat("feedc0de", 5)}
 	token := sig.Token(t, gl)
 	id, iss := gl.Identity(), sig.Issuer(gl)
@@ -38,13 +39,41 @@ func TestGitLabComponentKeyless(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The compare report's MR note first, then the audit adds who signed
+	// to it, twice (a rerun replaces it), then the report again (it keeps
+	// it): each in a stage of its own, so that each edits what the one
+	// before left.
 	pipeline := `include:
+  - component: $CI_SERVER_FQDN/$CI_PROJECT_PATH/compare-report@$CI_COMMIT_SHA
+    inputs:
+      job-name: compare
+      stage: build
+      runs: us=testdata/us.jsonl eu=testdata/eu.jsonl
   - component: $CI_SERVER_FQDN/$CI_PROJECT_PATH/audit@$CI_COMMIT_SHA
     inputs:
+      stage: test
       run-file: run.json
       signing-config: $SIGSTORE_SIGNING_CONFIG
       trusted-root: $SIGSTORE_TRUSTED_ROOT
+  - component: $CI_SERVER_FQDN/$CI_PROJECT_PATH/audit@$CI_COMMIT_SHA
+    inputs:
+      job-name: audit-again
+      stage: deploy
+      run-file: run.json
+      audit-path: audit-again.zip
+      signing-config: $SIGSTORE_SIGNING_CONFIG
+      trusted-root: $SIGSTORE_TRUSTED_ROOT
+  - component: $CI_SERVER_FQDN/$CI_PROJECT_PATH/compare-report@$CI_COMMIT_SHA
+    inputs:
+      job-name: compare-again
+      stage: .post
+      runs: us=testdata/us.jsonl eu=testdata/eu.jsonl
+      tolerance: 6%
 `
+	const glToken = "glpat-keyless-secret-3e9a"
+	srv := gitlabNotes(glToken)
+	ts := httptest.NewServer(srv.handler())
+	defer ts.Close()
 	for name, body := range map[string][]byte{".gitlab-ci.yml": []byte(pipeline), "run.json": run} {
 		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
 			t.Fatal(err)
@@ -60,6 +89,10 @@ func TestGitLabComponentKeyless(t *testing.T) {
 	cmd := exec.Command(glci, "--shell-executor-no-image", "--force-shell-executor",
 		"--variable", "GITLAB_CI=true",
 		"--variable", "SIGSTORE_ID_TOKEN="+token,
+		"--variable", "CI_API_V4_URL="+ts.URL+"/api/v4",
+		"--variable", "CI_MERGE_REQUEST_IID=3",
+		"--variable", "CI_MERGE_REQUEST_PROJECT_ID=42",
+		"--variable", "GPUPASS_GITLAB_TOKEN="+glToken,
 		"--variable", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
 		"--variable", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot)
 	cmd.Dir = dir
@@ -76,17 +109,57 @@ func TestGitLabComponentKeyless(t *testing.T) {
 	}
 	jobLog, _ := os.ReadFile(filepath.Join(dir, ".gitlab-ci-local", "output", "gpupass-audit.log"))
 	_, pasted, ok := strings.Cut(string(jobLog), "signed keyless as "+id+" (OIDC issuer "+iss+"); verify with:\n")
+	for _, job := range []string{"compare", "audit-again", "compare-again"} {
+		if !strings.Contains(log, "PASS  "+job) {
+			t.Errorf("job %s did not pass", job)
+		}
+	}
 	if !strings.Contains(log, "PASS  gpupass-audit") || !ok {
 		t.Fatalf("the audit job did not sign keyless as %s from %s:\n%s", id, iss, jobLog)
 	}
 	pasted, _, _ = strings.Cut(strings.TrimSpace(pasted), "\n")
 	t.Logf("the job log's verify command: %s", pasted)
-	if strings.Contains(log, token) || strings.Contains(string(jobLog), token) {
+	if strings.Contains(log, token) || strings.Contains(string(jobLog), token) || strings.Contains(log, glToken) {
 		t.Errorf("the OIDC token reached the log")
 	}
 
+	// The merge request has one note: the compare report, with who signed
+	// set in it once (the rerun wrote the zip elsewhere: its section
+	// replaced the first), kept by the report after; its verify command,
+	// pasted where the rerun's artifacts are, passes.
+	thread := srv.thread()
+	if len(thread) != 1 {
+		t.Fatalf("%d notes on the merge request, want the one report note: %+v", len(thread), thread)
+	}
+	note := thread[0]
+	for _, want := range []string{"gpupass compare: consistent", "6%", "Signed by `" + id + "` (`" + iss + "`)", "commit `" + gl.SHA + "`", "audit-again.zip"} {
+		if !strings.Contains(note.Body, want) {
+			t.Errorf("the report note lacks %q:\n%s", want, note.Body)
+		}
+	}
+	if n := strings.Count(note.Body, "<!-- gpupass:section "); n != 1 {
+		t.Errorf("the report note holds %d signed-by sections, want 1:\n%s", n, note.Body)
+	}
+	if len(note.History) != 3 || strings.Contains(note.History[0], "Signed by") || !strings.Contains(note.History[1], "Signed by") {
+		t.Errorf("the note's history is not report, report with who signed (twice), then the report again: %q", note.History)
+	}
+	if strings.Contains(note.Body, glToken) || strings.Contains(note.Body, token) {
+		t.Errorf("a token reached the report note")
+	}
+	_, fromNote, ok := strings.Cut(note.Body, "```sh\n")
+	fromNote, _, _ = strings.Cut(fromNote, "\n```")
+	if !ok || !strings.HasPrefix(fromNote, "gpupass audit verify ") {
+		t.Fatalf("no verify command in the report note:\n%s", note.Body)
+	}
+	t.Logf("the report note's verify command: %s", fromNote)
+	sh := exec.Command("sh", "-c", fromNote)
+	sh.Dir, sh.Env = filepath.Join(dir, ".gitlab-ci-local", "artifacts", "audit-again"), append(os.Environ(), "PATH="+path)
+	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-again.zip") {
+		t.Errorf("the report note's verify command, pasted: %v\n%s", err, b)
+	}
+
 	art := filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-audit")
-	sh := exec.Command("sh", "-c", pasted)
+	sh = exec.Command("sh", "-c", pasted)
 	sh.Dir, sh.Env = art, append(os.Environ(), "PATH="+path)
 	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
 		t.Errorf("the job log's verify command, pasted: %v\n%s", err, b)
@@ -99,18 +172,10 @@ func TestGitLabComponentKeyless(t *testing.T) {
 	if b, err := exec.Command(bin, "audit", "verify", zip, "--certificate-identity", id, "--certificate-oidc-issuer", sig.GitHubIssuer, "--trusted-root", sig.TrustedRoot).CombinedOutput(); err == nil {
 		t.Errorf("audit verify accepted a wrong issuer:\n%s", b)
 	}
-	cosignBlob := func(id, iss string) (string, error) {
-		c := exec.Command(cosign, "verify-blob", "--bundle", audit.FileManifestBundle, "--trusted-root", sig.TrustedRoot, "--use-signed-timestamps",
-			"--certificate-identity", id, "--certificate-oidc-issuer", iss, audit.FileManifest)
-		home := t.TempDir()
-		c.Dir, c.Env = extract, append(os.Environ(), "HOME="+home, "TUF_ROOT="+filepath.Join(home, "tuf"), "SIGSTORE_NO_CACHE=true")
-		b, err := c.CombinedOutput()
-		return string(b), err
-	}
-	if o, err := cosignBlob(id, iss); err != nil || !strings.Contains(o, "Verified OK") {
+	if o, err := k.cosignVerifyBlob(t, extract, id, iss); err != nil || !strings.Contains(o, "Verified OK") {
 		t.Errorf("cosign verify-blob with the job's identity: %v\n%s", err, o)
 	}
-	if o, err := cosignBlob(id, sig.GitHubIssuer); err == nil {
+	if o, err := k.cosignVerifyBlob(t, extract, id, sig.GitHubIssuer); err == nil {
 		t.Errorf("cosign verify-blob accepted a wrong issuer:\n%s", o)
 	}
 }

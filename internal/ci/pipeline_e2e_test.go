@@ -312,6 +312,10 @@ func TestExamplePipelineThroughAct(t *testing.T) {
 	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us-west-2"]) || !strings.Contains(bodies[0], ids["eu-central-1"]) {
 		t.Errorf("PR comments posted = %q, want one compare report of %v", bodies, ids)
 	}
+	// The audit job, after compare, added who signed (the key) to it.
+	if th := comments.thread(); len(th) != 1 || !strings.Contains(th[0].Body, "gpupass compare: consistent") || !strings.Contains(th[0].Body, "Signed with the pipeline's cosign key") || !strings.Contains(th[0].Body, "gpupass audit verify audit-report.zip --key cosign.pub") {
+		t.Errorf("the PR's report comment lacks the audit's signed-by section: %+v", th)
+	}
 	if denied != 0 {
 		t.Errorf("%d comment requests without the token", denied)
 	}
@@ -474,6 +478,10 @@ func TestExamplePipelineThroughGitLabCILocal(t *testing.T) {
 	notes.mu.Unlock()
 	if len(bodies) != 1 || !strings.Contains(bodies[0], "gpupass compare: consistent") || !strings.Contains(bodies[0], ids["us-west-2"]) || !strings.Contains(bodies[0], ids["eu-central-1"]) {
 		t.Errorf("MR notes posted = %q, want one compare report of %v", bodies, ids)
+	}
+	// The audit job, in .post, added who signed (the key) to it.
+	if th := notes.thread(); len(th) != 1 || !strings.Contains(th[0].Body, "gpupass compare: consistent") || !strings.Contains(th[0].Body, "Signed with the pipeline's cosign key") || !strings.Contains(th[0].Body, "gpupass audit verify audit-report.zip --key cosign.pub") {
+		t.Errorf("the MR's report note lacks the audit's signed-by section: %+v", th)
 	}
 	if denied != 0 {
 		t.Errorf("%d note requests without the project access token", denied)

@@ -284,12 +284,17 @@ type Store interface {
 	Delete(ctx context.Context, id int64) error
 }
 
-// Post makes body the sticky report for meta.Tag on s.
+// Post makes body the sticky report for meta.Tag on s, keeping the
+// sections (Section) of the comment it replaces that this pipeline or
+// commit wrote.
 func Post(ctx context.Context, s Store, meta Meta, body string, b Behavior) (Result, error) {
 	existing, err := s.List(ctx)
 	if err != nil {
 		return Result{}, err
 	}
+	// Another step's section in the report comment (the audit's "signed
+	// by") stays when it speaks of this commit.
+	body = keep(existing, meta, body)
 	a := Plan(existing, meta, body, b)
 	res := Result{Reason: a.Reason}
 	if a.Kind == ActSkip {

@@ -27,6 +27,43 @@ var _ compare.Poster = Poster{}
 // Post posts the report as the sticky comment of o.Tag; nil, nil when
 // the pipeline is not for a pull or merge request and o.Post is auto.
 func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options, md string) (*forge.Result, error) {
+	store, meta, err := target(mode, o)
+	if store == nil || err != nil {
+		return nil, err
+	}
+	full := "the job log"
+	if o.Files.Markdown != "" {
+		full = "`" + filepath.Base(o.Files.Markdown) + "` among the job's artifacts"
+	}
+	// Room is left for the sections other steps set (the audit's).
+	body := forge.Compose(meta, md, forge.MaxChars-1-forge.SectionMaxChars, full)
+	res, err := forge.Post(ctx, store, meta, body, o.Behavior)
+	if err != nil {
+		return nil, fmt.Errorf("posting the report to %s: %w", mode, err)
+	}
+	return &res, nil
+}
+
+// PostSection sets section s in the sticky comment of o.Tag, in place
+// (forge.PostSection): the audit step's "signed by" in the compare
+// report's comment. nil, nil as Post.
+func (Poster) PostSection(ctx context.Context, mode compare.PostMode, o compare.Options, s forge.Section) (*forge.Result, error) {
+	store, meta, err := target(mode, o)
+	if store == nil || err != nil {
+		return nil, err
+	}
+	s.RunID, s.SHA = meta.RunID, meta.SHA
+	res, err := forge.PostSection(ctx, store, meta, s)
+	if err != nil {
+		return nil, fmt.Errorf("posting the %s section to %s: %w", s.Name, mode, err)
+	}
+	return &res, nil
+}
+
+// target is the pull or merge request the CI's variables (o.Getenv) and
+// o name, and the marker of this pipeline's report; a nil Store when
+// there is none and o.Post is auto.
+func target(mode compare.PostMode, o compare.Options) (forge.Store, forge.Meta, error) {
 	getenv, log := o.Getenv, o.Logger
 	hc := o.HTTPClient
 	if hc == nil {
@@ -40,25 +77,21 @@ func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options
 		c.Transport = &forge.Retry{Base: rt, Logger: log, AttemptTimeout: 30 * time.Second}
 		hc = &c
 	}
-	full := "the job log"
-	if o.Files.Markdown != "" {
-		full = "`" + filepath.Base(o.Files.Markdown) + "` among the job's artifacts"
-	}
 	var store forge.Store
 	var meta forge.Meta
 	switch mode {
 	default:
-		return nil, fmt.Errorf("posting to %q: not a forge", mode)
+		return nil, forge.Meta{}, fmt.Errorf("posting to %q: not a forge", mode)
 	case compare.PostGitHub:
 		tgt, run, ok, err := ghforge.FromEnv(getenv)
 		if err != nil {
-			return nil, err
+			return nil, forge.Meta{}, err
 		}
 		if !ok && o.PullRequest > 0 {
 			// The workflow's own repository: a PR number alone
 			// cannot send the comment anywhere else.
 			if tgt.Owner == "" || tgt.Repo == "" {
-				return nil, errors.New("posting to github: GITHUB_REPOSITORY is not set: cannot tell which repository's pull request to comment on")
+				return nil, forge.Meta{}, errors.New("posting to github: GITHUB_REPOSITORY is not set: cannot tell which repository's pull request to comment on")
 			}
 			tgt.Number, ok = int(o.PullRequest), true
 			// The dispatch's commit is the default branch's, not the
@@ -68,26 +101,26 @@ func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options
 		if !ok {
 			if o.Post == compare.PostAuto {
 				log.Info("not a pull request event and no pull request named: nothing posted")
-				return nil, nil
+				return nil, forge.Meta{}, nil
 			}
-			return nil, &fielderr.Error{Field: compare.FieldPullRequest, Problem: "is required to post to github here: the workflow was not triggered by a pull request " +
+			return nil, forge.Meta{}, &fielderr.Error{Field: compare.FieldPullRequest, Problem: "is required to post to github here: the workflow was not triggered by a pull request " +
 				"(no pull_request in GITHUB_EVENT_PATH, GITHUB_REF is not refs/pull/N/merge); name the pull request to comment on, e.g. the ci.pull_request of the broker's webhook event"}
 		}
 		c, err := ghforge.New(tgt, firstNonEmpty(o.GitHubToken, getenv("GITHUB_TOKEN")), hc)
 		if err != nil {
-			return nil, err
+			return nil, forge.Meta{}, err
 		}
 		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.RunID, SHA: run.SHA}
 	case compare.PostGitLab:
 		tgt, run, ok, err := glforge.FromEnv(getenv)
 		if err != nil {
-			return nil, err
+			return nil, forge.Meta{}, err
 		}
 		if !ok && o.PullRequest > 0 {
 			// The pipeline's own project: an iid alone cannot send the
 			// note anywhere else.
 			if tgt.APIURL == "" || tgt.Project == "" {
-				return nil, errors.New("posting to gitlab: CI_API_V4_URL or CI_PROJECT_ID is not set: cannot tell where to post the note")
+				return nil, forge.Meta{}, errors.New("posting to gitlab: CI_API_V4_URL or CI_PROJECT_ID is not set: cannot tell where to post the note")
 			}
 			tgt.IID, ok = o.PullRequest, true
 			// A triggered pipeline runs on the trigger's ref (say
@@ -102,27 +135,22 @@ func (Poster) Post(ctx context.Context, mode compare.PostMode, o compare.Options
 		if !ok {
 			if o.Post == compare.PostAuto {
 				log.Info("not a merge request pipeline and no merge request named: nothing posted")
-				return nil, nil
+				return nil, forge.Meta{}, nil
 			}
-			return nil, &fielderr.Error{Field: compare.FieldPullRequest, Problem: "is required to post to gitlab here: not a merge request pipeline " +
+			return nil, forge.Meta{}, &fielderr.Error{Field: compare.FieldPullRequest, Problem: "is required to post to gitlab here: not a merge request pipeline " +
 				"(CI_MERGE_REQUEST_IID is not set); name the merge request to comment on, e.g. the ci.pull_request of the broker's webhook event"}
 		}
 		token := firstNonEmpty(o.GitLabToken, getenv("GITLAB_TOKEN"))
 		if token == "" && getenv("CI_JOB_TOKEN") != "" {
-			return nil, errors.New("only CI_JOB_TOKEN is available: " + glforge.TokenHelp)
+			return nil, forge.Meta{}, errors.New("only CI_JOB_TOKEN is available: " + glforge.TokenHelp)
 		}
 		c, err := glforge.New(tgt, token, hc)
 		if err != nil {
-			return nil, err
+			return nil, forge.Meta{}, err
 		}
 		store, meta = c, forge.Meta{Tag: o.Tag, RunID: run.PipelineID, SHA: run.SHA, CommitTime: run.CommitTime}
 	}
-	body := forge.Compose(meta, md, forge.MaxChars-1, full)
-	res, err := forge.Post(ctx, store, meta, body, o.Behavior)
-	if err != nil {
-		return nil, fmt.Errorf("posting the report to %s: %w", mode, err)
-	}
-	return &res, nil
+	return store, meta, nil
 }
 
 func firstNonEmpty(v ...string) string {

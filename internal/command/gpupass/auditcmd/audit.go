@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpupass/gpupass/internal/api"
 	"github.com/gpupass/gpupass/internal/app/auditrun"
+	"github.com/gpupass/gpupass/internal/app/compare"
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
@@ -59,6 +60,9 @@ type AuditOptions struct {
 	Password []byte
 	// ErrOut receives the CI log group markers (-o github|gitlab).
 	ErrOut io.Writer
+	// PostTo says where, besides the step summary, the audit says who
+	// signed: the sticky report comment.
+	PostTo PostFlags
 
 	// Source overrides the run source (the broker client, later; tests).
 	Source audit.Source
@@ -71,7 +75,7 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Out, "out", "audit-report.zip", "where to write the audit report zip")
 	f.StringVar(&o.AllocationID, "allocation", "", "allocation id of the run to audit, instead of the ALLOC argument")
-	f.Var(passwordValue{&o.Password}, "key-password", "password of --key (default: $COSIGN_PASSWORD)")
+	f.Var(keylessflags.Password(&o.Password), "key-password", "password of --key (default: $COSIGN_PASSWORD)")
 	gpupass.MarkSecret("key-password")
 	// A pipeline passes the key itself (a secret input): masked in the log.
 	gpupass.MarkSecret("key")
@@ -88,19 +92,8 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	_ = f.MarkHidden("fulcio-url")
 	f.StringVar(&o.RekorURL, "rekor-url", defaultRekorURL, "Rekor for --key --tlog-upload (keyless signing uses the signing config's)")
 	o.Broker.AddFlags(cmd)
+	o.PostTo.AddFlags(cmd)
 }
-
-// passwordValue is --key-password: kept as bytes, never printed.
-type passwordValue struct{ p *[]byte }
-
-func (v passwordValue) String() string {
-	if v.p == nil || len(*v.p) == 0 {
-		return ""
-	}
-	return "***"
-}
-func (v passwordValue) Set(s string) error { *v.p = []byte(s); return nil }
-func (passwordValue) Type() string         { return "string" }
 
 // AuditVerifyOptions are the options of `gpupass audit verify ZIP`.
 type AuditVerifyOptions struct {
@@ -207,6 +200,7 @@ for every command.`,
 			}
 			o.Log = g.Logger(cmd.ErrOrStderr())
 			o.ErrOut = cmd.ErrOrStderr()
+			o.PostTo.Poster = g.Poster
 			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
@@ -314,6 +308,12 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	if group {
 		o.Out = GroupOut(o.AllocationID, o.Out)
 	}
+	if o.PostTo.Post == "" {
+		o.PostTo.Post = string(compare.PostNone) // options built without the flags
+	}
+	if _, err := compare.ParsePostMode(o.PostTo.Post); err != nil {
+		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s %q: must be auto, github, gitlab or none", gpupass.CIFlag(o.Output, "post"), o.PostTo.Post)}
+	}
 	if o.FulcioURL != "" {
 		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--fulcio-url is replaced by --signing-config FILE: write one naming your Fulcio, Rekor and timestamp authority with `cosign signing-config create`")}
 	}
@@ -361,8 +361,11 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 			return err
 		}
 		if isCI {
-			return env.Summary(written.summary(o.AllocationID, o.Out, o.TrustedRoot))
+			if err := env.Summary(written.summary(o.AllocationID, o.Out, o.TrustedRoot)); err != nil {
+				return err
+			}
 		}
+		o.postSection(ctx, signedBySection(o.Out, written.mode(), written.signedBy(), o.TrustedRoot))
 		return nil
 	}
 	res, err := o.auditOne(ctx)
@@ -374,8 +377,11 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	}
 	if isCI {
 		wrote := fmt.Sprintf("Wrote `%s` (allocation `%s`, %d files), signed with %s.", res.Path, res.AllocationID, res.Files, res.Signing)
-		return env.Summary(auditSummary(wrote, res.Simulated, res.SignedBy, res.Path, o.TrustedRoot))
+		if err := env.Summary(auditSummary(wrote, res.Simulated, res.SignedBy, res.Path, o.TrustedRoot)); err != nil {
+			return err
+		}
 	}
+	o.postSection(ctx, signedBySection(res.Path, res.Signing, res.SignedBy, o.TrustedRoot))
 	return nil
 }
 
@@ -541,7 +547,7 @@ func RunAuditVerify(ctx context.Context, o AuditVerifyOptions, out io.Writer) er
 		set = append(set, v)
 	}
 	groupErr := set.checkGroup()
-	if err := output.Write(out, o.Output, set); err != nil {
+	if err := output.Write(out, o.Output, checkedSet{set, groupErr}); err != nil {
 		return err
 	}
 	if failed := set.failed(); len(failed) > 0 {
@@ -610,9 +616,18 @@ func verifyOne(ctx context.Context, path, extract string, vopts audit.VerifyOpti
 	return verified{File: path, ExtractedTo: extracted, Result: res}, nil
 }
 
-// verifiedSet is what `audit verify` prints for several reports: each
-// report's layers, then which failed; as JSON, a list.
+// verifiedSet is the reports `audit verify` verified together.
 type verifiedSet []verified
+
+// checkedSet is what `audit verify` prints for several reports: each
+// report's layers, then which failed and what checkGroup found (groupErr,
+// computed once by the caller, which also exits on it); as JSON, a list.
+type checkedSet struct {
+	verifiedSet
+	groupErr error
+}
+
+func (c checkedSet) WriteJSON(w io.Writer) error { return output.WriteJSON(w, c.verifiedSet) }
 
 func (s verifiedSet) failed() []string {
 	var f []string
@@ -624,7 +639,8 @@ func (s verifiedSet) failed() []string {
 	return f
 }
 
-func (s verifiedSet) WriteText(out io.Writer) error {
+func (c checkedSet) WriteText(out io.Writer) error {
+	s := c.verifiedSet
 	for i, v := range s {
 		if i > 0 {
 			if _, err := io.WriteString(out, "\n"); err != nil {
@@ -644,12 +660,13 @@ func (s verifiedSet) WriteText(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return s.writeGroup(out)
+	return s.writeGroup(out, c.groupErr)
 }
 
 // writeGroup says whether the set holds every audited run of the run
-// group its reports name (checkGroup); nothing for reports of no group.
-func (s verifiedSet) writeGroup(out io.Writer) error {
+// group its reports name (groupErr, what checkGroup returned); nothing
+// for reports of no group.
+func (s verifiedSet) writeGroup(out io.Writer, groupErr error) error {
 	var g *audit.ManifestGroup
 	for _, v := range s {
 		if v.Result != nil && v.Result.Group != nil {
@@ -660,8 +677,8 @@ func (s verifiedSet) writeGroup(out io.Writer) error {
 	if g == nil {
 		return nil
 	}
-	if err := s.checkGroup(); err != nil {
-		_, err = fmt.Fprintf(out, "FAIL %v\n", err)
+	if groupErr != nil {
+		_, err := fmt.Fprintf(out, "FAIL %v\n", groupErr)
 		return err
 	}
 	audited := 0

@@ -88,6 +88,27 @@ func (g groupWritten) summary(group, dir, trustedRoot string) string {
 	return auditSummary(wrote, simulated, sb, dir, trustedRoot)
 }
 
+// signedBy is who signed the group's zips keyless (one identity signs
+// them all: the job's); nil when a key signed.
+func (g groupWritten) signedBy() *audit.SignedBy {
+	for _, z := range g {
+		if z.AuditResult != nil && z.SignedBy != nil {
+			return z.SignedBy
+		}
+	}
+	return nil
+}
+
+// mode is how the group's zips were signed (audit.ModeKey or ModeKeyless).
+func (g groupWritten) mode() string {
+	for _, z := range g {
+		if z.AuditResult != nil {
+			return z.Signing
+		}
+	}
+	return ""
+}
+
 // groupPrinted is groupWritten with, for a group signed keyless, the
 // command that verifies the whole directory; as JSON, the list alone.
 type groupPrinted struct {

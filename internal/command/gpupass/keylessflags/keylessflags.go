@@ -37,6 +37,22 @@ func (s *Sign) AddFlags(f *pflag.FlagSet, what string) {
 	f.StringVar(&s.TrustedRoot, "trusted-root", "", "trusted root (cosign trusted-root create) to check "+what+" against once signed")
 }
 
+// Password is the --key-password flag of every command that signs with
+// a key: the password kept as bytes in *p, never printed (help and
+// errors show *** when it is set).
+func Password(p *[]byte) pflag.Value { return passwordValue{p} }
+
+type passwordValue struct{ p *[]byte }
+
+func (v passwordValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	return "***"
+}
+func (v passwordValue) Set(s string) error { *v.p = []byte(s); return nil }
+func (passwordValue) Type() string         { return "string" }
+
 // Config is the audit.SignConfig of a key reference and these flags,
 // --identity-token read as cosign reads it (the token, or a file).
 func (s Sign) Config(key string, tlogUpload bool) (audit.SignConfig, error) {

@@ -60,7 +60,7 @@ func (o *PushOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Commit, "commit", "", "the commit the model was trained from (default: the CI job's, GITHUB_SHA or CI_COMMIT_SHA)")
 	f.StringVar(&o.Key, "key", "", "cosign private key to sign the attestation with: a file, env://VAR or the PEM itself (password in --key-password or COSIGN_PASSWORD); without it the job's OIDC identity signs keyless")
 	gpupass.MarkSecret("key")
-	f.Var(passwordValue{&o.Password}, "key-password", "password of --key (default: $COSIGN_PASSWORD)")
+	f.Var(keylessflags.Password(&o.Password), "key-password", "password of --key (default: $COSIGN_PASSWORD)")
 	gpupass.MarkSecret("key-password")
 	o.Sigstore.AddFlags(f, "the keyless attestation")
 	f.StringVar(&o.MaxSize, "max-size", "16GiB", "largest model file pushed (e.g. 500MiB, 64GiB)")
@@ -90,18 +90,6 @@ func (o *VerifyOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.MaxSize, "max-size", "16GiB", "largest model file downloaded to check its bytes")
 	o.Registry.AddFlags(f)
 }
-
-// passwordValue is --key-password: kept as bytes, never printed.
-type passwordValue struct{ p *[]byte }
-
-func (v passwordValue) String() string {
-	if v.p == nil || len(*v.p) == 0 {
-		return ""
-	}
-	return "***"
-}
-func (v passwordValue) Set(s string) error { *v.p = []byte(s); return nil }
-func (passwordValue) Type() string         { return "string" }
 
 func newModelCmd(g *gpupass.GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{
