@@ -32,7 +32,7 @@ func TestGangOneEligibleNode(t *testing.T) {
 			why string
 		}{
 			{name: "one of two busy", busy: true},
-			{name: "one of two offline", silent: true, why: "no gang of 2 nodes in us-west-2: only 1 certified h100-sxm5 node, a gang needs 2"},
+			{name: "one of two offline", silent: true, why: "no gang of 2 nodes in us-west-2: only 1 certified h100-sxm5 node online (1 offline), a gang needs 2"},
 			{name: "one of two certified for the runtime", second: func(n *brokertest.NodeSpec) { n.CUDA = "12.2.140" },
 				why: "no gang of 2 nodes in us-west-2: 2 certified h100-sxm5 nodes, but only 1 matches the spec's runtime (a gang needs 2)"},
 		} {
