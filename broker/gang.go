@@ -101,13 +101,29 @@ func (b *Broker) placeGang(ctx context.Context, rs store.Runs, a store.Alloc, sp
 	}
 	q := match.Query{Spec: sp, Scope: []string{a.Region}, Regions: []string{a.Region}, MinScore: a.MinScore, MaxPrice: a.MaxPrice,
 		Now: time.Now(), OfflineAfter: b.cfg.OfflineAfter}
+	// As for a one-node run (place): a gang new enough that another
+	// replica may know of nodes this one has not read yet is matched
+	// again on a fresh read, then waits for that news before it fails.
+	news := b.awaitsNews(a)
 	var pick match.GangPick
-	b.live(snap, &q, func() {
-		pick = snap.index.PlaceGang(q, k, func(id string) bool { return skip[id] }, func(id string) bool { return !busy[id] && !claimed[id] })
-	})
+	for fresh := false; ; fresh = true {
+		q.Now = time.Now()
+		b.live(snap, &q, func() {
+			pick = snap.index.PlaceGang(q, k, func(id string) bool { return skip[id] }, func(id string) bool { return !busy[id] && !claimed[id] })
+		})
+		if pick.Nodes != nil || len(pick.Busy) > 0 || !news || fresh {
+			break
+		}
+		if snap, err = b.refresh(ctx, time.Now().Add(-b.cfg.FlushInterval/5)); err != nil {
+			return a, err
+		}
+	}
 	if pick.Nodes == nil {
 		if len(pick.Busy) > 0 {
 			return b.wait(ctx, rs, a, active, pick.Busy)
+		}
+		if news {
+			return b.waitForNews(ctx, rs, a, "no gang yet")
 		}
 		prefix := ""
 		if len(a.Replaced) > 0 {

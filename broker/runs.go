@@ -526,35 +526,41 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 		}
 	}
 	if !waiting && news {
-		// Still nothing: the node may be in another replica's heartbeat
-		// buffer. The run stays pending until newsDelay has passed since
-		// it was submitted, then fails as below. This replica looks again
-		// once that buffer is written (superviseRuns, on whichever replica
-		// does once-only work, would within a second).
-		const why = "no candidate node yet; waiting for news from the other brokers"
-		if a.Reason == why {
-			return a, nil
-		}
-		a, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
-			if x.State != store.AllocPending {
-				return errMoved
-			}
-			x.Reason = why
-			return nil
-		})
-		switch {
-		case errors.Is(err, errMoved):
-			return rs.Alloc(ctx, id)
-		case err == nil:
-			// Once per run: a later pass finds the reason set.
-			b.placeLater(rs, a.ID, 2*b.cfg.FlushInterval)
-		}
-		return a, err
+		return b.waitForNews(ctx, rs, a, "no candidate node yet")
 	}
 	if waiting {
 		return b.wait(ctx, rs, a, active, waitFor)
 	}
 	return b.finish(ctx, rs, a, store.AllocFailed, noCandidate(a, out))
+}
+
+// waitForNews keeps a run that found no node (none for a gang: what)
+// pending, when another replica may know of one this replica has not
+// read yet (awaitsNews): the node may be in another replica's heartbeat
+// buffer. The run stays pending until newsDelay has passed since it was
+// submitted, then fails as usual. This replica looks again once that
+// buffer is written (superviseRuns, on whichever replica does once-only
+// work, would within a second).
+func (b *Broker) waitForNews(ctx context.Context, rs store.Runs, a store.Alloc, what string) (store.Alloc, error) {
+	why := what + "; waiting for news from the other brokers"
+	if a.Reason == why {
+		return a, nil
+	}
+	out, err := rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+		if x.State != store.AllocPending {
+			return errMoved
+		}
+		x.Reason = why
+		return nil
+	})
+	switch {
+	case errors.Is(err, errMoved):
+		return rs.Alloc(ctx, a.ID)
+	case err == nil:
+		// Once per run: a later pass finds the reason set.
+		b.placeLater(rs, a.ID, 2*b.cfg.FlushInterval)
+	}
+	return out, err
 }
 
 // awaitsNews reports whether a run that finds no candidate here should

@@ -437,8 +437,15 @@ func BenchmarkDDPSrunFirstLine(b *testing.B) {
 	if err := exec.Command(py, "-c", "import torch.distributed").Run(); err != nil {
 		testutil.Missing(b, "torch.distributed in %s: %v", py, err)
 	}
+	testutil.Alternate(b, testutil.Timed{Name: "srun", Run: srunFirstLine(b, c, py)})
+}
+
+// srunFirstLine is one round of BenchmarkDDPSrunFirstLine: `srun -N2`
+// of examples/ddp (5 steps), the time from its start to the first output
+// line of both tasks.
+func srunFirstLine(b *testing.B, c *slurmtest.Cluster, py string) func(i int) time.Duration {
 	script := filepath.Join(testutil.RepoRoot(b), "examples", "ddp", "train_ddp.py")
-	testutil.Alternate(b, testutil.Timed{Name: "srun", Run: func(i int) time.Duration {
+	return func(i int) time.Duration {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
@@ -478,5 +485,5 @@ func BenchmarkDDPSrunFirstLine(b *testing.B) {
 			b.Fatalf("srun round %d: %v", i, err)
 		}
 		return all
-	}})
+	}
 }

@@ -263,6 +263,10 @@ func (ix *Index) gangMiss(vs *Verdicts, region int32, k int, per *spec.Spec, min
 	// left are the region's certified nodes of the class, each with its
 	// reasons; a stage keeps those without its reason.
 	var left [][]Reason
+	// offline are the certified nodes of the class that are offline and
+	// nothing else: a gang that misses only them says so, since they
+	// would count once back.
+	offline := 0
 	for _, list := range [][]Verdict{vs.Candidates, vs.Excluded} {
 		for i := range list {
 			v := &list[i]
@@ -277,16 +281,25 @@ func (ix *Index) gangMiss(vs *Verdicts, region int32, k int, per *spec.Spec, min
 			if slices.ContainsFunc(rs, func(r Reason) bool {
 				return slices.Contains(certifiedCodes, r.Code) || r.Code == CodeRegionFilter || r.Field == "resources.accelerator"
 			}) {
+				if !slices.ContainsFunc(rs, func(r Reason) bool {
+					return r.Code != CodeOffline && (slices.Contains(certifiedCodes, r.Code) || r.Code == CodeRegionFilter || r.Field == "resources.accelerator")
+				}) {
+					offline++
+				}
 				continue
 			}
 			left = append(left, rs)
 		}
 	}
+	online := ""
+	if offline > 0 {
+		online = fmt.Sprintf(" online (%d offline)", offline)
+	}
 	if len(left) == 0 {
-		return 0, fmt.Sprintf("no %s, a gang needs %d", strings.TrimSuffix(class, "s"), k)
+		return 0, fmt.Sprintf("no %s%s, a gang needs %d", strings.TrimSuffix(class, "s"), online, k)
 	}
 	if len(left) < k {
-		return 0, fmt.Sprintf("only %s, a gang needs %d", count(len(left), class), k)
+		return 0, fmt.Sprintf("only %s%s, a gang needs %d", count(len(left), class), online, k)
 	}
 	total := len(left)
 	var met []string // the requirements that narrowed the nodes so far

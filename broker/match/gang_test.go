@@ -84,7 +84,7 @@ func TestGangs(t *testing.T) {
 				"ap-south-1":     "2 certified a100-80gb nodes, but only 1 matches the spec's runtime (a gang needs 2)",
 				"ca-central-1":   "4 certified a100-80gb nodes, but none has ≥ 4 GPUs (a gang needs 2)",
 				"eu-west-3":      "2 certified a100-80gb nodes qualify, but no 2 of them share one runtime (driver, CUDA, Python, PyTorch)",
-				"ap-southeast-2": "only 1 certified a100-80gb node, a gang needs 2",
+				"ap-southeast-2": "only 1 certified a100-80gb node online (1 offline), a gang needs 2",
 				"sa-east-1":      "no certified a100-80gb node, a gang needs 2",
 			}}},
 		{"nodes left out: the fewest, no gang where one node holds the count, and no miss", q(gangSpec(8, 0), nil), gangOut{

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# One run across several nodes (issue #34): the peer figure its bench
-# compares with, `srun -N2` of examples/ddp on the real two-node Slurm
-# test cluster (internal/testutil/slurmtest, needs root, Slurm and
-# python3-torch), submit -> the first output line of every rank. The
-# gang placement is not built yet: its own figure, and the ratio (goal
-# <= 1.25x), join this row when it is.
+# One run across several nodes (issue #34): submit -> the first output
+# line of every rank, examples/ddp as a gang of two nodes, gpupass against
+# its peer `srun -N2` of the same script on the real two-node Slurm test
+# cluster (internal/testutil/slurmtest, needs root, Slurm and
+# python3-torch), alternated round by round in one run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-go test -tags e2e -run '^$' -bench 'BenchmarkDDPSrunFirstLine' -benchtime 10x -count 1 ./examples/ >"$tmp/bench.txt"
-awk '/^BenchmarkDDPSrunFirstLine/ {
-	for (i=2; i<=NF; i++) v[$(i+1)]=$i
-	printf "| multi-node | submit -> first output line of every rank, srun -N2 of examples/ddp (the peer; gpupass gangs not placed yet) | p50 %.0f ms, p95 %.0f ms | gang <= 1.25x | n/a |\n", v["srun-p50-ms"], v["srun-p95-ms"]
-}' "$tmp/bench.txt"
+
+# gpupass's gang on local agents (`gpupass up --agents-per-region 2`,
+# `gpupass train --follow` of resources.nodes: 2) against srun -N2:
+# BenchmarkDDPGangFirstLine, 10 rounds of each.
+local_gang_row() {
+	go test -tags e2e -run '^$' -bench 'BenchmarkDDPGangFirstLine' -benchtime 10x -count 1 ./examples/ >"$tmp/gang.txt" 2>&1 || { cat "$tmp/gang.txt" >&2; return 1; }
+	local load
+	load="$(cut -d' ' -f1 /proc/loadavg)"
+	awk -v load="$load" -v cores="$(nproc)" '/^BenchmarkDDPGangFirstLine/ {
+		for (i=2; i<=NF; i++) v[$(i+1)]=$i
+		printf "| multi-node | submit -> first output line of every rank, p50: gpupass train --follow of examples/ddp, nodes: 2 on two local agents vs srun -N2 (10 rounds each, alternated; load avg %s on %s cores) | %.0f ms vs %.0f ms | <= 1.25x | %.2fx |\n", load, cores, v["gpupass-p50-ms"], v["srun-p50-ms"], v["gpupass-p50-ms"]/v["srun-p50-ms"]
+		printf "| multi-node | submit -> first output line of every rank, p95 (as above) | %.0f ms vs %.0f ms | <= 1.25x | %.2fx |\n", v["gpupass-p95-ms"], v["srun-p95-ms"], v["gpupass-p95-ms"]/v["srun-p95-ms"]
+		printf "| multi-node | where gpupass time goes, p50: train printed the submitted run / every rank process started / the job starting (python imports torch, in srun too) | %.0f ms / %.0f ms / %.0f ms | | |\n", v["gpupass-submitted-p50-ms"], v["gpupass-started-p50-ms"], v["gpupass-job-p50-ms"]
+		printf "| multi-node | where gpupass time goes, p95: every rank process started / the job starting | %.0f ms / %.0f ms | | |\n", v["gpupass-started-p95-ms"], v["gpupass-job-p95-ms"]
+	}' "$tmp/gang.txt"
+}
+
+local_gang_row
