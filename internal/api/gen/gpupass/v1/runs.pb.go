@@ -2662,9 +2662,18 @@ type GetRunEvidenceResponse struct {
 	// sha256:… of the wheel bundle the run installed, from the run's events
 	// (the "digest" field of the agent's runtime.bundle event, or a
 	// "bundle_digest" field); empty when it installed none.
-	BundleDigest  string `protobuf:"bytes,9,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BundleDigest string `protobuf:"bytes,9,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	// For a run across several nodes: the signed run report of each rank
+	// from 1 up that sent one (rank 0's is report above), rank order.
+	Ranks []*RankEvidence `protobuf:"bytes,230,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	// certified: every rank's signed report is present, measured the
+	// spec's fingerprint and the accelerator of rank 0 (for a one-node run:
+	// its report's fingerprint equals the spec's). uncertified_reason
+	// names the first rank that keeps it from being, and why.
+	Certified         bool   `protobuf:"varint,231,opt,name=certified,proto3" json:"certified,omitempty"`
+	UncertifiedReason string `protobuf:"bytes,232,opt,name=uncertified_reason,json=uncertifiedReason,proto3" json:"uncertified_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetRunEvidenceResponse) Reset() {
@@ -2758,6 +2767,120 @@ func (x *GetRunEvidenceResponse) GetBundleDigest() string {
 		return x.BundleDigest
 	}
 	return ""
+}
+
+func (x *GetRunEvidenceResponse) GetRanks() []*RankEvidence {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetCertified() bool {
+	if x != nil {
+		return x.Certified
+	}
+	return false
+}
+
+func (x *GetRunEvidenceResponse) GetUncertifiedReason() string {
+	if x != nil {
+		return x.UncertifiedReason
+	}
+	return ""
+}
+
+// RankEvidence is one rank's signed run report (issue #34).
+type RankEvidence struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Rank                   int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	AllocId                string                 `protobuf:"bytes,2,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	NodeId                 string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Report                 []byte                 `protobuf:"bytes,4,opt,name=report,proto3" json:"report,omitempty"`
+	Signature              string                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	AgentPublicKeyPem      []byte                 `protobuf:"bytes,6,opt,name=agent_public_key_pem,json=agentPublicKeyPem,proto3" json:"agent_public_key_pem,omitempty"`
+	ReportReceivedUnixNano int64                  `protobuf:"varint,7,opt,name=report_received_unix_nano,json=reportReceivedUnixNano,proto3" json:"report_received_unix_nano,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *RankEvidence) Reset() {
+	*x = RankEvidence{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankEvidence) ProtoMessage() {}
+
+func (x *RankEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankEvidence.ProtoReflect.Descriptor instead.
+func (*RankEvidence) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RankEvidence) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RankEvidence) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *RankEvidence) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RankEvidence) GetReport() []byte {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *RankEvidence) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+func (x *RankEvidence) GetAgentPublicKeyPem() []byte {
+	if x != nil {
+		return x.AgentPublicKeyPem
+	}
+	return nil
+}
+
+func (x *RankEvidence) GetReportReceivedUnixNano() int64 {
+	if x != nil {
+		return x.ReportReceivedUnixNano
+	}
+	return 0
 }
 
 var File_gpupass_v1_runs_proto protoreflect.FileDescriptor
@@ -2970,7 +3093,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"2\n" +
 	"\x15GetRunEvidenceRequest\x12\x19\n" +
-	"\balloc_id\x18\x01 \x01(\tR\aallocId\"\xf5\x02\n" +
+	"\balloc_id\x18\x01 \x01(\tR\aallocId\"\xf5\x03\n" +
 	"\x16GetRunEvidenceResponse\x12!\n" +
 	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\x12\x1b\n" +
 	"\tspec_yaml\x18\x02 \x01(\fR\bspecYaml\x12\x1b\n" +
@@ -2981,7 +3104,18 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x19report_received_unix_nano\x18\a \x01(\x03R\x16reportReceivedUnixNano\x127\n" +
 	"\vnode_labels\x18\b \x01(\v2\x16.gpupass.v1.NodeLabelsR\n" +
 	"nodeLabels\x12#\n" +
-	"\rbundle_digest\x18\t \x01(\tR\fbundleDigest*\xdc\x01\n" +
+	"\rbundle_digest\x18\t \x01(\tR\fbundleDigest\x12/\n" +
+	"\x05ranks\x18\xe6\x01 \x03(\v2\x18.gpupass.v1.RankEvidenceR\x05ranks\x12\x1d\n" +
+	"\tcertified\x18\xe7\x01 \x01(\bR\tcertified\x12.\n" +
+	"\x12uncertified_reason\x18\xe8\x01 \x01(\tR\x11uncertifiedReason\"\xf8\x01\n" +
+	"\fRankEvidence\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x19\n" +
+	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06report\x18\x04 \x01(\fR\x06report\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\tR\tsignature\x12/\n" +
+	"\x14agent_public_key_pem\x18\x06 \x01(\fR\x11agentPublicKeyPem\x129\n" +
+	"\x19report_received_unix_nano\x18\a \x01(\x03R\x16reportReceivedUnixNano*\xdc\x01\n" +
 	"\n" +
 	"AllocState\x12\x1b\n" +
 	"\x17ALLOC_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3032,7 +3166,7 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
@@ -3068,9 +3202,10 @@ var file_gpupass_v1_runs_proto_goTypes = []any{
 	(*GetCheckpointResponse)(nil),    // 31: gpupass.v1.GetCheckpointResponse
 	(*GetRunEvidenceRequest)(nil),    // 32: gpupass.v1.GetRunEvidenceRequest
 	(*GetRunEvidenceResponse)(nil),   // 33: gpupass.v1.GetRunEvidenceResponse
-	nil,                              // 34: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 35: gpupass.v1.HealthScore
-	(*NodeLabels)(nil),               // 36: gpupass.v1.NodeLabels
+	(*RankEvidence)(nil),             // 34: gpupass.v1.RankEvidence
+	nil,                              // 35: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 36: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 37: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	5,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
@@ -3083,47 +3218,48 @@ var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	14, // 7: gpupass.v1.SubmitRequest.ci:type_name -> gpupass.v1.CIContext
 	16, // 8: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
 	0,  // 9: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	35, // 10: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	36, // 10: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
 	8,  // 11: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
 	16, // 12: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
 	16, // 13: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
 	16, // 14: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
 	10, // 15: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
 	16, // 16: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	34, // 17: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	35, // 17: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
 	16, // 18: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
 	26, // 19: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
 	16, // 20: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
-	36, // 21: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
-	3,  // 22: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
-	7,  // 23: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
-	11, // 24: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
-	28, // 25: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
-	13, // 26: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
-	17, // 27: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
-	19, // 28: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
-	21, // 29: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
-	23, // 30: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
-	25, // 31: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	32, // 32: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
-	30, // 33: gpupass.v1.RunService.GetCheckpoint:input_type -> gpupass.v1.GetCheckpointRequest
-	4,  // 34: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	9,  // 35: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	12, // 36: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	29, // 37: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
-	15, // 38: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	18, // 39: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	20, // 40: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	22, // 41: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	24, // 42: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	27, // 43: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	33, // 44: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
-	31, // 45: gpupass.v1.RunService.GetCheckpoint:output_type -> gpupass.v1.GetCheckpointResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	37, // 21: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	34, // 22: gpupass.v1.GetRunEvidenceResponse.ranks:type_name -> gpupass.v1.RankEvidence
+	3,  // 23: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
+	7,  // 24: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
+	11, // 25: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
+	28, // 26: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
+	13, // 27: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
+	17, // 28: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
+	19, // 29: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
+	21, // 30: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
+	23, // 31: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
+	25, // 32: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
+	32, // 33: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	30, // 34: gpupass.v1.RunService.GetCheckpoint:input_type -> gpupass.v1.GetCheckpointRequest
+	4,  // 35: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	9,  // 36: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	12, // 37: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	29, // 38: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	15, // 39: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	18, // 40: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	20, // 41: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	22, // 42: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	24, // 43: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	27, // 44: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	33, // 45: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	31, // 46: gpupass.v1.RunService.GetCheckpoint:output_type -> gpupass.v1.GetCheckpointResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_runs_proto_init() }
@@ -3139,7 +3275,7 @@ func file_gpupass_v1_runs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
