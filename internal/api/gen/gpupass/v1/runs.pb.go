@@ -515,10 +515,13 @@ type GangRank struct {
 	LocalRanks int32 `protobuf:"varint,4,opt,name=local_ranks,json=localRanks,proto3" json:"local_ranks,omitempty"`
 	// Where rank 0 listens: its node's job address and a port of its
 	// job port range, drawn for this gang attempt.
-	MasterAddr    string `protobuf:"bytes,5,opt,name=master_addr,json=masterAddr,proto3" json:"master_addr,omitempty"`
-	MasterPort    int32  `protobuf:"varint,6,opt,name=master_port,json=masterPort,proto3" json:"master_port,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MasterAddr string `protobuf:"bytes,5,opt,name=master_addr,json=masterAddr,proto3" json:"master_addr,omitempty"`
+	MasterPort int32  `protobuf:"varint,6,opt,name=master_port,json=masterPort,proto3" json:"master_port,omitempty"`
+	// The run was submitted with require_bandwidth: a link measured below
+	// resources.network.bandwidth_gbps at gang start fails it.
+	RequireBandwidth bool `protobuf:"varint,230,opt,name=require_bandwidth,json=requireBandwidth,proto3" json:"require_bandwidth,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GangRank) Reset() {
@@ -591,6 +594,13 @@ func (x *GangRank) GetMasterPort() int32 {
 		return x.MasterPort
 	}
 	return 0
+}
+
+func (x *GangRank) GetRequireBandwidth() bool {
+	if x != nil {
+		return x.RequireBandwidth
+	}
+	return false
 }
 
 type UpdateAllocationRequest struct {
@@ -1088,9 +1098,14 @@ type SubmitRequest struct {
 	// fields, stores it with the group and puts it in the group's webhook
 	// event ("ci"). Submitter-provided: it says where a triggered workflow
 	// comments, nothing more (SECURITY.md).
-	Ci            *CIContext `protobuf:"bytes,15,opt,name=ci,proto3" json:"ci,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ci *CIContext `protobuf:"bytes,15,opt,name=ci,proto3" json:"ci,omitempty"`
+	// gpupass train --require-bandwidth: for a run across several nodes, a
+	// link measured at gang start below resources.network.bandwidth_gbps
+	// fails the run instead of being recorded as a shortfall. Refused for
+	// a run on one node (there is no link between nodes to measure).
+	RequireBandwidth bool `protobuf:"varint,230,opt,name=require_bandwidth,json=requireBandwidth,proto3" json:"require_bandwidth,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -1233,6 +1248,13 @@ func (x *SubmitRequest) GetCi() *CIContext {
 		return x.Ci
 	}
 	return nil
+}
+
+func (x *SubmitRequest) GetRequireBandwidth() bool {
+	if x != nil {
+		return x.RequireBandwidth
+	}
+	return false
 }
 
 // CIContext is the CI job a run group was submitted from.
@@ -2915,7 +2937,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
 	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\x12)\n" +
 	"\x10spec_fingerprint\x18\x16 \x01(\tR\x0fspecFingerprint\x12(\n" +
-	"\x04gang\x18\x17 \x01(\v2\x14.gpupass.v1.GangRankR\x04gang\"\xb7\x01\n" +
+	"\x04gang\x18\x17 \x01(\v2\x14.gpupass.v1.GangRankR\x04gang\"\xe5\x01\n" +
 	"\bGangRank\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x14\n" +
@@ -2925,7 +2947,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\vmaster_addr\x18\x05 \x01(\tR\n" +
 	"masterAddr\x12\x1f\n" +
 	"\vmaster_port\x18\x06 \x01(\x05R\n" +
-	"masterPort\"\x92\x03\n" +
+	"masterPort\x12,\n" +
+	"\x11require_bandwidth\x18\xe6\x01 \x01(\bR\x10requireBandwidth\"\x92\x03\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
@@ -2959,7 +2982,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xe0\x04\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\x8e\x05\n" +
 	"\rSubmitRequest\x12\x1b\n" +
 	"\tspec_yaml\x18\x01 \x01(\fR\bspecYaml\x12\x1b\n" +
 	"\tspec_json\x18\x02 \x01(\fR\bspecJson\x12\x16\n" +
@@ -2978,7 +3001,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\n" +
 	"group_size\x18\x0e \x01(\x05R\tgroupSize\x122\n" +
 	"\x15queue_timeout_seconds\x18F \x01(\x03R\x13queueTimeoutSeconds\x12%\n" +
-	"\x02ci\x18\x0f \x01(\v2\x15.gpupass.v1.CIContextR\x02ciB\x0f\n" +
+	"\x02ci\x18\x0f \x01(\v2\x15.gpupass.v1.CIContextR\x02ci\x12,\n" +
+	"\x11require_bandwidth\x18\xe6\x01 \x01(\bR\x10requireBandwidthB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"\xae\x01\n" +
 	"\tCIContext\x12\x14\n" +
