@@ -24,25 +24,51 @@ import (
 )
 
 // TestGangEvidenceTwoLocalAgents (issue #34) is the evidence of a run
-// across two nodes as a user and an auditor see it, on `gpupass up
-// --agents-per-region 2`: at gang start the ranks measure the link
-// between them (an all-reduce over gloo, here over 127.0.0.1) and each
-// signs the figure in its run report with the spec's declared bandwidth
-// beside it; a spec declaring 100000 Gbit/s records a shortfall and the
-// run goes on, and with --require-bandwidth the run fails naming both
-// figures. `gpupass audit` of the run holds rank 1's signed report next
-// to rank 0's, `audit verify` checks it in a rank-1 layer, and a zip with
-// rank 1's report taken out fails naming it.
+// across two nodes as a user and an auditor see it: `gpupass up` and two
+// more agents in a region of their own whose operator claims a 100000
+// Gbit/s link between them. At gang start the ranks measure the link (an
+// all-reduce over gloo, here over 127.0.0.1) and each signs the figure
+// in its run report with the spec's declared 100000 Gbit/s beside it: a
+// recorded shortfall, and the run goes on; with --require-bandwidth the
+// run fails naming both figures. `gpupass audit` of the run holds rank
+// 1's signed report next to rank 0's, `audit verify` checks it in a
+// rank-1 layer, and a zip with rank 1's report taken out fails naming it.
 func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 	py := upstack.RequireTorch(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
-	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}, Args: []string{"--agents-per-region", "2"}})
+	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
+	// Two nodes whose operator claims a 100000 Gbit/s link between them
+	// (the label the broker matches on): only the measurement at gang
+	// start can tell. They are two processes on this machine, so what
+	// they measure is loopback.
+	const region = "us-east-1"
+	for i, ports := range []string{"29700-29799", "29800-29899"} {
+		stack.StartAgent(t, "fast-link-"+string(rune('a'+i)), region, "--bandwidth-gbps", "100000",
+			"--job-address", "127.0.0.1", "--job-ports", ports)
+	}
 	cfg := stack.Config(t)
 	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
+	nc, err := client.Dial(cfg.BrokerURL, client.Options{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstack.WaitFor(t, ctx, "the two nodes of "+region+" to be certified", func() bool {
+		resp, err := nc.Node.ListNodes(ctx, connect.NewRequest(&gpupassv1.ListNodesRequest{}))
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, x := range resp.Msg.Nodes {
+			if strings.HasPrefix(x.Hostname, "fast-link-") && x.Online && x.ConformancePassed {
+				n++
+			}
+		}
+		return n == 2
+	})
 	dir := t.TempDir()
 	gp := func(args ...string) (stdout, all string, code int) {
 		cmd := stack.Command(ctx, args...)
@@ -72,18 +98,21 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 		t.Fatalf("no run named %s", name)
 		return nil
 	}
-	// A spec promising a link no two processes on one machine reach.
+	// A spec declaring the link the nodes claim.
 	absurd := filepath.Join(stack.Root, "examples", "ddp", "gpupass-absurd-link.yaml")
 	b, err := os.ReadFile(filepath.Join(stack.Root, "examples", "ddp", "gpupass.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(absurd, bytes.Replace(b, []byte("bandwidth_gbps: 25,"), []byte("bandwidth_gbps: 100000,"), 1), 0o644); err != nil {
+	b = bytes.Replace(b, []byte("bandwidth_gbps: 25,"), []byte("bandwidth_gbps: 100000,"), 1)
+	// The test's own agents (StartAgent) measure no storage class.
+	b = bytes.Replace(b, []byte("  storage: {type: standard, size_gb: 10}\n"), nil, 1)
+	if err := os.WriteFile(absurd, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(absurd) })
 	train := func(name string, extra ...string) (string, int) {
-		args := append([]string{"train", "--spec", absurd, "--region", "us-west-2", "--workdir", "examples/ddp", "--name", name, "--follow"}, extra...)
+		args := append([]string{"train", "--spec", absurd, "--region", region, "--workdir", "examples/ddp", "--name", name, "--follow"}, extra...)
 		_, all, code := gp(append(args, "--", py, "train_ddp.py", "--steps", "10", "--timeout", "60")...)
 		return all, code
 	}
