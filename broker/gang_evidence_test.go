@@ -122,3 +122,18 @@ func TestGangEvidence(t *testing.T) {
 		})
 	}
 }
+
+// TestRequireBandwidthOneNode: --require-bandwidth asks for the link
+// between a gang's nodes to be measured; a spec on one node has none, so
+// the broker refuses the request rather than let the flag promise a
+// check that never runs.
+func TestRequireBandwidthOneNode(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.NewDB(t, "sqlite"), brokertest.Fast())
+	c := dialRuns(t, b, b.Token(t, store.RoleSubmit, "us-*"))
+	_, err := c.Run.Submit(context.Background(), connect.NewRequest(&gpupassv1.SubmitRequest{SpecYaml: specYAML(t), Region: "us-west-2",
+		Command: []string{"python3", "train.py"}, RequireBandwidth: true}))
+	if brokertest.Code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "this spec runs on one node, which has no link between nodes to measure") {
+		t.Errorf("submit of a one-node spec with require_bandwidth: %v, want invalid_argument saying there is no link to measure", err)
+	}
+}

@@ -183,6 +183,9 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !ev.Msg.Certified || len(ev.Msg.GetRanks()) != 1 {
+		t.Errorf("GetRunEvidence: certified %v (%s), %d rank report(s); want certified with rank 1's report", ev.Msg.Certified, ev.Msg.UncertifiedReason, len(ev.Msg.GetRanks()))
+	}
 	var keyArgs []string
 	for i, pem := range [][]byte{ev.Msg.AgentPublicKeyPem, rankKey(ev.Msg)} {
 		p := filepath.Join(dir, "agent"+string(rune('0'+i))+".pub")
