@@ -64,6 +64,10 @@ type Assignment struct {
 	Gang *rendezvous.Gang
 	// GangRun is the run (rank 0's allocation) this rank belongs to.
 	GangRun string
+	// RequireBandwidth: a link measured below the spec's declared
+	// bandwidth fails the run (--require-bandwidth) rather than being
+	// recorded as a shortfall.
+	RequireBandwidth bool
 }
 
 // AllocState is a state the agent reports for an allocation.

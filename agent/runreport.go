@@ -49,6 +49,12 @@ type RunReportSink interface {
 // its packages are read from their metadata, since starting that
 // interpreter as the agent would run the bundle's code next to the key.
 func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython) (*SignedReport, error) {
+	return a.runReport(ctx, allocID, sp, python, pre, nil)
+}
+
+// runReport is RunReport with link, a gang rank's measurement of the
+// link between the gang's nodes, signed with the rest (nil on one node).
+func (a *Agent) runReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython, link *conformance.Link) (*SignedReport, error) {
 	exp := suite.FromSpec(sp)
 	exp.StorageClass = a.o.StorageClass
 	res, err := a.suite.Run(ctx, exp)
@@ -95,6 +101,10 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 		return nil, err
 	}
 	rep.Notes = append(rep.Notes, notes...)
+	if link != nil {
+		rep.Link = link
+		rep.Checks = append(rep.Checks, linkCheckOf(link))
+	}
 	b, err := rep.Marshal()
 	if err != nil {
 		return nil, err
@@ -152,7 +162,13 @@ func orNone(s string) string {
 // one and fails the run right after).
 func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
 	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
-		sr, err := a.RunReport(ctx, as.AllocID, sp, python, pre)
+		var link *conformance.Link
+		if as.Gang != nil && as.Gang.Nodes > 1 {
+			// Every rank measures at once: each waits at the
+			// rendezvous for the others.
+			link = a.measureLink(ctx, as.Gang, sp, as.RequireBandwidth)
+		}
+		sr, err := a.runReport(ctx, as.AllocID, sp, python, pre, link)
 		if err != nil {
 			return "", nil, nil, err
 		}

@@ -68,7 +68,7 @@ func (b *brokerSource) PollWork(ctx context.Context, agentID string) (*Assignmen
 		gang = &rendezvous.Gang{NodeRank: int(g.NodeRank), Nodes: int(g.Nodes), LocalRanks: int(g.LocalRanks), MasterAddr: g.MasterAddr, MasterPort: int(g.MasterPort)}
 	}
 	return &Assignment{
-		Gang: gang, GangRun: m.GetGang().GetRunId(),
+		Gang: gang, GangRun: m.GetGang().GetRunId(), RequireBandwidth: m.GetGang().GetRequireBandwidth(),
 		AllocID: m.AllocId, FencingToken: m.FencingToken, Spec: m.SpecJson, SpecFingerprint: m.SpecFingerprint, Command: m.Command,
 		Workdir: m.WorkdirArchive, Region: m.Region, MaxRestarts: int(m.MaxRestarts),
 		Grace: time.Duration(m.GraceSeconds) * time.Second, TimeLimit: time.Duration(min(max(m.TimeLimitSeconds, 0), int64(spec.MaxTimeLimit/time.Second))) * time.Second,

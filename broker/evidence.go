@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -147,7 +148,61 @@ func (s *runService) GetRunEvidence(ctx context.Context, req *connect.Request[gp
 	if resp.BundleDigest, err = b.bundleDigest(ctx, rs, a.ID); err != nil {
 		return nil, err
 	}
+	if err := b.rankEvidence(ctx, rs, es, a, resp); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(resp), nil
+}
+
+// rankEvidence adds a gang's ranks 1.. to rank 0's evidence and decides
+// whether the run is certified: every rank's signed report present and
+// measuring the spec's fingerprint on rank 0's accelerator
+// (conformance.RankProblem). A rank that sent no report, or a
+// different one, leaves the run uncertified, named.
+func (b *Broker) rankEvidence(ctx context.Context, rs store.Runs, es store.Evidence, a store.Alloc, resp *gpupassv1.GetRunEvidenceResponse) error {
+	head, err := conformance.Parse(resp.Report)
+	if err != nil {
+		return b.storeErr("reading the run report of "+a.ID, err)
+	}
+	var problems []string
+	if p := conformance.RankProblem(0, nil, head, a.SpecFingerprint); p != "" {
+		problems = append(problems, p)
+	}
+	if a.GangSize >= 2 {
+		ranks, _, err := gangRanks(ctx, rs, a)
+		if err != nil {
+			return b.storeErr("reading the ranks of "+a.ID, err)
+		}
+		for _, x := range ranks[1:] {
+			ev, err := es.RunEvidence(ctx, x.ID)
+			if errors.Is(err, store.ErrNotFound) {
+				on := ""
+				if x.NodeID != "" {
+					on = " on " + x.NodeID
+				}
+				problems = append(problems, fmt.Sprintf("rank %d%s (%s): sent no signed run report", x.Rank, on, x.ID))
+				continue
+			}
+			if err != nil {
+				return b.storeErr("reading the run report of "+x.ID, err)
+			}
+			resp.Ranks = append(resp.Ranks, &gpupassv1.RankEvidence{Rank: int32(x.Rank), AllocId: x.ID, NodeId: ev.AgentID,
+				Report: ev.Report, Signature: ev.Signature, AgentPublicKeyPem: ev.AgentPublicKeyPEM, ReportReceivedUnixNano: nsOf(ev.ReceivedAt)})
+			rep, err := conformance.Parse(ev.Report)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("rank %d on %s: its run report does not parse: %v", x.Rank, ev.AgentID, err))
+				continue
+			}
+			if p := conformance.RankProblem(x.Rank, head, rep, a.SpecFingerprint); p != "" {
+				problems = append(problems, p)
+			}
+		}
+	}
+	resp.Certified = len(problems) == 0
+	if !resp.Certified {
+		resp.UncertifiedReason = strings.Join(problems, "; ")
+	}
+	return nil
 }
 
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)

@@ -305,5 +305,5 @@ func gangProto(a store.Alloc) *gpupassv1.GangRank {
 		return nil
 	}
 	return &gpupassv1.GangRank{RunId: a.GangID(), NodeRank: int32(a.Rank), Nodes: int32(a.GangSize), LocalRanks: 1,
-		MasterAddr: a.MasterAddr, MasterPort: int32(a.MasterPort)}
+		MasterAddr: a.MasterAddr, MasterPort: int32(a.MasterPort), RequireBandwidth: a.RequireBandwidth}
 }

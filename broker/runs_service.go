@@ -374,6 +374,9 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		if err := gangRefusal(m); err != nil {
 			return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 		}
+	} else if m.RequireBandwidth {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(
+			"require_bandwidth is for a run across several nodes (resources.nodes above 1): this spec runs on one node, which has no link between nodes to measure"))
 	}
 	if len(m.Command) == 0 || strings.TrimSpace(m.Command[0]) == "" {
 		return nil, api.FieldError(connect.CodeInvalidArgument, &fielderr.Error{Field: api.FieldSubmitCommand, Problem: "is required: the program and arguments the node runs"})
@@ -449,7 +452,7 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 	a := store.Alloc{ID: newAllocID(), Name: name, Region: region, Group: group, GroupSize: size, State: store.AllocPending, SpecJSON: specJSON, SpecYAML: m.GetSpecYaml(), SpecFingerprint: fp,
 		Command: m.Command, Workdir: m.WorkdirArchive, MaxPrice: m.MaxPrice, MinScore: minScore, MaxRestarts: int(restarts),
 		GraceSeconds: int(grace), TimeLimitSeconds: int64(limit / time.Second), ResumeElsewhere: m.ResumeElsewhere, TokenID: tok.ID, CreatedAt: time.Now().UTC(),
-		QueueTimeoutSeconds: int64(queueTimeout / time.Second)}
+		QueueTimeoutSeconds: int64(queueTimeout / time.Second), RequireBandwidth: m.RequireBandwidth}
 	if gang {
 		// Every rank at once: no rank exists without the others.
 		a.GangSize = sp.Resources.Nodes

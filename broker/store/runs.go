@@ -136,6 +136,9 @@ type Alloc struct {
 	// port drawn from its job port range.
 	MasterAddr string `json:",omitempty"`
 	MasterPort int    `json:",omitempty"`
+	// RequireBandwidth: a link measured below the spec's bandwidth at
+	// gang start fails the run (--require-bandwidth). JSON body only.
+	RequireBandwidth bool `json:",omitempty"`
 	// RankDone is set on rank 0 when its own process succeeded while
 	// other ranks still run: the run ends when they all have, and
 	// succeeds only if every rank did. Its node stays held meanwhile.

@@ -49,7 +49,7 @@ func newStatement(m Manifest, manifestSHA256 string, env Environment) statement 
 			Simulated:           m.Simulated,
 			DeclaredFingerprint: env.Declared.Fingerprint,
 			MeasuredFingerprint: env.Measured.Fingerprint,
-			Match:               env.Match,
+			Match:               env.Certified(),
 			AgentID:             env.Measured.AgentID,
 		},
 	}

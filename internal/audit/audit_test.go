@@ -391,7 +391,7 @@ func TestUnsafeArchives(t *testing.T) {
 		w.Write([]byte("/etc/passwd"))
 	}
 	many := func(zw *zip.Writer) {
-		for i := range 70 {
+		for i := range DefaultLimits.MaxEntries + 6 {
 			w, _ := zw.Create("f" + strings.Repeat("x", i))
 			w.Write([]byte("x"))
 		}

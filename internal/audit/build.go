@@ -81,7 +81,16 @@ type Environment struct {
 	// Match is true when the measured runtime fingerprint equals the
 	// declared one.
 	Match bool `json:"match"`
+	// Ranks are ranks 1.. of a run across several nodes, as their own
+	// signed reports measured them; Uncertified joins why any of them
+	// keeps the run from being certified. Absent for one-node runs.
+	Ranks       []RankEnvironment `json:"ranks,omitempty"`
+	Uncertified string            `json:"uncertified,omitempty"`
 }
+
+// Certified is Match for every rank: each rank's signed report measured
+// the declared fingerprint (on rank 0's accelerator).
+func (e *Environment) Certified() bool { return e.Match && e.Uncertified == "" }
 
 // DeclaredEnvironment is the spec the run asked for.
 type DeclaredEnvironment struct {
@@ -200,6 +209,16 @@ func Build(ctx context.Context, r *Run, opts BuildOptions) (*Report, error) {
 		},
 		Match: rep.RuntimeFingerprint != "" && rep.RuntimeFingerprint == r.DeclaredFingerprint,
 	}
+	ranks, rankFiles, err := rankEnvironments(r, rep)
+	if err != nil {
+		return nil, err
+	}
+	env.Ranks, env.Uncertified = ranks, uncertified(ranks)
+	for _, x := range r.Ranks {
+		if xr, err := conformance.Parse(x.Report); err == nil && xr.Simulated {
+			simulated = true
+		}
+	}
 	hw := r.Hardware
 	if hw == nil || len(hw.GPUs) == 0 {
 		hw = &Hardware{GPUs: rep.GPUs, Node: rep.Node}
@@ -254,6 +273,7 @@ func Build(ctx context.Context, r *Run, opts BuildOptions) (*Report, error) {
 	if err := add(FileRunSummary, sum); err != nil {
 		return nil, err
 	}
+	files = append(files, rankFiles...)
 
 	m := Manifest{
 		ManifestVersion: ManifestVersion,

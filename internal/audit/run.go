@@ -47,6 +47,9 @@ type Run struct {
 
 	// Conformance is the agent's signed report, byte for byte as signed.
 	Conformance Evidence `json:"conformance"`
+	// Ranks are the signed reports of ranks 1.. of a run across several
+	// nodes (rank 0's is Conformance); empty for a one-node run.
+	Ranks []RankEvidence `json:"ranks,omitempty"`
 
 	// Hardware is the node's inventory. When empty it is taken from the
 	// signed conformance report.

@@ -247,6 +247,17 @@ func Verify(ctx context.Context, zipBytes []byte, opts VerifyOptions) *Result {
 		}),
 		checked(LayerLog, []string{FileRunSummary}, func() Layer { return verifyLog(files) }),
 	)
+	// A run across several nodes: a layer per rank, each proving that
+	// node ran the declared environment.
+	var env Environment
+	if manifestErr == nil && json.Unmarshal(files[FileEnvironment], &env) == nil {
+		for rank := 1; rank < gangNodes(env); rank++ {
+			rf, sf, kf := RankFiles(rank)
+			res.Layers = append(res.Layers, checked(LayerRank(rank), []string{FileEnvironment, FileConformanceReport, rf, sf, kf}, func() Layer {
+				return verifyRank(files, m, env, rank, opts.AgentKeys, opts.RequirePinned)
+			}))
+		}
+	}
 	if _, ok := files[FileAttestation]; ok {
 		res.Layers = append(res.Layers, checked(LayerAttestation, []string{FileManifest, FileEnvironment}, func() Layer {
 			return verifyAttestation(ctx, files, opts, signer, m, manifestErr)
@@ -475,11 +486,17 @@ func verifyManifest(files map[string][]byte, m Manifest, manifestErr error) Laye
 }
 
 func verifyAgent(files map[string][]byte, pinned []AgentKey, requirePinned bool) Layer {
-	b := &layerBuilder{l: Layer{Name: LayerAgent}}
-	report, okR := files[FileConformanceReport]
-	sig, okS := files[FileConformanceSig]
-	embedded, okK := files[FileAgentKey]
-	for name, ok := range map[string]bool{FileConformanceReport: okR, FileConformanceSig: okS, FileAgentKey: okK} {
+	return verifyAgentFiles(LayerAgent, files, FileConformanceReport, FileConformanceSig, FileAgentKey, pinned, requirePinned)
+}
+
+// verifyAgentFiles is verifyAgent over the named report, signature and
+// key files (rank 0's, or a rank's of a gang).
+func verifyAgentFiles(layer string, files map[string][]byte, reportName, sigName, keyName string, pinned []AgentKey, requirePinned bool) Layer {
+	b := &layerBuilder{l: Layer{Name: layer}}
+	report, okR := files[reportName]
+	sig, okS := files[sigName]
+	embedded, okK := files[keyName]
+	for name, ok := range map[string]bool{reportName: okR, sigName: okS, keyName: okK} {
 		if !ok {
 			b.fail(name, "present", "missing from the report")
 		}
@@ -490,12 +507,12 @@ func verifyAgent(files map[string][]byte, pinned []AgentKey, requirePinned bool)
 	}
 	embPub, err := conformance.ParsePublicKey(embedded)
 	if err != nil {
-		b.fail(FileAgentKey, "agent-key", "%v", err)
+		b.fail(keyName, "agent-key", "%v", err)
 		return b.l
 	}
 	useKey := embedded
 	if len(pinned) == 0 && requirePinned {
-		b.fail(FileAgentKey, "known-agent-key", "no agent key was pinned and pinning is required: pass --agent-key with the node's public key (agent.pub in the agent's state dir) or the broker's key list")
+		b.fail(keyName, "known-agent-key", "no agent key was pinned and pinning is required: pass --agent-key with the node's public key (agent.pub in the agent's state dir) or the broker's key list")
 		return b.l
 	}
 	if len(pinned) > 0 {
@@ -513,7 +530,7 @@ func verifyAgent(files map[string][]byte, pinned []AgentKey, requirePinned bool)
 			}
 		}
 		if match == nil {
-			b.fail(FileAgentKey, "known-agent-key", "the report was signed by an unknown agent key (not one of the --agent-key keys)")
+			b.fail(keyName, "known-agent-key", "the report was signed by an unknown agent key (not one of the --agent-key keys)")
 			return b.l
 		}
 		useKey = match.PEM
@@ -521,16 +538,16 @@ func verifyAgent(files map[string][]byte, pinned []AgentKey, requirePinned bool)
 			at, err := time.Parse(time.RFC3339Nano, r.GeneratedAt)
 			switch {
 			case err != nil:
-				b.fail(FileConformanceReport, "generated_at", "generated_at %q is not RFC 3339: %v", r.GeneratedAt, err)
+				b.fail(reportName, "generated_at", "generated_at %q is not RFC 3339: %v", r.GeneratedAt, err)
 			case !match.NotAfter.IsZero() && at.After(match.NotAfter):
-				b.fail(FileAgentKey, "agent-key-validity", "the agent key expired at %s, before the report was generated at %s", match.NotAfter.UTC().Format(time.RFC3339), r.GeneratedAt)
+				b.fail(keyName, "agent-key-validity", "the agent key expired at %s, before the report was generated at %s", match.NotAfter.UTC().Format(time.RFC3339), r.GeneratedAt)
 			case !match.NotBefore.IsZero() && at.Before(match.NotBefore):
-				b.fail(FileAgentKey, "agent-key-validity", "the agent key is valid from %s, after the report was generated at %s", match.NotBefore.UTC().Format(time.RFC3339), r.GeneratedAt)
+				b.fail(keyName, "agent-key-validity", "the agent key is valid from %s, after the report was generated at %s", match.NotBefore.UTC().Format(time.RFC3339), r.GeneratedAt)
 			}
 		}
 	}
 	if err := conformance.Verify(useKey, report, string(sig)); err != nil {
-		b.fail(FileConformanceReport, "agent-signature", "the agent signature in %s does not verify over %s: %v", FileConformanceSig, FileConformanceReport, err)
+		b.fail(reportName, "agent-signature", "the agent signature in %s does not verify over %s: %v", sigName, reportName, err)
 	}
 	if len(b.l.Problems) == 0 {
 		if len(pinned) > 0 {

@@ -51,8 +51,9 @@ type Limits struct {
 }
 
 // DefaultLimits are far above any real report (a report with 100,000
-// metric points is well under 1 MiB) and far below harm.
-var DefaultLimits = Limits{MaxEntries: 64, MaxFileBytes: 64 << 20, MaxTotal: 256 << 20}
+// metric points is well under 1 MiB) and far below harm. A run across
+// 1024 nodes adds three entries a rank.
+var DefaultLimits = Limits{MaxEntries: 64 + 3*maxGangNodes, MaxFileBytes: 64 << 20, MaxTotal: 256 << 20}
 
 // ErrUnsafeArchive marks an archive rejected before its content was
 // trusted: bad names, too large, too many entries.

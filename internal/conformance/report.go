@@ -134,6 +134,43 @@ type Report struct {
 	Checks             []Check  `json:"checks"`
 	Notes              []string `json:"notes,omitempty"` // e.g. "NVML not available: …"
 	SuiteDurationMS    float64  `json:"suite_duration_ms"`
+	// Link is the link between a gang's nodes as this rank measured it
+	// at gang start (issue #34); absent on a one-node run's report.
+	Link *Link `json:"link,omitempty"`
+}
+
+// Link is an all-reduce of a fixed size across a gang's ranks, timed at
+// gang start, with the bandwidth the spec declared beside it.
+type Link struct {
+	// Backend is torch.distributed's: gloo (TCP, no GPU) or nccl.
+	Backend    string `json:"backend,omitempty"`
+	Ranks      int    `json:"ranks"`
+	Bytes      int64  `json:"bytes"`
+	Iterations int    `json:"iterations"`
+	// Seconds is the median all-reduce time of the slowest rank.
+	Seconds float64 `json:"seconds,omitempty"`
+	// AlgBWGbps is bytes / seconds; BusBWGbps, the figure compared with
+	// the declared one, is nccl-tests' bus bandwidth (Formula), both in
+	// Gbit/s.
+	AlgBWGbps float64 `json:"algbw_gbps"`
+	BusBWGbps float64 `json:"busbw_gbps"`
+	Formula   string  `json:"formula"`
+	// DeclaredGbps is the spec's resources.network.bandwidth_gbps (0:
+	// none declared); Shortfall is BusBWGbps below it, or no
+	// measurement where one was declared.
+	DeclaredGbps float64 `json:"declared_gbps"`
+	Shortfall    bool    `json:"shortfall"`
+	// Required: the run was submitted with --require-bandwidth, so a
+	// shortfall failed it.
+	Required bool `json:"required,omitempty"`
+	// MasterAddr is where rank 0 listened (127.0.0.1: simulated nodes
+	// on one machine, measured over loopback).
+	MasterAddr string `json:"master_addr"`
+	// Simulated is false: the figure is measured, also between simulated
+	// nodes (over whatever link joins them).
+	Simulated bool `json:"simulated"`
+	// Error says why nothing was measured.
+	Error string `json:"error,omitempty"`
 }
 
 // Passed reports whether no check failed.

@@ -57,7 +57,11 @@ type Result struct {
 	Signing        string `json:"signing"`
 	Attested       bool   `json:"attested"`
 	Match          bool   `json:"fingerprint_match"`
-	Simulated      bool   `json:"simulated"`
+	// Uncertified says which rank of a run across several nodes sent no
+	// signed report or measured another environment (verify fails that
+	// rank's layer); Match is then false.
+	Uncertified string `json:"uncertified,omitempty"`
+	Simulated   bool   `json:"simulated"`
 	// LogProblem says why the run's log is disputed or incomplete.
 	LogProblem string `json:"log_problem,omitempty"`
 	// SignerIdentity and SignerIssuer are a keyless signature's
@@ -117,7 +121,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{
 		Path: o.Out, AllocationID: run.AllocationID, ManifestSHA256: rep.ManifestSHA256,
 		Files: len(rep.Manifest.Files) + 2, Signing: dec.Mode, Attested: o.Attest,
-		Match: rep.Environment.Match, Simulated: rep.Manifest.Simulated,
+		Match: rep.Environment.Certified(), Simulated: rep.Manifest.Simulated,
+		Uncertified: rep.Environment.Uncertified,
 	}
 	if ks, ok := signer.(*audit.KeylessSigner); ok {
 		res.SignerIdentity, res.SignerIssuer = ks.Identity()

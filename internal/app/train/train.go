@@ -60,7 +60,11 @@ type Options struct {
 	// run across several (whose restart is not there yet).
 	MaxRestartsSet  bool
 	ResumeElsewhere bool
-	MinHealthScore  float64
+	// RequireBandwidth fails a run across several nodes whose link,
+	// measured at gang start, is below the spec's
+	// resources.network.bandwidth_gbps (else a recorded shortfall).
+	RequireBandwidth bool
+	MinHealthScore   float64
 	// TimeLimit is each run's wall-clock limit as written ("90m";
 	// spec.ParseTimeLimit); it overrides the spec's resources.time-limit.
 	// Empty: the spec's, if any.
@@ -211,7 +215,7 @@ func Submit(ctx context.Context, o Options) (*Result, error) {
 	for _, region := range o.Regions {
 		req := &gpupassv1.SubmitRequest{
 			SpecYaml: specYAML, SpecJson: specJSON, Region: region, Name: name, Command: o.Command,
-			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: restarts, ResumeElsewhere: o.ResumeElsewhere,
+			WorkdirArchive: archive, MaxPrice: o.MaxPrice, MaxRestarts: restarts, ResumeElsewhere: o.ResumeElsewhere, RequireBandwidth: o.RequireBandwidth,
 			MinHealthScore: &minScore, TimeLimitSeconds: int64(limit / time.Second), Group: res.Group,
 			GroupSize: int32(len(o.Regions)), QueueTimeoutSeconds: int64(queueTimeout / time.Second)}
 		if res.Group == "" {

@@ -447,7 +447,10 @@ func (a auditWritten) WriteText(out io.Writer) error {
 		b.WriteString("!!! SIMULATED: this run used a simulated hardware profile; the report proves nothing about real hardware !!!\n")
 	}
 	fmt.Fprintf(&b, "wrote %s: %d files, manifest sha256 %s, signed with %s\n", res.Path, res.Files, res.ManifestSHA256, res.Signing)
-	if !res.Match {
+	switch {
+	case res.Uncertified != "":
+		fmt.Fprintf(&b, "note: not every rank ran the declared environment (%s); verify will fail that rank's layer\n", res.Uncertified)
+	case !res.Match:
 		fmt.Fprintf(&b, "note: the measured environment fingerprint differs from the declared one; verify will fail the fingerprint layer\n")
 	}
 	if res.LogProblem != "" {

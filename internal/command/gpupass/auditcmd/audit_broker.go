@@ -124,7 +124,13 @@ func evidenceRun(ev *gpupassv1.GetRunEvidenceResponse, points []*gpupassv1.Metri
 	if started == 0 {
 		started = run.GetCreatedUnixNano()
 	}
+	var ranks []audit.RankEvidence
+	for _, x := range ev.GetRanks() {
+		ranks = append(ranks, audit.RankEvidence{Rank: int(x.Rank), AllocationID: x.AllocId, NodeID: x.NodeId,
+			Evidence: audit.Evidence{Report: x.Report, Signature: x.Signature, AgentPublicKeyPEM: string(x.AgentPublicKeyPem)}})
+	}
 	return &audit.Run{
+		Ranks:        ranks,
 		AllocationID: run.GetId(), State: state, Result: state, Restarts: int(run.GetRestarts()),
 		StartedAt: time.Unix(0, started).UTC(), FinishedAt: time.Unix(0, run.GetFinishedUnixNano()).UTC(),
 		BundleDigest: ev.BundleDigest,

@@ -515,10 +515,13 @@ type GangRank struct {
 	LocalRanks int32 `protobuf:"varint,4,opt,name=local_ranks,json=localRanks,proto3" json:"local_ranks,omitempty"`
 	// Where rank 0 listens: its node's job address and a port of its
 	// job port range, drawn for this gang attempt.
-	MasterAddr    string `protobuf:"bytes,5,opt,name=master_addr,json=masterAddr,proto3" json:"master_addr,omitempty"`
-	MasterPort    int32  `protobuf:"varint,6,opt,name=master_port,json=masterPort,proto3" json:"master_port,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MasterAddr string `protobuf:"bytes,5,opt,name=master_addr,json=masterAddr,proto3" json:"master_addr,omitempty"`
+	MasterPort int32  `protobuf:"varint,6,opt,name=master_port,json=masterPort,proto3" json:"master_port,omitempty"`
+	// The run was submitted with require_bandwidth: a link measured below
+	// resources.network.bandwidth_gbps at gang start fails it.
+	RequireBandwidth bool `protobuf:"varint,230,opt,name=require_bandwidth,json=requireBandwidth,proto3" json:"require_bandwidth,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GangRank) Reset() {
@@ -591,6 +594,13 @@ func (x *GangRank) GetMasterPort() int32 {
 		return x.MasterPort
 	}
 	return 0
+}
+
+func (x *GangRank) GetRequireBandwidth() bool {
+	if x != nil {
+		return x.RequireBandwidth
+	}
+	return false
 }
 
 type UpdateAllocationRequest struct {
@@ -1088,9 +1098,14 @@ type SubmitRequest struct {
 	// fields, stores it with the group and puts it in the group's webhook
 	// event ("ci"). Submitter-provided: it says where a triggered workflow
 	// comments, nothing more (SECURITY.md).
-	Ci            *CIContext `protobuf:"bytes,15,opt,name=ci,proto3" json:"ci,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ci *CIContext `protobuf:"bytes,15,opt,name=ci,proto3" json:"ci,omitempty"`
+	// gpupass train --require-bandwidth: for a run across several nodes, a
+	// link measured at gang start below resources.network.bandwidth_gbps
+	// fails the run instead of being recorded as a shortfall. Refused for
+	// a run on one node (there is no link between nodes to measure).
+	RequireBandwidth bool `protobuf:"varint,230,opt,name=require_bandwidth,json=requireBandwidth,proto3" json:"require_bandwidth,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -1233,6 +1248,13 @@ func (x *SubmitRequest) GetCi() *CIContext {
 		return x.Ci
 	}
 	return nil
+}
+
+func (x *SubmitRequest) GetRequireBandwidth() bool {
+	if x != nil {
+		return x.RequireBandwidth
+	}
+	return false
 }
 
 // CIContext is the CI job a run group was submitted from.
@@ -2662,9 +2684,18 @@ type GetRunEvidenceResponse struct {
 	// sha256:… of the wheel bundle the run installed, from the run's events
 	// (the "digest" field of the agent's runtime.bundle event, or a
 	// "bundle_digest" field); empty when it installed none.
-	BundleDigest  string `protobuf:"bytes,9,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BundleDigest string `protobuf:"bytes,9,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	// For a run across several nodes: the signed run report of each rank
+	// from 1 up that sent one (rank 0's is report above), rank order.
+	Ranks []*RankEvidence `protobuf:"bytes,230,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	// certified: every rank's signed report is present, measured the
+	// spec's fingerprint and the accelerator of rank 0 (for a one-node run:
+	// its report's fingerprint equals the spec's). uncertified_reason
+	// names the first rank that keeps it from being, and why.
+	Certified         bool   `protobuf:"varint,231,opt,name=certified,proto3" json:"certified,omitempty"`
+	UncertifiedReason string `protobuf:"bytes,232,opt,name=uncertified_reason,json=uncertifiedReason,proto3" json:"uncertified_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetRunEvidenceResponse) Reset() {
@@ -2760,6 +2791,120 @@ func (x *GetRunEvidenceResponse) GetBundleDigest() string {
 	return ""
 }
 
+func (x *GetRunEvidenceResponse) GetRanks() []*RankEvidence {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
+func (x *GetRunEvidenceResponse) GetCertified() bool {
+	if x != nil {
+		return x.Certified
+	}
+	return false
+}
+
+func (x *GetRunEvidenceResponse) GetUncertifiedReason() string {
+	if x != nil {
+		return x.UncertifiedReason
+	}
+	return ""
+}
+
+// RankEvidence is one rank's signed run report (issue #34).
+type RankEvidence struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Rank                   int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	AllocId                string                 `protobuf:"bytes,2,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	NodeId                 string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Report                 []byte                 `protobuf:"bytes,4,opt,name=report,proto3" json:"report,omitempty"`
+	Signature              string                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	AgentPublicKeyPem      []byte                 `protobuf:"bytes,6,opt,name=agent_public_key_pem,json=agentPublicKeyPem,proto3" json:"agent_public_key_pem,omitempty"`
+	ReportReceivedUnixNano int64                  `protobuf:"varint,7,opt,name=report_received_unix_nano,json=reportReceivedUnixNano,proto3" json:"report_received_unix_nano,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *RankEvidence) Reset() {
+	*x = RankEvidence{}
+	mi := &file_gpupass_v1_runs_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankEvidence) ProtoMessage() {}
+
+func (x *RankEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_gpupass_v1_runs_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankEvidence.ProtoReflect.Descriptor instead.
+func (*RankEvidence) Descriptor() ([]byte, []int) {
+	return file_gpupass_v1_runs_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RankEvidence) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RankEvidence) GetAllocId() string {
+	if x != nil {
+		return x.AllocId
+	}
+	return ""
+}
+
+func (x *RankEvidence) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RankEvidence) GetReport() []byte {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *RankEvidence) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+func (x *RankEvidence) GetAgentPublicKeyPem() []byte {
+	if x != nil {
+		return x.AgentPublicKeyPem
+	}
+	return nil
+}
+
+func (x *RankEvidence) GetReportReceivedUnixNano() int64 {
+	if x != nil {
+		return x.ReportReceivedUnixNano
+	}
+	return 0
+}
+
 var File_gpupass_v1_runs_proto protoreflect.FileDescriptor
 
 const file_gpupass_v1_runs_proto_rawDesc = "" +
@@ -2792,7 +2937,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x16resume_checkpoint_name\x18\x14 \x01(\tR\x14resumeCheckpointName\x12+\n" +
 	"\x11resume_checkpoint\x18\x15 \x01(\fR\x10resumeCheckpoint\x12)\n" +
 	"\x10spec_fingerprint\x18\x16 \x01(\tR\x0fspecFingerprint\x12(\n" +
-	"\x04gang\x18\x17 \x01(\v2\x14.gpupass.v1.GangRankR\x04gang\"\xb7\x01\n" +
+	"\x04gang\x18\x17 \x01(\v2\x14.gpupass.v1.GangRankR\x04gang\"\xe5\x01\n" +
 	"\bGangRank\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x14\n" +
@@ -2802,7 +2947,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\vmaster_addr\x18\x05 \x01(\tR\n" +
 	"masterAddr\x12\x1f\n" +
 	"\vmaster_port\x18\x06 \x01(\x05R\n" +
-	"masterPort\"\x92\x03\n" +
+	"masterPort\x12,\n" +
+	"\x11require_bandwidth\x18\xe6\x01 \x01(\bR\x10requireBandwidth\"\x92\x03\n" +
 	"\x17UpdateAllocationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12#\n" +
@@ -2836,7 +2982,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x15UploadRecordsResponse\x12!\n" +
 	"\fheld_through\x18\x01 \x01(\x04R\vheldThrough\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12#\n" +
-	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\xe0\x04\n" +
+	"\rdisputed_seqs\x18\x03 \x03(\x04R\fdisputedSeqs\"\x8e\x05\n" +
 	"\rSubmitRequest\x12\x1b\n" +
 	"\tspec_yaml\x18\x01 \x01(\fR\bspecYaml\x12\x1b\n" +
 	"\tspec_json\x18\x02 \x01(\fR\bspecJson\x12\x16\n" +
@@ -2855,7 +3001,8 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\n" +
 	"group_size\x18\x0e \x01(\x05R\tgroupSize\x122\n" +
 	"\x15queue_timeout_seconds\x18F \x01(\x03R\x13queueTimeoutSeconds\x12%\n" +
-	"\x02ci\x18\x0f \x01(\v2\x15.gpupass.v1.CIContextR\x02ciB\x0f\n" +
+	"\x02ci\x18\x0f \x01(\v2\x15.gpupass.v1.CIContextR\x02ci\x12,\n" +
+	"\x11require_bandwidth\x18\xe6\x01 \x01(\bR\x10requireBandwidthB\x0f\n" +
 	"\r_max_restartsB\x13\n" +
 	"\x11_min_health_score\"\xae\x01\n" +
 	"\tCIContext\x12\x14\n" +
@@ -2970,7 +3117,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"2\n" +
 	"\x15GetRunEvidenceRequest\x12\x19\n" +
-	"\balloc_id\x18\x01 \x01(\tR\aallocId\"\xf5\x02\n" +
+	"\balloc_id\x18\x01 \x01(\tR\aallocId\"\xf5\x03\n" +
 	"\x16GetRunEvidenceResponse\x12!\n" +
 	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\x12\x1b\n" +
 	"\tspec_yaml\x18\x02 \x01(\fR\bspecYaml\x12\x1b\n" +
@@ -2981,7 +3128,18 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\x19report_received_unix_nano\x18\a \x01(\x03R\x16reportReceivedUnixNano\x127\n" +
 	"\vnode_labels\x18\b \x01(\v2\x16.gpupass.v1.NodeLabelsR\n" +
 	"nodeLabels\x12#\n" +
-	"\rbundle_digest\x18\t \x01(\tR\fbundleDigest*\xdc\x01\n" +
+	"\rbundle_digest\x18\t \x01(\tR\fbundleDigest\x12/\n" +
+	"\x05ranks\x18\xe6\x01 \x03(\v2\x18.gpupass.v1.RankEvidenceR\x05ranks\x12\x1d\n" +
+	"\tcertified\x18\xe7\x01 \x01(\bR\tcertified\x12.\n" +
+	"\x12uncertified_reason\x18\xe8\x01 \x01(\tR\x11uncertifiedReason\"\xf8\x01\n" +
+	"\fRankEvidence\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x19\n" +
+	"\balloc_id\x18\x02 \x01(\tR\aallocId\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06report\x18\x04 \x01(\fR\x06report\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\tR\tsignature\x12/\n" +
+	"\x14agent_public_key_pem\x18\x06 \x01(\fR\x11agentPublicKeyPem\x129\n" +
+	"\x19report_received_unix_nano\x18\a \x01(\x03R\x16reportReceivedUnixNano*\xdc\x01\n" +
 	"\n" +
 	"AllocState\x12\x1b\n" +
 	"\x17ALLOC_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3032,7 +3190,7 @@ func file_gpupass_v1_runs_proto_rawDescGZIP() []byte {
 }
 
 var file_gpupass_v1_runs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_gpupass_v1_runs_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_gpupass_v1_runs_proto_goTypes = []any{
 	(AllocState)(0),                  // 0: gpupass.v1.AllocState
 	(RecordKind)(0),                  // 1: gpupass.v1.RecordKind
@@ -3068,9 +3226,10 @@ var file_gpupass_v1_runs_proto_goTypes = []any{
 	(*GetCheckpointResponse)(nil),    // 31: gpupass.v1.GetCheckpointResponse
 	(*GetRunEvidenceRequest)(nil),    // 32: gpupass.v1.GetRunEvidenceRequest
 	(*GetRunEvidenceResponse)(nil),   // 33: gpupass.v1.GetRunEvidenceResponse
-	nil,                              // 34: gpupass.v1.MetricPoint.ValuesEntry
-	(*HealthScore)(nil),              // 35: gpupass.v1.HealthScore
-	(*NodeLabels)(nil),               // 36: gpupass.v1.NodeLabels
+	(*RankEvidence)(nil),             // 34: gpupass.v1.RankEvidence
+	nil,                              // 35: gpupass.v1.MetricPoint.ValuesEntry
+	(*HealthScore)(nil),              // 36: gpupass.v1.HealthScore
+	(*NodeLabels)(nil),               // 37: gpupass.v1.NodeLabels
 }
 var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	5,  // 0: gpupass.v1.PollWorkResponse.assignment:type_name -> gpupass.v1.Assignment
@@ -3083,47 +3242,48 @@ var file_gpupass_v1_runs_proto_depIdxs = []int32{
 	14, // 7: gpupass.v1.SubmitRequest.ci:type_name -> gpupass.v1.CIContext
 	16, // 8: gpupass.v1.SubmitResponse.run:type_name -> gpupass.v1.Run
 	0,  // 9: gpupass.v1.Run.state:type_name -> gpupass.v1.AllocState
-	35, // 10: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
+	36, // 10: gpupass.v1.Run.score:type_name -> gpupass.v1.HealthScore
 	8,  // 11: gpupass.v1.Run.slurm:type_name -> gpupass.v1.SlurmPlacement
 	16, // 12: gpupass.v1.GetRunResponse.run:type_name -> gpupass.v1.Run
 	16, // 13: gpupass.v1.ListRunsResponse.runs:type_name -> gpupass.v1.Run
 	16, // 14: gpupass.v1.CancelResponse.run:type_name -> gpupass.v1.Run
 	10, // 15: gpupass.v1.GetLogsResponse.records:type_name -> gpupass.v1.Record
 	16, // 16: gpupass.v1.GetLogsResponse.run:type_name -> gpupass.v1.Run
-	34, // 17: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
+	35, // 17: gpupass.v1.MetricPoint.values:type_name -> gpupass.v1.MetricPoint.ValuesEntry
 	16, // 18: gpupass.v1.GetMetricsResponse.run:type_name -> gpupass.v1.Run
 	26, // 19: gpupass.v1.GetMetricsResponse.points:type_name -> gpupass.v1.MetricPoint
 	16, // 20: gpupass.v1.GetRunEvidenceResponse.run:type_name -> gpupass.v1.Run
-	36, // 21: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
-	3,  // 22: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
-	7,  // 23: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
-	11, // 24: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
-	28, // 25: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
-	13, // 26: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
-	17, // 27: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
-	19, // 28: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
-	21, // 29: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
-	23, // 30: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
-	25, // 31: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
-	32, // 32: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
-	30, // 33: gpupass.v1.RunService.GetCheckpoint:input_type -> gpupass.v1.GetCheckpointRequest
-	4,  // 34: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
-	9,  // 35: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
-	12, // 36: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
-	29, // 37: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
-	15, // 38: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
-	18, // 39: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
-	20, // 40: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
-	22, // 41: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
-	24, // 42: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
-	27, // 43: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
-	33, // 44: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
-	31, // 45: gpupass.v1.RunService.GetCheckpoint:output_type -> gpupass.v1.GetCheckpointResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	37, // 21: gpupass.v1.GetRunEvidenceResponse.node_labels:type_name -> gpupass.v1.NodeLabels
+	34, // 22: gpupass.v1.GetRunEvidenceResponse.ranks:type_name -> gpupass.v1.RankEvidence
+	3,  // 23: gpupass.v1.AgentWorkService.PollWork:input_type -> gpupass.v1.PollWorkRequest
+	7,  // 24: gpupass.v1.AgentWorkService.UpdateAllocation:input_type -> gpupass.v1.UpdateAllocationRequest
+	11, // 25: gpupass.v1.AgentWorkService.UploadRecords:input_type -> gpupass.v1.UploadRecordsRequest
+	28, // 26: gpupass.v1.AgentWorkService.SubmitRunReport:input_type -> gpupass.v1.SubmitRunReportRequest
+	13, // 27: gpupass.v1.RunService.Submit:input_type -> gpupass.v1.SubmitRequest
+	17, // 28: gpupass.v1.RunService.GetRun:input_type -> gpupass.v1.GetRunRequest
+	19, // 29: gpupass.v1.RunService.ListRuns:input_type -> gpupass.v1.ListRunsRequest
+	21, // 30: gpupass.v1.RunService.Cancel:input_type -> gpupass.v1.CancelRequest
+	23, // 31: gpupass.v1.RunService.GetLogs:input_type -> gpupass.v1.GetLogsRequest
+	25, // 32: gpupass.v1.RunService.GetMetrics:input_type -> gpupass.v1.GetMetricsRequest
+	32, // 33: gpupass.v1.RunService.GetRunEvidence:input_type -> gpupass.v1.GetRunEvidenceRequest
+	30, // 34: gpupass.v1.RunService.GetCheckpoint:input_type -> gpupass.v1.GetCheckpointRequest
+	4,  // 35: gpupass.v1.AgentWorkService.PollWork:output_type -> gpupass.v1.PollWorkResponse
+	9,  // 36: gpupass.v1.AgentWorkService.UpdateAllocation:output_type -> gpupass.v1.UpdateAllocationResponse
+	12, // 37: gpupass.v1.AgentWorkService.UploadRecords:output_type -> gpupass.v1.UploadRecordsResponse
+	29, // 38: gpupass.v1.AgentWorkService.SubmitRunReport:output_type -> gpupass.v1.SubmitRunReportResponse
+	15, // 39: gpupass.v1.RunService.Submit:output_type -> gpupass.v1.SubmitResponse
+	18, // 40: gpupass.v1.RunService.GetRun:output_type -> gpupass.v1.GetRunResponse
+	20, // 41: gpupass.v1.RunService.ListRuns:output_type -> gpupass.v1.ListRunsResponse
+	22, // 42: gpupass.v1.RunService.Cancel:output_type -> gpupass.v1.CancelResponse
+	24, // 43: gpupass.v1.RunService.GetLogs:output_type -> gpupass.v1.GetLogsResponse
+	27, // 44: gpupass.v1.RunService.GetMetrics:output_type -> gpupass.v1.GetMetricsResponse
+	33, // 45: gpupass.v1.RunService.GetRunEvidence:output_type -> gpupass.v1.GetRunEvidenceResponse
+	31, // 46: gpupass.v1.RunService.GetCheckpoint:output_type -> gpupass.v1.GetCheckpointResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_gpupass_v1_runs_proto_init() }
@@ -3139,7 +3299,7 @@ func file_gpupass_v1_runs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpupass_v1_runs_proto_rawDesc), len(file_gpupass_v1_runs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

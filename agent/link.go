@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/rendezvous"
+	"github.com/gpupass/gpupass/internal/spec"
+)
+
+// At gang start every rank measures the link the spec declared
+// (resources.network.bandwidth_gbps) before the job runs: an all-reduce
+// of a fixed size across the gang with torch.distributed (gloo over TCP
+// without a GPU, NCCL with), at the gang's rendezvous. Each rank signs
+// the figure in its run report. Below the declared figure is a recorded
+// shortfall (a warning check, as a storage class below its floor is),
+// and a failed check when the run was submitted with --require-bandwidth.
+
+//go:embed allreduce.py
+var allreduceScript string
+
+// Link measurement parameters: 32 MiB a rank, the median of 5 timed
+// all-reduces after one warm-up, each rank waiting at most linkTimeout
+// for the others to join.
+const (
+	linkBytes      = 32 << 20
+	linkIterations = 5
+	linkTimeout    = 90 * time.Second
+	// linkCheck is the run report's check of the link.
+	linkCheck = "network.allreduce_gbps"
+	// BusBWFormula is how the measured figure is derived.
+	BusBWFormula = "busbw = algbw × 2(n−1)/n (nccl-tests), algbw = bytes / median seconds of the slowest rank"
+)
+
+// defaultLinkPython runs the measurement where the agent has no
+// --python: Debian's python3-torch lives there.
+const defaultLinkPython = "/usr/bin/python3"
+
+// measureLink runs the all-reduce as rank g.NodeRank of the gang. It is
+// the node's own interpreter, isolated (-I: no cwd, no PYTHON*
+// variables, no user site), running gpupass's script: nothing the job or
+// its bundle brought. The figure is always recorded, never clamped; what
+// kept it from being measured is recorded as Error.
+func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Spec, required bool) *conformance.Link {
+	l := &conformance.Link{Ranks: g.Nodes, Bytes: linkBytes, Iterations: linkIterations, Formula: BusBWFormula,
+		DeclaredGbps: sp.Resources.Network.BandwidthGbps, Required: required, MasterAddr: g.MasterAddr}
+	defer func() { l.Shortfall = l.DeclaredGbps > 0 && (l.Error != "" || l.BusBWGbps < l.DeclaredGbps) }()
+	env, err := g.Rank(0)
+	if err != nil {
+		l.Error = "the rendezvous: " + err.Error()
+		return l
+	}
+	py := a.o.Python
+	if py == "" {
+		py = defaultLinkPython
+	}
+	ctx, cancel := context.WithTimeout(ctx, linkTimeout+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-I", "-c", allreduceScript, strconv.Itoa(linkBytes), strconv.Itoa(linkIterations),
+		strconv.Itoa(int(linkTimeout/time.Second)))
+	cmd.Env = append(executor.JobEnviron(os.Environ()), env...)
+	cmd.Dir = os.TempDir()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		l.Error = fmt.Sprintf("%s: %v: %s", py, err, lastLine(errb.String()))
+		a.log.Warn("link measurement failed", "err", l.Error)
+		return l
+	}
+	var got struct {
+		Backend   string  `json:"backend"`
+		Ranks     int     `json:"ranks"`
+		Seconds   float64 `json:"seconds"`
+		AlgBWGbps float64 `json:"algbw_gbps"`
+		BusBWGbps float64 `json:"busbw_gbps"`
+	}
+	if err := json.Unmarshal([]byte(lastLine(out.String())), &got); err != nil || got.Ranks != g.Nodes || got.Seconds <= 0 {
+		l.Error = fmt.Sprintf("the measurement printed %q, not its result", lastLine(out.String()))
+		return l
+	}
+	l.Backend, l.Seconds, l.AlgBWGbps, l.BusBWGbps = got.Backend, got.Seconds, round3(got.AlgBWGbps), round3(got.BusBWGbps)
+	a.log.Info("link measured", "busbw_gbps", l.BusBWGbps, "declared_gbps", l.DeclaredGbps, "backend", l.Backend,
+		"ranks", l.Ranks, "master_addr", l.MasterAddr, "took", time.Since(t0).Round(time.Millisecond))
+	return l
+}
+
+func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// linkCheckOf is the run report's check of the link: a pass, a recorded
+// shortfall (warn), or with --require-bandwidth a failure, each saying
+// both figures.
+func linkCheckOf(l *conformance.Link) conformance.Check {
+	c := conformance.Check{Name: linkCheck, Status: conformance.Pass,
+		Actual: fmt.Sprintf("%g Gbit/s bus bandwidth (all-reduce of %d MiB over %s across %d ranks, rank 0 at %s)", l.BusBWGbps, l.Bytes>>20, l.Backend, l.Ranks, l.MasterAddr)}
+	if l.Error != "" {
+		c.Actual, c.Status, c.Message = "not measured", conformance.Skip, l.Error
+	}
+	if l.DeclaredGbps > 0 {
+		c.Expected = fmt.Sprintf(">= %g Gbit/s (resources.network.bandwidth_gbps)", l.DeclaredGbps)
+	}
+	if !l.Shortfall {
+		return c
+	}
+	what := fmt.Sprintf("measured %g Gbit/s, below the declared %g Gbit/s", l.BusBWGbps, l.DeclaredGbps)
+	if l.Error != "" {
+		what = fmt.Sprintf("not measured (%s), the spec declares %g Gbit/s", l.Error, l.DeclaredGbps)
+	}
+	if l.Required {
+		c.Status, c.Message = conformance.Fail, what+" (--require-bandwidth)"
+		return c
+	}
+	c.Status, c.Message = conformance.Warn, what+": recorded as a shortfall (--require-bandwidth fails the run instead)"
+	return c
+}
