@@ -112,6 +112,8 @@ func Backend() agent.Backend {
 		},
 		Stack:     inStack,
 		StandsFor: "every GPU node",
+		// A gang's ranks are pods: rank 0's pod IP is the rendezvous.
+		PodJobs: true,
 		// A stack beside this machine: the local cluster
 		// (scripts/k8s-up.sh) has the default namespace, and its nodes
 		// are read every 5s so that a cordon shows at once.
