@@ -49,9 +49,16 @@ type RunReportSink interface {
 // its packages are read from their metadata, since starting that
 // interpreter as the agent would run the bundle's code next to the key.
 func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython) (*SignedReport, error) {
-	exp := suite.FromSpec(sp)
+	node := sp
+	if n := sp.Resources.Nodes; n > 1 {
+		// A gang's rank: this node holds its share of the GPUs.
+		c := *sp
+		c.Resources.Count /= n
+		node = &c
+	}
+	exp := suite.FromSpec(node)
 	exp.StorageClass = a.o.StorageClass
-	res, err := a.suite.Run(ctx, exp)
+	res, err := a.suite.Run(ForRun(ctx, node.Resources.Count), exp)
 	if err != nil {
 		return nil, err
 	}

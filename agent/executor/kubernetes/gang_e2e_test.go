@@ -137,7 +137,8 @@ func TestE2EKubernetesGang(t *testing.T) {
 		// rank 0's pod IP, which rank 0 read from its own pod.
 		log0, _ := upstack.RunLog(t, ctx, rc, run.Id)
 		log1, _ := upstack.RunLog(t, ctx, rc, rank1.Id)
-		first := regexp.MustCompile(`ddp: rank (\d)/2 \(local rank 0, node (\d)\) backend gloo on cpu, master (\d+\.\d+\.\d+\.\d+):(\d+)`)
+		// The log's records are JSON: "ddp: rank …" is component ddp.
+		first := regexp.MustCompile(`"component":"ddp","msg":"rank (\d)/2 \(local rank 0, node (\d)\) backend gloo on cpu, master (\d+\.\d+\.\d+\.\d+):(\d+)`)
 		m0, m1 := first.FindStringSubmatch(log0), first.FindStringSubmatch(log1)
 		if m0 == nil || m1 == nil || m0[1] != "0" || m1[1] != "1" || m1[2] != "1" {
 			t.Fatalf("first lines: rank 0's log %q, rank 1's %q; want global ranks 0 and 1 of 2 at an IP master\n--- rank 0\n%s\n--- rank 1\n%s",
@@ -147,12 +148,12 @@ func TestE2EKubernetesGang(t *testing.T) {
 			t.Errorf("rank 0's master %s:%s, rank 1's %s:%s: want the same rendezvous", m0[3], m0[4], m1[3], m1[4])
 		}
 		t.Logf("rendezvous at rank 0's pod %s:%s", m0[3], m0[4])
-		for _, w := range []string{"trainer: step " + strconv.Itoa(gangSteps) + " loss", "trainer: done in"} {
+		for _, w := range []string{`"component":"trainer","msg":"step ` + strconv.Itoa(gangSteps) + ` loss`, `"component":"trainer","msg":"done in`} {
 			if !strings.Contains(log0, w) {
 				t.Errorf("rank 0's log lacks %q:\n%s", w, upstack.Tail(log0, 2000))
 			}
 		}
-		if strings.Contains(log1, "trainer:") {
+		if strings.Contains(log1, `"component":"trainer"`) {
 			t.Errorf("rank 1's log has rank 0's lines:\n%s", upstack.Tail(log1, 2000))
 		}
 		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
@@ -214,5 +215,35 @@ func TestE2EKubernetesGang(t *testing.T) {
 			return !strings.Contains(phases, "Running") && !strings.Contains(phases, "Pending")
 		})
 		t.Logf("the gang's pods: %q", phases)
+	})
+
+	t.Run("cancel deletes every rank's Job", func(t *testing.T) {
+		bothCertified()
+		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "kcancel", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "120").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		var run *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
+			run = runNamed("kcancel")
+			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run.HeldThrough > 5
+		})
+		gang := "gpupass.dev/gang=" + run.Id
+		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
+			t.Fatalf("cancel: %v\n%s", err, b)
+		}
+		upstack.WaitFor(t, ctx, "both ranks to end", func() bool {
+			return terminal(getRun(run.Id)) && terminal(getRun(run.Id+"-r1"))
+		})
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			if r := getRun(id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
+			}
+		}
+		upstack.WaitFor(t, ctx, "no Job or pod of the gang left", func() bool {
+			time.Sleep(500 * time.Millisecond)
+			out, _ := c.KubectlCmd(ctx, "-n", ns, "get", "jobs,pods", "-l", gang, "-o", "name").Output()
+			return strings.TrimSpace(string(out)) == ""
+		})
 	})
 }
