@@ -3,6 +3,7 @@
 package kubernetes_test
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"os"
@@ -85,13 +86,23 @@ func TestE2EKubernetesGang(t *testing.T) {
 		}
 		return false
 	}
+	// examples/ddp's spec, asking for 1 GB of storage rather than 10: the
+	// shared dir is on this machine's disk, which other tests fill.
+	b, err := os.ReadFile(filepath.Join(stack.Root, "examples", "ddp", "gpupass.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := filepath.Join(t.TempDir(), "gpupass.yaml")
+	if err := os.WriteFile(sp, bytes.Replace(b, []byte("size_gb: 10"), []byte("size_gb: 1"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// Both broker nodes certified: the dry-run shows them as a gang.
 	gangLine := regexp.MustCompile(`2 × agt-[0-9a-f]+, agt-[0-9a-f]+ in ` + region)
-	bothCertified := func() {
+	bothCertified := func(t *testing.T) {
 		t.Helper()
 		var out []byte
 		for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(time.Second) {
-			out, _ = gp("validate", "--spec", "examples/ddp/gpupass.yaml", "--dry-run", "--region", region).CombinedOutput()
+			out, _ = gp("validate", "--spec", sp, "--dry-run", "--region", region).CombinedOutput()
 			if gangLine.Match(out) {
 				return
 			}
@@ -116,8 +127,8 @@ func TestE2EKubernetesGang(t *testing.T) {
 	}
 
 	t.Run("two pods give one rank's curve", func(t *testing.T) {
-		bothCertified()
-		out, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+		bothCertified(t)
+		out, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
 			"--name", "kgang", "--follow", "--", py, "train_ddp.py", "--steps", strconv.Itoa(gangSteps), "--timeout", "120").CombinedOutput()
 		if err != nil {
 			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
@@ -179,8 +190,8 @@ func TestE2EKubernetesGang(t *testing.T) {
 	})
 
 	t.Run("a rank's pod deleted mid-run fails the run naming it", func(t *testing.T) {
-		bothCertified()
-		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+		bothCertified(t)
+		if b, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
 			"--name", "kkilled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "120").CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
@@ -218,8 +229,8 @@ func TestE2EKubernetesGang(t *testing.T) {
 	})
 
 	t.Run("cancel deletes every rank's Job", func(t *testing.T) {
-		bothCertified()
-		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+		bothCertified(t)
+		if b, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
 			"--name", "kcancel", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "120").CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
