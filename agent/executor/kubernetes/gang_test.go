@@ -2,15 +2,18 @@ package kubernetes
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gpupass/gpupass/agent"
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 )
@@ -125,4 +128,44 @@ func TestRunnerGangRankZeroEnded(t *testing.T) {
 	if j := getJob(api, "gpupass-alloc-abc-r1-1"); j != nil {
 		t.Error("rank 1's job was made")
 	}
+}
+
+// TestMeasureForRun (issue #34): at a run's start (agent.ForRun) the
+// node is measured in a check Job asking for the run's GPUs, beside the
+// run Jobs already on the node (a gang's other rank there); the node's
+// own suite still asks for all its GPUs and waits for no run Job.
+func TestMeasureForRun(t *testing.T) {
+	t.Parallel()
+	running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1", Namespace: "gpupass",
+		Labels: map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelNode: "gpu-1"}}}
+	api := fake.NewClientset(running)
+	shared := t.TempDir()
+	n := &kubeNode{client: &Client{API: api, Namespace: "gpupass", Image: "localhost/run@sha256:" + strings.Repeat("a", 64), Poll: 5 * time.Millisecond,
+		Volume: SharedDir{Path: shared}}, cluster: "kind", name: "gpu-1", flags: Flags{SharedDir: shared, AgentBinary: "gpupass-agent"}, log: slog.Default()}
+	n.node.Set(Node{Name: "gpu-1", GPUs: 4})
+
+	if _, err := n.Measure(context.Background(), &agent.Options{}); err == nil || !strings.Contains(err.Error(), "not measured: the node runs kubernetes job gpupass-alloc-abc-1") {
+		t.Errorf("the node's own suite beside a run: %v, want it not measured", err)
+	}
+
+	ctx, cancel := context.WithCancel(agent.ForRun(context.Background(), 1))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Measure(ctx, &agent.Options{})
+		done <- err
+	}()
+	var check *batchv1.Job
+	waitFor(t, "the check job", func() bool {
+		jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{LabelSelector: LabelKind + "=check"})
+		if len(jobs.Items) == 1 {
+			check = &jobs.Items[0]
+		}
+		return check != nil
+	})
+	if q := check.Spec.Template.Spec.Containers[0].Resources.Limits[GPUResource]; q.Value() != 1 {
+		t.Errorf("a run's check asks for %s GPUs, want the run's 1", q.String())
+	}
+	cancel()
+	<-done
 }
