@@ -77,6 +77,8 @@ type Spec[S any] struct {
 	// cluster beside this machine rather than a site's service
 	// (Regional.StackFlags).
 	StackFlags map[string]string
+	// PodJobs says the jobs run in pods (PodRendezvous).
+	PodJobs bool
 	// Run is Backend.Serve, with the settings.
 	Run func(ctx context.Context, o *Options, s *S, log *slog.Logger) error
 }
@@ -104,6 +106,7 @@ func (d *defined[S]) AddFlags(f FlagSet) {
 
 func (d *defined[S]) StandsFor() string             { return d.spec.StandsFor }
 func (d *defined[S]) StackFlags() map[string]string { return d.spec.StackFlags }
+func (d *defined[S]) PodJobs() bool                 { return d.spec.PodJobs }
 
 func (d *defined[S]) InStack(stackDir, region string) error {
 	if d.spec.Stack == nil {
@@ -151,6 +154,13 @@ func InRegion(dir, region string) string {
 // needs the agent to run as root there (Options.RootReason).
 type RootReasoner interface {
 	RootReason() string
+}
+
+// PodRendezvous is a Backend whose jobs run in pods, each with an IP of
+// its own: its nodes take gang ranks with --job-ports alone, and its
+// runner puts rank 0's pod IP in the rendezvous (Options.PodJobs).
+type PodRendezvous interface {
+	PodJobs() bool
 }
 
 // Node is a broker node that a cluster backend stands for: measured

@@ -61,6 +61,24 @@ func (m *measurement) get(ctx context.Context, o *Options) (*probe.Facts, error)
 	return m.facts, m.err
 }
 
+type runGPUsKey struct{}
+
+// ForRun is ctx for measuring a node at a run's start (runtime-init,
+// RunReport), where the run gets gpus of the node's GPUs: a cluster
+// backend measures in a job that asks for that many, what the run's own
+// pod or step will hold, so the check fits beside what else runs there
+// (a gang's other ranks on the same node).
+func ForRun(ctx context.Context, gpus int) context.Context {
+	return context.WithValue(ctx, runGPUsKey{}, gpus)
+}
+
+// RunGPUs is ForRun's gpus; 0 for the node's own suite, which measures
+// every GPU.
+func RunGPUs(ctx context.Context) int {
+	g, _ := ctx.Value(runGPUsKey{}).(int)
+	return g
+}
+
 // Watched is what a backend last read of one of its cluster's nodes: set
 // by its refresh, read by the agent that stands for the node.
 type Watched[T any] struct {

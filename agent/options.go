@@ -102,6 +102,10 @@ type Options struct {
 	// RootReason, set from the executor's Backend (RootReasoner), says
 	// in Validate's errors why job users need the agent to run as root.
 	RootReason string
+	// PodJobs, set from the executor's Backend (PodRendezvous), says its
+	// jobs run in pods with IPs of their own: the node takes gang ranks
+	// with --job-ports alone, advertising rendezvous.PodAddress.
+	PodJobs bool
 	// standsFor, set by StandFor, makes this agent stand for one node of a
 	// cluster; nil: this machine is the node.
 	standsFor Node
@@ -235,9 +239,10 @@ func (o *Options) Validate(daemon bool) error {
 }
 
 // validateJobPorts checks the job address and ports: both or neither,
-// and only for the local executor, whose jobs are processes of this
-// machine (a Slurm or Kubernetes run across several nodes is started by
-// the cluster, in a later step).
+// for the local executor, whose jobs are processes of this machine; the
+// ports alone for an executor whose jobs run in pods (PodJobs), where
+// rank 0's pod IP is the address, known only once the pod is (Slurm's
+// gangs come in a later step).
 func (o *Options) validateJobPorts() error {
 	o.JobAddress, o.JobPorts = strings.TrimSpace(o.JobAddress), strings.TrimSpace(o.JobPorts)
 	if o.JobAddress == "" && o.JobPorts == "" {
@@ -246,11 +251,16 @@ func (o *Options) validateJobPorts() error {
 	if o.JobPorts == "" {
 		return fielderr.New(FieldJobPorts, "", "is required with a job address: the ports jobs of a gang may listen on here, e.g. 29500-29599")
 	}
-	if o.JobAddress == "" {
+	switch {
+	case o.PodJobs:
+		if o.JobAddress != "" {
+			return fielderr.New(FieldJobAddress, o.JobAddress, "the %s executor's jobs are reached at rank 0's pod IP: leave it out (--job-ports alone)", o.Executor)
+		}
+		o.JobAddress = rendezvous.PodAddress
+	case o.Executor != "" && o.Executor != ExecutorLocal:
+		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s and kubernetes executors take ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, o.Executor)
+	case o.JobAddress == "":
 		return fielderr.New(FieldJobAddress, "", "is required with job ports: this node's address the other nodes of a gang reach, e.g. 10.0.0.7")
-	}
-	if o.Executor != "" && o.Executor != ExecutorLocal {
-		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s executor takes ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, o.Executor)
 	}
 	if err := rendezvous.CheckAddr(o.JobAddress); err != nil {
 		return fielderr.New(FieldJobAddress, o.JobAddress, "%v", err)

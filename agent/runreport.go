@@ -55,9 +55,16 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 // runReport is RunReport with link, a gang rank's measurement of the
 // link between the gang's nodes, signed with the rest (nil on one node).
 func (a *Agent) runReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython, link *conformance.Link) (*SignedReport, error) {
-	exp := suite.FromSpec(sp)
+	node := sp
+	if n := sp.Resources.Nodes; n > 1 {
+		// A gang's rank: this node holds its share of the GPUs.
+		c := *sp
+		c.Resources.Count /= n
+		node = &c
+	}
+	exp := suite.FromSpec(node)
 	exp.StorageClass = a.o.StorageClass
-	res, err := a.suite.Run(ctx, exp)
+	res, err := a.suite.Run(ForRun(ctx, node.Resources.Count), exp)
 	if err != nil {
 		return nil, err
 	}

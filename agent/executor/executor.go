@@ -120,12 +120,16 @@ func (j Job) metricPattern() (*metrics.Pattern, error) {
 	return metrics.CompilePattern(j.Spec.Metrics.Pattern)
 }
 
-// gpus is how many accelerators the run's spec asks for
-// (resources.count, which a spec file that leaves it out has as 1); 0
-// when the run has no spec.
+// gpus is how many accelerators the run's spec asks for on this node
+// (resources.count, which a spec file that leaves it out has as 1; a
+// rank of a run across resources.nodes nodes its share of it); 0 when
+// the run has no spec.
 func (j Job) gpus() int {
 	if j.Spec == nil {
 		return 0
+	}
+	if n := j.Spec.Resources.Nodes; n > 1 {
+		return j.Spec.Resources.Count / n
 	}
 	return j.Spec.Resources.Count
 }

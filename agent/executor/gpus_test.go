@@ -23,7 +23,7 @@ func (r *gpusRunner) Run(_ context.Context, a executor.Attempt, _ func(executor.
 }
 
 // TestAttemptGPUs: a runner learns how many accelerators the run's spec
-// asks for (resources.count), and 0 for a run without a spec (a runner
+// asks for on its node (resources.count, a gang rank's share), and 0 for a run without a spec (a runner
 // that hands GPUs out then gives all the node's).
 func TestAttemptGPUs(t *testing.T) {
 	t.Parallel()
@@ -33,6 +33,9 @@ func TestAttemptGPUs(t *testing.T) {
 		want int
 	}{
 		{"spec asks for 2", &spec.Spec{Resources: spec.Resources{Count: 2}}, 2},
+		// A rank of a run across 2 nodes holds its share (#34): two
+		// ranks asking for the whole count each would take twice it.
+		{"gang of 2 asks for 4 in all", &spec.Spec{Resources: spec.Resources{Count: 4, Nodes: 2}}, 2},
 		{"no spec", nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

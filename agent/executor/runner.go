@@ -67,8 +67,9 @@ type Attempt struct {
 	// attempt's: NaN restarts share one wall-clock budget. Only a
 	// LimitEnforcer reads it; the executor stops other runners' attempts.
 	TimeLimit time.Duration
-	// GPUs is how many accelerators the run's spec asks for
-	// (resources.count); 0 when the run has no spec. A runner that hands
+	// GPUs is how many accelerators the run's spec asks for on this
+	// node (resources.count, a gang rank's share of it); 0 when the run
+	// has no spec. A runner that hands
 	// GPUs out (a Kubernetes pod's nvidia.com/gpu request) asks for this
 	// many, and for all the node's when it is 0.
 	GPUs int

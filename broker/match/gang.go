@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
 )
 
@@ -136,7 +138,21 @@ func gangStages(per *spec.Spec, minScore, maxPrice float64) []gangStage {
 }
 
 // gangKey is what every node of a gang shares.
-type gangKey struct{ region, runtime, accel int32 }
+type gangKey struct {
+	region, runtime, accel int32
+	// cluster is the provider of a node whose jobs are reached at
+	// their pod's IP (rendezvous.PodAddress), "" for the others: pod
+	// IPs reach each other within one Kubernetes cluster only.
+	cluster string
+}
+
+// podCluster is n's gangKey.cluster.
+func podCluster(n *store.Node) string {
+	if n.Labels.JobAddress == rendezvous.PodAddress {
+		return n.Labels.Provider
+	}
+	return ""
+}
 
 // Gangs finds, for each region in q's scope and filter, the best gang of
 // the fewest nodes (NodeCounts) that runs q.Spec, and, when the spec
@@ -215,7 +231,7 @@ func (ix *Index) Gangs(q Query, listed *Verdicts) Gangs {
 			if _, done := found[e.region]; done {
 				continue
 			}
-			key := gangKey{e.region, e.runtime, e.accel}
+			key := gangKey{e.region, e.runtime, e.accel, podCluster(&ix.nodes[n])}
 			groups[key] = append(groups[key], n)
 			if len(groups[key]) == k {
 				found[e.region] = Gang{Region: ix.names[e.region], Accelerator: ix.names[e.accel], GPUsPerNode: per.Resources.Count, Nodes: groups[key]}

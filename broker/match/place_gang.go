@@ -34,6 +34,7 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 	all := map[gangKey][]int32{}
 	idle := map[gangKey][]Verdict{}
 	anyRdv := map[gangKey]int{} // with the nodes that advertise no rendezvous
+	pods := map[gangKey]int{}   // pod-IP nodes of every cluster together
 	var waitKey *gangKey
 	reachable, candidates := 0, 0
 	for i := range vs.Candidates {
@@ -43,13 +44,16 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 			continue
 		}
 		e := &ix.ent[v.Node]
-		key := gangKey{e.region, e.runtime, e.accel}
+		key := gangKey{e.region, e.runtime, e.accel, podCluster(n)}
 		anyRdv[key]++
 		candidates++
 		if !n.Labels.Rendezvous() {
 			continue
 		}
 		reachable++
+		if key.cluster != "" {
+			pods[gangKey{key.region, key.runtime, key.accel, ""}]++
+		}
 		all[key] = append(all[key], v.Node)
 		if free(n.ID) {
 			idle[key] = append(idle[key], v)
@@ -79,7 +83,20 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 			}
 			out.Miss = count(candidates, "candidate nodes") + " for " + count(per.Resources.Count, "GPUs") + " each, but " + only +
 				" advertise a job address and ports for the gang's rendezvous (a gang needs " + strconv.Itoa(k) +
-				"; start the local executor's agents with --job-address and --job-ports)"
+				"; start the local executor's agents with --job-address and --job-ports, a Kubernetes agent with --job-ports)"
+			return out
+		}
+	}
+	for key, c := range pods {
+		if c >= k {
+			most := 0
+			for kk, n := range anyRdv {
+				if kk.cluster != "" && kk.region == key.region && kk.runtime == key.runtime && kk.accel == key.accel {
+					most = max(most, n)
+				}
+			}
+			out.Miss = count(c, "candidate Kubernetes nodes") + " for " + count(per.Resources.Count, "GPUs") + " each, but at most " +
+				strconv.Itoa(most) + " in one cluster (a gang needs " + strconv.Itoa(k) + "; pod IPs reach each other within one cluster)"
 			return out
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
 // TestPlaceGang (issue #34): a gang is placed on nodes that advertise a
@@ -22,10 +23,18 @@ func TestPlaceGang(t *testing.T) {
 		}
 		return n
 	}
+	pod := func(id, provider string) store.Node {
+		n := node(id, "k8s", "a100-80gb", 4, 30, 5)
+		n.Labels.Provider, n.Labels.JobAddress, n.Labels.JobPortMin, n.Labels.JobPortMax = provider, rendezvous.PodAddress, 29500, 29599
+		return n
+	}
 	ix := Prepare([]store.Node{
 		a100("usw-1", "us-west-2", true), a100("usw-2", "us-west-2", true), a100("usw-3", "us-west-2", true),
 		a100("euc-1", "eu-central-1", false), a100("euc-2", "eu-central-1", false), a100("euc-3", "eu-central-1", true),
 		a100("aps-1", "ap-south-1", true),
+		// Kubernetes nodes: their jobs are reached at pod IPs, which
+		// reach each other within one cluster only.
+		pod("ka-1", "kubernetes:a"), pod("kb-1", "kubernetes:b"), pod("ka-2", "kubernetes:a"), pod("kb-2", "kubernetes:b"), pod("kc-1", "kubernetes:c"),
 	}, nil)
 	type out struct {
 		Nodes []string
@@ -43,8 +52,11 @@ func TestPlaceGang(t *testing.T) {
 		{"a node lost on before is left out", "us-west-2", 2, nil, []string{"usw-2"}, out{Nodes: []string{"usw-1", "usw-3"}}},
 		{"too few free: wait for the busy ones", "us-west-2", 3, []string{"usw-2"}, nil, out{Busy: []string{"usw-2"}}},
 		{"too few at all", "us-west-2", 4, nil, nil, out{Miss: "only 3 certified a100-80gb nodes, a gang needs 4"}},
-		{"too few that advertise a rendezvous", "eu-central-1", 2, nil, nil, out{Miss: "3 candidate nodes for 4 GPUs each, but only 1 advertise a job address and ports for the gang's rendezvous (a gang needs 2; start the local executor's agents with --job-address and --job-ports)"}},
+		{"too few that advertise a rendezvous", "eu-central-1", 2, nil, nil, out{Miss: "3 candidate nodes for 4 GPUs each, but only 1 advertise a job address and ports for the gang's rendezvous (a gang needs 2; start the local executor's agents with --job-address and --job-ports, a Kubernetes agent with --job-ports)"}},
 		{"one node", "ap-south-1", 2, nil, nil, out{Miss: "only 1 certified a100-80gb node, a gang needs 2"}},
+		{"kubernetes nodes of one cluster", "k8s", 2, nil, nil, out{Nodes: []string{"ka-1", "ka-2"}}},
+		{"kubernetes nodes of one cluster, the other busy", "k8s", 2, []string{"ka-2"}, nil, out{Nodes: []string{"kb-1", "kb-2"}}},
+		{"never across clusters", "k8s", 3, nil, nil, out{Miss: "5 candidate Kubernetes nodes for 4 GPUs each, but at most 2 in one cluster (a gang needs 3; pod IPs reach each other within one cluster)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -27,6 +27,17 @@ const (
 	MaxLocalRanks = 64
 )
 
+// PodAddress is the job address a Kubernetes agent advertises: its
+// ranks run in pods, each with an IP of its own that exists only once
+// the pod does, so no address is known when the broker places the gang.
+// The agent of each rank puts rank 0's pod IP in its place (rank 0 from
+// its own pod's status, the others by waiting for that pod); it is in
+// the reserved .invalid domain, so one that reached a job anyway could
+// never resolve to somewhere else. Nodes advertising it take a gang only
+// with nodes of the same cluster (the same provider), where pod IPs
+// reach each other.
+const PodAddress = "pod-ip.invalid"
+
 // Gang is one node's view of a run's rendezvous.
 type Gang struct {
 	// NodeRank is this node's rank, 0 for the node that hosts the

@@ -112,6 +112,8 @@ func Backend() agent.Backend {
 		},
 		Stack:     inStack,
 		StandsFor: "every GPU node",
+		// A gang's ranks are pods: rank 0's pod IP is the rendezvous.
+		PodJobs: true,
 		// A stack beside this machine: the local cluster
 		// (scripts/k8s-up.sh) has the default namespace, and its nodes
 		// are read every 5s so that a cordon shows at once.
@@ -233,7 +235,15 @@ func (n *kubeNode) Measure(ctx context.Context, o *agent.Options) (*probe.Facts,
 	// (a later suite waits for the run, see RunLoop.Busy): the check Job
 	// would wait for its end, and the agent could neither enroll nor
 	// follow the run meanwhile. The node is measured again once it ends.
-	if jobs, err := n.client.RunJobsOn(ctx, n.name); err != nil {
+	//
+	// At a run's start (agent.ForRun) the check asks for the run's GPUs,
+	// not all: what the run's pod will get, beside the pods of a gang's
+	// other ranks on the node, if any (the scheduler says when it does
+	// not fit).
+	gpus := n.current().GPUs
+	if g := agent.RunGPUs(ctx); g > 0 {
+		gpus = g
+	} else if jobs, err := n.client.RunJobsOn(ctx, n.name); err != nil {
 		return nil, err
 	} else if len(jobs) > 0 {
 		return nil, fmt.Errorf("not measured: the node runs kubernetes job %s; measured again once it ends", jobs[0])
@@ -241,7 +251,7 @@ func (n *kubeNode) Measure(ctx context.Context, o *agent.Options) (*probe.Facts,
 	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("making the node's dir in the shared dir: %w", err)
 	}
-	out, err := n.client.Step(ctx, n.name, n.current().GPUs, n.dir(), agent.RemoteArgs(n.flags.AgentBinary, n.dir(), o)...)
+	out, err := n.client.Step(ctx, n.name, gpus, n.dir(), agent.RemoteArgs(n.flags.AgentBinary, n.dir(), o)...)
 	var f probe.Facts
 	if err == nil {
 		err = decodeFacts(out, &f)

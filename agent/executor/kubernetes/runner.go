@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/executor/follow"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
 // Runner runs each attempt of a run as a Job pinned to one node: an
@@ -59,6 +61,10 @@ type attemptState struct {
 // libraries of the machine the agent runs on mean nothing in the image).
 func podEnv(env []string) []corev1.EnvVar {
 	keep := map[string]bool{"PYTORCH_CUDA_ALLOC_CONF": true, "TMPDIR": true, "TMP": true, "TEMP": true}
+	// A rank of a gang: torch.distributed's and torchrun's names.
+	for _, k := range rendezvous.Names() {
+		keep[k] = true
+	}
 	seen := map[string]int{}
 	var out []corev1.EnvVar
 	for _, kv := range env {
@@ -120,6 +126,32 @@ func startErr(err error) executor.Exit {
 func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt, base, name string) error {
 	c := r.Client
 	labels := map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: labelValue(alloc), LabelAttempt: attempt, LabelNode: labelValue(r.Node)}
+	env := podEnv(a.Env)
+	gang, isGang, err := gangOf(a.Env, alloc)
+	if err != nil {
+		return err
+	}
+	if isGang {
+		labels[LabelGang], labels[LabelRank] = labelValue(gang.run), strconv.Itoa(gang.rank)
+		ip := ""
+		if gang.rank > 0 {
+			// An agent restarted under the rank follows its Job on: rank
+			// 0 may be gone by now.
+			cctx, cancel := c.ctx(ctx)
+			_, gerr := c.API.BatchV1().Jobs(c.Namespace).Get(cctx, name, metav1.GetOptions{})
+			cancel()
+			if gerr == nil {
+				if a.Note != nil {
+					a.Note("following kubernetes job "+name+" again (the agent restarted under it)", map[string]string{"kube_job": name})
+				}
+				return nil
+			}
+			if ip, err = c.rankZeroIP(ctx, gang.run, a.Note); err != nil {
+				return err
+			}
+		}
+		env = withMaster(env, ip)
+	}
 	zero := int32(0)
 	dirs := []string{a.Dir}
 	if tmp := executor.EnvValue(a.Env, "TMPDIR"); tmp != "" && !strings.HasPrefix(tmp, a.Dir+"/") {
@@ -129,7 +161,7 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if a.GPUs > 0 {
 		gpus = a.GPUs
 	}
-	spec, err := c.podSpec(r.Node, gpus, a.Grace, dirs, append([]string{"/bin/sh", "-c", wrapper, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), podEnv(a.Env))
+	spec, err := c.podSpec(r.Node, gpus, a.Grace, dirs, append([]string{"/bin/sh", "-c", wrapper, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), env)
 	if err != nil {
 		return fmt.Errorf("the run's work dir must be in the shared dir: %w", err)
 	}

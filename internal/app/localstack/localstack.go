@@ -279,10 +279,16 @@ const (
 )
 
 // JobArgs are the rendezvous flags of the stack's agent n: loopback (the
-// stack's nodes are one machine) and a port range of its own. None for
-// an executor other than the local one, which takes no gang rank yet.
+// stack's nodes are one machine) and a port range of its own. A
+// Kubernetes agent's jobs are pods with IPs of their own (rank 0's is
+// the rendezvous): the first range, no address. None for another
+// executor, which takes no gang rank yet.
 func JobArgs(o Options, n int) []string {
-	if o.Executor != "" && o.Executor != "local" {
+	switch o.Executor {
+	case "", "local":
+	case "kubernetes":
+		return []string{"--job-ports", fmt.Sprintf("%d-%d", JobPortsBase, JobPortsBase+JobPortsEach-1)}
+	default:
 		return nil
 	}
 	lo := JobPortsBase + n*JobPortsEach

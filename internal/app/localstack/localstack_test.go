@@ -183,6 +183,10 @@ func TestJobArgs(t *testing.T) {
 	if got := JobArgs(Options{Executor: "slurm"}, 0); got != nil {
 		t.Errorf("slurm agent: %q, want no job flags", got)
 	}
+	// Pods have IPs of their own: the ports alone, the same for each.
+	if got, want := JobArgs(Options{Executor: "kubernetes"}, 3), []string{"--job-ports", "29500-29599"}; !slices.Equal(got, want) {
+		t.Errorf("kubernetes agent 3: %q, want %q", got, want)
+	}
 	if got := JobArgs(Options{}, 400); got != nil {
 		t.Errorf("agent 400: %q, want none (past port 65535)", got)
 	}

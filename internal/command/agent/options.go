@@ -40,7 +40,7 @@ func addFlags(cmd *cobra.Command, o *daemon.Options, reg *registryflags.Flags, b
 	f.StringVar(&o.StorageClass, "storage-class", "standard", "label: storage class: standard, high-iops-nvme or ultra-nvme")
 	f.Float64Var(&o.BandwidthGbps, "bandwidth-gbps", 0, "label: network bandwidth in Gbit/s")
 	f.StringVar(&o.Hostname, "hostname", "", "label: hostname (default: this machine's)")
-	f.StringVar(&o.JobAddress, "job-address", "", "this node's address (IP or host name) that the other nodes of a run across several nodes reach its jobs at; with --job-ports the node takes ranks of such runs, rank 0 hosting the rendezvous (MASTER_ADDR) (local executor only)")
+	f.StringVar(&o.JobAddress, "job-address", "", "this node's address (IP or host name) that the other nodes of a run across several nodes reach its jobs at; with --job-ports the node takes ranks of such runs, rank 0 hosting the rendezvous (MASTER_ADDR) (local executor; a Kubernetes agent takes --job-ports alone, rank 0's pod IP being the address)")
 	f.StringVar(&o.JobPorts, "job-ports", "", "FIRST-LAST: the TCP ports a rank 0 on this node may be given as MASTER_PORT, e.g. 29500-29599 (with --job-address); other jobs on the node can reach them too")
 	f.StringVar(&o.StackDir, "stack-dir", "", "set by gpupass up: its state dir, under which an executor that stands for a cluster keeps each region's agent's work apart (and shares what they must)")
 	addProbeFlags(cmd, o)

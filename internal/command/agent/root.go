@@ -111,6 +111,9 @@ GPUPASS_BROKER_TOKEN, GPUPASS_BROKER_TOKEN_FILE, …). Exit codes: 0 ok, 1 faile
 			if r, ok := b.(daemon.RootReasoner); ok {
 				o.RootReason = r.RootReason()
 			}
+			if p, ok := b.(daemon.PodRendezvous); ok {
+				o.PodJobs = p.PodJobs()
+			}
 			if err := o.Validate(true); err != nil {
 				return err
 			}

@@ -1,0 +1,171 @@
+package kubernetes
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpupass/gpupass/agent"
+	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/rendezvous"
+)
+
+// asRank makes the attempt rank's of a 2-node gang whose run is
+// alloc-abc, as the agent's run loop gives it (rendezvous.Gang.Rank).
+func asRank(t *testing.T, rank int) func(*executor.Attempt) {
+	return func(a *executor.Attempt) {
+		env, err := rendezvous.Gang{NodeRank: rank, Nodes: 2, LocalRanks: 1, MasterAddr: rendezvous.PodAddress, MasterPort: 29517}.Rank(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rank > 0 {
+			for i, kv := range a.Env {
+				if strings.HasPrefix(kv, executor.EnvAllocID+"=") {
+					a.Env[i] = executor.EnvAllocID + "=alloc-abc-r1"
+				}
+			}
+		}
+		a.Env = append(a.Env, env...)
+	}
+}
+
+func envOf(pod corev1.PodSpec) map[string]corev1.EnvVar {
+	m := map[string]corev1.EnvVar{}
+	for _, e := range pod.Containers[0].Env {
+		m[e.Name] = e
+	}
+	return m
+}
+
+// TestRunnerGangRendezvous (issue #34): each rank of a gang is a Job of
+// its own, labelled with the gang and rank. Rank 0's pod reads its own IP
+// for MASTER_ADDR (the downward API); rank 1's Job is made only once rank
+// 0's pod has an IP, with that IP as MASTER_ADDR: the cluster may have no
+// DNS, and the broker's placeholder address never reaches a job.
+func TestRunnerGangRendezvous(t *testing.T) {
+	t.Parallel()
+	api := fake.NewClientset()
+	shared := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r0 := startRun(t, ctx, api, newRunner(shared), filepath.Join(shared, "alloc-abc"), asRank(t, 0))
+	var job0 = getJob(api, "gpupass-alloc-abc-1")
+	waitFor(t, "rank 0's job", func() bool { job0 = getJob(api, "gpupass-alloc-abc-1"); return job0 != nil })
+	env0 := envOf(job0.Spec.Template.Spec)
+	for _, k := range []string{"MASTER_ADDR", "PET_MASTER_ADDR", "GPUPASS_MASTER_ADDR"} {
+		e := env0[k]
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+			t.Errorf("rank 0's %s = %+v, want its pod's IP (status.podIP)", k, e)
+		}
+	}
+	if env0["MASTER_PORT"].Value != "29517" || env0["RANK"].Value != "0" || env0["WORLD_SIZE"].Value != "2" {
+		t.Errorf("rank 0's rendezvous env %v", env0)
+	}
+	if l := job0.Spec.Template.Labels; l[LabelGang] != "alloc-abc" || l[LabelRank] != "0" {
+		t.Errorf("rank 0's pod labels %v", l)
+	}
+
+	r1 := startRun(t, ctx, api, newRunner(shared), filepath.Join(shared, "alloc-abc-r1"), asRank(t, 1))
+	time.Sleep(100 * time.Millisecond)
+	if j := getJob(api, "gpupass-alloc-abc-r1-1"); j != nil {
+		t.Fatal("rank 1's job was made before rank 0's pod had an IP")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1-x", Namespace: "gpupass", Labels: job0.Spec.Template.Labels,
+		Annotations: job0.Spec.Template.Annotations}, Spec: job0.Spec.Template.Spec, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	if _, err := api.CoreV1().Pods("gpupass").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if j := getJob(api, "gpupass-alloc-abc-r1-1"); j != nil {
+		t.Fatal("rank 1's job was made before rank 0's pod had an IP")
+	}
+	pod.Status.PodIP, pod.Status.Phase = "10.244.0.7", corev1.PodRunning
+	if _, err := api.CoreV1().Pods("gpupass").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var job1 = getJob(api, "gpupass-alloc-abc-r1-1")
+	waitFor(t, "rank 1's job", func() bool { job1 = getJob(api, "gpupass-alloc-abc-r1-1"); return job1 != nil })
+	env1 := envOf(job1.Spec.Template.Spec)
+	for _, k := range []string{"MASTER_ADDR", "PET_MASTER_ADDR", "GPUPASS_MASTER_ADDR"} {
+		if e := env1[k]; e.Value != "10.244.0.7" || e.ValueFrom != nil {
+			t.Errorf("rank 1's %s = %+v, want rank 0's pod IP 10.244.0.7", k, e)
+		}
+	}
+	if env1["RANK"].Value != "1" || env1["NODE_RANK"].Value != "1" || env1["MASTER_PORT"].Value != "29517" {
+		t.Errorf("rank 1's rendezvous env %v", env1)
+	}
+	if l := job1.Spec.Template.Labels; l[LabelGang] != "alloc-abc" || l[LabelRank] != "1" || l[LabelAlloc] != "alloc-abc-r1" {
+		t.Errorf("rank 1's pod labels %v", l)
+	}
+	cancel()
+	<-r0.done
+	<-r1.done
+}
+
+// TestRunnerGangRankZeroEnded: a rank whose rank 0 ended before it had
+// started fails to start, saying so, instead of waiting for a
+// rendezvous nobody hosts.
+func TestRunnerGangRankZeroEnded(t *testing.T) {
+	t.Parallel()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1-x", Namespace: "gpupass",
+		Labels:      map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: "alloc-abc"},
+		Annotations: map[string]string{AnnotationAlloc: "alloc-abc"}}, Status: corev1.PodStatus{Phase: corev1.PodFailed, PodIP: "10.244.0.7"}}
+	api := fake.NewClientset(pod)
+	shared := t.TempDir()
+	r1 := startRun(t, context.Background(), api, newRunner(shared), filepath.Join(shared, "alloc-abc-r1"), asRank(t, 1))
+	ex := <-r1.done
+	if ex.StartErr == nil || !strings.Contains(ex.StartErr.Error(), "rank 0's pod gpupass-alloc-abc-1-x ended before this rank started") {
+		t.Errorf("exit %+v, want a start error naming rank 0's ended pod", ex)
+	}
+	if j := getJob(api, "gpupass-alloc-abc-r1-1"); j != nil {
+		t.Error("rank 1's job was made")
+	}
+}
+
+// TestMeasureForRun (issue #34): at a run's start (agent.ForRun) the
+// node is measured in a check Job asking for the run's GPUs, beside the
+// run Jobs already on the node (a gang's other rank there); the node's
+// own suite still asks for all its GPUs and waits for no run Job.
+func TestMeasureForRun(t *testing.T) {
+	t.Parallel()
+	running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1", Namespace: "gpupass",
+		Labels: map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelNode: "gpu-1"}}}
+	api := fake.NewClientset(running)
+	shared := t.TempDir()
+	n := &kubeNode{client: &Client{API: api, Namespace: "gpupass", Image: "localhost/run@sha256:" + strings.Repeat("a", 64), Poll: 5 * time.Millisecond,
+		Volume: SharedDir{Path: shared}}, cluster: "kind", name: "gpu-1", flags: Flags{SharedDir: shared, AgentBinary: "gpupass-agent"}, log: slog.Default()}
+	n.node.Set(Node{Name: "gpu-1", GPUs: 4})
+
+	if _, err := n.Measure(context.Background(), &agent.Options{}); err == nil || !strings.Contains(err.Error(), "not measured: the node runs kubernetes job gpupass-alloc-abc-1") {
+		t.Errorf("the node's own suite beside a run: %v, want it not measured", err)
+	}
+
+	ctx, cancel := context.WithCancel(agent.ForRun(context.Background(), 1))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Measure(ctx, &agent.Options{})
+		done <- err
+	}()
+	var check *batchv1.Job
+	waitFor(t, "the check job", func() bool {
+		jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{LabelSelector: LabelKind + "=check"})
+		if len(jobs.Items) == 1 {
+			check = &jobs.Items[0]
+		}
+		return check != nil
+	})
+	if q := check.Spec.Template.Spec.Containers[0].Resources.Limits[GPUResource]; q.Value() != 1 {
+		t.Errorf("a run's check asks for %s GPUs, want the run's 1", q.String())
+	}
+	cancel()
+	<-done
+}
