@@ -19,7 +19,8 @@ type GangPick struct {
 // PlaceGang picks a gang of k nodes in q's one region (q.Regions[0]) for
 // q.Spec: candidates of its share of the GPUs (PerNode) that advertise a
 // rendezvous address (a node whose jobs the others cannot reach takes no
-// rank), grouped by accelerator and runtime, best first. skip leaves a
+// rank), grouped by accelerator, runtime and site (a Slurm cluster's
+// nodes only with each other: gangKeyOf), best first. skip leaves a
 // node out altogether (lost on before), free says whether a node may
 // take the run now (not busy, not claimed by a run ahead in the queue).
 // The first group with k free nodes is the gang; failing that, a group
@@ -33,7 +34,8 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 	var out GangPick
 	all := map[gangKey][]int32{}
 	idle := map[gangKey][]Verdict{}
-	anyRdv := map[gangKey]int{} // with the nodes that advertise no rendezvous
+	anyRdv := map[gangKey]int{}  // with the nodes that advertise no rendezvous
+	anySite := map[gangKey]int{} // rendezvous, of any site
 	var waitKey *gangKey
 	reachable, candidates := 0, 0
 	for i := range vs.Candidates {
@@ -42,14 +44,14 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 		if skip(n.ID) {
 			continue
 		}
-		e := &ix.ent[v.Node]
-		key := gangKey{e.region, e.runtime, e.accel}
+		key := ix.gangKeyOf(v.Node)
 		anyRdv[key]++
 		candidates++
 		if !n.Labels.Rendezvous() {
 			continue
 		}
 		reachable++
+		anySite[gangKey{key.region, key.runtime, key.accel, -1}]++
 		all[key] = append(all[key], v.Node)
 		if free(n.ID) {
 			idle[key] = append(idle[key], v)
@@ -79,7 +81,14 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 			}
 			out.Miss = count(candidates, "candidate nodes") + " for " + count(per.Resources.Count, "GPUs") + " each, but " + only +
 				" advertise a job address and ports for the gang's rendezvous (a gang needs " + strconv.Itoa(k) +
-				"; start the local executor's agents with --job-address and --job-ports)"
+				"; start the local executor's agents with --job-address and --job-ports, a Slurm agent with --job-ports)"
+			return out
+		}
+	}
+	for _, c := range anySite {
+		if c >= k {
+			out.Miss = count(c, "candidate nodes") + " for " + count(per.Resources.Count, "GPUs") + " each advertise a rendezvous, but no " +
+				strconv.Itoa(k) + " of them are nodes of one Slurm cluster or local agents (a Slurm cluster's gang is one batch job there)"
 			return out
 		}
 	}
