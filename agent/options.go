@@ -234,26 +234,34 @@ func (o *Options) Validate(daemon bool) error {
 	return nil
 }
 
-// validateJobPorts checks the job address and ports: both or neither,
-// and only for the local executor, whose jobs are processes of this
-// machine (a Slurm or Kubernetes run across several nodes is started by
-// the cluster, in a later step).
+// validateJobPorts checks the job address and ports: both or neither
+// for the local executor, whose jobs are processes of this machine; only
+// the ports for the Slurm executor, whose gang is one batch job and whose
+// nodes each advertise their Slurm NodeAddr (ClusterAgents.StartAt). A
+// Kubernetes run across several nodes is started by the cluster, in a
+// later step.
 func (o *Options) validateJobPorts() error {
 	o.JobAddress, o.JobPorts = strings.TrimSpace(o.JobAddress), strings.TrimSpace(o.JobPorts)
 	if o.JobAddress == "" && o.JobPorts == "" {
 		return nil
 	}
+	slurm := o.Executor == ExecutorSlurm
 	if o.JobPorts == "" {
 		return fielderr.New(FieldJobPorts, "", "is required with a job address: the ports jobs of a gang may listen on here, e.g. 29500-29599")
 	}
-	if o.JobAddress == "" {
+	if slurm && o.JobAddress != "" {
+		return fielderr.New(FieldJobAddress, o.JobAddress, "is each compute node's own with the %s executor (its NodeAddr in scontrol show node): leave it out", ExecutorSlurm)
+	}
+	if o.JobAddress == "" && !slurm {
 		return fielderr.New(FieldJobAddress, "", "is required with job ports: this node's address the other nodes of a gang reach, e.g. 10.0.0.7")
 	}
-	if o.Executor != "" && o.Executor != ExecutorLocal {
-		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s executor takes ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, o.Executor)
+	if o.Executor != "" && o.Executor != ExecutorLocal && !slurm {
+		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s and %s executors take ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, ExecutorSlurm, o.Executor)
 	}
-	if err := rendezvous.CheckAddr(o.JobAddress); err != nil {
-		return fielderr.New(FieldJobAddress, o.JobAddress, "%v", err)
+	if !slurm {
+		if err := rendezvous.CheckAddr(o.JobAddress); err != nil {
+			return fielderr.New(FieldJobAddress, o.JobAddress, "%v", err)
+		}
 	}
 	lo, hi, err := rendezvous.ParseJobPorts(o.JobPorts)
 	if err != nil {

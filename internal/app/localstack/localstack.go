@@ -279,17 +279,22 @@ const (
 )
 
 // JobArgs are the rendezvous flags of the stack's agent n: loopback (the
-// stack's nodes are one machine) and a port range of its own. None for
-// an executor other than the local one, which takes no gang rank yet.
+// stack's nodes are one machine) and a port range of its own; a Slurm
+// agent only the ports (each compute node advertises its NodeAddr). None
+// for another executor, which takes no gang rank yet.
 func JobArgs(o Options, n int) []string {
-	if o.Executor != "" && o.Executor != "local" {
+	if o.Executor != "" && o.Executor != "local" && o.Executor != "slurm" {
 		return nil
 	}
 	lo := JobPortsBase + n*JobPortsEach
 	if lo+JobPortsEach-1 > 65535 {
 		return nil // a stack of hundreds of agents: the rest take no gang rank
 	}
-	return []string{"--job-address", "127.0.0.1", "--job-ports", fmt.Sprintf("%d-%d", lo, lo+JobPortsEach-1)}
+	ports := []string{"--job-ports", fmt.Sprintf("%d-%d", lo, lo+JobPortsEach-1)}
+	if o.Executor == "slurm" {
+		return ports
+	}
+	return append([]string{"--job-address", "127.0.0.1"}, ports...)
 }
 
 // Restart is a child that exited and was started again.
