@@ -224,6 +224,8 @@ type slurmNode struct {
 	stateDir string
 
 	node agent.Watched[Node]
+	// gangs is the cluster's: every node's ranks of a gang meet there.
+	gangs *gangHub
 
 	mu sync.Mutex
 	// job is the newest batch job seen on the node (one run at a time).
@@ -277,7 +279,7 @@ func (n *slurmNode) current() Node { return n.node.Get() }
 func (n *slurmNode) Runner() executor.Runner {
 	node := n.current()
 	return &Runner{Client: n.client, Cluster: n.cluster, Node: n.name, Gres: node.Gres(), Partition: n.partition, TimeLimit: n.timeLimit,
-		Ledger: n.ledger, OnJob: func(j Job) {
+		Ledger: n.ledger, Gangs: n.gangs, OnJob: func(j Job) {
 			n.mu.Lock()
 			n.job = j
 			n.mu.Unlock()
@@ -445,6 +447,9 @@ func Run(ctx context.Context, o *agent.Options, s *Flags, log *slog.Logger) erro
 	var (
 		mu      sync.Mutex
 		running = map[string]*slurmNode{}
+		// gangs joins the ranks of a run across several of the cluster's
+		// nodes into one batch job.
+		gangs = newGangHub()
 	)
 	refresh := func() error {
 		// Every refresh also ends the jobs of the account that no live
@@ -478,7 +483,8 @@ func Run(ctx context.Context, o *agent.Options, s *Flags, log *slog.Logger) erro
 				exe: s.AgentBinary, timeLimit: s.TimeLimit, log: log.With("slurm_node", nd.Name)}
 			sn.node.Set(nd)
 			sn.stateDir = agents.NodeStateDir(nd.Name)
-			if err := agents.Start(ctx, nd.Name, sn.log, sn, simulateFor(o, s, nd.Name)); err != nil {
+			sn.gangs = gangs
+			if err := agents.StartAt(ctx, nd.Name, nd.Addr, sn.log, sn, simulateFor(o, s, nd.Name)); err != nil {
 				return err
 			}
 			running[nd.Name] = sn
