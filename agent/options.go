@@ -249,14 +249,14 @@ func (o *Options) validateJobPorts() error {
 	if o.JobPorts == "" {
 		return fielderr.New(FieldJobPorts, "", "is required with a job address: the ports jobs of a gang may listen on here, e.g. 29500-29599")
 	}
+	if o.Executor != "" && o.Executor != ExecutorLocal && !slurm {
+		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s and %s executors take ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, ExecutorSlurm, o.Executor)
+	}
 	if slurm && o.JobAddress != "" {
 		return fielderr.New(FieldJobAddress, o.JobAddress, "is each compute node's own with the %s executor (its NodeAddr in scontrol show node): leave it out", ExecutorSlurm)
 	}
 	if o.JobAddress == "" && !slurm {
 		return fielderr.New(FieldJobAddress, "", "is required with job ports: this node's address the other nodes of a gang reach, e.g. 10.0.0.7")
-	}
-	if o.Executor != "" && o.Executor != ExecutorLocal && !slurm {
-		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s and %s executors take ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, ExecutorSlurm, o.Executor)
 	}
 	if !slurm {
 		if err := rendezvous.CheckAddr(o.JobAddress); err != nil {

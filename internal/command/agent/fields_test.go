@@ -59,6 +59,8 @@ func TestOptionErrorsNameFlags(t *testing.T) {
 		{"job address without ports", []string{"--job-address", "10.0.0.7"}, "--job-ports is required with a job address"},
 		{"job ports backwards", []string{"--job-address", "10.0.0.7", "--job-ports", "29599-29500"}, `--job-ports "29599-29500": 29599-29500 ends before it starts: want FIRST-LAST, e.g. 29500-29599`},
 		{"job ports not ports", []string{"--job-address", "10.0.0.7", "--job-ports", "ssh"}, `--job-ports "ssh": "ssh": want FIRST-LAST, e.g. 29500-29599`},
+		{"job address on slurm", []string{"--executor", "slurm", "--job-address", "10.0.0.7", "--job-ports", "29500-29599"}, `--job-address "10.0.0.7" is each compute node's own with the slurm executor (its NodeAddr in scontrol show node): leave it out`},
+		{"job ports on kubernetes", []string{"--executor", "kubernetes", "--job-ports", "29500-29599"}, `--job-ports "29500-29599": only the local and slurm executors take ranks of a run across several nodes yet (this agent's is kubernetes): leave it out`},
 		{"job address a shell would read more into", []string{"--job-address", "10.0.0.7;id", "--job-ports", "29500"}, `--job-address "10.0.0.7;id": "10.0.0.7;id" is neither an IP address nor a host name`},
 	}
 	for _, tt := range tests {
