@@ -45,54 +45,10 @@ const steps = 60
 // same global batch. Then a rank's python killed (kill -9) mid-run ends
 // the job and fails the run naming the rank, with no job left in squeue.
 func TestE2ESlurmGang(t *testing.T) {
-	c := slurmtest.Shared(t)
-	py := upstack.RequireTorch(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	const region = "hpc-gang"
-	stack := upstack.Start(t, upstack.Options{Regions: []string{region},
-		Args: []string{"--executor", "slurm", "--slurm-partition", slurmtest.Partition, "--slurm-shared-dir", c.Shared},
-		Env:  []string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}})
-	cfg := stack.Config(t)
-	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
-	getRun := func(id string) *gpupassv1.Run {
-		t.Helper()
-		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
-		if err != nil {
-			t.Fatalf("run %s: %v", id, err)
-		}
-		return resp.Msg.Run
-	}
-	runNamed := func(name string) *gpupassv1.Run {
-		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
-		if err != nil {
-			return nil
-		}
-		for _, r := range resp.Msg.Runs {
-			if strings.HasPrefix(r.Name, name+"-") {
-				return r
-			}
-		}
-		return nil
-	}
-	terminal := func(r *gpupassv1.Run) bool {
-		switch r.State {
-		case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
-			return true
-		}
-		return false
-	}
-	var dry string
-	upstack.WaitFor(t, ctx, "a gang of n1 and n2 in dry-run", func() bool {
-		b, _ := gp("validate", "--spec", "examples/ddp/gpupass.yaml", "--dry-run", "--region", region).CombinedOutput()
-		dry = string(b)
-		return strings.Contains(dry, "2 × ")
-	})
-	t.Logf("dry-run:\n%s", upstack.Tail(dry, 1500))
+	g := startGang(t, ctx)
+	c, py, stack, rc, gp, getRun, runNamed := g.c, g.py, g.stack, g.rc, g.gp, g.getRun, g.runNamed
 
 	// The reference: one process, no rendezvous, the same global batch.
 	ref := filepath.Join(t.TempDir(), "metrics.jsonl")
@@ -238,6 +194,72 @@ func TestE2ESlurmGang(t *testing.T) {
 			}
 		}
 	})
+}
+
+// region is the stack's one region, of the cluster's two nodes.
+const region = "hpc-gang"
+
+// gangStack is `gpupass up --executor slurm` on the test cluster, once
+// the broker would place a gang of its two nodes.
+type gangStack struct {
+	c        *slurmtest.Cluster
+	py       string
+	stack    *upstack.Stack
+	rc       *client.RunClients
+	gp       func(args ...string) *exec.Cmd
+	getRun   func(id string) *gpupassv1.Run
+	runNamed func(name string) *gpupassv1.Run
+}
+
+func startGang(t testing.TB, ctx context.Context) *gangStack {
+	c := slurmtest.Shared(t)
+	py := upstack.RequireTorch(t)
+	stack := upstack.Start(t, upstack.Options{Regions: []string{region},
+		Args: []string{"--executor", "slurm", "--slurm-partition", slurmtest.Partition, "--slurm-shared-dir", c.Shared},
+		Env:  []string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}})
+	cfg := stack.Config(t)
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gangStack{c: c, py: py, stack: stack, rc: rc}
+	g.gp = func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
+	g.getRun = func(id string) *gpupassv1.Run {
+		t.Helper()
+		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+		if err != nil {
+			t.Fatalf("run %s: %v", id, err)
+		}
+		return resp.Msg.Run
+	}
+	g.runNamed = func(name string) *gpupassv1.Run {
+		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+		if err != nil {
+			return nil
+		}
+		for _, r := range resp.Msg.Runs {
+			if strings.HasPrefix(r.Name, name+"-") {
+				return r
+			}
+		}
+		return nil
+	}
+	var dry string
+	upstack.WaitFor(t, ctx, "a gang of n1 and n2 in dry-run", func() bool {
+		b, _ := g.gp("validate", "--spec", "examples/ddp/gpupass.yaml", "--dry-run", "--region", region).CombinedOutput()
+		dry = string(b)
+		return strings.Contains(dry, "2 × ")
+	})
+	t.Logf("dry-run:\n%s", upstack.Tail(dry, 1500))
+	return g
+}
+
+func terminal(r *gpupassv1.Run) bool {
+	switch r.State {
+	case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
+		return true
+	}
+	return false
 }
 
 // jobProcess is the pid of a process of the run alloc (its
