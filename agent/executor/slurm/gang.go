@@ -82,7 +82,7 @@ func (g gangInfo) refuse(a executor.Attempt, hub *gangHub) error {
 		return errors.New("this runner takes no rank of a run across several nodes (no gang hub)")
 	case a.Credential != nil:
 		// Each rank would have its own uid, and one batch job has one.
-		return errors.New("a run across several slurm nodes runs as the agent's account: --run-as and --run-as-range do not take such runs yet")
+		return errors.New("a run across several slurm nodes runs as the agent's account, and this agent gives each run a uid of its own: such runs are not taken with one yet")
 	case a.From != nil:
 		return errors.New("a run across several slurm nodes is not followed on after an agent restart yet: its job was cancelled with the run")
 	}
