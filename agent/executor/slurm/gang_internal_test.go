@@ -74,3 +74,44 @@ func TestFailedTask(t *testing.T) {
 		t.Errorf("failedTask of no file: %q", node)
 	}
 }
+
+// TestGangHubJoin: ranks that join at once (each node's agent runs its
+// own) make one gang, complete when the last joined; a rank joining twice
+// or with another node count is refused.
+func TestGangHubJoin(t *testing.T) {
+	t.Parallel()
+	h := newGangHub()
+	const n = 8
+	gangs := make(chan *gangJob, n)
+	for r := range n {
+		go func() {
+			g, err := h.join("run-1/1", n, r, gangRank{node: "n" + string(rune('a'+r))})
+			if err != nil {
+				t.Error(err)
+			}
+			gangs <- g
+		}()
+	}
+	first := <-gangs
+	for range n - 1 {
+		if g := <-gangs; g != first {
+			t.Fatal("ranks of one run joined different gangs")
+		}
+	}
+	select {
+	case <-first.all:
+	default:
+		t.Fatal("every rank joined, but the gang is not complete")
+	}
+	if _, err := h.join("run-1/1", n, 3, gangRank{node: "nx"}); err == nil || !strings.Contains(err.Error(), "joined twice") {
+		t.Errorf("a rank joining twice: %v", err)
+	}
+	if _, err := h.join("run-1/1", 2, 9, gangRank{node: "ny"}); err == nil || !strings.Contains(err.Error(), "says 2 nodes") {
+		t.Errorf("a rank with another node count: %v", err)
+	}
+	h.leave("run-1/1")
+	g, err := h.join("run-1/1", 2, 0, gangRank{node: "na"})
+	if err != nil || g == first {
+		t.Errorf("after rank 0 left, a join makes a new gang: %v", err)
+	}
+}
