@@ -159,6 +159,9 @@ func (g *gangJob) submitted(id string, err error) {
 // every rank joined, each rank follows it.
 func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g gangInfo) executor.Exit {
 	key := g.run + "/" + f.attempt
+	if r.OnGang != nil {
+		r.OnGang(f.alloc, g.run)
+	}
 	gj, err := r.Gangs.join(key, g.nodes, g.rank, gangRank{node: r.Node, a: a, base: f.base})
 	if err != nil {
 		return startErr(err)

@@ -54,6 +54,9 @@ type Runner struct {
 	// cluster's nodes into one batch job (gang.go); without it such a
 	// run fails to start.
 	Gangs *gangHub
+	// OnGang, when set, hears that the attempt of allocation alloc is a
+	// rank of run's gang, whose one job (JobName(run)) runs it.
+	OnGang func(alloc, run string)
 	// Ledger, when set (the agent always sets it), records each job
 	// submitted, and is the only place an attempt's job is found again:
 	// the shared dir (WORKDIR/.slurm, job names) is every job's to write.

@@ -80,6 +80,11 @@ func TestE2ESlurmGang(t *testing.T) {
 		if run.NodeId == "" || run.NodeId == rank1.NodeId {
 			t.Errorf("rank 0 on %q, rank 1 on %q: want two nodes", run.NodeId, rank1.NodeId)
 		}
+		// Both ranks name the one job, each its own node.
+		s0, s1 := run.GetSlurm(), rank1.GetSlurm()
+		if s0.GetJobId() == "" || s1.GetJobId() != s0.GetJobId() || s0.GetNode() == s1.GetNode() || s1.GetNode() == "" {
+			t.Errorf("slurm placement of rank 0 %v, rank 1 %v: want one job id, two nodes", s0, s1)
+		}
 		// RunLog fails on a record lost or repeated (its seq).
 		log0, _ := upstack.RunLog(t, ctx, rc, run.Id)
 		log1, _ := upstack.RunLog(t, ctx, rc, rank1.Id)
