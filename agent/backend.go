@@ -207,6 +207,10 @@ func (o *Options) JobUIDRange() *local.UIDRange { return o.runAsRange }
 // machine, which is the node.
 const ExecutorLocal = "local"
 
+// ExecutorSlurm is --executor slurm (package executor/slurm registers
+// it): named here for the options that differ on a Slurm cluster.
+const ExecutorSlurm = "slurm"
+
 // LocalBackend is the local executor: this machine is the node.
 func LocalBackend() Backend {
 	return Define(Spec[struct{}]{About: About{Executor: ExecutorLocal, Help: "processes on this node"},

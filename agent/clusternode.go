@@ -13,6 +13,7 @@ import (
 	brokerclient "github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/conformance/suite"
 	"github.com/gpupass/gpupass/internal/probe"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
 // What the Slurm and Kubernetes executors share: the agent on a login
@@ -198,7 +199,24 @@ func (c *ClusterAgents) NodeStateDir(node string) string {
 // least once a refresh so a node the cluster takes out is reported within
 // one.
 func (c *ClusterAgents) Start(ctx context.Context, node string, log *slog.Logger, n Node, simulate string) error {
+	return c.StartAt(ctx, node, "", log, n, simulate)
+}
+
+// StartAt is Start for a node whose jobs the other nodes of a gang reach
+// at addr (a Slurm node's NodeAddr): with the agent's --job-ports the node
+// advertises addr and them, and takes gang ranks. Without job ports, or
+// with an addr no rendezvous may use (said in the log), it takes none.
+func (c *ClusterAgents) StartAt(ctx context.Context, node, addr string, log *slog.Logger, n Node, simulate string) error {
 	clone := *c.o
+	clone.JobAddress = ""
+	if clone.jobPortMax > 0 {
+		if err := rendezvous.CheckAddr(addr); err != nil {
+			log.Warn("the node takes no rank of a run across several nodes: its address is no rendezvous address", "node", node, "err", err)
+			clone.jobPortMin, clone.jobPortMax = 0, 0
+		} else {
+			clone.JobAddress = addr
+		}
+	}
 	clone.StateDir = c.NodeStateDir(node)
 	clone.Provider = c.kind + ":" + c.cluster
 	clone.Hostname = node

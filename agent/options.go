@@ -238,16 +238,18 @@ func (o *Options) Validate(daemon bool) error {
 	return nil
 }
 
-// validateJobPorts checks the job address and ports: both or neither,
+// validateJobPorts checks the job address and ports: both or neither
 // for the local executor, whose jobs are processes of this machine; the
 // ports alone for an executor whose jobs run in pods (PodJobs), where
-// rank 0's pod IP is the address, known only once the pod is (Slurm's
-// gangs come in a later step).
+// rank 0's pod IP is the address, known only once the pod is; the ports
+// alone for the Slurm executor, whose gang is one batch job and whose
+// nodes each advertise their Slurm NodeAddr (ClusterAgents.StartAt).
 func (o *Options) validateJobPorts() error {
 	o.JobAddress, o.JobPorts = strings.TrimSpace(o.JobAddress), strings.TrimSpace(o.JobPorts)
 	if o.JobAddress == "" && o.JobPorts == "" {
 		return nil
 	}
+	slurm := o.Executor == ExecutorSlurm
 	if o.JobPorts == "" {
 		return fielderr.New(FieldJobPorts, "", "is required with a job address: the ports jobs of a gang may listen on here, e.g. 29500-29599")
 	}
@@ -257,13 +259,19 @@ func (o *Options) validateJobPorts() error {
 			return fielderr.New(FieldJobAddress, o.JobAddress, "the %s executor's jobs are reached at rank 0's pod IP: leave it out (--job-ports alone)", o.Executor)
 		}
 		o.JobAddress = rendezvous.PodAddress
+	case slurm:
+		if o.JobAddress != "" {
+			return fielderr.New(FieldJobAddress, o.JobAddress, "is each compute node's own with the %s executor (its NodeAddr in scontrol show node): leave it out", ExecutorSlurm)
+		}
 	case o.Executor != "" && o.Executor != ExecutorLocal:
-		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s and kubernetes executors take ranks of a run across several nodes yet (this agent's is %s): leave it out", ExecutorLocal, o.Executor)
+		return fielderr.New(FieldJobPorts, o.JobPorts, "only the %s, %s and kubernetes executors take ranks of a run across several nodes (this agent's is %s): leave it out", ExecutorLocal, ExecutorSlurm, o.Executor)
 	case o.JobAddress == "":
 		return fielderr.New(FieldJobAddress, "", "is required with job ports: this node's address the other nodes of a gang reach, e.g. 10.0.0.7")
 	}
-	if err := rendezvous.CheckAddr(o.JobAddress); err != nil {
-		return fielderr.New(FieldJobAddress, o.JobAddress, "%v", err)
+	if !slurm {
+		if err := rendezvous.CheckAddr(o.JobAddress); err != nil {
+			return fielderr.New(FieldJobAddress, o.JobAddress, "%v", err)
+		}
 	}
 	lo, hi, err := rendezvous.ParseJobPorts(o.JobPorts)
 	if err != nil {

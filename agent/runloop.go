@@ -318,7 +318,11 @@ func (l *RunLoop) gangEnv(a *Assignment) ([]string, error) {
 	if g.LocalRanks != 1 {
 		return nil, fmt.Errorf("the broker's rendezvous has %d ranks per node: this agent starts one", g.LocalRanks)
 	}
-	return g.Rank(0)
+	env, err := g.Rank(0)
+	if err != nil {
+		return nil, err
+	}
+	return append(env, executor.EnvGangRun+"="+a.GangRun), nil
 }
 
 // refuse reports a run this node will not touch as failed, once and

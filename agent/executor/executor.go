@@ -221,6 +221,10 @@ const (
 	EnvCheckpointDir = "GPUPASS_CHECKPOINT_DIR"
 	EnvResumeFrom    = "GPUPASS_RESUME_FROM"
 	EnvAttempt       = "GPUPASS_ATTEMPT"
+	// EnvGangRun is, in a rank of a run across several nodes, the run
+	// (rank 0's allocation id): a runner that starts the gang as one
+	// cluster job joins its ranks by it.
+	EnvGangRun = "GPUPASS_GANG_RUN"
 	// EnvReleaseThreshold carries cuda-malloc-async-release-threshold in
 	// bytes. PyTorch's PYTORCH_CUDA_ALLOC_CONF has no key for the pool's
 	// release threshold (cudaMemPoolAttrReleaseThreshold), so the job

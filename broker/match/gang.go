@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpupass/gpupass/broker/store"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -137,22 +136,29 @@ func gangStages(per *spec.Spec, minScore, maxPrice float64) []gangStage {
 	}
 }
 
-// gangKey is what every node of a gang shares.
-type gangKey struct {
-	region, runtime, accel int32
-	// cluster is the provider of a node whose jobs are reached at
-	// their pod's IP (rendezvous.PodAddress), "" for the others: pod
-	// IPs reach each other within one Kubernetes cluster only.
-	cluster string
+// gangKey is what every node of a gang shares: its region, runtime and
+// accelerator, and its site. The nodes of a Slurm cluster (provider
+// slurm:CLUSTER) run a gang as one batch job of their one agent, and the
+// nodes of a Kubernetes cluster (jobs reached at their pod's IP,
+// rendezvous.PodAddress) reach each other's pods within that cluster
+// only: each forms gangs only with its own cluster's nodes. A node whose
+// jobs the others reach at the address it advertises (the local
+// executor) has no site (-1).
+type gangKey struct{ region, runtime, accel, site int32 }
+
+// gangKeyOf is node n's gangKey.
+func (ix *Index) gangKeyOf(n int32) gangKey {
+	e := &ix.ent[n]
+	site := int32(-1)
+	if strings.HasPrefix(ix.names[e.provider], SlurmProviderPrefix) || ix.nodes[n].Labels.JobAddress == rendezvous.PodAddress {
+		site = e.provider
+	}
+	return gangKey{e.region, e.runtime, e.accel, site}
 }
 
-// podCluster is n's gangKey.cluster.
-func podCluster(n *store.Node) string {
-	if n.Labels.JobAddress == rendezvous.PodAddress {
-		return n.Labels.Provider
-	}
-	return ""
-}
+// SlurmProviderPrefix starts the provider of a Slurm cluster's nodes
+// (slurm:CLUSTER, the agent's --executor slurm).
+const SlurmProviderPrefix = "slurm:"
 
 // Gangs finds, for each region in q's scope and filter, the best gang of
 // the fewest nodes (NodeCounts) that runs q.Spec, and, when the spec
@@ -231,7 +237,7 @@ func (ix *Index) Gangs(q Query, listed *Verdicts) Gangs {
 			if _, done := found[e.region]; done {
 				continue
 			}
-			key := gangKey{e.region, e.runtime, e.accel, podCluster(&ix.nodes[n])}
+			key := ix.gangKeyOf(n)
 			groups[key] = append(groups[key], n)
 			if len(groups[key]) == k {
 				found[e.region] = Gang{Region: ix.names[e.region], Accelerator: ix.names[e.accel], GPUsPerNode: per.Resources.Count, Nodes: groups[key]}

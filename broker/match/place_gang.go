@@ -19,7 +19,8 @@ type GangPick struct {
 // PlaceGang picks a gang of k nodes in q's one region (q.Regions[0]) for
 // q.Spec: candidates of its share of the GPUs (PerNode) that advertise a
 // rendezvous address (a node whose jobs the others cannot reach takes no
-// rank), grouped by accelerator and runtime, best first. skip leaves a
+// rank), grouped by accelerator, runtime and site (a Slurm cluster's
+// nodes only with each other: gangKeyOf), best first. skip leaves a
 // node out altogether (lost on before), free says whether a node may
 // take the run now (not busy, not claimed by a run ahead in the queue).
 // The first group with k free nodes is the gang; failing that, a group
@@ -33,8 +34,8 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 	var out GangPick
 	all := map[gangKey][]int32{}
 	idle := map[gangKey][]Verdict{}
-	anyRdv := map[gangKey]int{} // with the nodes that advertise no rendezvous
-	pods := map[gangKey]int{}   // pod-IP nodes of every cluster together
+	anyRdv := map[gangKey]int{}  // with the nodes that advertise no rendezvous
+	anySite := map[gangKey]int{} // rendezvous, of any site
 	var waitKey *gangKey
 	reachable, candidates := 0, 0
 	for i := range vs.Candidates {
@@ -43,17 +44,14 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 		if skip(n.ID) {
 			continue
 		}
-		e := &ix.ent[v.Node]
-		key := gangKey{e.region, e.runtime, e.accel, podCluster(n)}
+		key := ix.gangKeyOf(v.Node)
 		anyRdv[key]++
 		candidates++
 		if !n.Labels.Rendezvous() {
 			continue
 		}
 		reachable++
-		if key.cluster != "" {
-			pods[gangKey{key.region, key.runtime, key.accel, ""}]++
-		}
+		anySite[gangKey{key.region, key.runtime, key.accel, -1}]++
 		all[key] = append(all[key], v.Node)
 		if free(n.ID) {
 			idle[key] = append(idle[key], v)
@@ -83,20 +81,20 @@ func (ix *Index) PlaceGang(q Query, k int, skip, free func(id string) bool) Gang
 			}
 			out.Miss = count(candidates, "candidate nodes") + " for " + count(per.Resources.Count, "GPUs") + " each, but " + only +
 				" advertise a job address and ports for the gang's rendezvous (a gang needs " + strconv.Itoa(k) +
-				"; start the local executor's agents with --job-address and --job-ports, a Kubernetes agent with --job-ports)"
+				"; start the local executor's agents with --job-address and --job-ports, a Slurm or Kubernetes agent with --job-ports)"
 			return out
 		}
 	}
-	for key, c := range pods {
+	for key, c := range anySite {
 		if c >= k {
 			most := 0
-			for kk, n := range anyRdv {
-				if kk.cluster != "" && kk.region == key.region && kk.runtime == key.runtime && kk.accel == key.accel {
-					most = max(most, n)
+			for kk, nodes := range all {
+				if kk.region == key.region && kk.runtime == key.runtime && kk.accel == key.accel {
+					most = max(most, len(nodes))
 				}
 			}
-			out.Miss = count(c, "candidate Kubernetes nodes") + " for " + count(per.Resources.Count, "GPUs") + " each, but at most " +
-				strconv.Itoa(most) + " in one cluster (a gang needs " + strconv.Itoa(k) + "; pod IPs reach each other within one cluster)"
+			out.Miss = count(c, "candidate nodes") + " for " + count(per.Resources.Count, "GPUs") + " each advertise a rendezvous, but at most " +
+				strconv.Itoa(most) + " can join one gang (a gang needs " + strconv.Itoa(k) + "; a Slurm cluster's nodes run a gang as one batch job there, and a Kubernetes cluster's pods reach each other only within it)"
 			return out
 		}
 	}

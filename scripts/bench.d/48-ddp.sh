@@ -26,3 +26,18 @@ local_gang_row() {
 }
 
 local_gang_row
+
+# A gpupass gang on Slurm (issue #34): `gpupass train` of a 2-node spec on
+# `gpupass up --executor slurm` over a test cluster of two nodes with the
+# same GRES (agent/executor/slurm/gange2e: the broker places the gang, the
+# agent submits one sbatch -N2 job), submit -> the first line of every rank
+# in its log, alternated in one run with srun -N2 of the same script.
+slurm_gang() {
+	go test -tags e2e -run '^$' -bench 'BenchmarkE2ESlurmGangFirstLine' -benchtime 10x -count 1 ./agent/executor/slurm/gange2e/ >"$tmp/slurm-gang.txt" 2>&1 || { cat "$tmp/slurm-gang.txt" >&2; return 1; }
+	awk '/^BenchmarkE2ESlurmGangFirstLine/ {
+		for (i=2; i<=NF; i++) v[$(i+1)]=$i
+		printf "| multi-node | submit -> first output line of every rank, p50 (gpupass Slurm gang vs srun -N2 of examples/ddp) | %.0f ms vs %.0f ms | <= 1.25x | %.2fx |\n", v["gpupass-p50-ms"], v["srun-p50-ms"], v["gpupass-p50-ms"]/v["srun-p50-ms"]
+		printf "| multi-node | submit -> first output line of every rank, p95 (gpupass Slurm gang vs srun -N2 of examples/ddp) | %.0f ms vs %.0f ms | <= 1.25x | %.2fx |\n", v["gpupass-p95-ms"], v["srun-p95-ms"], v["gpupass-p95-ms"]/v["srun-p95-ms"]
+	}' "$tmp/slurm-gang.txt"
+}
+slurm_gang

@@ -224,6 +224,8 @@ type slurmNode struct {
 	stateDir string
 
 	node agent.Watched[Node]
+	// gangs is the cluster's: every node's ranks of a gang meet there.
+	gangs *gangHub
 
 	mu sync.Mutex
 	// job is the newest batch job seen on the node (one run at a time).
@@ -232,6 +234,9 @@ type slurmNode struct {
 	// made at factsAt (Measure's, which the agent calls one at a time).
 	facts   *probe.Facts
 	factsAt time.Time
+	// rankOf is the node's rank of a gang (its allocation id) and the
+	// run whose one job runs it (JobName of that run). Guarded by mu.
+	rankOf [2]string
 	// reused, when set, says the node's facts are its last measurement,
 	// reused while a run's job holds the node (the slurm.node check says
 	// so). Guarded by mu.
@@ -277,7 +282,11 @@ func (n *slurmNode) current() Node { return n.node.Get() }
 func (n *slurmNode) Runner() executor.Runner {
 	node := n.current()
 	return &Runner{Client: n.client, Cluster: n.cluster, Node: n.name, Gres: node.Gres(), Partition: n.partition, TimeLimit: n.timeLimit,
-		Ledger: n.ledger, OnJob: func(j Job) {
+		Ledger: n.ledger, Gangs: n.gangs, OnGang: func(alloc, run string) {
+			n.mu.Lock()
+			n.rankOf = [2]string{alloc, run}
+			n.mu.Unlock()
+		}, OnJob: func(j Job) {
 			n.mu.Lock()
 			n.job = j
 			n.mu.Unlock()
@@ -285,17 +294,30 @@ func (n *slurmNode) Runner() executor.Runner {
 		}}
 }
 
+// gangRun is the run whose one job runs allocID, a rank of a gang on
+// this node; "" for none.
+func (n *slurmNode) gangRun(allocID string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.rankOf[0] == allocID {
+		return n.rankOf[1]
+	}
+	return ""
+}
+
 // Placement is where the run's batch job is, once the runner saw it.
 func (n *slurmNode) Placement(allocID string) *agent.SlurmPlacement {
 	n.mu.Lock()
 	j := n.job
 	n.mu.Unlock()
-	if j.ID == "" || j.Name != JobName(allocID) {
+	if j.ID == "" || (j.Name != JobName(allocID) && j.Name != JobName(n.gangRun(allocID))) {
 		return nil
 	}
 	p := &agent.SlurmPlacement{Cluster: n.cluster, JobID: j.ID, Node: j.Node, Partition: j.Partition}
-	if p.Node == "" {
-		p.Node = n.name // pending: pinned here (sbatch -w)
+	if p.Node == "" || n.gangRun(allocID) != "" {
+		// Pending: pinned here (sbatch -w); a rank of a gang: its task
+		// runs here, whichever node Slurm names the job's batch host.
+		p.Node = n.name
 	}
 	return p
 }
@@ -445,6 +467,9 @@ func Run(ctx context.Context, o *agent.Options, s *Flags, log *slog.Logger) erro
 	var (
 		mu      sync.Mutex
 		running = map[string]*slurmNode{}
+		// gangs joins the ranks of a run across several of the cluster's
+		// nodes into one batch job.
+		gangs = newGangHub()
 	)
 	refresh := func() error {
 		// Every refresh also ends the jobs of the account that no live
@@ -478,7 +503,8 @@ func Run(ctx context.Context, o *agent.Options, s *Flags, log *slog.Logger) erro
 				exe: s.AgentBinary, timeLimit: s.TimeLimit, log: log.With("slurm_node", nd.Name)}
 			sn.node.Set(nd)
 			sn.stateDir = agents.NodeStateDir(nd.Name)
-			if err := agents.Start(ctx, nd.Name, sn.log, sn, simulateFor(o, s, nd.Name)); err != nil {
+			sn.gangs = gangs
+			if err := agents.StartAt(ctx, nd.Name, nd.Addr, sn.log, sn, simulateFor(o, s, nd.Name)); err != nil {
 				return err
 			}
 			running[nd.Name] = sn

@@ -23,6 +23,9 @@ type Node struct {
 	MemoryMB   int64    `json:"memory_mb"`
 	Features   []string `json:"features,omitempty"`
 	Partitions []string `json:"partitions,omitempty"`
+	// Addr is the node's NodeAddr: where Slurm, and the other nodes of
+	// a gang, reach it (its name need not resolve).
+	Addr string `json:"addr,omitempty"`
 }
 
 // Gres is the GRES a job asks for to get all of the node's GPUs
@@ -105,6 +108,7 @@ func ParseNodes(out string) ([]Node, error) {
 		n.MemoryMB, _ = strconv.ParseInt(f["RealMemory"], 10, 64)
 		n.Features = list(f["AvailableFeatures"])
 		n.Partitions = list(f["Partitions"])
+		n.Addr = f["NodeAddr"]
 		nodes = append(nodes, n)
 	}
 	return nodes, nil

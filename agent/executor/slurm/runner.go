@@ -50,6 +50,13 @@ type Runner struct {
 	// OnJob, when set, hears each change of the job's state (PENDING
 	// with its reason, RUNNING, the end): the agent shows it in runs.
 	OnJob func(Job)
+	// Gangs, when set, joins the ranks of a run across several of the
+	// cluster's nodes into one batch job (gang.go); without it such a
+	// run fails to start.
+	Gangs *gangHub
+	// OnGang, when set, hears that the attempt of allocation alloc is a
+	// rank of run's gang, whose one job (JobName(run)) runs it.
+	OnGang func(alloc, run string)
 	// Ledger, when set (the agent always sets it), records each job
 	// submitted, and is the only place an attempt's job is found again:
 	// the shared dir (WORKDIR/.slurm, job names) is every job's to write.
@@ -80,6 +87,13 @@ func attemptComment(n string) string { return "gpupass-attempt-" + n }
 // until it ends and maps Slurm's end to an Exit.
 func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.Line)) executor.Exit {
 	f := &follower{r: r, note: a.Note, metrics: executor.EnvValue(a.Env, executor.EnvMetricsFile)}
+	g, err := gangOf(a.Env)
+	if err == nil && g != nil {
+		err = g.refuse(a, r.Gangs)
+	}
+	if err != nil {
+		return startErr(err)
+	}
 	var owner *executor.RunAs
 	if c := a.Credential; c != nil {
 		// A uid of the run's own (sbatch --uid): slurmd creates the
@@ -114,6 +128,9 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 				f.st.JobID = j.ID
 			}
 		}
+	}
+	if g != nil {
+		return r.runGang(ctx, a, f, *g)
 	}
 	if f.st.JobID == "" {
 		id, refused, err := r.submit(ctx, a, alloc, attempt, base, f.noteStrays)
@@ -182,8 +199,15 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if len(a.Command) == 0 {
 		return "", false, errors.New("the attempt has no command")
 	}
-	args := []string{"--parsable", "-w", r.Node, "-N1", "-n1", "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
-		"--chdir", a.Dir, "--output", base + ".out", "--error", base + ".err", "--open-mode=append", "--export=ALL", "--no-requeue"}
+	return r.submitScript(ctx, a, alloc, attempt, base, strays, []string{"-w", r.Node, "-N1", "-n1"}, script(a))
+}
+
+// submitScript submits body as the attempt's batch job on the nodes
+// place names (sbatch -w …).
+func (r *Runner) submitScript(ctx context.Context, a executor.Attempt, alloc, attempt, base string, strays func([]Job, string), place []string, body string) (id string, refused bool, err error) {
+	args := append([]string{"--parsable"}, place...)
+	args = append(args, "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
+		"--chdir", a.Dir, "--output", base+".out", "--error", base+".err", "--open-mode=append", "--export=ALL", "--no-requeue")
 	if c := a.Credential; c != nil {
 		// The run's own uid (--run-as-range): its job cannot write
 		// another run's files or scancel another run's job, and every
@@ -209,11 +233,11 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 		// script goes on sbatch's stdin, never through the shared dir,
 		// where a job of the account could change it before sbatch
 		// reads it.
-		out, err := r.Client.runStdin(ctx, a.Env, script(a), "sbatch", args...)
+		out, err := r.Client.runStdin(ctx, a.Env, body, "sbatch", args...)
 		if err != nil {
 			var te *ToolError
 			refused = errors.As(err, &te)
-			return "", fmt.Errorf("submitting to node %s: %w", r.Node, err)
+			return "", fmt.Errorf("submitting to node %s: %w", place[1], err)
 		}
 		id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // "ID;cluster" on federations
 		if _, err := strconv.ParseUint(id, 10, 64); err != nil {

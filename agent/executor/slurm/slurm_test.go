@@ -42,7 +42,7 @@ NodeName=n3 CPUTot=8 Gres=(null) State=DOWN*+NOT_RESPONDING Partitions=cpu Reaso
 		t.Fatal(err)
 	}
 	want := []slurm.Node{
-		{Name: "n1", State: "IDLE+DRAIN", Reason: "bad dimm, see ticket 42=x [root@2026-12-02T03:53:33]", GPUType: "a100", GPUs: 4, CPUs: 4, MemoryMB: 1000, Features: []string{"ib", "nvme"}, Partitions: []string{"gpu", "debug"}},
+		{Name: "n1", State: "IDLE+DRAIN", Reason: "bad dimm, see ticket 42=x [root@2026-12-02T03:53:33]", GPUType: "a100", GPUs: 4, CPUs: 4, MemoryMB: 1000, Features: []string{"ib", "nvme"}, Partitions: []string{"gpu", "debug"}, Addr: "127.0.0.1"},
 		{Name: "n2", State: "MIXED", GPUs: 2, CPUs: 8, MemoryMB: 64000, Partitions: []string{"gpu"}},
 		{Name: "n3", State: "DOWN*+NOT_RESPONDING", Reason: "Not responding [slurm@2026-12-01T00:00:00]", CPUs: 8, Partitions: []string{"cpu"}},
 	}

@@ -279,13 +279,14 @@ const (
 )
 
 // JobArgs are the rendezvous flags of the stack's agent n: loopback (the
-// stack's nodes are one machine) and a port range of its own. A
+// stack's nodes are one machine) and a port range of its own; a Slurm
+// agent only the ports (each compute node advertises its NodeAddr). A
 // Kubernetes agent's jobs are pods with IPs of their own (rank 0's is
 // the rendezvous): the first range, no address. None for another
 // executor, which takes no gang rank yet.
 func JobArgs(o Options, n int) []string {
 	switch o.Executor {
-	case "", "local":
+	case "", "local", "slurm":
 	case "kubernetes":
 		return []string{"--job-ports", fmt.Sprintf("%d-%d", JobPortsBase, JobPortsBase+JobPortsEach-1)}
 	default:
@@ -295,7 +296,11 @@ func JobArgs(o Options, n int) []string {
 	if lo+JobPortsEach-1 > 65535 {
 		return nil // a stack of hundreds of agents: the rest take no gang rank
 	}
-	return []string{"--job-address", "127.0.0.1", "--job-ports", fmt.Sprintf("%d-%d", lo, lo+JobPortsEach-1)}
+	ports := []string{"--job-ports", fmt.Sprintf("%d-%d", lo, lo+JobPortsEach-1)}
+	if o.Executor == "slurm" {
+		return ports
+	}
+	return append([]string{"--job-address", "127.0.0.1"}, ports...)
 }
 
 // Restart is a child that exited and was started again.

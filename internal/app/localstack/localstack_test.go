@@ -180,8 +180,11 @@ func TestJobArgs(t *testing.T) {
 	if got, want := JobArgs(Options{Executor: "local"}, 1), []string{"--job-address", "127.0.0.1", "--job-ports", "29600-29699"}; !slices.Equal(got, want) {
 		t.Errorf("agent 1: %q, want %q", got, want)
 	}
-	if got := JobArgs(Options{Executor: "slurm"}, 0); got != nil {
-		t.Errorf("slurm agent: %q, want no job flags", got)
+	if got, want := JobArgs(Options{Executor: "slurm"}, 0), []string{"--job-ports", "29500-29599"}; !slices.Equal(got, want) {
+		t.Errorf("slurm agent: %q, want %q (each node's address is its NodeAddr)", got, want)
+	}
+	if got := JobArgs(Options{Executor: "kubernetes"}, 0); got != nil {
+		t.Errorf("kubernetes agent: %q, want no job flags", got)
 	}
 	// Pods have IPs of their own: the ports alone, the same for each.
 	if got, want := JobArgs(Options{Executor: "kubernetes"}, 3), []string{"--job-ports", "29500-29599"}; !slices.Equal(got, want) {

@@ -60,7 +60,7 @@ func TestOptionErrorsNameFlags(t *testing.T) {
 		{"job ports backwards", []string{"--job-address", "10.0.0.7", "--job-ports", "29599-29500"}, `--job-ports "29599-29500": 29599-29500 ends before it starts: want FIRST-LAST, e.g. 29500-29599`},
 		{"job ports not ports", []string{"--job-address", "10.0.0.7", "--job-ports", "ssh"}, `--job-ports "ssh": "ssh": want FIRST-LAST, e.g. 29500-29599`},
 		{"job address of kubernetes pods", []string{"--executor", "kubernetes", "--job-address", "10.0.0.7", "--job-ports", "29500-29599"}, `--job-address "10.0.0.7": the kubernetes executor's jobs are reached at rank 0's pod IP: leave it out (--job-ports alone)`},
-		{"job ports on slurm", []string{"--executor", "slurm", "--job-ports", "29500-29599"}, `--job-ports "29500-29599": only the local and kubernetes executors take ranks of a run across several nodes yet (this agent's is slurm)`},
+		{"job address on slurm", []string{"--executor", "slurm", "--job-address", "10.0.0.7", "--job-ports", "29500-29599"}, `--job-address "10.0.0.7" is each compute node's own with the slurm executor (its NodeAddr in scontrol show node): leave it out`},
 		{"job address a shell would read more into", []string{"--job-address", "10.0.0.7;id", "--job-ports", "29500"}, `--job-address "10.0.0.7;id": "10.0.0.7;id" is neither an IP address nor a host name`},
 	}
 	for _, tt := range tests {

@@ -73,7 +73,7 @@ func TestDryRunGangsAndSubmit(t *testing.T) {
 		t.Errorf("dry-run of count 8, nodes 2 lacks the gang of %v in us-west-2:\n%s", west, out)
 	}
 	for _, want := range []string{
-		"gangs (one run across several nodes; placed on local agents started with --job-address and --job-ports, Kubernetes agents with --job-ports):",
+		"gangs (one run across several nodes; placed on local agents started with --job-address and --job-ports, the nodes of one Slurm agent or Kubernetes agents started with --job-ports):",
 		"no gang in eu-central-1: 3 certified h100-sxm5 nodes, but only 1 has ≥ 200 Gbit/s (a gang needs 2)",
 		"no gang in ap-south-1: only 1 certified h100-sxm5 node, a gang needs 2",
 	} {

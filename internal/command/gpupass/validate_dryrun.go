@@ -154,7 +154,7 @@ func writeGangs(out io.Writer, m *gpupassv1.DryRunResponse) error {
 		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "gangs (one run across several nodes; placed on local agents started with --job-address and --job-ports, Kubernetes agents with --job-ports):\n")
+	fmt.Fprintf(&b, "gangs (one run across several nodes; placed on local agents started with --job-address and --job-ports, the nodes of one Slurm agent or Kubernetes agents started with --job-ports):\n")
 	for _, g := range m.Gangs {
 		fmt.Fprintf(&b, "  %d × %s in %s (%d × %s each)\n", len(g.NodeIds), termsafe.String(strings.Join(g.NodeIds, ", ")), termsafe.String(g.Region), g.GpusPerNode, termsafe.String(g.Accelerator))
 	}

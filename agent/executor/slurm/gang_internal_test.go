@@ -1,0 +1,117 @@
+package slurm
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/agent/executor"
+)
+
+// TestGangScript (issue #34): the gang's batch script runs one srun task
+// per node with --kill-on-bad-exit, wrapped by rendezvous.SlurmTask; each
+// node's task runs in its own rank's work dir, writes its own rank's
+// files and gets its rank's environment; placement pins the ranks'
+// nodes in rank order.
+func TestGangScript(t *testing.T) {
+	t.Parallel()
+	env := func(alloc, rank string, extra ...string) []string {
+		return append([]string{"PATH=/usr/bin", "GPUPASS_ALLOC_ID=" + alloc, "GPUPASS_NNODES=2", "GPUPASS_NODE_RANK=" + rank,
+			"RANK=" + rank, "GPUPASS_MASTER_PORT=29501", "MASTER_ADDR=10.0.0.1", executor.EnvGangRun + "=run-1"}, extra...)
+	}
+	gj := &gangJob{nodes: 2, ranks: map[int]gangRank{
+		0: {node: "n2", base: "/shared/n2/run-1/.slurm/attempt-1", a: executor.Attempt{Dir: "/shared/n2/run-1", Env: env("run-1", "0", "ONLY0=x")}},
+		1: {node: "n1", base: "/shared/n1/run-1-r1/.slurm/attempt-1", a: executor.Attempt{Dir: "/shared/n1/run-1-r1", Env: env("run-1-r1", "1", "ONLY1=it's")}},
+	}}
+	a := gj.ranks[0].a
+	a.Command = []string{"/usr/bin/python3", "train_ddp.py", "--steps", "60"}
+	body, place, err := gangScript(a, gj, "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(place, " "), "-w n2,n1 -N2 --ntasks-per-node=1"; got != want {
+		t.Errorf("placement %q, want %q", got, want)
+	}
+	for _, want := range []string{
+		"exec srun -N 2 --ntasks-per-node=1 --kill-on-bad-exit=1 --input=none '/bin/sh' '-c' 'set -e",
+		"GPUPASS_MASTER_PORT=${GPUPASS_MASTER_PORT:-29501}",
+		`'\''n1'\'')`,
+		`cd '\''/shared/n1/run-1-r1'\'' || exit 127`,
+		`exec >>'\''/shared/n1/run-1-r1/.slurm/attempt-1.out'\'' 2>>'\''/shared/n1/run-1-r1/.slurm/attempt-1.err'\''`,
+		`GPUPASS_ALLOC_ID='\''run-1-r1'\''; export GPUPASS_ALLOC_ID`,
+		`RANK='\''1'\''; export RANK`,
+		`ONLY1='\''it'\''\'\'''\''s'\''; export ONLY1`,
+		"unset ONLY0",
+		"'/usr/bin/python3' 'train_ddp.py' '--steps' '60'",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the batch script has no %s:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "PATH='") {
+		t.Errorf("the script exports a variable every rank has alike:\n%s", body)
+	}
+	if _, _, err := gangScript(a, gj, "n1"); err == nil {
+		t.Error("a gang whose rank 0 is on another node than the runner's was scripted")
+	}
+}
+
+// TestFailedTask: the rank srun names first is the one that failed; the
+// tasks it killed for it (--kill-on-bad-exit) come after.
+func TestFailedTask(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "attempt-1.err")
+	log := "trainer: something\nsrun: error: n2: task 1: Killed\nsrun: Job step aborted\nsrun: error: n1: task 0: Terminated\n"
+	if err := os.WriteFile(p, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	node, task, what := failedTask(p)
+	if node != "n2" || task != "1" || what != "Killed" {
+		t.Errorf("failedTask: %q %q %q, want n2 1 Killed", node, task, what)
+	}
+	if node, _, _ := failedTask(filepath.Join(t.TempDir(), "none")); node != "" {
+		t.Errorf("failedTask of no file: %q", node)
+	}
+}
+
+// TestGangHubJoin: ranks that join at once (each node's agent runs its
+// own) make one gang, complete when the last joined; a rank joining twice
+// or with another node count is refused.
+func TestGangHubJoin(t *testing.T) {
+	t.Parallel()
+	h := newGangHub()
+	const n = 8
+	gangs := make(chan *gangJob, n)
+	for r := range n {
+		go func() {
+			g, err := h.join("run-1/1", n, r, gangRank{node: "n" + string(rune('a'+r))})
+			if err != nil {
+				t.Error(err)
+			}
+			gangs <- g
+		}()
+	}
+	first := <-gangs
+	for range n - 1 {
+		if g := <-gangs; g != first {
+			t.Fatal("ranks of one run joined different gangs")
+		}
+	}
+	select {
+	case <-first.all:
+	default:
+		t.Fatal("every rank joined, but the gang is not complete")
+	}
+	if _, err := h.join("run-1/1", n, 3, gangRank{node: "nx"}); err == nil || !strings.Contains(err.Error(), "joined twice") {
+		t.Errorf("a rank joining twice: %v", err)
+	}
+	if _, err := h.join("run-1/1", 2, 9, gangRank{node: "ny"}); err == nil || !strings.Contains(err.Error(), "says 2 nodes") {
+		t.Errorf("a rank with another node count: %v", err)
+	}
+	h.leave("run-1/1")
+	g, err := h.join("run-1/1", 2, 0, gangRank{node: "na"})
+	if err != nil || g == first {
+		t.Errorf("after rank 0 left, a join makes a new gang: %v", err)
+	}
+}

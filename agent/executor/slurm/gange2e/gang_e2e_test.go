@@ -1,0 +1,287 @@
+//go:build e2e
+
+// Package gange2e runs a gang on a Slurm test cluster of two nodes with
+// the same GRES (gpu:a100:4 each), which the shared cluster of package
+// slurm's tests, whose n2 differs, cannot give: a test binary of its own.
+package gange2e
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/metrics"
+	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+func TestMain(m *testing.M) {
+	slurmtest.Nodes = []slurmtest.Node{{Name: "n1", GPUType: "a100", GPUs: 4}, {Name: "n2", GPUType: "a100", GPUs: 4}}
+	os.Exit(slurmtest.Run(m))
+}
+
+// steps keeps the gang's run to seconds on a shared 2-core machine.
+const steps = 60
+
+// TestE2ESlurmGang (issue #34) is a run across two Slurm nodes as a user
+// makes one: `gpupass up --executor slurm` (the agent stands for n1 and
+// n2, same GRES) and `gpupass train` of examples/ddp with resources.nodes:
+// 2. The broker places both ranks on the cluster's nodes, the agent
+// submits one `sbatch -N2` job whose srun starts a task per node, each
+// rank's log holds its own task's output with no record lost or
+// repeated, and the loss curve of the 2 ranks is one process's with the
+// same global batch. Then a rank's python killed (kill -9) mid-run ends
+// the job and fails the run naming the rank, with no job left in squeue.
+func TestE2ESlurmGang(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	g := startGang(t, ctx)
+	c, py, stack, rc, gp, getRun, runNamed := g.c, g.py, g.stack, g.rc, g.gp, g.getRun, g.runNamed
+
+	// The reference: one process, no rendezvous, the same global batch.
+	ref := filepath.Join(t.TempDir(), "metrics.jsonl")
+	one := exec.CommandContext(ctx, py, filepath.Join(stack.Root, "examples", "ddp", "train_ddp.py"), "--steps", strconv.Itoa(steps))
+	one.Env = append(os.Environ(), "GPUPASS_METRICS_FILE="+ref)
+	if out, err := one.CombinedOutput(); err != nil {
+		t.Fatalf("1 rank: %v\n%s", err, out)
+	}
+	series, err := metrics.ReadFile(ref, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]float64{}
+	for _, p := range series.Points {
+		want[p.Step] = p.Value
+	}
+
+	t.Run("two ranks in one sbatch -N2 job give one rank's curve", func(t *testing.T) {
+		out, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "gang", "--follow", "--", py, "train_ddp.py", "--steps", strconv.Itoa(steps), "--timeout", "60").CombinedOutput()
+		run := runNamed("gang")
+		if err != nil || run == nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
+		}
+		rank1 := getRun(run.Id + "-r1")
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			t.Fatalf("run %s %s (%s), rank 1 %s (%s): want both succeeded", run.Id, run.State, run.Reason, rank1.State, rank1.Reason)
+		}
+		if run.NodeId == "" || run.NodeId == rank1.NodeId {
+			t.Errorf("rank 0 on %q, rank 1 on %q: want two nodes", run.NodeId, rank1.NodeId)
+		}
+		// Both ranks name the one job, each its own node.
+		s0, s1 := run.GetSlurm(), rank1.GetSlurm()
+		if s0.GetJobId() == "" || s1.GetJobId() != s0.GetJobId() || s0.GetNode() == s1.GetNode() || s1.GetNode() == "" {
+			t.Errorf("slurm placement of rank 0 %v, rank 1 %v: want one job id, two nodes", s0, s1)
+		}
+		// RunLog fails on a record lost or repeated (its seq).
+		log0, _ := upstack.RunLog(t, ctx, rc, run.Id)
+		log1, _ := upstack.RunLog(t, ctx, rc, rank1.Id)
+		for _, w := range []struct {
+			log, line string
+			n         int
+		}{
+			{log0, `"rank 0/2 (local rank 0, node 0)`, 1},
+			{log0, `"step 50 loss`, 1},
+			{log0, `"done in`, 1},
+			{log0, `"rank 1/2`, 0},
+			{log1, `"rank 1/2 (local rank 0, node 1)`, 1},
+			{log1, `"rank 0/2`, 0},
+			{log1, `"step 50 loss`, 0},
+		} {
+			if got := strings.Count(w.log, w.line); got != w.n {
+				t.Errorf("%q %d time(s) in a rank's log, want %d:\n%s", w.line, got, w.n, upstack.Tail(w.log, 2000))
+			}
+		}
+		if !strings.Contains(log0, "slurm job") || !strings.Contains(log1, "rank 1 of 2: slurm job") {
+			t.Errorf("the ranks' logs do not name the one slurm job:\n%s\n---\n%s", upstack.Tail(log0, 1500), upstack.Tail(log1, 1500))
+		}
+		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var worst float64
+		n := 0
+		for _, p := range mr.Msg.Points {
+			w, ok := want[p.Step]
+			if !ok {
+				continue
+			}
+			n++
+			if d := math.Abs(w - p.Values["loss"]); d > worst || math.IsNaN(d) {
+				worst = d
+			}
+		}
+		t.Logf("2 ranks on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", run.NodeId, rank1.NodeId, worst, n)
+		if n != steps || !(worst <= 1e-5) {
+			t.Errorf("2 ranks: %d of %d steps, max |Δloss| %g against 1 rank with the same global batch; want every step within 1e-5", n, steps, worst)
+		}
+	})
+
+	t.Run("a rank killed mid-run fails the run naming it and ends the job", func(t *testing.T) {
+		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "killed", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		var run *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
+			run = runNamed("killed")
+			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING
+		})
+		pid := 0
+		upstack.WaitFor(t, ctx, "rank 1's process", func() bool {
+			pid = jobProcess(run.Id+"-r1", "train_ddp.py")
+			return pid > 0
+		})
+		time.Sleep(2 * time.Second) // training, not starting
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 %d: %v", pid, err)
+		}
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			run = getRun(run.Id)
+			return terminal(run)
+		})
+		rank1 := getRun(run.Id + "-r1")
+		wantWhy := "rank 1 on " + rank1.NodeId + ": its task on slurm node "
+		t.Logf("run %s: %s", run.State, run.Reason)
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(run.Reason, wantWhy) || strings.Contains(run.Reason, "rank 0 on") {
+			t.Errorf("run after rank 1 was killed: %s (%s), want failed naming rank 1 (%q) only", run.State, run.Reason, wantWhy)
+		}
+		if rank1.State != gpupassv1.AllocState_ALLOC_STATE_FAILED {
+			t.Errorf("rank 1: %s (%s), want failed", rank1.State, rank1.Reason)
+		}
+		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id)); q != "" {
+			t.Errorf("the gang's job is still in squeue after the run ended:\n%s", q)
+		}
+		if pid := jobProcess(run.Id, "train_ddp.py"); pid > 0 {
+			t.Errorf("rank 0's process %d still runs after the run ended", pid)
+		}
+	})
+
+	t.Run("cancel scancels the one job and ends every rank", func(t *testing.T) {
+		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "cancelled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		var run *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
+			run = runNamed("cancelled")
+			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && jobProcess(run.Id+"-r1", "train_ddp.py") > 0
+		})
+		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
+			t.Fatalf("cancel: %v\n%s", err, b)
+		}
+		upstack.WaitFor(t, ctx, "every rank to end", func() bool {
+			return terminal(getRun(run.Id)) && terminal(getRun(run.Id+"-r1"))
+		})
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			if r := getRun(id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
+			}
+		}
+		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id)); q != "" {
+			t.Errorf("the gang's job is still in squeue after cancel:\n%s", q)
+		}
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			if pid := jobProcess(id, "train_ddp.py"); pid > 0 {
+				t.Errorf("%s's process %d still runs after cancel", id, pid)
+			}
+		}
+	})
+}
+
+// region is the stack's one region, of the cluster's two nodes.
+const region = "hpc-gang"
+
+// gangStack is `gpupass up --executor slurm` on the test cluster, once
+// the broker would place a gang of its two nodes.
+type gangStack struct {
+	c        *slurmtest.Cluster
+	py       string
+	stack    *upstack.Stack
+	rc       *client.RunClients
+	gp       func(args ...string) *exec.Cmd
+	getRun   func(id string) *gpupassv1.Run
+	runNamed func(name string) *gpupassv1.Run
+}
+
+func startGang(t testing.TB, ctx context.Context) *gangStack {
+	c := slurmtest.Shared(t)
+	py := upstack.RequireTorch(t)
+	stack := upstack.Start(t, upstack.Options{Regions: []string{region},
+		Args: []string{"--executor", "slurm", "--slurm-partition", slurmtest.Partition, "--slurm-shared-dir", c.Shared},
+		Env:  []string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}})
+	cfg := stack.Config(t)
+	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gangStack{c: c, py: py, stack: stack, rc: rc}
+	g.gp = func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
+	g.getRun = func(id string) *gpupassv1.Run {
+		t.Helper()
+		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+		if err != nil {
+			t.Fatalf("run %s: %v", id, err)
+		}
+		return resp.Msg.Run
+	}
+	g.runNamed = func(name string) *gpupassv1.Run {
+		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
+		if err != nil {
+			return nil
+		}
+		for _, r := range resp.Msg.Runs {
+			if strings.HasPrefix(r.Name, name+"-") {
+				return r
+			}
+		}
+		return nil
+	}
+	var dry string
+	upstack.WaitFor(t, ctx, "a gang of n1 and n2 in dry-run", func() bool {
+		b, _ := g.gp("validate", "--spec", "examples/ddp/gpupass.yaml", "--dry-run", "--region", region).CombinedOutput()
+		dry = string(b)
+		return strings.Contains(dry, "2 × ")
+	})
+	t.Logf("dry-run:\n%s", upstack.Tail(dry, 1500))
+	return g
+}
+
+func terminal(r *gpupassv1.Run) bool {
+	switch r.State {
+	case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
+		return true
+	}
+	return false
+}
+
+// jobProcess is the pid of a process of the run alloc (its
+// GPUPASS_ALLOC_ID) whose command line holds arg; 0 when none. The test
+// cluster's nodes are this machine.
+func jobProcess(alloc, arg string) int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		env, err := os.ReadFile(filepath.Join(d, "environ"))
+		if err != nil || !bytes.Contains(env, []byte("\x00GPUPASS_ALLOC_ID="+alloc+"\x00")) && !bytes.HasPrefix(env, []byte("GPUPASS_ALLOC_ID="+alloc+"\x00")) {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(d, "cmdline"))
+		if bytes.Contains(cmd, []byte(arg)) {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			return pid
+		}
+	}
+	return 0
+}
