@@ -183,8 +183,8 @@ func TestJobArgs(t *testing.T) {
 	if got, want := JobArgs(Options{Executor: "slurm"}, 0), []string{"--job-ports", "29500-29599"}; !slices.Equal(got, want) {
 		t.Errorf("slurm agent: %q, want %q (each node's address is its NodeAddr)", got, want)
 	}
-	if got := JobArgs(Options{Executor: "kubernetes"}, 0); got != nil {
-		t.Errorf("kubernetes agent: %q, want no job flags", got)
+	if got := JobArgs(Options{Executor: "fake"}, 0); got != nil {
+		t.Errorf("fake agent: %q, want no job flags (it takes no gang rank)", got)
 	}
 	// Pods have IPs of their own: the ports alone, the same for each.
 	if got, want := JobArgs(Options{Executor: "kubernetes"}, 3), []string{"--job-ports", "29500-29599"}; !slices.Equal(got, want) {
