@@ -44,7 +44,10 @@ func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.W
 	if err := stepOutputs(env, res); err != nil {
 		return errors.Join(runErr, err)
 	}
-	return errors.Join(runErr, env.Summary(trainSummary("train", res.Runs)))
+	if err := env.Summary(trainSummary("train", res.Runs)); err != nil || runErr != nil {
+		return errors.Join(runErr, err)
+	}
+	return o.pushModel(ctx, res, out, errOut)
 }
 
 // stepOutputs hands the runs of a train or wait step on: the
