@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/internal/api"
@@ -309,7 +310,9 @@ type AuditResult = auditrun.Result
 func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	kind, isCI := gpupass.CIOutput(o.Output)
 	env := ci.New(kind, auditGetenv(o.Getenv), o.ErrOut)
-	defer env.Group("gpupass audit")()
+	// Closed before a --model-ref push opens its own: groups do not nest.
+	endGroup := sync.OnceFunc(env.Group("gpupass audit"))
+	defer endGroup()
 	group := strings.HasPrefix(o.AllocationID, api.GroupIDPrefix)
 	if group {
 		o.Out = GroupOut(o.AllocationID, o.Out)
@@ -396,6 +399,7 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		}
 	}
 	o.postSection(ctx, signedBySection(res.Path, res.Signing, res.SignedBy, o.TrustedRoot))
+	endGroup()
 	return o.pushModel(ctx, res, out)
 }
 

@@ -70,6 +70,7 @@ func TestModelRefSteps(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("train step with model-ref: exit %d\n%s", code, all)
 	}
+	nestedGroups(t, all)
 	outs, _ := os.ReadFile(output)
 	m := regexp.MustCompile(`(?m)^model-digest-ref<<(\S+)\n(.*)\n`).FindStringSubmatch(string(outs))
 	if m == nil || !strings.HasPrefix(m[2], reg+"/team/model@sha256:") {
@@ -123,6 +124,7 @@ func TestModelRefSteps(t *testing.T) {
 	if code == 0 || !strings.Contains(all, "127.0.0.1:1") {
 		t.Errorf("audit step whose push fails: exit %d, want it failed naming the registry\n%s", code, all)
 	}
+	nestedGroups(t, all)
 	// Only the runner's mask command may carry it.
 	for _, l := range strings.Split(all, "\n") {
 		if strings.Contains(l, "hunter2-registry-secret") && l != "::add-mask::hunter2-registry-secret" {
@@ -133,5 +135,23 @@ func TestModelRefSteps(t *testing.T) {
 	if _, all, code := gp(append(github, "GPUPASS_MODEL_REF="+ref, "GPUPASS_FOLLOW=false"), "-o", "github", "train", "--spec", "examples/train/gpupass.yaml",
 		"--region", "us-west-2", "--", "true"); code != 2 || !strings.Contains(all, "the model-ref input") || !strings.Contains(all, "wait input") {
 		t.Errorf("detached train step with model-ref: exit %d, want 2 naming the inputs\n%s", code, all)
+	}
+}
+
+// nestedGroups fails when a log group opens inside another: GitHub's
+// runner does not nest them, so the push's group must follow the step's.
+func nestedGroups(t *testing.T, log string) {
+	t.Helper()
+	open := ""
+	for _, l := range strings.Split(log, "\n") {
+		switch {
+		case strings.HasPrefix(l, "::group::"):
+			if open != "" {
+				t.Errorf("log group %q opens inside %q", l, open)
+			}
+			open = l
+		case l == "::endgroup::":
+			open = ""
+		}
 	}
 }
