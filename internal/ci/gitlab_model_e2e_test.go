@@ -23,7 +23,8 @@ import (
 // each pushes the run's model signed keyless with the job's
 // SIGSTORE_ID_TOKEN on the private Sigstore. GPUPASS_MODEL_DIGEST_REF is in
 // each job's dotenv report, and the verify command each job log prints,
-// pasted, passes; the audited push names the audit zip.
+// pasted, passes; the audited push names the audit zip. The train job's
+// model-ref is written with a CI/CD variable, which GitLab expands.
 func TestGitLabComponentModelRef(t *testing.T) {
 	k := startKeylessCI(t, "gitlab-ci-local")
 	glci, sig := k.runner, k.sig
@@ -48,7 +49,7 @@ func TestGitLabComponentModelRef(t *testing.T) {
       command: sh write.sh
       signing-config: $SIGSTORE_SIGNING_CONFIG
       trusted-root: $SIGSTORE_TRUSTED_ROOT
-      model-ref: ` + reg + `/team/model:train
+      model-ref: $MODEL_REGISTRY/team/model:train
   - component: $CI_SERVER_FQDN/$CI_PROJECT_PATH/audit@$CI_COMMIT_SHA
     inputs:
       allocation: $GPUPASS_ALLOCATION_US_WEST_2
@@ -79,6 +80,9 @@ func TestGitLabComponentModelRef(t *testing.T) {
 		"--variable", "GPUPASS_BROKER_TOKEN="+cfg.Token,
 		"--variable", "GPUPASS_RESUME_ELSEWHERE=true",
 		"--variable", "GPUPASS_PLAIN_HTTP=true",
+		// model-ref names a CI/CD variable in one job, as a user writes
+		// $CI_REGISTRY_IMAGE/model:$CI_COMMIT_SHORT_SHA.
+		"--variable", "MODEL_REGISTRY="+reg,
 		"--variable", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
 		"--variable", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot)
 	cmd.Dir = dir
