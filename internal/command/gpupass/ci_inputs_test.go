@@ -17,6 +17,7 @@ import (
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
 	"github.com/gpupass/gpupass/internal/command/gpupass/bundlecmd"
+	"github.com/gpupass/gpupass/internal/command/gpupass/modelcmd"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/command/registryflags"
 )
@@ -27,7 +28,7 @@ import (
 // value would be dropped without a word.
 func TestCIInputsMatchFlags(t *testing.T) {
 	t.Parallel()
-	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}))
+	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command, modelcmd.Command), gpupass.WithPoster(forgepost.Poster{}))
 	// Read by the action's scripts or by the ci package, not flags.
 	always := map[string]bool{"GPUPASS_DOTENV": true, "GPUPASS_INSTALL_VERSION": true, "GPUPASS_ACTION_PATH": true, "GPUPASS_ACTION_REPOSITORY": true, "GPUPASS_ACTION_STEP": true}
 	// flagsOf are the variables of the flags of the command a script line
@@ -51,6 +52,15 @@ func TestCIInputsMatchFlags(t *testing.T) {
 			r := &cobra.Command{Use: "r"}
 			(&registryflags.Flags{}).AddFlags(r.Flags())
 			r.Flags().VisitAll(add)
+		}
+		if cmd.Flags().Lookup("model-ref") != nil {
+			// --model-ref runs model push in-process, which reads its
+			// own variables (the signing key, the signing config).
+			push, _, err := root.Find([]string{"model", "push"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			push.Flags().VisitAll(add)
 		}
 		return known
 	}
@@ -90,7 +100,7 @@ func TestCIInputsMatchFlags(t *testing.T) {
 // declare them (CICommand): the help is written by hand.
 func TestOutputHelpNamesTheCICommands(t *testing.T) {
 	t.Parallel()
-	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{}))
+	root := gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command, modelcmd.Command), gpupass.WithPoster(forgepost.Poster{}))
 	var ci []string
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -116,7 +126,7 @@ func TestOutputHelpNamesTheCICommands(t *testing.T) {
 // name they are linked under (TestCommandNames checks this package's).
 func TestLinkedCommandNames(t *testing.T) {
 	t.Parallel()
-	for _, c := range []gpupass.Subcommand{auditcmd.Command, bundlecmd.Command} {
+	for _, c := range []gpupass.Subcommand{auditcmd.Command, bundlecmd.Command, modelcmd.Command} {
 		if got := c.New(&gpupass.GlobalOptions{}).Name(); got != c.Name {
 			t.Errorf("Subcommand %q builds a command named %q", c.Name, got)
 		}
@@ -148,7 +158,7 @@ func TestErrorsNameTheInputsTheStepsSet(t *testing.T) {
 			walk(s)
 		}
 	}
-	walk(gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command), gpupass.WithPoster(forgepost.Poster{})))
+	walk(gpupass.NewRoot(gpupass.WithCommands(auditcmd.Command, bundlecmd.Command, modelcmd.Command), gpupass.WithPoster(forgepost.Poster{})))
 	checked := 0
 	for f, format := range files {
 		b, err := os.ReadFile(f)

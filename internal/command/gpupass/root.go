@@ -37,12 +37,17 @@ type GlobalOptions struct {
 	// Executors are the agent's executors whose flags up offers (set by
 	// NewRoot; nil: the list gpupass was built with, executorflags).
 	Executors []executorflags.Executor
+
+	// run runs another command of this gpupass in-process, with the same
+	// commands linked in (set by NewRoot): a step's --model-ref runs
+	// `model push`, which lives in a package this one cannot import.
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // AddFlags registers the global flags.
 func (o *GlobalOptions) AddFlags(cmd *cobra.Command) {
 	output.Register(cmd, &o.Output)
-	cmd.PersistentFlags().Lookup(output.Flag).Usage = "output format: text or json; sarif for validate's findings (SARIF 2.1.0); github or gitlab for a CI step (validate, compare, train, wait, audit, audit verify, bundle push, bundle pull)"
+	cmd.PersistentFlags().Lookup(output.Flag).Usage = "output format: text or json; sarif for validate's findings (SARIF 2.1.0); github or gitlab for a CI step (validate, compare, train, wait, audit, audit verify, bundle push, bundle pull, model push)"
 	cmd.PersistentFlags().BoolVarP(&o.Verbose, "verbose", "v", false, "print debug diagnostics on stderr")
 	cmd.PersistentFlags().StringVar(&o.Context, "context", "", "broker context to use, from the config file (gpupass context ls lists them)")
 }
@@ -82,6 +87,9 @@ func newRoot(cfg *rootConfig) *cobra.Command { return newRootFor(cfg, "") }
 // the whole tree (Main decides).
 func newRootFor(cfg *rootConfig, only string) *cobra.Command {
 	g := &GlobalOptions{Poster: cfg.poster, Executors: cfg.executors}
+	g.run = func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return mainWith(ctx, cfg, args, strings.NewReader(""), stdout, stderr)
+	}
 	root := &cobra.Command{
 		Use:   "gpupass",
 		Short: "Reproducible, verifiable GPU training across clouds and regions",
@@ -190,7 +198,10 @@ func commandName(args []string, cmds []Subcommand) string {
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, opts ...Option) int {
-	cfg := newRootConfig(opts)
+	return mainWith(ctx, newRootConfig(opts), args, stdin, stdout, stderr)
+}
+
+func mainWith(ctx context.Context, cfg *rootConfig, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := rootFor(cfg, args)
 	root.SetArgs(args)
 	root.SetIn(stdin)

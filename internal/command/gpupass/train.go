@@ -40,6 +40,9 @@ type TrainOptions struct {
 	// CommandLine is the training command as one string (--command),
 	// split into words as a shell would, never run through one.
 	CommandLine string
+	// ModelRef is where the run's model is pushed once it ended
+	// (--model-ref, modelref.go).
+	ModelRef string
 }
 
 // AddFlags registers train's flags.
@@ -51,6 +54,7 @@ func (o *TrainOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.CommandLine, "command", "", `the training command as one string instead of after --, e.g. "python3 train.py --steps 200": split into words as a shell would ('…', "…", \ escapes; no expansion), or a JSON list of words; the node never runs it through a shell`)
 	f.StringVar(&o.Name, "name", "", "run name (default: the spec's name); the region and, in CI, the short commit are added")
 	f.BoolVarP(&o.Follow, "follow", "f", false, "stream the logs of every run (prefixed by region) and exit with the worst result")
+	f.StringVar(&o.ModelRef, "model-ref", "", modelRefUsage+"; needs --follow and one --region")
 	f.BoolVar(&o.Detach, "detach", false, "submit, print the allocation ids and the run group, and exit without following (what train does without --follow); wait for the runs later with gpupass wait GROUP")
 	f.Float64Var(&o.MaxPrice, "max-price", 0, "highest node price in USD per hour (0 = no limit)")
 	f.IntVar(&o.MaxRestarts, "max-restarts", 3, "restarts after a NaN/Inf loss, from the newest checkpoint")
@@ -155,11 +159,39 @@ func RunTrain(ctx context.Context, o *TrainOptions, out, errOut io.Writer) error
 		regions = append(regions, strings.FieldsFunc(r, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })...)
 	}
 	o.Regions = regions
+	if o.ModelRef != "" {
+		// Refused before anything is submitted: the model of a run
+		// not followed, or of which of several runs, is not known.
+		if !o.Follow {
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s pushes the model once the run ended: it needs %s; for a detached run, push it later with gpupass model push RUN REF", CIFlag(o.Global.format(), "model-ref"), CIFlag(o.Global.format(), "follow"))}
+		}
+		if err := modelRefRuns(CIFlag(o.Global.format(), "model-ref"), len(o.Regions)); err != nil {
+			return err
+		}
+		if err := checkModelRef(o.Global, o.ModelRef); err != nil {
+			return err
+		}
+	}
 	if kind, ok := CIOutput(o.Global.format()); ok {
 		return o.runCI(ctx, kind, out, errOut)
 	}
-	_, err := runTrain(ctx, o, trainFlagNames, out, errOut)
-	return err
+	res, err := runTrain(ctx, o, trainFlagNames, out, errOut)
+	if err != nil {
+		return err
+	}
+	return o.pushModel(ctx, res, out, errOut)
+}
+
+// pushModel pushes the model of the run that ended well, with
+// --model-ref.
+func (o *TrainOptions) pushModel(ctx context.Context, res *apptrain.Result, out, errOut io.Writer) error {
+	if o.ModelRef == "" || res == nil {
+		return nil
+	}
+	if err := modelRefRuns(CIFlag(o.Global.format(), "model-ref"), len(res.Runs)); err != nil {
+		return err
+	}
+	return o.Global.PushModel(ctx, ModelPush{AllocationID: res.Runs[0].Id, Ref: o.ModelRef, Broker: o.Broker}, out, errOut)
 }
 
 // commandLine splits --command into the training command's words.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"strings"
+	"sync"
 
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
@@ -22,7 +23,9 @@ import (
 // compare-report and audit jobs read) and the job summary.
 func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.Writer) error {
 	env := ci.New(kind, o.Getenv, errOut)
-	defer env.Group("gpupass train")()
+	// Closed before a --model-ref push opens its own: groups do not nest.
+	endGroup := sync.OnceFunc(env.Group("gpupass train"))
+	defer endGroup()
 	var missing []string
 	for _, f := range []struct {
 		flag string
@@ -44,7 +47,11 @@ func (o *TrainOptions) runCI(ctx context.Context, kind ci.Kind, out, errOut io.W
 	if err := stepOutputs(env, res); err != nil {
 		return errors.Join(runErr, err)
 	}
-	return errors.Join(runErr, env.Summary(trainSummary("train", res.Runs)))
+	if err := env.Summary(trainSummary("train", res.Runs)); err != nil || runErr != nil {
+		return errors.Join(runErr, err)
+	}
+	endGroup()
+	return o.pushModel(ctx, res, out, errOut)
 }
 
 // stepOutputs hands the runs of a train or wait step on: the

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpupass/gpupass/internal/api"
@@ -63,6 +64,10 @@ type AuditOptions struct {
 	// PostTo says where, besides the step summary, the audit says who
 	// signed: the sticky report comment.
 	PostTo PostFlags
+	// ModelRef pushes the run's model once its audit is written
+	// (--model-ref), through PushModel (the root's).
+	ModelRef  string
+	PushModel func(context.Context, gpupass.ModelPush, io.Writer, io.Writer) error
 
 	// Source overrides the run source (the broker client, later; tests).
 	Source audit.Source
@@ -79,6 +84,7 @@ func (o *AuditOptions) AddFlags(cmd *cobra.Command) {
 	gpupass.MarkSecret("key-password")
 	// A pipeline passes the key itself (a secret input): masked in the log.
 	gpupass.MarkSecret("key")
+	f.StringVar(&o.ModelRef, "model-ref", "", "once the audit is written, push the run's model to this REGISTRY/REPOSITORY:TAG with its signed provenance naming the audit zip, as gpupass model push RUN REF --audit ZIP does (signed as the audit was; registry login from GPUPASS_REGISTRY_USERNAME/PASSWORD or the docker config); a failed push fails the command")
 	f.StringVar(&o.RunFile, "run-file", "", "audit a JSON run record (audit.Run) instead of asking the broker (offline re-audits)")
 	f.StringVar(&o.Key, "key", "", "cosign private key to sign with: a file, env://VAR or the PEM itself (password in --key-password or COSIGN_PASSWORD)")
 	f.BoolVar(&o.Keyless, "keyless", false, "sign keyless, and fail unless the job has an OIDC identity (without --key that is the default whenever it has one)")
@@ -201,6 +207,7 @@ for every command.`,
 			o.Log = g.Logger(cmd.ErrOrStderr())
 			o.ErrOut = cmd.ErrOrStderr()
 			o.PostTo.Poster = g.Poster
+			o.PushModel = g.PushModel
 			return RunAudit(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
@@ -303,7 +310,9 @@ type AuditResult = auditrun.Result
 func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	kind, isCI := gpupass.CIOutput(o.Output)
 	env := ci.New(kind, auditGetenv(o.Getenv), o.ErrOut)
-	defer env.Group("gpupass audit")()
+	// Closed before a --model-ref push opens its own: groups do not nest.
+	endGroup := sync.OnceFunc(env.Group("gpupass audit"))
+	defer endGroup()
 	group := strings.HasPrefix(o.AllocationID, api.GroupIDPrefix)
 	if group {
 		o.Out = GroupOut(o.AllocationID, o.Out)
@@ -313,6 +322,14 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 	}
 	if _, err := compare.ParsePostMode(o.PostTo.Post); err != nil {
 		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s %q: must be auto, github, gitlab or none", gpupass.CIFlag(o.Output, "post"), o.PostTo.Post)}
+	}
+	if o.ModelRef != "" {
+		if group {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: fmt.Errorf("%s pushes one run's model, and %s is a run group: audit one run of it, or push each run's model with gpupass model push RUN REF --audit ZIP", gpupass.CIFlag(o.Output, "model-ref"), o.AllocationID)}
+		}
+		if o.Output == output.JSON {
+			return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--model-ref with -o json would print two documents: run gpupass model push RUN REF --audit ZIP -o json after the audit")}
+		}
 	}
 	if o.FulcioURL != "" {
 		return &gpupass.ExitError{Code: gpupass.ExitUsage, Err: errors.New("--fulcio-url is replaced by --signing-config FILE: write one naming your Fulcio, Rekor and timestamp authority with `cosign signing-config create`")}
@@ -382,7 +399,30 @@ func RunAudit(ctx context.Context, o AuditOptions, out io.Writer) (err error) {
 		}
 	}
 	o.postSection(ctx, signedBySection(res.Path, res.Signing, res.SignedBy, o.TrustedRoot))
-	return nil
+	endGroup()
+	return o.pushModel(ctx, res, out)
+}
+
+// pushModel pushes the audited run's model with --model-ref, its
+// attestation naming the zip just written, signed as the zip was.
+func (o AuditOptions) pushModel(ctx context.Context, res *AuditResult, out io.Writer) error {
+	if o.ModelRef == "" {
+		return nil
+	}
+	if o.PushModel == nil {
+		return errors.New("--model-ref: this gpupass was built without the model command")
+	}
+	var sign [][2]string
+	for _, kv := range [][2]string{{"key", o.Key}, {"key-password", string(o.Password)}, {"signing-config", o.SigningConfig}, {"trusted-root", o.TrustedRoot}, {"identity-token", o.IdentityToken}} {
+		if kv[1] != "" {
+			sign = append(sign, kv)
+		}
+	}
+	errOut := o.ErrOut
+	if errOut == nil {
+		errOut = io.Discard
+	}
+	return o.PushModel(ctx, gpupass.ModelPush{AllocationID: res.AllocationID, Ref: o.ModelRef, Audit: res.Path, Broker: o.Broker, Sign: sign}, out, errOut)
 }
 
 // auditSummary is the CI step's summary: what was written (wrote, a

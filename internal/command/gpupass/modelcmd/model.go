@@ -21,6 +21,7 @@ import (
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/buildinfo"
 	"github.com/gpupass/gpupass/internal/bundle"
+	"github.com/gpupass/gpupass/internal/ci"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
 	"github.com/gpupass/gpupass/internal/command/gpupass/keylessflags"
 	"github.com/gpupass/gpupass/internal/command/output"
@@ -50,6 +51,8 @@ type PushOptions struct {
 	Output   output.Format
 	Getenv   func(string) string
 	Log      *slog.Logger
+	// ErrOut receives the CI log group markers (-o github|gitlab).
+	ErrOut io.Writer
 }
 
 // AddFlags registers the flags of `gpupass model push`.
@@ -123,7 +126,13 @@ verifies it against that identity.
 The attestation is found through the registry's referrers API or, on a
 registry without it, the sha256-<digest> tag, as cosign and oras look for
 it: cosign verify-attestation, cosign tree and oras discover show it.
-Prints the model's digest reference and the command that verifies it.`,
+Prints the model's digest reference and the command that verifies it.
+
+As a CI step (-o github or -o gitlab; what the train and audit steps'
+model-ref input runs) it also hands the digest reference on, as the step
+output model-digest-ref (GitHub) or GPUPASS_MODEL_DIGEST_REF in the dotenv
+report (GitLab), and on GitHub writes it, who signed and the verify
+command into the job summary.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return errors.New("want RUN REF: the run's allocation id (gpupass runs lists them) and where to push, REGISTRY/REPOSITORY:TAG")
@@ -134,11 +143,12 @@ Prints the model's digest reference and the command that verifies it.`,
 			po.AllocationID, po.Ref = args[0], args[1]
 			po.Output = g.Output
 			po.Log = g.Logger(cmd.ErrOrStderr())
+			po.ErrOut = cmd.ErrOrStderr()
 			return RunPush(cmd.Context(), *po, cmd.OutOrStdout())
 		},
 	}
 	po.AddFlags(push)
-	output.Supports(push, output.Text, output.JSON)
+	gpupass.CICommand(push)
 
 	vo := &VerifyOptions{}
 	verify := &cobra.Command{
@@ -203,6 +213,9 @@ func registryOptions(f registryflags.Flags) (bundle.RegistryOptions, error) {
 // RunPush pushes the run's model and attaches its signed attestation.
 func RunPush(ctx context.Context, o PushOptions, out io.Writer) error {
 	getenv := getenvOr(o.Getenv)
+	kind, isCI := gpupass.CIOutput(o.Output)
+	env := ci.New(kind, getenv, o.ErrOut)
+	defer env.Group("gpupass model push")()
 	cfg, err := o.Sigstore.Config(o.Key, false)
 	if err != nil {
 		return err
@@ -259,7 +272,40 @@ func RunPush(ctx context.Context, o PushOptions, out io.Writer) error {
 	} else {
 		p.verify = verifyCommand(res.Reference, o.Key, o.Registry.PlainHTTP)
 	}
-	return output.Write(out, o.Output, p)
+	if err := output.Write(out, o.Output, p); err != nil {
+		return err
+	}
+	if !isCI {
+		return nil
+	}
+	if err := env.SetOutput("model-digest-ref", res.Reference); err != nil {
+		return err
+	}
+	return env.Summary(p.summary())
+}
+
+// summary is the CI step's job summary: the digest reference, who
+// signed, and the command that verifies the model, to paste. It holds
+// nothing of the registry login.
+func (p pushed) summary() string {
+	var b strings.Builder
+	cell := strings.NewReplacer("|", "\\|", "`", "'", "\n", " ").Replace
+	r := p.PushResult
+	b.WriteString("### gpupass model push\n\n")
+	if r.Predicate.Simulated {
+		b.WriteString("**SIMULATED**: the run used a simulated hardware profile; its provenance proves nothing about real hardware.\n\n")
+	}
+	fmt.Fprintf(&b, "Pushed `%s` (%d bytes) of run `%s` with its signed provenance (`%s`).\n\n", cell(r.Model.Name), r.Model.Size, cell(r.Predicate.Run.ID), r.PredicateType)
+	b.WriteString("| | |\n|---|---|\n")
+	fmt.Fprintf(&b, "| model | `%s` |\n", cell(r.Reference))
+	fmt.Fprintf(&b, "| attestation | `%s` |\n", cell(r.Attestation))
+	if p.SignerIdentity != "" {
+		fmt.Fprintf(&b, "| signed keyless by | `%s` |\n| OIDC issuer | `%s` |\n", cell(p.SignerIdentity), cell(p.SignerIssuer))
+	} else {
+		b.WriteString("| signed with | a cosign key |\n")
+	}
+	b.WriteString("\nVerify it (the model's bytes too) with:\n\n```sh\n" + p.verify + "\n```\n")
+	return b.String()
 }
 
 // keylessVerifyCommand verifies what was pushed against the identity

@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gpupass/gpupass/internal/audit"
 	"github.com/gpupass/gpupass/internal/command/gpupass"
+	"github.com/gpupass/gpupass/internal/command/gpupass/auditcmd"
 	"github.com/gpupass/gpupass/internal/command/gpupass/modelcmd"
 	"github.com/gpupass/gpupass/internal/testutil/regtest"
 )
@@ -18,7 +20,7 @@ import (
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := gpupass.Main(context.Background(), args, strings.NewReader(""), &out, &errb, gpupass.WithCommands(modelcmd.Command))
+	code := gpupass.Main(context.Background(), args, strings.NewReader(""), &out, &errb, gpupass.WithCommands(modelcmd.Command, auditcmd.Command))
 	return code, out.String(), errb.String()
 }
 
@@ -95,5 +97,40 @@ func TestModelVerifyNeverPrintsRegistryPassword(t *testing.T) {
 		"--registry-username", "ci", "--registry-password", secret, "-v")
 	if code == 0 || strings.Contains(out+errOut, secret) || !strings.Contains(errOut, "401") {
 		t.Errorf("exit %d, want a 401 failure without the password:\n%s%s", code, out, errOut)
+	}
+}
+
+// --model-ref on train and audit (the steps' model-ref input) is refused,
+// naming the flag (or the input, in a CI step) and the fix, before
+// anything is submitted or audited, where the one run whose model to push
+// is not known or its output could not be read.
+func TestModelRefUsageErrors(t *testing.T) {
+	t.Parallel()
+	broker := []string{"--broker-url", "http://127.0.0.1:1", "--broker-token", "gpp_x"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"detached train", []string{"train", "--region", "us-west-2", "--model-ref", "r.test/m:v1", "--", "true"}, "--model-ref pushes the model once the run ended: it needs --follow"},
+		{"detached train step", []string{"-o", "github", "train", "--region", "us-west-2", "--detach", "--model-ref", "r.test/m:v1", "--", "true"}, "--model-ref (GPUPASS_MODEL_REF, the model-ref input) pushes the model once the run ended: it needs --follow (GPUPASS_FOLLOW, the wait input)"},
+		{"two regions", []string{"-o", "gitlab", "train", "--region", "us-west-2,eu-central-1", "--follow", "--model-ref", "r.test/m:v1", "--", "true"}, "--model-ref (GPUPASS_MODEL_REF, the model-ref input) pushes one run's model, and this step has 2 runs"},
+		{"train -o json", []string{"-o", "json", "train", "--region", "us-west-2", "--follow", "--model-ref", "r.test/m:v1", "--", "true"}, "--model-ref with -o json would print two documents"},
+		{"audit of a group", []string{"-o", "github", "audit", "group-0123456789abcdef", "--model-ref", "r.test/m:v1"}, "--model-ref (GPUPASS_MODEL_REF, the model-ref input) pushes one run's model, and group-0123456789abcdef is a run group"},
+		{"audit -o json", []string{"-o", "json", "audit", "alloc-1", "--model-ref", "r.test/m:v1"}, "--model-ref with -o json would print two documents"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{}, tc.args...)
+			if i := slices.Index(args, "--"); i >= 0 {
+				args = slices.Concat(args[:i], broker, args[i:])
+			} else {
+				args = append(args, broker...)
+			}
+			code, out, errOut := runCLI(t, args...)
+			if code != 2 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, want 2 with %q\nstdout: %s\nstderr: %s", code, tc.want, out, errOut)
+			}
+		})
 	}
 }
