@@ -187,6 +187,8 @@ func TestE2EKubernetesGang(t *testing.T) {
 		if n != gangSteps || !(worst <= 1e-5) {
 			t.Errorf("2 ranks: %d of %d steps, max |Δloss| %g against 1 rank with the same global batch; want every step within 1e-5", n, gangSteps, worst)
 		}
+		// The "each audit verified with every node's report".
+		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 2000))
 	})
 
 	t.Run("a rank's pod deleted mid-run fails the run naming it", func(t *testing.T) {

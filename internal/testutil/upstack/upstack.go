@@ -261,3 +261,33 @@ func envValue(env []string, key string) string {
 	}
 	return v
 }
+
+// CheckAudit signs an audit of run with a fresh cosign key pair, as a user
+// would (`gpupass audit keygen`, `gpupass audit RUN --key`), verifies it
+// with `gpupass audit verify`, and fails t unless verify passes and names
+// every layer in want (e.g. "rank-1" for a gang's second node). It
+// returns verify's output.
+func (s *Stack) CheckAudit(t testing.TB, ctx context.Context, run string, want ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	gp := func(args ...string) string {
+		t.Helper()
+		cmd := s.Command(ctx, args...)
+		cmd.Env = append(slices.Clone(cmd.Env), "COSIGN_PASSWORD=upstack-audit")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("gpupass %s: %v\n%s", strings.Join(args, " "), err, Tail(string(b), 3000))
+		}
+		return string(b)
+	}
+	gp("audit", "keygen", "--out-prefix", filepath.Join(dir, "cosign"))
+	zip := filepath.Join(dir, "audit.zip")
+	gp("audit", run, "--key", filepath.Join(dir, "cosign.key"), "--out", zip)
+	out := gp("audit", "verify", zip, "--key", filepath.Join(dir, "cosign.pub"))
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("audit verify of %s names no %q:\n%s", run, w, out)
+		}
+	}
+	return out
+}
