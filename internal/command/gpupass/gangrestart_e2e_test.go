@@ -50,7 +50,7 @@ func TestGangRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
-	getRun := func(id string) *gpupassv1.Run {
+	getRun := func(t testing.TB, id string) *gpupassv1.Run {
 		t.Helper()
 		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
 		if err != nil {
@@ -65,11 +65,11 @@ func TestGangRestart(t *testing.T) {
 		}
 		return false
 	}
-	submit := func(name string, args ...string) *gpupassv1.Run {
+	submit := func(t testing.TB, name string, args ...string) *gpupassv1.Run {
 		t.Helper()
 		cmd := append([]string{"train", "--spec", "examples/ddp/gpupass.yaml", "--region", "us-west-2", "--workdir", "examples/ddp",
 			"--name", name, "--max-restarts", "1", "--", py, "train_ddp.py", "--timeout", "60"}, args...)
-		out, err := gp(cmd...).Output()
+		out, err := gp(cmd...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("gpupass %s: %v\n%s", strings.Join(cmd, " "), err, out)
 		}
@@ -87,10 +87,10 @@ func TestGangRestart(t *testing.T) {
 	}
 	// checkLog reads a rank's whole log (upstack.RunLog fails on a gap
 	// or a repeated seq) and checks the broker holds all of it.
-	checkLog := func(id string) string {
+	checkLog := func(t testing.TB, id string) string {
 		t.Helper()
 		text, n := upstack.RunLog(t, ctx, rc, id)
-		r := getRun(id)
+		r := getRun(t, id)
 		if n != r.LastSeq || !r.LogComplete {
 			t.Errorf("%s: %d records read, last seq %d, log complete %v: want every record once", id, n, r.LastSeq, r.LogComplete)
 		}
@@ -113,7 +113,7 @@ func TestGangRestart(t *testing.T) {
 	}
 
 	t.Run("a rank killed -9 restarts the gang from the checkpoint", func(t *testing.T) {
-		run := submit("restart", "--steps", strconv.Itoa(restartSteps), "--step-sleep", restartSleep)
+		run := submit(t, "restart", "--steps", strconv.Itoa(restartSteps), "--step-sleep", restartSleep)
 		upstack.WaitFor(t, ctx, "rank 0 past step 60", func() bool {
 			mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
 			return err == nil && len(mr.Msg.Points) > 0 && mr.Msg.Points[len(mr.Msg.Points)-1].Step >= 60
@@ -126,16 +126,16 @@ func TestGangRestart(t *testing.T) {
 			t.Fatalf("kill -9 %d: %v", pid, err)
 		}
 		upstack.WaitFor(t, ctx, "the run to end", func() bool {
-			run = getRun(run.Id)
+			run = getRun(t, run.Id)
 			return terminal(run)
 		})
-		rank1 := getRun(run.Id + "-r1")
+		rank1 := getRun(t, run.Id+"-r1")
 		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
 			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
 				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
 		}
-		log0, log1 := checkLog(run.Id), checkLog(rank1.Id)
+		log0, log1 := checkLog(t, run.Id), checkLog(t, rank1.Id)
 		for rank, l := range []string{log0, log1} {
 			if !strings.Contains(l, "the gang restarted: every rank resumes from rank 0's last shipped checkpoint") ||
 				!strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
@@ -222,8 +222,8 @@ func TestGangRestart(t *testing.T) {
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
 			t.Fatalf("run %s (%s) after %d restart(s): want succeeded after 1", run.State, run.Reason, run.Restarts)
 		}
-		log1 := checkLog(run.Id + "-r1")
-		checkLog(run.Id)
+		log1 := checkLog(t, run.Id+"-r1")
+		checkLog(t, run.Id)
 		if !strings.Contains(strings.ToLower(log1), "non-finite loss nan at step 60") || !strings.Contains(log1, `"msg":"rank 1 resumed from`) {
 			t.Errorf("rank 1's log has no NaN at step 60 followed by a resume:\n%s", upstack.Tail(log1, 3000))
 		}
