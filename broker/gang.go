@@ -48,6 +48,17 @@ func gangRanks(ctx context.Context, rs store.Runs, a store.Alloc) ([]store.Alloc
 	return all, ids, nil
 }
 
+// gangTimeLeft is the time limit (seconds) of a's attempt: the run's
+// whole limit on a first attempt, what is left of it since the gang
+// first started on a restarted one (at least a second, so that the agent
+// ends the attempt as timed out rather than running it unbounded).
+func gangTimeLeft(a store.Alloc, now time.Time) int64 {
+	if a.GangSize < 2 || a.Restarts == 0 || a.TimeLimitSeconds <= 0 || a.StartedAt.IsZero() {
+		return a.TimeLimitSeconds
+	}
+	return max(a.TimeLimitSeconds-int64(now.Sub(a.StartedAt)/time.Second), 1)
+}
+
 // gangMayRestart says whether a rank's own end of its attempt (failed
 // with reason, lost says its node was lost) restarts the whole gang:
 // a failure or NaN while restarts remain (--max-restarts), a lost node

@@ -3,6 +3,7 @@ package broker
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -105,5 +106,27 @@ func TestRestartGang(t *testing.T) {
 	as[0].RankDone = true
 	if _, queued := restartGang(as, &changed); !queued || as[0].State != store.AllocPending || as[0].RankDone {
 		t.Errorf("rank 0 done, rank 1 restarting: queued %v, rank 0 %s done %v; want both queued", queued, as[0].State, as[0].RankDone)
+	}
+}
+
+// TestGangTimeLeft (issue #34): a restarted gang's attempt gets what is
+// left of the run's time limit, not the whole limit again.
+func TestGangTimeLeft(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		a    store.Alloc
+		want int64
+	}{
+		{"first attempt", store.Alloc{GangSize: 2, TimeLimitSeconds: 100, StartedAt: now.Add(-40 * time.Second)}, 100},
+		{"restarted 40 s in", store.Alloc{GangSize: 2, Restarts: 1, TimeLimitSeconds: 100, StartedAt: now.Add(-40 * time.Second)}, 60},
+		{"restarted past the limit", store.Alloc{GangSize: 2, Restarts: 1, TimeLimitSeconds: 100, StartedAt: now.Add(-time.Hour)}, 1},
+		{"no limit", store.Alloc{GangSize: 2, Restarts: 1, StartedAt: now.Add(-time.Hour)}, 0},
+		{"one node", store.Alloc{Restarts: 1, TimeLimitSeconds: 100, StartedAt: now.Add(-40 * time.Second)}, 100},
+	} {
+		if got := gangTimeLeft(tc.a, now); got != tc.want {
+			t.Errorf("%s: %d s, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -152,7 +152,7 @@ func assignment(a store.Alloc, workdir []byte) *gpupassv1.Assignment {
 	}
 	as := &gpupassv1.Assignment{AllocId: a.ID, FencingToken: a.Fence, Name: a.Name, Region: a.Region, SpecJson: a.SpecJSON,
 		SpecFingerprint: a.SpecFingerprint, Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(restarts), GraceSeconds: int32(a.GraceSeconds),
-		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: keep, Gang: gangProto(a)}
+		TimeLimitSeconds: gangTimeLeft(a, time.Now()), ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: keep, Gang: gangProto(a)}
 	if len(workdir) > 0 {
 		as.WorkdirDigest = digest(workdir)
 	}
@@ -252,7 +252,11 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		}
 		switch {
 		case target == store.AllocRunning:
-			a.StartedAt = now
+			if a.GangSize < 2 || a.StartedAt.IsZero() {
+				// A restarted gang keeps its first start: its time
+				// limit is the run's, every attempt draws on it.
+				a.StartedAt = now
+			}
 			launch = &store.Launch{NodeID: a.NodeID, At: now, AllocID: a.ID}
 		case target == store.AllocFailed && (a.State != store.AllocRunning || m.NodeFault == gpupassv1.NodeFault_NODE_FAULT_LAUNCH):
 			// A launch the node could not make (a scheduler that
