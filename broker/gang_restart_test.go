@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"context"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/store"
+	"github.com/gpupass/gpupass/broker/store/sqlite"
 )
 
 // TestGangMayRestart (issue #34): which end of a rank's attempt restarts
@@ -128,5 +132,56 @@ func TestGangTimeLeft(t *testing.T) {
 		if got := gangTimeLeft(tc.a, now); got != tc.want {
 			t.Errorf("%s: %d s, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestGangNodeLost (issue #34): a gang's node lost mid-run with
+// --resume-elsewhere restarts the whole gang away from that node (the
+// lost rank waits pending on no node, the other is asked to stop);
+// without it, the run fails as before.
+func TestGangNodeLost(t *testing.T) {
+	t.Parallel()
+	for _, elsewhere := range []bool{true, false} {
+		t.Run(map[bool]string{true: "resume elsewhere", false: "no resume elsewhere"}[elsewhere], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			b := New(Config{Store: st, OfflineAfter: time.Hour, HeartbeatInterval: time.Minute})
+			as := []store.Alloc{
+				{ID: "alloc-g", Name: "g", Region: "us-west-2", State: store.AllocRunning, NodeID: "agt-0", GangSize: 2, ResumeElsewhere: elsewhere, HeldThrough: 12, LastSeq: 12},
+				{ID: "alloc-g-r1", Gang: "alloc-g", Rank: 1, Name: "g/1", Region: "us-west-2", State: store.AllocRunning, NodeID: "agt-1", GangSize: 2, ResumeElsewhere: elsewhere, HeldThrough: 9, LastSeq: 9},
+			}
+			if err := st.CreateAllocs(ctx, as); err != nil {
+				t.Fatal(err)
+			}
+			b.nodeLost(ctx, st, as[1], true, "")
+			r0, err := st.Alloc(ctx, "alloc-g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r1, err := st.Alloc(ctx, "alloc-g-r1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !elsewhere {
+				if r1.State != store.AllocFailed || !r0.CancelRequested || r0.GangRestart != "" {
+					t.Errorf("without --resume-elsewhere: rank 1 %s (%s), rank 0 cancel %v restart %q; want rank 1 failed, rank 0 stopped, no restart",
+						r1.State, r1.Reason, r0.CancelRequested, r0.GangRestart)
+				}
+				return
+			}
+			if r1.State != store.AllocPending || r1.NodeID != "" || r1.ResumeAfterSeq != r1.HeldThrough || !slices.Contains(r1.Replaced, "agt-1") ||
+				!strings.Contains(r1.GangRestart, "rank 1: node lost: agt-1 stopped sending heartbeats") {
+				t.Errorf("lost rank 1: %s on %q after seq %d, replaced %v, restart %q; want pending on no node after the records held (%d), agt-1 avoided",
+					r1.State, r1.NodeID, r1.ResumeAfterSeq, r1.Replaced, r1.GangRestart, r1.HeldThrough)
+			}
+			if r0.State != store.AllocRunning || !r0.CancelRequested || r0.GangRestart == "" {
+				t.Errorf("rank 0 while the gang restarts: %s cancel %v restart %q; want asked to stop for the restart", r0.State, r0.CancelRequested, r0.GangRestart)
+			}
+		})
 	}
 }
