@@ -11,6 +11,7 @@ import (
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
 	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -144,6 +145,10 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	return s, nil
 }
 
+// FieldMetricsRank is the field of a rank the run has not
+// (BrokerSource.Rank).
+const FieldMetricsRank = "MetricsRank"
+
 // rankMetrics are the points of rank b.Rank of the gang whose run's
 // metrics are m, with the run (rank 0) as m has it.
 func (b *BrokerSource) rankMetrics(ctx context.Context, c *client.RunClients, m *gpupassv1.GetMetricsResponse) (*connect.Response[gpupassv1.GetMetricsResponse], error) {
@@ -151,11 +156,11 @@ func (b *BrokerSource) rankMetrics(ctx context.Context, c *client.RunClients, m 
 	nodes := int(run.GetGangNodes())
 	switch {
 	case nodes < 2:
-		return nil, fmt.Errorf("--metrics-rank %d: run %s runs on one node; leave --metrics-rank out", b.Rank, run.GetId())
+		return nil, fielderr.New(FieldMetricsRank, "", "is %d, but run %s runs on one node: leave {%s} out", b.Rank, run.GetId(), FieldMetricsRank)
 	case run.GetGangRank() != 0:
-		return nil, fmt.Errorf("--metrics-rank %d: %s is a rank of a run, not the run; give the run's id", b.Rank, run.GetId())
+		return nil, fielderr.New(FieldMetricsRank, "", "is %d, but %s is rank %d of a run, not the run: give the run's id", b.Rank, run.GetId(), run.GetGangRank())
 	case b.Rank < 0 || b.Rank >= nodes:
-		return nil, fmt.Errorf("--metrics-rank %d: run %s has %d ranks, 0 to %d", b.Rank, run.GetId(), nodes, nodes-1)
+		return nil, fielderr.New(FieldMetricsRank, "", "is %d, but run %s has %d ranks, 0 to %d", b.Rank, run.GetId(), nodes, nodes-1)
 	}
 	id := runlog.RankID(run.GetId(), b.Rank)
 	resp, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: id}))

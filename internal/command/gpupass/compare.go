@@ -245,7 +245,7 @@ func brokerSource(b *BrokerFlags) *compare.BrokerSource {
 }
 
 // compareFlagNames maps the use case's option fields to compare's flags.
-var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post", compare.FieldMetricPattern: "--metric-pattern", compare.FieldPullRequest: "--pull-request"}
+var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post", compare.FieldMetricPattern: "--metric-pattern", compare.FieldPullRequest: "--pull-request", compare.FieldMetricsRank: "--metrics-rank"}
 
 // specFile is the spec whose metrics.pattern compare uses: --spec, else
 // the working directory's spec when there is one.

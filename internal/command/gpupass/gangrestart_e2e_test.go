@@ -234,7 +234,7 @@ func TestGangRestart(t *testing.T) {
 			t.Errorf("gpupass compare %s %s --metrics-rank 1: %v\n%s", ref, run.Id, err, upstack.Tail(string(cmp), 3000))
 		}
 		if b, err := gp("compare", ref, run.Id, "--metrics-rank", "2", "--post", "none").CombinedOutput(); err == nil ||
-			!strings.Contains(string(b), "--metrics-rank 2: run "+run.Id+" has 2 ranks, 0 to 1") {
+			!strings.Contains(string(b), "--metrics-rank is 2, but run "+run.Id+" has 2 ranks, 0 to 1") {
 			t.Errorf("compare --metrics-rank 2 (%v): want the ranks there are named:\n%s", err, b)
 		}
 	})
