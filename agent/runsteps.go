@@ -228,6 +228,12 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 		// run runs, so a checkpoint written in its last second would
 		// otherwise stay here.
 		ship.tick(time.Now().Add(ship.settle))
+	} else if ship != nil && err == nil && r.a.Gang != nil {
+		// A gang's attempt that ended otherwise restarts from the
+		// newest checkpoint the broker holds: one the watcher had not
+		// sent yet goes now, if it has settled (a file written as the
+		// process was killed may be cut short).
+		ship.tick(time.Now())
 	}
 	// The background uploader stops first: two loops uploading from one
 	// spool race on the broker's gap-free mark (one sees a lower

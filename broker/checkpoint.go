@@ -19,7 +19,17 @@ import (
 // was lost mid-run, --resume-elsewhere) the newest checkpoint the old
 // node shipped before it was lost. Chunks past resume_after_seq are not
 // looked at: the broker did not hold them gap-free when the run moved.
+//
+// Every rank of a restarted gang gets rank 0's: rank 0 alone ships them
+// (the ranks of a data-parallel run hold the same state at a checkpoint).
 func (b *Broker) attachCheckpoint(ctx context.Context, rs store.Runs, a store.Alloc, as *gpupassv1.Assignment) error {
+	if a.Gang != "" {
+		head, err := rs.Alloc(ctx, a.Gang)
+		if err != nil {
+			return b.storeErr("reading rank 0 of "+a.ID, err)
+		}
+		a = head
+	}
 	if a.ResumeAfterSeq == 0 {
 		return nil
 	}

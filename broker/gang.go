@@ -48,21 +48,100 @@ func gangRanks(ctx context.Context, rs store.Runs, a store.Alloc) ([]store.Alloc
 	return all, ids, nil
 }
 
-// gangRefusal says why a spec cannot run as a gang yet (nil when it
-// can): what the gang does not do yet is refused rather than done half.
-func gangRefusal(m *gpupassv1.SubmitRequest) error {
-	var not []string
-	if m.GetMaxRestarts() > 0 {
-		not = append(not, "restarts (--max-restarts above 0)")
+// gangTimeLeft is the time limit (seconds) of a's attempt: the run's
+// whole limit on a first attempt, what is left of it since the gang
+// first started on a restarted one (at least a second, so that the agent
+// ends the attempt as timed out rather than running it unbounded).
+func gangTimeLeft(a store.Alloc, now time.Time) int64 {
+	if a.GangSize < 2 || a.Restarts == 0 || a.TimeLimitSeconds <= 0 || a.StartedAt.IsZero() {
+		return a.TimeLimitSeconds
 	}
-	if m.ResumeElsewhere {
-		not = append(not, "--resume-elsewhere")
+	return max(a.TimeLimitSeconds-int64(now.Sub(a.StartedAt)/time.Second), 1)
+}
+
+// gangMayRestart says whether a rank's own end of its attempt (failed
+// with reason, lost says its node was lost) restarts the whole gang:
+// a failure or NaN while restarts remain (--max-restarts), a lost node
+// with --resume-elsewhere. A time limit or a cancel ends the run.
+func gangMayRestart(x *store.Alloc, reason string, lost bool) bool {
+	if x.GangSize < 2 || x.EndedBy != "" || x.CancelRequested {
+		return false
 	}
-	if len(not) == 0 {
-		return nil
+	if lost {
+		return x.ResumeElsewhere
 	}
-	return fmt.Errorf("a run across several nodes does not support %s yet: a failed rank ends the whole run (issue #34's next step restarts the gang)",
-		strings.Join(not, " or "))
+	return x.Restarts < x.MaxRestarts && !strings.HasPrefix(reason, "TIMEOUT")
+}
+
+// requeueRank ends x's part in its gang's attempt: it waits pending on no
+// node for the gang's next attempt, which goes on from the records the
+// broker holds (no record lost or sent twice across the restart).
+func requeueRank(x *store.Alloc, why string) {
+	x.State, x.NodeID, x.ScoreJSON = store.AllocPending, "", nil
+	x.CancelRequested, x.EndedBy, x.RankDone = false, "", false
+	x.MasterAddr, x.MasterPort = "", 0
+	x.ResumeAfterSeq = x.HeldThrough
+	x.GangRestart, x.Reason = why, "restarting the gang: "+why
+}
+
+// restartGang carries a gang's restart on once a rank asked for one
+// (GangRestart on it): every rank still running is stopped, every rank
+// whose attempt ended waits pending, and once all do, the gang is
+// queued again (queued) for placement, all or nothing, avoiding lost
+// nodes. under is false when no restart is under way.
+func restartGang(as []*store.Alloc, changed *[]string) (under, queued bool) {
+	if as[0].State.Terminal() {
+		return false, false
+	}
+	why := ""
+	for _, x := range as {
+		if x.GangRestart != "" {
+			why = x.GangRestart
+			break
+		}
+	}
+	if why == "" {
+		return false, false
+	}
+	stopped := true
+	for i, x := range as {
+		switch {
+		case x.State == store.AllocPending:
+			if x.GangRestart == "" {
+				x.GangRestart, x.Reason = why, "restarting the gang: "+why
+				*changed = append(*changed, x.ID)
+			}
+		case x.State == store.AllocMatched || x.State.Terminal() || (i == 0 && x.RankDone):
+			requeueRank(x, why)
+			*changed = append(*changed, x.ID)
+		default:
+			stopped = false
+			if !x.CancelRequested {
+				x.CancelRequested, x.EndedBy, x.GangRestart = true, "restarting the gang: "+why, why
+				*changed = append(*changed, x.ID)
+			}
+		}
+	}
+	if !stopped {
+		return true, false
+	}
+	restarts := as[0].Restarts + 1
+	var replaced []string
+	for _, x := range as {
+		for _, n := range x.Replaced {
+			if !slices.Contains(replaced, n) {
+				replaced = append(replaced, n)
+			}
+		}
+	}
+	for _, x := range as {
+		x.GangRestart = ""
+		x.Restarts, x.Attempts = restarts, max(x.Attempts, restarts+1)
+		x.Replaced = replaced
+		x.Reason = fmt.Sprintf("gang restart %d (attempt %d) from the last checkpoint: %s", restarts, restarts+1, why)
+	}
+	*changed = append(*changed, as[0].ID)
+	return true, true
 }
 
 // gangAllocs are the ranks 1..nodes-1 stored with rank 0 a.
@@ -240,8 +319,13 @@ func (b *Broker) settleGang(ctx context.Context, rs store.Runs, a store.Alloc) {
 	}
 	now := time.Now().UTC()
 	var changed []string
+	queued := false
 	out, err := rs.UpdateAllocs(ctx, ids, func(as []*store.Alloc) error {
 		changed = changed[:0]
+		var under bool
+		if under, queued = restartGang(as, &changed); under {
+			return nil
+		}
 		why := gangWhy(as)
 		if why == "" {
 			for i, x := range as {
@@ -295,6 +379,11 @@ func (b *Broker) settleGang(ctx context.Context, rs store.Runs, a store.Alloc) {
 	}
 	if len(changed) > 0 {
 		b.log.Info("gang settled", "run", ids[0], "changed", changed, "state", out[0].State, "reason", out[0].Reason)
+	}
+	if queued {
+		if _, err := b.place(ctx, rs, ids[0]); err != nil {
+			b.log.Error("placing restarted gang", "run", ids[0], "err", err)
+		}
 	}
 }
 

@@ -226,6 +226,9 @@ func runProto(a store.Alloc) *gpupassv1.Run {
 		QueueNodes:          int32(a.QueueNodeCount),
 		QueueTimeoutSeconds: a.QueueTimeoutSeconds,
 	}
+	if a.GangSize > 1 {
+		r.GangNodes, r.GangRank = int32(a.GangSize), int32(a.Rank)
+	}
 	if len(a.ScoreJSON) > 0 {
 		var s health.Score
 		if json.Unmarshal(a.ScoreJSON, &s) == nil {
@@ -328,9 +331,15 @@ func (b *Broker) nodeLost(ctx context.Context, rs store.Runs, seen store.Alloc, 
 		if fault != "" {
 			why = lost + " says: " + fault
 		}
+		if a.GangSize > 1 && (!started || gangMayRestart(a, "", true)) {
+			// A gang's rank is not re-placed alone: the whole gang
+			// restarts (restartGang), away from the lost node.
+			a.Replaced = append(a.Replaced, lost)
+			requeueRank(a, fmt.Sprintf("rank %d: node lost: %s", a.Rank, why))
+			return nil
+		}
 		if (started && !a.ResumeElsewhere) || a.GangSize > 1 {
-			// A gang's rank is not re-placed alone: the gang ends
-			// (settleGang), and restarts whole in a later step.
+			// A gang without --resume-elsewhere ends (settleGang).
 			if !started {
 				a.State, a.Reason, a.FinishedAt, a.ExitCode = store.AllocFailed, "node lost: "+why+" before start", time.Now().UTC(), -1
 				return nil
@@ -443,8 +452,9 @@ func (b *Broker) place(ctx context.Context, rs store.Runs, id string) (store.All
 	if err != nil {
 		return a, err
 	}
-	if a.State != store.AllocPending || a.Gang != "" {
-		// A gang's ranks 1.. are placed with rank 0, never alone.
+	if a.State != store.AllocPending || a.Gang != "" || a.GangRestart != "" {
+		// A gang's ranks 1.. are placed with rank 0, never alone; a
+		// restarting gang once every rank has stopped (restartGang).
 		return a, nil
 	}
 	sp, err := spec.Decode(a.SpecJSON)

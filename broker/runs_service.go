@@ -142,9 +142,17 @@ func (s *workService) PollWork(ctx context.Context, req *connect.Request[gpupass
 }
 
 func assignment(a store.Alloc, workdir []byte) *gpupassv1.Assignment {
+	restarts, keep := a.MaxRestarts, !a.ResumeElsewhere
+	if a.GangSize > 1 {
+		// A gang restarts whole, from here (restartGang): a rank's NaN
+		// ends its attempt, and rank 0 ships the checkpoints every
+		// rank of the next attempt starts from.
+		restarts = 0
+		keep = a.Rank > 0 || (a.MaxRestarts == 0 && !a.ResumeElsewhere)
+	}
 	as := &gpupassv1.Assignment{AllocId: a.ID, FencingToken: a.Fence, Name: a.Name, Region: a.Region, SpecJson: a.SpecJSON,
-		SpecFingerprint: a.SpecFingerprint, Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(a.MaxRestarts), GraceSeconds: int32(a.GraceSeconds),
-		TimeLimitSeconds: a.TimeLimitSeconds, ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: !a.ResumeElsewhere, Gang: gangProto(a)}
+		SpecFingerprint: a.SpecFingerprint, Command: a.Command, WorkdirArchive: workdir, MaxRestarts: int32(restarts), GraceSeconds: int32(a.GraceSeconds),
+		TimeLimitSeconds: gangTimeLeft(a, time.Now()), ResumeAfterSeq: a.ResumeAfterSeq, KeepCheckpoints: keep, Gang: gangProto(a)}
 	if len(workdir) > 0 {
 		as.WorkdirDigest = digest(workdir)
 	}
@@ -209,6 +217,20 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		if a.State.Terminal() || stateRank[target] < stateRank[a.State] {
 			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("allocation %s is %s (%s): cannot move it to %s", a.ID, a.State, a.Reason, target))
 		}
+		if a.GangSize > 1 && target.Terminal() {
+			why := a.GangRestart
+			if why == "" && target == store.AllocFailed && gangMayRestart(a, m.Reason, false) {
+				why = fmt.Sprintf("rank %d on %s: %s", a.Rank, a.NodeID, m.Reason)
+			}
+			if why != "" {
+				// This rank's attempt ended and the gang restarts: it
+				// waits for the next attempt, holding no node.
+				a.ExitCode = int(m.ExitCode)
+				requeueRank(a, why)
+				settle = true
+				return nil
+			}
+		}
 		if a.GangSize > 1 && a.Gang == "" {
 			switch {
 			case target == store.AllocSucceeded:
@@ -230,7 +252,11 @@ func (s *workService) UpdateAllocation(ctx context.Context, req *connect.Request
 		}
 		switch {
 		case target == store.AllocRunning:
-			a.StartedAt = now
+			if a.GangSize < 2 || a.StartedAt.IsZero() {
+				// A restarted gang keeps its first start: its time
+				// limit is the run's, every attempt draws on it.
+				a.StartedAt = now
+			}
 			launch = &store.Launch{NodeID: a.NodeID, At: now, AllocID: a.ID}
 		case target == store.AllocFailed && (a.State != store.AllocRunning || m.NodeFault == gpupassv1.NodeFault_NODE_FAULT_LAUNCH):
 			// A launch the node could not make (a scheduler that
@@ -370,11 +396,7 @@ func (s *runService) Submit(ctx context.Context, req *connect.Request[gpupassv1.
 		return nil, err
 	}
 	gang := match.NeedsGang(sp)
-	if gang {
-		if err := gangRefusal(m); err != nil {
-			return nil, connect.NewError(connect.CodeFailedPrecondition, err)
-		}
-	} else if m.RequireBandwidth {
+	if !gang && m.RequireBandwidth {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(
 			"require_bandwidth is for a run across several nodes (resources.nodes above 1): this spec runs on one node, which has no link between nodes to measure"))
 	}
@@ -648,6 +670,8 @@ func (s *runService) Cancel(ctx context.Context, req *connect.Request[gpupassv1.
 		reason = "cancelled by user"
 	}
 	cancel := func(a *store.Alloc) error {
+		// A cancel ends a gang's restart too.
+		a.GangRestart = ""
 		switch a.State {
 		case store.AllocPending, store.AllocMatched:
 			// Not started: nothing to stop. An agent that already took

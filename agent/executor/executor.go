@@ -483,7 +483,11 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 	tail := &metricsTail{path: metricsPath, rec: rec, maxLine: 1 << 20, off: metricsStart, runAs: job.RunAs}
 	resume := job.ResumeFrom
 	if resume != "" {
-		rec.event(events.Info, events.ExecutorComp, "starting from checkpoint "+resume+" (the run resumes here after its node was lost)",
+		why := "the run resumes here after its node was lost"
+		if job.Rendezvous != nil {
+			why = "the gang restarted: every rank resumes from rank 0's last shipped checkpoint"
+		}
+		rec.event(events.Info, events.ExecutorComp, "starting from checkpoint "+resume+" ("+why+")",
 			map[string]string{"resume_from": resume})
 	}
 	restarts, first := 0, 1
@@ -555,6 +559,12 @@ func (x *Executor) attempts(ctx, parent context.Context, job Job, rec *recorder,
 		if step, val, at, ok := guard.tripped(); ok {
 			if restarts >= job.MaxRestarts {
 				msg := fmt.Sprintf("non-finite loss %s at step %d; giving up after %d restart(s) (--max-restarts %d)", fmtVal(val), step, restarts, job.MaxRestarts)
+				if job.Rendezvous != nil {
+					// A rank of a gang is not restarted alone: the
+					// broker restarts the whole gang while restarts
+					// remain.
+					msg = fmt.Sprintf("non-finite loss %s at step %d: stopped this rank; the whole gang restarts from its last checkpoint if the run has restarts left (--max-restarts)", fmtVal(val), step)
+				}
 				rec.event(events.Error, events.NaNGuard, msg, map[string]string{"step": strconv.FormatInt(step, 10), "attempt": strconv.Itoa(attempt)})
 				return Result{State: Failed, Reason: msg, ExitCode: ex.Code, Attempts: attempt, Restarts: restarts}
 			}

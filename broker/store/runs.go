@@ -150,6 +150,12 @@ type Alloc struct {
 	// RankReason is rank 0's own reason when the run's Reason names
 	// other ranks too (they failed with it).
 	RankReason string `json:",omitempty"`
+	// GangRestart is set on every rank while its gang stops for a fresh
+	// attempt (a rank failed, hit a NaN or lost its node, and restarts
+	// remain): why, naming the rank. A rank whose attempt ended waits
+	// pending; once every rank has, the broker clears it and places the
+	// gang again from rank 0's last shipped checkpoint.
+	GangRestart string `json:",omitempty"`
 }
 
 // GangID is the gang a belongs to: rank 0's id, which is a's own on

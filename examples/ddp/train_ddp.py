@@ -23,7 +23,9 @@ global batch, up to floating-point summation order.
 - --nan-at-step N makes the loss NaN at step N on a fresh start (every rank
   sees the averaged NaN and stops with exit code 3);
 - --fail-rank R --fail-at-step N makes rank R exit 1 at step N, to show
-  that a failed rank fails the whole job.
+  that a failed rank fails the whole job;
+- --step-sleep S sleeps S seconds after each step, so that a rank can be
+  killed mid-run (the loss curve does not change).
 
 Every rank prints one first line ("ddp: rank R/W ...") as soon as it starts.
 """
@@ -93,6 +95,7 @@ def main(argv=None):
     p.add_argument("--nan-at-step", type=int, default=int(os.environ.get("EXAMPLE_NAN_AT_STEP", "0")))
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--fail-at-step", type=int, default=0)
+    p.add_argument("--step-sleep", type=float, default=0, help="seconds to sleep after each step (to kill a rank mid-run)")
     args = p.parse_args(argv)
 
     world = env_int("WORLD_SIZE", 1)
@@ -182,6 +185,8 @@ def main(argv=None):
                 # No rank runs ahead of a checkpoint that a restart
                 # would resume from.
                 dist.barrier()
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
         if rank == 0 and (step % 50 == 0 or step == args.steps):
             print("trainer: step %d loss %.6f" % (step, value), flush=True)
     if distributed:

@@ -3,12 +3,15 @@ package compare
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"connectrpc.com/connect"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/brokerrpc"
+	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/fielderr"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/report"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -23,6 +26,10 @@ type BrokerSource struct {
 	// id, so comparing files alone never needs a broker.
 	Dial func() (*client.RunClients, error)
 	URL  string
+	// Rank is the rank of a run across several nodes whose metrics are
+	// read (compare --metrics-rank): 0, the run's own, by default. The
+	// run's state, price and restarts are rank 0's, the run's.
+	Rank int
 }
 
 // GroupRuns implements GroupSource: the allocation ids of a run group's
@@ -60,6 +67,11 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 	}
 	if err != nil {
 		return nil, brokerrpc.Error("reading metrics of "+allocID, b.URL, err)
+	}
+	if b.Rank != 0 {
+		if resp, err = b.rankMetrics(ctx, c, resp.Msg); err != nil {
+			return nil, err
+		}
 	}
 	key := metric
 	if key == "" {
@@ -131,4 +143,30 @@ func (b *BrokerSource) Metrics(ctx context.Context, allocID, metric string) (*me
 		return nil, &metrics.EmptyError{Source: s.Source, Metric: key}
 	}
 	return s, nil
+}
+
+// FieldMetricsRank is the field of a rank the run has not
+// (BrokerSource.Rank).
+const FieldMetricsRank = "MetricsRank"
+
+// rankMetrics are the points of rank b.Rank of the gang whose run's
+// metrics are m, with the run (rank 0) as m has it.
+func (b *BrokerSource) rankMetrics(ctx context.Context, c *client.RunClients, m *gpupassv1.GetMetricsResponse) (*connect.Response[gpupassv1.GetMetricsResponse], error) {
+	run := m.GetRun()
+	nodes := int(run.GetGangNodes())
+	switch {
+	case nodes < 2:
+		return nil, fielderr.New(FieldMetricsRank, "", "is %d, but run %s runs on one node: leave {%s} out", b.Rank, run.GetId(), FieldMetricsRank)
+	case run.GetGangRank() != 0:
+		return nil, fielderr.New(FieldMetricsRank, "", "is %d, but %s is rank %d of a run, not the run: give the run's id", b.Rank, run.GetId(), run.GetGangRank())
+	case b.Rank < 0 || b.Rank >= nodes:
+		return nil, fielderr.New(FieldMetricsRank, "", "is %d, but run %s has %d ranks, 0 to %d", b.Rank, run.GetId(), nodes, nodes-1)
+	}
+	id := runlog.RankID(run.GetId(), b.Rank)
+	resp, err := c.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: id}))
+	if err != nil {
+		return nil, brokerrpc.Error("reading metrics of rank "+strconv.Itoa(b.Rank)+" ("+id+")", b.URL, err)
+	}
+	resp.Msg.Run = run
+	return resp, nil
 }

@@ -45,6 +45,9 @@ func (p *Printer) Print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 			obj = map[string]any{"unreadable": string(r.Data)}
 		}
 		obj["seq"], obj["alloc_id"], obj["region"] = r.Seq, run.Id, run.Region
+		if run.GetGangNodes() > 1 {
+			obj["rank"] = run.GetGangRank()
+		}
 		switch r.Kind {
 		case gpupassv1.RecordKind_RECORD_KIND_METRIC:
 			obj["kind"] = "metric"
@@ -80,7 +83,11 @@ func (p *Printer) Print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 		}
 		line = e.Text()
 	}
-	if p.Prefix {
+	switch {
+	case run.GetGangNodes() > 1:
+		// A gang's ranks share one terminal: each line says whose.
+		line = PrefixRegion(fmt.Sprintf("%s/%d", run.Region, run.GetGangRank()), line)
+	case p.Prefix:
 		line = PrefixRegion(run.Region, line)
 	}
 	// The line is the job's output: a terminal must show it, not obey it.
@@ -93,6 +100,57 @@ func (p *Printer) Print(run *gpupassv1.Run, r *gpupassv1.Record) error {
 // (`train --follow`, `logs`, `up --demo`).
 func PrefixRegion(region, line string) string {
 	return region + " | " + line
+}
+
+// RankID is the allocation id of rank n of the gang whose run (rank 0)
+// is run: the run's own id for rank 0, "RUN-rN" for the others.
+func RankID(run string, n int) string {
+	if n == 0 {
+		return run
+	}
+	return fmt.Sprintf("%s-r%d", run, n)
+}
+
+// Ranks are the allocations of run's gang, rank 0 (run) first; run alone
+// for a run on one node.
+func Ranks(ctx context.Context, c *client.RunClients, run *gpupassv1.Run) ([]*gpupassv1.Run, error) {
+	out := []*gpupassv1.Run{run}
+	if run.GetGangNodes() < 2 || run.GetGangRank() != 0 {
+		return out, nil
+	}
+	for n := 1; n < int(run.GetGangNodes()); n++ {
+		id := RankID(run.Id, n)
+		r, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+		if err != nil {
+			return nil, fmt.Errorf("reading rank %d (%s) of %s: %s", n, id, run.Id, api.Describe(err))
+		}
+		out = append(out, r.Msg.Run)
+	}
+	return out, nil
+}
+
+// FollowGang is Follow for every rank of run's gang at once (run alone
+// on one node), each line marked with its rank by p; it returns rank
+// 0's final run, once every rank's log has been read.
+func FollowGang(ctx context.Context, c *client.RunClients, run *gpupassv1.Run, after uint64, follow, withMetrics bool, p *Printer, log *slog.Logger) (*gpupassv1.Run, error) {
+	ranks, err := Ranks(ctx, c, run)
+	if err != nil {
+		return nil, err
+	}
+	if len(ranks) == 1 {
+		return Follow(ctx, c, run, after, follow, withMetrics, p, log)
+	}
+	fins := make([]*gpupassv1.Run, len(ranks))
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Go(func() { fins[i], errs[i] = Follow(ctx, c, r, after, follow, withMetrics, p, log) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return fins[0], nil
 }
 
 // Follow streams a run's records to p from after (exclusive) and

@@ -303,7 +303,7 @@ func Follow(ctx context.Context, o FollowOptions, res *Result) error {
 			continue
 		}
 		wg.Go(func() {
-			fin, err := runlog.Follow(ctx, res.c, r, 0, true, false, p, log)
+			fin, err := runlog.FollowGang(ctx, res.c, r, 0, true, false, p, log)
 			if err != nil {
 				errs[i] = err
 				return

@@ -54,6 +54,9 @@ type CompareOptions struct {
 	// ReportDir gets the report files (report.md, report.json,
 	// junit.xml, chart.svg) that no flag of their own names.
 	ReportDir string
+	// MetricsRank is the rank of a run across several nodes whose
+	// metrics are read (default 0, the run's own).
+	MetricsRank int
 
 	// Set by the caller, not by flags.
 	Inputs []string
@@ -98,6 +101,7 @@ func (o *CompareOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Runs, "runs", "", "runs to compare as one value: NAME=INPUT and INPUT words separated by spaces or newlines (a run group id stands for its runs), or the allocation-ids JSON of train (as CI inputs pass them)")
 	f.StringVar(&o.ReportDir, "report-dir", "", "write report.md, report.json, junit.xml and chart.svg into this directory, unless --markdown, --json, --junit or --svg name their own (default with --output github or gitlab: "+ciCompareReportDir+")")
 	f.Int64Var(&o.PullRequest, "pull-request", 0, "pull request (GitHub) or merge request iid (GitLab) of the CI's repository to comment on when the CI event names none, e.g. the ci.pull_request of the broker's webhook event (0: the event's)")
+	f.IntVar(&o.MetricsRank, "metrics-rank", 0, "for runs across several nodes: read the metrics of this rank (default 0, the run's own; the job logs them from the rank it chooses)")
 	f.StringVar(&o.GitHubToken, "github-token", "", "token for PR comments (default $GITHUB_TOKEN); needs pull-requests: write")
 	f.StringVar(&o.GitLabToken, "gitlab-token", "", "project access token for MR notes (default $GITLAB_TOKEN); a job token cannot post notes")
 	MarkSecret("github-token")
@@ -166,7 +170,9 @@ no --fail-on-divergence,
 				}
 			}
 			if broker.URL != "" {
-				o.Source = brokerSource(broker) // allocation ids
+				src := brokerSource(broker) // allocation ids
+				src.Rank = o.MetricsRank
+				o.Source = src
 			}
 			return RunCompare(cmd.Context(), o, cmd.OutOrStdout())
 		},
@@ -239,7 +245,7 @@ func brokerSource(b *BrokerFlags) *compare.BrokerSource {
 }
 
 // compareFlagNames maps the use case's option fields to compare's flags.
-var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post", compare.FieldMetricPattern: "--metric-pattern", compare.FieldPullRequest: "--pull-request"}
+var compareFlagNames = fielderr.Names{"Runs": "--label", "Prices": "--price", "Post": "--post", compare.FieldMetricPattern: "--metric-pattern", compare.FieldPullRequest: "--pull-request", compare.FieldMetricsRank: "--metrics-rank"}
 
 // specFile is the spec whose metrics.pattern compare uses: --spec, else
 // the working directory's spec when there is one.

@@ -104,21 +104,6 @@ func TestDryRunGangsAndSubmit(t *testing.T) {
 		t.Errorf("-o json gangs %+v, misses %+v", g, doc.DryRun.GangMisses)
 	}
 
-	// What a gang cannot do yet is refused, not done half: a restart
-	// would restart one rank.
-	for _, tc := range []struct {
-		flags []string
-		want  string
-	}{
-		{[]string{"--max-restarts", "2"}, "a run across several nodes does not support restarts (--max-restarts above 0) yet"},
-		{[]string{"--resume-elsewhere"}, "a run across several nodes does not support --resume-elsewhere yet"},
-	} {
-		args := append(append([]string{"train", "--spec", twoNodes, "--no-workdir", "--min-health-score", "0", "--region", "us-west-2"}, tc.flags...), broker...)
-		code, out, errOut = runMain(t, append(args, "--", "true")...)
-		if code == 0 || !strings.Contains(errOut, tc.want) {
-			t.Errorf("train %s of a gang: exit %d, want refused saying %q:\n%s%s", tc.flags[0], code, tc.want, out, errOut)
-		}
-	}
 	// These nodes' agents advertise no rendezvous (no --job-address,
 	// --job-ports): the run is taken, and fails at once saying so,
 	// with no rank on any node.

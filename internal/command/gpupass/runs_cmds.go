@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -11,6 +13,7 @@ import (
 	"github.com/gpupass/gpupass/internal/api"
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/runlog"
+	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -25,6 +28,8 @@ type LogsOptions struct {
 	Follow   bool
 	Metrics  bool
 	AfterSeq uint64
+	// Rank is the one rank of a gang to show (-1: every rank).
+	Rank int
 }
 
 // AddFlags registers logs' flags.
@@ -33,7 +38,8 @@ func (o *LogsOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVarP(&o.Follow, "follow", "f", false, "keep streaming until the run ends; exit 1 when it did not succeed or its log is disputed")
 	f.BoolVar(&o.Metrics, "metrics", false, "include metric points")
-	f.Uint64Var(&o.AfterSeq, "after-seq", 0, "only records after this sequence number")
+	f.Uint64Var(&o.AfterSeq, "after-seq", 0, "only records after this sequence number (of each rank, for a run across several nodes)")
+	f.IntVar(&o.Rank, "rank", -1, "a run across several nodes: only this rank's log (0 is the run's own; default every rank, each line marked REGION/RANK)")
 }
 
 func newLogsCmd(g *GlobalOptions) *cobra.Command {
@@ -71,14 +77,22 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 		fmt.Fprintf(errOut, "%s %s\n", resp.Msg.Run.Id, termsafe.String(note))
 	}
 	p := &runlog.Printer{Out: out, JSON: o.Global.format() == output.JSON}
-	fin, err := runlog.Follow(ctx, c, resp.Msg.Run, o.AfterSeq, o.Follow, o.Metrics, p, o.Global.logger(errOut))
+	run := resp.Msg.Run
+	follow := runlog.FollowGang
+	if o.Rank >= 0 {
+		if run, err = rankOf(ctx, c, run, o.Rank, o.Broker.URL); err != nil {
+			return err
+		}
+		follow = runlog.Follow
+	}
+	fin, err := follow(ctx, c, run, o.AfterSeq, o.Follow, o.Metrics, p, o.Global.logger(errOut))
 	if err != nil {
 		return err
 	}
 	if !o.Follow {
 		// The run as it is now: it may have been disputed while the
 		// records were read.
-		if r, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: o.AllocID})); err == nil {
+		if r, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: run.Id})); err == nil {
 			fin = r.Msg.Run
 		}
 	}
@@ -96,6 +110,31 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 	return nil
 }
 
+// rankOf is rank n of the gang whose run is run (the one `logs --rank`
+// shows), or an error naming --rank and the ranks there are.
+func rankOf(ctx context.Context, c *client.RunClients, run *gpupassv1.Run, n int, url string) (*gpupassv1.Run, error) {
+	nodes := int(run.GetGangNodes())
+	switch {
+	case nodes < 2:
+		if n == 0 {
+			return run, nil
+		}
+		return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--rank %d: run %s runs on one node; leave --rank out", n, run.Id)}
+	case run.GetGangRank() != 0:
+		return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--rank %d: %s is rank %d of run %s; give the run's id with --rank", n, run.Id, run.GetGangRank(), strings.TrimSuffix(run.Id, fmt.Sprintf("-r%d", run.GetGangRank())))}
+	case n >= nodes:
+		return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--rank %d: run %s has %d ranks, 0 to %d", n, run.Id, nodes, nodes-1)}
+	case n == 0:
+		return run, nil
+	}
+	id := runlog.RankID(run.Id, n)
+	r, err := c.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
+	if err != nil {
+		return nil, rpcError("reading rank "+strconv.Itoa(n)+" of run "+run.Id, url, err)
+	}
+	return r.Msg.Run, nil
+}
+
 // disputedNote says what a disputed log means, for every command that
 // shows one.
 func disputedNote(r *gpupassv1.Run) string { return runview.DisputedNote(r) }
@@ -107,6 +146,8 @@ type RunsOptions struct {
 	Regions []string
 	Group   string
 	Limit   int
+	// Ranks lists each rank of a run across several nodes after it.
+	Ranks bool
 }
 
 // AddFlags registers runs' flags.
@@ -116,6 +157,7 @@ func (o *RunsOptions) AddFlags(cmd *cobra.Command) {
 	f.StringSliceVar(&o.Regions, "region", nil, "only these regions (glob patterns)")
 	f.StringVar(&o.Group, "group", "", "only the runs of this run group (the id gpupass train printed), oldest first")
 	f.IntVar(&o.Limit, "limit", 50, fmt.Sprintf("newest runs to show (at most %d)", maxRunsLimit))
+	f.BoolVar(&o.Ranks, "ranks", false, "list each rank of a run across several nodes (RUN-r1, …: its node, state and reason) after the run")
 }
 
 func newRunsCmd(g *GlobalOptions) *cobra.Command {
@@ -155,7 +197,19 @@ func RunRuns(ctx context.Context, o *RunsOptions, out io.Writer) error {
 	if err != nil {
 		return rpcError("listing runs", o.Broker.URL, err)
 	}
-	return output.Write(out, o.Global.format(), runList{List: runview.ListOf(resp.Msg.Runs), runs: resp.Msg.Runs})
+	runs := resp.Msg.Runs
+	if o.Ranks {
+		var all []*gpupassv1.Run
+		for _, r := range runs {
+			ranks, err := runlog.Ranks(ctx, c, r)
+			if err != nil {
+				return err
+			}
+			all = append(all, ranks...)
+		}
+		runs = all
+	}
+	return output.Write(out, o.Global.format(), runList{List: runview.ListOf(runs), runs: runs})
 }
 
 // runList is what `runs` prints: as JSON, runview's document.

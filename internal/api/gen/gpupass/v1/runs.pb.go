@@ -1459,7 +1459,12 @@ type Run struct {
 	// it (gpupass-broker serve --public-url, + /ui/runs/ID); empty when the
 	// broker was given none. Clients link to it (compare's report) rather
 	// than to the URL they read the run from, which may be internal.
-	DashboardUrl  string `protobuf:"bytes,80,opt,name=dashboard_url,json=dashboardUrl,proto3" json:"dashboard_url,omitempty"`
+	DashboardUrl string `protobuf:"bytes,80,opt,name=dashboard_url,json=dashboardUrl,proto3" json:"dashboard_url,omitempty"`
+	// A run across several nodes (resources.nodes > 1): how many nodes its
+	// gang has (0 on a one-node run) and which rank this allocation is (0:
+	// the run itself; rank N's id is the run's with "-rN").
+	GangNodes     int32 `protobuf:"varint,240,opt,name=gang_nodes,json=gangNodes,proto3" json:"gang_nodes,omitempty"`
+	GangRank      int32 `protobuf:"varint,241,opt,name=gang_rank,json=gangRank,proto3" json:"gang_rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1751,6 +1756,20 @@ func (x *Run) GetDashboardUrl() string {
 		return x.DashboardUrl
 	}
 	return ""
+}
+
+func (x *Run) GetGangNodes() int32 {
+	if x != nil {
+		return x.GangNodes
+	}
+	return 0
+}
+
+func (x *Run) GetGangRank() int32 {
+	if x != nil {
+		return x.GangRank
+	}
+	return 0
 }
 
 type GetRunRequest struct {
@@ -3016,7 +3035,7 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\n" +
 	"project_id\x18\x06 \x01(\tR\tprojectId\"3\n" +
 	"\x0eSubmitResponse\x12!\n" +
-	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xbc\n" +
+	"\x03run\x18\x01 \x01(\v2\x0f.gpupass.v1.RunR\x03run\"\xfa\n" +
 	"\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -3057,7 +3076,10 @@ const file_gpupass_v1_runs_proto_rawDesc = "" +
 	"\vqueue_nodes\x18H \x01(\x05R\n" +
 	"queueNodes\x122\n" +
 	"\x15queue_timeout_seconds\x18I \x01(\x03R\x13queueTimeoutSeconds\x12#\n" +
-	"\rdashboard_url\x18P \x01(\tR\fdashboardUrl\"*\n" +
+	"\rdashboard_url\x18P \x01(\tR\fdashboardUrl\x12\x1e\n" +
+	"\n" +
+	"gang_nodes\x18\xf0\x01 \x01(\x05R\tgangNodes\x12\x1c\n" +
+	"\tgang_rank\x18\xf1\x01 \x01(\x05R\bgangRank\"*\n" +
 	"\rGetRunRequest\x12\x19\n" +
 	"\balloc_id\x18\x01 \x01(\tR\aallocId\"3\n" +
 	"\x0eGetRunResponse\x12!\n" +
