@@ -205,6 +205,9 @@ func annotate(root *cobra.Command) {
 			f.Annotations = map[string][]string{}
 		}
 		f.Annotations[annotated] = []string{}
+		if !flagenv.HasEnv(f) {
+			return
+		}
 		env := flagenv.Name(f.Name)
 		if flagenv.IsSecret(f.Name) {
 			f.Usage += fmt.Sprintf(" (env %s or %s_FILE)", env, env)

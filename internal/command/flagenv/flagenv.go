@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpupass/gpupass/internal/editdist"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
 // Prefix is the prefix of every environment variable gpupass reads for its
@@ -84,7 +85,7 @@ func (e *ValueError) Unwrap() error { return e.Err }
 func Apply(cmd *cobra.Command, getenv func(string) string) error {
 	var firstErr error
 	set := func(f *pflag.Flag) {
-		if f.Changed || firstErr != nil {
+		if f.Changed || firstErr != nil || !HasEnv(f) {
 			return
 		}
 		name := Name(f.Name)
@@ -142,6 +143,22 @@ func Apply(cmd *cobra.Command, getenv func(string) string) error {
 	return firstErr
 }
 
+// noEnvAnnotation marks a flag that no environment variable sets (NoEnv).
+const noEnvAnnotation = "gpupass-no-env"
+
+// NoEnv makes the flag name of fs one that only the command line sets:
+// its GPUPASS_<FLAG> is a variable something else sets for another
+// meaning (the rendezvous' GPUPASS_RANK in every rank of a gang's job),
+// which must not silently change what the command does there.
+func NoEnv(fs *pflag.FlagSet, name string) {
+	if err := fs.SetAnnotation(name, noEnvAnnotation, []string{}); err != nil {
+		panic(err) // a programming error: no such flag
+	}
+}
+
+// HasEnv says whether GPUPASS_<FLAG> sets f (all flags but NoEnv's).
+func HasEnv(f *pflag.Flag) bool { return f.Annotations[noEnvAnnotation] == nil }
+
 // aliasAnnotation marks a flag kept under an old name (see Alias).
 const aliasAnnotation = "gpupass-alias-of"
 
@@ -196,10 +213,7 @@ var Others = []string{
 // be ignored without a word. A variable far from every known one is left
 // alone: it may belong to another tool of the same prefix.
 func Typos(environ []string, known map[string]bool) []string {
-	others := map[string]bool{}
-	for _, o := range Others {
-		others[o] = true
-	}
+	others := othersSet()
 	var warnings []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
@@ -228,16 +242,27 @@ func Typos(environ []string, known map[string]bool) []string {
 // Unknown says whether environ holds a GPUPASS_* variable that Typos
 // would look at: one not in known and not one of Others.
 func Unknown(environ []string, known map[string]bool) bool {
-	others := map[string]bool{}
-	for _, o := range Others {
-		others[o] = true
-	}
+	others := othersSet()
 	for _, kv := range environ {
 		if name, _, _ := strings.Cut(kv, "="); unknown(name, known, others) {
 			return true
 		}
 	}
 	return false
+}
+
+// othersSet is Others and the rendezvous variables every rank of a gang's
+// job gets (GPUPASS_RANK, GPUPASS_MASTER_ADDR, …): a gpupass command run
+// in such a job warns about none of them.
+func othersSet() map[string]bool {
+	others := map[string]bool{}
+	for _, o := range Others {
+		others[o] = true
+	}
+	for _, o := range rendezvous.Names() {
+		others[o] = true
+	}
+	return others
 }
 
 // unknown is the one rule for which variables Typos considers.

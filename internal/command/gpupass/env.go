@@ -76,6 +76,9 @@ func flagVars(root *cobra.Command) map[string]bool {
 	known := map[string]bool{}
 	var walk func(c *cobra.Command)
 	add := func(f *pflag.Flag) {
+		if !flagenv.HasEnv(f) {
+			return
+		}
 		known[flagenv.Name(f.Name)] = true
 		if isSecret(f.Name) {
 			known[flagenv.Name(f.Name)+"_FILE"] = true

@@ -9,6 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gpupass/gpupass/internal/command/flagenv"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
 // fakeCommand stands for auditcmd's and bundlecmd's Command, whose
@@ -170,5 +174,50 @@ func TestEnvTypoCheckSeesEveryCommand(t *testing.T) {
 				t.Errorf("stderr lacks %q: %s", tt.want, stderr.String())
 			}
 		})
+	}
+}
+
+// Issue #34: every rank of a gang's job has GPUPASS_RANK, GPUPASS_MASTER_ADDR
+// and the rest of the rendezvous in its environment. No flag of gpupass
+// reads one of them, or a `gpupass logs RUN` run in a job would quietly
+// show only that job's rank; and a command run there warns about none.
+func TestNoFlagReadsTheRendezvous(t *testing.T) {
+	rdv := map[string]bool{}
+	for _, n := range rendezvous.Names() {
+		rdv[n] = true
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if flagenv.HasEnv(f) && rdv[flagenv.Name(f.Name)] {
+				t.Errorf("%s --%s is set by %s, which every rank of a gang's job has (the rendezvous): mark it flagenv.NoEnv", c.CommandPath(), f.Name, flagenv.Name(f.Name))
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(NewRoot())
+
+	// In a rank's environment, `gpupass logs --rank` is left to the
+	// command line, and no rendezvous variable is taken for a typo.
+	cmd := NewRoot()
+	logs, _, err := cmd.Find([]string{"logs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"GPUPASS_RANK": "1", "GPUPASS_LOCAL_RANK": "0", "GPUPASS_NODE_RANK": "1"}
+	if err := flagenv.Apply(logs, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if f := logs.Flags().Lookup("rank"); f.Changed || f.Value.String() != "-1" {
+		t.Errorf("gpupass logs --rank is %s (changed %v) with GPUPASS_RANK=1 in the environment, want -1: every rank", f.Value, f.Changed)
+	}
+	var environ []string
+	for _, n := range rendezvous.Names() {
+		environ = append(environ, n+"=1")
+	}
+	if w := flagenv.Typos(environ, flagVars(NewRoot())); len(w) > 0 {
+		t.Errorf("a gpupass command in a gang's job warns: %q", w)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/app/runlog"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/command/flagenv"
 	"github.com/gpupass/gpupass/internal/command/output"
 	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/runview"
@@ -39,7 +40,8 @@ func (o *LogsOptions) AddFlags(cmd *cobra.Command) {
 	f.BoolVarP(&o.Follow, "follow", "f", false, "keep streaming until the run ends; exit 1 when it did not succeed or its log is disputed")
 	f.BoolVar(&o.Metrics, "metrics", false, "include metric points")
 	f.Uint64Var(&o.AfterSeq, "after-seq", 0, "only records after this sequence number (of each rank, for a run across several nodes)")
-	f.IntVar(&o.Rank, "rank", -1, "a run across several nodes: only this rank's log (0 is the run's own; default every rank, each line marked REGION/RANK)")
+	f.IntVar(&o.Rank, "rank", -1, "a run across several nodes: only this rank's log (0 is the run's own; default every rank, each line marked REGION/RANK; no variable sets it: GPUPASS_RANK is every gang job's own rank)")
+	flagenv.NoEnv(f, "rank")
 }
 
 func newLogsCmd(g *GlobalOptions) *cobra.Command {
