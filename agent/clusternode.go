@@ -197,9 +197,11 @@ func (c *ClusterAgents) NodeStateDir(node string) string {
 // node: hostname the node's name, an identity of its own (NodeStateDir),
 // simulate its hardware profile (--simulate when ""), its suite run at
 // least once a refresh so a node the cluster takes out is reported within
-// one.
+// one. Its jobs are reached at the agent's job address: a Kubernetes
+// agent's rendezvous.PodAddress (rank 0's pod IP, once the pod is); none
+// for a Slurm agent, whose nodes each have their own (StartAt).
 func (c *ClusterAgents) Start(ctx context.Context, node string, log *slog.Logger, n Node, simulate string) error {
-	return c.StartAt(ctx, node, "", log, n, simulate)
+	return c.StartAt(ctx, node, c.o.JobAddress, log, n, simulate)
 }
 
 // StartAt is Start for a node whose jobs the other nodes of a gang reach

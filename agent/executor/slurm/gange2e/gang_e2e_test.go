@@ -171,6 +171,61 @@ func TestE2ESlurmGang(t *testing.T) {
 		}
 	})
 
+	t.Run("a rank killed with a restart left restarts the gang from the checkpoint", func(t *testing.T) {
+		const total = 150
+		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "restarted", "--max-restarts", "1", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total),
+			"--step-sleep", "0.05", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		var run *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "rank 0 past step 60", func() bool {
+			if run = runNamed("restarted"); run == nil {
+				return false
+			}
+			mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
+			return err == nil && len(mr.Msg.Points) > 0 && mr.Msg.Points[len(mr.Msg.Points)-1].Step >= 60
+		})
+		pid := jobProcess(run.Id+"-r1", "train_ddp.py")
+		if pid == 0 {
+			t.Fatalf("no process of rank 1 (%s-r1) to kill", run.Id)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 %d: %v", pid, err)
+		}
+		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+			run = getRun(run.Id)
+			return terminal(run)
+		})
+		rank1 := getRun(run.Id + "-r1")
+		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
+			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
+				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
+		}
+		// RunLog fails on a record lost or repeated across the restart.
+		for rank, id := range []string{run.Id, rank1.Id} {
+			l, _ := upstack.RunLog(t, ctx, rc, id)
+			if !strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
+				t.Errorf("rank %d's log does not show it resumed from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
+			}
+		}
+		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int64]float64{}
+		for _, p := range mr.Msg.Points {
+			got[p.Step] = p.Values["loss"] // a resumed step's last value
+		}
+		if len(got) != total {
+			t.Errorf("restarted gang: %d of %d steps", len(got), total)
+		}
+		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id)); q != "" {
+			t.Errorf("a job of the gang is still in squeue after the run ended:\n%s", q)
+		}
+	})
+
 	t.Run("cancel scancels the one job and ends every rank", func(t *testing.T) {
 		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
 			"--name", "cancelled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
