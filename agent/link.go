@@ -55,6 +55,16 @@ func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Sp
 	l := &conformance.Link{Ranks: g.Nodes, Bytes: linkBytes, Iterations: linkIterations, Formula: BusBWFormula,
 		DeclaredGbps: sp.Resources.Network.BandwidthGbps, Required: required, MasterAddr: g.MasterAddr}
 	defer func() { l.Shortfall = l.DeclaredGbps > 0 && (l.Error != "" || l.BusBWGbps < l.DeclaredGbps) }()
+	if a.o.standsFor != nil {
+		// A Slurm or Kubernetes node: its rank runs in the cluster's
+		// job, on the node, while this agent runs elsewhere (a login
+		// node, a pod of its own). An all-reduce from here would
+		// measure this host's network, not the gang's link, or wait
+		// out its timeout for peers it cannot reach: recorded as not
+		// measured, a shortfall where a figure was declared.
+		l.Error = "not measured: this node's rank runs as its cluster's job, away from the agent that stands for the node, and the all-reduce is measured only where the agent runs the job itself (the local executor)"
+		return l
+	}
 	env, err := g.Rank(0)
 	if err != nil {
 		l.Error = "the rendezvous: " + err.Error()

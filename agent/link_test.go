@@ -1,10 +1,15 @@
 package agent
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/rendezvous"
+	"github.com/gpupass/gpupass/internal/spec"
 )
 
 // TestLinkCheck: the run report's check of the link measured at gang
@@ -47,5 +52,34 @@ func TestLinkCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// standsForNode is a cluster node as far as measureLink looks: set.
+type standsForNode struct{ Node }
+
+// TestLinkNotMeasuredForClusterNodes (issue #34): a Slurm or Kubernetes
+// node's rank runs in the cluster's job, away from the agent that stands
+// for it. The all-reduce is not run from the agent's host, which would
+// measure that host's network, or wait out its 90 s timeout for peers it
+// cannot reach (a Kubernetes gang's rank 0 at pod-ip.invalid): it is
+// recorded as not measured, at once.
+func TestLinkNotMeasuredForClusterNodes(t *testing.T) {
+	t.Parallel()
+	o := &Options{Python: "/bin/false"}
+	o.StandFor(standsForNode{})
+	a := &Agent{o: o, log: slog.New(slog.DiscardHandler)}
+	sp := &spec.Spec{}
+	sp.Resources.Network.BandwidthGbps = 100
+	start := time.Now()
+	l := a.measureLink(context.Background(), &rendezvous.Gang{Nodes: 2, NodeRank: 1, LocalRanks: 1, MasterAddr: rendezvous.PodAddress, MasterPort: 29500}, sp, true)
+	if !strings.HasPrefix(l.Error, "not measured: this node's rank runs as its cluster's job") || !l.Shortfall || l.BusBWGbps != 0 {
+		t.Errorf("link of a cluster node's rank: error %q, shortfall %v, %g Gbit/s; want not measured, a shortfall of the declared 100", l.Error, l.Shortfall, l.BusBWGbps)
+	}
+	if c := linkCheckOf(l); c.Status != conformance.Fail {
+		t.Errorf("with --require-bandwidth the check is %s (%s), want a failure", c.Status, c.Message)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("took %s: want no measurement attempted", took)
 	}
 }
