@@ -191,6 +191,39 @@ func TestE2EKubernetesGang(t *testing.T) {
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 2000))
 	})
 
+	// Cancel before the failure: a failed run counts against its node's
+	// health score for 24 h (a 50% failure rate on two launches puts it
+	// below the minimum 85), and the cancel needs both nodes in a gang.
+	t.Run("cancel deletes every rank's Job", func(t *testing.T) {
+		bothCertified(t)
+		if b, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
+			"--name", "kcancel", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "120").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		var run *gpupassv1.Run
+		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
+			run = runNamed("kcancel")
+			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run.HeldThrough > 5
+		})
+		gang := "gpupass.dev/gang=" + run.Id
+		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
+			t.Fatalf("cancel: %v\n%s", err, b)
+		}
+		upstack.WaitFor(t, ctx, "both ranks to end", func() bool {
+			return terminal(getRun(run.Id)) && terminal(getRun(run.Id+"-r1"))
+		})
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			if r := getRun(id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
+			}
+		}
+		upstack.WaitFor(t, ctx, "no Job or pod of the gang left", func() bool {
+			time.Sleep(500 * time.Millisecond)
+			out, _ := c.KubectlCmd(ctx, "-n", ns, "get", "jobs,pods", "-l", gang, "-o", "name").Output()
+			return strings.TrimSpace(string(out)) == ""
+		})
+	})
+
 	t.Run("a rank's pod deleted mid-run fails the run naming it", func(t *testing.T) {
 		bothCertified(t)
 		if b, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
@@ -228,35 +261,5 @@ func TestE2EKubernetesGang(t *testing.T) {
 			return !strings.Contains(phases, "Running") && !strings.Contains(phases, "Pending")
 		})
 		t.Logf("the gang's pods: %q", phases)
-	})
-
-	t.Run("cancel deletes every rank's Job", func(t *testing.T) {
-		bothCertified(t)
-		if b, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
-			"--name", "kcancel", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "120").CombinedOutput(); err != nil {
-			t.Fatalf("train: %v\n%s", err, b)
-		}
-		var run *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
-			run = runNamed("kcancel")
-			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run.HeldThrough > 5
-		})
-		gang := "gpupass.dev/gang=" + run.Id
-		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
-			t.Fatalf("cancel: %v\n%s", err, b)
-		}
-		upstack.WaitFor(t, ctx, "both ranks to end", func() bool {
-			return terminal(getRun(run.Id)) && terminal(getRun(run.Id+"-r1"))
-		})
-		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if r := getRun(id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
-			}
-		}
-		upstack.WaitFor(t, ctx, "no Job or pod of the gang left", func() bool {
-			time.Sleep(500 * time.Millisecond)
-			out, _ := c.KubectlCmd(ctx, "-n", ns, "get", "jobs,pods", "-l", gang, "-o", "name").Output()
-			return strings.TrimSpace(string(out)) == ""
-		})
 	})
 }
