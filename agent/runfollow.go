@@ -31,6 +31,11 @@ func (l *RunLoop) follow(ctx context.Context, log *slog.Logger, e runLedger, sp 
 		log.Error("the run's recorded spec", "err", err)
 	}
 	r.spec = sp2
+	// A gang's rank goes on with the rendezvous it started with: its
+	// executor finds the gang's one job again as that rank's.
+	if r.rendezvous, err = l.gangEnv(a); err != nil {
+		log.Error("the rank's recorded rendezvous; following it on as a run on one node", "err", err)
+	}
 	r.workRoot = filepath.Join(l.StateDir, "runs")
 	if l.WorkRoot != "" {
 		r.workRoot = l.WorkRoot

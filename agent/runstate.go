@@ -16,6 +16,7 @@ import (
 	"github.com/gpupass/gpupass/agent/spool"
 	"github.com/gpupass/gpupass/agent/uploader"
 	"github.com/gpupass/gpupass/internal/fsutil"
+	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/retry"
 )
 
@@ -56,12 +57,18 @@ type ledgerJob struct {
 	CUDAHome     string          `json:"cuda_home,omitempty"`
 	LibraryPaths []string        `json:"library_paths,omitempty"`
 	BaseEnv      []string        `json:"base_env,omitempty"`
+	// Gang and GangRun are a gang's rank (Assignment.Gang): the rank is
+	// followed on with the rendezvous it started with, and its one job
+	// found again as that rank's.
+	Gang    *rendezvous.Gang `json:"gang,omitempty"`
+	GangRun string           `json:"gang_run,omitempty"`
 }
 
 func (e runLedger) assignment() *Assignment {
 	a := &Assignment{AllocID: e.AllocID, FencingToken: e.FencingToken, ResumeAfterSeq: e.ResumeAfterSeq}
 	if j := e.Job; j != nil {
 		a.Region, a.Command, a.Spec, a.MaxRestarts, a.Grace, a.TimeLimit = j.Region, j.Command, j.Spec, j.MaxRestarts, j.Grace, j.TimeLimit
+		a.Gang, a.GangRun = j.Gang, j.GangRun
 	}
 	return a
 }

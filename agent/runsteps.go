@@ -291,7 +291,7 @@ func (r *run) recordJob(job executor.Job) error {
 		return err
 	}
 	lj := &ledgerJob{Region: r.a.Region, Command: job.Command, MaxRestarts: job.MaxRestarts, Grace: job.Grace, TimeLimit: job.TimeLimit,
-		Python: job.Python, CUDAHome: job.CUDAHome, LibraryPaths: job.LibraryPaths, BaseEnv: job.BaseEnv}
+		Python: job.Python, CUDAHome: job.CUDAHome, LibraryPaths: job.LibraryPaths, BaseEnv: job.BaseEnv, Gang: r.a.Gang, GangRun: r.a.GangRun}
 	if job.Spec != nil {
 		b, err := json.Marshal(job.Spec)
 		if err != nil {

@@ -32,6 +32,12 @@ import (
 // log), and that rank's run fails naming it; the others end stopped with
 // it. Cancelling any rank scancels the one job; the time limit is the
 // job's.
+//
+// The job outlives the agent. Rank 0 records it in the ledger for every
+// rank's attempt, so an agent restarted under the gang (a.From set)
+// finds it again from each rank on its own, follows each rank's files on
+// from where its spool ends, and never submits a job for a rank: no
+// rank waits for another, whichever of their agents comes back first.
 
 // gangJoinTimeout bounds how long rank 0 waits for the other ranks'
 // assignments (each runs its checks on its node first).
@@ -81,10 +87,10 @@ func (g gangInfo) refuse(a executor.Attempt, hub *gangHub) error {
 	case hub == nil:
 		return errors.New("this runner takes no rank of a run across several nodes (no gang hub)")
 	case a.Credential != nil:
-		// Each rank would have its own uid, and one batch job has one.
-		return errors.New("a run across several slurm nodes runs as the agent's account, and this agent gives each run a uid of its own: such runs are not taken with one yet")
-	case a.From != nil:
-		return errors.New("a run across several slurm nodes is not followed on after an agent restart yet: its job was cancelled with the run")
+		// Each rank is a run of its own node's, which holds a uid for it
+		// alone (with --run-as-range, one per rank), and the one batch
+		// job rank 0 submits runs as one uid.
+		return fmt.Errorf("this agent runs each run as another uid (--run-as or --run-as-range); a run across several slurm nodes is one batch job (sbatch -N %d) that rank 0's node submits, and running each rank as the uid its own node holds for it is not supported: not taken. Run gangs through a slurm agent without --run-as/--run-as-range (one for a partition of its own), or give the spec resources.nodes: 1", g.nodes)
 	}
 	return nil
 }
@@ -158,10 +164,13 @@ func (g *gangJob) submitted(id string, err error) {
 // runGang runs rank g.rank of a gang: rank 0 submits the one job once
 // every rank joined, each rank follows it.
 func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g gangInfo) executor.Exit {
-	key := g.run + "/" + f.attempt
 	if r.OnGang != nil {
 		r.OnGang(f.alloc, g.run)
 	}
+	if a.From != nil {
+		return r.followGang(ctx, a, f, g)
+	}
+	key := g.run + "/" + f.attempt
 	gj, err := r.Gangs.join(key, g.nodes, g.rank, gangRank{node: r.Node, a: a, base: f.base})
 	if err != nil {
 		return startErr(err)
@@ -187,7 +196,7 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 		if err == nil {
 			var id string
 			var refused bool
-			id, refused, err = r.submitScript(ctx, a, f.alloc, f.attempt, f.base, f.noteStrays, place, body)
+			id, refused, err = r.submitScript(ctx, a, f.alloc, f.attempt, f.base, f.noteStrays, place, body, otherRanks(gj))
 			if err != nil {
 				gj.submitted("", err)
 				ex := startErr(err)
@@ -216,18 +225,62 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 		f.note(fmt.Sprintf("rank %d of %d: slurm job %s runs every rank (srun -N %d), this rank's task on %s", g.rank, g.nodes, f.st.JobID, g.nodes, r.Node),
 			map[string]string{"slurm_job_id": f.st.JobID, "slurm_node": r.Node, "gang_rank": strconv.Itoa(g.rank)})
 	}
+	return r.followTasks(ctx, a, f, gj.ranks[0].base+".err", gj)
+}
+
+// followGang follows a rank on after the agent restarted under the
+// gang's job: the ledger holds the job for each rank's attempt.
+func (r *Runner) followGang(ctx context.Context, a executor.Attempt, f *follower, g gangInfo) executor.Exit {
+	if f.st.JobID == "" {
+		return startErr(fmt.Errorf("rank %d of %d: the gang's slurm job (attempt %s of run %s) is not in the agent's ledger, so it is not followed on (its end was read already, or it was never recorded); a rank never submits a job of its own after an agent restart",
+			g.rank, g.nodes, f.attempt, g.run))
+	}
+	if f.note != nil {
+		f.note(fmt.Sprintf("rank %d of %d: following slurm job %s on after the agent restarted, this rank's task on %s", g.rank, g.nodes, f.st.JobID, r.Node),
+			map[string]string{"slurm_job_id": f.st.JobID, "slurm_node": r.Node, "gang_rank": strconv.Itoa(g.rank)})
+	}
+	// The job's stderr file (rank 0's) is where srun names a failed
+	// task: Slurm says where it is, as the job was submitted.
+	return r.followTasks(ctx, a, f, "", nil)
+}
+
+// otherRanks are the allocations of the gang's ranks but rank 0.
+func otherRanks(gj *gangJob) []string {
+	var ids []string
+	for rank := 1; rank < gj.nodes; rank++ {
+		ids = append(ids, executor.EnvValue(gj.ranks[rank].a.Env, executor.EnvAllocID))
+	}
+	return ids
+}
+
+// followTasks follows the gang's job to its end, and names the rank
+// whose task failed: errFile is the job's stderr file ("": the one
+// Slurm names), gj the gang as its ranks joined (nil when followed on
+// after an agent restart).
+func (r *Runner) followTasks(ctx context.Context, a executor.Attempt, f *follower, errFile string, gj *gangJob) executor.Exit {
 	ex := f.run(ctx, a.Grace)
 	if ex.Code == 0 && ex.StartErr == nil {
 		return ex
 	}
+	if errFile == "" {
+		errFile = f.last.StdErr
+	}
 	// srun numbers tasks in Slurm's node order, not the broker's ranks:
 	// the node says which rank it was.
-	node, _, what := failedTask(gj.ranks[0].base + ".err")
+	node, _, what := failedTask(errFile)
 	if node == "" {
 		return ex
 	}
+	// ended is closed once the rank that failed reported (nil: no
+	// other rank of this process tells).
+	var ended chan struct{}
+	if gj != nil {
+		ended = gj.ended
+	}
 	if node == r.Node {
-		defer gj.once.Do(func() { close(gj.ended) })
+		if gj != nil {
+			defer gj.once.Do(func() { close(gj.ended) })
+		}
 		ex.Reason = fmt.Sprintf("its task on slurm node %s: %s (%s)", node, what, ex.Reason)
 		if code, ok := strings.CutPrefix(what, "Exited with exit code "); ok {
 			if n, err := strconv.Atoi(code); err == nil {
@@ -241,7 +294,7 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 	t := time.NewTimer(gangPeerWait)
 	defer t.Stop()
 	select {
-	case <-gj.ended:
+	case <-ended:
 		select {
 		case <-ctx.Done():
 			ex.Stopped = true

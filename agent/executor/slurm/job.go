@@ -30,6 +30,11 @@ type Job struct {
 	// EndTime is when slurmctld saw the job end (whole seconds, its
 	// clock); zero while it runs or when Slurm did not say.
 	EndTime time.Time `json:"end_time,omitzero"`
+	// NodeList is every node the job holds, in Slurm's hostlist form
+	// ("n[1-2]"); Node is its batch host.
+	NodeList string `json:"node_list,omitempty"`
+	// StdErr is the job's stderr file (sbatch --error).
+	StdErr string `json:"stderr,omitempty"`
 }
 
 // ErrNoJob is a job Slurm no longer (or never) knew.
@@ -77,11 +82,30 @@ func (c *Client) JobsNamed(ctx context.Context, name string) ([]Job, error) {
 // RunJobsOn returns the jobs of gpupass runs (JobName) running on node:
 // a job step asked for on the node now would wait for their end. (One
 // completing is over within KillWait, and a step waits for it.)
+//
+// A gang's job holds every node of the gang, its batch host only one of
+// them: the others are found in its node list.
 func (c *Client) RunJobsOn(ctx context.Context, node string) ([]Job, error) {
 	jobs, err := c.Jobs(ctx)
 	return slices.DeleteFunc(jobs, func(j Job) bool {
-		return j.Node != node || !strings.HasPrefix(j.Name, JobName("")) || j.baseState() != "RUNNING"
+		if !strings.HasPrefix(j.Name, JobName("")) || j.baseState() != "RUNNING" {
+			return true
+		}
+		if j.Node == node || j.NodeList == node {
+			return false
+		}
+		return j.NodeList == "" || j.NodeList == j.Node || !slices.Contains(c.hostnames(ctx, j.NodeList), node)
 	}), err
+}
+
+// hostnames expands a Slurm hostlist ("n[1-2],gpu07") with scontrol,
+// whose rules it is; none when scontrol cannot.
+func (c *Client) hostnames(ctx context.Context, list string) []string {
+	out, err := c.run(ctx, nil, "scontrol", "show", "hostnames", list)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(out)
 }
 
 // ParseJobs parses `scontrol show job -o` with SLURM_TIME_FORMAT=%s.
@@ -96,11 +120,15 @@ func ParseJobs(out string) []Job {
 		if j.Reason == "None" {
 			j.Reason = ""
 		}
+		if n := f["NodeList"]; n != "(null)" {
+			j.NodeList = n
+		}
 		if n := f["BatchHost"]; n != "" && n != "(null)" {
 			j.Node = n
-		} else if n := f["NodeList"]; n != "(null)" {
-			j.Node = n
+		} else {
+			j.Node = j.NodeList
 		}
+		j.StdErr = f["StdErr"]
 		j.UserID = -1
 		if _, uid, ok := strings.Cut(f["UserId"], "("); ok {
 			if n, err := strconv.Atoi(strings.TrimSuffix(uid, ")")); err == nil {

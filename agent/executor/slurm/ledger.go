@@ -172,7 +172,13 @@ const SweepWait = time.Minute
 // records it, with no sweep in between; strays of the account are
 // cancelled first, and must have ended, so that none is left to write
 // into the new job's files. It returns the strays it cancelled.
-func (l *Ledger) Submit(ctx context.Context, c *Client, alloc, attempt string, sbatch func() (string, error)) (id string, strays []Job, err error) {
+//
+// ranks are the allocations of a gang's other ranks, whose attempts of
+// the same number the one job runs too: the job is recorded for each, so
+// that an agent restarted under the gang finds it again from every rank
+// (and never submits one of its own for a rank), and it stays the
+// agent's until the last rank has read its end.
+func (l *Ledger) Submit(ctx context.Context, c *Client, alloc, attempt string, sbatch func() (string, error), ranks ...string) (id string, strays []Job, err error) {
 	unlock, err := l.lock()
 	if err != nil {
 		return "", nil, err
@@ -187,7 +193,12 @@ func (l *Ledger) Submit(ctx context.Context, c *Client, alloc, attempt string, s
 	if id, err = sbatch(); err != nil {
 		return "", strays, err
 	}
-	return id, strays, l.record(alloc, attempt, id)
+	for _, a := range append([]string{alloc}, ranks...) {
+		if err := l.record(a, attempt, id); err != nil {
+			return id, strays, err
+		}
+	}
+	return id, strays, nil
 }
 
 // Sweep cancels every job of this account (uid) that Slurm has not ended

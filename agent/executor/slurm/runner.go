@@ -199,12 +199,13 @@ func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if len(a.Command) == 0 {
 		return "", false, errors.New("the attempt has no command")
 	}
-	return r.submitScript(ctx, a, alloc, attempt, base, strays, []string{"-w", r.Node, "-N1", "-n1"}, script(a))
+	return r.submitScript(ctx, a, alloc, attempt, base, strays, []string{"-w", r.Node, "-N1", "-n1"}, script(a), nil)
 }
 
 // submitScript submits body as the attempt's batch job on the nodes
-// place names (sbatch -w …).
-func (r *Runner) submitScript(ctx context.Context, a executor.Attempt, alloc, attempt, base string, strays func([]Job, string), place []string, body string) (id string, refused bool, err error) {
+// place names (sbatch -w …); ranks are the allocations of a gang's other
+// ranks, which the job runs too (Ledger.Submit).
+func (r *Runner) submitScript(ctx context.Context, a executor.Attempt, alloc, attempt, base string, strays func([]Job, string), place []string, body string, ranks []string) (id string, refused bool, err error) {
 	args := append([]string{"--parsable"}, place...)
 	args = append(args, "--job-name", JobName(alloc), "--comment", attemptComment(attempt),
 		"--chdir", a.Dir, "--output", base+".out", "--error", base+".err", "--open-mode=append", "--export=ALL", "--no-requeue")
@@ -249,7 +250,7 @@ func (r *Runner) submitScript(ctx context.Context, a executor.Attempt, alloc, at
 		id, err = sbatch()
 		return id, refused, err
 	}
-	id, cancelled, err := r.Ledger.Submit(ctx, r.Client, alloc, attempt, sbatch)
+	id, cancelled, err := r.Ledger.Submit(ctx, r.Client, alloc, attempt, sbatch, ranks...)
 	strays(cancelled, "before submitting the attempt's job")
 	return id, refused, err
 }
