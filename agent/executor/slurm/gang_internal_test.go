@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpupass/gpupass/agent/executor"
@@ -113,5 +114,25 @@ func TestGangHubJoin(t *testing.T) {
 	g, err := h.join("run-1/1", 2, 0, gangRank{node: "na"})
 	if err != nil || g == first {
 		t.Errorf("after rank 0 left, a join makes a new gang: %v", err)
+	}
+}
+
+// TestGangRefusesRunAs: a rank of a gang given a uid of its own
+// (--run-as, --run-as-range) is refused before anything is submitted,
+// naming the flags, why, and what to do instead.
+func TestGangRefusesRunAs(t *testing.T) {
+	t.Parallel()
+	g := gangInfo{run: "alloc-a", rank: 1, nodes: 2, port: 29500}
+	err := g.refuse(executor.Attempt{Credential: &syscall.Credential{Uid: 70001, Gid: 70001}}, newGangHub())
+	if err == nil {
+		t.Fatal("a rank with a uid of its own was taken")
+	}
+	for _, want := range []string{"--run-as or --run-as-range", "sbatch -N 2", "not supported", "without --run-as/--run-as-range", "resources.nodes: 1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
+	if err := g.refuse(executor.Attempt{}, newGangHub()); err != nil {
+		t.Errorf("a rank without a uid of its own: %v", err)
 	}
 }
