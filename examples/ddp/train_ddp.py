@@ -96,6 +96,8 @@ def main(argv=None):
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--fail-at-step", type=int, default=0)
     p.add_argument("--step-sleep", type=float, default=0, help="seconds to sleep after each step (to kill a rank mid-run)")
+    p.add_argument("--log-steps", action="store_true",
+                   help="every rank prints a line for each step (to check that no rank's log loses or repeats one)")
     args = p.parse_args(argv)
 
     world = env_int("WORLD_SIZE", 1)
@@ -187,6 +189,8 @@ def main(argv=None):
                 dist.barrier()
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
+        if args.log_steps:
+            print("trainer: rank %d step %d loss %.6f" % (rank, step, value), flush=True)
         if rank == 0 and (step % 50 == 0 or step == args.steps):
             print("trainer: step %d loss %.6f" % (step, value), flush=True)
     if distributed:
