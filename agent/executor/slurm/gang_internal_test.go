@@ -136,3 +136,18 @@ func TestGangRefusesRunAs(t *testing.T) {
 		t.Errorf("a rank without a uid of its own: %v", err)
 	}
 }
+
+// TestGangJobParsed: a gang's job names its batch host and every node
+// it holds (RunJobsOn finds it on each, so a restarted agent does not
+// measure a node of the gang with a step that would wait for the job's
+// end), and its stderr file, where srun names a failed task.
+func TestGangJobParsed(t *testing.T) {
+	t.Parallel()
+	j := ParseJobs("JobId=9 JobName=gpupass-alloc-a JobState=RUNNING Reason=None ExitCode=0:0 Partition=gpu NodeList=n[1-2] BatchHost=n1 StdErr=/shared/gpupass/c/n1/runs/alloc-a/.slurm/attempt-1.err")[0]
+	if j.Node != "n1" || j.NodeList != "n[1-2]" || j.StdErr != "/shared/gpupass/c/n1/runs/alloc-a/.slurm/attempt-1.err" {
+		t.Errorf("node %q, node list %q, stderr %q", j.Node, j.NodeList, j.StdErr)
+	}
+	if p := ParseJobs("JobId=7 JobName=x JobState=PENDING Reason=Resources ExitCode=0:0 Partition=gpu NodeList=(null) BatchHost=(null)")[0]; p.Node != "" || p.NodeList != "" {
+		t.Errorf("a pending job: node %q, node list %q, want none", p.Node, p.NodeList)
+	}
+}
