@@ -132,7 +132,7 @@ func TestE2ESlurmGangAgentKilled(t *testing.T) {
 	}
 	// RunLog fails on a record lost or repeated (its seq); the lines say
 	// whether the follow read a line twice or skipped one.
-	stepLine := regexp.MustCompile(`"msg":"trainer: rank ([01]) step ([0-9]+) loss`)
+	stepLine := regexp.MustCompile(`"msg":"rank ([01]) step ([0-9]+) loss`)
 	for rank, id := range []string{run.Id, rank1.Id} {
 		l, _ := upstack.RunLog(t, ctx, rc, id)
 		count := map[int]int{}
