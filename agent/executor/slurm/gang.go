@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
@@ -216,7 +217,18 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 		f.note(fmt.Sprintf("rank %d of %d: slurm job %s runs every rank (srun -N %d), this rank's task on %s", g.rank, g.nodes, f.st.JobID, g.nodes, r.Node),
 			map[string]string{"slurm_job_id": f.st.JobID, "slurm_node": r.Node, "gang_rank": strconv.Itoa(g.rank)})
 	}
+	f.link = executor.NewLinkWatch(a.Link, f.base)
 	ex := f.run(ctx, a.Grace)
+	if note, err := f.link.Finish(ex.Reason); err != nil {
+		// --require-bandwidth: the step ended the job before the
+		// command, and the run says both figures.
+		ex.Reason = events.Outcome(err.Error(), ex.Reason)
+		if ex.Code == 0 {
+			ex.Code = 3
+		}
+	} else if note != "" && f.note != nil {
+		f.note(note, map[string]string{"slurm_job_id": f.st.JobID, "gang_rank": strconv.Itoa(g.rank)})
+	}
 	if ex.Code == 0 && ex.StartErr == nil {
 		return ex
 	}
@@ -254,6 +266,11 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 	ex.Reason = fmt.Sprintf("ended with the gang: the task on slurm node %s: %s (%s)", node, what, ex.Reason)
 	return ex
 }
+
+// RunsLinkStep says a gang rank's link step (executor.Attempt.Link)
+// runs in the gang's job, on the rank's node: gangScript puts it
+// before the command.
+func (r *Runner) RunsLinkStep() bool { return true }
 
 // srunTaskError is srun's line for a task that ended badly: "srun:
 // error: n2: task 1: Exited with exit code 3", "… task 1: Killed".
@@ -320,6 +337,11 @@ func gangScript(a executor.Attempt, gj *gangJob, node0 string) (string, []string
 		slices.Sort(gone)
 		for _, k := range gone {
 			fmt.Fprintf(&c, "  unset %s\n", k)
+		}
+		if r.a.Link != nil {
+			// The link, measured by the ranks themselves at the
+			// gang's rendezvous, before the command.
+			c.WriteString(r.a.Link.Shell(r.base, shellQuote))
 		}
 		c.WriteString("  ;;\n")
 	}
