@@ -88,18 +88,19 @@ if got < float(sys.argv[2]):
 type LinkWatch struct {
 	step *LinkStep
 	base string
+	note func(string)
 	once sync.Once
-	note string
 	err  error
 }
 
 // NewLinkWatch watches the step of the attempt whose files are base;
-// nil (which does nothing) when there is no step.
-func NewLinkWatch(step *LinkStep, base string) *LinkWatch {
+// note, when set, hears what Measured said as soon as it said it. It
+// is nil (which does nothing) when there is no step.
+func NewLinkWatch(step *LinkStep, base string, note func(string)) *LinkWatch {
 	if step == nil || step.Measured == nil {
 		return nil
 	}
-	return &LinkWatch{step: step, base: base}
+	return &LinkWatch{step: step, base: base, note: note}
 }
 
 // Poll hands the result over if the step has written it; true once
@@ -117,15 +118,15 @@ func (w *LinkWatch) Poll() bool {
 }
 
 // Finish hands over the result, or why there is none, once the job
-// ended; it returns what Measured said.
-func (w *LinkWatch) Finish(jobEnded string) (note string, err error) {
+// ended; it returns Measured's error.
+func (w *LinkWatch) Finish(jobEnded string) error {
 	if w == nil {
-		return "", nil
+		return nil
 	}
 	if !w.Poll() {
 		w.deliver(nil, fmt.Errorf("the gang's job ended (%s) before its link step had a result", jobEnded))
 	}
-	return w.note, w.err
+	return w.err
 }
 
 func (w *LinkWatch) deliver(b []byte, why error) {
@@ -133,7 +134,11 @@ func (w *LinkWatch) deliver(b []byte, why error) {
 		if why == nil && len(strings.TrimSpace(string(b))) == 0 {
 			why = fmt.Errorf("the link step printed no result: %s", lastLineOf(w.base))
 		}
-		w.note, w.err = w.step.Measured(b, why)
+		var note string
+		note, w.err = w.step.Measured(b, why)
+		if note != "" && w.note != nil {
+			w.note(note)
+		}
 	})
 }
 

@@ -55,7 +55,8 @@ func TestLinkStepShell(t *testing.T) {
 					}
 					return "noted", errors.New("from Measured")
 				}}
-			w := executor.NewLinkWatch(step, base)
+			var note string
+			w := executor.NewLinkWatch(step, base, func(s string) { note = s })
 			if w.Poll() {
 				t.Fatal("Poll before the step ran: true")
 			}
@@ -71,7 +72,7 @@ func TestLinkStepShell(t *testing.T) {
 				}
 			}
 			w.Poll()
-			note, merr := w.Finish("COMPLETED")
+			merr := w.Finish("COMPLETED")
 			if calls != 1 || note != "noted" || merr == nil {
 				t.Errorf("Measured called %d time(s), Finish %q %v; want once, its note and error", calls, note, merr)
 			}
@@ -83,8 +84,8 @@ func TestLinkStepShell(t *testing.T) {
 	t.Run("the job ended before the step", func(t *testing.T) {
 		t.Parallel()
 		var why error
-		w := executor.NewLinkWatch(&executor.LinkStep{Measured: func(_ []byte, e error) (string, error) { why = e; return "", nil }}, filepath.Join(t.TempDir(), "a"))
-		_, _ = w.Finish("CANCELLED by 0")
+		w := executor.NewLinkWatch(&executor.LinkStep{Measured: func(_ []byte, e error) (string, error) { why = e; return "", nil }}, filepath.Join(t.TempDir(), "a"), nil)
+		_ = w.Finish("CANCELLED by 0")
 		if why == nil || !strings.Contains(why.Error(), "ended (CANCELLED by 0) before its link step had a result") {
 			t.Errorf("why %v", why)
 		}

@@ -217,17 +217,19 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 		f.note(fmt.Sprintf("rank %d of %d: slurm job %s runs every rank (srun -N %d), this rank's task on %s", g.rank, g.nodes, f.st.JobID, g.nodes, r.Node),
 			map[string]string{"slurm_job_id": f.st.JobID, "slurm_node": r.Node, "gang_rank": strconv.Itoa(g.rank)})
 	}
-	f.link = executor.NewLinkWatch(a.Link, f.base)
+	f.link = executor.NewLinkWatch(a.Link, f.base, func(msg string) {
+		if f.note != nil {
+			f.note(msg, map[string]string{"slurm_job_id": f.st.JobID, "gang_rank": strconv.Itoa(g.rank)})
+		}
+	})
 	ex := f.run(ctx, a.Grace)
-	if note, err := f.link.Finish(ex.Reason); err != nil {
+	if err := f.link.Finish(ex.Reason); err != nil {
 		// --require-bandwidth: the step ended the job before the
 		// command, and the run says both figures.
 		ex.Reason = events.Outcome(err.Error(), ex.Reason)
 		if ex.Code == 0 {
 			ex.Code = 3
 		}
-	} else if note != "" && f.note != nil {
-		f.note(note, map[string]string{"slurm_job_id": f.st.JobID, "gang_rank": strconv.Itoa(g.rank)})
 	}
 	if ex.Code == 0 && ex.StartErr == nil {
 		return ex
