@@ -88,6 +88,18 @@ func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Sp
 		a.log.Warn("link measurement failed", "err", l.Error)
 		return l
 	}
+	if err := readLinkResult(l, out.String()); err != nil {
+		l.Error = err.Error()
+		return l
+	}
+	a.log.Info("link measured", "busbw_gbps", l.BusBWGbps, "declared_gbps", l.DeclaredGbps, "backend", l.Backend,
+		"ranks", l.Ranks, "master_addr", l.MasterAddr, "took", time.Since(t0).Round(time.Millisecond))
+	return l
+}
+
+// readLinkResult reads the measurement's output (allreduce.py's last
+// line) into l: its figures, for l.Ranks ranks.
+func readLinkResult(l *conformance.Link, out string) error {
 	var got struct {
 		Backend   string  `json:"backend"`
 		Ranks     int     `json:"ranks"`
@@ -95,14 +107,11 @@ func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Sp
 		AlgBWGbps float64 `json:"algbw_gbps"`
 		BusBWGbps float64 `json:"busbw_gbps"`
 	}
-	if err := json.Unmarshal([]byte(lastLine(out.String())), &got); err != nil || got.Ranks != g.Nodes || got.Seconds <= 0 {
-		l.Error = fmt.Sprintf("the measurement printed %q, not its result", lastLine(out.String()))
-		return l
+	if err := json.Unmarshal([]byte(lastLine(out)), &got); err != nil || got.Ranks != l.Ranks || got.Seconds <= 0 {
+		return fmt.Errorf("the measurement printed %.200q, not its result", lastLine(out))
 	}
 	l.Backend, l.Seconds, l.AlgBWGbps, l.BusBWGbps = got.Backend, got.Seconds, round3(got.AlgBWGbps), round3(got.BusBWGbps)
-	a.log.Info("link measured", "busbw_gbps", l.BusBWGbps, "declared_gbps", l.DeclaredGbps, "backend", l.Backend,
-		"ranks", l.Ranks, "master_addr", l.MasterAddr, "took", time.Since(t0).Round(time.Millisecond))
-	return l
+	return nil
 }
 
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }

@@ -68,6 +68,10 @@ type Assignment struct {
 	// bandwidth fails the run (--require-bandwidth) rather than being
 	// recorded as a shortfall.
 	RequireBandwidth bool
+
+	// linkStep is, once runtime-init signed a cluster rank's report, the
+	// link step of the rank's job that amends it (clusterlink.go).
+	linkStep *executor.LinkStep
 }
 
 // AllocState is a state the agent reports for an allocation.

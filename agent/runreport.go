@@ -170,14 +170,25 @@ func orNone(s string) string {
 func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
 	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
 		var link *conformance.Link
+		inJob := false
 		if as.Gang != nil && as.Gang.Nodes > 1 {
-			// Every rank measures at once: each waits at the
-			// rendezvous for the others.
-			link = a.measureLink(ctx, as.Gang, sp, as.RequireBandwidth)
+			if inJob = a.measuresLinkInJob(); inJob {
+				// Measured by the rank's own job, on its node:
+				// this report is amended with the figure.
+				link = pendingLink(as.Gang, sp, as.RequireBandwidth)
+			} else {
+				// Every rank measures at once: each waits at the
+				// rendezvous for the others.
+				link = a.measureLink(ctx, as.Gang, sp, as.RequireBandwidth)
+			}
 		}
 		sr, err := a.runReport(ctx, as.AllocID, sp, python, pre, link)
 		if err != nil {
 			return "", nil, nil, err
+		}
+		sink, _ := src.(RunReportSink)
+		if inJob {
+			as.linkStep = a.linkStep(as, sr, sink)
 		}
 		measured := sr.python
 		var failed []conformance.Check
@@ -186,8 +197,7 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 				failed = append(failed, c)
 			}
 		}
-		sink, ok := src.(RunReportSink)
-		if !ok {
+		if sink == nil {
 			return "node conforms to the spec (suite re-run; no broker to keep the signed run report)", failed, measured, nil
 		}
 		detail := reportSentDetail(sr.Report)

@@ -210,6 +210,8 @@ func (r *run) execute(ctx context.Context) (executor.Result, error) {
 		Python: r.l.Python, MaxRestarts: r.a.MaxRestarts, Grace: r.a.Grace, TimeLimit: r.a.TimeLimit, ResumeFrom: r.resumeFrom, RunAs: r.runAs,
 		OnAttempt:  func(n int) { r.attempt.Store(int32(n)) },
 		Rendezvous: r.rendezvous,
+		// Set by runtime-init on a cluster's gang rank.
+		Link: func() *executor.LinkStep { return r.a.linkStep },
 	}
 	if r.l.CUDAHome != nil {
 		job.CUDAHome = r.l.CUDAHome()

@@ -110,6 +110,11 @@ type Job struct {
 	// (or is followed on after an agent restart): the agent reports the
 	// attempt under way, not 0 until the run ends.
 	OnAttempt func(attempt int)
+	// Link, when set, gives the link step of a gang's rank as the first
+	// attempt starts (after runtime-init, which signs the report the
+	// step's figure amends); nil from it, or a later or followed-on
+	// attempt, runs none.
+	Link func() *LinkStep
 }
 
 // metricPattern is the spec's metrics.pattern, nil when it has none.
@@ -702,7 +707,11 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 	if from != nil {
 		fromOffsets = &Offsets{Stdout: from.Stdout, Stderr: from.Stderr}
 	}
-	ex := x.Runner.Run(ctx, Attempt{Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: at.left, GPUs: job.gpus(), MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
+	var link *LinkStep
+	if job.Link != nil && attempt == 1 && from == nil {
+		link = job.Link()
+	}
+	ex := x.Runner.Run(ctx, Attempt{Link: link, Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: at.left, GPUs: job.gpus(), MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,
 		Note: func(msg string, fields map[string]string) { rec.event(events.Info, events.ExecutorComp, msg, fields) }}, func(l Line) {
 		rec.line(classifiers[l.Stream], l, attempt, onMetric, text)
 	})

@@ -93,6 +93,10 @@ type Attempt struct {
 	// output from files finds it again and reads on from these offsets,
 	// where the records the run holds end.
 	From *Offsets
+	// Link, when set, is the link measurement of a gang's rank, to run
+	// in the job before Command (only a runner whose jobs run away from
+	// the agent takes it; see LinkStep).
+	Link *LinkStep
 }
 
 // Offsets are where in an attempt's output files the stored lines end.

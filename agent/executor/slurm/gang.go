@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
@@ -225,7 +226,7 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 		f.note(fmt.Sprintf("rank %d of %d: slurm job %s runs every rank (srun -N %d), this rank's task on %s", g.rank, g.nodes, f.st.JobID, g.nodes, r.Node),
 			map[string]string{"slurm_job_id": f.st.JobID, "slurm_node": r.Node, "gang_rank": strconv.Itoa(g.rank)})
 	}
-	return r.followTasks(ctx, a, f, gj.ranks[0].base+".err", gj)
+	return r.followTasks(ctx, a, f, g.rank, gj.ranks[0].base+".err", gj)
 }
 
 // followGang follows a rank on after the agent restarted under the
@@ -241,7 +242,7 @@ func (r *Runner) followGang(ctx context.Context, a executor.Attempt, f *follower
 	}
 	// The job's stderr file (rank 0's) is where srun names a failed
 	// task: Slurm says where it is, as the job was submitted.
-	return r.followTasks(ctx, a, f, "", nil)
+	return r.followTasks(ctx, a, f, g.rank, "", nil)
 }
 
 // otherRanks are the allocations of the gang's ranks but rank 0.
@@ -257,8 +258,21 @@ func otherRanks(gj *gangJob) []string {
 // whose task failed: errFile is the job's stderr file ("": the one
 // Slurm names), gj the gang as its ranks joined (nil when followed on
 // after an agent restart).
-func (r *Runner) followTasks(ctx context.Context, a executor.Attempt, f *follower, errFile string, gj *gangJob) executor.Exit {
+func (r *Runner) followTasks(ctx context.Context, a executor.Attempt, f *follower, rank int, errFile string, gj *gangJob) executor.Exit {
+	f.link = executor.NewLinkWatch(a.Link, f.base, func(msg string) {
+		if f.note != nil {
+			f.note(msg, map[string]string{"slurm_job_id": f.st.JobID, "gang_rank": strconv.Itoa(rank)})
+		}
+	})
 	ex := f.run(ctx, a.Grace)
+	if err := f.link.Finish(ex.Reason); err != nil {
+		// --require-bandwidth: the step ended the job before the
+		// command, and the run says both figures.
+		ex.Reason = events.Outcome(err.Error(), ex.Reason)
+		if ex.Code == 0 {
+			ex.Code = 3
+		}
+	}
 	if ex.Code == 0 && ex.StartErr == nil {
 		return ex
 	}
@@ -307,6 +321,11 @@ func (r *Runner) followTasks(ctx context.Context, a executor.Attempt, f *followe
 	ex.Reason = fmt.Sprintf("ended with the gang: the task on slurm node %s: %s (%s)", node, what, ex.Reason)
 	return ex
 }
+
+// RunsLinkStep says a gang rank's link step (executor.Attempt.Link)
+// runs in the gang's job, on the rank's node: gangScript puts it
+// before the command.
+func (r *Runner) RunsLinkStep() bool { return true }
 
 // srunTaskError is srun's line for a task that ended badly: "srun:
 // error: n2: task 1: Exited with exit code 3", "… task 1: Killed".
@@ -373,6 +392,11 @@ func gangScript(a executor.Attempt, gj *gangJob, node0 string) (string, []string
 		slices.Sort(gone)
 		for _, k := range gone {
 			fmt.Fprintf(&c, "  unset %s\n", k)
+		}
+		if r.a.Link != nil {
+			// The link, measured by the ranks themselves at the
+			// gang's rendezvous, before the command.
+			c.WriteString(r.a.Link.Shell(r.base, shellQuote))
 		}
 		c.WriteString("  ;;\n")
 	}

@@ -265,6 +265,10 @@ type follower struct {
 	// alloc and attempt name the attempt in the ledger; base is its
 	// files less their extension, metrics the run's metrics file.
 	alloc, attempt, base, metrics string
+	// link hears a gang rank's link step (nil: none); linked once it
+	// has.
+	link   *executor.LinkWatch
+	linked bool
 }
 
 // noteStrays tells the run's log which jobs of the account the agent did
@@ -372,6 +376,9 @@ func (f *follower) run(ctx context.Context, grace time.Duration) executor.Exit {
 	defer tick.Stop()
 	for {
 		f.read(false)
+		if !f.linked {
+			f.linked = f.link.Poll()
+		}
 		j, err := f.r.Client.Job(bg, f.st.JobID)
 		switch {
 		case errors.Is(err, ErrNoJob):

@@ -45,7 +45,7 @@ const steps = 60
 // same global batch. Then a rank's python killed (kill -9) mid-run ends
 // the job and fails the run naming the rank, with no job left in squeue.
 func TestE2ESlurmGang(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
 	defer cancel()
 	g := startGang(t, ctx)
 	c, py, stack, rc, gp, getRun, runNamed := g.c, g.py, g.stack, g.rc, g.gp, g.getRun, g.runNamed
@@ -130,6 +130,8 @@ func TestE2ESlurmGang(t *testing.T) {
 		// The "each audit verified with every node's report".
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 2000))
 	})
+
+	gangLink(t, ctx, g) // link_e2e_test.go
 
 	t.Run("a rank killed mid-run fails the run naming it and ends the job", func(t *testing.T) {
 		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",

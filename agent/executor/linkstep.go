@@ -1,0 +1,167 @@
+package executor
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// LinkStep is a gang rank's link measurement run as a step of the rank's
+// own job, on its node, before the command: the runners whose ranks run
+// away from the agent (a Slurm job's task, a Kubernetes pod) take it,
+// since an all-reduce from the agent's host would measure the wrong
+// network. The agent says what to run and hears the result; the step
+// and its file are the runner's.
+type LinkStep struct {
+	// Python is the node's interpreter, started isolated (-I): the
+	// measurement runs nothing the job or its bundle brought.
+	Python string
+	// Script is the measurement (agent/allreduce.py) and Args its
+	// arguments; it prints its result as one JSON line last.
+	Script string
+	Args   []string
+	// MinGbps, when above 0, is the bus bandwidth below which the step
+	// ends the job before the command starts (--require-bandwidth),
+	// saying both figures; a step that measured nothing ends it too.
+	MinGbps float64
+	// DeclaredGbps is the spec's figure, named in that message.
+	DeclaredGbps float64
+	// Measured hears the step's standard output, or why the step left
+	// none, once (LinkWatch calls it). What it returns is said in the
+	// run's log; err, when set, is why the run fails.
+	Measured func(stdout []byte, why error) (note string, err error)
+}
+
+// LinkResultFile is where a rank's link step leaves its output, beside
+// the attempt's other files (base is the attempt's files less their
+// extension): the step writes FILE.tmp and renames it, so a file that
+// is there is whole.
+func LinkResultFile(base string) string { return base + ".link" }
+
+// maxLinkOutput bounds what is read of a step's output: the result is
+// one line of about 200 bytes.
+const maxLinkOutput = 64 << 10
+
+// Shell is the step as POSIX shell lines for a job's script, run in
+// the rank's environment (its rendezvous variables set) before the
+// command. A failed measurement lets the command run (it is recorded
+// as not measured), unless MinGbps is set: then the job ends with
+// status 3 before the command, the figures on its stderr.
+func (s *LinkStep) Shell(base string, quote func(string) string) string {
+	out := LinkResultFile(base)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s -I -c %s", quote(s.Python), quote(s.Script))
+	for _, a := range s.Args {
+		b.WriteString(" " + quote(a))
+	}
+	fmt.Fprintf(&b, " >%s 2>%s </dev/null\n", quote(out+".tmp"), quote(out+".err"))
+	fmt.Fprintf(&b, "mv -f %s %s\n", quote(out+".tmp"), quote(out))
+	if s.MinGbps > 0 {
+		// The figure is every rank's (the slowest rank's time), so
+		// every rank ends here alike.
+		fmt.Fprintf(&b, "%s -I -c %s %s %s %s >&2 || exit 3\n", quote(s.Python), quote(linkRequire), quote(out),
+			quote(strconv.FormatFloat(s.MinGbps, 'g', -1, 64)), quote(strconv.FormatFloat(s.DeclaredGbps, 'g', -1, 64)))
+	}
+	return b.String()
+}
+
+// linkRequire fails (status 1) when the step's result is missing or
+// below the required figure, saying both.
+const linkRequire = `import json, sys
+try:
+    with open(sys.argv[1]) as f:
+        got = json.loads(f.read().strip().splitlines()[-1])["busbw_gbps"]
+except Exception as e:
+    print("gpupass: the link was not measured (%s), the spec declares %s Gbit/s (--require-bandwidth): the command does not start" % (e, sys.argv[3]))
+    sys.exit(1)
+if got < float(sys.argv[2]):
+    print("gpupass: the link measured %.3f Gbit/s, below the declared %s Gbit/s (--require-bandwidth): the command does not start" % (got, sys.argv[3]))
+    sys.exit(1)
+`
+
+// LinkWatch hands a rank's link step result to LinkStep.Measured once:
+// as soon as the step's file is there (Poll, while the job runs), or
+// when the job ended without it (Finish).
+type LinkWatch struct {
+	step *LinkStep
+	base string
+	note func(string)
+	once sync.Once
+	err  error
+}
+
+// NewLinkWatch watches the step of the attempt whose files are base;
+// note, when set, hears what Measured said as soon as it said it. It
+// is nil (which does nothing) when there is no step.
+func NewLinkWatch(step *LinkStep, base string, note func(string)) *LinkWatch {
+	if step == nil || step.Measured == nil {
+		return nil
+	}
+	return &LinkWatch{step: step, base: base, note: note}
+}
+
+// Poll hands the result over if the step has written it; true once
+// it has.
+func (w *LinkWatch) Poll() bool {
+	if w == nil {
+		return true
+	}
+	b, err := readLimited(LinkResultFile(w.base))
+	if err != nil {
+		return false
+	}
+	w.deliver(b, nil)
+	return true
+}
+
+// Finish hands over the result, or why there is none, once the job
+// ended; it returns Measured's error.
+func (w *LinkWatch) Finish(jobEnded string) error {
+	if w == nil {
+		return nil
+	}
+	if !w.Poll() {
+		w.deliver(nil, fmt.Errorf("the gang's job ended (%s) before its link step had a result", jobEnded))
+	}
+	return w.err
+}
+
+func (w *LinkWatch) deliver(b []byte, why error) {
+	w.once.Do(func() {
+		if why == nil && len(strings.TrimSpace(string(b))) == 0 {
+			why = fmt.Errorf("the link step printed no result: %s", lastLineOf(w.base))
+		}
+		var note string
+		note, w.err = w.step.Measured(b, why)
+		if note != "" && w.note != nil {
+			w.note(note)
+		}
+	})
+}
+
+func lastLineOf(base string) string {
+	b, err := readLimited(LinkResultFile(base) + ".err")
+	if err != nil {
+		return "its stderr could not be read"
+	}
+	s := strings.TrimSpace(string(b))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if s == "" {
+		return "its stderr is empty"
+	}
+	return s
+}
+
+func readLimited(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxLinkOutput))
+}

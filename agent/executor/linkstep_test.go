@@ -1,0 +1,93 @@
+package executor_test
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpupass/gpupass/agent/executor"
+)
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// TestLinkStepShell runs a link step's shell lines as a job's script
+// would, with a stand-in for the measurement (the real one is torch's,
+// run by the Slurm gang's e2e test): the result reaches Measured once,
+// a failed measurement lets the command run and says why, and with
+// MinGbps a figure below it ends the script with both figures before
+// the command.
+func TestLinkStepShell(t *testing.T) {
+	t.Parallel()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	const result = `{"backend": "gloo", "ranks": 2, "busbw_gbps": 4.5}`
+	for _, tc := range []struct {
+		name, script string
+		min          float64
+		wantOut      string
+		wantWhy      string
+		wantCmd      bool
+		wantStderr   string
+	}{
+		{name: "measured", script: `print("warm-up"); print('` + result + `')`, wantOut: result, wantCmd: true},
+		{name: "failed", script: `import sys; print("no torch", file=sys.stderr); sys.exit(1)`, wantWhy: "printed no result: no torch", wantCmd: true},
+		{name: "required and met", script: `print('` + result + `')`, min: 4, wantOut: result, wantCmd: true},
+		{name: "required, below", script: `print('` + result + `')`, min: 25, wantOut: result,
+			wantStderr: "the link measured 4.500 Gbit/s, below the declared 25 Gbit/s (--require-bandwidth): the command does not start"},
+		{name: "required, not measured", script: `import sys; sys.exit(1)`, min: 25, wantWhy: "printed no result: its stderr is empty",
+			wantStderr: "the link was not measured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			base := filepath.Join(t.TempDir(), "attempt-1")
+			var calls int
+			var gotOut, gotWhy string
+			step := &executor.LinkStep{Python: py, Script: tc.script, Args: []string{"1", "2"}, MinGbps: tc.min, DeclaredGbps: tc.min,
+				Measured: func(out []byte, why error) (string, error) {
+					calls++
+					gotOut = strings.TrimSpace(string(out))
+					if why != nil {
+						gotWhy = why.Error()
+					}
+					return "noted", errors.New("from Measured")
+				}}
+			var note string
+			w := executor.NewLinkWatch(step, base, func(s string) { note = s })
+			if w.Poll() {
+				t.Fatal("Poll before the step ran: true")
+			}
+			cmd := exec.Command("/bin/sh", "-c", step.Shell(base, quote)+"echo COMMAND\n")
+			b, err := cmd.CombinedOutput()
+			ranCmd := strings.Contains(string(b), "COMMAND")
+			if ranCmd != tc.wantCmd || (err != nil) == tc.wantCmd || !strings.Contains(string(b), tc.wantStderr) {
+				t.Errorf("the script: %v, output %q; want the command run %v, %q", err, b, tc.wantCmd, tc.wantStderr)
+			}
+			if !tc.wantCmd {
+				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+					t.Errorf("the script ended with %v, want status 3", err)
+				}
+			}
+			w.Poll()
+			merr := w.Finish("COMPLETED")
+			if calls != 1 || note != "noted" || merr == nil {
+				t.Errorf("Measured called %d time(s), Finish %q %v; want once, its note and error", calls, note, merr)
+			}
+			if !strings.HasSuffix(gotOut, tc.wantOut) || !strings.Contains(gotWhy, tc.wantWhy) || (tc.wantWhy == "") != (gotWhy == "") {
+				t.Errorf("Measured heard %q, why %q; want %q, why %q", gotOut, gotWhy, tc.wantOut, tc.wantWhy)
+			}
+		})
+	}
+	t.Run("the job ended before the step", func(t *testing.T) {
+		t.Parallel()
+		var why error
+		w := executor.NewLinkWatch(&executor.LinkStep{Measured: func(_ []byte, e error) (string, error) { why = e; return "", nil }}, filepath.Join(t.TempDir(), "a"), nil)
+		_ = w.Finish("CANCELLED by 0")
+		if why == nil || !strings.Contains(why.Error(), "ended (CANCELLED by 0) before its link step had a result") {
+			t.Errorf("why %v", why)
+		}
+	})
+}

@@ -1,0 +1,144 @@
+//go:build e2e
+
+package gange2e
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// signedLink is what a rank's signed run report says of the link.
+type signedLink struct {
+	AllocID   string `json:"alloc_id"`
+	Simulated bool   `json:"simulated"`
+	Link      *struct {
+		Backend      string  `json:"backend"`
+		Ranks        int     `json:"ranks"`
+		BusBWGbps    float64 `json:"busbw_gbps"`
+		DeclaredGbps float64 `json:"declared_gbps"`
+		Shortfall    bool    `json:"shortfall"`
+		MasterAddr   string  `json:"master_addr"`
+		Simulated    bool    `json:"simulated"`
+		Error        string  `json:"error"`
+	} `json:"link"`
+	Checks []struct{ Name, Status, Message string } `json:"checks"`
+}
+
+var nodeAddr = regexp.MustCompile(`\bNodeAddr=(\S+)`)
+
+// gangLink is TestE2ESlurmGang's link subtests (issue #34): the link is
+// measured by the gang's own sbatch job on the allocated nodes, at the
+// gang's rendezvous, before the training step, and every rank's signed
+// run report carries the figure; --require-bandwidth with a declared
+// figure above the measured one fails the run naming both before any
+// training line.
+func gangLink(t *testing.T, ctx context.Context, g *gangStack) {
+	var measured float64
+	t.Run("every rank's signed report carries the link measured in the gang's job", func(t *testing.T) {
+		out, err := g.gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "link", "--follow", "--", g.py, "train_ddp.py", "--steps", "5", "--timeout", "60").CombinedOutput()
+		run := g.runNamed("link")
+		if run == nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
+		}
+		// examples/ddp declares 25 Gbit/s; two slurmd on one machine
+		// measure loopback, so a shortfall is recorded and the run
+		// goes on.
+		if err != nil || run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			t.Fatalf("train --follow: %v, run %s (%s)\n%s", err, run.State, run.Reason, upstack.Tail(string(out), 4000))
+		}
+		addr := nodeAddr.FindStringSubmatch(g.c.Command(t, "scontrol", "show", "node", "-o", run.GetSlurm().GetNode()))
+		if addr == nil {
+			t.Fatalf("no NodeAddr for rank 0's node %q", run.GetSlurm().GetNode())
+		}
+		ev, err := g.rc.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: run.Id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports := map[int][]byte{0: ev.Msg.Report}
+		for _, r := range ev.Msg.GetRanks() {
+			reports[int(r.Rank)] = r.Report
+		}
+		if len(reports) != 2 {
+			t.Fatalf("GetRunEvidence has %d rank report(s), want 2", len(reports))
+		}
+		figures := map[int]float64{}
+		for rank, b := range reports {
+			var r signedLink
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			l := r.Link
+			if l == nil {
+				t.Errorf("rank %d's signed report (%s) records no link", rank, r.AllocID)
+				continue
+			}
+			t.Logf("rank %d (%s): %g Gbit/s bus bandwidth over %s at %s, declared %g, shortfall %v, report simulated %v, error %q",
+				rank, r.AllocID, l.BusBWGbps, l.Backend, l.MasterAddr, l.DeclaredGbps, l.Shortfall, r.Simulated, l.Error)
+			// The nodes are simulated (no GPU) and say so; the link
+			// figure is measured, between two slurmd on this machine.
+			if l.Error != "" || !(l.BusBWGbps > 0) || l.Backend != "gloo" || l.Ranks != 2 || l.MasterAddr != addr[1] || l.DeclaredGbps != 25 ||
+				l.Shortfall != (l.BusBWGbps < 25) || l.Simulated || !r.Simulated {
+				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks at rank 0's NodeAddr %s, 25 declared, an honest shortfall",
+					rank, *l, r.Simulated, addr[1])
+			}
+			checked := false
+			for _, c := range r.Checks {
+				checked = checked || c.Name == "network.allreduce_gbps" && (c.Status == "pass" || c.Status == "warn")
+			}
+			if !checked {
+				t.Errorf("rank %d's report has no measured network.allreduce_gbps check: %+v", rank, r.Checks)
+			}
+			figures[rank] = l.BusBWGbps
+		}
+		if figures[0] != figures[1] {
+			t.Errorf("rank 0 measured %g Gbit/s, rank 1 %g: every rank signs the slowest rank's time", figures[0], figures[1])
+		}
+		measured = figures[0]
+		// The measurement is a step of the gang's job, before the
+		// training step: its note precedes the first training line.
+		log0, _ := upstack.RunLog(t, ctx, g.rc, run.Id)
+		note, first := strings.Index(log0, "link measured by the gang's job"), strings.Index(log0, `"rank 0/2`)
+		if note < 0 || first < 0 || note > first {
+			t.Errorf("rank 0's log: the link note at %d, the first training line at %d; want the note first:\n%s", note, first, upstack.Tail(log0, 3000))
+		}
+		t.Logf("audit verify:\n%s", upstack.Tail(g.stack.CheckAudit(t, ctx, run.Id, "rank-1"), 1500))
+	})
+
+	t.Run("--require-bandwidth below the declared figure fails before the training step", func(t *testing.T) {
+		if measured == 0 {
+			t.Fatal("the subtest before signed no link figure to compare with")
+		}
+		if measured >= 25 {
+			t.Skipf("the link measured %g Gbit/s here, not below examples/ddp's declared 25", measured)
+		}
+		out, err := g.gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "linkreq", "--require-bandwidth", "--follow", "--", g.py, "train_ddp.py", "--steps", "5", "--timeout", "60").CombinedOutput()
+		run := g.runNamed("linkreq")
+		if run == nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
+		}
+		t.Logf("with --require-bandwidth: %v, %s: %s", err, run.State, run.Reason)
+		if err == nil || run.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(run.Reason, "below the declared 25 Gbit/s") ||
+			!strings.Contains(run.Reason, "--require-bandwidth") || !regexp.MustCompile(`measured [0-9.]+ Gbit/s`).MatchString(run.Reason) {
+			t.Errorf("train --require-bandwidth: %v, run %s (%s); want failed naming the measured and the declared figure\n%s", err, run.State, run.Reason, upstack.Tail(string(out), 3000))
+		}
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			log, _ := upstack.RunLog(t, ctx, g.rc, id)
+			if strings.Contains(log, `"rank 0/2`) || strings.Contains(log, `"rank 1/2`) || strings.Contains(log, `"step `) {
+				t.Errorf("%s's log has a training line: the run should have ended before the training step\n%s", id, upstack.Tail(log, 3000))
+			}
+			if !strings.Contains(log, "below the declared 25 Gbit/s (--require-bandwidth): the command does not start") {
+				t.Errorf("%s's log does not say the link step ended the job:\n%s", id, upstack.Tail(log, 3000))
+			}
+		}
+	})
+}
