@@ -77,6 +77,9 @@ type Agent struct {
 	// runs counts the runs in progress (RunLoop.Busy): periodic suite
 	// runs wait while it is above zero.
 	runs atomic.Int32
+	// link keeps the warm link measurement process of an agent that runs
+	// gang ranks itself (nil otherwise): linkworker.go.
+	link *linkWorkers
 	// runNow asks the main loop for an on-demand suite run.
 	runNow chan chan runResult
 	// metrics are served at GET /metrics on the query endpoint.

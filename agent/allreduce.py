@@ -1,17 +1,41 @@
 # gpupass's link measurement at gang start (issue #34): an all-reduce of a
-# fixed size across the gang's ranks, timed. Prints one JSON line.
-import json, os, sys, time
+# fixed size across the gang's ranks, timed. The agent starts this ahead
+# of the gang (torch imported while the node waits for work), or at the
+# gang's start when no warm one is there; either way it prints
+# {"ready": true}, reads the gang's rendezvous as one JSON line on stdin,
+# measures once and prints one JSON result line. EOF on stdin: exit.
+# With arguments it is a step of a cluster gang's job (below).
+import datetime, json, os, sys, time
 import torch
 import torch.distributed as dist
 
-size = int(sys.argv[1])      # bytes per rank
-iters = int(sys.argv[2])
+if len(sys.argv) > 1:
+    # A step of a cluster gang's job (a Slurm task): bytes, iterations
+    # and timeout as arguments, the rendezvous from the rank's own
+    # variables. One process a node: rank the node's rank, the world the
+    # gang's nodes, however many processes each node's job starts.
+    r = {"bytes": sys.argv[1], "iterations": sys.argv[2], "timeout_seconds": sys.argv[3],
+         "master_addr": os.environ["MASTER_ADDR"], "master_port": os.environ["MASTER_PORT"],
+         "rank": os.environ["NODE_RANK"], "world_size": os.environ["NNODES"], "local_rank": 0}
+else:
+    print(json.dumps({"ready": True}), flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        sys.exit(0)
+    r = json.loads(line)
+size = int(r["bytes"])       # bytes per rank
+iters = int(r["iterations"])
+host = r["master_addr"]
+if ":" in host:
+    host = "[" + host + "]"
 backend = "nccl" if torch.cuda.is_available() else "gloo"
-dist.init_process_group(backend, init_method="env://", timeout=__import__("datetime").timedelta(seconds=int(sys.argv[3])))
+dist.init_process_group(backend, init_method="tcp://%s:%d" % (host, int(r["master_port"])),
+                        rank=int(r["rank"]), world_size=int(r["world_size"]),
+                        timeout=datetime.timedelta(seconds=int(r["timeout_seconds"])))
 n = dist.get_world_size()
 dev = "cuda" if backend == "nccl" else "cpu"
 if dev == "cuda":
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(int(r.get("local_rank", 0)))
 t = torch.ones(size // 4, dtype=torch.float32, device=dev)
 dist.all_reduce(t)  # warm-up: connections set up
 dist.barrier()
@@ -31,5 +55,5 @@ sec = float(worst.item())
 algbw = size / sec
 busbw = algbw * 2 * (n - 1) / n
 print(json.dumps({"backend": backend, "ranks": n, "bytes": size, "iterations": iters, "seconds": sec,
-                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9}))
+                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9}), flush=True)
 dist.destroy_process_group()

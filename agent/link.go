@@ -1,18 +1,14 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
@@ -65,8 +61,7 @@ func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Sp
 		l.Error = "not measured: this node's rank runs as its cluster's job, away from the agent that stands for the node, and the all-reduce is measured only where the agent runs the job itself (the local executor)"
 		return l
 	}
-	env, err := g.Rank(0)
-	if err != nil {
+	if err := g.Validate(); err != nil {
 		l.Error = "the rendezvous: " + err.Error()
 		return l
 	}
@@ -74,26 +69,47 @@ func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Sp
 	if py == "" {
 		py = defaultLinkPython
 	}
+	// One measurement process a node: its rank is the node's rank, the
+	// world the gang's nodes, whatever processes each node's job starts.
+	req := linkRequest{MasterAddr: g.MasterAddr, MasterPort: g.MasterPort, Rank: g.NodeRank, WorldSize: g.Nodes,
+		Bytes: linkBytes, Iterations: linkIterations, TimeoutSeconds: int(linkTimeout / time.Second)}
 	ctx, cancel := context.WithTimeout(ctx, linkTimeout+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-I", "-c", allreduceScript, strconv.Itoa(linkBytes), strconv.Itoa(linkIterations),
-		strconv.Itoa(int(linkTimeout/time.Second)))
-	cmd.Env = append(executor.JobEnviron(os.Environ()), env...)
-	cmd.Dir = os.TempDir()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
 	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
-		l.Error = fmt.Sprintf("%s: %v: %s", py, err, lastLine(errb.String()))
-		a.log.Warn("link measurement failed", "err", l.Error)
+	var w *linkWorker
+	if a.link != nil {
+		var why string
+		if w, why = a.link.take(); w == nil {
+			a.log.Info("link measurement starts cold", "why", why)
+		}
+	}
+	l.Warm = w != nil
+	out, err := "", errWorkerGone
+	if w != nil {
+		out, err = w.measure(ctx, req)
+		if errors.Is(err, errWorkerGone) {
+			// Dead before it read the rendezvous: nothing of the
+			// gang's was started, so a cold one takes its place.
+			a.log.Warn("the warm link measurement process was gone; starting one now", "err", err)
+			l.Warm = false
+		}
+	}
+	if errors.Is(err, errWorkerGone) {
+		if w, err = startLinkWorker(py); err == nil {
+			out, err = w.measure(ctx, req)
+		}
+	}
+	if err != nil {
+		l.Error = fmt.Sprintf("%s: %v", py, err)
+		a.log.Warn("link measurement failed", "err", l.Error, "warm", l.Warm)
 		return l
 	}
-	if err := readLinkResult(l, out.String()); err != nil {
+	if err := readLinkResult(l, out); err != nil {
 		l.Error = err.Error()
 		return l
 	}
 	a.log.Info("link measured", "busbw_gbps", l.BusBWGbps, "declared_gbps", l.DeclaredGbps, "backend", l.Backend,
-		"ranks", l.Ranks, "master_addr", l.MasterAddr, "took", time.Since(t0).Round(time.Millisecond))
+		"ranks", l.Ranks, "master_addr", l.MasterAddr, "warm", l.Warm, "took", time.Since(t0).Round(time.Millisecond))
 	return l
 }
 

@@ -2,14 +2,20 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
+	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpupass/gpupass/internal/conformance"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
+	"github.com/gpupass/gpupass/internal/testutil"
 )
 
 // TestLinkCheck: the run report's check of the link measured at gang
@@ -81,5 +87,127 @@ func TestLinkNotMeasuredForClusterNodes(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("took %s: want no measurement attempted", took)
+	}
+}
+
+// linkAgent is an agent as far as measureLink looks: the node's Python
+// and its one warm measurement process.
+func linkAgent(t *testing.T, py string) *Agent {
+	a := &Agent{o: &Options{Python: py}, log: slog.New(slog.DiscardHandler)}
+	a.link = newLinkWorkers(py, func() bool { return a.runs.Load() == 0 }, a.log)
+	a.link.poll = 10 * time.Millisecond
+	a.link.refill()
+	t.Cleanup(a.link.stop)
+	return a
+}
+
+// measureGang measures the link as both ranks of a gang of two nodes at
+// once, rank i on agents[i], at a free loopback port.
+func measureGang(t *testing.T, agents [2]*Agent) [2]*conformance.Link {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	var (
+		got [2]*conformance.Link
+		wg  sync.WaitGroup
+	)
+	for rank, a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := &rendezvous.Gang{Nodes: 2, NodeRank: rank, LocalRanks: 1, MasterAddr: "127.0.0.1", MasterPort: port}
+			got[rank] = a.measureLink(context.Background(), g, &spec.Spec{}, false)
+		}()
+	}
+	wg.Wait()
+	for rank, l := range got {
+		// What is measured is the same however the process started: 2
+		// ranks, 32 MiB, median of 5, the slowest rank's time, busbw
+		// by nccl-tests' formula (= algbw for 2 ranks).
+		if l.Error != "" || l.Ranks != 2 || l.Bytes != 32<<20 || l.Iterations != 5 || l.Backend != "gloo" || !(l.Seconds > 0) ||
+			l.BusBWGbps != l.AlgBWGbps || l.Seconds != got[1-rank].Seconds || l.Formula != BusBWFormula {
+			t.Errorf("rank %d's link: %+v; want 2 ranks, 32 MiB, 5 iterations over gloo, the slowest rank's time on both", rank, *l)
+		}
+	}
+	return got
+}
+
+// waitWarm waits for a's warm measurement process and returns its pid.
+func waitWarm(t *testing.T, a *Agent) int {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if pid := a.link.pid(); pid != 0 {
+			return pid
+		}
+	}
+	t.Fatal("no warm link measurement process after a minute")
+	return 0
+}
+
+// reaped waits (a little) for pid to have been reaped.
+func reaped(pid int) bool {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLinkWarmWorker (issue #34's bench): an agent that runs gang ranks
+// itself keeps its link measurement process started ahead of the gang.
+// A gang's measurement uses it (recorded as warm) and measures what a
+// cold one does; it is used once and replaced by a fresh process; a warm
+// process that died falls back to a cold start, recorded as cold, next
+// to a warm rank; stopping the agent's pool leaves no process behind.
+func TestLinkWarmWorker(t *testing.T) {
+	t.Parallel()
+	py := defaultLinkPython
+	if err := exec.Command(py, "-I", "-c", "import torch").Run(); err != nil {
+		testutil.Missing(t, "%s with torch (python3-torch)", py)
+	}
+	a0, a1 := linkAgent(t, py), linkAgent(t, py)
+	p0, p1 := waitWarm(t, a0), waitWarm(t, a1)
+
+	got := measureGang(t, [2]*Agent{a0, a1})
+	for rank, l := range got {
+		if !l.Warm {
+			t.Errorf("rank %d measured with a cold process; want the agent's warm one", rank)
+		}
+	}
+	if !reaped(p0) || !reaped(p1) {
+		t.Errorf("the warm processes %d and %d are still there after their gang: want each used once", p0, p1)
+	}
+	q0 := waitWarm(t, a0)
+	if q0 == p0 {
+		t.Fatalf("the warm process after the gang is %d, the one the gang used", q0)
+	}
+
+	// Rank 0's warm process dies before the next gang: a cold start
+	// takes its place, recorded so, and measures with rank 1's warm one.
+	if err := syscall.Kill(q0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !reaped(q0) {
+		t.Fatalf("killed warm process %d still there", q0)
+	}
+	waitWarm(t, a1)
+	got = measureGang(t, [2]*Agent{a0, a1})
+	if got[0].Warm || !got[1].Warm {
+		t.Errorf("warm: rank 0 %v, rank 1 %v; want rank 0 cold (its warm process died), rank 1 warm", got[0].Warm, got[1].Warm)
+	}
+
+	// Stopping the pool (the agent stopping) ends its warm process.
+	r1 := waitWarm(t, a1)
+	a1.link.stop()
+	if !reaped(r1) {
+		t.Errorf("warm link measurement process %d still running after the agent's pool stopped", r1)
+	}
+	if a1.link.refill(); a1.link.pid() != 0 {
+		t.Error("a stopped pool started a warm process again")
 	}
 }

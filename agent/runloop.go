@@ -460,6 +460,15 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		l.Executor.Marks = true
 	} else if host.PrivateTmp, err = a.runPrivateTmp(); err != nil {
 		return nil, err
+	} else if a.o.jobPortMax > 0 {
+		// This node takes gang ranks and runs them itself: their link
+		// measurement finds its process started and torch imported.
+		py := a.o.Python
+		if py == "" {
+			py = defaultLinkPython
+		}
+		a.link = newLinkWorkers(py, func() bool { return a.runs.Load() == 0 }, a.log)
+		a.link.refill()
 	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics
@@ -467,6 +476,9 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	go func() {
 		defer close(done)
 		_ = l.Run(ctx)
+		if a.link != nil {
+			a.link.stop()
+		}
 		if cgroups != nil {
 			// Every run's cgroup is gone with its run; the agent's
 			// parent of them goes with the agent.

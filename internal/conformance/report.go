@@ -169,6 +169,10 @@ type Link struct {
 	// Simulated is false: the figure is measured, also between simulated
 	// nodes (over whatever link joins them).
 	Simulated bool `json:"simulated"`
+	// Warm: the measurement's process was started before the gang (its
+	// torch imported while the node waited) rather than at its start.
+	// The same interpreter, script and measurement either way.
+	Warm bool `json:"warm,omitempty"`
 	// Error says why nothing was measured.
 	Error string `json:"error,omitempty"`
 }

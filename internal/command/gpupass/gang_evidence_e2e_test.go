@@ -154,6 +154,7 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 				Simulated    bool    `json:"simulated"`
 				Formula      string  `json:"formula"`
 				Error        string  `json:"error"`
+				Warm         bool    `json:"warm"`
 			} `json:"link"`
 			Checks []struct {
 				Name, Status, Message string
@@ -170,6 +171,11 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 		t.Logf("rank %d (%s): measured %g Gbit/s bus bandwidth over %s, declared %g, shortfall %v (%s)", rank, r.AllocID, l.BusBWGbps, l.MasterAddr, l.DeclaredGbps, l.Shortfall, l.Formula)
 		if l.Error != "" || !(l.BusBWGbps > 0) || l.DeclaredGbps != 100000 || !l.Shortfall || l.MasterAddr != "127.0.0.1" || l.Simulated {
 			t.Errorf("rank %d's link: %+v; want measured over 127.0.0.1 (not simulated), 100000 declared, a shortfall", rank, *l)
+		}
+		if !l.Warm {
+			// Each agent started its measurement process when its run
+			// loop started, long before the gang came.
+			t.Errorf("rank %d's link was measured by a process started at the gang's start, not the agent's warm one", rank)
 		}
 		warned := false
 		for _, c := range r.Checks {
