@@ -110,13 +110,13 @@ func TestRunnerGangRendezvous(t *testing.T) {
 	<-r1.done
 }
 
-// TestRunnerGangRankZeroEnded: a rank whose rank 0 ended before it had
-// started fails to start, saying so, instead of waiting for a
+// TestRunnerGangRankZeroEnded: a rank whose rank 0 (of this attempt:
+// its rendezvous port) ended before it had started fails to start, saying so, instead of waiting for a
 // rendezvous nobody hosts.
 func TestRunnerGangRankZeroEnded(t *testing.T) {
 	t.Parallel()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1-x", Namespace: "gpupass",
-		Labels:      map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: "alloc-abc"},
+		Labels:      map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: "alloc-abc", LabelRendezvous: "29517"},
 		Annotations: map[string]string{AnnotationAlloc: "alloc-abc"}}, Status: corev1.PodStatus{Phase: corev1.PodFailed, PodIP: "10.244.0.7"}}
 	api := fake.NewClientset(pod)
 	shared := t.TempDir()
