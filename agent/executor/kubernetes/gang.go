@@ -37,6 +37,11 @@ const (
 	LabelGang = "gpupass.dev/gang"
 	// LabelRank is the rank.
 	LabelRank = "gpupass.dev/rank"
+	// LabelRendezvous is the gang attempt's MASTER_PORT, which the
+	// broker draws afresh for each attempt: a restarted gang's rank
+	// looks for the pod of this attempt's rank 0, not the one the
+	// attempt before left (ended, or not yet deleted).
+	LabelRendezvous = "gpupass.dev/rendezvous-port"
 )
 
 // RankZeroWait bounds how long a rank waits for rank 0's pod to have an
@@ -51,6 +56,8 @@ type gangRank struct {
 	// run is rank 0's allocation id: rank r's is RUN-rR (the broker's
 	// naming, broker/gang.go).
 	run string
+	// port is the attempt's MASTER_PORT, as given.
+	port string
 }
 
 func gangOf(env []string, alloc string) (gangRank, bool, error) {
@@ -63,7 +70,7 @@ func gangOf(env []string, alloc string) (gangRank, bool, error) {
 	if err1 != nil || err2 != nil || nodes < 1 || rank < 0 || rank >= nodes {
 		return gangRank{}, false, fmt.Errorf("the rendezvous environment has node rank %q of %q nodes", executor.EnvValue(env, "GPUPASS_NODE_RANK"), n)
 	}
-	g := gangRank{rank: rank, nodes: nodes, run: alloc}
+	g := gangRank{rank: rank, nodes: nodes, run: alloc, port: executor.EnvValue(env, "GPUPASS_MASTER_PORT")}
 	if rank > 0 {
 		suffix := "-r" + strconv.Itoa(rank)
 		if !strings.HasSuffix(alloc, suffix) {
@@ -94,13 +101,15 @@ func withMaster(env []corev1.EnvVar, ip string) []corev1.EnvVar {
 	return env
 }
 
-// rankZeroIP waits for the pod of the run's rank 0 to have an IP and
-// returns it. A rank 0 that ended (or a wait longer than RankZeroWait)
-// is an error: this rank would wait for a rendezvous nobody hosts.
-func (c *Client) rankZeroIP(ctx context.Context, run string, note func(string, map[string]string)) (string, error) {
+// rankZeroIP waits for the pod of the gang attempt's rank 0 (the run's,
+// with the attempt's rendezvous port) to have an IP and returns it. A
+// rank 0 that ended (or a wait longer than RankZeroWait) is an error:
+// this rank would wait for a rendezvous nobody hosts.
+func (c *Client) rankZeroIP(ctx context.Context, g gangRank, note func(string, map[string]string)) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, RankZeroWait)
 	defer cancel()
-	sel := LabelManagedBy + "=" + managedBy + "," + LabelKind + "=run," + LabelAlloc + "=" + labelValue(run)
+	run := g.run
+	sel := LabelManagedBy + "=" + managedBy + "," + LabelKind + "=run," + LabelAlloc + "=" + labelValue(run) + "," + LabelRendezvous + "=" + labelValue(g.port)
 	t := time.NewTicker(c.poll())
 	defer t.Stop()
 	noted := false

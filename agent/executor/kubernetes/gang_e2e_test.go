@@ -27,6 +27,14 @@ import (
 // gangSteps keeps the gang's run short on a shared 2-core machine.
 const gangSteps = 60
 
+// rendezvousWait is how long (train_ddp.py --timeout, seconds) rank 0
+// waits in init_process_group for the other rank: each rank's agent runs
+// its runtime-init check Job before it makes the rank's Job, and on a
+// loaded machine rank 1's check and pod may start minutes after rank 0's
+// pod. With 120 s rank 0 can give up first: the run fails, and a wait
+// for rank 1's pod to run would never end (diag.whileRuns fails at once).
+const rendezvousWait = "600"
+
 // TestE2EKubernetesGang (issue #34) is a run across two nodes on the
 // local Kubernetes cluster, as a user makes one: the `gpupass up
 // --executor kubernetes` line k8s-up.sh prints, and `gpupass train` of
@@ -59,6 +67,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
+	diag := &gangDiag{c: c, ns: ns, rc: rc, stack: stack}
 	getRun := func(id string) *gpupassv1.Run {
 		t.Helper()
 		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
@@ -197,11 +206,11 @@ func TestE2EKubernetesGang(t *testing.T) {
 	t.Run("cancel deletes every rank's Job", func(t *testing.T) {
 		bothCertified(t)
 		if b, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
-			"--name", "kcancel", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "120").CombinedOutput(); err != nil {
+			"--name", "kcancel", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", rendezvousWait).CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
 		var run *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
+		diag.wait(t, ctx, "the gang to train", "", func() bool {
 			run = runNamed("kcancel")
 			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run.HeldThrough > 5
 		})
@@ -209,7 +218,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
 			t.Fatalf("cancel: %v\n%s", err, b)
 		}
-		upstack.WaitFor(t, ctx, "both ranks to end", func() bool {
+		diag.wait(t, ctx, "both ranks to end", run.Id, func() bool {
 			return terminal(getRun(run.Id)) && terminal(getRun(run.Id+"-r1"))
 		})
 		for _, id := range []string{run.Id, run.Id + "-r1"} {
@@ -217,7 +226,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
 			}
 		}
-		upstack.WaitFor(t, ctx, "no Job or pod of the gang left", func() bool {
+		diag.wait(t, ctx, "no Job or pod of the gang left", run.Id, func() bool {
 			time.Sleep(500 * time.Millisecond)
 			out, _ := c.KubectlCmd(ctx, "-n", ns, "get", "jobs,pods", "-l", gang, "-o", "name").Output()
 			return strings.TrimSpace(string(out)) == ""
@@ -227,22 +236,22 @@ func TestE2EKubernetesGang(t *testing.T) {
 	t.Run("a rank's pod deleted mid-run fails the run naming it", func(t *testing.T) {
 		bothCertified(t)
 		if b, err := gp("train", "--spec", sp, "--region", region, "--workdir", "examples/ddp",
-			"--name", "kkilled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "120").CombinedOutput(); err != nil {
+			"--name", "kkilled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", rendezvousWait).CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
 		var run *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
+		diag.wait(t, ctx, "the gang to train", "", func() bool {
 			run = runNamed("kkilled")
 			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run.HeldThrough > 5
 		})
 		gang := "gpupass.dev/gang=" + run.Id
-		upstack.WaitFor(t, ctx, "rank 1's pod to run", func() bool {
+		diag.whileRuns(t, ctx, "rank 1's pod to run", run.Id, func() bool {
 			time.Sleep(500 * time.Millisecond)
 			out, _ := c.KubectlCmd(ctx, "-n", ns, "get", "pods", "-l", gang+",gpupass.dev/rank=1", "-o", "jsonpath={.items[*].status.phase}").Output()
 			return strings.TrimSpace(string(out)) == "Running"
 		})
 		c.Kubectl(t, "-n", ns, "delete", "pod", "-l", gang+",gpupass.dev/rank=1", "--wait=false")
-		upstack.WaitFor(t, ctx, "the run to end", func() bool {
+		diag.wait(t, ctx, "the run to end", run.Id, func() bool {
 			run = getRun(run.Id)
 			return terminal(run)
 		})
@@ -254,7 +263,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 		t.Logf("run %s: %s", run.State, run.Reason)
 		// Every rank's pod ends: nothing of the gang holds the node.
 		var phases string
-		upstack.WaitFor(t, ctx, "every pod of the gang to end", func() bool {
+		diag.wait(t, ctx, "every pod of the gang to end", run.Id, func() bool {
 			time.Sleep(500 * time.Millisecond)
 			out, _ := c.KubectlCmd(ctx, "-n", ns, "get", "pods", "-l", gang, "-o", "jsonpath={.items[*].status.phase}").Output()
 			phases = string(out)

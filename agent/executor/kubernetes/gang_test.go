@@ -110,13 +110,13 @@ func TestRunnerGangRendezvous(t *testing.T) {
 	<-r1.done
 }
 
-// TestRunnerGangRankZeroEnded: a rank whose rank 0 ended before it had
-// started fails to start, saying so, instead of waiting for a
+// TestRunnerGangRankZeroEnded: a rank whose rank 0 (of this attempt:
+// its rendezvous port) ended before it had started fails to start, saying so, instead of waiting for a
 // rendezvous nobody hosts.
 func TestRunnerGangRankZeroEnded(t *testing.T) {
 	t.Parallel()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1-x", Namespace: "gpupass",
-		Labels:      map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: "alloc-abc"},
+		Labels:      map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: "alloc-abc", LabelRendezvous: "29517"},
 		Annotations: map[string]string{AnnotationAlloc: "alloc-abc"}}, Status: corev1.PodStatus{Phase: corev1.PodFailed, PodIP: "10.244.0.7"}}
 	api := fake.NewClientset(pod)
 	shared := t.TempDir()
@@ -168,4 +168,61 @@ func TestMeasureForRun(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestRunnerGangRestartLeftoverJob (issue #34): a gang's restart places
+// every rank again, and each rank's attempts count from 1 again, so the
+// Job its first placement left (ended, kept for its TTL) has the new
+// attempt's name. A fresh attempt deletes it and makes its own rather
+// than following the old one to its old end; rank 1 waits for the pod of
+// this attempt's rank 0 (its rendezvous port), not the one that ended.
+func TestRunnerGangRestartLeftoverJob(t *testing.T) {
+	t.Parallel()
+	failed := batchv1.JobCondition{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"}
+	old := func(name, alloc string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpupass", UID: "first-placement",
+			Labels: map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: alloc, LabelAttempt: "1", LabelGang: "alloc-abc"}},
+			Status: batchv1.JobStatus{Failed: 1, Conditions: []batchv1.JobCondition{failed}}}
+	}
+	// Rank 0's pod of the first placement ended, with the old port.
+	oldPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1-old", Namespace: "gpupass",
+		Labels:      map[string]string{LabelManagedBy: managedBy, LabelKind: "run", LabelAlloc: "alloc-abc", LabelAttempt: "1", LabelRendezvous: "29500"},
+		Annotations: map[string]string{AnnotationAlloc: "alloc-abc"}}, Status: corev1.PodStatus{Phase: corev1.PodFailed, PodIP: "10.244.0.5"}}
+	api := fake.NewClientset(old("gpupass-alloc-abc-1", "alloc-abc"), old("gpupass-alloc-abc-r1-1", "alloc-abc-r1"), oldPod)
+	shared := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r1 := startRun(t, ctx, api, newRunner(shared), filepath.Join(shared, "alloc-abc-r1"), asRank(t, 1))
+	r0 := startRun(t, ctx, api, newRunner(shared), filepath.Join(shared, "alloc-abc"), asRank(t, 0))
+	var job0 *batchv1.Job
+	waitFor(t, "rank 0's new job", func() bool {
+		job0 = getJob(api, "gpupass-alloc-abc-1")
+		return job0 != nil && job0.UID != "first-placement"
+	})
+	if l := job0.Spec.Template.Labels; l[LabelRendezvous] != "29517" {
+		t.Errorf("rank 0's pod labels %v, want the attempt's rendezvous port 29517", l)
+	}
+	select {
+	case ex := <-r1.done:
+		t.Fatalf("rank 1 ended before this attempt's rank 0 had a pod: %+v", ex)
+	case ex := <-r0.done:
+		t.Fatalf("rank 0 ended with the first placement's job: %+v", ex)
+	case <-time.After(100 * time.Millisecond):
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpupass-alloc-abc-1-new", Namespace: "gpupass", Labels: job0.Spec.Template.Labels,
+		Annotations: job0.Spec.Template.Annotations}, Spec: job0.Spec.Template.Spec, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9"}}
+	if _, err := api.CoreV1().Pods("gpupass").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var job1 *batchv1.Job
+	waitFor(t, "rank 1's new job", func() bool {
+		job1 = getJob(api, "gpupass-alloc-abc-r1-1")
+		return job1 != nil && job1.UID != "first-placement"
+	})
+	if e := envOf(job1.Spec.Template.Spec)["MASTER_ADDR"]; e.Value != "10.244.0.9" {
+		t.Errorf("rank 1's MASTER_ADDR %+v, want this attempt's rank 0 pod IP 10.244.0.9", e)
+	}
+	cancel()
+	<-r0.done
+	<-r1.done
 }

@@ -131,22 +131,34 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if err != nil {
 		return err
 	}
+	if a.From == nil {
+		// A fresh attempt: a Job of its name is what an earlier
+		// placement of this allocation on this node left (a gang's
+		// restart places every rank again, its attempts counting from
+		// 1), not this attempt's.
+		if err := c.removeEnded(ctx, name, a.Note); err != nil {
+			return err
+		}
+	}
 	if isGang {
 		labels[LabelGang], labels[LabelRank] = labelValue(gang.run), strconv.Itoa(gang.rank)
+		labels[LabelRendezvous] = labelValue(gang.port)
 		ip := ""
 		if gang.rank > 0 {
 			// An agent restarted under the rank follows its Job on: rank
 			// 0 may be gone by now.
-			cctx, cancel := c.ctx(ctx)
-			_, gerr := c.API.BatchV1().Jobs(c.Namespace).Get(cctx, name, metav1.GetOptions{})
-			cancel()
-			if gerr == nil {
-				if a.Note != nil {
-					a.Note("following kubernetes job "+name+" again (the agent restarted under it)", map[string]string{"kube_job": name})
+			if a.From != nil {
+				cctx, cancel := c.ctx(ctx)
+				_, gerr := c.API.BatchV1().Jobs(c.Namespace).Get(cctx, name, metav1.GetOptions{})
+				cancel()
+				if gerr == nil {
+					if a.Note != nil {
+						a.Note("following kubernetes job "+name+" again (the agent restarted under it)", map[string]string{"kube_job": name})
+					}
+					return nil
 				}
-				return nil
 			}
-			if ip, err = c.rankZeroIP(ctx, gang.run, a.Note); err != nil {
+			if ip, err = c.rankZeroIP(ctx, gang, a.Note); err != nil {
 				return err
 			}
 		}
@@ -200,6 +212,55 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 		return fmt.Errorf("creating job %s on node %s in namespace %s: %w", name, r.Node, c.Namespace, err)
 	}
 	return nil
+}
+
+// leftoverWait bounds how long a fresh attempt waits for the Job an
+// earlier placement left under its name to be gone.
+const leftoverWait = 2 * time.Minute
+
+// removeEnded deletes the Job named name, if there is one, and waits
+// until it is gone, so that the name is free for a fresh attempt. It
+// is an earlier placement's (the broker re-places a run only once every
+// attempt of it has ended), kept for its TTL; were it followed as this
+// attempt's, the attempt would end at once with the earlier one's end.
+func (c *Client) removeEnded(ctx context.Context, name string, note func(string, map[string]string)) error {
+	jobs := c.API.BatchV1().Jobs(c.Namespace)
+	cctx, cancel := c.ctx(ctx)
+	_, err := jobs.Get(cctx, name, metav1.GetOptions{})
+	cancel()
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking for a job %s left by an earlier placement: %w", name, err)
+	}
+	if note != nil {
+		note("deleting kubernetes job "+name+", left by an earlier placement of this run on the node", map[string]string{"kube_job": name})
+	}
+	ctx, stop := context.WithTimeout(ctx, leftoverWait)
+	defer stop()
+	zero := int64(0)
+	cctx, cancel = c.ctx(ctx)
+	err = jobs.Delete(cctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, PropagationPolicy: ptr(metav1.DeletePropagationForeground)})
+	cancel()
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting job %s, left by an earlier placement: %w", name, err)
+	}
+	t := time.NewTicker(c.poll())
+	defer t.Stop()
+	for {
+		cctx, cancel := c.ctx(ctx)
+		_, err := jobs.Get(cctx, name, metav1.GetOptions{})
+		cancel()
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("job %s, left by an earlier placement, was not gone within %s", name, leftoverWait)
+		case <-t.C:
+		}
+	}
 }
 
 // follower follows one attempt: its job and its output files.
