@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -158,14 +157,8 @@ func TestGangTwoLocalAgents(t *testing.T) {
 		}
 		run := upstack.WaitRun(t, ctx, rc, "killed", "the gang to train", upstack.Training)
 		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
-		pid := 0
-		upstack.WaitFor(t, ctx, "rank 1's process", func() bool {
-			pid = upstack.JobProcess(run.Id+"-r1", "train_ddp.py")
-			return pid > 0
-		})
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill -9 %d: %v", pid, err)
-		}
+		upstack.WaitFor(t, ctx, "rank 1's process", func() bool { return upstack.JobProcess(run.Id+"-r1", "train_ddp.py") > 0 })
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
 		run = upstack.WaitEnd(t, ctx, rc, run.Id)
 		rank1 = upstack.GetRun(t, ctx, rc, rank1.Id)
 		wantWhy := "rank 1 on " + rank1.NodeId + ":"

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,13 +57,7 @@ func TestGangRestart(t *testing.T) {
 	t.Run("a rank killed -9 restarts the gang from the checkpoint", func(t *testing.T) {
 		run := submit(t, "restart", "--steps", strconv.Itoa(restartSteps), "--step-sleep", restartSleep)
 		upstack.WaitFor(t, ctx, "rank 0 past step 60", func() bool { return upstack.StepAtLeast(ctx, rc, run.Id, 60) })
-		pid := upstack.JobProcess(run.Id+"-r1", "train_ddp.py")
-		if pid == 0 {
-			t.Fatalf("no process of rank 1 (%s-r1) to kill", run.Id)
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill -9 %d: %v", pid, err)
-		}
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
 		run = upstack.WaitEnd(t, ctx, rc, run.Id)
 		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,4 +219,18 @@ func JobProcess(alloc, arg string) int {
 		}
 	}
 	return 0
+}
+
+// Kill9JobProcess kills (SIGKILL, as the OOM killer or a crash would)
+// the process JobProcess finds for alloc and arg; none there, or a kill
+// that fails, fails t.
+func Kill9JobProcess(t testing.TB, alloc, arg string) {
+	t.Helper()
+	pid := JobProcess(alloc, arg)
+	if pid == 0 {
+		t.Fatalf("no process of %s (%s) to kill", alloc, arg)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", pid, err)
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -105,15 +104,9 @@ func TestE2ESlurmGang(t *testing.T) {
 		run := upstack.WaitRun(t, ctx, rc, "killed", "the gang to train", func(r *gpupassv1.Run) bool {
 			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING
 		})
-		pid := 0
-		upstack.WaitFor(t, ctx, "rank 1's process", func() bool {
-			pid = upstack.JobProcess(run.Id+"-r1", "train_ddp.py")
-			return pid > 0
-		})
+		upstack.WaitFor(t, ctx, "rank 1's process", func() bool { return upstack.JobProcess(run.Id+"-r1", "train_ddp.py") > 0 })
 		time.Sleep(2 * time.Second) // training, not starting
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill -9 %d: %v", pid, err)
-		}
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
 		run = upstack.WaitEnd(t, ctx, rc, run.Id)
 		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		wantWhy := "rank 1 on " + rank1.NodeId + ": its task on slurm node "
@@ -140,13 +133,7 @@ func TestE2ESlurmGang(t *testing.T) {
 		run := upstack.WaitRun(t, ctx, rc, "restarted", "rank 0 past step 60", func(r *gpupassv1.Run) bool {
 			return upstack.StepAtLeast(ctx, rc, r.Id, 60)
 		})
-		pid := upstack.JobProcess(run.Id+"-r1", "train_ddp.py")
-		if pid == 0 {
-			t.Fatalf("no process of rank 1 (%s-r1) to kill", run.Id)
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill -9 %d: %v", pid, err)
-		}
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
 		run = upstack.WaitEnd(t, ctx, rc, run.Id)
 		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
