@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
 )
 
@@ -30,31 +29,12 @@ import (
 // verify command in it, pasted, passes.
 func TestActionKeylessThroughAct(t *testing.T) {
 	k := startKeylessCI(t, "act")
-	bin, path, act, sig := k.bin, k.path, k.runner, k.sig
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		testutil.Missing(t, "go on PATH (the action builds gpupass from source)")
-	}
+	bin, sig := k.bin, k.sig
 	gh := sigstoretest.GitHubClaims{Repository: "acme/train", Ref: "refs/pull/7/merge", SHA: strings.Repeat("0123abcd", 5)}
 	reqURL, reqToken := sig.GitHubActions(t, gh)
 	id, iss := gh.Identity(), sig.Issuer(gh)
 
-	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "act-keyless", "keyless.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	goenv := func(k string) string {
-		b, _ := exec.Command(gobin, "env", k).Output()
-		return strings.TrimSpace(string(b))
-	}
-	dir := gitRepo(t, ".", "https://github.com/acme/train.git")
-	os.RemoveAll(filepath.Join(dir, ".github", "workflows"))
-	if err := os.MkdirAll(filepath.Join(dir, ".github", "workflows"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ".github", "workflows", "keyless.yml"), wf, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := actRepo(t, "act-keyless/keyless.yml")
 	event := filepath.Join(t.TempDir(), "event.json")
 	os.WriteFile(event, []byte(`{"pull_request":{"number":7,"head":{"sha":"`+gh.SHA+`"}},"repository":{"full_name":"acme/train","name":"train","owner":{"login":"acme"}}}`), 0o644)
 	out := t.TempDir()
@@ -62,27 +42,12 @@ func TestActionKeylessThroughAct(t *testing.T) {
 	srv := githubComments(ghToken)
 	ts := httptest.NewServer(srv.handler())
 	defer ts.Close()
-	cmd := exec.Command(act, "pull_request",
-		"-P", "ubuntu-latest=-self-hosted",
+	log, runErr := k.runAct(t, dir, "pull_request", out, reqURL, reqToken,
 		"-e", event,
-		"--env", "E2E_OUT="+out,
-		"--env", "GITHUB_REPOSITORY=acme/train",
 		"--env", "GITHUB_API_URL="+ts.URL+"/api/v3",
 		"-s", "GITHUB_TOKEN="+ghToken,
-		"--env", "GOCACHE="+goenv("GOCACHE"),
-		"--env", "GOMODCACHE="+goenv("GOMODCACHE"),
-		// What a job granted id-token: write has.
-		"--env", "ACTIONS_ID_TOKEN_REQUEST_URL="+reqURL,
-		"--env", "ACTIONS_ID_TOKEN_REQUEST_TOKEN="+reqToken,
-		"--var", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
-		"--var", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot,
 		"--var", "SIGNER_IDENTITY="+id,
-		"--var", "SIGNER_ISSUER="+iss,
-	)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+path)
-	b, runErr := cmd.CombinedOutput()
-	log := string(b)
+		"--var", "SIGNER_ISSUER="+iss)
 	defer func() {
 		if t.Failed() {
 			t.Logf("act log:\n%s", log)
@@ -144,18 +109,14 @@ func TestActionKeylessThroughAct(t *testing.T) {
 		t.Fatalf("no verify command in the report comment:\n%s", c.Body)
 	}
 	t.Logf("the report comment's verify command: %s", fromComment)
-	sh := exec.Command("sh", "-c", fromComment)
-	sh.Dir, sh.Env = out, append(os.Environ(), "PATH="+path)
-	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
+	if b, err := k.paste(fromComment, out); err != nil || !strings.Contains(b, "verified audit-report.zip") {
 		t.Errorf("the report comment's verify command, pasted: %v\n%s", err, b)
 	}
 
 	zip := filepath.Join(out, "audit-report.zip")
 	// The summary's command, pasted in the directory holding the zip.
 	pasted := "gpupass audit verify audit-report.zip --certificate-identity " + id + " --certificate-oidc-issuer " + iss + " --trusted-root " + sig.TrustedRoot
-	sh = exec.Command("sh", "-c", pasted)
-	sh.Dir, sh.Env = out, append(os.Environ(), "PATH="+path)
-	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
+	if b, err := k.paste(pasted, out); err != nil || !strings.Contains(b, "verified audit-report.zip") {
 		t.Errorf("the summary's verify command, pasted: %v\n%s", err, b)
 	}
 	extract := filepath.Join(t.TempDir(), "x")

@@ -4,13 +4,11 @@ package ci_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/regtest"
 	"github.com/gpupass/gpupass/internal/testutil/sigstoretest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
@@ -27,11 +25,7 @@ import (
 // names the audit zip.
 func TestActionModelRefThroughAct(t *testing.T) {
 	k := startKeylessCI(t, "act")
-	act, sig := k.runner, k.sig
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		testutil.Missing(t, "go on PATH (the action builds gpupass from source)")
-	}
+	sig := k.sig
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
 	cfg := stack.Config(t)
 	reg := regtest.StartInProcessRegistry(t, true, nil)
@@ -39,41 +33,12 @@ func TestActionModelRefThroughAct(t *testing.T) {
 	reqURL, reqToken := sig.GitHubActions(t, gh)
 	id, iss := gh.Identity(), sig.Issuer(gh)
 
-	wf, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "internal", "ci", "testdata", "act-model", "model.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	goenv := func(k string) string {
-		b, _ := exec.Command(gobin, "env", k).Output()
-		return strings.TrimSpace(string(b))
-	}
-	dir := gitRepo(t, ".", "https://github.com/acme/train.git")
-	os.RemoveAll(filepath.Join(dir, ".github", "workflows"))
-	if err := os.MkdirAll(filepath.Join(dir, ".github", "workflows"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ".github", "workflows", "model.yml"), wf, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := actRepo(t, "act-model/model.yml")
 	out := t.TempDir()
-	cmd := exec.Command(act, "push",
-		"-P", "ubuntu-latest=-self-hosted",
-		"--env", "E2E_OUT="+out,
-		"--env", "GITHUB_REPOSITORY=acme/train",
-		"--env", "GOCACHE="+goenv("GOCACHE"),
-		"--env", "GOMODCACHE="+goenv("GOMODCACHE"),
-		"--env", "ACTIONS_ID_TOKEN_REQUEST_URL="+reqURL,
-		"--env", "ACTIONS_ID_TOKEN_REQUEST_TOKEN="+reqToken,
+	log, runErr := k.runAct(t, dir, "push", out, reqURL, reqToken,
 		"--var", "BROKER_URL="+cfg.BrokerURL,
 		"--var", "BROKER_TOKEN="+cfg.Token,
-		"--var", "REGISTRY="+reg,
-		"--var", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
-		"--var", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot,
-	)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+k.path)
-	b, runErr := cmd.CombinedOutput()
-	log := string(b)
+		"--var", "REGISTRY="+reg)
 	defer func() {
 		if t.Failed() {
 			t.Logf("act log:\n%s", upstack.Tail(log, 20000))
@@ -99,14 +64,12 @@ func TestActionModelRefThroughAct(t *testing.T) {
 		if !strings.Contains(log, "| signed keyless by | `"+id+"` |") {
 			t.Errorf("the %s step's summary does not say who signed", step.name)
 		}
-		sh := exec.Command("sh", "-c", m)
-		sh.Dir, sh.Env = out, append(os.Environ(), "PATH="+k.path)
-		vb, err := sh.CombinedOutput()
+		vb, err := k.paste(m, out)
 		t.Logf("the %s step's summary command %q, pasted:\n%s", step.name, m, vb)
-		if err != nil || !strings.Contains(string(vb), "verified "+digestRef) || !strings.Contains(string(vb), "ckpt-00000001.pt") {
+		if err != nil || !strings.Contains(vb, "verified "+digestRef) || !strings.Contains(vb, "ckpt-00000001.pt") {
 			t.Errorf("the %s step's verify command, pasted: %v", step.name, err)
 		}
-		if step.name == "audit" && !strings.Contains(string(vb), "audit     audit-report.zip, sha256:") {
+		if step.name == "audit" && !strings.Contains(vb, "audit     audit-report.zip, sha256:") {
 			t.Errorf("the audit step's model names no audit zip")
 		}
 	}

@@ -28,8 +28,8 @@ import (
 // command in it, pasted, passes.
 func TestGitLabComponentKeyless(t *testing.T) {
 	k := startKeylessCI(t, "gitlab-ci-local")
-	bin, path, glci, sig := k.bin, k.path, k.runner, k.sig
-	lookPath(t, path, "rsync")
+	bin, sig := k.bin, k.sig
+	lookPath(t, k.path, "rsync")
 	gl := sigstoretest.GitLabClaims{ProjectPath: "acme/train", Ref: "main", SHA: strings.Repeat("feedc0de", 5)}
 	token := sig.Token(t, gl)
 	id, iss := gl.Identity(), sig.Issuer(gl)
@@ -74,31 +74,12 @@ func TestGitLabComponentKeyless(t *testing.T) {
 	srv := gitlabNotes(glToken)
 	ts := httptest.NewServer(srv.handler())
 	defer ts.Close()
-	for name, body := range map[string][]byte{".gitlab-ci.yml": []byte(pipeline), "run.json": run} {
-		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, args := range [][]string{{"add", "-A"}, {"-c", "user.email=ci@gpupass.test", "-c", "user.name=gpupass test", "commit", "-q", "-m", "keyless audit"}} {
-		c := exec.Command("git", args...)
-		c.Dir = dir
-		if b, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, b)
-		}
-	}
-	cmd := exec.Command(glci, "--shell-executor-no-image", "--force-shell-executor",
-		"--variable", "GITLAB_CI=true",
-		"--variable", "SIGSTORE_ID_TOKEN="+token,
-		"--variable", "CI_API_V4_URL="+ts.URL+"/api/v4",
-		"--variable", "CI_MERGE_REQUEST_IID=3",
-		"--variable", "CI_MERGE_REQUEST_PROJECT_ID=42",
-		"--variable", "GPUPASS_GITLAB_TOKEN="+glToken,
-		"--variable", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
-		"--variable", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+path, "GITHUB_ACTIONS=", "CI=")
-	b, runErr := cmd.CombinedOutput()
-	log := string(b)
+	commitFiles(t, dir, "keyless audit", map[string][]byte{".gitlab-ci.yml": []byte(pipeline), "run.json": run})
+	log, runErr := k.runGitLabCI(dir, token,
+		"CI_API_V4_URL="+ts.URL+"/api/v4",
+		"CI_MERGE_REQUEST_IID=3",
+		"CI_MERGE_REQUEST_PROJECT_ID=42",
+		"GPUPASS_GITLAB_TOKEN="+glToken)
 	defer func() {
 		if t.Failed() {
 			t.Logf("pipeline log:\n%s", log)
@@ -152,16 +133,12 @@ func TestGitLabComponentKeyless(t *testing.T) {
 		t.Fatalf("no verify command in the report note:\n%s", note.Body)
 	}
 	t.Logf("the report note's verify command: %s", fromNote)
-	sh := exec.Command("sh", "-c", fromNote)
-	sh.Dir, sh.Env = filepath.Join(dir, ".gitlab-ci-local", "artifacts", "audit-again"), append(os.Environ(), "PATH="+path)
-	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-again.zip") {
+	if b, err := k.paste(fromNote, filepath.Join(dir, ".gitlab-ci-local", "artifacts", "audit-again")); err != nil || !strings.Contains(b, "verified audit-again.zip") {
 		t.Errorf("the report note's verify command, pasted: %v\n%s", err, b)
 	}
 
 	art := filepath.Join(dir, ".gitlab-ci-local", "artifacts", "gpupass-audit")
-	sh = exec.Command("sh", "-c", pasted)
-	sh.Dir, sh.Env = art, append(os.Environ(), "PATH="+path)
-	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "verified audit-report.zip") {
+	if b, err := k.paste(pasted, art); err != nil || !strings.Contains(b, "verified audit-report.zip") {
 		t.Errorf("the job log's verify command, pasted: %v\n%s", err, b)
 	}
 	zip := filepath.Join(art, "audit-report.zip")

@@ -4,7 +4,6 @@ package ci_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -27,7 +26,7 @@ import (
 // model-ref is written with a CI/CD variable, which GitLab expands.
 func TestGitLabComponentModelRef(t *testing.T) {
 	k := startKeylessCI(t, "gitlab-ci-local")
-	glci, sig := k.runner, k.sig
+	sig := k.sig
 	lookPath(t, k.path, "rsync")
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
 	cfg := stack.Config(t)
@@ -57,38 +56,16 @@ func TestGitLabComponentModelRef(t *testing.T) {
       trusted-root: $SIGSTORE_TRUSTED_ROOT
       model-ref: ` + reg + `/team/model:audited
 `
-	for name, body := range map[string]string{".gitlab-ci.yml": pipeline, "gpupass.yaml": string(spec),
-		"wd/write.sh": "echo 'step 1 loss 0.5'\nprintf weights > \"$GPUPASS_CHECKPOINT_DIR/ckpt-00000001.pt\"\n"} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, args := range [][]string{{"add", "-A"}, {"-c", "user.email=ci@gpupass.test", "-c", "user.name=gpupass test", "commit", "-q", "-m", "model-ref"}} {
-		c := exec.Command("git", args...)
-		c.Dir = dir
-		if b, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, b)
-		}
-	}
-	cmd := exec.Command(glci, "--shell-executor-no-image", "--force-shell-executor",
-		"--variable", "GITLAB_CI=true",
-		"--variable", "SIGSTORE_ID_TOKEN="+token,
-		"--variable", "GPUPASS_BROKER_URL="+cfg.BrokerURL,
-		"--variable", "GPUPASS_BROKER_TOKEN="+cfg.Token,
-		"--variable", "GPUPASS_RESUME_ELSEWHERE=true",
-		"--variable", "GPUPASS_PLAIN_HTTP=true",
+	commitFiles(t, dir, "model-ref", map[string][]byte{".gitlab-ci.yml": []byte(pipeline), "gpupass.yaml": spec,
+		"wd/write.sh": []byte("echo 'step 1 loss 0.5'\nprintf weights > \"$GPUPASS_CHECKPOINT_DIR/ckpt-00000001.pt\"\n")})
+	log, runErr := k.runGitLabCI(dir, token,
+		"GPUPASS_BROKER_URL="+cfg.BrokerURL,
+		"GPUPASS_BROKER_TOKEN="+cfg.Token,
+		"GPUPASS_RESUME_ELSEWHERE=true",
+		"GPUPASS_PLAIN_HTTP=true",
 		// model-ref names a CI/CD variable in one job, as a user writes
 		// $CI_REGISTRY_IMAGE/model:$CI_COMMIT_SHORT_SHA.
-		"--variable", "MODEL_REGISTRY="+reg,
-		"--variable", "SIGSTORE_SIGNING_CONFIG="+sig.SigningConfig,
-		"--variable", "SIGSTORE_TRUSTED_ROOT="+sig.TrustedRoot)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+k.path, "GITHUB_ACTIONS=", "CI=")
-	b, runErr := cmd.CombinedOutput()
-	log := string(b)
+		"MODEL_REGISTRY="+reg)
 	defer func() {
 		if t.Failed() {
 			t.Logf("pipeline log:\n%s", upstack.Tail(log, 20000))
@@ -111,14 +88,12 @@ func TestGitLabComponentModelRef(t *testing.T) {
 		if pasted == "" {
 			t.Fatalf("the %s job log has no verify command for %s:\n%s", job.name, m[1], jobLog)
 		}
-		sh := exec.Command("sh", "-c", pasted)
-		sh.Env = append(os.Environ(), "PATH="+k.path)
-		vb, err := sh.CombinedOutput()
+		vb, err := k.paste(pasted, "")
 		t.Logf("the %s job's verify command %q, pasted:\n%s", job.name, pasted, vb)
-		if err != nil || !strings.Contains(string(vb), "verified "+m[1]) || !strings.Contains(string(vb), "signed by "+id) {
+		if err != nil || !strings.Contains(vb, "verified "+m[1]) || !strings.Contains(vb, "signed by "+id) {
 			t.Errorf("the %s job's verify command, pasted: %v", job.name, err)
 		}
-		if job.name == "gpupass-audit" && !strings.Contains(string(vb), "audit     audit-report.zip, sha256:") {
+		if job.name == "gpupass-audit" && !strings.Contains(vb, "audit     audit-report.zip, sha256:") {
 			t.Errorf("the audit job's model names no audit zip")
 		}
 	}

@@ -5,7 +5,6 @@ package kubernetes_test
 import (
 	"bytes"
 	"context"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,11 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/client"
-	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/testutil/k8stest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -61,40 +56,9 @@ func TestE2EKubernetesGang(t *testing.T) {
 	stack := upstack.Start(t, upstack.Options{Regions: []string{region}, Args: append(args, kube...), Env: []string{env}})
 	stack.StartAgent(t, "k8s-second", region, append([]string{"--executor", "kubernetes", "--stack-dir", stack.State,
 		"--kube-image", image, "--job-ports", "29500-29599"}, kube...)...)
-	cfg := stack.Config(t)
-	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := stack.Runs(t)
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
 	diag := &gangDiag{c: c, ns: ns, rc: rc, stack: stack}
-	getRun := func(id string) *gpupassv1.Run {
-		t.Helper()
-		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
-		if err != nil {
-			t.Fatalf("run %s: %v", id, err)
-		}
-		return resp.Msg.Run
-	}
-	runNamed := func(name string) *gpupassv1.Run {
-		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
-		if err != nil {
-			return nil
-		}
-		for _, r := range resp.Msg.Runs {
-			if strings.HasPrefix(r.Name, name+"-") {
-				return r
-			}
-		}
-		return nil
-	}
-	terminal := func(r *gpupassv1.Run) bool {
-		switch r.State {
-		case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
-			return true
-		}
-		return false
-	}
 	// examples/ddp's spec, asking for 1 GB of storage rather than 10: the
 	// shared dir is on this machine's disk, which other tests fill.
 	b, err := os.ReadFile(filepath.Join(stack.Root, "examples", "ddp", "gpupass.yaml"))
@@ -106,34 +70,14 @@ func TestE2EKubernetesGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Both broker nodes certified: the dry-run shows them as a gang.
-	gangLine := regexp.MustCompile(`2 × agt-[0-9a-f]+, agt-[0-9a-f]+ in ` + region)
 	bothCertified := func(t *testing.T) {
 		t.Helper()
-		var out []byte
-		for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(time.Second) {
-			out, _ = gp("validate", "--spec", sp, "--dry-run", "--region", region).CombinedOutput()
-			if gangLine.Match(out) {
-				return
-			}
-		}
-		t.Fatalf("no gang of the two agents' nodes in validate --dry-run within 3m:\n%s", out)
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		stack.WaitGang(t, wctx, sp, region, 2)
 	}
 
-	// The reference: one process, no rendezvous, the same global batch.
-	ref := filepath.Join(t.TempDir(), "metrics.jsonl")
-	one := exec.CommandContext(ctx, py, filepath.Join(stack.Root, "examples", "ddp", "train_ddp.py"), "--steps", strconv.Itoa(gangSteps))
-	one.Env = append(os.Environ(), "GPUPASS_METRICS_FILE="+ref)
-	if out, err := one.CombinedOutput(); err != nil {
-		t.Fatalf("1 rank: %v\n%s", err, out)
-	}
-	series, err := metrics.ReadFile(ref, metrics.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int64]float64{}
-	for _, p := range series.Points {
-		want[p.Step] = p.Value
-	}
+	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, gangSteps)
 
 	t.Run("two pods give one rank's curve", func(t *testing.T) {
 		bothCertified(t)
@@ -142,11 +86,11 @@ func TestE2EKubernetesGang(t *testing.T) {
 		if err != nil {
 			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
 		}
-		run := runNamed("kgang")
+		run := upstack.RunNamed(ctx, rc, "kgang")
 		if run == nil {
 			t.Fatal("the gang's run is not listed")
 		}
-		rank1 := getRun(run.Id + "-r1")
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 			t.Fatalf("run %s %s (%s), rank 1 %s (%s): want both succeeded", run.Id, run.State, run.Reason, rank1.State, rank1.Reason)
 		}
@@ -176,25 +120,11 @@ func TestE2EKubernetesGang(t *testing.T) {
 		if strings.Contains(log1, `"component":"trainer"`) {
 			t.Errorf("rank 1's log has rank 0's lines:\n%s", upstack.Tail(log1, 2000))
 		}
-		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var worst float64
-		n := 0
-		for _, p := range mr.Msg.Points {
-			w, ok := want[p.Step]
-			if !ok {
-				continue
-			}
-			n++
-			if d := math.Abs(w - p.Values["loss"]); d > worst || math.IsNaN(d) {
-				worst = d
-			}
-		}
-		t.Logf("2 pods on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", run.NodeId, rank1.NodeId, worst, n)
-		if n != gangSteps || !(worst <= 1e-5) {
-			t.Errorf("2 ranks: %d of %d steps, max |Δloss| %g against 1 rank with the same global batch; want every step within 1e-5", n, gangSteps, worst)
+		got, points := upstack.Loss(t, ctx, rc, run.Id)
+		worst := upstack.MaxDelta(want, got)
+		t.Logf("2 pods on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", run.NodeId, rank1.NodeId, worst, len(got))
+		if len(got) != gangSteps || points != gangSteps || !(worst <= 1e-5) {
+			t.Errorf("2 ranks: %d of %d steps (%d points), max |Δloss| %g against 1 rank with the same global batch; want every step once, within 1e-5", len(got), gangSteps, points, worst)
 		}
 		// The issue's "each audit verified with every node's report".
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 2000))
@@ -211,7 +141,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 		}
 		var run *gpupassv1.Run
 		diag.wait(t, ctx, "the gang to train", "", func() bool {
-			run = runNamed("kcancel")
+			run = upstack.RunNamed(ctx, rc, "kcancel")
 			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run.HeldThrough > 5
 		})
 		gang := "gpupass.dev/gang=" + run.Id
@@ -219,10 +149,10 @@ func TestE2EKubernetesGang(t *testing.T) {
 			t.Fatalf("cancel: %v\n%s", err, b)
 		}
 		diag.wait(t, ctx, "both ranks to end", run.Id, func() bool {
-			return terminal(getRun(run.Id)) && terminal(getRun(run.Id+"-r1"))
+			return upstack.Terminal(upstack.GetRun(t, ctx, rc, run.Id)) && upstack.Terminal(upstack.GetRun(t, ctx, rc, run.Id+"-r1"))
 		})
 		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if r := getRun(id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+			if r := upstack.WaitEnd(t, ctx, rc, id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
 				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
 			}
 		}
@@ -241,7 +171,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 		}
 		var run *gpupassv1.Run
 		diag.wait(t, ctx, "the gang to train", "", func() bool {
-			run = runNamed("kkilled")
+			run = upstack.RunNamed(ctx, rc, "kkilled")
 			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && run.HeldThrough > 5
 		})
 		gang := "gpupass.dev/gang=" + run.Id
@@ -252,10 +182,10 @@ func TestE2EKubernetesGang(t *testing.T) {
 		})
 		c.Kubectl(t, "-n", ns, "delete", "pod", "-l", gang+",gpupass.dev/rank=1", "--wait=false")
 		diag.wait(t, ctx, "the run to end", run.Id, func() bool {
-			run = getRun(run.Id)
-			return terminal(run)
+			run = upstack.GetRun(t, ctx, rc, run.Id)
+			return upstack.Terminal(run)
 		})
-		rank1 := getRun(run.Id + "-r1")
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		wantWhy := "rank 1 on " + rank1.NodeId + ":"
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(run.Reason, wantWhy) {
 			t.Errorf("run after rank 1's pod was deleted: %s (%s), want failed with %q", run.State, run.Reason, wantWhy)

@@ -19,7 +19,6 @@ import (
 	"connectrpc.com/connect"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/client"
 	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/testutil/k8stest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
@@ -57,21 +56,9 @@ func TestE2EKubernetesGangRestart(t *testing.T) {
 	stack := upstack.Start(t, upstack.Options{Regions: []string{region}, Args: append(args, kube...), Env: []string{env}})
 	stack.StartAgent(t, "k8s-second", region, append([]string{"--executor", "kubernetes", "--stack-dir", stack.State,
 		"--kube-image", image, "--job-ports", "29500-29599"}, kube...)...)
-	cfg := stack.Config(t)
-	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := stack.Runs(t)
 	diag := &gangDiag{c: c, ns: ns, rc: rc, stack: stack}
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
-	getRun := func(id string) *gpupassv1.Run {
-		t.Helper()
-		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
-		if err != nil {
-			t.Fatalf("run %s: %v", id, err)
-		}
-		return resp.Msg.Run
-	}
 	b, err := os.ReadFile(filepath.Join(stack.Root, "examples", "ddp", "gpupass.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -151,10 +138,10 @@ func TestE2EKubernetesGangRestart(t *testing.T) {
 	}
 	t.Logf("killed rank 1's python (pid %d) with rank 0 at step %d; the first attempt's pods: %v", pid, killedAt, first)
 	diag.wait(t, ctx, "the run to end", run.Id, func() bool {
-		run = getRun(run.Id)
+		run = upstack.GetRun(t, ctx, rc, run.Id)
 		return ended(run)
 	})
-	rank1 := getRun(run.Id + "-r1")
+	rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 	t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
 	if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
 		t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart\n%s",
@@ -183,7 +170,7 @@ func TestE2EKubernetesGangRestart(t *testing.T) {
 	var from int64
 	for rank, id := range []string{run.Id, rank1.Id} {
 		text, n := upstack.RunLog(t, ctx, rc, id)
-		r := getRun(id)
+		r := upstack.GetRun(t, ctx, rc, id)
 		if n != r.LastSeq || !r.LogComplete {
 			t.Errorf("rank %d: %d records read, last seq %d, log complete %v: want every record once", rank, n, r.LastSeq, r.LogComplete)
 		}

@@ -8,10 +8,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
+	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
@@ -47,11 +49,8 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 		stack.StartAgent(t, "fast-link-"+string(rune('a'+i)), region, "--bandwidth-gbps", "100000",
 			"--job-address", "127.0.0.1", "--job-ports", ports)
 	}
+	rc := stack.Runs(t)
 	cfg := stack.Config(t)
-	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
 	nc, err := client.Dial(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
@@ -86,17 +85,11 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 		return o.String(), o.String() + e.String(), code
 	}
 	runNamed := func(name string) *gpupassv1.Run {
-		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
-		if err != nil {
-			t.Fatal(err)
+		r := upstack.RunNamed(ctx, rc, name)
+		if r == nil {
+			t.Fatalf("no run named %s", name)
 		}
-		for _, r := range resp.Msg.Runs {
-			if strings.HasPrefix(r.Name, name+"-") {
-				return r
-			}
-		}
-		t.Fatalf("no run named %s", name)
-		return nil
+		return r
 	}
 	// A spec declaring the link the nodes claim.
 	absurd := filepath.Join(stack.Root, "examples", "ddp", "gpupass-absurd-link.yaml")
@@ -137,11 +130,11 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil || !res.Match || res.Uncertified != "" {
 		t.Errorf("audit -o json: %s (%v), want every rank matching", stdout, err)
 	}
-	files := zipFiles(t, zipPath)
+	files := testutil.ZipFiles(t, zipPath)
 	for rank, name := range map[int]string{0: "conformance-report.json", 1: "rank-1-conformance-report.json"} {
 		rep, ok := files[name]
 		if !ok {
-			t.Errorf("the audit zip has no %s: %v", name, keys(files))
+			t.Errorf("the audit zip has no %s: %v", name, slices.Sorted(maps.Keys(files)))
 			continue
 		}
 		var r struct {
@@ -217,7 +210,7 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 
 	out, code = train("required", "--require-bandwidth")
 	r := runNamed("required")
-	r = getRunE2E(t, ctx, rc, r.Id)
+	r = upstack.GetRun(t, ctx, rc, r.Id)
 	t.Logf("with --require-bandwidth: exit %d, %s: %s", code, r.State, r.Reason)
 	if code == 0 || r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(r.Reason, "below the declared 100000 Gbit/s") ||
 		!strings.Contains(r.Reason, "--require-bandwidth") || !strings.Contains(r.Reason, "measured ") {
@@ -230,15 +223,6 @@ func gpOK(t *testing.T, gp func(...string) (string, string, int), args ...string
 	return all, code
 }
 
-func getRunE2E(t *testing.T, ctx context.Context, rc *client.RunClients, id string) *gpupassv1.Run {
-	t.Helper()
-	resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Msg.Run
-}
-
 // rankKey is rank 1's agent key as the broker serves it (rank 0's when
 // the broker serves no rank: verify then fails on rank 1's key).
 func rankKey(ev *gpupassv1.GetRunEvidenceResponse) []byte {
@@ -248,37 +232,6 @@ func rankKey(ev *gpupassv1.GetRunEvidenceResponse) []byte {
 		}
 	}
 	return ev.AgentPublicKeyPem
-}
-
-func zipFiles(t *testing.T, path string) map[string][]byte {
-	t.Helper()
-	zr, err := zip.OpenReader(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	out := map[string][]byte{}
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[f.Name] = b
-	}
-	return out
-}
-
-func keys(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // writeZipWithout copies the zip at from to to without the entry drop.

@@ -4,14 +4,11 @@ package gpupass_test
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"connectrpc.com/connect"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
@@ -37,11 +34,7 @@ func TestGangAgentKilled(t *testing.T) {
 	defer cancel()
 	const region = "gang-faults"
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}})
-	cfg := stack.Config(t)
-	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := stack.Runs(t)
 	// Job ports apart from up's own agents' (29500 on).
 	agents := map[string]*upstack.Agent{}
 	for i, name := range []string{"gang-a", "gang-b", "gang-c"} {
@@ -49,6 +42,7 @@ func TestGangAgentKilled(t *testing.T) {
 		agents[name] = stack.StartAgent(t, name, region, "--job-address", "127.0.0.1",
 			"--job-ports", strconv.Itoa(lo)+"-"+strconv.Itoa(lo+99), "--price-per-hour", strconv.FormatFloat(2.4+0.1*float64(i), 'f', 1, 64))
 	}
+	cfg := stack.Config(t)
 	nc, err := client.Dial(cfg.BrokerURL, client.Options{Token: cfg.Token})
 	if err != nil {
 		t.Fatal(err)
@@ -58,44 +52,18 @@ func TestGangAgentKilled(t *testing.T) {
 	for name, a := range agents {
 		nodeAgent[f.nodeID(name)] = a
 	}
-	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
-	getRun := func(id string) *gpupassv1.Run {
-		t.Helper()
-		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
-		if err != nil {
-			t.Fatalf("run %s: %v", id, err)
-		}
-		return resp.Msg.Run
-	}
-	upstack.WaitFor(t, ctx, "a gang of two in "+region, func() bool {
-		b, _ := gp("validate", "--spec", "examples/ddp/gpupass.yaml", "--dry-run", "--region", region).CombinedOutput()
-		return strings.Contains(string(b), "2 × ")
-	})
+	stack.WaitGang(t, ctx, "examples/ddp/gpupass.yaml", region, 2)
 
 	const total = 200
-	if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+	if b, err := stack.Command(ctx, "train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
 		"--name", "lost", "--resume-elsewhere", "--max-restarts", "1", "--", py, "train_ddp.py", "--timeout", "60",
 		"--steps", strconv.Itoa(total), "--step-sleep", "0.05").CombinedOutput(); err != nil {
 		t.Fatalf("train: %v\n%s", err, b)
 	}
-	var run *gpupassv1.Run
-	upstack.WaitFor(t, ctx, "rank 0 past step 60", func() bool {
-		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
-		if err != nil {
-			return false
-		}
-		for _, r := range resp.Msg.Runs {
-			if strings.HasPrefix(r.Name, "lost-") {
-				run = r
-			}
-		}
-		if run == nil {
-			return false
-		}
-		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-		return err == nil && len(mr.Msg.Points) > 0 && mr.Msg.Points[len(mr.Msg.Points)-1].Step >= 60
+	run := upstack.WaitRun(t, ctx, rc, "lost", "rank 0 past step 60", func(r *gpupassv1.Run) bool {
+		return upstack.StepAtLeast(ctx, rc, r.Id, 60)
 	})
-	rank1 := getRun(run.Id + "-r1")
+	rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 	victim := nodeAgent[rank1.NodeId]
 	if victim == nil {
 		t.Fatalf("rank 1 is on %s, none of this test's agents", rank1.NodeId)
@@ -104,15 +72,8 @@ func TestGangAgentKilled(t *testing.T) {
 	victim.Kill9(t)
 	t.Logf("killed -9 %s (%s), rank 1's node, at step ≥ 60", victim.Name, dead)
 
-	upstack.WaitFor(t, ctx, "the run to end", func() bool {
-		run = getRun(run.Id)
-		switch run.State {
-		case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
-			return true
-		}
-		return false
-	})
-	rank1 = getRun(run.Id + "-r1")
+	run = upstack.WaitEnd(t, ctx, rc, run.Id)
+	rank1 = upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 	t.Logf("run %s on %s, rank 1 %s on %s, replaced %v: %s", run.State, run.NodeId, rank1.State, rank1.NodeId, run.ReplacedNodes, run.Reason)
 	if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 		t.Fatalf("run %s (%s), rank 1 %s (%s): want both succeeded on a fresh gang", run.State, run.Reason, rank1.State, rank1.Reason)
@@ -123,26 +84,13 @@ func TestGangAgentKilled(t *testing.T) {
 	if !slices.Contains(append(run.ReplacedNodes, rank1.ReplacedNodes...), dead) {
 		t.Logf("replaced nodes of rank 0 %v, rank 1 %v (the dead node %s not listed)", run.ReplacedNodes, rank1.ReplacedNodes, dead)
 	}
-	// RunLog fails on a record lost or repeated; the broker holds all.
+	// CheckLog fails on a record lost or repeated; the broker holds all.
 	for rank, id := range []string{run.Id, rank1.Id} {
-		l, n := upstack.RunLog(t, ctx, rc, id)
-		r := getRun(id)
-		if n != r.LastSeq || !r.LogComplete {
-			t.Errorf("%s: %d records read, last seq %d, log complete %v: want every record once", id, n, r.LastSeq, r.LogComplete)
-		}
-		if !strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
+		if l := upstack.CheckLog(t, ctx, rc, id); !strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
 			t.Errorf("rank %d's log does not show it resumed from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
 		}
 	}
-	mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := map[int64]bool{}
-	for _, p := range mr.Msg.Points {
-		steps[p.Step] = true
-	}
-	if len(steps) != total {
+	if steps, _ := upstack.Loss(t, ctx, rc, run.Id); len(steps) != total {
 		t.Errorf("the restarted gang's metrics hold %d of %d steps", len(steps), total)
 	}
 }

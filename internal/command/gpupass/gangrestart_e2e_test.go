@@ -4,21 +4,13 @@ package gpupass_test
 
 import (
 	"context"
-	"math"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
-	"github.com/gpupass/gpupass/internal/client"
-	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
@@ -44,27 +36,8 @@ func TestGangRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}, Args: []string{"--agents-per-region", "2"}})
-	cfg := stack.Config(t)
-	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := stack.Runs(t)
 	gp := func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
-	getRun := func(t testing.TB, id string) *gpupassv1.Run {
-		t.Helper()
-		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
-		if err != nil {
-			t.Fatalf("run %s: %v", id, err)
-		}
-		return resp.Msg.Run
-	}
-	terminal := func(r *gpupassv1.Run) bool {
-		switch r.State {
-		case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
-			return true
-		}
-		return false
-	}
 	submit := func(t testing.TB, name string, args ...string) *gpupassv1.Run {
 		t.Helper()
 		cmd := append([]string{"train", "--spec", "examples/ddp/gpupass.yaml", "--region", "us-west-2", "--workdir", "examples/ddp",
@@ -73,91 +46,36 @@ func TestGangRestart(t *testing.T) {
 		if err != nil {
 			t.Fatalf("gpupass %s: %v\n%s", strings.Join(cmd, " "), err, out)
 		}
-		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
-		if err != nil {
-			t.Fatal(err)
+		run := upstack.RunNamed(ctx, rc, name)
+		if run == nil {
+			t.Fatalf("run %s not listed after train printed:\n%s", name, out)
 		}
-		for _, r := range resp.Msg.Runs {
-			if strings.HasPrefix(r.Name, name+"-") {
-				return r
-			}
-		}
-		t.Fatalf("run %s not listed after train printed:\n%s", name, out)
-		return nil
+		return run
 	}
-	// checkLog reads a rank's whole log (upstack.RunLog fails on a gap
-	// or a repeated seq) and checks the broker holds all of it.
-	checkLog := func(t testing.TB, id string) string {
-		t.Helper()
-		text, n := upstack.RunLog(t, ctx, rc, id)
-		r := getRun(t, id)
-		if n != r.LastSeq || !r.LogComplete {
-			t.Errorf("%s: %d records read, last seq %d, log complete %v: want every record once", id, n, r.LastSeq, r.LogComplete)
-		}
-		return text
-	}
-
-	ref := filepath.Join(t.TempDir(), "metrics.jsonl")
-	one := exec.CommandContext(ctx, py, filepath.Join(stack.Root, "examples", "ddp", "train_ddp.py"), "--steps", strconv.Itoa(restartSteps))
-	one.Env = append(os.Environ(), "GPUPASS_METRICS_FILE="+ref)
-	if out, err := one.CombinedOutput(); err != nil {
-		t.Fatalf("1 rank: %v\n%s", err, out)
-	}
-	series, err := metrics.ReadFile(ref, metrics.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int64]float64{}
-	for _, p := range series.Points {
-		want[p.Step] = p.Value
-	}
+	ref, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, restartSteps)
 
 	t.Run("a rank killed -9 restarts the gang from the checkpoint", func(t *testing.T) {
 		run := submit(t, "restart", "--steps", strconv.Itoa(restartSteps), "--step-sleep", restartSleep)
-		upstack.WaitFor(t, ctx, "rank 0 past step 60", func() bool {
-			mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-			return err == nil && len(mr.Msg.Points) > 0 && mr.Msg.Points[len(mr.Msg.Points)-1].Step >= 60
-		})
-		pid := jobProcess(run.Id+"-r1", "train_ddp.py")
-		if pid == 0 {
-			t.Fatalf("no process of rank 1 (%s-r1) to kill", run.Id)
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill -9 %d: %v", pid, err)
-		}
-		upstack.WaitFor(t, ctx, "the run to end", func() bool {
-			run = getRun(t, run.Id)
-			return terminal(run)
-		})
-		rank1 := getRun(t, run.Id+"-r1")
+		upstack.WaitFor(t, ctx, "rank 0 past step 60", func() bool { return upstack.StepAtLeast(ctx, rc, run.Id, 60) })
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
+		run = upstack.WaitEnd(t, ctx, rc, run.Id)
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
 			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
 				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
 		}
-		log0, log1 := checkLog(t, run.Id), checkLog(t, rank1.Id)
+		log0, log1 := upstack.CheckLog(t, ctx, rc, run.Id), upstack.CheckLog(t, ctx, rc, rank1.Id)
 		for rank, l := range []string{log0, log1} {
 			if !strings.Contains(l, "the gang restarted: every rank resumes from rank 0's last shipped checkpoint") ||
 				!strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
 				t.Errorf("rank %d's log does not mark the restart from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
 			}
 		}
-		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-		if err != nil {
-			t.Fatal(err)
-		}
 		// The resumed attempt logs the steps after the checkpoint again:
 		// the curve is each step's last value.
-		got := map[int64]float64{}
-		for _, p := range mr.Msg.Points {
-			got[p.Step] = p.Values["loss"]
-		}
-		var worst float64
-		for step, w := range want {
-			if d := math.Abs(w - got[step]); d > worst || math.IsNaN(d) {
-				worst = d
-			}
-		}
+		got, _ := upstack.Loss(t, ctx, rc, run.Id)
+		worst := upstack.MaxDelta(want, got)
 		t.Logf("after the restart: max |Δloss| %.3g over %d of %d steps against 1 uninterrupted rank", worst, len(got), restartSteps)
 		if len(got) != restartSteps || !(worst <= 1e-5) {
 			t.Errorf("restarted gang: %d of %d steps, max |Δloss| %g; want every step within 1e-5 of the uninterrupted run", len(got), restartSteps, worst)
@@ -205,16 +123,7 @@ func TestGangRestart(t *testing.T) {
 		if !strings.Contains(string(out), "us-west-2/1 | ") || !strings.Contains(string(out), "us-west-2/0 | ") {
 			t.Errorf("train --follow of a gang: want both ranks' lines marked:\n%s", upstack.Tail(string(out), 3000))
 		}
-		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var run *gpupassv1.Run
-		for _, r := range resp.Msg.Runs {
-			if strings.HasPrefix(r.Name, "nan-") {
-				run = r
-			}
-		}
+		run := upstack.RunNamed(ctx, rc, "nan")
 		if run == nil {
 			t.Fatal("the NaN run is not listed")
 		}
@@ -222,8 +131,8 @@ func TestGangRestart(t *testing.T) {
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
 			t.Fatalf("run %s (%s) after %d restart(s): want succeeded after 1", run.State, run.Reason, run.Restarts)
 		}
-		log1 := checkLog(t, run.Id+"-r1")
-		checkLog(t, run.Id)
+		log1 := upstack.CheckLog(t, ctx, rc, run.Id+"-r1")
+		upstack.CheckLog(t, ctx, rc, run.Id)
 		if !strings.Contains(strings.ToLower(log1), "non-finite loss nan at step 60") || !strings.Contains(log1, `"msg":"rank 1 resumed from`) {
 			t.Errorf("rank 1's log has no NaN at step 60 followed by a resume:\n%s", upstack.Tail(log1, 3000))
 		}

@@ -210,8 +210,8 @@ func TestNoFlagReadsTheRendezvous(t *testing.T) {
 	if err := flagenv.Apply(logs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if f := logs.Flags().Lookup("rank"); f.Changed || f.Value.String() != "-1" {
-		t.Errorf("gpupass logs --rank is %s (changed %v) with GPUPASS_RANK=1 in the environment, want -1: every rank", f.Value, f.Changed)
+	if f := logs.Flags().Lookup("rank"); f.Changed || f.Value.String() != "" {
+		t.Errorf("gpupass logs --rank is %q (changed %v) with GPUPASS_RANK=1 in the environment, want it unset: every rank", f.Value, f.Changed)
 	}
 	var environ []string
 	for _, n := range rendezvous.Names() {
@@ -219,5 +219,54 @@ func TestNoFlagReadsTheRendezvous(t *testing.T) {
 	}
 	if w := flagenv.Typos(environ, flagVars(NewRoot())); len(w) > 0 {
 		t.Errorf("a gpupass command in a gang's job warns: %q", w)
+	}
+}
+
+// TestLogsRankFlag: `gpupass logs --rank` left out means every rank, and
+// its help says so with no number standing for "none"; a rank is 0 or
+// more, and anything else is refused naming the flag and what to give.
+func TestLogsRankFlag(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"logs", "--help"}, strings.NewReader(""), &stdout, &stderr); code != ExitOK {
+		t.Fatalf("logs --help: exit %d, stderr: %s", code, stderr.String())
+	}
+	var line string
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		if strings.Contains(l, "--rank ") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "--rank int") || !strings.Contains(line, "default every rank") || strings.Contains(line, "(default") {
+		t.Errorf("logs --help's --rank line: %q; want it to say every rank is the default, with no default value", line)
+	}
+	for _, tc := range []struct {
+		arg  string
+		want *int
+		err  string
+	}{
+		{"", nil, ""},
+		{"0", new(int), ""},
+		{"-1", nil, `invalid argument "-1" for "--rank" flag: want a rank: 0 (the run's own), 1, …; leave --rank out for every rank`},
+		{"one", nil, `invalid argument "one" for "--rank" flag: want a rank`},
+	} {
+		o := &LogsOptions{}
+		cmd := &cobra.Command{Use: "logs", RunE: func(*cobra.Command, []string) error { return nil }}
+		o.AddFlags(cmd)
+		args := []string{}
+		if tc.arg != "" {
+			args = append(args, "--rank", tc.arg)
+		}
+		err := cmd.ParseFlags(args)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("--rank %s: %v, want an error %q", tc.arg, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("--rank %q: %v", tc.arg, err)
+		case (o.Rank == nil) != (tc.want == nil) || o.Rank != nil && *o.Rank != *tc.want:
+			t.Errorf("--rank %q: Rank %v, want %v", tc.arg, o.Rank, tc.want)
+		}
 	}
 }

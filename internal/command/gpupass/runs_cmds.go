@@ -2,6 +2,7 @@ package gpupass
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -29,8 +30,8 @@ type LogsOptions struct {
 	Follow   bool
 	Metrics  bool
 	AfterSeq uint64
-	// Rank is the one rank of a gang to show (-1: every rank).
-	Rank int
+	// Rank is the one rank of a gang to show; nil: every rank.
+	Rank *int
 }
 
 // AddFlags registers logs' flags.
@@ -40,9 +41,31 @@ func (o *LogsOptions) AddFlags(cmd *cobra.Command) {
 	f.BoolVarP(&o.Follow, "follow", "f", false, "keep streaming until the run ends; exit 1 when it did not succeed or its log is disputed")
 	f.BoolVar(&o.Metrics, "metrics", false, "include metric points")
 	f.Uint64Var(&o.AfterSeq, "after-seq", 0, "only records after this sequence number (of each rank, for a run across several nodes)")
-	f.IntVar(&o.Rank, "rank", -1, "a run across several nodes: only this rank's log (0 is the run's own; default every rank, each line marked REGION/RANK; no variable sets it: GPUPASS_RANK is every gang job's own rank)")
+	f.Var(rankValue{&o.Rank}, "rank", "a run across several nodes: only this rank's log (0 is the run's own; default every rank, each line marked REGION/RANK; no variable sets it: GPUPASS_RANK is every gang job's own rank)")
 	flagenv.NoEnv(f, "rank")
 }
+
+// rankValue is --rank: unset, it stands for every rank, and its help
+// shows no default (an int flag's would be a number meaning none).
+type rankValue struct{ p **int }
+
+func (v rankValue) String() string {
+	if v.p == nil || *v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(**v.p)
+}
+
+func (v rankValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return errors.New("want a rank: 0 (the run's own), 1, …; leave --rank out for every rank")
+	}
+	*v.p = &n
+	return nil
+}
+
+func (rankValue) Type() string { return "int" }
 
 func newLogsCmd(g *GlobalOptions) *cobra.Command {
 	o := &LogsOptions{Global: g}
@@ -81,8 +104,8 @@ func RunLogs(ctx context.Context, o *LogsOptions, out, errOut io.Writer) error {
 	p := &runlog.Printer{Out: out, JSON: o.Global.format() == output.JSON}
 	run := resp.Msg.Run
 	follow := runlog.FollowGang
-	if o.Rank >= 0 {
-		if run, err = rankOf(ctx, c, run, o.Rank, o.Broker.URL); err != nil {
+	if o.Rank != nil {
+		if run, err = rankOf(ctx, c, run, *o.Rank, o.Broker.URL); err != nil {
 			return err
 		}
 		follow = runlog.Follow

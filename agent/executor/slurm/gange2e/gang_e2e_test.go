@@ -6,23 +6,16 @@
 package gange2e
 
 import (
-	"bytes"
 	"context"
-	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/client"
-	"github.com/gpupass/gpupass/internal/metrics"
 	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
@@ -48,32 +41,18 @@ func TestE2ESlurmGang(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
 	defer cancel()
 	g := startGang(t, ctx)
-	c, py, stack, rc, gp, getRun, runNamed := g.c, g.py, g.stack, g.rc, g.gp, g.getRun, g.runNamed
+	c, py, stack, rc, gp := g.c, g.py, g.stack, g.rc, g.gp
 
-	// The reference: one process, no rendezvous, the same global batch.
-	ref := filepath.Join(t.TempDir(), "metrics.jsonl")
-	one := exec.CommandContext(ctx, py, filepath.Join(stack.Root, "examples", "ddp", "train_ddp.py"), "--steps", strconv.Itoa(steps))
-	one.Env = append(os.Environ(), "GPUPASS_METRICS_FILE="+ref)
-	if out, err := one.CombinedOutput(); err != nil {
-		t.Fatalf("1 rank: %v\n%s", err, out)
-	}
-	series, err := metrics.ReadFile(ref, metrics.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int64]float64{}
-	for _, p := range series.Points {
-		want[p.Step] = p.Value
-	}
+	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, steps)
 
 	t.Run("two ranks in one sbatch -N2 job give one rank's curve", func(t *testing.T) {
 		out, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
 			"--name", "gang", "--follow", "--", py, "train_ddp.py", "--steps", strconv.Itoa(steps), "--timeout", "60").CombinedOutput()
-		run := runNamed("gang")
+		run := upstack.RunNamed(ctx, rc, "gang")
 		if err != nil || run == nil {
 			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
 		}
-		rank1 := getRun(run.Id + "-r1")
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
 			t.Fatalf("run %s %s (%s), rank 1 %s (%s): want both succeeded", run.Id, run.State, run.Reason, rank1.State, rank1.Reason)
 		}
@@ -107,25 +86,11 @@ func TestE2ESlurmGang(t *testing.T) {
 		if !strings.Contains(log0, "slurm job") || !strings.Contains(log1, "rank 1 of 2: slurm job") {
 			t.Errorf("the ranks' logs do not name the one slurm job:\n%s\n---\n%s", upstack.Tail(log0, 1500), upstack.Tail(log1, 1500))
 		}
-		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var worst float64
-		n := 0
-		for _, p := range mr.Msg.Points {
-			w, ok := want[p.Step]
-			if !ok {
-				continue
-			}
-			n++
-			if d := math.Abs(w - p.Values["loss"]); d > worst || math.IsNaN(d) {
-				worst = d
-			}
-		}
-		t.Logf("2 ranks on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", run.NodeId, rank1.NodeId, worst, n)
-		if n != steps || !(worst <= 1e-5) {
-			t.Errorf("2 ranks: %d of %d steps, max |Δloss| %g against 1 rank with the same global batch; want every step within 1e-5", n, steps, worst)
+		got, points := upstack.Loss(t, ctx, rc, run.Id)
+		worst := upstack.MaxDelta(want, got)
+		t.Logf("2 ranks on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", run.NodeId, rank1.NodeId, worst, len(got))
+		if len(got) != steps || points != steps || !(worst <= 1e-5) {
+			t.Errorf("2 ranks: %d of %d steps (%d points), max |Δloss| %g against 1 rank with the same global batch; want every step once, within 1e-5", len(got), steps, points, worst)
 		}
 		// The issue's "each audit verified with every node's report".
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 2000))
@@ -138,25 +103,14 @@ func TestE2ESlurmGang(t *testing.T) {
 			"--name", "killed", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
-		var run *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
-			run = runNamed("killed")
-			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING
+		run := upstack.WaitRun(t, ctx, rc, "killed", "the gang to train", func(r *gpupassv1.Run) bool {
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING
 		})
-		pid := 0
-		upstack.WaitFor(t, ctx, "rank 1's process", func() bool {
-			pid = jobProcess(run.Id+"-r1", "train_ddp.py")
-			return pid > 0
-		})
+		upstack.WaitFor(t, ctx, "rank 1's process", func() bool { return upstack.JobProcess(run.Id+"-r1", "train_ddp.py") > 0 })
 		time.Sleep(2 * time.Second) // training, not starting
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill -9 %d: %v", pid, err)
-		}
-		upstack.WaitFor(t, ctx, "the run to end", func() bool {
-			run = getRun(run.Id)
-			return terminal(run)
-		})
-		rank1 := getRun(run.Id + "-r1")
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
+		run = upstack.WaitEnd(t, ctx, rc, run.Id)
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		wantWhy := "rank 1 on " + rank1.NodeId + ": its task on slurm node "
 		t.Logf("run %s: %s", run.State, run.Reason)
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(run.Reason, wantWhy) || strings.Contains(run.Reason, "rank 0 on") {
@@ -165,10 +119,8 @@ func TestE2ESlurmGang(t *testing.T) {
 		if rank1.State != gpupassv1.AllocState_ALLOC_STATE_FAILED {
 			t.Errorf("rank 1: %s (%s), want failed", rank1.State, rank1.Reason)
 		}
-		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id)); q != "" {
-			t.Errorf("the gang's job is still in squeue after the run ended:\n%s", q)
-		}
-		if pid := jobProcess(run.Id, "train_ddp.py"); pid > 0 {
+		noJob(t, c, run.Id, "the run ended")
+		if pid := upstack.JobProcess(run.Id, "train_ddp.py"); pid > 0 {
 			t.Errorf("rank 0's process %d still runs after the run ended", pid)
 		}
 	})
@@ -180,26 +132,12 @@ func TestE2ESlurmGang(t *testing.T) {
 			"--step-sleep", "0.05", "--timeout", "60").CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
-		var run *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "rank 0 past step 60", func() bool {
-			if run = runNamed("restarted"); run == nil {
-				return false
-			}
-			mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-			return err == nil && len(mr.Msg.Points) > 0 && mr.Msg.Points[len(mr.Msg.Points)-1].Step >= 60
+		run := upstack.WaitRun(t, ctx, rc, "restarted", "rank 0 past step 60", func(r *gpupassv1.Run) bool {
+			return upstack.StepAtLeast(ctx, rc, r.Id, 60)
 		})
-		pid := jobProcess(run.Id+"-r1", "train_ddp.py")
-		if pid == 0 {
-			t.Fatalf("no process of rank 1 (%s-r1) to kill", run.Id)
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill -9 %d: %v", pid, err)
-		}
-		upstack.WaitFor(t, ctx, "the run to end", func() bool {
-			run = getRun(run.Id)
-			return terminal(run)
-		})
-		rank1 := getRun(run.Id + "-r1")
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
+		run = upstack.WaitEnd(t, ctx, rc, run.Id)
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
 		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
 		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
 			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
@@ -212,20 +150,10 @@ func TestE2ESlurmGang(t *testing.T) {
 				t.Errorf("rank %d's log does not show it resumed from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
 			}
 		}
-		mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[int64]float64{}
-		for _, p := range mr.Msg.Points {
-			got[p.Step] = p.Values["loss"] // a resumed step's last value
-		}
-		if len(got) != total {
+		if got, _ := upstack.Loss(t, ctx, rc, run.Id); len(got) != total {
 			t.Errorf("restarted gang: %d of %d steps", len(got), total)
 		}
-		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id)); q != "" {
-			t.Errorf("a job of the gang is still in squeue after the run ended:\n%s", q)
-		}
+		noJob(t, c, run.Id, "the run ended")
 	})
 
 	t.Run("cancel scancels the one job and ends every rank", func(t *testing.T) {
@@ -233,27 +161,20 @@ func TestE2ESlurmGang(t *testing.T) {
 			"--name", "cancelled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
-		var run *gpupassv1.Run
-		upstack.WaitFor(t, ctx, "the gang to train", func() bool {
-			run = runNamed("cancelled")
-			return run != nil && run.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && jobProcess(run.Id+"-r1", "train_ddp.py") > 0
+		run := upstack.WaitRun(t, ctx, rc, "cancelled", "the gang to train", func(r *gpupassv1.Run) bool {
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && upstack.JobProcess(r.Id+"-r1", "train_ddp.py") > 0
 		})
 		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
 			t.Fatalf("cancel: %v\n%s", err, b)
 		}
-		upstack.WaitFor(t, ctx, "every rank to end", func() bool {
-			return terminal(getRun(run.Id)) && terminal(getRun(run.Id+"-r1"))
-		})
 		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if r := getRun(id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+			if r := upstack.WaitEnd(t, ctx, rc, id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
 				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
 			}
 		}
-		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id)); q != "" {
-			t.Errorf("the gang's job is still in squeue after cancel:\n%s", q)
-		}
+		noJob(t, c, run.Id, "cancel")
 		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if pid := jobProcess(id, "train_ddp.py"); pid > 0 {
+			if pid := upstack.JobProcess(id, "train_ddp.py"); pid > 0 {
 				t.Errorf("%s's process %d still runs after cancel", id, pid)
 			}
 		}
@@ -266,10 +187,12 @@ const region = "hpc-gang"
 // gangStack is `gpupass up --executor slurm` on the test cluster, once
 // the broker would place a gang of its two nodes.
 type gangStack struct {
-	c        *slurmtest.Cluster
-	py       string
-	stack    *upstack.Stack
-	rc       *client.RunClients
+	c     *slurmtest.Cluster
+	py    string
+	stack *upstack.Stack
+	rc    *client.RunClients
+	// gp, getRun and runNamed are upstack's, for the tests of this
+	// package written before it had them.
 	gp       func(args ...string) *exec.Cmd
 	getRun   func(id string) *gpupassv1.Run
 	runNamed func(name string) *gpupassv1.Run
@@ -281,66 +204,24 @@ func startGang(t testing.TB, ctx context.Context) *gangStack {
 	stack := upstack.Start(t, upstack.Options{Regions: []string{region},
 		Args: []string{"--executor", "slurm", "--slurm-partition", slurmtest.Partition, "--slurm-shared-dir", c.Shared},
 		Env:  []string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}})
-	cfg := stack.Config(t)
-	rc, err := client.DialRuns(cfg.BrokerURL, client.Options{Token: cfg.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gangStack{c: c, py: py, stack: stack, rc: rc}
-	g.gp = func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
-	g.getRun = func(id string) *gpupassv1.Run {
-		t.Helper()
-		resp, err := rc.Run.GetRun(ctx, connect.NewRequest(&gpupassv1.GetRunRequest{AllocId: id}))
-		if err != nil {
-			t.Fatalf("run %s: %v", id, err)
-		}
-		return resp.Msg.Run
-	}
-	g.runNamed = func(name string) *gpupassv1.Run {
-		resp, err := rc.Run.ListRuns(ctx, connect.NewRequest(&gpupassv1.ListRunsRequest{}))
-		if err != nil {
-			return nil
-		}
-		for _, r := range resp.Msg.Runs {
-			if strings.HasPrefix(r.Name, name+"-") {
-				return r
-			}
-		}
-		return nil
-	}
-	var dry string
-	upstack.WaitFor(t, ctx, "a gang of n1 and n2 in dry-run", func() bool {
-		b, _ := g.gp("validate", "--spec", "examples/ddp/gpupass.yaml", "--dry-run", "--region", region).CombinedOutput()
-		dry = string(b)
-		return strings.Contains(dry, "2 × ")
-	})
+	dry := stack.WaitGang(t, ctx, "examples/ddp/gpupass.yaml", region, 2)
 	t.Logf("dry-run:\n%s", upstack.Tail(dry, 1500))
+	g := &gangStack{c: c, py: py, stack: stack, rc: stack.Runs(t)}
+	g.gp = func(args ...string) *exec.Cmd { return stack.Command(ctx, args...) }
+	g.getRun = func(id string) *gpupassv1.Run { return upstack.GetRun(t, ctx, g.rc, id) }
+	g.runNamed = func(name string) *gpupassv1.Run { return upstack.RunNamed(ctx, g.rc, name) }
 	return g
 }
 
-func terminal(r *gpupassv1.Run) bool {
-	switch r.State {
-	case gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED, gpupassv1.AllocState_ALLOC_STATE_FAILED, gpupassv1.AllocState_ALLOC_STATE_CANCELLED:
-		return true
-	}
-	return false
-}
+// terminal is upstack.Terminal, for the tests of this package written
+// before upstack had it.
+var terminal = upstack.Terminal
 
-// jobProcess is the pid of a process of the run alloc (its
-// GPUPASS_ALLOC_ID) whose command line holds arg; 0 when none. The test
-// cluster's nodes are this machine.
-func jobProcess(alloc, arg string) int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		env, err := os.ReadFile(filepath.Join(d, "environ"))
-		if err != nil || !bytes.Contains(env, []byte("\x00GPUPASS_ALLOC_ID="+alloc+"\x00")) && !bytes.HasPrefix(env, []byte("GPUPASS_ALLOC_ID="+alloc+"\x00")) {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join(d, "cmdline"))
-		if bytes.Contains(cmd, []byte(arg)) {
-			pid, _ := strconv.Atoi(filepath.Base(d))
-			return pid
-		}
+// noJob fails t when a job of the gang whose run is id is still in
+// squeue after what ended it.
+func noJob(t *testing.T, c *slurmtest.Cluster, id, after string) {
+	t.Helper()
+	if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+id)); q != "" {
+		t.Errorf("a job of the gang is still in squeue after %s:\n%s", after, q)
 	}
-	return 0
 }
