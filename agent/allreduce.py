@@ -13,11 +13,14 @@ if len(sys.argv) > 1:
     # A step of a cluster gang's job (a Slurm task): bytes, iterations
     # and timeout as arguments, the rendezvous from the rank's own
     # variables. One process a node: rank the node's rank, the world the
-    # gang's nodes, however many processes each node's job starts.
+    # gang's nodes, however many processes each node's job starts. The
+    # result goes into the file named last (below).
+    out_path = sys.argv[4]
     r = {"bytes": sys.argv[1], "iterations": sys.argv[2], "timeout_seconds": sys.argv[3],
          "master_addr": os.environ["MASTER_ADDR"], "master_port": os.environ["MASTER_PORT"],
          "rank": os.environ["NODE_RANK"], "world_size": os.environ["NNODES"], "local_rank": 0}
 else:
+    out_path = None
     print(json.dumps({"ready": True}), flush=True)
     line = sys.stdin.readline()
     if not line.strip():
@@ -54,6 +57,14 @@ dist.all_reduce(worst.to(dev) if dev == "cuda" else worst, op=dist.ReduceOp.MAX)
 sec = float(worst.item())
 algbw = size / sec
 busbw = algbw * 2 * (n - 1) / n
-print(json.dumps({"backend": backend, "ranks": n, "bytes": size, "iterations": iters, "seconds": sec,
-                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9}), flush=True)
+res = json.dumps({"backend": backend, "ranks": n, "bytes": size, "iterations": iters, "seconds": sec,
+                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9})
+if out_path:
+    # Whole on this node before any rank goes on: a job step that ends
+    # the job on a shortfall must not cut another rank's result short.
+    with open(out_path + ".tmp", "w") as f:
+        f.write(res + "\n")
+    os.replace(out_path + ".tmp", out_path)
+    dist.barrier()
+print(res, flush=True)
 dist.destroy_process_group()

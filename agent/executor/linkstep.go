@@ -20,7 +20,9 @@ type LinkStep struct {
 	// measurement runs nothing the job or its bundle brought.
 	Python string
 	// Script is the measurement (agent/allreduce.py) and Args its
-	// arguments; it prints its result as one JSON line last.
+	// arguments; the step gives it one more, the file to write its
+	// result into (one JSON line, written to FILE.tmp and renamed)
+	// before it waits for the other ranks to have written theirs.
 	Script string
 	Args   []string
 	// MinGbps, when above 0, is the bus bandwidth below which the step
@@ -57,8 +59,14 @@ func (s *LinkStep) Shell(base string, quote func(string) string) string {
 	for _, a := range s.Args {
 		b.WriteString(" " + quote(a))
 	}
-	fmt.Fprintf(&b, " >%s 2>%s </dev/null\n", quote(out+".tmp"), quote(out+".err"))
-	fmt.Fprintf(&b, "mv -f %s %s\n", quote(out+".tmp"), quote(out))
+	// The script writes its result into out itself (out.tmp, renamed)
+	// and only then waits for every rank at a barrier: no rank's job
+	// can end on a shortfall (below) before every rank's result is
+	// whole on its node. Written after the process ended, a rank's
+	// result could be lost to the job's end on another rank's exit 3.
+	// A step that ended with no result leaves the file empty: the
+	// agent then reads why from its stderr.
+	fmt.Fprintf(&b, " %s >/dev/null 2>%s </dev/null || [ -e %s ] || : >%s\n", quote(out), quote(out+".err"), quote(out), quote(out))
 	if s.MinGbps > 0 {
 		// The figure is every rank's (the slowest rank's time), so
 		// every rank ends here alike.

@@ -25,6 +25,9 @@ func TestLinkStepShell(t *testing.T) {
 		t.Skip("no python3")
 	}
 	const result = `{"backend": "gloo", "ranks": 2, "busbw_gbps": 4.5}`
+	// The stand-in writes its result as allreduce.py does: into its last
+	// argument, through a renamed temporary file.
+	const write = "import os, sys\nopen(sys.argv[-1] + '.tmp', 'w').write('" + result + "')\nos.replace(sys.argv[-1] + '.tmp', sys.argv[-1])\n"
 	for _, tc := range []struct {
 		name, script string
 		min          float64
@@ -33,10 +36,10 @@ func TestLinkStepShell(t *testing.T) {
 		wantCmd      bool
 		wantStderr   string
 	}{
-		{name: "measured", script: `print("warm-up"); print('` + result + `')`, wantOut: result, wantCmd: true},
+		{name: "measured", script: `print("warm-up")` + "\n" + write, wantOut: result, wantCmd: true},
 		{name: "failed", script: `import sys; print("no torch", file=sys.stderr); sys.exit(1)`, wantWhy: "printed no result: no torch", wantCmd: true},
-		{name: "required and met", script: `print('` + result + `')`, min: 4, wantOut: result, wantCmd: true},
-		{name: "required, below", script: `print('` + result + `')`, min: 25, wantOut: result,
+		{name: "required and met", script: write, min: 4, wantOut: result, wantCmd: true},
+		{name: "required, below", script: write, min: 25, wantOut: result,
 			wantStderr: "the link measured 4.500 Gbit/s, below the declared 25 Gbit/s (--require-bandwidth): the command does not start"},
 		{name: "required, not measured", script: `import sys; sys.exit(1)`, min: 25, wantWhy: "printed no result: its stderr is empty",
 			wantStderr: "the link was not measured"},
