@@ -91,7 +91,7 @@ func (g gangInfo) refuse(a executor.Attempt, hub *gangHub) error {
 		// Each rank is a run of its own node's, which holds a uid for it
 		// alone (with --run-as-range, one per rank), and the one batch
 		// job rank 0 submits runs as one uid.
-		return fmt.Errorf("this agent runs each run as another uid (gpupass-agent --run-as or gpupass-agent --run-as-range); a run across several slurm nodes is one batch job (sbatch -N %d) that rank 0's node submits, and running each rank as the uid its own node holds for it is not supported: not taken. Run gangs through a slurm agent of their own (gpupass-agent --executor slurm with neither --run-as nor --run-as-range, for a partition of its own), or give the spec resources.nodes: 1", g.nodes)
+		return fmt.Errorf("this agent runs each run as another uid (its run-as user or uid range); a run across several slurm nodes is one batch job (sbatch -N %d) that rank 0's node submits, and running each rank as the uid its own node holds for it is not supported: not taken. Run gangs through a slurm agent that runs jobs as its own user (no run-as user or range, for a partition of its own), or give the spec resources.nodes: 1", g.nodes)
 	}
 	return nil
 }

@@ -127,7 +127,7 @@ func TestGangRefusesRunAs(t *testing.T) {
 	if err == nil {
 		t.Fatal("a rank with a uid of its own was taken")
 	}
-	for _, want := range []string{"gpupass-agent --run-as or gpupass-agent --run-as-range", "sbatch -N 2", "not supported", "with neither --run-as nor --run-as-range", "resources.nodes: 1"} {
+	for _, want := range []string{"run-as user or uid range", "sbatch -N 2", "not supported", "no run-as user or range", "resources.nodes: 1"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not say %q", err, want)
 		}
