@@ -303,6 +303,98 @@ func gangWhy(as []*store.Alloc) string {
 	return strings.Join(parts, "; ")
 }
 
+// settleRanks is settleGang's change to the gang's ranks as (rank 0
+// first), within the store's transaction: it appends the ranks it
+// changed and says whether the gang was queued again to restart.
+func settleRanks(as []*store.Alloc, now time.Time, changed *[]string) (queued bool) {
+	under, queued := restartGang(as, changed)
+	if under {
+		return queued
+	}
+	why := gangWhy(as)
+	if why == "" {
+		for i, x := range as {
+			if !(x.State == store.AllocSucceeded || (i == 0 && x.RankDone)) {
+				return queued // still running, and nothing failed
+			}
+		}
+		if !as[0].State.Terminal() {
+			as[0].State, as[0].FinishedAt, as[0].Reason = store.AllocSucceeded, now, "every rank succeeded"
+			*changed = append(*changed, as[0].ID)
+		}
+		return queued
+	}
+	if head := as[0]; head.State == store.AllocFailed && head.EndedBy == "" && why != rankWhy(head) && head.Reason != why {
+		// Rank 0 ended on its own, but not alone: the run's reason
+		// names every rank that did.
+		if head.RankReason == "" {
+			head.RankReason = head.Reason
+		}
+		head.Reason = why
+		*changed = append(*changed, head.ID)
+	}
+	for i, x := range as {
+		switch {
+		case x.State.Terminal():
+		case x.State == store.AllocPending || x.State == store.AllocMatched:
+			x.State, x.FinishedAt, x.EndedBy, x.Reason = store.AllocCancelled, now, why, why
+			if i == 0 {
+				x.State = store.AllocFailed
+			}
+			*changed = append(*changed, x.ID)
+		case i == 0 && x.RankDone:
+			x.State, x.FinishedAt, x.Reason = store.AllocFailed, now, why
+			*changed = append(*changed, x.ID)
+		case !x.CancelRequested:
+			x.CancelRequested, x.EndedBy, x.Reason = true, why, why
+			*changed = append(*changed, x.ID)
+		}
+	}
+	return queued
+}
+
+// finishRank is finish for a rank of a gang: a's state and reason, and
+// settleRanks on the gang, in one transaction of the store. The
+// settleGang that finish calls after it then finds nothing left to
+// change.
+func (b *Broker) finishRank(ctx context.Context, rs store.Runs, a store.Alloc, st store.AllocState, reason string) (store.Alloc, error) {
+	_, ids, err := gangRanks(ctx, rs, a)
+	if err != nil {
+		return a, err
+	}
+	now := time.Now().UTC()
+	var changed []string
+	outs, err := rs.UpdateAllocs(ctx, ids, func(as []*store.Alloc) error {
+		changed = changed[:0]
+		for _, x := range as {
+			if x.ID != a.ID {
+				continue
+			}
+			if x.State.Terminal() {
+				return errMoved
+			}
+			x.State, x.Reason, x.FinishedAt = st, reason, now
+		}
+		settleRanks(as, now, &changed)
+		return nil
+	})
+	if err != nil {
+		return a, err
+	}
+	for _, x := range outs {
+		if slices.Contains(changed, x.ID) {
+			b.runs.wakeRun(x.ID)
+			b.runs.wakeNode(x.NodeID)
+		}
+	}
+	for _, x := range outs {
+		if x.ID == a.ID {
+			return x, nil
+		}
+	}
+	return a, fmt.Errorf("gang %s: rank %s not among its ranks", a.GangID(), a.ID)
+}
+
 // settleGang ends a's gang together after one of its ranks changed:
 // when a rank failed or was cancelled (by its own node or the user, not
 // by this), the others are stopped (cancelled before they started,
@@ -322,49 +414,7 @@ func (b *Broker) settleGang(ctx context.Context, rs store.Runs, a store.Alloc) {
 	queued := false
 	out, err := rs.UpdateAllocs(ctx, ids, func(as []*store.Alloc) error {
 		changed = changed[:0]
-		var under bool
-		if under, queued = restartGang(as, &changed); under {
-			return nil
-		}
-		why := gangWhy(as)
-		if why == "" {
-			for i, x := range as {
-				if !(x.State == store.AllocSucceeded || (i == 0 && x.RankDone)) {
-					return nil // still running, and nothing failed
-				}
-			}
-			if !as[0].State.Terminal() {
-				as[0].State, as[0].FinishedAt, as[0].Reason = store.AllocSucceeded, now, "every rank succeeded"
-				changed = append(changed, as[0].ID)
-			}
-			return nil
-		}
-		if head := as[0]; head.State == store.AllocFailed && head.EndedBy == "" && why != rankWhy(head) && head.Reason != why {
-			// Rank 0 ended on its own, but not alone: the run's reason
-			// names every rank that did.
-			if head.RankReason == "" {
-				head.RankReason = head.Reason
-			}
-			head.Reason = why
-			changed = append(changed, head.ID)
-		}
-		for i, x := range as {
-			switch {
-			case x.State.Terminal():
-			case x.State == store.AllocPending || x.State == store.AllocMatched:
-				x.State, x.FinishedAt, x.EndedBy, x.Reason = store.AllocCancelled, now, why, why
-				if i == 0 {
-					x.State = store.AllocFailed
-				}
-				changed = append(changed, x.ID)
-			case i == 0 && x.RankDone:
-				x.State, x.FinishedAt, x.Reason = store.AllocFailed, now, why
-				changed = append(changed, x.ID)
-			case !x.CancelRequested:
-				x.CancelRequested, x.EndedBy, x.Reason = true, why, why
-				changed = append(changed, x.ID)
-			}
-		}
+		queued = settleRanks(as, now, &changed)
 		return nil
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,86 @@ func TestSettleGang(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// commitWatch is a store whose every committed change to a run is
+// followed by check, as a reader of the store would see it then.
+type commitWatch struct {
+	store.Runs
+	check func(when string)
+}
+
+func (w commitWatch) UpdateAlloc(ctx context.Context, id string, fn func(*store.Alloc) error) (store.Alloc, error) {
+	a, err := w.Runs.UpdateAlloc(ctx, id, fn)
+	w.check("after the change to " + id)
+	return a, err
+}
+
+func (w commitWatch) UpdateAllocs(ctx context.Context, ids []string, fn func([]*store.Alloc) error) ([]store.Alloc, error) {
+	as, err := w.Runs.UpdateAllocs(ctx, ids, fn)
+	w.check("after the change to " + strings.Join(ids, ", "))
+	return as, err
+}
+
+// TestFinishGangInOneChange: a gang that cannot be placed (no gang of its
+// size in the region) fails as one change to the store: no reader ever
+// has rank 0 failed and a rank still pending (so waiting for a gang that
+// will never start), and a broker that stopped between two changes could
+// not leave it so. It was two: rank 0 failed, then its ranks cancelled
+// (TestGangForNodesAnotherReplicaJustSaw read rank 1 pending in between).
+func TestFinishGangInOneChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	b := New(Config{Store: st, OfflineAfter: time.Hour, HeartbeatInterval: time.Minute})
+	var as []store.Alloc
+	for i := range 3 {
+		a := store.Alloc{ID: "alloc-g", Name: "g", Region: "eu-central-1", State: store.AllocPending, GangSize: 3, Rank: i}
+		if i > 0 {
+			a.ID, a.Gang = "alloc-g-r"+string(rune('0'+i)), "alloc-g"
+		}
+		as = append(as, a)
+	}
+	if err := st.CreateAllocs(ctx, as); err != nil {
+		t.Fatal(err)
+	}
+	const why = "no gang of 3 nodes in eu-central-1: only 1 certified h100-sxm5 node, a gang needs 3"
+	w := commitWatch{Runs: st}
+	w.check = func(when string) {
+		t.Helper()
+		var states []string
+		half := false
+		for i, a := range as {
+			got, err := st.Alloc(ctx, a.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			states = append(states, fmt.Sprintf("rank %d %s", i, got.State))
+			half = half || (i > 0 && !got.State.Terminal())
+		}
+		if half && strings.HasPrefix(states[0], "rank 0 "+string(store.AllocFailed)) {
+			t.Errorf("%s: %s; want the gang ended in one change", when, strings.Join(states, ", "))
+		}
+	}
+	out, err := b.finish(ctx, w, as[0], store.AllocFailed, why)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != store.AllocFailed || out.Reason != why {
+		t.Errorf("the run: %s (%s), want failed: %s", out.State, out.Reason, why)
+	}
+	for _, a := range as[1:] {
+		got, err := st.Alloc(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != store.AllocCancelled || got.NodeID != "" || !strings.Contains(got.Reason, why) {
+			t.Errorf("%s: %s on %q (%s), want cancelled on no node naming %q", a.ID, got.State, got.NodeID, got.Reason, why)
+		}
 	}
 }

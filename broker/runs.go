@@ -709,14 +709,23 @@ func noCandidate(a store.Alloc, out match.Output) string {
 }
 
 // finish moves a non-terminal run to a terminal state with a reason.
+// A gang's rank ends with the rest of its gang settled in the same
+// transaction (finishRank), so that no reader, and no broker that stops
+// in between, ever has rank 0 failed and its ranks still waiting.
 func (b *Broker) finish(ctx context.Context, rs store.Runs, a store.Alloc, st store.AllocState, reason string) (store.Alloc, error) {
-	out, err := rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
-		if x.State.Terminal() {
-			return errMoved
-		}
-		x.State, x.Reason, x.FinishedAt = st, reason, time.Now().UTC()
-		return nil
-	})
+	var out store.Alloc
+	var err error
+	if a.GangSize < 2 {
+		out, err = rs.UpdateAlloc(ctx, a.ID, func(x *store.Alloc) error {
+			if x.State.Terminal() {
+				return errMoved
+			}
+			x.State, x.Reason, x.FinishedAt = st, reason, time.Now().UTC()
+			return nil
+		})
+	} else {
+		out, err = b.finishRank(ctx, rs, a, st, reason)
+	}
 	if errors.Is(err, errMoved) {
 		return rs.Alloc(ctx, a.ID)
 	}
