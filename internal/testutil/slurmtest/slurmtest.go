@@ -135,8 +135,18 @@ func start() *Cluster {
 		c.missing = "no munge user to run munged as"
 		return c
 	}
-	c.err = c.boot(mu)
-	return c
+	// The daemons' ports are picked free, then closed for them to bind:
+	// on a busy machine another process can take one in between (CI
+	// saw "Error binding slurm stream socket: Address already in use").
+	// That cluster is stopped and one on other ports started.
+	for try := 1; ; try++ {
+		c.err = c.boot(mu)
+		if c.err == nil || try == 3 || !strings.Contains(c.err.Error(), "Address already in use") {
+			return c
+		}
+		c.stop()
+		c = &Cluster{}
+	}
 }
 
 func sbin(name string) string {
