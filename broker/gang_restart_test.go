@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpupass/gpupass/broker/store"
-	"github.com/gpupass/gpupass/broker/store/sqlite"
 )
 
 // TestGangMayRestart (issue #34): which end of a rank's attempt restarts
@@ -145,19 +143,11 @@ func TestGangNodeLost(t *testing.T) {
 		t.Run(map[bool]string{true: "resume elsewhere", false: "no resume elsewhere"}[elsewhere], func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			b := New(Config{Store: st, OfflineAfter: time.Hour, HeartbeatInterval: time.Minute})
 			as := []store.Alloc{
 				{ID: "alloc-g", Name: "g", Region: "us-west-2", State: store.AllocRunning, NodeID: "agt-0", GangSize: 2, ResumeElsewhere: elsewhere, HeldThrough: 12, LastSeq: 12},
 				{ID: "alloc-g-r1", Gang: "alloc-g", Rank: 1, Name: "g/1", Region: "us-west-2", State: store.AllocRunning, NodeID: "agt-1", GangSize: 2, ResumeElsewhere: elsewhere, HeldThrough: 9, LastSeq: 9},
 			}
-			if err := st.CreateAllocs(ctx, as); err != nil {
-				t.Fatal(err)
-			}
+			b, st := gangBroker(t, as)
 			b.nodeLost(ctx, st, as[1], true, "")
 			r0, err := st.Alloc(ctx, "alloc-g")
 			if err != nil {

@@ -55,12 +55,6 @@ func TestSettleGang(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			b := New(Config{Store: st, OfflineAfter: time.Hour, HeartbeatInterval: time.Minute})
 			var as []store.Alloc
 			for i, r := range tc.ranks {
 				a := store.Alloc{ID: "alloc-g", Name: "g", Region: "us-west-2", State: r.state, Reason: r.reason, RankDone: r.done,
@@ -73,9 +67,7 @@ func TestSettleGang(t *testing.T) {
 				}
 				as = append(as, a)
 			}
-			if err := st.CreateAllocs(ctx, as); err != nil {
-				t.Fatal(err)
-			}
+			b, st := gangBroker(t, as)
 			b.settleGang(ctx, st, as[len(as)-1])
 			for i, a := range as {
 				got, err := st.Alloc(ctx, a.ID)
@@ -94,6 +86,22 @@ func TestSettleGang(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gangBroker is a broker over a new SQLite store holding as (a gang's
+// ranks), for the tests that change them as the broker does.
+func gangBroker(t *testing.T, as []store.Alloc) (*Broker, store.Runs) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.CreateAllocs(ctx, as); err != nil {
+		t.Fatal(err)
+	}
+	return New(Config{Store: st, OfflineAfter: time.Hour, HeartbeatInterval: time.Minute}), st
 }
 
 // commitWatch is a store whose every committed change to a run is
@@ -124,12 +132,6 @@ func (w commitWatch) UpdateAllocs(ctx context.Context, ids []string, fn func([]*
 func TestFinishGangInOneChange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "broker.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	b := New(Config{Store: st, OfflineAfter: time.Hour, HeartbeatInterval: time.Minute})
 	var as []store.Alloc
 	for i := range 3 {
 		a := store.Alloc{ID: "alloc-g", Name: "g", Region: "eu-central-1", State: store.AllocPending, GangSize: 3, Rank: i}
@@ -138,9 +140,7 @@ func TestFinishGangInOneChange(t *testing.T) {
 		}
 		as = append(as, a)
 	}
-	if err := st.CreateAllocs(ctx, as); err != nil {
-		t.Fatal(err)
-	}
+	b, st := gangBroker(t, as)
 	const why = "no gang of 3 nodes in eu-central-1: only 1 certified h100-sxm5 node, a gang needs 3"
 	w := commitWatch{Runs: st}
 	w.check = func(when string) {
