@@ -3,6 +3,7 @@ package slurm
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -149,5 +150,41 @@ func TestGangJobParsed(t *testing.T) {
 	}
 	if p := ParseJobs("JobId=7 JobName=x JobState=PENDING Reason=Resources ExitCode=0:0 Partition=gpu NodeList=(null) BatchHost=(null)")[0]; p.Node != "" || p.NodeList != "" {
 		t.Errorf("a pending job: node %q, node list %q, want none", p.Node, p.NodeList)
+	}
+}
+
+// TestRunJobsOnPending: a gpupass job pending for a node (pinned to it
+// with sbatch -w, not started yet) holds the node as a running one does:
+// an agent restarted right after it submitted a gang's job reuses its
+// last measurement instead of queueing a measurement step behind the job
+// (CI: the step waited out its 30 s, the agent went unheard, and the
+// broker failed the gang with "node lost"). Other users' jobs, jobs
+// pinned elsewhere and ended jobs do not.
+func TestRunJobsOnPending(t *testing.T) {
+	t.Parallel()
+	jobs := ParseJobs(strings.Join([]string{
+		"JobId=5 JobName=gpupass-alloc-g JobState=PENDING Reason=None ExitCode=0:0 Partition=gpu NodeList=(null) ReqNodeList=n[1-2] BatchHost=(null)",
+		"JobId=6 JobName=gpupass-alloc-o JobState=PENDING Reason=Resources ExitCode=0:0 Partition=gpu NodeList=(null) ReqNodeList=n3 BatchHost=(null)",
+		"JobId=7 JobName=someone-else JobState=PENDING Reason=None ExitCode=0:0 Partition=gpu NodeList=(null) ReqNodeList=n1 BatchHost=(null)",
+		"JobId=8 JobName=gpupass-alloc-r JobState=RUNNING Reason=None ExitCode=0:0 Partition=gpu NodeList=n2 BatchHost=n2",
+		"JobId=9 JobName=gpupass-alloc-e JobState=COMPLETED Reason=None ExitCode=0:0 Partition=gpu NodeList=n1 ReqNodeList=n1 BatchHost=n1",
+	}, "\n"))
+	expand := func(list string) []string {
+		if list == "n[1-2]" {
+			return []string{"n1", "n2"}
+		}
+		return []string{list}
+	}
+	ids := func(js []Job) string {
+		var out []string
+		for _, j := range js {
+			out = append(out, j.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	for node, want := range map[string]string{"n1": "5", "n2": "5,8", "n3": "6", "n4": ""} {
+		if got := ids(runJobsOn(slices.Clone(jobs), node, expand)); got != want {
+			t.Errorf("gpupass jobs holding %s: %q, want %q", node, got, want)
+		}
 	}
 }

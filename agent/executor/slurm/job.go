@@ -33,6 +33,9 @@ type Job struct {
 	// NodeList is every node the job holds, in Slurm's hostlist form
 	// ("n[1-2]"); Node is its batch host.
 	NodeList string `json:"node_list,omitempty"`
+	// ReqNodeList is the nodes the job was pinned to (sbatch -w), in
+	// the same form: where a pending job will run.
+	ReqNodeList string `json:"req_node_list,omitempty"`
 	// StdErr is the job's stderr file (sbatch --error).
 	StdErr string `json:"stderr,omitempty"`
 }
@@ -79,23 +82,40 @@ func (c *Client) JobsNamed(ctx context.Context, name string) ([]Job, error) {
 	return slices.DeleteFunc(jobs, func(j Job) bool { return j.Name != name }), err
 }
 
-// RunJobsOn returns the jobs of gpupass runs (JobName) running on node:
-// a job step asked for on the node now would wait for their end. (One
-// completing is over within KillWait, and a step waits for it.)
+// RunJobsOn returns the jobs of gpupass runs (JobName) running on node,
+// or pending for it: a job step asked for on the node now would wait for
+// their end. (One completing is over within KillWait, and a step waits
+// for it.) Every gpupass job is pinned to its nodes (sbatch -w), so a
+// pending one says which it waits for (ReqNodeList): an agent restarted
+// just after it submitted one must not queue a measurement behind it,
+// and go unheard by the broker meanwhile.
 //
 // A gang's job holds every node of the gang, its batch host only one of
 // them: the others are found in its node list.
 func (c *Client) RunJobsOn(ctx context.Context, node string) ([]Job, error) {
 	jobs, err := c.Jobs(ctx)
+	return runJobsOn(jobs, node, func(list string) []string { return c.hostnames(ctx, list) }), err
+}
+
+func runJobsOn(jobs []Job, node string, hostnames func(list string) []string) []Job {
+	on := func(list string) bool {
+		return list == node || (list != "" && slices.Contains(hostnames(list), node))
+	}
 	return slices.DeleteFunc(jobs, func(j Job) bool {
-		if !strings.HasPrefix(j.Name, JobName("")) || j.baseState() != "RUNNING" {
+		if !strings.HasPrefix(j.Name, JobName("")) {
 			return true
 		}
-		if j.Node == node || j.NodeList == node {
-			return false
+		switch j.baseState() {
+		case "RUNNING", "CONFIGURING":
+			if j.Node == node || j.NodeList == node {
+				return false
+			}
+			return j.NodeList == "" || j.NodeList == j.Node || !on(j.NodeList)
+		case "PENDING":
+			return !on(j.ReqNodeList)
 		}
-		return j.NodeList == "" || j.NodeList == j.Node || !slices.Contains(c.hostnames(ctx, j.NodeList), node)
-	}), err
+		return true
+	})
 }
 
 // hostnames expands a Slurm hostlist ("n[1-2],gpu07") with scontrol,
@@ -122,6 +142,9 @@ func ParseJobs(out string) []Job {
 		}
 		if n := f["NodeList"]; n != "(null)" {
 			j.NodeList = n
+		}
+		if n := f["ReqNodeList"]; n != "(null)" {
+			j.ReqNodeList = n
 		}
 		if n := f["BatchHost"]; n != "" && n != "(null)" {
 			j.Node = n
