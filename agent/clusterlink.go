@@ -101,6 +101,30 @@ func (a *Agent) linkStep(as *Assignment, sr *SignedReport, sink RunReportSink) *
 	return s
 }
 
+// followLink is RunLoop.FollowLink for this agent: the report the
+// ledger kept is taken only under this agent's own signature (the
+// ledger is the agent's, but a report it would sign again must be one it
+// signed), and only while its link is still the pending one.
+func (a *Agent) followLink(src WorkSource) func(as *Assignment, report []byte, signature string) (*executor.LinkStep, error) {
+	return func(as *Assignment, report []byte, signature string) (*executor.LinkStep, error) {
+		if !a.measuresLinkInJob() || as.Gang == nil || as.Gang.Nodes < 2 {
+			return nil, nil
+		}
+		if err := conformance.Verify(a.pubPEM, report, signature); err != nil {
+			return nil, fmt.Errorf("the rank's run report in the ledger: %w", err)
+		}
+		rep, err := conformance.Parse(report)
+		if err != nil {
+			return nil, fmt.Errorf("the rank's run report in the ledger: %w", err)
+		}
+		if rep.Link == nil || rep.Link.Error != linkPending {
+			return nil, nil
+		}
+		sink, _ := src.(RunReportSink)
+		return a.linkStep(as, &SignedReport{Report: rep, Bytes: report, Signature: signature}, sink), nil
+	}
+}
+
 // amendLink is sr signed again with link and its check in place of the
 // pending ones.
 func (a *Agent) amendLink(sr *SignedReport, link *conformance.Link, check conformance.Check) (*SignedReport, error) {

@@ -36,6 +36,13 @@ func (l *RunLoop) follow(ctx context.Context, log *slog.Logger, e runLedger, sp 
 	if r.rendezvous, err = l.gangEnv(a); err != nil {
 		log.Error("the rank's recorded rendezvous; following it on as a run on one node", "err", err)
 	}
+	if j := e.Job; j != nil && len(j.LinkReport) > 0 && l.FollowLink != nil {
+		// Its job's link step may not have had its result yet, or
+		// had it after the earlier agent stopped reading.
+		if a.linkStep, err = l.FollowLink(a, j.LinkReport, j.LinkSignature); err != nil {
+			log.Error("the rank's recorded run report; its link is not amended", "err", err)
+		}
+	}
 	r.workRoot = filepath.Join(l.StateDir, "runs")
 	if l.WorkRoot != "" {
 		r.workRoot = l.WorkRoot

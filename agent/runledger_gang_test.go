@@ -22,6 +22,25 @@ func TestRunLedgerKeepsTheGang(t *testing.T) {
 	a := &Assignment{AllocID: "alloc-0000ab12-r1", FencingToken: 3, Command: []string{"python3", "train_ddp.py"},
 		Gang:    &rendezvous.Gang{NodeRank: 1, Nodes: 2, LocalRanks: 1, MasterAddr: "10.0.0.7", MasterPort: 29507},
 		GangRun: "alloc-0000ab12"}
+	e, b, started := recordedJob(t, l, a)
+	again := e.assignment()
+	if again.Gang == nil || again.GangRun != a.GangRun {
+		t.Fatalf("the rank followed on after a restart has gang %+v of run %q, want %+v of %q: its ledger %s", again.Gang, again.GangRun, a.Gang, a.GangRun, b)
+	}
+	env, err := l.gangEnv(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(started, env); diff != "" {
+		t.Errorf("the rendezvous followed on differs from the one the rank started with (-started +followed):\n%s", diff)
+	}
+}
+
+// recordedJob is the ledger of a's run once runtime-init recorded its job
+// (as the lease check does), read back as a restarted agent reads it,
+// with its bytes and the rendezvous the rank started with.
+func recordedJob(t *testing.T, l *RunLoop, a *Assignment) (runLedger, []byte, []string) {
+	t.Helper()
 	started, err := l.gangEnv(a)
 	if err != nil {
 		t.Fatal(err)
@@ -38,15 +57,5 @@ func TestRunLedgerKeepsTheGang(t *testing.T) {
 	if err := json.Unmarshal(b, &e); err != nil {
 		t.Fatal(err)
 	}
-	again := e.assignment()
-	if again.Gang == nil || again.GangRun != a.GangRun {
-		t.Fatalf("the rank followed on after a restart has gang %+v of run %q, want %+v of %q: its ledger %s", again.Gang, again.GangRun, a.Gang, a.GangRun, b)
-	}
-	env, err := l.gangEnv(again)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(started, env); diff != "" {
-		t.Errorf("the rendezvous followed on differs from the one the rank started with (-started +followed):\n%s", diff)
-	}
+	return e, b, started
 }

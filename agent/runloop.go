@@ -72,6 +72,10 @@ type Assignment struct {
 	// linkStep is, once runtime-init signed a cluster rank's report, the
 	// link step of the rank's job that amends it (clusterlink.go).
 	linkStep *executor.LinkStep
+	// linkReport is the report linkStep amends, as runtime-init signed
+	// it: the ledger keeps it, for a restarted agent following the rank
+	// on to amend it still (RunLoop.FollowLink).
+	linkReport *SignedReport
 }
 
 // AllocState is a state the agent reports for an allocation.
@@ -163,7 +167,13 @@ type RunLoop struct {
 	// the broker as the run's audit evidence (see runreport.go). It
 	// returns a detail for the log and the checks that fail.
 	RunReport func(ctx context.Context, a *Assignment, sp *spec.Spec, python string, measured *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error)
-	Log       *slog.Logger
+	// FollowLink, when set, is the link step of a cluster rank followed
+	// on after the agent restarted: report and signature are the rank's
+	// run report as runtime-init signed it (kept in the ledger), which
+	// the step amends with the figure the job measured, as it would have
+	// before the restart.
+	FollowLink func(a *Assignment, report []byte, signature string) (*executor.LinkStep, error)
+	Log        *slog.Logger
 	// CUDAHome returns the verified toolkit's root (exported as
 	// CUDA_HOME, its lib64 first on LD_LIBRARY_PATH); "" for none.
 	CUDAHome func() string
@@ -453,6 +463,7 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		JobPortMin: a.o.jobPortMin, JobPortMax: a.o.jobPortMax,
 	}
 	l.RunReport = a.runReporter(src)
+	l.FollowLink = a.followLink(src)
 	if n := a.o.standsFor; n != nil {
 		l.Executor.Runner, l.WorkRoot, l.Orphaned, l.Placement = n.Runner(), n.WorkRoot(), n.Orphaned, n.Placement
 		// A cluster's jobs outlive the agent: a restarted one finds

@@ -188,7 +188,7 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 		}
 		sink, _ := src.(RunReportSink)
 		if inJob {
-			as.linkStep = a.linkStep(as, sr, sink)
+			as.linkStep, as.linkReport = a.linkStep(as, sr, sink), sr
 		}
 		measured := sr.python
 		var failed []conformance.Check

@@ -62,6 +62,12 @@ type ledgerJob struct {
 	// found again as that rank's.
 	Gang    *rendezvous.Gang `json:"gang,omitempty"`
 	GangRun string           `json:"gang_run,omitempty"`
+	// LinkReport and LinkSignature are a cluster rank's run report as
+	// runtime-init signed it, its link not measured yet: a rank followed
+	// on signs it again with the figure its job's step measured. It is
+	// read back only under this agent's own signature.
+	LinkReport    []byte `json:"link_report,omitempty"`
+	LinkSignature string `json:"link_signature,omitempty"`
 }
 
 func (e runLedger) assignment() *Assignment {

@@ -294,6 +294,9 @@ func (r *run) recordJob(job executor.Job) error {
 	}
 	lj := &ledgerJob{Region: r.a.Region, Command: job.Command, MaxRestarts: job.MaxRestarts, Grace: job.Grace, TimeLimit: job.TimeLimit,
 		Python: job.Python, CUDAHome: job.CUDAHome, LibraryPaths: job.LibraryPaths, BaseEnv: job.BaseEnv, Gang: r.a.Gang, GangRun: r.a.GangRun}
+	if sr := r.a.linkReport; sr != nil {
+		lj.LinkReport, lj.LinkSignature = sr.Bytes, sr.Signature
+	}
 	if job.Spec != nil {
 		b, err := json.Marshal(job.Spec)
 		if err != nil {

@@ -112,8 +112,9 @@ type Job struct {
 	OnAttempt func(attempt int)
 	// Link, when set, gives the link step of a gang's rank as the first
 	// attempt starts (after runtime-init, which signs the report the
-	// step's figure amends); nil from it, or a later or followed-on
-	// attempt, runs none.
+	// step's figure amends), and as attempt 1 is followed on after an
+	// agent restart (the job has the step already; the runner only reads
+	// its result); nil from it, or a later attempt, runs none.
 	Link func() *LinkStep
 }
 
@@ -708,7 +709,9 @@ func (x *Executor) runAttempt(ctx context.Context, job Job, env []string, workDi
 		fromOffsets = &Offsets{Stdout: from.Stdout, Stderr: from.Stderr}
 	}
 	var link *LinkStep
-	if job.Link != nil && attempt == 1 && from == nil {
+	if job.Link != nil && attempt == 1 {
+		// Followed on after an agent restart, the job has the step in
+		// it already: the runner watches for its result.
 		link = job.Link()
 	}
 	ex := x.Runner.Run(ctx, Attempt{Link: link, Command: job.Command, Dir: workDir, Env: env, Grace: job.Grace, TimeLimit: at.left, GPUs: job.gpus(), MaxLine: x.MaxLine, Credential: job.RunAs.credential(), Contain: contain, From: fromOffsets,

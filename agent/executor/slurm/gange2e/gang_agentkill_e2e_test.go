@@ -4,6 +4,7 @@ package gange2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -33,7 +34,10 @@ import (
 // keeps running (squeue shows the same id, and no second job is ever
 // submitted), the run succeeds without a restart, each rank's log has
 // every step's line exactly once and each rank still names the one job
-// and its own node, and the loss curve is one process's.
+// and its own node, and the loss curve is one process's. The first kill
+// lands as soon as the job is queued, before its link step has a result:
+// the restarted agent reads the figure still, and both ranks' signed
+// reports carry it, not "not measured yet".
 func TestE2ESlurmGangAgentKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
@@ -84,8 +88,12 @@ func TestE2ESlurmGangAgentKilled(t *testing.T) {
 		return strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id, "-o", "%i"))
 	}
 	var jobID string
-	for i, at := range []int64{40, 160} {
-		upstack.WaitFor(t, ctx, fmt.Sprintf("rank 0 past step %d", at), func() bool { return lastStep() >= at })
+	for i, at := range []int64{0, 160} {
+		if at == 0 {
+			upstack.WaitFor(t, ctx, "the gang's slurm job", func() bool { run = runNamed("agentkill"); return run != nil && jobOf() != "" })
+		} else {
+			upstack.WaitFor(t, ctx, fmt.Sprintf("rank 0 past step %d", at), func() bool { return lastStep() >= at })
+		}
 		id := jobOf()
 		if id == "" || strings.Contains(id, "\n") {
 			t.Fatalf("before kill %d: squeue shows %q for the gang, want its one job", i+1, id)
@@ -159,6 +167,29 @@ func TestE2ESlurmGangAgentKilled(t *testing.T) {
 		}
 		if !strings.Contains(l, "rank "+strconv.Itoa(rank)+" of 2: slurm job "+jobID) {
 			t.Errorf("rank %d's log does not name slurm job %s", rank, jobID)
+		}
+		// The link step's result was read by the agent that followed the
+		// rank on: the first kill came before it.
+		followed, measured := strings.Index(l, "the agent restarted; following attempt 1 on"), strings.Index(l, "link measured by the gang's job on this node")
+		if measured < 0 || followed < 0 || measured < followed {
+			t.Errorf("rank %d's log: the link read at byte %d, the first follow-on at %d; want the link read by the agent restarted before the step's result", rank, measured, followed)
+		}
+	}
+	ev, err := rc.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: run.Id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := [][]byte{ev.Msg.Report}
+	for _, r := range ev.Msg.GetRanks() {
+		reports = append(reports, r.Report)
+	}
+	for rank, b := range reports {
+		var r signedLink
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Link == nil || r.Link.Error != "" || !(r.Link.BusBWGbps > 0) || r.Link.Ranks != 2 {
+			t.Errorf("rank %d's signed report (%s): link %+v; want the figure the gang's job measured, read after the agent restarted", rank, r.AllocID, r.Link)
 		}
 	}
 	mr, err := rc.Run.GetMetrics(ctx, connect.NewRequest(&gpupassv1.GetMetricsRequest{AllocId: run.Id}))
