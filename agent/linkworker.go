@@ -30,6 +30,8 @@ import (
 // differs. Each is used for one gang, then replaced by a fresh one once
 // the node has no run in progress (its import must not take CPU from the
 // job that just started), so nothing carries from one gang to the next.
+// The first is started after the node's first gang (which measures
+// cold): a node that never takes one keeps no such process.
 
 // linkWorkerMaxAge is how long a warm worker may wait for a gang: one
 // older predates whatever was installed on the node since (the node's
@@ -208,7 +210,7 @@ func (p *linkWorkers) take() (w *linkWorker, why string) {
 	p.refill()
 	switch {
 	case w == nil:
-		return nil, "no warm measurement process (still starting, or none started)"
+		return nil, "no warm measurement process (still starting, or this node's first gang: the agent starts one after it)"
 	case !w.alive():
 		why = "the warm measurement process had exited: " + w.exitReason()
 		w.stop()

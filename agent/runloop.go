@@ -472,14 +472,16 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	} else if host.PrivateTmp, err = a.runPrivateTmp(); err != nil {
 		return nil, err
 	} else if a.o.jobPortMax > 0 {
-		// This node takes gang ranks and runs them itself: their link
-		// measurement finds its process started and torch imported.
+		// This node takes gang ranks and runs them itself: from its
+		// first gang on, their link measurement finds its process
+		// started and torch imported. Not before: a node that never
+		// takes a gang keeps no torch process (about 200 MB and a
+		// second or two of CPU at each agent start) for nothing.
 		py := a.o.Python
 		if py == "" {
 			py = defaultLinkPython
 		}
 		a.link = newLinkWorkers(py, func() bool { return a.runs.Load() == 0 }, a.log)
-		a.link.refill()
 	}
 	l.Busy = a.busy
 	l.Metrics = a.metrics

@@ -165,10 +165,10 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 		if l.Error != "" || !(l.BusBWGbps > 0) || l.DeclaredGbps != 100000 || !l.Shortfall || l.MasterAddr != "127.0.0.1" || l.Simulated {
 			t.Errorf("rank %d's link: %+v; want measured over 127.0.0.1 (not simulated), 100000 declared, a shortfall", rank, *l)
 		}
-		if !l.Warm {
-			// Each agent started its measurement process when its run
-			// loop started, long before the gang came.
-			t.Errorf("rank %d's link was measured by a process started at the gang's start, not the agent's warm one", rank)
+		if l.Warm {
+			// An agent starts its warm measurement process after its
+			// first gang, not before: this is each node's first.
+			t.Errorf("rank %d's link, the node's first gang, was measured by a warm process: want none started before a node's first gang", rank)
 		}
 		warned := false
 		for _, c := range r.Checks {
@@ -215,6 +215,29 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 	if code == 0 || r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(r.Reason, "below the declared 100000 Gbit/s") ||
 		!strings.Contains(r.Reason, "--require-bandwidth") || !strings.Contains(r.Reason, "measured ") {
 		t.Errorf("train --require-bandwidth with 100000 Gbit/s declared: exit %d, run %s (%s); want failed naming the measured and the declared figure\n%s", code, r.State, r.Reason, upstack.Tail(out, 3000))
+	}
+	// Each node's second gang finds the process its first left started.
+	ev, err = rc.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: r.Id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := [][]byte{ev.Msg.Report}
+	for _, x := range ev.Msg.GetRanks() {
+		reports = append(reports, x.Report)
+	}
+	for rank, b := range reports {
+		var rep struct {
+			Link *struct {
+				BusBWGbps float64 `json:"busbw_gbps"`
+				Warm      bool    `json:"warm"`
+			} `json:"link"`
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Link == nil || !rep.Link.Warm || !(rep.Link.BusBWGbps > 0) {
+			t.Errorf("rank %d's link in the node's second gang: %+v; want measured by the warm process the first gang left", rank, rep.Link)
+		}
 	}
 }
 
