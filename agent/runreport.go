@@ -53,8 +53,11 @@ func (a *Agent) RunReport(ctx context.Context, allocID string, sp *spec.Spec, py
 }
 
 // runReport is RunReport with link, a gang rank's measurement of the
-// link between the gang's nodes, signed with the rest (nil on one node).
-func (a *Agent) runReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython, link *conformance.Link) (*SignedReport, error) {
+// link between the gang's nodes, signed with the rest (nil on one node):
+// it is waited for once the rest is measured, so that a measurement
+// that waits at the rendezvous for the other ranks overlaps this node's
+// own checks.
+func (a *Agent) runReport(ctx context.Context, allocID string, sp *spec.Spec, python string, pre *executor.MeasuredPython, link func() *conformance.Link) (*SignedReport, error) {
 	node := sp
 	if n := sp.Resources.Nodes; n > 1 {
 		// A gang's rank: this node holds its share of the GPUs.
@@ -109,8 +112,8 @@ func (a *Agent) runReport(ctx context.Context, allocID string, sp *spec.Spec, py
 	}
 	rep.Notes = append(rep.Notes, notes...)
 	if link != nil {
-		rep.Link = link
-		rep.Checks = append(rep.Checks, linkCheckOf(link))
+		rep.Link = link()
+		rep.Checks = append(rep.Checks, linkCheckOf(rep.Link))
 	}
 	b, err := rep.Marshal()
 	if err != nil {
@@ -169,17 +172,32 @@ func orNone(s string) string {
 // one and fails the run right after).
 func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
 	return func(ctx context.Context, as *Assignment, sp *spec.Spec, python string, pre *executor.MeasuredPython) (string, []conformance.Check, *executor.MeasuredPython, error) {
-		var link *conformance.Link
+		var link func() *conformance.Link
 		inJob := false
 		if as.Gang != nil && as.Gang.Nodes > 1 {
 			if inJob = a.measuresLinkInJob(); inJob {
 				// Measured by the rank's own job, on its node:
 				// this report is amended with the figure.
-				link = pendingLink(as.Gang, sp, as.RequireBandwidth)
+				l := pendingLink(as.Gang, sp, as.RequireBandwidth)
+				link = func() *conformance.Link { return l }
 			} else {
 				// Every rank measures at once: each waits at the
-				// rendezvous for the others.
-				link = a.measureLink(ctx, as.Gang, sp, as.RequireBandwidth)
+				// rendezvous for the others, while the rest of its
+				// report is measured. Whatever runReport returns, the
+				// measurement has ended by then (a ctx cancelled
+				// ends it).
+				measured := make(chan *conformance.Link, 1)
+				mctx, cancel := context.WithCancel(ctx)
+				go func() { measured <- a.measureLink(mctx, as.Gang, sp, as.RequireBandwidth) }()
+				defer func() { cancel(); <-measured }()
+				var l *conformance.Link
+				link = func() *conformance.Link {
+					if l == nil {
+						l = <-measured
+						measured <- l
+					}
+					return l
+				}
 			}
 		}
 		sr, err := a.runReport(ctx, as.AllocID, sp, python, pre, link)
