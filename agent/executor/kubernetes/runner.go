@@ -102,7 +102,8 @@ const wrapper = `cd "$1" || exit 127; o=$2; e=$3; shift 3; exec "$@" >>"$o" 2>>"
 // command runs in the same pod, as the same user, and could replace
 // the file before the agent reads it (the agent polls it). The step
 // runs before the command, so only a job that sets out to forge it
-// can; the agent reads the file once, never through a link.
+// can; the agent takes the first result it reads, never through a
+// symbolic link.
 func linkWrapper(step *executor.LinkStep, base string) string {
 	return `cd "$1" || exit 127; o=$2; e=$3; shift 3; exec >>"$o" 2>>"$e"` + "\n" + step.Shell(base, executor.ShellQuote) + `exec "$@"` + "\n"
 }
