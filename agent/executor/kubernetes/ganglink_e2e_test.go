@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	brokerclient "github.com/gpupass/gpupass/internal/client"
@@ -81,6 +82,14 @@ func kubeGangLink(t *testing.T, ctx context.Context, g *gangLinkRun) {
 			if note < 0 || first < 0 || note > first {
 				t.Errorf("rank %d's log: the link note at %d, the first training line at %d; want the note first:\n%s", rank, note, first, upstack.Tail(log, 3000))
 			}
+			// What the step adds to the gang's start, beside the
+			// training's own start (torch imported, the rendezvous
+			// met) after it: from the agent's notes and the lines.
+			running, noted, trained := tsOf(log, `: Running"`), tsOf(log, "link measured by the gang's job"), tsOf(log, "backend gloo on cpu, master ")
+			if !running.IsZero() && !noted.IsZero() && !trained.IsZero() {
+				t.Logf("rank %d: pod seen running → link noted %s; link noted → first training line %s",
+					rank, noted.Sub(running).Round(time.Millisecond), trained.Sub(noted).Round(time.Millisecond))
+			}
 		}
 		// The audit of this run, every rank's report as signed again
 		// with the figure, was verified by the subtest that made it.
@@ -127,4 +136,21 @@ func kubeGangLink(t *testing.T, ctx context.Context, g *gangLinkRun) {
 			t.Error("no rank's log says the link step ended its pod before the command")
 		}
 	})
+}
+
+var recordTS = regexp.MustCompile(`"ts":"([^"]+)"`)
+
+// tsOf is the time of the first record of log that contains what.
+func tsOf(log, what string) time.Time {
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, what) {
+			continue
+		}
+		if m := recordTS.FindStringSubmatch(l); m != nil {
+			if ts, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+				return ts
+			}
+		}
+	}
+	return time.Time{}
 }
