@@ -57,8 +57,10 @@ dist.all_reduce(worst.to(dev) if dev == "cuda" else worst, op=dist.ReduceOp.MAX)
 sec = float(worst.item())
 algbw = size / sec
 busbw = algbw * 2 * (n - 1) / n
+# master_addr: where the ranks met, as the step found it in its own
+# variables (a Kubernetes rank 0's pod IP, which its agent never knew).
 res = json.dumps({"backend": backend, "ranks": n, "bytes": size, "iterations": iters, "seconds": sec,
-                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9})
+                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9, "master_addr": r["master_addr"]})
 if out_path:
     # Whole on this node before any rank goes on: a job step that ends
     # the job on a shortfall must not cut another rank's result short.

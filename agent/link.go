@@ -52,13 +52,14 @@ func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Sp
 		DeclaredGbps: sp.Resources.Network.BandwidthGbps, Required: required, MasterAddr: g.MasterAddr}
 	defer func() { l.Shortfall = l.DeclaredGbps > 0 && (l.Error != "" || l.BusBWGbps < l.DeclaredGbps) }()
 	if a.o.standsFor != nil {
-		// A Slurm or Kubernetes node: its rank runs in the cluster's
-		// job, on the node, while this agent runs elsewhere (a login
-		// node, a pod of its own). An all-reduce from here would
+		// A cluster node whose runner takes no link step (Slurm's and
+		// Kubernetes' do: measuresLinkInJob): its rank runs in the
+		// cluster's job, on the node, while this agent runs elsewhere
+		// (a login node, a pod of its own). An all-reduce from here would
 		// measure this host's network, not the gang's link, or wait
 		// out its timeout for peers it cannot reach: recorded as not
 		// measured, a shortfall where a figure was declared.
-		l.Error = "not measured: this node's rank runs as its cluster's job, away from the agent that stands for the node, and the all-reduce is measured only where the agent runs the job itself (the local executor)"
+		l.Error = "not measured: this node's rank runs as its cluster's job, away from the agent that stands for the node, and the all-reduce is measured only where the agent runs the job itself (the local executor) or the cluster's job takes the measurement as a step (Slurm, Kubernetes)"
 		return l
 	}
 	if err := g.Validate(); err != nil {
@@ -122,9 +123,19 @@ func readLinkResult(l *conformance.Link, out string) error {
 		Seconds   float64 `json:"seconds"`
 		AlgBWGbps float64 `json:"algbw_gbps"`
 		BusBWGbps float64 `json:"busbw_gbps"`
+		// MasterAddr is where the ranks met: a cluster's step reads
+		// it from the rank's variables, which the agent may not know
+		// (a Kubernetes rank 0's pod IP).
+		MasterAddr string `json:"master_addr"`
 	}
 	if err := json.Unmarshal([]byte(lastLine(out)), &got); err != nil || got.Ranks != l.Ranks || got.Seconds <= 0 {
 		return fmt.Errorf("the measurement printed %.200q, not its result", lastLine(out))
+	}
+	if got.MasterAddr != "" {
+		if err := rendezvous.CheckAddr(got.MasterAddr); err != nil {
+			return fmt.Errorf("the measurement's master_addr: %w", err)
+		}
+		l.MasterAddr = got.MasterAddr
 	}
 	l.Backend, l.Seconds, l.AlgBWGbps, l.BusBWGbps = got.Backend, got.Seconds, round3(got.AlgBWGbps), round3(got.BusBWGbps)
 	return nil

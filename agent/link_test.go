@@ -211,3 +211,28 @@ func TestLinkWarmWorker(t *testing.T) {
 		t.Error("a stopped pool started a warm process again")
 	}
 }
+
+// TestReadLinkResult (issue #34): the result names where the ranks met,
+// as the measurement found it in its own variables: a Kubernetes rank 0's
+// pod IP, which the agent only knew as the broker's placeholder; an
+// address no rank could have met at is refused, not signed.
+func TestReadLinkResult(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, out, wantAddr, wantErr string
+	}{
+		{name: "pod IP", out: `{"backend": "gloo", "ranks": 2, "seconds": 0.05, "busbw_gbps": 5.4, "master_addr": "10.244.0.7"}`, wantAddr: "10.244.0.7"},
+		{name: "older script", out: `{"backend": "gloo", "ranks": 2, "seconds": 0.05, "busbw_gbps": 5.4}`, wantAddr: rendezvous.PodAddress},
+		{name: "bad address", out: `{"backend": "gloo", "ranks": 2, "seconds": 0.05, "busbw_gbps": 5.4, "master_addr": "fe80::1%eth0"}`,
+			wantAddr: rendezvous.PodAddress, wantErr: "the measurement's master_addr: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := &conformance.Link{Ranks: 2, MasterAddr: rendezvous.PodAddress}
+			err := readLinkResult(l, "warm-up\n"+tc.out+"\n")
+			if l.MasterAddr != tc.wantAddr || (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("master_addr %q, err %v; want %q, error %q", l.MasterAddr, err, tc.wantAddr, tc.wantErr)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // LinkStep is a gang rank's link measurement run as a step of the rank's
@@ -31,6 +32,12 @@ type LinkStep struct {
 	MinGbps float64
 	// DeclaredGbps is the spec's figure, named in that message.
 	DeclaredGbps float64
+	// Port, when above 0, is the rendezvous port of the step in place
+	// of the rank's MASTER_PORT: a runner whose rank 0 has the node's
+	// ports to itself (a pod's own network namespace) keeps the step's
+	// rendezvous apart from the command's, so that a rank whose command
+	// starts while rank 0's step still listens cannot join the step's.
+	Port int
 	// Measured hears the step's standard output, or why the step left
 	// none, once (LinkWatch calls it). What it returns is said in the
 	// run's log; err, when set, is why the run fails.
@@ -55,6 +62,9 @@ const maxLinkOutput = 64 << 10
 func (s *LinkStep) Shell(base string, quote func(string) string) string {
 	out := LinkResultFile(base)
 	var b strings.Builder
+	if s.Port > 0 {
+		fmt.Fprintf(&b, "MASTER_PORT=%d ", s.Port)
+	}
 	fmt.Fprintf(&b, "%s -I -c %s", quote(s.Python), quote(s.Script))
 	for _, a := range s.Args {
 		b.WriteString(" " + quote(a))
@@ -75,6 +85,9 @@ func (s *LinkStep) Shell(base string, quote func(string) string) string {
 	}
 	return b.String()
 }
+
+// ShellQuote quotes s as one POSIX shell word.
+func ShellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // linkRequire fails (status 1) when the step's result is missing or
 // below the required figure, saying both.
@@ -165,11 +178,18 @@ func lastLineOf(base string) string {
 	return s
 }
 
+// readLimited reads a file the job could have put there itself (the
+// step runs as the job, in its dir): a link is not followed, so that the
+// agent never reads another file of its own into the run's report, and
+// only a regular file is read (a FIFO would block the agent).
 func readLimited(name string) ([]byte, error) {
-	f, err := os.Open(name)
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", name)
+	}
 	return io.ReadAll(io.LimitReader(f, maxLinkOutput))
 }

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -93,4 +94,50 @@ func TestLinkStepShell(t *testing.T) {
 			t.Errorf("why %v", why)
 		}
 	})
+}
+
+// TestLinkStepPort: a step with a port of its own meets there, not at
+// the command's MASTER_PORT, which the command still gets.
+func TestLinkStepPort(t *testing.T) {
+	t.Parallel()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	base := filepath.Join(t.TempDir(), "attempt-1")
+	step := &executor.LinkStep{Python: py, Port: 29518,
+		Script: "import os, sys\nopen(sys.argv[-1], 'w').write(os.environ['MASTER_PORT'])\n"}
+	cmd := exec.Command("/bin/sh", "-c", step.Shell(base, executor.ShellQuote)+`echo "command at $MASTER_PORT"`+"\n")
+	cmd.Env = []string{"MASTER_PORT=29517"}
+	b, err := cmd.CombinedOutput()
+	got, _ := os.ReadFile(executor.LinkResultFile(base))
+	if err != nil || string(got) != "29518" || strings.TrimSpace(string(b)) != "command at 29517" {
+		t.Errorf("the step met at %q, the command said %q (%v); want 29518 and 29517", got, b, err)
+	}
+}
+
+// TestLinkWatchRefusesLinks: the step's file is in a dir the job writes;
+// a link there is not followed, so no other file the agent can read
+// reaches the run's report as the step's output.
+func TestLinkWatchRefusesLinks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "agent-only")
+	if err := os.WriteFile(secret, []byte(`{"busbw_gbps": 1e9}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(dir, "attempt-1")
+	if err := os.Symlink(secret, executor.LinkResultFile(base)); err != nil {
+		t.Fatal(err)
+	}
+	var heard []byte
+	var why error
+	w := executor.NewLinkWatch(&executor.LinkStep{Measured: func(b []byte, e error) (string, error) { heard, why = b, e; return "", nil }}, base, nil)
+	if w.Poll() {
+		t.Error("Poll took a link for the step's result")
+	}
+	_ = w.Finish("COMPLETED")
+	if len(heard) != 0 || why == nil {
+		t.Errorf("Measured heard %q, why %v; want nothing, and why", heard, why)
+	}
 }

@@ -41,12 +41,13 @@ const rendezvousWait = "600"
 // (the cluster has no DNS). The 2 ranks' loss curve is one process's
 // with the same global batch, each rank's log complete; then a rank's
 // pod deleted mid-run fails the run naming the rank, and leaves no Job
-// of the gang behind.
+// of the gang behind. Each rank's pod measures the link before its
+// command (kubeGangLink).
 func TestE2EKubernetesGang(t *testing.T) {
 	c := k8stest.Require(t)
 	py := upstack.RequireTorch(t)
 	image, env, args := k8sUpRunImage(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
 	ns := c.Namespace(t)
 	const region = "k8s-gang"
@@ -78,6 +79,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 	}
 
 	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, gangSteps)
+	link := &gangLinkRun{rc: rc, gp: gp, py: py, sp: sp, bothCertified: bothCertified}
 
 	t.Run("two pods give one rank's curve", func(t *testing.T) {
 		bothCertified(t)
@@ -112,6 +114,7 @@ func TestE2EKubernetesGang(t *testing.T) {
 			t.Errorf("rank 0's master %s:%s, rank 1's %s:%s: want the same rendezvous", m0[3], m0[4], m1[3], m1[4])
 		}
 		t.Logf("rendezvous at rank 0's pod %s:%s", m0[3], m0[4])
+		link.run, link.podIP = run.Id, m0[3]
 		for _, w := range []string{`"component":"trainer","msg":"step ` + strconv.Itoa(gangSteps) + ` loss`, `"component":"trainer","msg":"done in`} {
 			if !strings.Contains(log0, w) {
 				t.Errorf("rank 0's log lacks %q:\n%s", w, upstack.Tail(log0, 2000))
@@ -129,6 +132,8 @@ func TestE2EKubernetesGang(t *testing.T) {
 		// The issue's "each audit verified with every node's report".
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 2000))
 	})
+
+	kubeGangLink(t, ctx, link) // ganglink_e2e_test.go
 
 	// Cancel before the failure: a failed run counts against its node's
 	// health score for 24 h (a 50% failure rate on two launches puts it

@@ -2,8 +2,12 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -225,4 +229,134 @@ func TestRunnerGangRestartLeftoverJob(t *testing.T) {
 	cancel()
 	<-r0.done
 	<-r1.done
+}
+
+// TestRunnerGangLinkStep (issue #34): a gang rank's pod measures the
+// link before its command, at the gang's rendezvous (MASTER_ADDR, the
+// pod IP; a port of its own beside MASTER_PORT, so the command's
+// rendezvous is never the step's), and the agent hears the step's
+// result from the shared dir once. The pod's command is run here as the
+// kubelet would run it, with a stand-in for the measurement (the real
+// one is torch's, run by TestE2EKubernetesGang): a pod with no such
+// Python records why and runs the command, an earlier placement's result
+// is never taken for this one's, and --require-bandwidth ends the pod
+// with status 3 and both figures before the command.
+func TestRunnerGangLinkStep(t *testing.T) {
+	t.Parallel()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	// The stand-in writes what it saw of the rendezvous as allreduce.py
+	// writes its result: into its last argument, through a renamed file.
+	const standIn = `import json, os, sys
+r = {"backend": "gloo", "ranks": 2, "busbw_gbps": 4.5, "master_addr": os.environ["MASTER_ADDR"], "port": os.environ["MASTER_PORT"], "rank": os.environ["NODE_RANK"]}
+open(sys.argv[-1] + ".tmp", "w").write(json.dumps(r) + "\n")
+os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
+`
+	for _, tc := range []struct {
+		name    string
+		python  string
+		min     float64
+		stale   bool
+		code    int
+		wantOut string
+		wantWhy string
+		wantLog string
+	}{
+		{name: "measured", python: py, code: 0, wantOut: `"master_addr": "10.244.0.7", "port": "29518", "rank": "0"`, wantLog: "COMMAND at 10.244.0.7:29517"},
+		{name: "no python in the image", python: "/nonexistent/python3", stale: true, code: 0, wantWhy: "the link step printed no result: ", wantLog: "COMMAND at 10.244.0.7:29517"},
+		{name: "required, below", python: py, min: 25, code: 3, wantOut: `"busbw_gbps": 4.5`,
+			wantLog: "gpupass: the link measured 4.500 Gbit/s, below the declared 25 Gbit/s (--require-bandwidth): the command does not start"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			api := fake.NewClientset()
+			shared := t.TempDir()
+			dir := filepath.Join(shared, "alloc-abc")
+			base := filepath.Join(dir, ".kube", "attempt-1")
+			if tc.stale {
+				// An earlier placement's result under this attempt's name.
+				if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(executor.LinkResultFile(base), []byte(`{"backend": "gloo", "ranks": 2, "busbw_gbps": 99}`+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var calls int
+			var heard, why string
+			var notes []string
+			step := &executor.LinkStep{Python: tc.python, Script: standIn, Args: []string{"1", "2"}, MinGbps: tc.min, DeclaredGbps: 25,
+				Measured: func(out []byte, err error) (string, error) {
+					calls++
+					heard = strings.TrimSpace(string(out))
+					if err != nil {
+						why = err.Error()
+						return "link not measured", nil
+					}
+					if tc.min > 0 {
+						return "link measured", errors.New("network.allreduce_gbps: measured 4.5 Gbit/s, below the declared 25 Gbit/s (--require-bandwidth)")
+					}
+					return "link measured", nil
+				}}
+			fr := startRun(t, context.Background(), api, newRunner(shared), dir, asRank(t, 0), func(a *executor.Attempt) {
+				a.Link = step
+				a.Command = []string{"/bin/sh", "-c", `echo "COMMAND at $MASTER_ADDR:$MASTER_PORT"`}
+				a.Note = func(msg string, _ map[string]string) { notes = append(notes, msg) }
+			})
+			var job *batchv1.Job
+			waitFor(t, "the job", func() bool { job = getJob(api, "gpupass-alloc-abc-1"); return job != nil })
+			if _, err := os.Stat(executor.LinkResultFile(base)); err == nil {
+				t.Error("an earlier placement's link result is still there when the pod is made")
+			}
+			// The pod's command, as the kubelet runs it: its env, rank
+			// 0's MASTER_ADDR its pod IP (the downward API).
+			ctr := job.Spec.Template.Spec.Containers[0]
+			cmd := exec.Command(ctr.Command[0], ctr.Command[1:]...)
+			cmd.Dir = ctr.WorkingDir
+			cmd.Env = []string{"PATH=/usr/bin:/bin"}
+			for _, e := range ctr.Env {
+				v := e.Value
+				if e.ValueFrom != nil {
+					v = "10.244.0.7"
+				}
+				cmd.Env = append(cmd.Env, e.Name+"="+v)
+			}
+			b, err := cmd.CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.code || len(b) != 0 {
+				t.Errorf("the pod's command: status %d, printed %q outside its files; want status %d", code, b, tc.code)
+			}
+			pod := createPod(t, api, job)
+			if code == 0 {
+				setEnd(t, api, job, pod, cond(batchv1.JobComplete, ""), corev1.PodSucceeded, 0)
+			} else {
+				setEnd(t, api, job, pod, cond(batchv1.JobFailed, "BackoffLimitExceeded"), corev1.PodFailed, int32(code))
+			}
+			ex := <-fr.done
+			log := strings.Join(fr.texts(), "\n")
+			t.Logf("exit %+v; log %q; notes %q", ex, log, notes)
+			if calls != 1 || !strings.Contains(heard, tc.wantOut) || !strings.Contains(why, tc.wantWhy) || (why == "") != (tc.wantWhy == "") {
+				t.Errorf("Measured called %d time(s), heard %q, why %q; want once, %q, why %q", calls, heard, why, tc.wantOut, tc.wantWhy)
+			}
+			if !slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, "link ") }) {
+				t.Errorf("the run's notes %q lack what Measured said", notes)
+			}
+			if !strings.Contains(log, tc.wantLog) || (tc.code != 0) == strings.Contains(log, "COMMAND") {
+				t.Errorf("the run's log %q; want %q, the command run only without --require-bandwidth's failure", log, tc.wantLog)
+			}
+			if tc.code == 0 && (ex.Code != 0 || ex.Reason != "") {
+				t.Errorf("exit %+v, want success", ex)
+			}
+			if tc.code != 0 && (ex.Code != 3 || !strings.Contains(ex.Reason, "measured 4.5 Gbit/s, below the declared 25 Gbit/s (--require-bandwidth)")) {
+				t.Errorf("exit %+v, want status 3 naming both figures", ex)
+			}
+		})
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/gpupass/gpupass/agent/executor"
 	"github.com/gpupass/gpupass/agent/executor/follow"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 )
 
@@ -87,6 +90,40 @@ func podEnv(env []string) []corev1.EnvVar {
 // command and the kubelet's SIGTERM reaches it.
 const wrapper = `cd "$1" || exit 127; o=$2; e=$3; shift 3; exec "$@" >>"$o" 2>>"$e"`
 
+// linkWrapper is wrapper for a gang rank whose pod measures the link
+// first (step, executor.LinkStep): the step runs in the pod with the
+// rank's rendezvous variables, its result written beside the attempt's
+// output files in the shared dir, where the agent reads it (LinkWatch)
+// as it reads the output; then the command is exec'd as in wrapper.
+// What --require-bandwidth's check says goes to the attempt's stderr
+// file, so the run's log has it.
+//
+// The result is the pod's word, as the job's own output is: the
+// command runs in the same pod, as the same user, and could replace
+// the file before the agent reads it (the agent polls it). The step
+// runs before the command, so only a job that sets out to forge it
+// can; the agent takes the first result it reads, never through a
+// symbolic link.
+func linkWrapper(step *executor.LinkStep, base string) string {
+	return `cd "$1" || exit 127; o=$2; e=$3; shift 3; exec >>"$o" 2>>"$e"` + "\n" + step.Shell(base, executor.ShellQuote) + `exec "$@"` + "\n"
+}
+
+// linkPort is the port of the link step's rendezvous in rank 0's pod,
+// beside the gang's MASTER_PORT: nothing but the step listens in that
+// pod before the command starts (each pod has its own network
+// namespace), and the command's rendezvous at MASTER_PORT is then never
+// the step's, whatever order the ranks' steps end in.
+func linkPort(master int) int {
+	if master >= 65535 {
+		return master - 1
+	}
+	return master + 1
+}
+
+// RunsLinkStep says a gang rank's link step (executor.Attempt.Link)
+// runs in the rank's pod, before the command (linkWrapper).
+func (r *Runner) RunsLinkStep() bool { return true }
+
 // EnforcesTimeLimit implements executor.LimitEnforcer: the Job's
 // activeDeadlineSeconds (what is left of the run's limit, from
 // Attempt.TimeLimit) ends a timed-out attempt, and the pod's end says
@@ -114,7 +151,25 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 	}
 	// Not fatal: the Job is found again by name.
 	_ = f.files.Save()
-	return f.run(ctx, a.Grace)
+	f.link = executor.NewLinkWatch(a.Link, base, func(msg string) {
+		if a.Note != nil {
+			a.Note(msg, map[string]string{"kube_job": f.st.Job, "gang_rank": executor.EnvValue(a.Env, "GPUPASS_NODE_RANK")})
+		}
+	})
+	ex := f.run(ctx, a.Grace)
+	ended := ex.Reason
+	if ended == "" {
+		ended = fmt.Sprintf("exit status %d", ex.Code)
+	}
+	if err := f.link.Finish(ended); err != nil {
+		// --require-bandwidth: the step ended the pod before the
+		// command, and the run says both figures.
+		ex.Reason = events.Outcome(err.Error(), ex.Reason)
+		if ex.Code == 0 {
+			ex.Code = 3
+		}
+	}
+	return ex
 }
 
 func startErr(err error) executor.Exit {
@@ -173,7 +228,25 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if a.GPUs > 0 {
 		gpus = a.GPUs
 	}
-	spec, err := c.podSpec(r.Node, gpus, a.Grace, dirs, append([]string{"/bin/sh", "-c", wrapper, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), env)
+	script := wrapper
+	if a.Link != nil && isGang {
+		port, err := strconv.Atoi(gang.port)
+		if err != nil || rendezvous.CheckPort(port) != nil {
+			return fmt.Errorf("the attempt's GPUPASS_MASTER_PORT %q is not a port", gang.port)
+		}
+		step := *a.Link
+		step.Port = linkPort(port)
+		// A gang placed again counts its attempts from 1: what an
+		// earlier placement's step left under this name is not this
+		// one's result.
+		for _, ext := range []string{"", ".tmp", ".err"} {
+			if err := os.Remove(executor.LinkResultFile(base) + ext); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("removing an earlier link step's result: %w", err)
+			}
+		}
+		script = linkWrapper(&step, base)
+	}
+	spec, err := c.podSpec(r.Node, gpus, a.Grace, dirs, append([]string{"/bin/sh", "-c", script, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), env)
 	if err != nil {
 		return fmt.Errorf("the run's work dir must be in the shared dir: %w", err)
 	}
@@ -270,6 +343,10 @@ type follower struct {
 	files    *follow.Files
 	lastNote string
 	note     func(string, map[string]string)
+	// link hears a gang rank's link step (nil: none); linked once it
+	// has handed the result over.
+	link   *executor.LinkWatch
+	linked bool
 }
 
 // read hands over the lines written since the last read. Failing to
@@ -298,6 +375,11 @@ func (f *follower) run(ctx context.Context, grace time.Duration) executor.Exit {
 	tick := time.NewTicker(c.poll())
 	defer tick.Stop()
 	for {
+		// The link first: its note precedes the command's first lines
+		// when both are there at once.
+		if !f.linked {
+			f.linked = f.link.Poll()
+		}
 		f.read(false)
 		st, err := c.state(bg, f.st.Job)
 		switch {

@@ -193,7 +193,7 @@ func script(a executor.Attempt) string {
 	return b.String()
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+var shellQuote = executor.ShellQuote
 
 func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string, strays func([]Job, string)) (id string, refused bool, err error) {
 	if len(a.Command) == 0 {

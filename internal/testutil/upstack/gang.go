@@ -3,6 +3,7 @@ package upstack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
@@ -233,4 +234,45 @@ func Kill9JobProcess(t testing.TB, alloc, arg string) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", pid, err)
 	}
+}
+
+// RankLink is what a rank's signed run report says of the link measured
+// at gang start, and of its check.
+type RankLink struct {
+	AllocID   string `json:"alloc_id"`
+	Simulated bool   `json:"simulated"`
+	Link      *struct {
+		Backend      string  `json:"backend"`
+		Ranks        int     `json:"ranks"`
+		BusBWGbps    float64 `json:"busbw_gbps"`
+		DeclaredGbps float64 `json:"declared_gbps"`
+		Shortfall    bool    `json:"shortfall"`
+		MasterAddr   string  `json:"master_addr"`
+		Simulated    bool    `json:"simulated"`
+		Error        string  `json:"error"`
+	} `json:"link"`
+	Checks []struct{ Name, Status, Message string } `json:"checks"`
+}
+
+// RankLinks reads every rank's signed run report of the run from
+// GetRunEvidence, by rank (rank 0's is the run's own report).
+func RankLinks(t testing.TB, ctx context.Context, rc *brokerclient.RunClients, run string) map[int]RankLink {
+	t.Helper()
+	ev, err := rc.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: run}))
+	if err != nil {
+		t.Fatalf("evidence of %s: %v", run, err)
+	}
+	reports := map[int][]byte{0: ev.Msg.Report}
+	for _, r := range ev.Msg.GetRanks() {
+		reports[int(r.Rank)] = r.Report
+	}
+	out := map[int]RankLink{}
+	for rank, b := range reports {
+		var r RankLink
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("rank %d's signed report of %s: %v", rank, run, err)
+		}
+		out[rank] = r
+	}
+	return out
 }
