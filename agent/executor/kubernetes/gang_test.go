@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -358,5 +359,41 @@ os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 				t.Errorf("exit %+v, want status 3 naming both figures", ex)
 			}
 		})
+	}
+}
+
+// TestRunnerGangLinkFollowedOn: rank 0's attempt followed on after its
+// agent restarted (Attempt.From) keeps the result its pod's step wrote
+// already, and the agent hears it: only a fresh attempt clears an
+// earlier placement's.
+func TestRunnerGangLinkFollowedOn(t *testing.T) {
+	t.Parallel()
+	api := fake.NewClientset()
+	shared := t.TempDir()
+	dir := filepath.Join(shared, "alloc-abc")
+	base := filepath.Join(dir, ".kube", "attempt-1")
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const result = `{"backend": "gloo", "ranks": 2, "busbw_gbps": 4.5, "master_addr": "10.244.0.7"}`
+	if err := os.WriteFile(executor.LinkResultFile(base), []byte(result+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var heard []string
+	step := &executor.LinkStep{Python: "/usr/bin/python3", Script: "pass", DeclaredGbps: 25,
+		Measured: func(out []byte, err error) (string, error) {
+			heard = append(heard, fmt.Sprintf("%s %v", strings.TrimSpace(string(out)), err))
+			return "link measured", nil
+		}}
+	fr := startRun(t, context.Background(), api, newRunner(shared), dir, asRank(t, 0), func(a *executor.Attempt) {
+		a.Link, a.From = step, &executor.Offsets{}
+	})
+	var job *batchv1.Job
+	waitFor(t, "the job", func() bool { job = getJob(api, "gpupass-alloc-abc-1"); return job != nil })
+	pod := createPod(t, api, job)
+	setEnd(t, api, job, pod, cond(batchv1.JobComplete, ""), corev1.PodSucceeded, 0)
+	ex := <-fr.done
+	if len(heard) != 1 || heard[0] != result+" <nil>" {
+		t.Errorf("Measured heard %q, want once the result the pod's step wrote before the restart, %q (exit %+v)", heard, result, ex)
 	}
 }

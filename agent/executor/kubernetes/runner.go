@@ -238,8 +238,12 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 		step.Port = linkPort(port)
 		// A gang placed again counts its attempts from 1: what an
 		// earlier placement's step left under this name is not this
-		// one's result.
+		// one's result. (An attempt followed on after the agent
+		// restarted is this placement's: its result stays.)
 		for _, ext := range []string{"", ".tmp", ".err"} {
+			if a.From != nil {
+				break
+			}
 			if err := os.Remove(executor.LinkResultFile(base) + ext); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("removing an earlier link step's result: %w", err)
 			}
