@@ -217,24 +217,7 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 		t.Errorf("train --require-bandwidth with 100000 Gbit/s declared: exit %d, run %s (%s); want failed naming the measured and the declared figure\n%s", code, r.State, r.Reason, upstack.Tail(out, 3000))
 	}
 	// Each node's second gang finds the process its first left started.
-	ev, err = rc.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: r.Id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reports := [][]byte{ev.Msg.Report}
-	for _, x := range ev.Msg.GetRanks() {
-		reports = append(reports, x.Report)
-	}
-	for rank, b := range reports {
-		var rep struct {
-			Link *struct {
-				BusBWGbps float64 `json:"busbw_gbps"`
-				Warm      bool    `json:"warm"`
-			} `json:"link"`
-		}
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
+	for rank, rep := range upstack.RankLinks(t, ctx, rc, r.Id) {
 		if rep.Link == nil || !rep.Link.Warm || !(rep.Link.BusBWGbps > 0) {
 			t.Errorf("rank %d's link in the node's second gang: %+v; want measured by the warm process the first gang left", rank, rep.Link)
 		}

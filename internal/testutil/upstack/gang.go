@@ -250,6 +250,7 @@ type RankLink struct {
 		MasterAddr   string  `json:"master_addr"`
 		Simulated    bool    `json:"simulated"`
 		Error        string  `json:"error"`
+		Warm         bool    `json:"warm"`
 	} `json:"link"`
 	Checks []struct{ Name, Status, Message string } `json:"checks"`
 }
@@ -275,4 +276,36 @@ func RankLinks(t testing.TB, ctx context.Context, rc *brokerclient.RunClients, r
 		out[rank] = r
 	}
 	return out
+}
+
+// CheckBandwidthRefused checks a gang that `train --require-bandwidth`
+// (whose outcome are out and err) ran with a declared figure of 25
+// Gbit/s above what its link measured: the command failed, the run
+// failed naming both figures, no rank's log has a line trained says is
+// the training's, every rank's log names both figures, and at least one
+// has the step's own words (the first rank to exit 3 ends the others
+// with it).
+func CheckBandwidthRefused(t testing.TB, ctx context.Context, rc *brokerclient.RunClients, run *gpupassv1.Run, out []byte, err error, trained func(log string) bool) {
+	t.Helper()
+	t.Logf("with --require-bandwidth: %v, %s: %s", err, run.State, run.Reason)
+	if err == nil || run.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(run.Reason, "below the declared 25 Gbit/s") ||
+		!strings.Contains(run.Reason, "--require-bandwidth") || !regexp.MustCompile(`measured [0-9.]+ Gbit/s`).MatchString(run.Reason) {
+		t.Errorf("train --require-bandwidth: %v, run %s (%s); want failed naming the measured and the declared figure\n%s", err, run.State, run.Reason, Tail(string(out), 3000))
+	}
+	said := 0
+	for _, id := range []string{run.Id, run.Id + "-r1"} {
+		log, _ := RunLog(t, ctx, rc, id)
+		if trained(log) {
+			t.Errorf("%s's log has a training line: the run should have ended before the training command\n%s", id, Tail(log, 3000))
+		}
+		if !strings.Contains(log, "below the declared 25 Gbit/s (--require-bandwidth)") {
+			t.Errorf("%s's log does not name both figures:\n%s", id, Tail(log, 3000))
+		}
+		if strings.Contains(log, "below the declared 25 Gbit/s (--require-bandwidth): the command does not start") {
+			said++
+		}
+	}
+	if said == 0 {
+		t.Error("no rank's log says the link step ended its rank before the command")
+	}
 }

@@ -4,7 +4,6 @@ package gange2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -175,19 +174,7 @@ func TestE2ESlurmGangAgentKilled(t *testing.T) {
 			t.Errorf("rank %d's log: the link read at byte %d, the first follow-on at %d; want the link read by the agent restarted before the step's result", rank, measured, followed)
 		}
 	}
-	ev, err := rc.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: run.Id}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reports := [][]byte{ev.Msg.Report}
-	for _, r := range ev.Msg.GetRanks() {
-		reports = append(reports, r.Report)
-	}
-	for rank, b := range reports {
-		var r signedLink
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatal(err)
-		}
+	for rank, r := range upstack.RankLinks(t, ctx, rc, run.Id) {
 		if r.Link == nil || r.Link.Error != "" || !(r.Link.BusBWGbps > 0) || r.Link.Ranks != 2 {
 			t.Errorf("rank %d's signed report (%s): link %+v; want the figure the gang's job measured, read after the agent restarted", rank, r.AllocID, r.Link)
 		}

@@ -4,33 +4,13 @@ package gange2e
 
 import (
 	"context"
-	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
 
-	"connectrpc.com/connect"
-
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
-
-// signedLink is what a rank's signed run report says of the link.
-type signedLink struct {
-	AllocID   string `json:"alloc_id"`
-	Simulated bool   `json:"simulated"`
-	Link      *struct {
-		Backend      string  `json:"backend"`
-		Ranks        int     `json:"ranks"`
-		BusBWGbps    float64 `json:"busbw_gbps"`
-		DeclaredGbps float64 `json:"declared_gbps"`
-		Shortfall    bool    `json:"shortfall"`
-		MasterAddr   string  `json:"master_addr"`
-		Simulated    bool    `json:"simulated"`
-		Error        string  `json:"error"`
-	} `json:"link"`
-	Checks []struct{ Name, Status, Message string } `json:"checks"`
-}
 
 var nodeAddr = regexp.MustCompile(`\bNodeAddr=(\S+)`)
 
@@ -59,23 +39,12 @@ func gangLink(t *testing.T, ctx context.Context, g *gangStack) {
 		if addr == nil {
 			t.Fatalf("no NodeAddr for rank 0's node %q", run.GetSlurm().GetNode())
 		}
-		ev, err := g.rc.Run.GetRunEvidence(ctx, connect.NewRequest(&gpupassv1.GetRunEvidenceRequest{AllocId: run.Id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		reports := map[int][]byte{0: ev.Msg.Report}
-		for _, r := range ev.Msg.GetRanks() {
-			reports[int(r.Rank)] = r.Report
-		}
+		reports := upstack.RankLinks(t, ctx, g.rc, run.Id)
 		if len(reports) != 2 {
 			t.Fatalf("GetRunEvidence has %d rank report(s), want 2", len(reports))
 		}
 		figures := map[int]float64{}
-		for rank, b := range reports {
-			var r signedLink
-			if err := json.Unmarshal(b, &r); err != nil {
-				t.Fatal(err)
-			}
+		for rank, r := range reports {
 			l := r.Link
 			if l == nil {
 				t.Errorf("rank %d's signed report (%s) records no link", rank, r.AllocID)
@@ -126,29 +95,10 @@ func gangLink(t *testing.T, ctx context.Context, g *gangStack) {
 		if run == nil {
 			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
 		}
-		t.Logf("with --require-bandwidth: %v, %s: %s", err, run.State, run.Reason)
-		if err == nil || run.State != gpupassv1.AllocState_ALLOC_STATE_FAILED || !strings.Contains(run.Reason, "below the declared 25 Gbit/s") ||
-			!strings.Contains(run.Reason, "--require-bandwidth") || !regexp.MustCompile(`measured [0-9.]+ Gbit/s`).MatchString(run.Reason) {
-			t.Errorf("train --require-bandwidth: %v, run %s (%s); want failed naming the measured and the declared figure\n%s", err, run.State, run.Reason, upstack.Tail(string(out), 3000))
-		}
 		// Every rank's task checks the figure, and the first to exit 3
-		// ends the job (srun --kill-on-bad-exit): that rank's log has
-		// the step's own words; every rank's says both figures.
-		said := 0
-		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			log, _ := upstack.RunLog(t, ctx, g.rc, id)
-			if strings.Contains(log, `"rank 0/2`) || strings.Contains(log, `"rank 1/2`) || strings.Contains(log, `"step `) {
-				t.Errorf("%s's log has a training line: the run should have ended before the training step\n%s", id, upstack.Tail(log, 3000))
-			}
-			if !strings.Contains(log, "below the declared 25 Gbit/s (--require-bandwidth)") {
-				t.Errorf("%s's log does not name both figures:\n%s", id, upstack.Tail(log, 3000))
-			}
-			if strings.Contains(log, "below the declared 25 Gbit/s (--require-bandwidth): the command does not start") {
-				said++
-			}
-		}
-		if said == 0 {
-			t.Error("no rank's log says the link step ended the job before the command")
-		}
+		// ends the job (srun --kill-on-bad-exit).
+		upstack.CheckBandwidthRefused(t, ctx, g.rc, run, out, err, func(log string) bool {
+			return strings.Contains(log, `"rank 0/2`) || strings.Contains(log, `"rank 1/2`) || strings.Contains(log, `"step `)
+		})
 	})
 }
