@@ -198,12 +198,14 @@ type gangStack struct {
 	runNamed func(name string) *gpupassv1.Run
 }
 
-func startGang(t testing.TB, ctx context.Context) *gangStack {
+func startGang(t testing.TB, ctx context.Context, env ...string) *gangStack {
 	c := slurmtest.Shared(t)
 	py := upstack.RequireTorch(t)
+	// env: more of up's environment, which its agent reads its flags
+	// from (GPUPASS_RUN_AS).
 	stack := upstack.Start(t, upstack.Options{Regions: []string{region},
 		Args: []string{"--executor", "slurm", "--slurm-partition", slurmtest.Partition, "--slurm-shared-dir", c.Shared},
-		Env:  []string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}})
+		Env:  append([]string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}, env...)})
 	dry := stack.WaitGang(t, ctx, "examples/ddp/gpupass.yaml", region, 2)
 	t.Logf("dry-run:\n%s", upstack.Tail(dry, 1500))
 	g := &gangStack{c: c, py: py, stack: stack, rc: stack.Runs(t)}
