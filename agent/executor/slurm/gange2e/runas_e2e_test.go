@@ -120,6 +120,9 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
 		run := upstack.WaitRun(t, ctx, rc, "runas-cancelled", "both ranks' processes", func(r *gpupassv1.Run) bool {
+			if upstack.Terminal(r) {
+				t.Fatalf("run %s ended before both ranks trained: %s (%s)", r.Id, r.State, r.Reason)
+			}
 			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && upstack.JobProcess(r.Id, "train_ddp.py") > 0 &&
 				upstack.JobProcess(r.Id+"-r1", "train_ddp.py") > 0
 		})
