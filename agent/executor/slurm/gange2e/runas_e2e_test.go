@@ -31,8 +31,9 @@ var userID = regexp.MustCompile(`\bUserId=(\S+)\((\d+)\)`)
 // sbatch -N2 job is submitted as that uid and runs both ranks' tasks as
 // it, in each rank's work dir handed to it; both ranks train, both
 // signed reports carry the link the job measured, and the loss is one
-// rank's. Cancel scancels the job, ending both ranks' processes, which
-// ran as that uid.
+// rank's. An agent killed -9 mid-run and started again by up follows
+// the job on from its ledger; cancel scancels the job, ending both
+// ranks' processes, which ran as that uid.
 func TestE2ESlurmGangRunAs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
 	defer cancel()
@@ -112,6 +113,64 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 			t.Errorf("2 ranks: %d of %d steps (%d points), max |Δloss| %g against 1 rank; want every step once, within 1e-5", len(got), steps, points, worst)
 		}
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 1500))
+	})
+
+	t.Run("the run-as user's job is followed on after a kill -9 of the agent", func(t *testing.T) {
+		const total = 150
+		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "runas-agentkill", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total), "--step-sleep", "0.1",
+			"--log-steps", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		run := upstack.WaitRun(t, ctx, rc, "runas-agentkill", "rank 0 past step 30", func(r *gpupassv1.Run) bool {
+			if upstack.Terminal(r) {
+				t.Fatalf("run %s ended before step 30: %s (%s)", r.Id, r.State, r.Reason)
+			}
+			return upstack.StepAtLeast(ctx, rc, r.Id, 30)
+		})
+		jobOf := func() string {
+			return strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id, "-o", "%i %u"))
+		}
+		before := jobOf()
+		pids := stack.Config(t).AgentPIDs
+		if len(pids) != 1 || !strings.HasSuffix(before, " "+user) {
+			t.Fatalf("agents %v, squeue %q: want the one Slurm agent and the gang's one job of %s", pids, before, user)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 the Slurm agent (pid %d): %v", pids[0], err)
+		}
+		upstack.WaitFor(t, ctx, "gpupass up to start the agent again", func() bool {
+			p := stack.Config(t).AgentPIDs
+			return len(p) == 1 && p[0] != pids[0]
+		})
+		if after := jobOf(); after != before {
+			t.Fatalf("after the agent's restart squeue shows %q for the gang, want %q running on", after, before)
+		}
+		run = upstack.WaitEnd(t, ctx, rc, run.Id)
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 0 {
+			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded, followed on without a restart",
+				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
+		}
+		// RunLog fails on a record lost or repeated across the restart.
+		for rank, id := range []string{run.Id, rank1.Id} {
+			l, _ := upstack.RunLog(t, ctx, rc, id)
+			if n := strings.Count(l, "the agent restarted; following attempt 1 on"); n != 1 {
+				t.Errorf("rank %d's log says %d time(s) that it was followed on, want once:\n%s", rank, n, upstack.Tail(l, 2000))
+			}
+			var bad []string
+			for step := 1; step <= total; step++ {
+				if n := strings.Count(l, fmt.Sprintf(`"msg":"rank %d step %d loss`, rank, step)); n != 1 {
+					bad = append(bad, fmt.Sprintf("step %d ×%d", step, n))
+				}
+			}
+			if len(bad) > 0 {
+				t.Errorf("rank %d's log: %d of %d steps not there exactly once across the agent's restart: %s", rank, len(bad), total, strings.Join(bad[:min(len(bad), 12)], ", "))
+			}
+		}
+		if got, points := upstack.Loss(t, ctx, rc, run.Id); len(got) != total || points != total {
+			t.Errorf("followed-on gang: %d of %d steps (%d points), want every step once", len(got), total, points)
+		}
 	})
 
 	t.Run("cancel scancels the run-as user's job and ends both ranks", func(t *testing.T) {
