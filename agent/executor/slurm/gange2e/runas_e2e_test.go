@@ -31,7 +31,8 @@ var userID = regexp.MustCompile(`\bUserId=(\S+)\((\d+)\)`)
 // sbatch -N2 job is submitted as that uid and runs both ranks' tasks as
 // it, in each rank's work dir handed to it; both ranks train, both
 // signed reports carry the link the job measured, and the loss is one
-// rank's. An agent killed -9 mid-run and started again by up follows
+// rank's. A rank killed with a restart left restarts the gang from the
+// checkpoints the job wrote as that uid. An agent killed -9 mid-run and started again by up follows
 // the job on from its ledger; cancel scancels the job, ending both
 // ranks' processes, which ran as that uid.
 func TestE2ESlurmGangRunAs(t *testing.T) {
@@ -113,6 +114,41 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 			t.Errorf("2 ranks: %d of %d steps (%d points), max |Δloss| %g against 1 rank; want every step once, within 1e-5", len(got), steps, points, worst)
 		}
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 1500))
+	})
+
+	t.Run("a rank killed with a restart left restarts the run-as gang from its checkpoint", func(t *testing.T) {
+		const total = 120
+		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "runas-restarted", "--max-restarts", "1", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total),
+			"--step-sleep", "0.05", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		run := upstack.WaitRun(t, ctx, rc, "runas-restarted", "rank 0 past step 60", func(r *gpupassv1.Run) bool {
+			if upstack.Terminal(r) {
+				t.Fatalf("run %s ended before step 60: %s (%s)", r.Id, r.State, r.Reason)
+			}
+			return upstack.StepAtLeast(ctx, rc, r.Id, 60)
+		})
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
+		run = upstack.WaitEnd(t, ctx, rc, run.Id)
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
+		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
+			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
+				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
+		}
+		// Each rank's checkpoint, written as the run-as user in its work
+		// dir, is what the fresh gang resumed from.
+		for rank, id := range []string{run.Id, rank1.Id} {
+			l, _ := upstack.RunLog(t, ctx, rc, id)
+			if !strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
+				t.Errorf("rank %d's log does not show it resumed from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
+			}
+		}
+		if got, _ := upstack.Loss(t, ctx, rc, run.Id); len(got) != total {
+			t.Errorf("restarted gang: %d of %d steps", len(got), total)
+		}
+		noJob(t, c, run.Id, "the run ended")
 	})
 
 	t.Run("the run-as user's job is followed on after a kill -9 of the agent", func(t *testing.T) {
