@@ -116,40 +116,7 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 1500))
 	})
 
-	t.Run("a rank killed with a restart left restarts the run-as gang from its checkpoint", func(t *testing.T) {
-		const total = 120
-		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-			"--name", "runas-restarted", "--max-restarts", "1", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total),
-			"--step-sleep", "0.05", "--timeout", "60").CombinedOutput(); err != nil {
-			t.Fatalf("train: %v\n%s", err, b)
-		}
-		run := upstack.WaitRun(t, ctx, rc, "runas-restarted", "rank 0 past step 60", func(r *gpupassv1.Run) bool {
-			if upstack.Terminal(r) {
-				t.Fatalf("run %s ended before step 60: %s (%s)", r.Id, r.State, r.Reason)
-			}
-			return upstack.StepAtLeast(ctx, rc, r.Id, 60)
-		})
-		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
-		run = upstack.WaitEnd(t, ctx, rc, run.Id)
-		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
-		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
-		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
-			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
-				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
-		}
-		// Each rank's checkpoint, written as the run-as user in its work
-		// dir, is what the fresh gang resumed from.
-		for rank, id := range []string{run.Id, rank1.Id} {
-			l, _ := upstack.RunLog(t, ctx, rc, id)
-			if !strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
-				t.Errorf("rank %d's log does not show it resumed from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
-			}
-		}
-		if got, _ := upstack.Loss(t, ctx, rc, run.Id); len(got) != total {
-			t.Errorf("restarted gang: %d of %d steps", len(got), total)
-		}
-		noJob(t, c, run.Id, "the run ended")
-	})
+	gangRestart(t, ctx, g, "runas-restarted")
 
 	t.Run("the run-as user's job is followed on after a kill -9 of the agent", func(t *testing.T) {
 		const total = 150
@@ -209,18 +176,7 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 		}
 	})
 
-	t.Run("cancel scancels the run-as user's job and ends both ranks", func(t *testing.T) {
-		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-			"--name", "runas-cancelled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
-			t.Fatalf("train: %v\n%s", err, b)
-		}
-		run := upstack.WaitRun(t, ctx, rc, "runas-cancelled", "both ranks' processes", func(r *gpupassv1.Run) bool {
-			if upstack.Terminal(r) {
-				t.Fatalf("run %s ended before both ranks trained: %s (%s)", r.Id, r.State, r.Reason)
-			}
-			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && upstack.JobProcess(r.Id, "train_ddp.py") > 0 &&
-				upstack.JobProcess(r.Id+"-r1", "train_ddp.py") > 0
-		})
+	gangCancel(t, ctx, g, "runas-cancelled", func(t *testing.T, run *gpupassv1.Run) {
 		for _, id := range []string{run.Id, run.Id + "-r1"} {
 			if uid, err := processUID(upstack.JobProcess(id, "train_ddp.py")); err != nil || uid != runAsUID {
 				t.Errorf("%s's training process runs as uid %d (%v), want %d", id, uid, err, runAsUID)
@@ -228,20 +184,6 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 		}
 		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-o", "%u %i", "-n", "gpupass-"+run.Id)); !strings.HasPrefix(q, user+" ") {
 			t.Errorf("squeue: %q, want the job of %s", q, user)
-		}
-		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
-			t.Fatalf("cancel: %v\n%s", err, b)
-		}
-		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if r := upstack.WaitEnd(t, ctx, rc, id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
-			}
-		}
-		noJob(t, c, run.Id, "cancel")
-		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if pid := upstack.JobProcess(id, "train_ddp.py"); pid > 0 {
-				t.Errorf("%s's process %d still runs after cancel", id, pid)
-			}
 		}
 	})
 }
