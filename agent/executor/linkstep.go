@@ -3,11 +3,9 @@ package executor
 import (
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 )
 
 // LinkStep is a gang rank's link measurement run as a step of the rank's
@@ -107,6 +105,10 @@ if got < float(sys.argv[2]):
 // as soon as the step's file is there (Poll, while the job runs), or
 // when the job ended without it (Finish).
 type LinkWatch struct {
+	// Owner, when set, is the job's own user: the step's files are
+	// read only when they are its (RunAs.OpenJobFile).
+	Owner *RunAs
+
 	step *LinkStep
 	base string
 	note func(string)
@@ -130,7 +132,7 @@ func (w *LinkWatch) Poll() bool {
 	if w == nil {
 		return true
 	}
-	b, err := readLimited(LinkResultFile(w.base))
+	b, err := readLimited(LinkResultFile(w.base), w.Owner)
 	if err != nil {
 		return false
 	}
@@ -153,7 +155,7 @@ func (w *LinkWatch) Finish(jobEnded string) error {
 func (w *LinkWatch) deliver(b []byte, why error) {
 	w.once.Do(func() {
 		if why == nil && len(strings.TrimSpace(string(b))) == 0 {
-			why = fmt.Errorf("the link step printed no result: %s", lastLineOf(w.base))
+			why = fmt.Errorf("the link step printed no result: %s", lastLineOf(w.base, w.Owner))
 		}
 		var note string
 		note, w.err = w.step.Measured(b, why)
@@ -163,8 +165,8 @@ func (w *LinkWatch) deliver(b []byte, why error) {
 	})
 }
 
-func lastLineOf(base string) string {
-	b, err := readLimited(LinkResultFile(base) + ".err")
+func lastLineOf(base string, owner *RunAs) string {
+	b, err := readLimited(LinkResultFile(base)+".err", owner)
 	if err != nil {
 		return "its stderr could not be read"
 	}
@@ -180,16 +182,14 @@ func lastLineOf(base string) string {
 
 // readLimited reads a file the job could have put there itself (the
 // step runs as the job, in its dir): a link is not followed, so that the
-// agent never reads another file of its own into the run's report, and
-// only a regular file is read (a FIFO would block the agent).
-func readLimited(name string) ([]byte, error) {
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// agent never reads another file of its own into the run's report, only
+// a regular file is read (a FIFO would block the agent), and with owner
+// set only one of the job's user's (a hard link to another's is not).
+func readLimited(name string, owner *RunAs) ([]byte, error) {
+	f, _, err := owner.OpenJobFile(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", name)
-	}
 	return io.ReadAll(io.LimitReader(f, maxLinkOutput))
 }

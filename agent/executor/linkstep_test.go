@@ -141,3 +141,31 @@ func TestLinkWatchRefusesLinks(t *testing.T) {
 		t.Errorf("Measured heard %q, why %v; want nothing, and why", heard, why)
 	}
 }
+
+// TestLinkWatchOwner: with the job's own user set (a Slurm job run as
+// the agent's run-as user), the step's file is read only when it is
+// that user's: a file of another user (a hard link to one the job
+// could not read itself) is not the step's result.
+func TestLinkWatchOwner(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		owner *executor.RunAs
+		read  bool
+	}{
+		{"the job's user's file", &executor.RunAs{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}, true},
+		{"another user's file", &executor.RunAs{UID: uint32(os.Getuid()) + 1, GID: uint32(os.Getgid())}, false},
+		{"no job user of its own", nil, true},
+	} {
+		base := filepath.Join(t.TempDir(), "attempt-1")
+		if err := os.WriteFile(executor.LinkResultFile(base), []byte(`{"busbw_gbps": 4.5}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var heard []byte
+		w := executor.NewLinkWatch(&executor.LinkStep{Measured: func(b []byte, e error) (string, error) { heard = b; return "", nil }}, base, nil)
+		w.Owner = tc.owner
+		if got := w.Poll(); got != tc.read || (len(heard) > 0) != tc.read {
+			t.Errorf("%s: Poll %v, heard %q; want read %v", tc.name, got, heard, tc.read)
+		}
+	}
+}

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpupass/gpupass/agent/executor"
@@ -82,16 +83,40 @@ func gangOf(env []string) (*gangInfo, error) {
 	return &g, nil
 }
 
-// refuse says why the runner cannot run this rank.
+// refuse says why the runner cannot run this rank. A rank with a uid
+// of its own (the agent's run-as user) is taken: whether every rank has
+// the same one, which the one batch job needs, is known only once every
+// rank joined (gangJob.oneUser).
 func (g gangInfo) refuse(a executor.Attempt, hub *gangHub) error {
-	switch {
-	case hub == nil:
+	if hub == nil {
 		return errors.New("this runner takes no rank of a run across several nodes (no gang hub)")
-	case a.Credential != nil:
-		// Each rank is a run of its own node's, which holds a uid for it
-		// alone (with --run-as-range, one per rank), and the one batch
-		// job rank 0 submits runs as one uid.
-		return fmt.Errorf("this agent runs each run as another uid (its run-as user or uid range); a run across several slurm nodes is one batch job (sbatch -N %d) that rank 0's node submits, and running each rank as the uid its own node holds for it is not supported: not taken. Run gangs through a slurm agent that runs jobs as its own user (no run-as user or range, for a partition of its own), or give the spec resources.nodes: 1", g.nodes)
+	}
+	return nil
+}
+
+// oneUser says why the gang's one batch job cannot run every rank: its
+// ranks run as different users. The job (sbatch -N n) runs every rank's
+// task as the one uid it was submitted as, so a rank whose node holds a
+// uid for it alone (an agent with a uid range gives each run its own)
+// would run as another rank's uid, in a work dir handed to another uid.
+func (gj *gangJob) oneUser() error {
+	who := func(c *syscall.Credential) string {
+		if c == nil {
+			return "the agent's own user"
+		}
+		return fmt.Sprintf("uid %d (gid %d)", c.Uid, c.Gid)
+	}
+	first := gj.ranks[0].a.Credential
+	for rank := 1; rank < gj.nodes; rank++ {
+		c := gj.ranks[rank].a.Credential
+		same := (c == nil) == (first == nil)
+		if same && c != nil {
+			same = c.Uid == first.Uid && c.Gid == first.Gid && slices.Equal(c.Groups, first.Groups)
+		}
+		if !same {
+			return fmt.Errorf("the gang's ranks run as different users (rank 0 as %s, rank %d as %s): a run across several slurm nodes is one batch job (sbatch -N %d) that runs every rank as one uid, and this agent gives each run a uid of its own (its run-as uid range): not submitted. Run gangs through a slurm agent with one run-as user for every run, or one that runs jobs as its own user; or give the spec resources.nodes: 1",
+				who(first), rank, who(c), gj.nodes)
+		}
 	}
 	return nil
 }
@@ -193,7 +218,12 @@ func (r *Runner) runGang(ctx context.Context, a executor.Attempt, f *follower, g
 			gj.submitted("", err)
 			return startErr(err)
 		}
-		body, place, err := gangScript(a, gj, r.Node)
+		err := gj.oneUser()
+		var body string
+		var place []string
+		if err == nil {
+			body, place, err = gangScript(a, gj, r.Node)
+		}
 		if err == nil {
 			var id string
 			var refused bool
@@ -264,6 +294,10 @@ func (r *Runner) followTasks(ctx context.Context, a executor.Attempt, f *followe
 			f.note(msg, map[string]string{"slurm_job_id": f.st.JobID, "gang_rank": strconv.Itoa(rank)})
 		}
 	})
+	if f.link != nil {
+		// The step writes its result as the job's user.
+		f.link.Owner = ownerOf(a)
+	}
 	ex := f.run(ctx, a.Grace)
 	if err := f.link.Finish(ex.Reason); err != nil {
 		// --require-bandwidth: the step ended the job before the
@@ -281,7 +315,7 @@ func (r *Runner) followTasks(ctx context.Context, a executor.Attempt, f *followe
 	}
 	// srun numbers tasks in Slurm's node order, not the broker's ranks:
 	// the node says which rank it was.
-	node, _, what := failedTask(errFile)
+	node, _, what := failedTask(errFile, ownerOf(a))
 	if node == "" {
 		return ex
 	}
@@ -331,15 +365,28 @@ func (r *Runner) RunsLinkStep() bool { return true }
 // error: n2: task 1: Exited with exit code 3", "… task 1: Killed".
 var srunTaskError = regexp.MustCompile(`(?m)^srun: error: ([^: ]+): tasks? ([0-9,-]+): (.+)$`)
 
+// maxErrTail is how much of the job's stderr file's end failedTask
+// reads for srun's line.
+const maxErrTail = 1 << 20
+
 // failedTask is the first task srun said ended badly in the job's
-// stderr file, its node and what happened; "" when it named none.
-func failedTask(errFile string) (node, task, what string) {
-	b, err := os.ReadFile(errFile)
+// stderr file, its node and what happened; "" when it named none. The
+// file is the job's to write: read as owner's (nil: the agent's own
+// user's) regular file, never through a link, and only its end.
+func failedTask(errFile string, owner *executor.RunAs) (node, task, what string) {
+	f, fi, err := owner.OpenJobFile(errFile)
 	if err != nil {
 		return "", "", ""
 	}
-	if len(b) > 1<<20 {
-		b = b[len(b)-1<<20:]
+	defer f.Close()
+	if n := fi.Size(); n > maxErrTail {
+		if _, err := f.Seek(n-maxErrTail, io.SeekStart); err != nil {
+			return "", "", ""
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxErrTail))
+	if err != nil {
+		return "", "", ""
 	}
 	m := srunTaskError.FindSubmatch(b)
 	if m == nil {

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,12 +69,32 @@ func TestFailedTask(t *testing.T) {
 	if err := os.WriteFile(p, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	node, task, what := failedTask(p)
+	node, task, what := failedTask(p, nil)
 	if node != "n2" || task != "1" || what != "Killed" {
 		t.Errorf("failedTask: %q %q %q, want n2 1 Killed", node, task, what)
 	}
-	if node, _, _ := failedTask(filepath.Join(t.TempDir(), "none")); node != "" {
+	if node, _, _ := failedTask(filepath.Join(t.TempDir(), "none"), nil); node != "" {
 		t.Errorf("failedTask of no file: %q", node)
+	}
+	// The file is the job's to write (as the run's uid, read by the
+	// agent as root): a link to another file is not read.
+	ln := filepath.Join(t.TempDir(), "attempt-2.err")
+	if err := os.Symlink(p, ln); err != nil {
+		t.Fatal(err)
+	}
+	if node, _, _ := failedTask(ln, nil); node != "" {
+		t.Errorf("failedTask read through a symbolic link: %q", node)
+	}
+	if node, _, _ := failedTask(p, &executor.RunAs{UID: uint32(os.Getuid()) + 1}); node != "" {
+		t.Errorf("failedTask read a file of another user than the job's: %q", node)
+	}
+	// Only the end of a long file is read, where srun's line is.
+	big := filepath.Join(t.TempDir(), "attempt-3.err")
+	if err := os.WriteFile(big, append([]byte(strings.Repeat("x", 3<<20)+"\n"), log...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if node, _, _ := failedTask(big, nil); node != "n2" {
+		t.Errorf("failedTask of a long file: %q, want n2", node)
 	}
 }
 
@@ -118,23 +139,63 @@ func TestGangHubJoin(t *testing.T) {
 	}
 }
 
-// TestGangRefusesRunAs: a rank of a gang given a uid of its own
-// (--run-as, --run-as-range) is refused before anything is submitted,
-// naming the flags, why, and what to do instead.
-func TestGangRefusesRunAs(t *testing.T) {
+// TestGangRunAs: a rank of a gang given a uid of its own is taken (an
+// agent with one run-as user gives every rank the same), and rank 0,
+// once every rank joined, refuses to submit the one batch job when the
+// ranks' uids differ (a uid range gives each run its own), saying why
+// and what to do instead; a runner with no gang hub takes no rank.
+func TestGangRunAs(t *testing.T) {
 	t.Parallel()
 	g := gangInfo{run: "alloc-a", rank: 1, nodes: 2, port: 29500}
-	err := g.refuse(executor.Attempt{Credential: &syscall.Credential{Uid: 70001, Gid: 70001}}, newGangHub())
-	if err == nil {
-		t.Fatal("a rank with a uid of its own was taken")
-	}
-	for _, want := range []string{"run-as user or uid range", "sbatch -N 2", "not supported", "no run-as user or range", "resources.nodes: 1"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("the refusal %q does not say %q", err, want)
-		}
+	user := &syscall.Credential{Uid: 70001, Gid: 70001, Groups: []uint32{70001}}
+	if err := g.refuse(executor.Attempt{Credential: user}, newGangHub()); err != nil {
+		t.Errorf("a rank run as the agent's run-as user: %v", err)
 	}
 	if err := g.refuse(executor.Attempt{}, newGangHub()); err != nil {
 		t.Errorf("a rank without a uid of its own: %v", err)
+	}
+	if err := g.refuse(executor.Attempt{Credential: user}, nil); err == nil || !strings.Contains(err.Error(), "no gang hub") {
+		t.Errorf("a runner with no gang hub: %v", err)
+	}
+	gang := func(creds ...*syscall.Credential) *gangJob {
+		gj := &gangJob{nodes: len(creds), ranks: map[int]gangRank{}}
+		for i, c := range creds {
+			var same *syscall.Credential
+			if c != nil {
+				same = &syscall.Credential{Uid: c.Uid, Gid: c.Gid, Groups: slices.Clone(c.Groups)}
+			}
+			gj.ranks[i] = gangRank{node: fmt.Sprintf("n%d", i+1), a: executor.Attempt{Credential: same}}
+		}
+		return gj
+	}
+	for _, tc := range []struct {
+		name  string
+		creds []*syscall.Credential
+		want  []string // nil: submitted
+	}{
+		{"one run-as user", []*syscall.Credential{user, user, user}, nil},
+		{"the agent's own user", []*syscall.Credential{nil, nil}, nil},
+		{"a uid per run", []*syscall.Credential{user, user, {Uid: 70002, Gid: 70002, Groups: []uint32{70002}}},
+			[]string{"rank 0 as uid 70001 (gid 70001), rank 2 as uid 70002 (gid 70002)", "sbatch -N 3", "one uid", "run-as uid range", "one run-as user for every run", "resources.nodes: 1"}},
+		{"other groups", []*syscall.Credential{user, {Uid: 70001, Gid: 70001}}, []string{"different users"}},
+		{"a rank as the agent's user", []*syscall.Credential{user, nil}, []string{"rank 1 as the agent's own user"}},
+	} {
+		err := gang(tc.creds...).oneUser()
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: the gang's job would be submitted", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the refusal %q does not say %q", tc.name, err, w)
+			}
+		}
 	}
 }
 

@@ -94,13 +94,7 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 	if err != nil {
 		return startErr(err)
 	}
-	var owner *executor.RunAs
-	if c := a.Credential; c != nil {
-		// A uid of the run's own (sbatch --uid): slurmd creates the
-		// job's output files as it, in a dir of its own.
-		owner = &executor.RunAs{UID: c.Uid, GID: c.Gid}
-	}
-	at, err := follow.StartAs(a, ".slurm", owner, &f.st, out)
+	at, err := follow.StartAs(a, ".slurm", ownerOf(a), &f.st, out)
 	if err != nil {
 		return startErr(err)
 	}
@@ -147,6 +141,17 @@ func (r *Runner) Run(ctx context.Context, a executor.Attempt, out func(executor.
 		_ = f.files.Save()
 	}
 	return f.run(ctx, a.Grace)
+}
+
+// ownerOf is the attempt's own user (sbatch --uid), nil for the
+// agent's: slurmd creates the job's output files as it, in a dir of
+// its own, and the agent reads only its regular files.
+func ownerOf(a executor.Attempt) *executor.RunAs {
+	c := a.Credential
+	if c == nil {
+		return nil
+	}
+	return &executor.RunAs{UID: c.Uid, GID: c.Gid}
 }
 
 // EnforcesTimeLimit implements executor.LimitEnforcer: slurmctld ends a

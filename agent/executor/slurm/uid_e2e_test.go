@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -20,89 +19,17 @@ import (
 
 	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
 	brokerclient "github.com/gpupass/gpupass/internal/client"
-	"github.com/gpupass/gpupass/internal/testutil"
 	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
 	"github.com/gpupass/gpupass/internal/testutil/upstack"
 )
 
 // uidFirst..uidFirst+uidCount-1 is the test's --run-as-range: uids no
-// account of this machine has (checked), made accounts for the test only.
+// account of this machine has (checked), made accounts for the test only
+// (slurmtest.RunAccounts).
 const (
 	uidFirst = 281000
 	uidCount = 4
 )
-
-// runAccounts makes the range's uids accounts (each with a group of its
-// gid), as a site does on every node: this Slurm (22.05) refuses sbatch
-// --uid for a uid the user database does not list ("Invalid --uid
-// specification"). Cleanup cancels their jobs and removes exactly what
-// it added.
-func runAccounts(t *testing.T, c *slurmtest.Cluster) string {
-	t.Helper()
-	testutil.NeedRoot(t)
-	for _, tool := range []string{"useradd", "userdel", "groupadd", "groupdel"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Missing(t, "%s (passwd) to make the job uid range's accounts", tool)
-		}
-	}
-	for i := range uidCount {
-		id := strconv.Itoa(uidFirst + i)
-		if u, err := user.LookupId(id); err == nil {
-			t.Fatalf("uid %s is account %s already: pick another range for the test", id, u.Username)
-		}
-		if g, err := user.LookupGroupId(id); err == nil {
-			t.Fatalf("gid %s is group %s already: pick another range for the test", id, g.Name)
-		}
-	}
-	name := func(i int) string { return fmt.Sprintf("gpupass-e2e-%d", uidFirst+i) }
-	run := func(name string, args ...string) error {
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		// A job of a uid (or slurmstepd's processes of it) keeps userdel
-		// from removing it: end them first.
-		deadline := time.Now().Add(time.Minute)
-		for i := range uidCount {
-			id := strconv.Itoa(uidFirst + i)
-			stop := exec.Command("scancel", "-u", id)
-			stop.Env = c.Env()
-			_ = stop.Run()
-		}
-		for i := range uidCount {
-			for {
-				err := run("userdel", name(i))
-				if err == nil || time.Now().After(deadline) {
-					if err != nil {
-						t.Errorf("removing the test's account: %v", err)
-					}
-					break
-				}
-				time.Sleep(500 * time.Millisecond)
-			}
-			// userdel removes the group of the user's name with it
-			// (USERGROUPS_ENAB); else it is removed here.
-			if _, err := user.LookupGroup(name(i)); err == nil {
-				if err := run("groupdel", name(i)); err != nil {
-					t.Errorf("removing the test's group: %v", err)
-				}
-			}
-		}
-	})
-	for i := range uidCount {
-		id := strconv.Itoa(uidFirst + i)
-		if err := run("groupadd", "-g", id, name(i)); err != nil {
-			t.Fatal(err)
-		}
-		if err := run("useradd", "-M", "-N", "-u", id, "-g", id, "-d", "/nonexistent", "-s", "/usr/sbin/nologin", name(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return fmt.Sprintf("%d-%d", uidFirst, uidFirst+uidCount-1)
-}
 
 // TestE2ESlurmRunUIDs drives the real binaries on the real cluster with
 // --run-as-range: two runs live at once on the agent's two nodes, each
@@ -114,7 +41,7 @@ func runAccounts(t *testing.T, c *slurmtest.Cluster) string {
 func TestE2ESlurmRunUIDs(t *testing.T) {
 	c := slurmtest.Shared(t)
 	upstack.RequireTorch(t)
-	rng := runAccounts(t, c)
+	rng := slurmtest.RunAccounts(t, c, uidFirst, uidCount)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	stack := upstack.Start(t, upstack.Options{Regions: []string{"us-west-2"}, Env: []string{"SLURM_CONF=" + c.Conf}})

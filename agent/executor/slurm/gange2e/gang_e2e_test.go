@@ -125,60 +125,8 @@ func TestE2ESlurmGang(t *testing.T) {
 		}
 	})
 
-	t.Run("a rank killed with a restart left restarts the gang from the checkpoint", func(t *testing.T) {
-		const total = 150
-		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-			"--name", "restarted", "--max-restarts", "1", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total),
-			"--step-sleep", "0.05", "--timeout", "60").CombinedOutput(); err != nil {
-			t.Fatalf("train: %v\n%s", err, b)
-		}
-		run := upstack.WaitRun(t, ctx, rc, "restarted", "rank 0 past step 60", func(r *gpupassv1.Run) bool {
-			return upstack.StepAtLeast(ctx, rc, r.Id, 60)
-		})
-		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
-		run = upstack.WaitEnd(t, ctx, rc, run.Id)
-		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
-		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
-		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
-			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
-				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
-		}
-		// RunLog fails on a record lost or repeated across the restart.
-		for rank, id := range []string{run.Id, rank1.Id} {
-			l, _ := upstack.RunLog(t, ctx, rc, id)
-			if !strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
-				t.Errorf("rank %d's log does not show it resumed from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
-			}
-		}
-		if got, _ := upstack.Loss(t, ctx, rc, run.Id); len(got) != total {
-			t.Errorf("restarted gang: %d of %d steps", len(got), total)
-		}
-		noJob(t, c, run.Id, "the run ended")
-	})
-
-	t.Run("cancel scancels the one job and ends every rank", func(t *testing.T) {
-		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-			"--name", "cancelled", "--", py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
-			t.Fatalf("train: %v\n%s", err, b)
-		}
-		run := upstack.WaitRun(t, ctx, rc, "cancelled", "the gang to train", func(r *gpupassv1.Run) bool {
-			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && upstack.JobProcess(r.Id+"-r1", "train_ddp.py") > 0
-		})
-		if b, err := gp("cancel", run.Id).CombinedOutput(); err != nil {
-			t.Fatalf("cancel: %v\n%s", err, b)
-		}
-		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if r := upstack.WaitEnd(t, ctx, rc, id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
-				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
-			}
-		}
-		noJob(t, c, run.Id, "cancel")
-		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if pid := upstack.JobProcess(id, "train_ddp.py"); pid > 0 {
-				t.Errorf("%s's process %d still runs after cancel", id, pid)
-			}
-		}
-	})
+	gangRestart(t, ctx, g, "restarted")
+	gangCancel(t, ctx, g, "cancelled", nil)
 }
 
 // region is the stack's one region, of the cluster's two nodes.
@@ -198,12 +146,14 @@ type gangStack struct {
 	runNamed func(name string) *gpupassv1.Run
 }
 
-func startGang(t testing.TB, ctx context.Context) *gangStack {
+func startGang(t testing.TB, ctx context.Context, env ...string) *gangStack {
 	c := slurmtest.Shared(t)
 	py := upstack.RequireTorch(t)
+	// env: more of up's environment, which its agent reads its flags
+	// from (GPUPASS_RUN_AS).
 	stack := upstack.Start(t, upstack.Options{Regions: []string{region},
 		Args: []string{"--executor", "slurm", "--slurm-partition", slurmtest.Partition, "--slurm-shared-dir", c.Shared},
-		Env:  []string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}})
+		Env:  append([]string{"SLURM_CONF=" + c.Conf, "GPUPASS_SLURM_REFRESH=2s"}, env...)})
 	dry := stack.WaitGang(t, ctx, "examples/ddp/gpupass.yaml", region, 2)
 	t.Logf("dry-run:\n%s", upstack.Tail(dry, 1500))
 	g := &gangStack{c: c, py: py, stack: stack, rc: stack.Runs(t)}
@@ -224,4 +174,81 @@ func noJob(t *testing.T, c *slurmtest.Cluster, id, after string) {
 	if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+id)); q != "" {
 		t.Errorf("a job of the gang is still in squeue after %s:\n%s", after, q)
 	}
+}
+
+// gangRestart is the subtest of a gang whose rank 1 is killed -9 mid-run
+// with a restart left (--max-restarts 1): a fresh gang resumes every
+// rank from its checkpoint, the run succeeds after 1 restart with every
+// step's point, and no job of the gang is left.
+func gangRestart(t *testing.T, ctx context.Context, g *gangStack, name string) {
+	t.Run("a rank killed with a restart left restarts the gang from the checkpoint", func(t *testing.T) {
+		const total = 150
+		if b, err := g.gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", name, "--max-restarts", "1", "--", g.py, "train_ddp.py", "--steps", strconv.Itoa(total),
+			"--step-sleep", "0.05", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		run := upstack.WaitRun(t, ctx, g.rc, name, "rank 0 past step 60", func(r *gpupassv1.Run) bool {
+			if upstack.Terminal(r) {
+				t.Fatalf("run %s ended before step 60: %s (%s)", r.Id, r.State, r.Reason)
+			}
+			return upstack.StepAtLeast(ctx, g.rc, r.Id, 60)
+		})
+		upstack.Kill9JobProcess(t, run.Id+"-r1", "train_ddp.py")
+		run = upstack.WaitEnd(t, ctx, g.rc, run.Id)
+		rank1 := upstack.GetRun(t, ctx, g.rc, run.Id+"-r1")
+		t.Logf("run %s after %d restart(s): %s; rank 1 %s", run.State, run.Restarts, run.Reason, rank1.State)
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 1 {
+			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded after 1 restart",
+				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
+		}
+		// RunLog fails on a record lost or repeated across the restart.
+		for rank, id := range []string{run.Id, rank1.Id} {
+			l, _ := upstack.RunLog(t, ctx, g.rc, id)
+			if !strings.Contains(l, `"msg":"rank `+strconv.Itoa(rank)+` resumed from`) {
+				t.Errorf("rank %d's log does not show it resumed from the checkpoint:\n%s", rank, upstack.Tail(l, 3000))
+			}
+		}
+		if got, _ := upstack.Loss(t, ctx, g.rc, run.Id); len(got) != total {
+			t.Errorf("restarted gang: %d of %d steps", len(got), total)
+		}
+		noJob(t, g.c, run.Id, "the run ended")
+	})
+}
+
+// gangCancel is the subtest of `gpupass cancel` of a gang that trains:
+// the one job is scancelled, every rank ends cancelled, no job or
+// training process is left. training, when set, checks the run once
+// every rank's process runs, before the cancel.
+func gangCancel(t *testing.T, ctx context.Context, g *gangStack, name string, training func(t *testing.T, run *gpupassv1.Run)) {
+	t.Run("cancel scancels the one job and ends every rank", func(t *testing.T) {
+		if b, err := g.gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", name, "--", g.py, "train_ddp.py", "--steps", "100000000", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		run := upstack.WaitRun(t, ctx, g.rc, name, "every rank's process", func(r *gpupassv1.Run) bool {
+			if upstack.Terminal(r) {
+				t.Fatalf("run %s ended before every rank trained: %s (%s)", r.Id, r.State, r.Reason)
+			}
+			return r.State == gpupassv1.AllocState_ALLOC_STATE_RUNNING && upstack.JobProcess(r.Id, "train_ddp.py") > 0 &&
+				upstack.JobProcess(r.Id+"-r1", "train_ddp.py") > 0
+		})
+		if training != nil {
+			training(t, run)
+		}
+		if b, err := g.gp("cancel", run.Id).CombinedOutput(); err != nil {
+			t.Fatalf("cancel: %v\n%s", err, b)
+		}
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			if r := upstack.WaitEnd(t, ctx, g.rc, id); r.State != gpupassv1.AllocState_ALLOC_STATE_CANCELLED {
+				t.Errorf("%s after cancel: %s (%s), want cancelled", id, r.State, r.Reason)
+			}
+		}
+		noJob(t, g.c, run.Id, "cancel")
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			if pid := upstack.JobProcess(id, "train_ddp.py"); pid > 0 {
+				t.Errorf("%s's process %d still runs after cancel", id, pid)
+			}
+		}
+	})
 }

@@ -1,0 +1,202 @@
+//go:build e2e
+
+package gange2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gpupassv1 "github.com/gpupass/gpupass/internal/api/gen/gpupass/v1"
+	"github.com/gpupass/gpupass/internal/testutil/slurmtest"
+	"github.com/gpupass/gpupass/internal/testutil/upstack"
+)
+
+// runAsUID is the account TestE2ESlurmGangRunAs makes for the agent's
+// run-as user: apart from package slurm's range (281000-281003), whose
+// test binary may run at the same time.
+const runAsUID = 281100
+
+var userID = regexp.MustCompile(`\bUserId=(\S+)\((\d+)\)`)
+
+// TestE2ESlurmGangRunAs (issue #34) is a gang under `gpupass up
+// --executor slurm` whose agent runs every job as one run-as user
+// (GPUPASS_RUN_AS, as `gpupass-agent --run-as` reads it): the one
+// sbatch -N2 job is submitted as that uid and runs both ranks' tasks as
+// it, in each rank's work dir handed to it; both ranks train, both
+// signed reports carry the link the job measured, and the loss is one
+// rank's. A rank killed with a restart left restarts the gang from the
+// checkpoints the job wrote as that uid. An agent killed -9 mid-run and started again by up follows
+// the job on from its ledger; cancel scancels the job, ending both
+// ranks' processes, which ran as that uid.
+func TestE2ESlurmGangRunAs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
+	defer cancel()
+	c := slurmtest.Shared(t)
+	slurmtest.RunAccounts(t, c, runAsUID, 1)
+	user := slurmtest.AccountName(runAsUID)
+	g := startGang(t, ctx, "GPUPASS_RUN_AS="+user)
+	py, stack, rc, gp := g.py, g.stack, g.rc, g.gp
+	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, steps)
+
+	t.Run("the gang's one job runs both ranks as the run-as user", func(t *testing.T) {
+		out, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "runas", "--follow", "--", py, "train_ddp.py", "--steps", strconv.Itoa(steps), "--timeout", "60").CombinedOutput()
+		run := upstack.RunNamed(ctx, rc, "runas")
+		if err != nil || run == nil {
+			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
+		}
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+			t.Fatalf("run %s %s (%s), rank 1 %s (%s): want both succeeded", run.Id, run.State, run.Reason, rank1.State, rank1.Reason)
+		}
+		job := run.GetSlurm().GetJobId()
+		if job == "" || rank1.GetSlurm().GetJobId() != job || run.GetSlurm().GetNode() == rank1.GetSlurm().GetNode() {
+			t.Fatalf("slurm placement of rank 0 %v, rank 1 %v: want one job, two nodes", run.GetSlurm(), rank1.GetSlurm())
+		}
+		// slurmctld keeps an ended job for MinJobAge (600 s here).
+		show := c.Command(t, "scontrol", "show", "job", "-o", job)
+		m := userID.FindStringSubmatch(show)
+		if m == nil || m[1] != user || m[2] != strconv.Itoa(runAsUID) {
+			t.Errorf("scontrol show job %s: %s; want UserId=%s(%d)", job, show, user, runAsUID)
+		}
+		// The job's stderr file (rank 0's) was created by slurmd as the
+		// job's user, in the dir the agent handed to it.
+		if errFile := regexp.MustCompile(`\bStdErr=(\S+)`).FindStringSubmatch(show); errFile == nil {
+			t.Errorf("no StdErr in %s", show)
+		} else if fi, err := os.Lstat(errFile[1]); err != nil || fi.Sys().(*syscall.Stat_t).Uid != runAsUID {
+			t.Errorf("the job's stderr file %s: %v, want a file of uid %d", errFile[1], err, runAsUID)
+		}
+		log0, _ := upstack.RunLog(t, ctx, rc, run.Id)
+		log1, _ := upstack.RunLog(t, ctx, rc, rank1.Id)
+		for _, w := range []struct {
+			log, line string
+			n         int
+		}{
+			{log0, `"rank 0/2 (local rank 0, node 0)`, 1},
+			{log0, `"step 50 loss`, 1},
+			{log0, `"done in`, 1},
+			{log1, `"rank 1/2 (local rank 0, node 1)`, 1},
+			{log1, `"rank 0/2`, 0},
+		} {
+			if got := strings.Count(w.log, w.line); got != w.n {
+				t.Errorf("%q %d time(s) in a rank's log, want %d:\n%s", w.line, got, w.n, upstack.Tail(w.log, 2000))
+			}
+		}
+		links := upstack.RankLinks(t, ctx, rc, run.Id)
+		if len(links) != 2 {
+			t.Fatalf("%d rank report(s), want 2", len(links))
+		}
+		for rank, r := range links {
+			l := r.Link
+			if l == nil {
+				t.Errorf("rank %d's signed report (%s) records no link", rank, r.AllocID)
+				continue
+			}
+			t.Logf("rank %d (%s): %g Gbit/s bus bandwidth over %s at %s, declared %g, error %q", rank, r.AllocID, l.BusBWGbps, l.Backend, l.MasterAddr, l.DeclaredGbps, l.Error)
+			if l.Error != "" || !(l.BusBWGbps > 0) || l.Backend != "gloo" || l.Ranks != 2 || l.Simulated || !r.Simulated {
+				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks by the job", rank, *l, r.Simulated)
+			}
+		}
+		if links[0].Link != nil && links[1].Link != nil && links[0].Link.BusBWGbps != links[1].Link.BusBWGbps {
+			t.Errorf("rank 0 measured %g Gbit/s, rank 1 %g: every rank signs the slowest rank's time", links[0].Link.BusBWGbps, links[1].Link.BusBWGbps)
+		}
+		got, points := upstack.Loss(t, ctx, rc, run.Id)
+		worst := upstack.MaxDelta(want, got)
+		t.Logf("2 ranks as %s on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", user, run.NodeId, rank1.NodeId, worst, len(got))
+		if len(got) != steps || points != steps || !(worst <= 1e-5) {
+			t.Errorf("2 ranks: %d of %d steps (%d points), max |Δloss| %g against 1 rank; want every step once, within 1e-5", len(got), steps, points, worst)
+		}
+		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 1500))
+	})
+
+	gangRestart(t, ctx, g, "runas-restarted")
+
+	t.Run("the run-as user's job is followed on after a kill -9 of the agent", func(t *testing.T) {
+		const total = 150
+		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+			"--name", "runas-agentkill", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total), "--step-sleep", "0.1",
+			"--log-steps", "--timeout", "60").CombinedOutput(); err != nil {
+			t.Fatalf("train: %v\n%s", err, b)
+		}
+		run := upstack.WaitRun(t, ctx, rc, "runas-agentkill", "rank 0 past step 30", func(r *gpupassv1.Run) bool {
+			if upstack.Terminal(r) {
+				t.Fatalf("run %s ended before step 30: %s (%s)", r.Id, r.State, r.Reason)
+			}
+			return upstack.StepAtLeast(ctx, rc, r.Id, 30)
+		})
+		jobOf := func() string {
+			return strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id, "-o", "%i %u"))
+		}
+		before := jobOf()
+		pids := stack.Config(t).AgentPIDs
+		if len(pids) != 1 || !strings.HasSuffix(before, " "+user) {
+			t.Fatalf("agents %v, squeue %q: want the one Slurm agent and the gang's one job of %s", pids, before, user)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 the Slurm agent (pid %d): %v", pids[0], err)
+		}
+		upstack.WaitFor(t, ctx, "gpupass up to start the agent again", func() bool {
+			p := stack.Config(t).AgentPIDs
+			return len(p) == 1 && p[0] != pids[0]
+		})
+		if after := jobOf(); after != before {
+			t.Fatalf("after the agent's restart squeue shows %q for the gang, want %q running on", after, before)
+		}
+		run = upstack.WaitEnd(t, ctx, rc, run.Id)
+		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
+		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || run.Restarts != 0 {
+			t.Fatalf("run %s (%s), rank 1 %s (%s), %d restart(s): want both succeeded, followed on without a restart",
+				run.State, run.Reason, rank1.State, rank1.Reason, run.Restarts)
+		}
+		// RunLog fails on a record lost or repeated across the restart.
+		for rank, id := range []string{run.Id, rank1.Id} {
+			l, _ := upstack.RunLog(t, ctx, rc, id)
+			if n := strings.Count(l, "the agent restarted; following attempt 1 on"); n != 1 {
+				t.Errorf("rank %d's log says %d time(s) that it was followed on, want once:\n%s", rank, n, upstack.Tail(l, 2000))
+			}
+			var bad []string
+			for step := 1; step <= total; step++ {
+				if n := strings.Count(l, fmt.Sprintf(`"msg":"rank %d step %d loss`, rank, step)); n != 1 {
+					bad = append(bad, fmt.Sprintf("step %d ×%d", step, n))
+				}
+			}
+			if len(bad) > 0 {
+				t.Errorf("rank %d's log: %d of %d steps not there exactly once across the agent's restart: %s", rank, len(bad), total, strings.Join(bad[:min(len(bad), 12)], ", "))
+			}
+		}
+		if got, points := upstack.Loss(t, ctx, rc, run.Id); len(got) != total || points != total {
+			t.Errorf("followed-on gang: %d of %d steps (%d points), want every step once", len(got), total, points)
+		}
+	})
+
+	gangCancel(t, ctx, g, "runas-cancelled", func(t *testing.T, run *gpupassv1.Run) {
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			if uid, err := processUID(upstack.JobProcess(id, "train_ddp.py")); err != nil || uid != runAsUID {
+				t.Errorf("%s's training process runs as uid %d (%v), want %d", id, uid, err, runAsUID)
+			}
+		}
+		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-o", "%u %i", "-n", "gpupass-"+run.Id)); !strings.HasPrefix(q, user+" ") {
+			t.Errorf("squeue: %q, want the job of %s", q, user)
+		}
+	})
+}
+
+// processUID is the real uid of process pid.
+func processUID(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1, err
+	}
+	m := regexp.MustCompile(`(?m)^Uid:\s+(\d+)`).FindSubmatch(b)
+	if m == nil {
+		return -1, fmt.Errorf("no Uid line in /proc/%d/status", pid)
+	}
+	return strconv.Atoi(string(m[1]))
+}
