@@ -5,7 +5,7 @@
 # {"ready": true}, reads the gang's rendezvous as one JSON line on stdin,
 # measures once and prints one JSON result line. EOF on stdin: exit.
 # With arguments it is a step of a cluster gang's job (below).
-import datetime, json, os, sys, time
+import datetime, json, os, socket, sys, time
 import torch
 import torch.distributed as dist
 
@@ -32,6 +32,20 @@ host = r["master_addr"]
 if ":" in host:
     host = "[" + host + "]"
 backend = "nccl" if torch.cuda.is_available() else "gloo"
+if int(r["rank"]) != 0:
+    # torch's rendezvous client retries a refused connection only once a
+    # second: a rank here before rank 0's store listens would lose most
+    # of that second. Wait for the port to answer, in steps of 10 ms, no
+    # longer than the measurement may take (init then says why it fails).
+    end = time.monotonic() + int(r["timeout_seconds"])
+    while True:
+        try:
+            socket.create_connection((r["master_addr"], int(r["master_port"])), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > end:
+                break
+            time.sleep(0.01)
 dist.init_process_group(backend, init_method="tcp://%s:%d" % (host, int(r["master_port"])),
                         rank=int(r["rank"]), world_size=int(r["world_size"]),
                         timeout=datetime.timedelta(seconds=int(r["timeout_seconds"])))
