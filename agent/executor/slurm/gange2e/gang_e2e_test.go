@@ -46,16 +46,7 @@ func TestE2ESlurmGang(t *testing.T) {
 	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, steps)
 
 	t.Run("two ranks in one sbatch -N2 job give one rank's curve", func(t *testing.T) {
-		out, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-			"--name", "gang", "--follow", "--", py, "train_ddp.py", "--steps", strconv.Itoa(steps), "--timeout", "60").CombinedOutput()
-		run := upstack.RunNamed(ctx, rc, "gang")
-		if err != nil || run == nil {
-			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
-		}
-		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
-		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
-			t.Fatalf("run %s %s (%s), rank 1 %s (%s): want both succeeded", run.Id, run.State, run.Reason, rank1.State, rank1.Reason)
-		}
+		run, rank1 := g.trainGang(t, ctx, "gang")
 		if run.NodeId == "" || run.NodeId == rank1.NodeId {
 			t.Errorf("rank 0 on %q, rank 1 on %q: want two nodes", run.NodeId, rank1.NodeId)
 		}
@@ -251,4 +242,22 @@ func gangCancel(t *testing.T, ctx context.Context, g *gangStack, name string, tr
 			}
 		}
 	})
+}
+
+// trainGang runs `train --follow` of examples/ddp as a gang of two named
+// name (steps steps) and returns its two ranks, both of which must have
+// succeeded.
+func (g *gangStack) trainGang(t *testing.T, ctx context.Context, name string) (run, rank1 *gpupassv1.Run) {
+	t.Helper()
+	out, err := g.gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+		"--name", name, "--follow", "--", g.py, "train_ddp.py", "--steps", strconv.Itoa(steps), "--timeout", "60").CombinedOutput()
+	run = upstack.RunNamed(ctx, g.rc, name)
+	if err != nil || run == nil {
+		t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
+	}
+	rank1 = upstack.GetRun(t, ctx, g.rc, run.Id+"-r1")
+	if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
+		t.Fatalf("run %s %s (%s), rank 1 %s (%s): want both succeeded", run.Id, run.State, run.Reason, rank1.State, rank1.Reason)
+	}
+	return run, rank1
 }

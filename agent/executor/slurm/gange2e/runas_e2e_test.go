@@ -46,16 +46,7 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, steps)
 
 	t.Run("the gang's one job runs both ranks as the run-as user", func(t *testing.T) {
-		out, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-			"--name", "runas", "--follow", "--", py, "train_ddp.py", "--steps", strconv.Itoa(steps), "--timeout", "60").CombinedOutput()
-		run := upstack.RunNamed(ctx, rc, "runas")
-		if err != nil || run == nil {
-			t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 4000))
-		}
-		rank1 := upstack.GetRun(t, ctx, rc, run.Id+"-r1")
-		if run.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED || rank1.State != gpupassv1.AllocState_ALLOC_STATE_SUCCEEDED {
-			t.Fatalf("run %s %s (%s), rank 1 %s (%s): want both succeeded", run.Id, run.State, run.Reason, rank1.State, rank1.Reason)
-		}
+		run, rank1 := g.trainGang(t, ctx, "runas")
 		job := run.GetSlurm().GetJobId()
 		if job == "" || rank1.GetSlurm().GetJobId() != job || run.GetSlurm().GetNode() == rank1.GetSlurm().GetNode() {
 			t.Fatalf("slurm placement of rank 0 %v, rank 1 %v: want one job, two nodes", run.GetSlurm(), rank1.GetSlurm())
