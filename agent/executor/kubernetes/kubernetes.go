@@ -51,6 +51,10 @@ const (
 	LabelAlloc     = "gpupass.dev/alloc"
 	LabelAttempt   = "gpupass.dev/attempt"
 	LabelNode      = "gpupass.dev/node"
+	// LabelCheck names a check Job on its pods: every check on a node
+	// has the other labels alike, and the pods of an earlier one (or of
+	// another agent standing for the node) linger until their Job goes.
+	LabelCheck = "gpupass.dev/check"
 	// AnnotationAlloc holds the allocation id as the broker gave it; the
 	// label may be a hash of it (label values are 63 characters at most).
 	AnnotationAlloc = "gpupass.dev/alloc-id"
@@ -327,10 +331,10 @@ func (c *Client) Step(ctx context.Context, node string, gpus int, dir string, co
 	ttl := int32(300)
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: map[string]string{
-			LabelManagedBy: managedBy, LabelKind: "check", LabelNode: labelValue(node)}},
+			LabelManagedBy: managedBy, LabelKind: "check", LabelNode: labelValue(node), LabelCheck: labelValue(name)}},
 		Spec: batchv1.JobSpec{BackoffLimit: &zero, TTLSecondsAfterFinished: &ttl,
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelManagedBy: managedBy, LabelKind: "check", LabelNode: labelValue(node)}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelManagedBy: managedBy, LabelKind: "check", LabelNode: labelValue(node), LabelCheck: labelValue(name)}},
 				Spec:       spec,
 			}},
 	}

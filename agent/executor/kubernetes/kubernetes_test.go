@@ -594,6 +594,67 @@ func TestStepUnschedulable(t *testing.T) {
 	}
 }
 
+// TestStepReadsItsOwnPod: a check Job's end is read from its own pod,
+// not from the newest pod of any check on the node. Every check on a
+// node had the same pod labels, so the pod of another check there (an
+// earlier one's, not deleted yet, or another agent's standing for the
+// same node) was taken for this one's: CI's TestE2EKubernetesGangRestart
+// failed a gang's restart "reading the log of check job gpupass-check-vm-6fc56bc9
+// … (get pods gpupass-check-vm-6e176dc8-m57tg)".
+func TestStepReadsItsOwnPod(t *testing.T) {
+	t.Parallel()
+	api := fake.NewClientset()
+	shared := t.TempDir()
+	c := &Client{API: api, Namespace: "gpupass", Image: "localhost/run@sha256:" + strings.Repeat("a", 64), Poll: 5 * time.Millisecond, Volume: SharedDir{Path: shared}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Step(context.Background(), "gpu-1", 4, shared, "gpupass-agent", "facts")
+		done <- err
+	}()
+	var job *batchv1.Job
+	waitFor(t, "the check job", func() bool {
+		jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{})
+		if len(jobs.Items) == 1 {
+			job = &jobs.Items[0]
+		}
+		return job != nil
+	})
+	// Another check of the node, newer, failed: as its pods are labelled.
+	other := job.DeepCopy()
+	other.Name = "gpupass-check-gpu-1-other"
+	if other.Spec.Template.Labels[LabelCheck] != "" {
+		other.Spec.Template.Labels[LabelCheck] = other.Name
+	}
+	decoy := createPod(t, api, other)
+	decoy.CreationTimestamp = metav1.NewTime(time.Now().Add(time.Hour))
+	if _, err := api.CoreV1().Pods("gpupass").Update(context.Background(), decoy, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	decoy.Status.Phase = corev1.PodFailed
+	exited(7, "")(decoy)
+	if _, err := api.CoreV1().Pods("gpupass").UpdateStatus(context.Background(), decoy, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// This check's pod succeeds (Step may end, and delete its Job, as
+	// soon as it sees that).
+	pod := createPod(t, api, job)
+	pod.Status.Phase = corev1.PodSucceeded
+	exited(0, "")(pod)
+	if _, err := api.CoreV1().Pods("gpupass").UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobComplete, "")}
+	_, _ = api.BatchV1().Jobs("gpupass").UpdateStatus(context.Background(), job, metav1.UpdateOptions{})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Step = %v, want its own pod's success, not the other check's failure", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Step did not end")
+	}
+}
+
 // TestPodsRunAs: with Client.RunAs the run's and the conformance check's
 // pods run as that user and group (an agent that is not root runs them as
 // itself, so that it can delete what they write), with fsGroup only for a

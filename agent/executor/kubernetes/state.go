@@ -79,7 +79,7 @@ func (c *Client) state(ctx context.Context, name string) (jobState, error) {
 // podSelector finds a Job's pods by the labels its template gave them.
 func podSelector(job *batchv1.Job) string {
 	var sel []string
-	for _, k := range []string{LabelManagedBy, LabelKind, LabelAlloc, LabelAttempt, LabelNode} {
+	for _, k := range []string{LabelManagedBy, LabelKind, LabelAlloc, LabelAttempt, LabelNode, LabelCheck} {
 		if v, ok := job.Spec.Template.Labels[k]; ok {
 			sel = append(sel, k+"="+v)
 		}
