@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -189,15 +190,8 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 				measured := make(chan *conformance.Link, 1)
 				mctx, cancel := context.WithCancel(ctx)
 				go func() { measured <- a.measureLink(mctx, as.Gang, sp, as.RequireBandwidth) }()
-				defer func() { cancel(); <-measured }()
-				var l *conformance.Link
-				link = func() *conformance.Link {
-					if l == nil {
-						l = <-measured
-						measured <- l
-					}
-					return l
-				}
+				link = sync.OnceValue(func() *conformance.Link { return <-measured })
+				defer func() { cancel(); link() }()
 			}
 		}
 		sr, err := a.runReport(ctx, as.AllocID, sp, python, pre, link)

@@ -354,9 +354,10 @@ func settleRanks(as []*store.Alloc, now time.Time, changed *[]string) (queued bo
 }
 
 // finishRank is finish for a rank of a gang: a's state and reason, and
-// settleRanks on the gang, in one transaction of the store. The
-// settleGang that finish calls after it then finds nothing left to
-// change.
+// settleRanks on the gang, in one transaction of the store (no
+// settleGang after it: nothing would be left to change, and finish is
+// called only for a rank 0 being placed, whose gang is never queued to
+// restart by this).
 func (b *Broker) finishRank(ctx context.Context, rs store.Runs, a store.Alloc, st store.AllocState, reason string) (store.Alloc, error) {
 	_, ids, err := gangRanks(ctx, rs, a)
 	if err != nil {

@@ -732,7 +732,6 @@ func (b *Broker) finish(ctx context.Context, rs store.Runs, a store.Alloc, st st
 	if err == nil {
 		b.log.Info("run finished", "alloc", a.ID, "state", st, "reason", reason)
 		b.runs.wakeRun(a.ID)
-		b.settleGang(ctx, rs, out)
 	}
 	return out, err
 }
