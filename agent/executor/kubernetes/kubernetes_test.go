@@ -553,12 +553,10 @@ func TestRunJobsOn(t *testing.T) {
 	}
 }
 
-// TestStepUnschedulable: a check Job whose pod the scheduler cannot place
-// (the node was cordoned after the agent last looked) fails at once with
-// the scheduler's words instead of waiting for StepTimeout.
-func TestStepUnschedulable(t *testing.T) {
-	t.Parallel()
-	api := fake.NewClientset()
+// startStep runs a check Step on gpu-1 against api and returns where its
+// error arrives and its Job, once made.
+func startStep(t *testing.T, api *fake.Clientset) (<-chan error, *batchv1.Job) {
+	t.Helper()
 	shared := t.TempDir()
 	c := &Client{API: api, Namespace: "gpupass", Image: "localhost/run@sha256:" + strings.Repeat("a", 64), Poll: 5 * time.Millisecond, Volume: SharedDir{Path: shared}}
 	done := make(chan error, 1)
@@ -574,6 +572,16 @@ func TestStepUnschedulable(t *testing.T) {
 		}
 		return job != nil
 	})
+	return done, job
+}
+
+// TestStepUnschedulable: a check Job whose pod the scheduler cannot place
+// (the node was cordoned after the agent last looked) fails at once with
+// the scheduler's words instead of waiting for StepTimeout.
+func TestStepUnschedulable(t *testing.T) {
+	t.Parallel()
+	api := fake.NewClientset()
+	done, job := startStep(t, api)
 	// A check measures the whole node: it asks for all its GPUs.
 	if q := job.Spec.Template.Spec.Containers[0].Resources.Limits[GPUResource]; q.Value() != 4 {
 		t.Errorf("the check job asks for %s of %s, want all 4", q.String(), GPUResource)
@@ -604,21 +612,7 @@ func TestStepUnschedulable(t *testing.T) {
 func TestStepReadsItsOwnPod(t *testing.T) {
 	t.Parallel()
 	api := fake.NewClientset()
-	shared := t.TempDir()
-	c := &Client{API: api, Namespace: "gpupass", Image: "localhost/run@sha256:" + strings.Repeat("a", 64), Poll: 5 * time.Millisecond, Volume: SharedDir{Path: shared}}
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Step(context.Background(), "gpu-1", 4, shared, "gpupass-agent", "facts")
-		done <- err
-	}()
-	var job *batchv1.Job
-	waitFor(t, "the check job", func() bool {
-		jobs, _ := api.BatchV1().Jobs("gpupass").List(context.Background(), metav1.ListOptions{})
-		if len(jobs.Items) == 1 {
-			job = &jobs.Items[0]
-		}
-		return job != nil
-	})
+	done, job := startStep(t, api)
 	// Another check of the node, newer, failed: as its pods are labelled.
 	other := job.DeepCopy()
 	other.Name = "gpupass-check-gpu-1-other"
