@@ -32,23 +32,80 @@ host = r["master_addr"]
 if ":" in host:
     host = "[" + host + "]"
 backend = "nccl" if torch.cuda.is_available() else "gloo"
-if int(r["rank"]) != 0:
+timeout = datetime.timedelta(seconds=int(r["timeout_seconds"]))
+rank, world, port = int(r["rank"]), int(r["world_size"]), int(r["master_port"])
+
+
+def reach_rank0(deadline):
     # torch's rendezvous client retries a refused connection only once a
-    # second: a rank here before rank 0's store listens would lose most
-    # of that second. Wait for the port to answer, in steps of 10 ms, no
-    # longer than the measurement may take (init then says why it fails).
-    end = time.monotonic() + int(r["timeout_seconds"])
+    # second: a rank here before rank 0 listens would lose most of that
+    # second. Connect in steps of 10 ms, no longer than the measurement
+    # may take (init then says why it fails).
     while True:
         try:
-            socket.create_connection((r["master_addr"], int(r["master_port"])), timeout=1).close()
-            break
+            return socket.create_connection((r["master_addr"], port), timeout=5)
         except OSError:
-            if time.monotonic() > end:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.01)
+
+
+if out_path is None:
+    # The agent's own measurement (a local gang): the port is the agent's
+    # to give, and it is the measurement's alone.
+    if rank != 0:
+        c = reach_rank0(time.monotonic() + int(r["timeout_seconds"]))
+        if c is not None:
+            c.close()
+    dist.init_process_group(backend, init_method="tcp://%s:%d" % (host, port), rank=rank, world_size=world, timeout=timeout)
+else:
+    # A step of the gang's job: MASTER_PORT is the command's rendezvous,
+    # and the command may start on one node while the step still runs on
+    # another, so the step's own store must never be found there. Rank 0
+    # opens its store on a free port of its own and hands that port, at
+    # MASTER_PORT, to each other rank of this gang once; then it closes
+    # MASTER_PORT, before any rank can have measured, so no rank's
+    # command ever reaches the step there.
+    gang = os.environ.get("GPUPASS_GANG_RUN", "")
+    deadline = time.monotonic() + int(r["timeout_seconds"])
+    if rank == 0:
+        store = dist.TCPStore(r["master_addr"], 0, world, True, timeout, wait_for_workers=False)
+        if socket.has_dualstack_ipv6():
+            srv = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+        else:
+            srv = socket.create_server(("", port))
+        told = set()
+        while len(told) < world - 1:
+            srv.settimeout(max(deadline - time.monotonic(), 0.01))
+            c, _ = srv.accept()  # past the deadline: socket.timeout ends the step
+            try:
+                c.settimeout(5)
+                hello = c.makefile("rb").readline(256).decode("ascii", "replace").split()
+                if len(hello) == 3 and hello[0] == "gpupass-link" and hello[1] == gang and hello[2].isdigit() and 0 < int(hello[2]) < world:
+                    c.sendall(("gpupass-link %d\n" % store.port).encode())
+                    told.add(int(hello[2]))
+            except OSError:
+                pass
+            finally:
+                c.close()
+        srv.close()
+    else:
+        while True:
+            c = reach_rank0(deadline)
+            if c is None:
+                raise SystemExit("rank 0 of the gang did not answer at %s:%d within %ss" % (r["master_addr"], port, r["timeout_seconds"]))
+            try:
+                c.sendall(("gpupass-link %s %d\n" % (gang, rank)).encode())
+                said = c.makefile("rb").readline(64).decode("ascii", "replace").split()
+            except OSError:
+                said = []
+            finally:
+                c.close()
+            if len(said) == 2 and said[0] == "gpupass-link" and said[1].isdigit():
                 break
             time.sleep(0.01)
-dist.init_process_group(backend, init_method="tcp://%s:%d" % (host, int(r["master_port"])),
-                        rank=int(r["rank"]), world_size=int(r["world_size"]),
-                        timeout=datetime.timedelta(seconds=int(r["timeout_seconds"])))
+        store = dist.TCPStore(r["master_addr"], int(said[1]), world, False, timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 n = dist.get_world_size()
 dev = "cuda" if backend == "nccl" else "cpu"
 if dev == "cuda":
@@ -74,7 +131,8 @@ busbw = algbw * 2 * (n - 1) / n
 # master_addr: where the ranks met, as the step found it in its own
 # variables (a Kubernetes rank 0's pod IP, which its agent never knew).
 res = json.dumps({"backend": backend, "ranks": n, "bytes": size, "iterations": iters, "seconds": sec,
-                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9, "master_addr": r["master_addr"]})
+                  "algbw_gbps": algbw * 8 / 1e9, "busbw_gbps": busbw * 8 / 1e9, "master_addr": r["master_addr"],
+                  "torch": torch.__version__, "in_command": bool(globals().get("GPUPASS_IN_COMMAND"))})
 if out_path:
     # Whole on this node before any rank goes on: a job step that ends
     # the job on a shortfall must not cut another rank's result short.

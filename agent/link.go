@@ -127,6 +127,8 @@ func readLinkResult(l *conformance.Link, out string) error {
 		// it from the rank's variables, which the agent may not know
 		// (a Kubernetes rank 0's pod IP).
 		MasterAddr string `json:"master_addr"`
+		Torch      string `json:"torch"`
+		InCommand  bool   `json:"in_command"`
 	}
 	if err := json.Unmarshal([]byte(lastLine(out)), &got); err != nil || got.Ranks != l.Ranks || got.Seconds <= 0 {
 		return fmt.Errorf("the measurement printed %.200q, not its result", lastLine(out))
@@ -137,8 +139,21 @@ func readLinkResult(l *conformance.Link, out string) error {
 		}
 		l.MasterAddr = got.MasterAddr
 	}
+	if len(got.Torch) > 64 || strings.ContainsFunc(got.Torch, func(r rune) bool { return r < ' ' || r > '~' }) {
+		return fmt.Errorf("the measurement's torch version %.70q is not one", got.Torch)
+	}
 	l.Backend, l.Seconds, l.AlgBWGbps, l.BusBWGbps = got.Backend, got.Seconds, round3(got.AlgBWGbps), round3(got.BusBWGbps)
+	l.Torch, l.InCommand = got.Torch, got.InCommand
 	return nil
+}
+
+// measuredBy says, for a check's figure, what measured it when that was
+// the rank's command's own Python.
+func measuredBy(l *conformance.Link) string {
+	if !l.InCommand {
+		return ""
+	}
+	return ", measured by the command's own Python once it imported torch " + l.Torch
 }
 
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
@@ -156,7 +171,7 @@ func lastLine(s string) string {
 // both figures.
 func linkCheckOf(l *conformance.Link) conformance.Check {
 	c := conformance.Check{Name: linkCheck, Status: conformance.Pass,
-		Actual: fmt.Sprintf("%g Gbit/s bus bandwidth (all-reduce of %d MiB over %s across %d ranks, rank 0 at %s)", l.BusBWGbps, l.Bytes>>20, l.Backend, l.Ranks, l.MasterAddr)}
+		Actual: fmt.Sprintf("%g Gbit/s bus bandwidth (all-reduce of %d MiB over %s across %d ranks, rank 0 at %s%s)", l.BusBWGbps, l.Bytes>>20, l.Backend, l.Ranks, l.MasterAddr, measuredBy(l))}
 	if l.Error != "" {
 		c.Actual, c.Status, c.Message = "not measured", conformance.Skip, l.Error
 	}

@@ -1,8 +1,11 @@
 package executor
 
 import (
+	_ "embed"
 	"fmt"
 	"io"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +85,68 @@ func (s *LinkStep) Shell(base string, quote func(string) string) string {
 			quote(strconv.FormatFloat(s.MinGbps, 'g', -1, 64)), quote(strconv.FormatFloat(s.DeclaredGbps, 'g', -1, 64)))
 	}
 	return b.String()
+}
+
+//go:embed linkboot.py
+var linkBoot string
+
+// pythonName is a command that is a Python interpreter: python,
+// python3, python3.11, by name (where it lives is the job's PATH's
+// business, as for any command).
+var pythonName = regexp.MustCompile(`^python(3(\.[0-9]+)?)?$`)
+
+// interpreterFlags are options of python's command line that take no
+// argument and mean the same before -c as before a script: -u, -B, -O,
+// -OO, -s, -S, -E, -I, -P, -b, -q, alone or together (-uB).
+var interpreterFlags = regexp.MustCompile(`^-[uBOsSEIPbq]+$`)
+
+// InCommand is argv, a Python interpreter running a script or a module,
+// run with the step in its own interpreter (linkboot.py): the script
+// runs as it would, and once its own `import torch` has finished a
+// process forked from it measures the link and writes the result where
+// Shell's step does (LinkResultFile(base)), the command waiting for it.
+// The rank's torch is then imported once, where a step before the
+// command imports it a second time (seconds on a node), and the figure
+// is that of the torch the command runs with. ok is false where argv is
+// anything else (a shell script, torchrun, python -c, -W or -X options)
+// and where MinGbps is set: a required figure is checked by Shell's step
+// before the command starts at all.
+func (s *LinkStep) InCommand(base string, argv []string) (wrapped []string, ok bool) {
+	if s.MinGbps > 0 || len(argv) < 2 || !pythonName.MatchString(filepath.Base(argv[0])) {
+		return nil, false
+	}
+	i := 1
+	for i < len(argv) && interpreterFlags.MatchString(argv[i]) {
+		i++
+	}
+	target := argv[i:]
+	switch {
+	case len(target) == 0:
+		return nil, false
+	case target[0] == "-m":
+		if len(target) < 2 || target[1] == "" || strings.HasPrefix(target[1], "-") {
+			return nil, false
+		}
+	case !strings.HasSuffix(target[0], ".py") || strings.HasPrefix(target[0], "-"):
+		return nil, false
+	}
+	port := ""
+	if s.Port > 0 {
+		port = strconv.Itoa(s.Port)
+	}
+	wrapped = append(append([]string(nil), argv[:i]...), "-c", linkBoot, s.Script, LinkResultFile(base), port)
+	wrapped = append(wrapped, s.linkArgs()...)
+	return append(append(wrapped, "--"), target...), true
+}
+
+// linkArgs are the measurement's bytes, iterations and timeout, as
+// linkboot.py takes them: exactly three.
+func (s *LinkStep) linkArgs() []string {
+	a := append([]string(nil), s.Args...)
+	for len(a) < 3 {
+		a = append(a, "")
+	}
+	return a[:3]
 }
 
 // ShellQuote quotes s as one POSIX shell word.

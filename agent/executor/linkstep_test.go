@@ -169,3 +169,167 @@ func TestLinkWatchOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkStepInCommandArgv: which commands take the measurement in
+// their own Python, and what they then run.
+func TestLinkStepInCommandArgv(t *testing.T) {
+	t.Parallel()
+	step := &executor.LinkStep{Python: "/usr/bin/python3", Script: "MEASURE", Args: []string{"33554432", "5", "120"}}
+	for _, tc := range []struct {
+		argv        []string
+		interpreter []string // what comes before -c: the interpreter and its flags
+		target      []string // what comes after --
+	}{
+		{[]string{"python3", "train.py", "--steps", "5"}, []string{"python3"}, []string{"train.py", "--steps", "5"}},
+		{[]string{"/venv/bin/python", "-u", "-B", "t.py"}, []string{"/venv/bin/python", "-u", "-B"}, []string{"t.py"}},
+		{[]string{"python3.11", "-uI", "-m", "torch.distributed.run", "--nnodes", "2", "t.py"}, []string{"python3.11", "-uI"},
+			[]string{"-m", "torch.distributed.run", "--nnodes", "2", "t.py"}},
+		{[]string{"python3", "-c", "import torch"}, nil, nil},
+		{[]string{"python3", "-W", "ignore", "t.py"}, nil, nil},
+		{[]string{"python3", "-X", "dev", "t.py"}, nil, nil},
+		{[]string{"python3", "-x", "t.py"}, nil, nil},
+		{[]string{"python3", "-m"}, nil, nil},
+		{[]string{"python3", "-m", "-u"}, nil, nil},
+		{[]string{"python3", "run.sh"}, nil, nil},
+		{[]string{"python3", "-"}, nil, nil},
+		{[]string{"python3"}, nil, nil},
+		{[]string{"torchrun", "--nnodes", "2", "t.py"}, nil, nil},
+		{[]string{"bash", "train.sh"}, nil, nil},
+		{[]string{"ipython", "t.py"}, nil, nil},
+		{[]string{"python3-config", "t.py"}, nil, nil},
+	} {
+		got, ok := step.InCommand("/w/attempt-1", tc.argv)
+		if ok != (tc.interpreter != nil) {
+			t.Errorf("%q: taken %v, want %v", tc.argv, ok, tc.interpreter != nil)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		n := len(tc.interpreter)
+		want := append(append(append([]string{}, tc.interpreter...), "-c"), got[n+1], "MEASURE", "/w/attempt-1.link", "", "33554432", "5", "120", "--")
+		want = append(want, tc.target...)
+		if strings.Join(got, "\x00") != strings.Join(want, "\x00") || !strings.Contains(got[n+1], "runpy") {
+			t.Errorf("%q: ran %q, want %q with the boot script", tc.argv, got, want)
+		}
+	}
+	required := *step
+	required.MinGbps = 25
+	if _, ok := required.InCommand("/w/a", []string{"python3", "t.py"}); ok {
+		t.Error("a required figure was left to the command's Python: it must be checked before the command starts")
+	}
+	withPort := *step
+	withPort.Port = 29518
+	if got, _ := withPort.InCommand("/w/a", []string{"python3", "t.py"}); len(got) < 6 || got[5] != "29518" {
+		t.Errorf("the step's own port: %q", got)
+	}
+}
+
+// TestLinkStepInCommand runs a command through InCommand with a stand-in
+// torch (a torch.py beside the script) and a stand-in measurement: the
+// script runs as `python3 SCRIPT` would (argv, path, __main__, its exit
+// status, its output once), the measurement runs once the script's own
+// import of torch has finished (a variable the script set before it is
+// seen), in another process, with the command waiting for it, and its
+// result reaches Measured; a command that never imports torch says so.
+func TestLinkStepInCommand(t *testing.T) {
+	t.Parallel()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		// torch's stand-in: slow to import, done only at its end.
+		"torch.py": "import time\ntime.sleep(0.2)\ndone = True\n",
+		"train.py": `import os, sys
+print("before", end="")
+os.environ["SET_BY_SCRIPT"] = "1"
+import torch
+measured = open(sys.argv[1] + ".link").read()
+print(" after: argv=%s path0=%s name=%s pid=%d result=%s" % (sys.argv[1:], sys.path[0], __name__, os.getpid(), measured))
+sys.exit(7)
+`,
+		"quiet.py": "print('no torch here')\n",
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stand-in measurement: what the forked process saw, as its
+	// result, written as allreduce.py writes it, a moment after.
+	const measure = `import json, os, sys, time
+time.sleep(0.3)
+t = sys.modules.get("torch")
+print("to the step's stderr", file=sys.stderr)
+r = json.dumps({"torch_done": getattr(t, "done", False), "env": os.environ.get("SET_BY_SCRIPT"), "pid": os.getpid(),
+    "in_command": GPUPASS_IN_COMMAND, "args": sys.argv[1:4], "port": os.environ.get("MASTER_PORT")})
+open(sys.argv[-1] + ".tmp", "w").write(r)
+os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
+`
+	run := func(t *testing.T, script string) (string, string, error, string, error) {
+		base := filepath.Join(t.TempDir(), "attempt-1")
+		var heard string
+		var why error
+		step := &executor.LinkStep{Python: "/nonexistent", Script: measure, Args: []string{"1", "2", "3"}, Port: 29518,
+			Measured: func(out []byte, e error) (string, error) { heard, why = string(out), e; return "", nil }}
+		argv, ok := step.InCommand(base, []string{py, "-u", script, base})
+		if !ok {
+			t.Fatal("not taken")
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "MASTER_PORT=29517")
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		_ = executor.NewLinkWatch(step, base, nil).Finish("COMPLETED")
+		return stdout.String(), stderr.String(), err, heard, why
+	}
+	t.Run("imports torch", func(t *testing.T) {
+		t.Parallel()
+		out, stderr, err, heard, why := run(t, "train.py")
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+			t.Errorf("the command ended %v, want its own status 7 (stderr %q)", err, stderr)
+		}
+		for _, want := range []string{"path0=" + dir, "name=__main__", `"torch_done": true`, `"env": "1"`, `"in_command": true`, `"args": ["1", "2", "3"]`, `"port": "29518"`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the command printed %q, want %q in it", out, want)
+			}
+		}
+		if strings.Count(out, "before") != 1 || !strings.HasPrefix(out, "before after: argv=['") {
+			t.Errorf("the command printed %q: its output before the fork once, then the rest", out)
+		}
+		if pid := fieldAfter(out, "pid="); pid == "" || strings.Contains(heard, `"pid": `+pid+",") {
+			t.Errorf("the measurement ran in the command's own process (pid %s): %s", pid, heard)
+		}
+		if why != nil || !strings.Contains(heard, `"torch_done": true`) {
+			t.Errorf("Measured heard %q, why %v", heard, why)
+		}
+		if strings.Contains(stderr, "to the step's stderr") {
+			t.Errorf("the measurement's stderr reached the command's: %q", stderr)
+		}
+	})
+	t.Run("never imports torch", func(t *testing.T) {
+		t.Parallel()
+		out, _, err, heard, why := run(t, "quiet.py")
+		if err != nil || strings.TrimSpace(out) != "no torch here" {
+			t.Errorf("the command: %v, %q", err, out)
+		}
+		if heard != "" || why == nil || !strings.Contains(why.Error(), "the command ended without importing torch") {
+			t.Errorf("Measured heard %q, why %v", heard, why)
+		}
+	})
+}
+
+func fieldAfter(s, key string) string {
+	_, rest, ok := strings.Cut(s, key)
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, " \n"); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}

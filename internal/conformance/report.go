@@ -173,6 +173,13 @@ type Link struct {
 	// torch imported while the node waited) rather than at its start.
 	// The same interpreter, script and measurement either way.
 	Warm bool `json:"warm,omitempty"`
+	// InCommand: measured by the rank's command's own Python, in a
+	// process forked from it once its import of torch had finished
+	// (a cluster rank running a Python script or module), rather than
+	// by the node's isolated Python before the command; Torch is the
+	// version of torch that measured, in either case.
+	InCommand bool   `json:"in_command,omitempty"`
+	Torch     string `json:"torch,omitempty"`
 	// Error says why nothing was measured.
 	Error string `json:"error,omitempty"`
 }

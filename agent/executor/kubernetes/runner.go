@@ -228,7 +228,7 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 	if a.GPUs > 0 {
 		gpus = a.GPUs
 	}
-	script := wrapper
+	script, command := wrapper, a.Command
 	if a.Link != nil && isGang {
 		port, err := strconv.Atoi(gang.port)
 		if err != nil || rendezvous.CheckPort(port) != nil {
@@ -248,9 +248,13 @@ func (r *Runner) create(ctx context.Context, a executor.Attempt, alloc, attempt,
 				return fmt.Errorf("removing an earlier link step's result: %w", err)
 			}
 		}
-		script = linkWrapper(&step, base)
+		if argv, ok := step.InCommand(base, command); ok {
+			command = argv
+		} else {
+			script = linkWrapper(&step, base)
+		}
 	}
-	spec, err := c.podSpec(r.Node, gpus, a.Grace, dirs, append([]string{"/bin/sh", "-c", script, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, a.Command...), env)
+	spec, err := c.podSpec(r.Node, gpus, a.Grace, dirs, append([]string{"/bin/sh", "-c", script, "gpupass-attempt", a.Dir, base + ".out", base + ".err"}, command...), env)
 	if err != nil {
 		return fmt.Errorf("the run's work dir must be in the shared dir: %w", err)
 	}

@@ -442,8 +442,17 @@ func gangScript(a executor.Attempt, gj *gangJob, node0 string) (string, []string
 		}
 		if r.a.Link != nil {
 			// The link, measured by the ranks themselves at the
-			// gang's rendezvous, before the command.
-			c.WriteString(r.a.Link.Shell(r.base, shellQuote))
+			// gang's rendezvous: by the command's own Python once it
+			// imported torch, or by a step before the command.
+			if argv, ok := r.a.Link.InCommand(r.base, a.Command); ok {
+				c.WriteString("  exec")
+				for _, arg := range argv {
+					c.WriteString(" " + shellQuote(arg))
+				}
+				c.WriteString("\n")
+			} else {
+				c.WriteString(r.a.Link.Shell(r.base, shellQuote))
+			}
 		}
 		c.WriteString("  ;;\n")
 	}

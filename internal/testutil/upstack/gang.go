@@ -251,6 +251,8 @@ type RankLink struct {
 		Simulated    bool    `json:"simulated"`
 		Error        string  `json:"error"`
 		Warm         bool    `json:"warm"`
+		InCommand    bool    `json:"in_command"`
+		Torch        string  `json:"torch"`
 	} `json:"link"`
 	Checks []struct{ Name, Status, Message string } `json:"checks"`
 }
