@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -80,7 +81,9 @@ type linkWorker struct {
 // locked until the process was reaped.
 func startLinkWorker(py string) (*linkWorker, error) {
 	cmd := exec.Command(py, "-I", "-c", allreduceScript)
-	cmd.Env = executor.JobEnviron(os.Environ())
+	// The size the measurement sends, so that the process makes its
+	// tensor while it waits (allreduce.py).
+	cmd.Env = append(executor.JobEnviron(os.Environ()), "GPUPASS_LINK_BYTES="+strconv.Itoa(linkBytes))
 	cmd.Dir = os.TempDir()
 	w := &linkWorker{py: py, errb: &capped{max: linkOutputLimit}, ready: make(chan struct{}), done: make(chan struct{})}
 	w.out = &capped{max: linkOutputLimit, line: w.ready}
