@@ -49,6 +49,12 @@ def _gpupass_link():
     if pid == 0:
         code = 1
         try:
+            # The command's own handlers (a script may set one before
+            # its import of torch) are not the measurement's.
+            import signal
+            for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT"):
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
             null = os.open(os.devnull, os.O_RDWR)
             err = os.open(_out + ".err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
             os.dup2(null, 0)

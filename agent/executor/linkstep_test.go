@@ -230,8 +230,9 @@ func TestLinkStepInCommandArgv(t *testing.T) {
 // script runs as `python3 SCRIPT` would (argv, path, __main__, its exit
 // status, its output once), the measurement runs once the script's own
 // import of torch has finished (a variable the script set before it is
-// seen), in another process, with the command waiting for it, and its
-// result reaches Measured; a command that never imports torch says so.
+// seen), in another process without the script's signal handlers, with
+// the command waiting for it, and its result reaches Measured; a command
+// that never imports torch says so.
 func TestLinkStepInCommand(t *testing.T) {
 	t.Parallel()
 	py, err := exec.LookPath("python3")
@@ -242,7 +243,8 @@ func TestLinkStepInCommand(t *testing.T) {
 	files := map[string]string{
 		// torch's stand-in: slow to import, done only at its end.
 		"torch.py": "import time\ntime.sleep(0.2)\ndone = True\n",
-		"train.py": `import os, sys
+		"train.py": `import os, signal, sys
+signal.signal(signal.SIGTERM, lambda *a: print("the script's handler"))
 print("before", end="")
 os.environ["SET_BY_SCRIPT"] = "1"
 import torch
@@ -259,12 +261,13 @@ sys.exit(7)
 	}
 	// The stand-in measurement: what the forked process saw, as its
 	// result, written as allreduce.py writes it, a moment after.
-	const measure = `import json, os, sys, time
+	const measure = `import json, os, signal, sys, time
 time.sleep(0.3)
 t = sys.modules.get("torch")
 print("to the step's stderr", file=sys.stderr)
 r = json.dumps({"torch_done": getattr(t, "done", False), "env": os.environ.get("SET_BY_SCRIPT"), "pid": os.getpid(),
-    "in_command": GPUPASS_IN_COMMAND, "args": sys.argv[1:4], "port": os.environ.get("MASTER_PORT")})
+    "in_command": GPUPASS_IN_COMMAND, "args": sys.argv[1:4], "port": os.environ.get("MASTER_PORT"),
+    "handler": signal.getsignal(signal.SIGTERM) != signal.SIG_DFL})
 open(sys.argv[-1] + ".tmp", "w").write(r)
 os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 `
@@ -293,7 +296,7 @@ os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 			t.Errorf("the command ended %v, want its own status 7 (stderr %q)", err, stderr)
 		}
-		for _, want := range []string{"path0=" + dir, "name=__main__", `"torch_done": true`, `"env": "1"`, `"in_command": true`, `"args": ["1", "2", "3"]`, `"port": "29518"`} {
+		for _, want := range []string{"path0=" + dir, "name=__main__", `"torch_done": true`, `"env": "1"`, `"in_command": true`, `"args": ["1", "2", "3"]`, `"port": "29518"`, `"handler": false`} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the command printed %q, want %q in it", out, want)
 			}
