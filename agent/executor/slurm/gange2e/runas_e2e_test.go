@@ -91,8 +91,8 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 				continue
 			}
 			t.Logf("rank %d (%s): %g Gbit/s bus bandwidth over %s at %s, declared %g, error %q", rank, r.AllocID, l.BusBWGbps, l.Backend, l.MasterAddr, l.DeclaredGbps, l.Error)
-			if l.Error != "" || !(l.BusBWGbps > 0) || l.Backend != "gloo" || l.Ranks != 2 || l.Simulated || !r.Simulated {
-				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks by the job", rank, *l, r.Simulated)
+			if l.Error != "" || !(l.BusBWGbps > 0) || l.Backend != "gloo" || l.Ranks != 2 || l.Simulated || !r.Simulated || !l.InCommand {
+				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks by the job's own Python", rank, *l, r.Simulated)
 			}
 		}
 		if links[0].Link != nil && links[1].Link != nil && links[0].Link.BusBWGbps != links[1].Link.BusBWGbps {
