@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -56,6 +57,56 @@ func (c *Cluster) SrunFirstLines(tb testing.TB, dir string, nodes int, argv []st
 	_, _ = io.Copy(io.Discard, out)
 	if err := cmd.Wait(); err != nil {
 		tb.Fatalf("srun -N%d: %v; stderr:\n%s", nodes, err, stderr.String())
+	}
+	return all
+}
+
+// SbatchTasksStarted submits `sbatch -N nodes` of a batch script whose
+// `srun --ntasks-per-node=1` task on each node only says it started, the
+// way a gpupass Slurm gang's job starts its ranks, and returns how long
+// it took from starting sbatch until every task had started. It waits
+// for the job to end (sbatch --wait). Beside SrunFirstLines of a command
+// as short, it is what Slurm itself adds to a gang's start by running it
+// as a batch job: the job is started by slurmctld's scheduling pass,
+// where srun's allocation is made as it asks.
+func (c *Cluster) SbatchTasksStarted(tb testing.TB, dir string, nodes int, as *syscall.Credential) time.Duration {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mark, err := os.MkdirTemp(dir, "sbatch-started-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer os.RemoveAll(mark)
+	if as != nil {
+		if err := os.Chown(mark, int(as.Uid), int(as.Gid)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	n := strconv.Itoa(nodes)
+	script := "#!/bin/sh\nexec srun -N " + n + " --ntasks-per-node=1 -K sh -c 'touch \"$0/$SLURM_PROCID\"' " + mark + "\n"
+	cmd := exec.CommandContext(ctx, "sbatch", "--wait", "-N"+n, "--ntasks-per-node=1", "-p", Partition, "--chdir", dir, "--output", "/dev/null")
+	cmd.Env = c.Env()
+	cmd.Stdin = strings.NewReader(script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if as != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: as}
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	var all time.Duration
+	for all == 0 && ctx.Err() == nil {
+		if ents, _ := os.ReadDir(mark); len(ents) >= nodes {
+			all = time.Since(start)
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil || all == 0 {
+		tb.Fatalf("sbatch -N%d: %v, tasks started after %s; output:\n%s", nodes, err, all, out.String())
 	}
 	return all
 }

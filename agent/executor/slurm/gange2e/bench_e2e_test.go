@@ -26,7 +26,8 @@ import (
 // line is read from its log through the broker) against `srun -N2` of
 // the same script wrapped by rendezvous.SlurmTask (the peer, as
 // examples' BenchmarkDDPSrunFirstLine runs it). Reported: p50 and p95 in
-// ms of each (gpupass-…, srun-…).
+// ms of each (gpupass-…, srun-…), and of Slurm's own batch job start
+// against srun's (slurm-sbatch-…, slurm-srun-…).
 func BenchmarkE2ESlurmGangFirstLine(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -80,5 +81,14 @@ func BenchmarkE2ESlurmGangFirstLine(b *testing.B) {
 			b.Fatal(err)
 		}
 		return g.c.SrunFirstLines(b, g.c.Shared, 2, argv, nobody)
+	}})
+	// What Slurm itself adds by running a gang as a batch job (the agent
+	// submits one so that the gang outlives it): sbatch -N2 of a script
+	// whose srun starts a task a node that does nothing, against srun -N2
+	// of such a task, alternated (slurm-sbatch-…, slurm-srun-…).
+	testutil.Alternate(b, testutil.Timed{Name: "slurm-sbatch", Run: func(int) time.Duration {
+		return g.c.SbatchTasksStarted(b, g.c.Shared, 2, nobody)
+	}}, testutil.Timed{Name: "slurm-srun", Run: func(int) time.Duration {
+		return g.c.SrunFirstLines(b, g.c.Shared, 2, []string{"echo", "started"}, nobody)
 	}})
 }
