@@ -83,7 +83,12 @@ else:
         told = set()
         while len(told) < world - 1:
             srv.settimeout(max(deadline - time.monotonic(), 0.01))
-            c, _ = srv.accept()  # past the deadline: socket.timeout ends the step
+            try:
+                c, _ = srv.accept()
+            except socket.timeout:
+                missing = sorted(set(range(1, world)) - told)
+                raise SystemExit("rank(s) %s of the gang did not reach rank 0 at port %d within %ss" % (
+                    ", ".join(map(str, missing)), port, r["timeout_seconds"]))
             try:
                 c.settimeout(5)
                 hello = c.makefile("rb").readline(256).decode("ascii", "replace").split()
