@@ -191,3 +191,51 @@ func processUID(pid int) (int, error) {
 	}
 	return strconv.Atoi(string(m[1]))
 }
+
+// runAsRangeFirst is the first of the two accounts of
+// TestE2ESlurmGangRunAsRange's run-as uid range.
+const runAsRangeFirst = 281110
+
+// TestE2ESlurmGangRunAsRange (issue #34): an agent that gives each run a
+// uid of its own (GPUPASS_RUN_AS_RANGE, as `gpupass-agent --run-as-range`
+// reads it) would run a gang's ranks as different uids, which the gang's
+// one batch job cannot: the run fails before anything is submitted, every
+// rank saying why and what to run instead, and the cluster never had a job
+// of it.
+func TestE2ESlurmGangRunAsRange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c := slurmtest.Shared(t)
+	rng := slurmtest.RunAccounts(t, c, runAsRangeFirst, 2)
+	g := startGang(t, ctx, "GPUPASS_RUN_AS_RANGE="+rng)
+	out, err := g.gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
+		"--name", "range", "--follow", "--", g.py, "train_ddp.py", "--steps", "5", "--timeout", "60").CombinedOutput()
+	run := g.runNamed("range")
+	if run == nil {
+		t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 3000))
+	}
+	upstack.WaitFor(t, ctx, "both ranks to end", func() bool { return terminal(g.getRun(run.Id)) && terminal(g.getRun(run.Id+"-r1")) })
+	t.Logf("train --follow: %v; run %s: %s", err, run.State, g.getRun(run.Id).Reason)
+	if err == nil {
+		t.Errorf("train --follow of a gang under a run-as uid range succeeded:\n%s", upstack.Tail(string(out), 3000))
+	}
+	for rank, id := range []string{run.Id, run.Id + "-r1"} {
+		r := g.getRun(id)
+		log, _ := upstack.RunLog(t, ctx, g.rc, id)
+		for _, want := range []string{"one batch job (sbatch -N 2)", "run-as uid range", "not submitted", "one run-as user for every run", "resources.nodes: 1"} {
+			if !strings.Contains(r.Reason+"\n"+log, want) {
+				t.Errorf("rank %d (%s) ended %s: %s; want %q in its reason or log:\n%s", rank, id, r.State, r.Reason, want, upstack.Tail(log, 2000))
+			}
+		}
+		if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED {
+			t.Errorf("rank %d (%s) ended %s, want failed", rank, id, r.State)
+		}
+		if strings.Contains(log, "slurm job") {
+			t.Errorf("rank %d's log names a slurm job:\n%s", rank, upstack.Tail(log, 2000))
+		}
+	}
+	// Pending, running or ended within MinJobAge (600 s here): none.
+	if q := strings.TrimSpace(c.Command(t, "squeue", "--states=all", "-h", "-n", "gpupass-"+run.Id)); q != "" {
+		t.Errorf("the cluster had a job of the refused gang:\n%s", q)
+	}
+}
