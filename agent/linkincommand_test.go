@@ -46,7 +46,7 @@ print("sum", t.tolist(), "world", dist.get_world_size(), flush=True)
 	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte(train), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := freeLoopbackPort(t)
+	port := testutil.FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := func(n int) *inCommandRank { return startInCommandRank(t, ctx, dir, port, n, []string{py, "train.py"}) }
@@ -135,17 +135,6 @@ func startInCommandRank(t *testing.T, ctx context.Context, dir string, port, n i
 	return r
 }
 
-// freeLoopbackPort is a TCP port free on 127.0.0.1 a moment ago.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestLinkInCommandTorchrun: a node that starts its ranks with torchrun
 // (python3 -m torch.distributed.run) measures once, in torchrun's own
 // Python, and torchrun's rendezvous at MASTER_PORT and its worker's
@@ -156,7 +145,7 @@ func TestLinkInCommandTorchrun(t *testing.T) {
 		testutil.Missing(t, "%s with torch (python3-torch)", defaultLinkPython)
 	}
 	root := testutil.RepoRoot(t)
-	port := freeLoopbackPort(t)
+	port := testutil.FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var ranks []*inCommandRank

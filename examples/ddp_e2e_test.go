@@ -49,16 +49,6 @@ func ddpScript(t *testing.T) string {
 	return filepath.Join(testutil.RepoRoot(t), "examples", "ddp", "train_ddp.py")
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // loss reads a metrics file as the agent's metrics watch and compare do.
 func loss(t *testing.T, path string) []float64 {
 	t.Helper()
@@ -144,7 +134,7 @@ func TestDDPTorchrun(t *testing.T) {
 	// Debian's torchrun 1.13 crashes on Python 3.11 without --redirects
 	// and --tee (the README says so too).
 	cmd := exec.CommandContext(ctx, py, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-		"--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", strconv.Itoa(freePort(t)),
+		"--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", strconv.Itoa(testutil.FreePort(t)),
 		ddpScript(t), "--steps", strconv.Itoa(ddpSteps))
 	cmd.Env = append(os.Environ(), "GPUPASS_METRICS_FILE="+m)
 	out, err := cmd.CombinedOutput()
@@ -168,7 +158,7 @@ func TestDDPTorchrunFromGangEnv(t *testing.T) {
 	py := torchPython(t)
 	want := single(t, py)
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	errs := make([]error, 2)
@@ -208,7 +198,7 @@ func TestDDPTorchrunFromGangEnv(t *testing.T) {
 // that starts every rank sets), and returns their commands.
 func startRanks(t *testing.T, ctx context.Context, py string, extraEnv []string, args ...string) []*exec.Cmd {
 	t.Helper()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	var cmds []*exec.Cmd
 	for node := 0; node < 2; node++ {
 		env, err := rendezvous.Gang{NodeRank: node, Nodes: 2, LocalRanks: 1, MasterAddr: "127.0.0.1", MasterPort: port}.Rank(0)
@@ -325,7 +315,7 @@ func TestDDPFailedRank(t *testing.T) {
 // around a gang's command.
 func slurmCommand(t *testing.T, py string, args ...string) []string {
 	t.Helper()
-	argv, err := rendezvous.SlurmTask(freePort(t), append([]string{py, ddpScript(t), "--steps", strconv.Itoa(ddpSteps), "--timeout", "30"}, args...))
+	argv, err := rendezvous.SlurmTask(testutil.FreePort(t), append([]string{py, ddpScript(t), "--steps", strconv.Itoa(ddpSteps), "--timeout", "30"}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -263,3 +263,15 @@ func RunIsolatedFromUser(m interface{ Run() int }) int {
 	os.Setenv("XDG_CONFIG_HOME", dir)
 	return m.Run()
 }
+
+// FreePort is a TCP port that was free on 127.0.0.1 a moment ago, for a
+// test's process to listen on (another may take it in between).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
