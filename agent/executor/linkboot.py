@@ -18,6 +18,9 @@ import os, sys
 _a = sys.argv
 _src, _out, _port, _args, _target = _a[1], _a[2], _a[3], _a[4:7], _a[8:]
 _done = []
+# Only the command's own process measures (and says it did not): a
+# process it forks inherits this module's hook and exit handler.
+_pid = os.getpid()
 
 
 def _gpupass_note(why):
@@ -32,7 +35,7 @@ def _gpupass_note(why):
 
 
 def _gpupass_link():
-    if _done:
+    if _done or os.getpid() != _pid:
         return
     _done.append(1)
     for f in (sys.stdout, sys.stderr):
@@ -94,7 +97,7 @@ else:
         # wrapping its loader: the measurement runs once torch's own
         # module has run.
         def find_spec(self, name, path=None, target=None):
-            if name != "torch":
+            if name != "torch" or os.getpid() != _pid:
                 return None
             try:
                 sys.meta_path.remove(self)
@@ -111,7 +114,7 @@ else:
             return spec
 
     def _gpupass_never():
-        if not _done:
+        if not _done and os.getpid() == _pid:
             _gpupass_note("not measured: the command ended without importing torch (the link is measured when it does)")
 
     if "torch" in sys.modules:

@@ -253,6 +253,18 @@ print(" after: argv=%s path0=%s name=%s pid=%d result=%s" % (sys.argv[1:], sys.p
 sys.exit(7)
 `,
 		"quiet.py": "print('no torch here')\n",
+		// A child forked before the script's own import imports torch
+		// and exits through its exit handlers: only the command's own
+		// process measures, once.
+		"forks.py": `import os, sys
+pid = os.fork()
+if pid == 0:
+    import torch
+    sys.exit(0)
+os.waitpid(pid, 0)
+import torch
+print("parent done")
+`,
 	}
 	for name, src := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
@@ -268,10 +280,11 @@ print("to the step's stderr", file=sys.stderr)
 r = json.dumps({"torch_done": getattr(t, "done", False), "env": os.environ.get("SET_BY_SCRIPT"), "pid": os.getpid(),
     "in_command": GPUPASS_IN_COMMAND, "args": sys.argv[1:4], "port": os.environ.get("MASTER_PORT"),
     "handler": signal.getsignal(signal.SIGTERM) != signal.SIG_DFL})
+open(sys.argv[-1] + ".count", "a").write("measured\n")
 open(sys.argv[-1] + ".tmp", "w").write(r)
 os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 `
-	run := func(t *testing.T, script string) (string, string, error, string, error) {
+	run := func(t *testing.T, script string) (string, string, error, string, error, string) {
 		base := filepath.Join(t.TempDir(), "attempt-1")
 		var heard string
 		var why error
@@ -288,11 +301,11 @@ os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		_ = executor.NewLinkWatch(step, base, nil).Finish("COMPLETED")
-		return stdout.String(), stderr.String(), err, heard, why
+		return stdout.String(), stderr.String(), err, heard, why, base
 	}
 	t.Run("imports torch", func(t *testing.T) {
 		t.Parallel()
-		out, stderr, err, heard, why := run(t, "train.py")
+		out, stderr, err, heard, why, _ := run(t, "train.py")
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 			t.Errorf("the command ended %v, want its own status 7 (stderr %q)", err, stderr)
 		}
@@ -314,9 +327,17 @@ os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 			t.Errorf("the measurement's stderr reached the command's: %q", stderr)
 		}
 	})
+	t.Run("forks before its import", func(t *testing.T) {
+		t.Parallel()
+		out, stderr, err, heard, why, base := run(t, "forks.py")
+		count, _ := os.ReadFile(executor.LinkResultFile(base) + ".count")
+		if err != nil || strings.TrimSpace(out) != "parent done" || why != nil || !strings.Contains(heard, `"torch_done": true`) || string(count) != "measured\n" {
+			t.Errorf("the command: %v, %q %q; Measured heard %q, why %v; measurements %q, want one", err, out, stderr, heard, why, count)
+		}
+	})
 	t.Run("never imports torch", func(t *testing.T) {
 		t.Parallel()
-		out, _, err, heard, why := run(t, "quiet.py")
+		out, _, err, heard, why, _ := run(t, "quiet.py")
 		if err != nil || strings.TrimSpace(out) != "no torch here" {
 			t.Errorf("the command: %v, %q", err, out)
 		}
