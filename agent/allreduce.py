@@ -78,6 +78,8 @@ else:
         store = dist.TCPStore(r["master_addr"], 0, world, True, timeout, wait_for_workers=False)
         if socket.has_dualstack_ipv6():
             srv = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+        elif ":" in r["master_addr"]:
+            srv = socket.create_server(("", port), family=socket.AF_INET6)
         else:
             srv = socket.create_server(("", port))
         told = set()
