@@ -284,7 +284,11 @@ open(sys.argv[-1] + ".count", "a").write("measured\n")
 open(sys.argv[-1] + ".tmp", "w").write(r)
 os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 `
-	run := func(t *testing.T, script string) (string, string, error, string, error, string) {
+	type ran struct {
+		out, stderr, heard, base string
+		err, why                 error
+	}
+	run := func(t *testing.T, script string) ran {
 		base := filepath.Join(t.TempDir(), "attempt-1")
 		var heard string
 		var why error
@@ -301,11 +305,12 @@ os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		_ = executor.NewLinkWatch(step, base, nil).Finish("COMPLETED")
-		return stdout.String(), stderr.String(), err, heard, why, base
+		return ran{out: stdout.String(), stderr: stderr.String(), heard: heard, base: base, err: err, why: why}
 	}
 	t.Run("imports torch", func(t *testing.T) {
 		t.Parallel()
-		out, stderr, err, heard, why, _ := run(t, "train.py")
+		r := run(t, "train.py")
+		out, stderr, err, heard, why := r.out, r.stderr, r.err, r.heard, r.why
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 			t.Errorf("the command ended %v, want its own status 7 (stderr %q)", err, stderr)
 		}
@@ -329,7 +334,8 @@ os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 	})
 	t.Run("forks before its import", func(t *testing.T) {
 		t.Parallel()
-		out, stderr, err, heard, why, base := run(t, "forks.py")
+		r := run(t, "forks.py")
+		out, stderr, err, heard, why, base := r.out, r.stderr, r.err, r.heard, r.why, r.base
 		count, _ := os.ReadFile(executor.LinkResultFile(base) + ".count")
 		if err != nil || strings.TrimSpace(out) != "parent done" || why != nil || !strings.Contains(heard, `"torch_done": true`) || string(count) != "measured\n" {
 			t.Errorf("the command: %v, %q %q; Measured heard %q, why %v; measurements %q, want one", err, out, stderr, heard, why, count)
@@ -337,7 +343,8 @@ os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 	})
 	t.Run("never imports torch", func(t *testing.T) {
 		t.Parallel()
-		out, _, err, heard, why, _ := run(t, "quiet.py")
+		r := run(t, "quiet.py")
+		out, err, heard, why := r.out, r.err, r.heard, r.why
 		if err != nil || strings.TrimSpace(out) != "no torch here" {
 			t.Errorf("the command: %v, %q", err, out)
 		}
