@@ -445,11 +445,7 @@ func gangScript(a executor.Attempt, gj *gangJob, node0 string) (string, []string
 			// gang's rendezvous: by the command's own Python once it
 			// imported torch, or by a step before the command.
 			if argv, ok := r.a.Link.InCommand(r.base, a.Command); ok {
-				c.WriteString("  exec")
-				for _, arg := range argv {
-					c.WriteString(" " + shellQuote(arg))
-				}
-				c.WriteString("\n")
+				c.WriteString("  exec" + shellWords(argv) + "\n")
 			} else {
 				c.WriteString(r.a.Link.Shell(r.base, shellQuote))
 			}
@@ -471,11 +467,7 @@ func gangScript(a executor.Attempt, gj *gangJob, node0 string) (string, []string
 	n := strconv.Itoa(gj.nodes)
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n# written by gpupass-agent: one attempt of a run across " + n + " nodes, one task each\n")
-	fmt.Fprintf(&b, "cd %s || exit 127\nexec srun -N %s --ntasks-per-node=1 --kill-on-bad-exit=1 --input=none", shellQuote(a.Dir), n)
-	for _, arg := range task {
-		b.WriteString(" " + shellQuote(arg))
-	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "cd %s || exit 127\nexec srun -N %s --ntasks-per-node=1 --kill-on-bad-exit=1 --input=none%s\n", shellQuote(a.Dir), n, shellWords(task))
 	return b.String(), []string{"-w", strings.Join(nodes, ","), "-N" + n, "--ntasks-per-node=1"}, nil
 }
 

@@ -190,15 +190,20 @@ func startErr(err error) executor.Exit {
 func script(a executor.Attempt) string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n# written by gpupass-agent: one attempt of a run\n")
-	fmt.Fprintf(&b, "cd %s || exit 127\nexec", shellQuote(a.Dir))
-	for _, arg := range a.Command {
-		b.WriteString(" " + shellQuote(arg))
-	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "cd %s || exit 127\nexec%s\n", shellQuote(a.Dir), shellWords(a.Command))
 	return b.String()
 }
 
 var shellQuote = executor.ShellQuote
+
+// shellWords is argv as POSIX shell words, each after a space.
+func shellWords(argv []string) string {
+	var b strings.Builder
+	for _, arg := range argv {
+		b.WriteString(" " + shellQuote(arg))
+	}
+	return b.String()
+}
 
 func (r *Runner) submit(ctx context.Context, a executor.Attempt, alloc, attempt, base string, strays func([]Job, string)) (id string, refused bool, err error) {
 	if len(a.Command) == 0 {
