@@ -39,7 +39,9 @@ import (
 // until every rank's agent started its process (the agents' wake-up,
 // work dir unpacked, runtime-init), and the job's own start (python
 // imports torch: from a rank's process start to its first line, the
-// slower rank's), which srun's time holds too.
+// slower rank's), which srun's time holds too; and, of the time until
+// every rank's process started, the link measurement's (the agents'
+// "link measured … took=" log lines, the slower agent's).
 func BenchmarkDDPGangFirstLine(b *testing.B) {
 	py := upstack.RequireTorch(b)
 	c := slurmtest.Shared(b)
@@ -74,7 +76,7 @@ func BenchmarkDDPGangFirstLine(b *testing.B) {
 			}
 		}
 	}
-	var submitted, started, job []time.Duration
+	var submitted, started, job, link []time.Duration
 	gang := func(i int) time.Duration {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -118,17 +120,49 @@ func BenchmarkDDPGangFirstLine(b *testing.B) {
 		started = append(started, max(rank0.exec, r1.exec))
 		job = append(job, max(rank0.first-rank0.exec, r1.first-r1.exec))
 		took := max(rank0.first, r1.first)
+		link = append(link, lastLinkTook(b, stack.State))
 		settle(i + 2)
 		return took
 	}
 	gang(-1)
-	submitted, started, job = nil, nil, nil
+	submitted, started, job, link = nil, nil, nil, nil
 	testutil.Alternate(b, testutil.Timed{Name: "srun", Run: srunFirstLine(b, c, py)}, testutil.Timed{Name: "gpupass", Run: gang})
 	b.ReportMetric(testutil.Percentile(submitted, 0.5), "gpupass-submitted-p50-ms")
 	b.ReportMetric(testutil.Percentile(started, 0.5), "gpupass-started-p50-ms")
 	b.ReportMetric(testutil.Percentile(started, 0.95), "gpupass-started-p95-ms")
 	b.ReportMetric(testutil.Percentile(job, 0.5), "gpupass-job-p50-ms")
 	b.ReportMetric(testutil.Percentile(job, 0.95), "gpupass-job-p95-ms")
+	b.ReportMetric(testutil.Percentile(link, 0.5), "gpupass-link-p50-ms")
+}
+
+// lastLinkTook is how long the last link measurement of the gang's
+// agents took (the took= of the last "link measured" line in each agent
+// log in stateDir/logs), the slower agent's.
+func lastLinkTook(b *testing.B, stateDir string) time.Duration {
+	logs, err := filepath.Glob(filepath.Join(stateDir, "logs", "agent-*.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var slowest time.Duration
+	for _, f := range logs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		i := bytes.LastIndex(data, []byte(`msg="link measured"`))
+		if i < 0 {
+			continue
+		}
+		line, _, _ := strings.Cut(string(data[i:]), "\n")
+		for _, kv := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(kv, "took="); ok {
+				if d, err := time.ParseDuration(v); err == nil {
+					slowest = max(slowest, d)
+				}
+			}
+		}
+	}
+	return slowest
 }
 
 // rankTimes are when a rank's process was started (the agent's

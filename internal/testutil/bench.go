@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -18,6 +19,13 @@ type Timed struct {
 	Name string
 	// Run does round i and returns how long the part it times took.
 	Run func(i int) time.Duration
+	// Phase, when above 0, is a pause before each round, drawn uniformly
+	// from [0, Phase) and not timed. A way whose start waits for a
+	// periodic event (slurmctld starts batch jobs in a pass once a
+	// second) would otherwise meet it at the same phase every round,
+	// since the rounds before it took about the same time: its figure
+	// would say where that phase fell, not what the wait costs.
+	Phase time.Duration
 }
 
 // Alternate runs each of ways once a round, in turn, for at least ten
@@ -30,6 +38,9 @@ func Alternate(b *testing.B, ways ...Timed) {
 	took := make([][]time.Duration, len(ways))
 	for i := range n {
 		for w, way := range ways {
+			if way.Phase > 0 {
+				time.Sleep(rand.N(way.Phase))
+			}
 			took[w] = append(took[w], way.Run(i))
 		}
 	}

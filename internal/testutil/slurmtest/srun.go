@@ -67,8 +67,11 @@ func (c *Cluster) SrunFirstLines(tb testing.TB, dir string, nodes int, argv []st
 // it took from starting sbatch until every task had started. It waits
 // for the job to end (sbatch --wait). Beside SrunFirstLines of a command
 // as short, it is what Slurm itself adds to a gang's start by running it
-// as a batch job: the job is started by slurmctld's scheduling pass,
-// where srun's allocation is made as it asks.
+// as a batch job. srun's allocation is made as it asks; a batch job is
+// only tested at submit (job_allocate with allocate=0 in Slurm 22.05) and
+// started by schedule(), which slurmctld's background thread calls in
+// its pass once a second: a wait spread evenly over 0-1 s, then the
+// batch script's own launch.
 func (c *Cluster) SbatchTasksStarted(tb testing.TB, dir string, nodes int, as *syscall.Credential) time.Duration {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

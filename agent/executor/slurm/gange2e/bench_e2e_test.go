@@ -69,7 +69,7 @@ func BenchmarkE2ESlurmGangFirstLine(b *testing.B) {
 		took := time.Since(start)
 		upstack.WaitFor(b, ctx, "the gang to end", func() bool { return terminal(g.getRun(run.Id)) && terminal(g.getRun(run.Id+"-r1")) })
 		return took
-	}}, testutil.Timed{Name: "srun", Run: func(i int) time.Duration {
+	}, Phase: time.Second}, testutil.Timed{Name: "srun", Phase: time.Second, Run: func(i int) time.Duration {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
@@ -85,10 +85,12 @@ func BenchmarkE2ESlurmGangFirstLine(b *testing.B) {
 	// What Slurm itself adds by running a gang as a batch job (the agent
 	// submits one so that the gang outlives it): sbatch -N2 of a script
 	// whose srun starts a task a node that does nothing, against srun -N2
-	// of such a task, alternated (slurm-sbatch-…, slurm-srun-…).
-	testutil.Alternate(b, testutil.Timed{Name: "slurm-sbatch", Run: func(int) time.Duration {
+	// of such a task, alternated (slurm-sbatch-…, slurm-srun-…). Every
+	// round starts at a random phase of slurmctld's once-a-second pass
+	// (testutil.Timed.Phase), here and above.
+	testutil.Alternate(b, testutil.Timed{Name: "slurm-sbatch", Phase: time.Second, Run: func(int) time.Duration {
 		return g.c.SbatchTasksStarted(b, g.c.Shared, 2, nobody)
-	}}, testutil.Timed{Name: "slurm-srun", Run: func(int) time.Duration {
+	}}, testutil.Timed{Name: "slurm-srun", Phase: time.Second, Run: func(int) time.Duration {
 		return g.c.SrunFirstLines(b, g.c.Shared, 2, []string{"echo", "started"}, nobody)
 	}})
 }
