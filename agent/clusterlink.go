@@ -47,7 +47,8 @@ const linkPending = "not measured yet: the gang's own job measures it on this no
 // rank: not measured yet, and no shortfall yet (the job's step decides).
 func pendingLink(g *rendezvous.Gang, sp *spec.Spec, required bool) *conformance.Link {
 	return &conformance.Link{Ranks: g.Nodes, Bytes: linkBytes, Iterations: linkIterations, Formula: BusBWFormula,
-		DeclaredGbps: sp.Resources.Network.BandwidthGbps, Required: required, MasterAddr: g.MasterAddr, Error: linkPending}
+		DeclaredGbps: sp.Resources.Network.BandwidthGbps, Required: required, MasterAddr: g.MasterAddr, Error: linkPending,
+		MeasuredBy: conformance.LinkByJob}
 }
 
 // linkStep is the step of the rank's job that measures the link, and

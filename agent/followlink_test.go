@@ -106,7 +106,9 @@ func TestFollowedRankAmendsLink(t *testing.T) {
 	if err != nil || step == nil {
 		t.Fatalf("following the rank on: step %v, err %v; want the link step that amends its report", step, err)
 	}
-	note, failed := step.Measured([]byte(`{"backend":"gloo","ranks":2,"seconds":0.01,"algbw_gbps":3.2,"busbw_gbps":3.2}`+"\n"), nil)
+	// The job writes its result as it likes: a claim that the agent
+	// measured it changes nothing.
+	note, failed := step.Measured([]byte(`{"backend":"gloo","ranks":2,"seconds":0.01,"algbw_gbps":3.2,"busbw_gbps":3.2,"measured_by":"agent"}`+"\n"), nil)
 	if failed != nil || !strings.Contains(note, "replaced the one sent at runtime-init") {
 		t.Errorf("the step's result: %q, %v", note, failed)
 	}
@@ -124,6 +126,9 @@ func TestFollowedRankAmendsLink(t *testing.T) {
 		got.AllocationID != a.AllocID || !got.Simulated {
 		t.Errorf("the amended report: link %+v, alloc %q, simulated %v; want 3.2 Gbit/s measured beside the declared 25, a shortfall, for %s, simulated",
 			got.Link, got.AllocationID, got.Simulated, a.AllocID)
+	}
+	if c := got.Checks[0]; got.Link.MeasuredBy != conformance.LinkByJob || !strings.Contains(c.Actual, "the figure the job wrote") {
+		t.Errorf("the amended report says measured_by %q, check %q; want %q, the check saying the job wrote the figure", got.Link.MeasuredBy, c.Actual, conformance.LinkByJob)
 	}
 
 	// What the ledger holds is signed again only under this agent's key,

@@ -62,6 +62,7 @@ func (a *Agent) measureLink(ctx context.Context, g *rendezvous.Gang, sp *spec.Sp
 		l.Error = "not measured: this node's rank runs as its cluster's job, away from the agent that stands for the node, and the all-reduce is measured only where the agent runs the job itself (the local executor) or the cluster's job takes the measurement as a step (Slurm, Kubernetes)"
 		return l
 	}
+	l.MeasuredBy = conformance.LinkByAgent
 	if err := g.Validate(); err != nil {
 		l.Error = "the rendezvous: " + err.Error()
 		return l
@@ -148,12 +149,17 @@ func readLinkResult(l *conformance.Link, out string) error {
 }
 
 // measuredBy says, for a check's figure, what measured it when that was
-// the rank's command's own Python.
+// not the agent's own process: the rank's job, and in it the command's
+// own Python or a step before the command.
 func measuredBy(l *conformance.Link) string {
-	if !l.InCommand {
+	switch {
+	case l.MeasuredBy != conformance.LinkByJob:
 		return ""
+	case l.InCommand:
+		return ", measured by the command's own Python once it imported torch " + l.Torch + ": the figure the rank's job wrote"
+	default:
+		return ", measured by a step of the rank's job before its command: the figure the job wrote"
 	}
-	return ", measured by the command's own Python once it imported torch " + l.Torch
 }
 
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }

@@ -30,12 +30,20 @@ func TestLinkCheck(t *testing.T) {
 		l.Shortfall = l.DeclaredGbps > 0 && (l.Error != "" || l.BusBWGbps < l.DeclaredGbps)
 		return l
 	}
+	byJob := func(l *conformance.Link, inCommand bool) *conformance.Link {
+		l.MeasuredBy, l.InCommand, l.Torch = conformance.LinkByJob, inCommand, "1.13.0a0"
+		return l
+	}
 	for _, tc := range []struct {
 		name   string
 		link   *conformance.Link
 		status conformance.Status
 		want   []string
 	}{
+		{"written by a step of the rank's job", byJob(measured(40, 25, false, ""), false), conformance.Pass,
+			[]string{"40 Gbit/s bus bandwidth", "measured by a step of the rank's job before its command: the figure the job wrote"}},
+		{"written by the rank's command", byJob(measured(4.5, 25, false, ""), true), conformance.Warn,
+			[]string{"measured by the command's own Python once it imported torch 1.13.0a0: the figure the rank's job wrote", "below the declared 25"}},
 		{"above the declared figure", measured(40, 25, true, ""), conformance.Pass, []string{"40 Gbit/s bus bandwidth", ">= 25 Gbit/s"}},
 		{"nothing declared", measured(4.5, 0, true, ""), conformance.Pass, []string{"4.5 Gbit/s"}},
 		{"a shortfall is recorded", measured(4.5, 100000, false, ""), conformance.Warn,
@@ -177,6 +185,9 @@ func TestLinkWarmWorker(t *testing.T) {
 	for rank, l := range got {
 		if !l.Warm {
 			t.Errorf("rank %d measured with a cold process; want the agent's warm one", rank)
+		}
+		if c := linkCheckOf(l); l.MeasuredBy != conformance.LinkByAgent || strings.Contains(c.Actual, "job") {
+			t.Errorf("rank %d: measured_by %q, check %q; want %q and no word of a job", rank, l.MeasuredBy, c.Actual, conformance.LinkByAgent)
 		}
 	}
 	if !reaped(p0) || !reaped(p1) {

@@ -180,9 +180,21 @@ type Link struct {
 	// version of torch that measured, in either case.
 	InCommand bool   `json:"in_command,omitempty"`
 	Torch     string `json:"torch,omitempty"`
+	// MeasuredBy is whose process measured the figure and wrote it where
+	// the agent read it before signing: LinkByAgent (the agent's own,
+	// a local gang) or LinkByJob (the rank's job, as the job's user: a
+	// Slurm or Kubernetes rank's step or command, which could have
+	// written any figure). Empty where nothing was attempted.
+	MeasuredBy string `json:"measured_by,omitempty"`
 	// Error says why nothing was measured.
 	Error string `json:"error,omitempty"`
 }
+
+// Link.MeasuredBy values.
+const (
+	LinkByAgent = "agent"
+	LinkByJob   = "job"
+)
 
 // Passed reports whether no check failed.
 func (r *Report) Passed() bool {

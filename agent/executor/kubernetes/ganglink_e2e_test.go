@@ -56,10 +56,11 @@ func kubeGangLink(t *testing.T, ctx context.Context, g *gangLinkRun) {
 			// The node is simulated (no GPU) and says so; the link
 			// figure is measured, between two pods on this machine.
 			// The command is a Python script: its own Python measured,
-			// once it had imported torch (no second import of torch).
+			// once it had imported torch (no second import of torch),
+			// and the report says the job wrote the figure.
 			if l.Error != "" || !(l.BusBWGbps > 0) || l.Backend != "gloo" || l.Ranks != 2 || l.MasterAddr != g.podIP || l.DeclaredGbps != 25 ||
-				l.Shortfall != (l.BusBWGbps < 25) || l.Simulated || !r.Simulated || !l.InCommand || l.Torch == "" {
-				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks at rank 0's pod IP %s, 25 declared, an honest shortfall, by the command's Python",
+				l.Shortfall != (l.BusBWGbps < 25) || l.Simulated || !r.Simulated || !l.InCommand || l.Torch == "" || l.MeasuredBy != "job" {
+				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks at rank 0's pod IP %s, 25 declared, an honest shortfall, by the command's Python, measured_by job",
 					rank, *l, r.Simulated, g.podIP)
 			}
 			checked := false

@@ -218,8 +218,8 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 	}
 	// Each node's second gang finds the process its first left started.
 	for rank, rep := range upstack.RankLinks(t, ctx, rc, r.Id) {
-		if rep.Link == nil || !rep.Link.Warm || !(rep.Link.BusBWGbps > 0) {
-			t.Errorf("rank %d's link in the node's second gang: %+v; want measured by the warm process the first gang left", rank, rep.Link)
+		if rep.Link == nil || !rep.Link.Warm || !(rep.Link.BusBWGbps > 0) || rep.Link.MeasuredBy != "agent" {
+			t.Errorf("rank %d's link in the node's second gang: %+v; want measured by the warm process the first gang left, measured_by agent", rank, rep.Link)
 		}
 	}
 }

@@ -253,6 +253,7 @@ type RankLink struct {
 		Warm         bool    `json:"warm"`
 		InCommand    bool    `json:"in_command"`
 		Torch        string  `json:"torch"`
+		MeasuredBy   string  `json:"measured_by"`
 	} `json:"link"`
 	Checks []struct{ Name, Status, Message string } `json:"checks"`
 }

@@ -55,10 +55,11 @@ func gangLink(t *testing.T, ctx context.Context, g *gangStack) {
 			// The nodes are simulated (no GPU) and say so; the link
 			// figure is measured, between two slurmd on this machine.
 			// The command is a Python script: its own Python measured,
-			// once it had imported torch (no second import of torch).
+			// once it had imported torch (no second import of torch),
+			// and the report says the job wrote the figure.
 			if l.Error != "" || !(l.BusBWGbps > 0) || l.Backend != "gloo" || l.Ranks != 2 || l.MasterAddr != addr[1] || l.DeclaredGbps != 25 ||
-				l.Shortfall != (l.BusBWGbps < 25) || l.Simulated || !r.Simulated || !l.InCommand || l.Torch == "" {
-				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks at rank 0's NodeAddr %s, 25 declared, an honest shortfall, by the command's Python",
+				l.Shortfall != (l.BusBWGbps < 25) || l.Simulated || !r.Simulated || !l.InCommand || l.Torch == "" || l.MeasuredBy != "job" {
+				t.Errorf("rank %d's link: %+v (report simulated %v); want measured by gloo across 2 ranks at rank 0's NodeAddr %s, 25 declared, an honest shortfall, by the command's Python, measured_by job",
 					rank, *l, r.Simulated, addr[1])
 			}
 			checked := false
