@@ -46,9 +46,12 @@ test-short:
 bench: deps
 	@scripts/bench.sh
 
-## lint: gofmt, go vet, staticcheck
+## lint: gofmt, go vet, staticcheck, and bash -n of every shell script
+# (a quote in an awk program inside a script's single quotes ends them:
+# only running the script, or bash -n, finds it)
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@for f in $$(git ls-files '*.sh') .ci/run; do bash -n "$$f" || { echo "bash -n $$f failed"; exit 1; }; done
 	$(GO) vet -tags e2e ./...
 	staticcheck -tags e2e ./...
 

@@ -26,7 +26,7 @@ gang_rows() {
 			printf "| multi-node | of which Slurm alone, p95 (as above) | %.0f ms vs %.0f ms | | +%.0f ms |\n", v["slurm-sbatch-p95-ms"], v["slurm-srun-p95-ms"], v["slurm-sbatch-p95-ms"]-v["slurm-srun-p95-ms"]
 		}
 		if ("gpupass-started-p50-ms" in v) {
-			printf "| multi-node | where gpupass time goes, p50: train printed the submitted run / every rank process started (of which the link measurement, the agents' own: an all-reduce of 32 MiB, once to connect and 5 times timed) / the job starting (python imports torch, in srun too) | %.0f ms / %.0f ms (%.0f ms) / %.0f ms | | |\n", v["gpupass-submitted-p50-ms"], v["gpupass-started-p50-ms"], v["gpupass-link-p50-ms"], v["gpupass-job-p50-ms"]
+			printf "| multi-node | where gpupass time goes, p50: train printed the submitted run / every rank process started (of which the link measurement by the agents themselves: an all-reduce of 32 MiB, once to connect and 5 times timed) / the job starting (python imports torch, in srun too) | %.0f ms / %.0f ms (%.0f ms) / %.0f ms | | |\n", v["gpupass-submitted-p50-ms"], v["gpupass-started-p50-ms"], v["gpupass-link-p50-ms"], v["gpupass-job-p50-ms"]
 			printf "| multi-node | where gpupass time goes, p95: every rank process started / the job starting | %.0f ms / %.0f ms | | |\n", v["gpupass-started-p95-ms"], v["gpupass-job-p95-ms"]
 		}
 	}' "$out"
