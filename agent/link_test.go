@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -113,12 +112,7 @@ func linkAgent(t *testing.T, py string) *Agent {
 // once, rank i on agents[i], at a free loopback port.
 func measureGang(t *testing.T, agents [2]*Agent) [2]*conformance.Link {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testutil.FreePort(t)
 	var (
 		got [2]*conformance.Link
 		wg  sync.WaitGroup

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -436,13 +435,7 @@ func BenchmarkDDPSrunFirstLine(b *testing.B) {
 func srunFirstLine(b *testing.B, c *slurmtest.Cluster, py string) func(i int) time.Duration {
 	script := filepath.Join(testutil.RepoRoot(b), "examples", "ddp", "train_ddp.py")
 	return func(i int) time.Duration {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		argv, err := rendezvous.SlurmTask(port, []string{py, script, "--steps", "5", "--timeout", "30"})
+		argv, err := rendezvous.SlurmTask(testutil.FreePort(b), []string{py, script, "--steps", "5", "--timeout", "30"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -104,9 +104,9 @@ func (c *Cluster) SbatchTasksStarted(tb testing.TB, dir string, nodes int, as *s
 	for all == 0 && ctx.Err() == nil {
 		if ents, _ := os.ReadDir(mark); len(ents) >= nodes {
 			all = time.Since(start)
-			break
+		} else {
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	if err := cmd.Wait(); err != nil || all == 0 {
 		tb.Fatalf("sbatch -N%d: %v, tasks started after %s; output:\n%s", nodes, err, all, out.String())

@@ -5,7 +5,6 @@ package gange2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -70,13 +69,7 @@ func BenchmarkE2ESlurmGangFirstLine(b *testing.B) {
 		upstack.WaitFor(b, ctx, "the gang to end", func() bool { return terminal(g.getRun(run.Id)) && terminal(g.getRun(run.Id+"-r1")) })
 		return took
 	}, Phase: time.Second}, testutil.Timed{Name: "srun", Phase: time.Second, Run: func(i int) time.Duration {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		argv, err := rendezvous.SlurmTask(port, []string{g.py, script, "--steps", "5", "--timeout", "30"})
+		argv, err := rendezvous.SlurmTask(testutil.FreePort(b), []string{g.py, script, "--steps", "5", "--timeout", "30"})
 		if err != nil {
 			b.Fatal(err)
 		}
