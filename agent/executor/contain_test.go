@@ -454,3 +454,140 @@ func TestUIDRangeGuard(t *testing.T) {
 		}
 	}
 }
+
+// The ranks of a gang that one agent runs (a Slurm cluster's one job
+// runs them all as one uid) share a uid under their key: claimed from
+// the Guard once, no other key or run ever given it, and ended and given
+// back only by the last rank's Release. An agent restarted under the
+// gang claims it back for every rank the same way.
+func TestUIDRangeShared(t *testing.T) {
+	t.Parallel()
+	r, err := local.ParseUIDRange("232100-232102")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &fakeGuard{}
+	r.Guard = g
+	rank0, err := r.AcquireShared("gang/x")
+	if err != nil || rank0.UID != 232100 {
+		t.Fatalf("rank 0: %+v, %v; want 232100", rank0, err)
+	}
+	rank1, err := r.AcquireShared("gang/x")
+	if err != nil || rank1.UID != rank0.UID || rank1.GID != rank0.GID || !rank1.Private || !rank0.Shared || !rank1.Shared {
+		t.Fatalf("rank 0 %+v, rank 1: %+v, %v; want rank 0's uid, both private and shared", rank0, rank1, err)
+	}
+	other, err := r.AcquireShared("gang/y")
+	if err != nil || other.UID != 232101 {
+		t.Fatalf("another gang: %+v, %v; want 232101", other, err)
+	}
+	single, err := r.Acquire()
+	if err != nil || single.UID != 232102 || single.Shared {
+		t.Fatalf("a run on one node: %+v, %v; want 232102", single, err)
+	}
+	if fmt.Sprint(g.claimed) != "[232100 232101 232102]" {
+		t.Errorf("the guard's claims %v; want each uid claimed once", g.claimed)
+	}
+	if err := r.Release(rank0); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.ended) != 0 || len(g.gaveUp) != 0 {
+		t.Fatalf("rank 0's release ended %v, gave up %v: rank 1's job still runs as the uid", g.ended, g.gaveUp)
+	}
+	if u, err := r.AcquireShared("gang/z"); !errors.Is(err, local.ErrNoFreeUID) {
+		t.Fatalf("with rank 1 holding its gang's uid a third gang got %+v, %v; want no free uid", u, err)
+	}
+	if _, err := r.Claim(232100); err == nil {
+		t.Error("a run of its own claimed the uid a gang holds")
+	}
+	if _, err := r.ClaimShared("gang/x", 232101); err == nil || !strings.Contains(err.Error(), "hold uid 232100") {
+		t.Errorf("gang x claimed another gang's uid: %v", err)
+	}
+	if err := r.Release(rank1); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(g.ended) != "[232100]" || fmt.Sprint(g.gaveUp) != "[232100]" {
+		t.Errorf("after the last rank's release: ended %v, claims given up %v; want 232100 ended and given up once", g.ended, g.gaveUp)
+	}
+
+	// An agent restarted under gang y: both ranks claim its uid back.
+	if err := r.Release(other); err != nil {
+		t.Fatal(err)
+	}
+	back0, err := r.ClaimShared("gang/y", 232101)
+	if err != nil || back0.UID != 232101 {
+		t.Fatalf("rank 0 of gang y claiming its uid back: %+v, %v", back0, err)
+	}
+	back1, err := r.ClaimShared("gang/y", 232101)
+	if err != nil || back1.UID != 232101 {
+		t.Fatalf("rank 1 of gang y claiming its uid back: %+v, %v; want it shared, not refused", back1, err)
+	}
+	if _, err := r.AcquireShared("gang/z"); err != nil {
+		t.Fatalf("a third gang with 232100 free: %v", err)
+	}
+	for _, ra := range []*executor.RunAs{back0, back1} {
+		if err := r.Release(ra); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(fmt.Sprint(g.ended), "232101"); n != 2 {
+		t.Errorf("ended %v: want 232101 ended once per time it was given back whole (twice)", g.ended)
+	}
+}
+
+// A uid a gang's ranks share is not killed when one rank's run ends
+// (RunAs.Shared: the Host leaves it to the range), so the other ranks'
+// processes live on; the last rank's Release kills what is left of it and
+// hands it out again, as a run's own uid would be after its end.
+func TestUIDRangeSharedKill(t *testing.T) {
+	testutil.NeedRoot(t)
+	r, err := local.ParseUIDRange("232200-232201")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rank0, err := r.AcquireShared("gang/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rank1, err := r.AcquireShared("gang/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := (&local.Host{}).Hold(executor.Job{AllocID: "alloc-r1", RunAs: rank1}, nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	task := exec.Command("sleep", "300")
+	task.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: rank0.UID, Gid: rank0.GID}}
+	if err := task.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- task.Wait() }()
+	defer task.Process.Kill()
+	// Rank 1's run ends: its hold's Kill and its Release.
+	if err := held.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(rank1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		t.Fatalf("rank 0's process (uid %d) ended with rank 1's run: %v", rank0.UID, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := r.Release(rank0); err != nil {
+		t.Fatalf("the last rank's release: %v; want its uid's process killed and the uid handed out again", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the gang's process lives on after its last rank released the uid")
+	}
+	for range 2 {
+		if _, err := r.Acquire(); err != nil {
+			t.Fatalf("the gang's uid was not handed out again: %v", err)
+		}
+	}
+}

@@ -34,6 +34,12 @@ type RunAs struct {
 	// when the run ends. A shared --run-as user may have processes that
 	// are not jobs' (nobody), so it is never killed by uid.
 	Private bool
+	// Shared says the private uid is held by several runs of this agent
+	// at once, the ranks of one gang that one cluster job runs as it
+	// (local.UIDRange.AcquireShared): a run's end must not kill the
+	// uid's processes, which may be another rank's; its last holder's
+	// release does (local.UIDRange.Release).
+	Shared bool
 }
 
 // Fields of the errors LookupRunAs and ParseUIDRange return

@@ -350,7 +350,9 @@ type Host struct {
 func (h *Host) Hold(job executor.Job, runner executor.Runner, tmpDir string) (executor.Held, error) {
 	var err error
 	contain := &Containment{Timeout: h.KillTimeout}
-	if job.RunAs != nil && job.RunAs.Private {
+	// A uid a gang's ranks share is killed by its last holder's
+	// UIDRange.Release, once every rank ended.
+	if job.RunAs != nil && job.RunAs.Private && !job.RunAs.Shared {
 		uid := job.RunAs.UID
 		contain.UID = &uid
 	}

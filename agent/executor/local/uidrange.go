@@ -31,6 +31,11 @@ type UIDRange struct {
 	GID    uint32
 	hasGID bool
 
+	// KillTimeout bounds the wait for a shared uid's processes to be
+	// gone once its last holder released it (default
+	// DefaultKillTimeout; the agent sets --run-kill-timeout).
+	KillTimeout time.Duration
+
 	// Guard, when set, reaches where a run's processes are when they
 	// are not this node's (a Slurm cluster's compute nodes): a uid is
 	// handed out only once Guard claimed it, and given back only once
@@ -44,6 +49,10 @@ type UIDRange struct {
 	held, spoiled map[uint32]bool
 	// claims are the Guard's claims of the held uids.
 	claims map[uint32]func()
+	// shared are the held uids handed out under a key (AcquireShared),
+	// by key, and sharers how many holders each such uid has.
+	shared  map[string]uint32
+	sharers map[uint32]int
 }
 
 // UIDGuard is what a UIDRange needs from an executor whose runs are not
@@ -85,7 +94,8 @@ func ParseUIDRange(s string) (*UIDRange, error) {
 	case last-first+1 > MaxUIDRange:
 		return nil, fielderr.New(executor.FieldUIDRange, s, "holds %d uids, more than %d: give a smaller range", last-first+1, MaxUIDRange)
 	}
-	r := &UIDRange{Spec: s, First: uint32(first), Last: uint32(last), next: uint32(first), held: map[uint32]bool{}, spoiled: map[uint32]bool{}, claims: map[uint32]func(){}}
+	r := &UIDRange{Spec: s, First: uint32(first), Last: uint32(last), next: uint32(first), held: map[uint32]bool{}, spoiled: map[uint32]bool{}, claims: map[uint32]func(){},
+		shared: map[string]uint32{}, sharers: map[uint32]int{}}
 	if hasGroup {
 		gid, err := executor.LookupGroup(group)
 		if err != nil {
@@ -123,13 +133,26 @@ func (r *UIDRange) Sample() *executor.RunAs { return r.runAs(r.First) }
 // Acquire hands out a uid of the range that no earlier run still holds
 // and that no process on the node has (as real, effective, saved or
 // filesystem uid), round robin, so a uid is reused as late as possible.
-func (r *UIDRange) Acquire() (*executor.RunAs, error) {
+func (r *UIDRange) Acquire() (*executor.RunAs, error) { return r.AcquireShared("") }
+
+// AcquireShared is Acquire for one of several runs of this agent that are
+// one run to the uid's isolation, named by key: the ranks of a gang that
+// one cluster job runs, all as the one uid it was submitted as (a Slurm
+// agent stands for every node of such a gang). The first holder of key
+// gets a uid as Acquire does; every later one, while it is held, the same
+// uid, which is given back only by the last holder's Release. No other
+// key ever shares it. An empty key shares with nobody.
+func (r *UIDRange) AcquireShared(key string) (*executor.RunAs, error) {
 	busy, err := procUIDs()
 	if err != nil {
 		return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "finding uids in use: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if uid, ok := r.shared[key]; ok && key != "" {
+		r.sharers[uid]++
+		return r.sharedAs(uid), nil
+	}
 	n := uint64(r.Last) - uint64(r.First) + 1
 	for i := uint64(0); i < n; i++ {
 		uid := r.next
@@ -148,20 +171,56 @@ func (r *UIDRange) Acquire() (*executor.RunAs, error) {
 			}
 			r.claims[uid] = release
 		}
-		r.held[uid] = true
-		return r.runAs(uid), nil
+		r.hold(key, uid)
+		return r.heldAs(key, uid), nil
 	}
 	return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "%w: all %d uids are held by running or left-over processes, or were spoiled by processes that could not be killed; widen the range or restart the node", ErrNoFreeUID, n)
+}
+
+// sharedAs is the identity of a run that shares uid with others.
+func (r *UIDRange) sharedAs(uid uint32) *executor.RunAs {
+	ra := r.runAs(uid)
+	ra.Shared = true
+	return ra
+}
+
+// heldAs is the identity of a run that holds uid, under key if any.
+func (r *UIDRange) heldAs(key string, uid uint32) *executor.RunAs {
+	if key != "" {
+		return r.sharedAs(uid)
+	}
+	return r.runAs(uid)
+}
+
+// hold marks uid held, under key when there is one (under r.mu).
+func (r *UIDRange) hold(key string, uid uint32) {
+	r.held[uid] = true
+	if key != "" {
+		r.shared[key] = uid
+		r.sharers[uid] = 1
+	}
 }
 
 // Claim hands out uid itself: a run followed on after the agent
 // restarted keeps the uid its job runs as. It fails when uid is not in
 // the range, held, spoiled or (Guard) claimed elsewhere.
-func (r *UIDRange) Claim(uid uint32) (*executor.RunAs, error) {
+func (r *UIDRange) Claim(uid uint32) (*executor.RunAs, error) { return r.ClaimShared("", uid) }
+
+// ClaimShared is Claim for a run that shares its uid under key
+// (AcquireShared): a uid that key holds already is shared again, not
+// refused; one that another key or a run of its own holds is refused.
+func (r *UIDRange) ClaimShared(key string, uid uint32) (*executor.RunAs, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if uid < r.First || uid > r.Last {
 		return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "uid %d is not in the range", uid)
+	}
+	if held, ok := r.shared[key]; ok && key != "" {
+		if held != uid {
+			return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "uid %d: the runs it is shared with hold uid %d", uid, held)
+		}
+		r.sharers[uid]++
+		return r.sharedAs(uid), nil
 	}
 	if r.held[uid] || r.spoiled[uid] {
 		return nil, fielderr.New(executor.FieldUIDRange, r.Spec, "uid %d is held by another run or spoiled", uid)
@@ -173,8 +232,8 @@ func (r *UIDRange) Claim(uid uint32) (*executor.RunAs, error) {
 		}
 		r.claims[uid] = release
 	}
-	r.held[uid] = true
-	return r.runAs(uid), nil
+	r.hold(key, uid)
+	return r.heldAs(key, uid), nil
 }
 
 // Reap kills the processes that hold a uid of the range: an earlier
@@ -209,10 +268,37 @@ func (r *UIDRange) Reap(timeout time.Duration) error {
 // With a Guard, the uid's processes elsewhere are ended first (Guard.End);
 // a uid whose processes there may still run is spoiled too, and its claim
 // is kept, so that no other agent sharing the range hands it out.
+//
+// A uid shared under a key (AcquireShared) is only counted down until its
+// last holder gives it back: the others' jobs may still run as it. Its
+// holders' runs did not kill its processes here at their ends
+// (RunAs.Shared); the last Release does, before it looks for any left.
 func (r *UIDRange) Release(ra *executor.RunAs) error {
+	r.mu.Lock()
+	n := r.sharers[ra.UID]
+	if n > 1 {
+		r.sharers[ra.UID] = n - 1
+		r.mu.Unlock()
+		return nil
+	}
+	delete(r.sharers, ra.UID)
+	for key, uid := range r.shared {
+		if uid == ra.UID {
+			delete(r.shared, key)
+		}
+	}
+	r.mu.Unlock()
 	var guardErr error
 	if r.Guard != nil {
 		guardErr = r.Guard.End(ra.UID)
+	}
+	if n == 1 {
+		timeout := r.KillTimeout
+		if timeout <= 0 {
+			timeout = DefaultKillTimeout
+		}
+		// What is left is named below; the kill's own error says no more.
+		_ = killUIDWait(ra.UID, time.Now().Add(timeout))
 	}
 	left, err := procsOfUID(ra.UID)
 	r.mu.Lock()
