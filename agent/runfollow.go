@@ -90,7 +90,7 @@ func (r *run) reclaimUser() (release func(), err error) {
 	if !ok || !fi.IsDir() {
 		return func() {}, fmt.Errorf("the run's work dir %s is not a directory", r.workDir)
 	}
-	if r.runAs, err = r.l.RunAsRange.Claim(st.Uid); err != nil {
+	if r.runAs, err = r.l.RunAsRange.ClaimShared(r.uidKey(), st.Uid); err != nil {
 		return func() {}, err
 	}
 	return func() {

@@ -200,6 +200,10 @@ type RunLoop struct {
 	// RunAsRange, when set, gives each run a uid of its own
 	// (--run-as-range); it replaces RunAs.
 	RunAsRange *local.UIDRange
+	// GangsShareUID gives the ranks of a gang that this agent runs one
+	// uid of RunAsRange (the Executor's Runner runs them as one job:
+	// executor.OneJobGangs).
+	GangsShareUID bool
 	// KeepRuns bounds the work dirs under StateDir/runs: as a run starts,
 	// all but the newest KeepRuns (the starting run's included) are
 	// deleted, so checkpoints of old runs do not fill the node's disk.
@@ -455,6 +459,9 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 		return nil, err
 	}
 	host := &local.Host{Cgroups: cgroups, KillTimeout: a.o.RunKillTimeout}
+	if a.o.runAsRange != nil {
+		a.o.runAsRange.KillTimeout = a.o.RunKillTimeout
+	}
 	l := &RunLoop{
 		Source: src, AgentID: id, StateDir: a.o.StateDir, Python: a.o.Python, Log: a.log,
 		Executor: &executor.Executor{Runner: local.ProcessRunner{}, Host: host, Log: a.log, Output: a.o.outputLimits()},
@@ -466,6 +473,9 @@ func (a *Agent) startRunLoop(ctx context.Context) (wait func(), err error) {
 	l.FollowLink = a.followLink(src)
 	if n := a.o.standsFor; n != nil {
 		l.Executor.Runner, l.WorkRoot, l.Orphaned, l.Placement = n.Runner(), n.WorkRoot(), n.Orphaned, n.Placement
+		if g, ok := n.Runner().(executor.OneJobGangs); ok {
+			l.GangsShareUID = g.RunsGangAsOneJob()
+		}
 		// A cluster's jobs outlive the agent: a restarted one finds
 		// them again and follows them on from the spool's mark.
 		l.Executor.Marks = true

@@ -102,13 +102,14 @@ func (r *run) failBeforeStart(ctx context.Context, reason string) AllocUpdate {
 }
 
 // acquireUser picks the user the run's processes run as: --run-as, or a
-// uid of its own from --run-as-range, given back by release.
+// uid of its own from --run-as-range, given back by release. The ranks of
+// a gang that this agent runs share one (uidKey).
 func (r *run) acquireUser() (release func(), err error) {
 	r.runAs = r.l.RunAs
 	if r.l.RunAsRange == nil {
 		return func() {}, nil
 	}
-	if r.runAs, err = r.l.RunAsRange.Acquire(); err != nil {
+	if r.runAs, err = r.l.RunAsRange.AcquireShared(r.uidKey()); err != nil {
 		return nil, err
 	}
 	// The executor killed every process of the uid before it returned;
@@ -118,6 +119,19 @@ func (r *run) acquireUser() (release func(), err error) {
 			r.log.Error("giving the run's uid back", "err", err)
 		}
 	}, nil
+}
+
+// uidKey is what the run shares its uid of the range under: a gang's run
+// (rank 0's allocation) for each of its ranks, where the agent stands
+// for several nodes and runs a gang as one cluster job submitted as one
+// uid, every rank's task as it, in every rank's work dir (GangsShareUID:
+// Slurm). They are one run to the uid's isolation: nothing of another
+// run shares it. "" (no sharing) for any other run.
+func (r *run) uidKey() string {
+	if !r.l.GangsShareUID || r.a.Gang == nil || r.a.Gang.Nodes < 2 || r.a.GangRun == "" {
+		return ""
+	}
+	return "gang/" + r.a.GangRun
 }
 
 // prepareWorkdir makes the run's work dir afresh, unpacks the job's files

@@ -43,3 +43,12 @@ type Held interface {
 // held by nothing but its Runner would leave what it started behind and
 // share the node's /tmp with the next, and nothing would say so.
 var ErrNoHost = errors.New("the executor has no Host (Executor.Host is nil): give it the node's RunHost, e.g. agent/executor/local's Host")
+
+// OneJobGangs is a Runner that stands for several nodes and runs every
+// rank of a gang it holds as one cluster job (Slurm's sbatch -N n), whose
+// tasks all run as the one uid it was submitted as. An agent that gives
+// each run a uid of its own gives such a gang's ranks one uid, which
+// they share (RunAs.Shared).
+type OneJobGangs interface {
+	RunsGangAsOneJob() bool
+}

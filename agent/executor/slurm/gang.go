@@ -96,9 +96,10 @@ func (g gangInfo) refuse(a executor.Attempt, hub *gangHub) error {
 
 // oneUser says why the gang's one batch job cannot run every rank: its
 // ranks run as different users. The job (sbatch -N n) runs every rank's
-// task as the one uid it was submitted as, so a rank whose node holds a
-// uid for it alone (an agent with a uid range gives each run its own)
-// would run as another rank's uid, in a work dir handed to another uid.
+// task as the one uid it was submitted as, so a rank whose node holds
+// another uid would run as another rank's, in a work dir handed to its
+// own. The agent gives a gang's ranks one uid of its run-as range
+// (UIDRange.AcquireShared); this is the check that they got it.
 func (gj *gangJob) oneUser() error {
 	who := func(c *syscall.Credential) string {
 		if c == nil {
@@ -114,7 +115,7 @@ func (gj *gangJob) oneUser() error {
 			same = c.Uid == first.Uid && c.Gid == first.Gid && slices.Equal(c.Groups, first.Groups)
 		}
 		if !same {
-			return fmt.Errorf("the gang's ranks run as different users (rank 0 as %s, rank %d as %s): a run across several slurm nodes is one batch job (sbatch -N %d) that runs every rank as one uid, and this agent gives each run a uid of its own (its run-as uid range): not submitted. Run gangs through a slurm agent with one run-as user for every run, or one that runs jobs as its own user; or give the spec resources.nodes: 1",
+			return fmt.Errorf("the gang's ranks run as different users (rank 0 as %s, rank %d as %s), and a run across several slurm nodes is one batch job (sbatch -N %d) that runs every rank as one uid: not submitted",
 				who(first), rank, who(c), gj.nodes)
 		}
 	}
@@ -355,6 +356,10 @@ func (r *Runner) followTasks(ctx context.Context, a executor.Attempt, f *followe
 	ex.Reason = fmt.Sprintf("ended with the gang: the task on slurm node %s: %s (%s)", node, what, ex.Reason)
 	return ex
 }
+
+// RunsGangAsOneJob implements executor.OneJobGangs: a gang's ranks on
+// the cluster's nodes are one batch job, every task as its one uid.
+func (r *Runner) RunsGangAsOneJob() bool { return r.Gangs != nil }
 
 // RunsLinkStep says a gang rank's link step (executor.Attempt.Link)
 // runs in the gang's job, on the rank's node: gangScript puts it

@@ -140,10 +140,10 @@ func TestGangHubJoin(t *testing.T) {
 }
 
 // TestGangRunAs: a rank of a gang given a uid of its own is taken (an
-// agent with one run-as user gives every rank the same), and rank 0,
-// once every rank joined, refuses to submit the one batch job when the
-// ranks' uids differ (a uid range gives each run its own), saying why
-// and what to do instead; a runner with no gang hub takes no rank.
+// agent with one run-as user gives every rank the same, one with a uid
+// range the uid the gang's ranks share), and rank 0, once every rank
+// joined, refuses to submit the one batch job when the ranks' uids
+// differ, saying why; a runner with no gang hub takes no rank.
 func TestGangRunAs(t *testing.T) {
 	t.Parallel()
 	g := gangInfo{run: "alloc-a", rank: 1, nodes: 2, port: 29500}
@@ -175,8 +175,8 @@ func TestGangRunAs(t *testing.T) {
 	}{
 		{"one run-as user", []*syscall.Credential{user, user, user}, nil},
 		{"the agent's own user", []*syscall.Credential{nil, nil}, nil},
-		{"a uid per run", []*syscall.Credential{user, user, {Uid: 70002, Gid: 70002, Groups: []uint32{70002}}},
-			[]string{"rank 0 as uid 70001 (gid 70001), rank 2 as uid 70002 (gid 70002)", "sbatch -N 3", "one uid", "run-as uid range", "one run-as user for every run", "resources.nodes: 1"}},
+		{"ranks of other uids", []*syscall.Credential{user, user, {Uid: 70002, Gid: 70002, Groups: []uint32{70002}}},
+			[]string{"rank 0 as uid 70001 (gid 70001), rank 2 as uid 70002 (gid 70002)", "sbatch -N 3", "one uid", "not submitted"}},
 		{"other groups", []*syscall.Credential{user, {Uid: 70001, Gid: 70001}}, []string{"different users"}},
 		{"a rank as the agent's user", []*syscall.Credential{user, nil}, []string{"rank 1 as the agent's own user"}},
 	} {

@@ -4,9 +4,12 @@ package gange2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,26 +30,97 @@ var userID = regexp.MustCompile(`\bUserId=(\S+)\((\d+)\)`)
 
 // TestE2ESlurmGangRunAs (issue #34) is a gang under `gpupass up
 // --executor slurm` whose agent runs every job as one run-as user
-// (GPUPASS_RUN_AS, as `gpupass-agent --run-as` reads it): the one
-// sbatch -N2 job is submitted as that uid and runs both ranks' tasks as
-// it, in each rank's work dir handed to it; both ranks train, both
-// signed reports carry the link the job measured, and the loss is one
-// rank's. A rank killed with a restart left restarts the gang from the
-// checkpoints the job wrote as that uid. An agent killed -9 mid-run and started again by up follows
-// the job on from its ledger; cancel scancels the job, ending both
-// ranks' processes, which ran as that uid.
+// (GPUPASS_RUN_AS, as `gpupass-agent --run-as` reads it): the gang's
+// subtests of runAsGang, with that user as the only one a job may run as.
 func TestE2ESlurmGangRunAs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
 	defer cancel()
 	c := slurmtest.Shared(t)
 	slurmtest.RunAccounts(t, c, runAsUID, 1)
-	user := slurmtest.AccountName(runAsUID)
-	g := startGang(t, ctx, "GPUPASS_RUN_AS="+user)
-	py, stack, rc, gp := g.py, g.stack, g.rc, g.gp
-	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, steps)
+	g := startGang(t, ctx, "GPUPASS_RUN_AS="+slurmtest.AccountName(runAsUID))
+	runAsGang(t, ctx, g, []int{runAsUID}, "runas")
+}
 
-	t.Run("the gang's one job runs both ranks as the run-as user", func(t *testing.T) {
-		run, rank1 := g.trainGang(t, ctx, "runas")
+// runAsRangeFirst is the first of the two accounts of
+// TestE2ESlurmGangRunAsRange's run-as uid range.
+const runAsRangeFirst = 281110
+
+// TestE2ESlurmGangRunAsRange (issue #34) is a gang under an agent that
+// gives each run a uid of its own (GPUPASS_RUN_AS_RANGE, as
+// `gpupass-agent --run-as-range` reads it, the setting the docs
+// recommend): the ranks of one gang, which one batch job runs as one
+// uid, share one uid of the range, so the gang trains, restarts,
+// is followed on after a kill -9 of the agent (which claims the uid back
+// for both ranks) and is cancelled as under one run-as user (runAsGang);
+// the uid is held while the gang runs and given back once both ranks
+// ended, never before, and the agent never reports a uid it could not
+// give back.
+func TestE2ESlurmGangRunAsRange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
+	defer cancel()
+	c := slurmtest.Shared(t)
+	rng := slurmtest.RunAccounts(t, c, runAsRangeFirst, 2)
+	g := startGang(t, ctx, "GPUPASS_RUN_AS_RANGE="+rng)
+	runAsGang(t, ctx, g, []int{runAsRangeFirst, runAsRangeFirst + 1}, "range")
+	locks, _ := filepath.Glob(filepath.Join(g.stack.State, "slurm-ledger", "uid-*.lock"))
+	if len(locks) == 0 {
+		t.Fatalf("no uid lock in %s: the agent claimed no uid of its range", filepath.Join(g.stack.State, "slurm-ledger"))
+	}
+	for _, l := range locks {
+		if held, err := flockHeld(l); err != nil || held {
+			t.Errorf("%s after every run ended: held %v (%v); want every uid given back", l, held, err)
+		}
+	}
+	for _, bad := range []string{"giving the run's uid back", "not reused", "taking the run's uid back"} {
+		if strings.Contains(g.stack.Out.String(), bad) {
+			t.Errorf("the agent's log says %q:\n%s", bad, upstack.Tail(g.stack.Out.String(), 3000))
+		}
+	}
+}
+
+// flockHeld says whether another process holds path's flock (a uid a run
+// of the agent holds: slurm.UIDGuard.Claim).
+func flockHeld(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return true, nil
+		}
+		return false, err
+	}
+	return false, nil
+}
+
+// runAsGang is the gang under an agent whose jobs run as other users
+// than its own (uids: the ones a job may run as): the one sbatch -N2 job
+// is submitted as one of them and runs both ranks' tasks as it, in each
+// rank's work dir handed to it; both ranks train, both signed reports
+// carry the link the job measured, and the loss is one rank's. A rank
+// killed with a restart left restarts the gang from the checkpoints the
+// job wrote as that uid. An agent killed -9 mid-run and started again by
+// up follows the job on from its ledger; cancel scancels the job, ending
+// both ranks' processes, which ran as one uid of uids. name prefixes the
+// runs' names.
+func runAsGang(t *testing.T, ctx context.Context, g *gangStack, uids []int, name string) {
+	py, stack, rc, gp, c := g.py, g.stack, g.rc, g.gp, g.c
+	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, steps)
+	// ofUser is the uid of a job's user, "" when it is none of uids.
+	ofUser := func(user string) int {
+		for _, uid := range uids {
+			if user == slurmtest.AccountName(uid) {
+				return uid
+			}
+		}
+		return -1
+	}
+	allowed := func(uid int) bool { return slices.Contains(uids, uid) }
+
+	t.Run("the gang's one job runs both ranks as one run-as user", func(t *testing.T) {
+		run, rank1 := g.trainGang(t, ctx, name)
 		job := run.GetSlurm().GetJobId()
 		if job == "" || rank1.GetSlurm().GetJobId() != job || run.GetSlurm().GetNode() == rank1.GetSlurm().GetNode() {
 			t.Fatalf("slurm placement of rank 0 %v, rank 1 %v: want one job, two nodes", run.GetSlurm(), rank1.GetSlurm())
@@ -54,15 +128,19 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 		// slurmctld keeps an ended job for MinJobAge (600 s here).
 		show := c.Command(t, "scontrol", "show", "job", "-o", job)
 		m := userID.FindStringSubmatch(show)
-		if m == nil || m[1] != user || m[2] != strconv.Itoa(runAsUID) {
-			t.Errorf("scontrol show job %s: %s; want UserId=%s(%d)", job, show, user, runAsUID)
+		uid := -1
+		if m != nil {
+			uid, _ = strconv.Atoi(m[2])
+		}
+		if m == nil || !allowed(uid) || m[1] != slurmtest.AccountName(uid) {
+			t.Fatalf("scontrol show job %s: %s; want the UserId of one of uids %v", job, show, uids)
 		}
 		// The job's stderr file (rank 0's) was created by slurmd as the
 		// job's user, in the dir the agent handed to it.
 		if errFile := regexp.MustCompile(`\bStdErr=(\S+)`).FindStringSubmatch(show); errFile == nil {
 			t.Errorf("no StdErr in %s", show)
-		} else if fi, err := os.Lstat(errFile[1]); err != nil || fi.Sys().(*syscall.Stat_t).Uid != runAsUID {
-			t.Errorf("the job's stderr file %s: %v, want a file of uid %d", errFile[1], err, runAsUID)
+		} else if fi, err := os.Lstat(errFile[1]); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
+			t.Errorf("the job's stderr file %s: %v, want a file of uid %d", errFile[1], err, uid)
 		}
 		log0, _ := upstack.RunLog(t, ctx, rc, run.Id)
 		log1, _ := upstack.RunLog(t, ctx, rc, rank1.Id)
@@ -100,23 +178,23 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 		}
 		got, points := upstack.Loss(t, ctx, rc, run.Id)
 		worst := upstack.MaxDelta(want, got)
-		t.Logf("2 ranks as %s on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", user, run.NodeId, rank1.NodeId, worst, len(got))
+		t.Logf("2 ranks as uid %d on %s and %s: max |Δloss| %.3g over %d steps against 1 rank", uid, run.NodeId, rank1.NodeId, worst, len(got))
 		if len(got) != steps || points != steps || !(worst <= 1e-5) {
 			t.Errorf("2 ranks: %d of %d steps (%d points), max |Δloss| %g against 1 rank; want every step once, within 1e-5", len(got), steps, points, worst)
 		}
 		t.Logf("audit verify:\n%s", upstack.Tail(stack.CheckAudit(t, ctx, run.Id, "rank-1"), 1500))
 	})
 
-	gangRestart(t, ctx, g, "runas-restarted")
+	gangRestart(t, ctx, g, name+"-restarted")
 
 	t.Run("the run-as user's job is followed on after a kill -9 of the agent", func(t *testing.T) {
 		const total = 150
 		if b, err := gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-			"--name", "runas-agentkill", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total), "--step-sleep", "0.1",
+			"--name", name+"-agentkill", "--", py, "train_ddp.py", "--steps", strconv.Itoa(total), "--step-sleep", "0.1",
 			"--log-steps", "--timeout", "60").CombinedOutput(); err != nil {
 			t.Fatalf("train: %v\n%s", err, b)
 		}
-		run := upstack.WaitRun(t, ctx, rc, "runas-agentkill", "rank 0 past step 30", func(r *gpupassv1.Run) bool {
+		run := upstack.WaitRun(t, ctx, rc, name+"-agentkill", "rank 0 past step 30", func(r *gpupassv1.Run) bool {
 			if upstack.Terminal(r) {
 				t.Fatalf("run %s ended before step 30: %s (%s)", r.Id, r.State, r.Reason)
 			}
@@ -127,8 +205,8 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 		}
 		before := jobOf()
 		pids := stack.Config(t).AgentPIDs
-		if len(pids) != 1 || !strings.HasSuffix(before, " "+user) {
-			t.Fatalf("agents %v, squeue %q: want the one Slurm agent and the gang's one job of %s", pids, before, user)
+		if _, user, _ := strings.Cut(before, " "); len(pids) != 1 || ofUser(user) < 0 {
+			t.Fatalf("agents %v, squeue %q: want the one Slurm agent and the gang's one job of one of uids %v", pids, before, uids)
 		}
 		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 			t.Fatalf("kill -9 the Slurm agent (pid %d): %v", pids[0], err)
@@ -167,16 +245,42 @@ func TestE2ESlurmGangRunAs(t *testing.T) {
 		}
 	})
 
-	gangCancel(t, ctx, g, "runas-cancelled", func(t *testing.T, run *gpupassv1.Run) {
+	gangCancel(t, ctx, g, name+"-cancelled", func(t *testing.T, run *gpupassv1.Run) {
+		var ran []int
 		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			if uid, err := processUID(upstack.JobProcess(id, "train_ddp.py")); err != nil || uid != runAsUID {
-				t.Errorf("%s's training process runs as uid %d (%v), want %d", id, uid, err, runAsUID)
+			uid, err := processUID(upstack.JobProcess(id, "train_ddp.py"))
+			if err != nil || !allowed(uid) {
+				t.Errorf("%s's training process runs as uid %d (%v), want one of %v", id, uid, err, uids)
+			}
+			ran = append(ran, uid)
+		}
+		if ran[0] != ran[1] {
+			t.Errorf("the ranks' training processes run as uids %v, want one", ran)
+		}
+		// Each rank trains in its own work dir, handed to that uid.
+		for _, id := range []string{run.Id, run.Id + "-r1"} {
+			pid := upstack.JobProcess(id, "train_ddp.py")
+			if fi, err := os.Stat(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(ran[0]) || !strings.HasSuffix(mustReadlink(fmt.Sprintf("/proc/%d/cwd", pid)), "/"+id) {
+				t.Errorf("%s's training process (pid %d) works in %s: %v; want its own work dir, of uid %d", id, pid, mustReadlink(fmt.Sprintf("/proc/%d/cwd", pid)), err, ran[0])
 			}
 		}
-		if q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-o", "%u %i", "-n", "gpupass-"+run.Id)); !strings.HasPrefix(q, user+" ") {
-			t.Errorf("squeue: %q, want the job of %s", q, user)
+		q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-o", "%u %i", "-n", "gpupass-"+run.Id))
+		if user, _, _ := strings.Cut(q, " "); ofUser(user) != ran[0] {
+			t.Errorf("squeue: %q, want the job of uid %d", q, ran[0])
+		}
+		// With a uid range, the uid's claim is held while the gang runs.
+		if lock := filepath.Join(stack.State, "slurm-ledger", fmt.Sprintf("uid-%d.lock", ran[0])); len(uids) > 1 {
+			if held, err := flockHeld(lock); err != nil || !held {
+				t.Errorf("%s while the gang runs: held %v (%v); want held", lock, held, err)
+			}
 		}
 	})
+}
+
+// mustReadlink is where the link path points, "" when it cannot be read.
+func mustReadlink(path string) string {
+	s, _ := os.Readlink(path)
+	return s
 }
 
 // processUID is the real uid of process pid.
@@ -190,52 +294,4 @@ func processUID(pid int) (int, error) {
 		return -1, fmt.Errorf("no Uid line in /proc/%d/status", pid)
 	}
 	return strconv.Atoi(string(m[1]))
-}
-
-// runAsRangeFirst is the first of the two accounts of
-// TestE2ESlurmGangRunAsRange's run-as uid range.
-const runAsRangeFirst = 281110
-
-// TestE2ESlurmGangRunAsRange (issue #34): an agent that gives each run a
-// uid of its own (GPUPASS_RUN_AS_RANGE, as `gpupass-agent --run-as-range`
-// reads it) would run a gang's ranks as different uids, which the gang's
-// one batch job cannot: the run fails before anything is submitted, every
-// rank saying why and what to run instead, and the cluster never had a job
-// of it.
-func TestE2ESlurmGangRunAsRange(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	c := slurmtest.Shared(t)
-	rng := slurmtest.RunAccounts(t, c, runAsRangeFirst, 2)
-	g := startGang(t, ctx, "GPUPASS_RUN_AS_RANGE="+rng)
-	out, err := g.gp("train", "--spec", "examples/ddp/gpupass.yaml", "--region", region, "--workdir", "examples/ddp",
-		"--name", "range", "--follow", "--", g.py, "train_ddp.py", "--steps", "5", "--timeout", "60").CombinedOutput()
-	run := g.runNamed("range")
-	if run == nil {
-		t.Fatalf("train --follow: %v\n%s", err, upstack.Tail(string(out), 3000))
-	}
-	upstack.WaitFor(t, ctx, "both ranks to end", func() bool { return terminal(g.getRun(run.Id)) && terminal(g.getRun(run.Id+"-r1")) })
-	t.Logf("train --follow: %v; run %s: %s", err, run.State, g.getRun(run.Id).Reason)
-	if err == nil {
-		t.Errorf("train --follow of a gang under a run-as uid range succeeded:\n%s", upstack.Tail(string(out), 3000))
-	}
-	for rank, id := range []string{run.Id, run.Id + "-r1"} {
-		r := g.getRun(id)
-		log, _ := upstack.RunLog(t, ctx, g.rc, id)
-		for _, want := range []string{"one batch job (sbatch -N 2)", "run-as uid range", "not submitted", "one run-as user for every run", "resources.nodes: 1"} {
-			if !strings.Contains(r.Reason+"\n"+log, want) {
-				t.Errorf("rank %d (%s) ended %s: %s; want %q in its reason or log:\n%s", rank, id, r.State, r.Reason, want, upstack.Tail(log, 2000))
-			}
-		}
-		if r.State != gpupassv1.AllocState_ALLOC_STATE_FAILED {
-			t.Errorf("rank %d (%s) ended %s, want failed", rank, id, r.State)
-		}
-		if strings.Contains(log, "slurm job") {
-			t.Errorf("rank %d's log names a slurm job:\n%s", rank, upstack.Tail(log, 2000))
-		}
-	}
-	// Pending, running or ended within MinJobAge (600 s here): none.
-	if q := strings.TrimSpace(c.Command(t, "squeue", "--states=all", "-h", "-n", "gpupass-"+run.Id)); q != "" {
-		t.Errorf("the cluster had a job of the refused gang:\n%s", q)
-	}
 }
