@@ -112,8 +112,9 @@ func (r *run) acquireUser() (release func(), err error) {
 	if r.runAs, err = r.l.RunAsRange.AcquireShared(r.uidKey()); err != nil {
 		return nil, err
 	}
-	// The executor killed every process of the uid before it returned;
-	// one it could not kill spoils the uid for good.
+	// The executor killed every process of the uid before it returned
+	// (of a shared uid, the last rank's Release does); one it could not
+	// kill spoils the uid for good.
 	return func() {
 		if err := r.l.RunAsRange.Release(r.runAs); err != nil {
 			r.log.Error("giving the run's uid back", "err", err)
