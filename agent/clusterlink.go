@@ -85,6 +85,9 @@ func (a *Agent) linkStep(as *Assignment, sr *SignedReport, sink RunReportSink) *
 		if got.Error != "" {
 			what = "link " + got.Error
 		}
+		if check.Status == conformance.Warn {
+			what += fmt.Sprintf("; declared %s: %s", check.Expected, check.Message)
+		}
 		signed, err := a.amendLink(sr, &got, check)
 		if err != nil {
 			return "", fmt.Errorf("%s; signing the run report with it: %w", what, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
 )
@@ -170,6 +171,25 @@ func lastLine(s string) string {
 		s = s[i+1:]
 	}
 	return s
+}
+
+// linkEvent is the run log's line for the link check of a report this
+// node's agent signed: what was measured, what the spec declares and, for
+// a shortfall (a WARN), that it was recorded. A failed check fails the run,
+// which says so.
+func linkEvent(c conformance.Check) (level events.Level, component, msg string, fields map[string]string) {
+	level, msg = events.Info, "link measured by this node's agent: "+c.Actual
+	if c.Status == conformance.Skip {
+		msg = "link " + c.Actual + ": " + c.Message
+	}
+	if c.Expected != "" {
+		msg += "; declared " + c.Expected
+	}
+	if c.Status == conformance.Warn {
+		level = events.Warn
+		msg += ": " + c.Message
+	}
+	return level, events.RuntimeInit, msg, map[string]string{"check": c.Name, "status": string(c.Status)}
 }
 
 // linkCheckOf is the run report's check of the link: a pass, a recorded

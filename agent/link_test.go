@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpupass/gpupass/internal/conformance"
+	"github.com/gpupass/gpupass/internal/events"
 	"github.com/gpupass/gpupass/internal/rendezvous"
 	"github.com/gpupass/gpupass/internal/spec"
 	"github.com/gpupass/gpupass/internal/testutil"
@@ -65,6 +66,42 @@ func TestLinkCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLinkEvent: the run log's line for the link a node's agent measured
+// says the figure and the declared one, and a shortfall is a WARN that
+// says it was recorded; a link not measured says why.
+func TestLinkEvent(t *testing.T) {
+	t.Parallel()
+	link := func(busbw, declared float64, errText string) conformance.Check {
+		l := &conformance.Link{Backend: "gloo", Ranks: 2, Bytes: linkBytes, BusBWGbps: busbw, DeclaredGbps: declared,
+			MasterAddr: "127.0.0.1", Error: errText, MeasuredBy: conformance.LinkByAgent}
+		l.Shortfall = l.DeclaredGbps > 0 && (l.Error != "" || l.BusBWGbps < l.DeclaredGbps)
+		return linkCheckOf(l)
+	}
+	for _, tc := range []struct {
+		name  string
+		check conformance.Check
+		level events.Level
+		want  []string
+	}{
+		{"above the declared figure", link(40, 25, ""), events.Info,
+			[]string{"link measured by this node's agent: 40 Gbit/s bus bandwidth (all-reduce of 32 MiB over gloo across 2 ranks", "declared >= 25 Gbit/s"}},
+		{"a shortfall", link(7, 25, ""), events.Warn,
+			[]string{"link measured by this node's agent: 7 Gbit/s", "declared >= 25 Gbit/s", "measured 7 Gbit/s, below the declared 25 Gbit/s: recorded as a shortfall"}},
+		{"not measured, nothing declared", link(0, 0, "no torch"), events.Info, []string{"link not measured: no torch"}},
+		{"not measured where declared", link(0, 25, "no torch"), events.Warn, []string{"not measured (no torch), the spec declares 25 Gbit/s: recorded as a shortfall"}},
+	} {
+		level, comp, msg, fields := linkEvent(tc.check)
+		if level != tc.level || comp != events.RuntimeInit || fields["check"] != linkCheck {
+			t.Errorf("%s: %s %s %q %v; want level %s, runtime-init, check %s", tc.name, level, comp, msg, fields, tc.level, linkCheck)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: %q, want %q in it", tc.name, msg, w)
+			}
+		}
 	}
 }
 

@@ -76,6 +76,10 @@ type Assignment struct {
 	// it: the ledger keeps it, for a restarted agent following the rank
 	// on to amend it still (RunLoop.FollowLink).
 	linkReport *SignedReport
+	// linkCheck is, once runtime-init signed a rank's report with the
+	// link this node's agent measured, that report's link check: the
+	// run's log says it (linkEvent).
+	linkCheck *conformance.Check
 }
 
 // AllocState is a state the agent reports for an allocation.
@@ -371,7 +375,7 @@ func (l *RunLoop) checks(a *Assignment, sp *spec.Spec) []executor.RuntimeCheck {
 	if (l.Recheck == nil && l.RunReport == nil) || sp == nil {
 		return nil
 	}
-	return []executor.RuntimeCheck{{Name: "conformance", Prepare: func(ctx context.Context, job *executor.Job, _ executor.Emit) (string, error) {
+	return []executor.RuntimeCheck{{Name: "conformance", Prepare: func(ctx context.Context, job *executor.Job, emit executor.Emit) (string, error) {
 		// Packages are enforced in the run's own Python right after this
 		// (runtime-init, importlib.metadata), one event per package, from
 		// the measurement made here when there is one.
@@ -383,6 +387,9 @@ func (l *RunLoop) checks(a *Assignment, sp *spec.Spec) []executor.RuntimeCheck {
 			// Else the bundle's measurement of its venv stays: nothing
 			// may start that interpreter as the agent to measure again.
 			job.Measured = measured
+		}
+		if c := a.linkCheck; c != nil {
+			emit(linkEvent(*c))
 		}
 		if len(failed) > 0 {
 			var msgs []string

@@ -201,6 +201,12 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 		sink, _ := src.(RunReportSink)
 		if inJob {
 			as.linkStep, as.linkReport = a.linkStep(as, sr, sink), sr
+		} else if sr.Report.Link != nil {
+			for _, c := range sr.Report.Checks {
+				if c.Name == linkCheck {
+					as.linkCheck = &c
+				}
+			}
 		}
 		measured := sr.python
 		var failed []conformance.Check

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -115,6 +116,18 @@ func TestGangEvidenceTwoLocalAgents(t *testing.T) {
 		t.Fatalf("train of a gang declaring 100000 Gbit/s: exit %d, want the run to go on with a recorded shortfall\n%s", code, upstack.Tail(out, 4000))
 	}
 	run := runNamed("shortfall")
+	// Each rank's log says the figure and the shortfall, as a WARN.
+	for rank := range 2 {
+		var line string
+		for l := range strings.Lines(out) {
+			if strings.HasPrefix(l, fmt.Sprintf("%s/%d | ", region, rank)) && strings.Contains(l, "link measured by this node's agent: ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, " WARN ") || !strings.Contains(line, "declared >= 100000 Gbit/s") || !strings.Contains(line, "below the declared 100000 Gbit/s: recorded as a shortfall") {
+			t.Errorf("rank %d's log line of the link: %q; want a WARN with both figures, saying the shortfall was recorded\n%s", rank, line, upstack.Tail(out, 4000))
+		}
+	}
 	if out, code := gpOK(t, gp, "audit", "keygen", "--out-prefix", filepath.Join(dir, "cosign")); code != 0 {
 		t.Fatalf("keygen: exit %d\n%s", code, out)
 	}

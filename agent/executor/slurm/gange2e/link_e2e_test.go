@@ -76,8 +76,12 @@ func gangLink(t *testing.T, ctx context.Context, g *gangStack) {
 		}
 		measured = figures[0]
 		// The agent says so in the run's log when it reads the result.
-		if log0, _ := upstack.RunLog(t, ctx, g.rc, run.Id); !strings.Contains(log0, "link measured by the gang's job") {
+		log0, _ := upstack.RunLog(t, ctx, g.rc, run.Id)
+		if !strings.Contains(log0, "link measured by the gang's job") {
 			t.Errorf("rank 0's log has no note of the link measured:\n%s", upstack.Tail(log0, 3000))
+		}
+		if shortfall := "below the declared 25 Gbit/s: recorded as a shortfall"; (measured < 25) != strings.Contains(log0, shortfall) {
+			t.Errorf("rank 0 measured %g Gbit/s against 25 declared; its log says %q: %v, want it only for a shortfall:\n%s", measured, shortfall, strings.Contains(log0, shortfall), upstack.Tail(log0, 3000))
 		}
 		t.Logf("audit verify:\n%s", upstack.Tail(g.stack.CheckAudit(t, ctx, run.Id, "rank-1"), 1500))
 	})
