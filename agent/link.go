@@ -179,8 +179,11 @@ func lastLine(s string) string {
 // which says so.
 func linkEvent(c conformance.Check) (level events.Level, component, msg string, fields map[string]string) {
 	level, msg = events.Info, "link measured by this node's agent: "+c.Actual
-	if c.Status == conformance.Skip {
-		msg = "link " + c.Actual + ": " + c.Message
+	switch {
+	case c.Status == conformance.Skip:
+		msg = "link not measured by this node's agent: " + c.Message
+	case c.Actual == "not measured":
+		msg = "link not measured by this node's agent"
 	}
 	if c.Expected != "" {
 		msg += "; declared " + c.Expected

@@ -90,8 +90,9 @@ func TestLinkEvent(t *testing.T) {
 			[]string{"link measured by this node's agent: 40 Gbit/s bus bandwidth (all-reduce of 32 MiB over gloo across 2 ranks", "declared >= 25 Gbit/s"}},
 		{"a shortfall", link(7, 25, ""), events.Warn,
 			[]string{"link measured by this node's agent: 7 Gbit/s", "declared >= 25 Gbit/s", "measured 7 Gbit/s, below the declared 25 Gbit/s: recorded as a shortfall"}},
-		{"not measured, nothing declared", link(0, 0, "no torch"), events.Info, []string{"link not measured: no torch"}},
-		{"not measured where declared", link(0, 25, "no torch"), events.Warn, []string{"not measured (no torch), the spec declares 25 Gbit/s: recorded as a shortfall"}},
+		{"not measured, nothing declared", link(0, 0, "no torch"), events.Info, []string{"link not measured by this node's agent: no torch"}},
+		{"not measured where declared", link(0, 25, "no torch"), events.Warn,
+			[]string{"link not measured by this node's agent; declared >= 25 Gbit/s", "not measured (no torch), the spec declares 25 Gbit/s: recorded as a shortfall"}},
 	} {
 		level, comp, msg, fields := linkEvent(tc.check)
 		if level != tc.level || comp != events.RuntimeInit || fields["check"] != linkCheck {
