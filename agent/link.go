@@ -175,8 +175,8 @@ func lastLine(s string) string {
 
 // linkEvent is the run log's line for the link check of a report this
 // node's agent signed: what was measured, what the spec declares and, for
-// a shortfall (a WARN), that it was recorded. A failed check fails the run,
-// which says so.
+// a shortfall, that it was recorded (a WARN) or fails the run (an ERROR,
+// --require-bandwidth).
 func linkEvent(c conformance.Check) (level events.Level, component, msg string, fields map[string]string) {
 	level, msg = events.Info, "link measured by this node's agent: "+c.Actual
 	switch {
@@ -188,9 +188,11 @@ func linkEvent(c conformance.Check) (level events.Level, component, msg string, 
 	if c.Expected != "" {
 		msg += "; declared " + c.Expected
 	}
-	if c.Status == conformance.Warn {
-		level = events.Warn
-		msg += ": " + c.Message
+	switch c.Status {
+	case conformance.Warn:
+		level, msg = events.Warn, msg+": "+c.Message
+	case conformance.Fail:
+		level, msg = events.Error, msg+": "+c.Message
 	}
 	return level, events.RuntimeInit, msg, map[string]string{"check": c.Name, "status": string(c.Status)}
 }

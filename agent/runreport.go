@@ -202,11 +202,8 @@ func (a *Agent) runReporter(src WorkSource) func(ctx context.Context, as *Assign
 		if inJob {
 			as.linkStep, as.linkReport = a.linkStep(as, sr, sink), sr
 		} else if sr.Report.Link != nil {
-			for _, c := range sr.Report.Checks {
-				if c.Name == linkCheck {
-					as.linkCheck = &c
-				}
-			}
+			c := linkCheckOf(sr.Report.Link)
+			as.linkCheck = &c
 		}
 		measured := sr.python
 		var failed []conformance.Check

@@ -80,9 +80,20 @@ func TestE2ESlurmGangRunAsRange(t *testing.T) {
 			t.Errorf("%s %s after every run ended: held %v (%v); want every uid given back", l, time.Since(start).Round(time.Second), held, err)
 		}
 	}
-	for _, bad := range []string{"giving the run's uid back", "not reused", "taking the run's uid back"} {
-		if strings.Contains(g.stack.Out.String(), bad) {
-			t.Errorf("the agent's log says %q:\n%s", bad, upstack.Tail(g.stack.Out.String(), 3000))
+	// up writes each agent's log to a file of its own, not to its output.
+	logs, _ := filepath.Glob(filepath.Join(g.stack.State, "logs", "agent-*.log"))
+	if len(logs) == 0 {
+		t.Fatalf("no agent log in %s", filepath.Join(g.stack.State, "logs"))
+	}
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []string{"giving the run's uid back", "not reused", "taking the run's uid back"} {
+			if strings.Contains(string(b), bad) {
+				t.Errorf("%s says %q:\n%s", filepath.Base(f), bad, upstack.Tail(string(b), 3000))
+			}
 		}
 	}
 }
@@ -117,15 +128,6 @@ func flockHeld(path string) (bool, error) {
 func runAsGang(t *testing.T, ctx context.Context, g *gangStack, uids []int, name string) {
 	py, stack, rc, gp, c := g.py, g.stack, g.rc, g.gp, g.c
 	_, want := upstack.ReferenceCurve(t, ctx, py, stack.Root, steps)
-	// ofUser is the uid of a job's user, "" when it is none of uids.
-	ofUser := func(user string) int {
-		for _, uid := range uids {
-			if user == slurmtest.AccountName(uid) {
-				return uid
-			}
-		}
-		return -1
-	}
 	allowed := func(uid int) bool { return slices.Contains(uids, uid) }
 
 	t.Run("the gang's one job runs both ranks as one run-as user", func(t *testing.T) {
@@ -210,11 +212,11 @@ func runAsGang(t *testing.T, ctx context.Context, g *gangStack, uids []int, name
 			return upstack.StepAtLeast(ctx, rc, r.Id, 30)
 		})
 		jobOf := func() string {
-			return strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id, "-o", "%i %u"))
+			return strings.TrimSpace(c.Command(t, "squeue", "-h", "-n", "gpupass-"+run.Id, "-o", "%i %U"))
 		}
 		before := jobOf()
 		pids := stack.Config(t).AgentPIDs
-		if _, user, _ := strings.Cut(before, " "); len(pids) != 1 || ofUser(user) < 0 {
+		if _, uid, _ := strings.Cut(before, " "); len(pids) != 1 || !allowed(atoi(uid)) {
 			t.Fatalf("agents %v, squeue %q: want the one Slurm agent and the gang's one job of one of uids %v", pids, before, uids)
 		}
 		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
@@ -268,17 +270,19 @@ func runAsGang(t *testing.T, ctx context.Context, g *gangStack, uids []int, name
 		}
 		// Each rank trains in its own work dir, handed to that uid.
 		for _, id := range []string{run.Id, run.Id + "-r1"} {
-			pid := upstack.JobProcess(id, "train_ddp.py")
-			if fi, err := os.Stat(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(ran[0]) || !strings.HasSuffix(mustReadlink(fmt.Sprintf("/proc/%d/cwd", pid)), "/"+id) {
-				t.Errorf("%s's training process (pid %d) works in %s: %v; want its own work dir, of uid %d", id, pid, mustReadlink(fmt.Sprintf("/proc/%d/cwd", pid)), err, ran[0])
+			cwd := fmt.Sprintf("/proc/%d/cwd", upstack.JobProcess(id, "train_ddp.py"))
+			dir, _ := os.Readlink(cwd)
+			if fi, err := os.Stat(cwd); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(ran[0]) || !strings.HasSuffix(dir, "/"+id) {
+				t.Errorf("%s's training process works in %q (%v); want its own work dir, of uid %d", id, dir, err, ran[0])
 			}
 		}
-		q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-o", "%u %i", "-n", "gpupass-"+run.Id))
-		if user, _, _ := strings.Cut(q, " "); ofUser(user) != ran[0] {
+		q := strings.TrimSpace(c.Command(t, "squeue", "-h", "-o", "%U %i", "-n", "gpupass-"+run.Id))
+		if uid, _, _ := strings.Cut(q, " "); atoi(uid) != ran[0] {
 			t.Errorf("squeue: %q, want the job of uid %d", q, ran[0])
 		}
 		// With a uid range, the uid's claim is held while the gang runs.
-		if lock := filepath.Join(stack.State, "slurm-ledger", fmt.Sprintf("uid-%d.lock", ran[0])); len(uids) > 1 {
+		if len(uids) > 1 {
+			lock := filepath.Join(stack.State, "slurm-ledger", fmt.Sprintf("uid-%d.lock", ran[0]))
 			if held, err := flockHeld(lock); err != nil || !held {
 				t.Errorf("%s while the gang runs: held %v (%v); want held", lock, held, err)
 			}
@@ -286,10 +290,13 @@ func runAsGang(t *testing.T, ctx context.Context, g *gangStack, uids []int, name
 	})
 }
 
-// mustReadlink is where the link path points, "" when it cannot be read.
-func mustReadlink(path string) string {
-	s, _ := os.Readlink(path)
-	return s
+// atoi is s as a number, -1 when it is none.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // processUID is the real uid of process pid.
